@@ -1,0 +1,106 @@
+// leasehold/lease: identifiers, epochs, tokens and refusal reasons.
+//
+// The vocabulary of DESIGN.md ("Vocabulary"). Everything here is a value type: trivially
+// copyable, no I/O, no clocks. Time, where it appears, is a parameter in nanoseconds on
+// CLOCK_BOOTTIME (suffix `_ns`).
+#pragma once
+
+#include <cstdint>
+#include <compare>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace leasehold {
+
+/// A 128-bit identifier, printed and parsed as UUID text (8-4-4-4-12 lowercase hex).
+/// `Tag` keeps names, sandboxes and workers from being mixed up at compile time.
+/// The all-zero id is "none" (`is_nil()`); it never names a real name, sandbox or worker.
+template <class Tag>
+struct Id {
+  std::uint64_t hi = 0;
+  std::uint64_t lo = 0;
+
+  constexpr bool is_nil() const noexcept { return hi == 0 && lo == 0; }
+  friend constexpr auto operator<=>(const Id&, const Id&) = default;
+
+  /// UUID text, e.g. "0f8fad5b-d9cb-469f-a165-70867728950e".
+  std::string str() const;
+  /// Parses UUID text (with or without dashes, any case); nullopt if malformed.
+  static std::optional<Id> parse(std::string_view text) noexcept;
+};
+
+struct NameTag {};
+struct SandboxTag {};
+struct WorkerTag {};
+
+/// NameId: the 128-bit id of a name (a UUIDv5 of the name text in leasehold's namespace),
+/// used on the wire and in the shm table. lockd keeps the text too and refuses a second
+/// name whose id collides with a held one (Refusal::name_collision).
+using NameId = Id<NameTag>;
+using SandboxId = Id<SandboxTag>;
+using WorkerId = Id<WorkerTag>;
+
+/// Per-name lock generation (Chubby's sequencer number; DESIGN.md "epoch"). Strictly
+/// increases at every grant, transfer begin and revoke; never reused, also across restarts.
+using Epoch = std::uint64_t;
+
+/// Limits on a name (DESIGN.md "Vocabulary").
+inline constexpr std::size_t kNameBytesMax = 128;
+
+/// Checks a name: 1..128 bytes of [A-Za-z0-9._:/-]. Returns an empty string when valid,
+/// otherwise a message that says what is wrong and where (byte offset, the bad byte).
+std::string validate_name(std::string_view name);
+
+/// The NameId of a *valid* name (deterministic; the same on every host).
+NameId name_id_of(std::string_view name);
+
+/// A token: the capability a grant hands out (Chubby §2.4 sequencer; ownership model
+/// "Capability tokens"). Once issued it exists forever; whether it *authorizes* anything is
+/// decided by the current lock state (`token_authorized`). `holder` is the sandbox.
+struct Token {
+  NameId name;
+  Epoch epoch = 0;
+  SandboxId holder;
+  friend constexpr bool operator==(const Token&, const Token&) = default;
+};
+
+/// Why a transition was refused. Every refused transition returns one; none is undefined
+/// behaviour (DESIGN.md "Lock states"). Values are stable: they travel on the wire.
+enum class Refusal : std::uint8_t {
+  none = 0,
+  invalid_name = 1,        ///< the name text breaks validate_name
+  name_collision = 2,      ///< another name with the same NameId is known
+  held = 3,                ///< held by another sandbox (see holder/epoch in the answer)
+  acquiring = 4,           ///< in the 2-phase Acquiring state for another sandbox
+  transferring = 5,        ///< a transfer is in progress; nobody may acquire or mutate
+  reserved = 6,            ///< Free but reserved for another sandbox (transfer/reassign)
+  lock_delay = 7,          ///< Free but inside the lock-delay after an expiry (Chubby §2.4)
+  unknown_name = 8,        ///< lockd has no record of the name
+  not_holder = 9,          ///< the caller does not hold the name
+  stale_epoch = 10,        ///< the caller's epoch is not the current one
+  not_acquiring = 11,      ///< commit of a name that is not in Acquiring
+  acquiring_expired = 12,  ///< commit after the Acquiring deadline
+  not_transferring = 13,   ///< complete-release of a name that is not Transferring
+  not_free = 14,           ///< reassign of a name that is not Free
+  wrong_mode = 15,         ///< operation not available in this lock mode
+  worker_alive = 16,       ///< preempt refused: the worker is live and says it runs
+  table_full = 17,         ///< the name table is at capacity
+  bad_request = 18,        ///< malformed arguments (nil ids, zero TTL, ...)
+  epoch_exhausted = 19,    ///< the epoch would overflow 2^64-1
+};
+
+/// Stable snake_case text of a refusal ("held", "lock_delay", ...).
+std::string_view to_string(Refusal r) noexcept;
+
+}  // namespace leasehold
+
+template <class Tag>
+struct std::hash<leasehold::Id<Tag>> {
+  std::size_t operator()(const leasehold::Id<Tag>& id) const noexcept {
+    // The ids are uniformly random (UUIDv4) or SHA-1 derived (UUIDv5): mixing the halves suffices.
+    return static_cast<std::size_t>(id.hi ^ (id.lo * 0x9E3779B97F4A7C15ULL));
+  }
+};

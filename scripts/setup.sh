@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages leasehold builds and tests with. Idempotent: it installs
+# only what is missing, says what that is, and never prompts.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config g++          # toolchain (C++20 on g++ 12)
+  liburing-dev                                  # io_uring event loop
+  libboost-dev                                  # Boost.Interprocess (shm table)
+  libjemalloc-dev                               # allocator for the daemons
+  libbenchmark-dev libgtest-dev                 # perf/ and tests/
+  libsqlite3-dev                                # lockd's embedded store
+  libssl-dev                                    # HMAC-SHA256 (libcrypto)
+  libcli11-dev                                  # command lines
+  clang libclang-rt-14-dev                      # libFuzzer
+  spin                                          # model checker for specs/
+  rt-tests                                      # cyclictest (perf baseline)
+  bubblewrap                                    # optional sandbox wrapping
+  iproute2                                      # network namespaces for the demo
+  gnuplot-nox                                   # pause-probe plots
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+echo "setup: installing ${#missing[@]} missing package(s): ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this):
+#   1. install missing packages (scripts/setup.sh)
+#   2. unit + integration tests under ASan+UBSan (debug preset)
+#   3. the concurrent tests under TSan (tsan preset, label "concurrent")
+#   4. the wire decoder fuzzer for a bounded time (fuzz preset, clang/libFuzzer)
+#   5. the formal models (specs/check, Spin)
+# Exits non-zero on the first failing stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+stage() { printf '\n==== %s ====\n' "$*"; }
+
+stage "setup"
+scripts/setup.sh
+
+stage "debug (ASan+UBSan): build"
+cmake --preset debug >/dev/null
+cmake --build --preset debug -j"$jobs"
+stage "debug (ASan+UBSan): tests"
+ctest --preset debug -j"$jobs"
+
+stage "tsan: build"
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j"$jobs"
+stage "tsan: concurrent tests"
+ctest --preset tsan -j"$jobs"
+
+if [ -x scripts/fuzz.sh ]; then
+  stage "fuzz: wire decoder"
+  scripts/fuzz.sh "${LEASEHOLD_FUZZ_SECONDS:-60}"
+fi
+
+if [ -x specs/check ]; then
+  stage "specs: model checking (Spin)"
+  specs/check
+fi
+
+stage "all stages passed"

@@ -1,0 +1,58 @@
+#include "lease/types.hpp"
+
+#include <gtest/gtest.h>
+
+namespace leasehold {
+namespace {
+
+TEST(Id, ParsesAndPrintsUuidText) {
+  auto id = SandboxId::parse("0F8FAD5B-D9CB-469F-A165-70867728950E");
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(id->hi, 0x0f8fad5bd9cb469fULL);
+  EXPECT_EQ(id->lo, 0xa16570867728950eULL);
+  EXPECT_EQ(id->str(), "0f8fad5b-d9cb-469f-a165-70867728950e");
+  auto undashed = SandboxId::parse("0f8fad5bd9cb469fa16570867728950e");
+  ASSERT_TRUE(undashed.has_value());
+  EXPECT_EQ(*undashed, *id);
+}
+
+TEST(Id, RejectsMalformedText) {
+  EXPECT_FALSE(WorkerId::parse("").has_value());
+  EXPECT_FALSE(WorkerId::parse("0f8fad5b-d9cb-469f-a165-70867728950").has_value());
+  EXPECT_FALSE(WorkerId::parse("0f8fad5b-d9cb-469f-a165-70867728950g").has_value());
+  EXPECT_FALSE(WorkerId::parse("0f8fad5bd9cb-469f-a165-70867728950e-").has_value());
+  EXPECT_FALSE(WorkerId::parse("{0f8fad5b-d9cb-469f-a165-70867728950e}").has_value());
+}
+
+TEST(Name, ValidNamesPass) {
+  EXPECT_EQ(validate_name("a"), "");
+  EXPECT_EQ(validate_name("agent-7/db:main_v1.2"), "");
+  EXPECT_EQ(validate_name(std::string(kNameBytesMax, 'x')), "");
+}
+
+TEST(Name, ErrorsSayWhatIsWrong) {
+  EXPECT_NE(validate_name("").find("empty"), std::string::npos);
+  EXPECT_NE(validate_name(std::string(129, 'x')).find("129 bytes; the limit is 128"),
+            std::string::npos);
+  const std::string bad = validate_name("ab cd");
+  EXPECT_NE(bad.find("' ' (0x20) at byte 2"), std::string::npos) << bad;
+  EXPECT_NE(validate_name(std::string("a\xff", 2)).find("byte 0xff at byte 1"), std::string::npos);
+}
+
+TEST(Name, IdIsDeterministicAndDistinct) {
+  EXPECT_EQ(name_id_of("agent-1"), name_id_of("agent-1"));
+  EXPECT_NE(name_id_of("agent-1"), name_id_of("agent-2"));
+  EXPECT_FALSE(name_id_of("agent-1").is_nil());
+  // UUIDv5: version nibble 5, RFC 4122 variant.
+  EXPECT_EQ((name_id_of("agent-1").hi >> 12) & 0xf, 5u);
+  EXPECT_EQ(name_id_of("agent-1").lo >> 62, 2u);
+}
+
+TEST(Refusal, TextIsStable) {
+  EXPECT_EQ(to_string(Refusal::held), "held");
+  EXPECT_EQ(to_string(Refusal::lock_delay), "lock_delay");
+  EXPECT_EQ(to_string(static_cast<Refusal>(200)), "unknown_refusal");
+}
+
+}  // namespace
+}  // namespace leasehold

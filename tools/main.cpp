@@ -1,0 +1,34 @@
+// `leasehold`: the operator and runtime CLI (DESIGN.md "Programs").
+#include "tools/command.hpp"
+
+#include <cstdio>
+#include <exception>
+
+namespace leasehold::cli {
+std::vector<Registrar>& registry() {
+  static std::vector<Registrar> r;
+  return r;
+}
+}  // namespace leasehold::cli
+
+int main(int argc, char** argv) {
+  using namespace leasehold::cli;
+  CLI::App app{"leasehold: named, fenced leases for sandboxes"};
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 ok; 1 check failed / answer is no; 2 usage or malformed argument;\n"
+      "3 refused by lockd; 4 not found; 5 lockd or supervisor unreachable;\n"
+      "6 shm table missing, corrupt or writer dead; 70 internal error.");
+  int exit_code = kOk;
+  for (auto& reg : registry()) reg(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kOk : kUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "leasehold: internal error: %s\n", e.what());
+    return kInternal;
+  }
+  return exit_code;
+}
