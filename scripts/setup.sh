@@ -12,6 +12,7 @@ packages=(
   libsqlite3-dev                                # lockd's embedded store
   libssl-dev                                    # HMAC-SHA256 (libcrypto)
   libcli11-dev                                  # command lines
+  nlohmann-json3-dev                            # JSON output and the supervisor control socket
   clang libclang-rt-14-dev                      # libFuzzer
   spin                                          # model checker for specs/
   rt-tests                                      # cyclictest (perf baseline)
