@@ -1,0 +1,506 @@
+// leasehold/io: the wire protocol between lockd, the supervisors and the CLI.
+//
+// DESIGN.md "The wire protocol". One message per UDP datagram, at most kDatagramBytesMax
+// bytes. Binary, little-endian, versioned. Layout of every datagram:
+//
+//   offset size  field
+//        0    4  magic        kMagic ("LHW1" read as bytes 'L','H','W','1')
+//        4    1  version      kVersion
+//        5    1  type         MessageType
+//        6    2  flags        kFlag* bits; unknown bits are rejected (DecodeError::bad_flags)
+//        8   16  sender       WorkerId of the sender (lockd uses its own instance id)
+//       24    8  seq          per-sender, strictly increasing (replay window, RFC 4303 §3.4.3)
+//       32    8  request_id   chosen by the requester; retries reuse it; answers echo it
+//       40    2  payload_len  bytes of payload that follow the header
+//       42    2  reserved     zero
+//       44    n  payload      per type, see the structs below
+//     44+n   32  tag          HMAC-SHA256 over bytes [0, 44+n) with the shared key
+//
+// Version stability: bytes 0..43 (the header) and the trailing 32-byte tag keep this meaning in
+// every future version, so a receiver can authenticate a datagram of an unknown version and
+// answer it with Error{unknown_version} addressed to its sender and request id.
+//
+// Integers are little-endian; ids are 16 bytes (hi then lo, each u64 little-endian); booleans are
+// one byte 0/1 (anything else is rejected); text is a length (u8, or u16 where noted) followed by
+// the bytes. Counts are u16 and are checked against the per-type limits below.
+#pragma once
+
+#include "lease/types.hpp"
+
+#include <boost/container/static_vector.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace leasehold::wire {
+
+// ---------------------------------------------------------------------------------------------
+// Limits (named; every list on the wire is bounded by one of these).
+
+inline constexpr std::uint32_t kMagic = 0x3157484Cu;  ///< bytes "LHW1" little-endian
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kDatagramBytesMax = 1400;  ///< below a 1500-byte MTU with IPv6+UDP
+inline constexpr std::size_t kHeaderBytes = 44;
+inline constexpr std::size_t kTagBytes = 32;  ///< HMAC-SHA256
+inline constexpr std::size_t kDatagramBytesMin = kHeaderBytes + kTagBytes;
+inline constexpr std::size_t kPayloadBytesMax = kDatagramBytesMax - kHeaderBytes - kTagBytes;  // 1324
+
+/// Size of one Heartbeat entry on the wire (name_id 16 + sandbox 16 + epoch 8).
+inline constexpr std::size_t kHeartbeatEntryBytes = 40;
+/// Size of one HeartbeatAck entry on the wire (name_id 16 + status 1 + holder 16 + epoch 8 + ttl 4).
+inline constexpr std::size_t kHeartbeatAckEntryBytes = 45;
+/// Entries per Heartbeat datagram. Bounded by the *answer*: the HeartbeatAck for a full heartbeat
+/// must fit one datagram too (2 + 29·45 = 1307 ≤ kPayloadBytesMax). Larger batches are split by
+/// split_heartbeat().
+inline constexpr std::size_t kHeartbeatEntriesMax = 29;
+/// Text limits.
+inline constexpr std::size_t kErrorTextBytesMax = 256;
+inline constexpr std::size_t kCounterKeyBytesMax = 64;
+/// ListPage and StatsAnswer are further bounded by kPayloadBytesMax (see payload_bytes()).
+inline constexpr std::size_t kListEntriesMax = 64;
+inline constexpr std::size_t kCountersMax = 128;
+
+/// Header flag bits.
+inline constexpr std::uint16_t kFlagRetry = 1u << 0;  ///< informational: this is a retry of request_id
+inline constexpr std::uint16_t kFlagsKnown = kFlagRetry;
+
+// ---------------------------------------------------------------------------------------------
+// Enumerations that travel on the wire. Values are stable.
+
+enum class MessageType : std::uint8_t {
+  // requests
+  acquire = 1,
+  commit = 2,
+  heartbeat = 3,
+  release = 4,
+  transfer_begin = 5,
+  transfer_complete = 6,
+  transfer_accept = 7,
+  revoke = 8,
+  reassign = 9,
+  worker_heartbeat = 10,
+  is_running = 11,  ///< lockd → supervisor
+  list = 12,
+  show = 13,
+  stats = 14,
+  // answers
+  grant = 0x81,
+  deny = 0x82,
+  heartbeat_ack = 0x83,
+  ok = 0x84,
+  transfer_state = 0x85,
+  worker_ack = 0x86,
+  running_answer = 0x87,
+  list_page = 0x88,
+  name_info = 0x89,
+  stats_answer = 0x8A,
+  error = 0xFF,
+};
+
+/// Stable snake_case text ("heartbeat_ack"); "unknown" for values outside the enum.
+std::string_view to_string(MessageType t) noexcept;
+/// True for the request types (lockd answers them); false for answers.
+constexpr bool is_request(MessageType t) noexcept { return static_cast<std::uint8_t>(t) < 0x80; }
+
+/// The lock state of a name as reported on the wire (DESIGN.md "Lock states").
+enum class LockState : std::uint8_t { free = 0, acquiring = 1, held = 2, transferring = 3 };
+std::string_view to_string(LockState s) noexcept;
+
+/// Per-entry heartbeat answer (DESIGN.md "lockd": refreshed, lost{holder, epoch}, unknown).
+/// Anything but `refreshed` kills the sandbox (DESIGN.md "mutex violation recovery").
+enum class HeartbeatStatus : std::uint8_t { refreshed = 0, lost = 1, unknown = 2 };
+std::string_view to_string(HeartbeatStatus s) noexcept;
+
+/// Why a datagram was not delivered. Every rejection is counted by reason (DecodeStats).
+/// Reasons up to and including bad_tag are found *before* authentication: the datagram is dropped
+/// silently (it may be spoofed). Later reasons concern authenticated datagrams and are answered
+/// with Error{code = the reason} (see error_code_of()).
+enum class DecodeError : std::uint8_t {
+  none = 0,
+  truncated = 1,         ///< shorter than header + tag (kDatagramBytesMin)
+  oversized = 2,         ///< longer than kDatagramBytesMax
+  bad_magic = 3,         ///< first 4 bytes are not kMagic
+  bad_tag = 4,           ///< HMAC-SHA256 tag does not match (wrong key or altered bytes)
+  unknown_version = 5,   ///< version is not kVersion
+  unknown_type = 6,      ///< type is not a MessageType
+  bad_flags = 7,         ///< unknown flag bits or non-zero reserved bytes
+  length_mismatch = 8,   ///< payload_len disagrees with the datagram size
+  short_payload = 9,     ///< the payload ends inside a field
+  trailing_bytes = 10,   ///< bytes left after the last field of the payload
+  bad_count = 11,        ///< an entry count above its limit
+  bad_value = 12,        ///< an enum or boolean byte out of range, or a nil id where one is required
+  invalid_name = 13,     ///< the name text breaks lease::validate_name
+  bad_text = 14,         ///< a text field over its limit
+  replayed = 15,         ///< seq already seen in the sender's window (and no cached answer)
+  stale_seq = 16,        ///< seq below the sender's window, or zero
+  request_id_reused = 17,///< request_id has a cached answer for a different request
+};
+inline constexpr std::size_t kDecodeErrorCount = 18;
+/// Stable snake_case text ("length_mismatch").
+std::string_view to_string(DecodeError e) noexcept;
+/// True if a datagram rejected for this reason authenticated (and so deserves an Error answer).
+constexpr bool is_authenticated_reason(DecodeError e) noexcept {
+  return static_cast<std::uint8_t>(e) > static_cast<std::uint8_t>(DecodeError::bad_tag);
+}
+
+/// Counters of rejected datagrams, indexed by reason; `accepted` counts delivered messages.
+/// Not thread-safe: one per receiving thread.
+struct DecodeStats {
+  std::array<std::uint64_t, kDecodeErrorCount> rejected{};  ///< [DecodeError::none] stays 0
+  std::uint64_t accepted = 0;
+  std::uint64_t resent = 0;  ///< retries answered from the response cache
+  void count(DecodeError e) noexcept {
+    if (e == DecodeError::none) ++accepted;
+    else ++rejected[static_cast<std::size_t>(e) < kDecodeErrorCount ? static_cast<std::size_t>(e) : 0];
+  }
+  std::uint64_t operator[](DecodeError e) const noexcept { return rejected[static_cast<std::size_t>(e)]; }
+};
+
+/// The code of an Error answer. 1..63 are DecodeError values (the request was rejected by the
+/// codec/receiver); 64.. are service errors. Unknown codes are kept as their number.
+enum class ErrorCode : std::uint16_t {
+  none = 0,
+  // 1..17: as DecodeError
+  internal = 64,     ///< the service failed (store error); the request may be retried
+  overloaded = 65,   ///< too many requests in flight; retry with backoff
+  unsupported = 66,  ///< a well-formed request this service does not implement
+};
+constexpr ErrorCode error_code_of(DecodeError e) noexcept { return static_cast<ErrorCode>(e); }
+std::string_view to_string(ErrorCode c) noexcept;
+
+/// Why an encode failed. An encoder never writes a datagram that the decoder would reject.
+enum class EncodeError : std::uint8_t {
+  none = 0,
+  buffer_too_small = 1,  ///< out has fewer bytes than the datagram needs
+  too_large = 2,         ///< the payload exceeds kPayloadBytesMax (split it, or fill fewer entries)
+  bad_count = 3,         ///< more entries than the per-type limit
+  invalid_name = 4,      ///< a name text breaks validate_name
+  bad_text = 5,          ///< a text field over its limit
+};
+std::string_view to_string(EncodeError e) noexcept;
+
+// ---------------------------------------------------------------------------------------------
+// Messages. Plain values; ids use the lease vocabulary. `_ms` fields are u32 milliseconds.
+
+/// Acquire a name for a sandbox (DESIGN.md "Lock states": Acquire, lease mode or 2-phase).
+/// Answer: Grant (state held, or acquiring if two_phase) or Deny.
+struct Acquire {
+  std::string name;          ///< the name text (validated at encode and decode)
+  SandboxId sandbox;         ///< must not be nil
+  WorkerId worker;           ///< nil allowed: a control plane acquiring on a sandbox's behalf
+  std::uint32_t ttl_ms = 0;  ///< requested lease TTL; 0 = lockd default
+  bool two_phase = false;    ///< Free → Acquiring (commit later) instead of Free → Held
+  friend bool operator==(const Acquire&, const Acquire&) = default;
+};
+
+/// Second phase of a 2-phase acquire: Acquiring → Held. Answer: Grant or Deny.
+struct Commit {
+  NameId name_id;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+  WorkerId worker;  ///< the worker that now supervises the sandbox
+  friend bool operator==(const Commit&, const Commit&) = default;
+};
+
+struct HeartbeatEntry {
+  NameId name_id;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+  friend bool operator==(const HeartbeatEntry&, const HeartbeatEntry&) = default;
+};
+
+/// Batched lease refresh from one supervisor (DESIGN.md "Time": every refresh is capped at the
+/// time left). Answer: HeartbeatAck with one entry per request entry, in order.
+struct Heartbeat {
+  std::uint32_t ttl_cap_ms = 0;  ///< refresh at most this far ahead; 0 = no cap (lockd's TTL)
+  boost::container::static_vector<HeartbeatEntry, kHeartbeatEntriesMax> entries;
+  friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
+};
+
+struct HeartbeatAckEntry {
+  NameId name_id;
+  HeartbeatStatus status = HeartbeatStatus::unknown;
+  SandboxId holder;              ///< lost: the current holder (nil if free)
+  Epoch epoch = 0;               ///< refreshed: the lease's epoch; lost: the current epoch
+  std::uint32_t ttl_left_ms = 0; ///< refreshed: time left on lockd's clock after the refresh
+  friend bool operator==(const HeartbeatAckEntry&, const HeartbeatAckEntry&) = default;
+};
+
+struct HeartbeatAck {
+  boost::container::static_vector<HeartbeatAckEntry, kHeartbeatEntriesMax> entries;
+  friend bool operator==(const HeartbeatAck&, const HeartbeatAck&) = default;
+};
+
+/// Held → Free by the holder. Answer: Ok or Deny.
+struct Release {
+  NameId name_id;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+  friend bool operator==(const Release&, const Release&) = default;
+};
+
+/// Held(from) → Transferring (epoch +1). Answer: TransferState or Deny.
+struct TransferBegin {
+  NameId name_id;
+  SandboxId from;
+  Epoch epoch = 0;  ///< from's current epoch
+  SandboxId to;
+  friend bool operator==(const TransferBegin&, const TransferBegin&) = default;
+};
+
+/// Transferring → Free{reserved_for = to} once `from` has stopped. Answer: TransferState or Deny.
+struct TransferComplete {
+  NameId name_id;
+  Epoch new_epoch = 0;
+  friend bool operator==(const TransferComplete&, const TransferComplete&) = default;
+};
+
+/// Acquire by the intended owner: Free{reserved_for = to} → Held(to). Answer: Grant or Deny.
+struct TransferAccept {
+  NameId name_id;
+  SandboxId to;
+  WorkerId worker;
+  friend bool operator==(const TransferAccept&, const TransferAccept&) = default;
+};
+
+/// Coordinator revoke (no cooperation needed): → Free, epoch +1. Answer: Ok{new epoch} or Deny.
+struct Revoke {
+  NameId name_id;
+  friend bool operator==(const Revoke&, const Revoke&) = default;
+};
+
+/// Free → Free reserved for `to`, epoch +1. Answer: Ok{new epoch} or Deny.
+struct Reassign {
+  NameId name_id;
+  SandboxId to;
+  friend bool operator==(const Reassign&, const Reassign&) = default;
+};
+
+/// Worker liveness in preemptible mode: O(workers), not O(leases). Answer: WorkerAck.
+struct WorkerHeartbeat {
+  WorkerId worker;
+  friend bool operator==(const WorkerHeartbeat&, const WorkerHeartbeat&) = default;
+};
+
+/// lockd → supervisor: "is this sandbox still running under this lease?". Answer: RunningAnswer.
+struct IsRunning {
+  NameId name_id;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+  friend bool operator==(const IsRunning&, const IsRunning&) = default;
+};
+
+/// Page through the name table. Answer: ListPage.
+struct List {
+  std::uint64_t cursor = 0;  ///< 0 = from the start; otherwise a ListPage::next_cursor
+  std::uint16_t limit = 0;   ///< entries wanted; 0 = as many as fit
+  friend bool operator==(const List&, const List&) = default;
+};
+
+/// One name: by text when `name` is non-empty, else by `name_id`. Answer: NameInfo or Deny.
+struct Show {
+  std::string name;
+  NameId name_id;
+  friend bool operator==(const Show&, const Show&) = default;
+};
+
+/// Service counters. Answer: StatsAnswer.
+struct Stats {
+  friend bool operator==(const Stats&, const Stats&) = default;
+};
+
+/// Answer: the name is granted (state held), or reserved in 2-phase (state acquiring).
+struct Grant {
+  NameId name_id;
+  Epoch epoch = 0;
+  SandboxId holder;
+  WorkerId worker;
+  LockState state = LockState::held;
+  std::uint32_t ttl_ms = 0;  ///< TTL granted (held) or time left to commit (acquiring)
+  friend bool operator==(const Grant&, const Grant&) = default;
+};
+
+/// Answer: refused, with the reason and the state that caused it.
+struct Deny {
+  NameId name_id;
+  Refusal refusal = Refusal::none;  ///< lease::Refusal, stable values
+  SandboxId holder;                 ///< current holder (nil if none)
+  WorkerId worker;                  ///< current holder's worker (nil if none)
+  Epoch epoch = 0;                  ///< current epoch
+  LockState state = LockState::free;
+  friend bool operator==(const Deny&, const Deny&) = default;
+};
+
+/// Answer to Release, Revoke, Reassign: done; `epoch` is the name's epoch afterwards.
+struct Ok {
+  NameId name_id;
+  Epoch epoch = 0;
+  friend bool operator==(const Ok&, const Ok&) = default;
+};
+
+/// Answer to TransferBegin / TransferComplete.
+struct TransferState {
+  NameId name_id;
+  SandboxId from;
+  SandboxId to;
+  Epoch old_epoch = 0;
+  Epoch new_epoch = 0;
+  LockState state = LockState::transferring;  ///< transferring after begin, free after complete
+  friend bool operator==(const TransferState&, const TransferState&) = default;
+};
+
+/// Answer to WorkerHeartbeat.
+struct WorkerAck {
+  std::uint32_t liveness_ttl_ms = 0;  ///< the worker counts as live this long from lockd's receipt
+  friend bool operator==(const WorkerAck&, const WorkerAck&) = default;
+};
+
+/// Answer to IsRunning.
+struct RunningAnswer {
+  NameId name_id;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+  bool running = false;
+  friend bool operator==(const RunningAnswer&, const RunningAnswer&) = default;
+};
+
+/// One name record, as listed or shown.
+struct NameRecord {
+  std::string name;
+  NameId name_id;
+  LockState state = LockState::free;
+  SandboxId holder;        ///< owner (held/acquiring), from (transferring), nil (free)
+  WorkerId worker;
+  Epoch epoch = 0;
+  std::uint32_t ttl_left_ms = 0;
+  SandboxId reserved_for;  ///< free: reserved for this sandbox (nil if none); transferring: to
+  friend bool operator==(const NameRecord&, const NameRecord&) = default;
+};
+
+/// Answer to List. Filled by lockd until payload_bytes() would exceed kPayloadBytesMax.
+struct ListPage {
+  std::vector<NameRecord> entries;  ///< at most kListEntriesMax
+  std::uint64_t next_cursor = 0;    ///< 0 = end of table
+  friend bool operator==(const ListPage&, const ListPage&) = default;
+};
+
+/// Answer to Show.
+struct NameInfo {
+  NameRecord record;
+  friend bool operator==(const NameInfo&, const NameInfo&) = default;
+};
+
+struct Counter {
+  std::string key;  ///< snake_case, at most kCounterKeyBytesMax bytes, e.g. "refusal_held"
+  std::uint64_t value = 0;
+  friend bool operator==(const Counter&, const Counter&) = default;
+};
+
+/// Answer to Stats: generic {key, value} counters (at most kCountersMax, and fitting a datagram).
+struct StatsAnswer {
+  std::vector<Counter> counters;
+  friend bool operator==(const StatsAnswer&, const StatsAnswer&) = default;
+};
+
+/// Answer to an authenticated datagram that could not be served: unknown version or type,
+/// malformed payload, replay (codes from DecodeError), or a service error.
+struct Error {
+  ErrorCode code = ErrorCode::none;
+  std::string message;  ///< at most kErrorTextBytesMax bytes
+  friend bool operator==(const Error&, const Error&) = default;
+};
+
+/// Any message body. The variant index does not matter on the wire; type_of() gives the type.
+using Body = std::variant<Acquire, Commit, Heartbeat, Release, TransferBegin, TransferComplete,
+                          TransferAccept, Revoke, Reassign, WorkerHeartbeat, IsRunning, List, Show,
+                          Stats, Grant, Deny, HeartbeatAck, Ok, TransferState, WorkerAck,
+                          RunningAnswer, ListPage, NameInfo, StatsAnswer, Error>;
+
+/// The MessageType of a body.
+MessageType type_of(const Body& body) noexcept;
+
+/// The header fields (see the layout at the top of this file).
+struct Header {
+  std::uint8_t version = kVersion;
+  MessageType type = MessageType::error;  ///< set by encode() from the body
+  std::uint16_t flags = 0;
+  WorkerId sender;
+  std::uint64_t seq = 0;         ///< must be > 0
+  std::uint64_t request_id = 0;  ///< answers echo the request's id
+  std::uint16_t payload_len = 0; ///< set by encode()
+  friend bool operator==(const Header&, const Header&) = default;
+};
+
+struct Message {
+  Header header;
+  Body body;
+};
+
+/// A datagram buffer (no allocation): bytes [0, size).
+struct Datagram {
+  std::array<std::uint8_t, kDatagramBytesMax> bytes{};
+  std::uint16_t size = 0;
+  std::span<const std::uint8_t> view() const noexcept { return {bytes.data(), size}; }
+  std::span<std::uint8_t> buffer() noexcept { return {bytes.data(), bytes.size()}; }
+};
+
+class Authenticator;  // io/auth.hpp
+
+// ---------------------------------------------------------------------------------------------
+// Encoding.
+
+struct EncodeResult {
+  std::size_t bytes = 0;  ///< datagram size (header + payload + tag); 0 on error
+  EncodeError error = EncodeError::none;
+  explicit operator bool() const noexcept { return error == EncodeError::none; }
+};
+
+/// Bytes the payload of `body` takes on the wire (lockd fills a ListPage/StatsAnswer while
+/// payload_bytes(page) <= kPayloadBytesMax).
+std::size_t payload_bytes(const Body& body) noexcept;
+
+/// Encodes header + payload into `out` and signs it with `auth` (HMAC-SHA256 tag). header.type
+/// and header.payload_len are taken from the body. With auth == nullptr the tag is left zero
+/// (for measurement and tests only: such a datagram fails authentication).
+EncodeResult encode(const Header& header, const Body& body, Authenticator* auth,
+                    std::span<std::uint8_t> out) noexcept;
+
+/// Splits a heartbeat batch of any size into Heartbeat messages of at most kHeartbeatEntriesMax
+/// entries, in order, each entry exactly once; every message carries ttl_cap_ms. Each message is
+/// sent as its own datagram with its own request id.
+std::vector<Heartbeat> split_heartbeat(std::span<const HeartbeatEntry> entries,
+                                       std::uint32_t ttl_cap_ms);
+
+// ---------------------------------------------------------------------------------------------
+// Decoding: a total function over arbitrary bytes. It never reads outside `datagram`, never
+// throws for bad input, and reports the first problem found with a reason and a text.
+
+struct DecodeResult {
+  DecodeError error = DecodeError::none;
+  std::string detail;  ///< human text for the rejection (names the field / offset); empty if ok
+  /// The header: valid when error is none or is_authenticated_reason(error) (the receiver uses it
+  /// to address an Error answer); otherwise unspecified.
+  Header header;
+  Body body;  ///< valid when error is none
+  explicit operator bool() const noexcept { return error == DecodeError::none; }
+};
+
+/// Checks size, magic and (if auth != nullptr) the tag, then version, type, flags, length and the
+/// payload. With auth == nullptr the tag is not checked (measurement, tests, fuzzing).
+DecodeResult decode(std::span<const std::uint8_t> datagram, const Authenticator* auth);
+
+/// Only the header checks of decode() (size, magic, tag, version, type, flags, length); leaves
+/// `body` untouched. Cheap: no allocation.
+DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenticator* auth,
+                          Header& out) noexcept;
+
+/// Parses the payload of a datagram whose header passed decode_header().
+DecodeResult decode_payload(const Header& header, std::span<const std::uint8_t> datagram);
+
+}  // namespace leasehold::wire

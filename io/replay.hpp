@@ -1,0 +1,156 @@
+// leasehold/io: replay protection and idempotent retries, the receiver-side policy of the wire
+// protocol (DESIGN.md "The wire protocol").
+//
+// - ReplayWindow: per-sender anti-replay window over `seq`, the sliding bitmap of RFC 4303
+//   §3.4.3 (IPsec ESP): the highest seq seen plus a 64-bit bitmap of the 64 seqs below it. A seq
+//   above the highest is new; one inside the window is new unless its bit is set; one below the
+//   window is stale. O(1), no allocation.
+// - Receiver: authenticates, checks the sender's window, answers retries from a bounded response
+//   cache keyed by (sender, request_id), and decodes. lockd (and a supervisor, for lockd's
+//   requests and answers) calls admit() on every datagram and remember_answer() for every answer
+//   it sends.
+// - Sender: stamps seq (strictly increasing) and signs.
+//
+// Bounds and their consequences:
+// - kSendersMax windows; beyond it the least recently heard sender is evicted. An evicted sender
+//   is new again: one datagram of it recorded before eviction could be accepted once more. The
+//   damage is bounded by the lease rules (requests carry epochs; a replayed acquire/release of an
+//   old epoch is refused as stale_epoch, a replayed heartbeat refreshes only a lease that is still
+//   held by that same epoch).
+// - kCachedAnswersMax answers; beyond it the oldest is dropped (FIFO). A retry whose answer was
+//   dropped is re-executed — correct, because every request is idempotent under its epoch — or,
+//   if it reuses a seq already in the window, rejected as replayed.
+// - After a receiver restart all windows are empty: the same consequence as eviction.
+// - A sender's seq must grow across its own restarts: seed it with seq_seed() (see there).
+#pragma once
+
+#include "io/auth.hpp"
+#include "io/protocol.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+namespace leasehold::wire {
+
+inline constexpr std::size_t kReplayWindowSeqs = 64;
+inline constexpr std::size_t kSendersMax = 16384;
+inline constexpr std::size_t kCachedAnswersMax = 4096;
+
+/// RFC 4303 §3.4.3 sliding window over one sender's seq numbers.
+class ReplayWindow {
+ public:
+  /// none if `seq` is new (not yet recorded), replayed if already seen, stale_seq if below the
+  /// window or zero. Does not record.
+  DecodeError check(std::uint64_t seq) const noexcept;
+  /// Records `seq` (which check() accepted).
+  void record(std::uint64_t seq) noexcept;
+  std::uint64_t highest() const noexcept { return highest_; }
+
+ private:
+  std::uint64_t highest_ = 0;  ///< 0 = nothing seen yet
+  std::uint64_t bitmap_ = 0;   ///< bit i set = seq (highest_ - i) seen
+};
+
+/// A seed for Sender::first_seq that grows across restarts of the sender: nanoseconds of
+/// CLOCK_REALTIME. Used only to order seq numbers, never as a deadline (DESIGN.md "Time").
+/// A sender that sends more than one datagram per nanosecond, or a wall clock stepped back by more
+/// than the previous run's lifetime, would restart below its old window: its datagrams are then
+/// rejected (stale_seq, counted and answered) until the receiver evicts or restarts.
+std::uint64_t seq_seed() noexcept;
+
+/// Sends as one identity: stamps strictly increasing seq numbers and signs.
+class Sender {
+ public:
+  Sender(WorkerId self, std::uint64_t first_seq, const WireKey& key);
+
+  /// Encodes and signs `body` as a datagram with the next seq. `request_id`: a new id for a new
+  /// request, the same id for a retry; an answer uses the id of the request it answers.
+  EncodeResult seal(std::uint64_t request_id, const Body& body, Datagram& out,
+                    std::uint16_t flags = 0) noexcept;
+  EncodeResult seal(std::uint64_t request_id, const Body& body, std::span<std::uint8_t> out,
+                    std::uint16_t flags = 0) noexcept;
+
+  WorkerId self() const noexcept { return self_; }
+  std::uint64_t next_seq() const noexcept { return next_seq_; }
+  Authenticator& authenticator() noexcept { return auth_; }
+
+ private:
+  WorkerId self_;
+  std::uint64_t next_seq_;
+  Authenticator auth_;
+};
+
+/// What to do with a received datagram.
+enum class Verdict : std::uint8_t {
+  deliver,       ///< a new, authentic, well-formed message: execute it (message is set)
+  resend,        ///< a retry (or duplicate) of an answered request: send cached_answer again
+  answer_error,  ///< authentic but rejected: answer Error{error_code_of(reason), detail}
+                 ///< addressed to message.header.sender / request_id (see error_answer())
+  drop,          ///< not authentic (or malformed before the tag): drop silently, it is counted
+};
+
+/// Identifies a request for the response cache: (sender, request_id) plus a digest of the
+/// request's type and payload, so a request id reused for a *different* request is not answered
+/// with the old answer.
+struct RequestKey {
+  WorkerId sender;
+  std::uint64_t request_id = 0;
+  std::uint64_t digest = 0;
+  friend bool operator==(const RequestKey&, const RequestKey&) = default;
+};
+
+struct Admission {
+  Verdict verdict = Verdict::drop;
+  DecodeError reason = DecodeError::none;  ///< why, for answer_error and drop
+  std::string detail;                       ///< human text for answer_error / drop
+  Message message;  ///< deliver: the message; answer_error: header valid, body unspecified
+  std::span<const std::uint8_t> cached_answer;  ///< resend: valid until the next admit/remember
+  RequestKey key;  ///< deliver/answer_error: pass to remember_answer() with the answer sent
+};
+
+/// The Error body to answer an Admission with verdict answer_error.
+Error error_answer(const Admission& a);
+
+/// Receiver-side policy: authenticate → replay window → response cache → decode.
+/// Not thread-safe: one per receiving thread. Memory is bounded by the limits.
+class Receiver {
+ public:
+  struct Limits {
+    std::size_t senders_max = kSendersMax;
+    std::size_t cached_answers_max = kCachedAnswersMax;
+  };
+  explicit Receiver(const WireKey& key);
+  Receiver(const WireKey& key, Limits limits);
+  ~Receiver();
+  Receiver(const Receiver&) = delete;
+  Receiver& operator=(const Receiver&) = delete;
+
+  /// Decides on one datagram. Order: size/magic → tag (drop if not authentic) → version/type/
+  /// flags/length (answer_error) → response cache by (sender, request_id): hit → resend (also for
+  /// a replayed seq; a hit for a different request → answer_error request_id_reused) → replay
+  /// window (replayed / stale_seq → answer_error) → payload (answer_error if malformed) →
+  /// deliver. The seq of every authentic datagram that passes the window is recorded.
+  /// Every outcome is counted in stats().
+  Admission admit(std::span<const std::uint8_t> datagram);
+
+  /// Caches the answer sent for the request admit() delivered (its Admission::key), so a retry of
+  /// the same request id gets these exact bytes again instead of being re-executed. Answers
+  /// longer than kDatagramBytesMax are ignored.
+  void remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer);
+
+  const DecodeStats& stats() const noexcept;
+  std::size_t senders() const noexcept;
+  std::size_t cached_answers() const noexcept;
+  const Authenticator& authenticator() const noexcept;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace leasehold::wire
