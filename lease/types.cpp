@@ -124,6 +124,8 @@ std::string_view to_string(Refusal r) noexcept {
     case Refusal::table_full: return "table_full";
     case Refusal::bad_request: return "bad_request";
     case Refusal::epoch_exhausted: return "epoch_exhausted";
+    case Refusal::not_held: return "not_held";
+    case Refusal::expired: return "expired";
   }
   return "unknown_refusal";
 }

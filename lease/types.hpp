@@ -90,6 +90,8 @@ enum class Refusal : std::uint8_t {
   table_full = 17,         ///< the name table is at capacity
   bad_request = 18,        ///< malformed arguments (nil ids, zero TTL, ...)
   epoch_exhausted = 19,    ///< the epoch would overflow 2^64-1
+  not_held = 20,           ///< release/transfer/preempt of a name that is not Held
+  expired = 21,            ///< the lease's expiry has passed; advance() reclaims it (retry)
 };
 
 /// Stable snake_case text of a refusal ("held", "lock_delay", ...).

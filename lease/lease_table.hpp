@@ -1,0 +1,383 @@
+// leasehold/lease: LeaseTable, the name table state machine of lockd.
+//
+// What it is: one record per known name, in the four lock states of DESIGN.md "Lock states"
+// (Free, Acquiring, Held, Transferring), with every transition of that table as a method that
+// either applies the transition or returns a typed `Refusal` (never undefined behaviour).
+//
+// Pure: no I/O, no threads, no clock reads. Time is a parameter, `now_ns`, nanoseconds on
+// CLOCK_BOOTTIME (DESIGN.md "Time"). The caller must pass a `now_ns` that never goes backwards
+// and should call `advance(now_ns)` before applying operations at `now_ns`; operations never
+// revive a record whose deadline has passed even if `advance` has not reclaimed it yet (they
+// refuse with `Refusal::expired`).
+//
+// What it is optimised for: the heartbeat. A 64-entry batch `refresh` on a table of 1,000,000
+// names touches one 64-byte record per entry (records live in a flat open-addressing array;
+// the batch prefetches all of its records before processing any), and never touches the expiry
+// structure: expiry timers are re-armed lazily when they come due (Varghese & Lauck's "lazy"
+// timer discipline), so a refresh only moves the deadline in the record.
+//
+// Epochs (DESIGN.md "Vocabulary"): per name, strictly increasing at every grant, transfer begin
+// and revoke, never reused, also across restarts. A Free record whose epoch was allocated by a
+// transfer begin, revoke or reassign but not yet granted (`epoch_fresh`) is granted at that
+// epoch (ownership model: Unowned(42, B) --Acquire(B)--> Owned(B, 42)); otherwise a grant takes
+// epoch + 1. A plain Free record (no reservation, no pending lock-delay, epoch not fresh) is
+// dropped from the table; an unknown name behaves as Free at the table's epoch high-water mark,
+// so its next grant is above every epoch ever issued for it.
+//
+// Names: operations that may create a record (acquire, acquire_2pc, reassign) take the name
+// text, validate it (`invalid_name`) and derive its NameId (name_id_of). The text itself is not
+// kept (it would double the memory per name; lockd persists it); each record keeps a 32-bit
+// fingerprint of the text from a hash independent of the NameId's SHA-1, and a name whose id
+// matches a record with a different fingerprint is refused with `name_collision`.
+#pragma once
+
+#include "lease/types.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace leasehold {
+
+// ---- limits (TigerBeetle style: every bound is named) -------------------------------------
+
+/// Largest name table a LeaseTable may be configured for (LeaseConfig::capacity).
+inline constexpr std::size_t kLeaseCapacityMax = std::size_t{1} << 24;
+/// Most entries in one refresh batch (a wire datagram carries far fewer; lockd may coalesce).
+inline constexpr std::size_t kRefreshBatchMax = 256;
+/// Most distinct workers a table tracks at once (interned to a 16-bit index in each record).
+inline constexpr std::size_t kWorkersMax = 65535;
+/// Default bound on expiries `advance` reports per call (the caller loops while it is reached).
+inline constexpr std::size_t kAdvanceBatchMax = 4096;
+/// Largest TTL, acquiring TTL, lock-delay or worker liveness TTL accepted (one day).
+inline constexpr std::int64_t kLeaseTtlNsMax = std::int64_t{86400} * 1'000'000'000;
+/// The largest epoch; a transition that would go above it is refused with epoch_exhausted.
+inline constexpr Epoch kEpochMax = std::numeric_limits<Epoch>::max();
+/// `expiry_ns` of a Held lease that never expires by TTL (preemptible mode).
+inline constexpr std::int64_t kNoExpiry = std::numeric_limits<std::int64_t>::max();
+
+// ---- configuration ------------------------------------------------------------------------
+
+/// How a Held name is taken away from a holder that stopped (DESIGN.md "Lock states").
+enum class LockMode : std::uint8_t {
+  /// Held leases expire at `expiry_ns` unless refreshed (Gray & Cheriton leases). `preempt`
+  /// is refused with wrong_mode.
+  lease = 0,
+  /// Held names do not expire by TTL; liveness is tracked per worker (`worker_heartbeat`,
+  /// and every refresh counts as one) and `preempt` frees a name whose worker's liveness
+  /// lapsed or whose live worker reports the sandbox not running. One-phase `acquire` is
+  /// refused with wrong_mode: acquisition must be 2-phase (acquire_2pc + commit) so a name
+  /// cannot be preempted between acquisition and sandbox creation (the "Preemptible locks"
+  /// section of the sandbox-names design).
+  preemptible = 1,
+};
+
+/// A LeaseTable's parameters. Durations are nanoseconds; all must be in (0, kLeaseTtlNsMax],
+/// except lock_delay_ns which may be 0 (no lock-delay). See `validate_config`.
+struct LeaseConfig {
+  std::int64_t default_ttl_ns = 10'000'000'000;     ///< TTL when a request passes ttl_ns <= 0
+  std::int64_t max_ttl_ns = 60'000'000'000;         ///< largest TTL a request may ask for;
+                                                    ///< also the TTL given at restart
+  std::int64_t acquiring_ttl_ns = 5'000'000'000;    ///< Acquiring deadline = acquire time + this
+  std::int64_t lock_delay_ns = 0;                   ///< Chubby §2.4 lock-delay after an expiry
+                                                    ///< or preemption; 0 disables it
+  LockMode mode = LockMode::lease;
+  std::int64_t worker_liveness_ttl_ns = 10'000'000'000;  ///< a worker is live until its last
+                                                         ///< heartbeat + this
+  std::size_t capacity = 1'000'000;                 ///< most records (names); table_full beyond
+};
+
+/// Checks a LeaseConfig. Returns an empty string when valid, otherwise a message naming the
+/// field, its value and the allowed range.
+std::string validate_config(const LeaseConfig& config);
+
+// ---- state views --------------------------------------------------------------------------
+
+/// The four lock states of DESIGN.md "Lock states". Values are stable (wire, durable store).
+enum class LockPhase : std::uint8_t { free = 0, acquiring = 1, held = 2, transferring = 3 };
+
+/// Stable text of a phase ("free", "acquiring", "held", "transferring").
+std::string_view to_string(LockPhase p) noexcept;
+
+/// A value view of one name's state. Fields not meaningful in `phase` are zero / nil.
+struct LockState {
+  LockPhase phase = LockPhase::free;
+  Epoch epoch = 0;              ///< current epoch (Transferring: new_epoch)
+  Epoch old_epoch = 0;          ///< Transferring: the outgoing holder's epoch (= epoch - 1)
+  SandboxId owner;              ///< Held / Acquiring: the owner; Transferring: `from`
+  SandboxId to;                 ///< Transferring: the intended owner
+  SandboxId reserved_for;       ///< Free: only this sandbox may acquire (nil: anyone)
+  WorkerId worker;              ///< Held: the worker whose supervisor holds the lease
+  std::int64_t expiry_ns = 0;   ///< Held: lease expiry (kNoExpiry in preemptible mode)
+  std::int64_t deadline_ns = 0; ///< Acquiring: commit deadline
+  std::int64_t lock_delay_until_ns = 0;  ///< Free: acquire refused with lock_delay before this
+  bool epoch_fresh = false;     ///< Free: `epoch` was allocated but not granted yet
+  bool known = false;           ///< the table has a record (false: Free at the high-water mark)
+  friend bool operator==(const LockState&, const LockState&) = default;
+};
+
+/// The epoch a fence compares against: `epoch` (which is new_epoch while Transferring, so the
+/// outgoing holder is stale from the moment a transfer begins).
+inline Epoch current_epoch(const LockState& s) noexcept { return s.epoch; }
+
+/// DESIGN.md "Lock states": true only in Held with owner == sandbox and epoch == current.
+/// Nobody may mutate while Acquiring, Transferring or Free.
+inline bool may_mutate(const LockState& s, SandboxId sandbox, Epoch epoch) noexcept {
+  return s.phase == LockPhase::held && !sandbox.is_nil() && s.owner == sandbox && s.epoch == epoch;
+}
+
+/// As above, and the lease has not expired at now_ns (now_ns < expiry_ns).
+inline bool may_mutate(const LockState& s, SandboxId sandbox, Epoch epoch,
+                       std::int64_t now_ns) noexcept {
+  return may_mutate(s, sandbox, epoch) && now_ns < s.expiry_ns;
+}
+
+/// DESIGN.md "fencing": valid_fence(e) := e >= current_epoch. A resource server keeps the
+/// highest epoch it has seen instead of asking lockd; see FenceGate (lease/fence.hpp).
+inline bool valid_fence(const LockState& s, Epoch epoch) noexcept {
+  return epoch >= current_epoch(s);
+}
+
+/// Whether `token` confers authority in state `s` (the state of token.name): a token is a
+/// capability that exists forever; it authorizes only while it is exactly the current grant
+/// (ownership model "Capability tokens"). Stale tokens are inert.
+inline bool token_authorized(const LockState& s, const Token& token) noexcept {
+  return may_mutate(s, token.holder, token.epoch);
+}
+
+// ---- transition outcomes ------------------------------------------------------------------
+
+/// The answer of a single-name transition. On success `refusal == none` and `state` is the
+/// state after the transition; on refusal nothing changed and `state` is the current state
+/// (so a refused acquire reports the holder, worker, epoch and expiry). `token` is set by
+/// grants (acquire, acquire_2pc, commit): {name, granted epoch, sandbox}; otherwise empty.
+struct Outcome {
+  Refusal refusal = Refusal::none;
+  NameId name;
+  LockState state;
+  Token token;
+  bool ok() const noexcept { return refusal == Refusal::none; }
+};
+
+/// One entry of a heartbeat batch: "sandbox holds name at epoch; keep it".
+struct RefreshEntry {
+  NameId name;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+};
+
+/// Per-entry refresh answer (DESIGN.md "lockd": refreshed / lost{holder, epoch} / unknown).
+enum class RefreshStatus : std::uint8_t {
+  refreshed = 0,  ///< held by this sandbox at this epoch on this worker; expiry moved
+  lost = 1,       ///< the table knows the name but not as this grant (see holder, epoch)
+  unknown = 2,    ///< the table has no record of the name
+};
+
+std::string_view to_string(RefreshStatus s) noexcept;
+
+struct RefreshAnswer {
+  RefreshStatus status = RefreshStatus::unknown;
+  Epoch epoch = 0;              ///< lost: the current epoch; refreshed: the entry's epoch
+  SandboxId holder;             ///< lost: the current holder (nil if none: free, expired,
+                                ///< transferring); refreshed: the entry's sandbox
+  std::int64_t expiry_ns = 0;   ///< refreshed: the new expiry
+};
+
+/// One reclaimed deadline reported by `advance`: a Held lease that expired, or an Acquiring
+/// record whose commit deadline passed.
+struct Expiry {
+  NameId name;
+  LockPhase was = LockPhase::held;  ///< held or acquiring
+  SandboxId holder;
+  WorkerId worker;                  ///< held only
+  Epoch epoch = 0;                  ///< unchanged by expiry
+  std::int64_t deadline_ns = 0;     ///< the expiry / commit deadline that passed
+};
+
+/// A durable record (DESIGN.md "lockd": only ownership changes and the epoch high-water mark
+/// are durable; times are not, they are re-derived at restart). lockd also persists the text.
+struct DurableRecord {
+  NameId name;
+  std::uint32_t name_fingerprint = 0;  ///< name_fingerprint_of(text)
+  LockPhase phase = LockPhase::free;
+  Epoch epoch = 0;          ///< current epoch (Transferring: new_epoch)
+  SandboxId owner;          ///< Held / Acquiring owner; Transferring from
+  SandboxId to;             ///< Transferring to; Free: reserved_for
+  WorkerId worker;          ///< Held
+  bool epoch_fresh = false; ///< Free: epoch allocated, not granted
+  friend bool operator==(const DurableRecord&, const DurableRecord&) = default;
+};
+
+/// Everything a restart needs: the records and the epoch high-water mark (the largest epoch
+/// ever allocated in the table, including burned ones of dropped records).
+struct DurableSnapshot {
+  std::vector<DurableRecord> records;
+  Epoch epoch_high_water = 0;
+};
+
+/// The 32-bit fingerprint of a name's text kept in each record for collision detection
+/// (FNV-1a, independent of the SHA-1 behind name_id_of).
+std::uint32_t name_fingerprint_of(std::string_view name) noexcept;
+
+// ---- the table ----------------------------------------------------------------------------
+
+/// The name table of lockd. Not thread-safe (lockd runs it on one thread). Move-only.
+/// Memory: about 64 bytes per slot at load factor <= 7/8 plus 24 bytes per pending timer;
+/// `memory_bytes()` reports the total owned.
+class LeaseTable {
+ public:
+  /// Throws std::invalid_argument with validate_config's message if `config` is invalid.
+  explicit LeaseTable(const LeaseConfig& config);
+  ~LeaseTable();
+  LeaseTable(LeaseTable&&) noexcept;
+  LeaseTable& operator=(LeaseTable&&) noexcept;
+  LeaseTable(const LeaseTable&) = delete;
+  LeaseTable& operator=(const LeaseTable&) = delete;
+
+  const LeaseConfig& config() const noexcept;
+
+  // -- acquisition (DESIGN.md "Lock states": Acquire, Acquire (2-phase), Commit) --
+
+  /// Lease-mode acquire: Free -> Held{sandbox, worker, epoch, expiry = now_ns + ttl}. The
+  /// epoch is epoch + 1, or the fresh epoch of a reserved/revoked Free record. ttl_ns <= 0
+  /// means config.default_ttl_ns. Idempotent: if `sandbox` already holds the name (any
+  /// worker) the same token is returned and nothing changes.
+  /// Refusals: invalid_name, bad_request (nil sandbox/worker, ttl_ns > max_ttl_ns),
+  /// wrong_mode (preemptible mode), name_collision, held, acquiring, transferring, reserved,
+  /// lock_delay, expired (Held past expiry, not yet reclaimed by advance), table_full,
+  /// epoch_exhausted.
+  Outcome acquire(std::string_view name, SandboxId sandbox, WorkerId worker, std::int64_t now_ns,
+                  std::int64_t ttl_ns = 0);
+
+  /// 2-phase acquire: Free -> Acquiring{sandbox, epoch, deadline = now_ns + acquiring_ttl}.
+  /// The epoch is allocated here (+1 at acquire). Idempotent for the same sandbox while
+  /// Acquiring. Not preemptible. Refusals as `acquire`, minus wrong_mode.
+  Outcome acquire_2pc(std::string_view name, SandboxId sandbox, std::int64_t now_ns);
+
+  /// Commit: Acquiring{sandbox, epoch} -> Held{sandbox, worker, epoch, now_ns + ttl}, epoch
+  /// unchanged. Validity is re-checked at the moment of the grant: refused acquiring_expired
+  /// if now_ns >= deadline. Idempotent if already Held by sandbox at epoch.
+  /// Refusals: bad_request, unknown_name, not_acquiring, not_holder, stale_epoch,
+  /// acquiring_expired, table_full (worker table).
+  Outcome commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId worker, std::int64_t now_ns,
+                 std::int64_t ttl_ns = 0);
+
+  // -- heartbeat (DESIGN.md "lockd") --
+
+  /// Refreshes a batch of leases held through `worker`: each entry that is Held by
+  /// entry.sandbox at entry.epoch on `worker` and not expired at now_ns gets expiry =
+  /// now_ns + ttl (idempotent under a fixed epoch: repeating it only moves the expiry). A
+  /// lease with now_ns >= expiry is never refreshed back to life: it answers lost. The batch
+  /// also counts as a heartbeat of `worker` (preemptible mode liveness).
+  /// `answers.size()` must be >= `entries.size()`. Returns bad_request (nothing changed) if
+  /// entries.size() > kRefreshBatchMax, answers is too small, worker is nil or ttl_ns >
+  /// max_ttl_ns; otherwise none, with one answer per entry.
+  Refusal refresh(WorkerId worker, std::span<const RefreshEntry> entries, std::int64_t now_ns,
+                  std::span<RefreshAnswer> answers, std::int64_t ttl_ns = 0);
+
+  /// A worker heartbeat without leases: `worker` is live until now_ns +
+  /// worker_liveness_ttl_ns. Refusals: bad_request (nil), table_full (kWorkersMax workers).
+  Refusal worker_heartbeat(WorkerId worker, std::int64_t now_ns);
+
+  /// Whether `worker`'s liveness has not lapsed at now_ns.
+  bool worker_alive(WorkerId worker, std::int64_t now_ns) const noexcept;
+
+  // -- giving names back --
+
+  /// Release by the holder: Held{sandbox, epoch} -> Free, epoch unchanged, no lock-delay
+  /// (the holder cooperated). Also aborts a 2-phase acquisition: Acquiring{sandbox, epoch}
+  /// -> Free (the epoch stays burned). Refusals: unknown_name, not_held, transferring,
+  /// not_holder, stale_epoch, expired.
+  Outcome release(NameId name, SandboxId sandbox, Epoch epoch, std::int64_t now_ns);
+
+  /// Reclaims every deadline <= now_ns, in deadline order: Held past expiry -> Free (epoch
+  /// unchanged; lock-delay until expiry + lock_delay_ns if configured) and Acquiring past
+  /// its deadline -> Free (its epoch stays burned). Appends at most `limit` Expiry records
+  /// to `expired` and returns how many it appended; call again while it returns `limit`.
+  /// Also drops Free records whose lock-delay has passed (not reported).
+  std::size_t advance(std::int64_t now_ns, std::vector<Expiry>& expired,
+                      std::size_t limit = kAdvanceBatchMax);
+
+  // -- transfer (DESIGN.md: BeginTransfer / CompleteRelease / Acquire(by `to`)) --
+
+  /// Held{from, epoch} -> Transferring{from, to, epoch, epoch + 1}: the new epoch is
+  /// allocated here, so `from`'s token is fenced out at once. Nobody may mutate until `to`
+  /// acquires. Refusals: bad_request (nil/equal sandboxes), unknown_name, not_held,
+  /// acquiring, transferring, not_holder, stale_epoch, expired, epoch_exhausted.
+  Outcome begin_transfer(NameId name, SandboxId from, Epoch epoch, SandboxId to,
+                         std::int64_t now_ns);
+
+  /// Transferring{from, to, _, new_epoch} -> Free{new_epoch (fresh), reserved_for = to}:
+  /// `from` confirms it stopped. `epoch` is the transfer's new epoch (begin_transfer's
+  /// answer). Idempotent once done. Refusals: unknown_name, not_transferring, not_holder,
+  /// stale_epoch. (`to` then calls acquire / acquire_2pc and gets new_epoch; others get
+  /// `reserved`.)
+  Outcome complete_release(NameId name, SandboxId from, Epoch epoch);
+
+  // -- coordinator actions (no cooperation of the holder needed) --
+
+  /// Revoke: any state -> Free{epoch + 1 (fresh)}, no reservation; a pending lock-delay of a
+  /// Free record is kept. The old holder's token is fenced out; nobody else's cooperation is
+  /// needed. Refusals: unknown_name, epoch_exhausted.
+  Outcome revoke(NameId name, std::int64_t now_ns);
+
+  /// Reassign: Free -> Free{epoch + 1 (fresh), reserved_for = to}. Creates the record if the
+  /// name is unknown. Refusals: invalid_name, bad_request (nil), name_collision, not_free,
+  /// expired, table_full, epoch_exhausted.
+  Outcome reassign(std::string_view name, SandboxId to, std::int64_t now_ns);
+
+  /// Preempt (preemptible mode only): Held{holder, epoch} -> Free, epoch unchanged (the next
+  /// grant takes epoch + 1), lock-delay as for an expiry. Allowed when the worker's
+  /// liveness lapsed at now_ns, or when the caller asked the live worker and it reported the
+  /// sandbox not running (`worker_reports_not_running`). `holder` and `epoch` are what the
+  /// caller observed, so a preemption decided against an older grant cannot free a newer one.
+  /// Refusals: wrong_mode, unknown_name, not_held, acquiring (never while Acquiring),
+  /// transferring, not_holder, stale_epoch, worker_alive.
+  Outcome preempt(NameId name, SandboxId holder, Epoch epoch, bool worker_reports_not_running,
+                  std::int64_t now_ns);
+
+  // -- queries --
+
+  /// The state of `name`; an unknown name is Free at the high-water mark (known = false).
+  LockState state(NameId name) const noexcept;
+  /// may_mutate(state(name), sandbox, epoch, now_ns).
+  bool may_mutate(NameId name, SandboxId sandbox, Epoch epoch, std::int64_t now_ns) const noexcept;
+  /// token_authorized on the token's name, and not expired at now_ns.
+  bool token_authorized(const Token& token, std::int64_t now_ns) const noexcept;
+  /// valid_fence(state(name), epoch).
+  bool valid_fence(NameId name, Epoch epoch) const noexcept;
+
+  std::size_t size() const noexcept;      ///< records in the table
+  std::size_t held() const noexcept;      ///< records in Held
+  /// The largest epoch ever allocated (durable; epochs continue above it after restart).
+  Epoch epoch_high_water() const noexcept;
+  /// Bytes of memory the table owns (slots, timers, worker table), for capacity planning.
+  std::size_t memory_bytes() const noexcept;
+  /// Calls `fn` for every record (unspecified order). `fn` must not modify the table.
+  void for_each(const std::function<void(NameId, const LockState&)>& fn) const;
+
+  // -- restart (DESIGN.md "Time": after a lockd restart) --
+
+  /// The durable content: every record except Acquiring ones, and the high-water mark.
+  DurableSnapshot export_durable() const;
+
+  /// Replaces the content of this (empty) table with `snapshot` at restart time now_ns:
+  /// every Held lease counts as refreshed at now_ns (expiry = now_ns + max_ttl_ns, so a
+  /// lease is never shortened; its worker counts as live from now_ns); Acquiring records are
+  /// dropped (their epochs stay burned); epochs continue above max(high-water, any record
+  /// epoch). Lock-delays are not durable. Returns an empty string on success, otherwise a
+  /// message naming the bad record (the table is then left empty).
+  std::string restore(const DurableSnapshot& snapshot, std::int64_t now_ns);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace leasehold
