@@ -1,0 +1,4 @@
+# Tests of the supervisor's network-free core (supervisor/core.cmake).
+leasehold_test(supervisor_deadline_wheel_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/deadline_wheel_test.cpp
+  LIBS leasehold_supervisor_core)
