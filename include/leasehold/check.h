@@ -1,0 +1,115 @@
+/* leasehold/check.h: the C ABI of the shared-memory epoch table (libleasehold-check).
+ *
+ * A sandbox runtime maps the supervisor's epoch table read-only and checks, before every side
+ * effect, that its lease is still valid (DESIGN.md "The shared-memory epoch table"). The
+ * supervisor puts the table location, the slot index and the epoch in the sandbox's env:
+ * LEASEHOLD_SHM, LEASEHOLD_SLOT, LEASEHOLD_EPOCH.
+ *
+ *   leasehold_table *t;  char err[256];
+ *   if (leasehold_open(NULL, 1000, &t, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); ... }
+ *   const leasehold_slot *s = leasehold_slot_at(t, slot);          // once
+ *   if (!leasehold_check(s, epoch)) abort_side_effect();            // hot: 1 load + compare
+ *   if (!leasehold_check_deadline(t, slot, epoch)) abort_side_effect();  // + 1 vDSO clock read
+ *
+ * Functions return 0 / a positive answer on success and a negative LEASEHOLD_E* code on error
+ * (liburing style). Everything is thread-safe; nothing blocks the writer; the check functions
+ * do not allocate and make no syscall (check_deadline reads CLOCK_BOOTTIME through the vDSO).
+ *
+ * leasehold_check() has no clock: it cannot see a dead writer or an expired deadline. Call
+ * leasehold_check_deadline() before side effects that must be fenced, or at least
+ * periodically; it fails when the writer's heartbeat is stale or the table is closed.
+ */
+#ifndef LEASEHOLD_CHECK_H
+#define LEASEHOLD_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LEASEHOLD_CHECK_ABI_VERSION 1   /* soname major of libleasehold-check */
+#define LEASEHOLD_LAYOUT_MAJOR 1        /* table layout this header understands */
+
+/* Error codes (negative return values). */
+#define LEASEHOLD_OK 0
+#define LEASEHOLD_E_MISSING (-1)      /* no table at the location (or LEASEHOLD_SHM unset) */
+#define LEASEHOLD_E_TRUNCATED (-2)    /* file smaller than its header says */
+#define LEASEHOLD_E_BAD_MAGIC (-3)    /* not a leasehold table */
+#define LEASEHOLD_E_VERSION (-4)      /* incompatible layout major version */
+#define LEASEHOLD_E_GEOMETRY (-5)     /* inconsistent header */
+#define LEASEHOLD_E_NOT_READY (-6)    /* the writer has not finished creating it */
+#define LEASEHOLD_E_BAD_SLOT (-7)     /* slot index out of range */
+#define LEASEHOLD_E_NOT_FOUND (-8)    /* no slot for that sandbox */
+#define LEASEHOLD_E_IO (-9)           /* the OS refused (permission, ...) */
+#define LEASEHOLD_E_ARG (-10)         /* malformed argument */
+#define LEASEHOLD_E_BUSY (-11)        /* slot kept changing; retry */
+
+typedef struct leasehold_table leasehold_table; /* a read-only mapping */
+typedef struct leasehold_slot leasehold_slot;   /* one 64-byte slot; opaque except below */
+
+/* Layout 1.x guarantee: a slot's first 8 bytes are its check word, a uint64_t holding the
+ * epoch while the lease is valid (the revoked bit 2^63 set, or 0, otherwise). */
+#define LEASEHOLD_REVOKED_BIT (UINT64_C(1) << 63)
+
+/* A consistent copy of one slot. */
+typedef struct leasehold_slot_info {
+  uint32_t index;
+  uint32_t generation;        /* +1 each time the slot is claimed */
+  uint32_t state;             /* 0 free, 1 claimed, 2 published, 3 cooling */
+  uint32_t revoked;           /* 1 if revoked */
+  uint64_t epoch;             /* 0: none published */
+  uint8_t sandbox_id[16];     /* UUID bytes, big-endian */
+  uint8_t name_id[16];
+  uint64_t valid_until_ns;    /* CLOCK_BOOTTIME */
+  uint32_t name_bytes;        /* full length of the name */
+  char name_prefix[8];        /* first bytes of the name, NUL-terminated */
+} leasehold_slot_info;
+
+/* Opens the table at `location` (a shm name such as "leasehold-w1", or an absolute path with
+ * a directory, such as "/dev/shm/leasehold-w1"); NULL means $LEASEHOLD_SHM. Waits up to
+ * wait_ms for the file to appear and become ready. On error returns a LEASEHOLD_E* code and
+ * writes a message naming the problem into err (if err_len > 0). */
+int leasehold_open(const char* location, uint32_t wait_ms, leasehold_table** out, char* err,
+                   size_t err_len);
+void leasehold_close(leasehold_table* table);
+
+/* The slot at `index`, or NULL when out of range. Resolve once, check many times. */
+const leasehold_slot* leasehold_slot_at(const leasehold_table* table, uint32_t index);
+uint32_t leasehold_slot_count(const leasehold_table* table);
+
+/* The hot check: 1 if the slot holds `epoch` (published, not revoked), else 0.
+ * One acquire load and a compare; inline, no call, no syscall. */
+static inline int leasehold_check(const leasehold_slot* slot, uint64_t epoch) {
+  if (slot == NULL || (int64_t)epoch <= 0) return 0;
+  return __atomic_load_n((const uint64_t*)(const void*)slot, __ATOMIC_ACQUIRE) == epoch;
+}
+
+/* The same as an exported function (for FFI: Python ctypes, Go, ...). */
+int leasehold_check_slot(const leasehold_table* table, uint32_t index, uint64_t epoch);
+
+/* leasehold_check, and: valid_until not passed, writer heartbeat fresh, table not closed.
+ * 1 valid, 0 not valid. One CLOCK_BOOTTIME read through the vDSO. */
+int leasehold_check_deadline(const leasehold_table* table, uint32_t index, uint64_t epoch);
+
+/* Writer liveness: 1 alive, 0 dead or closed. age_ns (may be NULL) gets the heartbeat age,
+ * UINT64_MAX when there is none. */
+int leasehold_writer_alive(const leasehold_table* table, uint64_t* age_ns);
+
+/* Consistent copy of slot `index` (seqlock, bounded retries): 0 or LEASEHOLD_E_BAD_SLOT /
+ * LEASEHOLD_E_BUSY. */
+int leasehold_snapshot(const leasehold_table* table, uint32_t index, leasehold_slot_info* out);
+
+/* The slot of a sandbox (UUID text, any case, dashes optional): its index (>= 0), or
+ * LEASEHOLD_E_ARG / LEASEHOLD_E_NOT_FOUND. */
+int64_t leasehold_find_sandbox(const leasehold_table* table, const char* sandbox_uuid);
+
+/* Stable text of a LEASEHOLD_E* code. */
+const char* leasehold_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LEASEHOLD_CHECK_H */

@@ -1,0 +1,157 @@
+// libleasehold-check: the C ABI (include/leasehold/check.h) over shm::TableReader.
+#include "leasehold/check.h"
+
+#include "shm/table.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+struct leasehold_table {
+  leasehold::shm::TableReader reader;
+};
+
+namespace {
+
+using leasehold::shm::TableErrc;
+
+int code_of(TableErrc e) noexcept {
+  switch (e) {
+    case TableErrc::ok: return LEASEHOLD_OK;
+    case TableErrc::missing: return LEASEHOLD_E_MISSING;
+    case TableErrc::truncated: return LEASEHOLD_E_TRUNCATED;
+    case TableErrc::bad_magic: return LEASEHOLD_E_BAD_MAGIC;
+    case TableErrc::newer_major:
+    case TableErrc::older_major: return LEASEHOLD_E_VERSION;
+    case TableErrc::bad_geometry: return LEASEHOLD_E_GEOMETRY;
+    case TableErrc::not_ready: return LEASEHOLD_E_NOT_READY;
+    case TableErrc::bad_slot: return LEASEHOLD_E_BAD_SLOT;
+    case TableErrc::bad_argument: return LEASEHOLD_E_ARG;
+    case TableErrc::busy: return LEASEHOLD_E_BUSY;
+    default: return LEASEHOLD_E_IO;
+  }
+}
+
+void put_error(char* err, size_t len, const char* msg) noexcept {
+  if (err != nullptr && len > 0) std::snprintf(err, len, "%s", msg);
+}
+
+void put_uuid(std::uint8_t out[16], std::uint64_t hi, std::uint64_t lo) noexcept {
+  for (int i = 0; i < 8; ++i) {
+    out[i] = static_cast<std::uint8_t>(hi >> (56 - 8 * i));
+    out[8 + i] = static_cast<std::uint8_t>(lo >> (56 - 8 * i));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int leasehold_open(const char* location, uint32_t wait_ms, leasehold_table** out, char* err,
+                   size_t err_len) {
+  if (out == nullptr) {
+    put_error(err, err_len, "leasehold_open: out is NULL");
+    return LEASEHOLD_E_ARG;
+  }
+  *out = nullptr;
+  try {
+    const std::string loc =
+        location != nullptr ? std::string(location) : leasehold::shm::location_from_env();
+    leasehold::shm::OpenOptions o;
+    o.wait_ns = static_cast<std::uint64_t>(wait_ms) * 1'000'000ULL;
+    auto* t = new leasehold_table{leasehold::shm::TableReader::open(loc, o)};
+    *out = t;
+    put_error(err, err_len, "");
+    return LEASEHOLD_OK;
+  } catch (const leasehold::shm::TableError& e) {
+    put_error(err, err_len, e.what());
+    if (location == nullptr && e.code() == TableErrc::bad_argument) return LEASEHOLD_E_MISSING;
+    return code_of(e.code());
+  } catch (const std::bad_alloc&) {
+    put_error(err, err_len, "leasehold_open: out of memory");
+    return LEASEHOLD_E_IO;
+  } catch (const std::exception& e) {
+    put_error(err, err_len, e.what());
+    return LEASEHOLD_E_IO;
+  }
+}
+
+void leasehold_close(leasehold_table* table) { delete table; }
+
+const leasehold_slot* leasehold_slot_at(const leasehold_table* table, uint32_t index) {
+  if (table == nullptr) return nullptr;
+  return reinterpret_cast<const leasehold_slot*>(table->reader.slot(index));
+}
+
+uint32_t leasehold_slot_count(const leasehold_table* table) {
+  return table == nullptr ? 0 : table->reader.slot_count();
+}
+
+int leasehold_check_slot(const leasehold_table* table, uint32_t index, uint64_t epoch) {
+  return table != nullptr && table->reader.check(index, epoch) ? 1 : 0;
+}
+
+int leasehold_check_deadline(const leasehold_table* table, uint32_t index, uint64_t epoch) {
+  return table != nullptr && table->reader.check_deadline(index, epoch) ? 1 : 0;
+}
+
+int leasehold_writer_alive(const leasehold_table* table, uint64_t* age_ns) {
+  if (table == nullptr) {
+    if (age_ns != nullptr) *age_ns = UINT64_MAX;
+    return 0;
+  }
+  const auto l = table->reader.writer_liveness();
+  if (age_ns != nullptr) *age_ns = l.age_ns;
+  return l.alive ? 1 : 0;
+}
+
+int leasehold_snapshot(const leasehold_table* table, uint32_t index, leasehold_slot_info* out) {
+  if (table == nullptr || out == nullptr) return LEASEHOLD_E_ARG;
+  leasehold::shm::SlotSnapshot s;
+  const TableErrc e = table->reader.snapshot(index, s);
+  if (e != TableErrc::ok) return code_of(e);
+  std::memset(out, 0, sizeof *out);
+  out->index = s.index;
+  out->generation = s.generation;
+  out->state = static_cast<uint32_t>(s.state);
+  out->revoked = s.revoked ? 1 : 0;
+  out->epoch = s.epoch;
+  put_uuid(out->sandbox_id, s.sandbox.hi, s.sandbox.lo);
+  put_uuid(out->name_id, s.name.hi, s.name.lo);
+  out->valid_until_ns = s.valid_until_ns;
+  out->name_bytes = s.name_bytes;
+  std::memcpy(out->name_prefix, s.name_prefix, sizeof s.name_prefix);
+  return LEASEHOLD_OK;
+}
+
+int64_t leasehold_find_sandbox(const leasehold_table* table, const char* sandbox_uuid) {
+  if (table == nullptr || sandbox_uuid == nullptr) return LEASEHOLD_E_ARG;
+  const auto id = leasehold::SandboxId::parse(sandbox_uuid);
+  if (!id || id->is_nil()) return LEASEHOLD_E_ARG;
+  const auto s = table->reader.find(*id);
+  return s ? static_cast<int64_t>(s->index) : LEASEHOLD_E_NOT_FOUND;
+}
+
+const char* leasehold_strerror(int code) {
+  switch (code) {
+    case LEASEHOLD_OK: return "ok";
+    case LEASEHOLD_E_MISSING: return "table missing";
+    case LEASEHOLD_E_TRUNCATED: return "table truncated";
+    case LEASEHOLD_E_BAD_MAGIC: return "not a leasehold table (wrong magic)";
+    case LEASEHOLD_E_VERSION: return "incompatible table layout version";
+    case LEASEHOLD_E_GEOMETRY: return "inconsistent table header";
+    case LEASEHOLD_E_NOT_READY: return "table not ready";
+    case LEASEHOLD_E_BAD_SLOT: return "slot index out of range";
+    case LEASEHOLD_E_NOT_FOUND: return "no slot for that sandbox";
+    case LEASEHOLD_E_IO: return "operating system error";
+    case LEASEHOLD_E_ARG: return "malformed argument";
+    case LEASEHOLD_E_BUSY: return "slot busy, retry";
+    default: return "unknown leasehold error";
+  }
+}
+
+}  // extern "C"
+
+static_assert(sizeof(leasehold_slot_info) == 80);
+static_assert(LEASEHOLD_REVOKED_BIT == leasehold::shm::kRevokedBit);
+static_assert(LEASEHOLD_LAYOUT_MAJOR == leasehold::shm::kLayoutMajor);

@@ -1,0 +1,707 @@
+// leasehold/shm: table creation, mapping, writer and reader (see table.hpp for the protocol).
+#include "shm/table.hpp"
+
+#include <boost/interprocess/exceptions.hpp>
+#include <boost/interprocess/file_mapping.hpp>
+#include <boost/interprocess/permissions.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+
+#include <bit>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace leasehold::shm {
+
+namespace bip = boost::interprocess;
+
+std::string_view to_string(TableErrc e) noexcept {
+  switch (e) {
+    case TableErrc::ok: return "ok";
+    case TableErrc::missing: return "missing";
+    case TableErrc::truncated: return "truncated";
+    case TableErrc::bad_magic: return "bad_magic";
+    case TableErrc::newer_major: return "newer_major";
+    case TableErrc::older_major: return "older_major";
+    case TableErrc::bad_geometry: return "bad_geometry";
+    case TableErrc::not_ready: return "not_ready";
+    case TableErrc::writer_alive: return "writer_alive";
+    case TableErrc::exists: return "exists";
+    case TableErrc::table_full: return "table_full";
+    case TableErrc::bad_slot: return "bad_slot";
+    case TableErrc::wrong_state: return "wrong_state";
+    case TableErrc::revoked: return "revoked";
+    case TableErrc::bad_epoch: return "bad_epoch";
+    case TableErrc::bad_argument: return "bad_argument";
+    case TableErrc::io_error: return "io_error";
+    case TableErrc::busy: return "busy";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(SlotState s) noexcept {
+  switch (s) {
+    case SlotState::free: return "free";
+    case SlotState::claimed: return "claimed";
+    case SlotState::published: return "published";
+    case SlotState::cooling: return "cooling";
+  }
+  return "corrupt";
+}
+
+std::string_view to_string(OpenStage s) noexcept {
+  switch (s) {
+    case OpenStage::awaiting_file: return "awaiting file";
+    case OpenStage::awaiting_size: return "awaiting size";
+    case OpenStage::awaiting_ready: return "awaiting ready flag";
+    case OpenStage::ready: return "ready";
+  }
+  return "unknown";
+}
+
+TableError::TableError(TableErrc code, const std::string& message)
+    : std::runtime_error(message), code_(code) {}
+
+namespace {
+
+[[noreturn]] void fail(TableErrc code, const std::string& message) {
+  throw TableError(code, message);
+}
+
+std::string quote(const Location& loc) { return "shm table '" + loc.text + "'"; }
+
+TableErrc errc_of_errno(int err) {
+  return err == ENOENT ? TableErrc::missing : TableErrc::io_error;
+}
+
+int errno_of(const bip::interprocess_exception& e) {
+  const int native = e.get_native_error();
+  return native != 0 ? native : EIO;
+}
+
+std::string ms_text(std::uint64_t ns) { return std::to_string(ns / 1'000'000) + " ms"; }
+
+}  // namespace
+
+Location parse_location(std::string_view text) {
+  Location loc;
+  loc.text = std::string(text);
+  if (text.empty()) fail(TableErrc::bad_argument, "shm table location is empty");
+  if (text.find('\0') != std::string_view::npos)
+    fail(TableErrc::bad_argument, "shm table location contains a NUL byte");
+  if (text.size() > 4096) fail(TableErrc::bad_argument, "shm table location exceeds 4096 bytes");
+  if (text.front() == '/' && text.find('/', 1) != std::string_view::npos) {
+    if (text.back() == '/')
+      fail(TableErrc::bad_argument, "shm table path '" + loc.text + "' names a directory");
+    loc.is_path = true;
+    loc.name = loc.text;
+    return loc;
+  }
+  std::string_view name = text.front() == '/' ? text.substr(1) : text;
+  if (name.empty()) fail(TableErrc::bad_argument, "shm table name '/' is empty");
+  if (name.find('/') != std::string_view::npos)
+    fail(TableErrc::bad_argument,
+         "shm table name '" + loc.text + "' contains '/': use an absolute path for a file");
+  if (name.size() > 255) fail(TableErrc::bad_argument, "shm table name exceeds 255 bytes");
+  loc.name = std::string(name);
+  return loc;
+}
+
+std::string location_from_env() {
+  const char* v = std::getenv(kLocationEnv);
+  if (v == nullptr || *v == '\0')
+    fail(TableErrc::bad_argument, std::string(kLocationEnv) + " is not set: no shm table location");
+  return v;
+}
+
+std::uint64_t boottime_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::size_t histogram_bucket(std::uint64_t v) noexcept {
+  return static_cast<std::size_t>(std::bit_width(v));
+}
+
+void histogram_record(Histogram& h, std::uint64_t v) noexcept {
+  h.count.fetch_add(1, std::memory_order_relaxed);
+  h.sum.fetch_add(v, std::memory_order_relaxed);
+  h.buckets[histogram_bucket(v)].fetch_add(1, std::memory_order_relaxed);
+  if (v > h.max.load(std::memory_order_relaxed)) h.max.store(v, std::memory_order_relaxed);
+}
+
+// ---- validation ---------------------------------------------------------------------------
+
+TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why) noexcept {
+  try {
+    if (bytes < sizeof(Header)) {
+      why = "file is " + std::to_string(bytes) + " bytes, smaller than the " +
+            std::to_string(sizeof(Header)) + "-byte header";
+      return TableErrc::truncated;
+    }
+    const auto* h = static_cast<const Header*>(base);
+    const std::uint32_t ready = h->ready.load(std::memory_order_acquire);
+    if (ready == 0) {
+      if (h->magic != 0 && h->magic != kMagic) {
+        why = "wrong magic (not a leasehold table)";
+        return TableErrc::bad_magic;
+      }
+      why = "the writer has not set the ready flag yet";
+      return TableErrc::not_ready;
+    }
+    if (h->magic != kMagic) {
+      why = "wrong magic (not a leasehold table)";
+      return TableErrc::bad_magic;
+    }
+    if (ready != kReady) {
+      why = "ready flag has unknown value " + std::to_string(ready);
+      return TableErrc::bad_geometry;
+    }
+    if (h->layout_major > kLayoutMajor) {
+      why = "layout " + std::to_string(h->layout_major) + "." + std::to_string(h->layout_minor) +
+            " is newer than this reader's " + std::to_string(kLayoutMajor) + ".x: upgrade leasehold";
+      return TableErrc::newer_major;
+    }
+    if (h->layout_major < kLayoutMajor) {
+      why = "layout " + std::to_string(h->layout_major) + "." + std::to_string(h->layout_minor) +
+            " is older than this reader's " + std::to_string(kLayoutMajor) + ".x";
+      return TableErrc::older_major;
+    }
+    if (h->slot_bytes != kSlotBytes || h->slots_offset != kSlotsOffset ||
+        h->stats_offset != kStatsOffset || h->liveness_offset != kLivenessOffset) {
+      why = "inconsistent geometry (slot_bytes " + std::to_string(h->slot_bytes) +
+            ", slots_offset " + std::to_string(h->slots_offset) + ")";
+      return TableErrc::bad_geometry;
+    }
+    if (h->clock_id != CLOCK_BOOTTIME) {
+      why = "clock id " + std::to_string(h->clock_id) + " is not CLOCK_BOOTTIME";
+      return TableErrc::bad_geometry;
+    }
+    if (h->slot_count == 0 || h->slot_count > kSlotCountMax) {
+      why = "slot count " + std::to_string(h->slot_count) + " outside 1.." +
+            std::to_string(kSlotCountMax);
+      return TableErrc::bad_geometry;
+    }
+    const std::uint64_t need = table_bytes(h->slot_count);
+    if (h->total_bytes != need) {
+      why = "total_bytes " + std::to_string(h->total_bytes) + " does not match slot count " +
+            std::to_string(h->slot_count) + " (" + std::to_string(need) + " bytes)";
+      return TableErrc::bad_geometry;
+    }
+    if (bytes < need) {
+      why = "slot count " + std::to_string(h->slot_count) + " needs " + std::to_string(need) +
+            " bytes but the file has " + std::to_string(bytes);
+      return TableErrc::truncated;
+    }
+    if (h->liveness_timeout_ns == 0) {
+      why = "liveness timeout is 0";
+      return TableErrc::bad_geometry;
+    }
+    return TableErrc::ok;
+  } catch (...) {
+    why = "out of memory while describing the table";
+    return TableErrc::io_error;
+  }
+}
+
+namespace {
+
+// Maps an existing table read-only; errno-style failure in `err` (ENOENT: missing).
+struct RawMap {
+  bip::mapped_region region;
+  std::uint64_t bytes = 0;
+  int err = 0;
+};
+
+RawMap map_readonly(const Location& loc) {
+  RawMap m;
+  try {
+    if (loc.is_path) {
+      struct stat st{};
+      if (::stat(loc.name.c_str(), &st) != 0) {
+        m.err = errno;
+        return m;
+      }
+      if (!S_ISREG(st.st_mode)) {
+        m.err = EINVAL;
+        return m;
+      }
+      m.bytes = static_cast<std::uint64_t>(st.st_size);
+      if (m.bytes < sizeof(Header)) return m;
+      bip::file_mapping fm(loc.name.c_str(), bip::read_only);
+      m.region = bip::mapped_region(fm, bip::read_only, 0, m.bytes);
+    } else {
+      bip::shared_memory_object shm(bip::open_only, loc.name.c_str(), bip::read_only);
+      bip::offset_t size = 0;
+      if (!shm.get_size(size)) {
+        m.err = EIO;
+        return m;
+      }
+      m.bytes = static_cast<std::uint64_t>(size);
+      if (m.bytes < sizeof(Header)) return m;
+      m.region = bip::mapped_region(shm, bip::read_only, 0, m.bytes);
+    }
+  } catch (const bip::interprocess_exception& e) {
+    m.err = errno_of(e);
+  }
+  return m;
+}
+
+Liveness liveness_of(const Header& h, const WriterLiveness& l, std::uint64_t now_ns) noexcept {
+  Liveness out;
+  const std::uint64_t hb = l.heartbeat_ns.load(std::memory_order_acquire);
+  out.closed = h.closed_ns.load(std::memory_order_acquire) != 0;
+  if (hb == 0 || hb > now_ns) {  // closed / never beat / from another boot
+    out.age_ns = UINT64_MAX;
+    return out;
+  }
+  out.age_ns = now_ns - hb;
+  out.alive = !out.closed && out.age_ns <= h.liveness_timeout_ns;
+  return out;
+}
+
+void unlink_location(const Location& loc) noexcept {
+  if (loc.is_path) {
+    ::unlink(loc.name.c_str());
+  } else {
+    bip::shared_memory_object::remove(loc.name.c_str());
+  }
+}
+
+}  // namespace
+
+// ---- writer -------------------------------------------------------------------------------
+
+TableWriter TableWriter::create(const TableOptions& o) {
+  const Location loc = parse_location(o.location);
+  if (o.slot_count == 0 || o.slot_count > kSlotCountMax)
+    fail(TableErrc::bad_argument, quote(loc) + ": slot count " + std::to_string(o.slot_count) +
+                                      " outside 1.." + std::to_string(kSlotCountMax));
+  if (o.liveness_timeout_ns == 0)
+    fail(TableErrc::bad_argument, quote(loc) + ": liveness timeout must be > 0");
+  if (o.mode > 0777) fail(TableErrc::bad_argument, quote(loc) + ": file mode above 0777");
+
+  // A table already there: refuse if its writer is alive, else replace it (new incarnation).
+  std::uint64_t incarnation = 1;
+  {
+    RawMap old = map_readonly(loc);
+    if (old.err == 0) {
+      std::string why;
+      const TableErrc v = validate_table(old.region.get_address(), old.bytes, why);
+      if (v == TableErrc::ok) {
+        const auto* h = static_cast<const Header*>(old.region.get_address());
+        const auto* l = reinterpret_cast<const WriterLiveness*>(
+            static_cast<const char*>(old.region.get_address()) + kLivenessOffset);
+        const Liveness live = liveness_of(*h, *l, boottime_ns());
+        if (live.alive)
+          fail(TableErrc::writer_alive,
+               quote(loc) + ": writer pid " + std::to_string(h->writer_pid) +
+                   " is alive (heartbeat " + ms_text(live.age_ns) + " ago, liveness timeout " +
+                   ms_text(h->liveness_timeout_ns) + "); refusing to replace its table");
+        incarnation = h->incarnation + 1;
+      }
+      unlink_location(loc);
+    } else if (old.err != ENOENT) {
+      fail(errc_of_errno(old.err),
+           quote(loc) + ": cannot inspect the existing table: " + std::strerror(old.err));
+    }
+  }
+
+  const std::uint64_t bytes = table_bytes(o.slot_count);
+  TableWriter w;
+  w.location_ = loc;
+  try {
+    bip::permissions perm(o.mode);
+    if (loc.is_path) {
+      const int fd = ::open(loc.name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o.mode);
+      if (fd < 0) {
+        const int err = errno;
+        fail(err == EEXIST ? TableErrc::exists : TableErrc::io_error,
+             quote(loc) + ": cannot create: " + std::strerror(err));
+      }
+      int err = 0;
+      if (::fchmod(fd, o.mode) != 0) err = errno;
+      if (err == 0 && o.group >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(o.group)) != 0) err = errno;
+      if (err == 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) err = errno;
+      ::close(fd);
+      if (err != 0) {
+        ::unlink(loc.name.c_str());
+        fail(TableErrc::io_error, quote(loc) + ": cannot size/own the file: " + std::strerror(err));
+      }
+      bip::file_mapping fm(loc.name.c_str(), bip::read_write);
+      w.region_ = bip::mapped_region(fm, bip::read_write, 0, bytes);
+    } else {
+      bip::shared_memory_object shm(bip::create_only, loc.name.c_str(), bip::read_write, perm);
+      shm.truncate(static_cast<bip::offset_t>(bytes));
+      if (o.group >= 0 && ::fchown(shm.get_mapping_handle().handle, static_cast<uid_t>(-1),
+                                   static_cast<gid_t>(o.group)) != 0) {
+        const int err = errno;
+        bip::shared_memory_object::remove(loc.name.c_str());
+        fail(TableErrc::io_error, quote(loc) + ": cannot chown to group " +
+                                      std::to_string(o.group) + ": " + std::strerror(err));
+      }
+      w.region_ = bip::mapped_region(shm, bip::read_write, 0, bytes);
+    }
+  } catch (const bip::interprocess_exception& e) {
+    const int err = errno_of(e);
+    fail(err == EEXIST ? TableErrc::exists : TableErrc::io_error,
+         quote(loc) + ": cannot create: " + e.what());
+  }
+
+  // The new mapping is zero-filled: every slot is free, every check word 0.
+  auto* base = static_cast<char*>(w.region_.get_address());
+  auto* h = reinterpret_cast<Header*>(base);
+  const std::uint64_t now = boottime_ns();
+  h->magic = kMagic;
+  h->layout_major = kLayoutMajor;
+  h->layout_minor = kLayoutMinor;
+  h->slots_offset = kSlotsOffset;
+  h->slot_count = o.slot_count;
+  h->slot_bytes = kSlotBytes;
+  h->total_bytes = bytes;
+  h->writer_pid = static_cast<std::int32_t>(::getpid());
+  h->clock_id = CLOCK_BOOTTIME;
+  h->writer_start_ns = now;
+  h->incarnation = incarnation;
+  h->liveness_timeout_ns = o.liveness_timeout_ns;
+  h->slot_cooldown_ns = o.slot_cooldown_ns;
+  h->stats_offset = kStatsOffset;
+  h->liveness_offset = kLivenessOffset;
+  reinterpret_cast<WriterLiveness*>(base + kLivenessOffset)
+      ->heartbeat_ns.store(now, std::memory_order_release);
+  h->ready.store(kReady, std::memory_order_release);  // LAST: publishes everything above
+
+  w.slot_count_ = o.slot_count;
+  w.cooldown_ns_ = o.slot_cooldown_ns;
+  w.free_ring_.resize(o.slot_count);
+  w.freed_at_ns_.assign(o.slot_count, 0);
+  for (std::uint32_t i = 0; i < o.slot_count; ++i) w.free_ring_[i] = i;
+  w.free_len_ = o.slot_count;
+  return w;
+}
+
+TableWriter::TableWriter(TableWriter&&) noexcept = default;
+TableWriter& TableWriter::operator=(TableWriter&&) noexcept = default;
+TableWriter::~TableWriter() = default;
+
+const Header& TableWriter::header() const noexcept {
+  return *static_cast<const Header*>(region_.get_address());
+}
+
+Slot* TableWriter::slot_ptr(std::uint32_t i) const noexcept {
+  if (i >= slot_count_) return nullptr;
+  return reinterpret_cast<Slot*>(static_cast<char*>(region_.get_address()) + kSlotsOffset) + i;
+}
+
+Stats& TableWriter::stats() const noexcept {
+  return *reinterpret_cast<Stats*>(static_cast<char*>(region_.get_address()) + kStatsOffset);
+}
+
+namespace {
+
+// Seqlock write section (io thread only): odd while the descriptive fields change.
+struct SeqWrite {
+  explicit SeqWrite(Slot& s) noexcept : slot(s), seq(s.seq.load(std::memory_order_relaxed)) {
+    slot.seq.store(seq + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~SeqWrite() { slot.seq.store(seq + 2, std::memory_order_release); }
+  SeqWrite(const SeqWrite&) = delete;
+  SeqWrite& operator=(const SeqWrite&) = delete;
+  Slot& slot;
+  std::uint32_t seq;
+};
+
+std::uint64_t pack_info(SlotState st, std::string_view name) noexcept {
+  std::uint64_t v = static_cast<std::uint64_t>(st);
+  v |= static_cast<std::uint64_t>(name.size() & 0xFF) << 8;
+  for (std::size_t i = 0; i < kNamePrefixBytes && i < name.size(); ++i)
+    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(name[i])) << (16 + 8 * i);
+  return v;
+}
+
+SlotState state_of(std::uint64_t info) noexcept { return static_cast<SlotState>(info & 0xFF); }
+
+}  // namespace
+
+ClaimResult TableWriter::claim(SandboxId sandbox, std::uint64_t now_ns) {
+  ClaimResult r;
+  claim_refusal_.clear();
+  if (sandbox.is_nil()) {
+    r.error = TableErrc::bad_argument;
+    claim_refusal_ = "claim needs a sandbox id (got nil)";
+    return r;
+  }
+  if (free_len_ == 0) {
+    r.error = TableErrc::table_full;
+    stats().counters.claims_refused_full.fetch_add(1, std::memory_order_relaxed);
+    claim_refusal_ = quote(location_) + " is full: all " + std::to_string(slot_count_) +
+                     " slots are in use";
+    return r;
+  }
+  const std::uint32_t i = free_ring_[free_head_];
+  const std::uint64_t freed = freed_at_ns_[i];
+  if (freed != 0 && now_ns - freed < cooldown_ns_) {
+    r.error = TableErrc::table_full;
+    stats().counters.claims_refused_full.fetch_add(1, std::memory_order_relaxed);
+    claim_refusal_ = quote(location_) + " is full: " + std::to_string(free_len_) +
+                     " free slots are still cooling down; the next is usable in " +
+                     ms_text(cooldown_ns_ - (now_ns - freed));
+    return r;
+  }
+  free_head_ = (free_head_ + 1) % slot_count_;
+  --free_len_;
+  Slot& s = *slot_ptr(i);
+  {
+    SeqWrite w(s);
+    const std::uint32_t gen = s.generation.load(std::memory_order_relaxed) + 1;
+    s.generation.store(gen, std::memory_order_relaxed);
+    s.check_word.store(0, std::memory_order_release);
+    s.valid_until_ns.store(0, std::memory_order_release);
+    s.sandbox_hi.store(sandbox.hi, std::memory_order_relaxed);
+    s.sandbox_lo.store(sandbox.lo, std::memory_order_relaxed);
+    s.name_hi.store(0, std::memory_order_relaxed);
+    s.name_lo.store(0, std::memory_order_relaxed);
+    s.info.store(pack_info(SlotState::claimed, {}), std::memory_order_relaxed);
+    r.generation = gen;
+  }
+  r.slot = i;
+  return r;
+}
+
+TableErrc TableWriter::publish(std::uint32_t slot, NameId name, std::string_view name_text,
+                               Epoch epoch, std::uint64_t valid_until_ns) noexcept {
+  Slot* s = slot_ptr(slot);
+  if (s == nullptr) return TableErrc::bad_slot;
+  if (!epoch_in_range(epoch)) return TableErrc::bad_epoch;
+  if (name_text.size() > kNameBytesMax) return TableErrc::bad_argument;
+  const SlotState st = state_of(s->info.load(std::memory_order_relaxed));
+  if (st != SlotState::claimed && st != SlotState::published) return TableErrc::wrong_state;
+  SeqWrite w(*s);
+  std::uint64_t cur = s->check_word.load(std::memory_order_relaxed);
+  if (cur & kRevokedBit) return TableErrc::revoked;
+  if (cur == epoch) {  // same epoch again: only the deadline and the descriptive fields move
+    s->valid_until_ns.store(valid_until_ns, std::memory_order_release);
+  } else {
+    // Leave the old epoch first, so no reader pairs the new deadline with it.
+    if (cur != 0 && !s->check_word.compare_exchange_strong(cur, 0, std::memory_order_release,
+                                                           std::memory_order_relaxed))
+      return TableErrc::revoked;  // only the rt thread's revoke changes it under us
+    s->valid_until_ns.store(valid_until_ns, std::memory_order_release);
+  }
+  s->name_hi.store(name.hi, std::memory_order_relaxed);
+  s->name_lo.store(name.lo, std::memory_order_relaxed);
+  s->info.store(pack_info(SlotState::published, name_text), std::memory_order_relaxed);
+  if (cur != epoch) {
+    std::uint64_t expect = 0;
+    if (!s->check_word.compare_exchange_strong(expect, epoch, std::memory_order_release,
+                                               std::memory_order_relaxed))
+      return TableErrc::revoked;
+  }
+  stats().counters.publishes.fetch_add(1, std::memory_order_relaxed);
+  return TableErrc::ok;
+}
+
+TableErrc TableWriter::extend(std::uint32_t slot, std::uint64_t valid_until_ns) noexcept {
+  Slot* s = slot_ptr(slot);
+  if (s == nullptr) return TableErrc::bad_slot;
+  if (state_of(s->info.load(std::memory_order_relaxed)) != SlotState::published)
+    return TableErrc::wrong_state;
+  if (s->check_word.load(std::memory_order_relaxed) & kRevokedBit) return TableErrc::revoked;
+  s->valid_until_ns.store(valid_until_ns, std::memory_order_release);
+  return TableErrc::ok;
+}
+
+TableErrc TableWriter::free(std::uint32_t slot, std::uint64_t now_ns) noexcept {
+  Slot* s = slot_ptr(slot);
+  if (s == nullptr) return TableErrc::bad_slot;
+  const SlotState st = state_of(s->info.load(std::memory_order_relaxed));
+  if (st != SlotState::claimed && st != SlotState::published) return TableErrc::wrong_state;
+  {
+    SeqWrite w(*s);
+    s->check_word.store(0, std::memory_order_release);  // clears a revoke too: nobody holds it
+    s->valid_until_ns.store(0, std::memory_order_release);
+    s->info.store(pack_info(SlotState::cooling, {}), std::memory_order_relaxed);
+  }
+  freed_at_ns_[slot] = now_ns == 0 ? 1 : now_ns;
+  free_ring_[(free_head_ + free_len_) % slot_count_] = slot;
+  ++free_len_;
+  return TableErrc::ok;
+}
+
+bool TableWriter::revoke(std::uint32_t slot) noexcept {
+  Slot* s = slot_ptr(slot);
+  if (s == nullptr) return false;
+  s->check_word.fetch_or(kRevokedBit, std::memory_order_release);
+  stats().counters.revokes.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void TableWriter::heartbeat(std::uint64_t now_ns) noexcept {
+  auto* l = reinterpret_cast<WriterLiveness*>(static_cast<char*>(region_.get_address()) +
+                                              kLivenessOffset);
+  l->heartbeat_ns.store(now_ns == 0 ? 1 : now_ns, std::memory_order_release);
+  l->heartbeats.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TableWriter::close(std::uint64_t now_ns) noexcept {
+  auto* base = static_cast<char*>(region_.get_address());
+  reinterpret_cast<Header*>(base)->closed_ns.store(now_ns == 0 ? 1 : now_ns,
+                                                   std::memory_order_release);
+  reinterpret_cast<WriterLiveness*>(base + kLivenessOffset)
+      ->heartbeat_ns.store(0, std::memory_order_release);
+}
+
+void TableWriter::remove() noexcept { unlink_location(location_); }
+
+void TableWriter::record_rt_lateness_ns(std::uint64_t ns) noexcept {
+  histogram_record(stats().rt_lateness_ns, ns);
+}
+void TableWriter::record_heartbeat_rtt_ns(std::uint64_t ns) noexcept {
+  histogram_record(stats().heartbeat_rtt_ns, ns);
+}
+void TableWriter::record_heartbeat_failure() noexcept {
+  stats().counters.heartbeat_failures.fetch_add(1, std::memory_order_relaxed);
+}
+void TableWriter::record_kill(std::uint64_t kill_latency_ns) noexcept {
+  stats().counters.kills.fetch_add(1, std::memory_order_relaxed);
+  histogram_record(stats().kill_latency_ns, kill_latency_ns);
+}
+
+// ---- reader -------------------------------------------------------------------------------
+
+TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
+  const Location loc = parse_location(location);
+  const std::uint64_t start = boottime_ns();
+  OpenStage stage = OpenStage::awaiting_file;
+  for (std::uint64_t attempt = 0;; ++attempt) {
+    RawMap m = map_readonly(loc);
+    TableErrc code = TableErrc::ok;
+    std::string why;
+    if (m.err != 0) {
+      stage = OpenStage::awaiting_file;
+      code = errc_of_errno(m.err);
+      why = m.err == ENOENT ? "does not exist" : std::string("cannot map: ") + std::strerror(m.err);
+    } else {
+      code = validate_table(m.region.get_address(), m.bytes, why);
+      if (code == TableErrc::truncated && m.bytes < sizeof(Header)) stage = OpenStage::awaiting_size;
+      else if (code == TableErrc::not_ready) stage = OpenStage::awaiting_ready;
+      else stage = OpenStage::ready;
+    }
+    if (code == TableErrc::ok) {
+      TableReader r;
+      r.location_ = loc;
+      r.region_ = std::move(m.region);
+      const auto* base = static_cast<const char*>(r.region_.get_address());
+      r.header_ = reinterpret_cast<const Header*>(base);
+      r.liveness_ = reinterpret_cast<const WriterLiveness*>(base + kLivenessOffset);
+      r.stats_ = reinterpret_cast<const Stats*>(base + kStatsOffset);
+      r.slots_ = reinterpret_cast<const Slot*>(base + kSlotsOffset);
+      r.slot_count_ = r.header_->slot_count;
+      r.liveness_timeout_ns_ = r.header_->liveness_timeout_ns;
+      return r;
+    }
+    // Transient stages retry until wait_ns; structural errors fail at once.
+    const bool transient = stage != OpenStage::ready && code != TableErrc::io_error;
+    const std::uint64_t waited = boottime_ns() - start;
+    if (!transient || waited >= o.wait_ns) {
+      std::string msg = quote(loc) + ": " + why;
+      if (transient && o.wait_ns > 0)
+        msg += " (still " + std::string(to_string(stage)) + " after " + ms_text(waited) + ")";
+      fail(code, msg);
+    }
+    const std::uint64_t nap = o.poll_ns == 0 ? 1'000'000 : o.poll_ns;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(nap));
+  }
+}
+
+TableReader::TableReader(TableReader&&) noexcept = default;
+TableReader& TableReader::operator=(TableReader&&) noexcept = default;
+TableReader::~TableReader() = default;
+
+bool TableReader::check_deadline(std::uint32_t index, Epoch epoch) const noexcept {
+  return check_deadline_at(index, epoch, boottime_ns());
+}
+
+bool TableReader::check_deadline_at(std::uint32_t index, Epoch epoch,
+                                    std::uint64_t now_ns) const noexcept {
+  if (index >= slot_count_ || !epoch_in_range(epoch)) return false;
+  const Slot& s = slots_[index];
+  if (s.check_word.load(std::memory_order_acquire) != epoch) return false;
+  const std::uint64_t until = s.valid_until_ns.load(std::memory_order_acquire);
+  const std::uint64_t hb = liveness_->heartbeat_ns.load(std::memory_order_acquire);
+  // Re-read after valid_until (acquire above orders it): the deadline belongs to `epoch`.
+  if (s.check_word.load(std::memory_order_acquire) != epoch) return false;
+  return now_ns < until && hb != 0 && hb <= now_ns && now_ns - hb <= liveness_timeout_ns_;
+}
+
+TableErrc TableReader::snapshot(std::uint32_t index, SlotSnapshot& out) const noexcept {
+  if (index >= slot_count_) return TableErrc::bad_slot;
+  const Slot& s = slots_[index];
+  for (std::uint32_t attempt = 0; attempt < kSnapshotRetriesMax; ++attempt) {
+    const std::uint32_t s1 = s.seq.load(std::memory_order_acquire);
+    if (s1 & 1u) continue;
+    const std::uint32_t gen = s.generation.load(std::memory_order_relaxed);
+    const std::uint64_t word = s.check_word.load(std::memory_order_relaxed);
+    const std::uint64_t until = s.valid_until_ns.load(std::memory_order_relaxed);
+    const std::uint64_t shi = s.sandbox_hi.load(std::memory_order_relaxed);
+    const std::uint64_t slo = s.sandbox_lo.load(std::memory_order_relaxed);
+    const std::uint64_t nhi = s.name_hi.load(std::memory_order_relaxed);
+    const std::uint64_t nlo = s.name_lo.load(std::memory_order_relaxed);
+    const std::uint64_t info = s.info.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.seq.load(std::memory_order_relaxed) != s1) continue;
+    out = SlotSnapshot{};
+    out.index = index;
+    out.generation = gen;
+    out.state = state_of(info);
+    out.revoked = (word & kRevokedBit) != 0;
+    out.epoch = word & ~kRevokedBit;
+    out.sandbox = SandboxId{shi, slo};
+    out.name = NameId{nhi, nlo};
+    out.name_bytes = static_cast<std::uint8_t>((info >> 8) & 0xFF);
+    for (std::size_t i = 0; i < kNamePrefixBytes && i < out.name_bytes; ++i) {
+      const char c = static_cast<char>((info >> (16 + 8 * i)) & 0xFF);
+      out.name_prefix[i] = (c >= 0x20 && c < 0x7F) ? c : '?';  // printable only
+    }
+    out.valid_until_ns = until;
+    return TableErrc::ok;
+  }
+  return TableErrc::busy;
+}
+
+std::optional<SlotSnapshot> TableReader::find(SandboxId sandbox) const noexcept {
+  if (sandbox.is_nil()) return std::nullopt;
+  SlotSnapshot snap;
+  for (std::uint32_t i = 0; i < slot_count_; ++i) {
+    // Cheap pre-filter on the sandbox words; the snapshot then confirms consistently.
+    if (slots_[i].sandbox_lo.load(std::memory_order_relaxed) != sandbox.lo) continue;
+    if (snapshot(i, snap) != TableErrc::ok) continue;
+    if (snap.sandbox == sandbox &&
+        (snap.state == SlotState::claimed || snap.state == SlotState::published))
+      return snap;
+  }
+  return std::nullopt;
+}
+
+Liveness TableReader::writer_liveness(std::uint64_t now_ns) const noexcept {
+  return liveness_of(*header_, *liveness_, now_ns);
+}
+
+bool TableReader::replaced() const {
+  RawMap m = map_readonly(location_);
+  if (m.err != 0) return true;
+  std::string why;
+  if (validate_table(m.region.get_address(), m.bytes, why) != TableErrc::ok) return true;
+  const auto* h = static_cast<const Header*>(m.region.get_address());
+  return h->incarnation != header_->incarnation || h->writer_start_ns != header_->writer_start_ns;
+}
+
+}  // namespace leasehold::shm

@@ -1,0 +1,285 @@
+// leasehold/shm: the shared-memory epoch table — writer (supervisor) and reader (runtimes, tools).
+//
+// DESIGN.md "The shared-memory epoch table"; layout in shm/layout.hpp. One writer process per
+// table; inside it, two writer threads with disjoint duties:
+//
+//   io thread (may allocate, may syscall):  create, claim, publish, extend, free, close, remove
+//   rt thread (real-time safe: wait-free, no allocation, no syscall, no lock):
+//                                           revoke, heartbeat, record_* (stats)
+//
+// Memory ordering (every load/store below names its order; nothing is implied):
+//  * Header fields are plain: written before `ready` is stored with release; a reader loads
+//    `ready` with acquire before it reads any of them.
+//  * check word (Slot::check_word): the io thread moves it with compare-and-swap only —
+//    0 -> E (publish), E -> 0 (before publishing a new epoch over E), and stores 0 at
+//    claim/free. The rt thread's revoke is one `fetch_or(kRevokedBit)`: wait-free, and *sticky*:
+//    every io CAS expects a value without the bit, so a publish that races a revoke fails with
+//    TableErrc::revoked and can never resurrect the slot; extend never touches the check word.
+//    Only free() (after the sandbox is dead) clears the bit.
+//  * valid_until_ns is stored with release after the check word left the old epoch, and before
+//    the CAS that installs the new one; check_deadline reloads the check word after loading
+//    valid_until_ns (acquire), so a deadline is never paired with another epoch.
+//  * The descriptive fields (generation, sandbox, name, state) are guarded by a seqlock
+//    (Slot::seq, odd while the io thread writes): snapshot() retries at most
+//    kSnapshotRetriesMax times and never returns a torn record.
+//  * heartbeat_ns is stored with release, loaded with acquire. 0 means "closed".
+//
+// Liveness: the hot `check` has no clock, so it cannot see a dead writer or an expired
+// valid_until. Runtimes call `check_deadline` (one vDSO clock read more) before side effects,
+// or at least periodically; it fails when the writer's heartbeat is older than
+// liveness_timeout_ns, when the table is closed, and when valid_until_ns has passed.
+//
+// Slot reuse (no ABA): free() puts a slot in `cooling`; claim() takes free slots in FIFO order
+// of their free time and only once slot_cooldown_ns has passed; each claim bumps the slot's
+// generation, which snapshots carry so tools never confuse two sandboxes in one slot.
+#pragma once
+
+#include "lease/types.hpp"
+#include "shm/layout.hpp"
+
+#include <boost/interprocess/mapped_region.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace leasehold::shm {
+
+/// Why a table operation failed. Stable values (the C ABI maps them to LEASEHOLD_E*).
+enum class TableErrc : std::uint8_t {
+  ok = 0,
+  missing,        ///< no table at the location
+  truncated,      ///< the file is smaller than its header says
+  bad_magic,      ///< not a leasehold table
+  newer_major,    ///< written by a newer, incompatible layout
+  older_major,    ///< written by an older, incompatible layout
+  bad_geometry,   ///< header fields are inconsistent (slot size, offsets, slot count, clock)
+  not_ready,      ///< the writer has not finished creating it
+  writer_alive,   ///< create refused: a live writer owns the table
+  exists,         ///< create raced another creator
+  table_full,     ///< no slot is free (or all free slots are still cooling down)
+  bad_slot,       ///< slot index out of range
+  wrong_state,    ///< the slot is not in the state the operation needs
+  revoked,        ///< the slot was revoked; only free() clears that
+  bad_epoch,      ///< epoch outside [1, 2^63)
+  bad_argument,   ///< malformed option (location, slot count, timeout, ...)
+  io_error,       ///< the OS refused (permission, ENOSPC, ...): the message has errno text
+  busy,           ///< the seqlock stayed busy for kSnapshotRetriesMax attempts
+};
+std::string_view to_string(TableErrc e) noexcept;
+
+/// A failed create/open, with a message that names the location and the problem.
+class TableError : public std::runtime_error {
+ public:
+  TableError(TableErrc code, const std::string& message);
+  TableErrc code() const noexcept { return code_; }
+
+ private:
+  TableErrc code_;
+};
+
+/// Where a table lives. Text starting with '/' that contains a second '/' is a filesystem
+/// path (e.g. /dev/shm/leasehold-w1, /run/leasehold/table); anything else is a POSIX shm name
+/// ("leasehold" or "/leasehold", which Boost.Interprocess places in /dev/shm).
+struct Location {
+  std::string text;  ///< as given
+  bool is_path = false;
+  std::string name;  ///< shm name without leading '/', or the path
+};
+/// Throws TableError(bad_argument) for empty text, '/'-only, or shm names with '/' inside.
+Location parse_location(std::string_view text);
+/// The location in $LEASEHOLD_SHM (what the supervisor puts in every sandbox's env);
+/// throws TableError(bad_argument) when unset or empty.
+std::string location_from_env();
+inline constexpr const char* kLocationEnv = "LEASEHOLD_SHM";
+
+/// CLOCK_BOOTTIME now, in ns (clock_gettime through the vDSO: no syscall).
+std::uint64_t boottime_ns() noexcept;
+
+inline constexpr std::uint32_t kSnapshotRetriesMax = 64;
+
+struct TableOptions {
+  std::string location;
+  std::uint32_t slot_count = 1024;                     ///< 1..kSlotCountMax
+  std::uint64_t liveness_timeout_ns = 1'000'000'000;   ///< heartbeat age that means "dead"
+  std::uint64_t slot_cooldown_ns = 2'000'000'000;      ///< freed slot unused for this long
+  unsigned mode = 0644;                                ///< file mode (umask does not apply)
+  long group = -1;                                     ///< gid to chown to; -1 keeps ours
+};
+
+/// A consistent copy of one slot (seqlock-validated).
+struct SlotSnapshot {
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0;
+  SlotState state = SlotState::free;
+  bool revoked = false;  ///< kRevokedBit is set
+  Epoch epoch = 0;       ///< the check word without kRevokedBit (0: none published)
+  SandboxId sandbox;
+  NameId name;
+  std::uint8_t name_bytes = 0;           ///< full length of the name text
+  char name_prefix[kNamePrefixBytes + 1] = {};  ///< first bytes of the name, NUL-terminated
+  std::uint64_t valid_until_ns = 0;
+};
+std::string_view to_string(SlotState s) noexcept;
+
+struct Liveness {
+  bool alive = false;       ///< heartbeat fresh and not closed
+  bool closed = false;      ///< the writer closed the table cleanly
+  std::uint64_t age_ns = 0; ///< now - last heartbeat (UINT64_MAX: none, or from another boot)
+};
+
+struct ClaimResult {
+  TableErrc error = TableErrc::ok;
+  std::uint32_t slot = 0;
+  std::uint32_t generation = 0;
+};
+
+/// Histogram bucket of a value: bit_width(v) (0 for 0, 64 for v >= 2^63).
+std::size_t histogram_bucket(std::uint64_t v) noexcept;
+/// Wait-free record into a histogram (relaxed fetch_add; `max` assumes one writer thread).
+void histogram_record(Histogram& h, std::uint64_t v) noexcept;
+
+/// The writer: one per table, owned by the supervisor.
+class TableWriter {
+ public:
+  /// Creates a table (io thread). Refuses with TableError(writer_alive) when a table with a
+  /// fresh heartbeat exists at the location; a table whose writer is dead (stale heartbeat,
+  /// closed, corrupt) is unlinked and replaced by a new one with incarnation + 1. Other
+  /// errors: bad_argument, exists (a concurrent creator won), io_error.
+  static TableWriter create(const TableOptions& options);
+
+  TableWriter(TableWriter&&) noexcept;
+  TableWriter& operator=(TableWriter&&) noexcept;
+  ~TableWriter();  ///< unmaps; does not close or unlink (readers then see the writer die)
+
+  // ---- io thread ----------------------------------------------------------------------
+  /// Takes the free slot that was freed longest ago, if its cooldown has passed.
+  /// table_full when none is (the message is in `claim_refusal`). Sandbox must not be nil.
+  ClaimResult claim(SandboxId sandbox, std::uint64_t now_ns);
+  /// Publishes {name, epoch, valid_until} on a claimed or published slot. Over an older
+  /// epoch it first clears the check word, so readers see "invalid" in between, never a mix.
+  /// Errors: bad_slot, wrong_state, bad_epoch, bad_argument (name > kNameBytesMax), revoked.
+  TableErrc publish(std::uint32_t slot, NameId name, std::string_view name_text, Epoch epoch,
+                    std::uint64_t valid_until_ns) noexcept;
+  /// Moves valid_until (one release store). Never touches the check word, so it cannot undo a
+  /// revoke. Errors: bad_slot, wrong_state, revoked (nothing stored).
+  TableErrc extend(std::uint32_t slot, std::uint64_t valid_until_ns) noexcept;
+  /// Frees a slot whose sandbox is dead; it cools down for slot_cooldown_ns before reuse.
+  TableErrc free(std::uint32_t slot, std::uint64_t now_ns) noexcept;
+  /// Marks the table closed (heartbeat 0, closed_ns set): every check_deadline fails.
+  void close(std::uint64_t now_ns) noexcept;
+  /// Unlinks the file or shm name (mappings stay valid until unmapped).
+  void remove() noexcept;
+  /// Why the last claim returned table_full (empty after a successful claim).
+  const std::string& claim_refusal() const noexcept { return claim_refusal_; }
+
+  // ---- rt thread: wait-free, no allocation, no syscall --------------------------------
+  /// Revokes: sets kRevokedBit on the check word (one fetch_or). Sticky until free().
+  /// Returns false only for an out-of-range slot.
+  bool revoke(std::uint32_t slot) noexcept;
+  /// Writer liveness: one release store of now_ns (CLOCK_BOOTTIME).
+  void heartbeat(std::uint64_t now_ns) noexcept;
+  void record_rt_lateness_ns(std::uint64_t ns) noexcept;
+  void record_heartbeat_rtt_ns(std::uint64_t ns) noexcept;   ///< io thread
+  void record_heartbeat_failure() noexcept;                   ///< io thread
+  void record_kill(std::uint64_t kill_latency_ns) noexcept;
+
+  const Header& header() const noexcept;
+  std::uint32_t slot_count() const noexcept { return slot_count_; }
+  const Location& location() const noexcept { return location_; }
+
+ private:
+  TableWriter() = default;
+  Slot* slot_ptr(std::uint32_t i) const noexcept;
+  Stats& stats() const noexcept;
+
+  Location location_;
+  boost::interprocess::mapped_region region_;
+  std::uint32_t slot_count_ = 0;
+  std::uint64_t cooldown_ns_ = 0;
+  // Free-slot FIFO (ring of slot indices, ordered by free time) and each slot's free time.
+  std::vector<std::uint32_t> free_ring_;
+  std::vector<std::uint64_t> freed_at_ns_;
+  std::size_t free_head_ = 0;
+  std::size_t free_len_ = 0;
+  std::string claim_refusal_;
+};
+
+/// How long open() waits for the file, its size and its ready flag.
+struct OpenOptions {
+  std::uint64_t wait_ns = 0;             ///< 0: one attempt
+  std::uint64_t poll_ns = 1'000'000;     ///< sleep between attempts
+};
+
+/// The open state machine's stages (Aeron's await file -> await version -> ready).
+enum class OpenStage : std::uint8_t { awaiting_file, awaiting_size, awaiting_ready, ready };
+std::string_view to_string(OpenStage s) noexcept;
+
+/// A read-only mapping of a table. Never writes; never blocks the writer.
+class TableReader {
+ public:
+  /// Opens and validates (stages: file exists -> size >= header -> ready flag (acquire) ->
+  /// magic, major version, geometry). Throws TableError: missing, truncated, bad_magic,
+  /// newer_major, older_major, bad_geometry, not_ready (after wait_ns), io_error.
+  static TableReader open(std::string_view location, const OpenOptions& options = {});
+
+  TableReader(TableReader&&) noexcept;
+  TableReader& operator=(TableReader&&) noexcept;
+  ~TableReader();
+
+  /// The hot check: one acquire load of the check word and a compare. No syscall.
+  /// True iff the slot currently holds `epoch`, published and not revoked. Cannot see a dead
+  /// writer or an expired deadline: use check_deadline before side effects.
+  static bool check(const Slot& slot, Epoch epoch) noexcept {
+    return epoch_in_range(epoch) && slot.check_word.load(std::memory_order_acquire) == epoch;
+  }
+  /// check() on slot `index` (false when out of range).
+  bool check(std::uint32_t index, Epoch epoch) const noexcept {
+    return index < slot_count_ && check(slots_[index], epoch);
+  }
+  /// check() and: valid_until_ns not passed, writer heartbeat fresh, table not closed.
+  /// Reads CLOCK_BOOTTIME once (vDSO).
+  bool check_deadline(std::uint32_t index, Epoch epoch) const noexcept;
+  /// The same at a given time (for tests and for callers that already read the clock).
+  bool check_deadline_at(std::uint32_t index, Epoch epoch, std::uint64_t now_ns) const noexcept;
+
+  /// Consistent copy of slot `index`; busy after kSnapshotRetriesMax torn attempts, bad_slot
+  /// when out of range.
+  TableErrc snapshot(std::uint32_t index, SlotSnapshot& out) const noexcept;
+  /// The claimed/published slot of a sandbox (linear scan; tools and start-up, not hot paths).
+  std::optional<SlotSnapshot> find(SandboxId sandbox) const noexcept;
+  Liveness writer_liveness(std::uint64_t now_ns) const noexcept;
+  Liveness writer_liveness() const noexcept { return writer_liveness(boottime_ns()); }
+  /// True when the location now holds another table (a new incarnation) or none (syscalls).
+  bool replaced() const;
+
+  const Header& header() const noexcept { return *header_; }
+  const Stats& stats() const noexcept { return *stats_; }
+  const WriterLiveness& liveness() const noexcept { return *liveness_; }
+  const Slot* slot(std::uint32_t index) const noexcept {
+    return index < slot_count_ ? &slots_[index] : nullptr;
+  }
+  std::uint32_t slot_count() const noexcept { return slot_count_; }
+  const Location& location() const noexcept { return location_; }
+
+ private:
+  TableReader() = default;
+  Location location_;
+  boost::interprocess::mapped_region region_;
+  const Header* header_ = nullptr;
+  const WriterLiveness* liveness_ = nullptr;
+  const Stats* stats_ = nullptr;
+  const Slot* slots_ = nullptr;
+  std::uint32_t slot_count_ = 0;
+  std::uint64_t liveness_timeout_ns_ = 0;
+};
+
+/// Validates a mapped table of `bytes` bytes; on failure returns the code and sets `why`.
+/// Reads `ready` with acquire first. Used by open() and by create() to judge an old table.
+TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why) noexcept;
+
+}  // namespace leasehold::shm
