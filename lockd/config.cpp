@@ -1,0 +1,115 @@
+#include "lockd/config.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <arpa/inet.h>
+
+
+namespace leasehold::lockd {
+
+bool listen_address_ok(std::string_view text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 >= text.size()) return false;
+  std::string host(text.substr(0, colon));
+  const std::string_view port = text.substr(colon + 1);
+  if (port.size() > 5) return false;
+  unsigned long p = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') return false;
+    p = p * 10 + static_cast<unsigned long>(c - '0');
+  }
+  if (p > 65535) return false;
+  unsigned char buf[16];
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    return ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), buf) == 1;
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1;
+}
+
+std::string_view to_string(LockMode m) noexcept {
+  return m == LockMode::lease ? "lease" : "preemptible";
+}
+
+void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
+  app.add_option("--listen", cfg.listen,
+                 "UDP address to serve on, ADDR:PORT (IPv4 or [IPv6]); port 0 picks a free port "
+                 "and prints it as 'listening ADDR:PORT' on stdout")
+      ->capture_default_str();
+  app.add_option("--store", cfg.store_path,
+                 "SQLite file of the durable name table (created when absent; WAL files beside it)")
+      ->capture_default_str();
+  app.add_option("--key-file", cfg.key_file,
+                 "HMAC-SHA256 key file shared with supervisors and the CLI; must be mode 0600 "
+                 "(no group/other access). Required")
+      ->check(CLI::ExistingFile);
+  app.add_option("--generate-key", cfg.generate_key_path,
+                 "write a new random key (mode 0600) to PATH and exit; refuses to overwrite");
+  app.add_option("--ttl-ms", cfg.ttl_ms, "default lease TTL, milliseconds (1.." +
+                                             std::to_string(kTtlMsMax) + ")")
+      ->capture_default_str();
+  app.add_option("--acquiring-ttl-ms", cfg.acquiring_ttl_ms,
+                 "2-phase acquire: milliseconds to commit before the acquiring record lapses (1.." +
+                     std::to_string(kAcquiringTtlMsMax) + ")")
+      ->capture_default_str();
+  app.add_option("--lock-delay-ms", cfg.lock_delay_ms,
+                 "milliseconds a name stays unavailable after its lease expired (Chubby lock-delay); "
+                 "0 = off; below " + std::to_string(kLockDelayMsMax) + " and below --ttl-ms")
+      ->capture_default_str();
+  app.add_option("--mode", "lock mode: lease | preemptible (default: lease)")
+      ->check(CLI::IsMember({"lease", "preemptible"}))
+      ->each([&cfg](const std::string& v) {
+        cfg.mode = v == "preemptible" ? LockMode::preemptible : LockMode::lease;
+      });
+  app.add_option("--worker-ttl-ms", cfg.worker_ttl_ms,
+                 "preemptible mode only: milliseconds a worker counts as live after its last "
+                 "worker heartbeat (default: --ttl-ms)");
+  app.add_option("--max-names", cfg.max_names,
+                 "name table capacity, names (1.." + std::to_string(kMaxNamesLimit) + ")")
+      ->capture_default_str();
+  app.add_option("--max-workers", cfg.max_workers,
+                 "preemptible mode: worker-liveness table capacity, workers (1.." +
+                     std::to_string(kMaxWorkersLimit) + ")")
+      ->capture_default_str();
+}
+
+std::string validate(const LockdConfig& cfg) {
+  if (cfg.generate_key_path) return {};  // --generate-key needs nothing else
+  if (cfg.key_file.empty())
+    return "--key-file is required (create one with: leasehold-lockd --generate-key PATH)";
+  if (!listen_address_ok(cfg.listen))
+    return "--listen \"" + cfg.listen +
+           "\" is not a numeric ADDR:PORT (e.g. 127.0.0.1:7400 or [::1]:7400)";
+  if (cfg.store_path.empty()) return "--store must not be empty";
+  if (cfg.ttl_ms == 0) return "--ttl-ms must be at least 1 (a lease needs a TTL)";
+  if (cfg.ttl_ms > kTtlMsMax)
+    return "--ttl-ms " + std::to_string(cfg.ttl_ms) + " exceeds " + std::to_string(kTtlMsMax) +
+           " (1 h)";
+  if (cfg.acquiring_ttl_ms == 0)
+    return "--acquiring-ttl-ms must be at least 1 (a 2-phase acquire needs time to commit)";
+  if (cfg.acquiring_ttl_ms > kAcquiringTtlMsMax)
+    return "--acquiring-ttl-ms " + std::to_string(cfg.acquiring_ttl_ms) + " exceeds " +
+           std::to_string(kAcquiringTtlMsMax) +
+           " (an acquiring record blocks the name and is not preemptible)";
+  if (cfg.lock_delay_ms >= kLockDelayMsMax)
+    return "--lock-delay-ms " + std::to_string(cfg.lock_delay_ms) + " must be below " +
+           std::to_string(kLockDelayMsMax) + " (Chubby bounds lock-delay at one minute)";
+  if (cfg.lock_delay_ms != 0 && cfg.lock_delay_ms >= cfg.ttl_ms)
+    return "--lock-delay-ms " + std::to_string(cfg.lock_delay_ms) + " must be below --ttl-ms " +
+           std::to_string(cfg.ttl_ms) +
+           " (the delay covers a lapsed holder's last TTL; longer only blocks the name)";
+  if (cfg.mode == LockMode::lease && cfg.worker_ttl_ms)
+    return "--worker-ttl-ms applies to --mode preemptible only (lease mode has no worker "
+           "liveness)";
+  if (cfg.mode == LockMode::preemptible) {
+    const auto w = cfg.effective_worker_ttl_ms();
+    if (w == 0) return "--worker-ttl-ms must be at least 1";
+    if (w > kWorkerTtlMsMax)
+      return "--worker-ttl-ms " + std::to_string(w) + " exceeds " + std::to_string(kWorkerTtlMsMax);
+  }
+  if (cfg.max_names == 0 || cfg.max_names > kMaxNamesLimit)
+    return "--max-names must be in 1.." + std::to_string(kMaxNamesLimit);
+  if (cfg.max_workers == 0 || cfg.max_workers > kMaxWorkersLimit)
+    return "--max-workers must be in 1.." + std::to_string(kMaxWorkersLimit);
+  return {};
+}
+
+}  // namespace leasehold::lockd

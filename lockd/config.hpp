@@ -1,0 +1,61 @@
+// leasehold/lockd: the lockd command line and its validation.
+//
+// Every duration flag carries its unit in its name and in --help. `validate()` refuses
+// combinations that cannot work and says why (DESIGN.md "lockd", "Time").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace CLI {
+class App;
+}
+
+namespace leasehold::lockd {
+
+/// Lease mode: a lease lives while its supervisor refreshes it. Preemptible mode adds worker
+/// liveness: a lapsed worker's names (or a live worker's names whose sandbox no longer runs)
+/// may be preempted (DESIGN.md "Lock states", Preempt).
+enum class LockMode : std::uint8_t { lease = 0, preemptible = 1 };
+
+// Named bounds on the flags.
+inline constexpr std::uint64_t kTtlMsMax = 3'600'000;            ///< a lease TTL above 1 h is a mistake
+inline constexpr std::uint64_t kAcquiringTtlMsMax = 300'000;     ///< 2-phase: commit within 5 min
+/// Chubby §2.4 bounds lock-delay at one minute; a delay that long or longer is refused.
+inline constexpr std::uint64_t kLockDelayMsMax = 60'000;
+inline constexpr std::uint64_t kWorkerTtlMsMax = 3'600'000;
+inline constexpr std::uint64_t kMaxNamesLimit = 16'777'216;      ///< 2^24 names per lockd
+inline constexpr std::uint64_t kMaxWorkersLimit = 1'048'576;
+
+struct LockdConfig {
+  std::string listen = "127.0.0.1:7400";  ///< ADDR:PORT; port 0 = ephemeral (printed on stdout)
+  std::string store_path = "lockd.db";    ///< SQLite file; relative to the working directory
+  std::string key_file;                   ///< HMAC key (required; must not be group/other readable)
+  std::uint64_t ttl_ms = 10'000;          ///< default lease TTL
+  std::uint64_t acquiring_ttl_ms = 5'000; ///< 2-phase: time to commit before the record lapses
+  std::uint64_t lock_delay_ms = 0;        ///< after an expiry the name stays unavailable; 0 = off
+  LockMode mode = LockMode::lease;
+  std::optional<std::uint64_t> worker_ttl_ms;  ///< preemptible only; default = ttl_ms
+  std::uint64_t max_names = 1'000'000;    ///< name table capacity (also bounds the store)
+  std::uint64_t max_workers = 65'536;     ///< preemptible: worker-liveness table capacity
+  std::optional<std::string> generate_key_path;  ///< --generate-key: write a key and exit
+
+  /// The worker-liveness TTL in force (preemptible mode), in ms.
+  std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }
+};
+
+/// Adds lockd's flags to `app`, bound to `cfg`.
+void add_lockd_flags(CLI::App& app, LockdConfig& cfg);
+
+/// Empty when `cfg` is usable; otherwise one message that names the flag(s) and says why
+/// (e.g. "--worker-ttl-ms applies to --mode preemptible only").
+std::string validate(const LockdConfig& cfg);
+
+std::string_view to_string(LockMode m) noexcept;
+
+/// True for a numeric "A.B.C.D:PORT" or "[v6]:PORT" (no DNS).
+bool listen_address_ok(std::string_view text);
+
+}  // namespace leasehold::lockd

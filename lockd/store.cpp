@@ -1,0 +1,364 @@
+#include "lockd/store.hpp"
+
+#include <sqlite3.h>
+
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+namespace leasehold::lockd {
+namespace {
+
+constexpr char kSqliteMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f',
+                                   'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
+constexpr std::size_t kSqliteHeaderBytes = 100;
+
+std::uint32_t be32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+template <class Tag>
+std::array<unsigned char, 16> id_bytes(const Id<Tag>& id) {
+  std::array<unsigned char, 16> b{};
+  for (int i = 0; i < 8; ++i) {
+    b[static_cast<std::size_t>(i)] = static_cast<unsigned char>(id.hi >> (56 - 8 * i));
+    b[static_cast<std::size_t>(8 + i)] = static_cast<unsigned char>(id.lo >> (56 - 8 * i));
+  }
+  return b;
+}
+
+template <class Tag>
+Id<Tag> id_from_column(sqlite3_stmt* st, int col) {
+  Id<Tag> id;
+  const void* blob = sqlite3_column_blob(st, col);
+  if (blob == nullptr || sqlite3_column_bytes(st, col) != 16) return id;
+  const auto* p = static_cast<const unsigned char*>(blob);
+  for (int i = 0; i < 8; ++i) {
+    id.hi = (id.hi << 8) | p[i];
+    id.lo = (id.lo << 8) | p[8 + i];
+  }
+  return id;
+}
+
+bool file_exists(const std::string& path, struct stat* st) {
+  return ::stat(path.c_str(), st) == 0;
+}
+
+// The header check of an existing file, done with plain reads before SQLite touches it:
+// a foreign or non-database file is refused without any byte of it (or a -wal/-shm beside
+// it) being created or changed.
+void check_existing_header(const std::string& path, const struct stat& st) {
+  if (!S_ISREG(st.st_mode)) throw StoreError("store " + path + ": not a regular file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw StoreError("store " + path + ": cannot open for reading: " + std::strerror(errno));
+  unsigned char header[kSqliteHeaderBytes] = {};
+  const ssize_t n = ::pread(fd, header, sizeof header, 0);
+  const int read_errno = errno;
+  ::close(fd);
+  if (n < 0) throw StoreError("store " + path + ": cannot read: " + std::strerror(read_errno));
+  if (n == 0) {
+    struct stat wal {};
+    if (file_exists(path + "-wal", &wal) && wal.st_size > 0)
+      throw StoreError("store " + path +
+                       ": the file is empty but a non-empty " + path +
+                       "-wal lies beside it; this is not a lockd store (refusing to touch it)");
+    return;  // an empty file: a fresh store
+  }
+  if (static_cast<std::size_t>(n) < kSqliteHeaderBytes ||
+      std::memcmp(header, kSqliteMagic, sizeof kSqliteMagic) != 0)
+    throw StoreError("store " + path +
+                     ": not a SQLite database (bad header magic); refusing to use or change it");
+  const std::uint32_t app_id = be32(header + 68);
+  if (app_id != kStoreApplicationId) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "application_id is 0x%08x, a lockd store has 0x%08x", app_id,
+                  kStoreApplicationId);
+    throw StoreError("store " + path + ": a SQLite database of another application (" + buf +
+                     "); refusing to use or change it");
+  }
+  const std::uint32_t version = be32(header + 60);
+  if (version > kStoreSchemaVersion)
+    throw StoreError("store " + path + ": schema version " + std::to_string(version) +
+                     " is newer than this lockd understands (" +
+                     std::to_string(kStoreSchemaVersion) + "); refusing to change it");
+}
+
+}  // namespace
+
+void NameStore::fail(const std::string& what) const {
+  const char* msg = db_ != nullptr ? sqlite3_errmsg(db_) : "out of memory";
+  const int code = db_ != nullptr ? sqlite3_extended_errcode(db_) : SQLITE_NOMEM;
+  std::string hint;
+  switch (code & 0xff) {
+    case SQLITE_FULL: hint = " (the disk is full)"; break;
+    case SQLITE_READONLY: hint = " (the store or its directory is read-only)"; break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: hint = " (another process holds the store: is another lockd running?)"; break;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: hint = " (the store file is corrupt)"; break;
+    case SQLITE_IOERR: hint = " (an I/O error: disk full, read-only or failing?)"; break;
+    case SQLITE_CANTOPEN: hint = " (cannot open: missing directory or read-only file system?)"; break;
+    default: break;
+  }
+  throw StoreError("store " + path_ + ": " + what + ": " + msg + hint);
+}
+
+void NameStore::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    sqlite3_free(err);
+    fail(std::string("cannot run \"") + sql + "\"");
+  }
+}
+
+NameStore::NameStore(const std::string& path) : path_(path) {
+  if (path.empty()) throw StoreError("store path is empty");
+  struct stat st {};
+  const bool existed = file_exists(path, &st);
+  if (existed) check_existing_header(path, st);
+  const bool fresh = !existed || st.st_size == 0;
+
+  // On any refusal below: close without a checkpoint (no write to the main file), and remove
+  // a file this constructor created.
+  auto cleanup = [&] {
+    if (upsert_ != nullptr) sqlite3_finalize(upsert_);
+    if (raise_high_water_ != nullptr) sqlite3_finalize(raise_high_water_);
+    upsert_ = raise_high_water_ = nullptr;
+    if (db_ != nullptr) {
+      sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+      sqlite3_close_v2(db_);
+      db_ = nullptr;
+    }
+    if (!existed) {
+      ::unlink(path.c_str());
+      ::unlink((path + "-journal").c_str());
+      ::unlink((path + "-wal").c_str());
+    }
+  };
+
+  try {
+    const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (existed ? 0 : SQLITE_OPEN_CREATE);
+    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK)
+      fail(existed ? "cannot open" : "cannot create");
+    sqlite3_extended_result_codes(db_, 1);
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+    if (sqlite3_db_readonly(db_, "main") == 1)
+      throw StoreError("store " + path + ": opened read-only (read-only file or file system); "
+                       "lockd needs to write its store");
+    // One lockd per store: EXCLUSIVE locking is taken before the first access, so a second
+    // lockd on the same file fails with "busy" rather than sharing it; WAL then needs no -shm.
+    exec("PRAGMA locking_mode=EXCLUSIVE");
+    sqlite3_busy_timeout(db_, 0);
+
+    if (!fresh) {
+      sqlite3_stmt* st_check = nullptr;
+      if (sqlite3_prepare_v2(db_, "PRAGMA quick_check", -1, &st_check, nullptr) != SQLITE_OK)
+        fail("cannot check integrity");
+      std::string verdict;
+      int rc;
+      while ((rc = sqlite3_step(st_check)) == SQLITE_ROW) {
+        const auto* t = sqlite3_column_text(st_check, 0);
+        if (!verdict.empty()) verdict += "; ";
+        verdict += t != nullptr ? reinterpret_cast<const char*>(t) : "?";
+        if (verdict.size() > 400) break;
+      }
+      sqlite3_finalize(st_check);
+      if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail("integrity check failed");
+      if (verdict != "ok")
+        throw StoreError("store " + path + ": corrupt (quick_check: " + verdict +
+                         "); refusing to use or change it");
+      // The header check read the main file; ask SQLite too (covers a -wal replayed at open).
+      sqlite3_stmt* q = nullptr;
+      std::int64_t app = -1, ver = -1;
+      if (sqlite3_prepare_v2(db_, "PRAGMA application_id", -1, &q, nullptr) == SQLITE_OK &&
+          sqlite3_step(q) == SQLITE_ROW)
+        app = sqlite3_column_int64(q, 0);
+      sqlite3_finalize(q);
+      if (sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &q, nullptr) == SQLITE_OK &&
+          sqlite3_step(q) == SQLITE_ROW)
+        ver = sqlite3_column_int64(q, 0);
+      sqlite3_finalize(q);
+      if (app != static_cast<std::int64_t>(kStoreApplicationId) ||
+          ver != static_cast<std::int64_t>(kStoreSchemaVersion))
+        throw StoreError("store " + path + ": not a lockd store of schema version " +
+                         std::to_string(kStoreSchemaVersion) + " (application_id " +
+                         std::to_string(app) + ", user_version " + std::to_string(ver) +
+                         "); refusing to change it");
+    } else {
+      // Created with a rollback journal, so the application_id is in the main file's header
+      // from the first commit on (the header check above can rely on it); WAL comes after.
+      exec("PRAGMA journal_mode=DELETE");
+      exec("BEGIN IMMEDIATE");
+      exec("CREATE TABLE meta(k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID");
+      exec("CREATE TABLE names("
+           " id BLOB PRIMARY KEY,"      // NameId, 16 bytes big-endian
+           " name TEXT NOT NULL,"
+           " state INTEGER NOT NULL,"   // StoredState
+           " epoch INTEGER NOT NULL,"   // the name's epoch high-water mark; never decreases
+           " old_epoch INTEGER NOT NULL,"
+           " owner BLOB, peer BLOB, worker BLOB,"
+           " ttl_ns INTEGER NOT NULL,"
+           " epoch_fresh INTEGER NOT NULL) WITHOUT ROWID");
+      exec("INSERT INTO meta(k, v) VALUES('open_count', 0), ('epoch_high_water', 0)");
+      exec(("PRAGMA application_id=" + std::to_string(kStoreApplicationId)).c_str());
+      exec(("PRAGMA user_version=" + std::to_string(kStoreSchemaVersion)).c_str());
+      exec("COMMIT");
+    }
+
+    // WAL + synchronous=FULL: a COMMIT returns after the WAL is fsynced, so commit == durable.
+    {
+      sqlite3_stmt* q = nullptr;
+      std::string mode;
+      if (sqlite3_prepare_v2(db_, "PRAGMA journal_mode=WAL", -1, &q, nullptr) == SQLITE_OK &&
+          sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0) != nullptr)
+        mode = reinterpret_cast<const char*>(sqlite3_column_text(q, 0));
+      sqlite3_finalize(q);
+      if (mode != "wal") fail("cannot switch to WAL mode (got \"" + mode + "\")");
+    }
+    exec("PRAGMA synchronous=FULL");
+
+    // The write probe: a read-only or full disk shows here, before lockd answers anyone.
+    exec("BEGIN IMMEDIATE");
+    try {
+      exec("UPDATE meta SET v = v + 1 WHERE k = 'open_count'");
+      exec("COMMIT");
+    } catch (...) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+    {
+      sqlite3_stmt* q = nullptr;
+      if (sqlite3_prepare_v2(db_, "SELECT v FROM meta WHERE k = 'open_count'", -1, &q, nullptr) ==
+              SQLITE_OK &&
+          sqlite3_step(q) == SQLITE_ROW)
+        open_count_ = static_cast<std::uint64_t>(sqlite3_column_int64(q, 0));
+      sqlite3_finalize(q);
+    }
+
+    if (sqlite3_prepare_v2(db_,
+                           "INSERT INTO names(id, name, state, epoch, old_epoch, owner, peer, worker,"
+                           " ttl_ns, epoch_fresh) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                           " ON CONFLICT(id) DO UPDATE SET name = excluded.name,"
+                           " state = excluded.state, epoch = excluded.epoch,"
+                           " old_epoch = excluded.old_epoch, owner = excluded.owner,"
+                           " peer = excluded.peer, worker = excluded.worker, ttl_ns = excluded.ttl_ns,"
+                           " epoch_fresh = excluded.epoch_fresh"
+                           " WHERE excluded.epoch >= names.epoch",
+                           -1, &upsert_, nullptr) != SQLITE_OK)
+      fail("cannot prepare the upsert");
+    if (sqlite3_prepare_v2(db_,
+                           "UPDATE meta SET v = ?1 WHERE k = 'epoch_high_water' AND v < ?1", -1,
+                           &raise_high_water_, nullptr) != SQLITE_OK)
+      fail("cannot prepare the high-water update");
+    // Opened and verified: a normal close may checkpoint again.
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+}
+
+NameStore::~NameStore() {
+  if (upsert_ != nullptr) sqlite3_finalize(upsert_);
+  if (raise_high_water_ != nullptr) sqlite3_finalize(raise_high_water_);
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+StoredTable NameStore::load() const {
+  StoredTable table;
+  std::vector<StoredName>& out = table.names;
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT v FROM meta WHERE k = 'epoch_high_water'", -1, &q, nullptr) !=
+      SQLITE_OK)
+    fail("cannot read the epoch high-water mark");
+  if (sqlite3_step(q) == SQLITE_ROW) table.epoch_high_water = static_cast<Epoch>(sqlite3_column_int64(q, 0));
+  sqlite3_finalize(q);
+  q = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT id, name, state, epoch, old_epoch, owner, peer, worker, ttl_ns, epoch_fresh"
+                         " FROM names ORDER BY id",
+                         -1, &q, nullptr) != SQLITE_OK)
+    fail("cannot read names");
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    StoredName n;
+    n.id = id_from_column<NameTag>(q, 0);
+    const auto* text = sqlite3_column_text(q, 1);
+    n.name = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+    const auto state = sqlite3_column_int64(q, 2);
+    if (state < 0 || state > 3) {
+      sqlite3_finalize(q);
+      throw StoreError("store " + path_ + ": name \"" + n.name + "\" has unknown state " +
+                       std::to_string(state) + " (corrupt store?)");
+    }
+    n.state = static_cast<StoredState>(state);
+    n.epoch = static_cast<Epoch>(sqlite3_column_int64(q, 3));
+    n.old_epoch = static_cast<Epoch>(sqlite3_column_int64(q, 4));
+    n.owner = id_from_column<SandboxTag>(q, 5);
+    n.peer = id_from_column<SandboxTag>(q, 6);
+    n.worker = id_from_column<WorkerTag>(q, 7);
+    n.ttl_ns = static_cast<std::uint64_t>(sqlite3_column_int64(q, 8));
+    n.epoch_fresh = sqlite3_column_int64(q, 9) != 0;
+    out.push_back(std::move(n));
+  }
+  sqlite3_finalize(q);
+  if (rc != SQLITE_DONE) fail("cannot read names");
+  return table;
+}
+
+void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water) {
+  if (changes.empty() && epoch_high_water == 0) return;
+  if (epoch_high_water > static_cast<Epoch>(std::numeric_limits<std::int64_t>::max()))
+    throw StoreError("store " + path_ + ": epoch high-water mark exceeds 2^63-1");
+  if (changes.size() > kStoreBatchChangesMax)
+    throw StoreError("store " + path_ + ": batch of " + std::to_string(changes.size()) +
+                     " changes exceeds kStoreBatchChangesMax");
+  exec("BEGIN IMMEDIATE");
+  try {
+    for (const StoredName& n : changes) {
+      if (n.epoch > static_cast<Epoch>(std::numeric_limits<std::int64_t>::max()))
+        throw StoreError("store " + path_ + ": epoch of \"" + n.name + "\" exceeds 2^63-1");
+      const auto id = id_bytes(n.id);
+      const auto owner = id_bytes(n.owner);
+      const auto peer = id_bytes(n.peer);
+      const auto worker = id_bytes(n.worker);
+      sqlite3_reset(upsert_);
+      sqlite3_bind_blob(upsert_, 1, id.data(), 16, SQLITE_STATIC);
+      sqlite3_bind_text(upsert_, 2, n.name.data(), static_cast<int>(n.name.size()), SQLITE_STATIC);
+      sqlite3_bind_int(upsert_, 3, static_cast<int>(n.state));
+      sqlite3_bind_int64(upsert_, 4, static_cast<std::int64_t>(n.epoch));
+      sqlite3_bind_int64(upsert_, 5, static_cast<std::int64_t>(n.old_epoch));
+      sqlite3_bind_blob(upsert_, 6, owner.data(), 16, SQLITE_STATIC);
+      sqlite3_bind_blob(upsert_, 7, peer.data(), 16, SQLITE_STATIC);
+      sqlite3_bind_blob(upsert_, 8, worker.data(), 16, SQLITE_STATIC);
+      sqlite3_bind_int64(upsert_, 9, static_cast<std::int64_t>(n.ttl_ns));
+      sqlite3_bind_int(upsert_, 10, n.epoch_fresh ? 1 : 0);
+      if (sqlite3_step(upsert_) != SQLITE_DONE) fail("cannot write name \"" + n.name + "\"");
+      if (sqlite3_changes(db_) != 1)
+        throw StoreError("store " + path_ + ": refusing to lower the epoch of \"" + n.name +
+                         "\" to " + std::to_string(n.epoch) + " (epochs never decrease)");
+    }
+    sqlite3_reset(upsert_);
+    if (epoch_high_water != 0) {
+      sqlite3_reset(raise_high_water_);
+      sqlite3_bind_int64(raise_high_water_, 1, static_cast<std::int64_t>(epoch_high_water));
+      if (sqlite3_step(raise_high_water_) != SQLITE_DONE) fail("cannot raise the epoch high-water mark");
+      sqlite3_reset(raise_high_water_);
+    }
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_reset(upsert_);
+    sqlite3_reset(raise_high_water_);
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+}  // namespace leasehold::lockd

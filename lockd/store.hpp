@@ -1,0 +1,117 @@
+// leasehold/lockd: the durable name store (SQLite, the embedded default).
+//
+// What it holds: one row per name that lockd has ever granted, with the name's ownership
+// state and its epoch. The epoch column is the name's durable epoch high-water mark: a row's
+// epoch never decreases (the upsert refuses to lower it), so after any restart the next
+// grant of that name is strictly above every epoch ever acknowledged (DESIGN.md "lockd",
+// "Time": epochs continue from the durable high-water mark).
+//
+// What it does not hold: refreshes and expiry deadlines. Those stay in memory; a restart
+// counts every held lease as refreshed at restart time (never shortens a lease).
+//
+// Optimised for: group commit. `commit()` writes a whole batch of ownership changes in one
+// transaction, and with WAL + synchronous=FULL one commit is one fsync, so a batch of N
+// changes costs one disk flush. `StoreThread` (store_thread.hpp) drives it off the io loop.
+//
+// Safety on open: a file that is not a SQLite database, is a SQLite database of another
+// application (wrong application_id), has a newer schema, or fails `PRAGMA quick_check` is
+// refused and left byte-for-byte as it was; a read-only or full disk is refused before
+// anything is acknowledged (a write probe runs at open).
+#pragma once
+
+#include "lease/types.hpp"
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace leasehold::lockd {
+
+/// The durable state of one name. Field meaning depends on `state`:
+///  - free:         epoch = high-water mark; peer = reserved_for (nil: not reserved);
+///                  epoch_fresh = the epoch was allocated (transfer, revoke, reassign) but not
+///                  granted yet, so the next grant takes it rather than epoch + 1
+///  - acquiring:    epoch = allocated at acquire; owner = acquiring sandbox (dropped at restart:
+///                  it rebuilds as free at the same epoch)
+///  - held:         epoch, owner, worker, ttl_ns (the lease TTL it was granted with)
+///  - transferring: epoch = new_epoch, old_epoch, owner = from, peer = to, worker = from's worker
+enum class StoredState : std::uint8_t { free = 0, acquiring = 1, held = 2, transferring = 3 };
+
+struct StoredName {
+  NameId id;
+  std::string name;  ///< the name text (1..128 bytes, validate_name)
+  StoredState state = StoredState::free;
+  Epoch epoch = 0;
+  Epoch old_epoch = 0;
+  SandboxId owner;
+  SandboxId peer;
+  WorkerId worker;
+  std::uint64_t ttl_ns = 0;  ///< informational: the TTL of the grant (restart uses its own)
+  bool epoch_fresh = false;
+  friend bool operator==(const StoredName&, const StoredName&) = default;
+};
+
+/// Everything load() returns: the rows and the table-wide epoch high-water mark (the largest
+/// epoch ever allocated, including epochs of names no longer in the table).
+struct StoredTable {
+  std::vector<StoredName> names;
+  Epoch epoch_high_water = 0;
+};
+
+/// Why the store refused to open or to commit. `what()` names the file and the problem.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// SQLite `application_id` of a leasehold lockd store ("LHLD").
+inline constexpr std::uint32_t kStoreApplicationId = 0x4C484C44;
+/// Schema version (PRAGMA user_version). A store with a higher version is refused.
+inline constexpr std::uint32_t kStoreSchemaVersion = 1;
+/// Upper bound on the changes written in one transaction (bounds a transaction's WAL growth).
+inline constexpr std::size_t kStoreBatchChangesMax = 16384;
+
+class NameStore {
+ public:
+  /// Opens (creating when absent) the store at `path`. Checks, before any write: the file is
+  /// empty or a SQLite database whose application_id is ours (or 0 with no tables, i.e. fresh)
+  /// and whose schema version we know; `PRAGMA quick_check` passes. Then switches to WAL
+  /// with synchronous=FULL and runs a write probe (increments the open counter), so a
+  /// read-only or full disk is detected here. Throws StoreError naming the cause; on a
+  /// refusal the file is left as it was (a file this call created is removed again).
+  explicit NameStore(const std::string& path);
+  ~NameStore();
+  NameStore(const NameStore&) = delete;
+  NameStore& operator=(const NameStore&) = delete;
+
+  /// All rows, in name-id order, and the high-water mark. Used at restart to rebuild the table.
+  StoredTable load() const;
+
+  /// Writes `changes` (upserts by id) and raises the stored high-water mark to
+  /// `epoch_high_water` (never lowers it) in one transaction; returns when it is durable.
+  /// A change never lowers a stored epoch (such a change is an invariant breach: throws).
+  /// Throws StoreError on an I/O error (disk full, read-only, ...); the transaction is then
+  /// rolled back and nothing in the batch is durable.
+  void commit(std::span<const StoredName> changes, Epoch epoch_high_water = 0);
+
+  /// How many times this store has been opened (1 on a fresh store). Durable.
+  std::uint64_t open_count() const noexcept { return open_count_; }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  void exec(const char* sql);
+  [[noreturn]] void fail(const std::string& what) const;
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* upsert_ = nullptr;
+  sqlite3_stmt* raise_high_water_ = nullptr;
+  std::uint64_t open_count_ = 0;
+};
+
+}  // namespace leasehold::lockd

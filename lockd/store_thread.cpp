@@ -1,0 +1,132 @@
+#include "lockd/store_thread.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <ctime>
+
+namespace leasehold::lockd {
+namespace {
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+StoreThread::StoreThread(std::unique_ptr<NameStore> store, int wake_fd)
+    : store_(std::move(store)), wake_fd_(wake_fd) {
+  samples_ns_.reserve(kCommitSamplesMax);
+  thread_ = std::thread([this] { run(); });
+}
+
+StoreThread::~StoreThread() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+bool StoreThread::submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water) {
+  assert(changes.size() <= kStoreBatchChangesMax);
+  assert(seq > last_seq_);
+  {
+    std::lock_guard lock(mu_);
+    if (!failure_.empty()) return false;
+    if (queue_.size() + (committing_ ? 1 : 0) >= kBatchesInFlightMax) return false;
+    queue_.push_back(Batch{std::move(changes), seq, epoch_high_water});
+  }
+  changes.clear();
+  last_seq_ = seq;
+  cv_.notify_one();
+  return true;
+}
+
+std::size_t StoreThread::in_flight() const {
+  std::lock_guard lock(mu_);
+  return queue_.size() + (committing_ ? 1 : 0);
+}
+
+std::string StoreThread::failure() const {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+StoreStats StoreThread::stats() const {
+  std::vector<std::uint64_t> s;
+  StoreStats out;
+  {
+    std::lock_guard lock(mu_);
+    out = stats_;
+    s = samples_ns_;
+  }
+  if (!s.empty()) {
+    auto pct = [&](double p) {
+      const std::size_t k = std::min(s.size() - 1, static_cast<std::size_t>(p * static_cast<double>(s.size())));
+      std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k), s.end());
+      return s[k];
+    };
+    out.commit_ns_p50 = pct(0.50);
+    out.commit_ns_p99 = pct(0.99);
+  }
+  return out;
+}
+
+void StoreThread::wake() const noexcept {
+  if (wake_fd_ < 0) return;
+  const std::uint64_t one = 1;
+  // An eventfd write only fails when the counter would overflow (it will not: the loop reads it).
+  [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void StoreThread::run() {
+  for (;;) {
+    Batch batch;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+      committing_ = true;
+    }
+    const std::uint64_t t0 = monotonic_ns();
+    std::string error;
+    try {
+      store_->commit(batch.changes, batch.epoch_high_water);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const std::uint64_t dt = monotonic_ns() - t0;
+    {
+      std::lock_guard lock(mu_);
+      committing_ = false;
+      if (!error.empty()) {
+        failure_ = error;
+        queue_.clear();
+      } else {
+        ++stats_.commits;
+        stats_.changes += batch.changes.size();
+        stats_.batch_changes_max = std::max<std::uint64_t>(stats_.batch_changes_max, batch.changes.size());
+        stats_.commit_ns_max = std::max(stats_.commit_ns_max, dt);
+        if (samples_ns_.size() < kCommitSamplesMax) samples_ns_.push_back(dt);
+        else samples_ns_[sample_next_] = dt;
+        sample_next_ = (sample_next_ + 1) % kCommitSamplesMax;
+      }
+    }
+    if (!error.empty()) {
+      failed_.store(true, std::memory_order_release);
+      wake();
+      return;
+    }
+    durable_seq_.store(batch.seq, std::memory_order_release);
+    wake();
+  }
+}
+
+}  // namespace leasehold::lockd

@@ -1,0 +1,98 @@
+// leasehold/lockd: group commit on a dedicated store thread.
+//
+// The io loop never blocks on disk. It collects the ownership changes of a loop turn into a
+// batch, tagged with a sequence number (the highest change sequence in it), hands the batch
+// over with `submit()` and keeps serving. The store thread commits the batch in one SQLite
+// transaction (one fsync), publishes "durable up to seq" and writes the wake eventfd so the
+// loop sends the answers that waited for it (DESIGN.md "lockd": ownership changes are
+// durable before the answer goes out).
+//
+// Optimised for: many changes per fsync. While one batch commits, the loop keeps collecting
+// into the next one, so under load the batch grows until one commit absorbs a whole fsync
+// time's worth of changes. Bounded: at most kBatchesInFlightMax batches are queued; when the
+// queue is full `submit()` says so and the loop keeps collecting (and, past its own bound,
+// sheds load).
+//
+// A commit that fails (disk full, I/O error) is fatal: nothing of that batch was answered, the
+// thread stops and reports the error; lockd exits and a restart recovers from the store.
+#pragma once
+
+#include "lockd/store.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace leasehold::lockd {
+
+inline constexpr std::size_t kBatchesInFlightMax = 2;
+/// Commit latencies kept for the p50/p99 in stats (a ring of the most recent commits).
+inline constexpr std::size_t kCommitSamplesMax = 4096;
+
+struct StoreStats {
+  std::uint64_t commits = 0;
+  std::uint64_t changes = 0;
+  std::uint64_t batch_changes_max = 0;
+  std::uint64_t commit_ns_p50 = 0;  ///< over the last kCommitSamplesMax commits
+  std::uint64_t commit_ns_p99 = 0;
+  std::uint64_t commit_ns_max = 0;
+};
+
+class StoreThread {
+ public:
+  /// Takes the opened store. `wake_fd` (an eventfd, not owned) gets a write of 1 after every
+  /// commit and on failure; -1 = no wake (tests poll durable_seq()).
+  StoreThread(std::unique_ptr<NameStore> store, int wake_fd);
+  /// Commits what is queued, then stops and joins.
+  ~StoreThread();
+  StoreThread(const StoreThread&) = delete;
+  StoreThread& operator=(const StoreThread&) = delete;
+
+  /// Loop thread: queue `changes` (at most kStoreBatchChangesMax), durable once durable_seq()
+  /// >= seq. `seq` must increase from call to call. Returns false (and leaves `changes`
+  /// untouched) when kBatchesInFlightMax batches are already queued or the thread failed.
+  /// `epoch_high_water`: the table's high-water mark when the batch was cut (written with it).
+  bool submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water = 0);
+
+  /// Highest seq whose batch is durable (acquire ordering: pairs with the commit's release).
+  std::uint64_t durable_seq() const noexcept { return durable_seq_.load(std::memory_order_acquire); }
+  /// Batches queued or committing.
+  std::size_t in_flight() const;
+  /// Set once a commit failed; the message names the store and the cause.
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  std::string failure() const;
+  StoreStats stats() const;
+
+ private:
+  struct Batch {
+    std::vector<StoredName> changes;
+    std::uint64_t seq = 0;
+    Epoch epoch_high_water = 0;
+  };
+  void run();
+  void wake() const noexcept;
+
+  std::unique_ptr<NameStore> store_;
+  int wake_fd_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;      // guarded by mu_
+  bool committing_ = false;      // guarded by mu_
+  bool stop_ = false;            // guarded by mu_
+  std::string failure_;          // guarded by mu_
+  std::vector<std::uint64_t> samples_ns_;  // guarded by mu_; ring of kCommitSamplesMax
+  std::size_t sample_next_ = 0;  // guarded by mu_
+  StoreStats stats_;             // guarded by mu_ (percentiles computed in stats())
+  std::uint64_t last_seq_ = 0;   // loop thread only
+  std::atomic<std::uint64_t> durable_seq_{0};
+  std::atomic<bool> failed_{false};
+  std::thread thread_;
+};
+
+}  // namespace leasehold::lockd

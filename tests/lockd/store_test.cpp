@@ -1,0 +1,311 @@
+// The durable name store: round trip, the epoch high-water rule, and refusals that leave the
+// file as it was (foreign, not-a-database, corrupt, newer schema, in use, read-only, full).
+#include "lockd/store.hpp"
+#include "lockd/store_thread.hpp"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+namespace leasehold::lockd {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const fs::path& p, const std::string& b) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << b;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/lockd-store-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+StoredName held(std::uint64_t k, Epoch e) {
+  StoredName n;
+  n.name = "svc/name-" + std::to_string(k);
+  n.id = name_id_of(n.name);
+  n.state = StoredState::held;
+  n.epoch = e;
+  n.owner = SandboxId{1, k};
+  n.worker = WorkerId{2, k};
+  n.ttl_ns = 10'000'000'000;
+  return n;
+}
+
+std::string expect_refused(const fs::path& p, const std::string& needle) {
+  try {
+    NameStore s(p.string());
+    ADD_FAILURE() << "store " << p << " opened; expected a refusal mentioning \"" << needle << "\"";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    return e.what();
+  }
+  return {};
+}
+
+TEST(NameStore, RoundTripAndOpenCount) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  std::vector<StoredName> rows;
+  for (std::uint64_t k = 0; k < 10; ++k) rows.push_back(held(k, k + 1));
+  rows[3].state = StoredState::transferring;
+  rows[3].old_epoch = 3;
+  rows[3].peer = SandboxId{9, 9};
+  rows[4].state = StoredState::free;
+  rows[4].peer = SandboxId{7, 7};
+  {
+    NameStore s(p.string());
+    EXPECT_EQ(s.open_count(), 1u);
+    EXPECT_TRUE(s.load().names.empty());
+    rows[5].epoch_fresh = true;
+    s.commit(rows, 77);
+  }
+  NameStore s(p.string());
+  EXPECT_EQ(s.open_count(), 2u);
+  auto table = s.load();
+  EXPECT_EQ(table.epoch_high_water, 77u);
+  s.commit({}, 50);  // never lowers the high-water mark
+  EXPECT_EQ(s.load().epoch_high_water, 77u);
+  auto& loaded = table.names;
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    auto ba = a.id, bb = b.id;
+    return std::tie(ba.hi, ba.lo) < std::tie(bb.hi, bb.lo);
+  });
+  ASSERT_EQ(loaded.size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(loaded[i], rows[i]) << i;
+}
+
+TEST(NameStore, EpochNeverDecreases) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  NameStore s(p.string());
+  std::vector<StoredName> a{held(1, 42)};
+  s.commit(a);
+  a[0].state = StoredState::free;  // release keeps the epoch: allowed
+  s.commit(a);
+  std::vector<StoredName> lower{held(1, 41)};
+  EXPECT_THROW(s.commit(lower), StoreError);
+  auto loaded = s.load().names;
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].epoch, 42u);
+  EXPECT_EQ(loaded[0].state, StoredState::free);
+}
+
+TEST(NameStore, RefusesNonDatabaseUntouched) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  write_bytes(p, std::string("this is a text file, not a database\n") + std::string(200, 'x'));
+  const auto before = read_bytes(p);
+  expect_refused(p, "not a SQLite database");
+  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_FALSE(fs::exists(dir.path() / "lockd.db-wal"));
+}
+
+TEST(NameStore, RefusesForeignSqliteUntouched) {
+  TempDir dir;
+  const auto p = dir.path() / "other.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES(1);", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const auto before = read_bytes(p);
+  expect_refused(p, "another application");
+  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_FALSE(fs::exists(dir.path() / "other.db-wal"));
+}
+
+TEST(NameStore, RefusesNewerSchemaUntouched) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  { NameStore s(p.string()); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA journal_mode=DELETE; PRAGMA user_version=99;", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const auto before = read_bytes(p);
+  expect_refused(p, "schema version 99");
+  EXPECT_EQ(read_bytes(p), before);
+}
+
+TEST(NameStore, RefusesCorruptUntouched) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  {
+    NameStore s(p.string());
+    std::vector<StoredName> rows;
+    for (std::uint64_t k = 0; k < 2000; ++k) rows.push_back(held(k, 1));
+    s.commit(rows);
+  }  // close checkpoints the WAL into the main file
+  auto bytes = read_bytes(p);
+  ASSERT_GT(bytes.size(), 8u * 4096u);
+  std::mt19937 rng(7);
+  for (std::size_t i = 4096 * 2; i < bytes.size(); i += 97) bytes[i] = static_cast<char>(rng());
+  write_bytes(p, bytes);
+  expect_refused(p, "corrupt");
+  EXPECT_EQ(read_bytes(p), bytes);
+}
+
+TEST(NameStore, RefusesSecondOpener) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  NameStore first(p.string());
+  expect_refused(p, "another process");
+}
+
+TEST(NameStore, FreshStoreOnRefusalIsRemoved) {
+  const fs::path p = "/nonexistent-dir-for-lockd/lockd.db";
+  expect_refused(p, "cannot create");
+  EXPECT_FALSE(fs::exists(p));
+}
+
+// Runs `body` in a child in a private mount namespace with a tmpfs at `dir`; returns the
+// child's exit code, or -1 when the namespace or mount is not permitted (the test skips).
+int in_private_tmpfs(const fs::path& dir, const char* options, const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNS) != 0) ::_exit(100);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(100);
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options) != 0) ::_exit(100);
+    ::_exit(body());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status)) return -2;
+  return WEXITSTATUS(status) == 100 ? -1 : WEXITSTATUS(status);
+}
+
+// Exit codes of the child bodies below: 0 = refused as expected with the file unchanged.
+TEST(NameStore, RefusesReadOnlyFileSystemUntouched) {
+  TempDir dir;
+  const int rc = in_private_tmpfs(dir.path(), "size=4m", [&]() -> int {
+    const auto p = dir.path() / "lockd.db";
+    {
+      NameStore s(p.string());
+      std::vector<StoredName> rows{held(1, 5)};
+      s.commit(rows);
+    }
+    const auto before = read_bytes(p);
+    if (::mount(nullptr, dir.path().c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr) != 0) return 100;
+    try {
+      NameStore s(p.string());
+      return 1;  // opened: wrong
+    } catch (const StoreError& e) {
+      const std::string what = e.what();
+      if (what.find("read-only") == std::string::npos) {
+        fprintf(stderr, "unexpected message: %s\n", e.what());
+        return 2;
+      }
+    }
+    return read_bytes(p) == before ? 0 : 3;
+  });
+  if (rc == -1) GTEST_SKIP() << "cannot create a private mount namespace with a tmpfs here";
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(NameStore, RefusesFullDiskUntouched) {
+  TempDir dir;
+  const int rc = in_private_tmpfs(dir.path(), "size=1m", [&]() -> int {
+    const auto p = dir.path() / "lockd.db";
+    {
+      NameStore s(p.string());
+      std::vector<StoredName> rows{held(1, 5)};
+      s.commit(rows);
+    }
+    const auto before = read_bytes(p);
+    {  // fill the file system
+      std::ofstream fill(dir.path() / "fill", std::ios::binary);
+      const std::string chunk(4096, 'f');
+      for (int i = 0; i < 1024 && fill.good(); ++i) fill.write(chunk.data(), chunk.size()), fill.flush();
+    }
+    try {
+      NameStore s(p.string());
+      return 1;
+    } catch (const StoreError& e) {
+      const std::string what = e.what();
+      if (what.find("full") == std::string::npos) {
+        fprintf(stderr, "unexpected message: %s\n", e.what());
+        return 2;
+      }
+    }
+    return read_bytes(p) == before ? 0 : 3;
+  });
+  if (rc == -1) GTEST_SKIP() << "cannot create a private mount namespace with a tmpfs here";
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(StoreThread, GroupCommitPublishesDurableSeq) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  const int efd = ::eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(efd, 0);
+  {
+    StoreThread t(std::make_unique<NameStore>(p.string()), efd);
+    std::vector<StoredName> b1{held(1, 1), held(2, 1)};
+    ASSERT_TRUE(t.submit(b1, 1));
+    EXPECT_TRUE(b1.empty());
+    std::uint64_t woken = 0;
+    ASSERT_EQ(::read(efd, &woken, sizeof woken), static_cast<ssize_t>(sizeof woken));
+    while (t.durable_seq() < 1) ::usleep(100);
+    std::vector<StoredName> b2{held(1, 2)};
+    ASSERT_TRUE(t.submit(b2, 5));
+    while (t.durable_seq() < 5) ASSERT_EQ(::read(efd, &woken, sizeof woken), 8);
+    EXPECT_FALSE(t.failed());
+    const auto st = t.stats();
+    EXPECT_EQ(st.commits, 2u);
+    EXPECT_EQ(st.changes, 3u);
+    EXPECT_EQ(st.batch_changes_max, 2u);
+    EXPECT_GT(st.commit_ns_p50, 0u);
+  }
+  ::close(efd);
+  NameStore s(p.string());
+  auto rows = s.load().names;
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& r : rows) EXPECT_EQ(r.epoch, r.name == "svc/name-1" ? 2u : 1u);
+}
+
+TEST(StoreThread, FailedCommitIsReportedNotDurable) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  StoreThread t(std::make_unique<NameStore>(p.string()), -1);
+  std::vector<StoredName> b1{held(1, 10)};
+  ASSERT_TRUE(t.submit(b1, 1));
+  while (t.durable_seq() < 1) ::usleep(100);
+  std::vector<StoredName> lower{held(1, 3)};  // would lower an epoch: the store refuses
+  ASSERT_TRUE(t.submit(lower, 2));
+  while (!t.failed()) ::usleep(100);
+  EXPECT_EQ(t.durable_seq(), 1u);
+  EXPECT_NE(t.failure().find("epochs never decrease"), std::string::npos) << t.failure();
+  std::vector<StoredName> more{held(2, 1)};
+  EXPECT_FALSE(t.submit(more, 3));
+}
+
+}  // namespace
+}  // namespace leasehold::lockd
