@@ -1,0 +1,200 @@
+#include "supervisor/config.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace leasehold {
+namespace {
+
+constexpr std::int64_t kNsPerMs = 1'000'000;
+
+std::string ms_text(double ns) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f ms", ns / 1e6);
+  return buf;
+}
+
+template <class Id>
+Id random_uuid_v4() {
+  std::uint8_t b[16] = {};
+  std::size_t got = 0;
+  while (got < sizeof b) {
+    const ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n > 0) got += static_cast<std::size_t>(n);
+  }
+  b[6] = static_cast<std::uint8_t>((b[6] & 0x0f) | 0x40);  // version 4
+  b[8] = static_cast<std::uint8_t>((b[8] & 0x3f) | 0x80);  // RFC 4122 variant
+  Id id;
+  for (int i = 0; i < 8; ++i) {
+    id.hi = (id.hi << 8) | b[i];
+    id.lo = (id.lo << 8) | b[8 + i];
+  }
+  return id;
+}
+
+}  // namespace
+
+std::int64_t pause_budget_ns(std::uint64_t ttl_ms, std::uint64_t kill_after_ms, double rho,
+                             std::uint64_t wheel_granularity_ns,
+                             std::uint64_t kill_latency_budget_ms) {
+  const long double left = static_cast<long double>(kill_after_ms) * kNsPerMs * (1.0L + rho) +
+                           static_cast<long double>(wheel_granularity_ns) +
+                           static_cast<long double>(kill_latency_budget_ms) * kNsPerMs;
+  const long double ttl = static_cast<long double>(ttl_ms) * kNsPerMs;
+  return static_cast<std::int64_t>(std::llround(ttl - left));  // to the nearest ns
+}
+
+ConfigCheck check_config(const SupervisorConfig& c) {
+  ConfigCheck r;
+  auto refuse = [&](std::string why) {
+    r.ok = false;
+    r.error = std::move(why);
+    return r;
+  };
+  if (c.lockd_address.empty()) return refuse("--lockd is required (host:port of leasehold-lockd)");
+  if (c.key_file.empty()) return refuse("--key-file is required (the HMAC key shared with lockd)");
+  if (c.ttl_ms == 0 || c.ttl_ms > kTtlMsMax)
+    return refuse("--ttl-ms " + std::to_string(c.ttl_ms) + " is out of range 1.." +
+                  std::to_string(kTtlMsMax));
+  if (c.kill_after_ms == 0) return refuse("--kill-after-ms must be > 0");
+  if (c.heartbeat_interval_ms == 0) return refuse("--heartbeat-interval-ms must be > 0");
+  if (!(c.clock_rate_bound >= 0.0) || c.clock_rate_bound > kClockRateBoundMax)
+    return refuse("--clock-rate-bound " + std::to_string(c.clock_rate_bound) +
+                  " is out of range 0.." + std::to_string(kClockRateBoundMax));
+  if (c.slots == 0 || c.slots > kSlotsMax)
+    return refuse("--slots " + std::to_string(c.slots) + " is out of range 1.." +
+                  std::to_string(kSlotsMax));
+  if (c.rt_priority < 1 || c.rt_priority > 99)
+    return refuse("--rt-priority " + std::to_string(c.rt_priority) +
+                  " is out of range 1..99 (SCHED_FIFO)");
+
+  // DESIGN.md "Time": kill_after·(1+ρ) + wheel_granularity + kill_latency_budget < ttl·(1−ρ).
+  const double rho = c.clock_rate_bound;
+  const double kill_after_ns = static_cast<double>(c.kill_after_ms) * kNsPerMs;
+  const double ttl_ns = static_cast<double>(c.ttl_ms) * kNsPerMs;
+  const double left = kill_after_ns * (1.0 + rho) + static_cast<double>(c.wheel_granularity_ns) +
+                      static_cast<double>(c.kill_latency_budget_ms) * kNsPerMs;
+  const double right = ttl_ns * (1.0 - rho);
+  r.pause_budget_ns = pause_budget_ns(c.ttl_ms, c.kill_after_ms, rho, c.wheel_granularity_ns,
+                                      c.kill_latency_budget_ms);
+  if (!(left < right)) {
+    return refuse(
+        "unsafe timing (DESIGN.md \"Time\"): kill_after*(1+rho) + wheel_granularity + "
+        "kill_latency_budget = " +
+        ms_text(kill_after_ns * (1.0 + rho)) + " + " +
+        ms_text(static_cast<double>(c.wheel_granularity_ns)) + " + " +
+        ms_text(static_cast<double>(c.kill_latency_budget_ms) * kNsPerMs) + " = " + ms_text(left) +
+        " is not below ttl*(1-rho) = " + ms_text(right) +
+        "; lower --kill-after-ms or --kill-latency-budget-ms, or raise --ttl-ms (and lockd's TTL)");
+  }
+
+  // At least kMinRefreshAttempts refreshes must fit in kill_after, or one lost datagram
+  // (or one slow answer) fires the kill-switch.
+  r.refresh_attempts = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(c.kill_after_ms / c.heartbeat_interval_ms, UINT32_MAX));
+  if (r.refresh_attempts < kMinRefreshAttempts) {
+    return refuse("--heartbeat-interval-ms " + std::to_string(c.heartbeat_interval_ms) +
+                  " allows only " + std::to_string(r.refresh_attempts) +
+                  " refresh attempt(s) within --kill-after-ms " + std::to_string(c.kill_after_ms) +
+                  "; at least " + std::to_string(kMinRefreshAttempts) +
+                  " are needed so that one lost datagram does not fire the kill-switch "
+                  "(use an interval <= " +
+                  std::to_string(c.kill_after_ms / kMinRefreshAttempts) + " ms)");
+  }
+  r.ok = true;
+  return r;
+}
+
+std::string default_control_socket_path() {
+  if (const char* env = std::getenv("LEASEHOLD_CONTROL_SOCKET"); env != nullptr && *env != '\0')
+    return env;
+  if (geteuid() == 0) return "/run/leasehold/supervisor.sock";
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0')
+    return std::string(xdg) + "/leasehold/supervisor.sock";
+  return "/tmp/leasehold-" + std::to_string(geteuid()) + "/supervisor.sock";
+}
+
+std::string default_shm_path(const WorkerId& worker) {
+  return "/dev/shm/leasehold-" + worker.str();
+}
+
+std::string_view to_string(SupervisorMode m) noexcept {
+  return m == SupervisorMode::lease ? "lease" : "preemptible";
+}
+
+std::string_view to_string(ShutdownPolicy p) noexcept {
+  return p == ShutdownPolicy::kill ? "kill" : "keep";
+}
+
+WorkerId random_worker_id() { return random_uuid_v4<WorkerId>(); }
+SandboxId random_sandbox_id() { return random_uuid_v4<SandboxId>(); }
+
+void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
+  app.add_option("--lockd", c.lockd_address, "lockd address, HOST:PORT (UDP)")->required();
+  app.add_option("--key-file", c.key_file,
+                 "HMAC-SHA256 key file shared with lockd (must not be readable by others)")
+      ->required();
+  app.add_option_function<std::string>(
+         "--worker-id",
+         [&c](const std::string& text) {
+           auto id = WorkerId::parse(text);
+           if (!id || id->is_nil()) throw CLI::ValidationError("--worker-id", "not a UUID: " + text);
+           c.worker_id = *id;
+         },
+         "this worker's id, UUID (default: a random UUIDv4 per start, printed at start-up)");
+  app.add_option("--shm", c.shm_path,
+                 "shm epoch table file (default: /dev/shm/leasehold-<worker id>)");
+  app.add_option("--control-socket", c.control_socket_path,
+                 "control socket path (default: /run/leasehold/supervisor.sock as root, else "
+                 "$XDG_RUNTIME_DIR/leasehold/supervisor.sock or /tmp/leasehold-<uid>/"
+                 "supervisor.sock; $LEASEHOLD_CONTROL_SOCKET overrides)");
+  app.add_option("--group", c.group,
+                 "group whose members may use the control socket besides root (default: root only)");
+  app.add_option("--ttl-ms", c.ttl_ms,
+                 "lease TTL in ms; must equal lockd's (--mode preemptible: lockd's worker-liveness "
+                 "TTL); a grant with a shorter TTL kills the sandbox")
+      ->capture_default_str();
+  app.add_option("--heartbeat-interval-ms", c.heartbeat_interval_ms,
+                 "interval between batched heartbeats, ms")
+      ->capture_default_str();
+  app.add_option("--kill-after-ms", c.kill_after_ms,
+                 "kill a sandbox this many ms after the send time of its last acknowledged refresh")
+      ->capture_default_str();
+  app.add_option("--clock-rate-bound", c.clock_rate_bound,
+                 "rho: bound on the clock-rate difference between hosts, dimensionless")
+      ->capture_default_str();
+  app.add_option("--kill-latency-budget-ms", c.kill_latency_budget_ms,
+                 "time allowed from a kill deadline to the sandbox being dead, ms")
+      ->capture_default_str();
+  app.add_option("--rt-priority", c.rt_priority, "SCHED_FIFO priority of the rt thread, 1..99")
+      ->capture_default_str();
+  app.add_option("--rt-cpu", c.rt_cpu, "CPU to pin the rt thread to (-1: the last online CPU)")
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--mode",
+         [&c](const std::string& m) {
+           c.mode = m == "preemptible" ? SupervisorMode::preemptible : SupervisorMode::lease;
+         },
+         "lock mode, lease|preemptible; must match lockd's (default: lease)")
+      ->check(CLI::IsMember({"lease", "preemptible"}));
+  app.add_option_function<std::string>(
+         "--on-shutdown",
+         [&c](const std::string& p) {
+           c.on_shutdown = p == "keep" ? ShutdownPolicy::keep : ShutdownPolicy::kill;
+         },
+         "on SIGTERM/SIGINT: kill|keep the sandboxes; names are released either way (default: kill)")
+      ->check(CLI::IsMember({"kill", "keep"}));
+  app.add_flag("--bwrap", c.bwrap, "run every sandbox inside bubblewrap (bwrap)");
+  app.add_option("--slots", c.slots, "shm table slots (sandboxes at once), count")
+      ->capture_default_str();
+  app.add_flag("--synthetic", c.synthetic,
+               "performance measurement only: `run` registers a lease without starting a process");
+}
+
+}  // namespace leasehold

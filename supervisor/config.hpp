@@ -1,0 +1,110 @@
+// leasehold/supervisor: the supervisor's configuration, its command line, and the start-up
+// safety check of DESIGN.md "Time".
+//
+// The kill-switch is only safe if the supervisor kills a sandbox before lockd can expire its
+// lease and hand the name to someone else. With ρ the clock-rate bound between the two hosts:
+//
+//   kill_after·(1+ρ) + wheel_granularity + kill_latency_budget  <  ttl·(1−ρ)
+//
+// `ttl − left side` is the pause budget: a supervisor pause longer than it can break mutual
+// exclusion, after which recovery (the first heartbeat answer, `lost`/`unknown`) kills the
+// sandbox (EventualMutualExclusion). `check_config` refuses a configuration that breaks the
+// condition, with the numbers in the message.
+#pragma once
+
+#include "lease/types.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace CLI {
+class App;
+}
+
+namespace leasehold {
+
+/// Lock mode of the supervisor; must match lockd's --mode (DESIGN.md "Lock states").
+enum class SupervisorMode : std::uint8_t {
+  lease = 0,        ///< every named sandbox is refreshed by the batched heartbeat
+  preemptible = 1,  ///< after commit, the worker-liveness heartbeat replaces per-sandbox refreshes
+};
+
+/// What a clean shutdown (SIGTERM/SIGINT) does with running sandboxes.
+enum class ShutdownPolicy : std::uint8_t {
+  kill = 0,  ///< kill every sandbox, release its name, then exit
+  keep = 1,  ///< leave processes running; their slots are revoked and names released
+};
+
+/// Bounds (TigerBeetle style: every quantity has a named limit).
+inline constexpr std::uint32_t kSlotsMax = 1u << 20;           ///< --slots upper bound
+inline constexpr std::uint64_t kTtlMsMax = 24ull * 3600 * 1000;  ///< one day
+inline constexpr std::uint32_t kMinRefreshAttempts = 3;       ///< refreshes within kill_after
+inline constexpr double kClockRateBoundMax = 0.1;              ///< ρ above 10 % is not a clock
+/// Default wake-up granularity of the rt thread's deadline wheel. Overridden at start-up by the
+/// wheel's real tick when the wheel reports one.
+inline constexpr std::uint64_t kDefaultWheelGranularityNs = 1'000'000;
+
+/// The supervisor's configuration. All durations are milliseconds unless the suffix says so.
+struct SupervisorConfig {
+  std::string lockd_address;        ///< "host:port" of lockd (UDP); required
+  std::string key_file;             ///< HMAC key file (mode 0600); required
+  std::optional<WorkerId> worker_id;  ///< nullopt → a random UUIDv4 per start
+  std::string shm_path;             ///< empty → default_shm_path(worker)
+  std::string control_socket_path;  ///< empty → default_control_socket_path()
+  std::string group;                ///< group allowed on the control socket besides root; "" = root only
+  std::uint64_t ttl_ms = 10'000;    ///< lockd's lease TTL (preemptible: the worker-liveness TTL)
+  std::uint64_t heartbeat_interval_ms = 1'000;
+  std::uint64_t kill_after_ms = 7'000;
+  double clock_rate_bound = 1e-3;   ///< ρ
+  std::uint64_t kill_latency_budget_ms = 50;
+  std::uint64_t wheel_granularity_ns = kDefaultWheelGranularityNs;
+  int rt_priority = 50;             ///< SCHED_FIFO priority 1..99
+  int rt_cpu = -1;                  ///< CPU to pin the rt thread to; -1 = last online CPU
+  SupervisorMode mode = SupervisorMode::lease;
+  ShutdownPolicy on_shutdown = ShutdownPolicy::kill;
+  bool bwrap = false;               ///< wrap every sandbox in bubblewrap
+  std::uint32_t slots = 1024;       ///< shm table slots = sandboxes at once
+  bool synthetic = false;           ///< perf only: leases without processes (see --synthetic)
+};
+
+/// Outcome of the start-up checks.
+struct ConfigCheck {
+  bool ok = false;
+  std::string error;              ///< why the config is refused (numbers included); "" if ok
+  std::int64_t pause_budget_ns = 0;  ///< ttl − (kill_after·(1+ρ) + granularity + kill budget)
+  std::uint32_t refresh_attempts = 0;  ///< floor(kill_after / heartbeat_interval)
+};
+
+/// Checks a configuration: field ranges, the safety condition of DESIGN.md "Time", and that
+/// the heartbeat interval leaves at least kMinRefreshAttempts refreshes within kill_after.
+/// Pure; never throws.
+ConfigCheck check_config(const SupervisorConfig& config);
+
+/// Pause budget in ns for the given numbers (may be negative: the config is unsafe).
+std::int64_t pause_budget_ns(std::uint64_t ttl_ms, std::uint64_t kill_after_ms, double rho,
+                             std::uint64_t wheel_granularity_ns,
+                             std::uint64_t kill_latency_budget_ms);
+
+/// Default control socket: /run/leasehold/supervisor.sock for root; otherwise
+/// $XDG_RUNTIME_DIR/leasehold/supervisor.sock, or /tmp/leasehold-<uid>/supervisor.sock when
+/// XDG_RUNTIME_DIR is unset. The `leasehold` CLI uses the same function, and
+/// $LEASEHOLD_CONTROL_SOCKET overrides it for both.
+std::string default_control_socket_path();
+
+/// Default shm table path: /dev/shm/leasehold-<worker id>.
+std::string default_shm_path(const WorkerId& worker);
+
+/// Adds the supervisor's flags (units in --help) to `app`, writing into `config`.
+/// `--worker-id` is validated as a UUID by CLI11.
+void add_supervisor_flags(CLI::App& app, SupervisorConfig& config);
+
+std::string_view to_string(SupervisorMode m) noexcept;
+std::string_view to_string(ShutdownPolicy p) noexcept;
+
+/// A random UUIDv4 (from the kernel's getrandom).
+WorkerId random_worker_id();
+SandboxId random_sandbox_id();
+
+}  // namespace leasehold

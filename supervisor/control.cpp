@@ -1,0 +1,629 @@
+#include "supervisor/control.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace leasehold {
+namespace {
+
+using nlohmann::json;
+
+std::string errno_text(int e) { return std::string(std::strerror(e)); }
+
+std::uint64_t monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
+}
+
+struct FieldError {
+  std::string message;
+};
+
+// Typed field readers: each names the field in its error.
+std::string get_string(const json& j, const char* field, std::size_t max_bytes) {
+  const auto& v = j.at(field);
+  if (!v.is_string()) throw FieldError{std::string("field \"") + field + "\" must be a string"};
+  std::string s = v.get<std::string>();
+  if (s.size() > max_bytes)
+    throw FieldError{std::string("field \"") + field + "\" is longer than " +
+                     std::to_string(max_bytes) + " bytes"};
+  return s;
+}
+
+std::uint64_t get_u64(const json& j, const char* field) {
+  const auto& v = j.at(field);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+    throw FieldError{std::string("field \"") + field + "\" must be a non-negative integer"};
+  return v.get<std::uint64_t>();
+}
+
+SandboxId get_sandbox(const json& j, const char* field) {
+  const std::string s = get_string(j, field, 64);
+  auto id = SandboxId::parse(s);
+  if (!id || id->is_nil())
+    throw FieldError{std::string("field \"") + field + "\" is not a sandbox id (UUID): \"" + s + "\""};
+  return *id;
+}
+
+std::string get_name(const json& j, const char* field) {
+  const std::string s = get_string(j, field, 4096);
+  const std::string why = validate_name(s);
+  if (!why.empty()) throw FieldError{std::string("field \"") + field + "\": " + why};
+  return s;
+}
+
+void read_command(const json& j, ControlRequest& r) {
+  if (!j.contains("argv")) throw FieldError{"field \"argv\" is required (the command to run)"};
+  const auto& argv = j.at("argv");
+  if (!argv.is_array() || argv.empty())
+    throw FieldError{"field \"argv\" must be a non-empty array of strings"};
+  if (argv.size() > kControlArgvMax)
+    throw FieldError{"field \"argv\" has " + std::to_string(argv.size()) + " entries; the limit is " +
+                     std::to_string(kControlArgvMax)};
+  for (const auto& a : argv) {
+    if (!a.is_string()) throw FieldError{"field \"argv\" must contain only strings"};
+    std::string s = a.get<std::string>();
+    if (s.find('\0') != std::string::npos) throw FieldError{"field \"argv\" contains a NUL byte"};
+    r.argv.push_back(std::move(s));
+  }
+  if (r.argv.front().empty()) throw FieldError{"field \"argv\": argv[0] (the program) is empty"};
+  if (j.contains("env")) {
+    const auto& env = j.at("env");
+    if (env.size() > kControlEnvMax)
+      throw FieldError{"field \"env\" has " + std::to_string(env.size()) + " entries; the limit is " +
+                       std::to_string(kControlEnvMax)};
+    if (env.is_object()) {
+      for (const auto& [k, v] : env.items()) {
+        if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos)
+          throw FieldError{"field \"env\": bad variable name \"" + k + "\""};
+        if (!v.is_string()) throw FieldError{"field \"env\": value of \"" + k + "\" must be a string"};
+        std::string value = v.get<std::string>();
+        if (value.find('\0') != std::string::npos)
+          throw FieldError{"field \"env\": value of \"" + k + "\" contains a NUL byte"};
+        r.env.push_back(k + "=" + value);
+      }
+    } else if (env.is_array()) {
+      for (const auto& e : env) {
+        if (!e.is_string()) throw FieldError{"field \"env\" must contain only \"KEY=VALUE\" strings"};
+        std::string s = e.get<std::string>();
+        const auto eq = s.find('=');
+        if (eq == std::string::npos || eq == 0 || s.find('\0') != std::string::npos)
+          throw FieldError{"field \"env\": \"" + s + "\" is not KEY=VALUE"};
+        r.env.push_back(std::move(s));
+      }
+    } else {
+      throw FieldError{"field \"env\" must be an object {\"KEY\":\"VALUE\"} or an array of \"KEY=VALUE\""};
+    }
+  }
+  if (j.contains("cwd")) {
+    r.cwd = get_string(j, "cwd", 4096);
+    if (r.cwd.empty() || r.cwd.front() != '/') throw FieldError{"field \"cwd\" must be an absolute path"};
+  }
+}
+
+std::optional<ControlOp> op_of(std::string_view s) {
+  if (s == "run") return ControlOp::run;
+  if (s == "name") return ControlOp::name;
+  if (s == "expect-commit") return ControlOp::expect_commit;
+  if (s == "release") return ControlOp::release;
+  if (s == "kill") return ControlOp::kill;
+  if (s == "list") return ControlOp::list;
+  if (s == "status") return ControlOp::status;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view to_string(ControlOp op) noexcept {
+  switch (op) {
+    case ControlOp::run: return "run";
+    case ControlOp::name: return "name";
+    case ControlOp::expect_commit: return "expect-commit";
+    case ControlOp::release: return "release";
+    case ControlOp::kill: return "kill";
+    case ControlOp::list: return "list";
+    case ControlOp::status: return "status";
+  }
+  return "?";
+}
+
+ControlParse parse_control_request(std::string_view line) {
+  ControlParse p;
+  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    p.error = "bad_json";
+    p.message = "the request is not valid JSON (one JSON object per line)";
+    return p;
+  }
+  if (!j.is_object()) {
+    p.error = "bad_json";
+    p.message = "the request must be a JSON object";
+    return p;
+  }
+  if (j.contains("id")) p.id = j.at("id");
+  if (!j.contains("v") || !j.at("v").is_number_integer()) {
+    p.error = "bad_version";
+    p.message = "field \"v\" (protocol version, integer) is required; this supervisor speaks v" +
+                std::to_string(kControlProtocolVersion);
+    return p;
+  }
+  if (j.at("v").get<std::int64_t>() != kControlProtocolVersion) {
+    p.error = "bad_version";
+    p.message = "protocol version " + j.at("v").dump() + " is not supported; this supervisor speaks v" +
+                std::to_string(kControlProtocolVersion);
+    return p;
+  }
+  if (!j.contains("op") || !j.at("op").is_string()) {
+    p.error = "bad_request";
+    p.message = "field \"op\" (string) is required: run, name, expect-commit, release, kill, list, status";
+    return p;
+  }
+  const std::string op_text = j.at("op").get<std::string>();
+  const auto op = op_of(op_text);
+  if (!op) {
+    p.error = "unknown_op";
+    p.message = "unknown op \"" + op_text.substr(0, 64) +
+                "\"; known: run, name, expect-commit, release, kill, list, status";
+    return p;
+  }
+  ControlRequest r;
+  r.op = *op;
+  r.id = p.id;
+  try {
+    switch (r.op) {
+      case ControlOp::run:
+        if (j.contains("name") && !j.at("name").is_null()) r.name = get_name(j, "name");
+        read_command(j, r);
+        if (j.contains("ttl_ms")) r.ttl_ms = get_u64(j, "ttl_ms");
+        break;
+      case ControlOp::name:
+        if (!j.contains("sandbox")) throw FieldError{"field \"sandbox\" is required"};
+        if (!j.contains("name")) throw FieldError{"field \"name\" is required"};
+        r.sandbox = get_sandbox(j, "sandbox");
+        r.name = get_name(j, "name");
+        if (j.contains("ttl_ms")) r.ttl_ms = get_u64(j, "ttl_ms");
+        break;
+      case ControlOp::expect_commit:
+        if (!j.contains("sandbox")) throw FieldError{"field \"sandbox\" is required"};
+        if (!j.contains("name")) throw FieldError{"field \"name\" is required"};
+        if (!j.contains("epoch")) throw FieldError{"field \"epoch\" is required"};
+        r.sandbox = get_sandbox(j, "sandbox");
+        r.name = get_name(j, "name");
+        r.epoch = get_u64(j, "epoch");
+        if (r.epoch == 0) throw FieldError{"field \"epoch\" must be > 0 (the epoch of the Acquiring grant)"};
+        read_command(j, r);
+        break;
+      case ControlOp::release:
+        if (!j.contains("name")) throw FieldError{"field \"name\" is required"};
+        r.name = get_name(j, "name");
+        break;
+      case ControlOp::kill:
+        if (!j.contains("sandbox")) throw FieldError{"field \"sandbox\" is required"};
+        r.sandbox = get_sandbox(j, "sandbox");
+        break;
+      case ControlOp::list:
+      case ControlOp::status:
+        break;
+    }
+  } catch (const FieldError& e) {
+    p.error = "bad_request";
+    p.message = std::string(to_string(r.op)) + ": " + e.message;
+    return p;
+  } catch (const std::exception& e) {
+    p.error = "bad_request";
+    p.message = std::string(to_string(r.op)) + ": " + e.what();
+    return p;
+  }
+  p.request = std::move(r);
+  return p;
+}
+
+std::string control_ok(const json& id, json fields) {
+  json j = json::object();
+  j["v"] = kControlProtocolVersion;
+  j["id"] = id;
+  j["ok"] = true;
+  for (auto& [k, v] : fields.items()) j[k] = v;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string control_error(const json& id, std::string_view code, std::string_view message,
+                          json extra) {
+  json j = json::object();
+  j["v"] = kControlProtocolVersion;
+  j["id"] = id;
+  j["ok"] = false;
+  j["error"] = std::string(code);
+  j["message"] = std::string(message);
+  for (auto& [k, v] : extra.items()) j[k] = v;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::optional<gid_t> resolve_group(const std::string& name, std::string& error) {
+  std::vector<char> buf(16384);
+  group g{};
+  group* out = nullptr;
+  const int rc = getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &out);
+  if (rc != 0 || out == nullptr) {
+    error = "unknown group \"" + name + "\"" + (rc != 0 ? ": " + errno_text(rc) : std::string());
+    return std::nullopt;
+  }
+  return out->gr_gid;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ControlServer::ControlServer(ControlAccess access, Handler handler)
+    : access_(access), handler_(std::move(handler)) {}
+
+ControlServer::~ControlServer() { close_all(); }
+
+void ControlServer::close_all() {
+  for (auto& [fd, c] : clients_) ::close(fd);
+  clients_.clear();
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+}
+
+std::string ControlServer::open(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path))
+    return "control socket path \"" + path + "\" is empty or longer than " +
+           std::to_string(sizeof(addr.sun_path) - 1) + " bytes";
+  // Parent directory: create one level if missing.
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string dir = path.substr(0, slash);
+    struct stat st{};
+    if (::stat(dir.c_str(), &st) != 0) {
+      const mode_t mode = access_.group_gid ? 0750 : 0700;
+      if (::mkdir(dir.c_str(), geteuid() == 0 ? 0755 : mode) != 0 && errno != EEXIST)
+        return "cannot create the control socket directory " + dir + ": " + errno_text(errno);
+      if (access_.group_gid && ::chown(dir.c_str(), static_cast<uid_t>(-1), *access_.group_gid) != 0)
+        return "cannot chgrp " + dir + ": " + errno_text(errno);
+    }
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  addr.sun_family = AF_UNIX;
+  // A socket file already there: refuse if someone listens on it, else it is stale.
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return "control socket path " + path + " exists and is not a socket";
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0) {
+      const int rc = ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+      ::close(probe);
+      if (rc == 0)
+        return "another process is listening on the control socket " + path +
+               " (is a supervisor already running? use --control-socket)";
+    }
+    ::unlink(path.c_str());
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return "socket(AF_UNIX): " + errno_text(errno);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return "cannot bind the control socket " + path + ": " + errno_text(e);
+  }
+  const mode_t mode = access_.group_gid ? 0660 : 0600;
+  if (access_.group_gid && ::chown(path.c_str(), static_cast<uid_t>(-1), *access_.group_gid) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return "cannot chgrp the control socket " + path + ": " + errno_text(e);
+  }
+  ::chmod(path.c_str(), mode);
+  if (::listen(fd, static_cast<int>(kControlClientsMax)) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return "listen on " + path + ": " + errno_text(e);
+  }
+  listen_fd_ = fd;
+  path_ = path;
+  return {};
+}
+
+std::vector<ControlServer::Watch> ControlServer::watch_fds() const {
+  std::vector<Watch> w;
+  if (listen_fd_ < 0) return w;
+  w.push_back({listen_fd_, POLLIN});
+  for (const auto& [fd, c] : clients_) {
+    short ev = 0;
+    if (!c.closing) ev |= POLLIN;
+    if (!c.out.empty()) ev |= POLLOUT;
+    w.push_back({fd, ev});
+  }
+  return w;
+}
+
+bool ControlServer::authorized(int fd, std::string& why) const {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    why = "cannot read the caller's credentials (SO_PEERCRED): " + errno_text(errno);
+    return false;
+  }
+  if (cred.uid == 0 || cred.uid == access_.owner_uid) return true;
+  if (access_.group_gid) {
+    if (cred.gid == *access_.group_gid) return true;
+    // Supplementary groups of the caller, from /proc/<pid>/status "Groups:".
+    std::ifstream status("/proc/" + std::to_string(cred.pid) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("Groups:", 0) != 0) continue;
+      std::istringstream groups(line.substr(7));
+      long g = 0;
+      while (groups >> g)
+        if (static_cast<gid_t>(g) == *access_.group_gid) return true;
+    }
+  }
+  why = "uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
+        ") is not root, the supervisor's user, or a member of the allowed group";
+  return false;
+}
+
+void ControlServer::accept_ready() {
+  for (int i = 0; i < static_cast<int>(kControlClientsMax); ++i) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a transient error: poll again later
+    std::string why;
+    if (!authorized(fd, why)) {
+      ++rejected_unauthorized_;
+      const std::string line = control_error(nullptr, "unauthorized", why);
+      [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+      continue;
+    }
+    if (clients_.size() >= kControlClientsMax) {
+      ++rejected_busy_;
+      const std::string line =
+          control_error(nullptr, "busy",
+                        "too many control connections (limit " + std::to_string(kControlClientsMax) + ")");
+      [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+      continue;
+    }
+    Client c;
+    c.id = next_id_++;
+    c.fd = fd;
+    clients_.emplace(fd, std::move(c));
+  }
+}
+
+void ControlServer::on_ready(int fd, short revents, std::uint64_t now_ms) {
+  if (fd == listen_fd_) {
+    accept_ready();
+    return;
+  }
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  if (revents & POLLOUT) write_ready(c);
+  if (!clients_.contains(fd)) return;
+  if (revents & (POLLIN | POLLHUP | POLLERR)) read_ready(c, now_ms);
+}
+
+void ControlServer::drop(int fd) {
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  ::close(fd);
+  clients_.erase(it);
+}
+
+void ControlServer::send_and_close(Client& c, const std::string& line) {
+  c.out += line;
+  c.closing = true;
+  c.in.clear();
+  write_ready(c);
+}
+
+void ControlServer::read_ready(Client& c, std::uint64_t now_ms) {
+  char buf[16384];
+  const int fd = c.fd;
+  for (int round = 0; round < 64; ++round) {  // bounded work per readiness event
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) {  // peer closed: answers in flight are dropped
+      drop(fd);
+      return;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      drop(fd);
+      return;
+    }
+    if (c.closing) continue;  // discard input after a fatal error
+    if (c.in.empty()) c.partial_since_ms = now_ms;
+    c.in.append(buf, static_cast<std::size_t>(n));
+    dispatch(c, now_ms);
+    auto it = clients_.find(fd);
+    if (it == clients_.end()) return;
+    Client& live = it->second;
+    if (live.closing) continue;
+    const auto nl = live.in.find('\n');
+    if (nl == std::string::npos ? live.in.size() > kControlLineBytesMax : nl > kControlLineBytesMax) {
+      ++bad_requests_;
+      send_and_close(live, control_error(nullptr, "too_long",
+                                         "request line longer than " +
+                                             std::to_string(kControlLineBytesMax) +
+                                             " bytes; connection closed"));
+      return;
+    }
+    if (live.in.size() > kControlLineBytesMax * 4) {
+      ++bad_requests_;
+      send_and_close(live, control_error(nullptr, "too_long",
+                                         "too many pipelined requests; connection closed"));
+      return;
+    }
+  }
+}
+
+void ControlServer::dispatch(Client& c, std::uint64_t now_ms) {
+  while (!c.busy && !c.closing) {
+    const auto nl = c.in.find('\n');
+    if (nl == std::string::npos) return;
+    if (nl > kControlLineBytesMax) return;  // read_ready refuses it
+    std::string line = c.in.substr(0, nl);
+    c.in.erase(0, nl + 1);
+    if (!c.in.empty()) c.partial_since_ms = now_ms;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
+    ControlParse p = parse_control_request(line);
+    if (!p.request) {
+      ++bad_requests_;
+      const int fd = c.fd;
+      c.out += control_error(p.id, p.error, p.message);
+      write_ready(c);
+      if (!clients_.contains(fd)) return;
+      continue;
+    }
+    c.busy = true;
+    const ControlClientId id = c.id;
+    const int fd = c.fd;
+    const ControlClientId outer = dispatching_;
+    dispatching_ = id;
+    handler_(id, std::move(*p.request));  // may call reply() synchronously
+    dispatching_ = outer;
+    if (!clients_.contains(fd)) return;  // reply() dropped it
+    // The loop goes on only if the handler already answered (c.busy cleared by reply()).
+  }
+}
+
+void ControlServer::write_ready(Client& c) {
+  const int fd = c.fd;
+  while (!c.out.empty()) {
+    const ssize_t n = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      drop(fd);
+      return;
+    }
+    c.out.erase(0, static_cast<std::size_t>(n));
+  }
+  if (c.closing) drop(fd);
+}
+
+void ControlServer::reply(ControlClientId client, const std::string& line) {
+  for (auto& [fd, c] : clients_) {
+    if (c.id != client) continue;
+    c.busy = false;
+    if (c.out.size() + line.size() > kControlOutBytesMax) {
+      drop(fd);  // a reader that never reads
+      return;
+    }
+    c.out += line;
+    const int keep_fd = fd;
+    write_ready(c);
+    auto it = clients_.find(keep_fd);
+    if (it != clients_.end() && dispatching_ != client) dispatch(it->second, monotonic_ms());
+    return;
+  }
+}
+
+void ControlServer::tick(std::uint64_t now_ms) {
+  std::vector<int> expired;
+  for (auto& [fd, c] : clients_)
+    if (!c.in.empty() && !c.busy && !c.closing && now_ms - c.partial_since_ms > kControlLineTimeoutMs)
+      expired.push_back(fd);
+  for (int fd : expired) {
+    ++bad_requests_;
+    send_and_close(clients_.at(fd),
+                   control_error(nullptr, "timeout",
+                                 "incomplete request line for more than " +
+                                     std::to_string(kControlLineTimeoutMs) + " ms; connection closed"));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+std::optional<json> control_call(const std::string& socket_path, const json& request,
+                                 std::uint64_t timeout_ms, std::string& error) {
+  sockaddr_un addr{};
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    error = "control socket path too long: " + socket_path;
+    return std::nullopt;
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    error = "socket: " + errno_text(errno);
+    return std::nullopt;
+  }
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    error = "cannot connect to the supervisor at " + socket_path + ": " + errno_text(errno);
+    ::close(fd);
+    return std::nullopt;
+  }
+  const std::string line = request.dump() + "\n";
+  std::size_t sent = 0;
+  while (sent < line.size()) {
+    const ssize_t n = ::send(fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = "send to the supervisor: " + errno_text(errno);
+      ::close(fd);
+      return std::nullopt;
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+  const std::uint64_t deadline = monotonic_ms() + timeout_ms;
+  std::string in;
+  for (;;) {
+    const auto nl = in.find('\n');
+    if (nl != std::string::npos) {
+      ::close(fd);
+      json j = json::parse(in.substr(0, nl), nullptr, false);
+      if (j.is_discarded()) {
+        error = "the supervisor answered with malformed JSON";
+        return std::nullopt;
+      }
+      return j;
+    }
+    if (in.size() > kControlLineBytesMax * 256) {
+      error = "the supervisor's answer is too long";
+      ::close(fd);
+      return std::nullopt;
+    }
+    const std::uint64_t now = monotonic_ms();
+    if (now >= deadline) {
+      error = "the supervisor did not answer within " + std::to_string(timeout_ms) + " ms";
+      ::close(fd);
+      return std::nullopt;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(deadline - now));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) continue;
+    char buf[65536];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n == 0 ? "the supervisor closed the connection without an answer"
+                     : "recv from the supervisor: " + errno_text(errno);
+      ::close(fd);
+      return std::nullopt;
+    }
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace leasehold

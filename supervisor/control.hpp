@@ -1,0 +1,180 @@
+// leasehold/supervisor: the local control socket (DESIGN.md "The supervisor").
+//
+// A unix stream socket; every caller is checked with SO_PEERCRED (root, the supervisor's own
+// uid, or a member of the configured group). Requests and answers are newline-delimited JSON
+// objects, one per line, each carrying the protocol version:
+//
+//   → {"v":1,"id":7,"op":"run","name":"agent-1","argv":["/bin/sleep","60"],
+//      "env":{"PATH":"/usr/bin:/bin"},"cwd":"/","ttl_ms":10000}
+//   ← {"v":1,"id":7,"ok":true,"sandbox":"<uuid>","slot":3,"epoch":42,"pid":1234,
+//      "name":"agent-1","valid_until_ms":6995}
+//   ← {"v":1,"id":7,"ok":false,"error":"held","message":"...","holder":"<uuid>","epoch":41}
+//
+// `id` is optional and echoed verbatim (any JSON value). Operations:
+//   run            {name?, argv, env?, cwd?, ttl_ms?}  acquire the name (if any), then spawn
+//   name           {sandbox, name, ttl_ms?}            name a running unnamed sandbox
+//   expect-commit  {name, sandbox, epoch, argv, env?, cwd?}  2-phase: commit a name a control
+//                  plane acquired (Acquiring) through this worker's next heartbeat; spawn on success
+//   release        {name}                             kill the holder, release the name
+//   kill           {sandbox}                          kill a sandbox (named or not)
+//   list           {}                                 sandboxes
+//   status         {}                                 worker, modes, budgets, counters
+// Error codes: bad_json, bad_version, unknown_op, bad_request, too_long, timeout, busy,
+// unauthorized, held, refused, exec_failed, table_full, not_found, unreachable, killswitch,
+// shutting_down, internal.
+//
+// Bounds: kControlClientsMax connections, kControlLineBytesMax per line, one request in
+// progress per connection (later lines wait), kControlOutBytesMax of unsent answers, a partial
+// line older than kControlLineTimeoutMs closes the connection.
+#pragma once
+
+#include "lease/types.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace leasehold {
+
+inline constexpr int kControlProtocolVersion = 1;
+inline constexpr std::size_t kControlLineBytesMax = 64 * 1024;
+inline constexpr std::size_t kControlClientsMax = 64;
+inline constexpr std::size_t kControlOutBytesMax = 16 * 1024 * 1024;
+inline constexpr std::uint64_t kControlLineTimeoutMs = 5'000;
+inline constexpr std::size_t kControlArgvMax = 1024;
+inline constexpr std::size_t kControlEnvMax = 1024;
+
+enum class ControlOp : std::uint8_t { run, name, expect_commit, release, kill, list, status };
+std::string_view to_string(ControlOp op) noexcept;
+
+/// A parsed, validated control request. Fields not used by `op` stay empty.
+struct ControlRequest {
+  ControlOp op = ControlOp::status;
+  nlohmann::json id;                     ///< echoed in the answer (null when absent)
+  std::optional<std::string> name;       ///< run (optional), name, expect-commit, release
+  std::vector<std::string> argv;         ///< run, expect-commit; argv[0] is the program
+  std::vector<std::string> env;          ///< "KEY=VALUE" entries
+  std::string cwd = "/";
+  std::optional<std::uint64_t> ttl_ms;   ///< run, name
+  std::optional<SandboxId> sandbox;      ///< name, expect-commit, kill
+  Epoch epoch = 0;                       ///< expect-commit
+};
+
+/// Either a request or an error answer (code + message) to send back.
+struct ControlParse {
+  std::optional<ControlRequest> request;
+  std::string error;    ///< error code (see above); "" on success
+  std::string message;  ///< what is wrong, naming the field
+  nlohmann::json id;    ///< the request's id if it could be read
+};
+
+/// Parses one line (without the newline). Never throws.
+ControlParse parse_control_request(std::string_view line);
+
+/// An answer line (with newline) for success: {"v":1,"id":..,"ok":true, ...fields}.
+std::string control_ok(const nlohmann::json& id, nlohmann::json fields = nlohmann::json::object());
+/// An error answer line: {"v":1,"id":..,"ok":false,"error":code,"message":..., ...extra}.
+std::string control_error(const nlohmann::json& id, std::string_view code,
+                          std::string_view message,
+                          nlohmann::json extra = nlohmann::json::object());
+
+/// Who may connect (SO_PEERCRED): uid 0, `owner_uid`, or a member of `group_gid` (primary or
+/// supplementary, read from /proc/<pid>/status).
+struct ControlAccess {
+  uid_t owner_uid = 0;
+  std::optional<gid_t> group_gid;
+};
+/// Resolves a group name; nullopt with `error` set when unknown.
+std::optional<gid_t> resolve_group(const std::string& name, std::string& error);
+
+/// Identifies one connection for a delayed answer. Never reused within a process.
+using ControlClientId = std::uint64_t;
+
+/// The control socket server. Not thread-safe: owned by the io thread, driven by readiness
+/// (the owner polls `watch_fds()` and calls `on_ready`).
+class ControlServer {
+ public:
+  /// Called for every parsed request; the handler answers with `reply` now or later.
+  using Handler = std::function<void(ControlClientId, ControlRequest)>;
+
+  ControlServer(ControlAccess access, Handler handler);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  /// Creates the parent directory (0755 root-owned, or 0700), removes a stale socket file (one
+  /// nobody listens on), binds, chmods 0660 with the group (0600 without), listens.
+  /// Returns "" or an error that names the path and the cause (e.g. another supervisor is
+  /// listening there).
+  std::string open(const std::string& path);
+  void close_all();
+
+  struct Watch {
+    int fd;
+    short events;  ///< POLLIN and/or POLLOUT
+  };
+  /// The fds to poll now (the listening socket first).
+  std::vector<Watch> watch_fds() const;
+  /// Handles readiness of `fd` (revents from poll). `now_ms` drives the line timeout.
+  void on_ready(int fd, short revents, std::uint64_t now_ms);
+  /// Closes connections whose partial line is older than kControlLineTimeoutMs.
+  void tick(std::uint64_t now_ms);
+
+  /// Sends an answer line (from control_ok / control_error) to a client; dropped if the client
+  /// is gone. Unblocks the client's next request.
+  void reply(ControlClientId client, const std::string& line);
+
+  int listen_fd() const noexcept { return listen_fd_; }
+  std::size_t clients() const noexcept { return clients_.size(); }
+  const std::string& path() const noexcept { return path_; }
+  /// Counters for `status`.
+  std::uint64_t rejected_unauthorized() const noexcept { return rejected_unauthorized_; }
+  std::uint64_t rejected_busy() const noexcept { return rejected_busy_; }
+  std::uint64_t bad_requests() const noexcept { return bad_requests_; }
+
+ private:
+  struct Client {
+    ControlClientId id = 0;
+    int fd = -1;
+    std::string in;
+    std::string out;
+    bool busy = false;         // a request is being handled
+    bool closing = false;      // close once `out` is flushed
+    std::uint64_t partial_since_ms = 0;
+  };
+  void accept_ready();
+  void read_ready(Client& c, std::uint64_t now_ms);
+  void write_ready(Client& c);
+  void dispatch(Client& c, std::uint64_t now_ms);
+  void send_and_close(Client& c, const std::string& line);
+  void drop(int fd);
+  bool authorized(int fd, std::string& why) const;
+
+  ControlAccess access_;
+  Handler handler_;
+  std::string path_;
+  int listen_fd_ = -1;
+  ControlClientId next_id_ = 1;
+  std::map<int, Client> clients_;  // by fd
+  std::uint64_t rejected_unauthorized_ = 0;
+  std::uint64_t rejected_busy_ = 0;
+  std::uint64_t bad_requests_ = 0;
+  ControlClientId dispatching_ = 0;  // reply() to the client being dispatched must not recurse
+};
+
+/// A blocking client for the control socket (tests, the CLI): connects, sends one request
+/// line, reads one answer line (bounded by kControlLineBytesMax·16 and `timeout_ms`).
+/// Returns the parsed answer, or nullopt with `error` set.
+std::optional<nlohmann::json> control_call(const std::string& socket_path,
+                                           const nlohmann::json& request,
+                                           std::uint64_t timeout_ms, std::string& error);
+
+}  // namespace leasehold

@@ -1,0 +1,194 @@
+#include "supervisor/heartbeat.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <stdexcept>
+
+namespace leasehold {
+
+HeartbeatSchedule::HeartbeatSchedule(std::uint64_t kill_after_ns, std::uint64_t interval_ns,
+                                     std::uint32_t leases_max, bool preemptible)
+    : kill_after_ns_(kill_after_ns),
+      interval_ns_(interval_ns),
+      leases_max_(leases_max),
+      preemptible_(preemptible) {
+  if (kill_after_ns == 0 || interval_ns == 0 || leases_max == 0)
+    throw std::invalid_argument("HeartbeatSchedule: kill_after, interval and leases_max must be > 0");
+  leases_.reserve(leases_max);
+}
+
+bool HeartbeatSchedule::add(const NameId& name, const SandboxId& sandbox, Epoch epoch,
+                            std::uint32_t slot, std::uint64_t grant_send_ns) {
+  if (leases_.size() >= leases_max_ || leases_.contains(sandbox)) return false;
+  HeartbeatLease l;
+  l.name = name;
+  l.sandbox = sandbox;
+  l.epoch = epoch;
+  l.slot = slot;
+  l.last_acked_send_ns = grant_send_ns;
+  l.valid_until_ns = grant_send_ns + kill_after_ns_;
+  leases_.emplace(sandbox, l);
+  return true;
+}
+
+bool HeartbeatSchedule::mark_worker_refreshed(const SandboxId& sandbox) {
+  auto it = leases_.find(sandbox);
+  if (it == leases_.end()) return false;
+  it->second.worker_refreshed = true;
+  // After commit lockd no longer expires the lease on its own TTL; it is preemptible only when
+  // worker liveness lapses. So its validity is the worker's from now on.
+  it->second.valid_until_ns = worker_valid_until_ns_;
+  it->second.last_acked_send_ns = worker_last_acked_send_ns_;
+  return true;
+}
+
+bool HeartbeatSchedule::remove(const SandboxId& sandbox) { return leases_.erase(sandbox) == 1; }
+
+const HeartbeatLease* HeartbeatSchedule::find(const SandboxId& sandbox) const {
+  auto it = leases_.find(sandbox);
+  return it == leases_.end() ? nullptr : &it->second;
+}
+
+HeartbeatRound HeartbeatSchedule::begin_round(std::uint64_t now_ns,
+                                              std::size_t entries_per_request) {
+  if (entries_per_request == 0)
+    throw std::invalid_argument("HeartbeatSchedule::begin_round: entries_per_request must be > 0");
+  HeartbeatRound round;
+  RefreshRequest current;
+  current.send_ns = now_ns;
+  current.deadline_ns = UINT64_MAX;
+  for (const auto& [id, l] : leases_) {
+    if (l.worker_refreshed) continue;        // carried by worker liveness
+    if (l.valid_until_ns <= now_ns) continue;  // lapsed: being killed, nothing to refresh
+    current.entries.push_back(RefreshEntry{l.name, l.sandbox, l.epoch});
+    current.deadline_ns = std::min(current.deadline_ns, l.valid_until_ns);
+    if (current.entries.size() == entries_per_request) {
+      round.requests.push_back(std::move(current));
+      current = RefreshRequest{};
+      current.send_ns = now_ns;
+      current.deadline_ns = UINT64_MAX;
+    }
+  }
+  if (!current.entries.empty()) round.requests.push_back(std::move(current));
+  if (preemptible_) {
+    round.worker_liveness = true;
+    // Before liveness is established, or after a lapse, a beat is still worth one interval.
+    round.worker_liveness_deadline_ns =
+        worker_valid_until_ns_ > now_ns && !killswitch_engaged_ ? worker_valid_until_ns_
+                                                                : now_ns + interval_ns_;
+  }
+  next_round_ns_ = now_ns + interval_ns_;
+  return round;
+}
+
+HeartbeatAction HeartbeatSchedule::kill_action(const HeartbeatLease& l, RefreshResult cause,
+                                               bool lapsed) const {
+  HeartbeatAction a;
+  a.kind = HeartbeatAction::Kind::kill;
+  a.sandbox = l.sandbox;
+  a.slot = l.slot;
+  a.valid_until_ns = l.valid_until_ns;
+  a.cause = cause;
+  a.lapsed = lapsed;
+  return a;
+}
+
+HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, Epoch epoch,
+                                                     RefreshResult result,
+                                                     const SandboxId& holder, Epoch holder_epoch,
+                                                     std::uint64_t request_send_ns,
+                                                     std::uint64_t now_ns) {
+  auto it = leases_.find(sandbox);
+  if (it == leases_.end()) return {};  // already removed (exited / released)
+  HeartbeatLease& l = it->second;
+  if (epoch != l.epoch) return {};     // an answer about another generation of this sandbox
+  if (result != RefreshResult::refreshed) {
+    HeartbeatAction a = kill_action(l, result, false);
+    a.holder = holder;
+    a.holder_epoch = holder_epoch;
+    return a;
+  }
+  if (now_ns >= l.valid_until_ns) return kill_action(l, result, true);  // lapsed: stays dead
+  if (l.worker_refreshed) return {};  // per-sandbox answers no longer move it
+  const std::uint64_t candidate = request_send_ns + kill_after_ns_;
+  if (candidate <= l.valid_until_ns) return {};  // stale: an answer to an older send
+  l.last_acked_send_ns = request_send_ns;
+  l.valid_until_ns = candidate;
+  HeartbeatAction a;
+  a.kind = HeartbeatAction::Kind::extend;
+  a.sandbox = l.sandbox;
+  a.slot = l.slot;
+  a.valid_until_ns = candidate;
+  return a;
+}
+
+void HeartbeatSchedule::start_worker_liveness(std::uint64_t send_ns) {
+  worker_live_ = true;
+  worker_last_acked_send_ns_ = send_ns;
+  worker_valid_until_ns_ = send_ns + kill_after_ns_;
+  killswitch_engaged_ = false;
+}
+
+std::vector<HeartbeatAction> HeartbeatSchedule::check_worker_liveness(std::uint64_t now_ns) {
+  std::vector<HeartbeatAction> out;
+  if (!preemptible_ || !worker_live_ || killswitch_engaged_) return out;
+  if (now_ns < worker_valid_until_ns_) return out;
+  killswitch_engaged_ = true;
+  killswitch_at_ns_ = now_ns;
+  for (const auto& [id, l] : leases_)
+    if (l.worker_refreshed) out.push_back(kill_action(l, RefreshResult::refreshed, true));
+  return out;
+}
+
+std::vector<HeartbeatAction> HeartbeatSchedule::on_worker_liveness_ack(std::uint64_t request_send_ns,
+                                                                       std::uint64_t now_ns) {
+  std::vector<HeartbeatAction> out;
+  if (!preemptible_) return out;
+  if (!worker_live_) {
+    start_worker_liveness(request_send_ns);
+  } else {
+    // A lapse not yet noticed is noticed now, before the answer could hide it.
+    std::vector<HeartbeatAction> kills = check_worker_liveness(now_ns);
+    out.insert(out.end(), kills.begin(), kills.end());
+    if (killswitch_engaged_) {
+      // Only a beat sent after the kill-switch fired proves lockd sees us again.
+      if (request_send_ns < killswitch_at_ns_) return out;
+      killswitch_engaged_ = false;
+      worker_last_acked_send_ns_ = request_send_ns;
+      worker_valid_until_ns_ = request_send_ns + kill_after_ns_;
+    } else {
+      const std::uint64_t candidate = request_send_ns + kill_after_ns_;
+      if (candidate <= worker_valid_until_ns_) return out;  // stale
+      worker_last_acked_send_ns_ = request_send_ns;
+      worker_valid_until_ns_ = candidate;
+    }
+  }
+  if (worker_valid_until_ns_ <= now_ns) return out;  // acknowledged, but too late to matter
+  for (auto& [id, l] : leases_) {
+    if (!l.worker_refreshed || l.valid_until_ns <= now_ns) continue;  // lapsed stays dead
+    if (l.valid_until_ns >= worker_valid_until_ns_) continue;
+    l.valid_until_ns = worker_valid_until_ns_;
+    l.last_acked_send_ns = worker_last_acked_send_ns_;
+    HeartbeatAction a;
+    a.kind = HeartbeatAction::Kind::extend;
+    a.sandbox = l.sandbox;
+    a.slot = l.slot;
+    a.valid_until_ns = l.valid_until_ns;
+    out.push_back(a);
+  }
+  return out;
+}
+
+bool HeartbeatSchedule::may_create_named(std::uint64_t now_ns) const noexcept {
+  if (!preemptible_) return true;
+  return worker_live_ && !killswitch_engaged_ && now_ns < worker_valid_until_ns_;
+}
+
+std::vector<HeartbeatLease> HeartbeatSchedule::leases() const {
+  std::vector<HeartbeatLease> out;
+  out.reserve(leases_.size());
+  for (const auto& [id, l] : leases_) out.push_back(l);
+  return out;
+}
+
+}  // namespace leasehold

@@ -1,0 +1,146 @@
+// The start-up checks of the supervisor's configuration (DESIGN.md "Time").
+#include "supervisor/config.hpp"
+
+#include <CLI/CLI.hpp>
+#include <gtest/gtest.h>
+
+namespace leasehold {
+namespace {
+
+SupervisorConfig valid() {
+  SupervisorConfig c;
+  c.lockd_address = "127.0.0.1:7000";
+  c.key_file = "/tmp/key";
+  c.ttl_ms = 1000;
+  c.kill_after_ms = 600;
+  c.heartbeat_interval_ms = 100;
+  c.kill_latency_budget_ms = 50;
+  c.clock_rate_bound = 1e-3;
+  c.wheel_granularity_ns = 1'000'000;
+  return c;
+}
+
+TEST(SupervisorConfig, ValidConfigReportsPauseBudget) {
+  const ConfigCheck r = check_config(valid());
+  ASSERT_TRUE(r.ok) << r.error;
+  // ttl − (kill_after·(1+ρ) + granularity + kill budget) = 1000 − (600.6 + 1 + 50) ms.
+  EXPECT_EQ(r.pause_budget_ns, 348'400'000);
+  EXPECT_EQ(r.refresh_attempts, 6u);
+}
+
+TEST(SupervisorConfig, RefusesUnsafeTimingWithTheNumbers) {
+  SupervisorConfig c = valid();
+  c.kill_after_ms = 950;  // 950.95 + 1 + 50 > 999
+  const ConfigCheck r = check_config(c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("unsafe timing"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("950.950 ms"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("999.000 ms"), std::string::npos) << r.error;
+  EXPECT_LT(r.pause_budget_ns, 0);
+}
+
+TEST(SupervisorConfig, SafetyBoundaryIsStrict) {
+  // Left side exactly equal to ttl·(1−ρ) with ρ = 0: refused (the condition is "<").
+  SupervisorConfig c = valid();
+  c.clock_rate_bound = 0.0;
+  c.ttl_ms = 1000;
+  c.kill_after_ms = 900;
+  c.kill_latency_budget_ms = 99;
+  c.wheel_granularity_ns = 1'000'000;
+  EXPECT_FALSE(check_config(c).ok);
+  c.kill_latency_budget_ms = 98;
+  const ConfigCheck ok = check_config(c);
+  EXPECT_TRUE(ok.ok) << ok.error;
+  EXPECT_EQ(ok.pause_budget_ns, 1'000'000);
+}
+
+TEST(SupervisorConfig, ClockRateBoundShrinksTheBudget) {
+  SupervisorConfig c = valid();
+  c.clock_rate_bound = 0.05;  // 630 + 1 + 50 = 681 < 950
+  const ConfigCheck r = check_config(c);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.pause_budget_ns, 319'000'000);
+  c.clock_rate_bound = 0.2;
+  EXPECT_FALSE(check_config(c).ok);
+}
+
+TEST(SupervisorConfig, RefusesTooFewRefreshAttempts) {
+  SupervisorConfig c = valid();
+  c.heartbeat_interval_ms = 250;  // 600 / 250 = 2 attempts
+  const ConfigCheck r = check_config(c);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("only 2 refresh attempt"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("<= 200 ms"), std::string::npos) << r.error;
+  c.heartbeat_interval_ms = 200;
+  EXPECT_TRUE(check_config(c).ok);
+}
+
+TEST(SupervisorConfig, RefusesOutOfRangeFields) {
+  SupervisorConfig c = valid();
+  c.ttl_ms = 0;
+  EXPECT_NE(check_config(c).error.find("--ttl-ms"), std::string::npos);
+  c = valid();
+  c.slots = 0;
+  EXPECT_NE(check_config(c).error.find("--slots"), std::string::npos);
+  c = valid();
+  c.rt_priority = 100;
+  EXPECT_NE(check_config(c).error.find("--rt-priority"), std::string::npos);
+  c = valid();
+  c.lockd_address.clear();
+  EXPECT_NE(check_config(c).error.find("--lockd"), std::string::npos);
+  c = valid();
+  c.heartbeat_interval_ms = 0;
+  EXPECT_NE(check_config(c).error.find("--heartbeat-interval-ms"), std::string::npos);
+}
+
+TEST(SupervisorConfig, FlagsParse) {
+  CLI::App app;
+  SupervisorConfig c;
+  add_supervisor_flags(app, c);
+  const char* argv[] = {"leasehold-supervisor", "--lockd", "127.0.0.1:9", "--key-file", "/k",
+                        "--worker-id", "0f8fad5b-d9cb-469f-a165-70867728950e", "--mode",
+                        "preemptible", "--on-shutdown", "keep", "--ttl-ms", "2000", "--slots", "7"};
+  app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
+  EXPECT_EQ(c.lockd_address, "127.0.0.1:9");
+  ASSERT_TRUE(c.worker_id.has_value());
+  EXPECT_EQ(c.worker_id->str(), "0f8fad5b-d9cb-469f-a165-70867728950e");
+  EXPECT_EQ(c.mode, SupervisorMode::preemptible);
+  EXPECT_EQ(c.on_shutdown, ShutdownPolicy::keep);
+  EXPECT_EQ(c.ttl_ms, 2000u);
+  EXPECT_EQ(c.slots, 7u);
+}
+
+TEST(SupervisorConfig, FlagsRejectBadWorkerIdAndMode) {
+  {
+    CLI::App app;
+    SupervisorConfig c;
+    add_supervisor_flags(app, c);
+    const char* argv[] = {"s", "--lockd", "a:1", "--key-file", "/k", "--worker-id", "nope"};
+    EXPECT_THROW(app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv)),
+                 CLI::ParseError);
+  }
+  {
+    CLI::App app;
+    SupervisorConfig c;
+    add_supervisor_flags(app, c);
+    const char* argv[] = {"s", "--lockd", "a:1", "--key-file", "/k", "--mode", "eventual"};
+    EXPECT_THROW(app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv)),
+                 CLI::ParseError);
+  }
+}
+
+TEST(SupervisorConfig, DefaultPaths) {
+  const WorkerId w = *WorkerId::parse("0f8fad5b-d9cb-469f-a165-70867728950e");
+  EXPECT_EQ(default_shm_path(w), "/dev/shm/leasehold-0f8fad5b-d9cb-469f-a165-70867728950e");
+  setenv("LEASEHOLD_CONTROL_SOCKET", "/tmp/x.sock", 1);
+  EXPECT_EQ(default_control_socket_path(), "/tmp/x.sock");
+  unsetenv("LEASEHOLD_CONTROL_SOCKET");
+  EXPECT_FALSE(default_control_socket_path().empty());
+  const WorkerId a = random_worker_id();
+  const WorkerId b = random_worker_id();
+  EXPECT_NE(a, b);
+  EXPECT_EQ((a.hi >> 12) & 0xf, 4u);  // UUIDv4
+}
+
+}  // namespace
+}  // namespace leasehold

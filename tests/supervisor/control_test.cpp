@@ -1,0 +1,309 @@
+// The control socket: request parsing, and the server's bounds against bad input.
+#include "supervisor/control.hpp"
+
+#include <gtest/gtest.h>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+namespace leasehold {
+namespace {
+
+using nlohmann::json;
+
+TEST(ControlParse, RunWithNameArgvEnv) {
+  const ControlParse p = parse_control_request(
+      R"({"v":1,"id":7,"op":"run","name":"agent-1","argv":["/bin/sleep","5"],"env":{"A":"b"},"ttl_ms":900})");
+  ASSERT_TRUE(p.request) << p.message;
+  EXPECT_EQ(p.request->op, ControlOp::run);
+  EXPECT_EQ(p.request->id, 7);
+  EXPECT_EQ(*p.request->name, "agent-1");
+  ASSERT_EQ(p.request->argv.size(), 2u);
+  EXPECT_EQ(p.request->argv[1], "5");
+  ASSERT_EQ(p.request->env.size(), 1u);
+  EXPECT_EQ(p.request->env[0], "A=b");
+  EXPECT_EQ(*p.request->ttl_ms, 900u);
+  EXPECT_EQ(p.request->cwd, "/");
+}
+
+TEST(ControlParse, RunWithoutNameIsUnnamed) {
+  const ControlParse p = parse_control_request(R"({"v":1,"op":"run","argv":["true"],"env":["X=1"]})");
+  ASSERT_TRUE(p.request) << p.message;
+  EXPECT_FALSE(p.request->name.has_value());
+  EXPECT_EQ(p.request->env.at(0), "X=1");
+  EXPECT_TRUE(p.request->id.is_null());
+}
+
+TEST(ControlParse, ExpectCommitNeedsSandboxEpochAndCommand) {
+  const ControlParse ok = parse_control_request(
+      R"({"v":1,"op":"expect-commit","name":"n","sandbox":"0f8fad5b-d9cb-469f-a165-70867728950e","epoch":4,"argv":["true"]})");
+  ASSERT_TRUE(ok.request) << ok.message;
+  EXPECT_EQ(ok.request->epoch, 4u);
+  EXPECT_EQ(ok.request->sandbox->str(), "0f8fad5b-d9cb-469f-a165-70867728950e");
+  const ControlParse no_epoch = parse_control_request(
+      R"({"v":1,"op":"expect-commit","name":"n","sandbox":"0f8fad5b-d9cb-469f-a165-70867728950e","argv":["true"]})");
+  EXPECT_EQ(no_epoch.error, "bad_request");
+  EXPECT_NE(no_epoch.message.find("\"epoch\""), std::string::npos);
+}
+
+TEST(ControlParse, ErrorsNameTheProblem) {
+  struct Case {
+    const char* line;
+    const char* code;
+    const char* needle;
+  } cases[] = {
+      {"{not json", "bad_json", "not valid JSON"},
+      {"[1,2]", "bad_json", "JSON object"},
+      {R"({"op":"list"})", "bad_version", "\"v\""},
+      {R"({"v":2,"op":"list"})", "bad_version", "version 2"},
+      {R"({"v":1})", "bad_request", "\"op\""},
+      {R"({"v":1,"op":"explode"})", "unknown_op", "explode"},
+      {R"({"v":1,"op":"run"})", "bad_request", "\"argv\""},
+      {R"({"v":1,"op":"run","argv":[]})", "bad_request", "non-empty"},
+      {R"({"v":1,"op":"run","argv":[1]})", "bad_request", "only strings"},
+      {R"({"v":1,"op":"run","argv":["x"],"name":"bad name!"})", "bad_request", "name"},
+      {R"({"v":1,"op":"run","argv":["x"],"env":{"A":1}})", "bad_request", "\"A\""},
+      {R"({"v":1,"op":"run","argv":["x"],"env":["NOEQUALS"]})", "bad_request", "KEY=VALUE"},
+      {R"({"v":1,"op":"run","argv":["x"],"cwd":"rel"})", "bad_request", "absolute"},
+      {R"({"v":1,"op":"run","argv":["x"],"ttl_ms":-5})", "bad_request", "ttl_ms"},
+      {R"({"v":1,"op":"name","sandbox":"zz","name":"a"})", "bad_request", "sandbox id"},
+      {R"({"v":1,"op":"release"})", "bad_request", "\"name\""},
+      {R"({"v":1,"op":"kill","sandbox":"00000000-0000-0000-0000-000000000000"})", "bad_request", "sandbox id"},
+  };
+  for (const auto& c : cases) {
+    const ControlParse p = parse_control_request(c.line);
+    EXPECT_FALSE(p.request) << c.line;
+    EXPECT_EQ(p.error, c.code) << c.line << " -> " << p.message;
+    EXPECT_NE(p.message.find(c.needle), std::string::npos) << c.line << " -> " << p.message;
+  }
+}
+
+TEST(ControlParse, AnswersCarryVersionAndId) {
+  const json ok = json::parse(control_ok(json("abc"), {{"slot", 3}}));
+  EXPECT_EQ(ok["v"], kControlProtocolVersion);
+  EXPECT_EQ(ok["id"], "abc");
+  EXPECT_EQ(ok["ok"], true);
+  EXPECT_EQ(ok["slot"], 3);
+  const json err = json::parse(control_error(5, "held", "taken", {{"epoch", 9}}));
+  EXPECT_EQ(err["ok"], false);
+  EXPECT_EQ(err["error"], "held");
+  EXPECT_EQ(err["epoch"], 9);
+}
+
+// --- the server over a real unix socket ---------------------------------------------------------
+
+std::string temp_socket_path(const char* tag) {
+  return "/tmp/leasehold-ctl-" + std::to_string(getpid()) + "-" + tag + ".sock";
+}
+
+std::uint64_t now_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+// Runs the server's poll loop on a thread; answers every request with its op name.
+class ServerFixture : public ::testing::Test {
+ protected:
+  void start(const char* tag) {
+    path_ = temp_socket_path(tag);
+    server_ = std::make_unique<ControlServer>(ControlAccess{getuid(), std::nullopt},
+                                              [this](ControlClientId c, ControlRequest r) {
+                                                ++handled_;
+                                                server_->reply(c, control_ok(r.id, {{"op", std::string(to_string(r.op))}}));
+                                              });
+    ASSERT_EQ(server_->open(path_), "");
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        auto w = server_->watch_fds();
+        std::vector<pollfd> fds;
+        for (auto& x : w) fds.push_back({x.fd, x.events, 0});
+        ::poll(fds.data(), fds.size(), 20);
+        for (auto& f : fds)
+          if (f.revents) server_->on_ready(f.fd, f.revents, now_ms());
+        server_->tick(now_ms());
+      }
+    });
+  }
+  void TearDown() override {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    server_.reset();
+    EXPECT_FALSE(std::filesystem::exists(path_)) << "socket file left behind";
+  }
+  json call(const json& req) {
+    std::string err;
+    auto a = control_call(path_, req, 3000, err);
+    EXPECT_TRUE(a.has_value()) << err;
+    return a.value_or(json());
+  }
+  // Sends raw bytes, returns the first answer line (or "" on close/timeout).
+  std::string raw(const std::string& bytes, int wait_ms = 3000) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path_.c_str(), sizeof a.sun_path - 1);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    std::size_t off = 0;
+    while (off < bytes.size()) {
+      const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      off += static_cast<std::size_t>(n);
+    }
+    std::string in;
+    const std::uint64_t deadline = now_ms() + static_cast<std::uint64_t>(wait_ms);
+    while (in.find('\n') == std::string::npos && now_ms() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return in.substr(0, in.find('\n'));
+  }
+
+  std::string path_;
+  std::unique_ptr<ControlServer> server_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> handled_{0};
+};
+
+TEST_F(ServerFixture, AnswersAndEchoesTheId) {
+  start("ok");
+  const json a = call({{"v", 1}, {"id", 42}, {"op", "status"}});
+  EXPECT_EQ(a["ok"], true);
+  EXPECT_EQ(a["id"], 42);
+  EXPECT_EQ(a["op"], "status");
+  EXPECT_EQ(handled_.load(), 1);
+}
+
+TEST_F(ServerFixture, GarbageUnknownAndOversizeGetClearErrors) {
+  start("bad");
+  json a = json::parse(raw("this is not json\n"));
+  EXPECT_EQ(a["error"], "bad_json");
+  a = json::parse(raw(R"({"v":1,"id":"x","op":"reboot"})" "\n"));
+  EXPECT_EQ(a["error"], "unknown_op");
+  EXPECT_EQ(a["id"], "x");
+  a = json::parse(raw(std::string(kControlLineBytesMax + 10, 'a')));
+  EXPECT_EQ(a["error"], "too_long");
+  EXPECT_EQ(handled_.load(), 0);
+  // The server is still healthy.
+  EXPECT_EQ(call({{"v", 1}, {"op", "list"}})["ok"], true);
+  EXPECT_EQ(server_->bad_requests(), 3u);
+}
+
+TEST_F(ServerFixture, PipelinedRequestsAreAnsweredInOrder) {
+  start("pipe");
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path_.c_str(), sizeof a.sun_path - 1);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::string batch;
+  for (int i = 0; i < 50; ++i) batch += json({{"v", 1}, {"id", i}, {"op", "list"}}).dump() + "\n";
+  ASSERT_EQ(::send(fd, batch.data(), batch.size(), 0), static_cast<ssize_t>(batch.size()));
+  std::string in;
+  int lines = 0;
+  const std::uint64_t deadline = now_ms() + 3000;
+  while (lines < 50 && now_ms() < deadline) {
+    char buf[4096];
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    in.append(buf, static_cast<std::size_t>(n));
+    std::size_t nl;
+    while ((nl = in.find('\n')) != std::string::npos) {
+      EXPECT_EQ(json::parse(in.substr(0, nl))["id"], lines);
+      in.erase(0, nl + 1);
+      ++lines;
+    }
+  }
+  ::close(fd);
+  EXPECT_EQ(lines, 50);
+}
+
+TEST_F(ServerFixture, StalledPartialLineTimesOut) {
+  start("slow");
+  const json a = json::parse(raw(R"({"v":1,"op":)", static_cast<int>(kControlLineTimeoutMs) + 2000));
+  EXPECT_EQ(a["error"], "timeout");
+}
+
+TEST(ControlServer, RefusesASecondServerOnTheSamePath) {
+  const std::string path = temp_socket_path("dup");
+  ControlServer a(ControlAccess{getuid(), std::nullopt}, [](ControlClientId, ControlRequest) {});
+  ASSERT_EQ(a.open(path), "");
+  ControlServer b(ControlAccess{getuid(), std::nullopt}, [](ControlClientId, ControlRequest) {});
+  const std::string err = b.open(path);
+  EXPECT_NE(err.find("already running"), std::string::npos) << err;
+  a.close_all();
+  // A stale socket file (nobody listening) is replaced.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ::close(fd);
+  EXPECT_EQ(b.open(path), "");
+  b.close_all();
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(ControlServer, RejectsAnUnauthorizedPeer) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  const std::string path = temp_socket_path("auth");
+  int handled = 0;
+  ControlServer s(ControlAccess{0, std::nullopt}, [&](ControlClientId, ControlRequest) { ++handled; });
+  ASSERT_EQ(s.open(path), "");
+  ::chmod(path.c_str(), 0666);  // the file mode is not the guard; SO_PEERCRED is
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only async-signal-safe calls from here on.
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(10);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.c_str(), path.size());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(11);
+    const char req[] = "{\"v\":1,\"op\":\"list\"}\n";
+    [[maybe_unused]] ssize_t w = ::send(fd, req, sizeof req - 1, MSG_NOSIGNAL);
+    char buf[512] = {};
+    std::size_t got = 0;
+    for (int i = 0; i < 100 && got < sizeof buf - 1; ++i) {
+      const ssize_t n = ::recv(fd, buf + got, sizeof buf - 1 - got, 0);
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    _exit(std::strstr(buf, "\"unauthorized\"") != nullptr ? 0 : 12);
+  }
+  int status = 0;
+  const std::uint64_t deadline = now_ms() + 5000;
+  while (::waitpid(child, &status, WNOHANG) == 0 && now_ms() < deadline) {
+    auto w = s.watch_fds();
+    std::vector<pollfd> fds;
+    for (auto& x : w) fds.push_back({x.fd, x.events, 0});
+    ::poll(fds.data(), fds.size(), 20);
+    for (auto& f : fds)
+      if (f.revents) s.on_ready(f.fd, f.revents, now_ms());
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(handled, 0);
+  EXPECT_EQ(s.rejected_unauthorized(), 1u);
+  s.close_all();
+}
+
+}  // namespace
+}  // namespace leasehold
