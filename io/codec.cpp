@@ -1,4 +1,757 @@
-// The wire codec (io/protocol.hpp). Implementation follows.
-#include "io/auth.hpp"
+// The wire codec (io/protocol.hpp): header and payload encoding, and the total decoder.
+//
+// Encoding sizes the payload first (payload_bytes), so the writer never checks bounds per field.
+// Decoding goes through a Reader that checks every read against the payload end and reports the
+// first problem with the field name and offset.
 #include "io/protocol.hpp"
-#include "io/replay.hpp"
+
+#include "io/auth.hpp"
+
+#include <cassert>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+namespace leasehold::wire {
+namespace {
+
+constexpr std::size_t kIdBytes = 16;
+
+// Header field offsets (see the layout table in protocol.hpp).
+constexpr std::size_t kOffMagic = 0;
+constexpr std::size_t kOffVersion = 4;
+constexpr std::size_t kOffType = 5;
+constexpr std::size_t kOffFlags = 6;
+constexpr std::size_t kOffSender = 8;
+constexpr std::size_t kOffSeq = 24;
+constexpr std::size_t kOffRequestId = 32;
+constexpr std::size_t kOffPayloadLen = 40;
+constexpr std::size_t kOffReserved = 42;
+static_assert(kOffReserved + 2 == kHeaderBytes);
+static_assert(kPayloadBytesMax == 1324);
+static_assert(2 + kHeartbeatEntriesMax * kHeartbeatAckEntryBytes <= kPayloadBytesMax);
+static_assert(2 + (kHeartbeatEntriesMax + 1) * kHeartbeatAckEntryBytes > kPayloadBytesMax);
+
+std::uint16_t load_u16(const std::uint8_t* p) noexcept {
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
+std::uint32_t load_u32(const std::uint8_t* p) noexcept {
+  return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
+         (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
+}
+std::uint64_t load_u64(const std::uint8_t* p) noexcept {
+  return static_cast<std::uint64_t>(load_u32(p)) | (static_cast<std::uint64_t>(load_u32(p + 4)) << 32);
+}
+void store_u16(std::uint8_t* p, std::uint16_t v) noexcept {
+  p[0] = static_cast<std::uint8_t>(v);
+  p[1] = static_cast<std::uint8_t>(v >> 8);
+}
+void store_u32(std::uint8_t* p, std::uint32_t v) noexcept {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+void store_u64(std::uint8_t* p, std::uint64_t v) noexcept {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+
+// ---- writing -----------------------------------------------------------------------------------
+
+struct Writer {
+  std::uint8_t* p;
+  void u8(std::uint8_t v) noexcept { *p++ = v; }
+  void u16(std::uint16_t v) noexcept { store_u16(p, v); p += 2; }
+  void u32(std::uint32_t v) noexcept { store_u32(p, v); p += 4; }
+  void u64(std::uint64_t v) noexcept { store_u64(p, v); p += 8; }
+  template <class Tag>
+  void id(const Id<Tag>& v) noexcept { u64(v.hi); u64(v.lo); }
+  void boolean(bool v) noexcept { u8(v ? 1 : 0); }
+  void text8(std::string_view s) noexcept {
+    u8(static_cast<std::uint8_t>(s.size()));
+    if (!s.empty()) std::memcpy(p, s.data(), s.size());
+    p += s.size();
+  }
+  void text16(std::string_view s) noexcept {
+    u16(static_cast<std::uint16_t>(s.size()));
+    if (!s.empty()) std::memcpy(p, s.data(), s.size());
+    p += s.size();
+  }
+};
+
+// Per-type payload size (no validation) ...
+std::size_t size_of(const Acquire& m) noexcept { return 2 * kIdBytes + 4 + 1 + 1 + m.name.size(); }
+std::size_t size_of(const Commit&) noexcept { return 3 * kIdBytes + 8; }
+std::size_t size_of(const Heartbeat& m) noexcept { return 4 + 2 + m.entries.size() * kHeartbeatEntryBytes; }
+std::size_t size_of(const Release&) noexcept { return 2 * kIdBytes + 8; }
+std::size_t size_of(const TransferBegin&) noexcept { return 3 * kIdBytes + 8; }
+std::size_t size_of(const TransferComplete&) noexcept { return kIdBytes + 8; }
+std::size_t size_of(const TransferAccept&) noexcept { return 3 * kIdBytes; }
+std::size_t size_of(const Revoke&) noexcept { return kIdBytes; }
+std::size_t size_of(const Reassign&) noexcept { return 2 * kIdBytes; }
+std::size_t size_of(const WorkerHeartbeat&) noexcept { return kIdBytes; }
+std::size_t size_of(const IsRunning&) noexcept { return 2 * kIdBytes + 8; }
+std::size_t size_of(const List&) noexcept { return 8 + 2; }
+std::size_t size_of(const Show& m) noexcept { return 1 + (m.name.empty() ? kIdBytes : 1 + m.name.size()); }
+std::size_t size_of(const Stats&) noexcept { return 0; }
+std::size_t size_of(const Grant&) noexcept { return 3 * kIdBytes + 8 + 1 + 4; }
+std::size_t size_of(const Deny&) noexcept { return 3 * kIdBytes + 1 + 8 + 1; }
+std::size_t size_of(const HeartbeatAck& m) noexcept { return 2 + m.entries.size() * kHeartbeatAckEntryBytes; }
+std::size_t size_of(const Ok&) noexcept { return kIdBytes + 8; }
+std::size_t size_of(const TransferState&) noexcept { return 3 * kIdBytes + 8 + 8 + 1; }
+std::size_t size_of(const WorkerAck&) noexcept { return 4; }
+std::size_t size_of(const RunningAnswer&) noexcept { return 2 * kIdBytes + 8 + 1; }
+std::size_t size_of(const NameRecord& r) noexcept { return 1 + r.name.size() + 4 * kIdBytes + 1 + 8 + 4; }
+std::size_t size_of(const ListPage& m) noexcept {
+  std::size_t n = 8 + 2;
+  for (const auto& r : m.entries) n += size_of(r);
+  return n;
+}
+std::size_t size_of(const NameInfo& m) noexcept { return size_of(m.record); }
+std::size_t size_of(const StatsAnswer& m) noexcept {
+  std::size_t n = 2;
+  for (const auto& c : m.counters) n += 1 + c.key.size() + 8;
+  return n;
+}
+std::size_t size_of(const Error& m) noexcept { return 2 + 2 + m.message.size(); }
+
+// ... validation before writing (what the decoder would reject) ...
+EncodeError check_name(std::string_view name) {
+  return validate_name(name).empty() ? EncodeError::none : EncodeError::invalid_name;
+}
+template <class M>
+EncodeError check(const M&) { return EncodeError::none; }
+EncodeError check(const Acquire& m) { return check_name(m.name); }
+EncodeError check(const Show& m) { return m.name.empty() ? EncodeError::none : check_name(m.name); }
+EncodeError check(const NameRecord& r) { return check_name(r.name); }
+EncodeError check(const NameInfo& m) { return check(m.record); }
+EncodeError check(const ListPage& m) {
+  if (m.entries.size() > kListEntriesMax) return EncodeError::bad_count;
+  for (const auto& r : m.entries)
+    if (auto e = check(r); e != EncodeError::none) return e;
+  return EncodeError::none;
+}
+EncodeError check(const StatsAnswer& m) {
+  if (m.counters.size() > kCountersMax) return EncodeError::bad_count;
+  for (const auto& c : m.counters)
+    if (c.key.empty() || c.key.size() > kCounterKeyBytesMax) return EncodeError::bad_text;
+  return EncodeError::none;
+}
+EncodeError check(const Error& m) {
+  return m.message.size() > kErrorTextBytesMax ? EncodeError::bad_text : EncodeError::none;
+}
+
+// ... and the writers.
+void put(Writer& w, const Acquire& m) {
+  w.id(m.sandbox); w.id(m.worker); w.u32(m.ttl_ms); w.boolean(m.two_phase); w.text8(m.name);
+}
+void put(Writer& w, const Commit& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); w.id(m.worker); }
+void put(Writer& w, const Heartbeat& m) {
+  w.u32(m.ttl_cap_ms);
+  w.u16(static_cast<std::uint16_t>(m.entries.size()));
+  for (const auto& e : m.entries) { w.id(e.name_id); w.id(e.sandbox); w.u64(e.epoch); }
+}
+void put(Writer& w, const Release& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); }
+void put(Writer& w, const TransferBegin& m) { w.id(m.name_id); w.id(m.from); w.u64(m.epoch); w.id(m.to); }
+void put(Writer& w, const TransferComplete& m) { w.id(m.name_id); w.u64(m.new_epoch); }
+void put(Writer& w, const TransferAccept& m) { w.id(m.name_id); w.id(m.to); w.id(m.worker); }
+void put(Writer& w, const Revoke& m) { w.id(m.name_id); }
+void put(Writer& w, const Reassign& m) { w.id(m.name_id); w.id(m.to); }
+void put(Writer& w, const WorkerHeartbeat& m) { w.id(m.worker); }
+void put(Writer& w, const IsRunning& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); }
+void put(Writer& w, const List& m) { w.u64(m.cursor); w.u16(m.limit); }
+void put(Writer& w, const Show& m) {
+  if (m.name.empty()) { w.u8(0); w.id(m.name_id); }
+  else { w.u8(1); w.text8(m.name); }
+}
+void put(Writer&, const Stats&) {}
+void put(Writer& w, const Grant& m) {
+  w.id(m.name_id); w.u64(m.epoch); w.id(m.holder); w.id(m.worker);
+  w.u8(static_cast<std::uint8_t>(m.state)); w.u32(m.ttl_ms);
+}
+void put(Writer& w, const Deny& m) {
+  w.id(m.name_id); w.u8(static_cast<std::uint8_t>(m.refusal)); w.id(m.holder); w.id(m.worker);
+  w.u64(m.epoch); w.u8(static_cast<std::uint8_t>(m.state));
+}
+void put(Writer& w, const HeartbeatAck& m) {
+  w.u16(static_cast<std::uint16_t>(m.entries.size()));
+  for (const auto& e : m.entries) {
+    w.id(e.name_id); w.u8(static_cast<std::uint8_t>(e.status)); w.id(e.holder); w.u64(e.epoch);
+    w.u32(e.ttl_left_ms);
+  }
+}
+void put(Writer& w, const Ok& m) { w.id(m.name_id); w.u64(m.epoch); }
+void put(Writer& w, const TransferState& m) {
+  w.id(m.name_id); w.id(m.from); w.id(m.to); w.u64(m.old_epoch); w.u64(m.new_epoch);
+  w.u8(static_cast<std::uint8_t>(m.state));
+}
+void put(Writer& w, const WorkerAck& m) { w.u32(m.liveness_ttl_ms); }
+void put(Writer& w, const RunningAnswer& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); w.boolean(m.running); }
+void put(Writer& w, const NameRecord& r) {
+  w.text8(r.name); w.id(r.name_id); w.u8(static_cast<std::uint8_t>(r.state)); w.id(r.holder);
+  w.id(r.worker); w.u64(r.epoch); w.u32(r.ttl_left_ms); w.id(r.reserved_for);
+}
+void put(Writer& w, const ListPage& m) {
+  w.u64(m.next_cursor);
+  w.u16(static_cast<std::uint16_t>(m.entries.size()));
+  for (const auto& r : m.entries) put(w, r);
+}
+void put(Writer& w, const NameInfo& m) { put(w, m.record); }
+void put(Writer& w, const StatsAnswer& m) {
+  w.u16(static_cast<std::uint16_t>(m.counters.size()));
+  for (const auto& c : m.counters) { w.text8(c.key); w.u64(c.value); }
+}
+void put(Writer& w, const Error& m) { w.u16(static_cast<std::uint16_t>(m.code)); w.text16(m.message); }
+
+// ---- reading -----------------------------------------------------------------------------------
+
+// Reads fields from the payload; every read is bounds-checked. On the first failure it records
+// the reason and a text naming the field and offset; later reads fail at once.
+class Reader {
+ public:
+  Reader(const std::uint8_t* begin, std::size_t n) : begin_(begin), p_(begin), end_(begin + n) {}
+
+  bool ok() const noexcept { return error_ == DecodeError::none; }
+  DecodeError error() const noexcept { return error_; }
+  std::string& detail() noexcept { return detail_; }
+  std::size_t offset() const noexcept { return static_cast<std::size_t>(p_ - begin_); }
+  std::size_t left() const noexcept { return static_cast<std::size_t>(end_ - p_); }
+
+  bool fail(DecodeError e, std::string text) {
+    if (ok()) { error_ = e; detail_ = std::move(text); }
+    return false;
+  }
+  bool need(std::size_t n, const char* field) {
+    if (!ok()) return false;
+    if (left() >= n) return true;
+    return fail(DecodeError::short_payload, std::string("payload ends inside ") + field + " at payload offset " +
+                                                std::to_string(offset()) + " (needs " + std::to_string(n) +
+                                                " bytes, " + std::to_string(left()) + " left)");
+  }
+  bool u8(std::uint8_t& v, const char* f) { if (!need(1, f)) return false; v = *p_++; return true; }
+  bool u16(std::uint16_t& v, const char* f) { if (!need(2, f)) return false; v = load_u16(p_); p_ += 2; return true; }
+  bool u32(std::uint32_t& v, const char* f) { if (!need(4, f)) return false; v = load_u32(p_); p_ += 4; return true; }
+  bool u64(std::uint64_t& v, const char* f) { if (!need(8, f)) return false; v = load_u64(p_); p_ += 8; return true; }
+  template <class Tag>
+  bool id(Id<Tag>& v, const char* f) {
+    if (!need(kIdBytes, f)) return false;
+    v.hi = load_u64(p_); v.lo = load_u64(p_ + 8); p_ += kIdBytes;
+    return true;
+  }
+  bool boolean(bool& v, const char* f) {
+    std::uint8_t b = 0;
+    if (!u8(b, f)) return false;
+    if (b > 1) return bad_value(f, b);
+    v = b == 1;
+    return true;
+  }
+  bool bad_value(const char* f, unsigned v) {
+    return fail(DecodeError::bad_value, std::string("field ") + f + " has value " + std::to_string(v) +
+                                            ", out of range, at payload offset " + std::to_string(offset() - 1));
+  }
+  bool text(std::string& s, std::size_t len, std::size_t max, const char* f) {
+    if (len > max)
+      return fail(DecodeError::bad_text, std::string("field ") + f + " is " + std::to_string(len) +
+                                             " bytes; the limit is " + std::to_string(max));
+    if (!need(len, f)) return false;
+    s.assign(reinterpret_cast<const char*>(p_), len);
+    p_ += len;
+    return true;
+  }
+  bool text8(std::string& s, std::size_t max, const char* f) {
+    std::uint8_t n = 0;
+    return u8(n, f) && text(s, n, max, f);
+  }
+  bool text16(std::string& s, std::size_t max, const char* f) {
+    std::uint16_t n = 0;
+    return u16(n, f) && text(s, n, max, f);
+  }
+  bool name(std::string& s, const char* f) {
+    if (!text8(s, kNameBytesMax, f)) return false;
+    if (auto why = validate_name(s); !why.empty())
+      return fail(DecodeError::invalid_name, std::string("field ") + f + ": " + why);
+    return true;
+  }
+  bool count(std::uint16_t& n, std::size_t max, std::size_t min_entry_bytes, const char* f) {
+    if (!u16(n, f)) return false;
+    if (n > max)
+      return fail(DecodeError::bad_count, std::string("field ") + f + " is " + std::to_string(n) +
+                                              "; the limit is " + std::to_string(max));
+    if (static_cast<std::size_t>(n) * min_entry_bytes > left())
+      return fail(DecodeError::bad_count, std::string("field ") + f + " is " + std::to_string(n) +
+                                              " but only " + std::to_string(left()) + " payload bytes follow");
+    return true;
+  }
+  bool lock_state(LockState& s, const char* f) {
+    std::uint8_t b = 0;
+    if (!u8(b, f)) return false;
+    if (b > static_cast<std::uint8_t>(LockState::transferring)) return bad_value(f, b);
+    s = static_cast<LockState>(b);
+    return true;
+  }
+  bool refusal(Refusal& r, const char* f) {
+    std::uint8_t b = 0;
+    if (!u8(b, f)) return false;
+    // Follows lease/types.hpp: every value it names is valid on the wire.
+    if (to_string(static_cast<Refusal>(b)) == "unknown_refusal") return bad_value(f, b);
+    r = static_cast<Refusal>(b);
+    return true;
+  }
+  bool status(HeartbeatStatus& s, const char* f) {
+    std::uint8_t b = 0;
+    if (!u8(b, f)) return false;
+    if (b > static_cast<std::uint8_t>(HeartbeatStatus::unknown)) return bad_value(f, b);
+    s = static_cast<HeartbeatStatus>(b);
+    return true;
+  }
+
+ private:
+  const std::uint8_t* begin_;
+  const std::uint8_t* p_;
+  const std::uint8_t* end_;
+  DecodeError error_ = DecodeError::none;
+  std::string detail_;
+};
+
+bool get(Reader& r, Acquire& m) {
+  return r.id(m.sandbox, "acquire.sandbox") && r.id(m.worker, "acquire.worker") &&
+         r.u32(m.ttl_ms, "acquire.ttl_ms") && r.boolean(m.two_phase, "acquire.two_phase") &&
+         r.name(m.name, "acquire.name");
+}
+bool get(Reader& r, Commit& m) {
+  return r.id(m.name_id, "commit.name_id") && r.id(m.sandbox, "commit.sandbox") &&
+         r.u64(m.epoch, "commit.epoch") && r.id(m.worker, "commit.worker");
+}
+bool get(Reader& r, Heartbeat& m) {
+  std::uint16_t n = 0;
+  if (!(r.u32(m.ttl_cap_ms, "heartbeat.ttl_cap_ms") &&
+        r.count(n, kHeartbeatEntriesMax, kHeartbeatEntryBytes, "heartbeat.count")))
+    return false;
+  m.entries.resize(n);
+  for (auto& e : m.entries)
+    if (!(r.id(e.name_id, "heartbeat.name_id") && r.id(e.sandbox, "heartbeat.sandbox") &&
+          r.u64(e.epoch, "heartbeat.epoch")))
+      return false;
+  return true;
+}
+bool get(Reader& r, Release& m) {
+  return r.id(m.name_id, "release.name_id") && r.id(m.sandbox, "release.sandbox") &&
+         r.u64(m.epoch, "release.epoch");
+}
+bool get(Reader& r, TransferBegin& m) {
+  return r.id(m.name_id, "transfer_begin.name_id") && r.id(m.from, "transfer_begin.from") &&
+         r.u64(m.epoch, "transfer_begin.epoch") && r.id(m.to, "transfer_begin.to");
+}
+bool get(Reader& r, TransferComplete& m) {
+  return r.id(m.name_id, "transfer_complete.name_id") && r.u64(m.new_epoch, "transfer_complete.new_epoch");
+}
+bool get(Reader& r, TransferAccept& m) {
+  return r.id(m.name_id, "transfer_accept.name_id") && r.id(m.to, "transfer_accept.to") &&
+         r.id(m.worker, "transfer_accept.worker");
+}
+bool get(Reader& r, Revoke& m) { return r.id(m.name_id, "revoke.name_id"); }
+bool get(Reader& r, Reassign& m) { return r.id(m.name_id, "reassign.name_id") && r.id(m.to, "reassign.to"); }
+bool get(Reader& r, WorkerHeartbeat& m) { return r.id(m.worker, "worker_heartbeat.worker"); }
+bool get(Reader& r, IsRunning& m) {
+  return r.id(m.name_id, "is_running.name_id") && r.id(m.sandbox, "is_running.sandbox") &&
+         r.u64(m.epoch, "is_running.epoch");
+}
+bool get(Reader& r, List& m) { return r.u64(m.cursor, "list.cursor") && r.u16(m.limit, "list.limit"); }
+bool get(Reader& r, Show& m) {
+  std::uint8_t by = 0;
+  if (!r.u8(by, "show.by")) return false;
+  if (by == 0) return r.id(m.name_id, "show.name_id");
+  if (by == 1) return r.name(m.name, "show.name");
+  return r.bad_value("show.by", by);
+}
+bool get(Reader&, Stats&) { return true; }
+bool get(Reader& r, Grant& m) {
+  return r.id(m.name_id, "grant.name_id") && r.u64(m.epoch, "grant.epoch") && r.id(m.holder, "grant.holder") &&
+         r.id(m.worker, "grant.worker") && r.lock_state(m.state, "grant.state") && r.u32(m.ttl_ms, "grant.ttl_ms");
+}
+bool get(Reader& r, Deny& m) {
+  return r.id(m.name_id, "deny.name_id") && r.refusal(m.refusal, "deny.refusal") && r.id(m.holder, "deny.holder") &&
+         r.id(m.worker, "deny.worker") && r.u64(m.epoch, "deny.epoch") && r.lock_state(m.state, "deny.state");
+}
+bool get(Reader& r, HeartbeatAck& m) {
+  std::uint16_t n = 0;
+  if (!r.count(n, kHeartbeatEntriesMax, kHeartbeatAckEntryBytes, "heartbeat_ack.count")) return false;
+  m.entries.resize(n);
+  for (auto& e : m.entries)
+    if (!(r.id(e.name_id, "heartbeat_ack.name_id") && r.status(e.status, "heartbeat_ack.status") &&
+          r.id(e.holder, "heartbeat_ack.holder") && r.u64(e.epoch, "heartbeat_ack.epoch") &&
+          r.u32(e.ttl_left_ms, "heartbeat_ack.ttl_left_ms")))
+      return false;
+  return true;
+}
+bool get(Reader& r, Ok& m) { return r.id(m.name_id, "ok.name_id") && r.u64(m.epoch, "ok.epoch"); }
+bool get(Reader& r, TransferState& m) {
+  return r.id(m.name_id, "transfer_state.name_id") && r.id(m.from, "transfer_state.from") &&
+         r.id(m.to, "transfer_state.to") && r.u64(m.old_epoch, "transfer_state.old_epoch") &&
+         r.u64(m.new_epoch, "transfer_state.new_epoch") && r.lock_state(m.state, "transfer_state.state");
+}
+bool get(Reader& r, WorkerAck& m) { return r.u32(m.liveness_ttl_ms, "worker_ack.liveness_ttl_ms"); }
+bool get(Reader& r, RunningAnswer& m) {
+  return r.id(m.name_id, "running_answer.name_id") && r.id(m.sandbox, "running_answer.sandbox") &&
+         r.u64(m.epoch, "running_answer.epoch") && r.boolean(m.running, "running_answer.running");
+}
+bool get(Reader& r, NameRecord& m) {
+  return r.name(m.name, "record.name") && r.id(m.name_id, "record.name_id") && r.lock_state(m.state, "record.state") &&
+         r.id(m.holder, "record.holder") && r.id(m.worker, "record.worker") && r.u64(m.epoch, "record.epoch") &&
+         r.u32(m.ttl_left_ms, "record.ttl_left_ms") && r.id(m.reserved_for, "record.reserved_for");
+}
+constexpr std::size_t kNameRecordBytesMin = 1 + 1 + 4 * kIdBytes + 1 + 8 + 4;
+bool get(Reader& r, ListPage& m) {
+  std::uint16_t n = 0;
+  if (!(r.u64(m.next_cursor, "list_page.next_cursor") &&
+        r.count(n, kListEntriesMax, kNameRecordBytesMin, "list_page.count")))
+    return false;
+  m.entries.resize(n);
+  for (auto& e : m.entries)
+    if (!get(r, e)) return false;
+  return true;
+}
+bool get(Reader& r, NameInfo& m) { return get(r, m.record); }
+bool get(Reader& r, StatsAnswer& m) {
+  std::uint16_t n = 0;
+  if (!r.count(n, kCountersMax, 1 + 1 + 8, "stats_answer.count")) return false;
+  m.counters.resize(n);
+  for (auto& c : m.counters) {
+    if (!(r.text8(c.key, kCounterKeyBytesMax, "stats_answer.key") && r.u64(c.value, "stats_answer.value")))
+      return false;
+    if (c.key.empty()) return r.fail(DecodeError::bad_text, "field stats_answer.key is empty");
+  }
+  return true;
+}
+bool get(Reader& r, Error& m) {
+  std::uint16_t code = 0;
+  if (!r.u16(code, "error.code")) return false;
+  m.code = static_cast<ErrorCode>(code);  // unknown codes are kept as their number
+  return r.text16(m.message, kErrorTextBytesMax, "error.message");
+}
+
+template <class M>
+constexpr MessageType type_for();
+#define LEASEHOLD_WIRE_TYPE(M, T) \
+  template <>                     \
+  constexpr MessageType type_for<M>() { return MessageType::T; }
+LEASEHOLD_WIRE_TYPE(Acquire, acquire)
+LEASEHOLD_WIRE_TYPE(Commit, commit)
+LEASEHOLD_WIRE_TYPE(Heartbeat, heartbeat)
+LEASEHOLD_WIRE_TYPE(Release, release)
+LEASEHOLD_WIRE_TYPE(TransferBegin, transfer_begin)
+LEASEHOLD_WIRE_TYPE(TransferComplete, transfer_complete)
+LEASEHOLD_WIRE_TYPE(TransferAccept, transfer_accept)
+LEASEHOLD_WIRE_TYPE(Revoke, revoke)
+LEASEHOLD_WIRE_TYPE(Reassign, reassign)
+LEASEHOLD_WIRE_TYPE(WorkerHeartbeat, worker_heartbeat)
+LEASEHOLD_WIRE_TYPE(IsRunning, is_running)
+LEASEHOLD_WIRE_TYPE(List, list)
+LEASEHOLD_WIRE_TYPE(Show, show)
+LEASEHOLD_WIRE_TYPE(Stats, stats)
+LEASEHOLD_WIRE_TYPE(Grant, grant)
+LEASEHOLD_WIRE_TYPE(Deny, deny)
+LEASEHOLD_WIRE_TYPE(HeartbeatAck, heartbeat_ack)
+LEASEHOLD_WIRE_TYPE(Ok, ok)
+LEASEHOLD_WIRE_TYPE(TransferState, transfer_state)
+LEASEHOLD_WIRE_TYPE(WorkerAck, worker_ack)
+LEASEHOLD_WIRE_TYPE(RunningAnswer, running_answer)
+LEASEHOLD_WIRE_TYPE(ListPage, list_page)
+LEASEHOLD_WIRE_TYPE(NameInfo, name_info)
+LEASEHOLD_WIRE_TYPE(StatsAnswer, stats_answer)
+LEASEHOLD_WIRE_TYPE(Error, error)
+#undef LEASEHOLD_WIRE_TYPE
+
+// Emplaces the alternative for `type` and parses it; false if the type is unknown.
+template <std::size_t I = 0>
+bool get_by_type(MessageType type, Reader& r, Body& body, bool& known) {
+  if constexpr (I == std::variant_size_v<Body>) {
+    known = false;
+    return false;
+  } else {
+    using M = std::variant_alternative_t<I, Body>;
+    if (type_for<M>() == type) {
+      known = true;
+      return get(r, body.template emplace<I>());
+    }
+    return get_by_type<I + 1>(type, r, body, known);
+  }
+}
+
+template <std::size_t I = 0>
+constexpr bool known_type(std::uint8_t t) {
+  if constexpr (I == std::variant_size_v<Body>) {
+    return false;
+  } else {
+    return static_cast<std::uint8_t>(type_for<std::variant_alternative_t<I, Body>>()) == t ||
+           known_type<I + 1>(t);
+  }
+}
+
+std::string hex8(unsigned v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s = "0x";
+  for (int shift = 28; shift >= 0; shift -= 4) s.push_back(kDigits[(v >> shift) & 0xF]);
+  return s;
+}
+
+}  // namespace
+
+// ---- names -------------------------------------------------------------------------------------
+
+std::string_view to_string(MessageType t) noexcept {
+  switch (t) {
+    case MessageType::acquire: return "acquire";
+    case MessageType::commit: return "commit";
+    case MessageType::heartbeat: return "heartbeat";
+    case MessageType::release: return "release";
+    case MessageType::transfer_begin: return "transfer_begin";
+    case MessageType::transfer_complete: return "transfer_complete";
+    case MessageType::transfer_accept: return "transfer_accept";
+    case MessageType::revoke: return "revoke";
+    case MessageType::reassign: return "reassign";
+    case MessageType::worker_heartbeat: return "worker_heartbeat";
+    case MessageType::is_running: return "is_running";
+    case MessageType::list: return "list";
+    case MessageType::show: return "show";
+    case MessageType::stats: return "stats";
+    case MessageType::grant: return "grant";
+    case MessageType::deny: return "deny";
+    case MessageType::heartbeat_ack: return "heartbeat_ack";
+    case MessageType::ok: return "ok";
+    case MessageType::transfer_state: return "transfer_state";
+    case MessageType::worker_ack: return "worker_ack";
+    case MessageType::running_answer: return "running_answer";
+    case MessageType::list_page: return "list_page";
+    case MessageType::name_info: return "name_info";
+    case MessageType::stats_answer: return "stats_answer";
+    case MessageType::error: return "error";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(LockState s) noexcept {
+  switch (s) {
+    case LockState::free: return "free";
+    case LockState::acquiring: return "acquiring";
+    case LockState::held: return "held";
+    case LockState::transferring: return "transferring";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(HeartbeatStatus s) noexcept {
+  switch (s) {
+    case HeartbeatStatus::refreshed: return "refreshed";
+    case HeartbeatStatus::lost: return "lost";
+    case HeartbeatStatus::unknown: return "unknown";
+  }
+  return "unknown_status";
+}
+
+std::string_view to_string(DecodeError e) noexcept {
+  switch (e) {
+    case DecodeError::none: return "none";
+    case DecodeError::truncated: return "truncated";
+    case DecodeError::oversized: return "oversized";
+    case DecodeError::bad_magic: return "bad_magic";
+    case DecodeError::bad_tag: return "bad_tag";
+    case DecodeError::unknown_version: return "unknown_version";
+    case DecodeError::unknown_type: return "unknown_type";
+    case DecodeError::bad_flags: return "bad_flags";
+    case DecodeError::length_mismatch: return "length_mismatch";
+    case DecodeError::short_payload: return "short_payload";
+    case DecodeError::trailing_bytes: return "trailing_bytes";
+    case DecodeError::bad_count: return "bad_count";
+    case DecodeError::bad_value: return "bad_value";
+    case DecodeError::invalid_name: return "invalid_name";
+    case DecodeError::bad_text: return "bad_text";
+    case DecodeError::replayed: return "replayed";
+    case DecodeError::stale_seq: return "stale_seq";
+    case DecodeError::request_id_reused: return "request_id_reused";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ErrorCode c) noexcept {
+  const auto v = static_cast<std::uint16_t>(c);
+  if (v > 0 && v < kDecodeErrorCount) return to_string(static_cast<DecodeError>(v));
+  switch (c) {
+    case ErrorCode::none: return "none";
+    case ErrorCode::internal: return "internal";
+    case ErrorCode::overloaded: return "overloaded";
+    case ErrorCode::unsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(EncodeError e) noexcept {
+  switch (e) {
+    case EncodeError::none: return "none";
+    case EncodeError::buffer_too_small: return "buffer_too_small";
+    case EncodeError::too_large: return "too_large";
+    case EncodeError::bad_count: return "bad_count";
+    case EncodeError::invalid_name: return "invalid_name";
+    case EncodeError::bad_text: return "bad_text";
+    case EncodeError::bad_flags: return "bad_flags";
+  }
+  return "unknown";
+}
+
+MessageType type_of(const Body& body) noexcept {
+  return std::visit([](const auto& m) { return type_for<std::decay_t<decltype(m)>>(); }, body);
+}
+
+// ---- encode ------------------------------------------------------------------------------------
+
+std::size_t payload_bytes(const Body& body) noexcept {
+  return std::visit([](const auto& m) { return size_of(m); }, body);
+}
+
+EncodeResult encode(const Header& header, const Body& body, Authenticator* auth,
+                    std::span<std::uint8_t> out) noexcept {
+  if ((header.flags & ~kFlagsKnown) != 0) return {0, EncodeError::bad_flags};
+  const EncodeError invalid = std::visit([](const auto& m) { return check(m); }, body);
+  if (invalid != EncodeError::none) return {0, invalid};
+  const std::size_t payload = payload_bytes(body);
+  if (payload > kPayloadBytesMax) return {0, EncodeError::too_large};
+  const std::size_t total = kHeaderBytes + payload + kTagBytes;
+  if (out.size() < total) return {0, EncodeError::buffer_too_small};
+
+  std::uint8_t* p = out.data();
+  store_u32(p + kOffMagic, kMagic);
+  p[kOffVersion] = kVersion;
+  p[kOffType] = static_cast<std::uint8_t>(type_of(body));
+  store_u16(p + kOffFlags, header.flags);
+  store_u64(p + kOffSender, header.sender.hi);
+  store_u64(p + kOffSender + 8, header.sender.lo);
+  store_u64(p + kOffSeq, header.seq);
+  store_u64(p + kOffRequestId, header.request_id);
+  store_u16(p + kOffPayloadLen, static_cast<std::uint16_t>(payload));
+  store_u16(p + kOffReserved, 0);
+  Writer w{p + kHeaderBytes};
+  std::visit([&w](const auto& m) { put(w, m); }, body);
+  assert(w.p == p + kHeaderBytes + payload);  // size_of and put agree
+  if (auth != nullptr) {
+    auth->sign(out.first(total));
+  } else {
+    std::memset(p + kHeaderBytes + payload, 0, kTagBytes);
+  }
+  return {total, EncodeError::none};
+}
+
+std::vector<Heartbeat> split_heartbeat(std::span<const HeartbeatEntry> entries, std::uint32_t ttl_cap_ms) {
+  std::vector<Heartbeat> out;
+  out.reserve((entries.size() + kHeartbeatEntriesMax - 1) / kHeartbeatEntriesMax);
+  for (std::size_t i = 0; i < entries.size(); i += kHeartbeatEntriesMax) {
+    Heartbeat& hb = out.emplace_back();
+    hb.ttl_cap_ms = ttl_cap_ms;
+    const std::size_t n = std::min(kHeartbeatEntriesMax, entries.size() - i);
+    hb.entries.assign(entries.begin() + static_cast<std::ptrdiff_t>(i),
+                      entries.begin() + static_cast<std::ptrdiff_t>(i + n));
+  }
+  return out;
+}
+
+// ---- decode ------------------------------------------------------------------------------------
+
+DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenticator* auth,
+                          Header& out) noexcept {
+  if (datagram.size() < kDatagramBytesMin) return DecodeError::truncated;
+  if (datagram.size() > kDatagramBytesMax) return DecodeError::oversized;
+  const std::uint8_t* p = datagram.data();
+  if (load_u32(p + kOffMagic) != kMagic) return DecodeError::bad_magic;
+  if (auth != nullptr && !auth->verify(datagram)) return DecodeError::bad_tag;
+  // Authentic (or not checked) from here: fill the header so an Error answer can be addressed.
+  out.version = p[kOffVersion];
+  out.type = static_cast<MessageType>(p[kOffType]);
+  out.flags = load_u16(p + kOffFlags);
+  out.sender.hi = load_u64(p + kOffSender);
+  out.sender.lo = load_u64(p + kOffSender + 8);
+  out.seq = load_u64(p + kOffSeq);
+  out.request_id = load_u64(p + kOffRequestId);
+  out.payload_len = load_u16(p + kOffPayloadLen);
+  if (out.version != kVersion) return DecodeError::unknown_version;
+  if (!known_type(p[kOffType])) return DecodeError::unknown_type;
+  if ((out.flags & ~kFlagsKnown) != 0 || load_u16(p + kOffReserved) != 0) return DecodeError::bad_flags;
+  if (kHeaderBytes + out.payload_len + kTagBytes != datagram.size()) return DecodeError::length_mismatch;
+  return DecodeError::none;
+}
+
+DecodeResult decode_payload(const Header& header, std::span<const std::uint8_t> datagram) {
+  DecodeResult res;
+  res.header = header;
+  if (datagram.size() != kHeaderBytes + header.payload_len + kTagBytes) {
+    res.error = DecodeError::length_mismatch;
+    res.detail = "datagram is " + std::to_string(datagram.size()) + " bytes but payload_len " +
+                 std::to_string(header.payload_len) + " needs " +
+                 std::to_string(kHeaderBytes + header.payload_len + kTagBytes);
+    return res;
+  }
+  Reader r(datagram.data() + kHeaderBytes, header.payload_len);
+  bool known = true;
+  get_by_type(header.type, r, res.body, known);
+  if (!known) {
+    res.error = DecodeError::unknown_type;
+    res.detail = "message type " + hex8(static_cast<unsigned>(header.type)) + " is not known in version " +
+                 std::to_string(kVersion);
+    return res;
+  }
+  if (!r.ok()) {
+    res.error = r.error();
+    res.detail = std::string(to_string(header.type)) + ": " + std::move(r.detail());
+    return res;
+  }
+  if (r.left() != 0) {
+    res.error = DecodeError::trailing_bytes;
+    res.detail = std::string(to_string(header.type)) + ": " + std::to_string(r.left()) +
+                 " bytes after the last field (payload_len " + std::to_string(header.payload_len) + ")";
+    return res;
+  }
+  return res;
+}
+
+DecodeResult decode(std::span<const std::uint8_t> datagram, const Authenticator* auth) {
+  Header header;
+  const DecodeError e = decode_header(datagram, auth, header);
+  if (e == DecodeError::none) return decode_payload(header, datagram);
+  DecodeResult res;
+  res.error = e;
+  res.header = header;
+  switch (e) {
+    case DecodeError::truncated:
+      res.detail = "datagram is " + std::to_string(datagram.size()) + " bytes; the minimum is " +
+                   std::to_string(kDatagramBytesMin) + " (header + tag)";
+      break;
+    case DecodeError::oversized:
+      res.detail = "datagram is " + std::to_string(datagram.size()) + " bytes; the limit is " +
+                   std::to_string(kDatagramBytesMax);
+      break;
+    case DecodeError::bad_magic:
+      res.detail = "magic is " + hex8(load_u32(datagram.data())) + ", expected " + hex8(kMagic);
+      break;
+    case DecodeError::bad_tag:
+      res.detail = "HMAC-SHA256 tag does not match (wrong key, or the datagram was altered)";
+      break;
+    case DecodeError::unknown_version:
+      res.detail = "protocol version " + std::to_string(header.version) + " is not supported; this side speaks " +
+                   std::to_string(kVersion);
+      break;
+    case DecodeError::unknown_type:
+      res.detail = "message type " + hex8(static_cast<unsigned>(header.type)) + " is not known in version " +
+                   std::to_string(kVersion);
+      break;
+    case DecodeError::bad_flags:
+      res.detail = "flags " + hex8(header.flags) + " has unknown bits (known: " + hex8(kFlagsKnown) +
+                   ") or the reserved bytes are not zero";
+      break;
+    case DecodeError::length_mismatch:
+      res.detail = "datagram is " + std::to_string(datagram.size()) + " bytes but payload_len " +
+                   std::to_string(header.payload_len) + " needs " +
+                   std::to_string(kHeaderBytes + header.payload_len + kTagBytes);
+      break;
+    default:
+      res.detail = std::string(to_string(e));
+      break;
+  }
+  return res;
+}
+
+}  // namespace leasehold::wire

@@ -134,7 +134,7 @@ enum class DecodeError : std::uint8_t {
   short_payload = 9,     ///< the payload ends inside a field
   trailing_bytes = 10,   ///< bytes left after the last field of the payload
   bad_count = 11,        ///< an entry count above its limit
-  bad_value = 12,        ///< an enum or boolean byte out of range, or a nil id where one is required
+  bad_value = 12,        ///< an enum or boolean byte out of range
   invalid_name = 13,     ///< the name text breaks lease::validate_name
   bad_text = 14,         ///< a text field over its limit
   replayed = 15,         ///< seq already seen in the sender's window (and no cached answer)
@@ -182,6 +182,7 @@ enum class EncodeError : std::uint8_t {
   bad_count = 3,         ///< more entries than the per-type limit
   invalid_name = 4,      ///< a name text breaks validate_name
   bad_text = 5,          ///< a text field over its limit
+  bad_flags = 6,         ///< header.flags has bits outside kFlagsKnown
 };
 std::string_view to_string(EncodeError e) noexcept;
 
@@ -192,7 +193,7 @@ std::string_view to_string(EncodeError e) noexcept;
 /// Answer: Grant (state held, or acquiring if two_phase) or Deny.
 struct Acquire {
   std::string name;          ///< the name text (validated at encode and decode)
-  SandboxId sandbox;         ///< must not be nil
+  SandboxId sandbox;         ///< nil is refused by lockd (Refusal::bad_request), not by the codec
   WorkerId worker;           ///< nil allowed: a control plane acquiring on a sandbox's behalf
   std::uint32_t ttl_ms = 0;  ///< requested lease TTL; 0 = lockd default
   bool two_phase = false;    ///< Free → Acquiring (commit later) instead of Free → Held
@@ -466,7 +467,8 @@ struct EncodeResult {
 std::size_t payload_bytes(const Body& body) noexcept;
 
 /// Encodes header + payload into `out` and signs it with `auth` (HMAC-SHA256 tag). header.type
-/// and header.payload_len are taken from the body. With auth == nullptr the tag is left zero
+/// and header.payload_len are taken from the body; header.version is ignored (kVersion is
+/// written). Ids are not checked for nil: that is lockd's business (Refusal::bad_request). With auth == nullptr the tag is left zero
 /// (for measurement and tests only: such a datagram fails authentication).
 EncodeResult encode(const Header& header, const Body& body, Authenticator* auth,
                     std::span<std::uint8_t> out) noexcept;

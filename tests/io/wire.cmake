@@ -1,0 +1,8 @@
+# tests/io/wire.cmake: unit tests of the wire protocol library (leasehold_wire).
+include_guard(GLOBAL)
+
+leasehold_test(io_wire_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/wire_codec_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/wire_auth_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/wire_replay_test.cpp
+  LIBS leasehold_wire)

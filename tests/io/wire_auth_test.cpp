@@ -1,0 +1,159 @@
+// HMAC-SHA256 tags and the key file rules (DESIGN.md "The wire protocol": key file, 0600).
+#include "io/auth.hpp"
+
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace leasehold::wire {
+namespace {
+
+namespace fs = std::filesystem;
+
+class KeyFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/leasehold-wire-key-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& content, mode_t mode) {
+    const std::string path = dir_ + "/" + name;
+    { std::ofstream(path) << content; }
+    EXPECT_EQ(::chmod(path.c_str(), mode), 0);
+    return path;
+  }
+  static bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  }
+
+  std::string dir_;
+  const std::string hex64_ = std::string(64, 'a');
+};
+
+TEST_F(KeyFile, LoadsAKeyWithMode0600Or0400) {
+  for (mode_t mode : {0600, 0400}) {
+    const KeyLoad k = load_key_file(write("k" + std::to_string(mode), hex64_ + "\n", mode));
+    ASSERT_TRUE(k) << k.error;
+    EXPECT_EQ(k.key->bytes, std::vector<std::uint8_t>(32, 0xAA));
+  }
+}
+
+TEST_F(KeyFile, RefusesGroupOrOtherAccessNamingModeAndFix) {
+  for (mode_t mode : {0644, 0640, 0604, 0660, 0602, 0700}) {
+    const std::string path = write("k", hex64_, mode);
+    const KeyLoad k = load_key_file(path);
+    EXPECT_FALSE(k);
+    char mode_text[8];
+    std::snprintf(mode_text, sizeof mode_text, "%04o", static_cast<unsigned>(mode));
+    EXPECT_TRUE(contains(k.error, path)) << k.error;
+    EXPECT_TRUE(contains(k.error, mode_text)) << k.error;
+    EXPECT_TRUE(contains(k.error, "chmod 600 " + path)) << k.error;
+    fs::remove(path);
+  }
+}
+
+TEST_F(KeyFile, RefusesMissingEmptyShortAndMalformedKeys) {
+  const std::string missing = dir_ + "/absent";
+  KeyLoad k = load_key_file(missing);
+  EXPECT_FALSE(k);
+  EXPECT_TRUE(contains(k.error, missing)) << k.error;
+  EXPECT_TRUE(contains(k.error, "No such file")) << k.error;
+  EXPECT_TRUE(contains(k.error, "--generate-key")) << k.error;
+
+  k = load_key_file(write("empty", "", 0600));
+  EXPECT_FALSE(k);
+  EXPECT_TRUE(contains(k.error, "is empty")) << k.error;
+
+  k = load_key_file(write("short", std::string(62, 'b'), 0600));
+  EXPECT_FALSE(k);
+  EXPECT_TRUE(contains(k.error, "62 hex digits")) << k.error;
+
+  k = load_key_file(write("odd", std::string(65, 'b'), 0600));
+  EXPECT_FALSE(k);
+
+  k = load_key_file(write("nothex", std::string(63, 'b') + "g", 0600));
+  EXPECT_FALSE(k);
+  EXPECT_TRUE(contains(k.error, "byte 63 is not a hex digit")) << k.error;
+
+  k = load_key_file(write("long", std::string(2 * kKeyBytesMax + 2, 'c'), 0600));
+  EXPECT_FALSE(k);
+
+  k = load_key_file(dir_);
+  EXPECT_FALSE(k);
+  EXPECT_TRUE(contains(k.error, "not a regular file")) << k.error;
+}
+
+TEST_F(KeyFile, GeneratedKeyIs0600LoadsAndIsNeverOverwritten) {
+  const std::string path = dir_ + "/generated.key";
+  ASSERT_EQ(generate_key_file(path), "");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  const KeyLoad a = load_key_file(path);
+  ASSERT_TRUE(a) << a.error;
+  EXPECT_EQ(a.key->bytes.size(), kKeyBytesMin);
+
+  const std::string again = generate_key_file(path);
+  EXPECT_TRUE(contains(again, "never overwritten")) << again;
+  const KeyLoad b = load_key_file(path);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(a.key->bytes, b.key->bytes);
+
+  const std::string other = dir_ + "/other.key";
+  ASSERT_EQ(generate_key_file(other), "");
+  EXPECT_NE(load_key_file(other).key->bytes, a.key->bytes);  // fresh randomness
+}
+
+TEST(Authenticator, MatchesOpenSslOneShotHmacSha256) {
+  WireKey key;
+  for (int i = 0; i < 32; ++i) key.bytes.push_back(static_cast<std::uint8_t>(i * 7 + 1));
+  Authenticator auth(key);
+  const std::string msg = "what do ya want for nothing?";
+  const std::span<const std::uint8_t> data(reinterpret_cast<const std::uint8_t*>(msg.data()), msg.size());
+  unsigned char expected[32];
+  unsigned int len = 0;
+  ASSERT_NE(HMAC(EVP_sha256(), key.bytes.data(), static_cast<int>(key.bytes.size()), data.data(), data.size(),
+                 expected, &len),
+            nullptr);
+  ASSERT_EQ(len, 32u);
+  // Twice: the re-initialised context starts from the keyed state every time.
+  for (int round = 0; round < 2; ++round) {
+    const auto tag = auth.mac(data);
+    EXPECT_TRUE(std::equal(tag.begin(), tag.end(), expected)) << round;
+  }
+}
+
+TEST(Authenticator, SignThenVerifyAndRejectTampering) {
+  Authenticator auth(WireKey{std::vector<std::uint8_t>(40, 3)});
+  std::vector<std::uint8_t> d(100, 9);
+  auth.sign(d);
+  EXPECT_TRUE(auth.verify(d));
+  d[0] ^= 1;
+  EXPECT_FALSE(auth.verify(d));
+  d[0] ^= 1;
+  d[99] ^= 1;
+  EXPECT_FALSE(auth.verify(d));
+  EXPECT_FALSE(auth.verify(std::span<const std::uint8_t>(d).first(10)));
+}
+
+TEST(Authenticator, RefusesKeysOutsideTheAllowedLength) {
+  EXPECT_THROW(Authenticator(WireKey{std::vector<std::uint8_t>(kKeyBytesMin - 1, 1)}), std::invalid_argument);
+  EXPECT_THROW(Authenticator(WireKey{std::vector<std::uint8_t>(kKeyBytesMax + 1, 1)}), std::invalid_argument);
+  EXPECT_FALSE(parse_key_hex("zz"));
+  EXPECT_TRUE(parse_key_hex(std::string(64, 'F')));
+}
+
+}  // namespace
+}  // namespace leasehold::wire

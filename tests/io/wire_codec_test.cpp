@@ -1,0 +1,356 @@
+// The wire codec: round trips of every message type, the header layout, and every rejection
+// reason of the decoder (DESIGN.md "The wire protocol").
+#include "io/auth.hpp"
+#include "io/protocol.hpp"
+#include "tests/io/wire_samples.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+namespace leasehold::wire {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+WireKey test_key(std::uint8_t fill = 0x5A) { return WireKey{Bytes(kKeyBytesMin, fill)}; }
+
+Header header(std::uint64_t seq = 7, std::uint64_t request_id = 99) {
+  Header h;
+  h.sender = samples::wid(500);
+  h.seq = seq;
+  h.request_id = request_id;
+  return h;
+}
+
+Bytes encode_bytes(const Body& body, Authenticator* auth, const Header& h = header()) {
+  Bytes out(kDatagramBytesMax);
+  const EncodeResult r = encode(h, body, auth, out);
+  EXPECT_EQ(r.error, EncodeError::none) << to_string(r.error);
+  out.resize(r.bytes);
+  return out;
+}
+
+void put_u16(Bytes& d, std::size_t at, std::uint16_t v) {
+  d[at] = static_cast<std::uint8_t>(v);
+  d[at + 1] = static_cast<std::uint8_t>(v >> 8);
+}
+
+// Rewrites payload and payload_len of a datagram and signs it again: an authentic datagram with
+// exactly the payload the test wants.
+Bytes with_payload(const Bytes& d, const Bytes& payload, Authenticator& auth) {
+  Bytes out(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes));
+  put_u16(out, 40, static_cast<std::uint16_t>(payload.size()));
+  out.insert(out.end(), payload.begin(), payload.end());
+  out.resize(out.size() + kTagBytes);
+  auth.sign(out);
+  return out;
+}
+
+Bytes payload_of(const Bytes& d) {
+  return Bytes(d.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes), d.end() - static_cast<std::ptrdiff_t>(kTagBytes));
+}
+
+class WireCodec : public ::testing::Test {
+ protected:
+  Authenticator auth{test_key()};
+};
+
+TEST_F(WireCodec, EveryMessageTypeRoundTripsWithAuthentication) {
+  std::set<MessageType> seen;
+  for (const Body& body : samples::every_type()) {
+    const Header h = header(1234567, 0xFEEDull);
+    const Bytes d = encode_bytes(body, &auth, h);
+    ASSERT_LE(d.size(), kDatagramBytesMax);
+    EXPECT_EQ(d.size(), kHeaderBytes + payload_bytes(body) + kTagBytes);
+    const DecodeResult r = decode(d, &auth);
+    ASSERT_EQ(r.error, DecodeError::none) << to_string(type_of(body)) << ": " << r.detail;
+    EXPECT_EQ(r.header.type, type_of(body));
+    EXPECT_EQ(r.header.sender, h.sender);
+    EXPECT_EQ(r.header.seq, 1234567u);
+    EXPECT_EQ(r.header.request_id, 0xFEEDu);
+    EXPECT_EQ(r.header.payload_len, payload_bytes(body));
+    EXPECT_TRUE(r.body == body) << to_string(type_of(body));
+    seen.insert(type_of(body));
+  }
+  // Every MessageType the enum names is covered by the samples.
+  std::size_t known = 0;
+  for (unsigned t = 0; t < 256; ++t)
+    if (to_string(static_cast<MessageType>(t)) != "unknown") ++known;
+  EXPECT_EQ(seen.size(), known);
+  EXPECT_EQ(known, std::variant_size_v<Body>);
+}
+
+TEST_F(WireCodec, HeaderLayoutIsLittleEndianAtDocumentedOffsets) {
+  Header h;
+  h.sender = WorkerId{0x0102030405060708ULL, 0x1112131415161718ULL};
+  h.seq = 0x2122232425262728ULL;
+  h.request_id = 0x3132333435363738ULL;
+  h.flags = kFlagRetry;
+  const Bytes d = encode_bytes(Revoke{NameId{0xA1, 0xB2}}, &auth, h);
+  ASSERT_EQ(d.size(), kHeaderBytes + 16 + kTagBytes);
+  EXPECT_EQ((Bytes{d.begin(), d.begin() + 4}), (Bytes{'L', 'H', 'W', '1'}));
+  EXPECT_EQ(d[4], kVersion);
+  EXPECT_EQ(d[5], static_cast<std::uint8_t>(MessageType::revoke));
+  EXPECT_EQ(d[6], 1);
+  EXPECT_EQ(d[7], 0);
+  EXPECT_EQ(d[8], 0x08);   // sender.hi, least significant byte first
+  EXPECT_EQ(d[15], 0x01);
+  EXPECT_EQ(d[16], 0x18);  // sender.lo
+  EXPECT_EQ(d[24], 0x28);  // seq
+  EXPECT_EQ(d[31], 0x21);
+  EXPECT_EQ(d[32], 0x38);  // request_id
+  EXPECT_EQ(d[40], 16);    // payload_len
+  EXPECT_EQ(d[41], 0);
+  EXPECT_EQ(d[42], 0);     // reserved
+  EXPECT_EQ(d[44], 0xA1);  // payload: name_id.hi
+  // The tag is HMAC-SHA256 over everything before it.
+  const auto tag = auth.mac(std::span<const std::uint8_t>(d).first(d.size() - kTagBytes));
+  EXPECT_TRUE(std::equal(tag.begin(), tag.end(), d.end() - static_cast<std::ptrdiff_t>(kTagBytes)));
+}
+
+TEST_F(WireCodec, TruncatedDatagramsAreRejected) {
+  const Bytes d = encode_bytes(Release{samples::nid(1), samples::sid(1), 3}, &auth);
+  for (std::size_t n = 0; n < kDatagramBytesMin; ++n) {
+    const DecodeResult r = decode(std::span<const std::uint8_t>(d).first(n), &auth);
+    EXPECT_EQ(r.error, DecodeError::truncated) << n;
+  }
+  // Cut inside the payload but authentic and length-consistent: the payload parser notices.
+  Bytes payload = payload_of(d);
+  payload.resize(payload.size() - 3);
+  const DecodeResult r = decode(with_payload(d, payload, auth), &auth);
+  EXPECT_EQ(r.error, DecodeError::short_payload);
+  EXPECT_NE(r.detail.find("release.epoch"), std::string::npos) << r.detail;
+  // Cut without re-signing: the tag no longer matches.
+  EXPECT_EQ(decode(std::span<const std::uint8_t>(d).first(d.size() - 1), &auth).error, DecodeError::bad_tag);
+}
+
+TEST_F(WireCodec, OversizedDatagramIsRejected) {
+  Bytes d = encode_bytes(Stats{}, &auth);
+  d.resize(kDatagramBytesMax + 1);
+  const DecodeResult r = decode(d, &auth);
+  EXPECT_EQ(r.error, DecodeError::oversized);
+  EXPECT_NE(r.detail.find("1401"), std::string::npos) << r.detail;
+}
+
+TEST_F(WireCodec, PayloadLengthMismatchIsRejected) {
+  for (int delta : {-1, +1, +1000}) {
+    Bytes d = encode_bytes(Revoke{samples::nid(1)}, &auth);
+    put_u16(d, 40, static_cast<std::uint16_t>(16 + delta));
+    auth.sign(d);
+    const DecodeResult r = decode(d, &auth);
+    EXPECT_EQ(r.error, DecodeError::length_mismatch) << delta;
+    EXPECT_EQ(r.header.request_id, 99u);  // authentic: the header is there to address an Error answer
+  }
+}
+
+TEST_F(WireCodec, WrongHmacIsRejected) {
+  const Bytes d = encode_bytes(Acquire{"a", samples::sid(1), {}, 0, false}, &auth);
+  Authenticator other{test_key(0x5B)};
+  EXPECT_EQ(decode(d, &other).error, DecodeError::bad_tag);
+  for (std::size_t at : {std::size_t{5}, kHeaderBytes, d.size() - 1}) {
+    Bytes bad = d;
+    bad[at] ^= 0x01;
+    EXPECT_EQ(decode(bad, &auth).error, DecodeError::bad_tag) << at;
+  }
+  EXPECT_EQ(decode(d, &auth).error, DecodeError::none);
+  // Unsigned datagrams (auth == nullptr at encode) do not authenticate.
+  EXPECT_EQ(decode(encode_bytes(Stats{}, nullptr), &auth).error, DecodeError::bad_tag);
+}
+
+TEST_F(WireCodec, BadMagicUnknownVersionUnknownTypeAndFlagsAreRejected) {
+  Bytes d = encode_bytes(Stats{}, &auth);
+  Bytes magic = d;
+  magic[0] = 'X';
+  auth.sign(magic);
+  EXPECT_EQ(decode(magic, &auth).error, DecodeError::bad_magic);
+
+  Bytes version = d;
+  version[4] = 2;
+  auth.sign(version);
+  DecodeResult r = decode(version, &auth);
+  EXPECT_EQ(r.error, DecodeError::unknown_version);
+  EXPECT_TRUE(is_authenticated_reason(r.error));
+  EXPECT_EQ(r.header.sender, samples::wid(500));
+  EXPECT_NE(r.detail.find("version 2"), std::string::npos) << r.detail;
+
+  for (std::uint8_t t : {0x00, 0x0F, 0x42, 0x80, 0x8B, 0xFE}) {
+    Bytes type = d;
+    type[5] = t;
+    auth.sign(type);
+    EXPECT_EQ(decode(type, &auth).error, DecodeError::unknown_type) << int(t);
+  }
+
+  Bytes flags = d;
+  flags[6] = 0x02;
+  auth.sign(flags);
+  EXPECT_EQ(decode(flags, &auth).error, DecodeError::bad_flags);
+  Bytes reserved = d;
+  reserved[43] = 1;
+  auth.sign(reserved);
+  EXPECT_EQ(decode(reserved, &auth).error, DecodeError::bad_flags);
+}
+
+TEST_F(WireCodec, TrailingBytesAreRejected) {
+  const Bytes d = encode_bytes(Ok{samples::nid(1), 5}, &auth);
+  Bytes payload = payload_of(d);
+  payload.push_back(0);
+  const DecodeResult r = decode(with_payload(d, payload, auth), &auth);
+  EXPECT_EQ(r.error, DecodeError::trailing_bytes);
+  EXPECT_NE(r.detail.find("1 bytes after"), std::string::npos) << r.detail;
+}
+
+TEST_F(WireCodec, BadCountsAreRejected) {
+  Heartbeat hb;
+  hb.entries.push_back(HeartbeatEntry{samples::nid(1), samples::sid(1), 1});
+  const Bytes d = encode_bytes(hb, &auth);
+  Bytes payload = payload_of(d);
+  payload[4] = static_cast<std::uint8_t>(kHeartbeatEntriesMax + 1);  // count above the limit
+  EXPECT_EQ(decode(with_payload(d, payload, auth), &auth).error, DecodeError::bad_count);
+  payload[4] = 2;  // within the limit, but only one entry follows
+  const DecodeResult r = decode(with_payload(d, payload, auth), &auth);
+  EXPECT_EQ(r.error, DecodeError::bad_count);
+  EXPECT_NE(r.detail.find("heartbeat.count"), std::string::npos) << r.detail;
+}
+
+TEST_F(WireCodec, InvalidNamesAreRejectedAtDecodeAndEncode) {
+  const Bytes d = encode_bytes(Acquire{"ab", samples::sid(1), {}, 0, false}, &auth);
+  Bytes payload = payload_of(d);
+  payload[payload.size() - 1] = ' ';  // "a " breaks [A-Za-z0-9._:/-]
+  const DecodeResult r = decode(with_payload(d, payload, auth), &auth);
+  EXPECT_EQ(r.error, DecodeError::invalid_name);
+  EXPECT_NE(r.detail.find("acquire.name"), std::string::npos) << r.detail;
+  EXPECT_NE(r.detail.find(validate_name("a ")), std::string::npos) << r.detail;
+
+  payload.resize(payload.size() - 3);
+  payload.push_back(0);  // empty name (length byte 0)
+  EXPECT_EQ(decode(with_payload(d, payload, auth), &auth).error, DecodeError::invalid_name);
+
+  Bytes out(kDatagramBytesMax);
+  EXPECT_EQ(encode(header(), Acquire{"no spaces", samples::sid(1), {}, 0, false}, &auth, out).error,
+            EncodeError::invalid_name);
+  EXPECT_EQ(encode(header(), Acquire{std::string(kNameBytesMax + 1, 'a'), samples::sid(1), {}, 0, false}, &auth, out)
+                .error,
+            EncodeError::invalid_name);
+  EXPECT_EQ(encode(header(), Show{"x y", {}}, &auth, out).error, EncodeError::invalid_name);
+}
+
+TEST_F(WireCodec, OutOfRangeEnumsAndBooleansAreRejected) {
+  const Bytes grant = encode_bytes(Grant{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockState::held, 9}, &auth);
+  Bytes payload = payload_of(grant);
+  payload[16 + 8 + 16 + 16] = 4;  // state
+  EXPECT_EQ(decode(with_payload(grant, payload, auth), &auth).error, DecodeError::bad_value);
+
+  const Bytes deny = encode_bytes(Deny{samples::nid(1), Refusal::held, {}, {}, 3, LockState::held}, &auth);
+  payload = payload_of(deny);
+  payload[16] = 200;  // refusal
+  const DecodeResult r = decode(with_payload(deny, payload, auth), &auth);
+  EXPECT_EQ(r.error, DecodeError::bad_value);
+  EXPECT_NE(r.detail.find("deny.refusal"), std::string::npos) << r.detail;
+
+  const Bytes running = encode_bytes(RunningAnswer{samples::nid(1), samples::sid(1), 3, true}, &auth);
+  payload = payload_of(running);
+  payload.back() = 2;  // boolean
+  EXPECT_EQ(decode(with_payload(running, payload, auth), &auth).error, DecodeError::bad_value);
+}
+
+TEST_F(WireCodec, OverlongTextIsRejected) {
+  Bytes out(kDatagramBytesMax);
+  EXPECT_EQ(encode(header(), Error{ErrorCode::internal, std::string(kErrorTextBytesMax + 1, 'x')}, &auth, out).error,
+            EncodeError::bad_text);
+  const Bytes d = encode_bytes(Error{ErrorCode::internal, "x"}, &auth);
+  Bytes payload = payload_of(d);
+  put_u16(payload, 2, static_cast<std::uint16_t>(kErrorTextBytesMax + 1));
+  payload.resize(4 + kErrorTextBytesMax + 1, 'x');
+  EXPECT_EQ(decode(with_payload(d, payload, auth), &auth).error, DecodeError::bad_text);
+}
+
+TEST_F(WireCodec, EncoderRefusesWhatDoesNotFitOneDatagram) {
+  ListPage page;
+  for (std::uint64_t i = 0; i < 30; ++i) page.entries.push_back(samples::record(i));
+  EXPECT_GT(payload_bytes(page), kPayloadBytesMax);
+  Bytes out(kDatagramBytesMax);
+  EXPECT_EQ(encode(header(), page, &auth, out).error, EncodeError::too_large);
+  // lockd fills a page while it fits.
+  ListPage fitted;
+  for (const auto& rec : page.entries) {
+    fitted.entries.push_back(rec);
+    if (payload_bytes(fitted) > kPayloadBytesMax) {
+      fitted.entries.pop_back();
+      break;
+    }
+  }
+  const EncodeResult r = encode(header(), fitted, &auth, out);
+  ASSERT_TRUE(r);
+  EXPECT_LE(r.bytes, kDatagramBytesMax);
+  EXPECT_GT(fitted.entries.size(), 5u);
+
+  // A buffer too small, and unknown flags.
+  Bytes small(kDatagramBytesMin);
+  EXPECT_EQ(encode(header(), Revoke{}, &auth, small).error, EncodeError::buffer_too_small);
+  Header h = header();
+  h.flags = 0x8000;
+  EXPECT_EQ(encode(h, Revoke{}, &auth, out).error, EncodeError::bad_flags);
+}
+
+TEST_F(WireCodec, FullHeartbeatAndItsAckFitOneDatagram) {
+  Heartbeat hb;
+  HeartbeatAck ack;
+  for (std::uint64_t i = 0; i < kHeartbeatEntriesMax; ++i) {
+    hb.entries.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), i});
+    ack.entries.push_back(HeartbeatAckEntry{samples::nid(i), HeartbeatStatus::lost, samples::sid(i), i, 0});
+  }
+  for (const Body& b : {Body{hb}, Body{ack}}) {
+    const Bytes d = encode_bytes(b, &auth);
+    EXPECT_LE(d.size(), kDatagramBytesMax);
+    const DecodeResult r = decode(d, &auth);
+    ASSERT_TRUE(r) << r.detail;
+    EXPECT_TRUE(r.body == b);
+  }
+}
+
+TEST_F(WireCodec, LargeHeartbeatBatchSplitsAcrossDatagrams) {
+  std::vector<HeartbeatEntry> batch;
+  for (std::uint64_t i = 0; i < 1000; ++i) batch.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), 10 + i});
+  const std::vector<Heartbeat> parts = split_heartbeat(batch, 2500);
+  EXPECT_EQ(parts.size(), (1000 + kHeartbeatEntriesMax - 1) / kHeartbeatEntriesMax);
+  std::vector<HeartbeatEntry> received;
+  std::uint64_t request_id = 1;
+  for (const Heartbeat& part : parts) {
+    const Bytes d = encode_bytes(part, &auth, header(request_id, request_id));
+    ++request_id;
+    EXPECT_LE(d.size(), kDatagramBytesMax);
+    const DecodeResult r = decode(d, &auth);
+    ASSERT_TRUE(r) << r.detail;
+    const auto& hb = std::get<Heartbeat>(r.body);
+    EXPECT_EQ(hb.ttl_cap_ms, 2500u);
+    received.insert(received.end(), hb.entries.begin(), hb.entries.end());
+  }
+  EXPECT_EQ(received, batch);  // every entry exactly once, in order
+  EXPECT_TRUE(split_heartbeat({}, 1).empty());
+}
+
+TEST_F(WireCodec, DecodeWithoutAuthenticatorSkipsOnlyTheTag) {
+  Bytes d = encode_bytes(Commit{samples::nid(1), samples::sid(1), 4, samples::wid(1)}, nullptr);
+  EXPECT_TRUE(decode(d, nullptr));
+  d[5] = 0x77;
+  EXPECT_EQ(decode(d, nullptr).error, DecodeError::unknown_type);
+}
+
+TEST(WireNames, ReasonsAndTypesHaveStableDistinctText) {
+  std::set<std::string_view> texts;
+  for (std::size_t e = 0; e < kDecodeErrorCount; ++e) texts.insert(to_string(static_cast<DecodeError>(e)));
+  EXPECT_EQ(texts.size(), kDecodeErrorCount);
+  EXPECT_EQ(texts.count("unknown"), 0u);
+  EXPECT_EQ(to_string(DecodeError::length_mismatch), "length_mismatch");
+  EXPECT_EQ(to_string(error_code_of(DecodeError::replayed)), "replayed");
+  EXPECT_EQ(to_string(ErrorCode::overloaded), "overloaded");
+  EXPECT_EQ(to_string(MessageType::heartbeat_ack), "heartbeat_ack");
+  EXPECT_TRUE(is_request(MessageType::is_running));
+  EXPECT_FALSE(is_request(MessageType::error));
+}
+
+}  // namespace
+}  // namespace leasehold::wire

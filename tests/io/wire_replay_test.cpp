@@ -1,0 +1,225 @@
+// Replay window (RFC 4303 §3.4.3), the response cache and the Receiver policy
+// (DESIGN.md "The wire protocol": replayed messages are rejected; retries get the same answer).
+#include "io/replay.hpp"
+#include "tests/io/wire_samples.hpp"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace leasehold::wire {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+const WireKey kKey{Bytes(kKeyBytesMin, 0x42)};
+
+Bytes bytes_of(const Datagram& d) { return Bytes(d.view().begin(), d.view().end()); }
+
+TEST(ReplayWindow, AcceptsNewRejectsSeenAndStale) {
+  ReplayWindow w;
+  EXPECT_EQ(w.check(0), DecodeError::stale_seq);
+  EXPECT_EQ(w.check(100), DecodeError::none);
+  w.record(100);
+  EXPECT_EQ(w.check(100), DecodeError::replayed);
+  EXPECT_EQ(w.check(99), DecodeError::none);  // out of order but inside the window
+  w.record(99);
+  EXPECT_EQ(w.check(99), DecodeError::replayed);
+  EXPECT_EQ(w.check(100 - kReplayWindowSeqs + 1), DecodeError::none);
+  EXPECT_EQ(w.check(100 - kReplayWindowSeqs), DecodeError::stale_seq);
+  w.record(130);  // slide by 30: 100 and 99 are still remembered
+  EXPECT_EQ(w.highest(), 130u);
+  EXPECT_EQ(w.check(100), DecodeError::replayed);
+  EXPECT_EQ(w.check(99), DecodeError::replayed);
+  EXPECT_EQ(w.check(101), DecodeError::none);
+  w.record(1000);  // jump past the window: everything below 937 is stale
+  EXPECT_EQ(w.check(130), DecodeError::stale_seq);
+  EXPECT_EQ(w.check(999), DecodeError::none);
+  EXPECT_EQ(w.check(1000), DecodeError::replayed);
+}
+
+class WireReceiver : public ::testing::Test {
+ protected:
+  Sender client{samples::wid(1), 1000, kKey};
+  Sender lockd{samples::wid(999), 5000, kKey};
+  Receiver receiver{kKey};
+
+  Bytes seal(Sender& s, std::uint64_t request_id, const Body& body) {
+    Datagram d;
+    EXPECT_TRUE(s.seal(request_id, body, d));
+    return bytes_of(d);
+  }
+};
+
+TEST_F(WireReceiver, DeliversAFreshAuthenticMessage) {
+  const Bytes d = seal(client, 7, Release{samples::nid(1), samples::sid(1), 3});
+  const Admission a = receiver.admit(d);
+  ASSERT_EQ(a.verdict, Verdict::deliver) << a.detail;
+  EXPECT_EQ(a.message.header.sender, samples::wid(1));
+  EXPECT_EQ(a.message.header.seq, 1000u);
+  EXPECT_EQ(a.key.request_id, 7u);
+  EXPECT_TRUE((a.message.body == Body{Release{samples::nid(1), samples::sid(1), 3}}));
+  EXPECT_EQ(receiver.stats().accepted, 1u);
+  EXPECT_EQ(client.next_seq(), 1001u);
+}
+
+TEST_F(WireReceiver, ReplayedDatagramWithoutCachedAnswerIsRejectedAndCounted) {
+  const Bytes d = seal(client, 7, Revoke{samples::nid(1)});
+  ASSERT_EQ(receiver.admit(d).verdict, Verdict::deliver);
+  const Admission again = receiver.admit(d);
+  EXPECT_EQ(again.verdict, Verdict::answer_error);
+  EXPECT_EQ(again.reason, DecodeError::replayed);
+  EXPECT_EQ(receiver.stats()[DecodeError::replayed], 1u);
+  EXPECT_EQ(error_answer(again).code, error_code_of(DecodeError::replayed));
+  EXPECT_EQ(receiver.stats().accepted, 1u);
+}
+
+TEST_F(WireReceiver, RetriedRequestIdGetsIdenticalAnswerBytes) {
+  const Body request = Acquire{"jobs/x", samples::sid(1), samples::wid(1), 0, false};
+  const Bytes first = seal(client, 42, request);
+  const Admission a = receiver.admit(first);
+  ASSERT_EQ(a.verdict, Verdict::deliver);
+  const Bytes answer = seal(lockd, 42, Grant{name_id_of("jobs/x"), 8, samples::sid(1), samples::wid(1),
+                                               LockState::held, 5000});
+  receiver.remember_answer(a.key, answer);
+  EXPECT_EQ(receiver.cached_answers(), 1u);
+
+  // A retry: same request id, new seq.
+  const Bytes retry = seal(client, 42, request);
+  Admission r = receiver.admit(retry);
+  ASSERT_EQ(r.verdict, Verdict::resend) << a.detail;
+  EXPECT_EQ(Bytes(r.cached_answer.begin(), r.cached_answer.end()), answer);
+  // A duplicate of the first datagram (replayed seq) with a cached answer: resent, not rejected.
+  r = receiver.admit(first);
+  ASSERT_EQ(r.verdict, Verdict::resend);
+  EXPECT_EQ(Bytes(r.cached_answer.begin(), r.cached_answer.end()), answer);
+  EXPECT_EQ(receiver.stats().resent, 2u);
+  EXPECT_EQ(receiver.stats().accepted, 1u);  // executed once
+  // The retry's seq was recorded: replaying it after the cache is gone would be rejected.
+}
+
+TEST_F(WireReceiver, RequestIdReusedForADifferentRequestIsAnError) {
+  const Admission a = receiver.admit(seal(client, 42, Revoke{samples::nid(1)}));
+  ASSERT_EQ(a.verdict, Verdict::deliver);
+  receiver.remember_answer(a.key, seal(lockd, 42, Ok{samples::nid(1), 9}));
+  const Admission b = receiver.admit(seal(client, 42, Revoke{samples::nid(2)}));
+  EXPECT_EQ(b.verdict, Verdict::answer_error);
+  EXPECT_EQ(b.reason, DecodeError::request_id_reused);
+  EXPECT_EQ(receiver.stats()[DecodeError::request_id_reused], 1u);
+}
+
+TEST_F(WireReceiver, SeqBelowTheWindowIsStale) {
+  Sender early{samples::wid(1), 10, kKey};
+  const Bytes old = seal(early, 1, Stats{});
+  ASSERT_EQ(receiver.admit(seal(client, 2, Stats{})).verdict, Verdict::deliver);  // seq 1000
+  const Admission a = receiver.admit(old);                                           // seq 10
+  EXPECT_EQ(a.verdict, Verdict::answer_error);
+  EXPECT_EQ(a.reason, DecodeError::stale_seq);
+  EXPECT_NE(a.detail.find("highest seq 1000"), std::string::npos) << a.detail;
+}
+
+TEST_F(WireReceiver, UnauthenticDatagramsAreDroppedAndCounted) {
+  Bytes d = seal(client, 1, Stats{});
+  d[10] ^= 0xFF;
+  Admission a = receiver.admit(d);
+  EXPECT_EQ(a.verdict, Verdict::drop);
+  EXPECT_EQ(a.reason, DecodeError::bad_tag);
+  a = receiver.admit(Bytes(10, 0));
+  EXPECT_EQ(a.verdict, Verdict::drop);
+  EXPECT_EQ(a.reason, DecodeError::truncated);
+  a = receiver.admit(Bytes(kDatagramBytesMax + 1, 0));
+  EXPECT_EQ(a.reason, DecodeError::oversized);
+  Sender stranger{samples::wid(2), 1, WireKey{Bytes(kKeyBytesMin, 0x43)}};
+  a = receiver.admit(seal(stranger, 1, Stats{}));
+  EXPECT_EQ(a.verdict, Verdict::drop);
+  EXPECT_EQ(receiver.stats()[DecodeError::bad_tag], 2u);
+  EXPECT_EQ(receiver.stats()[DecodeError::truncated], 1u);
+  EXPECT_EQ(receiver.stats()[DecodeError::oversized], 1u);
+  EXPECT_EQ(receiver.senders(), 0u);  // unauthentic senders take no window
+}
+
+TEST_F(WireReceiver, AuthenticButUnknownVersionOrTypeGetsAnAddressedErrorAnswer) {
+  Authenticator auth(kKey);
+  Bytes d = seal(client, 77, Stats{});
+  d[4] = 9;  // version
+  auth.sign(d);
+  Admission a = receiver.admit(d);
+  EXPECT_EQ(a.verdict, Verdict::answer_error);
+  EXPECT_EQ(a.reason, DecodeError::unknown_version);
+  EXPECT_EQ(a.message.header.sender, samples::wid(1));
+  EXPECT_EQ(a.message.header.request_id, 77u);
+  EXPECT_EQ(error_answer(a).code, ErrorCode{5});
+  EXPECT_NE(error_answer(a).message.find("version 9"), std::string::npos) << error_answer(a).message;
+
+  d = seal(client, 78, Stats{});
+  d[5] = 0x60;  // type
+  auth.sign(d);
+  a = receiver.admit(d);
+  EXPECT_EQ(a.verdict, Verdict::answer_error);
+  EXPECT_EQ(a.reason, DecodeError::unknown_type);
+  EXPECT_EQ(receiver.stats()[DecodeError::unknown_version], 1u);
+  EXPECT_EQ(receiver.stats()[DecodeError::unknown_type], 1u);
+}
+
+TEST_F(WireReceiver, MalformedAuthenticPayloadIsAnsweredAndItsSeqRecorded) {
+  Authenticator auth(kKey);
+  Bytes d = seal(client, 5, Acquire{"ok", samples::sid(1), {}, 0, false});
+  d[kHeaderBytes + 32 + 4] = 7;  // two_phase boolean byte
+  auth.sign(d);
+  const Admission a = receiver.admit(d);
+  EXPECT_EQ(a.verdict, Verdict::answer_error);
+  EXPECT_EQ(a.reason, DecodeError::bad_value);
+  EXPECT_EQ(receiver.admit(d).reason, DecodeError::replayed);
+}
+
+TEST(WireReceiverLimits, LeastRecentlyHeardSenderIsEvicted) {
+  Receiver receiver(kKey, Receiver::Limits{2, 8});
+  Sender a{samples::wid(1), 100, kKey}, b{samples::wid(2), 100, kKey}, c{samples::wid(3), 100, kKey};
+  Datagram da, db, dc;
+  ASSERT_TRUE(a.seal(1, Stats{}, da));
+  ASSERT_TRUE(b.seal(1, Stats{}, db));
+  ASSERT_TRUE(c.seal(1, Stats{}, dc));
+  EXPECT_EQ(receiver.admit(da.view()).verdict, Verdict::deliver);
+  EXPECT_EQ(receiver.admit(db.view()).verdict, Verdict::deliver);
+  EXPECT_EQ(receiver.admit(db.view()).reason, DecodeError::replayed);  // b is the most recent
+  EXPECT_EQ(receiver.admit(dc.view()).verdict, Verdict::deliver);      // evicts a
+  EXPECT_EQ(receiver.senders(), 2u);
+  EXPECT_EQ(receiver.admit(db.view()).reason, DecodeError::replayed);  // b kept its window
+  // The documented consequence: a's window is forgotten, its old datagram is accepted once more.
+  EXPECT_EQ(receiver.admit(da.view()).verdict, Verdict::deliver);
+  EXPECT_EQ(receiver.senders(), 2u);
+}
+
+TEST(WireReceiverLimits, OldestCachedAnswerIsDropped) {
+  Receiver receiver(kKey, Receiver::Limits{16, 2});
+  Sender s{samples::wid(1), 100, kKey};
+  std::vector<Bytes> requests;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    Datagram d;
+    ASSERT_TRUE(s.seal(id, Revoke{samples::nid(id)}, d));
+    const Admission a = receiver.admit(d.view());
+    ASSERT_EQ(a.verdict, Verdict::deliver);
+    receiver.remember_answer(a.key, Bytes(100, static_cast<std::uint8_t>(id)));
+    requests.push_back(bytes_of(d));
+  }
+  EXPECT_EQ(receiver.cached_answers(), 2u);
+  // Request 1's answer was dropped: its duplicate is now a plain replay.
+  EXPECT_EQ(receiver.admit(requests[0]).reason, DecodeError::replayed);
+  const Admission a3 = receiver.admit(requests[2]);
+  ASSERT_EQ(a3.verdict, Verdict::resend);
+  EXPECT_EQ(a3.cached_answer[0], 3);
+}
+
+TEST(WireSender, SeqGrowsOnlyForDatagramsThatExist) {
+  Sender s{samples::wid(1), 0, kKey};
+  EXPECT_EQ(s.next_seq(), 1u);  // seq 0 is never used
+  Datagram d;
+  EXPECT_FALSE(s.seal(1, Acquire{"bad name", samples::sid(1), {}, 0, false}, d));
+  EXPECT_EQ(s.next_seq(), 1u);
+  EXPECT_TRUE(s.seal(1, Stats{}, d));
+  EXPECT_EQ(s.next_seq(), 2u);
+  EXPECT_GT(seq_seed(), 1'600'000'000'000'000'000ull);  // nanoseconds since 1970, after 2020
+}
+
+}  // namespace
+}  // namespace leasehold::wire
