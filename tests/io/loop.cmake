@@ -1,0 +1,5 @@
+# Tests of the io_uring loop, its probe and the request client (leasehold_io).
+leasehold_test(io_probe_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/probe_test.cpp LIBS leasehold_io)
+leasehold_test(io_loop_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/loop_test.cpp LIBS leasehold_io)
+leasehold_test(io_loop_wake_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/loop_wake_test.cpp
+               LIBS leasehold_io LABELS concurrent)
