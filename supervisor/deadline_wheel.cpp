@@ -79,7 +79,7 @@ void DeadlineWheel::unlink(std::uint32_t index) noexcept {
 }
 
 void DeadlineWheel::file(std::uint32_t index) noexcept {
-  const std::uint64_t e = nodes_[index].tick;
+  const std::uint64_t e = nodes_[index].deadline_ns / granularity_ns_;
   if (e < cur_tick_) {
     link(kDueList, index);
     return;
@@ -122,7 +122,6 @@ ScheduleResult DeadlineWheel::schedule(std::uint64_t deadline_ns, std::uint64_t 
   Node& n = nodes_[i];
   free_head_ = n.next;
   n.deadline_ns = deadline_ns;
-  n.tick = deadline_ns / granularity_ns_;
   n.payload = payload;
   ++size_;
   file(i);
@@ -143,7 +142,6 @@ WheelError DeadlineWheel::reschedule(TimerHandle handle, std::uint64_t deadline_
   unlink(handle.index);
   Node& n = nodes_[handle.index];
   n.deadline_ns = deadline_ns;
-  n.tick = deadline_ns / granularity_ns_;
   file(handle.index);
   return WheelError::none;
 }
@@ -167,6 +165,7 @@ void DeadlineWheel::cascade(std::uint32_t level, std::uint64_t tick) noexcept {
   // (or is parked again), never back in bucket b, so walking the detached chain is safe.
   while (i != kNil) {
     const std::uint32_t next = nodes_[i].next;
+    if (next != kNil) __builtin_prefetch(&nodes_[next], 1);  // overlap the chase with file(i)
     nodes_[i].list = kNotLinked;
     file(i);
     i = next;
