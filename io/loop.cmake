@@ -5,6 +5,7 @@ add_library(leasehold_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/udp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/probe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/loop.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/client.cpp
 )
 leasehold_target(leasehold_io)
 target_link_libraries(leasehold_io PUBLIC PkgConfig::URING Threads::Threads)

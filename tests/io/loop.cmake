@@ -3,3 +3,5 @@ leasehold_test(io_probe_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/probe_test.cpp LI
 leasehold_test(io_loop_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/loop_test.cpp LIBS leasehold_io)
 leasehold_test(io_loop_wake_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/loop_wake_test.cpp
                LIBS leasehold_io LABELS concurrent)
+leasehold_test(io_client_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_test.cpp LIBS leasehold_io
+               LABELS concurrent)  # the blocking tests talk to a server thread
