@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace leasehold {
@@ -48,6 +49,18 @@ int read_io_uring_disabled() noexcept {
   if (std::fscanf(f, "%d", &v) != 1) v = -1;
   std::fclose(f);
   return v;
+}
+
+// The probe's ring is fresh and submits one request at a time, so an SQE is always free; a
+// null here would mean liburing broke its contract.
+io_uring_sqe* probe_sqe(io_uring* ring) noexcept {
+  io_uring_sqe* sqe = io_uring_get_sqe(ring);
+  if (sqe == nullptr) {
+    io_uring_submit(ring);
+    sqe = io_uring_get_sqe(ring);
+  }
+  if (sqe == nullptr) std::abort();
+  return sqe;
 }
 
 // Waits for one completion (bounded: 1 s) and returns its res, or -ETIME.
@@ -98,7 +111,7 @@ void probe_receive(io_uring* ring, ProbeFacts* facts) noexcept {
     (void)::sendto(sock.get(), &ping, 1, 0, self->sa(), self->length);
     msghdr msg{};
     msg.msg_namelen = sizeof(sockaddr_storage);
-    io_uring_sqe* sqe = io_uring_get_sqe(ring);
+    io_uring_sqe* sqe = probe_sqe(ring);
     io_uring_prep_recvmsg_multishot(sqe, sock.get(), &msg, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = 0;
@@ -108,7 +121,7 @@ void probe_receive(io_uring* ring, ProbeFacts* facts) noexcept {
     if (res >= 0) {
       // Still armed: cancel it and wait (bounded) until both the cancel and the final recvmsg
       // completion are in, so the buffers and the ring memory can go.
-      io_uring_sqe* cancel = io_uring_get_sqe(ring);
+      io_uring_sqe* cancel = probe_sqe(ring);
       io_uring_prep_cancel64(cancel, 1, 0);
       cancel->user_data = 2;
       io_uring_submit(ring);
@@ -162,7 +175,7 @@ ProbeFacts gather_probe_facts() noexcept {
   if (facts.opcodes_missing == 0) {
     probe_receive(&ring, &facts);
     __kernel_timespec zero{};
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_sqe* sqe = probe_sqe(&ring);
     io_uring_prep_timeout(sqe, &zero, 0, IORING_TIMEOUT_BOOTTIME);
     sqe->user_data = 3;
     // A relative timeout of 0 expires at once (-ETIME); -EINVAL means the clock flag is unknown.
