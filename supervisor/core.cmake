@@ -3,6 +3,7 @@
 # The daemon (daemon.cmake) links leasehold_supervisor_core.
 add_library(leasehold_supervisor_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/deadline_wheel.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cgroup.cpp
 )
 leasehold_target(leasehold_supervisor_core)
 target_link_libraries(leasehold_supervisor_core PUBLIC leasehold_lease Boost::headers Threads::Threads)

@@ -2,3 +2,6 @@
 leasehold_test(supervisor_deadline_wheel_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/deadline_wheel_test.cpp
   LIBS leasehold_supervisor_core)
+leasehold_test(supervisor_cgroup_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cgroup_test.cpp
+  LIBS leasehold_supervisor_core)
