@@ -5,3 +5,6 @@ leasehold_test(supervisor_deadline_wheel_test
 leasehold_test(supervisor_cgroup_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cgroup_test.cpp
   LIBS leasehold_supervisor_core)
+leasehold_test(supervisor_spawn_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/spawn_test.cpp
+  LIBS leasehold_supervisor_core)

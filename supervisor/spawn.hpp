@@ -1,0 +1,126 @@
+// leasehold/supervisor: starting sandboxes — clone3 with a pidfd, into a leaf cgroup, optionally
+// inside bubblewrap — and reaping them.
+//
+// DESIGN.md "The supervisor" (spawn): `clone3(CLONE_PIDFD | CLONE_INTO_CGROUP)` where a delegated
+// cgroup v2 exists. CLONE_INTO_CGROUP (Linux 5.7) places the child in its leaf atomically, so no
+// process of the sandbox ever runs outside it and cgroup.kill reaches all of them. CLONE_PIDFD
+// (5.2; clone3 5.3) gives a pidfd that cannot be confused with a recycled pid: it is what the io
+// thread polls for exit and the kill-switch signals.
+//
+// The child starts a new session (setsid), so pgid == pid and the process-group fallback
+// `kill(-pgid, SIGKILL)` reaches the sandbox's ordinary children.
+//
+// Supervisor death. A sandbox must not outlive its lease unsupervised: once the supervisor is gone
+// nothing refreshes the lease nor kills at the deadline, while the sandbox might still act on a
+// name lockd has handed to someone else. We therefore set PR_SET_PDEATHSIG(SIGKILL) by default
+// (`die_with_supervisor`), and close the race with an early supervisor death by checking getppid()
+// right after. Caveats, documented for the daemon: (1) the signal follows the death of the parent
+// *thread* that called spawn, not the process — spawn from a thread that lives as long as the
+// supervisor (the io thread); (2) it reaches the direct child only; its descendants are reached by
+// cgroup.kill (cgroup mode) or by bubblewrap's --die-with-parent (in default_bwrap_args); in the
+// process-group fallback without bubblewrap, grandchildren that left the group can survive, which
+// is one reason the cgroup mode is preferred. Either way the shm writer heartbeat goes stale and
+// the sandbox's own checks refuse (DESIGN.md "The shared-memory epoch table").
+//
+// Exec failure is reported through a CLOEXEC pipe carrying the failing step and errno, so the
+// caller gets "command not found: foo" or "permission denied: /x" rather than a child that exits
+// 127; the failed child is reaped before spawn returns, so nothing leaks.
+//
+// The child between clone3 and execve uses raw system calls only (the supervisor is
+// multi-threaded; no allocation, no locks, nothing a sanitizer intercepts).
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace leasehold {
+
+/// Bounds on one spawn: argv + env entries, and their total bytes.
+inline constexpr std::size_t kSpawnStringsMax = 4096;
+inline constexpr std::size_t kSpawnBytesMax = 1u << 20;
+
+/// Where a command is looked up when the environment has no PATH.
+inline constexpr const char* kDefaultSearchPath = "/usr/local/bin:/usr/bin:/bin";
+
+/// Bubblewrap wrapping: the sandbox runs as `bwrap <args...> -- <argv...>`.
+struct BwrapConfig {
+  std::string bwrap_path = "bwrap";  ///< a name (looked up in PATH) or a path
+  std::vector<std::string> args;     ///< e.g. default_bwrap_args()
+};
+
+/// A conservative default: read-only root, private /dev, /proc and /tmp, and --die-with-parent
+/// (bwrap's children die with bwrap). The caller adds binds (e.g. the shm file) as needed.
+std::vector<std::string> default_bwrap_args();
+
+/// Resolves `command` like execvp: a name with '/' is taken as is, otherwise each directory
+/// of `search_path` (colon-separated; empty entries mean ".") is tried for an executable
+/// regular file. On failure returns nullopt with `error` = "command not found: <name>" or
+/// "permission denied: <path>".
+std::optional<std::string> resolve_command(std::string_view command, std::string_view search_path,
+                                           std::string& error);
+
+/// Whether bubblewrap works here: resolves `config.bwrap_path` and runs `bwrap <args> -- true`.
+/// Returns an empty string when it ran and exited 0, else the reason (not installed, failed
+/// with status N — e.g. user namespaces disabled).
+std::string probe_bwrap(const BwrapConfig& config);
+
+struct SpawnRequest {
+  std::vector<std::string> argv;  ///< argv[0]: the command (a name looked up in PATH, or a path)
+  std::vector<std::string> env;   ///< the whole environment, "KEY=VALUE" (LEASEHOLD_SHM, ...)
+  int cgroup_dir_fd = -1;         ///< a leaf's dir fd for CLONE_INTO_CGROUP, or -1
+  const BwrapConfig* bwrap = nullptr;  ///< wrap in bubblewrap when set
+  bool die_with_supervisor = true;     ///< PR_SET_PDEATHSIG(SIGKILL); see the header comment
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  ///< dup'ed onto 0/1/2 when >= 0
+};
+
+/// A started sandbox: pid, an owned pidfd, and its process group (== pid). Move-only; the
+/// destructor closes the pidfd but neither kills nor reaps (the owner decides).
+class SandboxProcess {
+ public:
+  SandboxProcess() noexcept = default;
+  SandboxProcess(pid_t pid, int pidfd) noexcept : pid_(pid), pidfd_(pidfd) {}
+  SandboxProcess(SandboxProcess&& o) noexcept;
+  SandboxProcess& operator=(SandboxProcess&& o) noexcept;
+  SandboxProcess(const SandboxProcess&) = delete;
+  SandboxProcess& operator=(const SandboxProcess&) = delete;
+  ~SandboxProcess();
+
+  pid_t pid() const noexcept { return pid_; }
+  pid_t pgid() const noexcept { return pid_; }  ///< the child called setsid()
+  int pidfd() const noexcept { return pidfd_; }
+  bool valid() const noexcept { return pidfd_ >= 0; }
+
+ private:
+  pid_t pid_ = 0;
+  int pidfd_ = -1;
+};
+
+/// Why spawn failed: `errno_value` lets callers distinguish a missing kernel feature (ENOSYS
+/// from clone3) from a bad command (ENOENT, EACCES).
+struct SpawnError {
+  int errno_value = 0;
+  std::string message;
+};
+
+/// Starts `request.argv` as described above. On failure returns nullopt and fills `error`
+/// ("command not found: foo", "permission denied: /x", "clone3 failed: ..."); no process,
+/// fd or pipe is left behind (a leaf cgroup is the caller's to remove).
+std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnError& error);
+
+/// Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphaned descendants of
+/// sandboxes are re-parented to the supervisor, not init, so they stay reapable and visible.
+/// 0 or -errno.
+int become_child_subreaper() noexcept;
+
+/// waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]). 0 with `info` filled (info.si_pid == 0 when
+/// `block` is false and the child has not exited yet), or -errno (-ECHILD: already reaped).
+int reap(int pidfd, siginfo_t& info, bool block) noexcept;
+
+}  // namespace leasehold

@@ -1,0 +1,237 @@
+// Tests of spawn: clone3 + pidfd, new session, environment, exec failures reported through the
+// pipe (and nothing leaked), CLONE_INTO_CGROUP into a leaf, bubblewrap, parent-death SIGKILL with
+// the supervisor as child subreaper.
+#include "supervisor/spawn.hpp"
+
+#include "supervisor/cgroup.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace leasehold {
+namespace {
+
+std::string path_env() {
+  const char* p = std::getenv("PATH");
+  return std::string("PATH=") + (p != nullptr ? p : kDefaultSearchPath);
+}
+
+SpawnRequest request(std::vector<std::string> argv) {
+  SpawnRequest r;
+  r.argv = std::move(argv);
+  r.env = {path_env(), "LEASEHOLD_SHM=/dev/shm/leasehold-test", "LEASEHOLD_SLOT=7", "LEASEHOLD_EPOCH=42"};
+  return r;
+}
+
+// Spawns or skips the test when the kernel lacks clone3.
+#define SPAWN_OR_SKIP(var, req)                                                  \
+  SpawnError var##_error;                                                        \
+  auto var = spawn_sandbox(req, var##_error);                                    \
+  if (!var && var##_error.errno_value == ENOSYS) GTEST_SKIP() << var##_error.message; \
+  ASSERT_TRUE(var.has_value()) << var##_error.message
+
+siginfo_t wait_exit(const SandboxProcess& p) {
+  siginfo_t info{};
+  EXPECT_EQ(reap(p.pidfd(), info, true), 0);
+  return info;
+}
+
+bool no_children_left() {
+  return ::waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
+}
+
+TEST(Spawn, RunsACommandWithAPidfdInANewSession) {
+  SPAWN_OR_SKIP(p, request({"sleep", "100"}));
+  EXPECT_GT(p->pid(), 0);
+  EXPECT_GE(p->pidfd(), 0);
+  EXPECT_EQ(::getpgid(p->pid()), p->pid());
+  EXPECT_EQ(::getsid(p->pid()), p->pid());
+  EXPECT_EQ(p->pgid(), p->pid());
+  siginfo_t info{};
+  EXPECT_EQ(reap(p->pidfd(), info, false), 0);
+  EXPECT_EQ(info.si_pid, 0) << "still running: nothing to reap yet";
+  ASSERT_EQ(::syscall(SYS_pidfd_send_signal, p->pidfd(), SIGKILL, nullptr, 0), 0);
+  info = wait_exit(*p);
+  EXPECT_EQ(info.si_pid, p->pid());
+  EXPECT_EQ(info.si_code, CLD_KILLED);
+  EXPECT_EQ(info.si_status, SIGKILL);
+  EXPECT_EQ(reap(p->pidfd(), info, false), -ECHILD);
+}
+
+TEST(Spawn, PassesTheEnvironmentExactly) {
+  SPAWN_OR_SKIP(ok, request({"sh", "-c",
+                             "test \"$LEASEHOLD_SLOT\" = 7 && test \"$LEASEHOLD_EPOCH\" = 42 && "
+                             "test \"$LEASEHOLD_SHM\" = /dev/shm/leasehold-test && test -z \"$HOME\""}));
+  siginfo_t info = wait_exit(*ok);
+  EXPECT_EQ(info.si_code, CLD_EXITED);
+  EXPECT_EQ(info.si_status, 0);
+  SPAWN_OR_SKIP(bad, request({"sh", "-c", "test \"$LEASEHOLD_SLOT\" = 8"}));
+  info = wait_exit(*bad);
+  EXPECT_EQ(info.si_status, 1);
+}
+
+TEST(Spawn, CommandNotFoundIsAClearErrorAndLeavesNothing) {
+  SpawnError err;
+  auto p = spawn_sandbox(request({"leasehold-no-such-command"}), err);
+  EXPECT_FALSE(p.has_value());
+  EXPECT_EQ(err.errno_value, ENOENT);
+  EXPECT_EQ(err.message, "command not found: leasehold-no-such-command");
+  p = spawn_sandbox(request({"/nonexistent/bin/x"}), err);
+  EXPECT_EQ(err.message, "command not found: /nonexistent/bin/x");
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(Spawn, PermissionDeniedIsAClearError) {
+  char path[] = "/tmp/leasehold-spawn-noexec-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  ::chmod(path, 0644);
+  SpawnError err;
+  EXPECT_FALSE(spawn_sandbox(request({path}), err).has_value());
+  EXPECT_EQ(err.errno_value, EACCES);
+  EXPECT_EQ(err.message, std::string("permission denied: ") + path);
+  ::unlink(path);
+}
+
+TEST(Spawn, ExecFailureInTheChildComesBackThroughThePipe) {
+  // Executable bit set but not a valid binary and no #!: execve fails with ENOEXEC in the child.
+  char path[] = "/tmp/leasehold-spawn-badexec-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const char junk[] = "\x01\x02\x03\x04not an executable";
+  ASSERT_EQ(::write(fd, junk, sizeof junk), static_cast<ssize_t>(sizeof junk));
+  ::close(fd);
+  ::chmod(path, 0755);
+  SpawnError err;
+  auto p = spawn_sandbox(request({path}), err);
+  ::unlink(path);
+  if (!p && err.errno_value == ENOSYS) GTEST_SKIP() << err.message;
+  EXPECT_FALSE(p.has_value());
+  EXPECT_EQ(err.errno_value, ENOEXEC);
+  EXPECT_EQ(err.message, std::string("cannot execute ") + path + ": " + std::strerror(ENOEXEC));
+  EXPECT_TRUE(no_children_left()) << "the failed child must have been reaped";
+}
+
+TEST(Spawn, RejectsEmptyAndOversizedRequests) {
+  SpawnError err;
+  EXPECT_FALSE(spawn_sandbox(SpawnRequest{}, err).has_value());
+  EXPECT_EQ(err.message, "empty argv: no command to run");
+  auto big = request({"true"});
+  big.env.assign(kSpawnStringsMax + 1, "X=1");
+  EXPECT_FALSE(spawn_sandbox(big, err).has_value());
+  EXPECT_EQ(err.errno_value, E2BIG);
+  EXPECT_NE(err.message.find("argv + env too large"), std::string::npos) << err.message;
+}
+
+TEST(Spawn, ResolvesLikeExecvp) {
+  std::string error;
+  EXPECT_EQ(resolve_command("sh", "/nonexistent:/bin:/usr/bin", error).value_or(""), "/bin/sh");
+  EXPECT_FALSE(resolve_command("sh", "/nonexistent", error).has_value());
+  EXPECT_EQ(error, "command not found: sh");
+  EXPECT_FALSE(resolve_command("", "/bin", error).has_value());
+  EXPECT_EQ(error, "empty command");
+}
+
+TEST(Spawn, IntoALeafCgroup) {
+  std::string mountinfo;
+  ASSERT_EQ(read_small_file("/proc/self/mountinfo", mountinfo), 0);
+  const auto mount = find_cgroup2_mount(mountinfo);
+  if (!mount) GTEST_SKIP() << "no cgroup2 mount on this host";
+  CgroupConfig c;
+  c.parent_path = mount->mount_point + "/leasehold-spawn-test-" + std::to_string(::getpid());
+  const auto tree = CgroupTree::discover(c);
+  if (tree.mode() != KillMode::cgroup_v2_delegated) GTEST_SKIP() << tree.reason();
+  {
+    std::string error;
+    auto leaf = tree.create_leaf("sandbox", error);
+    ASSERT_TRUE(leaf.has_value()) << error;
+    auto req = request({"sleep", "100"});
+    req.cgroup_dir_fd = leaf->dir_fd();
+    SPAWN_OR_SKIP(p, req);
+    std::string own;
+    ASSERT_EQ(read_small_file("/proc/" + std::to_string(p->pid()) + "/cgroup", own), 0);
+    const auto path = own_cgroup2_path(own);
+    ASSERT_TRUE(path.has_value());
+    EXPECT_EQ(mount->mount_point + *path, leaf->path());
+    EXPECT_EQ(leaf->populated(), 1);
+    EXPECT_EQ(leaf->kill(), 0);
+    const siginfo_t info = wait_exit(*p);
+    EXPECT_EQ(info.si_status, SIGKILL);
+  }
+  EXPECT_EQ(::rmdir(c.parent_path.c_str()), 0) << "the leaf must have been removed";
+}
+
+TEST(Spawn, BadCgroupFdIsAClearError) {
+  auto req = request({"true"});
+  const int not_a_cgroup = ::open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(not_a_cgroup, 0);
+  req.cgroup_dir_fd = not_a_cgroup;
+  SpawnError err;
+  EXPECT_FALSE(spawn_sandbox(req, err).has_value());
+  ::close(not_a_cgroup);
+  if (err.errno_value == ENOSYS) GTEST_SKIP() << err.message;
+  EXPECT_NE(err.message.find("clone3 into the sandbox cgroup failed"), std::string::npos) << err.message;
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(Spawn, UnderBubblewrap) {
+  BwrapConfig bwrap;
+  bwrap.args = default_bwrap_args();
+  const std::string why = probe_bwrap(bwrap);
+  if (!why.empty()) GTEST_SKIP() << "bubblewrap unusable here: " << why;
+  auto req = request({"sh", "-c", "test -d /proc/self && exit 3"});
+  req.bwrap = &bwrap;
+  SPAWN_OR_SKIP(p, req);
+  const siginfo_t info = wait_exit(*p);
+  EXPECT_EQ(info.si_code, CLD_EXITED);
+  EXPECT_EQ(info.si_status, 3);
+  BwrapConfig missing{"leasehold-no-such-bwrap", {}};
+  req.bwrap = &missing;
+  SpawnError err;
+  EXPECT_FALSE(spawn_sandbox(req, err).has_value());
+  EXPECT_EQ(err.message, "bubblewrap requested but unusable: command not found: leasehold-no-such-bwrap");
+}
+
+TEST(Spawn, SandboxDiesWithTheSupervisorAndIsReapedByTheSubreaper) {
+  // This test process plays the subreaper; a forked "supervisor" spawns `sleep` and exits.
+  ASSERT_EQ(become_child_subreaper(), 0);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t supervisor = ::fork();
+  ASSERT_GE(supervisor, 0);
+  if (supervisor == 0) {
+    SpawnError err;
+    auto p = spawn_sandbox(request({"sleep", "100"}), err);
+    const pid_t pid = p ? p->pid() : -1;
+    (void)!::write(pipe_fds[1], &pid, sizeof pid);
+    ::_exit(0);
+  }
+  pid_t sandbox = -1;
+  ASSERT_EQ(::read(pipe_fds[0], &sandbox, sizeof sandbox), static_cast<ssize_t>(sizeof sandbox));
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  ASSERT_GT(sandbox, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(supervisor, &status, 0), supervisor);
+  // The orphaned sandbox was re-parented to us (subreaper) and killed by its parent-death signal.
+  ASSERT_EQ(::waitpid(sandbox, &status, 0), sandbox);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+}
+
+}  // namespace
+}  // namespace leasehold
