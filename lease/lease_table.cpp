@@ -1,20 +1,55 @@
-// Interim: the API compiles and validates its configuration; transitions are not implemented
-// yet and refuse with bad_request.
+// LeaseTable: see lease_table.hpp for the contract. Layout and invariants:
+//
+// Slots. A flat array of 64-byte, cache-line-aligned records, open addressing with linear
+// probing; the home slot of a NameId is its mixed hash mapped onto [0, slot_count) by a
+// multiply-shift (Lemire's "fastrange"), so slot_count need not be a power of two and the
+// array can stay at load factor <= 7/8 of the configured capacity. Deletion shifts later
+// records of the probe run back (no tombstones). The array comes from calloc, so its pages
+// are committed only when touched and a zero slot (nil name) is an empty slot.
+//
+// Timers. A binary min-heap of {due_ns, name}. A record with a deadline (Held expiry,
+// Acquiring deadline, Free lock-delay) has exactly one *authoritative* entry, the one whose
+// due equals the record's timer_ns, and timer_ns <= the deadline. Moving a deadline later
+// (a refresh) does not touch the heap; when the authoritative entry comes due and the deadline
+// is later, it is re-armed at the deadline. Moving a deadline earlier pushes a new entry and
+// orphans the old one (its due no longer matches timer_ns; it is dropped when it pops). A
+// deadline is reclaimed only when an entry whose due equals it pops, so `advance` reports
+// expiries in deadline order. Orphans are bounded: the heap is rebuilt from the records when
+// it exceeds 2 * capacity + kTimerSlack entries.
+//
+// Transferring records have no deadline; they reuse the two time fields to hold `to`.
 #include "lease/lease_table.hpp"
 
+#include <algorithm>
+#include <cassert>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace leasehold {
 
 std::string validate_config(const LeaseConfig& c) {
-  auto in_range = [](std::int64_t v) { return v > 0 && v <= kLeaseTtlNsMax; };
-  if (!in_range(c.default_ttl_ns)) return "default_ttl_ns " + std::to_string(c.default_ttl_ns) + " is out of (0, 86400e9]";
-  if (!in_range(c.max_ttl_ns)) return "max_ttl_ns " + std::to_string(c.max_ttl_ns) + " is out of (0, 86400e9]";
-  if (c.default_ttl_ns > c.max_ttl_ns) return "default_ttl_ns exceeds max_ttl_ns";
-  if (!in_range(c.acquiring_ttl_ns)) return "acquiring_ttl_ns is out of range";
-  if (c.lock_delay_ns < 0 || c.lock_delay_ns > kLeaseTtlNsMax) return "lock_delay_ns is out of range";
-  if (!in_range(c.worker_liveness_ttl_ns)) return "worker_liveness_ttl_ns is out of range";
-  if (c.capacity == 0 || c.capacity > kLeaseCapacityMax) return "capacity is out of range";
+  const auto range = [](const char* field, std::int64_t v, bool zero_ok) -> std::string {
+    if ((zero_ok ? v >= 0 : v > 0) && v <= kLeaseTtlNsMax) return {};
+    return std::string(field) + " is " + std::to_string(v) + " ns; it must be in " +
+           (zero_ok ? "[0, " : "(0, ") + std::to_string(kLeaseTtlNsMax) + "] ns";
+  };
+  for (auto err : {range("default_ttl_ns", c.default_ttl_ns, false),
+                   range("max_ttl_ns", c.max_ttl_ns, false),
+                   range("acquiring_ttl_ns", c.acquiring_ttl_ns, false),
+                   range("lock_delay_ns", c.lock_delay_ns, true),
+                   range("worker_liveness_ttl_ns", c.worker_liveness_ttl_ns, false)}) {
+    if (!err.empty()) return err;
+  }
+  if (c.default_ttl_ns > c.max_ttl_ns)
+    return "default_ttl_ns (" + std::to_string(c.default_ttl_ns) + ") exceeds max_ttl_ns (" +
+           std::to_string(c.max_ttl_ns) + ")";
+  if (c.mode != LockMode::lease && c.mode != LockMode::preemptible)
+    return "mode " + std::to_string(static_cast<int>(c.mode)) + " is not lease (0) or preemptible (1)";
+  if (c.capacity == 0 || c.capacity > kLeaseCapacityMax)
+    return "capacity is " + std::to_string(c.capacity) + "; it must be in [1, " +
+           std::to_string(kLeaseCapacityMax) + "]";
   return {};
 }
 
@@ -38,52 +73,765 @@ std::string_view to_string(RefreshStatus s) noexcept {
 }
 
 std::uint32_t name_fingerprint_of(std::string_view name) noexcept {
-  std::uint32_t h = 2166136261u;
+  std::uint32_t h = 2166136261u;  // FNV-1a 32
   for (unsigned char c : name) h = (h ^ c) * 16777619u;
-  return h | 1u;
+  return h | 1u;  // never 0, so a record always carries one
 }
+
+namespace {
+
+constexpr std::size_t kTimerSlack = 1024;  // heap entries allowed above 2 * capacity
+constexpr std::uint8_t kFlagFresh = 1;
+
+struct alignas(64) Slot {
+  NameId name;                 // nil: empty slot
+  SandboxId owner;             // Held/Acquiring owner; Transferring from; Free reserved_for
+  Epoch epoch;                 // Transferring: new_epoch
+  std::int64_t time_ns;        // Held expiry; Acquiring deadline; Free lock-delay end (0 none)
+  std::int64_t timer_ns;       // due of the authoritative timer entry (0 none)
+  std::uint32_t fingerprint;   // name_fingerprint_of(text)
+  std::uint16_t worker;        // Held: worker index (1..kWorkersMax)
+  LockPhase phase;
+  std::uint8_t flags;          // kFlagFresh
+};
+static_assert(sizeof(Slot) == 64, "one record per cache line");
+static_assert(kWorkersMax <= 0xFFFF, "worker index is 16 bits");
+
+struct TimerEntry {
+  std::int64_t due_ns;
+  NameId name;
+};
+struct TimerLater {
+  bool operator()(const TimerEntry& a, const TimerEntry& b) const noexcept {
+    return a.due_ns > b.due_ns;
+  }
+};
+
+struct WorkerEntry {
+  WorkerId id;
+  std::int64_t alive_until_ns = 0;
+  std::uint32_t refs = 0;  // Held records on this worker
+};
+
+inline std::uint64_t mix(NameId n) noexcept {
+  std::uint64_t h = n.hi * 0x9E3779B97F4A7C15ULL ^ n.lo;
+  h ^= h >> 32;
+  h *= 0xD6E8FEB86659FD93ULL;
+  h ^= h >> 32;
+  return h;
+}
+
+inline std::int64_t add_sat(std::int64_t a, std::int64_t b) noexcept {
+  // Deadlines saturate below kNoExpiry, which is reserved for "never".
+  return a > kNoExpiry - 1 - b ? kNoExpiry - 1 : a + b;
+}
+
+}  // namespace
 
 struct LeaseTable::Impl {
   LeaseConfig config;
+  std::size_t slot_count = 0;
+  void* raw = nullptr;
+  Slot* slots = nullptr;
+  std::size_t count = 0;
+  std::size_t held = 0;
+  Epoch high_water = 0;
+  std::vector<TimerEntry> timers;
+  std::vector<WorkerEntry> workers;  // index 0 unused
+  std::unordered_map<WorkerId, std::uint16_t> worker_index;
+  std::vector<std::uint16_t> free_workers;
+
+  explicit Impl(const LeaseConfig& c) : config(c) {
+    slot_count = c.capacity + c.capacity / 7 + 1;  // load factor <= 7/8, always an empty slot
+    raw = std::calloc(slot_count + 1, sizeof(Slot));
+    if (raw == nullptr) throw std::bad_alloc();
+    auto addr = reinterpret_cast<std::uintptr_t>(raw);
+    slots = reinterpret_cast<Slot*>((addr + 63) & ~std::uintptr_t{63});
+    workers.resize(1);
+  }
+  ~Impl() { std::free(raw); }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  bool preemptible() const noexcept { return config.mode == LockMode::preemptible; }
+
+  // ---- slots ----
+  std::size_t home(NameId n) const noexcept {
+    return static_cast<std::size_t>((static_cast<unsigned __int128>(mix(n)) * slot_count) >> 64);
+  }
+  std::size_t next(std::size_t i) const noexcept { return i + 1 == slot_count ? 0 : i + 1; }
+
+  // Index of `n`'s slot, or of the empty slot ending its probe run (found = false).
+  std::size_t locate(NameId n, std::size_t i, bool& found) const noexcept {
+    for (;;) {
+      const Slot& s = slots[i];
+      if (s.name == n) { found = true; return i; }
+      if (s.name.is_nil()) { found = false; return i; }
+      i = next(i);
+    }
+  }
+  Slot* find(NameId n) const noexcept {
+    if (n.is_nil()) return nullptr;
+    bool found = false;
+    const std::size_t i = locate(n, home(n), found);
+    return found ? &slots[i] : nullptr;
+  }
+  void erase(Slot* s) noexcept {
+    std::size_t i = static_cast<std::size_t>(s - slots);
+    std::size_t j = i;
+    for (;;) {
+      j = next(j);
+      if (slots[j].name.is_nil()) break;
+      const std::size_t k = home(slots[j].name);
+      const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+      if (!stays) {
+        slots[i] = slots[j];
+        i = j;
+      }
+    }
+    slots[i] = Slot{};
+    assert(count > 0);
+    --count;
+  }
+
+  // ---- views ----
+  static SandboxId to_of(const Slot& s) noexcept {
+    return SandboxId{static_cast<std::uint64_t>(s.time_ns), static_cast<std::uint64_t>(s.timer_ns)};
+  }
+  static void set_to(Slot& s, SandboxId to) noexcept {
+    s.time_ns = static_cast<std::int64_t>(to.hi);
+    s.timer_ns = static_cast<std::int64_t>(to.lo);
+  }
+  LockState view(const Slot& s) const {
+    LockState v;
+    v.phase = s.phase;
+    v.epoch = s.epoch;
+    v.known = true;
+    switch (s.phase) {
+      case LockPhase::free:
+        v.reserved_for = s.owner;
+        v.lock_delay_until_ns = s.time_ns;
+        v.epoch_fresh = (s.flags & kFlagFresh) != 0;
+        break;
+      case LockPhase::acquiring:
+        v.owner = s.owner;
+        v.deadline_ns = s.time_ns;
+        break;
+      case LockPhase::held:
+        v.owner = s.owner;
+        v.worker = workers[s.worker].id;
+        v.expiry_ns = s.time_ns;
+        break;
+      case LockPhase::transferring:
+        v.owner = s.owner;
+        v.to = to_of(s);
+        v.old_epoch = s.epoch - 1;
+        break;
+    }
+    return v;
+  }
+  LockState absent() const noexcept {
+    LockState v;
+    v.epoch = high_water;
+    return v;
+  }
+
+  // ---- timers ----
+  static std::int64_t deadline_of(const Slot& s, bool preemptible) noexcept {
+    switch (s.phase) {
+      case LockPhase::held: return preemptible ? 0 : s.time_ns;
+      case LockPhase::acquiring: return s.time_ns;
+      case LockPhase::free: return s.time_ns;
+      case LockPhase::transferring: return 0;
+    }
+    return 0;
+  }
+  void arm(Slot& s, std::int64_t deadline_ns) {
+    if (deadline_ns <= 0 || deadline_ns >= kNoExpiry) return;
+    if (s.timer_ns != 0 && s.timer_ns <= deadline_ns) return;  // lazily re-armed when due
+    if (timers.size() >= 2 * config.capacity + kTimerSlack) rebuild_timers();
+    s.timer_ns = deadline_ns;
+    timers.push_back(TimerEntry{deadline_ns, s.name});
+    std::push_heap(timers.begin(), timers.end(), TimerLater{});
+  }
+  void rebuild_timers() {
+    timers.clear();
+    for (std::size_t i = 0; i < slot_count; ++i) {
+      Slot& s = slots[i];
+      if (s.name.is_nil() || s.phase == LockPhase::transferring) continue;
+      s.timer_ns = 0;
+      const std::int64_t d = deadline_of(s, preemptible());
+      if (d > 0 && d < kNoExpiry) {
+        s.timer_ns = d;
+        timers.push_back(TimerEntry{d, s.name});
+      }
+    }
+    std::make_heap(timers.begin(), timers.end(), TimerLater{});
+  }
+
+  // ---- workers ----
+  std::uint16_t find_worker(WorkerId w) const noexcept {
+    auto it = worker_index.find(w);
+    return it == worker_index.end() ? 0 : it->second;
+  }
+  // Index of `w`, adding it if new; 0 if kWorkersMax workers with leases are tracked.
+  std::uint16_t intern_worker(WorkerId w) {
+    if (auto i = find_worker(w); i != 0) return i;
+    if (free_workers.empty() && workers.size() > kWorkersMax) {
+      // Reclaim workers that hold no lease (their liveness only matters for Held records).
+      for (std::size_t i = 1; i < workers.size(); ++i) {
+        if (workers[i].refs == 0 && !workers[i].id.is_nil()) {
+          worker_index.erase(workers[i].id);
+          workers[i] = WorkerEntry{};
+          free_workers.push_back(static_cast<std::uint16_t>(i));
+        }
+      }
+    }
+    std::uint16_t i = 0;
+    if (!free_workers.empty()) {
+      i = free_workers.back();
+      free_workers.pop_back();
+    } else if (workers.size() <= kWorkersMax) {
+      i = static_cast<std::uint16_t>(workers.size());
+      workers.emplace_back();
+    } else {
+      return 0;
+    }
+    workers[i].id = w;
+    worker_index.emplace(w, i);
+    return i;
+  }
+  void heartbeat(std::uint16_t i, std::int64_t now_ns) noexcept {
+    WorkerEntry& e = workers[i];
+    e.alive_until_ns = std::max(e.alive_until_ns, add_sat(now_ns, config.worker_liveness_ttl_ns));
+  }
+
+  // ---- state changes ----
+  void enter_held(Slot& s, SandboxId owner, std::uint16_t worker, Epoch epoch,
+                  std::int64_t expiry_ns) {
+    s.phase = LockPhase::held;
+    s.owner = owner;
+    s.worker = worker;
+    s.epoch = epoch;
+    s.flags = 0;
+    s.time_ns = expiry_ns;
+    ++workers[worker].refs;
+    ++held;
+    high_water = std::max(high_water, epoch);
+    arm(s, deadline_of(s, preemptible()));
+  }
+  void leave_held(Slot& s) noexcept {
+    assert(s.phase == LockPhase::held);
+    assert(workers[s.worker].refs > 0);
+    --workers[s.worker].refs;
+    --held;
+    s.worker = 0;
+  }
+  // To Free. Returns the state after (the slot may be erased).
+  LockState enter_free(Slot* s, Epoch epoch, bool fresh, SandboxId reserved_for,
+                       std::int64_t lock_delay_until_ns) {
+    if (s->phase == LockPhase::held) leave_held(*s);
+    if (s->phase == LockPhase::transferring) s->timer_ns = 0;
+    s->phase = LockPhase::free;
+    s->epoch = epoch;
+    s->flags = fresh ? kFlagFresh : 0;
+    s->owner = reserved_for;
+    s->time_ns = lock_delay_until_ns;
+    high_water = std::max(high_water, epoch);
+    LockState after = view(*s);
+    if (!fresh && reserved_for.is_nil() && lock_delay_until_ns == 0) {
+      erase(s);  // a plain Free record is the same as an unknown name
+      after.known = false;
+    } else {
+      arm(*s, lock_delay_until_ns);
+    }
+    return after;
+  }
+  Slot* insert(NameId name, std::uint32_t fingerprint) {
+    bool found = false;
+    const std::size_t i = locate(name, home(name), found);
+    assert(!found);
+    Slot& s = slots[i];
+    s = Slot{};
+    s.name = name;
+    s.fingerprint = fingerprint;
+    s.phase = LockPhase::free;
+    s.epoch = high_water;
+    ++count;
+    return &s;
+  }
+
+  Outcome refuse(Refusal r, NameId name, const Slot* s) const {
+    return Outcome{r, name, s != nullptr ? view(*s) : absent(), {}};
+  }
+  std::int64_t ttl_of(std::int64_t ttl_ns) const noexcept {
+    return ttl_ns <= 0 ? config.default_ttl_ns : ttl_ns;
+  }
+  std::int64_t expiry_at(std::int64_t now_ns, std::int64_t ttl_ns) const noexcept {
+    return preemptible() ? kNoExpiry : add_sat(now_ns, ttl_ns);
+  }
+
+  Outcome acquire(std::string_view text, SandboxId sandbox, WorkerId worker, std::int64_t now_ns,
+                  std::int64_t ttl_ns, bool two_phase);
 };
 
 LeaseTable::LeaseTable(const LeaseConfig& config) {
   if (auto err = validate_config(config); !err.empty()) throw std::invalid_argument(err);
-  impl_ = std::make_unique<Impl>();
-  impl_->config = config;
+  impl_ = std::make_unique<Impl>(config);
 }
 LeaseTable::~LeaseTable() = default;
 LeaseTable::LeaseTable(LeaseTable&&) noexcept = default;
 LeaseTable& LeaseTable::operator=(LeaseTable&&) noexcept = default;
 const LeaseConfig& LeaseTable::config() const noexcept { return impl_->config; }
 
-namespace {
-Outcome refused(NameId name = {}) { return Outcome{Refusal::bad_request, name, {}, {}}; }
-}  // namespace
+// ---- acquisition --------------------------------------------------------------------------
 
-Outcome LeaseTable::acquire(std::string_view, SandboxId, WorkerId, std::int64_t, std::int64_t) { return refused(); }
-Outcome LeaseTable::acquire_2pc(std::string_view, SandboxId, std::int64_t) { return refused(); }
-Outcome LeaseTable::commit(NameId n, SandboxId, Epoch, WorkerId, std::int64_t, std::int64_t) { return refused(n); }
-Refusal LeaseTable::refresh(WorkerId, std::span<const RefreshEntry>, std::int64_t, std::span<RefreshAnswer>, std::int64_t) { return Refusal::bad_request; }
-Refusal LeaseTable::worker_heartbeat(WorkerId, std::int64_t) { return Refusal::bad_request; }
-bool LeaseTable::worker_alive(WorkerId, std::int64_t) const noexcept { return false; }
-Outcome LeaseTable::release(NameId n, SandboxId, Epoch, std::int64_t) { return refused(n); }
-std::size_t LeaseTable::advance(std::int64_t, std::vector<Expiry>&, std::size_t) { return 0; }
-Outcome LeaseTable::begin_transfer(NameId n, SandboxId, Epoch, SandboxId, std::int64_t) { return refused(n); }
-Outcome LeaseTable::complete_release(NameId n, SandboxId, Epoch) { return refused(n); }
-Outcome LeaseTable::revoke(NameId n, std::int64_t) { return refused(n); }
-Outcome LeaseTable::reassign(std::string_view, SandboxId, std::int64_t) { return refused(); }
-Outcome LeaseTable::preempt(NameId n, SandboxId, Epoch, bool, std::int64_t) { return refused(n); }
-LockState LeaseTable::state(NameId) const noexcept { return {}; }
-bool LeaseTable::may_mutate(NameId, SandboxId, Epoch, std::int64_t) const noexcept { return false; }
-bool LeaseTable::token_authorized(const Token&, std::int64_t) const noexcept { return false; }
-bool LeaseTable::valid_fence(NameId, Epoch) const noexcept { return false; }
-std::size_t LeaseTable::size() const noexcept { return 0; }
-std::size_t LeaseTable::held() const noexcept { return 0; }
-Epoch LeaseTable::epoch_high_water() const noexcept { return 0; }
-std::size_t LeaseTable::memory_bytes() const noexcept { return sizeof(Impl); }
-void LeaseTable::for_each(const std::function<void(NameId, const LockState&)>&) const {}
-DurableSnapshot LeaseTable::export_durable() const { return {}; }
-std::string LeaseTable::restore(const DurableSnapshot&, std::int64_t) { return "not implemented"; }
+Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, WorkerId worker,
+                                  std::int64_t now_ns, std::int64_t ttl_ns, bool two_phase) {
+  if (!validate_name(text).empty()) return Outcome{Refusal::invalid_name, {}, absent(), {}};
+  const NameId name = name_id_of(text);
+  Slot* s = find(name);
+  if (sandbox.is_nil() || (!two_phase && worker.is_nil()) || now_ns < 0 ||
+      ttl_ns > config.max_ttl_ns)
+    return refuse(Refusal::bad_request, name, s);
+  if (!two_phase && preemptible()) return refuse(Refusal::wrong_mode, name, s);
+  const std::uint32_t fp = name_fingerprint_of(text);
+  if (s != nullptr && s->fingerprint != fp) return refuse(Refusal::name_collision, name, s);
+
+  Epoch epoch = 0;
+  if (s != nullptr) {
+    switch (s->phase) {
+      case LockPhase::held:
+        if (now_ns >= s->time_ns) return refuse(Refusal::expired, name, s);
+        if (s->owner != sandbox) return refuse(Refusal::held, name, s);
+        return Outcome{Refusal::none, name, view(*s), Token{name, s->epoch, sandbox}};  // idempotent
+      case LockPhase::acquiring:
+        if (s->owner != sandbox || !two_phase) return refuse(Refusal::acquiring, name, s);
+        if (now_ns >= s->time_ns) return refuse(Refusal::expired, name, s);
+        return Outcome{Refusal::none, name, view(*s), Token{name, s->epoch, sandbox}};  // idempotent
+      case LockPhase::transferring:
+        return refuse(Refusal::transferring, name, s);
+      case LockPhase::free:
+        if (now_ns < s->time_ns) return refuse(Refusal::lock_delay, name, s);
+        if (!s->owner.is_nil() && s->owner != sandbox) return refuse(Refusal::reserved, name, s);
+        if ((s->flags & kFlagFresh) != 0) {
+          epoch = s->epoch;
+        } else {
+          if (s->epoch == kEpochMax) return refuse(Refusal::epoch_exhausted, name, s);
+          epoch = s->epoch + 1;
+        }
+        break;
+    }
+  } else {
+    if (count >= config.capacity) return refuse(Refusal::table_full, name, s);
+    if (high_water == kEpochMax) return refuse(Refusal::epoch_exhausted, name, s);
+    epoch = high_water + 1;
+  }
+  std::uint16_t widx = 0;
+  if (!two_phase) {
+    widx = intern_worker(worker);
+    if (widx == 0) return refuse(Refusal::table_full, name, s);
+  }
+  if (s == nullptr) s = insert(name, fp);
+  s->time_ns = 0;
+  if (two_phase) {
+    s->phase = LockPhase::acquiring;
+    s->owner = sandbox;
+    s->epoch = epoch;
+    s->flags = 0;
+    s->time_ns = add_sat(now_ns, config.acquiring_ttl_ns);
+    high_water = std::max(high_water, epoch);
+    arm(*s, s->time_ns);
+  } else {
+    enter_held(*s, sandbox, widx, epoch, expiry_at(now_ns, ttl_of(ttl_ns)));
+  }
+  assert(s->epoch == epoch);
+  return Outcome{Refusal::none, name, view(*s), Token{name, epoch, sandbox}};
+}
+
+Outcome LeaseTable::acquire(std::string_view name, SandboxId sandbox, WorkerId worker,
+                            std::int64_t now_ns, std::int64_t ttl_ns) {
+  return impl_->acquire(name, sandbox, worker, now_ns, ttl_ns, false);
+}
+
+Outcome LeaseTable::acquire_2pc(std::string_view name, SandboxId sandbox, std::int64_t now_ns) {
+  return impl_->acquire(name, sandbox, WorkerId{}, now_ns, 0, true);
+}
+
+Outcome LeaseTable::commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId worker,
+                           std::int64_t now_ns, std::int64_t ttl_ns) {
+  Impl& m = *impl_;
+  Slot* s = m.find(name);
+  if (sandbox.is_nil() || worker.is_nil() || now_ns < 0 || ttl_ns > m.config.max_ttl_ns)
+    return m.refuse(Refusal::bad_request, name, s);
+  if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  if (s->phase == LockPhase::held && s->owner == sandbox && s->epoch == epoch &&
+      m.workers[s->worker].id == worker && now_ns < s->time_ns)
+    return Outcome{Refusal::none, name, m.view(*s), Token{name, epoch, sandbox}};  // idempotent
+  if (s->phase != LockPhase::acquiring) return m.refuse(Refusal::not_acquiring, name, s);
+  if (s->owner != sandbox) return m.refuse(Refusal::not_holder, name, s);
+  if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
+  if (now_ns >= s->time_ns) return m.refuse(Refusal::acquiring_expired, name, s);
+  const std::uint16_t widx = m.intern_worker(worker);
+  if (widx == 0) return m.refuse(Refusal::table_full, name, s);
+  m.enter_held(*s, sandbox, widx, epoch, m.expiry_at(now_ns, m.ttl_of(ttl_ns)));
+  return Outcome{Refusal::none, name, m.view(*s), Token{name, epoch, sandbox}};
+}
+
+// ---- heartbeat ----------------------------------------------------------------------------
+
+Refusal LeaseTable::refresh(WorkerId worker, std::span<const RefreshEntry> entries,
+                            std::int64_t now_ns, std::span<RefreshAnswer> answers,
+                            std::int64_t ttl_ns) {
+  Impl& m = *impl_;
+  if (entries.size() > kRefreshBatchMax || answers.size() < entries.size() || worker.is_nil() ||
+      now_ns < 0 || ttl_ns > m.config.max_ttl_ns)
+    return Refusal::bad_request;
+  const std::uint16_t widx = m.intern_worker(worker);  // 0: table of workers full, no lease here
+  if (widx != 0) m.heartbeat(widx, now_ns);
+  const std::int64_t expiry_ns = m.expiry_at(now_ns, m.ttl_of(ttl_ns));
+
+  // Memory-level parallelism: start every record's cache miss before using any of them.
+  std::size_t homes[kRefreshBatchMax];
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    homes[k] = m.home(entries[k].name);
+    __builtin_prefetch(&m.slots[homes[k]], 1, 3);
+  }
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    const RefreshEntry& e = entries[k];
+    RefreshAnswer& a = answers[k];
+    bool found = false;
+    const std::size_t i = e.name.is_nil() ? 0 : m.locate(e.name, homes[k], found);
+    if (!found) {
+      a = RefreshAnswer{RefreshStatus::unknown, m.high_water, {}, 0};
+      continue;
+    }
+    Slot& s = m.slots[i];
+    const bool live_held = s.phase == LockPhase::held && now_ns < s.time_ns;
+    if (live_held && s.owner == e.sandbox && s.epoch == e.epoch && s.worker == widx &&
+        !e.sandbox.is_nil()) {
+      s.time_ns = expiry_ns;  // the only write: the deadline moves, the timer stays lazy
+      if (s.timer_ns == 0 || expiry_ns < s.timer_ns) m.arm(s, expiry_ns);
+      a = RefreshAnswer{RefreshStatus::refreshed, s.epoch, s.owner, expiry_ns};
+      continue;
+    }
+    // Lost: report who holds it now (nil if nobody does, including an expired lease).
+    SandboxId holder;
+    if (live_held || s.phase == LockPhase::acquiring) holder = s.owner;
+    a = RefreshAnswer{RefreshStatus::lost, s.epoch, holder, 0};
+  }
+  return Refusal::none;
+}
+
+Refusal LeaseTable::worker_heartbeat(WorkerId worker, std::int64_t now_ns) {
+  Impl& m = *impl_;
+  if (worker.is_nil() || now_ns < 0) return Refusal::bad_request;
+  const std::uint16_t widx = m.intern_worker(worker);
+  if (widx == 0) return Refusal::table_full;
+  m.heartbeat(widx, now_ns);
+  return Refusal::none;
+}
+
+bool LeaseTable::worker_alive(WorkerId worker, std::int64_t now_ns) const noexcept {
+  const std::uint16_t i = impl_->find_worker(worker);
+  return i != 0 && now_ns < impl_->workers[i].alive_until_ns;
+}
+
+// ---- giving names back --------------------------------------------------------------------
+
+Outcome LeaseTable::release(NameId name, SandboxId sandbox, Epoch epoch, std::int64_t now_ns) {
+  Impl& m = *impl_;
+  Slot* s = m.find(name);
+  if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  switch (s->phase) {
+    case LockPhase::free: return m.refuse(Refusal::not_held, name, s);
+    case LockPhase::transferring: return m.refuse(Refusal::transferring, name, s);
+    case LockPhase::held:
+    case LockPhase::acquiring: break;
+  }
+  if (s->owner != sandbox) return m.refuse(Refusal::not_holder, name, s);
+  if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
+  if (s->phase == LockPhase::held && now_ns >= s->time_ns)
+    return m.refuse(Refusal::expired, name, s);
+  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, false, {}, 0), {}};
+}
+
+std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expired,
+                                std::size_t limit) {
+  Impl& m = *impl_;
+  std::size_t reported = 0;
+  while (!m.timers.empty() && m.timers.front().due_ns <= now_ns && reported < limit) {
+    std::pop_heap(m.timers.begin(), m.timers.end(), TimerLater{});
+    const TimerEntry e = m.timers.back();
+    m.timers.pop_back();
+    Slot* s = m.find(e.name);
+    if (s == nullptr || s->phase == LockPhase::transferring || s->timer_ns != e.due_ns)
+      continue;  // orphan: the record is gone or has a newer authoritative entry
+    s->timer_ns = 0;
+    const std::int64_t d = Impl::deadline_of(*s, m.preemptible());
+    if (d <= 0 || d >= kNoExpiry) continue;  // no deadline any more
+    if (d > e.due_ns) {
+      m.arm(*s, d);  // refreshed since armed: re-arm at the real deadline (keeps order)
+      continue;
+    }
+    assert(d == e.due_ns);
+    switch (s->phase) {
+      case LockPhase::held: {
+        expired.push_back(Expiry{s->name, LockPhase::held, s->owner, m.workers[s->worker].id,
+                                 s->epoch, d});
+        const std::int64_t delay_until =
+            m.config.lock_delay_ns > 0 ? add_sat(d, m.config.lock_delay_ns) : 0;
+        m.enter_free(s, s->epoch, false, {}, delay_until);
+        ++reported;
+        break;
+      }
+      case LockPhase::acquiring:
+        expired.push_back(Expiry{s->name, LockPhase::acquiring, s->owner, {}, s->epoch, d});
+        m.enter_free(s, s->epoch, false, {}, 0);
+        ++reported;
+        break;
+      case LockPhase::free:  // lock-delay over
+        m.enter_free(s, s->epoch, (s->flags & kFlagFresh) != 0, s->owner, 0);
+        break;
+      case LockPhase::transferring:
+        break;
+    }
+  }
+  return reported;
+}
+
+// ---- transfer -----------------------------------------------------------------------------
+
+Outcome LeaseTable::begin_transfer(NameId name, SandboxId from, Epoch epoch, SandboxId to,
+                                   std::int64_t now_ns) {
+  Impl& m = *impl_;
+  Slot* s = m.find(name);
+  if (from.is_nil() || to.is_nil() || from == to) return m.refuse(Refusal::bad_request, name, s);
+  if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  switch (s->phase) {
+    case LockPhase::free: return m.refuse(Refusal::not_held, name, s);
+    case LockPhase::acquiring: return m.refuse(Refusal::acquiring, name, s);
+    case LockPhase::transferring:
+      if (s->owner == from && Impl::to_of(*s) == to && s->epoch - 1 == epoch)
+        return Outcome{Refusal::none, name, m.view(*s), {}};  // idempotent retry
+      return m.refuse(Refusal::transferring, name, s);
+    case LockPhase::held: break;
+  }
+  if (s->owner != from) return m.refuse(Refusal::not_holder, name, s);
+  if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
+  if (now_ns >= s->time_ns) return m.refuse(Refusal::expired, name, s);
+  if (s->epoch == kEpochMax) return m.refuse(Refusal::epoch_exhausted, name, s);
+  m.leave_held(*s);
+  s->phase = LockPhase::transferring;
+  s->epoch = epoch + 1;
+  s->flags = 0;
+  Impl::set_to(*s, to);  // the timer fields now hold `to`; pending entries become orphans
+  m.high_water = std::max(m.high_water, s->epoch);
+  return Outcome{Refusal::none, name, m.view(*s), {}};
+}
+
+Outcome LeaseTable::complete_release(NameId name, SandboxId from, Epoch epoch) {
+  Impl& m = *impl_;
+  Slot* s = m.find(name);
+  if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  if (s->phase == LockPhase::free && (s->flags & kFlagFresh) != 0 && s->epoch == epoch &&
+      !s->owner.is_nil())
+    return Outcome{Refusal::none, name, m.view(*s), {}};  // idempotent retry
+  if (s->phase != LockPhase::transferring) return m.refuse(Refusal::not_transferring, name, s);
+  if (s->owner != from) return m.refuse(Refusal::not_holder, name, s);
+  if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
+  const SandboxId to = Impl::to_of(*s);
+  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, true, to, 0), {}};
+}
+
+// ---- coordinator actions ------------------------------------------------------------------
+
+Outcome LeaseTable::revoke(NameId name, std::int64_t now_ns) {
+  Impl& m = *impl_;
+  Slot* s = m.find(name);
+  if (now_ns < 0) return m.refuse(Refusal::bad_request, name, s);
+  if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  if (s->epoch == kEpochMax) return m.refuse(Refusal::epoch_exhausted, name, s);
+  const std::int64_t delay_until = s->phase == LockPhase::free ? s->time_ns : 0;
+  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch + 1, true, {}, delay_until), {}};
+}
+
+Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t now_ns) {
+  Impl& m = *impl_;
+  if (!validate_name(text).empty()) return Outcome{Refusal::invalid_name, {}, m.absent(), {}};
+  const NameId name = name_id_of(text);
+  Slot* s = m.find(name);
+  if (to.is_nil() || now_ns < 0) return m.refuse(Refusal::bad_request, name, s);
+  const std::uint32_t fp = name_fingerprint_of(text);
+  if (s != nullptr && s->fingerprint != fp) return m.refuse(Refusal::name_collision, name, s);
+  if (s != nullptr && s->phase != LockPhase::free) return m.refuse(Refusal::not_free, name, s);
+  if (s == nullptr && m.count >= m.config.capacity) return m.refuse(Refusal::table_full, name, s);
+  const Epoch current = s != nullptr ? s->epoch : m.high_water;
+  if (current == kEpochMax) return m.refuse(Refusal::epoch_exhausted, name, s);
+  if (s == nullptr) s = m.insert(name, fp);
+  const std::int64_t delay_until = s->time_ns;
+  return Outcome{Refusal::none, name, m.enter_free(s, current + 1, true, to, delay_until), {}};
+}
+
+Outcome LeaseTable::preempt(NameId name, SandboxId holder, Epoch epoch,
+                            bool worker_reports_not_running, std::int64_t now_ns) {
+  Impl& m = *impl_;
+  Slot* s = m.find(name);
+  if (!m.preemptible()) return m.refuse(Refusal::wrong_mode, name, s);
+  if (now_ns < 0) return m.refuse(Refusal::bad_request, name, s);
+  if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  switch (s->phase) {
+    case LockPhase::free: return m.refuse(Refusal::not_held, name, s);
+    case LockPhase::acquiring: return m.refuse(Refusal::acquiring, name, s);
+    case LockPhase::transferring: return m.refuse(Refusal::transferring, name, s);
+    case LockPhase::held: break;
+  }
+  if (s->owner != holder) return m.refuse(Refusal::not_holder, name, s);
+  if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
+  const bool lapsed = now_ns >= m.workers[s->worker].alive_until_ns;
+  if (!lapsed && !worker_reports_not_running) return m.refuse(Refusal::worker_alive, name, s);
+  const std::int64_t delay_until =
+      m.config.lock_delay_ns > 0 ? add_sat(now_ns, m.config.lock_delay_ns) : 0;
+  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, false, {}, delay_until), {}};
+}
+
+// ---- queries ------------------------------------------------------------------------------
+
+LockState LeaseTable::state(NameId name) const noexcept {
+  const Slot* s = impl_->find(name);
+  return s != nullptr ? impl_->view(*s) : impl_->absent();
+}
+
+bool LeaseTable::may_mutate(NameId name, SandboxId sandbox, Epoch epoch,
+                            std::int64_t now_ns) const noexcept {
+  return leasehold::may_mutate(state(name), sandbox, epoch, now_ns);
+}
+
+bool LeaseTable::token_authorized(const Token& token, std::int64_t now_ns) const noexcept {
+  return leasehold::may_mutate(state(token.name), token.holder, token.epoch, now_ns);
+}
+
+bool LeaseTable::valid_fence(NameId name, Epoch epoch) const noexcept {
+  return leasehold::valid_fence(state(name), epoch);
+}
+
+std::size_t LeaseTable::size() const noexcept { return impl_->count; }
+std::size_t LeaseTable::held() const noexcept { return impl_->held; }
+Epoch LeaseTable::epoch_high_water() const noexcept { return impl_->high_water; }
+
+std::size_t LeaseTable::memory_bytes() const noexcept {
+  const Impl& m = *impl_;
+  return sizeof(Impl) + (m.slot_count + 1) * sizeof(Slot) +
+         m.timers.capacity() * sizeof(TimerEntry) + m.workers.capacity() * sizeof(WorkerEntry) +
+         m.worker_index.size() * (sizeof(WorkerId) + 2 * sizeof(void*) + 8) +
+         m.worker_index.bucket_count() * sizeof(void*);
+}
+
+void LeaseTable::for_each(const std::function<void(NameId, const LockState&)>& fn) const {
+  const Impl& m = *impl_;
+  for (std::size_t i = 0; i < m.slot_count; ++i) {
+    if (!m.slots[i].name.is_nil()) fn(m.slots[i].name, m.view(m.slots[i]));
+  }
+}
+
+// ---- restart ------------------------------------------------------------------------------
+
+DurableSnapshot LeaseTable::export_durable() const { return export_durable(0); }
+
+DurableSnapshot LeaseTable::export_durable(std::int64_t now_ns) const {
+  const Impl& m = *impl_;
+  DurableSnapshot snap;
+  snap.epoch_high_water = m.high_water;
+  for (std::size_t i = 0; i < m.slot_count; ++i) {
+    const Slot& s = m.slots[i];
+    if (s.name.is_nil() || s.phase == LockPhase::acquiring) continue;
+    DurableRecord r;
+    r.name = s.name;
+    r.name_fingerprint = s.fingerprint;
+    r.phase = s.phase;
+    r.epoch = s.epoch;
+    switch (s.phase) {
+      case LockPhase::held:
+        if (now_ns >= s.time_ns) continue;  // expired at now_ns: Free, the same as unknown
+        r.owner = s.owner;
+        r.worker = m.workers[s.worker].id;
+        break;
+      case LockPhase::transferring:
+        r.owner = s.owner;
+        r.to = Impl::to_of(s);
+        break;
+      case LockPhase::free:
+        r.to = s.owner;
+        r.epoch_fresh = (s.flags & kFlagFresh) != 0;
+        if (!r.epoch_fresh && r.to.is_nil()) continue;  // only a lock-delay: not durable
+        break;
+      case LockPhase::acquiring:
+        break;
+    }
+    snap.records.push_back(r);
+  }
+  return snap;
+}
+
+std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns) {
+  if (impl_->count != 0) return "restore needs an empty table; this one has " +
+                                std::to_string(impl_->count) + " records";
+  if (now_ns < 0) return "restore time " + std::to_string(now_ns) + " ns is negative";
+  auto fail = [this](std::size_t k, const std::string& what) {
+    impl_ = std::make_unique<Impl>(impl_->config);
+    return "durable record " + std::to_string(k) + ": " + what;
+  };
+  Impl& m = *impl_;
+  Epoch high = snap.epoch_high_water;
+  for (const DurableRecord& r : snap.records) high = std::max(high, r.epoch);
+  m.high_water = high;
+  for (std::size_t k = 0; k < snap.records.size(); ++k) {
+    const DurableRecord& r = snap.records[k];
+    if (r.name.is_nil()) return fail(k, "nil name id");
+    if (r.name_fingerprint == 0) return fail(k, "name fingerprint is 0");
+    if (r.epoch == 0) return fail(k, "epoch 0 (epochs start at 1)");
+    if (m.find(r.name) != nullptr) return fail(k, "name " + r.name.str() + " appears twice");
+    switch (r.phase) {
+      case LockPhase::acquiring: continue;  // dropped; its epoch stays burned (in `high`)
+      case LockPhase::free:
+        if (!r.epoch_fresh && r.to.is_nil()) continue;  // same as an unknown name
+        break;
+      case LockPhase::held:
+        if (r.owner.is_nil() || r.worker.is_nil()) return fail(k, "held with a nil owner or worker");
+        break;
+      case LockPhase::transferring:
+        if (r.owner.is_nil() || r.to.is_nil() || r.owner == r.to)
+          return fail(k, "transferring needs distinct non-nil from and to");
+        if (r.epoch < 2) return fail(k, "transferring at epoch < 2 has no outgoing epoch");
+        break;
+      default:
+        return fail(k, "phase " + std::to_string(static_cast<int>(r.phase)) + " is unknown");
+    }
+    if (m.count >= m.config.capacity)
+      return fail(k, "more records than the capacity " + std::to_string(m.config.capacity));
+    Slot* s = m.insert(r.name, r.name_fingerprint);
+    switch (r.phase) {
+      case LockPhase::held: {
+        const std::uint16_t widx = m.intern_worker(r.worker);
+        if (widx == 0) return fail(k, "more than kWorkersMax workers");
+        m.heartbeat(widx, now_ns);  // the worker counts as live from the restart
+        m.enter_held(*s, r.owner, widx, r.epoch, m.expiry_at(now_ns, m.config.max_ttl_ns));
+        break;
+      }
+      case LockPhase::transferring:
+        s->phase = LockPhase::transferring;
+        s->owner = r.owner;
+        s->epoch = r.epoch;
+        Impl::set_to(*s, r.to);
+        break;
+      case LockPhase::free:
+        m.enter_free(s, r.epoch, r.epoch_fresh, r.to, 0);
+        break;
+      case LockPhase::acquiring:
+        break;
+    }
+  }
+  return {};
+}
 
 }  // namespace leasehold

@@ -364,8 +364,17 @@ class LeaseTable {
 
   // -- restart (DESIGN.md "Time": after a lockd restart) --
 
-  /// The durable content: every record except Acquiring ones, and the high-water mark.
+  /// The durable content: every record except Acquiring ones, and the high-water mark,
+  /// as of the last `advance` (a Held lease past expiry that advance has not reclaimed yet
+  /// is still exported as Held, as lockd's store would still have it).
   DurableSnapshot export_durable() const;
+  /// As above, but as of now_ns: a Held lease with now_ns >= expiry is exported as expired
+  /// (not at all: a plain Free name is the same as an unknown one), so a restart from this
+  /// snapshot cannot revive it. A store written incrementally has the first form's window:
+  /// a lease that expired just before a crash, whose Free record was not yet durable, is
+  /// held again for one TTL after restart. That costs availability, not exclusivity: the
+  /// holder's supervisor killed the sandbox before lockd's expiry (DESIGN.md "Time").
+  DurableSnapshot export_durable(std::int64_t now_ns) const;
 
   /// Replaces the content of this (empty) table with `snapshot` at restart time now_ns:
   /// every Held lease counts as refreshed at now_ns (expiry = now_ns + max_ttl_ns, so a

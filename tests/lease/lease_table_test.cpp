@@ -1,0 +1,670 @@
+// One test per transition of DESIGN.md "Lock states" and one per refusal reason.
+#include "lease/lease_table.hpp"
+
+#include "tests/lease/lease_test_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace leasehold {
+namespace {
+
+using namespace leasehold::testing;
+
+constexpr std::int64_t kT0 = 1000 * kSecondNs;
+
+class LeaseTableTest : public ::testing::Test {
+ protected:
+  LeaseTable table{small_config()};
+  NameId id(std::string_view n) { return name_id_of(n); }
+  std::vector<Expiry> advance_to(std::int64_t now_ns) {
+    std::vector<Expiry> out;
+    table.advance(now_ns, out);
+    return out;
+  }
+};
+
+// ---- transitions --------------------------------------------------------------------------
+
+TEST_F(LeaseTableTest, AcquireFreeToHeldTakesEpochPlusOne) {
+  const Outcome o = table.acquire("db", kA, kW1, kT0);
+  ASSERT_TRUE(o.ok()) << to_string(o.refusal);
+  EXPECT_EQ(o.name, id("db"));
+  EXPECT_EQ(o.token, (Token{id("db"), 1, kA}));
+  EXPECT_EQ(o.state.phase, LockPhase::held);
+  EXPECT_EQ(o.state.owner, kA);
+  EXPECT_EQ(o.state.worker, kW1);
+  EXPECT_EQ(o.state.expiry_ns, kT0 + 10 * kSecondNs);
+  EXPECT_EQ(table.held(), 1u);
+  EXPECT_TRUE(table.may_mutate(id("db"), kA, 1, kT0));
+  EXPECT_FALSE(table.may_mutate(id("db"), kB, 1, kT0));
+}
+
+TEST_F(LeaseTableTest, AcquireWithExplicitTtl) {
+  const Outcome o = table.acquire("db", kA, kW1, kT0, 3 * kSecondNs);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.expiry_ns, kT0 + 3 * kSecondNs);
+}
+
+TEST_F(LeaseTableTest, AcquireByHolderIsIdempotent) {
+  const Outcome first = table.acquire("db", kA, kW1, kT0);
+  const Outcome again = table.acquire("db", kA, kW1, kT0 + kSecondNs);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.token, first.token);
+  EXPECT_EQ(again.state, first.state);  // nothing moved, not even the expiry
+}
+
+TEST_F(LeaseTableTest, AcquireAfterReleaseTakesNextEpoch) {
+  for (Epoch e = 1; e <= 5; ++e) {
+    const Outcome o = table.acquire("db", kA, kW1, kT0);
+    ASSERT_TRUE(o.ok());
+    EXPECT_EQ(o.token.epoch, e);
+    ASSERT_TRUE(table.release(id("db"), kA, e, kT0).ok());
+  }
+  EXPECT_EQ(table.state(id("db")).epoch, 5u);
+}
+
+TEST_F(LeaseTableTest, UnknownNameIsFreeAtTheHighWaterMark) {
+  ASSERT_TRUE(table.acquire("one", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.acquire("two", kA, kW1, kT0).ok());
+  const LockState s = table.state(id("three"));
+  EXPECT_FALSE(s.known);
+  EXPECT_EQ(s.phase, LockPhase::free);
+  EXPECT_EQ(s.epoch, 2u);
+  EXPECT_EQ(table.acquire("three", kB, kW1, kT0).token.epoch, 3u);
+}
+
+TEST_F(LeaseTableTest, Acquire2pcGoesToAcquiringWithTheEpoch) {
+  const Outcome o = table.acquire_2pc("db", kA, kT0);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.phase, LockPhase::acquiring);
+  EXPECT_EQ(o.token.epoch, 1u);
+  EXPECT_EQ(o.state.deadline_ns, kT0 + 5 * kSecondNs);
+  EXPECT_FALSE(table.may_mutate(id("db"), kA, 1, kT0));  // not until commit
+  const Outcome again = table.acquire_2pc("db", kA, kT0 + 1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.token, o.token);
+}
+
+TEST_F(LeaseTableTest, CommitMovesAcquiringToHeldWithTheWorker) {
+  ASSERT_TRUE(table.acquire_2pc("db", kA, kT0).ok());
+  const Outcome o = table.commit(id("db"), kA, 1, kW2, kT0 + kSecondNs);
+  ASSERT_TRUE(o.ok()) << to_string(o.refusal);
+  EXPECT_EQ(o.state.phase, LockPhase::held);
+  EXPECT_EQ(o.state.worker, kW2);
+  EXPECT_EQ(o.state.epoch, 1u);
+  EXPECT_EQ(o.state.expiry_ns, kT0 + 11 * kSecondNs);
+  EXPECT_TRUE(table.may_mutate(id("db"), kA, 1, kT0 + kSecondNs));
+  EXPECT_TRUE(table.commit(id("db"), kA, 1, kW2, kT0 + kSecondNs).ok());  // idempotent
+}
+
+TEST_F(LeaseTableTest, AcquiringTimesOutThroughAdvance) {
+  ASSERT_TRUE(table.acquire_2pc("db", kA, kT0).ok());
+  EXPECT_TRUE(advance_to(kT0 + 5 * kSecondNs - 1).empty());
+  const auto expired = advance_to(kT0 + 5 * kSecondNs);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].was, LockPhase::acquiring);
+  EXPECT_EQ(expired[0].holder, kA);
+  EXPECT_EQ(expired[0].epoch, 1u);
+  EXPECT_EQ(table.state(id("db")).phase, LockPhase::free);
+  // The Acquiring epoch stays burned: the next grant is above it.
+  EXPECT_EQ(table.acquire("db", kB, kW1, kT0 + 6 * kSecondNs).token.epoch, 2u);
+}
+
+TEST_F(LeaseTableTest, RefreshAnswersPerEntry) {
+  ASSERT_TRUE(table.acquire("mine", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.acquire("theirs", kB, kW2, kT0).ok());
+  const RefreshEntry entries[] = {{id("mine"), kA, 1}, {id("theirs"), kA, 2}, {id("nobody"), kA, 1}};
+  RefreshAnswer answers[3];
+  ASSERT_EQ(table.refresh(kW1, entries, kT0 + 4 * kSecondNs, answers), Refusal::none);
+  EXPECT_EQ(answers[0].status, RefreshStatus::refreshed);
+  EXPECT_EQ(answers[0].expiry_ns, kT0 + 14 * kSecondNs);
+  EXPECT_EQ(answers[1].status, RefreshStatus::lost);
+  EXPECT_EQ(answers[1].holder, kB);
+  EXPECT_EQ(answers[1].epoch, 2u);
+  EXPECT_EQ(answers[2].status, RefreshStatus::unknown);
+  EXPECT_EQ(table.state(id("mine")).expiry_ns, kT0 + 14 * kSecondNs);
+  EXPECT_EQ(table.state(id("theirs")).expiry_ns, kT0 + 10 * kSecondNs);
+}
+
+TEST_F(LeaseTableTest, RefreshIsIdempotentUnderAFixedEpoch) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const RefreshEntry e[] = {{id("db"), kA, 1}};
+  RefreshAnswer a[1];
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(table.refresh(kW1, e, kT0 + kSecondNs, a), Refusal::none);
+    EXPECT_EQ(a[0].status, RefreshStatus::refreshed);
+    EXPECT_EQ(a[0].expiry_ns, kT0 + 11 * kSecondNs);
+  }
+  EXPECT_EQ(table.state(id("db")).epoch, 1u);
+  EXPECT_EQ(table.state(id("db")).owner, kA);
+}
+
+TEST_F(LeaseTableTest, RefreshFromAnotherWorkerIsLost) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const RefreshEntry e[] = {{id("db"), kA, 1}};
+  RefreshAnswer a[1];
+  ASSERT_EQ(table.refresh(kW2, e, kT0 + kSecondNs, a), Refusal::none);
+  EXPECT_EQ(a[0].status, RefreshStatus::lost);
+  EXPECT_EQ(table.state(id("db")).expiry_ns, kT0 + 10 * kSecondNs);
+}
+
+TEST_F(LeaseTableTest, ExpiredLeaseIsNeverRefreshedBackToLife) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const RefreshEntry e[] = {{id("db"), kA, 1}};
+  RefreshAnswer a[1];
+  // Not yet reclaimed by advance, but past expiry: refused all the same.
+  ASSERT_EQ(table.refresh(kW1, e, kT0 + 10 * kSecondNs, a), Refusal::none);
+  EXPECT_EQ(a[0].status, RefreshStatus::lost);
+  EXPECT_TRUE(a[0].holder.is_nil());
+  EXPECT_FALSE(table.may_mutate(id("db"), kA, 1, kT0 + 10 * kSecondNs));
+  ASSERT_EQ(advance_to(kT0 + 10 * kSecondNs).size(), 1u);
+  ASSERT_EQ(table.refresh(kW1, e, kT0 + 10 * kSecondNs, a), Refusal::none);
+  EXPECT_NE(a[0].status, RefreshStatus::refreshed);
+}
+
+TEST_F(LeaseTableTest, ReleaseByHolderFreesTheNameKeepingTheEpoch) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const Outcome o = table.release(id("db"), kA, 1, kT0 + 1);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.phase, LockPhase::free);
+  EXPECT_EQ(o.state.epoch, 1u);
+  EXPECT_EQ(table.held(), 0u);
+  EXPECT_EQ(table.size(), 0u);  // a plain Free record is dropped
+  EXPECT_TRUE(advance_to(kT0 + 100 * kSecondNs).empty());  // its timer is an orphan now
+}
+
+TEST_F(LeaseTableTest, ReleaseAbortsA2pcAcquisition) {
+  ASSERT_TRUE(table.acquire_2pc("db", kA, kT0).ok());
+  ASSERT_TRUE(table.release(id("db"), kA, 1, kT0).ok());
+  EXPECT_EQ(table.acquire_2pc("db", kB, kT0).token.epoch, 2u);
+}
+
+TEST_F(LeaseTableTest, AdvanceReportsExpiriesInDeadlineOrder) {
+  // "late" is acquired first (its timer is armed first) but refreshed past the others.
+  ASSERT_TRUE(table.acquire("late", kA, kW1, kT0, 1 * kSecondNs).ok());
+  ASSERT_TRUE(table.acquire("mid", kB, kW1, kT0, 3 * kSecondNs).ok());
+  ASSERT_TRUE(table.acquire("early", kC, kW1, kT0, 2 * kSecondNs).ok());
+  const RefreshEntry e[] = {{id("late"), kA, 1}};
+  RefreshAnswer a[1];
+  ASSERT_EQ(table.refresh(kW1, e, kT0 + kSecondNs / 2, a, 4 * kSecondNs), Refusal::none);
+  ASSERT_EQ(a[0].status, RefreshStatus::refreshed);
+  const auto expired = advance_to(kT0 + 10 * kSecondNs);
+  ASSERT_EQ(expired.size(), 3u);
+  EXPECT_EQ(expired[0].name, id("early"));
+  EXPECT_EQ(expired[0].deadline_ns, kT0 + 2 * kSecondNs);
+  EXPECT_EQ(expired[1].name, id("mid"));
+  EXPECT_EQ(expired[2].name, id("late"));
+  EXPECT_EQ(expired[2].deadline_ns, kT0 + kSecondNs / 2 + 4 * kSecondNs);
+  EXPECT_EQ(expired[2].worker, kW1);
+  EXPECT_EQ(table.held(), 0u);
+}
+
+TEST_F(LeaseTableTest, AdvanceHonoursItsLimitAndResumesInOrder) {
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(table.acquire("n" + std::to_string(i), kA, kW1, kT0, (i + 1) * kSecondNs).ok());
+  std::vector<Expiry> out;
+  EXPECT_EQ(table.advance(kT0 + 10 * kSecondNs, out, 2), 2u);
+  EXPECT_EQ(table.advance(kT0 + 10 * kSecondNs, out, 2), 2u);
+  EXPECT_EQ(table.advance(kT0 + 10 * kSecondNs, out, 2), 1u);
+  ASSERT_EQ(out.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(out[i].name, id("n" + std::to_string(i)));
+}
+
+TEST_F(LeaseTableTest, AdvanceSkipsARefreshedLease) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const RefreshEntry e[] = {{id("db"), kA, 1}};
+  RefreshAnswer a[1];
+  ASSERT_EQ(table.refresh(kW1, e, kT0 + 9 * kSecondNs, a), Refusal::none);
+  EXPECT_TRUE(advance_to(kT0 + 10 * kSecondNs).empty());  // re-armed lazily, not expired
+  EXPECT_EQ(table.state(id("db")).phase, LockPhase::held);
+  EXPECT_EQ(advance_to(kT0 + 19 * kSecondNs).size(), 1u);
+}
+
+TEST_F(LeaseTableTest, BeginTransferAllocatesTheNewEpoch) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const Outcome o = table.begin_transfer(id("db"), kA, 1, kB, kT0);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.phase, LockPhase::transferring);
+  EXPECT_EQ(o.state.owner, kA);
+  EXPECT_EQ(o.state.to, kB);
+  EXPECT_EQ(o.state.old_epoch, 1u);
+  EXPECT_EQ(o.state.epoch, 2u);
+  EXPECT_FALSE(table.may_mutate(id("db"), kA, 1, kT0));
+  EXPECT_FALSE(table.may_mutate(id("db"), kB, 2, kT0));
+  EXPECT_FALSE(table.valid_fence(id("db"), 1));
+  EXPECT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());  // idempotent retry
+}
+
+TEST_F(LeaseTableTest, CompleteReleaseLeavesFreeReservedForTheRecipient) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  const Outcome o = table.complete_release(id("db"), kA, 2);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.phase, LockPhase::free);
+  EXPECT_EQ(o.state.reserved_for, kB);
+  EXPECT_TRUE(o.state.epoch_fresh);
+  EXPECT_EQ(o.state.epoch, 2u);
+  EXPECT_TRUE(table.complete_release(id("db"), kA, 2).ok());  // idempotent retry
+}
+
+TEST_F(LeaseTableTest, AcquireByTheRecipientGetsTheTransferEpoch) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  ASSERT_TRUE(table.complete_release(id("db"), kA, 2).ok());
+  const Outcome o = table.acquire("db", kB, kW2, kT0);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.token, (Token{id("db"), 2, kB}));
+  EXPECT_TRUE(table.may_mutate(id("db"), kB, 2, kT0));
+}
+
+TEST_F(LeaseTableTest, RevokeFreesFromEveryStateWithEpochPlusOne) {
+  ASSERT_TRUE(table.acquire("held", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.acquire_2pc("acq", kA, kT0).ok());
+  ASSERT_TRUE(table.acquire("xfer", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.begin_transfer(id("xfer"), kA, 3, kB, kT0).ok());
+  for (auto [name, before] : {std::pair{"held", 1u}, {"acq", 2u}, {"xfer", 4u}}) {
+    const Outcome o = table.revoke(id(name), kT0);
+    ASSERT_TRUE(o.ok()) << name;
+    EXPECT_EQ(o.state.phase, LockPhase::free) << name;
+    EXPECT_EQ(o.state.epoch, before + 1) << name;
+    EXPECT_TRUE(o.state.epoch_fresh) << name;
+    EXPECT_TRUE(o.state.reserved_for.is_nil()) << name;
+  }
+  // Free -> Free also burns one.
+  EXPECT_EQ(table.revoke(id("held"), kT0).state.epoch, 3u);
+  EXPECT_EQ(table.held(), 0u);
+  // Whoever acquires next gets the fresh epoch.
+  EXPECT_EQ(table.acquire("held", kC, kW1, kT0).token.epoch, 3u);
+}
+
+TEST_F(LeaseTableTest, ReassignReservesAFreeNameWithEpochPlusOne) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.release(id("db"), kA, 1, kT0).ok());
+  const Outcome o = table.reassign("db", kC, kT0);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.reserved_for, kC);
+  EXPECT_EQ(o.state.epoch, 2u);
+  EXPECT_EQ(table.acquire("db", kC, kW1, kT0).token.epoch, 2u);
+  // Reassign creates a record for a name the table does not know.
+  const Outcome fresh = table.reassign("new-name", kB, kT0);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh.state.epoch, 3u);
+}
+
+TEST_F(LeaseTableTest, PreemptAfterWorkerLivenessLapsed) {
+  LeaseTable t(small_config(LockMode::preemptible));
+  ASSERT_TRUE(t.acquire_2pc("db", kA, kT0).ok());
+  const Outcome c = t.commit(id("db"), kA, 1, kW1, kT0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.state.expiry_ns, kNoExpiry);
+  ASSERT_EQ(t.worker_heartbeat(kW1, kT0), Refusal::none);
+  EXPECT_EQ(t.preempt(id("db"), kA, 1, false, kT0 + 9 * kSecondNs).refusal, Refusal::worker_alive);
+  const Outcome o = t.preempt(id("db"), kA, 1, false, kT0 + 10 * kSecondNs);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.phase, LockPhase::free);
+  EXPECT_EQ(o.state.epoch, 1u);  // preempt keeps the epoch; the next grant is +1
+  ASSERT_TRUE(t.acquire_2pc("db", kB, kT0 + 10 * kSecondNs).ok());
+  EXPECT_EQ(t.state(id("db")).epoch, 2u);
+}
+
+TEST_F(LeaseTableTest, PreemptWhenTheLiveWorkerSaysNotRunning) {
+  LeaseTable t(small_config(LockMode::preemptible));
+  ASSERT_TRUE(t.acquire_2pc("db", kA, kT0).ok());
+  ASSERT_TRUE(t.commit(id("db"), kA, 1, kW1, kT0).ok());
+  ASSERT_EQ(t.worker_heartbeat(kW1, kT0), Refusal::none);
+  const Outcome o = t.preempt(id("db"), kA, 1, true, kT0 + 1);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(t.held(), 0u);
+}
+
+TEST_F(LeaseTableTest, PreemptibleHeldNamesDoNotExpireByTtl) {
+  LeaseTable t(small_config(LockMode::preemptible));
+  ASSERT_TRUE(t.acquire_2pc("db", kA, kT0).ok());
+  ASSERT_TRUE(t.commit(id("db"), kA, 1, kW1, kT0).ok());
+  std::vector<Expiry> out;
+  EXPECT_EQ(t.advance(kT0 + 1000 * kSecondNs, out), 0u);
+  EXPECT_TRUE(t.may_mutate(id("db"), kA, 1, kT0 + 1000 * kSecondNs));
+}
+
+TEST_F(LeaseTableTest, WorkerHeartbeatKeepsAWorkerAlive) {
+  EXPECT_FALSE(table.worker_alive(kW1, kT0));
+  ASSERT_EQ(table.worker_heartbeat(kW1, kT0), Refusal::none);
+  EXPECT_TRUE(table.worker_alive(kW1, kT0 + 10 * kSecondNs - 1));
+  EXPECT_FALSE(table.worker_alive(kW1, kT0 + 10 * kSecondNs));
+  // A refresh batch counts as a heartbeat too.
+  const RefreshEntry none[1] = {};
+  RefreshAnswer a[1];
+  ASSERT_EQ(table.refresh(kW1, std::span(none, 0), kT0 + 20 * kSecondNs, a), Refusal::none);
+  EXPECT_TRUE(table.worker_alive(kW1, kT0 + 25 * kSecondNs));
+}
+
+TEST_F(LeaseTableTest, LockDelayAfterExpiryThenFree) {
+  LeaseConfig c = small_config();
+  c.lock_delay_ns = 2 * kSecondNs;
+  LeaseTable t(c);
+  ASSERT_TRUE(t.acquire("db", kA, kW1, kT0).ok());
+  std::vector<Expiry> out;
+  ASSERT_EQ(t.advance(kT0 + 10 * kSecondNs, out), 1u);
+  const LockState s = t.state(id("db"));
+  EXPECT_EQ(s.lock_delay_until_ns, kT0 + 12 * kSecondNs);
+  // The delay applies to everyone, the former holder included (its delayed requests are
+  // what the delay protects against).
+  EXPECT_EQ(t.acquire("db", kA, kW1, kT0 + 11 * kSecondNs).refusal, Refusal::lock_delay);
+  EXPECT_EQ(t.acquire("db", kB, kW1, kT0 + 11 * kSecondNs).refusal, Refusal::lock_delay);
+  EXPECT_EQ(t.advance(kT0 + 12 * kSecondNs, out), 0u);  // lock-delay end is not an expiry
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_EQ(t.acquire("db", kB, kW1, kT0 + 12 * kSecondNs).token.epoch, 2u);
+}
+
+TEST_F(LeaseTableTest, ReleaseDoesNotStartALockDelay) {
+  LeaseConfig c = small_config();
+  c.lock_delay_ns = 2 * kSecondNs;
+  LeaseTable t(c);
+  ASSERT_TRUE(t.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(t.release(id("db"), kA, 1, kT0).ok());
+  EXPECT_TRUE(t.acquire("db", kB, kW1, kT0).ok());
+}
+
+// ---- refusals -----------------------------------------------------------------------------
+
+TEST_F(LeaseTableTest, RefusesInvalidName) {
+  EXPECT_EQ(table.acquire("", kA, kW1, kT0).refusal, Refusal::invalid_name);
+  EXPECT_EQ(table.acquire("has space", kA, kW1, kT0).refusal, Refusal::invalid_name);
+  EXPECT_EQ(table.acquire_2pc(std::string(129, 'x'), kA, kT0).refusal, Refusal::invalid_name);
+  EXPECT_EQ(table.reassign("é", kA, kT0).refusal, Refusal::invalid_name);
+  EXPECT_EQ(table.size(), 0u);
+}
+
+TEST_F(LeaseTableTest, RefusesNameCollision) {
+  // A record whose id is name_id_of("db") but whose text was different: what a SHA-1
+  // collision would look like. Built through restore (the only way to forge one).
+  DurableSnapshot snap;
+  snap.records.push_back(DurableRecord{id("db"), name_fingerprint_of("other-text"),
+                                       LockPhase::held, 7, kA, {}, kW1, false});
+  ASSERT_EQ(table.restore(snap, kT0), "");
+  const Outcome o = table.acquire("db", kB, kW1, kT0);
+  EXPECT_EQ(o.refusal, Refusal::name_collision);
+  EXPECT_EQ(table.reassign("db", kB, kT0).refusal, Refusal::name_collision);
+}
+
+TEST_F(LeaseTableTest, RefusesHeldWithHolderAndEpoch) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const Outcome o = table.acquire("db", kB, kW2, kT0);
+  EXPECT_EQ(o.refusal, Refusal::held);
+  EXPECT_EQ(o.state.owner, kA);
+  EXPECT_EQ(o.state.worker, kW1);
+  EXPECT_EQ(o.state.epoch, 1u);
+  EXPECT_EQ(o.state.expiry_ns, kT0 + 10 * kSecondNs);
+  EXPECT_EQ(o.token, Token{});
+}
+
+TEST_F(LeaseTableTest, RefusesAcquiring) {
+  ASSERT_TRUE(table.acquire_2pc("db", kA, kT0).ok());
+  EXPECT_EQ(table.acquire("db", kB, kW1, kT0).refusal, Refusal::acquiring);
+  EXPECT_EQ(table.acquire_2pc("db", kB, kT0).refusal, Refusal::acquiring);
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, kB, kT0).refusal, Refusal::acquiring);
+}
+
+TEST_F(LeaseTableTest, RefusesTransferring) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  EXPECT_EQ(table.acquire("db", kB, kW1, kT0).refusal, Refusal::transferring);
+  EXPECT_EQ(table.release(id("db"), kA, 1, kT0).refusal, Refusal::transferring);
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, 2, kC, kT0).refusal, Refusal::transferring);
+}
+
+TEST_F(LeaseTableTest, RefusesReserved) {
+  ASSERT_TRUE(table.reassign("db", kB, kT0).ok());
+  const Outcome o = table.acquire("db", kC, kW1, kT0);
+  EXPECT_EQ(o.refusal, Refusal::reserved);
+  EXPECT_EQ(o.state.reserved_for, kB);
+}
+
+TEST_F(LeaseTableTest, RefusesLockDelay) {
+  LeaseConfig c = small_config();
+  c.lock_delay_ns = kSecondNs;
+  LeaseTable t(c);
+  ASSERT_TRUE(t.acquire("db", kA, kW1, kT0).ok());
+  std::vector<Expiry> out;
+  t.advance(kT0 + 10 * kSecondNs, out);
+  const Outcome o = t.acquire_2pc("db", kB, kT0 + 10 * kSecondNs);
+  EXPECT_EQ(o.refusal, Refusal::lock_delay);
+  EXPECT_EQ(o.state.lock_delay_until_ns, kT0 + 11 * kSecondNs);
+}
+
+TEST_F(LeaseTableTest, RefusesUnknownName) {
+  EXPECT_EQ(table.release(id("db"), kA, 1, kT0).refusal, Refusal::unknown_name);
+  EXPECT_EQ(table.commit(id("db"), kA, 1, kW1, kT0).refusal, Refusal::unknown_name);
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, kB, kT0).refusal, Refusal::unknown_name);
+  EXPECT_EQ(table.complete_release(id("db"), kA, 1).refusal, Refusal::unknown_name);
+  EXPECT_EQ(table.revoke(id("db"), kT0).refusal, Refusal::unknown_name);
+}
+
+TEST_F(LeaseTableTest, RefusesNotHolder) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  EXPECT_EQ(table.release(id("db"), kB, 1, kT0).refusal, Refusal::not_holder);
+  EXPECT_EQ(table.begin_transfer(id("db"), kB, 1, kC, kT0).refusal, Refusal::not_holder);
+  ASSERT_TRUE(table.acquire_2pc("two", kA, kT0).ok());
+  EXPECT_EQ(table.commit(id("two"), kB, 2, kW1, kT0).refusal, Refusal::not_holder);
+  ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  EXPECT_EQ(table.complete_release(id("db"), kC, 2).refusal, Refusal::not_holder);
+}
+
+TEST_F(LeaseTableTest, RefusesStaleEpoch) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.release(id("db"), kA, 1, kT0).ok());
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());  // epoch 2
+  EXPECT_EQ(table.release(id("db"), kA, 1, kT0).refusal, Refusal::stale_epoch);
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, kB, kT0).refusal, Refusal::stale_epoch);
+  ASSERT_TRUE(table.begin_transfer(id("db"), kA, 2, kB, kT0).ok());
+  EXPECT_EQ(table.complete_release(id("db"), kA, 2).refusal, Refusal::stale_epoch);
+  ASSERT_TRUE(table.acquire_2pc("two", kA, kT0).ok());
+  EXPECT_EQ(table.commit(id("two"), kA, 1, kW1, kT0).refusal, Refusal::stale_epoch);
+}
+
+TEST_F(LeaseTableTest, RefusesNotAcquiring) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  EXPECT_EQ(table.commit(id("db"), kB, 1, kW1, kT0).refusal, Refusal::not_acquiring);
+}
+
+TEST_F(LeaseTableTest, RefusesAcquiringExpiredAtTheMomentOfCommit) {
+  ASSERT_TRUE(table.acquire_2pc("db", kA, kT0).ok());
+  // advance has not run: commit re-checks the deadline itself.
+  const Outcome o = table.commit(id("db"), kA, 1, kW1, kT0 + 5 * kSecondNs);
+  EXPECT_EQ(o.refusal, Refusal::acquiring_expired);
+  EXPECT_EQ(o.state.phase, LockPhase::acquiring);
+  EXPECT_TRUE(table.commit(id("db"), kA, 1, kW1, kT0 + 5 * kSecondNs - 1).ok());
+}
+
+TEST_F(LeaseTableTest, RefusesNotTransferring) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  EXPECT_EQ(table.complete_release(id("db"), kA, 1).refusal, Refusal::not_transferring);
+}
+
+TEST_F(LeaseTableTest, RefusesNotFree) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  EXPECT_EQ(table.reassign("db", kB, kT0).refusal, Refusal::not_free);
+}
+
+TEST_F(LeaseTableTest, RefusesWrongMode) {
+  EXPECT_EQ(table.preempt(id("db"), kA, 1, true, kT0).refusal, Refusal::wrong_mode);
+  LeaseTable t(small_config(LockMode::preemptible));
+  EXPECT_EQ(t.acquire("db", kA, kW1, kT0).refusal, Refusal::wrong_mode);
+}
+
+TEST_F(LeaseTableTest, RefusesPreemptWhileWorkerAliveAndRunning) {
+  LeaseTable t(small_config(LockMode::preemptible));
+  ASSERT_TRUE(t.acquire_2pc("db", kA, kT0).ok());
+  EXPECT_EQ(t.preempt(id("db"), kA, 1, true, kT0).refusal, Refusal::acquiring);  // never
+  ASSERT_TRUE(t.commit(id("db"), kA, 1, kW1, kT0).ok());
+  ASSERT_EQ(t.worker_heartbeat(kW1, kT0), Refusal::none);
+  const Outcome o = t.preempt(id("db"), kA, 1, false, kT0 + kSecondNs);
+  EXPECT_EQ(o.refusal, Refusal::worker_alive);
+  EXPECT_EQ(o.state.phase, LockPhase::held);
+  // A decision about an older grant cannot free a newer one.
+  EXPECT_EQ(t.preempt(id("db"), kA, 0, true, kT0).refusal, Refusal::stale_epoch);
+  EXPECT_EQ(t.preempt(id("db"), kB, 1, true, kT0).refusal, Refusal::not_holder);
+}
+
+TEST_F(LeaseTableTest, RefusesTableFull) {
+  LeaseConfig c = small_config();
+  c.capacity = 2;
+  LeaseTable t(c);
+  ASSERT_TRUE(t.acquire("a", kA, kW1, kT0).ok());
+  ASSERT_TRUE(t.acquire("b", kA, kW1, kT0).ok());
+  EXPECT_EQ(t.acquire("c", kA, kW1, kT0).refusal, Refusal::table_full);
+  EXPECT_EQ(t.reassign("c", kA, kT0).refusal, Refusal::table_full);
+  ASSERT_TRUE(t.release(name_id_of("a"), kA, 1, kT0).ok());  // frees the record
+  EXPECT_TRUE(t.acquire("c", kA, kW1, kT0).ok());
+}
+
+TEST_F(LeaseTableTest, RefusesBadRequest) {
+  EXPECT_EQ(table.acquire("db", SandboxId{}, kW1, kT0).refusal, Refusal::bad_request);
+  EXPECT_EQ(table.acquire("db", kA, WorkerId{}, kT0).refusal, Refusal::bad_request);
+  EXPECT_EQ(table.acquire("db", kA, kW1, kT0, 61 * kSecondNs).refusal, Refusal::bad_request);
+  EXPECT_EQ(table.acquire("db", kA, kW1, -1).refusal, Refusal::bad_request);
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, kA, kT0).refusal, Refusal::bad_request);
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, SandboxId{}, kT0).refusal, Refusal::bad_request);
+  EXPECT_EQ(table.reassign("x", SandboxId{}, kT0).refusal, Refusal::bad_request);
+  std::vector<RefreshEntry> many(kRefreshBatchMax + 1);
+  std::vector<RefreshAnswer> answers(kRefreshBatchMax + 1);
+  EXPECT_EQ(table.refresh(kW1, many, kT0, answers), Refusal::bad_request);
+  std::vector<RefreshEntry> two(2);
+  EXPECT_EQ(table.refresh(kW1, two, kT0, std::span(answers.data(), 1)), Refusal::bad_request);
+  EXPECT_EQ(table.refresh(WorkerId{}, two, kT0, answers), Refusal::bad_request);
+  EXPECT_EQ(table.worker_heartbeat(WorkerId{}, kT0), Refusal::bad_request);
+  EXPECT_EQ(table.state(id("db")).epoch, 1u);  // nothing changed
+}
+
+TEST_F(LeaseTableTest, RefusesEpochExhaustedRatherThanWrap) {
+  DurableSnapshot snap;
+  snap.records.push_back(DurableRecord{id("db"), name_fingerprint_of("db"), LockPhase::held,
+                                       kEpochMax, kA, {}, kW1, false});
+  ASSERT_EQ(table.restore(snap, kT0), "");
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, kEpochMax, kB, kT0).refusal,
+            Refusal::epoch_exhausted);
+  EXPECT_EQ(table.revoke(id("db"), kT0).refusal, Refusal::epoch_exhausted);
+  EXPECT_EQ(table.acquire("other", kA, kW1, kT0).refusal, Refusal::epoch_exhausted);
+  ASSERT_TRUE(table.release(id("db"), kA, kEpochMax, kT0).ok());
+  EXPECT_EQ(table.acquire("db", kA, kW1, kT0).refusal, Refusal::epoch_exhausted);
+  EXPECT_EQ(table.epoch_high_water(), kEpochMax);
+}
+
+TEST_F(LeaseTableTest, RefusesNotHeld) {
+  ASSERT_TRUE(table.reassign("db", kA, kT0).ok());
+  EXPECT_EQ(table.release(id("db"), kA, 1, kT0).refusal, Refusal::not_held);
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, kB, kT0).refusal, Refusal::not_held);
+  LeaseTable t(small_config(LockMode::preemptible));
+  ASSERT_TRUE(t.reassign("db", kA, kT0).ok());
+  EXPECT_EQ(t.preempt(id("db"), kA, 1, true, kT0).refusal, Refusal::not_held);
+}
+
+TEST_F(LeaseTableTest, RefusesExpiredBeforeAdvanceReclaimsIt) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const std::int64_t late = kT0 + 10 * kSecondNs;
+  EXPECT_EQ(table.acquire("db", kA, kW1, late).refusal, Refusal::expired);
+  EXPECT_EQ(table.acquire("db", kB, kW1, late).refusal, Refusal::expired);
+  EXPECT_EQ(table.release(id("db"), kA, 1, late).refusal, Refusal::expired);
+  EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, kB, late).refusal, Refusal::expired);
+  EXPECT_FALSE(table.token_authorized(Token{id("db"), 1, kA}, late));
+}
+
+// ---- configuration, restart, accounting ---------------------------------------------------
+
+TEST(LeaseConfigTest, InvalidConfigIsRefusedWithTheField) {
+  LeaseConfig c = small_config();
+  c.default_ttl_ns = 0;
+  EXPECT_NE(validate_config(c).find("default_ttl_ns is 0 ns"), std::string::npos);
+  EXPECT_THROW(LeaseTable{c}, std::invalid_argument);
+  c = small_config();
+  c.default_ttl_ns = c.max_ttl_ns + 1;
+  EXPECT_NE(validate_config(c).find("exceeds max_ttl_ns"), std::string::npos);
+  c = small_config();
+  c.capacity = kLeaseCapacityMax + 1;
+  EXPECT_NE(validate_config(c).find("capacity"), std::string::npos);
+  c = small_config();
+  c.lock_delay_ns = -1;
+  EXPECT_NE(validate_config(c).find("lock_delay_ns"), std::string::npos);
+  EXPECT_EQ(validate_config(small_config()), "");
+}
+
+TEST_F(LeaseTableTest, RestoreCountsHeldLeasesAsRefreshedAtRestart) {
+  ASSERT_TRUE(table.acquire("held", kA, kW1, kT0, 5 * kSecondNs).ok());
+  ASSERT_TRUE(table.acquire_2pc("acq", kB, kT0).ok());
+  ASSERT_TRUE(table.acquire("xfer", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.begin_transfer(id("xfer"), kA, 3, kC, kT0).ok());
+  ASSERT_TRUE(table.reassign("resv", kC, kT0).ok());
+  const DurableSnapshot snap = table.export_durable();
+  EXPECT_EQ(snap.epoch_high_water, 5u);
+  EXPECT_EQ(snap.records.size(), 3u);  // the Acquiring record is not durable
+
+  const std::int64_t restart = kT0 + 3 * kSecondNs;
+  LeaseTable r(small_config());
+  ASSERT_EQ(r.restore(snap, restart), "");
+  const LockState held = r.state(id("held"));
+  EXPECT_EQ(held.phase, LockPhase::held);
+  EXPECT_EQ(held.owner, kA);
+  EXPECT_EQ(held.worker, kW1);
+  EXPECT_EQ(held.epoch, 1u);
+  EXPECT_EQ(held.expiry_ns, restart + 60 * kSecondNs);  // max TTL: never shortened
+  EXPECT_TRUE(r.worker_alive(kW1, restart));
+  EXPECT_EQ(r.state(id("acq")).known, false);
+  EXPECT_EQ(r.state(id("xfer")).phase, LockPhase::transferring);
+  EXPECT_EQ(r.state(id("xfer")).to, kC);
+  EXPECT_EQ(r.state(id("xfer")).epoch, 4u);
+  EXPECT_EQ(r.state(id("resv")).reserved_for, kC);
+  // The burned Acquiring epoch (2) is not reused: epochs continue above the high-water mark.
+  EXPECT_EQ(r.acquire_2pc("acq", kB, restart).token.epoch, 6u);
+  // The restored lease expires on the restored table's timers.
+  std::vector<Expiry> out;
+  r.advance(restart + 60 * kSecondNs, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].name, id("acq"));  // the new 2-phase acquisition's deadline comes first
+  EXPECT_EQ(out[1].name, id("held"));
+  EXPECT_EQ(out[1].deadline_ns, restart + 60 * kSecondNs);
+}
+
+TEST_F(LeaseTableTest, RestoreRefusesBadRecordsAndStaysEmpty) {
+  DurableSnapshot snap;
+  snap.records.push_back(DurableRecord{id("a"), name_fingerprint_of("a"), LockPhase::held, 3, kA,
+                                       {}, kW1, false});
+  snap.records.push_back(snap.records[0]);
+  EXPECT_NE(table.restore(snap, kT0).find("appears twice"), std::string::npos);
+  EXPECT_EQ(table.size(), 0u);
+  snap.records.pop_back();
+  snap.records[0].owner = SandboxId{};
+  EXPECT_NE(table.restore(snap, kT0).find("nil owner"), std::string::npos);
+  snap.records[0].owner = kA;
+  snap.records[0].phase = static_cast<LockPhase>(9);
+  EXPECT_NE(table.restore(snap, kT0).find("phase 9"), std::string::npos);
+  EXPECT_EQ(table.size(), 0u);
+  ASSERT_TRUE(table.acquire("x", kA, kW1, kT0).ok());
+  snap.records[0].phase = LockPhase::held;
+  EXPECT_NE(table.restore(snap, kT0).find("empty table"), std::string::npos);
+}
+
+TEST_F(LeaseTableTest, ForEachVisitsEveryRecord) {
+  ASSERT_TRUE(table.acquire("a", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.acquire_2pc("b", kB, kT0).ok());
+  std::size_t n = 0, held = 0;
+  table.for_each([&](NameId, const LockState& s) {
+    ++n;
+    held += s.phase == LockPhase::held;
+  });
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(held, 1u);
+  EXPECT_GE(table.memory_bytes(), 64u * 64u);
+}
+
+TEST(LockPhaseTest, TextIsStable) {
+  EXPECT_EQ(to_string(LockPhase::transferring), "transferring");
+  EXPECT_EQ(to_string(RefreshStatus::lost), "lost");
+  EXPECT_EQ(to_string(Refusal::expired), "expired");
+  EXPECT_EQ(to_string(Refusal::not_held), "not_held");
+}
+
+}  // namespace
+}  // namespace leasehold
