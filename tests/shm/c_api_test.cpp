@@ -1,0 +1,89 @@
+// libleasehold-check: the C ABI against a live table.
+#include "leasehold/check.h"
+#include "shm/table.hpp"
+#include "tests/shm/test_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace leasehold::shm {
+namespace {
+
+using test::options_for;
+using test::sandbox;
+using test::TempTable;
+
+TEST(CheckAbi, OpenCheckSnapshotFind) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const std::uint64_t now = boottime_ns();
+  const auto c = w.claim(SandboxId{0x0f8fad5bd9cb469fULL, 0xa16570867728950eULL}, now);
+  ASSERT_EQ(w.publish(c.slot, name_id_of("svc"), "svc", 12, now + 60'000'000'000ULL), TableErrc::ok);
+
+  leasehold_table* table = nullptr;
+  char err[256];
+  ASSERT_EQ(leasehold_open(t.location.c_str(), 0, &table, err, sizeof err), LEASEHOLD_OK) << err;
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(leasehold_slot_count(table), 8u);
+  const leasehold_slot* s = leasehold_slot_at(table, c.slot);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(leasehold_slot_at(table, 8), nullptr);
+  EXPECT_EQ(leasehold_check(s, 12), 1);
+  EXPECT_EQ(leasehold_check(s, 11), 0);
+  EXPECT_EQ(leasehold_check(s, 0), 0);
+  EXPECT_EQ(leasehold_check(nullptr, 12), 0);
+  EXPECT_EQ(leasehold_check_slot(table, c.slot, 12), 1);
+  EXPECT_EQ(leasehold_check_slot(table, 99, 12), 0);
+  EXPECT_EQ(leasehold_check_deadline(table, c.slot, 12), 1);
+  std::uint64_t age = 0;
+  EXPECT_EQ(leasehold_writer_alive(table, &age), 1);
+  EXPECT_LT(age, UINT64_MAX);
+
+  leasehold_slot_info info;
+  ASSERT_EQ(leasehold_snapshot(table, c.slot, &info), LEASEHOLD_OK);
+  EXPECT_EQ(info.epoch, 12u);
+  EXPECT_EQ(info.state, 2u);
+  EXPECT_EQ(info.sandbox_id[0], 0x0f);
+  EXPECT_EQ(info.sandbox_id[15], 0x0e);
+  EXPECT_STREQ(info.name_prefix, "svc");
+  EXPECT_EQ(leasehold_snapshot(table, 99, &info), LEASEHOLD_E_BAD_SLOT);
+  EXPECT_EQ(leasehold_find_sandbox(table, "0f8fad5b-d9cb-469f-a165-70867728950e"),
+            static_cast<int64_t>(c.slot));
+  EXPECT_EQ(leasehold_find_sandbox(table, "00000000-0000-0000-0000-000000000001"), LEASEHOLD_E_NOT_FOUND);
+  EXPECT_EQ(leasehold_find_sandbox(table, "not-a-uuid"), LEASEHOLD_E_ARG);
+
+  w.revoke(c.slot);
+  EXPECT_EQ(leasehold_check(s, 12), 0);
+  EXPECT_EQ(leasehold_check_deadline(table, c.slot, 12), 0);
+  w.close(boottime_ns());
+  EXPECT_EQ(leasehold_writer_alive(table, &age), 0);
+  leasehold_close(table);
+}
+
+TEST(CheckAbi, ErrorsAreCodesWithMessages) {
+  leasehold_table* table = nullptr;
+  char err[256];
+  EXPECT_EQ(leasehold_open("lh-no-such-table-xyz", 0, &table, err, sizeof err), LEASEHOLD_E_MISSING);
+  EXPECT_EQ(table, nullptr);
+  EXPECT_NE(std::string(err).find("does not exist"), std::string::npos) << err;
+  ::unsetenv("LEASEHOLD_SHM");
+  EXPECT_EQ(leasehold_open(nullptr, 0, &table, err, sizeof err), LEASEHOLD_E_MISSING);
+  EXPECT_NE(std::string(err).find("LEASEHOLD_SHM"), std::string::npos) << err;
+  EXPECT_EQ(leasehold_open("a/b", 0, &table, err, sizeof err), LEASEHOLD_E_ARG);
+  EXPECT_EQ(leasehold_open("x", 0, nullptr, err, sizeof err), LEASEHOLD_E_ARG);
+  EXPECT_STREQ(leasehold_strerror(LEASEHOLD_E_VERSION), "incompatible table layout version");
+  EXPECT_EQ(leasehold_writer_alive(nullptr, nullptr), 0);
+  EXPECT_EQ(leasehold_check_deadline(nullptr, 0, 1), 0);
+
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  ::setenv("LEASEHOLD_SHM", t.location.c_str(), 1);
+  ASSERT_EQ(leasehold_open(nullptr, 0, &table, err, sizeof err), LEASEHOLD_OK) << err;
+  leasehold_close(table);
+  ::unsetenv("LEASEHOLD_SHM");
+}
+
+}  // namespace
+}  // namespace leasehold::shm

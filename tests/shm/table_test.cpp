@@ -1,0 +1,515 @@
+// shm table: writer/reader protocol, creation rules, bad input (DESIGN.md "The shared-memory
+// epoch table").
+#include "shm/table.hpp"
+#include "tests/shm/test_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace leasehold::shm {
+namespace {
+
+using test::options_for;
+using test::sandbox;
+using test::TempTable;
+
+constexpr std::uint64_t kS = 1'000'000'000ULL;
+
+TEST(ShmTable, PublishThenCheckAndSnapshot) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const auto now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  ASSERT_EQ(c.error, TableErrc::ok);
+  EXPECT_EQ(c.generation, 1u);
+  auto r = TableReader::open(t.location);
+  EXPECT_FALSE(r.check(c.slot, 5)) << "claimed but unpublished slot must not be valid";
+  ASSERT_EQ(w.publish(c.slot, name_id_of("db/primary"), "db/primary", 5, now + 60 * kS), TableErrc::ok);
+  EXPECT_TRUE(r.check(c.slot, 5));
+  EXPECT_TRUE(TableReader::check(*r.slot(c.slot), 5));
+  EXPECT_FALSE(r.check(c.slot, 4));
+  EXPECT_FALSE(r.check(c.slot, 6));
+  EXPECT_FALSE(r.check(c.slot, 0));
+  EXPECT_FALSE(r.check(c.slot, 5 | kRevokedBit));
+  EXPECT_FALSE(r.check(r.slot_count(), 5)) << "out of range";
+  EXPECT_EQ(r.slot(r.slot_count()), nullptr);
+  EXPECT_TRUE(r.check_deadline(c.slot, 5));
+
+  SlotSnapshot s;
+  ASSERT_EQ(r.snapshot(c.slot, s), TableErrc::ok);
+  EXPECT_EQ(s.state, SlotState::published);
+  EXPECT_EQ(s.epoch, 5u);
+  EXPECT_FALSE(s.revoked);
+  EXPECT_EQ(s.sandbox, sandbox(1));
+  EXPECT_EQ(s.name, name_id_of("db/primary"));
+  EXPECT_EQ(s.name_bytes, 10u);
+  EXPECT_STREQ(s.name_prefix, "db/pri");
+  EXPECT_EQ(s.valid_until_ns, now + 60 * kS);
+  EXPECT_EQ(r.snapshot(r.slot_count(), s), TableErrc::bad_slot);
+
+  const auto found = r.find(sandbox(1));
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->index, c.slot);
+  EXPECT_FALSE(r.find(sandbox(2)).has_value());
+  EXPECT_FALSE(r.find(SandboxId{}).has_value());
+
+  const Header& h = r.header();
+  EXPECT_EQ(h.magic, kMagic);
+  EXPECT_EQ(h.layout_major, kLayoutMajor);
+  EXPECT_EQ(h.slot_count, 8u);
+  EXPECT_EQ(h.writer_pid, ::getpid());
+  EXPECT_EQ(h.clock_id, CLOCK_BOOTTIME);
+  EXPECT_EQ(h.incarnation, 1u);
+  EXPECT_EQ(h.total_bytes, table_bytes(8));
+}
+
+TEST(ShmTable, DeadlineAndExtend) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const std::uint64_t now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 9, now + 100), TableErrc::ok);
+  auto r = TableReader::open(t.location);
+  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + 99));
+  EXPECT_FALSE(r.check_deadline_at(c.slot, 9, now + 100)) << "valid_until is exclusive";
+  ASSERT_EQ(w.extend(c.slot, now + 1000), TableErrc::ok);
+  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + 999));
+  EXPECT_FALSE(r.check_deadline_at(c.slot, 8, now + 10)) << "wrong epoch";
+  EXPECT_FALSE(r.check_deadline_at(99, 9, now + 10)) << "out of range";
+  EXPECT_EQ(w.extend(c.slot + 1, now), TableErrc::wrong_state) << "slot is not published";
+  EXPECT_EQ(w.extend(1000, now), TableErrc::bad_slot);
+}
+
+TEST(ShmTable, RevokeIsStickyUntilFree) {
+  TempTable t;
+  auto o = options_for(t, 1);
+  o.slot_cooldown_ns = 10;
+  auto w = TableWriter::create(o);
+  auto r = TableReader::open(t.location);
+  const std::uint64_t now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 3, now + 60 * kS), TableErrc::ok);
+  ASSERT_TRUE(w.revoke(c.slot));
+  EXPECT_FALSE(r.check(c.slot, 3));
+  EXPECT_FALSE(r.check_deadline(c.slot, 3));
+  EXPECT_EQ(w.extend(c.slot, now + 120 * kS), TableErrc::revoked) << "extend must not resurrect";
+  EXPECT_EQ(w.publish(c.slot, name_id_of("n"), "n", 3, now + 60 * kS), TableErrc::revoked);
+  EXPECT_EQ(w.publish(c.slot, name_id_of("n"), "n", 4, now + 60 * kS), TableErrc::revoked);
+  EXPECT_FALSE(r.check(c.slot, 3));
+  EXPECT_FALSE(r.check(c.slot, 4));
+  SlotSnapshot s;
+  ASSERT_EQ(r.snapshot(c.slot, s), TableErrc::ok);
+  EXPECT_TRUE(s.revoked);
+  EXPECT_EQ(s.epoch, 3u) << "the revoked epoch stays visible to tools";
+  EXPECT_FALSE(w.revoke(5)) << "out of range";
+
+  // A revoke before the first publish also sticks.
+  ASSERT_EQ(w.free(c.slot, now), TableErrc::ok);
+  const auto c2 = w.claim(sandbox(2), now + 10);
+  ASSERT_EQ(c2.error, TableErrc::ok);
+  EXPECT_EQ(c2.generation, 2u);
+  ASSERT_TRUE(w.revoke(c2.slot));
+  EXPECT_EQ(w.publish(c2.slot, name_id_of("n"), "n", 5, now + 60 * kS), TableErrc::revoked);
+  EXPECT_FALSE(r.check(c2.slot, 5));
+}
+
+TEST(ShmTable, PublishingANewEpochRetiresTheOld) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  auto r = TableReader::open(t.location);
+  const std::uint64_t now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  ASSERT_EQ(w.publish(c.slot, name_id_of("a"), "a", 10, now + 100), TableErrc::ok);
+  ASSERT_EQ(w.publish(c.slot, name_id_of("b"), "b", 11, now + 200), TableErrc::ok);
+  EXPECT_FALSE(r.check(c.slot, 10));
+  EXPECT_TRUE(r.check(c.slot, 11));
+  EXPECT_TRUE(r.check_deadline_at(c.slot, 11, now + 150));
+  SlotSnapshot s;
+  ASSERT_EQ(r.snapshot(c.slot, s), TableErrc::ok);
+  EXPECT_EQ(s.name, name_id_of("b"));
+}
+
+TEST(ShmTable, PublishRejectsBadArguments) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const std::uint64_t now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  EXPECT_EQ(w.publish(c.slot, NameId{}, "n", 0, now), TableErrc::bad_epoch);
+  EXPECT_EQ(w.publish(c.slot, NameId{}, "n", kRevokedBit, now), TableErrc::bad_epoch);
+  EXPECT_EQ(w.publish(c.slot, NameId{}, std::string(kNameBytesMax + 1, 'x'), 1, now),
+            TableErrc::bad_argument);
+  EXPECT_EQ(w.publish(c.slot + 1, NameId{}, "n", 1, now), TableErrc::wrong_state) << "free slot";
+  EXPECT_EQ(w.publish(100, NameId{}, "n", 1, now), TableErrc::bad_slot);
+  EXPECT_EQ(w.claim(SandboxId{}, now).error, TableErrc::bad_argument);
+  EXPECT_EQ(w.free(c.slot + 1, now), TableErrc::wrong_state);
+}
+
+TEST(ShmTable, FullTableIsAClearError) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t, 2));
+  const std::uint64_t now = boottime_ns();
+  ASSERT_EQ(w.claim(sandbox(1), now).error, TableErrc::ok);
+  ASSERT_EQ(w.claim(sandbox(2), now).error, TableErrc::ok);
+  const auto c = w.claim(sandbox(3), now);
+  EXPECT_EQ(c.error, TableErrc::table_full);
+  EXPECT_NE(w.claim_refusal().find("is full: all 2 slots are in use"), std::string::npos)
+      << w.claim_refusal();
+  auto r = TableReader::open(t.location);
+  EXPECT_EQ(r.stats().counters.claims_refused_full.load(), 1u);
+}
+
+TEST(ShmTable, FreedSlotCoolsDownBeforeReuse) {
+  TempTable t;
+  auto o = options_for(t, 2);
+  o.slot_cooldown_ns = 1000;
+  auto w = TableWriter::create(o);
+  auto r = TableReader::open(t.location);
+  const std::uint64_t now = 5'000'000;
+  const auto a = w.claim(sandbox(1), now);
+  const auto b = w.claim(sandbox(2), now);
+  ASSERT_EQ(w.free(a.slot, now), TableErrc::ok);
+  SlotSnapshot s;
+  ASSERT_EQ(r.snapshot(a.slot, s), TableErrc::ok);
+  EXPECT_EQ(s.state, SlotState::cooling);
+  EXPECT_FALSE(r.find(sandbox(1)).has_value()) << "a freed slot is nobody's";
+  const auto early = w.claim(sandbox(3), now + 999);
+  EXPECT_EQ(early.error, TableErrc::table_full);
+  EXPECT_NE(w.claim_refusal().find("cooling down"), std::string::npos) << w.claim_refusal();
+  const auto later = w.claim(sandbox(3), now + 1000);
+  ASSERT_EQ(later.error, TableErrc::ok);
+  EXPECT_EQ(later.slot, a.slot);
+  EXPECT_EQ(later.generation, 2u) << "generation tells two sandboxes in one slot apart";
+  // FIFO: the slot freed first is reused first.
+  ASSERT_EQ(w.free(b.slot, now + 2000), TableErrc::ok);
+  ASSERT_EQ(w.free(later.slot, now + 2001), TableErrc::ok);
+  const auto next = w.claim(sandbox(4), now + 10'000);
+  EXPECT_EQ(next.slot, b.slot);
+}
+
+TEST(ShmTable, CreateRefusesALiveWriter) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  try {
+    auto w2 = TableWriter::create(options_for(t));
+    FAIL() << "second create must be refused";
+  } catch (const TableError& e) {
+    EXPECT_EQ(e.code(), TableErrc::writer_alive);
+    EXPECT_NE(std::string(e.what()).find("is alive"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(::getpid())), std::string::npos) << e.what();
+  }
+  auto r = TableReader::open(t.location);
+  EXPECT_EQ(r.header().incarnation, 1u) << "the live table is untouched";
+}
+
+TEST(ShmTable, DeadWritersTableIsReplacedWithANewIncarnation) {
+  TempTable t;
+  auto o = options_for(t);
+  o.liveness_timeout_ns = 50'000'000;
+  std::optional<TableReader> old_reader;
+  {
+    auto w = TableWriter::create(o);
+    const auto c = w.claim(sandbox(1), boottime_ns());
+    ASSERT_EQ(w.publish(c.slot, NameId{}, "n", 8, boottime_ns() + 60 * kS), TableErrc::ok);
+    w.heartbeat(boottime_ns() - 2 * o.liveness_timeout_ns);  // as if it died 100 ms ago
+    old_reader.emplace(TableReader::open(t.location));
+    EXPECT_FALSE(old_reader->writer_liveness().alive);
+    EXPECT_TRUE(old_reader->check(c.slot, 8)) << "plain check has no clock (documented)";
+    EXPECT_FALSE(old_reader->check_deadline(c.slot, 8)) << "a dead writer fails every deadline check";
+  }
+  auto w2 = TableWriter::create(o);
+  auto r = TableReader::open(t.location);
+  EXPECT_EQ(r.header().incarnation, 2u);
+  EXPECT_TRUE(r.writer_liveness().alive);
+  EXPECT_TRUE(old_reader->replaced());
+  EXPECT_FALSE(r.replaced());
+  SlotSnapshot s;
+  ASSERT_EQ(r.snapshot(0, s), TableErrc::ok);
+  EXPECT_EQ(s.state, SlotState::free) << "the new incarnation starts empty";
+}
+
+TEST(ShmTable, ClosedTableFailsDeadlineChecksAndCanBeReplaced) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const std::uint64_t now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  ASSERT_EQ(w.publish(c.slot, NameId{}, "n", 8, now + 60 * kS), TableErrc::ok);
+  auto r = TableReader::open(t.location);
+  ASSERT_TRUE(r.check_deadline(c.slot, 8));
+  w.close(boottime_ns());
+  const Liveness l = r.writer_liveness();
+  EXPECT_TRUE(l.closed);
+  EXPECT_FALSE(l.alive);
+  EXPECT_FALSE(r.check_deadline(c.slot, 8));
+  auto w2 = TableWriter::create(options_for(t));
+  EXPECT_EQ(TableReader::open(t.location).header().incarnation, 2u);
+}
+
+TEST(ShmTable, LivenessFollowsTheHeartbeat) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  auto r = TableReader::open(t.location);
+  w.heartbeat(1'000'000'000);
+  EXPECT_TRUE(r.writer_liveness(1'500'000'000).alive);
+  EXPECT_EQ(r.writer_liveness(1'500'000'000).age_ns, 500'000'000u);
+  EXPECT_TRUE(r.writer_liveness(2'000'000'000).alive) << "age == timeout is still alive";
+  EXPECT_FALSE(r.writer_liveness(2'000'000'001).alive);
+  const Liveness future = r.writer_liveness(999'999'999);
+  EXPECT_FALSE(future.alive) << "a heartbeat from the future (another boot) is not alive";
+  EXPECT_EQ(future.age_ns, UINT64_MAX);
+}
+
+TEST(ShmTable, FileModeGroupAndReadOnlyMapping) {
+  TempTable t;
+  auto o = options_for(t);
+  auto w = TableWriter::create(o);
+  struct stat st{};
+  ASSERT_EQ(::stat(t.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  auto r = TableReader::open(t.location);
+  // The reader's mapping must be read-only: find it in /proc/self/maps.
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto addr = reinterpret_cast<std::uintptr_t>(&r.header());
+  bool seen = false;
+  while (std::getline(maps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+    if (addr >= lo && addr < hi) {
+      EXPECT_EQ(perms[0], 'r');
+      EXPECT_EQ(perms[1], '-') << "reader mapping must not be writable: " << line;
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+
+  TempTable t2;
+  auto o2 = options_for(t2);
+  o2.mode = 0640;
+  if (::geteuid() == 0) o2.group = 1;
+  auto w2 = TableWriter::create(o2);
+  ASSERT_EQ(::stat(t2.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  if (::geteuid() == 0) {
+    EXPECT_EQ(st.st_gid, 1u);
+  }
+}
+
+TEST(ShmTable, TableAtAFilesystemPath) {
+  char dir[] = "/tmp/lh-shm-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/table";
+  TableOptions o;
+  o.location = path;
+  o.slot_count = 4;
+  {
+    auto w = TableWriter::create(o);
+    auto r = TableReader::open(path);
+    const auto c = w.claim(sandbox(1), boottime_ns());
+    ASSERT_EQ(w.publish(c.slot, NameId{}, "n", 2, boottime_ns() + kS), TableErrc::ok);
+    EXPECT_TRUE(r.check(c.slot, 2));
+    EXPECT_TRUE(r.location().is_path);
+    w.remove();
+  }
+  struct stat st{};
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "remove() unlinks the file";
+  ::rmdir(dir);
+}
+
+TEST(ShmTable, LocationParsing) {
+  EXPECT_FALSE(parse_location("leasehold").is_path);
+  EXPECT_EQ(parse_location("/leasehold").name, "leasehold");
+  EXPECT_TRUE(parse_location("/dev/shm/x").is_path);
+  auto code = [](std::string_view s) {
+    try {
+      parse_location(s);
+      return TableErrc::ok;
+    } catch (const TableError& e) {
+      return e.code();
+    }
+  };
+  EXPECT_EQ(code(""), TableErrc::bad_argument);
+  EXPECT_EQ(code("/"), TableErrc::bad_argument);
+  EXPECT_EQ(code("a/b"), TableErrc::bad_argument);
+  EXPECT_EQ(code("/tmp/dir/"), TableErrc::bad_argument);
+  ::setenv(kLocationEnv, "from-env", 1);
+  EXPECT_EQ(location_from_env(), "from-env");
+  ::unsetenv(kLocationEnv);
+  EXPECT_THROW(location_from_env(), TableError);
+}
+
+TEST(ShmTable, CreateRejectsBadOptions) {
+  TempTable t;
+  auto o = options_for(t);
+  o.slot_count = 0;
+  EXPECT_THROW(TableWriter::create(o), TableError);
+  o.slot_count = kSlotCountMax + 1;
+  EXPECT_THROW(TableWriter::create(o), TableError);
+  o.slot_count = 4;
+  o.liveness_timeout_ns = 0;
+  EXPECT_THROW(TableWriter::create(o), TableError);
+}
+
+TEST(ShmTable, StatsHistogramsAreLog2Buckets) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  auto r = TableReader::open(t.location);
+  EXPECT_EQ(histogram_bucket(0), 0u);
+  EXPECT_EQ(histogram_bucket(1), 1u);
+  EXPECT_EQ(histogram_bucket(1023), 10u);
+  EXPECT_EQ(histogram_bucket(1024), 11u);
+  EXPECT_EQ(histogram_bucket(UINT64_MAX), 64u);
+  w.record_rt_lateness_ns(1000);
+  w.record_rt_lateness_ns(3000);
+  w.record_kill(2'000'000);
+  w.record_heartbeat_rtt_ns(0);
+  w.record_heartbeat_failure();
+  const Stats& s = r.stats();
+  EXPECT_EQ(s.rt_lateness_ns.count.load(), 2u);
+  EXPECT_EQ(s.rt_lateness_ns.sum.load(), 4000u);
+  EXPECT_EQ(s.rt_lateness_ns.max.load(), 3000u);
+  EXPECT_EQ(s.rt_lateness_ns.buckets[10].load(), 1u);
+  EXPECT_EQ(s.rt_lateness_ns.buckets[12].load(), 1u);
+  EXPECT_EQ(s.counters.kills.load(), 1u);
+  EXPECT_EQ(s.kill_latency_ns.buckets[21].load(), 1u);
+  EXPECT_EQ(s.heartbeat_rtt_ns.buckets[0].load(), 1u);
+  EXPECT_EQ(s.counters.heartbeat_failures.load(), 1u);
+}
+
+TEST(ShmTable, OpenWaitsForTheWriter) {
+  TempTable t;
+  std::thread creator([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    auto w = TableWriter::create(options_for(t));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  });
+  OpenOptions o;
+  o.wait_ns = 5 * kS;
+  auto r = TableReader::open(t.location, o);
+  EXPECT_EQ(r.header().magic, kMagic);
+  creator.join();
+}
+
+// ---- bad input: each gets a clear error, never a crash ---------------------------------------
+
+class CorruptTable : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto w = TableWriter::create(options_for(t_, 4));
+  }
+  void poke(std::size_t offset, const void* data, std::size_t n) {
+    const int fd = ::open(t_.path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, data, n, static_cast<off_t>(offset)), static_cast<ssize_t>(n));
+    ::close(fd);
+  }
+  void truncate_to(std::size_t n) { ASSERT_EQ(::truncate(t_.path().c_str(), static_cast<off_t>(n)), 0); }
+  std::pair<TableErrc, std::string> open_error(std::uint64_t wait_ns = 0) {
+    try {
+      OpenOptions o;
+      o.wait_ns = wait_ns;
+      TableReader::open(t_.location, o);
+      return {TableErrc::ok, ""};
+    } catch (const TableError& e) {
+      return {e.code(), e.what()};
+    }
+  }
+  TempTable t_;
+};
+
+TEST_F(CorruptTable, Missing) {
+  t_.remove();
+  const auto [code, msg] = open_error();
+  EXPECT_EQ(code, TableErrc::missing);
+  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+  const auto [code2, msg2] = open_error(20'000'000);
+  EXPECT_EQ(code2, TableErrc::missing);
+  EXPECT_NE(msg2.find("awaiting file"), std::string::npos) << msg2;
+}
+
+TEST_F(CorruptTable, TruncatedBelowTheHeader) {
+  truncate_to(100);
+  const auto [code, msg] = open_error();
+  EXPECT_EQ(code, TableErrc::truncated);
+  EXPECT_NE(msg.find("smaller than the 128-byte header"), std::string::npos) << msg;
+}
+
+TEST_F(CorruptTable, TruncatedSlots) {
+  truncate_to(kSlotsOffset + 64);
+  const auto [code, msg] = open_error();
+  EXPECT_EQ(code, TableErrc::truncated);
+  EXPECT_NE(msg.find("slot count 4 needs"), std::string::npos) << msg;
+}
+
+TEST_F(CorruptTable, WrongMagic) {
+  const std::uint64_t bad = 0x0123456789ABCDEFULL;
+  poke(offsetof(Header, magic), &bad, sizeof bad);
+  const auto [code, msg] = open_error();
+  EXPECT_EQ(code, TableErrc::bad_magic);
+  EXPECT_NE(msg.find("wrong magic"), std::string::npos) << msg;
+}
+
+TEST_F(CorruptTable, NewerMajorVersion) {
+  const std::uint16_t major = kLayoutMajor + 1;
+  poke(offsetof(Header, layout_major), &major, sizeof major);
+  const auto [code, msg] = open_error();
+  EXPECT_EQ(code, TableErrc::newer_major);
+  EXPECT_NE(msg.find("newer"), std::string::npos) << msg;
+}
+
+TEST_F(CorruptTable, NewerMinorVersionIsAccepted) {
+  const std::uint16_t minor = kLayoutMinor + 3;
+  poke(offsetof(Header, layout_minor), &minor, sizeof minor);
+  EXPECT_EQ(open_error().first, TableErrc::ok);
+}
+
+TEST_F(CorruptTable, SlotCountDoesNotFitTheFile) {
+  const std::uint32_t slots = 1000;
+  const std::uint64_t total = table_bytes(slots);
+  poke(offsetof(Header, slot_count), &slots, sizeof slots);
+  poke(offsetof(Header, total_bytes), &total, sizeof total);
+  const auto [code, msg] = open_error();
+  EXPECT_EQ(code, TableErrc::truncated);
+  EXPECT_NE(msg.find("slot count 1000 needs"), std::string::npos) << msg;
+}
+
+TEST_F(CorruptTable, SlotCountDisagreesWithTotalBytes) {
+  const std::uint32_t slots = 3;
+  poke(offsetof(Header, slot_count), &slots, sizeof slots);
+  const auto [code, msg] = open_error();
+  EXPECT_EQ(code, TableErrc::bad_geometry);
+  EXPECT_NE(msg.find("does not match slot count 3"), std::string::npos) << msg;
+}
+
+TEST_F(CorruptTable, HugeSlotCount) {
+  const std::uint32_t slots = 0xFFFFFFFFu;
+  poke(offsetof(Header, slot_count), &slots, sizeof slots);
+  const auto [code, msg] = open_error();
+  EXPECT_EQ(code, TableErrc::bad_geometry);
+  EXPECT_NE(msg.find("outside 1.."), std::string::npos) << msg;
+}
+
+TEST_F(CorruptTable, NotReady) {
+  const std::uint32_t zero = 0;
+  poke(offsetof(Header, ready), &zero, sizeof zero);
+  const auto [code, msg] = open_error(20'000'000);
+  EXPECT_EQ(code, TableErrc::not_ready);
+  EXPECT_NE(msg.find("awaiting ready flag"), std::string::npos) << msg;
+}
+
+TEST_F(CorruptTable, CreateReplacesACorruptTable) {
+  const std::uint64_t bad = 1;
+  poke(offsetof(Header, magic), &bad, sizeof bad);
+  auto w = TableWriter::create(options_for(t_, 4));
+  EXPECT_EQ(open_error().first, TableErrc::ok);
+}
+
+}  // namespace
+}  // namespace leasehold::shm
