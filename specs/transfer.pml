@@ -1,0 +1,166 @@
+/*
+ * leasehold, model 3: ownership transfer and fencing (DESIGN.md "Lock states": BeginTransfer,
+ * CompleteRelease, Acquire by the intended owner, Revoke, Reassign; "Vocabulary": token,
+ * fencing).
+ *
+ * One name, two nodes.  The name's record is Owned{owner, epoch},
+ * Transferring{from, to, old_epoch, new_epoch} or Unowned{epoch, intended_owner}
+ * (DESIGN.md calls them Held and Free{reserved_for}).  current_epoch is new_epoch while
+ * Transferring.  Every grant issues a token {node, epoch}; issued tokens are never
+ * withdrawn (a per-node bit set that only grows), so a node that was partitioned or
+ * paused can always come back and present any token it ever received.  Whether a token
+ * authorizes anything is decided by the current record (token_authorized = may_mutate).
+ *
+ * Processes:
+ *   Lockd     any enabled transition, in any order: acquire, release, begin_transfer,
+ *             complete_release, revoke (no cooperation from the owner), reassign.
+ *   Node(n)   presents any token it holds to the resource, at any time.  The resource's
+ *             FenceGate admits the write iff valid_fence: the token's epoch is at least the
+ *             highest epoch it has seen, where what it has seen includes the record's
+ *             current epoch, read when the write lands.
+ *
+ * Safety only: nothing here claims a transfer completes (no fairness, no liveness).
+ * Epochs are bounded by EPOCH_MAX (a transition that would pass it is disabled); each
+ * bound is a state-space limit, not a protocol limit.
+ *
+ * Ablations:
+ *   -DOLD_OWNER_KEEPS_EPOCH     begin_transfer leaves the epoch as it is; the new epoch is
+ *                               allocated only when the release completes
+ *   -DGATE_WITHOUT_AUTHORITY    the FenceGate knows only the epochs of writes it admitted
+ *                               (it never learns the record's current epoch)
+ */
+
+#define NODES 2
+#define NOBODY 255
+#ifndef EPOCH_MAX
+#define EPOCH_MAX 5
+#endif
+
+#define OWNED        0
+#define TRANSFERRING 1
+#define UNOWNED      2
+
+byte kind = UNOWNED;
+byte owner = NOBODY;        /* Owned: owner; Transferring: from */
+byte to = NOBODY;           /* Transferring: to; Unowned: intended owner (NOBODY = anyone) */
+byte cur = 0;               /* current_epoch */
+byte old = 0;               /* Transferring: old_epoch */
+byte issued[NODES];         /* bit e set: token {n, e} was issued; bits are never cleared */
+byte seen = 0;              /* FenceGate: highest epoch seen */
+
+/* ghosts for the properties */
+byte stale_upto = 0;        /* tokens with epoch <= stale_upto are stale: their grant was
+                               handed over, revoked, re-offered or superseded.  Defined by
+                               the protocol's intent, not by the epoch arithmetic, so an
+                               ablation that gets the arithmetic wrong is caught. */
+bool admitted_stale;        /* a write was admitted with a stale token */
+bool admitted_in_transfer;  /* a write was admitted while the name was Transferring */
+
+#define HAS(n, e)        ((issued[n] >> (e)) & 1)
+#define MAY(n)           (kind == OWNED && owner == (n) && HAS(n, cur))
+/* n holds a token the FenceGate would admit now: one at or above the highest epoch the
+ * gate has seen (and, unless the gate is ablated, at or above the record's current epoch) */
+#ifdef GATE_WITHOUT_AUTHORITY
+#define PASSES(n)        ((issued[n] >> seen) != 0)
+#else
+#define PASSES(n)        ((issued[n] >> seen) != 0 && (issued[n] >> cur) != 0)
+#endif
+
+proctype Lockd()
+{
+	byte n;
+end_idle:
+	do
+	:: atomic {    /* acquire (LeaseTable::acquire): Free -> Held; +1 unless reserved */
+		kind == UNOWNED && (to != NOBODY || cur < EPOCH_MAX) ->
+		select(n : 0 .. NODES-1);
+		if
+		:: to == n -> skip                      /* reserved for n: epoch already new */
+		:: to == NOBODY -> cur++
+		:: else -> goto refused                 /* Refusal::reserved */
+		fi;
+		kind = OWNED; owner = n; to = NOBODY;
+		issued[n] = issued[n] | (1 << cur);
+		stale_upto = cur - 1;                   /* every earlier grant is superseded */
+refused:	n = 0
+	   }
+	:: atomic {    /* release by the holder (LeaseTable::release): Held -> Free, epoch = */
+		kind == OWNED -> kind = UNOWNED; owner = NOBODY; to = NOBODY
+	   }
+	:: atomic {    /* begin_transfer(from -> to): +1 here, so the old owner is fenced at once */
+		kind == OWNED && cur < EPOCH_MAX ->
+		kind = TRANSFERRING; to = 1 - owner; old = cur;
+		stale_upto = old;                       /* the owner agreed to hand over */
+#ifndef OLD_OWNER_KEEPS_EPOCH
+		cur++
+#endif
+	   }
+	:: atomic {    /* complete_release: Transferring -> Free{reserved_for = to} */
+		kind == TRANSFERRING ->
+#ifdef OLD_OWNER_KEEPS_EPOCH
+		cur++;
+#endif
+		kind = UNOWNED; owner = NOBODY; old = 0
+	   }
+	:: atomic {    /* revoke (coordinator, no cooperation): -> Free, +1 */
+		kind != UNOWNED && cur < EPOCH_MAX ->
+		stale_upto = cur;
+		kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0; cur++
+	   }
+	:: atomic {    /* reassign: Free -> Free reserved for n, +1 */
+		kind == UNOWNED && cur < EPOCH_MAX ->
+		select(n : 0 .. NODES-1);
+		stale_upto = cur;
+		to = n; cur++; n = 0
+	   }
+	od
+}
+
+/* A node presents a token it holds, perhaps long after it stopped being the owner. */
+proctype Node(byte me)
+{
+	byte e;
+end_idle:
+	do
+	:: atomic {
+		select(e : 1 .. EPOCH_MAX);
+		if
+		:: HAS(me, e) ->
+			/* FenceGate::admit: valid_fence(e) := e >= highest seen */
+#ifndef GATE_WITHOUT_AUTHORITY
+			if :: cur > seen -> seen = cur :: else fi;   /* the gate reads the record */
+#endif
+			if
+			:: e >= seen ->
+				seen = e;
+				admitted_stale = admitted_stale || e <= stale_upto;
+				admitted_in_transfer = admitted_in_transfer || kind == TRANSFERRING
+			:: else                                  /* rejected: stale token */
+			fi
+		:: else
+		fi;
+		e = 0
+	   }
+	od
+}
+
+init {
+	atomic { run Lockd(); run Node(0); run Node(1) }
+}
+
+/* may_mutate holds only for an issued token (theorem_no_authority_without_token). */
+ltl NoAuthorityWithoutToken { [] (kind == OWNED -> HAS(owner, cur)) }
+
+/* Never two nodes that may mutate: neither by the record (may_mutate) nor at the resource
+ * (two nodes each holding a token the FenceGate would admit). */
+ltl SingleMutator { [] (!(MAY(0) && MAY(1)) && !(PASSES(0) && PASSES(1))) }
+
+/* A stale token (its grant handed over by begin_transfer, revoked, re-offered by
+ * reassign or superseded by a later grant) is rejected by the resource. */
+ltl StaleTokenRejected { [] !admitted_stale }
+
+/* Nobody may mutate during a transfer: no node may_mutate, and the resource admits
+ * nothing. */
+ltl NoMutationDuringTransfer {
+	[] ((kind == TRANSFERRING -> (!MAY(0) && !MAY(1))) && !admitted_in_transfer)
+}
