@@ -5,6 +5,8 @@ add_library(leasehold_supervisor_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/deadline_wheel.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cgroup.cpp
   ${CMAKE_CURRENT_LIST_DIR}/spawn.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/kill_switch.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rt_thread.cpp
 )
 leasehold_target(leasehold_supervisor_core)
 target_link_libraries(leasehold_supervisor_core PUBLIC leasehold_lease Boost::headers Threads::Threads)

@@ -8,3 +8,7 @@ leasehold_test(supervisor_cgroup_test
 leasehold_test(supervisor_spawn_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/spawn_test.cpp
   LIBS leasehold_supervisor_core)
+leasehold_test(supervisor_rt_thread_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/rt_thread_test.cpp
+  LIBS leasehold_supervisor_core
+  LABELS concurrent)

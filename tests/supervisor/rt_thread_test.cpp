@@ -1,0 +1,349 @@
+// Tests of the rt thread and the kill-switch with real child processes: a deadline kills (never
+// before deadline - granularity), lazy re-arm extends life, disarm prevents the kill, kill-now,
+// the cgroup.kill path, and the SCHED_FIFO fallback by injected failure. Only logical orderings
+// of timestamps are asserted, never durations.
+#include "supervisor/rt_thread.hpp"
+
+#include "supervisor/cgroup.hpp"
+#include "supervisor/kill_switch.hpp"
+#include "supervisor/spawn.hpp"
+
+#include <gtest/gtest.h>
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace leasehold {
+namespace {
+
+constexpr std::uint64_t kG = 1'000'000;        // 1 ms ticks
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr int kHangGuardMs = 20'000;          // only guards against a hang; never a latency bound
+constexpr std::uint32_t kSlots = 8;
+
+// Stand-in for the shm table and stats: per-slot current deadline, revocation and kill records.
+struct Recorder {
+  std::array<std::atomic<std::uint64_t>, kSlots> deadline_ns{};
+  std::array<std::atomic<std::uint64_t>, kSlots> revoked_ns{};
+  std::array<std::atomic<int>, kSlots> kills{};
+  std::array<KillRecord, kSlots> record{};  // written before `kills` is incremented (release)
+  std::atomic<std::uint64_t> lateness_samples{0};
+
+  RtHooks hooks() {
+    RtHooks h;
+    h.context = this;
+    h.current_deadline_ns = [](void* c, std::uint32_t slot) -> std::uint64_t {
+      return static_cast<Recorder*>(c)->deadline_ns[slot].load(std::memory_order_acquire);
+    };
+    h.revoke_slot = [](void* c, std::uint32_t slot) {
+      static_cast<Recorder*>(c)->revoked_ns[slot].store(boottime_ns(), std::memory_order_release);
+    };
+    h.record_lateness = [](void* c, std::uint64_t) {
+      static_cast<Recorder*>(c)->lateness_samples.fetch_add(1, std::memory_order_relaxed);
+    };
+    h.record_kill = [](void* c, std::uint32_t slot, const KillRecord& r) {
+      auto* self = static_cast<Recorder*>(c);
+      self->record[slot] = r;
+      self->kills[slot].fetch_add(1, std::memory_order_release);
+    };
+    return h;
+  }
+  bool await_kill(std::uint32_t slot) {
+    for (int i = 0; i < kHangGuardMs; ++i) {
+      if (kills[slot].load(std::memory_order_acquire) > 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+};
+
+RtConfig test_config() {
+  RtConfig c;
+  c.slots = kSlots;
+  c.granularity_ns = kG;
+  c.priority = 10;
+  c.lock_memory = false;  // mlockall under sanitizers would try to lock their shadow memory
+  return c;
+}
+
+std::unique_ptr<RtThread> start_or_fail(const RtConfig& c, Recorder& rec, RtStartStatus& status) {
+  std::string error;
+  auto t = RtThread::start(c, rec.hooks(), status, error);
+  EXPECT_NE(t, nullptr) << error;
+  return t;
+}
+
+std::optional<SandboxProcess> spawn_sleep(SpawnError& err, int cgroup_dir_fd = -1) {
+  SpawnRequest r;
+  r.argv = {"sleep", "100"};
+  const char* p = std::getenv("PATH");
+  r.env = {std::string("PATH=") + (p != nullptr ? p : kDefaultSearchPath)};
+  r.cgroup_dir_fd = cgroup_dir_fd;
+  return spawn_sandbox(r, err);
+}
+
+#define SLEEPER_OR_SKIP(var, ...)                                                   \
+  SpawnError var##_err;                                                             \
+  auto var = spawn_sleep(var##_err, ##__VA_ARGS__);                                 \
+  if (!var && var##_err.errno_value == ENOSYS) GTEST_SKIP() << var##_err.message;   \
+  ASSERT_TRUE(var.has_value()) << var##_err.message
+
+// Blocks until the process exits (hang guard only); returns CLOCK_BOOTTIME when seen dead.
+std::uint64_t await_death(const SandboxProcess& p) {
+  pollfd fd{p.pidfd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&fd, 1, kHangGuardMs), 1) << "sandbox was never killed";
+  return boottime_ns();
+}
+
+void expect_killed_by_sigkill(const SandboxProcess& p) {
+  siginfo_t info{};
+  ASSERT_EQ(reap(p.pidfd(), info, true), 0);
+  EXPECT_EQ(info.si_code, CLD_KILLED);
+  EXPECT_EQ(info.si_status, SIGKILL);
+}
+
+KillTarget signal_target(const SandboxProcess& p) {
+  KillTarget t;
+  t.pidfd = p.pidfd();
+  t.pgid = p.pgid();
+  return t;
+}
+
+TEST(RtThread, RejectsBadConfigWithAClearError) {
+  Recorder rec;
+  RtStartStatus status;
+  std::string error;
+  RtConfig c = test_config();
+  c.cpu = 4096;
+  EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
+  EXPECT_NE(error.find("CPU 4096 does not exist"), std::string::npos) << error;
+  c = test_config();
+  c.priority = 100;
+  EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
+  EXPECT_NE(error.find("priority 100 out of range"), std::string::npos) << error;
+  c = test_config();
+  c.slots = 0;
+  EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
+  EXPECT_NE(error.find("rt slots 0 out of range"), std::string::npos) << error;
+}
+
+TEST(RtThread, KillsAtTheDeadlineNeverBeforeOneGranularityEarly) {
+  Recorder rec;
+  RtStartStatus status;
+  auto rt = start_or_fail(test_config(), rec, status);
+  ASSERT_NE(rt, nullptr);
+  SLEEPER_OR_SKIP(p);
+  const std::uint64_t deadline = boottime_ns() + 50 * kMs;
+  rec.deadline_ns[0] = deadline;
+  const auto s = rt->arm(0, deadline, signal_target(*p));
+  ASSERT_TRUE(s) << describe(s.refusal);
+  const std::uint64_t seen_dead = await_death(*p);
+  ASSERT_TRUE(rec.await_kill(0));
+  const KillRecord r = rec.record[0];
+  EXPECT_GE(seen_dead + kG, deadline) << "killed more than one granularity before the deadline";
+  EXPECT_GE(r.issued_ns + kG, deadline);
+  EXPECT_EQ(r.deadline_ns, deadline);
+  EXPECT_EQ(r.path, KillPath::signals);
+  EXPECT_EQ(r.error, 0);
+  EXPECT_LE(rec.revoked_ns[0].load(), r.issued_ns) << "the slot must be revoked before the kill";
+  EXPECT_GE(rec.revoked_ns[0].load() + kG, deadline);
+  EXPECT_GE(r.confirmed_ns, r.issued_ns);
+  EXPECT_TRUE(rt->applied(s.seq));
+  EXPECT_EQ(rec.kills[0].load(), 1);
+  EXPECT_GT(rec.lateness_samples.load(), 0u);
+  const RtCounters counters = rt->counters();
+  EXPECT_EQ(counters.kills_issued, 1u);
+  EXPECT_EQ(counters.kills_confirmed, 1u);
+  expect_killed_by_sigkill(*p);
+}
+
+TEST(RtThread, LazyRearmExtendsLife) {
+  Recorder rec;
+  RtStartStatus status;
+  auto rt = start_or_fail(test_config(), rec, status);
+  ASSERT_NE(rt, nullptr);
+  SLEEPER_OR_SKIP(p);
+  const std::uint64_t first = boottime_ns() + 30 * kMs;
+  const std::uint64_t extended = first + 150 * kMs;
+  rec.deadline_ns[1] = extended;  // a heartbeat moved it before the first deadline came due
+  ASSERT_TRUE(rt->arm(1, first, signal_target(*p)));
+  const std::uint64_t seen_dead = await_death(*p);
+  ASSERT_TRUE(rec.await_kill(1));
+  const KillRecord r = rec.record[1];
+  EXPECT_GE(seen_dead + kG, extended) << "killed at the old deadline despite the extension";
+  EXPECT_GE(r.issued_ns + kG, extended);
+  EXPECT_EQ(r.deadline_ns, extended);
+  EXPECT_GE(rt->counters().rearms, 1u);
+  expect_killed_by_sigkill(*p);
+}
+
+TEST(RtThread, DisarmPreventsTheKill) {
+  Recorder rec;
+  RtStartStatus status;
+  auto rt = start_or_fail(test_config(), rec, status);
+  ASSERT_NE(rt, nullptr);
+  SLEEPER_OR_SKIP(p);
+  const std::uint64_t deadline = boottime_ns() + 20 * kMs;
+  rec.deadline_ns[2] = deadline;
+  ASSERT_TRUE(rt->arm(2, deadline, signal_target(*p)));
+  const auto d = rt->disarm(2);
+  ASSERT_TRUE(d);
+  // Wait until the rt thread has processed every tick up to past the deadline.
+  for (int i = 0; i < kHangGuardMs && rt->counters().processed_until_ns <= deadline + kG; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GT(rt->counters().processed_until_ns, deadline + kG);
+  EXPECT_TRUE(rt->applied(d.seq));
+  EXPECT_EQ(pidfd_exited(p->pidfd()), 0) << "a disarmed sandbox must not be killed";
+  EXPECT_EQ(rec.kills[2].load(), 0);
+  EXPECT_EQ(rec.revoked_ns[2].load(), 0u);
+  ASSERT_EQ(pidfd_signal(p->pidfd(), SIGKILL), 0);
+  expect_killed_by_sigkill(*p);
+}
+
+TEST(RtThread, KillNowIgnoresTheDeadline) {
+  Recorder rec;
+  RtStartStatus status;
+  auto rt = start_or_fail(test_config(), rec, status);
+  ASSERT_NE(rt, nullptr);
+  SLEEPER_OR_SKIP(p);
+  const std::uint64_t far = boottime_ns() + 3600 * 1000 * kMs;
+  rec.deadline_ns[3] = far;
+  ASSERT_TRUE(rt->arm(3, far, signal_target(*p)));
+  const std::uint64_t asked = boottime_ns();
+  ASSERT_TRUE(rt->kill_now(3));
+  await_death(*p);
+  ASSERT_TRUE(rec.await_kill(3));
+  EXPECT_GE(rec.record[3].deadline_ns, asked);
+  EXPECT_LT(rec.record[3].deadline_ns, far);
+  expect_killed_by_sigkill(*p);
+}
+
+TEST(RtThread, RefusesBadSlotsAndCommandsAfterStop) {
+  Recorder rec;
+  RtStartStatus status;
+  auto rt = start_or_fail(test_config(), rec, status);
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(rt->arm(kSlots, boottime_ns(), KillTarget{}).refusal, RtRefusal::bad_slot);
+  rt->stop();
+  EXPECT_EQ(rt->disarm(0).refusal, RtRefusal::stopped);
+  rt->stop();  // idempotent
+}
+
+TEST(RtThread, KillsThroughCgroupKillInCgroupMode) {
+  std::string mountinfo;
+  ASSERT_EQ(read_small_file("/proc/self/mountinfo", mountinfo), 0);
+  const auto mount = find_cgroup2_mount(mountinfo);
+  if (!mount) GTEST_SKIP() << "no cgroup2 mount on this host";
+  CgroupConfig cc;
+  cc.parent_path = mount->mount_point + "/leasehold-rt-test-" + std::to_string(::getpid());
+  const auto tree = CgroupTree::discover(cc);
+  if (tree.mode() != KillMode::cgroup_v2_delegated) GTEST_SKIP() << tree.reason();
+  {
+    std::string error;
+    auto leaf = tree.create_leaf("sandbox", error);
+    ASSERT_TRUE(leaf.has_value()) << error;
+    Recorder rec;
+    RtStartStatus status;
+    auto rt = start_or_fail(test_config(), rec, status);
+    ASSERT_NE(rt, nullptr);
+    SLEEPER_OR_SKIP(p, leaf->dir_fd());
+    KillTarget t = signal_target(*p);
+    t.cgroup_kill_fd = leaf->kill_fd();
+    t.cgroup_events_fd = leaf->events_fd();
+    const std::uint64_t deadline = boottime_ns() + 30 * kMs;
+    rec.deadline_ns[4] = deadline;
+    ASSERT_TRUE(rt->arm(4, deadline, t));
+    const std::uint64_t seen_dead = await_death(*p);
+    ASSERT_TRUE(rec.await_kill(4));
+    const KillRecord r = rec.record[4];
+    EXPECT_EQ(r.path, KillPath::cgroup_kill);
+    EXPECT_EQ(r.error, 0);
+    EXPECT_GE(seen_dead + kG, deadline);
+    EXPECT_GE(r.issued_ns + kG, deadline);
+    EXPECT_GE(r.confirmed_ns, r.issued_ns);
+    EXPECT_EQ(leaf->populated(), 0);
+    const auto d = rt->disarm(4);
+    while (!rt->applied(d.seq)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    expect_killed_by_sigkill(*p);
+    EXPECT_EQ(leaf->remove(), 0);
+  }
+  EXPECT_EQ(::rmdir(cc.parent_path.c_str()), 0);
+}
+
+TEST(RtThread, FallsBackToNormalPriorityWithALoudWarning) {
+  Recorder rec;
+  RtConfig c = test_config();
+  c.priority = 50;
+  c.cpu = 0;
+  c.lock_memory = true;
+  c.system.set_fifo = [](int) { return -EPERM; };
+  c.system.lock_memory = [] { return -ENOMEM; };
+  c.system.pin_to_cpu = [](int) { return -EINVAL; };
+  RtStartStatus status;
+  auto rt = start_or_fail(c, rec, status);
+  ASSERT_NE(rt, nullptr);
+  EXPECT_FALSE(status.fifo);
+  EXPECT_EQ(status.fifo_error, -EPERM);
+  EXPECT_FALSE(status.memory_locked);
+  EXPECT_FALSE(status.pinned);
+  const std::string w = status.warnings(c);
+  EXPECT_NE(w.find("WARNING: rt thread runs at normal priority: SCHED_FIFO 50 refused (Operation not permitted)"),
+            std::string::npos) << w;
+  EXPECT_NE(w.find("mlockall failed (Cannot allocate memory)"), std::string::npos) << w;
+  EXPECT_NE(w.find("not pinned to CPU 0"), std::string::npos) << w;
+  // It still does its job at normal priority.
+  SLEEPER_OR_SKIP(p);
+  const std::uint64_t deadline = boottime_ns() + 20 * kMs;
+  rec.deadline_ns[5] = deadline;
+  ASSERT_TRUE(rt->arm(5, deadline, signal_target(*p)));
+  const std::uint64_t seen_dead = await_death(*p);
+  EXPECT_GE(seen_dead + kG, deadline);
+  expect_killed_by_sigkill(*p);
+}
+
+TEST(RtThread, RealSchedFifoAndPinningOnThisHost) {
+  Recorder rec;
+  RtConfig c = test_config();
+  c.cpu = 0;
+  RtStartStatus status;
+  auto rt = start_or_fail(c, rec, status);
+  ASSERT_NE(rt, nullptr);
+  std::printf("rt set-up on this host: fifo=%d (%d) pinned=%d (%d)%s\n", status.fifo, status.fifo_error,
+              status.pinned, status.pin_error, status.warnings(c).empty() ? "" : " with warnings");
+  EXPECT_TRUE(status.fifo || status.fifo_error != 0);
+  EXPECT_TRUE(status.pinned || status.pin_error != 0);
+  EXPECT_EQ(status.warnings(c).empty(), status.fifo && status.pinned);
+}
+
+TEST(KillSwitch, NothingToKillIsAnError) {
+  const KillRecord r = KillSwitch::kill(KillTarget{}, 123);
+  EXPECT_EQ(r.path, KillPath::none);
+  EXPECT_EQ(r.error, -EBADF);
+  EXPECT_EQ(r.deadline_ns, 123u);
+  EXPECT_EQ(KillSwitch::confirm_dead(KillTarget{}), -EBADF);
+}
+
+TEST(KillSwitch, SignalsPathKillsAndConfirms) {
+  SLEEPER_OR_SKIP(p);
+  const KillTarget t = signal_target(*p);
+  EXPECT_EQ(KillSwitch::confirm_dead(t), 0);
+  const KillRecord r = KillSwitch::kill(t, boottime_ns());
+  EXPECT_EQ(r.path, KillPath::signals);
+  EXPECT_EQ(r.error, 0);
+  EXPECT_GE(r.issued_ns, r.deadline_ns);
+  await_death(*p);
+  EXPECT_EQ(KillSwitch::confirm_dead(t), 1);
+  expect_killed_by_sigkill(*p);
+}
+
+}  // namespace
+}  // namespace leasehold
