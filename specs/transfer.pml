@@ -16,8 +16,9 @@
  *             complete_release, revoke (no cooperation from the owner), reassign.
  *   Node(n)   presents any token it holds to the resource, at any time.  The resource's
  *             FenceGate admits the write iff valid_fence: the token's epoch is at least the
- *             highest epoch it has seen, where what it has seen includes the record's
- *             current epoch, read when the write lands.
+ *             highest epoch the gate has seen.  The gate sees the epochs of the writes it
+ *             admits and, in the same step as any transition that moves the current epoch,
+ *             that new epoch (ANNOUNCE below).
  *
  * Safety only: nothing here claims a transfer completes (no fairness, no liveness).
  * Epochs are bounded by EPOCH_MAX (a transition that would pass it is disabled); each
@@ -26,8 +27,8 @@
  * Ablations:
  *   -DOLD_OWNER_KEEPS_EPOCH     begin_transfer leaves the epoch as it is; the new epoch is
  *                               allocated only when the release completes
- *   -DGATE_WITHOUT_AUTHORITY    the FenceGate knows only the epochs of writes it admitted
- *                               (it never learns the record's current epoch)
+ *   -DGATE_LEARNS_ONLY_FROM_WRITES   the FenceGate is never told that the epoch moved; it
+ *                               knows only the epochs of writes it admitted
  */
 
 #define NODES 2
@@ -58,12 +59,16 @@ bool admitted_in_transfer;  /* a write was admitted while the name was Transferr
 
 #define HAS(n, e)        ((issued[n] >> (e)) & 1)
 #define MAY(n)           (kind == OWNED && owner == (n) && HAS(n, cur))
-/* n holds a token the FenceGate would admit now: one at or above the highest epoch the
- * gate has seen (and, unless the gate is ablated, at or above the record's current epoch) */
-#ifdef GATE_WITHOUT_AUTHORITY
+/* n holds a token the FenceGate would admit now: one at or above the highest it has seen */
 #define PASSES(n)        ((issued[n] >> seen) != 0)
+
+/* Whenever the current epoch moves, it is admitted at the gate as part of the same step
+ * (FenceGate::admit(name, new_epoch) by whoever moved it, or a reply gate that re-reads
+ * the record), so the gate never lags the record. */
+#ifdef GATE_LEARNS_ONLY_FROM_WRITES
+#define ANNOUNCE         skip
 #else
-#define PASSES(n)        ((issued[n] >> seen) != 0 && (issued[n] >> cur) != 0)
+#define ANNOUNCE         if :: cur > seen -> seen = cur :: else fi
 #endif
 
 proctype Lockd()
@@ -82,6 +87,7 @@ end_idle:
 		kind = OWNED; owner = n; to = NOBODY;
 		issued[n] = issued[n] | (1 << cur);
 		stale_upto = cur - 1;                   /* every earlier grant is superseded */
+		ANNOUNCE;
 refused:	n = 0
 	   }
 	:: atomic {    /* release by the holder (LeaseTable::release): Held -> Free, epoch = */
@@ -92,26 +98,30 @@ refused:	n = 0
 		kind = TRANSFERRING; to = 1 - owner; old = cur;
 		stale_upto = old;                       /* the owner agreed to hand over */
 #ifndef OLD_OWNER_KEEPS_EPOCH
-		cur++
+		cur++;
 #endif
+		ANNOUNCE
 	   }
 	:: atomic {    /* complete_release: Transferring -> Free{reserved_for = to} */
 		kind == TRANSFERRING ->
 #ifdef OLD_OWNER_KEEPS_EPOCH
 		cur++;
+		ANNOUNCE;
 #endif
 		kind = UNOWNED; owner = NOBODY; old = 0
 	   }
 	:: atomic {    /* revoke (coordinator, no cooperation): -> Free, +1 */
 		kind != UNOWNED && cur < EPOCH_MAX ->
 		stale_upto = cur;
-		kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0; cur++
+		kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0; cur++;
+		ANNOUNCE
 	   }
 	:: atomic {    /* reassign: Free -> Free reserved for n, +1 */
 		kind == UNOWNED && cur < EPOCH_MAX ->
 		select(n : 0 .. NODES-1);
 		stale_upto = cur;
-		to = n; cur++; n = 0
+		to = n; cur++; n = 0;
+		ANNOUNCE
 	   }
 	od
 }
@@ -126,10 +136,7 @@ end_idle:
 		select(e : 1 .. EPOCH_MAX);
 		if
 		:: HAS(me, e) ->
-			/* FenceGate::admit: valid_fence(e) := e >= highest seen */
-#ifndef GATE_WITHOUT_AUTHORITY
-			if :: cur > seen -> seen = cur :: else fi;   /* the gate reads the record */
-#endif
+			/* FenceGate::admit: valid_fence(e) := e >= highest seen; admitting raises it */
 			if
 			:: e >= seen ->
 				seen = e;
