@@ -53,6 +53,11 @@ struct LoopConfig {
   unsigned sockets_max = 256;          ///< UDP sockets with a multishot recvmsg
   unsigned polls_max = 256;            ///< polled fds
   unsigned recv_error_rearms_max = 8;  ///< consecutive receive errors before a socket is given up
+  /// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN (Linux 6.1): completion work runs only when the
+  /// loop waits, which costs less CPU per round trip (see perf/loop). Then the thread that calls create() must
+  /// be the one that runs the loop (the kernel refuses submissions from any other thread).
+  /// Falls back to the default mode on older kernels.
+  bool single_issuer = false;
 };
 
 /// Bytes of each receive buffer taken by the multishot recvmsg layout: io_uring_recvmsg_out,
@@ -220,6 +225,7 @@ class EventLoop {
   LoopConfig config_;
   io_uring ring_{};
   bool ring_ready_ = false;
+  bool defer_taskrun_ = false;
   bool boottime_ = false;
   bool dispatching_ = false;
 
