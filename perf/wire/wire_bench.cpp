@@ -1,0 +1,198 @@
+// Wire codec benchmark (issue "io_uring transport and the wire protocol", Performance): encode +
+// decode of a 64-entry heartbeat batch — split into ceil(64 / kHeartbeatEntriesMax) = 3 datagrams,
+// as a supervisor sends it — with the HMAC-SHA256 tag (sign + verify) and without it, next to a
+// memcpy of the same datagram bytes measured in the same run. At the end it prints ns per batch
+// and each variant's ratio to the memcpy.
+#include "io/auth.hpp"
+#include "io/protocol.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace leasehold;
+using namespace leasehold::wire;
+
+constexpr std::size_t kBatchEntries = 64;
+
+struct Batch {
+  std::vector<Heartbeat> parts;
+  std::vector<Datagram> datagrams;  // the encoded batch (signed)
+  std::size_t bytes = 0;            // total datagram bytes
+};
+
+const WireKey& key() {
+  static const WireKey k{std::vector<std::uint8_t>(kKeyBytesMin, 0x6B)};
+  return k;
+}
+
+const Batch& batch() {
+  static const Batch b = [] {
+    Batch x;
+    std::vector<HeartbeatEntry> entries;
+    for (std::uint64_t i = 0; i < kBatchEntries; ++i)
+      entries.push_back(HeartbeatEntry{NameId{0x1000 + i, 0x77 * i}, SandboxId{0x2000 + i, 0x99 * i}, 100 + i});
+    x.parts = split_heartbeat(entries, 3000);
+    Authenticator auth(key());
+    std::uint64_t seq = 1;
+    for (const Heartbeat& part : x.parts) {
+      Header h;
+      h.sender = WorkerId{1, 2};
+      h.seq = seq;
+      h.request_id = seq++;
+      Datagram& d = x.datagrams.emplace_back();
+      d.size = static_cast<std::uint16_t>(encode(h, part, &auth, d.buffer()).bytes);
+      x.bytes += d.size;
+    }
+    return x;
+  }();
+  return b;
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const Batch& b = batch();
+  std::vector<Datagram> out(b.datagrams.size());
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < b.datagrams.size(); ++i) {
+      std::memcpy(out[i].bytes.data(), b.datagrams[i].bytes.data(), b.datagrams[i].size);
+      benchmark::DoNotOptimize(out[i].bytes.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(b.bytes));
+}
+
+// encode every part of the batch, then decode every datagram (verifying the tag if auth).
+void encode_decode(benchmark::State& state, Authenticator* auth) {
+  const Batch& b = batch();
+  std::vector<Datagram> out(b.parts.size());
+  Header h;
+  h.sender = WorkerId{1, 2};
+  std::uint64_t seq = 1;
+  std::size_t entries = 0;
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < b.parts.size(); ++i) {
+      h.seq = seq;
+      h.request_id = seq++;
+      const EncodeResult r = encode(h, b.parts[i], auth, out[i].buffer());
+      out[i].size = static_cast<std::uint16_t>(r.bytes);
+    }
+    entries = 0;
+    for (const Datagram& d : out) {
+      const DecodeResult r = decode(d.view(), auth);
+      if (!r) state.SkipWithError(r.detail.c_str());
+      entries += std::get<Heartbeat>(r.body).entries.size();
+      benchmark::DoNotOptimize(r.body);
+    }
+  }
+  if (entries != kBatchEntries) state.SkipWithError("lost heartbeat entries");
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(b.bytes));
+}
+
+void BM_EncodeDecode_Hmac(benchmark::State& state) {
+  Authenticator auth(key());
+  encode_decode(state, &auth);
+}
+
+void BM_EncodeDecode_NoHmac(benchmark::State& state) { encode_decode(state, nullptr); }
+
+// The halves, without the tag: where the codec's time goes.
+void BM_Encode_NoHmac(benchmark::State& state) {
+  const Batch& b = batch();
+  std::vector<Datagram> out(b.parts.size());
+  Header h;
+  h.sender = WorkerId{1, 2};
+  h.seq = 1;
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < b.parts.size(); ++i) {
+      out[i].size = static_cast<std::uint16_t>(encode(h, b.parts[i], nullptr, out[i].buffer()).bytes);
+      benchmark::DoNotOptimize(out[i].bytes.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_Decode_NoHmac(benchmark::State& state) {
+  const Batch& b = batch();
+  for (auto _ : state) {
+    for (const Datagram& d : b.datagrams) {
+      const DecodeResult r = decode(d.view(), nullptr);
+      benchmark::DoNotOptimize(r.body);
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// Only the authentication: sign + verify of the batch's datagrams.
+void BM_SignVerify(benchmark::State& state) {
+  Authenticator auth(key());
+  std::vector<Datagram> d = batch().datagrams;
+  for (auto _ : state) {
+    for (Datagram& x : d) {
+      auth.sign(std::span<std::uint8_t>(x.bytes.data(), x.size));
+      if (!auth.verify(x.view())) state.SkipWithError("tag mismatch");
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK(BM_Memcpy)->MinTime(0.5);
+BENCHMARK(BM_EncodeDecode_Hmac)->MinTime(0.5);
+BENCHMARK(BM_EncodeDecode_NoHmac)->MinTime(0.5);
+BENCHMARK(BM_Encode_NoHmac)->MinTime(0.5);
+BENCHMARK(BM_Decode_NoHmac)->MinTime(0.5);
+BENCHMARK(BM_SignVerify)->MinTime(0.5);
+
+// Console output plus, at the end, ns per 64-entry batch and the ratio to memcpy.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const auto& r : runs) {
+      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
+      const auto it = r.counters.find("items_per_second");
+      if (it == r.counters.end() || it->second.value <= 0) continue;
+      ns_per_batch_[r.benchmark_name()] = 1e9 / it->second.value;
+    }
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    const Batch& b = batch();
+    const double base = get("BM_Memcpy");
+    std::printf("\n%zu-entry heartbeat = %zu datagrams, %zu bytes; ns per batch and ratio to memcpy:\n",
+                kBatchEntries, b.datagrams.size(), b.bytes);
+    for (const char* name : {"BM_Memcpy", "BM_EncodeDecode_NoHmac", "BM_EncodeDecode_Hmac", "BM_Encode_NoHmac",
+                             "BM_Decode_NoHmac", "BM_SignVerify"}) {
+      const double v = get(name);
+      std::printf("%-24s %10.1f ns %10.1fx\n", name + 3, v, base > 0 ? v / base : 0.0);
+    }
+  }
+
+ private:
+  double get(const std::string& name) const {
+    for (const auto& [k, v] : ns_per_batch_)
+      if (k.rfind(name, 0) == 0) return v;
+    return 0.0;
+  }
+  std::map<std::string, double> ns_per_batch_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
