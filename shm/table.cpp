@@ -407,10 +407,12 @@ Stats& TableWriter::stats() const noexcept {
 namespace {
 
 // Seqlock write section (io thread only): odd while the descriptive fields change.
+// Fence-free form: every field store inside the section is a release store, so the odd
+// `seq` is visible before any new field value; readers load the fields with acquire, so the
+// closing `seq` load cannot move above them (on x86 both are plain moves).
 struct SeqWrite {
   explicit SeqWrite(Slot& s) noexcept : slot(s), seq(s.seq.load(std::memory_order_relaxed)) {
     slot.seq.store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
   }
   ~SeqWrite() { slot.seq.store(seq + 2, std::memory_order_release); }
   SeqWrite(const SeqWrite&) = delete;
@@ -461,15 +463,15 @@ ClaimResult TableWriter::claim(SandboxId sandbox, std::uint64_t now_ns) {
   Slot& s = *slot_ptr(i);
   {
     SeqWrite w(s);
-    const std::uint32_t gen = s.generation.load(std::memory_order_relaxed) + 1;
-    s.generation.store(gen, std::memory_order_relaxed);
+    const std::uint32_t gen = s.generation.load(std::memory_order_acquire) + 1;
+    s.generation.store(gen, std::memory_order_release);
     s.check_word.store(0, std::memory_order_release);
     s.valid_until_ns.store(0, std::memory_order_release);
-    s.sandbox_hi.store(sandbox.hi, std::memory_order_relaxed);
-    s.sandbox_lo.store(sandbox.lo, std::memory_order_relaxed);
-    s.name_hi.store(0, std::memory_order_relaxed);
-    s.name_lo.store(0, std::memory_order_relaxed);
-    s.info.store(pack_info(SlotState::claimed, {}), std::memory_order_relaxed);
+    s.sandbox_hi.store(sandbox.hi, std::memory_order_release);
+    s.sandbox_lo.store(sandbox.lo, std::memory_order_release);
+    s.name_hi.store(0, std::memory_order_release);
+    s.name_lo.store(0, std::memory_order_release);
+    s.info.store(pack_info(SlotState::claimed, {}), std::memory_order_release);
     r.generation = gen;
   }
   r.slot = i;
@@ -496,9 +498,9 @@ TableErrc TableWriter::publish(std::uint32_t slot, NameId name, std::string_view
       return TableErrc::revoked;  // only the rt thread's revoke changes it under us
     s->valid_until_ns.store(valid_until_ns, std::memory_order_release);
   }
-  s->name_hi.store(name.hi, std::memory_order_relaxed);
-  s->name_lo.store(name.lo, std::memory_order_relaxed);
-  s->info.store(pack_info(SlotState::published, name_text), std::memory_order_relaxed);
+  s->name_hi.store(name.hi, std::memory_order_release);
+  s->name_lo.store(name.lo, std::memory_order_release);
+  s->info.store(pack_info(SlotState::published, name_text), std::memory_order_release);
   if (cur != epoch) {
     std::uint64_t expect = 0;
     if (!s->check_word.compare_exchange_strong(expect, epoch, std::memory_order_release,
@@ -528,7 +530,7 @@ TableErrc TableWriter::free(std::uint32_t slot, std::uint64_t now_ns) noexcept {
     SeqWrite w(*s);
     s->check_word.store(0, std::memory_order_release);  // clears a revoke too: nobody holds it
     s->valid_until_ns.store(0, std::memory_order_release);
-    s->info.store(pack_info(SlotState::cooling, {}), std::memory_order_relaxed);
+    s->info.store(pack_info(SlotState::cooling, {}), std::memory_order_release);
   }
   freed_at_ns_[slot] = now_ns == 0 ? 1 : now_ns;
   free_ring_[(free_head_ + free_len_) % slot_count_] = slot;
@@ -648,15 +650,14 @@ TableErrc TableReader::snapshot(std::uint32_t index, SlotSnapshot& out) const no
   for (std::uint32_t attempt = 0; attempt < kSnapshotRetriesMax; ++attempt) {
     const std::uint32_t s1 = s.seq.load(std::memory_order_acquire);
     if (s1 & 1u) continue;
-    const std::uint32_t gen = s.generation.load(std::memory_order_relaxed);
-    const std::uint64_t word = s.check_word.load(std::memory_order_relaxed);
-    const std::uint64_t until = s.valid_until_ns.load(std::memory_order_relaxed);
-    const std::uint64_t shi = s.sandbox_hi.load(std::memory_order_relaxed);
-    const std::uint64_t slo = s.sandbox_lo.load(std::memory_order_relaxed);
-    const std::uint64_t nhi = s.name_hi.load(std::memory_order_relaxed);
-    const std::uint64_t nlo = s.name_lo.load(std::memory_order_relaxed);
-    const std::uint64_t info = s.info.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    const std::uint32_t gen = s.generation.load(std::memory_order_acquire);
+    const std::uint64_t word = s.check_word.load(std::memory_order_acquire);
+    const std::uint64_t until = s.valid_until_ns.load(std::memory_order_acquire);
+    const std::uint64_t shi = s.sandbox_hi.load(std::memory_order_acquire);
+    const std::uint64_t slo = s.sandbox_lo.load(std::memory_order_acquire);
+    const std::uint64_t nhi = s.name_hi.load(std::memory_order_acquire);
+    const std::uint64_t nlo = s.name_lo.load(std::memory_order_acquire);
+    const std::uint64_t info = s.info.load(std::memory_order_acquire);
     if (s.seq.load(std::memory_order_relaxed) != s1) continue;
     out = SlotSnapshot{};
     out.index = index;

@@ -20,7 +20,9 @@
 //    the CAS that installs the new one; check_deadline reloads the check word after loading
 //    valid_until_ns (acquire), so a deadline is never paired with another epoch.
 //  * The descriptive fields (generation, sandbox, name, state) are guarded by a seqlock
-//    (Slot::seq, odd while the io thread writes): snapshot() retries at most
+//    (Slot::seq, odd while the io thread writes). Fence-free: the io thread stores seq+1
+//    (relaxed), then every field with release, then seq+2 with release; snapshot() loads seq
+//    with acquire, every field with acquire, then seq again, retries at most
 //    kSnapshotRetriesMax times and never returns a torn record.
 //  * heartbeat_ns is stored with release, loaded with acquire. 0 means "closed".
 //
