@@ -65,7 +65,7 @@ void BM_Check(benchmark::State& state) {
   const Slot& s = *small().reader->slot(3);
   Epoch e = kEpoch;
   benchmark::DoNotOptimize(e);
-  std::uint64_t ok = 0;
+  benchmark::IterationCount ok = 0;
   for (auto _ : state) {
     bool v = TableReader::check(s, e);
     benchmark::DoNotOptimize(v);
@@ -126,7 +126,7 @@ void BM_CheckDeadline(benchmark::State& state) {
   small().writer->heartbeat(boottime_ns());
   Epoch e = kEpoch;
   benchmark::DoNotOptimize(e);
-  std::uint64_t ok = 0;
+  benchmark::IterationCount ok = 0;
   for (auto _ : state) {
     bool v = r.check_deadline(3, e);
     benchmark::DoNotOptimize(v);
