@@ -4,12 +4,25 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <new>
 #include <map>
 #include <random>
 #include <set>
 #include <vector>
+
+// Counts every operator new in this test binary, so the wheel's "no allocation after
+// construction" (the rt thread uses it) is asserted, not assumed.
+static std::atomic<std::uint64_t> g_allocations{0};
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace leasehold {
 namespace {
@@ -225,6 +238,27 @@ TEST(DeadlineWheel, CallbackMayCancelOthersInTheSameTick) {
   });
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(w.size(), 0u);
+}
+
+TEST(DeadlineWheel, NoAllocationAfterConstruction) {
+  const std::uint64_t at_start = g_allocations.load();
+  DeadlineWheel w(4096, kG, kStart);
+  ASSERT_GT(g_allocations.load(), at_start) << "the counting operator new is not in effect";
+  std::vector<TimerHandle> handles;
+  handles.reserve(4096);
+  const std::uint64_t before = g_allocations.load();
+  for (std::uint64_t i = 0; i < 4096; ++i) {
+    handles.push_back(w.schedule(kStart + (i * 7919 % 100'000) * kG, i).handle);
+  }
+  for (std::uint64_t i = 0; i < 4096; i += 3) w.reschedule(handles[i], kStart + (1ull << 40));
+  for (std::uint64_t i = 1; i < 4096; i += 3) w.cancel(handles[i]);
+  std::uint64_t fired = 0;
+  w.advance(kStart + 200'000 * kG, [&](const DueTimer& d) {
+    ++fired;
+    return d.payload % 2 == 0 ? Rearm::at(d.deadline_ns + 1000 * kG) : Rearm::none();
+  });
+  EXPECT_GT(fired, 0u);
+  EXPECT_EQ(g_allocations.load(), before) << "the wheel allocated after construction";
 }
 
 // The reference model: a multiset of (tick, id). Firing = everything with tick <= target.
