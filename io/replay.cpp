@@ -64,6 +64,16 @@ EncodeResult Sender::seal(std::uint64_t request_id, const Body& body, Datagram& 
 
 // ---- Receiver ----------------------------------------------------------------------------------
 
+std::string_view to_string(Verdict v) noexcept {
+  switch (v) {
+    case Verdict::deliver: return "deliver";
+    case Verdict::resend: return "resend";
+    case Verdict::answer_error: return "answer_error";
+    case Verdict::drop: return "drop";
+  }
+  return "unknown";
+}
+
 Error error_answer(const Admission& a) {
   Error e;
   e.code = error_code_of(a.reason);
@@ -93,7 +103,7 @@ std::uint64_t request_digest(std::span<const std::uint8_t> datagram, const Heade
     x *= 0x100000001b3ULL;
   };
   mix(static_cast<std::uint8_t>(h.type));
-  const std::size_t end = std::min<std::size_t>(datagram.size(), kHeaderBytes + h.payload_len);
+  const std::size_t end = std::min<std::size_t>(datagram.size() - kTagBytes, kHeaderBytes + h.payload_len);
   for (std::size_t i = kHeaderBytes; i < end; ++i) mix(datagram[i]);
   return x;
 }
@@ -158,7 +168,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram) {
       // Authentic: the sender deserves an answer. decode() gives the text.
       a.verdict = Verdict::answer_error;
       a.detail = decode(datagram, nullptr).detail;
-      a.key = RequestKey{h.sender, h.request_id, 0};
+      a.key = RequestKey{h.sender, h.request_id, request_digest(datagram, h)};
     } else {
       a.verdict = Verdict::drop;
       a.detail = std::string(to_string(header_error));

@@ -33,6 +33,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace leasehold::wire {
@@ -93,6 +94,8 @@ enum class Verdict : std::uint8_t {
                  ///< addressed to message.header.sender / request_id (see error_answer())
   drop,          ///< not authentic (or malformed before the tag): drop silently, it is counted
 };
+
+std::string_view to_string(Verdict v) noexcept;
 
 /// Identifies a request for the response cache: (sender, request_id) plus a digest of the
 /// request's type and payload, so a request id reused for a *different* request is not answered

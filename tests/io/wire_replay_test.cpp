@@ -172,6 +172,58 @@ TEST_F(WireReceiver, MalformedAuthenticPayloadIsAnsweredAndItsSeqRecorded) {
   EXPECT_EQ(receiver.admit(d).reason, DecodeError::replayed);
 }
 
+// Each kind of bad datagram, through one receiver: the right verdict, and counted under its own
+// reason exactly once.
+TEST_F(WireReceiver, EveryRejectionIsCountedUnderItsReason) {
+  Authenticator auth(kKey);
+  auto resigned = [&](Bytes d, auto&& mutate) {
+    mutate(d);
+    auth.sign(d);
+    return d;
+  };
+  const Bytes good = seal(client, 1, Revoke{samples::nid(1)});
+  struct Case {
+    const char* what;
+    Bytes datagram;
+    Verdict verdict;
+    DecodeError reason;
+  };
+  Bytes oversized = good;
+  oversized.resize(kDatagramBytesMax + 1);
+  Bytes wrong_tag = good;
+  wrong_tag.back() ^= 0x80;
+  std::vector<Case> cases;
+  cases.push_back({"truncated", Bytes(good.begin(), good.begin() + 50), Verdict::drop, DecodeError::truncated});
+  cases.push_back({"oversized", oversized, Verdict::drop, DecodeError::oversized});
+  cases.push_back({"bad magic", resigned(seal(client, 2, Stats{}), [](Bytes& d) { d[1] = 'X'; }), Verdict::drop,
+                   DecodeError::bad_magic});
+  cases.push_back({"wrong hmac", wrong_tag, Verdict::drop, DecodeError::bad_tag});
+  cases.push_back({"unknown version", resigned(seal(client, 3, Stats{}), [](Bytes& d) { d[4] = 0; }),
+                   Verdict::answer_error, DecodeError::unknown_version});
+  cases.push_back({"unknown type", resigned(seal(client, 4, Stats{}), [](Bytes& d) { d[5] = 0x20; }),
+                   Verdict::answer_error, DecodeError::unknown_type});
+  cases.push_back({"wrong length", resigned(seal(client, 5, Stats{}), [](Bytes& d) { d[40] = 3; }),
+                   Verdict::answer_error, DecodeError::length_mismatch});
+  cases.push_back({"fresh", good, Verdict::deliver, DecodeError::none});
+  cases.push_back({"replayed", good, Verdict::answer_error, DecodeError::replayed});
+  for (const Case& c : cases) {
+    const Admission a = receiver.admit(c.datagram);
+    EXPECT_EQ(a.verdict, c.verdict) << c.what << ": " << to_string(a.verdict) << " " << a.detail;
+    EXPECT_EQ(a.reason, c.reason) << c.what << ": " << to_string(a.reason);
+    EXPECT_FALSE(a.verdict != Verdict::deliver && a.detail.empty()) << c.what;
+  }
+  const DecodeStats& st = receiver.stats();
+  for (const Case& c : cases) {
+    if (c.reason != DecodeError::none) {
+      EXPECT_EQ(st[c.reason], 1u) << c.what;
+    }
+  }
+  EXPECT_EQ(st.accepted, 1u);
+  std::uint64_t total = 0;
+  for (auto n : st.rejected) total += n;
+  EXPECT_EQ(total, cases.size() - 1);
+}
+
 TEST(WireReceiverLimits, LeastRecentlyHeardSenderIsEvicted) {
   Receiver receiver(kKey, Receiver::Limits{2, 8});
   Sender a{samples::wid(1), 100, kKey}, b{samples::wid(2), 100, kKey}, c{samples::wid(3), 100, kKey};
