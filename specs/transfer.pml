@@ -34,7 +34,7 @@
 #define NODES 2
 #define NOBODY 255
 #ifndef EPOCH_MAX
-#define EPOCH_MAX 5
+#define EPOCH_MAX 7
 #endif
 
 #define OWNED        0
