@@ -1,6 +1,8 @@
 # io/loop.cmake: the io_uring event loop, its start-up probe, UDP helpers and the request
 # client (library leasehold_io). Independent of the codec (leasehold_wire): the client takes
 # a request-id extractor from whoever owns the message format.
+include_guard(GLOBAL)
+
 add_library(leasehold_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/udp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/probe.cpp
