@@ -13,18 +13,18 @@
 
 namespace leasehold {
 
-std::uint64_t boottime_ns() noexcept {
+std::uint64_t KillSwitch::now_ns() noexcept {
   timespec ts{};
   ::clock_gettime(CLOCK_BOOTTIME, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-int pidfd_signal(int pidfd, int sig) noexcept {
+int KillSwitch::pidfd_signal(int pidfd, int sig) noexcept {
   if (pidfd < 0) return -EBADF;
   return ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0 ? 0 : -errno;
 }
 
-int pidfd_exited(int pidfd) noexcept {
+int KillSwitch::pidfd_exited(int pidfd) noexcept {
   if (pidfd < 0) return -EBADF;
   pollfd p{pidfd, POLLIN, 0};
   const int r = ::poll(&p, 1, 0);
@@ -40,7 +40,7 @@ KillRecord KillSwitch::kill(const KillTarget& target, std::uint64_t deadline_ns)
     const int r = cgroup_kill_fd(target.cgroup_kill_fd);
     if (r == 0) {
       rec.path = KillPath::cgroup_kill;
-      rec.issued_ns = boottime_ns();
+      rec.issued_ns = now_ns();
       return rec;
     }
     rec.error = r;  // fall through to signals
@@ -61,7 +61,7 @@ KillRecord KillSwitch::kill(const KillTarget& target, std::uint64_t deadline_ns)
       rec.error = -errno;
     }
   }
-  rec.issued_ns = boottime_ns();
+  rec.issued_ns = now_ns();
   if (delivered) {
     rec.path = KillPath::signals;
     rec.error = 0;

@@ -45,18 +45,18 @@ struct KillRecord {
   KillPath path = KillPath::none;
 };
 
-/// CLOCK_BOOTTIME now, in ns (DESIGN.md "Time").
-std::uint64_t boottime_ns() noexcept;
-
-/// pidfd_send_signal(pidfd, sig) (glibc 2.36's wrapper lacks C++ linkage). 0 or -errno.
-int pidfd_signal(int pidfd, int sig) noexcept;
-
-/// 1 if the pidfd's process has exited (pidfd readable; poll with timeout 0), 0 if running,
-/// -errno on error.
-int pidfd_exited(int pidfd) noexcept;
-
 class KillSwitch {
  public:
+  /// CLOCK_BOOTTIME now, in ns (DESIGN.md "Time"): the clock of every KillRecord.
+  static std::uint64_t now_ns() noexcept;
+
+  /// pidfd_send_signal(pidfd, sig) (glibc 2.36's wrapper lacks C++ linkage). 0 or -errno.
+  static int pidfd_signal(int pidfd, int sig) noexcept;
+
+  /// 1 if the pidfd's process has exited (pidfd readable; poll with timeout 0), 0 if running,
+  /// -errno on error.
+  static int pidfd_exited(int pidfd) noexcept;
+
   /// Kills the target: cgroup.kill when `cgroup_kill_fd` is set and the write succeeds; else
   /// (or if it fails) pidfd_send_signal(SIGKILL) and kill(-pgid, SIGKILL). A process that is
   /// already gone (ESRCH) counts as delivered. Returns the record with issued_ns set.

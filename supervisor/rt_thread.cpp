@@ -15,6 +15,9 @@
 namespace leasehold {
 namespace {
 
+// Stack the rt loop may touch (it calls into the kernel and the hooks, never deep recursion).
+constexpr std::size_t kRtStackPrefaultBytes = 64 * 1024;
+
 enum Op : std::uint8_t { kArm = 1, kDisarm, kKillNow };
 
 struct RtCommand {
@@ -87,7 +90,7 @@ struct SlotState {
 
 struct RtThread::Impl {
   Impl(const RtConfig& c, const RtHooks& h)
-      : config(c), hooks(h), wheel(c.slots, c.granularity_ns, boottime_ns()), slots(c.slots) {
+      : config(c), hooks(h), wheel(c.slots, c.granularity_ns, KillSwitch::now_ns()), slots(c.slots) {
     pending.reserve(kRtPendingKillsMax);
     pollfds.resize(kRtPendingKillsMax);
   }
@@ -119,7 +122,15 @@ struct RtThread::Impl {
     if (config.lock_memory) {
       status.lock_error = config.system.lock_memory ? config.system.lock_memory() : -ENOSYS;
       status.memory_locked = status.lock_error == 0;
+      if (status.memory_locked) prefault_stack();
     }
+  }
+
+  // With MCL_FUTURE the stack pages are locked once touched: touch the depth the loop may use
+  // now, so the first deadline does not page-fault.
+  static void prefault_stack() {
+    volatile unsigned char stack[kRtStackPrefaultBytes];
+    for (std::size_t i = 0; i < sizeof stack; i += 4096) stack[i] = 0;
   }
 
   void report(std::uint32_t slot, const KillRecord& rec) {
@@ -162,7 +173,7 @@ struct RtThread::Impl {
       return;
     }
     if (KillSwitch::confirm_dead(s.target) == 1) {
-      s.record.confirmed_ns = boottime_ns();
+      s.record.confirmed_ns = KillSwitch::now_ns();
       report(slot, s.record);
       return;
     }
@@ -236,7 +247,7 @@ struct RtThread::Impl {
   std::uint64_t wait_for(std::uint64_t tick_ns) {
     std::uint32_t waits = 0;
     for (;;) {
-      std::uint64_t now = boottime_ns();
+      std::uint64_t now = KillSwitch::now_ns();
       if (now >= tick_ns) return now;
       if (pending.empty() || waits >= kRtWaitsPerTickMax) {
         const timespec ts = to_timespec(tick_ns);
@@ -253,7 +264,7 @@ struct RtThread::Impl {
       }
       const timespec rel = to_timespec(tick_ns - now);
       ::ppoll(pollfds.data(), n, &rel, nullptr);
-      confirm_pending(boottime_ns());
+      confirm_pending(KillSwitch::now_ns());
     }
   }
 
@@ -287,11 +298,11 @@ struct RtThread::Impl {
         kill_slot(slot, deadline);
         return Rearm::none();
       });
-      confirm_pending(boottime_ns());
+      confirm_pending(KillSwitch::now_ns());
       processed_until_ns.store(wheel.next_tick_ns(), std::memory_order_release);
     }
     // Leaving: report kills still unconfirmed, so none is lost from the stats.
-    const std::uint64_t now = boottime_ns();
+    const std::uint64_t now = KillSwitch::now_ns();
     while (!pending.empty()) {
       const std::uint32_t slot = pending.back();
       finish_pending(slot, -ECANCELED, now);

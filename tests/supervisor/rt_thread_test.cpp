@@ -44,7 +44,7 @@ struct Recorder {
       return static_cast<Recorder*>(c)->deadline_ns[slot].load(std::memory_order_acquire);
     };
     h.revoke_slot = [](void* c, std::uint32_t slot) {
-      static_cast<Recorder*>(c)->revoked_ns[slot].store(boottime_ns(), std::memory_order_release);
+      static_cast<Recorder*>(c)->revoked_ns[slot].store(KillSwitch::now_ns(), std::memory_order_release);
     };
     h.record_lateness = [](void* c, std::uint64_t) {
       static_cast<Recorder*>(c)->lateness_samples.fetch_add(1, std::memory_order_relaxed);
@@ -100,7 +100,7 @@ std::optional<SandboxProcess> spawn_sleep(SpawnError& err, int cgroup_dir_fd = -
 std::uint64_t await_death(const SandboxProcess& p) {
   pollfd fd{p.pidfd(), POLLIN, 0};
   EXPECT_EQ(::poll(&fd, 1, kHangGuardMs), 1) << "sandbox was never killed";
-  return boottime_ns();
+  return KillSwitch::now_ns();
 }
 
 void expect_killed_by_sigkill(const SandboxProcess& p) {
@@ -141,7 +141,7 @@ TEST(RtThread, KillsAtTheDeadlineNeverBeforeOneGranularityEarly) {
   auto rt = start_or_fail(test_config(), rec, status);
   ASSERT_NE(rt, nullptr);
   SLEEPER_OR_SKIP(p);
-  const std::uint64_t deadline = boottime_ns() + 50 * kMs;
+  const std::uint64_t deadline = KillSwitch::now_ns() + 50 * kMs;
   rec.deadline_ns[0] = deadline;
   const auto s = rt->arm(0, deadline, signal_target(*p));
   ASSERT_TRUE(s) << describe(s.refusal);
@@ -171,7 +171,7 @@ TEST(RtThread, LazyRearmExtendsLife) {
   auto rt = start_or_fail(test_config(), rec, status);
   ASSERT_NE(rt, nullptr);
   SLEEPER_OR_SKIP(p);
-  const std::uint64_t first = boottime_ns() + 30 * kMs;
+  const std::uint64_t first = KillSwitch::now_ns() + 30 * kMs;
   const std::uint64_t extended = first + 150 * kMs;
   rec.deadline_ns[1] = extended;  // a heartbeat moved it before the first deadline came due
   ASSERT_TRUE(rt->arm(1, first, signal_target(*p)));
@@ -191,7 +191,7 @@ TEST(RtThread, DisarmPreventsTheKill) {
   auto rt = start_or_fail(test_config(), rec, status);
   ASSERT_NE(rt, nullptr);
   SLEEPER_OR_SKIP(p);
-  const std::uint64_t deadline = boottime_ns() + 20 * kMs;
+  const std::uint64_t deadline = KillSwitch::now_ns() + 20 * kMs;
   rec.deadline_ns[2] = deadline;
   ASSERT_TRUE(rt->arm(2, deadline, signal_target(*p)));
   const auto d = rt->disarm(2);
@@ -202,10 +202,10 @@ TEST(RtThread, DisarmPreventsTheKill) {
   }
   ASSERT_GT(rt->counters().processed_until_ns, deadline + kG);
   EXPECT_TRUE(rt->applied(d.seq));
-  EXPECT_EQ(pidfd_exited(p->pidfd()), 0) << "a disarmed sandbox must not be killed";
+  EXPECT_EQ(KillSwitch::pidfd_exited(p->pidfd()), 0) << "a disarmed sandbox must not be killed";
   EXPECT_EQ(rec.kills[2].load(), 0);
   EXPECT_EQ(rec.revoked_ns[2].load(), 0u);
-  ASSERT_EQ(pidfd_signal(p->pidfd(), SIGKILL), 0);
+  ASSERT_EQ(KillSwitch::pidfd_signal(p->pidfd(), SIGKILL), 0);
   expect_killed_by_sigkill(*p);
 }
 
@@ -215,10 +215,10 @@ TEST(RtThread, KillNowIgnoresTheDeadline) {
   auto rt = start_or_fail(test_config(), rec, status);
   ASSERT_NE(rt, nullptr);
   SLEEPER_OR_SKIP(p);
-  const std::uint64_t far = boottime_ns() + 3600 * 1000 * kMs;
+  const std::uint64_t far = KillSwitch::now_ns() + 3600 * 1000 * kMs;
   rec.deadline_ns[3] = far;
   ASSERT_TRUE(rt->arm(3, far, signal_target(*p)));
-  const std::uint64_t asked = boottime_ns();
+  const std::uint64_t asked = KillSwitch::now_ns();
   ASSERT_TRUE(rt->kill_now(3));
   await_death(*p);
   ASSERT_TRUE(rec.await_kill(3));
@@ -232,7 +232,7 @@ TEST(RtThread, RefusesBadSlotsAndCommandsAfterStop) {
   RtStartStatus status;
   auto rt = start_or_fail(test_config(), rec, status);
   ASSERT_NE(rt, nullptr);
-  EXPECT_EQ(rt->arm(kSlots, boottime_ns(), KillTarget{}).refusal, RtRefusal::bad_slot);
+  EXPECT_EQ(rt->arm(kSlots, KillSwitch::now_ns(), KillTarget{}).refusal, RtRefusal::bad_slot);
   rt->stop();
   EXPECT_EQ(rt->disarm(0).refusal, RtRefusal::stopped);
   rt->stop();  // idempotent
@@ -259,7 +259,7 @@ TEST(RtThread, KillsThroughCgroupKillInCgroupMode) {
     KillTarget t = signal_target(*p);
     t.cgroup_kill_fd = leaf->kill_fd();
     t.cgroup_events_fd = leaf->events_fd();
-    const std::uint64_t deadline = boottime_ns() + 30 * kMs;
+    const std::uint64_t deadline = KillSwitch::now_ns() + 30 * kMs;
     rec.deadline_ns[4] = deadline;
     ASSERT_TRUE(rt->arm(4, deadline, t));
     const std::uint64_t seen_dead = await_death(*p);
@@ -302,7 +302,7 @@ TEST(RtThread, FallsBackToNormalPriorityWithALoudWarning) {
   EXPECT_NE(w.find("not pinned to CPU 0"), std::string::npos) << w;
   // It still does its job at normal priority.
   SLEEPER_OR_SKIP(p);
-  const std::uint64_t deadline = boottime_ns() + 20 * kMs;
+  const std::uint64_t deadline = KillSwitch::now_ns() + 20 * kMs;
   rec.deadline_ns[5] = deadline;
   ASSERT_TRUE(rt->arm(5, deadline, signal_target(*p)));
   const std::uint64_t seen_dead = await_death(*p);
@@ -336,7 +336,7 @@ TEST(KillSwitch, SignalsPathKillsAndConfirms) {
   SLEEPER_OR_SKIP(p);
   const KillTarget t = signal_target(*p);
   EXPECT_EQ(KillSwitch::confirm_dead(t), 0);
-  const KillRecord r = KillSwitch::kill(t, boottime_ns());
+  const KillRecord r = KillSwitch::kill(t, KillSwitch::now_ns());
   EXPECT_EQ(r.path, KillPath::signals);
   EXPECT_EQ(r.error, 0);
   EXPECT_GE(r.issued_ns, r.deadline_ns);
