@@ -1,11 +1,15 @@
 // LeaseTable: see lease_table.hpp for the contract. Layout and invariants:
 //
-// Slots. A flat array of 64-byte, cache-line-aligned records, open addressing with linear
-// probing; the home slot of a NameId is its mixed hash mapped onto [0, slot_count) by a
-// multiply-shift (Lemire's "fastrange"), so slot_count need not be a power of two and the
-// array can stay at load factor <= 7/8 of the configured capacity. Deletion shifts later
-// records of the probe run back (no tombstones). The array comes from calloc, so its pages
-// are committed only when touched and a zero slot (nil name) is an empty slot.
+// Records and index. Records are 64-byte, cache-line-aligned, kept dense in an array of exactly
+// `capacity` entries (a deleted record is replaced by the last one). A separate open-addressing
+// index of 8-byte entries {32-bit hash tag, record number + 1} at load factor <= 1/2 maps a
+// NameId to its record: with linear probing a lookup's probe run almost always stays inside
+// one 64-byte index line, so a lookup costs two cache misses (index line, record), and a
+// refresh batch overlaps them across the batch (prefetch every index line, then every record,
+// then work). Probing records directly would cost a cache line per probe. Deletion shifts the
+// probe run back (no tombstones). Both arrays start as untouched zero pages; large ones are
+// mmap'd with transparent huge pages requested, so random probes rarely miss the TLB
+// (memory management, not I/O).
 //
 // Timers. A binary min-heap of {due_ns, name}. A record with a deadline (Held expiry,
 // Acquiring deadline, Free lock-delay) has exactly one *authoritative* entry, the one whose
@@ -25,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <sys/mman.h>
 #include <unordered_map>
 
 namespace leasehold {
@@ -81,6 +86,8 @@ std::uint32_t name_fingerprint_of(std::string_view name) noexcept {
 namespace {
 
 constexpr std::size_t kTimerSlack = 1024;  // heap entries allowed above 2 * capacity
+constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+constexpr std::size_t kHugePageRegionBytesMin = 2 * kHugePageBytes;  // smaller: calloc
 constexpr std::uint8_t kFlagFresh = 1;
 
 struct alignas(64) Slot {
@@ -121,6 +128,64 @@ inline std::uint64_t mix(NameId n) noexcept {
   return h;
 }
 
+struct IndexEntry {
+  std::uint32_t tag;  // high 32 bits of the name's mixed hash
+  std::uint32_t rec;  // record number + 1; 0: empty
+};
+static_assert(sizeof(IndexEntry) == 8);
+
+// Zeroed memory for `bytes`, 64-byte aligned; large regions are 2 MiB aligned with THP advised.
+class Region {
+ public:
+  Region() = default;
+  explicit Region(std::size_t bytes) {
+    if (bytes >= kHugePageRegionBytesMin) {
+      mapped_ = bytes + kHugePageBytes;
+      raw_ = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (raw_ == MAP_FAILED) throw std::bad_alloc();
+      const auto addr = reinterpret_cast<std::uintptr_t>(raw_);
+      data_ = reinterpret_cast<void*>((addr + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
+      (void)madvise(data_, bytes, MADV_HUGEPAGE);  // advisory: without THP, 4 KiB pages
+    } else {
+      raw_ = std::calloc(1, bytes + 64);
+      if (raw_ == nullptr) throw std::bad_alloc();
+      const auto addr = reinterpret_cast<std::uintptr_t>(raw_);
+      data_ = reinterpret_cast<void*>((addr + 63) & ~std::uintptr_t{63});
+    }
+    bytes_ = bytes;
+  }
+  ~Region() { reset(); }
+  Region(Region&& o) noexcept { swap(o); }
+  Region& operator=(Region&& o) noexcept {
+    if (this != &o) {
+      reset();
+      swap(o);
+    }
+    return *this;
+  }
+  template <class T>
+  T* as() const noexcept { return static_cast<T*>(data_); }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void reset() noexcept {
+    if (mapped_ > 0) munmap(raw_, mapped_);
+    else std::free(raw_);
+    raw_ = data_ = nullptr;
+    mapped_ = bytes_ = 0;
+  }
+  void swap(Region& o) noexcept {
+    std::swap(raw_, o.raw_);
+    std::swap(data_, o.data_);
+    std::swap(mapped_, o.mapped_);
+    std::swap(bytes_, o.bytes_);
+  }
+  void* raw_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t mapped_ = 0;  // > 0: mmap'd
+  std::size_t bytes_ = 0;
+};
+
 inline std::int64_t add_sat(std::int64_t a, std::int64_t b) noexcept {
   // Deadlines saturate below kNoExpiry, which is reserved for "never".
   return a > kNoExpiry - 1 - b ? kNoExpiry - 1 : a + b;
@@ -130,9 +195,11 @@ inline std::int64_t add_sat(std::int64_t a, std::int64_t b) noexcept {
 
 struct LeaseTable::Impl {
   LeaseConfig config;
-  std::size_t slot_count = 0;
-  void* raw = nullptr;
-  Slot* slots = nullptr;
+  Region rec_region;
+  Region index_region;
+  Slot* recs = nullptr;            // [0, count) in use
+  IndexEntry* index = nullptr;     // index_mask + 1 entries
+  std::size_t index_mask = 0;
   std::size_t count = 0;
   std::size_t held = 0;
   Epoch high_water = 0;
@@ -142,55 +209,65 @@ struct LeaseTable::Impl {
   std::vector<std::uint16_t> free_workers;
 
   explicit Impl(const LeaseConfig& c) : config(c) {
-    slot_count = c.capacity + c.capacity / 7 + 1;  // load factor <= 7/8, always an empty slot
-    raw = std::calloc(slot_count + 1, sizeof(Slot));
-    if (raw == nullptr) throw std::bad_alloc();
-    auto addr = reinterpret_cast<std::uintptr_t>(raw);
-    slots = reinterpret_cast<Slot*>((addr + 63) & ~std::uintptr_t{63});
+    std::size_t index_size = 16;
+    while (index_size < 2 * c.capacity) index_size *= 2;  // load factor <= 1/2
+    rec_region = Region(c.capacity * sizeof(Slot));
+    index_region = Region(index_size * sizeof(IndexEntry));
+    recs = rec_region.as<Slot>();
+    index = index_region.as<IndexEntry>();
+    index_mask = index_size - 1;
+    timers.reserve(c.capacity);  // untouched until used; avoids copies while a table fills
     workers.resize(1);
   }
-  ~Impl() { std::free(raw); }
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
 
   bool preemptible() const noexcept { return config.mode == LockMode::preemptible; }
 
-  // ---- slots ----
-  std::size_t home(NameId n) const noexcept {
-    return static_cast<std::size_t>((static_cast<unsigned __int128>(mix(n)) * slot_count) >> 64);
-  }
-  std::size_t next(std::size_t i) const noexcept { return i + 1 == slot_count ? 0 : i + 1; }
+  // ---- records and index ----
+  std::size_t next(std::size_t i) const noexcept { return (i + 1) & index_mask; }
+  static std::uint32_t tag_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h >> 32); }
 
-  // Index of `n`'s slot, or of the empty slot ending its probe run (found = false).
-  std::size_t locate(NameId n, std::size_t i, bool& found) const noexcept {
-    for (;;) {
-      const Slot& s = slots[i];
-      if (s.name == n) { found = true; return i; }
-      if (s.name.is_nil()) { found = false; return i; }
-      i = next(i);
+  // Index position of `n` (found) or of the empty entry ending its probe run.
+  std::size_t locate(NameId n, std::uint64_t h, bool& found) const noexcept {
+    const std::uint32_t tag = tag_of(h);
+    for (std::size_t i = h & index_mask;; i = next(i)) {
+      const IndexEntry e = index[i];
+      if (e.rec == 0) { found = false; return i; }
+      if (e.tag == tag && recs[e.rec - 1].name == n) { found = true; return i; }
     }
   }
   Slot* find(NameId n) const noexcept {
     if (n.is_nil()) return nullptr;
     bool found = false;
-    const std::size_t i = locate(n, home(n), found);
-    return found ? &slots[i] : nullptr;
+    const std::size_t i = locate(n, mix(n), found);
+    return found ? &recs[index[i].rec - 1] : nullptr;
   }
   void erase(Slot* s) noexcept {
-    std::size_t i = static_cast<std::size_t>(s - slots);
+    const std::size_t r = static_cast<std::size_t>(s - recs);
+    bool found = false;
+    std::size_t i = locate(s->name, mix(s->name), found);
+    assert(found);
+    // Backward-shift deletion: pull later entries of the probe run into the hole.
     std::size_t j = i;
     for (;;) {
       j = next(j);
-      if (slots[j].name.is_nil()) break;
-      const std::size_t k = home(slots[j].name);
+      if (index[j].rec == 0) break;
+      const std::size_t k = mix(recs[index[j].rec - 1].name) & index_mask;
       const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
       if (!stays) {
-        slots[i] = slots[j];
+        index[i] = index[j];
         i = j;
       }
     }
-    slots[i] = Slot{};
-    assert(count > 0);
+    index[i] = IndexEntry{0, 0};
+    // Keep records dense: the last record moves into the hole.
+    const std::size_t last = count - 1;
+    if (r != last) {
+      recs[r] = recs[last];
+      const std::size_t p = locate(recs[r].name, mix(recs[r].name), found);
+      assert(found);
+      index[p].rec = static_cast<std::uint32_t>(r + 1);
+    }
+    recs[last] = Slot{};
     --count;
   }
 
@@ -256,9 +333,9 @@ struct LeaseTable::Impl {
   }
   void rebuild_timers() {
     timers.clear();
-    for (std::size_t i = 0; i < slot_count; ++i) {
-      Slot& s = slots[i];
-      if (s.name.is_nil() || s.phase == LockPhase::transferring) continue;
+    for (std::size_t i = 0; i < count; ++i) {
+      Slot& s = recs[i];
+      if (s.phase == LockPhase::transferring) continue;
       s.timer_ns = 0;
       const std::int64_t d = deadline_of(s, preemptible());
       if (d > 0 && d < kNoExpiry) {
@@ -348,10 +425,13 @@ struct LeaseTable::Impl {
     return after;
   }
   Slot* insert(NameId name, std::uint32_t fingerprint) {
+    assert(count < config.capacity);
     bool found = false;
-    const std::size_t i = locate(name, home(name), found);
+    const std::uint64_t h = mix(name);
+    const std::size_t i = locate(name, h, found);
     assert(!found);
-    Slot& s = slots[i];
+    index[i] = IndexEntry{tag_of(h), static_cast<std::uint32_t>(count + 1)};
+    Slot& s = recs[count];
     s = Slot{};
     s.name = name;
     s.fingerprint = fingerprint;
@@ -491,22 +571,39 @@ Refusal LeaseTable::refresh(WorkerId worker, std::span<const RefreshEntry> entri
   if (widx != 0) m.heartbeat(widx, now_ns);
   const std::int64_t expiry_ns = m.expiry_at(now_ns, m.ttl_of(ttl_ns));
 
-  // Memory-level parallelism: start every record's cache miss before using any of them.
-  std::size_t homes[kRefreshBatchMax];
-  for (std::size_t k = 0; k < entries.size(); ++k) {
-    homes[k] = m.home(entries[k].name);
-    __builtin_prefetch(&m.slots[homes[k]], 1, 3);
+  // Memory-level parallelism: start every index line's cache miss, then every record's, before
+  // using any of them, so the batch costs about two memory latencies instead of 2 * size.
+  const std::size_t n = entries.size();
+  std::uint64_t hashes[kRefreshBatchMax];
+  std::uint32_t guess[kRefreshBatchMax];  // record number + 1 of the first tag match; 0: none
+  for (std::size_t k = 0; k < n; ++k) {
+    hashes[k] = mix(entries[k].name);
+    __builtin_prefetch(&m.index[hashes[k] & m.index_mask], 0, 3);
   }
-  for (std::size_t k = 0; k < entries.size(); ++k) {
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint32_t tag = Impl::tag_of(hashes[k]);
+    guess[k] = 0;
+    for (std::size_t i = hashes[k] & m.index_mask;; i = m.next(i)) {
+      const IndexEntry e = m.index[i];
+      if (e.rec == 0) break;
+      if (e.tag == tag) {
+        guess[k] = e.rec;
+        __builtin_prefetch(&m.recs[e.rec - 1], 1, 3);
+        break;
+      }
+    }
+  }
+  for (std::size_t k = 0; k < n; ++k) {
     const RefreshEntry& e = entries[k];
     RefreshAnswer& a = answers[k];
-    bool found = false;
-    const std::size_t i = e.name.is_nil() ? 0 : m.locate(e.name, homes[k], found);
-    if (!found) {
+    Slot* found = nullptr;
+    if (guess[k] != 0 && m.recs[guess[k] - 1].name == e.name) found = &m.recs[guess[k] - 1];
+    else if (guess[k] != 0) found = m.find(e.name);  // a tag collision: probe on (rare)
+    if (found == nullptr || e.name.is_nil()) {
       a = RefreshAnswer{RefreshStatus::unknown, m.high_water, {}, 0};
       continue;
     }
-    Slot& s = m.slots[i];
+    Slot& s = *found;
     const bool live_held = s.phase == LockPhase::held && now_ns < s.time_ns;
     if (live_held && s.owner == e.sandbox && s.epoch == e.epoch && s.worker == widx &&
         !e.sandbox.is_nil()) {
@@ -721,7 +818,7 @@ Epoch LeaseTable::epoch_high_water() const noexcept { return impl_->high_water; 
 
 std::size_t LeaseTable::memory_bytes() const noexcept {
   const Impl& m = *impl_;
-  return sizeof(Impl) + (m.slot_count + 1) * sizeof(Slot) +
+  return sizeof(Impl) + m.rec_region.bytes() + m.index_region.bytes() +
          m.timers.capacity() * sizeof(TimerEntry) + m.workers.capacity() * sizeof(WorkerEntry) +
          m.worker_index.size() * (sizeof(WorkerId) + 2 * sizeof(void*) + 8) +
          m.worker_index.bucket_count() * sizeof(void*);
@@ -729,8 +826,8 @@ std::size_t LeaseTable::memory_bytes() const noexcept {
 
 void LeaseTable::for_each(const std::function<void(NameId, const LockState&)>& fn) const {
   const Impl& m = *impl_;
-  for (std::size_t i = 0; i < m.slot_count; ++i) {
-    if (!m.slots[i].name.is_nil()) fn(m.slots[i].name, m.view(m.slots[i]));
+  for (std::size_t i = 0; i < m.count; ++i) {
+    fn(m.recs[i].name, m.view(m.recs[i]));
   }
 }
 
@@ -742,9 +839,9 @@ DurableSnapshot LeaseTable::export_durable(std::int64_t now_ns) const {
   const Impl& m = *impl_;
   DurableSnapshot snap;
   snap.epoch_high_water = m.high_water;
-  for (std::size_t i = 0; i < m.slot_count; ++i) {
-    const Slot& s = m.slots[i];
-    if (s.name.is_nil() || s.phase == LockPhase::acquiring) continue;
+  for (std::size_t i = 0; i < m.count; ++i) {
+    const Slot& s = m.recs[i];
+    if (s.phase == LockPhase::acquiring) continue;
     DurableRecord r;
     r.name = s.name;
     r.name_fingerprint = s.fingerprint;

@@ -11,8 +11,8 @@
 // refuse with `Refusal::expired`).
 //
 // What it is optimised for: the heartbeat. A 64-entry batch `refresh` on a table of 1,000,000
-// names touches one 64-byte record per entry (records live in a flat open-addressing array;
-// the batch prefetches all of its records before processing any), and never touches the expiry
+// names touches one 8-byte index entry and one 64-byte record per entry (the batch prefetches
+// all index lines, then all records, before processing any), and never touches the expiry
 // structure: expiry timers are re-armed lazily when they come due (Varghese & Lauck's "lazy"
 // timer discipline), so a refresh only moves the deadline in the record.
 //
@@ -228,8 +228,9 @@ std::uint32_t name_fingerprint_of(std::string_view name) noexcept;
 // ---- the table ----------------------------------------------------------------------------
 
 /// The name table of lockd. Not thread-safe (lockd runs it on one thread). Move-only.
-/// Memory: about 64 bytes per slot at load factor <= 7/8 plus 24 bytes per pending timer;
-/// `memory_bytes()` reports the total owned.
+/// Memory: a 64-byte record per name (an array of `capacity` records), 8-byte index entries at
+/// load factor <= 1/2 (16..32 bytes per name of capacity) and 24 bytes per pending timer;
+/// pages are committed only when first touched. `memory_bytes()` reports the total reserved.
 class LeaseTable {
  public:
   /// Throws std::invalid_argument with validate_config's message if `config` is invalid.
