@@ -82,7 +82,9 @@ struct ClientStats {
   std::uint64_t answers_unmatched = 0;   ///< no request id, or no outstanding request with it
 };
 
-/// Asynchronous client on an EventLoop (loop thread only). Owns one UDP socket on the loop.
+/// Asynchronous client on an EventLoop (loop thread only). Owns one UDP socket on the loop and
+/// needs one loop timer per outstanding request (size LoopConfig::timers_max for it). Destroy it
+/// before the loop. Handlers must not throw (see loop.hpp).
 class RequestClient {
  public:
   /// `jitter_seed` seeds the backoff jitter (0: derived from the clock and pid).

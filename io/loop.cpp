@@ -652,7 +652,7 @@ void EventLoop::on_wake(const Completion& c) {
 
 // --- running ----------------------------------------------------------------------------
 
-void EventLoop::dispatch(const Completion& c) {
+void EventLoop::dispatch(const Completion& c) noexcept {
   const std::uint32_t index = index_of(c.user_data);
   switch (kind_of(c.user_data)) {
     case kRecv: on_recv(index, c); break;

@@ -25,7 +25,9 @@
 //            and wake() is async-signal-safe (one write(2)).
 // Every pool is bounded by LoopConfig; a full pool refuses (invalid handle, counted).
 // Handlers run on the loop thread, one at a time; they may call any method of the loop
-// (send, add/cancel timers, close their own socket) except run()/run_once().
+// (send, add/cancel timers, close their own socket) except run()/run_once(). Handlers must not
+// throw: completion dispatch is noexcept, so an escaping exception terminates the process
+// instead of leaving buffers and slots half-returned.
 #pragma once
 
 #include "io/probe.hpp"
@@ -209,7 +211,7 @@ class EventLoop {
   void arm_timer(std::uint32_t index);
   void arm_poll(std::uint32_t index);
   void arm_wake();
-  void dispatch(const Completion& c);
+  void dispatch(const Completion& c) noexcept;
   void on_recv(std::uint32_t index, const Completion& c);
   void deliver(SocketSlot& s, std::uint32_t index, std::byte* buf, int len);
   void on_send(std::uint32_t index, const Completion& c);

@@ -398,5 +398,24 @@ TEST(EventLoop, SingleIssuerModeReceivesSendsAndFiresTimers) {
   EXPECT_TRUE(fired);
 }
 
+TEST(EventLoop, PollsAndSocketsAreBoundedAndBadFdsRefused) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  LoopConfig c;
+  c.polls_max = 1;
+  c.sockets_max = 1;
+  auto loop = make_loop(c);
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd a(sv[0]), b(sv[1]);
+  EXPECT_FALSE(loop->add_poll(-1, POLLIN, PollMode::oneshot, [](int) {}).valid());
+  EXPECT_TRUE(loop->add_poll(a.get(), POLLIN, PollMode::oneshot, [](int) {}).valid());
+  EXPECT_FALSE(loop->add_poll(b.get(), POLLIN, PollMode::oneshot, [](int) {}).valid());
+  EXPECT_FALSE(loop->add_udp_socket(UniqueFd(), [](const Datagram&) {}).valid());
+  SocketAddress addr;
+  EXPECT_TRUE(add_socket(*loop, [](const Datagram&) {}, &addr).valid());
+  EXPECT_FALSE(add_socket(*loop, [](const Datagram&) {}, &addr).valid());
+  EXPECT_EQ(loop->stats().refused_pool_full, 2u);
+}
+
 }  // namespace
 }  // namespace leasehold
