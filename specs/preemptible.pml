@@ -73,8 +73,10 @@ bool tripped[W];             /* worker: kill-switch fired, no heartbeat succeede
 #define HOLDS(s)     (lock_state != FREE && lock_owner == (s))
 #define ON(s, w)     (proc[s] == RUNNING && target[s] == (w))
 #define BOUND(s, w)  ((proc[s] == SCHEDULING || proc[s] == RUNNING) && target[s] == (w))
-/* a worker heartbeats while it has (or is about to get) a sandbox, or has to recover;
- * an idle healthy worker's heartbeats change nothing the properties mention */
+/* A worker heartbeats while it has (or is about to get) a sandbox, or has to recover.
+ * Leaving out an idle healthy worker's heartbeats loses only kill-switch firings that
+ * happen before any sandbox is bound to it; the same firing after the binding and before
+ * the worker's check is still explored, and it has the same effect (a refused placement). */
 #define ACTIVE(w)    (BOUND(0, w) || BOUND(1, w) || tripped[w] || !live[w])
 
 /* ---- Creation: acquire (2-phase), then place on a worker ---- */
