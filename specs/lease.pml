@@ -38,9 +38,7 @@
  * delay before a release is still possible on the first branch.
  */
 
-#ifndef N
-#define N 2
-#endif
+#define N 2            /* sandboxes; ALL_SWEPT and the ltl formulas are written out for two */
 #define NOBODY 255
 
 #ifdef UNRELIABLE_TIMING

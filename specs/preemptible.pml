@@ -30,8 +30,8 @@
  * -DUNRELIABLE_NETWORKS: a heartbeat may lose its request or its answer.
  */
 
-#define N 2            /* sandboxes */
-#define W 2            /* workers */
+#define N 2            /* sandboxes; BOUND/ACTIVE and the ltl formulas are written out for two */
+#define W 2            /* workers; LivenessTimer is written out for two */
 #define NOBODY 255
 
 #ifdef UNRELIABLE_TIMING
