@@ -259,8 +259,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
+    // With --benchmark_repetitions the median wins (aggregates are reported after the runs).
     for (const auto& r : runs) {
-      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
+      if (r.error_occurred) continue;
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
       const auto it = r.counters.find("items_per_second");
       if (it != r.counters.end()) rate_[r.run_name.function_name + "/" + r.run_name.args] = it->second.value;
     }
