@@ -87,6 +87,14 @@ uint32_t leasehold_slot_count(const leasehold_table* table) {
   return table == nullptr ? 0 : table->reader.slot_count();
 }
 
+leasehold_lease leasehold_lease_at(const leasehold_table* table, uint32_t index, uint64_t epoch) {
+  static const uint64_t never_valid = LEASEHOLD_REVOKED_BIT;  // no epoch in range equals it
+  if (table == nullptr || table->reader.slot(index) == nullptr || static_cast<int64_t>(epoch) <= 0)
+    return leasehold_lease{&never_valid, 1};
+  // Layout 1.x: the check word is the slot's first 8 bytes (static_assert in shm/layout.hpp).
+  return leasehold_lease{reinterpret_cast<const uint64_t*>(table->reader.slot(index)), epoch};
+}
+
 int leasehold_check_slot(const leasehold_table* table, uint32_t index, uint64_t epoch) {
   return table != nullptr && table->reader.check(index, epoch) ? 1 : 0;
 }

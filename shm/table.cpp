@@ -628,6 +628,17 @@ TableReader::TableReader(TableReader&&) noexcept = default;
 TableReader& TableReader::operator=(TableReader&&) noexcept = default;
 TableReader::~TableReader() = default;
 
+namespace {
+// The word a bad LeaseCheck points at: it holds kRevokedBit, which no epoch in range equals;
+// the LeaseCheck's epoch is then 1, so the compare always fails.
+const std::atomic<std::uint64_t> kNeverValidWord{kRevokedBit};
+}  // namespace
+
+LeaseCheck TableReader::lease(std::uint32_t index, Epoch epoch) const noexcept {
+  if (index >= slot_count_ || !epoch_in_range(epoch)) return LeaseCheck{&kNeverValidWord, 1};
+  return LeaseCheck{&slots_[index].check_word, epoch};
+}
+
 bool TableReader::check_deadline(std::uint32_t index, Epoch epoch) const noexcept {
   return check_deadline_at(index, epoch, boottime_ns());
 }

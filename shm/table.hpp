@@ -221,6 +221,16 @@ struct OpenOptions {
 enum class OpenStage : std::uint8_t { awaiting_file, awaiting_size, awaiting_ready, ready };
 std::string_view to_string(OpenStage s) noexcept;
 
+/// A resolved (slot, epoch) pair: "resolve once, check many times". The constructor-side
+/// validation (slot index in range, epoch in [1, 2^63)) is done by TableReader::lease(), so
+/// `valid()` is exactly one acquire load and one compare. A bad slot or epoch resolves to a
+/// word that never equals the epoch, so `valid()` needs no branch for it.
+struct LeaseCheck {
+  const std::atomic<std::uint64_t>* word;
+  Epoch epoch;
+  bool valid() const noexcept { return word->load(std::memory_order_acquire) == epoch; }
+};
+
 /// A read-only mapping of a table. Never writes; never blocks the writer.
 class TableReader {
  public:
@@ -243,6 +253,9 @@ class TableReader {
   bool check(std::uint32_t index, Epoch epoch) const noexcept {
     return index < slot_count_ && check(slots_[index], epoch);
   }
+  /// Resolves (index, epoch) for repeated checks; see LeaseCheck. Never fails: a bad index or
+  /// epoch gives a LeaseCheck whose valid() is always false.
+  LeaseCheck lease(std::uint32_t index, Epoch epoch) const noexcept;
   /// check() and: valid_until_ns not passed, writer heartbeat fresh, table not closed.
   /// Reads CLOCK_BOOTTIME once (vDSO).
   bool check_deadline(std::uint32_t index, Epoch epoch) const noexcept;

@@ -7,8 +7,8 @@
  *
  *   leasehold_table *t;  char err[256];
  *   if (leasehold_open(NULL, 1000, &t, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); ... }
- *   const leasehold_slot *s = leasehold_slot_at(t, slot);          // once
- *   if (!leasehold_check(s, epoch)) abort_side_effect();            // hot: 1 load + compare
+ *   leasehold_lease l = leasehold_lease_at(t, slot, epoch);         // once
+ *   if (!leasehold_lease_valid(l)) abort_side_effect();             // hot: 1 load + compare
  *   if (!leasehold_check_deadline(t, slot, epoch)) abort_side_effect();  // + 1 vDSO clock read
  *
  * Functions return 0 / a positive answer on success and a negative LEASEHOLD_E* code on error
@@ -84,6 +84,18 @@ uint32_t leasehold_slot_count(const leasehold_table* table);
 static inline int leasehold_check(const leasehold_slot* slot, uint64_t epoch) {
   if (slot == NULL || (int64_t)epoch <= 0) return 0;
   return __atomic_load_n((const uint64_t*)(const void*)slot, __ATOMIC_ACQUIRE) == epoch;
+}
+
+/* A resolved (slot, epoch): leasehold_lease_at validates the slot index and the epoch once,
+ * so leasehold_lease_valid is exactly one acquire load and one compare. A bad index or epoch
+ * resolves to a word that never matches, so leasehold_lease_valid then always returns 0. */
+typedef struct leasehold_lease {
+  const uint64_t* word;
+  uint64_t epoch;
+} leasehold_lease;
+leasehold_lease leasehold_lease_at(const leasehold_table* table, uint32_t index, uint64_t epoch);
+static inline int leasehold_lease_valid(leasehold_lease lease) {
+  return __atomic_load_n(lease.word, __ATOMIC_ACQUIRE) == lease.epoch;
 }
 
 /* The same as an exported function (for FFI: Python ctypes, Go, ...). */

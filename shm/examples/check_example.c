@@ -38,15 +38,17 @@ int main(void) {
     fprintf(stderr, "check_example: %s (%s)\n", err, leasehold_strerror(rc));
     return 2;
   }
-  const leasehold_slot* s = leasehold_slot_at(table, (uint32_t)slot);
-  if (s == NULL) {
+  if (slot >= leasehold_slot_count(table)) {
     fprintf(stderr, "check_example: slot %" PRIu64 " is out of range\n", slot);
     leasehold_close(table);
     return 2;
   }
+  /* Resolve once at start-up ... */
+  const leasehold_lease lease = leasehold_lease_at(table, (uint32_t)slot, epoch);
 
-  /* Hot path: one acquire load and a compare (no clock, so it cannot see a dead writer). */
-  int valid = leasehold_check(s, epoch);
+  /* ... then the hot path, before every side effect: one acquire load and a compare. It has
+   * no clock, so it cannot see a dead writer or an expired deadline. */
+  int valid = leasehold_lease_valid(lease);
   /* Before a side effect that must be fenced: adds the deadline and writer liveness. */
   int valid_deadline = leasehold_check_deadline(table, (uint32_t)slot, epoch);
   int alive = leasehold_writer_alive(table, &age_ns);

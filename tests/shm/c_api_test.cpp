@@ -34,6 +34,12 @@ TEST(CheckAbi, OpenCheckSnapshotFind) {
   EXPECT_EQ(leasehold_check(s, 11), 0);
   EXPECT_EQ(leasehold_check(s, 0), 0);
   EXPECT_EQ(leasehold_check(nullptr, 12), 0);
+  EXPECT_EQ(leasehold_lease_valid(leasehold_lease_at(table, c.slot, 12)), 1);
+  EXPECT_EQ(leasehold_lease_valid(leasehold_lease_at(table, c.slot, 13)), 0);
+  EXPECT_EQ(leasehold_lease_valid(leasehold_lease_at(table, c.slot, 0)), 0);
+  EXPECT_EQ(leasehold_lease_valid(leasehold_lease_at(table, 99, 12)), 0);
+  EXPECT_EQ(leasehold_lease_valid(leasehold_lease_at(nullptr, c.slot, 12)), 0);
+  const leasehold_lease held = leasehold_lease_at(table, c.slot, 12);
   EXPECT_EQ(leasehold_check_slot(table, c.slot, 12), 1);
   EXPECT_EQ(leasehold_check_slot(table, 99, 12), 0);
   EXPECT_EQ(leasehold_check_deadline(table, c.slot, 12), 1);
@@ -56,6 +62,7 @@ TEST(CheckAbi, OpenCheckSnapshotFind) {
 
   w.revoke(c.slot);
   EXPECT_EQ(leasehold_check(s, 12), 0);
+  EXPECT_EQ(leasehold_lease_valid(held), 0);
   EXPECT_EQ(leasehold_check_deadline(table, c.slot, 12), 0);
   w.close(boottime_ns());
   EXPECT_EQ(leasehold_writer_alive(table, &age), 0);

@@ -41,9 +41,22 @@ TEST(ShmTable, PublishThenCheckAndSnapshot) {
   EXPECT_FALSE(r.check(r.slot_count(), 5)) << "out of range";
   EXPECT_EQ(r.slot(r.slot_count()), nullptr);
   EXPECT_TRUE(r.check_deadline(c.slot, 5));
+  EXPECT_TRUE(r.lease(c.slot, 5).valid());
+  EXPECT_FALSE(r.lease(c.slot, 6).valid());
+  EXPECT_FALSE(r.lease(c.slot, 0).valid()) << "epoch 0 is out of range";
+  EXPECT_FALSE(r.lease(c.slot, 5 | kRevokedBit).valid()) << "epoch >= 2^63 is out of range";
+  EXPECT_FALSE(r.lease(r.slot_count(), 5).valid()) << "slot out of range";
+  const LeaseCheck held = r.lease(c.slot, 5);
+  w.revoke(c.slot);
+  EXPECT_FALSE(held.valid()) << "a resolved lease sees the revoke";
+  ASSERT_EQ(w.free(c.slot, now), TableErrc::ok);
+  EXPECT_FALSE(r.lease(c.slot, 0).valid()) << "a freed slot's word is 0; epoch 0 still fails";
+  const auto c1 = w.claim(sandbox(1), now + 10'000'000);
+  ASSERT_EQ(c1.error, TableErrc::ok);
+  ASSERT_EQ(w.publish(c1.slot, name_id_of("db/primary"), "db/primary", 5, now + 60 * kS), TableErrc::ok);
 
   SlotSnapshot s;
-  ASSERT_EQ(r.snapshot(c.slot, s), TableErrc::ok);
+  ASSERT_EQ(r.snapshot(c1.slot, s), TableErrc::ok);
   EXPECT_EQ(s.state, SlotState::published);
   EXPECT_EQ(s.epoch, 5u);
   EXPECT_FALSE(s.revoked);
@@ -56,7 +69,7 @@ TEST(ShmTable, PublishThenCheckAndSnapshot) {
 
   const auto found = r.find(sandbox(1));
   ASSERT_TRUE(found.has_value());
-  EXPECT_EQ(found->index, c.slot);
+  EXPECT_EQ(found->index, c1.slot);
   EXPECT_FALSE(r.find(sandbox(2)).has_value());
   EXPECT_FALSE(r.find(SandboxId{}).has_value());
 
