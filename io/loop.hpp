@@ -135,6 +135,8 @@ class EventLoop {
 
   // --- UDP sockets -------------------------------------------------------------------------
   /// Takes ownership of a non-blocking UDP socket (open_udp_socket) and starts receiving.
+  /// Any datagram socket works the same way (AF_UNIX SOCK_DGRAM too, e.g. a local control
+  /// socket); SO_RXQ_OVFL drop counting applies where the socket has it enabled.
   /// Invalid handle if `fd` is invalid or sockets_max sockets are registered.
   SocketId add_udp_socket(UniqueFd fd, RecvHandler on_datagram);
   /// Stops receiving; the fd is closed once the kernel let go of it. No handler runs for this

@@ -5,6 +5,7 @@
 
 #include <liburing.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -102,13 +103,16 @@ void probe_receive(io_uring* ring, ProbeFacts* facts) noexcept {
                           io_uring_buf_ring_mask(kEntries), static_cast<int>(i));
   io_uring_buf_ring_advance(br, kEntries);
 
-  UniqueFd sock(open_udp_socket(SocketAddress::loopback_v4(0)));
-  auto self = sock.valid() ? local_address(sock.get()) : std::nullopt;
-  if (!self) {
-    facts->multishot_recvmsg_errno = sock.valid() ? EIO : -sock.get();
+  // A unix datagram pair, not UDP: the probe must not depend on a loopback interface (a fresh
+  // network namespace has none up) or it would blame io_uring for a network problem.
+  int pair[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) {
+    facts->multishot_recvmsg_errno = errno;
   } else {
+    UniqueFd sock(pair[0]);
+    UniqueFd peer(pair[1]);
     const char ping = 'p';
-    (void)::sendto(sock.get(), &ping, 1, 0, self->sa(), self->length);
+    (void)!::send(peer.get(), &ping, 1, 0);
     msghdr msg{};
     msg.msg_namelen = sizeof(sockaddr_storage);
     io_uring_sqe* sqe = probe_sqe(ring);

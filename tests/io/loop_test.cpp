@@ -417,5 +417,18 @@ TEST(EventLoop, PollsAndSocketsAreBoundedAndBadFdsRefused) {
   EXPECT_EQ(loop->stats().refused_pool_full, 2u);
 }
 
+TEST(EventLoop, UnixDatagramSocketsReceiveLikeUdp) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  auto loop = make_loop();
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd peer(sv[1]);
+  Received got;
+  ASSERT_TRUE(loop->add_udp_socket(UniqueFd(sv[0]), got.handler()).valid());
+  for (std::uint32_t i = 0; i < 5; ++i) ASSERT_EQ(::send(peer.get(), &i, sizeof i, 0), 4);
+  ASSERT_TRUE(run_until(*loop, [&] { return got.indices.size() == 5; }));
+  EXPECT_EQ(got.indices, iota(5));
+}
+
 }  // namespace
 }  // namespace leasehold
