@@ -25,10 +25,6 @@ bool listen_address_ok(std::string_view text) {
   return ::inet_pton(AF_INET, host.c_str(), buf) == 1;
 }
 
-std::string_view to_string(LockMode m) noexcept {
-  return m == LockMode::lease ? "lease" : "preemptible";
-}
-
 void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
   app.add_option("--listen", cfg.listen,
                  "UDP address to serve on, ADDR:PORT (IPv4 or [IPv6]); port 0 picks a free port "
@@ -39,8 +35,7 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
       ->capture_default_str();
   app.add_option("--key-file", cfg.key_file,
                  "HMAC-SHA256 key file shared with supervisors and the CLI; must be mode 0600 "
-                 "(no group/other access). Required")
-      ->check(CLI::ExistingFile);
+                 "(no group/other access). Required");
   app.add_option("--generate-key", cfg.generate_key_path,
                  "write a new random key (mode 0600) to PATH and exit; refuses to overwrite");
   app.add_option("--ttl-ms", cfg.ttl_ms, "default lease TTL, milliseconds (1.." +

@@ -4,6 +4,8 @@
 // combinations that cannot work and says why (DESIGN.md "lockd", "Time").
 #pragma once
 
+#include "lease/lease_table.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,10 +17,10 @@ class App;
 
 namespace leasehold::lockd {
 
-/// Lease mode: a lease lives while its supervisor refreshes it. Preemptible mode adds worker
-/// liveness: a lapsed worker's names (or a live worker's names whose sandbox no longer runs)
-/// may be preempted (DESIGN.md "Lock states", Preempt).
-enum class LockMode : std::uint8_t { lease = 0, preemptible = 1 };
+/// The lock mode is the LeaseTable's (lease/lease_table.hpp): lease mode expires unrefreshed
+/// leases; preemptible mode adds worker liveness, and a lapsed worker's names (or a live
+/// worker's names whose sandbox no longer runs) may be preempted (DESIGN.md "Lock states").
+using leasehold::LockMode;
 
 // Named bounds on the flags.
 inline constexpr std::uint64_t kTtlMsMax = 3'600'000;            ///< a lease TTL above 1 h is a mistake
@@ -27,7 +29,7 @@ inline constexpr std::uint64_t kAcquiringTtlMsMax = 300'000;     ///< 2-phase: c
 inline constexpr std::uint64_t kLockDelayMsMax = 60'000;
 inline constexpr std::uint64_t kWorkerTtlMsMax = 3'600'000;
 inline constexpr std::uint64_t kMaxNamesLimit = 16'777'216;      ///< 2^24 names per lockd
-inline constexpr std::uint64_t kMaxWorkersLimit = 1'048'576;
+inline constexpr std::uint64_t kMaxWorkersLimit = kWorkersMax;  ///< the LeaseTable's worker bound
 
 struct LockdConfig {
   std::string listen = "127.0.0.1:7400";  ///< ADDR:PORT; port 0 = ephemeral (printed on stdout)
@@ -39,7 +41,7 @@ struct LockdConfig {
   LockMode mode = LockMode::lease;
   std::optional<std::uint64_t> worker_ttl_ms;  ///< preemptible only; default = ttl_ms
   std::uint64_t max_names = 1'000'000;    ///< name table capacity (also bounds the store)
-  std::uint64_t max_workers = 65'536;     ///< preemptible: worker-liveness table capacity
+  std::uint64_t max_workers = 65'535;     ///< preemptible: worker-liveness table capacity
   std::optional<std::string> generate_key_path;  ///< --generate-key: write a key and exit
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
@@ -53,7 +55,6 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg);
 /// (e.g. "--worker-ttl-ms applies to --mode preemptible only").
 std::string validate(const LockdConfig& cfg);
 
-std::string_view to_string(LockMode m) noexcept;
 
 /// True for a numeric "A.B.C.D:PORT" or "[v6]:PORT" (no DNS).
 bool listen_address_ok(std::string_view text);

@@ -1,7 +1,5 @@
 #include "lockd/store_thread.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cassert>
 #include <ctime>
@@ -17,8 +15,8 @@ std::uint64_t monotonic_ns() {
 
 }  // namespace
 
-StoreThread::StoreThread(std::unique_ptr<NameStore> store, int wake_fd)
-    : store_(std::move(store)), wake_fd_(wake_fd) {
+StoreThread::StoreThread(std::unique_ptr<NameStore> store, std::function<void()> wake)
+    : store_(std::move(store)), wake_(std::move(wake)) {
   samples_ns_.reserve(kCommitSamplesMax);
   thread_ = std::thread([this] { run(); });
 }
@@ -78,10 +76,7 @@ StoreStats StoreThread::stats() const {
 }
 
 void StoreThread::wake() const noexcept {
-  if (wake_fd_ < 0) return;
-  const std::uint64_t one = 1;
-  // An eventfd write only fails when the counter would overflow (it will not: the loop reads it).
-  [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
+  if (wake_) wake_();
 }
 
 void StoreThread::run() {

@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,9 +47,10 @@ struct StoreStats {
 
 class StoreThread {
  public:
-  /// Takes the opened store. `wake_fd` (an eventfd, not owned) gets a write of 1 after every
-  /// commit and on failure; -1 = no wake (tests poll durable_seq()).
-  StoreThread(std::unique_ptr<NameStore> store, int wake_fd);
+  /// Takes the opened store. `wake` runs on the store thread after every commit and on
+  /// failure (lockd passes EventLoop::wake; empty = no wake, tests poll durable_seq()). It
+  /// must be cheap and thread-safe.
+  StoreThread(std::unique_ptr<NameStore> store, std::function<void()> wake);
   /// Commits what is queued, then stops and joins.
   ~StoreThread();
   StoreThread(const StoreThread&) = delete;
@@ -79,7 +81,7 @@ class StoreThread {
   void wake() const noexcept;
 
   std::unique_ptr<NameStore> store_;
-  int wake_fd_;
+  std::function<void()> wake_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Batch> queue_;      // guarded by mu_

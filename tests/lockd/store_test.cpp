@@ -267,7 +267,10 @@ TEST(StoreThread, GroupCommitPublishesDurableSeq) {
   const int efd = ::eventfd(0, EFD_CLOEXEC);
   ASSERT_GE(efd, 0);
   {
-    StoreThread t(std::make_unique<NameStore>(p.string()), efd);
+    StoreThread t(std::make_unique<NameStore>(p.string()), [efd] {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(efd, &one, sizeof one);
+    });
     std::vector<StoredName> b1{held(1, 1), held(2, 1)};
     ASSERT_TRUE(t.submit(b1, 1));
     EXPECT_TRUE(b1.empty());
@@ -294,7 +297,7 @@ TEST(StoreThread, GroupCommitPublishesDurableSeq) {
 TEST(StoreThread, FailedCommitIsReportedNotDurable) {
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
-  StoreThread t(std::make_unique<NameStore>(p.string()), -1);
+  StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
   std::vector<StoredName> b1{held(1, 10)};
   ASSERT_TRUE(t.submit(b1, 1));
   while (t.durable_seq() < 1) ::usleep(100);

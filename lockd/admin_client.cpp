@@ -1,0 +1,167 @@
+#include "lockd/admin_client.hpp"
+
+#include "io/client.hpp"
+#include "io/clock.hpp"
+
+#include <openssl/rand.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace leasehold::lockd {
+namespace {
+
+WorkerId random_id() {
+  WorkerId id;
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof b) != 1) throw std::runtime_error("cannot draw a random client id");
+  std::memcpy(&id.hi, b, 8);
+  std::memcpy(&id.lo, b + 8, 8);
+  if (id.is_nil()) id.lo = 1;
+  return id;
+}
+
+std::optional<std::uint64_t> request_id_of(std::span<const std::byte> d) noexcept {
+  return wire_request_id(d);
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> wire_request_id(std::span<const std::byte> d) noexcept {
+  if (d.size() < wire::kDatagramBytesMin) return std::nullopt;
+  std::uint32_t magic = 0;
+  std::uint64_t id = 0;
+  for (int i = 3; i >= 0; --i) magic = (magic << 8) | std::to_integer<std::uint32_t>(d[static_cast<std::size_t>(i)]);
+  if (magic != wire::kMagic) return std::nullopt;
+  for (int i = 7; i >= 0; --i) id = (id << 8) | std::to_integer<std::uint64_t>(d[32 + static_cast<std::size_t>(i)]);
+  return id;
+}
+
+AdminClient::AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self,
+                         std::int64_t timeout_ns)
+    : lockd_(lockd),
+      sender_(self.is_nil() ? random_id() : self, wire::seq_seed(), key),
+      auth_(key),
+      timeout_ns_(timeout_ns) {
+  SocketAddress any = lockd.family() == AF_INET6 ? *SocketAddress::parse("[::]:0")
+                                                 : *SocketAddress::parse("0.0.0.0:0");
+  fd_ = open_udp_socket_blocking(any);
+  if (fd_ < 0) throw std::runtime_error(std::string("cannot open a UDP socket: ") + std::strerror(-fd_));
+  // A random first request id: answers to an earlier client on a recycled port do not match.
+  unsigned char b[4];
+  if (RAND_bytes(b, sizeof b) == 1) next_request_id_ = (std::uint64_t{b[0]} << 24 | b[1] << 16 | b[2] << 8 | b[3]) << 16 | 1;
+}
+
+AdminClient::~AdminClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Answer AdminClient::request(const wire::Body& body) {
+  Answer out;
+  wire::Datagram req;
+  const std::uint64_t rid = next_request_id_++;
+  if (const auto r = sender_.seal(rid, body, req); !r) {
+    out.error = "cannot encode the request: " + std::string(wire::to_string(r.error));
+    return out;
+  }
+  std::array<std::byte, wire::kDatagramBytesMax> buf{};
+  RetryPolicy policy;
+  policy.first_backoff_ns = 20'000'000;
+  policy.backoff_max_ns = 250'000'000;
+  const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_,
+                                             now_boottime_ns() + timeout_ns_, &request_id_of, buf, policy);
+  out.attempts = o.attempts;
+  if (o.error != 0) {
+    out.error = std::string("cannot send to lockd at ") + lockd_.str() + ": " + std::strerror(-o.error);
+    return out;
+  }
+  if (o.status != RequestStatus::answered) {
+    out.error = "no answer from lockd at " + lockd_.str() + " within " +
+                std::to_string(timeout_ns_ / 1'000'000) + " ms (" + std::to_string(o.attempts) +
+                " attempts): is it running, and is the key the same?";
+    return out;
+  }
+  wire::DecodeResult d = wire::decode(
+      std::span(reinterpret_cast<const std::uint8_t*>(buf.data()), o.answer_bytes), &auth_);
+  if (!d) {
+    out.error = "bad answer from lockd: " + std::string(wire::to_string(d.error)) + ": " + d.detail;
+    return out;
+  }
+  if (const auto* e = std::get_if<wire::Error>(&d.body)) {
+    out.error = "lockd answered error " + std::string(wire::to_string(e->code)) + ": " + e->message;
+    out.body = std::move(d.body);
+    return out;
+  }
+  out.body = std::move(d.body);
+  return out;
+}
+
+Answer AdminClient::acquire(const std::string& name, SandboxId sandbox, WorkerId worker,
+                            std::uint32_t ttl_ms, bool two_phase) {
+  return request(wire::Acquire{name, sandbox, worker, ttl_ms, two_phase});
+}
+Answer AdminClient::commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId worker) {
+  return request(wire::Commit{name, sandbox, epoch, worker});
+}
+Answer AdminClient::heartbeat(std::span<const wire::HeartbeatEntry> entries, std::uint32_t ttl_cap_ms) {
+  wire::Heartbeat h;
+  h.ttl_cap_ms = ttl_cap_ms;
+  for (const auto& e : entries.first(std::min(entries.size(), wire::kHeartbeatEntriesMax)))
+    h.entries.push_back(e);
+  return request(h);
+}
+Answer AdminClient::release(NameId name, SandboxId sandbox, Epoch epoch) {
+  return request(wire::Release{name, sandbox, epoch});
+}
+Answer AdminClient::transfer_begin(NameId name, SandboxId from, Epoch epoch, SandboxId to) {
+  return request(wire::TransferBegin{name, from, epoch, to});
+}
+Answer AdminClient::transfer_complete(NameId name, Epoch new_epoch) {
+  return request(wire::TransferComplete{name, new_epoch});
+}
+Answer AdminClient::transfer_accept(NameId name, SandboxId to, WorkerId worker) {
+  return request(wire::TransferAccept{name, to, worker});
+}
+Answer AdminClient::revoke(NameId name) { return request(wire::Revoke{name}); }
+Answer AdminClient::reassign(NameId name, SandboxId to) { return request(wire::Reassign{name, to}); }
+Answer AdminClient::worker_heartbeat(WorkerId worker) { return request(wire::WorkerHeartbeat{worker}); }
+Answer AdminClient::show(const std::string& name) { return request(wire::Show{name, NameId{}}); }
+Answer AdminClient::show(NameId name) { return request(wire::Show{std::string(), name}); }
+Answer AdminClient::list(std::uint64_t cursor, std::uint16_t limit) {
+  return request(wire::List{cursor, limit});
+}
+Answer AdminClient::stats() { return request(wire::Stats{}); }
+
+std::optional<std::vector<wire::NameRecord>> AdminClient::list_all(std::string* error,
+                                                                    std::size_t names_max) {
+  std::vector<wire::NameRecord> all;
+  std::uint64_t cursor = 0;
+  do {
+    Answer a = list(cursor);
+    const auto* page = a.as<wire::ListPage>();
+    if (page == nullptr) {
+      if (error != nullptr) *error = a.ok() ? "unexpected answer to list" : a.error;
+      return std::nullopt;
+    }
+    all.insert(all.end(), page->entries.begin(), page->entries.end());
+    if (page->next_cursor != 0 && page->next_cursor <= cursor) {
+      if (error != nullptr) *error = "list cursor did not advance";
+      return std::nullopt;
+    }
+    cursor = page->next_cursor;
+  } while (cursor != 0 && all.size() < names_max);
+  return all;
+}
+
+std::optional<std::vector<wire::Counter>> AdminClient::counters(std::string* error) {
+  Answer a = stats();
+  const auto* s = a.as<wire::StatsAnswer>();
+  if (s == nullptr) {
+    if (error != nullptr) *error = a.ok() ? "unexpected answer to stats" : a.error;
+    return std::nullopt;
+  }
+  return s->counters;
+}
+
+}  // namespace leasehold::lockd

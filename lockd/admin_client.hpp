@@ -1,0 +1,92 @@
+// leasehold/lockd: a blocking client of lockd's protocol, for the CLI, tests and tools.
+//
+// One UDP socket, one request at a time: seal (HMAC, fresh seq), send, wait for the answer
+// with the same request id, retrying the same bytes with backoff until the deadline
+// (io/client.hpp request_blocking), then authenticate and decode the answer. Not thread-safe:
+// one client per thread.
+//
+// Every call returns an `Answer`: the decoded answer body (Grant, Deny, Ok, ...) or, when
+// there is none, an error text (no answer before the deadline, bad answer, Error{...} from
+// lockd). A Deny is an answer, not an error: the caller looks at `refusal`.
+#pragma once
+
+#include "io/auth.hpp"
+#include "io/protocol.hpp"
+#include "io/replay.hpp"
+#include "io/udp.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace leasehold::lockd {
+
+inline constexpr std::int64_t kAdminTimeoutNsDefault = 2'000'000'000;  ///< per request
+
+struct Answer {
+  wire::Body body;      ///< valid when error is empty
+  std::string error;    ///< why there is no answer body; empty on success
+  std::uint32_t attempts = 0;
+  bool ok() const noexcept { return error.empty(); }
+  /// The body as T, or nullptr (e.g. a Deny where a Grant was hoped for).
+  template <class T>
+  const T* as() const noexcept {
+    return error.empty() ? std::get_if<T>(&body) : nullptr;
+  }
+};
+
+class AdminClient {
+ public:
+  /// `self`: the sender id on the wire (nil: a random one). `timeout_ns`: per request.
+  /// Throws std::runtime_error if no UDP socket can be opened.
+  AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self = {},
+              std::int64_t timeout_ns = kAdminTimeoutNsDefault);
+  ~AdminClient();
+  AdminClient(const AdminClient&) = delete;
+  AdminClient& operator=(const AdminClient&) = delete;
+
+  /// Any request body; the answer as decoded. Error{...} answers become `error`.
+  Answer request(const wire::Body& body);
+
+  // Typed helpers (DESIGN.md "Lock states"); each is request() with the matching body.
+  Answer acquire(const std::string& name, SandboxId sandbox, WorkerId worker, std::uint32_t ttl_ms = 0,
+                 bool two_phase = false);
+  Answer commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId worker);
+  Answer heartbeat(std::span<const wire::HeartbeatEntry> entries, std::uint32_t ttl_cap_ms = 0);
+  Answer release(NameId name, SandboxId sandbox, Epoch epoch);
+  Answer transfer_begin(NameId name, SandboxId from, Epoch epoch, SandboxId to);
+  Answer transfer_complete(NameId name, Epoch new_epoch);
+  Answer transfer_accept(NameId name, SandboxId to, WorkerId worker);
+  Answer revoke(NameId name);
+  Answer reassign(NameId name, SandboxId to);
+  Answer worker_heartbeat(WorkerId worker);
+  Answer show(const std::string& name);
+  Answer show(NameId name);
+  Answer list(std::uint64_t cursor = 0, std::uint16_t limit = 0);
+  /// Pages through the whole table (bounded by `names_max`). nullopt + *error on failure.
+  std::optional<std::vector<wire::NameRecord>> list_all(std::string* error,
+                                                        std::size_t names_max = 1u << 20);
+  Answer stats();
+  /// stats() as key → value; nullopt + *error on failure.
+  std::optional<std::vector<wire::Counter>> counters(std::string* error);
+
+  WorkerId self() const noexcept { return sender_.self(); }
+  /// The id of the last request sent (tests replay it).
+  std::uint64_t last_request_id() const noexcept { return next_request_id_ - 1; }
+
+ private:
+  SocketAddress lockd_;
+  wire::Sender sender_;
+  wire::Authenticator auth_;
+  std::int64_t timeout_ns_;
+  int fd_ = -1;
+  std::uint64_t next_request_id_ = 1;
+};
+
+/// The request id of a datagram in the wire layout (io/protocol.hpp), without authenticating
+/// it; nullopt if it is too short or has the wrong magic. For io/client.hpp's RequestIdOf.
+std::optional<std::uint64_t> wire_request_id(std::span<const std::byte> datagram) noexcept;
+
+}  // namespace leasehold::lockd

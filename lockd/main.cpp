@@ -1,0 +1,107 @@
+// leasehold-lockd: the lock service (DESIGN.md "lockd"). See lockd/service.hpp.
+//
+// Exit codes: 0 after SIGTERM/SIGINT; 1 when it cannot start or its store fails (the message on
+// stderr names the cause); 2 for a bad command line.
+#include "io/auth.hpp"
+#include "io/clock.hpp"
+#include "io/loop.hpp"
+#include "lockd/config.hpp"
+#include "lockd/service.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+int main(int argc, char** argv) {
+  using namespace leasehold;
+  CLI::App app{
+      "leasehold-lockd: the lock service. Serves the name table over authenticated UDP and keeps "
+      "ownership changes durable in a SQLite store (WAL, group commit).\n"
+      "Logs one logfmt line per ownership change on stderr; prints 'listening ADDR:PORT' on "
+      "stdout once it serves."};
+  lockd::LockdConfig cfg;
+  lockd::add_lockd_flags(app, cfg);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (cfg.generate_key_path) {
+    if (std::string err = wire::generate_key_file(*cfg.generate_key_path); !err.empty()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+      return 1;
+    }
+    std::printf("wrote a new key to %s (mode 0600)\n", cfg.generate_key_path->c_str());
+    return 0;
+  }
+  if (std::string why = lockd::validate(cfg); !why.empty()) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+    return 2;
+  }
+  wire::KeyLoad key = wire::load_key_file(cfg.key_file);
+  if (!key) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", key.error.c_str());
+    return 1;
+  }
+
+  // Termination by signalfd on the loop, so shutdown happens between iterations.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);  // before the store thread starts: it inherits it
+  const int sfd = ::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) {
+    std::perror("leasehold-lockd: signalfd");
+    return 1;
+  }
+
+  LoopConfig lc;
+  lc.sq_entries = 1024;
+  lc.recv_buffer_count = 2048;
+  lc.sends_in_flight_max = 4096;
+  lc.sockets_max = 4;
+  lc.polls_max = 4;
+  lc.timers_max = 16;
+  ProbeResult probe;
+  std::unique_ptr<EventLoop> loop = EventLoop::create(lc, &probe);
+  if (!loop) {
+    std::fprintf(stderr, "leasehold-lockd: io_uring: %s\n", probe.message.c_str());
+    return 1;
+  }
+  std::unique_ptr<lockd::LockService> service;
+  try {
+    service = std::make_unique<lockd::LockService>(cfg, *key.key, *loop);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", e.what());
+    return 1;
+  }
+  bool stopping = false;
+  loop->add_poll(sfd, POLLIN, PollMode::oneshot, [&stopping](int) { stopping = true; });
+  std::printf("listening %s\n", service->local_address().str().c_str());
+  std::fflush(stdout);
+
+  while (!stopping) {
+    const int rc = loop->run_once(service->wait_ns(now_boottime_ns()));
+    if (rc < 0) {
+      std::fprintf(stderr, "leasehold-lockd: io_uring_enter failed: %s\n", std::strerror(-rc));
+      return 1;
+    }
+    if (!service->after_iteration(now_boottime_ns())) {
+      std::fprintf(stderr, "leasehold-lockd: stopping: the store failed, nothing of the failed batch "
+                           "was acknowledged: %s\n", service->failure().c_str());
+      return 1;
+    }
+  }
+  service.reset();
+  ::close(sfd);
+  return 0;
+}

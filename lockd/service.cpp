@@ -1,0 +1,703 @@
+#include "lockd/service.hpp"
+
+#include "io/clock.hpp"
+
+#include <openssl/rand.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace leasehold::lockd {
+namespace {
+
+wire::LockState wire_state(LockPhase p) noexcept { return static_cast<wire::LockState>(p); }
+
+std::uint32_t ms_left(std::int64_t deadline_ns, std::int64_t now_ns) noexcept {
+  if (deadline_ns == kNoExpiry) return UINT32_MAX;
+  if (deadline_ns <= now_ns) return 0;
+  const std::int64_t ms = (deadline_ns - now_ns) / kNsPerMs;
+  return ms >= static_cast<std::int64_t>(UINT32_MAX) ? UINT32_MAX - 1 : static_cast<std::uint32_t>(ms);
+}
+
+WorkerId random_instance_id() {
+  WorkerId id;
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof b) != 1) throw std::runtime_error("cannot draw a random lockd instance id");
+  for (int i = 0; i < 8; ++i) {
+    id.hi = (id.hi << 8) | b[i];
+    id.lo = (id.lo << 8) | b[8 + i];
+  }
+  if (id.is_nil()) id.lo = 1;
+  return id;
+}
+
+LeaseConfig lease_config_of(const LockdConfig& c) {
+  LeaseConfig l;
+  l.default_ttl_ns = static_cast<std::int64_t>(c.ttl_ms) * kNsPerMs;
+  l.max_ttl_ns = l.default_ttl_ns;  // a request may ask for less, never more (clamped)
+  l.acquiring_ttl_ns = static_cast<std::int64_t>(c.acquiring_ttl_ms) * kNsPerMs;
+  l.lock_delay_ns = static_cast<std::int64_t>(c.lock_delay_ms) * kNsPerMs;
+  l.mode = c.mode;
+  l.worker_liveness_ttl_ns = static_cast<std::int64_t>(c.effective_worker_ttl_ms()) * kNsPerMs;
+  l.capacity = static_cast<std::size_t>(c.max_names);
+  return l;
+}
+
+bool is_plain_free(const StoredName& n) {
+  return n.state == StoredState::free && n.peer.is_nil() && !n.epoch_fresh;
+}
+
+}  // namespace
+
+LockService::LockService(const LockdConfig& cfg, const wire::WireKey& key, EventLoop& loop)
+    : cfg_(cfg),
+      loop_(loop),
+      table_(lease_config_of(cfg)),
+      receiver_(key, wire::Receiver::Limits{}),
+      sender_(random_instance_id(), wire::seq_seed(), key) {
+  auto store = std::make_unique<NameStore>(cfg.store_path);  // throws StoreError
+  incarnation_ = store->open_count();
+  const std::int64_t now = now_boottime_ns();
+  {
+    const StoredTable stored = store->load();
+    DurableSnapshot snap;
+    snap.epoch_high_water = stored.epoch_high_water;
+    std::size_t held = 0;
+    for (const StoredName& n : stored.names) {
+      snap.epoch_high_water = std::max(snap.epoch_high_water, n.epoch);
+      // Acquiring records are dropped at restart (their epochs stay burned via the high-water
+      // mark); plain Free records carry nothing the high-water mark does not.
+      if (n.state == StoredState::acquiring || is_plain_free(n)) continue;
+      DurableRecord r;
+      r.name = n.id;
+      r.name_fingerprint = name_fingerprint_of(n.name);
+      r.phase = static_cast<LockPhase>(n.state);
+      r.epoch = n.epoch;
+      r.owner = n.owner;
+      r.to = n.peer;
+      r.worker = n.worker;
+      r.epoch_fresh = n.epoch_fresh;
+      snap.records.push_back(r);
+      names_.emplace(n.id, n.name);
+      if (n.state == StoredState::held) ++held;
+    }
+    if (std::string err = table_.restore(snap, now); !err.empty())
+      throw std::runtime_error("store " + cfg.store_path + ": cannot rebuild the name table: " + err);
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "ts_boot_ns=%" PRId64 " event=restore names=%zu held=%zu epoch_high_water=%" PRIu64
+                  " incarnation=%" PRIu64 " store=%s\n",
+                  now, snap.records.size(), held, table_.epoch_high_water(), incarnation_,
+                  cfg.store_path.c_str());
+    log_ += line;
+  }
+  store_ = std::make_unique<StoreThread>(std::move(store), [&loop] { loop.wake(); });
+
+  const auto addr = SocketAddress::parse(cfg.listen);
+  if (!addr) throw std::runtime_error("--listen \"" + cfg.listen + "\" is not a numeric ADDR:PORT");
+  const int fd = open_udp_socket(*addr);
+  if (fd < 0)
+    throw std::runtime_error("cannot bind UDP " + cfg.listen + ": " + std::strerror(-fd));
+  // Deep socket buffers: bursts of heartbeats from many workers arrive at once.
+  set_socket_buffers(fd, 8 << 20, 8 << 20);
+  local_ = leasehold::local_address(fd).value_or(*addr);
+  socket_ = loop.add_udp_socket(UniqueFd(fd), [this](const Datagram& d) { on_datagram(d); });
+  if (!socket_.valid()) throw std::runtime_error("cannot register the UDP socket with the io loop");
+  loop.set_wake_handler([] {});  // the wake only ends run_once; after_iteration does the work
+  next_tick_ns_ = now;
+  rate_window_start_ns_ = now;
+  flush_log();
+}
+
+LockService::~LockService() {
+  if (socket_.valid()) loop_.close_socket(socket_);
+  flush_log();
+  store_.reset();
+}
+
+std::string LockService::failure() const { return store_->failure(); }
+
+std::int64_t LockService::wait_ns(std::int64_t now_ns) const noexcept {
+  return std::clamp<std::int64_t>(next_tick_ns_ - now_ns, 0, kTickNs);
+}
+
+bool LockService::overloaded() const noexcept {
+  return pending_.size() + kChangesPerRequestMax > kStoreBatchChangesMax ||
+         deferred_.size() >= kDeferredAnswersMax;
+}
+
+// ---- receive path --------------------------------------------------------------------------
+
+void LockService::on_datagram(const Datagram& d) {
+  const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(d.payload.data()),
+                                            d.payload.size());
+  const SocketAddress from = d.source_address();
+  wire::Admission a = receiver_.admit(bytes);
+  switch (a.verdict) {
+    case wire::Verdict::drop:
+      return;  // counted by the receiver (receiver_.stats())
+    case wire::Verdict::resend:
+      ++counters_.answers_resent;
+      if (loop_.send_to(socket_, std::as_bytes(a.cached_answer), &from) != 0) ++counters_.sends_failed;
+      return;
+    case wire::Verdict::answer_error:
+      send_now(from, a.message.header.request_id, &a.key, wire::error_answer(a));
+      return;
+    case wire::Verdict::deliver:
+      dispatch(a.message, a.key, from, now_boottime_ns());
+      return;
+  }
+}
+
+void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const SocketAddress& from,
+                           std::int64_t now_ns) {
+  const auto rid = m.header.request_id;
+  const auto type = m.header.type;
+  // Heartbeats: the hot path, answered at once and not cached (they are idempotent, and
+  // caching them would push the answers of ownership changes out of the response cache).
+  if (type == wire::MessageType::heartbeat) {
+    on_heartbeat(std::get<wire::Heartbeat>(m.body), m.header.sender, from, rid, now_ns);
+    return;
+  }
+  if (type == wire::MessageType::worker_heartbeat) {
+    const auto& w = std::get<wire::WorkerHeartbeat>(m.body);
+    if (table_.worker_heartbeat(w.worker, now_ns) != Refusal::none) {
+      send_now(from, rid, &key, wire::Error{wire::ErrorCode::overloaded, "worker table is full"});
+      return;
+    }
+    if (worker_addresses_.size() < cfg_.max_workers || worker_addresses_.count(w.worker) != 0)
+      worker_addresses_[w.worker] = from;
+    send_now(from, rid, nullptr,
+             wire::WorkerAck{static_cast<std::uint32_t>(cfg_.effective_worker_ttl_ms())});
+    return;
+  }
+  if (type == wire::MessageType::running_answer) {
+    on_running_answer(std::get<wire::RunningAnswer>(m.body), rid, now_ns);
+    return;
+  }
+  if (!wire::is_request(type) || type == wire::MessageType::is_running) {
+    ++counters_.unexpected_messages;
+    if (type == wire::MessageType::is_running)
+      send_now(from, rid, &key, wire::Error{wire::ErrorCode::unsupported, "lockd runs no sandboxes"});
+    return;
+  }
+  // A retry of a request whose answer is waiting for durability: that answer will go out.
+  if (deferred_keys_.count({m.header.sender, rid}) != 0) {
+    ++counters_.retries_while_pending;
+    return;
+  }
+  const bool mutating = type != wire::MessageType::list && type != wire::MessageType::show &&
+                        type != wire::MessageType::stats;
+  if (mutating ? overloaded() : deferred_.size() >= kDeferredAnswersMax) {
+    ++counters_.overloaded;
+    // Not cached: a retry after the overload must be executed.
+    send_now(from, rid, nullptr,
+             wire::Error{wire::ErrorCode::overloaded, "lockd is waiting for its store; retry with backoff"});
+    return;
+  }
+  wire::Body answer;
+  switch (type) {
+    case wire::MessageType::acquire: answer = on_acquire(std::get<wire::Acquire>(m.body), now_ns); break;
+    case wire::MessageType::commit: answer = on_commit(std::get<wire::Commit>(m.body), now_ns); break;
+    case wire::MessageType::release: answer = on_release(std::get<wire::Release>(m.body), now_ns); break;
+    case wire::MessageType::transfer_begin:
+      answer = on_transfer_begin(std::get<wire::TransferBegin>(m.body), now_ns);
+      break;
+    case wire::MessageType::transfer_complete:
+      answer = on_transfer_complete(std::get<wire::TransferComplete>(m.body), now_ns);
+      break;
+    case wire::MessageType::transfer_accept:
+      answer = on_transfer_accept(std::get<wire::TransferAccept>(m.body), now_ns);
+      break;
+    case wire::MessageType::revoke: answer = on_revoke(std::get<wire::Revoke>(m.body), now_ns); break;
+    case wire::MessageType::reassign: answer = on_reassign(std::get<wire::Reassign>(m.body), now_ns); break;
+    case wire::MessageType::list: answer = on_list(std::get<wire::List>(m.body), now_ns); break;
+    case wire::MessageType::show: answer = on_show(std::get<wire::Show>(m.body), now_ns); break;
+    case wire::MessageType::stats: answer = stats_answer(); break;
+    default:
+      answer = wire::Error{wire::ErrorCode::unsupported, "lockd does not serve this request type"};
+      break;
+  }
+  answer_gated(from, rid, key, std::move(answer));
+}
+
+// ---- answers -------------------------------------------------------------------------------
+
+void LockService::send_now(const SocketAddress& to, std::uint64_t request_id,
+                           const wire::RequestKey* key, const wire::Body& body) {
+  wire::Datagram dg;
+  if (!sender_.seal(request_id, body, dg)) {
+    ++counters_.encode_failed;
+    const wire::Error e{wire::ErrorCode::internal, "answer could not be encoded"};
+    if (!sender_.seal(request_id, e, dg)) return;
+  }
+  // Cached before the send: if the send is lost, the client's retry gets these bytes.
+  if (key != nullptr) receiver_.remember_answer(*key, dg.view());
+  if (loop_.send_to(socket_, std::as_bytes(dg.view()), &to) != 0) ++counters_.sends_failed;
+}
+
+void LockService::answer_gated(const SocketAddress& to, std::uint64_t request_id,
+                               const wire::RequestKey& key, wire::Body body) {
+  if (change_seq_ <= store_->durable_seq() && deferred_.empty()) {
+    send_now(to, request_id, &key, body);
+    return;
+  }
+  ++counters_.answers_deferred;
+  deferred_keys_.insert({key.sender, request_id});
+  deferred_.push_back(Deferred{change_seq_, to, request_id, key, std::move(body)});
+}
+
+wire::Body LockService::deny(const Outcome& o) {
+  ++counters_.refusals[static_cast<std::size_t>(o.refusal) % counters_.refusals.size()];
+  wire::Deny d;
+  d.name_id = o.name;
+  d.refusal = o.refusal;
+  d.holder = o.state.owner;
+  d.worker = o.state.worker;
+  d.epoch = o.state.epoch;
+  d.state = wire_state(o.state.phase);
+  return d;
+}
+
+wire::Body LockService::grant(const Outcome& o, std::int64_t now_ns) const {
+  wire::Grant g;
+  g.name_id = o.name;
+  g.epoch = o.token.epoch;
+  g.holder = o.token.holder;
+  g.worker = o.state.worker;
+  g.state = wire_state(o.state.phase);
+  g.ttl_ms = o.state.phase == LockPhase::acquiring ? ms_left(o.state.deadline_ns, now_ns)
+                                                   : ms_left(o.state.expiry_ns, now_ns);
+  return g;
+}
+
+const std::string& LockService::text_of(NameId id) const {
+  static const std::string none;
+  const auto it = names_.find(id);
+  return it == names_.end() ? none : it->second;
+}
+
+wire::NameRecord LockService::record_of(NameId id, const LockState& s, std::int64_t now_ns) const {
+  wire::NameRecord r;
+  r.name = text_of(id);
+  if (r.name.empty()) r.name = id.str();  // UUID text is a valid name
+  r.name_id = id;
+  r.state = wire_state(s.phase);
+  r.holder = s.owner;
+  r.worker = s.worker;
+  r.epoch = s.epoch;
+  switch (s.phase) {
+    case LockPhase::held: r.ttl_left_ms = ms_left(s.expiry_ns, now_ns); break;
+    case LockPhase::acquiring: r.ttl_left_ms = ms_left(s.deadline_ns, now_ns); break;
+    case LockPhase::free: r.ttl_left_ms = ms_left(s.lock_delay_until_ns, now_ns); break;
+    case LockPhase::transferring: break;
+  }
+  r.reserved_for = s.phase == LockPhase::transferring ? s.to : s.reserved_for;
+  return r;
+}
+
+// ---- ownership changes ---------------------------------------------------------------------
+
+void LockService::record_change(NameId id, const LockState& s, const char* event, std::int64_t now_ns,
+                                const char* extra) {
+  StoredName n;
+  n.id = id;
+  n.name = text_of(id);
+  if (n.name.empty()) n.name = id.str();
+  n.state = static_cast<StoredState>(s.phase);
+  n.epoch = s.epoch;
+  n.old_epoch = s.old_epoch;
+  n.owner = s.owner;
+  n.peer = s.phase == LockPhase::transferring ? s.to : s.reserved_for;
+  n.worker = s.worker;
+  n.epoch_fresh = s.epoch_fresh;
+  if (s.phase == LockPhase::held && s.expiry_ns != kNoExpiry && s.expiry_ns > now_ns)
+    n.ttl_ns = static_cast<std::uint64_t>(s.expiry_ns - now_ns);
+  pending_.push_back(std::move(n));
+  ++change_seq_;
+
+  char line[512];
+  const int len = std::snprintf(
+      line, sizeof line,
+      "ts_boot_ns=%" PRId64 " event=%s name=%s epoch=%" PRIu64 " state=%s holder=%s worker=%s%s%s%s\n",
+      now_ns, event, pending_.back().name.c_str(), s.epoch, std::string(to_string(s.phase)).c_str(),
+      s.owner.str().c_str(), s.worker.str().c_str(),
+      s.phase == LockPhase::transferring || !s.reserved_for.is_nil() ? " to=" : "",
+      s.phase == LockPhase::transferring ? s.to.str().c_str()
+                                         : (!s.reserved_for.is_nil() ? s.reserved_for.str().c_str() : ""),
+      extra != nullptr ? extra : "");
+  if (len > 0) log_.append(line, std::min<std::size_t>(static_cast<std::size_t>(len), sizeof line - 1));
+}
+
+wire::Body LockService::on_acquire(const wire::Acquire& a, std::int64_t now_ns) {
+  const NameId id = name_id_of(a.name);
+  const LockState before = table_.state(id);
+  std::int64_t ttl_ns = static_cast<std::int64_t>(a.ttl_ms) * kNsPerMs;
+  ttl_ns = std::min(ttl_ns, table_.config().max_ttl_ns);  // clamped; the Grant says what was given
+  auto run = [&] {
+    return a.two_phase ? table_.acquire_2pc(a.name, a.sandbox, now_ns)
+                       : table_.acquire(a.name, a.sandbox, a.worker, now_ns, ttl_ns);
+  };
+  Outcome o = run();
+  if (!o.ok() && o.refusal == Refusal::held && cfg_.mode == LockMode::preemptible &&
+      try_preempt(id, o.state, now_ns))
+    o = run();
+  if (!o.ok()) return deny(o);
+  if (!(before == o.state)) {
+    names_.emplace(id, a.name);
+    ++counters_.grants;
+    record_change(id, o.state, a.two_phase ? "acquire_2pc" : "grant", now_ns);
+  }
+  return grant(o, now_ns);
+}
+
+wire::Body LockService::on_commit(const wire::Commit& c, std::int64_t now_ns) {
+  const LockState before = table_.state(c.name_id);
+  const Outcome o = table_.commit(c.name_id, c.sandbox, c.epoch, c.worker, now_ns);
+  if (!o.ok()) return deny(o);
+  if (!(before == o.state)) {
+    ++counters_.grants;
+    record_change(c.name_id, o.state, "commit", now_ns);
+  }
+  return grant(o, now_ns);
+}
+
+void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const SocketAddress& from,
+                               std::uint64_t request_id, std::int64_t now_ns) {
+  std::array<RefreshEntry, wire::kHeartbeatEntriesMax> entries;
+  std::array<RefreshAnswer, wire::kHeartbeatEntriesMax> answers;
+  const std::size_t n = h.entries.size();
+  for (std::size_t i = 0; i < n; ++i)
+    entries[i] = RefreshEntry{h.entries[i].name_id, h.entries[i].sandbox, h.entries[i].epoch};
+  std::int64_t ttl_ns = table_.config().default_ttl_ns;
+  if (h.ttl_cap_ms != 0) ttl_ns = std::min(ttl_ns, static_cast<std::int64_t>(h.ttl_cap_ms) * kNsPerMs);
+  ++counters_.heartbeats;
+  const Refusal r = table_.refresh(worker, std::span(entries.data(), n), now_ns,
+                                   std::span(answers.data(), n), ttl_ns);
+  if (r != Refusal::none) {
+    ++counters_.refusals[static_cast<std::size_t>(r) % counters_.refusals.size()];
+    send_now(from, request_id, nullptr,
+             wire::Error{wire::ErrorCode::unsupported, "heartbeat refused: " + std::string(to_string(r))});
+    return;
+  }
+  if (cfg_.mode == LockMode::preemptible &&
+      (worker_addresses_.size() < cfg_.max_workers || worker_addresses_.count(worker) != 0))
+    worker_addresses_[worker] = from;
+  wire::HeartbeatAck ack;
+  for (std::size_t i = 0; i < n; ++i) {
+    wire::HeartbeatAckEntry e;
+    e.name_id = entries[i].name;
+    e.status = static_cast<wire::HeartbeatStatus>(answers[i].status);
+    e.holder = answers[i].holder;
+    e.epoch = answers[i].epoch;
+    switch (answers[i].status) {
+      case RefreshStatus::refreshed:
+        ++counters_.refresh_refreshed;
+        e.ttl_left_ms = ms_left(answers[i].expiry_ns, now_ns);
+        break;
+      case RefreshStatus::lost: ++counters_.refresh_lost; break;
+      case RefreshStatus::unknown: ++counters_.refresh_unknown; break;
+    }
+    ack.entries.push_back(e);
+  }
+  counters_.refresh_entries += n;
+  send_now(from, request_id, nullptr, ack);
+}
+
+wire::Body LockService::on_release(const wire::Release& r, std::int64_t now_ns) {
+  const LockState before = table_.state(r.name_id);
+  const Outcome o = table_.release(r.name_id, r.sandbox, r.epoch, now_ns);
+  if (!o.ok()) return deny(o);
+  if (!(before == o.state)) record_change(r.name_id, o.state, "release", now_ns);
+  return wire::Ok{r.name_id, o.state.epoch};
+}
+
+wire::Body LockService::on_transfer_begin(const wire::TransferBegin& t, std::int64_t now_ns) {
+  const LockState before = table_.state(t.name_id);
+  const Outcome o = table_.begin_transfer(t.name_id, t.from, t.epoch, t.to, now_ns);
+  if (!o.ok()) return deny(o);
+  if (!(before == o.state)) record_change(t.name_id, o.state, "transfer_begin", now_ns);
+  return wire::TransferState{t.name_id, o.state.owner, o.state.to, o.state.old_epoch, o.state.epoch,
+                             wire::LockState::transferring};
+}
+
+wire::Body LockService::on_transfer_complete(const wire::TransferComplete& t, std::int64_t now_ns) {
+  const LockState before = table_.state(t.name_id);
+  // The wire message names the transfer by its new epoch; `from` is the record's.
+  const SandboxId from = before.phase == LockPhase::transferring ? before.owner : SandboxId{};
+  const Outcome o = table_.complete_release(t.name_id, from, t.new_epoch);
+  if (!o.ok()) return deny(o);
+  if (!(before == o.state)) record_change(t.name_id, o.state, "transfer_complete", now_ns);
+  return wire::TransferState{t.name_id, from, o.state.reserved_for, t.new_epoch == 0 ? 0 : t.new_epoch - 1,
+                             o.state.epoch, wire_state(o.state.phase)};
+}
+
+wire::Body LockService::on_transfer_accept(const wire::TransferAccept& t, std::int64_t now_ns) {
+  const LockState before = table_.state(t.name_id);
+  const std::string& text = text_of(t.name_id);
+  if (text.empty()) {
+    Outcome o;
+    o.refusal = Refusal::unknown_name;
+    o.name = t.name_id;
+    o.state = before;
+    return deny(o);
+  }
+  Outcome o;
+  if (cfg_.mode == LockMode::preemptible) {
+    // Preemptible mode has no 1-phase acquire: reserve and commit in one step (the worker
+    // is in the request, so the name is attached to it at once).
+    o = table_.acquire_2pc(text, t.to, now_ns);
+    if (o.ok()) o = table_.commit(t.name_id, t.to, o.token.epoch, t.worker, now_ns);
+  } else {
+    o = table_.acquire(text, t.to, t.worker, now_ns);
+  }
+  if (!o.ok()) return deny(o);
+  if (!(before == o.state)) {
+    ++counters_.grants;
+    record_change(t.name_id, o.state, "transfer_accept", now_ns);
+  }
+  return grant(o, now_ns);
+}
+
+wire::Body LockService::on_revoke(const wire::Revoke& r, std::int64_t now_ns) {
+  const Outcome o = table_.revoke(r.name_id, now_ns);
+  if (!o.ok()) return deny(o);
+  record_change(r.name_id, o.state, "revoke", now_ns);
+  return wire::Ok{r.name_id, o.state.epoch};
+}
+
+wire::Body LockService::on_reassign(const wire::Reassign& r, std::int64_t now_ns) {
+  const std::string text = text_of(r.name_id);
+  if (text.empty()) {
+    Outcome o;
+    o.refusal = Refusal::unknown_name;
+    o.name = r.name_id;
+    o.state = table_.state(r.name_id);
+    return deny(o);
+  }
+  const Outcome o = table_.reassign(text, r.to, now_ns);
+  if (!o.ok()) return deny(o);
+  record_change(r.name_id, o.state, "reassign", now_ns);
+  return wire::Ok{r.name_id, o.state.epoch};
+}
+
+// ---- preemptible mode ----------------------------------------------------------------------
+
+bool LockService::try_preempt(NameId id, const LockState& s, std::int64_t now_ns) {
+  if (s.phase != LockPhase::held) return false;
+  if (table_.worker_alive(s.worker, now_ns)) {
+    ask_is_running(id, s, now_ns);
+    return false;
+  }
+  const Outcome o = table_.preempt(id, s.owner, s.epoch, false, now_ns);
+  if (!o.ok()) return false;
+  ++counters_.preemptions;
+  record_change(id, o.state, "preempt", now_ns, " reason=worker_lapsed");
+  return true;
+}
+
+void LockService::ask_is_running(NameId id, const LockState& s, std::int64_t now_ns) {
+  if (asked_.count(id) != 0 || questions_.size() >= kIsRunningOutstandingMax) return;
+  const auto it = worker_addresses_.find(s.worker);
+  if (it == worker_addresses_.end()) return;  // never heard from it: only lapse frees the name
+  const std::uint64_t rid = next_request_id_++;
+  questions_.emplace(rid, Question{id, s.owner, s.epoch, now_ns + kIsRunningTimeoutNs});
+  asked_.insert(id);
+  ++counters_.is_running_sent;
+  send_now(it->second, rid, nullptr, wire::IsRunning{id, s.owner, s.epoch});
+}
+
+void LockService::on_running_answer(const wire::RunningAnswer& a, std::uint64_t request_id,
+                                    std::int64_t now_ns) {
+  const auto it = questions_.find(request_id);
+  if (it == questions_.end()) {
+    ++counters_.unexpected_messages;
+    return;
+  }
+  const Question q = it->second;
+  questions_.erase(it);
+  asked_.erase(q.name);
+  ++counters_.is_running_answers;
+  if (a.running || a.name_id != q.name || a.sandbox != q.sandbox || a.epoch != q.epoch) return;
+  if (overloaded()) return;  // the acquirer's retry asks again
+  // The table re-checks that the holder and epoch are still the ones asked about.
+  const Outcome o = table_.preempt(q.name, q.sandbox, q.epoch, true, now_ns);
+  if (!o.ok()) return;
+  ++counters_.preemptions;
+  record_change(q.name, o.state, "preempt", now_ns, " reason=not_running");
+}
+
+// ---- queries ---------------------------------------------------------------------------------
+
+wire::Body LockService::on_list(const wire::List& l, std::int64_t now_ns) const {
+  // Paged by the high half of the NameId (uniform: SHA-1 derived): cursor = first hi to list.
+  std::vector<std::pair<NameId, LockState>> all;
+  table_.for_each([&](NameId id, const LockState& s) {
+    if (id.hi >= l.cursor) all.emplace_back(id, s);
+  });
+  const std::size_t want = l.limit == 0 ? wire::kListEntriesMax
+                                        : std::min<std::size_t>(l.limit, wire::kListEntriesMax);
+  const std::size_t take = std::min(want, all.size());
+  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(take), all.end(),
+                    [](const auto& x, const auto& y) { return x.first < y.first; });
+  wire::ListPage page;
+  std::size_t i = 0;
+  for (; i < take; ++i) {
+    page.entries.push_back(record_of(all[i].first, all[i].second, now_ns));
+    if (wire::payload_bytes(page) > wire::kPayloadBytesMax) {
+      page.entries.pop_back();
+      break;
+    }
+  }
+  if (i < all.size() && !page.entries.empty()) {
+    const std::uint64_t last_hi = page.entries.back().name_id.hi;
+    page.next_cursor = last_hi == UINT64_MAX ? 0 : last_hi + 1;
+  }
+  return page;
+}
+
+wire::Body LockService::on_show(const wire::Show& s, std::int64_t now_ns) const {
+  const NameId id = s.name.empty() ? s.name_id : name_id_of(s.name);
+  const LockState st = table_.state(id);
+  if (!st.known) {
+    wire::Deny d;
+    d.name_id = id;
+    d.refusal = Refusal::unknown_name;
+    d.epoch = st.epoch;
+    return d;
+  }
+  return wire::NameInfo{record_of(id, st, now_ns)};
+}
+
+wire::StatsAnswer LockService::stats_answer() const {
+  wire::StatsAnswer a;
+  auto add = [&](std::string key, std::uint64_t v) {
+    if (a.counters.size() >= wire::kCountersMax) return;
+    a.counters.push_back(wire::Counter{std::move(key), v});
+    if (wire::payload_bytes(a) > wire::kPayloadBytesMax) a.counters.pop_back();
+  };
+  const StoreStats st = store_->stats();
+  add("names", table_.size());
+  add("held", table_.held());
+  add("epoch_high_water", table_.epoch_high_water());
+  add("incarnation", incarnation_);
+  add("refreshes_per_s", counters_.refreshes_per_s);
+  add("refresh_entries", counters_.refresh_entries);
+  add("refresh_lost", counters_.refresh_lost);
+  add("refresh_unknown", counters_.refresh_unknown);
+  add("grants", counters_.grants);
+  add("expiries", counters_.expiries);
+  add("preemptions", counters_.preemptions);
+  add("store_commits", st.commits);
+  add("store_changes", st.changes);
+  add("store_commit_us_p50", st.commit_ns_p50 / 1000);
+  add("store_commit_us_p99", st.commit_ns_p99 / 1000);
+  add("store_batch_changes_max", st.batch_changes_max);
+  add("store_batch_changes_mean", st.commits == 0 ? 0 : st.changes / st.commits);
+  add("overloaded", counters_.overloaded);
+  add("answers_deferred", counters_.answers_deferred);
+  add("retries_while_pending", counters_.retries_while_pending);
+  add("decode_accepted", receiver_.stats().accepted);
+  add("answers_resent", receiver_.stats().resent);
+  add("is_running_sent", counters_.is_running_sent);
+  // Refusal and rejection reasons: only those that occurred (the answer must fit a datagram).
+  for (std::size_t r = 1; r < counters_.refusals.size(); ++r)
+    if (counters_.refusals[r] != 0)
+      add("refusal_" + std::string(to_string(static_cast<Refusal>(r))), counters_.refusals[r]);
+  for (std::size_t r = 1; r < wire::kDecodeErrorCount; ++r)
+    if (receiver_.stats().rejected[r] != 0)
+      add("reject_" + std::string(wire::to_string(static_cast<wire::DecodeError>(r))),
+          receiver_.stats().rejected[r]);
+  const LoopStats& ls = loop_.stats();
+  add("kernel_drops", ls.kernel_drops);
+  add("sends_failed", counters_.sends_failed + ls.send_errors);
+  return a;
+}
+
+// ---- the turn of the loop ------------------------------------------------------------------
+
+void LockService::expire(std::int64_t now_ns) {
+  // Late expiry is safe (the supervisor kills before lockd expires); so past the batch bound
+  // the rest waits for the next tick.
+  while (pending_.size() + kExpiriesPerTickMax <= kStoreBatchChangesMax) {
+    expired_.clear();
+    const std::size_t n = table_.advance(now_ns, expired_, kExpiriesPerTickMax);
+    for (const Expiry& e : expired_) {
+      ++counters_.expiries;
+      LockState s = table_.state(e.name);
+      if (!s.known) {  // dropped as plain Free: durable form is Free at the name's own epoch
+        s = LockState{};
+        s.epoch = e.epoch;
+      }
+      record_change(e.name, s, e.was == LockPhase::held ? "expire" : "acquiring_timeout", now_ns);
+      if (!s.known) names_.erase(e.name);
+    }
+    if (n < kExpiriesPerTickMax) break;
+  }
+}
+
+void LockService::housekeeping(std::int64_t now_ns) {
+  for (auto it = questions_.begin(); it != questions_.end();) {
+    if (it->second.deadline_ns <= now_ns) {
+      asked_.erase(it->second.name);
+      it = questions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Names whose record the table dropped (released, plain Free) need no text any more.
+  if (names_.size() > 2 * table_.size() + 4096) {
+    for (auto it = names_.begin(); it != names_.end();)
+      it = table_.state(it->first).known ? std::next(it) : names_.erase(it);
+  }
+  if (now_ns - rate_window_start_ns_ >= kNsPerS) {
+    const std::uint64_t done = counters_.refresh_entries - rate_window_refreshes_;
+    counters_.refreshes_per_s =
+        done * static_cast<std::uint64_t>(kNsPerS) / static_cast<std::uint64_t>(now_ns - rate_window_start_ns_);
+    rate_window_start_ns_ = now_ns;
+    rate_window_refreshes_ = counters_.refresh_entries;
+  }
+}
+
+bool LockService::after_iteration(std::int64_t now_ns) {
+  if (store_->failed()) {
+    flush_log();
+    return false;
+  }
+  if (now_ns >= next_tick_ns_) {
+    expire(now_ns);
+    housekeeping(now_ns);
+    next_tick_ns_ = now_ns + kTickNs;
+  }
+  if (!pending_.empty() && store_->in_flight() < kBatchesInFlightMax) {
+    const std::uint64_t seq = change_seq_;
+    if (store_->submit(pending_, seq, table_.epoch_high_water())) submitted_seq_ = seq;
+  }
+  const std::uint64_t durable = store_->durable_seq();
+  while (!deferred_.empty() && deferred_.front().seq <= durable) {
+    Deferred& d = deferred_.front();
+    deferred_keys_.erase({d.key.sender, d.request_id});
+    send_now(d.to, d.request_id, &d.key, d.body);
+    deferred_.pop_front();
+  }
+  flush_log();
+  return true;
+}
+
+void LockService::flush_log() {
+  if (log_.empty()) return;
+  std::size_t off = 0;
+  while (off < log_.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, log_.data() + off, log_.size() - off);
+    if (n <= 0) break;  // stderr closed or full: logs are best effort, answers are not
+    off += static_cast<std::size_t>(n);
+  }
+  log_.clear();
+}
+
+}  // namespace leasehold::lockd

@@ -1,0 +1,198 @@
+// leasehold/lockd: the lock service — the name table behind an authenticated UDP endpoint.
+//
+// One io_uring loop thread (io/loop.hpp) runs everything but the disk: it authenticates and
+// decodes datagrams (io/replay.hpp), applies them to the pure LeaseTable (lease/), and answers.
+// The store thread (store_thread.hpp) makes ownership changes durable in group commits.
+//
+// The durability rule (DESIGN.md "lockd"): every ownership change — grant, 2-phase acquire,
+// commit, release, transfer begin/complete/accept, revoke, reassign, preempt, expiry — gets a
+// change sequence number and goes into the next store batch. An answer that depends on the
+// table while some change is not yet durable is held back until the store reports "durable up
+// to" that change, so nobody ever learns of a grant (or an epoch) that a crash could undo.
+// Heartbeat answers are exempt: a refresh is in memory only (that is why refreshes are cheap),
+// and a holder can only refresh a grant it has been told of, which was durable first.
+//
+// Expiry is driven by LeaseTable::advance() every kTickNs; expiries are ownership changes too.
+//
+// Preemptible mode: a 2-phase acquire of a name held on a lapsed worker preempts it; on a live
+// worker, lockd asks the worker (IsRunning to the worker's last heartbeat address) and
+// preempts when it answers "not running". The acquirer is refused `held` meanwhile and retries.
+//
+// Bounds: the pending store batch (kStoreBatchChangesMax), answers held for durability
+// (kDeferredAnswersMax), outstanding IsRunning questions, remembered worker addresses
+// (--max-workers), names (--max-names). Past a bound a request is answered Error{overloaded}
+// before it changes anything.
+#pragma once
+
+#include "io/loop.hpp"
+#include "io/protocol.hpp"
+#include "io/replay.hpp"
+#include "lease/lease_table.hpp"
+#include "lockd/config.hpp"
+#include "lockd/store_thread.hpp"
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace leasehold::lockd {
+
+inline constexpr std::int64_t kTickNs = 2'000'000;            ///< expiry / housekeeping cadence
+inline constexpr std::size_t kDeferredAnswersMax = 65'536;    ///< answers waiting for durability
+inline constexpr std::size_t kChangesPerRequestMax = 4;       ///< preempt + grant, with margin
+inline constexpr std::size_t kIsRunningOutstandingMax = 1024; ///< open questions to workers
+inline constexpr std::int64_t kIsRunningTimeoutNs = 1'000'000'000;
+inline constexpr std::size_t kExpiriesPerTickMax = 4096;
+
+/// Counters of one lockd (stats answer, tests). Monotonic since start unless noted.
+struct ServiceCounters {
+  std::array<std::uint64_t, 32> refusals{};  ///< by Refusal value
+  std::uint64_t grants = 0;
+  std::uint64_t refresh_entries = 0;
+  std::uint64_t refresh_refreshed = 0;
+  std::uint64_t refresh_lost = 0;
+  std::uint64_t refresh_unknown = 0;
+  std::uint64_t heartbeats = 0;             ///< heartbeat datagrams
+  std::uint64_t expiries = 0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t is_running_sent = 0;
+  std::uint64_t is_running_answers = 0;
+  std::uint64_t overloaded = 0;             ///< requests answered Error{overloaded}
+  std::uint64_t retries_while_pending = 0;  ///< retries of a request whose answer awaits durability
+  std::uint64_t answers_deferred = 0;
+  std::uint64_t answers_resent = 0;
+  std::uint64_t sends_failed = 0;
+  std::uint64_t encode_failed = 0;
+  std::uint64_t unexpected_messages = 0;    ///< answers nobody asked for, is_running to lockd
+  std::uint64_t refreshes_per_s = 0;        ///< over the last full second (gauge)
+};
+
+class LockService {
+ public:
+  /// Opens the store (StoreError on a bad store), rebuilds the table from it (every held lease
+  /// refreshed at `now`), binds the UDP socket on `cfg.listen` and registers it with `loop`.
+  /// Throws std::runtime_error naming the cause on any failure.
+  LockService(const LockdConfig& cfg, const wire::WireKey& key, EventLoop& loop);
+  /// Stops the store thread after it committed what was handed to it.
+  ~LockService();
+  LockService(const LockService&) = delete;
+  LockService& operator=(const LockService&) = delete;
+
+  /// The bound address (with the real port when cfg.listen asked for port 0).
+  const SocketAddress& local_address() const noexcept { return local_; }
+
+  /// Call after every EventLoop::run_once: expiry when a tick is due, hands the pending changes
+  /// to the store thread, sends the answers that became durable, flushes the log. Returns false
+  /// when lockd must stop because the store failed (failure() says why; nothing of the failed
+  /// batch was answered).
+  bool after_iteration(std::int64_t now_ns);
+  /// How long run_once may wait (ns): until the next tick.
+  std::int64_t wait_ns(std::int64_t now_ns) const noexcept;
+  std::string failure() const;
+
+  const ServiceCounters& counters() const noexcept { return counters_; }
+  /// The counters as sent in a StatsAnswer (at most what fits one datagram).
+  wire::StatsAnswer stats_answer() const;
+  const LeaseTable& table() const noexcept { return table_; }
+  /// Store open count (1 = fresh store): an incarnation number for logs and tests.
+  std::uint64_t incarnation() const noexcept { return incarnation_; }
+
+ private:
+  struct Deferred {
+    std::uint64_t seq = 0;  ///< durable once StoreThread::durable_seq() >= seq
+    SocketAddress to;
+    std::uint64_t request_id = 0;
+    wire::RequestKey key;
+    wire::Body body;
+  };
+  struct Question {  ///< an IsRunning sent to a worker
+    NameId name;
+    SandboxId sandbox;
+    Epoch epoch = 0;
+    std::int64_t deadline_ns = 0;
+  };
+  struct PendingKeyHash {
+    std::size_t operator()(const std::pair<WorkerId, std::uint64_t>& k) const noexcept {
+      return std::hash<WorkerId>{}(k.first) ^ (k.second * 0x9E3779B97F4A7C15ULL);
+    }
+  };
+
+  void rebuild(std::int64_t now_ns);
+  void on_datagram(const Datagram& d);
+  void dispatch(wire::Message& m, const wire::RequestKey& key, const SocketAddress& from,
+                std::int64_t now_ns);
+  void send_now(const SocketAddress& to, std::uint64_t request_id, const wire::RequestKey* key,
+                const wire::Body& body);
+  /// Answers now, or after the pending changes are durable (see the durability rule).
+  void answer_gated(const SocketAddress& to, std::uint64_t request_id, const wire::RequestKey& key,
+                    wire::Body body);
+  bool overloaded() const noexcept;
+
+  // request handlers: return the answer body
+  wire::Body on_acquire(const wire::Acquire& a, std::int64_t now_ns);
+  wire::Body on_commit(const wire::Commit& c, std::int64_t now_ns);
+  void on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const SocketAddress& from,
+                    std::uint64_t request_id, std::int64_t now_ns);
+  wire::Body on_release(const wire::Release& r, std::int64_t now_ns);
+  wire::Body on_transfer_begin(const wire::TransferBegin& t, std::int64_t now_ns);
+  wire::Body on_transfer_complete(const wire::TransferComplete& t, std::int64_t now_ns);
+  wire::Body on_transfer_accept(const wire::TransferAccept& t, std::int64_t now_ns);
+  wire::Body on_revoke(const wire::Revoke& r, std::int64_t now_ns);
+  wire::Body on_reassign(const wire::Reassign& r, std::int64_t now_ns);
+  wire::Body on_list(const wire::List& l, std::int64_t now_ns) const;
+  wire::Body on_show(const wire::Show& s, std::int64_t now_ns) const;
+  void on_running_answer(const wire::RunningAnswer& a, std::uint64_t request_id, std::int64_t now_ns);
+
+  /// Preemptible mode, an acquire refused `held`: preempt now (lapsed worker) or ask the worker.
+  bool try_preempt(NameId id, const LockState& s, std::int64_t now_ns);
+  void ask_is_running(NameId id, const LockState& s, std::int64_t now_ns);
+
+  wire::Body deny(const Outcome& o);
+  wire::Body grant(const Outcome& o, std::int64_t now_ns) const;
+  wire::NameRecord record_of(NameId id, const LockState& s, std::int64_t now_ns) const;
+  const std::string& text_of(NameId id) const;
+
+  /// Queues the durable form of `s` (the state of `id` after a change) and logs it.
+  void record_change(NameId id, const LockState& s, const char* event, std::int64_t now_ns,
+                     const char* extra = nullptr);
+  void expire(std::int64_t now_ns);
+  void housekeeping(std::int64_t now_ns);
+  void flush_log();
+
+  LockdConfig cfg_;
+  EventLoop& loop_;
+  LeaseTable table_;
+  wire::Receiver receiver_;
+  wire::Sender sender_;
+  std::unique_ptr<StoreThread> store_;
+  SocketId socket_;
+  SocketAddress local_;
+  std::uint64_t incarnation_ = 0;
+
+  // Ownership changes not yet handed to the store, and their sequence numbers.
+  std::vector<StoredName> pending_;
+  std::uint64_t change_seq_ = 0;     ///< last change's sequence number
+  std::uint64_t submitted_seq_ = 0;  ///< last change handed to the store thread
+  std::deque<Deferred> deferred_;
+  std::unordered_set<std::pair<WorkerId, std::uint64_t>, PendingKeyHash> deferred_keys_;
+
+  std::unordered_map<NameId, std::string> names_;  ///< text of every name the table knows
+  std::unordered_map<WorkerId, SocketAddress> worker_addresses_;
+  std::unordered_map<std::uint64_t, Question> questions_;  ///< by IsRunning request id
+  std::unordered_set<NameId> asked_;                        ///< names with an open question
+  std::uint64_t next_request_id_ = 1;
+
+  std::vector<Expiry> expired_;
+  std::int64_t next_tick_ns_ = 0;
+  std::int64_t rate_window_start_ns_ = 0;
+  std::uint64_t rate_window_refreshes_ = 0;
+  std::string log_;
+  ServiceCounters counters_;
+};
+
+}  // namespace leasehold::lockd
