@@ -450,12 +450,13 @@ ClaimResult TableWriter::claim(SandboxId sandbox, std::uint64_t now_ns) {
   }
   const std::uint32_t i = free_ring_[free_head_];
   const std::uint64_t freed = freed_at_ns_[i];
-  if (freed != 0 && now_ns - freed < cooldown_ns_) {
+  // A clock that reads earlier than the free time counts as "still cooling" (fail safe).
+  if (freed != 0 && (now_ns < freed || now_ns - freed < cooldown_ns_)) {
     r.error = TableErrc::table_full;
     stats().counters.claims_refused_full.fetch_add(1, std::memory_order_relaxed);
     claim_refusal_ = quote(location_) + " is full: " + std::to_string(free_len_) +
                      " free slots are still cooling down; the next is usable in " +
-                     ms_text(cooldown_ns_ - (now_ns - freed));
+                     ms_text(now_ns < freed ? cooldown_ns_ : cooldown_ns_ - (now_ns - freed));
     return r;
   }
   free_head_ = (free_head_ + 1) % slot_count_;

@@ -168,7 +168,8 @@ class TableWriter {
   TableErrc publish(std::uint32_t slot, NameId name, std::string_view name_text, Epoch epoch,
                     std::uint64_t valid_until_ns) noexcept;
   /// Moves valid_until (one release store). Never touches the check word, so it cannot undo a
-  /// revoke. Errors: bad_slot, wrong_state, revoked (nothing stored).
+  /// revoke. Errors: bad_slot, wrong_state, revoked (nothing stored). Wait-free and without
+  /// syscalls, but it must run on the thread that publishes (the seqlock has one writer).
   TableErrc extend(std::uint32_t slot, std::uint64_t valid_until_ns) noexcept;
   /// Frees a slot whose sandbox is dead; it cools down for slot_cooldown_ns before reuse.
   TableErrc free(std::uint32_t slot, std::uint64_t now_ns) noexcept;
@@ -180,8 +181,11 @@ class TableWriter {
   const std::string& claim_refusal() const noexcept { return claim_refusal_; }
 
   // ---- rt thread: wait-free, no allocation, no syscall --------------------------------
-  /// Revokes: sets kRevokedBit on the check word (one fetch_or). Sticky until free().
-  /// Returns false only for an out-of-range slot.
+  /// Revokes: sets kRevokedBit on the check word (one `lock or`). Sticky until free().
+  /// Returns false only for an out-of-range slot. Call it only while the slot still belongs
+  /// to the sandbox being killed (free() comes after its death is confirmed); a revoke that
+  /// arrives later can only hit the slot's next owner after slot_cooldown_ns, and then errs
+  /// on the safe side (it revokes, it never validates).
   bool revoke(std::uint32_t slot) noexcept;
   /// Writer liveness: one release store of now_ns (CLOCK_BOOTTIME).
   void heartbeat(std::uint64_t now_ns) noexcept;

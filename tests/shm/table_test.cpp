@@ -195,6 +195,8 @@ TEST(ShmTable, FreedSlotCoolsDownBeforeReuse) {
   const auto early = w.claim(sandbox(3), now + 999);
   EXPECT_EQ(early.error, TableErrc::table_full);
   EXPECT_NE(w.claim_refusal().find("cooling down"), std::string::npos) << w.claim_refusal();
+  EXPECT_EQ(w.claim(sandbox(3), now - 1).error, TableErrc::table_full)
+      << "a clock earlier than the free time still counts as cooling";
   const auto later = w.claim(sandbox(3), now + 1000);
   ASSERT_EQ(later.error, TableErrc::ok);
   EXPECT_EQ(later.slot, a.slot);
