@@ -70,7 +70,7 @@ struct RequestClient::Pending {
   TimerId timer;
   AnswerHandler on_done;
   std::size_t bytes_len = 0;
-  std::byte bytes[kDatagramBytesMax];
+  std::byte bytes[kUdpPayloadBytesMax];
 };
 
 RequestClient::RequestClient(EventLoop& loop, RequestIdOf id_of, RetryPolicy policy,
@@ -111,7 +111,7 @@ int RequestClient::start(std::span<const std::byte> request, const SocketAddress
                          std::int64_t deadline_boottime_ns, AnswerHandler on_done) {
   if (!socket_.valid()) return -ENOTCONN;
   if (request.empty() || !on_done || !to.is_set()) return -EINVAL;
-  if (request.size() > kDatagramBytesMax) return -EMSGSIZE;
+  if (request.size() > kUdpPayloadBytesMax) return -EMSGSIZE;
   const std::optional<std::uint64_t> id = id_of_(request);
   if (!id) return -EINVAL;
   std::uint32_t index = 0;
@@ -230,13 +230,13 @@ BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, con
     out.error = -EINVAL;
     return out;
   }
-  if (request.size() > kDatagramBytesMax) {
+  if (request.size() > kUdpPayloadBytesMax) {
     out.error = -EMSGSIZE;
     return out;
   }
   std::uint64_t rng = seed_or_default(jitter_seed);
   std::int64_t next_send = now_boottime_ns();
-  std::byte buf[kDatagramBytesMax];
+  std::byte buf[kUdpPayloadBytesMax];
   for (;;) {
     std::int64_t now = now_boottime_ns();
     if (now >= deadline_boottime_ns) {

@@ -102,7 +102,7 @@ class RequestClient {
 
   /// Sends `request` (its id taken with id_of) to `to` and calls `on_done` once: answered,
   /// deadline passed, or cancelled. Returns 0, or without calling on_done:
-  /// -EINVAL (no request id, or empty), -EMSGSIZE (> kDatagramBytesMax), -ETIMEDOUT (deadline
+  /// -EINVAL (no request id, or empty), -EMSGSIZE (> kUdpPayloadBytesMax), -ETIMEDOUT (deadline
   /// not in the future), -EEXIST (that id is outstanding), -EBUSY (outstanding_max reached or
   /// no timer left), -ENOTCONN (open() not done).
   int start(std::span<const std::byte> request, const SocketAddress& to,

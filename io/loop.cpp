@@ -78,7 +78,7 @@ struct EventLoop::SendSlot {
   iovec iov{};
   sockaddr_storage to{};
   std::uint32_t gen = 1;
-  std::byte bytes[kDatagramBytesMax];
+  std::byte bytes[kUdpPayloadBytesMax];
 };
 
 struct EventLoop::TimerSlot {
@@ -398,7 +398,7 @@ int EventLoop::send_to(SocketId socket, std::span<const std::byte> payload, cons
   if (!split_handle(socket, sockets_.size(), &index, &gen)) return -EBADF;
   SocketSlot& s = sockets_[index];
   if (!s.used || s.gen != gen || s.closing) return -EBADF;
-  if (payload.size() > kDatagramBytesMax) return -EMSGSIZE;
+  if (payload.size() > kUdpPayloadBytesMax) return -EMSGSIZE;
   if (to != nullptr && !to->is_set()) return -EDESTADDRREQ;
   if (free_sends_.empty()) {
     ++stats_.sends_dropped_in_flight_full;

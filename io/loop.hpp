@@ -147,7 +147,7 @@ class EventLoop {
   /// Last receive error of a socket given up after recv_error_rearms_max errors (0 = fine).
   int socket_error(SocketId socket) const noexcept;
 
-  /// Queues one datagram (copied; <= kDatagramBytesMax bytes). `to` = nullptr for a connected
+  /// Queues one datagram (copied; <= kUdpPayloadBytesMax bytes). `to` = nullptr for a connected
   /// socket. Submitted with the next run_once. Returns 0, -EAGAIN when sends_in_flight_max
   /// sends are in flight (dropped, counted), -EMSGSIZE, or -EBADF for an unknown socket.
   int send_to(SocketId socket, std::span<const std::byte> payload, const SocketAddress* to);

@@ -15,10 +15,11 @@
 
 namespace leasehold {
 
-/// Largest UDP payload the loop sends or accepts: an IPv4 datagram that fits a 1500-byte
-/// Ethernet MTU (1500 - 20 IP - 8 UDP). The wire protocol keeps messages <= 1400 bytes
-/// (DESIGN.md "The wire protocol"), so this leaves headroom and never fragments.
-inline constexpr std::size_t kDatagramBytesMax = 1472;
+/// Largest UDP payload the loop and the client send: an IPv4 datagram that fits a 1500-byte
+/// Ethernet MTU (1500 - 20 IP - 8 UDP). A transport bound, not the protocol's: the wire
+/// protocol keeps its messages <= wire::kDatagramBytesMax = 1400 bytes (DESIGN.md "The wire
+/// protocol"), which leaves headroom and never fragments.
+inline constexpr std::size_t kUdpPayloadBytesMax = 1472;
 
 /// An owned file descriptor; closes on destruction. -1 is "none".
 class UniqueFd {

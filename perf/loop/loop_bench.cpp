@@ -141,7 +141,7 @@ void BM_PingPong_Blocking(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   Pair p(true);
   std::byte payload[kPayloadBytes] = {};
-  std::byte buf[kDatagramBytesMax];
+  std::byte buf[kUdpPayloadBytesMax];
   SocketAddress from;
   for (auto _ : state) {
     for (int i = 0; i < batch; ++i) send_one(p.a.get(), payload, sizeof payload, p.b_addr);
@@ -161,7 +161,7 @@ struct ReadinessLoop {
   std::vector<UniqueFd> idle = idle_sockets(kIdleSockets);
   std::priority_queue<std::int64_t, std::vector<std::int64_t>, std::greater<>> deadlines;
   int echoes = 0;
-  std::byte buf[kDatagramBytesMax];
+  std::byte buf[kUdpPayloadBytesMax];
 
   ReadinessLoop() {
     const std::int64_t now = now_boottime_ns();

@@ -255,7 +255,7 @@ TEST(RequestClient, RefusesBadRequestsAndBoundsOutstanding) {
   EXPECT_EQ(client.open(SocketAddress::loopback_v4(0)), -EALREADY);
   std::vector<std::byte> short_msg(4);
   EXPECT_EQ(client.start(short_msg, server.addr, deadline, ignore), -EINVAL);
-  std::vector<std::byte> huge(kDatagramBytesMax + 1);
+  std::vector<std::byte> huge(kUdpPayloadBytesMax + 1);
   EXPECT_EQ(client.start(huge, server.addr, deadline, ignore), -EMSGSIZE);
   EXPECT_EQ(client.start(toy_message(1, "x"), server.addr, now_boottime_ns() - 1, ignore), -ETIMEDOUT);
   EXPECT_EQ(client.start(toy_message(1, "x"), server.addr, deadline, ignore), 0);
@@ -322,7 +322,7 @@ struct ThreadServer {
       timeval tv{0, 20000};
       ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
       while (!stop.load()) {  // wakes every 20 ms to look at `stop`
-        std::byte buf[kDatagramBytesMax];
+        std::byte buf[kUdpPayloadBytesMax];
         SocketAddress from;
         from.length = sizeof from.storage;
         ssize_t n = ::recvfrom(fd.get(), buf, sizeof buf, 0, from.sa(), &from.length);

@@ -197,7 +197,7 @@ TEST(EventLoop, SendRefusesBadArguments) {
   auto loop = make_loop();
   SocketAddress from;
   SocketId sock = add_socket(*loop, [](const Datagram&) {}, &from);
-  std::vector<std::byte> big(kDatagramBytesMax + 1);
+  std::vector<std::byte> big(kUdpPayloadBytesMax + 1);
   EXPECT_EQ(loop->send_to(sock, big, &from), -EMSGSIZE);
   EXPECT_EQ(loop->send_to(SocketId{}, std::span(big).first(1), &from), -EBADF);
   EXPECT_EQ(loop->send_to(SocketId{12345ull << 32}, std::span(big).first(1), &from), -EBADF);
