@@ -144,7 +144,9 @@ class EventLoop {
   bool close_socket(SocketId socket);
   /// The socket's fd (still owned by the loop), or -1.
   int socket_fd(SocketId socket) const noexcept;
-  /// Last receive error of a socket given up after recv_error_rearms_max errors (0 = fine).
+  /// The socket's last receive error as -errno (0: none yet; -EBADF: unknown handle). Errors
+  /// are counted and the receive re-armed; after recv_error_rearms_max consecutive errors the
+  /// socket is given up (no longer receives) and this tells why.
   int socket_error(SocketId socket) const noexcept;
 
   /// Queues one datagram (copied; <= kUdpPayloadBytesMax bytes). `to` = nullptr for a connected

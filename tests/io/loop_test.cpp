@@ -430,5 +430,37 @@ TEST(EventLoop, UnixDatagramSocketsReceiveLikeUdp) {
   EXPECT_EQ(got.indices, iota(5));
 }
 
+// A connected UDP socket whose peer is gone gets ICMP port-unreachable as -ECONNREFUSED on its
+// receive: the loop counts it, re-arms, and keeps receiving (lockd restarting must not deafen
+// a supervisor).
+TEST(EventLoop, ReceiveErrorIsCountedAndTheSocketKeepsReceiving) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  auto loop = make_loop();
+  UniqueFd fd(open_udp_socket(SocketAddress::loopback_v4(0)));
+  const SocketAddress self = *local_address(fd.get());
+  SocketAddress gone;
+  {
+    UniqueFd dead(open_udp_socket(SocketAddress::loopback_v4(0)));
+    gone = *local_address(dead.get());
+  }  // closed: nothing listens on `gone` any more
+  ASSERT_EQ(::connect(fd.get(), gone.sa(), gone.length), 0);
+  const int raw = fd.get();
+  Received got;
+  SocketId sock = loop->add_udp_socket(std::move(fd), got.handler());
+  ASSERT_TRUE(sock.valid());
+  std::uint32_t v = 1;
+  ASSERT_EQ(loop->send_to(sock, std::as_bytes(std::span(&v, 1)), nullptr), 0);
+  ASSERT_TRUE(run_until(*loop, [&] { return loop->stats().recv_errors >= 1; }));
+  EXPECT_EQ(loop->socket_error(sock), -ECONNREFUSED);
+  // A new peer: the same registered socket still receives.
+  Sender peer;
+  const SocketAddress peer_addr = *local_address(peer.fd.get());
+  ASSERT_EQ(::connect(raw, peer_addr.sa(), peer_addr.length), 0);
+  peer.send_index(self, 7);
+  ASSERT_TRUE(run_until(*loop, [&] { return got.indices.size() == 1; }));
+  EXPECT_EQ(got.indices, std::vector<std::uint32_t>{7});
+  EXPECT_GE(loop->stats().recv_rearms, 1u);
+}
+
 }  // namespace
 }  // namespace leasehold
