@@ -251,7 +251,9 @@ class TableReader {
   /// True iff the slot currently holds `epoch`, published and not revoked. Cannot see a dead
   /// writer or an expired deadline: use check_deadline before side effects.
   static bool check(const Slot& slot, Epoch epoch) noexcept {
-    return epoch_in_range(epoch) && slot.check_word.load(std::memory_order_acquire) == epoch;
+    // Unconditional load, branch-free range test: a caller's loop hoists the epoch test.
+    const std::uint64_t word = slot.check_word.load(std::memory_order_acquire);
+    return (word == epoch) & epoch_in_range(epoch);
   }
   /// check() on slot `index` (false when out of range).
   bool check(std::uint32_t index, Epoch epoch) const noexcept {

@@ -82,8 +82,11 @@ uint32_t leasehold_slot_count(const leasehold_table* table);
 /* The hot check: 1 if the slot holds `epoch` (published, not revoked), else 0.
  * One acquire load and a compare; inline, no call, no syscall. */
 static inline int leasehold_check(const leasehold_slot* slot, uint64_t epoch) {
-  if (slot == NULL || (int64_t)epoch <= 0) return 0;
-  return __atomic_load_n((const uint64_t*)(const void*)slot, __ATOMIC_ACQUIRE) == epoch;
+  uint64_t word;
+  if (slot == NULL) return 0;
+  word = __atomic_load_n((const uint64_t*)(const void*)slot, __ATOMIC_ACQUIRE);
+  /* Branch-free range test (epochs live in [1, 2^63)): a caller's loop hoists it. */
+  return (word == epoch) & ((int64_t)epoch > 0);
 }
 
 /* A resolved (slot, epoch): leasehold_lease_at validates the slot index and the epoch once,
