@@ -41,6 +41,7 @@ void DeadlineWheel::clear() noexcept {
   }
   free_head_ = 0;
   size_ = 0;
+  hint_tick_ = 0;
   for (auto& h : heads_) h = kNil;
   for (auto& level : occupied_) level.fill(0);
 }
@@ -86,6 +87,7 @@ void DeadlineWheel::file(std::uint32_t index) noexcept {
   }
   if (e - cur_tick_ < kDeadlineWheelSlots) {
     link(static_cast<std::uint32_t>(e & (kDeadlineWheelSlots - 1)), index);
+    if (e < hint_tick_) hint_tick_ = e;
     return;
   }
   for (std::uint32_t level = 1; level < kDeadlineWheelLevels; ++level) {
@@ -96,6 +98,8 @@ void DeadlineWheel::file(std::uint32_t index) noexcept {
     if (blocks < kDeadlineWheelSlots) {
       link(level * kDeadlineWheelSlots + static_cast<std::uint32_t>((e >> shift) & (kDeadlineWheelSlots - 1)),
            index);
+      const std::uint64_t cascade_tick = (e >> shift) << shift;  // when this bucket cascades
+      if (cascade_tick < hint_tick_) hint_tick_ = cascade_tick;
       return;
     }
   }
@@ -105,6 +109,8 @@ void DeadlineWheel::file(std::uint32_t index) noexcept {
   const std::uint64_t far_block = (cur_tick_ >> (kSlotBits * top)) + (kDeadlineWheelSlots - 1);
   link(top * kDeadlineWheelSlots + static_cast<std::uint32_t>(far_block & (kDeadlineWheelSlots - 1)),
        index);
+  const std::uint64_t cascade_tick = far_block << (kSlotBits * top);
+  if (cascade_tick < hint_tick_) hint_tick_ = cascade_tick;
 }
 
 void DeadlineWheel::retire(std::uint32_t index) noexcept {
