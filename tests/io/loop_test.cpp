@@ -462,5 +462,28 @@ TEST(EventLoop, ReceiveErrorIsCountedAndTheSocketKeepsReceiving) {
   EXPECT_GE(loop->stats().recv_rearms, 1u);
 }
 
+// More requests than the submission queue holds: the loop submits as the SQ fills.
+TEST(EventLoop, ThousandsOfTimersBeyondTheSubmissionQueue) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  LoopConfig c;
+  c.sq_entries = 16;
+  auto loop = make_loop(c);
+  constexpr int kTimers = 2000;
+  std::vector<TimerId> ids;
+  int fired = 0;
+  const std::int64_t now = now_boottime_ns();
+  for (int i = 0; i < kTimers; ++i) {
+    // Half fire at once, half are an hour away and get cancelled.
+    const std::int64_t deadline = i % 2 == 0 ? now : now + 3600 * kNsPerS;
+    ids.push_back(loop->add_timer_at(deadline, [&fired] { ++fired; }));
+    ASSERT_TRUE(ids.back().valid());
+  }
+  EXPECT_EQ(loop->timers_live(), static_cast<std::size_t>(kTimers));
+  ASSERT_TRUE(run_until(*loop, [&] { return fired == kTimers / 2; }));
+  for (int i = 1; i < kTimers; i += 2) ASSERT_TRUE(loop->cancel_timer(ids[i]));
+  ASSERT_TRUE(run_until(*loop, [&] { return loop->timers_live() == 0; }));
+  EXPECT_EQ(fired, kTimers / 2);
+}
+
 }  // namespace
 }  // namespace leasehold
