@@ -1,0 +1,218 @@
+#include "supervisor/lockd_link.hpp"
+
+#include "io/clock.hpp"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace leasehold {
+namespace {
+
+std::uint64_t random_u64() {
+  std::uint64_t v = 0;
+  while (getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
+  }
+  return v;
+}
+
+std::uint64_t load_le64(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
+  return v;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> LockdLink::answer_request_id(std::span<const std::byte> d) noexcept {
+  if (d.size() < wire::kDatagramBytesMin) return std::nullopt;
+  std::uint32_t magic = 0;
+  for (int i = 3; i >= 0; --i) magic = (magic << 8) | static_cast<std::uint8_t>(d[static_cast<std::size_t>(i)]);
+  if (magic != wire::kMagic) return std::nullopt;
+  // Requests and answers alike (the client also takes the id of what it sends); lockd's own
+  // requests carry lockd's ids, which match none of ours, and end up as unsolicited.
+  return load_le64(d.data() + 32);
+}
+
+LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
+                     const wire::WireKey& key, const RetryPolicy& retry)
+    : loop_(loop),
+      lockd_(lockd),
+      sender_(self, wire::seq_seed(), key),
+      verify_(key),
+      receiver_(key),
+      next_request_id_(random_u64() | 1) {
+  ClientLimits limits;
+  limits.outstanding_max = 2048;  // 10,000 leases = 345 heartbeat datagrams per round, + retries
+  client_ = std::make_unique<RequestClient>(loop, &LockdLink::answer_request_id, retry, limits);
+}
+
+LockdLink::~LockdLink() = default;
+
+std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress& lockd,
+                                           WorkerId self, const wire::WireKey& key,
+                                           const RetryPolicy& retry, std::string* error) {
+  std::unique_ptr<LockdLink> link(new LockdLink(loop, lockd, self, key, retry));
+  SocketAddress any{};
+  if (lockd.family() == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&any.storage);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_any;
+    any.length = sizeof(sockaddr_in6);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&any.storage);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_ANY);
+    any.length = sizeof(sockaddr_in);
+  }
+  const int rc = link->client_->open(any);
+  if (rc != 0) {
+    *error = std::string("cannot open the UDP socket to lockd: ") + std::strerror(-rc);
+    return nullptr;
+  }
+  set_socket_buffers(link->loop_.socket_fd(link->client_->socket()), 4 << 20, 4 << 20);
+  link->client_->set_unsolicited_handler([l = link.get()](const Datagram& d) { l->on_unsolicited(d); });
+  return link;
+}
+
+namespace {
+/// Pause before re-sending a request that lockd answered with Error{replayed}: our retry
+/// overtook an answer that lockd holds back until its store made the change durable.
+constexpr std::int64_t kReplayedRetryNs = 20'000'000;
+}  // namespace
+
+struct LockdLink::Call {
+  wire::Datagram datagram;
+  std::int64_t deadline_ns = 0;
+  std::int64_t first_send_ns = 0;
+  std::uint32_t attempts = 0;
+  LockdCallback on_done;
+};
+
+void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) {
+  auto c = std::make_shared<Call>();
+  c->deadline_ns = deadline_ns;
+  c->on_done = std::move(on_done);
+  const std::uint64_t id = next_request_id_++;
+  const wire::EncodeResult enc = sender_.seal(id, body, c->datagram);
+  if (!enc) {
+    LockdReply r;
+    r.problem = std::string("cannot encode ") + std::string(wire::to_string(wire::type_of(body))) +
+                ": " + std::string(wire::to_string(enc.error));
+    c->on_done(std::move(r));
+    return;
+  }
+  start(std::move(c));
+}
+
+void LockdLink::start(std::shared_ptr<Call> c) {
+  const int rc = client_->start(std::as_bytes(c->datagram.view()), lockd_, c->deadline_ns,
+                                [this, c](const RequestOutcome& o) { finish(c, o); });
+  if (rc != 0) {
+    LockdReply r;
+    r.first_send_ns = c->first_send_ns;
+    r.attempts = c->attempts;
+    r.problem = rc == -ETIMEDOUT ? "no answer from lockd before the deadline"
+                                 : std::string("cannot send to lockd: ") + std::strerror(-rc);
+    c->on_done(std::move(r));
+  }
+}
+
+void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) {
+  if (c->first_send_ns == 0) c->first_send_ns = o.first_send_ns;  // the lease counts from here
+  c->attempts += o.attempts;
+  LockdReply r;
+  r.status = o.status;
+  r.first_send_ns = c->first_send_ns;
+  r.attempts = c->attempts;
+  if (o.status != RequestStatus::answered) {
+    r.problem = std::string("no answer from lockd (") + to_string(o.status) + ", " +
+                std::to_string(c->attempts) + " attempt(s))";
+    c->on_done(std::move(r));
+    return;
+  }
+  const auto span = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(o.answer.data()),
+                                                   o.answer.size());
+  wire::DecodeResult d = wire::decode(span, &verify_);
+  if (!d) {
+    ++stats_.answers_bad;
+    r.status = RequestStatus::deadline_passed;
+    r.problem = "lockd's answer was rejected: " + std::string(wire::to_string(d.error)) + " " + d.detail;
+    c->on_done(std::move(r));
+    return;
+  }
+  if (const auto* e = std::get_if<wire::Error>(&d.body);
+      e != nullptr && e->code == wire::error_code_of(wire::DecodeError::replayed) &&
+      now_boottime_ns() + kReplayedRetryNs < c->deadline_ns) {
+    // Same bytes again later: by then lockd has cached the real answer and resends it.
+    ++stats_.replayed_resends;
+    loop_.add_timer_after(kReplayedRetryNs, [this, c] { start(c); });
+    return;
+  }
+  r.body = std::move(d.body);
+  c->on_done(std::move(r));
+}
+
+void LockdLink::on_unsolicited(const Datagram& d) {
+  const auto span = std::span<const std::uint8_t>(
+      reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size());
+  wire::Admission a = receiver_.admit(span);
+  const SocketAddress from = d.source_address();
+  wire::Datagram out;
+  switch (a.verdict) {
+    case wire::Verdict::drop:
+      ++stats_.is_running_rejected;
+      return;
+    case wire::Verdict::resend:
+      loop_.send_to(client_->socket(), std::as_bytes(a.cached_answer), &from);
+      return;
+    case wire::Verdict::answer_error: {
+      ++stats_.is_running_rejected;
+      if (sender_.seal(a.message.header.request_id, wire::error_answer(a), out))
+        loop_.send_to(client_->socket(), std::as_bytes(out.view()), &from);
+      return;
+    }
+    case wire::Verdict::deliver:
+      break;
+  }
+  const auto* q = std::get_if<wire::IsRunning>(&a.message.body);
+  wire::Body answer;
+  if (q == nullptr) {
+    ++stats_.is_running_rejected;
+    wire::Error e;
+    e.code = wire::ErrorCode::unsupported;
+    e.message = "a supervisor answers only is_running";
+    answer = e;
+  } else {
+    wire::RunningAnswer r;
+    r.name_id = q->name_id;
+    r.sandbox = q->sandbox;
+    r.epoch = q->epoch;
+    r.running = is_running_ ? is_running_(*q) : false;
+    ++stats_.is_running_answered;
+    answer = r;
+  }
+  if (sender_.seal(a.message.header.request_id, answer, out)) {
+    receiver_.remember_answer(a.key, out.view());
+    loop_.send_to(client_->socket(), std::as_bytes(out.view()), &from);
+  }
+}
+
+std::string describe_answer(const wire::Body& body) {
+  if (const auto* g = std::get_if<wire::Grant>(&body))
+    return "granted at epoch " + std::to_string(g->epoch) + " (" +
+           std::string(wire::to_string(g->state)) + ", ttl " + std::to_string(g->ttl_ms) + " ms)";
+  if (const auto* d = std::get_if<wire::Deny>(&body)) {
+    std::string s = "refused: " + std::string(to_string(d->refusal));
+    if (!d->holder.is_nil()) s += ", holder " + d->holder.str();
+    s += ", epoch " + std::to_string(d->epoch) + ", state " + std::string(wire::to_string(d->state));
+    return s;
+  }
+  if (const auto* e = std::get_if<wire::Error>(&body))
+    return "lockd error " + std::string(wire::to_string(e->code)) + ": " + e->message;
+  if (const auto* o = std::get_if<wire::Ok>(&body)) return "ok at epoch " + std::to_string(o->epoch);
+  return std::string("answer ") + std::string(wire::to_string(wire::type_of(body)));
+}
+
+}  // namespace leasehold

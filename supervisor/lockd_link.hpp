@@ -1,0 +1,96 @@
+// leasehold/supervisor: the supervisor's authenticated UDP channel to lockd.
+//
+// One RequestClient (io/client.hpp) on the io thread's EventLoop, one wire::Sender that stamps
+// and signs as this worker (the header's sender is the worker id: lockd attaches refreshes and
+// commits to it), answers authenticated and decoded with the shared key. Typed calls with a
+// CLOCK_BOOTTIME deadline each; the callback runs exactly once on the loop thread with the
+// decoded answer, or with `status != answered`. `first_send_ns` is the send time of the first
+// attempt: a lease is measured from it (DESIGN.md "Time"), whichever attempt lockd answered.
+//
+// lockd's own requests to this worker (IsRunning, preemptible mode) arrive on the same socket
+// and go to the is-running handler; they pass a wire::Receiver (replay window + answer cache).
+#pragma once
+
+#include "io/client.hpp"
+#include "io/loop.hpp"
+#include "io/protocol.hpp"
+#include "io/replay.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace leasehold {
+
+/// Answer of one call. `body` is set when status == answered and the answer authenticated
+/// and decoded; `problem` says what went wrong otherwise.
+struct LockdReply {
+  RequestStatus status = RequestStatus::deadline_passed;
+  std::optional<wire::Body> body;
+  std::int64_t first_send_ns = 0;
+  std::uint32_t attempts = 0;
+  std::string problem;
+  bool ok() const noexcept { return body.has_value(); }
+};
+using LockdCallback = std::function<void(LockdReply)>;
+
+struct LockdLinkStats {
+  std::uint64_t answers_bad = 0;       ///< failed authentication or decoding
+  std::uint64_t is_running_answered = 0;
+  std::uint64_t is_running_rejected = 0;
+  std::uint64_t replayed_resends = 0;  ///< Error{replayed} for a retry that overtook a held-back answer
+};
+
+class LockdLink {
+ public:
+  /// `lockd` is the address of lockd; the socket binds to the wildcard of its family.
+  /// Returns nullptr with `*error` set when the socket cannot be opened.
+  static std::unique_ptr<LockdLink> open(EventLoop& loop, const SocketAddress& lockd,
+                                         WorkerId self, const wire::WireKey& key,
+                                         const RetryPolicy& retry, std::string* error);
+  ~LockdLink();
+
+  /// Sends `body` (a request type) with a fresh request id; `on_done` runs exactly once
+  /// (also when the request cannot be sent: status deadline_passed with `problem`).
+  /// An Error{replayed} answer — our retry reached lockd while the first attempt's answer was
+  /// held back for durability — is not final: the same bytes are sent again shortly, and lockd
+  /// then resends the real answer from its cache.
+  void call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done);
+
+  /// lockd asks whether a sandbox runs; the handler answers synchronously.
+  using IsRunningHandler = std::function<bool(const wire::IsRunning&)>;
+  void set_is_running_handler(IsRunningHandler h) { is_running_ = std::move(h); }
+
+  std::size_t outstanding() const noexcept { return client_->outstanding(); }
+  const ClientStats& client_stats() const noexcept { return client_->stats(); }
+  const LockdLinkStats& stats() const noexcept { return stats_; }
+  const SocketAddress& lockd() const noexcept { return lockd_; }
+
+  /// Request id of a datagram (header bytes 32..39), nullopt if it is not one of ours.
+  static std::optional<std::uint64_t> answer_request_id(std::span<const std::byte> d) noexcept;
+
+ private:
+  struct Call;
+  LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self, const wire::WireKey& key,
+            const RetryPolicy& retry);
+  void start(std::shared_ptr<Call> c);
+  void finish(const std::shared_ptr<Call>& c, const RequestOutcome& o);
+  void on_unsolicited(const Datagram& d);
+
+  EventLoop& loop_;
+  SocketAddress lockd_;
+  wire::Sender sender_;
+  wire::Authenticator verify_;
+  wire::Receiver receiver_;
+  std::unique_ptr<RequestClient> client_;
+  std::uint64_t next_request_id_;
+  IsRunningHandler is_running_;
+  LockdLinkStats stats_;
+};
+
+/// Short text of a wire answer for messages and logs ("deny held by <uuid> at epoch 4").
+std::string describe_answer(const wire::Body& body);
+
+}  // namespace leasehold

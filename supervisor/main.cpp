@@ -1,0 +1,46 @@
+// leasehold-supervisor: one per worker (DESIGN.md "The supervisor"; supervisor/supervisor.hpp).
+//
+// Exit codes: 0 clean shutdown; 1 runtime failure; 2 bad command line or refused configuration
+// (unsafe timing, unreadable key, io_uring unavailable, shm table owned by a live writer,
+// lockd unreachable at start-up).
+#include "supervisor/config.hpp"
+#include "supervisor/supervisor.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+int main(int argc, char** argv) {
+  using namespace leasehold;
+  CLI::App app{
+      "leasehold-supervisor: runs sandboxes under named leases from leasehold-lockd, heartbeats\n"
+      "them, and kills a sandbox before its lease can expire (DESIGN.md \"The supervisor\").\n"
+      "Safety condition checked at start-up:\n"
+      "  kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho)"};
+  app.footer("Exit codes: 0 clean shutdown; 1 runtime failure; 2 usage or refused configuration.");
+  SupervisorConfig config;
+  add_supervisor_flags(app, config);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (!config.worker_id) config.worker_id = random_worker_id();
+  std::string error;
+  std::unique_ptr<Supervisor> sup;
+  try {
+    sup = Supervisor::create(config, error);
+  } catch (const std::exception& e) {
+    error = std::string("internal error during start-up: ") + e.what();
+  }
+  if (!sup) {
+    std::fprintf(stderr, "leasehold-supervisor: %s\n", error.c_str());
+    return 2;
+  }
+  std::fputs(sup->summary().c_str(), stdout);
+  std::fputs("ready\n", stdout);
+  std::fflush(stdout);
+  return sup->run();
+}

@@ -1,0 +1,1503 @@
+#include "supervisor/supervisor.hpp"
+
+#include "io/auth.hpp"
+#include "io/clock.hpp"
+#include "io/loop.hpp"
+#include "io/protocol.hpp"
+#include "shm/table.hpp"
+#include "supervisor/control.hpp"
+#include "supervisor/heartbeat.hpp"
+#include "supervisor/cgroup.hpp"
+#include "supervisor/kill_switch.hpp"
+#include "supervisor/lockd_link.hpp"
+#include "supervisor/rt_thread.hpp"
+#include "supervisor/spawn.hpp"
+
+#include <boost/lockfree/spsc_queue.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+namespace leasehold {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::int64_t kAcquireTimeoutNs = 3'000'000'000;    ///< lockd round trip for acquire/commit
+constexpr std::int64_t kReleaseTimeoutNs = 2'000'000'000;
+constexpr std::int64_t kStartupProbeTimeoutNs = 2'000'000'000;
+constexpr std::int64_t kShutdownKillWaitNs = 5'000'000'000;
+constexpr int kExecVerdictTimeoutMs = 5'000;
+constexpr std::size_t kPendingCommitsMax = 4096;
+/// Deadline of an armed sandbox that has no lease (unnamed): never due.
+constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
+/// How often pending disarms are checked (the rt thread applies commands every tick).
+constexpr std::int64_t kDisarmPollNs = 1'000'000;
+
+bool sanitized_build() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+/// One kill reported by the rt thread (record_kill hook) to the io thread.
+struct KillEvent {
+  std::uint32_t slot = 0;
+  KillRecord record;
+};
+
+std::uint64_t now_ns() { return static_cast<std::uint64_t>(now_boottime_ns()); }
+
+// One structured line per event on stderr: "leasehold-supervisor: t=<boottime ns> event=... k=v".
+void log_event(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_event(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "leasehold-supervisor: t=%" PRIu64 " %s\n", now_ns(), buf);
+}
+
+RefreshResult to_result(wire::HeartbeatStatus s) {
+  switch (s) {
+    case wire::HeartbeatStatus::refreshed: return RefreshResult::refreshed;
+    case wire::HeartbeatStatus::lost: return RefreshResult::lost;
+    case wire::HeartbeatStatus::unknown: return RefreshResult::unknown;
+  }
+  return RefreshResult::unknown;
+}
+
+// Whether argv[0] resolves to an executable, with the PATH the sandbox will have.
+bool command_resolves(const ControlRequest& req, std::string& error) {
+  std::string path = kDefaultSearchPath;
+  for (const auto& e : req.env)
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  return resolve_command(req.argv.front(), path, error).has_value();
+}
+
+const char* result_text(RefreshResult r) {
+  switch (r) {
+    case RefreshResult::refreshed: return "refreshed";
+    case RefreshResult::lost: return "lost";
+    case RefreshResult::unknown: return "unknown";
+  }
+  return "?";
+}
+
+}  // namespace
+
+struct Supervisor::Impl {
+  enum class State : std::uint8_t { acquiring, starting, running, exited };
+  struct Sandbox {
+    SandboxId id;
+    std::uint32_t slot = 0;
+    std::optional<std::string> name;  // set once the name is ours (published)
+    NameId name_id;
+    Epoch epoch = 0;
+    State state = State::acquiring;
+    pid_t pid = -1;
+    SandboxProcess process;   // owns the pidfd
+    PollId pid_poll;
+    CgroupLeaf leaf;
+    bool armed = false;       // an arm command was queued for the slot
+    bool kill_sent = false;   // the io thread asked the rt thread to kill it
+    bool killed = false;      // the rt thread killed it (either cause)
+    bool synthetic = false;
+    std::uint64_t disarm_seq = 0;  // exited: reaped once the rt thread applied this
+    std::string kill_reason;  // why it was killed ("" = it exited on its own)
+    std::uint64_t valid_until_ns = 0;
+    std::uint64_t started_ns = 0;
+    int exit_code = -1;       // exit status, or -signal
+    std::vector<std::pair<ControlClientId, json>> waiters;  // answered when it is gone
+    std::optional<std::string> waiter_error;  // e.g. exec_failed: answer waiters with it
+    std::string waiter_message;
+  };
+  struct PendingCommit {
+    ControlClientId client;
+    ControlRequest request;
+  };
+
+  SupervisorConfig cfg;
+  ConfigCheck check;
+  WorkerId worker;
+  std::string shm_path;
+  std::string control_path;
+  SocketAddress lockd_address;
+  std::optional<wire::WireKey> key;
+
+  std::unique_ptr<EventLoop> loop;
+  std::optional<shm::TableWriter> table;
+  CgroupTree cgroups;
+  bool cgroup_parent_created = false;
+  RtConfig rt_config;
+  RtStartStatus rt_status;
+  std::string rt_text;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> deadlines;  // per slot, read by the rt thread
+  std::unique_ptr<boost::lockfree::spsc_queue<KillEvent>> kill_events;
+  std::atomic<std::uint64_t> kill_events_dropped{0};
+  std::unique_ptr<RtThread> rt;
+  std::vector<SandboxId> disarming;
+  TimerId disarm_timer;
+  int dev_null = -1;
+  std::optional<BwrapConfig> bwrap;
+  std::unique_ptr<ControlServer> control;
+  std::unique_ptr<LockdLink> link;
+  std::unique_ptr<HeartbeatSchedule> hb;
+
+  std::unordered_map<SandboxId, Sandbox> sandboxes;
+  std::vector<SandboxId> by_slot;
+  std::unordered_map<std::string, SandboxId> by_name;  // names being acquired or held
+  std::deque<PendingCommit> pending_commits;
+  std::unordered_map<int, PollId> control_polls;
+  std::unordered_map<int, short> control_poll_events;
+  int signal_fd = -1;
+  PollId signal_poll;
+  TimerId heartbeat_timer;
+  TimerId housekeeping_timer;
+
+  bool shutting_down = false;
+  std::int64_t shutdown_deadline_ns = 0;
+  std::size_t releases_in_flight = 0;
+  int exit_code = 0;
+
+  struct Counters {
+    std::uint64_t heartbeat_datagrams = 0;
+    std::uint64_t heartbeat_failures = 0;
+    std::uint64_t refreshed = 0;
+    std::uint64_t lost = 0;
+    std::uint64_t unknown = 0;
+    std::uint64_t kills_deadline = 0;
+    std::uint64_t kills_request = 0;
+    std::uint64_t worker_killswitch = 0;
+    std::uint64_t spawned = 0;
+    std::uint64_t spawn_failures = 0;
+    std::uint64_t exited = 0;
+    std::uint64_t acquire_refused = 0;
+    std::uint64_t creates_refused_killswitch = 0;
+    std::uint64_t names_released = 0;
+    std::uint64_t orphans_reaped = 0;
+    std::uint64_t worker_beats_acked = 0;
+  } counters;
+
+  // ---- start-up ----------------------------------------------------------------------------
+
+  std::string init(SupervisorConfig config);
+  void teardown_partial();
+  void remove_cgroup_parent();
+  std::string summary() const;
+  int run();
+
+  // ---- helpers -----------------------------------------------------------------------------
+  Sandbox* find(const SandboxId& id) {
+    auto it = sandboxes.find(id);
+    return it == sandboxes.end() ? nullptr : &it->second;
+  }
+  void reply(ControlClientId c, const std::string& line) {
+    if (control) control->reply(c, line);
+  }
+  void sync_control_polls();
+  void on_control_ready(int fd, int result);
+
+  // ---- control requests --------------------------------------------------------------------
+  void on_request(ControlClientId client, ControlRequest req);
+  void do_run(ControlClientId client, ControlRequest req);
+  void do_name(ControlClientId client, ControlRequest req);
+  void do_expect_commit(ControlClientId client, ControlRequest req);
+  void do_release(ControlClientId client, const ControlRequest& req);
+  void do_kill(ControlClientId client, const ControlRequest& req);
+  json list_json() const;
+  json status_json() const;
+
+  bool gate_named_creation(ControlClientId client, const json& id);
+  void acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req);
+  void on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req,
+                  const wire::Grant& g, std::int64_t send_ns);
+  void commit_now(const PendingCommit& pc);
+  void spawn(Sandbox& s, ControlClientId client, const ControlRequest& req);
+  KillTarget kill_target(const Sandbox& s) const;
+  void abandon(const SandboxId& sb, ControlClientId client, const json& id, const std::string& code,
+               const std::string& message, json extra = json::object());
+  void release_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb,
+                        Epoch epoch, std::function<void(bool, std::string)> done);
+
+  // ---- lifecycle ---------------------------------------------------------------------------
+  void kill_sandbox(Sandbox& s, const std::string& reason);
+  void on_pidfd(const SandboxId& id);
+  void on_rt_events();
+  void finish_exit(const SandboxId& id);
+  void check_disarms();
+  void reap_orphans();
+  void on_signal();
+  void begin_shutdown(const char* why);
+  void maybe_finish_shutdown();
+
+  // ---- heartbeat ---------------------------------------------------------------------------
+  void on_heartbeat_tick();
+  void apply(const HeartbeatAction& a);
+  void send_worker_beat(std::uint64_t deadline_ns);
+  bool is_running(const wire::IsRunning& q);
+};
+
+// =============================================================================================
+// start-up
+
+std::string Supervisor::Impl::init(SupervisorConfig config) {
+  // SIGTERM/SIGINT/SIGCHLD are read from a signalfd on the io thread: block them before any
+  // thread starts, so every thread inherits the mask and none takes them asynchronously.
+  {
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGTERM);
+    sigaddset(&blocked, SIGINT);
+    sigaddset(&blocked, SIGCHLD);
+    ::pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+  }
+  cfg = std::move(config);
+  check = check_config(cfg);
+  if (!check.ok) return check.error;
+  worker = cfg.worker_id.value_or(random_worker_id());
+  shm_path = cfg.shm_path.empty() ? default_shm_path(worker) : cfg.shm_path;
+  control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
+  auto addr = SocketAddress::parse(cfg.lockd_address);
+  if (!addr) {
+    // Accept "localhost:PORT" as a convenience for 127.0.0.1.
+    if (cfg.lockd_address.rfind("localhost:", 0) == 0)
+      addr = SocketAddress::parse("127.0.0.1:" + cfg.lockd_address.substr(10));
+    if (!addr) return "--lockd \"" + cfg.lockd_address + "\" is not a numeric HOST:PORT (e.g. 127.0.0.1:7400)";
+  }
+  lockd_address = *addr;
+  wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
+  if (!kl) return kl.error;
+  key = std::move(kl.key);
+  std::optional<gid_t> gid;
+  if (!cfg.group.empty()) {
+    std::string err;
+    gid = resolve_group(cfg.group, err);
+    if (!gid) return "--group: " + err;
+  }
+
+  // io_uring first: without it nothing else is worth setting up.
+  LoopConfig lc;
+  lc.sends_in_flight_max = 1024;
+  lc.timers_max = 8192;
+  lc.polls_max = std::max<unsigned>(256, cfg.slots + 2 * kControlClientsMax + 8);
+  lc.recv_buffer_count = 1024;
+  ProbeResult probe;
+  loop = EventLoop::create(lc, &probe);
+  if (!loop) return "io_uring is not usable: " + probe.message;
+
+  // The shm table (refuses while a live writer owns it).
+  shm::TableOptions to;
+  to.location = shm_path;
+  to.slot_count = cfg.slots;
+  to.liveness_timeout_ns = std::min<std::uint64_t>(1000, cfg.kill_after_ms) * 1'000'000ull;
+  if (gid) {
+    to.group = static_cast<long>(*gid);
+    to.mode = 0640;
+  }
+  try {
+    table.emplace(shm::TableWriter::create(to));
+  } catch (const shm::TableError& e) {
+    return std::string("shm table: ") + e.what();
+  }
+
+  // cgroup v2 leaves under a per-worker parent, so one worker's leaves are easy to find (and
+  // to check for leaks) and removing the parent at shutdown removes nothing of anyone else's.
+  CgroupConfig cc;
+  {
+    std::string mountinfo, own;
+    std::optional<Cgroup2Mount> m;
+    std::optional<std::string> path;
+    if (read_small_file(cc.mountinfo_path, mountinfo) == 0) m = find_cgroup2_mount(mountinfo);
+    if (read_small_file(cc.proc_self_cgroup_path, own) == 0) path = own_cgroup2_path(own);
+    if (m && path) {
+      std::string rel = *path;
+      if (m->root != "/" && rel.rfind(m->root, 0) == 0) rel = rel.substr(m->root.size());
+      cc.parent_path = m->mount_point + (rel == "/" ? "" : rel) + "/leasehold-" + worker.str();
+      struct stat st{};
+      cgroup_parent_created = ::stat(cc.parent_path.c_str(), &st) != 0;
+    }
+  }
+  cgroups = CgroupTree::discover(cc);
+  if (cgroups.mode() != KillMode::cgroup_v2_delegated) cgroup_parent_created = false;
+
+  if (cfg.bwrap) {
+    bwrap.emplace();
+    bwrap->args = default_bwrap_args();
+    // The sandbox must see the shm table (read-only is enough) and keep the supervisor's stdio.
+    bwrap->args.insert(bwrap->args.end(), {"--ro-bind", shm_path, shm_path});
+    if (std::string why = probe_bwrap(*bwrap); !why.empty()) return "--bwrap: " + why;
+  }
+  dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+  deadlines.reset(new std::atomic<std::uint64_t>[cfg.slots]);
+  for (std::uint32_t i = 0; i < cfg.slots; ++i) deadlines[i].store(0, std::memory_order_relaxed);
+  kill_events = std::make_unique<boost::lockfree::spsc_queue<KillEvent>>(
+      static_cast<std::size_t>(cfg.slots) * 2 + 64);
+  rt_config.slots = cfg.slots;
+  rt_config.granularity_ns = cfg.wheel_granularity_ns;
+  rt_config.priority = cfg.rt_priority;
+  rt_config.cpu = cfg.rt_cpu;
+  if (rt_config.cpu < 0) {
+    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    rt_config.cpu = cpus > 1 ? static_cast<int>(cpus - 1) : -1;
+  }
+  rt_config.lock_memory = !sanitized_build();
+  RtHooks hooks;
+  hooks.context = this;
+  hooks.current_deadline_ns = [](void* c, std::uint32_t slot) {
+    return static_cast<Impl*>(c)->deadlines[slot].load(std::memory_order_acquire);
+  };
+  hooks.revoke_slot = [](void* c, std::uint32_t slot) { static_cast<Impl*>(c)->table->revoke(slot); };
+  hooks.record_lateness = [](void* c, std::uint64_t lateness_ns) {
+    Impl* self = static_cast<Impl*>(c);
+    self->table->record_rt_lateness_ns(lateness_ns);
+    self->table->heartbeat(KillSwitch::now_ns());  // writer liveness, every tick
+  };
+  hooks.record_kill = [](void* c, std::uint32_t slot, const KillRecord& rec) {
+    Impl* self = static_cast<Impl*>(c);
+    if (rec.confirmed_ns != 0)
+      self->table->record_kill(rec.confirmed_ns > rec.deadline_ns ? rec.confirmed_ns - rec.deadline_ns : 0);
+    if (!self->kill_events->push(KillEvent{slot, rec})) {
+      self->kill_events_dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    self->loop->wake();
+  };
+  std::string rt_error;
+  rt = RtThread::start(rt_config, hooks, rt_status, rt_error);
+  if (!rt) return "rt thread: " + rt_error;
+  rt_text = rt_status.fifo ? "SCHED_FIFO priority " + std::to_string(rt_config.priority) : "SCHED_OTHER";
+  if (rt_status.pinned) rt_text += ", pinned to CPU " + std::to_string(rt_config.cpu);
+  rt_text += rt_status.memory_locked ? ", memory locked" : (sanitized_build() ? ", mlockall skipped (sanitizer build)" : "");
+  rt_text += ", tick " + std::to_string(cfg.wheel_granularity_ns / 1000) + " us";
+  if (std::string w = rt_status.warnings(rt_config); !w.empty()) {
+    std::fputs(w.c_str(), stderr);
+    while (!w.empty() && w.back() == '\n') w.pop_back();
+    rt_text += " (" + w + ")";
+  }
+  by_slot.assign(cfg.slots, SandboxId{});
+  hb = std::make_unique<HeartbeatSchedule>(cfg.kill_after_ms * 1'000'000ull,
+                                           cfg.heartbeat_interval_ms * 1'000'000ull, cfg.slots,
+                                           cfg.mode == SupervisorMode::preemptible);
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGCHLD);
+  signal_fd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd < 0) return std::string("signalfd: ") + std::strerror(errno);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  control = std::make_unique<ControlServer>(
+      ControlAccess{::geteuid(), gid},
+      [this](ControlClientId c, ControlRequest r) { on_request(c, std::move(r)); });
+  if (std::string err = control->open(control_path); !err.empty()) return err;
+
+  RetryPolicy retry;
+  retry.first_backoff_ns = std::max<std::int64_t>(
+      5'000'000, static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000 / 4);
+  retry.backoff_max_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
+  std::string err;
+  link = LockdLink::open(*loop, lockd_address, worker, *key, retry, &err);
+  if (!link) return err;
+  link->set_is_running_handler([this](const wire::IsRunning& q) { return is_running(q); });
+
+  loop->set_wake_handler([this] { on_rt_events(); });
+  // lockd must answer now; a supervisor that cannot reach it would only refuse every create.
+  bool answered = false;
+  std::string problem;
+  const std::int64_t deadline = now_boottime_ns() + kStartupProbeTimeoutNs;
+  wire::Body probe_req = wire::Stats{};
+  if (cfg.mode == SupervisorMode::preemptible) probe_req = wire::WorkerHeartbeat{worker};
+  link->call(probe_req, deadline, [&](LockdReply r) {
+    answered = true;
+    if (!r.ok()) {
+      problem = r.problem;
+      return;
+    }
+    if (const auto* e = std::get_if<wire::Error>(&*r.body)) {
+      problem = "lockd answered with an error: " + describe_answer(*r.body);
+      (void)e;
+      return;
+    }
+    if (const auto* w = std::get_if<wire::WorkerAck>(&*r.body)) {
+      if (w->liveness_ttl_ms < cfg.ttl_ms) {
+        problem = "lockd's worker-liveness TTL is " + std::to_string(w->liveness_ttl_ms) +
+                  " ms, below --ttl-ms " + std::to_string(cfg.ttl_ms) +
+                  ": the kill-switch would fire after lockd may preempt; make them equal";
+        return;
+      }
+      hb->start_worker_liveness(static_cast<std::uint64_t>(r.first_send_ns));
+      ++counters.worker_beats_acked;
+    }
+  });
+  while (!answered) loop->run_once(100'000'000);
+  if (!problem.empty())
+    return "lockd at " + lockd_address.str() + " is unreachable or refused us: " + problem;
+
+  signal_poll = loop->add_poll(signal_fd, POLLIN, PollMode::multishot, [this](int) { on_signal(); });
+  const std::int64_t interval_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
+  heartbeat_timer = loop->add_periodic(interval_ns, now_boottime_ns() + interval_ns,
+                                       [this] { on_heartbeat_tick(); });
+  housekeeping_timer = loop->add_periodic(100'000'000, now_boottime_ns() + 100'000'000, [this] {
+    control->tick(now_ns() / 1'000'000);
+    sync_control_polls();
+    reap_orphans();
+    if (shutting_down) maybe_finish_shutdown();
+  });
+  sync_control_polls();
+  return {};
+}
+
+void Supervisor::Impl::teardown_partial() {
+  if (control) control->close_all();
+  if (rt) rt->stop();
+  if (table) {
+    table->close(now_ns());
+    table->remove();
+  }
+  remove_cgroup_parent();
+  if (signal_fd >= 0) ::close(signal_fd);
+  signal_fd = -1;
+  if (dev_null >= 0) ::close(dev_null);
+  dev_null = -1;
+}
+
+void Supervisor::Impl::remove_cgroup_parent() {
+  if (cgroups.mode() == KillMode::cgroup_v2_delegated && !cgroups.parent_path().empty())
+    ::rmdir(cgroups.parent_path().c_str());  // fails (EBUSY) only if a kept sandbox still lives there
+}
+
+std::string Supervisor::Impl::summary() const {
+  char budget[64];
+  std::snprintf(budget, sizeof budget, "%.3f ms", static_cast<double>(check.pause_budget_ns) / 1e6);
+  std::string s;
+  s += "leasehold-supervisor " + worker.str() + " (pid " + std::to_string(::getpid()) + ")\n";
+  s += "  worker id        " + worker.str() + "\n";
+  s += "  mode             " + std::string(to_string(cfg.mode)) + "\n";
+  s += "  lockd            " + lockd_address.str() + "\n";
+  s += "  shm table        " + shm_path + " (" + std::to_string(cfg.slots) + " slots)\n";
+  s += "  control socket   " + control_path + "\n";
+  s += "  cgroup           " + cgroups.reason() + "\n";
+  s += "  rt thread        " + rt_text + "\n";
+  s += "  ttl              " + std::to_string(cfg.ttl_ms) + " ms, kill after " +
+       std::to_string(cfg.kill_after_ms) + " ms, heartbeat every " +
+       std::to_string(cfg.heartbeat_interval_ms) + " ms (" + std::to_string(check.refresh_attempts) +
+       " attempts)\n";
+  s += "  pause budget     " + std::string(budget) +
+       " (a supervisor pause longer than this can break mutual exclusion)\n";
+  return s;
+}
+
+// =============================================================================================
+// control socket plumbing
+
+void Supervisor::Impl::sync_control_polls() {
+  if (!control) return;
+  std::unordered_map<int, short> want;
+  for (const auto& w : control->watch_fds()) want[w.fd] = w.events;
+  // Cancel polls for fds that are gone or whose interest changed.
+  for (auto it = control_polls.begin(); it != control_polls.end();) {
+    auto w = want.find(it->first);
+    if (w == want.end() || control_poll_events[it->first] != w->second) {
+      loop->cancel_poll(it->second);
+      control_poll_events.erase(it->first);
+      it = control_polls.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [fd, ev] : want) {
+    if (control_polls.contains(fd) || ev == 0) continue;
+    const int f = fd;
+    PollId id = loop->add_poll(fd, static_cast<std::uint32_t>(ev), PollMode::oneshot,
+                               [this, f](int result) { on_control_ready(f, result); });
+    if (id.valid()) {
+      control_polls[fd] = id;
+      control_poll_events[fd] = ev;
+    }
+  }
+}
+
+void Supervisor::Impl::on_control_ready(int fd, int result) {
+  control_polls.erase(fd);
+  control_poll_events.erase(fd);
+  short revents = result < 0 ? static_cast<short>(POLLERR) : static_cast<short>(result);
+  control->on_ready(fd, revents, now_ns() / 1'000'000);
+  sync_control_polls();
+}
+
+// =============================================================================================
+// control requests
+
+void Supervisor::Impl::on_request(ControlClientId client, ControlRequest req) {
+  switch (req.op) {
+    case ControlOp::list:
+      reply(client, control_ok(req.id, {{"sandboxes", list_json()}}));
+      return;
+    case ControlOp::status:
+      reply(client, control_ok(req.id, status_json()));
+      return;
+    case ControlOp::release:
+      do_release(client, req);
+      return;
+    case ControlOp::kill:
+      do_kill(client, req);
+      return;
+    default:
+      break;
+  }
+  if (shutting_down) {
+    reply(client, control_error(req.id, "shutting_down", "the supervisor is shutting down; no new sandboxes"));
+    return;
+  }
+  switch (req.op) {
+    case ControlOp::run: do_run(client, std::move(req)); return;
+    case ControlOp::name: do_name(client, std::move(req)); return;
+    case ControlOp::expect_commit: do_expect_commit(client, std::move(req)); return;
+    default: return;
+  }
+}
+
+bool Supervisor::Impl::gate_named_creation(ControlClientId client, const json& id) {
+  if (cfg.mode != SupervisorMode::preemptible) return true;
+  const std::uint64_t now = now_ns();
+  for (const auto& a : hb->check_worker_liveness(now)) apply(a);
+  if (hb->may_create_named(now)) return true;
+  ++counters.creates_refused_killswitch;
+  reply(client, control_error(id, "killswitch",
+                              "worker liveness lapsed and the worker-wide kill-switch fired; named "
+                              "sandboxes are refused until a worker heartbeat succeeds"));
+  return false;
+}
+
+void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
+  std::string err;
+  if (!cfg.synthetic && !command_resolves(req, err)) {
+    ++counters.spawn_failures;
+    reply(client, control_error(req.id, "exec_failed", err));
+    return;
+  }
+  if (req.name) {
+    if (req.ttl_ms && (*req.ttl_ms < cfg.ttl_ms || *req.ttl_ms > kTtlMsMax)) {
+      reply(client, control_error(req.id, "bad_request",
+                                  "ttl_ms " + std::to_string(*req.ttl_ms) + " must be in [" +
+                                      std::to_string(cfg.ttl_ms) + ", " + std::to_string(kTtlMsMax) +
+                                      "]: below --ttl-ms the kill-switch would fire after lockd's expiry"));
+      return;
+    }
+    if (auto it = by_name.find(*req.name); it != by_name.end()) {
+      const Sandbox* s = find(it->second);
+      reply(client, control_error(req.id, "held", "\"" + *req.name + "\" is held on this worker",
+                                  {{"holder", it->second.str()}, {"epoch", s ? s->epoch : 0}}));
+      return;
+    }
+    if (!gate_named_creation(client, req.id)) return;
+  }
+  const SandboxId id = random_sandbox_id();
+  const shm::ClaimResult claim = table->claim(id, now_ns());
+  if (claim.error != shm::TableErrc::ok) {
+    reply(client, control_error(req.id, "table_full", table->claim_refusal().empty()
+                                                          ? std::string(shm::to_string(claim.error))
+                                                          : table->claim_refusal()));
+    return;
+  }
+  Sandbox s;
+  s.id = id;
+  s.slot = claim.slot;
+  s.synthetic = cfg.synthetic;
+  by_slot[claim.slot] = id;
+  sandboxes.emplace(id, std::move(s));
+  if (!req.name) {
+    spawn(sandboxes.at(id), client, req);
+    return;
+  }
+  by_name[*req.name] = id;
+  acquire_name(id, client, std::move(req));
+}
+
+void Supervisor::Impl::acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req) {
+  wire::Acquire a;
+  a.name = *req.name;
+  a.sandbox = sb;
+  a.worker = worker;
+  a.ttl_ms = static_cast<std::uint32_t>(req.ttl_ms.value_or(cfg.ttl_ms));
+  a.two_phase = cfg.mode == SupervisorMode::preemptible;
+  link->call(a, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
+    if (!r.ok()) {
+      abandon(sb, client, req.id, "unreachable", "acquire \"" + *req.name + "\": " + r.problem);
+      return;
+    }
+    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
+      ++counters.acquire_refused;
+      const std::string code = d->refusal == Refusal::held || d->refusal == Refusal::acquiring ? "held" : "refused";
+      abandon(sb, client, req.id, code, "\"" + *req.name + "\" " + describe_answer(*r.body),
+              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))},
+               {"worker", d->worker.str()}});
+      return;
+    }
+    const auto* g = std::get_if<wire::Grant>(&*r.body);
+    if (g == nullptr) {
+      abandon(sb, client, req.id, "refused", "acquire \"" + *req.name + "\": " + describe_answer(*r.body));
+      return;
+    }
+    if (g->state == wire::LockState::acquiring) {
+      // Preemptible mode: the 2-phase acquire reserved the name; commit it with our worker id.
+      wire::Commit c;
+      c.name_id = g->name_id;
+      c.sandbox = sb;
+      c.epoch = g->epoch;
+      c.worker = worker;
+      link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply cr) mutable {
+        if (!cr.ok()) {
+          abandon(sb, client, req.id, "unreachable", "commit \"" + *req.name + "\": " + cr.problem);
+          return;
+        }
+        const auto* cg = std::get_if<wire::Grant>(&*cr.body);
+        if (cg == nullptr || cg->state != wire::LockState::held) {
+          abandon(sb, client, req.id, "refused", "commit \"" + *req.name + "\": " + describe_answer(*cr.body));
+          return;
+        }
+        on_granted(sb, client, std::move(req), *cg, cr.first_send_ns);
+      });
+      return;
+    }
+    on_granted(sb, client, std::move(req), *g, r.first_send_ns);
+  });
+}
+
+void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req,
+                                  const wire::Grant& g, std::int64_t send_ns) {
+  Sandbox* s = find(sb);
+  const std::string name = *req.name;
+  const NameId name_id = name_id_of(name);
+  if (s == nullptr) {  // gone meanwhile (shutdown, killed before naming): give the name back
+    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
+    reply(client, control_error(req.id, "internal", "the sandbox went away while acquiring"));
+    return;
+  }
+  auto give_back = [&](const std::string& code, const std::string& msg) {
+    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
+    if (s->state == State::acquiring) {
+      abandon(sb, client, req.id, code, msg);
+    } else {  // naming a running sandbox failed: it stays unnamed
+      if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
+      reply(client, control_error(req.id, code, msg));
+    }
+  };
+  const std::uint64_t now = now_ns();
+  std::uint64_t valid_until = static_cast<std::uint64_t>(send_ns) + cfg.kill_after_ms * 1'000'000ull;
+  if (cfg.mode == SupervisorMode::lease) {
+    const std::uint64_t wanted = req.ttl_ms.value_or(cfg.ttl_ms);
+    if (g.ttl_ms < wanted) {
+      give_back("refused", "lockd granted \"" + name + "\" with a TTL of " + std::to_string(g.ttl_ms) +
+                               " ms, below the configured " + std::to_string(wanted) +
+                               " ms: the kill-switch could fire after lockd's expiry; fix lockd's --ttl-ms");
+      return;
+    }
+  } else {
+    for (const auto& a : hb->check_worker_liveness(now)) apply(a);
+    if (!hb->may_create_named(now)) {
+      ++counters.creates_refused_killswitch;
+      give_back("killswitch", "worker liveness lapsed while acquiring \"" + name +
+                                  "\"; named sandboxes are refused until a worker heartbeat succeeds");
+      return;
+    }
+    valid_until = hb->worker_valid_until_ns();
+  }
+  if (now >= valid_until) {
+    give_back("unreachable", "the grant of \"" + name + "\" arrived after its lease would already have lapsed");
+    return;
+  }
+  if (!hb->add(name_id, sb, g.epoch, s->slot, static_cast<std::uint64_t>(send_ns))) {
+    give_back("internal", "heartbeat schedule refused the lease");
+    return;
+  }
+  if (cfg.mode == SupervisorMode::preemptible) hb->mark_worker_refreshed(sb);
+  s->name_id = name_id;
+  s->epoch = g.epoch;
+  s->valid_until_ns = valid_until;
+  if (s->state == State::acquiring) {
+    s->name = name;
+    spawn(*s, client, req);
+    return;
+  }
+  // Naming a running unnamed sandbox.
+  if (s->state != State::running || s->kill_sent) {
+    hb->remove(sb);
+    give_back("not_found", "the sandbox stopped while its name was being acquired");
+    return;
+  }
+  const shm::TableErrc pe = table->publish(s->slot, name_id, name, g.epoch, valid_until);
+  if (pe != shm::TableErrc::ok) {
+    hb->remove(sb);
+    give_back("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
+    return;
+  }
+  s->name = name;
+  deadlines[s->slot].store(valid_until, std::memory_order_release);
+  if (!rt->arm(s->slot, valid_until, kill_target(*s))) {
+    // The rt thread cannot take it: an unwatched named sandbox must not run.
+    kill_sandbox(*s, "rt command queue full while naming");
+  }
+  log_event("event=named sandbox=%s slot=%u name=%s epoch=%" PRIu64, sb.str().c_str(), s->slot,
+            name.c_str(), g.epoch);
+  reply(client, control_ok(req.id, {{"sandbox", sb.str()}, {"slot", s->slot}, {"name", name},
+                                    {"epoch", g.epoch}, {"pid", s->pid},
+                                    {"valid_until_ms", static_cast<std::int64_t>(valid_until - now) / 1'000'000}}));
+}
+
+void Supervisor::Impl::abandon(const SandboxId& sb, ControlClientId client, const json& id,
+                               const std::string& code, const std::string& message, json extra) {
+  Sandbox* s = find(sb);
+  if (s != nullptr) {
+    if (s->name && by_name.contains(*s->name) && by_name[*s->name] == sb) by_name.erase(*s->name);
+    for (auto it = by_name.begin(); it != by_name.end();) {
+      if (it->second == sb) it = by_name.erase(it);
+      else ++it;
+    }
+    table->free(s->slot, now_ns());
+    by_slot[s->slot] = SandboxId{};
+    sandboxes.erase(sb);
+  }
+  reply(client, control_error(id, code, message, std::move(extra)));
+  if (shutting_down) maybe_finish_shutdown();
+}
+
+KillTarget Supervisor::Impl::kill_target(const Sandbox& s) const {
+  KillTarget t;
+  t.cgroup_kill_fd = s.leaf.valid() ? s.leaf.kill_fd() : -1;
+  t.cgroup_events_fd = s.leaf.valid() ? s.leaf.events_fd() : -1;
+  t.pidfd = s.process.valid() ? s.process.pidfd() : -1;
+  t.pgid = s.process.valid() ? s.process.pgid() : 0;
+  return t;
+}
+
+void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRequest& req) {
+  const SandboxId id = s.id;
+  const std::uint64_t now = now_ns();
+  auto fail = [&](const std::string& code, const std::string& msg) {
+    ++counters.spawn_failures;
+    deadlines[s.slot].store(0, std::memory_order_release);
+    if (s.name) {
+      hb->remove(id);
+      release_to_lockd(s.name_id, *s.name, id, s.epoch, [](bool, std::string) {});
+    }
+    if (s.leaf.valid() && s.leaf.remove() != 0) log_event("event=cgroup_leak path=%s", s.leaf.path().c_str());
+    log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
+              s.name ? s.name->c_str() : "-", msg.c_str());
+    abandon(id, client, req.id, code, msg);
+  };
+
+  // Publish first: from here on the sandbox's own checks see its lease (and its end).
+  if (s.name) {
+    const shm::TableErrc pe = table->publish(s.slot, s.name_id, *s.name, s.epoch, s.valid_until_ns);
+    if (pe != shm::TableErrc::ok) return fail("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
+    deadlines[s.slot].store(s.valid_until_ns, std::memory_order_release);
+  }
+
+  if (s.synthetic) {
+    // Performance mode: a lease without a process. The rt thread still arms and "kills" it
+    // (the revoke happens; there is nothing to signal).
+    if (!rt->arm(s.slot, s.name ? s.valid_until_ns : kNoDeadlineNs, KillTarget{}))
+      return fail("busy", "the rt thread's command queue is full; retry");
+    s.armed = true;
+    s.state = State::running;
+    s.started_ns = now;
+    ++counters.spawned;
+    json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", -1}, {"synthetic", true}};
+    if (s.name) ok["name"] = *s.name;
+    reply(client, control_ok(req.id, ok));
+    return;
+  }
+
+  if (cgroups.mode() == KillMode::cgroup_v2_delegated) {
+    std::string err;
+    auto leaf = cgroups.create_leaf(id.str(), err);
+    if (!leaf) return fail("internal", err);
+    s.leaf = std::move(*leaf);
+  }
+  SpawnRequest sr;
+  sr.argv = req.argv;
+  sr.env = req.env;
+  auto set_env = [&](const std::string& k, const std::string& v) {
+    for (auto& e : sr.env)
+      if (e.rfind(k + "=", 0) == 0) {
+        e = k + "=" + v;
+        return;
+      }
+    sr.env.push_back(k + "=" + v);
+  };
+  set_env("LEASEHOLD_SHM", shm_path);
+  set_env("LEASEHOLD_SLOT", std::to_string(s.slot));
+  set_env("LEASEHOLD_EPOCH", std::to_string(s.epoch));
+  set_env("LEASEHOLD_SANDBOX", id.str());
+  if (s.name) set_env("LEASEHOLD_NAME", *s.name);
+  if (req.cwd != "/") {
+    // spawn_sandbox has no working directory parameter: run through `env -C`.
+    sr.argv.insert(sr.argv.begin(), {"/usr/bin/env", "-C", req.cwd, "--"});
+  }
+  sr.cgroup_dir_fd = s.leaf.valid() ? s.leaf.dir_fd() : -1;
+  sr.bwrap = bwrap ? &*bwrap : nullptr;
+  sr.die_with_supervisor = cfg.on_shutdown == ShutdownPolicy::kill;
+  sr.stdin_fd = dev_null;
+  SpawnError se;
+  std::optional<SandboxProcess> proc = spawn_sandbox(sr, se);
+  if (!proc) {
+    const bool exec_problem = se.errno_value == ENOENT || se.errno_value == EACCES || se.errno_value == ENOEXEC ||
+                              se.errno_value == ENOTDIR || se.errno_value == ELOOP;
+    return fail(exec_problem ? "exec_failed" : "internal", se.message);
+  }
+  s.process = std::move(*proc);
+  s.pid = s.process.pid();
+  s.started_ns = now;
+  // Arm before anything else can happen to it; a named sandbox whose deadline already passed
+  // is due at the next tick.
+  if (!rt->arm(s.slot, s.name ? s.valid_until_ns : kNoDeadlineNs, kill_target(s))) {
+    KillSwitch::kill(kill_target(s), now);
+    s.waiter_error = "busy";
+    s.waiter_message = "the rt thread's command queue is full; the sandbox was stopped";
+    s.waiters.emplace_back(client, req.id);
+  } else {
+    s.armed = true;
+  }
+  s.pid_poll = loop->add_poll(s.process.pidfd(), POLLIN, PollMode::oneshot, [this, id](int) { on_pidfd(id); });
+  if (!s.armed) return;  // answered when it is gone
+  s.state = State::running;
+  ++counters.spawned;
+  log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64,
+            id.str().c_str(), s.slot, s.pid, s.name ? s.name->c_str() : "-", s.epoch, s.valid_until_ns);
+  json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", s.pid}};
+  if (s.name) {
+    ok["name"] = *s.name;
+    ok["valid_until_ms"] = (static_cast<std::int64_t>(s.valid_until_ns) - static_cast<std::int64_t>(now_ns())) / 1'000'000;
+  }
+  if (s.leaf.valid()) ok["cgroup"] = s.leaf.path();
+  reply(client, control_ok(req.id, ok));
+}
+
+void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
+  Sandbox* s = find(*req.sandbox);
+  if (s == nullptr || s->state != State::running || s->kill_sent) {
+    reply(client, control_error(req.id, "not_found", "no running sandbox " + req.sandbox->str()));
+    return;
+  }
+  if (s->name || s->epoch != 0) {
+    reply(client, control_error(req.id, "bad_request", "sandbox " + req.sandbox->str() + " already has the name \"" +
+                                                          s->name.value_or("?") + "\""));
+    return;
+  }
+  if (req.ttl_ms && (*req.ttl_ms < cfg.ttl_ms || *req.ttl_ms > kTtlMsMax)) {
+    reply(client, control_error(req.id, "bad_request", "ttl_ms must be in [" + std::to_string(cfg.ttl_ms) + ", " +
+                                                          std::to_string(kTtlMsMax) + "]"));
+    return;
+  }
+  if (by_name.contains(*req.name)) {
+    const Sandbox* h = find(by_name[*req.name]);
+    reply(client, control_error(req.id, "held", "\"" + *req.name + "\" is held on this worker",
+                                {{"holder", by_name[*req.name].str()}, {"epoch", h ? h->epoch : 0}}));
+    return;
+  }
+  if (!gate_named_creation(client, req.id)) return;
+  by_name[*req.name] = s->id;
+  acquire_name(s->id, client, std::move(req));
+}
+
+void Supervisor::Impl::do_expect_commit(ControlClientId client, ControlRequest req) {
+  if (find(*req.sandbox) != nullptr) {
+    reply(client, control_error(req.id, "bad_request", "sandbox " + req.sandbox->str() + " already exists here"));
+    return;
+  }
+  if (by_name.contains(*req.name)) {
+    reply(client, control_error(req.id, "held", "\"" + *req.name + "\" is held on this worker",
+                                {{"holder", by_name[*req.name].str()}}));
+    return;
+  }
+  std::string err;
+  if (!cfg.synthetic && !command_resolves(req, err)) {
+    reply(client, control_error(req.id, "exec_failed", err));
+    return;
+  }
+  if (pending_commits.size() >= kPendingCommitsMax) {
+    reply(client, control_error(req.id, "busy", "too many commits waiting for the next heartbeat"));
+    return;
+  }
+  if (!gate_named_creation(client, req.id)) return;
+  const shm::ClaimResult claim = table->claim(*req.sandbox, now_ns());
+  if (claim.error != shm::TableErrc::ok) {
+    reply(client, control_error(req.id, "table_full", table->claim_refusal()));
+    return;
+  }
+  Sandbox s;
+  s.id = *req.sandbox;
+  s.slot = claim.slot;
+  s.synthetic = cfg.synthetic;
+  by_slot[claim.slot] = s.id;
+  by_name[*req.name] = s.id;
+  sandboxes.emplace(s.id, std::move(s));
+  // Committed by this worker's next heartbeat tick (DESIGN.md "creation flows", 2-phase).
+  pending_commits.push_back(PendingCommit{client, std::move(req)});
+}
+
+void Supervisor::Impl::commit_now(const PendingCommit& pc) {
+  ControlRequest req = pc.request;
+  const SandboxId sb = *req.sandbox;
+  if (find(sb) == nullptr) return;
+  wire::Commit c;
+  c.name_id = name_id_of(*req.name);
+  c.sandbox = sb;
+  c.epoch = req.epoch;
+  c.worker = worker;
+  const ControlClientId client = pc.client;
+  link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
+    if (!r.ok()) {
+      abandon(sb, client, req.id, "unreachable", "commit \"" + *req.name + "\": " + r.problem);
+      return;
+    }
+    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
+      abandon(sb, client, req.id, "refused", "commit \"" + *req.name + "\" " + describe_answer(*r.body),
+              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
+      return;
+    }
+    const auto* g = std::get_if<wire::Grant>(&*r.body);
+    if (g == nullptr || g->state != wire::LockState::held || g->epoch != req.epoch) {
+      abandon(sb, client, req.id, "refused", "commit \"" + *req.name + "\": " + describe_answer(*r.body));
+      return;
+    }
+    req.ttl_ms = std::nullopt;
+    on_granted(sb, client, std::move(req), *g, r.first_send_ns);
+  });
+}
+
+void Supervisor::Impl::do_release(ControlClientId client, const ControlRequest& req) {
+  auto it = by_name.find(*req.name);
+  Sandbox* s = it == by_name.end() ? nullptr : find(it->second);
+  if (s == nullptr || !s->name) {
+    reply(client, control_error(req.id, "not_found", "no sandbox on this worker holds \"" + *req.name + "\""));
+    return;
+  }
+  s->waiters.emplace_back(client, req.id);
+  kill_sandbox(*s, "released");
+}
+
+void Supervisor::Impl::do_kill(ControlClientId client, const ControlRequest& req) {
+  Sandbox* s = find(*req.sandbox);
+  if (s == nullptr || s->state == State::acquiring) {
+    reply(client, control_error(req.id, "not_found", "no running sandbox " + req.sandbox->str()));
+    return;
+  }
+  s->waiters.emplace_back(client, req.id);
+  kill_sandbox(*s, "killed on request");
+}
+
+json Supervisor::Impl::list_json() const {
+  json arr = json::array();
+  const std::uint64_t now = now_ns();
+  for (const auto& [id, s] : sandboxes) {
+    const char* st = s.state == State::acquiring ? "acquiring"
+                     : s.state == State::starting ? "starting"
+                     : s.state == State::exited   ? "exited"
+                     : s.kill_sent                ? "killing"
+                                                  : "running";
+    json j = {{"sandbox", id.str()}, {"slot", s.slot}, {"pid", s.pid}, {"state", st}, {"epoch", s.epoch}};
+    j["name"] = s.name ? json(*s.name) : json(nullptr);
+    if (s.name) {
+      const HeartbeatLease* l = hb->find(id);
+      const std::uint64_t vu = l ? l->valid_until_ns : s.valid_until_ns;
+      j["valid_until_ms"] = (static_cast<std::int64_t>(vu) - static_cast<std::int64_t>(now)) / 1'000'000;
+    }
+    if (!s.kill_reason.empty()) j["kill_reason"] = s.kill_reason;
+    if (s.synthetic) j["synthetic"] = true;
+    arr.push_back(std::move(j));
+  }
+  return arr;
+}
+
+json Supervisor::Impl::status_json() const {
+  const RtCounters rc = rt->counters();
+  const std::uint64_t now = now_ns();
+  std::size_t named = 0;
+  for (const auto& [id, s] : sandboxes) named += s.name ? 1 : 0;
+  json j = {
+      {"worker", worker.str()},
+      {"pid", ::getpid()},
+      {"mode", std::string(to_string(cfg.mode))},
+      {"lockd", lockd_address.str()},
+      {"shm", shm_path},
+      {"control_socket", control_path},
+      {"cgroup", std::string(describe(cgroups.mode()))},
+      {"cgroup_reason", cgroups.reason()},
+      {"rt", {{"sched_fifo", rt_status.fifo}, {"priority", rt_status.fifo ? rt_config.priority : 0},
+              {"cpu", rt_status.pinned ? rt_config.cpu : -1}, {"memory_locked", rt_status.memory_locked},
+              {"text", rt_text}, {"ticks", rc.ticks}, {"rearms", rc.rearms}, {"kills_issued", rc.kills_issued},
+              {"kills_confirmed", rc.kills_confirmed}, {"granularity_ns", cfg.wheel_granularity_ns}}},
+      {"ttl_ms", cfg.ttl_ms},
+      {"kill_after_ms", cfg.kill_after_ms},
+      {"heartbeat_interval_ms", cfg.heartbeat_interval_ms},
+      {"pause_budget_ms", static_cast<double>(check.pause_budget_ns) / 1e6},
+      {"slots", cfg.slots},
+      {"sandboxes", sandboxes.size()},
+      {"named", named},
+      {"shutting_down", shutting_down},
+      {"synthetic", cfg.synthetic},
+      {"may_create_named", hb->may_create_named(now)},
+      {"killswitch_engaged", hb->killswitch_engaged()},
+      {"counters",
+       {{"heartbeat_datagrams", counters.heartbeat_datagrams},
+        {"heartbeat_failures", counters.heartbeat_failures},
+        {"refreshed", counters.refreshed},
+        {"lost", counters.lost},
+        {"unknown", counters.unknown},
+        {"kills_deadline", counters.kills_deadline},
+        {"kills_request", counters.kills_request},
+        {"worker_killswitch", counters.worker_killswitch},
+        {"spawned", counters.spawned},
+        {"spawn_failures", counters.spawn_failures},
+        {"exited", counters.exited},
+        {"acquire_refused", counters.acquire_refused},
+        {"creates_refused_killswitch", counters.creates_refused_killswitch},
+        {"names_released", counters.names_released},
+        {"orphans_reaped", counters.orphans_reaped},
+        {"worker_beats_acked", counters.worker_beats_acked},
+        {"control_bad_requests", control->bad_requests()},
+        {"control_unauthorized", control->rejected_unauthorized()},
+        {"lockd_answers_bad", link->stats().answers_bad},
+        {"lockd_retries", link->client_stats().retries},
+        {"is_running_answered", link->stats().is_running_answered}}}};
+  if (cfg.mode == SupervisorMode::preemptible)
+    j["worker_valid_until_ms"] =
+        (static_cast<std::int64_t>(hb->worker_valid_until_ns()) - static_cast<std::int64_t>(now)) / 1'000'000;
+  return j;
+}
+
+void Supervisor::Impl::release_to_lockd(const NameId& name_id, const std::string& name,
+                                        const SandboxId& sb, Epoch epoch,
+                                        std::function<void(bool, std::string)> done) {
+  wire::Release rel;
+  rel.name_id = name_id;
+  rel.sandbox = sb;
+  rel.epoch = epoch;
+  ++releases_in_flight;
+  link->call(rel, now_boottime_ns() + kReleaseTimeoutNs, [this, name, sb, epoch, done](LockdReply r) {
+    --releases_in_flight;
+    bool ok = false;
+    std::string text;
+    if (!r.ok()) {
+      text = r.problem;
+    } else {
+      ok = std::holds_alternative<wire::Ok>(*r.body);
+      text = describe_answer(*r.body);
+    }
+    if (ok) ++counters.names_released;
+    log_event("event=released name=%s sandbox=%s epoch=%" PRIu64 " result=\"%s\"", name.c_str(),
+              sb.str().c_str(), epoch, text.c_str());
+    done(ok, text);
+    if (shutting_down) maybe_finish_shutdown();
+  });
+}
+
+// =============================================================================================
+// lifecycle
+
+void Supervisor::Impl::kill_sandbox(Sandbox& s, const std::string& reason) {
+  if (s.kill_sent || s.state == State::exited) return;
+  s.kill_sent = true;
+  if (s.kill_reason.empty()) s.kill_reason = reason;
+  if (s.armed && !s.killed && rt->kill_now(s.slot)) return;
+  // Not (or no longer) armed, or the queue is full: kill from here.
+  if (s.process.valid() || s.leaf.valid()) KillSwitch::kill(kill_target(s), now_ns());
+  if (s.synthetic && s.state != State::exited) on_pidfd(s.id);
+}
+
+void Supervisor::Impl::on_pidfd(const SandboxId& id) {
+  Sandbox* s = find(id);
+  if (s == nullptr || s->state == State::exited) return;
+  s->pid_poll = PollId{};
+  s->state = State::exited;
+  ++counters.exited;
+  hb->remove(id);
+  deadlines[s->slot].store(0, std::memory_order_release);
+  // The first process stays unreaped (its pid and process group cannot be reused) until the rt
+  // thread has applied the disarm (kill_switch.hpp); finish_exit reaps it.
+  if (s->armed) {
+    const RtSubmitted d = rt->disarm(s->slot);
+    if (d) {
+      s->disarm_seq = d.seq;
+      disarming.push_back(id);
+      if (!disarm_timer.valid())
+        disarm_timer = loop->add_timer_after(kDisarmPollNs, [this] {
+          disarm_timer = TimerId{};
+          check_disarms();
+        });
+      return;
+    }
+    // Queue full or stopped: the rt thread may still hold the target; wait for it to stop.
+    log_event("event=disarm_refused sandbox=%s", id.str().c_str());
+  }
+  finish_exit(id);
+}
+
+void Supervisor::Impl::check_disarms() {
+  for (std::size_t i = 0; i < disarming.size();) {
+    Sandbox* s = find(disarming[i]);
+    if (s == nullptr || rt->applied(s->disarm_seq)) {
+      const SandboxId id = disarming[i];
+      disarming[i] = disarming.back();
+      disarming.pop_back();
+      if (s != nullptr) finish_exit(id);
+      continue;
+    }
+    ++i;
+  }
+  if (!disarming.empty() && !disarm_timer.valid())
+    disarm_timer = loop->add_timer_after(kDisarmPollNs, [this] {
+      disarm_timer = TimerId{};
+      check_disarms();
+    });
+}
+
+void Supervisor::Impl::finish_exit(const SandboxId& id) {
+  Sandbox* s = find(id);
+  if (s == nullptr) return;
+  if (s->process.valid()) {
+    siginfo_t info{};
+    if (reap(s->process.pidfd(), info, false) == 0 && info.si_pid != 0)
+      s->exit_code = info.si_code == CLD_EXITED ? info.si_status : -info.si_status;
+  }
+  log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
+            id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
+            s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());
+  s->process = SandboxProcess{};  // closes the pidfd
+  table->free(s->slot, now_ns());
+  by_slot[s->slot] = SandboxId{};
+  if (s->leaf.valid()) {
+    int rc = s->leaf.remove();
+    for (int i = 0; rc == -EBUSY && i < 100; ++i) {  // killed tasks leave the cgroup asynchronously
+      s->leaf.kill();
+      ::usleep(1000);
+      rc = s->leaf.remove();
+    }
+    if (rc != 0) log_event("event=cgroup_leak path=%s error=\"%s\"", s->leaf.path().c_str(), std::strerror(-rc));
+  }
+  auto answer_waiters = [this](std::vector<std::pair<ControlClientId, json>> waiters,
+                               std::optional<std::string> err, std::string msg, json fields) {
+    for (auto& [c, rid] : waiters) {
+      if (err) reply(c, control_error(rid, *err, msg, fields));
+      else reply(c, control_ok(rid, fields));
+    }
+  };
+  json fields = {{"sandbox", id.str()}, {"exit_status", s->exit_code}};
+  if (s->name) fields["name"] = *s->name;
+  auto waiters = std::move(s->waiters);
+  auto err = s->waiter_error;
+  auto msg = s->waiter_message;
+  for (auto it = by_name.begin(); it != by_name.end();) {
+    if (it->second == id) it = by_name.erase(it);
+    else ++it;
+  }
+  if (s->name) {
+    const std::string name = *s->name;
+    const NameId nid = s->name_id;
+    const Epoch epoch = s->epoch;
+    sandboxes.erase(id);
+    release_to_lockd(nid, name, id, epoch,
+                     [answer_waiters, waiters = std::move(waiters), err, msg, fields](bool ok, std::string text) mutable {
+                       fields["released"] = ok;
+                       fields["release"] = text;
+                       answer_waiters(std::move(waiters), err, msg, fields);
+                     });
+  } else {
+    sandboxes.erase(id);
+    answer_waiters(std::move(waiters), err, msg, fields);
+  }
+  if (shutting_down) maybe_finish_shutdown();
+}
+
+void Supervisor::Impl::on_rt_events() {
+  KillEvent e;
+  while (kill_events->pop(e)) {
+    const SandboxId id = e.slot < by_slot.size() ? by_slot[e.slot] : SandboxId{};
+    Sandbox* s = id.is_nil() ? nullptr : find(id);
+    const bool requested = s != nullptr && s->kill_sent;
+    if (requested) ++counters.kills_request;
+    else ++counters.kills_deadline;
+    if (s != nullptr) {
+      s->killed = true;
+      if (s->kill_reason.empty()) s->kill_reason = "kill-switch: lease not refreshed in time";
+    }
+    const KillRecord& r = e.record;
+    log_event("event=killed sandbox=%s slot=%u cause=%s deadline_ns=%" PRIu64 " issued_ns=%" PRIu64
+              " confirmed_ns=%" PRIu64 " path=%s error=%d name=%s epoch=%" PRIu64 " reason=\"%s\"",
+              id.str().c_str(), e.slot, requested ? "request" : "deadline", r.deadline_ns, r.issued_ns,
+              r.confirmed_ns,
+              r.path == KillPath::cgroup_kill ? "cgroup.kill" : r.path == KillPath::signals ? "signals" : "none",
+              r.error, s && s->name ? s->name->c_str() : "-", s ? s->epoch : 0, s ? s->kill_reason.c_str() : "");
+    if (s != nullptr && s->synthetic) on_pidfd(id);  // nothing to wait for
+  }
+}
+
+void Supervisor::Impl::reap_orphans() {
+  // Re-parented descendants (we are a child subreaper). A sandbox's first process is reaped in
+  // finish_exit, after the rt thread let go of it: peek first, and stop at a sandbox.
+  for (int i = 0; i < 1024; ++i) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    for (auto& [id, s] : sandboxes) {
+      if (s.pid == info.si_pid) {
+        if (s.state != State::exited) on_pidfd(id);
+        return;  // its reap waits for the disarm; orphans behind it wait one tick more
+      }
+    }
+    siginfo_t gone{};
+    ::waitid(P_PID, static_cast<id_t>(info.si_pid), &gone, WEXITED | WNOHANG);
+    ++counters.orphans_reaped;
+  }
+}
+
+void Supervisor::Impl::on_signal() {
+  signalfd_siginfo si{};
+  while (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    if (si.ssi_signo == SIGCHLD) {
+      reap_orphans();
+    } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+      begin_shutdown(si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+    }
+  }
+}
+
+void Supervisor::Impl::begin_shutdown(const char* why) {
+  if (shutting_down) return;
+  shutting_down = true;
+  shutdown_deadline_ns = now_boottime_ns() + kShutdownKillWaitNs;
+  log_event("event=shutdown signal=%s policy=%s sandboxes=%zu", why, std::string(to_string(cfg.on_shutdown)).c_str(),
+            sandboxes.size());
+  // Commits not yet sent will not be: answer them.
+  while (!pending_commits.empty()) {
+    PendingCommit pc = std::move(pending_commits.front());
+    pending_commits.pop_front();
+    abandon(*pc.request.sandbox, pc.client, pc.request.id, "shutting_down", "the supervisor is shutting down");
+  }
+  std::vector<SandboxId> ids;
+  for (auto& [id, s] : sandboxes) ids.push_back(id);
+  if (cfg.on_shutdown == ShutdownPolicy::kill) {
+    for (const auto& id : ids)
+      if (Sandbox* s = find(id); s && s->state != State::acquiring) kill_sandbox(*s, "shutdown");
+  } else {
+    // keep: processes go on, unnamed. Stop the rt thread first (it must let go of their fds
+    // and pids), revoke every slot so their checks refuse, release their names.
+    rt->stop();
+    for (const auto& id : ids) {
+      Sandbox* s = find(id);
+      if (s == nullptr || s->state == State::acquiring) continue;
+      hb->remove(id);
+      table->revoke(s->slot);
+      if (s->pid_poll.valid()) loop->cancel_poll(s->pid_poll);
+      if (s->name) release_to_lockd(s->name_id, *s->name, id, s->epoch, [](bool, std::string) {});
+      for (auto& [c, rid] : s->waiters) reply(c, control_error(rid, "shutting_down", "the supervisor is shutting down"));
+      log_event("event=kept sandbox=%s pid=%d cgroup=%s", id.str().c_str(), s->pid,
+                s->leaf.valid() ? s->leaf.path().c_str() : "-");
+      sandboxes.erase(id);  // closes the pidfd and the leaf's fds; a populated leaf stays
+    }
+  }
+  maybe_finish_shutdown();
+}
+
+void Supervisor::Impl::maybe_finish_shutdown() {
+  bool busy = false;
+  for (const auto& [id, s] : sandboxes)
+    if (s.state != State::acquiring) busy = true;
+  if ((busy || releases_in_flight > 0) && now_boottime_ns() < shutdown_deadline_ns) return;
+  if (busy) log_event("event=shutdown_timeout sandboxes=%zu", sandboxes.size());
+  loop->stop();
+}
+
+// =============================================================================================
+// heartbeat
+
+void Supervisor::Impl::apply(const HeartbeatAction& a) {
+  switch (a.kind) {
+    case HeartbeatAction::Kind::none:
+      return;
+    case HeartbeatAction::Kind::extend: {
+      // shm first (the sandbox's own check), then the rt thread's deadline (lazy re-arm: no
+      // message needed, it re-reads this when the old deadline comes due).
+      if (table->extend(a.slot, a.valid_until_ns) == shm::TableErrc::ok)
+        deadlines[a.slot].store(a.valid_until_ns, std::memory_order_release);
+      if (Sandbox* s = find(a.sandbox)) s->valid_until_ns = a.valid_until_ns;
+      return;
+    }
+    case HeartbeatAction::Kind::kill: {
+      Sandbox* s = find(a.sandbox);
+      if (s == nullptr) return;
+      std::string why = a.lapsed ? "lease lapsed before lockd's answer arrived"
+                                 : std::string("heartbeat answer ") + result_text(a.cause);
+      if (a.cause == RefreshResult::lost && !a.holder.is_nil())
+        why += " (held by " + a.holder.str() + " at epoch " + std::to_string(a.holder_epoch) + ")";
+      if (!s->kill_sent) log_event("event=recovery sandbox=%s name=%s reason=\"%s\"", a.sandbox.str().c_str(),
+                                   s->name ? s->name->c_str() : "-", why.c_str());
+      kill_sandbox(*s, why);
+      hb->remove(a.sandbox);
+      return;
+    }
+  }
+}
+
+void Supervisor::Impl::on_heartbeat_tick() {
+  const std::uint64_t now = now_ns();
+  // 2-phase commits ride on this tick.
+  while (!pending_commits.empty()) {
+    PendingCommit pc = std::move(pending_commits.front());
+    pending_commits.pop_front();
+    commit_now(pc);
+  }
+  if (cfg.mode == SupervisorMode::preemptible) {
+    auto kills = hb->check_worker_liveness(now);
+    if (!kills.empty()) {
+      ++counters.worker_killswitch;
+      log_event("event=worker_killswitch sandboxes=%zu", kills.size());
+    }
+    for (const auto& a : kills) apply(a);
+  }
+  HeartbeatRound round = hb->begin_round(now, wire::kHeartbeatEntriesMax);
+  for (auto& req : round.requests) {
+    wire::Heartbeat h;
+    h.ttl_cap_ms = 0;
+    for (const auto& e : req.entries) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+    ++counters.heartbeat_datagrams;
+    auto entries = std::make_shared<std::vector<RefreshEntry>>(std::move(req.entries));
+    link->call(h, static_cast<std::int64_t>(req.deadline_ns), [this, entries](LockdReply r) {
+      const std::uint64_t at = now_ns();
+      if (!r.ok()) {
+        ++counters.heartbeat_failures;
+        table->record_heartbeat_failure();
+        return;
+      }
+      const auto* ack = std::get_if<wire::HeartbeatAck>(&*r.body);
+      if (ack == nullptr || ack->entries.size() != entries->size()) {
+        ++counters.heartbeat_failures;
+        table->record_heartbeat_failure();
+        log_event("event=heartbeat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
+        return;
+      }
+      table->record_heartbeat_rtt_ns(at - static_cast<std::uint64_t>(r.first_send_ns));
+      for (std::size_t i = 0; i < entries->size(); ++i) {
+        const auto& e = (*entries)[i];
+        const auto& a = ack->entries[i];
+        if (a.name_id != e.name) continue;  // not an answer about this entry
+        const RefreshResult res = to_result(a.status);
+        if (res == RefreshResult::refreshed) ++counters.refreshed;
+        else if (res == RefreshResult::lost) ++counters.lost;
+        else ++counters.unknown;
+        apply(hb->on_refresh_answer(e.sandbox, e.epoch, res, a.holder, a.epoch,
+                                    static_cast<std::uint64_t>(r.first_send_ns), at));
+      }
+    });
+  }
+  if (round.worker_liveness) send_worker_beat(round.worker_liveness_deadline_ns);
+}
+
+void Supervisor::Impl::send_worker_beat(std::uint64_t deadline_ns) {
+  ++counters.heartbeat_datagrams;
+  link->call(wire::WorkerHeartbeat{worker}, static_cast<std::int64_t>(deadline_ns),
+             [this](LockdReply r) {
+               const std::uint64_t at = now_ns();
+               if (!r.ok()) {
+                 ++counters.heartbeat_failures;
+                 table->record_heartbeat_failure();
+                 return;
+               }
+               const auto* w = std::get_if<wire::WorkerAck>(&*r.body);
+               if (w == nullptr) {
+                 ++counters.heartbeat_failures;
+                 log_event("event=worker_beat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
+                 return;
+               }
+               if (w->liveness_ttl_ms < cfg.ttl_ms) {
+                 ++counters.heartbeat_failures;
+                 log_event("event=worker_ttl_too_short liveness_ttl_ms=%u ttl_ms=%" PRIu64, w->liveness_ttl_ms, cfg.ttl_ms);
+                 return;  // not counted as liveness: the kill-switch will fire in time
+               }
+               ++counters.worker_beats_acked;
+               table->record_heartbeat_rtt_ns(at - static_cast<std::uint64_t>(r.first_send_ns));
+               const bool was_engaged = hb->killswitch_engaged();
+               for (const auto& a : hb->on_worker_liveness_ack(static_cast<std::uint64_t>(r.first_send_ns), at)) apply(a);
+               if (was_engaged && !hb->killswitch_engaged()) log_event("event=worker_live_again");
+             });
+}
+
+bool Supervisor::Impl::is_running(const wire::IsRunning& q) {
+  const Sandbox* s = find(q.sandbox);
+  // Conservative: a sandbox still alive (even while being killed) counts as running, so lockd
+  // never preempts a name whose holder could still act.
+  return s != nullptr && s->state != State::exited && s->name_id == q.name_id && s->epoch == q.epoch &&
+         (s->state == State::running || s->state == State::starting);
+}
+
+int Supervisor::Impl::run() {
+  int rc = loop->run();
+  if (rc < 0) {
+    log_event("event=loop_failed error=\"%s\"", std::strerror(-rc));
+    exit_code = 1;
+  }
+  // Finish: close the table (every check fails from now on), stop the rt thread, clean up.
+  if (heartbeat_timer.valid()) loop->cancel_timer(heartbeat_timer);
+  if (housekeeping_timer.valid()) loop->cancel_timer(housekeeping_timer);
+  table->close(now_ns());
+  rt->stop();
+  for (auto& [id, s] : sandboxes) {  // left after a shutdown timeout: kill and reap what we can
+    if (s.process.valid() || s.leaf.valid()) KillSwitch::kill(kill_target(s), now_ns());
+    if (s.process.valid()) {
+      siginfo_t info{};
+      reap(s.process.pidfd(), info, true);
+    }
+    if (s.leaf.valid()) {
+      for (int i = 0; i < 100 && s.leaf.remove() == -EBUSY; ++i) ::usleep(1000);
+    }
+  }
+  sandboxes.clear();
+  control->close_all();
+  table->remove();
+  remove_cgroup_parent();
+  log_event("event=stopped");
+  return exit_code;
+}
+
+// =============================================================================================
+
+Supervisor::Supervisor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Supervisor::~Supervisor() = default;
+
+std::unique_ptr<Supervisor> Supervisor::create(SupervisorConfig config, std::string& error) {
+  auto impl = std::make_unique<Impl>();
+  error = impl->init(std::move(config));
+  if (!error.empty()) {
+    impl->teardown_partial();
+    return nullptr;
+  }
+  return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
+}
+
+int Supervisor::run() { return impl_->run(); }
+std::string Supervisor::summary() const { return impl_->summary(); }
+
+}  // namespace leasehold
