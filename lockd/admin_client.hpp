@@ -32,9 +32,12 @@ struct Answer {
   bool ok() const noexcept { return error.empty(); }
   /// The body as T, or nullptr (e.g. a Deny where a Grant was hoped for).
   template <class T>
-  const T* as() const noexcept {
+  const T* as() const& noexcept {
     return error.empty() ? std::get_if<T>(&body) : nullptr;
   }
+  /// Not on a temporary: the pointer would dangle.
+  template <class T>
+  const T* as() const&& = delete;
 };
 
 class AdminClient {

@@ -145,9 +145,28 @@ void LockService::on_datagram(const Datagram& d) {
       ++counters_.answers_resent;
       if (loop_.send_to(socket_, std::as_bytes(a.cached_answer), &from) != 0) ++counters_.sends_failed;
       return;
-    case wire::Verdict::answer_error:
-      send_now(from, a.message.header.request_id, &a.key, wire::error_answer(a));
+    case wire::Verdict::answer_error: {
+      const wire::Header& h = a.message.header;
+      if (a.reason == wire::DecodeError::replayed) {
+        // A client retry resends the same bytes (same seq). A heartbeat retry is executed
+        // again (refreshes are idempotent, and their answers are not cached); a retry of a
+        // request whose answer waits for durability is dropped (that answer will come).
+        if (h.type == wire::MessageType::heartbeat) {
+          wire::DecodeResult again = wire::decode_payload(h, bytes);
+          if (again)
+            on_heartbeat(std::get<wire::Heartbeat>(again.body), h.sender, from, h.request_id,
+                         now_boottime_ns());
+          return;
+        }
+        if (deferred_keys_.count({h.sender, h.request_id}) != 0) {
+          ++counters_.retries_while_pending;
+          return;
+        }
+      }
+      // Not cached: an error for a request id must not stick to that id.
+      send_now(from, h.request_id, nullptr, wire::error_answer(a));
       return;
+    }
     case wire::Verdict::deliver:
       dispatch(a.message, a.key, from, now_boottime_ns());
       return;

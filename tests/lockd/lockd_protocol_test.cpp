@@ -1,0 +1,396 @@
+// lockd as a real process on loopback: every transition through the protocol, refusals with
+// their reasons, admin list/show/stats, bad datagrams, and preemptible mode.
+#include "io/clock.hpp"
+#include "io/loop.hpp"
+#include "io/probe.hpp"
+#include "lockd/admin_client.hpp"
+#include "lockd_process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+
+#include <random>
+
+namespace leasehold::lockd {
+namespace {
+
+using namespace testing;
+
+class LockdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (auto why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    key_ = make_key(dir_.path());
+  }
+  void start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--key-file", (dir_.path() / "lockd.key").string(), "--store",
+                                  (dir_.path() / "lockd.db").string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string err;
+    ASSERT_TRUE(lockd_.start(args, dir_.path() / "lockd.log", &err)) << err;
+  }
+  AdminClient client(WorkerId self = {}) { return AdminClient(lockd_.address(), key_, self); }
+
+  TempDir dir_;
+  wire::WireKey key_;
+  LockdProcess lockd_;
+};
+
+template <class T>
+::testing::AssertionResult is(const Answer& a) {
+  if (a.as<T>() != nullptr) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "unexpected answer: " << (a.ok() ? "" : a.error)
+                                       << (a.as<wire::Deny>() != nullptr
+                                               ? std::string(to_string(a.as<wire::Deny>()->refusal))
+                                               : std::string());
+}
+
+std::string describe(const Answer& a) {
+  if (!a.ok()) return a.error;
+  if (const auto* d = a.as<wire::Deny>()) return "deny " + std::string(to_string(d->refusal));
+  return "answer type " + std::string(wire::to_string(wire::type_of(a.body)));
+}
+
+const SandboxId S1{0x51, 1}, S2{0x51, 2}, S3{0x51, 3}, S4{0x51, 4};
+const WorkerId W1{0x77, 1}, W2{0x77, 2};
+
+TEST_F(LockdTest, AcquireRefreshReleaseAndRefusals) {
+  start();
+  AdminClient w1 = client(W1);  // the supervisor of worker W1 (heartbeats are per sender)
+  const NameId id = name_id_of("svc/a");
+
+  Answer a = w1.acquire("svc/a", S1, W1);
+  const auto* g = a.as<wire::Grant>();
+  ASSERT_NE(g, nullptr) << a.error;
+  EXPECT_EQ(g->epoch, 1u);
+  EXPECT_EQ(g->holder, S1);
+  EXPECT_EQ(g->state, wire::LockState::held);
+  EXPECT_GT(g->ttl_ms, 0u);
+
+  // Refresh: refreshed for the grant; lost{holder, epoch} for an old epoch; unknown for a
+  // name lockd does not know.
+  std::vector<wire::HeartbeatEntry> hb{{id, S1, 1}, {id, S1, 0}, {name_id_of("svc/nope"), S1, 1}};
+  Answer r = w1.heartbeat(hb);
+  const auto* ack = r.as<wire::HeartbeatAck>();
+  ASSERT_NE(ack, nullptr) << r.error;
+  ASSERT_EQ(ack->entries.size(), 3u);
+  EXPECT_EQ(ack->entries[0].status, wire::HeartbeatStatus::refreshed);
+  EXPECT_GT(ack->entries[0].ttl_left_ms, 0u);
+  EXPECT_EQ(ack->entries[1].status, wire::HeartbeatStatus::lost);
+  EXPECT_EQ(ack->entries[1].holder, S1);
+  EXPECT_EQ(ack->entries[1].epoch, 1u);
+  EXPECT_EQ(ack->entries[2].status, wire::HeartbeatStatus::unknown);
+
+  // Another sandbox: refused `held`, with the holder and epoch.
+  Answer d = w1.acquire("svc/a", S2, W1);
+  const auto* deny = d.as<wire::Deny>();
+  ASSERT_NE(deny, nullptr) << d.error;
+  EXPECT_EQ(deny->refusal, Refusal::held);
+  EXPECT_EQ(deny->holder, S1);
+  EXPECT_EQ(deny->epoch, 1u);
+
+  // Release with a stale epoch is refused; with the right one it frees the name.
+  const Answer stale_answer = w1.release(id, S1, 7);
+  const auto* stale = stale_answer.as<wire::Deny>();
+  ASSERT_NE(stale, nullptr);
+  EXPECT_EQ(stale->refusal, Refusal::stale_epoch);
+  Answer rel = w1.release(id, S1, 1);
+  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.error;
+
+  // The next grant takes a higher epoch.
+  Answer a2 = w1.acquire("svc/a", S2, W1);
+  ASSERT_NE(a2.as<wire::Grant>(), nullptr) << a2.error;
+  EXPECT_GT(a2.as<wire::Grant>()->epoch, 1u);
+
+  std::string err;
+  auto counters = w1.counters(&err);
+  ASSERT_TRUE(counters) << err;
+  auto value = [&](const char* k) -> std::uint64_t {
+    for (const auto& c : *counters)
+      if (c.key == k) return c.value;
+    return UINT64_MAX;
+  };
+  EXPECT_EQ(value("refusal_held"), 1u);
+  EXPECT_EQ(value("refusal_stale_epoch"), 1u);
+  EXPECT_EQ(value("grants"), 2u);
+  EXPECT_GE(value("store_commits"), 1u);
+  EXPECT_NE(value("store_commit_us_p99"), UINT64_MAX);
+  EXPECT_EQ(value("refresh_entries"), 3u);
+
+  // One structured line per ownership change (grant, release, grant), none per refresh.
+  lockd_.terminate();
+  const std::string log = lockd_.log();
+  EXPECT_NE(log.find("event=grant name=svc/a epoch=1 state=held holder=" + S1.str()), std::string::npos) << log;
+  EXPECT_NE(log.find("event=release name=svc/a epoch=1"), std::string::npos) << log;
+  EXPECT_EQ(log.find("refresh"), std::string::npos) << log;
+}
+
+TEST_F(LockdTest, TransferRevokeReassignShowList) {
+  start();
+  AdminClient c = client(W1);
+  const NameId id = name_id_of("db/primary");
+  const Answer g_answer = c.acquire("db/primary", S1, W1);
+  const auto* g = g_answer.as<wire::Grant>();
+  ASSERT_NE(g, nullptr);
+  const Epoch e = g->epoch;
+
+  const Answer tb = c.transfer_begin(id, S1, e, S2);
+  const auto* ts = tb.as<wire::TransferState>();
+  ASSERT_NE(ts, nullptr) << tb.error;
+  EXPECT_EQ(ts->old_epoch, e);
+  EXPECT_EQ(ts->new_epoch, e + 1);
+  EXPECT_EQ(ts->state, wire::LockState::transferring);
+
+  // During a transfer nobody may mutate: S1's refresh is lost, S3's acquire is refused.
+  std::vector<wire::HeartbeatEntry> hb{{id, S1, e}};
+  const Answer ack_answer = c.heartbeat(hb);
+  const auto* ack = ack_answer.as<wire::HeartbeatAck>();
+  ASSERT_NE(ack, nullptr);
+  EXPECT_EQ(ack->entries[0].status, wire::HeartbeatStatus::lost);
+  const Answer d_answer = c.acquire("db/primary", S3, W1);
+  const auto* d = d_answer.as<wire::Deny>();
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->refusal, Refusal::transferring);
+
+  const Answer tc = c.transfer_complete(id, e + 1);
+  ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.error;
+  EXPECT_EQ(tc.as<wire::TransferState>()->state, wire::LockState::free);
+  const Answer reserved_answer = c.acquire("db/primary", S3, W1);
+  const auto* reserved = reserved_answer.as<wire::Deny>();
+  ASSERT_NE(reserved, nullptr);
+  EXPECT_EQ(reserved->refusal, Refusal::reserved);
+
+  const Answer acc = c.transfer_accept(id, S2, W2);
+  const auto* g2 = acc.as<wire::Grant>();
+  ASSERT_NE(g2, nullptr) << acc.error;
+  EXPECT_EQ(g2->epoch, e + 1);
+  EXPECT_EQ(g2->holder, S2);
+
+  // show: state, holder, worker, epoch, time to expiry.
+  const Answer sh = c.show("db/primary");
+  const auto* info = sh.as<wire::NameInfo>();
+  ASSERT_NE(info, nullptr) << sh.error;
+  EXPECT_EQ(info->record.name, "db/primary");
+  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.holder, S2);
+  EXPECT_EQ(info->record.worker, W2);
+  EXPECT_EQ(info->record.epoch, e + 1);
+  EXPECT_GT(info->record.ttl_left_ms, 0u);
+
+  // Revoke: no cooperation needed, epoch + 1, S2 is fenced out.
+  const Answer rv = c.revoke(id);
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+  EXPECT_EQ(rv.as<wire::Ok>()->epoch, e + 2);
+  std::vector<wire::HeartbeatEntry> hb2{{id, S2, e + 1}};
+  const Answer ack2_answer = AdminClient(lockd_.address(), key_, W2).heartbeat(hb2);
+  const auto* ack2 = ack2_answer.as<wire::HeartbeatAck>();
+  ASSERT_NE(ack2, nullptr);
+  EXPECT_EQ(ack2->entries[0].status, wire::HeartbeatStatus::lost);
+  EXPECT_EQ(ack2->entries[0].epoch, e + 2);
+
+  // Reassign the free name to S4: only S4 may take it, at the reassigned epoch.
+  const Answer ra = c.reassign(id, S4);
+  ASSERT_NE(ra.as<wire::Ok>(), nullptr) << ra.error;
+  EXPECT_EQ(ra.as<wire::Ok>()->epoch, e + 3);
+  const Answer other_answer = c.acquire("db/primary", S3, W1);
+  const auto* other = other_answer.as<wire::Deny>();
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(other->refusal, Refusal::reserved);
+  const Answer g4_answer = c.acquire("db/primary", S4, W1);
+  const auto* g4 = g4_answer.as<wire::Grant>();
+  ASSERT_NE(g4, nullptr);
+  EXPECT_EQ(g4->epoch, e + 3);
+
+  // Unknown names: show says unknown_name.
+  const Answer unknown_answer = c.show("no/such");
+  const auto* unknown = unknown_answer.as<wire::Deny>();
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_EQ(unknown->refusal, Refusal::unknown_name);
+
+  // list pages through every name exactly once.
+  for (int i = 0; i < 150; ++i)
+    ASSERT_TRUE(is<wire::Grant>(c.acquire("bulk/" + std::to_string(i), S1, W1)));
+  std::string err;
+  auto all = c.list_all(&err);
+  ASSERT_TRUE(all) << err;
+  EXPECT_EQ(all->size(), 151u);
+  std::set<std::string> seen;
+  for (const auto& r : *all) seen.insert(r.name);
+  EXPECT_EQ(seen.size(), 151u);
+  EXPECT_EQ(seen.count("db/primary"), 1u);
+  const Answer first_answer = c.list(0, 10);
+  const auto* first = first_answer.as<wire::ListPage>();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->entries.size(), 10u);
+  EXPECT_NE(first->next_cursor, 0u);
+}
+
+TEST_F(LockdTest, CommitAfterAcquiringExpiredIsRefused) {
+  start({"--acquiring-ttl-ms", "100"});
+  AdminClient c = client(W1);
+  // Within the acquiring TTL, commit grants at the epoch allocated by the acquire.
+  const Answer ok_answer = c.acquire("job/1", S1, W1, 0, true);
+  const auto* ok = ok_answer.as<wire::Grant>();
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(ok->state, wire::LockState::acquiring);
+  const Answer cm = c.commit(name_id_of("job/1"), S1, ok->epoch, W1);
+  ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.error;
+  EXPECT_EQ(cm.as<wire::Grant>()->state, wire::LockState::held);
+
+  const Answer g_answer = c.acquire("job/2", S1, W1, 0, true);
+  const auto* g = g_answer.as<wire::Grant>();
+  ASSERT_NE(g, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const Answer late = c.commit(name_id_of("job/2"), S1, g->epoch, W1);
+  const auto* d = late.as<wire::Deny>();
+  ASSERT_NE(d, nullptr) << late.error;
+  // acquiring_expired if the commit races the expiry tick; once the tick reclaimed the record,
+  // not_acquiring / unknown_name. Never a grant.
+  EXPECT_TRUE(d->refusal == Refusal::acquiring_expired || d->refusal == Refusal::not_acquiring ||
+              d->refusal == Refusal::unknown_name)
+      << to_string(d->refusal);
+  // The name is not held, and its burned epoch is never granted again.
+  const Answer again_answer = c.acquire("job/2", S2, W1);
+  const auto* again = again_answer.as<wire::Grant>();
+  ASSERT_NE(again, nullptr);
+  EXPECT_GT(again->epoch, g->epoch);
+  lockd_.terminate();
+  EXPECT_NE(lockd_.log().find("event=acquiring_timeout name=job/2"), std::string::npos) << lockd_.log();
+}
+
+TEST_F(LockdTest, BadDatagramsAreCountedNeverFatal) {
+  start();
+  const int fd = open_udp_socket_blocking(*SocketAddress::parse("127.0.0.1:0"));
+  ASSERT_GE(fd, 0);
+  std::mt19937 rng(1);
+  auto send = [&](const std::vector<std::uint8_t>& b) {
+    ::sendto(fd, b.data(), b.size(), 0, lockd_.address().sa(), lockd_.address().length);
+  };
+  send({});                                   // empty
+  send(std::vector<std::uint8_t>(10, 0xAB));  // truncated
+  std::vector<std::uint8_t> junk(1400);
+  for (auto& b : junk) b = static_cast<std::uint8_t>(rng());
+  send(junk);  // bad magic
+  // Well-formed but signed with another key: bad tag.
+  wire::WireKey other;
+  other.bytes.assign(32, 0x42);
+  wire::Sender forger(W1, 1, other);
+  wire::Datagram dg;
+  ASSERT_TRUE(forger.seal(1, wire::Revoke{name_id_of("x")}, dg));
+  send(std::vector<std::uint8_t>(dg.bytes.begin(), dg.bytes.begin() + dg.size));
+  ::close(fd);
+
+  AdminClient c = client(W1);
+  ASSERT_TRUE(is<wire::Grant>(c.acquire("still/alive", S1, W1)));
+  std::string err;
+  auto counters = c.counters(&err);
+  ASSERT_TRUE(counters) << err;
+  auto value = [&](const std::string& k) -> std::uint64_t {
+    for (const auto& c2 : *counters)
+      if (c2.key == k) return c2.value;
+    return 0;
+  };
+  EXPECT_EQ(value("reject_bad_tag"), 1u);
+  EXPECT_EQ(value("reject_bad_magic"), 1u);
+  EXPECT_GE(value("reject_truncated"), 1u);  // the empty datagram may not reach user space
+  EXPECT_LE(value("reject_truncated"), 2u);
+  EXPECT_TRUE(lockd_.running());
+}
+
+// A supervisor stand-in for preemptible mode: sends worker heartbeats from its own socket and
+// answers lockd's IsRunning questions.
+class FakeSupervisor {
+ public:
+  FakeSupervisor(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self)
+      : lockd_(lockd), sender_(self, wire::seq_seed(), key), auth_(key) {
+    fd_ = open_udp_socket_blocking(*SocketAddress::parse("127.0.0.1:0"));
+  }
+  ~FakeSupervisor() { ::close(fd_); }
+  void send(std::uint64_t rid, const wire::Body& body) {
+    wire::Datagram dg;
+    ASSERT_TRUE(sender_.seal(rid, body, dg));
+    ::sendto(fd_, dg.bytes.data(), dg.size, 0, lockd_.sa(), lockd_.length);
+  }
+  /// The next authentic message within `timeout_ms`, or nullopt.
+  std::optional<wire::DecodeResult> receive(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return std::nullopt;
+    std::uint8_t buf[2048];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return std::nullopt;
+    auto d = wire::decode(std::span(buf, static_cast<std::size_t>(n)), &auth_);
+    if (!d) return std::nullopt;
+    return d;
+  }
+
+ private:
+  SocketAddress lockd_;
+  wire::Sender sender_;
+  wire::Authenticator auth_;
+  int fd_;
+};
+
+TEST_F(LockdTest, PreemptibleModeLapsedWorkerAndNotRunning) {
+  start({"--mode", "preemptible", "--worker-ttl-ms", "300"});
+  AdminClient c = client(W2);
+  // 1-phase acquire is not available in preemptible mode.
+  const Answer wrong_answer = c.acquire("p/a", S1, W1);
+  const auto* wrong = wrong_answer.as<wire::Deny>();
+  ASSERT_NE(wrong, nullptr);
+  EXPECT_EQ(wrong->refusal, Refusal::wrong_mode);
+
+  // Lapsed worker: W1's name becomes preemptible once W1 stops heartbeating.
+  const Answer g_answer = c.acquire("p/a", S1, W1, 0, true);
+  const auto* g = g_answer.as<wire::Grant>();
+  ASSERT_NE(g, nullptr);
+  ASSERT_TRUE(is<wire::Grant>(c.commit(name_id_of("p/a"), S1, g->epoch, W1)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const Answer pre = c.acquire("p/a", S2, W2, 0, true);
+  const auto* g2 = pre.as<wire::Grant>();
+  ASSERT_NE(g2, nullptr) << pre.error << " " << describe(pre);
+  EXPECT_GT(g2->epoch, g->epoch);
+
+  // Live worker: lockd asks it; "not running" → preempted.
+  FakeSupervisor sup(lockd_.address(), key_, W1);
+  sup.send(1, wire::WorkerHeartbeat{W1});
+  auto wack = sup.receive(2000);
+  ASSERT_TRUE(wack);
+  ASSERT_NE(std::get_if<wire::WorkerAck>(&wack->body), nullptr);
+  const Answer g3_answer = c.acquire("p/b", S3, W1, 0, true);
+  const auto* g3 = g3_answer.as<wire::Grant>();
+  ASSERT_NE(g3, nullptr);
+  ASSERT_TRUE(is<wire::Grant>(c.commit(name_id_of("p/b"), S3, g3->epoch, W1)));
+  sup.send(2, wire::WorkerHeartbeat{W1});
+  ASSERT_TRUE(sup.receive(2000));
+  const Answer held_answer = c.acquire("p/b", S4, W2, 0, true);
+  const auto* held = held_answer.as<wire::Deny>();
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(held->refusal, Refusal::held);
+  auto q = sup.receive(2000);
+  ASSERT_TRUE(q) << "lockd did not ask the live worker";
+  const auto* ask = std::get_if<wire::IsRunning>(&q->body);
+  ASSERT_NE(ask, nullptr);
+  EXPECT_EQ(ask->name_id, name_id_of("p/b"));
+  EXPECT_EQ(ask->sandbox, S3);
+  EXPECT_EQ(ask->epoch, g3->epoch);
+  sup.send(q->header.request_id, wire::RunningAnswer{ask->name_id, ask->sandbox, ask->epoch, false});
+  const wire::Grant* g4 = nullptr;
+  Answer retry;
+  for (int i = 0; i < 50 && g4 == nullptr; ++i) {
+    retry = c.acquire("p/b", S4, W2, 0, true);
+    g4 = retry.as<wire::Grant>();
+    if (g4 == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(g4, nullptr);
+  EXPECT_GT(g4->epoch, g3->epoch);
+  lockd_.terminate();
+  const std::string log = lockd_.log();
+  EXPECT_NE(log.find("event=preempt name=p/a"), std::string::npos) << log;
+  EXPECT_NE(log.find("reason=worker_lapsed"), std::string::npos) << log;
+  EXPECT_NE(log.find("event=preempt name=p/b"), std::string::npos) << log;
+  EXPECT_NE(log.find("reason=not_running"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace leasehold::lockd
