@@ -130,6 +130,7 @@ class RtThread {
   /// Disarms `slot`: no kill will be issued for it after this is applied.
   RtSubmitted disarm(std::uint32_t slot) noexcept;
   /// Kills an armed slot at once, ignoring its deadline (mutex-violation recovery, DESIGN.md).
+  /// No effect on a slot that is not armed (arm it first: the kill needs its KillTarget).
   RtSubmitted kill_now(std::uint32_t slot) noexcept;
   /// True once the command with this seq (and every earlier one) has been applied.
   bool applied(std::uint64_t seq) const noexcept;
