@@ -20,6 +20,9 @@
 // - kCachedAnswersMax answers; beyond it the oldest is dropped (FIFO). A retry whose answer was
 //   dropped is re-executed — correct, because every request is idempotent under its epoch — or,
 //   if it reuses a seq already in the window, rejected as replayed.
+//   The cache holds at most kCachedAnswersMax × kDatagramBytesMax bytes (about 5.7 MB).
+// - A resent answer is the identical datagram, with its original seq: a requester that already
+//   received it rejects the copy as replayed, which is the right outcome (it has the answer).
 // - After a receiver restart all windows are empty: the same consequence as eviction.
 // - A sender's seq must grow across its own restarts: seed it with seq_seed() (see there).
 #pragma once
