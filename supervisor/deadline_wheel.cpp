@@ -204,6 +204,10 @@ std::uint64_t DeadlineWheel::next_event_tick() const noexcept {
   for (std::uint32_t level = 1; level < kDeadlineWheelLevels; ++level) {
     const std::uint32_t shift = kSlotBits * level;
     const std::uint64_t block = cur_tick_ >> shift;
+    // Level L (and every higher level) only acts on block boundaries of level L: an event
+    // before the next boundary cannot be beaten from here up, unless we sit on a boundary.
+    const bool on_boundary = (cur_tick_ & ((std::uint64_t{1} << shift) - 1)) == 0;
+    if (!on_boundary && best < ((block + 1) << shift)) break;
     const std::uint32_t d = next_set(occupied_[level], static_cast<std::uint32_t>(block & (kDeadlineWheelSlots - 1)));
     if (d == kDeadlineWheelSlots) continue;
     std::uint64_t when;
