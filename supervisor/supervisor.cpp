@@ -1047,6 +1047,7 @@ json Supervisor::Impl::status_json() const {
       {"control_socket", control_path},
       {"cgroup", std::string(describe(cgroups.mode()))},
       {"cgroup_reason", cgroups.reason()},
+      {"cgroup_parent", cgroups.mode() == KillMode::cgroup_v2_delegated ? cgroups.parent_path() : std::string()},
       {"rt", {{"sched_fifo", rt_status.fifo}, {"priority", rt_status.fifo ? rt_config.priority : 0},
               {"cpu", rt_status.pinned ? rt_config.cpu : -1}, {"memory_locked", rt_status.memory_locked},
               {"text", rt_text}, {"ticks", rc.ticks}, {"rearms", rc.rearms}, {"kills_issued", rc.kills_issued},

@@ -5,3 +5,18 @@ leasehold_test(supervisor_heartbeat_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/heart
                LIBS leasehold_supervisor)
 leasehold_test(supervisor_control_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/control_test.cpp
                LIBS leasehold_supervisor LABELS concurrent)
+
+# Process tests: leasehold-supervisor against a real leasehold-lockd on loopback. The sandbox
+# they run (lease_probe) logs every change of its own check_deadline answer.
+if(TARGET leasehold-lockd AND TARGET leasehold-supervisor AND TARGET leasehold_lockd)
+  add_executable(leasehold_lease_probe ${CMAKE_CURRENT_LIST_DIR}/lease_probe.cpp)
+  leasehold_target(leasehold_lease_probe)
+  target_link_libraries(leasehold_lease_probe PRIVATE leasehold_shm)
+  leasehold_test(supervisor_daemon_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/daemon_test.cpp
+                 LIBS leasehold_supervisor leasehold_lockd)
+  add_dependencies(supervisor_daemon_test leasehold-lockd leasehold-supervisor leasehold_lease_probe)
+  target_compile_definitions(supervisor_daemon_test PRIVATE
+    LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
+    LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>"
+    LEASEHOLD_PROBE_BINARY="$<TARGET_FILE:leasehold_lease_probe>")
+endif()

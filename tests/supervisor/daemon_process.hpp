@@ -1,0 +1,289 @@
+// Real processes for the supervisor's process tests: leasehold-lockd and leasehold-supervisor on
+// loopback, each with its stdout/stderr in a temporary directory, started, stopped (SIGSTOP/
+// SIGCONT), terminated and waited for; plus readers of their structured log lines.
+#pragma once
+
+#include "io/auth.hpp"
+#include "io/clock.hpp"
+#include "io/udp.hpp"
+#include "supervisor/control.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef LEASEHOLD_LOCKD_BINARY
+#error "LEASEHOLD_LOCKD_BINARY must name the leasehold-lockd executable"
+#endif
+#ifndef LEASEHOLD_SUPERVISOR_BINARY
+#error "LEASEHOLD_SUPERVISOR_BINARY must name the leasehold-supervisor executable"
+#endif
+
+namespace leasehold::supervisor_testing {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline std::int64_t now_ns() { return now_boottime_ns(); }
+
+inline void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/lh-sup-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+/// One child process with stdout/stderr redirected to files.
+class Child {
+ public:
+  Child() = default;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() { kill9(); }
+
+  void start(const std::string& binary, const std::vector<std::string>& args, const fs::path& out,
+             const fs::path& err) {
+    out_ = out;
+    err_ = err;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      ::dup2(o, 1);
+      ::dup2(e, 2);
+      std::vector<char*> argv{const_cast<char*>(binary.c_str())};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  /// Waits until stdout contains `needle` (true), the process exits or the timeout passes.
+  bool wait_stdout(const std::string& needle, int timeout_ms = 20'000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (slurp(out_).find(needle) != std::string::npos) return true;
+      if (exited()) return slurp(out_).find(needle) != std::string::npos;
+      sleep_ms(5);
+    }
+    return false;
+  }
+  bool exited() {
+    if (pid_ <= 0) return true;
+    int status = 0;
+    const pid_t w = ::waitpid(pid_, &status, WNOHANG);
+    if (w == pid_) {
+      code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      pid_ = -1;
+      return true;
+    }
+    return false;
+  }
+  /// Waits for exit (bounded); the exit code (128 + signal), or -1 on timeout.
+  int wait(int timeout_ms = 20'000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (exited()) return code_;
+      sleep_ms(5);
+    }
+    return -1;
+  }
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  void kill9() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGCONT);
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+  }
+  pid_t pid() const { return pid_; }
+  std::string out() const { return slurp(out_); }
+  std::string err() const { return slurp(err_); }
+
+ private:
+  pid_t pid_ = -1;
+  int code_ = -1;
+  fs::path out_, err_;
+};
+
+/// The key every process of a test shares.
+inline std::string make_key(const fs::path& dir) {
+  const fs::path p = dir / "key";
+  if (!fs::exists(p)) {
+    const std::string err = wire::generate_key_file(p.string());
+    if (!err.empty()) throw std::runtime_error(err);
+  }
+  return p.string();
+}
+
+inline wire::WireKey load_key(const std::string& path) {
+  auto k = wire::load_key_file(path);
+  if (!k) throw std::runtime_error(k.error);
+  return *k.key;
+}
+
+struct Lockd {
+  Child child;
+  std::string address;  // 127.0.0.1:PORT
+  fs::path log;
+
+  /// Starts lockd on an ephemeral loopback port; false (with the reason in *error) if it fails.
+  bool start(const fs::path& dir, const std::string& key, std::vector<std::string> extra, std::string* error,
+             const std::string& tag = "lockd") {
+    log = dir / (tag + ".err");
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--store", (dir / (tag + ".db")).string(),
+                                     "--key-file", key};
+    args.insert(args.end(), extra.begin(), extra.end());
+    child.start(LEASEHOLD_LOCKD_BINARY, args, dir / (tag + ".out"), log);
+    if (!child.wait_stdout("listening ")) {
+      *error = "lockd did not start: " + child.err();
+      return false;
+    }
+    const std::string out = child.out();
+    const auto p = out.find("listening ");
+    address = out.substr(p + 10, out.find('\n', p) - p - 10);
+    return true;
+  }
+  SocketAddress socket_address() const { return *SocketAddress::parse(address); }
+  std::string log_text() const { return slurp(log); }
+};
+
+struct Supervisor {
+  Child child;
+  fs::path socket;
+  fs::path log;
+  std::string worker;
+  std::string shm;
+
+  /// Starts a supervisor against `lockd` with `extra` flags; waits for "ready".
+  bool start(const fs::path& dir, const std::string& lockd, const std::string& key,
+             std::vector<std::string> extra, std::string* error, const std::string& tag = "sup") {
+    socket = dir / (tag + ".sock");
+    log = dir / (tag + ".err");
+    std::vector<std::string> args = {"--lockd", lockd, "--key-file", key, "--control-socket", socket.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    child.start(LEASEHOLD_SUPERVISOR_BINARY, args, dir / (tag + ".out"), log);
+    if (!child.wait_stdout("ready\n")) {
+      *error = "supervisor did not start: " + child.err();
+      return false;
+    }
+    std::istringstream in(child.out());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("  worker id", 0) == 0) worker = line.substr(line.find_last_of(' ') + 1);
+      if (line.rfind("  shm table", 0) == 0) {
+        std::istringstream l(line);
+        std::string a, b;
+        l >> a >> b >> shm;
+      }
+    }
+    return true;
+  }
+
+  json call(const json& req, std::uint64_t timeout_ms = 10'000) const {
+    std::string err;
+    auto a = control_call(socket.string(), req, timeout_ms, err);
+    if (!a) return json{{"ok", false}, {"error", "transport"}, {"message", err}};
+    return *a;
+  }
+  std::string log_text() const { return slurp(log); }
+
+  /// The log lines with `event=<event>` as key → value maps.
+  std::vector<std::map<std::string, std::string>> events(const std::string& event) const {
+    std::vector<std::map<std::string, std::string>> out;
+    std::istringstream in(log_text());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::map<std::string, std::string> kv;
+      std::istringstream words(line);
+      std::string w;
+      while (words >> w) {
+        const auto eq = w.find('=');
+        if (eq != std::string::npos) kv[w.substr(0, eq)] = w.substr(eq + 1);
+      }
+      if (kv["event"] == event) out.push_back(std::move(kv));
+    }
+    return out;
+  }
+};
+
+/// lockd's own log lines (logfmt: ts_boot_ns=... event=grant name=... epoch=...).
+inline std::vector<std::map<std::string, std::string>> lockd_events(const std::string& text,
+                                                                   const std::string& event) {
+  std::vector<std::map<std::string, std::string>> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::map<std::string, std::string> kv;
+    std::istringstream words(line);
+    std::string w;
+    while (words >> w) {
+      const auto eq = w.find('=');
+      if (eq != std::string::npos) kv[w.substr(0, eq)] = w.substr(eq + 1);
+    }
+    if (kv["event"] == event) out.push_back(std::move(kv));
+  }
+  return out;
+}
+
+/// Polls `pred` every 5 ms until true or `timeout_ms`.
+template <class Pred>
+bool eventually(Pred pred, int timeout_ms = 10'000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    sleep_ms(5);
+  }
+  return pred();
+}
+
+/// The lease_probe's log: (t, valid, valid_until) per transition.
+struct ProbeLine {
+  std::uint64_t t = 0;
+  int valid = -1;
+  std::uint64_t valid_until = 0;
+};
+inline std::vector<ProbeLine> probe_lines(const fs::path& p) {
+  std::vector<ProbeLine> out;
+  std::istringstream in(slurp(p));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("t=", 0) != 0) continue;
+    ProbeLine l;
+    std::sscanf(line.c_str(), "t=%lu valid=%d valid_until=%lu", &l.t, &l.valid, &l.valid_until);
+    out.push_back(l);
+  }
+  return out;
+}
+
+}  // namespace leasehold::supervisor_testing

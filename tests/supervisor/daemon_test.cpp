@@ -1,0 +1,491 @@
+// leasehold-supervisor as a real process against a real leasehold-lockd on loopback
+// (DESIGN.md "The supervisor", "Time"). Short TTLs keep every test to a few seconds:
+//   lockd --ttl-ms 1000; supervisor --ttl-ms 1000 --kill-after-ms 600 --heartbeat-interval-ms 100
+//   --kill-latency-budget-ms 50 → pause budget 1000 − (600.6 + 1 + 50) = 348.4 ms.
+// Timestamps on both sides are CLOCK_BOOTTIME (one machine): the supervisor's log lines, lockd's
+// log lines, the lease_probe sandbox's log, and this test's own clock reads.
+#include "daemon_process.hpp"
+
+#include "io/probe.hpp"
+#include "lockd/admin_client.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+namespace leasehold {
+namespace {
+
+using namespace supervisor_testing;
+
+const std::vector<std::string> kSupTiming = {"--ttl-ms", "1000", "--kill-after-ms", "600",
+                                             "--heartbeat-interval-ms", "100", "--kill-latency-budget-ms", "50"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+json run_req(const std::string& name, std::vector<std::string> argv) {
+  json r = {{"v", 1}, {"op", "run"}, {"argv", argv}, {"env", {{"PATH", "/usr/bin:/bin"}}}};
+  if (!name.empty()) r["name"] = name;
+  return r;
+}
+
+class SupervisorProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    key_ = make_key(dir_.path());
+  }
+  void start_lockd(std::vector<std::string> extra = {"--ttl-ms", "1000"}) {
+    std::string err;
+    ASSERT_TRUE(lockd_.start(dir_.path(), key_, std::move(extra), &err)) << err;
+  }
+  void start_sup(Supervisor& s, std::vector<std::string> extra = {}, const std::string& tag = "sup") {
+    std::string err;
+    if (std::find(extra.begin(), extra.end(), "--slots") == extra.end()) extra.insert(extra.end(), {"--slots", "16"});
+    ASSERT_TRUE(s.start(dir_.path(), lockd_.address, key_, with(kSupTiming, extra), &err, tag)) << err;
+  }
+  lockd::AdminClient admin() { return lockd::AdminClient(lockd_.socket_address(), load_key(key_)); }
+  std::string probe_log(const std::string& tag) const { return (dir_.path() / (tag + ".probe")).string(); }
+  json run_probe(const Supervisor& s, const std::string& name, const std::string& tag) {
+    return s.call(run_req(name, {LEASEHOLD_PROBE_BINARY, probe_log(tag)}));
+  }
+  // The killed event of a sandbox, once it is in the supervisor's log.
+  std::optional<std::map<std::string, std::string>> killed(const Supervisor& s, const std::string& sandbox,
+                                                           int timeout_ms = 5000) {
+    std::optional<std::map<std::string, std::string>> found;
+    eventually([&] {
+      for (auto& e : s.events("killed"))
+        if (e["sandbox"] == sandbox) found = e;
+      return found.has_value();
+    }, timeout_ms);
+    return found;
+  }
+
+  TempDir dir_;
+  std::string key_;
+  Lockd lockd_;
+};
+
+// ---- the lease ------------------------------------------------------------------------------
+
+TEST_F(SupervisorProcess, LeaseStaysAliveAcrossManyIntervals) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json a = run_probe(sup, "alive", "alive");
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const Epoch epoch = a["epoch"];
+  EXPECT_GE(epoch, 1u);
+  sleep_ms(2000);  // 20 heartbeat intervals, 2 TTLs
+  const json list = sup.call({{"v", 1}, {"op", "list"}});
+  ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["sandboxes"][0]["state"], "running");
+  EXPECT_GT(list["sandboxes"][0]["valid_until_ms"].get<std::int64_t>(), 0);
+  const json st = sup.call({{"v", 1}, {"op", "status"}});
+  EXPECT_GE(st["counters"]["refreshed"].get<int>(), 10) << st.dump();
+  EXPECT_EQ(st["counters"]["kills_deadline"], 0);
+  EXPECT_EQ(st["counters"]["lost"], 0);
+  // The sandbox's own check said "valid" once and never changed its mind.
+  const auto lines = probe_lines(probe_log("alive"));
+  ASSERT_EQ(lines.size(), 1u) << slurp(probe_log("alive")) << sup.log_text();
+  EXPECT_EQ(lines[0].valid, 1);
+  // lockd agrees: held by this sandbox at this epoch, on this worker.
+  auto ad = admin();
+  const lockd::Answer show = ad.show("alive");
+  const auto* info = show.as<wire::NameInfo>();
+  ASSERT_NE(info, nullptr) << show.error;
+  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.epoch, epoch);
+  EXPECT_EQ(info->record.holder.str(), a["sandbox"].get<std::string>());
+  EXPECT_EQ(info->record.worker.str(), sup.worker);
+}
+
+TEST_F(SupervisorProcess, LockdStoppedKillsBeforeLockdCouldExpire) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json a = run_probe(sup, "partition", "partition");
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const Epoch epoch = a["epoch"];
+  const std::string sandbox = a["sandbox"];
+  sleep_ms(300);
+  // lockd's own view just before it stops: the lease expires no earlier than this.
+  auto ad = admin();
+  const std::int64_t t_show = now_ns();
+  const lockd::Answer show = ad.show("partition");
+  const auto* info = show.as<wire::NameInfo>();
+  ASSERT_NE(info, nullptr) << show.error;
+  const std::int64_t lockd_expiry_at_least = t_show + std::int64_t{info->record.ttl_left_ms} * 1'000'000;
+  lockd_.child.signal(SIGSTOP);
+  const std::int64_t t_stop = now_ns();
+  auto k = killed(sup, sandbox, 3000);
+  ASSERT_TRUE(k.has_value()) << sup.log_text();
+  EXPECT_EQ((*k)["cause"], "deadline");
+  const std::int64_t kill_confirmed = std::stoll((*k)["confirmed_ns"]);
+  EXPECT_GT(kill_confirmed, t_stop);
+  // The safety property: dead before lockd could have let the lease expire.
+  EXPECT_LT(kill_confirmed, lockd_expiry_at_least)
+      << "killed " << (kill_confirmed - lockd_expiry_at_least) / 1000 << " us after lockd's earliest expiry";
+  sleep_ms(800);  // let lockd's TTL run out on its (stopped) clock
+  lockd_.child.signal(SIGCONT);
+  const std::int64_t t_cont = now_ns();
+  EXPECT_LT(kill_confirmed, t_cont);
+  // Another acquirer gets the name, only at a higher epoch, and only after the kill.
+  const SandboxId other{0x1111, 0x2222};
+  const wire::Grant* g = nullptr;
+  lockd::Answer ans;
+  ASSERT_TRUE(eventually([&] {
+    ans = ad.acquire("partition", other, WorkerId{0x3333, 0x4444});
+    g = ans.as<wire::Grant>();
+    return g != nullptr;
+  }, 5000)) << ans.error;
+  EXPECT_GT(g->epoch, epoch);
+  std::int64_t grant_ns = 0;
+  for (auto& e : lockd_events(lockd_.log_text(), "grant"))
+    if (e["name"] == "partition" && e["holder"] == other.str()) grant_ns = std::stoll(e["ts_boot_ns"]);
+  ASSERT_NE(grant_ns, 0) << lockd_.log_text();
+  EXPECT_LT(kill_confirmed, grant_ns);
+  // The sandbox's own check never said "valid" past its valid_until: it either saw the lease
+  // end (revoke / deadline) or was killed first (the wheel rounds kill deadlines down).
+  const auto lines = probe_lines(probe_log("partition"));
+  ASSERT_GE(lines.size(), 1u);
+  EXPECT_EQ(lines[0].valid, 1);
+  if (lines.size() > 1) {
+    EXPECT_EQ(lines[1].valid, 0);
+    EXPECT_LE(lines[1].t, lines[1].valid_until + 2'000'000);
+  }
+  EXPECT_LE(lines.size(), 2u) << slurp(probe_log("partition"));
+  // The name was released (refused: it had expired) and nothing is left.
+  EXPECT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty(); }));
+}
+
+TEST_F(SupervisorProcess, FrozenSupervisorIsRecoveredAndItsSandboxRefusedMeanwhile) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json st = sup.call({{"v", 1}, {"op", "status"}});
+  const double budget_ms = st["pause_budget_ms"];
+  EXPECT_NEAR(budget_ms, 348.4, 0.01);
+  const json a = run_probe(sup, "frozen", "frozen");
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const Epoch epoch = a["epoch"];
+  const std::string sandbox = a["sandbox"];
+  sleep_ms(300);
+  sup.child.signal(SIGSTOP);  // a pause far longer than the budget: longer than the TTL
+  const std::int64_t t_stop = now_ns();
+  // While it is frozen lockd expires the lease and hands the name to someone else: the
+  // mutual-exclusion window the pause budget warns about.
+  auto ad = admin();
+  const SandboxId other{0x5555, 0x6666};
+  const wire::Grant* g = nullptr;
+  lockd::Answer ans;
+  ASSERT_TRUE(eventually([&] {
+    ans = ad.acquire("frozen", other, WorkerId{0x7777, 0x8888});
+    g = ans.as<wire::Grant>();
+    return g != nullptr;
+  }, 3000)) << ans.error;
+  EXPECT_GT(g->epoch, epoch);
+  const std::int64_t t_other_grant = now_ns();
+  sleep_ms(200);
+  sup.child.signal(SIGCONT);
+  const std::int64_t t_cont = now_ns();
+  // Recovery: on resume the lapsed lease (and the `lost` answer) kill the sandbox.
+  auto k = killed(sup, sandbox, 3000);
+  ASSERT_TRUE(k.has_value()) << sup.log_text();
+  const std::int64_t kill_confirmed = std::stoll((*k)["confirmed_ns"]);
+  EXPECT_GE(kill_confirmed, t_cont);
+  EXPECT_LT(kill_confirmed - t_cont, 1'000'000'000) << "recovery took longer than one TTL";
+  // Meanwhile the sandbox's own check_deadline refused: it turned false at valid_until (or
+  // earlier, when the writer's heartbeat went stale), while the supervisor was still frozen,
+  // before the other holder was granted, and never turned true again.
+  const auto lines = probe_lines(probe_log("frozen"));
+  ASSERT_GE(lines.size(), 2u) << slurp(probe_log("frozen"));
+  EXPECT_EQ(lines[0].valid, 1);
+  const ProbeLine& flip = lines[1];
+  EXPECT_EQ(flip.valid, 0);
+  EXPECT_LE(flip.t, flip.valid_until + 2'000'000);
+  EXPECT_GT(static_cast<std::int64_t>(flip.t), t_stop);
+  EXPECT_LT(static_cast<std::int64_t>(flip.t), t_cont);
+  EXPECT_LT(static_cast<std::int64_t>(flip.t), t_other_grant);
+  for (std::size_t i = 1; i < lines.size(); ++i) EXPECT_EQ(lines[i].valid, 0) << "line " << i;
+}
+
+TEST_F(SupervisorProcess, SameNameOnTwoSupervisorsExactlyOneRuns) {
+  start_lockd();
+  Supervisor s1, s2;
+  start_sup(s1, {}, "s1");
+  start_sup(s2, {}, "s2");
+  json a1, a2;
+  std::atomic<int> ready{0};
+  std::thread t1([&] {
+    ++ready;
+    while (ready.load() < 2) {
+    }
+    a1 = s1.call(run_req("contested", {"sleep", "30"}));
+  });
+  std::thread t2([&] {
+    ++ready;
+    while (ready.load() < 2) {
+    }
+    a2 = s2.call(run_req("contested", {"sleep", "30"}));
+  });
+  t1.join();
+  t2.join();
+  ASSERT_NE(a1["ok"], a2["ok"]) << a1.dump() << "\n" << a2.dump();
+  const json& win = a1["ok"] == true ? a1 : a2;
+  const json& lose = a1["ok"] == true ? a2 : a1;
+  EXPECT_EQ(lose["error"], "held") << lose.dump();
+  EXPECT_EQ(lose["holder"], win["sandbox"]);
+  EXPECT_EQ(lose["epoch"], win["epoch"]);
+  sleep_ms(300);
+  const Supervisor& winner = a1["ok"] == true ? s1 : s2;
+  const Supervisor& loser = a1["ok"] == true ? s2 : s1;
+  EXPECT_EQ(winner.call({{"v", 1}, {"op", "list"}})["sandboxes"].size(), 1u);
+  EXPECT_TRUE(loser.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty());
+  EXPECT_EQ(loser.call({{"v", 1}, {"op", "status"}})["counters"]["spawned"], 0);
+}
+
+TEST_F(SupervisorProcess, ExitReleasesTheNameForTheNextEpoch) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json a = sup.call(run_req("short", {"sleep", "0.2"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const Epoch epoch = a["epoch"];
+  ASSERT_TRUE(eventually([&] {
+    for (auto& e : sup.events("released"))
+      if (e["name"] == "short") return true;
+    return false;
+  }, 5000)) << sup.log_text();
+  EXPECT_TRUE(sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty());
+  auto ad = admin();
+  const lockd::Answer g = ad.acquire("short", SandboxId{0x9, 0x9}, WorkerId{0x9, 0xa});
+  const auto* grant = g.as<wire::Grant>();
+  ASSERT_NE(grant, nullptr) << g.error;
+  EXPECT_EQ(grant->epoch, epoch + 1);
+  // And the same name runs again on this supervisor once the other holder lets go.
+  ASSERT_TRUE(ad.release(name_id_of("short"), SandboxId{0x9, 0x9}, grant->epoch).ok());
+  const json again = sup.call(run_req("short", {"sleep", "30"}));
+  ASSERT_EQ(again["ok"], true) << again.dump();
+  EXPECT_EQ(again["epoch"], epoch + 2);
+  EXPECT_NE(again["slot"], a["slot"]) << "a freed slot cools down before reuse";
+}
+
+TEST_F(SupervisorProcess, ReleaseKillsTheHolderAndFreesTheName) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json a = sup.call(run_req("rel", {"sleep", "30"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const json r = sup.call({{"v", 1}, {"op", "release"}, {"name", "rel"}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  EXPECT_EQ(r["released"], true) << r.dump();
+  EXPECT_EQ(r["exit_status"], -SIGKILL);
+  EXPECT_EQ(::kill(a["pid"].get<pid_t>(), 0), -1);
+  const json again = sup.call({{"v", 1}, {"op", "release"}, {"name", "rel"}});
+  EXPECT_EQ(again["error"], "not_found");
+}
+
+TEST_F(SupervisorProcess, NamingAnUnnamedSandboxAndTwoPhaseCommit) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  // (2) give a name to a running unnamed sandbox.
+  const json u = sup.call(run_req("", {"sleep", "30"}));
+  ASSERT_EQ(u["ok"], true) << u.dump();
+  EXPECT_EQ(u["epoch"], 0);
+  const json n = sup.call({{"v", 1}, {"op", "name"}, {"sandbox", u["sandbox"]}, {"name", "later"}});
+  ASSERT_EQ(n["ok"], true) << n.dump();
+  EXPECT_GE(n["epoch"].get<int>(), 1);
+  EXPECT_EQ(n["pid"], u["pid"]);
+  // (3) 2-phase: a control plane acquires (Acquiring); this worker commits on its next heartbeat.
+  auto ad = admin();
+  const SandboxId planned{0xabc, 0xdef};
+  const lockd::Answer acq = ad.acquire("planned", planned, WorkerId{}, 0, /*two_phase=*/true);
+  const auto* g = acq.as<wire::Grant>();
+  ASSERT_NE(g, nullptr) << acq.error;
+  ASSERT_EQ(g->state, wire::LockState::acquiring);
+  const json c = sup.call({{"v", 1}, {"op", "expect-commit"}, {"name", "planned"}, {"sandbox", planned.str()},
+                           {"epoch", g->epoch}, {"argv", {"sleep", "30"}}});
+  ASSERT_EQ(c["ok"], true) << c.dump();
+  EXPECT_EQ(c["epoch"], g->epoch);
+  EXPECT_EQ(c["sandbox"], planned.str());
+  const lockd::Answer shown = ad.show("planned");
+  const auto* info = shown.as<wire::NameInfo>();
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.worker.str(), sup.worker);
+  // A commit for an epoch that is not the Acquiring one starts nothing.
+  const lockd::Answer acq2 = ad.acquire("planned2", SandboxId{0x1, 0x2}, WorkerId{}, 0, true);
+  ASSERT_NE(acq2.as<wire::Grant>(), nullptr);
+  const json bad = sup.call({{"v", 1}, {"op", "expect-commit"}, {"name", "planned2"}, {"sandbox", SandboxId{0x1, 0x2}.str()},
+                             {"epoch", acq2.as<wire::Grant>()->epoch + 5}, {"argv", {"sleep", "30"}}});
+  EXPECT_EQ(bad["ok"], false);
+  EXPECT_EQ(bad["error"], "refused") << bad.dump();
+  EXPECT_EQ(sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].size(), 2u);
+}
+
+TEST_F(SupervisorProcess, PreemptibleCreateRightAfterTheKillSwitchIsRefused) {
+  start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
+  Supervisor sup;
+  start_sup(sup, {"--mode", "preemptible"});
+  const json a = sup.call(run_req("pre", {"sleep", "30"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  lockd_.child.signal(SIGSTOP);
+  // Wait for the worker-wide kill-switch, then create at once.
+  ASSERT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "status"}})["killswitch_engaged"] == true; }, 3000));
+  const json refused = sup.call(run_req("pre2", {"sleep", "30"}));
+  EXPECT_EQ(refused["ok"], false);
+  EXPECT_EQ(refused["error"], "killswitch") << refused.dump();
+  // The named sandbox was killed by the kill-switch; unnamed creation is still allowed.
+  EXPECT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty(); }, 3000));
+  const json unnamed = sup.call(run_req("", {"sleep", "30"}));
+  EXPECT_EQ(unnamed["ok"], true) << unnamed.dump();
+  lockd_.child.signal(SIGCONT);
+  // Named creation comes back once a worker heartbeat sent after the kill-switch succeeds.
+  ASSERT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "status"}})["may_create_named"] == true; }, 5000));
+  json ok;
+  ASSERT_TRUE(eventually([&] {
+    ok = sup.call(run_req("pre2", {"sleep", "30"}));
+    return ok["ok"] == true;
+  }, 5000)) << ok.dump();
+}
+
+// ---- bad input ------------------------------------------------------------------------------
+
+TEST_F(SupervisorProcess, BadControlRequestsGetClearErrors) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  json r = sup.call({{"v", 1}, {"op", "reboot"}});
+  EXPECT_EQ(r["error"], "unknown_op");
+  r = sup.call({{"v", 7}, {"op", "list"}});
+  EXPECT_EQ(r["error"], "bad_version");
+  r = sup.call({{"v", 1}, {"op", "run"}, {"name", "no spaces"}, {"argv", {"true"}}});
+  EXPECT_EQ(r["error"], "bad_request");
+  r = sup.call({{"v", 1}, {"op", "name"}, {"sandbox", SandboxId{1, 2}.str()}, {"name", "x"}});
+  EXPECT_EQ(r["error"], "not_found");
+  r = sup.call({{"v", 1}, {"op", "kill"}, {"sandbox", SandboxId{1, 2}.str()}});
+  EXPECT_EQ(r["error"], "not_found");
+  r = sup.call({{"v", 1}, {"op", "run"}, {"name", "ttl"}, {"argv", {"true"}}, {"ttl_ms", 10}});
+  EXPECT_EQ(r["error"], "bad_request");
+  EXPECT_NE(r["message"].get<std::string>().find("ttl_ms"), std::string::npos);
+  // Still serving.
+  EXPECT_EQ(sup.call({{"v", 1}, {"op", "status"}})["ok"], true);
+  EXPECT_GE(sup.call({{"v", 1}, {"op", "status"}})["counters"]["control_bad_requests"].get<int>(), 2);
+}
+
+TEST_F(SupervisorProcess, CommandsThatCannotRunLeakNothing) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json st = sup.call({{"v", 1}, {"op", "status"}});
+  const std::string cg_parent = st["cgroup_parent"];
+  // Not found: refused before the name is acquired.
+  json r = sup.call(run_req("nx", {"/nonexistent/prog"}));
+  EXPECT_EQ(r["error"], "exec_failed");
+  EXPECT_NE(r["message"].get<std::string>().find("/nonexistent/prog"), std::string::npos) << r.dump();
+  // Found but not executable as a program (no #! and not ELF): fails at exec, after the
+  // name was acquired and the slot published.
+  const fs::path bogus = dir_.path() / "bogus";
+  { std::ofstream(bogus) << "this is not a program\n"; }
+  ::chmod(bogus.c_str(), 0755);
+  r = sup.call(run_req("nx", {bogus.string()}));
+  EXPECT_EQ(r["ok"], false);
+  EXPECT_EQ(r["error"], "exec_failed") << r.dump();
+  // Nothing leaked: no sandbox, no slot, no cgroup leaf, and the name is free.
+  EXPECT_TRUE(sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty());
+  if (!cg_parent.empty()) {
+    std::size_t leaves = 0;
+    for (const auto& e : fs::directory_iterator(cg_parent))
+      if (e.is_directory()) ++leaves;
+    EXPECT_EQ(leaves, 0u) << cg_parent;
+  }
+  auto ad = admin();
+  EXPECT_TRUE(eventually([&] {
+    const lockd::Answer s = ad.show("nx");
+    const auto* i = s.as<wire::NameInfo>();
+    return i == nullptr || i->record.state == wire::LockState::free;
+  }, 3000));
+}
+
+TEST_F(SupervisorProcess, FullTableRefusesAndAcquiresNothing) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup, {"--slots", "2"});
+  ASSERT_EQ(sup.call(run_req("", {"sleep", "30"}))["ok"], true);
+  ASSERT_EQ(sup.call(run_req("", {"sleep", "30"}))["ok"], true);
+  const json r = sup.call(run_req("overflow", {"sleep", "30"}));
+  EXPECT_EQ(r["error"], "table_full") << r.dump();
+  EXPECT_NE(r["message"].get<std::string>().find("full"), std::string::npos);
+  auto ad = admin();
+  const lockd::Answer g = ad.acquire("overflow", SandboxId{0x42, 0x42}, WorkerId{0x42, 0x43});
+  ASSERT_NE(g.as<wire::Grant>(), nullptr) << "the name must not have been taken: " << g.error;
+  EXPECT_EQ(g.as<wire::Grant>()->epoch, 1u);
+}
+
+TEST_F(SupervisorProcess, UnreachableLockdAtStartLeavesNothing) {
+  // A UDP port that is bound but never answers.
+  const int fd = open_udp_socket_blocking(SocketAddress::loopback_v4(0));
+  ASSERT_GE(fd, 0);
+  const SocketAddress silent = *local_address(fd);
+  Supervisor sup;
+  const fs::path shm = dir_.path() / "table";
+  std::string err;
+  EXPECT_FALSE(sup.start(dir_.path(), silent.str(), key_, with(kSupTiming, {"--shm", shm.string()}), &err));
+  EXPECT_EQ(sup.child.wait(), 2);
+  EXPECT_NE(sup.child.err().find("unreachable"), std::string::npos) << sup.child.err();
+  EXPECT_FALSE(fs::exists(shm));
+  EXPECT_FALSE(fs::exists(sup.socket));
+  ::close(fd);
+  // And an unsafe configuration is refused with the numbers.
+  Supervisor bad;
+  EXPECT_FALSE(bad.start(dir_.path(), silent.str(), key_, {"--ttl-ms", "1000", "--kill-after-ms", "990"}, &err, "bad"));
+  EXPECT_EQ(bad.child.wait(), 2);
+  EXPECT_NE(bad.child.err().find("unsafe timing"), std::string::npos) << bad.child.err();
+}
+
+TEST_F(SupervisorProcess, SecondSupervisorOnTheSameTableIsRefused) {
+  start_lockd();
+  Supervisor a, b;
+  const fs::path shm = dir_.path() / "shared-table";
+  start_sup(a, {"--shm", shm.string()}, "a");
+  std::string err;
+  EXPECT_FALSE(b.start(dir_.path(), lockd_.address, key_, with(kSupTiming, {"--shm", shm.string()}), &err, "b"));
+  EXPECT_EQ(b.child.wait(), 2);
+  EXPECT_NE(b.child.err().find("alive"), std::string::npos) << b.child.err();
+  EXPECT_EQ(a.call({{"v", 1}, {"op", "status"}})["ok"], true);
+}
+
+TEST_F(SupervisorProcess, SigtermKillsReleasesAndCleansUp) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json st = sup.call({{"v", 1}, {"op", "status"}});
+  const std::string cg_parent = st["cgroup_parent"];
+  const json a = sup.call(run_req("bye", {"sleep", "30"}));
+  ASSERT_EQ(a["ok"], true);
+  ASSERT_EQ(sup.call(run_req("", {"sleep", "30"}))["ok"], true);
+  sup.child.signal(SIGTERM);
+  EXPECT_EQ(sup.child.wait(10'000), 0) << sup.log_text();
+  EXPECT_EQ(::kill(a["pid"].get<pid_t>(), 0), -1);
+  EXPECT_FALSE(fs::exists(sup.shm)) << sup.shm;
+  EXPECT_FALSE(fs::exists(sup.socket));
+  if (!cg_parent.empty()) {
+    EXPECT_FALSE(fs::exists(cg_parent));
+  }
+  auto ad = admin();
+  const lockd::Answer g = ad.acquire("bye", SandboxId{0x77, 0x77}, WorkerId{0x77, 0x78});
+  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+  EXPECT_EQ(g.as<wire::Grant>()->epoch, a["epoch"].get<Epoch>() + 1);
+}
+
+}  // namespace
+}  // namespace leasehold

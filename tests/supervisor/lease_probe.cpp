@@ -1,0 +1,64 @@
+// A sandbox for the supervisor's process tests: it does what a runtime must do before every side
+// effect — check its lease in the shm table with check_deadline — every 200 µs, and appends a
+// line to the file named by argv[1] whenever the answer changes:
+//   start t=<ns> slot=<n> epoch=<e>
+//   t=<ns> valid=<0|1> valid_until=<ns>
+// (CLOCK_BOOTTIME, the clock of every deadline.) It runs until it is killed.
+#include "shm/table.hpp"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+int main(int argc, char** argv) {
+  using namespace leasehold::shm;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: lease_probe LOGFILE\n");
+    return 2;
+  }
+  std::FILE* log = std::fopen(argv[1], "a");
+  if (log == nullptr) return 3;
+  const char* slot_env = std::getenv("LEASEHOLD_SLOT");
+  const char* epoch_env = std::getenv("LEASEHOLD_EPOCH");
+  if (slot_env == nullptr || epoch_env == nullptr) {
+    std::fprintf(log, "error no LEASEHOLD_SLOT/LEASEHOLD_EPOCH\n");
+    return 4;
+  }
+  const auto slot = static_cast<std::uint32_t>(std::strtoul(slot_env, nullptr, 10));
+  const std::uint64_t epoch = std::strtoull(epoch_env, nullptr, 10);
+  try {
+    TableReader table = TableReader::open(location_from_env(), OpenOptions{1'000'000'000, 1'000'000});
+    std::fprintf(log, "start t=%" PRIu64 " slot=%u epoch=%" PRIu64 "\n", boottime_ns(), slot, epoch);
+    std::fflush(log);
+    int last = -1;
+    for (;;) {
+      std::uint64_t now = boottime_ns();
+      int valid = table.check_deadline_at(slot, epoch, now) ? 1 : 0;
+      if (valid == 0 && last == 1) {
+        // Confirm with a fresh clock read: a writer heartbeat stored between our clock read and
+        // the check looks like a heartbeat "from the future" and fails the check once.
+        now = boottime_ns();
+        if (table.check_deadline_at(slot, epoch, now)) {
+          std::fprintf(log, "spurious t=%" PRIu64 "\n", now);
+          std::fflush(log);
+          valid = 1;
+        }
+      }
+      if (valid != last) {
+        SlotSnapshot snap;
+        const std::uint64_t vu = table.snapshot(slot, snap) == TableErrc::ok ? snap.valid_until_ns : 0;
+        std::fprintf(log, "t=%" PRIu64 " valid=%d valid_until=%" PRIu64 "\n", now, valid, vu);
+        std::fflush(log);
+        last = valid;
+      }
+      ::usleep(200);
+    }
+  } catch (const TableError& e) {
+    std::fprintf(log, "error %s\n", e.what());
+    return 5;
+  }
+}
