@@ -618,6 +618,9 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("store_commit_us_p99", st.commit_ns_p99 / 1000);
   add("store_batch_changes_max", st.batch_changes_max);
   add("store_batch_changes_mean", st.commits == 0 ? 0 : st.changes / st.commits);
+  add("store_log_rows", st.log_rows);
+  add("store_compactions", st.compactions);
+  add("store_compact_ms_max", st.compact_ns_max / 1'000'000);
   add("overloaded", counters_.overloaded);
   add("answers_deferred", counters_.answers_deferred);
   add("retries_while_pending", counters_.retries_while_pending);

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
+#include <algorithm>
 
 namespace leasehold::lockd {
 namespace {
@@ -130,7 +132,9 @@ NameStore::NameStore(const std::string& path) : path_(path) {
   auto cleanup = [&] {
     if (upsert_ != nullptr) sqlite3_finalize(upsert_);
     if (raise_high_water_ != nullptr) sqlite3_finalize(raise_high_water_);
-    upsert_ = raise_high_water_ = nullptr;
+    if (fold_ != nullptr) sqlite3_finalize(fold_);
+    if (trim_ != nullptr) sqlite3_finalize(trim_);
+    upsert_ = raise_high_water_ = fold_ = trim_ = nullptr;
     if (db_ != nullptr) {
       sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
       sqlite3_close_v2(db_);
@@ -206,6 +210,13 @@ NameStore::NameStore(const std::string& path) : path_(path) {
            " owner BLOB, peer BLOB, worker BLOB,"
            " ttl_ns INTEGER NOT NULL,"
            " epoch_fresh INTEGER NOT NULL) WITHOUT ROWID");
+      // The change log: commits append here (sequential pages: a batch of N changes writes
+      // ~N*110 bytes, not N random B-tree leaves); compact() folds it into `names`.
+      exec("CREATE TABLE log("
+           " seq INTEGER PRIMARY KEY,"
+           " id BLOB NOT NULL, name TEXT NOT NULL, state INTEGER NOT NULL, epoch INTEGER NOT NULL,"
+           " old_epoch INTEGER NOT NULL, owner BLOB, peer BLOB, worker BLOB,"
+           " ttl_ns INTEGER NOT NULL, epoch_fresh INTEGER NOT NULL)");
       exec("INSERT INTO meta(k, v) VALUES('open_count', 0), ('epoch_high_water', 0)");
       exec(("PRAGMA application_id=" + std::to_string(kStoreApplicationId)).c_str());
       exec(("PRAGMA user_version=" + std::to_string(kStoreSchemaVersion)).c_str());
@@ -223,6 +234,8 @@ NameStore::NameStore(const std::string& path) : path_(path) {
       if (mode != "wal") fail("cannot switch to WAL mode (got \"" + mode + "\")");
     }
     exec("PRAGMA synchronous=FULL");
+    exec("PRAGMA cache_size=-65536");
+    exec("PRAGMA wal_autocheckpoint=16384");
 
     // The write probe: a read-only or full disk shows here, before lockd answers anyone.
     exec("BEGIN IMMEDIATE");
@@ -243,16 +256,38 @@ NameStore::NameStore(const std::string& path) : path_(path) {
     }
 
     if (sqlite3_prepare_v2(db_,
+                           "INSERT INTO log(id, name, state, epoch, old_epoch, owner, peer, worker,"
+                           " ttl_ns, epoch_fresh) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                           -1, &upsert_, nullptr) != SQLITE_OK)
+      fail("cannot prepare the log append");
+    // Folding the oldest log rows into `names`: later rows win (ORDER BY seq), and the
+    // upsert never lowers a name's epoch.
+    if (sqlite3_prepare_v2(db_,
                            "INSERT INTO names(id, name, state, epoch, old_epoch, owner, peer, worker,"
-                           " ttl_ns, epoch_fresh) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                           " ttl_ns, epoch_fresh) SELECT id, name, state, epoch, old_epoch, owner,"
+                           " peer, worker, ttl_ns, epoch_fresh FROM log WHERE seq <= ?1 ORDER BY seq"
                            " ON CONFLICT(id) DO UPDATE SET name = excluded.name,"
                            " state = excluded.state, epoch = excluded.epoch,"
                            " old_epoch = excluded.old_epoch, owner = excluded.owner,"
                            " peer = excluded.peer, worker = excluded.worker, ttl_ns = excluded.ttl_ns,"
                            " epoch_fresh = excluded.epoch_fresh"
                            " WHERE excluded.epoch >= names.epoch",
-                           -1, &upsert_, nullptr) != SQLITE_OK)
-      fail("cannot prepare the upsert");
+                           -1, &fold_, nullptr) != SQLITE_OK)
+      fail("cannot prepare the log fold");
+    if (sqlite3_prepare_v2(db_, "DELETE FROM log WHERE seq <= ?1", -1, &trim_, nullptr) != SQLITE_OK)
+      fail("cannot prepare the log trim");
+    {
+      sqlite3_stmt* q = nullptr;
+      if (sqlite3_prepare_v2(db_, "SELECT count(*), coalesce(min(seq), 0) FROM log", -1, &q, nullptr) ==
+              SQLITE_OK &&
+          sqlite3_step(q) == SQLITE_ROW) {
+        log_rows_ = static_cast<std::uint64_t>(sqlite3_column_int64(q, 0));
+        log_first_seq_ = sqlite3_column_int64(q, 1);
+      }
+      sqlite3_finalize(q);
+    }
+    // The durable epoch of every name, for the never-lower check at append time.
+    for (const StoredName& n : load().names) epochs_[n.id] = n.epoch;
     if (sqlite3_prepare_v2(db_,
                            "UPDATE meta SET v = ?1 WHERE k = 'epoch_high_water' AND v < ?1", -1,
                            &raise_high_water_, nullptr) != SQLITE_OK)
@@ -268,49 +303,84 @@ NameStore::NameStore(const std::string& path) : path_(path) {
 NameStore::~NameStore() {
   if (upsert_ != nullptr) sqlite3_finalize(upsert_);
   if (raise_high_water_ != nullptr) sqlite3_finalize(raise_high_water_);
+  if (fold_ != nullptr) sqlite3_finalize(fold_);
+  if (trim_ != nullptr) sqlite3_finalize(trim_);
   if (db_ != nullptr) sqlite3_close_v2(db_);
 }
 
 StoredTable NameStore::load() const {
   StoredTable table;
-  std::vector<StoredName>& out = table.names;
   sqlite3_stmt* q = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT v FROM meta WHERE k = 'epoch_high_water'", -1, &q, nullptr) !=
       SQLITE_OK)
     fail("cannot read the epoch high-water mark");
   if (sqlite3_step(q) == SQLITE_ROW) table.epoch_high_water = static_cast<Epoch>(sqlite3_column_int64(q, 0));
   sqlite3_finalize(q);
-  q = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT id, name, state, epoch, old_epoch, owner, peer, worker, ttl_ns, epoch_fresh"
-                         " FROM names ORDER BY id",
-                         -1, &q, nullptr) != SQLITE_OK)
-    fail("cannot read names");
-  int rc;
-  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-    StoredName n;
-    n.id = id_from_column<NameTag>(q, 0);
-    const auto* text = sqlite3_column_text(q, 1);
-    n.name = text != nullptr ? reinterpret_cast<const char*>(text) : "";
-    const auto state = sqlite3_column_int64(q, 2);
-    if (state < 0 || state > 3) {
-      sqlite3_finalize(q);
-      throw StoreError("store " + path_ + ": name \"" + n.name + "\" has unknown state " +
-                       std::to_string(state) + " (corrupt store?)");
+  // The compacted table, then the log on top of it in commit order (later changes win).
+  std::unordered_map<NameId, StoredName> by_id;
+  for (const char* sql :
+       {"SELECT id, name, state, epoch, old_epoch, owner, peer, worker, ttl_ns, epoch_fresh FROM names",
+        "SELECT id, name, state, epoch, old_epoch, owner, peer, worker, ttl_ns, epoch_fresh FROM log"
+        " ORDER BY seq"}) {
+    q = nullptr;
+    if (sqlite3_prepare_v2(db_, sql, -1, &q, nullptr) != SQLITE_OK) fail("cannot read names");
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+      StoredName n;
+      n.id = id_from_column<NameTag>(q, 0);
+      const auto* text = sqlite3_column_text(q, 1);
+      n.name = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+      const auto state = sqlite3_column_int64(q, 2);
+      if (state < 0 || state > 3) {
+        sqlite3_finalize(q);
+        throw StoreError("store " + path_ + ": name \"" + n.name + "\" has unknown state " +
+                         std::to_string(state) + " (corrupt store?)");
+      }
+      n.state = static_cast<StoredState>(state);
+      n.epoch = static_cast<Epoch>(sqlite3_column_int64(q, 3));
+      n.old_epoch = static_cast<Epoch>(sqlite3_column_int64(q, 4));
+      n.owner = id_from_column<SandboxTag>(q, 5);
+      n.peer = id_from_column<SandboxTag>(q, 6);
+      n.worker = id_from_column<WorkerTag>(q, 7);
+      n.ttl_ns = static_cast<std::uint64_t>(sqlite3_column_int64(q, 8));
+      n.epoch_fresh = sqlite3_column_int64(q, 9) != 0;
+      auto [it, inserted] = by_id.try_emplace(n.id, n);
+      if (!inserted && n.epoch >= it->second.epoch) it->second = std::move(n);
     }
-    n.state = static_cast<StoredState>(state);
-    n.epoch = static_cast<Epoch>(sqlite3_column_int64(q, 3));
-    n.old_epoch = static_cast<Epoch>(sqlite3_column_int64(q, 4));
-    n.owner = id_from_column<SandboxTag>(q, 5);
-    n.peer = id_from_column<SandboxTag>(q, 6);
-    n.worker = id_from_column<WorkerTag>(q, 7);
-    n.ttl_ns = static_cast<std::uint64_t>(sqlite3_column_int64(q, 8));
-    n.epoch_fresh = sqlite3_column_int64(q, 9) != 0;
-    out.push_back(std::move(n));
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) fail("cannot read names");
   }
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) fail("cannot read names");
+  table.names.reserve(by_id.size());
+  for (auto& [id, n] : by_id) table.names.push_back(std::move(n));
+  std::sort(table.names.begin(), table.names.end(),
+            [](const StoredName& a, const StoredName& b) { return a.id < b.id; });
   return table;
+}
+
+std::size_t NameStore::compact(std::size_t rows_max) {
+  if (log_rows_ == 0 || rows_max == 0) return 0;
+  const std::int64_t upto = log_first_seq_ + static_cast<std::int64_t>(rows_max) - 1;
+  exec("BEGIN IMMEDIATE");
+  try {
+    sqlite3_reset(fold_);
+    sqlite3_bind_int64(fold_, 1, upto);
+    if (sqlite3_step(fold_) != SQLITE_DONE) fail("cannot fold the change log");
+    sqlite3_reset(fold_);
+    sqlite3_reset(trim_);
+    sqlite3_bind_int64(trim_, 1, upto);
+    if (sqlite3_step(trim_) != SQLITE_DONE) fail("cannot trim the change log");
+    const auto removed = static_cast<std::size_t>(sqlite3_changes(db_));
+    sqlite3_reset(trim_);
+    exec("COMMIT");
+    log_rows_ -= std::min<std::uint64_t>(log_rows_, removed);
+    log_first_seq_ = upto + 1;
+    return removed;
+  } catch (...) {
+    sqlite3_reset(fold_);
+    sqlite3_reset(trim_);
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
 }
 
 void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water) {
@@ -320,6 +390,15 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
   if (changes.size() > kStoreBatchChangesMax)
     throw StoreError("store " + path_ + ": batch of " + std::to_string(changes.size()) +
                      " changes exceeds kStoreBatchChangesMax");
+  // Epochs never decrease (DESIGN.md "Vocabulary"): checked against the durable epochs before
+  // anything is written, so a breach leaves the store as it was.
+  for (const StoredName& n : changes) {
+    const auto it = epochs_.find(n.id);
+    if (it != epochs_.end() && n.epoch < it->second)
+      throw StoreError("store " + path_ + ": refusing to lower the epoch of \"" + n.name + "\" from " +
+                       std::to_string(it->second) + " to " + std::to_string(n.epoch) +
+                       " (epochs never decrease)");
+  }
   exec("BEGIN IMMEDIATE");
   try {
     for (const StoredName& n : changes) {
@@ -341,9 +420,6 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
       sqlite3_bind_int64(upsert_, 9, static_cast<std::int64_t>(n.ttl_ns));
       sqlite3_bind_int(upsert_, 10, n.epoch_fresh ? 1 : 0);
       if (sqlite3_step(upsert_) != SQLITE_DONE) fail("cannot write name \"" + n.name + "\"");
-      if (sqlite3_changes(db_) != 1)
-        throw StoreError("store " + path_ + ": refusing to lower the epoch of \"" + n.name +
-                         "\" to " + std::to_string(n.epoch) + " (epochs never decrease)");
     }
     sqlite3_reset(upsert_);
     if (epoch_high_water != 0) {
@@ -353,6 +429,9 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
       sqlite3_reset(raise_high_water_);
     }
     exec("COMMIT");
+    if (log_rows_ == 0) log_first_seq_ = sqlite3_last_insert_rowid(db_) - static_cast<std::int64_t>(changes.size()) + 1;
+    log_rows_ += changes.size();
+    for (const StoredName& n : changes) epochs_[n.id] = n.epoch;
   } catch (...) {
     sqlite3_reset(upsert_);
     sqlite3_reset(raise_high_water_);

@@ -9,9 +9,12 @@
 // What it does not hold: refreshes and expiry deadlines. Those stay in memory; a restart
 // counts every held lease as refreshed at restart time (never shortens a lease).
 //
-// Optimised for: group commit. `commit()` writes a whole batch of ownership changes in one
-// transaction, and with WAL + synchronous=FULL one commit is one fsync, so a batch of N
-// changes costs one disk flush. `StoreThread` (store_thread.hpp) drives it off the io loop.
+// Optimised for: group commit. `commit()` appends a whole batch of ownership changes to a
+// change log in one transaction, and with WAL + synchronous=FULL one commit is one fsync, so a
+// batch of N changes costs one disk flush and ~N*110 bytes of sequential pages (upserting into
+// the names table directly would dirty one random B-tree leaf per change: 4 KiB each).
+// `compact()` folds the log into the names table in large steps, so the random writes are
+// paid once per many commits. `StoreThread` (store_thread.hpp) drives both off the io loop.
 //
 // Safety on open: a file that is not a SQLite database, is a SQLite database of another
 // application (wrong application_id), has a newer schema, or fails `PRAGMA quick_check` is
@@ -25,6 +28,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 struct sqlite3;
@@ -99,6 +103,13 @@ class NameStore {
   /// rolled back and nothing in the batch is durable.
   void commit(std::span<const StoredName> changes, Epoch epoch_high_water = 0);
 
+  /// Folds up to `rows_max` of the oldest change-log rows into the names table (one
+  /// transaction; random B-tree writes amortised over many commits) and returns how many were
+  /// folded. Throws StoreError like commit().
+  std::size_t compact(std::size_t rows_max);
+  /// Change-log rows not yet folded into the names table.
+  std::uint64_t log_rows() const noexcept { return log_rows_; }
+
   /// How many times this store has been opened (1 on a fresh store). Durable.
   std::uint64_t open_count() const noexcept { return open_count_; }
   const std::string& path() const noexcept { return path_; }
@@ -111,6 +122,11 @@ class NameStore {
   sqlite3* db_ = nullptr;
   sqlite3_stmt* upsert_ = nullptr;
   sqlite3_stmt* raise_high_water_ = nullptr;
+  sqlite3_stmt* fold_ = nullptr;
+  sqlite3_stmt* trim_ = nullptr;
+  std::uint64_t log_rows_ = 0;
+  std::int64_t log_first_seq_ = 0;                 ///< lowest seq in the log (when log_rows_ > 0)
+  std::unordered_map<NameId, Epoch> epochs_;       ///< durable epoch per name (never-lower check)
   std::uint64_t open_count_ = 0;
 };
 

@@ -79,6 +79,36 @@ void StoreThread::wake() const noexcept {
   if (wake_) wake_();
 }
 
+void StoreThread::maybe_compact() {
+  bool waiting;
+  {
+    std::lock_guard lock(mu_);
+    waiting = !queue_.empty();
+    stats_.log_rows = store_->log_rows();
+  }
+  const std::uint64_t rows = store_->log_rows();
+  if (rows <= kLogRowsCompactAt || (waiting && rows <= kLogRowsMax)) return;
+  const std::uint64_t t0 = monotonic_ns();
+  std::string error;
+  try {
+    store_->compact(kCompactRowsStep);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::uint64_t dt = monotonic_ns() - t0;
+  std::lock_guard lock(mu_);
+  if (!error.empty()) {
+    failure_ = error;
+    queue_.clear();
+    failed_.store(true, std::memory_order_release);
+    wake();
+    return;
+  }
+  ++stats_.compactions;
+  stats_.compact_ns_max = std::max(stats_.compact_ns_max, dt);
+  stats_.log_rows = store_->log_rows();
+}
+
 void StoreThread::run() {
   for (;;) {
     Batch batch;
@@ -86,6 +116,7 @@ void StoreThread::run() {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop_ and drained
+
       batch = std::move(queue_.front());
       queue_.pop_front();
       committing_ = true;
@@ -121,6 +152,7 @@ void StoreThread::run() {
     }
     durable_seq_.store(batch.seq, std::memory_order_release);
     wake();
+    maybe_compact();
   }
 }
 

@@ -33,6 +33,12 @@
 namespace leasehold::lockd {
 
 inline constexpr std::size_t kBatchesInFlightMax = 2;
+/// Change-log compaction: folded in steps of kCompactRowsStep when no batch waits and the log
+/// holds more than kLogRowsCompactAt rows; regardless of waiting batches above kLogRowsMax (which
+/// bounds the log's size and the restart's replay).
+inline constexpr std::size_t kLogRowsCompactAt = 32'768;
+inline constexpr std::size_t kLogRowsMax = 262'144;
+inline constexpr std::size_t kCompactRowsStep = 32'768;
 /// Commit latencies kept for the p50/p99 in stats (a ring of the most recent commits).
 inline constexpr std::size_t kCommitSamplesMax = 4096;
 
@@ -43,6 +49,9 @@ struct StoreStats {
   std::uint64_t commit_ns_p50 = 0;  ///< over the last kCommitSamplesMax commits
   std::uint64_t commit_ns_p99 = 0;
   std::uint64_t commit_ns_max = 0;
+  std::uint64_t compactions = 0;
+  std::uint64_t compact_ns_max = 0;
+  std::uint64_t log_rows = 0;  ///< change-log rows not yet compacted
 };
 
 class StoreThread {
@@ -78,6 +87,7 @@ class StoreThread {
     Epoch epoch_high_water = 0;
   };
   void run();
+  void maybe_compact();
   void wake() const noexcept;
 
   std::unique_ptr<NameStore> store_;

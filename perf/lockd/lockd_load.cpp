@@ -1,0 +1,506 @@
+// leasehold-lockd-load: a load generator for lockd over loopback UDP (issue "lockd",
+// Performance). It starts leasehold-lockd on a temporary store (or uses --lockd), then:
+//
+//   1. durable acquires: every simulated worker acquires its S sandboxes' names, pipelined
+//      (--window requests in flight); each answer arrives only after lockd's group commit made
+//      the grant durable. Reports acquires/s and the p50/p99 latency (send → answer).
+//   2. refreshes: every worker refreshes its S leases in heartbeat batches (29 entries per
+//      datagram, the wire limit) round after round for --seconds. Reports refreshes/s, and
+//      lockd's CPU (utime+stime from /proc/<pid>/stat) per million refreshes.
+//   3. baseline, same run: the same heartbeat datagrams against a trivial UDP reflector (one
+//      thread, recvmmsg/sendmmsg, no decoding): the ceiling of this generator + the kernel's
+//      loopback path on this machine. Reports lockd's refresh rate as a ratio of it.
+//
+// The generator signs every datagram (HMAC-SHA256, fresh seq per worker) and checks every
+// answer's entries; it does not verify answer tags (that would only measure the generator).
+#include "io/auth.hpp"
+#include "io/clock.hpp"
+#include "io/protocol.hpp"
+#include "io/replay.hpp"
+#include "io/udp.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#ifndef LEASEHOLD_LOCKD_BINARY
+#define LEASEHOLD_LOCKD_BINARY "leasehold-lockd"
+#endif
+
+namespace {
+
+using namespace leasehold;
+namespace fs = std::filesystem;
+
+constexpr std::size_t kBatchMax = 64;  ///< datagrams per sendmmsg / recvmmsg
+
+struct Options {
+  unsigned workers = 1000;
+  unsigned sandboxes = 100;
+  double seconds = 5.0;
+  unsigned window = 1024;  ///< datagrams in flight
+  unsigned acquire_window = 2048;
+  std::string lockd;       ///< ADDR:PORT of a running lockd ("" = start one)
+  std::string key_file;
+  std::string store_dir = "/tmp";
+  std::string lockd_binary = LEASEHOLD_LOCKD_BINARY;
+  bool baseline = true;
+};
+
+std::uint64_t proc_cpu_ticks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = s.rfind(')');
+  if (close == std::string::npos) return 0;
+  // Fields after "(comm)": state(3) ... utime(14) stime(15).
+  std::size_t pos = close + 2;
+  for (int field = 3; field < 14; ++field) pos = s.find(' ', pos) + 1;
+  const std::uint64_t utime = std::strtoull(s.c_str() + pos, nullptr, 10);
+  pos = s.find(' ', pos) + 1;
+  const std::uint64_t stime = std::strtoull(s.c_str() + pos, nullptr, 10);
+  return utime + stime;
+}
+
+struct Worker {
+  WorkerId id;
+  std::unique_ptr<wire::Sender> sender;
+  std::vector<wire::HeartbeatEntry> leases;
+};
+
+/// One UDP socket with batched send/receive.
+class Pipe {
+ public:
+  explicit Pipe(const SocketAddress& to) : to_(to) {
+    fd_ = open_udp_socket(*SocketAddress::parse("127.0.0.1:0"));
+    if (fd_ < 0) throw std::runtime_error("socket");
+    set_socket_buffers(fd_, 16 << 20, 16 << 20);
+  }
+  ~Pipe() { ::close(fd_); }
+  void queue(const wire::Datagram& d) { out_.push_back(d); }
+  std::size_t queued() const { return out_.size(); }
+  void flush() {
+    std::size_t off = 0;
+    while (off < out_.size()) {
+      mmsghdr msgs[kBatchMax];
+      iovec iov[kBatchMax];
+      const std::size_t n = std::min(kBatchMax, out_.size() - off);
+      for (std::size_t i = 0; i < n; ++i) {
+        iov[i] = {out_[off + i].bytes.data(), out_[off + i].size};
+        msgs[i] = {};
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_name = const_cast<sockaddr*>(to_.sa());
+        msgs[i].msg_hdr.msg_namelen = to_.length;
+      }
+      const int sent = ::sendmmsg(fd_, msgs, static_cast<unsigned>(n), 0);
+      if (sent <= 0) {
+        pollfd p{fd_, POLLOUT, 0};
+        ::poll(&p, 1, 1);
+        continue;
+      }
+      off += static_cast<std::size_t>(sent);
+    }
+    out_.clear();
+  }
+  /// Receives what is there (waiting up to wait_ms for the first); calls fn(bytes) per datagram.
+  template <class Fn>
+  std::size_t receive(int wait_ms, Fn&& fn) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, wait_ms) <= 0) return 0;
+    std::size_t total = 0;
+    for (;;) {
+      mmsghdr msgs[kBatchMax];
+      iovec iov[kBatchMax];
+      for (std::size_t i = 0; i < kBatchMax; ++i) {
+        iov[i] = {in_[i].data(), in_[i].size()};
+        msgs[i] = {};
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+      }
+      const int n = ::recvmmsg(fd_, msgs, kBatchMax, MSG_DONTWAIT, nullptr);
+      if (n <= 0) break;
+      for (int i = 0; i < n; ++i)
+        fn(std::span<const std::uint8_t>(in_[static_cast<std::size_t>(i)].data(), msgs[i].msg_len));
+      total += static_cast<std::size_t>(n);
+      if (static_cast<std::size_t>(n) < kBatchMax) break;
+    }
+    return total;
+  }
+
+ private:
+  int fd_;
+  SocketAddress to_;
+  std::vector<wire::Datagram> out_;
+  std::array<std::array<std::uint8_t, 2048>, kBatchMax> in_{};
+};
+
+std::uint64_t percentile(std::vector<std::uint64_t> v, double p) {
+  if (v.empty()) return 0;
+  const std::size_t k = std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+/// Phase 1: every worker acquires its names; returns false on a refusal.
+bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const Options& o, pid_t lockd_pid) {
+  Pipe pipe(lockd);
+  struct InFlight {
+    std::int64_t sent_ns;
+    std::size_t worker, lease;
+  };
+  std::unordered_map<std::uint64_t, InFlight> in_flight;
+  std::vector<std::uint64_t> latencies_ns;
+  const std::size_t total = static_cast<std::size_t>(o.workers) * o.sandboxes;
+  latencies_ns.reserve(total);
+  std::size_t next = 0, done = 0, refused = 0;
+  std::uint64_t rid = 1;
+  const std::uint64_t cpu0 = lockd_pid > 0 ? proc_cpu_ticks(lockd_pid) : 0;
+  const std::int64_t t0 = now_boottime_ns();
+  std::int64_t last_progress = t0;
+  while (done < total) {
+    while (next < total && in_flight.size() < o.acquire_window) {
+      const std::size_t w = next % o.workers, l = next / o.workers;
+      Worker& wk = workers[w];
+      wire::Acquire a;
+      a.name = "load/w" + std::to_string(w) + "/s" + std::to_string(l);
+      a.sandbox = wk.leases[l].sandbox;
+      a.worker = wk.id;
+      wire::Datagram d;
+      if (!wk.sender->seal(rid, a, d)) return false;
+      in_flight.emplace(rid, InFlight{now_boottime_ns(), w, l});
+      ++rid;
+      ++next;
+      pipe.queue(d);
+    }
+    pipe.flush();
+    pipe.receive(5, [&](std::span<const std::uint8_t> b) {
+      wire::DecodeResult r = wire::decode(b, nullptr);
+      if (!r) return;
+      auto it = in_flight.find(r.header.request_id);
+      if (it == in_flight.end()) return;
+      if (const auto* g = std::get_if<wire::Grant>(&r.body)) {
+        workers[it->second.worker].leases[it->second.lease].epoch = g->epoch;
+        latencies_ns.push_back(static_cast<std::uint64_t>(now_boottime_ns() - it->second.sent_ns));
+      } else {
+        ++refused;
+      }
+      in_flight.erase(it);
+      ++done;
+      last_progress = now_boottime_ns();
+    });
+    if (now_boottime_ns() - last_progress > 3 * kNsPerS) {
+      // Lost datagrams (or a stuck lockd): re-send what is outstanding under new request ids.
+      std::fprintf(stderr, "acquire: %zu requests unanswered for 3 s; resending\n", in_flight.size());
+      std::vector<InFlight> again;
+      for (auto& [id, f] : in_flight) again.push_back(f);
+      in_flight.clear();
+      for (const auto& f : again) {
+        Worker& wk = workers[f.worker];
+        wire::Acquire a;
+        a.name = "load/w" + std::to_string(f.worker) + "/s" + std::to_string(f.lease);
+        a.sandbox = wk.leases[f.lease].sandbox;
+        a.worker = wk.id;
+        wire::Datagram d;
+        wk.sender->seal(rid, a, d);
+        in_flight.emplace(rid++, InFlight{now_boottime_ns(), f.worker, f.lease});
+        pipe.queue(d);
+      }
+      last_progress = now_boottime_ns();
+    }
+  }
+  const double secs = static_cast<double>(now_boottime_ns() - t0) / 1e9;
+  const double cpu = lockd_pid > 0 ? static_cast<double>(proc_cpu_ticks(lockd_pid) - cpu0) /
+                                         static_cast<double>(::sysconf(_SC_CLK_TCK))
+                                   : 0;
+  std::printf("durable acquires: %zu in %.2f s = %.0f/s (window %u); latency p50 %.2f ms, p99 %.2f ms; "
+              "refused %zu; lockd CPU %.2f s\n",
+              total, secs, static_cast<double>(total) / secs, o.acquire_window,
+              static_cast<double>(percentile(latencies_ns, 0.50)) / 1e6,
+              static_cast<double>(percentile(latencies_ns, 0.99)) / 1e6, refused, cpu);
+  return refused == 0;
+}
+
+/// Asks lockd for its counters and prints those named in `keys`.
+void print_lockd_stats(const SocketAddress& lockd, wire::Sender& sender, const std::vector<std::string>& keys) {
+  Pipe pipe(lockd);
+  wire::Datagram d;
+  sender.seal(999'999'999, wire::Stats{}, d);
+  pipe.queue(d);
+  pipe.flush();
+  bool printed = false;
+  for (int i = 0; i < 100 && !printed; ++i) {
+    pipe.receive(20, [&](std::span<const std::uint8_t> b) {
+      wire::DecodeResult r = wire::decode(b, nullptr);
+      const auto* st = std::get_if<wire::StatsAnswer>(&r.body);
+      if (st == nullptr) return;
+      std::printf("  lockd:");
+      for (const auto& c : st->counters)
+        if (std::find(keys.begin(), keys.end(), c.key) != keys.end())
+          std::printf(" %s=%" PRIu64, c.key.c_str(), c.value);
+      std::printf("\n");
+      printed = true;
+    });
+  }
+}
+
+struct RefreshResult {
+  double per_s = 0;
+  std::uint64_t entries = 0, not_refreshed = 0, datagrams = 0;
+  double seconds = 0, cpu_s = 0;
+};
+
+/// Phase 2 (and the baseline): rounds of heartbeats from every worker for `seconds`.
+RefreshResult refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to, const Options& o,
+                             pid_t cpu_pid, bool check_answers) {
+  Pipe pipe(to);
+  // The datagrams of one round: worker w's leases split at the wire limit.
+  struct Slot {
+    std::size_t worker;
+    wire::Heartbeat hb;
+  };
+  std::vector<Slot> round;
+  for (std::size_t w = 0; w < workers.size(); ++w)
+    for (auto& hb : wire::split_heartbeat(workers[w].leases, 0)) round.push_back(Slot{w, std::move(hb)});
+  RefreshResult res;
+  std::uint64_t rid = 1ull << 40, outstanding = 0;
+  std::size_t next = 0;
+  const std::uint64_t cpu0 = cpu_pid > 0 ? proc_cpu_ticks(cpu_pid) : 0;
+  const std::int64_t t0 = now_boottime_ns();
+  const std::int64_t end = t0 + static_cast<std::int64_t>(o.seconds * 1e9);
+  std::int64_t last_answer = t0;
+  while (now_boottime_ns() < end) {
+    while (outstanding < o.window) {
+      Slot& s = round[next];
+      next = (next + 1) % round.size();
+      wire::Datagram d;
+      workers[s.worker].sender->seal(rid++, s.hb, d);
+      pipe.queue(d);
+      ++outstanding;
+      ++res.datagrams;
+    }
+    pipe.flush();
+    const std::size_t got = pipe.receive(2, [&](std::span<const std::uint8_t> b) {
+      if (check_answers) {
+        wire::DecodeResult r = wire::decode(b, nullptr);
+        if (const auto* ack = std::get_if<wire::HeartbeatAck>(&r.body)) {
+          for (const auto& e : ack->entries) {
+            ++res.entries;
+            if (e.status != wire::HeartbeatStatus::refreshed) ++res.not_refreshed;
+          }
+        }
+      } else {
+        // The reflector echoes the request: count its entries from the payload's count field.
+        res.entries += b.size() > wire::kHeaderBytes + 6
+                           ? static_cast<std::uint64_t>(b[wire::kHeaderBytes + 4] | (b[wire::kHeaderBytes + 5] << 8))
+                           : 0;
+      }
+    });
+    outstanding -= std::min<std::uint64_t>(outstanding, got);
+    if (got > 0) last_answer = now_boottime_ns();
+    if (now_boottime_ns() - last_answer > 200'000'000) {  // datagrams lost: reopen the window
+      outstanding = 0;
+      last_answer = now_boottime_ns();
+    }
+  }
+  // Drain the answers still in flight (bounded).
+  const std::int64_t drain_end = now_boottime_ns() + 500'000'000;
+  while (outstanding > 0 && now_boottime_ns() < drain_end) {
+    const std::size_t got = pipe.receive(10, [&](std::span<const std::uint8_t> b) {
+      if (!check_answers) return;
+      wire::DecodeResult r = wire::decode(b, nullptr);
+      if (const auto* ack = std::get_if<wire::HeartbeatAck>(&r.body))
+        for (const auto& e : ack->entries) {
+          ++res.entries;
+          if (e.status != wire::HeartbeatStatus::refreshed) ++res.not_refreshed;
+        }
+    });
+    outstanding -= std::min<std::uint64_t>(outstanding, got);
+  }
+  res.seconds = static_cast<double>(now_boottime_ns() - t0) / 1e9;
+  res.per_s = static_cast<double>(res.entries) / res.seconds;
+  if (cpu_pid > 0)
+    res.cpu_s = static_cast<double>(proc_cpu_ticks(cpu_pid) - cpu0) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return res;
+}
+
+/// The baseline: a one-thread UDP reflector (recvmmsg → sendmmsg back to the sender).
+class Reflector {
+ public:
+  Reflector() {
+    fd_ = open_udp_socket_blocking(*SocketAddress::parse("127.0.0.1:0"));
+    set_socket_buffers(fd_, 16 << 20, 16 << 20);
+    timeval tv{0, 50'000};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    address_ = *local_address(fd_);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Reflector() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  const SocketAddress& address() const { return address_; }
+
+ private:
+  void run() {
+    std::vector<std::array<std::uint8_t, 2048>> bufs(kBatchMax);
+    std::vector<sockaddr_storage> from(kBatchMax);
+    while (!stop_) {
+      mmsghdr msgs[kBatchMax];
+      iovec iov[kBatchMax];
+      for (std::size_t i = 0; i < kBatchMax; ++i) {
+        iov[i] = {bufs[i].data(), bufs[i].size()};
+        msgs[i] = {};
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_name = &from[i];
+        msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+      }
+      const int n = ::recvmmsg(fd_, msgs, kBatchMax, MSG_WAITFORONE, nullptr);
+      if (n <= 0) continue;
+      for (int i = 0; i < n; ++i) iov[i].iov_len = msgs[i].msg_len;
+      ::sendmmsg(fd_, msgs, static_cast<unsigned>(n), 0);
+    }
+  }
+  int fd_;
+  SocketAddress address_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"leasehold-lockd-load: durable acquires and batched refreshes against lockd over loopback UDP"};
+  app.add_option("--workers", o.workers, "simulated workers (one sender id each)")->capture_default_str();
+  app.add_option("--sandboxes", o.sandboxes, "sandboxes (leases) per worker")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "refresh phase duration, seconds")->capture_default_str();
+  app.add_option("--window", o.window, "heartbeat datagrams in flight")->capture_default_str();
+  app.add_option("--acquire-window", o.acquire_window, "acquire requests in flight")->capture_default_str();
+  app.add_option("--lockd", o.lockd, "ADDR:PORT of a running lockd (default: start one)");
+  app.add_option("--key-file", o.key_file, "key file (with --lockd)");
+  app.add_option("--store-dir", o.store_dir, "directory for the started lockd's store")->capture_default_str();
+  app.add_option("--lockd-binary", o.lockd_binary, "leasehold-lockd to start")->capture_default_str();
+  app.add_flag("!--no-baseline", o.baseline, "skip the UDP reflector baseline");
+  CLI11_PARSE(app, argc, argv);
+
+  fs::path tmp;
+  pid_t pid = -1;
+  SocketAddress lockd_addr;
+  if (o.lockd.empty()) {
+    char tmpl[4096];
+    std::snprintf(tmpl, sizeof tmpl, "%s/lockd-load-XXXXXX", o.store_dir.c_str());
+    if (::mkdtemp(tmpl) == nullptr) {
+      std::perror("mkdtemp");
+      return 1;
+    }
+    tmp = tmpl;
+    o.key_file = (tmp / "key").string();
+    if (auto err = wire::generate_key_file(o.key_file); !err.empty()) {
+      std::fprintf(stderr, "%s\n", err.c_str());
+      return 1;
+    }
+    int out[2];
+    if (::pipe(out) != 0) return 1;
+    pid = ::fork();
+    if (pid == 0) {
+      ::dup2(out[1], 1);
+      const int devnull = ::open((tmp / "lockd.log").c_str(), O_WRONLY | O_CREAT, 0600);
+      ::dup2(devnull, 2);
+      const std::string store = (tmp / "lockd.db").string();
+      const std::string max_names = std::to_string(static_cast<std::uint64_t>(o.workers) * o.sandboxes * 2 + 1024);
+      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--key-file", o.key_file.c_str(), "--store",
+              store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    char line[256] = {};
+    std::size_t len = 0;
+    while (len < sizeof line - 1) {
+      const ssize_t n = ::read(out[0], line + len, 1);
+      if (n <= 0 || line[len] == '\n') break;
+      ++len;
+    }
+    line[len] = 0;
+    auto a = SocketAddress::parse(std::string(line).substr(std::strlen("listening ")));
+    if (std::strncmp(line, "listening ", 10) != 0 || !a) {
+      std::fprintf(stderr, "lockd did not start (%s); see %s\n", line, (tmp / "lockd.log").c_str());
+      return 1;
+    }
+    lockd_addr = *a;
+    std::printf("started lockd pid %d on %s, store %s\n", pid, lockd_addr.str().c_str(), (tmp / "lockd.db").c_str());
+  } else {
+    auto a = SocketAddress::parse(o.lockd);
+    if (!a) return 2;
+    lockd_addr = *a;
+  }
+  auto key = wire::load_key_file(o.key_file);
+  if (!key) {
+    std::fprintf(stderr, "%s\n", key.error.c_str());
+    return 1;
+  }
+
+  std::vector<Worker> workers(o.workers);
+  for (unsigned w = 0; w < o.workers; ++w) {
+    workers[w].id = WorkerId{0x10ad, w + 1};
+    workers[w].sender = std::make_unique<wire::Sender>(workers[w].id, wire::seq_seed(), *key.key);
+    for (unsigned s = 0; s < o.sandboxes; ++s) {
+      wire::HeartbeatEntry e;
+      e.name_id = name_id_of("load/w" + std::to_string(w) + "/s" + std::to_string(s));
+      e.sandbox = SandboxId{w + 1, s + 1};
+      workers[w].leases.push_back(e);
+    }
+  }
+  std::printf("%u workers x %u sandboxes = %u leases; 2 cores shared by lockd and this generator\n", o.workers,
+              o.sandboxes, o.workers * o.sandboxes);
+  std::fflush(stdout);
+  int rc = 0;
+  if (!acquire_all(workers, lockd_addr, o, pid)) {
+    std::fprintf(stderr, "some acquires were refused\n");
+    rc = 1;
+  }
+  print_lockd_stats(lockd_addr, *workers[0].sender,
+                    {"store_commits", "store_changes", "store_commit_us_p50", "store_commit_us_p99",
+                     "store_batch_changes_mean", "store_batch_changes_max", "overloaded", "kernel_drops"});
+  const RefreshResult r = refresh_rounds(workers, lockd_addr, o, pid, true);
+  std::printf("refreshes: %" PRIu64 " in %.2f s = %.0f/s (%" PRIu64 " datagrams, window %u); not refreshed %" PRIu64
+              "; lockd CPU %.2f s = %.3f CPU-s per 1M refreshes\n",
+              r.entries, r.seconds, r.per_s, r.datagrams, o.window, r.not_refreshed, r.cpu_s,
+              r.entries == 0 ? 0.0 : r.cpu_s / (static_cast<double>(r.entries) / 1e6));
+  if (r.not_refreshed != 0) rc = 1;
+  print_lockd_stats(lockd_addr, *workers[0].sender, {"refreshes_per_s", "kernel_drops", "sends_failed"});
+  if (o.baseline) {
+    Reflector reflector;
+    const RefreshResult b = refresh_rounds(workers, reflector.address(), o, -1, false);
+    std::printf("baseline (UDP reflector, same datagrams): %.0f entries/s; lockd/baseline = %.2f\n", b.per_s,
+                b.per_s > 0 ? r.per_s / b.per_s : 0.0);
+  }
+  if (pid > 0) {
+    ::kill(pid, SIGTERM);
+    ::waitpid(pid, nullptr, 0);
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  }
+  return rc;
+}
