@@ -111,12 +111,14 @@ LockService::LockService(const LockdConfig& cfg, const wire::WireKey& key, Event
   loop.set_wake_handler([] {});  // the wake only ends run_once; after_iteration does the work
   next_tick_ns_ = now;
   rate_window_start_ns_ = now;
-  flush_log();
+  flush_log(0);
 }
 
 LockService::~LockService() {
   if (socket_.valid()) loop_.close_socket(socket_);
-  flush_log();
+  // Let the store thread finish what it was handed, then log what became durable.
+  store_->drain();
+  flush_log(store_->durable_seq());
   store_.reset();
 }
 
@@ -350,7 +352,9 @@ void LockService::record_change(NameId id, const LockState& s, const char* event
       s.phase == LockPhase::transferring ? s.to.str().c_str()
                                          : (!s.reserved_for.is_nil() ? s.reserved_for.str().c_str() : ""),
       extra != nullptr ? extra : "");
-  if (len > 0) log_.append(line, std::min<std::size_t>(static_cast<std::size_t>(len), sizeof line - 1));
+  if (len > 0)
+    log_pending_.emplace_back(change_seq_,
+                              std::string(line, std::min<std::size_t>(static_cast<std::size_t>(len), sizeof line - 1)));
 }
 
 wire::Body LockService::on_acquire(const wire::Acquire& a, std::int64_t now_ns) {
@@ -688,7 +692,7 @@ void LockService::housekeeping(std::int64_t now_ns) {
 
 bool LockService::after_iteration(std::int64_t now_ns) {
   if (store_->failed()) {
-    flush_log();
+    flush_log(store_->durable_seq());
     return false;
   }
   if (now_ns >= next_tick_ns_) {
@@ -707,11 +711,15 @@ bool LockService::after_iteration(std::int64_t now_ns) {
     send_now(d.to, d.request_id, &d.key, d.body);
     deferred_.pop_front();
   }
-  flush_log();
+  flush_log(durable);
   return true;
 }
 
-void LockService::flush_log() {
+void LockService::flush_log(std::uint64_t durable_seq) {
+  while (!log_pending_.empty() && log_pending_.front().first <= durable_seq) {
+    log_ += log_pending_.front().second;
+    log_pending_.pop_front();
+  }
   if (log_.empty()) return;
   std::size_t off = 0;
   while (off < log_.size()) {

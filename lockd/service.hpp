@@ -162,7 +162,7 @@ class LockService {
                      const char* extra = nullptr);
   void expire(std::int64_t now_ns);
   void housekeeping(std::int64_t now_ns);
-  void flush_log();
+  void flush_log(std::uint64_t durable_seq);
 
   LockdConfig cfg_;
   EventLoop& loop_;
@@ -191,7 +191,10 @@ class LockService {
   std::int64_t next_tick_ns_ = 0;
   std::int64_t rate_window_start_ns_ = 0;
   std::uint64_t rate_window_refreshes_ = 0;
-  std::string log_;
+  std::string log_;  ///< lines ready to write (durable changes)
+  /// Change lines waiting for their change to be durable: a line is logged only for a change
+  /// that happened, so the log never shows a grant that a crash or a store failure undid.
+  std::deque<std::pair<std::uint64_t, std::string>> log_pending_;
   ServiceCounters counters_;
 };
 

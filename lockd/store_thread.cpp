@@ -45,6 +45,11 @@ bool StoreThread::submit(std::vector<StoredName>& changes, std::uint64_t seq, Ep
   return true;
 }
 
+void StoreThread::drain() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return (queue_.empty() && !committing_) || !failure_.empty(); });
+}
+
 std::size_t StoreThread::in_flight() const {
   std::lock_guard lock(mu_);
   return queue_.size() + (committing_ ? 1 : 0);
@@ -147,10 +152,12 @@ void StoreThread::run() {
     }
     if (!error.empty()) {
       failed_.store(true, std::memory_order_release);
+      idle_cv_.notify_all();
       wake();
       return;
     }
     durable_seq_.store(batch.seq, std::memory_order_release);
+    idle_cv_.notify_all();
     wake();
     maybe_compact();
   }

@@ -71,6 +71,9 @@ class StoreThread {
   /// `epoch_high_water`: the table's high-water mark when the batch was cut (written with it).
   bool submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water = 0);
 
+  /// Waits until every submitted batch is committed (or the thread failed).
+  void drain();
+
   /// Highest seq whose batch is durable (acquire ordering: pairs with the commit's release).
   std::uint64_t durable_seq() const noexcept { return durable_seq_.load(std::memory_order_acquire); }
   /// Batches queued or committing.
@@ -94,6 +97,7 @@ class StoreThread {
   std::function<void()> wake_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable idle_cv_;  ///< signalled after every commit
   std::deque<Batch> queue_;      // guarded by mu_
   bool committing_ = false;      // guarded by mu_
   bool stop_ = false;            // guarded by mu_

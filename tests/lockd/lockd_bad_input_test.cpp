@@ -12,6 +12,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
+#include <map>
 #include <random>
 
 namespace leasehold::lockd {
@@ -206,6 +207,66 @@ TEST_F(LockdBadInput, FullDiskUntouched) {
   });
   if (rc == -1) GTEST_SKIP() << "no private mount namespace / tmpfs here (needs CAP_SYS_ADMIN)";
   EXPECT_EQ(rc, 0) << slurp(dir_.path() / "run.err");
+}
+
+// The disk fills up while lockd serves: it must never acknowledge a grant it could not make
+// durable, and it stops with a message naming the cause. After space is freed, a restart has
+// every acknowledged grant.
+TEST_F(LockdBadInput, DiskFullWhileServingLosesNoAcknowledgedGrant) {
+  const fs::path mnt = dir_.path() / "fills";
+  const fs::path report = dir_.path() / "report.txt";
+  const int rc = in_private_tmpfs(mnt, "size=3m", [&]() -> int {
+    const fs::path store = mnt / "lockd.db";
+    std::map<std::string, Epoch> acked;
+    bool stopped = false;
+    std::string log;
+    {
+      LockdProcess p;
+      std::string err;
+      if (!p.start({"--key-file", key_path(), "--store", store.string()}, dir_.path() / "full.log", &err)) return 20;
+      AdminClient c(p.address(), key_, WorkerId{3, 3}, 300'000'000);
+      int i = 0;
+      for (; i < 100; ++i) {  // some grants before the disk fills
+        const std::string name = "full/" + std::to_string(i);
+        const Answer a = c.acquire(name, SandboxId{3, static_cast<std::uint64_t>(i + 1)}, WorkerId{3, 3});
+        if (const auto* g = a.as<wire::Grant>()) acked[name] = g->epoch;
+      }
+      {
+        std::ofstream fill(mnt / "fill", std::ios::binary);
+        const std::string chunk(4096, 'f');
+        for (int k = 0; k < 1024 && fill.good(); ++k) fill.write(chunk.data(), chunk.size()).flush();
+      }
+      for (; i < 3000 && p.running(); ++i) {
+        const std::string name = "full/" + std::to_string(i);
+        const Answer a = c.acquire(name, SandboxId{3, static_cast<std::uint64_t>(i + 1)}, WorkerId{3, 3});
+        if (const auto* g = a.as<wire::Grant>()) acked[name] = g->epoch;
+      }
+      stopped = !p.running();
+      p.kill9();
+      log = p.log();
+    }
+    std::ofstream(report) << "acked " << acked.size() << " stopped " << stopped << "\n" << log;
+    if (acked.size() < 100) return 25;
+    if (!stopped) return 21;  // 3000 new names must outgrow a full 3 MiB disk
+    if (log.find("disk is full") == std::string::npos) return 22;
+    // The log shows only durable changes: one grant line per acknowledged grant at most.
+    std::size_t grant_lines = 0;
+    for (std::size_t pos = 0; (pos = log.find("event=grant", pos)) != std::string::npos; ++pos) ++grant_lines;
+    if (grant_lines < acked.size()) return 26;
+    fs::remove(mnt / "fill");
+    LockdProcess q;
+    std::string err;
+    if (!q.start({"--key-file", key_path(), "--store", store.string()}, dir_.path() / "full2.log", &err)) return 23;
+    AdminClient c(q.address(), key_);
+    for (const auto& [name, epoch] : acked) {
+      const Answer s = c.show(name);
+      const auto* info = s.as<wire::NameInfo>();
+      if (info == nullptr || info->record.epoch != epoch || info->record.state != wire::LockState::held) return 24;
+    }
+    return 0;
+  });
+  if (rc == -1) GTEST_SKIP() << "no private mount namespace / tmpfs here (needs CAP_SYS_ADMIN)";
+  EXPECT_EQ(rc, 0) << slurp(report).substr(0, 4000);
 }
 
 TEST_F(LockdBadInput, StoreDirectoryMissing) {
