@@ -1,0 +1,437 @@
+// leasehold/resource: FencedStore (see fenced_store.hpp).
+#include "resource/fenced_store.hpp"
+
+#include <sqlite3.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <cassert>
+#include <map>
+#include <utility>
+
+namespace leasehold::resource {
+namespace {
+
+/// PRAGMA application_id of a FencedStore file ("LHRS"): a file with another id is refused.
+constexpr std::int32_t kApplicationId = 0x4C485253;
+/// Schema version (PRAGMA user_version).
+constexpr int kSchemaVersion = 1;
+/// Longest name text kept in an audit row of an invalid token (the token is shown, cut).
+constexpr std::size_t kAuditNameBytesMax = 2 * kNameBytesMax;
+/// Payload bytes kept in the audit row of an oversized write.
+constexpr std::size_t kAuditOversizeBytesKept = 64;
+
+std::int64_t now_boottime_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+const char* kSchema =
+    "CREATE TABLE IF NOT EXISTS fence("
+    "  name TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS records("
+    "  id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, name TEXT NOT NULL,"
+    "  epoch INTEGER NOT NULL, holder TEXT NOT NULL, payload BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS audit("
+    "  id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, name TEXT NOT NULL,"
+    "  epoch INTEGER NOT NULL, holder TEXT NOT NULL, payload BLOB NOT NULL,"
+    "  verdict TEXT NOT NULL, reason TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS audit_by_name ON audit(name, id);";
+
+std::string errmsg(sqlite3* db) { return db != nullptr ? sqlite3_errmsg(db) : "out of memory"; }
+
+}  // namespace
+
+std::string_view to_string(Verdict v) noexcept {
+  switch (v) {
+    case Verdict::accepted: return "accepted";
+    case Verdict::stale: return "stale";
+    case Verdict::invalid: return "invalid";
+    case Verdict::error: return "error";
+  }
+  return "unknown";
+}
+
+struct FencedStore::Statements {
+  sqlite3_stmt* begin = nullptr;
+  sqlite3_stmt* commit = nullptr;
+  sqlite3_stmt* rollback = nullptr;
+  sqlite3_stmt* highest = nullptr;
+  sqlite3_stmt* raise = nullptr;
+  sqlite3_stmt* append = nullptr;
+  sqlite3_stmt* audit = nullptr;
+  sqlite3_stmt* count = nullptr;
+  ~Statements() {
+    for (sqlite3_stmt* s : {begin, commit, rollback, highest, raise, append, audit, count})
+      sqlite3_finalize(s);
+  }
+};
+
+std::unique_ptr<FencedStore> FencedStore::open(const std::string& path, std::string& error,
+                                               const StoreOptions& options) {
+  error.clear();
+  if (path.empty()) {
+    error = "fenced store: empty database path";
+    return nullptr;
+  }
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                                  SQLITE_OPEN_NOMUTEX, nullptr);
+  auto fail = [&](const std::string& what) {
+    error = "fenced store " + path + ": " + what;
+    sqlite3_close(db);
+    return nullptr;
+  };
+  if (rc != SQLITE_OK) return fail("cannot open: " + errmsg(db));
+  sqlite3_busy_timeout(db, std::clamp(options.busy_timeout_ms, 1, 600'000));
+  sqlite3_extended_result_codes(db, 1);
+
+  auto scalar = [&](const char* sql, std::int64_t& out) -> bool {
+    sqlite3_stmt* s = nullptr;
+    if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) != SQLITE_OK) return false;
+    const int step = sqlite3_step(s);
+    out = step == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_finalize(s);
+    return step == SQLITE_ROW || step == SQLITE_DONE;
+  };
+  std::int64_t app_id = 0;
+  if (!scalar("PRAGMA application_id", app_id))
+    return fail("not a SQLite database (" + errmsg(db) + ")");
+  std::int64_t tables = 0;
+  if (!scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", tables))
+    return fail("cannot read the schema: " + errmsg(db));
+  if (app_id != kApplicationId && !(app_id == 0 && tables == 0))
+    return fail("holds another application's data (application_id " + std::to_string(app_id) +
+                ", " + std::to_string(tables) + " tables); use a new file");
+  std::int64_t version = 0;
+  scalar("PRAGMA user_version", version);
+  if (app_id == kApplicationId && version != kSchemaVersion)
+    return fail("schema version " + std::to_string(version) + ", this build understands " +
+                std::to_string(kSchemaVersion));
+
+  char* msg = nullptr;
+  const std::string setup = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") +
+                            (options.durable ? "FULL" : "NORMAL") + ";";
+  if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
+    const std::string m = msg != nullptr ? msg : errmsg(db);
+    sqlite3_free(msg);
+    return fail("cannot set WAL mode: " + m);
+  }
+  if (app_id == 0) {
+    const std::string init = std::string("BEGIN IMMEDIATE;") + kSchema +
+                             "PRAGMA application_id=" + std::to_string(kApplicationId) +
+                             "; PRAGMA user_version=" + std::to_string(kSchemaVersion) + "; COMMIT;";
+    if (sqlite3_exec(db, init.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
+      const std::string m = msg != nullptr ? msg : errmsg(db);
+      sqlite3_free(msg);
+      sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+      return fail("cannot create the schema: " + m);
+    }
+  }
+  auto st = std::make_unique<Statements>();
+  struct Prep {
+    sqlite3_stmt** out;
+    const char* sql;
+  };
+  const Prep preps[] = {
+      {&st->begin, "BEGIN IMMEDIATE"},
+      {&st->commit, "COMMIT"},
+      {&st->rollback, "ROLLBACK"},
+      {&st->highest, "SELECT epoch FROM fence WHERE name = ?1"},
+      {&st->raise,
+       "INSERT INTO fence(name, epoch) VALUES(?1, ?2) "
+       "ON CONFLICT(name) DO UPDATE SET epoch = max(epoch, excluded.epoch)"},
+      {&st->append,
+       "INSERT INTO records(time_ns, name, epoch, holder, payload) VALUES(?1, ?2, ?3, ?4, ?5)"},
+      {&st->audit,
+       "INSERT INTO audit(time_ns, name, epoch, holder, payload, verdict, reason) "
+       "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
+      {&st->count, "SELECT count(*) FROM records WHERE name = ?1"},
+  };
+  for (const Prep& p : preps) {
+    if (sqlite3_prepare_v3(db, p.sql, -1, SQLITE_PREPARE_PERSISTENT, p.out, nullptr) != SQLITE_OK) {
+      const std::string m = errmsg(db);
+      st.reset();
+      return fail(std::string("cannot prepare \"") + p.sql + "\": " + m);
+    }
+  }
+  return std::unique_ptr<FencedStore>(new FencedStore(db, path, std::move(st)));
+}
+
+FencedStore::FencedStore(sqlite3* db, std::string path, std::unique_ptr<Statements> st)
+    : db_(db), path_(std::move(path)), st_(std::move(st)) {}
+
+FencedStore::~FencedStore() {
+  st_.reset();
+  sqlite3_close(db_);
+}
+
+WriteResult FencedStore::write(const WriteToken& token, std::string_view payload) {
+  return fenced(token, payload, false, {});
+}
+
+WriteResult FencedStore::advance_fence(std::string_view name, Epoch epoch, std::string_view why) {
+  WriteToken t;
+  t.name = std::string(name);
+  t.epoch = epoch;
+  return fenced(t, {}, true, why);
+}
+
+WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payload, bool announce,
+                                std::string_view why) {
+  WriteResult r;
+  Statements& s = *st_;
+  auto step_done = [](sqlite3_stmt* stmt) {
+    const int rc = sqlite3_step(stmt);
+    sqlite3_reset(stmt);
+    return rc == SQLITE_DONE;
+  };
+  auto db_error = [&](const char* what) {
+    r = WriteResult{};
+    r.verdict = Verdict::error;
+    r.reason = std::string(what) + ": " + errmsg(db_);
+    if (sqlite3_get_autocommit(db_) == 0) step_done(s.rollback);
+    return r;
+  };
+  if (!step_done(s.begin)) return db_error("begin");
+  // Inside the write lock: the time order of audit rows is their commit order.
+  const std::int64_t now = now_boottime_ns();
+
+  Epoch highest = 0;
+  sqlite3_bind_text(s.highest, 1, token.name.data(), static_cast<int>(token.name.size()),
+                    SQLITE_TRANSIENT);
+  const int hrc = sqlite3_step(s.highest);
+  if (hrc == SQLITE_ROW) highest = static_cast<Epoch>(sqlite3_column_int64(s.highest, 0));
+  sqlite3_reset(s.highest);
+  if (hrc != SQLITE_ROW && hrc != SQLITE_DONE) return db_error("read fence");
+
+  // Decide (FenceGate's rule: valid_fence(e) := e >= highest seen).
+  std::string reason;
+  Verdict verdict = Verdict::accepted;
+  const std::string name_problem = validate_name(token.name);
+  if (!name_problem.empty()) {
+    verdict = Verdict::invalid;
+    reason = "invalid name: " + name_problem;
+  } else if (token.epoch == 0) {
+    verdict = Verdict::invalid;
+    reason = "epoch 0: no grant carries it";
+  } else if (token.epoch > kStoreEpochMax) {
+    verdict = Verdict::invalid;
+    reason = "epoch " + std::to_string(token.epoch) + " above 2^63-1";
+  } else if (!announce && token.holder.is_nil()) {
+    verdict = Verdict::invalid;
+    reason = "nil holder";
+  } else if (!announce && payload.size() > kPayloadBytesMax) {
+    verdict = Verdict::invalid;
+    reason = "payload of " + std::to_string(payload.size()) + " bytes, limit " +
+             std::to_string(kPayloadBytesMax);
+  } else if (!announce && token.epoch < highest) {
+    verdict = Verdict::stale;
+    reason = "stale epoch " + std::to_string(token.epoch) + " < highest seen " +
+             std::to_string(highest);
+  }
+
+  const std::string holder = token.holder.is_nil() ? std::string() : token.holder.str();
+  if (verdict == Verdict::accepted && token.epoch > highest) {
+    sqlite3_bind_text(s.raise, 1, token.name.data(), static_cast<int>(token.name.size()),
+                      SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s.raise, 2, static_cast<sqlite3_int64>(token.epoch));
+    if (!step_done(s.raise)) return db_error("raise fence");
+  }
+  const Epoch after = verdict == Verdict::accepted ? std::max(highest, token.epoch) : highest;
+  if (verdict == Verdict::accepted && !announce) {
+    sqlite3_bind_int64(s.append, 1, now);
+    sqlite3_bind_text(s.append, 2, token.name.data(), static_cast<int>(token.name.size()),
+                      SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s.append, 3, static_cast<sqlite3_int64>(token.epoch));
+    sqlite3_bind_text(s.append, 4, holder.data(), static_cast<int>(holder.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_blob(s.append, 5, payload.empty() ? "" : payload.data(), static_cast<int>(payload.size()), SQLITE_TRANSIENT);
+    if (!step_done(s.append)) return db_error("append record");
+  }
+  // The audit row: every write, accepted or not, and every announcement.
+  const std::string_view audit_name =
+      std::string_view(token.name).substr(0, std::min(token.name.size(), kAuditNameBytesMax));
+  const std::string_view audit_payload =
+      payload.size() > kPayloadBytesMax ? payload.substr(0, kAuditOversizeBytesKept) : payload;
+  const std::string_view audit_verdict =
+      announce && verdict == Verdict::accepted ? std::string_view("fence") : to_string(verdict);
+  std::string audit_reason = reason;
+  if (announce && verdict == Verdict::accepted) {
+    audit_reason = std::string(why) + (token.epoch > highest
+                                           ? " (fence " + std::to_string(highest) + " -> " +
+                                                 std::to_string(token.epoch) + ")"
+                                           : " (fence already at " + std::to_string(highest) + ")");
+  }
+  sqlite3_bind_int64(s.audit, 1, now);
+  sqlite3_bind_text(s.audit, 2, audit_name.data(), static_cast<int>(audit_name.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s.audit, 3, static_cast<sqlite3_int64>(std::min(token.epoch, kStoreEpochMax)));
+  sqlite3_bind_text(s.audit, 4, holder.data(), static_cast<int>(holder.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_blob(s.audit, 5, audit_payload.empty() ? "" : audit_payload.data(), static_cast<int>(audit_payload.size()),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.audit, 6, audit_verdict.data(), static_cast<int>(audit_verdict.size()),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.audit, 7, audit_reason.data(), static_cast<int>(audit_reason.size()),
+                    SQLITE_TRANSIENT);
+  if (!step_done(s.audit)) return db_error("write audit row");
+  const std::int64_t audit_id = sqlite3_last_insert_rowid(db_);
+  if (!step_done(s.commit)) return db_error("commit");
+
+  r.verdict = verdict;
+  r.highest = after;
+  r.reason = std::move(reason);
+  r.time_ns = now;
+  r.audit_id = audit_id;
+  assert(r.accepted() == r.reason.empty());
+  return r;
+}
+
+Epoch FencedStore::highest(std::string_view name) {
+  Statements& s = *st_;
+  sqlite3_bind_text(s.highest, 1, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+  Epoch e = 0;
+  if (sqlite3_step(s.highest) == SQLITE_ROW) e = static_cast<Epoch>(sqlite3_column_int64(s.highest, 0));
+  sqlite3_reset(s.highest);
+  return e;
+}
+
+std::int64_t FencedStore::records(std::string_view name) {
+  Statements& s = *st_;
+  sqlite3_bind_text(s.count, 1, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+  std::int64_t n = 0;
+  if (sqlite3_step(s.count) == SQLITE_ROW) n = sqlite3_column_int64(s.count, 0);
+  sqlite3_reset(s.count);
+  return n;
+}
+
+FencedStore::Tally FencedStore::tally(std::string_view name, Epoch epoch, std::string_view verdict) {
+  Tally t;
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT count(*), min(time_ns), max(time_ns) FROM audit "
+                         "WHERE name = ?1 AND epoch = ?2 AND verdict = ?3",
+                         -1, &q, nullptr) != SQLITE_OK)
+    return t;
+  sqlite3_bind_text(q, 1, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(q, 2, static_cast<sqlite3_int64>(std::min(epoch, kStoreEpochMax)));
+  sqlite3_bind_text(q, 3, verdict.data(), static_cast<int>(verdict.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(q) == SQLITE_ROW) {
+    t.rows = sqlite3_column_int64(q, 0);
+    t.first_ns = sqlite3_column_int64(q, 1);
+    t.last_ns = sqlite3_column_int64(q, 2);
+  }
+  sqlite3_finalize(q);
+  return t;
+}
+
+std::vector<AuditRow> FencedStore::audit(std::string_view name, std::size_t rows_max,
+                                         std::string* error) {
+  std::vector<AuditRow> rows;
+  rows_max = std::min(rows_max, kAuditRowsMax);
+  const char* sql = name.empty()
+                        ? "SELECT id, time_ns, name, epoch, holder, payload, verdict, reason "
+                          "FROM audit ORDER BY id LIMIT ?2"
+                        : "SELECT id, time_ns, name, epoch, holder, payload, verdict, reason "
+                          "FROM audit WHERE name = ?1 ORDER BY id LIMIT ?2";
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(db_, sql, -1, &q, nullptr) != SQLITE_OK) {
+    if (error) *error = "audit query: " + errmsg(db_);
+    return rows;
+  }
+  if (!name.empty()) sqlite3_bind_text(q, 1, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(q, 2, static_cast<sqlite3_int64>(rows_max));
+  auto text = [&](int col) {
+    const auto* p = static_cast<const char*>(sqlite3_column_blob(q, col));
+    return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(q, col))) : std::string();
+  };
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    AuditRow r;
+    r.id = sqlite3_column_int64(q, 0);
+    r.time_ns = sqlite3_column_int64(q, 1);
+    r.name = text(2);
+    r.epoch = static_cast<Epoch>(sqlite3_column_int64(q, 3));
+    r.holder = text(4);
+    r.payload = text(5);
+    r.verdict = text(6);
+    r.reason = text(7);
+    rows.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE && error) *error = "audit query: " + errmsg(db_);
+  sqlite3_finalize(q);
+  return rows;
+}
+
+// ---- check_audit ---------------------------------------------------------------------------
+
+AuditReport check_audit(const std::vector<AuditRow>& rows) {
+  AuditReport rep;
+  std::map<std::pair<std::string, Epoch>, EpochSummary> by_epoch;
+  std::map<std::string, std::pair<Epoch, std::int64_t>> last_accepted;  // epoch, row id
+  std::map<std::string, std::pair<Epoch, std::int64_t>> fence;          // highest announced, row id
+  for (const AuditRow& r : rows) {
+    if (r.verdict == "fence") {
+      ++rep.fences;
+      auto& f = fence[r.name];
+      if (r.epoch > f.first) f = {r.epoch, r.id};
+      continue;
+    }
+    EpochSummary& e = by_epoch[{r.name, r.epoch}];
+    e.name = r.name;
+    e.epoch = r.epoch;
+    if (r.verdict != "accepted") {
+      ++rep.rejected;
+      if (r.verdict == "stale") ++e.rejected;
+      if (rep.rejected_rows.size() < kRejectedRowsKept) rep.rejected_rows.push_back(r);
+      continue;
+    }
+    ++rep.accepted;
+    if (auto it = last_accepted.find(r.name); it != last_accepted.end() && r.epoch < it->second.first) {
+      rep.violations.push_back("\"" + r.name + "\": audit row " + std::to_string(r.id) +
+                               " accepted epoch " + std::to_string(r.epoch) + " after row " +
+                               std::to_string(it->second.second) + " accepted epoch " +
+                               std::to_string(it->second.first) + " (epochs went backwards)");
+    }
+    if (auto it = fence.find(r.name); it != fence.end() && r.epoch < it->second.first) {
+      rep.violations.push_back("\"" + r.name + "\": audit row " + std::to_string(r.id) +
+                               " accepted epoch " + std::to_string(r.epoch) +
+                               " below the fence " + std::to_string(it->second.first) +
+                               " announced in row " + std::to_string(it->second.second));
+    }
+    last_accepted[r.name] = {r.epoch, r.id};
+    if (e.accepted == 0) e.first_ns = r.time_ns;
+    e.last_ns = std::max(e.last_ns, r.time_ns);
+    e.first_ns = std::min(e.first_ns, r.time_ns);
+    ++e.accepted;
+    if (std::find(e.holders.begin(), e.holders.end(), r.holder) == e.holders.end())
+      e.holders.push_back(r.holder);
+  }
+  for (auto& [key, e] : by_epoch) {
+    if (e.holders.size() > 1)
+      rep.violations.push_back("\"" + e.name + "\" epoch " + std::to_string(e.epoch) + ": " +
+                               std::to_string(e.holders.size()) +
+                               " different holders had writes accepted");
+    rep.epochs.push_back(e);
+  }
+  // Accepted-write time ranges of different epochs of one name must not overlap.
+  std::map<std::string, std::vector<const EpochSummary*>> per_name;
+  for (const EpochSummary& e : rep.epochs)
+    if (e.accepted > 0) per_name[e.name].push_back(&e);
+  for (auto& [name, list] : per_name) {
+    std::sort(list.begin(), list.end(),
+              [](const EpochSummary* a, const EpochSummary* b) { return a->first_ns < b->first_ns; });
+    for (std::size_t i = 1; i < list.size(); ++i) {
+      if (list[i]->first_ns <= list[i - 1]->last_ns)
+        rep.violations.push_back(
+            "\"" + name + "\": epochs " + std::to_string(list[i - 1]->epoch) + " and " +
+            std::to_string(list[i]->epoch) + " overlap (epoch " + std::to_string(list[i]->epoch) +
+            " first accepted at " + std::to_string(list[i]->first_ns) + " ns, epoch " +
+            std::to_string(list[i - 1]->epoch) + " last accepted at " +
+            std::to_string(list[i - 1]->last_ns) + " ns)");
+    }
+  }
+  return rep;
+}
+
+}  // namespace leasehold::resource

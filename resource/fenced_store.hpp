@@ -1,0 +1,185 @@
+// leasehold/resource: FencedStore, a fenced resource over SQLite that applications can copy.
+//
+// What it is: an append-only record log that accepts a write only if it carries a fencing
+// token {name, epoch, holder} whose epoch is not below the highest epoch the store has seen for
+// that name - FenceGate's rule, valid_fence(e) := e >= highest seen (DESIGN.md "Vocabulary:
+// fencing"; Kleppmann, "How to do distributed locking", fencing tokens; Chubby §2.4). Every
+// write, accepted or rejected, leaves one row in an audit table
+// (time, name, epoch, holder, payload, verdict, reason), so exclusivity can be checked after
+// the fact (`check_audit`).
+//
+// Why not just FenceGate (lease/fence.hpp): FenceGate keeps the highest epoch in the memory of
+// one process. Here several processes (one agent per worker, the operator's CLI) write to one
+// SQLite file, and a gate in each of them would only know the epochs *its* process admitted:
+// process A's gate would happily admit epoch 41 after process B's gate admitted 42. So the
+// highest epoch per name lives in the database (table `fence`), and the check and the write
+// run in one `BEGIN IMMEDIATE` transaction: SQLite takes the write lock at BEGIN, so no other
+// connection can raise the fence between our compare and our insert, across processes.
+//
+// Who tells the resource about a new epoch: a fence only learns epochs from the writes it
+// admits (or from an explicit announcement). Whoever moves the epoch - a transfer begin, a
+// revoke - should call `advance_fence(name, new_epoch)` so the old holder's writes are refused
+// from that moment, not only from the new holder's first write. A new holder may also present
+// its token first (advance_fence with its own epoch) before relying on exclusivity.
+//
+// Time: audit rows carry CLOCK_BOOTTIME nanoseconds read *inside* the write transaction, so
+// the row order (rowid) and the time order agree across processes on one host.
+//
+// Durability: WAL mode. `synchronous` FULL by default (an acknowledged write survives power
+// loss); NORMAL (survives a process crash, not power loss) when `durable = false`.
+//
+// Thread-safety: one FencedStore per thread (one SQLite connection). Any number of stores,
+// in any number of processes, may share one file.
+#pragma once
+
+#include "lease/types.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct sqlite3;
+
+namespace leasehold::resource {
+
+/// Largest payload one write may carry (bytes); larger writes are rejected and audited.
+inline constexpr std::size_t kPayloadBytesMax = 4096;
+/// Longest a writer waits for another process's transaction (SQLite busy timeout).
+inline constexpr int kBusyTimeoutMsDefault = 5000;
+/// Most audit rows `audit()` returns in one call.
+inline constexpr std::size_t kAuditRowsMax = 1'000'000;
+/// Largest epoch the store accepts: SQLite integers are signed 64-bit.
+inline constexpr Epoch kStoreEpochMax = static_cast<Epoch>(INT64_MAX);
+
+/// A fencing token as a resource receives it (lease/types.hpp Token, with the name as text).
+struct WriteToken {
+  std::string name;
+  Epoch epoch = 0;
+  SandboxId holder;
+};
+
+enum class Verdict : std::uint8_t {
+  accepted = 0,  ///< epoch >= highest seen; the record was appended; highest = epoch
+  stale = 1,     ///< epoch < highest seen: a superseded token
+  invalid = 2,   ///< malformed token or payload (epoch 0, bad name, nil holder, too large)
+  error = 3,     ///< the database failed (busy past the timeout, disk full, ...); nothing written
+};
+/// "accepted", "stale", "invalid", "error".
+std::string_view to_string(Verdict v) noexcept;
+
+struct WriteResult {
+  Verdict verdict = Verdict::error;
+  Epoch highest = 0;        ///< the highest epoch for the name after the call
+  std::string reason;       ///< why not accepted (names the numbers); empty when accepted
+  std::int64_t time_ns = 0; ///< CLOCK_BOOTTIME of the decision (0 on error)
+  std::int64_t audit_id = 0;///< rowid of the audit row (0 on error)
+  bool accepted() const noexcept { return verdict == Verdict::accepted; }
+};
+
+/// One audit row. `verdict` is "accepted", "stale", "invalid" or "fence" (an advance_fence).
+struct AuditRow {
+  std::int64_t id = 0;
+  std::int64_t time_ns = 0;
+  std::string name;
+  Epoch epoch = 0;
+  std::string holder;  ///< UUID text ("" for fence rows without a holder)
+  std::string payload;
+  std::string verdict;
+  std::string reason;
+};
+
+struct StoreOptions {
+  bool durable = true;                       ///< synchronous=FULL (else NORMAL)
+  int busy_timeout_ms = kBusyTimeoutMsDefault;
+};
+
+class FencedStore {
+ public:
+  /// Opens (creating if needed) the store at `path`. Refuses a file that is not a SQLite
+  /// database or that holds another schema (error names the path and what was found).
+  /// Returns nullptr with `error` set on failure.
+  static std::unique_ptr<FencedStore> open(const std::string& path, std::string& error,
+                                           const StoreOptions& options = {});
+  ~FencedStore();
+  FencedStore(const FencedStore&) = delete;
+  FencedStore& operator=(const FencedStore&) = delete;
+
+  /// The fenced write: in one IMMEDIATE transaction, compare token.epoch with the name's
+  /// highest epoch, append the record if epoch >= highest (and raise highest to epoch), and
+  /// write the audit row either way. Invalid tokens and oversized payloads are rejected and
+  /// audited too. Never throws.
+  WriteResult write(const WriteToken& token, std::string_view payload);
+
+  /// Announces `epoch` for `name` (the epoch moved at lockd: transfer begin, revoke, grant):
+  /// highest = max(highest, epoch), audited as verdict "fence" with `why`. Returns the
+  /// highest after the call; verdict invalid/error as for write(). Never throws.
+  WriteResult advance_fence(std::string_view name, Epoch epoch, std::string_view why);
+
+  /// The highest epoch seen for `name` (0: none, or on error).
+  Epoch highest(std::string_view name);
+
+  /// Audit rows in acceptance order (rowid), all names when `name` is empty, at most
+  /// `rows_max` (clamped to kAuditRowsMax). On a database error returns what it read and sets
+  /// `error` if given.
+  std::vector<AuditRow> audit(std::string_view name = {}, std::size_t rows_max = kAuditRowsMax,
+                              std::string* error = nullptr);
+
+  /// Records appended (accepted writes) for `name`.
+  std::int64_t records(std::string_view name);
+
+  /// Audit rows of (name, epoch) with `verdict` ("accepted", "stale", ...): how many, and the
+  /// first and last time_ns (0 when none).
+  struct Tally {
+    std::int64_t rows = 0;
+    std::int64_t first_ns = 0;
+    std::int64_t last_ns = 0;
+  };
+  Tally tally(std::string_view name, Epoch epoch, std::string_view verdict);
+
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  struct Statements;
+  FencedStore(sqlite3* db, std::string path, std::unique_ptr<Statements> st);
+  WriteResult fenced(const WriteToken& token, std::string_view payload, bool announce,
+                     std::string_view why);
+  sqlite3* db_ = nullptr;
+  std::string path_;
+  std::unique_ptr<Statements> st_;
+};
+
+// ---- checking an audit ----------------------------------------------------------------------
+
+/// Accepted writes of one (name, epoch).
+struct EpochSummary {
+  std::string name;
+  Epoch epoch = 0;
+  std::uint64_t accepted = 0;
+  std::uint64_t rejected = 0;      ///< stale writes carrying this epoch
+  std::int64_t first_ns = 0;       ///< first accepted write (0 if none)
+  std::int64_t last_ns = 0;        ///< last accepted write
+  std::vector<std::string> holders;///< distinct holders of accepted writes (exactly 1 expected)
+};
+
+/// The exclusivity check over an audit (pure; rows in acceptance order):
+///  - per name, epochs of accepted writes never decrease in acceptance order;
+///  - the time ranges [first_ns, last_ns] of different epochs of a name do not overlap;
+///  - all accepted writes of one (name, epoch) carry one holder;
+///  - no accepted write carries an epoch below the highest announced before it.
+/// `violations` lists each broken rule with the rows involved; empty means exclusive.
+struct AuditReport {
+  std::vector<EpochSummary> epochs;   ///< by name, then epoch
+  std::uint64_t accepted = 0;
+  std::uint64_t rejected = 0;         ///< stale + invalid
+  std::uint64_t fences = 0;           ///< advance_fence rows
+  std::vector<AuditRow> rejected_rows;///< at most kRejectedRowsKept, oldest first
+  std::vector<std::string> violations;
+  bool ok() const noexcept { return violations.empty(); }
+};
+inline constexpr std::size_t kRejectedRowsKept = 64;
+AuditReport check_audit(const std::vector<AuditRow>& rows);
+
+}  // namespace leasehold::resource

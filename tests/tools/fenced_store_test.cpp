@@ -1,0 +1,298 @@
+// FencedStore: the fencing rule over SQLite, the audit table, bad input, and two processes
+// writing to one file.
+#include "resource/fenced_store.hpp"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace leasehold::resource {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/fenced-store-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const char* name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+const SandboxId kA{0xa1, 0x4000000000000001ULL};
+const SandboxId kB{0xb2, 0x4000000000000002ULL};
+
+std::unique_ptr<FencedStore> open_ok(const std::string& path) {
+  std::string err;
+  StoreOptions o;
+  o.durable = false;
+  auto s = FencedStore::open(path, err, o);
+  EXPECT_NE(s, nullptr) << err;
+  EXPECT_EQ(err, "");
+  return s;
+}
+
+TEST(FencedStore, StaleEpochIsRejectedEqualAcceptedHigherAdvances) {
+  TempDir dir;
+  auto s = open_ok(dir.file("r.db"));
+  ASSERT_NE(s, nullptr);
+  const WriteResult first = s->write({"orders", 41, kA}, "a1");
+  EXPECT_EQ(first.verdict, Verdict::accepted);
+  EXPECT_EQ(first.highest, 41u);
+  EXPECT_EQ(first.reason, "");
+
+  const WriteResult equal = s->write({"orders", 41, kA}, "a2");
+  EXPECT_EQ(equal.verdict, Verdict::accepted);
+  EXPECT_EQ(equal.highest, 41u);
+
+  const WriteResult higher = s->write({"orders", 42, kB}, "b1");
+  EXPECT_EQ(higher.verdict, Verdict::accepted);
+  EXPECT_EQ(higher.highest, 42u);
+  EXPECT_EQ(s->highest("orders"), 42u);
+
+  const WriteResult stale = s->write({"orders", 41, kA}, "a3");
+  EXPECT_EQ(stale.verdict, Verdict::stale);
+  EXPECT_EQ(stale.highest, 42u);
+  EXPECT_EQ(stale.reason, "stale epoch 41 < highest seen 42");
+  EXPECT_EQ(s->records("orders"), 3);
+
+  // Another name has its own fence.
+  EXPECT_EQ(s->write({"billing", 1, kA}, "x").verdict, Verdict::accepted);
+  EXPECT_EQ(s->highest("billing"), 1u);
+  EXPECT_EQ(s->highest("orders"), 42u);
+}
+
+TEST(FencedStore, EveryWriteLeavesOneAuditRowInOrder) {
+  TempDir dir;
+  auto s = open_ok(dir.file("r.db"));
+  ASSERT_NE(s, nullptr);
+  s->write({"orders", 5, kA}, "p1");
+  s->write({"orders", 6, kB}, "p2");
+  s->write({"orders", 5, kA}, "p3");
+  const auto rows = s->audit("orders");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].verdict, "accepted");
+  EXPECT_EQ(rows[0].epoch, 5u);
+  EXPECT_EQ(rows[0].holder, kA.str());
+  EXPECT_EQ(rows[0].payload, "p1");
+  EXPECT_EQ(rows[0].reason, "");
+  EXPECT_EQ(rows[1].verdict, "accepted");
+  EXPECT_EQ(rows[1].holder, kB.str());
+  EXPECT_EQ(rows[2].verdict, "stale");
+  EXPECT_EQ(rows[2].payload, "p3");
+  EXPECT_EQ(rows[2].reason, "stale epoch 5 < highest seen 6");
+  EXPECT_LT(rows[0].id, rows[1].id);
+  EXPECT_LE(rows[0].time_ns, rows[1].time_ns);
+  EXPECT_LE(rows[1].time_ns, rows[2].time_ns);
+  EXPECT_GT(rows[0].time_ns, 0);
+}
+
+TEST(FencedStore, AdvanceFenceRejectsTheOldHolderBeforeTheNewOneWrites) {
+  TempDir dir;
+  auto s = open_ok(dir.file("r.db"));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->write({"orders", 7, kA}, "a").accepted());
+  const WriteResult f = s->advance_fence("orders", 8, "transfer begin");
+  EXPECT_EQ(f.verdict, Verdict::accepted);
+  EXPECT_EQ(f.highest, 8u);
+  EXPECT_EQ(s->write({"orders", 7, kA}, "late").verdict, Verdict::stale);
+  // Announcing a lower epoch never lowers the fence.
+  EXPECT_EQ(s->advance_fence("orders", 3, "old news").highest, 8u);
+  EXPECT_EQ(s->write({"orders", 8, kB}, "b").verdict, Verdict::accepted);
+  const auto rows = s->audit("orders");
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[1].verdict, "fence");
+  EXPECT_EQ(rows[1].reason, "transfer begin (fence 7 -> 8)");
+  EXPECT_EQ(rows[3].verdict, "fence");
+  EXPECT_EQ(rows[3].reason, "old news (fence already at 8)");
+}
+
+TEST(FencedStore, BadInputIsRejectedAndAudited) {
+  TempDir dir;
+  auto s = open_ok(dir.file("r.db"));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->write({"orders", 0, kA}, "x").verdict, Verdict::invalid);
+  EXPECT_EQ(s->write({"bad name!", 3, kA}, "x").verdict, Verdict::invalid);
+  EXPECT_EQ(s->write({"", 3, kA}, "x").verdict, Verdict::invalid);
+  EXPECT_EQ(s->write({"orders", 3, SandboxId{}}, "x").verdict, Verdict::invalid);
+  EXPECT_EQ(s->write({"orders", kStoreEpochMax + 1, kA}, "x").verdict, Verdict::invalid);
+  const WriteResult big = s->write({"orders", 3, kA}, std::string(kPayloadBytesMax + 1, 'z'));
+  EXPECT_EQ(big.verdict, Verdict::invalid);
+  EXPECT_NE(big.reason.find("limit 4096"), std::string::npos) << big.reason;
+  EXPECT_EQ(s->highest("orders"), 0u);  // nothing invalid moved the fence
+  EXPECT_EQ(s->records("orders"), 0);
+  const auto rows = s->audit();
+  ASSERT_EQ(rows.size(), 6u);
+  for (const auto& r : rows) EXPECT_EQ(r.verdict, "invalid");
+  EXPECT_EQ(rows[5].payload.size(), 64u);  // oversized payloads are cut in the audit
+  EXPECT_EQ(s->advance_fence("orders", 0, "x").verdict, Verdict::invalid);
+}
+
+TEST(FencedStore, RefusesAForeignDatabaseAndANonDatabase) {
+  TempDir dir;
+  {
+    std::ofstream(dir.file("text.db")) << "this is not a database, just some text to fill a page";
+  }
+  std::string err;
+  EXPECT_EQ(FencedStore::open(dir.file("text.db"), err), nullptr);
+  EXPECT_NE(err.find("not a SQLite database"), std::string::npos) << err;
+
+  // A SQLite file of some other application.
+  {
+    auto s = open_ok(dir.file("ok.db"));  // ours, fine
+    ASSERT_NE(s, nullptr);
+  }
+  const std::string foreign = dir.file("foreign.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(foreign.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x)", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  EXPECT_EQ(FencedStore::open(foreign, err), nullptr);
+  EXPECT_NE(err.find("another application"), std::string::npos) << err;
+  EXPECT_EQ(FencedStore::open("", err), nullptr);
+  EXPECT_NE(err.find("empty database path"), std::string::npos);
+  EXPECT_EQ(FencedStore::open(dir.file("no/such/dir/x.db"), err), nullptr);
+  EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
+}
+
+TEST(FencedStore, ReopenKeepsTheFence) {
+  TempDir dir;
+  {
+    auto s = open_ok(dir.file("r.db"));
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->write({"orders", 9, kA}, "a").accepted());
+  }
+  auto s = open_ok(dir.file("r.db"));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->highest("orders"), 9u);
+  EXPECT_EQ(s->write({"orders", 8, kB}, "b").verdict, Verdict::stale);
+}
+
+// Two processes, one file: the fence lives in the database, so a process that never saw
+// epoch 2 itself still has its epoch-1 writes rejected once the other process wrote epoch 2.
+TEST(FencedStore, TwoProcessesShareTheFence) {
+  TempDir dir;
+  const std::string path = dir.file("shared.db");
+  { ASSERT_NE(open_ok(path), nullptr); }
+  constexpr int kWrites = 200;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string err;
+    auto s = FencedStore::open(path, err);
+    if (!s) ::_exit(10);
+    for (int i = 0; i < kWrites; ++i) {
+      // The old holder keeps writing with epoch 1 the whole time.
+      if (s->write({"orders", 1, kA}, "old-" + std::to_string(i)).verdict == Verdict::error) ::_exit(11);
+    }
+    ::_exit(0);
+  }
+  std::string err;
+  auto s = FencedStore::open(path, err);
+  ASSERT_NE(s, nullptr) << err;
+  for (int i = 0; i < kWrites; ++i) {
+    const Epoch e = i < kWrites / 4 ? 1 : 2;  // the new holder takes over a quarter of the way in
+    ASSERT_NE(s->write({"orders", e, e == 1 ? kA : kB}, "new-" + std::to_string(i)).verdict,
+              Verdict::error);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+
+  const auto rows = s->audit("orders");
+  ASSERT_EQ(rows.size(), 2u * kWrites);
+  bool seen_two = false;
+  std::size_t stale = 0;
+  for (const auto& r : rows) {
+    if (r.verdict == "accepted" && r.epoch == 2) seen_two = true;
+    if (seen_two && r.epoch == 1) {
+      EXPECT_EQ(r.verdict, "stale") << "row " << r.id;
+      ++stale;
+    }
+  }
+  EXPECT_TRUE(seen_two);
+  const AuditReport rep = check_audit(rows);
+  EXPECT_TRUE(rep.ok()) << (rep.violations.empty() ? "" : rep.violations[0]);
+  EXPECT_EQ(rep.accepted + rep.rejected, 2u * kWrites);
+  EXPECT_EQ(rep.rejected, stale);
+}
+
+// ---- check_audit on hand-made audits: each rule can fail -------------------------------------
+
+AuditRow row(std::int64_t id, std::int64_t t, Epoch e, const SandboxId& h, const char* verdict) {
+  AuditRow r;
+  r.id = id;
+  r.time_ns = t;
+  r.name = "orders";
+  r.epoch = e;
+  r.holder = h.str();
+  r.verdict = verdict;
+  return r;
+}
+
+TEST(CheckAudit, CleanAuditPasses) {
+  const std::vector<AuditRow> rows{row(1, 10, 1, kA, "accepted"), row(2, 20, 1, kA, "accepted"),
+                                   row(3, 30, 2, kB, "fence"),    row(4, 40, 1, kA, "stale"),
+                                   row(5, 50, 2, kB, "accepted")};
+  const AuditReport rep = check_audit(rows);
+  EXPECT_TRUE(rep.ok());
+  EXPECT_EQ(rep.accepted, 3u);
+  EXPECT_EQ(rep.rejected, 1u);
+  EXPECT_EQ(rep.fences, 1u);
+  ASSERT_EQ(rep.epochs.size(), 2u);
+  EXPECT_EQ(rep.epochs[0].epoch, 1u);
+  EXPECT_EQ(rep.epochs[0].accepted, 2u);
+  EXPECT_EQ(rep.epochs[0].rejected, 1u);
+  EXPECT_EQ(rep.epochs[0].first_ns, 10);
+  EXPECT_EQ(rep.epochs[0].last_ns, 20);
+  EXPECT_EQ(rep.epochs[1].accepted, 1u);
+  ASSERT_EQ(rep.rejected_rows.size(), 1u);
+  EXPECT_EQ(rep.rejected_rows[0].id, 4);
+}
+
+TEST(CheckAudit, EpochGoingBackwardsIsAViolation) {
+  const AuditReport rep = check_audit({row(1, 10, 2, kB, "accepted"), row(2, 20, 1, kA, "accepted")});
+  ASSERT_FALSE(rep.ok());
+  EXPECT_NE(rep.violations[0].find("epochs went backwards"), std::string::npos) << rep.violations[0];
+}
+
+TEST(CheckAudit, OverlappingEpochsAreAViolation) {
+  // Epoch 1's last write (time 30) comes after epoch 2's first (time 20): the time ranges
+  // overlap even though acceptance order alone would not show it.
+  const AuditReport rep = check_audit({row(1, 10, 1, kA, "accepted"), row(2, 20, 2, kB, "accepted"),
+                                       row(3, 30, 2, kB, "accepted"), row(4, 15, 1, kA, "stale")});
+  EXPECT_TRUE(rep.ok());
+  const AuditReport bad = check_audit({row(1, 10, 1, kA, "accepted"), row(2, 20, 2, kB, "accepted"),
+                                       row(3, 30, 1, kA, "accepted")});
+  ASSERT_FALSE(bad.ok());
+  bool overlap = false;
+  for (const auto& v : bad.violations) overlap = overlap || v.find("overlap") != std::string::npos;
+  EXPECT_TRUE(overlap);
+}
+
+TEST(CheckAudit, TwoHoldersAtOneEpochAndWritesBelowAFenceAreViolations) {
+  const AuditReport two = check_audit({row(1, 10, 3, kA, "accepted"), row(2, 20, 3, kB, "accepted")});
+  ASSERT_EQ(two.violations.size(), 1u);
+  EXPECT_NE(two.violations[0].find("2 different holders"), std::string::npos);
+  const AuditReport below = check_audit({row(1, 10, 4, kB, "fence"), row(2, 20, 3, kA, "accepted")});
+  ASSERT_EQ(below.violations.size(), 1u);
+  EXPECT_NE(below.violations[0].find("below the fence 4"), std::string::npos) << below.violations[0];
+}
+
+}  // namespace
+}  // namespace leasehold::resource
