@@ -118,9 +118,12 @@ TEST_F(LockdTest, AcquireRefreshReleaseAndRefusals) {
   EXPECT_NE(value("store_commit_us_p99"), UINT64_MAX);
   EXPECT_EQ(value("refresh_entries"), 3u);
 
-  // One structured line per ownership change (grant, release, grant), none per refresh.
-  lockd_.terminate();
+  // One structured line per ownership change (grant, release, grant), none per refresh. A clean
+  // exit on SIGTERM (under TSan, a data race would make it non-zero and show in the log).
+  EXPECT_EQ(lockd_.terminate(), 0);
   const std::string log = lockd_.log();
+  EXPECT_EQ(log.find("ThreadSanitizer"), std::string::npos) << log;
+  EXPECT_EQ(log.find("AddressSanitizer"), std::string::npos) << log;
   EXPECT_NE(log.find("event=grant name=svc/a epoch=1 state=held holder=" + S1.str()), std::string::npos) << log;
   EXPECT_NE(log.find("event=release name=svc/a epoch=1"), std::string::npos) << log;
   EXPECT_EQ(log.find("refresh"), std::string::npos) << log;
