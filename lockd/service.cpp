@@ -558,26 +558,23 @@ void LockService::on_running_answer(const wire::RunningAnswer& a, std::uint64_t 
 // ---- queries ---------------------------------------------------------------------------------
 
 wire::Body LockService::on_list(const wire::List& l, std::int64_t now_ns) const {
-  // Paged by the high half of the NameId (uniform: SHA-1 derived): cursor = first hi to list.
-  std::vector<std::pair<NameId, LockState>> all;
-  table_.for_each([&](NameId id, const LockState& s) {
-    if (id.hi >= l.cursor) all.emplace_back(id, s);
-  });
+  // Paged in NameId order by the id's high half (uniform: SHA-1 derived): cursor = first hi
+  // to list. A page is a lower_bound in names_ and a walk of at most a page of known records
+  // plus the dropped ones not yet pruned.
   const std::size_t want = l.limit == 0 ? wire::kListEntriesMax
                                         : std::min<std::size_t>(l.limit, wire::kListEntriesMax);
-  const std::size_t take = std::min(want, all.size());
-  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(take), all.end(),
-                    [](const auto& x, const auto& y) { return x.first < y.first; });
   wire::ListPage page;
-  std::size_t i = 0;
-  for (; i < take; ++i) {
-    page.entries.push_back(record_of(all[i].first, all[i].second, now_ns));
+  auto it = names_.lower_bound(NameId{l.cursor, 0});
+  for (; it != names_.end() && page.entries.size() < want; ++it) {
+    const LockState s = table_.state(it->first);
+    if (!s.known) continue;
+    page.entries.push_back(record_of(it->first, s, now_ns));
     if (wire::payload_bytes(page) > wire::kPayloadBytesMax) {
       page.entries.pop_back();
       break;
     }
   }
-  if (i < all.size() && !page.entries.empty()) {
+  if (it != names_.end() && !page.entries.empty()) {
     const std::uint64_t last_hi = page.entries.back().name_id.hi;
     page.next_cursor = last_hi == UINT64_MAX ? 0 : last_hi + 1;
   }

@@ -34,6 +34,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -181,7 +182,9 @@ class LockService {
   std::deque<Deferred> deferred_;
   std::unordered_set<std::pair<WorkerId, std::uint64_t>, PendingKeyHash> deferred_keys_;
 
-  std::unordered_map<NameId, std::string> names_;  ///< text of every name the table knows
+  /// Text of every name the table knows (a superset: dropped records are pruned lazily),
+  /// ordered by NameId so a list page is a lower_bound and a short walk.
+  std::map<NameId, std::string> names_;
   std::unordered_map<WorkerId, SocketAddress> worker_addresses_;
   std::unordered_map<std::uint64_t, Question> questions_;  ///< by IsRunning request id
   std::unordered_set<NameId> asked_;                        ///< names with an open question

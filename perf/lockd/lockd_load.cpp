@@ -489,7 +489,7 @@ int main(int argc, char** argv) {
               r.entries, r.seconds, r.per_s, r.datagrams, o.window, r.not_refreshed, r.cpu_s,
               r.entries == 0 ? 0.0 : r.cpu_s / (static_cast<double>(r.entries) / 1e6));
   if (r.not_refreshed != 0) rc = 1;
-  print_lockd_stats(lockd_addr, *workers[0].sender, {"refreshes_per_s", "kernel_drops", "sends_failed"});
+  print_lockd_stats(lockd_addr, *workers[0].sender, {"refresh_entries", "kernel_drops", "sends_failed"});
   if (o.baseline) {
     Reflector reflector;
     const RefreshResult b = refresh_rounds(workers, reflector.address(), o, -1, false);
