@@ -70,6 +70,9 @@ ConfigCheck check_config(const SupervisorConfig& c) {
   if (c.slots == 0 || c.slots > kSlotsMax)
     return refuse("--slots " + std::to_string(c.slots) + " is out of range 1.." +
                   std::to_string(kSlotsMax));
+  if (c.wheel_granularity_ns < 100'000 || c.wheel_granularity_ns > 100'000'000)
+    return refuse("--wheel-granularity-us " + std::to_string(c.wheel_granularity_ns / 1000) +
+                  " is out of range 100..100000");
   if (c.rt_priority < 1 || c.rt_priority > 99)
     return refuse("--rt-priority " + std::to_string(c.rt_priority) +
                   " is out of range 1..99 (SCHED_FIFO)");
@@ -172,6 +175,12 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
   app.add_option("--kill-latency-budget-ms", c.kill_latency_budget_ms,
                  "time allowed from a kill deadline to the sandbox being dead, ms")
       ->capture_default_str();
+  app.add_option_function<std::uint64_t>(
+         "--wheel-granularity-us",
+         [&c](std::uint64_t us) { c.wheel_granularity_ns = us * 1000; },
+         "tick of the rt thread's deadline wheel, us (enters the safety condition; a coarser tick "
+         "costs less CPU; default 1000)")
+      ->check(CLI::Range(std::uint64_t{100}, std::uint64_t{100'000}));
   app.add_option("--rt-priority", c.rt_priority, "SCHED_FIFO priority of the rt thread, 1..99")
       ->capture_default_str();
   app.add_option("--rt-cpu", c.rt_cpu, "CPU to pin the rt thread to (-1: the last online CPU)")

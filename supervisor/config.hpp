@@ -42,8 +42,8 @@ inline constexpr std::uint32_t kSlotsMax = 1u << 20;           ///< --slots uppe
 inline constexpr std::uint64_t kTtlMsMax = 24ull * 3600 * 1000;  ///< one day
 inline constexpr std::uint32_t kMinRefreshAttempts = 3;       ///< refreshes within kill_after
 inline constexpr double kClockRateBoundMax = 0.1;              ///< ρ above 10 % is not a clock
-/// Default wake-up granularity of the rt thread's deadline wheel. Overridden at start-up by the
-/// wheel's real tick when the wheel reports one.
+/// Default tick of the rt thread's deadline wheel (--wheel-granularity-us). The rt thread wakes
+/// once per tick, so the tick is both a term of the safety condition and the rt thread's idle cost.
 inline constexpr std::uint64_t kDefaultWheelGranularityNs = 1'000'000;
 
 /// The supervisor's configuration. All durations are milliseconds unless the suffix says so.

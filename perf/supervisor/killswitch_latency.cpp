@@ -1,0 +1,293 @@
+// leasehold_killswitch_latency: measurements behind perf/supervisor/killswitch_latency.sh.
+//
+//   lateness  the rt thread's wake-up lateness: the supervisor's own RtThread (SCHED_FIFO, pinned,
+//             mlockall) ticking every --tick-us; every tick's lateness is kept (no log2 buckets),
+//             so p50/p99/max are exact and comparable with cyclictest run on the same CPU.
+//   kills     kill-switch latency on real processes: `sleep` sandboxes in cgroup v2 leaves (or
+//             process groups), each armed with a deadline on the RtThread; per kill
+//             deadline → issued (cgroup.kill written), deadline → confirmed (populated 0 / pidfd),
+//             deadline → exit seen by a poll on the pidfd from another thread (the io thread's
+//             view, when it can reap).
+//   register  N synthetic named leases through a supervisor's control socket, over T parallel
+//             connections (for the CPU measurement at 10,000 sandboxes).
+// Output: one JSON object on stdout.
+#include "supervisor/cgroup.hpp"
+#include "supervisor/control.hpp"
+#include "supervisor/kill_switch.hpp"
+#include "supervisor/rt_thread.hpp"
+#include "supervisor/spawn.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace leasehold;
+using nlohmann::json;
+
+json percentiles_us(std::vector<std::int64_t> ns) {
+  if (ns.empty()) return json{{"samples", 0}};
+  std::sort(ns.begin(), ns.end());
+  auto at = [&](double q) {
+    const std::size_t i = std::min(ns.size() - 1, static_cast<std::size_t>(q * static_cast<double>(ns.size())));
+    return static_cast<double>(ns[i]) / 1000.0;
+  };
+  double sum = 0;
+  for (auto v : ns) sum += static_cast<double>(v);
+  const double min_us = static_cast<double>(ns.front()) / 1000.0;
+  return json{{"samples", ns.size()}, {"min_us", min_us}, {"p50_us", at(0.50)}, {"p99_us", at(0.99)}, {"p999_us", at(0.999)},
+              {"max_us", static_cast<double>(ns.back()) / 1000.0},
+              {"mean_us", sum / static_cast<double>(ns.size()) / 1000.0}};
+}
+
+bool sanitized() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// ---- lateness --------------------------------------------------------------------------------
+
+struct LatenessSink {
+  std::vector<std::uint64_t> samples;  // preallocated: the hook must not allocate
+  std::atomic<std::size_t> n{0};
+};
+
+int run_lateness(int seconds, int cpu, int priority, int tick_us) {
+  LatenessSink sink;
+  sink.samples.resize(static_cast<std::size_t>(seconds) * 1'000'000 / static_cast<std::size_t>(tick_us) + 1000);
+  RtConfig cfg;
+  cfg.slots = 1;
+  cfg.granularity_ns = static_cast<std::uint64_t>(tick_us) * 1000;
+  cfg.priority = priority;
+  cfg.cpu = cpu;
+  cfg.lock_memory = !sanitized();
+  RtHooks hooks;
+  hooks.context = &sink;
+  hooks.record_lateness = [](void* c, std::uint64_t l) {
+    auto* s = static_cast<LatenessSink*>(c);
+    const std::size_t i = s->n.load(std::memory_order_relaxed);
+    if (i < s->samples.size()) {
+      s->samples[i] = l;
+      s->n.store(i + 1, std::memory_order_release);
+    }
+  };
+  RtStartStatus status;
+  std::string error;
+  auto rt = RtThread::start(cfg, hooks, status, error);
+  if (!rt) {
+    std::fprintf(stderr, "rt thread: %s\n", error.c_str());
+    return 1;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  rt->stop();
+  std::vector<std::int64_t> v(sink.samples.begin(),
+                              sink.samples.begin() + static_cast<std::ptrdiff_t>(sink.n.load()));
+  if (v.size() > 10) v.erase(v.begin(), v.begin() + 10);  // start-up ticks
+  json out = {{"measure", "rt_wakeup_lateness"}, {"tick_us", tick_us}, {"cpu", cpu},
+              {"sched_fifo", status.fifo}, {"priority", priority}, {"memory_locked", status.memory_locked},
+              {"lateness", percentiles_us(v)}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+// ---- kills -----------------------------------------------------------------------------------
+
+struct KillSink {
+  std::vector<KillRecord> records;
+  std::vector<std::atomic<bool>> done;
+  explicit KillSink(std::size_t n) : records(n), done(n) {}
+};
+
+int run_kills(int count, int batch, int cpu, int priority) {
+  CgroupConfig cc;
+  CgroupTree tree = CgroupTree::discover(cc);
+  const bool cgroups = tree.mode() == KillMode::cgroup_v2_delegated;
+  // Signed: the wheel rounds kill deadlines down, so a kill may be issued before its deadline.
+  std::vector<std::int64_t> to_issued, to_confirmed, to_exit_seen;
+  int errors = 0;
+  for (int done_total = 0; done_total < count;) {
+    const int n = std::min(batch, count - done_total);
+    KillSink sink(static_cast<std::size_t>(n));
+    RtConfig cfg;
+    cfg.slots = static_cast<std::uint32_t>(n);
+    cfg.priority = priority;
+    cfg.cpu = cpu;
+    cfg.lock_memory = !sanitized();
+    RtHooks hooks;
+    hooks.context = &sink;
+    hooks.record_kill = [](void* c, std::uint32_t slot, const KillRecord& r) {
+      auto* s = static_cast<KillSink*>(c);
+      s->records[slot] = r;
+      s->done[slot].store(true, std::memory_order_release);
+    };
+    RtStartStatus status;
+    std::string error;
+    auto rt = RtThread::start(cfg, hooks, status, error);
+    if (!rt) {
+      std::fprintf(stderr, "rt thread: %s\n", error.c_str());
+      return 1;
+    }
+    std::vector<std::optional<CgroupLeaf>> leaves(static_cast<std::size_t>(n));
+    std::vector<SandboxProcess> procs(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      SpawnRequest sr;
+      sr.argv = {"sleep", "60"};
+      sr.env = {"PATH=/usr/bin:/bin"};
+      if (cgroups) {
+        std::string err;
+        leaves[static_cast<std::size_t>(i)] =
+            tree.create_leaf("perf-" + std::to_string(::getpid()) + "-" + std::to_string(done_total + i), err);
+        if (!leaves[static_cast<std::size_t>(i)]) {
+          std::fprintf(stderr, "%s\n", err.c_str());
+          return 1;
+        }
+        sr.cgroup_dir_fd = leaves[static_cast<std::size_t>(i)]->dir_fd();
+      }
+      SpawnError se;
+      auto p = spawn_sandbox(sr, se);
+      if (!p) {
+        std::fprintf(stderr, "spawn: %s\n", se.message.c_str());
+        return 1;
+      }
+      procs[static_cast<std::size_t>(i)] = std::move(*p);
+    }
+    // Deadlines spread over the next 0.5 s, 3 ms apart, so kills do not pile into one tick.
+    const std::uint64_t base = KillSwitch::now_ns() + 100'000'000;
+    for (int i = 0; i < n; ++i) {
+      KillTarget t;
+      const auto& leaf = leaves[static_cast<std::size_t>(i)];
+      t.cgroup_kill_fd = leaf ? leaf->kill_fd() : -1;
+      t.cgroup_events_fd = leaf ? leaf->events_fd() : -1;
+      t.pidfd = procs[static_cast<std::size_t>(i)].pidfd();
+      t.pgid = procs[static_cast<std::size_t>(i)].pgid();
+      rt->arm(static_cast<std::uint32_t>(i), base + static_cast<std::uint64_t>(i) * 3'000'000, t);
+    }
+    // The io thread's view: the time a poll on the pidfd returns.
+    std::vector<std::uint64_t> exit_seen(static_cast<std::size_t>(n), 0);
+    int remaining = n;
+    const std::uint64_t give_up = KillSwitch::now_ns() + 10'000'000'000ull;
+    while (remaining > 0 && KillSwitch::now_ns() < give_up) {
+      std::vector<pollfd> fds;
+      std::vector<int> idx;
+      for (int i = 0; i < n; ++i)
+        if (exit_seen[static_cast<std::size_t>(i)] == 0) {
+          fds.push_back({procs[static_cast<std::size_t>(i)].pidfd(), POLLIN, 0});
+          idx.push_back(i);
+        }
+      if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
+      const std::uint64_t now = KillSwitch::now_ns();
+      for (std::size_t k = 0; k < fds.size(); ++k)
+        if (fds[k].revents & POLLIN) {
+          exit_seen[static_cast<std::size_t>(idx[k])] = now;
+          --remaining;
+        }
+    }
+    for (int i = 0; i < n; ++i) {
+      while (!sink.done[static_cast<std::size_t>(i)].load(std::memory_order_acquire) &&
+             KillSwitch::now_ns() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int i = 0; i < n; ++i) {
+      const auto ui = static_cast<std::size_t>(i);
+      const KillRecord& r = sink.records[ui];
+      rt->disarm(static_cast<std::uint32_t>(i));
+      if (r.error != 0 || r.confirmed_ns == 0) {
+        ++errors;
+        continue;
+      }
+      const std::uint64_t d = base + ui * 3'000'000;  // as armed (the record's deadline is the same)
+      const auto sd = static_cast<std::int64_t>(d);
+      to_issued.push_back(static_cast<std::int64_t>(r.issued_ns) - sd);
+      to_confirmed.push_back(static_cast<std::int64_t>(r.confirmed_ns) - sd);
+      if (exit_seen[ui] != 0) to_exit_seen.push_back(static_cast<std::int64_t>(exit_seen[ui]) - sd);
+    }
+    rt->stop();
+    for (int i = 0; i < n; ++i) {
+      siginfo_t info{};
+      reap(procs[static_cast<std::size_t>(i)].pidfd(), info, true);
+      if (leaves[static_cast<std::size_t>(i)]) leaves[static_cast<std::size_t>(i)]->remove();
+    }
+    done_total += n;
+  }
+  json out = {{"measure", "kill_switch_latency"}, {"kill_mode", describe(tree.mode())},
+              {"deadline_to_issued", percentiles_us(to_issued)},
+              {"deadline_to_confirmed", percentiles_us(to_confirmed)},
+              {"deadline_to_exit_seen", percentiles_us(to_exit_seen)}, {"errors", errors}};
+  std::printf("%s\n", out.dump().c_str());
+  return errors == 0 ? 0 : 1;
+}
+
+// ---- register --------------------------------------------------------------------------------
+
+int run_register(const std::string& socket, int count, int threads, const std::string& prefix) {
+  std::atomic<int> next{0}, ok{0}, failed{0};
+  std::vector<std::thread> pool;
+  std::string first_error;
+  std::mutex m;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int i = next++; i < count; i = next++) {
+        std::string err;
+        auto a = control_call(socket,
+                              json{{"v", 1}, {"op", "run"}, {"name", prefix + std::to_string(i)}, {"argv", {"true"}}},
+                              10'000, err);
+        if (a && (*a)["ok"] == true) {
+          ++ok;
+        } else {
+          ++failed;
+          std::lock_guard<std::mutex> g(m);
+          if (first_error.empty()) first_error = a ? a->dump() : err;
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  json out = {{"measure", "register"}, {"ok", ok.load()}, {"failed", failed.load()}, {"first_error", first_error}};
+  std::printf("%s\n", out.dump().c_str());
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"leasehold_killswitch_latency: rt wake-up lateness, kill-switch latency, lease registration"};
+  app.require_subcommand(1);
+  int seconds = 10, cpu = -1, priority = 50, tick_us = 1000, count = 200, batch = 50, threads = 16;
+  std::string socket, prefix = "perf-";
+  auto* late = app.add_subcommand("lateness", "rt thread wake-up lateness");
+  late->add_option("--seconds", seconds, "duration, s");
+  late->add_option("--cpu", cpu, "CPU to pin to (-1: none)");
+  late->add_option("--priority", priority, "SCHED_FIFO priority");
+  late->add_option("--tick-us", tick_us, "tick, us");
+  auto* kills = app.add_subcommand("kills", "kill-switch latency on real processes");
+  kills->add_option("--count", count, "kills");
+  kills->add_option("--batch", batch, "sandboxes alive at once");
+  kills->add_option("--cpu", cpu, "CPU to pin the rt thread to (-1: none)");
+  kills->add_option("--priority", priority, "SCHED_FIFO priority");
+  auto* reg = app.add_subcommand("register", "register synthetic named leases through a supervisor");
+  reg->add_option("--socket", socket, "control socket")->required();
+  reg->add_option("--count", count, "leases");
+  reg->add_option("--threads", threads, "parallel connections");
+  reg->add_option("--prefix", prefix, "name prefix");
+  CLI11_PARSE(app, argc, argv);
+  ::signal(SIGPIPE, SIG_IGN);
+  if (*late) return run_lateness(seconds, cpu, priority, tick_us);
+  if (*kills) return run_kills(count, batch, cpu, priority);
+  return run_register(socket, count, threads, prefix);
+}
