@@ -54,7 +54,9 @@ TEST(FencedStoreConcurrent, HoldersWithDifferentEpochsNeverInterleave) {
   for (int t = 0; t < kThreads - 1; ++t) {
     bool rejected = false;
     for (Verdict v : verdicts[t]) {
-      if (rejected) EXPECT_EQ(v, Verdict::stale) << "holder " << t;
+      if (rejected) {
+        EXPECT_EQ(v, Verdict::stale) << "holder " << t;
+      }
       rejected = rejected || v == Verdict::stale;
     }
   }
