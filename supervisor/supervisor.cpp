@@ -1239,7 +1239,12 @@ void Supervisor::Impl::on_rt_events() {
   while (kill_events->pop(e)) {
     const SandboxId id = e.slot < by_slot.size() ? by_slot[e.slot] : SandboxId{};
     Sandbox* s = id.is_nil() ? nullptr : find(id);
-    const bool requested = s != nullptr && s->kill_sent;
+    if (s == nullptr || e.record.error == -ECANCELED) {
+      // A kill the rt thread gave up on because its sandbox was disarmed (it exited first).
+      log_event("event=kill_record slot=%u error=%d", e.slot, e.record.error);
+      continue;
+    }
+    const bool requested = s->kill_sent;
     if (requested) ++counters.kills_request;
     else ++counters.kills_deadline;
     if (s != nullptr) {
@@ -1406,6 +1411,19 @@ void Supervisor::Impl::on_heartbeat_tick() {
         const auto& a = ack->entries[i];
         if (a.name_id != e.name) continue;  // not an answer about this entry
         const RefreshResult res = to_result(a.status);
+        if (res == RefreshResult::refreshed && cfg.mode == SupervisorMode::lease &&
+            std::uint64_t{a.ttl_left_ms} + 1 < cfg.ttl_ms) {
+          // lockd refreshes for less than --ttl-ms: the safety condition does not hold for this
+          // lease. Do not extend it; stop the sandbox.
+          if (Sandbox* s = find(e.sandbox)) {
+            log_event("event=ttl_mismatch sandbox=%s ttl_left_ms=%u ttl_ms=%" PRIu64, e.sandbox.str().c_str(),
+                      a.ttl_left_ms, cfg.ttl_ms);
+            kill_sandbox(*s, "lockd refreshed for " + std::to_string(a.ttl_left_ms) + " ms, below --ttl-ms " +
+                                 std::to_string(cfg.ttl_ms));
+            hb->remove(e.sandbox);
+          }
+          continue;
+        }
         if (res == RefreshResult::refreshed) ++counters.refreshed;
         else if (res == RefreshResult::lost) ++counters.lost;
         else ++counters.unknown;

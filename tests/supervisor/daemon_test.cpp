@@ -134,8 +134,8 @@ TEST_F(SupervisorProcess, LockdStoppedKillsBeforeLockdCouldExpire) {
   EXPECT_LT(kill_confirmed, lockd_expiry_at_least)
       << "killed " << (kill_confirmed - lockd_expiry_at_least) / 1000 << " us after lockd's earliest expiry";
   sleep_ms(800);  // let lockd's TTL run out on its (stopped) clock
-  lockd_.child.signal(SIGCONT);
   const std::int64_t t_cont = now_ns();
+  lockd_.child.signal(SIGCONT);
   EXPECT_LT(kill_confirmed, t_cont);
   // Another acquirer gets the name, only at a higher epoch, and only after the kill.
   const SandboxId other{0x1111, 0x2222};
@@ -194,8 +194,9 @@ TEST_F(SupervisorProcess, FrozenSupervisorIsRecoveredAndItsSandboxRefusedMeanwhi
   EXPECT_GT(g->epoch, epoch);
   const std::int64_t t_other_grant = now_ns();
   sleep_ms(200);
-  sup.child.signal(SIGCONT);
+  // Read the clock before resuming it: its SCHED_FIFO rt thread may run before we do.
   const std::int64_t t_cont = now_ns();
+  sup.child.signal(SIGCONT);
   // Recovery: on resume the lapsed lease (and the `lost` answer) kill the sandbox.
   auto k = killed(sup, sandbox, 3000);
   ASSERT_TRUE(k.has_value()) << sup.log_text();
@@ -338,6 +339,22 @@ TEST_F(SupervisorProcess, PreemptibleCreateRightAfterTheKillSwitchIsRefused) {
   start_sup(sup, {"--mode", "preemptible"});
   const json a = sup.call(run_req("pre", {"sleep", "30"}));
   ASSERT_EQ(a["ok"], true) << a.dump();
+  // Another acquirer while the worker is live: lockd asks this worker whether the holder still
+  // runs (IsRunning); it does, so the name is not preempted.
+  {
+    auto ad = admin();
+    const lockd::Answer d = ad.acquire("pre", SandboxId{0xfe, 0xed}, WorkerId{}, 0, /*two_phase=*/true);
+    const auto* deny = d.as<wire::Deny>();
+    ASSERT_NE(deny, nullptr) << d.error;
+    EXPECT_EQ(deny->refusal, Refusal::held);
+    EXPECT_TRUE(eventually([&] {
+      return sup.call({{"v", 1}, {"op", "status"}})["counters"]["is_running_answered"].get<int>() >= 1;
+    }, 3000));
+    sleep_ms(200);
+    const lockd::Answer again = ad.acquire("pre", SandboxId{0xfe, 0xed}, WorkerId{}, 0, true);
+    EXPECT_NE(again.as<wire::Deny>(), nullptr) << again.error;
+    EXPECT_EQ(sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].size(), 1u);
+  }
   lockd_.child.signal(SIGSTOP);
   // Wait for the worker-wide kill-switch, then create at once.
   ASSERT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "status"}})["killswitch_engaged"] == true; }, 3000));
