@@ -101,7 +101,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // Orderly stop: make the pending changes durable and send the answers that waited for them.
+  const bool drained = service->drain_for_shutdown();
+  loop->run_once(0);
   service.reset();
   ::close(sfd);
+  if (!drained) {
+    std::fprintf(stderr, "leasehold-lockd: the store failed while stopping\n");
+    return 1;
+  }
   return 0;
 }

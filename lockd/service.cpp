@@ -712,6 +712,20 @@ bool LockService::after_iteration(std::int64_t now_ns) {
   return true;
 }
 
+bool LockService::drain_for_shutdown() {
+  // Submit what is pending (the store takes kBatchesInFlightMax batches at a time).
+  while (!pending_.empty() && !store_->failed()) {
+    if (store_->in_flight() < kBatchesInFlightMax) {
+      const std::uint64_t seq = change_seq_;
+      if (store_->submit(pending_, seq, table_.epoch_high_water())) submitted_seq_ = seq;
+    } else {
+      store_->drain();
+    }
+  }
+  store_->drain();
+  return after_iteration(now_boottime_ns());
+}
+
 void LockService::flush_log(std::uint64_t durable_seq) {
   while (!log_pending_.empty() && log_pending_.front().first <= durable_seq) {
     log_ += log_pending_.front().second;

@@ -92,6 +92,10 @@ class LockService {
   /// when lockd must stop because the store failed (failure() says why; nothing of the failed
   /// batch was answered).
   bool after_iteration(std::int64_t now_ns);
+  /// Orderly stop (SIGTERM): hands the pending changes to the store, waits until they are
+  /// durable, queues the answers that waited for them (the caller runs the loop once more to
+  /// send them) and logs the changes. Returns false if the store failed meanwhile.
+  bool drain_for_shutdown();
   /// How long run_once may wait (ns): until the next tick.
   std::int64_t wait_ns(std::int64_t now_ns) const noexcept;
   std::string failure() const;
