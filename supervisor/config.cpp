@@ -115,8 +115,8 @@ ConfigCheck check_config(const SupervisorConfig& c) {
 }
 
 std::string default_control_socket_path() {
-  if (const char* env = std::getenv("LEASEHOLD_CONTROL_SOCKET"); env != nullptr && *env != '\0')
-    return env;
+  for (const char* var : {"LEASEHOLD_CONTROL_SOCKET", "LEASEHOLD_SUPERVISOR"})
+    if (const char* env = std::getenv(var); env != nullptr && *env != '\0') return env;
   if (geteuid() == 0) return "/run/leasehold/supervisor.sock";
   if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0')
     return std::string(xdg) + "/leasehold/supervisor.sock";
@@ -156,7 +156,7 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
   app.add_option("--control-socket", c.control_socket_path,
                  "control socket path (default: /run/leasehold/supervisor.sock as root, else "
                  "$XDG_RUNTIME_DIR/leasehold/supervisor.sock or /tmp/leasehold-<uid>/"
-                 "supervisor.sock; $LEASEHOLD_CONTROL_SOCKET overrides)");
+                 "supervisor.sock; $LEASEHOLD_CONTROL_SOCKET or $LEASEHOLD_SUPERVISOR overrides)");
   app.add_option("--group", c.group,
                  "group whose members may use the control socket besides root (default: root only)");
   app.add_option("--ttl-ms", c.ttl_ms,

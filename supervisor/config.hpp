@@ -89,8 +89,8 @@ std::int64_t pause_budget_ns(std::uint64_t ttl_ms, std::uint64_t kill_after_ms, 
 
 /// Default control socket: /run/leasehold/supervisor.sock for root; otherwise
 /// $XDG_RUNTIME_DIR/leasehold/supervisor.sock, or /tmp/leasehold-<uid>/supervisor.sock when
-/// XDG_RUNTIME_DIR is unset. The `leasehold` CLI uses the same function, and
-/// $LEASEHOLD_CONTROL_SOCKET overrides it for both.
+/// XDG_RUNTIME_DIR is unset. $LEASEHOLD_CONTROL_SOCKET (or $LEASEHOLD_SUPERVISOR, the `leasehold`
+/// CLI's variable) overrides it.
 std::string default_control_socket_path();
 
 /// Default shm table path: /dev/shm/leasehold-<worker id>.
