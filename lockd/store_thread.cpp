@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <ctime>
 
 namespace leasehold::lockd {
@@ -84,15 +85,13 @@ void StoreThread::wake() const noexcept {
   if (wake_) wake_();
 }
 
-void StoreThread::maybe_compact() {
-  bool waiting;
+void StoreThread::maybe_compact(bool idle) {
+  const std::uint64_t rows = store_->log_rows();
   {
     std::lock_guard lock(mu_);
-    waiting = !queue_.empty();
-    stats_.log_rows = store_->log_rows();
+    stats_.log_rows = rows;
   }
-  const std::uint64_t rows = store_->log_rows();
-  if (rows <= kLogRowsCompactAt || (waiting && rows <= kLogRowsMax)) return;
+  if (rows <= kLogRowsCompactAt || (!idle && rows <= kLogRowsMax)) return;
   const std::uint64_t t0 = monotonic_ns();
   std::string error;
   try {
@@ -119,7 +118,14 @@ void StoreThread::run() {
     Batch batch;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      const bool woken = cv_.wait_for(lock, std::chrono::nanoseconds(kCompactIdleNs),
+                                      [&] { return stop_ || !queue_.empty(); });
+      if (!woken) {  // idle: a good moment to fold the change log
+        if (!failure_.empty()) continue;
+        lock.unlock();
+        maybe_compact(true);
+        continue;
+      }
       if (queue_.empty()) return;  // stop_ and drained
 
       batch = std::move(queue_.front());
@@ -159,7 +165,7 @@ void StoreThread::run() {
     durable_seq_.store(batch.seq, std::memory_order_release);
     idle_cv_.notify_all();
     wake();
-    maybe_compact();
+    maybe_compact(false);
   }
 }
 

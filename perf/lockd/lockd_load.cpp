@@ -241,9 +241,10 @@ bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const
 
 /// Asks lockd for its counters and prints those named in `keys`.
 void print_lockd_stats(const SocketAddress& lockd, wire::Sender& sender, const std::vector<std::string>& keys) {
+  static std::uint64_t request_id = 1ull << 50;  // unique per request: ids key lockd's answer cache
   Pipe pipe(lockd);
   wire::Datagram d;
-  sender.seal(999'999'999, wire::Stats{}, d);
+  sender.seal(request_id++, wire::Stats{}, d);
   pipe.queue(d);
   pipe.flush();
   bool printed = false;
@@ -482,7 +483,8 @@ int main(int argc, char** argv) {
   }
   print_lockd_stats(lockd_addr, *workers[0].sender,
                     {"store_commits", "store_changes", "store_commit_us_p50", "store_commit_us_p99",
-                     "store_batch_changes_mean", "store_batch_changes_max", "overloaded", "kernel_drops"});
+                     "store_batch_changes_mean", "store_batch_changes_max", "store_compactions",
+                     "store_compact_ms_max", "overloaded", "kernel_drops"});
   const RefreshResult r = refresh_rounds(workers, lockd_addr, o, pid, true);
   std::printf("refreshes: %" PRIu64 " in %.2f s = %.0f/s (%" PRIu64 " datagrams, window %u); not refreshed %" PRIu64
               "; lockd CPU %.2f s = %.3f CPU-s per 1M refreshes\n",

@@ -340,6 +340,26 @@ TEST(StoreThread, GroupCommitPublishesDurableSeq) {
   for (const auto& r : rows) EXPECT_EQ(r.epoch, r.name == "svc/name-1" ? 2u : 1u);
 }
 
+TEST(StoreThread, CompactsTheLogWhenIdle) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
+  std::uint64_t seq = 0;
+  const std::size_t total = kLogRowsCompactAt + 1000;
+  for (std::size_t k = 0; k < total;) {
+    std::vector<StoredName> b;
+    for (; k < total && b.size() < kStoreBatchChangesMax; ++k) b.push_back(held(k, 1));
+    while (!t.submit(b, ++seq)) ::usleep(1000);
+  }
+  while (t.durable_seq() < seq) ::usleep(1000);
+  // Idle for kCompactIdleNs: one step folds kCompactRowsStep rows.
+  for (int i = 0; i < 200 && t.stats().compactions == 0; ++i) ::usleep(20'000);
+  const StoreStats st = t.stats();
+  EXPECT_GE(st.compactions, 1u);
+  EXPECT_LE(st.log_rows, total - kCompactRowsStep);
+  EXPECT_FALSE(t.failed());
+}
+
 TEST(StoreThread, FailedCommitIsReportedNotDurable) {
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
