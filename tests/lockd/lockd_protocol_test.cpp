@@ -334,6 +334,45 @@ class FakeSupervisor {
   int fd_;
 };
 
+// Retries reuse the request id (DESIGN.md "The wire protocol"): the same bytes again, or the
+// same request under a new seq, get the first answer again and change nothing.
+TEST_F(LockdTest, RetriesGetTheSameAnswerAndGrantOnce) {
+  start();
+  FakeSupervisor raw(lockd_.address(), key_, W1);
+  raw.send(4242, wire::Revoke{name_id_of("retry/none")});  // an unknown name: refused
+  auto first = raw.receive(2000);
+  ASSERT_TRUE(first);
+  ASSERT_NE(std::get_if<wire::Deny>(&first->body), nullptr);
+
+  raw.send(77, wire::Acquire{"retry/a", S1, W1, 0, false});
+  auto g1 = raw.receive(2000);
+  ASSERT_TRUE(g1);
+  const auto* grant1 = std::get_if<wire::Grant>(&g1->body);
+  ASSERT_NE(grant1, nullptr);
+  // The same request id with a new seq (a retry by a client that re-seals): the cached answer.
+  raw.send(77, wire::Acquire{"retry/a", S1, W1, 0, false});
+  auto g2 = raw.receive(2000);
+  ASSERT_TRUE(g2);
+  const auto* grant2 = std::get_if<wire::Grant>(&g2->body);
+  ASSERT_NE(grant2, nullptr);
+  EXPECT_EQ(*grant2, *grant1);
+  EXPECT_EQ(g2->header.request_id, 77u);
+  // A revoke retried after it was answered is not applied twice.
+  raw.send(78, wire::Revoke{name_id_of("retry/a")});
+  auto r1 = raw.receive(2000);
+  ASSERT_TRUE(r1);
+  ASSERT_NE(std::get_if<wire::Ok>(&r1->body), nullptr);
+  raw.send(78, wire::Revoke{name_id_of("retry/a")});
+  auto r2 = raw.receive(2000);
+  ASSERT_TRUE(r2);
+  ASSERT_NE(std::get_if<wire::Ok>(&r2->body), nullptr);
+  EXPECT_EQ(std::get<wire::Ok>(r2->body).epoch, std::get<wire::Ok>(r1->body).epoch);
+  AdminClient c = client(W2);
+  const Answer sh = c.show("retry/a");
+  ASSERT_NE(sh.as<wire::NameInfo>(), nullptr) << sh.error;
+  EXPECT_EQ(sh.as<wire::NameInfo>()->record.epoch, grant1->epoch + 1);
+}
+
 TEST_F(LockdTest, PreemptibleModeLapsedWorkerAndNotRunning) {
   start({"--mode", "preemptible", "--worker-ttl-ms", "300"});
   AdminClient c = client(W2);
