@@ -504,5 +504,32 @@ TEST_F(SupervisorProcess, SigtermKillsReleasesAndCleansUp) {
   EXPECT_EQ(g.as<wire::Grant>()->epoch, a["epoch"].get<Epoch>() + 1);
 }
 
+
+TEST_F(SupervisorProcess, SigtermWithKeepLeavesProcessesRunningUnnamed) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup, {"--on-shutdown", "keep"});
+  const std::string cg_parent = sup.call({{"v", 1}, {"op", "status"}})["cgroup_parent"];
+  const json a = sup.call(run_req("kept", {"sleep", "30"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const pid_t pid = a["pid"];
+  sup.child.signal(SIGTERM);
+  EXPECT_EQ(sup.child.wait(10'000), 0) << sup.log_text();
+  EXPECT_EQ(::kill(pid, 0), 0) << "a kept sandbox must survive the supervisor";
+  EXPECT_FALSE(fs::exists(sup.shm));
+  // Its name was released: the next holder gets the next epoch.
+  auto ad = admin();
+  const lockd::Answer g = ad.acquire("kept", SandboxId{0x88, 0x88}, WorkerId{0x88, 0x89});
+  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+  EXPECT_EQ(g.as<wire::Grant>()->epoch, a["epoch"].get<Epoch>() + 1);
+  // Clean up what was deliberately kept.
+  ::kill(pid, SIGKILL);
+  if (!cg_parent.empty()) {
+    const std::string leaf = a.value("cgroup", std::string());
+    EXPECT_TRUE(eventually([&] { return leaf.empty() || ::rmdir(leaf.c_str()) == 0 || errno == ENOENT; }, 5000));
+    ::rmdir(cg_parent.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace leasehold
