@@ -179,6 +179,18 @@ struct Lockd {
 };
 
 struct Supervisor {
+  Supervisor() = default;
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+  /// A clean shutdown, so the test leaves no shm table or cgroup directory behind
+  /// (SIGKILL only if it does not exit in time).
+  ~Supervisor() {
+    if (!child.exited()) {
+      child.signal(SIGCONT);
+      child.signal(SIGTERM);
+      child.wait(10'000);
+    }
+  }
   Child child;
   fs::path socket;
   fs::path log;
