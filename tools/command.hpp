@@ -18,8 +18,9 @@ enum ExitCode : int {
   kUsage = 2,            ///< bad command line or malformed argument (e.g. an invalid name)
   kRefused = 3,          ///< lockd refused (held, stale epoch, ...)
   kNotFound = 4,         ///< unknown name, sandbox or slot
-  kUnreachable = 5,      ///< lockd or the supervisor did not answer / is not running
+  kUnreachable = 5,      ///< lockd did not answer (directly, or as seen by the supervisor)
   kTableError = 6,       ///< shm table missing, corrupt, or its writer is dead
+  kNoSupervisor = 7,     ///< no supervisor listens on the control socket (or access denied)
   kInternal = 70,        ///< a bug: please report it
 };
 

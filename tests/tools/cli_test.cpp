@@ -1,0 +1,302 @@
+// The `leasehold` CLI's answers to bad input, run as a real process: every subcommand that
+// takes a name, a sandbox id, a lockd address or a supervisor socket gets a clear message and
+// a distinct exit code (tools/command.hpp) for each of: malformed name, unknown name, lockd
+// unreachable, no supervisor running.
+#include "io/auth.hpp"
+#include "tools/command.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef LEASEHOLD_CLI_BINARY
+#error "LEASEHOLD_CLI_BINARY must name the leasehold executable"
+#endif
+#ifndef LEASEHOLD_LOCKD_BINARY
+#error "LEASEHOLD_LOCKD_BINARY must name the leasehold-lockd executable"
+#endif
+
+namespace leasehold::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/leasehold-cli-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    key_ = (dir_ / "key").string();
+    ASSERT_EQ(wire::generate_key_file(key_), "");
+    no_socket_ = (dir_ / "no-supervisor.sock").string();
+  }
+  void TearDown() override {
+    if (lockd_pid_ > 0) {
+      ::kill(lockd_pid_, SIGTERM);
+      int st = 0;
+      ::waitpid(lockd_pid_, &st, 0);
+    }
+    fs::remove_all(dir_);
+  }
+
+  /// Runs `leasehold args...` with a clean LEASEHOLD_* environment; bounded by 60 s.
+  Result cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    const fs::path out = dir_ / "cli.out", err = dir_ / "cli.err";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(o, 1);
+      ::dup2(e, 2);
+      for (const char* v : {"LEASEHOLD_LOCKD", "LEASEHOLD_KEY_FILE", "LEASEHOLD_SUPERVISOR", "LEASEHOLD_SHM",
+                            "LEASEHOLD_SLOT", "LEASEHOLD_EPOCH", "LEASEHOLD_CONTROL_SOCKET"})
+        ::unsetenv(v);
+      for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+      std::vector<char*> argv{const_cast<char*>(LEASEHOLD_CLI_BINARY)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    Result r;
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        ADD_FAILURE() << "leasehold did not exit within 60 s";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  /// Starts leasehold-lockd on an ephemeral loopback port; returns "127.0.0.1:PORT".
+  std::string start_lockd() {
+    const fs::path out = dir_ / "lockd.out";
+    lockd_pid_ = ::fork();
+    if (lockd_pid_ == 0) {
+      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(o, 1);
+      ::dup2(o, 2);
+      const std::string store = (dir_ / "lockd.db").string();
+      ::execl(LEASEHOLD_LOCKD_BINARY, LEASEHOLD_LOCKD_BINARY, "--listen", "127.0.0.1:0", "--store", store.c_str(),
+              "--key-file", key_.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string text = slurp(out);
+      if (const auto p = text.find("listening "); p != std::string::npos && text.find('\n', p) != std::string::npos) {
+        const std::string line = text.substr(p, text.find('\n', p) - p);
+        return "127.0.0.1:" + line.substr(line.rfind(':') + 1);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "lockd did not start: " << slurp(out);
+    return "";
+  }
+
+  std::vector<std::string> lockd_flags(const std::string& addr) {
+    return {"--lockd", addr, "--key-file", key_, "--timeout-ms", "400"};
+  }
+  std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+
+  fs::path dir_;
+  std::string key_;
+  std::string no_socket_;
+  pid_t lockd_pid_ = -1;
+};
+
+#define EXPECT_ANSWER(r, exit_code, phrase)                                            \
+  do {                                                                                 \
+    EXPECT_EQ((r).code, (exit_code)) << "stderr: " << (r).err << "\nstdout: " << (r).out; \
+    EXPECT_NE((r).err.find(phrase), std::string::npos) << "stderr: " << (r).err;      \
+  } while (0)
+
+constexpr const char* kSandbox = "0f8fad5b-d9cb-469f-a165-70867728950e";
+// Nothing answers on this port: the discard port on loopback, closed on any test machine.
+constexpr const char* kSilentLockd = "127.0.0.1:9";
+
+TEST_F(CliTest, ExitCodesAreDistinct) {
+  const int codes[] = {kOk, kFailure, kUsage, kRefused, kNotFound, kUnreachable, kTableError, kNoSupervisor, kInternal};
+  for (std::size_t i = 0; i < std::size(codes); ++i)
+    for (std::size_t j = i + 1; j < std::size(codes); ++j) EXPECT_NE(codes[i], codes[j]);
+  const Result help = cli({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("7 no supervisor running"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("5 lockd unreachable"), std::string::npos);
+  EXPECT_NE(help.out.find("4 not found"), std::string::npos);
+}
+
+TEST_F(CliTest, MalformedNameIsAUsageErrorEverywhere) {
+  const std::string bad = "orders db!";
+  const auto lf = lockd_flags(kSilentLockd);
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           with({"show", bad}, lf),
+           with({"acquire", bad}, lf),
+           with({"revoke", bad}, lf),
+           with({"transfer", bad, "--to", kSandbox}, lf),
+           {"run", "--supervisor", no_socket_, "--name", bad, "--", "/bin/true"},
+           {"name", "--supervisor", no_socket_, kSandbox, bad},
+           {"release", "--supervisor", no_socket_, bad},
+           {"commit", "--supervisor", no_socket_, bad, "--sandbox", kSandbox, "--epoch", "3", "--", "/bin/true"},
+       }) {
+    const Result r = cli(args);
+    SCOPED_TRACE(args[0]);
+    EXPECT_ANSWER(r, kUsage, "malformed name \"orders db!\"");
+    EXPECT_NE(r.err.find("' '"), std::string::npos) << "names the bad byte: " << r.err;
+  }
+  const Result toolong = cli(with({"show", std::string(200, 'a')}, lf));
+  EXPECT_ANSWER(toolong, kUsage, "malformed name");
+}
+
+TEST_F(CliTest, LockdUnreachableNamesTheAddress) {
+  const auto lf = lockd_flags(kSilentLockd);
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           with({"show", "orders"}, lf),
+           with({"names"}, lf),
+           with({"acquire", "orders"}, lf),
+           with({"revoke", "orders"}, lf),
+           with({"transfer", "orders", "--to", kSandbox}, lf),
+       }) {
+    const Result r = cli(args);
+    SCOPED_TRACE(args[0]);
+    EXPECT_ANSWER(r, kUnreachable, "lockd at 127.0.0.1:9 is unreachable");
+  }
+  // The environment supplies the address and the key file.
+  const Result env = cli({"show", "orders", "--timeout-ms", "300"},
+                         {"LEASEHOLD_LOCKD=127.0.0.1:9", "LEASEHOLD_KEY_FILE=" + key_});
+  EXPECT_ANSWER(env, kUnreachable, "lockd at 127.0.0.1:9 is unreachable");
+}
+
+TEST_F(CliTest, BadLockdAddressOrKeyFileIsAUsageError) {
+  const Result addr = cli({"names", "--lockd", "localhost", "--key-file", key_});
+  EXPECT_ANSWER(addr, kUsage, "malformed lockd address \"localhost\"");
+  const Result key = cli({"show", "orders", "--lockd", kSilentLockd, "--key-file", (dir_ / "missing.key").string()});
+  EXPECT_ANSWER(key, kUsage, "missing.key");
+  ::chmod(key_.c_str(), 0644);
+  const Result loose = cli(with({"show", "orders"}, lockd_flags(kSilentLockd)));
+  EXPECT_ANSWER(loose, kUsage, "chmod 600");
+}
+
+TEST_F(CliTest, NoSupervisorRunningNamesTheSocket) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"run", "--supervisor", no_socket_, "--name", "orders", "--", "/bin/true"},
+           {"run", "--supervisor", no_socket_, "--", "/bin/true"},
+           {"name", "--supervisor", no_socket_, kSandbox, "orders"},
+           {"release", "--supervisor", no_socket_, "orders"},
+           {"sandboxes", "--supervisor", no_socket_},
+           {"commit", "--supervisor", no_socket_, "orders", "--sandbox", kSandbox, "--epoch", "3", "--", "/bin/true"},
+       }) {
+    const Result r = cli(args);
+    SCOPED_TRACE(args[0]);
+    EXPECT_ANSWER(r, kNoSupervisor, "no supervisor is running at " + no_socket_);
+  }
+  const Result env = cli({"sandboxes"}, {"LEASEHOLD_SUPERVISOR=" + no_socket_});
+  EXPECT_ANSWER(env, kNoSupervisor, "no supervisor is running at " + no_socket_);
+}
+
+TEST_F(CliTest, MalformedSandboxOrEpochIsAUsageError) {
+  const Result name = cli({"name", "--supervisor", no_socket_, "not-a-uuid", "orders"});
+  EXPECT_ANSWER(name, kUsage, "malformed sandbox id \"not-a-uuid\"");
+  const Result transfer = cli(with({"transfer", "orders", "--to", "xyz"}, lockd_flags(kSilentLockd)));
+  EXPECT_ANSWER(transfer, kUsage, "malformed sandbox id \"xyz\"");
+  const Result epoch = cli({"commit", "--supervisor", no_socket_, "orders", "--sandbox", kSandbox, "--epoch", "0",
+                            "--", "/bin/true"});
+  EXPECT_ANSWER(epoch, kUsage, "--epoch 0");
+}
+
+TEST_F(CliTest, UnknownNameIsNotFoundAndKnownNamesAreListed) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  const auto lf = lockd_flags(addr);
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           with({"show", "no-such-name"}, lf),
+           with({"transfer", "no-such-name", "--to", kSandbox}, lf),
+       }) {
+    const Result r = cli(args);
+    SCOPED_TRACE(args[0]);
+    EXPECT_ANSWER(r, kNotFound, "unknown name \"no-such-name\"");
+  }
+  // A 2-phase acquire makes the name known; a second one is refused with the holder.
+  const Result first = cli(with({"acquire", "orders", "--sandbox", kSandbox, "--json"}, lf));
+  ASSERT_EQ(first.code, kOk) << first.err;
+  EXPECT_NE(first.out.find("\"state\":\"acquiring\""), std::string::npos) << first.out;
+  const Result second = cli(with({"acquire", "orders", "--sandbox", "11111111-2222-4333-8444-555555555555"}, lf));
+  EXPECT_ANSWER(second, kRefused, "refused by lockd: acquiring");
+  EXPECT_NE(second.err.find(std::string("holder ") + kSandbox), std::string::npos) << second.err;
+  const Result shown = cli(with({"show", "orders", "--json"}, lf));
+  ASSERT_EQ(shown.code, kOk) << shown.err;
+  EXPECT_NE(shown.out.find("\"state\":\"acquiring\""), std::string::npos) << shown.out;
+  const Result names = cli(with({"names"}, lf));
+  ASSERT_EQ(names.code, kOk) << names.err;
+  EXPECT_NE(names.out.find("orders"), std::string::npos);
+  EXPECT_NE(names.out.find("1 name(s)"), std::string::npos) << names.out;
+  // Transfer needs a held name.
+  const Result t = cli(with({"transfer", "orders", "--to", kSandbox}, lf));
+  EXPECT_ANSWER(t, kRefused, "not held");
+  // Revoke frees it at epoch + 1, and announces the epoch to a fenced store.
+  const std::string db = (dir_ / "fence.db").string();
+  const Result rv = cli(with({"revoke", "orders", "--fence-db", db, "--json"}, lf));
+  ASSERT_EQ(rv.code, kOk) << rv.err;
+  EXPECT_NE(rv.out.find("\"epoch\":2"), std::string::npos) << rv.out;
+  const Result audit = cli({"audit", "--db", db, "--json"});
+  ASSERT_EQ(audit.code, kOk) << audit.err;
+  EXPECT_NE(audit.out.find("\"fences\":1"), std::string::npos) << audit.out;
+}
+
+TEST_F(CliTest, CheckWithoutATableOrArguments) {
+  const Result none = cli({"check"});
+  EXPECT_ANSWER(none, kUsage, "LEASEHOLD_SHM");
+  const Result missing = cli({"check", "--shm", (dir_ / "no-table").string(), "--slot", "0", "--epoch", "1"});
+  EXPECT_EQ(missing.code, kTableError) << missing.err;
+  EXPECT_NE(missing.err.find("no-table"), std::string::npos) << missing.err;
+  const Result env = cli({"check"}, {"LEASEHOLD_SHM=" + (dir_ / "no-table").string(), "LEASEHOLD_SLOT=0",
+                                     "LEASEHOLD_EPOCH=1"});
+  EXPECT_EQ(env.code, kTableError) << env.err;
+}
+
+TEST_F(CliTest, AuditOfAMissingOrForeignDatabase) {
+  {
+    std::ofstream(dir_ / "junk.db") << "not a database at all, only text that fills the first page";
+  }
+  const Result junk = cli({"audit", "--db", (dir_ / "junk.db").string()});
+  EXPECT_ANSWER(junk, kUsage, "not a SQLite database");
+}
+
+}  // namespace
+}  // namespace leasehold::cli

@@ -1,0 +1,409 @@
+// Control-plane subcommands that talk to lockd (DESIGN.md "Lock states"):
+//   leasehold acquire NAME [--sandbox S]               2-phase: Free -> Acquiring (epoch +1)
+//   leasehold commit NAME --sandbox S --epoch E -- CMD  the worker's supervisor commits it with
+//                                                      its next heartbeat, then starts CMD
+//   leasehold transfer NAME --to SANDBOX               Held -> Transferring (epoch +1 at the
+//                                                      start) -> Free{reserved for SANDBOX}
+//   leasehold revoke NAME                              -> Free, epoch +1, no cooperation needed
+// --fence-db PATH (transfer, revoke) announces the new epoch to a FencedStore
+// (resource/fenced_store.hpp), so the old holder's writes are rejected from that moment.
+#include "tools/cmd_common.hpp"
+
+#include "resource/fenced_store.hpp"
+#include "supervisor/config.hpp"
+
+#include <time.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+namespace leasehold::cli {
+namespace {
+
+/// Announces `epoch` to the fenced store at `path` (if any); false + failure on error.
+bool announce(const std::string& path, const std::string& name, Epoch epoch, const char* why, Failure& f) {
+  if (path.empty()) return true;
+  std::string err;
+  auto store = resource::FencedStore::open(path, err);
+  if (!store) {
+    f = {kUsage, err};
+    return false;
+  }
+  const auto r = store->advance_fence(name, epoch, why);
+  if (!r.accepted()) {
+    f = {kFailure, "announcing epoch " + std::to_string(epoch) + " to " + path + ": " + r.reason};
+    return false;
+  }
+  return true;
+}
+
+struct AcquireArgs {
+  LockdFlags lockd;
+  std::string name;
+  std::string sandbox;
+  std::uint32_t ttl_ms = 0;
+  bool json = false;
+};
+
+const Command kAcquire([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<AcquireArgs>();
+  auto* sub = app.add_subcommand(
+      "acquire", "2-phase acquire for control planes: reserve NAME for a sandbox (Acquiring, epoch +1); "
+                 "the worker then commits it (`leasehold commit`) before its acquiring TTL runs out");
+  add_lockd_flags(sub, a->lockd);
+  sub->add_option("name", a->name, "the name")->required();
+  sub->add_option("--sandbox", a->sandbox, "the sandbox id to reserve it for (default: a new random id)");
+  sub->add_option("--ttl-ms", a->ttl_ms, "lease TTL to ask for at commit, milliseconds (0: lockd's default)");
+  sub->add_flag("--json", a->json, "print the grant as JSON");
+  sub->callback([a, exit_code] {
+    Failure f;
+    if (!check_name(a->name, f)) {
+      *exit_code = report("acquire", f);
+      return;
+    }
+    SandboxId sb;
+    if (a->sandbox.empty()) {
+      sb = random_sandbox_id();
+    } else if (auto p = parse_sandbox(a->sandbox, f)) {
+      sb = *p;
+    } else {
+      *exit_code = report("acquire", f);
+      return;
+    }
+    auto client = connect_lockd(a->lockd, f);
+    if (!client) {
+      *exit_code = report("acquire", f);
+      return;
+    }
+    const lockd::Answer ans = client->acquire(a->name, sb, WorkerId{}, a->ttl_ms, /*two_phase=*/true);
+    if (const auto* d = ans.as<wire::Deny>()) {
+      *exit_code = report("acquire", deny_failure(*d, a->name));
+      return;
+    }
+    const auto* g = ans.as<wire::Grant>();
+    if (g == nullptr) {
+      *exit_code = report("acquire", answer_failure(ans, a->lockd, "acquire \"" + a->name + "\""));
+      return;
+    }
+    if (a->json) {
+      std::printf("%s\n", nlohmann::json{{"name", a->name},
+                                         {"sandbox", sb.str()},
+                                         {"epoch", g->epoch},
+                                         {"state", std::string(wire::to_string(g->state))},
+                                         {"commit_within_ms", g->ttl_ms}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("\"%s\" is %s for sandbox %s at epoch %llu; commit within %u ms:\n"
+                  "  leasehold commit %s --sandbox %s --epoch %llu -- COMMAND...   (on the worker)\n",
+                  a->name.c_str(), std::string(wire::to_string(g->state)).c_str(), sb.str().c_str(),
+                  static_cast<unsigned long long>(g->epoch), g->ttl_ms, a->name.c_str(), sb.str().c_str(),
+                  static_cast<unsigned long long>(g->epoch));
+    }
+    *exit_code = kOk;
+  });
+});
+
+struct CommitArgs {
+  SupervisorFlags sup;
+  LockdFlags lockd;
+  std::string name;
+  std::string sandbox;
+  Epoch epoch = 0;
+  std::string worker;
+  std::vector<std::string> argv;
+  bool json = false;
+};
+
+const Command kCommit([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<CommitArgs>();
+  auto* sub = app.add_subcommand(
+      "commit", "Second phase: the local supervisor commits a name acquired with `leasehold acquire` "
+                "(through its next heartbeat, carrying its worker id) and starts the command only once "
+                "lockd granted it. With --worker, commit at lockd directly and start nothing.");
+  add_supervisor_flags(sub, a->sup);
+  sub->add_option("--lockd", a->lockd.lockd, "with --worker: lockd address (env LEASEHOLD_LOCKD)");
+  sub->add_option("--key-file", a->lockd.key_file, "with --worker: key file (env LEASEHOLD_KEY_FILE)");
+  sub->add_option("name", a->name, "the name")->required();
+  sub->add_option("--sandbox", a->sandbox, "the sandbox id given to `acquire`")->required();
+  sub->add_option("--epoch", a->epoch, "the epoch `acquire` printed")->required();
+  sub->add_option("--worker", a->worker, "commit directly at lockd for this worker id (no process)");
+  sub->add_flag("--json", a->json, "print the answer as JSON");
+  sub->add_option("command", a->argv, "the command to start once committed, after --");
+  sub->callback([a, exit_code] {
+    Failure f;
+    const auto sb = parse_sandbox(a->sandbox, f);
+    if (!sb || !check_name(a->name, f)) {
+      *exit_code = report("commit", f);
+      return;
+    }
+    if (a->epoch == 0) {
+      *exit_code = report("commit", {kUsage, "--epoch 0: no acquire hands out epoch 0"});
+      return;
+    }
+    if (!a->worker.empty()) {
+      const auto w = WorkerId::parse(a->worker);
+      if (!w || w->is_nil()) {
+        *exit_code = report("commit", {kUsage, "malformed worker id \"" + a->worker + "\": expected a UUID"});
+        return;
+      }
+      auto client = connect_lockd(a->lockd, f);
+      if (!client) {
+        *exit_code = report("commit", f);
+        return;
+      }
+      const lockd::Answer ans = client->commit(name_id_of(a->name), *sb, a->epoch, *w);
+      if (const auto* d = ans.as<wire::Deny>()) {
+        *exit_code = report("commit", deny_failure(*d, a->name));
+        return;
+      }
+      const auto* g = ans.as<wire::Grant>();
+      if (g == nullptr) {
+        *exit_code = report("commit", answer_failure(ans, a->lockd, "commit \"" + a->name + "\""));
+        return;
+      }
+      std::printf("\"%s\" held by %s at epoch %llu on worker %s (lease %u ms)\n", a->name.c_str(),
+                  sb->str().c_str(), static_cast<unsigned long long>(g->epoch), w->str().c_str(), g->ttl_ms);
+      *exit_code = kOk;
+      return;
+    }
+    if (a->argv.empty()) {
+      *exit_code = report("commit", {kUsage, "a command to start is required after -- (or --worker to "
+                                             "commit at lockd without starting anything)"});
+      return;
+    }
+    nlohmann::json env = nlohmann::json::object();
+    if (const char* path = std::getenv("PATH")) env["PATH"] = path;
+    auto ans = supervisor_call(a->sup,
+                               {{"v", 1}, {"op", "expect-commit"}, {"name", a->name}, {"sandbox", sb->str()},
+                                {"epoch", a->epoch}, {"argv", a->argv}, {"env", env}},
+                               f);
+    if (!ans) {
+      *exit_code = report("commit", f);
+      return;
+    }
+    if (!ans->value("ok", false)) {
+      *exit_code = report("commit", supervisor_failure(*ans, "commit \"" + a->name + "\""));
+      return;
+    }
+    if (a->json) std::printf("%s\n", ans->dump().c_str());
+    else
+      std::printf("committed \"%s\" at epoch %llu: sandbox %s started (pid %d)\n", a->name.c_str(),
+                  static_cast<unsigned long long>(ans->value("epoch", 0ull)),
+                  ans->value("sandbox", std::string("?")).c_str(), ans->value("pid", -1));
+    *exit_code = kOk;
+  });
+});
+
+struct TransferArgs {
+  LockdFlags lockd;
+  std::string name;
+  std::string to;
+  std::string fence_db;
+  std::string from_supervisor;
+  std::string to_supervisor;
+  std::int64_t wait_ms = -1;
+  bool no_complete = false;
+  bool json = false;
+};
+
+const Command kTransfer([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<TransferArgs>();
+  auto* sub = app.add_subcommand(
+      "transfer",
+      "Graceful transfer: begin (epoch +1 at the start; the holder's heartbeats are answered `lost`, "
+      "so its supervisor stops it), wait until the old holder has certainly stopped, complete "
+      "(Free, reserved for --to); nobody may write in between");
+  add_lockd_flags(sub, a->lockd);
+  sub->add_option("name", a->name, "the name")->required();
+  sub->add_option("--to", a->to, "the sandbox id that receives the name")->required();
+  sub->add_option("--fence-db", a->fence_db,
+                  "a fenced store (SQLite) to announce the new epoch to before the transfer begins");
+  sub->add_option("--from-supervisor", a->from_supervisor,
+                  "the old holder's supervisor socket: complete as soon as it no longer runs the holder");
+  sub->add_option("--to-supervisor", a->to_supervisor,
+                  "the new holder's supervisor socket: name the --to sandbox there once complete");
+  sub->add_option("--wait-ms", a->wait_ms,
+                  "longest wait for the old holder to stop before completing (default: its lease time "
+                  "left, after which its kill-switch has certainly fired)");
+  sub->add_flag("--no-complete", a->no_complete, "only begin; leave the name Transferring");
+  sub->add_flag("--json", a->json, "print the outcome as JSON");
+  sub->callback([a, exit_code] {
+    Failure f;
+    const auto to = parse_sandbox(a->to, f);
+    if (!to || !check_name(a->name, f)) {
+      *exit_code = report("transfer", f);
+      return;
+    }
+    auto client = connect_lockd(a->lockd, f);
+    if (!client) {
+      *exit_code = report("transfer", f);
+      return;
+    }
+    const std::string what = "transfer \"" + a->name + "\"";
+    const lockd::Answer shown = client->show(a->name);
+    if (const auto* d = shown.as<wire::Deny>()) {
+      *exit_code = report("transfer", deny_failure(*d, a->name));
+      return;
+    }
+    const auto* info = shown.as<wire::NameInfo>();
+    if (info == nullptr) {
+      *exit_code = report("transfer", answer_failure(shown, a->lockd, what));
+      return;
+    }
+    const wire::NameRecord rec = info->record;
+    if (rec.state != wire::LockState::held) {
+      *exit_code = report("transfer", {kRefused, what + ": it is " + std::string(wire::to_string(rec.state)) +
+                                                     " at epoch " + std::to_string(rec.epoch) +
+                                                     ", not held; only a held name can be transferred"});
+      return;
+    }
+    // Fence first: the resource rejects the old epoch before lockd moves it, so no write of
+    // the old holder can land while the name is in transfer (epochs grow by exactly 1 at begin;
+    // if lockd allocated more, the fence is raised again below).
+    if (!announce(a->fence_db, a->name, rec.epoch + 1, "transfer begin", f)) {
+      *exit_code = report("transfer", f);
+      return;
+    }
+    const lockd::Answer begun = client->transfer_begin(rec.name_id, rec.holder, rec.epoch, *to);
+    if (const auto* d = begun.as<wire::Deny>()) {
+      *exit_code = report("transfer", deny_failure(*d, a->name));
+      return;
+    }
+    const auto* ts = begun.as<wire::TransferState>();
+    if (ts == nullptr) {
+      *exit_code = report("transfer", answer_failure(begun, a->lockd, what));
+      return;
+    }
+    const Epoch new_epoch = ts->new_epoch;
+    if (new_epoch != rec.epoch + 1 && !announce(a->fence_db, a->name, new_epoch, "transfer begin", f)) {
+      *exit_code = report("transfer", f);
+      return;
+    }
+    if (!a->json)
+      std::printf("begun: \"%s\" transferring from %s (epoch %llu) to %s at epoch %llu\n", a->name.c_str(),
+                  rec.holder.str().c_str(), static_cast<unsigned long long>(rec.epoch), to->str().c_str(),
+                  static_cast<unsigned long long>(new_epoch));
+    nlohmann::json out = {{"name", a->name}, {"from", rec.holder.str()}, {"to", to->str()},
+                          {"old_epoch", rec.epoch}, {"new_epoch", new_epoch}, {"state", "transferring"}};
+    if (a->no_complete) {
+      if (a->json) std::printf("%s\n", out.dump().c_str());
+      *exit_code = kOk;
+      return;
+    }
+    // Wait until the old holder has stopped: its supervisor kills it on the next `lost`
+    // heartbeat answer, and in any case before its lease's expiry (the kill-switch).
+    const std::int64_t wait_ms = a->wait_ms >= 0 ? a->wait_ms : static_cast<std::int64_t>(rec.ttl_left_ms);
+    const std::int64_t until = boot_ns() + wait_ms * 1'000'000;
+    bool confirmed = false;
+    if (!a->from_supervisor.empty()) {
+      SupervisorFlags sf;
+      sf.socket = a->from_supervisor;
+      while (boot_ns() < until && !confirmed) {
+        Failure lf;
+        auto list = supervisor_call(sf, {{"v", 1}, {"op", "list"}}, lf);
+        if (!list) break;  // the old worker's supervisor is gone: rely on the lease bound
+        confirmed = true;
+        for (const auto& s : list->value("sandboxes", nlohmann::json::array()))
+          if (s.value("sandbox", std::string()) == rec.holder.str() && s.value("state", std::string()) != "exited")
+            confirmed = false;
+        if (!confirmed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    if (!confirmed) {
+      const std::int64_t left = until - boot_ns();
+      if (left > 0) {
+        if (!a->json)
+          std::printf("waiting %lld ms for the old holder's lease to lapse (its kill-switch fires before)\n",
+                      static_cast<long long>(left / 1'000'000));
+        std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+      }
+    }
+    const lockd::Answer done = client->transfer_complete(rec.name_id, new_epoch);
+    if (const auto* d = done.as<wire::Deny>()) {
+      *exit_code = report("transfer", deny_failure(*d, a->name));
+      return;
+    }
+    if (done.as<wire::TransferState>() == nullptr) {
+      *exit_code = report("transfer", answer_failure(done, a->lockd, what + " (complete)"));
+      return;
+    }
+    out["state"] = "free_reserved";
+    if (!a->json)
+      std::printf("complete: \"%s\" is free at epoch %llu, reserved for %s\n", a->name.c_str(),
+                  static_cast<unsigned long long>(new_epoch), to->str().c_str());
+    if (!a->to_supervisor.empty()) {
+      SupervisorFlags sf;
+      sf.socket = a->to_supervisor;
+      auto named = supervisor_call(sf, {{"v", 1}, {"op", "name"}, {"sandbox", to->str()}, {"name", a->name}}, f);
+      if (!named) {
+        *exit_code = report("transfer", f);
+        return;
+      }
+      if (!named->value("ok", false)) {
+        *exit_code = report("transfer", supervisor_failure(*named, what + " (accept)"));
+        return;
+      }
+      out["state"] = "held";
+      if (!a->json)
+        std::printf("accepted: %s holds \"%s\" at epoch %llu\n", to->str().c_str(), a->name.c_str(),
+                    static_cast<unsigned long long>(named->value("epoch", 0ull)));
+    } else if (!a->json) {
+      std::printf("next, on the receiving worker:  leasehold name %s %s\n", to->str().c_str(), a->name.c_str());
+    }
+    if (a->json) std::printf("%s\n", out.dump().c_str());
+    *exit_code = kOk;
+  });
+});
+
+struct RevokeArgs {
+  LockdFlags lockd;
+  std::string name;
+  std::string fence_db;
+  bool json = false;
+};
+
+const Command kRevoke([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<RevokeArgs>();
+  auto* sub = app.add_subcommand(
+      "revoke", "Coordinator revoke: the name becomes free at epoch +1 without the holder's "
+                "cooperation (its supervisor kills it on the next heartbeat answer)");
+  add_lockd_flags(sub, a->lockd);
+  sub->add_option("name", a->name, "the name")->required();
+  sub->add_option("--fence-db", a->fence_db, "a fenced store (SQLite) to announce the new epoch to");
+  sub->add_flag("--json", a->json, "print the outcome as JSON");
+  sub->callback([a, exit_code] {
+    Failure f;
+    if (!check_name(a->name, f)) {
+      *exit_code = report("revoke", f);
+      return;
+    }
+    auto client = connect_lockd(a->lockd, f);
+    if (!client) {
+      *exit_code = report("revoke", f);
+      return;
+    }
+    const lockd::Answer ans = client->revoke(name_id_of(a->name));
+    if (const auto* d = ans.as<wire::Deny>()) {
+      *exit_code = report("revoke", deny_failure(*d, a->name));
+      return;
+    }
+    const auto* ok = ans.as<wire::Ok>();
+    if (ok == nullptr) {
+      *exit_code = report("revoke", answer_failure(ans, a->lockd, "revoke \"" + a->name + "\""));
+      return;
+    }
+    if (!announce(a->fence_db, a->name, ok->epoch, "revoke", f)) {
+      *exit_code = report("revoke", f);
+      return;
+    }
+    if (a->json) std::printf("%s\n", nlohmann::json{{"name", a->name}, {"epoch", ok->epoch}}.dump().c_str());
+    else std::printf("revoked \"%s\": free at epoch %llu\n", a->name.c_str(), static_cast<unsigned long long>(ok->epoch));
+    *exit_code = kOk;
+  });
+});
+
+}  // namespace
+}  // namespace leasehold::cli

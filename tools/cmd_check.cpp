@@ -1,0 +1,123 @@
+// `leasehold check`: a sandbox runtime's view of its own lease in the shm epoch table
+// (DESIGN.md "The shared-memory epoch table"). Reads LEASEHOLD_SHM, LEASEHOLD_SLOT and
+// LEASEHOLD_EPOCH (what the supervisor puts in every sandbox's env) unless flags say otherwise.
+// Exit 0: valid (check_deadline passes); 1: not valid (the reason is printed); 6: no usable
+// table; 2: missing or malformed slot/epoch.
+#include "tools/cmd_common.hpp"
+
+#include "shm/table.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+namespace leasehold::cli {
+namespace {
+
+struct CheckArgs {
+  std::string shm;
+  std::string slot;
+  std::string epoch;
+  std::string sandbox;
+  std::uint64_t wait_ms = 0;
+  bool json = false;
+};
+
+std::optional<std::uint64_t> parse_u64(const std::string& text) {
+  if (text.empty() || text.size() > 20) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+std::string env(const char* var) {
+  const char* v = std::getenv(var);
+  return v != nullptr ? std::string(v) : std::string();
+}
+
+const Command kCheck([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<CheckArgs>();
+  auto* sub = app.add_subcommand(
+      "check", "Check a sandbox's own lease in the shm table (epoch, deadline, writer liveness); "
+               "exit 0 if valid, 1 if not");
+  sub->add_option("--shm", a->shm, "table location (env LEASEHOLD_SHM)");
+  sub->add_option("--slot", a->slot, "slot index (env LEASEHOLD_SLOT)");
+  sub->add_option("--epoch", a->epoch, "the epoch the sandbox was granted (env LEASEHOLD_EPOCH)");
+  sub->add_option("--sandbox", a->sandbox, "find the slot by sandbox id instead of --slot");
+  sub->add_option("--wait-ms", a->wait_ms, "wait this long for the table to appear");
+  sub->add_flag("--json", a->json, "print a JSON object");
+  sub->callback([a, exit_code] {
+    auto fail = [&](int code, const std::string& m) { *exit_code = report("check", {code, m}); };
+    const std::string loc = !a->shm.empty() ? a->shm : env("LEASEHOLD_SHM");
+    if (loc.empty()) return fail(kUsage, "no table: pass --shm or set LEASEHOLD_SHM (the supervisor sets it in every sandbox)");
+    shm::OpenOptions oo;
+    oo.wait_ns = a->wait_ms * 1'000'000;
+    std::optional<shm::TableReader> reader;
+    try {
+      reader.emplace(shm::TableReader::open(loc, oo));
+    } catch (const std::exception& e) {
+      return fail(kTableError, e.what());
+    }
+    std::uint32_t slot = 0;
+    if (!a->sandbox.empty()) {
+      Failure f;
+      const auto sb = parse_sandbox(a->sandbox, f);
+      if (!sb) return fail(f.code, f.message);
+      const auto found = reader->find(*sb);
+      if (!found) return fail(kNotFound, "no slot for sandbox " + sb->str() + " in " + loc);
+      slot = found->index;
+    } else {
+      const std::string text = !a->slot.empty() ? a->slot : env("LEASEHOLD_SLOT");
+      if (text.empty()) return fail(kUsage, "no slot: pass --slot or --sandbox, or set LEASEHOLD_SLOT");
+      const auto v = parse_u64(text);
+      if (!v) return fail(kUsage, "malformed slot \"" + text + "\": expected a slot index");
+      if (*v >= reader->slot_count())
+        return fail(kNotFound, "slot " + text + " is out of range: the table has " +
+                                   std::to_string(reader->slot_count()) + " slots");
+      slot = static_cast<std::uint32_t>(*v);
+    }
+    const std::string etext = !a->epoch.empty() ? a->epoch : env("LEASEHOLD_EPOCH");
+    if (etext.empty()) return fail(kUsage, "no epoch: pass --epoch or set LEASEHOLD_EPOCH");
+    const auto epoch = parse_u64(etext);
+    if (!epoch || *epoch == 0) return fail(kUsage, "malformed epoch \"" + etext + "\": expected a positive integer");
+
+    const std::uint64_t now = shm::boottime_ns();
+    const bool valid = reader->check_deadline_at(slot, *epoch, now);
+    shm::SlotSnapshot snap;
+    const shm::TableErrc se = reader->snapshot(slot, snap);
+    const shm::Liveness live = reader->writer_liveness(now);
+    std::string reason;
+    if (!valid) {
+      if (se != shm::TableErrc::ok) reason = "slot unreadable: " + std::string(shm::to_string(se));
+      else if (live.closed) reason = "the supervisor closed the table";
+      else if (!live.alive) reason = "the supervisor's heartbeat is stale (writer dead?)";
+      else if (snap.revoked) reason = "the lease was revoked (kill-switch or lost lease)";
+      else if (snap.epoch != *epoch) reason = "the slot holds epoch " + std::to_string(snap.epoch) + ", not " + etext;
+      else if (snap.valid_until_ns <= now) reason = "valid_until passed " + duration_text(static_cast<std::int64_t>(now - snap.valid_until_ns)) + " ago";
+      else reason = "the slot is " + std::string(shm::to_string(snap.state));
+    }
+    const std::int64_t left_ns = static_cast<std::int64_t>(snap.valid_until_ns) - static_cast<std::int64_t>(now);
+    if (a->json) {
+      nlohmann::json j = {{"valid", valid}, {"slot", slot}, {"epoch", *epoch},
+                          {"slot_epoch", snap.epoch}, {"slot_state", std::string(shm::to_string(snap.state))},
+                          {"revoked", snap.revoked}, {"sandbox", snap.sandbox.str()},
+                          {"valid_for_ms", left_ns / 1'000'000}, {"writer_alive", live.alive}};
+      if (!valid) j["reason"] = reason;
+      std::printf("%s\n", j.dump().c_str());
+    } else if (valid) {
+      std::printf("valid: slot %u epoch %s, sandbox %s, valid for %s more\n", slot, etext.c_str(),
+                  snap.sandbox.str().c_str(), duration_text(left_ns).c_str());
+    } else {
+      std::printf("NOT valid: slot %u epoch %s: %s\n", slot, etext.c_str(), reason.c_str());
+    }
+    *exit_code = valid ? kOk : kFailure;
+  });
+});
+
+}  // namespace
+}  // namespace leasehold::cli

@@ -1,0 +1,298 @@
+// leasehold CLI: shared flags, clients and error mapping (see cmd_common.hpp). Registers no
+// subcommand.
+#include "tools/cmd_common.hpp"
+
+#include "io/auth.hpp"
+#include "io/udp.hpp"
+#include "supervisor/config.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace leasehold::cli {
+
+std::int64_t boot_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+int report(std::string_view command, const Failure& f) {
+  std::fprintf(stderr, "leasehold %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+               f.message.c_str());
+  return f.code;
+}
+
+namespace {
+std::string env_or(const char* var, const char* fallback) {
+  const char* v = std::getenv(var);
+  return v != nullptr && *v != '\0' ? std::string(v) : std::string(fallback);
+}
+}  // namespace
+
+// ---- lockd ----------------------------------------------------------------------------------
+
+void add_lockd_flags(CLI::App* sub, LockdFlags& f) {
+  sub->add_option("--lockd", f.lockd,
+                  std::string("lockd address HOST:PORT (UDP; env ") + kLockdEnv + ", default " +
+                      kLockdDefault + ")");
+  sub->add_option("--key-file", f.key_file,
+                  std::string("HMAC key file shared with lockd, mode 0600 (env ") + kKeyFileEnv +
+                      ", default " + kKeyFileDefault + ")");
+  sub->add_option("--timeout-ms", f.timeout_ms,
+                  "give up on lockd after this many milliseconds (retries inside it)")
+      ->check(CLI::Range(1, 600'000));
+}
+
+void resolve(LockdFlags& f) {
+  if (f.lockd.empty()) f.lockd = env_or(kLockdEnv, kLockdDefault);
+  if (f.key_file.empty()) f.key_file = env_or(kKeyFileEnv, kKeyFileDefault);
+}
+
+std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& failure) {
+  resolve(flags);
+  const auto addr = SocketAddress::parse(flags.lockd);
+  if (!addr) {
+    failure = {kUsage, "malformed lockd address \"" + flags.lockd +
+                           "\": expected numeric HOST:PORT such as 127.0.0.1:7400 or [::1]:7400"};
+    return nullptr;
+  }
+  wire::KeyLoad key = wire::load_key_file(flags.key_file);
+  if (!key) {
+    failure = {kUsage, key.error + " (set --key-file or " + std::string(kKeyFileEnv) + ")"};
+    return nullptr;
+  }
+  try {
+    return std::make_unique<lockd::AdminClient>(*addr, *key.key, WorkerId{},
+                                                static_cast<std::int64_t>(flags.timeout_ms) * 1'000'000);
+  } catch (const std::exception& e) {
+    failure = {kUnreachable, std::string("cannot talk to lockd at ") + flags.lockd + ": " + e.what()};
+    return nullptr;
+  }
+}
+
+Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std::string_view what) {
+  LockdFlags f = flags;
+  resolve(f);
+  const std::string w(what);
+  if (answer.error.rfind("no answer", 0) == 0 || answer.error.rfind("cannot send", 0) == 0) {
+    return {kUnreachable, w + ": lockd at " + f.lockd + " is unreachable: no answer within " +
+                              std::to_string(f.timeout_ms) + " ms (" +
+                              std::to_string(answer.attempts) +
+                              " attempts). Is leasehold-lockd running there, and does it use the "
+                              "same key file (" + f.key_file + ")? Unauthenticated requests are dropped "
+                              "without an answer."};
+  }
+  if (answer.error.rfind("lockd answered error", 0) == 0) return {kRefused, w + ": " + answer.error};
+  if (!answer.error.empty()) return {kInternal, w + ": " + answer.error};
+  return {kInternal, w + ": unexpected answer from lockd (" +
+                         std::string(wire::to_string(wire::type_of(answer.body))) + ")"};
+}
+
+Failure deny_failure(const wire::Deny& d, std::string_view name) {
+  const std::string n = "\"" + std::string(name) + "\"";
+  switch (d.refusal) {
+    case Refusal::unknown_name:
+      return {kNotFound, "unknown name " + n + ": lockd has no record of it (never acquired, or "
+                         "released; `leasehold names` lists the known ones)"};
+    case Refusal::invalid_name:
+      return {kUsage, "malformed name " + n + ": " + validate_name(name)};
+    default:
+      break;
+  }
+  std::string m = n + " refused by lockd: " + std::string(to_string(d.refusal)) + " (state " +
+                  std::string(wire::to_string(d.state)) + ", epoch " + std::to_string(d.epoch);
+  if (!d.holder.is_nil()) m += ", holder " + d.holder.str();
+  if (!d.worker.is_nil()) m += ", worker " + d.worker.str();
+  m += ")";
+  return {kRefused, m};
+}
+
+// ---- supervisor -----------------------------------------------------------------------------
+
+void add_supervisor_flags(CLI::App* sub, SupervisorFlags& f) {
+  sub->add_option("--supervisor", f.socket,
+                  std::string("the local supervisor's control socket (env ") + kSupervisorEnv +
+                      ", default " + default_control_socket_path() + ")");
+  sub->add_option("--timeout-ms", f.timeout_ms, "give up on the supervisor after this many milliseconds")
+      ->check(CLI::Range(1, 600'000));
+}
+
+void resolve(SupervisorFlags& f) {
+  if (f.socket.empty()) f.socket = env_or(kSupervisorEnv, default_control_socket_path().c_str());
+}
+
+std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohmann::json& request,
+                                              Failure& failure) {
+  resolve(flags);
+  const std::string& path = flags.socket;
+  const std::string start_hint =
+      " (start leasehold-supervisor, or point --supervisor / " + std::string(kSupervisorEnv) +
+      " at its --control-socket)";
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    failure = {kUsage, "control socket path \"" + path + "\" is empty or longer than " +
+                           std::to_string(sizeof(addr.sun_path) - 1) + " bytes"};
+    return std::nullopt;
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    failure = {kInternal, std::string("socket(AF_UNIX): ") + std::strerror(errno)};
+    return std::nullopt;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    const int e = errno;
+    if (e == ENOENT || e == ECONNREFUSED || e == ENOTDIR)
+      failure = {kNoSupervisor, "no supervisor is running at " + path + " (" + std::strerror(e) + ")" + start_hint};
+    else if (e == EACCES || e == EPERM)
+      failure = {kNoSupervisor, "not allowed to connect to the supervisor at " + path + " (" +
+                                    std::strerror(e) + "): run as root or as a member of its --group"};
+    else
+      failure = {kNoSupervisor, "cannot connect to the supervisor at " + path + ": " + std::strerror(e) + start_hint};
+    return std::nullopt;
+  }
+  const std::string line = request.dump() + "\n";
+  for (std::size_t sent = 0; sent < line.size();) {
+    const ssize_t n = ::send(fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      failure = {kNoSupervisor, "the supervisor at " + path + " closed the connection: " + std::strerror(errno)};
+      return std::nullopt;
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+  const std::int64_t deadline = boot_ns() + static_cast<std::int64_t>(flags.timeout_ms) * 1'000'000;
+  std::string in;
+  for (;;) {
+    if (const auto nl = in.find('\n'); nl != std::string::npos) {
+      nlohmann::json j = nlohmann::json::parse(in.substr(0, nl), nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("ok")) {
+        failure = {kInternal, "the supervisor at " + path + " answered something that is not a control answer"};
+        return std::nullopt;
+      }
+      return j;
+    }
+    if (in.size() > kControlAnswerBytesMax) {
+      failure = {kInternal, "the supervisor's answer is longer than " + std::to_string(kControlAnswerBytesMax) + " bytes"};
+      return std::nullopt;
+    }
+    const std::int64_t left_ms = (deadline - boot_ns()) / 1'000'000;
+    if (left_ms <= 0) {
+      failure = {kUnreachable, "the supervisor at " + path + " did not answer within " +
+                                   std::to_string(flags.timeout_ms) + " ms"};
+      return std::nullopt;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left_ms, 1000)));
+    if (rc <= 0) continue;
+    char buf[65536];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      failure = {kNoSupervisor, "the supervisor at " + path + " closed the connection without answering"};
+      return std::nullopt;
+    }
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
+  const std::string code = a.value("error", std::string("internal"));
+  std::string msg = std::string(what) + ": " + a.value("message", std::string("(no message)"));
+  // Name the holder and epoch unless the message already does.
+  if (a.contains("holder") && a["holder"].is_string() &&
+      msg.find(a["holder"].get<std::string>()) == std::string::npos) {
+    msg += " [holder " + a["holder"].get<std::string>();
+    if (a.contains("epoch") && a["epoch"].is_number()) msg += ", epoch " + std::to_string(a["epoch"].get<std::uint64_t>());
+    msg += "]";
+  }
+  if (code == "held" || code == "refused" || code == "killswitch") return {kRefused, msg};
+  if (code == "not_found" || code == "exec_failed") return {kNotFound, msg};
+  if (code == "bad_request" || code == "bad_json" || code == "too_long") return {kUsage, msg};
+  if (code == "unreachable") return {kUnreachable, msg + " (the supervisor could not reach lockd)"};
+  return {kFailure, msg + " (" + code + ")"};
+}
+
+// ---- arguments ----------------------------------------------------------------------------------
+
+bool check_name(std::string_view name, Failure& failure) {
+  const std::string why = validate_name(name);
+  if (why.empty()) return true;
+  failure = {kUsage, "malformed name \"" + std::string(name) + "\": " + why};
+  return false;
+}
+
+std::optional<SandboxId> parse_sandbox(std::string_view text, Failure& failure) {
+  auto id = SandboxId::parse(text);
+  if (!id || id->is_nil()) {
+    failure = {kUsage, "malformed sandbox id \"" + std::string(text) +
+                           "\": expected a UUID such as 0f8fad5b-d9cb-469f-a165-70867728950e"};
+    return std::nullopt;
+  }
+  return id;
+}
+
+// ---- output -------------------------------------------------------------------------------------
+
+std::string format_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width(header.size(), 0);
+  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& r : rows)
+    for (std::size_t i = 0; i < r.size() && i < width.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string l;
+    for (std::size_t i = 0; i < cells.size() && i < width.size(); ++i) {
+      l += cells[i];
+      if (i + 1 < cells.size()) l += std::string(width[i] - cells[i].size() + 2, ' ');
+    }
+    out += l + "\n";
+  };
+  line(header);
+  for (const auto& r : rows) line(r);
+  return out;
+}
+
+nlohmann::json record_json(const wire::NameRecord& r) {
+  nlohmann::json j = {{"name", r.name},
+                      {"name_id", r.name_id.str()},
+                      {"state", std::string(wire::to_string(r.state))},
+                      {"epoch", r.epoch},
+                      {"ttl_left_ms", r.ttl_left_ms}};
+  j["holder"] = r.holder.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.holder.str());
+  j["worker"] = r.worker.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.worker.str());
+  j["reserved_for"] = r.reserved_for.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.reserved_for.str());
+  return j;
+}
+
+std::string duration_text(std::int64_t ns) {
+  char buf[64];
+  if (ns < 0) {
+    std::snprintf(buf, sizeof buf, "-%s", duration_text(-ns).c_str());
+  } else if (ns >= 10'000'000'000) {
+    std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ns) / 1e9);
+  } else if (ns >= 1'000'000) {
+    std::snprintf(buf, sizeof buf, "%.0f ms", static_cast<double>(ns) / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f us", static_cast<double>(ns) / 1e3);
+  }
+  return buf;
+}
+
+}  // namespace leasehold::cli

@@ -1,0 +1,115 @@
+// leasehold CLI: what the lockd-facing and supervisor-facing subcommands share.
+//
+// Flags with environment defaults (flag > environment > built-in default):
+//   --lockd ADDR        $LEASEHOLD_LOCKD       (default 127.0.0.1:7400)
+//   --key-file PATH     $LEASEHOLD_KEY_FILE    (default /etc/leasehold/key)
+//   --supervisor SOCKET $LEASEHOLD_SUPERVISOR  (default: the supervisor's own default,
+//                                               default_control_socket_path())
+// Every failure is a `Failure`: an exit code from command.hpp and one message that names the
+// problem (the name, the address, the socket) and, where there is one, the fix.
+#pragma once
+
+#include "io/protocol.hpp"
+#include "lease/types.hpp"
+#include "lockd/admin_client.hpp"
+#include "tools/command.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace leasehold::cli {
+
+inline constexpr const char* kLockdEnv = "LEASEHOLD_LOCKD";
+inline constexpr const char* kKeyFileEnv = "LEASEHOLD_KEY_FILE";
+inline constexpr const char* kSupervisorEnv = "LEASEHOLD_SUPERVISOR";
+inline constexpr const char* kLockdDefault = "127.0.0.1:7400";
+inline constexpr const char* kKeyFileDefault = "/etc/leasehold/key";
+/// Per-request deadline towards lockd (retries with backoff inside it).
+inline constexpr std::uint64_t kLockdTimeoutMsDefault = 2'000;
+/// Per-request deadline towards the supervisor (a `run` includes lockd's acquire).
+inline constexpr std::uint64_t kSupervisorTimeoutMsDefault = 10'000;
+/// Longest answer line read from the control socket.
+inline constexpr std::size_t kControlAnswerBytesMax = 16 * 1024 * 1024;
+
+struct Failure {
+  int code = kOk;
+  std::string message;
+  bool failed() const noexcept { return code != kOk; }
+};
+
+/// Prints "leasehold <command>: <message>" on stderr and returns the code.
+int report(std::string_view command, const Failure& f);
+
+// ---- lockd ----------------------------------------------------------------------------------
+
+struct LockdFlags {
+  std::string lockd;
+  std::string key_file;
+  std::uint64_t timeout_ms = kLockdTimeoutMsDefault;
+};
+/// Adds --lockd, --key-file, --timeout-ms with their environment defaults.
+void add_lockd_flags(CLI::App* sub, LockdFlags& flags);
+/// Fills unset flags from the environment and the defaults.
+void resolve(LockdFlags& flags);
+
+/// An admin client to lockd, or a Failure: kUsage for a malformed address or an unusable key
+/// file (the key loader's message names the file and the fix).
+std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& failure);
+
+/// The failure for an answer without a body: no answer before the deadline → kUnreachable
+/// ("lockd at ADDR did not answer ... is it running? same key?"); an Error answer → kRefused.
+Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std::string_view what);
+/// The failure for a Deny: unknown_name → kNotFound, invalid_name → kUsage, else kRefused.
+/// The message names the name, the refusal, the holder and the epoch.
+Failure deny_failure(const wire::Deny& deny, std::string_view name);
+
+// ---- the supervisor's control socket -------------------------------------------------------
+
+struct SupervisorFlags {
+  std::string socket;
+  std::uint64_t timeout_ms = kSupervisorTimeoutMsDefault;
+};
+void add_supervisor_flags(CLI::App* sub, SupervisorFlags& flags);
+void resolve(SupervisorFlags& flags);
+
+/// One request line, one answer line. nullopt + failure when nobody listens on the socket
+/// (kNoSupervisor, naming the socket and how to start one), on a timeout (kUnreachable), or
+/// on a garbled answer (kInternal). An answer with "ok":false is returned as is.
+std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohmann::json& request,
+                                              Failure& failure);
+/// The failure of an {"ok":false} answer: held/refused → kRefused (with holder and epoch),
+/// not_found/exec_failed → kNotFound, bad_request → kUsage, unreachable → kUnreachable
+/// (the supervisor could not reach lockd), anything else → kFailure.
+Failure supervisor_failure(const nlohmann::json& answer, std::string_view what);
+
+// ---- arguments --------------------------------------------------------------------------------
+
+/// kUsage with validate_name's message (which byte, where) when the name is malformed.
+bool check_name(std::string_view name, Failure& failure);
+/// Parses a sandbox id (UUID text); kUsage naming the text when malformed.
+std::optional<SandboxId> parse_sandbox(std::string_view text, Failure& failure);
+
+// ---- output -----------------------------------------------------------------------------------
+
+/// A plain text table: header row, then rows; columns padded to their widest cell.
+std::string format_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows);
+/// "-" for a nil id, else the UUID text.
+template <class Tag>
+std::string id_text(const Id<Tag>& id) {
+  return id.is_nil() ? std::string("-") : id.str();
+}
+nlohmann::json record_json(const wire::NameRecord& r);
+/// "5.2 s" / "830 ms".
+std::string duration_text(std::int64_t ns);
+
+/// CLOCK_BOOTTIME now, ns.
+std::int64_t boot_ns() noexcept;
+
+}  // namespace leasehold::cli

@@ -1,0 +1,115 @@
+// `leasehold names` and `leasehold show NAME`: lockd's name table (DESIGN.md "Lock states").
+#include "tools/cmd_common.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+namespace leasehold::cli {
+namespace {
+
+std::vector<std::string> record_row(const wire::NameRecord& r) {
+  return {r.name.empty() ? r.name_id.str() : r.name,
+          std::string(wire::to_string(r.state)),
+          std::to_string(r.epoch),
+          id_text(r.holder),
+          id_text(r.worker),
+          r.state == wire::LockState::held || r.state == wire::LockState::acquiring
+              ? std::to_string(r.ttl_left_ms) + " ms"
+              : "-",
+          id_text(r.reserved_for)};
+}
+
+const std::vector<std::string> kHeader{"NAME", "STATE", "EPOCH", "HOLDER", "WORKER", "TTL_LEFT", "RESERVED_FOR"};
+
+struct NamesArgs {
+  LockdFlags lockd;
+  bool json = false;
+  std::size_t names_max = 1u << 20;
+};
+
+const Command kNames([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<NamesArgs>();
+  auto* sub = app.add_subcommand("names", "List lockd's names (paged through the whole table)");
+  add_lockd_flags(sub, a->lockd);
+  sub->add_flag("--json", a->json, "print a JSON array");
+  sub->add_option("--max", a->names_max, "stop after this many names")->check(CLI::Range(1, 1 << 24));
+  sub->callback([a, exit_code] {
+    Failure f;
+    auto client = connect_lockd(a->lockd, f);
+    if (!client) {
+      *exit_code = report("names", f);
+      return;
+    }
+    std::string err;
+    auto all = client->list_all(&err, a->names_max);
+    if (!all) {
+      lockd::Answer ans;
+      ans.error = err;
+      *exit_code = report("names", answer_failure(ans, a->lockd, "list names"));
+      return;
+    }
+    std::sort(all->begin(), all->end(), [](const auto& x, const auto& y) { return x.name < y.name; });
+    if (a->json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& r : *all) arr.push_back(record_json(r));
+      std::printf("%s\n", arr.dump().c_str());
+    } else {
+      std::vector<std::vector<std::string>> rows;
+      for (const auto& r : *all) rows.push_back(record_row(r));
+      std::fputs(format_table(kHeader, rows).c_str(), stdout);
+      std::printf("%zu name(s)\n", all->size());
+    }
+    *exit_code = kOk;
+  });
+});
+
+struct ShowArgs {
+  LockdFlags lockd;
+  std::string name;
+  bool json = false;
+};
+
+const Command kShow([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ShowArgs>();
+  auto* sub = app.add_subcommand("show", "Show one name: state, holder, worker, epoch, time to expiry");
+  add_lockd_flags(sub, a->lockd);
+  sub->add_option("name", a->name, "the name")->required();
+  sub->add_flag("--json", a->json, "print a JSON object");
+  sub->callback([a, exit_code] {
+    Failure f;
+    if (!check_name(a->name, f)) {
+      *exit_code = report("show", f);
+      return;
+    }
+    auto client = connect_lockd(a->lockd, f);
+    if (!client) {
+      *exit_code = report("show", f);
+      return;
+    }
+    const lockd::Answer ans = client->show(a->name);
+    if (const auto* d = ans.as<wire::Deny>()) {
+      *exit_code = report("show", deny_failure(*d, a->name));
+      return;
+    }
+    const auto* info = ans.as<wire::NameInfo>();
+    if (info == nullptr) {
+      *exit_code = report("show", answer_failure(ans, a->lockd, "show \"" + a->name + "\""));
+      return;
+    }
+    if (a->json) {
+      std::printf("%s\n", record_json(info->record).dump().c_str());
+    } else {
+      const auto row = record_row(info->record);
+      for (std::size_t i = 0; i < kHeader.size(); ++i) {
+        std::string key = kHeader[i];
+        std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+        std::printf("%-13s %s\n", key.c_str(), row[i].c_str());
+      }
+    }
+    *exit_code = kOk;
+  });
+});
+
+}  // namespace
+}  // namespace leasehold::cli

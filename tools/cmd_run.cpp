@@ -1,0 +1,207 @@
+// `leasehold run`, `leasehold name`, `leasehold release`, `leasehold sandboxes`: the creation
+// flows of DESIGN.md "The supervisor", through the local supervisor's control socket.
+//
+//   leasehold run --name orders -- /usr/bin/my-agent --flag   acquire "orders", then start it
+//   leasehold run -- /usr/bin/worker                          an unnamed sandbox
+//   leasehold name SANDBOX orders                             name a running unnamed sandbox
+//   leasehold release orders                                  stop the holder, release the name
+//   leasehold sandboxes                                       what runs on this worker
+#include "tools/cmd_common.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+namespace leasehold::cli {
+namespace {
+
+/// Prints a sandbox answer (run / name) as text or JSON; returns kOk.
+int print_started(const nlohmann::json& a, bool json) {
+  if (json) {
+    std::printf("%s\n", a.dump().c_str());
+    return kOk;
+  }
+  const std::string name = a.contains("name") && a["name"].is_string() ? a["name"].get<std::string>() : "-";
+  std::printf("sandbox %s\n", a.value("sandbox", std::string("?")).c_str());
+  std::printf("  name    %s\n", name.c_str());
+  if (a.contains("epoch")) std::printf("  epoch   %llu\n", static_cast<unsigned long long>(a.value("epoch", 0ull)));
+  if (a.contains("slot")) std::printf("  slot    %d\n", a.value("slot", -1));
+  if (a.contains("pid")) std::printf("  pid     %d\n", a.value("pid", -1));
+  if (a.contains("valid_until_ms"))
+    std::printf("  lease   valid for %lld ms (refreshed by heartbeats)\n",
+                static_cast<long long>(a.value("valid_until_ms", 0ll)));
+  if (a.contains("cgroup")) std::printf("  cgroup  %s\n", a.value("cgroup", std::string()).c_str());
+  return kOk;
+}
+
+struct RunArgs {
+  SupervisorFlags sup;
+  std::string name;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  std::string cwd;
+  std::uint64_t ttl_ms = 0;
+  bool json = false;
+};
+
+const Command kRun([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand(
+      "run", "Start a sandbox through the local supervisor; with --name, acquire the name first "
+             "(nothing starts if it is held: the holder and epoch are printed)");
+  add_supervisor_flags(sub, a->sup);
+  sub->add_option("--name", a->name, "the name to hold (1..128 bytes of [A-Za-z0-9._:/-])");
+  sub->add_option("--env", a->env, "KEY=VALUE for the sandbox's environment (repeatable; PATH is passed on)");
+  sub->add_option("--cwd", a->cwd, "working directory of the sandbox (default /)");
+  sub->add_option("--ttl-ms", a->ttl_ms, "lease TTL to ask lockd for, milliseconds (default: the supervisor's)");
+  sub->add_flag("--json", a->json, "print the answer as JSON");
+  sub->add_option("command", a->argv, "the command and its arguments, after --")->required();
+  sub->callback([a, exit_code] {
+    Failure f;
+    if (!a->name.empty() && !check_name(a->name, f)) {
+      *exit_code = report("run", f);
+      return;
+    }
+    nlohmann::json req = {{"v", 1}, {"op", "run"}, {"argv", a->argv}};
+    if (!a->name.empty()) req["name"] = a->name;
+    nlohmann::json env = nlohmann::json::object();
+    if (const char* path = std::getenv("PATH")) env["PATH"] = path;
+    for (const auto& e : a->env) {
+      const auto eq = e.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        *exit_code = report("run", {kUsage, "--env \"" + e + "\" is not KEY=VALUE"});
+        return;
+      }
+      env[e.substr(0, eq)] = e.substr(eq + 1);
+    }
+    req["env"] = env;
+    if (!a->cwd.empty()) req["cwd"] = a->cwd;
+    if (a->ttl_ms != 0) req["ttl_ms"] = a->ttl_ms;
+    auto ans = supervisor_call(a->sup, req, f);
+    if (!ans) {
+      *exit_code = report("run", f);
+      return;
+    }
+    if (!ans->value("ok", false)) {
+      *exit_code = report("run", supervisor_failure(*ans, a->name.empty() ? "run" : "run \"" + a->name + "\""));
+      return;
+    }
+    *exit_code = print_started(*ans, a->json);
+  });
+});
+
+struct NameArgs {
+  SupervisorFlags sup;
+  std::string sandbox;
+  std::string name;
+  std::uint64_t ttl_ms = 0;
+  bool json = false;
+};
+
+const Command kName([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<NameArgs>();
+  auto* sub = app.add_subcommand("name", "Give a name to a running unnamed sandbox on this worker");
+  add_supervisor_flags(sub, a->sup);
+  sub->add_option("sandbox", a->sandbox, "the sandbox id (UUID), as printed by `run`")->required();
+  sub->add_option("name", a->name, "the name to acquire for it")->required();
+  sub->add_option("--ttl-ms", a->ttl_ms, "lease TTL to ask lockd for, milliseconds");
+  sub->add_flag("--json", a->json, "print the answer as JSON");
+  sub->callback([a, exit_code] {
+    Failure f;
+    const auto sb = parse_sandbox(a->sandbox, f);
+    if (!sb || !check_name(a->name, f)) {
+      *exit_code = report("name", f);
+      return;
+    }
+    nlohmann::json req = {{"v", 1}, {"op", "name"}, {"sandbox", sb->str()}, {"name", a->name}};
+    if (a->ttl_ms != 0) req["ttl_ms"] = a->ttl_ms;
+    auto ans = supervisor_call(a->sup, req, f);
+    if (!ans) {
+      *exit_code = report("name", f);
+      return;
+    }
+    if (!ans->value("ok", false)) {
+      *exit_code = report("name", supervisor_failure(*ans, "name \"" + a->name + "\""));
+      return;
+    }
+    *exit_code = print_started(*ans, a->json);
+  });
+});
+
+struct ReleaseArgs {
+  SupervisorFlags sup;
+  std::string name;
+  bool json = false;
+};
+
+const Command kRelease([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ReleaseArgs>();
+  auto* sub = app.add_subcommand(
+      "release", "Stop the sandbox holding a name on this worker and release the name to lockd");
+  add_supervisor_flags(sub, a->sup);
+  sub->add_option("name", a->name, "the name")->required();
+  sub->add_flag("--json", a->json, "print the answer as JSON");
+  sub->callback([a, exit_code] {
+    Failure f;
+    if (!check_name(a->name, f)) {
+      *exit_code = report("release", f);
+      return;
+    }
+    auto ans = supervisor_call(a->sup, {{"v", 1}, {"op", "release"}, {"name", a->name}}, f);
+    if (!ans) {
+      *exit_code = report("release", f);
+      return;
+    }
+    if (!ans->value("ok", false)) {
+      *exit_code = report("release", supervisor_failure(*ans, "release \"" + a->name + "\""));
+      return;
+    }
+    if (a->json) std::printf("%s\n", ans->dump().c_str());
+    else std::printf("released \"%s\"\n", a->name.c_str());
+    *exit_code = kOk;
+  });
+});
+
+struct ListArgs {
+  SupervisorFlags sup;
+  bool json = false;
+};
+
+const Command kSandboxes([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ListArgs>();
+  auto* sub = app.add_subcommand("sandboxes", "List the sandboxes of the local supervisor");
+  add_supervisor_flags(sub, a->sup);
+  sub->add_flag("--json", a->json, "print the list as JSON");
+  sub->callback([a, exit_code] {
+    Failure f;
+    auto ans = supervisor_call(a->sup, {{"v", 1}, {"op", "list"}}, f);
+    if (!ans) {
+      *exit_code = report("sandboxes", f);
+      return;
+    }
+    if (!ans->value("ok", false)) {
+      *exit_code = report("sandboxes", supervisor_failure(*ans, "list"));
+      return;
+    }
+    const nlohmann::json list = ans->value("sandboxes", nlohmann::json::array());
+    if (a->json) {
+      std::printf("%s\n", list.dump().c_str());
+      *exit_code = kOk;
+      return;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& s : list) {
+      rows.push_back({s.value("sandbox", std::string("?")),
+                      s.contains("name") && s["name"].is_string() ? s["name"].get<std::string>() : "-",
+                      std::to_string(s.value("epoch", 0ull)), std::to_string(s.value("slot", -1)),
+                      std::to_string(s.value("pid", -1)), s.value("state", std::string("?")),
+                      s.contains("valid_until_ms") ? std::to_string(s.value("valid_until_ms", 0ll)) + " ms" : "-"});
+    }
+    std::fputs(format_table({"SANDBOX", "NAME", "EPOCH", "SLOT", "PID", "STATE", "VALID_FOR"}, rows).c_str(),
+               stdout);
+    *exit_code = kOk;
+  });
+});
+
+}  // namespace
+}  // namespace leasehold::cli
