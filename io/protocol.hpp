@@ -155,6 +155,7 @@ struct DecodeStats {
   std::array<std::uint64_t, kDecodeErrorCount> rejected{};  ///< [DecodeError::none] stays 0
   std::uint64_t accepted = 0;
   std::uint64_t resent = 0;  ///< retries answered from the response cache
+  std::uint64_t in_flight_retries = 0;  ///< retries dropped: their request's answer is still pending
   void count(DecodeError e) noexcept {
     if (e == DecodeError::none) ++accepted;
     else ++rejected[static_cast<std::size_t>(e) < kDecodeErrorCount ? static_cast<std::size_t>(e) : 0];

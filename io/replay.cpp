@@ -133,8 +133,21 @@ struct Receiver::State {
   std::size_t next_slot = 0;
   std::unordered_map<CacheKey, std::size_t, CacheKeyHash> cache;
 
+  // Requests delivered whose answer is deferred (see defer()): digest and expiry per request.
+  struct InFlight {
+    std::uint64_t digest = 0;
+    std::int64_t expires_ns = 0;
+  };
+  std::unordered_map<CacheKey, InFlight, CacheKeyHash> in_flight;
+
+  void expire_in_flight(std::int64_t now_ns) {
+    std::erase_if(in_flight, [now_ns](const auto& e) { return e.second.expires_ns <= now_ns; });
+  }
+
   State(const WireKey& key, Limits l) : auth(key), limits(l) {
     if (limits.senders_max == 0) throw std::invalid_argument("Receiver: senders_max must be at least 1");
+    if (limits.in_flight_expiry_ns <= 0)
+      throw std::invalid_argument("Receiver: in_flight_expiry_ns must be positive");
     windows.reserve(std::min<std::size_t>(limits.senders_max, 1024));
   }
 
@@ -157,7 +170,7 @@ Receiver::Receiver(const WireKey& key) : Receiver(key, Limits{}) {}
 Receiver::Receiver(const WireKey& key, Limits limits) : state_(std::make_unique<State>(key, limits)) {}
 Receiver::~Receiver() = default;
 
-Admission Receiver::admit(std::span<const std::uint8_t> datagram) {
+Admission Receiver::admit(std::span<const std::uint8_t> datagram, std::int64_t now_ns) {
   State& s = *state_;
   Admission a;
   const DecodeError header_error = decode_header(datagram, &s.auth, a.message.header);
@@ -202,6 +215,22 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram) {
     }
   }
 
+  // A retry (new seq) or a duplicate (replayed seq) of a request whose answer is still pending:
+  // that answer will be sent and cached, so this copy is dropped. Rejecting it as replayed, or
+  // executing it again, would race the real answer.
+  if (auto it = s.in_flight.find(CacheKey{h.sender, h.request_id}); it != s.in_flight.end()) {
+    if (it->second.expires_ns <= now_ns) {
+      s.in_flight.erase(it);
+    } else if (it->second.digest == a.key.digest) {
+      if (seq_error == DecodeError::none) window.record(h.seq);
+      a.verdict = Verdict::drop;
+      a.reason = DecodeError::none;
+      a.detail = "retry of request id " + std::to_string(h.request_id) + " while its answer is pending";
+      ++s.stats.in_flight_retries;
+      return a;
+    }
+  }
+
   if (seq_error != DecodeError::none) {
     a.verdict = Verdict::answer_error;
     a.reason = seq_error;
@@ -230,6 +259,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram) {
 
 void Receiver::remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer) {
   State& s = *state_;
+  s.in_flight.erase(CacheKey{request.sender, request.request_id});
   if (s.limits.cached_answers_max == 0 || answer.size() > kDatagramBytesMax) return;
   const CacheKey ck{request.sender, request.request_id};
   std::size_t index;
@@ -253,9 +283,25 @@ void Receiver::remember_answer(const RequestKey& request, std::span<const std::u
   std::memcpy(slot.bytes.data(), answer.data(), answer.size());
 }
 
+bool Receiver::defer(const RequestKey& request, std::int64_t now_ns) {
+  State& s = *state_;
+  const CacheKey ck{request.sender, request.request_id};
+  if (s.in_flight.size() >= s.limits.in_flight_max && s.in_flight.count(ck) == 0) {
+    s.expire_in_flight(now_ns);  // O(in_flight_max), only when the set is full
+    if (s.in_flight.size() >= s.limits.in_flight_max) return false;
+  }
+  s.in_flight[ck] = State::InFlight{request.digest, now_ns + s.limits.in_flight_expiry_ns};
+  return true;
+}
+
+void Receiver::abandon(const RequestKey& request) noexcept {
+  state_->in_flight.erase(CacheKey{request.sender, request.request_id});
+}
+
 const DecodeStats& Receiver::stats() const noexcept { return state_->stats; }
 std::size_t Receiver::senders() const noexcept { return state_->windows.size(); }
 std::size_t Receiver::cached_answers() const noexcept { return state_->cache.size(); }
+std::size_t Receiver::in_flight() const noexcept { return state_->in_flight.size(); }
 const Authenticator& Receiver::authenticator() const noexcept { return state_->auth; }
 
 }  // namespace leasehold::wire

@@ -21,6 +21,13 @@
 //   dropped is re-executed — correct, because every request is idempotent under its epoch — or,
 //   if it reuses a seq already in the window, rejected as replayed.
 //   The cache holds at most kCachedAnswersMax × kDatagramBytesMax bytes (about 5.7 MB).
+// - kInFlightMax requests in flight: delivered, their answer deferred (lockd answers a change
+//   only once its store made it durable) and not yet remembered. A retry of one (same request id
+//   and digest, new or replayed seq) is dropped silently and counted (in_flight_retries): its
+//   answer is coming, and the next retry gets it from the cache. An entry leaves the set when
+//   its answer is remembered, when it is abandoned (the service dropped the request), or
+//   kInFlightExpiryNs after it was deferred, so a request that never gets an answer cannot pin
+//   its id; a retry after that is handled as if the request were new.
 // - A resent answer is the identical datagram, with its original seq: a requester that already
 //   received it rejects the copy as replayed, which is the right outcome (it has the answer).
 // - After a receiver restart all windows are empty: the same consequence as eviction.
@@ -28,6 +35,7 @@
 #pragma once
 
 #include "io/auth.hpp"
+#include "io/clock.hpp"
 #include "io/protocol.hpp"
 
 #include <cstddef>
@@ -44,6 +52,11 @@ namespace leasehold::wire {
 inline constexpr std::size_t kReplayWindowSeqs = 64;
 inline constexpr std::size_t kSendersMax = 16384;
 inline constexpr std::size_t kCachedAnswersMax = 4096;
+inline constexpr std::size_t kInFlightMax = 4096;
+/// Longest a deferred request stays in flight without an answer (a store commit that takes
+/// longer than this has failed; the retry is then re-executed, which is safe: requests are
+/// idempotent under their epoch).
+inline constexpr std::int64_t kInFlightExpiryNs = 10'000'000'000;
 
 /// RFC 4303 §3.4.3 sliding window over one sender's seq numbers.
 class ReplayWindow {
@@ -129,6 +142,8 @@ class Receiver {
   struct Limits {
     std::size_t senders_max = kSendersMax;
     std::size_t cached_answers_max = kCachedAnswersMax;
+    std::size_t in_flight_max = kInFlightMax;
+    std::int64_t in_flight_expiry_ns = kInFlightExpiryNs;
   };
   explicit Receiver(const WireKey& key);
   Receiver(const WireKey& key, Limits limits);
@@ -138,20 +153,35 @@ class Receiver {
 
   /// Decides on one datagram. Order: size/magic → tag (drop if not authentic) → version/type/
   /// flags/length (answer_error) → response cache by (sender, request_id): hit → resend (also for
-  /// a replayed seq; a hit for a different request → answer_error request_id_reused) → replay
-  /// window (replayed / stale_seq → answer_error) → payload (answer_error if malformed) →
-  /// deliver. The seq of every authentic datagram that passes the window is recorded.
-  /// Every outcome is counted in stats().
-  Admission admit(std::span<const std::uint8_t> datagram);
+  /// a replayed seq; a hit for a different request → answer_error request_id_reused) → in-flight
+  /// set: the same request deferred and not yet answered → drop (reason none, counted in
+  /// stats().in_flight_retries) → replay window (replayed / stale_seq → answer_error) → payload
+  /// (answer_error if malformed) → deliver. The seq of every authentic datagram that passes the
+  /// window is recorded. Every outcome is counted in stats(). `now_ns`: CLOCK_BOOTTIME, used
+  /// only to expire in-flight entries.
+  Admission admit(std::span<const std::uint8_t> datagram, std::int64_t now_ns);
+  Admission admit(std::span<const std::uint8_t> datagram) { return admit(datagram, now_boottime_ns()); }
+
+  /// Marks a delivered request (its Admission::key) as in flight: its answer will be sent later.
+  /// Until remember_answer() or abandon() for the same key, or in_flight_expiry_ns after `now_ns`
+  /// (CLOCK_BOOTTIME), retries of it are dropped silently instead of being re-executed or
+  /// rejected as replayed. Returns false (and marks nothing) when limits.in_flight_max
+  /// unexpired requests are already in flight; retries of this one are then handled as new.
+  bool defer(const RequestKey& request, std::int64_t now_ns);
+  bool defer(const RequestKey& request) { return defer(request, now_boottime_ns()); }
+  /// The deferred request will not be answered (the service dropped it): retries are handled
+  /// as new again. No effect for a key that is not in flight.
+  void abandon(const RequestKey& request) noexcept;
 
   /// Caches the answer sent for the request admit() delivered (its Admission::key), so a retry of
   /// the same request id gets these exact bytes again instead of being re-executed. Answers
-  /// longer than kDatagramBytesMax are ignored.
+  /// longer than kDatagramBytesMax are ignored. The request is no longer in flight.
   void remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer);
 
   const DecodeStats& stats() const noexcept;
   std::size_t senders() const noexcept;
   std::size_t cached_answers() const noexcept;
+  std::size_t in_flight() const noexcept;
   const Authenticator& authenticator() const noexcept;
 
  private:

@@ -1,7 +1,5 @@
 #include "supervisor/lockd_link.hpp"
 
-#include "io/clock.hpp"
-
 #include <sys/random.h>
 
 #include <cerrno>
@@ -76,12 +74,6 @@ std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress&
   return link;
 }
 
-namespace {
-/// Pause before re-sending a request that lockd answered with Error{replayed}: our retry
-/// overtook an answer that lockd holds back until its store made the change durable.
-constexpr std::int64_t kReplayedRetryNs = 20'000'000;
-}  // namespace
-
 struct LockdLink::Call {
   wire::Datagram datagram;
   std::int64_t deadline_ns = 0;
@@ -140,14 +132,6 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
     r.status = RequestStatus::deadline_passed;
     r.problem = "lockd's answer was rejected: " + std::string(wire::to_string(d.error)) + " " + d.detail;
     c->on_done(std::move(r));
-    return;
-  }
-  if (const auto* e = std::get_if<wire::Error>(&d.body);
-      e != nullptr && e->code == wire::error_code_of(wire::DecodeError::replayed) &&
-      now_boottime_ns() + kReplayedRetryNs < c->deadline_ns) {
-    // Same bytes again later: by then lockd has cached the real answer and resends it.
-    ++stats_.replayed_resends;
-    loop_.add_timer_after(kReplayedRetryNs, [this, c] { start(c); });
     return;
   }
   r.body = std::move(d.body);

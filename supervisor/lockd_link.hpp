@@ -40,7 +40,6 @@ struct LockdLinkStats {
   std::uint64_t answers_bad = 0;       ///< failed authentication or decoding
   std::uint64_t is_running_answered = 0;
   std::uint64_t is_running_rejected = 0;
-  std::uint64_t replayed_resends = 0;  ///< Error{replayed} for a retry that overtook a held-back answer
 };
 
 class LockdLink {
@@ -54,9 +53,9 @@ class LockdLink {
 
   /// Sends `body` (a request type) with a fresh request id; `on_done` runs exactly once
   /// (also when the request cannot be sent: status deadline_passed with `problem`).
-  /// An Error{replayed} answer — our retry reached lockd while the first attempt's answer was
-  /// held back for durability — is not final: the same bytes are sent again shortly, and lockd
-  /// then resends the real answer from its cache.
+  /// Retries (RequestClient's policy) resend the same bytes; a retry that reaches lockd while
+  /// the first attempt's answer waits for durability is dropped there (wire::Receiver in-flight
+  /// set), and a later retry gets the real answer from lockd's response cache.
   void call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done);
 
   /// lockd asks whether a sandbox runs; the handler answers synchronously.

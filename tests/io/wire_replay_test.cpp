@@ -98,6 +98,89 @@ TEST_F(WireReceiver, RetriedRequestIdGetsIdenticalAnswerBytes) {
   // The retry's seq was recorded: replaying it after the cache is gone would be rejected.
 }
 
+// A retry that arrives while the first attempt's answer is deferred (lockd answers a change only
+// once it is durable) is dropped, not answered with Error{replayed}; once the answer is
+// remembered the next retry gets it.
+TEST_F(WireReceiver, RetryOfADeferredRequestIsDroppedUntilItsAnswerIsRemembered) {
+  const Body request = Acquire{"jobs/x", samples::sid(1), samples::wid(1), 0, false};
+  const Bytes first = seal(client, 42, request);
+  const Admission a = receiver.admit(first, 1'000);
+  ASSERT_EQ(a.verdict, Verdict::deliver);
+  ASSERT_TRUE(receiver.defer(a.key, 1'000));
+  EXPECT_EQ(receiver.in_flight(), 1u);
+
+  // Same bytes (replayed seq) and a retry with a new seq: both dropped, counted, not errors.
+  Admission dup = receiver.admit(first, 2'000);
+  EXPECT_EQ(dup.verdict, Verdict::drop) << dup.detail;
+  EXPECT_EQ(dup.reason, DecodeError::none);
+  const Bytes retry = seal(client, 42, request);
+  dup = receiver.admit(retry, 3'000);
+  EXPECT_EQ(dup.verdict, Verdict::drop) << dup.detail;
+  EXPECT_EQ(receiver.stats().in_flight_retries, 2u);
+  EXPECT_EQ(receiver.stats()[DecodeError::replayed], 0u);
+  EXPECT_EQ(receiver.stats().accepted, 1u);
+
+  const Bytes answer = seal(lockd, 42, Grant{name_id_of("jobs/x"), 8, samples::sid(1), samples::wid(1),
+                                               LockState::held, 5000});
+  receiver.remember_answer(a.key, answer);
+  EXPECT_EQ(receiver.in_flight(), 0u);
+  const Admission r = receiver.admit(seal(client, 42, request), 4'000);
+  ASSERT_EQ(r.verdict, Verdict::resend) << r.detail;
+  EXPECT_EQ(Bytes(r.cached_answer.begin(), r.cached_answer.end()), answer);
+}
+
+// A different request that reuses a deferred request id is not swallowed as a retry.
+TEST_F(WireReceiver, DeferredRequestIdReusedForADifferentRequestIsDelivered) {
+  const Admission a = receiver.admit(seal(client, 42, Revoke{samples::nid(1)}), 0);
+  ASSERT_TRUE(receiver.defer(a.key, 0));
+  const Admission b = receiver.admit(seal(client, 42, Revoke{samples::nid(2)}), 1);
+  EXPECT_EQ(b.verdict, Verdict::deliver);
+  EXPECT_EQ(receiver.stats().in_flight_retries, 0u);
+}
+
+// A request that never gets an answer does not pin its id: abandon() or the expiry frees it,
+// and the retry is delivered (executed again; requests are idempotent).
+TEST_F(WireReceiver, AbandonedOrExpiredDeferredRequestIsDeliveredAgain) {
+  Receiver::Limits limits;
+  limits.in_flight_expiry_ns = 100;
+  Receiver rx{kKey, limits};
+  const Body request = Revoke{samples::nid(1)};
+  Admission a = rx.admit(seal(client, 1, request), 0);
+  ASSERT_TRUE(rx.defer(a.key, 0));
+  EXPECT_EQ(rx.admit(seal(client, 1, request), 99).verdict, Verdict::drop);
+  a = rx.admit(seal(client, 1, request), 100);  // expired
+  EXPECT_EQ(a.verdict, Verdict::deliver) << a.detail;
+  EXPECT_EQ(rx.in_flight(), 0u);
+
+  ASSERT_TRUE(rx.defer(a.key, 200));
+  EXPECT_EQ(rx.admit(seal(client, 1, request), 201).verdict, Verdict::drop);
+  rx.abandon(a.key);
+  EXPECT_EQ(rx.in_flight(), 0u);
+  EXPECT_EQ(rx.admit(seal(client, 1, request), 202).verdict, Verdict::deliver);
+  EXPECT_EQ(rx.stats().in_flight_retries, 2u);
+}
+
+// The in-flight set is bounded: when it is full of live entries defer() refuses; expired entries
+// make room.
+TEST_F(WireReceiver, InFlightSetIsBounded) {
+  Receiver::Limits limits;
+  limits.in_flight_max = 2;
+  limits.in_flight_expiry_ns = 1'000;
+  Receiver rx{kKey, limits};
+  std::vector<RequestKey> keys;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    const Admission a = rx.admit(seal(client, id, Revoke{samples::nid(id)}), 0);
+    ASSERT_EQ(a.verdict, Verdict::deliver);
+    keys.push_back(a.key);
+  }
+  EXPECT_TRUE(rx.defer(keys[0], 0));
+  EXPECT_TRUE(rx.defer(keys[1], 500));
+  EXPECT_FALSE(rx.defer(keys[2], 600));
+  EXPECT_EQ(rx.in_flight(), 2u);
+  EXPECT_TRUE(rx.defer(keys[2], 1'000));  // keys[0] expired at 1'000
+  EXPECT_EQ(rx.in_flight(), 2u);
+}
+
 TEST_F(WireReceiver, RequestIdReusedForADifferentRequestIsAnError) {
   const Admission a = receiver.admit(seal(client, 42, Revoke{samples::nid(1)}));
   ASSERT_EQ(a.verdict, Verdict::deliver);
