@@ -214,14 +214,55 @@ TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why
 namespace {
 
 // Maps an existing table read-only; errno-style failure in `err` (ENOENT: missing).
+// `not_regular` names the kind of a location that is not a regular file (a directory, FIFO,
+// socket or device): nothing is mapped then, and err is EINVAL.
 struct RawMap {
   bip::mapped_region region;
   std::uint64_t bytes = 0;
   int err = 0;
+  const char* not_regular = nullptr;
 };
+
+const char* file_kind(mode_t mode) noexcept {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+// Looks at the location through a non-blocking descriptor before Boost opens it: opening a
+// FIFO for reading without O_NONBLOCK blocks until a writer appears, which would hang a
+// runtime in leasehold_open (whatever its wait_ms) and the supervisor in create(). /dev/shm
+// is world-writable, so anyone can put a FIFO or a directory under a table's shm name.
+bool inspect(const Location& loc, RawMap& m) {
+  const int fd = loc.is_path
+                     ? ::open(loc.name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+                     : ::shm_open(loc.name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+  if (fd < 0) {
+    m.err = errno;
+    return false;
+  }
+  struct stat st{};
+  const int rc = ::fstat(fd, &st);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    m.err = err;
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    m.err = EINVAL;
+    m.not_regular = file_kind(st.st_mode);
+    return false;
+  }
+  return true;
+}
 
 RawMap map_readonly(const Location& loc) {
   RawMap m;
+  if (!inspect(loc, m)) return m;
   try {
     if (loc.is_path) {
       struct stat st{};
@@ -231,6 +272,7 @@ RawMap map_readonly(const Location& loc) {
       }
       if (!S_ISREG(st.st_mode)) {
         m.err = EINVAL;
+        m.not_regular = file_kind(st.st_mode);
         return m;
       }
       m.bytes = static_cast<std::uint64_t>(st.st_size);
@@ -254,15 +296,37 @@ RawMap map_readonly(const Location& loc) {
   return m;
 }
 
+// Why a location holds something create() must not delete, or empty when it may replace it.
+// Replaced: our own tables (our magic; dead, closed, corrupt or of another layout), a table
+// whose creator died before writing the header (magic 0, ready 0), and an empty file (its
+// creator died before sizing it). Kept: anything else, since it is not ours to delete.
+// Age of the writer heartbeat `hb_ns` at the reader's clock read `now_ns`, UINT64_MAX for "no
+// valid heartbeat". A reader reads its clock, then loads the heartbeat: a writer that beat in
+// between stored a time after `now_ns`. That writer is alive now, so a heartbeat ahead of the
+// reader's clock has age 0 — unless it is more than `liveness_timeout_ns` ahead, which no beat
+// of this boot's writer can be (it is from another boot, or corrupt): not valid.
+std::uint64_t heartbeat_age_ns(std::uint64_t hb_ns, std::uint64_t now_ns,
+                               std::uint64_t liveness_timeout_ns) noexcept {
+  if (hb_ns == 0) return UINT64_MAX;  // closed / never beat
+  if (hb_ns <= now_ns) return now_ns - hb_ns;
+  return hb_ns - now_ns <= liveness_timeout_ns ? 0 : UINT64_MAX;
+}
+
+std::string foreign_content(const RawMap& old, TableErrc verdict, const std::string& why) {
+  if (old.not_regular != nullptr) return std::string("is ") + old.not_regular;
+  if (verdict == TableErrc::bad_magic) return "holds a file that is not a leasehold table (" + why + ")";
+  if (verdict == TableErrc::truncated && old.bytes > 0 && old.bytes < sizeof(Header))
+    return "holds a " + std::to_string(old.bytes) +
+           "-byte file, smaller than a table header, which no writer leaves behind";
+  return {};
+}
+
 Liveness liveness_of(const Header& h, const WriterLiveness& l, std::uint64_t now_ns) noexcept {
   Liveness out;
   const std::uint64_t hb = l.heartbeat_ns.load(std::memory_order_acquire);
   out.closed = h.closed_ns.load(std::memory_order_acquire) != 0;
-  if (hb == 0 || hb > now_ns) {  // closed / never beat / from another boot
-    out.age_ns = UINT64_MAX;
-    return out;
-  }
-  out.age_ns = now_ns - hb;
+  out.age_ns = heartbeat_age_ns(hb, now_ns, h.liveness_timeout_ns);
+  if (out.age_ns == UINT64_MAX) return out;
   out.alive = !out.closed && out.age_ns <= h.liveness_timeout_ns;
   return out;
 }
@@ -292,9 +356,15 @@ TableWriter TableWriter::create(const TableOptions& o) {
   std::uint64_t incarnation = 1;
   {
     RawMap old = map_readonly(loc);
-    if (old.err == 0) {
+    if (old.err == 0 || old.not_regular != nullptr) {
       std::string why;
-      const TableErrc v = validate_table(old.region.get_address(), old.bytes, why);
+      const TableErrc v = old.not_regular != nullptr
+                              ? TableErrc::bad_magic
+                              : validate_table(old.region.get_address(), old.bytes, why);
+      const std::string foreign = foreign_content(old, v, why);
+      if (!foreign.empty())
+        fail(TableErrc::bad_magic, quote(loc) + ": the location " + foreign +
+                                       "; refusing to replace it (remove it or choose another location)");
       if (v == TableErrc::ok) {
         const auto* h = static_cast<const Header*>(old.region.get_address());
         const auto* l = reinterpret_cast<const WriterLiveness*>(
@@ -591,7 +661,13 @@ TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
     if (m.err != 0) {
       stage = OpenStage::awaiting_file;
       code = errc_of_errno(m.err);
-      why = m.err == ENOENT ? "does not exist" : std::string("cannot map: ") + std::strerror(m.err);
+      if (m.not_regular != nullptr) {
+        code = TableErrc::bad_magic;  // structural: fails at once, no waiting
+        stage = OpenStage::ready;
+        why = std::string("is ") + m.not_regular + ", not a table file";
+      } else {
+        why = m.err == ENOENT ? "does not exist" : std::string("cannot map: ") + std::strerror(m.err);
+      }
     } else {
       code = validate_table(m.region.get_address(), m.bytes, why);
       if (code == TableErrc::truncated && m.bytes < sizeof(Header)) stage = OpenStage::awaiting_size;
@@ -653,7 +729,8 @@ bool TableReader::check_deadline_at(std::uint32_t index, Epoch epoch,
   const std::uint64_t hb = liveness_->heartbeat_ns.load(std::memory_order_acquire);
   // Re-read after valid_until (acquire above orders it): the deadline belongs to `epoch`.
   if (s.check_word.load(std::memory_order_acquire) != epoch) return false;
-  return now_ns < until && hb != 0 && hb <= now_ns && now_ns - hb <= liveness_timeout_ns_;
+  const std::uint64_t age_ns = heartbeat_age_ns(hb, now_ns, liveness_timeout_ns_);
+  return now_ns < until && age_ns != UINT64_MAX && age_ns <= liveness_timeout_ns_;
 }
 
 TableErrc TableReader::snapshot(std::uint32_t index, SlotSnapshot& out) const noexcept {

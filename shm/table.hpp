@@ -29,7 +29,9 @@
 // Liveness: the hot `check` has no clock, so it cannot see a dead writer or an expired
 // valid_until. Runtimes call `check_deadline` (one vDSO clock read more) before side effects,
 // or at least periodically; it fails when the writer's heartbeat is older than
-// liveness_timeout_ns, when the table is closed, and when valid_until_ns has passed.
+// liveness_timeout_ns, when the table is closed, and when valid_until_ns has passed. A heartbeat
+// stored after the reader's clock read is ahead of it: age 0 (the writer is alive), unless it is
+// more than liveness_timeout_ns ahead (another boot, or corruption): then no valid heartbeat.
 //
 // Slot reuse (no ABA): free() puts a slot in `cooling`; claim() takes free slots in FIFO order
 // of their free time and only once slot_cooldown_ns has passed; each claim bumps the slot's
@@ -131,7 +133,9 @@ std::string_view to_string(SlotState s) noexcept;
 struct Liveness {
   bool alive = false;       ///< heartbeat fresh and not closed
   bool closed = false;      ///< the writer closed the table cleanly
-  std::uint64_t age_ns = 0; ///< now - last heartbeat (UINT64_MAX: none, or from another boot)
+  std::uint64_t age_ns = 0; ///< now - last heartbeat; 0 if the heartbeat is ahead of now by at
+                            ///< most the liveness timeout; UINT64_MAX: none, or further ahead
+                            ///< (another boot)
 };
 
 struct ClaimResult {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -275,9 +276,36 @@ TEST(ShmTable, LivenessFollowsTheHeartbeat) {
   EXPECT_EQ(r.writer_liveness(1'500'000'000).age_ns, 500'000'000u);
   EXPECT_TRUE(r.writer_liveness(2'000'000'000).alive) << "age == timeout is still alive";
   EXPECT_FALSE(r.writer_liveness(2'000'000'001).alive);
-  const Liveness future = r.writer_liveness(999'999'999);
-  EXPECT_FALSE(future.alive) << "a heartbeat from the future (another boot) is not alive";
+  // A beat stored after the reader's clock read is ahead of it: the writer is alive now.
+  const Liveness ahead = r.writer_liveness(999'999'999);
+  EXPECT_TRUE(ahead.alive);
+  EXPECT_EQ(ahead.age_ns, 0u);
+  w.heartbeat(3'000'000'000);
+  EXPECT_TRUE(r.writer_liveness(2'000'000'000).alive) << "ahead by exactly the timeout";
+  const Liveness future = r.writer_liveness(1'999'999'999);
+  EXPECT_FALSE(future.alive) << "more than the timeout ahead: another boot, or corruption";
   EXPECT_EQ(future.age_ns, UINT64_MAX);
+}
+
+// check_deadline_at with a clock read taken just before the writer's heartbeat: the heartbeat is
+// newer than `now`, which means the writer is alive, not dead.
+TEST(ShmTable, CheckDeadlineAcceptsAHeartbeatNewerThanTheClockRead) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));  // liveness timeout 1 s
+  const std::uint64_t now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 9, now + 10'000'000'000), TableErrc::ok);
+  auto r = TableReader::open(t.location);
+  w.heartbeat(now + 1'000);
+  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now)) << "heartbeat 1 us after the clock read";
+  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + 1'000));
+  w.heartbeat(now + kS);
+  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now)) << "ahead by exactly the liveness timeout";
+  w.heartbeat(now + kS + 1);
+  EXPECT_FALSE(r.check_deadline_at(c.slot, 9, now)) << "further ahead: another boot or corruption";
+  w.heartbeat(now);
+  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + kS));
+  EXPECT_FALSE(r.check_deadline_at(c.slot, 9, now + kS + 1)) << "stale writer";
 }
 
 TEST(ShmTable, FileModeGroupAndReadOnlyMapping) {
@@ -520,10 +548,135 @@ TEST_F(CorruptTable, NotReady) {
 }
 
 TEST_F(CorruptTable, CreateReplacesACorruptTable) {
-  const std::uint64_t bad = 1;
-  poke(offsetof(Header, magic), &bad, sizeof bad);
+  // Our magic, broken geometry: a leasehold table, so create() may replace it.
+  const std::uint32_t slots = 3;
+  poke(offsetof(Header, slot_count), &slots, sizeof slots);
+  ASSERT_EQ(open_error().first, TableErrc::bad_geometry);
   auto w = TableWriter::create(options_for(t_, 4));
   EXPECT_EQ(open_error().first, TableErrc::ok);
+}
+
+TEST_F(CorruptTable, CreateReplacesATableWhoseCreatorDiedBeforeTheHeader) {
+  // A writer that died between sizing the file and writing the header leaves zeros.
+  const std::uint64_t zero = 0;
+  poke(offsetof(Header, magic), &zero, sizeof zero);
+  const std::uint32_t not_ready = 0;
+  poke(offsetof(Header, ready), &not_ready, sizeof not_ready);
+  auto w = TableWriter::create(options_for(t_, 4));
+  EXPECT_EQ(open_error().first, TableErrc::ok);
+}
+
+TEST_F(CorruptTable, CreateReplacesAnEmptyFile) {
+  truncate_to(0);  // a writer that died before sizing the file
+  auto w = TableWriter::create(options_for(t_, 4));
+  EXPECT_EQ(open_error().first, TableErrc::ok);
+}
+
+// create() unlinks what it replaces, so it must only replace what a writer left behind: a
+// mistyped location must never delete someone else's file.
+std::pair<TableErrc, std::string> create_error(const TableOptions& o) {
+  try {
+    auto w = TableWriter::create(o);
+    return {TableErrc::ok, ""};
+  } catch (const TableError& e) {
+    return {e.code(), e.what()};
+  }
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+TEST(ShmTableForeignFile, CreateRefusesToDeleteAFileThatIsNotATable) {
+  TempTable t(/*as_path=*/true);
+  const std::string text(4096 + 4 * 64, 'x');  // as large as a table, but not one
+  std::ofstream(t.path(), std::ios::binary) << text;
+  const auto [code, msg] = create_error(options_for(t, 4));
+  EXPECT_EQ(code, TableErrc::bad_magic);
+  EXPECT_NE(msg.find("not a leasehold table"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("refusing to replace it"), std::string::npos) << msg;
+  EXPECT_TRUE(read_all(t.path()) == text) << "create() changed or removed the file";
+}
+
+TEST(ShmTableForeignFile, CreateRefusesToDeleteASmallFile) {
+  TempTable t;  // a shm name
+  std::ofstream(t.path(), std::ios::binary) << "precious notes\n";
+  const auto [code, msg] = create_error(options_for(t, 4));
+  EXPECT_EQ(code, TableErrc::bad_magic);
+  EXPECT_NE(msg.find("15-byte file"), std::string::npos) << msg;
+  EXPECT_EQ(read_all(t.path()), "precious notes\n");
+}
+
+TEST_F(CorruptTable, CreateRefusesToReplaceATableWithForeignMagic) {
+  const std::uint64_t bad = 1;
+  poke(offsetof(Header, magic), &bad, sizeof bad);
+  const auto [code, msg] = create_error(options_for(t_, 4));
+  EXPECT_EQ(code, TableErrc::bad_magic);
+  EXPECT_NE(msg.find("wrong magic"), std::string::npos) << msg;
+  EXPECT_EQ(open_error().first, TableErrc::bad_magic);  // still there, untouched
+}
+
+// Runs `fn` in a child that SIGALRM kills after 20 s; returns the child's exit code, or -signal.
+// A FIFO under a table's name must give an error, not block the reader or the writer for ever.
+template <class Fn>
+int in_child(Fn fn) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(20);
+    ::_exit(fn());
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1000;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+TEST(ShmTableNotAFile, FifoUnderAShmNameIsAnErrorNotAHang) {
+  for (const bool as_path : {false, true}) {
+    TempTable t(as_path);
+    ASSERT_EQ(::mkfifo(t.path().c_str(), 0644), 0);
+    EXPECT_EQ(in_child([&] {
+                try {
+                  OpenOptions o;
+                  o.wait_ns = 50'000'000;
+                  TableReader::open(t.location, o);
+                  return 1;
+                } catch (const TableError& e) {
+                  const std::string msg = e.what();
+                  return e.code() == TableErrc::bad_magic && msg.find("a FIFO") != std::string::npos ? 0 : 2;
+                }
+              }),
+              0)
+        << t.location;
+    EXPECT_EQ(in_child([&] {
+                const auto [code, msg] = create_error(options_for(t, 4));
+                return code == TableErrc::bad_magic && msg.find("a FIFO") != std::string::npos ? 0 : 3;
+              }),
+              0)
+        << t.location;
+    struct stat st{};
+    ASSERT_EQ(::stat(t.path().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISFIFO(st.st_mode));  // create() left it alone
+  }
+}
+
+TEST(ShmTableNotAFile, DirectoryUnderAShmNameIsNamed) {
+  TempTable t;
+  ASSERT_EQ(::mkdir(t.path().c_str(), 0755), 0);
+  std::string msg;
+  try {
+    TableReader::open(t.location);
+  } catch (const TableError& e) {
+    EXPECT_EQ(e.code(), TableErrc::bad_magic);
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+  const auto [code, cmsg] = create_error(options_for(t, 4));
+  EXPECT_EQ(code, TableErrc::bad_magic);
+  EXPECT_NE(cmsg.find("is a directory"), std::string::npos) << cmsg;
+  ::rmdir(t.path().c_str());
 }
 
 }  // namespace

@@ -36,18 +36,8 @@ int main(int argc, char** argv) {
     std::fflush(log);
     int last = -1;
     for (;;) {
-      std::uint64_t now = boottime_ns();
-      int valid = table.check_deadline_at(slot, epoch, now) ? 1 : 0;
-      if (valid == 0 && last == 1) {
-        // Confirm with a fresh clock read: a writer heartbeat stored between our clock read and
-        // the check looks like a heartbeat "from the future" and fails the check once.
-        now = boottime_ns();
-        if (table.check_deadline_at(slot, epoch, now)) {
-          std::fprintf(log, "spurious t=%" PRIu64 "\n", now);
-          std::fflush(log);
-          valid = 1;
-        }
-      }
+      const std::uint64_t now = boottime_ns();
+      const int valid = table.check_deadline_at(slot, epoch, now) ? 1 : 0;
       if (valid != last) {
         SlotSnapshot snap;
         const std::uint64_t vu = table.snapshot(slot, snap) == TableErrc::ok ? snap.valid_until_ns : 0;
