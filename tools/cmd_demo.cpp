@@ -23,7 +23,10 @@
 #include "resource/fenced_store.hpp"
 #include "shm/table.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -110,6 +113,12 @@ std::string find_line(const std::string& path, std::initializer_list<std::string
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
+/// True if the process behind the pidfd has exited.
+bool exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
 /// Waits until the pidfd is readable (process exited); returns the boottime then, or -1.
 std::int64_t wait_exit(int pidfd, std::uint64_t timeout_ms) {
   const std::int64_t deadline = boot_ns() + static_cast<std::int64_t>(timeout_ms) * 1'000'000;
@@ -119,6 +128,29 @@ std::int64_t wait_exit(int pidfd, std::uint64_t timeout_ms) {
     if (::poll(&p, 1, 1) > 0) return boot_ns();
   }
   return -1;
+}
+
+/// True once lockd answers a `stats` request sent from inside network namespace `netns` (""
+/// = ours) to `addr`: the path a worker uses, neighbour resolution included. Runs in a forked
+/// child, since only a single-threaded process should switch namespaces.
+bool lockd_answers_from(const std::string& netns, const SocketAddress& addr, const std::string& key_path,
+                        std::int64_t timeout_ms) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    if (!netns.empty()) {
+      const int fd = ::open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) ::_exit(2);
+    }
+    wire::KeyLoad key = wire::load_key_file(key_path);
+    if (!key) ::_exit(2);
+    lockd::AdminClient c(addr, *key.key, WorkerId{}, timeout_ms * 1'000'000);
+    ::_exit(c.stats().ok() ? 0 : 1);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 std::string self_exe() {
@@ -171,7 +203,7 @@ struct World {
     pidfds.clear();
     if (agents > 0) done.push_back(std::to_string(agents) + " leftover agent(s)");
     const bool had_netns = net.mode == Network::Mode::netns;
-    const bool had_filter = net.cut[0] || net.cut[1];
+    const bool had_filter = !had_netns && (net.cut[0] || net.cut[1]);
     net.teardown();
     if (had_netns) done.push_back("2 network namespaces and their veth pairs");
     if (had_filter) done.push_back("packet filter rules");
@@ -392,7 +424,8 @@ void Demo::body() {
   if (std::string e = world_.net.setup(args_.network, tag); !e.empty()) abort(e);
   say("network: %s", world_.net.describe().c_str());
   if (world_.net.mode == Network::Mode::loopback) {
-    detail("falling back to loopback: %s", world_.net.why.c_str());
+    detail("%s: %s", args_.network == "loopback" ? "not using network namespaces" : "falling back to loopback",
+           world_.net.why.c_str());
     if (world_.net.filter.empty()) abort("no way to cut a worker off lockd here: " + world_.net.describe());
   }
 
@@ -421,12 +454,12 @@ void Demo::body() {
         std::string("leasehold-supervisor (") + kWorker[i] + ")",
         {sup_bin, "--lockd", world_.net.lockd_address(i, port_), "--key-file", key_path_, "--shm", shm_[i],
          "--control-socket", sock_[i], "--ttl-ms", std::to_string(t_.ttl_ms), "--heartbeat-interval-ms",
-         std::to_string(t_.heartbeat_ms), "--kill-after-ms", std::to_string(t_.kill_after_ms), "--slots", "16"},
+         std::to_string(t_.heartbeat_ms), "--kill-after-ms", std::to_string(t_.kill_after_ms)},
         world_.tmp + "/w" + std::to_string(i + 1) + ".log", world_.net.netns[i], err);
     if (!world_.sup[i]) abort(err);
   }
   for (int i = 0; i < 2; ++i) {
-    if (!wait_for_line(*world_.sup[i], "ready", kStartTimeoutMs, err)) abort(err);
+    if (!wait_for_line(*world_.sup[i], "\nready", kStartTimeoutMs, err)) abort(err);
     auto st = control(i, {{"v", 1}, {"op", "status"}}, f);
     if (!st || !st->value("ok", false)) abort(std::string(kWorker[i]) + " status: " + (st ? st->dump() : f.message));
     say("%s: supervisor pid %d%s%s, lockd at %s, kill mode %s", kWorker[i], world_.sup[i]->pid,
@@ -539,6 +572,18 @@ void Demo::body() {
   std::optional<nlohmann::json> a2;
   int held_answers = 0;
   const std::int64_t acquire_until = expiry + 5'000'000'000;
+  // Watch lockd until the lease is gone (each refused `run` would cost worker 2 a shm slot
+  // that then cools down), then start the agent there.
+  while (boot_ns() < acquire_until) {
+    check_interrupted();
+    const lockd::Answer s = admin_->show(args_.name);
+    const auto* i = s.as<wire::NameInfo>();
+    if (s.as<wire::Deny>() != nullptr || (i != nullptr && i->record.state != wire::LockState::held)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::int64_t t_free = boot_ns();
+  detail("lockd: the lease expired; \"%s\" is free (seen at %s)", args_.name.c_str(), at(t_free).c_str());
+  event(t_free, "lockd: lease of epoch " + std::to_string(e1_) + " expired, name free");
   while (boot_ns() < acquire_until) {
     check_interrupted();
     a2 = control(1, agent_request(true), f);
@@ -546,7 +591,7 @@ void Demo::body() {
     if (a2->value("ok", false)) break;
     if (a2->value("error", std::string()) != "held") abort(supervisor_failure(*a2, "run on worker 2").message);
     ++held_answers;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (!a2 || !a2->value("ok", false)) abort("worker 2 could not acquire the name within 5 s after the expiry");
   const std::int64_t t_grant2 = boot_ns();
@@ -558,9 +603,9 @@ void Demo::body() {
   const auto lockd_expire = find_line(world_.lockd->log_path, {"event=expire", "name=" + args_.name});
   if (!lockd_expire.empty())
     detail("lockd logged the expiry at %s", at(std::stoll(field(lockd_expire, "ts_boot_ns"))).c_str());
-  say("%s acquired \"%s\" at epoch %llu (sandbox %s, pid %d; %d \"held\" answers while lockd still had the lease)",
-      kWorker[1], args_.name.c_str(), static_cast<unsigned long long>(e2_), sb2.substr(0, 8).c_str(), a2->value("pid", -1),
-      held_answers);
+  say("%s acquired \"%s\" at epoch %llu (sandbox %s, pid %d%s)", kWorker[1], args_.name.c_str(),
+      static_cast<unsigned long long>(e2_), sb2.substr(0, 8).c_str(), a2->value("pid", -1),
+      held_answers > 0 ? (", after " + std::to_string(held_answers) + " \"held\" answers").c_str() : "");
   event(t_grant2, "worker 2 acquired at epoch " + std::to_string(e2_) + ", agent " + sb2.substr(0, 8) + " started");
   check(e2_ == e1_ + 1, "the new grant is at epoch " + std::to_string(e1_) + "+1");
   const std::int64_t w2 = first_write(e2_);
@@ -587,8 +632,21 @@ void Demo::body() {
   std::fprintf(out_, "\nstep 5: graceful transfer of \"%s\" back to %s\n", args_.name.c_str(), kWorker[0]);
   if (std::string e = world_.net.reconnect(0); !e.empty()) abort(e);
   const std::int64_t t_reconnect = boot_ns();
-  say("%s reconnected", kWorker[0]);
-  event(t_reconnect, "worker 1 reconnected");
+  {
+    // Wait until worker 1's path to lockd works again (link up, neighbours resolved), so the
+    // transfer does not race the network coming back.
+    const auto lockd_addr = SocketAddress::parse(world_.net.lockd_address(0, port_));
+    const std::int64_t until = boot_ns() + 10'000'000'000;
+    bool up = false;
+    while (!up && boot_ns() < until) {
+      check_interrupted();
+      up = lockd_addr && lockd_answers_from(world_.net.netns[0], *lockd_addr, key_path_, 300);
+    }
+    if (!up) abort("worker 1 still cannot reach lockd 10 s after reconnecting");
+  }
+  say("%s reconnected (link restored at %s); lockd answers from its side again", kWorker[0], at(t_reconnect).c_str());
+  event(t_reconnect, "worker 1's link to lockd restored");
+  event(boot_ns(), "lockd reachable from worker 1 again");
   auto b1 = control(0, agent_request(false), f);
   if (!b1) abort(f.message);
   if (!b1->value("ok", false)) abort(supervisor_failure(*b1, "run on worker 1").message);
@@ -620,12 +678,21 @@ void Demo::body() {
   check(e3_ == e2_ + 1 && fence.highest == e3_, "the epoch advanced at the start of the transfer, and the resource knew it first");
   // The old holder stops: its next write is rejected as stale (it stops itself), or its
   // supervisor's next heartbeat is answered `lost` (it is killed) - whichever comes first.
-  const std::int64_t t_old_gone = pidfd2 >= 0 ? wait_exit(pidfd2, t_.ttl_ms + 2000) : -1;
+  std::int64_t t_old_gone = pidfd2 >= 0 ? wait_exit(pidfd2, t_.ttl_ms + 2000) : -1;
   if (t_old_gone < 0) abort("the old holder did not stop within its lease TTL after the transfer began");
-  const std::string stop_line = find_line(world_.sup[1]->log_path, {"agent epoch=" + std::to_string(e2_) + ":"});
-  say("old holder %s on %s stopped at %s: %s", sb2.substr(0, 8).c_str(), kWorker[1], at(t_old_gone).c_str(),
-      stop_line.find("rejected") != std::string::npos ? "its write was rejected as stale, so it stopped itself"
-                                                       : "its supervisor stopped it (heartbeat answered lost)");
+  std::string exit_line;
+  for (int tries = 0; tries < 100 && exit_line.empty(); ++tries) {  // the supervisor's record of the exit
+    exit_line = find_line(world_.sup[1]->log_path, {"event=exited", "sandbox=" + sb2});
+    if (exit_line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (const auto pos = exit_line.find(" t="); pos != std::string::npos)
+    t_old_gone = std::min<std::int64_t>(t_old_gone, std::stoll(exit_line.substr(pos + 3)));
+  const auto reason_at = exit_line.find("reason=");
+  const std::string how = field(exit_line, "status") == "3"
+                              ? "its next write was rejected as stale, so it stopped itself"
+                              : "its supervisor stopped it: " + (reason_at == std::string::npos ? std::string("?")
+                                                                                                : exit_line.substr(reason_at + 7));
+  say("old holder %s on %s stopped at %s: %s", sb2.substr(0, 8).c_str(), kWorker[1], at(t_old_gone).c_str(), how.c_str());
   event(t_old_gone, "old holder " + sb2.substr(0, 8) + " stopped");
   const lockd::Answer done = admin_->transfer_complete(binfo->record.name_id, e3_);
   if (done.as<wire::TransferState>() == nullptr)
@@ -662,16 +729,24 @@ void Demo::body() {
          static_cast<unsigned long long>(during));
   check(during == 0, "no write was accepted during the transfer");
   hold(t_.hold_ms);
+  const auto e3_tally = store_->tally(args_.name, e3_, "accepted");
+  check(pidfd3 >= 0 && !exited(pidfd3) && e3_tally.last_ns > transfer_first_write_ns_ +
+            static_cast<std::int64_t>(t_.hold_ms) * 500'000,
+        "the agent keeps writing on worker 1 at epoch " + std::to_string(e3_) + " (" + std::to_string(e3_tally.rows) +
+            " writes so far)");
 
   // ---- end: release, audit ---------------------------------------------------------------------------
+  std::fprintf(out_, "\nend: release \"%s\" on %s\n", args_.name.c_str(), kWorker[0]);
   auto rel = control(0, {{"v", 1}, {"op", "release"}, {"name", args_.name}}, f);
   const std::int64_t t_release = boot_ns();
-  if (rel && rel->value("ok", false)) {
-    say("released \"%s\" on %s (agent stopped, name returned to lockd)", args_.name.c_str(), kWorker[0]);
-    event(t_release, "released");
+  const bool released = rel && rel->value("ok", false);
+  if (released) {
+    say("released \"%s\" on %s: agent stopped, name returned to lockd", args_.name.c_str(), kWorker[0]);
+    event(t_release, "released by worker 1");
   } else {
-    say("release on worker 1: %s", rel ? rel->dump().c_str() : f.message.c_str());
+    say("release on worker 1: %s", rel ? supervisor_failure(*rel, "release").message.c_str() : f.message.c_str());
   }
+  check(released, "the holder released the name at the end");
   audit_and_timeline();
 }
 
