@@ -1,0 +1,406 @@
+// leasehold/perf/pause: what `leasehold pause-probe` writes — the terminal table, the CSV, the
+// JSON summary, and the plot (a gnuplot script for PNG, or a self-drawn SVG when gnuplot is
+// missing). Pure text generation (no I/O), header-only like pause_model.hpp, so the tests check
+// the exact columns and the plot's content.
+//
+// Every time in the CSV is in ms relative to the trial's freeze request (negative = before it);
+// an empty cell means "did not happen / not applicable". Columns: see kCsvColumns.
+#pragma once
+
+#include "perf/pause/pause_model.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace leasehold::pause {
+
+/// The measured side of the budget (pause_model.hpp: B_meas).
+struct MeasuredTiming {
+  HistogramSnapshot rt_lateness;    ///< rt wake-up lateness, outside the probe's freezes
+  HistogramSnapshot heartbeat_rtt;  ///< heartbeat RTT, outside the probe's freezes
+  std::vector<std::int64_t> kill_latencies_ns;  ///< per killed trial (TrialResult::kill_latency_ns)
+  std::uint64_t lateness_p99_ns = 0, lateness_max_ns = 0;
+  std::int64_t kill_latency_p99_ns = 0, kill_latency_max_ns = 0;
+  std::optional<std::int64_t> budget_p99_ns, budget_max_ns;
+};
+
+/// Fills the quantiles and B_meas from the raw measurements.
+inline void finish_measured(MeasuredTiming& m, const Timing& t) {
+  m.lateness_p99_ns = histogram_quantile_upper(m.rt_lateness, 0.99);
+  m.lateness_max_ns = m.rt_lateness.max;
+  m.kill_latency_p99_ns = sample_quantile(m.kill_latencies_ns, 0.99);
+  m.kill_latency_max_ns = sample_quantile(m.kill_latencies_ns, 1.0);
+  if (m.rt_lateness.count == 0 || m.kill_latencies_ns.empty()) return;
+  m.budget_p99_ns = measured_budget_ns(t, m.lateness_p99_ns, static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.kill_latency_p99_ns)));
+  m.budget_max_ns = measured_budget_ns(t, m.lateness_max_ns, static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.kill_latency_max_ns)));
+}
+
+/// Everything one sweep produced.
+struct SweepReport {
+  Timing timing;
+  std::string mode;        ///< "standalone" | "external"
+  std::string freeze;      ///< "cgroup" | "sigstop", and why
+  std::string freeze_why;
+  Phase phase = Phase::worst;
+  std::string stress;      ///< "" = none, else the stress-ng command line
+  std::vector<TrialObservation> observations;
+  std::vector<TrialResult> results;
+  MeasuredTiming measured;
+  SweepVerdict verdict;
+};
+
+/// The CSV's columns, in order.
+inline const std::vector<std::string>& csv_columns() {
+  static const std::vector<std::string> cols = {
+      "pause_ms", "phase", "outcome", "outcome_code", "under_budget", "killed", "killed_by",
+      "killed_before_expiry", "margin_ms", "violation", "window_ms", "window_bound_ms",
+      "recovery_ms", "kill_latency_ms", "side_effects_refused", "refusal_lag_ms",
+      "valid_until_ms", "expiry_ms", "grant_ms", "death_ms", "thaw_ms", "sup_kill_ms", "note"};
+  return cols;
+}
+/// 1-based column numbers the plot uses (kept in step with csv_columns()).
+inline constexpr int kColPause = 1, kColOutcomeCode = 4, kColMargin = 9, kColWindow = 11;
+
+namespace detail {
+inline std::string ms3(std::int64_t ns) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.3f", static_cast<double>(ns) / 1e6);
+  return b;
+}
+inline std::string ms1(std::int64_t ns) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.1f", static_cast<double>(ns) / 1e6);
+  return b;
+}
+inline std::string opt_ms(const std::optional<std::int64_t>& v) { return v ? ms3(*v) : ""; }
+inline std::string rel(std::int64_t t, std::int64_t base) { return t == 0 || base == 0 ? "" : ms3(t - base); }
+inline std::string csv_cell(std::string s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out + "\"";
+}
+inline const char* yn(bool b) { return b ? "1" : "0"; }
+}  // namespace detail
+
+inline std::vector<std::string> csv_row(const TrialObservation& o, const TrialResult& r) {
+  using namespace detail;
+  const std::int64_t base = o.freeze_ns;
+  return {std::to_string(o.pause_ms),
+          std::string(to_string(o.phase)),
+          std::string(to_string(r.outcome)),
+          std::to_string(static_cast<int>(r.outcome)),
+          yn(r.under_budget),
+          yn(r.killed),
+          r.killed_by,
+          r.killed ? yn(r.killed_before_expiry) : "",
+          opt_ms(r.margin_ns),
+          yn(r.violation),
+          r.violation ? ms3(r.window_ns) : "",
+          r.violation ? opt_ms(r.window_bound_ns) : "",
+          opt_ms(r.recovery_ns),
+          opt_ms(r.kill_latency_ns),
+          r.outcome == Outcome::error ? "" : yn(r.side_effects_refused),
+          opt_ms(r.refusal_lag_ns),
+          rel(o.valid_until_ns, base),
+          rel(o.expiry_lo_ns, base),
+          rel(o.grant_send_ns, base),
+          rel(effective_death_ns(o), base),
+          rel(o.thaw_ns, base),
+          rel(o.sup_confirmed_ns, base),
+          r.note};
+}
+
+inline std::string to_csv(const SweepReport& rep) {
+  std::string out;
+  const auto& cols = csv_columns();
+  for (std::size_t i = 0; i < cols.size(); ++i) out += (i ? "," : "") + cols[i];
+  out += '\n';
+  for (std::size_t i = 0; i < rep.results.size(); ++i) {
+    const auto row = csv_row(rep.observations[i], rep.results[i]);
+    for (std::size_t c = 0; c < row.size(); ++c) out += (c ? "," : "") + detail::csv_cell(row[c]);
+    out += '\n';
+  }
+  return out;
+}
+
+/// The terminal table, one row per pause.
+inline std::string to_table(const SweepReport& rep) {
+  using namespace detail;
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"pause", "budget", "outcome", "kill-switch", "margin", "violation", "window",
+                  "recovery", "refused", "note"});
+  for (std::size_t i = 0; i < rep.results.size(); ++i) {
+    const auto& o = rep.observations[i];
+    const auto& r = rep.results[i];
+    std::string ks = !r.killed ? "not needed" : r.killed_before_expiry ? "before expiry" : "after expiry";
+    if (r.killed && r.killed_by == "recovery") ks = "recovery";
+    rows.push_back({std::to_string(o.pause_ms) + " ms", r.under_budget ? "under" : "past",
+                    std::string(to_string(r.outcome)), r.outcome == Outcome::error ? "-" : ks,
+                    r.margin_ns ? ms1(*r.margin_ns) + " ms" : "-",
+                    r.violation ? "YES" : "no",
+                    r.violation ? ms1(r.window_ns) + " ms" : "-",
+                    r.recovery_ns ? ms1(*r.recovery_ns) + " ms" : "-",
+                    r.outcome == Outcome::error ? "-" : r.side_effects_refused ? "yes" : "NO",
+                    r.note});
+  }
+  std::vector<std::size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+/// The budget lines: configured, and measured (p99 and max) with its terms spelled out.
+inline std::string budget_text(const SweepReport& rep) {
+  using namespace detail;
+  const Timing& t = rep.timing;
+  const MeasuredTiming& m = rep.measured;
+  std::string s;
+  s += "configured pause budget  " + ms1(configured_budget_ns(t)) + " ms = ttl " + std::to_string(t.ttl_ms) +
+       " - (kill_after " + std::to_string(t.kill_after_ms) + "*(1+" + [&] {
+         char b[32];
+         std::snprintf(b, sizeof b, "%g", t.clock_rate_bound);
+         return std::string(b);
+       }() + ") + wheel granularity " + ms3(static_cast<std::int64_t>(t.wheel_granularity_ns)) +
+       " + kill latency budget " + std::to_string(t.kill_latency_budget_ms) + ") ms\n";
+  if (m.budget_p99_ns && m.budget_max_ns) {
+    s += "measured pause budget    " + ms1(*m.budget_p99_ns) + " ms (p99: lateness " +
+         ms3(static_cast<std::int64_t>(m.lateness_p99_ns)) + " ms, kill latency " + ms3(m.kill_latency_p99_ns) +
+         " ms)   " + ms1(*m.budget_max_ns) + " ms (max: lateness " +
+         ms3(static_cast<std::int64_t>(m.lateness_max_ns)) + " ms, kill latency " + ms3(m.kill_latency_max_ns) +
+         " ms)\n";
+  } else {
+    s += "measured pause budget    - (needs rt lateness samples and at least one killed trial)\n";
+  }
+  s += "rt wake-up lateness      " + std::to_string(m.rt_lateness.count) + " ticks outside freezes, p50 <= " +
+       ms3(static_cast<std::int64_t>(histogram_quantile_upper(m.rt_lateness, 0.5))) + " ms, p99 <= " +
+       ms3(static_cast<std::int64_t>(m.lateness_p99_ns)) + " ms, max " + ms3(static_cast<std::int64_t>(m.lateness_max_ns)) + " ms\n";
+  s += "heartbeat RTT            " + std::to_string(m.heartbeat_rtt.count) + " answers outside freezes, p50 <= " +
+       ms3(static_cast<std::int64_t>(histogram_quantile_upper(m.heartbeat_rtt, 0.5))) + " ms, p99 <= " +
+       ms3(static_cast<std::int64_t>(histogram_quantile_upper(m.heartbeat_rtt, 0.99))) + " ms, max " +
+       ms3(static_cast<std::int64_t>(m.heartbeat_rtt.max)) + " ms\n";
+  return s;
+}
+
+inline nlohmann::json histogram_json(const HistogramSnapshot& h) {
+  return {{"count", h.count},
+          {"p50_ns_le", histogram_quantile_upper(h, 0.5)},
+          {"p99_ns_le", histogram_quantile_upper(h, 0.99)},
+          {"max_ns", h.max},
+          {"mean_ns", h.count ? h.sum / h.count : 0}};
+}
+
+/// The JSON summary: configuration, budgets, per-trial rows (as in the CSV, plus absolute ns),
+/// and the verdict.
+inline nlohmann::json to_json(const SweepReport& rep) {
+  using nlohmann::json;
+  const Timing& t = rep.timing;
+  const MeasuredTiming& m = rep.measured;
+  json j;
+  j["mode"] = rep.mode;
+  j["freeze"] = rep.freeze;
+  j["freeze_why"] = rep.freeze_why;
+  j["phase"] = std::string(to_string(rep.phase));
+  j["stress"] = rep.stress;
+  j["timing"] = {{"ttl_ms", t.ttl_ms}, {"kill_after_ms", t.kill_after_ms},
+                 {"heartbeat_interval_ms", t.heartbeat_interval_ms},
+                 {"kill_latency_budget_ms", t.kill_latency_budget_ms},
+                 {"wheel_granularity_ns", t.wheel_granularity_ns}, {"clock_rate_bound", t.clock_rate_bound}};
+  j["budget"] = {
+      {"configured_ms", static_cast<double>(configured_budget_ns(t)) / 1e6},
+      {"configured_formula", "ttl - (kill_after*(1+rho) + wheel_granularity + kill_latency_budget)"},
+      {"measured_p99_ms", m.budget_p99_ns ? json(static_cast<double>(*m.budget_p99_ns) / 1e6) : json(nullptr)},
+      {"measured_max_ms", m.budget_max_ns ? json(static_cast<double>(*m.budget_max_ns) / 1e6) : json(nullptr)},
+      {"measured_formula", "ttl - (kill_after*(1+rho) + rt_lateness_q + kill_latency_q), q = p99 | max"},
+      {"rt_lateness", histogram_json(m.rt_lateness)},
+      {"heartbeat_rtt", histogram_json(m.heartbeat_rtt)},
+      {"kill_latency_p99_ns", m.kill_latency_p99_ns},
+      {"kill_latency_max_ns", m.kill_latency_max_ns},
+      {"kill_latency_samples", m.kill_latencies_ns.size()}};
+  json trials = json::array();
+  const auto& cols = csv_columns();
+  for (std::size_t i = 0; i < rep.results.size(); ++i) {
+    const auto& o = rep.observations[i];
+    const auto row = csv_row(o, rep.results[i]);
+    json tr;
+    for (std::size_t c = 0; c < cols.size(); ++c) tr[cols[c]] = row[c];
+    tr["ns"] = {{"cut", o.cut_ns}, {"freeze", o.freeze_ns}, {"frozen", o.frozen_ns}, {"thaw", o.thaw_ns},
+                {"thawed", o.thawed_ns}, {"valid_until", o.valid_until_ns}, {"expiry_lo", o.expiry_lo_ns},
+                {"expiry_hi", o.expiry_hi_ns}, {"grant_send", o.grant_send_ns}, {"grant_recv", o.grant_recv_ns},
+                {"last_deny_send", o.last_deny_send_ns}, {"death", effective_death_ns(o)}, {"death_pidfd", o.death_ns}, {"revoked", o.revoked_ns},
+                {"refreshed", o.refreshed_ns}, {"sup_confirmed", o.sup_confirmed_ns}, {"end", o.end_ns}};
+    trials.push_back(std::move(tr));
+  }
+  j["trials"] = std::move(trials);
+  const SweepVerdict& v = rep.verdict;
+  auto opt = [](const std::optional<std::int64_t>& x) {
+    return x ? json(static_cast<double>(*x) / 1e6) : json(nullptr);
+  };
+  j["verdict"] = {{"ok", v.ok}, {"line", v.line}, {"trials", v.trials}, {"errors", v.errors},
+                  {"violations", v.violations}, {"violations_under_budget", v.violations_under_budget},
+                  {"unbounded", v.unbounded}, {"side_effects_accepted", v.side_effects_accepted},
+                  {"window_max_ms", opt(v.window_max_ns)}, {"recovery_max_ms", opt(v.recovery_max_ns)},
+                  {"window_minus_excess_max_ms", opt(v.window_excess_max_ns)},
+                  {"safe_pause_max_ms", v.safe_pause_max_ms ? json(*v.safe_pause_max_ms) : json(nullptr)},
+                  {"violating_pause_min_ms", v.violating_pause_min_ms ? json(*v.violating_pause_min_ms) : json(nullptr)}};
+  return j;
+}
+
+namespace detail {
+inline std::string gp_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+}  // namespace detail
+
+/// A gnuplot script that reads `csv_path` and writes `png_path` (pngcairo): margin against pause
+/// length per outcome, the violation windows on the right axis, and the configured (solid) and
+/// measured (dashed) pause budgets as vertical lines.
+inline std::string gnuplot_script(const SweepReport& rep, const std::string& csv_path,
+                                  const std::string& png_path) {
+  using detail::gp_quote;
+  const double budget = static_cast<double>(configured_budget_ns(rep.timing)) / 1e6;
+  std::ostringstream s;
+  s << "# leasehold pause-probe: outcome and margin against the supervisor pause length.\n"
+    << "set terminal pngcairo noenhanced size 1200,700 font ',10'\n"
+    << "set output " << gp_quote(png_path) << "\n"
+    << "set datafile separator ','\n"
+    << "set title " << gp_quote("leasehold pause-probe: ttl " + std::to_string(rep.timing.ttl_ms) +
+                                " ms, kill_after " + std::to_string(rep.timing.kill_after_ms) + " ms, phase " +
+                                std::string(to_string(rep.phase)) + ", freeze " + rep.freeze +
+                                (rep.stress.empty() ? "" : ", under stress")) << "\n"
+    << "set xlabel 'supervisor pause (ms)'\n"
+    << "set ylabel 'margin = lockd expiry - sandbox death (ms)'\n"
+    << "set y2label 'mutex-violation window (ms)'\n"
+    << "set ytics nomirror\nset y2tics\nset grid\nset xzeroaxis lt -1\n"
+    << "set key outside below\n"
+    << "set y2range [0:*]\n"
+    << "set arrow 1 from " << budget << ", graph 0 to " << budget << ", graph 1 nohead lw 2 lc rgb '#333333'\n"
+    << "set label 1 " << gp_quote(" configured budget " + detail::ms1(configured_budget_ns(rep.timing)) + " ms")
+    << " at " << budget << ", graph 0.96 left\n";
+  if (rep.measured.budget_max_ns) {
+    const double mb = static_cast<double>(*rep.measured.budget_max_ns) / 1e6;
+    s << "set arrow 2 from " << mb << ", graph 0 to " << mb << ", graph 1 nohead lw 2 dt 2 lc rgb '#9467bd'\n"
+      << "set label 2 " << gp_quote(" measured budget (max) " + detail::ms1(*rep.measured.budget_max_ns) + " ms")
+      << " at " << mb << ", graph 0.90 left tc rgb '#9467bd'\n";
+  }
+  bool any_violation = false;
+  for (const auto& r : rep.results) any_violation = any_violation || r.violation;
+  if (!any_violation) s << "set y2range [0:1]\n";  // gnuplot refuses a y2 series with no point
+  const std::string f = gp_quote(csv_path);
+  const int p = kColPause, oc = kColOutcomeCode, mg = kColMargin, w = kColWindow;
+  s << "plot " << f << " every ::1 using " << p << ":($" << oc << "==0 ? 0 : 1/0) with points pt 6 ps 1.6 lc rgb '#2ca02c' title 'kept: lease refreshed, no kill needed (drawn at 0)', \\\n"
+    << "     " << f << " every ::1 using " << p << ":($" << oc << "==1 ? $" << mg << " : 1/0) with points pt 7 ps 1.6 lc rgb '#1f77b4' title 'killed before lockd expiry (margin > 0)', \\\n"
+    << "     " << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << mg << " : 1/0) with points pt 5 ps 1.6 lc rgb '#d62728' title 'violation: another holder acquired first (margin < 0)'";
+  if (any_violation)
+    s << ", \\\n     " << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << w
+      << " : 1/0) axes x1y2 with impulses lw 6 lc rgb '#ff9896' title 'violation window, right axis'";
+  s << "\n";
+  return s.str();
+}
+
+/// The same plot as an SVG document, for hosts without gnuplot.
+inline std::string svg_plot(const SweepReport& rep) {
+  const double W = 1000, H = 600, L = 90, R = 90, T = 50, B = 80;
+  double xmax = 1, ymin = 0, ymax = 1, wmax = 1;
+  const double budget = static_cast<double>(configured_budget_ns(rep.timing)) / 1e6;
+  xmax = std::max(xmax, budget);
+  for (std::size_t i = 0; i < rep.results.size(); ++i) {
+    xmax = std::max(xmax, static_cast<double>(rep.observations[i].pause_ms));
+    if (rep.results[i].margin_ns) {
+      const double m = static_cast<double>(*rep.results[i].margin_ns) / 1e6;
+      ymin = std::min(ymin, m);
+      ymax = std::max(ymax, m);
+    }
+    if (rep.results[i].violation) wmax = std::max(wmax, static_cast<double>(rep.results[i].window_ns) / 1e6);
+  }
+  xmax *= 1.05;
+  const double pad = (ymax - ymin) * 0.08;
+  ymin -= pad;
+  ymax += pad;
+  auto X = [&](double v) { return L + (W - L - R) * v / xmax; };
+  auto Y = [&](double v) { return T + (H - T - B) * (ymax - v) / (ymax - ymin); };
+  auto Y2 = [&](double v) { return T + (H - T - B) * (1.0 - v / (wmax * 1.1)); };
+  std::ostringstream s;
+  char b[256];
+  s << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    << "<text x=\"" << W / 2 << "\" y=\"25\" text-anchor=\"middle\" font-size=\"14\">leasehold pause-probe: ttl "
+    << rep.timing.ttl_ms << " ms, kill_after " << rep.timing.kill_after_ms << " ms, phase " << to_string(rep.phase)
+    << "</text>\n";
+  std::snprintf(b, sizeof b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n",
+                L, T, W - L - R, H - T - B);
+  s << b;
+  for (int i = 0; i <= 5; ++i) {  // ticks
+    const double xv = xmax * i / 5, yv = ymin + (ymax - ymin) * i / 5, wv = wmax * 1.1 * i / 5;
+    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", X(xv), H - B + 18, xv);
+    s << b;
+    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, Y(yv) + 4, yv);
+    s << b;
+    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"start\" fill=\"#d62728\">%.0f</text>\n", W - R + 6, Y2(wv) + 4, wv);
+    s << b;
+  }
+  std::snprintf(b, sizeof b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>\n", L, Y(0), W - R, Y(0));
+  s << b;
+  std::snprintf(b, sizeof b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" stroke-width=\"2\"/>\n"
+                "<text x=\"%.1f\" y=\"%.1f\">configured budget %.1f ms</text>\n",
+                X(budget), T, X(budget), H - B, X(budget) + 4, T + 14, budget);
+  s << b;
+  if (rep.measured.budget_max_ns) {
+    const double mb = static_cast<double>(*rep.measured.budget_max_ns) / 1e6;
+    std::snprintf(b, sizeof b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#9467bd\" stroke-width=\"2\" stroke-dasharray=\"6,4\"/>\n"
+                  "<text x=\"%.1f\" y=\"%.1f\" fill=\"#9467bd\">measured budget (max) %.1f ms</text>\n",
+                  X(mb), T, X(mb), H - B, X(mb) + 4, T + 30, mb);
+    s << b;
+  }
+  for (std::size_t i = 0; i < rep.results.size(); ++i) {
+    const auto& r = rep.results[i];
+    const double x = X(static_cast<double>(rep.observations[i].pause_ms));
+    if (r.violation) {
+      std::snprintf(b, sizeof b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ff9896\" stroke-width=\"6\"/>\n",
+                    x, Y2(0), x, Y2(static_cast<double>(r.window_ns) / 1e6));
+      s << b;
+    }
+    if (r.outcome == Outcome::kept) {
+      std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"none\" stroke=\"#2ca02c\" stroke-width=\"2\"/>\n", x, Y(0));
+      s << b;
+    } else if (r.margin_ns) {
+      const char* color = r.violation ? "#d62728" : "#1f77b4";
+      std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"/>\n", x,
+                    Y(static_cast<double>(*r.margin_ns) / 1e6), color);
+      s << b;
+    }
+  }
+  std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">supervisor pause (ms)</text>\n", L + (W - L - R) / 2, H - B + 40);
+  s << b;
+  std::snprintf(b, sizeof b, "<text transform=\"translate(22,%.1f) rotate(-90)\" text-anchor=\"middle\">margin = lockd expiry - sandbox death (ms)</text>\n", T + (H - T - B) / 2);
+  s << b;
+  std::snprintf(b, sizeof b, "<text transform=\"translate(%.1f,%.1f) rotate(90)\" text-anchor=\"middle\" fill=\"#d62728\">violation window (ms)</text>\n", W - 20, T + (H - T - B) / 2);
+  s << b;
+  std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\">green ring: kept (no kill needed); blue: killed before lockd expiry; red: violation (bar: window)</text>\n", L, H - 14);
+  s << b;
+  s << "</svg>\n";
+  return s.str();
+}
+
+}  // namespace leasehold::pause
