@@ -1,0 +1,1477 @@
+// `leasehold pause-probe`: how long a supervisor pause a deployment survives, and what happens
+// past it (DESIGN.md "Time": the safety condition and the pause budget).
+//
+//   leasehold pause-probe --standalone                       lockd + supervisor of its own
+//   leasehold pause-probe --supervisor SOCK --lockd ADDR --key-file KEY   a running deployment
+//
+// For each pause length of a sweep (default: 0 to 2·ttl in --steps steps; --pauses overrides) one
+// trial: run a named sandbox (`leasehold pause-probe-sandbox`, which polls check_deadline on its
+// slot every ~1 ms and logs every change of the answer with CLOCK_BOOTTIME times), freeze the
+// supervisor for the pause (cgroup v2 `cgroup.freeze` of a leaf the supervisor is moved into —
+// its sandboxes' leaves are not below it, so they keep running — or SIGSTOP), resume, and watch:
+// the sandbox's death (its pidfd), lockd's expiry of the lease (Show: ttl_left), a contender that
+// tries to acquire the name every --contend-interval-ms from another worker, the slot in shm, and
+// the supervisor's shm stats. perf/pause/pause_model.hpp turns that into the trial's outcome;
+// perf/pause/README.md defines every column and the two budgets.
+//
+// Phases: `worst` (standalone only) drops the supervisor's refreshes at a UDP relay the probe puts
+// between the supervisor and lockd, then starts the freeze --guard-ms before the sandbox's
+// valid_until — the case the pause budget is defined for; `random` freezes at a random moment of
+// a healthy heartbeat cycle.
+//
+// Exit codes: 0 when the verdicts agree with DESIGN.md "Time"; 1 (kFailure) when a pause under the
+// budget produced a violation, a sandbox accepted a check it should have refused, a violation was
+// not ended by recovery, or no trial could be run; 2 usage; 5 lockd unreachable; 7 no supervisor.
+#include "tools/cmd_common.hpp"
+
+#include "io/auth.hpp"
+#include "io/udp.hpp"
+#include "lockd/admin_client.hpp"
+#include "perf/pause/pause_model.hpp"
+#include "perf/pause/pause_report.hpp"
+#include "shm/table.hpp"
+#include "supervisor/cgroup.hpp"
+#include "supervisor/config.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <new>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace leasehold::cli {
+namespace {
+
+namespace pp = leasehold::pause;
+
+// ---- bounds ------------------------------------------------------------------------------------
+constexpr std::uint64_t kStartTimeoutMs = 20'000;       ///< lockd / supervisor start-up
+constexpr std::uint64_t kFreezeConfirmTimeoutMs = 2'000; ///< cgroup.events frozen / state T
+constexpr std::uint64_t kDeathWaitMs = 5'000;           ///< a kill at the end of a trial
+constexpr std::uint64_t kGrantWaitAfterDeathMs = 500;   ///< how long to look for the next grant
+constexpr std::size_t kValidUntilChangesMax = 100'000;  ///< per trial (one per heartbeat)
+constexpr std::size_t kLogBytesMax = 16u << 20;         ///< a sandbox log read back
+constexpr std::uint64_t kGnuplotTimeoutMs = 30'000;
+constexpr std::uint32_t kRepeatMax = 100;
+
+// ---- clocks, signals ---------------------------------------------------------------------------
+
+std::atomic<bool> g_interrupted{false};
+void on_signal(int) { g_interrupted.store(true, std::memory_order_relaxed); }
+struct Interrupted {};
+void check_interrupted() {
+  if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted{};
+}
+
+std::int64_t now_ns() { return boot_ns(); }
+
+/// Sleeps until `t_ns` (CLOCK_BOOTTIME), waking every ≤10 ms to honour Ctrl-C.
+void sleep_until_ns(std::int64_t t_ns) {
+  for (;;) {
+    check_interrupted();
+    const std::int64_t now = now_ns();
+    if (now >= t_ns) return;
+    const std::int64_t until = std::min(t_ns, now + 10'000'000);
+    timespec ts{static_cast<time_t>(until / 1'000'000'000), static_cast<long>(until % 1'000'000'000)};
+    while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+}
+void sleep_ms(std::int64_t ms) { sleep_until_ns(now_ns() + ms * 1'000'000); }
+
+struct SignalScope {
+  struct sigaction old_int {}, old_term {};
+  SignalScope() {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int);
+    ::sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalScope() {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
+std::string slurp(const std::string& path, std::size_t max_bytes = kLogBytesMax) {
+  std::ifstream in(path, std::ios::binary);
+  std::string out;
+  char buf[8192];
+  while (in && out.size() < max_bytes) {
+    in.read(buf, sizeof buf);
+    out.append(buf, static_cast<std::size_t>(in.gcount()));
+  }
+  return out;
+}
+
+bool write_file(const std::string& path, const std::string& text, std::string& error) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) {
+    error = "cannot write " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+std::string dir_of(const std::string& path) {
+  const auto p = path.rfind('/');
+  return p == std::string::npos ? "." : path.substr(0, p);
+}
+
+/// The first executable among `candidates`, then `name` in $PATH ("" if none).
+std::string find_binary(const std::string& name, const std::vector<std::string>& candidates) {
+  for (const auto& c : candidates)
+    if (::access(c.c_str(), X_OK) == 0) return c;
+  const char* env = std::getenv("PATH");
+  std::stringstream ss(env != nullptr ? env : "");
+  std::string d;
+  while (std::getline(ss, d, ':')) {
+    if (d.empty()) continue;
+    const std::string p = d + "/" + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
+
+/// A private temporary directory, removed with its content on destruction.
+struct TempDir {
+  std::string path;
+  bool keep = false;
+  TempDir() {
+    char tmpl[] = "/tmp/leasehold-pause-XXXXXX";
+    if (::mkdtemp(tmpl) != nullptr) path = tmpl;
+  }
+  ~TempDir() {
+    if (!path.empty() && !keep) ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+// ---- child processes ---------------------------------------------------------------------------
+
+/// A long-running child (lockd, the supervisor, stress-ng): own process group, stdout+stderr to a
+/// log file, SIGKILLed if the probe dies. stop() = SIGTERM, then SIGKILL after a grace period.
+struct Proc {
+  std::string label;
+  pid_t pid = -1;
+  std::string log_path;
+  Proc() = default;
+  Proc(const Proc&) = delete;
+  Proc& operator=(const Proc&) = delete;
+  ~Proc() { stop(); }
+  bool alive() const {
+    int status = 0;
+    return pid > 0 && ::waitpid(pid, &status, WNOHANG) == 0;
+  }
+  void stop(std::uint64_t grace_ms = 5000) {
+    if (pid <= 0) return;
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == 0) {
+      ::kill(pid, SIGCONT);  // a stopped process cannot act on SIGTERM
+      ::kill(pid, SIGTERM);
+      const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(grace_ms) * 1'000'000;
+      while (now_ns() < deadline && ::waitpid(pid, &status, WNOHANG) == 0) ::usleep(5000);
+      if (::waitpid(pid, &status, WNOHANG) == 0) {
+        ::kill(-pid, SIGKILL);
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+      }
+    }
+    pid = -1;
+  }
+};
+
+bool spawn_proc(Proc& p, const std::string& label, const std::vector<std::string>& argv,
+                const std::string& log_path, std::string& error) {
+  p.label = label;
+  p.log_path = log_path;
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (log_fd < 0) {
+    error = "cannot create " + log_path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    error = std::string("fork: ") + std::strerror(errno);
+    ::close(log_fd);
+    return false;
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);
+    ::setpgid(0, 0);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(log_fd);
+  p.pid = pid;
+  return true;
+}
+
+/// Waits until the child's log has a line containing `needle`; returns that line. nullopt with
+/// `error` (and the log's tail) when the child exits first or the timeout passes.
+std::optional<std::string> wait_line(const Proc& p, const std::string& needle, std::uint64_t timeout_ms,
+                                     std::string& error) {
+  const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(timeout_ms) * 1'000'000;
+  for (;;) {
+    check_interrupted();
+    const std::string text = slurp(p.log_path, 1u << 20);
+    const auto at = text.find(needle);
+    if (at != std::string::npos) {
+      const auto b = text.rfind('\n', at);
+      const auto e = text.find('\n', at);
+      if (e != std::string::npos) return text.substr(b == std::string::npos ? 0 : b + 1, e - (b == std::string::npos ? 0 : b + 1));
+    }
+    const bool alive = p.alive();
+    if (!alive || now_ns() > deadline) {
+      std::string tail = text.size() > 2000 ? text.substr(text.size() - 2000) : text;
+      error = p.label + (alive ? " did not print \"" + needle + "\" within " + std::to_string(timeout_ms) + " ms"
+                               : " exited during start-up") + "; its log (" + p.log_path + ") ends with:\n" + tail;
+      return std::nullopt;
+    }
+    ::usleep(5000);
+  }
+}
+
+// ---- the UDP relay between the supervisor and lockd (worst phase) ----------------------------
+
+/// Forwards datagrams between one client (the supervisor) and lockd; while cut, drops what the
+/// client sends (refreshes never reach lockd, answers to requests already forwarded still come
+/// back), which is how the worst phase makes the supervisor's lease run down to valid_until.
+class UdpRelay {
+ public:
+  static std::unique_ptr<UdpRelay> start(const SocketAddress& lockd, std::string& error) {
+    std::unique_ptr<UdpRelay> r(new UdpRelay());
+    r->front_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    r->back_ = ::socket(lockd.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (r->front_ < 0 || r->back_ < 0) {
+      error = std::string("relay socket: ") + std::strerror(errno);
+      return nullptr;
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(r->front_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(r->front_, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+        ::connect(r->back_, lockd.sa(), lockd.length) != 0) {
+      error = std::string("relay bind/connect: ") + std::strerror(errno);
+      return nullptr;
+    }
+    r->port_ = ntohs(a.sin_port);
+    r->thread_ = std::thread([p = r.get()] { p->loop(); });
+    return r;
+  }
+  ~UdpRelay() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    if (front_ >= 0) ::close(front_);
+    if (back_ >= 0) ::close(back_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void cut(bool on) { cut_.store(on, std::memory_order_release); }
+  std::uint64_t dropped() const { return dropped_.load(); }
+
+ private:
+  UdpRelay() = default;
+  void loop() {
+    sockaddr_storage client{};
+    socklen_t client_len = 0;
+    char buf[2048];
+    while (!stop_.load(std::memory_order_relaxed)) {
+      pollfd fds[2] = {{front_, POLLIN, 0}, {back_, POLLIN, 0}};
+      if (::poll(fds, 2, 50) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        sockaddr_storage from{};
+        socklen_t from_len = sizeof from;
+        const ssize_t n = ::recvfrom(front_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &from_len);
+        if (n >= 0) {
+          client = from;
+          client_len = from_len;
+          if (cut_.load(std::memory_order_acquire)) {
+            dropped_.fetch_add(1);
+          } else {
+            ::send(back_, buf, static_cast<std::size_t>(n), MSG_DONTWAIT);
+          }
+        }
+      }
+      if (fds[1].revents & POLLIN) {
+        const ssize_t n = ::recv(back_, buf, sizeof buf, 0);
+        if (n >= 0 && client_len != 0)
+          ::sendto(front_, buf, static_cast<std::size_t>(n), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&client), client_len);
+      }
+    }
+  }
+  int front_ = -1, back_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> cut_{false}, stop_{false};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::thread thread_;
+};
+
+// ---- freezing the supervisor -------------------------------------------------------------------
+
+/// Freezes one process: cgroup v2 (the process is moved into a leaf of its own next to its
+/// sandboxes' leaves, and `cgroup.freeze` of that leaf is written) or SIGSTOP/SIGCONT. The
+/// destructor thaws and moves the process back to its cgroup.
+class Freezer {
+ public:
+  enum class Kind { cgroup, sigstop };
+
+  /// `want`: "auto" (cgroup where possible), "cgroup", "sigstop". nullptr + error when "cgroup"
+  /// was asked for and is impossible; `why` says what was chosen and why.
+  static std::unique_ptr<Freezer> make(pid_t pid, const std::string& want, std::string& why, std::string& error) {
+    std::unique_ptr<Freezer> f(new Freezer());
+    f->pid_ = pid;
+    if (want == "sigstop") {
+      f->kind_ = Kind::sigstop;
+      why = "SIGSTOP/SIGCONT (asked for)";
+      return f;
+    }
+    std::string reason;
+    if (f->setup_cgroup(reason)) {
+      f->kind_ = Kind::cgroup;
+      why = "cgroup v2 freeze of " + f->leaf_;
+      return f;
+    }
+    if (want == "cgroup") {
+      error = "--freeze cgroup: " + reason;
+      return nullptr;
+    }
+    f->kind_ = Kind::sigstop;
+    why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + reason + ")";
+    return f;
+  }
+  ~Freezer() {
+    std::int64_t t = 0;
+    if (frozen_) thaw(t);
+    if (kind_ == Kind::cgroup && !leaf_.empty()) {
+      if (!home_.empty()) write_text(home_ + "/cgroup.procs", std::to_string(pid_));
+      for (int i = 0; i < 100 && ::rmdir(leaf_.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10'000);
+    }
+  }
+  Kind kind() const { return kind_; }
+  const char* name() const { return kind_ == Kind::cgroup ? "cgroup" : "sigstop"; }
+
+  /// Freezes; `confirmed_ns` = when the freeze was seen complete. "" or an error.
+  std::string freeze(std::int64_t& confirmed_ns) {
+    frozen_ = true;
+    if (kind_ == Kind::cgroup) {
+      if (!write_text(leaf_ + "/cgroup.freeze", "1")) return "cannot write " + leaf_ + "/cgroup.freeze: " + std::strerror(errno);
+      return await_cgroup(1, confirmed_ns);
+    }
+    if (::kill(pid_, SIGSTOP) != 0) return std::string("SIGSTOP: ") + std::strerror(errno);
+    return await_stopped(true, confirmed_ns);
+  }
+  std::string thaw(std::int64_t& confirmed_ns) {
+    frozen_ = false;
+    if (kind_ == Kind::cgroup) {
+      if (!write_text(leaf_ + "/cgroup.freeze", "0")) return "cannot write " + leaf_ + "/cgroup.freeze: " + std::strerror(errno);
+      return await_cgroup(0, confirmed_ns);
+    }
+    if (::kill(pid_, SIGCONT) != 0) return std::string("SIGCONT: ") + std::strerror(errno);
+    return await_stopped(false, confirmed_ns);
+  }
+
+ private:
+  Freezer() = default;
+  static bool write_text(const std::string& path, const std::string& text) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return ok;
+  }
+  bool setup_cgroup(std::string& reason) {
+    std::string mountinfo, cg;
+    if (read_small_file("/proc/self/mountinfo", mountinfo) != 0) {
+      reason = "cannot read /proc/self/mountinfo";
+      return false;
+    }
+    const auto m = find_cgroup2_mount(mountinfo);
+    if (!m) {
+      reason = "no cgroup2 mount in /proc/self/mountinfo";
+      return false;
+    }
+    const std::string proc_cg = "/proc/" + std::to_string(pid_) + "/cgroup";
+    std::optional<std::string> rel;
+    if (read_small_file(proc_cg, cg) == 0) rel = own_cgroup2_path(cg);
+    if (!rel) {
+      reason = "no cgroup v2 line in " + proc_cg;
+      return false;
+    }
+    std::string r = *rel;
+    if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
+    home_ = m->mount_point + (r == "/" ? "" : r);
+    const std::string leaf = home_ + "/leasehold-pause-" + std::to_string(pid_);
+    if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) {
+      reason = "cannot create " + leaf + ": " + std::strerror(errno);
+      return false;
+    }
+    leaf_ = leaf;
+    if (::access((leaf + "/cgroup.freeze").c_str(), W_OK) != 0) {
+      reason = leaf + "/cgroup.freeze is missing (kernel before 5.2?)";
+      ::rmdir(leaf.c_str());
+      leaf_.clear();
+      return false;
+    }
+    if (!write_text(leaf + "/cgroup.procs", std::to_string(pid_))) {
+      reason = "cannot move pid " + std::to_string(pid_) + " into " + leaf + ": " + std::strerror(errno);
+      ::rmdir(leaf.c_str());
+      leaf_.clear();
+      return false;
+    }
+    return true;
+  }
+  std::string await_cgroup(int want, std::int64_t& confirmed_ns) {
+    const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(kFreezeConfirmTimeoutMs) * 1'000'000;
+    std::string text;
+    for (;;) {
+      if (read_small_file(leaf_ + "/cgroup.events", text) == 0 && parse_cgroup_keyed(text, "frozen") == want) {
+        confirmed_ns = now_ns();
+        return "";
+      }
+      if (now_ns() > deadline) return leaf_ + "/cgroup.events did not show frozen " + std::to_string(want) + " within " +
+                                      std::to_string(kFreezeConfirmTimeoutMs) + " ms";
+      ::usleep(100);
+    }
+  }
+  std::string await_stopped(bool want, std::int64_t& confirmed_ns) {
+    const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(kFreezeConfirmTimeoutMs) * 1'000'000;
+    const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
+    std::string text;
+    for (;;) {
+      if (read_small_file(path, text) != 0) return "cannot read " + path;
+      const auto p = text.rfind(')');
+      const char state = p != std::string::npos && p + 2 < text.size() ? text[p + 2] : '?';
+      const bool stopped = state == 'T' || state == 't';
+      if (stopped == want) {
+        confirmed_ns = now_ns();
+        return "";
+      }
+      if (now_ns() > deadline) return "pid " + std::to_string(pid_) + (want ? " did not stop" : " did not continue") +
+                                      " within " + std::to_string(kFreezeConfirmTimeoutMs) + " ms";
+      ::usleep(100);
+    }
+  }
+  Kind kind_ = Kind::sigstop;
+  pid_t pid_ = -1;
+  std::string leaf_, home_;
+  bool frozen_ = false;
+};
+
+// ---- per-trial observers -----------------------------------------------------------------------
+
+/// Observer threads (pidfd watch, contender) timestamp events; under load a normal-priority
+/// thread wakes late and would report a death or a grant late. They run SCHED_FIFO at this
+/// priority when permitted (below the supervisor's rt thread; 0 = normal priority).
+std::atomic<int> g_observer_priority{10};
+std::atomic<bool> g_observer_fifo_refused{false};
+void raise_observer_priority() {
+  const int prio = g_observer_priority.load();
+  if (prio <= 0) return;
+  sched_param sp{};
+  sp.sched_priority = prio;
+  if (::pthread_setschedparam(::pthread_self(), SCHED_FIFO, &sp) != 0) g_observer_fifo_refused.store(true);
+}
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+/// Watches the sandbox (pidfd) and its slot (revoked bit, valid_until changes) from a thread.
+class Monitor {
+ public:
+  Monitor(int pidfd, const shm::Slot* slot) : pidfd_(pidfd), slot_(slot) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Monitor() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  std::int64_t death_ns() const { return death_ns_.load(std::memory_order_acquire); }
+  std::int64_t revoked_ns() const { return revoked_ns_.load(std::memory_order_acquire); }
+  std::uint64_t valid_until_ns() const { return slot_->valid_until_ns.load(std::memory_order_acquire); }
+  /// First time after `after_ns` at which valid_until moved above `above_ns` (0 if never).
+  std::int64_t refreshed_after(std::int64_t after_ns, std::uint64_t above_ns) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& [t, vu] : changes_)
+      if (t >= after_ns && vu > above_ns) return t;
+    return 0;
+  }
+
+ private:
+  void loop() {
+    raise_observer_priority();
+    std::uint64_t last_vu = slot_->valid_until_ns.load(std::memory_order_acquire);
+    while (!stop_.load(std::memory_order_relaxed)) {
+      pollfd p{pidfd_, POLLIN, 0};
+      const int rc = pidfd_ >= 0 && death_ns_.load() == 0 ? ::poll(&p, 1, 1) : (::usleep(1000), 0);
+      const std::int64_t t = now_ns();
+      if (rc > 0 && (p.revents & (POLLIN | POLLHUP)) && death_ns_.load() == 0) death_ns_.store(t, std::memory_order_release);
+      if (death_ns_.load() != 0) continue;  // the slot is freed after death: stop reading it
+      const std::uint64_t word = slot_->check_word.load(std::memory_order_acquire);
+      if ((word & shm::kRevokedBit) != 0 && revoked_ns_.load() == 0) revoked_ns_.store(t, std::memory_order_release);
+      const std::uint64_t vu = slot_->valid_until_ns.load(std::memory_order_acquire);
+      if (vu != last_vu) {
+        last_vu = vu;
+        std::lock_guard<std::mutex> g(mu_);
+        if (changes_.size() < kValidUntilChangesMax) changes_.emplace_back(t, vu);
+      }
+    }
+  }
+  int pidfd_;
+  const shm::Slot* slot_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> death_ns_{0}, revoked_ns_{0};
+  std::mutex mu_;
+  std::vector<std::pair<std::int64_t, std::uint64_t>> changes_;
+  std::thread thread_;
+};
+
+/// Another holder: tries to acquire the name every `interval` from its own worker id, until it
+/// succeeds or is stopped; then holds it until release().
+class Contender {
+ public:
+  Contender(const SocketAddress& lockd, const wire::WireKey& key, std::string name, std::int64_t interval_ns)
+      : client_(lockd, key, WorkerId{}, 250'000'000), name_(std::move(name)), interval_ns_(interval_ns),
+        sandbox_(random_sandbox_id()) {}
+  ~Contender() { stop(); }
+  void start() {
+    thread_ = std::thread([this] { loop(); });
+  }
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  bool granted() const { return grant_recv_ns_.load(std::memory_order_acquire) != 0; }
+  std::int64_t grant_send_ns() const { return grant_send_ns_.load(); }
+  std::int64_t grant_recv_ns() const { return grant_recv_ns_.load(); }
+  std::int64_t last_deny_send_ns() const { return last_deny_send_ns_.load(); }
+  std::uint64_t attempts() const { return attempts_.load(); }
+  /// Releases a grant (after stop()).
+  void release() {
+    if (!granted()) return;
+    client_.release(name_id_, sandbox_, epoch_);
+  }
+
+ private:
+  void loop() {
+    raise_observer_priority();
+    while (!stop_.load(std::memory_order_relaxed)) {
+      const std::int64_t sent = now_ns();
+      attempts_.fetch_add(1);
+      const lockd::Answer a = client_.acquire(name_, sandbox_, client_.self(), 0, false);
+      const std::int64_t recv = now_ns();
+      if (const auto* g = a.as<wire::Grant>(); g != nullptr && g->holder == sandbox_) {
+        name_id_ = g->name_id;
+        epoch_ = g->epoch;
+        grant_send_ns_.store(sent);
+        grant_recv_ns_.store(recv, std::memory_order_release);
+        return;
+      }
+      if (a.as<wire::Deny>() != nullptr) last_deny_send_ns_.store(sent);
+      const std::int64_t next = sent + interval_ns_;
+      while (!stop_.load(std::memory_order_relaxed) && now_ns() < next) {
+        const std::int64_t left = next - now_ns();
+        if (left > 0) ::usleep(static_cast<useconds_t>(std::min<std::int64_t>(left / 1000 + 1, 1000)));
+      }
+    }
+  }
+  lockd::AdminClient client_;
+  std::string name_;
+  std::int64_t interval_ns_;
+  SandboxId sandbox_;
+  NameId name_id_;
+  Epoch epoch_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> grant_send_ns_{0}, grant_recv_ns_{0}, last_deny_send_ns_{0};
+  std::atomic<std::uint64_t> attempts_{0};
+  std::thread thread_;
+};
+
+pp::HistogramSnapshot snap(const shm::Histogram& h) {
+  pp::HistogramSnapshot s;
+  s.count = h.count.load(std::memory_order_relaxed);
+  s.sum = h.sum.load(std::memory_order_relaxed);
+  s.max = h.max.load(std::memory_order_relaxed);
+  for (std::size_t b = 0; b < pp::kHistogramBuckets; ++b) s.buckets[b] = h.buckets[b].load(std::memory_order_relaxed);
+  return s;
+}
+
+struct StatsSnapshot {
+  pp::HistogramSnapshot lateness, rtt, kill;
+  std::uint64_t kills = 0;
+};
+StatsSnapshot snap_stats(const shm::TableReader& t) {
+  const shm::Stats& s = t.stats();
+  return {snap(s.rt_lateness_ns), snap(s.heartbeat_rtt_ns), snap(s.kill_latency_ns),
+          s.counters.kills.load(std::memory_order_relaxed)};
+}
+
+// ---- the probe ---------------------------------------------------------------------------------
+
+struct ProbeArgs {
+  bool standalone = false;
+  std::string supervisor_socket, lockd, key_file;
+  std::string lockd_bin, supervisor_bin;
+  std::uint64_t ttl_ms = 2000;
+  std::uint64_t kill_after_ms = 0;        // 0: 70 % of ttl
+  std::uint64_t heartbeat_interval_ms = 0;  // 0: kill_after / 7
+  std::uint64_t kill_latency_budget_ms = 50;
+  double clock_rate_bound = 1e-3;
+  bool kill_latency_budget_set = false;
+  std::uint32_t steps = 16;
+  std::string pauses;
+  std::uint32_t repeat = 1;
+  std::string phase = "auto";
+  std::string freeze = "auto";
+  std::uint64_t guard_ms = 10;
+  std::uint64_t baseline_ms = 2000;
+  int observer_priority = 10;
+  std::uint64_t contend_interval_ms = 2;
+  bool stress = false;
+  std::string stress_args = "--cpu 0 --io 1 --vm 1 --vm-bytes 64M";
+  std::uint64_t stress_timeout_s = 0;  // 0: estimate from the sweep
+  std::string out_dir;
+  std::string csv_path;
+  std::string plot = "auto";
+  bool json = false;
+  bool quiet = false;
+  std::uint64_t seed = 0;
+};
+
+/// The deployment under test, either started here (standalone) or found through its socket.
+struct Deployment {
+  // Destroyed in reverse: the supervisor stops (releasing its names through the relay) before
+  // the relay and lockd go, and the temp dir last.
+  TempDir tmp;
+  Proc lockd;
+  std::unique_ptr<UdpRelay> relay;
+  Proc supervisor;
+  std::string socket;
+  SocketAddress lockd_addr;
+  std::optional<wire::WireKey> key;
+  pid_t supervisor_pid = -1;
+  std::string shm_path;
+  pp::Timing timing;
+  std::string lockd_text;
+};
+
+std::string stderr_progress(bool quiet, const std::string& s) {
+  if (!quiet) {
+    std::fputs(s.c_str(), stderr);
+    std::fflush(stderr);
+  }
+  return s;
+}
+
+std::optional<nlohmann::json> control(const std::string& socket, const nlohmann::json& req, Failure& f,
+                                      std::uint64_t timeout_ms = 10'000) {
+  SupervisorFlags flags;
+  flags.socket = socket;
+  flags.timeout_ms = timeout_ms;
+  nlohmann::json r = req;
+  r["v"] = 1;
+  return supervisor_call(flags, r, f);
+}
+
+/// Starts lockd, the relay and a supervisor in a temp dir. Failure on error.
+Failure start_standalone(const ProbeArgs& a, Deployment& d) {
+  if (d.tmp.path.empty()) return {kInternal, std::string("mkdtemp: ") + std::strerror(errno)};
+  const std::string here = dir_of(self_exe());
+  const std::string lockd_bin = !a.lockd_bin.empty() ? a.lockd_bin
+      : find_binary("leasehold-lockd", {here + "/leasehold-lockd", here + "/../lockd/leasehold-lockd"});
+  const std::string sup_bin = !a.supervisor_bin.empty() ? a.supervisor_bin
+      : find_binary("leasehold-supervisor", {here + "/leasehold-supervisor", here + "/../supervisor/leasehold-supervisor"});
+  if (lockd_bin.empty() || sup_bin.empty())
+    return {kUsage, std::string("cannot find ") + (lockd_bin.empty() ? "leasehold-lockd" : "leasehold-supervisor") +
+                        " next to " + self_exe() + " nor in $PATH; pass --lockd-bin / --supervisor-bin"};
+  const std::string key = d.tmp.path + "/key";
+  if (std::string err = wire::generate_key_file(key); !err.empty()) return {kInternal, err};
+  auto kl = wire::load_key_file(key);
+  if (!kl) return {kInternal, kl.error};
+  d.key = *kl.key;
+  std::string err;
+  const std::string ttl = std::to_string(d.timing.ttl_ms);
+  if (!spawn_proc(d.lockd, "leasehold-lockd",
+                  {lockd_bin, "--listen", "127.0.0.1:0", "--store", d.tmp.path + "/lockd.db", "--key-file", key,
+                   "--ttl-ms", ttl},
+                  d.tmp.path + "/lockd.log", err))
+    return {kInternal, err};
+  auto line = wait_line(d.lockd, "listening ", kStartTimeoutMs, err);
+  if (!line) return {kUnreachable, err};
+  d.lockd_text = line->substr(line->find("listening ") + 10);
+  auto addr = SocketAddress::parse(d.lockd_text);
+  if (!addr) return {kInternal, "lockd printed an address that does not parse: " + *line};
+  d.lockd_addr = *addr;
+  d.relay = UdpRelay::start(d.lockd_addr, err);
+  if (!d.relay) return {kInternal, err};
+  d.socket = d.tmp.path + "/supervisor.sock";
+  d.shm_path = d.tmp.path + "/table";
+  if (!spawn_proc(d.supervisor, "leasehold-supervisor",
+                  {sup_bin, "--lockd", d.relay->address(), "--key-file", key, "--ttl-ms", ttl, "--kill-after-ms",
+                   std::to_string(d.timing.kill_after_ms), "--heartbeat-interval-ms",
+                   std::to_string(d.timing.heartbeat_interval_ms), "--kill-latency-budget-ms",
+                   std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",
+                   std::to_string(d.timing.clock_rate_bound), "--control-socket", d.socket, "--shm", d.shm_path,
+                   "--slots", "16", "--on-shutdown", "kill"},
+                  d.tmp.path + "/supervisor.log", err))
+    return {kInternal, err};
+  if (!wait_line(d.supervisor, "ready", kStartTimeoutMs, err)) return {kInternal, err};
+  return {};
+}
+
+/// Reads the supervisor's status into the deployment (pid, shm, timing).
+Failure read_status(const ProbeArgs& a, Deployment& d) {
+  Failure f;
+  auto st = control(d.socket, {{"op", "status"}}, f);
+  if (!st) return f;
+  if (!st->value("ok", false)) return supervisor_failure(*st, "status");
+  try {
+    d.supervisor_pid = st->at("pid").get<pid_t>();
+    d.shm_path = st->at("shm").get<std::string>();
+    d.timing.ttl_ms = st->at("ttl_ms").get<std::uint64_t>();
+    d.timing.kill_after_ms = st->at("kill_after_ms").get<std::uint64_t>();
+    d.timing.heartbeat_interval_ms = st->at("heartbeat_interval_ms").get<std::uint64_t>();
+    d.timing.wheel_granularity_ns = st->at("rt").at("granularity_ns").get<std::uint64_t>();
+    d.timing.clock_rate_bound = a.clock_rate_bound;
+    if (!a.standalone && !a.kill_latency_budget_set) {
+      // status reports the budget, not the kill-latency budget: solve the formula for it.
+      const double budget_ms = st->at("pause_budget_ms").get<double>();
+      const double klb = static_cast<double>(d.timing.ttl_ms) -
+                         static_cast<double>(d.timing.kill_after_ms) * (1.0 + d.timing.clock_rate_bound) -
+                         static_cast<double>(d.timing.wheel_granularity_ns) / 1e6 - budget_ms;
+      d.timing.kill_latency_budget_ms = static_cast<std::uint64_t>(std::llround(std::max(0.0, klb)));
+    } else {
+      d.timing.kill_latency_budget_ms = a.kill_latency_budget_ms;
+    }
+  } catch (const std::exception& e) {
+    return {kInternal, std::string("the supervisor's status answer lacks a field: ") + e.what()};
+  }
+  return {};
+}
+
+/// Environment for the probe sandbox: PATH and the sanitizer options, if set.
+std::map<std::string, std::string> sandbox_env() {
+  std::map<std::string, std::string> env;
+  for (const char* k : {"PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS"})
+    if (const char* v = std::getenv(k); v != nullptr) env[k] = v;
+  if (env.find("PATH") == env.end()) env["PATH"] = "/usr/bin:/bin";
+  return env;
+}
+
+struct TrialContext {
+  const ProbeArgs& args;
+  Deployment& dep;
+  Freezer& freezer;
+  const shm::TableReader& table;
+  pp::Phase phase;
+  std::string tag;
+  std::string log_dir;
+  std::mt19937_64 rng;
+  pp::HistogramSnapshot clean_lateness, clean_rtt;
+  // Clean windows (no freeze inside): the rt lateness window closes at the freeze, the heartbeat
+  // RTT window already at the cut/freeze decision (dropped refreshes would count their retries).
+  std::optional<StatsSnapshot> lateness_from, rtt_from;
+};
+
+/// The supervisor status counters a trial compares before/after.
+struct StatusCounters {
+  std::uint64_t kills_deadline = 0, lost = 0, unknown = 0;
+};
+std::optional<StatusCounters> status_counters(const std::string& socket) {
+  Failure f;
+  auto st = control(socket, {{"op", "status"}}, f, 5'000);
+  if (!st || !st->value("ok", false)) return std::nullopt;
+  const auto& c = (*st)["counters"];
+  return StatusCounters{c.value("kills_deadline", 0ull), c.value("lost", 0ull), c.value("unknown", 0ull)};
+}
+
+void close_lateness_window(TrialContext& cx, const StatsSnapshot& now) {
+  if (cx.lateness_from) pp::histogram_add(cx.clean_lateness, pp::histogram_delta(cx.lateness_from->lateness, now.lateness));
+  cx.lateness_from.reset();
+}
+void close_rtt_window(TrialContext& cx, const StatsSnapshot& now) {
+  if (cx.rtt_from) pp::histogram_add(cx.clean_rtt, pp::histogram_delta(cx.rtt_from->rtt, now.rtt));
+  cx.rtt_from.reset();
+}
+
+/// One trial. Never throws except Interrupted; failures land in `obs.error`.
+pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_t pause_ms, pp::SandboxLog& log_out,
+                               bool& have_log) {
+  const pp::Timing& t = cx.dep.timing;
+  pp::TrialObservation o;
+  o.pause_ms = pause_ms;
+  o.phase = cx.phase;
+  const std::string name = "pause-probe." + cx.tag + "." + std::to_string(index);
+  const std::string log_path = cx.log_dir + "/sandbox-" + std::to_string(index) + "-" + std::to_string(pause_ms) + "ms.log";
+  const std::uint64_t lifetime_ms = t.kill_after_ms + pause_ms + 2 * t.ttl_ms + 30'000;
+
+  const auto before = status_counters(cx.dep.socket);
+  Failure f;
+  nlohmann::json env = sandbox_env();
+  auto ans = control(cx.dep.socket,
+                     {{"op", "run"}, {"name", name},
+                      {"argv", {self_exe(), "pause-probe-sandbox", "--log", log_path, "--lifetime-ms", std::to_string(lifetime_ms)}},
+                      {"env", env}},
+                     f, 15'000);
+  if (!ans) {
+    o.error = "run: " + f.message;
+    return o;
+  }
+  if (!ans->value("ok", false)) {
+    o.error = "run: " + ans->value("error", std::string("?")) + ": " + ans->value("message", std::string());
+    return o;
+  }
+  const pid_t pid = ans->value("pid", -1);
+  const std::uint32_t slot = ans->value("slot", 0u);
+  const std::string sandbox = ans->value("sandbox", std::string());
+  const shm::Slot* s = cx.table.slot(slot);
+  if (s == nullptr || pid <= 0) {
+    o.error = "run answered without a usable slot/pid: " + ans->dump();
+    return o;
+  }
+  const int pidfd = pidfd_open(pid);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() {
+      if (fd >= 0) ::close(fd);
+    }
+  } pidfd_closer{pidfd};
+  auto monitor = std::make_unique<Monitor>(pidfd, s);
+  if (pidfd < 0) {
+    o.error = "pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno);
+  }
+  // Ends the trial's sandbox whatever happens below (kill request, then wait for its death).
+  auto finish_sandbox = [&] {
+    if (monitor->death_ns() == 0) {
+      Failure kf;
+      control(cx.dep.socket, {{"op", "kill"}, {"sandbox", sandbox}}, kf, 5'000);
+      const std::int64_t until = now_ns() + static_cast<std::int64_t>(kDeathWaitMs) * 1'000'000;
+      while (monitor->death_ns() == 0 && now_ns() < until) ::usleep(2000);
+    }
+  };
+  std::unique_ptr<Contender> contender;
+  auto end_contender = [&] {
+    if (contender) contender->stop();
+  };
+  try {
+    if (!o.error.empty()) throw std::runtime_error(o.error);
+    contender = std::make_unique<Contender>(cx.dep.lockd_addr, *cx.dep.key, name,
+                                            static_cast<std::int64_t>(cx.args.contend_interval_ms) * 1'000'000);
+    // A healthy lease first: at least one refresh acknowledged since the start.
+    const std::uint64_t vu0 = monitor->valid_until_ns();
+    const std::int64_t settle_until = now_ns() + static_cast<std::int64_t>(3 * t.heartbeat_interval_ms + 2000) * 1'000'000;
+    while (monitor->valid_until_ns() == vu0 && now_ns() < settle_until && monitor->death_ns() == 0) sleep_ms(1);
+    if (monitor->death_ns() != 0) throw std::runtime_error("the sandbox died before the pause (see " + log_path + ")");
+    if (monitor->valid_until_ns() == vu0) throw std::runtime_error("the lease was never refreshed before the pause");
+
+    lockd::AdminClient shower(cx.dep.lockd_addr, *cx.dep.key, WorkerId{}, 500'000'000);
+    auto read_expiry = [&] {
+      const std::int64_t sent = now_ns();
+      const lockd::Answer a = shower.show(name);
+      const std::int64_t recv = now_ns();
+      const auto* info = a.as<wire::NameInfo>();
+      if (info == nullptr || info->record.state != wire::LockState::held || info->record.holder.str() != sandbox) return;
+      o.expiry_lo_ns = sent + static_cast<std::int64_t>(info->record.ttl_left_ms) * 1'000'000;
+      o.expiry_hi_ns = recv + static_cast<std::int64_t>(info->record.ttl_left_ms + 1) * 1'000'000;
+    };
+
+    const StatsSnapshot s1 = snap_stats(cx.table);
+    close_rtt_window(cx, s1);
+    if (cx.phase == pp::Phase::worst) {
+      cx.dep.relay->cut(true);
+      o.cut_ns = now_ns();
+      // The last refresh answers may still arrive: follow valid_until until it stops moving,
+      // and start the freeze `guard` before it.
+      const std::int64_t cut_limit = o.cut_ns + static_cast<std::int64_t>(t.kill_after_ms + 2000) * 1'000'000;
+      for (;;) {
+        if (now_ns() > cut_limit)
+          throw std::runtime_error("valid_until kept moving although the relay dropped every refresh");
+        const std::int64_t vu = static_cast<std::int64_t>(monitor->valid_until_ns());
+        const std::int64_t at = vu - static_cast<std::int64_t>(cx.args.guard_ms) * 1'000'000;
+        if (now_ns() >= at || monitor->death_ns() != 0) break;
+        sleep_until_ns(std::min(at, now_ns() + 1'000'000));
+      }
+      read_expiry();  // nothing reaches lockd any more: this is the expiry
+    } else {
+      std::uniform_int_distribution<std::int64_t> phase(0, static_cast<std::int64_t>(t.heartbeat_interval_ms) * 1'000'000);
+      sleep_until_ns(now_ns() + phase(cx.rng));
+    }
+    o.valid_until_ns = static_cast<std::int64_t>(monitor->valid_until_ns());
+    contender->start();
+    close_lateness_window(cx, snap_stats(cx.table));
+    o.freeze_ns = now_ns();
+    if (std::string e = cx.freezer.freeze(o.frozen_ns); !e.empty()) throw std::runtime_error("freeze: " + e);
+    o.thaw_ns = o.freeze_ns + static_cast<std::int64_t>(pause_ms) * 1'000'000;
+    if (cx.phase == pp::Phase::random && now_ns() + 3'000'000 < o.thaw_ns) {
+      sleep_ms(2);  // a refresh already in flight lands first
+      read_expiry();
+    }
+    sleep_until_ns(o.thaw_ns);
+    o.thaw_ns = now_ns();
+    if (cx.dep.relay) cx.dep.relay->cut(false);
+    if (std::string e = cx.freezer.thaw(o.thawed_ns); !e.empty()) throw std::runtime_error("thaw: " + e);
+
+    // Observe until the sandbox died (and the next grant was seen), or the lease was kept.
+    const std::int64_t settle = o.thaw_ns + std::max<std::int64_t>(50, 2 * static_cast<std::int64_t>(t.heartbeat_interval_ms)) * 1'000'000;
+    const std::int64_t limit = o.thaw_ns + static_cast<std::int64_t>(t.ttl_ms + 2000) * 1'000'000;
+    for (;;) {
+      const std::int64_t now = now_ns();
+      const std::int64_t death = monitor->death_ns();
+      if (now >= settle) {
+        if (death != 0 && (contender->granted() || now > death + static_cast<std::int64_t>(kGrantWaitAfterDeathMs) * 1'000'000)) break;
+        if (death == 0) {
+          const std::int64_t refreshed = monitor->refreshed_after(o.thaw_ns, static_cast<std::uint64_t>(o.valid_until_ns));
+          if (refreshed != 0 && now >= refreshed + 2 * static_cast<std::int64_t>(t.heartbeat_interval_ms) * 1'000'000) break;
+        }
+      }
+      if (now > limit) break;
+      sleep_ms(2);
+    }
+    o.end_ns = now_ns();
+    o.death_ns = monitor->death_ns();
+    o.revoked_ns = monitor->revoked_ns();
+    o.refreshed_ns = monitor->refreshed_after(o.thaw_ns, static_cast<std::uint64_t>(o.valid_until_ns));
+    if (o.death_ns != 0 && o.refreshed_ns > o.death_ns) o.refreshed_ns = 0;
+    contender->stop();
+    o.grant_send_ns = contender->grant_send_ns();
+    o.grant_recv_ns = contender->grant_recv_ns();
+    o.last_deny_send_ns = contender->last_deny_send_ns();
+    const StatsSnapshot s2 = snap_stats(cx.table);
+    cx.lateness_from = s2;  // the next clean windows start after this trial's recovery
+    cx.rtt_from = s2;
+    if (const auto after = status_counters(cx.dep.socket); after && before) {
+      o.kills_deadline = after->kills_deadline - before->kills_deadline;
+      o.recovery_answers = (after->lost - before->lost) + (after->unknown - before->unknown);
+    }
+    // The supervisor's own record of the kill: its rt thread adds (confirmed − deadline) to the
+    // kill-latency histogram, and the deadline of a deadline kill is the slot's valid_until.
+    const pp::HistogramSnapshot kd = pp::histogram_delta(s1.kill, s2.kill);
+    if (kd.count == 1 && o.kills_deadline == 1 && o.valid_until_ns != 0)
+      o.sup_confirmed_ns = o.valid_until_ns + static_cast<std::int64_t>(kd.sum);
+  } catch (const Interrupted&) {
+    if (cx.dep.relay) cx.dep.relay->cut(false);
+    end_contender();
+    finish_sandbox();
+    if (contender) contender->release();
+    throw;
+  } catch (const std::exception& e) {
+    if (cx.dep.relay) cx.dep.relay->cut(false);
+    o.error = e.what();
+  }
+  end_contender();
+  finish_sandbox();
+  if (contender) contender->release();
+  monitor.reset();
+  std::string perr;
+  if (auto parsed = pp::parse_sandbox_log(slurp(log_path), perr)) {
+    log_out = std::move(*parsed);
+    have_log = true;
+    const std::string beacon = slurp(log_path + ".last", 64);
+    std::int64_t last_accept = 0;
+    if (beacon.size() >= sizeof last_accept) std::memcpy(&last_accept, beacon.data(), sizeof last_accept);
+    if (last_accept != 0 && !pp::close_open_interval(log_out, last_accept) && o.error.empty())
+      o.error = "sandbox log " + log_path + ": its last-accept record contradicts the log";
+  } else if (o.error.empty()) {
+    o.error = "sandbox log " + log_path + ": " + perr;
+  }
+  return o;
+}
+
+/// A named sandbox that runs `ms` without any pause, so the clean windows have samples of the
+/// rt lateness and heartbeat RTT (under --stress, under load). "" or an error.
+std::string run_baseline(TrialContext& cx, std::uint64_t ms) {
+  const std::string name = "pause-probe." + cx.tag + ".baseline";
+  Failure f;
+  auto ans = control(cx.dep.socket,
+                     {{"op", "run"}, {"name", name},
+                      {"argv", {self_exe(), "pause-probe-sandbox", "--log", cx.log_dir + "/sandbox-baseline.log",
+                                "--lifetime-ms", std::to_string(ms + 30'000)}},
+                      {"env", sandbox_env()}},
+                     f, 15'000);
+  if (!ans) return f.message;
+  if (!ans->value("ok", false)) return ans->value("message", std::string("run refused"));
+  sleep_ms(static_cast<std::int64_t>(ms));
+  control(cx.dep.socket, {{"op", "release"}, {"name", name}}, f, 5'000);
+  return "";
+}
+
+std::string ms_text(std::int64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(ns) / 1e6);
+  return b;
+}
+
+int run_probe(ProbeArgs a) {
+  SignalScope signals;
+  g_interrupted.store(false);
+  g_observer_priority.store(a.observer_priority);
+  Failure f;
+  if (a.repeat == 0 || a.repeat > kRepeatMax) return report("pause-probe", {kUsage, "--repeat must be 1.." + std::to_string(kRepeatMax)});
+  if (a.standalone && !a.supervisor_socket.empty())
+    return report("pause-probe", {kUsage, "--standalone starts its own supervisor; drop --supervisor"});
+
+  Deployment d;
+  d.timing.ttl_ms = a.ttl_ms;
+  d.timing.kill_after_ms = a.kill_after_ms != 0 ? a.kill_after_ms : a.ttl_ms * 7 / 10;
+  d.timing.heartbeat_interval_ms = a.heartbeat_interval_ms != 0 ? a.heartbeat_interval_ms : std::max<std::uint64_t>(1, d.timing.kill_after_ms / 7);
+  d.timing.kill_latency_budget_ms = a.kill_latency_budget_ms;
+  d.timing.clock_rate_bound = a.clock_rate_bound;
+  d.timing.wheel_granularity_ns = 1'000'000;  // the supervisor's default tick; status has the real one
+
+  pp::Phase phase = a.standalone ? pp::Phase::worst : pp::Phase::random;
+  if (a.phase == "worst") {
+    if (!a.standalone)
+      return report("pause-probe", {kUsage, "--phase worst needs --standalone: the probe drops the supervisor's refreshes "
+                                            "at a relay it puts between the supervisor and lockd"});
+    phase = pp::Phase::worst;
+  } else if (a.phase == "random") {
+    phase = pp::Phase::random;
+  }
+
+  std::optional<std::vector<std::uint64_t>> listed;
+  if (!a.pauses.empty()) {
+    std::string err;
+    listed = pp::parse_pause_list(a.pauses, err);
+    if (!listed) return report("pause-probe", {kUsage, "--pauses: " + err});
+  }
+  if (a.standalone && pp::configured_budget_ns(d.timing) <= 0)
+    return report("pause-probe", {kUsage, "--ttl-ms " + std::to_string(d.timing.ttl_ms) + " with --kill-after-ms " +
+                                              std::to_string(d.timing.kill_after_ms) + " leaves a pause budget of " +
+                                              ms_text(pp::configured_budget_ns(d.timing)) +
+                                              ": it breaks DESIGN.md's safety condition (kill_after*(1+rho) + "
+                                              "wheel_granularity + kill_latency_budget < ttl*(1-rho))"});
+
+  try {
+    if (a.standalone) {
+      stderr_progress(a.quiet, "starting lockd and a supervisor in a temp dir...\n");
+      if (f = start_standalone(a, d); f.failed()) return report("pause-probe", f);
+    } else {
+      SupervisorFlags sf;
+      sf.socket = a.supervisor_socket;
+      resolve(sf);
+      d.socket = sf.socket;
+      LockdFlags lf;
+      lf.lockd = a.lockd;
+      lf.key_file = a.key_file;
+      resolve(lf);
+      auto addr = SocketAddress::parse(lf.lockd);
+      if (!addr) return report("pause-probe", {kUsage, "--lockd \"" + lf.lockd + "\" is not HOST:PORT (numeric)"});
+      d.lockd_addr = *addr;
+      d.lockd_text = lf.lockd;
+      auto kl = wire::load_key_file(lf.key_file);
+      if (!kl) return report("pause-probe", {kUsage, kl.error});
+      d.key = *kl.key;
+    }
+    if (f = read_status(a, d); f.failed()) return report("pause-probe", f);
+    const std::int64_t budget_ns = pp::configured_budget_ns(d.timing);
+    if (budget_ns <= 0)
+      return report("pause-probe", {kUsage, "the configured pause budget is " + ms_text(budget_ns) +
+                                                ": the timing breaks DESIGN.md's safety condition"});
+
+    std::vector<std::uint64_t> pauses;
+    if (listed) {
+      pauses = *listed;
+    } else {
+      pauses = pp::default_sweep_ms(d.timing.ttl_ms, a.steps);
+      if (pauses.empty()) return report("pause-probe", {kUsage, "--steps must be 1.." + std::to_string(pp::kStepsMax)});
+    }
+    std::vector<std::uint64_t> plan;
+    for (auto p : pauses)
+      for (std::uint32_t r = 0; r < a.repeat; ++r) plan.push_back(p);
+    if (plan.size() > pp::kPausesMax * 4) return report("pause-probe", {kUsage, "too many trials (pauses x --repeat)"});
+
+    // Output directory.
+    std::string out = a.out_dir;
+    if (out.empty()) {
+      char stamp[32];
+      const time_t now = ::time(nullptr);
+      std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+      out = std::string("pause-probe-") + stamp;
+    }
+    if (::mkdir(out.c_str(), 0755) != 0 && errno != EEXIST)
+      return report("pause-probe", {kUsage, "cannot create the output dir " + out + ": " + std::strerror(errno)});
+    char real[PATH_MAX];
+    if (::realpath(out.c_str(), real) != nullptr) out = real;
+    const std::string log_dir = out + "/sandbox-logs";
+    ::mkdir(log_dir.c_str(), 0755);
+
+    std::string why, err;
+    auto freezer = Freezer::make(d.supervisor_pid, a.freeze, why, err);
+    if (!freezer) return report("pause-probe", {kUsage, err});
+
+    std::optional<shm::TableReader> table;
+    try {
+      table.emplace(shm::TableReader::open(d.shm_path, shm::OpenOptions{2'000'000'000, 1'000'000}));
+    } catch (const shm::TableError& e) {
+      return report("pause-probe", {kTableError, std::string("the supervisor's shm table: ") + e.what()});
+    }
+
+    // Stress load, bounded in time.
+    Proc stress;
+    std::string stress_text;
+    if (a.stress) {
+      const std::string bin = find_binary("stress-ng", {});
+      if (bin.empty()) {
+        stderr_progress(a.quiet, "warning: --stress: stress-ng is not installed; measuring without load\n");
+      } else {
+        std::uint64_t est_s = 30;
+        for (auto p : plan) est_s += (d.timing.kill_after_ms + p + d.timing.ttl_ms + 1500) / 1000 + 1;
+        const std::uint64_t secs = a.stress_timeout_s != 0 ? a.stress_timeout_s : est_s;
+        std::vector<std::string> argv = {bin};
+        std::stringstream ss(a.stress_args);
+        for (std::string w; ss >> w;) argv.push_back(w);
+        argv.insert(argv.end(), {"--timeout", std::to_string(secs) + "s", "--quiet"});
+        const std::string slog = (a.standalone ? d.tmp.path : out) + "/stress-ng.log";
+        if (!spawn_proc(stress, "stress-ng", argv, slog, err)) return report("pause-probe", {kInternal, err});
+        for (const auto& w : argv) stress_text += (stress_text.empty() ? "" : " ") + w;
+        stderr_progress(a.quiet, "stress: " + stress_text + "\n");
+        sleep_ms(500);  // let the load ramp up before the first trial
+      }
+    }
+
+    pp::SweepReport rep;
+    rep.timing = d.timing;
+    rep.mode = a.standalone ? "standalone" : "external";
+    rep.freeze = freezer->name();
+    rep.freeze_why = why;
+    rep.phase = phase;
+    rep.stress = stress_text;
+
+    stderr_progress(a.quiet, "supervisor pid " + std::to_string(d.supervisor_pid) + ", lockd " + d.lockd_text +
+                                 "; freeze: " + why + "; phase " + std::string(pp::to_string(phase)) + "\n" +
+                                 "ttl " + std::to_string(d.timing.ttl_ms) + " ms, kill_after " +
+                                 std::to_string(d.timing.kill_after_ms) + " ms, heartbeat " +
+                                 std::to_string(d.timing.heartbeat_interval_ms) + " ms, pause budget " +
+                                 ms_text(budget_ns) + "; " + std::to_string(plan.size()) + " trial(s)\n");
+
+    TrialContext cx{a, d, *freezer, *table, phase, std::to_string(::getpid()) + "-" + std::to_string(now_ns() % 1'000'000'000),
+                    log_dir, std::mt19937_64(a.seed != 0 ? a.seed : static_cast<std::uint64_t>(now_ns())), {}, {}, {}, {}};
+    cx.lateness_from = snap_stats(*table);
+    cx.rtt_from = cx.lateness_from;
+    if (a.baseline_ms > 0) {
+      stderr_progress(a.quiet, "baseline: a named sandbox for " + std::to_string(a.baseline_ms) +
+                                   " ms without pauses (rt lateness and heartbeat RTT)\n");
+      if (std::string e = run_baseline(cx, a.baseline_ms); !e.empty())
+        stderr_progress(a.quiet, "warning: baseline: " + e + "\n");
+    }
+    bool interrupted = false;
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const std::uint64_t p = plan[i];
+      const bool under = static_cast<std::int64_t>(p) * 1'000'000 < budget_ns;
+      stderr_progress(a.quiet, "[" + std::to_string(i + 1) + "/" + std::to_string(plan.size()) + "] pause " +
+                                   std::to_string(p) + " ms (" + (under ? "under" : "past") + " the budget) ... ");
+      pp::SandboxLog log;
+      bool have_log = false;
+      pp::TrialObservation o;
+      try {
+        o = run_trial(cx, i, p, log, have_log);
+      } catch (const Interrupted&) {
+        interrupted = true;
+        stderr_progress(a.quiet, "interrupted\n");
+        break;
+      }
+      pp::TrialResult r = pp::classify(o, have_log ? &log : nullptr, d.timing);
+      std::string line = std::string(pp::to_string(r.outcome));
+      if (r.margin_ns) line += ", margin " + ms_text(*r.margin_ns);
+      if (r.violation) line += ", window " + ms_text(r.window_ns);
+      if (r.recovery_ns) line += ", recovery " + ms_text(*r.recovery_ns);
+      if (!r.side_effects_refused) line += ", SIDE EFFECT ACCEPTED";
+      if (!r.note.empty()) line += " (" + r.note + ")";
+      stderr_progress(a.quiet, line + "\n");
+      if (r.killed && r.kill_latency_ns && pp::effective_death_ns(o) >= o.thaw_ns) rep.measured.kill_latencies_ns.push_back(*r.kill_latency_ns);
+      rep.observations.push_back(std::move(o));
+      rep.results.push_back(std::move(r));
+    }
+    {
+      const StatsSnapshot last = snap_stats(*table);
+      close_lateness_window(cx, last);
+      close_rtt_window(cx, last);
+    }
+    stress.stop(1000);
+    freezer.reset();
+
+    if (g_observer_fifo_refused.load())
+      stderr_progress(a.quiet, "warning: SCHED_FIFO refused for the observer threads: under load, deaths and grants "
+                               "may be seen late (the supervisor's own kill record still bounds the death)\n");
+    rep.measured.rt_lateness = cx.clean_lateness;
+    rep.measured.heartbeat_rtt = cx.clean_rtt;
+    pp::finish_measured(rep.measured, d.timing);
+    rep.verdict = pp::sweep_verdict(rep.observations, rep.results, d.timing);
+
+    // Outputs.
+    const std::string csv = !a.csv_path.empty() ? a.csv_path : out + "/pause-probe.csv";
+    const std::string json_path = out + "/pause-probe.json";
+    if (!write_file(csv, pp::to_csv(rep), err)) return report("pause-probe", {kFailure, err});
+    nlohmann::json j = pp::to_json(rep);
+    std::string plot_path;
+    const std::string gnuplot = a.plot == "svg" ? "" : find_binary("gnuplot", {});
+    if (!gnuplot.empty()) {
+      plot_path = out + "/pause-probe.png";
+      const std::string script = out + "/pause-probe.gp";
+      if (!write_file(script, pp::gnuplot_script(rep, csv, plot_path), err)) return report("pause-probe", {kFailure, err});
+      Proc gp;
+      if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log", err)) {
+        const std::int64_t until = now_ns() + static_cast<std::int64_t>(kGnuplotTimeoutMs) * 1'000'000;
+        while (gp.alive() && now_ns() < until) ::usleep(10'000);
+        gp.stop(100);
+      }
+      struct stat st{};
+      if (::stat(plot_path.c_str(), &st) != 0 || st.st_size == 0) {
+        stderr_progress(a.quiet, "warning: gnuplot did not write " + plot_path + " (see " + out +
+                                     "/gnuplot.log); writing an SVG instead\n");
+        plot_path.clear();
+      }
+    } else if (a.plot == "png") {
+      stderr_progress(a.quiet, "warning: gnuplot is not installed; writing an SVG instead of a PNG\n");
+    }
+    if (plot_path.empty()) {
+      plot_path = out + "/pause-probe.svg";
+      if (!write_file(plot_path, pp::svg_plot(rep), err)) return report("pause-probe", {kFailure, err});
+    }
+    j["files"] = {{"csv", csv}, {"plot", plot_path}, {"json", json_path}, {"sandbox_logs", log_dir}};
+    j["interrupted"] = interrupted;
+    if (!write_file(json_path, j.dump(2) + "\n", err)) return report("pause-probe", {kFailure, err});
+
+    std::string text = "\n" + pp::to_table(rep) + "\n" + pp::budget_text(rep);
+    if (rep.verdict.safe_pause_max_ms || rep.verdict.violating_pause_min_ms) {
+      text += "observed threshold       longest pause without a violation " +
+              (rep.verdict.safe_pause_max_ms ? std::to_string(*rep.verdict.safe_pause_max_ms) + " ms" : std::string("-")) +
+              ", shortest with one " +
+              (rep.verdict.violating_pause_min_ms ? std::to_string(*rep.verdict.violating_pause_min_ms) + " ms" : std::string("-")) + "\n";
+    }
+    if (rep.verdict.window_excess_max_ns) {
+      const std::int64_t c = *rep.verdict.window_excess_max_ns;
+      text += "window past the budget   <= (pause - budget) " + std::string(c < 0 ? "- " : "+ ") +
+              ms_text(c < 0 ? -c : c) + " (largest window " + ms_text(rep.verdict.window_max_ns.value_or(0)) + ")\n";
+    }
+    text += "files                    " + csv + "  " + plot_path + "  " + json_path + "\n";
+    text += "verdict                  " + rep.verdict.line + (interrupted ? " (interrupted)" : "") + "\n";
+    if (a.json) {
+      std::fputs(text.c_str(), stderr);
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::fputs(text.c_str(), stdout);
+    }
+    std::fflush(stdout);
+    if (interrupted) return kFailure;
+    if (rep.verdict.trials == rep.verdict.errors) return kFailure;
+    return rep.verdict.ok ? kOk : kFailure;
+  } catch (const Interrupted&) {
+    std::fputs("leasehold pause-probe: interrupted; cleaned up\n", stderr);
+    return kFailure;
+  }
+}
+
+// ---- the probe sandbox -------------------------------------------------------------------------
+
+struct SandboxArgs {
+  std::string log;
+  std::uint64_t poll_us = 1000;
+  std::uint64_t lifetime_ms = 600'000;
+};
+
+int run_sandbox(const SandboxArgs& a) {
+  const int fd = ::open(a.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::fprintf(stderr, "leasehold pause-probe-sandbox: cannot open %s: %s\n", a.log.c_str(), std::strerror(errno));
+    return kUsage;
+  }
+  char buf[256];
+  // One write per line (O_APPEND): a kill can only tear the last line, which the parser drops.
+  auto emit = [fd, &buf](int n) {
+    if (n > 0) (void)!::write(fd, buf, static_cast<std::size_t>(std::min(n, static_cast<int>(sizeof buf) - 1)));
+  };
+  const char* slot_env = std::getenv("LEASEHOLD_SLOT");
+  const char* epoch_env = std::getenv("LEASEHOLD_EPOCH");
+  if (slot_env == nullptr || epoch_env == nullptr || std::getenv("LEASEHOLD_SHM") == nullptr) {
+    emit(std::snprintf(buf, sizeof buf, "# error: LEASEHOLD_SHM, LEASEHOLD_SLOT and LEASEHOLD_EPOCH must be set (run it as a named sandbox)\n"));
+    ::close(fd);
+    return kUsage;
+  }
+  const std::uint32_t slot = static_cast<std::uint32_t>(std::strtoul(slot_env, nullptr, 10));
+  const std::uint64_t epoch = std::strtoull(epoch_env, nullptr, 10);
+  std::optional<shm::TableReader> table;
+  try {
+    table.emplace(shm::TableReader::open(shm::location_from_env(), shm::OpenOptions{2'000'000'000, 1'000'000}));
+  } catch (const shm::TableError& e) {
+    emit(std::snprintf(buf, sizeof buf, "# error: %s\n", e.what()));
+    ::close(fd);
+    return kTableError;
+  }
+  const shm::Slot* s = table->slot(slot);
+  if (s == nullptr) {
+    emit(std::snprintf(buf, sizeof buf, "# error: slot %u out of range\n", slot));
+    ::close(fd);
+    return kTableError;
+  }
+  // The latest accepted check, in a shared mapping that outlives a SIGKILL (see
+  // pause_model.hpp close_open_interval): one relaxed store per check, no syscall.
+  std::atomic<std::int64_t>* last_accept_shared = nullptr;
+  {
+    const std::string beacon = a.log + ".last";
+    const int bfd = ::open(beacon.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (bfd >= 0 && ::ftruncate(bfd, 64) == 0) {
+      void* m = ::mmap(nullptr, 64, PROT_READ | PROT_WRITE, MAP_SHARED, bfd, 0);
+      if (m != MAP_FAILED) last_accept_shared = new (m) std::atomic<std::int64_t>(0);
+    }
+    if (bfd >= 0) ::close(bfd);
+  }
+  const std::int64_t start = now_ns();
+  emit(std::snprintf(buf, sizeof buf, "start t=%" PRId64 " slot=%u epoch=%" PRIu64 " pid=%d\n", start, slot, epoch, static_cast<int>(::getpid())));
+  enum { kUnknown, kValid, kRefused } state = kUnknown;
+  std::int64_t last_accept = 0;
+  std::uint64_t accepts = 0, refusals = 0, late = 0;
+  const std::int64_t end = start + static_cast<std::int64_t>(a.lifetime_ms) * 1'000'000;
+  const timespec nap{0, static_cast<long>(std::min<std::uint64_t>(a.poll_us, 999'999) * 1000)};
+  for (std::int64_t t = now_ns(); t < end; t = now_ns()) {
+    // t is read before check_deadline reads its own clock, and valid_until after it: an accept
+    // with t > valid_until can only mean the check accepted an expired lease.
+    const bool ok = table->check_deadline(slot, epoch);
+    const std::int64_t vu = static_cast<std::int64_t>(s->valid_until_ns.load(std::memory_order_acquire));
+    if (ok) {
+      ++accepts;
+      if (t > vu) {
+        ++late;
+        emit(std::snprintf(buf, sizeof buf, "late t=%" PRId64 " vu=%" PRId64 "\n", t, vu));
+      }
+      if (state != kValid) emit(std::snprintf(buf, sizeof buf, "valid t=%" PRId64 " vu=%" PRId64 "\n", t, vu));
+      state = kValid;
+      last_accept = t;
+      if (last_accept_shared != nullptr) last_accept_shared->store(t, std::memory_order_relaxed);
+    } else {
+      ++refusals;
+      if (state != kRefused) emit(std::snprintf(buf, sizeof buf, "refused t=%" PRId64 " last=%" PRId64 " vu=%" PRId64 "\n", t, last_accept, vu));
+      state = kRefused;
+    }
+    ::clock_nanosleep(CLOCK_BOOTTIME, 0, &nap, nullptr);
+  }
+  emit(std::snprintf(buf, sizeof buf, "exit t=%" PRId64 " accepts=%" PRIu64 " refusals=%" PRIu64 " late=%" PRIu64 "\n", now_ns(), accepts, refusals, late));
+  ::close(fd);
+  return kOk;
+}
+
+// ---- registration ------------------------------------------------------------------------------
+
+const Command kPauseProbe([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ProbeArgs>();
+  auto* sub = app.add_subcommand(
+      "pause-probe",
+      "Measure the pause tolerance: for each pause length, run a named sandbox, freeze the supervisor "
+      "(cgroup v2 freeze, else SIGSTOP) that long, resume, and record whether the kill-switch fired "
+      "before lockd's expiry, the margin, the mutex-violation window, recovery, and the sandbox's own "
+      "check_deadline answers; writes a table, CSV, JSON and a plot (DESIGN.md \"Time\"; perf/pause/README.md)");
+  sub->add_flag("--standalone", a->standalone,
+                "start lockd and a supervisor in a temp dir, with their own key; everything is removed on exit");
+  sub->add_option("--supervisor", a->supervisor_socket,
+                  std::string("control socket of a running supervisor (env ") + kSupervisorEnv + ")");
+  sub->add_option("--lockd", a->lockd, std::string("lockd address HOST:PORT of that deployment (env ") + kLockdEnv + ")");
+  sub->add_option("--key-file", a->key_file, std::string("its HMAC key file (env ") + kKeyFileEnv + ")");
+  sub->add_option("--lockd-bin", a->lockd_bin, "standalone: leasehold-lockd to run (default: next to this binary, or $PATH)");
+  sub->add_option("--supervisor-bin", a->supervisor_bin, "standalone: leasehold-supervisor to run");
+  sub->add_option("--ttl-ms", a->ttl_ms, "standalone: lease TTL, ms")->capture_default_str()->check(CLI::Range(100, 600'000));
+  sub->add_option("--kill-after-ms", a->kill_after_ms, "standalone: kill_after, ms (default 70 % of the TTL)");
+  sub->add_option("--heartbeat-interval-ms", a->heartbeat_interval_ms, "standalone: heartbeat interval, ms (default kill_after/7)");
+  auto* klb = sub->add_option("--kill-latency-budget-ms", a->kill_latency_budget_ms,
+                              "kill latency budget, ms (standalone: passed to the supervisor; external: default "
+                              "derived from the supervisor's reported pause budget)")
+                  ->capture_default_str();
+  sub->add_option("--clock-rate-bound", a->clock_rate_bound, "rho, dimensionless")->capture_default_str();
+  sub->add_option("--steps", a->steps, "default sweep: this many steps from 0 to 2*ttl")->capture_default_str();
+  sub->add_option("--pauses", a->pauses, "pause lengths instead of the default sweep: e.g. 0,250,500ms,1.5s");
+  sub->add_option("--repeat", a->repeat, "trials per pause length")->capture_default_str();
+  sub->add_option("--phase", a->phase,
+                  "worst: drop refreshes at the probe's relay and freeze --guard-ms before valid_until (standalone; "
+                  "the default there); random: freeze at a random moment of the heartbeat cycle")
+      ->check(CLI::IsMember({"auto", "worst", "random"}));
+  sub->add_option("--guard-ms", a->guard_ms, "worst phase: start the freeze this long before valid_until, ms")->capture_default_str();
+  sub->add_option("--baseline-ms", a->baseline_ms,
+                  "before the sweep, run a named sandbox this long without pauses (clean lateness/RTT samples); 0 = none")
+      ->capture_default_str();
+  sub->add_option("--observer-priority", a->observer_priority,
+                  "SCHED_FIFO priority of the probe's observer threads (0: normal priority)")
+      ->capture_default_str()->check(CLI::Range(0, 98));
+  sub->add_option("--freeze", a->freeze, "auto | cgroup | sigstop")->check(CLI::IsMember({"auto", "cgroup", "sigstop"}))->capture_default_str();
+  sub->add_option("--contend-interval-ms", a->contend_interval_ms,
+                  "the contender's acquire attempts, one per this many ms")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub->add_flag("--stress", a->stress, "run stress-ng during the sweep (bounded in time)");
+  sub->add_option("--stress-args", a->stress_args, "stress-ng arguments")->capture_default_str();
+  sub->add_option("--stress-timeout-s", a->stress_timeout_s, "stress-ng --timeout, s (default: the sweep's estimate)");
+  sub->add_option("--out", a->out_dir, "output directory (default ./pause-probe-<date>-<time>)");
+  sub->add_option("--csv", a->csv_path, "CSV path (default <out>/pause-probe.csv)");
+  sub->add_option("--plot", a->plot, "auto (PNG through gnuplot, else SVG) | png | svg")->check(CLI::IsMember({"auto", "png", "svg"}));
+  sub->add_flag("--json", a->json, "print the JSON summary on stdout (the table goes to stderr)");
+  sub->add_flag("--quiet", a->quiet, "no progress lines");
+  sub->add_option("--seed", a->seed, "random phase seed (default: from the clock)");
+  sub->callback([a, klb, exit_code] {
+    a->kill_latency_budget_set = klb->count() > 0;
+    *exit_code = run_probe(*a);
+  });
+});
+
+const Command kPauseProbeSandbox([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<SandboxArgs>();
+  auto* sub = app.add_subcommand("pause-probe-sandbox",
+                                 "the sandbox `pause-probe` runs: polls check_deadline and logs each change");
+  sub->group("");  // internal: not listed in --help
+  sub->add_option("--log", a->log, "log file (appended)")->required();
+  sub->add_option("--poll-us", a->poll_us, "pause between checks, us")->check(CLI::Range(10, 1'000'000));
+  sub->add_option("--lifetime-ms", a->lifetime_ms, "exit after this long, ms")->check(CLI::Range(1, 86'400'000));
+  sub->callback([a, exit_code] { *exit_code = run_sandbox(*a); });
+});
+
+}  // namespace
+}  // namespace leasehold::cli
