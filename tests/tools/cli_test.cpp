@@ -3,6 +3,7 @@
 // a distinct exit code (tools/command.hpp) for each of: malformed name, unknown name, lockd
 // unreachable, no supervisor running.
 #include "io/auth.hpp"
+#include "shm/table.hpp"
 #include "tools/command.hpp"
 
 #include <gtest/gtest.h>
@@ -288,6 +289,44 @@ TEST_F(CliTest, CheckWithoutATableOrArguments) {
   const Result env = cli({"check"}, {"LEASEHOLD_SHM=" + (dir_ / "no-table").string(), "LEASEHOLD_SLOT=0",
                                      "LEASEHOLD_EPOCH=1"});
   EXPECT_EQ(env.code, kTableError) << env.err;
+}
+
+// A live table: the runtime's view follows publish, the deadline and revoke.
+TEST_F(CliTest, CheckFollowsTheSlot) {
+  shm::TableOptions o;
+  o.location = (dir_ / "table").string();
+  o.slot_count = 8;
+  o.liveness_timeout_ns = 60'000'000'000;  // the test's writer heartbeats once
+  shm::TableWriter w = shm::TableWriter::create(o);
+  const SandboxId sb = *SandboxId::parse(kSandbox);
+  const std::uint64_t now = shm::boottime_ns();
+  w.heartbeat(now);
+  const shm::ClaimResult c = w.claim(sb, now);
+  ASSERT_EQ(c.error, shm::TableErrc::ok);
+  ASSERT_EQ(w.publish(c.slot, name_id_of("orders"), "orders", 7, now + 60'000'000'000), shm::TableErrc::ok);
+  const std::string slot = std::to_string(c.slot);
+  const std::vector<std::string> env{"LEASEHOLD_SHM=" + o.location, "LEASEHOLD_SLOT=" + slot, "LEASEHOLD_EPOCH=7"};
+
+  const Result valid = cli({"check"}, env);
+  EXPECT_EQ(valid.code, kOk) << valid.err;
+  EXPECT_NE(valid.out.find("valid: slot " + slot + " epoch 7"), std::string::npos) << valid.out;
+  const Result by_sandbox = cli({"check", "--shm", o.location, "--sandbox", kSandbox, "--epoch", "7", "--json"});
+  EXPECT_EQ(by_sandbox.code, kOk) << by_sandbox.err;
+  EXPECT_NE(by_sandbox.out.find("\"valid\":true"), std::string::npos) << by_sandbox.out;
+
+  const Result other_epoch = cli({"check", "--epoch", "6"}, env);
+  EXPECT_EQ(other_epoch.code, kFailure);
+  EXPECT_NE(other_epoch.out.find("holds epoch 7, not 6"), std::string::npos) << other_epoch.out;
+  const Result bad_slot = cli({"check", "--slot", "99"}, env);
+  EXPECT_ANSWER(bad_slot, kNotFound, "out of range");
+  const Result bad_epoch = cli({"check", "--epoch", "seven"}, env);
+  EXPECT_ANSWER(bad_epoch, kUsage, "malformed epoch");
+
+  ASSERT_TRUE(w.revoke(c.slot));
+  const Result revoked = cli({"check"}, env);
+  EXPECT_EQ(revoked.code, kFailure);
+  EXPECT_NE(revoked.out.find("revoked"), std::string::npos) << revoked.out;
+  w.remove();
 }
 
 TEST_F(CliTest, AuditOfAMissingOrForeignDatabase) {
