@@ -69,7 +69,9 @@ std::optional<WireKey> parse_key_hex(std::string_view text) {
 KeyLoad load_key_file(const std::string& path) {
   KeyLoad res;
   const std::string fix_new = "; create one with --generate-key " + path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever, and
+  // lockd or the supervisor would hang at start-up instead of refusing the key file below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     res.error = "key file " + path + ": cannot open: " + std::strerror(err) +

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -93,6 +94,25 @@ TEST_F(KeyFile, RefusesMissingEmptyShortAndMalformedKeys) {
   k = load_key_file(dir_);
   EXPECT_FALSE(k);
   EXPECT_TRUE(contains(k.error, "not a regular file")) << k.error;
+}
+
+// A FIFO is refused like a directory, at once: opening it must not wait for a writer (which
+// hung lockd at start-up). The load runs in a child that SIGALRM ends if it blocks.
+TEST_F(KeyFile, RefusesAFifoWithoutBlocking) {
+  const std::string path = dir_ + "/fifo.key";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(20);
+    const KeyLoad k = load_key_file(path);
+    ::_exit(!k && contains(k.error, "not a regular file") ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "load_key_file blocked on a FIFO (killed by signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST_F(KeyFile, GeneratedKeyIs0600LoadsAndIsNeverOverwritten) {
