@@ -73,6 +73,9 @@ ConfigCheck check_config(const SupervisorConfig& c) {
   if (c.wheel_granularity_ns < 100'000 || c.wheel_granularity_ns > 100'000'000)
     return refuse("--wheel-granularity-us " + std::to_string(c.wheel_granularity_ns / 1000) +
                   " is out of range 100..100000");
+  if (c.rt_command_poll_ns < 100'000 || c.rt_command_poll_ns > 100'000'000)
+    return refuse("--rt-command-poll-us " + std::to_string(c.rt_command_poll_ns / 1000) +
+                  " is out of range 100..100000");
   if (c.rt_priority < 1 || c.rt_priority > 99)
     return refuse("--rt-priority " + std::to_string(c.rt_priority) +
                   " is out of range 1..99 (SCHED_FIFO)");
@@ -178,8 +181,14 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
   app.add_option_function<std::uint64_t>(
          "--wheel-granularity-us",
          [&c](std::uint64_t us) { c.wheel_granularity_ns = us * 1000; },
-         "tick of the rt thread's deadline wheel, us (enters the safety condition; a coarser tick "
-         "costs less CPU; default 1000)")
+         "tick of the rt thread's deadline wheel, us (enters the safety condition; default 1000)")
+      ->check(CLI::Range(std::uint64_t{100}, std::uint64_t{100'000}));
+  app.add_option_function<std::uint64_t>(
+         "--rt-command-poll-us",
+         [&c](std::uint64_t us) { c.rt_command_poll_ns = us * 1000; },
+         "longest sleep of the rt thread between wheel events, us: bounds how late a kill-now is "
+         "applied; each period costs one wake-up (at most the wheel tick: wake every tick; "
+         "default 5000)")
       ->check(CLI::Range(std::uint64_t{100}, std::uint64_t{100'000}));
   app.add_option("--rt-priority", c.rt_priority, "SCHED_FIFO priority of the rt thread, 1..99")
       ->capture_default_str();

@@ -42,9 +42,12 @@ inline constexpr std::uint32_t kSlotsMax = 1u << 20;           ///< --slots uppe
 inline constexpr std::uint64_t kTtlMsMax = 24ull * 3600 * 1000;  ///< one day
 inline constexpr std::uint32_t kMinRefreshAttempts = 3;       ///< refreshes within kill_after
 inline constexpr double kClockRateBoundMax = 0.1;              ///< ρ above 10 % is not a clock
-/// Default tick of the rt thread's deadline wheel (--wheel-granularity-us). The rt thread wakes
-/// once per tick, so the tick is both a term of the safety condition and the rt thread's idle cost.
+/// Default tick of the rt thread's deadline wheel (--wheel-granularity-us): a term of the safety
+/// condition. The rt thread sleeps until the wheel's next event, so the tick is not its idle cost.
 inline constexpr std::uint64_t kDefaultWheelGranularityNs = 1'000'000;
+/// Default longest sleep of the rt thread (--rt-command-poll-us): how late a kill-now is applied,
+/// and the idle cost (one wake-up per period). At most the wheel tick: a wake-up every tick.
+inline constexpr std::uint64_t kDefaultRtCommandPollNs = 5'000'000;
 
 /// The supervisor's configuration. All durations are milliseconds unless the suffix says so.
 struct SupervisorConfig {
@@ -60,6 +63,7 @@ struct SupervisorConfig {
   double clock_rate_bound = 1e-3;   ///< ρ
   std::uint64_t kill_latency_budget_ms = 50;
   std::uint64_t wheel_granularity_ns = kDefaultWheelGranularityNs;
+  std::uint64_t rt_command_poll_ns = kDefaultRtCommandPollNs;
   int rt_priority = 50;             ///< SCHED_FIFO priority 1..99
   int rt_cpu = -1;                  ///< CPU to pin the rt thread to; -1 = last online CPU
   SupervisorMode mode = SupervisorMode::lease;

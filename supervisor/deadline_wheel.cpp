@@ -194,6 +194,13 @@ std::uint32_t DeadlineWheel::next_set(const std::array<std::uint64_t, kWords>& b
   return kDeadlineWheelSlots;
 }
 
+std::uint64_t DeadlineWheel::next_event_ns() const noexcept {
+  if (heads_[kDueList] != kNil) return next_tick_ns();  // due at the next advance
+  const std::uint64_t t = next_event_tick();
+  if (t == kNoTick || t > UINT64_MAX / granularity_ns_) return UINT64_MAX;
+  return t * granularity_ns_;
+}
+
 std::uint64_t DeadlineWheel::next_event_tick() const noexcept {
   if (size_ == 0) return kNoTick;
   std::uint64_t best = kNoTick;

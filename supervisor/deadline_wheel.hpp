@@ -102,6 +102,12 @@ class DeadlineWheel {
   /// Start of the next tick not yet processed, in ns (advance(now) with now below it fires nothing).
   std::uint64_t next_tick_ns() const noexcept { return cur_tick_ * granularity_ns_; }
 
+  /// Start (ns) of the earliest tick, >= next_tick_ns(), at which advance() can next fire or
+  /// cascade a timer; UINT64_MAX when the wheel is empty. A lower bound on the next deadline (a
+  /// higher level's timers count from the tick that cascades them), so a caller may sleep until
+  /// it without missing a deadline. O(levels) bitmap reads.
+  std::uint64_t next_event_ns() const noexcept;
+
   /// True when a deadline counts as due at `now_ns` under this wheel's round-down rule:
   /// floor(deadline / g) <= floor(now / g). Lazy re-arm callbacks use it to decide kill vs re-arm.
   bool due_by(std::uint64_t deadline_ns, std::uint64_t now_ns) const noexcept {

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -108,6 +109,7 @@ struct RtThread::Impl {
   RtStartStatus status;
   std::atomic<std::uint64_t> applied_seq{0};
   std::atomic<std::uint64_t> ticks{0}, rearms{0}, kills_issued{0}, kills_confirmed{0};
+  std::atomic<std::uint64_t> kill_issue_latency_ns_max{0};  // written by the rt thread only
   std::atomic<std::uint64_t> processed_until_ns{0};
 
   void set_up() {
@@ -168,6 +170,10 @@ struct RtThread::Impl {
     s.armed = false;
     s.handle = TimerHandle{};
     kills_issued.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t issue_latency_ns = s.record.issued_ns > deadline_ns ? s.record.issued_ns - deadline_ns : 0;
+    if (issue_latency_ns > kill_issue_latency_ns_max.load(std::memory_order_relaxed))
+      kill_issue_latency_ns_max.store(issue_latency_ns, std::memory_order_relaxed);
+    if (hooks.record_kill_issued) hooks.record_kill_issued(hooks.context, slot, s.record);
     if (s.record.path == KillPath::none) {
       report(slot, s.record);  // nothing delivered: the error says why
       return;
@@ -268,11 +274,24 @@ struct RtThread::Impl {
     }
   }
 
+  // When to wake next: the wheel's next event (never before its next tick), but no later than
+  // command_poll_ns after the last wake-up, and at the next tick while commands are queued or
+  // kills await confirmation (their timeouts are checked each wake-up).
+  std::uint64_t wake_at(std::uint64_t last_wake_ns) const noexcept {
+    const std::uint64_t tick_ns = wheel.next_tick_ns();
+    if (!pending.empty() || queue.read_available() != 0) return tick_ns;
+    const std::uint64_t poll_ns = last_wake_ns + config.command_poll_ns;
+    return std::max(tick_ns, std::min(wheel.next_event_ns(), poll_ns));
+  }
+
   void run() {
+    std::uint64_t last_wake_ns = KillSwitch::now_ns();
     for (;;) {
-      const std::uint64_t tick_ns = wheel.next_tick_ns();
-      const std::uint64_t now = wait_for(tick_ns);
-      if (hooks.record_lateness) hooks.record_lateness(hooks.context, now - tick_ns);
+      const std::uint64_t wake_ns = wake_at(last_wake_ns);
+      const std::uint64_t now = wait_for(wake_ns);
+      last_wake_ns = now;
+      if (hooks.writer_heartbeat) hooks.writer_heartbeat(hooks.context, now);
+      if (hooks.record_lateness) hooks.record_lateness(hooks.context, now - wake_ns);
       ticks.fetch_add(1, std::memory_order_relaxed);
       if (stop.load(std::memory_order_acquire)) break;
 
@@ -318,6 +337,10 @@ std::unique_ptr<RtThread> RtThread::start(const RtConfig& config, const RtHooks&
   }
   if (config.granularity_ns == 0) {
     error = "rt granularity_ns must be at least 1";
+    return nullptr;
+  }
+  if (config.command_poll_ns == 0) {
+    error = "rt command_poll_ns must be at least 1";
     return nullptr;
   }
   if (config.priority < 0 || config.priority > 99) {
@@ -388,6 +411,7 @@ RtCounters RtThread::counters() const noexcept {
   c.rearms = impl_->rearms.load(std::memory_order_relaxed);
   c.kills_issued = impl_->kills_issued.load(std::memory_order_relaxed);
   c.kills_confirmed = impl_->kills_confirmed.load(std::memory_order_relaxed);
+  c.kill_issue_latency_ns_max = impl_->kill_issue_latency_ns_max.load(std::memory_order_relaxed);
   c.processed_until_ns = impl_->processed_until_ns.load(std::memory_order_acquire);
   return c;
 }

@@ -1,9 +1,11 @@
 // leasehold/supervisor: the rt thread — owner of the deadline wheel and of the kill-switch.
 //
 // DESIGN.md "The supervisor" and issue 6: SCHED_FIFO (configurable priority), mlockall, pinned to
-// a configurable CPU. Each tick it sleeps with clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME) to
-// the wheel's next tick, records its wake-up lateness, applies commands from the io thread, and
-// advances the wheel. When a deadline comes due it re-reads the slot's current deadline (lazy
+// a configurable CPU. It sleeps with clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME) to the wheel's
+// next event (the tick of the earliest deadline), but never longer than `command_poll_ns`, so
+// commands from the io thread (kill_now above all) are applied promptly; each wake-up it beats the
+// shm writer heartbeat, records its wake-up lateness, applies commands, and advances the wheel.
+// An idle wheel therefore costs 1/command_poll_ns wake-ups per second, not one per tick. When a deadline comes due it re-reads the slot's current deadline (lazy
 // re-arm: heartbeats move deadlines in shm without telling this thread) and either re-arms, or
 // (1) revokes the slot in shm, (2) kills via KillSwitch, (3) confirms death (waiting in ppoll on the
 // pidfds / cgroup.events of pending kills instead of a plain sleep, so the confirmation time is
@@ -42,6 +44,9 @@ inline constexpr std::uint32_t kRtPendingKillsMax = 256;
 inline constexpr std::uint64_t kRtKillConfirmTimeoutNs = 5'000'000'000;
 /// ppoll wake-ups per tick while kills are pending (bounds a misbehaving fd).
 inline constexpr std::uint32_t kRtWaitsPerTickMax = 64;
+/// Default longest sleep between wake-ups: the bound on how late a queued command (kill_now,
+/// disarm, stop) is applied, and the shm writer heartbeat period when the wheel is idle.
+inline constexpr std::uint64_t kRtCommandPollNs = 5'000'000;
 
 /// Hooks into the shm table and stats (written elsewhere). All optional; all called on the rt
 /// thread only, so they must not block, allocate or log.
@@ -53,8 +58,15 @@ struct RtHooks {
   std::uint64_t (*current_deadline_ns)(void* context, std::uint32_t slot) = nullptr;
   /// Step (1): revoke the slot in shm so the sandbox's own checks refuse from now on.
   void (*revoke_slot)(void* context, std::uint32_t slot) = nullptr;
-  /// Each tick's wake-up lateness (ns after the tick it slept to).
+  /// Each wake-up's lateness (ns after the time it slept to).
   void (*record_lateness)(void* context, std::uint64_t lateness_ns) = nullptr;
+  /// Writer liveness (DESIGN.md "The shared-memory epoch table": readers treat a stale writer as
+  /// all invalid): called at every wake-up with the wake-up time (CLOCK_BOOTTIME ns), so at least
+  /// every RtConfig::command_poll_ns while the thread runs. A stuck rt thread stops beating.
+  void (*writer_heartbeat)(void* context, std::uint64_t now_ns) = nullptr;
+  /// Each kill when it has been issued (step 2 done: record.issued_ns set, confirmed_ns 0),
+  /// before death is awaited; record_kill follows once for the same kill.
+  void (*record_kill_issued)(void* context, std::uint32_t slot, const KillRecord& record) = nullptr;
   /// Each kill, once: when death was confirmed, or with confirmed_ns == 0 and an error
   /// (-ETIMEDOUT, -ECANCELED if disarmed first, -ENOSPC if too many were pending).
   void (*record_kill)(void* context, std::uint32_t slot, const KillRecord& record) = nullptr;
@@ -72,6 +84,10 @@ struct RtSystem {
 struct RtConfig {
   std::uint32_t slots = 1024;                 ///< 1..kRtSlotsMax
   std::uint64_t granularity_ns = 1'000'000;   ///< the wheel's tick (enters the safety condition)
+  /// Longest sleep between wake-ups (>= 1; values below granularity_ns wake every tick). A
+  /// command waits at most this long; a deadline armed less than this far ahead can fire up to
+  /// this late (the supervisor arms at >= kill_after ahead; kill_now is the prompt path).
+  std::uint64_t command_poll_ns = kRtCommandPollNs;
   int priority = 50;                          ///< SCHED_FIFO priority 1..99; 0 = do not ask
   int cpu = -1;                               ///< CPU to pin to; -1 = no pinning
   bool lock_memory = true;                    ///< mlockall
@@ -104,10 +120,11 @@ struct RtSubmitted {
 
 /// Counters for status displays (relaxed atomics; the shm stats are the real record).
 struct RtCounters {
-  std::uint64_t ticks = 0;
+  std::uint64_t ticks = 0;  ///< wake-ups (one per wheel event or command poll, not per tick)
   std::uint64_t rearms = 0;
   std::uint64_t kills_issued = 0;
   std::uint64_t kills_confirmed = 0;
+  std::uint64_t kill_issue_latency_ns_max = 0;  ///< max over issued kills of issued_ns - deadline_ns
   std::uint64_t processed_until_ns = 0;  ///< every deadline below this has been handled
 };
 
@@ -122,7 +139,7 @@ class RtThread {
   RtThread(const RtThread&) = delete;
   RtThread& operator=(const RtThread&) = delete;
 
-  /// Stops the loop (within one tick) and joins. Idempotent; producer thread only.
+  /// Stops the loop (within one command_poll_ns) and joins. Idempotent; producer thread only.
   void stop() noexcept;
 
   /// Arms (or re-arms) `slot` to be killed at `deadline_ns` unless extended (lazy re-arm).

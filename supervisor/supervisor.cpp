@@ -353,6 +353,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
       static_cast<std::size_t>(cfg.slots) * 2 + 64);
   rt_config.slots = cfg.slots;
   rt_config.granularity_ns = cfg.wheel_granularity_ns;
+  rt_config.command_poll_ns = cfg.rt_command_poll_ns;
   rt_config.priority = cfg.rt_priority;
   rt_config.cpu = cfg.rt_cpu;
   if (rt_config.cpu < 0) {
@@ -367,10 +368,10 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   };
   hooks.revoke_slot = [](void* c, std::uint32_t slot) { static_cast<Impl*>(c)->table->revoke(slot); };
   hooks.record_lateness = [](void* c, std::uint64_t lateness_ns) {
-    Impl* self = static_cast<Impl*>(c);
-    self->table->record_rt_lateness_ns(lateness_ns);
-    self->table->heartbeat(KillSwitch::now_ns());  // writer liveness, every tick
+    static_cast<Impl*>(c)->table->record_rt_lateness_ns(lateness_ns);
   };
+  // Writer liveness from the thread that kills: a stuck rt thread makes readers refuse.
+  hooks.writer_heartbeat = [](void* c, std::uint64_t now_ns) { static_cast<Impl*>(c)->table->heartbeat(now_ns); };
   hooks.record_kill = [](void* c, std::uint32_t slot, const KillRecord& rec) {
     Impl* self = static_cast<Impl*>(c);
     if (rec.confirmed_ns != 0)
@@ -387,7 +388,8 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   rt_text = rt_status.fifo ? "SCHED_FIFO priority " + std::to_string(rt_config.priority) : "SCHED_OTHER";
   if (rt_status.pinned) rt_text += ", pinned to CPU " + std::to_string(rt_config.cpu);
   rt_text += rt_status.memory_locked ? ", memory locked" : (sanitized_build() ? ", mlockall skipped (sanitizer build)" : "");
-  rt_text += ", tick " + std::to_string(cfg.wheel_granularity_ns / 1000) + " us";
+  rt_text += ", tick " + std::to_string(cfg.wheel_granularity_ns / 1000) + " us, command poll " +
+             std::to_string(rt_config.command_poll_ns / 1000) + " us";
   if (std::string w = rt_status.warnings(rt_config); !w.empty()) {
     std::fputs(w.c_str(), stderr);
     while (!w.empty() && w.back() == '\n') w.pop_back();
@@ -1051,7 +1053,8 @@ json Supervisor::Impl::status_json() const {
       {"rt", {{"sched_fifo", rt_status.fifo}, {"priority", rt_status.fifo ? rt_config.priority : 0},
               {"cpu", rt_status.pinned ? rt_config.cpu : -1}, {"memory_locked", rt_status.memory_locked},
               {"text", rt_text}, {"ticks", rc.ticks}, {"rearms", rc.rearms}, {"kills_issued", rc.kills_issued},
-              {"kills_confirmed", rc.kills_confirmed}, {"granularity_ns", cfg.wheel_granularity_ns}}},
+              {"kills_confirmed", rc.kills_confirmed}, {"kill_issue_latency_ns_max", rc.kill_issue_latency_ns_max},
+              {"granularity_ns", cfg.wheel_granularity_ns}, {"command_poll_ns", rt_config.command_poll_ns}}},
       {"ttl_ms", cfg.ttl_ms},
       {"kill_after_ms", cfg.kill_after_ms},
       {"heartbeat_interval_ms", cfg.heartbeat_interval_ms},

@@ -91,6 +91,9 @@ TEST(SupervisorConfig, RefusesOutOfRangeFields) {
   c = valid();
   c.heartbeat_interval_ms = 0;
   EXPECT_NE(check_config(c).error.find("--heartbeat-interval-ms"), std::string::npos);
+  c = valid();
+  c.rt_command_poll_ns = 0;
+  EXPECT_NE(check_config(c).error.find("--rt-command-poll-us 0 is out of range"), std::string::npos);
 }
 
 TEST(SupervisorConfig, FlagsParse) {
@@ -99,7 +102,8 @@ TEST(SupervisorConfig, FlagsParse) {
   add_supervisor_flags(app, c);
   const char* argv[] = {"leasehold-supervisor", "--lockd", "127.0.0.1:9", "--key-file", "/k",
                         "--worker-id", "0f8fad5b-d9cb-469f-a165-70867728950e", "--mode",
-                        "preemptible", "--on-shutdown", "keep", "--ttl-ms", "2000", "--slots", "7"};
+                        "preemptible", "--on-shutdown", "keep", "--ttl-ms", "2000", "--slots", "7",
+                        "--rt-command-poll-us", "2000"};
   app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
   EXPECT_EQ(c.lockd_address, "127.0.0.1:9");
   ASSERT_TRUE(c.worker_id.has_value());
@@ -108,6 +112,7 @@ TEST(SupervisorConfig, FlagsParse) {
   EXPECT_EQ(c.on_shutdown, ShutdownPolicy::keep);
   EXPECT_EQ(c.ttl_ms, 2000u);
   EXPECT_EQ(c.slots, 7u);
+  EXPECT_EQ(c.rt_command_poll_ns, 2'000'000u);
 }
 
 TEST(SupervisorConfig, FlagsRejectBadWorkerIdAndMode) {

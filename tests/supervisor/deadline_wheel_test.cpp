@@ -178,6 +178,26 @@ TEST(DeadlineWheel, FarFutureBeyondTheTopLevelFiresExactly) {
   EXPECT_EQ(calls, 1u);
 }
 
+// The rt thread sleeps until next_event_ns(): the tick of the earliest deadline, the next tick
+// for one already due, and "never" for an empty wheel.
+TEST(DeadlineWheel, NextEventIsTheEarliestDeadlineTick) {
+  DeadlineWheel w(4, kG, kStart);
+  EXPECT_EQ(w.next_event_ns(), UINT64_MAX);
+  const std::uint64_t d = kStart + 37 * kG + 500;
+  const auto h = w.schedule(d, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(w.next_event_ns(), d / kG * kG);
+  ASSERT_TRUE(w.schedule(kStart + 3 * kG, 2));
+  EXPECT_EQ(w.next_event_ns(), (kStart + 3 * kG) / kG * kG);
+  w.advance(kStart + 3 * kG, [](const DueTimer&) { return Rearm::none(); });
+  EXPECT_EQ(w.next_event_ns(), d / kG * kG);
+  ASSERT_TRUE(w.schedule(kStart, 3));  // already due: the next advance fires it
+  EXPECT_EQ(w.next_event_ns(), w.next_tick_ns());
+  w.advance(w.next_tick_ns(), [](const DueTimer&) { return Rearm::none(); });
+  EXPECT_EQ(w.cancel(h.handle), WheelError::none);
+  EXPECT_EQ(w.next_event_ns(), UINT64_MAX);
+}
+
 TEST(DeadlineWheel, PastDeadlineFiresAtTheNextAdvance) {
   DeadlineWheel w(4, kG, kStart);
   w.advance(kStart + 10 * kG, [](const DueTimer&) { return Rearm::none(); });
@@ -314,6 +334,16 @@ TEST(DeadlineWheel, RandomizedAgainstReferenceModel) {
     } else {
       // Advance: mostly small steps, sometimes a long sleep.
       const std::uint64_t step_ns = (rng() % 8 == 0) ? rng() % ((1ull << 34) * g) : rng() % (300 * g);
+      // next_event_ns() never lies beyond the earliest live deadline's tick: sleeping until it
+      // cannot miss a deadline.
+      if (live.empty()) {
+        EXPECT_EQ(w.next_event_ns(), UINT64_MAX);
+      } else {
+        std::uint64_t earliest = UINT64_MAX;
+        for (const auto& [id, hd] : live) earliest = std::min(earliest, std::max(hd.second / g * g, w.next_tick_ns()));
+        EXPECT_LE(w.next_event_ns(), earliest);
+        EXPECT_GE(w.next_event_ns(), w.next_tick_ns());
+      }
       const std::uint64_t previous_tick = w.next_tick_ns() / g;
       now += step_ns;
       const std::uint64_t target = now / g;

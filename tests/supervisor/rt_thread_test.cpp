@@ -36,6 +36,10 @@ struct Recorder {
   std::array<std::atomic<int>, kSlots> kills{};
   std::array<KillRecord, kSlots> record{};  // written before `kills` is incremented (release)
   std::atomic<std::uint64_t> lateness_samples{0};
+  std::atomic<std::uint64_t> heartbeats{0};
+  std::atomic<std::uint64_t> last_heartbeat_ns{0};
+  std::array<std::atomic<int>, kSlots> issued{};
+  std::array<KillRecord, kSlots> issued_record{};  // written before `issued` is incremented
 
   RtHooks hooks() {
     RtHooks h;
@@ -48,6 +52,16 @@ struct Recorder {
     };
     h.record_lateness = [](void* c, std::uint64_t) {
       static_cast<Recorder*>(c)->lateness_samples.fetch_add(1, std::memory_order_relaxed);
+    };
+    h.writer_heartbeat = [](void* c, std::uint64_t now_ns) {
+      auto* self = static_cast<Recorder*>(c);
+      self->last_heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+      self->heartbeats.fetch_add(1, std::memory_order_relaxed);
+    };
+    h.record_kill_issued = [](void* c, std::uint32_t slot, const KillRecord& r) {
+      auto* self = static_cast<Recorder*>(c);
+      self->issued_record[slot] = r;
+      self->issued[slot].fetch_add(1, std::memory_order_release);
     };
     h.record_kill = [](void* c, std::uint32_t slot, const KillRecord& r) {
       auto* self = static_cast<Recorder*>(c);
@@ -133,6 +147,10 @@ TEST(RtThread, RejectsBadConfigWithAClearError) {
   c.slots = 0;
   EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
   EXPECT_NE(error.find("rt slots 0 out of range"), std::string::npos) << error;
+  c = test_config();
+  c.command_poll_ns = 0;
+  EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
+  EXPECT_NE(error.find("command_poll_ns must be at least 1"), std::string::npos) << error;
 }
 
 TEST(RtThread, KillsAtTheDeadlineNeverBeforeOneGranularityEarly) {
@@ -162,6 +180,13 @@ TEST(RtThread, KillsAtTheDeadlineNeverBeforeOneGranularityEarly) {
   const RtCounters counters = rt->counters();
   EXPECT_EQ(counters.kills_issued, 1u);
   EXPECT_EQ(counters.kills_confirmed, 1u);
+  // The kill was also reported when issued: deadline -> issued, before death was confirmed.
+  ASSERT_EQ(rec.issued[0].load(std::memory_order_acquire), 1);
+  EXPECT_EQ(rec.issued_record[0].deadline_ns, deadline);
+  EXPECT_EQ(rec.issued_record[0].issued_ns, r.issued_ns);
+  EXPECT_EQ(rec.issued_record[0].confirmed_ns, 0u);
+  EXPECT_EQ(counters.kill_issue_latency_ns_max, r.issued_ns > deadline ? r.issued_ns - deadline : 0u);
+  EXPECT_GT(rec.heartbeats.load(), 0u);
   expect_killed_by_sigkill(*p);
 }
 
@@ -224,6 +249,49 @@ TEST(RtThread, KillNowIgnoresTheDeadline) {
   ASSERT_TRUE(rec.await_kill(3));
   EXPECT_GE(rec.record[3].deadline_ns, asked);
   EXPECT_LT(rec.record[3].deadline_ns, far);
+  expect_killed_by_sigkill(*p);
+}
+
+// With nothing armed the thread sleeps a whole command_poll_ns between wake-ups instead of
+// waking every tick, and still beats the writer heartbeat each time. The bound holds under any
+// load: each sleep ends no earlier than the last wake-up + command_poll_ns.
+TEST(RtThread, IdleThreadWakesOncePerCommandPollNotPerTick) {
+  Recorder rec;
+  RtStartStatus status;
+  RtConfig c = test_config();
+  c.command_poll_ns = 50 * kMs;  // 50 ticks
+  auto rt = start_or_fail(c, rec, status);
+  ASSERT_NE(rt, nullptr);
+  const std::uint64_t t0 = KillSwitch::now_ns();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::uint64_t ticks = rt->counters().ticks;
+  const std::uint64_t elapsed_ns = KillSwitch::now_ns() - t0;
+  EXPECT_LE(ticks, elapsed_ns / c.command_poll_ns + 2) << "woke per tick while idle";
+  EXPECT_GE(ticks, 1u);
+  EXPECT_EQ(rec.heartbeats.load(), ticks);
+  EXPECT_GE(rec.last_heartbeat_ns.load(), t0);
+}
+
+// Sleeping until the next wheel event, the thread still applies a kill_now within the command
+// poll and kills a deadline on time.
+TEST(RtThread, SleepsUntilTheNextEventAndStillKillsOnTime) {
+  Recorder rec;
+  RtStartStatus status;
+  RtConfig c = test_config();
+  c.command_poll_ns = 1000 * kMs;
+  auto rt = start_or_fail(c, rec, status);
+  ASSERT_NE(rt, nullptr);
+  SLEEPER_OR_SKIP(p);
+  const std::uint64_t deadline = KillSwitch::now_ns() + 1500 * kMs;  // beyond one poll
+  rec.deadline_ns[4] = deadline;
+  ASSERT_TRUE(rt->arm(4, deadline, signal_target(*p)));
+  const std::uint64_t seen_dead = await_death(*p);
+  ASSERT_TRUE(rec.await_kill(4));
+  EXPECT_GE(seen_dead + kG, deadline) << "killed more than one granularity before the deadline";
+  EXPECT_EQ(rec.record[4].deadline_ns, deadline);
+  // Wake-ups: the polls, the wheel's cascade and the event, then the ticks until death is
+  // confirmed; far fewer than the 1500 ticks a per-tick loop makes.
+  EXPECT_LE(rt->counters().ticks, 100u);
   expect_killed_by_sigkill(*p);
 }
 
