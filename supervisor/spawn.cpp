@@ -18,7 +18,7 @@ namespace leasehold {
 namespace {
 
 // What the child reports through the pipe when a step before exec (or exec itself) fails.
-enum class ChildStep : int { setsid = 1, pdeathsig, parent_gone, stdio, signals, exec };
+enum class ChildStep : int { setsid = 1, pdeathsig, parent_gone, stdio, signals, exec, chdir };
 
 struct ChildReport {
   int step;
@@ -42,6 +42,7 @@ struct ChildPlan {
   pid_t parent;
   bool die_with_parent;
   int stdio[3];
+  const char* working_directory;  // nullptr: stay
 };
 
 [[noreturn]] void child_fail(const ChildPlan& p, ChildStep step, long err) {
@@ -62,6 +63,9 @@ struct ChildPlan {
   }
   for (int i = 0; i < 3; ++i) {
     if (p.stdio[i] >= 0 && syscall(SYS_dup2, p.stdio[i], i) < 0) child_fail(p, ChildStep::stdio, errno);
+  }
+  if (p.working_directory != nullptr && syscall(SYS_chdir, p.working_directory) < 0) {
+    child_fail(p, ChildStep::chdir, errno);
   }
   // Nothing but 0..2 (and the report pipe, already CLOEXEC) crosses exec. Best effort: old
   // kernels (< 5.11) lack CLOSE_RANGE_CLOEXEC, and the supervisor opens everything CLOEXEC anyway.
@@ -89,6 +93,7 @@ const char* step_name(int step) {
     case ChildStep::stdio: return "dup2 of stdio";
     case ChildStep::signals: return "signal reset";
     case ChildStep::exec: return "execve";
+    case ChildStep::chdir: return "chdir";
   }
   return "unknown step";
 }
@@ -176,6 +181,9 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
   std::size_t bytes = 0;
   for (const auto& s : request.argv) bytes += s.size() + 1;
   for (const auto& s : request.env) bytes += s.size() + 1;
+  bytes += request.working_directory.size() + 1;
+  if (request.working_directory.find('\0') != std::string::npos)
+    return fail(EINVAL, "working directory contains a NUL byte");
   const std::size_t strings = request.argv.size() + request.env.size() +
                               (request.bwrap ? request.bwrap->args.size() + 2 : 0);
   if (strings > kSpawnStringsMax || bytes > kSpawnBytesMax) {
@@ -191,7 +199,11 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
     search = own != nullptr ? own : kDefaultSearchPath;
   }
   std::string why;
-  const auto command = resolve_command(request.argv[0], search, why);
+  // A relative path with a '/' names a file below the working directory the child will be in.
+  const std::string& name = request.argv[0];
+  const bool below_cwd = !request.working_directory.empty() && !name.empty() && name.front() != '/' &&
+                         name.find('/') != std::string::npos;
+  const auto command = resolve_command(below_cwd ? request.working_directory + "/" + name : name, search, why);
   if (!command) return fail(why.rfind("permission", 0) == 0 ? EACCES : ENOENT, why);
 
   std::vector<std::string> full;
@@ -224,7 +236,8 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
 
   const ChildPlan plan{exec_path.c_str(), argv.data(), envp.data(), report[1], ::getpid(),
                        request.die_with_supervisor,
-                       {request.stdin_fd, request.stdout_fd, request.stderr_fd}};
+                       {request.stdin_fd, request.stdout_fd, request.stderr_fd},
+                       request.working_directory.empty() ? nullptr : request.working_directory.c_str()};
   int pidfd = -1;
   clone_args args{};
   args.flags = CLONE_PIDFD;
@@ -261,6 +274,9 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
   siginfo_t info{};
   reap(pidfd, info, true);
   if (n != static_cast<ssize_t>(sizeof r)) return fail(EIO, "sandbox child reported a truncated error");
+  if (r.step == static_cast<int>(ChildStep::chdir)) {
+    return fail(r.err, "cannot change directory to " + request.working_directory + ": " + std::strerror(r.err));
+  }
   if (r.step == static_cast<int>(ChildStep::exec)) {
     if (r.err == ENOENT) return fail(ENOENT, "command not found: " + exec_path);
     if (r.err == EACCES) return fail(EACCES, "permission denied: " + exec_path);

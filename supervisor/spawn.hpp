@@ -74,6 +74,10 @@ std::string probe_bwrap(const BwrapConfig& config);
 struct SpawnRequest {
   std::vector<std::string> argv;  ///< argv[0]: the command (a name looked up in PATH, or a path)
   std::vector<std::string> env;   ///< the whole environment, "KEY=VALUE" (LEASEHOLD_SHM, ...)
+  /// The child changes to this directory before exec; empty = the supervisor's own. A relative
+  /// command path ("./run", "bin/x") is resolved from it. Failure: SpawnError with the chdir
+  /// errno and "cannot change directory to <dir>: <reason>".
+  std::string working_directory;
   int cgroup_dir_fd = -1;         ///< a leaf's dir fd for CLONE_INTO_CGROUP, or -1
   const BwrapConfig* bwrap = nullptr;  ///< wrap in bubblewrap when set
   bool die_with_supervisor = true;     ///< PR_SET_PDEATHSIG(SIGKILL); see the header comment

@@ -855,10 +855,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   set_env("LEASEHOLD_EPOCH", std::to_string(s.epoch));
   set_env("LEASEHOLD_SANDBOX", id.str());
   if (s.name) set_env("LEASEHOLD_NAME", *s.name);
-  if (req.cwd != "/") {
-    // spawn_sandbox has no working directory parameter: run through `env -C`.
-    sr.argv.insert(sr.argv.begin(), {"/usr/bin/env", "-C", req.cwd, "--"});
-  }
+  sr.working_directory = req.cwd;  // "/" unless the request names one
   sr.cgroup_dir_fd = s.leaf.valid() ? s.leaf.dir_fd() : -1;
   sr.bwrap = bwrap ? &*bwrap : nullptr;
   sr.die_with_supervisor = cfg.on_shutdown == ShutdownPolicy::kill;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -80,6 +81,47 @@ TEST(Spawn, PassesTheEnvironmentExactly) {
   SPAWN_OR_SKIP(bad, request({"sh", "-c", "test \"$LEASEHOLD_SLOT\" = 8"}));
   info = wait_exit(*bad);
   EXPECT_EQ(info.si_status, 1);
+}
+
+TEST(Spawn, ChangesToTheWorkingDirectoryBeforeExec) {
+  char dir_template[] = "/tmp/leasehold-spawn-cwd-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  SpawnRequest req = request({"sh", "-c", "test \"$(pwd -P)\" = \"$1\"", "sh", dir});
+  req.working_directory = dir;
+  SPAWN_OR_SKIP(p, req);
+  siginfo_t info = wait_exit(*p);
+  EXPECT_EQ(info.si_code, CLD_EXITED);
+  EXPECT_EQ(info.si_status, 0) << "the sandbox did not start in " << dir;
+
+  // A relative command path is found below the working directory.
+  const std::string script = dir + "/run.sh";
+  {
+    FILE* f = std::fopen(script.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("#!/bin/sh\nexit 3\n", f);
+    std::fclose(f);
+    ASSERT_EQ(::chmod(script.c_str(), 0755), 0);
+  }
+  SpawnRequest rel = request({"./run.sh"});
+  rel.working_directory = dir;
+  SPAWN_OR_SKIP(q, rel);
+  info = wait_exit(*q);
+  EXPECT_EQ(info.si_status, 3);
+  ::unlink(script.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(Spawn, MissingWorkingDirectoryIsAClearErrorAndLeavesNothing) {
+  SpawnRequest req = request({"true"});
+  req.working_directory = "/nonexistent/leasehold-dir";
+  SpawnError err;
+  auto p = spawn_sandbox(req, err);
+  if (!p && err.errno_value == ENOSYS) GTEST_SKIP() << err.message;
+  ASSERT_FALSE(p.has_value());
+  EXPECT_EQ(err.errno_value, ENOENT);
+  EXPECT_EQ(err.message, "cannot change directory to /nonexistent/leasehold-dir: No such file or directory");
+  EXPECT_TRUE(no_children_left());
 }
 
 TEST(Spawn, CommandNotFoundIsAClearErrorAndLeavesNothing) {
