@@ -685,6 +685,13 @@ DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenti
   return DecodeError::none;
 }
 
+std::optional<std::uint64_t> request_id_of(std::span<const std::byte> datagram) noexcept {
+  if (datagram.size() < kDatagramBytesMin) return std::nullopt;
+  const auto* p = reinterpret_cast<const std::uint8_t*>(datagram.data());
+  if (load_u32(p + kOffMagic) != kMagic) return std::nullopt;
+  return load_u64(p + kOffRequestId);
+}
+
 DecodeResult decode_payload(const Header& header, std::span<const std::uint8_t> datagram) {
   DecodeResult res;
   res.header = header;

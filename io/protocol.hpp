@@ -32,6 +32,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -502,6 +503,12 @@ DecodeResult decode(std::span<const std::uint8_t> datagram, const Authenticator*
 /// `body` untouched. Cheap: no allocation.
 DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenticator* auth,
                           Header& out) noexcept;
+
+/// The request id of a datagram (header bytes 32..39), for matching an answer to its request:
+/// nullopt if it is shorter than kDatagramBytesMin or does not start with kMagic. Checks neither
+/// the tag nor version, type or length, so an answer from another protocol version (an
+/// Error{unknown_version}) still finds its request. Decode the datagram before trusting it.
+std::optional<std::uint64_t> request_id_of(std::span<const std::byte> datagram) noexcept;
 
 /// Parses the payload of a datagram whose header passed decode_header().
 DecodeResult decode_payload(const Header& header, std::span<const std::uint8_t> datagram);

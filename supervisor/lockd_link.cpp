@@ -15,23 +15,7 @@ std::uint64_t random_u64() {
   return v;
 }
 
-std::uint64_t load_le64(const std::byte* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
-  return v;
-}
-
 }  // namespace
-
-std::optional<std::uint64_t> LockdLink::answer_request_id(std::span<const std::byte> d) noexcept {
-  if (d.size() < wire::kDatagramBytesMin) return std::nullopt;
-  std::uint32_t magic = 0;
-  for (int i = 3; i >= 0; --i) magic = (magic << 8) | static_cast<std::uint8_t>(d[static_cast<std::size_t>(i)]);
-  if (magic != wire::kMagic) return std::nullopt;
-  // Requests and answers alike (the client also takes the id of what it sends); lockd's own
-  // requests carry lockd's ids, which match none of ours, and end up as unsolicited.
-  return load_le64(d.data() + 32);
-}
 
 LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
                      const wire::WireKey& key, const RetryPolicy& retry)
@@ -43,7 +27,9 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
       next_request_id_(random_u64() | 1) {
   ClientLimits limits;
   limits.outstanding_max = 2048;  // 10,000 leases = 345 heartbeat datagrams per round, + retries
-  client_ = std::make_unique<RequestClient>(loop, &LockdLink::answer_request_id, retry, limits);
+  // Requests and answers alike (the client also takes the id of what it sends); lockd's own
+  // requests carry lockd's ids, which match none of ours, and end up as unsolicited.
+  client_ = std::make_unique<RequestClient>(loop, &wire::request_id_of, retry, limits);
 }
 
 LockdLink::~LockdLink() = default;

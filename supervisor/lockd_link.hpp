@@ -67,9 +67,6 @@ class LockdLink {
   const LockdLinkStats& stats() const noexcept { return stats_; }
   const SocketAddress& lockd() const noexcept { return lockd_; }
 
-  /// Request id of a datagram (header bytes 32..39), nullopt if it is not one of ours.
-  static std::optional<std::uint64_t> answer_request_id(std::span<const std::byte> d) noexcept;
-
  private:
   struct Call;
   LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self, const wire::WireKey& key,

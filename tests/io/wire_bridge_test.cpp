@@ -219,7 +219,7 @@ struct RawClient {
   }
 
   RawClient(EventLoop& l, const wire::WireKey& key, WorkerId self, std::uint64_t first_seq)
-      : loop(l), client(l, &LockdLink::answer_request_id, single_attempt()), sender(self, first_seq, key) {
+      : loop(l), client(l, &wire::request_id_of, single_attempt()), sender(self, first_seq, key) {
     EXPECT_EQ(client.open(SocketAddress::loopback_v4(0)), 0);
     client.set_unsolicited_handler([this](const Datagram&) { ++unsolicited; });
   }

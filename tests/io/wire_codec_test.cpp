@@ -339,6 +339,29 @@ TEST_F(WireCodec, DecodeWithoutAuthenticatorSkipsOnlyTheTag) {
   EXPECT_EQ(decode(d, nullptr).error, DecodeError::unknown_type);
 }
 
+// request_id_of matches an answer to its request from the magic and the id field alone: also an
+// answer of another version or an unknown type (an Error from a newer peer), never a datagram
+// that is too short or not ours.
+TEST(WireRequestId, ReadsTheIdOfAnyDatagramWithOurMagic) {
+  auto id_of = [](const Bytes& d) { return request_id_of(std::as_bytes(std::span<const std::uint8_t>(d))); };
+  Bytes d = encode_bytes(Error{ErrorCode::overloaded, "busy"}, nullptr, header(7, 0x0123456789ABCDEFull));
+  ASSERT_EQ(id_of(d), std::optional<std::uint64_t>(0x0123456789ABCDEFull));
+  Bytes other_version = d;
+  other_version[4] = static_cast<std::uint8_t>(kVersion + 1);
+  Header h;
+  EXPECT_EQ(decode_header(other_version, nullptr, h), DecodeError::unknown_version);
+  EXPECT_EQ(id_of(other_version), std::optional<std::uint64_t>(0x0123456789ABCDEFull));
+  Bytes unknown_type = d;
+  unknown_type[5] = 0xFF;
+  EXPECT_EQ(id_of(unknown_type), std::optional<std::uint64_t>(0x0123456789ABCDEFull));
+  Bytes bad_magic = d;
+  bad_magic[0] ^= 0xFF;
+  EXPECT_EQ(id_of(bad_magic), std::nullopt);
+  const Bytes short_datagram(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(kDatagramBytesMin - 1));
+  EXPECT_EQ(id_of(short_datagram), std::nullopt);
+  EXPECT_EQ(id_of(Bytes{}), std::nullopt);
+}
+
 TEST(WireNames, ReasonsAndTypesHaveStableDistinctText) {
   std::set<std::string_view> texts;
   for (std::size_t e = 0; e < kDecodeErrorCount; ++e) texts.insert(to_string(static_cast<DecodeError>(e)));
