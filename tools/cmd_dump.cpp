@@ -122,8 +122,14 @@ std::vector<SlotSnapshot> collect(const TableReader& r, bool all, Census& c, std
 std::string liveness_text(const shm::Liveness& l, const shm::Header& h) {
   if (l.closed) return "CLOSED (the writer shut the table down)";
   if (l.alive) return "ALIVE";
+  if (l.age_ns == UINT64_MAX) return "DEAD (no valid heartbeat): every deadline check fails";
   return "DEAD (heartbeat " + duration_text(l.age_ns) + " ago > liveness timeout " +
          duration_text(h.liveness_timeout_ns) + "): every deadline check fails";
+}
+
+// "<duration> ago", or "none" when there is no valid time (never beat, another boot).
+std::string ago_text(std::uint64_t age_ns) {
+  return age_ns == UINT64_MAX ? std::string("none") : duration_text(age_ns) + " ago";
 }
 
 void print_text(const TableReader& r, const DumpArgs& a) {
@@ -134,9 +140,9 @@ void print_text(const TableReader& r, const DumpArgs& a) {
               r.location().text.c_str(), h.layout_major, h.layout_minor,
               static_cast<unsigned long long>(h.incarnation), h.slot_count, h.slot_bytes,
               static_cast<unsigned long long>(h.total_bytes));
-  std::printf("writer pid %d  started %s ago  heartbeat %s ago (timeout %s, %llu beats)  %s\n",
-              h.writer_pid, duration_text(now >= h.writer_start_ns ? now - h.writer_start_ns : UINT64_MAX).c_str(),
-              duration_text(l.age_ns).c_str(), duration_text(h.liveness_timeout_ns).c_str(),
+  std::printf("writer pid %d  started %s  heartbeat %s (timeout %s, %llu beats)  %s\n",
+              h.writer_pid, ago_text(now >= h.writer_start_ns ? now - h.writer_start_ns : UINT64_MAX).c_str(),
+              ago_text(l.age_ns).c_str(), duration_text(h.liveness_timeout_ns).c_str(),
               static_cast<unsigned long long>(r.liveness().heartbeats.load(std::memory_order_relaxed)),
               liveness_text(l, h).c_str());
   const auto& st = r.stats();
@@ -243,6 +249,11 @@ int run_dump(DumpArgs a) {
       return kUsage;
     }
     a.location = env;
+  }
+  if (!a.watch && a.count != 0) {
+    std::fprintf(stderr, "leasehold dump: --count %llu needs --watch (a plain dump draws once)\n",
+                 static_cast<unsigned long long>(a.count));
+    return kUsage;
   }
   if (a.watch && a.interval_s < kWatchIntervalMinS) {
     std::fprintf(stderr, "leasehold dump: --watch interval %.3f s is below %.2f s\n", a.interval_s,

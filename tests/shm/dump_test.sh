@@ -33,6 +33,9 @@ PY
 "$cli" dump --shm "$loc" --watch 0.05 --count 2 > "$tmp/watch" || fail "dump --watch exited $?"
 [ "$(grep -c 'ALIVE' "$tmp/watch")" -eq 2 ] || fail "--watch --count 2 did not draw twice"
 "$cli" top --shm "$loc" --interval 0.05 --count 1 > /dev/null || fail "top exited $?"
+rc=0; "$cli" dump --shm "$loc" --count 2 > /dev/null 2> "$tmp/count.err" || rc=$?
+[ $rc -eq 2 ] || fail "--count without --watch: exit $rc, want 2"
+grep -q "needs --watch" "$tmp/count.err" || fail "--count without --watch: message"
 
 kill -9 "$wpid"; wait "$wpid" 2>/dev/null || true; wpid=
 sleep 0.3   # past the fixture's 200 ms liveness timeout
@@ -43,6 +46,12 @@ cat "$tmp/dead" "$tmp/dead.err"
 [ $rc -eq 6 ] || fail "dead writer: exit $rc, want 6 (kTableError)"
 grep -q "DEAD" "$tmp/dead" || fail "dead writer not reported"
 grep -q "fixtur" "$tmp/dead" || fail "dump of a dead writer's table lost its slots"
+# A heartbeat from another boot (ahead of this boot's clock): no valid heartbeat, said plainly.
+python3 -c 'import struct,sys; f=open(sys.argv[1],"r+b"); f.seek(128); f.write(struct.pack("<Q", 2**62)); f.close()' "$loc"
+"$cli" dump --shm "$loc" > "$tmp/boot" 2>&1 || true
+grep -q "heartbeat none" "$tmp/boot" || fail "heartbeat from another boot not shown as none"
+grep -q "DEAD (no valid heartbeat)" "$tmp/boot" || fail "dead reason for a heartbeat from another boot"
+! grep -q "never ago" "$tmp/boot" || fail "dump printed 'never ago'"
 
 set +e
 "$cli" dump --shm lh-no-such-table-$$ 2> "$tmp/missing.err"; rc=$?
