@@ -22,21 +22,7 @@ WorkerId random_id() {
   return id;
 }
 
-std::optional<std::uint64_t> request_id_of(std::span<const std::byte> d) noexcept {
-  return wire_request_id(d);
-}
-
 }  // namespace
-
-std::optional<std::uint64_t> wire_request_id(std::span<const std::byte> d) noexcept {
-  if (d.size() < wire::kDatagramBytesMin) return std::nullopt;
-  std::uint32_t magic = 0;
-  std::uint64_t id = 0;
-  for (int i = 3; i >= 0; --i) magic = (magic << 8) | std::to_integer<std::uint32_t>(d[static_cast<std::size_t>(i)]);
-  if (magic != wire::kMagic) return std::nullopt;
-  for (int i = 7; i >= 0; --i) id = (id << 8) | std::to_integer<std::uint64_t>(d[32 + static_cast<std::size_t>(i)]);
-  return id;
-}
 
 AdminClient::AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self,
                          std::int64_t timeout_ns)
@@ -70,7 +56,7 @@ Answer AdminClient::request(const wire::Body& body) {
   policy.first_backoff_ns = 20'000'000;
   policy.backoff_max_ns = 250'000'000;
   const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_,
-                                             now_boottime_ns() + timeout_ns_, &request_id_of, buf, policy);
+                                             now_boottime_ns() + timeout_ns_, &wire::request_id_of, buf, policy);
   out.attempts = o.attempts;
   if (o.error != 0) {
     out.error = std::string("cannot send to lockd at ") + lockd_.str() + ": " + std::strerror(-o.error);

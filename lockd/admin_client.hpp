@@ -88,8 +88,4 @@ class AdminClient {
   std::uint64_t next_request_id_ = 1;
 };
 
-/// The request id of a datagram in the wire layout (io/protocol.hpp), without authenticating
-/// it; nullopt if it is too short or has the wrong magic. For io/client.hpp's RequestIdOf.
-std::optional<std::uint64_t> wire_request_id(std::span<const std::byte> datagram) noexcept;
-
 }  // namespace leasehold::lockd
