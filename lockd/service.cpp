@@ -638,6 +638,7 @@ wire::StatsAnswer LockService::stats_answer() const {
           receiver_.stats().rejected[r]);
   const LoopStats& ls = loop_.stats();
   add("kernel_drops", ls.kernel_drops);
+  add("reject_oversized_datagram", ls.datagrams_truncated);  // larger than a receive buffer
   add("sends_failed", counters_.sends_failed + ls.send_errors);
   return a;
 }
