@@ -404,6 +404,7 @@ struct TrialResult {
   std::optional<std::int64_t> refusal_lag_ns;   ///< first refusal after the freeze − valid_until
   bool side_effects_refused = true;   ///< no accepted check after valid_until nor in the window
   bool ok = false;                    ///< agrees with DESIGN.md "Time"
+  bool pause_missed = false;          ///< the sandbox died before the freeze took hold
   std::string note;
 };
 
@@ -457,6 +458,10 @@ inline TrialResult classify(const TrialObservation& o, const SandboxLog* log, co
   if (r.recovery_ns)
     r.window_bound_ns = pause_ns - static_cast<std::int64_t>(t.ttl_ms - std::min(t.ttl_ms, t.kill_after_ms)) * 1'000'000 + *r.recovery_ns;
 
+  if (r.killed && o.frozen_ns != 0 && death <= o.frozen_ns) {
+    r.pause_missed = true;
+    r.note = "killed before the freeze took hold";
+  }
   if (r.violation) {
     r.outcome = r.killed ? Outcome::violation : Outcome::unbounded;
   } else if (r.killed) {
@@ -509,7 +514,7 @@ struct SweepVerdict {
   std::optional<std::int64_t> window_max_ns;      ///< largest violation window
   std::optional<std::int64_t> recovery_max_ns;    ///< largest resume → death
   std::optional<std::int64_t> window_excess_max_ns;  ///< max(window − (pause − B_cfg)) over violations
-  std::optional<std::uint64_t> safe_pause_max_ms;     ///< longest pause without a violation
+  std::optional<std::uint64_t> safe_pause_max_ms;     ///< longest pause without a violation (that took hold)
   std::optional<std::uint64_t> violating_pause_min_ms;  ///< shortest pause with one
   std::string line;  ///< the final verdict line
 };
@@ -538,7 +543,7 @@ inline SweepVerdict sweep_verdict(const std::vector<TrialObservation>& obs,
       const std::int64_t excess = static_cast<std::int64_t>(obs[i].pause_ms) * 1'000'000 - budget;
       v.window_excess_max_ns = std::max(v.window_excess_max_ns.value_or(INT64_MIN), r.window_ns - excess);
       v.violating_pause_min_ms = std::min(v.violating_pause_min_ms.value_or(UINT64_MAX), obs[i].pause_ms);
-    } else {
+    } else if (!r.pause_missed) {
       v.safe_pause_max_ms = std::max(v.safe_pause_max_ms.value_or(0), obs[i].pause_ms);
     }
   }

@@ -303,17 +303,21 @@ inline std::string gnuplot_script(const SweepReport& rep, const std::string& csv
       << " at " << mb << ", graph 0.90 left tc rgb '#9467bd'\n";
   }
   bool any_violation = false;
+  std::uint64_t xmax = 1;
   for (const auto& r : rep.results) any_violation = any_violation || r.violation;
+  for (const auto& o : rep.observations) xmax = std::max(xmax, o.pause_ms);
+  xmax = std::max<std::uint64_t>(xmax, static_cast<std::uint64_t>(std::max(0.0, budget)) + 1);
+  s << "set xrange [" << -static_cast<double>(xmax) * 0.03 << ":" << static_cast<double>(xmax) * 1.03 << "]\n";
   if (!any_violation) s << "set y2range [0:1]\n";  // gnuplot refuses a y2 series with no point
   const std::string f = gp_quote(csv_path);
   const int p = kColPause, oc = kColOutcomeCode, mg = kColMargin, w = kColWindow;
-  s << "plot " << f << " every ::1 using " << p << ":($" << oc << "==0 ? 0 : 1/0) with points pt 6 ps 1.6 lc rgb '#2ca02c' title 'kept: lease refreshed, no kill needed (drawn at 0)', \\\n"
+  s << "plot ";
+  if (any_violation)  // the bars first, so the markers stay on top
+    s << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << w
+      << " : 1/0) axes x1y2 with impulses lw 6 lc rgb '#ff9896' title 'violation window, right axis', \\\n     ";
+  s << f << " every ::1 using " << p << ":($" << oc << "==0 ? 0 : 1/0) with points pt 6 ps 1.6 lc rgb '#2ca02c' title 'kept: lease refreshed, no kill needed (drawn at 0)', \\\n"
     << "     " << f << " every ::1 using " << p << ":($" << oc << "==1 ? $" << mg << " : 1/0) with points pt 7 ps 1.6 lc rgb '#1f77b4' title 'killed before lockd expiry (margin > 0)', \\\n"
-    << "     " << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << mg << " : 1/0) with points pt 5 ps 1.6 lc rgb '#d62728' title 'violation: another holder acquired first (margin < 0)'";
-  if (any_violation)
-    s << ", \\\n     " << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << w
-      << " : 1/0) axes x1y2 with impulses lw 6 lc rgb '#ff9896' title 'violation window, right axis'";
-  s << "\n";
+    << "     " << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << mg << " : 1/0) with points pt 5 ps 1.6 lc rgb '#d62728' title 'violation: another holder acquired first (margin < 0)'\n";
   return s.str();
 }
 

@@ -238,6 +238,16 @@ TEST(PauseClassify, TheEarliestObservationOfTheDeathCounts) {
   EXPECT_TRUE(pp::classify(o, nullptr, timing()).violation);
 }
 
+TEST(PauseClassify, AKillBeforeTheFreezeTookHoldIsMarked) {
+  pp::TrialObservation o = base_observation(900);
+  o.death_ns = o.freeze_ns - kMs;  // the kill-switch won the race against a late freeze
+  const pp::TrialResult r = pp::classify(o, nullptr, timing());
+  EXPECT_EQ(r.outcome, pp::Outcome::killed_before_expiry);
+  EXPECT_TRUE(r.pause_missed);
+  const pp::SweepVerdict v = pp::sweep_verdict({o}, {r}, timing());
+  EXPECT_FALSE(v.safe_pause_max_ms);  // it says nothing about a 900 ms pause
+}
+
 TEST(PauseClassify, ViolationUnderTheBudgetFails) {
   pp::TrialObservation o = base_observation(100);
   o.grant_send_ns = o.freeze_ns + 50 * kMs;
