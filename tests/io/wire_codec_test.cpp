@@ -41,10 +41,12 @@ void put_u16(Bytes& d, std::size_t at, std::uint16_t v) {
 // Rewrites payload and payload_len of a datagram and signs it again: an authentic datagram with
 // exactly the payload the test wants.
 Bytes with_payload(const Bytes& d, const Bytes& payload, Authenticator& auth) {
-  Bytes out(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes));
+  // Sized once and filled with std::copy: g++ 12 at -O2 reports a false -Warray-bounds on
+  // vector::insert into a vector built from an iterator range.
+  Bytes out(kHeaderBytes + payload.size() + kTagBytes, 0);
+  std::copy(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes), out.begin());
   put_u16(out, 40, static_cast<std::uint16_t>(payload.size()));
-  out.insert(out.end(), payload.begin(), payload.end());
-  out.resize(out.size() + kTagBytes);
+  std::copy(payload.begin(), payload.end(), out.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes));
   auth.sign(out);
   return out;
 }
