@@ -603,6 +603,16 @@ TableErrc TableWriter::free(std::uint32_t slot, std::uint64_t now_ns) noexcept {
     s->valid_until_ns.store(0, std::memory_order_release);
     s->info.store(pack_info(SlotState::cooling, {}), std::memory_order_release);
   }
+  if (st == SlotState::claimed) {
+    // Never published: no reader was ever told an epoch for this slot, so there is nothing to
+    // confuse and no cooldown to wait out (a refused create must not use up the table). It goes
+    // to the head of the free ring, ready at once.
+    freed_at_ns_[slot] = 0;
+    free_head_ = (free_head_ + slot_count_ - 1) % slot_count_;
+    free_ring_[free_head_] = slot;
+    ++free_len_;
+    return TableErrc::ok;
+  }
   freed_at_ns_[slot] = now_ns == 0 ? 1 : now_ns;
   free_ring_[(free_head_ + free_len_) % slot_count_] = slot;
   ++free_len_;

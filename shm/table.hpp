@@ -175,7 +175,10 @@ class TableWriter {
   /// revoke. Errors: bad_slot, wrong_state, revoked (nothing stored). Wait-free and without
   /// syscalls, but it must run on the thread that publishes (the seqlock has one writer).
   TableErrc extend(std::uint32_t slot, std::uint64_t valid_until_ns) noexcept;
-  /// Frees a slot whose sandbox is dead; it cools down for slot_cooldown_ns before reuse.
+  /// Frees a slot whose sandbox is dead. A published slot cools down for slot_cooldown_ns
+  /// before reuse (a reader may still hold its index and epoch); a slot that was only claimed
+  /// never showed a reader an epoch, so it is reusable at once (first in line), and refused
+  /// creates do not use up the table. Errors: bad_slot, wrong_state.
   TableErrc free(std::uint32_t slot, std::uint64_t now_ns) noexcept;
   /// Marks the table closed (heartbeat 0, closed_ns set): every check_deadline fails.
   void close(std::uint64_t now_ns) noexcept;

@@ -188,6 +188,7 @@ TEST(ShmTable, FreedSlotCoolsDownBeforeReuse) {
   const std::uint64_t now = 5'000'000;
   const auto a = w.claim(sandbox(1), now);
   const auto b = w.claim(sandbox(2), now);
+  ASSERT_EQ(w.publish(a.slot, NameId{}, "a", 1, now + 1'000'000), TableErrc::ok);
   ASSERT_EQ(w.free(a.slot, now), TableErrc::ok);
   SlotSnapshot s;
   ASSERT_EQ(r.snapshot(a.slot, s), TableErrc::ok);
@@ -203,10 +204,45 @@ TEST(ShmTable, FreedSlotCoolsDownBeforeReuse) {
   EXPECT_EQ(later.slot, a.slot);
   EXPECT_EQ(later.generation, 2u) << "generation tells two sandboxes in one slot apart";
   // FIFO: the slot freed first is reused first.
+  ASSERT_EQ(w.publish(b.slot, NameId{}, "b", 1, now + 1'000'000), TableErrc::ok);
+  ASSERT_EQ(w.publish(later.slot, NameId{}, "c", 1, now + 1'000'000), TableErrc::ok);
   ASSERT_EQ(w.free(b.slot, now + 2000), TableErrc::ok);
   ASSERT_EQ(w.free(later.slot, now + 2001), TableErrc::ok);
   const auto next = w.claim(sandbox(4), now + 10'000);
   EXPECT_EQ(next.slot, b.slot);
+}
+
+TEST(ShmTable, NeverPublishedSlotIsReusableAtOnce) {
+  // A refused create claims a slot and frees it without publishing: no reader ever saw an epoch
+  // there, so it must not cool down (a burst of refused creates would otherwise fill the table).
+  TempTable t;
+  auto o = options_for(t, 2);
+  o.slot_cooldown_ns = 1'000'000'000;
+  auto w = TableWriter::create(o);
+  auto r = TableReader::open(t.location);
+  const std::uint64_t now = 5'000'000;
+  const auto a = w.claim(sandbox(1), now);
+  const auto b = w.claim(sandbox(2), now);
+  ASSERT_EQ(a.error, TableErrc::ok);
+  ASSERT_EQ(b.error, TableErrc::ok);
+  ASSERT_EQ(w.publish(b.slot, NameId{}, "b", 1, now + 1'000'000), TableErrc::ok);
+  ASSERT_EQ(w.free(b.slot, now), TableErrc::ok);  // published: cools down, queued first
+  ASSERT_EQ(w.free(a.slot, now), TableErrc::ok);  // never published: ahead of it, ready now
+  SlotSnapshot s;
+  ASSERT_EQ(r.snapshot(a.slot, s), TableErrc::ok);
+  EXPECT_EQ(s.state, SlotState::cooling);
+  EXPECT_FALSE(r.find(sandbox(1)).has_value());
+  for (int i = 0; i < 5; ++i) {
+    const auto c = w.claim(sandbox(10 + i), now + 1);
+    ASSERT_EQ(c.error, TableErrc::ok) << "round " << i << ": " << w.claim_refusal();
+    EXPECT_EQ(c.slot, a.slot);
+    EXPECT_EQ(c.generation, 2u + static_cast<unsigned>(i)) << "every reuse is a new generation";
+    ASSERT_EQ(w.free(c.slot, now + 1), TableErrc::ok);
+  }
+  const auto d = w.claim(sandbox(20), now + 1);
+  ASSERT_EQ(w.publish(d.slot, NameId{}, "d", 1, now + 1'000'000), TableErrc::ok);
+  EXPECT_EQ(w.claim(sandbox(21), now + 2).error, TableErrc::table_full)
+      << "the published-and-freed slot still cools down";
 }
 
 TEST(ShmTable, CreateRefusesALiveWriter) {
