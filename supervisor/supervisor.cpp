@@ -1055,6 +1055,8 @@ json Supervisor::Impl::status_json() const {
       {"ttl_ms", cfg.ttl_ms},
       {"kill_after_ms", cfg.kill_after_ms},
       {"heartbeat_interval_ms", cfg.heartbeat_interval_ms},
+      {"kill_latency_budget_ms", cfg.kill_latency_budget_ms},
+      {"clock_rate_bound", cfg.clock_rate_bound},
       {"pause_budget_ms", static_cast<double>(check.pause_budget_ns) / 1e6},
       {"slots", cfg.slots},
       {"sandboxes", sandboxes.size()},

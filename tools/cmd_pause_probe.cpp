@@ -674,6 +674,7 @@ struct ProbeArgs {
   std::uint64_t kill_latency_budget_ms = 50;
   double clock_rate_bound = 1e-3;
   bool kill_latency_budget_set = false;
+  bool clock_rate_bound_set = false;
   std::uint32_t steps = 16;
   std::string pauses;
   std::uint32_t repeat = 1;
@@ -788,17 +789,13 @@ Failure read_status(const ProbeArgs& a, Deployment& d) {
     d.timing.kill_after_ms = st->at("kill_after_ms").get<std::uint64_t>();
     d.timing.heartbeat_interval_ms = st->at("heartbeat_interval_ms").get<std::uint64_t>();
     d.timing.wheel_granularity_ns = st->at("rt").at("granularity_ns").get<std::uint64_t>();
-    d.timing.clock_rate_bound = a.clock_rate_bound;
-    if (!a.standalone && !a.kill_latency_budget_set) {
-      // status reports the budget, not the kill-latency budget: solve the formula for it.
-      const double budget_ms = st->at("pause_budget_ms").get<double>();
-      const double klb = static_cast<double>(d.timing.ttl_ms) -
-                         static_cast<double>(d.timing.kill_after_ms) * (1.0 + d.timing.clock_rate_bound) -
-                         static_cast<double>(d.timing.wheel_granularity_ns) / 1e6 - budget_ms;
-      d.timing.kill_latency_budget_ms = static_cast<std::uint64_t>(std::llround(std::max(0.0, klb)));
-    } else {
-      d.timing.kill_latency_budget_ms = a.kill_latency_budget_ms;
-    }
+    // The supervisor reports every input of its pause budget; a flag given on the command line
+    // still wins (to ask "what if the budget were ...").
+    d.timing.clock_rate_bound =
+        a.standalone || a.clock_rate_bound_set ? a.clock_rate_bound : st->at("clock_rate_bound").get<double>();
+    d.timing.kill_latency_budget_ms = a.standalone || a.kill_latency_budget_set
+                                          ? a.kill_latency_budget_ms
+                                          : st->at("kill_latency_budget_ms").get<std::uint64_t>();
   } catch (const std::exception& e) {
     return {kInternal, std::string("the supervisor's status answer lacks a field: ") + e.what()};
   }
@@ -1444,9 +1441,11 @@ const Command kPauseProbe([](CLI::App& app, int* exit_code) {
   sub->add_option("--heartbeat-interval-ms", a->heartbeat_interval_ms, "standalone: heartbeat interval, ms (default kill_after/7)");
   auto* klb = sub->add_option("--kill-latency-budget-ms", a->kill_latency_budget_ms,
                               "kill latency budget, ms (standalone: passed to the supervisor; external: default "
-                              "derived from the supervisor's reported pause budget)")
+                              "the supervisor's own, from its status)")
                   ->capture_default_str();
-  sub->add_option("--clock-rate-bound", a->clock_rate_bound, "rho, dimensionless")->capture_default_str();
+  auto* rho = sub->add_option("--clock-rate-bound", a->clock_rate_bound,
+                              "rho, dimensionless (external: default the supervisor's own, from its status)")
+                  ->capture_default_str();
   sub->add_option("--steps", a->steps, "default sweep: this many steps from 0 to 2*ttl")->capture_default_str();
   sub->add_option("--pauses", a->pauses, "pause lengths instead of the default sweep: e.g. 0,250,500ms,1.5s");
   sub->add_option("--repeat", a->repeat, "trials per pause length")->capture_default_str();
@@ -1473,8 +1472,9 @@ const Command kPauseProbe([](CLI::App& app, int* exit_code) {
   sub->add_flag("--json", a->json, "print the JSON summary on stdout (the table goes to stderr)");
   sub->add_flag("--quiet", a->quiet, "no progress lines");
   sub->add_option("--seed", a->seed, "random phase seed (default: from the clock)");
-  sub->callback([a, klb, exit_code] {
+  sub->callback([a, klb, rho, exit_code] {
     a->kill_latency_budget_set = klb->count() > 0;
+    a->clock_rate_bound_set = rho->count() > 0;
     *exit_code = run_probe(*a);
   });
 });

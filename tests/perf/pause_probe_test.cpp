@@ -139,6 +139,72 @@ TEST_F(PauseProbe, StandaloneSweepAgreesWithTheSafetyCondition) {
   EXPECT_GT(st.st_size, 1000);
 }
 
+// External mode: the probe takes every timing input from a running supervisor's status (here
+// a kill-latency budget and a clock-rate bound that differ from the probe's defaults), so its
+// budget is the supervisor's own: 800 - (480 * 1.002 + 1 + 40) = 278.04 ms.
+TEST_F(PauseProbe, ExternalModeUsesTheRunningSupervisorsTiming) {
+  const std::string key = dir_ + "/k", ctl = dir_ + "/ctl", table = dir_ + "/table";
+  ASSERT_EQ(std::system((std::string(LEASEHOLD_LOCKD_BINARY) + " --generate-key " + key + " >/dev/null").c_str()), 0);
+  // Both services in the background; their pids in files so TearDown-like cleanup can stop them.
+  const std::string start =
+      "cd " + dir_ + " && (" + LEASEHOLD_LOCKD_BINARY + " --listen 127.0.0.1:0 --key-file " + key +
+      " --store lockd.db --ttl-ms 800 >lockd.out 2>lockd.err & echo $! >lockd.pid)";
+  ASSERT_EQ(std::system(start.c_str()), 0);
+  std::string addr;
+  for (int i = 0; i < 200 && addr.empty(); ++i) {
+    const std::string o = slurp(dir_ + "/lockd.out");
+    if (const auto p = o.find("listening "); p != std::string::npos && o.find('\n', p) != std::string::npos)
+      addr = o.substr(p + 10, o.find('\n', p) - p - 10);
+    else
+      ::usleep(50'000);
+  }
+  struct Stop {
+    std::string dir;
+    ~Stop() {
+      std::system(("for f in " + dir + "/sup.pid " + dir + "/lockd.pid; do [ -f $f ] && kill $(cat $f) 2>/dev/null; "
+                   "done; sleep 0.3").c_str());
+    }
+  } stop{dir_};
+  ASSERT_FALSE(addr.empty()) << slurp(dir_ + "/lockd.err");
+  const std::string sup = "cd " + dir_ + " && (" + LEASEHOLD_SUPERVISOR_BINARY + " --lockd " + addr + " --key-file " +
+                          key + " --control-socket " + ctl + " --shm " + table +
+                          " --ttl-ms 800 --kill-after-ms 480 --heartbeat-interval-ms 120"
+                          " --kill-latency-budget-ms 40 --clock-rate-bound 0.002 >sup.out 2>sup.err & echo $! >sup.pid)";
+  ASSERT_EQ(std::system(sup.c_str()), 0);
+  struct stat st {};
+  for (int i = 0; i < 200 && ::stat(ctl.c_str(), &st) != 0; ++i) ::usleep(50'000);
+  if (slurp(dir_ + "/sup.err").find("io_uring") != std::string::npos && ::stat(ctl.c_str(), &st) != 0)
+    GTEST_SKIP() << "the supervisor cannot run here: " << slurp(dir_ + "/sup.err");
+  ASSERT_EQ(::stat(ctl.c_str(), &st), 0) << slurp(dir_ + "/sup.err");
+
+  const std::string out = dir_ + "-out";
+  const std::string cmd = std::string(LEASEHOLD_CLI_BINARY) + " pause-probe --supervisor " + ctl + " --lockd " + addr +
+                          " --key-file " + key + " --pauses 0,100 --json --quiet --out " + out + " >" + out +
+                          ".stdout 2>" + out + ".stderr";
+  const int status = std::system(cmd.c_str());
+  const std::string o = slurp(out + ".stdout"), e = slurp(out + ".stderr");
+  ASSERT_TRUE(WIFEXITED(status)) << e;
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "stderr:\n" << e << "\nstdout:\n" << o;
+  const nlohmann::json j = nlohmann::json::parse(o);
+  EXPECT_EQ(j.at("mode"), "external");
+  EXPECT_EQ(j.at("phase"), "random");
+  EXPECT_NEAR(j.at("budget").at("configured_ms").get<double>(), 278.04, 0.01) << j.at("budget").dump();
+  const auto& v = j.at("verdict");
+  EXPECT_EQ(v.at("trials"), 2);
+  EXPECT_EQ(v.at("errors"), 0) << j.at("trials").dump(2);
+  EXPECT_EQ(v.at("violations_under_budget"), 0);
+  EXPECT_EQ(v.at("side_effects_accepted"), 0);
+  for (const auto& t : j.at("trials")) {
+    SCOPED_TRACE(t.dump());
+    EXPECT_EQ(t.at("under_budget"), "1");
+    EXPECT_EQ(t.at("violation"), "0");
+  }
+  // The running supervisor is left running, thawed, and still answers.
+  const std::string still = std::string(LEASEHOLD_CLI_BINARY) + " sandboxes --supervisor " + ctl + " >/dev/null 2>&1";
+  EXPECT_EQ(std::system(still.c_str()), 0);
+  std::system(("rm -rf " + out + " " + out + ".stdout " + out + ".stderr").c_str());
+}
+
 TEST_F(PauseProbe, BadInputIsRefusedWithAReason) {
   const std::string out = dir_ + "-out";
   ProbeRun r = run_probe(out, {"--pauses 10,,20"});

@@ -173,6 +173,11 @@ TEST_F(SupervisorProcess, FrozenSupervisorIsRecoveredAndItsSandboxRefusedMeanwhi
   const json st = sup.call({{"v", 1}, {"op", "status"}});
   const double budget_ms = st["pause_budget_ms"];
   EXPECT_NEAR(budget_ms, 348.4, 0.01);
+  // The inputs of the safety inequality are all in the status, so an operator can redo it.
+  EXPECT_EQ(st["ttl_ms"], 1000);
+  EXPECT_EQ(st["kill_after_ms"], 600);
+  EXPECT_EQ(st["kill_latency_budget_ms"], 50);
+  EXPECT_DOUBLE_EQ(st["clock_rate_bound"].get<double>(), 1e-3);
   const json a = run_probe(sup, "frozen", "frozen");
   ASSERT_EQ(a["ok"], true) << a.dump();
   const Epoch epoch = a["epoch"];
