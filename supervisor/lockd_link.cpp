@@ -138,6 +138,7 @@ void LockdLink::on_unsolicited(const Datagram& d) {
       loop_.send_to(client_->socket(), std::as_bytes(a.cached_answer), &from);
       return;
     case wire::Verdict::answer_error: {
+      if (!wire::is_request(a.message.header.type)) return;  // never answer an answer
       ++stats_.is_running_rejected;
       if (sender_.seal(a.message.header.request_id, wire::error_answer(a), out))
         loop_.send_to(client_->socket(), std::as_bytes(out.view()), &from);
@@ -145,6 +146,11 @@ void LockdLink::on_unsolicited(const Datagram& d) {
     }
     case wire::Verdict::deliver:
       break;
+  }
+  if (!wire::is_request(a.message.header.type)) {
+    ++stats_.late_answers;
+    if (late_answer_) late_answer_(a.message.body);
+    return;
   }
   const auto* q = std::get_if<wire::IsRunning>(&a.message.body);
   wire::Body answer;

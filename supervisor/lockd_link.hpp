@@ -40,6 +40,7 @@ struct LockdLinkStats {
   std::uint64_t answers_bad = 0;       ///< failed authentication or decoding
   std::uint64_t is_running_answered = 0;
   std::uint64_t is_running_rejected = 0;
+  std::uint64_t late_answers = 0;      ///< answers that arrived after their call gave up
 };
 
 class LockdLink {
@@ -62,6 +63,12 @@ class LockdLink {
   using IsRunningHandler = std::function<bool(const wire::IsRunning&)>;
   void set_is_running_handler(IsRunningHandler h) { is_running_ = std::move(h); }
 
+  /// An authenticated answer from lockd to a call that already gave up (its deadline passed):
+  /// lockd acted on the request after all, e.g. a Grant nobody will heartbeat. The handler
+  /// decides whether to undo it; answers are never answered back.
+  using LateAnswerHandler = std::function<void(const wire::Body&)>;
+  void set_late_answer_handler(LateAnswerHandler h) { late_answer_ = std::move(h); }
+
   std::size_t outstanding() const noexcept { return client_->outstanding(); }
   const ClientStats& client_stats() const noexcept { return client_->stats(); }
   const LockdLinkStats& stats() const noexcept { return stats_; }
@@ -83,6 +90,7 @@ class LockdLink {
   std::unique_ptr<RequestClient> client_;
   std::uint64_t next_request_id_;
   IsRunningHandler is_running_;
+  LateAnswerHandler late_answer_;
   LockdLinkStats stats_;
 };
 

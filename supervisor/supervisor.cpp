@@ -192,6 +192,7 @@ struct Supervisor::Impl {
     std::uint64_t acquire_refused = 0;
     std::uint64_t creates_refused_killswitch = 0;
     std::uint64_t names_released = 0;
+    std::uint64_t late_grants_released = 0;
     std::uint64_t orphans_reaped = 0;
     std::uint64_t worker_beats_acked = 0;
   } counters;
@@ -232,8 +233,11 @@ struct Supervisor::Impl {
   void commit_now(const PendingCommit& pc);
   void spawn(Sandbox& s, ControlClientId client, const ControlRequest& req);
   KillTarget kill_target(const Sandbox& s) const;
+  /// A create or a naming failed: answers `client` with the error. A sandbox still being created
+  /// is forgotten (slot freed); a running sandbox that was being named stays, unnamed.
   void abandon(const SandboxId& sb, ControlClientId client, const json& id, const std::string& code,
                const std::string& message, json extra = json::object());
+  void on_late_answer(const wire::Body& answer);
   void release_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb,
                         Epoch epoch, std::function<void(bool, std::string)> done);
 
@@ -423,6 +427,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   link = LockdLink::open(*loop, lockd_address, worker, *key, retry, &err);
   if (!link) return err;
   link->set_is_running_handler([this](const wire::IsRunning& q) { return is_running(q); });
+  link->set_late_answer_handler([this](const wire::Body& b) { on_late_answer(b); });
 
   loop->set_wake_handler([this] { on_rt_events(); });
   // lockd must answer now; a supervisor that cannot reach it would only refuse every create.
@@ -772,18 +777,38 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
 void Supervisor::Impl::abandon(const SandboxId& sb, ControlClientId client, const json& id,
                                const std::string& code, const std::string& message, json extra) {
   Sandbox* s = find(sb);
-  if (s != nullptr) {
-    if (s->name && by_name.contains(*s->name) && by_name[*s->name] == sb) by_name.erase(*s->name);
+  const bool forget = s != nullptr && s->state == State::acquiring;
+  if (s != nullptr) {  // the name it was getting; a running sandbox keeps a name it already has
     for (auto it = by_name.begin(); it != by_name.end();) {
-      if (it->second == sb) it = by_name.erase(it);
+      if (it->second == sb && (forget || !s->name || *s->name != it->first)) it = by_name.erase(it);
       else ++it;
     }
+  }
+  if (forget) {
     table->free(s->slot, now_ns());
     by_slot[s->slot] = SandboxId{};
     sandboxes.erase(sb);
   }
   reply(client, control_error(id, code, message, std::move(extra)));
   if (shutting_down) maybe_finish_shutdown();
+}
+
+void Supervisor::Impl::on_late_answer(const wire::Body& answer) {
+  // lockd granted (or committed) after the call gave up, e.g. it was paused with the request in
+  // its socket queue. Unless a sandbox here holds exactly this grant or is still acquiring that
+  // name, nobody will heartbeat it: give it back now rather than leave the name held (and a
+  // create refused) for a whole TTL.
+  const auto* g = std::get_if<wire::Grant>(&answer);
+  if (g == nullptr) return;
+  if (const Sandbox* s = find(g->holder); s != nullptr) {
+    if (s->name && s->name_id == g->name_id) return;
+    for (const auto& [name, holder] : by_name)
+      if (holder == g->holder && name_id_of(name) == g->name_id) return;
+  }
+  ++counters.late_grants_released;
+  log_event("event=late_grant name_id=%s sandbox=%s epoch=%" PRIu64 " action=release", g->name_id.str().c_str(),
+            g->holder.str().c_str(), g->epoch);
+  release_to_lockd(g->name_id, g->name_id.str(), g->holder, g->epoch, [](bool, std::string) {});
 }
 
 KillTarget Supervisor::Impl::kill_target(const Sandbox& s) const {
@@ -1080,6 +1105,7 @@ json Supervisor::Impl::status_json() const {
         {"acquire_refused", counters.acquire_refused},
         {"creates_refused_killswitch", counters.creates_refused_killswitch},
         {"names_released", counters.names_released},
+        {"late_grants_released", counters.late_grants_released},
         {"orphans_reaped", counters.orphans_reaped},
         {"worker_beats_acked", counters.worker_beats_acked},
         {"control_bad_requests", control->bad_requests()},

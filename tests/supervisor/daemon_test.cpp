@@ -338,6 +338,42 @@ TEST_F(SupervisorProcess, NamingAnUnnamedSandboxAndTwoPhaseCommit) {
   EXPECT_EQ(sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].size(), 2u);
 }
 
+TEST_F(SupervisorProcess, NamingThatTimesOutKeepsTheSandboxAndGivesBackTheLateGrant) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json u = sup.call(run_req("", {"sleep", "30"}));
+  ASSERT_EQ(u["ok"], true) << u.dump();
+  // lockd paused with the acquire in its socket queue: the naming times out here...
+  lockd_.child.signal(SIGSTOP);
+  const json n = sup.call({{"v", 1}, {"op", "name"}, {"sandbox", u["sandbox"]}, {"name", "late"}});
+  EXPECT_EQ(n["ok"], false);
+  EXPECT_EQ(n["error"], "unreachable") << n.dump();
+  // ...and the sandbox is still tracked, running and unnamed (its process is alive).
+  json list = sup.call({{"v", 1}, {"op", "list"}});
+  ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["sandboxes"][0]["sandbox"], u["sandbox"]);
+  EXPECT_EQ(list["sandboxes"][0]["state"], "running");
+  EXPECT_EQ(::kill(u["pid"].get<pid_t>(), 0), 0);
+  // lockd resumes and grants the queued acquire after all: nobody would heartbeat that lease,
+  // so the supervisor gives it back at once instead of leaving the name held for a TTL.
+  lockd_.child.signal(SIGCONT);
+  EXPECT_TRUE(eventually([&] {
+    return sup.call({{"v", 1}, {"op", "status"}})["counters"]["late_grants_released"] == 1;
+  }, 5000)) << sup.log_text();
+  auto ad = admin();
+  EXPECT_TRUE(eventually([&] {
+    const lockd::Answer sh = ad.show("late");
+    const auto* i = sh.as<wire::NameInfo>();
+    return sh.error.empty() && (i == nullptr || i->record.state == wire::LockState::free);
+  }, 3000)) << sup.log_text();
+  // The same sandbox can be named now.
+  const json again = sup.call({{"v", 1}, {"op", "name"}, {"sandbox", u["sandbox"]}, {"name", "late"}});
+  ASSERT_EQ(again["ok"], true) << again.dump();
+  EXPECT_EQ(again["pid"], u["pid"]);
+  EXPECT_EQ(again["epoch"], 2) << "the late grant used epoch 1";
+}
+
 TEST_F(SupervisorProcess, PreemptibleCreateRightAfterTheKillSwitchIsRefused) {
   start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
   Supervisor sup;
