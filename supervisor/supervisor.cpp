@@ -927,8 +927,9 @@ void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
     return;
   }
   if (s->name || s->epoch != 0) {
-    reply(client, control_error(req.id, "bad_request", "sandbox " + req.sandbox->str() + " already has the name \"" +
-                                                          s->name.value_or("?") + "\""));
+    // A well-formed request this sandbox's state refuses (a usage error would be "bad_request").
+    reply(client, control_error(req.id, "refused", "sandbox " + req.sandbox->str() + " already has the name \"" +
+                                                       s->name.value_or("?") + "\""));
     return;
   }
   if (req.ttl_ms && (*req.ttl_ms < cfg.ttl_ms || *req.ttl_ms > kTtlMsMax)) {

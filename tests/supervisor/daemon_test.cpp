@@ -311,6 +311,9 @@ TEST_F(SupervisorProcess, NamingAnUnnamedSandboxAndTwoPhaseCommit) {
   ASSERT_EQ(n["ok"], true) << n.dump();
   EXPECT_GE(n["epoch"].get<int>(), 1);
   EXPECT_EQ(n["pid"], u["pid"]);
+  const json twice = sup.call({{"v", 1}, {"op", "name"}, {"sandbox", u["sandbox"]}, {"name", "other"}});
+  EXPECT_EQ(twice["error"], "refused") << twice.dump();
+  EXPECT_NE(twice["message"].get<std::string>().find("already has the name \"later\""), std::string::npos);
   // (3) 2-phase: a control plane acquires (Acquiring); this worker commits on its next heartbeat.
   auto ad = admin();
   const SandboxId planned{0xabc, 0xdef};
