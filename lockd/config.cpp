@@ -38,7 +38,7 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
                  "(no group/other access). Required");
   app.add_option("--generate-key", cfg.generate_key_path,
                  "write a new random key (mode 0600) to PATH and exit; refuses to overwrite");
-  app.add_option("--ttl-ms", cfg.ttl_ms, "default lease TTL, milliseconds (1.." +
+  app.add_option("--ttl-ms", cfg.ttl_ms, "lease TTL, milliseconds: the default and the longest a request may ask for (1.." +
                                              std::to_string(kTtlMsMax) + ")")
       ->capture_default_str();
   app.add_option("--acquiring-ttl-ms", cfg.acquiring_ttl_ms,

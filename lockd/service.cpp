@@ -187,6 +187,16 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   }
   if (type == wire::MessageType::worker_heartbeat) {
     const auto& w = std::get<wire::WorkerHeartbeat>(m.body);
+    if (cfg_.mode != LockMode::preemptible) {
+      // Acking it would let a preemptible supervisor believe its names are kept by worker
+      // liveness while they expire here by TTL: two holders of one name.
+      ++counters_.unexpected_messages;
+      send_now(from, rid, nullptr,
+               wire::Error{wire::ErrorCode::unsupported,
+                           "lockd runs in lease mode: worker heartbeats are for --mode preemptible; run the "
+                           "supervisor with --mode lease, or lockd with --mode preemptible"});
+      return;
+    }
     if (table_.worker_heartbeat(w.worker, now_ns) != Refusal::none) {
       send_now(from, rid, &key, wire::Error{wire::ErrorCode::overloaded, "worker table is full"});
       return;
@@ -602,6 +612,9 @@ wire::StatsAnswer LockService::stats_answer() const {
     if (wire::payload_bytes(a) > wire::kPayloadBytesMax) a.counters.pop_back();
   };
   const StoreStats st = store_->stats();
+  // Configuration first (always within the datagram): a supervisor checks it at start-up.
+  add("mode_preemptible", cfg_.mode == LockMode::preemptible ? 1 : 0);
+  add("ttl_ms", cfg_.ttl_ms);
   add("names", table_.size());
   add("held", table_.held());
   add("epoch_high_water", table_.epoch_high_water());
@@ -628,6 +641,7 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("decode_accepted", receiver_.stats().accepted);
   add("answers_resent", receiver_.stats().resent);
   add("is_running_sent", counters_.is_running_sent);
+  add("unexpected_messages", counters_.unexpected_messages);
   // Refusal and rejection reasons: only those that occurred (the answer must fit a datagram).
   for (std::size_t r = 1; r < counters_.refusals.size(); ++r)
     if (counters_.refusals[r] != 0)

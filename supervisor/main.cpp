@@ -2,7 +2,7 @@
 //
 // Exit codes: 0 clean shutdown; 1 runtime failure; 2 bad command line or refused configuration
 // (unsafe timing, unreadable key, io_uring unavailable, shm table owned by a live writer,
-// lockd unreachable at start-up).
+// lockd unreachable at start-up or running in the other lock mode or with a shorter TTL).
 #include "supervisor/config.hpp"
 #include "supervisor/supervisor.hpp"
 
@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
       "them, and kills a sandbox before its lease can expire (DESIGN.md \"The supervisor\").\n"
       "Safety condition checked at start-up:\n"
       "  kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho)"};
-  app.footer("Exit codes: 0 clean shutdown; 1 runtime failure; 2 usage or refused configuration.");
+  app.footer(
+      "Exit codes: 0 clean shutdown; 1 runtime failure; 2 usage or refused configuration (unsafe timing,\n"
+      "unreadable key, io_uring unavailable, live shm table, lockd unreachable or in another --mode at start-up).");
   SupervisorConfig config;
   add_supervisor_flags(app, config);
   try {

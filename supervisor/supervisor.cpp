@@ -138,6 +138,7 @@ struct Supervisor::Impl {
   ConfigCheck check;
   WorkerId worker;
   std::string shm_path;
+  std::uint64_t lockd_ttl_ms = 0;  ///< lockd's lease TTL (its maximum), from its stats at start-up
   std::string control_path;
   SocketAddress lockd_address;
   std::optional<wire::WireKey> key;
@@ -227,6 +228,8 @@ struct Supervisor::Impl {
   json status_json() const;
 
   bool gate_named_creation(ControlClientId client, const json& id);
+  /// Why a requested lease TTL cannot be served ("" if absent or fine).
+  std::string ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const;
   void acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req);
   void on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req,
                   const wire::Grant& g, std::int64_t send_ns);
@@ -431,34 +434,51 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
 
   loop->set_wake_handler([this] { on_rt_events(); });
   // lockd must answer now; a supervisor that cannot reach it would only refuse every create.
-  bool answered = false;
-  std::string problem;
-  const std::int64_t deadline = now_boottime_ns() + kStartupProbeTimeoutNs;
-  wire::Body probe_req = wire::Stats{};
-  if (cfg.mode == SupervisorMode::preemptible) probe_req = wire::WorkerHeartbeat{worker};
-  link->call(probe_req, deadline, [&](LockdReply r) {
-    answered = true;
-    if (!r.ok()) {
-      problem = r.problem;
-      return;
+  // Its stats carry its mode and TTL: a preemptible supervisor on a lease-mode lockd would keep
+  // sandboxes whose names expire there (two holders), and a lockd TTL below ours would let the
+  // kill-switch fire after lockd's expiry (DESIGN.md "Time").
+  auto ask = [&](const wire::Body& req, auto&& on_answer) -> std::string {
+    bool answered = false;
+    std::string problem;
+    link->call(req, now_boottime_ns() + kStartupProbeTimeoutNs, [&](LockdReply r) {
+      answered = true;
+      if (!r.ok()) problem = r.problem;
+      else if (std::holds_alternative<wire::Error>(*r.body)) problem = "lockd answered " + describe_answer(*r.body);
+      else problem = on_answer(*r.body, r.first_send_ns);
+    });
+    while (!answered) loop->run_once(100'000'000);
+    return problem;
+  };
+  std::string problem = ask(wire::Stats{}, [&](const wire::Body& b, std::int64_t) -> std::string {
+    const auto* st = std::get_if<wire::StatsAnswer>(&b);
+    if (st == nullptr) return "lockd answered stats with " + describe_answer(b);
+    std::optional<std::uint64_t> preemptible, ttl;
+    for (const auto& c : st->counters) {
+      if (c.key == "mode_preemptible") preemptible = c.value;
+      if (c.key == "ttl_ms") ttl = c.value;
     }
-    if (const auto* e = std::get_if<wire::Error>(&*r.body)) {
-      problem = "lockd answered with an error: " + describe_answer(*r.body);
-      (void)e;
-      return;
-    }
-    if (const auto* w = std::get_if<wire::WorkerAck>(&*r.body)) {
-      if (w->liveness_ttl_ms < cfg.ttl_ms) {
-        problem = "lockd's worker-liveness TTL is " + std::to_string(w->liveness_ttl_ms) +
-                  " ms, below --ttl-ms " + std::to_string(cfg.ttl_ms) +
-                  ": the kill-switch would fire after lockd may preempt; make them equal";
-        return;
-      }
-      hb->start_worker_liveness(static_cast<std::uint64_t>(r.first_send_ns));
-      ++counters.worker_beats_acked;
-    }
+    if (!preemptible || !ttl) return "lockd's stats do not report its mode and TTL (an older lockd?)";
+    const bool want = cfg.mode == SupervisorMode::preemptible;
+    if ((*preemptible != 0) != want)
+      return std::string("lockd runs in ") + (*preemptible ? "preemptible" : "lease") + " mode, this supervisor in " +
+             std::string(to_string(cfg.mode)) + " mode; start both with the same --mode";
+    if (!want && *ttl < cfg.ttl_ms)
+      return "lockd's lease TTL is " + std::to_string(*ttl) + " ms, below --ttl-ms " + std::to_string(cfg.ttl_ms) +
+             ": the kill-switch could fire after lockd's expiry; give both the same --ttl-ms";
+    lockd_ttl_ms = *ttl;
+    return {};
   });
-  while (!answered) loop->run_once(100'000'000);
+  if (problem.empty() && cfg.mode == SupervisorMode::preemptible)
+    problem = ask(wire::WorkerHeartbeat{worker}, [&](const wire::Body& b, std::int64_t sent_ns) -> std::string {
+      const auto* w = std::get_if<wire::WorkerAck>(&b);
+      if (w == nullptr) return "lockd answered a worker heartbeat with " + describe_answer(b);
+      if (w->liveness_ttl_ms < cfg.ttl_ms)
+        return "lockd's worker-liveness TTL is " + std::to_string(w->liveness_ttl_ms) + " ms, below --ttl-ms " +
+               std::to_string(cfg.ttl_ms) + ": the kill-switch would fire after lockd may preempt; make them equal";
+      hb->start_worker_liveness(static_cast<std::uint64_t>(sent_ns));  // lockd's clock starts later
+      ++counters.worker_beats_acked;
+      return {};
+    });
   if (!problem.empty())
     return "lockd at " + lockd_address.str() + " is unreachable or refused us: " + problem;
 
@@ -586,6 +606,15 @@ void Supervisor::Impl::on_request(ControlClientId client, ControlRequest req) {
   }
 }
 
+std::string Supervisor::Impl::ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const {
+  // Below our --ttl-ms the kill-switch would fire after lockd's expiry; above lockd's TTL lockd
+  // would clamp the grant (and on_granted would give it back).
+  if (!ttl_ms || (*ttl_ms >= cfg.ttl_ms && *ttl_ms <= lockd_ttl_ms)) return {};
+  return "ttl_ms " + std::to_string(*ttl_ms) + " must be in [" + std::to_string(cfg.ttl_ms) + ", " +
+         std::to_string(lockd_ttl_ms) + "]: at least this supervisor's --ttl-ms (the kill-switch is timed for it), " +
+         "at most lockd's --ttl-ms (the longest lease it grants)";
+}
+
 bool Supervisor::Impl::gate_named_creation(ControlClientId client, const json& id) {
   if (cfg.mode != SupervisorMode::preemptible) return true;
   const std::uint64_t now = now_ns();
@@ -606,11 +635,8 @@ void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
     return;
   }
   if (req.name) {
-    if (req.ttl_ms && (*req.ttl_ms < cfg.ttl_ms || *req.ttl_ms > kTtlMsMax)) {
-      reply(client, control_error(req.id, "bad_request",
-                                  "ttl_ms " + std::to_string(*req.ttl_ms) + " must be in [" +
-                                      std::to_string(cfg.ttl_ms) + ", " + std::to_string(kTtlMsMax) +
-                                      "]: below --ttl-ms the kill-switch would fire after lockd's expiry"));
+    if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
+      reply(client, control_error(req.id, "bad_request", why));
       return;
     }
     if (auto it = by_name.find(*req.name); it != by_name.end()) {
@@ -932,9 +958,8 @@ void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
                                                        s->name.value_or("?") + "\""));
     return;
   }
-  if (req.ttl_ms && (*req.ttl_ms < cfg.ttl_ms || *req.ttl_ms > kTtlMsMax)) {
-    reply(client, control_error(req.id, "bad_request", "ttl_ms must be in [" + std::to_string(cfg.ttl_ms) + ", " +
-                                                          std::to_string(kTtlMsMax) + "]"));
+  if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
+    reply(client, control_error(req.id, "bad_request", why));
     return;
   }
   if (by_name.contains(*req.name)) {

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <sys/socket.h>
 
 #include <random>
@@ -333,6 +335,30 @@ class FakeSupervisor {
   wire::Authenticator auth_;
   int fd_;
 };
+
+// A lease-mode lockd must not ack worker heartbeats: a preemptible supervisor would take the ack
+// as "my names are kept by worker liveness" while they expire here by TTL (two holders). Its
+// stats report the mode and TTL, which a supervisor checks at start-up.
+TEST_F(LockdTest, LeaseModeRefusesWorkerHeartbeatsAndReportsItsMode) {
+  start({"--ttl-ms", "4321"});
+  FakeSupervisor sup(lockd_.address(), key_, W1);
+  sup.send(7, wire::WorkerHeartbeat{W1});
+  auto a = sup.receive(2000);
+  ASSERT_TRUE(a);
+  const auto* e = std::get_if<wire::Error>(&a->body);
+  ASSERT_NE(e, nullptr) << wire::to_string(wire::type_of(a->body));
+  EXPECT_EQ(e->code, wire::ErrorCode::unsupported);
+  EXPECT_NE(e->message.find("lease mode"), std::string::npos) << e->message;
+  AdminClient c = client(W1);
+  std::string err;
+  auto counters = c.counters(&err);
+  ASSERT_TRUE(counters) << err;
+  std::map<std::string, std::uint64_t> v;
+  for (const auto& k : *counters) v[k.key] = k.value;
+  EXPECT_EQ(v.at("mode_preemptible"), 0u);
+  EXPECT_EQ(v.at("ttl_ms"), 4321u);
+  EXPECT_EQ(v.at("unexpected_messages"), 1u);
+}
 
 // Retries reuse the request id (DESIGN.md "The wire protocol"): the same bytes again, or the
 // same request under a new seq, get the first answer again and change nothing.

@@ -533,6 +533,44 @@ TEST_F(SupervisorProcess, UnreachableLockdAtStartLeavesNothing) {
   EXPECT_NE(bad.child.err().find("unsafe timing"), std::string::npos) << bad.child.err();
 }
 
+TEST_F(SupervisorProcess, LockdInAnotherModeOrWithAShorterTtlIsRefusedAtStart) {
+  // A preemptible supervisor on a lease-mode lockd would keep sandboxes whose names expire at
+  // lockd: refused before anything starts, naming both modes.
+  start_lockd();
+  Supervisor pre;
+  std::string err;
+  EXPECT_FALSE(pre.start(dir_.path(), lockd_.address, key_, with(kSupTiming, {"--mode", "preemptible"}), &err, "pre"));
+  EXPECT_EQ(pre.child.wait(), 2);
+  EXPECT_NE(pre.child.err().find("lockd runs in lease mode, this supervisor in preemptible mode"), std::string::npos)
+      << pre.child.err();
+  // lockd's TTL below ours: the kill-switch could fire after lockd's expiry.
+  Supervisor longer;
+  EXPECT_FALSE(longer.start(dir_.path(), lockd_.address, key_,
+                            {"--ttl-ms", "2000", "--kill-after-ms", "1200", "--heartbeat-interval-ms", "100"}, &err,
+                            "longer"));
+  EXPECT_EQ(longer.child.wait(), 2);
+  EXPECT_NE(longer.child.err().find("lockd's lease TTL is 1000 ms, below --ttl-ms 2000"), std::string::npos)
+      << longer.child.err();
+  // A matching one starts, and a requested TTL outside [ours, lockd's] is refused with both.
+  Supervisor ok;
+  start_sup(ok);
+  json r = run_req("t", {"sleep", "30"});
+  r["ttl_ms"] = 5000;
+  const json a = ok.call(r);
+  EXPECT_EQ(a["error"], "bad_request") << a.dump();
+  EXPECT_NE(a["message"].get<std::string>().find("must be in [1000, 1000]"), std::string::npos) << a.dump();
+}
+
+TEST_F(SupervisorProcess, LeaseSupervisorOnAPreemptibleLockdIsRefusedAtStart) {
+  start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
+  Supervisor sup;
+  std::string err;
+  EXPECT_FALSE(sup.start(dir_.path(), lockd_.address, key_, kSupTiming, &err));
+  EXPECT_EQ(sup.child.wait(), 2);
+  EXPECT_NE(sup.child.err().find("lockd runs in preemptible mode, this supervisor in lease mode"), std::string::npos)
+      << sup.child.err();
+}
+
 TEST_F(SupervisorProcess, SecondSupervisorOnTheSameTableIsRefused) {
   start_lockd();
   Supervisor a, b;
