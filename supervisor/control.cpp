@@ -391,7 +391,7 @@ void ControlServer::accept_ready() {
       ::close(fd);
       continue;
     }
-    if (clients_.size() >= kControlClientsMax) {
+    if (clients_.size() >= kControlClientsMax && !evict_idle()) {
       ++rejected_busy_;
       const std::string line =
           control_error(nullptr, "busy",
@@ -403,8 +403,21 @@ void ControlServer::accept_ready() {
     Client c;
     c.id = next_id_++;
     c.fd = fd;
+    c.active_ms = monotonic_ms();
     clients_.emplace(fd, std::move(c));
   }
+}
+
+bool ControlServer::evict_idle() {
+  Client* oldest = nullptr;
+  for (auto& [fd, c] : clients_)
+    if (c.idle() && (oldest == nullptr || c.active_ms < oldest->active_ms)) oldest = &c;
+  if (oldest == nullptr) return false;
+  ++closed_idle_;
+  const std::string line = control_error(nullptr, "idle", "idle connection closed to make room for another");
+  [[maybe_unused]] const ssize_t n = ::send(oldest->fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  drop(oldest->fd);
+  return true;
 }
 
 void ControlServer::on_ready(int fd, short revents, std::uint64_t now_ms) {
@@ -450,6 +463,7 @@ void ControlServer::read_ready(Client& c, std::uint64_t now_ms) {
       return;
     }
     if (c.closing) continue;  // discard input after a fatal error
+    c.active_ms = now_ms;
     if (c.in.empty()) c.partial_since_ms = now_ms;
     c.in.append(buf, static_cast<std::size_t>(n));
     dispatch(c, now_ms);
@@ -525,6 +539,7 @@ void ControlServer::reply(ControlClientId client, const std::string& line) {
   for (auto& [fd, c] : clients_) {
     if (c.id != client) continue;
     c.busy = false;
+    c.active_ms = monotonic_ms();
     if (c.out.size() + line.size() > kControlOutBytesMax) {
       drop(fd);  // a reader that never reads
       return;
@@ -549,6 +564,15 @@ void ControlServer::tick(std::uint64_t now_ms) {
                    control_error(nullptr, "timeout",
                                  "incomplete request line for more than " +
                                      std::to_string(kControlLineTimeoutMs) + " ms; connection closed"));
+  }
+  expired.clear();
+  for (auto& [fd, c] : clients_)
+    if (c.idle() && now_ms - c.active_ms > kControlIdleTimeoutMs) expired.push_back(fd);
+  for (int fd : expired) {
+    ++closed_idle_;
+    send_and_close(clients_.at(fd), control_error(nullptr, "idle",
+                                                  "no request for " + std::to_string(kControlIdleTimeoutMs) +
+                                                      " ms; connection closed"));
   }
 }
 

@@ -19,13 +19,15 @@
 //   kill           {sandbox}                          kill a sandbox (named or not)
 //   list           {}                                 sandboxes
 //   status         {}                                 worker, modes, budgets, counters
-// Error codes: bad_json, bad_version, unknown_op, bad_request, too_long, timeout, busy,
+// Error codes: bad_json, bad_version, unknown_op, bad_request, too_long, timeout, idle, busy,
 // unauthorized, held, refused, exec_failed, table_full, not_found, unreachable, killswitch,
 // shutting_down, internal.
 //
 // Bounds: kControlClientsMax connections, kControlLineBytesMax per line, one request in
 // progress per connection (later lines wait), kControlOutBytesMax of unsent answers, a partial
-// line older than kControlLineTimeoutMs closes the connection.
+// line older than kControlLineTimeoutMs closes the connection, and so does kControlIdleTimeoutMs
+// without a request (or a new connection arriving while all kControlClientsMax are taken: the
+// least recently active idle one goes; only when none is idle is the newcomer refused "busy").
 #pragma once
 
 #include "lease/types.hpp"
@@ -49,6 +51,10 @@ inline constexpr std::size_t kControlLineBytesMax = 64 * 1024;
 inline constexpr std::size_t kControlClientsMax = 64;
 inline constexpr std::size_t kControlOutBytesMax = 16 * 1024 * 1024;
 inline constexpr std::uint64_t kControlLineTimeoutMs = 5'000;
+/// A connection with nothing in progress (no partial line, no request, no unsent answer) is
+/// closed after this long, and the least recently active such connection makes room when a
+/// new one arrives at kControlClientsMax: idle or leaked clients cannot lock others out.
+inline constexpr std::uint64_t kControlIdleTimeoutMs = 60'000;
 inline constexpr std::size_t kControlArgvMax = 1024;
 inline constexpr std::size_t kControlEnvMax = 1024;
 
@@ -138,6 +144,7 @@ class ControlServer {
   /// Counters for `status`.
   std::uint64_t rejected_unauthorized() const noexcept { return rejected_unauthorized_; }
   std::uint64_t rejected_busy() const noexcept { return rejected_busy_; }
+  std::uint64_t closed_idle() const noexcept { return closed_idle_; }
   std::uint64_t bad_requests() const noexcept { return bad_requests_; }
 
  private:
@@ -149,8 +156,12 @@ class ControlServer {
     bool busy = false;         // a request is being handled
     bool closing = false;      // close once `out` is flushed
     std::uint64_t partial_since_ms = 0;
+    std::uint64_t active_ms = 0;  // last accept, read or answer
+    bool idle() const noexcept { return in.empty() && out.empty() && !busy && !closing; }
   };
   void accept_ready();
+  /// Closes the least recently active idle connection, if any (with an "idle" error line).
+  bool evict_idle();
   void read_ready(Client& c, std::uint64_t now_ms);
   void write_ready(Client& c);
   void dispatch(Client& c, std::uint64_t now_ms);
@@ -166,6 +177,7 @@ class ControlServer {
   std::map<int, Client> clients_;  // by fd
   std::uint64_t rejected_unauthorized_ = 0;
   std::uint64_t rejected_busy_ = 0;
+  std::uint64_t closed_idle_ = 0;
   std::uint64_t bad_requests_ = 0;
   ControlClientId dispatching_ = 0;  // reply() to the client being dispatched must not recurse
 };

@@ -240,6 +240,36 @@ TEST_F(ServerFixture, StalledPartialLineTimesOut) {
   EXPECT_EQ(a["error"], "timeout");
 }
 
+TEST_F(ServerFixture, IdleConnectionsCannotLockOthersOut) {
+  start("idle");
+  auto connect_idle = [&] {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path_.c_str(), sizeof a.sun_path - 1);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    return fd;
+  };
+  std::vector<int> idle;
+  idle.push_back(connect_idle());
+  ::usleep(50'000);  // the first is the least recently active
+  for (std::size_t i = 1; i < kControlClientsMax; ++i) idle.push_back(connect_idle());
+  ::usleep(100'000);
+  // All slots are taken by clients that never send: a real request still gets through...
+  const json a = call({{"v", 1}, {"op", "list"}});
+  EXPECT_EQ(a["ok"], true) << a.dump();
+  EXPECT_EQ(server_->closed_idle(), 1u);
+  EXPECT_EQ(server_->rejected_busy(), 0u);
+  // ...and the oldest idle one was told why it was closed.
+  pollfd p{idle[0], POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 2000), 1);
+  char buf[512] = {};
+  const ssize_t n = ::recv(idle[0], buf, sizeof buf - 1, 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(json::parse(std::string(buf, static_cast<std::size_t>(n)))["error"], "idle");
+  for (int fd : idle) ::close(fd);
+}
+
 TEST(ControlServer, RefusesASecondServerOnTheSamePath) {
   const std::string path = temp_socket_path("dup");
   ControlServer a(ControlAccess{getuid(), std::nullopt}, [](ControlClientId, ControlRequest) {});
