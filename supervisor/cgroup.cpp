@@ -1,6 +1,10 @@
 // leasehold/supervisor: cgroup v2 discovery and leaves (see cgroup.hpp).
 #include "supervisor/cgroup.hpp"
 
+#include <poll.h>
+
+#include <dirent.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -280,12 +284,16 @@ std::optional<CgroupLeaf> CgroupTree::create_leaf(std::string_view name, std::st
             std::to_string(kCgroupLeafNameBytesMax) + " bytes of [A-Za-z0-9._-], not starting with '.'";
     return std::nullopt;
   }
-  CgroupLeaf leaf;
   const std::string path = parent_path_ + "/" + std::string(name);
   if (::mkdir(path.c_str(), 0755) != 0) {
     error = "cannot create cgroup " + path + ": " + errno_text(errno);
     return std::nullopt;
   }
+  return open_leaf(path, error);
+}
+
+std::optional<CgroupLeaf> CgroupTree::open_leaf(const std::string& path, std::string& error) const {
+  CgroupLeaf leaf;
   leaf.path_ = path;  // from here on the leaf's destructor removes the directory
   leaf.dir_fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (leaf.dir_fd_ < 0) {
@@ -307,6 +315,39 @@ std::optional<CgroupLeaf> CgroupTree::create_leaf(std::string_view name, std::st
     }
   }
   return leaf;
+}
+
+std::vector<CgroupTree::SweptLeaf> CgroupTree::sweep_leaves() const {
+  std::vector<SweptLeaf> out;
+  if (mode_ != KillMode::cgroup_v2_delegated) return out;
+  DIR* dir = ::opendir(parent_path_.c_str());
+  if (dir == nullptr) return out;
+  std::vector<std::string> paths;
+  while (const dirent* e = ::readdir(dir))
+    if (e->d_type == DT_DIR && e->d_name[0] != '.') paths.push_back(parent_path_ + "/" + e->d_name);
+  ::closedir(dir);
+  for (const auto& path : paths) {
+    SweptLeaf s{path, false, 0};
+    std::string error;
+    std::optional<CgroupLeaf> leaf = open_leaf(path, error);
+    if (!leaf) {
+      s.error = -EIO;
+      out.push_back(std::move(s));
+      continue;
+    }
+    s.had_processes = leaf->populated() == 1;
+    if (s.had_processes) {
+      s.error = leaf->kill();
+      for (int waited = 0; s.error == 0 && leaf->populated() == 1 && waited < kSweepWaitMs; waited += 10) {
+        pollfd p{leaf->events_fd(), POLLPRI, 0};  // cgroup.events signals a change with POLLPRI
+        ::poll(&p, 1, 10);
+      }
+    }
+    if (s.error == 0) s.error = leaf->remove();
+    if (s.error != 0) leaf->path_.clear();  // keep the directory (it is not ours to lose track of)
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 int cgroup_kill_fd(int kill_fd) noexcept {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace leasehold {
@@ -26,6 +27,8 @@ namespace leasehold {
 inline constexpr std::size_t kCgroupLeafNameBytesMax = 64;
 /// Largest /proc or cgroupfs file we read whole (mountinfo on a busy host is a few 10 kB).
 inline constexpr std::size_t kProcFileBytesMax = 4u << 20;
+/// sweep_leaves: how long a killed leaf may take to empty before it is left in place.
+inline constexpr int kSweepWaitMs = 1000;
 
 /// How the kill-switch reaches a sandbox's processes.
 enum class KillMode : std::uint8_t {
@@ -135,7 +138,20 @@ class CgroupTree {
   /// cgroup_v2_delegated mode.
   std::optional<CgroupLeaf> create_leaf(std::string_view name, std::string& error) const;
 
+  /// What a sweep found: each leaf left under the parent, and whether processes still ran in it.
+  struct SweptLeaf {
+    std::string path;
+    bool had_processes = false;
+    int error = 0;  ///< -errno if the leaf could not be killed or removed (it stays)
+  };
+  /// Kills (cgroup.kill) every process in every leaf already under the parent and removes the
+  /// leaves: at start-up they can only be an earlier supervisor's of the same worker (crashed,
+  /// or stopped with --on-shutdown keep), and nothing watches their leases any more. Waits at
+  /// most kSweepWaitMs per leaf for it to empty. Only in cgroup_v2_delegated mode.
+  std::vector<SweptLeaf> sweep_leaves() const;
+
  private:
+  std::optional<CgroupLeaf> open_leaf(const std::string& path, std::string& error) const;
   KillMode mode_ = KillMode::process_group;
   std::string reason_;
   std::string mount_point_;

@@ -206,7 +206,8 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
          [&c](const std::string& p) {
            c.on_shutdown = p == "keep" ? ShutdownPolicy::keep : ShutdownPolicy::kill;
          },
-         "on SIGTERM/SIGINT: kill|keep the sandboxes; names are released either way (default: kill)")
+         "on SIGTERM/SIGINT: kill|keep the sandboxes; names are released either way (default: kill). Kept "
+         "sandboxes run until this worker's supervisor starts again, which stops them")
       ->check(CLI::IsMember({"kill", "keep"}));
   app.add_flag("--bwrap", c.bwrap, "run every sandbox inside bubblewrap (bwrap)");
   app.add_option("--slots", c.slots, "shm table slots (sandboxes at once), count")

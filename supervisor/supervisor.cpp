@@ -344,6 +344,11 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   }
   cgroups = CgroupTree::discover(cc);
   if (cgroups.mode() != KillMode::cgroup_v2_delegated) cgroup_parent_created = false;
+  // Leaves of an earlier supervisor of this worker (crashed, or stopped with --on-shutdown
+  // keep): their sandboxes' leases are watched by nobody now, so they do not run on.
+  for (const auto& l : cgroups.sweep_leaves())
+    log_event("event=stale_leaf_swept path=%s had_processes=%d result=%s", l.path.c_str(), l.had_processes ? 1 : 0,
+              l.error == 0 ? "removed" : std::strerror(-l.error));
 
   if (cfg.bwrap) {
     bwrap.emplace();

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -226,6 +228,41 @@ TEST_F(CgroupLive, BadAndDuplicateLeafNamesAreClearErrors) {
   ASSERT_TRUE(a.has_value()) << error;
   EXPECT_FALSE(tree_.create_leaf("dup", error).has_value());
   EXPECT_NE(error.find("File exists"), std::string::npos) << error;
+}
+
+TEST_F(CgroupLive, SweepKillsAndRemovesLeavesLeftBehind) {
+  // As an earlier supervisor of the worker would leave them: one leaf with a process, one empty.
+  ASSERT_EQ(::mkdir((parent_ + "/old").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir((parent_ + "/empty").c_str(), 0755), 0) << std::strerror(errno);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (;;) ::pause();
+  }
+  ASSERT_GT(pid, 0);
+  {
+    const int fd = ::open((parent_ + "/old/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    const std::string s = std::to_string(pid);
+    ASSERT_EQ(::write(fd, s.data(), s.size()), static_cast<ssize_t>(s.size())) << std::strerror(errno);
+    ::close(fd);
+  }
+  auto swept = tree_.sweep_leaves();
+  std::sort(swept.begin(), swept.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  ASSERT_EQ(swept.size(), 2u);
+  EXPECT_EQ(swept[0].path, parent_ + "/empty");
+  EXPECT_FALSE(swept[0].had_processes);
+  EXPECT_EQ(swept[0].error, 0);
+  EXPECT_EQ(swept[1].path, parent_ + "/old");
+  EXPECT_TRUE(swept[1].had_processes);
+  EXPECT_EQ(swept[1].error, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  struct stat st {};
+  EXPECT_NE(::stat((parent_ + "/old").c_str(), &st), 0);
+  EXPECT_NE(::stat((parent_ + "/empty").c_str(), &st), 0);
+  EXPECT_TRUE(tree_.sweep_leaves().empty()) << "nothing left to sweep";
 }
 
 TEST_F(CgroupLive, DestructorRemovesAnEmptyLeaf) {

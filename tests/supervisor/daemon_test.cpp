@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -624,13 +626,28 @@ TEST_F(SupervisorProcess, SigtermWithKeepLeavesProcessesRunningUnnamed) {
   const lockd::Answer g = ad.acquire("kept", SandboxId{0x88, 0x88}, WorkerId{0x88, 0x89});
   ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
   EXPECT_EQ(g.as<wire::Grant>()->epoch, a["epoch"].get<Epoch>() + 1);
-  // Clean up what was deliberately kept.
-  ::kill(pid, SIGKILL);
-  if (!cg_parent.empty()) {
-    const std::string leaf = a.value("cgroup", std::string());
-    EXPECT_TRUE(eventually([&] { return leaf.empty() || ::rmdir(leaf.c_str()) == 0 || errno == ENOENT; }, 5000));
-    ::rmdir(cg_parent.c_str());
+  if (cg_parent.empty()) {  // no delegated cgroup here: nothing to sweep at restart
+    ::kill(pid, SIGKILL);
+    return;
   }
+  // The same worker's next supervisor stops what was kept: nothing watches its lease any more.
+  Supervisor again;
+  start_sup(again, {"--worker-id", sup.worker}, "again");
+  const std::string leaf = a.value("cgroup", std::string());
+  auto gone = [](pid_t p) {  // reaped by init, or a zombie until then
+    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return true;
+    const auto rp = line.rfind(')');
+    return rp != std::string::npos && rp + 2 < line.size() && line[rp + 2] == 'Z';
+  };
+  EXPECT_TRUE(eventually([&] { return gone(pid); }, 5000)) << again.log_text();
+  EXPECT_FALSE(fs::exists(leaf)) << leaf;
+  const auto swept = again.events("stale_leaf_swept");
+  ASSERT_EQ(swept.size(), 1u) << again.log_text();
+  EXPECT_EQ(swept[0].at("path"), leaf);
+  EXPECT_EQ(swept[0].at("had_processes"), "1");
+  EXPECT_EQ(swept[0].at("result"), "removed");
 }
 
 }  // namespace
