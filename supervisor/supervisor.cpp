@@ -40,6 +40,7 @@ using nlohmann::json;
 constexpr std::int64_t kAcquireTimeoutNs = 3'000'000'000;    ///< lockd round trip for acquire/commit
 constexpr std::int64_t kReleaseTimeoutNs = 2'000'000'000;
 constexpr std::int64_t kStartupProbeTimeoutNs = 2'000'000'000;
+constexpr std::uint64_t kRtLateLogIntervalNs = 10'000'000'000;  ///< rt_late events: one log line per 10 s
 constexpr std::int64_t kShutdownKillWaitNs = 5'000'000'000;
 constexpr int kExecVerdictTimeoutMs = 5'000;
 constexpr std::size_t kPendingCommitsMax = 4096;
@@ -153,6 +154,12 @@ struct Supervisor::Impl {
   std::unique_ptr<std::atomic<std::uint64_t>[]> deadlines;  // per slot, read by the rt thread
   std::unique_ptr<boost::lockfree::spsc_queue<KillEvent>> kill_events;
   std::atomic<std::uint64_t> kill_events_dropped{0};
+  // Largest rt wake-up lateness since the io thread last looked (rt thread: one relaxed
+  // compare-exchange loop, no syscall). Above kill_latency_budget the pause budget's premise
+  // is broken, so it is logged (at most once per kRtLateLogIntervalNs).
+  std::atomic<std::uint64_t> rt_lateness_max_ns{0};
+  std::uint64_t rt_late_logged_ns = 0;
+  std::uint64_t rt_late_events = 0;
   std::unique_ptr<RtThread> rt;
   std::vector<SandboxId> disarming;
   TimerId disarm_timer;
@@ -228,6 +235,9 @@ struct Supervisor::Impl {
   json status_json() const;
 
   bool gate_named_creation(ControlClientId client, const json& id);
+  /// Logs (rate-limited) an rt wake-up later than kill_latency_budget_ms: the safety margin the
+  /// pause budget relies on was eaten by the host (DESIGN.md "Time").
+  void check_rt_lateness();
   /// Why a requested lease TTL cannot be served ("" if absent or fine).
   std::string ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const;
   void acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req);
@@ -380,7 +390,12 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   };
   hooks.revoke_slot = [](void* c, std::uint32_t slot) { static_cast<Impl*>(c)->table->revoke(slot); };
   hooks.record_lateness = [](void* c, std::uint64_t lateness_ns) {
-    static_cast<Impl*>(c)->table->record_rt_lateness_ns(lateness_ns);
+    Impl* self = static_cast<Impl*>(c);
+    self->table->record_rt_lateness_ns(lateness_ns);
+    std::uint64_t seen = self->rt_lateness_max_ns.load(std::memory_order_relaxed);
+    while (lateness_ns > seen &&
+           !self->rt_lateness_max_ns.compare_exchange_weak(seen, lateness_ns, std::memory_order_relaxed)) {
+    }
   };
   // Writer liveness from the thread that kills: a stuck rt thread makes readers refuse.
   hooks.writer_heartbeat = [](void* c, std::uint64_t now_ns) { static_cast<Impl*>(c)->table->heartbeat(now_ns); };
@@ -492,6 +507,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   heartbeat_timer = loop->add_periodic(interval_ns, now_boottime_ns() + interval_ns,
                                        [this] { on_heartbeat_tick(); });
   housekeeping_timer = loop->add_periodic(100'000'000, now_boottime_ns() + 100'000'000, [this] {
+    check_rt_lateness();
     control->tick(now_ns() / 1'000'000);
     sync_control_polls();
     reap_orphans();
@@ -609,6 +625,20 @@ void Supervisor::Impl::on_request(ControlClientId client, ControlRequest req) {
     case ControlOp::expect_commit: do_expect_commit(client, std::move(req)); return;
     default: return;
   }
+}
+
+void Supervisor::Impl::check_rt_lateness() {
+  const std::uint64_t late = rt_lateness_max_ns.exchange(0, std::memory_order_relaxed);
+  const std::uint64_t budget_ns = cfg.kill_latency_budget_ms * 1'000'000;
+  if (late <= budget_ns) return;
+  ++rt_late_events;
+  const std::uint64_t now = now_ns();
+  if (rt_late_logged_ns != 0 && now - rt_late_logged_ns < kRtLateLogIntervalNs) return;
+  rt_late_logged_ns = now;
+  log_event("event=rt_late lateness_ms=%.3f kill_latency_budget_ms=%" PRIu64
+            " note=\"the rt thread woke later than the kill-latency budget the pause budget assumes; "
+            "isolate its CPU or raise --kill-latency-budget-ms\"",
+            static_cast<double>(late) / 1e6, cfg.kill_latency_budget_ms);
 }
 
 std::string Supervisor::Impl::ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const {
@@ -980,7 +1010,7 @@ void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
 
 void Supervisor::Impl::do_expect_commit(ControlClientId client, ControlRequest req) {
   if (find(*req.sandbox) != nullptr) {
-    reply(client, control_error(req.id, "bad_request", "sandbox " + req.sandbox->str() + " already exists here"));
+    reply(client, control_error(req.id, "refused", "sandbox " + req.sandbox->str() + " already exists here"));
     return;
   }
   if (by_name.contains(*req.name)) {
@@ -1137,6 +1167,7 @@ json Supervisor::Impl::status_json() const {
         {"creates_refused_killswitch", counters.creates_refused_killswitch},
         {"names_released", counters.names_released},
         {"late_grants_released", counters.late_grants_released},
+        {"rt_late_over_budget", rt_late_events},
         {"orphans_reaped", counters.orphans_reaped},
         {"worker_beats_acked", counters.worker_beats_acked},
         {"control_bad_requests", control->bad_requests()},

@@ -333,6 +333,9 @@ TEST_F(SupervisorProcess, NamingAnUnnamedSandboxAndTwoPhaseCommit) {
   ASSERT_NE(info, nullptr);
   EXPECT_EQ(info->record.state, wire::LockState::held);
   EXPECT_EQ(info->record.worker.str(), sup.worker);
+  const json dup = sup.call({{"v", 1}, {"op", "expect-commit"}, {"name", "planned"}, {"sandbox", planned.str()},
+                             {"epoch", g->epoch}, {"argv", {"sleep", "30"}}});
+  EXPECT_EQ(dup["error"], "refused") << dup.dump();
   // A commit for an epoch that is not the Acquiring one starts nothing.
   const lockd::Answer acq2 = ad.acquire("planned2", SandboxId{0x1, 0x2}, WorkerId{}, 0, true);
   ASSERT_NE(acq2.as<wire::Grant>(), nullptr);
@@ -561,6 +564,27 @@ TEST_F(SupervisorProcess, LockdInAnotherModeOrWithAShorterTtlIsRefusedAtStart) {
   const json a = ok.call(r);
   EXPECT_EQ(a["error"], "bad_request") << a.dump();
   EXPECT_NE(a["message"].get<std::string>().find("must be in [1000, 1000]"), std::string::npos) << a.dump();
+}
+
+TEST_F(SupervisorProcess, RtWakeUpsLaterThanTheKillLatencyBudgetAreReported) {
+  // A budget of 0 ms: every real wake-up is later than that, so the premise of the pause
+  // budget is reported (status counter and a rate-limited log line) instead of assumed.
+  start_lockd();
+  Supervisor sup;
+  std::string err;
+  ASSERT_TRUE(sup.start(dir_.path(), lockd_.address, key_,
+                        {"--ttl-ms", "1000", "--kill-after-ms", "600", "--heartbeat-interval-ms", "100",
+                         "--kill-latency-budget-ms", "0", "--slots", "16"},
+                        &err))
+      << err;
+  ASSERT_EQ(sup.call(run_req("late", {"sleep", "30"}))["ok"], true);
+  EXPECT_TRUE(eventually([&] {
+    return sup.call({{"v", 1}, {"op", "status"}})["counters"]["rt_late_over_budget"].get<int>() >= 1;
+  }, 5000));
+  const auto ev = sup.events("rt_late");
+  ASSERT_GE(ev.size(), 1u) << sup.log_text();
+  EXPECT_EQ(ev[0].at("kill_latency_budget_ms"), "0");
+  EXPECT_GT(std::stod(ev[0].at("lateness_ms")), 0.0);
 }
 
 TEST_F(SupervisorProcess, LeaseSupervisorOnAPreemptibleLockdIsRefusedAtStart) {
