@@ -36,6 +36,15 @@ WorkerId random_instance_id() {
   return id;
 }
 
+/// Every answer that waits for durability is in the receiver's in-flight set, and a store that
+/// is slow (not failed) must not make retries look new before their answer exists.
+wire::Receiver::Limits receiver_limits() {
+  wire::Receiver::Limits l;
+  l.in_flight_max = kDeferredAnswersMax;
+  l.in_flight_expiry_ns = 60'000'000'000;
+  return l;
+}
+
 LeaseConfig lease_config_of(const LockdConfig& c) {
   LeaseConfig l;
   l.default_ttl_ns = static_cast<std::int64_t>(c.ttl_ms) * kNsPerMs;
@@ -58,7 +67,7 @@ LockService::LockService(const LockdConfig& cfg, const wire::WireKey& key, Event
     : cfg_(cfg),
       loop_(loop),
       table_(lease_config_of(cfg)),
-      receiver_(key, wire::Receiver::Limits{}),
+      receiver_(key, receiver_limits()),
       sender_(random_instance_id(), wire::seq_seed(), key) {
   auto store = std::make_unique<NameStore>(cfg.store_path);  // throws StoreError
   incarnation_ = store->open_count();
@@ -151,17 +160,13 @@ void LockService::on_datagram(const Datagram& d) {
       const wire::Header& h = a.message.header;
       if (a.reason == wire::DecodeError::replayed) {
         // A client retry resends the same bytes (same seq). A heartbeat retry is executed
-        // again (refreshes are idempotent, and their answers are not cached); a retry of a
-        // request whose answer waits for durability is dropped (that answer will come).
+        // again (refreshes are idempotent, and their answers are not cached). (A retry of a
+        // request whose answer waits for durability never gets here: the receiver drops it.)
         if (h.type == wire::MessageType::heartbeat) {
           wire::DecodeResult again = wire::decode_payload(h, bytes);
           if (again)
             on_heartbeat(std::get<wire::Heartbeat>(again.body), h.sender, from, h.request_id,
                          now_boottime_ns());
-          return;
-        }
-        if (deferred_keys_.count({h.sender, h.request_id}) != 0) {
-          ++counters_.retries_while_pending;
           return;
         }
       }
@@ -215,11 +220,6 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     ++counters_.unexpected_messages;
     if (type == wire::MessageType::is_running)
       send_now(from, rid, &key, wire::Error{wire::ErrorCode::unsupported, "lockd runs no sandboxes"});
-    return;
-  }
-  // A retry of a request whose answer is waiting for durability: that answer will go out.
-  if (deferred_keys_.count({m.header.sender, rid}) != 0) {
-    ++counters_.retries_while_pending;
     return;
   }
   const bool mutating = type != wire::MessageType::list && type != wire::MessageType::show &&
@@ -279,7 +279,9 @@ void LockService::answer_gated(const SocketAddress& to, std::uint64_t request_id
     return;
   }
   ++counters_.answers_deferred;
-  deferred_keys_.insert({key.sender, request_id});
+  // Until its answer is remembered (send_now), the receiver drops retries of this request
+  // (wire::Receiver in-flight set): that answer will go out.
+  receiver_.defer(key, now_boottime_ns());
   deferred_.push_back(Deferred{change_seq_, to, request_id, key, std::move(body)});
 }
 
@@ -637,7 +639,7 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("store_compact_ms_max", st.compact_ns_max / 1'000'000);
   add("overloaded", counters_.overloaded);
   add("answers_deferred", counters_.answers_deferred);
-  add("retries_while_pending", counters_.retries_while_pending);
+  add("retries_while_pending", receiver_.stats().in_flight_retries);
   add("decode_accepted", receiver_.stats().accepted);
   add("answers_resent", receiver_.stats().resent);
   add("is_running_sent", counters_.is_running_sent);
@@ -719,7 +721,6 @@ bool LockService::after_iteration(std::int64_t now_ns) {
   const std::uint64_t durable = store_->durable_seq();
   while (!deferred_.empty() && deferred_.front().seq <= durable) {
     Deferred& d = deferred_.front();
-    deferred_keys_.erase({d.key.sender, d.request_id});
     send_now(d.to, d.request_id, &d.key, d.body);
     deferred_.pop_front();
   }

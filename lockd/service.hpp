@@ -64,7 +64,6 @@ struct ServiceCounters {
   std::uint64_t is_running_sent = 0;
   std::uint64_t is_running_answers = 0;
   std::uint64_t overloaded = 0;             ///< requests answered Error{overloaded}
-  std::uint64_t retries_while_pending = 0;  ///< retries of a request whose answer awaits durability
   std::uint64_t answers_deferred = 0;
   std::uint64_t answers_resent = 0;
   std::uint64_t sends_failed = 0;
@@ -121,12 +120,6 @@ class LockService {
     Epoch epoch = 0;
     std::int64_t deadline_ns = 0;
   };
-  struct PendingKeyHash {
-    std::size_t operator()(const std::pair<WorkerId, std::uint64_t>& k) const noexcept {
-      return std::hash<WorkerId>{}(k.first) ^ (k.second * 0x9E3779B97F4A7C15ULL);
-    }
-  };
-
   void rebuild(std::int64_t now_ns);
   void on_datagram(const Datagram& d);
   void dispatch(wire::Message& m, const wire::RequestKey& key, const SocketAddress& from,
@@ -184,7 +177,6 @@ class LockService {
   std::uint64_t change_seq_ = 0;     ///< last change's sequence number
   std::uint64_t submitted_seq_ = 0;  ///< last change handed to the store thread
   std::deque<Deferred> deferred_;
-  std::unordered_set<std::pair<WorkerId, std::uint64_t>, PendingKeyHash> deferred_keys_;
 
   /// Text of every name the table knows (a superset: dropped records are pruned lazily),
   /// ordered by NameId so a list page is a lower_bound and a short walk.
