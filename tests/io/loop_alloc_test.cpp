@@ -3,35 +3,10 @@
 // test binary only.
 #include "io/clock.hpp"
 #include "io/loop.hpp"
+#include "tests/common/alloc_counter.hpp"
 #include "tests/io/io_uring_skip.hpp"
 
 #include <gtest/gtest.h>
-
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-// g++ sees free() on memory it believes came from the library operator new; this file replaces
-// operator new with malloc, so the pairing is right.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 namespace leasehold {
 namespace {
@@ -56,19 +31,23 @@ TEST(EventLoopAllocation, PingPongAndTimersDoNotAllocate) {
   ASSERT_TRUE(a.valid() && b.valid());
   const std::byte payload[64] = {};
 
+  using test::g_allocations;
+  auto& counting = test::g_count_allocations;
+  counting.store(false);
+  g_allocations.store(0);
   // Control: the counter sees an allocation (a handler too big to be stored inline).
-  g_counting.store(true);
+  counting.store(true);
   {
     char big[64] = {};
     TimerHandler heavy = [big] { (void)big[0]; };
     ASSERT_TRUE(static_cast<bool>(heavy));
   }
-  g_counting.store(false);
+  counting.store(false);
   ASSERT_GE(g_allocations.load(), 1);
   g_allocations.store(0);
 
   constexpr int kRounds = 1000;
-  g_counting.store(true);
+  counting.store(true);
   for (int round = 0; round < kRounds; ++round) {
     ASSERT_EQ(loop->send_to(a, payload, &b_addr), 0);
     // Two timers with small captures: one fires now, one is cancelled.
@@ -79,7 +58,7 @@ TEST(EventLoopAllocation, PingPongAndTimersDoNotAllocate) {
     ASSERT_EQ(echoes, round + 1);
   }
   for (int i = 0; i < 1000 && loop->timers_live() != 0; ++i) ASSERT_GE(loop->run_once(10 * kNsPerMs), 0);
-  g_counting.store(false);
+  counting.store(false);
   EXPECT_EQ(g_allocations.load(), 0);
   EXPECT_EQ(timers_fired, kRounds);
   EXPECT_EQ(loop->timers_live(), 0u);

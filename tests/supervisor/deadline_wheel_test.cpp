@@ -6,8 +6,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <new>
 #include <map>
 #include <random>
 #include <set>
@@ -15,23 +13,8 @@
 
 // Counts every operator new in this test binary, so the wheel's "no allocation after
 // construction" (the rt thread uses it) is asserted, not assumed.
-static std::atomic<std::uint64_t> g_allocations{0};
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-// g++ 12 sees free() on memory it believes came from the library operator new; this file
-// replaces operator new with malloc, so the pairing is right.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "tests/common/alloc_counter.hpp"
+using leasehold::test::g_allocations;
 
 namespace leasehold {
 namespace {
