@@ -97,6 +97,10 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
       else if (live.closed) reason = "the supervisor closed the table";
       else if (!live.alive) reason = "the supervisor's heartbeat is stale (writer dead?)";
       else if (snap.revoked) reason = "the lease was revoked (kill-switch or lost lease)";
+      else if (snap.state == shm::SlotState::cooling || snap.state == shm::SlotState::free)
+        reason = "the slot's sandbox is gone (slot " + std::string(shm::to_string(snap.state)) +
+                 "): killed by the kill-switch, released, or exited";
+      else if (snap.epoch == 0) reason = "no lease is published in the slot (its sandbox has no name)";
       else if (snap.epoch != *epoch) reason = "the slot holds epoch " + std::to_string(snap.epoch) + ", not " + etext;
       else if (snap.valid_until_ns <= now) reason = "valid_until passed " + duration_text(static_cast<std::int64_t>(now - snap.valid_until_ns)) + " ago";
       else reason = "the slot is " + std::string(shm::to_string(snap.state));

@@ -326,6 +326,11 @@ TEST_F(CliTest, CheckFollowsTheSlot) {
   const Result revoked = cli({"check"}, env);
   EXPECT_EQ(revoked.code, kFailure);
   EXPECT_NE(revoked.out.find("revoked"), std::string::npos) << revoked.out;
+  // After the kill-switch the sandbox is gone and its slot freed: said as such, not as "epoch 0".
+  ASSERT_EQ(w.free(c.slot, shm::boottime_ns()), shm::TableErrc::ok);
+  const Result gone = cli({"check"}, env);
+  EXPECT_EQ(gone.code, kFailure);
+  EXPECT_NE(gone.out.find("the slot's sandbox is gone (slot cooling)"), std::string::npos) << gone.out;
   w.remove();
 }
 
