@@ -23,6 +23,7 @@
 #include "io/clock.hpp"
 #include "io/loop.hpp"
 #include "io/udp.hpp"
+#include "perf/common/ratio_report.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -254,51 +255,30 @@ BENCHMARK(BM_PingPongLoaded_UringSingleIssuer)->Arg(1)->Arg(64)->MinTime(1.0);
 BENCHMARK(BM_PingPongLoaded_Epoll)->Arg(1)->Arg(64)->MinTime(1.0);
 BENCHMARK(BM_PingPongLoaded_Poll)->Arg(1)->Arg(64)->MinTime(1.0);
 
-// Console output, then round trips per second and each variant's ratio to io_uring.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    // With --benchmark_repetitions the median wins (aggregates are reported after the runs).
-    for (const auto& r : runs) {
-      if (r.error_occurred) continue;
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
-      const auto it = r.counters.find("items_per_second");
-      if (it != r.counters.end()) rate_[r.run_name.function_name + "/" + r.run_name.args] = it->second.value;
+// At the end: round trips/s of io_uring and of the other loop, and the ratio io_uring / other,
+// for every pair that ran (perf/common/ratio_report.hpp; the median with --benchmark_repetitions).
+std::string summary(const leasehold::perf::RunResults& r) {
+  using leasehold::perf::RatioTable;
+  RatioTable t("round trips/s over loopback; ratio = io_uring / other (> 1: io_uring ahead)", "case",
+               {{"io_uring /s", 0, ""}, {"other /s", 0, ""}, {"ratio", 2, ""}});
+  for (const char* mode : {"Uring", "UringSingleIssuer"}) {
+    const std::string plain = std::string("BM_PingPong_") + mode;
+    const std::string loaded = std::string("BM_PingPongLoaded_") + mode;
+    for (const char* batch : {"1", "64"}) {
+      auto line = [&](const char* what, const std::string& uring, const std::string& other) {
+        const auto u = r.items_per_second(uring + "/" + batch);
+        const auto o = r.items_per_second(other + "/" + batch);
+        t.row(std::string("batch ") + batch + ", " + what + ": " + (uring.c_str() + 3) + " vs " + (other.c_str() + 3),
+              {u, o, leasehold::perf::ratio(u, o)});
+      };
+      line("unloaded", plain, "BM_PingPong_Blocking");
+      line("1000 timers + 100 idle sockets", loaded, "BM_PingPongLoaded_Epoll");
+      line("1000 timers + 100 idle sockets", loaded, "BM_PingPongLoaded_Poll");
     }
   }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    std::printf("\nround trips/s over loopback; ratio = io_uring / other (> 1: io_uring ahead)\n");
-    for (const char* mode : {"Uring", "UringSingleIssuer"}) {
-      const std::string plain = std::string("BM_PingPong_") + mode;
-      const std::string loaded = std::string("BM_PingPongLoaded_") + mode;
-      for (const char* batch : {"1", "64"}) {
-        line("unloaded", plain, "BM_PingPong_Blocking", batch);
-        line("1000 timers + 100 idle sockets", loaded, "BM_PingPongLoaded_Epoll", batch);
-        line("1000 timers + 100 idle sockets", loaded, "BM_PingPongLoaded_Poll", batch);
-      }
-    }
-  }
-
- private:
-  void line(const char* what, const std::string& uring, const std::string& other, const char* batch) {
-    const auto u = rate_.find(uring + "/" + batch);
-    const auto o = rate_.find(other + "/" + batch);
-    if (u == rate_.end() || o == rate_.end() || o->second <= 0) return;
-    std::printf("  batch %-3s %-30s %-34s %9.0f/s  %-24s %9.0f/s  ratio %.2f\n", batch, what,
-                uring.c_str() + 3, u->second, other.c_str() + 3, o->second, u->second / o->second);
-  }
-  std::map<std::string, double> rate_;
-};
+  return leasehold::perf::join_tables({t});
+}
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RatioReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return leasehold::perf::run_with_ratios(argc, argv, summary); }

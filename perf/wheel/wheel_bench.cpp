@@ -5,6 +5,7 @@
 //
 // Workload: deadlines uniform over a 60 s horizon (typical lease TTLs are seconds), 1 ms
 // granularity; `advance` walks the horizon in 1 ms steps, like the rt thread's tick loop.
+#include "perf/common/ratio_report.hpp"
 #include "supervisor/deadline_wheel.hpp"
 
 #include <benchmark/benchmark.h>
@@ -327,53 +328,28 @@ BENCHMARK(BM_Rearm_Wheel)->Arg(kTimersTypical)->Arg(kTimers)->Unit(benchmark::kM
 BENCHMARK(BM_Rearm_PriorityQueue)->Arg(kTimersTypical)->Arg(kTimers)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 BENCHMARK(BM_Rearm_Multimap)->Arg(kTimersTypical)->Arg(kTimers)->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
-// Console output plus, at the end, ns per timer operation and each baseline's ratio to the wheel.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const auto& r : runs) {
-      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
-      const auto it = r.counters.find("items_per_second");
-      if (it == r.counters.end() || it->second.value <= 0) continue;
-      ns_per_op_[r.benchmark_name()] = 1e9 / it->second.value;
-    }
-  }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    for (std::uint32_t n : {kTimersTypical, kTimers}) {
-      std::printf("\nns per timer operation with %u timers, and ratio baseline / wheel (>1: wheel faster):\n", n);
-      std::printf("%-10s %12s %16s %12s %16s %12s\n", "operation", "wheel", "priority_queue", "ratio",
-                  "multimap", "ratio");
-      const std::string size = "/" + std::to_string(n);
-      for (const char* op : {"Schedule", "Cancel", "Advance", "Rearm"}) {
-        const double w = get(std::string("BM_") + op + "_Wheel" + size);
-        const double h = get(std::string("BM_") + op + "_PriorityQueue" + size);
-        const double m = get(std::string("BM_") + op + "_Multimap" + size);
-        std::printf("%-10s %12.1f %16.1f %11.2fx %16.1f %11.2fx\n", op, w, h, w > 0 ? h / w : 0.0, m,
-                    w > 0 ? m / w : 0.0);
+// At the end: ns per timer operation of the wheel and of each baseline, and the ratio
+// baseline / wheel, for every pair that ran (perf/common/ratio_report.hpp).
+std::string summary(const leasehold::perf::RunResults& r) {
+  using leasehold::perf::RatioTable;
+  std::vector<RatioTable> tables;
+  for (std::uint32_t n : {kTimersTypical, kTimers}) {
+    RatioTable t("ns per timer operation with " + std::to_string(n) + " timers; ratio = baseline / wheel (> 1: wheel faster)",
+                 "operation", {{"wheel", 1, ""}, {"baseline", 1, ""}, {"ratio", 2, "x"}});
+    const std::string size = "/" + std::to_string(n);
+    for (const char* op : {"Schedule", "Cancel", "Advance", "Rearm"}) {
+      const auto w = r.ns_per_item(std::string("BM_") + op + "_Wheel" + size);
+      for (const char* base : {"PriorityQueue", "Multimap"}) {
+        const auto b = r.ns_per_item(std::string("BM_") + op + "_" + base + size);
+        t.row(std::string(op) + " vs " + (base == std::string("Multimap") ? "multimap" : "priority_queue"),
+              {w, b, leasehold::perf::ratio(b, w)});
       }
     }
-    std::printf("(priority_queue cancel is lazy deletion: its cost is paid by later pops)\n");
+    tables.push_back(std::move(t));
   }
-
- private:
-  double get(const std::string& name) const {
-    for (const auto& [k, v] : ns_per_op_) {
-      if (k.rfind(name + "/", 0) == 0 || k == name) return v;
-    }
-    return 0.0;
-  }
-  std::map<std::string, double> ns_per_op_;
-};
+  return leasehold::perf::join_tables(tables, "(priority_queue cancel is lazy deletion: its cost is paid by later pops)");
+}
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RatioReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return leasehold::perf::run_with_ratios(argc, argv, summary); }

@@ -5,6 +5,7 @@
 // and each variant's ratio to the memcpy.
 #include "io/auth.hpp"
 #include "io/protocol.hpp"
+#include "perf/common/ratio_report.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -152,47 +153,22 @@ BENCHMARK(BM_Encode_NoHmac)->MinTime(0.5);
 BENCHMARK(BM_Decode_NoHmac)->MinTime(0.5);
 BENCHMARK(BM_SignVerify)->MinTime(0.5);
 
-// Console output plus, at the end, ns per 64-entry batch and the ratio to memcpy.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const auto& r : runs) {
-      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
-      const auto it = r.counters.find("items_per_second");
-      if (it == r.counters.end() || it->second.value <= 0) continue;
-      ns_per_batch_[r.benchmark_name()] = 1e9 / it->second.value;
-    }
+// At the end: ns per 64-entry batch and the ratio to memcpy of the same bytes, for every
+// benchmark that ran next to BM_Memcpy (perf/common/ratio_report.hpp).
+std::string summary(const leasehold::perf::RunResults& r) {
+  const Batch& b = batch();
+  leasehold::perf::RatioTable t(std::to_string(kBatchEntries) + "-entry heartbeat = " + std::to_string(b.datagrams.size()) +
+                                    " datagrams, " + std::to_string(b.bytes) + " bytes; ns per batch and ratio to memcpy:",
+                                "benchmark", {{"ns", 1, ""}, {"ratio", 1, "x"}});
+  const auto base = r.ns_per_item("BM_Memcpy");
+  for (const char* name : {"BM_Memcpy", "BM_EncodeDecode_NoHmac", "BM_EncodeDecode_Hmac", "BM_Encode_NoHmac",
+                           "BM_Decode_NoHmac", "BM_SignVerify"}) {
+    const auto v = r.ns_per_item(name);
+    t.row(name + 3, {v, leasehold::perf::ratio(v, base)});
   }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    const Batch& b = batch();
-    const double base = get("BM_Memcpy");
-    std::printf("\n%zu-entry heartbeat = %zu datagrams, %zu bytes; ns per batch and ratio to memcpy:\n",
-                kBatchEntries, b.datagrams.size(), b.bytes);
-    for (const char* name : {"BM_Memcpy", "BM_EncodeDecode_NoHmac", "BM_EncodeDecode_Hmac", "BM_Encode_NoHmac",
-                             "BM_Decode_NoHmac", "BM_SignVerify"}) {
-      const double v = get(name);
-      std::printf("%-24s %10.1f ns %10.1fx\n", name + 3, v, base > 0 ? v / base : 0.0);
-    }
-  }
-
- private:
-  double get(const std::string& name) const {
-    for (const auto& [k, v] : ns_per_batch_)
-      if (k.rfind(name, 0) == 0) return v;
-    return 0.0;
-  }
-  std::map<std::string, double> ns_per_batch_;
-};
+  return leasehold::perf::join_tables({t});
+}
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RatioReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return leasehold::perf::run_with_ratios(argc, argv, summary); }
