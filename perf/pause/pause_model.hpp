@@ -44,6 +44,11 @@ inline constexpr std::uint32_t kStepsMax = 255;            ///< --steps upper bo
 inline constexpr std::uint64_t kPauseMsMax = 3'600'000;    ///< one pause: at most an hour
 inline constexpr std::size_t kSandboxLogLinesMax = 100'000;  ///< lines parsed from one sandbox log
 inline constexpr std::size_t kHistogramBuckets = 65;       ///< shm/layout.hpp Histogram
+/// A trial's measured freeze (freeze request → thaw request) that differs from the requested
+/// pause by more than this is reported, and classified, with the measured length.
+inline constexpr std::int64_t kPauseToleranceNs = 1'000'000;
+/// ρ accepted by the probe: DESIGN.md "Time" (the supervisor refuses above 10 % as well).
+inline constexpr double kClockRateBoundMax = 0.1;
 
 /// The configured timing of the supervisor under test (its flags, or its `status` answer).
 struct Timing {
@@ -352,7 +357,7 @@ struct TrialObservation {
   std::int64_t cut_ns = 0;            ///< refreshes dropped from here (worst phase)
   std::int64_t freeze_ns = 0;         ///< freeze requested
   std::int64_t frozen_ns = 0;         ///< freeze confirmed (cgroup.events frozen 1 / state T)
-  std::int64_t thaw_ns = 0;           ///< thaw requested (= freeze_ns + pause)
+  std::int64_t thaw_ns = 0;           ///< thaw requested (freeze_ns + pause, unless the probe was late)
   std::int64_t thawed_ns = 0;         ///< thaw confirmed
   std::int64_t end_ns = 0;            ///< observation ended
   std::int64_t valid_until_ns = 0;    ///< the slot's valid_until when the freeze started
@@ -360,7 +365,7 @@ struct TrialObservation {
   std::int64_t expiry_hi_ns = 0;      ///< upper bound (show: receive + ttl_left + 1 ms)
   std::int64_t grant_send_ns = 0;     ///< the contender's first successful acquire: sent
   std::int64_t grant_recv_ns = 0;     ///<   and answered
-  std::int64_t last_deny_send_ns = 0; ///< its last refused attempt before that, sent
+  std::int64_t last_deny_send_ns = 0; ///< its last refused attempt (lockd answered Deny), sent
   std::int64_t death_ns = 0;          ///< the sandbox's pidfd was seen readable (by the probe)
   std::int64_t revoked_ns = 0;        ///< the slot's revoked bit first seen set
   std::int64_t refreshed_ns = 0;      ///< valid_until first moved after the thaw (lease kept)
@@ -370,12 +375,14 @@ struct TrialObservation {
   std::string error;                  ///< the trial could not be run (then nothing else counts)
 };
 
+/// The codes are the CSV's `outcome_code` and the plot's classes: they never change meaning.
 enum class Outcome : std::uint8_t {
   kept = 0,                  ///< no kill needed: the lease was refreshed after the pause
   killed_before_expiry = 1,  ///< the sandbox died before lockd's expiry / any other grant
   violation = 2,             ///< another holder was granted the name while the sandbox ran
   unbounded = 3,             ///< a violation that recovery did not end while observed
-  error = 4,                 ///< the trial could not be run
+  error = 4,                 ///< the trial could not be run, or lockd's side of it is unknown
+  killed_after_expiry = 5,   ///< died after lockd's expiry, but no other holder was granted first
 };
 inline std::string_view to_string(Outcome o) {
   switch (o) {
@@ -384,6 +391,7 @@ inline std::string_view to_string(Outcome o) {
     case Outcome::violation: return "violation";
     case Outcome::unbounded: return "unbounded";
     case Outcome::error: return "error";
+    case Outcome::killed_after_expiry: return "killed-after-expiry";
   }
   return "error";
 }
@@ -398,6 +406,7 @@ struct TrialResult {
   std::optional<std::int64_t> margin_ns;        ///< expiry_lo − death (> 0: safe side)
   bool violation = false;             ///< grant answered before the sandbox died
   std::int64_t window_ns = 0;         ///< death − grant_send (upper estimate of the overlap)
+  std::int64_t pause_ns = 0;          ///< the pause classified: effective_pause_ns()
   std::optional<std::int64_t> window_bound_ns;  ///< pause − (ttl − kill_after) + recovery
   std::optional<std::int64_t> recovery_ns;      ///< death − thaw
   std::optional<std::int64_t> kill_latency_ns;  ///< death − max(thawed, valid_until)
@@ -418,17 +427,41 @@ inline std::int64_t effective_death_ns(const TrialObservation& o) {
   return std::min(o.death_ns, o.sup_confirmed_ns);
 }
 
+/// The freeze as the probe timed it: thaw request − freeze request (nullopt before both).
+inline std::optional<std::int64_t> measured_pause_ns(const TrialObservation& o) {
+  if (o.freeze_ns == 0 || o.thaw_ns == 0 || o.thaw_ns < o.freeze_ns) return std::nullopt;
+  return o.thaw_ns - o.freeze_ns;
+}
+
+/// True when the measured freeze differs from the requested pause by more than
+/// kPauseToleranceNs (the probe thawed late, e.g. on a loaded host).
+inline bool pause_differs(const TrialObservation& o) {
+  const auto m = measured_pause_ns(o);
+  const std::int64_t asked = static_cast<std::int64_t>(o.pause_ms) * 1'000'000;
+  return m && (*m - asked > kPauseToleranceNs || asked - *m > kPauseToleranceNs);
+}
+
+/// The pause the trial stands for: the measured one when it differs, else the requested one.
+inline std::int64_t effective_pause_ns(const TrialObservation& o) {
+  return pause_differs(o) ? *measured_pause_ns(o) : static_cast<std::int64_t>(o.pause_ms) * 1'000'000;
+}
+
 /// Classifies one trial against the configured timing. Rules (DESIGN.md "Time"):
 ///  * violation  ⇔ the contender's grant was answered before the sandbox's death (a certain
 ///    overlap); window = death − grant_send (an upper estimate). A grant with the sandbox still
 ///    alive at the end of the observation is `unbounded`.
 ///  * side effects refused ⇔ no late accept, no accepted check in [valid_until, lease refreshed
 ///    again or death or end], none in [grant_send, death].
+///  * lockd's expiry = Show's lower bound, else the contender's grant (sent). A death with neither,
+///    and no Deny sent at or after the death (lockd still held the name then), says nothing
+///    about lockd: `error` (e.g. the probe cannot reach lockd, or holds the wrong key).
 ///  * ok ⇔ no error, side effects refused, not unbounded, and no violation under the budget.
+/// The pause is effective_pause_ns(o): what the supervisor really got when the probe thawed late.
 inline TrialResult classify(const TrialObservation& o, const SandboxLog* log, const Timing& t) {
   TrialResult r;
   const std::int64_t budget = configured_budget_ns(t);
-  const std::int64_t pause_ns = static_cast<std::int64_t>(o.pause_ms) * 1'000'000;
+  const std::int64_t pause_ns = effective_pause_ns(o);
+  r.pause_ns = pause_ns;
   r.under_budget = pause_ns < budget;
   if (!o.error.empty()) {
     r.outcome = Outcome::error;
@@ -447,8 +480,16 @@ inline TrialResult classify(const TrialObservation& o, const SandboxLog* log, co
     if (expiry != 0) {
       r.margin_ns = expiry - death;
       r.killed_before_expiry = death < expiry;
+    } else if (o.last_deny_send_ns != 0 && o.last_deny_send_ns >= death) {
+      r.killed_before_expiry = true;  // lockd still refused the name after the death
     } else {
-      r.killed_before_expiry = true;  // nobody else could acquire while it ran
+      r.outcome = Outcome::error;
+      r.killed = false;
+      r.killed_by.clear();
+      r.pause_missed = o.frozen_ns != 0 && death <= o.frozen_ns;
+      r.note = "lockd's side is unknown: no expiry from Show and no answer to the contender after the "
+               "sandbox died (is the probe's --lockd the supervisor's lockd, with the same key?)";
+      return r;
     }
   }
   if (o.grant_recv_ns != 0 && (!r.killed || o.grant_recv_ns < death)) {
@@ -465,7 +506,9 @@ inline TrialResult classify(const TrialObservation& o, const SandboxLog* log, co
   if (r.violation) {
     r.outcome = r.killed ? Outcome::violation : Outcome::unbounded;
   } else if (r.killed) {
-    r.outcome = Outcome::killed_before_expiry;
+    r.outcome = r.killed_before_expiry ? Outcome::killed_before_expiry : Outcome::killed_after_expiry;
+    if (r.outcome == Outcome::killed_after_expiry)
+      r.note += (r.note.empty() ? "" : "; ") + std::string("died after lockd's expiry; no other holder was granted first");
   } else if (o.refreshed_ns != 0) {
     r.outcome = Outcome::kept;
   } else {
@@ -536,15 +579,18 @@ inline SweepVerdict sweep_verdict(const std::vector<TrialObservation>& obs,
     if (!r.side_effects_refused) ++v.side_effects_accepted;
     if (r.outcome == Outcome::unbounded) ++v.unbounded;
     if (r.recovery_ns) v.recovery_max_ns = std::max(v.recovery_max_ns.value_or(INT64_MIN), *r.recovery_ns);
+    // The pause the trial stands for (the measured one when the probe thawed late).
+    const std::int64_t pause_ns = effective_pause_ns(obs[i]);
+    const auto pause_ms = static_cast<std::uint64_t>(std::llround(static_cast<double>(pause_ns) / 1e6));
     if (r.violation) {
       ++v.violations;
       if (r.under_budget) ++v.violations_under_budget;
       v.window_max_ns = std::max(v.window_max_ns.value_or(INT64_MIN), r.window_ns);
-      const std::int64_t excess = static_cast<std::int64_t>(obs[i].pause_ms) * 1'000'000 - budget;
+      const std::int64_t excess = pause_ns - budget;
       v.window_excess_max_ns = std::max(v.window_excess_max_ns.value_or(INT64_MIN), r.window_ns - excess);
-      v.violating_pause_min_ms = std::min(v.violating_pause_min_ms.value_or(UINT64_MAX), obs[i].pause_ms);
+      v.violating_pause_min_ms = std::min(v.violating_pause_min_ms.value_or(UINT64_MAX), pause_ms);
     } else if (!r.pause_missed) {
-      v.safe_pause_max_ms = std::max(v.safe_pause_max_ms.value_or(0), obs[i].pause_ms);
+      v.safe_pause_max_ms = std::max(v.safe_pause_max_ms.value_or(0), pause_ms);
     }
   }
   v.ok = v.violations_under_budget == 0 && v.side_effects_accepted == 0 && v.unbounded == 0;
@@ -563,6 +609,17 @@ inline SweepVerdict sweep_verdict(const std::vector<TrialObservation>& obs,
   if (v.side_effects_accepted) line += "; SIDE EFFECTS ACCEPTED: " + std::to_string(v.side_effects_accepted);
   if (v.errors) line += "; errors: " + std::to_string(v.errors);
   v.line = std::move(line);
+  return v;
+}
+
+/// The verdict of a sweep stopped before its end (Ctrl-C): never ok, whatever the trials run so
+/// far showed, and the line says so first: "INTERRUPTED after k of n trial(s): <the rest>".
+inline SweepVerdict interrupted_verdict(SweepVerdict v, std::size_t planned) {
+  v.ok = false;
+  const std::size_t colon = v.line.find(": ");
+  const std::string rest = colon == std::string::npos ? v.line : v.line.substr(colon + 2);
+  v.line = "INTERRUPTED after " + std::to_string(v.trials) + " of " + std::to_string(planned) +
+           " trial(s): " + rest;
   return v;
 }
 

@@ -11,9 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace leasehold::pause {
@@ -23,10 +25,31 @@ struct MeasuredTiming {
   HistogramSnapshot rt_lateness;    ///< rt wake-up lateness, outside the probe's freezes
   HistogramSnapshot heartbeat_rtt;  ///< heartbeat RTT, outside the probe's freezes
   std::vector<std::int64_t> kill_latencies_ns;  ///< per killed trial (TrialResult::kill_latency_ns)
+  /// Killed trials (errors aside), and those without a kill latency, by why: the death came
+  /// before the freeze took hold, while the supervisor was frozen, or after the thaw request but
+  /// before the probe saw the thaw confirmed (a probe thread running late sees it late).
+  std::size_t killed_trials = 0, killed_before_freeze = 0, killed_while_frozen = 0,
+              killed_before_thaw_seen = 0;
   std::uint64_t lateness_p99_ns = 0, lateness_max_ns = 0;
   std::int64_t kill_latency_p99_ns = 0, kill_latency_max_ns = 0;
   std::optional<std::int64_t> budget_p99_ns, budget_max_ns;
 };
+
+/// Adds one trial's kill latency to `m`, or counts why it gives none (see MeasuredTiming).
+inline void add_kill_latency(MeasuredTiming& m, const TrialObservation& o, const TrialResult& r) {
+  if (r.outcome == Outcome::error || !r.killed) return;
+  ++m.killed_trials;
+  const std::int64_t death = effective_death_ns(o);
+  if (r.pause_missed || (o.frozen_ns != 0 && death <= o.frozen_ns)) {
+    ++m.killed_before_freeze;
+  } else if (o.thaw_ns != 0 && death < o.thaw_ns) {
+    ++m.killed_while_frozen;
+  } else if (!r.kill_latency_ns) {
+    ++m.killed_before_thaw_seen;
+  } else {
+    m.kill_latencies_ns.push_back(*r.kill_latency_ns);
+  }
+}
 
 /// Fills the quantiles and B_meas from the raw measurements.
 inline void finish_measured(MeasuredTiming& m, const Timing& t) {
@@ -37,6 +60,33 @@ inline void finish_measured(MeasuredTiming& m, const Timing& t) {
   if (m.rt_lateness.count == 0 || m.kill_latencies_ns.empty()) return;
   m.budget_p99_ns = measured_budget_ns(t, m.lateness_p99_ns, static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.kill_latency_p99_ns)));
   m.budget_max_ns = measured_budget_ns(t, m.lateness_max_ns, static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.kill_latency_max_ns)));
+}
+
+/// Why there is no measured budget ("" when there is one): the inputs that are missing, with
+/// the counts behind them.
+inline std::string measured_budget_missing(const MeasuredTiming& m) {
+  if (m.budget_p99_ns && m.budget_max_ns) return "";
+  std::string why;
+  if (m.rt_lateness.count == 0) why = "no rt wake-up lateness sample outside the freezes";
+  if (m.kill_latencies_ns.empty()) {
+    if (!why.empty()) why += "; ";
+    if (m.killed_trials == 0) {
+      why += "no trial needed a kill, so there is no kill latency";
+    } else {
+      why += "none of the " + std::to_string(m.killed_trials) + " killed trial(s) gave a kill latency:";
+      std::string parts;
+      auto part = [&](std::size_t n, const char* what) {
+        if (n != 0) parts += (parts.empty() ? " " : ", ") + std::to_string(n) + " " + what;
+      };
+      part(m.killed_before_freeze, "died before the freeze took hold");
+      part(m.killed_while_frozen, "died while the supervisor was frozen");
+      part(m.killed_before_thaw_seen,
+           "died before the probe saw the thaw confirmed (a probe running late sees the thaw late: "
+           "raise --observer-priority)");
+      why += parts;
+    }
+  }
+  return why;
 }
 
 /// Everything one sweep produced.
@@ -59,11 +109,11 @@ inline const std::vector<std::string>& csv_columns() {
       "pause_ms", "phase", "outcome", "outcome_code", "under_budget", "killed", "killed_by",
       "killed_before_expiry", "margin_ms", "violation", "window_ms", "window_bound_ms",
       "recovery_ms", "kill_latency_ms", "side_effects_refused", "refusal_lag_ms",
-      "valid_until_ms", "expiry_ms", "grant_ms", "death_ms", "thaw_ms", "sup_kill_ms", "note"};
+      "valid_until_ms", "expiry_ms", "grant_ms", "death_ms", "thaw_ms", "sup_kill_ms", "paused_ms", "note"};
   return cols;
 }
 /// 1-based column numbers the plot uses (kept in step with csv_columns()).
-inline constexpr int kColPause = 1, kColOutcomeCode = 4, kColMargin = 9, kColWindow = 11;
+inline constexpr int kColPause = 1, kColOutcomeCode = 4, kColMargin = 9, kColWindow = 11, kColPaused = 23;
 
 namespace detail {
 inline std::string ms3(std::int64_t ns) {
@@ -76,8 +126,6 @@ inline std::string ms1(std::int64_t ns) {
   std::snprintf(b, sizeof b, "%.1f", static_cast<double>(ns) / 1e6);
   return b;
 }
-inline std::string opt_ms(const std::optional<std::int64_t>& v) { return v ? ms3(*v) : ""; }
-inline std::string rel(std::int64_t t, std::int64_t base) { return t == 0 || base == 0 ? "" : ms3(t - base); }
 inline std::string csv_cell(std::string s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
@@ -87,35 +135,75 @@ inline std::string csv_cell(std::string s) {
   }
   return out + "\"";
 }
-inline const char* yn(bool b) { return b ? "1" : "0"; }
 }  // namespace detail
 
-inline std::vector<std::string> csv_row(const TrialObservation& o, const TrialResult& r) {
-  using namespace detail;
+/// A duration in ns, written in ms (3 decimals in the CSV, a number rounded to µs in JSON).
+struct DurationCell {
+  std::int64_t ns = 0;
+};
+/// One cell of a trial row: missing (CSV "", JSON null), a flag (CSV 1/0, JSON bool), a count,
+/// a duration, or text.
+using Cell = std::variant<std::monostate, bool, std::int64_t, DurationCell, std::string>;
+
+inline std::string csv_text(const Cell& c) {
+  if (const auto* b = std::get_if<bool>(&c)) return *b ? "1" : "0";
+  if (const auto* i = std::get_if<std::int64_t>(&c)) return std::to_string(*i);
+  if (const auto* d = std::get_if<DurationCell>(&c)) return detail::ms3(d->ns);
+  if (const auto* s = std::get_if<std::string>(&c)) return *s;
+  return "";
+}
+
+inline nlohmann::json json_value(const Cell& c) {
+  if (const auto* b = std::get_if<bool>(&c)) return *b;
+  if (const auto* i = std::get_if<std::int64_t>(&c)) return *i;
+  if (const auto* d = std::get_if<DurationCell>(&c))
+    return static_cast<double>(std::llround(static_cast<double>(d->ns) / 1e3)) / 1e3;
+  if (const auto* s = std::get_if<std::string>(&c)) return *s;
+  return nullptr;
+}
+
+/// One trial as cells, in csv_columns() order. Times are relative to the freeze request.
+inline std::vector<Cell> trial_cells(const TrialObservation& o, const TrialResult& r) {
+  auto dur = [](const std::optional<std::int64_t>& v) -> Cell {
+    if (v) return DurationCell{*v};
+    return std::monostate{};
+  };
   const std::int64_t base = o.freeze_ns;
-  return {std::to_string(o.pause_ms),
+  auto rel = [base](std::int64_t t) -> Cell {
+    if (t == 0 || base == 0) return std::monostate{};
+    return DurationCell{t - base};
+  };
+  const bool error = r.outcome == Outcome::error;
+  return {static_cast<std::int64_t>(o.pause_ms),
           std::string(to_string(o.phase)),
           std::string(to_string(r.outcome)),
-          std::to_string(static_cast<int>(r.outcome)),
-          yn(r.under_budget),
-          yn(r.killed),
-          r.killed_by,
-          r.killed ? yn(r.killed_before_expiry) : "",
-          opt_ms(r.margin_ns),
-          yn(r.violation),
-          r.violation ? ms3(r.window_ns) : "",
-          r.violation ? opt_ms(r.window_bound_ns) : "",
-          opt_ms(r.recovery_ns),
-          opt_ms(r.kill_latency_ns),
-          r.outcome == Outcome::error ? "" : yn(r.side_effects_refused),
-          opt_ms(r.refusal_lag_ns),
-          rel(o.valid_until_ns, base),
-          rel(o.expiry_lo_ns, base),
-          rel(o.grant_send_ns, base),
-          rel(effective_death_ns(o), base),
-          rel(o.thaw_ns, base),
-          rel(o.sup_confirmed_ns, base),
+          static_cast<std::int64_t>(r.outcome),
+          r.under_budget,
+          r.killed,
+          r.killed_by.empty() ? Cell{} : Cell{r.killed_by},
+          r.killed ? Cell{r.killed_before_expiry} : Cell{},
+          dur(r.margin_ns),
+          r.violation,
+          r.violation ? Cell{DurationCell{r.window_ns}} : Cell{},
+          r.violation ? dur(r.window_bound_ns) : Cell{},
+          dur(r.recovery_ns),
+          dur(r.kill_latency_ns),
+          error ? Cell{} : Cell{r.side_effects_refused},
+          dur(r.refusal_lag_ns),
+          rel(o.valid_until_ns),
+          rel(o.expiry_lo_ns),
+          rel(o.grant_send_ns),
+          rel(effective_death_ns(o)),
+          rel(o.thaw_ns),
+          rel(o.sup_confirmed_ns),
+          dur(measured_pause_ns(o)),
           r.note};
+}
+
+inline std::vector<std::string> csv_row(const TrialObservation& o, const TrialResult& r) {
+  std::vector<std::string> out;
+  for (const Cell& c : trial_cells(o, r)) out.push_back(csv_text(c));
+  return out;
 }
 
 inline std::string to_csv(const SweepReport& rep) {
@@ -142,7 +230,9 @@ inline std::string to_table(const SweepReport& rep) {
     const auto& r = rep.results[i];
     std::string ks = !r.killed ? "not needed" : r.killed_before_expiry ? "before expiry" : "after expiry";
     if (r.killed && r.killed_by == "recovery") ks = "recovery";
-    rows.push_back({std::to_string(o.pause_ms) + " ms", r.under_budget ? "under" : "past",
+    std::string pause = std::to_string(o.pause_ms) + " ms";
+    if (pause_differs(o)) pause += " (ran " + ms1(*measured_pause_ns(o)) + " ms)";
+    rows.push_back({pause, r.under_budget ? "under" : "past",
                     std::string(to_string(r.outcome)), r.outcome == Outcome::error ? "-" : ks,
                     r.margin_ns ? ms1(*r.margin_ns) + " ms" : "-",
                     r.violation ? "YES" : "no",
@@ -187,7 +277,7 @@ inline std::string budget_text(const SweepReport& rep) {
          ms3(static_cast<std::int64_t>(m.lateness_max_ns)) + " ms, kill latency " + ms3(m.kill_latency_max_ns) +
          " ms)\n";
   } else {
-    s += "measured pause budget    - (needs rt lateness samples and at least one killed trial)\n";
+    s += "measured pause budget    - (" + measured_budget_missing(m) + ")\n";
   }
   s += "rt wake-up lateness      " + std::to_string(m.rt_lateness.count) + " ticks outside freezes, p50 <= " +
        ms3(static_cast<std::int64_t>(histogram_quantile_upper(m.rt_lateness, 0.5))) + " ms, p99 <= " +
@@ -233,14 +323,16 @@ inline nlohmann::json to_json(const SweepReport& rep) {
       {"heartbeat_rtt", histogram_json(m.heartbeat_rtt)},
       {"kill_latency_p99_ns", m.kill_latency_p99_ns},
       {"kill_latency_max_ns", m.kill_latency_max_ns},
-      {"kill_latency_samples", m.kill_latencies_ns.size()}};
+      {"kill_latency_samples", m.kill_latencies_ns.size()},
+      {"killed_trials", m.killed_trials},
+      {"measured_missing", m.budget_p99_ns && m.budget_max_ns ? json(nullptr) : json(measured_budget_missing(m))}};
   json trials = json::array();
   const auto& cols = csv_columns();
   for (std::size_t i = 0; i < rep.results.size(); ++i) {
     const auto& o = rep.observations[i];
-    const auto row = csv_row(o, rep.results[i]);
+    const auto row = trial_cells(o, rep.results[i]);
     json tr;
-    for (std::size_t c = 0; c < cols.size(); ++c) tr[cols[c]] = row[c];
+    for (std::size_t c = 0; c < cols.size(); ++c) tr[cols[c]] = json_value(row[c]);
     tr["ns"] = {{"cut", o.cut_ns}, {"freeze", o.freeze_ns}, {"frozen", o.frozen_ns}, {"thaw", o.thaw_ns},
                 {"thawed", o.thawed_ns}, {"valid_until", o.valid_until_ns}, {"expiry_lo", o.expiry_lo_ns},
                 {"expiry_hi", o.expiry_hi_ns}, {"grant_send", o.grant_send_ns}, {"grant_recv", o.grant_recv_ns},
@@ -305,18 +397,25 @@ inline std::string gnuplot_script(const SweepReport& rep, const std::string& csv
   bool any_violation = false;
   std::uint64_t xmax = 1;
   for (const auto& r : rep.results) any_violation = any_violation || r.violation;
-  for (const auto& o : rep.observations) xmax = std::max(xmax, o.pause_ms);
+  for (const auto& o : rep.observations)
+    xmax = std::max(xmax, static_cast<std::uint64_t>(std::max<std::int64_t>(0, effective_pause_ns(o)) / 1'000'000 + 1));
   xmax = std::max<std::uint64_t>(xmax, static_cast<std::uint64_t>(std::max(0.0, budget)) + 1);
   s << "set xrange [" << -static_cast<double>(xmax) * 0.03 << ":" << static_cast<double>(xmax) * 1.03 << "]\n";
   if (!any_violation) s << "set y2range [0:1]\n";  // gnuplot refuses a y2 series with no point
   const std::string f = gp_quote(csv_path);
-  const int p = kColPause, oc = kColOutcomeCode, mg = kColMargin, w = kColWindow;
+  const int oc = kColOutcomeCode, mg = kColMargin, w = kColWindow;
+  // x: the pause the trial stands for (effective_pause_ns): the measured one when it differs.
+  char x[128];
+  std::snprintf(x, sizeof x, "(abs($%d-$%d) > %g ? $%d : $%d)", kColPaused, kColPause,
+                static_cast<double>(kPauseToleranceNs) / 1e6, kColPaused, kColPause);
+  const std::string p = x;
   s << "plot ";
   if (any_violation)  // the bars first, so the markers stay on top
     s << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << w
       << " : 1/0) axes x1y2 with impulses lw 6 lc rgb '#ff9896' title 'violation window, right axis', \\\n     ";
   s << f << " every ::1 using " << p << ":($" << oc << "==0 ? 0 : 1/0) with points pt 6 ps 1.6 lc rgb '#2ca02c' title 'kept: lease refreshed, no kill needed (drawn at 0)', \\\n"
     << "     " << f << " every ::1 using " << p << ":($" << oc << "==1 ? $" << mg << " : 1/0) with points pt 7 ps 1.6 lc rgb '#1f77b4' title 'killed before lockd expiry (margin > 0)', \\\n"
+    << "     " << f << " every ::1 using " << p << ":($" << oc << "==5 ? $" << mg << " : 1/0) with points pt 9 ps 1.6 lc rgb '#ff7f0e' title 'killed after lockd expiry, no other holder granted (margin < 0)', \\\n"
     << "     " << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << mg << " : 1/0) with points pt 5 ps 1.6 lc rgb '#d62728' title 'violation: another holder acquired first (margin < 0)'\n";
   return s.str();
 }
@@ -328,7 +427,7 @@ inline std::string svg_plot(const SweepReport& rep) {
   const double budget = static_cast<double>(configured_budget_ns(rep.timing)) / 1e6;
   xmax = std::max(xmax, budget);
   for (std::size_t i = 0; i < rep.results.size(); ++i) {
-    xmax = std::max(xmax, static_cast<double>(rep.observations[i].pause_ms));
+    xmax = std::max(xmax, static_cast<double>(effective_pause_ns(rep.observations[i])) / 1e6);
     if (rep.results[i].margin_ns) {
       const double m = static_cast<double>(*rep.results[i].margin_ns) / 1e6;
       ymin = std::min(ymin, m);
@@ -379,7 +478,7 @@ inline std::string svg_plot(const SweepReport& rep) {
   }
   for (std::size_t i = 0; i < rep.results.size(); ++i) {
     const auto& r = rep.results[i];
-    const double x = X(static_cast<double>(rep.observations[i].pause_ms));
+    const double x = X(static_cast<double>(effective_pause_ns(rep.observations[i])) / 1e6);
     if (r.violation) {
       std::snprintf(b, sizeof b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ff9896\" stroke-width=\"6\"/>\n",
                     x, Y2(0), x, Y2(static_cast<double>(r.window_ns) / 1e6));
@@ -389,7 +488,9 @@ inline std::string svg_plot(const SweepReport& rep) {
       std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"none\" stroke=\"#2ca02c\" stroke-width=\"2\"/>\n", x, Y(0));
       s << b;
     } else if (r.margin_ns) {
-      const char* color = r.violation ? "#d62728" : "#1f77b4";
+      const char* color = r.violation                                    ? "#d62728"
+                          : r.outcome == Outcome::killed_after_expiry ? "#ff7f0e"
+                                                                      : "#1f77b4";
       std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"/>\n", x,
                     Y(static_cast<double>(*r.margin_ns) / 1e6), color);
       s << b;
@@ -401,7 +502,7 @@ inline std::string svg_plot(const SweepReport& rep) {
   s << b;
   std::snprintf(b, sizeof b, "<text transform=\"translate(%.1f,%.1f) rotate(90)\" text-anchor=\"middle\" fill=\"#d62728\">violation window (ms)</text>\n", W - 20, T + (H - T - B) / 2);
   s << b;
-  std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\">green ring: kept (no kill needed); blue: killed before lockd expiry; red: violation (bar: window)</text>\n", L, H - 14);
+  std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\">green ring: kept (no kill needed); blue: killed before lockd expiry; orange: killed after it, no other holder; red: violation (bar: window)</text>\n", L, H - 14);
   s << b;
   s << "</svg>\n";
   return s.str();

@@ -231,7 +231,12 @@ TEST(PauseClassify, TheEarliestObservationOfTheDeathCounts) {
   EXPECT_EQ(pp::effective_death_ns(o), o.sup_confirmed_ns);
   const pp::TrialResult r = pp::classify(o, nullptr, timing());
   EXPECT_FALSE(r.violation);
-  EXPECT_EQ(r.outcome, pp::Outcome::killed_before_expiry);
+  // Past lockd's expiry (freeze + 410 ms), but no other holder got in first.
+  EXPECT_EQ(r.outcome, pp::Outcome::killed_after_expiry);
+  EXPECT_FALSE(r.killed_before_expiry);
+  ASSERT_TRUE(r.margin_ns);
+  EXPECT_EQ(*r.margin_ns, o.expiry_lo_ns - o.sup_confirmed_ns);
+  EXPECT_LT(*r.margin_ns, 0);
   ASSERT_TRUE(r.recovery_ns);
   EXPECT_EQ(*r.recovery_ns, 3 * kMs / 2);
   o.sup_confirmed_ns = 0;  // without the supervisor's record, the pidfd time is all there is
@@ -374,4 +379,202 @@ TEST(PauseReport, PlotsDrawTheConfiguredBudget) {
   EXPECT_NE(svg.find("configured budget 348.4 ms"), std::string::npos);
   EXPECT_NE(svg.find("#d62728"), std::string::npos);  // the violation point
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+TEST(PauseClassify, ADeathWithoutAnyAnswerFromLockdIsAnError) {
+  // Neither Show nor the contender got an answer from lockd (wrong address or key): nothing
+  // says whether the death came before lockd's expiry.
+  pp::TrialObservation o = base_observation(3000);
+  o.expiry_lo_ns = 0;
+  o.expiry_hi_ns = 0;
+  o.death_ns = o.thaw_ns + 2 * kMs;
+  o.kills_deadline = 1;
+  pp::TrialResult r = pp::classify(o, nullptr, timing());
+  EXPECT_EQ(r.outcome, pp::Outcome::error);
+  EXPECT_FALSE(r.killed_before_expiry);
+  EXPECT_FALSE(r.margin_ns);
+  EXPECT_NE(r.note.find("lockd's side is unknown"), std::string::npos) << r.note;
+  const pp::SweepVerdict v = pp::sweep_verdict({o}, {r}, timing());
+  EXPECT_EQ(v.errors, 1u);
+  EXPECT_FALSE(v.safe_pause_max_ms);
+
+  // A Deny sent after the death: lockd still held the name then, so the death came first.
+  o.last_deny_send_ns = o.death_ns + kMs;
+  r = pp::classify(o, nullptr, timing());
+  EXPECT_EQ(r.outcome, pp::Outcome::killed_before_expiry);
+  EXPECT_TRUE(r.killed_before_expiry);
+  EXPECT_FALSE(r.margin_ns);  // the expiry itself is still unknown
+  // A Deny only before the death proves nothing about the expiry after it.
+  o.last_deny_send_ns = o.death_ns - kMs;
+  EXPECT_EQ(pp::classify(o, nullptr, timing()).outcome, pp::Outcome::error);
+}
+
+TEST(PauseClassify, KilledAfterTheExpiryWithoutAnotherHolderHasItsOwnOutcome) {
+  pp::TrialObservation o = base_observation(600);  // expiry at freeze + 410 ms, thaw at + 600 ms
+  o.death_ns = o.thaw_ns + 2 * kMs;
+  o.kills_deadline = 1;
+  const pp::TrialResult r = pp::classify(o, nullptr, timing());
+  EXPECT_EQ(r.outcome, pp::Outcome::killed_after_expiry);
+  EXPECT_EQ(pp::to_string(r.outcome), "killed-after-expiry");
+  EXPECT_FALSE(r.violation);
+  EXPECT_FALSE(r.killed_before_expiry);
+  ASSERT_TRUE(r.margin_ns);
+  EXPECT_EQ(*r.margin_ns, o.expiry_lo_ns - o.death_ns);  // -192 ms
+  EXPECT_EQ(*r.margin_ns, -192 * kMs);
+
+  pp::SweepReport rep;
+  rep.timing = timing();
+  rep.observations = {o};
+  rep.results = {r};
+  const std::string csv = pp::to_csv(rep);
+  const std::string row = csv.substr(csv.find('\n') + 1);
+  // outcome, code 5, past the budget, killed, by the kill-switch, not before expiry, margin.
+  EXPECT_EQ(row.rfind("600,worst,killed-after-expiry,5,0,1,kill-switch,0,-192.000,", 0), 0u) << row;
+  EXPECT_NE(pp::to_table(rep).find("after expiry"), std::string::npos);
+  const std::string gp = pp::gnuplot_script(rep, "/tmp/x.csv", "/tmp/x.png");
+  EXPECT_NE(gp.find("$4==5 ? $9"), std::string::npos) << gp;   // its own series
+  EXPECT_NE(gp.find("$4==1 ? $9"), std::string::npos);         // not drawn as "before expiry"
+  const std::string svg = pp::svg_plot(rep);
+  EXPECT_NE(svg.find("fill=\"#ff7f0e\""), std::string::npos);
+  EXPECT_EQ(svg.find("fill=\"#1f77b4\""), std::string::npos);
+}
+
+TEST(PauseClassify, ALateThawIsReportedAndJudgedWithTheMeasuredPause) {
+  // 250 ms asked (under the 348.4 ms budget), but the thaw came 502.6 ms after the freeze.
+  pp::TrialObservation o = base_observation(250);
+  o.thaw_ns = o.freeze_ns + 502'600'000;
+  o.thawed_ns = o.thaw_ns + kMs / 10;
+  o.death_ns = o.thaw_ns + kMs;
+  ASSERT_TRUE(pp::measured_pause_ns(o));
+  EXPECT_EQ(*pp::measured_pause_ns(o), 502'600'000);
+  EXPECT_TRUE(pp::pause_differs(o));
+  EXPECT_EQ(pp::effective_pause_ns(o), 502'600'000);
+  const pp::TrialResult r = pp::classify(o, nullptr, timing());
+  EXPECT_FALSE(r.under_budget);
+  EXPECT_EQ(r.pause_ns, 502'600'000);
+  pp::SweepReport rep;
+  rep.timing = timing();
+  rep.observations = {o};
+  rep.results = {r};
+  EXPECT_NE(pp::to_table(rep).find("250 ms (ran 502.6 ms)"), std::string::npos) << pp::to_table(rep);
+  const auto row = pp::csv_row(o, r);
+  EXPECT_EQ(row[0], "250");
+  EXPECT_EQ(row[static_cast<std::size_t>(pp::kColPaused - 1)], "502.600");
+  EXPECT_EQ(pp::csv_columns()[static_cast<std::size_t>(pp::kColPaused - 1)], "paused_ms");
+  EXPECT_EQ(pp::sweep_verdict({o}, {r}, timing()).safe_pause_max_ms.value_or(0), 503u);
+
+  // Within kPauseToleranceNs the requested pause stands.
+  o.thaw_ns = o.freeze_ns + 250'400'000;
+  EXPECT_FALSE(pp::pause_differs(o));
+  EXPECT_EQ(pp::effective_pause_ns(o), 250 * kMs);
+  EXPECT_TRUE(pp::classify(o, nullptr, timing()).under_budget);
+}
+
+TEST(PauseVerdict, AnInterruptedSweepIsNeverOk) {
+  pp::TrialObservation o = base_observation(100);
+  o.death_ns = o.thaw_ns + kMs;
+  const std::vector<pp::TrialObservation> obs = {o, o};
+  const std::vector<pp::TrialResult> res = {pp::classify(o, nullptr, timing()), pp::classify(o, nullptr, timing())};
+  const pp::SweepVerdict done = pp::sweep_verdict(obs, res, timing());
+  ASSERT_TRUE(done.ok);
+  const pp::SweepVerdict v = pp::interrupted_verdict(done, 5);
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.line.rfind("INTERRUPTED after 2 of 5 trial(s): 2 pause(s) measured", 0), 0u) << v.line;
+  EXPECT_EQ(v.line.find("PASS"), std::string::npos);
+  pp::SweepReport rep;
+  rep.timing = timing();
+  rep.verdict = v;
+  EXPECT_FALSE(pp::to_json(rep).at("verdict").at("ok").get<bool>());
+}
+
+TEST(PauseReport, JsonTrialFieldsAreTyped) {
+  pp::SweepReport rep;
+  rep.timing = timing();
+  pp::TrialObservation killed = base_observation(100);
+  killed.death_ns = killed.thaw_ns + 2 * kMs;
+  killed.kills_deadline = 1;
+  pp::TrialObservation failed = base_observation(0);
+  failed.error = "run: refused";
+  rep.observations = {killed, failed};
+  for (const auto& ob : rep.observations) rep.results.push_back(pp::classify(ob, nullptr, rep.timing));
+  const nlohmann::json j = pp::to_json(rep);
+  const auto& t = j.at("trials").at(0);
+  EXPECT_TRUE(t.at("pause_ms").is_number_integer());
+  EXPECT_EQ(t.at("pause_ms").get<int>(), 100);
+  EXPECT_EQ(t.at("outcome"), "killed-before-expiry");
+  EXPECT_EQ(t.at("outcome_code").get<int>(), 1);
+  EXPECT_EQ(t.at("under_budget"), true);
+  EXPECT_EQ(t.at("killed"), true);
+  EXPECT_EQ(t.at("killed_by"), "kill-switch");
+  EXPECT_EQ(t.at("killed_before_expiry"), true);
+  EXPECT_EQ(t.at("violation"), false);
+  EXPECT_TRUE(t.at("window_ms").is_null());
+  EXPECT_TRUE(t.at("window_bound_ms").is_null());
+  EXPECT_DOUBLE_EQ(t.at("margin_ms").get<double>(), 308.0);  // expiry +410 ms, death +102 ms
+  EXPECT_DOUBLE_EQ(t.at("recovery_ms").get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(t.at("kill_latency_ms").get<double>(), 1.9);
+  EXPECT_DOUBLE_EQ(t.at("valid_until_ms").get<double>(), 10.0);
+  EXPECT_DOUBLE_EQ(t.at("paused_ms").get<double>(), 100.0);
+  EXPECT_TRUE(t.at("grant_ms").is_null());
+  EXPECT_EQ(t.at("side_effects_refused"), true);
+  EXPECT_EQ(t.at("note"), "");
+  const auto& e = j.at("trials").at(1);
+  EXPECT_EQ(e.at("outcome"), "error");
+  EXPECT_EQ(e.at("killed"), false);
+  EXPECT_TRUE(e.at("killed_by").is_null());
+  EXPECT_TRUE(e.at("killed_before_expiry").is_null());
+  EXPECT_TRUE(e.at("side_effects_refused").is_null());
+  EXPECT_EQ(e.at("note"), "run: refused");
+  // The CSV keeps its text form.
+  EXPECT_EQ(pp::csv_row(killed, rep.results[0])[static_cast<std::size_t>(pp::kColMargin - 1)], "308.000");
+}
+
+TEST(PauseMeasured, TheMissingBudgetSaysWhy) {
+  const pp::Timing t = timing();
+  pp::MeasuredTiming m;
+  m.rt_lateness.count = 100;
+  m.rt_lateness.buckets[17] = 100;
+  m.rt_lateness.max = 100'000;
+  // Two kills seen by the probe after the thaw request but before it saw the thaw confirmed.
+  for (int i = 0; i < 2; ++i) {
+    pp::TrialObservation o = base_observation(600);
+    o.thawed_ns = o.thaw_ns + 5 * kMs;
+    o.death_ns = o.thaw_ns + 2 * kMs;
+    o.kills_deadline = 1;
+    const pp::TrialResult r = pp::classify(o, nullptr, t);
+    ASSERT_TRUE(r.killed);
+    EXPECT_FALSE(r.kill_latency_ns);
+    pp::add_kill_latency(m, o, r);
+  }
+  pp::TrialObservation kept = base_observation(0);
+  kept.refreshed_ns = kept.thaw_ns + kMs;
+  pp::add_kill_latency(m, kept, pp::classify(kept, nullptr, t));  // not killed: not counted
+  pp::finish_measured(m, t);
+  EXPECT_FALSE(m.budget_max_ns);
+  EXPECT_EQ(m.killed_trials, 2u);
+  EXPECT_EQ(m.killed_before_thaw_seen, 2u);
+  const std::string why = pp::measured_budget_missing(m);
+  EXPECT_NE(why.find("none of the 2 killed trial(s) gave a kill latency"), std::string::npos) << why;
+  EXPECT_NE(why.find("2 died before the probe saw the thaw confirmed"), std::string::npos) << why;
+  EXPECT_EQ(why.find("lateness"), std::string::npos) << why;  // those samples exist
+  pp::SweepReport rep;
+  rep.timing = t;
+  rep.measured = m;
+  EXPECT_NE(pp::budget_text(rep).find("measured pause budget    - (none of the 2"), std::string::npos);
+
+  // One trial that gives a sample: the budget is there and nothing is missing.
+  pp::TrialObservation o = base_observation(600);
+  o.death_ns = o.thawed_ns + 3 * kMs;
+  o.kills_deadline = 1;
+  pp::add_kill_latency(m, o, pp::classify(o, nullptr, t));
+  pp::finish_measured(m, t);
+  ASSERT_EQ(m.kill_latencies_ns.size(), 1u);
+  EXPECT_EQ(m.kill_latencies_ns[0], 3 * kMs);
+  ASSERT_TRUE(m.budget_max_ns);
+  EXPECT_EQ(pp::measured_budget_missing(m), "");
+
+  pp::MeasuredTiming empty;
+  pp::finish_measured(empty, t);
+  EXPECT_EQ(pp::measured_budget_missing(empty),
+            "no rt wake-up lateness sample outside the freezes; no trial needed a kill, so there is no kill latency");
 }

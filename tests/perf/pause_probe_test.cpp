@@ -95,31 +95,39 @@ TEST_F(PauseProbe, StandaloneSweepAgreesWithTheSafetyCondition) {
   for (int i = 0; i < 2; ++i) {  // under the budget: no violation; a kill, if any, before expiry
     const auto& t = trials[i];
     SCOPED_TRACE(t.dump());
-    EXPECT_EQ(t.at("under_budget"), "1");
-    EXPECT_EQ(t.at("violation"), "0");
+    EXPECT_TRUE(t.at("pause_ms").is_number_integer());
+    EXPECT_EQ(t.at("pause_ms").get<int>(), i == 0 ? 0 : 100);
+    EXPECT_EQ(t.at("under_budget"), true);
+    EXPECT_EQ(t.at("violation"), false);
+    EXPECT_TRUE(t.at("window_ms").is_null());
     const std::string outcome = t.at("outcome");
     EXPECT_TRUE(outcome == "kept" || outcome == "killed-before-expiry") << outcome;
-    if (t.at("killed") == "1") {
-      EXPECT_EQ(t.at("killed_before_expiry"), "1");
-      EXPECT_GT(std::stod(t.at("margin_ms").get<std::string>()), 0.0);
+    if (t.at("killed") == true) {
+      EXPECT_EQ(t.at("killed_before_expiry"), true);
+      EXPECT_GT(t.at("margin_ms").get<double>(), 0.0);
+    } else {
+      EXPECT_EQ(t.at("killed"), false);
+      EXPECT_TRUE(t.at("killed_before_expiry").is_null());
     }
-    EXPECT_EQ(t.at("side_effects_refused"), "1");
+    EXPECT_EQ(t.at("side_effects_refused"), true);
   }
   {  // well past the budget: the contender got in, and recovery killed the sandbox after the thaw
     const auto& t = trials[2];
     SCOPED_TRACE(t.dump());
-    EXPECT_EQ(t.at("under_budget"), "0");
-    EXPECT_EQ(t.at("violation"), "1");
+    EXPECT_EQ(t.at("under_budget"), false);
+    EXPECT_EQ(t.at("violation"), true);
     EXPECT_EQ(t.at("outcome"), "violation");
-    EXPECT_EQ(t.at("killed"), "1");
-    ASSERT_FALSE(t.at("recovery_ms").get<std::string>().empty());
-    EXPECT_GE(std::stod(t.at("recovery_ms").get<std::string>()), 0.0);
+    EXPECT_EQ(t.at("outcome_code"), 2);
+    EXPECT_EQ(t.at("killed"), true);
+    EXPECT_GT(t.at("window_ms").get<double>(), 0.0);
+    ASSERT_TRUE(t.at("recovery_ms").is_number()) << t.at("recovery_ms");
+    EXPECT_GE(t.at("recovery_ms").get<double>(), 0.0);
     const auto& ns = t.at("ns");
     EXPECT_GT(ns.at("death").get<std::int64_t>(), ns.at("thaw").get<std::int64_t>());
     EXPECT_LT(ns.at("grant_recv").get<std::int64_t>(), ns.at("thaw").get<std::int64_t>());
     // The sandbox's own check_deadline refused from valid_until on, while the supervisor was frozen.
-    EXPECT_EQ(t.at("side_effects_refused"), "1");
-    ASSERT_FALSE(t.at("refusal_lag_ms").get<std::string>().empty());
+    EXPECT_EQ(t.at("side_effects_refused"), true);
+    ASSERT_TRUE(t.at("refusal_lag_ms").is_number()) << t.at("refusal_lag_ms");
     EXPECT_LT(ns.at("valid_until").get<std::int64_t>(), ns.at("grant_send").get<std::int64_t>());
   }
 
@@ -196,8 +204,8 @@ TEST_F(PauseProbe, ExternalModeUsesTheRunningSupervisorsTiming) {
   EXPECT_EQ(v.at("side_effects_accepted"), 0);
   for (const auto& t : j.at("trials")) {
     SCOPED_TRACE(t.dump());
-    EXPECT_EQ(t.at("under_budget"), "1");
-    EXPECT_EQ(t.at("violation"), "0");
+    EXPECT_EQ(t.at("under_budget"), true);
+    EXPECT_EQ(t.at("violation"), false);
   }
   // The running supervisor is left running, thawed, and still answers.
   const std::string still = std::string(LEASEHOLD_CLI_BINARY) + " sandboxes --supervisor " + ctl + " >/dev/null 2>&1";
