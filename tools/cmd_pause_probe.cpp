@@ -21,7 +21,9 @@
 //
 // Exit codes: 0 when the verdicts agree with DESIGN.md "Time"; 1 (kFailure) when a pause under the
 // budget produced a violation, a sandbox accepted a check it should have refused, a violation was
-// not ended by recovery, or no trial could be run; 2 usage; 5 lockd unreachable; 7 no supervisor.
+// not ended by recovery, no trial could be run, or the sweep was interrupted; 2 usage (checked
+// before anything starts); 3 another probe is probing the same supervisor; 5 lockd unreachable
+// or not answering with the key (checked at start-up); 7 no supervisor.
 #include "tools/cmd_common.hpp"
 
 #include "io/auth.hpp"
@@ -41,6 +43,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -51,12 +54,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <climits>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -81,6 +86,8 @@ constexpr std::size_t kLogBytesMax = 16u << 20;         ///< a sandbox log read 
 constexpr std::uint64_t kGnuplotTimeoutMs = 30'000;
 constexpr std::uint32_t kRepeatMax = 100;
 constexpr std::uint32_t kPauseMissedRetriesMax = 2;   ///< worst phase: a kill before the freeze
+constexpr std::uint64_t kLockdCheckTimeoutMs = 1'000;  ///< external mode: lockd's start-up stats answer
+constexpr std::size_t kLogDirEntriesMax = 100'000;   ///< entries looked at when clearing old logs
 
 // ---- clocks, signals ---------------------------------------------------------------------------
 
@@ -365,7 +372,10 @@ class UdpRelay {
 
 /// Freezes one process: cgroup v2 (the process is moved into a leaf of its own next to its
 /// sandboxes' leaves, and `cgroup.freeze` of that leaf is written) or SIGSTOP/SIGCONT. The
-/// destructor thaws and moves the process back to its cgroup.
+/// destructor thaws, moves the process back to the cgroup it was in at the start (read from
+/// /proc/PID/cgroup), and removes the leaf. A leaf left behind by a probe that died (the process
+/// still in `<cgroup>/leasehold-pause-<pid>`) is recognised: its parent is the home, and the
+/// leaf is reused and removed at the end.
 class Freezer {
  public:
   enum class Kind { cgroup, sigstop };
@@ -395,14 +405,23 @@ class Freezer {
     return f;
   }
   ~Freezer() {
-    std::int64_t t = 0;
-    if (frozen_) thaw(t);
+    thaw_if_frozen();
     if (kind_ == Kind::cgroup && !leaf_.empty()) {
-      if (!home_.empty()) write_text(home_ + "/cgroup.procs", std::to_string(pid_));
+      if (!home_.empty() && !write_text(home_ + "/cgroup.procs", std::to_string(pid_)))
+        std::fprintf(stderr, "leasehold pause-probe: warning: cannot move pid %d back to %s: %s\n",
+                     static_cast<int>(pid_), home_.c_str(), std::strerror(errno));
       for (int i = 0; i < 100 && ::rmdir(leaf_.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10'000);
     }
   }
   Kind kind() const { return kind_; }
+  /// The cgroup v2 directory the process was in at the start ("" with SIGSTOP).
+  const std::string& home() const { return home_; }
+  /// Thaws if a freeze was requested and not undone; "" or an error. Safe to call at any time.
+  std::string thaw_if_frozen() {
+    if (!frozen_) return "";
+    std::int64_t t = 0;
+    return thaw(t);
+  }
   const char* name() const { return kind_ == Kind::cgroup ? "cgroup" : "sigstop"; }
 
   /// Freezes; `confirmed_ns` = when the freeze was seen complete. "" or an error.
@@ -456,8 +475,12 @@ class Freezer {
     }
     std::string r = *rel;
     if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
+    const std::string leaf_name = "leasehold-pause-" + std::to_string(pid_);
     home_ = m->mount_point + (r == "/" ? "" : r);
-    const std::string leaf = home_ + "/leasehold-pause-" + std::to_string(pid_);
+    // Left in a leaf of ours by a probe that died: the leaf's parent is where it belongs.
+    if (const auto slash = home_.rfind('/'); slash != std::string::npos && home_.substr(slash + 1) == leaf_name)
+      home_.resize(slash);
+    const std::string leaf = home_ + "/" + leaf_name;
     if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) {
       reason = "cannot create " + leaf + ": " + std::strerror(errno);
       return false;
@@ -469,6 +492,7 @@ class Freezer {
       leaf_.clear();
       return false;
     }
+    write_text(leaf + "/cgroup.freeze", "0");  // a reused leaf may have been left frozen
     if (!write_text(leaf + "/cgroup.procs", std::to_string(pid_))) {
       reason = "cannot move pid " + std::to_string(pid_) + " into " + leaf + ": " + std::strerror(errno);
       ::rmdir(leaf.c_str());
@@ -512,6 +536,66 @@ class Freezer {
   pid_t pid_ = -1;
   std::string leaf_, home_;
   bool frozen_ = false;
+};
+
+// ---- one probe per supervisor -------------------------------------------------------------------
+
+/// Two probes freezing one supervisor would nest their cgroup leaves, time each other's pauses,
+/// and leave the supervisor in the wrong cgroup. Each probe therefore holds an exclusive flock
+/// on `pause-probe-<supervisor pid>.lock` in the control socket's directory (resolved; where
+/// that is not writable, in /run/leasehold) for its whole run; the file holds the owner's pid.
+/// It is left in place: unlinking a lock file races with the next probe opening it.
+class ProbeLock {
+ public:
+  static std::unique_ptr<ProbeLock> take(pid_t supervisor_pid, const std::string& socket, Failure& f) {
+    const std::string file = "pause-probe-" + std::to_string(supervisor_pid) + ".lock";
+    std::string dir = dir_of(socket);
+    char real[PATH_MAX];
+    if (::realpath(dir.c_str(), real) != nullptr) dir = real;
+    std::string path = dir + "/" + file;
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      ::mkdir("/run/leasehold", 0755);
+      path = "/run/leasehold/" + file;
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    }
+    if (fd < 0) {
+      f = {kInternal, "cannot create the probe's lock file " + path + ": " + std::strerror(errno)};
+      return nullptr;
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      char buf[32] = {};
+      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+      ::close(fd);
+      const std::string owner = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?");
+      if (e == EWOULDBLOCK) {
+        f = {kRefused, "another pause-probe (pid " + owner.substr(0, owner.find('\n')) +
+                           ") is already probing the supervisor (pid " + std::to_string(supervisor_pid) +
+                           ", " + socket + "); two probes would freeze it in each other's pauses. Wait for it "
+                           "to finish (lock: " + path + ")"};
+      } else {
+        f = {kInternal, "flock " + path + ": " + std::strerror(e)};
+      }
+      return nullptr;
+    }
+    const std::string me = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+      // The lock holds without the pid in it; only the other probe's message is poorer.
+    }
+    std::unique_ptr<ProbeLock> l(new ProbeLock());
+    l->fd_ = fd;
+    return l;
+  }
+  ~ProbeLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ProbeLock(const ProbeLock&) = delete;
+  ProbeLock& operator=(const ProbeLock&) = delete;
+
+ private:
+  ProbeLock() = default;
+  int fd_ = -1;
 };
 
 // ---- per-trial observers -----------------------------------------------------------------------
@@ -675,6 +759,8 @@ struct ProbeArgs {
   double clock_rate_bound = 1e-3;
   bool kill_latency_budget_set = false;
   bool clock_rate_bound_set = false;
+  bool pauses_set = false;
+  std::vector<std::string> standalone_only_given;  ///< such flags given on the command line
   std::uint32_t steps = 16;
   std::string pauses;
   std::uint32_t repeat = 1;
@@ -710,6 +796,7 @@ struct Deployment {
   std::string shm_path;
   pp::Timing timing;
   std::string lockd_text;
+  std::string status_lockd;  ///< the lockd address the supervisor itself uses (its status)
 };
 
 std::string stderr_progress(bool quiet, const std::string& s) {
@@ -730,8 +817,26 @@ std::optional<nlohmann::json> control(const std::string& socket, const nlohmann:
   return supervisor_call(flags, r, f);
 }
 
-/// Starts lockd, the relay and a supervisor in a temp dir. Failure on error.
+/// ρ as text that reads back to the same double, shortest form (std::to_string would print
+/// 1e-7 as 0.000000): for the supervisor's command line and for messages.
+std::string rho_text(double rho) {
+  char b[64];
+  const auto res = std::to_chars(b, b + sizeof b, rho);
+  return std::string(b, res.ec == std::errc() ? res.ptr : b);
+}
+
+/// Starts lockd, the relay and a supervisor in a temp dir. Failure on error; then the temp dir
+/// is kept, so the logs the message points at still exist.
+Failure start_standalone_once(const ProbeArgs& a, Deployment& d);
 Failure start_standalone(const ProbeArgs& a, Deployment& d) {
+  Failure f = start_standalone_once(a, d);
+  if (f.failed() && !d.tmp.path.empty()) {
+    d.tmp.keep = true;
+    f.message += "\n(" + d.tmp.path + " is kept for inspection)";
+  }
+  return f;
+}
+Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   if (d.tmp.path.empty()) return {kInternal, std::string("mkdtemp: ") + std::strerror(errno)};
   const std::string here = dir_of(self_exe());
   const std::string lockd_bin = !a.lockd_bin.empty() ? a.lockd_bin
@@ -768,7 +873,7 @@ Failure start_standalone(const ProbeArgs& a, Deployment& d) {
                    std::to_string(d.timing.kill_after_ms), "--heartbeat-interval-ms",
                    std::to_string(d.timing.heartbeat_interval_ms), "--kill-latency-budget-ms",
                    std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",
-                   std::to_string(d.timing.clock_rate_bound), "--control-socket", d.socket, "--shm", d.shm_path,
+                   rho_text(d.timing.clock_rate_bound), "--control-socket", d.socket, "--shm", d.shm_path,
                    "--slots", "16", "--on-shutdown", "kill"},
                   d.tmp.path + "/supervisor.log", err))
     return {kInternal, err};
@@ -785,6 +890,7 @@ Failure read_status(const ProbeArgs& a, Deployment& d) {
   try {
     d.supervisor_pid = st->at("pid").get<pid_t>();
     d.shm_path = st->at("shm").get<std::string>();
+    d.status_lockd = st->value("lockd", std::string());
     d.timing.ttl_ms = st->at("ttl_ms").get<std::uint64_t>();
     d.timing.kill_after_ms = st->at("kill_after_ms").get<std::uint64_t>();
     d.timing.heartbeat_interval_ms = st->at("heartbeat_interval_ms").get<std::uint64_t>();
@@ -1055,14 +1161,133 @@ std::string ms_text(std::int64_t ns) {
   return b;
 }
 
+/// Creates the output directory (with its parents) and refuses a path that is not a directory;
+/// then removes what an earlier run of the probe left there (its plots, its sandbox logs), so
+/// every file in it comes from this run. `out` becomes absolute. "" or the error.
+std::string prepare_out_dir(std::string& out, std::string& log_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+    return "--out " + out + " exists and is not a directory";
+  fs::create_directories(out, ec);
+  if (ec) return "cannot create the output dir " + out + ": " + ec.message();
+  char real[PATH_MAX];
+  if (::realpath(out.c_str(), real) != nullptr) out = real;
+  if (::access(out.c_str(), W_OK | X_OK) != 0) return "cannot write into the output dir " + out + ": " + std::strerror(errno);
+  log_dir = out + "/sandbox-logs";
+  if (fs::exists(log_dir, ec) && !fs::is_directory(log_dir, ec)) return log_dir + " exists and is not a directory";
+  fs::create_directories(log_dir, ec);
+  if (ec) return "cannot create " + log_dir + ": " + ec.message();
+  std::vector<fs::path> stale;
+  std::size_t seen = 0;
+  for (fs::directory_iterator it(log_dir, ec), end; !ec && it != end && seen < kLogDirEntriesMax; it.increment(ec), ++seen) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("sandbox-", 0) == 0 && it->is_regular_file(ec)) stale.push_back(it->path());
+  }
+  for (const auto& path : stale) fs::remove(path, ec);
+  for (const char* old_file : {"pause-probe.png", "pause-probe.svg", "pause-probe.gp", "gnuplot.log"})
+    fs::remove(out + "/" + old_file, ec);
+  return "";
+}
+
+/// The command line alone, checked before anything starts (kUsage naming the flag).
+Failure check_args(const ProbeArgs& a, const pp::Timing& t) {
+  if (a.repeat == 0 || a.repeat > kRepeatMax) return {kUsage, "--repeat must be 1.." + std::to_string(kRepeatMax)};
+  if (a.steps == 0 || a.steps > pp::kStepsMax) return {kUsage, "--steps must be 1.." + std::to_string(pp::kStepsMax)};
+  if (!(a.clock_rate_bound >= 0.0 && a.clock_rate_bound <= pp::kClockRateBoundMax))
+    return {kUsage, "--clock-rate-bound " + rho_text(a.clock_rate_bound) + " is out of range 0.." +
+                        rho_text(pp::kClockRateBoundMax) + " (rho, dimensionless: DESIGN.md \"Time\")"};
+  if (a.standalone) {
+    for (const auto& [flag, given] : {std::pair{"--supervisor", a.supervisor_socket}, std::pair{"--lockd", a.lockd},
+                                      std::pair{"--key-file", a.key_file}})
+      if (!given.empty())
+        return {kUsage, std::string("--standalone starts its own lockd and supervisor with a key of its own; drop ") + flag};
+    if (a.guard_ms >= t.kill_after_ms)
+      return {kUsage, "--guard-ms " + std::to_string(a.guard_ms) + " must be below kill_after (" +
+                          std::to_string(t.kill_after_ms) + " ms): the worst phase starts the freeze that long before "
+                          "valid_until, which lies kill_after after the last acknowledged refresh"};
+    SupervisorConfig c;  // what the standalone supervisor would check at its start
+    c.lockd_address = "127.0.0.1:0";
+    c.key_file = "key";
+    c.ttl_ms = t.ttl_ms;
+    c.kill_after_ms = t.kill_after_ms;
+    c.heartbeat_interval_ms = t.heartbeat_interval_ms;
+    c.kill_latency_budget_ms = t.kill_latency_budget_ms;
+    c.clock_rate_bound = t.clock_rate_bound;
+    const ConfigCheck cc = check_config(c);
+    if (!cc.ok) return {kUsage, "the supervisor would refuse this timing: " + cc.error};
+    if (pp::configured_budget_ns(t) <= 0)
+      return {kUsage, "--ttl-ms " + std::to_string(t.ttl_ms) + " with --kill-after-ms " + std::to_string(t.kill_after_ms) +
+                          " leaves a pause budget of " + ms_text(pp::configured_budget_ns(t)) +
+                          ": it breaks DESIGN.md's safety condition (kill_after*(1+rho) + wheel_granularity + "
+                          "kill_latency_budget < ttl*(1-rho))"};
+  } else if (!a.standalone_only_given.empty()) {
+    std::string flags;
+    for (const auto& g : a.standalone_only_given) flags += (flags.empty() ? "" : ", ") + g;
+    return {kUsage, flags + ": standalone only. Against a running supervisor the probe takes the timing from its "
+                            "status, runs its binaries as they are, and freezes at a random phase (--guard-ms "
+                            "tunes --phase worst, which needs --standalone)"};
+  }
+  return {};
+}
+
+/// The key file of a running deployment; kUsage naming the file and the fix.
+Failure load_deployment_key(const std::string& path, Deployment& d) {
+  auto kl = wire::load_key_file(path);
+  if (kl) {
+    d.key = *kl.key;
+    return {};
+  }
+  std::string msg = kl.error;
+  // The loader's own hint names lockd's flag; from here the fix is the deployment's key.
+  if (const auto p = msg.find("; create one with --generate-key"); p != std::string::npos) msg.resize(p);
+  return {kUsage, msg + "; pass the key file this deployment's lockd and supervisor use (--key-file or $" +
+                      kKeyFileEnv + "); a new key is made with `leasehold-lockd --generate-key PATH`"};
+}
+
+/// External mode: settles which lockd the probe talks to and proves it answers with the key.
+/// Without --lockd (or $LEASEHOLD_LOCKD) it is the supervisor's own (its status). A --lockd
+/// that differs from the supervisor's, or a lockd that does not answer a stats request signed
+/// with the key, is kUnreachable: every lockd-side observation of the trials (lockd's expiry,
+/// the contender's grant) would be missing, and a trial would look safe for lack of evidence.
+Failure settle_lockd(const ProbeArgs& a, Deployment& d) {
+  const bool given = !a.lockd.empty() || std::getenv(kLockdEnv) != nullptr;
+  std::string text;
+  if (given) {
+    LockdFlags lf;
+    lf.lockd = a.lockd;
+    resolve(lf);
+    text = lf.lockd;
+  } else if (!d.status_lockd.empty()) {
+    text = d.status_lockd;
+  } else {
+    text = kLockdDefault;
+  }
+  auto addr = SocketAddress::parse(text);
+  if (!addr) return {kUsage, "--lockd \"" + text + "\" is not HOST:PORT (numeric)"};
+  if (!d.status_lockd.empty()) {
+    const auto theirs = SocketAddress::parse(d.status_lockd);
+    if (theirs && theirs->str() != addr->str())
+      return {kUnreachable, "the supervisor at " + d.socket + " uses lockd at " + theirs->str() + ", not " + addr->str() +
+                                ": the probe must watch the lockd that holds the supervisor's leases (drop --lockd, "
+                                "or pass --lockd " + theirs->str() + ")"};
+  }
+  d.lockd_addr = *addr;
+  d.lockd_text = addr->str();
+  lockd::AdminClient probe(d.lockd_addr, *d.key, WorkerId{}, static_cast<std::int64_t>(kLockdCheckTimeoutMs) * 1'000'000);
+  const lockd::Answer ans = probe.stats();
+  if (!ans.ok())
+    return {kUnreachable, "lockd at " + d.lockd_text + " did not answer a stats request signed with the key file within " +
+                              std::to_string(kLockdCheckTimeoutMs) + " ms (" + ans.error + "): is it running there, and "
+                              "is the key the one lockd was started with? Without lockd's answers no trial can be judged"};
+  return {};
+}
+
 int run_probe(ProbeArgs a) {
   SignalScope signals;
   g_interrupted.store(false);
   g_observer_priority.store(a.observer_priority);
   Failure f;
-  if (a.repeat == 0 || a.repeat > kRepeatMax) return report("pause-probe", {kUsage, "--repeat must be 1.." + std::to_string(kRepeatMax)});
-  if (a.standalone && !a.supervisor_socket.empty())
-    return report("pause-probe", {kUsage, "--standalone starts its own supervisor; drop --supervisor"});
 
   Deployment d;
   d.timing.ttl_ms = a.ttl_ms;
@@ -1071,6 +1296,7 @@ int run_probe(ProbeArgs a) {
   d.timing.kill_latency_budget_ms = a.kill_latency_budget_ms;
   d.timing.clock_rate_bound = a.clock_rate_bound;
   d.timing.wheel_granularity_ns = 1'000'000;  // the supervisor's default tick; status has the real one
+  if (f = check_args(a, d.timing); f.failed()) return report("pause-probe", f);
 
   pp::Phase phase = a.standalone ? pp::Phase::worst : pp::Phase::random;
   if (a.phase == "worst") {
@@ -1083,40 +1309,52 @@ int run_probe(ProbeArgs a) {
   }
 
   std::optional<std::vector<std::uint64_t>> listed;
-  if (!a.pauses.empty()) {
+  if (a.pauses_set) {
     std::string err;
     listed = pp::parse_pause_list(a.pauses, err);
     if (!listed) return report("pause-probe", {kUsage, "--pauses: " + err});
+    if (listed->size() * a.repeat > pp::kPausesMax * 4) return report("pause-probe", {kUsage, "too many trials (pauses x --repeat)"});
   }
-  if (a.standalone && pp::configured_budget_ns(d.timing) <= 0)
-    return report("pause-probe", {kUsage, "--ttl-ms " + std::to_string(d.timing.ttl_ms) + " with --kill-after-ms " +
-                                              std::to_string(d.timing.kill_after_ms) + " leaves a pause budget of " +
-                                              ms_text(pp::configured_budget_ns(d.timing)) +
-                                              ": it breaks DESIGN.md's safety condition (kill_after*(1+rho) + "
-                                              "wheel_granularity + kill_latency_budget < ttl*(1-rho))"});
+
+  // Output directory and CSV path: checked (and created) before anything starts.
+  std::string out = a.out_dir;
+  if (out.empty()) {
+    char stamp[32];
+    const time_t now = ::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    out = std::string("pause-probe-") + stamp;
+  }
+  std::string log_dir;
+  if (std::string e = prepare_out_dir(out, log_dir); !e.empty()) return report("pause-probe", {kUsage, e});
+  if (!a.csv_path.empty()) {
+    struct stat st {};
+    const std::string dir = dir_of(a.csv_path);
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return report("pause-probe", {kUsage, "--csv " + a.csv_path + ": " + dir + " is not a directory"});
+    if (::stat(a.csv_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      return report("pause-probe", {kUsage, "--csv " + a.csv_path + " is a directory"});
+  }
 
   try {
+    std::unique_ptr<ProbeLock> lock;
     if (a.standalone) {
       stderr_progress(a.quiet, "starting lockd and a supervisor in a temp dir...\n");
       if (f = start_standalone(a, d); f.failed()) return report("pause-probe", f);
+      if (f = read_status(a, d); f.failed()) return report("pause-probe", f);
     } else {
       SupervisorFlags sf;
       sf.socket = a.supervisor_socket;
       resolve(sf);
       d.socket = sf.socket;
       LockdFlags lf;
-      lf.lockd = a.lockd;
       lf.key_file = a.key_file;
       resolve(lf);
-      auto addr = SocketAddress::parse(lf.lockd);
-      if (!addr) return report("pause-probe", {kUsage, "--lockd \"" + lf.lockd + "\" is not HOST:PORT (numeric)"});
-      d.lockd_addr = *addr;
-      d.lockd_text = lf.lockd;
-      auto kl = wire::load_key_file(lf.key_file);
-      if (!kl) return report("pause-probe", {kUsage, kl.error});
-      d.key = *kl.key;
+      if (f = load_deployment_key(lf.key_file, d); f.failed()) return report("pause-probe", f);
+      if (f = read_status(a, d); f.failed()) return report("pause-probe", f);
+      if (f = settle_lockd(a, d); f.failed()) return report("pause-probe", f);
+      lock = ProbeLock::take(d.supervisor_pid, d.socket, f);
+      if (!lock) return report("pause-probe", f);
     }
-    if (f = read_status(a, d); f.failed()) return report("pause-probe", f);
     const std::int64_t budget_ns = pp::configured_budget_ns(d.timing);
     if (budget_ns <= 0)
       return report("pause-probe", {kUsage, "the configured pause budget is " + ms_text(budget_ns) +
@@ -1127,27 +1365,12 @@ int run_probe(ProbeArgs a) {
       pauses = *listed;
     } else {
       pauses = pp::default_sweep_ms(d.timing.ttl_ms, a.steps);
-      if (pauses.empty()) return report("pause-probe", {kUsage, "--steps must be 1.." + std::to_string(pp::kStepsMax)});
+      if (pauses.empty()) return report("pause-probe", {kUsage, "no default sweep for ttl " + std::to_string(d.timing.ttl_ms) + " ms; pass --pauses"});
     }
     std::vector<std::uint64_t> plan;
     for (auto p : pauses)
       for (std::uint32_t r = 0; r < a.repeat; ++r) plan.push_back(p);
     if (plan.size() > pp::kPausesMax * 4) return report("pause-probe", {kUsage, "too many trials (pauses x --repeat)"});
-
-    // Output directory.
-    std::string out = a.out_dir;
-    if (out.empty()) {
-      char stamp[32];
-      const time_t now = ::time(nullptr);
-      std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-      out = std::string("pause-probe-") + stamp;
-    }
-    if (::mkdir(out.c_str(), 0755) != 0 && errno != EEXIST)
-      return report("pause-probe", {kUsage, "cannot create the output dir " + out + ": " + std::strerror(errno)});
-    char real[PATH_MAX];
-    if (::realpath(out.c_str(), real) != nullptr) out = real;
-    const std::string log_dir = out + "/sandbox-logs";
-    ::mkdir(log_dir.c_str(), 0755);
 
     std::string why, err;
     auto freezer = Freezer::make(d.supervisor_pid, a.freeze, why, err);
@@ -1230,7 +1453,7 @@ int run_probe(ProbeArgs a) {
           o = run_trial(cx, i * (kPauseMissedRetriesMax + 1) + attempt, p, log, have_log);
           r = pp::classify(o, have_log ? &log : nullptr, d.timing);
           if (!r.pause_missed || phase != pp::Phase::worst || attempt == kPauseMissedRetriesMax) break;
-          cx.guard_ms *= 4;
+          cx.guard_ms = std::min(cx.guard_ms * 4 + 1, d.timing.kill_after_ms / 2);
           stderr_progress(a.quiet, "killed before the freeze took hold; again with the freeze " +
                                        std::to_string(cx.guard_ms) + " ms before valid_until ... ");
         }
@@ -1434,26 +1657,34 @@ const Command kPauseProbe([](CLI::App& app, int* exit_code) {
                   std::string("control socket of a running supervisor (env ") + kSupervisorEnv + ")");
   sub->add_option("--lockd", a->lockd, std::string("lockd address HOST:PORT of that deployment (env ") + kLockdEnv + ")");
   sub->add_option("--key-file", a->key_file, std::string("its HMAC key file (env ") + kKeyFileEnv + ")");
-  sub->add_option("--lockd-bin", a->lockd_bin, "standalone: leasehold-lockd to run (default: next to this binary, or $PATH)");
-  sub->add_option("--supervisor-bin", a->supervisor_bin, "standalone: leasehold-supervisor to run");
-  sub->add_option("--ttl-ms", a->ttl_ms, "standalone: lease TTL, ms")->capture_default_str()->check(CLI::Range(100, 600'000));
-  sub->add_option("--kill-after-ms", a->kill_after_ms, "standalone: kill_after, ms (default 70 % of the TTL)");
-  sub->add_option("--heartbeat-interval-ms", a->heartbeat_interval_ms, "standalone: heartbeat interval, ms (default kill_after/7)");
+  std::vector<CLI::Option*> standalone_only;
+  standalone_only.push_back(sub->add_option("--lockd-bin", a->lockd_bin, "standalone: leasehold-lockd to run (default: next to this binary, or $PATH)"));
+  standalone_only.push_back(sub->add_option("--supervisor-bin", a->supervisor_bin, "standalone: leasehold-supervisor to run"));
+  standalone_only.push_back(sub->add_option("--ttl-ms", a->ttl_ms, "standalone: lease TTL, ms")->capture_default_str()->check(CLI::Range(100, 600'000)));
+  standalone_only.push_back(sub->add_option("--kill-after-ms", a->kill_after_ms,
+                                            "standalone: kill_after, ms; 0 = 70 % of the TTL (the default)")
+                                ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{600'000})));
+  standalone_only.push_back(sub->add_option("--heartbeat-interval-ms", a->heartbeat_interval_ms,
+                                            "standalone: heartbeat interval, ms; 0 = kill_after/7 (the default)")
+                                ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{600'000})));
   auto* klb = sub->add_option("--kill-latency-budget-ms", a->kill_latency_budget_ms,
                               "kill latency budget, ms (standalone: passed to the supervisor; external: default "
                               "the supervisor's own, from its status)")
                   ->capture_default_str();
   auto* rho = sub->add_option("--clock-rate-bound", a->clock_rate_bound,
-                              "rho, dimensionless (external: default the supervisor's own, from its status)")
+                              "rho, dimensionless, 0..0.1 (external: default the supervisor's own, from its status)")
                   ->capture_default_str();
   sub->add_option("--steps", a->steps, "default sweep: this many steps from 0 to 2*ttl")->capture_default_str();
-  sub->add_option("--pauses", a->pauses, "pause lengths instead of the default sweep: e.g. 0,250,500ms,1.5s");
+  auto* pauses = sub->add_option("--pauses", a->pauses, "pause lengths instead of the default sweep: e.g. 0,250,500ms,1.5s");
   sub->add_option("--repeat", a->repeat, "trials per pause length")->capture_default_str();
   sub->add_option("--phase", a->phase,
                   "worst: drop refreshes at the probe's relay and freeze --guard-ms before valid_until (standalone; "
                   "the default there); random: freeze at a random moment of the heartbeat cycle")
       ->check(CLI::IsMember({"auto", "worst", "random"}));
-  sub->add_option("--guard-ms", a->guard_ms, "worst phase: start the freeze this long before valid_until, ms")->capture_default_str();
+  standalone_only.push_back(sub->add_option("--guard-ms", a->guard_ms,
+                                            "worst phase (standalone): start the freeze this long before valid_until, "
+                                            "ms; below kill_after")
+                                ->capture_default_str());
   sub->add_option("--baseline-ms", a->baseline_ms,
                   "before the sweep, run a named sandbox this long without pauses (clean lateness/RTT samples); 0 = none")
       ->capture_default_str();
@@ -1466,15 +1697,21 @@ const Command kPauseProbe([](CLI::App& app, int* exit_code) {
   sub->add_flag("--stress", a->stress, "run stress-ng during the sweep (bounded in time)");
   sub->add_option("--stress-args", a->stress_args, "stress-ng arguments")->capture_default_str();
   sub->add_option("--stress-timeout-s", a->stress_timeout_s, "stress-ng --timeout, s (default: the sweep's estimate)");
-  sub->add_option("--out", a->out_dir, "output directory (default ./pause-probe-<date>-<time>)");
+  sub->add_option("--out", a->out_dir,
+                  "output directory, created if missing (default ./pause-probe-<date>-<time>); an existing one is "
+                  "reused: the probe's files in it (CSV, JSON, plot, sandbox logs) are replaced");
   sub->add_option("--csv", a->csv_path, "CSV path (default <out>/pause-probe.csv)");
   sub->add_option("--plot", a->plot, "auto (PNG through gnuplot, else SVG) | png | svg")->check(CLI::IsMember({"auto", "png", "svg"}));
   sub->add_flag("--json", a->json, "print the JSON summary on stdout (the table goes to stderr)");
   sub->add_flag("--quiet", a->quiet, "no progress lines");
   sub->add_option("--seed", a->seed, "random phase seed (default: from the clock)");
-  sub->callback([a, klb, rho, exit_code] {
+  sub->callback([a, klb, rho, pauses, standalone_only, exit_code] {
     a->kill_latency_budget_set = klb->count() > 0;
     a->clock_rate_bound_set = rho->count() > 0;
+    a->pauses_set = pauses->count() > 0;
+    a->standalone_only_given.clear();
+    for (const CLI::Option* o : standalone_only)
+      if (o->count() > 0) a->standalone_only_given.push_back(o->get_name());
     *exit_code = run_probe(*a);
   });
 });

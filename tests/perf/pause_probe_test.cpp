@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,6 +47,16 @@ ProbeRun run_probe(const std::string& dir, const std::vector<std::string>& extra
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = slurp(dir + ".stdout");
   r.err = slurp(dir + ".stderr");
+  return r;
+}
+
+// Runs a shell command line with stdout/stderr captured in <base>.stdout / <base>.stderr.
+ProbeRun run_shell(const std::string& cmd, const std::string& base) {
+  const int status = std::system((cmd + " >" + base + ".stdout 2>" + base + ".stderr").c_str());
+  ProbeRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(base + ".stdout");
+  r.err = slurp(base + ".stderr");
   return r;
 }
 
@@ -147,12 +158,45 @@ TEST_F(PauseProbe, StandaloneSweepAgreesWithTheSafetyCondition) {
   EXPECT_GT(st.st_size, 1000);
 }
 
-// External mode: the probe takes every timing input from a running supervisor's status (here
-// a kill-latency budget and a clock-rate bound that differ from the probe's defaults), so its
-// budget is the supervisor's own: 800 - (480 * 1.002 + 1 + 40) = 278.04 ms.
-TEST_F(PauseProbe, ExternalModeUsesTheRunningSupervisorsTiming) {
-  const std::string key = dir_ + "/k", ctl = dir_ + "/ctl", table = dir_ + "/table";
+// Runs `sh -c cmd` as a child of the test; wait_child() gives its exit code.
+pid_t spawn_child(const std::string& cmd) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+int wait_child(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+// Polls `path` (up to 20 s) until it contains `needle`.
+bool wait_for_text(const std::string& path, const std::string& needle) {
+  for (int i = 0; i < 400; ++i) {
+    if (slurp(path).find(needle) != std::string::npos) return true;
+    ::usleep(50'000);
+  }
+  return false;
+}
+// The cgroup v2 line of /proc/PID/cgroup ("0::/...").
+std::string cgroup_of(const std::string& pid) {
+  for (const auto& line : split(slurp("/proc/" + pid + "/cgroup"), '\n'))
+    if (line.rfind("0::", 0) == 0) return line;
+  return "";
+}
+
+// External mode against one running lockd + supervisor: the probe takes every timing input
+// from the supervisor's status (here a kill-latency budget and a clock-rate bound that differ
+// from the probe's defaults, so the budget is 800 - (480 * 1.002 + 1 + 40) = 278.04 ms) and its
+// lockd address; it refuses a lockd that is not the supervisor's or does not answer with the
+// key, and a second probe of the same supervisor; it leaves the supervisor thawed, in its own
+// cgroup; a reused --out holds only the new run's files.
+TEST_F(PauseProbe, ExternalMode) {
+  const std::string key = dir_ + "/k", other_key = dir_ + "/k2", ctl = dir_ + "/ctl", table = dir_ + "/table";
   ASSERT_EQ(std::system((std::string(LEASEHOLD_LOCKD_BINARY) + " --generate-key " + key + " >/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((std::string(LEASEHOLD_LOCKD_BINARY) + " --generate-key " + other_key + " >/dev/null").c_str()), 0);
   // Both services in the background; their pids in files so TearDown-like cleanup can stop them.
   const std::string start =
       "cd " + dir_ + " && (" + LEASEHOLD_LOCKD_BINARY + " --listen 127.0.0.1:0 --key-file " + key +
@@ -184,16 +228,42 @@ TEST_F(PauseProbe, ExternalModeUsesTheRunningSupervisorsTiming) {
   if (slurp(dir_ + "/sup.err").find("io_uring") != std::string::npos && ::stat(ctl.c_str(), &st) != 0)
     GTEST_SKIP() << "the supervisor cannot run here: " << slurp(dir_ + "/sup.err");
   ASSERT_EQ(::stat(ctl.c_str(), &st), 0) << slurp(dir_ + "/sup.err");
+  std::string sup_pid = slurp(dir_ + "/sup.pid");
+  while (!sup_pid.empty() && sup_pid.back() == '\n') sup_pid.pop_back();
+  const std::string cgroup_before = cgroup_of(sup_pid);
 
   const std::string out = dir_ + "-out";
-  const std::string cmd = std::string(LEASEHOLD_CLI_BINARY) + " pause-probe --supervisor " + ctl + " --lockd " + addr +
-                          " --key-file " + key + " --pauses 0,100 --json --quiet --out " + out + " >" + out +
-                          ".stdout 2>" + out + ".stderr";
-  const int status = std::system(cmd.c_str());
-  const std::string o = slurp(out + ".stdout"), e = slurp(out + ".stderr");
-  ASSERT_TRUE(WIFEXITED(status)) << e;
-  ASSERT_EQ(WEXITSTATUS(status), 0) << "stderr:\n" << e << "\nstdout:\n" << o;
-  const nlohmann::json j = nlohmann::json::parse(o);
+  // Without --lockd the probe uses the supervisor's own (its status), not $LEASEHOLD_LOCKD.
+  const std::string probe = "env -u LEASEHOLD_LOCKD " + std::string(LEASEHOLD_CLI_BINARY) + " pause-probe --supervisor " +
+                            ctl + " --key-file ";
+  {  // a lockd that is not the supervisor's: refused at start-up, nothing run
+    const ProbeRun r = run_shell(probe + key + " --lockd 127.0.0.1:9 --pauses 3000 --quiet --out " + out, out);
+    EXPECT_EQ(r.exit_code, 5) << r.err;
+    EXPECT_NE(r.err.find("uses lockd at " + addr + ", not 127.0.0.1:9"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  {  // the right lockd, the wrong key: lockd drops every request, so nothing could be judged
+    const ProbeRun r = run_shell(probe + other_key + " --lockd " + addr + " --pauses 3000 --quiet --out " + out, out);
+    EXPECT_EQ(r.exit_code, 5) << r.err;
+    EXPECT_NE(r.err.find("did not answer a stats request signed with the key file"), std::string::npos) << r.err;
+  }
+
+  // Probe A runs; probe B, started while A holds the supervisor, is refused.
+  const std::string out_a = dir_ + "-outa";
+  const pid_t a = spawn_child(probe + key + " --pauses 0,100 --json --out " + out_a + " >" + out_a + ".stdout 2>" +
+                              out_a + ".stderr");
+  ASSERT_GT(a, 0);
+  const bool a_started = wait_for_text(out_a + ".stderr", "[1/2] pause");
+  {
+    const ProbeRun r = run_shell(probe + key + " --pauses 0 --quiet --out " + out, out);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find("another pause-probe (pid "), std::string::npos) << r.err;
+  }
+  const int a_code = wait_child(a);
+  const std::string ao = slurp(out_a + ".stdout"), ae = slurp(out_a + ".stderr");
+  ASSERT_TRUE(a_started) << ae;
+  ASSERT_EQ(a_code, 0) << "stderr:\n" << ae << "\nstdout:\n" << ao;
+  nlohmann::json j = nlohmann::json::parse(ao);
   EXPECT_EQ(j.at("mode"), "external");
   EXPECT_EQ(j.at("phase"), "random");
   EXPECT_NEAR(j.at("budget").at("configured_ms").get<double>(), 278.04, 0.01) << j.at("budget").dump();
@@ -207,20 +277,72 @@ TEST_F(PauseProbe, ExternalModeUsesTheRunningSupervisorsTiming) {
     EXPECT_EQ(t.at("under_budget"), true);
     EXPECT_EQ(t.at("violation"), false);
   }
+  // The supervisor is back in the cgroup it started in, and the probe's leaf is gone.
+  EXPECT_EQ(cgroup_of(sup_pid), cgroup_before);
+  EXPECT_EQ(cgroup_before.find("leasehold-pause"), std::string::npos) << cgroup_before;
+
+  {  // --out reused: only this run's files
+    const ProbeRun r = run_shell(probe + key + " --pauses 0 --json --quiet --out " + out_a, out_a);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("verdict").at("trials"), 1);
+    EXPECT_EQ(j.at("verdict").at("errors"), 0) << j.at("trials").dump(2);
+    EXPECT_EQ(split(slurp(out_a + "/pause-probe.csv"), '\n').size(), 2u);
+    EXPECT_TRUE(::stat((out_a + "/sandbox-logs/sandbox-0-0ms.log").c_str(), &st) == 0);
+    EXPECT_FALSE(::stat((out_a + "/sandbox-logs/sandbox-3-100ms.log").c_str(), &st) == 0);  // run A's second trial
+  }
+
   // The running supervisor is left running, thawed, and still answers.
   const std::string still = std::string(LEASEHOLD_CLI_BINARY) + " sandboxes --supervisor " + ctl + " >/dev/null 2>&1";
   EXPECT_EQ(std::system(still.c_str()), 0);
-  std::system(("rm -rf " + out + " " + out + ".stdout " + out + ".stderr").c_str());
+  std::system(("rm -rf " + out + " " + out + ".stdout " + out + ".stderr " + out_a + " " + out_a + ".stdout " + out_a +
+               ".stderr").c_str());
 }
 
+// Every one of these is refused before anything starts: exit 2, a message naming the problem,
+// and no output directory content (nothing ran).
 TEST_F(PauseProbe, BadInputIsRefusedWithAReason) {
   const std::string out = dir_ + "-out";
-  ProbeRun r = run_probe(out, {"--pauses 10,,20"});
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--pauses 10,,20"}, "empty pause length"},
+      {{"--pauses ''"}, "--pauses: empty pause length"},
+      {{"--ttl-ms 1000", "--kill-after-ms 990", "--heartbeat-interval-ms 100"}, "unsafe timing"},
+      {{"--clock-rate-bound -1"}, "--clock-rate-bound -1 is out of range 0..0.1"},
+      {{"--clock-rate-bound nan"}, "--clock-rate-bound nan is out of range"},
+      {{"--guard-ms 5000"}, "--guard-ms 5000 must be below kill_after (1400 ms)"},
+      {{"--ttl-ms 1000", "--heartbeat-interval-ms 400"}, "refresh attempt"},
+      {{"--supervisor /nonexistent.sock"}, "--standalone starts its own lockd and supervisor"},
+  };
+  for (const auto& c : cases) {
+    const ProbeRun r = run_probe(out, c.args);
+    SCOPED_TRACE(c.args.front());
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("starting lockd"), std::string::npos) << r.err;
+  }
+
+  // --out is a regular file: refused at once.
+  const std::string file = dir_ + "/a-file";
+  std::ofstream(file) << "x";
+  ProbeRun r = run_probe(file, {"--pauses 0"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("empty pause length"), std::string::npos) << r.err;
-  r = run_probe(out, {"--ttl-ms 1000", "--kill-after-ms 990", "--heartbeat-interval-ms 100"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("safety"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--out " + file + " exists and is not a directory"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(file), "x");
+
+  // External mode: standalone-only flags, and a key file that does not exist.
+  const std::string cli = std::string(LEASEHOLD_CLI_BINARY) + " pause-probe --supervisor " + dir_ + "/no.sock --key-file ";
+  r = run_shell(cli + dir_ + "/no-key --ttl-ms 900 --guard-ms 5 --out " + out, out);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--ttl-ms, --guard-ms: standalone only"), std::string::npos) << r.err;
+  r = run_shell(cli + dir_ + "/no-key --out " + out, out);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("key file " + dir_ + "/no-key: cannot open"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("`leasehold-lockd --generate-key PATH`"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("create one with --generate-key"), std::string::npos) << r.err;
 }
 
 }  // namespace
