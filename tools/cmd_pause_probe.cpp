@@ -964,6 +964,9 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
   const std::string name = "pause-probe." + cx.tag + "." + std::to_string(index);
   const std::string log_path = cx.log_dir + "/sandbox-" + std::to_string(index) + "-" + std::to_string(pause_ms) + "ms.log";
   const std::uint64_t lifetime_ms = t.kill_after_ms + pause_ms + 2 * t.ttl_ms + 30'000;
+  // A fresh log: the sandbox appends, and a log of an earlier run would read as two lives.
+  ::unlink(log_path.c_str());
+  ::unlink((log_path + ".last").c_str());
 
   const auto before = status_counters(cx.dep.socket);
   Failure f;
@@ -1013,6 +1016,15 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
   auto end_contender = [&] {
     if (contender) contender->stop();
   };
+  // Outside the try: a Show still in flight on its thread when an exception leaves the try is
+  // joined at the end of the trial, after the handler thawed the supervisor.
+  std::optional<lockd::AdminClient> shower;
+  struct Joiner {
+    std::thread th;
+    ~Joiner() {
+      if (th.joinable()) th.join();
+    }
+  } expiry_reader;
   try {
     if (!o.error.empty()) throw std::runtime_error(o.error);
     contender = std::make_unique<Contender>(cx.dep.lockd_addr, *cx.dep.key, name,
@@ -1024,10 +1036,12 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     if (monitor->death_ns() != 0) throw std::runtime_error("the sandbox died before the pause (see " + log_path + ")");
     if (monitor->valid_until_ns() == vu0) throw std::runtime_error("the lease was never refreshed before the pause");
 
-    lockd::AdminClient shower(cx.dep.lockd_addr, *cx.dep.key, WorkerId{}, 500'000'000);
-    auto read_expiry = [&] {
+    shower.emplace(cx.dep.lockd_addr, *cx.dep.key, WorkerId{}, 500'000'000);
+    // lockd's expiry of the lease (Show: ttl_left). A blocking request: never on the thread
+    // that times the freeze.
+    auto read_expiry = [&o, &shower, &name, &sandbox] {
       const std::int64_t sent = now_ns();
-      const lockd::Answer a = shower.show(name);
+      const lockd::Answer a = shower->show(name);
       const std::int64_t recv = now_ns();
       const auto* info = a.as<wire::NameInfo>();
       if (info == nullptr || info->record.state != wire::LockState::held || info->record.holder.str() != sandbox) return;
@@ -1060,16 +1074,24 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     contender->start();
     close_lateness_window(cx, snap_stats(cx.table));
     o.freeze_ns = now_ns();
+    // The thaw is due at this CLOCK_BOOTTIME instant whatever else happens during the freeze;
+    // thaw_ns records when it was really requested (pause_model.hpp: measured_pause_ns).
+    const std::int64_t thaw_due = o.freeze_ns + static_cast<std::int64_t>(pause_ms) * 1'000'000;
     if (std::string e = cx.freezer.freeze(o.frozen_ns); !e.empty()) throw std::runtime_error("freeze: " + e);
-    o.thaw_ns = o.freeze_ns + static_cast<std::int64_t>(pause_ms) * 1'000'000;
-    if (cx.phase == pp::Phase::random && now_ns() + 3'000'000 < o.thaw_ns) {
-      sleep_ms(2);  // a refresh already in flight lands first
-      read_expiry();
+    if (cx.phase == pp::Phase::random && now_ns() + 3'000'000 < thaw_due) {
+      expiry_reader.th = std::thread([read_expiry, at = o.freeze_ns + 2'000'000] {
+        // 2 ms into the freeze: a refresh already in flight lands first.
+        const timespec ts{static_cast<time_t>(at / 1'000'000'000), static_cast<long>(at % 1'000'000'000)};
+        while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+        }
+        read_expiry();
+      });
     }
-    sleep_until_ns(o.thaw_ns);
+    sleep_until_ns(thaw_due);
     o.thaw_ns = now_ns();
     if (cx.dep.relay) cx.dep.relay->cut(false);
     if (std::string e = cx.freezer.thaw(o.thawed_ns); !e.empty()) throw std::runtime_error("thaw: " + e);
+    if (expiry_reader.th.joinable()) expiry_reader.th.join();
 
     // Observe until the sandbox died (and the next grant was seen), or the lease was kept.
     const std::int64_t settle = o.thaw_ns + std::max<std::int64_t>(50, 2 * static_cast<std::int64_t>(t.heartbeat_interval_ms)) * 1'000'000;
@@ -1109,13 +1131,18 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     if (kd.count == 1 && o.kills_deadline == 1 && o.valid_until_ns != 0)
       o.sup_confirmed_ns = o.valid_until_ns + static_cast<std::int64_t>(kd.sum);
   } catch (const Interrupted&) {
+    // Thaw first: everything after this needs the supervisor (the kill request, the release).
+    cx.freezer.thaw_if_frozen();
     if (cx.dep.relay) cx.dep.relay->cut(false);
+    if (expiry_reader.th.joinable()) expiry_reader.th.join();
     end_contender();
     finish_sandbox();
     if (contender) contender->release();
     throw;
   } catch (const std::exception& e) {
+    cx.freezer.thaw_if_frozen();
     if (cx.dep.relay) cx.dep.relay->cut(false);
+    if (expiry_reader.th.joinable()) expiry_reader.th.join();
     o.error = e.what();
   }
   end_contender();
@@ -1469,7 +1496,7 @@ int run_probe(ProbeArgs a) {
       if (!r.side_effects_refused) line += ", SIDE EFFECT ACCEPTED";
       if (!r.note.empty()) line += " (" + r.note + ")";
       stderr_progress(a.quiet, line + "\n");
-      if (r.killed && r.kill_latency_ns && pp::effective_death_ns(o) >= o.thaw_ns) rep.measured.kill_latencies_ns.push_back(*r.kill_latency_ns);
+      pp::add_kill_latency(rep.measured, o, r);
       rep.observations.push_back(std::move(o));
       rep.results.push_back(std::move(r));
     }
@@ -1488,6 +1515,7 @@ int run_probe(ProbeArgs a) {
     rep.measured.heartbeat_rtt = cx.clean_rtt;
     pp::finish_measured(rep.measured, d.timing);
     rep.verdict = pp::sweep_verdict(rep.observations, rep.results, d.timing);
+    if (interrupted) rep.verdict = pp::interrupted_verdict(rep.verdict, plan.size());
 
     // Outputs.
     const std::string csv = !a.csv_path.empty() ? a.csv_path : out + "/pause-probe.csv";
@@ -1508,6 +1536,8 @@ int run_probe(ProbeArgs a) {
       }
       struct stat st{};
       if (::stat(plot_path.c_str(), &st) != 0 || st.st_size == 0) {
+        // No point to draw (every trial an error), or gnuplot failed: no empty PNG is left.
+        ::unlink(plot_path.c_str());
         stderr_progress(a.quiet, "warning: gnuplot did not write " + plot_path + " (see " + out +
                                      "/gnuplot.log); writing an SVG instead\n");
         plot_path.clear();
@@ -1536,7 +1566,7 @@ int run_probe(ProbeArgs a) {
               ms_text(c < 0 ? -c : c) + " (largest window " + ms_text(rep.verdict.window_max_ns.value_or(0)) + ")\n";
     }
     text += "files                    " + csv + "  " + plot_path + "  " + json_path + "\n";
-    text += "verdict                  " + rep.verdict.line + (interrupted ? " (interrupted)" : "") + "\n";
+    text += "verdict                  " + rep.verdict.line + "\n";
     if (a.json) {
       std::fputs(text.c_str(), stderr);
       std::printf("%s\n", j.dump(2).c_str());
@@ -1562,7 +1592,8 @@ struct SandboxArgs {
 };
 
 int run_sandbox(const SandboxArgs& a) {
-  const int fd = ::open(a.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // One sandbox, one log: truncated at the start (a log of an earlier life would read as two).
+  const int fd = ::open(a.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     std::fprintf(stderr, "leasehold pause-probe-sandbox: cannot open %s: %s\n", a.log.c_str(), std::strerror(errno));
     return kUsage;
@@ -1721,7 +1752,7 @@ const Command kPauseProbeSandbox([](CLI::App& app, int* exit_code) {
   auto* sub = app.add_subcommand("pause-probe-sandbox",
                                  "the sandbox `pause-probe` runs: polls check_deadline and logs each change");
   sub->group("");  // internal: not listed in --help
-  sub->add_option("--log", a->log, "log file (appended)")->required();
+  sub->add_option("--log", a->log, "log file (created fresh)")->required();
   sub->add_option("--poll-us", a->poll_us, "pause between checks, us")->check(CLI::Range(10, 1'000'000));
   sub->add_option("--lifetime-ms", a->lifetime_ms, "exit after this long, ms")->check(CLI::Range(1, 86'400'000));
   sub->callback([a, exit_code] { *exit_code = run_sandbox(*a); });

@@ -192,7 +192,7 @@ std::string cgroup_of(const std::string& pid) {
 // from the probe's defaults, so the budget is 800 - (480 * 1.002 + 1 + 40) = 278.04 ms) and its
 // lockd address; it refuses a lockd that is not the supervisor's or does not answer with the
 // key, and a second probe of the same supervisor; it leaves the supervisor thawed, in its own
-// cgroup; a reused --out holds only the new run's files.
+// cgroup; a reused --out holds only the new run's files; Ctrl-C ends the run INTERRUPTED.
 TEST_F(PauseProbe, ExternalMode) {
   const std::string key = dir_ + "/k", other_key = dir_ + "/k2", ctl = dir_ + "/ctl", table = dir_ + "/table";
   ASSERT_EQ(std::system((std::string(LEASEHOLD_LOCKD_BINARY) + " --generate-key " + key + " >/dev/null").c_str()), 0);
@@ -292,6 +292,26 @@ TEST_F(PauseProbe, ExternalMode) {
     EXPECT_FALSE(::stat((out_a + "/sandbox-logs/sandbox-3-100ms.log").c_str(), &st) == 0);  // run A's second trial
   }
 
+  {  // Ctrl-C during a trial: cleaned up, the verdict says INTERRUPTED, exit 1
+    const pid_t c = spawn_child("exec " + probe + key + " --pauses 3000 --json --out " + out + " >" + out + ".stdout 2>" +
+                                out + ".stderr");
+    ASSERT_GT(c, 0);
+    const bool c_started = wait_for_text(out + ".stderr", "[1/1] pause");
+    ::kill(c, SIGINT);
+    EXPECT_EQ(wait_child(c), 1);
+    ASSERT_TRUE(c_started) << slurp(out + ".stderr");
+    j = nlohmann::json::parse(slurp(out + ".stdout"));
+    EXPECT_EQ(j.at("interrupted"), true);
+    EXPECT_EQ(j.at("verdict").at("ok"), false);
+    EXPECT_EQ(j.at("verdict").at("line").get<std::string>().rfind("INTERRUPTED after 0 of 1 trial(s)", 0), 0u)
+        << j.at("verdict").dump();
+    EXPECT_EQ(cgroup_of(sup_pid), cgroup_before);
+    // No trial finished, so there was no point to draw: the plot is an SVG, and no empty PNG.
+    const std::string plot = j.at("files").at("plot");
+    ASSERT_EQ(::stat(plot.c_str(), &st), 0) << plot;
+    EXPECT_GT(st.st_size, 0);
+    EXPECT_NE(::stat((out + "/pause-probe.png").c_str(), &st) == 0 && st.st_size == 0, true);
+  }
   // The running supervisor is left running, thawed, and still answers.
   const std::string still = std::string(LEASEHOLD_CLI_BINARY) + " sandboxes --supervisor " + ctl + " >/dev/null 2>&1";
   EXPECT_EQ(std::system(still.c_str()), 0);
