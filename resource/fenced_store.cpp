@@ -3,10 +3,13 @@
 
 #include <sqlite3.h>
 
+#include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cassert>
+#include <cstdio>
+#include <iterator>
 #include <map>
 #include <utility>
 
@@ -21,6 +24,9 @@ constexpr int kSchemaVersion = 1;
 constexpr std::size_t kAuditNameBytesMax = 2 * kNameBytesMax;
 /// Payload bytes kept in the audit row of an oversized write.
 constexpr std::size_t kAuditOversizeBytesKept = 64;
+/// Sleeps of the busy handler while another connection holds the lock, ms (SQLite's own
+/// schedule in sqliteDefaultBusyCallback); the last one repeats until the busy timeout.
+constexpr int kBusySleepsMs[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
 
 std::int64_t now_boottime_ns() noexcept {
   timespec ts{};
@@ -71,14 +77,52 @@ struct FencedStore::Statements {
 
 std::unique_ptr<FencedStore> FencedStore::open(const std::string& path, std::string& error,
                                                const StoreOptions& options) {
+  return open_impl(path, error, options, /*read_only=*/false);
+}
+
+std::unique_ptr<FencedStore> FencedStore::open_read_only(const std::string& path, std::string& error) {
+  return open_impl(path, error, StoreOptions{}, /*read_only=*/true);
+}
+
+namespace {
+/// `path` as a SQLite URI ("file:" + path, with the bytes URIs reserve percent-encoded).
+std::string file_uri(const std::string& path, const char* query) {
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+      uri += buf;
+    } else {
+      uri += c;
+    }
+  }
+  return uri + "?" + query;
+}
+}  // namespace
+
+std::unique_ptr<FencedStore> FencedStore::open_impl(const std::string& path, std::string& error,
+                                                    const StoreOptions& options, bool read_only) {
   error.clear();
   if (path.empty()) {
     error = "fenced store: empty database path";
     return nullptr;
   }
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                                  SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = SQLITE_OK;
+  if (!read_only) {
+    rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                         nullptr);
+  } else {
+    // Nothing may change, not even on a copy kept as evidence or on a read-only mount. With no
+    // write-ahead log next to it the file holds every committed write: open it immutable (no
+    // locks, no -shm or -wal created). With a log (a live store, or a copy taken with its
+    // log), SQLite must read the log, which needs its -shm index: read-only mode.
+    struct stat wal {};
+    const bool has_wal = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+    rc = sqlite3_open_v2(file_uri(path, has_wal ? "mode=ro" : "mode=ro&immutable=1").c_str(), &db,
+                         SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr);
+  }
   auto fail = [&](const std::string& what) {
     error = "fenced store " + path + ": " + what;
     sqlite3_close(db);
@@ -96,14 +140,20 @@ std::unique_ptr<FencedStore> FencedStore::open(const std::string& path, std::str
     sqlite3_finalize(s);
     return step == SQLITE_ROW || step == SQLITE_DONE;
   };
+  const std::string not_fenced = read_only ? "not a fenced store: " : "";
   std::int64_t app_id = 0;
   if (!scalar("PRAGMA application_id", app_id))
-    return fail("not a SQLite database (" + errmsg(db) + ")");
+    return fail(not_fenced + "not a SQLite database (" + errmsg(db) + ")");
   std::int64_t tables = 0;
   if (!scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", tables))
     return fail("cannot read the schema: " + errmsg(db));
+  if (read_only && app_id != kApplicationId) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && st.st_size == 0) return fail(not_fenced + "the file is empty");
+    if (app_id == 0 && tables == 0) return fail(not_fenced + "a SQLite database without tables");
+  }
   if (app_id != kApplicationId && !(app_id == 0 && tables == 0))
-    return fail("holds another application's data (application_id " + std::to_string(app_id) +
+    return fail(not_fenced + "holds another application's data (application_id " + std::to_string(app_id) +
                 ", " + std::to_string(tables) + " tables); use a new file");
   std::int64_t version = 0;
   scalar("PRAGMA user_version", version);
@@ -114,12 +164,12 @@ std::unique_ptr<FencedStore> FencedStore::open(const std::string& path, std::str
   char* msg = nullptr;
   const std::string setup = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") +
                             (options.durable ? "FULL" : "NORMAL") + ";";
-  if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
+  if (!read_only && sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
     const std::string m = msg != nullptr ? msg : errmsg(db);
     sqlite3_free(msg);
     return fail("cannot set WAL mode: " + m);
   }
-  if (app_id == 0) {
+  if (!read_only && app_id == 0) {
     const std::string init = std::string("BEGIN IMMEDIATE;") + kSchema +
                              "PRAGMA application_id=" + std::to_string(kApplicationId) +
                              "; PRAGMA user_version=" + std::to_string(kSchemaVersion) + "; COMMIT;";
@@ -157,11 +207,48 @@ std::unique_ptr<FencedStore> FencedStore::open(const std::string& path, std::str
       return fail(std::string("cannot prepare \"") + p.sql + "\": " + m);
     }
   }
-  return std::unique_ptr<FencedStore>(new FencedStore(db, path, std::move(st)));
+  auto store = std::unique_ptr<FencedStore>(
+      new FencedStore(db, path, std::move(st), std::clamp(options.busy_timeout_ms, 1, 600'000)));
+  store->read_only_ = read_only;
+  store->checkpoint_pages_ = std::max(options.checkpoint_pages, 0);
+  return store;
 }
 
-FencedStore::FencedStore(sqlite3* db, std::string path, std::unique_ptr<Statements> st)
-    : db_(db), path_(std::move(path)), st_(std::move(st)) {}
+FencedStore::FencedStore(sqlite3* db, std::string path, std::unique_ptr<Statements> st, int busy_timeout_ms)
+    : db_(db), path_(std::move(path)), st_(std::move(st)), busy_timeout_ms_(busy_timeout_ms) {
+  // Our own busy handler and checkpoint hook: the same behaviour as sqlite3_busy_timeout and
+  // the default auto-checkpoint, but they account their time (WriteResult::lock_wait_ns,
+  // checkpoint_ns).
+  sqlite3_busy_handler(db_, &FencedStore::on_busy, this);
+  sqlite3_wal_hook(db_, &FencedStore::on_wal_commit, this);
+}
+
+int FencedStore::on_busy(void* self, int count) {
+  auto* store = static_cast<FencedStore*>(self);
+  const std::int64_t now = now_boottime_ns();
+  if (count == 0) store->busy_since_ns_ = now;
+  const std::int64_t left_ns =
+      static_cast<std::int64_t>(store->busy_timeout_ms_) * 1'000'000 - (now - store->busy_since_ns_);
+  if (left_ns <= 0) return 0;  // give up: the statement returns SQLITE_BUSY
+  constexpr int kSleeps = static_cast<int>(std::size(kBusySleepsMs));
+  const std::int64_t sleep_ns =
+      std::min<std::int64_t>(static_cast<std::int64_t>(kBusySleepsMs[std::min(count, kSleeps - 1)]) * 1'000'000, left_ns);
+  const timespec ts{static_cast<time_t>(sleep_ns / 1'000'000'000), static_cast<long>(sleep_ns % 1'000'000'000)};
+  ::nanosleep(&ts, nullptr);
+  store->lock_wait_ns_ += now_boottime_ns() - now;
+  return 1;
+}
+
+int FencedStore::on_wal_commit(void* self, sqlite3* db, const char* schema, int wal_pages) {
+  auto* store = static_cast<FencedStore*>(self);
+  if (store->checkpoint_pages_ == 0 || wal_pages < store->checkpoint_pages_) return SQLITE_OK;
+  const std::int64_t start = now_boottime_ns();
+  // Passive: copies what no reader still needs, never waits for anyone; a failure here does
+  // not undo the commit, and the next commit tries again.
+  sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  store->checkpoint_ns_ += now_boottime_ns() - start;
+  return SQLITE_OK;
+}
 
 FencedStore::~FencedStore() {
   st_.reset();
@@ -182,7 +269,21 @@ WriteResult FencedStore::advance_fence(std::string_view name, Epoch epoch, std::
 WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payload, bool announce,
                                 std::string_view why) {
   WriteResult r;
+  if (read_only_) {
+    r.verdict = Verdict::error;
+    r.reason = "the store " + path_ + " is open read-only";
+    return r;
+  }
   Statements& s = *st_;
+  const std::int64_t call_start = now_boottime_ns();
+  lock_wait_ns_ = 0;
+  checkpoint_ns_ = 0;
+  auto timed = [&] {
+    r.took_ns = now_boottime_ns() - call_start;
+    r.lock_wait_ns = lock_wait_ns_;
+    r.checkpoint_ns = checkpoint_ns_;
+    return r;
+  };
   auto step_done = [](sqlite3_stmt* stmt) {
     const int rc = sqlite3_step(stmt);
     sqlite3_reset(stmt);
@@ -193,7 +294,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
     r.verdict = Verdict::error;
     r.reason = std::string(what) + ": " + errmsg(db_);
     if (sqlite3_get_autocommit(db_) == 0) step_done(s.rollback);
-    return r;
+    return timed();
   };
   if (!step_done(s.begin)) return db_error("begin");
   // Inside the write lock: the time order of audit rows is their commit order.
@@ -284,7 +385,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   r.time_ns = now;
   r.audit_id = audit_id;
   assert(r.accepted() == r.reason.empty());
-  return r;
+  return timed();
 }
 
 Epoch FencedStore::highest(std::string_view name) {
@@ -303,6 +404,30 @@ std::int64_t FencedStore::records(std::string_view name) {
   if (sqlite3_step(s.count) == SQLITE_ROW) n = sqlite3_column_int64(s.count, 0);
   sqlite3_reset(s.count);
   return n;
+}
+
+std::vector<std::string> FencedStore::names(std::size_t names_max) {
+  std::vector<std::string> out;
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT DISTINCT name FROM audit ORDER BY name LIMIT ?1", -1, &q, nullptr) != SQLITE_OK)
+    return out;
+  sqlite3_bind_int64(q, 1, static_cast<sqlite3_int64>(std::min(names_max, kNamesListedMax)));
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    const auto* p = static_cast<const char*>(sqlite3_column_blob(q, 0));
+    out.emplace_back(p != nullptr ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(q, 0))) : std::string());
+  }
+  sqlite3_finalize(q);
+  return out;
+}
+
+CheckpointResult FencedStore::checkpoint() {
+  CheckpointResult c;
+  const std::int64_t start = now_boottime_ns();
+  const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &c.wal_pages, &c.copied_pages);
+  c.took_ns = now_boottime_ns() - start;
+  c.ok = rc == SQLITE_OK;
+  if (!c.ok) c.error = "checkpoint of " + path_ + ": " + errmsg(db_);
+  return c;
 }
 
 FencedStore::Tally FencedStore::tally(std::string_view name, Epoch epoch, std::string_view verdict) {

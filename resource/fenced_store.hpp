@@ -51,6 +51,11 @@ inline constexpr std::size_t kPayloadBytesMax = 4096;
 inline constexpr int kBusyTimeoutMsDefault = 5000;
 /// Most audit rows `audit()` returns in one call.
 inline constexpr std::size_t kAuditRowsMax = 1'000'000;
+/// WAL size (pages) at which a commit runs a passive checkpoint: SQLite's own default
+/// (SQLITE_DEFAULT_WAL_AUTOCHECKPOINT).
+inline constexpr int kWalCheckpointPagesDefault = 1000;
+/// Most names `names()` returns.
+inline constexpr std::size_t kNamesListedMax = 1000;
 /// Largest epoch the store accepts: SQLite integers are signed 64-bit.
 inline constexpr Epoch kStoreEpochMax = static_cast<Epoch>(INT64_MAX);
 
@@ -76,6 +81,12 @@ struct WriteResult {
   std::string reason;       ///< why not accepted (names the numbers); empty when accepted
   std::int64_t time_ns = 0; ///< CLOCK_BOOTTIME of the decision (0 on error)
   std::int64_t audit_id = 0;///< rowid of the audit row (0 on error)
+  // Where the time of the call went (CLOCK_BOOTTIME ns), so a writer can say why a write was
+  // slow: waiting for another connection's lock, a WAL checkpoint (it writes the database file
+  // and syncs it), or the rest (the transaction itself).
+  std::int64_t took_ns = 0;       ///< the whole call
+  std::int64_t lock_wait_ns = 0;  ///< of which asleep in the busy handler (another writer held the lock)
+  std::int64_t checkpoint_ns = 0; ///< of which in a WAL checkpoint after the commit
   bool accepted() const noexcept { return verdict == Verdict::accepted; }
 };
 
@@ -94,6 +105,20 @@ struct AuditRow {
 struct StoreOptions {
   bool durable = true;                       ///< synchronous=FULL (else NORMAL)
   int busy_timeout_ms = kBusyTimeoutMsDefault;
+  /// A commit that leaves the write-ahead log at least this many pages long runs a passive
+  /// checkpoint (copies the log into the database file and syncs it) before write() returns.
+  /// 0: never here - a writer that must not pause for that I/O leaves checkpoints to another
+  /// connection, which calls checkpoint() (SQLite: "checkpoints in a separate thread").
+  int checkpoint_pages = kWalCheckpointPagesDefault;
+};
+
+/// What one checkpoint() did.
+struct CheckpointResult {
+  bool ok = false;
+  int wal_pages = 0;      ///< pages in the write-ahead log
+  int copied_pages = 0;   ///< of which now in the database file
+  std::int64_t took_ns = 0;
+  std::string error;      ///< when !ok
 };
 
 class FencedStore {
@@ -103,6 +128,12 @@ class FencedStore {
   /// Returns nullptr with `error` set on failure.
   static std::unique_ptr<FencedStore> open(const std::string& path, std::string& error,
                                            const StoreOptions& options = {});
+  /// Opens an existing store to read it (audit, tally, highest) and changes nothing: no schema,
+  /// no pragma, no lock file; works on a read-only file or mount (a copy kept as evidence).
+  /// Files that are not a fenced store - empty, another application's database, not a
+  /// database at all - are refused with an error that says "not a fenced store: ..." and why.
+  /// write() and advance_fence() on it answer Verdict::error.
+  static std::unique_ptr<FencedStore> open_read_only(const std::string& path, std::string& error);
   ~FencedStore();
   FencedStore(const FencedStore&) = delete;
   FencedStore& operator=(const FencedStore&) = delete;
@@ -130,6 +161,13 @@ class FencedStore {
   /// Records appended (accepted writes) for `name`.
   std::int64_t records(std::string_view name);
 
+  /// The names with audit rows, sorted, at most `names_max` (clamped to kNamesListedMax).
+  std::vector<std::string> names(std::size_t names_max = kNamesListedMax);
+
+  /// A passive checkpoint now: copies what no reader still needs from the write-ahead log into
+  /// the database file, waiting for nobody; writers go on meanwhile.
+  CheckpointResult checkpoint();
+
   /// Audit rows of (name, epoch) with `verdict` ("accepted", "stale", ...): how many, and the
   /// first and last time_ns (0 when none).
   struct Tally {
@@ -143,12 +181,24 @@ class FencedStore {
 
  private:
   struct Statements;
-  FencedStore(sqlite3* db, std::string path, std::unique_ptr<Statements> st);
+  FencedStore(sqlite3* db, std::string path, std::unique_ptr<Statements> st, int busy_timeout_ms);
+  static std::unique_ptr<FencedStore> open_impl(const std::string& path, std::string& error,
+                                                const StoreOptions& options, bool read_only);
   WriteResult fenced(const WriteToken& token, std::string_view payload, bool announce,
                      std::string_view why);
+  static int on_busy(void* self, int count);
+  static int on_wal_commit(void* self, sqlite3* db, const char* schema, int wal_pages);
   sqlite3* db_ = nullptr;
   std::string path_;
   std::unique_ptr<Statements> st_;
+  int busy_timeout_ms_ = kBusyTimeoutMsDefault;
+  int checkpoint_pages_ = kWalCheckpointPagesDefault;
+  bool read_only_ = false;
+  // Per call (reset by fenced()): time asleep in on_busy, time in checkpoints, and when the
+  // current busy episode began.
+  std::int64_t lock_wait_ns_ = 0;
+  std::int64_t checkpoint_ns_ = 0;
+  std::int64_t busy_since_ns_ = 0;
 };
 
 // ---- checking an audit ----------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace leasehold::resource {
@@ -180,6 +181,141 @@ TEST(FencedStore, ReopenKeepsTheFence) {
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->highest("orders"), 9u);
   EXPECT_EQ(s->write({"orders", 8, kB}, "b").verdict, Verdict::stale);
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(FencedStore, ReadOnlyOpenChangesNothingAndCannotWrite) {
+  TempDir dir;
+  const std::string path = dir.file("evidence.db");
+  {
+    auto s = open_ok(path);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->write({"orders", 3, kA}, "a").accepted());
+    ASSERT_EQ(s->write({"orders", 2, kB}, "b").verdict, Verdict::stale);
+  }  // the last connection closes: the log is checkpointed and removed
+  ASSERT_FALSE(fs::exists(path + "-wal"));
+  const std::string before = bytes_of(path);
+  std::string err;
+  auto ro = FencedStore::open_read_only(path, err);
+  ASSERT_NE(ro, nullptr) << err;
+  EXPECT_EQ(ro->highest("orders"), 3u);
+  EXPECT_EQ(ro->audit("orders").size(), 2u);
+  EXPECT_EQ(ro->names(), std::vector<std::string>{"orders"});
+  const WriteResult w = ro->write({"orders", 4, kA}, "c");
+  EXPECT_EQ(w.verdict, Verdict::error);
+  EXPECT_NE(w.reason.find("read-only"), std::string::npos) << w.reason;
+  EXPECT_EQ(ro->advance_fence("orders", 9, "x").verdict, Verdict::error);
+  ro.reset();
+  EXPECT_EQ(bytes_of(path), before) << "the file changed";
+  EXPECT_FALSE(fs::exists(path + "-wal"));
+  EXPECT_FALSE(fs::exists(path + "-shm"));
+}
+
+TEST(FencedStore, ReadOnlyOpenSeesWritesStillInTheLog) {
+  TempDir dir;
+  const std::string path = dir.file("live.db");
+  StoreOptions o;
+  o.durable = false;
+  o.checkpoint_pages = 0;  // everything stays in the write-ahead log
+  std::string err;
+  auto writer = FencedStore::open(path, err, o);
+  ASSERT_NE(writer, nullptr) << err;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(writer->write({"orders", 1, kA}, "w").accepted());
+  auto ro = FencedStore::open_read_only(path, err);
+  ASSERT_NE(ro, nullptr) << err;
+  EXPECT_EQ(ro->records("orders"), 5);
+  ASSERT_TRUE(writer->write({"orders", 1, kA}, "w").accepted());
+  EXPECT_EQ(ro->records("orders"), 6) << "a live store is read as it grows";
+}
+
+TEST(FencedStore, ReadOnlyOpenRefusesWhatIsNotAFencedStore) {
+  TempDir dir;
+  std::string err;
+  { std::ofstream(dir.file("empty.db")); }
+  EXPECT_EQ(FencedStore::open_read_only(dir.file("empty.db"), err), nullptr);
+  EXPECT_NE(err.find("not a fenced store: the file is empty"), std::string::npos) << err;
+  EXPECT_EQ(fs::file_size(dir.file("empty.db")), 0u) << "no schema was created";
+  { std::ofstream(dir.file("text.db")) << "this is not a database, just some text to fill a page"; }
+  EXPECT_EQ(FencedStore::open_read_only(dir.file("text.db"), err), nullptr);
+  EXPECT_NE(err.find("not a fenced store: not a SQLite database"), std::string::npos) << err;
+  const std::string foreign = dir.file("foreign.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(foreign.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x)", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  EXPECT_EQ(FencedStore::open_read_only(foreign, err), nullptr);
+  EXPECT_NE(err.find("not a fenced store: holds another application's data"), std::string::npos) << err;
+  EXPECT_EQ(FencedStore::open_read_only(dir.file("missing.db"), err), nullptr);
+  EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir.file("missing.db"))) << "nothing was created";
+}
+
+// A writer that must not pause for checkpoints leaves them to another connection.
+TEST(FencedStore, CheckpointsCanBeLeftToAnotherConnection) {
+  TempDir dir;
+  const std::string path = dir.file("r.db");
+  StoreOptions o;
+  o.durable = false;
+  o.checkpoint_pages = 0;
+  std::string err;
+  auto writer = FencedStore::open(path, err, o);
+  ASSERT_NE(writer, nullptr) << err;
+  std::uintmax_t wal_bytes = 0;
+  for (int i = 0; i < 50; ++i) {
+    const WriteResult r = writer->write({"orders", 1, kA}, std::string(512, 'x'));
+    ASSERT_TRUE(r.accepted());
+    EXPECT_EQ(r.checkpoint_ns, 0);
+    const std::uintmax_t now = fs::file_size(path + "-wal");
+    EXPECT_GE(now, wal_bytes) << "write " << i << ": the log only grows";
+    wal_bytes = now;
+  }
+  auto other = FencedStore::open(path, err, o);
+  ASSERT_NE(other, nullptr) << err;
+  const CheckpointResult c = other->checkpoint();
+  ASSERT_TRUE(c.ok) << c.error;
+  EXPECT_GT(c.wal_pages, 50);
+  EXPECT_EQ(c.copied_pages, c.wal_pages);
+
+  // With a threshold of one page, every commit checkpoints, and says so.
+  StoreOptions eager = o;
+  eager.checkpoint_pages = 1;
+  auto eager_writer = FencedStore::open(path, err, eager);
+  ASSERT_NE(eager_writer, nullptr) << err;
+  const WriteResult r = eager_writer->write({"orders", 1, kA}, "y");
+  ASSERT_TRUE(r.accepted());
+  EXPECT_GT(r.checkpoint_ns, 0);
+  EXPECT_GE(r.took_ns, r.checkpoint_ns + r.lock_wait_ns);
+}
+
+// Time spent waiting for another writer's lock is reported as such.
+TEST(FencedStore, LockWaitIsReported) {
+  TempDir dir;
+  const std::string path = dir.file("r.db");
+  StoreOptions o;
+  o.durable = false;
+  o.busy_timeout_ms = 20;
+  std::string err;
+  auto s = FencedStore::open(path, err, o);
+  ASSERT_NE(s, nullptr) << err;
+  ASSERT_TRUE(s->write({"orders", 1, kA}, "a").accepted());
+  EXPECT_EQ(s->write({"orders", 1, kA}, "b").lock_wait_ns, 0) << "nobody else writes";
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  const WriteResult blocked = s->write({"orders", 1, kA}, "c");  // the lock stays taken throughout
+  EXPECT_EQ(blocked.verdict, Verdict::error);
+  EXPECT_NE(blocked.reason.find("locked"), std::string::npos) << blocked.reason;
+  EXPECT_GT(blocked.lock_wait_ns, 0);
+  EXPECT_GE(blocked.took_ns, blocked.lock_wait_ns);
+  ASSERT_EQ(sqlite3_exec(holder, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(holder);
+  EXPECT_TRUE(s->write({"orders", 1, kA}, "d").accepted());
 }
 
 // Two processes, one file: the fence lives in the database, so a process that never saw
