@@ -249,26 +249,6 @@ std::optional<SandboxId> parse_sandbox(std::string_view text, Failure& failure) 
 
 // ---- output -------------------------------------------------------------------------------------
 
-std::string format_table(const std::vector<std::string>& header,
-                         const std::vector<std::vector<std::string>>& rows) {
-  std::vector<std::size_t> width(header.size(), 0);
-  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-  for (const auto& r : rows)
-    for (std::size_t i = 0; i < r.size() && i < width.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  std::string out;
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string l;
-    for (std::size_t i = 0; i < cells.size() && i < width.size(); ++i) {
-      l += cells[i];
-      if (i + 1 < cells.size()) l += std::string(width[i] - cells[i].size() + 2, ' ');
-    }
-    out += l + "\n";
-  };
-  line(header);
-  for (const auto& r : rows) line(r);
-  return out;
-}
-
 nlohmann::json record_json(const wire::NameRecord& r) {
   nlohmann::json j = {{"name", r.name},
                       {"name_id", r.name_id.str()},

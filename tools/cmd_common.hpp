@@ -13,6 +13,7 @@
 #include "lease/types.hpp"
 #include "lockd/admin_client.hpp"
 #include "tools/command.hpp"
+#include "tools/table.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -97,9 +98,6 @@ std::optional<SandboxId> parse_sandbox(std::string_view text, Failure& failure);
 
 // ---- output -----------------------------------------------------------------------------------
 
-/// A plain text table: header row, then rows; columns padded to their widest cell.
-std::string format_table(const std::vector<std::string>& header,
-                         const std::vector<std::vector<std::string>>& rows);
 /// "-" for a nil id, else the UUID text.
 template <class Tag>
 std::string id_text(const Id<Tag>& id) {

@@ -101,11 +101,13 @@ const Command kShow([](CLI::App& app, int* exit_code) {
       std::printf("%s\n", record_json(info->record).dump().c_str());
     } else {
       const auto row = record_row(info->record);
+      Table fields;  // one "key  value" line per column of `names`
       for (std::size_t i = 0; i < kHeader.size(); ++i) {
         std::string key = kHeader[i];
         std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
-        std::printf("%-13s %s\n", key.c_str(), row[i].c_str());
+        fields.add({key, row[i]});
       }
+      std::fputs(fields.str().c_str(), stdout);
     }
     *exit_code = kOk;
   });

@@ -23,14 +23,16 @@ int print_started(const nlohmann::json& a, bool json) {
   }
   const std::string name = a.contains("name") && a["name"].is_string() ? a["name"].get<std::string>() : "-";
   std::printf("sandbox %s\n", a.value("sandbox", std::string("?")).c_str());
-  std::printf("  name    %s\n", name.c_str());
-  if (a.contains("epoch")) std::printf("  epoch   %llu\n", static_cast<unsigned long long>(a.value("epoch", 0ull)));
-  if (a.contains("slot")) std::printf("  slot    %d\n", a.value("slot", -1));
-  if (a.contains("pid")) std::printf("  pid     %d\n", a.value("pid", -1));
+  Table fields;
+  fields.indent(2).min_width(0, 6);  // as wide as "cgroup", present or not
+  fields.add({"name", name});
+  if (a.contains("epoch")) fields.add({"epoch", std::to_string(a.value("epoch", 0ull))});
+  if (a.contains("slot")) fields.add({"slot", std::to_string(a.value("slot", -1))});
+  if (a.contains("pid")) fields.add({"pid", std::to_string(a.value("pid", -1))});
   if (a.contains("valid_until_ms"))
-    std::printf("  lease   valid for %lld ms (refreshed by heartbeats)\n",
-                static_cast<long long>(a.value("valid_until_ms", 0ll)));
-  if (a.contains("cgroup")) std::printf("  cgroup  %s\n", a.value("cgroup", std::string()).c_str());
+    fields.add({"lease", "valid for " + std::to_string(a.value("valid_until_ms", 0ll)) + " ms (refreshed by heartbeats)"});
+  if (a.contains("cgroup")) fields.add({"cgroup", a.value("cgroup", std::string())});
+  std::fputs(fields.str().c_str(), stdout);
   return kOk;
 }
 
