@@ -1,6 +1,9 @@
 // `leasehold audit --db PATH`: the exclusivity check over a fenced store's audit table
 // (resource/fenced_store.hpp check_audit): writes per epoch, rejected writes, violations.
-// Exit 0 when the audit shows exclusive epochs, 1 when a rule is broken, 2 for a bad file.
+// It opens the store read-only and changes nothing (FencedStore::open_read_only), so it also
+// checks a copy kept as evidence on a read-only file or mount.
+// Exit 0 when the audit shows exclusive epochs, 1 when a rule is broken, 2 for a file that is
+// not a fenced store or a malformed --name, 4 for a missing file or a name without audit rows.
 #include "tools/cmd_common.hpp"
 
 #include "resource/fenced_store.hpp"
@@ -12,6 +15,9 @@
 
 namespace leasehold::cli {
 namespace {
+
+/// Names listed when --name has no rows.
+constexpr std::size_t kKnownNamesShown = 10;
 
 struct AuditArgs {
   std::string db;
@@ -25,15 +31,20 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
       "audit", "Check a fenced store's audit: accepted writes per epoch, epochs never overlapping or "
                "going backwards, one holder per epoch; exit 1 if any rule is broken");
   sub->add_option("--db", a->db, "the fenced store (SQLite file)")->required();
-  sub->add_option("--name", a->name, "only this name");
+  auto* name_opt = sub->add_option("--name", a->name, "only this name");
   sub->add_flag("--json", a->json, "print a JSON object");
-  sub->callback([a, exit_code] {
+  sub->callback([a, exit_code, name_opt] {
+    Failure f;
+    if (name_opt->count() > 0 && !check_name(a->name, f)) {
+      *exit_code = report("audit", f);
+      return;
+    }
     if (::access(a->db.c_str(), F_OK) != 0) {
       *exit_code = report("audit", {kNotFound, "no fenced store at " + a->db});
       return;
     }
     std::string err;
-    auto store = resource::FencedStore::open(a->db, err);
+    auto store = resource::FencedStore::open_read_only(a->db, err);
     if (!store) {
       *exit_code = report("audit", {kUsage, err});
       return;
@@ -41,6 +52,15 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
     const auto rows = store->audit(a->name, resource::kAuditRowsMax, &err);
     if (!err.empty()) {
       *exit_code = report("audit", {kFailure, err});
+      return;
+    }
+    if (!a->name.empty() && rows.empty()) {
+      std::string known;
+      const auto names = store->names(kKnownNamesShown + 1);
+      for (std::size_t i = 0; i < names.size() && i < kKnownNamesShown; ++i) known += (i ? ", " : "") + names[i];
+      if (names.size() > kKnownNamesShown) known += ", ...";
+      *exit_code = report("audit", {kNotFound, "unknown name \"" + a->name + "\": no audit rows for it in " + a->db +
+                                                   (known.empty() ? " (it has none at all)" : " (names in it: " + known + ")")});
       return;
     }
     const resource::AuditReport rep = resource::check_audit(rows);

@@ -3,12 +3,16 @@
 // a distinct exit code (tools/command.hpp) for each of: malformed name, unknown name, lockd
 // unreachable, no supervisor running.
 #include "io/auth.hpp"
+#include "resource/fenced_store.hpp"
 #include "shm/table.hpp"
 #include "tools/command.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +20,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -65,8 +70,10 @@ class CliTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  /// Runs `leasehold args...` with a clean LEASEHOLD_* environment; bounded by 60 s.
-  Result cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  /// Starts `leasehold args...` with a clean LEASEHOLD_* environment, stdout/stderr to
+  /// cli.out/cli.err; `in_child` runs in the child before exec (false: exit kChildSetupFailed).
+  pid_t spawn_cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                  const std::function<bool()>& in_child = {}) {
     const fs::path out = dir_ / "cli.out", err = dir_ / "cli.err";
     const pid_t pid = ::fork();
     if (pid == 0) {
@@ -78,12 +85,26 @@ class CliTest : public ::testing::Test {
                             "LEASEHOLD_SLOT", "LEASEHOLD_EPOCH", "LEASEHOLD_CONTROL_SOCKET"})
         ::unsetenv(v);
       for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+      if (in_child && !in_child()) ::_exit(kChildSetupFailed);
       std::vector<char*> argv{const_cast<char*>(LEASEHOLD_CLI_BINARY)};
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
+    return pid;
+  }
+  static constexpr int kChildSetupFailed = 99;
+
+  /// Runs `leasehold args...` (see spawn_cli); bounded by 60 s.
+  Result cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+             const std::function<bool()>& in_child = {}) {
+    return wait_cli(spawn_cli(args, env, in_child));
+  }
+
+  /// Waits for a spawned CLI (killed after 60 s) and collects its exit code and output.
+  Result wait_cli(pid_t pid) {
+    const fs::path out = dir_ / "cli.out", err = dir_ / "cli.err";
     Result r;
     int status = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -340,6 +361,83 @@ TEST_F(CliTest, AuditOfAMissingOrForeignDatabase) {
   }
   const Result junk = cli({"audit", "--db", (dir_ / "junk.db").string()});
   EXPECT_ANSWER(junk, kUsage, "not a SQLite database");
+  EXPECT_NE(junk.err.find("not a fenced store"), std::string::npos) << junk.err;
+  const Result missing = cli({"audit", "--db", (dir_ / "missing.db").string()});
+  EXPECT_ANSWER(missing, kNotFound, "no fenced store at");
+}
+
+// An empty file is not a fenced store, and auditing it must not turn it into one.
+TEST_F(CliTest, AuditOfAnEmptyFileIsNotAFencedStoreAndStaysEmpty) {
+  const fs::path empty = dir_ / "empty.db";
+  { std::ofstream(empty.string()); }
+  const Result r = cli({"audit", "--db", empty.string()});
+  EXPECT_ANSWER(r, kUsage, "not a fenced store: the file is empty");
+  EXPECT_EQ(fs::file_size(empty), 0u);
+  EXPECT_FALSE(fs::exists(empty.string() + "-wal"));
+  EXPECT_FALSE(fs::exists(empty.string() + "-shm"));
+}
+
+/// A fenced store at `path` with writes at epochs 1 and 2 and one stale write; closed.
+void make_store(const std::string& path) {
+  std::string err;
+  auto s = resource::FencedStore::open(path, err);
+  ASSERT_NE(s, nullptr) << err;
+  const SandboxId a = *SandboxId::parse(kSandbox);
+  const SandboxId b = *SandboxId::parse("11111111-2222-4333-8444-555555555555");
+  ASSERT_TRUE(s->write({"orders", 1, a}, "one").accepted());
+  ASSERT_TRUE(s->write({"orders", 2, b}, "two").accepted());
+  ASSERT_EQ(s->write({"orders", 1, a}, "late").verdict, resource::Verdict::stale);
+}
+
+TEST_F(CliTest, AuditChangesNothing) {
+  const std::string db = (dir_ / "evidence.db").string();
+  make_store(db);
+  const std::string before = slurp(db);
+  const auto mtime = fs::last_write_time(db);
+  const Result r = cli({"audit", "--db", db, "--json"});
+  ASSERT_EQ(r.code, kOk) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["accepted"], 2);
+  EXPECT_EQ(j["rejected"], 1);
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_EQ(slurp(db), before);
+  EXPECT_EQ(fs::last_write_time(db), mtime);
+  EXPECT_FALSE(fs::exists(db + "-wal"));
+  EXPECT_FALSE(fs::exists(db + "-shm"));
+}
+
+// Evidence on a read-only mount (root bypasses file modes, so a bind mount is the real test).
+TEST_F(CliTest, AuditWorksOnAReadOnlyMount) {
+  const fs::path ro = dir_ / "ro";
+  fs::create_directory(ro);
+  make_store((ro / "evidence.db").string());
+  const std::string dir = ro.string();
+  auto read_only_mount = [dir] {
+    return ::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+           ::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) == 0 &&
+           ::mount(nullptr, dir.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) == 0;
+  };
+  const Result r = cli({"audit", "--db", (ro / "evidence.db").string()}, {}, read_only_mount);
+  if (r.code == kChildSetupFailed) GTEST_SKIP() << "cannot make a read-only bind mount here (needs root)";
+  EXPECT_EQ(r.code, kOk) << r.err;
+  EXPECT_NE(r.out.find("2 accepted, 1 rejected"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exclusive"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, AuditOfAnUnknownOrMalformedName) {
+  const std::string db = (dir_ / "r.db").string();
+  make_store(db);
+  const Result unknown = cli({"audit", "--db", db, "--name", "nope"});
+  EXPECT_ANSWER(unknown, kNotFound, "unknown name \"nope\"");
+  EXPECT_NE(unknown.err.find("names in it: orders"), std::string::npos) << unknown.err;
+  EXPECT_EQ(unknown.out, "") << "no table for an unknown name";
+  const Result bad = cli({"audit", "--db", db, "--name", "bad name!"});
+  EXPECT_ANSWER(bad, kUsage, "malformed name \"bad name!\"");
+  const Result empty = cli({"audit", "--db", db, "--name", ""});
+  EXPECT_ANSWER(empty, kUsage, "name is empty");
+  const Result known = cli({"audit", "--db", db, "--name", "orders"});
+  EXPECT_EQ(known.code, kOk) << known.err;
+  EXPECT_NE(known.out.find("2 accepted, 1 rejected"), std::string::npos) << known.out;
 }
 
 }  // namespace
