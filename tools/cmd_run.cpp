@@ -52,20 +52,23 @@ const Command kRun([](CLI::App& app, int* exit_code) {
       "run", "Start a sandbox through the local supervisor; with --name, acquire the name first "
              "(nothing starts if it is held: the holder and epoch are printed)");
   add_supervisor_flags(sub, a->sup);
-  sub->add_option("--name", a->name, "the name to hold (1..128 bytes of [A-Za-z0-9._:/-])");
+  auto* name_opt = sub->add_option("--name", a->name, "the name to hold (1..128 bytes of [A-Za-z0-9._:/-])");
   sub->add_option("--env", a->env, "KEY=VALUE for the sandbox's environment (repeatable; PATH is passed on)");
   sub->add_option("--cwd", a->cwd, "working directory of the sandbox (default /)");
   sub->add_option("--ttl-ms", a->ttl_ms, "lease TTL to ask lockd for, milliseconds (default: the supervisor's)");
   sub->add_flag("--json", a->json, "print the answer as JSON");
   sub->add_option("command", a->argv, "the command and its arguments, after --")->required();
-  sub->callback([a, exit_code] {
+  sub->callback([a, exit_code, name_opt] {
     Failure f;
-    if (!a->name.empty() && !check_name(a->name, f)) {
+    // A --name that is given must be valid, also when it is empty: `--name ""` is not `run`
+    // without a name.
+    const bool named = name_opt->count() > 0;
+    if (named && !check_name(a->name, f)) {
       *exit_code = report("run", f);
       return;
     }
     nlohmann::json req = {{"v", 1}, {"op", "run"}, {"argv", a->argv}};
-    if (!a->name.empty()) req["name"] = a->name;
+    if (named) req["name"] = a->name;
     nlohmann::json env = nlohmann::json::object();
     if (const char* path = std::getenv("PATH")) env["PATH"] = path;
     for (const auto& e : a->env) {

@@ -440,5 +440,12 @@ TEST_F(CliTest, AuditOfAnUnknownOrMalformedName) {
   EXPECT_NE(known.out.find("2 accepted, 1 rejected"), std::string::npos) << known.out;
 }
 
+TEST_F(CliTest, RunWithAnEmptyNameIsAUsageError) {
+  const Result r = cli({"run", "--supervisor", no_socket_, "--name", "", "--", "/bin/true"});
+  EXPECT_ANSWER(r, kUsage, "name is empty");
+  const Result show = cli(with({"show", ""}, lockd_flags(kSilentLockd)));
+  EXPECT_ANSWER(show, kUsage, "name is empty");
+}
+
 }  // namespace
 }  // namespace leasehold::cli
