@@ -41,24 +41,37 @@ const Command kNames([](CLI::App& app, int* exit_code) {
       *exit_code = report("names", f);
       return;
     }
-    std::string err;
-    auto all = client->list_all(&err, a->names_max);
-    if (!all) {
-      lockd::Answer ans;
-      ans.error = err;
-      *exit_code = report("names", answer_failure(ans, a->lockd, "list names"));
-      return;
-    }
-    std::sort(all->begin(), all->end(), [](const auto& x, const auto& y) { return x.name < y.name; });
+    // Paged here rather than with AdminClient::list_all, so a page without an answer keeps its
+    // Answer (attempts made, the error) for the message.
+    std::vector<wire::NameRecord> all;
+    std::uint64_t cursor = 0;
+    do {
+      const lockd::Answer ans = client->list(cursor);
+      const auto* page = ans.as<wire::ListPage>();
+      if (page == nullptr) {
+        *exit_code = report("names", answer_failure(ans, a->lockd, "list names"));
+        return;
+      }
+      all.insert(all.end(), page->entries.begin(), page->entries.end());
+      if (page->next_cursor != 0 && page->next_cursor <= cursor) {
+        *exit_code = report("names", {kInternal, "list names: lockd's page cursor did not advance (" +
+                                                     std::to_string(cursor) + " -> " +
+                                                     std::to_string(page->next_cursor) + ")"});
+        return;
+      }
+      cursor = page->next_cursor;
+    } while (cursor != 0 && all.size() < a->names_max);
+    if (all.size() > a->names_max) all.resize(a->names_max);
+    std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
     if (a->json) {
       nlohmann::json arr = nlohmann::json::array();
-      for (const auto& r : *all) arr.push_back(record_json(r));
+      for (const auto& r : all) arr.push_back(record_json(r));
       std::printf("%s\n", arr.dump().c_str());
     } else {
       std::vector<std::vector<std::string>> rows;
-      for (const auto& r : *all) rows.push_back(record_row(r));
+      for (const auto& r : all) rows.push_back(record_row(r));
       std::fputs(format_table(kHeader, rows).c_str(), stdout);
-      std::printf("%zu name(s)\n", all->size());
+      std::printf("%zu name(s)\n", all.size());
     }
     *exit_code = kOk;
   });

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -445,6 +446,21 @@ TEST_F(CliTest, RunWithAnEmptyNameIsAUsageError) {
   EXPECT_ANSWER(r, kUsage, "name is empty");
   const Result show = cli(with({"show", ""}, lockd_flags(kSilentLockd)));
   EXPECT_ANSWER(show, kUsage, "name is empty");
+}
+
+// Every command that talks to an unreachable lockd says how many attempts it made.
+TEST_F(CliTest, UnreachableLockdCountsTheAttempts) {
+  const std::vector<std::string> lf{"--lockd", kSilentLockd, "--key-file", key_, "--timeout-ms", "1000"};
+  const std::regex attempts(R"(within 1000 ms \((\d+) attempts\))");
+  for (const auto& args : {with({"names"}, lf), with({"show", "orders"}, lf)}) {
+    SCOPED_TRACE(args[0]);
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, kUnreachable) << r.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.err, m, attempts)) << r.err;
+    // A 1 s deadline with a first retry after 20 ms: lockd was asked more than once.
+    EXPECT_GE(std::stoi(m[1].str()), 2) << r.err;
+  }
 }
 
 }  // namespace
