@@ -9,6 +9,10 @@
 //   - the resource answers "stale" -> the token is superseded: stop for good (exit 3)
 // Its first act once it has an epoch is to present its token to the resource, so older
 // tokens are fenced from then on even before its first write (lease/fence.hpp).
+// Whenever it is not writing it says why, on stdout: no lease yet, the shm check failed, the
+// resource refused, or a write is slow - a write that takes longer than --slow-ms is reported
+// while it is still in progress (a watchdog thread) and again when it ends, with where the time
+// went (waiting for another writer's lock, a WAL checkpoint, the transaction itself).
 // Env (set by the supervisor): LEASEHOLD_SHM, LEASEHOLD_SLOT, LEASEHOLD_SANDBOX.
 // Output: one line per event on stdout ("agent ... epoch=E accepted=N").
 #include "tools/cmd_common.hpp"
@@ -16,12 +20,16 @@
 #include "resource/fenced_store.hpp"
 #include "shm/table.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 namespace leasehold::cli {
@@ -30,13 +38,114 @@ namespace {
 /// The exit code of an agent whose token the resource rejected as stale.
 constexpr int kAgentFencedOut = 3;
 constexpr std::uint64_t kAgentIntervalMsMax = 10'000;
+constexpr std::uint64_t kAgentSlowMsDefault = 100;
 
 struct AgentArgs {
   std::string db;
   std::string name;
   std::uint64_t interval_ms = 5;
   std::uint64_t max_seconds = 300;
+  std::uint64_t slow_ms = kAgentSlowMsDefault;
+  int checkpoint_pages = resource::kWalCheckpointPagesDefault;
   bool durable = false;
+};
+
+/// Reports a write that is still in progress after `slow_ms` (once per write), from its own
+/// thread, so a stalled agent says so while it is stalled.
+class SlowWriteWatch {
+ public:
+  SlowWriteWatch(std::uint64_t slow_ms, std::string name)
+      : slow_ns_(static_cast<std::int64_t>(slow_ms) * 1'000'000), name_(std::move(name)), thread_([this] { loop(); }) {}
+  ~SlowWriteWatch() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  SlowWriteWatch(const SlowWriteWatch&) = delete;
+  SlowWriteWatch& operator=(const SlowWriteWatch&) = delete;
+  void begin(Epoch epoch, std::uint64_t seq) {
+    std::lock_guard<std::mutex> lk(mu_);
+    epoch_ = epoch;
+    seq_ = seq;
+    since_ns_ = boot_ns();
+    reported_ = false;
+    cv_.notify_all();
+  }
+  /// True if the watchdog reported this write as stalled.
+  bool end() {
+    std::lock_guard<std::mutex> lk(mu_);
+    since_ns_ = 0;
+    return reported_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_) {
+      if (since_ns_ == 0 || reported_) {
+        cv_.wait(lk);
+        continue;
+      }
+      const std::int64_t due = since_ns_ + slow_ns_;
+      const std::int64_t now = boot_ns();
+      if (now < due) {
+        cv_.wait_for(lk, std::chrono::nanoseconds(due - now));
+        continue;
+      }
+      reported_ = true;
+      std::printf("agent name=%s epoch=%llu: write seq=%llu still in progress after %lld ms (no writes meanwhile)\n",
+                  name_.c_str(), static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(seq_),
+                  static_cast<long long>((now - since_ns_) / 1'000'000));
+      std::fflush(stdout);
+    }
+  }
+  const std::int64_t slow_ns_;
+  const std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool reported_ = false;
+  Epoch epoch_ = 0;
+  std::uint64_t seq_ = 0;
+  std::int64_t since_ns_ = 0;  // 0: no write in progress
+  std::thread thread_;         // last: starts after the fields above exist
+};
+
+double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+/// This thread's scheduler accounting (/proc/thread-self/schedstat): time on a CPU and time
+/// runnable but waiting for one, ns. Zeros where the kernel does not provide it.
+struct SchedTimes {
+  std::int64_t run_ns = 0;
+  std::int64_t wait_ns = 0;
+};
+class SchedClock {
+ public:
+  SchedClock() : fd_(::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)) {}
+  ~SchedClock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SchedClock(const SchedClock&) = delete;
+  SchedClock& operator=(const SchedClock&) = delete;
+  SchedTimes now() const {
+    SchedTimes t;
+    char buf[128];
+    const ssize_t n = fd_ >= 0 ? ::pread(fd_, buf, sizeof buf - 1, 0) : -1;
+    if (n <= 0) return t;
+    buf[n] = '\0';
+    unsigned long long run = 0, wait = 0;
+    if (std::sscanf(buf, "%llu %llu", &run, &wait) == 2) {
+      t.run_ns = static_cast<std::int64_t>(run);
+      t.wait_ns = static_cast<std::int64_t>(wait);
+    }
+    return t;
+  }
+
+ private:
+  int fd_;
 };
 
 int run_agent(const AgentArgs& a) {
@@ -66,6 +175,7 @@ int run_agent(const AgentArgs& a) {
   std::string err;
   resource::StoreOptions so;
   so.durable = a.durable;
+  so.checkpoint_pages = a.checkpoint_pages;
   auto store = resource::FencedStore::open(a.db, err, so);
   if (!store) {
     std::fprintf(stderr, "leasehold agent: %s\n", err.c_str());
@@ -80,12 +190,19 @@ int run_agent(const AgentArgs& a) {
   std::uint64_t accepted = 0, skipped = 0, seq = 0;
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(a.max_seconds);
   bool was_valid = false;
+  bool said_waiting = false;
+  const std::int64_t slow_ns = static_cast<std::int64_t>(a.slow_ms) * 1'000'000;
+  SlowWriteWatch watch(a.slow_ms, a.name);
+  const SchedClock sched;
+  std::int64_t last_write_end_ns = 0;  // 0: no write yet at this epoch
+  SchedTimes last_write_sched;
   while (std::chrono::steady_clock::now() < end) {
     shm::SlotSnapshot snap;
     if (table->snapshot(slot, snap) == shm::TableErrc::ok && snap.sandbox == *sandbox &&
         snap.state == shm::SlotState::published && !snap.revoked && snap.name == name_id && snap.epoch != epoch &&
         snap.epoch != 0) {
       epoch = snap.epoch;
+      last_write_end_ns = 0;
       const auto p = store->advance_fence(a.name, epoch, "holder " + sandbox->str() + " presents its token");
       std::printf("agent name=%s epoch=%llu: lease published; token presented to the resource (%s)\n",
                   a.name.c_str(), static_cast<unsigned long long>(epoch),
@@ -95,6 +212,11 @@ int run_agent(const AgentArgs& a) {
     // The check before every side effect: epoch, valid_until, writer liveness.
     const bool valid = epoch != 0 && table->check_deadline(slot, epoch);
     if (!valid) {
+      if (epoch == 0 && !said_waiting) {
+        std::printf("agent name=%s: no lease in slot %u yet; not writing until it is published\n", a.name.c_str(), slot);
+        std::fflush(stdout);
+        said_waiting = true;
+      }
       if (was_valid) {
         std::printf("agent epoch=%llu: shm check failed; no more writes (accepted=%llu)\n",
                     static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(accepted));
@@ -106,7 +228,30 @@ int run_agent(const AgentArgs& a) {
       was_valid = true;
       ++seq;
       const std::string payload = "seq=" + std::to_string(seq) + " pid=" + std::to_string(::getpid());
+      // A long gap since the previous write: say where the time went (this thread runnable
+      // but not on a CPU, on a CPU, or asleep/blocked - in the sleep between writes or in I/O).
+      if (const std::int64_t gap = boot_ns() - last_write_end_ns; last_write_end_ns != 0 && gap >= slow_ns) {
+        const SchedTimes st = sched.now();
+        std::printf("agent name=%s epoch=%llu: %.0f ms since the previous write (interval %llu ms): %.0f ms "
+                    "runnable waiting for a CPU, %.0f ms on a CPU, the rest asleep or blocked\n",
+                    a.name.c_str(), static_cast<unsigned long long>(epoch), ms(gap),
+                    static_cast<unsigned long long>(a.interval_ms), ms(st.wait_ns - last_write_sched.wait_ns),
+                    ms(st.run_ns - last_write_sched.run_ns));
+        std::fflush(stdout);
+      }
+      watch.begin(epoch, seq);
       const resource::WriteResult r = store->write({a.name, epoch, *sandbox}, payload);
+      const bool stalled = watch.end();
+      last_write_end_ns = boot_ns();
+      last_write_sched = sched.now();
+      if (stalled || r.took_ns >= slow_ns) {
+        std::printf("agent name=%s epoch=%llu: write seq=%llu %s after %.0f ms: %.0f ms waiting for another "
+                    "writer's lock, %.0f ms in a WAL checkpoint, %.0f ms in the transaction\n",
+                    a.name.c_str(), static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(seq),
+                    std::string(resource::to_string(r.verdict)).c_str(), ms(r.took_ns), ms(r.lock_wait_ns),
+                    ms(r.checkpoint_ns), ms(r.took_ns - r.lock_wait_ns - r.checkpoint_ns));
+        std::fflush(stdout);
+      }
       if (r.accepted()) {
         ++accepted;
       } else if (r.verdict == resource::Verdict::stale) {
@@ -140,6 +285,12 @@ const Command kAgent([](CLI::App& app, int* exit_code) {
       ->check(CLI::Range(std::uint64_t{1}, kAgentIntervalMsMax));
   sub->add_option("--max-seconds", a->max_seconds, "exit after this long (a bound, so it never lingers)")
       ->check(CLI::Range(1, 86'400));
+  sub->add_option("--slow-ms", a->slow_ms, "report a write that takes longer than this, milliseconds")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{600'000}));
+  sub->add_option("--checkpoint-pages", a->checkpoint_pages,
+                  "checkpoint the write-ahead log after a write that leaves it this many pages long; 0: "
+                  "never (another connection checkpoints, so writes never pause for it)")
+      ->check(CLI::Range(0, 1'000'000));
   sub->add_flag("--durable", a->durable, "fsync every write (synchronous=FULL)");
   sub->callback([a, exit_code] {
     Failure f;
