@@ -1,11 +1,14 @@
 // `leasehold demo`: processes and network (see cmd_demo_env.hpp). Registers no subcommand.
 #include "tools/cmd_demo_env.hpp"
 
+#include "tools/demo_subnet.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -241,6 +244,11 @@ std::string ip_bin() {
   return p;
 }
 bool exists_netns(const std::string& name) { return ::access(("/run/netns/" + name).c_str(), F_OK) == 0; }
+/// Serialises choosing and creating demo subnets between runs on this machine (root only:
+/// namespaces need root anyway).
+constexpr const char* kSubnetLockPath = "/run/leasehold-demo-net.lock";
+/// Longest wait for that lock: another run holds it only while it makes its links.
+constexpr std::uint64_t kSubnetLockWaitMs = 30'000;
 
 /// The local UDP ports of the sockets a process holds (from /proc/<pid>/fd and /proc/net/udp*).
 std::vector<std::uint16_t> udp_ports_of(pid_t pid) {
@@ -294,16 +302,33 @@ std::string Network::setup(const std::string& want, const std::string& run_tag) 
   } else if (ip_bin().empty()) {
     reason = "the `ip` program (iproute2) is not installed";
   } else {
-    // Pick a /24 under 10.213.0.0/16 that no interface here uses.
-    std::string addrs;
-    run_command({ip_bin(), "-o", "-4", "addr", "show"}, &addrs);
-    unsigned octet = static_cast<unsigned>(::getpid()) % 250;
-    for (int tries = 0; tries < 250; ++tries, octet = (octet + 1) % 250) {
-      if (addrs.find("10.213." + std::to_string(octet) + ".") == std::string::npos) break;
+    // Pick a /24 under 10.213.0.0/16 that no address or route here uses. Other runs of the
+    // demo do the same at the same time, so the look and the making happen under one
+    // machine-wide lock (released when `subnet_lock` closes, also if this process dies).
+    const int subnet_lock = ::open(kSubnetLockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    const std::int64_t lock_until = mono_ms() + static_cast<std::int64_t>(kSubnetLockWaitMs);
+    while (subnet_lock >= 0 && ::flock(subnet_lock, LOCK_EX | LOCK_NB) != 0 && mono_ms() < lock_until) {
+      check_interrupted();  // (after the wait: go on unlocked; a clash is then merely unlikely)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    const std::string net = "10.213." + std::to_string(octet) + ".";
+    struct LockCloser {
+      int fd;
+      ~LockCloser() {
+        if (fd >= 0) ::close(fd);
+      }
+    } closer{subnet_lock};
+    std::string addrs, routes;
+    run_command({ip_bin(), "-o", "-4", "addr", "show"}, &addrs);
+    run_command({ip_bin(), "-4", "route", "show", "table", "all"}, &routes);
+    const auto picked = pick_demo_subnet(addrs + "\n" + routes, static_cast<unsigned>(::getpid()) % kDemoSubnetCount);
+    if (!picked) {
+      reason = "every /24 of " + std::string(kDemoSubnetPrefix) + ".0.0/16 is in use here";
+      if (want == "netns") return "network namespaces unavailable: " + reason;
+    }
+    const unsigned octet = picked.value_or(0);
+    const std::string net = std::string(kDemoSubnetPrefix) + "." + std::to_string(octet) + ".";
     std::string out;
-    bool ok = true;
+    bool ok = picked.has_value();
     for (int i = 0; i < 2 && ok; ++i) {
       netns[i] = "lhdemo-" + tag + "-w" + std::to_string(i + 1);
       host_if[i] = "lhd" + tag.substr(0, 8) + "h" + std::to_string(i + 1);
