@@ -117,14 +117,20 @@ ConfigCheck check_config(const SupervisorConfig& c) {
   return r;
 }
 
+std::string runtime_dir() {
+  if (geteuid() == 0) return "/run/leasehold";
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0')
+    return std::string(xdg) + "/leasehold";
+  return "/tmp/leasehold-" + std::to_string(geteuid());
+}
+
 std::string default_control_socket_path() {
   for (const char* var : {"LEASEHOLD_CONTROL_SOCKET", "LEASEHOLD_SUPERVISOR"})
     if (const char* env = std::getenv(var); env != nullptr && *env != '\0') return env;
-  if (geteuid() == 0) return "/run/leasehold/supervisor.sock";
-  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0')
-    return std::string(xdg) + "/leasehold/supervisor.sock";
-  return "/tmp/leasehold-" + std::to_string(geteuid()) + "/supervisor.sock";
+  return runtime_dir() + "/supervisor.sock";
 }
+
+std::string worker_lock_path(const WorkerId& worker) { return runtime_dir() + "/worker-" + worker.str() + ".lock"; }
 
 std::string default_shm_path(const WorkerId& worker) {
   return "/dev/shm/leasehold-" + worker.str();

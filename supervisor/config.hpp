@@ -100,6 +100,14 @@ std::string default_control_socket_path();
 /// Default shm table path: /dev/shm/leasehold-<worker id>.
 std::string default_shm_path(const WorkerId& worker);
 
+/// The per-user runtime directory: /run/leasehold for root, else $XDG_RUNTIME_DIR/leasehold,
+/// else /tmp/leasehold-<uid>.
+std::string runtime_dir();
+
+/// The lock one live supervisor per worker id holds (flock, released by the kernel when the
+/// process dies, even by SIGKILL): <runtime_dir>/worker-<id>.lock.
+std::string worker_lock_path(const WorkerId& worker);
+
 /// Adds the supervisor's flags (units in --help) to `app`, writing into `config`.
 /// `--worker-id` is validated as a UUID by CLI11.
 void add_supervisor_flags(CLI::App& app, SupervisorConfig& config);

@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <sys/stat.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -164,6 +165,7 @@ struct Supervisor::Impl {
   std::vector<SandboxId> disarming;
   TimerId disarm_timer;
   int dev_null = -1;
+  int worker_lock_fd = -1;  ///< held (flock) for the process's lifetime
   std::optional<BwrapConfig> bwrap;
   std::unique_ptr<ControlServer> control;
   std::unique_ptr<LockdLink> link;
@@ -238,6 +240,9 @@ struct Supervisor::Impl {
   /// Logs (rate-limited) an rt wake-up later than kill_latency_budget_ms: the safety margin the
   /// pause budget relies on was eaten by the host (DESIGN.md "Time").
   void check_rt_lateness();
+  /// Takes the per-worker lock (worker_lock_path); "" or why another supervisor has it.
+  std::string lock_worker();
+  void close_worker_lock();
   /// Why a requested lease TTL cannot be served ("" if absent or fine).
   std::string ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const;
   void acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req);
@@ -290,6 +295,9 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   check = check_config(cfg);
   if (!check.ok) return check.error;
   worker = cfg.worker_id.value_or(random_worker_id());
+  // One live supervisor per worker id: a second one would sweep the first one's cgroup leaves
+  // (killing its sandboxes), share its replay window at lockd and remove its cgroup parent.
+  if (std::string err = lock_worker(); !err.empty()) return err;
   shm_path = cfg.shm_path.empty() ? default_shm_path(worker) : cfg.shm_path;
   control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
   auto addr = SocketAddress::parse(cfg.lockd_address);
@@ -529,6 +537,13 @@ void Supervisor::Impl::teardown_partial() {
   signal_fd = -1;
   if (dev_null >= 0) ::close(dev_null);
   dev_null = -1;
+  close_worker_lock();
+}
+
+void Supervisor::Impl::close_worker_lock() {
+  // The file stays (unlinking it would race a starting supervisor that already opened it).
+  if (worker_lock_fd >= 0) ::close(worker_lock_fd);
+  worker_lock_fd = -1;
 }
 
 void Supervisor::Impl::remove_cgroup_parent() {
@@ -639,6 +654,32 @@ void Supervisor::Impl::check_rt_lateness() {
             " note=\"the rt thread woke later than the kill-latency budget the pause budget assumes; "
             "isolate its CPU or raise --kill-latency-budget-ms\"",
             static_cast<double>(late) / 1e6, cfg.kill_latency_budget_ms);
+}
+
+std::string Supervisor::Impl::lock_worker() {
+  const std::string path = worker_lock_path(worker);
+  const std::string dir = path.substr(0, path.rfind('/'));
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return "cannot create " + dir + " for the worker lock: " + std::strerror(errno);
+  worker_lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (worker_lock_fd < 0) return "cannot open the worker lock " + path + ": " + std::strerror(errno);
+  if (::flock(worker_lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    char pid[32] = {};
+    [[maybe_unused]] const ssize_t n = ::pread(worker_lock_fd, pid, sizeof pid - 1, 0);
+    ::close(worker_lock_fd);
+    worker_lock_fd = -1;
+    if (e == EWOULDBLOCK)
+      return "worker " + worker.str() + " already has a live supervisor (pid " +
+             std::string(pid, std::strcspn(pid, "\n")) + ", lock " + path +
+             "); stop it first, or give this one another --worker-id";
+    return "cannot lock " + path + ": " + std::strerror(e);
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  const bool wrote = ::ftruncate(worker_lock_fd, 0) == 0 &&
+                     ::pwrite(worker_lock_fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
+  (void)wrote;  // the pid is only for the message above; the lock is what counts
+  return {};
 }
 
 std::string Supervisor::Impl::ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const {
@@ -1588,6 +1629,7 @@ int Supervisor::Impl::run() {
   table->remove();
   remove_cgroup_parent();
   log_event("event=stopped");
+  close_worker_lock();
   return exit_code;
 }
 

@@ -597,6 +597,30 @@ TEST_F(SupervisorProcess, LeaseSupervisorOnAPreemptibleLockdIsRefusedAtStart) {
       << sup.child.err();
 }
 
+TEST_F(SupervisorProcess, SecondSupervisorOfTheSameWorkerIsRefused) {
+  // Another supervisor with the same worker id (other socket, other table) would sweep the
+  // first one's cgroup leaves, killing its sandboxes: refused, naming the live one's pid.
+  start_lockd();
+  Supervisor first;
+  start_sup(first);
+  const json a = first.call(run_req("mine", {"sleep", "30"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  Supervisor second;
+  std::string err;
+  EXPECT_FALSE(second.start(dir_.path(), lockd_.address, key_, with(kSupTiming, {"--worker-id", first.worker}), &err,
+                            "second"));
+  EXPECT_EQ(second.child.wait(), 2);
+  EXPECT_NE(second.child.err().find("already has a live supervisor (pid " + std::to_string(first.child.pid())),
+            std::string::npos)
+      << second.child.err();
+  EXPECT_FALSE(fs::exists(second.socket));
+  // The first one and its sandbox are untouched.
+  EXPECT_EQ(::kill(a["pid"].get<pid_t>(), 0), 0);
+  const json list = first.call({{"v", 1}, {"op", "list"}});
+  ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["sandboxes"][0]["state"], "running");
+}
+
 TEST_F(SupervisorProcess, SecondSupervisorOnTheSameTableIsRefused) {
   start_lockd();
   Supervisor a, b;
