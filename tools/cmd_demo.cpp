@@ -15,7 +15,7 @@
 // It ends with the audit (writes per epoch, overlap and order checks, rejected writes) and a
 // timeline, and exits non-zero if any check failed. Everything it started - processes,
 // namespaces, veth pairs, filter rules, the temp dir - is removed on every exit path,
-// including Ctrl-C.
+// including Ctrl-C, SIGTERM and SIGHUP (a closed terminal); it then exits 128+signal.
 #include "tools/cmd_common.hpp"
 #include "tools/cmd_demo_env.hpp"
 
@@ -190,6 +190,10 @@ struct World {
     if (torn_down) return "";
     torn_down = true;
     std::vector<std::string> done;
+    // A worker still cut off would spend its shutdown trying to release its name to a lockd it
+    // cannot reach: restore its link first (what it records then is also the truth).
+    const bool had_filter = net.mode == Network::Mode::loopback && (net.cut[0] || net.cut[1]);
+    for (int i = 0; i < 2; ++i) net.reconnect(i);
     for (int i = 1; i >= 0; --i)
       if (sup[i]) {
         sup[i]->stop(5000);
@@ -207,7 +211,6 @@ struct World {
     pidfds.clear();
     if (agents > 0) done.push_back(std::to_string(agents) + " leftover agent(s)");
     const bool had_netns = net.mode == Network::Mode::netns;
-    const bool had_filter = !had_netns && (net.cut[0] || net.cut[1]);
     net.teardown();
     if (had_netns) done.push_back("2 network namespaces and their veth pairs");
     if (had_filter) done.push_back("packet filter rules");
@@ -295,6 +298,7 @@ class Demo {
     return sandbox.substr(0, 8) + (it != sandbox_worker_.end() ? std::string(" (") + kWorker[it->second] + ")" : "");
   }
   void audit_and_timeline();
+  nlohmann::json summary_json(int rc, int stopped_by, double took_s) const;
 
   DemoArgs args_;
   Timing t_;
@@ -306,6 +310,8 @@ class Demo {
   std::unique_ptr<lockd::AdminClient> admin_;
   std::unique_ptr<resource::FencedStore> store_;
   std::map<std::string, int> sandbox_worker_;
+  std::optional<resource::AuditReport> audit_;  // once the audit ran
+  bool network_ready_ = false;
   struct Event {
     std::int64_t t_ns;
     std::string what;
@@ -317,9 +323,9 @@ class Demo {
   };
   std::vector<Check> checks_;
   int failures_ = 0;
-  // scenario facts, for the summary
+  // scenario facts, for the summary (0 / unset: that step did not run)
   Epoch e1_ = 0, e2_ = 0, e3_ = 0;
-  std::int64_t margin_ns_ = 0;
+  std::optional<std::int64_t> margin_ns_;
   std::int64_t transfer_fence_ns_ = 0, transfer_first_write_ns_ = 0;
 };
 
@@ -346,52 +352,94 @@ void Demo::detail(const char* fmt, ...) {
 int Demo::run() {
   SignalGuard guard;
   int rc = kOk;
+  int stopped_by = 0;     // the signal that interrupted the run
+  bool aborted = false;   // stopped at an error before the end
   try {
     body();
-  } catch (const Interrupted&) {
-    std::fprintf(out_, "\ninterrupted: stopping everything the demo started\n");
-    rc = 130;
+  } catch (const Interrupted& i) {
+    stopped_by = i.signal;
+    std::fprintf(out_, "\ninterrupted by %s: stopping everything the demo started\n", signal_name(i.signal).c_str());
+    rc = 128 + i.signal;
   } catch (const Abort& a) {
     if (a.cannot_run_here) {
       std::fprintf(out_, "\nNOT RUN: %s\n", a.why.c_str());
       rc = kDemoCannotRun;
     } else {
       std::fprintf(out_, "\nFAILED: %s\n", a.why.c_str());
-      ++failures_;
+      aborted = true;
     }
   } catch (const std::exception& e) {
     std::fprintf(out_, "\nFAILED (unexpected error): %s\n", e.what());
-    ++failures_;
+    aborted = true;
   }
   store_.reset();
   admin_.reset();
   const std::string cleaned = world_.teardown();
-  std::fprintf(out_, "cleaned up: %s\n", cleaned.c_str());
+  if (!cleaned.empty()) std::fprintf(out_, "cleaned up: %s\n", cleaned.c_str());
   const double took_s = static_cast<double>(boot_ns() - t0_) / 1e9;
   if (rc == kOk) {
-    if (failures_ == 0)
+    if (aborted)
+      std::fprintf(out_, "\ndemo FAILED: stopped at the error above after %zu checks (%d failed), %.1f s\n",
+                   checks_.size(), failures_, took_s);
+    else if (failures_ == 0)
       std::fprintf(out_, "\ndemo passed: %zu checks held, %.1f s\n", checks_.size(), took_s);
     else
       std::fprintf(out_, "\ndemo FAILED: %d of %zu checks failed (%.1f s)\n", failures_, checks_.size(), took_s);
-    rc = failures_ == 0 ? kOk : kFailure;
+    rc = failures_ == 0 && !aborted ? kOk : kFailure;
   }
-  if (args_.json) {
-    nlohmann::json checks = nlohmann::json::array();
-    for (const auto& c : checks_) checks.push_back({{"ok", c.ok}, {"what", c.what}});
-    nlohmann::json tl = nlohmann::json::array();
-    for (const auto& e : timeline_) tl.push_back({{"t_ms", (e.t_ns - t0_) / 1'000'000}, {"event", e.what}});
-    std::printf("%s\n", nlohmann::json{{"passed", rc == kOk},
-                                       {"seconds", took_s},
-                                       {"network", world_.net.mode == Network::Mode::netns ? "netns" : "loopback"},
-                                       {"epochs", {e1_, e2_, e3_}},
-                                       {"kill_margin_ms", static_cast<double>(margin_ns_) / 1e6},
-                                       {"checks", checks},
-                                       {"timeline", tl}}
-                            .dump()
-                            .c_str());
-  }
+  if (args_.json) std::printf("%s\n", summary_json(rc, stopped_by, took_s).dump().c_str());
   std::fflush(stdout);
   return rc;
+}
+
+nlohmann::json Demo::summary_json(int rc, int stopped_by, double took_s) const {
+  auto ms_since_start = [this](std::int64_t t_ns) { return (t_ns - t0_) / 1'000'000; };
+  auto epoch_or_null = [](Epoch e) { return e == 0 ? nlohmann::json(nullptr) : nlohmann::json(e); };
+  nlohmann::json checks = nlohmann::json::array();
+  for (const auto& c : checks_) checks.push_back({{"ok", c.ok}, {"what", c.what}});
+  nlohmann::json tl = nlohmann::json::array();
+  for (const auto& e : timeline_) tl.push_back({{"t_ms", ms_since_start(e.t_ns)}, {"event", e.what}});
+  // The audit of the resource, as printed at the end; null when the run stopped before it.
+  nlohmann::json audit = nullptr;
+  if (audit_) {
+    nlohmann::json epochs = nlohmann::json::array();
+    for (const auto& e : audit_->epochs) {
+      nlohmann::json holders = nlohmann::json::array();
+      for (const auto& h : e.holders) holders.push_back(h);
+      epochs.push_back({{"epoch", e.epoch},
+                        {"holder", e.holders.size() == 1 ? nlohmann::json(e.holders[0]) : nlohmann::json(nullptr)},
+                        {"holders", holders},
+                        {"worker", e.holders.size() == 1 && sandbox_worker_.count(e.holders[0])
+                                       ? nlohmann::json(sandbox_worker_.at(e.holders[0]) + 1)
+                                       : nlohmann::json(nullptr)},
+                        {"accepted", e.accepted},
+                        {"stale", e.rejected},
+                        {"first_ms", e.accepted ? nlohmann::json(ms_since_start(e.first_ns)) : nlohmann::json(nullptr)},
+                        {"last_ms", e.accepted ? nlohmann::json(ms_since_start(e.last_ns)) : nlohmann::json(nullptr)}});
+    }
+    nlohmann::json rejected = nlohmann::json::array();
+    for (const auto& r : audit_->rejected_rows)
+      rejected.push_back({{"t_ms", ms_since_start(r.time_ns)},
+                          {"epoch", r.epoch},
+                          {"holder", r.holder},
+                          {"verdict", r.verdict},
+                          {"reason", r.reason},
+                          {"payload", r.payload}});
+    audit = {{"accepted", audit_->accepted}, {"rejected", audit_->rejected}, {"fences", audit_->fences},
+             {"epochs", epochs},           {"rejected_writes", rejected},  {"violations", audit_->violations}};
+  }
+  return {{"passed", rc == kOk},
+          {"exit_code", rc},
+          {"interrupted", stopped_by != 0},
+          {"signal", stopped_by != 0 ? nlohmann::json(signal_name(stopped_by)) : nlohmann::json(nullptr)},
+          {"seconds", took_s},
+          {"network", !network_ready_ ? nlohmann::json(nullptr)
+                                      : nlohmann::json(world_.net.mode == Network::Mode::netns ? "netns" : "loopback")},
+          {"epochs", {epoch_or_null(e1_), epoch_or_null(e2_), epoch_or_null(e3_)}},
+          {"kill_margin_ms", margin_ns_ ? nlohmann::json(static_cast<double>(*margin_ns_) / 1e6) : nlohmann::json(nullptr)},
+          {"checks", checks},
+          {"audit", audit},
+          {"timeline", tl}};
 }
 
 void Demo::body() {
@@ -431,6 +479,7 @@ void Demo::body() {
 
   const std::string tag = std::to_string(::getpid());
   if (std::string e = world_.net.setup(args_.network, tag); !e.empty()) abort(e);
+  network_ready_ = true;
   say("network: %s", world_.net.describe().c_str());
   if (world_.net.mode == Network::Mode::loopback) {
     detail("%s: %s", args_.network == "loopback" ? "not using network namespaces" : "falling back to loopback",
@@ -566,15 +615,16 @@ void Demo::body() {
     if (!issued.empty() && issued != "0") t_kill = static_cast<std::int64_t>(std::stoull(issued));
     kill_path = field(kill_line, "path");
   }
-  margin_ns_ = expiry - t_kill;
+  const std::int64_t margin_ns = expiry - t_kill;
+  margin_ns_ = margin_ns;
   say("kill-switch fired on %s at %s (%s; slot revoked at %s, agent process gone at %s)", kWorker[0],
       at(t_kill).c_str(), kill_path.c_str(), at(t_revoked).c_str(), at(t_dead).c_str());
   event(t_kill, "worker 1 kill-switch fired (" + kill_path + ")");
   event(t_dead, "agent " + sb1.substr(0, 8) + " gone");
   detail("margin: lockd expiry %s - kill %s = %.0f ms (at most ttl - kill_after = %llu ms)", at(expiry).c_str(),
-         at(t_kill).c_str(), static_cast<double>(margin_ns_) / 1e6,
+         at(t_kill).c_str(), static_cast<double>(margin_ns) / 1e6,
          static_cast<unsigned long long>(t_.ttl_ms - t_.kill_after_ms));
-  check(margin_ns_ > 0, "the kill-switch fired before lockd's lease expiry");
+  check(margin_ns > 0, "the kill-switch fired before lockd's lease expiry");
   check(t_dead < expiry, "the agent process was gone before the lease could be given to anyone else");
   const auto e1_tally = store_->tally(args_.name, e1_, "accepted");
   check(e1_tally.last_ns <= t_dead, "no write of epoch " + std::to_string(e1_) + " landed after the agent was killed");
@@ -766,7 +816,8 @@ void Demo::audit_and_timeline() {
   std::string err;
   const auto rows = store_->audit(args_.name, resource::kAuditRowsMax, &err);
   if (!err.empty()) abort(err);
-  const resource::AuditReport rep = resource::check_audit(rows);
+  audit_ = resource::check_audit(rows);
+  const resource::AuditReport& rep = *audit_;
   std::fprintf(out_, "\naudit of \"%s\" in %s (%zu rows: %llu accepted, %llu rejected, %llu fence announcements)\n",
                args_.name.c_str(), args_.keep ? db_path_.c_str() : "resource.db", rows.size(),
                static_cast<unsigned long long>(rep.accepted), static_cast<unsigned long long>(rep.rejected),
@@ -778,8 +829,9 @@ void Demo::audit_and_timeline() {
     table.push_back({std::to_string(e.epoch), holders.empty() ? "-" : holders, std::to_string(e.accepted),
                      std::to_string(e.rejected), e.accepted ? at(e.first_ns) : "-", e.accepted ? at(e.last_ns) : "-"});
   }
-  std::stringstream ts(format_table({"EPOCH", "HOLDER", "ACCEPTED", "STALE", "FIRST", "LAST"}, table));
-  for (std::string line; std::getline(ts, line);) std::fprintf(out_, "  %s\n", line.c_str());
+  Table t({"EPOCH", "HOLDER", "ACCEPTED", "STALE", "FIRST", "LAST"});
+  for (auto& row : table) t.add(std::move(row));
+  std::fputs(t.indent(2).str().c_str(), out_);
   std::fprintf(out_, "rejected writes:\n");
   for (const auto& r : rep.rejected_rows)
     std::fprintf(out_, "  %s  epoch %llu  holder %s  %s  payload \"%s\"\n", at(r.time_ns).c_str(),
@@ -809,8 +861,9 @@ const Command kDemo([](CLI::App& app, int* exit_code) {
   auto* sub = app.add_subcommand(
       "demo", "End to end: lockd, two supervisors (network namespaces where possible), a named agent "
               "writing to a fenced SQLite resource; refusal, kill-switch, takeover, stale write, "
-              "transfer; then the audit. Exit 0 only if every check holds, 1 if one failed, 77 if "
-              "this machine cannot cut a worker off (no network namespaces and no nft/iptables)");
+              "transfer; then the audit. Exit 0 only if every check holds, 1 if one failed, 2 for a bad "
+              "flag, 77 if this machine cannot cut a worker off (no network namespaces and no "
+              "nft/iptables), 128+signal when interrupted (SIGINT 130, SIGHUP 129, SIGTERM 143)");
   sub->add_flag("--fast", a->fast, "short TTLs (CI): lease 1.5 s, kill-switch after 0.9 s");
   sub->add_flag("--keep", a->keep, "keep the temp dir (logs, lockd.db, resource.db) and print its path");
   sub->add_flag("--json", a->json, "print a JSON summary on stdout (the narrative goes to stderr)");
@@ -819,6 +872,23 @@ const Command kDemo([](CLI::App& app, int* exit_code) {
   sub->add_option("--lockd-bin", a->lockd_bin, "path of leasehold-lockd (default: next to this binary, or PATH)");
   sub->add_option("--supervisor-bin", a->supervisor_bin, "path of leasehold-supervisor (default: likewise)");
   sub->callback([a, exit_code] {
+    // Usage errors stop here, before anything is started or printed.
+    Failure f;
+    if (a->network != "auto" && a->network != "netns" && a->network != "loopback") {
+      *exit_code = report("demo", {kUsage, "--network must be auto, netns or loopback (got \"" + a->network + "\")"});
+      return;
+    }
+    if (!check_name(a->name, f)) {
+      *exit_code = report("demo", f);
+      return;
+    }
+    for (const auto& [flag, path] : {std::pair{"--lockd-bin", a->lockd_bin}, std::pair{"--supervisor-bin", a->supervisor_bin}}) {
+      if (!path.empty() && ::access(path.c_str(), X_OK) != 0) {
+        *exit_code = report("demo", {kUsage, std::string(flag) + " " + path + ": not an executable file (" +
+                                                 std::strerror(errno) + ")"});
+        return;
+      }
+    }
     Demo d(*a);
     *exit_code = d.run();
   });

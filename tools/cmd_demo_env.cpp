@@ -20,20 +20,41 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
 namespace leasehold::cli::demo {
 
-std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_interrupted{0};
 
 void check_interrupted() {
-  if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted{};
+  if (const int sig = g_interrupted.load(std::memory_order_relaxed); sig != 0) throw Interrupted{sig};
+}
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "signal " + std::to_string(signal);
+  }
 }
 
 namespace {
-struct sigaction g_old_int {}, g_old_term {};
-void on_signal(int) { g_interrupted.store(true, std::memory_order_relaxed); }
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction g_old_stop[std::size(kStopSignals)] {}, g_old_pipe {};
+void on_signal(int sig) {
+  int none = 0;
+  g_interrupted.compare_exchange_strong(none, sig, std::memory_order_relaxed);  // the first one wins
+}
+void on_sigpipe(int) {}
+
+/// In a forked child before exec: the default disposition of every signal the demo handles.
+void default_signals_in_child() {
+  for (int sig : kStopSignals) ::signal(sig, SIG_DFL);
+  ::signal(SIGPIPE, SIG_DFL);
+}
 
 std::int64_t mono_ms() {
   timespec ts{};
@@ -63,12 +84,15 @@ SignalGuard::SignalGuard() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &g_old_int);
-  ::sigaction(SIGTERM, &sa, &g_old_term);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &sa, &g_old_stop[i]);
+  struct sigaction pipe_sa {};
+  pipe_sa.sa_handler = on_sigpipe;  // a handler, not SIG_IGN: exec resets it for the children
+  sigemptyset(&pipe_sa.sa_mask);
+  ::sigaction(SIGPIPE, &pipe_sa, &g_old_pipe);
 }
 SignalGuard::~SignalGuard() {
-  ::sigaction(SIGINT, &g_old_int, nullptr);
-  ::sigaction(SIGTERM, &g_old_term, nullptr);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &g_old_stop[i], nullptr);
+  ::sigaction(SIGPIPE, &g_old_pipe, nullptr);
 }
 
 std::string find_program(const std::string& name) {
@@ -95,6 +119,8 @@ int run_command(const std::vector<std::string>& argv, std::string* output, std::
     return 127;
   }
   if (pid == 0) {
+    ::setpgid(0, 0);
+    default_signals_in_child();
     ::dup2(pipefd[1], 1);
     ::dup2(pipefd[1], 2);
     const int devnull = ::open("/dev/null", O_RDONLY);
@@ -189,8 +215,7 @@ std::optional<Child> start_child(const std::string& label, const std::vector<std
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(126);
     ::setpgid(0, 0);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
+    default_signals_in_child();
     if (ns_fd >= 0 && ::setns(ns_fd, CLONE_NEWNET) != 0) {
       ::dprintf(log_fd, "setns(%s): %s\n", netns.c_str(), std::strerror(errno));
       ::_exit(126);

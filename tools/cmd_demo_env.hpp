@@ -13,12 +13,20 @@
 
 namespace leasehold::cli::demo {
 
-/// Set by SIGINT/SIGTERM; every wait loop of the demo checks it and unwinds to the cleanup.
-extern std::atomic<bool> g_interrupted;
-struct Interrupted {};
+/// The first of SIGINT/SIGTERM/SIGHUP received (0: none); every wait loop of the demo checks
+/// it and unwinds to the cleanup. SIGHUP is a closed terminal or ssh session: it must clean up
+/// like the others.
+extern std::atomic<int> g_interrupted;
+struct Interrupted {
+  int signal = 0;
+};
 /// Throws Interrupted when the demo was asked to stop.
 void check_interrupted();
-/// Installs the SIGINT/SIGTERM handlers (restored by the returned guard's destructor).
+/// "SIGINT", "SIGTERM", "SIGHUP", else "signal N".
+std::string signal_name(int signal);
+/// Installs the SIGINT/SIGTERM/SIGHUP handlers, and one for SIGPIPE that does nothing (a
+/// closed output pipe must not kill the demo before its cleanup; writes then fail with EPIPE).
+/// The destructor restores the previous dispositions.
 struct SignalGuard {
   SignalGuard();
   ~SignalGuard();
@@ -27,7 +35,9 @@ struct SignalGuard {
 };
 
 /// Runs a command to completion (bounded: killed after `timeout_ms`); returns its exit status
-/// (128+signal when killed) and fills `output` with stdout+stderr.
+/// (128+signal when killed) and fills `output` with stdout+stderr. The command runs in its own
+/// process group, so a Ctrl-C or a terminal hangup meant for the demo does not kill an `ip` or
+/// `nft` halfway through the cleanup.
 int run_command(const std::vector<std::string>& argv, std::string* output = nullptr,
                 std::uint64_t timeout_ms = 10'000);
 /// The first executable `name` in $PATH, /usr/sbin, /sbin ("" if none).

@@ -463,5 +463,81 @@ TEST_F(CliTest, UnreachableLockdCountsTheAttempts) {
   }
 }
 
+TEST_F(CliTest, DemoUsageErrorsStartNothing) {
+  for (const auto& [args, phrase] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"demo", "--network", "bogus"}, "--network must be auto, netns or loopback (got \"bogus\")"},
+           {{"demo", "--name", "bad_name!"}, "malformed name \"bad_name!\""},
+           {{"demo", "--lockd-bin", (dir_ / "nope").string()}, "not an executable file"},
+       }) {
+    SCOPED_TRACE(args[1]);
+    const Result r = cli(args);
+    EXPECT_ANSWER(r, kUsage, phrase);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.find("cleaned up"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("checks"), std::string::npos) << r.err;
+  }
+}
+
+#ifdef LEASEHOLD_DEMO_RUNS
+/// The demo, interrupted by a signal once worker 1 is cut off (namespaces, a downed link or a
+/// filter table, the temp dir, three processes and an agent all exist then): it must exit
+/// 128+signal, leave nothing behind, and say in its JSON which steps never ran. SIGHUP is a
+/// closed terminal or ssh session.
+class DemoInterruptTest : public CliTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(DemoInterruptTest, CleansUpAndExits128PlusTheSignal) {
+  const int sig = GetParam();
+  const pid_t pid = spawn_cli({"demo", "--fast", "--json"});
+  const fs::path err = dir_ / "cli.err";
+  std::string narrative;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    narrative = slurp(err);
+    if (narrative.find(" cut off (") != std::string::npos || narrative.find("NOT RUN") != std::string::npos ||
+        narrative.find("FAILED") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (narrative.find("NOT RUN") != std::string::npos) {
+    wait_cli(pid);
+    GTEST_SKIP() << "the demo cannot run here: " << narrative;
+  }
+  ASSERT_NE(narrative.find(" cut off ("), std::string::npos) << narrative;
+  ASSERT_EQ(::kill(pid, sig), 0);
+  const Result r = wait_cli(pid);
+  EXPECT_EQ(r.code, 128 + sig) << r.err;
+  const std::string sig_name = std::string("SIG") + sigabbrev_np(sig);
+  EXPECT_NE(r.err.find("interrupted by " + sig_name), std::string::npos) << r.err;
+
+  // Nothing is left: temp dir, namespaces, veth pairs, filter table.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(SQLite store (/tmp/leasehold-demo\.[A-Za-z0-9]+)/lockd\.db)")))
+      << r.err;
+  EXPECT_FALSE(fs::exists(m[1].str())) << m[1].str();
+  const std::string tag = std::to_string(pid);
+  for (const char* w : {"-w1", "-w2"}) EXPECT_FALSE(fs::exists("/run/netns/lhdemo-" + tag + w));
+  for (const char* h : {"h1", "h2"}) EXPECT_FALSE(fs::exists("/sys/class/net/lhd" + tag.substr(0, 8) + h));
+  if (::access("/usr/sbin/nft", X_OK) == 0) {
+    const std::string cmd = "/usr/sbin/nft list table inet lhdemo_" + tag + " >/dev/null 2>&1";
+    EXPECT_NE(std::system(cmd.c_str()), 0) << "nft table lhdemo_" << tag << " is still there";
+  }
+
+  // The summary: steps that never ran are null, not 0.
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["interrupted"], true);
+  EXPECT_EQ(j["signal"], sig_name);
+  EXPECT_EQ(j["exit_code"], 128 + sig);
+  EXPECT_EQ(j["passed"], false);
+  EXPECT_EQ(j["epochs"][0], 1);
+  EXPECT_TRUE(j["epochs"][1].is_null());
+  EXPECT_TRUE(j["epochs"][2].is_null());
+  EXPECT_TRUE(j["audit"].is_null());
+  EXPECT_TRUE(j["kill_margin_ms"].is_null()) << "the kill-switch step had not finished";
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, DemoInterruptTest, ::testing::Values(SIGHUP, SIGINT, SIGTERM),
+                         [](const ::testing::TestParamInfo<int>& i) { return std::string(sigabbrev_np(i.param)); });
+#endif
+
 }  // namespace
 }  // namespace leasehold::cli
