@@ -49,6 +49,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -881,6 +882,58 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   return {};
 }
 
+/// A probe killed mid-freeze (SIGKILL: no destructor ran) leaves the supervisor frozen in its
+/// `leasehold-pause-<pid>` leaf, where it cannot answer status. Before asking it anything, find
+/// the process behind the control socket (SO_PEERCRED) and thaw such a leaf; the Freezer later
+/// recognises the leaf, reuses it and moves the process home. A SIGSTOPped supervisor is only
+/// reported: its stop may not be ours.
+Failure recover_left_frozen(const std::string& socket) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket.size() >= sizeof addr.sun_path) {
+    ::close(fd);
+    return {};
+  }
+  std::memcpy(addr.sun_path, socket.c_str(), socket.size());
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  const bool known = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                     ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0;
+  ::close(fd);
+  if (!known) return {};  // nobody listens: read_status says so
+  std::string cg, stat;
+  const std::string proc = "/proc/" + std::to_string(cred.pid);
+  if (read_small_file(proc + "/stat", stat) == 0) {
+    const auto rp = stat.rfind(')');
+    if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'T')
+      return {kNoSupervisor, "the supervisor (pid " + std::to_string(cred.pid) + ") is stopped (SIGSTOP); resume it with "
+                             "`kill -CONT " + std::to_string(cred.pid) + "` and run the probe again"};
+  }
+  std::string mountinfo;
+  if (read_small_file(proc + "/cgroup", cg) != 0 || read_small_file("/proc/self/mountinfo", mountinfo) != 0) return {};
+  const auto rel = own_cgroup2_path(cg);
+  const auto m = find_cgroup2_mount(mountinfo);
+  const std::string leaf_name = "leasehold-pause-" + std::to_string(cred.pid);
+  if (!rel || !m || rel->size() < leaf_name.size() || rel->substr(rel->size() - leaf_name.size()) != leaf_name) return {};
+  std::string r = *rel;
+  if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
+  const std::string leaf = m->mount_point + r;
+  std::string events;
+  if (read_small_file(leaf + "/cgroup.events", events) != 0 || parse_cgroup_keyed(events, "frozen") != 1) return {};
+  const int ffd = ::open((leaf + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC);
+  const bool thawed = ffd >= 0 && ::write(ffd, "0", 1) == 1;
+  if (ffd >= 0) ::close(ffd);
+  if (!thawed)
+    return {kInternal, "the supervisor (pid " + std::to_string(cred.pid) + ") was left frozen in " + leaf +
+                           " by a probe that died, and thawing it failed: " + std::strerror(errno) +
+                           "; write 0 to " + leaf + "/cgroup.freeze"};
+  std::fprintf(stderr, "pause-probe: warning: thawed supervisor pid %d, left frozen in %s by a probe that died\n",
+               static_cast<int>(cred.pid), leaf.c_str());
+  return {};
+}
+
 /// Reads the supervisor's status into the deployment (pid, shm, timing).
 Failure read_status(const ProbeArgs& a, Deployment& d) {
   Failure f;
@@ -1377,6 +1430,7 @@ int run_probe(ProbeArgs a) {
       lf.key_file = a.key_file;
       resolve(lf);
       if (f = load_deployment_key(lf.key_file, d); f.failed()) return report("pause-probe", f);
+      if (f = recover_left_frozen(d.socket); f.failed()) return report("pause-probe", f);
       if (f = read_status(a, d); f.failed()) return report("pause-probe", f);
       if (f = settle_lockd(a, d); f.failed()) return report("pause-probe", f);
       lock = ProbeLock::take(d.supervisor_pid, d.socket, f);
