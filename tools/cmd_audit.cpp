@@ -59,8 +59,8 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
       const auto names = store->names(kKnownNamesShown + 1);
       for (std::size_t i = 0; i < names.size() && i < kKnownNamesShown; ++i) known += (i ? ", " : "") + names[i];
       if (names.size() > kKnownNamesShown) known += ", ...";
-      *exit_code = report("audit", {kNotFound, "unknown name \"" + a->name + "\": no audit rows for it in " + a->db +
-                                                   (known.empty() ? " (it has none at all)" : " (names in it: " + known + ")")});
+      const std::string listed = known.empty() ? " (it has none at all)" : " (names in it: " + known + ")";
+      *exit_code = report("audit", {kNotFound, "unknown name \"" + a->name + "\": no audit rows for it in " + a->db + listed});
       return;
     }
     const resource::AuditReport rep = resource::check_audit(rows);

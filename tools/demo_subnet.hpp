@@ -55,7 +55,10 @@ inline std::vector<Ipv4Range> ipv4_ranges_in(std::string_view text) {
       }
       unsigned v = 0;
       std::size_t digits = 0;
-      while (j < text.size() && is_digit(text[j]) && digits < 4) v = v * 10 + static_cast<unsigned>(text[j++] - '0'), ++digits;
+      while (j < text.size() && is_digit(text[j]) && digits < 4) {
+        v = v * 10 + static_cast<unsigned>(text[j++] - '0');
+        ++digits;
+      }
       ok = digits > 0 && digits <= 3 && v <= 255;
       addr = (addr << 8) | v;
     }
