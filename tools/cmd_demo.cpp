@@ -59,6 +59,7 @@ struct DemoArgs {
   std::string name = "orders";
   std::string lockd_bin;
   std::string supervisor_bin;
+  bool old_holder_releases_first = false;  ///< (tests) force the race handled in step 5
 };
 
 /// Timing of one run. The supervisor's start-up check enforces
@@ -786,18 +787,57 @@ void Demo::body() {
   const resource::WriteResult fence = store_->advance_fence(args_.name, e2_ + 1, "transfer begin");
   transfer_fence_ns_ = fence.time_ns;
   const auto to = SandboxId::parse(sb3);
+  if (args_.old_holder_releases_first) {
+    // Lose the race on purpose: let the fenced-out holder stop and its supervisor release the
+    // name before the transfer begins.
+    if (pidfd2 < 0 || wait_exit(pidfd2, t_.ttl_ms + 2000) < 0) abort("the fenced-out holder did not stop");
+    std::string released;
+    for (int tries = 0; tries < 500 && released.empty(); ++tries) {
+      check_interrupted();
+      released = find_line(world_.sup[1]->log_path, {"event=released", "sandbox=" + sb2});
+      if (released.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    detail("(--old-holder-releases-first) worker 2 released it first: %s", released.c_str());
+  }
   const lockd::Answer begun = admin_->transfer_begin(binfo->record.name_id, binfo->record.holder, e2_, to.value_or(SandboxId{}));
   const std::int64_t t_begin = boot_ns();
   const auto* ts = begun.as<wire::TransferState>();
-  if (ts == nullptr)
-    abort(lockd_problem(begun, "transfer begin"));
-  e3_ = ts->new_epoch;
-  say("transfer begun: epoch %llu -> %llu at the start; resource told first (fence %llu at %s)",
-      static_cast<unsigned long long>(e2_), static_cast<unsigned long long>(e3_), static_cast<unsigned long long>(fence.highest),
-      at(fence.time_ns).c_str());
+  // Fencing first has a race of its own: the old holder may write, be rejected, stop itself,
+  // and have its supervisor release the name before lockd sees the transfer begin (a loaded
+  // machine widens that window). Then lockd no longer holds the name for it, and the receiver
+  // gets it the way a completed transfer would have left it: free, reserved for it, epoch +1
+  // (Reassign, DESIGN.md "Lock states").
+  const auto* begin_deny = begun.as<wire::Deny>();
+  const bool released_first = ts == nullptr && begin_deny != nullptr &&
+                              (begin_deny->refusal == Refusal::unknown_name || begin_deny->refusal == Refusal::not_held) &&
+                              pidfd2 >= 0 && exited(pidfd2);
+  if (ts == nullptr && !released_first) abort(lockd_problem(begun, "transfer begin"));
   event(fence.time_ns, "resource fence raised to epoch " + std::to_string(e2_ + 1));
-  event(t_begin, "transfer begun at lockd: epoch " + std::to_string(e3_));
-  check(e3_ == e2_ + 1 && fence.highest == e3_, "the epoch advanced at the start of the transfer, and the resource knew it first");
+  if (ts != nullptr) {
+    e3_ = ts->new_epoch;
+    say("transfer begun: epoch %llu -> %llu at the start; resource told first (fence %llu at %s)",
+        static_cast<unsigned long long>(e2_), static_cast<unsigned long long>(e3_),
+        static_cast<unsigned long long>(fence.highest), at(fence.time_ns).c_str());
+    event(t_begin, "transfer begun at lockd: epoch " + std::to_string(e3_));
+    check(e3_ == e2_ + 1 && fence.highest == e3_, "the epoch advanced at the start of the transfer, and the resource knew it first");
+  } else {
+    say("transfer begin: lockd answered %s: the old holder %s, fenced out by the resource (fence %llu at %s), had "
+        "already stopped and its supervisor released the name",
+        std::string(to_string(begin_deny->refusal)).c_str(), sb2.substr(0, 8).c_str(),
+        static_cast<unsigned long long>(fence.highest), at(fence.time_ns).c_str());
+    const lockd::Answer reassigned = admin_->reassign(binfo->record.name_id, to.value_or(SandboxId{}));
+    const auto* ok = reassigned.as<wire::Ok>();
+    if (ok == nullptr) abort(lockd_problem(reassigned, "reassign"));
+    e3_ = ok->epoch;
+    const std::int64_t t_reassign = boot_ns();
+    if (e3_ != fence.highest) store_->advance_fence(args_.name, e3_, "reassign");
+    say("lockd reassigned \"%s\" to %s at epoch %llu: free and reserved for it, as a completed transfer leaves it",
+        args_.name.c_str(), sb3.substr(0, 8).c_str(), static_cast<unsigned long long>(e3_));
+    event(t_reassign, "old holder released first; lockd reassigned the name to " + sb3.substr(0, 8) + " at epoch " +
+                          std::to_string(e3_));
+    check(e3_ == e2_ + 1 && fence.highest == e3_,
+          "the epoch advanced (by a reassign: the old holder had released), and the resource knew it first");
+  }
   // The old holder stops: its next write is rejected as stale (it stops itself), or its
   // supervisor's next heartbeat is answered `lost` (it is killed) - whichever comes first.
   std::int64_t t_old_gone = pidfd2 >= 0 ? wait_exit(pidfd2, t_.ttl_ms + 2000) : -1;
@@ -816,13 +856,14 @@ void Demo::body() {
                                                                                                 : exit_line.substr(reason_at + 7));
   say("old holder %s on %s stopped at %s: %s", sb2.substr(0, 8).c_str(), kWorker[1], at(t_old_gone).c_str(), how.c_str());
   event(t_old_gone, "old holder " + sb2.substr(0, 8) + " stopped");
-  const lockd::Answer done = admin_->transfer_complete(binfo->record.name_id, e3_);
-  if (done.as<wire::TransferState>() == nullptr)
-    abort(lockd_problem(done, "transfer complete"));
-  const std::int64_t t_complete = boot_ns();
-  say("transfer complete: \"%s\" free at epoch %llu, reserved for %s", args_.name.c_str(),
-      static_cast<unsigned long long>(e3_), sb3.substr(0, 8).c_str());
-  event(t_complete, "transfer complete: free, reserved for " + sb3.substr(0, 8));
+  if (ts != nullptr) {
+    const lockd::Answer done = admin_->transfer_complete(binfo->record.name_id, e3_);
+    if (done.as<wire::TransferState>() == nullptr) abort(lockd_problem(done, "transfer complete"));
+    const std::int64_t t_complete = boot_ns();
+    say("transfer complete: \"%s\" free at epoch %llu, reserved for %s", args_.name.c_str(),
+        static_cast<unsigned long long>(e3_), sb3.substr(0, 8).c_str());
+    event(t_complete, "transfer complete: free, reserved for " + sb3.substr(0, 8));
+  }
   std::optional<nlohmann::json> named;
   const std::int64_t name_until = boot_ns() + 10'000'000'000;
   while (boot_ns() < name_until) {
@@ -838,7 +879,9 @@ void Demo::body() {
   say("%s: leasehold name %s %s -> epoch %llu", kWorker[0], sb3.substr(0, 8).c_str(), args_.name.c_str(),
       static_cast<unsigned long long>(named->value("epoch", Epoch{0})));
   event(t_named, "worker 1 holds it again at epoch " + std::to_string(e3_) + " (agent " + sb3.substr(0, 8) + ")");
-  check(named->value("epoch", Epoch{0}) == e3_, "the receiver holds the name at the epoch allocated at the begin");
+  check(named->value("epoch", Epoch{0}) == e3_,
+        std::string("the receiver holds the name at the epoch ") +
+            (ts != nullptr ? "allocated at the begin" : "of the reassign"));
   transfer_first_write_ns_ = first_write(e3_);
   say("agent continues on %s: first accepted write at epoch %llu at %s", kWorker[0],
       static_cast<unsigned long long>(e3_), at(transfer_first_write_ns_).c_str());
@@ -956,6 +999,10 @@ const Command kDemo([](CLI::App& app, int* exit_code) {
   sub->add_option("--name", a->name, "the name the agent holds (default orders)");
   sub->add_option("--lockd-bin", a->lockd_bin, "path of leasehold-lockd (default: next to this binary, or PATH)");
   sub->add_option("--supervisor-bin", a->supervisor_bin, "path of leasehold-supervisor (default: likewise)");
+  sub->add_flag("--old-holder-releases-first", a->old_holder_releases_first,
+                "in step 5, let the fenced-out holder stop and release before the transfer begins (tests "
+                "that race)")
+      ->group("");
   sub->callback([a, exit_code] {
     // Usage errors stop here, before anything is started or printed.
     Failure f;
@@ -967,7 +1014,8 @@ const Command kDemo([](CLI::App& app, int* exit_code) {
       *exit_code = report("demo", f);
       return;
     }
-    for (const auto& [flag, path] : {std::pair{"--lockd-bin", a->lockd_bin}, std::pair{"--supervisor-bin", a->supervisor_bin}}) {
+    for (const auto& [flag, path] :
+         {std::pair{"--lockd-bin", a->lockd_bin}, std::pair{"--supervisor-bin", a->supervisor_bin}}) {
       if (!path.empty() && ::access(path.c_str(), X_OK) != 0) {
         *exit_code = report("demo", {kUsage, std::string(flag) + " " + path + ": not an executable file (" +
                                                  std::strerror(errno) + ")"});

@@ -535,6 +535,27 @@ TEST_P(DemoInterruptTest, CleansUpAndExits128PlusTheSignal) {
   EXPECT_TRUE(j["kill_margin_ms"].is_null()) << "the kill-switch step had not finished";
 }
 
+// Step 5 fences the resource before it begins the transfer at lockd, so the old holder may be
+// rejected, stop and have its name released before the begin arrives (a loaded machine widens
+// that window). The demo then reserves the name for the receiver at epoch + 1 (Reassign) and
+// every check still holds. The flag makes that order certain.
+TEST_F(CliTest, DemoWhenTheOldHolderReleasesBeforeTheTransferBegins) {
+  const Result r = cli({"demo", "--fast", "--json", "--old-holder-releases-first"});
+  if (r.code == 77) GTEST_SKIP() << "the demo cannot run here: " << r.err;
+  ASSERT_EQ(r.code, kOk) << r.err;
+  EXPECT_NE(r.err.find("transfer begin: lockd answered unknown_name"), std::string::npos) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["passed"], true);
+  EXPECT_EQ(j["epochs"], nlohmann::json::array({1, 2, 3}));
+  bool reassigned = false;
+  for (const auto& c : j["checks"]) {
+    EXPECT_EQ(c["ok"], true) << c["what"];
+    reassigned = reassigned || c["what"].get<std::string>().find("by a reassign") != std::string::npos;
+  }
+  EXPECT_TRUE(reassigned) << r.out;
+  EXPECT_EQ(j["audit"]["violations"].size(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Signals, DemoInterruptTest, ::testing::Values(SIGHUP, SIGINT, SIGTERM),
                          [](const ::testing::TestParamInfo<int>& i) { return std::string(sigabbrev_np(i.param)); });
 #endif
