@@ -381,10 +381,15 @@ struct NameRecord {
   SandboxId holder;        ///< owner (held/acquiring), from (transferring), nil (free)
   WorkerId worker;
   Epoch epoch = 0;
+  /// Time to expiry (held), to the commit deadline (acquiring) or to the end of lock-delay
+  /// (free). kNoExpiryMs: none (preemptible mode: kept by worker liveness, not by a TTL).
   std::uint32_t ttl_left_ms = 0;
   SandboxId reserved_for;  ///< free: reserved for this sandbox (nil if none); transferring: to
   friend bool operator==(const NameRecord&, const NameRecord&) = default;
 };
+
+/// NameRecord::ttl_left_ms of a lease that does not expire by TTL (preemptible mode).
+inline constexpr std::uint32_t kNoExpiryMs = UINT32_MAX;
 
 /// Answer to List. Filled by lockd until payload_bytes() would exceed kPayloadBytesMax.
 struct ListPage {

@@ -18,7 +18,7 @@ namespace {
 wire::LockState wire_state(LockPhase p) noexcept { return static_cast<wire::LockState>(p); }
 
 std::uint32_t ms_left(std::int64_t deadline_ns, std::int64_t now_ns) noexcept {
-  if (deadline_ns == kNoExpiry) return UINT32_MAX;
+  if (deadline_ns == kNoExpiry) return wire::kNoExpiryMs;
   if (deadline_ns <= now_ns) return 0;
   const std::int64_t ms = (deadline_ns - now_ns) / kNsPerMs;
   return ms >= static_cast<std::int64_t>(UINT32_MAX) ? UINT32_MAX - 1 : static_cast<std::uint32_t>(ms);

@@ -193,7 +193,7 @@ std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohm
     }
     const std::int64_t left_ms = (deadline - boot_ns()) / 1'000'000;
     if (left_ms <= 0) {
-      failure = {kUnreachable, "the supervisor at " + path + " did not answer within " +
+      failure = {kNoSupervisor, "the supervisor at " + path + " did not answer within " +
                                    std::to_string(flags.timeout_ms) + " ms"};
       return std::nullopt;
     }
@@ -221,7 +221,9 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
     if (a.contains("epoch") && a["epoch"].is_number()) msg += ", epoch " + std::to_string(a["epoch"].get<std::uint64_t>());
     msg += "]";
   }
-  if (code == "held" || code == "refused" || code == "killswitch") return {kRefused, msg};
+  if (code == "held" || code == "refused" || code == "killswitch" || code == "table_full" || code == "busy" ||
+      code == "shutting_down")
+    return {kRefused, msg};
   if (code == "not_found" || code == "exec_failed") return {kNotFound, msg};
   if (code == "bad_request" || code == "bad_json" || code == "too_long") return {kUsage, msg};
   if (code == "unreachable") return {kUnreachable, msg + " (the supervisor could not reach lockd)"};
@@ -253,8 +255,9 @@ nlohmann::json record_json(const wire::NameRecord& r) {
   nlohmann::json j = {{"name", r.name},
                       {"name_id", r.name_id.str()},
                       {"state", std::string(wire::to_string(r.state))},
-                      {"epoch", r.epoch},
-                      {"ttl_left_ms", r.ttl_left_ms}};
+                      {"epoch", r.epoch}};
+  // null: no TTL (preemptible mode, where worker liveness keeps the lease)
+  j["ttl_left_ms"] = r.ttl_left_ms == wire::kNoExpiryMs ? nlohmann::json(nullptr) : nlohmann::json(r.ttl_left_ms);
   j["holder"] = r.holder.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.holder.str());
   j["worker"] = r.worker.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.worker.str());
   j["reserved_for"] = r.reserved_for.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.reserved_for.str());

@@ -14,7 +14,8 @@ std::vector<std::string> record_row(const wire::NameRecord& r) {
           std::to_string(r.epoch),
           id_text(r.holder),
           id_text(r.worker),
-          r.state == wire::LockState::held || r.state == wire::LockState::acquiring
+          r.ttl_left_ms == wire::kNoExpiryMs ? "no TTL (worker liveness)"
+          : r.state == wire::LockState::held || r.state == wire::LockState::acquiring
               ? std::to_string(r.ttl_left_ms) + " ms"
               : "-",
           id_text(r.reserved_for)};

@@ -20,7 +20,7 @@ enum ExitCode : int {
   kNotFound = 4,         ///< unknown name, sandbox or slot
   kUnreachable = 5,      ///< lockd did not answer (directly, or as seen by the supervisor)
   kTableError = 6,       ///< shm table missing, corrupt, or its writer is dead
-  kNoSupervisor = 7,     ///< no supervisor listens on the control socket (or access denied)
+  kNoSupervisor = 7,     ///< no supervisor listens on the control socket, answers in time, or lets us in
   kInternal = 70,        ///< a bug: please report it
 };
 

@@ -17,9 +17,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 ok; 1 check failed / answer is no; 2 usage or malformed argument;\n"
-      "3 refused (by lockd or the supervisor: held, stale epoch, ...); 4 not found (unknown name,\n"
-      "sandbox, slot or command); 5 lockd unreachable; 6 shm table missing, corrupt or writer dead;\n"
-      "7 no supervisor running on the control socket; 70 internal error.\n"
+      "3 refused (by lockd or the supervisor: held, stale epoch, table full, busy, ...); 4 not found\n"
+      "(unknown name, sandbox, slot or command); 5 lockd unreachable; 6 shm table missing, corrupt or\n"
+      "writer dead; 7 no supervisor answering on the control socket; 70 internal error.\n"
       "Environment: LEASEHOLD_LOCKD, LEASEHOLD_KEY_FILE, LEASEHOLD_SUPERVISOR (defaults for\n"
       "--lockd, --key-file, --supervisor); LEASEHOLD_SHM, LEASEHOLD_SLOT, LEASEHOLD_EPOCH (check).");
   int exit_code = kOk;

@@ -14,10 +14,13 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -314,6 +317,66 @@ TEST_F(CliTest, CheckWithoutATableOrArguments) {
 }
 
 // A live table: the runtime's view follows publish, the deadline and revoke.
+// A control socket whose "supervisor" answers every request line with `answer` (or, if empty,
+// reads and never answers), on a thread, for the exit codes of the supervisor's answers.
+class FakeSupervisor {
+ public:
+  FakeSupervisor(const std::string& path, std::string answer) : path_(path), answer_(std::move(answer)) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 4), 0);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[4096];
+        std::string in;
+        while (in.find('\n') == std::string::npos) {
+          const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          in.append(buf, static_cast<std::size_t>(n));
+        }
+        if (!answer_.empty()) {
+          const std::string line = answer_ + "\n";
+          [[maybe_unused]] const ssize_t n = ::send(c, line.data(), line.size(), MSG_NOSIGNAL);
+          ::close(c);
+        } else {
+          held_.push_back(c);  // silent: keep it open, never answer
+        }
+      }
+    });
+  }
+  ~FakeSupervisor() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+    for (int c : held_) ::close(c);
+    ::unlink(path_.c_str());
+  }
+
+ private:
+  std::string path_;
+  std::string answer_;
+  int fd_ = -1;
+  std::thread thread_;
+  std::vector<int> held_;
+};
+
+TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
+  const std::string sock = (dir_ / "fake.sock").string();
+  for (const char* code : {"table_full", "busy", "held"}) {
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", code}, {"message", "no room"}}).dump());
+    const Result r = cli({"run", "--supervisor", sock, "--", "/bin/true"});
+    EXPECT_ANSWER(r, kRefused, "no room");
+  }
+  FakeSupervisor silent(sock, "");
+  const Result r = cli({"sandboxes", "--supervisor", sock, "--timeout-ms", "300"});
+  EXPECT_ANSWER(r, kNoSupervisor, "did not answer within 300 ms");
+}
+
 TEST_F(CliTest, CheckFollowsTheSlot) {
   shm::TableOptions o;
   o.location = (dir_ / "table").string();
