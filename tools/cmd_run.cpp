@@ -15,6 +15,13 @@
 namespace leasehold::cli {
 namespace {
 
+/// A supervisor's refusal: with --json its answer (error code, message, holder, epoch) also goes
+/// to stdout, so a caller parsing JSON learns who holds the name; the message goes to stderr.
+int refused(const char* command, const nlohmann::json& ans, std::string_view what, bool json) {
+  if (json) std::printf("%s\n", ans.dump().c_str());
+  return report(command, supervisor_failure(ans, what));
+}
+
 /// Prints a sandbox answer (run / name) as text or JSON; returns kOk.
 int print_started(const nlohmann::json& a, bool json) {
   if (json) {
@@ -88,7 +95,7 @@ const Command kRun([](CLI::App& app, int* exit_code) {
       return;
     }
     if (!ans->value("ok", false)) {
-      *exit_code = report("run", supervisor_failure(*ans, a->name.empty() ? "run" : "run \"" + a->name + "\""));
+      *exit_code = refused("run", *ans, a->name.empty() ? "run" : "run \"" + a->name + "\"", a->json);
       return;
     }
     *exit_code = print_started(*ans, a->json);
@@ -126,7 +133,7 @@ const Command kName([](CLI::App& app, int* exit_code) {
       return;
     }
     if (!ans->value("ok", false)) {
-      *exit_code = report("name", supervisor_failure(*ans, "name \"" + a->name + "\""));
+      *exit_code = refused("name", *ans, "name \"" + a->name + "\"", a->json);
       return;
     }
     *exit_code = print_started(*ans, a->json);
@@ -158,7 +165,7 @@ const Command kRelease([](CLI::App& app, int* exit_code) {
       return;
     }
     if (!ans->value("ok", false)) {
-      *exit_code = report("release", supervisor_failure(*ans, "release \"" + a->name + "\""));
+      *exit_code = refused("release", *ans, "release \"" + a->name + "\"", a->json);
       return;
     }
     if (a->json) std::printf("%s\n", ans->dump().c_str());

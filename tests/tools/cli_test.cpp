@@ -371,6 +371,18 @@ TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
     FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", code}, {"message", "no room"}}).dump());
     const Result r = cli({"run", "--supervisor", sock, "--", "/bin/true"});
     EXPECT_ANSWER(r, kRefused, "no room");
+    EXPECT_EQ(r.out, "");
+  }
+  {  // --json: the refusal, holder and epoch included, on stdout for a caller that parses JSON
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", "held"}, {"message", "held elsewhere"},
+                                           {"holder", kSandbox}, {"epoch", 41}})
+                               .dump());
+    const Result r = cli({"run", "--json", "--supervisor", sock, "--name", "orders", "--", "/bin/true"});
+    EXPECT_ANSWER(r, kRefused, "held elsewhere");
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["error"], "held");
+    EXPECT_EQ(j["holder"], kSandbox);
+    EXPECT_EQ(j["epoch"], 41);
   }
   FakeSupervisor silent(sock, "");
   const Result r = cli({"sandboxes", "--supervisor", sock, "--timeout-ms", "300"});
