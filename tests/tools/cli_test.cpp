@@ -183,7 +183,7 @@ TEST_F(CliTest, ExitCodesAreDistinct) {
     for (std::size_t j = i + 1; j < std::size(codes); ++j) EXPECT_NE(codes[i], codes[j]);
   const Result help = cli({"--help"});
   EXPECT_EQ(help.code, 0);
-  EXPECT_NE(help.out.find("7 no supervisor running"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("7 no supervisor answering"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("5 lockd unreachable"), std::string::npos);
   EXPECT_NE(help.out.find("4 not found"), std::string::npos);
 }
