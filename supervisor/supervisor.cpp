@@ -166,6 +166,7 @@ struct Supervisor::Impl {
   TimerId disarm_timer;
   int dev_null = -1;
   int worker_lock_fd = -1;  ///< held (flock) for the process's lifetime
+  std::string worker_lock_path_held;
   std::optional<BwrapConfig> bwrap;
   std::unique_ptr<ControlServer> control;
   std::unique_ptr<LockdLink> link;
@@ -541,9 +542,13 @@ void Supervisor::Impl::teardown_partial() {
 }
 
 void Supervisor::Impl::close_worker_lock() {
-  // The file stays (unlinking it would race a starting supervisor that already opened it).
-  if (worker_lock_fd >= 0) ::close(worker_lock_fd);
+  // Unlink while still holding the lock, then unlock: a supervisor that opened the old file
+  // meanwhile sees its inode is gone and opens again (lock_worker), so no lock files pile up.
+  if (worker_lock_fd < 0) return;
+  if (!worker_lock_path_held.empty()) ::unlink(worker_lock_path_held.c_str());
+  ::close(worker_lock_fd);
   worker_lock_fd = -1;
+  worker_lock_path_held.clear();
 }
 
 void Supervisor::Impl::remove_cgroup_parent() {
@@ -661,25 +666,37 @@ std::string Supervisor::Impl::lock_worker() {
   const std::string dir = path.substr(0, path.rfind('/'));
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return "cannot create " + dir + " for the worker lock: " + std::strerror(errno);
-  worker_lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (worker_lock_fd < 0) return "cannot open the worker lock " + path + ": " + std::strerror(errno);
-  if (::flock(worker_lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    const int e = errno;
-    char pid[32] = {};
-    [[maybe_unused]] const ssize_t n = ::pread(worker_lock_fd, pid, sizeof pid - 1, 0);
+  // The holder unlinks the file before it unlocks (close_worker_lock), so a lock taken on an
+  // inode that is no longer at `path` was a departing holder's: open again.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    worker_lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (worker_lock_fd < 0) return "cannot open the worker lock " + path + ": " + std::strerror(errno);
+    if (::flock(worker_lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      char pid[32] = {};
+      [[maybe_unused]] const ssize_t n = ::pread(worker_lock_fd, pid, sizeof pid - 1, 0);
+      ::close(worker_lock_fd);
+      worker_lock_fd = -1;
+      if (e == EWOULDBLOCK)
+        return "worker " + worker.str() + " already has a live supervisor (pid " +
+               std::string(pid, std::strcspn(pid, "\n")) + ", lock " + path +
+               "); stop it first, or give this one another --worker-id";
+      return "cannot lock " + path + ": " + std::strerror(e);
+    }
+    struct stat held {}, named {};
+    if (::fstat(worker_lock_fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev) {
+      worker_lock_path_held = path;
+      const std::string me = std::to_string(::getpid()) + "\n";
+      const bool wrote = ::ftruncate(worker_lock_fd, 0) == 0 &&
+                         ::pwrite(worker_lock_fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
+      (void)wrote;  // the pid is only for the message above; the lock is what counts
+      return {};
+    }
     ::close(worker_lock_fd);
     worker_lock_fd = -1;
-    if (e == EWOULDBLOCK)
-      return "worker " + worker.str() + " already has a live supervisor (pid " +
-             std::string(pid, std::strcspn(pid, "\n")) + ", lock " + path +
-             "); stop it first, or give this one another --worker-id";
-    return "cannot lock " + path + ": " + std::strerror(e);
   }
-  const std::string me = std::to_string(::getpid()) + "\n";
-  const bool wrote = ::ftruncate(worker_lock_fd, 0) == 0 &&
-                     ::pwrite(worker_lock_fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
-  (void)wrote;  // the pid is only for the message above; the lock is what counts
-  return {};
+  return "cannot take the worker lock " + path + ": it keeps being replaced";
 }
 
 std::string Supervisor::Impl::ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const {

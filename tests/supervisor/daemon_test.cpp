@@ -619,6 +619,15 @@ TEST_F(SupervisorProcess, SecondSupervisorOfTheSameWorkerIsRefused) {
   const json list = first.call({{"v", 1}, {"op", "list"}});
   ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
   EXPECT_EQ(list["sandboxes"][0]["state"], "running");
+  // The lock file exists while the supervisor lives and is removed when it stops (random worker
+  // ids must not leave a file per run behind).
+  if (::geteuid() == 0) {
+    const fs::path lock = "/run/leasehold/worker-" + first.worker + ".lock";
+    EXPECT_TRUE(fs::exists(lock)) << lock;
+    first.child.signal(SIGTERM);
+    EXPECT_EQ(first.child.wait(10'000), 0);
+    EXPECT_FALSE(fs::exists(lock)) << lock;
+  }
 }
 
 TEST_F(SupervisorProcess, SecondSupervisorOnTheSameTableIsRefused) {
