@@ -450,15 +450,18 @@ void ControlServer::send_and_close(Client& c, const std::string& line) {
 void ControlServer::read_ready(Client& c, std::uint64_t now_ms) {
   char buf[16384];
   const int fd = c.fd;
+  // Read what is there first: if the peer has already closed, its requests are not carried out
+  // (a client that gave up on a frozen supervisor must not find its sandbox started later).
+  bool eof = false;
   for (int round = 0; round < 64; ++round) {  // bounded work per readiness event
     const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n == 0) {  // peer closed: answers in flight are dropped
-      drop(fd);
-      return;
+    if (n == 0) {
+      eof = true;
+      break;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       drop(fd);
       return;
     }
@@ -466,26 +469,30 @@ void ControlServer::read_ready(Client& c, std::uint64_t now_ms) {
     c.active_ms = now_ms;
     if (c.in.empty()) c.partial_since_ms = now_ms;
     c.in.append(buf, static_cast<std::size_t>(n));
-    dispatch(c, now_ms);
-    auto it = clients_.find(fd);
-    if (it == clients_.end()) return;
-    Client& live = it->second;
-    if (live.closing) continue;
-    const auto nl = live.in.find('\n');
-    if (nl == std::string::npos ? live.in.size() > kControlLineBytesMax : nl > kControlLineBytesMax) {
-      ++bad_requests_;
-      send_and_close(live, control_error(nullptr, "too_long",
-                                         "request line longer than " +
-                                             std::to_string(kControlLineBytesMax) +
-                                             " bytes; connection closed"));
-      return;
-    }
-    if (live.in.size() > kControlLineBytesMax * 4) {
-      ++bad_requests_;
-      send_and_close(live, control_error(nullptr, "too_long",
-                                         "too many pipelined requests; connection closed"));
-      return;
-    }
+    if (c.in.size() > kControlLineBytesMax * 4) break;
+  }
+  if (eof) {  // answers in flight are dropped too
+    ++dropped_closed_;
+    drop(fd);
+    return;
+  }
+  if (c.closing) return;
+  dispatch(c, now_ms);
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  Client& live = it->second;
+  if (live.closing) return;
+  const auto nl = live.in.find('\n');
+  if (nl == std::string::npos ? live.in.size() > kControlLineBytesMax : nl > kControlLineBytesMax) {
+    ++bad_requests_;
+    send_and_close(live, control_error(nullptr, "too_long",
+                                       "request line longer than " + std::to_string(kControlLineBytesMax) +
+                                           " bytes; connection closed"));
+    return;
+  }
+  if (live.in.size() > kControlLineBytesMax * 4) {
+    ++bad_requests_;
+    send_and_close(live, control_error(nullptr, "too_long", "too many pipelined requests; connection closed"));
   }
 }
 

@@ -145,6 +145,8 @@ class ControlServer {
   std::uint64_t rejected_unauthorized() const noexcept { return rejected_unauthorized_; }
   std::uint64_t rejected_busy() const noexcept { return rejected_busy_; }
   std::uint64_t closed_idle() const noexcept { return closed_idle_; }
+  /// Connections whose peer had closed before its requests were read: not carried out.
+  std::uint64_t dropped_closed() const noexcept { return dropped_closed_; }
   std::uint64_t bad_requests() const noexcept { return bad_requests_; }
 
  private:
@@ -178,6 +180,7 @@ class ControlServer {
   std::uint64_t rejected_unauthorized_ = 0;
   std::uint64_t rejected_busy_ = 0;
   std::uint64_t closed_idle_ = 0;
+  std::uint64_t dropped_closed_ = 0;
   std::uint64_t bad_requests_ = 0;
   ControlClientId dispatching_ = 0;  // reply() to the client being dispatched must not recurse
 };

@@ -167,12 +167,13 @@ std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohm
     return std::nullopt;
   }
   const std::string line = request.dump() + "\n";
+  int send_errno = 0;  // a supervisor that refuses the connection (busy) answers, then closes
   for (std::size_t sent = 0; sent < line.size();) {
     const ssize_t n = ::send(fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      failure = {kNoSupervisor, "the supervisor at " + path + " closed the connection: " + std::strerror(errno)};
-      return std::nullopt;
+      send_errno = n < 0 ? errno : EPIPE;  // read its answer, if it left one, before giving up
+      break;
     }
     sent += static_cast<std::size_t>(n);
   }
@@ -194,7 +195,8 @@ std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohm
     const std::int64_t left_ms = (deadline - boot_ns()) / 1'000'000;
     if (left_ms <= 0) {
       failure = {kNoSupervisor, "the supervisor at " + path + " did not answer within " +
-                                   std::to_string(flags.timeout_ms) + " ms"};
+                                   std::to_string(flags.timeout_ms) +
+                                   " ms (a request it had already read may still complete: see `leasehold sandboxes`)"};
       return std::nullopt;
     }
     pollfd p{fd, POLLIN, 0};
@@ -204,7 +206,9 @@ std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohm
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      failure = {kNoSupervisor, "the supervisor at " + path + " closed the connection without answering"};
+      failure = {kNoSupervisor, "the supervisor at " + path + " closed the connection " +
+                                    (send_errno != 0 ? std::string("(") + std::strerror(send_errno) + ")"
+                                                     : std::string("without answering"))};
       return std::nullopt;
     }
     in.append(buf, static_cast<std::size_t>(n));

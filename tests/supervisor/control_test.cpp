@@ -270,6 +270,44 @@ TEST_F(ServerFixture, IdleConnectionsCannotLockOthersOut) {
   for (int fd : idle) ::close(fd);
 }
 
+TEST(ControlServer, RequestsOfAClientThatAlreadyLeftAreNotCarriedOut) {
+  // A client that gave up (its timeout passed while the supervisor was frozen) and closed: its
+  // request, still in the socket buffer, must not start anything when the supervisor resumes.
+  const std::string path = temp_socket_path("gone");
+  int handled = 0;
+  ControlServer s(ControlAccess{getuid(), std::nullopt}, [&](ControlClientId c, ControlRequest r) {
+    ++handled;
+    s.reply(c, control_ok(r.id, {}));
+  });
+  ASSERT_EQ(s.open(path), "");
+  auto connect_and_send = [&] {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string line = json({{"v", 1}, {"op", "list"}}).dump() + "\n";
+    EXPECT_EQ(::send(fd, line.data(), line.size(), 0), static_cast<ssize_t>(line.size()));
+    return fd;
+  };
+  // The server is "frozen": it runs only when this test calls on_ready.
+  auto serve = [&] {
+    for (int round = 0; round < 3; ++round)
+      for (const auto& w : s.watch_fds()) s.on_ready(w.fd, POLLIN, now_ms());
+  };
+  const int gone = connect_and_send();
+  ::close(gone);
+  serve();
+  EXPECT_EQ(handled, 0);
+  EXPECT_EQ(s.dropped_closed(), 1u);
+  // Control: a client that is still there is served.
+  const int here = connect_and_send();
+  serve();
+  EXPECT_EQ(handled, 1);
+  ::close(here);
+  s.close_all();
+}
+
 TEST(ControlServer, RefusesASecondServerOnTheSamePath) {
   const std::string path = temp_socket_path("dup");
   ControlServer a(ControlAccess{getuid(), std::nullopt}, [](ControlClientId, ControlRequest) {});

@@ -321,7 +321,10 @@ TEST_F(CliTest, CheckWithoutATableOrArguments) {
 // reads and never answers), on a thread, for the exit codes of the supervisor's answers.
 class FakeSupervisor {
  public:
-  FakeSupervisor(const std::string& path, std::string answer) : path_(path), answer_(std::move(answer)) {
+  /// `answer_first`: answer and close at once, without reading the request (as the supervisor
+  /// refuses a connection when busy).
+  FakeSupervisor(const std::string& path, std::string answer, bool answer_first = false)
+      : path_(path), answer_(std::move(answer)), answer_first_(answer_first) {
     fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
@@ -334,7 +337,7 @@ class FakeSupervisor {
         if (c < 0) return;
         char buf[4096];
         std::string in;
-        while (in.find('\n') == std::string::npos) {
+        while (!answer_first_ && in.find('\n') == std::string::npos) {
           const ssize_t n = ::recv(c, buf, sizeof buf, 0);
           if (n <= 0) break;
           in.append(buf, static_cast<std::size_t>(n));
@@ -360,6 +363,7 @@ class FakeSupervisor {
  private:
   std::string path_;
   std::string answer_;
+  bool answer_first_ = false;
   int fd_ = -1;
   std::thread thread_;
   std::vector<int> held_;
@@ -383,6 +387,14 @@ TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
     EXPECT_EQ(j["error"], "held");
     EXPECT_EQ(j["holder"], kSandbox);
     EXPECT_EQ(j["epoch"], 41);
+  }
+  {  // refused before the request is read: the answer still reaches the caller (exit 3, not 7)
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", "busy"}, {"message", "too many"}}).dump(),
+                     true);
+    for (int i = 0; i < 10; ++i) {
+      const Result r = cli({"sandboxes", "--supervisor", sock});
+      EXPECT_ANSWER(r, kRefused, "too many");
+    }
   }
   FakeSupervisor silent(sock, "");
   const Result r = cli({"sandboxes", "--supervisor", sock, "--timeout-ms", "300"});
