@@ -264,6 +264,7 @@ TEST(RtThread, IdleThreadWakesOncePerCommandPollNotPerTick) {
   ASSERT_NE(rt, nullptr);
   const std::uint64_t t0 = KillSwitch::now_ns();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  rt->stop();  // counters and the recorder are final from here (no tick between two reads)
   const std::uint64_t ticks = rt->counters().ticks;
   const std::uint64_t elapsed_ns = KillSwitch::now_ns() - t0;
   EXPECT_LE(ticks, elapsed_ns / c.command_poll_ns + 2) << "woke per tick while idle";
