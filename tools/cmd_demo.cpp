@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
@@ -560,7 +561,14 @@ void Demo::body() {
   if (!world_.lockd) abort(err);
   const auto listening = wait_for_line(*world_.lockd, "listening ", kStartTimeoutMs, err);
   if (!listening) abort(err);
-  port_ = static_cast<std::uint16_t>(std::stoul(listening->substr(listening->rfind(':') + 1)));
+  {
+    const std::string text = listening->substr(listening->rfind(':') + 1);
+    unsigned port = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+    if (ec != std::errc{} || end != text.data() + text.size() || port == 0 || port > 65535)
+      abort(lockd_bin + " printed \"" + *listening + "\", not 'listening ADDR:PORT': is it leasehold-lockd?");
+    port_ = static_cast<std::uint16_t>(port);
+  }
   say("lockd listening on port %u (SQLite store %s/lockd.db, pid %d)", port_, world_.tmp.c_str(), world_.lockd->pid);
   event(boot_ns(), "lockd up");
   {

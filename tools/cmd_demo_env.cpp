@@ -70,6 +70,7 @@ std::string slurp(const std::string& path) {
 }
 
 std::string tail_of(const std::string& text, std::size_t lines) {
+  if (text.empty()) return "(empty)";
   std::size_t pos = text.size();
   for (std::size_t n = 0; n <= lines && pos > 0; ++n) {
     const auto p = text.rfind('\n', pos - 1);

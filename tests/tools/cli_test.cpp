@@ -626,6 +626,26 @@ TEST_P(DemoInterruptTest, CleansUpAndExits128PlusTheSignal) {
 // rejected, stop and have its name released before the begin arrives (a loaded machine widens
 // that window). The demo then reserves the name for the receiver at epoch + 1 (Reassign) and
 // every check still holds. The flag makes that order certain.
+TEST_F(CliTest, DemoSaysWhenLockdCannotStart) {
+  // A lockd that exits at once, and a program that is not lockd: said as such, not as an
+  // internal exception, and everything is cleaned up.
+  const fs::path fake = dir_ / "fake-lockd";
+  std::ofstream(fake) << "#!/bin/sh\necho listening 1.2.3.4:abc\nsleep 5\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  for (const auto& [bin, phrase] : std::vector<std::pair<std::string, std::string>>{
+           {"/bin/false", "leasehold-lockd exited during start-up"},
+           {fake.string(), "printed \"listening 1.2.3.4:abc\", not 'listening ADDR:PORT'"}}) {
+    SCOPED_TRACE(bin);
+    const Result r = cli({"demo", "--fast", "--lockd-bin", bin});
+    if (r.code == 77) GTEST_SKIP() << "the demo cannot run here: " << r.err;
+    const std::string all = r.out + r.err;  // the narrative is on stdout without --json
+    EXPECT_EQ(r.code, kFailure) << all;
+    EXPECT_NE(all.find(phrase), std::string::npos) << all;
+    EXPECT_EQ(all.find("unexpected error"), std::string::npos) << all;
+    EXPECT_NE(all.find("cleaned up: lockd"), std::string::npos) << all;
+  }
+}
+
 TEST_F(CliTest, DemoWhenTheOldHolderReleasesBeforeTheTransferBegins) {
   const Result r = cli({"demo", "--fast", "--json", "--old-holder-releases-first"});
   if (r.code == 77) GTEST_SKIP() << "the demo cannot run here: " << r.err;
