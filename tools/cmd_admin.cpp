@@ -260,6 +260,31 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
                                                      ", not held; only a held name can be transferred"});
       return;
     }
+    if (*to == rec.holder) {
+      *exit_code = report("transfer", {kRefused, what + ": " + to->str() + " already holds it (epoch " +
+                                                     std::to_string(rec.epoch) + "); nothing to transfer"});
+      return;
+    }
+    if (!a->to_supervisor.empty()) {
+      // Check the receiver before anything moves: a transfer to a sandbox that is not there
+      // would stop the holder and leave the name reserved for nobody.
+      SupervisorFlags sf;
+      sf.socket = a->to_supervisor;
+      auto list = supervisor_call(sf, {{"v", 1}, {"op", "list"}}, f);
+      if (!list) {
+        *exit_code = report("transfer", f);
+        return;
+      }
+      bool ready = false;
+      for (const auto& sb : list->value("sandboxes", nlohmann::json::array()))
+        ready = ready || (sb.value("sandbox", std::string()) == to->str() && sb.value("state", std::string()) == "running" &&
+                          (!sb.contains("name") || sb["name"].is_null()));
+      if (!ready) {
+        *exit_code = report("transfer", {kNotFound, what + ": no running unnamed sandbox " + to->str() + " on " +
+                                                        a->to_supervisor + "; start it there first (nothing was changed)"});
+        return;
+      }
+    }
     // Fence first: the resource rejects the old epoch before lockd moves it, so no write of
     // the old holder can land while the name is in transfer (epochs grow by exactly 1 at begin;
     // if lockd allocated more, the fence is raised again below).

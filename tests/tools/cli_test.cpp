@@ -401,6 +401,32 @@ TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
   EXPECT_ANSWER(r, kNoSupervisor, "did not answer within 300 ms");
 }
 
+TEST_F(CliTest, TransferChecksTheReceiverBeforeAnythingMoves) {
+  // A held name (2-phase, committed straight at lockd); a receiving supervisor that does not
+  // run the --to sandbox: refused before begin, and the holder keeps the name at its epoch.
+  const std::string addr = start_lockd();
+  const auto lf = lockd_flags(addr);
+  const Result acq = cli(with({"acquire", "moved", "--sandbox", kSandbox, "--json"}, lf));
+  ASSERT_EQ(acq.code, kOk) << acq.err;
+  const auto epoch = std::to_string(nlohmann::json::parse(acq.out)["epoch"].get<std::uint64_t>());
+  const Result com = cli(with({"commit", "moved", "--sandbox", kSandbox, "--epoch", epoch, "--worker",
+                               "6a1e0c4e-5a55-4d3e-9a5b-1b2c3d4e5f60"},
+                              lf));
+  ASSERT_EQ(com.code, kOk) << com.err;
+  const std::string sock = (dir_ / "receiver.sock").string();
+  FakeSupervisor receiver(sock, nlohmann::json({{"v", 1}, {"ok", true}, {"sandboxes", nlohmann::json::array()}}).dump());
+  const std::string other = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
+  const Result r = cli(with({"transfer", "moved", "--to", other, "--to-supervisor", sock}, lf));
+  EXPECT_ANSWER(r, kNotFound, "no running unnamed sandbox " + other);
+  const Result self = cli(with({"transfer", "moved", "--to", kSandbox}, lf));
+  EXPECT_ANSWER(self, kRefused, "already holds it");
+  const Result shown = cli(with({"show", "moved", "--json"}, lf));
+  ASSERT_EQ(shown.code, kOk) << shown.err;
+  const auto j = nlohmann::json::parse(shown.out);
+  EXPECT_EQ(j["state"], "held");
+  EXPECT_EQ(std::to_string(j["epoch"].get<std::uint64_t>()), epoch) << "nothing moved";
+}
+
 TEST_F(CliTest, CheckFollowsTheSlot) {
   shm::TableOptions o;
   o.location = (dir_ / "table").string();
