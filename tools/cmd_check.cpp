@@ -110,7 +110,9 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
       nlohmann::json j = {{"valid", valid}, {"slot", slot}, {"epoch", *epoch},
                           {"slot_epoch", snap.epoch}, {"slot_state", std::string(shm::to_string(snap.state))},
                           {"revoked", snap.revoked}, {"sandbox", snap.sandbox.str()},
-                          {"valid_for_ms", left_ns / 1'000'000}, {"writer_alive", live.alive}};
+                          {"writer_alive", live.alive}};
+      // null when the slot holds no deadline (freed, or never published)
+      j["valid_for_ms"] = snap.valid_until_ns == 0 ? nlohmann::json(nullptr) : nlohmann::json(left_ns / 1'000'000);
       if (!valid) j["reason"] = reason;
       std::printf("%s\n", j.dump().c_str());
     } else if (valid) {

@@ -466,6 +466,9 @@ TEST_F(CliTest, CheckFollowsTheSlot) {
   const Result gone = cli({"check"}, env);
   EXPECT_EQ(gone.code, kFailure);
   EXPECT_NE(gone.out.find("the slot's sandbox is gone (slot cooling)"), std::string::npos) << gone.out;
+  const Result gone_json = cli({"check", "--json"}, env);
+  EXPECT_EQ(gone_json.code, kFailure);
+  EXPECT_TRUE(nlohmann::json::parse(gone_json.out)["valid_for_ms"].is_null()) << gone_json.out;
   w.remove();
 }
 
