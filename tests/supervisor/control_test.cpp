@@ -104,6 +104,16 @@ std::string temp_socket_path(const char* tag) {
   return "/tmp/leasehold-ctl-" + std::to_string(getpid()) + "-" + tag + ".sock";
 }
 
+// A client connection to the control socket at `path` (-1 and a test failure if refused).
+int connect_unix(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << path;
+  return fd;
+}
+
 std::uint64_t now_ms() {
   timespec ts{};
   clock_gettime(CLOCK_BOOTTIME, &ts);
@@ -147,11 +157,7 @@ class ServerFixture : public ::testing::Test {
   }
   // Sends raw bytes, returns the first answer line (or "" on close/timeout).
   std::string raw(const std::string& bytes, int wait_ms = 3000) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path_.c_str(), sizeof a.sun_path - 1);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = connect_unix(path_);
     std::size_t off = 0;
     while (off < bytes.size()) {
       const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
@@ -205,11 +211,8 @@ TEST_F(ServerFixture, GarbageUnknownAndOversizeGetClearErrors) {
 
 TEST_F(ServerFixture, PipelinedRequestsAreAnsweredInOrder) {
   start("pipe");
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path_.c_str(), sizeof a.sun_path - 1);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = connect_unix(path_);
+  ASSERT_GE(fd, 0);
   std::string batch;
   for (int i = 0; i < 50; ++i) batch += json({{"v", 1}, {"id", i}, {"op", "list"}}).dump() + "\n";
   ASSERT_EQ(::send(fd, batch.data(), batch.size(), 0), static_cast<ssize_t>(batch.size()));
@@ -242,14 +245,7 @@ TEST_F(ServerFixture, StalledPartialLineTimesOut) {
 
 TEST_F(ServerFixture, IdleConnectionsCannotLockOthersOut) {
   start("idle");
-  auto connect_idle = [&] {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path_.c_str(), sizeof a.sun_path - 1);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    return fd;
-  };
+  auto connect_idle = [&] { return connect_unix(path_); };
   std::vector<int> idle;
   idle.push_back(connect_idle());
   ::usleep(50'000);  // the first is the least recently active
@@ -281,11 +277,7 @@ TEST(ControlServer, RequestsOfAClientThatAlreadyLeftAreNotCarriedOut) {
   });
   ASSERT_EQ(s.open(path), "");
   auto connect_and_send = [&] {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = connect_unix(path);
     const std::string line = json({{"v", 1}, {"op", "list"}}).dump() + "\n";
     EXPECT_EQ(::send(fd, line.data(), line.size(), 0), static_cast<ssize_t>(line.size()));
     return fd;
