@@ -169,8 +169,9 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
   app.add_option("--group", c.group,
                  "group whose members may use the control socket besides root (default: root only)");
   app.add_option("--ttl-ms", c.ttl_ms,
-                 "lease TTL in ms; must equal lockd's (--mode preemptible: lockd's worker-liveness "
-                 "TTL); a grant with a shorter TTL kills the sandbox")
+                 "lease TTL in ms; at most lockd's --ttl-ms, checked at start (--mode preemptible: at most "
+                 "lockd's worker-liveness TTL); the kill-switch is timed for it, so a grant with a shorter TTL "
+                 "is given back")
       ->capture_default_str();
   app.add_option("--heartbeat-interval-ms", c.heartbeat_interval_ms,
                  "interval between batched heartbeats, ms")
