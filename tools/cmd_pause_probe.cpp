@@ -1082,12 +1082,25 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     if (!o.error.empty()) throw std::runtime_error(o.error);
     contender = std::make_unique<Contender>(cx.dep.lockd_addr, *cx.dep.key, name,
                                             static_cast<std::int64_t>(cx.args.contend_interval_ms) * 1'000'000);
-    // A healthy lease first: at least one refresh acknowledged since the start.
+    // A healthy lease first: at least one refresh acknowledged since the start, and the sandbox
+    // running its checks (its start line logged; a slow exec on a loaded host can take longer
+    // than a heartbeat interval, and a trial judged without it would be an error).
+    auto sandbox_started = [&log_path] {
+      std::ifstream in(log_path);
+      std::string line;
+      while (std::getline(in, line))
+        if (line.rfind("start ", 0) == 0) return true;
+      return false;
+    };
     const std::uint64_t vu0 = monitor->valid_until_ns();
     const std::int64_t settle_until = now_ns() + static_cast<std::int64_t>(3 * t.heartbeat_interval_ms + 2000) * 1'000'000;
-    while (monitor->valid_until_ns() == vu0 && now_ns() < settle_until && monitor->death_ns() == 0) sleep_ms(1);
+    bool started = false;
+    while ((monitor->valid_until_ns() == vu0 || !(started = started || sandbox_started())) && now_ns() < settle_until &&
+           monitor->death_ns() == 0)
+      sleep_ms(1);
     if (monitor->death_ns() != 0) throw std::runtime_error("the sandbox died before the pause (see " + log_path + ")");
     if (monitor->valid_until_ns() == vu0) throw std::runtime_error("the lease was never refreshed before the pause");
+    if (!started) throw std::runtime_error("the sandbox did not start its checks before the pause (see " + log_path + ")");
 
     shower.emplace(cx.dep.lockd_addr, *cx.dep.key, WorkerId{}, 500'000'000);
     // lockd's expiry of the lease (Show: ttl_left). A blocking request: never on the thread
