@@ -110,4 +110,15 @@ std::string duration_text(std::int64_t ns);
 /// CLOCK_BOOTTIME now, ns.
 std::int64_t boot_ns() noexcept;
 
+// ---- programs -----------------------------------------------------------------------------------
+
+/// This executable's path (/proc/self/exe; "" if unreadable).
+std::string self_exe();
+/// The first executable `name` in $PATH, /usr/sbin, /sbin ("" if none).
+std::string find_program(const std::string& name);
+/// A leasehold service binary (leasehold-lockd / leasehold-supervisor): `flag` if given, else next
+/// to this binary in its build tree (tools/../<module>/), in the same directory (installed), or on
+/// $PATH ("" if none).
+std::string locate_service(const std::string& flag, const std::string& program, const std::string& module);
+
 }  // namespace leasehold::cli

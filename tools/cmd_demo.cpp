@@ -186,23 +186,6 @@ bool lockd_answers_from(const std::string& netns, const SocketAddress& addr, con
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-std::string self_exe() {
-  std::error_code ec;
-  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : p.string();
-}
-
-/// leasehold-lockd / leasehold-supervisor: --flag, next to this binary in its build tree
-/// (tools/../lockd/), in the same directory (installed), or on PATH.
-std::string locate(const std::string& flag, const std::string& program, const std::string& module) {
-  if (!flag.empty()) return flag;
-  const fs::path dir = fs::path(self_exe()).parent_path();
-  for (const fs::path& p : {dir / ".." / module / program, dir / program}) {
-    if (::access(p.c_str(), X_OK) == 0) return fs::weakly_canonical(p).string();
-  }
-  return find_program(program);
-}
-
 // ---- the run ----------------------------------------------------------------------------------
 
 /// Everything the demo starts; the destructor removes it all.
@@ -518,8 +501,8 @@ void Demo::body() {
 
   // ---- set-up ----------------------------------------------------------------------------------
   self_ = self_exe();
-  const std::string lockd_bin = locate(args_.lockd_bin, "leasehold-lockd", "lockd");
-  const std::string sup_bin = locate(args_.supervisor_bin, "leasehold-supervisor", "supervisor");
+  const std::string lockd_bin = locate_service(args_.lockd_bin, "leasehold-lockd", "lockd");
+  const std::string sup_bin = locate_service(args_.supervisor_bin, "leasehold-supervisor", "supervisor");
   if (lockd_bin.empty() || sup_bin.empty())
     abort(std::string("cannot find ") + (lockd_bin.empty() ? "leasehold-lockd" : "leasehold-supervisor") +
           " next to " + self_ + " (build tree or install dir) or on PATH; build them "

@@ -1,6 +1,8 @@
 // `leasehold demo`: processes and network (see cmd_demo_env.hpp). Registers no subcommand.
 #include "tools/cmd_demo_env.hpp"
 
+#include "tools/cmd_common.hpp"
+
 #include "tools/demo_subnet.hpp"
 
 #include <dirent.h>
@@ -96,18 +98,6 @@ SignalGuard::~SignalGuard() {
   ::sigaction(SIGPIPE, &g_old_pipe, nullptr);
 }
 
-std::string find_program(const std::string& name) {
-  std::string dirs = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
-  dirs += ":/usr/sbin:/sbin:/usr/bin:/bin";
-  std::stringstream ss(dirs);
-  std::string d;
-  while (std::getline(ss, d, ':')) {
-    if (d.empty()) continue;
-    const std::string p = d + "/" + name;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return "";
-}
 
 int run_command(const std::vector<std::string>& argv, std::string* output, std::uint64_t timeout_ms) {
   if (argv.empty()) return 127;

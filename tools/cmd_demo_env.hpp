@@ -40,8 +40,6 @@ struct SignalGuard {
 /// `nft` halfway through the cleanup.
 int run_command(const std::vector<std::string>& argv, std::string* output = nullptr,
                 std::uint64_t timeout_ms = 10'000);
-/// The first executable `name` in $PATH, /usr/sbin, /sbin ("" if none).
-std::string find_program(const std::string& name);
 
 /// A long-running child (lockd, a supervisor): own process group, stdout+stderr to `log_path`,
 /// SIGKILLed if the demo dies (PR_SET_PDEATHSIG), optionally inside a network namespace.

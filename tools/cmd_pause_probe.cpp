@@ -152,32 +152,12 @@ bool write_file(const std::string& path, const std::string& text, std::string& e
   return true;
 }
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "";
-  return std::string(buf, static_cast<std::size_t>(n));
-}
 
 std::string dir_of(const std::string& path) {
   const auto p = path.rfind('/');
   return p == std::string::npos ? "." : path.substr(0, p);
 }
 
-/// The first executable among `candidates`, then `name` in $PATH ("" if none).
-std::string find_binary(const std::string& name, const std::vector<std::string>& candidates) {
-  for (const auto& c : candidates)
-    if (::access(c.c_str(), X_OK) == 0) return c;
-  const char* env = std::getenv("PATH");
-  std::stringstream ss(env != nullptr ? env : "");
-  std::string d;
-  while (std::getline(ss, d, ':')) {
-    if (d.empty()) continue;
-    const std::string p = d + "/" + name;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return "";
-}
 
 int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
 
@@ -839,11 +819,8 @@ Failure start_standalone(const ProbeArgs& a, Deployment& d) {
 }
 Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   if (d.tmp.path.empty()) return {kInternal, std::string("mkdtemp: ") + std::strerror(errno)};
-  const std::string here = dir_of(self_exe());
-  const std::string lockd_bin = !a.lockd_bin.empty() ? a.lockd_bin
-      : find_binary("leasehold-lockd", {here + "/leasehold-lockd", here + "/../lockd/leasehold-lockd"});
-  const std::string sup_bin = !a.supervisor_bin.empty() ? a.supervisor_bin
-      : find_binary("leasehold-supervisor", {here + "/leasehold-supervisor", here + "/../supervisor/leasehold-supervisor"});
+  const std::string lockd_bin = locate_service(a.lockd_bin, "leasehold-lockd", "lockd");
+  const std::string sup_bin = locate_service(a.supervisor_bin, "leasehold-supervisor", "supervisor");
   if (lockd_bin.empty() || sup_bin.empty())
     return {kUsage, std::string("cannot find ") + (lockd_bin.empty() ? "leasehold-lockd" : "leasehold-supervisor") +
                         " next to " + self_exe() + " nor in $PATH; pass --lockd-bin / --supervisor-bin"};
@@ -1481,7 +1458,7 @@ int run_probe(ProbeArgs a) {
     Proc stress;
     std::string stress_text;
     if (a.stress) {
-      const std::string bin = find_binary("stress-ng", {});
+      const std::string bin = find_program("stress-ng");
       if (bin.empty()) {
         stderr_progress(a.quiet, "warning: --stress: stress-ng is not installed; measuring without load\n");
       } else {
@@ -1590,7 +1567,7 @@ int run_probe(ProbeArgs a) {
     if (!write_file(csv, pp::to_csv(rep), err)) return report("pause-probe", {kFailure, err});
     nlohmann::json j = pp::to_json(rep);
     std::string plot_path;
-    const std::string gnuplot = a.plot == "svg" ? "" : find_binary("gnuplot", {});
+    const std::string gnuplot = a.plot == "svg" ? "" : find_program("gnuplot");
     if (!gnuplot.empty()) {
       plot_path = out + "/pause-probe.png";
       const std::string script = out + "/pause-probe.gp";
