@@ -43,6 +43,15 @@ int print_started(const nlohmann::json& a, bool json) {
   return kOk;
 }
 
+/// Sends a run/name request to the supervisor and prints the started sandbox, or reports why not.
+int start(const char* command, const SupervisorFlags& sup, const nlohmann::json& req, const std::string& what, bool json) {
+  Failure f;
+  auto ans = supervisor_call(sup, req, f);
+  if (!ans) return report(command, f);
+  if (!ans->value("ok", false)) return refused(command, *ans, what, json);
+  return print_started(*ans, json);
+}
+
 struct RunArgs {
   SupervisorFlags sup;
   std::string name;
@@ -89,16 +98,7 @@ const Command kRun([](CLI::App& app, int* exit_code) {
     req["env"] = env;
     if (!a->cwd.empty()) req["cwd"] = a->cwd;
     if (a->ttl_ms != 0) req["ttl_ms"] = a->ttl_ms;
-    auto ans = supervisor_call(a->sup, req, f);
-    if (!ans) {
-      *exit_code = report("run", f);
-      return;
-    }
-    if (!ans->value("ok", false)) {
-      *exit_code = refused("run", *ans, a->name.empty() ? "run" : "run \"" + a->name + "\"", a->json);
-      return;
-    }
-    *exit_code = print_started(*ans, a->json);
+    *exit_code = start("run", a->sup, req, named ? "run \"" + a->name + "\"" : "run", a->json);
   });
 });
 
@@ -127,16 +127,7 @@ const Command kName([](CLI::App& app, int* exit_code) {
     }
     nlohmann::json req = {{"v", 1}, {"op", "name"}, {"sandbox", sb->str()}, {"name", a->name}};
     if (a->ttl_ms != 0) req["ttl_ms"] = a->ttl_ms;
-    auto ans = supervisor_call(a->sup, req, f);
-    if (!ans) {
-      *exit_code = report("name", f);
-      return;
-    }
-    if (!ans->value("ok", false)) {
-      *exit_code = refused("name", *ans, "name \"" + a->name + "\"", a->json);
-      return;
-    }
-    *exit_code = print_started(*ans, a->json);
+    *exit_code = start("name", a->sup, req, "name \"" + a->name + "\"", a->json);
   });
 });
 
