@@ -95,7 +95,22 @@ KeyLoad load_key_file(const std::string& path) {
     ::close(fd);
     return res;
   }
+  // Owner: a key file another user owns could be replaced or read by that user; only the
+  // process's own uid and root are trusted with it.
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    res.error = "key file " + path + " is owned by uid " + std::to_string(st.st_uid) + ", not by this process (uid " +
+                std::to_string(::geteuid()) + ") or root: another user could read or replace it; fix: chown " +
+                std::to_string(::geteuid()) + " " + path;
+    ::close(fd);
+    return res;
+  }
   char buf[kKeyFileBytesMax + 1];
+  // The hex text is a copy of the key: it is wiped on every way out of this function.
+  struct Wipe {
+    char* p;
+    std::size_t n;
+    ~Wipe() { OPENSSL_cleanse(p, n); }
+  } wipe{buf, sizeof buf};
   std::size_t n = 0;
   while (n < sizeof buf) {
     const ssize_t got = ::read(fd, buf + n, sizeof buf - n);

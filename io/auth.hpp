@@ -40,7 +40,9 @@ struct KeyLoad {
 
 /// Loads the key file at `path`. Refuses (error text names the path, what was found and the fix):
 /// a missing/unreadable file, a file that is not a regular file, a mode with any group/other bit
-/// set ("mode 0644 ... fix: chmod 600 <path>"), an empty or too short key, non-hex content.
+/// set ("mode 0644 ... fix: chmod 600 <path>"), an owner other than this process's uid or root
+/// ("owned by uid N ... fix: chown ..."), an empty or too short key, non-hex content. The file's
+/// text is wiped from memory before returning.
 KeyLoad load_key_file(const std::string& path);
 
 /// Writes a fresh random key (kKeyBytesMin bytes from the OpenSSL CSPRNG) as hex to `path`,

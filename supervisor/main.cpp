@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <sys/prctl.h>
+
 #include <cstdio>
 #include <exception>
 
@@ -21,6 +23,10 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit codes: 0 clean shutdown; 1 runtime failure; 2 usage or refused configuration (unsafe timing,\n"
       "unreadable key, io_uring unavailable, live shm table, lockd unreachable or in another --mode at start-up).");
+  // The key (and the shm table's writable mapping) are the supervisor's alone: no core dump,
+  // no ptrace and no /proc/<pid>/{mem,environ,fd,root} for processes of the same uid; the
+  // kernel then owns /proc/<pid> by root. Sandboxes get back a dumpable state at execve.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   SupervisorConfig config;
   add_supervisor_flags(app, config);
   try {

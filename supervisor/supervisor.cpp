@@ -14,6 +14,7 @@
 #include "supervisor/spawn.hpp"
 
 #include <boost/lockfree/spsc_queue.hpp>
+#include <openssl/crypto.h>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -457,6 +458,9 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   retry.backoff_max_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
   std::string err;
   link = LockdLink::open(*loop, lockd_address, worker, *key, retry, &err);
+  // The key now lives only in the link's OpenSSL contexts: wipe our copy.
+  OPENSSL_cleanse(key->bytes.data(), key->bytes.size());
+  key.reset();
   if (!link) return err;
   link->set_is_running_handler([this](const wire::IsRunning& q) { return is_running(q); });
   link->set_late_answer_handler([this](const wire::Body& b) { on_late_answer(b); });

@@ -65,6 +65,21 @@ TEST_F(KeyFile, RefusesGroupOrOtherAccessNamingModeAndFix) {
   }
 }
 
+// A key file another user owns could be read or replaced by that user: refused, whatever its
+// mode, naming the owner and the fix. Root and the process's own uid are accepted.
+TEST_F(KeyFile, RefusesAFileOwnedByAnotherUserNamingOwnerAndFix) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the key file another owner";
+  const std::string path = write("k", hex64_ + "\n", 0600);
+  ASSERT_EQ(::chown(path.c_str(), 4242, 4242), 0);
+  const KeyLoad k = load_key_file(path);
+  EXPECT_FALSE(k);
+  EXPECT_TRUE(contains(k.error, path)) << k.error;
+  EXPECT_TRUE(contains(k.error, "owned by uid 4242")) << k.error;
+  EXPECT_TRUE(contains(k.error, "fix: chown 0 " + path)) << k.error;
+  ASSERT_EQ(::chown(path.c_str(), 0, 0), 0);
+  EXPECT_TRUE(load_key_file(path)) << "root's own key file loads";
+}
+
 TEST_F(KeyFile, RefusesMissingEmptyShortAndMalformedKeys) {
   const std::string missing = dir_ + "/absent";
   KeyLoad k = load_key_file(missing);
