@@ -184,6 +184,13 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
                            std::int64_t now_ns) {
   const auto rid = m.header.request_id;
   const auto type = m.header.type;
+  // Expiry first: a request that queued behind a stall (lockd paused, descheduled, a slow
+  // store) sees the table as of the time it is served, not as of the last tick. Otherwise an
+  // acquire of a name whose lease ran out during the stall is refused `expired` although the
+  // tick right after it would free the name. advance() only frees what is past its deadline
+  // (the same changes the next tick makes, durable before any answer that depends on them),
+  // so it cannot revive or shorten a lease; when nothing is due it is one heap-top compare.
+  expire(now_ns);
   // Heartbeats: the hot path, answered at once and not cached (they are idempotent, and
   // caching them would push the answers of ownership changes out of the response cache).
   if (type == wire::MessageType::heartbeat) {

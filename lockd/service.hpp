@@ -12,7 +12,9 @@
 // Heartbeat answers are exempt: a refresh is in memory only (that is why refreshes are cheap),
 // and a holder can only refresh a grant it has been told of, which was durable first.
 //
-// Expiry is driven by LeaseTable::advance() every kTickNs; expiries are ownership changes too.
+// Expiry is driven by LeaseTable::advance() every kTickNs and before every datagram is served
+// (so a request that queued behind a stall meets the expiries that fell due meanwhile); expiries
+// are ownership changes too.
 //
 // Preemptible mode: a 2-phase acquire of a name held on a lapsed worker preempts it; on a live
 // worker, lockd asks the worker (IsRunning to the worker's last heartbeat address) and

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 
 #include <sys/socket.h>
 
@@ -397,6 +399,41 @@ TEST_F(LockdTest, RetriesGetTheSameAnswerAndGrantOnce) {
   const Answer sh = c.show("retry/a");
   ASSERT_NE(sh.as<wire::NameInfo>(), nullptr) << sh.error;
   EXPECT_EQ(sh.as<wire::NameInfo>()->record.epoch, grant1->epoch + 1);
+}
+
+// An acquire that arrives while lockd is stopped waits in the socket queue; the lease it
+// competes with runs out during the stall. Served after the stall, it must find the name free
+// (expiry first), not be refused `expired` because the expiry pass had not run yet.
+TEST_F(LockdTest, AcquireQueuedBehindAStallMeetsTheExpiryThatFellDue) {
+  start({"--ttl-ms", "300"});
+  AdminClient c1 = client(W1);
+  const Answer first = c1.acquire("stall/a", S1, W1);
+  const auto* g1 = first.as<wire::Grant>();
+  ASSERT_NE(g1, nullptr) << describe(first);
+  ASSERT_EQ(::kill(lockd_.pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // twice the TTL, lockd stopped
+  Answer second;
+  std::atomic<bool> sent{false};
+  std::thread t([&] {
+    AdminClient c2(lockd_.address(), key_, W2, 5'000'000'000);
+    sent = true;
+    second = c2.acquire("stall/a", S2, W2);
+  });
+  while (!sent) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the request is queued
+  ASSERT_EQ(::kill(lockd_.pid(), SIGCONT), 0);
+  t.join();
+  const auto* g2 = second.as<wire::Grant>();
+  ASSERT_NE(g2, nullptr) << describe(second);
+  EXPECT_EQ(g2->holder, S2);
+  EXPECT_EQ(g2->epoch, g1->epoch + 1);
+  lockd_.terminate();
+  const std::string log = lockd_.log();
+  const auto expire_at = log.find("event=expire name=stall/a");
+  const auto grant_at = log.find("event=grant name=stall/a epoch=" + std::to_string(g1->epoch + 1));
+  ASSERT_NE(expire_at, std::string::npos) << log;
+  ASSERT_NE(grant_at, std::string::npos) << log;
+  EXPECT_LT(expire_at, grant_at) << log;
 }
 
 TEST_F(LockdTest, PreemptibleModeLapsedWorkerAndNotRunning) {
