@@ -836,14 +836,36 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     }
   };
   const std::uint64_t now = now_ns();
-  std::uint64_t valid_until = static_cast<std::uint64_t>(send_ns) + cfg.kill_after_ms * 1'000'000ull;
+  // The lease is measured from `lease_send_ns`: the send time of the request lockd answered,
+  // moved earlier by whatever the grant's time left falls short of --ttl-ms (see below).
+  std::uint64_t lease_send_ns = static_cast<std::uint64_t>(send_ns);
+  std::uint64_t valid_until = lease_send_ns + cfg.kill_after_ms * 1'000'000ull;
   if (cfg.mode == SupervisorMode::lease) {
-    const std::uint64_t wanted = req.ttl_ms.value_or(cfg.ttl_ms);
-    if (g.ttl_ms < wanted) {
-      give_back("refused", "lockd granted \"" + name + "\" with a TTL of " + std::to_string(g.ttl_ms) +
-                               " ms, below the configured " + std::to_string(wanted) +
-                               " ms: the kill-switch could fire after lockd's expiry; fix lockd's --ttl-ms");
-      return;
+    // lockd answered no earlier than `send_ns`, with `g.ttl_ms` left, so its expiry is at least
+    // send_ns + g.ttl_ms. A fresh grant has the full TTL; an idempotent answer to a retry (the
+    // first answer was lost, lockd restarted meanwhile) has less. Either way the kill-switch
+    // keeps the margin the start-up check proved for --ttl-ms (ttl - kill_after) if the lease
+    // counts from send_ns - shortfall, shortfall = --ttl-ms - g.ttl_ms: lockd's expiry is then
+    // >= (send_ns - shortfall) + --ttl-ms, exactly a full grant's bound for that send time.
+    const std::uint64_t ttl_ns = cfg.ttl_ms * 1'000'000ull;
+    const std::uint64_t left_ns = std::uint64_t{g.ttl_ms} * 1'000'000ull;
+    const std::uint64_t shortfall_ns = left_ns < ttl_ns ? ttl_ns - left_ns : 0;
+    if (shortfall_ns > 0) {
+      if (shortfall_ns >= valid_until || valid_until - shortfall_ns <= now) {
+        give_back("unreachable",
+                  "lockd's grant of \"" + name + "\" arrived " +
+                      std::to_string((now - static_cast<std::uint64_t>(send_ns)) / 1'000'000) +
+                      " ms after the request was first sent with " + std::to_string(g.ttl_ms) +
+                      " ms of its lease left (an answer to a retry: lockd restarted or lost its first answer); "
+                      "counted from that send, the kill-switch could not fire before lockd's expiry, so the "
+                      "name was given back; retry");
+        return;
+      }
+      lease_send_ns = static_cast<std::uint64_t>(send_ns) - shortfall_ns;
+      valid_until = lease_send_ns + cfg.kill_after_ms * 1'000'000ull;
+      log_event("event=short_grant name=%s sandbox=%s epoch=%" PRIu64 " ttl_left_ms=%u ttl_ms=%" PRIu64
+                " valid_until_ns=%" PRIu64,
+                name.c_str(), sb.str().c_str(), g.epoch, g.ttl_ms, cfg.ttl_ms, valid_until);
     }
   } else {
     for (const auto& a : hb->check_worker_liveness(now)) apply(a);
@@ -859,7 +881,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     give_back("unreachable", "the grant of \"" + name + "\" arrived after its lease would already have lapsed");
     return;
   }
-  if (!hb->add(name_id, sb, g.epoch, s->slot, static_cast<std::uint64_t>(send_ns))) {
+  if (!hb->add(name_id, sb, g.epoch, s->slot, lease_send_ns)) {
     give_back("internal", "heartbeat schedule refused the lease");
     return;
   }

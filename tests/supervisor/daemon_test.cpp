@@ -168,6 +168,64 @@ TEST_F(SupervisorProcess, LockdStoppedKillsBeforeLockdCouldExpire) {
   EXPECT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty(); }));
 }
 
+// lockd makes the grant durable, but its answer is lost; lockd is killed and restarted (the
+// lease restored with a fresh TTL); the supervisor's retry is answered idempotently with less
+// than the full TTL left. That grant is kept, counted from the first send moved earlier by the
+// shortfall (so the kill-switch keeps the start-up margin), not refused as a misconfigured lockd.
+TEST_F(SupervisorProcess, GrantWhoseAnswerWasLostAcrossALockdRestartIsKept) {
+  const std::vector<std::string> lockd_args = {"--ttl-ms", "3000"};
+  start_lockd(lockd_args);
+  UdpRelay relay(lockd_.socket_address());
+  Supervisor sup;
+  std::string err;
+  ASSERT_TRUE(sup.start(dir_.path(), relay.address(), key_,
+                        {"--ttl-ms", "3000", "--kill-after-ms", "2400", "--heartbeat-interval-ms", "100",
+                         "--kill-latency-budget-ms", "50", "--slots", "16"},
+                        &err))
+      << err;
+  relay.drop_answers = true;
+  const std::int64_t t_run = now_ns();
+  json a;
+  std::thread t([&] { a = run_probe(sup, "lost-answer", "lost"); });
+  std::string epoch;
+  const bool durable = eventually([&] {
+    for (auto& e : lockd_events(lockd_.log_text(), "grant"))
+      if (e["name"] == "lost-answer") epoch = e["epoch"];
+    return !epoch.empty();
+  }, 2000);
+  if (!durable) {
+    relay.drop_answers = false;
+    t.join();
+    FAIL() << "lockd logged no durable grant: " << lockd_.log_text();
+  }
+  EXPECT_GE(relay.answers_dropped.load(), 1u);
+  lockd_.child.kill9();
+  fs::remove(dir_.path() / "lockd.out");  // the restarted lockd prints its new port there
+  start_lockd(lockd_args);
+  relay.set_target(lockd_.socket_address());
+  relay.drop_answers = false;
+  t.join();
+  ASSERT_EQ(a["ok"], true) << a.dump() << "\n" << sup.log_text();
+  EXPECT_EQ(std::to_string(a["epoch"].get<Epoch>()), epoch);
+  const auto short_grants = sup.events("short_grant");
+  ASSERT_EQ(short_grants.size(), 1u) << sup.log_text();
+  EXPECT_LT(std::stoul(short_grants[0].at("ttl_left_ms")), 3000u);
+  // The kill-switch is timed from the first send minus the shortfall: earlier than a full grant's.
+  EXPECT_LT(std::stoll(short_grants[0].at("valid_until_ns")), t_run + 2'400'000'000);
+  // Heartbeats to the restarted lockd keep it: still running past the first grant's kill deadline.
+  sleep_ms(static_cast<int>(std::max<std::int64_t>(0, t_run + 2'600'000'000 - now_ns()) / 1'000'000));
+  const json list = sup.call({{"v", 1}, {"op", "list"}});
+  ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["sandboxes"][0]["state"], "running");
+  EXPECT_EQ(sup.call({{"v", 1}, {"op", "status"}})["counters"]["kills_deadline"], 0);
+  auto ad = admin();
+  const lockd::Answer show = ad.show("lost-answer");
+  const auto* info = show.as<wire::NameInfo>();
+  ASSERT_NE(info, nullptr) << show.error;
+  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.holder.str(), a["sandbox"].get<std::string>());
+}
+
 TEST_F(SupervisorProcess, FrozenSupervisorIsRecoveredAndItsSandboxRefusedMeanwhile) {
   start_lockd();
   Supervisor sup;
