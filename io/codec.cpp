@@ -32,6 +32,9 @@ static_assert(kOffReserved + 2 == kHeaderBytes);
 static_assert(kPayloadBytesMax == 1324);
 static_assert(2 + kHeartbeatEntriesMax * kHeartbeatAckEntryBytes <= kPayloadBytesMax);
 static_assert(2 + (kHeartbeatEntriesMax + 1) * kHeartbeatAckEntryBytes > kPayloadBytesMax);
+// A full WorkerHeartbeat and the WorkerAck listing all of its names fit one datagram each.
+static_assert(16 + 2 + kWorkerBeatEntriesMax * kHeartbeatEntryBytes <= kPayloadBytesMax);
+static_assert(4 + 2 + kWorkerBeatEntriesMax * kHeartbeatAckEntryBytes <= kPayloadBytesMax);
 
 // Little-endian loads and stores. On a little-endian host they are single memcpy moves (one
 // instruction); the byte-wise form is the definition and serves big-endian hosts.
@@ -96,7 +99,7 @@ std::size_t size_of(const TransferComplete&) noexcept { return kIdBytes + 8; }
 std::size_t size_of(const TransferAccept&) noexcept { return 3 * kIdBytes; }
 std::size_t size_of(const Revoke&) noexcept { return kIdBytes; }
 std::size_t size_of(const Reassign&) noexcept { return 2 * kIdBytes; }
-std::size_t size_of(const WorkerHeartbeat&) noexcept { return kIdBytes; }
+std::size_t size_of(const WorkerHeartbeat& m) noexcept { return kIdBytes + 2 + m.held.size() * kHeartbeatEntryBytes; }
 std::size_t size_of(const IsRunning&) noexcept { return 2 * kIdBytes + 8; }
 std::size_t size_of(const List&) noexcept { return 8 + 2; }
 std::size_t size_of(const Show& m) noexcept { return 1 + (m.name.empty() ? kIdBytes : 1 + m.name.size()); }
@@ -106,7 +109,7 @@ std::size_t size_of(const Deny&) noexcept { return 3 * kIdBytes + 1 + 8 + 1; }
 std::size_t size_of(const HeartbeatAck& m) noexcept { return 2 + m.entries.size() * kHeartbeatAckEntryBytes; }
 std::size_t size_of(const Ok&) noexcept { return kIdBytes + 8; }
 std::size_t size_of(const TransferState&) noexcept { return 3 * kIdBytes + 8 + 8 + 1; }
-std::size_t size_of(const WorkerAck&) noexcept { return 4; }
+std::size_t size_of(const WorkerAck& m) noexcept { return 4 + 2 + m.not_held.size() * kHeartbeatAckEntryBytes; }
 std::size_t size_of(const RunningAnswer&) noexcept { return 2 * kIdBytes + 8 + 1; }
 std::size_t size_of(const NameRecord& r) noexcept { return 1 + r.name.size() + 4 * kIdBytes + 1 + 8 + 4; }
 std::size_t size_of(const ListPage& m) noexcept {
@@ -153,10 +156,22 @@ void put(Writer& w, const Acquire& m) {
   w.id(m.sandbox); w.id(m.worker); w.u32(m.ttl_ms); w.boolean(m.two_phase); w.text8(m.name);
 }
 void put(Writer& w, const Commit& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); w.id(m.worker); }
+template <class Entries>
+void put_entries(Writer& w, const Entries& entries) {
+  w.u16(static_cast<std::uint16_t>(entries.size()));
+  for (const HeartbeatEntry& e : entries) { w.id(e.name_id); w.id(e.sandbox); w.u64(e.epoch); }
+}
+template <class Entries>
+void put_ack_entries(Writer& w, const Entries& entries) {
+  w.u16(static_cast<std::uint16_t>(entries.size()));
+  for (const HeartbeatAckEntry& e : entries) {
+    w.id(e.name_id); w.u8(static_cast<std::uint8_t>(e.status)); w.id(e.holder); w.u64(e.epoch);
+    w.u32(e.ttl_left_ms);
+  }
+}
 void put(Writer& w, const Heartbeat& m) {
   w.u32(m.ttl_cap_ms);
-  w.u16(static_cast<std::uint16_t>(m.entries.size()));
-  for (const auto& e : m.entries) { w.id(e.name_id); w.id(e.sandbox); w.u64(e.epoch); }
+  put_entries(w, m.entries);
 }
 void put(Writer& w, const Release& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); }
 void put(Writer& w, const TransferBegin& m) { w.id(m.name_id); w.id(m.from); w.u64(m.epoch); w.id(m.to); }
@@ -164,7 +179,10 @@ void put(Writer& w, const TransferComplete& m) { w.id(m.name_id); w.u64(m.new_ep
 void put(Writer& w, const TransferAccept& m) { w.id(m.name_id); w.id(m.to); w.id(m.worker); }
 void put(Writer& w, const Revoke& m) { w.id(m.name_id); }
 void put(Writer& w, const Reassign& m) { w.id(m.name_id); w.id(m.to); }
-void put(Writer& w, const WorkerHeartbeat& m) { w.id(m.worker); }
+void put(Writer& w, const WorkerHeartbeat& m) {
+  w.id(m.worker);
+  put_entries(w, m.held);
+}
 void put(Writer& w, const IsRunning& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); }
 void put(Writer& w, const List& m) { w.u64(m.cursor); w.u16(m.limit); }
 void put(Writer& w, const Show& m) {
@@ -180,19 +198,16 @@ void put(Writer& w, const Deny& m) {
   w.id(m.name_id); w.u8(static_cast<std::uint8_t>(m.refusal)); w.id(m.holder); w.id(m.worker);
   w.u64(m.epoch); w.u8(static_cast<std::uint8_t>(m.state));
 }
-void put(Writer& w, const HeartbeatAck& m) {
-  w.u16(static_cast<std::uint16_t>(m.entries.size()));
-  for (const auto& e : m.entries) {
-    w.id(e.name_id); w.u8(static_cast<std::uint8_t>(e.status)); w.id(e.holder); w.u64(e.epoch);
-    w.u32(e.ttl_left_ms);
-  }
-}
+void put(Writer& w, const HeartbeatAck& m) { put_ack_entries(w, m.entries); }
 void put(Writer& w, const Ok& m) { w.id(m.name_id); w.u64(m.epoch); }
 void put(Writer& w, const TransferState& m) {
   w.id(m.name_id); w.id(m.from); w.id(m.to); w.u64(m.old_epoch); w.u64(m.new_epoch);
   w.u8(static_cast<std::uint8_t>(m.state));
 }
-void put(Writer& w, const WorkerAck& m) { w.u32(m.liveness_ttl_ms); }
+void put(Writer& w, const WorkerAck& m) {
+  w.u32(m.liveness_ttl_ms);
+  put_ack_entries(w, m.not_held);
+}
 void put(Writer& w, const RunningAnswer& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); w.boolean(m.running); }
 void put(Writer& w, const NameRecord& r) {
   w.text8(r.name); w.id(r.name_id); w.u8(static_cast<std::uint8_t>(r.state)); w.id(r.holder);
@@ -329,17 +344,45 @@ bool get(Reader& r, Commit& m) {
   return r.id(m.name_id, "commit.name_id") && r.id(m.sandbox, "commit.sandbox") &&
          r.u64(m.epoch, "commit.epoch") && r.id(m.worker, "commit.worker");
 }
-bool get(Reader& r, Heartbeat& m) {
+// Entry lists shared by Heartbeat / WorkerHeartbeat and HeartbeatAck / WorkerAck. Field names
+// are spelled out per message (no allocation on the heartbeat path).
+struct EntryFields {
+  const char* count;
+  const char* name_id;
+  const char* sandbox;  ///< HeartbeatEntry: sandbox; HeartbeatAckEntry: status
+  const char* epoch;
+  const char* holder = nullptr;
+  const char* ttl_left_ms = nullptr;
+};
+constexpr EntryFields kHeartbeatFields{"heartbeat.count", "heartbeat.name_id", "heartbeat.sandbox", "heartbeat.epoch"};
+constexpr EntryFields kWorkerBeatFields{"worker_heartbeat.count", "worker_heartbeat.name_id",
+                                        "worker_heartbeat.sandbox", "worker_heartbeat.epoch"};
+constexpr EntryFields kHeartbeatAckFields{"heartbeat_ack.count", "heartbeat_ack.name_id", "heartbeat_ack.status",
+                                          "heartbeat_ack.epoch", "heartbeat_ack.holder", "heartbeat_ack.ttl_left_ms"};
+constexpr EntryFields kWorkerAckFields{"worker_ack.count", "worker_ack.name_id", "worker_ack.status",
+                                       "worker_ack.epoch", "worker_ack.holder", "worker_ack.ttl_left_ms"};
+template <class Entries>
+bool get_entries(Reader& r, Entries& entries, const EntryFields& f) {
   std::uint16_t n = 0;
-  if (!(r.u32(m.ttl_cap_ms, "heartbeat.ttl_cap_ms") &&
-        r.count(n, kHeartbeatEntriesMax, kHeartbeatEntryBytes, "heartbeat.count")))
-    return false;
-  m.entries.resize(n);
-  for (auto& e : m.entries)
-    if (!(r.id(e.name_id, "heartbeat.name_id") && r.id(e.sandbox, "heartbeat.sandbox") &&
-          r.u64(e.epoch, "heartbeat.epoch")))
+  if (!r.count(n, entries.capacity(), kHeartbeatEntryBytes, f.count)) return false;
+  entries.resize(n);
+  for (HeartbeatEntry& e : entries)
+    if (!(r.id(e.name_id, f.name_id) && r.id(e.sandbox, f.sandbox) && r.u64(e.epoch, f.epoch))) return false;
+  return true;
+}
+template <class Entries>
+bool get_ack_entries(Reader& r, Entries& entries, const EntryFields& f) {
+  std::uint16_t n = 0;
+  if (!r.count(n, entries.capacity(), kHeartbeatAckEntryBytes, f.count)) return false;
+  entries.resize(n);
+  for (HeartbeatAckEntry& e : entries)
+    if (!(r.id(e.name_id, f.name_id) && r.status(e.status, f.sandbox) && r.id(e.holder, f.holder) &&
+          r.u64(e.epoch, f.epoch) && r.u32(e.ttl_left_ms, f.ttl_left_ms)))
       return false;
   return true;
+}
+bool get(Reader& r, Heartbeat& m) {
+  return r.u32(m.ttl_cap_ms, "heartbeat.ttl_cap_ms") && get_entries(r, m.entries, kHeartbeatFields);
 }
 bool get(Reader& r, Release& m) {
   return r.id(m.name_id, "release.name_id") && r.id(m.sandbox, "release.sandbox") &&
@@ -358,7 +401,9 @@ bool get(Reader& r, TransferAccept& m) {
 }
 bool get(Reader& r, Revoke& m) { return r.id(m.name_id, "revoke.name_id"); }
 bool get(Reader& r, Reassign& m) { return r.id(m.name_id, "reassign.name_id") && r.id(m.to, "reassign.to"); }
-bool get(Reader& r, WorkerHeartbeat& m) { return r.id(m.worker, "worker_heartbeat.worker"); }
+bool get(Reader& r, WorkerHeartbeat& m) {
+  return r.id(m.worker, "worker_heartbeat.worker") && get_entries(r, m.held, kWorkerBeatFields);
+}
 bool get(Reader& r, IsRunning& m) {
   return r.id(m.name_id, "is_running.name_id") && r.id(m.sandbox, "is_running.sandbox") &&
          r.u64(m.epoch, "is_running.epoch");
@@ -380,24 +425,16 @@ bool get(Reader& r, Deny& m) {
   return r.id(m.name_id, "deny.name_id") && r.refusal(m.refusal, "deny.refusal") && r.id(m.holder, "deny.holder") &&
          r.id(m.worker, "deny.worker") && r.u64(m.epoch, "deny.epoch") && r.lock_state(m.state, "deny.state");
 }
-bool get(Reader& r, HeartbeatAck& m) {
-  std::uint16_t n = 0;
-  if (!r.count(n, kHeartbeatEntriesMax, kHeartbeatAckEntryBytes, "heartbeat_ack.count")) return false;
-  m.entries.resize(n);
-  for (auto& e : m.entries)
-    if (!(r.id(e.name_id, "heartbeat_ack.name_id") && r.status(e.status, "heartbeat_ack.status") &&
-          r.id(e.holder, "heartbeat_ack.holder") && r.u64(e.epoch, "heartbeat_ack.epoch") &&
-          r.u32(e.ttl_left_ms, "heartbeat_ack.ttl_left_ms")))
-      return false;
-  return true;
-}
+bool get(Reader& r, HeartbeatAck& m) { return get_ack_entries(r, m.entries, kHeartbeatAckFields); }
 bool get(Reader& r, Ok& m) { return r.id(m.name_id, "ok.name_id") && r.u64(m.epoch, "ok.epoch"); }
 bool get(Reader& r, TransferState& m) {
   return r.id(m.name_id, "transfer_state.name_id") && r.id(m.from, "transfer_state.from") &&
          r.id(m.to, "transfer_state.to") && r.u64(m.old_epoch, "transfer_state.old_epoch") &&
          r.u64(m.new_epoch, "transfer_state.new_epoch") && r.lock_state(m.state, "transfer_state.state");
 }
-bool get(Reader& r, WorkerAck& m) { return r.u32(m.liveness_ttl_ms, "worker_ack.liveness_ttl_ms"); }
+bool get(Reader& r, WorkerAck& m) {
+  return r.u32(m.liveness_ttl_ms, "worker_ack.liveness_ttl_ms") && get_ack_entries(r, m.not_held, kWorkerAckFields);
+}
 bool get(Reader& r, RunningAnswer& m) {
   return r.id(m.name_id, "running_answer.name_id") && r.id(m.sandbox, "running_answer.sandbox") &&
          r.u64(m.epoch, "running_answer.epoch") && r.boolean(m.running, "running_answer.running");

@@ -285,9 +285,17 @@ struct Reassign {
   friend bool operator==(const Reassign&, const Reassign&) = default;
 };
 
-/// Worker liveness in preemptible mode: O(workers), not O(leases). Answer: WorkerAck.
+/// Names one WorkerHeartbeat may carry (and its WorkerAck report on): bounded by the answer,
+/// like a Heartbeat's.
+inline constexpr std::size_t kWorkerBeatEntriesMax = kHeartbeatEntriesMax;
+
+/// Worker liveness in preemptible mode: one datagram per worker and beat, not per lease.
+/// `held` is a window of the names this worker believes its sandboxes hold (committed to this
+/// worker); the supervisor rotates the window over all of them, so with N such names each is
+/// checked at least every ceil(N / kWorkerBeatEntriesMax) beats. Answer: WorkerAck.
 struct WorkerHeartbeat {
   WorkerId worker;
+  boost::container::static_vector<HeartbeatEntry, kWorkerBeatEntriesMax> held;
   friend bool operator==(const WorkerHeartbeat&, const WorkerHeartbeat&) = default;
 };
 
@@ -361,6 +369,12 @@ struct TransferState {
 /// Answer to WorkerHeartbeat.
 struct WorkerAck {
   std::uint32_t liveness_ttl_ms = 0;  ///< the worker counts as live this long from lockd's receipt
+  /// The entries of the beat's `held` that are not held by that sandbox at that epoch on this
+  /// worker (revoked, preempted, transferred away, unknown): status lost / unknown with the
+  /// current holder and epoch, as in a HeartbeatAck (ttl_left_ms 0). The supervisor kills those
+  /// sandboxes at once (mutex violation recovery). A lost answer costs nothing: the next beat
+  /// that carries the name asks again.
+  boost::container::static_vector<HeartbeatAckEntry, kWorkerBeatEntriesMax> not_held;
   friend bool operator==(const WorkerAck&, const WorkerAck&) = default;
 };
 

@@ -111,7 +111,7 @@ Answer AdminClient::transfer_accept(NameId name, SandboxId to, WorkerId worker) 
 }
 Answer AdminClient::revoke(NameId name) { return request(wire::Revoke{name}); }
 Answer AdminClient::reassign(NameId name, SandboxId to) { return request(wire::Reassign{name, to}); }
-Answer AdminClient::worker_heartbeat(WorkerId worker) { return request(wire::WorkerHeartbeat{worker}); }
+Answer AdminClient::worker_heartbeat(WorkerId worker) { return request(wire::WorkerHeartbeat{worker, {}}); }
 Answer AdminClient::show(const std::string& name) { return request(wire::Show{name, NameId{}}); }
 Answer AdminClient::show(NameId name) { return request(wire::Show{std::string(), name}); }
 Answer AdminClient::list(std::uint64_t cursor, std::uint16_t limit) {

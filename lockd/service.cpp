@@ -159,14 +159,16 @@ void LockService::on_datagram(const Datagram& d) {
     case wire::Verdict::answer_error: {
       const wire::Header& h = a.message.header;
       if (a.reason == wire::DecodeError::replayed) {
-        // A client retry resends the same bytes (same seq). A heartbeat retry is executed
-        // again (refreshes are idempotent, and their answers are not cached). (A retry of a
-        // request whose answer waits for durability never gets here: the receiver drops it.)
-        if (h.type == wire::MessageType::heartbeat) {
+        // A client retry resends the same bytes (same seq). A heartbeat or worker heartbeat
+        // retry is executed again (refreshes and liveness are idempotent, and their answers are
+        // not cached): the retry's answer is the one that carries what the lost one said.
+        // (A retry of a request whose answer waits for durability never gets here: the
+        // receiver drops it.)
+        if (h.type == wire::MessageType::heartbeat || h.type == wire::MessageType::worker_heartbeat) {
           wire::DecodeResult again = wire::decode_payload(h, bytes);
-          if (again)
-            on_heartbeat(std::get<wire::Heartbeat>(again.body), h.sender, from, h.request_id,
-                         now_boottime_ns());
+          if (!again) return;
+          wire::Message m{h, std::move(again.body)};
+          dispatch(m, a.key, from, now_boottime_ns());
           return;
         }
       }
@@ -215,8 +217,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     }
     if (worker_addresses_.size() < cfg_.max_workers || worker_addresses_.count(w.worker) != 0)
       worker_addresses_[w.worker] = from;
-    send_now(from, rid, nullptr,
-             wire::WorkerAck{static_cast<std::uint32_t>(cfg_.effective_worker_ttl_ms())});
+    send_now(from, rid, nullptr, worker_ack(w, now_ns));
     return;
   }
   if (type == wire::MessageType::running_answer) {
@@ -451,6 +452,29 @@ void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const 
   send_now(from, request_id, nullptr, ack);
 }
 
+wire::WorkerAck LockService::worker_ack(const wire::WorkerHeartbeat& w, std::int64_t now_ns) {
+  wire::WorkerAck ack;
+  ack.liveness_ttl_ms = static_cast<std::uint32_t>(cfg_.effective_worker_ttl_ms());
+  // The names the worker believes it holds: a refresh in preemptible mode only confirms (a Held
+  // record has no TTL there) and answers lost / unknown for every name that is not held by that
+  // sandbox at that epoch on this worker any more. Those are listed; the supervisor kills them.
+  std::array<RefreshEntry, wire::kWorkerBeatEntriesMax> entries;
+  std::array<RefreshAnswer, wire::kWorkerBeatEntriesMax> answers;
+  const std::size_t n = w.held.size();
+  for (std::size_t i = 0; i < n; ++i) entries[i] = RefreshEntry{w.held[i].name_id, w.held[i].sandbox, w.held[i].epoch};
+  if (n == 0 || table_.refresh(w.worker, std::span(entries.data(), n), now_ns, std::span(answers.data(), n)) !=
+                    Refusal::none)
+    return ack;
+  counters_.worker_beat_names += n;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (answers[i].status == RefreshStatus::refreshed) continue;
+    ++counters_.worker_beat_not_held;
+    ack.not_held.push_back(wire::HeartbeatAckEntry{entries[i].name, static_cast<wire::HeartbeatStatus>(answers[i].status),
+                                                   answers[i].holder, answers[i].epoch, 0});
+  }
+  return ack;
+}
+
 wire::Body LockService::on_release(const wire::Release& r, std::int64_t now_ns) {
   const LockState before = table_.state(r.name_id);
   const Outcome o = table_.release(r.name_id, r.sandbox, r.epoch, now_ns);
@@ -650,6 +674,8 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("decode_accepted", receiver_.stats().accepted);
   add("answers_resent", receiver_.stats().resent);
   add("is_running_sent", counters_.is_running_sent);
+  add("worker_beat_names", counters_.worker_beat_names);
+  add("worker_beat_not_held", counters_.worker_beat_not_held);
   add("unexpected_messages", counters_.unexpected_messages);
   // Refusal and rejection reasons: only those that occurred (the answer must fit a datagram).
   for (std::size_t r = 1; r < counters_.refusals.size(); ++r)

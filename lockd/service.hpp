@@ -19,6 +19,11 @@
 // Preemptible mode: a 2-phase acquire of a name held on a lapsed worker preempts it; on a live
 // worker, lockd asks the worker (IsRunning to the worker's last heartbeat address) and
 // preempts when it answers "not running". The acquirer is refused `held` meanwhile and retries.
+// A worker heartbeat carries names the worker believes it holds; its answer lists those that
+// are not held by that sandbox at that epoch on that worker any more (revoked, preempted,
+// transferred away, unknown after a restart), and the supervisor kills them. Nothing per worker
+// is remembered for it, so a lost answer or a lockd restart loses nothing: the next beat that
+// carries the name asks again.
 //
 // Bounds: the pending store batch (kStoreBatchChangesMax), answers held for durability
 // (kDeferredAnswersMax), outstanding IsRunning questions, remembered worker addresses
@@ -65,6 +70,8 @@ struct ServiceCounters {
   std::uint64_t preemptions = 0;
   std::uint64_t is_running_sent = 0;
   std::uint64_t is_running_answers = 0;
+  std::uint64_t worker_beat_names = 0;      ///< names carried by worker heartbeats
+  std::uint64_t worker_beat_not_held = 0;   ///< of those, answered "no longer yours"
   std::uint64_t overloaded = 0;             ///< requests answered Error{overloaded}
   std::uint64_t answers_deferred = 0;
   std::uint64_t answers_resent = 0;
@@ -138,6 +145,9 @@ class LockService {
   wire::Body on_commit(const wire::Commit& c, std::int64_t now_ns);
   void on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const SocketAddress& from,
                     std::uint64_t request_id, std::int64_t now_ns);
+  /// Preemptible mode: the answer to a worker heartbeat (liveness already counted), listing the
+  /// names it carries that this worker's sandboxes no longer hold.
+  wire::WorkerAck worker_ack(const wire::WorkerHeartbeat& w, std::int64_t now_ns);
   wire::Body on_release(const wire::Release& r, std::int64_t now_ns);
   wire::Body on_transfer_begin(const wire::TransferBegin& t, std::int64_t now_ns);
   wire::Body on_transfer_complete(const wire::TransferComplete& t, std::int64_t now_ns);

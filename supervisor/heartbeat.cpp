@@ -42,6 +42,13 @@ bool HeartbeatSchedule::mark_worker_refreshed(const SandboxId& sandbox) {
   return true;
 }
 
+bool HeartbeatSchedule::set_commit_pending(const SandboxId& sandbox, bool pending) {
+  auto it = leases_.find(sandbox);
+  if (it == leases_.end()) return false;
+  it->second.commit_pending = pending;
+  return true;
+}
+
 bool HeartbeatSchedule::remove(const SandboxId& sandbox) { return leases_.erase(sandbox) == 1; }
 
 const HeartbeatLease* HeartbeatSchedule::find(const SandboxId& sandbox) const {
@@ -71,6 +78,22 @@ HeartbeatRound HeartbeatSchedule::begin_round(std::uint64_t now_ns,
   }
   if (!current.entries.empty()) round.requests.push_back(std::move(current));
   if (preemptible_) {
+    std::vector<const HeartbeatLease*> held;
+    for (const auto& [id, l] : leases_)
+      if (l.worker_refreshed && !l.commit_pending && l.valid_until_ns > now_ns) held.push_back(&l);
+    std::sort(held.begin(), held.end(),
+              [](const HeartbeatLease* a, const HeartbeatLease* b) { return a->sandbox < b->sandbox; });
+    std::size_t first = 0;
+    if (held.size() > entries_per_request) {
+      const auto it = std::upper_bound(held.begin(), held.end(), worker_window_after_,
+                                       [](const SandboxId& id, const HeartbeatLease* l) { return id < l->sandbox; });
+      first = static_cast<std::size_t>(it - held.begin()) % held.size();
+    }
+    for (std::size_t k = 0; k < std::min(held.size(), entries_per_request); ++k) {
+      const HeartbeatLease& l = *held[(first + k) % held.size()];
+      round.worker_held.push_back(RefreshEntry{l.name, l.sandbox, l.epoch});
+      worker_window_after_ = l.sandbox;
+    }
     round.worker_liveness = true;
     // Before liveness is established, or after a lapse, a beat is still worth one interval.
     round.worker_liveness_deadline_ns =

@@ -40,7 +40,10 @@ struct HeartbeatLease {
   std::uint32_t slot = 0;
   std::uint64_t last_acked_send_ns = 0;
   std::uint64_t valid_until_ns = 0;
-  bool worker_refreshed = false;  ///< preemptible mode, after commit
+  bool worker_refreshed = false;  ///< preemptible mode: kept by worker liveness
+  /// Preemptible mode: the sandbox runs (its epoch not yet published) and its Commit is in
+  /// flight; lockd still has the name Acquiring, so worker beats do not carry it yet.
+  bool commit_pending = false;
 };
 
 /// One entry of a refresh request.
@@ -62,6 +65,10 @@ struct HeartbeatRound {
   std::vector<RefreshRequest> requests;
   bool worker_liveness = false;
   std::uint64_t worker_liveness_deadline_ns = 0;
+  /// Preemptible mode: the names the worker beat carries (committed, not lapsed), a window of
+  /// at most `entries_per_request` that moves on every round (in sandbox id order, wrapping),
+  /// so with N such leases each is carried at least every ceil(N / entries_per_request) rounds.
+  std::vector<RefreshEntry> worker_held;
 };
 
 /// lockd's per-entry answer (DESIGN.md "lockd": refreshed, lost{holder, epoch}, unknown).
@@ -98,6 +105,9 @@ class HeartbeatSchedule {
   /// Preemptible mode: the lease was committed to this worker; from now on the worker-liveness
   /// heartbeat keeps it (its valid_until follows the worker's). Returns false if absent.
   bool mark_worker_refreshed(const SandboxId& sandbox);
+  /// Preemptible mode: marks the lease's Commit as in flight (true) or acknowledged (false).
+  /// Returns false if absent.
+  bool set_commit_pending(const SandboxId& sandbox, bool pending);
   /// Forgets a lease (sandbox exited or its name was released). Returns false if absent.
   bool remove(const SandboxId& sandbox);
 
@@ -107,7 +117,8 @@ class HeartbeatSchedule {
   /// When the next round is due (0 before the first round: due at once).
   std::uint64_t next_round_ns() const noexcept { return next_round_ns_; }
   /// Builds the round due at `now_ns`: every live per-sandbox lease, split into requests of at
-  /// most `entries_per_request` (> 0) entries; the next round is due at now + interval.
+  /// most `entries_per_request` (> 0) entries, and in preemptible mode the worker beat's window
+  /// of committed names (HeartbeatRound::worker_held); the next round is due at now + interval.
   HeartbeatRound begin_round(std::uint64_t now_ns, std::size_t entries_per_request);
 
   /// Applies lockd's answer for `sandbox` to a refresh request sent at `request_send_ns`,
@@ -149,6 +160,7 @@ class HeartbeatSchedule {
   bool preemptible_;
   std::uint64_t next_round_ns_ = 0;
   std::unordered_map<SandboxId, HeartbeatLease> leases_;
+  SandboxId worker_window_after_;  ///< the last sandbox of the previous worker_held window
   // Preemptible mode: the worker's own lease.
   bool worker_live_ = false;
   std::uint64_t worker_last_acked_send_ns_ = 0;

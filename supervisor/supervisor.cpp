@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
@@ -112,8 +113,12 @@ struct Supervisor::Impl {
     SandboxId id;
     std::uint32_t slot = 0;
     std::optional<std::string> name;  // set once the name is ours (published)
-    NameId name_id;
+    NameId name_id;                   // with epoch: set at the grant (preemptible: the acquiring one)
     Epoch epoch = 0;
+    // Preemptible mode: the sandbox runs (or is being named) with its epoch not yet published
+    // and its Commit in flight; `pending_name` is the name it is committing.
+    bool commit_pending = false;
+    std::optional<std::string> pending_name;
     State state = State::acquiring;
     pid_t pid = -1;
     SandboxProcess process;   // owns the pidfd
@@ -251,6 +256,18 @@ struct Supervisor::Impl {
   void on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req,
                   const wire::Grant& g, std::int64_t send_ns);
   void commit_now(const PendingCommit& pc);
+  /// Preemptible mode, after the 2-phase acquire (or for an expect-commit): checks the
+  /// kill-switch, starts the sandbox with its epoch unpublished (or, naming a running one, keeps
+  /// it), then sends Commit. `acquire_send_ns`: the send of the request that was answered.
+  void on_acquiring(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch,
+                    std::int64_t acquire_send_ns);
+  void send_commit(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch);
+  /// Commit acknowledged (Held on this worker): publishes the epoch, answers the client.
+  void on_committed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, const wire::Grant& g);
+  /// A Commit that failed (refused, unanswered): gives the name back and stops a sandbox that
+  /// was started for it; a running sandbox that was being named stays, unnamed.
+  void commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, Epoch epoch,
+                     const std::string& code, const std::string& message, json extra = json::object());
   void spawn(Sandbox& s, ControlClientId client, const ControlRequest& req);
   KillTarget kill_target(const Sandbox& s) const;
   /// A create or a naming failed: answers `client` with the error. A sandbox still being created
@@ -275,7 +292,7 @@ struct Supervisor::Impl {
   // ---- heartbeat ---------------------------------------------------------------------------
   void on_heartbeat_tick();
   void apply(const HeartbeatAction& a);
-  void send_worker_beat(std::uint64_t deadline_ns);
+  void send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held);
   bool is_running(const wire::IsRunning& q);
 };
 
@@ -502,7 +519,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     return {};
   });
   if (problem.empty() && cfg.mode == SupervisorMode::preemptible)
-    problem = ask(wire::WorkerHeartbeat{worker}, [&](const wire::Body& b, std::int64_t sent_ns) -> std::string {
+    problem = ask(wire::WorkerHeartbeat{worker, {}}, [&](const wire::Body& b, std::int64_t sent_ns) -> std::string {
       const auto* w = std::get_if<wire::WorkerAck>(&b);
       if (w == nullptr) return "lockd answered a worker heartbeat with " + describe_answer(b);
       if (w->liveness_ttl_ms < cfg.ttl_ms)
@@ -791,25 +808,16 @@ void Supervisor::Impl::acquire_name(const SandboxId& sb, ControlClientId client,
       abandon(sb, client, req.id, "refused", "acquire \"" + *req.name + "\": " + describe_answer(*r.body));
       return;
     }
-    if (g->state == wire::LockState::acquiring) {
-      // Preemptible mode: the 2-phase acquire reserved the name; commit it with our worker id.
-      wire::Commit c;
-      c.name_id = g->name_id;
-      c.sandbox = sb;
-      c.epoch = g->epoch;
-      c.worker = worker;
-      link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply cr) mutable {
-        if (!cr.ok()) {
-          abandon(sb, client, req.id, "unreachable", "commit \"" + *req.name + "\": " + cr.problem);
-          return;
-        }
-        const auto* cg = std::get_if<wire::Grant>(&*cr.body);
-        if (cg == nullptr || cg->state != wire::LockState::held) {
-          abandon(sb, client, req.id, "refused", "commit \"" + *req.name + "\": " + describe_answer(*cr.body));
-          return;
-        }
-        on_granted(sb, client, std::move(req), *cg, cr.first_send_ns);
-      });
+    if (cfg.mode == SupervisorMode::preemptible) {
+      // The 2-phase acquire reserved the name (Acquiring: lockd preempts nothing in this state).
+      // The sandbox starts before the Commit, so that whenever lockd has the name Held on this
+      // worker, IsRunning finds the sandbox running (DESIGN.md "creation flows", preemptible.pml).
+      if (g->state != wire::LockState::acquiring || g->epoch == 0) {
+        abandon(sb, client, req.id, "refused",
+                "2-phase acquire \"" + *req.name + "\" answered with " + describe_answer(*r.body));
+        return;
+      }
+      on_acquiring(sb, client, std::move(req), g->epoch, r.first_send_ns);
       return;
     }
     on_granted(sb, client, std::move(req), *g, r.first_send_ns);
@@ -867,15 +875,6 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
                 " valid_until_ns=%" PRIu64,
                 name.c_str(), sb.str().c_str(), g.epoch, g.ttl_ms, cfg.ttl_ms, valid_until);
     }
-  } else {
-    for (const auto& a : hb->check_worker_liveness(now)) apply(a);
-    if (!hb->may_create_named(now)) {
-      ++counters.creates_refused_killswitch;
-      give_back("killswitch", "worker liveness lapsed while acquiring \"" + name +
-                                  "\"; named sandboxes are refused until a worker heartbeat succeeds");
-      return;
-    }
-    valid_until = hb->worker_valid_until_ns();
   }
   if (now >= valid_until) {
     give_back("unreachable", "the grant of \"" + name + "\" arrived after its lease would already have lapsed");
@@ -885,7 +884,6 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     give_back("internal", "heartbeat schedule refused the lease");
     return;
   }
-  if (cfg.mode == SupervisorMode::preemptible) hb->mark_worker_refreshed(sb);
   s->name_id = name_id;
   s->epoch = g.epoch;
   s->valid_until_ns = valid_until;
@@ -971,9 +969,9 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   auto fail = [&](const std::string& code, const std::string& msg) {
     ++counters.spawn_failures;
     deadlines[s.slot].store(0, std::memory_order_release);
-    if (s.name) {
+    if (s.name || s.pending_name) {  // its lease, or the Acquiring record its Commit was for
       hb->remove(id);
-      release_to_lockd(s.name_id, *s.name, id, s.epoch, [](bool, std::string) {});
+      release_to_lockd(s.name_id, s.name ? *s.name : *s.pending_name, id, s.epoch, [](bool, std::string) {});
     }
     if (s.leaf.valid() && s.leaf.remove() != 0) log_event("event=cgroup_leak path=%s", s.leaf.path().c_str());
     log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
@@ -981,22 +979,26 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     abandon(id, client, req.id, code, msg);
   };
 
-  // Publish first: from here on the sandbox's own checks see its lease (and its end).
+  // Publish first: from here on the sandbox's own checks see its lease (and its end). A sandbox
+  // whose Commit is still to be sent starts unpublished (its checks say "not valid") but under
+  // the worker's kill deadline; on_committed publishes it.
   if (s.name) {
     const shm::TableErrc pe = table->publish(s.slot, s.name_id, *s.name, s.epoch, s.valid_until_ns);
     if (pe != shm::TableErrc::ok) return fail("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
-    deadlines[s.slot].store(s.valid_until_ns, std::memory_order_release);
   }
+  const bool watched = s.name || s.commit_pending;
+  if (watched) deadlines[s.slot].store(s.valid_until_ns, std::memory_order_release);
 
   if (s.synthetic) {
     // Performance mode: a lease without a process. The rt thread still arms and "kills" it
     // (the revoke happens; there is nothing to signal).
-    if (!rt->arm(s.slot, s.name ? s.valid_until_ns : kNoDeadlineNs, KillTarget{}))
+    if (!rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, KillTarget{}))
       return fail("busy", "the rt thread's command queue is full; retry");
     s.armed = true;
     s.state = State::running;
     s.started_ns = now;
     ++counters.spawned;
+    if (s.commit_pending) return send_commit(id, client, req, s.epoch);
     json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", -1}, {"synthetic", true}};
     if (s.name) ok["name"] = *s.name;
     reply(client, control_ok(req.id, ok));
@@ -1042,7 +1044,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   s.started_ns = now;
   // Arm before anything else can happen to it; a named sandbox whose deadline already passed
   // is due at the next tick.
-  if (!rt->arm(s.slot, s.name ? s.valid_until_ns : kNoDeadlineNs, kill_target(s))) {
+  if (!rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, kill_target(s))) {
     KillSwitch::kill(kill_target(s), now);
     s.waiter_error = "busy";
     s.waiter_message = "the rt thread's command queue is full; the sandbox was stopped";
@@ -1054,8 +1056,10 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   if (!s.armed) return;  // answered when it is gone
   s.state = State::running;
   ++counters.spawned;
-  log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64,
-            id.str().c_str(), s.slot, s.pid, s.name ? s.name->c_str() : "-", s.epoch, s.valid_until_ns);
+  log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64 "%s",
+            id.str().c_str(), s.slot, s.pid, s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(),
+            s.epoch, s.valid_until_ns, s.commit_pending ? " commit=pending" : "");
+  if (s.commit_pending) return send_commit(id, client, req, s.epoch);
   json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", s.pid}};
   if (s.name) {
     ok["name"] = *s.name;
@@ -1074,7 +1078,7 @@ void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
   if (s->name || s->epoch != 0) {
     // A well-formed request this sandbox's state refuses (a usage error would be "bad_request").
     reply(client, control_error(req.id, "refused", "sandbox " + req.sandbox->str() + " already has the name \"" +
-                                                       s->name.value_or("?") + "\""));
+                                                       s->name.value_or(s->pending_name.value_or("?")) + "\""));
     return;
   }
   if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
@@ -1132,12 +1136,20 @@ void Supervisor::Impl::commit_now(const PendingCommit& pc) {
   ControlRequest req = pc.request;
   const SandboxId sb = *req.sandbox;
   if (find(sb) == nullptr) return;
+  const ControlClientId client = pc.client;
+  if (cfg.mode == SupervisorMode::preemptible) {
+    // The control plane's 2-phase acquire left the name Acquiring for this sandbox: start it
+    // (unpublished), then commit it to this worker, as for a run.
+    on_acquiring(sb, client, req, req.epoch, now_boottime_ns());
+    return;
+  }
+  // Lease mode: the committed lease has a TTL from the commit on; it is heartbeated and the
+  // sandbox starts once it is granted, as for an acquire.
   wire::Commit c;
   c.name_id = name_id_of(*req.name);
   c.sandbox = sb;
   c.epoch = req.epoch;
   c.worker = worker;
-  const ControlClientId client = pc.client;
   link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
     if (!r.ok()) {
       abandon(sb, client, req.id, "unreachable", "commit \"" + *req.name + "\": " + r.problem);
@@ -1156,6 +1168,166 @@ void Supervisor::Impl::commit_now(const PendingCommit& pc) {
     req.ttl_ms = std::nullopt;
     on_granted(sb, client, std::move(req), *g, r.first_send_ns);
   });
+}
+
+void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch,
+                                    std::int64_t acquire_send_ns) {
+  Sandbox* s = find(sb);
+  const std::string name = *req.name;
+  const NameId name_id = name_id_of(name);
+  if (s == nullptr) {  // gone meanwhile: abort the acquisition
+    release_to_lockd(name_id, name, sb, epoch, [](bool, std::string) {});
+    reply(client, control_error(req.id, "internal", "the sandbox went away while acquiring"));
+    return;
+  }
+  auto give_back = [&](const std::string& code, const std::string& msg) {
+    release_to_lockd(name_id, name, sb, epoch, [](bool, std::string) {});  // aborts the Acquiring record
+    if (s->state == State::acquiring) {
+      abandon(sb, client, req.id, code, msg);
+    } else {  // naming a running sandbox failed: it stays unnamed
+      if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
+      reply(client, control_error(req.id, code, msg));
+    }
+  };
+  // Kill-switch synchronisation: checked here, right before the sandbox starts, on the io
+  // thread that also engages the kill-switch, so the two cannot interleave.
+  const std::uint64_t now = now_ns();
+  for (const auto& a : hb->check_worker_liveness(now)) apply(a);
+  if (!hb->may_create_named(now)) {
+    ++counters.creates_refused_killswitch;
+    give_back("killswitch", "worker liveness lapsed while acquiring \"" + name +
+                                "\"; named sandboxes are refused until a worker heartbeat succeeds");
+    return;
+  }
+  const std::uint64_t valid_until = hb->worker_valid_until_ns();
+  if (now >= valid_until) {
+    give_back("unreachable", "the grant of \"" + name + "\" arrived after worker liveness would already have lapsed");
+    return;
+  }
+  if (s->state != State::acquiring && (s->state != State::running || s->kill_sent)) {
+    give_back("not_found", "the sandbox stopped while its name was being acquired");
+    return;
+  }
+  if (!hb->add(name_id, sb, epoch, s->slot, static_cast<std::uint64_t>(acquire_send_ns))) {
+    give_back("internal", "heartbeat schedule refused the lease");
+    return;
+  }
+  // Kept by worker liveness from now on (the worker-wide kill-switch covers it), but not carried
+  // by worker beats until lockd has it Held on this worker.
+  hb->mark_worker_refreshed(sb);
+  hb->set_commit_pending(sb, true);
+  s->name_id = name_id;
+  s->epoch = epoch;
+  s->valid_until_ns = valid_until;
+  s->commit_pending = true;
+  s->pending_name = name;
+  if (s->state == State::acquiring) {
+    spawn(*s, client, req);  // sends the Commit once the sandbox runs
+    return;
+  }
+  send_commit(sb, client, std::move(req), epoch);
+}
+
+void Supervisor::Impl::send_commit(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch) {
+  wire::Commit c;
+  c.name_id = name_id_of(*req.name);
+  c.sandbox = sb;
+  c.epoch = epoch;
+  c.worker = worker;
+  link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) {
+    if (!r.ok()) {
+      commit_failed(sb, client, req, epoch, "unreachable", "commit \"" + *req.name + "\": " + r.problem);
+      return;
+    }
+    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
+      commit_failed(sb, client, req, epoch, "refused", "commit \"" + *req.name + "\" " + describe_answer(*r.body),
+                    {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
+      return;
+    }
+    const auto* g = std::get_if<wire::Grant>(&*r.body);
+    if (g == nullptr || g->state != wire::LockState::held || g->epoch != epoch || g->holder != sb) {
+      commit_failed(sb, client, req, epoch, "refused", "commit \"" + *req.name + "\": " + describe_answer(*r.body));
+      return;
+    }
+    on_committed(sb, client, req, *g);
+  });
+}
+
+void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req,
+                                     Epoch epoch, const std::string& code, const std::string& message, json extra) {
+  const std::string name = *req.name;
+  Sandbox* s = find(sb);
+  // Abort the Acquiring record, or give back a commit whose answer never came.
+  release_to_lockd(name_id_of(name), name, sb, epoch, [](bool, std::string) {});
+  if (s == nullptr || !s->commit_pending || s->epoch != epoch) {
+    reply(client, control_error(req.id, code, message, std::move(extra)));
+    return;
+  }
+  hb->remove(sb);
+  s->commit_pending = false;
+  s->pending_name.reset();
+  if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
+  if (req.op == ControlOp::name) {  // it ran before and runs on, unnamed
+    s->name_id = NameId{};
+    s->epoch = 0;
+    reply(client, control_error(req.id, code, message, std::move(extra)));
+    return;
+  }
+  // Started for this name: it never saw its epoch published; stop it, answer when it is gone.
+  s->waiter_error = code;
+  s->waiter_message = message;
+  s->waiters.emplace_back(client, req.id);
+  kill_sandbox(*s, "commit failed: " + message);
+}
+
+void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client, const ControlRequest& req,
+                                    const wire::Grant& g) {
+  const std::string name = *req.name;
+  const NameId name_id = name_id_of(name);
+  Sandbox* s = find(sb);
+  if (s == nullptr || !s->commit_pending || s->epoch != g.epoch) {
+    // It exited (or was killed) meanwhile; its exit gave back the pending name, and this
+    // release covers the commit that landed after that.
+    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
+    reply(client, control_error(req.id, "not_found", "the sandbox stopped before its commit of \"" + name +
+                                                         "\" was acknowledged"));
+    return;
+  }
+  s->commit_pending = false;
+  s->pending_name.reset();
+  hb->set_commit_pending(sb, false);
+  if (s->kill_sent || s->state == State::exited) {
+    // Being killed (kill-switch, shutdown): it never runs with this name.
+    hb->remove(sb);
+    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
+    if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
+    if (req.op == ControlOp::name) reply(client, control_error(req.id, "not_found", "the sandbox stopped while being named"));
+    else s->waiters.emplace_back(client, req.id);
+    return;
+  }
+  const HeartbeatLease* l = hb->find(sb);
+  const std::uint64_t valid_until = l != nullptr ? l->valid_until_ns : 0;
+  const std::uint64_t now = now_ns();
+  const shm::TableErrc pe = l == nullptr || valid_until <= now
+                                ? shm::TableErrc::revoked
+                                : table->publish(s->slot, name_id, name, g.epoch, valid_until);
+  if (pe != shm::TableErrc::ok) {
+    commit_failed(sb, client, req, g.epoch, "internal",
+                  "publishing \"" + name + "\" failed: " + std::string(shm::to_string(pe)));
+    return;
+  }
+  s->name = name;
+  s->valid_until_ns = valid_until;
+  deadlines[s->slot].store(valid_until, std::memory_order_release);
+  if (req.op == ControlOp::name && !rt->arm(s->slot, valid_until, kill_target(*s)))
+    kill_sandbox(*s, "rt command queue full while naming");  // an unwatched named sandbox must not run
+  log_event("event=committed sandbox=%s slot=%u name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64, sb.str().c_str(),
+            s->slot, name.c_str(), g.epoch, valid_until);
+  json ok = {{"sandbox", sb.str()}, {"slot", s->slot}, {"name", name}, {"epoch", g.epoch}, {"pid", s->pid},
+             {"valid_until_ms", static_cast<std::int64_t>(valid_until - now) / 1'000'000}};
+  if (s->synthetic) ok["synthetic"] = true;
+  if (s->leaf.valid()) ok["cgroup"] = s->leaf.path();
+  reply(client, control_ok(req.id, ok));
 }
 
 void Supervisor::Impl::do_release(ControlClientId client, const ControlRequest& req) {
@@ -1187,9 +1359,11 @@ json Supervisor::Impl::list_json() const {
                      : s.state == State::starting ? "starting"
                      : s.state == State::exited   ? "exited"
                      : s.kill_sent                ? "killing"
+                     : s.commit_pending           ? "committing"
                                                   : "running";
     json j = {{"sandbox", id.str()}, {"slot", s.slot}, {"pid", s.pid}, {"state", st}, {"epoch", s.epoch}};
     j["name"] = s.name ? json(*s.name) : json(nullptr);
+    if (s.commit_pending) j["committing"] = *s.pending_name;
     if (s.name) {
       const HeartbeatLease* l = hb->find(id);
       const std::uint64_t vu = l ? l->valid_until_ns : s.valid_until_ns;
@@ -1390,8 +1564,8 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
     if (it->second == id) it = by_name.erase(it);
     else ++it;
   }
-  if (s->name) {
-    const std::string name = *s->name;
+  if (s->name || s->pending_name) {
+    const std::string name = s->name ? *s->name : *s->pending_name;
     const NameId nid = s->name_id;
     const Epoch epoch = s->epoch;
     sandboxes.erase(id);
@@ -1521,9 +1695,11 @@ void Supervisor::Impl::apply(const HeartbeatAction& a) {
     case HeartbeatAction::Kind::extend: {
       // shm first (the sandbox's own check), then the rt thread's deadline (lazy re-arm: no
       // message needed, it re-reads this when the old deadline comes due).
-      if (table->extend(a.slot, a.valid_until_ns) == shm::TableErrc::ok)
+      Sandbox* s = find(a.sandbox);
+      // A sandbox whose Commit is in flight has no published epoch to extend, only its deadline.
+      if ((s != nullptr && s->commit_pending) || table->extend(a.slot, a.valid_until_ns) == shm::TableErrc::ok)
         deadlines[a.slot].store(a.valid_until_ns, std::memory_order_release);
-      if (Sandbox* s = find(a.sandbox)) s->valid_until_ns = a.valid_until_ns;
+      if (s != nullptr) s->valid_until_ns = a.valid_until_ns;
       return;
     }
     case HeartbeatAction::Kind::kill: {
@@ -1606,13 +1782,15 @@ void Supervisor::Impl::on_heartbeat_tick() {
       }
     });
   }
-  if (round.worker_liveness) send_worker_beat(round.worker_liveness_deadline_ns);
+  if (round.worker_liveness) send_worker_beat(round.worker_liveness_deadline_ns, std::move(round.worker_held));
 }
 
-void Supervisor::Impl::send_worker_beat(std::uint64_t deadline_ns) {
+void Supervisor::Impl::send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held) {
   ++counters.heartbeat_datagrams;
-  link->call(wire::WorkerHeartbeat{worker}, static_cast<std::int64_t>(deadline_ns),
-             [this](LockdReply r) {
+  wire::WorkerHeartbeat beat{worker, {}};
+  for (const auto& e : held) beat.held.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+  link->call(beat, static_cast<std::int64_t>(deadline_ns),
+             [this, held = std::move(held)](LockdReply r) {
                const std::uint64_t at = now_ns();
                if (!r.ok()) {
                  ++counters.heartbeat_failures;
@@ -1624,6 +1802,17 @@ void Supervisor::Impl::send_worker_beat(std::uint64_t deadline_ns) {
                  ++counters.heartbeat_failures;
                  log_event("event=worker_beat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
                  return;
+               }
+               // Names lockd no longer has as ours (revoked, preempted, transferred away): kill
+               // at once, whatever the liveness part of the answer says (mutex violation recovery).
+               for (const auto& a : w->not_held) {
+                 const auto e = std::find_if(held.begin(), held.end(), [&](const RefreshEntry& x) { return x.name == a.name_id; });
+                 if (e == held.end()) continue;  // not a name this beat carried
+                 const RefreshResult res = to_result(a.status);
+                 if (res == RefreshResult::refreshed) continue;
+                 ++(res == RefreshResult::lost ? counters.lost : counters.unknown);
+                 apply(hb->on_refresh_answer(e->sandbox, e->epoch, res, a.holder, a.epoch,
+                                             static_cast<std::uint64_t>(r.first_send_ns), at));
                }
                if (w->liveness_ttl_ms < cfg.ttl_ms) {
                  ++counters.heartbeat_failures;
@@ -1641,7 +1830,9 @@ void Supervisor::Impl::send_worker_beat(std::uint64_t deadline_ns) {
 bool Supervisor::Impl::is_running(const wire::IsRunning& q) {
   const Sandbox* s = find(q.sandbox);
   // Conservative: a sandbox still alive (even while being killed) counts as running, so lockd
-  // never preempts a name whose holder could still act.
+  // never preempts a name whose holder could still act. That includes a sandbox whose Commit
+  // is in flight: it was started before the Commit was sent, and name_id / epoch are those of
+  // its acquiring grant. A sandbox not yet started (acquire in flight) has no epoch: "no".
   return s != nullptr && s->state != State::exited && s->name_id == q.name_id && s->epoch == q.epoch &&
          (s->state == State::running || s->state == State::starting);
 }

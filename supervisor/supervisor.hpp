@@ -11,20 +11,34 @@
 //   rt thread (RtKillSwitch): the deadline wheel and the kill-switch.
 //
 // Creation flows (control socket, see control.hpp for the JSON):
-//   run {name}      claim a slot → acquire from lockd (preemptible: 2-phase acquire + commit)
-//                   → cgroup leaf + child blocked before exec → publish slot, arm deadline →
-//                   release the child. A refused acquire starts nothing (holder + epoch returned).
+//   run {name}      lease mode: claim a slot → acquire from lockd → cgroup leaf + child blocked
+//                   before exec → publish slot, arm deadline → release the child. A refused
+//                   acquire starts nothing (holder + epoch returned).
+//                   preemptible mode: claim a slot → 2-phase acquire (lockd: Acquiring, which it
+//                   never preempts) → kill-switch check → start the sandbox with its epoch NOT
+//                   published (its check says "not valid") under the worker's kill deadline →
+//                   Commit{worker} (lockd: Held on this worker) → publish the epoch → answer.
+//                   So whenever lockd has the name Held here, the sandbox already runs and
+//                   IsRunning says so; a failed Commit stops the sandbox and gives the name back.
 //   run {}          an unnamed sandbox: claimed slot, no epoch, no deadline.
-//   name            acquire for a running unnamed sandbox, then publish + arm.
+//   name            acquire for a running unnamed sandbox, then publish + arm (preemptible:
+//                   2-phase acquire → Commit → publish; it runs throughout).
 //   expect-commit   the name is Acquiring for `sandbox` at `epoch` (acquired by a control plane);
-//                   the next heartbeat tick sends Commit{worker}; the sandbox starts only once
-//                   lockd granted it.
+//                   lease mode: the next heartbeat tick sends Commit{worker} and the sandbox
+//                   starts once lockd granted it; preemptible mode: the next tick starts it
+//                   unpublished, then commits, as for run.
+// IsRunning (lockd asks before preempting): "running" for a sandbox that was started and has not
+// exited (also while its Commit is in flight or it is being killed), for the name and epoch of its
+// grant; "not running" before it was started and after it exited.
 // Exit (pidfd readable): reap → disarm the rt thread → free the slot (cooldown) → remove the
 // cgroup leaf → release the name to lockd.
 //
-// Preemptible mode: the worker-liveness heartbeat carries every committed lease; when worker
-// liveness lapses the kill-switch kills every named sandbox and named creation is refused until
-// a liveness beat sent after it is acknowledged. Creation and the kill-switch are serialised on
+// Preemptible mode: the worker-liveness heartbeat keeps every committed lease, and carries a
+// rotating window of them (at most kWorkerBeatEntriesMax names per beat); lockd's answer lists
+// those no longer held by their sandbox on this worker (revoked, preempted, transferred away),
+// which are killed at once. When worker liveness lapses the kill-switch kills every named
+// sandbox (also those whose Commit is in flight) and named creation is refused until a liveness
+// beat sent after it is acknowledged. Creation and the kill-switch are serialised on
 // the io thread; a create that races the rt thread's kill still cannot run unwatched, because the
 // child is in its cgroup and its slot is armed before it is allowed to exec.
 #pragma once

@@ -114,7 +114,7 @@ wire::Body answer_for(const wire::Body& b, std::uint64_t stats_served) {
   if (const auto* q = std::get_if<Revoke>(&b)) return Ok{q->name_id, 101};
   if (const auto* q = std::get_if<Reassign>(&b))
     return Deny{q->name_id, Refusal::not_free, sid(77), wid(77), 12, LockState::held};
-  if (std::get_if<WorkerHeartbeat>(&b) != nullptr) return WorkerAck{9000};
+  if (std::get_if<WorkerHeartbeat>(&b) != nullptr) return WorkerAck{9000, {}};
   if (const auto* q = std::get_if<IsRunning>(&b)) return RunningAnswer{q->name_id, q->sandbox, q->epoch, false};
   if (const auto* q = std::get_if<List>(&b)) {
     ListPage page;
@@ -325,7 +325,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
       Grant{nid(6), 46, sid(6), wid(6), LockState::held, 5000},
       Ok{nid(7), 101},
       Deny{nid(8), Refusal::not_free, sid(77), wid(77), 12, LockState::held},
-      WorkerAck{9000},
+      WorkerAck{9000, {}},
       RunningAnswer{nid(10), sid(10), 50, false},
       ListPage{{record(78), record(79), record(80)}, 80},
       NameInfo{shown_by_name},

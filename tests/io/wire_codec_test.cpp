@@ -300,11 +300,17 @@ TEST_F(WireCodec, EncoderRefusesWhatDoesNotFitOneDatagram) {
 TEST_F(WireCodec, FullHeartbeatAndItsAckFitOneDatagram) {
   Heartbeat hb;
   HeartbeatAck ack;
+  WorkerHeartbeat beat{samples::wid(1), {}};
+  WorkerAck wack{9000, {}};
   for (std::uint64_t i = 0; i < kHeartbeatEntriesMax; ++i) {
     hb.entries.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), i});
     ack.entries.push_back(HeartbeatAckEntry{samples::nid(i), HeartbeatStatus::lost, samples::sid(i), i, 0});
   }
-  for (const Body& b : {Body{hb}, Body{ack}}) {
+  for (std::uint64_t i = 0; i < kWorkerBeatEntriesMax; ++i) {
+    beat.held.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), i});
+    wack.not_held.push_back(HeartbeatAckEntry{samples::nid(i), HeartbeatStatus::lost, samples::sid(i), i, 0});
+  }
+  for (const Body& b : {Body{hb}, Body{ack}, Body{beat}, Body{wack}}) {
     const Bytes d = encode_bytes(b, &auth);
     EXPECT_LE(d.size(), kDatagramBytesMax);
     const DecodeResult r = decode(d, &auth);

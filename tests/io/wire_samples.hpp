@@ -40,7 +40,10 @@ inline std::vector<Body> every_type() {
   v.push_back(TransferAccept{nid(6), sid(6), wid(6)});
   v.push_back(Revoke{nid(7)});
   v.push_back(Reassign{nid(8), sid(8)});
-  v.push_back(WorkerHeartbeat{wid(9)});
+  WorkerHeartbeat beat{wid(9), {}};
+  beat.held.push_back(HeartbeatEntry{nid(9), sid(9), 49});
+  beat.held.push_back(HeartbeatEntry{nid(10), sid(10), 50});
+  v.push_back(beat);
   v.push_back(IsRunning{nid(10), sid(10), 50});
   v.push_back(List{77, 20});
   v.push_back(Show{"svc.a/b_c", NameId{}});
@@ -55,7 +58,9 @@ inline std::vector<Body> every_type() {
   v.push_back(ack);
   v.push_back(Ok{nid(15), 55});
   v.push_back(TransferState{nid(16), sid(16), sid(17), 56, 57, LockState::transferring});
-  v.push_back(WorkerAck{9000});
+  WorkerAck wack{9000, {}};
+  wack.not_held.push_back(HeartbeatAckEntry{nid(9), HeartbeatStatus::lost, sid(77), 51, 0});
+  v.push_back(wack);
   v.push_back(RunningAnswer{nid(18), sid(18), 58, true});
   v.push_back(ListPage{{record(1), record(2), record(3)}, 4});
   v.push_back(NameInfo{record(19)});

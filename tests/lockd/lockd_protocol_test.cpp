@@ -344,7 +344,7 @@ class FakeSupervisor {
 TEST_F(LockdTest, LeaseModeRefusesWorkerHeartbeatsAndReportsItsMode) {
   start({"--ttl-ms", "4321"});
   FakeSupervisor sup(lockd_.address(), key_, W1);
-  sup.send(7, wire::WorkerHeartbeat{W1});
+  sup.send(7, wire::WorkerHeartbeat{W1, {}});
   auto a = sup.receive(2000);
   ASSERT_TRUE(a);
   const auto* e = std::get_if<wire::Error>(&a->body);
@@ -458,7 +458,7 @@ TEST_F(LockdTest, PreemptibleModeLapsedWorkerAndNotRunning) {
 
   // Live worker: lockd asks it; "not running" → preempted.
   FakeSupervisor sup(lockd_.address(), key_, W1);
-  sup.send(1, wire::WorkerHeartbeat{W1});
+  sup.send(1, wire::WorkerHeartbeat{W1, {}});
   auto wack = sup.receive(2000);
   ASSERT_TRUE(wack);
   ASSERT_NE(std::get_if<wire::WorkerAck>(&wack->body), nullptr);
@@ -466,7 +466,7 @@ TEST_F(LockdTest, PreemptibleModeLapsedWorkerAndNotRunning) {
   const auto* g3 = g3_answer.as<wire::Grant>();
   ASSERT_NE(g3, nullptr);
   ASSERT_TRUE(is<wire::Grant>(c.commit(name_id_of("p/b"), S3, g3->epoch, W1)));
-  sup.send(2, wire::WorkerHeartbeat{W1});
+  sup.send(2, wire::WorkerHeartbeat{W1, {}});
   ASSERT_TRUE(sup.receive(2000));
   const Answer held_answer = c.acquire("p/b", S4, W2, 0, true);
   const auto* held = held_answer.as<wire::Deny>();

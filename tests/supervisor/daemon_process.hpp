@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -256,7 +258,8 @@ struct Supervisor {
 /// A UDP relay on loopback between one client (a supervisor) and lockd: the supervisor is
 /// pointed at `address()`; its datagrams go to the current target (settable, so a restarted
 /// lockd on a new port takes over the same address), and lockd's datagrams come back unless
-/// `drop_answers` is set (then they are counted and dropped, as a lossy network would).
+/// `drop_answers` is set or the drop filter says so (then they are counted and dropped, as a
+/// lossy network would).
 class UdpRelay {
  public:
   explicit UdpRelay(const SocketAddress& target) : target_(target) {
@@ -278,6 +281,11 @@ class UdpRelay {
   void set_target(const SocketAddress& t) {
     std::lock_guard<std::mutex> g(mu_);
     target_ = t;
+  }
+  /// Drops lockd → supervisor datagrams for which `f(datagram bytes)` is true (empty: none).
+  void set_drop_filter(std::function<bool(std::span<const std::uint8_t>)> f) {
+    std::lock_guard<std::mutex> g(mu_);
+    filter_ = std::move(f);
   }
   std::atomic<bool> drop_answers{false};
   std::atomic<std::uint64_t> answers_dropped{0};
@@ -307,8 +315,13 @@ class UdpRelay {
       }
       if (p[1].revents & POLLIN) {
         const ssize_t n = ::recv(back_, buf, sizeof buf, 0);
+        bool drop = drop_answers;
+        if (n > 0 && !drop) {
+          std::lock_guard<std::mutex> g(mu_);
+          drop = filter_ && filter_(std::span<const std::uint8_t>(buf, static_cast<std::size_t>(n)));
+        }
         if (n > 0 && client.is_set()) {
-          if (drop_answers) ++answers_dropped;
+          if (drop) ++answers_dropped;
           else ::sendto(front_, buf, static_cast<std::size_t>(n), 0, client.sa(), client.length);
         }
       }
@@ -318,6 +331,7 @@ class UdpRelay {
   SocketAddress address_;
   std::mutex mu_;
   SocketAddress target_;
+  std::function<bool(std::span<const std::uint8_t>)> filter_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

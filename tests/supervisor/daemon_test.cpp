@@ -484,6 +484,162 @@ TEST_F(SupervisorProcess, PreemptibleCreateRightAfterTheKillSwitchIsRefused) {
   }, 10000)) << ok.dump();
 }
 
+// The type and body of a datagram from lockd (not authenticated: the relay only looks).
+std::optional<wire::Body> peek(std::span<const std::uint8_t> d) {
+  wire::DecodeResult r = wire::decode(d, nullptr);
+  if (!r) return std::nullopt;
+  return std::move(r.body);
+}
+
+// Preemptible mode, commit after spawn. lockd's answer to the Commit is held back (the relay
+// drops Grant{held}), so lockd has the name Held on this worker while the supervisor still
+// waits; meanwhile another acquirer makes lockd ask this worker whether the sandbox runs. In
+// the old order (commit, spawn on the answer) the sandbox did not run yet: "not running",
+// the name was preempted and granted to the other acquirer, and the commit's answer then
+// started the sandbox anyway. Now the sandbox runs before the Commit is sent: "running".
+TEST_F(SupervisorProcess, PreemptibleCommitsOnlyASandboxThatAlreadyRuns) {
+  start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
+  UdpRelay relay(lockd_.socket_address());
+  Supervisor sup;
+  std::string err;
+  ASSERT_TRUE(sup.start(dir_.path(), relay.address(), key_,
+                        with(kSupTiming, {"--mode", "preemptible", "--slots", "16"}), &err))
+      << err;
+  std::atomic<bool> hold_commit{true};
+  relay.set_drop_filter([&](std::span<const std::uint8_t> d) {
+    const auto b = peek(d);
+    const auto* g = b ? std::get_if<wire::Grant>(&*b) : nullptr;
+    return hold_commit && g != nullptr && g->state == wire::LockState::held;
+  });
+  json a;
+  std::thread t([&] { a = run_probe(sup, "pc", "pc"); });
+  const bool committed = eventually([&] { return !lockd_events(lockd_.log_text(), "commit").empty(); }, 2000);
+  // Another acquirer while the Commit's answer is held back: refused, and lockd asks the worker.
+  auto ad = admin();
+  const SandboxId other{0xc0, 0xde};
+  int other_grants = 0;
+  if (committed) {
+    const lockd::Answer first = ad.acquire("pc", other, WorkerId{0xc1, 0xc2}, 0, /*two_phase=*/true);
+    if (first.as<wire::Grant>() != nullptr) ++other_grants;
+    eventually([&] { return sup.call({{"v", 1}, {"op", "status"}})["counters"]["is_running_answered"].get<int>() >= 1; },
+               2000);
+    for (int i = 0; i < 5; ++i) {  // a preemption would let one of these through
+      sleep_ms(40);
+      const lockd::Answer again = ad.acquire("pc", other, WorkerId{0xc1, 0xc2}, 0, true);
+      if (again.as<wire::Grant>() != nullptr) ++other_grants;
+    }
+  }
+  hold_commit = false;
+  t.join();
+  ASSERT_TRUE(committed) << lockd_.log_text();
+  EXPECT_GE(relay.answers_dropped.load(), 1u);
+  EXPECT_EQ(other_grants, 0) << "the name was preempted while its commit was in flight\n" << lockd_.log_text();
+  EXPECT_TRUE(lockd_events(lockd_.log_text(), "preempt").empty()) << lockd_.log_text();
+  EXPECT_GE(sup.call({{"v", 1}, {"op", "status"}})["counters"]["is_running_answered"].get<int>(), 1);
+  ASSERT_EQ(a["ok"], true) << a.dump() << "\n" << sup.log_text();
+  // lockd and the worker agree on the one holder, and its check says valid.
+  const lockd::Answer show = ad.show("pc");
+  const auto* info = show.as<wire::NameInfo>();
+  ASSERT_NE(info, nullptr) << show.error;
+  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.holder.str(), a["sandbox"].get<std::string>());
+  EXPECT_EQ(info->record.worker.str(), sup.worker);
+  EXPECT_TRUE(eventually([&] {
+    const auto lines = probe_lines(probe_log("pc"));
+    return !lines.empty() && lines.back().valid == 1;
+  }, 3000)) << slurp(probe_log("pc"));
+  // The sandbox started before lockd committed it: its start is logged before the commit.
+  const auto started = sup.events("started");
+  const auto commit = lockd_events(lockd_.log_text(), "commit");
+  ASSERT_EQ(started.size(), 1u) << sup.log_text();
+  ASSERT_EQ(commit.size(), 1u);
+  EXPECT_EQ(started[0].at("commit"), "pending");
+  EXPECT_LT(std::stoll(started[0].at("t")), std::stoll(commit[0].at("ts_boot_ns")));
+}
+
+// Preemptible mode, mutex-violation recovery for a committed sandbox: the worker heartbeat
+// carries the names the worker believes it holds and its answer lists those that are not its
+// own any more. A transfer begun away from the holder (epoch + 1 at the start) kills it, also
+// when the first answers that say so are lost: the next beat carries the name again.
+TEST_F(SupervisorProcess, PreemptibleWorkerBeatAnswerKillsANameTransferredAway) {
+  start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
+  UdpRelay relay(lockd_.socket_address());
+  Supervisor sup;
+  std::string err;
+  ASSERT_TRUE(sup.start(dir_.path(), relay.address(), key_,
+                        with(kSupTiming, {"--mode", "preemptible", "--slots", "16"}), &err))
+      << err;
+  const json a = run_probe(sup, "moved", "moved");
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const std::string sandbox = a["sandbox"];
+  // The first two answers that report the name lost are dropped (200 ms of beats, well within
+  // kill_after: the worker's liveness does not lapse meanwhile).
+  std::atomic<int> to_drop{2};
+  relay.set_drop_filter([&](std::span<const std::uint8_t> d) {
+    const auto b = peek(d);
+    const auto* w = b ? std::get_if<wire::WorkerAck>(&*b) : nullptr;
+    if (w == nullptr || w->not_held.empty() || to_drop <= 0) return false;
+    --to_drop;
+    return true;
+  });
+  auto ad = admin();
+  const SandboxId to{0x70, 0x70};
+  const lockd::Answer tb = ad.transfer_begin(name_id_of("moved"), SandboxId::parse(sandbox).value(),
+                                             a["epoch"].get<Epoch>(), to);
+  ASSERT_NE(tb.as<wire::TransferState>(), nullptr) << tb.error;
+  auto k = killed(sup, sandbox, 3000);
+  ASSERT_TRUE(k.has_value()) << sup.log_text();
+  EXPECT_EQ((*k)["cause"], "request");
+  EXPECT_EQ(to_drop.load(), 0) << "the lost answers were not repeated";
+  bool recovered = false;
+  for (auto& e : sup.events("recovery"))
+    recovered |= e["sandbox"] == sandbox;
+  EXPECT_TRUE(recovered) << sup.log_text();
+  EXPECT_EQ((*k)["reason"], "\"heartbeat") << sup.log_text();  // "heartbeat answer lost", not the kill-switch
+  EXPECT_NE(sup.log_text().find("reason=\"heartbeat answer lost\""), std::string::npos) << sup.log_text();
+  EXPECT_EQ(sup.call({{"v", 1}, {"op", "status"}})["counters"]["worker_killswitch"], 0);
+  EXPECT_GE(relay.answers_dropped.load(), 2u);
+}
+
+// Preemptible mode: a revoke reaches the holder. After revoke, acquire and commit by another
+// worker, the old sandbox is killed on its worker's next beat answer; before, it kept running
+// and its check said valid.
+TEST_F(SupervisorProcess, PreemptibleRevokeStopsTheOldHolder) {
+  start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
+  Supervisor sup;
+  start_sup(sup, {"--mode", "preemptible"});
+  const json a = run_probe(sup, "rv", "rv");
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const std::string sandbox = a["sandbox"];
+  ASSERT_TRUE(eventually([&] { return !probe_lines(probe_log("rv")).empty(); }, 3000));
+  auto ad = admin();
+  const lockd::Answer rv = ad.revoke(name_id_of("rv"));
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+  const SandboxId other{0x5e, 0x5e};
+  const WorkerId w2{0x5f, 0x5f};
+  const wire::Grant* g = nullptr;
+  lockd::Answer acq;
+  ASSERT_TRUE(eventually([&] {
+    acq = ad.acquire("rv", other, w2, 0, /*two_phase=*/true);
+    g = acq.as<wire::Grant>();
+    return g != nullptr;
+  }, 3000)) << acq.error;
+  const lockd::Answer committed = ad.commit(name_id_of("rv"), other, g->epoch, w2);
+  ASSERT_NE(committed.as<wire::Grant>(), nullptr) << committed.error;
+  auto k = killed(sup, sandbox, 3000);
+  ASSERT_TRUE(k.has_value()) << "the revoked holder kept running\n" << sup.log_text();
+  const std::int64_t kill_confirmed = std::stoll((*k)["confirmed_ns"]);
+  EXPECT_GT(kill_confirmed, 0);
+  EXPECT_EQ(sup.call({{"v", 1}, {"op", "status"}})["counters"]["worker_killswitch"], 0);
+  const auto lines = probe_lines(probe_log("rv"));
+  ASSERT_GE(lines.size(), 1u);
+  EXPECT_EQ(lines.front().valid, 1);
+  if (lines.size() > 1) {
+    EXPECT_EQ(lines.back().valid, 0);
+  }
+  EXPECT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty(); }, 3000));
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST_F(SupervisorProcess, BadControlRequestsGetClearErrors) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace leasehold {
 namespace {
 
@@ -185,6 +187,43 @@ TEST(HeartbeatSchedulePreemptible, KillSwitchKillsAllAndBlocksCreation) {
   EXPECT_FALSE(h.killswitch_engaged());
   EXPECT_TRUE(h.may_create_named(671 * kMs));
   EXPECT_EQ(h.find(sb(1))->valid_until_ns, 600 * kMs);
+}
+
+TEST(HeartbeatSchedulePreemptible, WorkerBeatCarriesCommittedNamesInARotatingWindow) {
+  HeartbeatSchedule h(kKillAfter, kInterval, 128, true);
+  h.start_worker_liveness(0);
+  constexpr std::uint64_t kLeases = 70;
+  for (std::uint64_t i = 1; i <= kLeases; ++i) {
+    ASSERT_TRUE(h.add(nm(i), sb(i), i, static_cast<std::uint32_t>(i), 0));
+    ASSERT_TRUE(h.mark_worker_refreshed(sb(i)));
+  }
+  // One more whose Commit is still in flight: lockd has it Acquiring, the beat must not ask.
+  ASSERT_TRUE(h.add(nm(100), sb(100), 100, 100, 0));
+  ASSERT_TRUE(h.mark_worker_refreshed(sb(100)));
+  ASSERT_TRUE(h.set_commit_pending(sb(100), true));
+  std::map<SandboxId, int> seen;
+  for (int round = 0; round < 3; ++round) {  // ceil(70 / 29) = 3 rounds cover every name
+    const HeartbeatRound r = h.begin_round(static_cast<std::uint64_t>(10 + round) * kMs, 29);
+    EXPECT_LE(r.worker_held.size(), 29u);
+    for (const auto& e : r.worker_held) {
+      EXPECT_EQ(e.name, h.find(e.sandbox)->name);
+      EXPECT_EQ(e.epoch, h.find(e.sandbox)->epoch);
+      ++seen[e.sandbox];
+    }
+  }
+  EXPECT_EQ(seen.size(), kLeases);
+  // 3 * 29 = 87 entries: all 70, then the window wrapped around to the first 17 again.
+  for (const auto& [id, n] : seen) EXPECT_EQ(n, id.lo <= 17 ? 2 : 1) << id.str();
+  EXPECT_EQ(seen.count(sb(100)), 0u);
+  // Once committed it is carried too; a lapsed lease is not (it is being killed).
+  ASSERT_TRUE(h.set_commit_pending(sb(100), false));
+  HeartbeatSchedule few(kKillAfter, kInterval, 8, true);
+  few.start_worker_liveness(0);
+  few.add(nm(1), sb(1), 1, 1, 0);
+  few.mark_worker_refreshed(sb(1));
+  few.add(nm(2), sb(2), 2, 2, 0);  // per-sandbox lease (not worker-refreshed): its own refresh
+  EXPECT_EQ(few.begin_round(10 * kMs, 29).worker_held.size(), 1u);
+  EXPECT_TRUE(few.begin_round(700 * kMs, 29).worker_held.empty());  // worker liveness lapsed at 600
 }
 
 TEST(HeartbeatSchedulePreemptible, LateAckNoticesTheLapseFirst) {
