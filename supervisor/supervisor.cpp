@@ -272,6 +272,11 @@ struct Supervisor::Impl {
   KillTarget kill_target(const Sandbox& s) const;
   /// A create or a naming failed: answers `client` with the error. A sandbox still being created
   /// is forgotten (slot freed); a running sandbox that was being named stays, unnamed.
+  /// A grant (epoch) for `req.name` that cannot be used: gives it back to lockd and answers
+  /// `client` with the error, as abandon() does for a create; a running sandbox being named
+  /// stays, unnamed.
+  void give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
+                      const std::string& code, const std::string& message);
   void abandon(const SandboxId& sb, ControlClientId client, const json& id, const std::string& code,
                const std::string& message, json extra = json::object());
   void on_late_answer(const wire::Body& answer);
@@ -835,13 +840,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     return;
   }
   auto give_back = [&](const std::string& code, const std::string& msg) {
-    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
-    if (s->state == State::acquiring) {
-      abandon(sb, client, req.id, code, msg);
-    } else {  // naming a running sandbox failed: it stays unnamed
-      if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
-      reply(client, control_error(req.id, code, msg));
-    }
+    give_back_name(*s, client, req, g.epoch, code, msg);
   };
   const std::uint64_t now = now_ns();
   // The lease is measured from `lease_send_ns`: the send time of the request lockd answered,
@@ -915,6 +914,19 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
   reply(client, control_ok(req.id, {{"sandbox", sb.str()}, {"slot", s->slot}, {"name", name},
                                     {"epoch", g.epoch}, {"pid", s->pid},
                                     {"valid_until_ms", static_cast<std::int64_t>(valid_until - now) / 1'000'000}}));
+}
+
+void Supervisor::Impl::give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
+                                      const std::string& code, const std::string& message) {
+  const std::string name = *req.name;
+  release_to_lockd(name_id_of(name), name, s.id, epoch, [](bool, std::string) {});
+  if (s.state == State::acquiring) {
+    abandon(s.id, client, req.id, code, message);
+    return;
+  }
+  // Naming a running sandbox failed: it stays unnamed.
+  if (by_name.contains(name) && by_name[name] == s.id) by_name.erase(name);
+  reply(client, control_error(req.id, code, message));
 }
 
 void Supervisor::Impl::abandon(const SandboxId& sb, ControlClientId client, const json& id,
@@ -1181,13 +1193,7 @@ void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client,
     return;
   }
   auto give_back = [&](const std::string& code, const std::string& msg) {
-    release_to_lockd(name_id, name, sb, epoch, [](bool, std::string) {});  // aborts the Acquiring record
-    if (s->state == State::acquiring) {
-      abandon(sb, client, req.id, code, msg);
-    } else {  // naming a running sandbox failed: it stays unnamed
-      if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
-      reply(client, control_error(req.id, code, msg));
-    }
+    give_back_name(*s, client, req, epoch, code, msg);  // also aborts the Acquiring record
   };
   // Kill-switch synchronisation: checked here, right before the sandbox starts, on the io
   // thread that also engages the kill-switch, so the two cannot interleave.

@@ -53,6 +53,12 @@ class SupervisorProcess : public ::testing::Test {
     if (std::find(extra.begin(), extra.end(), "--slots") == extra.end()) extra.insert(extra.end(), {"--slots", "16"});
     ASSERT_TRUE(s.start(dir_.path(), lockd_.address, key_, with(kSupTiming, extra), &err, tag)) << err;
   }
+  // A supervisor that reaches lockd through `relay` (the relay then decides what gets through).
+  void start_sup_via(Supervisor& s, const UdpRelay& relay, std::vector<std::string> extra = {}) {
+    std::string err;
+    extra.insert(extra.end(), {"--slots", "16"});
+    ASSERT_TRUE(s.start(dir_.path(), relay.address(), key_, with(kSupTiming, extra), &err)) << err;
+  }
   lockd::AdminClient admin() { return lockd::AdminClient(lockd_.socket_address(), load_key(key_)); }
   std::string probe_log(const std::string& tag) const { return (dir_.path() / (tag + ".probe")).string(); }
   json run_probe(const Supervisor& s, const std::string& name, const std::string& tag) {
@@ -501,10 +507,7 @@ TEST_F(SupervisorProcess, PreemptibleCommitsOnlyASandboxThatAlreadyRuns) {
   start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
   UdpRelay relay(lockd_.socket_address());
   Supervisor sup;
-  std::string err;
-  ASSERT_TRUE(sup.start(dir_.path(), relay.address(), key_,
-                        with(kSupTiming, {"--mode", "preemptible", "--slots", "16"}), &err))
-      << err;
+  start_sup_via(sup, relay, {"--mode", "preemptible"});
   std::atomic<bool> hold_commit{true};
   relay.set_drop_filter([&](std::span<const std::uint8_t> d) {
     const auto b = peek(d);
@@ -565,10 +568,7 @@ TEST_F(SupervisorProcess, PreemptibleWorkerBeatAnswerKillsANameTransferredAway) 
   start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
   UdpRelay relay(lockd_.socket_address());
   Supervisor sup;
-  std::string err;
-  ASSERT_TRUE(sup.start(dir_.path(), relay.address(), key_,
-                        with(kSupTiming, {"--mode", "preemptible", "--slots", "16"}), &err))
-      << err;
+  start_sup_via(sup, relay, {"--mode", "preemptible"});
   const json a = run_probe(sup, "moved", "moved");
   ASSERT_EQ(a["ok"], true) << a.dump();
   const std::string sandbox = a["sandbox"];
