@@ -911,8 +911,15 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
       case LockPhase::held: {
         const std::uint16_t widx = m.intern_worker(r.worker);
         if (widx == 0) return fail(k, "more than kWorkersMax workers");
-        m.heartbeat(widx, now_ns);  // the worker counts as live from the restart
-        m.enter_held(*s, r.owner, widx, r.epoch, m.expiry_at(now_ns, m.config.max_ttl_ns));
+        // The lease (and, preemptible, the worker's liveness) counts as refreshed at the
+        // restart, for at most the time the restart rule left it (restore_left_ns).
+        const std::int64_t ttl = r.restore_left_ns < 0 ? m.config.max_ttl_ns
+                                                       : std::min(r.restore_left_ns, m.config.max_ttl_ns);
+        const std::int64_t live = r.restore_left_ns < 0 ? m.config.worker_liveness_ttl_ns
+                                                        : std::min(r.restore_left_ns, m.config.worker_liveness_ttl_ns);
+        WorkerEntry& w = m.workers[widx];
+        w.alive_until_ns = std::max(w.alive_until_ns, add_sat(now_ns, live));
+        m.enter_held(*s, r.owner, widx, r.epoch, m.expiry_at(now_ns, ttl));
         break;
       }
       case LockPhase::transferring:

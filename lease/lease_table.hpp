@@ -211,6 +211,10 @@ struct DurableRecord {
   SandboxId to;             ///< Transferring to; Free: reserved_for
   WorkerId worker;          ///< Held
   bool epoch_fresh = false; ///< Free: epoch allocated, not granted
+  /// Held, restore only: how long the restored lease (preemptible: its worker's liveness) may
+  /// run from the restart, capped at the TTL; -1 = a full TTL; 0 = it expires at once. Not
+  /// durable itself: lockd derives it from its restart marks (lockd/service.hpp, restart rule).
+  std::int64_t restore_left_ns = -1;
   friend bool operator==(const DurableRecord&, const DurableRecord&) = default;
 };
 
@@ -379,7 +383,9 @@ class LeaseTable {
 
   /// Replaces the content of this (empty) table with `snapshot` at restart time now_ns:
   /// every Held lease counts as refreshed at now_ns (expiry = now_ns + max_ttl_ns, so a
-  /// lease is never shortened; its worker counts as live from now_ns); Acquiring records are
+  /// lease is never shortened; its worker counts as live from now_ns for its liveness TTL),
+  /// except that a record's restore_left_ns >= 0 caps both at now_ns + restore_left_ns (the
+  /// caller's proof that no holder can still rely on more); Acquiring records are
   /// dropped (their epochs stay burned); epochs continue above max(high-water, any record
   /// epoch). Lock-delays are not durable. Returns an empty string on success, otherwise a
   /// message naming the bad record (the table is then left empty).

@@ -76,7 +76,28 @@ LockService::LockService(const LockdConfig& cfg, const wire::WireKey& key, Event
     const StoredTable stored = store->load();
     DurableSnapshot snap;
     snap.epoch_high_water = stored.epoch_high_water;
-    std::size_t held = 0;
+    std::size_t held = 0, shortened = 0, expired = 0;
+    // The restart rule (service.hpp): a lease whose worker was last acknowledged in incarnation a
+    // gets the TTL less the sum of lived/j for a < j < this incarnation.
+    const std::int64_t base_ttl_ns = cfg.mode == LockMode::preemptible
+                                         ? table_.config().worker_liveness_ttl_ns
+                                         : table_.config().max_ttl_ns;
+    std::map<std::uint64_t, std::int64_t> served_from;  // j -> sum of lived/i for j <= i < incarnation
+    {
+      std::int64_t sum = 0;
+      for (auto it = stored.lived_ns.rbegin(); it != stored.lived_ns.rend(); ++it) {
+        if (it->first >= incarnation_) continue;
+        sum = std::min<std::int64_t>(sum + std::max<std::int64_t>(it->second, 0), kLeaseTtlNsMax);
+        served_from[it->first] = sum;
+      }
+    }
+    auto restore_left_ns = [&](WorkerId w) -> std::int64_t {
+      const auto seen = stored.seen.find(w);
+      if (seen == stored.seen.end()) return -1;  // no mark (a store from before marks): a full TTL
+      const auto after = served_from.upper_bound(seen->second);
+      if (after == served_from.end() || after->second <= 0) return -1;
+      return std::max<std::int64_t>(0, base_ttl_ns - after->second);
+    };
     for (const StoredName& n : stored.names) {
       snap.epoch_high_water = std::max(snap.epoch_high_water, n.epoch);
       // Acquiring records are dropped at restart (their epochs stay burned via the high-water
@@ -91,17 +112,22 @@ LockService::LockService(const LockdConfig& cfg, const wire::WireKey& key, Event
       r.to = n.peer;
       r.worker = n.worker;
       r.epoch_fresh = n.epoch_fresh;
+      if (n.state == StoredState::held) {
+        ++held;
+        r.restore_left_ns = restore_left_ns(n.worker);
+        if (r.restore_left_ns == 0) ++expired;
+        else if (r.restore_left_ns > 0) ++shortened;
+      }
       snap.records.push_back(r);
       names_.emplace(n.id, n.name);
-      if (n.state == StoredState::held) ++held;
     }
     if (std::string err = table_.restore(snap, now); !err.empty())
       throw std::runtime_error("store " + cfg.store_path + ": cannot rebuild the name table: " + err);
-    char line[256];
+    char line[512];
     std::snprintf(line, sizeof line,
                   "ts_boot_ns=%" PRId64 " event=restore names=%zu held=%zu epoch_high_water=%" PRIu64
-                  " incarnation=%" PRIu64 " store=%s\n",
-                  now, snap.records.size(), held, table_.epoch_high_water(), incarnation_,
+                  " incarnation=%" PRIu64 " held_shortened=%zu held_expired=%zu store=%s\n",
+                  now, snap.records.size(), held, table_.epoch_high_water(), incarnation_, shortened, expired,
                   cfg.store_path.c_str());
     log_ += line;
   }
@@ -120,6 +146,9 @@ LockService::LockService(const LockdConfig& cfg, const wire::WireKey& key, Event
   loop.set_wake_handler([] {});  // the wake only ends run_once; after_iteration does the work
   next_tick_ns_ = now;
   rate_window_start_ns_ = now;
+  started_ns_ = now;
+  lived_interval_ns_ = std::clamp<std::int64_t>(table_.config().max_ttl_ns / 10, 10'000'000, 1'000'000'000);
+  next_lived_ns_ = now;
   flush_log(0);
 }
 
@@ -217,7 +246,8 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     }
     if (worker_addresses_.size() < cfg_.max_workers || worker_addresses_.count(w.worker) != 0)
       worker_addresses_[w.worker] = from;
-    send_now(from, rid, nullptr, worker_ack(w, now_ns));
+    // Liveness is the lease in this mode: its first acknowledgement here waits for the mark.
+    answer_after(note_seen(w.worker), from, rid, worker_ack(w, now_ns));
     return;
   }
   if (type == wire::MessageType::running_answer) {
@@ -346,6 +376,7 @@ wire::NameRecord LockService::record_of(NameId id, const LockState& s, std::int6
 
 void LockService::record_change(NameId id, const LockState& s, const char* event, std::int64_t now_ns,
                                 const char* extra) {
+  if (s.phase == LockPhase::held) note_seen(s.worker);  // in the same batch as the grant
   StoredName n;
   n.id = id;
   n.name = text_of(id);
@@ -449,7 +480,33 @@ void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const 
     ack.entries.push_back(e);
   }
   counters_.refresh_entries += n;
-  send_now(from, request_id, nullptr, ack);
+  const bool acknowledges = std::any_of(answers.begin(), answers.begin() + static_cast<std::ptrdiff_t>(n),
+                                        [](const RefreshAnswer& a) { return a.status == RefreshStatus::refreshed; });
+  answer_after(acknowledges ? note_seen(worker) : 0, from, request_id, ack);
+}
+
+std::uint64_t LockService::note_seen(WorkerId worker) {
+  if (worker.is_nil()) return 0;
+  if (const auto it = seen_seq_.find(worker); it != seen_seq_.end()) return it->second;
+  marks_.seen.push_back(worker);
+  seen_seq_[worker] = ++change_seq_;
+  return change_seq_;
+}
+
+void LockService::answer_after(std::uint64_t seq, const SocketAddress& to, std::uint64_t request_id,
+                               wire::Body body) {
+  if (seq <= store_->durable_seq()) {
+    send_now(to, request_id, nullptr, body);
+    return;
+  }
+  ++counters_.answers_deferred;
+  Deferred d;
+  d.seq = seq;
+  d.to = to;
+  d.request_id = request_id;
+  d.body = std::move(body);
+  d.cache = false;
+  deferred_.push_back(std::move(d));
 }
 
 wire::WorkerAck LockService::worker_ack(const wire::WorkerHeartbeat& w, std::int64_t now_ns) {
@@ -747,29 +804,38 @@ bool LockService::after_iteration(std::int64_t now_ns) {
     housekeeping(now_ns);
     next_tick_ns_ = now_ns + kTickNs;
   }
-  if (!pending_.empty() && store_->in_flight() < kBatchesInFlightMax) {
-    const std::uint64_t seq = change_seq_;
-    if (store_->submit(pending_, seq, table_.epoch_high_water())) submitted_seq_ = seq;
+  if (now_ns >= next_lived_ns_) {  // the restart rule's lived checkpoint, also when idle
+    ++change_seq_;
+    next_lived_ns_ = now_ns + lived_interval_ns_;
   }
+  submit_pending(now_ns);
   const std::uint64_t durable = store_->durable_seq();
   while (!deferred_.empty() && deferred_.front().seq <= durable) {
     Deferred& d = deferred_.front();
-    send_now(d.to, d.request_id, &d.key, d.body);
+    send_now(d.to, d.request_id, d.cache ? &d.key : nullptr, d.body);
     deferred_.pop_front();
   }
   flush_log(durable);
   return true;
 }
 
+void LockService::submit_pending(std::int64_t now_ns) {
+  if (change_seq_ <= submitted_seq_ || store_->in_flight() >= kBatchesInFlightMax) return;
+  const std::uint64_t seq = change_seq_;
+  marks_.incarnation = incarnation_;
+  marks_.lived_ns = now_ns - started_ns_;
+  if (!store_->submit(pending_, seq, table_.epoch_high_water(), marks_)) return;
+  submitted_seq_ = seq;
+  marks_.seen.clear();
+}
+
 bool LockService::drain_for_shutdown() {
-  // Submit what is pending (the store takes kBatchesInFlightMax batches at a time).
-  while (!pending_.empty() && !store_->failed()) {
-    if (store_->in_flight() < kBatchesInFlightMax) {
-      const std::uint64_t seq = change_seq_;
-      if (store_->submit(pending_, seq, table_.epoch_high_water())) submitted_seq_ = seq;
-    } else {
-      store_->drain();
-    }
+  // Submit what is pending, with how long this incarnation served (the store takes
+  // kBatchesInFlightMax batches at a time).
+  ++change_seq_;
+  while (change_seq_ > submitted_seq_ && !store_->failed()) {
+    if (store_->in_flight() < kBatchesInFlightMax) submit_pending(now_boottime_ns());
+    else store_->drain();
   }
   store_->drain();
   return after_iteration(now_boottime_ns());

@@ -25,6 +25,33 @@
 // is remembered for it, so a lost answer or a lockd restart loses nothing: the next beat that
 // carries the name asks again.
 //
+// The restart rule (DESIGN.md "Time", "lockd": a restart never shortens a lease and never
+// extends a dead holder's lease without bound). A restart cannot know which holders are alive,
+// so it restores every Held lease as refreshed at the restart - but only for what is left of a
+// TTL counted from the incarnation after the one in which lockd last acknowledged the lease's
+// worker. Durable facts (StoreMarks, O(workers) + O(restarts) rows, never O(refreshes)):
+//   lived/<n>  a lower bound of how long incarnation n served (written with every store batch
+//              and at least every lived-checkpoint interval, ttl/10 clamped to [10 ms, 1 s]);
+//   seen/<w>   the last incarnation that acknowledged worker w: a refreshed heartbeat entry or a
+//              worker heartbeat answered to w, or a grant / commit / transfer accept to w.
+//              The first such answer to w in an incarnation is held back until its mark is
+//              durable (the grants are durable anyway), later ones go out at once.
+// At restart (incarnation K), a Held lease on worker w with a = seen/w (K-1 when w has no
+// mark) gets  left = TTL - sum(lived/j for a < j < K)  (preemptible mode: the worker liveness
+// TTL, for the worker's liveness), expiring at once when that is <= 0.
+// Why no live holder is expired before its kill-switch fired: every acknowledgement w's
+// supervisor holds was sent by an incarnation <= a (a later one would have made a later mark
+// durable first), so it measures from a send s before incarnation a+1 started, and kills by
+// s + kill_after + margins < s + TTL (the start-up safety condition). Incarnations a+1..K-1
+// served at least sum(lived) between them, so now >= s + sum(lived) and the restored expiry
+// now + TTL - sum(lived) >= s + TTL: no earlier than the expiry of an ordinary refresh that
+// lockd received at s. The bound for a holder that died: its name is free once lockd has
+// served a TTL in total since the incarnation after the worker's last acknowledgement, plus
+// at most one lived-checkpoint interval lost per crash; so a lockd restarting more often than
+// the TTL frees it too, as long as each incarnation lives longer than that interval. The same
+// rule serves a failover: the new lockd sums durations measured by the old ones, never
+// compares their clocks.
+//
 // Bounds: the pending store batch (kStoreBatchChangesMax), answers held for durability
 // (kDeferredAnswersMax), outstanding IsRunning questions, remembered worker addresses
 // (--max-workers), names (--max-names). Past a bound a request is answered Error{overloaded}
@@ -72,6 +99,7 @@ struct ServiceCounters {
   std::uint64_t is_running_answers = 0;
   std::uint64_t worker_beat_names = 0;      ///< names carried by worker heartbeats
   std::uint64_t worker_beat_not_held = 0;   ///< of those, answered "no longer yours"
+
   std::uint64_t overloaded = 0;             ///< requests answered Error{overloaded}
   std::uint64_t answers_deferred = 0;
   std::uint64_t answers_resent = 0;
@@ -122,6 +150,7 @@ class LockService {
     std::uint64_t request_id = 0;
     wire::RequestKey key;
     wire::Body body;
+    bool cache = true;      ///< false: a heartbeat answer (never cached)
   };
   struct Question {  ///< an IsRunning sent to a worker
     NameId name;
@@ -171,6 +200,13 @@ class LockService {
   void record_change(NameId id, const LockState& s, const char* event, std::int64_t now_ns,
                      const char* extra = nullptr);
   void expire(std::int64_t now_ns);
+  /// The restart rule: the change seq after which an acknowledgement of `worker` may be sent
+  /// (its seen mark for this incarnation is then durable); queues the mark the first time.
+  std::uint64_t note_seen(WorkerId worker);
+  /// Sends a heartbeat or worker heartbeat answer now, or once `seq` is durable.
+  void answer_after(std::uint64_t seq, const SocketAddress& to, std::uint64_t request_id, wire::Body body);
+  /// Hands the pending changes and marks to the store thread (if it takes them).
+  void submit_pending(std::int64_t now_ns);
   void housekeeping(std::int64_t now_ns);
   void flush_log(std::uint64_t durable_seq);
 
@@ -189,6 +225,13 @@ class LockService {
   std::uint64_t change_seq_ = 0;     ///< last change's sequence number
   std::uint64_t submitted_seq_ = 0;  ///< last change handed to the store thread
   std::deque<Deferred> deferred_;
+
+  // The restart rule (see the top of this file).
+  std::int64_t started_ns_ = 0;
+  std::int64_t lived_interval_ns_ = 0;
+  std::int64_t next_lived_ns_ = 0;
+  StoreMarks marks_;                                       ///< not yet handed to the store
+  std::unordered_map<WorkerId, std::uint64_t> seen_seq_;   ///< worker -> seq of its mark here
 
   /// Text of every name the table knows (a superset: dropped records are pruned lazily),
   /// ordered by NameId so a list page is a lower_bound and a short walk.

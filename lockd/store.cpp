@@ -132,9 +132,10 @@ NameStore::NameStore(const std::string& path) : path_(path) {
   auto cleanup = [&] {
     if (upsert_ != nullptr) sqlite3_finalize(upsert_);
     if (raise_high_water_ != nullptr) sqlite3_finalize(raise_high_water_);
+    if (raise_mark_ != nullptr) sqlite3_finalize(raise_mark_);
     if (fold_ != nullptr) sqlite3_finalize(fold_);
     if (trim_ != nullptr) sqlite3_finalize(trim_);
-    upsert_ = raise_high_water_ = fold_ = trim_ = nullptr;
+    upsert_ = raise_high_water_ = raise_mark_ = fold_ = trim_ = nullptr;
     if (db_ != nullptr) {
       sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
       sqlite3_close_v2(db_);
@@ -292,6 +293,11 @@ NameStore::NameStore(const std::string& path) : path_(path) {
                            "UPDATE meta SET v = ?1 WHERE k = 'epoch_high_water' AND v < ?1", -1,
                            &raise_high_water_, nullptr) != SQLITE_OK)
       fail("cannot prepare the high-water update");
+    if (sqlite3_prepare_v2(db_,
+                           "INSERT INTO meta(k, v) VALUES(?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
+                           " WHERE excluded.v > v",
+                           -1, &raise_mark_, nullptr) != SQLITE_OK)
+      fail("cannot prepare the restart-mark update");
     // Opened and verified: a normal close may checkpoint again.
     sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
   } catch (...) {
@@ -303,6 +309,7 @@ NameStore::NameStore(const std::string& path) : path_(path) {
 NameStore::~NameStore() {
   if (upsert_ != nullptr) sqlite3_finalize(upsert_);
   if (raise_high_water_ != nullptr) sqlite3_finalize(raise_high_water_);
+  if (raise_mark_ != nullptr) sqlite3_finalize(raise_mark_);
   if (fold_ != nullptr) sqlite3_finalize(fold_);
   if (trim_ != nullptr) sqlite3_finalize(trim_);
   if (db_ != nullptr) sqlite3_close_v2(db_);
@@ -315,6 +322,21 @@ StoredTable NameStore::load() const {
       SQLITE_OK)
     fail("cannot read the epoch high-water mark");
   if (sqlite3_step(q) == SQLITE_ROW) table.epoch_high_water = static_cast<Epoch>(sqlite3_column_int64(q, 0));
+  sqlite3_finalize(q);
+  q = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT k, v FROM meta WHERE k LIKE 'lived/%' OR k LIKE 'seen/%'", -1, &q, nullptr) !=
+      SQLITE_OK)
+    fail("cannot read the restart marks");
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    const auto* k = sqlite3_column_text(q, 0);
+    const std::string key = k != nullptr ? reinterpret_cast<const char*>(k) : "";
+    const std::int64_t v = sqlite3_column_int64(q, 1);
+    if (key.rfind("lived/", 0) == 0) {
+      table.lived_ns[std::strtoull(key.c_str() + 6, nullptr, 10)] = v;
+    } else if (auto w = WorkerId::parse(std::string_view(key).substr(5)); w && v >= 0) {
+      table.seen[*w] = static_cast<std::uint64_t>(v);
+    }
+  }
   sqlite3_finalize(q);
   // The compacted table, then the log on top of it in commit order (later changes win).
   std::unordered_map<NameId, StoredName> by_id;
@@ -383,8 +405,8 @@ std::size_t NameStore::compact(std::size_t rows_max) {
   }
 }
 
-void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water) {
-  if (changes.empty() && epoch_high_water == 0) return;
+void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) {
+  if (changes.empty() && epoch_high_water == 0 && marks.empty()) return;
   if (epoch_high_water > static_cast<Epoch>(std::numeric_limits<std::int64_t>::max()))
     throw StoreError("store " + path_ + ": epoch high-water mark exceeds 2^63-1");
   if (changes.size() > kStoreBatchChangesMax)
@@ -428,6 +450,15 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
       if (sqlite3_step(raise_high_water_) != SQLITE_DONE) fail("cannot raise the epoch high-water mark");
       sqlite3_reset(raise_high_water_);
     }
+    auto raise_mark = [&](const std::string& key, std::int64_t v) {
+      sqlite3_reset(raise_mark_);
+      sqlite3_bind_text(raise_mark_, 1, key.data(), static_cast<int>(key.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_int64(raise_mark_, 2, v);
+      if (sqlite3_step(raise_mark_) != SQLITE_DONE) fail("cannot write the restart mark " + key);
+      sqlite3_reset(raise_mark_);
+    };
+    if (marks.lived_ns >= 0) raise_mark("lived/" + std::to_string(marks.incarnation), marks.lived_ns);
+    for (const WorkerId& w : marks.seen) raise_mark("seen/" + w.str(), static_cast<std::int64_t>(marks.incarnation));
     exec("COMMIT");
     if (log_rows_ == 0) log_first_seq_ = sqlite3_last_insert_rowid(db_) - static_cast<std::int64_t>(changes.size()) + 1;
     log_rows_ += changes.size();
@@ -435,6 +466,7 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
   } catch (...) {
     sqlite3_reset(upsert_);
     sqlite3_reset(raise_high_water_);
+    sqlite3_reset(raise_mark_);
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     throw;
   }

@@ -7,7 +7,9 @@
 // "Time": epochs continue from the durable high-water mark).
 //
 // What it does not hold: refreshes and expiry deadlines. Those stay in memory; a restart
-// counts every held lease as refreshed at restart time (never shortens a lease).
+// counts every held lease as refreshed at restart time (never shortens a lease), for at most
+// what the restart rule leaves it (lockd/service.hpp), which the restart marks (StoreMarks:
+// per incarnation how long it served, per worker its last acknowledging incarnation) bound.
 //
 // Optimised for: group commit. `commit()` appends a whole batch of ownership changes to a
 // change log in one transaction, and with WAL + synchronous=FULL one commit is one fsync, so a
@@ -25,6 +27,7 @@
 #include "lease/types.hpp"
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -60,11 +63,24 @@ struct StoredName {
   friend bool operator==(const StoredName&, const StoredName&) = default;
 };
 
+/// Durable facts that bound how long restarts may keep a lease whose holder stopped (the
+/// restart rule, lockd/service.hpp): how long each incarnation (store open) is known to have
+/// served, and the last incarnation in which lockd acknowledged each worker (a refresh, a worker
+/// heartbeat, a grant or commit to it). O(workers) + O(restarts) rows, never O(refreshes).
+struct StoreMarks {
+  std::uint64_t incarnation = 0;  ///< the writing lockd's incarnation (open_count())
+  std::int64_t lived_ns = -1;     ///< a lower bound of how long it has served; -1: not written
+  std::vector<WorkerId> seen;     ///< workers acknowledged in `incarnation`
+  bool empty() const noexcept { return lived_ns < 0 && seen.empty(); }
+};
+
 /// Everything load() returns: the rows and the table-wide epoch high-water mark (the largest
-/// epoch ever allocated, including epochs of names no longer in the table).
+/// epoch ever allocated, including epochs of names no longer in the table), and the marks.
 struct StoredTable {
   std::vector<StoredName> names;
   Epoch epoch_high_water = 0;
+  std::map<std::uint64_t, std::int64_t> lived_ns;         ///< by incarnation
+  std::unordered_map<WorkerId, std::uint64_t> seen;       ///< worker -> last incarnation
 };
 
 /// Why the store refused to open or to commit. `what()` names the file and the problem.
@@ -96,12 +112,13 @@ class NameStore {
   /// All rows, in name-id order, and the high-water mark. Used at restart to rebuild the table.
   StoredTable load() const;
 
-  /// Writes `changes` (upserts by id) and raises the stored high-water mark to
-  /// `epoch_high_water` (never lowers it) in one transaction; returns when it is durable.
+  /// Writes `changes` (upserts by id), raises the stored high-water mark to `epoch_high_water`
+  /// (never lowers it) and records `marks` (never lowering a stored value) in one transaction;
+  /// returns when it is durable.
   /// A change never lowers a stored epoch (such a change is an invariant breach: throws).
   /// Throws StoreError on an I/O error (disk full, read-only, ...); the transaction is then
   /// rolled back and nothing in the batch is durable.
-  void commit(std::span<const StoredName> changes, Epoch epoch_high_water = 0);
+  void commit(std::span<const StoredName> changes, Epoch epoch_high_water = 0, const StoreMarks& marks = {});
 
   /// Folds up to `rows_max` of the oldest change-log rows into the names table (one
   /// transaction; random B-tree writes amortised over many commits) and returns how many were
@@ -122,6 +139,7 @@ class NameStore {
   sqlite3* db_ = nullptr;
   sqlite3_stmt* upsert_ = nullptr;
   sqlite3_stmt* raise_high_water_ = nullptr;
+  sqlite3_stmt* raise_mark_ = nullptr;
   sqlite3_stmt* fold_ = nullptr;
   sqlite3_stmt* trim_ = nullptr;
   std::uint64_t log_rows_ = 0;

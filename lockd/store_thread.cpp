@@ -31,14 +31,15 @@ StoreThread::~StoreThread() {
   thread_.join();
 }
 
-bool StoreThread::submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water) {
+bool StoreThread::submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water,
+                         const StoreMarks& marks) {
   assert(changes.size() <= kStoreBatchChangesMax);
   assert(seq > last_seq_);
   {
     std::lock_guard lock(mu_);
     if (!failure_.empty()) return false;
     if (queue_.size() + (committing_ ? 1 : 0) >= kBatchesInFlightMax) return false;
-    queue_.push_back(Batch{std::move(changes), seq, epoch_high_water});
+    queue_.push_back(Batch{std::move(changes), seq, epoch_high_water, marks});
   }
   changes.clear();
   last_seq_ = seq;
@@ -135,7 +136,7 @@ void StoreThread::run() {
     const std::uint64_t t0 = monotonic_ns();
     std::string error;
     try {
-      store_->commit(batch.changes, batch.epoch_high_water);
+      store_->commit(batch.changes, batch.epoch_high_water, batch.marks);
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -70,8 +70,11 @@ class StoreThread {
   /// Loop thread: queue `changes` (at most kStoreBatchChangesMax), durable once durable_seq()
   /// >= seq. `seq` must increase from call to call. Returns false (and leaves `changes`
   /// untouched) when kBatchesInFlightMax batches are already queued or the thread failed.
-  /// `epoch_high_water`: the table's high-water mark when the batch was cut (written with it).
-  bool submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water = 0);
+  /// `epoch_high_water`: the table's high-water mark when the batch was cut (written with it);
+  /// `marks`: restart marks written in the same transaction (`changes` may then be empty; like
+  /// `changes`, the caller keeps them when this returns false).
+  bool submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water = 0,
+              const StoreMarks& marks = {});
 
   /// Waits until every submitted batch is committed (or the thread failed).
   void drain();
@@ -90,6 +93,7 @@ class StoreThread {
     std::vector<StoredName> changes;
     std::uint64_t seq = 0;
     Epoch epoch_high_water = 0;
+    StoreMarks marks;
   };
   void run();
   /// Compacts one step if the log is over its bound, or over kLogRowsCompactAt when `idle`.

@@ -627,6 +627,50 @@ TEST_F(LeaseTableTest, RestoreCountsHeldLeasesAsRefreshedAtRestart) {
   EXPECT_EQ(out[1].deadline_ns, restart + 60 * kSecondNs);
 }
 
+TEST_F(LeaseTableTest, RestoreCapsALeaseAtWhatTheRestartRuleLeftIt) {
+  ASSERT_TRUE(table.acquire("full", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.acquire("part", kB, kW2, kT0).ok());
+  ASSERT_TRUE(table.acquire("gone", kC, kW2, kT0).ok());
+  DurableSnapshot snap = table.export_durable();
+  for (DurableRecord& r : snap.records) {
+    if (r.name == id("part")) r.restore_left_ns = 2 * kSecondNs;
+    if (r.name == id("gone")) r.restore_left_ns = 0;
+    if (r.name == id("full")) r.restore_left_ns = 600 * kSecondNs;  // capped at the TTL
+  }
+  const std::int64_t restart = kT0 + kSecondNs;
+  LeaseTable r(small_config());
+  ASSERT_EQ(r.restore(snap, restart), "");
+  EXPECT_EQ(r.state(id("full")).expiry_ns, restart + 60 * kSecondNs);
+  EXPECT_EQ(r.state(id("part")).expiry_ns, restart + 2 * kSecondNs);
+  EXPECT_EQ(r.state(id("gone")).expiry_ns, restart);
+  EXPECT_FALSE(r.may_mutate(id("gone"), kC, 1, restart));
+  std::vector<Expiry> out;
+  r.advance(restart, out);  // the first tick frees the one the rule left nothing
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].name, id("gone"));
+  r.advance(restart + 2 * kSecondNs, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].name, id("part"));
+  EXPECT_EQ(r.state(id("full")).phase, LockPhase::held);
+}
+
+TEST(LeaseTablePreemptible, RestoreCapsWorkerLivenessAtWhatTheRestartRuleLeftIt) {
+  LeaseConfig c;
+  c.mode = LockMode::preemptible;
+  c.worker_liveness_ttl_ns = 10 * kSecondNs;
+  LeaseTable t(c);
+  ASSERT_TRUE(t.acquire_2pc("p", kA, kT0).ok());
+  ASSERT_TRUE(t.commit(name_id_of("p"), kA, 1, kW1, kT0).ok());
+  DurableSnapshot snap = t.export_durable();
+  ASSERT_EQ(snap.records.size(), 1u);
+  snap.records[0].restore_left_ns = 3 * kSecondNs;
+  LeaseTable r(c);
+  ASSERT_EQ(r.restore(snap, kT0 + kSecondNs), "");
+  EXPECT_TRUE(r.worker_alive(kW1, kT0 + 4 * kSecondNs - 1));
+  EXPECT_FALSE(r.worker_alive(kW1, kT0 + 4 * kSecondNs));
+  EXPECT_EQ(r.state(name_id_of("p")).expiry_ns, kNoExpiry);
+}
+
 TEST_F(LeaseTableTest, RestoreRefusesBadRecordsAndStaysEmpty) {
   DurableSnapshot snap;
   snap.records.push_back(DurableRecord{id("a"), name_fingerprint_of("a"), LockPhase::held, 3, kA,

@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 namespace leasehold::lockd {
 namespace {
@@ -110,6 +111,67 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   EXPECT_GT(g4.as<wire::Grant>()->epoch, std::max({e_held, e_released, e_revoked, e_moving, e_acquiring}));
   EXPECT_EQ(q.terminate(), 0);
   EXPECT_NE(q.log().find("event=restore names=3 held=1"), std::string::npos) << q.log();
+}
+
+// The restart rule: lockd killed -9 every ~400 ms, more often than its 1000 ms TTL. Each
+// restart used to give every held lease a fresh TTL, so a holder that died kept its name for
+// ever. Now a lease whose worker lockd has not acknowledged since an earlier incarnation gets
+// only what is left of a TTL of lockd's served time since then: the dead holder's name is freed
+// after about one TTL of uptime, while a holder that refreshes after every restart (the first
+// refresh of each incarnation may come late: it is sent only once the new lockd is up) keeps
+// its lease throughout, at the same epoch.
+TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
+  const WorkerId dead_worker{0x77, 0xdead}, live_worker{0x77, 0x11fe};
+  const SandboxId dead{0x51, 0xdead}, live{0x51, 0x11fe};
+  Epoch live_epoch = 0;
+  {
+    LockdProcess p;
+    start(p, {"--ttl-ms", "1000"});
+    AdminClient c(p.address(), key_, live_worker);
+    const Answer d = c.acquire("r/dead", dead, dead_worker);
+    ASSERT_NE(d.as<wire::Grant>(), nullptr) << d.error;
+    const Answer g = c.acquire("r/live", live, live_worker);
+    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+    live_epoch = g.as<wire::Grant>()->epoch;
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    p.kill9();
+  }
+  const std::vector<wire::HeartbeatEntry> beat{{name_id_of("r/live"), live, live_epoch}};
+  int freed_at = 0;  // restart count at which r/dead was first seen free
+  for (int restart = 1; restart <= 8 && freed_at == 0; ++restart) {
+    LockdProcess p;
+    start(p, {"--ttl-ms", "1000"});
+    AdminClient c(p.address(), key_, live_worker);
+    const auto served_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+    while (std::chrono::steady_clock::now() < served_until && freed_at == 0) {
+      const Answer r = c.heartbeat(beat);
+      const auto* ack = r.as<wire::HeartbeatAck>();
+      ASSERT_NE(ack, nullptr) << r.error;
+      ASSERT_EQ(ack->entries[0].status, wire::HeartbeatStatus::refreshed) << "restart " << restart << "\n" << p.log();
+      const Answer sh = c.show("r/dead");
+      const auto* info = sh.as<wire::NameInfo>();
+      if (info == nullptr || info->record.state == wire::LockState::free) freed_at = restart;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const Answer sl = c.show("r/live");
+    ASSERT_NE(sl.as<wire::NameInfo>(), nullptr) << sl.error;
+    EXPECT_EQ(sl.as<wire::NameInfo>()->record.state, wire::LockState::held);
+    EXPECT_EQ(sl.as<wire::NameInfo>()->record.epoch, live_epoch);
+    if (freed_at != 0) {
+      // The next holder gets it, above the dead holder's epoch.
+      const Answer g = c.acquire("r/dead", SandboxId{0x51, 0xbeef}, live_worker);
+      ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+      EXPECT_EQ(p.terminate(), 0);
+      EXPECT_NE(p.log().find("event=expire name=r/dead"), std::string::npos) << p.log();
+      break;
+    }
+    p.kill9();
+  }
+  // About one TTL of served time: the first restart restores a full TTL (the dead holder's
+  // worker was acknowledged in the incarnation before it), later ones what is left of it.
+  EXPECT_GE(freed_at, 2);
+  EXPECT_LE(freed_at, 4) << "the dead holder's name outlived " << freed_at - 1 << " restarts";
+  EXPECT_NE(freed_at, 0) << "8 restarts, 400 ms each, never freed the dead holder's name";
 }
 
 // A client acquires, releases and revokes names as fast as it can while lockd is killed -9 at

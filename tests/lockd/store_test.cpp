@@ -101,6 +101,33 @@ TEST(NameStore, RoundTripAndOpenCount) {
   for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(loaded[i], rows[i]) << i;
 }
 
+TEST(NameStore, RestartMarksRoundTripAndNeverGoDown) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  const WorkerId w1{0x77, 1}, w2{0x77, 2};
+  {
+    NameStore s(p.string());
+    s.commit({}, 0, StoreMarks{1, 300'000'000, {w1}});
+    s.commit({}, 0, StoreMarks{1, 200'000'000, {w2}});  // a lower lived is not stored
+  }
+  {
+    NameStore s(p.string());
+    ASSERT_EQ(s.open_count(), 2u);
+    const StoredTable t = s.load();
+    ASSERT_EQ(t.lived_ns.size(), 1u);
+    EXPECT_EQ(t.lived_ns.at(1), 300'000'000);
+    EXPECT_EQ(t.seen.at(w1), 1u);
+    EXPECT_EQ(t.seen.at(w2), 1u);
+    s.commit({}, 0, StoreMarks{2, 50'000'000, {w2}});
+  }
+  NameStore s(p.string());
+  const StoredTable t = s.load();
+  EXPECT_EQ(t.lived_ns.at(1), 300'000'000);
+  EXPECT_EQ(t.lived_ns.at(2), 50'000'000);
+  EXPECT_EQ(t.seen.at(w1), 1u);
+  EXPECT_EQ(t.seen.at(w2), 2u);
+}
+
 TEST(NameStore, EpochNeverDecreases) {
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
