@@ -1,37 +1,63 @@
 /*
  * leasehold, model 2: the preemptible lock (DESIGN.md "Lock states": Acquiring, Commit,
- * Preempt; "The supervisor": kill-switch synchronisation).
+ * Preempt, Revoke; "The supervisor": kill-switch synchronisation).
  *
- * Instead of a lease per sandbox, lockd keeps one liveness record per worker and a failure
- * detector preempts a held name when its worker's liveness lapsed, or when the live worker
- * says the sandbox is not running.  That is only safe with three mechanisms, each of which
- * has an ablation here:
- *   2-phase acquire   the name is Acquiring (owner, no worker, NOT preemptible) until the
- *                     worker's heartbeat commits it, carrying the worker; an Acquiring name
- *                     expires on its own TTL.                      ablation: -DNO_TWO_PHASE
- *   kill-switch       a worker whose heartbeats fail kills every sandbox on it, once per
- *                     outage, before lockd's view of its liveness lapses.
- *   synchronisation   after the kill-switch the worker refuses named creation until a
- *                     heartbeat succeeds, and the check and the spawn are one step with
- *                     respect to the kill-switch.               ablation: -DNO_KILLSWITCH_SYNC
+ * Instead of a lease per sandbox, lockd keeps one liveness record per worker, and a failure
+ * detector preempts a held name on demand (a competing acquire) when its worker's liveness
+ * lapsed, or when the live worker answers IsRunning with "not running".
  *
- * Processes: Creation(s), Sandbox(s) (not fair, as in model 1), Heartbeat(w),
- * KillSwitch(w), LivenessTimer (lockd's per-worker liveness TTL), AcquiringTimer (the
- * Acquiring TTL and the failure detector's preemption of a Held name).
+ * The message order is the code's (supervisor/supervisor.cpp):
+ *   scheduler -> lockd   Acquire(two_phase)          lockd: Free -> Acquiring{s} (epoch +1)
+ *   lockd -> scheduler   Acquiring(epoch)
+ *   scheduler -> worker  place s (run --name / expect_commit)
+ *   worker               spawn s; the epoch is NOT published in shm, so s cannot pass its
+ *                        check yet; then send Commit as its own message
+ *   lockd                Commit: Acquiring{s} -> Held{s, worker} if the Acquiring deadline has
+ *                        not passed (refused otherwise: the worker kills its copy)
+ *   worker               on the Held answer: publish the epoch (only if the kill-switch is not
+ *                        engaged); from then on s may enter its critical section
+ * IsRunning(s, epoch) answers "running" for a spawned sandbox whose commit is pending, and its
+ * answer may cross a commit (or anything else) in flight.  A scheduler may retry s onto another
+ * worker under the same grant (the acquire is idempotent while s's grant is Acquiring or Held);
+ * lockd commits at most one copy (a commit from a second worker is refused) and the supervisor
+ * kills a copy whose commit was refused or not answered.
+ * Worker heartbeats carry the worker's published names; the answer lists those no longer held
+ * by it on this worker, and the supervisor kills their sandboxes (mutex violation recovery).
+ * Revoke frees the name at epoch + 1 but keeps it ungrantable (lock-delay) until the worker
+ * confirmed the kill (on its next heartbeat) or the worker's liveness lapsed; the revocation
+ * is pushed to the worker and also reaches it as a listed name in its next heartbeat answer.
+ * A worker may crash (its sandboxes die with it, its liveness lapses).
  *
- * Timing relations (each disjoined with -DUNRELIABLE_TIMING):
- *   KillSwitchBeforeLapse      lockd lets a worker's liveness lapse only after that worker's
- *                              kill-switch fired (kill_after + margins < liveness TTL; an
- *                              answer lost on the way back only makes the kill earlier)
- *   AcquiringBeforeExpiry      an Acquiring name does not expire while its sandbox is still
- *                              being placed, nor while it runs uncommitted on a worker whose
- *                              kill-switch has not fired (acquiring TTL > scheduling latency
- *                              + kill_after)
- * -DUNRELIABLE_NETWORKS: a heartbeat may lose its request or its answer.
+ * Timing relations, each a guard on a ghost history variable (never an implementation flag,
+ * so a bug in how the implementation keeps its flags cannot weaken the assumption), each
+ * disjoined with -DUNRELIABLE_TIMING:
+ *   KillSwitchBeforeLapse   lockd lets w's liveness lapse only after w's kill-switch fired
+ *                           since the last beat acknowledged after the firing
+ *                           (g_fired[w]), or after w crashed (g_crashed[w])
+ *                           (kill_after + margins < liveness TTL)
+ * Nothing else here depends on time: an Acquiring name may expire at any moment, because a
+ * copy becomes critical only after lockd answered its commit with Held.
+ * -DUNRELIABLE_NETWORKS: any message may be lost (a request, or its answer after it took
+ * effect).
+ *
+ * Switches (specs/README.md "Switches"):
+ *   -DCOMMIT_BEFORE_SPAWN   the old order: Commit sent right after the Acquiring answer, spawn
+ *                           (and publish) on the Held answer, IsRunning "not running" while
+ *                           the supervisor is still acquiring
+ *   -DNO_TWO_PHASE          acquire goes straight to Held{s, target worker}
+ *   -DKILLSWITCH_SPARES_PENDING  the kill-switch kills only published copies, not a spawned
+ *                           one whose commit is pending (its answer, if it arrives after a
+ *                           beat sent after the firing cleared the kill-switch, publishes a
+ *                           grant lockd may have revoked or preempted meanwhile)
+ *   -DNO_WORKER_RECOVERY    a heartbeat answer's list of lost names kills nothing
+ *   -DREVOKE_FREES_AT_ONCE  revoke makes the name grantable at once (no lock-delay)
+ *
+ * Mutable guards and effects carry markers for specs/mutate: G = guard, E = effect.
  */
 
-#define N 2            /* sandboxes; BOUND/ACTIVE and the ltl formulas are written out for two */
-#define W 2            /* workers; LivenessTimer is written out for two */
+#define N 2            /* logical sandboxes */
+#define W 2            /* workers */
+#define I 3            /* copies: 0 = s0 on w0, 1 = s0 retried on w1, 2 = s1 on w1 */
 #define NOBODY 255
 
 #ifdef UNRELIABLE_TIMING
@@ -50,189 +76,447 @@
 #define ACQUIRING 1
 #define HELD      2
 
-/* sandbox life cycle */
-#define INIT       0
-#define SCHEDULING 1   /* name acquired, sandbox being placed on target[s] */
-#define RUNNING    2
-#define DONE       3
-
+/* a copy's life */
+#define C_IDLE      0   /* not placed */
+#define C_PLACED    1   /* the scheduler told its worker to run it */
+#define C_SPAWNED   2   /* spawned, epoch not published, commit pending */
+#define C_COMMITTING 3  /* COMMIT_BEFORE_SPAWN: commit sent, not spawned */
+#define C_CRIT      4   /* epoch published: may be in its critical section */
+#define C_DEAD      5   /* exited, killed, refused, or never started */
 
 byte lock_state = FREE;
 byte lock_owner = NOBODY;
-byte lock_worker = NOBODY;   /* Held only: the worker the commit came from */
+byte lock_worker = NOBODY;    /* Held only */
+bool rv_pending;              /* lockd: revoked, lock-delay until kill confirmed or lapse */
+byte rv_s = NOBODY;           /* the revoked holder and its worker */
+byte rv_w = NOBODY;
 
-byte proc[N];
-bool critical[N];
-byte target[N];              /* worker chosen by the scheduler */
+byte copy[I];
+bool wants[N];                /* the scheduler of s has not got its grant yet */
 
-bool live[W];                /* lockd: the worker's liveness has not lapsed */
-bool live_refreshed[W];      /* lockd: a heartbeat arrived since the last liveness tick */
-bool hb_failed[W];           /* worker: its latest heartbeat failed */
-bool tripped[W];             /* worker: kill-switch fired, no heartbeat succeeded since */
+bool live[W];                 /* lockd: w's liveness has not lapsed */
+bool live_refreshed[W];       /* lockd: a beat arrived since the last liveness tick */
+bool hb_failed[W];            /* worker: its latest beat failed */
+bool hb_was_lost[W];          /* the previous beat was lost */
+bool tripped[W];              /* worker: kill-switch engaged (killswitch_engaged) */
+bool crashed[W];
+byte hb_names[W];             /* bit s: the beat in flight lists s's name (published) */
+byte hb_lost[W];              /* bit s: the answer lists s's name as no longer held here */
+byte conf[W];                 /* bit s: worker killed s after a revocation; to confirm */
+byte hb_conf[W];              /* the confirmations the beat in flight carries */
+bool hb_after_trip[W];        /* the beat in flight was sent while the kill-switch was engaged */
 
-#define HOLDS(s)     (lock_state != FREE && lock_owner == (s))
-#define ON(s, w)     (proc[s] == RUNNING && target[s] == (w))
-#define BOUND(s, w)  ((proc[s] == SCHEDULING || proc[s] == RUNNING) && target[s] == (w))
-/* A worker heartbeats while it has (or is about to get) a sandbox, or has to recover.
- * Leaving out an idle healthy worker's heartbeats loses only kill-switch firings that
- * happen before any sandbox is bound to it; the same firing after the binding and before
- * the worker's check is still explored, and it has the same effect (a refused placement). */
-#define ACTIVE(w)    (BOUND(0, w) || BOUND(1, w) || tripped[w] || !live[w])
+/* IsRunning: one outstanding question per name (LockService::asked_) */
+byte q_stage;                 /* 0 none, 1 question in flight, 2 answer in flight */
+byte q_s = NOBODY;
+byte q_w = NOBODY;
+bool q_running;
+bool q_lost;                  /* the previous question was lost */
 
-/* ---- Creation: acquire (2-phase), then place on a worker ---- */
-proctype Creation(byte s)
-{
-	byte w;
-#ifdef NO_KILLSWITCH_SYNC
-	bool admitted;
-#endif
-	/* the scheduler picks a worker; workers start alike, so by symmetry sandbox 0 may be
-	 * taken to land on worker 0 and only sandbox 1 needs both choices */
-	if :: w = 0 :: s == 1 -> w = 1 fi;
-	atomic {
-		if
-		:: lock_state == FREE ->
-			lock_owner = s; proc[s] = SCHEDULING; target[s] = w;
-#ifdef NO_TWO_PHASE
-			lock_state = HELD; lock_worker = w    /* LeaseTable::acquire (lease mode) */
+/* ghosts: history, not implementation state */
+bool g_fired[W];              /* w's kill-switch fired; cleared only by the acknowledgement
+                                 of a beat sent after the firing */
+bool g_hb_after_fire[W];      /* the beat in flight was sent after g_fired was set */
+bool g_crashed[W];
+bool g_revoked;               /* a revoke took the name from a holder */
+bool g_preempted;             /* the failure detector took the name from a holder */
+bool g_handover;              /* a copy became critical after a revoke or preemption */
+
+#define S_OF(i)       ((i) == 2 -> 1 : 0)
+#define W_OF(i)       ((i) == 0 -> 0 : 1)
+#define CRIT(i)       (copy[i] == C_CRIT)
+#define ALIVE(i)      (copy[i] == C_SPAWNED || copy[i] == C_COMMITTING || copy[i] == C_CRIT)
+#define HOLDS(s)      (lock_state != FREE && lock_owner == (s))
+#define HELD_BY(s, w) (lock_state == HELD && lock_owner == (s) && lock_worker == (w))
+/* the name cannot go to anyone else: held by s on w, or revoked from s on w and the kill
+ * not yet confirmed */
+#define COVERED(s, w) (HELD_BY(s, w) || (rv_pending && rv_s == (s) && rv_w == (w)))
+#define ON(i, w)      (copy[i] != C_IDLE && W_OF(i) == (w))
+#ifdef COMMIT_BEFORE_SPAWN
+#define RUNNING(i)    (copy[i] == C_CRIT)    /* an acquiring sandbox is "not running" */
 #else
-			lock_state = ACQUIRING                /* LeaseTable::acquire_2pc */
+#define RUNNING(i)    (copy[i] == C_SPAWNED || copy[i] == C_CRIT)
 #endif
-		:: else -> proc[s] = DONE; goto done      /* refused: never started */
-		fi
-	};
-#ifdef NO_KILLSWITCH_SYNC
-	/* the worker checks its kill-switch, then spawns: two steps */
-	atomic { admitted = !tripped[w] };
-	atomic {
-		if
-		:: admitted -> proc[s] = RUNNING; critical[s] = true
-		:: else -> proc[s] = DONE
-		fi;
-		admitted = false
-	};
-#else
-	/* check and spawn under the same lock as the kill-switch */
-	atomic {
-		if
-		:: !tripped[w] -> proc[s] = RUNNING; critical[s] = true
-		:: else -> proc[s] = DONE             /* refused until a heartbeat succeeds */
-		fi
-	};
-#endif
-done:	w = 0
-}
+#define RUNNING_ON(s, w) ((S_OF(0) == (s) && ON(0, w) && RUNNING(0)) || \
+                          (S_OF(1) == (s) && ON(1, w) && RUNNING(1)) || \
+                          (S_OF(2) == (s) && ON(2, w) && RUNNING(2)))
+/* a worker heartbeats while it has a published copy, has to recover, has confirmations to
+ * send or a revocation to learn (other beats only refresh a liveness that nothing lets
+ * lapse; a worker beats regardless in the code) */
+#define ACTIVE(w)     ((CRIT(0) && W_OF(0) == (w)) || (CRIT(1) && W_OF(1) == (w)) || \
+                       (CRIT(2) && W_OF(2) == (w)) || tripped[w] || !live[w] || conf[w] != 0 || \
+                       (rv_pending && rv_w == (w)))
+#define BIT(s)        (1 << (s))
 
-/* ---- Sandbox: not fair (see model 1) ---- */
-proctype Sandbox(byte s)
+inline kill(i)
 {
 	if
-	:: true ->
-end_forever:	false
-	:: true
+	:: ALIVE(i) -> copy[i] = C_DEAD
+	:: else
+	fi
+}
+
+/* lockd frees the name (release, preempt, revoke) */
+inline to_free()
+{
+	lock_state = FREE; lock_owner = NOBODY; lock_worker = NOBODY
+}
+
+/* ---- Scheduler(s): acquire (2-phase), then place; sandbox 0 may be retried on w1 ---- */
+proctype Scheduler(byte s)
+{
+	byte first;
+	if
+	:: s == 0 -> first = 0
+	:: s == 1 -> first = 2
 	fi;
-end_critical:
-	atomic {
-		critical[s] -> critical[s] = false;
+	do
+	:: atomic { s == 0 && lock_state != FREE -> wants[s] = false; goto finish }  /* s0 tries once */
+	:: atomic {    /* LeaseTable::acquire_2pc (LockService::on_acquire) */
+		/*@G acquire_free*/ lock_state == FREE && !rv_pending ->
+		lock_owner = s;
+#ifdef NO_TWO_PHASE
+		lock_state = HELD; lock_worker = W_OF(first);
+#else
+		/*@E acquire_acquiring*/ lock_state = ACQUIRING;
+#endif
+		wants[s] = false;
+		/*@E place*/ copy[first] = C_PLACED;
+		break
+	   }
+	:: atomic {    /* refused "held": LockService::try_preempt */
+		/*@G acquire_held*/ s == 1 && lock_state == HELD && lock_owner != s &&
+		(!live[lock_worker] || q_stage == 0) ->
 		if
-		:: HOLDS(s) -> lock_state = FREE; lock_owner = NOBODY; lock_worker = NOBODY
+		:: /*@G preempt_lapsed*/ !live[lock_worker] ->
+			/* liveness lapsed: LeaseTable::preempt, then the same request acquires */
+			to_free(); g_preempted = true
+		:: else ->   /* ask the live worker: LockService::ask_is_running */
+			/*@E ask*/ q_stage = 1; q_s = lock_owner; q_w = lock_worker
+		fi
+	   }
+	od;
+#if !defined(NO_TWO_PHASE) && !UN && !UT
+	/* (only with reliable networks and timing: the retry's race does not need either to be
+	 * unreliable, and together they exceed the state-space budget) */
+	if
+	:: s == 0 ->
+		if
+		:: atomic {  /* retry onto w1: the acquire is idempotent for s0's grant */
+			/*@G retry*/ lock_state != FREE && lock_owner == 0 -> copy[1] = C_PLACED
+		   }
+		:: true
+		fi
+	:: else
+	fi;
+#endif
+finish:	first = 0
+}
+
+/* ---- Copy(i): one placement of a sandbox on its worker, and the sandbox itself ---- */
+proctype Copy(byte i)
+{
+	bool ok;
+	byte w;
+	copy[i] == C_PLACED;
+	w = W_OF(i);
+	/* supervisor gate_named_creation: refused while the kill-switch is engaged */
+	atomic {
+		if
+		:: /*@G spawn_gate*/ tripped[w] || crashed[w] -> copy[i] = C_DEAD
+#if defined(COMMIT_BEFORE_SPAWN)
+		:: else -> copy[i] = C_COMMITTING          /* Commit at once, no spawn */
+#else
+		:: else -> /*@E spawn*/ copy[i] = C_SPAWNED   /* spawn, unpublished; Commit sent */
+#endif
+		fi
+	};
+	if
+	:: copy[i] == C_DEAD -> goto done
+	:: else
+	fi;
+#ifndef NO_TWO_PHASE
+	/* lockd: Commit (LockService::on_commit, LeaseTable::commit) */
+	atomic {
+		if
+		:: /*@G commit_ok*/ lock_state == ACQUIRING && lock_owner == S_OF(i) ->
+			/*@E commit*/ lock_state = HELD; lock_worker = w; ok = true
+		:: /*@G commit_idem*/ HELD_BY(S_OF(i), w) -> ok = true   /* idempotent retry */
+		:: else -> ok = false    /* not_acquiring / stale_epoch / acquiring_expired */
+		fi;
+		if
+		:: UN -> ok = false      /* request or answer lost: the call times out */
+		:: true
+		fi
+	};
+#else
+	ok = true;
+#endif
+	/* the answer at the worker (supervisor on_granted): publish, or kill the copy */
+	atomic {
+		if
+		:: /*@G answer_alive*/ copy[i] == C_SPAWNED || copy[i] == C_COMMITTING ->
+			if
+			:: /*@G publish_gate*/ ok && !tripped[w] ->
+				/*@E publish*/ copy[i] = C_CRIT;
+				g_handover = g_handover || g_revoked || g_preempted
+			:: else ->   /* give back: kill the copy, release what lockd may hold */
+				copy[i] = C_DEAD;
+				if
+				:: /*@G giveback_release*/ ok && HELD_BY(S_OF(i), w) -> to_free()
+				:: else
+				fi
+			fi
 		:: else
 		fi
 	};
-	proc[s] = DONE
+	if
+	:: copy[i] != C_CRIT -> goto done
+	:: else
+	fi;
+	/* the sandbox: not fair (see model 1) */
+	if
+	:: true ->
+end_forever:	copy[i] == C_DEAD       /* never releases; only a kill ends it */
+	:: true ->
+end_critical:	atomic {   /* exit -> LeaseTable::release (by owner and epoch) */
+			/*@G release*/ copy[i] == C_CRIT -> copy[i] = C_DEAD;
+			if
+			:: /*@G release_held*/ lock_state == HELD && lock_owner == S_OF(i) -> to_free()
+			:: else
+			fi
+		}
+	fi;
+done:	ok = false; w = 0
 }
 
-/* lockd's side of a delivered heartbeat from w: liveness, and commits
- * (LeaseTable::worker_heartbeat, LeaseTable::commit) */
-inline lockd_receives(w)
+/* ---- Question: IsRunning, one at a time; the answer crosses whatever is in flight ---- */
+proctype Question()
 {
-	live[w] = true; live_refreshed[w] = true;
+end_idle:
+	do
+	:: atomic {    /* at the worker: supervisor is_running */
+		q_stage == 1 ->
+		if
+		:: /*@G q_worker_up*/ !crashed[q_w] -> /*@E q_answer*/ q_running = RUNNING_ON(q_s, q_w); q_stage = 2
+		:: else -> q_stage = 0; q_s = NOBODY; q_w = NOBODY  /* no answer: lockd times out */
+		fi;
+		if   /* lost; a retried question is not lost for ever (no two losses in a row) */
+		:: UN && !q_lost -> q_lost = true; q_stage = 0; q_s = NOBODY; q_w = NOBODY; q_running = false
+		:: true -> q_lost = false
+		fi
+	   }
+	:: atomic {    /* at lockd: LockService::on_running_answer -> LeaseTable::preempt */
+		q_stage == 2 ->
+		if
+		:: /*@G q_preempt*/ !q_running && HELD_BY(q_s, q_w) -> to_free(); g_preempted = true
+		:: else
+		fi;
+		q_stage = 0; q_s = NOBODY; q_w = NOBODY; q_running = false
+	   }
+	od
+}
+
+/* ---- Heartbeat(w): the worker-liveness beat ----
+ * One step: request and answer cannot be in flight across other events (the crossing of a
+ * beat and the kill-switch is covered by the "sent after the kill-switch" rule below, which
+ * is trivially met by an atomic beat; see specs/README.md "Not modelled"). */
+/* send: supervisor send_worker_beat, carrying the published names and confirmations */
+inline hb_send(w)
+{
+	hb_names[w] = 0;
+	for (k : 0 .. I-1) {
+		if
+		:: CRIT(k) && W_OF(k) == w -> hb_names[w] = hb_names[w] | BIT(S_OF(k))
+		:: else
+		fi
+	};
+	/*@E beat_conf*/ hb_conf[w] = conf[w];
+	/*@E beat_after_trip*/ hb_after_trip[w] = tripped[w];
+	g_hb_after_fire[w] = g_fired[w]
+}
+
+/* lockd: LeaseTable::worker_heartbeat; the answer lists the names no longer held here */
+inline hb_deliver(w)
+{
+	/*@E lockd_live*/ live[w] = true;
+	/*@E lockd_refreshed*/ live_refreshed[w] = true;
+	hb_lost[w] = 0;
 	for (k : 0 .. N-1) {
 		if
-		:: ON(k, w) && lock_state == ACQUIRING && lock_owner == k ->
-			lock_state = HELD; lock_worker = w
+		:: /*@G lockd_lost*/ (hb_names[w] & BIT(k)) && !HELD_BY(k, w) ->
+			hb_lost[w] = hb_lost[w] | BIT(k)
+		:: /*@G lockd_revoked*/ rv_pending && rv_s == k && rv_w == w ->
+			hb_lost[w] = hb_lost[w] | BIT(k)     /* the revocation, again */
+		:: else
+		fi;
+		if
+		:: /*@G lockd_confirm*/ (hb_conf[w] & BIT(k)) && rv_pending && rv_s == k && rv_w == w ->
+			/*@E confirm_clears*/ rv_pending = false
 		:: else
 		fi
 	}
 }
 
-/* ---- Heartbeat: one per worker, batched over its sandboxes ---- */
+/* the answer at the worker: on_worker_liveness_ack, then recovery */
+inline hb_answer(w)
+{
+	/*@E ack_ok*/ hb_failed[w] = false;
+	conf[w] = conf[w] & ~hb_conf[w];
+	if
+	:: /*@G ack_clears_trip*/ hb_after_trip[w] -> /*@E untrip*/ tripped[w] = false
+	:: else
+	fi;
+	if
+	:: g_hb_after_fire[w] -> g_fired[w] = false
+	:: else
+	fi;
+#ifndef NO_WORKER_RECOVERY
+	/* mutex violation recovery: kill the sandboxes of the listed names */
+	for (k : 0 .. I-1) {
+		if
+		:: /*@G recovery*/ W_OF(k) == w && (hb_lost[w] & BIT(S_OF(k))) && ALIVE(k) ->
+			/*@E recovery_kill*/ copy[k] = C_DEAD
+		:: else
+		fi
+	};
+	/* every listed name is confirmed on the next beat (killed, or not here) */
+	conf[w] = conf[w] | hb_lost[w];
+#endif
+	skip
+}
+
+inline hb_clear(w)
+{
+	hb_lost[w] = 0; hb_names[w] = 0; hb_conf[w] = 0; hb_after_trip[w] = false;
+	g_hb_after_fire[w] = false; k = 0
+}
+
 proctype Heartbeat(byte w)
 {
 	byte k;
 end_idle:
 	do
 	:: atomic {
-		ACTIVE(w) ->
-		if
-		:: true ->                             /* delivered and answered */
-			lockd_receives(w);
-			hb_failed[w] = false; tripped[w] = false;
-			/* mutex violation recovery: a sandbox whose name is not its own dies */
-			for (k : 0 .. N-1) {
-				if
-				:: ON(k, w) && !HOLDS(k) -> critical[k] = false; proc[k] = DONE
-				:: else
-				fi
-			}
-		:: UN -> hb_failed[w] = true           /* request lost */
-		:: UN -> lockd_receives(w); hb_failed[w] = true   /* answer lost */
+		!crashed[w] && ACTIVE(w) ->
+		hb_send(w);
+		if   /* a beat is not lost for ever: no two losses in a row */
+		:: hb_deliver(w); hb_answer(w); hb_was_lost[w] = false      /* delivered, answered */
+		:: UN && !hb_was_lost[w] -> hb_failed[w] = true; hb_was_lost[w] = true   /* request lost */
+		:: UN && !hb_was_lost[w] ->                      /* answer lost after lockd applied it */
+			hb_deliver(w); hb_failed[w] = true; hb_was_lost[w] = true
 		fi;
-		k = 0
+		hb_clear(w)
 	   }
 	od
 }
 
-/* ---- KillSwitch: one per worker, worker-wide, once per outage ---- */
+/* ---- KillSwitch(w): worker-wide, once per outage (check_worker_liveness) ---- */
 proctype KillSwitch(byte w)
 {
 	byte k;
 end_idle:
 	do
 	:: atomic {
-		hb_failed[w] && !tripped[w] ->
-		for (k : 0 .. N-1) {
+		/*@G killswitch*/ hb_failed[w] && !tripped[w] && !crashed[w] ->
+		/* every sandbox on w, a spawned one whose commit is pending included: a commit
+		 * answered after the kill-switch engaged may be for a name lockd has since let go */
+		for (k : 0 .. I-1) {
 			if
-			:: ON(k, w) -> critical[k] = false; proc[k] = DONE
+#ifdef KILLSWITCH_SPARES_PENDING
+			:: W_OF(k) == w && CRIT(k) -> copy[k] = C_DEAD
+#else
+			:: W_OF(k) == w -> /*@E killswitch_kill*/ kill(k)
+#endif
 			:: else
 			fi
 		};
-		tripped[w] = true;
+		/*@E trip*/ tripped[w] = true;
+		g_fired[w] = true;
 		k = 0
 	   }
 	od
 }
 
-/* ---- LivenessTimer: lockd's per-worker liveness TTL (LeaseTable::advance) ---- */
-proctype LivenessTimer()
+/* ---- LivenessTimer(w): lockd's per-worker liveness TTL (LeaseTable::advance, worker_alive) ---- */
+/* A liveness period ends: it consumes the beat received in it, or the liveness lapses.  The
+ * timer ticks only while a lapse is allowed (a tick before that only clears the flag, which
+ * the first tick after it does as well). */
+proctype LivenessTimer(byte w)
 {
-	/* Not needed for progress (a dead sandbox's name is preempted through its live
-	 * worker), so no round-robin: any worker's period may end at any time. */
 end_idle:
 	do
-	:: atomic { live_refreshed[0] -> live_refreshed[0] = false }
-	:: atomic { live_refreshed[1] -> live_refreshed[1] = false }
-	:: atomic { !live_refreshed[0] && live[0] && (tripped[0] || UT) -> live[0] = false }  /* KillSwitchBeforeLapse */
-	:: atomic { !live_refreshed[1] && live[1] && (tripped[1] || UT) -> live[1] = false }
+	:: atomic {
+		live[w] && /*@G lapse*/ (g_fired[w] || g_crashed[w] || UT) ->    /* KillSwitchBeforeLapse */
+		if
+		:: live_refreshed[w] -> live_refreshed[w] = false
+		:: else ->
+			/*@E lapse_live*/ live[w] = false;
+			if   /* the lock-delay of a revoke from w ends */
+			:: /*@G lapse_ends_delay*/ rv_pending && rv_w == w -> rv_pending = false
+			:: else
+			fi
+		fi
+	   }
 	od
 }
 
-/* ---- AcquiringTimer: Acquiring TTL (LeaseTable::advance) and preemption (LeaseTable::preempt) ---- */
+/* ---- AcquiringTimer: the Acquiring TTL (LeaseTable::advance); safe at any time ---- */
 proctype AcquiringTimer()
 {
 end_idle:
 	do
-	:: atomic {
-		lock_state == ACQUIRING &&
-		(UT || (proc[lock_owner] != SCHEDULING &&
-		        (proc[lock_owner] != RUNNING || tripped[target[lock_owner]]))) ->  /* AcquiringBeforeExpiry */
-		lock_state = FREE; lock_owner = NOBODY
+	:: atomic { /*@G acquiring_expiry*/ lock_state == ACQUIRING -> to_free() }
+	od
+}
+
+/* ---- Operator: one revoke (with its push) or one worker crash ---- */
+proctype Operator()
+{
+	byte k;
+	bool push;
+	bool done;      /* one revoke or one crash per run: each alone shows its effect */
+end_idle:
+	do
+	:: atomic {    /* leasehold revoke: LockService::on_revoke, LeaseTable::revoke */
+		!done && lock_state == HELD ->
+		done = true;
+#ifndef REVOKE_FREES_AT_ONCE
+		/*@E revoke_delay*/ rv_pending = true;
+#endif
+		rv_s = lock_owner; rv_w = lock_worker;
+		to_free();
+		g_revoked = true;
+		/*@E push*/ push = true
 	   }
-	:: atomic {
-		/* failure detector: liveness lapsed, or the live worker says the sandbox is not running */
-		lock_state == HELD &&
-		(!live[lock_worker] || !ON(lock_owner, lock_worker)) ->
-		lock_state = FREE; lock_owner = NOBODY; lock_worker = NOBODY
+	:: atomic {    /* revoke of an Acquiring name: no copy can be published under it */
+		!done && lock_state == ACQUIRING -> done = true; to_free()
+	   }
+	:: atomic {    /* the pushed revocation reaches the worker: kill, confirm on next beat */
+		push ->
+		push = false;
+		if
+		:: UN -> skip                                       /* lost */
+		:: /*@G push_arrives*/ !crashed[rv_w] ->
+			for (k : 0 .. I-1) {
+				if
+				:: W_OF(k) == rv_w && S_OF(k) == rv_s -> /*@E push_kill*/ kill(k)
+				:: else
+				fi
+			};
+			/*@E push_conf*/ conf[rv_w] = conf[rv_w] | BIT(rv_s)
+		:: else
+		fi;
+		k = 0
+	   }
+	:: atomic {    /* a worker crashes: its sandboxes die with it, it stops */
+		!done -> done = true;
+		select(k : 0 .. W-1);
+		crashed[k] = true; g_crashed[k] = true;
+		if :: W_OF(0) == k -> kill(0) :: else fi;
+		if :: W_OF(1) == k -> kill(1) :: else fi;
+		if :: W_OF(2) == k -> kill(2) :: else fi;
+		k = 0
 	   }
 	od
 }
@@ -241,21 +525,41 @@ init {
 	atomic {
 		byte i;
 		for (i : 0 .. W-1) { live[i] = true };
-		for (i : 0 .. N-1) { target[i] = NOBODY; run Creation(i); run Sandbox(i) };
-		for (i : 0 .. W-1) { run Heartbeat(i); run KillSwitch(i) };
-		run LivenessTimer(); run AcquiringTimer()
+		for (i : 0 .. N-1) { wants[i] = true; run Scheduler(i) };
+		for (i : 0 .. I-1) { run Copy(i) };
+		for (i : 0 .. W-1) { run Heartbeat(i); run KillSwitch(i); run LivenessTimer(i) };
+		run Question(); run AcquiringTimer(); run Operator()
 	}
 }
 
-/* ---- properties (as in model 1; holding = Acquiring or Held by s) ---- */
-ltl MutualExclusion { [] ((!critical[0] || HOLDS(0)) && (!critical[1] || HOLDS(1))) }
+/* ---- properties ---- */
 
+/* MutualExclusion: a copy that may be in its critical section is covered by the name: held
+ * by its sandbox on its worker, or revoked from it and the kill not yet confirmed. */
+ltl MutualExclusion {
+	[] ((!CRIT(0) || COVERED(0, 0)) && (!CRIT(1) || COVERED(0, 1)) && (!CRIT(2) || COVERED(1, 1)))
+}
+
+/* Liveness (on demand, as the failure detector works): while the other scheduler still
+ * wants the name, a name held by s with no critical copy is eventually used or freed. */
 ltl Liveness {
-	[] ((!critical[0] && HOLDS(0)) -> <> (critical[0] || !HOLDS(0))) &&
-	[] ((!critical[1] && HOLDS(1)) -> <> (critical[1] || !HOLDS(1)))
+	[] ((HOLDS(0) && !CRIT(0) && !CRIT(1) && wants[1]) -> <> (CRIT(0) || CRIT(1) || !HOLDS(0) || !wants[1])) &&
+	[] ((HOLDS(1) && !CRIT(2) && wants[0]) -> <> (CRIT(2) || !HOLDS(1) || !wants[0]))
 }
 
+/* EventualMutualExclusion: a critical copy whose name is not held by it on its worker
+ * (revoked, preempted, or never its own) eventually leaves its critical section for good. */
 ltl EventualMutualExclusion {
-	[] ((critical[0] && !HOLDS(0)) -> <> [] !critical[0]) &&
-	[] ((critical[1] && !HOLDS(1)) -> <> [] !critical[1])
+	[] ((CRIT(0) && !HELD_BY(0, 0)) -> <> [] !CRIT(0)) &&
+	[] ((CRIT(1) && !HELD_BY(0, 1)) -> <> [] !CRIT(1)) &&
+	[] ((CRIT(2) && !HELD_BY(1, 1)) -> <> [] !CRIT(2))
 }
+
+/* RevokeEnds: the lock-delay of a revoke ends (kill confirmed, or the worker's liveness
+ * lapsed), so a revoked name does not stay ungrantable. */
+ltl RevokeEnds { [] (rv_pending -> <> !rv_pending) }
+
+/* Non-vacuity (expected to FAIL): a copy does reach its critical section, and one does after
+ * the name was revoked or preempted from another holder. */
+ltl NeverCritical { [] !(CRIT(0) || CRIT(1) || CRIT(2)) }
+ltl NeverHandedOver { [] !g_handover }

@@ -24,7 +24,14 @@
  * Epochs are bounded by EPOCH_MAX (a transition that would pass it is disabled); each
  * bound is a state-space limit, not a protocol limit.
  *
+ * Revoke is `leasehold revoke --fence-db`: the new epoch is announced to the resource's gate
+ * first, then lockd revokes (only if the epoch is still the one announced for).  A transfer
+ * reservation (Unowned with an intended owner) has a TTL: it lapses to plain Free at the
+ * same epoch.
+ *
  * Ablations:
+ *   -DANNOUNCE_AFTER_REVOKE     the old order: revoke, then announce lockd's answer
+ *   -DNO_RESERVATION_CHECK      acquire ignores the reservation
  *   -DOLD_OWNER_KEEPS_EPOCH     begin_transfer leaves the epoch as it is; the new epoch is
  *                               allocated only when the release completes
  *   -DGATE_LEARNS_ONLY_FROM_WRITES   the FenceGate is never told that the epoch moved; it
@@ -34,7 +41,7 @@
 #define NODES 2
 #define NOBODY 255
 #ifndef EPOCH_MAX
-#define EPOCH_MAX 7
+#define EPOCH_MAX 5
 #endif
 
 #define OWNED        0
@@ -56,6 +63,14 @@ byte stale_upto = 0;        /* tokens with epoch <= stale_upto are stale: their 
                                ablation that gets the arithmetic wrong is caught. */
 bool admitted_stale;        /* a write was admitted with a stale token */
 bool admitted_in_transfer;  /* a write was admitted while the name was Transferring */
+byte g_max_admitted = 0;    /* the highest epoch the gate admitted a write at */
+bool g_admitted;            /* some write was admitted */
+byte g_xfer_to = NOBODY;    /* a transfer to this node began and has not ended */
+bool g_xfer_misdirected;    /* a transfer ended with someone else acquiring */
+bool g_xfer_done;           /* a transfer ended with its intended owner acquiring */
+bool g_reservation_broken;  /* a reserved name was acquired by another node */
+bool rv_announced;          /* revoke --fence-db: the gate was told cur + 1, revoke not applied */
+byte rv_epoch;              /* the epoch the revoke was announced for (observed cur + 1) */
 
 #define HAS(n, e)        ((issued[n] >> (e)) & 1)
 #define MAY(n)           (kind == OWNED && owner == (n) && HAS(n, cur))
@@ -80,47 +95,91 @@ end_idle:
 		kind == UNOWNED && (to != NOBODY || cur < EPOCH_MAX) ->
 		select(n : 0 .. NODES-1);
 		if
-		:: to == n -> skip                      /* reserved for n: epoch already new */
-		:: to == NOBODY -> cur++
+		:: /*@G acquire_reserved*/ to == n -> skip      /* reserved for n: epoch already new */
+		:: /*@G acquire_unreserved*/ to == NOBODY && cur < EPOCH_MAX -> /*@E acquire_epoch*/ cur++
+#ifdef NO_RESERVATION_CHECK
+		:: else -> cur++
+#else
 		:: else -> goto refused                 /* Refusal::reserved */
+#endif
 		fi;
-		kind = OWNED; owner = n; to = NOBODY;
-		issued[n] = issued[n] | (1 << cur);
+		g_reservation_broken = g_reservation_broken || (to != NOBODY && to != n);
+		g_xfer_misdirected = g_xfer_misdirected || (g_xfer_to != NOBODY && g_xfer_to != n);
+		g_xfer_done = g_xfer_done || g_xfer_to == n;
+		g_xfer_to = NOBODY;
+		/*@E acquire_owned*/ kind = OWNED; owner = n; /*@E acquire_clears_reservation*/ to = NOBODY;
+		/*@E issue*/ issued[n] = issued[n] | (1 << cur);
 		stale_upto = cur - 1;                   /* every earlier grant is superseded */
 		ANNOUNCE;
 refused:	n = 0
 	   }
 	:: atomic {    /* release by the holder (LeaseTable::release): Held -> Free, epoch = */
-		kind == OWNED -> kind = UNOWNED; owner = NOBODY; to = NOBODY
+		kind == OWNED -> /*@E release*/ kind = UNOWNED; owner = NOBODY; to = NOBODY
 	   }
 	:: atomic {    /* begin_transfer(from -> to): +1 here, so the old owner is fenced at once */
-		kind == OWNED && cur < EPOCH_MAX ->
-		kind = TRANSFERRING; to = 1 - owner; old = cur;
+		/*@G begin_held*/ kind == OWNED && cur < EPOCH_MAX ->
+		/*@E begin_transferring*/ kind = TRANSFERRING; /*@E begin_to*/ to = 1 - owner; old = cur;
 		stale_upto = old;                       /* the owner agreed to hand over */
+		g_xfer_to = to;
 #ifndef OLD_OWNER_KEEPS_EPOCH
-		cur++;
+		/*@E begin_epoch*/ cur++;
 #endif
 		ANNOUNCE
 	   }
 	:: atomic {    /* complete_release: Transferring -> Free{reserved_for = to} */
-		kind == TRANSFERRING ->
+		/*@G complete_transferring*/ kind == TRANSFERRING ->
 #ifdef OLD_OWNER_KEEPS_EPOCH
 		cur++;
 		ANNOUNCE;
 #endif
-		kind = UNOWNED; owner = NOBODY; old = 0
+		/*@E complete_free*/ kind = UNOWNED; owner = NOBODY; old = 0
+	   }
+	:: atomic {    /* the transfer reservation's TTL lapses: plain Free at the same epoch */
+		/*@G reservation_lapse*/ kind == UNOWNED && to != NOBODY ->
+		/*@E lapse_clears*/ to = NOBODY;
+		g_xfer_to = NOBODY                      /* the transfer ended by the lapse */
+	   }
+#ifndef ANNOUNCE_AFTER_REVOKE
+	/* revoke --fence-db: read the record, announce epoch + 1 to the resource's gate, then
+	 * revoke (refused if the epoch moved meanwhile; the operator starts again) */
+	:: atomic {
+		!rv_announced && kind != UNOWNED && cur < EPOCH_MAX ->
+		rv_announced = true; rv_epoch = cur + 1;
+		/*@E revoke_announce*/ if :: rv_epoch > seen -> seen = rv_epoch :: else fi
 	   }
 	:: atomic {    /* revoke (coordinator, no cooperation): -> Free, +1 */
-		kind != UNOWNED && cur < EPOCH_MAX ->
-		stale_upto = cur;
-		kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0; cur++;
-		ANNOUNCE
+		rv_announced ->
+		rv_announced = false;
+		if
+		:: /*@G revoke_same_epoch*/ kind != UNOWNED && cur + 1 == rv_epoch ->
+			stale_upto = cur;
+			/*@E revoke_free*/ kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0;
+			g_xfer_to = NOBODY;                 /* a transfer ended by a revoke */
+			/*@E revoke_epoch*/ cur++
+		:: else                                 /* Refusal::stale_epoch: nothing moved */
+		fi;
+		rv_epoch = 0
 	   }
+#else
+	/* the old order: revoke, then announce the epoch lockd answered */
+	:: atomic {
+		!rv_announced && kind != UNOWNED && cur < EPOCH_MAX ->
+		stale_upto = cur;
+		kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0; g_xfer_to = NOBODY; cur++;
+		rv_announced = true; rv_epoch = cur
+	   }
+	:: atomic {
+		rv_announced -> rv_announced = false;
+		if :: rv_epoch > seen -> seen = rv_epoch :: else fi;
+		rv_epoch = 0
+	   }
+#endif
 	:: atomic {    /* reassign: Free -> Free reserved for n, +1 */
-		kind == UNOWNED && cur < EPOCH_MAX ->
+		/*@G reassign_free*/ kind == UNOWNED && cur < EPOCH_MAX ->
 		select(n : 0 .. NODES-1);
 		stale_upto = cur;
-		to = n; cur++; n = 0;
+		g_xfer_to = NOBODY;                     /* a pending transfer is superseded */
+		/*@E reassign_to*/ to = n; /*@E reassign_epoch*/ cur++; n = 0;
 		ANNOUNCE
 	   }
 	od
@@ -138,8 +197,10 @@ end_idle:
 		:: HAS(me, e) ->
 			/* FenceGate::admit: valid_fence(e) := e >= highest seen; admitting raises it */
 			if
-			:: e >= seen ->
-				seen = e;
+			:: /*@G gate_admits*/ e >= seen ->
+				/*@E gate_records*/ seen = e;
+				g_admitted = true;
+				if :: e > g_max_admitted -> g_max_admitted = e :: else fi;
 				admitted_stale = admitted_stale || e <= stale_upto;
 				admitted_in_transfer = admitted_in_transfer || kind == TRANSFERRING
 			:: else                                  /* rejected: stale token */
@@ -171,3 +232,19 @@ ltl StaleTokenRejected { [] !admitted_stale }
 ltl NoMutationDuringTransfer {
 	[] ((kind == TRANSFERRING -> (!MAY(0) && !MAY(1))) && !admitted_in_transfer)
 }
+
+/* ReservationHonoured: a name reserved for a node (transfer, reassign) is acquired by no
+ * other node until the reservation ends (its TTL lapses, or a revoke). */
+ltl ReservationHonoured { [] !g_reservation_broken }
+
+/* TransferEndsWithIntendedOwner: a transfer ends with its intended owner acquiring the
+ * name, or with a revoke, reassign or the reservation's lapse; never with another node's
+ * grant. */
+ltl TransferEndsWithIntendedOwner { [] !g_xfer_misdirected }
+
+/* GateRecordsAdmitted: the gate's highest seen epoch is at least every epoch it admitted. */
+ltl GateRecordsAdmitted { [] (seen >= g_max_admitted) }
+
+/* Non-vacuity (expected to FAIL): a write is admitted, and a transfer completes. */
+ltl NeverAdmitted { [] !g_admitted }
+ltl NeverTransferred { [] !g_xfer_done }
