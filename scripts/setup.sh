@@ -17,6 +17,7 @@ packages=(
   spin                                          # model checker for specs/
   rt-tests                                      # cyclictest (perf baseline)
   bubblewrap                                    # optional sandbox wrapping
+  libseccomp-dev                                # the isolated sandbox's system-call filter
   iproute2                                      # network namespaces for the demo
   nftables                                      # the demo's loopback fallback cuts a worker off with nft
   python3                                       # specs/check drives Spin

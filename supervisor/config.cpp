@@ -216,11 +216,69 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
          "on SIGTERM/SIGINT: kill|keep the sandboxes; names are released either way (default: kill). Kept "
          "sandboxes run until this worker's supervisor starts again, which stops them")
       ->check(CLI::IsMember({"kill", "keep"}));
-  app.add_flag("--bwrap", c.bwrap, "run every sandbox inside bubblewrap (bwrap)");
+  app.add_flag("--bwrap", c.bwrap, "run every sandbox inside bubblewrap (bwrap); needs --isolation off");
+  app.add_option_function<std::string>(
+         "--isolation",
+         [&c](const std::string& v) { c.isolation = v == "on"; },
+         "on|off (default: on): each sandbox runs as an unprivileged uid in its own user, pid, mount, ipc, "
+         "uts and cgroup namespaces, without capabilities, with no_new_privs and a seccomp filter; off is the "
+         "legacy spawn (the supervisor's uid and namespaces: a sandbox can then escape the kill-switch)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option_function<std::string>(
+         "--sandbox-uids",
+         [&c](const std::string& v) {
+           const auto colon = v.find(':');
+           char* end = nullptr;
+           const unsigned long first = std::strtoul(v.c_str(), &end, 10);
+           const unsigned long count =
+               colon == std::string::npos ? 0 : std::strtoul(v.c_str() + colon + 1, nullptr, 10);
+           if (colon == std::string::npos || end != v.c_str() + colon || first == 0 || count == 0 ||
+               first > 0xFFFFFFFEul || count > 0xFFFFFFFFul - first)
+             throw CLI::ValidationError("--sandbox-uids", "want FIRST:COUNT with FIRST >= 1, got \"" + v + "\"");
+           c.sandbox_uid_first = static_cast<std::uint32_t>(first);
+           c.sandbox_uid_count = static_cast<std::uint32_t>(count);
+         },
+         "root supervisor: host uid range FIRST:COUNT for sandboxes root starts (uid = FIRST + slot; at least "
+         "--slots ids; default: root's range in /etc/subuid, else 100000:65536). A non-root caller's sandbox runs "
+         "as the caller's uid; a non-root supervisor's as its own");
+  app.add_option("--sandbox-nproc-max", c.sandbox_nproc_max,
+                 "most processes one isolated sandbox may have (RLIMIT_NPROC of its user namespace), count")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 22));
+  app.add_flag("--no-cgroup", c.no_cgroup,
+               "do not use cgroup v2 leaves even where one is delegated: the kill-switch then signals the "
+               "sandbox's pidfd and process group (with isolation, its pid namespace still ends every descendant)");
+  app.add_flag("--allow-unsafe-kill", c.allow_unsafe_kill,
+               "start named sandboxes even where no kill is unescapable (no delegated cgroup v2 and isolation "
+               "off): a sandbox's descendants may then outlive its kill-switch; every status line says so");
   app.add_option("--slots", c.slots, "shm table slots (sandboxes at once), count")
       ->capture_default_str();
   app.add_flag("--synthetic", c.synthetic,
                "performance measurement only: `run` registers a lease without starting a process");
+}
+
+std::optional<std::pair<std::uint32_t, std::uint32_t>> root_subuid_range(std::string_view text) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string line(text.substr(pos, end - pos));
+    pos = end + 1;
+    const auto a = line.find(':');
+    const auto b = a == std::string::npos ? std::string::npos : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string who = line.substr(0, a);
+    if (who != "root" && who != "0") continue;
+    char* e1 = nullptr;
+    char* e2 = nullptr;
+    const unsigned long first = std::strtoul(line.c_str() + a + 1, &e1, 10);
+    const unsigned long count = std::strtoul(line.c_str() + b + 1, &e2, 10);
+    if (e1 != line.c_str() + b || *e2 != '\0' || first == 0 || count == 0 || first > 0xFFFFFFFEul ||
+        count > 0xFFFFFFFFul - first)
+      continue;
+    return std::make_pair(static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(count));
+  }
+  return std::nullopt;
 }
 
 }  // namespace leasehold

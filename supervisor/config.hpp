@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace CLI {
 class App;
@@ -68,10 +69,30 @@ struct SupervisorConfig {
   int rt_cpu = -1;                  ///< CPU to pin the rt thread to; -1 = last online CPU
   SupervisorMode mode = SupervisorMode::lease;
   ShutdownPolicy on_shutdown = ShutdownPolicy::kill;
-  bool bwrap = false;               ///< wrap every sandbox in bubblewrap
+  bool bwrap = false;               ///< wrap every sandbox in bubblewrap (needs isolation off)
+  /// Isolated spawn (supervisor/spawn.hpp "Isolation"); false is the legacy spawn, where a
+  /// sandbox runs as the supervisor's uid in its namespaces.
+  bool isolation = true;
+  /// Root supervisor: host uids (and gids) for sandboxes root starts, one per slot:
+  /// first + slot. Must hold at least `slots` ids and not include 0.
+  std::uint32_t sandbox_uid_first = 0;   ///< 0: root's range in /etc/subuid, else kDefaultSandboxUidFirst
+  std::uint32_t sandbox_uid_count = 0;   ///< 0: with the range above
+  std::uint64_t sandbox_nproc_max = 1024;  ///< RLIMIT_NPROC of a sandbox's user namespace (processes)
+  /// Run named sandboxes although no kill reaches all their processes for sure (no delegated
+  /// cgroup v2 and no pid namespace); every status line then says so.
+  bool allow_unsafe_kill = false;
+  bool no_cgroup = false;  ///< never use cgroup v2 leaves (the process-group kill), even where delegated
   std::uint32_t slots = 1024;       ///< shm table slots = sandboxes at once
   bool synthetic = false;           ///< perf only: leases without processes (see --synthetic)
 };
+
+/// Sandbox uids of a root supervisor without /etc/subuid range for root (and --sandbox-uids).
+inline constexpr std::uint32_t kDefaultSandboxUidFirst = 100000;
+inline constexpr std::uint32_t kDefaultSandboxUidCount = 65536;
+
+/// Root's subordinate uid range from the text of /etc/subuid ("root:FIRST:COUNT" or
+/// "0:FIRST:COUNT"); nullopt if none.
+std::optional<std::pair<std::uint32_t, std::uint32_t>> root_subuid_range(std::string_view etc_subuid);
 
 /// Outcome of the start-up checks.
 struct ConfigCheck {

@@ -11,8 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 
 namespace leasehold {
 namespace {
@@ -353,8 +352,8 @@ std::vector<ControlServer::Watch> ControlServer::watch_fds() const {
   return w;
 }
 
-bool ControlServer::authorized(int fd, std::string& why) const {
-  ucred cred{};
+bool ControlServer::authorized(int fd, std::string& why, ucred& cred) const {
+  cred = ucred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     why = "cannot read the caller's credentials (SO_PEERCRED): " + errno_text(errno);
@@ -363,16 +362,24 @@ bool ControlServer::authorized(int fd, std::string& why) const {
   if (cred.uid == 0 || cred.uid == access_.owner_uid) return true;
   if (access_.group_gid) {
     if (cred.gid == *access_.group_gid) return true;
-    // Supplementary groups of the caller, from /proc/<pid>/status "Groups:".
-    std::ifstream status("/proc/" + std::to_string(cred.pid) + "/status");
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("Groups:", 0) != 0) continue;
-      std::istringstream groups(line.substr(7));
-      long g = 0;
-      while (groups >> g)
-        if (static_cast<gid_t>(g) == *access_.group_gid) return true;
+    // Supplementary groups of the connecting process, from the socket (Linux 4.13); never
+    // from /proc/<pid>/status, whose pid may belong to another process by now.
+    std::vector<gid_t> groups(64);
+    for (;;) {
+      socklen_t bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+      if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+        groups.resize(bytes / sizeof(gid_t));
+        break;
+      }
+      if (errno == ERANGE && groups.size() < 65536) {
+        groups.resize(std::max<std::size_t>(bytes / sizeof(gid_t), groups.size() * 2));
+        continue;
+      }
+      why = "cannot read the caller's groups (SO_PEERGROUPS): " + errno_text(errno);
+      return false;
     }
+    for (gid_t g : groups)
+      if (g == *access_.group_gid) return true;
   }
   why = "uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
         ") is not root, the supervisor's user, or a member of the allowed group";
@@ -384,7 +391,8 @@ void ControlServer::accept_ready() {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or a transient error: poll again later
     std::string why;
-    if (!authorized(fd, why)) {
+    ucred cred{};
+    if (!authorized(fd, why, cred)) {
       ++rejected_unauthorized_;
       const std::string line = control_error(nullptr, "unauthorized", why);
       [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -404,6 +412,8 @@ void ControlServer::accept_ready() {
     c.id = next_id_++;
     c.fd = fd;
     c.active_ms = monotonic_ms();
+    c.uid = cred.uid;
+    c.gid = cred.gid;
     clients_.emplace(fd, std::move(c));
   }
 }
@@ -516,6 +526,8 @@ void ControlServer::dispatch(Client& c, std::uint64_t now_ms) {
       continue;
     }
     c.busy = true;
+    p.request->caller_uid = c.uid;
+    p.request->caller_gid = c.gid;
     const ControlClientId id = c.id;
     const int fd = c.fd;
     const ControlClientId outer = dispatching_;

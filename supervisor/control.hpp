@@ -34,6 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -72,6 +73,10 @@ struct ControlRequest {
   std::optional<std::uint64_t> ttl_ms;   ///< run, name
   std::optional<SandboxId> sandbox;      ///< name, expect-commit, kill
   Epoch epoch = 0;                       ///< expect-commit
+  /// Who sent it (SO_PEERCRED at connect), set by ControlServer; (uid_t)-1 when unknown. A
+  /// sandbox runs as its non-root caller's uid and gid (supervisor/spawn.hpp "Isolation").
+  uid_t caller_uid = static_cast<uid_t>(-1);
+  gid_t caller_gid = static_cast<gid_t>(-1);
 };
 
 /// Either a request or an error answer (code + message) to send back.
@@ -93,7 +98,8 @@ std::string control_error(const nlohmann::json& id, std::string_view code,
                           nlohmann::json extra = nlohmann::json::object());
 
 /// Who may connect (SO_PEERCRED): uid 0, `owner_uid`, or a member of `group_gid` (primary or
-/// supplementary, read from /proc/<pid>/status).
+/// supplementary, from SO_PEERGROUPS: the credentials of the connecting process itself, never
+/// read from /proc/<pid> of a pid that may have been reused).
 struct ControlAccess {
   uid_t owner_uid = 0;
   std::optional<gid_t> group_gid;
@@ -159,6 +165,8 @@ class ControlServer {
     bool closing = false;      // close once `out` is flushed
     std::uint64_t partial_since_ms = 0;
     std::uint64_t active_ms = 0;  // last accept, read or answer
+    uid_t uid = static_cast<uid_t>(-1);  // SO_PEERCRED at accept
+    gid_t gid = static_cast<gid_t>(-1);
     bool idle() const noexcept { return in.empty() && out.empty() && !busy && !closing; }
   };
   void accept_ready();
@@ -169,7 +177,7 @@ class ControlServer {
   void dispatch(Client& c, std::uint64_t now_ms);
   void send_and_close(Client& c, const std::string& line);
   void drop(int fd);
-  bool authorized(int fd, std::string& why) const;
+  bool authorized(int fd, std::string& why, ucred& cred) const;
 
   ControlAccess access_;
   Handler handler_;

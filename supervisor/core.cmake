@@ -9,4 +9,5 @@ add_library(leasehold_supervisor_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/rt_thread.cpp
 )
 leasehold_target(leasehold_supervisor_core)
-target_link_libraries(leasehold_supervisor_core PUBLIC leasehold_lease Boost::headers Threads::Threads)
+target_link_libraries(leasehold_supervisor_core PUBLIC leasehold_lease Boost::headers Threads::Threads
+                      PRIVATE PkgConfig::LIBSECCOMP)

@@ -39,6 +39,10 @@ KillRecord KillSwitch::kill(const KillTarget& target, std::uint64_t deadline_ns)
   if (target.cgroup_kill_fd >= 0) {
     const int r = cgroup_kill_fd(target.cgroup_kill_fd);
     if (r == 0) {
+      // Through both: a first process that left the leaf (a legacy, unisolated sandbox can)
+      // still dies, and for an isolated sandbox — the init of its pid namespace — the kernel
+      // then kills every process of the namespace, inside the leaf or not.
+      if (target.pidfd >= 0) pidfd_signal(target.pidfd, SIGKILL);
       rec.path = KillPath::cgroup_kill;
       rec.issued_ns = now_ns();
       return rec;
@@ -72,11 +76,18 @@ KillRecord KillSwitch::kill(const KillTarget& target, std::uint64_t deadline_ns)
 }
 
 int KillSwitch::confirm_dead(const KillTarget& target) noexcept {
+  // Dead only when every part that exists says so: the leaf `populated 0` and the pidfd
+  // readable (a process that left its leaf empties the leaf while it still runs).
+  int leaf = -EBADF;
   if (target.cgroup_events_fd >= 0) {
     const int populated = cgroup_populated_fd(target.cgroup_events_fd);
-    if (populated >= 0) return populated == 0 ? 1 : 0;
+    if (populated >= 0) leaf = populated == 0 ? 1 : 0;
   }
-  return pidfd_exited(target.pidfd);
+  if (target.pidfd < 0) return leaf;
+  const int first = pidfd_exited(target.pidfd);
+  if (leaf < 0) return first;
+  if (first < 0) return first;
+  return leaf == 1 && first == 1 ? 1 : 0;
 }
 
 }  // namespace leasehold

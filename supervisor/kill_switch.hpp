@@ -57,13 +57,16 @@ class KillSwitch {
   /// -errno on error.
   static int pidfd_exited(int pidfd) noexcept;
 
-  /// Kills the target: cgroup.kill when `cgroup_kill_fd` is set and the write succeeds; else
-  /// (or if it fails) pidfd_send_signal(SIGKILL) and kill(-pgid, SIGKILL). A process that is
-  /// already gone (ESRCH) counts as delivered. Returns the record with issued_ns set.
+  /// Kills the target: cgroup.kill when `cgroup_kill_fd` is set and the write succeeds, and then
+  /// pidfd_send_signal(SIGKILL) as well (through both: the first process may have left its
+  /// leaf); else (or if cgroup.kill fails) pidfd_send_signal(SIGKILL) and kill(-pgid, SIGKILL).
+  /// A process that is already gone (ESRCH) counts as delivered. Returns the record with
+  /// issued_ns set.
   static KillRecord kill(const KillTarget& target, std::uint64_t deadline_ns) noexcept;
 
-  /// Non-blocking death check: 1 dead, 0 still alive, -errno if it cannot tell. In cgroup mode
-  /// dead means `populated 0` (every process of the leaf); otherwise the pidfd is readable.
+  /// Non-blocking death check: 1 dead, 0 still alive, -errno if it cannot tell. Dead means
+  /// every part of the target that exists agrees: `populated 0` of the leaf (cgroup mode) and
+  /// the pidfd readable.
   static int confirm_dead(const KillTarget& target) noexcept;
 };
 

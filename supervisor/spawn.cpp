@@ -2,9 +2,16 @@
 #include "supervisor/spawn.hpp"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/close_range.h>
+#include <linux/filter.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -18,7 +25,12 @@ namespace leasehold {
 namespace {
 
 // What the child reports through the pipe when a step before exec (or exec itself) fails.
-enum class ChildStep : int { setsid = 1, pdeathsig, parent_gone, stdio, signals, exec, chdir };
+enum class ChildStep : int {
+  setsid = 1, pdeathsig, parent_gone, stdio, signals, exec, chdir,
+  // isolation
+  dumpable, mount_private, mount_proc, hide, cgroup_ns, nproc, capabilities, setgroups, setgid, setuid,
+  no_new_privs, seccomp
+};
 
 struct ChildReport {
   int step;
@@ -43,7 +55,24 @@ struct ChildPlan {
   bool die_with_parent;
   int stdio[3];
   const char* working_directory;  // nullptr: stay
+  // isolation (isolated == false: none of these are used)
+  bool isolated;
+  int sync_fd;            // read end: the parent writes one byte once the id maps are set
+  int sync_write_fd;      // the parent's end, closed in the child
+  bool make_dumpable;     // a non-root parent must be able to open /proc/<child>/uid_map
+  bool drop_groups;       // setgroups(0) (setgroups is "allow": root parent)
+  uid_t uid;
+  gid_t gid;
+  const char* const* hide_dirs;   // nullptr-terminated
+  const char* const* hide_files;  // nullptr-terminated
+  std::uint64_t nproc_max;
+  const sock_fprog* seccomp;      // nullptr: none
 };
+
+// Raw mount(2): the child must not call into libc wrappers a sanitizer intercepts.
+long raw_mount(const char* src, const char* target, const char* type, unsigned long flags, const char* data) {
+  return syscall(SYS_mount, src, target, type, flags, data);
+}
 
 [[noreturn]] void child_fail(const ChildPlan& p, ChildStep step, long err) {
   const ChildReport r{static_cast<int>(step), static_cast<int>(err)};
@@ -54,13 +83,61 @@ struct ChildPlan {
 
 // Raw system calls return -1 and set errno through syscall(); errno is thread-local and the
 // child has one thread, so reading it is safe.
+// Isolation steps, in the order the header comment gives; runs with every capability of the new
+// user namespace, which the last steps drop.
+void child_isolate(const ChildPlan& p) {
+  // Wait for the id maps (or EOF: the parent gave up or died).
+  char go = 0;
+  long n;
+  do {
+    n = syscall(SYS_read, p.sync_fd, &go, 1);
+  } while (n < 0 && errno == EINTR);
+  syscall(SYS_close, p.sync_fd);
+  if (n != 1) child_fail(p, ChildStep::parent_gone, ESRCH);
+
+  if (raw_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) child_fail(p, ChildStep::mount_private, errno);
+  if (raw_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) < 0)
+    child_fail(p, ChildStep::mount_proc, errno);
+  // Files first: one inside a hidden directory must be covered before the directory is.
+  for (const char* const* f = p.hide_files; *f != nullptr; ++f)
+    if (raw_mount("/dev/null", *f, nullptr, MS_BIND, nullptr) < 0) child_fail(p, ChildStep::hide, errno);
+  for (const char* const* d = p.hide_dirs; *d != nullptr; ++d)
+    if (raw_mount("none", *d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") < 0)
+      child_fail(p, ChildStep::hide, errno);
+  // Already in the leaf (CLONE_INTO_CGROUP): the new cgroup namespace is rooted there.
+  if (syscall(SYS_unshare, CLONE_NEWCGROUP) < 0) child_fail(p, ChildStep::cgroup_ns, errno);
+  if (p.nproc_max != 0) {
+    const rlimit lim{p.nproc_max, p.nproc_max};
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NPROC, &lim, nullptr) < 0) child_fail(p, ChildStep::nproc, errno);
+  }
+  for (int cap = 0; cap < 64; ++cap) {
+    if (syscall(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+      child_fail(p, ChildStep::capabilities, errno);
+  }
+  if (syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+    child_fail(p, ChildStep::capabilities, errno);
+  if (p.drop_groups && syscall(SYS_setgroups, 0, nullptr) < 0) child_fail(p, ChildStep::setgroups, errno);
+  if (syscall(SYS_setresgid, p.gid, p.gid, p.gid) < 0) child_fail(p, ChildStep::setgid, errno);
+  if (syscall(SYS_setresuid, p.uid, p.uid, p.uid) < 0) child_fail(p, ChildStep::setuid, errno);
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct none[2] = {};
+  if (syscall(SYS_capset, &hdr, none) < 0) child_fail(p, ChildStep::capabilities, errno);
+  if (syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(p, ChildStep::no_new_privs, errno);
+}
+
 [[noreturn]] void child_main(const ChildPlan& p) {
+  if (p.isolated) {
+    syscall(SYS_close, p.sync_write_fd);
+    if (p.make_dumpable && syscall(SYS_prctl, PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) child_fail(p, ChildStep::dumpable, errno);
+  }
   if (syscall(SYS_setsid) < 0) child_fail(p, ChildStep::setsid, errno);
   if (p.die_with_parent) {
     if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) child_fail(p, ChildStep::pdeathsig, errno);
-    // The supervisor may have died between clone3 and prctl: then nobody would kill us.
-    if (syscall(SYS_getppid) != p.parent) child_fail(p, ChildStep::parent_gone, ESRCH);
+    // The supervisor may have died between clone3 and prctl: then nobody would kill us. (In a
+    // new pid namespace getppid() is 0; there the sync pipe's EOF tells.)
+    if (!p.isolated && syscall(SYS_getppid) != p.parent) child_fail(p, ChildStep::parent_gone, ESRCH);
   }
+  if (p.isolated) child_isolate(p);
   for (int i = 0; i < 3; ++i) {
     if (p.stdio[i] >= 0 && syscall(SYS_dup2, p.stdio[i], i) < 0) child_fail(p, ChildStep::stdio, errno);
   }
@@ -81,6 +158,10 @@ struct ChildPlan {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);  // invalid numbers: ignored
   }
+  // The filter is the last step: from here on only execve and the failure report run.
+  if (p.seccomp != nullptr &&
+      syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p.seccomp) < 0)
+    child_fail(p, ChildStep::seccomp, errno);
   syscall(SYS_execve, p.path, p.argv, p.envp);
   child_fail(p, ChildStep::exec, errno);
 }
@@ -94,6 +175,18 @@ const char* step_name(int step) {
     case ChildStep::signals: return "signal reset";
     case ChildStep::exec: return "execve";
     case ChildStep::chdir: return "chdir";
+    case ChildStep::dumpable: return "prctl(PR_SET_DUMPABLE)";
+    case ChildStep::mount_private: return "making the mount namespace private";
+    case ChildStep::mount_proc: return "mounting its own /proc";
+    case ChildStep::hide: return "covering a hidden path";
+    case ChildStep::cgroup_ns: return "unshare(CLONE_NEWCGROUP)";
+    case ChildStep::nproc: return "setrlimit(RLIMIT_NPROC)";
+    case ChildStep::capabilities: return "dropping capabilities";
+    case ChildStep::setgroups: return "setgroups";
+    case ChildStep::setgid: return "setresgid";
+    case ChildStep::setuid: return "setresuid";
+    case ChildStep::no_new_privs: return "prctl(PR_SET_NO_NEW_PRIVS)";
+    case ChildStep::seccomp: return "installing the seccomp filter";
   }
   return "unknown step";
 }
@@ -113,7 +206,105 @@ bool is_executable_file(const std::string& path, bool& exists) {
   return exists && ::access(path.c_str(), X_OK) == 0;
 }
 
+// Writes `text` to /proc/<pid>/<file>. "" or the error.
+std::string write_proc_file(pid_t pid, const char* file, const std::string& text) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/" + file;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return "cannot open " + path + ": " + std::strerror(errno);
+  const ssize_t w = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  if (w != static_cast<ssize_t>(text.size()))
+    return "cannot write " + path + ": " + (w < 0 ? std::strerror(err) : "short write");
+  return {};
+}
+
+// Maps exactly one uid and one gid into the child's new user namespace (identity: the ids are
+// the same inside and outside). A non-root parent may map only its own ids, after denying
+// setgroups (user_namespaces(7)).
+std::string write_id_maps(pid_t pid, const Isolation& iso, bool root) {
+  if (!root) {
+    if (std::string e = write_proc_file(pid, "setgroups", "deny"); !e.empty()) return e;
+  }
+  const std::string u = std::to_string(iso.uid), g = std::to_string(iso.gid);
+  if (std::string e = write_proc_file(pid, "uid_map", u + " " + u + " 1\n"); !e.empty()) return e;
+  return write_proc_file(pid, "gid_map", g + " " + g + " 1\n");
+}
+
 }  // namespace
+
+std::optional<SeccompFilter> build_seccomp_filter(std::string& error) {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == nullptr) {
+    error = "seccomp_init failed";
+    return std::nullopt;
+  }
+  SeccompFilter f;
+  auto deny = [&](const char* name, int err) -> bool {
+    const int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR) return true;  // not on this architecture
+    if (int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0); r < 0) {
+      error = std::string("seccomp rule for ") + name + ": " + std::strerror(-r);
+      return false;
+    }
+    f.denied.emplace_back(name);
+    return true;
+  };
+  static constexpr const char* kDenied[] = {
+      "mount", "umount", "umount2", "pivot_root", "chroot", "fsopen", "fsmount", "fsconfig", "fspick",
+      "move_mount", "open_tree", "mount_setattr", "unshare", "setns", "ptrace", "process_vm_readv",
+      "process_vm_writev", "kcmp", "bpf", "keyctl", "add_key", "request_key", "perf_event_open",
+      "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "open_by_handle_at",
+      "name_to_handle_at", "userfaultfd", "io_uring_setup", "iopl", "ioperm", "swapon", "swapoff", "reboot",
+      "acct", "quotactl", "quotactl_fd", "syslog", "lookup_dcookie", "settimeofday", "clock_settime",
+      "clock_adjtime", "adjtimex", "stime", "vhangup", "nfsservctl", "uselib", "pidfd_getfd"};
+  bool ok = true;
+  for (const char* name : kDenied) ok = ok && deny(name, EPERM);
+  // clone3 passes its flags in memory, which a filter cannot read: ENOSYS makes libc fall back
+  // to clone, whose flags are an argument.
+  ok = ok && deny("clone3", ENOSYS);
+  static constexpr std::uint64_t kNamespaceFlags[] = {CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNS, CLONE_NEWNET,
+                                                      CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP, CLONE_NEWTIME};
+  for (std::uint64_t flag : kNamespaceFlags) {
+    if (!ok) break;
+    if (int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                                 SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag));
+        r < 0) {
+      error = std::string("seccomp rule for clone: ") + std::strerror(-r);
+      ok = false;
+    }
+  }
+  if (ok) f.denied.emplace_back("clone(CLONE_NEW*)");
+  // Export the BPF through a memfd (libseccomp 2.5 exports to an fd only).
+  if (ok) {
+    const int fd = ::memfd_create("leasehold-seccomp", MFD_CLOEXEC);
+    if (fd < 0) {
+      error = std::string("memfd_create: ") + std::strerror(errno);
+      ok = false;
+    } else {
+      if (int r = seccomp_export_bpf(ctx, fd); r < 0) {
+        error = std::string("seccomp_export_bpf: ") + std::strerror(-r);
+        ok = false;
+      } else {
+        const off_t size = ::lseek(fd, 0, SEEK_END);
+        if (size <= 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0) {
+          error = "seccomp_export_bpf wrote " + std::to_string(size) + " bytes";
+          ok = false;
+        } else {
+          f.words.resize(static_cast<std::size_t>(size) / sizeof(sock_filter));
+          if (::pread(fd, f.words.data(), static_cast<std::size_t>(size), 0) != size) {
+            error = "cannot read back the seccomp program";
+            ok = false;
+          }
+        }
+      }
+      ::close(fd);
+    }
+  }
+  seccomp_release(ctx);
+  if (!ok) return std::nullopt;
+  return f;
+}
 
 std::vector<std::string> default_bwrap_args() {
   return {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
@@ -206,6 +397,50 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
   const auto command = resolve_command(below_cwd ? request.working_directory + "/" + name : name, search, why);
   if (!command) return fail(why.rfind("permission", 0) == 0 ? EACCES : ENOENT, why);
 
+  const Isolation* iso = request.isolation;
+  const bool root = ::geteuid() == 0;
+  if (iso != nullptr) {
+    if (request.bwrap != nullptr) return fail(EINVAL, "isolation and bubblewrap wrapping are exclusive: choose one");
+    if (iso->uid == 0 || iso->gid == 0)
+      return fail(EINVAL, "an isolated sandbox never runs as uid or gid 0 (got uid " + std::to_string(iso->uid) +
+                              ", gid " + std::to_string(iso->gid) + ")");
+    if (!root && (iso->uid != ::geteuid() || iso->gid != ::getegid()))
+      return fail(EPERM, "a non-root supervisor (uid " + std::to_string(::geteuid()) +
+                             ") can run sandboxes only as its own uid and gid, not uid " + std::to_string(iso->uid));
+  }
+  // Paths to cover, split by kind (absent ones are skipped: nothing to hide).
+  std::vector<std::string> hide_files, hide_dirs;
+  if (iso != nullptr) {
+    for (const auto& h : iso->hide) {
+      struct stat st {};
+      if (h.empty() || h.front() != '/' || ::stat(h.c_str(), &st) != 0) continue;
+      (S_ISDIR(st.st_mode) ? hide_dirs : hide_files).push_back(h);
+    }
+    // A directory below another hidden one is covered already (and gone once that is covered).
+    auto below = [](const std::string& path, const std::string& dir) {
+      return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+             (dir.back() == '/' || path[dir.size()] == '/');
+    };
+    std::vector<std::string> outer;
+    for (const auto& d : hide_dirs) {
+      bool covered = false;
+      for (const auto& o : hide_dirs) covered = covered || below(d, o);
+      if (!covered) outer.push_back(d);
+    }
+    hide_dirs = std::move(outer);
+  }
+  std::vector<const char*> hide_file_ptrs, hide_dir_ptrs;
+  for (const auto& h : hide_files) hide_file_ptrs.push_back(h.c_str());
+  for (const auto& h : hide_dirs) hide_dir_ptrs.push_back(h.c_str());
+  hide_file_ptrs.push_back(nullptr);
+  hide_dir_ptrs.push_back(nullptr);
+  static_assert(sizeof(sock_filter) == sizeof(std::uint64_t));
+  sock_fprog fprog{};
+  if (iso != nullptr && iso->seccomp != nullptr) {
+    fprog.len = static_cast<unsigned short>(iso->seccomp->words.size());
+    fprog.filter = reinterpret_cast<sock_filter*>(const_cast<std::uint64_t*>(iso->seccomp->words.data()));
+  }
+
   std::vector<std::string> full;
   std::string exec_path = *command;
   if (request.bwrap != nullptr) {
@@ -233,14 +468,29 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
 
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return fail(errno, std::string("pipe2: ") + std::strerror(errno));
+  int sync[2] = {-1, -1};
+  if (iso != nullptr && ::pipe2(sync, O_CLOEXEC) != 0) {
+    const int err = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return fail(err, std::string("pipe2: ") + std::strerror(err));
+  }
 
   const ChildPlan plan{exec_path.c_str(), argv.data(), envp.data(), report[1], ::getpid(),
                        request.die_with_supervisor,
                        {request.stdin_fd, request.stdout_fd, request.stderr_fd},
-                       request.working_directory.empty() ? nullptr : request.working_directory.c_str()};
+                       request.working_directory.empty() ? nullptr : request.working_directory.c_str(),
+                       iso != nullptr, sync[0], sync[1],
+                       iso != nullptr && !root && ::prctl(PR_GET_DUMPABLE) != 1,
+                       root,
+                       iso != nullptr ? iso->uid : 0, iso != nullptr ? iso->gid : 0,
+                       hide_dir_ptrs.data(), hide_file_ptrs.data(),
+                       iso != nullptr ? iso->nproc_max : 0,
+                       iso != nullptr && iso->seccomp != nullptr ? &fprog : nullptr};
   int pidfd = -1;
   clone_args args{};
   args.flags = CLONE_PIDFD;
+  if (iso != nullptr) args.flags |= CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
   args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
   if (request.cgroup_dir_fd >= 0) {
@@ -251,9 +501,26 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
   if (pid == 0) child_main(plan);
   const int clone_err = errno;
   ::close(report[1]);
+  if (sync[0] >= 0) ::close(sync[0]);
+  std::string map_error;
+  if (pid > 0 && iso != nullptr) {
+    // The child waits for its id maps; EOF on the sync pipe (map_error) makes it give up.
+    map_error = write_id_maps(static_cast<pid_t>(pid), *iso, root);
+    if (map_error.empty()) {
+      const char go = 1;
+      if (::write(sync[1], &go, 1) != 1) map_error = std::string("cannot release the sandbox child: ") + std::strerror(errno);
+    }
+  }
+  if (sync[1] >= 0) ::close(sync[1]);
   if (pid < 0) {
     ::close(report[0]);
     if (clone_err == ENOSYS) return fail(ENOSYS, "clone3 is not available (needs Linux 5.3)");
+    if (iso != nullptr && (clone_err == EPERM || clone_err == EINVAL || clone_err == ENOSPC || clone_err == EUSERS)) {
+      return fail(clone_err, std::string("clone3 of an isolated sandbox failed: ") + std::strerror(clone_err) +
+                                 " (new user, pid, mount, ipc and uts namespaces; user namespaces disabled? check "
+                                 "sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone, or a "
+                                 "seccomp/LSM policy around the supervisor)");
+    }
     if (request.cgroup_dir_fd >= 0) {
       return fail(clone_err, std::string("clone3 into the sandbox cgroup failed: ") + std::strerror(clone_err) +
                                  " (CLONE_INTO_CGROUP needs Linux 5.7 and a cgroup v2 leaf)");
@@ -274,6 +541,7 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
   siginfo_t info{};
   reap(pidfd, info, true);
   if (n != static_cast<ssize_t>(sizeof r)) return fail(EIO, "sandbox child reported a truncated error");
+  if (!map_error.empty()) return fail(EPERM, "cannot map the sandbox's uid/gid into its user namespace: " + map_error);
   if (r.step == static_cast<int>(ChildStep::chdir)) {
     return fail(r.err, "cannot change directory to " + request.working_directory + ": " + std::strerror(r.err));
   }
@@ -298,23 +566,35 @@ int reap(int pidfd, siginfo_t& info, bool block) noexcept {
   return r == 0 ? 0 : -errno;
 }
 
+namespace {
+// Runs `req` to its end: "" when it exited 0, else why not (`what` names it in the text).
+std::string run_probe(const SpawnRequest& req, const std::string& what, const char* status_hint) {
+  SpawnError err;
+  auto p = spawn_sandbox(req, err);
+  if (!p) return err.message;
+  siginfo_t info{};
+  if (int r = reap(p->pidfd(), info, true); r < 0) return std::string("waitid: ") + std::strerror(-r);
+  if (info.si_code != CLD_EXITED) return what + " was killed by signal " + std::to_string(info.si_status);
+  if (info.si_status != 0) return what + " exited with status " + std::to_string(info.si_status) + status_hint;
+  return {};
+}
+}  // namespace
+
 std::string probe_bwrap(const BwrapConfig& config) {
   SpawnRequest req;
   req.argv = {"true"};
   const char* path = std::getenv("PATH");
   req.env = {std::string("PATH=") + (path != nullptr ? path : kDefaultSearchPath)};
   req.bwrap = &config;
-  SpawnError err;
-  auto p = spawn_sandbox(req, err);
-  if (!p) return err.message;
-  siginfo_t info{};
-  if (int r = reap(p->pidfd(), info, true); r < 0) return std::string("waitid: ") + std::strerror(-r);
-  if (info.si_code != CLD_EXITED) return "bwrap was killed by signal " + std::to_string(info.si_status);
-  if (info.si_status != 0) {
-    return "bwrap exited with status " + std::to_string(info.si_status) +
-           " (user namespaces or mounts not permitted here?)";
-  }
-  return {};
+  return run_probe(req, "bwrap", " (user namespaces or mounts not permitted here?)");
+}
+
+std::string probe_isolation(const Isolation& isolation, const std::string& command) {
+  SpawnRequest req;
+  req.argv = {command};
+  req.env = {std::string("PATH=") + kDefaultSearchPath};
+  req.isolation = &isolation;
+  return run_probe(req, "the isolated probe " + command, "");
 }
 
 }  // namespace leasehold

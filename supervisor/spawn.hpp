@@ -26,6 +26,27 @@
 // caller gets "command not found: foo" or "permission denied: /x" rather than a child that exits
 // 127; the failed child is reaped before spawn returns, so nothing leaks.
 //
+// Isolation (DESIGN.md "Trust model"; on by default in the daemon). A sandbox runs untrusted
+// code, so with `SpawnRequest::isolation` set it is started by the kernel interfaces directly
+// (not bubblewrap: the pidfd then names the pid-namespace init itself, so "pidfd readable" means
+// the whole namespace is gone, there is no helper process between the supervisor and the
+// sandbox, and no second exec on the start path):
+//  * clone3(CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS |
+//    CLONE_NEWIPC | CLONE_NEWUTS): the sandbox is the init of its own pid namespace, so when it
+//    dies the kernel kills every descendant (also one that called setsid or double-forked)
+//    before its exit is reported; it can neither see nor signal a process outside.
+//  * The parent maps exactly one host uid and gid into the user namespace (Isolation::uid/gid:
+//    never 0); the child then drops its supplementary groups (root parent) and switches to them.
+//  * Its own mount namespace (everything private): a fresh /proc of its pid namespace (no
+//    /proc/<supervisor>), and each Isolation::hide path covered — a directory by an empty
+//    read-only tmpfs, a file by /dev/null — e.g. the key file, the control socket's directory
+//    and the host cgroup tree. Then a cgroup namespace rooted at its leaf.
+//  * RLIMIT_NPROC in its own user namespace (per sandbox, whatever its uid): a fork bomb stops
+//    there even where the leaf has no pids controller.
+//  * Every capability dropped (bounding set, ambient, permitted/effective/inheritable),
+//    PR_SET_NO_NEW_PRIVS, and the seccomp filter of build_seccomp_filter() as the last step
+//    before execve.
+//
 // The child between clone3 and execve uses raw system calls only (the supervisor is
 // multi-threaded; no allocation, no locks, nothing a sanitizer intercepts).
 #pragma once
@@ -71,6 +92,39 @@ std::optional<std::string> resolve_command(std::string_view command, std::string
 /// with status N — e.g. user namespaces disabled).
 std::string probe_bwrap(const BwrapConfig& config);
 
+/// A compiled seccomp-BPF program (classic BPF, `struct sock_filter` words), built once in the
+/// supervisor and installed by each isolated child with a raw seccomp(2) call.
+struct SeccompFilter {
+  std::vector<std::uint64_t> words;  ///< sock_filter entries, 8 bytes each
+  std::vector<std::string> denied;   ///< the system calls it refuses, for --help and logs
+};
+
+/// Builds the sandbox filter with libseccomp: everything is allowed except (EPERM) mount,
+/// umount2, pivot_root, chroot, the new mount API (fsopen, fsmount, fspick, move_mount,
+/// open_tree, mount_setattr), unshare, setns, clone with any CLONE_NEW* flag (clone3: ENOSYS,
+/// so libc falls back to clone), ptrace, process_vm_readv/writev, kcmp, bpf, keyctl, add_key,
+/// request_key, perf_event_open, kexec_load, kexec_file_load, init/finit/delete_module,
+/// open_by_handle_at, name_to_handle_at, userfaultfd, io_uring_setup, iopl, ioperm, swapon,
+/// swapoff, reboot, acct, quotactl, syslog, lookup_dcookie, vhangup, pidfd_getfd and the
+/// clock setters. nullopt with `error` when libseccomp fails.
+std::optional<SeccompFilter> build_seccomp_filter(std::string& error);
+
+/// How an isolated sandbox runs (see the header comment). uid/gid are host ids, never 0; a
+/// non-root supervisor can only map its own euid and egid.
+struct Isolation {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  /// Paths covered inside the sandbox (absent ones are skipped): files by /dev/null, directories
+  /// by an empty read-only tmpfs.
+  std::vector<std::string> hide;
+  const SeccompFilter* seccomp = nullptr;  ///< nullptr: no filter (tests of the other layers)
+  std::uint64_t nproc_max = 0;             ///< RLIMIT_NPROC in its user namespace; 0 = unchanged
+};
+
+/// Why isolation cannot be used here ("" when an isolated `/bin/true`-like command ran and exited
+/// 0): e.g. user namespaces disabled, with the sysctl to change.
+std::string probe_isolation(const Isolation& isolation, const std::string& command);
+
 struct SpawnRequest {
   std::vector<std::string> argv;  ///< argv[0]: the command (a name looked up in PATH, or a path)
   std::vector<std::string> env;   ///< the whole environment, "KEY=VALUE" (LEASEHOLD_SHM, ...)
@@ -80,6 +134,9 @@ struct SpawnRequest {
   std::string working_directory;
   int cgroup_dir_fd = -1;         ///< a leaf's dir fd for CLONE_INTO_CGROUP, or -1
   const BwrapConfig* bwrap = nullptr;  ///< wrap in bubblewrap when set
+  /// Isolate (see the header comment) when set; nullptr is the unisolated legacy spawn: the
+  /// sandbox then runs as the supervisor's uid in the host's namespaces.
+  const Isolation* isolation = nullptr;
   bool die_with_supervisor = true;     ///< PR_SET_PDEATHSIG(SIGKILL); see the header comment
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  ///< dup'ed onto 0/1/2 when >= 0
 };

@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -136,6 +137,8 @@ struct Supervisor::Impl {
     std::vector<std::pair<ControlClientId, json>> waiters;  // answered when it is gone
     std::optional<std::string> waiter_error;  // e.g. exec_failed: answer waiters with it
     std::string waiter_message;
+    uid_t owner = static_cast<uid_t>(-1);  // the caller that started it (SO_PEERCRED)
+    uid_t uid = static_cast<uid_t>(-1);    // the host uid it runs as
   };
   struct PendingCommit {
     ControlClientId client;
@@ -174,6 +177,13 @@ struct Supervisor::Impl {
   int worker_lock_fd = -1;  ///< held (flock) for the process's lifetime
   std::string worker_lock_path_held;
   std::optional<BwrapConfig> bwrap;
+  // Isolation (supervisor/spawn.hpp): the filter every sandbox gets, root's uid range for the
+  // sandboxes root starts, and the paths no sandbox sees.
+  std::optional<SeccompFilter> seccomp;
+  std::uint32_t sandbox_uid_first = 0;
+  std::uint32_t sandbox_uid_count = 0;
+  std::vector<std::string> hidden_paths;
+  bool unsafe_kill = false;  ///< no delegated cgroup and no pid namespace: a kill may miss processes
   std::unique_ptr<ControlServer> control;
   std::unique_ptr<LockdLink> link;
   std::unique_ptr<HeartbeatSchedule> hb;
@@ -240,7 +250,16 @@ struct Supervisor::Impl {
   void do_expect_commit(ControlClientId client, ControlRequest req);
   void do_release(ControlClientId client, const ControlRequest& req);
   void do_kill(ControlClientId client, const ControlRequest& req);
-  json list_json() const;
+  json list_json(uid_t caller) const;
+  /// The isolation of a sandbox in `slot` started by `caller` (its uid: the caller's own unless
+  /// root started it; see --sandbox-uids).
+  Isolation isolation_for(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot) const;
+  std::string isolation_text() const;
+  /// Owner or root may act on a sandbox; otherwise answers `unauthorized` and returns false.
+  bool may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s);
+  /// A named creation where no kill is unescapable (and no --allow-unsafe-kill): answers
+  /// `refused`, naming the cause and the fix, and returns true.
+  bool refuse_unsafe_kill(ControlClientId client, const ControlRequest& req);
   json status_json() const;
 
   bool gate_named_creation(ControlClientId client, const json& id);
@@ -384,6 +403,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
       cgroup_parent_created = ::stat(cc.parent_path.c_str(), &st) != 0;
     }
   }
+  cc.use_cgroup = !cfg.no_cgroup;
   cgroups = CgroupTree::discover(cc);
   if (cgroups.mode() != KillMode::cgroup_v2_delegated) cgroup_parent_created = false;
   // Leaves of an earlier supervisor of this worker (crashed, or stopped with --on-shutdown
@@ -399,6 +419,37 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     bwrap->args.insert(bwrap->args.end(), {"--ro-bind", shm_path, shm_path});
     if (std::string why = probe_bwrap(*bwrap); !why.empty()) return "--bwrap: " + why;
   }
+  if (cfg.isolation) {
+    if (cfg.bwrap)
+      return "--bwrap and the isolated spawn are exclusive: add --isolation off to wrap sandboxes in bubblewrap";
+    std::string err;
+    seccomp = build_seccomp_filter(err);
+    if (!seccomp) return "sandbox isolation: " + err;
+    if (::geteuid() == 0) {
+      sandbox_uid_first = cfg.sandbox_uid_first;
+      sandbox_uid_count = cfg.sandbox_uid_count;
+      if (sandbox_uid_first == 0) {
+        std::string subuid;
+        const auto range = read_small_file("/etc/subuid", subuid) == 0 ? root_subuid_range(subuid) : std::nullopt;
+        sandbox_uid_first = range ? range->first : kDefaultSandboxUidFirst;
+        sandbox_uid_count = range ? range->second : kDefaultSandboxUidCount;
+      }
+      if (sandbox_uid_count < cfg.slots)
+        return "--sandbox-uids " + std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) +
+               " holds fewer uids than --slots " + std::to_string(cfg.slots) + " (one per slot)";
+    }
+    // What no sandbox may see: the key, the control socket, the host cgroup tree.
+    char real[PATH_MAX];
+    hidden_paths.push_back(::realpath(cfg.key_file.c_str(), real) != nullptr ? std::string(real) : cfg.key_file);
+    hidden_paths.push_back("/sys/fs/cgroup");
+    if (!cgroups.mount_point().empty()) hidden_paths.push_back(cgroups.mount_point());
+    if (std::string why = probe_isolation(isolation_for(0, 0, 0), "true"); !why.empty())
+      return "sandbox isolation is not available here: " + why +
+             "; fix: allow user namespaces (sysctl user.max_user_namespaces > 0; on Debian/Ubuntu also "
+             "kernel.unprivileged_userns_clone=1 or an AppArmor profile), or start with --isolation off "
+             "(sandboxes can then escape the kill-switch)";
+  }
+  unsafe_kill = !cfg.isolation && cgroups.mode() != KillMode::cgroup_v2_delegated;
   dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 
   deadlines.reset(new std::atomic<std::uint64_t>[cfg.slots]);
@@ -473,6 +524,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
       ControlAccess{::geteuid(), gid},
       [this](ControlClientId c, ControlRequest r) { on_request(c, std::move(r)); });
   if (std::string err = control->open(control_path); !err.empty()) return err;
+  if (cfg.isolation) hidden_paths.push_back(control_path);
 
   RetryPolicy retry;
   retry.first_backoff_ns = std::max<std::int64_t>(
@@ -593,6 +645,11 @@ std::string Supervisor::Impl::summary() const {
   s += "  shm table        " + shm_path + " (" + std::to_string(cfg.slots) + " slots)\n";
   s += "  control socket   " + control_path + "\n";
   s += "  cgroup           " + cgroups.reason() + "\n";
+  s += "  isolation        " + isolation_text() + "\n";
+  if (unsafe_kill)
+    s += std::string("  kill             UNSAFE: no delegated cgroup v2 and no pid namespace (isolation off): a "
+                     "sandbox's descendants can outlive its kill; named sandboxes ") +
+         (cfg.allow_unsafe_kill ? "allowed by --allow-unsafe-kill\n" : "are refused\n");
   s += "  rt thread        " + rt_text + "\n";
   s += "  ttl              " + std::to_string(cfg.ttl_ms) + " ms, kill after " +
        std::to_string(cfg.kill_after_ms) + " ms, heartbeat every " +
@@ -647,7 +704,7 @@ void Supervisor::Impl::on_control_ready(int fd, int result) {
 void Supervisor::Impl::on_request(ControlClientId client, ControlRequest req) {
   switch (req.op) {
     case ControlOp::list:
-      reply(client, control_ok(req.id, {{"sandboxes", list_json()}}));
+      reply(client, control_ok(req.id, {{"sandboxes", list_json(req.caller_uid)}}));
       return;
     case ControlOp::status:
       reply(client, control_ok(req.id, status_json()));
@@ -764,6 +821,7 @@ void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
                                   {{"holder", it->second.str()}, {"epoch", s ? s->epoch : 0}}));
       return;
     }
+    if (refuse_unsafe_kill(client, req)) return;
     if (!gate_named_creation(client, req.id)) return;
   }
   const SandboxId id = random_sandbox_id();
@@ -778,6 +836,7 @@ void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
   s.id = id;
   s.slot = claim.slot;
   s.synthetic = cfg.synthetic;
+  s.owner = req.caller_uid;
   by_slot[claim.slot] = id;
   sandboxes.emplace(id, std::move(s));
   if (!req.name) {
@@ -1042,6 +1101,11 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   sr.working_directory = req.cwd;  // "/" unless the request names one
   sr.cgroup_dir_fd = s.leaf.valid() ? s.leaf.dir_fd() : -1;
   sr.bwrap = bwrap ? &*bwrap : nullptr;
+  Isolation iso;
+  if (cfg.isolation) {
+    iso = isolation_for(req.caller_uid, req.caller_gid, s.slot);
+    sr.isolation = &iso;
+  }
   sr.die_with_supervisor = cfg.on_shutdown == ShutdownPolicy::kill;
   sr.stdin_fd = dev_null;
   SpawnError se;
@@ -1053,6 +1117,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   }
   s.process = std::move(*proc);
   s.pid = s.process.pid();
+  s.uid = cfg.isolation ? iso.uid : ::geteuid();
   s.started_ns = now;
   // Arm before anything else can happen to it; a named sandbox whose deadline already passed
   // is due at the next tick.
@@ -1078,7 +1143,58 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     ok["valid_until_ms"] = (static_cast<std::int64_t>(s.valid_until_ns) - static_cast<std::int64_t>(now_ns())) / 1'000'000;
   }
   if (s.leaf.valid()) ok["cgroup"] = s.leaf.path();
+  ok["uid"] = s.uid;
+  ok["isolation"] = cfg.isolation;
+  if (unsafe_kill) ok["unsafe_kill"] = true;
   reply(client, control_ok(req.id, ok));
+}
+
+Isolation Supervisor::Impl::isolation_for(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot) const {
+  Isolation iso;
+  iso.hide = hidden_paths;
+  iso.seccomp = seccomp ? &*seccomp : nullptr;
+  iso.nproc_max = cfg.sandbox_nproc_max;
+  if (::geteuid() != 0) {  // a non-root supervisor can map only itself
+    iso.uid = ::geteuid();
+    iso.gid = ::getegid();
+  } else if (caller_uid != 0 && caller_uid != static_cast<uid_t>(-1)) {  // never more than the caller
+    iso.uid = caller_uid;
+    iso.gid = caller_gid != 0 && caller_gid != static_cast<gid_t>(-1) ? caller_gid : caller_uid;
+  } else {  // root's sandboxes: one uid per slot from the range
+    iso.uid = iso.gid = sandbox_uid_first + slot % std::max<std::uint32_t>(sandbox_uid_count, 1);
+  }
+  return iso;
+}
+
+std::string Supervisor::Impl::isolation_text() const {
+  if (!cfg.isolation)
+    return "off (legacy spawn: sandboxes run as uid " + std::to_string(::geteuid()) +
+           " in the supervisor's namespaces and can escape the kill-switch)";
+  std::string t = "on: user, pid, mount, ipc, uts and cgroup namespaces, no capabilities, no_new_privs, seccomp (" +
+                  std::to_string(seccomp ? seccomp->denied.size() : 0) + " calls denied), at most " +
+                  std::to_string(cfg.sandbox_nproc_max) + " processes; uid ";
+  if (::geteuid() != 0) return t + std::to_string(::geteuid()) + " (this supervisor's own)";
+  return t + "of a non-root caller, else " + std::to_string(sandbox_uid_first) + "+slot (of " +
+         std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) + ")";
+}
+
+bool Supervisor::Impl::refuse_unsafe_kill(ControlClientId client, const ControlRequest& req) {
+  if (!unsafe_kill || cfg.allow_unsafe_kill) return false;
+  reply(client, control_error(req.id, "refused",
+                              "no unescapable kill on this worker: no delegated cgroup v2 (" + cgroups.reason() +
+                                  ") and no pid namespace (isolation off), so a named sandbox's descendants could "
+                                  "outlive its kill-switch and hold \"" + req.name.value_or("") +
+                                  "\" twice; fix: start the supervisor with isolation on (the default) or with a "
+                                  "delegated cgroup v2 subtree; --allow-unsafe-kill overrides"));
+  return true;
+}
+
+bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s) {
+  if (req.caller_uid == 0 || req.caller_uid == s.owner) return true;
+  reply(client, control_error(req.id, "unauthorized",
+                              "sandbox " + s.id.str() + " belongs to uid " + std::to_string(s.owner) + "; uid " +
+                                  std::to_string(req.caller_uid) + " may act only on its own sandboxes (root on all)"));
+  return false;
 }
 
 void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
@@ -1087,6 +1203,7 @@ void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
     reply(client, control_error(req.id, "not_found", "no running sandbox " + req.sandbox->str()));
     return;
   }
+  if (!may_act_on(client, req, *s)) return;
   if (s->name || s->epoch != 0) {
     // A well-formed request this sandbox's state refuses (a usage error would be "bad_request").
     reply(client, control_error(req.id, "refused", "sandbox " + req.sandbox->str() + " already has the name \"" +
@@ -1127,6 +1244,7 @@ void Supervisor::Impl::do_expect_commit(ControlClientId client, ControlRequest r
     reply(client, control_error(req.id, "busy", "too many commits waiting for the next heartbeat"));
     return;
   }
+  if (refuse_unsafe_kill(client, req)) return;
   if (!gate_named_creation(client, req.id)) return;
   const shm::ClaimResult claim = table->claim(*req.sandbox, now_ns());
   if (claim.error != shm::TableErrc::ok) {
@@ -1137,6 +1255,7 @@ void Supervisor::Impl::do_expect_commit(ControlClientId client, ControlRequest r
   s.id = *req.sandbox;
   s.slot = claim.slot;
   s.synthetic = cfg.synthetic;
+  s.owner = req.caller_uid;
   by_slot[claim.slot] = s.id;
   by_name[*req.name] = s.id;
   sandboxes.emplace(s.id, std::move(s));
@@ -1343,6 +1462,7 @@ void Supervisor::Impl::do_release(ControlClientId client, const ControlRequest& 
     reply(client, control_error(req.id, "not_found", "no sandbox on this worker holds \"" + *req.name + "\""));
     return;
   }
+  if (!may_act_on(client, req, *s)) return;
   s->waiters.emplace_back(client, req.id);
   kill_sandbox(*s, "released");
 }
@@ -1353,14 +1473,16 @@ void Supervisor::Impl::do_kill(ControlClientId client, const ControlRequest& req
     reply(client, control_error(req.id, "not_found", "no running sandbox " + req.sandbox->str()));
     return;
   }
+  if (!may_act_on(client, req, *s)) return;
   s->waiters.emplace_back(client, req.id);
   kill_sandbox(*s, "killed on request");
 }
 
-json Supervisor::Impl::list_json() const {
+json Supervisor::Impl::list_json(uid_t caller) const {
   json arr = json::array();
   const std::uint64_t now = now_ns();
   for (const auto& [id, s] : sandboxes) {
+    if (caller != 0 && caller != s.owner) continue;  // a caller sees its own sandboxes only (root: all)
     const char* st = s.state == State::acquiring ? "acquiring"
                      : s.state == State::starting ? "starting"
                      : s.state == State::exited   ? "exited"
@@ -1377,6 +1499,9 @@ json Supervisor::Impl::list_json() const {
     }
     if (!s.kill_reason.empty()) j["kill_reason"] = s.kill_reason;
     if (s.synthetic) j["synthetic"] = true;
+    j["owner"] = s.owner;
+    if (s.uid != static_cast<uid_t>(-1)) j["uid"] = s.uid;
+    if (unsafe_kill) j["unsafe_kill"] = true;
     arr.push_back(std::move(j));
   }
   return arr;
@@ -1413,6 +1538,10 @@ json Supervisor::Impl::status_json() const {
       {"named", named},
       {"shutting_down", shutting_down},
       {"synthetic", cfg.synthetic},
+      {"isolation", cfg.isolation},
+      {"isolation_text", isolation_text()},
+      {"unsafe_kill", unsafe_kill},
+      {"allow_unsafe_kill", cfg.allow_unsafe_kill},
       {"may_create_named", hb->may_create_named(now)},
       {"killswitch_engaged", hb->killswitch_engaged()},
       {"counters",
@@ -1545,6 +1674,7 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
   s->process = SandboxProcess{};  // closes the pidfd
   table->free(s->slot, now_ns());
   by_slot[s->slot] = SandboxId{};
+  bool leave_to_expire = false;
   if (s->leaf.valid()) {
     int rc = s->leaf.remove();
     for (int i = 0; rc == -EBUSY && i < 100; ++i) {  // killed tasks leave the cgroup asynchronously
@@ -1553,6 +1683,13 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
       rc = s->leaf.remove();
     }
     if (rc != 0) log_event("event=cgroup_leak path=%s error=\"%s\"", s->leaf.path().c_str(), std::strerror(-rc));
+    // Dead means the pidfd reported the exit *and* the leaf is empty: while a process of it
+    // still runs, the name is not given back (lockd expires it after its TTL; nothing refreshes it).
+    if ((s->name || s->pending_name) && s->leaf.valid() && s->leaf.populated() == 1) {
+      log_event("event=leaf_still_populated sandbox=%s name=%s epoch=%" PRIu64 " action=name_left_to_expire",
+                id.str().c_str(), s->name ? s->name->c_str() : s->pending_name->c_str(), s->epoch);
+      leave_to_expire = true;
+    }
   }
   auto answer_waiters = [this](std::vector<std::pair<ControlClientId, json>> waiters,
                                std::optional<std::string> err, std::string msg, json fields) {
@@ -1570,7 +1707,12 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
     if (it->second == id) it = by_name.erase(it);
     else ++it;
   }
-  if (s->name || s->pending_name) {
+  if ((s->name || s->pending_name) && leave_to_expire) {
+    fields["released"] = false;
+    fields["release"] = "not released: a process of the sandbox still runs in its cgroup leaf; lockd expires the name";
+    sandboxes.erase(id);
+    answer_waiters(std::move(waiters), err, msg, fields);
+  } else if (s->name || s->pending_name) {
     const std::string name = s->name ? *s->name : *s->pending_name;
     const NameId nid = s->name_id;
     const Epoch epoch = s->epoch;

@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -513,13 +514,21 @@ void Demo::body() {
   world_.keep = args_.keep;
   key_path_ = world_.tmp + "/key";
   if (std::string e = wire::generate_key_file(key_path_); !e.empty()) abort(e);
-  db_path_ = world_.tmp + "/resource.db";
+  // The agents are isolated sandboxes running as unprivileged uids of their own: they may pass
+  // through the temp dir (not read the key or lockd's store in it) and write the resource in
+  // shared/, whose files any uid may write.
+  ::chmod(world_.tmp.c_str(), 0711);
+  const std::string shared = world_.tmp + "/shared";
+  if (::mkdir(shared.c_str(), 0777) != 0 || ::chmod(shared.c_str(), 0777) != 0)
+    abort("cannot create " + shared + ": " + std::strerror(errno));
+  db_path_ = shared + "/resource.db";
   {
     std::string err;
     resource::StoreOptions so;
     so.durable = false;
     store_ = resource::FencedStore::open(db_path_, err, so);
     if (!store_) abort(err);
+    for (const char* suffix : {"", "-wal", "-shm"}) ::chmod((db_path_ + suffix).c_str(), 0666);
   }
 
   const std::string tag = std::to_string(::getpid());
@@ -567,7 +576,10 @@ void Demo::body() {
         std::string("leasehold-supervisor (") + kWorker[i] + ")",
         {sup_bin, "--lockd", world_.net.lockd_address(i, port_), "--key-file", key_path_, "--shm", shm_[i],
          "--control-socket", sock_[i], "--ttl-ms", std::to_string(t_.ttl_ms), "--heartbeat-interval-ms",
-         std::to_string(t_.heartbeat_ms), "--kill-after-ms", std::to_string(t_.kill_after_ms)},
+         std::to_string(t_.heartbeat_ms), "--kill-after-ms", std::to_string(t_.kill_after_ms),
+         // Isolated sandboxes (the default); as root each worker's from its own uid range, so
+         // the two workers' sandboxes never share a uid.
+         "--sandbox-uids", i == 0 ? "100000:65536" : "165536:65536"},
         world_.tmp + "/w" + std::to_string(i + 1) + ".log", world_.net.netns[i], err);
     if (!world_.sup[i]) abort(err);
   }
@@ -578,6 +590,7 @@ void Demo::body() {
     say("%s: supervisor pid %d%s%s, lockd at %s, kill mode %s", kWorker[i], world_.sup[i]->pid,
         world_.net.mode == Network::Mode::netns ? " in " : "", world_.net.netns[i].c_str(),
         world_.net.lockd_address(i, port_).c_str(), st->value("cgroup", std::string("?")).c_str());
+    detail("isolation %s", st->value("isolation_text", std::string("?")).c_str());
   }
   event(boot_ns(), "supervisors up");
 

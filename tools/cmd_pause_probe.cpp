@@ -852,7 +852,10 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
                    std::to_string(d.timing.heartbeat_interval_ms), "--kill-latency-budget-ms",
                    std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",
                    rho_text(d.timing.clock_rate_bound), "--control-socket", d.socket, "--shm", d.shm_path,
-                   "--slots", "16", "--on-shutdown", "kill"},
+                   "--slots", "16", "--on-shutdown", "kill",
+                   // The probe's sandbox is its own trusted program writing logs below the output
+                   // directory, which another uid may not reach; the kill path is the same.
+                   "--isolation", "off"},
                   d.tmp.path + "/supervisor.log", err))
     return {kInternal, err};
   if (!wait_line(d.supervisor, "ready", kStartTimeoutMs, err)) return {kInternal, err};

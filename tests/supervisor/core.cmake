@@ -12,3 +12,6 @@ leasehold_test(supervisor_rt_thread_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/rt_thread_test.cpp
   LIBS leasehold_supervisor_core
   LABELS concurrent)
+leasehold_test(supervisor_isolation_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/isolation_test.cpp
+  LIBS leasehold_supervisor_core)

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -57,9 +58,16 @@ class TempDir {
   TempDir() {
     char tmpl[] = "/tmp/lh-sup-test-XXXXXX";
     path_ = ::mkdtemp(tmpl);
+    // Isolated sandboxes run as another, unprivileged uid: they may pass through (not list) the
+    // directory, and write only below sandbox_dir().
+    ::chmod(path_.c_str(), 0711);
+    ::mkdir((path_ / "sandbox").c_str(), 0755);
+    ::chmod((path_ / "sandbox").c_str(), 01777);
   }
   ~TempDir() { fs::remove_all(path_); }
   const fs::path& path() const { return path_; }
+  /// Where a sandbox (any uid) may write.
+  fs::path sandbox_dir() const { return path_ / "sandbox"; }
 
  private:
   fs::path path_;

@@ -8,12 +8,15 @@
 
 #include "io/probe.hpp"
 #include "lockd/admin_client.hpp"
+#include "supervisor/cgroup.hpp"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
@@ -60,7 +63,7 @@ class SupervisorProcess : public ::testing::Test {
     ASSERT_TRUE(s.start(dir_.path(), relay.address(), key_, with(kSupTiming, extra), &err)) << err;
   }
   lockd::AdminClient admin() { return lockd::AdminClient(lockd_.socket_address(), load_key(key_)); }
-  std::string probe_log(const std::string& tag) const { return (dir_.path() / (tag + ".probe")).string(); }
+  std::string probe_log(const std::string& tag) const { return (dir_.sandbox_dir() / (tag + ".probe")).string(); }
   json run_probe(const Supervisor& s, const std::string& name, const std::string& tag) {
     return s.call(run_req(name, {LEASEHOLD_PROBE_BINARY, probe_log(tag)}));
   }
@@ -919,6 +922,154 @@ TEST_F(SupervisorProcess, SigtermWithKeepLeavesProcessesRunningUnnamed) {
   EXPECT_EQ(swept[0].at("path"), leaf);
   EXPECT_EQ(swept[0].at("had_processes"), "1");
   EXPECT_EQ(swept[0].at("result"), "removed");
+}
+
+// ---- isolation and ownership (issue 14) -------------------------------------------------------
+
+// The processes whose command line starts with `sleep <mark>` (the host's view).
+std::vector<pid_t> processes_marked(const std::string& mark) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
+    if (pid <= 0) continue;
+    std::string cmd;  // a process that just exited reads as an error: skipped
+    if (read_small_file((e.path() / "cmdline").string(), cmd) != 0) continue;
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.rfind("sleep " + mark, 0) == 0) out.push_back(pid);
+  }
+  return out;
+}
+
+// Issue 14: "a grandchild that called setsid survived release and the kill-switch". Started
+// by the supervisor, released through the control socket: with isolation (the default) the
+// grandchild dies with the sandbox; with --isolation off (the ablation) it survives.
+TEST_F(SupervisorProcess, ASetsidGrandchildDoesNotSurviveRelease) {
+  start_lockd();
+  const std::string mark = std::to_string(8'000'000 + ::getpid() % 1'000'000);
+  for (const bool isolated : {true, false}) {
+    SCOPED_TRACE(isolated ? "isolated" : "--isolation off");
+    Supervisor sup;
+    // The process-group kill (no cgroup): where the setsid escape worked.
+    std::vector<std::string> extra = {"--slots", "16", "--no-cgroup"};
+    if (!isolated) extra.insert(extra.end(), {"--isolation", "off", "--allow-unsafe-kill"});
+    std::string err;
+    ASSERT_TRUE(sup.start(dir_.path(), lockd_.address, key_, with(kSupTiming, extra), &err,
+                          isolated ? "iso" : "legacy"))
+        << err;
+    const std::string name = isolated ? "escape-iso" : "escape-legacy";
+    const json a = sup.call(run_req(name, {"sh", "-c", "setsid sleep " + mark + " </dev/null >/dev/null 2>&1 & "
+                                                       "exec sleep " + mark}));
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    EXPECT_EQ(a["isolation"], isolated);
+    if (isolated && ::geteuid() == 0) {
+      EXPECT_NE(a["uid"], 0) << "root's sandbox runs as an unprivileged uid";
+    }
+    ASSERT_TRUE(eventually([&] { return processes_marked(mark).size() == 2; }, 10'000));
+    const json r = sup.call({{"v", 1}, {"op", "release"}, {"name", name}});
+    ASSERT_EQ(r["ok"], true) << r.dump();
+    if (isolated) {
+      EXPECT_TRUE(processes_marked(mark).empty()) << "the grandchild died before the release was answered";
+    } else {
+      EXPECT_FALSE(eventually([&] { return processes_marked(mark).empty(); }, 1'000))
+          << "ablation: the legacy spawn's grandchild survives the release";
+      for (pid_t p : processes_marked(mark)) ::kill(p, SIGKILL);
+    }
+  }
+}
+
+// Issue 14: "No named sandbox without an unescapable kill": without a pid namespace (isolation
+// off) and without a delegated cgroup, a named run is refused naming cause and fix;
+// --allow-unsafe-kill overrides and the status says so.
+TEST_F(SupervisorProcess, ANamedSandboxWithoutAnUnescapableKillIsRefused) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup, {"--isolation", "off", "--no-cgroup"});
+  const json st = sup.call({{"v", 1}, {"op", "status"}});
+  EXPECT_EQ(st["unsafe_kill"], true);
+  const json r = sup.call(run_req("unsafe", {"sleep", "30"}));
+  EXPECT_EQ(r["ok"], false);
+  Supervisor isolated;  // isolation on: the pid namespace is an unescapable kill without a cgroup
+  start_sup(isolated, {"--no-cgroup"}, "isolated");
+  EXPECT_EQ(isolated.call({{"v", 1}, {"op", "status"}})["unsafe_kill"], false);
+  EXPECT_EQ(isolated.call(run_req("safe", {"sleep", "30"}))["ok"], true);
+  EXPECT_EQ(r["error"], "refused");
+  EXPECT_NE(r["message"].get<std::string>().find("no unescapable kill"), std::string::npos) << r.dump();
+  EXPECT_NE(r["message"].get<std::string>().find("--allow-unsafe-kill"), std::string::npos) << r.dump();
+  EXPECT_EQ(sup.call(run_req("", {"sleep", "30"}))["ok"], true) << "an unnamed sandbox holds no name";
+
+  Supervisor allowed;
+  start_sup(allowed, {"--isolation", "off", "--no-cgroup", "--allow-unsafe-kill"}, "allowed");
+  const json a = allowed.call(run_req("unsafe", {"sleep", "30"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  EXPECT_EQ(a["unsafe_kill"], true);
+  const json list = allowed.call({{"v", 1}, {"op", "list"}});
+  EXPECT_EQ(list["sandboxes"][0]["unsafe_kill"], true);
+  EXPECT_NE(allowed.child.out().find("kill             UNSAFE"), std::string::npos) << allowed.child.out();
+}
+
+// Issue 14: "a member of --group ran a command as uid 0 and released root's sandbox". The
+// member's command runs as the member's uid, and root's sandbox is not the member's to release,
+// kill, name or list.
+TEST_F(SupervisorProcess, AGroupMemberRunsAsItselfAndCannotTouchRootsSandboxes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as another uid";
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup, {"--group", "users"});
+  const json mine = sup.call(run_req("roots", {"sleep", "30"}));
+  ASSERT_EQ(mine["ok"], true) << mine.dump();
+  const json unnamed = sup.call(run_req("", {"sleep", "30"}));
+  ASSERT_EQ(unnamed["ok"], true) << unnamed.dump();
+  const gid_t users = 100;
+  const uid_t member = 4242;
+  const std::vector<json> requests = {
+      run_req("", {"sh", "-c", "id -u > /dev/null; exec sleep 30"}),
+      {{"v", 1}, {"op", "release"}, {"name", "roots"}},
+      {{"v", 1}, {"op", "kill"}, {"sandbox", mine["sandbox"]}},
+      {{"v", 1}, {"op", "name"}, {"sandbox", unnamed["sandbox"]}, {"name", "stolen"}},
+      {{"v", 1}, {"op", "list"}}};
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(out[0]);
+    if (::setgroups(1, &users) != 0 || ::setresgid(users, users, users) != 0 ||
+        ::setresuid(member, member, member) != 0)
+      ::_exit(3);
+    std::string lines;
+    for (const auto& req : requests) {
+      std::string err;
+      auto a = control_call(sup.socket.string(), req, 10'000, err);
+      lines += (a ? a->dump() : json{{"client_error", err}}.dump()) + "\n";
+    }
+    [[maybe_unused]] const ssize_t n = ::write(out[1], lines.data(), lines.size());
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::vector<json> answers;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) answers.push_back(json::parse(line));
+  ASSERT_EQ(answers.size(), requests.size()) << text;
+  ASSERT_EQ(answers[0]["ok"], true) << answers[0].dump();
+  EXPECT_EQ(answers[0]["uid"], member) << "a command runs as its caller's uid, never as the supervisor's";
+  for (std::size_t i = 1; i <= 3; ++i) {
+    EXPECT_EQ(answers[i]["ok"], false) << answers[i].dump();
+    EXPECT_EQ(answers[i]["error"], "unauthorized") << answers[i].dump();
+  }
+  ASSERT_EQ(answers[4]["sandboxes"].size(), 1u) << "the member sees only its own: " << answers[4].dump();
+  EXPECT_EQ(answers[4]["sandboxes"][0]["sandbox"], answers[0]["sandbox"]);
+  // Root's sandboxes were untouched; root may act on the member's.
+  const json list = sup.call({{"v", 1}, {"op", "list"}});
+  EXPECT_EQ(list["sandboxes"].size(), 3u) << list.dump();
+  EXPECT_EQ(::kill(mine["pid"].get<pid_t>(), 0), 0);
+  EXPECT_EQ(sup.call({{"v", 1}, {"op", "kill"}, {"sandbox", answers[0]["sandbox"]}})["ok"], true);
 }
 
 }  // namespace
