@@ -121,6 +121,9 @@ std::string runtime_dir() {
   if (geteuid() == 0) return "/run/leasehold";
   if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0')
     return std::string(xdg) + "/leasehold";
+  // Not /tmp: anyone may create a directory there first. The control socket server checks
+  // that this one is ours with mode 0700 (0750 with --group).
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') return std::string(home) + "/.leasehold";
   return "/tmp/leasehold-" + std::to_string(geteuid());
 }
 
@@ -164,8 +167,8 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
                  "shm epoch table file (default: /dev/shm/leasehold-<worker id>)");
   app.add_option("--control-socket", c.control_socket_path,
                  "control socket path (default: /run/leasehold/supervisor.sock as root, else "
-                 "$XDG_RUNTIME_DIR/leasehold/supervisor.sock or /tmp/leasehold-<uid>/"
-                 "supervisor.sock; $LEASEHOLD_CONTROL_SOCKET or $LEASEHOLD_SUPERVISOR overrides)");
+                 "$XDG_RUNTIME_DIR/leasehold/supervisor.sock or $HOME/.leasehold/supervisor.sock, a directory that must be "
+                 "this user's with mode 0700; $LEASEHOLD_CONTROL_SOCKET or $LEASEHOLD_SUPERVISOR overrides)");
   app.add_option("--group", c.group,
                  "group whose members may use the control socket besides root (default: root only)");
   app.add_option("--ttl-ms", c.ttl_ms,

@@ -113,8 +113,8 @@ std::int64_t pause_budget_ns(std::uint64_t ttl_ms, std::uint64_t kill_after_ms, 
                              std::uint64_t kill_latency_budget_ms);
 
 /// Default control socket: /run/leasehold/supervisor.sock for root; otherwise
-/// $XDG_RUNTIME_DIR/leasehold/supervisor.sock, or /tmp/leasehold-<uid>/supervisor.sock when
-/// XDG_RUNTIME_DIR is unset. $LEASEHOLD_CONTROL_SOCKET (or $LEASEHOLD_SUPERVISOR, the `leasehold`
+/// <runtime_dir>/supervisor.sock, in a directory the control socket server requires to be this
+/// user's with mode 0700 (0750 with --group). $LEASEHOLD_CONTROL_SOCKET (or $LEASEHOLD_SUPERVISOR, the `leasehold`
 /// CLI's variable) overrides it.
 std::string default_control_socket_path();
 
@@ -122,7 +122,8 @@ std::string default_control_socket_path();
 std::string default_shm_path(const WorkerId& worker);
 
 /// The per-user runtime directory: /run/leasehold for root, else $XDG_RUNTIME_DIR/leasehold,
-/// else /tmp/leasehold-<uid>.
+/// else $HOME/.leasehold (not /tmp, where another user could create it first), else
+/// /tmp/leasehold-<uid> without a HOME.
 std::string runtime_dir();
 
 /// The lock one live supervisor per worker id holds (flock, released by the kernel when the

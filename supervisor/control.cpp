@@ -1,5 +1,7 @@
 #include "supervisor/control.hpp"
 
+#include "supervisor/config.hpp"
+
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -10,11 +12,18 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <algorithm>
 
 namespace leasehold {
 namespace {
+
+std::string octal(unsigned mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
 
 using nlohmann::json;
 
@@ -289,12 +298,23 @@ std::string ControlServer::open(const std::string& path) {
   if (slash != std::string::npos && slash > 0) {
     const std::string dir = path.substr(0, slash);
     struct stat st{};
-    if (::stat(dir.c_str(), &st) != 0) {
-      const mode_t mode = access_.group_gid ? 0750 : 0700;
+    const mode_t mode = access_.group_gid ? 0750 : 0700;
+    const bool created = ::stat(dir.c_str(), &st) != 0;
+    if (created) {
       if (::mkdir(dir.c_str(), geteuid() == 0 ? 0755 : mode) != 0 && errno != EEXIST)
         return "cannot create the control socket directory " + dir + ": " + errno_text(errno);
       if (access_.group_gid && ::chown(dir.c_str(), static_cast<uid_t>(-1), *access_.group_gid) != 0)
         return "cannot chgrp " + dir + ": " + errno_text(errno);
+    }
+    // A non-root supervisor's own directory (the default one, or one it just created) must be
+    // its own and closed to others: whoever else could write it could replace the socket.
+    if (geteuid() != 0 && (created || dir == runtime_dir())) {
+      if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        return "control socket directory " + dir + " is not a directory";
+      if (st.st_uid != geteuid() || (st.st_mode & 07777 & ~mode) != 0)
+        return "control socket directory " + dir + " is owned by uid " + std::to_string(st.st_uid) + " with mode " +
+               octal(st.st_mode & 07777) + ": it must be this user's (uid " + std::to_string(geteuid()) +
+               ") with mode " + octal(mode) + " or stricter; fix: chmod " + octal(mode) + " " + dir;
     }
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size());
@@ -613,6 +633,22 @@ std::optional<json> control_call(const std::string& socket_path, const json& req
   }
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     error = "cannot connect to the supervisor at " + socket_path + ": " + errno_text(errno);
+    ::close(fd);
+    return std::nullopt;
+  }
+  // A request carries a command line and an environment: only a server run by root or by our
+  // own uid gets them (SO_PEERCRED of a listening socket: who called listen).
+  ucred server{};
+  socklen_t len = sizeof server;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &server, &len) != 0) {
+    error = "cannot read the credentials of the server at " + socket_path + ": " + errno_text(errno);
+    ::close(fd);
+    return std::nullopt;
+  }
+  if (server.uid != 0 && server.uid != ::geteuid()) {
+    error = "the control socket " + socket_path + " is served by uid " + std::to_string(server.uid) + " (pid " +
+            std::to_string(server.pid) + "), neither root nor this user (uid " + std::to_string(::geteuid()) +
+            "): refusing to send it a command line and environment";
     ::close(fd);
     return std::nullopt;
   }

@@ -1,10 +1,12 @@
 // The control socket: request parsing, and the server's bounds against bad input.
 #include "supervisor/control.hpp"
+#include "supervisor/config.hpp"
 
 #include <gtest/gtest.h>
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -363,6 +365,103 @@ TEST(ControlServer, RejectsAnUnauthorizedPeer) {
   EXPECT_EQ(handled, 0);
   EXPECT_EQ(s.rejected_unauthorized(), 1u);
   s.close_all();
+}
+
+// The CLI side: a request carries a command line and an environment, so control_call sends it
+// only to a server run by root or by the caller's own uid. Here a server of uid 65534 listens on
+// a socket anyone may connect to; root's control_call refuses before sending a byte.
+TEST(ControlCall, RefusesAServerOfAnotherUid) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a server as another uid";
+  char tmpl[] = "/tmp/lh-ctl-uid-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  const std::string path = dir + "/foreign.sock";
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only async-signal-safe calls from here on. Exit status: bytes received (capped), 100+ on error.
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(110);
+    const int lfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.c_str(), path.size());
+    if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 4) != 0) _exit(111);
+    ::chmod(path.c_str(), 0666);
+    [[maybe_unused]] ssize_t w = ::write(ready[1], "r", 1);
+    const int cfd = ::accept(lfd, nullptr, nullptr);
+    if (cfd < 0) _exit(112);
+    char buf[64];
+    ssize_t total = 0;
+    for (ssize_t n; (n = ::recv(cfd, buf, sizeof buf, 0)) > 0;) total += n;
+    _exit(total > 99 ? 99 : static_cast<int>(total));
+  }
+  ::close(ready[1]);
+  char r = 0;
+  ASSERT_EQ(::read(ready[0], &r, 1), 1);
+  ::close(ready[0]);
+  std::string error;
+  const auto answer = control_call(path, {{"v", 1}, {"op", "run"}, {"argv", {"cat", "/etc/shadow"}},
+                                          {"env", {{"SECRET", "x"}}}},
+                                   5000, error);
+  EXPECT_FALSE(answer.has_value());
+  EXPECT_NE(error.find("served by uid 65534"), std::string::npos) << error;
+  EXPECT_NE(error.find("refusing to send"), std::string::npos) << error;
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "bytes the foreign server received";
+  std::filesystem::remove_all(dir);
+}
+
+// A non-root supervisor's default socket directory is $HOME/.leasehold (not /tmp) and must be
+// its own with mode 0700: one that others may write is refused, naming the fix.
+TEST(ControlServer, ANonRootServerRefusesADefaultDirectoryOthersMayWrite) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another uid";
+  char tmpl[] = "/tmp/lh-ctl-home-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string home = tmpl;
+  ASSERT_EQ(::chown(home.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::mkdir((home + "/.leasehold").c_str(), 0777), 0);
+  ASSERT_EQ(::chmod((home + "/.leasehold").c_str(), 0777), 0);
+  ASSERT_EQ(::chown((home + "/.leasehold").c_str(), 65534, 65534), 0);
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(out[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(10);
+    ::unsetenv("XDG_RUNTIME_DIR");
+    ::setenv("HOME", home.c_str(), 1);
+    std::string text = runtime_dir() + "\n";
+    {
+      ControlServer s(ControlAccess{65534, std::nullopt}, [](ControlClientId, ControlRequest) {});
+      text += s.open(runtime_dir() + "/supervisor.sock") + "\n";
+    }
+    ::chmod((home + "/.leasehold").c_str(), 0700);
+    {
+      ControlServer s(ControlAccess{65534, std::nullopt}, [](ControlClientId, ControlRequest) {});
+      text += "fixed:" + s.open(runtime_dir() + "/supervisor.sock") + "\n";
+      s.close_all();
+    }
+    [[maybe_unused]] ssize_t w = ::write(out[1], text.data(), text.size());
+    _exit(0);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[1024];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(text.rfind(home + "/.leasehold\n", 0), 0u) << text;
+  EXPECT_NE(text.find("mode 0777"), std::string::npos) << text;
+  EXPECT_NE(text.find("fix: chmod 0700 " + home + "/.leasehold"), std::string::npos) << text;
+  EXPECT_NE(text.find("fixed:\n"), std::string::npos) << "a 0700 directory of its own is accepted: " << text;
+  std::filesystem::remove_all(home);
 }
 
 }  // namespace
