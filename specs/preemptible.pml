@@ -49,6 +49,9 @@
  *                           one whose commit is pending (its answer, if it arrives after a
  *                           beat sent after the firing cleared the kill-switch, publishes a
  *                           grant lockd may have revoked or preempted meanwhile)
+ *   -DRELEASE_IGNORES_WORKER  a release by sandbox and epoch frees a Held record whatever worker
+ *                           sends it (LeaseTable::release as of this writing): a copy whose
+ *                           commit was refused gives back the name its retried copy holds
  *   -DNO_WORKER_RECOVERY    a heartbeat answer's list of lost names kills nothing
  *   -DREVOKE_FREES_AT_ONCE  revoke makes the name grantable at once (no lock-delay)
  *
@@ -147,6 +150,14 @@ bool g_handover;              /* a copy became critical after a revoke or preemp
                        (CRIT(2) && W_OF(2) == (w)) || tripped[w] || !live[w] || conf[w] != 0 || \
                        (rv_pending && rv_w == (w)))
 #define BIT(s)        (1 << (s))
+/* a release (exit, or commit_failed giving the name back) by (name, sandbox, epoch) frees an Acquiring record
+ * of s, and a Held one only if it is held on this worker (a Held record on another worker is
+ * a retried copy's commit, not ours) */
+#ifdef RELEASE_IGNORES_WORKER
+#define RELEASES(s, w) HOLDS(s)
+#else
+#define RELEASES(s, w) (lock_owner == (s) && (lock_state == ACQUIRING || HELD_BY(s, w)))
+#endif
 
 inline kill(i)
 {
@@ -257,13 +268,13 @@ proctype Copy(byte i)
 		if
 		:: /*@G answer_alive*/ copy[i] == C_SPAWNED || copy[i] == C_COMMITTING ->
 			if
-			:: /*@G publish_gate*/ ok && !tripped[w] ->
+			:: /*@G publish_gate*/ ok ->
 				/*@E publish*/ copy[i] = C_CRIT;
 				g_handover = g_handover || g_revoked || g_preempted
-			:: else ->   /* give back: kill the copy, release what lockd may hold */
+			:: else ->   /* commit_failed: kill the copy, release (Acquiring abort, or a lost answer) */
 				copy[i] = C_DEAD;
 				if
-				:: /*@G giveback_release*/ ok && HELD_BY(S_OF(i), w) -> to_free()
+				:: /*@G giveback_release*/ RELEASES(S_OF(i), w) -> to_free()
 				:: else
 				fi
 			fi
@@ -279,10 +290,11 @@ proctype Copy(byte i)
 	:: true ->
 end_forever:	copy[i] == C_DEAD       /* never releases; only a kill ends it */
 	:: true ->
-end_critical:	atomic {   /* exit -> LeaseTable::release (by owner and epoch) */
+end_critical:	atomic {   /* exit -> release_to_lockd -> LeaseTable::release */
 			/*@G release*/ copy[i] == C_CRIT -> copy[i] = C_DEAD;
 			if
-			:: /*@G release_held*/ lock_state == HELD && lock_owner == S_OF(i) -> to_free()
+			:: UN -> skip        /* the release is lost: the name stays Held until preempted */
+			:: /*@G release_held*/ RELEASES(S_OF(i), w) -> to_free()
 			:: else
 			fi
 		}
@@ -559,7 +571,8 @@ ltl EventualMutualExclusion {
  * lapsed), so a revoked name does not stay ungrantable. */
 ltl RevokeEnds { [] (rv_pending -> <> !rv_pending) }
 
-/* Non-vacuity (expected to FAIL): a copy does reach its critical section, and one does after
- * the name was revoked or preempted from another holder. */
+/* Non-vacuity (expected to FAIL): a copy does reach its critical section, one does after
+ * the name was revoked or preempted from another holder, and a retried copy does. */
 ltl NeverCritical { [] !(CRIT(0) || CRIT(1) || CRIT(2)) }
 ltl NeverHandedOver { [] !g_handover }
+ltl NeverRetriedCritical { [] !CRIT(1) }

@@ -69,6 +69,11 @@ byte g_xfer_to = NOBODY;    /* a transfer to this node began and has not ended *
 bool g_xfer_misdirected;    /* a transfer ended with someone else acquiring */
 bool g_xfer_done;           /* a transfer ended with its intended owner acquiring */
 bool g_reservation_broken;  /* a reserved name was acquired by another node */
+bool fresh;                 /* Unowned: cur was allocated (transfer, revoke, reassign) and not
+                               granted yet; the next grant takes it (LeaseTable epoch_fresh) */
+byte g_intended = NOBODY;   /* the owner a reservation was made for (transfer, reassign) */
+byte g_lapsed_for = NOBODY; /* a reservation for this node lapsed, nobody acquired since */
+bool g_taken_after_lapse;   /* another node acquired the name after the reservation lapsed */
 bool rv_announced;          /* revoke --fence-db: the gate was told cur + 1, revoke not applied */
 byte rv_epoch;              /* the epoch the revoke was announced for (observed cur + 1) */
 
@@ -92,29 +97,32 @@ proctype Lockd()
 end_idle:
 	do
 	:: atomic {    /* acquire (LeaseTable::acquire): Free -> Held; +1 unless reserved */
-		kind == UNOWNED && (to != NOBODY || cur < EPOCH_MAX) ->
+		kind == UNOWNED && (to != NOBODY || fresh || cur < EPOCH_MAX) ->
 		select(n : 0 .. NODES-1);
 		if
 		:: /*@G acquire_reserved*/ to == n -> skip      /* reserved for n: epoch already new */
-		:: /*@G acquire_unreserved*/ to == NOBODY && cur < EPOCH_MAX -> /*@E acquire_epoch*/ cur++
+		:: /*@G acquire_fresh*/ to == NOBODY && fresh -> skip   /* revoked / lapsed: granted at it */
+		:: /*@G acquire_unreserved*/ to == NOBODY && !fresh && cur < EPOCH_MAX -> /*@E acquire_epoch*/ cur++
 #ifdef NO_RESERVATION_CHECK
 		:: else -> cur++
 #else
 		:: else -> goto refused                 /* Refusal::reserved */
 #endif
 		fi;
-		g_reservation_broken = g_reservation_broken || (to != NOBODY && to != n);
+		g_reservation_broken = g_reservation_broken || (g_intended != NOBODY && g_intended != n);
+		g_taken_after_lapse = g_taken_after_lapse || (g_lapsed_for != NOBODY && g_lapsed_for != n);
+		g_intended = NOBODY; g_lapsed_for = NOBODY;
 		g_xfer_misdirected = g_xfer_misdirected || (g_xfer_to != NOBODY && g_xfer_to != n);
 		g_xfer_done = g_xfer_done || g_xfer_to == n;
 		g_xfer_to = NOBODY;
-		/*@E acquire_owned*/ kind = OWNED; owner = n; /*@E acquire_clears_reservation*/ to = NOBODY;
+		/*@E acquire_owned*/ kind = OWNED; owner = n; /*@E acquire_clears_reservation*/ to = NOBODY; /*@E acquire_not_fresh*/ fresh = false;
 		/*@E issue*/ issued[n] = issued[n] | (1 << cur);
 		stale_upto = cur - 1;                   /* every earlier grant is superseded */
 		ANNOUNCE;
 refused:	n = 0
 	   }
 	:: atomic {    /* release by the holder (LeaseTable::release): Held -> Free, epoch = */
-		kind == OWNED -> /*@E release*/ kind = UNOWNED; owner = NOBODY; to = NOBODY
+		kind == OWNED -> /*@E release*/ kind = UNOWNED; owner = NOBODY; to = NOBODY; fresh = false
 	   }
 	:: atomic {    /* begin_transfer(from -> to): +1 here, so the old owner is fenced at once */
 		/*@G begin_held*/ kind == OWNED && cur < EPOCH_MAX ->
@@ -132,12 +140,17 @@ refused:	n = 0
 		cur++;
 		ANNOUNCE;
 #endif
-		/*@E complete_free*/ kind = UNOWNED; owner = NOBODY; old = 0
+		/*@E complete_free*/ kind = UNOWNED; owner = NOBODY; old = 0; /*@E complete_fresh*/ fresh = true;
+		g_intended = to
 	   }
 	:: atomic {    /* the transfer reservation's TTL lapses: plain Free at the same epoch */
 		/*@G reservation_lapse*/ kind == UNOWNED && to != NOBODY ->
 		/*@E lapse_clears*/ to = NOBODY;
-		g_xfer_to = NOBODY                      /* the transfer ended by the lapse */
+		if   /* a reservation in Free lapsed (the ghosts follow the intent, not `to`) */
+		:: kind == UNOWNED && g_intended != NOBODY ->
+			g_xfer_to = NOBODY; g_lapsed_for = g_intended; g_intended = NOBODY
+		:: else
+		fi
 	   }
 #ifndef ANNOUNCE_AFTER_REVOKE
 	/* revoke --fence-db: read the record, announce epoch + 1 to the resource's gate, then
@@ -145,7 +158,7 @@ refused:	n = 0
 	:: atomic {
 		!rv_announced && kind != UNOWNED && cur < EPOCH_MAX ->
 		rv_announced = true; rv_epoch = cur + 1;
-		/*@E revoke_announce*/ if :: rv_epoch > seen -> seen = rv_epoch :: else fi
+		if :: rv_epoch > seen -> /*@E revoke_announce*/ seen = rv_epoch :: else fi
 	   }
 	:: atomic {    /* revoke (coordinator, no cooperation): -> Free, +1 */
 		rv_announced ->
@@ -154,8 +167,8 @@ refused:	n = 0
 		:: /*@G revoke_same_epoch*/ kind != UNOWNED && cur + 1 == rv_epoch ->
 			stale_upto = cur;
 			/*@E revoke_free*/ kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0;
-			g_xfer_to = NOBODY;                 /* a transfer ended by a revoke */
-			/*@E revoke_epoch*/ cur++
+			g_xfer_to = NOBODY; g_intended = NOBODY; g_lapsed_for = NOBODY;  /* ended by a revoke */
+			/*@E revoke_epoch*/ cur++; /*@E revoke_fresh*/ fresh = true
 		:: else                                 /* Refusal::stale_epoch: nothing moved */
 		fi;
 		rv_epoch = 0
@@ -165,7 +178,8 @@ refused:	n = 0
 	:: atomic {
 		!rv_announced && kind != UNOWNED && cur < EPOCH_MAX ->
 		stale_upto = cur;
-		kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0; g_xfer_to = NOBODY; cur++;
+		kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0; cur++; fresh = true;
+		g_xfer_to = NOBODY; g_intended = NOBODY; g_lapsed_for = NOBODY;
 		rv_announced = true; rv_epoch = cur
 	   }
 	:: atomic {
@@ -179,7 +193,8 @@ refused:	n = 0
 		select(n : 0 .. NODES-1);
 		stale_upto = cur;
 		g_xfer_to = NOBODY;                     /* a pending transfer is superseded */
-		/*@E reassign_to*/ to = n; /*@E reassign_epoch*/ cur++; n = 0;
+		g_intended = n; g_lapsed_for = NOBODY;
+		/*@E reassign_to*/ to = n; /*@E reassign_epoch*/ cur++; fresh = true; n = 0;
 		ANNOUNCE
 	   }
 	od
@@ -245,6 +260,8 @@ ltl TransferEndsWithIntendedOwner { [] !g_xfer_misdirected }
 /* GateRecordsAdmitted: the gate's highest seen epoch is at least every epoch it admitted. */
 ltl GateRecordsAdmitted { [] (seen >= g_max_admitted) }
 
-/* Non-vacuity (expected to FAIL): a write is admitted, and a transfer completes. */
+/* Non-vacuity (expected to FAIL): a write is admitted, a transfer completes, and a name
+ * whose reservation lapsed is acquired by another node. */
 ltl NeverAdmitted { [] !g_admitted }
 ltl NeverTransferred { [] !g_xfer_done }
+ltl NeverTakenAfterLapse { [] !g_taken_after_lapse }
