@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     h.sender = samples::wid(7);
     h.seq = 1000 + static_cast<std::uint64_t>(n);
     h.request_id = 1 + static_cast<std::uint64_t>(n);
+    h.key_id = fuzzing::fuzz_key().key_id;  // the receiver's keyring finds the fuzz key by it
     Datagram d;
     const EncodeResult r = encode(h, body, &auth, d.buffer());
     if (!r) {

@@ -8,6 +8,7 @@
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
 
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 namespace leasehold::wire {
 namespace {
@@ -64,6 +66,116 @@ std::optional<WireKey> parse_key_hex(std::string_view text) {
     key.bytes.push_back(static_cast<std::uint8_t>(hi << 4 | lo));
   }
   return key;
+}
+
+namespace {
+
+bool parse_u16(std::string_view v, std::uint16_t& out) {
+  if (v.empty() || v.size() > 5) return false;
+  unsigned x = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return false;
+    x = x * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (x == 0 || x > 65535) return false;
+  out = static_cast<std::uint16_t>(x);
+  return true;
+}
+
+// The header line: "leasehold-key kind=K key-id=N [worker=UUID]". "" or what is wrong.
+std::string parse_key_header(std::string_view line, WireKey& key) {
+  constexpr std::string_view kMagicWord = "leasehold-key";
+  line.remove_prefix(kMagicWord.size());
+  bool have_kind = false, have_id = false, have_worker = false;
+  while (!line.empty()) {
+    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    if (line.empty()) break;
+    const std::size_t end = std::min(line.find(' '), line.size());
+    const std::string_view tok = line.substr(0, end);
+    line.remove_prefix(end);
+    const std::size_t eq = tok.find('=');
+    if (eq == std::string_view::npos) return "header field \"" + std::string(tok) + "\" is not NAME=VALUE";
+    const std::string_view name = tok.substr(0, eq), value = tok.substr(eq + 1);
+    if (name == "kind") {
+      if (value == "cluster") key.kind = KeyKind::cluster;
+      else if (value == "worker") key.kind = KeyKind::worker;
+      else if (value == "admin") key.kind = KeyKind::admin;
+      else return "kind \"" + std::string(value) + "\" is not cluster, worker or admin";
+      have_kind = true;
+    } else if (name == "key-id") {
+      if (!parse_u16(value, key.key_id)) return "key-id \"" + std::string(value) + "\" is not 1..65535";
+      have_id = true;
+    } else if (name == "worker") {
+      const auto w = WorkerId::parse(std::string(value));
+      if (!w || w->is_nil()) return "worker \"" + std::string(value) + "\" is not a worker id (a UUID)";
+      key.worker = *w;
+      have_worker = true;
+    } else {
+      return "unknown header field \"" + std::string(name) + "\"";
+    }
+  }
+  if (!have_kind) return "the header line has no kind=";
+  if (!have_id) return "the header line has no key-id=";
+  if (key.kind == KeyKind::worker && !have_worker) return "a worker key needs worker=";
+  if (key.kind != KeyKind::worker && have_worker) return "only a worker key names a worker";
+  return {};
+}
+
+}  // namespace
+
+KeyLoad parse_key_file_text(const std::string& path, std::string_view text) {
+  KeyLoad res;
+  const std::string fix_new = "; create one with --generate-key " + path;
+  WireKey meta;
+  if (text.rfind("leasehold-key", 0) == 0) {
+    const std::size_t nl = text.find('\n');
+    if (nl == std::string_view::npos) {
+      res.error = "key file " + path + " has a header line but no key line" + fix_new;
+      return res;
+    }
+    std::string_view header = text.substr(0, nl);
+    if (!header.empty() && header.back() == '\r') header.remove_suffix(1);
+    if (header.size() > kKeyFileHeaderBytesMax) {
+      res.error = "key file " + path + ": the header line is longer than " +
+                  std::to_string(kKeyFileHeaderBytesMax) + " bytes";
+      return res;
+    }
+    if (std::string why = parse_key_header(header, meta); !why.empty()) {
+      res.error = "key file " + path + ": " + why;
+      return res;
+    }
+    text.remove_prefix(nl + 1);
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  if (text.empty()) {
+    res.error = "key file " + path + " is empty" + fix_new;
+    return res;
+  }
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (hex_value(text[i]) < 0) {
+      res.error = "key file " + path + ": byte " + std::to_string(i) +
+                  " is not a hex digit; the key is " + std::to_string(2 * kKeyBytesMin) + ".." +
+                  std::to_string(2 * kKeyBytesMax) + " hex digits" + fix_new;
+      return res;
+    }
+  }
+  if (text.size() < 2 * kKeyBytesMin || text.size() % 2 != 0) {
+    res.error = "key file " + path + " holds " + std::to_string(text.size()) + " hex digits; at least " +
+                std::to_string(2 * kKeyBytesMin) + " (an even number) are needed" + fix_new;
+    return res;
+  }
+  if (text.size() > 2 * kKeyBytesMax) {
+    res.error = "key file " + path + " holds " + std::to_string(text.size()) + " hex digits; at most " +
+                std::to_string(2 * kKeyBytesMax) + " are used by HMAC-SHA256" + fix_new;
+    return res;
+  }
+  res.key = parse_key_hex(text);
+  if (res.key) {
+    res.key->kind = meta.kind;
+    res.key->key_id = meta.key_id;
+    res.key->worker = meta.worker;
+  }
+  return res;
 }
 
 KeyLoad load_key_file(const std::string& path) {
@@ -124,51 +236,43 @@ KeyLoad load_key_file(const std::string& path) {
     n += static_cast<std::size_t>(got);
   }
   ::close(fd);
-  std::string_view text(buf, n);
   if (n > kKeyFileBytesMax) {
     res.error = "key file " + path + " is larger than " + std::to_string(kKeyFileBytesMax) +
-                " bytes; expected " + std::to_string(2 * kKeyBytesMin) + ".." + std::to_string(2 * kKeyBytesMax) +
-                " hex digits" + fix_new;
+                " bytes; expected a header line and " + std::to_string(2 * kKeyBytesMin) + ".." +
+                std::to_string(2 * kKeyBytesMax) + " hex digits" + fix_new;
     return res;
   }
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
-  if (text.empty()) {
-    res.error = "key file " + path + " is empty" + fix_new;
-    return res;
-  }
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (hex_value(text[i]) < 0) {
-      res.error = "key file " + path + ": byte " + std::to_string(i) +
-                  " is not a hex digit; the key is " + std::to_string(2 * kKeyBytesMin) + ".." +
-                  std::to_string(2 * kKeyBytesMax) + " hex digits" + fix_new;
-      return res;
-    }
-  }
-  if (text.size() < 2 * kKeyBytesMin || text.size() % 2 != 0) {
-    res.error = "key file " + path + " holds " + std::to_string(text.size()) + " hex digits; at least " +
-                std::to_string(2 * kKeyBytesMin) + " (an even number) are needed" + fix_new;
-    return res;
-  }
-  if (text.size() > 2 * kKeyBytesMax) {
-    res.error = "key file " + path + " holds " + std::to_string(text.size()) + " hex digits; at most " +
-                std::to_string(2 * kKeyBytesMax) + " are used by HMAC-SHA256" + fix_new;
-    return res;
-  }
-  res.key = parse_key_hex(text);
-  return res;
+  return parse_key_file_text(path, std::string_view(buf, n));
 }
 
-std::string generate_key_file(const std::string& path) {
-  std::uint8_t raw[kKeyBytesMin];
-  if (RAND_bytes(raw, sizeof raw) != 1) return "cannot generate a key: the OpenSSL random generator failed";
+std::string_view to_string(KeyKind k) noexcept {
+  switch (k) {
+    case KeyKind::cluster: return "cluster";
+    case KeyKind::worker: return "worker";
+    case KeyKind::admin: return "admin";
+  }
+  return "unknown";
+}
+
+std::string format_key(const WireKey& key) {
+  std::string text = "leasehold-key kind=" + std::string(to_string(key.kind)) +
+                     " key-id=" + std::to_string(key.key_id);
+  if (key.kind == KeyKind::worker) text += " worker=" + key.worker.str();
+  text += "\n" + to_hex(key.bytes) + "\n";
+  return text;
+}
+
+std::string write_key_file(const std::string& path, const WireKey& key) {
+  if (key.bytes.size() < kKeyBytesMin || key.bytes.size() > kKeyBytesMax)
+    return "cannot write key file " + path + ": the key is " + std::to_string(key.bytes.size()) + " bytes";
+  if (key.key_id == 0) return "cannot write key file " + path + ": key id 0 names no key";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     const int err = errno;
     return "cannot create key file " + path + ": " + std::strerror(err) +
            (err == EEXIST ? " (an existing key is never overwritten; remove it first to replace it)" : "");
   }
-  std::string text = to_hex(raw) + "\n";
-  OPENSSL_cleanse(raw, sizeof raw);
+  std::string text = format_key(key);
   std::string error;
   if (::fchmod(fd, 0600) != 0) error = "cannot chmod 600 key file " + path + ": " + std::strerror(errno);
   std::size_t done = 0;
@@ -183,6 +287,57 @@ std::string generate_key_file(const std::string& path) {
   OPENSSL_cleanse(text.data(), text.size());
   if (!error.empty()) ::unlink(path.c_str());
   return error;
+}
+
+std::string generate_key_file(const std::string& path, KeyKind kind, std::uint16_t key_id) {
+  if (kind == KeyKind::worker)
+    return "a worker key is derived from the cluster key (--derive-worker-key), not generated";
+  WireKey key;
+  key.kind = kind;
+  key.key_id = key_id;
+  key.bytes.resize(kKeyBytesMin);
+  if (RAND_bytes(key.bytes.data(), static_cast<int>(key.bytes.size())) != 1)
+    return "cannot generate a key: the OpenSSL random generator failed";
+  std::string err = write_key_file(path, key);
+  OPENSSL_cleanse(key.bytes.data(), key.bytes.size());
+  return err;
+}
+
+WireKey derive_worker_key(const WireKey& cluster, const WorkerId& worker) {
+  if (cluster.kind != KeyKind::cluster)
+    throw std::invalid_argument("a worker key is derived from a cluster key, not from a " +
+                                std::string(to_string(cluster.kind)) + " key");
+  if (worker.is_nil()) throw std::invalid_argument("a worker key needs a worker id");
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  if (kdf == nullptr) throw std::runtime_error("OpenSSL provides no HKDF implementation");
+  EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
+  EVP_KDF_free(kdf);
+  if (ctx == nullptr) throw std::runtime_error("OpenSSL: EVP_KDF_CTX_new failed");
+  std::uint8_t info[18];
+  for (int i = 0; i < 8; ++i) {
+    info[i] = static_cast<std::uint8_t>(worker.hi >> (56 - 8 * i));
+    info[8 + i] = static_cast<std::uint8_t>(worker.lo >> (56 - 8 * i));
+  }
+  info[16] = static_cast<std::uint8_t>(cluster.key_id >> 8);
+  info[17] = static_cast<std::uint8_t>(cluster.key_id);
+  char digest[] = "SHA256";
+  char salt[] = "leasehold worker key v1";
+  const OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<std::uint8_t*>(cluster.bytes.data()),
+                                        cluster.bytes.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, salt, sizeof salt - 1),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, sizeof info),
+      OSSL_PARAM_construct_end()};
+  WireKey out;
+  out.kind = KeyKind::worker;
+  out.key_id = cluster.key_id;
+  out.worker = worker;
+  out.bytes.resize(kDerivedKeyBytes);
+  const int ok = EVP_KDF_derive(ctx, out.bytes.data(), out.bytes.size(), params);
+  EVP_KDF_CTX_free(ctx);
+  if (ok != 1) throw std::runtime_error("OpenSSL: HKDF-SHA256 derivation failed");
+  return out;
 }
 
 // ---- HMAC --------------------------------------------------------------------------------------
@@ -242,5 +397,132 @@ bool Authenticator::verify(std::span<const std::uint8_t> datagram) const noexcep
   const auto tag = mac(datagram.first(body));
   return CRYPTO_memcmp(tag.data(), datagram.data() + body, kTagBytes) == 0;
 }
+
+}  // namespace leasehold::wire
+
+namespace leasehold::wire {
+
+// ---- keyrings ----------------------------------------------------------------------------------
+
+std::string_view to_string(Authority a) noexcept {
+  switch (a) {
+    case Authority::none: return "none";
+    case Authority::peer: return "peer";
+    case Authority::worker: return "worker";
+    case Authority::admin: return "admin";
+  }
+  return "unknown";
+}
+
+SingleKeyring::SingleKeyring(const WireKey& key)
+    : key_id_(key.key_id),
+      authority_(key.kind == KeyKind::worker  ? Authority::worker
+                 : key.kind == KeyKind::admin ? Authority::admin
+                                              : Authority::peer),
+      auth_(key) {}
+
+KeyMatch SingleKeyring::find(const WorkerId&, std::uint16_t key_id) {
+  if (key_id != key_id_) return {};
+  return KeyMatch{&auth_, authority_};
+}
+
+namespace {
+struct DerivedKeyRef {
+  WorkerId worker;
+  std::uint16_t key_id = 0;
+  friend bool operator==(const DerivedKeyRef&, const DerivedKeyRef&) = default;
+};
+struct DerivedKeyRefHash {
+  std::size_t operator()(const DerivedKeyRef& k) const noexcept {
+    return std::hash<WorkerId>{}(k.worker) ^ (static_cast<std::size_t>(k.key_id) * 0x9E3779B97F4A7C15ULL);
+  }
+};
+}  // namespace
+
+struct ClusterKeyring::State {
+  std::size_t derived_max;
+  std::unordered_map<std::uint16_t, WireKey> cluster;
+  std::unordered_map<std::uint16_t, std::unique_ptr<Authenticator>> cluster_direct;  // id | kAdminKeyIdBit
+  std::unordered_map<std::uint16_t, std::unique_ptr<Authenticator>> admin;
+  std::unordered_map<DerivedKeyRef, std::unique_ptr<Authenticator>, DerivedKeyRefHash> derived;
+  std::uint16_t newest_cluster = 0;
+  std::uint64_t derivations = 0;
+  bool shared = false;  // ablation
+};
+
+void ClusterKeyring::ablate_shared_worker_key() noexcept {
+  state_->shared = true;
+  state_->derived.clear();
+}
+
+WireKey derive_worker_key_as_issued(const WireKey& cluster, const WorkerId& worker, bool shared_ablation) {
+  if (!shared_ablation) return derive_worker_key(cluster, worker);
+  WireKey k = derive_worker_key(cluster, ClusterKeyring::kSharedWorker);
+  k.worker = worker;
+  return k;
+}
+
+ClusterKeyring::ClusterKeyring(std::size_t derived_max) : state_(std::make_unique<State>()) {
+  state_->derived_max = derived_max == 0 ? 1 : derived_max;
+}
+ClusterKeyring::~ClusterKeyring() {
+  for (auto& [id, k] : state_->cluster) OPENSSL_cleanse(k.bytes.data(), k.bytes.size());
+}
+
+std::string ClusterKeyring::add(const WireKey& key) {
+  State& s = *state_;
+  if (key.key_id == 0) return "key id 0 names no key";
+  if (s.cluster.count(key.key_id) != 0 || s.admin.count(key.key_id) != 0 ||
+      s.cluster_direct.count(key.key_id) != 0)
+    return "key id " + std::to_string(key.key_id) + " is used by two keys; every key needs its own id";
+  switch (key.kind) {
+    case KeyKind::cluster:
+      if ((key.key_id & kAdminKeyIdBit) != 0)
+        return "cluster key id " + std::to_string(key.key_id) + " is above 32767";
+      if (s.admin.count(key.key_id | kAdminKeyIdBit) != 0)
+        return "key id " + std::to_string(key.key_id | kAdminKeyIdBit) + " (cluster key " +
+               std::to_string(key.key_id) + " used directly) is also an admin key's id";
+      s.cluster.emplace(key.key_id, key);
+      s.cluster_direct.emplace(key.key_id | kAdminKeyIdBit, std::make_unique<Authenticator>(key));
+      s.newest_cluster = std::max(s.newest_cluster, key.key_id);
+      return {};
+    case KeyKind::admin:
+      if (s.cluster.count(key.key_id & ~kAdminKeyIdBit) != 0 && (key.key_id & kAdminKeyIdBit) != 0)
+        return "admin key id " + std::to_string(key.key_id) + " is cluster key " +
+               std::to_string(key.key_id & ~kAdminKeyIdBit) + "'s direct id";
+      s.admin.emplace(key.key_id, std::make_unique<Authenticator>(key));
+      return {};
+    case KeyKind::worker: break;
+  }
+  return "a worker key (worker " + key.worker.str() + ") is not lockd's: give lockd the cluster key it was derived from";
+}
+
+KeyMatch ClusterKeyring::find(const WorkerId& sender, std::uint16_t key_id) {
+  State& s = *state_;
+  const DerivedKeyRef ref{sender, key_id};
+  if (auto it = s.derived.find(ref); it != s.derived.end()) return KeyMatch{it->second.get(), Authority::worker};
+  if (auto it = s.admin.find(key_id); it != s.admin.end()) return KeyMatch{it->second.get(), Authority::admin};
+  if (auto it = s.cluster_direct.find(key_id); it != s.cluster_direct.end())
+    return KeyMatch{it->second.get(), Authority::admin};
+  const auto c = s.cluster.find(key_id);
+  if (c == s.cluster.end() || sender.is_nil()) return {};
+  if (s.derived.size() >= s.derived_max) s.derived.clear();  // re-derived on demand
+  WireKey k = derive_worker_key(c->second, s.shared ? kSharedWorker : sender);
+  ++s.derivations;
+  auto auth = std::make_unique<Authenticator>(k);
+  OPENSSL_cleanse(k.bytes.data(), k.bytes.size());
+  const Authenticator* p = auth.get();
+  s.derived.emplace(ref, std::move(auth));
+  return KeyMatch{p, Authority::worker};
+}
+
+const Authenticator* ClusterKeyring::for_worker(const WorkerId& worker, std::uint16_t* key_id) {
+  if (state_->newest_cluster == 0) return nullptr;
+  *key_id = state_->newest_cluster;
+  return find(worker, state_->newest_cluster).auth;
+}
+
+std::size_t ClusterKeyring::derived() const noexcept { return state_->derived.size(); }
+std::uint64_t ClusterKeyring::derivations() const noexcept { return state_->derivations; }
 
 }  // namespace leasehold::wire

@@ -1,12 +1,24 @@
-// leasehold/io: datagram authentication with HMAC-SHA256 and a shared key file.
+// leasehold/io: datagram authentication with HMAC-SHA256, per-worker keys and key files.
 //
-// DESIGN.md "The wire protocol": every datagram ends in an HMAC-SHA256 tag (RFC 2104) over its
-// header and payload, computed with a key shared by lockd, the supervisors and the CLI. The key
-// lives in a file that only its owner may read (mode 0600 or stricter); the daemons refuse to
-// start otherwise.
+// DESIGN.md "The wire protocol", "Trust model": every datagram ends in an HMAC-SHA256 tag
+// (RFC 2104) over its header and payload. Three kinds of key:
+//   - the cluster key (lockd and the operator): lockd derives the worker keys from it; used
+//     directly it is an admin key too (key id | kAdminKeyIdBit): who holds it can derive every
+//     worker key anyway, so this gives no power it does not already have
+//   - a worker key, K_W = HKDF-SHA256(cluster key, salt "leasehold worker key v1",
+//     info = worker id (16 bytes, hi then lo, big-endian) || key id (2 bytes, big-endian)),
+//     RFC 5869. A supervisor holds only its own; since lockd derives the key from the sender id
+//     the datagram claims, a valid tag proves that the sender is worker W.
+//   - an admin key (the CLI's admin commands; lockd --admin-key-file): no supervisor holds it.
+// Every tag carries its key's id (header key_id), so lockd can accept two cluster keys during
+// a rotation. A key lives in a file that only its owner may read (mode 0600 or stricter); the
+// daemons refuse to start otherwise.
 //
-// Key file format: the key as hex text, kKeyBytesMin..kKeyBytesMax bytes (64..128 hex digits),
-// optionally followed by one newline. generate_key_file() writes one.
+// Key file format (text):
+//   leasehold-key kind=<cluster|worker|admin> key-id=<1..65535>[ worker=<uuid>]
+//   <the key as hex, kKeyBytesMin..kKeyBytesMax bytes: 64..128 hex digits>
+// each line optionally ending in a newline. A file of only the hex line (the format before key
+// ids) is a cluster key with key id 1. generate_key_file() and write_key_file() write one.
 #pragma once
 
 #include "io/protocol.hpp"
@@ -25,12 +37,38 @@ namespace leasehold::wire {
 
 inline constexpr std::size_t kKeyBytesMin = 32;  ///< RFC 2104 §3: at least the hash output size
 inline constexpr std::size_t kKeyBytesMax = 64;  ///< SHA-256 block size; longer keys add nothing
-inline constexpr std::size_t kKeyFileBytesMax = 2 * kKeyBytesMax + 2;
+inline constexpr std::size_t kKeyFileHeaderBytesMax = 128;
+inline constexpr std::size_t kKeyFileBytesMax = kKeyFileHeaderBytesMax + 2 * kKeyBytesMax + 2;
+inline constexpr std::uint16_t kKeyIdDefault = 1;  ///< the id of a key written without one
+/// A tag made with cluster key N itself (not a key derived from it) carries key id N | this bit;
+/// so cluster key ids are 1..32767.
+inline constexpr std::uint16_t kAdminKeyIdBit = 0x8000;
+inline constexpr std::size_t kDerivedKeyBytes = 32;
 
-/// A shared HMAC key (raw bytes).
+/// What a key gives power over (see the top of this file).
+enum class KeyKind : std::uint8_t { cluster = 0, worker = 1, admin = 2 };
+std::string_view to_string(KeyKind k) noexcept;
+
+/// An HMAC key (raw bytes) and what it is. `worker` is set for a worker key only.
 struct WireKey {
+  WireKey() = default;
+  WireKey(std::vector<std::uint8_t> b, KeyKind k = KeyKind::cluster, std::uint16_t id = kKeyIdDefault,
+          WorkerId w = {})
+      : bytes(std::move(b)), kind(k), key_id(id), worker(w) {}
   std::vector<std::uint8_t> bytes;
+  KeyKind kind = KeyKind::cluster;
+  std::uint16_t key_id = kKeyIdDefault;
+  WorkerId worker;
 };
+
+/// K_W for `worker` from a cluster key (HKDF-SHA256, see the top of this file); the result has
+/// kind worker, the cluster key's id and `worker`. Throws std::invalid_argument if `cluster` is
+/// not a cluster key or `worker` is nil, std::runtime_error if OpenSSL has no HKDF.
+WireKey derive_worker_key(const WireKey& cluster, const WorkerId& worker);
+
+/// The key lockd issues to `worker` (--derive-worker-key): derive_worker_key(), or under the
+/// shared-worker-key ablation (see ClusterKeyring) the one shared key, named for `worker`.
+WireKey derive_worker_key_as_issued(const WireKey& cluster, const WorkerId& worker, bool shared_ablation);
 
 struct KeyLoad {
   std::optional<WireKey> key;
@@ -42,15 +80,26 @@ struct KeyLoad {
 /// a missing/unreadable file, a file that is not a regular file, a mode with any group/other bit
 /// set ("mode 0644 ... fix: chmod 600 <path>"), an owner other than this process's uid or root
 /// ("owned by uid N ... fix: chown ..."), an empty or too short key, non-hex content. The file's
-/// text is wiped from memory before returning.
+/// text is wiped from memory before returning. The key file's bytes check (mode, owner, type)
+/// and read are load_key_file's; the text is parsed by parse_key_file_text (also for tests): a
+/// header line (kind, key id, worker) and the hex key, or the hex key alone (a cluster key with
+/// id kKeyIdDefault).
 KeyLoad load_key_file(const std::string& path);
+KeyLoad parse_key_file_text(const std::string& path, std::string_view text);
 
-/// Writes a fresh random key (kKeyBytesMin bytes from the OpenSSL CSPRNG) as hex to `path`,
-/// created with mode 0600 (O_EXCL: an existing file is never overwritten). Returns "" on
-/// success, otherwise the error text.
-std::string generate_key_file(const std::string& path);
+/// Writes `key` to `path` in the key file format, created with mode 0600 (O_EXCL: an existing
+/// file is never overwritten). Returns "" on success, otherwise the error text.
+std::string write_key_file(const std::string& path, const WireKey& key);
 
-/// Key from hex text (the file format); nullopt if not 64..128 hex digits.
+/// Writes a fresh random key (kKeyBytesMin bytes from the OpenSSL CSPRNG) of `kind` (cluster or
+/// admin) and `key_id` to `path` (see write_key_file). Returns "" or the error text.
+std::string generate_key_file(const std::string& path, KeyKind kind = KeyKind::cluster,
+                              std::uint16_t key_id = kKeyIdDefault);
+
+/// The key file text of `key` (both lines, newline-terminated).
+std::string format_key(const WireKey& key);
+
+/// Key from hex text (the key line of the file format); nullopt if not 64..128 hex digits.
 std::optional<WireKey> parse_key_hex(std::string_view text);
 
 /// Computes and checks tags. Holds prepared OpenSSL HMAC state for one key: not thread-safe, use
@@ -72,6 +121,72 @@ class Authenticator {
   void sign(std::span<std::uint8_t> datagram) const noexcept;
   /// True if the last 32 bytes are the tag over the rest. False for datagrams shorter than 32.
   bool verify(std::span<const std::uint8_t> datagram) const noexcept;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// What a datagram's key proves about its sender.
+enum class Authority : std::uint8_t {
+  none = 0,
+  peer = 1,    ///< a single shared key (a supervisor checking lockd's answers, tests)
+  worker = 2,  ///< the sender's own worker key: the sender is the worker its header names
+  admin = 3,   ///< an admin key: revoke, transfer, reassign, list, show of any name
+};
+std::string_view to_string(Authority a) noexcept;
+
+/// The key a datagram must be tagged with, or auth == nullptr (no such key: drop it).
+struct KeyMatch {
+  const Authenticator* auth = nullptr;
+  Authority authority = Authority::none;
+};
+
+/// Picks the key that must have tagged a datagram from (sender, key_id), before the tag is
+/// checked. Not thread-safe (one per receiving thread, like the Receiver that owns it).
+class Keyring {
+ public:
+  virtual ~Keyring() = default;
+  /// The returned Authenticator stays valid until the next find().
+  virtual KeyMatch find(const WorkerId& sender, std::uint16_t key_id) = 0;
+};
+
+/// One key: every datagram tagged with its key id, whatever its sender, is checked with it
+/// (Authority::peer; Authority::worker for a worker key, Authority::admin for an admin key).
+class SingleKeyring final : public Keyring {
+ public:
+  explicit SingleKeyring(const WireKey& key);
+  KeyMatch find(const WorkerId& sender, std::uint16_t key_id) override;
+
+ private:
+  std::uint16_t key_id_;
+  Authority authority_;
+  Authenticator auth_;
+};
+
+/// lockd's keys: cluster keys by id (a datagram with a cluster key id is checked with the key
+/// derived for its claimed sender: Authority::worker; with the id | kAdminKeyIdBit, with the
+/// cluster key itself: Authority::admin) and admin keys by id (Authority::admin).
+/// Derived keys are cached per (worker, key id), at most `derived_max` (then the cache is
+/// emptied), so a heartbeat costs one hash lookup and one HMAC.
+class ClusterKeyring final : public Keyring {
+ public:
+  static constexpr std::size_t kDerivedKeysMax = 16384;
+  explicit ClusterKeyring(std::size_t derived_max = kDerivedKeysMax);
+  /// Ablation (tests only, LEASEHOLD_ABLATE=shared-worker-key): every worker gets the same key
+  /// (the one derived for worker kSharedWorker), as with one shared key: a valid tag then no
+  /// longer proves the sender. derive_worker_key_as_issued() follows the same switch.
+  static constexpr WorkerId kSharedWorker{0, 1};
+  void ablate_shared_worker_key() noexcept;
+  ~ClusterKeyring() override;
+  /// Adds a cluster or admin key; "" or why not (a worker key, a key id already used, 0).
+  std::string add(const WireKey& key);
+  KeyMatch find(const WorkerId& sender, std::uint16_t key_id) override;
+  /// The authenticator lockd signs with when it writes to `worker` first (IsRunning): the key
+  /// derived with the newest cluster key id; nullptr if there is no cluster key.
+  const Authenticator* for_worker(const WorkerId& worker, std::uint16_t* key_id);
+  std::size_t derived() const noexcept;
+  std::uint64_t derivations() const noexcept;
 
  private:
   struct State;

@@ -149,7 +149,10 @@ int RequestClient::start(std::span<const std::byte> request, const SocketAddress
 void RequestClient::send_attempt(Pending& p) {
   const std::int64_t now = now_boottime_ns();
   ++p.attempts;
-  if (p.attempts > 1) ++stats_.retries;
+  if (p.attempts > 1) {
+    ++stats_.retries;
+    if (resend_hook_) resend_hook_({p.bytes, p.bytes_len});
+  }
   if (observer_) observer_(p.request_id, p.attempts, now);
   p.last_send_ns = now;
   // A refused send (in-flight bound) is as good as a datagram lost on the way: retried later.

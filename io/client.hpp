@@ -7,8 +7,10 @@
 // Rules (DESIGN.md "Time", "The wire protocol"):
 //   - Every request has a CLOCK_BOOTTIME deadline; nothing is sent at or after it. The caller
 //     caps it (the supervisor caps a refresh at the lease time left).
-//   - Retries resend the same bytes, hence the same request id, so lockd's dedup answers a
-//     retry with the answer it already gave (every request is idempotent).
+//   - Retries resend the same request id, so lockd's dedup answers a retry with the answer it
+//     already gave (every request is idempotent). The bytes are the same unless a resend hook
+//     (set_resend_hook) restamps them: the supervisor gives every retry a fresh sequence number,
+//     because a receiver never executes a replayed one.
 //   - Between attempts: exponential backoff with jitter (RetryPolicy), bounded by attempts_max.
 //   - Answers are matched by request id only; authenticity is the codec's job (HMAC).
 //   - Bounded: at most ClientLimits::outstanding_max requests in flight per client.
@@ -68,6 +70,9 @@ using AnswerHandler = std::function<void(const RequestOutcome&)>;
 /// Called right before each send (attempt 1 = the first), for RTT statistics and tests.
 using SendObserver = std::function<void(std::uint64_t request_id, std::uint32_t attempt,
                                         std::int64_t send_ns)>;
+/// Called before every attempt after the first with the request's bytes, which it may rewrite
+/// in place (same length, same request id): e.g. a fresh sequence number and tag.
+using ResendHook = std::function<void(std::span<std::byte> request)>;
 
 struct ClientLimits {
   std::uint32_t outstanding_max = 256;  ///< requests in flight; start() refuses beyond (-EBUSY)
@@ -115,6 +120,7 @@ class RequestClient {
   /// sandbox running?") go here; without a handler they are counted and dropped.
   void set_unsolicited_handler(RecvHandler handler) { unsolicited_ = std::move(handler); }
   void set_send_observer(SendObserver observer) { observer_ = std::move(observer); }
+  void set_resend_hook(ResendHook hook) { resend_hook_ = std::move(hook); }
   const ClientStats& stats() const noexcept { return stats_; }
 
  private:
@@ -136,6 +142,7 @@ class RequestClient {
   std::size_t outstanding_ = 0;
   RecvHandler unsolicited_;
   SendObserver observer_;
+  ResendHook resend_hook_;
   ClientStats stats_;
 };
 

@@ -27,8 +27,8 @@ constexpr std::size_t kOffSender = 8;
 constexpr std::size_t kOffSeq = 24;
 constexpr std::size_t kOffRequestId = 32;
 constexpr std::size_t kOffPayloadLen = 40;
-constexpr std::size_t kOffReserved = 42;
-static_assert(kOffReserved + 2 == kHeaderBytes);
+constexpr std::size_t kOffKeyId = 42;
+static_assert(kOffKeyId + 2 == kHeaderBytes);
 static_assert(kPayloadBytesMax == 1324);
 static_assert(2 + kHeartbeatEntriesMax * kHeartbeatAckEntryBytes <= kPayloadBytesMax);
 static_assert(2 + (kHeartbeatEntriesMax + 1) * kHeartbeatAckEntryBytes > kPayloadBytesMax);
@@ -123,7 +123,7 @@ std::size_t size_of(const StatsAnswer& m) noexcept {
   for (const auto& c : m.counters) n += 1 + c.key.size() + 8;
   return n;
 }
-std::size_t size_of(const Error& m) noexcept { return 2 + 2 + m.message.size(); }
+std::size_t size_of(const Error& m) noexcept { return 2 + 8 + 2 + m.message.size(); }
 
 // ... validation before writing (what the decoder would reject) ...
 EncodeError check_name(std::string_view name) {
@@ -223,7 +223,9 @@ void put(Writer& w, const StatsAnswer& m) {
   w.u16(static_cast<std::uint16_t>(m.counters.size()));
   for (const auto& c : m.counters) { w.text8(c.key); w.u64(c.value); }
 }
-void put(Writer& w, const Error& m) { w.u16(static_cast<std::uint16_t>(m.code)); w.text16(m.message); }
+void put(Writer& w, const Error& m) {
+  w.u16(static_cast<std::uint16_t>(m.code)); w.u64(m.seq_floor); w.text16(m.message);
+}
 
 // ---- reading -----------------------------------------------------------------------------------
 
@@ -471,7 +473,7 @@ bool get(Reader& r, Error& m) {
   std::uint16_t code = 0;
   if (!r.u16(code, "error.code")) return false;
   m.code = static_cast<ErrorCode>(code);  // unknown codes are kept as their number
-  return r.text16(m.message, kErrorTextBytesMax, "error.message");
+  return r.u64(m.seq_floor, "error.seq_floor") && r.text16(m.message, kErrorTextBytesMax, "error.message");
 }
 
 template <class M>
@@ -613,6 +615,7 @@ std::string_view to_string(DecodeError e) noexcept {
     case DecodeError::replayed: return "replayed";
     case DecodeError::stale_seq: return "stale_seq";
     case DecodeError::request_id_reused: return "request_id_reused";
+    case DecodeError::unknown_key: return "unknown_key";
   }
   return "unknown";
 }
@@ -652,7 +655,7 @@ std::size_t payload_bytes(const Body& body) noexcept {
   return std::visit([](const auto& m) { return size_of(m); }, body);
 }
 
-EncodeResult encode(const Header& header, const Body& body, Authenticator* auth,
+EncodeResult encode(const Header& header, const Body& body, const Authenticator* auth,
                     std::span<std::uint8_t> out) noexcept {
   if ((header.flags & ~kFlagsKnown) != 0) return {0, EncodeError::bad_flags};
   const EncodeError invalid = std::visit([](const auto& m) { return check(m); }, body);
@@ -672,7 +675,7 @@ EncodeResult encode(const Header& header, const Body& body, Authenticator* auth,
   store_u64(p + kOffSeq, header.seq);
   store_u64(p + kOffRequestId, header.request_id);
   store_u16(p + kOffPayloadLen, static_cast<std::uint16_t>(payload));
-  store_u16(p + kOffReserved, 0);
+  store_u16(p + kOffKeyId, header.key_id);
   Writer w{p + kHeaderBytes};
   std::visit([&w](const auto& m) { put(w, m); }, body);
   assert(w.p == p + kHeaderBytes + payload);  // size_of and put agree
@@ -682,6 +685,13 @@ EncodeResult encode(const Header& header, const Body& body, Authenticator* auth,
     std::memset(p + kHeaderBytes + payload, 0, kTagBytes);
   }
   return {total, EncodeError::none};
+}
+
+bool restamp(std::span<std::uint8_t> datagram, std::uint64_t seq, const Authenticator& auth) noexcept {
+  if (datagram.size() < kDatagramBytesMin || load_u32(datagram.data() + kOffMagic) != kMagic) return false;
+  store_u64(datagram.data() + kOffSeq, seq);
+  auth.sign(datagram);
+  return true;
 }
 
 std::vector<Heartbeat> split_heartbeat(std::span<const HeartbeatEntry> entries, std::uint32_t ttl_cap_ms) {
@@ -715,9 +725,10 @@ DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenti
   out.seq = load_u64(p + kOffSeq);
   out.request_id = load_u64(p + kOffRequestId);
   out.payload_len = load_u16(p + kOffPayloadLen);
+  out.key_id = load_u16(p + kOffKeyId);
   if (out.version != kVersion) return DecodeError::unknown_version;
   if (!known_type(p[kOffType])) return DecodeError::unknown_type;
-  if ((out.flags & ~kFlagsKnown) != 0 || load_u16(p + kOffReserved) != 0) return DecodeError::bad_flags;
+  if ((out.flags & ~kFlagsKnown) != 0) return DecodeError::bad_flags;
   if (kHeaderBytes + out.payload_len + kTagBytes != datagram.size()) return DecodeError::length_mismatch;
   return DecodeError::none;
 }
@@ -727,6 +738,17 @@ std::optional<std::uint64_t> request_id_of(std::span<const std::byte> datagram) 
   const auto* p = reinterpret_cast<const std::uint8_t*>(datagram.data());
   if (load_u32(p + kOffMagic) != kMagic) return std::nullopt;
   return load_u64(p + kOffRequestId);
+}
+
+std::optional<KeyRef> key_ref_of(std::span<const std::uint8_t> datagram) noexcept {
+  if (datagram.size() < kDatagramBytesMin) return std::nullopt;
+  const std::uint8_t* p = datagram.data();
+  if (load_u32(p + kOffMagic) != kMagic) return std::nullopt;
+  KeyRef k;
+  k.sender.hi = load_u64(p + kOffSender);
+  k.sender.lo = load_u64(p + kOffSender + 8);
+  k.key_id = load_u16(p + kOffKeyId);
+  return k;
 }
 
 DecodeResult decode_payload(const Header& header, std::span<const std::uint8_t> datagram) {
@@ -794,7 +816,7 @@ DecodeResult decode(std::span<const std::uint8_t> datagram, const Authenticator*
       break;
     case DecodeError::bad_flags:
       res.detail = "flags " + hex8(header.flags) + " has unknown bits (known: " + hex8(kFlagsKnown) +
-                   ") or the reserved bytes are not zero";
+                   ")";
       break;
     case DecodeError::length_mismatch:
       res.detail = "datagram is " + std::to_string(datagram.size()) + " bytes but payload_len " +

@@ -12,9 +12,11 @@
 //       24    8  seq          per-sender, strictly increasing (replay window, RFC 4303 §3.4.3)
 //       32    8  request_id   chosen by the requester; retries reuse it; answers echo it
 //       40    2  payload_len  bytes of payload that follow the header
-//       42    2  reserved     zero
+//       42    2  key_id       which key tagged the datagram (io/auth.hpp); 0 names no key
 //       44    n  payload      per type, see the structs below
-//     44+n   32  tag          HMAC-SHA256 over bytes [0, 44+n) with the shared key
+//     44+n   32  tag          HMAC-SHA256 over bytes [0, 44+n) with the key that key_id and
+//                             sender select: a worker's own key (derived from the cluster key
+//                             and the worker id), or an admin key (io/auth.hpp Keyring)
 //
 // Version stability: bytes 0..43 (the header) and the trailing 32-byte tag keep this meaning in
 // every future version, so a receiver can authenticate a datagram of an unknown version and
@@ -45,7 +47,7 @@ namespace leasehold::wire {
 // Limits (named; every list on the wire is bounded by one of these).
 
 inline constexpr std::uint32_t kMagic = 0x3157484Cu;  ///< bytes "LHW1" little-endian
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 2;  ///< 2: key_id in the header, per-worker keys
 inline constexpr std::size_t kDatagramBytesMax = 1400;  ///< below a 1500-byte MTU with IPv6+UDP
 inline constexpr std::size_t kHeaderBytes = 44;
 inline constexpr std::size_t kTagBytes = 32;  ///< HMAC-SHA256
@@ -141,13 +143,15 @@ enum class DecodeError : std::uint8_t {
   replayed = 15,         ///< seq already seen in the sender's window (and no cached answer)
   stale_seq = 16,        ///< seq below the sender's window, or zero
   request_id_reused = 17,///< request_id has a cached answer for a different request
+  unknown_key = 18,      ///< no key for this (sender, key_id): found before authentication, dropped
 };
-inline constexpr std::size_t kDecodeErrorCount = 18;
+inline constexpr std::size_t kDecodeErrorCount = 19;
 /// Stable snake_case text ("length_mismatch").
 std::string_view to_string(DecodeError e) noexcept;
 /// True if a datagram rejected for this reason authenticated (and so deserves an Error answer).
 constexpr bool is_authenticated_reason(DecodeError e) noexcept {
-  return static_cast<std::uint8_t>(e) > static_cast<std::uint8_t>(DecodeError::bad_tag);
+  return static_cast<std::uint8_t>(e) > static_cast<std::uint8_t>(DecodeError::bad_tag) &&
+         e != DecodeError::unknown_key;
 }
 
 /// Counters of rejected datagrams, indexed by reason; `accepted` counts delivered messages.
@@ -157,6 +161,9 @@ struct DecodeStats {
   std::uint64_t accepted = 0;
   std::uint64_t resent = 0;  ///< retries answered from the response cache
   std::uint64_t in_flight_retries = 0;  ///< retries dropped: their request's answer is still pending
+  std::uint64_t resends_refused_source = 0;  ///< cached answer not resent: another source address
+  std::uint64_t resends_refused_rate = 0;    ///< cached answer not resent: too often, or too many
+  std::uint64_t error_answers_suppressed = 0;  ///< replay/stale errors not answered (rate bound)
   void count(DecodeError e) noexcept {
     if (e == DecodeError::none) ++accepted;
     else ++rejected[static_cast<std::size_t>(e) < kDecodeErrorCount ? static_cast<std::size_t>(e) : 0];
@@ -168,7 +175,7 @@ struct DecodeStats {
 /// codec/receiver); 64.. are service errors. Unknown codes are kept as their number.
 enum class ErrorCode : std::uint16_t {
   none = 0,
-  // 1..17: as DecodeError
+  // 1..18: as DecodeError
   internal = 64,     ///< the service failed (store error); the request may be retried
   overloaded = 65,   ///< too many requests in flight; retry with backoff
   unsupported = 66,  ///< a well-formed request this service does not implement
@@ -435,6 +442,10 @@ struct StatsAnswer {
 struct Error {
   ErrorCode code = ErrorCode::none;
   std::string message;  ///< at most kErrorTextBytesMax bytes
+  /// stale_seq / replayed: the lowest seq the receiver accepts from this sender now (its
+  /// window's highest + 1), so a sender restarted with a lower seq (a wall clock stepped back)
+  /// resumes above it; the answer is authenticated with the sender's own key. 0 otherwise.
+  std::uint64_t seq_floor = 0;
   friend bool operator==(const Error&, const Error&) = default;
 };
 
@@ -456,6 +467,7 @@ struct Header {
   std::uint64_t seq = 0;         ///< must be > 0
   std::uint64_t request_id = 0;  ///< answers echo the request's id
   std::uint16_t payload_len = 0; ///< set by encode()
+  std::uint16_t key_id = 0;      ///< the key that tags the datagram (Sender sets its key's id)
   friend bool operator==(const Header&, const Header&) = default;
 };
 
@@ -491,8 +503,13 @@ std::size_t payload_bytes(const Body& body) noexcept;
 /// and header.payload_len are taken from the body; header.version is ignored (kVersion is
 /// written). Ids are not checked for nil: that is lockd's business (Refusal::bad_request). With auth == nullptr the tag is left zero
 /// (for measurement and tests only: such a datagram fails authentication).
-EncodeResult encode(const Header& header, const Body& body, Authenticator* auth,
+EncodeResult encode(const Header& header, const Body& body, const Authenticator* auth,
                     std::span<std::uint8_t> out) noexcept;
+
+/// Rewrites the seq of an encoded datagram (header bytes 24..31) and signs it again with `auth`:
+/// a retry with a fresh seq. False (nothing changed) if it is shorter than kDatagramBytesMin or
+/// does not start with kMagic.
+bool restamp(std::span<std::uint8_t> datagram, std::uint64_t seq, const Authenticator& auth) noexcept;
 
 /// Splits a heartbeat batch of any size into Heartbeat messages of at most kHeartbeatEntriesMax
 /// entries, in order, each entry exactly once; every message carries ttl_cap_ms. Each message is
@@ -528,6 +545,15 @@ DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenti
 /// the tag nor version, type or length, so an answer from another protocol version (an
 /// Error{unknown_version}) still finds its request. Decode the datagram before trusting it.
 std::optional<std::uint64_t> request_id_of(std::span<const std::byte> datagram) noexcept;
+
+/// Who a datagram claims to be and which key it claims to carry: header bytes 8..23 and 42..43,
+/// read before authentication so a receiver can pick the key to check the tag with. nullopt
+/// if the datagram is shorter than kDatagramBytesMin or does not start with kMagic.
+struct KeyRef {
+  WorkerId sender;
+  std::uint16_t key_id = 0;
+};
+std::optional<KeyRef> key_ref_of(std::span<const std::uint8_t> datagram) noexcept;
 
 /// Parses the payload of a datagram whose header passed decode_header().
 DecodeResult decode_payload(const Header& header, std::span<const std::uint8_t> datagram);

@@ -2,7 +2,9 @@
 #include "io/replay.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cassert>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <stdexcept>
@@ -33,27 +35,56 @@ void ReplayWindow::record(std::uint64_t seq) noexcept {
 }
 
 std::uint64_t seq_seed() noexcept {
+  // Test hook: a seed as if the wall clock had been stepped (tests of restarts after a step).
+  if (const char* forced = std::getenv("LEASEHOLD_TEST_SEQ_SEED"); forced != nullptr && *forced != '\0') {
+    const std::uint64_t v = std::strtoull(forced, nullptr, 10);
+    if (v != 0) return v;
+  }
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);
   const auto ns = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
   return ns == 0 ? 1 : ns;
 }
 
+bool seq_resync_ablated() noexcept {
+  const char* a = std::getenv("LEASEHOLD_ABLATE");
+  return a != nullptr && std::strstr(a, "no-seq-resync") != nullptr;
+}
+
 // ---- Sender ------------------------------------------------------------------------------------
 
 Sender::Sender(WorkerId self, std::uint64_t first_seq, const WireKey& key)
-    : self_(self), next_seq_(first_seq == 0 ? 1 : first_seq), auth_(key) {}
+    : self_(self), next_seq_(first_seq == 0 ? 1 : first_seq), key_id_(key.key_id), auth_(key) {}
 
-EncodeResult Sender::seal(std::uint64_t request_id, const Body& body, std::span<std::uint8_t> out,
-                          std::uint16_t flags) noexcept {
+EncodeResult Sender::seal_into(const Authenticator& auth, std::uint16_t key_id, std::uint64_t request_id,
+                               const Body& body, std::span<std::uint8_t> out, std::uint16_t flags) noexcept {
   Header h;
   h.flags = flags;
   h.sender = self_;
   h.seq = next_seq_;
   h.request_id = request_id;
-  const EncodeResult r = encode(h, body, &auth_, out);
+  h.key_id = key_id;
+  const EncodeResult r = encode(h, body, &auth, out);
   if (r) ++next_seq_;  // a seq is used up only by a datagram that exists
   return r;
+}
+
+EncodeResult Sender::seal(std::uint64_t request_id, const Body& body, std::span<std::uint8_t> out,
+                          std::uint16_t flags) noexcept {
+  return seal_into(auth_, key_id_, request_id, body, out, flags);
+}
+
+EncodeResult Sender::seal_with(const Authenticator& auth, std::uint16_t key_id, std::uint64_t request_id,
+                               const Body& body, Datagram& out, std::uint16_t flags) noexcept {
+  const EncodeResult r = seal_into(auth, key_id, request_id, body, out.buffer(), flags);
+  out.size = static_cast<std::uint16_t>(r.bytes);
+  return r;
+}
+
+bool Sender::restamp(std::span<std::uint8_t> datagram) noexcept {
+  if (!wire::restamp(datagram, next_seq_, auth_)) return false;
+  ++next_seq_;
+  return true;
 }
 
 EncodeResult Sender::seal(std::uint64_t request_id, const Body& body, Datagram& out, std::uint16_t flags) noexcept {
@@ -78,6 +109,7 @@ Error error_answer(const Admission& a) {
   Error e;
   e.code = error_code_of(a.reason);
   e.message = a.detail.substr(0, kErrorTextBytesMax);
+  e.seq_floor = a.seq_floor;
   return e;
 }
 
@@ -108,24 +140,45 @@ std::uint64_t request_digest(std::span<const std::uint8_t> datagram, const Heade
   return x;
 }
 
+// Byte-wise: both come from the kernel (recvmsg) the same way. (leasehold_wire does not link the
+// socket library, whose operator== this equals for such addresses.)
+bool same_address(const SocketAddress& a, const SocketAddress& b) noexcept {
+  return a.length == b.length && std::memcmp(&a.storage, &b.storage, a.length) == 0;
+}
+
 }  // namespace
 
 struct Receiver::State {
-  Authenticator auth;
+  std::unique_ptr<Keyring> keys;
   Limits limits;
   DecodeStats stats;
 
-  // Replay windows, least recently heard sender at the back.
-  struct SenderWindow {
+  // Replay windows, least recently heard sender at the back. Admin senders have their own
+  // windows: an admin key cannot move a worker's window by claiming its id.
+  struct WindowKey {
     WorkerId sender;
+    bool admin = false;
+    friend bool operator==(const WindowKey&, const WindowKey&) = default;
+  };
+  struct WindowKeyHash {
+    std::size_t operator()(const WindowKey& k) const noexcept {
+      return std::hash<WorkerId>{}(k.sender) ^ static_cast<std::size_t>(k.admin);
+    }
+  };
+  struct SenderWindow {
+    WindowKey key;
     ReplayWindow window;
+    std::int64_t last_error_ns = INT64_MIN;  ///< last replay/stale error answered
   };
   std::list<SenderWindow> lru;
-  std::unordered_map<WorkerId, std::list<SenderWindow>::iterator> windows;
+  std::unordered_map<WindowKey, std::list<SenderWindow>::iterator, WindowKeyHash> windows;
 
   // Response cache: a ring of slots (FIFO eviction) indexed by (sender, request_id).
   struct Slot {
     RequestKey key;
+    SocketAddress to;  ///< where the answer went: resends go only there
+    std::int64_t last_resend_ns = 0;
+    std::uint32_t resends = 0;
     std::uint16_t size = 0;
     std::array<std::uint8_t, kDatagramBytesMax> bytes{};
   };
@@ -144,37 +197,57 @@ struct Receiver::State {
     std::erase_if(in_flight, [now_ns](const auto& e) { return e.second.expires_ns <= now_ns; });
   }
 
-  State(const WireKey& key, Limits l) : auth(key), limits(l) {
+  State(std::unique_ptr<Keyring> k, Limits l) : keys(std::move(k)), limits(l) {
+    if (!keys) throw std::invalid_argument("Receiver: no keyring");
     if (limits.senders_max == 0) throw std::invalid_argument("Receiver: senders_max must be at least 1");
     if (limits.in_flight_expiry_ns <= 0)
       throw std::invalid_argument("Receiver: in_flight_expiry_ns must be positive");
     windows.reserve(std::min<std::size_t>(limits.senders_max, 1024));
   }
 
-  ReplayWindow& window_of(const WorkerId& sender) {
-    if (auto it = windows.find(sender); it != windows.end()) {
+  SenderWindow& window_of(const WindowKey& key) {
+    if (auto it = windows.find(key); it != windows.end()) {
       lru.splice(lru.begin(), lru, it->second);  // most recently heard to the front
-      return it->second->window;
+      return *it->second;
     }
     if (windows.size() >= limits.senders_max) {  // evict the least recently heard
-      windows.erase(lru.back().sender);
+      windows.erase(lru.back().key);
       lru.pop_back();
     }
-    lru.push_front(SenderWindow{sender, ReplayWindow{}});
-    windows.emplace(sender, lru.begin());
-    return lru.front().window;
+    lru.push_front(SenderWindow{key, ReplayWindow{}});
+    windows.emplace(key, lru.begin());
+    return lru.front();
   }
 };
 
 Receiver::Receiver(const WireKey& key) : Receiver(key, Limits{}) {}
-Receiver::Receiver(const WireKey& key, Limits limits) : state_(std::make_unique<State>(key, limits)) {}
+Receiver::Receiver(const WireKey& key, Limits limits)
+    : Receiver(std::make_unique<SingleKeyring>(key), limits) {}
+Receiver::Receiver(std::unique_ptr<Keyring> keys, Limits limits)
+    : state_(std::make_unique<State>(std::move(keys), limits)) {}
 Receiver::~Receiver() = default;
 
-Admission Receiver::admit(std::span<const std::uint8_t> datagram, std::int64_t now_ns) {
+Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAddress* from,
+                          std::int64_t now_ns) {
   State& s = *state_;
   Admission a;
-  const DecodeError header_error = decode_header(datagram, &s.auth, a.message.header);
+  // The key first: which one depends on who the datagram claims to be and its key id.
+  KeyMatch match;
+  if (const std::optional<KeyRef> ref = key_ref_of(datagram); ref && datagram.size() <= kDatagramBytesMax) {
+    match = s.keys->find(ref->sender, ref->key_id);
+    if (match.auth == nullptr) {
+      a.verdict = Verdict::drop;
+      a.reason = DecodeError::unknown_key;
+      a.detail = "no key with id " + std::to_string(ref->key_id) + " for sender " + ref->sender.str();
+      s.stats.count(a.reason);
+      return a;
+    }
+  }
+  const DecodeError header_error = decode_header(datagram, match.auth, a.message.header);
   const Header& h = a.message.header;
+  a.authority = match.authority;
+  a.key_id = h.key_id;
+  a.auth = match.auth;
   if (header_error != DecodeError::none) {
     a.reason = header_error;
     if (is_authenticated_reason(header_error)) {
@@ -185,20 +258,39 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, std::int64_t n
     } else {
       a.verdict = Verdict::drop;
       a.detail = std::string(to_string(header_error));
+      a.authority = Authority::none;
+      a.auth = nullptr;
     }
     s.stats.count(header_error);
     return a;
   }
   a.key = RequestKey{h.sender, h.request_id, request_digest(datagram, h)};
 
-  ReplayWindow& window = s.window_of(h.sender);
+  State::SenderWindow& sw = s.window_of(State::WindowKey{h.sender, match.authority == Authority::admin});
+  ReplayWindow& window = sw.window;
   const DecodeError seq_error = window.check(h.seq);
 
-  // A retry (new seq) or a duplicate (replayed seq) of an answered request: the same bytes again.
-  if (auto it = s.cache.find(CacheKey{h.sender, h.request_id}); it != s.cache.end()) {
-    const State::Slot& slot = s.slots[it->second];
+  // A retry (new seq) or a duplicate (replayed seq) of an answered request: the same bytes again,
+  // only to where they went first, only while the seq is inside the window, at a bounded rate.
+  if (auto it = s.cache.find(CacheKey{h.sender, h.request_id}); it != s.cache.end() && seq_error != DecodeError::stale_seq) {
+    State::Slot& slot = s.slots[it->second];
     if (slot.key.digest == a.key.digest) {
       if (seq_error == DecodeError::none) window.record(h.seq);
+      a.verdict = Verdict::drop;
+      const bool bounded = !s.limits.ablate_reflection_bounds;
+      if (bounded && from != nullptr && slot.to.is_set() && !same_address(slot.to, *from)) {
+        a.detail = "a retry of request id " + std::to_string(h.request_id) + " from another address";
+        ++s.stats.resends_refused_source;
+        return a;
+      }
+      if (bounded && (slot.resends >= kResendsPerAnswerMax ||
+                      (slot.resends != 0 && now_ns - slot.last_resend_ns < kResendIntervalNs))) {
+        a.detail = "request id " + std::to_string(h.request_id) + "'s answer was resent too often";
+        ++s.stats.resends_refused_rate;
+        return a;
+      }
+      ++slot.resends;
+      slot.last_resend_ns = now_ns;
       a.verdict = Verdict::resend;
       a.cached_answer = std::span<const std::uint8_t>(slot.bytes.data(), slot.size);
       ++s.stats.resent;
@@ -232,14 +324,24 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, std::int64_t n
   }
 
   if (seq_error != DecodeError::none) {
-    a.verdict = Verdict::answer_error;
     a.reason = seq_error;
+    a.seq_floor = window.highest() + 1;
     a.detail = seq_error == DecodeError::replayed
                    ? "seq " + std::to_string(h.seq) + " was already received from this sender"
                    : "seq " + std::to_string(h.seq) + " is below this sender's replay window (highest seq " +
                          std::to_string(window.highest()) + ", window " + std::to_string(kReplayWindowSeqs) +
-                         "); a sender's seq must grow, also across restarts";
+                         "); continue from seq_floor";
     s.stats.count(seq_error);
+    // Never executed. Answered (so a restarted sender learns seq_floor) at a bounded rate per
+    // sender: a captured datagram replayed many times is not reflected many times.
+    if (!s.limits.ablate_reflection_bounds && sw.last_error_ns != INT64_MIN &&
+        now_ns - sw.last_error_ns < kErrorAnswerIntervalNs) {
+      a.verdict = Verdict::drop;
+      ++s.stats.error_answers_suppressed;
+      return a;
+    }
+    sw.last_error_ns = now_ns;
+    a.verdict = Verdict::answer_error;
     return a;
   }
   window.record(h.seq);
@@ -257,7 +359,8 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, std::int64_t n
   return a;
 }
 
-void Receiver::remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer) {
+void Receiver::remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer,
+                               const SocketAddress& to) {
   State& s = *state_;
   s.in_flight.erase(CacheKey{request.sender, request.request_id});
   if (s.limits.cached_answers_max == 0 || answer.size() > kDatagramBytesMax) return;
@@ -279,6 +382,9 @@ void Receiver::remember_answer(const RequestKey& request, std::span<const std::u
   }
   State::Slot& slot = s.slots[index];
   slot.key = request;
+  slot.to = to;
+  slot.last_resend_ns = 0;
+  slot.resends = 0;
   slot.size = static_cast<std::uint16_t>(answer.size());
   std::memcpy(slot.bytes.data(), answer.data(), answer.size());
 }
@@ -302,6 +408,6 @@ const DecodeStats& Receiver::stats() const noexcept { return state_->stats; }
 std::size_t Receiver::senders() const noexcept { return state_->windows.size(); }
 std::size_t Receiver::cached_answers() const noexcept { return state_->cache.size(); }
 std::size_t Receiver::in_flight() const noexcept { return state_->in_flight.size(); }
-const Authenticator& Receiver::authenticator() const noexcept { return state_->auth; }
+Keyring& Receiver::keyring() noexcept { return *state_->keys; }
 
 }  // namespace leasehold::wire

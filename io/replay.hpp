@@ -30,11 +30,22 @@
 //   its id; a retry after that is handled as if the request were new.
 // - A resent answer is the identical datagram, with its original seq: a requester that already
 //   received it rejects the copy as replayed, which is the right outcome (it has the answer).
+//   It goes only to the address the answer was first sent to (the request's source), only
+//   while the retry's seq is inside the sender's window, at most kResendsPerAnswerMax times
+//   and resends at least kResendIntervalNs apart: a captured request replayed from other ports
+//   is not reflected (counted in DecodeStats::resends_refused).
+// - Error answers to replayed or stale datagrams are at most one per kErrorAnswerIntervalNs per
+//   sender (the rest dropped, counted in DecodeStats::error_answers_suppressed).
+// - A replayed seq is never executed, heartbeats included: a retry needs a fresh seq
+//   (Sender::restamp), and the answer of one whose request was answered comes from the cache.
+// - Keys: a Keyring picks the key per (sender, key id) before the tag is checked (io/auth.hpp);
+//   admin senders have their own windows, so an admin key cannot move a worker's window.
 // - After a receiver restart all windows are empty: the same consequence as eviction.
 // - A sender's seq must grow across its own restarts: seed it with seq_seed() (see there).
 #pragma once
 
 #include "io/auth.hpp"
+#include "io/udp.hpp"
 #include "io/clock.hpp"
 #include "io/protocol.hpp"
 
@@ -57,6 +68,9 @@ inline constexpr std::size_t kInFlightMax = 4096;
 /// longer than this has failed; the retry is then re-executed, which is safe: requests are
 /// idempotent under their epoch).
 inline constexpr std::int64_t kInFlightExpiryNs = 10'000'000'000;
+inline constexpr std::uint32_t kResendsPerAnswerMax = 16;          ///< a client's attempts_max
+inline constexpr std::int64_t kResendIntervalNs = 5'000'000;        ///< between resends of one answer
+inline constexpr std::int64_t kErrorAnswerIntervalNs = 10'000'000;  ///< replay errors per sender
 
 /// RFC 4303 §3.4.3 sliding window over one sender's seq numbers.
 class ReplayWindow {
@@ -76,9 +90,15 @@ class ReplayWindow {
 /// A seed for Sender::first_seq that grows across restarts of the sender: nanoseconds of
 /// CLOCK_REALTIME. Used only to order seq numbers, never as a deadline (DESIGN.md "Time").
 /// A sender that sends more than one datagram per nanosecond, or a wall clock stepped back by more
-/// than the previous run's lifetime, would restart below its old window: its datagrams are then
-/// rejected (stale_seq, counted and answered) until the receiver evicts or restarts.
+/// than the previous run's lifetime, restarts below its old window: its first datagram is
+/// rejected as stale_seq, and the authenticated Error carries seq_floor (the window's highest
+/// + 1), which the sender adopts (Sender::advance_to) before its retry. The window never moves
+/// back, so no old datagram becomes acceptable again.
 std::uint64_t seq_seed() noexcept;
+
+/// Ablation for tests (LEASEHOLD_ABLATE contains "no-seq-resync"): a sender keeps its seq after
+/// an Error{stale_seq}, as before seq_floor existed.
+bool seq_resync_ablated() noexcept;
 
 /// Sends as one identity: stamps strictly increasing seq numbers and signs.
 class Sender {
@@ -92,13 +112,28 @@ class Sender {
   EncodeResult seal(std::uint64_t request_id, const Body& body, std::span<std::uint8_t> out,
                     std::uint16_t flags = 0) noexcept;
 
+  /// The same with another key (lockd answers each worker with that worker's key): `key_id`
+  /// goes into the header.
+  EncodeResult seal_with(const Authenticator& auth, std::uint16_t key_id, std::uint64_t request_id,
+                         const Body& body, Datagram& out, std::uint16_t flags = 0) noexcept;
+  /// Gives a sealed datagram (of this sender, own key) the next seq and a new tag: a retry.
+  bool restamp(std::span<std::uint8_t> datagram) noexcept;
+  /// The next seq is at least `seq` (an authenticated Error{stale_seq}'s seq_floor).
+  void advance_to(std::uint64_t seq) noexcept {
+    if (seq > next_seq_) next_seq_ = seq;
+  }
+
   WorkerId self() const noexcept { return self_; }
   std::uint64_t next_seq() const noexcept { return next_seq_; }
+  std::uint16_t key_id() const noexcept { return key_id_; }
   Authenticator& authenticator() noexcept { return auth_; }
 
  private:
+  EncodeResult seal_into(const Authenticator& auth, std::uint16_t key_id, std::uint64_t request_id,
+                         const Body& body, std::span<std::uint8_t> out, std::uint16_t flags) noexcept;
   WorkerId self_;
   std::uint64_t next_seq_;
+  std::uint16_t key_id_;
   Authenticator auth_;
 };
 
@@ -130,6 +165,11 @@ struct Admission {
   Message message;  ///< deliver: the message; answer_error: header valid, body unspecified
   std::span<const std::uint8_t> cached_answer;  ///< resend: valid until the next admit/remember
   RequestKey key;  ///< deliver/answer_error: pass to remember_answer() with the answer sent
+  Authority authority = Authority::none;  ///< what the datagram's key proves (authentic only)
+  std::uint16_t key_id = 0;               ///< the key that tagged it: answer with the same
+  /// The key that checked the tag (authentic only); valid until the next admit().
+  const Authenticator* auth = nullptr;
+  std::uint64_t seq_floor = 0;  ///< answer_error stale_seq/replayed: see Error::seq_floor
 };
 
 /// The Error body to answer an Admission with verdict answer_error.
@@ -144,9 +184,15 @@ class Receiver {
     std::size_t cached_answers_max = kCachedAnswersMax;
     std::size_t in_flight_max = kInFlightMax;
     std::int64_t in_flight_expiry_ns = kInFlightExpiryNs;
+    /// Ablation (tests only, LEASEHOLD_ABLATE=reflection): resend cached answers to any source,
+    /// with no rate bound, and answer every replay with an error.
+    bool ablate_reflection_bounds = false;
   };
+  /// One key (SingleKeyring): a supervisor checking lockd, tests.
   explicit Receiver(const WireKey& key);
   Receiver(const WireKey& key, Limits limits);
+  /// Keys by (sender, key id): lockd (ClusterKeyring).
+  Receiver(std::unique_ptr<Keyring> keys, Limits limits);
   ~Receiver();
   Receiver(const Receiver&) = delete;
   Receiver& operator=(const Receiver&) = delete;
@@ -159,8 +205,13 @@ class Receiver {
   /// (answer_error if malformed) → deliver. The seq of every authentic datagram that passes the
   /// window is recorded. Every outcome is counted in stats(). `now_ns`: CLOCK_BOOTTIME, used
   /// only to expire in-flight entries.
-  Admission admit(std::span<const std::uint8_t> datagram, std::int64_t now_ns);
-  Admission admit(std::span<const std::uint8_t> datagram) { return admit(datagram, now_boottime_ns()); }
+  /// `from`: the datagram's source address; a cached answer is resent only to the address it
+  /// was first sent to (nullptr: no check, for tests of other rules).
+  Admission admit(std::span<const std::uint8_t> datagram, const SocketAddress* from, std::int64_t now_ns);
+  Admission admit(std::span<const std::uint8_t> datagram, std::int64_t now_ns) {
+    return admit(datagram, nullptr, now_ns);
+  }
+  Admission admit(std::span<const std::uint8_t> datagram) { return admit(datagram, nullptr, now_boottime_ns()); }
 
   /// Marks a delivered request (its Admission::key) as in flight: its answer will be sent later.
   /// Until remember_answer() or abandon() for the same key, or in_flight_expiry_ns after `now_ns`
@@ -176,13 +227,15 @@ class Receiver {
   /// Caches the answer sent for the request admit() delivered (its Admission::key), so a retry of
   /// the same request id gets these exact bytes again instead of being re-executed. Answers
   /// longer than kDatagramBytesMax are ignored. The request is no longer in flight.
-  void remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer);
+  /// `to`: where the answer goes (the request's source); resends go only there.
+  void remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer,
+                       const SocketAddress& to = {});
 
   const DecodeStats& stats() const noexcept;
   std::size_t senders() const noexcept;
   std::size_t cached_answers() const noexcept;
   std::size_t in_flight() const noexcept;
-  const Authenticator& authenticator() const noexcept;
+  Keyring& keyring() noexcept;
 
  private:
   struct State;

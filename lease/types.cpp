@@ -126,6 +126,7 @@ std::string_view to_string(Refusal r) noexcept {
     case Refusal::epoch_exhausted: return "epoch_exhausted";
     case Refusal::not_held: return "not_held";
     case Refusal::expired: return "expired";
+    case Refusal::forbidden: return "forbidden";
   }
   return "unknown_refusal";
 }

@@ -92,6 +92,7 @@ enum class Refusal : std::uint8_t {
   epoch_exhausted = 19,    ///< the epoch would overflow 2^64-1
   not_held = 20,           ///< release/transfer/preempt of a name that is not Held
   expired = 21,            ///< the lease's expiry has passed; advance() reclaims it (retry)
+  forbidden = 22,          ///< the caller's key gives no power over this name (another worker's)
 };
 
 /// Stable snake_case text of a refusal ("held", "lock_delay", ...).

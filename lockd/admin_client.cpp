@@ -22,13 +22,36 @@ WorkerId random_id() {
   return id;
 }
 
+WorkerId identity_of(const wire::WireKey& key, WorkerId self) {
+  if (key.kind == wire::KeyKind::worker) {
+    if (!self.is_nil() && self != key.worker)
+      throw std::invalid_argument("the key is worker " + key.worker.str() + "'s; it cannot speak as " + self.str());
+    return key.worker;
+  }
+  return self.is_nil() ? random_id() : self;
+}
+
+// The key the client signs with: a worker key or an admin key as they are; a cluster key is
+// used directly, as an admin key (its key id with kAdminKeyIdBit, io/auth.hpp).
+wire::WireKey signing_key(const wire::WireKey& key) {
+  if (key.kind != wire::KeyKind::cluster) return key;
+  wire::WireKey k = key;
+  k.kind = wire::KeyKind::admin;
+  k.key_id = static_cast<std::uint16_t>(key.key_id | wire::kAdminKeyIdBit);
+  return k;
+}
+
 }  // namespace
 
 AdminClient::AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self,
                          std::int64_t timeout_ns)
+    : AdminClient(lockd, identity_of(key, self), signing_key(key), timeout_ns) {}
+
+AdminClient::AdminClient(const SocketAddress& lockd, WorkerId self, const wire::WireKey& signing,
+                         std::int64_t timeout_ns)
     : lockd_(lockd),
-      sender_(self.is_nil() ? random_id() : self, wire::seq_seed(), key),
-      auth_(key),
+      sender_(self, wire::seq_seed(), signing),
+      auth_(signing),
       timeout_ns_(timeout_ns) {
   SocketAddress any = lockd.family() == AF_INET6 ? *SocketAddress::parse("[::]:0")
                                                  : *SocketAddress::parse("0.0.0.0:0");
@@ -45,42 +68,52 @@ AdminClient::~AdminClient() {
 
 Answer AdminClient::request(const wire::Body& body) {
   Answer out;
-  wire::Datagram req;
   const std::uint64_t rid = next_request_id_++;
-  if (const auto r = sender_.seal(rid, body, req); !r) {
-    out.error = "cannot encode the request: " + std::string(wire::to_string(r.error));
-    return out;
-  }
-  std::array<std::byte, wire::kDatagramBytesMax> buf{};
-  RetryPolicy policy;
-  policy.first_backoff_ns = 20'000'000;
-  policy.backoff_max_ns = 250'000'000;
-  const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_,
-                                             now_boottime_ns() + timeout_ns_, &wire::request_id_of, buf, policy);
-  out.attempts = o.attempts;
-  if (o.error != 0) {
-    out.error = std::string("cannot send to lockd at ") + lockd_.str() + ": " + std::strerror(-o.error);
-    return out;
-  }
-  if (o.status != RequestStatus::answered) {
-    out.error = "no answer from lockd at " + lockd_.str() + " within " +
-                std::to_string(timeout_ns_ / 1'000'000) + " ms (" + std::to_string(o.attempts) +
-                " attempts): is it running, and is the key the same?";
-    return out;
-  }
-  wire::DecodeResult d = wire::decode(
-      std::span(reinterpret_cast<const std::uint8_t*>(buf.data()), o.answer_bytes), &auth_);
-  if (!d) {
-    out.error = "bad answer from lockd: " + std::string(wire::to_string(d.error)) + ": " + d.detail;
-    return out;
-  }
-  if (const auto* e = std::get_if<wire::Error>(&d.body)) {
-    out.error = "lockd answered error " + std::string(wire::to_string(e->code)) + ": " + e->message;
+  for (int resync = 0;; ++resync) {
+    wire::Datagram req;
+    if (const auto r = sender_.seal(rid, body, req); !r) {
+      out.error = "cannot encode the request: " + std::string(wire::to_string(r.error));
+      return out;
+    }
+    std::array<std::byte, wire::kDatagramBytesMax> buf{};
+    RetryPolicy policy;
+    policy.first_backoff_ns = 20'000'000;
+    policy.backoff_max_ns = 250'000'000;
+    const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_,
+                                               now_boottime_ns() + timeout_ns_, &wire::request_id_of, buf, policy);
+    out.attempts += o.attempts;
+    if (o.error != 0) {
+      out.error = std::string("cannot send to lockd at ") + lockd_.str() + ": " + std::strerror(-o.error);
+      return out;
+    }
+    if (o.status != RequestStatus::answered) {
+      out.error = "no answer from lockd at " + lockd_.str() + " within " +
+                  std::to_string(timeout_ns_ / 1'000'000) + " ms (" + std::to_string(o.attempts) +
+                  " attempts): is it running, and does it know this key (key id " +
+                  std::to_string(sender_.key_id()) + ")? lockd drops datagrams it cannot authenticate";
+      return out;
+    }
+    wire::DecodeResult d = wire::decode(
+        std::span(reinterpret_cast<const std::uint8_t*>(buf.data()), o.answer_bytes), &auth_);
+    if (!d) {
+      out.error = "bad answer from lockd: " + std::string(wire::to_string(d.error)) + ": " + d.detail;
+      return out;
+    }
+    if (const auto* e = std::get_if<wire::Error>(&d.body)) {
+      // Our seq started below lockd's window for this sender (a wall clock stepped back):
+      // nothing was executed; continue above the floor lockd gave, once.
+      if (resync == 0 && e->seq_floor != 0 && e->code == wire::error_code_of(wire::DecodeError::stale_seq) &&
+          !wire::seq_resync_ablated()) {
+        sender_.advance_to(e->seq_floor);
+        continue;
+      }
+      out.error = "lockd answered error " + std::string(wire::to_string(e->code)) + ": " + e->message;
+      out.body = std::move(d.body);
+      return out;
+    }
     out.body = std::move(d.body);
     return out;
   }
-  out.body = std::move(d.body);
-  return out;
 }
 
 Answer AdminClient::acquire(const std::string& name, SandboxId sandbox, WorkerId worker,

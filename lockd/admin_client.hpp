@@ -42,8 +42,10 @@ struct Answer {
 
 class AdminClient {
  public:
-  /// `self`: the sender id on the wire (nil: a random one). `timeout_ns`: per request.
-  /// Throws std::runtime_error if no UDP socket can be opened.
+  /// `self`: the sender id on the wire. With a worker key it is the key's worker (nil, or the
+  /// same id; another throws std::invalid_argument), and lockd lets the client act only as that
+  /// worker; with an admin key, or a cluster key (used directly, as an admin key: io/auth.hpp),
+  /// `self` (nil: a random one). `timeout_ns`: per request. Throws std::runtime_error if no UDP socket can be opened.
   AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self = {},
               std::int64_t timeout_ns = kAdminTimeoutNsDefault);
   ~AdminClient();
@@ -76,10 +78,12 @@ class AdminClient {
   std::optional<std::vector<wire::Counter>> counters(std::string* error);
 
   WorkerId self() const noexcept { return sender_.self(); }
+  std::uint16_t key_id() const noexcept { return sender_.key_id(); }
   /// The id of the last request sent (tests replay it).
   std::uint64_t last_request_id() const noexcept { return next_request_id_ - 1; }
 
  private:
+  AdminClient(const SocketAddress& lockd, WorkerId self, const wire::WireKey& signing, std::int64_t timeout_ns);
   SocketAddress lockd_;
   wire::Sender sender_;
   wire::Authenticator auth_;

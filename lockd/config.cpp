@@ -34,10 +34,27 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
                  "SQLite file of the durable name table (created when absent; WAL files beside it)")
       ->capture_default_str();
   app.add_option("--key-file", cfg.key_file,
-                 "HMAC-SHA256 key file shared with supervisors and the CLI; must be mode 0600 "
-                 "(no group/other access). Required");
+                 "the cluster key file; each worker's key is derived from it and the worker id "
+                 "(HKDF-SHA256), so no supervisor holds it; must be mode 0600 (no group/other "
+                 "access). Required");
+  app.add_option("--admin-key-file", cfg.admin_key_files,
+                 "an admin key file (mode 0600) for revoke, transfer, reassign, list and show; "
+                 "repeat it to accept two during a rotation");
   app.add_option("--generate-key", cfg.generate_key_path,
                  "write a new random key (mode 0600) to PATH and exit; refuses to overwrite");
+  app.add_option("--kind", cfg.generate_kind, "with --generate-key: cluster | admin")
+      ->check(CLI::IsMember({"cluster", "admin"}))
+      ->capture_default_str();
+  app.add_option("--key-id", cfg.key_id,
+                 "with --generate-key: the key id every tag made with it carries (1..65535; a "
+                 "rotation gives the new key the next id)")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  app.add_flag("--derive-worker-key", cfg.derive_worker_key,
+               "write the key of --worker-id, derived from --key-file, to --out (mode 0600) and "
+               "exit: the only key that worker's supervisor holds");
+  app.add_option("--worker-id", cfg.derive_worker_id, "with --derive-worker-key: the worker id (UUID)");
+  app.add_option("--out", cfg.derive_out, "with --derive-worker-key: the worker key file to write");
   app.add_option("--ttl-ms", cfg.ttl_ms, "lease TTL, milliseconds: the default and the longest a request may ask for (1.." +
                                              std::to_string(kTtlMsMax) + ")")
       ->capture_default_str();
@@ -66,8 +83,34 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
       ->capture_default_str();
 }
 
+std::string read_ablations(LockdConfig& cfg, const char* env) {
+  if (env == nullptr) return {};
+  std::string_view rest(env);
+  while (!rest.empty()) {
+    const std::size_t comma = std::min(rest.find(','), rest.size());
+    const std::string_view a = rest.substr(0, comma);
+    rest.remove_prefix(std::min(comma + 1, rest.size()));
+    if (a.empty()) continue;
+    if (a == "shared-worker-key") cfg.ablate_shared_worker_key = true;
+    else if (a == "no-authz") cfg.ablate_authz = true;
+    else if (a == "replay-heartbeats") cfg.ablate_replay_heartbeats = true;
+    else if (a == "reflection") cfg.ablate_reflection = true;
+    else if (a == "no-seq-resync") continue;  // a sender's switch (io/replay.hpp), not lockd's
+    else return "LEASEHOLD_ABLATE: unknown ablation \"" + std::string(a) + "\"";
+  }
+  return {};
+}
+
 std::string validate(const LockdConfig& cfg) {
   if (cfg.generate_key_path) return {};  // --generate-key needs nothing else
+  if (cfg.derive_worker_key) {
+    if (cfg.key_file.empty()) return "--derive-worker-key needs --key-file (the cluster key)";
+    if (cfg.derive_out.empty()) return "--derive-worker-key needs --out PATH (the worker key file to write)";
+    const auto w = WorkerId::parse(cfg.derive_worker_id);
+    if (!w || w->is_nil())
+      return "--derive-worker-key needs --worker-id UUID (got \"" + cfg.derive_worker_id + "\")";
+    return {};
+  }
   if (cfg.key_file.empty())
     return "--key-file is required (create one with: leasehold-lockd --generate-key PATH)";
   if (!listen_address_ok(cfg.listen))

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace CLI {
@@ -34,7 +35,8 @@ inline constexpr std::uint64_t kMaxWorkersLimit = kWorkersMax;  ///< the LeaseTa
 struct LockdConfig {
   std::string listen = "127.0.0.1:7400";  ///< ADDR:PORT; port 0 = ephemeral (printed on stdout)
   std::string store_path = "lockd.db";    ///< SQLite file; relative to the working directory
-  std::string key_file;                   ///< HMAC key (required; must not be group/other readable)
+  std::string key_file;                   ///< cluster key (required; must not be group/other readable)
+  std::vector<std::string> admin_key_files;  ///< --admin-key-file: keys for admin requests
   std::uint64_t ttl_ms = 10'000;          ///< default lease TTL
   std::uint64_t acquiring_ttl_ms = 5'000; ///< 2-phase: time to commit before the record lapses
   std::uint64_t lock_delay_ms = 0;        ///< after an expiry the name stays unavailable; 0 = off
@@ -43,6 +45,19 @@ struct LockdConfig {
   std::uint64_t max_names = 1'000'000;    ///< name table capacity (also bounds the store)
   std::uint64_t max_workers = 65'535;     ///< preemptible: worker-liveness table capacity
   std::optional<std::string> generate_key_path;  ///< --generate-key: write a key and exit
+  std::string generate_kind = "cluster";         ///< --kind for --generate-key: cluster | admin
+  std::uint16_t key_id = 1;                      ///< --key-id for --generate-key
+  bool derive_worker_key = false;                ///< --derive-worker-key: write a worker key and exit
+  std::string derive_worker_id;                  ///< --worker-id (UUID) for --derive-worker-key
+  std::string derive_out;                        ///< --out for --derive-worker-key
+  /// Ablations for the attack tests (LEASEHOLD_ABLATE, comma-separated; never a flag):
+  /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
+  /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers
+  /// resent anywhere, unbounded). Each switches one defence off, to show the attack it stops.
+  bool ablate_shared_worker_key = false;
+  bool ablate_authz = false;
+  bool ablate_replay_heartbeats = false;
+  bool ablate_reflection = false;
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
   std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }
@@ -54,6 +69,8 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg);
 /// Empty when `cfg` is usable; otherwise one message that names the flag(s) and says why
 /// (e.g. "--worker-ttl-ms applies to --mode preemptible only").
 std::string validate(const LockdConfig& cfg);
+/// Sets the ablation switches from `env` (LEASEHOLD_ABLATE; nullptr: none). "" or the error.
+std::string read_ablations(LockdConfig& cfg, const char* env);
 
 
 /// True for a numeric "A.B.C.D:PORT" or "[v6]:PORT" (no DNS).

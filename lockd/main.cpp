@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -35,12 +36,18 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   if (cfg.generate_key_path) {
-    if (std::string err = wire::generate_key_file(*cfg.generate_key_path); !err.empty()) {
+    const wire::KeyKind kind = cfg.generate_kind == "admin" ? wire::KeyKind::admin : wire::KeyKind::cluster;
+    if (std::string err = wire::generate_key_file(*cfg.generate_key_path, kind, cfg.key_id); !err.empty()) {
       std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
       return 1;
     }
-    std::printf("wrote a new key to %s (mode 0600)\n", cfg.generate_key_path->c_str());
+    std::printf("wrote a new %s key (key id %u) to %s (mode 0600)\n", cfg.generate_kind.c_str(),
+                static_cast<unsigned>(cfg.key_id), cfg.generate_key_path->c_str());
     return 0;
+  }
+  if (std::string why = lockd::read_ablations(cfg, std::getenv("LEASEHOLD_ABLATE")); !why.empty()) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+    return 2;
   }
   if (std::string why = lockd::validate(cfg); !why.empty()) {
     std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
@@ -50,6 +57,38 @@ int main(int argc, char** argv) {
   if (!key) {
     std::fprintf(stderr, "leasehold-lockd: %s\n", key.error.c_str());
     return 1;
+  }
+  if (key.key->kind != wire::KeyKind::cluster) {
+    std::fprintf(stderr, "leasehold-lockd: --key-file %s is a%s %s key; lockd needs the cluster key\n",
+                 cfg.key_file.c_str(), key.key->kind == wire::KeyKind::admin ? "n" : "",
+                 std::string(wire::to_string(key.key->kind)).c_str());
+    return 1;
+  }
+  if (cfg.derive_worker_key) {
+    const wire::WireKey wk = wire::derive_worker_key_as_issued(*key.key, *WorkerId::parse(cfg.derive_worker_id),
+                                                               cfg.ablate_shared_worker_key);
+    if (std::string err = wire::write_key_file(cfg.derive_out, wk); !err.empty()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+      return 1;
+    }
+    std::printf("wrote the key of worker %s (key id %u) to %s (mode 0600)\n", wk.worker.str().c_str(),
+                static_cast<unsigned>(wk.key_id), cfg.derive_out.c_str());
+    return 0;
+  }
+  std::vector<wire::WireKey> keys{*key.key};
+  for (const std::string& path : cfg.admin_key_files) {
+    wire::KeyLoad admin = wire::load_key_file(path);
+    if (!admin) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", admin.error.c_str());
+      return 1;
+    }
+    if (admin.key->kind != wire::KeyKind::admin) {
+      std::fprintf(stderr, "leasehold-lockd: --admin-key-file %s is a %s key, not an admin key "
+                           "(make one with --generate-key PATH --kind admin --key-id N)\n",
+                   path.c_str(), std::string(wire::to_string(admin.key->kind)).c_str());
+      return 1;
+    }
+    keys.push_back(*admin.key);
   }
 
   // Termination by signalfd on the loop, so shutdown happens between iterations.
@@ -79,7 +118,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<lockd::LockService> service;
   try {
-    service = std::make_unique<lockd::LockService>(cfg, *key.key, *loop);
+    service = std::make_unique<lockd::LockService>(cfg, keys, *loop);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leasehold-lockd: %s\n", e.what());
     return 1;

@@ -38,8 +38,9 @@ WorkerId random_instance_id() {
 
 /// Every answer that waits for durability is in the receiver's in-flight set, and a store that
 /// is slow (not failed) must not make retries look new before their answer exists.
-wire::Receiver::Limits receiver_limits() {
+wire::Receiver::Limits receiver_limits(const LockdConfig& c) {
   wire::Receiver::Limits l;
+  l.ablate_reflection_bounds = c.ablate_reflection;
   l.in_flight_max = kDeferredAnswersMax;
   l.in_flight_expiry_ns = 60'000'000'000;
   return l;
@@ -61,14 +62,33 @@ bool is_plain_free(const StoredName& n) {
   return n.state == StoredState::free && n.peer.is_nil() && !n.epoch_fresh;
 }
 
+std::unique_ptr<wire::ClusterKeyring> keyring_of(const std::vector<wire::WireKey>& keys) {
+  auto ring = std::make_unique<wire::ClusterKeyring>();
+  bool cluster = false;
+  for (const wire::WireKey& k : keys) {
+    if (std::string err = ring->add(k); !err.empty()) throw std::runtime_error(err);
+    cluster = cluster || k.kind == wire::KeyKind::cluster;
+  }
+  if (!cluster) throw std::runtime_error("lockd needs a cluster key (--key-file)");
+  return ring;
+}
+
 }  // namespace
 
-LockService::LockService(const LockdConfig& cfg, const wire::WireKey& key, EventLoop& loop)
+LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, EventLoop& loop)
     : cfg_(cfg),
       loop_(loop),
       table_(lease_config_of(cfg)),
-      receiver_(key, receiver_limits()),
-      sender_(random_instance_id(), wire::seq_seed(), key) {
+      keys_(nullptr),
+      receiver_(
+          [this, &keys, &cfg]() -> std::unique_ptr<wire::Keyring> {
+            auto ring = keyring_of(keys);
+            if (cfg.ablate_shared_worker_key) ring->ablate_shared_worker_key();
+            keys_ = ring.get();
+            return ring;
+          }(),
+          receiver_limits(cfg)),
+      sender_(random_instance_id(), wire::seq_seed(), keys.front()) {
   auto store = std::make_unique<NameStore>(cfg.store_path);  // throws StoreError
   incarnation_ = store->open_count();
   const std::int64_t now = now_boottime_ns();
@@ -177,7 +197,10 @@ void LockService::on_datagram(const Datagram& d) {
   const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(d.payload.data()),
                                             d.payload.size());
   const SocketAddress from = d.source_address();
-  wire::Admission a = receiver_.admit(bytes);
+  const std::int64_t now = now_boottime_ns();
+  wire::Admission a = receiver_.admit(bytes, &from, now);
+  if (a.verdict != wire::Verdict::drop)
+    caller_ = Caller{a.message.header.sender, a.key_id, a.authority};
   switch (a.verdict) {
     case wire::Verdict::drop:
       return;  // counted by the receiver (receiver_.stats())
@@ -185,29 +208,55 @@ void LockService::on_datagram(const Datagram& d) {
       ++counters_.answers_resent;
       if (loop_.send_to(socket_, std::as_bytes(a.cached_answer), &from) != 0) ++counters_.sends_failed;
       return;
-    case wire::Verdict::answer_error: {
-      const wire::Header& h = a.message.header;
-      if (a.reason == wire::DecodeError::replayed) {
-        // A client retry resends the same bytes (same seq). A heartbeat or worker heartbeat
-        // retry is executed again (refreshes and liveness are idempotent, and their answers are
-        // not cached): the retry's answer is the one that carries what the lost one said.
-        // (A retry of a request whose answer waits for durability never gets here: the
-        // receiver drops it.)
-        if (h.type == wire::MessageType::heartbeat || h.type == wire::MessageType::worker_heartbeat) {
-          wire::DecodeResult again = wire::decode_payload(h, bytes);
-          if (!again) return;
-          wire::Message m{h, std::move(again.body)};
-          dispatch(m, a.key, from, now_boottime_ns());
-          return;
-        }
+    case wire::Verdict::answer_error:
+      if (cfg_.ablate_replay_heartbeats && a.reason == wire::DecodeError::replayed &&
+          (a.message.header.type == wire::MessageType::heartbeat ||
+           a.message.header.type == wire::MessageType::worker_heartbeat)) {
+        // The ablation: what lockd did before (a replayed heartbeat was executed again).
+        wire::DecodeResult again = wire::decode_payload(a.message.header, bytes);
+        if (!again) return;
+        wire::Message m{a.message.header, std::move(again.body)};
+        dispatch(m, a.key, from, now);
+        return;
       }
-      // Not cached: an error for a request id must not stick to that id.
-      send_now(from, h.request_id, nullptr, wire::error_answer(a));
+      // Never executed, replayed heartbeats included (a retry carries a fresh seq). Not
+      // cached: an error for a request id must not stick to that id.
+      send_now(from, a.message.header.request_id, nullptr, wire::error_answer(a));
       return;
-    }
     case wire::Verdict::deliver:
-      dispatch(a.message, a.key, from, now_boottime_ns());
+      dispatch(a.message, a.key, from, now);
       return;
+  }
+}
+
+Refusal LockService::authorize(const Caller& caller, const wire::Message& m) const {
+  if (caller.authority == wire::Authority::admin || cfg_.ablate_authz) return Refusal::none;
+  if (caller.authority != wire::Authority::worker) return Refusal::forbidden;
+  const WorkerId& self = caller.id;
+  // A name another worker's sandbox holds (or is handing over) is not this worker's.
+  auto others = [&](NameId id) {
+    const LockState st = table_.state(id);
+    return st.known && !st.worker.is_nil() && st.worker != self;
+  };
+  switch (m.header.type) {
+    case wire::MessageType::acquire: {
+      const auto& a = std::get<wire::Acquire>(m.body);
+      return a.worker.is_nil() || a.worker == self ? Refusal::none : Refusal::forbidden;
+    }
+    case wire::MessageType::commit:
+      return std::get<wire::Commit>(m.body).worker == self ? Refusal::none : Refusal::forbidden;
+    case wire::MessageType::release:
+      return others(std::get<wire::Release>(m.body).name_id) ? Refusal::forbidden : Refusal::none;
+    case wire::MessageType::transfer_begin:
+      return others(std::get<wire::TransferBegin>(m.body).name_id) ? Refusal::forbidden : Refusal::none;
+    case wire::MessageType::transfer_complete:
+      return others(std::get<wire::TransferComplete>(m.body).name_id) ? Refusal::forbidden : Refusal::none;
+    case wire::MessageType::transfer_accept:
+      return std::get<wire::TransferAccept>(m.body).worker == self ? Refusal::none : Refusal::forbidden;
+    case wire::MessageType::worker_heartbeat:
+      return std::get<wire::WorkerHeartbeat>(m.body).worker == self ? Refusal::none : Refusal::forbidden;
+    default:
+      return Refusal::none;  // heartbeat: the table refreshes only this worker's leases
   }
 }
 
@@ -222,6 +271,24 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   // (the same changes the next tick makes, durable before any answer that depends on them),
   // so it cannot revive or shorten a lease; when nothing is due it is one heap-top compare.
   expire(now_ns);
+  if (authorize(caller_, m) != Refusal::none) {
+    ++counters_.forbidden;
+    Outcome o;
+    o.refusal = Refusal::forbidden;
+    switch (type) {
+      case wire::MessageType::acquire: o.name = name_id_of(std::get<wire::Acquire>(m.body).name); break;
+      case wire::MessageType::commit: o.name = std::get<wire::Commit>(m.body).name_id; break;
+      case wire::MessageType::release: o.name = std::get<wire::Release>(m.body).name_id; break;
+      case wire::MessageType::transfer_begin: o.name = std::get<wire::TransferBegin>(m.body).name_id; break;
+      case wire::MessageType::transfer_complete: o.name = std::get<wire::TransferComplete>(m.body).name_id; break;
+      case wire::MessageType::transfer_accept: o.name = std::get<wire::TransferAccept>(m.body).name_id; break;
+      default: break;
+    }
+    if (!o.name.is_nil()) o.state = table_.state(o.name);
+    // Not cached: the same request id from the rightful key must still be served.
+    send_now(from, rid, nullptr, deny(o));
+    return;
+  }
   // Heartbeats: the hot path, answered at once and not cached (they are idempotent, and
   // caching them would push the answers of ownership changes out of the response cache).
   if (type == wire::MessageType::heartbeat) {
@@ -251,6 +318,13 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     return;
   }
   if (type == wire::MessageType::running_answer) {
+    // Only the asked worker's answer counts: another worker's key cannot preempt its names.
+    const auto q = questions_.find(rid);
+    if (q != questions_.end() && caller_.authority != wire::Authority::admin && q->second.worker != caller_.id) {
+      ++counters_.forbidden;
+      ++counters_.refusals[static_cast<std::size_t>(Refusal::forbidden)];
+      return;
+    }
     on_running_answer(std::get<wire::RunningAnswer>(m.body), rid, now_ns);
     return;
   }
@@ -297,16 +371,37 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
 
 // ---- answers -------------------------------------------------------------------------------
 
+bool LockService::seal_for(const Caller& to, std::uint64_t request_id, const wire::Body& body,
+                           wire::Datagram& out) {
+  const wire::Authenticator* auth = keys_->find(to.id, to.key_id).auth;
+  if (auth == nullptr) {
+    ++counters_.answers_unsigned;
+    return false;
+  }
+  if (sender_.seal_with(*auth, to.key_id, request_id, body, out)) return true;
+  ++counters_.encode_failed;
+  const wire::Error e{wire::ErrorCode::internal, "answer could not be encoded"};
+  return static_cast<bool>(sender_.seal_with(*auth, to.key_id, request_id, e, out));
+}
+
 void LockService::send_now(const SocketAddress& to, std::uint64_t request_id,
                            const wire::RequestKey* key, const wire::Body& body) {
   wire::Datagram dg;
-  if (!sender_.seal(request_id, body, dg)) {
-    ++counters_.encode_failed;
-    const wire::Error e{wire::ErrorCode::internal, "answer could not be encoded"};
-    if (!sender_.seal(request_id, e, dg)) return;
-  }
+  if (!seal_for(caller_, request_id, body, dg)) return;
   // Cached before the send: if the send is lost, the client's retry gets these bytes.
-  if (key != nullptr) receiver_.remember_answer(*key, dg.view());
+  if (key != nullptr) receiver_.remember_answer(*key, dg.view(), to);
+  if (loop_.send_to(socket_, std::as_bytes(dg.view()), &to) != 0) ++counters_.sends_failed;
+}
+
+void LockService::send_to_worker(const WorkerId& worker, const SocketAddress& to, std::uint64_t request_id,
+                                 const wire::Body& body) {
+  Caller w{worker, 0, wire::Authority::worker};
+  if (keys_->for_worker(worker, &w.key_id) == nullptr) {
+    ++counters_.answers_unsigned;
+    return;
+  }
+  wire::Datagram dg;
+  if (!seal_for(w, request_id, body, dg)) return;
   if (loop_.send_to(socket_, std::as_bytes(dg.view()), &to) != 0) ++counters_.sends_failed;
 }
 
@@ -320,7 +415,7 @@ void LockService::answer_gated(const SocketAddress& to, std::uint64_t request_id
   // Until its answer is remembered (send_now), the receiver drops retries of this request
   // (wire::Receiver in-flight set): that answer will go out.
   receiver_.defer(key, now_boottime_ns());
-  deferred_.push_back(Deferred{change_seq_, to, request_id, key, std::move(body)});
+  deferred_.push_back(Deferred{change_seq_, to, caller_, request_id, key, std::move(body)});
 }
 
 wire::Body LockService::deny(const Outcome& o) {
@@ -503,6 +598,7 @@ void LockService::answer_after(std::uint64_t seq, const SocketAddress& to, std::
   Deferred d;
   d.seq = seq;
   d.to = to;
+  d.caller = caller_;
   d.request_id = request_id;
   d.body = std::move(body);
   d.cache = false;
@@ -629,10 +725,10 @@ void LockService::ask_is_running(NameId id, const LockState& s, std::int64_t now
   const auto it = worker_addresses_.find(s.worker);
   if (it == worker_addresses_.end()) return;  // never heard from it: only lapse frees the name
   const std::uint64_t rid = next_request_id_++;
-  questions_.emplace(rid, Question{id, s.owner, s.epoch, now_ns + kIsRunningTimeoutNs});
+  questions_.emplace(rid, Question{id, s.owner, s.epoch, now_ns + kIsRunningTimeoutNs, s.worker});
   asked_.insert(id);
   ++counters_.is_running_sent;
-  send_now(it->second, rid, nullptr, wire::IsRunning{id, s.owner, s.epoch});
+  send_to_worker(s.worker, it->second, rid, wire::IsRunning{id, s.owner, s.epoch});
 }
 
 void LockService::on_running_answer(const wire::RunningAnswer& a, std::uint64_t request_id,
@@ -734,6 +830,11 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("worker_beat_names", counters_.worker_beat_names);
   add("worker_beat_not_held", counters_.worker_beat_not_held);
   add("unexpected_messages", counters_.unexpected_messages);
+  add("forbidden", counters_.forbidden);
+  add("resends_refused_source", receiver_.stats().resends_refused_source);
+  add("resends_refused_rate", receiver_.stats().resends_refused_rate);
+  add("error_answers_suppressed", receiver_.stats().error_answers_suppressed);
+  add("derived_keys", keys_->derived());
   // Refusal and rejection reasons: only those that occurred (the answer must fit a datagram).
   for (std::size_t r = 1; r < counters_.refusals.size(); ++r)
     if (counters_.refusals[r] != 0)
@@ -812,6 +913,7 @@ bool LockService::after_iteration(std::int64_t now_ns) {
   const std::uint64_t durable = store_->durable_seq();
   while (!deferred_.empty() && deferred_.front().seq <= durable) {
     Deferred& d = deferred_.front();
+    caller_ = d.caller;
     send_now(d.to, d.request_id, d.cache ? &d.key : nullptr, d.body);
     deferred_.pop_front();
   }

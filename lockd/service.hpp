@@ -106,6 +106,8 @@ struct ServiceCounters {
   std::uint64_t sends_failed = 0;
   std::uint64_t encode_failed = 0;
   std::uint64_t unexpected_messages = 0;    ///< answers nobody asked for, is_running to lockd
+  std::uint64_t forbidden = 0;              ///< requests refused: the key gives no power over it
+  std::uint64_t answers_unsigned = 0;       ///< answers dropped: no key to sign them with
   std::uint64_t refreshes_per_s = 0;        ///< over the last full second (gauge)
 };
 
@@ -114,7 +116,10 @@ class LockService {
   /// Opens the store (StoreError on a bad store), rebuilds the table from it (every held lease
   /// refreshed at `now`), binds the UDP socket on `cfg.listen` and registers it with `loop`.
   /// Throws std::runtime_error naming the cause on any failure.
-  LockService(const LockdConfig& cfg, const wire::WireKey& key, EventLoop& loop);
+  /// `keys`: the cluster key(s) (worker keys are derived from them per sender) and admin keys
+  /// (io/auth.hpp); at least one cluster key. A datagram authenticates only with the key derived
+  /// for the worker it claims to be, or with an admin key.
+  LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, EventLoop& loop);
   /// Stops the store thread after it committed what was handed to it.
   ~LockService();
   LockService(const LockService&) = delete;
@@ -144,9 +149,16 @@ class LockService {
   std::uint64_t incarnation() const noexcept { return incarnation_; }
 
  private:
+  /// Who sent a request, as its key proves it (answers are signed with the same key).
+  struct Caller {
+    WorkerId id;
+    std::uint16_t key_id = 0;
+    wire::Authority authority = wire::Authority::none;
+  };
   struct Deferred {
     std::uint64_t seq = 0;  ///< durable once StoreThread::durable_seq() >= seq
     SocketAddress to;
+    Caller caller;
     std::uint64_t request_id = 0;
     wire::RequestKey key;
     wire::Body body;
@@ -157,16 +169,26 @@ class LockService {
     SandboxId sandbox;
     Epoch epoch = 0;
     std::int64_t deadline_ns = 0;
+    WorkerId worker;  ///< asked; only its answer counts
   };
   void rebuild(std::int64_t now_ns);
   void on_datagram(const Datagram& d);
   void dispatch(wire::Message& m, const wire::RequestKey& key, const SocketAddress& from,
                 std::int64_t now_ns);
+  /// Refusal::forbidden if a worker's key gives no power over what `m` asks (another worker's
+  /// name, or acting as another worker); none otherwise. Admin keys may do everything.
+  Refusal authorize(const Caller& caller, const wire::Message& m) const;
   void send_now(const SocketAddress& to, std::uint64_t request_id, const wire::RequestKey* key,
                 const wire::Body& body);
   /// Answers now, or after the pending changes are durable (see the durability rule).
   void answer_gated(const SocketAddress& to, std::uint64_t request_id, const wire::RequestKey& key,
                     wire::Body body);
+  /// Seals with the key of `caller_` (the request being answered) or, for lockd's own requests
+  /// to a worker, with that worker's key.
+  bool seal_for(const Caller& to, std::uint64_t request_id, const wire::Body& body, wire::Datagram& out);
+  /// lockd's own request to a worker (IsRunning): signed with that worker's key, not cached.
+  void send_to_worker(const WorkerId& worker, const SocketAddress& to, std::uint64_t request_id,
+                      const wire::Body& body);
   bool overloaded() const noexcept;
 
   // request handlers: return the answer body
@@ -213,8 +235,11 @@ class LockService {
   LockdConfig cfg_;
   EventLoop& loop_;
   LeaseTable table_;
+  wire::ClusterKeyring* keys_;  ///< owned by receiver_
   wire::Receiver receiver_;
   wire::Sender sender_;
+  /// The request being handled (set per datagram; a deferred answer restores its own).
+  Caller caller_;
   std::unique_ptr<StoreThread> store_;
   SocketId socket_;
   SocketAddress local_;

@@ -58,7 +58,7 @@ ConfigCheck check_config(const SupervisorConfig& c) {
     return r;
   };
   if (c.lockd_address.empty()) return refuse("--lockd is required (host:port of leasehold-lockd)");
-  if (c.key_file.empty()) return refuse("--key-file is required (the HMAC key shared with lockd)");
+  if (c.key_file.empty()) return refuse("--key-file is required (this worker's key, derived by lockd --derive-worker-key)");
   if (c.ttl_ms == 0 || c.ttl_ms > kTtlMsMax)
     return refuse("--ttl-ms " + std::to_string(c.ttl_ms) + " is out of range 1.." +
                   std::to_string(kTtlMsMax));
@@ -153,7 +153,8 @@ SandboxId random_sandbox_id() { return random_uuid_v4<SandboxId>(); }
 void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
   app.add_option("--lockd", c.lockd_address, "lockd address, HOST:PORT (UDP)")->required();
   app.add_option("--key-file", c.key_file,
-                 "HMAC-SHA256 key file shared with lockd (must not be readable by others)")
+                 "this worker's key file (leasehold-lockd --derive-worker-key; mode 0600): it names "
+                 "the worker id, and the supervisor speaks to lockd only as that worker")
       ->required();
   app.add_option_function<std::string>(
          "--worker-id",
@@ -162,7 +163,7 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
            if (!id || id->is_nil()) throw CLI::ValidationError("--worker-id", "not a UUID: " + text);
            c.worker_id = *id;
          },
-         "this worker's id, UUID (default: a random UUIDv4 per start, printed at start-up)");
+         "this worker's id, UUID; optional: the key file names it, and a different one is refused");
   app.add_option("--shm", c.shm_path,
                  "shm epoch table file (default: /dev/shm/leasehold-<worker id>)");
   app.add_option("--control-socket", c.control_socket_path,

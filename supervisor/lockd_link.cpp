@@ -1,5 +1,7 @@
 #include "supervisor/lockd_link.hpp"
 
+#include "io/clock.hpp"
+
 #include <sys/random.h>
 
 #include <cerrno>
@@ -30,6 +32,11 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
   // Requests and answers alike (the client also takes the id of what it sends); lockd's own
   // requests carry lockd's ids, which match none of ours, and end up as unsolicited.
   client_ = std::make_unique<RequestClient>(loop, &wire::request_id_of, retry, limits);
+  // A retry is a new datagram: a fresh seq and tag, same request id (lockd never executes a
+  // replayed seq, and answers a retry of an answered request from its cache).
+  client_->set_resend_hook([this](std::span<std::byte> bytes) {
+    sender_.restamp(std::span(reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size()));
+  });
 }
 
 LockdLink::~LockdLink() = default;
@@ -65,6 +72,7 @@ struct LockdLink::Call {
   std::int64_t deadline_ns = 0;
   std::int64_t first_send_ns = 0;
   std::uint32_t attempts = 0;
+  std::uint32_t resyncs = 0;
   LockdCallback on_done;
 };
 
@@ -120,6 +128,21 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
     c->on_done(std::move(r));
     return;
   }
+  if (const auto* e = std::get_if<wire::Error>(&d.body);
+      e != nullptr && e->seq_floor != 0 && c->resyncs < 2 && !wire::seq_resync_ablated() &&
+      (e->code == wire::error_code_of(wire::DecodeError::stale_seq) ||
+       e->code == wire::error_code_of(wire::DecodeError::replayed))) {
+    // Authenticated with our key, so lockd's: our seq restarted below its window (a restart
+    // after the wall clock stepped back). Continue above it; nothing was executed.
+    ++stats_.seq_resyncs;
+    ++c->resyncs;
+    sender_.advance_to(e->seq_floor);
+    sender_.restamp(c->datagram.buffer().first(c->datagram.size));
+    if (now_boottime_ns() < c->deadline_ns) {
+      start(c);
+      return;
+    }
+  }
   r.body = std::move(d.body);
   c->on_done(std::move(r));
 }
@@ -127,8 +150,8 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
 void LockdLink::on_unsolicited(const Datagram& d) {
   const auto span = std::span<const std::uint8_t>(
       reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size());
-  wire::Admission a = receiver_.admit(span);
   const SocketAddress from = d.source_address();
+  wire::Admission a = receiver_.admit(span, &from, now_boottime_ns());
   wire::Datagram out;
   switch (a.verdict) {
     case wire::Verdict::drop:
@@ -170,7 +193,7 @@ void LockdLink::on_unsolicited(const Datagram& d) {
     answer = r;
   }
   if (sender_.seal(a.message.header.request_id, answer, out)) {
-    receiver_.remember_answer(a.key, out.view());
+    receiver_.remember_answer(a.key, out.view(), from);
     loop_.send_to(client_->socket(), std::as_bytes(out.view()), &from);
   }
 }

@@ -1,8 +1,11 @@
 // leasehold/supervisor: the supervisor's authenticated UDP channel to lockd.
 //
 // One RequestClient (io/client.hpp) on the io thread's EventLoop, one wire::Sender that stamps
-// and signs as this worker (the header's sender is the worker id: lockd attaches refreshes and
-// commits to it), answers authenticated and decoded with the shared key. Typed calls with a
+// and signs as this worker with this worker's own key (the header's sender is the worker id:
+// lockd derives the key from it, so the tag proves the sender), answers authenticated and
+// decoded with the same key. Every retry carries a fresh seq (lockd never executes a replayed
+// one); an authenticated Error{stale_seq} (a restart after the wall clock was stepped back)
+// moves the seq above lockd's window (its seq_floor) and the request is sent again. Typed calls with a
 // CLOCK_BOOTTIME deadline each; the callback runs exactly once on the loop thread with the
 // decoded answer, or with `status != answered`. `first_send_ns` is the send time of the first
 // attempt: a lease is measured from it (DESIGN.md "Time"), whichever attempt lockd answered.
@@ -41,11 +44,12 @@ struct LockdLinkStats {
   std::uint64_t is_running_answered = 0;
   std::uint64_t is_running_rejected = 0;
   std::uint64_t late_answers = 0;      ///< answers that arrived after their call gave up
+  std::uint64_t seq_resyncs = 0;       ///< stale_seq answers that moved our seq to lockd's floor
 };
 
 class LockdLink {
  public:
-  /// `lockd` is the address of lockd; the socket binds to the wildcard of its family.
+  /// `lockd` is the address of lockd; `key` is this worker's key (kind worker, for `self`).
   /// Returns nullptr with `*error` set when the socket cannot be opened.
   static std::unique_ptr<LockdLink> open(EventLoop& loop, const SocketAddress& lockd,
                                          WorkerId self, const wire::WireKey& key,

@@ -35,7 +35,6 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (!config.worker_id) config.worker_id = random_worker_id();
   std::string error;
   std::unique_ptr<Supervisor> sup;
   try {

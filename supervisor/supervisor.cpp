@@ -337,7 +337,21 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   cfg = std::move(config);
   check = check_config(cfg);
   if (!check.ok) return check.error;
-  worker = cfg.worker_id.value_or(random_worker_id());
+  // The worker id comes with this worker's key: lockd checks every tag with the key derived
+  // for the id a datagram claims, so a supervisor can speak only as the worker of its key.
+  {
+    wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
+    if (!kl) return kl.error;
+    if (kl.key->kind != wire::KeyKind::worker)
+      return "--key-file " + cfg.key_file + " is a " + std::string(wire::to_string(kl.key->kind)) +
+             " key; a supervisor holds only its worker key (make it with: leasehold-lockd "
+             "--derive-worker-key --worker-id ID --key-file CLUSTER_KEY --out " + cfg.key_file + ")";
+    if (cfg.worker_id && *cfg.worker_id != kl.key->worker)
+      return "--worker-id " + cfg.worker_id->str() + " is not the worker of key file " + cfg.key_file +
+             " (" + kl.key->worker.str() + ")";
+    key = std::move(kl.key);
+  }
+  worker = key->worker;
   // One live supervisor per worker id: a second one would sweep the first one's cgroup leaves
   // (killing its sandboxes), share its replay window at lockd and remove its cgroup parent.
   if (std::string err = lock_worker(); !err.empty()) return err;
@@ -351,9 +365,6 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     if (!addr) return "--lockd \"" + cfg.lockd_address + "\" is not a numeric HOST:PORT (e.g. 127.0.0.1:7400)";
   }
   lockd_address = *addr;
-  wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
-  if (!kl) return kl.error;
-  key = std::move(kl.key);
   std::optional<gid_t> gid;
   if (!cfg.group.empty()) {
     std::string err;

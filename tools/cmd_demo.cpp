@@ -22,6 +22,7 @@
 #include "tools/cmd_demo_env.hpp"
 
 #include "io/auth.hpp"
+#include "supervisor/config.hpp"
 #include "resource/fenced_store.hpp"
 #include "shm/table.hpp"
 
@@ -350,7 +351,7 @@ class Demo {
   std::int64_t t0_;
   FILE* out_;
   World world_;
-  std::string self_, db_path_, sock_[2], shm_[2], key_path_;
+  std::string self_, db_path_, sock_[2], shm_[2], key_path_, worker_key_[2];
   std::uint16_t port_ = 0;
   std::unique_ptr<lockd::AdminClient> admin_;
   std::unique_ptr<resource::FencedStore> store_;
@@ -514,6 +515,16 @@ void Demo::body() {
   world_.keep = args_.keep;
   key_path_ = world_.tmp + "/key";
   if (std::string e = wire::generate_key_file(key_path_); !e.empty()) abort(e);
+  // Each supervisor holds only its own worker key, derived from the cluster key (which stays
+  // with lockd and the demo's admin client), as `leasehold-lockd --derive-worker-key` does.
+  for (int i = 0; i < 2; ++i) {
+    worker_key_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".key";
+    wire::KeyLoad cluster = wire::load_key_file(key_path_);
+    if (!cluster) abort(cluster.error);
+    if (std::string e = wire::write_key_file(worker_key_[i], wire::derive_worker_key(*cluster.key, random_worker_id()));
+        !e.empty())
+      abort(e);
+  }
   // The agents are isolated sandboxes running as unprivileged uids of their own: they may pass
   // through the temp dir (not read the key or lockd's store in it) and write the resource in
   // shared/, whose files any uid may write.
@@ -574,7 +585,7 @@ void Demo::body() {
     shm_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".table";
     world_.sup[i] = start_child(
         std::string("leasehold-supervisor (") + kWorker[i] + ")",
-        {sup_bin, "--lockd", world_.net.lockd_address(i, port_), "--key-file", key_path_, "--shm", shm_[i],
+        {sup_bin, "--lockd", world_.net.lockd_address(i, port_), "--key-file", worker_key_[i], "--shm", shm_[i],
          "--control-socket", sock_[i], "--ttl-ms", std::to_string(t_.ttl_ms), "--heartbeat-interval-ms",
          std::to_string(t_.heartbeat_ms), "--kill-after-ms", std::to_string(t_.kill_after_ms),
          // Isolated sandboxes (the default); as root each worker's from its own uid range, so

@@ -829,6 +829,11 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   auto kl = wire::load_key_file(key);
   if (!kl) return {kInternal, kl.error};
   d.key = *kl.key;
+  // The supervisor holds only its own worker key, derived from the cluster key.
+  const std::string worker_key = d.tmp.path + "/worker.key";
+  if (std::string err = wire::write_key_file(worker_key, wire::derive_worker_key(*kl.key, random_worker_id()));
+      !err.empty())
+    return {kInternal, err};
   std::string err;
   const std::string ttl = std::to_string(d.timing.ttl_ms);
   if (!spawn_proc(d.lockd, "leasehold-lockd",
@@ -847,7 +852,7 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   d.socket = d.tmp.path + "/supervisor.sock";
   d.shm_path = d.tmp.path + "/table";
   if (!spawn_proc(d.supervisor, "leasehold-supervisor",
-                  {sup_bin, "--lockd", d.relay->address(), "--key-file", key, "--ttl-ms", ttl, "--kill-after-ms",
+                  {sup_bin, "--lockd", d.relay->address(), "--key-file", worker_key, "--ttl-ms", ttl, "--kill-after-ms",
                    std::to_string(d.timing.kill_after_ms), "--heartbeat-interval-ms",
                    std::to_string(d.timing.heartbeat_interval_ms), "--kill-latency-budget-ms",
                    std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",

@@ -170,13 +170,13 @@ TEST_F(WireCodec, BadMagicUnknownVersionUnknownTypeAndFlagsAreRejected) {
   EXPECT_EQ(decode(magic, &auth).error, DecodeError::bad_magic);
 
   Bytes version = d;
-  version[4] = 2;
+  version[4] = kVersion + 1;
   auth.sign(version);
   DecodeResult r = decode(version, &auth);
   EXPECT_EQ(r.error, DecodeError::unknown_version);
   EXPECT_TRUE(is_authenticated_reason(r.error));
   EXPECT_EQ(r.header.sender, samples::wid(500));
-  EXPECT_NE(r.detail.find("version 2"), std::string::npos) << r.detail;
+  EXPECT_NE(r.detail.find("version " + std::to_string(kVersion + 1)), std::string::npos) << r.detail;
 
   for (std::uint8_t t : {0x00, 0x0F, 0x42, 0x80, 0x8B, 0xFE}) {
     Bytes type = d;
@@ -189,10 +189,13 @@ TEST_F(WireCodec, BadMagicUnknownVersionUnknownTypeAndFlagsAreRejected) {
   flags[6] = 0x02;
   auth.sign(flags);
   EXPECT_EQ(decode(flags, &auth).error, DecodeError::bad_flags);
-  Bytes reserved = d;
-  reserved[43] = 1;
-  auth.sign(reserved);
-  EXPECT_EQ(decode(reserved, &auth).error, DecodeError::bad_flags);
+  // Bytes 42..43 are the key id (version 2): decoded into the header, checked by the Keyring.
+  Bytes key_id = d;
+  key_id[42] = 7;
+  auth.sign(key_id);
+  const DecodeResult k = decode(key_id, &auth);
+  EXPECT_EQ(k.error, DecodeError::none);
+  EXPECT_EQ(k.header.key_id, 7u);
 }
 
 TEST_F(WireCodec, TrailingBytesAreRejected) {
@@ -264,8 +267,8 @@ TEST_F(WireCodec, OverlongTextIsRejected) {
             EncodeError::bad_text);
   const Bytes d = encode_bytes(Error{ErrorCode::internal, "x"}, &auth);
   Bytes payload = payload_of(d);
-  put_u16(payload, 2, static_cast<std::uint16_t>(kErrorTextBytesMax + 1));
-  payload.resize(4 + kErrorTextBytesMax + 1, 'x');
+  put_u16(payload, 2 + 8, static_cast<std::uint16_t>(kErrorTextBytesMax + 1));  // after code, seq_floor
+  payload.resize(2 + 8 + 2 + kErrorTextBytesMax + 1, 'x');
   EXPECT_EQ(decode(with_payload(d, payload, auth), &auth).error, DecodeError::bad_text);
 }
 

@@ -86,11 +86,12 @@ TEST_F(WireReceiver, RetriedRequestIdGetsIdenticalAnswerBytes) {
 
   // A retry: same request id, new seq.
   const Bytes retry = seal(client, 42, request);
-  Admission r = receiver.admit(retry);
+  Admission r = receiver.admit(retry, 1'000);
   ASSERT_EQ(r.verdict, Verdict::resend) << a.detail;
   EXPECT_EQ(Bytes(r.cached_answer.begin(), r.cached_answer.end()), answer);
-  // A duplicate of the first datagram (replayed seq) with a cached answer: resent, not rejected.
-  r = receiver.admit(first);
+  // A duplicate of the first datagram (replayed seq) with a cached answer: resent, not rejected
+  // (resends of one answer are kResendIntervalNs apart at least).
+  r = receiver.admit(first, 1'000 + kResendIntervalNs);
   ASSERT_EQ(r.verdict, Verdict::resend);
   EXPECT_EQ(Bytes(r.cached_answer.begin(), r.cached_answer.end()), answer);
   EXPECT_EQ(receiver.stats().resent, 2u);

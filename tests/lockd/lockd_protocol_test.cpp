@@ -309,8 +309,11 @@ TEST_F(LockdTest, BadDatagramsAreCountedNeverFatal) {
 // answers lockd's IsRunning questions.
 class FakeSupervisor {
  public:
+  /// `key`: the cluster key; the stand-in holds the worker key derived from it for `self`.
   FakeSupervisor(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self)
-      : lockd_(lockd), sender_(self, wire::seq_seed(), key), auth_(key) {
+      : lockd_(lockd),
+        sender_(self, wire::seq_seed(), wire::derive_worker_key(key, self)),
+        auth_(wire::derive_worker_key(key, self)) {
     fd_ = open_udp_socket_blocking(*SocketAddress::parse("127.0.0.1:0"));
   }
   ~FakeSupervisor() { ::close(fd_); }

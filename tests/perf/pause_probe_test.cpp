@@ -199,6 +199,12 @@ TEST_F(PauseProbe, ExternalMode) {
   const std::string key = dir_ + "/k", other_key = dir_ + "/k2", ctl = dir_ + "/ctl", table = dir_ + "/table";
   ASSERT_EQ(std::system((std::string(LEASEHOLD_LOCKD_BINARY) + " --generate-key " + key + " >/dev/null").c_str()), 0);
   ASSERT_EQ(std::system((std::string(LEASEHOLD_LOCKD_BINARY) + " --generate-key " + other_key + " >/dev/null").c_str()), 0);
+  // The supervisor holds only its worker key, derived from the cluster key as an operator does.
+  const std::string worker_key = dir_ + "/worker.key";
+  ASSERT_EQ(std::system((std::string(LEASEHOLD_LOCKD_BINARY) +
+                         " --derive-worker-key --worker-id 6e719db0-0000-4000-8000-000000000001 --key-file " + key +
+                         " --out " + worker_key + " >/dev/null").c_str()),
+            0);
   // Both services in the background; their pids in files so TearDown-like cleanup can stop them.
   const std::string start =
       "cd " + dir_ + " && (" + LEASEHOLD_LOCKD_BINARY + " --listen 127.0.0.1:0 --key-file " + key +
@@ -220,8 +226,8 @@ TEST_F(PauseProbe, ExternalMode) {
     }
   } stop{dir_};
   ASSERT_FALSE(addr.empty()) << slurp(dir_ + "/lockd.err");
-  const std::string sup = "cd " + dir_ + " && (" + LEASEHOLD_SUPERVISOR_BINARY + " --lockd " + addr + " --key-file " +
-                          key + " --control-socket " + ctl + " --shm " + table +
+ const std::string sup = "cd " + dir_ + " && (" + LEASEHOLD_SUPERVISOR_BINARY + " --lockd " + addr + " --key-file " +
+                          worker_key + " --control-socket " + ctl + " --shm " + table +
                           " --ttl-ms 800 --kill-after-ms 480 --heartbeat-interval-ms 120"
                           " --kill-latency-budget-ms 40 --clock-rate-bound 0.002 --isolation off >sup.out 2>sup.err & echo $! >sup.pid)";
   ASSERT_EQ(std::system(sup.c_str()), 0);

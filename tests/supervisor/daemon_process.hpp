@@ -26,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <sstream>
 #include <string>
@@ -166,6 +167,17 @@ inline wire::WireKey load_key(const std::string& path) {
   return *k.key;
 }
 
+/// A worker key file (0600) for `worker` derived from the cluster key at `cluster_key`, as
+/// `leasehold-lockd --derive-worker-key` writes it: what a supervisor is given.
+inline std::string make_worker_key(const fs::path& dir, const std::string& cluster_key, const WorkerId& worker) {
+  const fs::path p = dir / ("worker-" + worker.str() + ".key");
+  if (!fs::exists(p)) {
+    const std::string err = wire::write_key_file(p.string(), wire::derive_worker_key(load_key(cluster_key), worker));
+    if (!err.empty()) throw std::runtime_error(err);
+  }
+  return p.string();
+}
+
 struct Lockd {
   Child child;
   std::string address;  // 127.0.0.1:PORT
@@ -211,12 +223,23 @@ struct Supervisor {
   std::string worker;
   std::string shm;
 
-  /// Starts a supervisor against `lockd` with `extra` flags; waits for "ready".
+  /// Starts a supervisor against `lockd` with `extra` flags; waits for "ready". `key` is the
+  /// cluster key: the supervisor gets the worker key derived for its --worker-id in `extra` (a
+  /// random worker when there is none); a key file that is not a cluster key is passed as is.
   bool start(const fs::path& dir, const std::string& lockd, const std::string& key,
              std::vector<std::string> extra, std::string* error, const std::string& tag = "sup") {
     socket = dir / (tag + ".sock");
     log = dir / (tag + ".err");
-    std::vector<std::string> args = {"--lockd", lockd, "--key-file", key, "--control-socket", socket.string()};
+    std::string key_file = key;
+    if (auto k = wire::load_key_file(key); k && k.key->kind == wire::KeyKind::cluster) {
+      std::random_device rd;
+      WorkerId id{(std::uint64_t{rd()} << 32) | rd(), (std::uint64_t{rd()} << 32) | rd() | 1};
+      for (std::size_t i = 0; i + 1 < extra.size(); ++i)
+        if (extra[i] == "--worker-id")
+          if (auto w = WorkerId::parse(extra[i + 1])) id = *w;
+      key_file = make_worker_key(dir, key, id);
+    }
+    std::vector<std::string> args = {"--lockd", lockd, "--key-file", key_file, "--control-socket", socket.string()};
     args.insert(args.end(), extra.begin(), extra.end());
     child.start(LEASEHOLD_SUPERVISOR_BINARY, args, dir / (tag + ".out"), log);
     if (!child.wait_stdout("ready\n")) {

@@ -1,0 +1,326 @@
+// Who may do what to a name (DESIGN.md "Trust model"), against the real leasehold-lockd on
+// loopback: each attack of issue 15 run by someone holding one worker's key (or nothing but a
+// captured datagram). Every test runs the attack twice: with the defence switched off
+// (LEASEHOLD_ABLATE, see lockd/config.hpp), where it must succeed, and with it on, where it must
+// fail and be counted.
+#include "io/auth.hpp"
+#include "io/clock.hpp"
+#include "io/probe.hpp"
+#include "io/replay.hpp"
+#include "lockd/admin_client.hpp"
+#include "lockd_process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#include <functional>
+#include <map>
+#include <thread>
+
+namespace leasehold::lockd {
+namespace {
+
+using namespace testing;
+
+const SandboxId S1{0xA1, 1};
+const WorkerId W{0xA0, 1};  // the victim worker
+const WorkerId X{0xA0, 2};  // the worker whose key the attacker holds
+
+/// A raw UDP socket: sends hand-made datagrams, counts what comes back.
+class RawSocket {
+ public:
+  RawSocket() { fd_ = open_udp_socket_blocking(*SocketAddress::parse("127.0.0.1:0")); }
+  ~RawSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawSocket(const RawSocket&) = delete;
+  RawSocket& operator=(const RawSocket&) = delete;
+  void send(std::span<const std::uint8_t> d, const SocketAddress& to) const {
+    ::sendto(fd_, d.data(), d.size(), 0, to.sa(), to.length);
+  }
+  /// The next datagram within `timeout_ms`, or empty.
+  std::vector<std::uint8_t> receive(int timeout_ms) const {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return {};
+    std::vector<std::uint8_t> buf(wire::kDatagramBytesMax);
+    const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+    if (n <= 0) return {};
+    buf.resize(static_cast<std::size_t>(n));
+    return buf;
+  }
+  /// Datagrams that arrive within `timeout_ms` (stops at the first quiet `timeout_ms`).
+  std::size_t drain(int timeout_ms) const {
+    std::size_t n = 0;
+    while (!receive(timeout_ms).empty()) ++n;
+    return n;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::vector<std::uint8_t> seal(wire::Sender& s, std::uint64_t request_id, const wire::Body& body) {
+  wire::Datagram d;
+  EXPECT_TRUE(s.seal(request_id, body, d));
+  return {d.bytes.begin(), d.bytes.begin() + d.size};
+}
+
+class LockdAuthority : public ::testing::TestWithParam<bool> {
+ protected:
+  /// GetParam(): the defence is on (true) or ablated (false).
+  bool defended() const { return GetParam(); }
+
+  void SetUp() override {
+    if (auto why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    cluster_ = make_key(dir_.path());
+  }
+  void TearDown() override { ::unsetenv("LEASEHOLD_ABLATE"); }
+
+  /// Starts lockd; `ablation` is set in its environment when the defence is ablated.
+  void start(const std::string& ablation, std::vector<std::string> extra = {}) {
+    if (!defended()) ::setenv("LEASEHOLD_ABLATE", ablation.c_str(), 1);
+    ablation_ = ablation;
+    std::vector<std::string> args{"--key-file", key_path(), "--store", (dir_.path() / "lockd.db").string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string err;
+    ASSERT_TRUE(lockd_.start(args, dir_.path() / "lockd.log", &err)) << err;
+  }
+  std::string key_path() const { return (dir_.path() / "lockd.key").string(); }
+
+  /// The key lockd issues to `worker`, made as an operator makes it (leasehold-lockd
+  /// --derive-worker-key), under the same ablation as the running lockd.
+  wire::WireKey worker_key(const WorkerId& worker) {
+    const fs::path out = dir_.path() / ("worker-" + worker.str() + ".key");
+    if (!fs::exists(out)) {
+      const ExitResult r = run_lockd_to_exit(
+          {"--derive-worker-key", "--worker-id", worker.str(), "--key-file", key_path(), "--out", out.string()},
+          dir_.path());
+      EXPECT_EQ(r.code, 0) << r.err;
+    }
+    auto k = wire::load_key_file(out.string());
+    EXPECT_TRUE(k) << k.error;
+    EXPECT_EQ(k.key->kind, wire::KeyKind::worker);
+    EXPECT_EQ(k.key->worker, worker);
+    return *k.key;
+  }
+
+  std::map<std::string, std::uint64_t> counters() {
+    AdminClient admin(lockd_.address(), cluster_);
+    std::string err;
+    auto c = admin.counters(&err);
+    EXPECT_TRUE(c) << err;
+    std::map<std::string, std::uint64_t> v;
+    if (c)
+      for (const auto& k : *c) v[k.key] = k.value;
+    return v;
+  }
+  /// Sends next() every 100 ms for 3 TTLs (TTL 1 s) or, with the defence on, until `name` is no
+  /// longer held; true if it stopped being held.
+  bool sent_until_not_held(const std::function<std::vector<std::uint8_t>()>& next, const std::string& name) {
+    RawSocket s;
+    const std::int64_t until = now_boottime_ns() + 3'000'000'000;
+    while (now_boottime_ns() < until) {
+      s.send(next(), lockd_.address());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (defended() && state_of(name) != wire::LockState::held) return true;
+    }
+    return state_of(name) != wire::LockState::held;
+  }
+  wire::LockState state_of(const std::string& name) {
+    AdminClient admin(lockd_.address(), cluster_);
+    const Answer a = admin.show(name);
+    if (const auto* i = a.as<wire::NameInfo>()) return i->record.state;
+    return wire::LockState::free;
+  }
+
+  TempDir dir_;
+  wire::WireKey cluster_;
+  LockdProcess lockd_;
+  std::string ablation_;
+};
+
+// One datagram claiming worker W with the highest sequence number, signed by another worker's
+// key, used to poison W's replay window: every later datagram of W was refused as stale.
+TEST_P(LockdAuthority, ForeignKeyCannotPoisonAnotherWorkersReplayWindow) {
+  start("shared-worker-key");
+  const wire::WireKey kx = worker_key(X);
+  wire::Sender forged(W, UINT64_MAX, kx);  // claims W, X's key; the highest seq there is
+  RawSocket s;
+  s.send(seal(forged, 1, wire::Stats{}), lockd_.address());
+  const bool answered = !s.receive(defended() ? 300 : 2000).empty();
+
+  AdminClient w(lockd_.address(), worker_key(W));
+  ASSERT_EQ(w.self(), W);
+  const Answer a = w.acquire("auth/poison", S1, W);
+  if (defended()) {
+    EXPECT_FALSE(answered) << "a datagram that is not W's was answered";
+    ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;
+    EXPECT_GE(counters()["reject_bad_tag"], 1u);
+  } else {
+    EXPECT_TRUE(answered);
+    EXPECT_EQ(a.as<wire::Grant>(), nullptr) << "the ablated lockd was expected to be poisoned";
+    EXPECT_NE(a.error.find("stale_seq"), std::string::npos) << a.error;
+  }
+}
+
+// `release` of a name W's sandbox holds, sent with worker X's own key (and X's id): refused as
+// forbidden, counted, and the name stays held.
+TEST_P(LockdAuthority, ReleaseFromAnotherWorkerIsRefused) {
+  start("no-authz");
+  AdminClient w(lockd_.address(), worker_key(W));
+  const Answer g = w.acquire("auth/release", S1, W);
+  const auto* grant = g.as<wire::Grant>();
+  ASSERT_NE(grant, nullptr) << g.error;
+
+  AdminClient x(lockd_.address(), worker_key(X));
+  const Answer r = x.release(name_id_of("auth/release"), S1, grant->epoch);
+  if (defended()) {
+    const auto* d = r.as<wire::Deny>();
+    ASSERT_NE(d, nullptr) << r.error;
+    EXPECT_EQ(d->refusal, Refusal::forbidden);
+    EXPECT_EQ(d->worker, W);
+    EXPECT_EQ(state_of("auth/release"), wire::LockState::held);
+    auto c = counters();
+    EXPECT_EQ(c["refusal_forbidden"], 1u);
+    EXPECT_EQ(c["forbidden"], 1u);
+    // Acting as another worker is refused too: X acquiring for W, X committing as W.
+    const Answer a2 = x.acquire("auth/other", S1, W);
+    ASSERT_NE(a2.as<wire::Deny>(), nullptr) << a2.error;
+    EXPECT_EQ(a2.as<wire::Deny>()->refusal, Refusal::forbidden);
+    // The rightful holder's worker can still release.
+    const Answer own = w.release(name_id_of("auth/release"), S1, grant->epoch);
+    EXPECT_NE(own.as<wire::Ok>(), nullptr) << own.error;
+  } else {
+    EXPECT_NE(r.as<wire::Ok>(), nullptr) << r.error;
+    EXPECT_EQ(state_of("auth/release"), wire::LockState::free);
+  }
+}
+
+// Heartbeats claiming W's id, signed with X's key, sent for W's name: they must not keep it
+// held; lockd's TTL expires it.
+TEST_P(LockdAuthority, HeartbeatClaimingAnotherWorkersIdDoesNotRefresh) {
+  start("shared-worker-key", {"--ttl-ms", "1000"});
+  AdminClient w(lockd_.address(), worker_key(W));
+  const Answer g = w.acquire("auth/heartbeat", S1, W);
+  const auto* grant = g.as<wire::Grant>();
+  ASSERT_NE(grant, nullptr) << g.error;
+
+  wire::Sender forged(W, wire::seq_seed(), worker_key(X));
+  wire::Heartbeat hb;
+  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("auth/heartbeat"), S1, grant->epoch});
+  std::uint64_t rid = 1;
+  const bool expired = sent_until_not_held([&] { return seal(forged, rid++, hb); }, "auth/heartbeat");
+  if (defended()) {
+    EXPECT_TRUE(expired) << "forged heartbeats kept W's name held";
+    EXPECT_GE(counters()["reject_bad_tag"], 1u);
+  } else {
+    EXPECT_EQ(state_of("auth/heartbeat"), wire::LockState::held) << "the ablated lockd was expected to refresh";
+  }
+}
+
+// A heartbeat datagram captured on the wire and replayed (no key needed) kept a name held after
+// its sandbox had been killed: a replayed seq is never executed.
+TEST_P(LockdAuthority, ReplayedHeartbeatIsNotExecuted) {
+  start("replay-heartbeats", {"--ttl-ms", "1000"});
+  const wire::WireKey kw = worker_key(W);
+  AdminClient w(lockd_.address(), kw);
+  const Answer g = w.acquire("auth/replay", S1, W);
+  const auto* grant = g.as<wire::Grant>();
+  ASSERT_NE(grant, nullptr) << g.error;
+
+  wire::Sender sup(W, wire::seq_seed(), kw);
+  wire::Heartbeat hb;
+  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("auth/replay"), S1, grant->epoch});
+  const std::vector<std::uint8_t> captured = seal(sup, 9, hb);
+  RawSocket s;
+  s.send(captured, lockd_.address());
+  ASSERT_FALSE(s.receive(2000).empty());  // the genuine heartbeat is answered
+  // The sandbox is gone; the attacker replays the captured bytes.
+  const bool expired = sent_until_not_held([&] { return captured; }, "auth/replay");
+  if (defended()) {
+    EXPECT_TRUE(expired) << "a replayed heartbeat kept the name held";
+    EXPECT_GE(counters()["reject_replayed"], 1u);
+  } else {
+    EXPECT_EQ(state_of("auth/replay"), wire::LockState::held) << "the ablated lockd was expected to refresh";
+  }
+}
+
+// A captured stats request replayed from many source ports returned its (larger) answer to
+// each: a cached answer goes only to where it went first, and only a bounded number of times.
+TEST_P(LockdAuthority, CachedAnswerIsNotReflectedToOtherAddresses) {
+  start("reflection");
+  wire::Sender client(WorkerId{0xC0, 1}, wire::seq_seed(),
+                      wire::WireKey(cluster_.bytes, wire::KeyKind::admin,
+                                    static_cast<std::uint16_t>(cluster_.key_id | wire::kAdminKeyIdBit)));
+  const std::vector<std::uint8_t> request = seal(client, 77, wire::Stats{});
+  RawSocket original;
+  original.send(request, lockd_.address());
+  const std::vector<std::uint8_t> answer = original.receive(2000);
+  ASSERT_FALSE(answer.empty());
+  EXPECT_GT(answer.size(), request.size());  // the amplification the attack is after
+
+  constexpr int kPorts = 20;
+  std::size_t reflected = 0;
+  for (int i = 0; i < kPorts; ++i) {
+    RawSocket other;
+    other.send(request, lockd_.address());
+    reflected += other.drain(defended() ? 100 : 1000);
+  }
+  // From the original address too: at most kResendsPerAnswerMax copies, however many replays.
+  for (int i = 0; i < 3 * static_cast<int>(wire::kResendsPerAnswerMax); ++i) original.send(request, lockd_.address());
+  const std::size_t resent = original.drain(300);
+  if (defended()) {
+    EXPECT_EQ(reflected, 0u);
+    EXPECT_LE(resent, wire::kResendsPerAnswerMax);
+    auto c = counters();
+    EXPECT_EQ(c["resends_refused_source"], static_cast<std::uint64_t>(kPorts));
+    EXPECT_GE(c["resends_refused_rate"], 1u);
+  } else {
+    EXPECT_EQ(reflected, static_cast<std::size_t>(kPorts));
+    EXPECT_GT(resent, wire::kResendsPerAnswerMax);
+  }
+}
+
+// A client restarted with a lower seq (its wall clock was stepped back; LEASEHOLD_TEST_SEQ_SEED
+// stands in for the clock) is refused as stale_seq once, learns lockd's seq_floor from the
+// authenticated answer and continues above it; the old run's datagrams stay refused.
+TEST_P(LockdAuthority, RestartBelowTheWindowResyncsWithoutReopeningReplay) {
+  start("no-seq-resync");  // a client-side switch: the client keeps its seq after stale_seq
+  const wire::WireKey kw = worker_key(W);
+  ::setenv("LEASEHOLD_TEST_SEQ_SEED", "9000000000000000000", 1);
+  wire::Sender before(W, wire::seq_seed(), kw);
+  ::unsetenv("LEASEHOLD_TEST_SEQ_SEED");
+  RawSocket s;
+  const std::vector<std::uint8_t> old = seal(before, 5, wire::Stats{});
+  s.send(old, lockd_.address());
+  ASSERT_FALSE(s.receive(2000).empty());
+
+  // The restart: a seq far below the window.
+  ::setenv("LEASEHOLD_TEST_SEQ_SEED", "1000", 1);
+  AdminClient after(lockd_.address(), kw);  // reads LEASEHOLD_ABLATE like a supervisor
+  ::unsetenv("LEASEHOLD_TEST_SEQ_SEED");
+  const Answer a = after.acquire("auth/restart", S1, W);
+  if (!defended()) {
+    EXPECT_EQ(a.as<wire::Grant>(), nullptr);
+    EXPECT_NE(a.error.find("stale_seq"), std::string::npos) << a.error;
+    return;
+  }
+  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;
+  auto c = counters();
+  EXPECT_EQ(c["reject_stale_seq"], 1u);
+  // The old run's captured datagram is still refused (never executed again).
+  const std::uint64_t accepted = c["decode_accepted"];
+  s.send(old, lockd_.address());
+  s.drain(300);
+  c = counters();
+  EXPECT_EQ(c["decode_accepted"], accepted + 1);  // only the stats request that read this
+}
+
+INSTANTIATE_TEST_SUITE_P(DefenceOnAndAblated, LockdAuthority, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "defended" : "ablated"; });
+
+}  // namespace
+}  // namespace leasehold::lockd
