@@ -4,7 +4,7 @@
 #   2. unit + integration tests under ASan+UBSan (debug preset)
 #   3. the concurrent tests under TSan (tsan preset, label "concurrent")
 #   4. the wire decoder fuzzer for a bounded time (fuzz preset, clang/libFuzzer)
-#   5. the formal models (specs/check, Spin)
+#   5. the formal models (specs/check, Spin), and their mutation test (specs/mutate)
 # Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +34,11 @@ fi
 if [ -x specs/check ]; then
   stage "specs: model checking (Spin)"
   specs/check
+fi
+
+if [ -x specs/mutate ]; then
+  stage "specs: mutation test (every guard and effect weakened; survivors must be explained)"
+  specs/mutate lease transfer   # preemptible: see specs/README.md "Mutation test"
 fi
 
 stage "all stages passed"
