@@ -50,8 +50,8 @@
  *                           beat sent after the firing cleared the kill-switch, publishes a
  *                           grant lockd may have revoked or preempted meanwhile)
  *   -DRELEASE_IGNORES_WORKER  a release by sandbox and epoch frees a Held record whatever worker
- *                           sends it (LeaseTable::release alone; lockd must refuse a worker's
- *                           release of a name Held on another worker): a copy whose commit was
+ *                           sends it (LeaseTable::release without LockService::authorize,
+ *                           which refuses a worker's release of a name Held on another worker): a copy whose commit was
  *                           refused gives back the name its retried copy holds
  *   -DNO_WORKER_RECOVERY    a heartbeat answer's list of lost names kills nothing
  *   -DREVOKE_FREES_AT_ONCE  revoke makes the name grantable at once (no lock-delay)
