@@ -247,12 +247,20 @@ Refusal LockService::authorize(const Caller& caller, const wire::Message& m) con
       return std::get<wire::Commit>(m.body).worker == self ? Refusal::none : Refusal::forbidden;
     case wire::MessageType::release:
       return others(std::get<wire::Release>(m.body).name_id) ? Refusal::forbidden : Refusal::none;
+    // Admin operations: a worker's key gives no power over names it does not hold, nor to
+    // see the whole table.
     case wire::MessageType::transfer_begin:
-      return others(std::get<wire::TransferBegin>(m.body).name_id) ? Refusal::forbidden : Refusal::none;
     case wire::MessageType::transfer_complete:
-      return others(std::get<wire::TransferComplete>(m.body).name_id) ? Refusal::forbidden : Refusal::none;
     case wire::MessageType::transfer_accept:
-      return std::get<wire::TransferAccept>(m.body).worker == self ? Refusal::none : Refusal::forbidden;
+    case wire::MessageType::revoke:
+    case wire::MessageType::reassign:
+    case wire::MessageType::list:
+      return Refusal::forbidden;
+    case wire::MessageType::show: {
+      const auto& sh = std::get<wire::Show>(m.body);
+      const LockState st = table_.state(sh.name.empty() ? sh.name_id : name_id_of(sh.name));
+      return st.known && st.worker == self ? Refusal::none : Refusal::forbidden;
+    }
     case wire::MessageType::worker_heartbeat:
       return std::get<wire::WorkerHeartbeat>(m.body).worker == self ? Refusal::none : Refusal::forbidden;
     default:
@@ -282,9 +290,11 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       case wire::MessageType::transfer_begin: o.name = std::get<wire::TransferBegin>(m.body).name_id; break;
       case wire::MessageType::transfer_complete: o.name = std::get<wire::TransferComplete>(m.body).name_id; break;
       case wire::MessageType::transfer_accept: o.name = std::get<wire::TransferAccept>(m.body).name_id; break;
+      case wire::MessageType::revoke: o.name = std::get<wire::Revoke>(m.body).name_id; break;
+      case wire::MessageType::reassign: o.name = std::get<wire::Reassign>(m.body).name_id; break;
       default: break;
     }
-    if (!o.name.is_nil()) o.state = table_.state(o.name);
+    // The name's state is not told: a worker's key must not learn another worker's holders.
     // Not cached: the same request id from the rightful key must still be served.
     send_now(from, rid, nullptr, deny(o));
     return;

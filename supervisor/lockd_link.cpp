@@ -3,6 +3,8 @@
 #include "io/clock.hpp"
 
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -45,6 +47,8 @@ std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress&
                                            WorkerId self, const wire::WireKey& key,
                                            const RetryPolicy& retry, std::string* error) {
   std::unique_ptr<LockdLink> link(new LockdLink(loop, lockd, self, key, retry));
+  // Bound to the local address the kernel routes to lockd from (not the wildcard): only
+  // datagrams to that address reach the socket. Found with a connected probe socket.
   SocketAddress any{};
   if (lockd.family() == AF_INET6) {
     auto* a = reinterpret_cast<sockaddr_in6*>(&any.storage);
@@ -56,6 +60,17 @@ std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress&
     a->sin_family = AF_INET;
     a->sin_addr.s_addr = htonl(INADDR_ANY);
     any.length = sizeof(sockaddr_in);
+  }
+  if (const int probe = ::socket(lockd.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0); probe >= 0) {
+    SocketAddress local{};
+    local.length = sizeof local.storage;
+    if (::connect(probe, lockd.sa(), lockd.length) == 0 &&
+        ::getsockname(probe, local.sa(), &local.length) == 0 && local.family() == lockd.family()) {
+      if (local.family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&local.storage)->sin6_port = 0;
+      else reinterpret_cast<sockaddr_in*>(&local.storage)->sin_port = 0;
+      any = local;
+    }
+    ::close(probe);
   }
   const int rc = link->client_->open(any);
   if (rc != 0) {

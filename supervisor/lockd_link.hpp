@@ -50,6 +50,8 @@ struct LockdLinkStats {
 class LockdLink {
  public:
   /// `lockd` is the address of lockd; `key` is this worker's key (kind worker, for `self`).
+  /// The socket binds to the local address that routes to lockd (the wildcard only if none is
+  /// found), so it receives nothing sent to the worker's other addresses.
   /// Returns nullptr with `*error` set when the socket cannot be opened.
   static std::unique_ptr<LockdLink> open(EventLoop& loop, const SocketAddress& lockd,
                                          WorkerId self, const wire::WireKey& key,
@@ -77,6 +79,8 @@ class LockdLink {
   const ClientStats& client_stats() const noexcept { return client_->stats(); }
   const LockdLinkStats& stats() const noexcept { return stats_; }
   const SocketAddress& lockd() const noexcept { return lockd_; }
+  /// The address the socket is bound to.
+  SocketAddress local() const { return local_address(loop_.socket_fd(client_->socket())).value_or(SocketAddress{}); }
 
  private:
   struct Call;

@@ -46,8 +46,12 @@ void add_lockd_flags(CLI::App* sub, LockdFlags& f) {
                   std::string("lockd address HOST:PORT (UDP; env ") + kLockdEnv + ", default " +
                       kLockdDefault + ")");
   sub->add_option("--key-file", f.key_file,
-                  std::string("HMAC key file shared with lockd, mode 0600 (env ") + kKeyFileEnv +
-                      ", default " + kKeyFileDefault + ")");
+                  std::string("key file, mode 0600: a worker key (act as that worker) or the cluster key (env ") +
+                      kKeyFileEnv + ", default " + kKeyFileDefault + ")");
+  sub->add_option("--admin-key-file", f.admin_key_file,
+                  std::string("admin key file, mode 0600 (lockd --admin-key-file): revoke, transfer, reassign, "
+                              "names and show of any name; used instead of --key-file (env ") +
+                      kAdminKeyFileEnv + ")");
   sub->add_option("--timeout-ms", f.timeout_ms,
                   "give up on lockd after this many milliseconds (retries inside it)")
       ->check(CLI::Range(1, 600'000));
@@ -56,6 +60,7 @@ void add_lockd_flags(CLI::App* sub, LockdFlags& f) {
 void resolve(LockdFlags& f) {
   if (f.lockd.empty()) f.lockd = env_or(kLockdEnv, kLockdDefault);
   if (f.key_file.empty()) f.key_file = env_or(kKeyFileEnv, kKeyFileDefault);
+  if (f.admin_key_file.empty()) f.admin_key_file = env_or(kAdminKeyFileEnv, "");
 }
 
 std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& failure) {
@@ -66,9 +71,18 @@ std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& fai
                            "\": expected numeric HOST:PORT such as 127.0.0.1:7400 or [::1]:7400"};
     return nullptr;
   }
-  wire::KeyLoad key = wire::load_key_file(flags.key_file);
+  const bool admin = !flags.admin_key_file.empty();
+  wire::KeyLoad key = wire::load_key_file(admin ? flags.admin_key_file : flags.key_file);
   if (!key) {
-    failure = {kUsage, key.error + " (set --key-file or " + std::string(kKeyFileEnv) + ")"};
+    failure = {kUsage, key.error + (admin ? " (set --admin-key-file or " + std::string(kAdminKeyFileEnv) + ")"
+                                          : " (set --key-file or " + std::string(kKeyFileEnv) + ")")};
+    return nullptr;
+  }
+  if (admin && key.key->kind != wire::KeyKind::admin) {
+    failure = {kUsage, "--admin-key-file " + flags.admin_key_file + " is a " +
+                           std::string(wire::to_string(key.key->kind)) +
+                           " key, not an admin key (make one with leasehold-lockd --generate-key PATH --kind admin "
+                           "--key-id N, and start lockd with --admin-key-file PATH)"};
     return nullptr;
   }
   try {

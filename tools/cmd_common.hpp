@@ -52,9 +52,11 @@ int report(std::string_view command, const Failure& f);
 struct LockdFlags {
   std::string lockd;
   std::string key_file;
+  std::string admin_key_file;  ///< --admin-key-file / $LEASEHOLD_ADMIN_KEY_FILE: used instead of key_file
   std::uint64_t timeout_ms = kLockdTimeoutMsDefault;
 };
-/// Adds --lockd, --key-file, --timeout-ms with their environment defaults.
+inline constexpr const char* kAdminKeyFileEnv = "LEASEHOLD_ADMIN_KEY_FILE";
+/// Adds --lockd, --key-file, --admin-key-file, --timeout-ms with their environment defaults.
 void add_lockd_flags(CLI::App* sub, LockdFlags& flags);
 /// Fills unset flags from the environment and the defaults.
 void resolve(LockdFlags& flags);

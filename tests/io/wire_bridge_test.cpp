@@ -295,6 +295,8 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   const WorkerId worker = wid(600);
   auto link = LockdLink::open(*loop_, lockd_->addr, worker, key_, once, &error);
   ASSERT_NE(link, nullptr) << error;
+  // Bound to the address that reaches lockd (loopback here), not the wildcard 0.0.0.0.
+  EXPECT_EQ(link->local().str().rfind("127.0.0.1:", 0), 0u) << link->local().str();
   link->set_is_running_handler([](const IsRunning& q) { return q.sandbox == sid(10); });
 
   // --- worker → lockd: every request type (the samples, both forms of Show) ----------------
