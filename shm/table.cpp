@@ -40,6 +40,7 @@ std::string_view to_string(TableErrc e) noexcept {
     case TableErrc::bad_argument: return "bad_argument";
     case TableErrc::io_error: return "io_error";
     case TableErrc::busy: return "busy";
+    case TableErrc::untrusted: return "untrusted";
   }
   return "unknown";
 }
@@ -95,6 +96,13 @@ Location parse_location(std::string_view text) {
   if (text.find('\0') != std::string_view::npos)
     fail(TableErrc::bad_argument, "shm table location contains a NUL byte");
   if (text.size() > 4096) fail(TableErrc::bad_argument, "shm table location exceeds 4096 bytes");
+  if (text.find_first_not_of("0123456789") == std::string_view::npos) {
+    if (text.size() > 9) fail(TableErrc::bad_argument, "shm table descriptor '" + loc.text + "' is out of range");
+    loc.is_fd = true;
+    loc.fd = std::atoi(loc.text.c_str());
+    loc.name = "fd " + loc.text;
+    return loc;
+  }
   if (text.front() == '/' && text.find('/', 1) != std::string_view::npos) {
     if (text.back() == '/')
       fail(TableErrc::bad_argument, "shm table path '" + loc.text + "' names a directory");
@@ -260,8 +268,36 @@ bool inspect(const Location& loc, RawMap& m) {
   return true;
 }
 
+// Boost maps any object with a mapping handle: here an inherited descriptor.
+struct FdMapping {
+  int fd;
+  bip::mapping_handle_t get_mapping_handle() const noexcept {
+    return bip::ipcdetail::mapping_handle_from_file_handle(fd);
+  }
+};
+
 RawMap map_readonly(const Location& loc) {
   RawMap m;
+  if (loc.is_fd) {
+    struct stat st{};
+    if (::fstat(loc.fd, &st) != 0) {
+      m.err = errno == EBADF ? ENOENT : errno;
+      return m;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      m.err = EINVAL;
+      m.not_regular = file_kind(st.st_mode);
+      return m;
+    }
+    m.bytes = static_cast<std::uint64_t>(st.st_size);
+    if (m.bytes < sizeof(Header)) return m;
+    try {
+      m.region = bip::mapped_region(FdMapping{loc.fd}, bip::read_only, 0, m.bytes);
+    } catch (const bip::interprocess_exception& e) {
+      m.err = errno_of(e);
+    }
+    return m;
+  }
   if (!inspect(loc, m)) return m;
   try {
     if (loc.is_path) {
@@ -662,6 +698,21 @@ void TableWriter::record_kill(std::uint64_t kill_latency_ns) noexcept {
 
 TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
   const Location loc = parse_location(location);
+  if (!loc.is_fd) {
+    // Only a table its writer alone can change is worth checking a lease against.
+    const std::string file = loc.is_path ? loc.name : "/dev/shm/" + loc.name;
+    struct stat st{};
+    if (::stat(file.c_str(), &st) == 0) {
+      const uid_t trusted = o.trusted_uid == static_cast<std::uint32_t>(-1) ? ::geteuid() : o.trusted_uid;
+      if (st.st_uid != 0 && st.st_uid != trusted)
+        fail(TableErrc::untrusted, quote(loc) + ": owned by uid " + std::to_string(st.st_uid) +
+                                       ", neither root nor uid " + std::to_string(trusted) + ": refusing to trust it");
+      if ((st.st_mode & 022) != 0)
+        fail(TableErrc::untrusted, quote(loc) + ": group or others may write it (mode " +
+                                       std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
+                                       std::to_string(st.st_mode & 7) + "): refusing to trust it");
+    }
+  }
   const std::uint64_t start = boottime_ns();
   OpenStage stage = OpenStage::awaiting_file;
   for (std::uint64_t attempt = 0;; ++attempt) {

@@ -73,6 +73,7 @@ enum class TableErrc : std::uint8_t {
   bad_argument,   ///< malformed option (location, slot count, timeout, ...)
   io_error,       ///< the OS refused (permission, ENOSPC, ...): the message has errno text
   busy,           ///< the seqlock stayed busy for kSnapshotRetriesMax attempts
+  untrusted,      ///< open by path: the file is another user's, or group/others may write it
 };
 std::string_view to_string(TableErrc e) noexcept;
 
@@ -89,9 +90,15 @@ class TableError : public std::runtime_error {
 /// Where a table lives. Text starting with '/' that contains a second '/' is a filesystem
 /// path (e.g. /dev/shm/leasehold-w1, /run/leasehold/table); anything else is a POSIX shm name
 /// ("leasehold" or "/leasehold", which Boost.Interprocess places in /dev/shm).
+///
+/// Text of decimal digits only is an inherited file descriptor (what the supervisor gives an
+/// isolated sandbox: LEASEHOLD_SHM=3, a read-only descriptor it may map but not reopen for
+/// writing); readers only.
 struct Location {
   std::string text;  ///< as given
   bool is_path = false;
+  bool is_fd = false;
+  int fd = -1;       ///< is_fd: the descriptor
   std::string name;  ///< shm name without leading '/', or the path
 };
 /// Throws TableError(bad_argument) for empty text, '/'-only, or shm names with '/' inside.
@@ -111,7 +118,7 @@ struct TableOptions {
   std::uint32_t slot_count = 1024;                     ///< 1..kSlotCountMax
   std::uint64_t liveness_timeout_ns = 1'000'000'000;   ///< heartbeat age that means "dead"
   std::uint64_t slot_cooldown_ns = 2'000'000'000;      ///< freed slot unused for this long
-  unsigned mode = 0644;                                ///< file mode (umask does not apply)
+  unsigned mode = 0640;  ///< file mode (umask does not apply); sandboxes map an inherited descriptor
   long group = -1;                                     ///< gid to chown to; -1 keeps ours
 };
 
@@ -226,6 +233,10 @@ class TableWriter {
 struct OpenOptions {
   std::uint64_t wait_ns = 0;             ///< 0: one attempt
   std::uint64_t poll_ns = 1'000'000;     ///< sleep between attempts
+  /// Opening by path or shm name, the file must be owned by root or this uid and writable by
+  /// neither group nor others (else TableError(untrusted)): a table another user could write
+  /// could show a revoked lease as valid. (uid_t)-1: this process's euid.
+  std::uint32_t trusted_uid = static_cast<std::uint32_t>(-1);
 };
 
 /// The open state machine's stages (Aeron's await file -> await version -> ready).
@@ -247,7 +258,8 @@ class TableReader {
  public:
   /// Opens and validates (stages: file exists -> size >= header -> ready flag (acquire) ->
   /// magic, major version, geometry). Throws TableError: missing, truncated, bad_magic,
-  /// newer_major, older_major, bad_geometry, not_ready (after wait_ns), io_error.
+  /// newer_major, older_major, bad_geometry, not_ready (after wait_ns), io_error, untrusted
+  /// (see OpenOptions::trusted_uid).
   static TableReader open(std::string_view location, const OpenOptions& options = {});
 
   TableReader(TableReader&&) noexcept;

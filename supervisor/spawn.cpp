@@ -54,6 +54,7 @@ struct ChildPlan {
   pid_t parent;
   bool die_with_parent;
   int stdio[3];
+  int inherit_fd;                 // -1: none; else placed at kInheritedFd
   const char* working_directory;  // nullptr: stay
   // isolation (isolated == false: none of these are used)
   bool isolated;
@@ -147,6 +148,11 @@ void child_isolate(const ChildPlan& p) {
   // Nothing but 0..2 (and the report pipe, already CLOEXEC) crosses exec. Best effort: old
   // kernels (< 5.11) lack CLOSE_RANGE_CLOEXEC, and the supervisor opens everything CLOEXEC anyway.
   syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  if (p.inherit_fd >= 0) {
+    if (p.inherit_fd != kInheritedFd && syscall(SYS_dup2, p.inherit_fd, kInheritedFd) < 0)
+      child_fail(p, ChildStep::stdio, errno);
+    if (syscall(SYS_fcntl, kInheritedFd, F_SETFD, 0) < 0) child_fail(p, ChildStep::stdio, errno);
+  }
   // Signal state: the supervisor may block or ignore signals (signalfd, SIGPIPE); the sandbox
   // starts with the defaults.
   const unsigned long empty_mask = 0;
@@ -468,6 +474,21 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
 
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return fail(errno, std::string("pipe2: ") + std::strerror(errno));
+  // The report pipe must not sit where the inherited descriptor goes.
+  if (request.inherit_fd >= 0 && (report[1] == kInheritedFd || report[0] == kInheritedFd)) {
+    for (int& end : report) {
+      if (end != kInheritedFd) continue;
+      const int moved = ::fcntl(end, F_DUPFD_CLOEXEC, kInheritedFd + 1);
+      if (moved < 0) {
+        const int err = errno;
+        ::close(report[0]);
+        ::close(report[1]);
+        return fail(err, std::string("fcntl(F_DUPFD_CLOEXEC): ") + std::strerror(err));
+      }
+      ::close(end);
+      end = moved;
+    }
+  }
   int sync[2] = {-1, -1};
   if (iso != nullptr && ::pipe2(sync, O_CLOEXEC) != 0) {
     const int err = errno;
@@ -479,6 +500,7 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
   const ChildPlan plan{exec_path.c_str(), argv.data(), envp.data(), report[1], ::getpid(),
                        request.die_with_supervisor,
                        {request.stdin_fd, request.stdout_fd, request.stderr_fd},
+                       request.inherit_fd,
                        request.working_directory.empty() ? nullptr : request.working_directory.c_str(),
                        iso != nullptr, sync[0], sync[1],
                        iso != nullptr && !root && ::prctl(PR_GET_DUMPABLE) != 1,

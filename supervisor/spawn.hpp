@@ -63,6 +63,9 @@
 
 namespace leasehold {
 
+/// The descriptor number SpawnRequest::inherit_fd has in the sandbox.
+inline constexpr int kInheritedFd = 3;
+
 /// Bounds on one spawn: argv + env entries, and their total bytes.
 inline constexpr std::size_t kSpawnStringsMax = 4096;
 inline constexpr std::size_t kSpawnBytesMax = 1u << 20;
@@ -139,6 +142,9 @@ struct SpawnRequest {
   const Isolation* isolation = nullptr;
   bool die_with_supervisor = true;     ///< PR_SET_PDEATHSIG(SIGKILL); see the header comment
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  ///< dup'ed onto 0/1/2 when >= 0
+  /// Inherited as descriptor kInheritedFd (e.g. a read-only descriptor of the shm table) when
+  /// >= 0; every other descriptor above 2 is closed at exec.
+  int inherit_fd = -1;
 };
 
 /// A started sandbox: pid, an owned pidfd, and its process group (== pid). Move-only; the

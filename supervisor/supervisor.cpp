@@ -174,6 +174,7 @@ struct Supervisor::Impl {
   std::vector<SandboxId> disarming;
   TimerId disarm_timer;
   int dev_null = -1;
+  int table_ro_fd = -1;  ///< O_RDONLY descriptor of the shm table, inherited by every sandbox
   int worker_lock_fd = -1;  ///< held (flock) for the process's lifetime
   std::string worker_lock_path_held;
   std::optional<BwrapConfig> bwrap;
@@ -387,10 +388,8 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   to.location = shm_path;
   to.slot_count = cfg.slots;
   to.liveness_timeout_ns = std::min<std::uint64_t>(1000, cfg.kill_after_ms) * 1'000'000ull;
-  if (gid) {
-    to.group = static_cast<long>(*gid);
-    to.mode = 0640;
-  }
+  to.mode = 0640;  // sandboxes map the inherited descriptor; only the owner and the group open it
+  if (gid) to.group = static_cast<long>(*gid);
   try {
     table.emplace(shm::TableWriter::create(to));
   } catch (const shm::TableError& e) {
@@ -462,6 +461,11 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   }
   unsafe_kill = !cfg.isolation && cgroups.mode() != KillMode::cgroup_v2_delegated;
   dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  {
+    const std::string& loc = table->location().name;
+    table_ro_fd = ::open(table->location().is_path ? loc.c_str() : ("/dev/shm/" + loc).c_str(), O_RDONLY | O_CLOEXEC);
+    if (table_ro_fd < 0) return "shm table: cannot open " + shm_path + " read-only: " + std::strerror(errno);
+  }
 
   deadlines.reset(new std::atomic<std::uint64_t>[cfg.slots]);
   for (std::uint32_t i = 0; i < cfg.slots; ++i) deadlines[i].store(0, std::memory_order_relaxed);
@@ -627,6 +631,8 @@ void Supervisor::Impl::teardown_partial() {
   signal_fd = -1;
   if (dev_null >= 0) ::close(dev_null);
   dev_null = -1;
+  if (table_ro_fd >= 0) ::close(table_ro_fd);
+  table_ro_fd = -1;
   close_worker_lock();
 }
 
@@ -1104,7 +1110,10 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
       }
     sr.env.push_back(k + "=" + v);
   };
-  set_env("LEASEHOLD_SHM", shm_path);
+  // A read-only descriptor of the table: the sandbox maps it without a path (mode 0640 keeps
+  // another uid from opening, truncating or reopening it for writing).
+  set_env("LEASEHOLD_SHM", table_ro_fd >= 0 ? std::to_string(kInheritedFd) : shm_path);
+  sr.inherit_fd = table_ro_fd;
   set_env("LEASEHOLD_SLOT", std::to_string(s.slot));
   set_env("LEASEHOLD_EPOCH", std::to_string(s.epoch));
   set_env("LEASEHOLD_SANDBOX", id.str());

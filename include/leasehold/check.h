@@ -3,7 +3,10 @@
  * A sandbox runtime maps the supervisor's epoch table read-only and checks, before every side
  * effect, that its lease is still valid (DESIGN.md "The shared-memory epoch table"). The
  * supervisor puts the table location, the slot index and the epoch in the sandbox's env:
- * LEASEHOLD_SHM, LEASEHOLD_SLOT, LEASEHOLD_EPOCH.
+ * LEASEHOLD_SHM, LEASEHOLD_SLOT, LEASEHOLD_EPOCH. LEASEHOLD_SHM is a descriptor number (an
+ * isolated sandbox inherits the table as a read-only descriptor, "3"), an absolute path or a shm
+ * name; a table opened by path must be owned by root or the caller's uid and writable by neither
+ * group nor others (else LEASEHOLD_E_IO, the message says why).
  *
  *   leasehold_table *t;  char err[256];
  *   if (leasehold_open(NULL, 1000, &t, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); ... }

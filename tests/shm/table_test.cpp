@@ -350,7 +350,7 @@ TEST(ShmTable, FileModeGroupAndReadOnlyMapping) {
   auto w = TableWriter::create(o);
   struct stat st{};
   ASSERT_EQ(::stat(t.path().c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  EXPECT_EQ(st.st_mode & 0777, 0640u) << "0640 by default: other uids map it only through an inherited descriptor";
   auto r = TableReader::open(t.location);
   // The reader's mapping must be read-only: find it in /proc/self/maps.
   std::ifstream maps("/proc/self/maps");
@@ -713,6 +713,61 @@ TEST(ShmTableNotAFile, DirectoryUnderAShmNameIsNamed) {
   EXPECT_EQ(code, TableErrc::bad_magic);
   EXPECT_NE(cmsg.find("is a directory"), std::string::npos) << cmsg;
   ::rmdir(t.path().c_str());
+}
+
+// LEASEHOLD_SHM as a descriptor number: what an isolated sandbox gets (a read-only descriptor
+// of the table, no path).
+TEST(ShmTable, OpensAnInheritedDescriptor) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const ClaimResult c = w.claim(sandbox(1), 1);
+  ASSERT_EQ(c.error, TableErrc::ok);
+  ASSERT_EQ(w.publish(c.slot, NameId{1, 2}, "n", 5, UINT64_MAX), TableErrc::ok);
+  const int fd = ::open(t.path().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto r = TableReader::open(std::to_string(fd));
+  EXPECT_TRUE(r.location().is_fd);
+  EXPECT_TRUE(r.check(c.slot, 5));
+  w.revoke(c.slot);
+  EXPECT_FALSE(r.check(c.slot, 5));
+  EXPECT_FALSE(r.replaced());
+  ::close(fd);
+  try {
+    TableReader::open(std::to_string(fd));
+    ADD_FAILURE() << "a closed descriptor opened";
+  } catch (const TableError& e) {
+    EXPECT_EQ(e.code(), TableErrc::missing) << e.what();
+  }
+}
+
+// Opened by path, a table must be root's or the reader's, and writable by neither group nor
+// others: a table another user can write could show a revoked lease as valid.
+TEST(ShmTable, RefusesByPathATableOthersMayWriteOrAnotherUserOwns) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  EXPECT_NO_THROW(TableReader::open(t.location));
+  ASSERT_EQ(::chmod(t.path().c_str(), 0662), 0);
+  try {
+    TableReader::open(t.location);
+    ADD_FAILURE() << "a table others may write opened";
+  } catch (const TableError& e) {
+    EXPECT_EQ(e.code(), TableErrc::untrusted);
+    EXPECT_NE(std::string(e.what()).find("group or others may write it (mode 662)"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(::chmod(t.path().c_str(), 0640), 0);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(t.path().c_str(), 4242, 0), 0);
+    try {
+      TableReader::open(t.location);
+      ADD_FAILURE() << "another user's table opened";
+    } catch (const TableError& e) {
+      EXPECT_EQ(e.code(), TableErrc::untrusted);
+      EXPECT_NE(std::string(e.what()).find("owned by uid 4242"), std::string::npos) << e.what();
+    }
+    OpenOptions trusting;
+    trusting.trusted_uid = 4242;  // the configured writer's uid
+    EXPECT_NO_THROW(TableReader::open(t.location, trusting));
+  }
 }
 
 }  // namespace

@@ -1072,5 +1072,57 @@ TEST_F(SupervisorProcess, AGroupMemberRunsAsItselfAndCannotTouchRootsSandboxes) 
   EXPECT_EQ(sup.call({{"v", 1}, {"op", "kill"}, {"sandbox", answers[0]["sandbox"]}})["ok"], true);
 }
 
+// Issue 14: "it set another slot's revoked bit in the shm table, and truncating the table killed
+// the supervisor with SIGBUS". An isolated sandbox gets the table as a read-only descriptor
+// (LEASEHOLD_SHM=3) of a 0640 file it does not own, and tries every way it can see to write it:
+// reopening the descriptor or the path for writing, a writable mapping, truncation. Every one
+// fails; the supervisor and its neighbour keep running, the neighbour's lease stays valid. With
+// --isolation off (the ablation) the same sandbox reopens the table for writing.
+TEST_F(SupervisorProcess, AnIsolatedSandboxCannotWriteTheShmTable) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the sandbox must run as another uid than the table's owner";
+  start_lockd();
+  const std::string script =
+      "echo shm=$LEASEHOLD_SHM; "
+      "python3 -c 'import os; os.open(\"/proc/self/fd/3\", os.O_RDWR); print(\"reopened-rw\")' 2>/dev/null; "
+      "python3 -c 'import os; os.open(os.environ[\"TABLE\"], os.O_RDWR); print(\"path-rw\")' 2>/dev/null; "
+      "python3 -c 'import mmap; mmap.mmap(3, 4096, mmap.MAP_SHARED, mmap.PROT_WRITE); print(\"mapped-rw\")' 2>/dev/null; "
+      "python3 -c 'import os; os.ftruncate(3, 0); print(\"truncated-fd\")' 2>/dev/null; "
+      "[ -z \"$SAFE\" ] && truncate -s 0 \"$TABLE\" 2>/dev/null && echo truncated-path; "
+      "echo done; exec sleep 30";
+  for (const bool isolated : {true, false}) {
+    SCOPED_TRACE(isolated ? "isolated" : "--isolation off");
+    Supervisor sup;
+    std::vector<std::string> extra = {"--slots", "16"};
+    if (!isolated) extra.insert(extra.end(), {"--isolation", "off"});
+    std::string err;
+    ASSERT_TRUE(sup.start(dir_.path(), lockd_.address, key_, with(kSupTiming, extra), &err, isolated ? "iso" : "legacy"))
+        << err;
+    const json neighbour = run_probe(sup, isolated ? "nb-iso" : "nb-legacy", isolated ? "nb-iso" : "nb-legacy");
+    ASSERT_EQ(neighbour["ok"], true) << neighbour.dump();
+    const fs::path out = dir_.sandbox_dir() / (isolated ? "attack-iso.out" : "attack-legacy.out");
+    json req = run_req(isolated ? "attacker-iso" : "attacker-legacy",
+                       {"sh", "-c", "exec > " + out.string() + " 2>&1; " + script});
+    req["env"]["TABLE"] = sup.shm;
+    if (!isolated) req["env"]["SAFE"] = "1";  // the legacy sandbox could truncate it: the writer would die of SIGBUS
+    const json a = sup.call(req);
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    ASSERT_TRUE(eventually([&] { return slurp(out).find("done") != std::string::npos; }, 20'000)) << slurp(out);
+    const std::string said = slurp(out);
+    if (isolated) {
+      EXPECT_NE(said.find("shm=3\n"), std::string::npos) << said;
+      for (const char* attack : {"reopened-rw", "path-rw", "mapped-rw", "truncated-fd", "truncated-path"})
+        EXPECT_EQ(said.find(attack), std::string::npos) << attack << " succeeded:\n" << said;
+      EXPECT_EQ(fs::file_size(sup.shm) > 4096, true);
+      const json st = sup.call({{"v", 1}, {"op", "status"}});
+      EXPECT_EQ(st["sandboxes"], 2) << st.dump();
+      const auto lines = probe_lines(probe_log(isolated ? "nb-iso" : "nb-legacy"));
+      ASSERT_FALSE(lines.empty());
+      EXPECT_EQ(lines.back().valid, 1) << "the neighbour's lease stays valid";
+    } else {
+      EXPECT_NE(said.find("reopened-rw"), std::string::npos) << "ablation: the legacy sandbox can reopen it:\n" << said;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace leasehold
