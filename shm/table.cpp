@@ -268,6 +268,22 @@ bool inspect(const Location& loc, RawMap& m) {
   return true;
 }
 
+// After a stat (err: its errno, or 0): a regular file of at least a header, with m.bytes set;
+// false (m.err or m.not_regular set, or too small to map) otherwise.
+bool sized_regular(int err, const struct stat& st, RawMap& m) {
+  if (err != 0) {
+    m.err = err;
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    m.err = EINVAL;
+    m.not_regular = file_kind(st.st_mode);
+    return false;
+  }
+  m.bytes = static_cast<std::uint64_t>(st.st_size);
+  return m.bytes >= sizeof(Header);
+}
+
 // Boost maps any object with a mapping handle: here an inherited descriptor.
 struct FdMapping {
   int fd;
@@ -280,17 +296,8 @@ RawMap map_readonly(const Location& loc) {
   RawMap m;
   if (loc.is_fd) {
     struct stat st{};
-    if (::fstat(loc.fd, &st) != 0) {
-      m.err = errno == EBADF ? ENOENT : errno;
-      return m;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      m.err = EINVAL;
-      m.not_regular = file_kind(st.st_mode);
-      return m;
-    }
-    m.bytes = static_cast<std::uint64_t>(st.st_size);
-    if (m.bytes < sizeof(Header)) return m;
+    const int rc = ::fstat(loc.fd, &st);
+    if (!sized_regular(rc == 0 ? 0 : (errno == EBADF ? ENOENT : errno), st, m)) return m;
     try {
       m.region = bip::mapped_region(FdMapping{loc.fd}, bip::read_only, 0, m.bytes);
     } catch (const bip::interprocess_exception& e) {
@@ -302,17 +309,8 @@ RawMap map_readonly(const Location& loc) {
   try {
     if (loc.is_path) {
       struct stat st{};
-      if (::stat(loc.name.c_str(), &st) != 0) {
-        m.err = errno;
-        return m;
-      }
-      if (!S_ISREG(st.st_mode)) {
-        m.err = EINVAL;
-        m.not_regular = file_kind(st.st_mode);
-        return m;
-      }
-      m.bytes = static_cast<std::uint64_t>(st.st_size);
-      if (m.bytes < sizeof(Header)) return m;
+      const int rc = ::stat(loc.name.c_str(), &st);
+      if (!sized_regular(rc == 0 ? 0 : errno, st, m)) return m;
       bip::file_mapping fm(loc.name.c_str(), bip::read_only);
       m.region = bip::mapped_region(fm, bip::read_only, 0, m.bytes);
     } else {
