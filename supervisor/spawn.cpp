@@ -8,6 +8,7 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -58,8 +59,12 @@ struct ChildPlan {
   const char* working_directory;  // nullptr: stay
   // isolation (isolated == false: none of these are used)
   bool isolated;
-  int sync_fd;            // read end: the parent writes one byte once the id maps are set
+  int sync_fd;            // read end: the parent writes one byte once the id maps are set, and
+                          // holds the write end until the child execs (so a hang-up means the
+                          // parent died: the check after PR_SET_PDEATHSIG)
   int sync_write_fd;      // the parent's end, closed in the child
+  int ready_fd;           // write end: one byte once the child is dumpable (-1: not needed)
+  int ready_read_fd;      // the parent's end, closed in the child
   bool make_dumpable;     // a non-root parent must be able to open /proc/<child>/uid_map
   bool drop_groups;       // setgroups(0) (setgroups is "allow": root parent)
   uid_t uid;
@@ -93,7 +98,6 @@ void child_isolate(const ChildPlan& p) {
   do {
     n = syscall(SYS_read, p.sync_fd, &go, 1);
   } while (n < 0 && errno == EINTR);
-  syscall(SYS_close, p.sync_fd);
   if (n != 1) child_fail(p, ChildStep::parent_gone, ESRCH);
 
   if (raw_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) child_fail(p, ChildStep::mount_private, errno);
@@ -124,19 +128,43 @@ void child_isolate(const ChildPlan& p) {
   __user_cap_data_struct none[2] = {};
   if (syscall(SYS_capset, &hdr, none) < 0) child_fail(p, ChildStep::capabilities, errno);
   if (syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(p, ChildStep::no_new_privs, errno);
+  if (p.die_with_parent) {
+    // Only now: the kernel clears the parent-death signal on every change of credentials
+    // (setresgid/setresuid above), and in a new pid namespace nothing else kills the sandbox
+    // when the supervisor dies. The parent holds the sync pipe's write end until we exec; its
+    // files are closed before the kernel reparents its children, so if it died before the
+    // prctl took effect the pipe has hung up by now.
+    if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) child_fail(p, ChildStep::pdeathsig, errno);
+    pollfd pfd{p.sync_fd, POLLIN, 0};
+    const timespec no_wait{0, 0};
+    long r;
+    do {
+      r = syscall(SYS_ppoll, &pfd, 1, &no_wait, nullptr, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r != 0) child_fail(p, ChildStep::parent_gone, r < 0 ? errno : ESRCH);
+  }
+  syscall(SYS_close, p.sync_fd);
 }
 
 [[noreturn]] void child_main(const ChildPlan& p) {
   if (p.isolated) {
     syscall(SYS_close, p.sync_write_fd);
-    if (p.make_dumpable && syscall(SYS_prctl, PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) child_fail(p, ChildStep::dumpable, errno);
+    if (p.make_dumpable) {
+      // The parent opens /proc/<child>/uid_map only after this byte: a non-dumpable child's
+      // /proc files belong to root, and the parent is not dumpable (the key).
+      syscall(SYS_close, p.ready_read_fd);
+      if (syscall(SYS_prctl, PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) child_fail(p, ChildStep::dumpable, errno);
+      const char ready = 1;
+      if (syscall(SYS_write, p.ready_fd, &ready, 1) != 1) child_fail(p, ChildStep::dumpable, errno);
+      syscall(SYS_close, p.ready_fd);
+    }
   }
   if (syscall(SYS_setsid) < 0) child_fail(p, ChildStep::setsid, errno);
-  if (p.die_with_parent) {
+  // Isolated: the parent-death signal is set after the credential change (child_isolate).
+  if (p.die_with_parent && !p.isolated) {
     if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) child_fail(p, ChildStep::pdeathsig, errno);
-    // The supervisor may have died between clone3 and prctl: then nobody would kill us. (In a
-    // new pid namespace getppid() is 0; there the sync pipe's EOF tells.)
-    if (!p.isolated && syscall(SYS_getppid) != p.parent) child_fail(p, ChildStep::parent_gone, ESRCH);
+    // The supervisor may have died between clone3 and prctl: then nobody would kill us.
+    if (syscall(SYS_getppid) != p.parent) child_fail(p, ChildStep::parent_gone, ESRCH);
   }
   if (p.isolated) child_isolate(p);
   for (int i = 0; i < 3; ++i) {
@@ -490,10 +518,12 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
     }
   }
   int sync[2] = {-1, -1};
-  if (iso != nullptr && ::pipe2(sync, O_CLOEXEC) != 0) {
+  int ready[2] = {-1, -1};
+  const bool make_dumpable = iso != nullptr && !root && ::prctl(PR_GET_DUMPABLE) != 1;
+  if ((iso != nullptr && ::pipe2(sync, O_CLOEXEC) != 0) || (make_dumpable && ::pipe2(ready, O_CLOEXEC) != 0)) {
     const int err = errno;
-    ::close(report[0]);
-    ::close(report[1]);
+    for (int fd : {report[0], report[1], sync[0], sync[1]})
+      if (fd >= 0) ::close(fd);
     return fail(err, std::string("pipe2: ") + std::strerror(err));
   }
 
@@ -502,8 +532,8 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
                        {request.stdin_fd, request.stdout_fd, request.stderr_fd},
                        request.inherit_fd,
                        request.working_directory.empty() ? nullptr : request.working_directory.c_str(),
-                       iso != nullptr, sync[0], sync[1],
-                       iso != nullptr && !root && ::prctl(PR_GET_DUMPABLE) != 1,
+                       iso != nullptr, sync[0], sync[1], ready[1], ready[0],
+                       make_dumpable,
                        root,
                        iso != nullptr ? iso->uid : 0, iso != nullptr ? iso->gid : 0,
                        hide_dir_ptrs.data(), hide_file_ptrs.data(),
@@ -524,17 +554,34 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
   const int clone_err = errno;
   ::close(report[1]);
   if (sync[0] >= 0) ::close(sync[0]);
+  if (ready[1] >= 0) ::close(ready[1]);
   std::string map_error;
   if (pid > 0 && iso != nullptr) {
+    if (make_dumpable) {
+      // EOF instead of the byte: the child failed first and says why on the report pipe.
+      char ready_byte = 0;
+      ssize_t got;
+      do {
+        got = ::read(ready[0], &ready_byte, 1);
+      } while (got < 0 && errno == EINTR);
+      if (got != 1) map_error = "the sandbox child stopped before it became dumpable";
+    }
     // The child waits for its id maps; EOF on the sync pipe (map_error) makes it give up.
-    map_error = write_id_maps(static_cast<pid_t>(pid), *iso, root);
+    if (map_error.empty()) map_error = write_id_maps(static_cast<pid_t>(pid), *iso, root);
     if (map_error.empty()) {
       const char go = 1;
       if (::write(sync[1], &go, 1) != 1) map_error = std::string("cannot release the sandbox child: ") + std::strerror(errno);
     }
+    // On failure the child must see EOF now; otherwise the write end stays open until it has
+    // exec'ed (its parent-death check).
+    if (!map_error.empty()) {
+      ::close(sync[1]);
+      sync[1] = -1;
+    }
   }
-  if (sync[1] >= 0) ::close(sync[1]);
+  if (ready[0] >= 0) ::close(ready[0]);
   if (pid < 0) {
+    if (sync[1] >= 0) ::close(sync[1]);
     ::close(report[0]);
     if (clone_err == ENOSYS) return fail(ENOSYS, "clone3 is not available (needs Linux 5.3)");
     if (iso != nullptr && (clone_err == EPERM || clone_err == EINVAL || clone_err == ENOSPC || clone_err == EUSERS)) {
@@ -556,6 +603,7 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
     n = ::read(report[0], &r, sizeof r);
   } while (n < 0 && errno == EINTR);
   ::close(report[0]);
+  if (sync[1] >= 0) ::close(sync[1]);
   SandboxProcess process(static_cast<pid_t>(pid), pidfd);
   if (n == 0) return process;  // the pipe closed on exec: running
 

@@ -14,7 +14,9 @@
 // nothing refreshes the lease nor kills at the deadline, while the sandbox might still act on a
 // name lockd has handed to someone else. We therefore set PR_SET_PDEATHSIG(SIGKILL) by default
 // (`die_with_supervisor`), and close the race with an early supervisor death by checking getppid()
-// right after. Caveats, documented for the daemon: (1) the signal follows the death of the parent
+// right after. An isolated sandbox sets it only after its last credential change (the kernel
+// clears it on setresuid/setresgid), and since getppid() is 0 in its new pid namespace it checks
+// instead that the parent still holds the sync pipe open (a hang-up: the parent died). Caveats, documented for the daemon: (1) the signal follows the death of the parent
 // *thread* that called spawn, not the process — spawn from a thread that lives as long as the
 // supervisor (the io thread); (2) it reaches the direct child only; its descendants are reached by
 // cgroup.kill (cgroup mode) or by bubblewrap's --die-with-parent (in default_bwrap_args); in the

@@ -539,7 +539,14 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
       ControlAccess{::geteuid(), gid},
       [this](ControlClientId c, ControlRequest r) { on_request(c, std::move(r)); });
   if (std::string err = control->open(control_path); !err.empty()) return err;
-  if (cfg.isolation) hidden_paths.push_back(control_path);
+  if (cfg.isolation) {
+    hidden_paths.push_back(control_path);
+    // The runtime directory (worker locks, the default control socket): a sandbox of a non-root
+    // supervisor runs as the same uid and could otherwise rename it and listen in its place.
+    // Covered, it is a mount point in the sandbox's namespace, which rename(2) refuses.
+    const std::string lock = worker_lock_path(worker);
+    hidden_paths.push_back(lock.substr(0, lock.rfind('/')));
+  }
 
   RetryPolicy retry;
   retry.first_backoff_ns = std::max<std::int64_t>(
@@ -764,13 +771,18 @@ void Supervisor::Impl::check_rt_lateness() {
 std::string Supervisor::Impl::lock_worker() {
   const std::string path = worker_lock_path(worker);
   const std::string dir = path.substr(0, path.rfind('/'));
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+  // Non-root: the control socket server requires this directory to be ours with mode 0700.
+  if (::mkdir(dir.c_str(), ::geteuid() == 0 ? 0755 : 0700) != 0 && errno != EEXIST)
     return "cannot create " + dir + " for the worker lock: " + std::strerror(errno);
   // The holder unlinks the file before it unlocks (close_worker_lock), so a lock taken on an
   // inode that is no longer at `path` was a departing holder's: open again.
   for (int attempt = 0; attempt < 8; ++attempt) {
-    worker_lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // 0600: flock needs only a read-only descriptor, so a file others may open lets anyone
+    // hold the lock and keep this worker's supervisor from restarting (the restart is what
+    // stops a crashed supervisor's leftover sandboxes).
+    worker_lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (worker_lock_fd < 0) return "cannot open the worker lock " + path + ": " + std::strerror(errno);
+    (void)::fchmod(worker_lock_fd, 0600);  // one left by an older version may be 0644
     if (::flock(worker_lock_fd, LOCK_EX | LOCK_NB) != 0) {
       const int e = errno;
       char pid[32] = {};

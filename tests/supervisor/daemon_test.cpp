@@ -841,6 +841,8 @@ TEST_F(SupervisorProcess, SecondSupervisorOfTheSameWorkerIsRefused) {
   if (::geteuid() == 0) {
     const fs::path lock = "/run/leasehold/worker-" + first.worker + ".lock";
     EXPECT_TRUE(fs::exists(lock)) << lock;
+    // Owner only: anyone who may open it could flock it and block this worker's restart.
+    EXPECT_EQ(fs::status(lock).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
     first.child.signal(SIGTERM);
     EXPECT_EQ(first.child.wait(10'000), 0);
     EXPECT_FALSE(fs::exists(lock)) << lock;

@@ -250,6 +250,48 @@ TEST_F(Isolated, SetsidGrandchildAndDaemonDieWithTheSandbox) {
   }
 }
 
+// The supervisor dies (SIGKILL, OOM): its isolated sandbox must die with it, or lockd expires
+// the lease while the sandbox still runs and grants the name to another worker. The kernel
+// clears the parent-death signal on every credential change, so it must be set after the
+// sandbox's setresuid, and nothing else kills the init of a pid namespace whose parent died.
+TEST_F(Isolated, DiesWithItsSupervisorAfterDroppingPrivileges) {
+  const Isolation iso = isolation();
+  int pids[2];
+  ASSERT_EQ(::pipe2(pids, O_CLOEXEC), 0);
+  out_path_ = dir_ + "/out-supervisor";
+  const std::string script = "echo started; exec sleep " + marker();
+  const pid_t supervisor = ::fork();
+  ASSERT_GE(supervisor, 0);
+  if (supervisor == 0) {
+    // The stand-in supervisor: starts the sandbox, says its pid, and waits to be killed.
+    const int out = ::open(out_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    SpawnRequest r;
+    r.argv = {"/bin/sh", "-c", script};
+    r.env = {std::string("PATH=") + kDefaultSearchPath};
+    r.isolation = &iso;
+    r.die_with_supervisor = true;
+    r.stdout_fd = out;
+    r.stderr_fd = out;
+    SpawnError err;
+    auto p = spawn_sandbox(r, err);
+    const pid_t pid = p ? p->pid() : -1;
+    (void)!::write(pids[1], &pid, sizeof pid);
+    for (;;) ::pause();
+  }
+  ::close(pids[1]);
+  pid_t sandbox = -1;
+  ASSERT_EQ(::read(pids[0], &sandbox, sizeof sandbox), static_cast<ssize_t>(sizeof sandbox));
+  ::close(pids[0]);
+  ASSERT_GT(sandbox, 0) << "the stand-in supervisor could not start the sandbox";
+  ASSERT_TRUE(await_output("started"));
+  ASSERT_EQ(marked().size(), 1u) << "the sandbox runs";
+  ASSERT_EQ(::kill(supervisor, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(supervisor, &status, 0), supervisor);
+  EXPECT_TRUE(marked_gone()) << "the sandbox outlived its supervisor";
+  kill_marked();
+}
+
 TEST_F(Isolated, ASandboxThatIgnoresSigtermStillDies) {
   const Isolation iso = isolation();
   auto p = start(&iso, "trap '' TERM; sh -c \"trap '' TERM; exec sleep $MARK\" & echo started; wait");
