@@ -915,10 +915,9 @@ bool LockService::after_iteration(std::int64_t now_ns) {
     housekeeping(now_ns);
     next_tick_ns_ = now_ns + kTickNs;
   }
-  if (now_ns >= next_lived_ns_) {  // the restart rule's lived checkpoint, also when idle
-    ++change_seq_;
-    next_lived_ns_ = now_ns + lived_interval_ns_;
-  }
+  // The restart rule's lived checkpoint when no batch carried one for an interval. Only held
+  // leases need it (a lease granted here is marked here); a later write is still a lower bound.
+  if (now_ns >= next_lived_ns_ && change_seq_ == submitted_seq_ && table_.held() > 0) ++change_seq_;
   submit_pending(now_ns);
   const std::uint64_t durable = store_->durable_seq();
   while (!deferred_.empty() && deferred_.front().seq <= durable) {
@@ -939,6 +938,7 @@ void LockService::submit_pending(std::int64_t now_ns) {
   if (!store_->submit(pending_, seq, table_.epoch_high_water(), marks_)) return;
   submitted_seq_ = seq;
   marks_.seen.clear();
+  next_lived_ns_ = now_ns + lived_interval_ns_;
 }
 
 bool LockService::drain_for_shutdown() {
