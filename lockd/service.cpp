@@ -167,7 +167,7 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
   next_tick_ns_ = now;
   rate_window_start_ns_ = now;
   started_ns_ = now;
-  lived_interval_ns_ = std::clamp<std::int64_t>(table_.config().max_ttl_ns / 10, 10'000'000, 1'000'000'000);
+  lived_interval_ns_ = std::clamp<std::int64_t>(table_.config().max_ttl_ns / 10, 100'000'000, 1'000'000'000);
   next_lived_ns_ = now;
   flush_log(0);
 }
@@ -915,10 +915,10 @@ bool LockService::after_iteration(std::int64_t now_ns) {
     housekeeping(now_ns);
     next_tick_ns_ = now_ns + kTickNs;
   }
-  // The restart rule's lived checkpoint when no batch carried one for an interval. Only held
-  // leases need it (a lease granted here is marked here); a later write is still a lower bound.
-  if (now_ns >= next_lived_ns_ && change_seq_ == submitted_seq_ && table_.held() > 0) ++change_seq_;
-  submit_pending(now_ns);
+  // The restart rule's lived checkpoint when no batch carried one for an interval: a batch of
+  // marks only, at the last change's seq, so no answer waits for it. Only held leases need it
+  // (a lease granted here is marked here); a later write is still a lower bound.
+  submit_pending(now_ns, now_ns >= next_lived_ns_ && table_.held() > 0);
   const std::uint64_t durable = store_->durable_seq();
   while (!deferred_.empty() && deferred_.front().seq <= durable) {
     Deferred& d = deferred_.front();
@@ -930,8 +930,8 @@ bool LockService::after_iteration(std::int64_t now_ns) {
   return true;
 }
 
-void LockService::submit_pending(std::int64_t now_ns) {
-  if (change_seq_ <= submitted_seq_ || store_->in_flight() >= kBatchesInFlightMax) return;
+void LockService::submit_pending(std::int64_t now_ns, bool checkpoint) {
+  if ((change_seq_ <= submitted_seq_ && !checkpoint) || store_->in_flight() >= kBatchesInFlightMax) return;
   const std::uint64_t seq = change_seq_;
   marks_.incarnation = incarnation_;
   marks_.lived_ns = now_ns - started_ns_;
@@ -946,7 +946,7 @@ bool LockService::drain_for_shutdown() {
   // kBatchesInFlightMax batches at a time).
   ++change_seq_;
   while (change_seq_ > submitted_seq_ && !store_->failed()) {
-    if (store_->in_flight() < kBatchesInFlightMax) submit_pending(now_boottime_ns());
+    if (store_->in_flight() < kBatchesInFlightMax) submit_pending(now_boottime_ns(), false);
     else store_->drain();
   }
   store_->drain();

@@ -32,7 +32,7 @@
 // worker. Durable facts (StoreMarks, O(workers) + O(restarts) rows, never O(refreshes)):
 //   lived/<n>  a lower bound of how long incarnation n served (written with every store batch,
 //              and while leases are held at least every lived-checkpoint interval, ttl/10
-//              clamped to [10 ms, 1 s]);
+//              clamped to [100 ms, 1 s]);
 //   seen/<w>   the last incarnation that acknowledged worker w: a refreshed heartbeat entry or a
 //              worker heartbeat answered to w, or a grant / commit / transfer accept to w.
 //              The first such answer to w in an incarnation is held back until its mark is
@@ -228,8 +228,9 @@ class LockService {
   std::uint64_t note_seen(WorkerId worker);
   /// Sends a heartbeat or worker heartbeat answer now, or once `seq` is durable.
   void answer_after(std::uint64_t seq, const SocketAddress& to, std::uint64_t request_id, wire::Body body);
-  /// Hands the pending changes and marks to the store thread (if it takes them).
-  void submit_pending(std::int64_t now_ns);
+  /// Hands the pending changes and marks to the store thread (if it takes them); with
+  /// `checkpoint` also when nothing changed (then only how long this incarnation served).
+  void submit_pending(std::int64_t now_ns, bool checkpoint);
   void housekeeping(std::int64_t now_ns);
   void flush_log(std::uint64_t durable_seq);
 

@@ -34,7 +34,7 @@ StoreThread::~StoreThread() {
 bool StoreThread::submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water,
                          const StoreMarks& marks) {
   assert(changes.size() <= kStoreBatchChangesMax);
-  assert(seq > last_seq_);
+  assert(seq >= last_seq_);
   {
     std::lock_guard lock(mu_);
     if (!failure_.empty()) return false;

@@ -68,7 +68,8 @@ class StoreThread {
   StoreThread& operator=(const StoreThread&) = delete;
 
   /// Loop thread: queue `changes` (at most kStoreBatchChangesMax), durable once durable_seq()
-  /// >= seq. `seq` must increase from call to call. Returns false (and leaves `changes`
+  /// >= seq. `seq` must not decrease from call to call (a batch of marks only may repeat the
+  /// last seq: nothing waits for it). Returns false (and leaves `changes`
   /// untouched) when kBatchesInFlightMax batches are already queued or the thread failed.
   /// `epoch_high_water`: the table's high-water mark when the batch was cut (written with it);
   /// `marks`: restart marks written in the same transaction (`changes` may then be empty; like
