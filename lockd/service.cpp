@@ -167,7 +167,7 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
   next_tick_ns_ = now;
   rate_window_start_ns_ = now;
   started_ns_ = now;
-  lived_interval_ns_ = std::clamp<std::int64_t>(table_.config().max_ttl_ns / 10, 100'000'000, 1'000'000'000);
+  lived_interval_ns_ = std::clamp<std::int64_t>(table_.config().max_ttl_ns / 4, 100'000'000, 2'000'000'000);
   next_lived_ns_ = now;
   flush_log(0);
 }
@@ -916,9 +916,10 @@ bool LockService::after_iteration(std::int64_t now_ns) {
     next_tick_ns_ = now_ns + kTickNs;
   }
   // The restart rule's lived checkpoint when no batch carried one for an interval: a batch of
-  // marks only, at the last change's seq, so no answer waits for it. Only held leases need it
+  // marks only, at the last change's seq, so no answer waits for it, and only while the store
+  // is idle, so no change queues behind it for long. Only held leases need it
   // (a lease granted here is marked here); a later write is still a lower bound.
-  submit_pending(now_ns, now_ns >= next_lived_ns_ && table_.held() > 0);
+  submit_pending(now_ns, now_ns >= next_lived_ns_ && table_.held() > 0 && store_->in_flight() == 0);
   const std::uint64_t durable = store_->durable_seq();
   while (!deferred_.empty() && deferred_.front().seq <= durable) {
     Deferred& d = deferred_.front();

@@ -31,8 +31,8 @@
 // TTL counted from the incarnation after the one in which lockd last acknowledged the lease's
 // worker. Durable facts (StoreMarks, O(workers) + O(restarts) rows, never O(refreshes)):
 //   lived/<n>  a lower bound of how long incarnation n served (written with every store batch,
-//              and while leases are held at least every lived-checkpoint interval, ttl/10
-//              clamped to [100 ms, 1 s]);
+//              and while leases are held at least every lived-checkpoint interval, ttl/4
+//              clamped to [100 ms, 2 s]);
 //   seen/<w>   the last incarnation that acknowledged worker w: a refreshed heartbeat entry or a
 //              worker heartbeat answered to w, or a grant / commit / transfer accept to w.
 //              The first such answer to w in an incarnation is held back until its mark is
