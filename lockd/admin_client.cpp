@@ -107,6 +107,10 @@ Answer AdminClient::request(const wire::Body& body) {
         sender_.advance_to(e->seq_floor);
         continue;
       }
+      // A retry of ours (the same bytes) reached lockd after the first copy, whose answer is
+      // not cached (a heartbeat's): lockd never executes a replayed seq, so send the request
+      // again under a fresh one (it is idempotent, as every request is).
+      if (resync < 3 && e->code == wire::error_code_of(wire::DecodeError::replayed)) continue;
       out.error = "lockd answered error " + std::string(wire::to_string(e->code)) + ": " + e->message;
       out.body = std::move(d.body);
       return out;

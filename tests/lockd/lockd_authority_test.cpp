@@ -28,6 +28,7 @@ using namespace testing;
 const SandboxId S1{0xA1, 1};
 const WorkerId W{0xA0, 1};  // the victim worker
 const WorkerId X{0xA0, 2};  // the worker whose key the attacker holds
+constexpr std::int64_t kTtlMs = 3000;  // lockd's TTL in the heartbeat attacks
 
 /// A raw UDP socket: sends hand-made datagrams, counts what comes back.
 class RawSocket {
@@ -117,11 +118,12 @@ class LockdAuthority : public ::testing::TestWithParam<bool> {
       for (const auto& k : *c) v[k.key] = k.value;
     return v;
   }
-  /// Sends next() every 100 ms for 3 TTLs (TTL 1 s) or, with the defence on, until `name` is no
-  /// longer held; true if it stopped being held.
+  /// Sends next() every 100 ms for 3 TTLs (kTtlMs) or, with the defence on, until `name` is no
+  /// longer held; true if it stopped being held. (A loaded machine may stall the sender for a
+  /// while: the TTL is long enough that the ablated run's refreshes still land in time.)
   bool sent_until_not_held(const std::function<std::vector<std::uint8_t>()>& next, const std::string& name) {
     RawSocket s;
-    const std::int64_t until = now_boottime_ns() + 3'000'000'000;
+    const std::int64_t until = now_boottime_ns() + 3 * kTtlMs * 1'000'000;
     while (now_boottime_ns() < until) {
       s.send(next(), lockd_.address());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -202,7 +204,7 @@ TEST_P(LockdAuthority, ReleaseFromAnotherWorkerIsRefused) {
 // Heartbeats claiming W's id, signed with X's key, sent for W's name: they must not keep it
 // held; lockd's TTL expires it.
 TEST_P(LockdAuthority, HeartbeatClaimingAnotherWorkersIdDoesNotRefresh) {
-  start("shared-worker-key", {"--ttl-ms", "1000"});
+  start("shared-worker-key", {"--ttl-ms", std::to_string(kTtlMs)});
   AdminClient w(lockd_.address(), worker_key(W));
   const Answer g = w.acquire("auth/heartbeat", S1, W);
   const auto* grant = g.as<wire::Grant>();
@@ -224,7 +226,7 @@ TEST_P(LockdAuthority, HeartbeatClaimingAnotherWorkersIdDoesNotRefresh) {
 // A heartbeat datagram captured on the wire and replayed (no key needed) kept a name held after
 // its sandbox had been killed: a replayed seq is never executed.
 TEST_P(LockdAuthority, ReplayedHeartbeatIsNotExecuted) {
-  start("replay-heartbeats", {"--ttl-ms", "1000"});
+  start("replay-heartbeats", {"--ttl-ms", std::to_string(kTtlMs)});
   const wire::WireKey kw = worker_key(W);
   AdminClient w(lockd_.address(), kw);
   const Answer g = w.acquire("auth/replay", S1, W);
