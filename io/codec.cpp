@@ -97,7 +97,10 @@ std::size_t size_of(const Release&) noexcept { return 2 * kIdBytes + 8; }
 std::size_t size_of(const TransferBegin&) noexcept { return 3 * kIdBytes + 8; }
 std::size_t size_of(const TransferComplete&) noexcept { return kIdBytes + 8; }
 std::size_t size_of(const TransferAccept&) noexcept { return 3 * kIdBytes; }
-std::size_t size_of(const Revoke&) noexcept { return kIdBytes; }
+std::size_t size_of(const Revoke&) noexcept { return kIdBytes + 8 + 1; }
+std::size_t size_of(const Revoked&) noexcept { return kIdBytes + 8 + 8; }
+std::size_t size_of(const RevokedAck&) noexcept { return kIdBytes + 8 + 1; }
+std::size_t size_of(const KillConfirmed&) noexcept { return 2 * kIdBytes + 8; }
 std::size_t size_of(const Reassign&) noexcept { return 2 * kIdBytes; }
 std::size_t size_of(const WorkerHeartbeat& m) noexcept { return kIdBytes + 2 + m.held.size() * kHeartbeatEntryBytes; }
 std::size_t size_of(const IsRunning&) noexcept { return 2 * kIdBytes + 8; }
@@ -111,7 +114,9 @@ std::size_t size_of(const Ok&) noexcept { return kIdBytes + 8; }
 std::size_t size_of(const TransferState&) noexcept { return 3 * kIdBytes + 8 + 8 + 1; }
 std::size_t size_of(const WorkerAck& m) noexcept { return 4 + 2 + m.not_held.size() * kHeartbeatAckEntryBytes; }
 std::size_t size_of(const RunningAnswer&) noexcept { return 2 * kIdBytes + 8 + 1; }
-std::size_t size_of(const NameRecord& r) noexcept { return 1 + r.name.size() + 4 * kIdBytes + 1 + 8 + 4; }
+std::size_t size_of(const NameRecord& r) noexcept {
+  return 1 + r.name.size() + 4 * kIdBytes + 1 + 8 + 4 + 1 + 8 + 4 + 1;
+}
 std::size_t size_of(const ListPage& m) noexcept {
   std::size_t n = 8 + 2;
   for (const auto& r : m.entries) n += size_of(r);
@@ -177,7 +182,10 @@ void put(Writer& w, const Release& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(
 void put(Writer& w, const TransferBegin& m) { w.id(m.name_id); w.id(m.from); w.u64(m.epoch); w.id(m.to); }
 void put(Writer& w, const TransferComplete& m) { w.id(m.name_id); w.u64(m.new_epoch); }
 void put(Writer& w, const TransferAccept& m) { w.id(m.name_id); w.id(m.to); w.id(m.worker); }
-void put(Writer& w, const Revoke& m) { w.id(m.name_id); }
+void put(Writer& w, const Revoke& m) { w.id(m.name_id); w.u64(m.expected_epoch); w.boolean(m.force); }
+void put(Writer& w, const Revoked& m) { w.id(m.name_id); w.u64(m.epoch); w.u64(m.new_epoch); }
+void put(Writer& w, const RevokedAck& m) { w.id(m.name_id); w.u64(m.epoch); w.boolean(m.running); }
+void put(Writer& w, const KillConfirmed& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); }
 void put(Writer& w, const Reassign& m) { w.id(m.name_id); w.id(m.to); }
 void put(Writer& w, const WorkerHeartbeat& m) {
   w.id(m.worker);
@@ -212,6 +220,8 @@ void put(Writer& w, const RunningAnswer& m) { w.id(m.name_id); w.id(m.sandbox); 
 void put(Writer& w, const NameRecord& r) {
   w.text8(r.name); w.id(r.name_id); w.u8(static_cast<std::uint8_t>(r.state)); w.id(r.holder);
   w.id(r.worker); w.u64(r.epoch); w.u32(r.ttl_left_ms); w.id(r.reserved_for);
+  w.boolean(r.revoke_pending); w.u64(r.revoked_epoch); w.u32(r.reservation_left_ms);
+  w.u8(static_cast<std::uint8_t>(r.revoke_ended));
 }
 void put(Writer& w, const ListPage& m) {
   w.u64(m.next_cursor);
@@ -328,6 +338,13 @@ class Reader {
     s = static_cast<HeartbeatStatus>(b);
     return true;
   }
+  bool revoke_end(RevokeEnd& e, const char* f) {
+    std::uint8_t b = 0;
+    if (!u8(b, f)) return false;
+    if (b > static_cast<std::uint8_t>(RevokeEnd::lease_expired)) return bad_value(f, b);
+    e = static_cast<RevokeEnd>(b);
+    return true;
+  }
 
  private:
   const std::uint8_t* begin_;
@@ -401,7 +418,22 @@ bool get(Reader& r, TransferAccept& m) {
   return r.id(m.name_id, "transfer_accept.name_id") && r.id(m.to, "transfer_accept.to") &&
          r.id(m.worker, "transfer_accept.worker");
 }
-bool get(Reader& r, Revoke& m) { return r.id(m.name_id, "revoke.name_id"); }
+bool get(Reader& r, Revoke& m) {
+  return r.id(m.name_id, "revoke.name_id") && r.u64(m.expected_epoch, "revoke.expected_epoch") &&
+         r.boolean(m.force, "revoke.force");
+}
+bool get(Reader& r, Revoked& m) {
+  return r.id(m.name_id, "revoked.name_id") && r.u64(m.epoch, "revoked.epoch") &&
+         r.u64(m.new_epoch, "revoked.new_epoch");
+}
+bool get(Reader& r, RevokedAck& m) {
+  return r.id(m.name_id, "revoked_ack.name_id") && r.u64(m.epoch, "revoked_ack.epoch") &&
+         r.boolean(m.running, "revoked_ack.running");
+}
+bool get(Reader& r, KillConfirmed& m) {
+  return r.id(m.name_id, "kill_confirmed.name_id") && r.id(m.sandbox, "kill_confirmed.sandbox") &&
+         r.u64(m.epoch, "kill_confirmed.epoch");
+}
 bool get(Reader& r, Reassign& m) { return r.id(m.name_id, "reassign.name_id") && r.id(m.to, "reassign.to"); }
 bool get(Reader& r, WorkerHeartbeat& m) {
   return r.id(m.worker, "worker_heartbeat.worker") && get_entries(r, m.held, kWorkerBeatFields);
@@ -444,9 +476,11 @@ bool get(Reader& r, RunningAnswer& m) {
 bool get(Reader& r, NameRecord& m) {
   return r.name(m.name, "record.name") && r.id(m.name_id, "record.name_id") && r.lock_state(m.state, "record.state") &&
          r.id(m.holder, "record.holder") && r.id(m.worker, "record.worker") && r.u64(m.epoch, "record.epoch") &&
-         r.u32(m.ttl_left_ms, "record.ttl_left_ms") && r.id(m.reserved_for, "record.reserved_for");
+         r.u32(m.ttl_left_ms, "record.ttl_left_ms") && r.id(m.reserved_for, "record.reserved_for") &&
+         r.boolean(m.revoke_pending, "record.revoke_pending") && r.u64(m.revoked_epoch, "record.revoked_epoch") &&
+         r.u32(m.reservation_left_ms, "record.reservation_left_ms") && r.revoke_end(m.revoke_ended, "record.revoke_ended");
 }
-constexpr std::size_t kNameRecordBytesMin = 1 + 1 + 4 * kIdBytes + 1 + 8 + 4;
+constexpr std::size_t kNameRecordBytesMin = 1 + 1 + 4 * kIdBytes + 1 + 8 + 4 + 1 + 8 + 4 + 1;
 bool get(Reader& r, ListPage& m) {
   std::uint16_t n = 0;
   if (!(r.u64(m.next_cursor, "list_page.next_cursor") &&
@@ -506,6 +540,9 @@ LEASEHOLD_WIRE_TYPE(ListPage, list_page)
 LEASEHOLD_WIRE_TYPE(NameInfo, name_info)
 LEASEHOLD_WIRE_TYPE(StatsAnswer, stats_answer)
 LEASEHOLD_WIRE_TYPE(Error, error)
+LEASEHOLD_WIRE_TYPE(Revoked, revoked)
+LEASEHOLD_WIRE_TYPE(KillConfirmed, kill_confirmed)
+LEASEHOLD_WIRE_TYPE(RevokedAck, revoked_ack)
 #undef LEASEHOLD_WIRE_TYPE
 
 // Emplaces the alternative for `type` and parses it; false if the type is unknown.
@@ -561,6 +598,8 @@ std::string_view to_string(MessageType t) noexcept {
     case MessageType::list: return "list";
     case MessageType::show: return "show";
     case MessageType::stats: return "stats";
+    case MessageType::revoked: return "revoked";
+    case MessageType::kill_confirmed: return "kill_confirmed";
     case MessageType::grant: return "grant";
     case MessageType::deny: return "deny";
     case MessageType::heartbeat_ack: return "heartbeat_ack";
@@ -571,6 +610,7 @@ std::string_view to_string(MessageType t) noexcept {
     case MessageType::list_page: return "list_page";
     case MessageType::name_info: return "name_info";
     case MessageType::stats_answer: return "stats_answer";
+    case MessageType::revoked_ack: return "revoked_ack";
     case MessageType::error: return "error";
   }
   return "unknown";
@@ -582,6 +622,15 @@ std::string_view to_string(LockState s) noexcept {
     case LockState::acquiring: return "acquiring";
     case LockState::held: return "held";
     case LockState::transferring: return "transferring";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(RevokeEnd e) noexcept {
+  switch (e) {
+    case RevokeEnd::none: return "none";
+    case RevokeEnd::kill_confirmed: return "kill_confirmed";
+    case RevokeEnd::lease_expired: return "lease_expired";
   }
   return "unknown";
 }

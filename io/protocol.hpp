@@ -92,6 +92,8 @@ enum class MessageType : std::uint8_t {
   list = 12,
   show = 13,
   stats = 14,
+  revoked = 15,         ///< lockd → supervisor: a grant of yours was revoked; kill it
+  kill_confirmed = 16,  ///< supervisor → lockd: the revoked grant's sandbox is dead
   // answers
   grant = 0x81,
   deny = 0x82,
@@ -103,6 +105,7 @@ enum class MessageType : std::uint8_t {
   list_page = 0x88,
   name_info = 0x89,
   stats_answer = 0x8A,
+  revoked_ack = 0x8B,
   error = 0xFF,
 };
 
@@ -279,10 +282,44 @@ struct TransferAccept {
   friend bool operator==(const TransferAccept&, const TransferAccept&) = default;
 };
 
-/// Coordinator revoke (no cooperation needed): → Free, epoch +1. Answer: Ok{new epoch} or Deny.
+/// Coordinator revoke (no cooperation needed): → Free, epoch +1, not grantable until the old
+/// holder's kill is confirmed or its lease would have expired. Answer: Ok{new epoch} or Deny
+/// (stale_epoch if expected_epoch is not the current epoch; not_held for a Free name unless
+/// force).
 struct Revoke {
   NameId name_id;
+  Epoch expected_epoch = 0;  ///< 0: any; else refused unless it is the current epoch
+  bool force = false;        ///< also revoke a Free name (burns an epoch)
   friend bool operator==(const Revoke&, const Revoke&) = default;
+};
+
+/// lockd → the revoked holder's supervisor (to its last heartbeat address), retried until
+/// answered or the revoke's bound passes: the grant {name_id, epoch} was revoked; kill its
+/// sandbox. Answer: RevokedAck. Once the sandbox is dead the supervisor sends KillConfirmed.
+struct Revoked {
+  NameId name_id;
+  Epoch epoch = 0;      ///< the revoked grant's epoch
+  Epoch new_epoch = 0;  ///< the name's epoch after the revoke
+  friend bool operator==(const Revoked&, const Revoked&) = default;
+};
+
+/// Answer to Revoked.
+struct RevokedAck {
+  NameId name_id;
+  Epoch epoch = 0;
+  bool running = false;  ///< a sandbox of that grant runs (or is being placed) here: killing it
+  friend bool operator==(const RevokedAck&, const RevokedAck&) = default;
+};
+
+/// Supervisor → lockd: the sandbox of the revoked grant {name_id, epoch} is dead. lockd
+/// accepts it only from the revoked holder's worker (the header's sender) for that epoch and
+/// lifts the revoke's lock-delay. Answer: Ok{current epoch} (also when nothing is pending) or
+/// Deny (not_holder: another worker; stale_epoch: a revoke of another epoch is pending).
+struct KillConfirmed {
+  NameId name_id;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+  friend bool operator==(const KillConfirmed&, const KillConfirmed&) = default;
 };
 
 /// Free → Free reserved for `to`, epoch +1. Answer: Ok{new epoch} or Deny.
@@ -394,18 +431,35 @@ struct RunningAnswer {
   friend bool operator==(const RunningAnswer&, const RunningAnswer&) = default;
 };
 
+/// How the latest revoke's lock-delay ended (NameRecord::revoke_ended).
+enum class RevokeEnd : std::uint8_t {
+  none = 0,            ///< no revoke at this epoch, or it is still pending
+  kill_confirmed = 1,  ///< the revoked holder's worker confirmed the kill
+  lease_expired = 2,   ///< the old grant's lease (or worker liveness) would have ended
+};
+std::string_view to_string(RevokeEnd e) noexcept;
+
 /// One name record, as listed or shown.
 struct NameRecord {
   std::string name;
   NameId name_id;
   LockState state = LockState::free;
   SandboxId holder;        ///< owner (held/acquiring), from (transferring), nil (free)
-  WorkerId worker;
+  WorkerId worker;         ///< held: the holder's; free with revoke_pending: the revoked holder's
   Epoch epoch = 0;
   /// Time to expiry (held), to the commit deadline (acquiring) or to the end of lock-delay
   /// (free). kNoExpiryMs: none (preemptible mode: kept by worker liveness, not by a TTL).
   std::uint32_t ttl_left_ms = 0;
   SandboxId reserved_for;  ///< free: reserved for this sandbox (nil if none); transferring: to
+  /// free: a revoke is pending (not grantable until ttl_left_ms passes or `worker`, the
+  /// revoked holder's worker, confirms the kill of the grant at revoked_epoch).
+  bool revoke_pending = false;
+  Epoch revoked_epoch = 0;
+  /// free, reserved: ms until the reservation lapses; kNoExpiryMs while a lock-delay is pending
+  /// (its TTL starts when that ends); 0 when not reserved.
+  std::uint32_t reservation_left_ms = 0;
+  /// How the lock-delay of the revoke that produced this epoch ended (none while pending).
+  RevokeEnd revoke_ended = RevokeEnd::none;
   friend bool operator==(const NameRecord&, const NameRecord&) = default;
 };
 
@@ -453,7 +507,8 @@ struct Error {
 using Body = std::variant<Acquire, Commit, Heartbeat, Release, TransferBegin, TransferComplete,
                           TransferAccept, Revoke, Reassign, WorkerHeartbeat, IsRunning, List, Show,
                           Stats, Grant, Deny, HeartbeatAck, Ok, TransferState, WorkerAck,
-                          RunningAnswer, ListPage, NameInfo, StatsAnswer, Error>;
+                          RunningAnswer, ListPage, NameInfo, StatsAnswer, Error, Revoked,
+                          KillConfirmed, RevokedAck>;
 
 /// The MessageType of a body.
 MessageType type_of(const Body& body) noexcept;

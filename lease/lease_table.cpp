@@ -22,6 +22,15 @@
 // it exceeds 2 * capacity + kTimerSlack entries.
 //
 // Transferring records have no deadline; they reuse the two time fields to hold `to`.
+//
+// Free records. time_ns is the end of a lock-delay (an expiry's, a preemption's or a pending
+// revoke's bound), or, with kFlagReserveClock, the time a reservation lapses: a reservation's
+// TTL starts when the name becomes grantable, so the two never run at once. kFlagRevoking
+// marks a pending revoke; `worker` is then the revoked holder's worker (0: none, only the
+// bound ends it; it holds a reference like a Held record) and the flag bits above
+// kRevokedDeltaShift hold epoch - revoked_epoch (0: unknown). In preemptible mode the bound of
+// a revoke with a worker is dynamic: max(time_ns, that worker's liveness + lock_delay_ns),
+// re-armed lazily like a refreshed lease.
 #include "lease/lease_table.hpp"
 
 #include <algorithm>
@@ -44,7 +53,8 @@ std::string validate_config(const LeaseConfig& c) {
                    range("max_ttl_ns", c.max_ttl_ns, false),
                    range("acquiring_ttl_ns", c.acquiring_ttl_ns, false),
                    range("lock_delay_ns", c.lock_delay_ns, true),
-                   range("worker_liveness_ttl_ns", c.worker_liveness_ttl_ns, false)}) {
+                   range("worker_liveness_ttl_ns", c.worker_liveness_ttl_ns, false),
+                   range("reservation_ttl_ns", c.reservation_ttl_ns, false)}) {
     if (!err.empty()) return err;
   }
   if (c.default_ttl_ns > c.max_ttl_ns)
@@ -89,6 +99,10 @@ constexpr std::size_t kTimerSlack = 1024;  // heap entries allowed above 2 * cap
 constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 constexpr std::size_t kHugePageRegionBytesMin = 2 * kHugePageBytes;  // smaller: calloc
 constexpr std::uint8_t kFlagFresh = 1;
+constexpr std::uint8_t kFlagRevoking = 2;       // Free: a revoke is pending
+constexpr std::uint8_t kFlagReserveClock = 4;   // Free: time_ns is the reservation's lapse
+constexpr unsigned kRevokedDeltaShift = 3;      // Free, revoking: epoch - revoked epoch
+constexpr Epoch kRevokedDeltaMax = 0xFF >> kRevokedDeltaShift;
 
 struct alignas(64) Slot {
   NameId name;                 // nil: empty slot
@@ -99,7 +113,7 @@ struct alignas(64) Slot {
   std::uint32_t fingerprint;   // name_fingerprint_of(text)
   std::uint16_t worker;        // Held: worker index (1..kWorkersMax)
   LockPhase phase;
-  std::uint8_t flags;          // kFlagFresh
+  std::uint8_t flags;          // kFlag*; revoking: the revoked epoch's distance
 };
 static_assert(sizeof(Slot) == 64, "one record per cache line");
 static_assert(kWorkersMax <= 0xFFFF, "worker index is 16 bits");
@@ -184,6 +198,13 @@ class Region {
   void* data_ = nullptr;
   std::size_t mapped_ = 0;  // > 0: mmap'd
   std::size_t bytes_ = 0;
+};
+
+// A revoke to leave pending in a Free record (see enter_free).
+struct PendingRevoke {
+  bool active = false;
+  std::uint16_t worker = 0;  // the revoked holder's worker index; 0: no confirmation
+  Epoch delta = 0;           // epoch - revoked epoch; 0 or above kRevokedDeltaMax: unknown
 };
 
 inline std::int64_t add_sat(std::int64_t a, std::int64_t b) noexcept {
@@ -285,11 +306,19 @@ struct LeaseTable::Impl {
     v.epoch = s.epoch;
     v.known = true;
     switch (s.phase) {
-      case LockPhase::free:
+      case LockPhase::free: {
         v.reserved_for = s.owner;
-        v.lock_delay_until_ns = s.time_ns;
+        v.lock_delay_until_ns = delay_end(s);
+        if ((s.flags & kFlagReserveClock) != 0) v.reservation_until_ns = s.time_ns;
         v.epoch_fresh = (s.flags & kFlagFresh) != 0;
+        v.revoke_pending = (s.flags & kFlagRevoking) != 0;
+        if (v.revoke_pending) {
+          const Epoch delta = revoked_delta(s);
+          v.revoked_epoch = delta != 0 && delta < s.epoch ? s.epoch - delta : 0;
+          if (s.worker != 0 && v.revoked_epoch != 0) v.revoked_worker = workers[s.worker].id;
+        }
         break;
+      }
       case LockPhase::acquiring:
         v.owner = s.owner;
         v.deadline_ns = s.time_ns;
@@ -313,12 +342,33 @@ struct LeaseTable::Impl {
     return v;
   }
 
+  // ---- Free records: lock-delay, pending revoke, reservation ----
+  static Epoch revoked_delta(const Slot& s) noexcept { return s.flags >> kRevokedDeltaShift; }
+  // End of a Free record's lock-delay (0 or past: none).
+  std::int64_t delay_end(const Slot& s) const noexcept {
+    if ((s.flags & kFlagReserveClock) != 0) return 0;
+    std::int64_t d = s.time_ns;
+    if ((s.flags & kFlagRevoking) != 0 && preemptible() && s.worker != 0)
+      d = std::max(d, add_sat(workers[s.worker].alive_until_ns, config.lock_delay_ns));
+    return d;
+  }
+  // Drops a Free record's pending revoke (and its worker reference).
+  void drop_revoke(Slot& s) noexcept {
+    if (s.phase != LockPhase::free || (s.flags & kFlagRevoking) == 0) return;
+    if (s.worker != 0) {
+      assert(workers[s.worker].refs > 0);
+      --workers[s.worker].refs;
+    }
+    s.worker = 0;
+    s.flags &= static_cast<std::uint8_t>(kFlagFresh | kFlagReserveClock);
+  }
+
   // ---- timers ----
-  static std::int64_t deadline_of(const Slot& s, bool preemptible) noexcept {
+  std::int64_t deadline_of(const Slot& s) const noexcept {
     switch (s.phase) {
-      case LockPhase::held: return preemptible ? 0 : s.time_ns;
+      case LockPhase::held: return preemptible() ? 0 : s.time_ns;
       case LockPhase::acquiring: return s.time_ns;
-      case LockPhase::free: return s.time_ns;
+      case LockPhase::free: return (s.flags & kFlagReserveClock) != 0 ? s.time_ns : delay_end(s);
       case LockPhase::transferring: return 0;
     }
     return 0;
@@ -337,7 +387,7 @@ struct LeaseTable::Impl {
       Slot& s = recs[i];
       if (s.phase == LockPhase::transferring) continue;
       s.timer_ns = 0;
-      const std::int64_t d = deadline_of(s, preemptible());
+      const std::int64_t d = deadline_of(s);
       if (d > 0 && d < kNoExpiry) {
         s.timer_ns = d;
         timers.push_back(TimerEntry{d, s.name});
@@ -395,7 +445,7 @@ struct LeaseTable::Impl {
     ++workers[worker].refs;
     ++held;
     high_water = std::max(high_water, epoch);
-    arm(s, deadline_of(s, preemptible()));
+    arm(s, deadline_of(s));
   }
   void leave_held(Slot& s) noexcept {
     assert(s.phase == LockPhase::held);
@@ -404,23 +454,38 @@ struct LeaseTable::Impl {
     --held;
     s.worker = 0;
   }
-  // To Free. Returns the state after (the slot may be erased).
+  // To Free. A reservation with no lock-delay and no pending revoke starts its TTL at
+  // now_ns. Returns the state after (the slot may be erased).
   LockState enter_free(Slot* s, Epoch epoch, bool fresh, SandboxId reserved_for,
-                       std::int64_t lock_delay_until_ns) {
+                       std::int64_t lock_delay_until_ns, std::int64_t now_ns,
+                       PendingRevoke revoke = {}) {
     if (s->phase == LockPhase::held) leave_held(*s);
     if (s->phase == LockPhase::transferring) s->timer_ns = 0;
+    drop_revoke(*s);
     s->phase = LockPhase::free;
     s->epoch = epoch;
     s->flags = fresh ? kFlagFresh : 0;
     s->owner = reserved_for;
     s->time_ns = lock_delay_until_ns;
+    s->worker = 0;
+    if (revoke.active) {
+      const Epoch delta = revoke.delta <= kRevokedDeltaMax ? revoke.delta : 0;
+      s->flags = static_cast<std::uint8_t>(s->flags | kFlagRevoking | (delta << kRevokedDeltaShift));
+      if (delta != 0 && revoke.worker != 0) {
+        s->worker = revoke.worker;
+        ++workers[revoke.worker].refs;
+      }
+    } else if (!reserved_for.is_nil() && lock_delay_until_ns == 0) {
+      s->flags = static_cast<std::uint8_t>(s->flags | kFlagReserveClock);
+      s->time_ns = add_sat(now_ns, config.reservation_ttl_ns);
+    }
     high_water = std::max(high_water, epoch);
     LockState after = view(*s);
-    if (!fresh && reserved_for.is_nil() && lock_delay_until_ns == 0) {
+    if (!fresh && reserved_for.is_nil() && lock_delay_until_ns == 0 && !revoke.active) {
       erase(s);  // a plain Free record is the same as an unknown name
       after.known = false;
     } else {
-      arm(*s, lock_delay_until_ns);
+      arm(*s, deadline_of(*s));
     }
     return after;
   }
@@ -491,9 +556,11 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
         return Outcome{Refusal::none, name, view(*s), Token{name, s->epoch, sandbox}};  // idempotent
       case LockPhase::transferring:
         return refuse(Refusal::transferring, name, s);
-      case LockPhase::free:
-        if (now_ns < s->time_ns) return refuse(Refusal::lock_delay, name, s);
-        if (!s->owner.is_nil() && s->owner != sandbox) return refuse(Refusal::reserved, name, s);
+      case LockPhase::free: {
+        if (now_ns < delay_end(*s)) return refuse(Refusal::lock_delay, name, s);
+        const bool lapsed = (s->flags & kFlagReserveClock) != 0 && now_ns >= s->time_ns;
+        if (!s->owner.is_nil() && s->owner != sandbox && !lapsed)
+          return refuse(Refusal::reserved, name, s);
         if ((s->flags & kFlagFresh) != 0) {
           epoch = s->epoch;
         } else {
@@ -501,6 +568,7 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
           epoch = s->epoch + 1;
         }
         break;
+      }
     }
   } else {
     if (count >= config.capacity) return refuse(Refusal::table_full, name, s);
@@ -513,6 +581,7 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
     if (widx == 0) return refuse(Refusal::table_full, name, s);
   }
   if (s == nullptr) s = insert(name, fp);
+  drop_revoke(*s);
   s->time_ns = 0;
   if (two_phase) {
     s->phase = LockPhase::acquiring;
@@ -650,7 +719,7 @@ Outcome LeaseTable::release(NameId name, SandboxId sandbox, Epoch epoch, std::in
   if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
   if (s->phase == LockPhase::held && now_ns >= s->time_ns)
     return m.refuse(Refusal::expired, name, s);
-  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, false, {}, 0), {}};
+  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, false, {}, 0, now_ns), {}};
 }
 
 std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expired,
@@ -665,7 +734,7 @@ std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expire
     if (s == nullptr || s->phase == LockPhase::transferring || s->timer_ns != e.due_ns)
       continue;  // orphan: the record is gone or has a newer authoritative entry
     s->timer_ns = 0;
-    const std::int64_t d = Impl::deadline_of(*s, m.preemptible());
+    const std::int64_t d = m.deadline_of(*s);
     if (d <= 0 || d >= kNoExpiry) continue;  // no deadline any more
     if (d > e.due_ns) {
       m.arm(*s, d);  // refreshed since armed: re-arm at the real deadline (keeps order)
@@ -675,21 +744,37 @@ std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expire
     switch (s->phase) {
       case LockPhase::held: {
         expired.push_back(Expiry{s->name, LockPhase::held, s->owner, m.workers[s->worker].id,
-                                 s->epoch, d});
+                                 s->epoch, d, ExpiryKind::lease});
         const std::int64_t delay_until =
             m.config.lock_delay_ns > 0 ? add_sat(d, m.config.lock_delay_ns) : 0;
-        m.enter_free(s, s->epoch, false, {}, delay_until);
+        m.enter_free(s, s->epoch, false, {}, delay_until, d);
         ++reported;
         break;
       }
       case LockPhase::acquiring:
-        expired.push_back(Expiry{s->name, LockPhase::acquiring, s->owner, {}, s->epoch, d});
-        m.enter_free(s, s->epoch, false, {}, 0);
+        expired.push_back(Expiry{s->name, LockPhase::acquiring, s->owner, {}, s->epoch, d,
+                                 ExpiryKind::acquiring});
+        m.enter_free(s, s->epoch, false, {}, 0, d);
         ++reported;
         break;
-      case LockPhase::free:  // lock-delay over
-        m.enter_free(s, s->epoch, (s->flags & kFlagFresh) != 0, s->owner, 0);
+      case LockPhase::free: {
+        const bool fresh = (s->flags & kFlagFresh) != 0;
+        if ((s->flags & kFlagReserveClock) != 0) {  // the reservation lapsed
+          expired.push_back(Expiry{s->name, LockPhase::free, s->owner, {}, s->epoch, d,
+                                   ExpiryKind::reservation});
+          m.enter_free(s, s->epoch, fresh, {}, 0, d);
+          ++reported;
+        } else if ((s->flags & kFlagRevoking) != 0) {  // a revoke's bound passed unconfirmed
+          const WorkerId w = s->worker != 0 ? m.workers[s->worker].id : WorkerId{};
+          expired.push_back(Expiry{s->name, LockPhase::free, {}, w, s->epoch, d,
+                                   ExpiryKind::revoke_bound});
+          m.enter_free(s, s->epoch, fresh, s->owner, 0, d);  // a reservation's TTL starts
+          ++reported;
+        } else {  // lock-delay over
+          m.enter_free(s, s->epoch, fresh, s->owner, 0, d);
+        }
         break;
+      }
       case LockPhase::transferring:
         break;
     }
@@ -727,7 +812,8 @@ Outcome LeaseTable::begin_transfer(NameId name, SandboxId from, Epoch epoch, San
   return Outcome{Refusal::none, name, m.view(*s), {}};
 }
 
-Outcome LeaseTable::complete_release(NameId name, SandboxId from, Epoch epoch) {
+Outcome LeaseTable::complete_release(NameId name, SandboxId from, Epoch epoch,
+                                     std::int64_t now_ns) {
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
@@ -738,19 +824,65 @@ Outcome LeaseTable::complete_release(NameId name, SandboxId from, Epoch epoch) {
   if (s->owner != from) return m.refuse(Refusal::not_holder, name, s);
   if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
   const SandboxId to = Impl::to_of(*s);
-  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, true, to, 0), {}};
+  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, true, to, 0, now_ns), {}};
 }
 
 // ---- coordinator actions ------------------------------------------------------------------
 
-Outcome LeaseTable::revoke(NameId name, std::int64_t now_ns) {
+Outcome LeaseTable::revoke(NameId name, std::int64_t now_ns, Epoch expected_epoch, bool force) {
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (now_ns < 0) return m.refuse(Refusal::bad_request, name, s);
   if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  if (expected_epoch != 0 && s->epoch != expected_epoch) return m.refuse(Refusal::stale_epoch, name, s);
+  if (s->phase == LockPhase::free && !force) return m.refuse(Refusal::not_held, name, s);
   if (s->epoch == kEpochMax) return m.refuse(Refusal::epoch_exhausted, name, s);
-  const std::int64_t delay_until = s->phase == LockPhase::free ? s->time_ns : 0;
-  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch + 1, true, {}, delay_until), {}};
+  const std::int64_t lock_delay = m.config.lock_delay_ns;
+  PendingRevoke rv;
+  std::int64_t bound = 0;
+  switch (s->phase) {
+    case LockPhase::held:
+      // Until the old grant would have ended by lockd's own rules, or its worker confirms.
+      rv = {true, s->worker, 1};
+      bound = m.preemptible() ? 0 : add_sat(s->time_ns, lock_delay);
+      break;
+    case LockPhase::acquiring:  // nobody runs it on a worker lockd knows; its deadline ends it
+      rv = {true, 0, 0};
+      bound = s->time_ns;
+      break;
+    case LockPhase::transferring:  // `from` may still run; its lease ended at most max_ttl ago
+      rv = {true, 0, 0};
+      bound = add_sat(now_ns, add_sat(m.config.max_ttl_ns, lock_delay));
+      break;
+    case LockPhase::free:  // --force: burn an epoch; a pending lock-delay or revoke stays
+      if ((s->flags & kFlagRevoking) != 0) {
+        const Epoch delta = Impl::revoked_delta(*s);
+        rv = {true, s->worker, delta == 0 ? 0 : delta + 1};
+      }
+      bound = (s->flags & kFlagReserveClock) != 0 ? 0 : s->time_ns;
+      break;
+  }
+  LockState after = m.enter_free(s, s->epoch + 1, true, {}, bound, now_ns, rv);
+  if (after.revoke_pending && after.lock_delay_until_ns <= now_ns) {
+    s = m.find(name);  // the bound already passed: nothing is pending
+    after = m.enter_free(s, after.epoch, true, {}, 0, now_ns);
+  }
+  return Outcome{Refusal::none, name, after, {}};
+}
+
+Outcome LeaseTable::confirm_kill(NameId name, WorkerId worker, Epoch epoch, std::int64_t now_ns) {
+  Impl& m = *impl_;
+  Slot* s = m.find(name);
+  if (worker.is_nil() || now_ns < 0) return m.refuse(Refusal::bad_request, name, s);
+  if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  if (s->phase != LockPhase::free || (s->flags & kFlagRevoking) == 0)
+    return Outcome{Refusal::none, name, m.view(*s), {}};  // nothing pending (any more)
+  const LockState st = m.view(*s);
+  if (st.revoked_worker.is_nil() || st.revoked_worker != worker)
+    return m.refuse(Refusal::not_holder, name, s);
+  if (st.revoked_epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
+  const bool fresh = (s->flags & kFlagFresh) != 0;
+  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, fresh, s->owner, 0, now_ns), {}};
 }
 
 Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t now_ns) {
@@ -766,8 +898,13 @@ Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t n
   const Epoch current = s != nullptr ? s->epoch : m.high_water;
   if (current == kEpochMax) return m.refuse(Refusal::epoch_exhausted, name, s);
   if (s == nullptr) s = m.insert(name, fp);
-  const std::int64_t delay_until = s->time_ns;
-  return Outcome{Refusal::none, name, m.enter_free(s, current + 1, true, to, delay_until), {}};
+  PendingRevoke rv;
+  if ((s->flags & kFlagRevoking) != 0) {
+    const Epoch delta = Impl::revoked_delta(*s);
+    rv = {true, s->worker, delta == 0 ? 0 : delta + 1};
+  }
+  const std::int64_t delay_until = (s->flags & kFlagReserveClock) != 0 ? 0 : s->time_ns;
+  return Outcome{Refusal::none, name, m.enter_free(s, current + 1, true, to, delay_until, now_ns, rv), {}};
 }
 
 Outcome LeaseTable::preempt(NameId name, SandboxId holder, Epoch epoch,
@@ -789,7 +926,7 @@ Outcome LeaseTable::preempt(NameId name, SandboxId holder, Epoch epoch,
   if (!lapsed && !worker_reports_not_running) return m.refuse(Refusal::worker_alive, name, s);
   const std::int64_t delay_until =
       m.config.lock_delay_ns > 0 ? add_sat(now_ns, m.config.lock_delay_ns) : 0;
-  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, false, {}, delay_until), {}};
+  return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, false, {}, delay_until, now_ns), {}};
 }
 
 // ---- queries ------------------------------------------------------------------------------
@@ -857,11 +994,20 @@ DurableSnapshot LeaseTable::export_durable(std::int64_t now_ns) const {
         r.owner = s.owner;
         r.to = Impl::to_of(s);
         break;
-      case LockPhase::free:
+      case LockPhase::free: {
         r.to = s.owner;
         r.epoch_fresh = (s.flags & kFlagFresh) != 0;
-        if (!r.epoch_fresh && r.to.is_nil()) continue;  // only a lock-delay: not durable
+        const bool revoking = (s.flags & kFlagRevoking) != 0;
+        if (!r.epoch_fresh && r.to.is_nil() && !revoking) continue;  // only a lock-delay
+        if (revoking) {
+          const LockState v = m.view(s);
+          // An unknown revoked epoch is stored as epoch - 1 with no worker: only the bound lifts it.
+          r.revoked_epoch = v.revoked_epoch != 0 ? v.revoked_epoch : s.epoch - 1;
+          r.worker = v.revoked_worker;
+          if (r.revoked_epoch == 0) r.revoked_epoch = s.epoch;  // epoch 1 revoked from nothing
+        }
         break;
+      }
       case LockPhase::acquiring:
         break;
     }
@@ -891,7 +1037,8 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
     switch (r.phase) {
       case LockPhase::acquiring: continue;  // dropped; its epoch stays burned (in `high`)
       case LockPhase::free:
-        if (!r.epoch_fresh && r.to.is_nil()) continue;  // same as an unknown name
+        if (!r.epoch_fresh && r.to.is_nil() && r.revoked_epoch == 0) continue;  // as unknown
+        if (r.revoked_epoch > r.epoch) return fail(k, "revoked epoch above the record's epoch");
         break;
       case LockPhase::held:
         if (r.owner.is_nil() || r.worker.is_nil()) return fail(k, "held with a nil owner or worker");
@@ -928,9 +1075,25 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
         s->epoch = r.epoch;
         Impl::set_to(*s, r.to);
         break;
-      case LockPhase::free:
-        m.enter_free(s, r.epoch, r.epoch_fresh, r.to, 0);
+      case LockPhase::free: {
+        PendingRevoke rv;
+        std::int64_t bound = 0;
+        if (r.revoked_epoch != 0) {
+          // Times are not durable: a pending revoke waits a full TTL from the restart, or
+          // (preemptible mode) its worker's liveness, counted from now like a holder's.
+          std::uint16_t widx = 0;
+          if (!r.worker.is_nil()) {
+            widx = m.intern_worker(r.worker);
+            if (widx == 0) return fail(k, "more than kWorkersMax workers");
+            m.heartbeat(widx, now_ns);
+          }
+          rv = {true, widx, r.epoch - r.revoked_epoch};
+          if (!m.preemptible() || widx == 0)
+            bound = add_sat(now_ns, add_sat(m.config.max_ttl_ns, m.config.lock_delay_ns));
+        }
+        m.enter_free(s, r.epoch, r.epoch_fresh, r.to, bound, now_ns, rv);
         break;
+      }
       case LockPhase::acquiring:
         break;
     }

@@ -20,8 +20,8 @@
 // and revoke, never reused, also across restarts. A Free record whose epoch was allocated by a
 // transfer begin, revoke or reassign but not yet granted (`epoch_fresh`) is granted at that
 // epoch (ownership model: Unowned(42, B) --Acquire(B)--> Owned(B, 42)); otherwise a grant takes
-// epoch + 1. A plain Free record (no reservation, no pending lock-delay, epoch not fresh) is
-// dropped from the table; an unknown name behaves as Free at the table's epoch high-water mark,
+// epoch + 1. A plain Free record (no reservation, no pending lock-delay or revoke, epoch not
+// fresh) is dropped from the table; an unknown name behaves as Free at the table's epoch high-water mark,
 // so its next grant is above every epoch ever issued for it.
 //
 // Names: operations that may create a record (acquire, acquire_2pc, reassign) take the name
@@ -91,6 +91,10 @@ struct LeaseConfig {
   std::int64_t worker_liveness_ttl_ns = 10'000'000'000;  ///< a worker is live until its last
                                                          ///< heartbeat + this
   std::size_t capacity = 1'000'000;                 ///< most records (names); table_full beyond
+  /// A reservation (Free reserved for one sandbox: transfer complete, reassign) lapses this
+  /// long after the name became grantable to its owner; the name is then plain Free at the
+  /// same epoch (a fresh epoch stays fresh).
+  std::int64_t reservation_ttl_ns = 30'000'000'000;
 };
 
 /// Checks a LeaseConfig. Returns an empty string when valid, otherwise a message naming the
@@ -116,7 +120,19 @@ struct LockState {
   WorkerId worker;              ///< Held: the worker whose supervisor holds the lease
   std::int64_t expiry_ns = 0;   ///< Held: lease expiry (kNoExpiry in preemptible mode)
   std::int64_t deadline_ns = 0; ///< Acquiring: commit deadline
-  std::int64_t lock_delay_until_ns = 0;  ///< Free: acquire refused with lock_delay before this
+  /// Free: acquire refused with lock_delay before this (an expiry's or preemption's lock-delay,
+  /// or a pending revoke's bound; preemptible mode: the revoked holder's worker liveness lapse,
+  /// which moves while that worker heartbeats). 0: none.
+  std::int64_t lock_delay_until_ns = 0;
+  /// Free, reserved: when the reservation lapses. 0 while a lock-delay is pending (the
+  /// reservation TTL starts when the name becomes grantable) or when not reserved.
+  std::int64_t reservation_until_ns = 0;
+  /// Free: a revoke is pending: the name is not grantable until the revoked holder's worker
+  /// confirms the kill (`confirm_kill`) or lock_delay_until_ns passes, whichever is first.
+  bool revoke_pending = false;
+  Epoch revoked_epoch = 0;      ///< revoke_pending: the revoked grant's epoch (0: unknown)
+  WorkerId revoked_worker;      ///< revoke_pending: the worker whose confirmation lifts it (nil:
+                                ///< none can; only the bound ends it)
   bool epoch_fresh = false;     ///< Free: `epoch` was allocated but not granted yet
   bool known = false;           ///< the table has a record (false: Free at the high-water mark)
   friend bool operator==(const LockState&, const LockState&) = default;
@@ -189,15 +205,25 @@ struct RefreshAnswer {
   std::int64_t expiry_ns = 0;   ///< refreshed: the new expiry
 };
 
-/// One reclaimed deadline reported by `advance`: a Held lease that expired, or an Acquiring
-/// record whose commit deadline passed.
+/// What an `Expiry` reports.
+enum class ExpiryKind : std::uint8_t {
+  lease = 0,         ///< Held past its expiry -> Free
+  acquiring = 1,     ///< Acquiring past its commit deadline -> Free
+  revoke_bound = 2,  ///< Free with a pending revoke: its bound passed unconfirmed; grantable now
+  reservation = 3,   ///< Free reserved: the reservation lapsed; plain Free at the same epoch
+};
+
+/// One reclaimed deadline reported by `advance`: a Held lease that expired, an Acquiring
+/// record whose commit deadline passed, a pending revoke whose bound passed, or a reservation
+/// that lapsed.
 struct Expiry {
   NameId name;
-  LockPhase was = LockPhase::held;  ///< held or acquiring
-  SandboxId holder;
-  WorkerId worker;                  ///< held only
+  LockPhase was = LockPhase::held;  ///< held, acquiring, or free (revoke_bound, reservation)
+  SandboxId holder;                 ///< held/acquiring: the holder; reservation: the reservee
+  WorkerId worker;                  ///< held: its worker; revoke_bound: the revoked worker
   Epoch epoch = 0;                  ///< unchanged by expiry
-  std::int64_t deadline_ns = 0;     ///< the expiry / commit deadline that passed
+  std::int64_t deadline_ns = 0;     ///< the deadline that passed
+  ExpiryKind kind = ExpiryKind::lease;
 };
 
 /// A durable record (DESIGN.md "lockd": only ownership changes and the epoch high-water mark
@@ -209,12 +235,16 @@ struct DurableRecord {
   Epoch epoch = 0;          ///< current epoch (Transferring: new_epoch)
   SandboxId owner;          ///< Held / Acquiring owner; Transferring from
   SandboxId to;             ///< Transferring to; Free: reserved_for
-  WorkerId worker;          ///< Held
+  WorkerId worker;          ///< Held; Free with a pending revoke: revoked_worker
   bool epoch_fresh = false; ///< Free: epoch allocated, not granted
   /// Held, restore only: how long the restored lease (preemptible: its worker's liveness) may
   /// run from the restart, capped at the TTL; -1 = a full TTL; 0 = it expires at once. Not
   /// durable itself: lockd derives it from its restart marks (lockd/service.hpp, restart rule).
   std::int64_t restore_left_ns = -1;
+  /// Free: non-zero while a revoke is pending (the revoked grant's epoch). Its bound is not
+  /// durable: a restored pending revoke waits a full max_ttl_ns (+ lock_delay_ns) from the
+  /// restart, or its worker's confirmation.
+  Epoch revoked_epoch = 0;
   friend bool operator==(const DurableRecord&, const DurableRecord&) = default;
 };
 
@@ -302,10 +332,12 @@ class LeaseTable {
   Outcome release(NameId name, SandboxId sandbox, Epoch epoch, std::int64_t now_ns);
 
   /// Reclaims every deadline <= now_ns, in deadline order: Held past expiry -> Free (epoch
-  /// unchanged; lock-delay until expiry + lock_delay_ns if configured) and Acquiring past
-  /// its deadline -> Free (its epoch stays burned). Appends at most `limit` Expiry records
-  /// to `expired` and returns how many it appended; call again while it returns `limit`.
-  /// Also drops Free records whose lock-delay has passed (not reported).
+  /// unchanged; lock-delay until expiry + lock_delay_ns if configured), Acquiring past
+  /// its deadline -> Free (its epoch stays burned), a pending revoke past its bound -> Free
+  /// without it, a lapsed reservation -> Free unreserved (both epoch unchanged). Appends at
+  /// most `limit` Expiry records to `expired` and returns how many it appended; call again
+  /// while it returns `limit`. Also ends plain lock-delays (not reported): the record is
+  /// dropped, or its reservation's TTL starts.
   std::size_t advance(std::int64_t now_ns, std::vector<Expiry>& expired,
                       std::size_t limit = kAdvanceBatchMax);
 
@@ -322,18 +354,38 @@ class LeaseTable {
   /// `from` confirms it stopped. `epoch` is the transfer's new epoch (begin_transfer's
   /// answer). Idempotent once done. Refusals: unknown_name, not_transferring, not_holder,
   /// stale_epoch. (`to` then calls acquire / acquire_2pc and gets new_epoch; others get
-  /// `reserved`.)
-  Outcome complete_release(NameId name, SandboxId from, Epoch epoch);
+  /// `reserved` until the reservation lapses, config.reservation_ttl_ns after now_ns.)
+  Outcome complete_release(NameId name, SandboxId from, Epoch epoch, std::int64_t now_ns);
 
   // -- coordinator actions (no cooperation of the holder needed) --
 
-  /// Revoke: any state -> Free{epoch + 1 (fresh)}, no reservation; a pending lock-delay of a
-  /// Free record is kept. The old holder's token is fenced out; nobody else's cooperation is
-  /// needed. Refusals: unknown_name, epoch_exhausted.
-  Outcome revoke(NameId name, std::int64_t now_ns);
+  /// Revoke: Held / Acquiring / Transferring -> Free{epoch + 1 (fresh)}, no reservation. The
+  /// old holder's token is fenced out at once, but the name is not grantable (lock_delay)
+  /// while the old holder may still run (Chubby's lock-delay): until its worker confirms the
+  /// kill (`confirm_kill`), or until the old grant would have ended by lockd's own rules,
+  /// whichever is first:
+  ///  - Held, lease mode: its expiry + lock_delay_ns;
+  ///  - Held, preemptible mode: its worker's liveness lapse + lock_delay_ns (it moves while
+  ///    that worker heartbeats, so a live worker must confirm);
+  ///  - Acquiring: its commit deadline (no confirmation: no worker is known);
+  ///  - Transferring: now_ns + max_ttl_ns + lock_delay_ns (no confirmation).
+  /// A bound already passed leaves no pending revoke. `expected_epoch` (0: any) must be the
+  /// current epoch, so the caller knows the epoch the revoke produces (expected_epoch + 1)
+  /// before it is applied. A Free name is refused not_held unless `force`: then it burns an
+  /// epoch and keeps a pending lock-delay or revoke. Refusals: bad_request, unknown_name,
+  /// stale_epoch, not_held, epoch_exhausted.
+  Outcome revoke(NameId name, std::int64_t now_ns, Epoch expected_epoch = 0, bool force = false);
+
+  /// The revoked holder's worker confirms that the sandbox of the revoked grant (`epoch`) is
+  /// dead: lifts the pending revoke at once (a reservation's TTL starts now). Accepted only
+  /// from that worker for that epoch. Idempotent: with no revoke pending, nothing changes and
+  /// the answer is none. Refusals: unknown_name, not_holder (another worker, or a revoke no
+  /// confirmation can lift), stale_epoch (a revoke of another epoch is pending).
+  Outcome confirm_kill(NameId name, WorkerId worker, Epoch epoch, std::int64_t now_ns);
 
   /// Reassign: Free -> Free{epoch + 1 (fresh), reserved_for = to}. Creates the record if the
-  /// name is unknown. Refusals: invalid_name, bad_request (nil), name_collision, not_free,
+  /// name is unknown. A pending lock-delay or revoke is kept; the reservation's TTL starts when
+  /// it ends (now_ns if none). Refusals: invalid_name, bad_request (nil), name_collision, not_free,
   /// expired, table_full, epoch_exhausted.
   Outcome reassign(std::string_view name, SandboxId to, std::int64_t now_ns);
 
@@ -387,7 +439,9 @@ class LeaseTable {
   /// except that a record's restore_left_ns >= 0 caps both at now_ns + restore_left_ns (the
   /// caller's proof that no holder can still rely on more); Acquiring records are
   /// dropped (their epochs stay burned); epochs continue above max(high-water, any record
-  /// epoch). Lock-delays are not durable. Returns an empty string on success, otherwise a
+  /// epoch). Lock-delays are not durable; a pending revoke waits a full max_ttl_ns +
+  /// lock_delay_ns from now_ns (preemptible mode: its worker's liveness, counted from
+  /// now_ns), or its worker's confirmation; a reservation gets a fresh reservation_ttl_ns. Returns an empty string on success, otherwise a
   /// message naming the bad record (the table is then left empty).
   std::string restore(const DurableSnapshot& snapshot, std::int64_t now_ns);
 

@@ -146,7 +146,9 @@ Answer AdminClient::transfer_complete(NameId name, Epoch new_epoch) {
 Answer AdminClient::transfer_accept(NameId name, SandboxId to, WorkerId worker) {
   return request(wire::TransferAccept{name, to, worker});
 }
-Answer AdminClient::revoke(NameId name) { return request(wire::Revoke{name}); }
+Answer AdminClient::revoke(NameId name, Epoch expected_epoch, bool force) {
+  return request(wire::Revoke{name, expected_epoch, force});
+}
 Answer AdminClient::reassign(NameId name, SandboxId to) { return request(wire::Reassign{name, to}); }
 Answer AdminClient::worker_heartbeat(WorkerId worker) { return request(wire::WorkerHeartbeat{worker, {}}); }
 Answer AdminClient::show(const std::string& name) { return request(wire::Show{name, NameId{}}); }

@@ -64,7 +64,8 @@ class AdminClient {
   Answer transfer_begin(NameId name, SandboxId from, Epoch epoch, SandboxId to);
   Answer transfer_complete(NameId name, Epoch new_epoch);
   Answer transfer_accept(NameId name, SandboxId to, WorkerId worker);
-  Answer revoke(NameId name);
+  /// expected_epoch 0: any; force: also revoke a Free name (see wire::Revoke).
+  Answer revoke(NameId name, Epoch expected_epoch = 0, bool force = false);
   Answer reassign(NameId name, SandboxId to);
   Answer worker_heartbeat(WorkerId worker);
   Answer show(const std::string& name);

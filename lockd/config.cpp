@@ -74,6 +74,11 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
   app.add_option("--worker-ttl-ms", cfg.worker_ttl_ms,
                  "preemptible mode only: milliseconds a worker counts as live after its last "
                  "worker heartbeat (default: --ttl-ms)");
+  app.add_option("--reservation-ttl-ms", cfg.reservation_ttl_ms,
+                 "milliseconds a transfer reservation (free, reserved for one sandbox) waits for its "
+                 "sandbox after the name became grantable; then the name is free for anyone at the "
+                 "same epoch (1.." + std::to_string(kReservationTtlMsMax) + "; default: " +
+                     std::to_string(kReservationTtlsDefault) + " x --ttl-ms)");
   app.add_option("--max-names", cfg.max_names,
                  "name table capacity, names (1.." + std::to_string(kMaxNamesLimit) + ")")
       ->capture_default_str();
@@ -143,6 +148,11 @@ std::string validate(const LockdConfig& cfg) {
     if (w > kWorkerTtlMsMax)
       return "--worker-ttl-ms " + std::to_string(w) + " exceeds " + std::to_string(kWorkerTtlMsMax);
   }
+  if (cfg.reservation_ttl_ms && *cfg.reservation_ttl_ms == 0)
+    return "--reservation-ttl-ms must be at least 1 (a reservation needs time to be taken)";
+  if (cfg.reservation_ttl_ms && *cfg.reservation_ttl_ms > kReservationTtlMsMax)
+    return "--reservation-ttl-ms " + std::to_string(*cfg.reservation_ttl_ms) + " exceeds " +
+           std::to_string(kReservationTtlMsMax) + " (one day)";
   if (cfg.max_names == 0 || cfg.max_names > kMaxNamesLimit)
     return "--max-names must be in 1.." + std::to_string(kMaxNamesLimit);
   if (cfg.max_workers == 0 || cfg.max_workers > kMaxWorkersLimit)

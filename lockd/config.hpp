@@ -6,6 +6,7 @@
 
 #include "lease/lease_table.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +30,10 @@ inline constexpr std::uint64_t kAcquiringTtlMsMax = 300'000;     ///< 2-phase: c
 /// Chubby §2.4 bounds lock-delay at one minute; a delay that long or longer is refused.
 inline constexpr std::uint64_t kLockDelayMsMax = 60'000;
 inline constexpr std::uint64_t kWorkerTtlMsMax = 3'600'000;
+/// A transfer reservation held longer than a day is a reservation nobody will take.
+inline constexpr std::uint64_t kReservationTtlMsMax = 86'400'000;
+/// Default reservation TTL, in lease TTLs (--reservation-ttl-ms unset).
+inline constexpr std::uint64_t kReservationTtlsDefault = 3;
 inline constexpr std::uint64_t kMaxNamesLimit = 16'777'216;      ///< 2^24 names per lockd
 inline constexpr std::uint64_t kMaxWorkersLimit = kWorkersMax;  ///< the LeaseTable's worker bound
 
@@ -44,6 +49,9 @@ struct LockdConfig {
   std::optional<std::uint64_t> worker_ttl_ms;  ///< preemptible only; default = ttl_ms
   std::uint64_t max_names = 1'000'000;    ///< name table capacity (also bounds the store)
   std::uint64_t max_workers = 65'535;     ///< preemptible: worker-liveness table capacity
+  /// A reservation (transfer complete, reassign) lapses this long after the name became
+  /// grantable to its owner; default kReservationTtlsDefault × ttl_ms.
+  std::optional<std::uint64_t> reservation_ttl_ms;
   std::optional<std::string> generate_key_path;  ///< --generate-key: write a key and exit
   std::string generate_kind = "cluster";         ///< --kind for --generate-key: cluster | admin
   std::uint16_t key_id = 1;                      ///< --key-id for --generate-key
@@ -61,6 +69,10 @@ struct LockdConfig {
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
   std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }
+  /// The reservation TTL in force, in ms.
+  std::uint64_t effective_reservation_ttl_ms() const {
+    return reservation_ttl_ms.value_or(std::min(kReservationTtlMsMax, kReservationTtlsDefault * ttl_ms));
+  }
 };
 
 /// Adds lockd's flags to `app`, bound to `cfg`.

@@ -55,11 +55,14 @@ LeaseConfig lease_config_of(const LockdConfig& c) {
   l.mode = c.mode;
   l.worker_liveness_ttl_ns = static_cast<std::int64_t>(c.effective_worker_ttl_ms()) * kNsPerMs;
   l.capacity = static_cast<std::size_t>(c.max_names);
+  l.reservation_ttl_ns = static_cast<std::int64_t>(c.effective_reservation_ttl_ms()) * kNsPerMs;
   return l;
 }
 
+// A Free row keeps a pending revoke in columns Free leaves unused: old_epoch = the revoked
+// grant's epoch (0: none), worker = the revoked holder's worker (nil: no confirmation).
 bool is_plain_free(const StoredName& n) {
-  return n.state == StoredState::free && n.peer.is_nil() && !n.epoch_fresh;
+  return n.state == StoredState::free && n.peer.is_nil() && !n.epoch_fresh && n.old_epoch == 0;
 }
 
 std::unique_ptr<wire::ClusterKeyring> keyring_of(const std::vector<wire::WireKey>& keys) {
@@ -138,6 +141,7 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
         if (r.restore_left_ns == 0) ++expired;
         else if (r.restore_left_ns > 0) ++shortened;
       }
+      if (n.state == StoredState::free) r.revoked_epoch = n.old_epoch;
       snap.records.push_back(r);
       names_.emplace(n.id, n.name);
     }
@@ -150,6 +154,8 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
                   now, snap.records.size(), held, table_.epoch_high_water(), incarnation_, shortened, expired,
                   cfg.store_path.c_str());
     log_ += line;
+    // Pending revokes are pushed again once their worker's heartbeats show its address.
+    table_.for_each([&](NameId id, const LockState& s) { push_revoke(id, s, now); });
   }
   store_ = std::make_unique<StoreThread>(std::move(store), [&loop] { loop.wake(); });
 
@@ -338,6 +344,10 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     on_running_answer(std::get<wire::RunningAnswer>(m.body), rid, now_ns);
     return;
   }
+  if (type == wire::MessageType::revoked_ack) {
+    on_revoked_ack(std::get<wire::RevokedAck>(m.body), rid);
+    return;
+  }
   if (!wire::is_request(type) || type == wire::MessageType::is_running) {
     ++counters_.unexpected_messages;
     if (type == wire::MessageType::is_running)
@@ -369,6 +379,9 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       break;
     case wire::MessageType::revoke: answer = on_revoke(std::get<wire::Revoke>(m.body), now_ns); break;
     case wire::MessageType::reassign: answer = on_reassign(std::get<wire::Reassign>(m.body), now_ns); break;
+    case wire::MessageType::kill_confirmed:
+      answer = on_kill_confirmed(std::get<wire::KillConfirmed>(m.body), m.header.sender, now_ns);
+      break;
     case wire::MessageType::list: answer = on_list(std::get<wire::List>(m.body), now_ns); break;
     case wire::MessageType::show: answer = on_show(std::get<wire::Show>(m.body), now_ns); break;
     case wire::MessageType::stats: answer = stats_answer(); break;
@@ -474,6 +487,14 @@ wire::NameRecord LockService::record_of(NameId id, const LockState& s, std::int6
     case LockPhase::transferring: break;
   }
   r.reserved_for = s.phase == LockPhase::transferring ? s.to : s.reserved_for;
+  r.revoke_pending = s.revoke_pending;
+  r.revoked_epoch = s.revoked_epoch;
+  if (s.revoke_pending) r.worker = s.revoked_worker;
+  if (const auto it = revoke_ended_.find(id); it != revoke_ended_.end() && it->second.first == s.epoch)
+    r.revoke_ended = it->second.second;
+  if (!s.reserved_for.is_nil())
+    r.reservation_left_ms = s.reservation_until_ns != 0 ? std::max<std::uint32_t>(1, ms_left(s.reservation_until_ns, now_ns))
+                                                        : wire::kNoExpiryMs;
   return r;
 }
 
@@ -493,6 +514,10 @@ void LockService::record_change(NameId id, const LockState& s, const char* event
   n.peer = s.phase == LockPhase::transferring ? s.to : s.reserved_for;
   n.worker = s.worker;
   n.epoch_fresh = s.epoch_fresh;
+  if (s.phase == LockPhase::free && s.revoke_pending) {  // see is_plain_free
+    n.old_epoch = s.revoked_epoch != 0 ? s.revoked_epoch : s.epoch - 1;
+    n.worker = s.revoked_worker;
+  }
   if (s.phase == LockPhase::held && s.expiry_ns != kNoExpiry && s.expiry_ns > now_ns)
     n.ttl_ns = static_cast<std::uint64_t>(s.expiry_ns - now_ns);
   pending_.push_back(std::move(n));
@@ -564,8 +589,8 @@ void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const 
              wire::Error{wire::ErrorCode::unsupported, "heartbeat refused: " + std::string(to_string(r))});
     return;
   }
-  if (cfg_.mode == LockMode::preemptible &&
-      (worker_addresses_.size() < cfg_.max_workers || worker_addresses_.count(worker) != 0))
+  // Both modes: a revocation is pushed to the address the worker's heartbeats come from.
+  if (worker_addresses_.size() < cfg_.max_workers || worker_addresses_.count(worker) != 0)
     worker_addresses_[worker] = from;
   wire::HeartbeatAck ack;
   for (std::size_t i = 0; i < n; ++i) {
@@ -659,7 +684,7 @@ wire::Body LockService::on_transfer_complete(const wire::TransferComplete& t, st
   const LockState before = table_.state(t.name_id);
   // The wire message names the transfer by its new epoch; `from` is the record's.
   const SandboxId from = before.phase == LockPhase::transferring ? before.owner : SandboxId{};
-  const Outcome o = table_.complete_release(t.name_id, from, t.new_epoch);
+  const Outcome o = table_.complete_release(t.name_id, from, t.new_epoch, now_ns);
   if (!o.ok()) return deny(o);
   if (!(before == o.state)) record_change(t.name_id, o.state, "transfer_complete", now_ns);
   return wire::TransferState{t.name_id, from, o.state.reserved_for, t.new_epoch == 0 ? 0 : t.new_epoch - 1,
@@ -694,10 +719,96 @@ wire::Body LockService::on_transfer_accept(const wire::TransferAccept& t, std::i
 }
 
 wire::Body LockService::on_revoke(const wire::Revoke& r, std::int64_t now_ns) {
-  const Outcome o = table_.revoke(r.name_id, now_ns);
+  const Outcome o = table_.revoke(r.name_id, now_ns, r.expected_epoch, r.force);
   if (!o.ok()) return deny(o);
-  record_change(r.name_id, o.state, "revoke", now_ns);
+  ++counters_.revokes;
+  char extra[96] = "";
+  if (o.state.revoke_pending)
+    std::snprintf(extra, sizeof extra, " revoke_pending=1 revoked_epoch=%" PRIu64 " bound_ms=%u",
+                  o.state.revoked_epoch, ms_left(o.state.lock_delay_until_ns, now_ns));
+  record_change(r.name_id, o.state, "revoke", now_ns, extra);
+  // Not pending: the old grant's lease had already run out (or there was no grant).
+  note_revoke_end(r.name_id, o.state.epoch,
+                  o.state.revoke_pending ? wire::RevokeEnd::none : wire::RevokeEnd::lease_expired);
+  push_revoke(r.name_id, o.state, now_ns);
   return wire::Ok{r.name_id, o.state.epoch};
+}
+
+// ---- revoke: push to the holder's worker, kill confirmation ---------------------------------
+
+void LockService::push_revoke(NameId id, const LockState& s, std::int64_t now_ns) {
+  if (!s.revoke_pending || s.revoked_worker.is_nil()) return;
+  if (pushes_.size() >= kRevokePushesMax) return;  // its heartbeat answer (`lost`) still tells it
+  auto it = pushes_.find(id);
+  if (it != pushes_.end()) push_ids_.erase(it->second.request_id);
+  const std::uint64_t rid = next_request_id_++;
+  pushes_[id] = Push{s.revoked_worker, s.revoked_epoch, s.epoch, rid, now_ns};
+  push_ids_[rid] = id;
+  send_pushes(now_ns);
+}
+
+void LockService::send_pushes(std::int64_t now_ns) {
+  for (auto it = pushes_.begin(); it != pushes_.end();) {
+    Push& p = it->second;
+    const LockState s = table_.state(it->first);
+    if (!s.revoke_pending || s.revoked_epoch != p.epoch || s.revoked_worker != p.worker) {
+      push_ids_.erase(p.request_id);  // lifted, its bound passed, or a newer revoke: stop
+      it = pushes_.erase(it);
+      continue;
+    }
+    if (p.next_send_ns <= now_ns) {
+      const auto addr = worker_addresses_.find(p.worker);
+      if (addr != worker_addresses_.end()) {  // else: at the first heartbeat that shows it
+        ++counters_.revoke_pushes_sent;
+        send_now(addr->second, p.request_id, nullptr, wire::Revoked{it->first, p.epoch, p.new_epoch});
+        p.next_send_ns = now_ns + kRevokePushRetryNs;
+      }
+    }
+    ++it;
+  }
+}
+
+void LockService::note_revoke_end(NameId id, Epoch epoch, wire::RevokeEnd how) {
+  if (revoke_ended_.size() >= kRevokePushesMax && !revoke_ended_.contains(id)) revoke_ended_.clear();
+  revoke_ended_[id] = {epoch, how};
+}
+
+void LockService::on_revoked_ack(const wire::RevokedAck& a, std::uint64_t request_id) {
+  const auto id = push_ids_.find(request_id);
+  if (id == push_ids_.end()) {
+    ++counters_.unexpected_messages;  // late, or a duplicate answer to a retry
+    return;
+  }
+  const auto it = pushes_.find(id->second);
+  if (it != pushes_.end() && a.name_id == it->first && a.epoch == it->second.epoch) {
+    ++counters_.revoke_pushes_acked;
+    pushes_.erase(it);
+    push_ids_.erase(id);
+  }
+}
+
+wire::Body LockService::on_kill_confirmed(const wire::KillConfirmed& k, WorkerId worker,
+                                          std::int64_t now_ns) {
+  const LockState before = table_.state(k.name_id);
+  const Outcome o = table_.confirm_kill(k.name_id, worker, k.epoch, now_ns);
+  if (!o.ok()) {
+    ++counters_.kill_confirms_refused;
+    return deny(o);
+  }
+  if (before.revoke_pending && !o.state.revoke_pending) {
+    ++counters_.revoke_ended_kill_confirmed;
+    note_revoke_end(k.name_id, before.epoch, wire::RevokeEnd::kill_confirmed);
+    char extra[160];
+    std::snprintf(extra, sizeof extra, " reason=kill_confirmed revoked_epoch=%" PRIu64 " sandbox=%s", k.epoch,
+                  k.sandbox.str().c_str());
+    LockState s = o.state;
+    if (!s.known) {
+      s = LockState{};
+      s.epoch = before.epoch;
+    }
+    record_change(k.name_id, s, "revoke_lifted", now_ns, extra);
+  }
+  return wire::Ok{k.name_id, o.state.epoch};
 }
 
 wire::Body LockService::on_reassign(const wire::Reassign& r, std::int64_t now_ns) {
@@ -839,6 +950,13 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("is_running_sent", counters_.is_running_sent);
   add("worker_beat_names", counters_.worker_beat_names);
   add("worker_beat_not_held", counters_.worker_beat_not_held);
+  add("revokes", counters_.revokes);
+  add("revoke_pushes_sent", counters_.revoke_pushes_sent);
+  add("revoke_pushes_acked", counters_.revoke_pushes_acked);
+  add("revoke_ended_kill_confirmed", counters_.revoke_ended_kill_confirmed);
+  add("revoke_ended_lease_expired", counters_.revoke_ended_lease_expired);
+  add("kill_confirms_refused", counters_.kill_confirms_refused);
+  add("reservations_lapsed", counters_.reservations_lapsed);
   add("unexpected_messages", counters_.unexpected_messages);
   add("forbidden", counters_.forbidden);
   add("resends_refused_source", receiver_.stats().resends_refused_source);
@@ -869,13 +987,28 @@ void LockService::expire(std::int64_t now_ns) {
     expired_.clear();
     const std::size_t n = table_.advance(now_ns, expired_, kExpiriesPerTickMax);
     for (const Expiry& e : expired_) {
-      ++counters_.expiries;
+      const char* event = "expire";
+      const char* extra = nullptr;
+      switch (e.kind) {
+        case ExpiryKind::lease: ++counters_.expiries; break;
+        case ExpiryKind::acquiring: ++counters_.expiries; event = "acquiring_timeout"; break;
+        case ExpiryKind::revoke_bound:
+          ++counters_.revoke_ended_lease_expired;
+          note_revoke_end(e.name, e.epoch, wire::RevokeEnd::lease_expired);
+          event = "revoke_lifted";
+          extra = " reason=lease_expired";
+          break;
+        case ExpiryKind::reservation:
+          ++counters_.reservations_lapsed;
+          event = "reservation_lapsed";
+          break;
+      }
       LockState s = table_.state(e.name);
       if (!s.known) {  // dropped as plain Free: durable form is Free at the name's own epoch
         s = LockState{};
         s.epoch = e.epoch;
       }
-      record_change(e.name, s, e.was == LockPhase::held ? "expire" : "acquiring_timeout", now_ns);
+      record_change(e.name, s, event, now_ns, extra);
       if (!s.known) names_.erase(e.name);
     }
     if (n < kExpiriesPerTickMax) break;
@@ -883,6 +1016,7 @@ void LockService::expire(std::int64_t now_ns) {
 }
 
 void LockService::housekeeping(std::int64_t now_ns) {
+  send_pushes(now_ns);
   for (auto it = questions_.begin(); it != questions_.end();) {
     if (it->second.deadline_ns <= now_ns) {
       asked_.erase(it->second.name);

@@ -53,6 +53,12 @@
 // rule serves a failover: the new lockd sums durations measured by the old ones, never
 // compares their clocks.
 //
+// Revoke (DESIGN.md "lockd"): the table keeps a revoked name unavailable (lock-delay) until the
+// revoked holder's worker confirms the kill (KillConfirmed) or the old grant would have ended.
+// lockd pushes the revocation to that worker at once (Revoked, to the address its heartbeats
+// come from), retried every kRevokePushRetryNs until the worker answers or the revoke is no
+// longer pending; its heartbeat answers say `lost` as well, whichever arrives first.
+//
 // Bounds: the pending store batch (kStoreBatchChangesMax), answers held for durability
 // (kDeferredAnswersMax), outstanding IsRunning questions, remembered worker addresses
 // (--max-workers), names (--max-names). Past a bound a request is answered Error{overloaded}
@@ -84,6 +90,8 @@ inline constexpr std::size_t kChangesPerRequestMax = 4;       ///< preempt + gra
 inline constexpr std::size_t kIsRunningOutstandingMax = 1024; ///< open questions to workers
 inline constexpr std::int64_t kIsRunningTimeoutNs = 1'000'000'000;
 inline constexpr std::size_t kExpiriesPerTickMax = 4096;
+inline constexpr std::int64_t kRevokePushRetryNs = 100'000'000;  ///< Revoked resent this often
+inline constexpr std::size_t kRevokePushesMax = 65'536;          ///< revocations being pushed
 
 /// Counters of one lockd (stats answer, tests). Monotonic since start unless noted.
 struct ServiceCounters {
@@ -110,6 +118,13 @@ struct ServiceCounters {
   std::uint64_t forbidden = 0;              ///< requests refused: the key gives no power over it
   std::uint64_t answers_unsigned = 0;       ///< answers dropped: no key to sign them with
   std::uint64_t refreshes_per_s = 0;        ///< over the last full second (gauge)
+  std::uint64_t revokes = 0;                ///< revokes applied
+  std::uint64_t revoke_pushes_sent = 0;     ///< Revoked datagrams sent (with retries)
+  std::uint64_t revoke_pushes_acked = 0;    ///< Revoked answered by the worker
+  std::uint64_t revoke_ended_kill_confirmed = 0;  ///< pending revokes lifted by KillConfirmed
+  std::uint64_t revoke_ended_lease_expired = 0;   ///< pending revokes whose bound passed
+  std::uint64_t kill_confirms_refused = 0;  ///< KillConfirmed from another worker / epoch
+  std::uint64_t reservations_lapsed = 0;
 };
 
 class LockService {
@@ -165,6 +180,13 @@ class LockService {
     wire::Body body;
     bool cache = true;      ///< false: a heartbeat answer (never cached)
   };
+  struct Push {  ///< a Revoked being pushed to the revoked holder's worker
+    WorkerId worker;
+    Epoch epoch = 0;      ///< the revoked grant's
+    Epoch new_epoch = 0;
+    std::uint64_t request_id = 0;
+    std::int64_t next_send_ns = 0;
+  };
   struct Question {  ///< an IsRunning sent to a worker
     NameId name;
     SandboxId sandbox;
@@ -209,6 +231,13 @@ class LockService {
   wire::Body on_list(const wire::List& l, std::int64_t now_ns) const;
   wire::Body on_show(const wire::Show& s, std::int64_t now_ns) const;
   void on_running_answer(const wire::RunningAnswer& a, std::uint64_t request_id, std::int64_t now_ns);
+  wire::Body on_kill_confirmed(const wire::KillConfirmed& k, WorkerId worker, std::int64_t now_ns);
+  void on_revoked_ack(const wire::RevokedAck& a, std::uint64_t request_id);
+  /// Starts pushing the pending revoke of `id` (state `s`) to its revoked worker.
+  void push_revoke(NameId id, const LockState& s, std::int64_t now_ns);
+  /// Sends the pushes that are due; drops those whose revoke is no longer pending.
+  void send_pushes(std::int64_t now_ns);
+  void note_revoke_end(NameId id, Epoch epoch, wire::RevokeEnd how);
 
   /// Preemptible mode, an acquire refused `held`: preempt now (lapsed worker) or ask the worker.
   bool try_preempt(NameId id, const LockState& s, std::int64_t now_ns);
@@ -266,6 +295,11 @@ class LockService {
   std::unordered_map<WorkerId, SocketAddress> worker_addresses_;
   std::unordered_map<std::uint64_t, Question> questions_;  ///< by IsRunning request id
   std::unordered_set<NameId> asked_;                        ///< names with an open question
+  std::unordered_map<NameId, Push> pushes_;                 ///< pending revokes being pushed
+  std::unordered_map<std::uint64_t, NameId> push_ids_;      ///< Revoked request id -> name
+  /// How the lock-delay of each name's latest revoke ended, with the epoch it produced
+  /// (informational, for `show` / `revoke --wait`; cleared past kRevokePushesMax entries).
+  std::unordered_map<NameId, std::pair<Epoch, wire::RevokeEnd>> revoke_ended_;
   std::uint64_t next_request_id_ = 1;
 
   std::vector<Expiry> expired_;

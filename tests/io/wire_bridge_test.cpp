@@ -132,6 +132,8 @@ wire::Body answer_for(const wire::Body& b, std::uint64_t stats_served) {
     }
     return NameInfo{r};
   }
+  if (const auto* q = std::get_if<Revoked>(&b)) return RevokedAck{q->name_id, q->epoch, true};
+  if (const auto* q = std::get_if<KillConfirmed>(&b)) return Ok{q->name_id, q->epoch + 1};
   if (std::get_if<Stats>(&b) != nullptr)
     return StatsAnswer{{{"refusal_held", 12}, {"stats_served", stats_served}}};
   return Error{ErrorCode::unsupported, "not a request"};
@@ -303,7 +305,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   std::vector<Body> requests;
   for (const Body& b : every_type())
     if (is_request(type_of(b))) requests.push_back(b);
-  ASSERT_EQ(requests.size(), 15u);
+  ASSERT_EQ(requests.size(), 17u);
 
   // The answers, written out from the sample values of wire_samples.hpp.
   HeartbeatAck hb_ack;
@@ -333,6 +335,8 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
       NameInfo{shown_by_name},
       NameInfo{shown_by_id},
       StatsAnswer{{{"refusal_held", 12}, {"stats_served", 1}}},
+      RevokedAck{nid(20), 60, true},
+      Ok{nid(21), 63},
   };
   ASSERT_EQ(expected.size(), requests.size());
 
@@ -472,7 +476,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
     if (count > 0) crossed.insert(type);
   for (const Message& m : lockd_->answers) crossed.insert(type_of(m.body));
   EXPECT_EQ(crossed, all_types());
-  EXPECT_EQ(all_types().size(), 25u);
+  EXPECT_EQ(all_types().size(), 28u);
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ TEST_F(WireCodec, HeaderLayoutIsLittleEndianAtDocumentedOffsets) {
   h.request_id = 0x3132333435363738ULL;
   h.flags = kFlagRetry;
   const Bytes d = encode_bytes(Revoke{NameId{0xA1, 0xB2}}, &auth, h);
-  ASSERT_EQ(d.size(), kHeaderBytes + 16 + kTagBytes);
+  ASSERT_EQ(d.size(), kHeaderBytes + 25 + kTagBytes);  // name_id, expected_epoch, force
   EXPECT_EQ((Bytes{d.begin(), d.begin() + 4}), (Bytes{'L', 'H', 'W', '1'}));
   EXPECT_EQ(d[4], kVersion);
   EXPECT_EQ(d[5], static_cast<std::uint8_t>(MessageType::revoke));
@@ -104,7 +104,7 @@ TEST_F(WireCodec, HeaderLayoutIsLittleEndianAtDocumentedOffsets) {
   EXPECT_EQ(d[24], 0x28);  // seq
   EXPECT_EQ(d[31], 0x21);
   EXPECT_EQ(d[32], 0x38);  // request_id
-  EXPECT_EQ(d[40], 16);    // payload_len
+  EXPECT_EQ(d[40], 25);    // payload_len
   EXPECT_EQ(d[41], 0);
   EXPECT_EQ(d[42], 0);     // reserved
   EXPECT_EQ(d[44], 0xA1);  // payload: name_id.hi
@@ -140,7 +140,7 @@ TEST_F(WireCodec, OversizedDatagramIsRejected) {
 TEST_F(WireCodec, PayloadLengthMismatchIsRejected) {
   for (int delta : {-1, +1, +1000}) {
     Bytes d = encode_bytes(Revoke{samples::nid(1)}, &auth);
-    put_u16(d, 40, static_cast<std::uint16_t>(16 + delta));
+    put_u16(d, 40, static_cast<std::uint16_t>(25 + delta));
     auth.sign(d);
     const DecodeResult r = decode(d, &auth);
     EXPECT_EQ(r.error, DecodeError::length_mismatch) << delta;
@@ -178,7 +178,7 @@ TEST_F(WireCodec, BadMagicUnknownVersionUnknownTypeAndFlagsAreRejected) {
   EXPECT_EQ(r.header.sender, samples::wid(500));
   EXPECT_NE(r.detail.find("version " + std::to_string(kVersion + 1)), std::string::npos) << r.detail;
 
-  for (std::uint8_t t : {0x00, 0x0F, 0x42, 0x80, 0x8B, 0xFE}) {
+  for (std::uint8_t t : {0x00, 0x1F, 0x42, 0x80, 0x8F, 0xFE}) {
     Bytes type = d;
     type[5] = t;
     auth.sign(type);

@@ -22,6 +22,10 @@ inline NameRecord record(std::uint64_t n) {
   r.epoch = 1000 + n;
   r.ttl_left_ms = 4000 + static_cast<std::uint32_t>(n);
   r.reserved_for = sid(n + 100);
+  r.revoke_pending = n % 2 == 1;
+  r.revoked_epoch = 900 + n;
+  r.reservation_left_ms = 7000 + static_cast<std::uint32_t>(n);
+  r.revoke_ended = n % 2 == 1 ? RevokeEnd::none : RevokeEnd::kill_confirmed;
   return r;
 }
 
@@ -38,7 +42,7 @@ inline std::vector<Body> every_type() {
   v.push_back(TransferBegin{nid(4), sid(4), 44, sid(5)});
   v.push_back(TransferComplete{nid(5), 45});
   v.push_back(TransferAccept{nid(6), sid(6), wid(6)});
-  v.push_back(Revoke{nid(7)});
+  v.push_back(Revoke{nid(7), 47, true});
   v.push_back(Reassign{nid(8), sid(8)});
   WorkerHeartbeat beat{wid(9), {}};
   beat.held.push_back(HeartbeatEntry{nid(9), sid(9), 49});
@@ -49,6 +53,8 @@ inline std::vector<Body> every_type() {
   v.push_back(Show{"svc.a/b_c", NameId{}});
   v.push_back(Show{"", nid(12)});
   v.push_back(Stats{});
+  v.push_back(Revoked{nid(20), 60, 61});
+  v.push_back(KillConfirmed{nid(21), sid(21), 62});
   v.push_back(Grant{nid(13), 53, sid(13), wid(13), LockState::acquiring, 1500});
   v.push_back(Deny{nid(14), Refusal::held, sid(14), wid(14), 54, LockState::held});
   HeartbeatAck ack;
@@ -65,6 +71,7 @@ inline std::vector<Body> every_type() {
   v.push_back(ListPage{{record(1), record(2), record(3)}, 4});
   v.push_back(NameInfo{record(19)});
   v.push_back(StatsAnswer{{{"refusal_held", 12}, {"refreshes_per_s", 34000}, {"store_commit_ns_p99", 81234}}});
+  v.push_back(RevokedAck{nid(22), 63, true});
   v.push_back(Error{ErrorCode::unsupported, "list is not served by this lockd"});
   return v;
 }

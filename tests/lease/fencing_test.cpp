@@ -54,7 +54,7 @@ TEST(Fencing, TakeoverByTransfer) {
   const Token a = a_holds_at_41(t, gate);
   ASSERT_TRUE(t.begin_transfer(kName, kA, 41, kB, kT0).ok());
   EXPECT_FALSE(t.token_authorized(a, kT0));  // fenced from the moment the transfer begins
-  ASSERT_TRUE(t.complete_release(kName, kA, 42).ok());
+  ASSERT_TRUE(t.complete_release(kName, kA, 42, kT0).ok());
   const Outcome b = t.acquire("orders-db", kB, kW2, kT0);
   ASSERT_TRUE(b.ok());
   expect_b_fences_a(t, gate, a, b.token, kT0);
@@ -65,6 +65,9 @@ TEST(Fencing, TakeoverByRevoke) {
   FenceGate gate;
   const Token a = a_holds_at_41(t, gate);
   ASSERT_TRUE(t.revoke(kName, kT0).ok());  // A is not asked
+  EXPECT_FALSE(t.token_authorized(a, kT0));  // fenced at once
+  // A's worker confirms the kill: grantable (without it, after A's lease would have expired).
+  ASSERT_TRUE(t.confirm_kill(kName, kW1, 41, kT0).ok());
   const Outcome b = t.acquire("orders-db", kB, kW2, kT0 + 1);
   ASSERT_TRUE(b.ok());
   expect_b_fences_a(t, gate, a, b.token, kT0 + 1);

@@ -112,6 +112,8 @@ class Sequence {
     for (const Tracked& t : issued) max_issued = std::max(max_issued, t.token.epoch);
     require(o.token.epoch > max_issued, "a grant's epoch is not above every earlier grant");
     require(o.token.epoch >= before.epoch, "a grant went below the name's epoch");
+    require(!(before.phase == LockPhase::free && before.revoke_pending && now_ < before.lock_delay_until_ns),
+            "granted a name whose revoke is pending (the old holder may still run)");
     issued.push_back(Tracked{o.token, false, false});
   }
   int index_of(NameId id) const {
@@ -182,15 +184,18 @@ class Sequence {
       case 9: {
         last_op_ = "complete_release";
         const SandboxId s = before.phase == LockPhase::transferring && pick(3) != 0 ? before.owner : sandbox();
-        o = table_.complete_release(id, s, epoch_for(n));
+        o = table_.complete_release(id, s, epoch_for(n), now_);
         unchanged_if_refused(o, n, before);
         break;
       }
       case 10:
         last_op_ = "revoke";
-        o = table_.revoke(id, now_);
+        o = table_.revoke(id, now_, pick(4) == 0 ? epoch_for(n) : 0, pick(2) == 0);
         unchanged_if_refused(o, n, before);
         if (o.ok()) require(o.state.epoch == before.epoch + 1, "revoke did not take epoch + 1");
+        if (!o.ok() && before.known && before.phase == LockPhase::free && o.refusal != Refusal::not_held &&
+            o.refusal != Refusal::stale_epoch && o.refusal != Refusal::epoch_exhausted)
+          require(false, "revoke of a free name refused for another reason");
         break;
       case 11:
         last_op_ = "reassign";
@@ -210,6 +215,19 @@ class Sequence {
         break;
       }
       case 13:
+        if (pick(2) == 0) {
+          last_op_ = "confirm_kill";
+          const Epoch e = before.revoke_pending && pick(3) != 0 ? before.revoked_epoch : epoch_for(n);
+          const WorkerId w = before.revoke_pending && pick(3) != 0 && !before.revoked_worker.is_nil()
+                                 ? before.revoked_worker
+                                 : worker();
+          o = table_.confirm_kill(id, w, e, now_);
+          unchanged_if_refused(o, n, before);
+          if (o.ok() && before.revoke_pending && !o.state.revoke_pending)
+            require(w == before.revoked_worker && e == before.revoked_epoch,
+                    "a confirmation from another worker or epoch lifted a revoke");
+          break;
+        }
         last_op_ = "worker_heartbeat";
         require(table_.worker_heartbeat(worker(), now_) == Refusal::none, "heartbeat refused");
         break;

@@ -240,19 +240,19 @@ TEST_F(LeaseTableTest, BeginTransferAllocatesTheNewEpoch) {
 TEST_F(LeaseTableTest, CompleteReleaseLeavesFreeReservedForTheRecipient) {
   ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
   ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
-  const Outcome o = table.complete_release(id("db"), kA, 2);
+  const Outcome o = table.complete_release(id("db"), kA, 2, kT0);
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.state.phase, LockPhase::free);
   EXPECT_EQ(o.state.reserved_for, kB);
   EXPECT_TRUE(o.state.epoch_fresh);
   EXPECT_EQ(o.state.epoch, 2u);
-  EXPECT_TRUE(table.complete_release(id("db"), kA, 2).ok());  // idempotent retry
+  EXPECT_TRUE(table.complete_release(id("db"), kA, 2, kT0).ok());  // idempotent retry
 }
 
 TEST_F(LeaseTableTest, AcquireByTheRecipientGetsTheTransferEpoch) {
   ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
   ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
-  ASSERT_TRUE(table.complete_release(id("db"), kA, 2).ok());
+  ASSERT_TRUE(table.complete_release(id("db"), kA, 2, kT0).ok());
   const Outcome o = table.acquire("db", kB, kW2, kT0);
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.token, (Token{id("db"), 2, kB}));
@@ -272,11 +272,200 @@ TEST_F(LeaseTableTest, RevokeFreesFromEveryStateWithEpochPlusOne) {
     EXPECT_TRUE(o.state.epoch_fresh) << name;
     EXPECT_TRUE(o.state.reserved_for.is_nil()) << name;
   }
-  // Free -> Free also burns one.
-  EXPECT_EQ(table.revoke(id("held"), kT0).state.epoch, 3u);
+  // Free -> Free is refused unless forced, which burns one.
+  EXPECT_EQ(table.revoke(id("held"), kT0).refusal, Refusal::not_held);
+  EXPECT_EQ(table.revoke(id("held"), kT0, 0, /*force=*/true).state.epoch, 3u);
   EXPECT_EQ(table.held(), 0u);
-  // Whoever acquires next gets the fresh epoch.
+  // The old holder's worker confirms its kill; whoever acquires next gets the fresh epoch.
+  ASSERT_TRUE(table.confirm_kill(id("held"), kW1, 1, kT0).ok());
   EXPECT_EQ(table.acquire("held", kC, kW1, kT0).token.epoch, 3u);
+}
+
+// ---- revoke: lock-delay until the kill is confirmed or the old lease would have expired ----
+
+TEST_F(LeaseTableTest, RevokedNameIsNotGrantableUntilTheOldLeaseWouldHaveExpired) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());  // expiry kT0 + 10 s
+  const Outcome o = table.revoke(id("db"), kT0 + kSecondNs);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.phase, LockPhase::free);
+  EXPECT_EQ(o.state.epoch, 2u);
+  EXPECT_TRUE(o.state.revoke_pending);
+  EXPECT_EQ(o.state.revoked_epoch, 1u);
+  EXPECT_EQ(o.state.revoked_worker, kW1);
+  EXPECT_EQ(o.state.lock_delay_until_ns, kT0 + 10 * kSecondNs);
+  EXPECT_FALSE(table.valid_fence(id("db"), 1));  // the old token is fenced out at once
+  EXPECT_EQ(table.acquire("db", kB, kW2, kT0 + 2 * kSecondNs).refusal, Refusal::lock_delay);
+  EXPECT_EQ(table.acquire("db", kB, kW2, kT0 + 10 * kSecondNs - 1).refusal, Refusal::lock_delay);
+  std::vector<Expiry> out;
+  EXPECT_EQ(table.advance(kT0 + 10 * kSecondNs - 1, out), 0u);
+  ASSERT_EQ(table.advance(kT0 + 10 * kSecondNs, out), 1u);
+  EXPECT_EQ(out[0].kind, ExpiryKind::revoke_bound);
+  EXPECT_EQ(out[0].was, LockPhase::free);
+  EXPECT_EQ(out[0].worker, kW1);
+  EXPECT_EQ(out[0].epoch, 2u);
+  EXPECT_FALSE(table.state(id("db")).revoke_pending);
+  EXPECT_TRUE(table.state(id("db")).epoch_fresh);
+  EXPECT_EQ(table.acquire("db", kB, kW2, kT0 + 10 * kSecondNs).token.epoch, 2u);
+}
+
+TEST_F(LeaseTableTest, RevokeBoundIncludesTheConfiguredLockDelay) {
+  LeaseConfig c = small_config();
+  c.lock_delay_ns = 2 * kSecondNs;
+  LeaseTable t(c);
+  ASSERT_TRUE(t.acquire("db", kA, kW1, kT0).ok());
+  EXPECT_EQ(t.revoke(id("db"), kT0).state.lock_delay_until_ns, kT0 + 12 * kSecondNs);
+}
+
+TEST_F(LeaseTableTest, KillConfirmationLiftsTheRevokeOnlyFromTheHoldersWorkerForThatEpoch) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.revoke(id("db"), kT0).ok());
+  const LockState pending = table.state(id("db"));
+  EXPECT_EQ(table.confirm_kill(id("db"), kW2, 1, kT0).refusal, Refusal::not_holder);
+  EXPECT_EQ(table.confirm_kill(id("db"), kW1, 2, kT0).refusal, Refusal::stale_epoch);
+  EXPECT_EQ(table.confirm_kill(id("db"), WorkerId{}, 1, kT0).refusal, Refusal::bad_request);
+  EXPECT_EQ(table.confirm_kill(id("nope"), kW1, 1, kT0).refusal, Refusal::unknown_name);
+  EXPECT_EQ(table.state(id("db")), pending);  // refused: nothing changed
+  const Outcome o = table.confirm_kill(id("db"), kW1, 1, kT0 + 1);
+  ASSERT_TRUE(o.ok());
+  EXPECT_FALSE(o.state.revoke_pending);
+  EXPECT_EQ(o.state.lock_delay_until_ns, 0);
+  EXPECT_EQ(o.state.epoch, 2u);
+  EXPECT_TRUE(table.confirm_kill(id("db"), kW1, 1, kT0 + 2).ok());  // idempotent
+  EXPECT_EQ(table.acquire("db", kB, kW2, kT0 + 2).token.epoch, 2u);
+  // A late confirmation of the old grant cannot touch the new holder.
+  EXPECT_TRUE(table.confirm_kill(id("db"), kW1, 1, kT0 + 3).ok());
+  EXPECT_EQ(table.state(id("db")).owner, kB);
+}
+
+TEST_F(LeaseTableTest, RevokeOfAnExpiredOrAcquiringOrTransferringGrant) {
+  // A lease past its expiry (not yet reclaimed): nothing can still run it, no lock-delay.
+  ASSERT_TRUE(table.acquire("gone", kA, kW1, kT0).ok());
+  const Outcome g = table.revoke(id("gone"), kT0 + 10 * kSecondNs);
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g.state.revoke_pending);
+  EXPECT_TRUE(table.acquire("gone", kB, kW2, kT0 + 10 * kSecondNs).ok());
+  // Acquiring: until its commit deadline, no worker can confirm.
+  ASSERT_TRUE(table.acquire_2pc("acq", kA, kT0).ok());
+  const Outcome a = table.revoke(id("acq"), kT0);
+  EXPECT_TRUE(a.state.revoke_pending);
+  EXPECT_TRUE(a.state.revoked_worker.is_nil());
+  EXPECT_EQ(a.state.lock_delay_until_ns, kT0 + 5 * kSecondNs);
+  EXPECT_EQ(table.confirm_kill(id("acq"), kW1, 1, kT0).refusal, Refusal::not_holder);
+  // Transferring: `from` may still run; its lease ended at most max_ttl ago.
+  const Epoch xe = table.acquire("xfer", kA, kW1, kT0).token.epoch;
+  ASSERT_TRUE(table.begin_transfer(id("xfer"), kA, xe, kB, kT0).ok());
+  const Outcome x = table.revoke(id("xfer"), kT0);
+  EXPECT_TRUE(x.state.revoke_pending);
+  EXPECT_EQ(x.state.lock_delay_until_ns, kT0 + 60 * kSecondNs);
+}
+
+TEST_F(LeaseTableTest, RevokeAtAnExpectedEpochOnly) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const LockState before = table.state(id("db"));
+  EXPECT_EQ(table.revoke(id("db"), kT0, 2).refusal, Refusal::stale_epoch);
+  EXPECT_EQ(table.state(id("db")), before);
+  const Outcome o = table.revoke(id("db"), kT0, 1);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.epoch, 2u);  // exactly expected + 1: a caller can announce it first
+}
+
+TEST_F(LeaseTableTest, RevokeOfAFreeNameIsNotHeldUnlessForced) {
+  ASSERT_TRUE(table.reassign("db", kC, kT0).ok());  // Free at epoch 1, reserved for C
+  const LockState before = table.state(id("db"));
+  EXPECT_EQ(table.revoke(id("db"), kT0).refusal, Refusal::not_held);
+  EXPECT_EQ(table.state(id("db")), before);  // no epoch burned
+  const Outcome o = table.revoke(id("db"), kT0, 0, true);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.state.epoch, 2u);
+  EXPECT_TRUE(o.state.reserved_for.is_nil());
+  EXPECT_FALSE(o.state.revoke_pending);
+  // A pending revoke survives a forced revoke: the old holder may still run.
+  ASSERT_TRUE(table.acquire("x", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.revoke(id("x"), kT0).ok());
+  const Outcome again = table.revoke(id("x"), kT0, 0, true);
+  EXPECT_TRUE(again.state.revoke_pending);
+  EXPECT_EQ(again.state.revoked_epoch, table.state(id("x")).epoch - 2);
+  EXPECT_EQ(table.acquire("x", kB, kW2, kT0).refusal, Refusal::lock_delay);
+  EXPECT_TRUE(table.confirm_kill(id("x"), kW1, again.state.revoked_epoch, kT0).ok());
+  EXPECT_TRUE(table.acquire("x", kB, kW2, kT0).ok());
+}
+
+TEST_F(LeaseTableTest, PreemptibleRevokeWaitsForTheHoldersWorkerLiveness) {
+  LeaseTable t(small_config(LockMode::preemptible));
+  ASSERT_EQ(t.worker_heartbeat(kW1, kT0), Refusal::none);  // live until kT0 + 10 s
+  ASSERT_TRUE(t.acquire_2pc("db", kA, kT0).ok());
+  ASSERT_TRUE(t.commit(id("db"), kA, 1, kW1, kT0).ok());
+  const Outcome o = t.revoke(id("db"), kT0);
+  ASSERT_TRUE(o.ok());
+  EXPECT_TRUE(o.state.revoke_pending);
+  EXPECT_EQ(o.state.lock_delay_until_ns, kT0 + 10 * kSecondNs);
+  // While that worker heartbeats, only its confirmation frees the name.
+  ASSERT_EQ(t.worker_heartbeat(kW1, kT0 + 5 * kSecondNs), Refusal::none);
+  EXPECT_EQ(t.acquire_2pc("db", kB, kT0 + 12 * kSecondNs).refusal, Refusal::lock_delay);
+  std::vector<Expiry> out;
+  EXPECT_EQ(t.advance(kT0 + 12 * kSecondNs, out), 0u);
+  ASSERT_EQ(t.advance(kT0 + 15 * kSecondNs, out), 1u);
+  EXPECT_EQ(out[0].kind, ExpiryKind::revoke_bound);
+  EXPECT_TRUE(t.acquire_2pc("db", kB, kT0 + 15 * kSecondNs).ok());
+}
+
+// ---- reservations lapse ----
+
+TEST_F(LeaseTableTest, ReservationLapsesToPlainFreeAtTheSameEpoch) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  const Outcome o = table.complete_release(id("db"), kA, 2, kT0);
+  EXPECT_EQ(o.state.reservation_until_ns, kT0 + 30 * kSecondNs);  // reservation_ttl_ns default
+  EXPECT_EQ(table.acquire("db", kC, kW2, kT0 + kSecondNs).refusal, Refusal::reserved);
+  std::vector<Expiry> out;
+  EXPECT_EQ(table.advance(kT0 + 30 * kSecondNs - 1, out), 0u);
+  ASSERT_EQ(table.advance(kT0 + 30 * kSecondNs, out), 1u);
+  EXPECT_EQ(out[0].kind, ExpiryKind::reservation);
+  EXPECT_EQ(out[0].holder, kB);
+  const LockState s = table.state(id("db"));
+  EXPECT_TRUE(s.known);
+  EXPECT_TRUE(s.reserved_for.is_nil());
+  EXPECT_TRUE(s.epoch_fresh);  // the fresh epoch is kept: still above every token issued
+  EXPECT_EQ(s.epoch, 2u);
+  EXPECT_EQ(table.acquire("db", kC, kW2, kT0 + 30 * kSecondNs).token.epoch, 2u);
+}
+
+TEST_F(LeaseTableTest, AReservationPastItsLapseIsNotHonouredBeforeAdvance) {
+  ASSERT_TRUE(table.reassign("db", kB, kT0).ok());
+  EXPECT_EQ(table.acquire("db", kC, kW2, kT0 + 30 * kSecondNs).token.epoch, 1u);
+}
+
+TEST_F(LeaseTableTest, ReservationTtlStartsWhenAPendingRevokeEnds) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.revoke(id("db"), kT0).ok());  // pending until kT0 + 10 s
+  const Outcome r = table.reassign("db", kB, kT0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.state.revoke_pending);
+  EXPECT_EQ(r.state.reservation_until_ns, 0);
+  EXPECT_EQ(table.acquire("db", kB, kW2, kT0).refusal, Refusal::lock_delay);  // not even the reservee
+  ASSERT_TRUE(table.confirm_kill(id("db"), kW1, 1, kT0 + kSecondNs).ok());
+  EXPECT_EQ(table.state(id("db")).reservation_until_ns, kT0 + 31 * kSecondNs);
+  EXPECT_EQ(table.acquire("db", kC, kW2, kT0 + kSecondNs).refusal, Refusal::reserved);
+  EXPECT_TRUE(table.acquire("db", kB, kW2, kT0 + kSecondNs).ok());
+}
+
+TEST_F(LeaseTableTest, PendingRevokeAndReservationSurviveARestart) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  ASSERT_TRUE(table.revoke(id("db"), kT0).ok());
+  ASSERT_TRUE(table.reassign("res", kB, kT0).ok());
+  const DurableSnapshot snap = table.export_durable(kT0);
+  const std::int64_t restart = kT0 + 5 * kSecondNs;
+  LeaseTable r(small_config());
+  ASSERT_EQ(r.restore(snap, restart), "");
+  const LockState s = r.state(id("db"));
+  EXPECT_TRUE(s.revoke_pending);
+  EXPECT_EQ(s.revoked_epoch, 1u);
+  EXPECT_EQ(s.revoked_worker, kW1);
+  EXPECT_EQ(s.lock_delay_until_ns, restart + 60 * kSecondNs);  // a full TTL: times are not durable
+  EXPECT_EQ(r.acquire("db", kB, kW2, restart + 59 * kSecondNs).refusal, Refusal::lock_delay);
+  EXPECT_TRUE(r.confirm_kill(id("db"), kW1, 1, restart).ok());
+  EXPECT_EQ(r.acquire("db", kB, kW2, restart).token.epoch, 2u);
+  EXPECT_EQ(r.state(id("res")).reservation_until_ns, restart + 30 * kSecondNs);  // a fresh TTL
 }
 
 TEST_F(LeaseTableTest, ReassignReservesAFreeNameWithEpochPlusOne) {
@@ -438,7 +627,7 @@ TEST_F(LeaseTableTest, RefusesUnknownName) {
   EXPECT_EQ(table.release(id("db"), kA, 1, kT0).refusal, Refusal::unknown_name);
   EXPECT_EQ(table.commit(id("db"), kA, 1, kW1, kT0).refusal, Refusal::unknown_name);
   EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, kB, kT0).refusal, Refusal::unknown_name);
-  EXPECT_EQ(table.complete_release(id("db"), kA, 1).refusal, Refusal::unknown_name);
+  EXPECT_EQ(table.complete_release(id("db"), kA, 1, kT0).refusal, Refusal::unknown_name);
   EXPECT_EQ(table.revoke(id("db"), kT0).refusal, Refusal::unknown_name);
 }
 
@@ -449,7 +638,7 @@ TEST_F(LeaseTableTest, RefusesNotHolder) {
   ASSERT_TRUE(table.acquire_2pc("two", kA, kT0).ok());
   EXPECT_EQ(table.commit(id("two"), kB, 2, kW1, kT0).refusal, Refusal::not_holder);
   ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
-  EXPECT_EQ(table.complete_release(id("db"), kC, 2).refusal, Refusal::not_holder);
+  EXPECT_EQ(table.complete_release(id("db"), kC, 2, kT0).refusal, Refusal::not_holder);
 }
 
 TEST_F(LeaseTableTest, RefusesStaleEpoch) {
@@ -459,7 +648,7 @@ TEST_F(LeaseTableTest, RefusesStaleEpoch) {
   EXPECT_EQ(table.release(id("db"), kA, 1, kT0).refusal, Refusal::stale_epoch);
   EXPECT_EQ(table.begin_transfer(id("db"), kA, 1, kB, kT0).refusal, Refusal::stale_epoch);
   ASSERT_TRUE(table.begin_transfer(id("db"), kA, 2, kB, kT0).ok());
-  EXPECT_EQ(table.complete_release(id("db"), kA, 2).refusal, Refusal::stale_epoch);
+  EXPECT_EQ(table.complete_release(id("db"), kA, 2, kT0).refusal, Refusal::stale_epoch);
   ASSERT_TRUE(table.acquire_2pc("two", kA, kT0).ok());
   EXPECT_EQ(table.commit(id("two"), kA, 1, kW1, kT0).refusal, Refusal::stale_epoch);
 }
@@ -480,7 +669,7 @@ TEST_F(LeaseTableTest, RefusesAcquiringExpiredAtTheMomentOfCommit) {
 
 TEST_F(LeaseTableTest, RefusesNotTransferring) {
   ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
-  EXPECT_EQ(table.complete_release(id("db"), kA, 1).refusal, Refusal::not_transferring);
+  EXPECT_EQ(table.complete_release(id("db"), kA, 1, kT0).refusal, Refusal::not_transferring);
 }
 
 TEST_F(LeaseTableTest, RefusesNotFree) {
@@ -621,10 +810,13 @@ TEST_F(LeaseTableTest, RestoreCountsHeldLeasesAsRefreshedAtRestart) {
   // The restored lease expires on the restored table's timers.
   std::vector<Expiry> out;
   r.advance(restart + 60 * kSecondNs, out);
-  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].name, id("acq"));  // the new 2-phase acquisition's deadline comes first
-  EXPECT_EQ(out[1].name, id("held"));
-  EXPECT_EQ(out[1].deadline_ns, restart + 60 * kSecondNs);
+  EXPECT_EQ(out[1].name, id("resv"));  // the reservation's fresh TTL
+  EXPECT_EQ(out[1].kind, ExpiryKind::reservation);
+  EXPECT_EQ(out[1].deadline_ns, restart + 30 * kSecondNs);
+  EXPECT_EQ(out[2].name, id("held"));
+  EXPECT_EQ(out[2].deadline_ns, restart + 60 * kSecondNs);
 }
 
 TEST_F(LeaseTableTest, RestoreCapsALeaseAtWhatTheRestartRuleLeftIt) {

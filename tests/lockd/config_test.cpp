@@ -62,12 +62,27 @@ TEST(LockdConfig, RefusesBadCombinations) {
   EXPECT_EQ(parse({"--key-file", k, "--listen", "[::1]:0"}), "");
 }
 
+TEST(LockdConfig, ReservationTtlDefaultsToAFewLeaseTtlsAndIsBounded) {
+  const std::string k = "/etc/hostname";
+  LockdConfig cfg;
+  EXPECT_EQ(parse({"--key-file", k, "--ttl-ms", "2000"}, &cfg), "");
+  EXPECT_EQ(cfg.effective_reservation_ttl_ms(), 3 * 2000u);
+  EXPECT_EQ(parse({"--key-file", k, "--reservation-ttl-ms", "750"}, &cfg), "");
+  EXPECT_EQ(cfg.effective_reservation_ttl_ms(), 750u);
+  EXPECT_NE(parse({"--key-file", k, "--reservation-ttl-ms", "0"}).find("--reservation-ttl-ms must be at least 1"),
+            std::string::npos);
+  EXPECT_NE(parse({"--key-file", k, "--reservation-ttl-ms", "86400001"}).find("exceeds 86400000"),
+            std::string::npos);
+  EXPECT_NE(parse({"--key-file", k, "--reservation-ttl-ms", "soon"}).find("parse:"), std::string::npos);
+}
+
 TEST(LockdConfig, HelpNamesUnits) {
   CLI::App app("lockd");
   LockdConfig cfg;
   add_lockd_flags(app, cfg);
   const std::string help = app.help();
-  for (const char* flag : {"--ttl-ms", "--acquiring-ttl-ms", "--lock-delay-ms", "--worker-ttl-ms"})
+  for (const char* flag : {"--ttl-ms", "--acquiring-ttl-ms", "--lock-delay-ms", "--worker-ttl-ms",
+                           "--reservation-ttl-ms"})
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   EXPECT_NE(help.find("milliseconds"), std::string::npos);
 }

@@ -195,6 +195,31 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   ASSERT_NE(ack2, nullptr);
   EXPECT_EQ(ack2->entries[0].status, wire::HeartbeatStatus::lost);
   EXPECT_EQ(ack2->entries[0].epoch, e + 2);
+  // ... but the name is not grantable while S2 may still run: until W2 confirms the kill.
+  const Answer pending_answer = c.show(id);
+  const auto* pending = pending_answer.as<wire::NameInfo>();
+  ASSERT_NE(pending, nullptr) << pending_answer.error;
+  EXPECT_TRUE(pending->record.revoke_pending);
+  EXPECT_EQ(pending->record.revoked_epoch, e + 1);
+  EXPECT_EQ(pending->record.worker, W2);
+  EXPECT_GT(pending->record.ttl_left_ms, 0u);
+  const Answer delayed = c.acquire("db/primary", S3, W1);
+  ASSERT_NE(delayed.as<wire::Deny>(), nullptr) << delayed.error;
+  EXPECT_EQ(delayed.as<wire::Deny>()->refusal, Refusal::lock_delay);
+  const Answer forged = c.request(wire::KillConfirmed{id, S2, e + 1});  // from W1, not S2's worker
+  ASSERT_NE(forged.as<wire::Deny>(), nullptr) << forged.error;
+  EXPECT_EQ(forged.as<wire::Deny>()->refusal, Refusal::not_holder);
+  const Answer confirmed = AdminClient(lockd_.address(), key_, W2).request(wire::KillConfirmed{id, S2, e + 1});
+  ASSERT_NE(confirmed.as<wire::Ok>(), nullptr) << confirmed.error;
+  const Answer lifted = c.show(id);
+  ASSERT_NE(lifted.as<wire::NameInfo>(), nullptr);
+  EXPECT_FALSE(lifted.as<wire::NameInfo>()->record.revoke_pending);
+  EXPECT_EQ(lifted.as<wire::NameInfo>()->record.revoke_ended, wire::RevokeEnd::kill_confirmed);
+  // A revoke of the free name burns nothing unless forced.
+  const Answer not_held = c.revoke(id);
+  ASSERT_NE(not_held.as<wire::Deny>(), nullptr) << not_held.error;
+  EXPECT_EQ(not_held.as<wire::Deny>()->refusal, Refusal::not_held);
+  EXPECT_EQ(not_held.as<wire::Deny>()->epoch, e + 2);
 
   // Reassign the free name to S4: only S4 may take it, at the reassigned epoch.
   const Answer ra = c.reassign(id, S4);

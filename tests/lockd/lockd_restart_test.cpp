@@ -58,6 +58,7 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   const Answer rv = c.revoke(revoked);
   ASSERT_NE(rv.as<wire::Ok>(), nullptr);
   const Epoch e_revoked = rv.as<wire::Ok>()->epoch;
+  ASSERT_EQ(e_revoked, a3.as<wire::Grant>()->epoch + 1);
   const Answer a4 = c.acquire("r/moving", S1, W1);
   ASSERT_NE(a4.as<wire::Grant>(), nullptr);
   const Answer tb = c.transfer_begin(moving, S1, a4.as<wire::Grant>()->epoch, S2);
@@ -100,6 +101,22 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   const Answer g1 = d.acquire("r/released", S2, W1);
   ASSERT_NE(g1.as<wire::Grant>(), nullptr) << g1.error;
   EXPECT_GT(g1.as<wire::Grant>()->epoch, e_released);
+  // The revoke is still pending after the restart (times are not durable: a full TTL, or the
+  // revoked holder's worker's confirmation, which lifts it).
+  const Answer srv = d.show(revoked);
+  ASSERT_NE(srv.as<wire::NameInfo>(), nullptr) << srv.error;
+  EXPECT_TRUE(srv.as<wire::NameInfo>()->record.revoke_pending);
+  EXPECT_EQ(srv.as<wire::NameInfo>()->record.revoked_epoch, e_revoked - 1);
+  EXPECT_EQ(srv.as<wire::NameInfo>()->record.worker, W1);
+  EXPECT_GT(srv.as<wire::NameInfo>()->record.ttl_left_ms, 50'000u);
+  const Answer early = d.acquire("r/revoked", S2, W1);
+  ASSERT_NE(early.as<wire::Deny>(), nullptr) << early.error;
+  EXPECT_EQ(early.as<wire::Deny>()->refusal, Refusal::lock_delay);
+  const Answer wrong = AdminClient(q.address(), key_, WorkerId{0x2, 0x22}).request(wire::KillConfirmed{revoked, S1, e_revoked - 1});
+  ASSERT_NE(wrong.as<wire::Deny>(), nullptr) << wrong.error;
+  EXPECT_EQ(wrong.as<wire::Deny>()->refusal, Refusal::not_holder);
+  const Answer confirmed = d.request(wire::KillConfirmed{revoked, S1, e_revoked - 1});
+  ASSERT_NE(confirmed.as<wire::Ok>(), nullptr) << confirmed.error;
   const Answer g2 = d.acquire("r/revoked", S2, W1);
   ASSERT_NE(g2.as<wire::Grant>(), nullptr) << g2.error;
   EXPECT_GE(g2.as<wire::Grant>()->epoch, e_revoked);  // the revoke's fresh epoch is granted once
@@ -212,7 +229,11 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
         if (log.held && op == 0) {
           a = c.release(id, log.holder, log.acked_epochs.back());
         } else if (op == 1) {
-          a = c.revoke(id);
+          a = c.revoke(id, 0, /*force=*/true);
+          // This client is the holders' worker (W1): it confirms the kill at once, so the
+          // revoke's lock-delay does not stall the torture for a TTL (best effort).
+          if (const auto* ok = a.as<wire::Ok>(); ok != nullptr && ok->epoch > 1)
+            (void)c.request(wire::KillConfirmed{id, SandboxId{}, ok->epoch - 1});
         } else {
           a = c.acquire(name, me, W1);
         }
@@ -294,10 +315,16 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
   // A fresh grant of every name lands above every acknowledged epoch of that name.
   for (const auto& [name, log] : names) {
     if (log.acked_epochs.empty()) continue;
-    const Answer rv = c.revoke(name_id_of(name));  // unknown_name if the record was dropped
+    const Answer rv = c.revoke(name_id_of(name), 0, true);  // unknown_name if the record was dropped
     ASSERT_TRUE(rv.as<wire::Ok>() != nullptr ||
                 (rv.as<wire::Deny>() != nullptr && rv.as<wire::Deny>()->refusal == Refusal::unknown_name))
         << name << ": " << rv.error;
+    // A pending revoke (the holder may run): W1, the holders' worker, confirms the kill.
+    const Answer shown = c.show(name);
+    if (const auto* info = shown.as<wire::NameInfo>(); info != nullptr && info->record.revoke_pending) {
+      const Answer k = c.request(wire::KillConfirmed{info->record.name_id, SandboxId{}, info->record.revoked_epoch});
+      ASSERT_NE(k.as<wire::Ok>(), nullptr) << name << ": " << k.error;
+    }
     const Answer g = c.acquire(name, SandboxId{0xAA, 1}, W1);
     ASSERT_NE(g.as<wire::Grant>(), nullptr) << name << ": " << g.error;
     EXPECT_GT(g.as<wire::Grant>()->epoch, log.acked_epochs.back()) << name;
