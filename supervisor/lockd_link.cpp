@@ -191,12 +191,20 @@ void LockdLink::on_unsolicited(const Datagram& d) {
     return;
   }
   const auto* q = std::get_if<wire::IsRunning>(&a.message.body);
+  const auto* rv = std::get_if<wire::Revoked>(&a.message.body);
   wire::Body answer;
-  if (q == nullptr) {
+  if (rv != nullptr) {
+    wire::RevokedAck ack;
+    ack.name_id = rv->name_id;
+    ack.epoch = rv->epoch;
+    ack.running = revoked_ ? revoked_(*rv) : false;
+    ++stats_.revocations_pushed;
+    answer = ack;
+  } else if (q == nullptr) {
     ++stats_.is_running_rejected;
     wire::Error e;
     e.code = wire::ErrorCode::unsupported;
-    e.message = "a supervisor answers only is_running";
+    e.message = "a supervisor answers only is_running and revoked";
     answer = e;
   } else {
     wire::RunningAnswer r;

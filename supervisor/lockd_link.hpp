@@ -10,8 +10,8 @@
 // decoded answer, or with `status != answered`. `first_send_ns` is the send time of the first
 // attempt: a lease is measured from it (DESIGN.md "Time"), whichever attempt lockd answered.
 //
-// lockd's own requests to this worker (IsRunning, preemptible mode) arrive on the same socket
-// and go to the is-running handler; they pass a wire::Receiver (replay window + answer cache).
+// lockd's own requests to this worker (IsRunning, preemptible mode; Revoked, a pushed
+// revocation) arrive on the same socket and go to their handlers; they pass a wire::Receiver (replay window + answer cache).
 #pragma once
 
 #include "io/client.hpp"
@@ -43,6 +43,7 @@ struct LockdLinkStats {
   std::uint64_t answers_bad = 0;       ///< failed authentication or decoding
   std::uint64_t is_running_answered = 0;
   std::uint64_t is_running_rejected = 0;
+  std::uint64_t revocations_pushed = 0;  ///< Revoked from lockd, answered
   std::uint64_t late_answers = 0;      ///< answers that arrived after their call gave up
   std::uint64_t seq_resyncs = 0;       ///< stale_seq answers that moved our seq to lockd's floor
 };
@@ -68,6 +69,11 @@ class LockdLink {
   /// lockd asks whether a sandbox runs; the handler answers synchronously.
   using IsRunningHandler = std::function<bool(const wire::IsRunning&)>;
   void set_is_running_handler(IsRunningHandler h) { is_running_ = std::move(h); }
+
+  /// lockd pushes a revocation (wire::Revoked); the handler starts the kill and returns
+  /// whether a sandbox of that grant runs (or is being placed) here. Answered RevokedAck.
+  using RevokedHandler = std::function<bool(const wire::Revoked&)>;
+  void set_revoked_handler(RevokedHandler h) { revoked_ = std::move(h); }
 
   /// An authenticated answer from lockd to a call that already gave up (its deadline passed):
   /// lockd acted on the request after all, e.g. a Grant nobody will heartbeat. The handler
@@ -98,6 +104,7 @@ class LockdLink {
   std::unique_ptr<RequestClient> client_;
   std::uint64_t next_request_id_;
   IsRunningHandler is_running_;
+  RevokedHandler revoked_;
   LateAnswerHandler late_answer_;
   LockdLinkStats stats_;
 };

@@ -129,6 +129,7 @@ struct Supervisor::Impl {
     bool kill_sent = false;   // the io thread asked the rt thread to kill it
     bool killed = false;      // the rt thread killed it (either cause)
     bool synthetic = false;
+    bool revoked = false;     // its grant was revoked or lost: on exit, confirm the kill to lockd
     std::uint64_t disarm_seq = 0;  // exited: reaped once the rt thread applied this
     std::string kill_reason;  // why it was killed ("" = it exited on its own)
     std::uint64_t valid_until_ns = 0;
@@ -319,6 +320,11 @@ struct Supervisor::Impl {
   void apply(const HeartbeatAction& a);
   void send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held);
   bool is_running(const wire::IsRunning& q);
+  /// lockd pushed a revocation: kill the sandbox of that grant (the existing kill path: the
+  /// rt thread revokes the shm slot, then kills); true if one runs or is being placed here.
+  bool on_revoked(const wire::Revoked& q);
+  /// Tells lockd the sandbox of the revoked grant {name_id, epoch} is dead (lifts its lock-delay).
+  void confirm_kill_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb, Epoch epoch);
 };
 
 // =============================================================================================
@@ -559,6 +565,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   key.reset();
   if (!link) return err;
   link->set_is_running_handler([this](const wire::IsRunning& q) { return is_running(q); });
+  link->set_revoked_handler([this](const wire::Revoked& q) { return on_revoked(q); });
   link->set_late_answer_handler([this](const wire::Body& b) { on_late_answer(b); });
 
   loop->set_wake_handler([this] { on_rt_events(); });
@@ -1744,6 +1751,13 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
     fields["release"] = "not released: a process of the sandbox still runs in its cgroup leaf; lockd expires the name";
     sandboxes.erase(id);
     answer_waiters(std::move(waiters), err, msg, fields);
+  } else if (s->name && s->revoked) {  // dead (pidfd and an empty leaf): lockd may lift the revoke
+    const std::string name = *s->name;
+    confirm_kill_to_lockd(s->name_id, name, id, s->epoch);
+    sandboxes.erase(id);
+    fields["released"] = false;
+    fields["release"] = "revoked by lockd; kill confirmed to lockd";
+    answer_waiters(std::move(waiters), err, msg, fields);
   } else if (s->name || s->pending_name) {
     const std::string name = s->name ? *s->name : *s->pending_name;
     const NameId nid = s->name_id;
@@ -1891,6 +1905,9 @@ void Supervisor::Impl::apply(const HeartbeatAction& a) {
         why += " (held by " + a.holder.str() + " at epoch " + std::to_string(a.holder_epoch) + ")";
       if (!s->kill_sent) log_event("event=recovery sandbox=%s name=%s reason=\"%s\"", a.sandbox.str().c_str(),
                                    s->name ? s->name->c_str() : "-", why.c_str());
+      // lockd no longer knows the grant as ours (revoked, or held by another): once dead, say so
+      // (a revoke's lock-delay waits for it) rather than release a name that is not ours.
+      if (!a.lapsed && a.cause != RefreshResult::refreshed) s->revoked = true;
       kill_sandbox(*s, why);
       hb->remove(a.sandbox);
       return;
@@ -2015,6 +2032,40 @@ bool Supervisor::Impl::is_running(const wire::IsRunning& q) {
   // its acquiring grant. A sandbox not yet started (acquire in flight) has no epoch: "no".
   return s != nullptr && s->state != State::exited && s->name_id == q.name_id && s->epoch == q.epoch &&
          (s->state == State::running || s->state == State::starting);
+}
+
+bool Supervisor::Impl::on_revoked(const wire::Revoked& q) {
+  for (auto& [id, s] : sandboxes) {
+    if (s.state == State::exited || !s.name || s.name_id != q.name_id || s.epoch != q.epoch) continue;
+    if (!s.revoked)
+      log_event("event=revoked sandbox=%s name=%s epoch=%" PRIu64 " new_epoch=%" PRIu64 " action=kill",
+                id.str().c_str(), s.name->c_str(), q.epoch, q.new_epoch);
+    s.revoked = true;
+    hb->remove(id);
+    kill_sandbox(s, "revoked by lockd (epoch " + std::to_string(q.epoch) + " -> " + std::to_string(q.new_epoch) + ")");
+    return true;  // the confirmation follows its exit (finish_exit)
+  }
+  // Being placed (its grant may still arrive): its next heartbeat answer is `lost`, so it is
+  // killed then; lockd's bound covers it, no confirmation is sent for it.
+  for (const auto& [name, holder] : by_name)
+    if (name_id_of(name) == q.name_id) return true;
+  // Nothing of that grant runs here (it exited, or a restart stopped it): confirm at once.
+  confirm_kill_to_lockd(q.name_id, q.name_id.str(), SandboxId{}, q.epoch);
+  return false;
+}
+
+void Supervisor::Impl::confirm_kill_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb,
+                                             Epoch epoch) {
+  ++releases_in_flight;  // shutdown waits for it like for a release
+  link->call(wire::KillConfirmed{name_id, sb, epoch},
+             now_boottime_ns() + static_cast<std::int64_t>(std::max<std::uint64_t>(lockd_ttl_ms, cfg.ttl_ms)) * 1'000'000,
+             [this, name, sb, epoch](LockdReply r) {
+               --releases_in_flight;
+               const std::string text = r.ok() ? describe_answer(*r.body) : r.problem;
+               log_event("event=kill_confirmed name=%s sandbox=%s epoch=%" PRIu64 " result=\"%s\"", name.c_str(),
+                         sb.str().c_str(), epoch, text.c_str());
+               if (shutting_down) maybe_finish_shutdown();
+             });
 }
 
 int Supervisor::Impl::run() {

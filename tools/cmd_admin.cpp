@@ -4,9 +4,12 @@
 //                                                      its next heartbeat, then starts CMD
 //   leasehold transfer NAME --to SANDBOX               Held -> Transferring (epoch +1 at the
 //                                                      start) -> Free{reserved for SANDBOX}
-//   leasehold revoke NAME                              -> Free, epoch +1, no cooperation needed
+//   leasehold revoke NAME [--force] [--wait]           -> Free, epoch +1, no cooperation needed;
+//                                                      grantable once the kill is confirmed or
+//                                                      the old lease would have expired
 // --fence-db PATH (transfer, revoke) announces the new epoch to a FencedStore
-// (resource/fenced_store.hpp), so the old holder's writes are rejected from that moment.
+// (resource/fenced_store.hpp) before lockd moves it, so the old holder's writes are rejected
+// from that moment.
 #include "tools/cmd_common.hpp"
 
 #include "resource/fenced_store.hpp"
@@ -387,19 +390,34 @@ struct RevokeArgs {
   LockdFlags lockd;
   std::string name;
   std::string fence_db;
+  bool force = false;
+  bool wait = false;
   bool json = false;
 };
+
+/// Revokes attempted before giving up when a grant keeps moving the epoch under the revoke.
+constexpr int kRevokeAttemptsMax = 5;
+/// Poll interval of `revoke --wait`.
+constexpr std::int64_t kRevokeWaitPollNs = 20'000'000;
 
 const Command kRevoke([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<RevokeArgs>();
   auto* sub = app.add_subcommand(
-      "revoke", "Coordinator revoke: the name becomes free at epoch +1 without the holder's "
-                "cooperation (its supervisor kills it on the next heartbeat answer)");
+      "revoke", "Coordinator revoke: the name becomes free at epoch +1 without the holder's cooperation "
+                "(the old token is fenced out at once), but is not grantable until the old holder's "
+                "supervisor confirms the kill or the old lease would have expired (lock-delay); lockd "
+                "pushes the revocation to that supervisor at once");
   add_lockd_flags(sub, a->lockd);
   sub->add_option("name", a->name, "the name")->required();
-  sub->add_option("--fence-db", a->fence_db, "a fenced store (SQLite) to announce the new epoch to");
+  sub->add_option("--fence-db", a->fence_db,
+                  "a fenced store (SQLite) to announce the new epoch to before the revoke");
+  sub->add_flag("--force", a->force, "also revoke a free name (burns an epoch); otherwise \"not held\", exit 4");
+  sub->add_flag("--wait", a->wait,
+                "return once the name is grantable again, saying whether the kill was confirmed or the "
+                "old lease expired (--timeout-ms, if given, bounds the whole wait; default: the "
+                "revoke's bound + 1 s)");
   sub->add_flag("--json", a->json, "print the outcome as JSON");
-  sub->callback([a, exit_code] {
+  sub->callback([a, exit_code, sub] {
     Failure f;
     if (!check_name(a->name, f)) {
       *exit_code = report("revoke", f);
@@ -410,22 +428,121 @@ const Command kRevoke([](CLI::App& app, int* exit_code) {
       *exit_code = report("revoke", f);
       return;
     }
-    const lockd::Answer ans = client->revoke(name_id_of(a->name));
-    if (const auto* d = ans.as<wire::Deny>()) {
-      *exit_code = report("revoke", deny_failure(*d, a->name));
-      return;
+    const std::string what = "revoke \"" + a->name + "\"";
+    const NameId id = name_id_of(a->name);
+    // The epoch a revoke produces is known before it is applied: lockd revokes only at the
+    // epoch we read (expected_epoch), and a revoke adds exactly 1. So the resource is told the
+    // new epoch first, as `transfer` does; if a grant moved the epoch meanwhile, read again.
+    const wire::Ok* ok = nullptr;
+    lockd::Answer ans;
+    Epoch old_epoch = 0;
+    std::string old_state;
+    for (int attempt = 0; attempt < kRevokeAttemptsMax && ok == nullptr; ++attempt) {
+      const lockd::Answer shown = client->show(id);
+      if (const auto* d = shown.as<wire::Deny>()) {
+        *exit_code = report("revoke", deny_failure(*d, a->name));
+        return;
+      }
+      const auto* info = shown.as<wire::NameInfo>();
+      if (info == nullptr) {
+        *exit_code = report("revoke", answer_failure(shown, a->lockd, what));
+        return;
+      }
+      const wire::NameRecord& rec = info->record;
+      if (rec.state == wire::LockState::free && !a->force) {
+        *exit_code = report("revoke", {kNotFound, what + ": not held (free at epoch " + std::to_string(rec.epoch) +
+                                                      "); nothing was changed. --force burns an epoch anyway"});
+        return;
+      }
+      old_epoch = rec.epoch;
+      old_state = std::string(wire::to_string(rec.state));
+      if (!announce(a->fence_db, a->name, rec.epoch + 1, "revoke", f)) {
+        *exit_code = report("revoke", f);
+        return;
+      }
+      ans = client->revoke(id, rec.epoch, a->force);
+      if (const auto* d = ans.as<wire::Deny>()) {
+        if (d->refusal == Refusal::stale_epoch) continue;  // a grant moved it: read again
+        if (d->refusal == Refusal::not_held) {
+          *exit_code = report("revoke", {kNotFound, what + ": not held (free at epoch " + std::to_string(d->epoch) +
+                                                        "); nothing was changed. --force burns an epoch anyway"});
+          return;
+        }
+        *exit_code = report("revoke", deny_failure(*d, a->name));
+        return;
+      }
+      ok = ans.as<wire::Ok>();
+      if (ok == nullptr) {
+        *exit_code = report("revoke", answer_failure(ans, a->lockd, what));
+        return;
+      }
     }
-    const auto* ok = ans.as<wire::Ok>();
     if (ok == nullptr) {
-      *exit_code = report("revoke", answer_failure(ans, a->lockd, "revoke \"" + a->name + "\""));
+      *exit_code = report("revoke", {kRefused, what + ": the epoch moved under " + std::to_string(kRevokeAttemptsMax) +
+                                                   " attempts (grants racing the revoke); nothing was revoked"});
       return;
     }
-    if (!announce(a->fence_db, a->name, ok->epoch, "revoke", f)) {
-      *exit_code = report("revoke", f);
+    const Epoch epoch = ok->epoch;
+    nlohmann::json out = {{"name", a->name}, {"old_epoch", old_epoch}, {"old_state", old_state}, {"epoch", epoch}};
+    // What lockd says now: a pending revoke and its bound.
+    wire::NameRecord rec;
+    if (const lockd::Answer now = client->show(id); const auto* info = now.as<wire::NameInfo>()) rec = info->record;
+    const bool pending = rec.epoch == epoch && rec.revoke_pending;
+    out["revoke_pending"] = pending;
+    out["bound_ms"] = pending ? nlohmann::json(rec.ttl_left_ms) : nlohmann::json(nullptr);
+    if (!a->json) {
+      std::printf("revoked \"%s\": free at epoch %llu (was %s at epoch %llu)\n", a->name.c_str(),
+                  static_cast<unsigned long long>(epoch), old_state.c_str(), static_cast<unsigned long long>(old_epoch));
+      if (pending)
+        std::printf("not grantable until worker %s confirms the kill, or at most %u ms (the old lease's end)\n",
+                    id_text(rec.worker).c_str(), rec.ttl_left_ms);
+    }
+    if (!a->wait) {
+      if (a->json) std::printf("%s\n", out.dump().c_str());
+      *exit_code = kOk;
       return;
     }
-    if (a->json) std::printf("%s\n", nlohmann::json{{"name", a->name}, {"epoch", ok->epoch}}.dump().c_str());
-    else std::printf("revoked \"%s\": free at epoch %llu\n", a->name.c_str(), static_cast<unsigned long long>(ok->epoch));
+    const bool timeout_given = sub->get_option("--timeout-ms")->count() > 0;
+    const std::int64_t wait_ms = timeout_given ? static_cast<std::int64_t>(a->lockd.timeout_ms)
+                                               : (pending ? static_cast<std::int64_t>(rec.ttl_left_ms) : 0) + 1000;
+    const std::int64_t start = boot_ns();
+    const std::int64_t until = start + wait_ms * 1'000'000;
+    wire::RevokeEnd ended = wire::RevokeEnd::none;
+    for (bool first = true; ended == wire::RevokeEnd::none; first = false) {
+      const lockd::Answer now = first ? lockd::Answer{} : client->show(id);
+      const auto* info = first ? (rec.epoch == epoch ? &rec : nullptr) : nullptr;
+      if (!first) {
+        const auto* ni = now.as<wire::NameInfo>();
+        if (ni == nullptr && now.as<wire::Deny>() == nullptr) {
+          *exit_code = report("revoke", answer_failure(now, a->lockd, what + " (wait)"));
+          return;
+        }
+        info = ni != nullptr ? &ni->record : nullptr;
+      }
+      if (info == nullptr || info->epoch != epoch || !info->revoke_pending) {
+        // Unknown (dropped: plain free), or no longer pending: lockd says how it ended (a
+        // revoke that was never pending found the old lease already expired).
+        ended = info != nullptr && info->revoke_ended != wire::RevokeEnd::none ? info->revoke_ended
+                                                                               : wire::RevokeEnd::lease_expired;
+        break;
+      }
+      if (boot_ns() >= until) {
+        out["waited_ms"] = (boot_ns() - start) / 1'000'000;
+        out["ended_by"] = nullptr;
+        if (a->json) std::printf("%s\n", out.dump().c_str());
+        *exit_code = report("revoke", {kFailure, what + ": still not grantable after " + std::to_string(wait_ms) +
+                                                     " ms (the revoke is pending; its bound is " +
+                                                     std::to_string(info->ttl_left_ms) + " ms away)"});
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kRevokeWaitPollNs));
+    }
+    const std::int64_t waited_ms = (boot_ns() - start) / 1'000'000;
+    const char* how = ended == wire::RevokeEnd::kill_confirmed ? "kill confirmed" : "lease expired";
+    out["waited_ms"] = waited_ms;
+    out["ended_by"] = ended == wire::RevokeEnd::kill_confirmed ? "kill_confirmed" : "lease_expired";
+    if (a->json) std::printf("%s\n", out.dump().c_str());
+    else std::printf("grantable again after %lld ms: %s\n", static_cast<long long>(waited_ms), how);
     *exit_code = kOk;
   });
 });

@@ -279,6 +279,14 @@ nlohmann::json record_json(const wire::NameRecord& r) {
   j["holder"] = r.holder.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.holder.str());
   j["worker"] = r.worker.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.worker.str());
   j["reserved_for"] = r.reserved_for.is_nil() ? nlohmann::json(nullptr) : nlohmann::json(r.reserved_for.str());
+  // null: not reserved, or the reservation's TTL has not started (a lock-delay is pending)
+  j["reservation_left_ms"] = r.reserved_for.is_nil() || r.reservation_left_ms == wire::kNoExpiryMs
+                                 ? nlohmann::json(nullptr)
+                                 : nlohmann::json(r.reservation_left_ms);
+  j["revoke_pending"] = r.revoke_pending;
+  j["revoked_epoch"] = r.revoke_pending ? nlohmann::json(r.revoked_epoch) : nlohmann::json(nullptr);
+  j["revoke_ended"] = r.revoke_ended == wire::RevokeEnd::none ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(std::string(wire::to_string(r.revoke_ended)));
   return j;
 }
 

@@ -17,6 +17,7 @@ std::vector<std::string> record_row(const wire::NameRecord& r) {
           r.ttl_left_ms == wire::kNoExpiryMs ? "no TTL (worker liveness)"
           : r.state == wire::LockState::held || r.state == wire::LockState::acquiring
               ? std::to_string(r.ttl_left_ms) + " ms"
+          : r.revoke_pending ? "revoked: " + std::to_string(r.ttl_left_ms) + " ms"
               : "-",
           id_text(r.reserved_for)};
 }
@@ -121,6 +122,18 @@ const Command kShow([](CLI::App& app, int* exit_code) {
         std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
         fields.add({key, row[i]});
       }
+      const wire::NameRecord& r = info->record;
+      if (r.revoke_pending)
+        fields.add({"revoke", "pending: revoked epoch " + std::to_string(r.revoked_epoch) +
+                                  "; grantable when worker " + id_text(r.worker) + " confirms the kill, or in " +
+                                  std::to_string(r.ttl_left_ms) + " ms (lease expiry)"});
+      else if (r.revoke_ended != wire::RevokeEnd::none)
+        fields.add({"revoke", r.revoke_ended == wire::RevokeEnd::kill_confirmed ? "ended: kill confirmed"
+                                                                                  : "ended: lease expired"});
+      if (!r.reserved_for.is_nil())
+        fields.add({"reservation", r.reservation_left_ms == wire::kNoExpiryMs
+                                       ? "lapses " + std::string("after the lock-delay, plus the reservation TTL")
+                                       : "lapses in " + std::to_string(r.reservation_left_ms) + " ms"});
       std::fputs(fields.str().c_str(), stdout);
     }
     *exit_code = kOk;

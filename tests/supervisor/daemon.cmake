@@ -19,4 +19,9 @@ if(TARGET leasehold-lockd AND TARGET leasehold-supervisor AND TARGET leasehold_l
     LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
     LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>"
     LEASEHOLD_PROBE_BINARY="$<TARGET_FILE:leasehold_lease_probe>")
+  # `leasehold revoke --wait` against the real services.
+  if(TARGET leasehold)
+    add_dependencies(supervisor_daemon_test leasehold)
+    target_compile_definitions(supervisor_daemon_test PRIVATE LEASEHOLD_CLI_BINARY="$<TARGET_FILE:leasehold>")
+  endif()
 endif()

@@ -1129,5 +1129,122 @@ TEST_F(SupervisorProcess, AnIsolatedSandboxCannotWriteTheShmTable) {
   }
 }
 
+
+
+// ---- revoke: lock-delay, pushed revocation, kill confirmation ------------------------------
+
+std::uint64_t counter(lockd::AdminClient& ad, const std::string& key) {
+  std::string err;
+  const auto cs = ad.counters(&err);
+  if (!cs) return 0;
+  for (const auto& c : *cs)
+    if (c.key == key) return c.value;
+  return 0;
+}
+
+// Timing where the next heartbeat is seconds away, so the kill can only come that early from
+// the pushed revocation: lockd and supervisors with a 10 s TTL, heartbeats every 2 s.
+const std::vector<std::string> kSlowBeats = {"--ttl-ms", "10000", "--kill-after-ms", "6000",
+                                             "--heartbeat-interval-ms", "2000", "--kill-latency-budget-ms", "50",
+                                             "--slots", "16"};
+
+// issue 13: `revoke` freed the name at once; another worker acquired it and started a sandbox
+// while the old holder still ran (killed only on its next heartbeat answer). Now the name is not
+// grantable until the old holder's supervisor confirms the kill (pushed by lockd at once) or the
+// old lease would have expired: whenever the second worker gets the name, the first sandbox is
+// already dead.
+TEST_F(SupervisorProcess, RevokedNameIsGrantedAgainOnlyAfterTheOldHolderIsDead) {
+  start_lockd({"--ttl-ms", "10000"});
+  Supervisor s1, s2;
+  std::string err;
+  ASSERT_TRUE(s1.start(dir_.path(), lockd_.address, key_, kSlowBeats, &err, "s1")) << err;
+  ASSERT_TRUE(s2.start(dir_.path(), lockd_.address, key_, kSlowBeats, &err, "s2")) << err;
+  const json a = s1.call(run_req("rv", {"sleep", "60"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const pid_t old_pid = a["pid"];
+  const Epoch epoch = a["epoch"];
+  auto ad = admin();
+  // lockd learns s1's address from its heartbeats: wait for one.
+  ASSERT_TRUE(eventually([&] { return counter(ad, "refresh_entries") > 0; }, 10'000));
+  const lockd::Answer rv = ad.revoke(name_id_of("rv"), epoch);
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+  EXPECT_EQ(rv.as<wire::Ok>()->epoch, epoch + 1);
+  // The other worker tries at once and keeps trying: each time it gets the name, the old
+  // sandbox must already be gone.
+  json got;
+  ASSERT_TRUE(eventually([&] {
+    got = s2.call(run_req("rv", {"sleep", "60"}));
+    if (got["ok"] == true) return true;
+    EXPECT_EQ(got["reason"], "lock_delay") << got.dump();
+    return false;
+  }, 20'000)) << got.dump() << "\n" << s1.log_text();
+  EXPECT_EQ(::kill(old_pid, 0), -1) << "the old holder still ran when the name was granted again";
+  EXPECT_EQ(got["epoch"], epoch + 1);
+  // The kill came from the push, and its confirmation lifted the lock-delay.
+  EXPECT_GE(counter(ad, "revoke_pushes_acked"), 1u);
+  EXPECT_EQ(counter(ad, "revoke_ended_kill_confirmed"), 1u);
+  EXPECT_EQ(counter(ad, "revoke_ended_lease_expired"), 0u);
+  EXPECT_FALSE(s1.events("revoked").empty()) << s1.log_text();
+  EXPECT_FALSE(s1.events("kill_confirmed").empty()) << s1.log_text();
+}
+
+#ifdef LEASEHOLD_CLI_BINARY
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+CliRun run_cli(const fs::path& dir, const std::vector<std::string>& args) {
+  static int runs = 0;
+  const std::string tag = "cli" + std::to_string(++runs);
+  Child c;
+  c.start(LEASEHOLD_CLI_BINARY, args, dir / (tag + ".out"), dir / (tag + ".err"));
+  CliRun r;
+  r.code = c.wait(60'000);
+  r.out = slurp(dir / (tag + ".out"));
+  r.err = slurp(dir / (tag + ".err"));
+  return r;
+}
+
+// `leasehold revoke --wait` returns once the name is grantable again and says which ended the
+// wait: the old holder's kill confirmed (its supervisor answers), or its lease expired (its
+// supervisor is frozen: nothing confirms).
+TEST_F(SupervisorProcess, RevokeWaitSaysWhetherTheKillWasConfirmedOrTheLeaseExpired) {
+  start_lockd({"--ttl-ms", "3000"});
+  Supervisor s1;
+  std::string err;
+  ASSERT_TRUE(s1.start(dir_.path(), lockd_.address, key_,
+                       {"--ttl-ms", "3000", "--kill-after-ms", "1800", "--heartbeat-interval-ms", "600",
+                        "--kill-latency-budget-ms", "50", "--slots", "16"},
+                       &err, "s1"))
+      << err;
+  auto ad = admin();
+  const std::vector<std::string> lf = {"--lockd", lockd_.address, "--key-file", key_};
+  const json a = s1.call(run_req("w1", {"sleep", "60"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  ASSERT_TRUE(eventually([&] { return counter(ad, "refresh_entries") > 0; }, 10'000));
+  const CliRun c = run_cli(dir_.path(), with({"revoke", "w1", "--wait", "--json"}, lf));
+  ASSERT_EQ(c.code, 0) << c.err << c.out;
+  const json j = json::parse(c.out);
+  EXPECT_EQ(j["ended_by"], "kill_confirmed") << c.out;
+  EXPECT_EQ(j["epoch"], a["epoch"].get<Epoch>() + 1);
+  EXPECT_EQ(::kill(a["pid"].get<pid_t>(), 0), -1);
+
+  // A frozen supervisor confirms nothing: the wait ends when the old lease would have expired.
+  const json b = s1.call(run_req("w2", {"sleep", "60"}));
+  ASSERT_EQ(b["ok"], true) << b.dump();
+  s1.child.signal(SIGSTOP);
+  const CliRun d = run_cli(dir_.path(), with({"revoke", "w2", "--wait"}, lf));
+  s1.child.signal(SIGCONT);
+  ASSERT_EQ(d.code, 0) << d.err << d.out;
+  EXPECT_NE(d.out.find("not grantable until worker " + s1.worker), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("lease expired"), std::string::npos) << d.out;
+  EXPECT_EQ(counter(ad, "revoke_ended_lease_expired"), 1u);
+  // Shown while pending, and how it ended afterwards.
+  const CliRun shown = run_cli(dir_.path(), with({"show", "w2", "--json"}, lf));
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_EQ(json::parse(shown.out)["revoke_ended"], "lease_expired") << shown.out;
+}
+#endif
+
 }  // namespace
 }  // namespace leasehold

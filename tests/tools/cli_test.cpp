@@ -55,6 +55,8 @@ struct Result {
   std::string err;
 };
 
+constexpr const char* kSandbox = "0f8fad5b-d9cb-469f-a165-70867728950e";
+
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -128,7 +130,7 @@ class CliTest : public ::testing::Test {
   }
 
   /// Starts leasehold-lockd on an ephemeral loopback port; returns "127.0.0.1:PORT".
-  std::string start_lockd() {
+  std::string start_lockd(const std::vector<std::string>& extra = {}) {
     const fs::path out = dir_ / "lockd.out";
     lockd_pid_ = ::fork();
     if (lockd_pid_ == 0) {
@@ -136,8 +138,11 @@ class CliTest : public ::testing::Test {
       ::dup2(o, 1);
       ::dup2(o, 2);
       const std::string store = (dir_ / "lockd.db").string();
-      ::execl(LEASEHOLD_LOCKD_BINARY, LEASEHOLD_LOCKD_BINARY, "--listen", "127.0.0.1:0", "--store", store.c_str(),
-              "--key-file", key_.c_str(), static_cast<char*>(nullptr));
+      std::vector<const char*> argv{LEASEHOLD_LOCKD_BINARY, "--listen", "127.0.0.1:0", "--store", store.c_str(),
+                                    "--key-file", key_.c_str()};
+      for (const auto& a : extra) argv.push_back(a.c_str());
+      argv.push_back(nullptr);
+      ::execv(LEASEHOLD_LOCKD_BINARY, const_cast<char* const*>(argv.data()));
       ::_exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -156,9 +161,28 @@ class CliTest : public ::testing::Test {
   std::vector<std::string> lockd_flags(const std::string& addr) {
     return {"--lockd", addr, "--key-file", key_, "--timeout-ms", "400"};
   }
+  /// For requests that change the table: their answer waits for the store's fsync, which a
+  /// loaded machine can make slow.
+  std::vector<std::string> patient_lockd_flags(const std::string& addr) {
+    return {"--lockd", addr, "--key-file", key_, "--timeout-ms", "10000"};
+  }
   std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
+  }
+
+  /// `name` held at lockd by kSandbox (2-phase, committed straight at lockd for a worker id);
+  /// its epoch, or 0 after a test failure.
+  std::uint64_t held_at_lockd(const std::string& name, const std::vector<std::string>& lf) {
+    const Result acq = cli(with({"acquire", name, "--sandbox", kSandbox, "--json"}, lf));
+    EXPECT_EQ(acq.code, kOk) << acq.err;
+    if (acq.code != kOk) return 0;
+    const auto e = nlohmann::json::parse(acq.out)["epoch"].get<std::uint64_t>();
+    const Result com = cli(with({"commit", name, "--sandbox", kSandbox, "--epoch", std::to_string(e), "--worker",
+                                 "6a1e0c4e-5a55-4d3e-9a5b-1b2c3d4e5f60"},
+                                lf));
+    EXPECT_EQ(com.code, kOk) << com.err;
+    return com.code == kOk ? e : 0;
   }
 
   fs::path dir_;
@@ -173,7 +197,6 @@ class CliTest : public ::testing::Test {
     EXPECT_NE((r).err.find(phrase), std::string::npos) << "stderr: " << (r).err;      \
   } while (0)
 
-constexpr const char* kSandbox = "0f8fad5b-d9cb-469f-a165-70867728950e";
 // Nothing answers on this port: the discard port on loopback, closed on any test machine.
 constexpr const char* kSilentLockd = "127.0.0.1:9";
 
@@ -406,13 +429,9 @@ TEST_F(CliTest, TransferChecksTheReceiverBeforeAnythingMoves) {
   // run the --to sandbox: refused before begin, and the holder keeps the name at its epoch.
   const std::string addr = start_lockd();
   const auto lf = lockd_flags(addr);
-  const Result acq = cli(with({"acquire", "moved", "--sandbox", kSandbox, "--json"}, lf));
-  ASSERT_EQ(acq.code, kOk) << acq.err;
-  const auto epoch = std::to_string(nlohmann::json::parse(acq.out)["epoch"].get<std::uint64_t>());
-  const Result com = cli(with({"commit", "moved", "--sandbox", kSandbox, "--epoch", epoch, "--worker",
-                               "6a1e0c4e-5a55-4d3e-9a5b-1b2c3d4e5f60"},
-                              lf));
-  ASSERT_EQ(com.code, kOk) << com.err;
+  const std::uint64_t held = held_at_lockd("moved", lf);
+  ASSERT_NE(held, 0u);
+  const auto epoch = std::to_string(held);
   const std::string sock = (dir_ / "receiver.sock").string();
   FakeSupervisor receiver(sock, nlohmann::json({{"v", 1}, {"ok", true}, {"sandboxes", nlohmann::json::array()}}).dump());
   const std::string other = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
@@ -425,6 +444,87 @@ TEST_F(CliTest, TransferChecksTheReceiverBeforeAnythingMoves) {
   const auto j = nlohmann::json::parse(shown.out);
   EXPECT_EQ(j["state"], "held");
   EXPECT_EQ(std::to_string(j["epoch"].get<std::uint64_t>()), epoch) << "nothing moved";
+}
+
+TEST_F(CliTest, RevokeOfAFreeNameIsNotHeldUnlessForced) {
+  const std::string addr = start_lockd();
+  const auto lf = patient_lockd_flags(addr);
+  const Result acq = cli(with({"acquire", "idle", "--sandbox", kSandbox, "--json"}, lf));
+  ASSERT_EQ(acq.code, kOk) << acq.err;
+  const auto e = nlohmann::json::parse(acq.out)["epoch"].get<std::uint64_t>();
+  const Result first = cli(with({"revoke", "idle", "--json"}, lf));  // Acquiring -> Free, e + 1
+  ASSERT_EQ(first.code, kOk) << first.err;
+  EXPECT_EQ(nlohmann::json::parse(first.out)["epoch"], e + 1);
+  for (int i = 0; i < 2; ++i) {  // again and again: "not held", and no epoch is burned
+    const Result again = cli(with({"revoke", "idle"}, lf));
+    EXPECT_ANSWER(again, kNotFound, "not held");
+    const Result shown = cli(with({"show", "idle", "--json"}, lf));
+    ASSERT_EQ(shown.code, kOk) << shown.err;
+    EXPECT_EQ(nlohmann::json::parse(shown.out)["epoch"], e + 1);
+  }
+  const Result forced = cli(with({"revoke", "idle", "--force", "--json"}, lf));
+  ASSERT_EQ(forced.code, kOk) << forced.err;
+  EXPECT_EQ(nlohmann::json::parse(forced.out)["epoch"], e + 2);
+  EXPECT_ANSWER(cli(with({"revoke", "never-seen"}, lf)), kNotFound, "unknown name");
+}
+
+TEST_F(CliTest, RevokeFenceDbAnnouncesTheNewEpochBeforeTheRevoke) {
+  const std::string addr = start_lockd();
+  const auto lf = patient_lockd_flags(addr);
+  const std::uint64_t e = held_at_lockd("fenced", lf);
+  ASSERT_NE(e, 0u);
+  // A resource that cannot be told: nothing is revoked (the old holder would otherwise write
+  // with an epoch the resource does not yet know to be stale).
+  const std::string bad = (dir_ / "not-a-store.db").string();
+  std::ofstream(bad) << "this is not a SQLite database, and it is not empty\n";
+  const Result refused = cli(with({"revoke", "fenced", "--fence-db", bad}, lf));
+  EXPECT_EQ(refused.code, kUsage) << refused.err;
+  const Result still = cli(with({"show", "fenced", "--json"}, lf));
+  ASSERT_EQ(still.code, kOk) << still.err;
+  EXPECT_EQ(nlohmann::json::parse(still.out)["state"], "held") << "revoked although the resource was not told";
+  EXPECT_EQ(nlohmann::json::parse(still.out)["epoch"], e);
+  // A fenced store: it knows the new epoch by the time lockd applied it.
+  const std::string db = (dir_ / "resource.db").string();
+  const Result ok = cli(with({"revoke", "fenced", "--fence-db", db, "--json"}, lf));
+  ASSERT_EQ(ok.code, kOk) << ok.err;
+  EXPECT_EQ(nlohmann::json::parse(ok.out)["epoch"], e + 1);
+  std::string err;
+  auto store = resource::FencedStore::open(db, err);
+  ASSERT_NE(store, nullptr) << err;
+  EXPECT_EQ(store->highest("fenced"), e + 1);
+}
+
+TEST_F(CliTest, TransferReservationLapsesAfterItsTtl) {
+  // A transfer to a sandbox that never comes: the reservation lapses and anyone may acquire,
+  // at the transfer's (fresh) epoch.
+  const std::string addr = start_lockd({"--reservation-ttl-ms", "3000"});
+  const auto lf = patient_lockd_flags(addr);
+  const std::uint64_t e = held_at_lockd("moved", lf);
+  ASSERT_NE(e, 0u);
+  const std::string nobody = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
+  const Result t = cli(with({"transfer", "moved", "--to", nobody, "--wait-ms", "0"}, lf));
+  ASSERT_EQ(t.code, kOk) << t.err;
+  const Result text = cli(with({"show", "moved"}, lf));
+  EXPECT_NE(text.out.find("lapses in "), std::string::npos) << text.out;
+  const Result shown = cli(with({"show", "moved", "--json"}, lf));
+  ASSERT_EQ(shown.code, kOk) << shown.err;
+  const auto j = nlohmann::json::parse(shown.out);
+  EXPECT_EQ(j["reserved_for"], nobody);
+  ASSERT_TRUE(j["reservation_left_ms"].is_number()) << shown.out;
+  EXPECT_LE(j["reservation_left_ms"].get<std::uint64_t>(), 3000u);
+  // Wait for the lapse (an event lockd reports), not for a fixed time.
+  nlohmann::json after;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    after = nlohmann::json::parse(cli(with({"show", "moved", "--json"}, lf)).out);
+  } while (!after["reserved_for"].is_null() && std::chrono::steady_clock::now() < deadline);
+  ASSERT_TRUE(after["reserved_for"].is_null()) << "the reservation never lapsed: " << after.dump();
+  EXPECT_EQ(after["state"], "free");
+  EXPECT_EQ(after["epoch"], e + 1);
+  const Result taken = cli(with({"acquire", "moved", "--json"}, lf));
+  ASSERT_EQ(taken.code, kOk) << taken.err;
+  EXPECT_EQ(nlohmann::json::parse(taken.out)["epoch"], e + 1) << "the fresh epoch is granted, once";
 }
 
 TEST_F(CliTest, CheckFollowsTheSlot) {
