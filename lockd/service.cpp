@@ -345,6 +345,14 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     return;
   }
   if (type == wire::MessageType::revoked_ack) {
+    // Only the revoked worker's answer stops the push: another worker's key cannot silence it.
+    const auto p = push_ids_.find(rid);
+    const auto push = p != push_ids_.end() ? pushes_.find(p->second) : pushes_.end();
+    if (push != pushes_.end() && caller_.authority != wire::Authority::admin && push->second.worker != caller_.id) {
+      ++counters_.forbidden;
+      ++counters_.refusals[static_cast<std::size_t>(Refusal::forbidden)];
+      return;
+    }
     on_revoked_ack(std::get<wire::RevokedAck>(m.body), rid);
     return;
   }
@@ -380,7 +388,9 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     case wire::MessageType::revoke: answer = on_revoke(std::get<wire::Revoke>(m.body), now_ns); break;
     case wire::MessageType::reassign: answer = on_reassign(std::get<wire::Reassign>(m.body), now_ns); break;
     case wire::MessageType::kill_confirmed:
-      answer = on_kill_confirmed(std::get<wire::KillConfirmed>(m.body), m.header.sender, now_ns);
+      // The worker whose derived key signed it (an admin may speak for any worker).
+      answer = on_kill_confirmed(std::get<wire::KillConfirmed>(m.body),
+                                 caller_.authority == wire::Authority::worker ? caller_.id : m.header.sender, now_ns);
       break;
     case wire::MessageType::list: answer = on_list(std::get<wire::List>(m.body), now_ns); break;
     case wire::MessageType::show: answer = on_show(std::get<wire::Show>(m.body), now_ns); break;
@@ -760,7 +770,8 @@ void LockService::send_pushes(std::int64_t now_ns) {
       const auto addr = worker_addresses_.find(p.worker);
       if (addr != worker_addresses_.end()) {  // else: at the first heartbeat that shows it
         ++counters_.revoke_pushes_sent;
-        send_now(addr->second, p.request_id, nullptr, wire::Revoked{it->first, p.epoch, p.new_epoch});
+        // Sealed with that worker's own key: only it can read it as from lockd.
+        send_to_worker(p.worker, addr->second, p.request_id, wire::Revoked{it->first, p.epoch, p.new_epoch});
         p.next_send_ns = now_ns + kRevokePushRetryNs;
       }
     }
