@@ -111,7 +111,7 @@ struct alignas(64) Slot {
   std::int64_t time_ns;        // Held expiry; Acquiring deadline; Free lock-delay end (0 none)
   std::int64_t timer_ns;       // due of the authoritative timer entry (0 none)
   std::uint32_t fingerprint;   // name_fingerprint_of(text)
-  std::uint16_t worker;        // Held: worker index (1..kWorkersMax)
+  std::uint16_t worker;        // Held, Acquiring (0: none named): worker index (1..kWorkersMax)
   LockPhase phase;
   std::uint8_t flags;          // kFlag*; revoking: the revoked epoch's distance
 };
@@ -131,7 +131,7 @@ struct TimerLater {
 struct WorkerEntry {
   WorkerId id;
   std::int64_t alive_until_ns = 0;
-  std::uint32_t refs = 0;  // Held records on this worker
+  std::uint32_t refs = 0;  // Held and Acquiring records on this worker, revokes waiting for it
 };
 
 inline std::uint64_t mix(NameId n) noexcept {
@@ -322,6 +322,7 @@ struct LeaseTable::Impl {
       case LockPhase::acquiring:
         v.owner = s.owner;
         v.deadline_ns = s.time_ns;
+        if (s.worker != 0) v.worker = workers[s.worker].id;
         break;
       case LockPhase::held:
         v.owner = s.owner;
@@ -436,6 +437,7 @@ struct LeaseTable::Impl {
   // ---- state changes ----
   void enter_held(Slot& s, SandboxId owner, std::uint16_t worker, Epoch epoch,
                   std::int64_t expiry_ns) {
+    leave_acquiring(s);
     s.phase = LockPhase::held;
     s.owner = owner;
     s.worker = worker;
@@ -446,6 +448,13 @@ struct LeaseTable::Impl {
     ++held;
     high_water = std::max(high_water, epoch);
     arm(s, deadline_of(s));
+  }
+  // Drops an Acquiring record's worker reference (before it becomes Held or Free).
+  void leave_acquiring(Slot& s) noexcept {
+    if (s.phase != LockPhase::acquiring || s.worker == 0) return;
+    assert(workers[s.worker].refs > 0);
+    --workers[s.worker].refs;
+    s.worker = 0;
   }
   void leave_held(Slot& s) noexcept {
     assert(s.phase == LockPhase::held);
@@ -460,6 +469,7 @@ struct LeaseTable::Impl {
                        std::int64_t lock_delay_until_ns, std::int64_t now_ns,
                        PendingRevoke revoke = {}) {
     if (s->phase == LockPhase::held) leave_held(*s);
+    leave_acquiring(*s);
     if (s->phase == LockPhase::transferring) s->timer_ns = 0;
     drop_revoke(*s);
     s->phase = LockPhase::free;
@@ -576,7 +586,7 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
     epoch = high_water + 1;
   }
   std::uint16_t widx = 0;
-  if (!two_phase) {
+  if (!worker.is_nil()) {
     widx = intern_worker(worker);
     if (widx == 0) return refuse(Refusal::table_full, name, s);
   }
@@ -588,6 +598,8 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
     s->owner = sandbox;
     s->epoch = epoch;
     s->flags = 0;
+    s->worker = widx;
+    if (widx != 0) ++workers[widx].refs;
     s->time_ns = add_sat(now_ns, config.acquiring_ttl_ns);
     high_water = std::max(high_water, epoch);
     arm(*s, s->time_ns);
@@ -603,8 +615,9 @@ Outcome LeaseTable::acquire(std::string_view name, SandboxId sandbox, WorkerId w
   return impl_->acquire(name, sandbox, worker, now_ns, ttl_ns, false);
 }
 
-Outcome LeaseTable::acquire_2pc(std::string_view name, SandboxId sandbox, std::int64_t now_ns) {
-  return impl_->acquire(name, sandbox, WorkerId{}, now_ns, 0, true);
+Outcome LeaseTable::acquire_2pc(std::string_view name, SandboxId sandbox, std::int64_t now_ns,
+                                WorkerId worker) {
+  return impl_->acquire(name, sandbox, worker, now_ns, 0, true);
 }
 
 Outcome LeaseTable::commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId worker,

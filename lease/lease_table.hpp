@@ -117,7 +117,8 @@ struct LockState {
   SandboxId owner;              ///< Held / Acquiring: the owner; Transferring: `from`
   SandboxId to;                 ///< Transferring: the intended owner
   SandboxId reserved_for;       ///< Free: only this sandbox may acquire (nil: anyone)
-  WorkerId worker;              ///< Held: the worker whose supervisor holds the lease
+  WorkerId worker;              ///< Held: the worker whose supervisor holds the lease;
+                                ///< Acquiring: the worker it is bound to (nil: none)
   std::int64_t expiry_ns = 0;   ///< Held: lease expiry (kNoExpiry in preemptible mode)
   std::int64_t deadline_ns = 0; ///< Acquiring: commit deadline
   /// Free: acquire refused with lock_delay before this (an expiry's or preemption's lock-delay,
@@ -290,10 +291,14 @@ class LeaseTable {
   Outcome acquire(std::string_view name, SandboxId sandbox, WorkerId worker, std::int64_t now_ns,
                   std::int64_t ttl_ns = 0);
 
-  /// 2-phase acquire: Free -> Acquiring{sandbox, epoch, deadline = now_ns + acquiring_ttl}.
-  /// The epoch is allocated here (+1 at acquire). Idempotent for the same sandbox while
-  /// Acquiring. Not preemptible. Refusals as `acquire`, minus wrong_mode.
-  Outcome acquire_2pc(std::string_view name, SandboxId sandbox, std::int64_t now_ns);
+  /// 2-phase acquire: Free -> Acquiring{sandbox, worker, epoch, deadline = now_ns +
+  /// acquiring_ttl}. The epoch is allocated here (+1 at acquire). `worker` (nil: none named,
+  /// e.g. an operator's acquire that any worker may commit) is the worker the record is bound
+  /// to: LockState::worker shows it, and lockd lets only that worker commit or abort it.
+  /// Idempotent for the same sandbox while Acquiring (the first acquire's worker stays). Not
+  /// preemptible. Refusals as `acquire`, minus wrong_mode.
+  Outcome acquire_2pc(std::string_view name, SandboxId sandbox, std::int64_t now_ns,
+                      WorkerId worker = {});
 
   /// Commit: Acquiring{sandbox, epoch} -> Held{sandbox, worker, epoch, now_ns + ttl}, epoch
   /// unchanged. Validity is re-checked at the moment of the grant: refused acquiring_expired

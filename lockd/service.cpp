@@ -242,6 +242,7 @@ Refusal LockService::authorize(const Caller& caller, const wire::Message& m) con
   // A name another worker's sandbox holds (or is handing over) is not this worker's.
   auto others = [&](NameId id) {
     const LockState st = table_.state(id);
+    if (cfg_.ablate_acquiring_unbound && st.phase == LockPhase::acquiring) return false;
     return st.known && !st.worker.is_nil() && st.worker != self;
   };
   switch (m.header.type) {
@@ -249,9 +250,14 @@ Refusal LockService::authorize(const Caller& caller, const wire::Message& m) con
       const auto& a = std::get<wire::Acquire>(m.body);
       return a.worker.is_nil() || a.worker == self ? Refusal::none : Refusal::forbidden;
     }
-    case wire::MessageType::commit:
-      return std::get<wire::Commit>(m.body).worker == self ? Refusal::none : Refusal::forbidden;
-    case wire::MessageType::release:
+    case wire::MessageType::commit: {
+      // The commit must name this worker, and an Acquiring record bound to another worker
+      // (its 2-phase acquire came from that worker) is not this worker's to commit.
+      const auto& c = std::get<wire::Commit>(m.body);
+      if (c.worker != self) return Refusal::forbidden;
+      return !cfg_.ablate_acquiring_unbound && others(c.name_id) ? Refusal::forbidden : Refusal::none;
+    }
+    case wire::MessageType::release:  // also the abort of a 2-phase acquire: bound the same way
       return others(std::get<wire::Release>(m.body).name_id) ? Refusal::forbidden : Refusal::none;
     // Admin operations: a worker's key gives no power over names it does not hold, nor to
     // see the whole table.
@@ -554,7 +560,9 @@ wire::Body LockService::on_acquire(const wire::Acquire& a, std::int64_t now_ns) 
   std::int64_t ttl_ns = static_cast<std::int64_t>(a.ttl_ms) * kNsPerMs;
   ttl_ns = std::min(ttl_ns, table_.config().max_ttl_ns);  // clamped; the Grant says what was given
   auto run = [&] {
-    return a.two_phase ? table_.acquire_2pc(a.name, a.sandbox, now_ns)
+    // A worker's 2-phase acquire is bound to that worker (named, or else the sender).
+    const WorkerId bound = !a.worker.is_nil() || caller_.authority != wire::Authority::worker ? a.worker : caller_.id;
+    return a.two_phase ? table_.acquire_2pc(a.name, a.sandbox, now_ns, bound)
                        : table_.acquire(a.name, a.sandbox, a.worker, now_ns, ttl_ns);
   };
   Outcome o = run();
@@ -715,7 +723,7 @@ wire::Body LockService::on_transfer_accept(const wire::TransferAccept& t, std::i
   if (cfg_.mode == LockMode::preemptible) {
     // Preemptible mode has no 1-phase acquire: reserve and commit in one step (the worker
     // is in the request, so the name is attached to it at once).
-    o = table_.acquire_2pc(text, t.to, now_ns);
+    o = table_.acquire_2pc(text, t.to, now_ns, t.worker);
     if (o.ok()) o = table_.commit(t.name_id, t.to, o.token.epoch, t.worker, now_ns);
   } else {
     o = table_.acquire(text, t.to, t.worker, now_ns);

@@ -99,6 +99,30 @@ TEST_F(LeaseTableTest, CommitMovesAcquiringToHeldWithTheWorker) {
   EXPECT_TRUE(table.commit(id("db"), kA, 1, kW2, kT0 + kSecondNs).ok());  // idempotent
 }
 
+TEST_F(LeaseTableTest, Acquire2pcIsBoundToItsWorkerUntilItLeavesAcquiring) {
+  const Outcome o = table.acquire_2pc("db", kA, kT0, kW1);
+  ASSERT_TRUE(o.ok()) << to_string(o.refusal);
+  EXPECT_EQ(o.state.worker, kW1);
+  EXPECT_EQ(table.state(id("db")).worker, kW1);
+  EXPECT_EQ(table.acquire_2pc("db", kA, kT0 + 1, kW2).state.worker, kW1);  // idempotent: the first stays
+  EXPECT_TRUE(table.acquire_2pc("free", kB, kT0).state.worker.is_nil());   // none named
+  // Every way out of Acquiring drops the binding (and its worker reference).
+  ASSERT_TRUE(table.commit(id("db"), kA, 1, kW1, kT0).ok());
+  EXPECT_EQ(table.state(id("db")).worker, kW1);
+  ASSERT_TRUE(table.release(id("db"), kA, 1, kT0).ok());
+  const Outcome again = table.acquire_2pc("db", kA, kT0, kW2);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.state.worker, kW2);
+  ASSERT_TRUE(table.release(id("db"), kA, again.token.epoch, kT0).ok());  // abort
+  EXPECT_TRUE(table.state(id("db")).worker.is_nil());
+  ASSERT_TRUE(table.acquire_2pc("db", kA, kT0, kW2).ok());
+  ASSERT_TRUE(table.revoke(id("db"), kT0).ok());
+  EXPECT_TRUE(table.state(id("db")).worker.is_nil());
+  ASSERT_TRUE(table.acquire_2pc("other", kC, kT0, kW2).ok());
+  ASSERT_EQ(advance_to(kT0 + 5 * kSecondNs).size(), 3u);  // "free", "other" lapse; db's revoke bound
+  EXPECT_TRUE(table.state(id("other")).worker.is_nil());
+}
+
 TEST_F(LeaseTableTest, AcquiringTimesOutThroughAdvance) {
   ASSERT_TRUE(table.acquire_2pc("db", kA, kT0).ok());
   EXPECT_TRUE(advance_to(kT0 + 5 * kSecondNs - 1).empty());

@@ -201,6 +201,50 @@ TEST_P(LockdAuthority, ReleaseFromAnotherWorkerIsRefused) {
   }
 }
 
+// W's 2-phase acquire is pending; X knows its name, sandbox id and epoch (they are no secret:
+// the CLI prints them, a sandbox sees its own) and commits it to itself with its own key and id.
+// The Acquiring record is bound to W, so X's commit and X's abort are refused as forbidden.
+TEST_P(LockdAuthority, CommitOfAnotherWorkersAcquireIsRefused) {
+  start("acquiring-unbound");
+  AdminClient w(lockd_.address(), worker_key(W));
+  const Answer g = w.acquire("auth/commit", S1, W, 0, /*two_phase=*/true);
+  const auto* grant = g.as<wire::Grant>();
+  ASSERT_NE(grant, nullptr) << g.error;
+  ASSERT_EQ(grant->state, wire::LockState::acquiring);
+
+  AdminClient x(lockd_.address(), worker_key(X));
+  const Answer c = x.commit(name_id_of("auth/commit"), S1, grant->epoch, X);
+  AdminClient admin(lockd_.address(), cluster_);
+  const Answer shown = admin.show("auth/commit");
+  const auto* info = shown.as<wire::NameInfo>();
+  ASSERT_NE(info, nullptr) << shown.error;
+  if (defended()) {
+    const auto* d = c.as<wire::Deny>();
+    ASSERT_NE(d, nullptr) << c.error;
+    EXPECT_EQ(d->refusal, Refusal::forbidden);
+    EXPECT_TRUE(d->holder.is_nil());
+    EXPECT_EQ(info->record.state, wire::LockState::acquiring);
+    EXPECT_EQ(info->record.worker, W);  // the record names the worker it is bound to
+    // X's abort of W's acquire is refused the same way.
+    const Answer abort = x.release(name_id_of("auth/commit"), S1, grant->epoch);
+    ASSERT_NE(abort.as<wire::Deny>(), nullptr) << abort.error;
+    EXPECT_EQ(abort.as<wire::Deny>()->refusal, Refusal::forbidden);
+    auto n = counters();
+    EXPECT_EQ(n["refusal_forbidden"], 2u);
+    EXPECT_EQ(n["forbidden"], 2u);
+    // W commits its own acquire.
+    const Answer own = w.commit(name_id_of("auth/commit"), S1, grant->epoch, W);
+    ASSERT_NE(own.as<wire::Grant>(), nullptr) << own.error;
+    EXPECT_EQ(own.as<wire::Grant>()->state, wire::LockState::held);
+    EXPECT_EQ(own.as<wire::Grant>()->epoch, grant->epoch);
+  } else {
+    const auto* held = c.as<wire::Grant>();
+    ASSERT_NE(held, nullptr) << "the ablated lockd was expected to let X commit: " << c.error;
+    EXPECT_EQ(held->state, wire::LockState::held);
+    EXPECT_EQ(info->record.worker, X);  // W's sandbox's name now belongs to X's worker
+  }
+}
+
 // Heartbeats claiming W's id, signed with X's key, sent for W's name: they must not keep it
 // held; lockd's TTL expires it.
 TEST_P(LockdAuthority, HeartbeatClaimingAnotherWorkersIdDoesNotRefresh) {
