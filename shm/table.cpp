@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -101,6 +102,16 @@ Location parse_location(std::string_view text) {
     loc.is_fd = true;
     loc.fd = std::atoi(loc.text.c_str());
     loc.name = "fd " + loc.text;
+    return loc;
+  }
+  if (text.substr(0, kMemfdPrefix.size()) == kMemfdPrefix) {
+    const std::string_view name = text.substr(kMemfdPrefix.size());
+    if (name.empty()) fail(TableErrc::bad_argument, "shm table location '" + loc.text + "' names no memfd");
+    if (name.size() > 249 || name.find('/') != std::string_view::npos)
+      fail(TableErrc::bad_argument,
+           "memfd name in '" + loc.text + "' must be at most 249 bytes without '/'");
+    loc.is_memfd = true;
+    loc.name = std::string(name);
     return loc;
   }
   if (text.front() == '/' && text.find('/', 1) != std::string_view::npos) {
@@ -359,13 +370,15 @@ Liveness liveness_of(const Header& h, const WriterLiveness& l, std::uint64_t now
   Liveness out;
   const std::uint64_t hb = l.heartbeat_ns.load(std::memory_order_acquire);
   out.closed = h.closed_ns.load(std::memory_order_acquire) != 0;
-  out.age_ns = heartbeat_age_ns(hb, now_ns, h.liveness_timeout_ns);
+  const std::uint64_t timeout_ns = clamp_liveness_timeout_ns(h.liveness_timeout_ns);
+  out.age_ns = heartbeat_age_ns(hb, now_ns, timeout_ns);
   if (out.age_ns == UINT64_MAX) return out;
-  out.alive = !out.closed && out.age_ns <= h.liveness_timeout_ns;
+  out.alive = !out.closed && out.age_ns <= timeout_ns;
   return out;
 }
 
 void unlink_location(const Location& loc) noexcept {
+  if (loc.is_memfd || loc.is_fd) return;  // nothing named to unlink
   if (loc.is_path) {
     ::unlink(loc.name.c_str());
   } else {
@@ -377,18 +390,87 @@ void unlink_location(const Location& loc) noexcept {
 
 // ---- writer -------------------------------------------------------------------------------
 
+namespace {
+
+// A memfd table: created, owned (mode, group) and sized, then mapped read-write by the writer.
+// The seals come after the header is written (seal_memfd): F_SEAL_FUTURE_WRITE leaves the
+// writer's mapping writable and refuses every later writable mapping and write(2).
+void create_memfd(const Location& loc, const TableOptions& o, std::uint64_t bytes, int& fd_out,
+                  bip::mapped_region& region) {
+  const int fd = ::memfd_create(loc.name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) fail(TableErrc::io_error, quote(loc) + ": memfd_create: " + std::strerror(errno));
+  fd_out = fd;  // owned by the writer from here on (closed by its destructor)
+  int err = 0;
+  // Read bits only: nobody (its owner included, until it chmods) reopens it for writing through
+  // /proc/<pid>/fd; the seals refuse the writes of one who does.
+  if (::fchmod(fd, o.mode & 0444) != 0) err = errno;
+  if (err == 0 && o.group >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(o.group)) != 0)
+    err = errno;
+  if (err == 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) err = errno;
+  if (err != 0) fail(TableErrc::io_error, quote(loc) + ": cannot size/own the memfd: " + std::strerror(err));
+  region = bip::mapped_region(FdMapping{fd}, bip::read_write, 0, bytes);
+}
+
+void seal_memfd(const Location& loc, int fd) {
+  constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+  if (::fcntl(fd, F_ADD_SEALS, kSeals) != 0 || ::fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) != 0)
+    fail(TableErrc::io_error, quote(loc) + ": cannot seal the memfd (F_SEAL_SHRINK | F_SEAL_GROW | "
+                                           "F_SEAL_FUTURE_WRITE needs Linux 5.1): " + std::strerror(errno));
+  if ((::fcntl(fd, F_GET_SEALS) & (kSeals | F_SEAL_SEAL)) != (kSeals | F_SEAL_SEAL))
+    fail(TableErrc::io_error, quote(loc) + ": the memfd does not report its seals");
+}
+
+}  // namespace
+
+TableWriter::OwnedFd& TableWriter::OwnedFd::operator=(OwnedFd&& o) noexcept {
+  if (this != &o) {
+    if (fd >= 0) ::close(fd);
+    fd = o.fd;
+    o.fd = -1;
+  }
+  return *this;
+}
+TableWriter::OwnedFd::~OwnedFd() {
+  if (fd >= 0) ::close(fd);
+}
+
+int TableWriter::reopen_read_only() const noexcept {
+  std::string file;
+  try {
+    file = location_.is_memfd ? "/proc/self/fd/" + std::to_string(memfd_.fd)
+                              : (location_.is_path ? location_.name : "/dev/shm/" + location_.name);
+  } catch (...) {
+    return -ENOMEM;
+  }
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  return fd >= 0 ? fd : -errno;
+}
+
+std::string TableWriter::reader_location() const {
+  if (location_.is_memfd) return "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(memfd_.fd);
+  return location_.text;
+}
+
+int TableWriter::seals() const noexcept {
+  if (memfd_.fd < 0) return 0;
+  const int s = ::fcntl(memfd_.fd, F_GET_SEALS);
+  return s < 0 ? 0 : s;
+}
+
 TableWriter TableWriter::create(const TableOptions& o) {
   const Location loc = parse_location(o.location);
   if (o.slot_count == 0 || o.slot_count > kSlotCountMax)
     fail(TableErrc::bad_argument, quote(loc) + ": slot count " + std::to_string(o.slot_count) +
                                       " outside 1.." + std::to_string(kSlotCountMax));
-  if (o.liveness_timeout_ns == 0)
-    fail(TableErrc::bad_argument, quote(loc) + ": liveness timeout must be > 0");
+  if (o.liveness_timeout_ns == 0 || o.liveness_timeout_ns > kLivenessTimeoutMaxNs)
+    fail(TableErrc::bad_argument, quote(loc) + ": liveness timeout " + ms_text(o.liveness_timeout_ns) +
+                                      " outside (0, " + ms_text(kLivenessTimeoutMaxNs) + "]");
+  if (loc.is_fd) fail(TableErrc::bad_argument, quote(loc) + ": a writer creates a path, a shm name or memfd:NAME");
   if (o.mode > 0777) fail(TableErrc::bad_argument, quote(loc) + ": file mode above 0777");
 
   // A table already there: refuse if its writer is alive, else replace it (new incarnation).
   std::uint64_t incarnation = 1;
-  {
+  if (!loc.is_memfd) {  // a memfd is new by construction: nothing to inspect or replace
     RawMap old = map_readonly(loc);
     if (old.err == 0 || old.not_regular != nullptr) {
       std::string why;
@@ -423,7 +505,9 @@ TableWriter TableWriter::create(const TableOptions& o) {
   w.location_ = loc;
   try {
     bip::permissions perm(o.mode);
-    if (loc.is_path) {
+    if (loc.is_memfd) {
+      create_memfd(loc, o, bytes, w.memfd_.fd, w.region_);
+    } else if (loc.is_path) {
       const int fd = ::open(loc.name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o.mode);
       if (fd < 0) {
         const int err = errno;
@@ -481,6 +565,7 @@ TableWriter TableWriter::create(const TableOptions& o) {
   reinterpret_cast<WriterLiveness*>(base + kLivenessOffset)
       ->heartbeat_ns.store(now, std::memory_order_release);
   h->ready.store(kReady, std::memory_order_release);  // LAST: publishes everything above
+  if (loc.is_memfd && o.seal) seal_memfd(loc, w.memfd_.fd);
 
   w.slot_count_ = o.slot_count;
   w.cooldown_ns_ = o.slot_cooldown_ns;
@@ -696,6 +781,9 @@ void TableWriter::record_kill(std::uint64_t kill_latency_ns) noexcept {
 
 TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
   const Location loc = parse_location(location);
+  if (loc.is_memfd)
+    fail(TableErrc::bad_argument, quote(loc) + ": a memfd table is opened by its descriptor or by "
+                                               "/proc/<writer pid>/fd/<N>, not by its name");
   if (!loc.is_fd) {
     // Only a table its writer alone can change is worth checking a lease against.
     const std::string file = loc.is_path ? loc.name : "/dev/shm/" + loc.name;
@@ -743,7 +831,7 @@ TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
       r.stats_ = reinterpret_cast<const Stats*>(base + kStatsOffset);
       r.slots_ = reinterpret_cast<const Slot*>(base + kSlotsOffset);
       r.slot_count_ = r.header_->slot_count;
-      r.liveness_timeout_ns_ = r.header_->liveness_timeout_ns;
+      r.liveness_timeout_ns_ = clamp_liveness_timeout_ns(r.header_->liveness_timeout_ns);
       return r;
     }
     // Transient stages retry until wait_ns; structural errors fail at once.

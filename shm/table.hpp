@@ -92,15 +92,22 @@ class TableError : public std::runtime_error {
 /// ("leasehold" or "/leasehold", which Boost.Interprocess places in /dev/shm).
 ///
 /// Text of decimal digits only is an inherited file descriptor (what the supervisor gives an
-/// isolated sandbox: LEASEHOLD_SHM=3, a read-only descriptor it may map but not reopen for
-/// writing); readers only.
+/// isolated sandbox: LEASEHOLD_SHM=3, a read-only descriptor of a sealed memfd, which it may map
+/// but never write, grow, shrink or map writable); readers only.
+///
+/// "memfd:NAME" (writers only) is an anonymous sealed memfd (memfd_create, NAME shows in
+/// /proc/<pid>/fd): no path anyone could open, truncate or replace. Readers reach it through a
+/// descriptor (TableWriter::reopen_read_only) or, from outside, /proc/<writer pid>/fd/<N>
+/// (TableWriter::reader_location).
 struct Location {
   std::string text;  ///< as given
   bool is_path = false;
   bool is_fd = false;
+  bool is_memfd = false;
   int fd = -1;       ///< is_fd: the descriptor
-  std::string name;  ///< shm name without leading '/', or the path
+  std::string name;  ///< shm name without leading '/', the path, or the memfd's name
 };
+inline constexpr std::string_view kMemfdPrefix = "memfd:";
 /// Throws TableError(bad_argument) for empty text, '/'-only, or shm names with '/' inside.
 Location parse_location(std::string_view text);
 /// The location in $LEASEHOLD_SHM (what the supervisor puts in every sandbox's env);
@@ -113,13 +120,28 @@ std::uint64_t boottime_ns() noexcept;
 
 inline constexpr std::uint32_t kSnapshotRetriesMax = 64;
 
+/// The longest liveness timeout a reader takes from a table header (10 s): a reader clamps a
+/// larger header value to it, so a corrupt or forged header (e.g. UINT64_MAX) cannot make a dead
+/// writer's stale heartbeat count as alive for longer. Writers refuse a larger timeout
+/// (bad_argument). The supervisor uses min(1 s, kill_after).
+inline constexpr std::uint64_t kLivenessTimeoutMaxNs = 10'000'000'000ULL;
+/// The liveness timeout a reader applies: the header's value, at most kLivenessTimeoutMaxNs.
+constexpr std::uint64_t clamp_liveness_timeout_ns(std::uint64_t header_ns) noexcept {
+  return header_ns < kLivenessTimeoutMaxNs ? header_ns : kLivenessTimeoutMaxNs;
+}
+
 struct TableOptions {
   std::string location;
   std::uint32_t slot_count = 1024;                     ///< 1..kSlotCountMax
   std::uint64_t liveness_timeout_ns = 1'000'000'000;   ///< heartbeat age that means "dead"
   std::uint64_t slot_cooldown_ns = 2'000'000'000;      ///< freed slot unused for this long
-  unsigned mode = 0640;  ///< file mode (umask does not apply); sandboxes map an inherited descriptor
+  unsigned mode = 0640;  ///< file mode (umask does not apply; a memfd keeps its read bits only)
   long group = -1;                                     ///< gid to chown to; -1 keeps ours
+  /// memfd tables: seal against shrink, grow and any future writable mapping or write(2)
+  /// (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE, then F_SEAL_SEAL) once the writer holds
+  /// its mapping. false is the ablation for the attack tests only (a holder of the descriptor can
+  /// then truncate the table under the writer, which dies of SIGBUS at its next store).
+  bool seal = true;
 };
 
 /// A consistent copy of one slot (seqlock-validated).
@@ -189,8 +211,18 @@ class TableWriter {
   TableErrc free(std::uint32_t slot, std::uint64_t now_ns) noexcept;
   /// Marks the table closed (heartbeat 0, closed_ns set): every check_deadline fails.
   void close(std::uint64_t now_ns) noexcept;
-  /// Unlinks the file or shm name (mappings stay valid until unmapped).
+  /// Unlinks the file or shm name (mappings stay valid until unmapped); nothing for a memfd.
   void remove() noexcept;
+  /// A new read-only descriptor of the table (O_RDONLY | O_CLOEXEC), for a reader to inherit:
+  /// of a memfd through /proc/self/fd (its own open file description, so it cannot be used to
+  /// write even where the seals would allow it), of a file or shm name by opening it. -errno on
+  /// failure.
+  int reopen_read_only() const noexcept;
+  /// Where a reader outside this process opens the table: the path or shm name, or for a memfd
+  /// /proc/<pid>/fd/<N> (root only when this process is not dumpable).
+  std::string reader_location() const;
+  /// The seals of a memfd table (F_GET_SEALS), 0 for a file.
+  int seals() const noexcept;
   /// Why the last claim returned table_full (empty after a successful claim).
   const std::string& claim_refusal() const noexcept { return claim_refusal_; }
 
@@ -217,7 +249,17 @@ class TableWriter {
   Slot* slot_ptr(std::uint32_t i) const noexcept;
   Stats& stats() const noexcept;
 
+  // Owns the memfd of a memfd table (closed by the destructor; -1 for files).
+  struct OwnedFd {
+    int fd = -1;
+    OwnedFd() = default;
+    OwnedFd(OwnedFd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+    OwnedFd& operator=(OwnedFd&& o) noexcept;
+    ~OwnedFd();
+  };
+
   Location location_;
+  OwnedFd memfd_;
   boost::interprocess::mapped_region region_;
   std::uint32_t slot_count_ = 0;
   std::uint64_t cooldown_ns_ = 0;

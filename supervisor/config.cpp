@@ -1,5 +1,7 @@
 #include "supervisor/config.hpp"
 
+#include "shm/table.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <sys/random.h>
@@ -136,7 +138,7 @@ std::string default_control_socket_path() {
 std::string worker_lock_path(const WorkerId& worker) { return runtime_dir() + "/worker-" + worker.str() + ".lock"; }
 
 std::string default_shm_path(const WorkerId& worker) {
-  return "/dev/shm/leasehold-" + worker.str();
+  return std::string(shm::kMemfdPrefix) + "leasehold-" + worker.str();
 }
 
 std::string_view to_string(SupervisorMode m) noexcept {
@@ -165,7 +167,10 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
          },
          "this worker's id, UUID; optional: the key file names it, and a different one is refused");
   app.add_option("--shm", c.shm_path,
-                 "shm epoch table file (default: /dev/shm/leasehold-<worker id>)");
+                 "shm epoch table location (default: memfd:leasehold-<worker id>, a sealed memfd no sandbox can "
+                 "write, grow or shrink; root reads it from outside at /proc/<supervisor pid>/fd/<N>, printed at "
+                 "start). A path or shm name makes a 0640 file external readers can open; a non-root supervisor "
+                 "with isolation refuses one (its sandboxes share its uid and could truncate it)");
   app.add_option("--control-socket", c.control_socket_path,
                  "control socket path (default: /run/leasehold/supervisor.sock as root, else "
                  "$XDG_RUNTIME_DIR/leasehold/supervisor.sock or $HOME/.leasehold/supervisor.sock, a directory that must be "

@@ -396,11 +396,19 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   to.liveness_timeout_ns = std::min<std::uint64_t>(1000, cfg.kill_after_ms) * 1'000'000ull;
   to.mode = 0640;  // sandboxes map the inherited descriptor; only the owner and the group open it
   if (gid) to.group = static_cast<long>(*gid);
+  // Ablation for the attack tests only (never a flag): a memfd table without its seals.
+  if (const char* a = std::getenv("LEASEHOLD_ABLATE"); a != nullptr && std::strstr(a, "unsealed-table") != nullptr)
+    to.seal = false;
   try {
+    if (cfg.isolation && ::geteuid() != 0 && !shm::parse_location(shm_path).is_memfd)
+      return "--shm " + shm_path + ": a non-root supervisor's isolated sandboxes run as its own uid, so they could "
+             "reopen a file-backed table for writing and truncate it (every sandbox of the worker would die with "
+             "the supervisor); leave --shm unset (a sealed memfd) or use --shm memfd:NAME";
     table.emplace(shm::TableWriter::create(to));
   } catch (const shm::TableError& e) {
     return std::string("shm table: ") + e.what();
   }
+  shm_path = table->reader_location();  // what readers outside open (a memfd: /proc/<pid>/fd/<N>)
 
   // cgroup v2 leaves under a per-worker parent, so one worker's leaves are easy to find (and
   // to check for leaks) and removing the parent at shutdown removes nothing of anyone else's.
@@ -432,7 +440,8 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     bwrap.emplace();
     bwrap->args = default_bwrap_args();
     // The sandbox must see the shm table (read-only is enough) and keep the supervisor's stdio.
-    bwrap->args.insert(bwrap->args.end(), {"--ro-bind", shm_path, shm_path});
+    // A memfd table reaches it as the inherited descriptor alone.
+    if (!table->location().is_memfd) bwrap->args.insert(bwrap->args.end(), {"--ro-bind", shm_path, shm_path});
     if (std::string why = probe_bwrap(*bwrap); !why.empty()) return "--bwrap: " + why;
   }
   if (cfg.isolation) {
@@ -467,11 +476,8 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   }
   unsafe_kill = !cfg.isolation && cgroups.mode() != KillMode::cgroup_v2_delegated;
   dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  {
-    const std::string& loc = table->location().name;
-    table_ro_fd = ::open(table->location().is_path ? loc.c_str() : ("/dev/shm/" + loc).c_str(), O_RDONLY | O_CLOEXEC);
-    if (table_ro_fd < 0) return "shm table: cannot open " + shm_path + " read-only: " + std::strerror(errno);
-  }
+  table_ro_fd = table->reopen_read_only();
+  if (table_ro_fd < 0) return "shm table: cannot open " + shm_path + " read-only: " + std::strerror(-table_ro_fd);
 
   deadlines.reset(new std::atomic<std::uint64_t>[cfg.slots]);
   for (std::uint32_t i = 0; i < cfg.slots; ++i) deadlines[i].store(0, std::memory_order_relaxed);

@@ -22,9 +22,9 @@ TEST(ShmConcurrent, RevokeRacingPublishAndExtendNeverResurrects) {
   TempTable t;
   TableOptions o = options_for(t, 4);
   o.slot_cooldown_ns = 0;
-  o.liveness_timeout_ns = 1ULL << 62;  // the probes use synthetic times
+  o.liveness_timeout_ns = kLivenessTimeoutMaxNs;  // the probes use synthetic times near kBaseNs
   auto w = TableWriter::create(o);
-  w.heartbeat(1);
+  w.heartbeat(kBaseNs);
   const auto r = TableReader::open(t.location);
   Violations v;
   std::atomic<bool> stop{false};

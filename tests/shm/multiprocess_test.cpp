@@ -49,9 +49,9 @@ TEST(ShmMultiProcess, ReadersNeverSeeWrongPairingsOrRevokedAsValid) {
   TempTable t;
   TableOptions o = options_for(t, 4);
   o.slot_cooldown_ns = 0;
-  o.liveness_timeout_ns = 1ULL << 62;
+  o.liveness_timeout_ns = kLivenessTimeoutMaxNs;  // the probes use synthetic times near kBaseNs
   auto w = TableWriter::create(o);
-  w.heartbeat(1);
+  w.heartbeat(kBaseNs);
   std::vector<pid_t> kids;
   for (int k = 0; k < kReaders; ++k) {
     const pid_t pid = ::fork();

@@ -23,6 +23,14 @@ using test::TempTable;
 
 constexpr std::uint64_t kS = 1'000'000'000ULL;
 
+// Claims a slot for sandbox(1) and publishes epoch 5 on it, valid forever.
+ClaimResult claim_and_publish(TableWriter& w) {
+  const ClaimResult c = w.claim(sandbox(1), 1);
+  EXPECT_EQ(c.error, TableErrc::ok);
+  EXPECT_EQ(w.publish(c.slot, NameId{1, 2}, "n", 5, UINT64_MAX), TableErrc::ok);
+  return c;
+}
+
 TEST(ShmTable, PublishThenCheckAndSnapshot) {
   TempTable t;
   auto w = TableWriter::create(options_for(t));
@@ -418,10 +426,82 @@ TEST(ShmTable, LocationParsing) {
   EXPECT_EQ(code("/"), TableErrc::bad_argument);
   EXPECT_EQ(code("a/b"), TableErrc::bad_argument);
   EXPECT_EQ(code("/tmp/dir/"), TableErrc::bad_argument);
+  EXPECT_TRUE(parse_location("memfd:w1").is_memfd);
+  EXPECT_EQ(parse_location("memfd:w1").name, "w1");
+  EXPECT_EQ(code("memfd:"), TableErrc::bad_argument);
+  EXPECT_EQ(code("memfd:a/b"), TableErrc::bad_argument);
   ::setenv(kLocationEnv, "from-env", 1);
   EXPECT_EQ(location_from_env(), "from-env");
   ::unsetenv(kLocationEnv);
   EXPECT_THROW(location_from_env(), TableError);
+}
+
+// A hostile or corrupt header's liveness timeout (here UINT64_MAX) would make a dead writer's last
+// heartbeat count as fresh forever, and any heartbeat "ahead" of the reader's clock as alive. A
+// reader clamps it to kLivenessTimeoutMaxNs.
+TEST(ShmTable, AReaderClampsTheHeadersLivenessTimeout) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const ClaimResult c = claim_and_publish(w);
+  w.heartbeat(1 * kS);
+  const std::uint64_t hostile = UINT64_MAX;
+  {
+    const int fd = ::open(t.path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, &hostile, sizeof hostile, offsetof(Header, liveness_timeout_ns)),
+              static_cast<ssize_t>(sizeof hostile));
+    ::close(fd);
+  }
+  auto r = TableReader::open(t.location);
+  ASSERT_EQ(r.header().liveness_timeout_ns, hostile);
+  EXPECT_EQ(clamp_liveness_timeout_ns(hostile), kLivenessTimeoutMaxNs);
+  EXPECT_TRUE(r.check_deadline_at(c.slot, 5, 1 * kS + kLivenessTimeoutMaxNs)) << "within the bound";
+  EXPECT_FALSE(r.check_deadline_at(c.slot, 5, 1 * kS + kLivenessTimeoutMaxNs + 1)) << "a dead writer";
+  EXPECT_FALSE(r.writer_liveness(1 * kS + 3600 * kS).alive);
+  w.heartbeat(100 * kS);  // far ahead of the reader's clock: another boot, or corruption
+  EXPECT_FALSE(r.check_deadline_at(c.slot, 5, 2 * kS));
+  EXPECT_FALSE(r.writer_liveness(2 * kS).alive);
+  EXPECT_EQ(r.writer_liveness(2 * kS).age_ns, UINT64_MAX);
+}
+
+// The supervisor's table: an anonymous memfd, sealed once the writer holds its mapping.
+TEST(ShmTable, AMemfdTableIsSealedAndReadOnlyToItsReaders) {
+  TableOptions o;
+  o.location = "memfd:table-test";
+  o.slot_count = 4;
+  auto w = TableWriter::create(o);
+  EXPECT_TRUE(w.location().is_memfd);
+  EXPECT_EQ(w.seals(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+  const ClaimResult c = claim_and_publish(w);
+  const int fd = w.reopen_read_only();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+  struct stat st{};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0440u);
+  EXPECT_NE(::ftruncate(fd, 0), 0);
+  auto r = TableReader::open(std::to_string(fd));
+  EXPECT_TRUE(r.check(c.slot, 5));
+  // Outside readers: /proc/<pid>/fd/<N> of the writer.
+  const std::string outside = w.reader_location();
+  EXPECT_EQ(outside.rfind("/proc/" + std::to_string(::getpid()) + "/fd/", 0), 0u) << outside;
+  auto by_path = TableReader::open(outside);
+  EXPECT_TRUE(by_path.check(c.slot, 5));
+  w.revoke(c.slot);
+  EXPECT_FALSE(r.check(c.slot, 5));
+  EXPECT_FALSE(by_path.check(c.slot, 5));
+  w.remove();  // nothing named: the mapping and descriptors stay valid
+  EXPECT_FALSE(r.replaced());
+  ::close(fd);
+  try {
+    TableReader::open("memfd:table-test");
+    ADD_FAILURE() << "a memfd opened by its name";
+  } catch (const TableError& e) {
+    EXPECT_EQ(e.code(), TableErrc::bad_argument);
+    EXPECT_NE(std::string(e.what()).find("opened by its descriptor"), std::string::npos) << e.what();
+  }
+  o.seal = false;  // the ablation switch of the attack tests
+  EXPECT_EQ(TableWriter::create(o).seals(), 0);
 }
 
 TEST(ShmTable, CreateRejectsBadOptions) {
@@ -434,6 +514,11 @@ TEST(ShmTable, CreateRejectsBadOptions) {
   o.slot_count = 4;
   o.liveness_timeout_ns = 0;
   EXPECT_THROW(TableWriter::create(o), TableError);
+  o.liveness_timeout_ns = kLivenessTimeoutMaxNs + 1;
+  EXPECT_THROW(TableWriter::create(o), TableError);
+  o.liveness_timeout_ns = kLivenessTimeoutMaxNs;
+  o.location = "3";
+  EXPECT_THROW(TableWriter::create(o), TableError) << "a writer creates, it does not adopt a descriptor";
 }
 
 TEST(ShmTable, StatsHistogramsAreLog2Buckets) {
@@ -720,9 +805,7 @@ TEST(ShmTableNotAFile, DirectoryUnderAShmNameIsNamed) {
 TEST(ShmTable, OpensAnInheritedDescriptor) {
   TempTable t;
   auto w = TableWriter::create(options_for(t));
-  const ClaimResult c = w.claim(sandbox(1), 1);
-  ASSERT_EQ(c.error, TableErrc::ok);
-  ASSERT_EQ(w.publish(c.slot, NameId{1, 2}, "n", 5, UINT64_MAX), TableErrc::ok);
+  const ClaimResult c = claim_and_publish(w);
   const int fd = ::open(t.path().c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   auto r = TableReader::open(std::to_string(fd));

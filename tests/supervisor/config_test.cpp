@@ -136,7 +136,7 @@ TEST(SupervisorConfig, FlagsRejectBadWorkerIdAndMode) {
 
 TEST(SupervisorConfig, DefaultPaths) {
   const WorkerId w = *WorkerId::parse("0f8fad5b-d9cb-469f-a165-70867728950e");
-  EXPECT_EQ(default_shm_path(w), "/dev/shm/leasehold-0f8fad5b-d9cb-469f-a165-70867728950e");
+  EXPECT_EQ(default_shm_path(w), "memfd:leasehold-0f8fad5b-d9cb-469f-a165-70867728950e");
   setenv("LEASEHOLD_CONTROL_SOCKET", "/tmp/x.sock", 1);
   EXPECT_EQ(default_control_socket_path(), "/tmp/x.sock");
   unsetenv("LEASEHOLD_CONTROL_SOCKET");

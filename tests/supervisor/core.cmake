@@ -14,4 +14,4 @@ leasehold_test(supervisor_rt_thread_test
   LABELS concurrent)
 leasehold_test(supervisor_isolation_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/isolation_test.cpp
-  LIBS leasehold_supervisor_core)
+  LIBS leasehold_supervisor_core leasehold_shm)

@@ -5,6 +5,7 @@
 // kernel lacks what they need (user namespaces, a delegated cgroup v2, clone3).
 #include "supervisor/spawn.hpp"
 
+#include "shm/table.hpp"
 #include "supervisor/cgroup.hpp"
 #include "supervisor/kill_switch.hpp"
 
@@ -79,7 +80,8 @@ class Isolated : public ::testing::Test {
 
   // Starts /bin/sh -c `script`; its stdout and stderr go to a file (a pipe would stay open as
   // long as a surviving descendant holds it).
-  std::optional<SandboxProcess> start(const Isolation* iso, const std::string& script, int cgroup_fd = -1) {
+  std::optional<SandboxProcess> start(const Isolation* iso, const std::string& script, int cgroup_fd = -1,
+                                      int inherit_fd = -1) {
     out_path_ = dir_ + "/out-" + std::to_string(++runs_);
     out_fd_ = ::open(out_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     EXPECT_GE(out_fd_, 0);
@@ -90,6 +92,7 @@ class Isolated : public ::testing::Test {
     r.cgroup_dir_fd = cgroup_fd;
     r.stdout_fd = out_fd_;
     r.stderr_fd = out_fd_;
+    r.inherit_fd = inherit_fd;
     SpawnError err;
     auto p = spawn_sandbox(r, err);
     EXPECT_TRUE(p.has_value()) << err.message;
@@ -114,8 +117,8 @@ class Isolated : public ::testing::Test {
     out_fd_ = -1;
     return {info.si_code == CLD_EXITED ? info.si_status : -info.si_status, output()};
   }
-  Run run(const Isolation* iso, const std::string& script) {
-    auto p = start(iso, script);
+  Run run(const Isolation* iso, const std::string& script, int inherit_fd = -1) {
+    auto p = start(iso, script, -1, inherit_fd);
     if (!p) return {};
     return finish(*p);
   }
@@ -420,6 +423,115 @@ TEST_F(Isolated, CannotLeaveItsCgroupLeaf) {
     }
   }
   EXPECT_EQ(::rmdir(c.parent_path.c_str()), 0);
+}
+
+// Issue 14: "truncating the table killed the supervisor with SIGBUS (every sandbox on the worker
+// died)". The sandbox gets the table as LEASEHOLD_SHM=3, a read-only descriptor of a sealed memfd,
+// and is made its owner (as a non-root supervisor's sandbox is: it shares the uid). From inside
+// it tries every way to write: ftruncate, write(2), a writable mapping and mprotect on fd 3,
+// reopening /proc/self/fd/3 for writing, and — after chmod, which the owner may do — writing,
+// mapping and truncating through the reopened descriptor. Every write fails, and the writer then
+// stores into its mapping and lives (its neighbour's lease stays valid). The ablation (the seals
+// off) shows the test can fail: the truncation succeeds and the writer's next store is SIGBUS.
+TEST_F(Isolated, CannotWriteGrowOrShrinkTheSealedShmTable) {
+  const std::string attack = dir_ + "/attack.py";
+  {
+    std::ofstream(attack) << R"PY(
+import ctypes, errno, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+def attempt(name, f):
+    try:
+        f()
+        print(name + ": succeeded", flush=True)
+    except OSError as e:
+        print(name + ": " + errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+def mprotect(fd):
+    a = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if a in (None, ctypes.c_void_p(-1).value): raise OSError(ctypes.get_errno(), "mmap")
+    if libc.mprotect(a, 4096, mmap.PROT_READ | mmap.PROT_WRITE) != 0: raise OSError(ctypes.get_errno(), "mprotect")
+size = os.fstat(3).st_size
+print("size", size, flush=True)
+attempt("ftruncate-fd3", lambda: os.ftruncate(3, 0))
+attempt("grow-fd3", lambda: os.ftruncate(3, size * 2))
+attempt("write-fd3", lambda: os.pwrite(3, b"\xff" * 8, 0))
+attempt("mmap-write-fd3", lambda: mmap.mmap(3, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
+attempt("mprotect-fd3", lambda: mprotect(3))
+attempt("reopen-rw", lambda: os.close(os.open("/proc/self/fd/3", os.O_RDWR)))
+attempt("chmod", lambda: os.fchmod(3, 0o600))
+fd = os.open("/proc/self/fd/3", os.O_RDWR)
+attempt("write-rw", lambda: os.pwrite(fd, b"\xff" * 8, size - 8))
+attempt("mmap-write-rw", lambda: mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
+attempt("mprotect-rw", lambda: mprotect(fd))
+attempt("grow-rw", lambda: os.ftruncate(fd, size * 2))
+attempt("ftruncate-rw", lambda: os.ftruncate(fd, 0))
+print("done", flush=True)
+)PY";
+  }
+  ASSERT_EQ(::chmod(attack.c_str(), 0644), 0);
+  for (const bool sealed : {true, false}) {
+    SCOPED_TRACE(sealed ? "sealed" : "ablation: unsealed");
+    shm::TableOptions o;
+    o.location = "memfd:isolation-test";
+    o.slot_count = 4;
+    o.seal = sealed;
+    auto w = shm::TableWriter::create(o);
+    const auto now = shm::boottime_ns();
+    const auto claim = w.claim(SandboxId{1, 2}, now);
+    ASSERT_EQ(claim.error, shm::TableErrc::ok);
+    ASSERT_EQ(w.publish(claim.slot, NameId{3, 4}, "neighbour", 7, now + 3'600'000'000'000ull), shm::TableErrc::ok);
+    if (sealed) {
+      EXPECT_EQ(w.seals(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+    } else {
+      EXPECT_EQ(w.seals(), 0);
+    }
+    const int ro = w.reopen_read_only();
+    ASSERT_GE(ro, 0) << std::strerror(-ro);
+    struct stat st{};
+    ASSERT_EQ(::fstat(ro, &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0440u) << "a memfd table keeps its read bits only";
+    if (::geteuid() == 0) {  // the sandbox owns it
+      ASSERT_EQ(::fchown(ro, sandbox_uid(), static_cast<gid_t>(-1)), 0);
+    }
+    const Isolation iso = isolation();
+    const Run r = run(&iso, "python3 " + attack, ro);
+    ::close(ro);
+    ASSERT_TRUE(contains(r.out, "done")) << r.out;
+    const std::string size = "size " + std::to_string(shm::table_bytes(4));
+    EXPECT_TRUE(contains(r.out, size)) << r.out;
+    EXPECT_TRUE(contains(r.out, "chmod: succeeded")) << "the sandbox owns the memfd: " << r.out;
+    for (const char* a : {"ftruncate-fd3", "grow-fd3", "write-fd3", "mmap-write-fd3", "mprotect-fd3", "reopen-rw"})
+      EXPECT_FALSE(contains(r.out, std::string(a) + ": succeeded")) << a << ":\n" << r.out;
+    for (const char* a : {"write-rw", "mmap-write-rw", "mprotect-rw", "grow-rw", "ftruncate-rw"})
+      EXPECT_EQ(contains(r.out, std::string(a) + ": succeeded"), !sealed) << a << ":\n" << r.out;
+    if (sealed) {
+      EXPECT_TRUE(contains(r.out, "ftruncate-rw: EPERM")) << r.out;
+      EXPECT_TRUE(contains(r.out, "mmap-write-rw: EPERM")) << r.out;
+    }
+    // The writer stores into its mapping (heartbeat, extend) in a child of this process, which
+    // shares the mapping: it lives with the seals, and dies of SIGBUS once the table was truncated.
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      struct sigaction dfl{};
+      dfl.sa_handler = SIG_DFL;
+      ::sigaction(SIGBUS, &dfl, nullptr);  // not the sanitizer's report: the plain kernel verdict
+      w.heartbeat(shm::boottime_ns());
+      w.extend(claim.slot, shm::boottime_ns() + 3'600'000'000'000ull);
+      ::_exit(w.header().magic == shm::kMagic ? 0 : 3);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    if (sealed) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+      auto reader = shm::TableReader::open(std::to_string(w.reopen_read_only()));
+      EXPECT_TRUE(reader.check(claim.slot, 7)) << "the neighbour's lease stays valid";
+    } else {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS) << "status " << status;
+    }
+  }
 }
 
 TEST(IsolationArguments, RefusesUidZeroAndBubblewrapTogether) {

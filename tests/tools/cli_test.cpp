@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -531,11 +532,18 @@ TEST_F(CliTest, CheckFollowsTheSlot) {
   shm::TableOptions o;
   o.location = (dir_ / "table").string();
   o.slot_count = 8;
-  o.liveness_timeout_ns = 60'000'000'000;  // the test's writer heartbeats once
   shm::TableWriter w = shm::TableWriter::create(o);
   const SandboxId sb = *SandboxId::parse(kSandbox);
   const std::uint64_t now = shm::boottime_ns();
   w.heartbeat(now);
+  // The writer's liveness, as the supervisor's rt thread keeps it (one store per beat).
+  std::atomic<bool> stop{false};
+  std::thread beats([&] {
+    while (!stop.load()) {
+      w.heartbeat(shm::boottime_ns());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
   const shm::ClaimResult c = w.claim(sb, now);
   ASSERT_EQ(c.error, shm::TableErrc::ok);
   ASSERT_EQ(w.publish(c.slot, name_id_of("orders"), "orders", 7, now + 60'000'000'000), shm::TableErrc::ok);
@@ -569,6 +577,8 @@ TEST_F(CliTest, CheckFollowsTheSlot) {
   const Result gone_json = cli({"check", "--json"}, env);
   EXPECT_EQ(gone_json.code, kFailure);
   EXPECT_TRUE(nlohmann::json::parse(gone_json.out)["valid_for_ms"].is_null()) << gone_json.out;
+  stop.store(true);
+  beats.join();
   w.remove();
 }
 
