@@ -149,8 +149,14 @@ end_idle:
 		   :: /*@G refresh_holds*/ HOLDS(s) -> /*@E refresh*/ refreshed = true
 		   :: else ->
 #ifndef NO_RECOVERY
-			/* answer is lost{holder} / unknown: mutex violation recovery */
-			/*@E recovery*/ critical[s] = false; proc[s] = DONE
+			/* answer is lost{holder} / unknown: mutex violation recovery; a revoked
+			   holder's kill is then confirmed as after the push (unless that is lost) */
+			/*@E recovery*/ critical[s] = false; proc[s] = DONE;
+			if
+			:: UN -> skip
+			:: /*@G confirm_lost*/ rv == s -> /*@E confirm_lost_clears*/ rv = NOBODY
+			:: else
+			fi
 #else
 			skip
 #endif

@@ -852,6 +852,58 @@ TEST_F(SupervisorProcess, SecondSupervisorOfTheSameWorkerIsRefused) {
   }
 }
 
+// A supervisor restarted with the same worker id after its wall clock was stepped back starts its
+// sequence numbers below lockd's replay window for that worker (LEASEHOLD_TEST_SEQ_SEED stands in
+// for the stepped clock). It must reconnect and run named sandboxes without a lockd restart: the
+// authenticated stale_seq answer carries the window's floor and the supervisor continues above it.
+// With the resync switched off (LEASEHOLD_ABLATE=no-seq-resync) the restarted supervisor is locked
+// out, which is what this test would see on a build without the resync.
+TEST_F(SupervisorProcess, RestartAfterTheWallClockSteppedBackReconnects) {
+  struct EnvGuard {
+    ~EnvGuard() {
+      ::unsetenv("LEASEHOLD_TEST_SEQ_SEED");
+      ::unsetenv("LEASEHOLD_ABLATE");
+    }
+  } env_guard;
+  start_lockd();
+  const std::string worker = "00000000000000070000000000000007";
+  ::setenv("LEASEHOLD_TEST_SEQ_SEED", "9000000000000000000", 1);
+  {
+    Supervisor before;
+    start_sup(before, {"--worker-id", worker}, "before");
+    const json a = before.call(run_req("clock/step", {"sleep", "0.1"}));
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    before.child.signal(SIGTERM);
+    ASSERT_EQ(before.child.wait(10'000), 0) << before.log_text();
+  }
+  // The wall clock went back: every seq of the restarted supervisor is below lockd's window.
+  ::setenv("LEASEHOLD_TEST_SEQ_SEED", "1000", 1);
+  {
+    ::setenv("LEASEHOLD_ABLATE", "no-seq-resync", 1);
+    Supervisor ablated;
+    std::string err;
+    const bool started = ablated.start(dir_.path(), lockd_.address, key_,
+                                       with(kSupTiming, {"--worker-id", worker, "--slots", "16"}), &err, "ablated");
+    ::unsetenv("LEASEHOLD_ABLATE");
+    if (started) {
+      const json r = ablated.call(run_req("clock/step", {"sleep", "30"}));
+      EXPECT_NE(r["ok"], true) << "without the resync a stepped-back supervisor is locked out: " << r.dump();
+    } else {
+      EXPECT_NE(err.find("stale_seq"), std::string::npos) << err;
+    }
+  }
+  Supervisor after;
+  start_sup(after, {"--worker-id", worker}, "after");
+  const json r = after.call(run_req("clock/step", {"sleep", "30"}));
+  ASSERT_EQ(r["ok"], true) << r.dump() << after.log_text() << lockd_.log_text();
+  EXPECT_EQ(::kill(r["pid"].get<pid_t>(), 0), 0);
+  // Its leases keep being refreshed above the floor: still running after several TTLs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const json list = after.call({{"v", 1}, {"op", "list"}});
+  ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["sandboxes"][0]["state"], "running") << list.dump() << after.log_text();
+}
+
 TEST_F(SupervisorProcess, SecondSupervisorOnTheSameTableIsRefused) {
   start_lockd();
   Supervisor a, b;
