@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 #include <vector>
 
 namespace leasehold {
@@ -271,6 +272,31 @@ CgroupTree CgroupTree::discover(const CgroupConfig& config) {
   t.mode_ = KillMode::cgroup_v2_delegated;
   t.reason_ = std::string(describe(t.mode_)) + ": leaves under " + parent + " (cgroup2 at " +
               t.mount_point_ + ", cgroup.kill present)";
+  if (config.pids_max > 0) {
+    // The leaves' pids controller: available to the parent (its cgroup.controllers, i.e. enabled
+    // by whoever delegated it), then enabled for its children.
+    std::string controllers;
+    const int r = read_small_file(parent + "/cgroup.controllers", controllers);
+    while (!controllers.empty() && (controllers.back() == '\n' || controllers.back() == ' ')) controllers.pop_back();
+    bool listed = false;
+    std::istringstream words(controllers);
+    for (std::string w; words >> w;) listed = listed || w == "pids";
+    if (r != 0) {
+      t.pids_reason_ = "cannot read " + parent + "/cgroup.controllers: " + errno_text(-r);
+    } else if (!listed) {
+      t.pids_reason_ = "the pids controller is not delegated to " + parent + " (its cgroup.controllers: \"" +
+                       controllers + "\")";
+    } else if (const int fd = ::open((parent + "/cgroup.subtree_control").c_str(), O_WRONLY | O_CLOEXEC); fd < 0) {
+      t.pids_reason_ = "cannot open " + parent + "/cgroup.subtree_control: " + errno_text(errno);
+    } else {
+      const int w = write_all_fd(fd, "+pids", 5);
+      ::close(fd);
+      if (w < 0) t.pids_reason_ = "cannot enable +pids in " + parent + "/cgroup.subtree_control: " + errno_text(-w);
+      else t.pids_max_ = config.pids_max;
+    }
+    t.reason_ += t.pids_max_ > 0 ? ", pids.max " + std::to_string(t.pids_max_) + " per leaf"
+                                 : ", no pids.max (" + t.pids_reason_ + ")";
+  }
   return t;
 }
 
@@ -289,7 +315,19 @@ std::optional<CgroupLeaf> CgroupTree::create_leaf(std::string_view name, std::st
     error = "cannot create cgroup " + path + ": " + errno_text(errno);
     return std::nullopt;
   }
-  return open_leaf(path, error);
+  std::optional<CgroupLeaf> leaf = open_leaf(path, error);
+  if (leaf && pids_max_ > 0) {
+    // Before any process is in the leaf: a fork bomb never runs unbounded.
+    const std::string limit = std::to_string(pids_max_);
+    const int fd = ::openat(leaf->dir_fd(), "pids.max", O_WRONLY | O_CLOEXEC);
+    const int w = fd < 0 ? -errno : write_all_fd(fd, limit.data(), limit.size());
+    if (fd >= 0) ::close(fd);
+    if (w < 0) {
+      error = "cannot set " + path + "/pids.max to " + limit + ": " + errno_text(-w);
+      return std::nullopt;  // the leaf's destructor removes the directory
+    }
+  }
+  return leaf;
 }
 
 std::optional<CgroupLeaf> CgroupTree::open_leaf(const std::string& path, std::string& error) const {

@@ -68,6 +68,10 @@ struct CgroupConfig {
   std::string parent_path;
   /// False forces the process-group fallback (e.g. for a host whose cgroup is managed elsewhere).
   bool use_cgroup = true;
+  /// pids.max of every leaf (processes and threads of one sandbox), where the pids controller is
+  /// delegated to the parent: discover() enables it in the parent's cgroup.subtree_control.
+  /// 0: leave pids.max alone.
+  std::uint64_t pids_max = 0;
   /// Sources, replaceable in tests.
   std::string mountinfo_path = "/proc/self/mountinfo";
   std::string proc_self_cgroup_path = "/proc/self/cgroup";
@@ -131,11 +135,16 @@ class CgroupTree {
   const std::string& reason() const noexcept { return reason_; }
   const std::string& mount_point() const noexcept { return mount_point_; }
   const std::string& parent_path() const noexcept { return parent_path_; }
+  /// Whether create_leaf sets pids.max (CgroupConfig::pids_max) and to what (0: it does not).
+  std::uint64_t pids_max() const noexcept { return pids_max_; }
+  /// Why leaves get no pids.max (no pids controller in the parent's cgroup.controllers, or
+  /// enabling it failed); empty when they do or none was asked for.
+  const std::string& pids_reason() const noexcept { return pids_reason_; }
 
   /// Creates the leaf `<parent>/<name>` and opens its fds. `name`: 1..kCgroupLeafNameBytesMax
   /// bytes of [A-Za-z0-9._-], not starting with '.'. Fails with a message naming the problem
-  /// (bad name, already exists, mkdir/open errno) and leaves nothing behind. Only in
-  /// cgroup_v2_delegated mode.
+  /// (bad name, already exists, mkdir/open errno, pids.max not writable) and leaves nothing
+  /// behind. Sets pids.max when pids_max() > 0. Only in cgroup_v2_delegated mode.
   std::optional<CgroupLeaf> create_leaf(std::string_view name, std::string& error) const;
 
   /// What a sweep found: each leaf left under the parent, and whether processes still ran in it.
@@ -156,6 +165,8 @@ class CgroupTree {
   std::string reason_;
   std::string mount_point_;
   std::string parent_path_;
+  std::uint64_t pids_max_ = 0;
+  std::string pids_reason_;
 };
 
 // ---- rt path: fds opened in advance, no allocation, no path lookup --------------------------

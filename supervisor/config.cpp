@@ -4,12 +4,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace leasehold {
 namespace {
@@ -234,7 +240,7 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
          "legacy spawn (the supervisor's uid and namespaces: a sandbox can then escape the kill-switch)")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option_function<std::string>(
-         "--sandbox-uids",
+         "--uid-range,--sandbox-uids",
          [&c](const std::string& v) {
            const auto colon = v.find(':');
            char* end = nullptr;
@@ -243,15 +249,22 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
                colon == std::string::npos ? 0 : std::strtoul(v.c_str() + colon + 1, nullptr, 10);
            if (colon == std::string::npos || end != v.c_str() + colon || first == 0 || count == 0 ||
                first > 0xFFFFFFFEul || count > 0xFFFFFFFFul - first)
-             throw CLI::ValidationError("--sandbox-uids", "want FIRST:COUNT with FIRST >= 1, got \"" + v + "\"");
+             throw CLI::ValidationError("--uid-range", "want START:COUNT with START >= 1, got \"" + v + "\"");
            c.sandbox_uid_first = static_cast<std::uint32_t>(first);
            c.sandbox_uid_count = static_cast<std::uint32_t>(count);
          },
-         "root supervisor: host uid range FIRST:COUNT for sandboxes root starts (uid = FIRST + slot; at least "
-         "--slots ids; default: root's range in /etc/subuid, else 100000:65536). A non-root caller's sandbox runs "
-         "as the caller's uid; a non-root supervisor's as its own");
+         "root supervisor: host uid range START:COUNT for sandboxes root starts (uid = START + slot; at least "
+         "--slots ids; default: root's range in /etc/subuid, else 100000:65536). Each supervisor on a host needs its "
+         "own: one whose range overlaps a live supervisor's is refused (locks in /run/leasehold/uid-ranges). A "
+         "non-root caller's sandbox runs as the caller's uid; a non-root supervisor's as its own");
   app.add_option("--sandbox-nproc-max", c.sandbox_nproc_max,
                  "most processes one isolated sandbox may have (RLIMIT_NPROC of its user namespace), count")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 22));
+  app.add_option("--pids-max", c.sandbox_pids_max,
+                 "most processes and threads one sandbox may have, count: pids.max of its cgroup leaf where the pids "
+                 "controller is delegated (the start-up summary says whether it is); elsewhere --sandbox-nproc-max "
+                 "bounds an isolated sandbox")
       ->capture_default_str()
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 22));
   app.add_flag("--no-cgroup", c.no_cgroup,
@@ -264,6 +277,86 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
       ->capture_default_str();
   app.add_flag("--synthetic", c.synthetic,
                "performance measurement only: `run` registers a lease without starting a process");
+}
+
+UidRangeLock::UidRangeLock(UidRangeLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+UidRangeLock& UidRangeLock::operator=(UidRangeLock&& o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    o.fd_ = -1;
+  }
+  return *this;
+}
+UidRangeLock::~UidRangeLock() { release(); }
+
+void UidRangeLock::release() noexcept {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still holding the lock: nobody takes a departing holder's file
+  ::close(fd_);
+  fd_ = -1;
+}
+
+std::string UidRangeLock::claim(const std::string& dir, std::uint32_t first, std::uint32_t count,
+                                const std::string& holder) {
+  release();
+  const std::string mine = std::to_string(first) + ":" + std::to_string(count);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return "cannot create " + dir + " for the uid range lock: " + std::strerror(errno);
+  struct stat st{};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+    return dir + " (the uid range locks) must be a directory of uid " + std::to_string(::geteuid()) +
+           " that neither group nor others may write";
+  const std::string guard_path = dir + "/.lock";
+  const int guard = ::open(guard_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (guard < 0) return "cannot open " + guard_path + ": " + std::strerror(errno);
+  if (::flock(guard, LOCK_EX) != 0) {
+    const int e = errno;
+    ::close(guard);
+    return "cannot lock " + guard_path + ": " + std::strerror(e);
+  }
+  std::string refusal;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      unsigned long f = 0, c = 0;
+      char tail = 0;
+      if (std::sscanf(e->d_name, "range-%lu-%lu%c", &f, &c, &tail) != 2) continue;
+      const std::string other = dir + "/" + e->d_name;
+      const int fd = ::open(other.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) continue;
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        ::unlink(other.c_str());  // its holder died without removing it
+        ::close(fd);
+        continue;
+      }
+      char who[256] = {};
+      const ssize_t n = ::pread(fd, who, sizeof who - 1, 0);
+      ::close(fd);
+      const bool overlaps = f < std::uint64_t{first} + count && std::uint64_t{first} < f + c;
+      if (overlaps && refusal.empty())
+        refusal = "uid range " + mine + " overlaps " + std::to_string(f) + ":" + std::to_string(c) +
+                  " of a live supervisor on this host (" + std::string(who, n > 0 ? std::strcspn(who, "\n") : 0) +
+                  ", lock " + other + "): their sandboxes would share uids; give each supervisor its own --uid-range";
+    }
+    ::closedir(d);
+  } else {
+    refusal = "cannot list " + dir + ": " + std::strerror(errno);
+  }
+  if (refusal.empty()) {
+    path_ = dir + "/range-" + std::to_string(first) + "-" + std::to_string(count);
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd_ < 0 || ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      refusal = "cannot claim " + path_ + ": " + std::strerror(errno);
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = -1;
+    } else {
+      const std::string text = holder + "\n";
+      [[maybe_unused]] const ssize_t w = ::pwrite(fd_, text.data(), text.size(), 0);  // for the message only
+    }
+  }
+  ::close(guard);
+  return refusal;
 }
 
 std::optional<std::pair<std::uint32_t, std::uint32_t>> root_subuid_range(std::string_view text) {

@@ -75,9 +75,14 @@ struct SupervisorConfig {
   bool isolation = true;
   /// Root supervisor: host uids (and gids) for sandboxes root starts, one per slot:
   /// first + slot. Must hold at least `slots` ids and not include 0.
+  /// --uid-range (alias --sandbox-uids). Two live root supervisors on one host with overlapping
+  /// ranges are refused (UidRangeLock).
   std::uint32_t sandbox_uid_first = 0;   ///< 0: root's range in /etc/subuid, else kDefaultSandboxUidFirst
   std::uint32_t sandbox_uid_count = 0;   ///< 0: with the range above
   std::uint64_t sandbox_nproc_max = 1024;  ///< RLIMIT_NPROC of a sandbox's user namespace (processes)
+  /// pids.max of a sandbox's cgroup leaf (processes and threads), where the pids controller is
+  /// delegated; where it is not, RLIMIT_NPROC above is the bound (isolated sandboxes).
+  std::uint64_t sandbox_pids_max = 1024;
   /// Run named sandboxes although no kill reaches all their processes for sure (no delegated
   /// cgroup v2 and no pid namespace); every status line then says so.
   bool allow_unsafe_kill = false;
@@ -93,6 +98,34 @@ inline constexpr std::uint32_t kDefaultSandboxUidCount = 65536;
 /// Root's subordinate uid range from the text of /etc/subuid ("root:FIRST:COUNT" or
 /// "0:FIRST:COUNT"); nullopt if none.
 std::optional<std::pair<std::uint32_t, std::uint32_t>> root_subuid_range(std::string_view etc_subuid);
+
+/// A root supervisor's claim on its sandbox uid range, held for its lifetime so that two live
+/// supervisors on one host never run sandboxes as the same uid (one could then signal, ptrace or
+/// read the files of the other's sandboxes). Each holder has a file `range-FIRST-COUNT` in `dir`
+/// (root: <runtime_dir>/uid-ranges), flock'ed while it lives (the kernel drops the lock when the
+/// process dies, even by SIGKILL); the directory's `.lock` serializes the check-and-claim.
+class UidRangeLock {
+ public:
+  UidRangeLock() = default;
+  UidRangeLock(UidRangeLock&& o) noexcept;
+  UidRangeLock& operator=(UidRangeLock&& o) noexcept;
+  UidRangeLock(const UidRangeLock&) = delete;
+  UidRangeLock& operator=(const UidRangeLock&) = delete;
+  ~UidRangeLock();  ///< unlinks the file, then drops the lock
+
+  /// Claims [first, first + count) for this process. `holder` is written into the file for the
+  /// refusal another claimant gets (e.g. "pid 42, worker W"). Files whose holder died are removed.
+  /// Returns an empty string on success, else why: the range overlaps a live holder's (naming
+  /// both ranges and the holder), or the directory cannot be used.
+  std::string claim(const std::string& dir, std::uint32_t first, std::uint32_t count, const std::string& holder);
+  bool held() const noexcept { return fd_ >= 0; }
+  const std::string& path() const noexcept { return path_; }
+  void release() noexcept;
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
 
 /// Outcome of the start-up checks.
 struct ConfigCheck {

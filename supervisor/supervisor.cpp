@@ -177,6 +177,7 @@ struct Supervisor::Impl {
   int dev_null = -1;
   int table_ro_fd = -1;  ///< O_RDONLY descriptor of the shm table, inherited by every sandbox
   int worker_lock_fd = -1;  ///< held (flock) for the process's lifetime
+  UidRangeLock uid_range_lock;  ///< root with isolation: this host's claim on the sandbox uid range
   std::string worker_lock_path_held;
   std::optional<BwrapConfig> bwrap;
   // Isolation (supervisor/spawn.hpp): the filter every sandbox gets, root's uid range for the
@@ -428,6 +429,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     }
   }
   cc.use_cgroup = !cfg.no_cgroup;
+  cc.pids_max = cfg.sandbox_pids_max;
   cgroups = CgroupTree::discover(cc);
   if (cgroups.mode() != KillMode::cgroup_v2_delegated) cgroup_parent_created = false;
   // Leaves of an earlier supervisor of this worker (crashed, or stopped with --on-shutdown
@@ -460,8 +462,13 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
         sandbox_uid_count = range ? range->second : kDefaultSandboxUidCount;
       }
       if (sandbox_uid_count < cfg.slots)
-        return "--sandbox-uids " + std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) +
+        return "--uid-range " + std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) +
                " holds fewer uids than --slots " + std::to_string(cfg.slots) + " (one per slot)";
+      // No other live supervisor on this host may run sandboxes as these uids.
+      if (std::string why = uid_range_lock.claim(runtime_dir() + "/uid-ranges", sandbox_uid_first, sandbox_uid_count,
+                                                 "pid " + std::to_string(::getpid()) + ", worker " + worker.str());
+          !why.empty())
+        return "--uid-range: " + why;
     }
     // What no sandbox may see: the key, the control socket, the host cgroup tree.
     char real[PATH_MAX];
@@ -654,6 +661,7 @@ void Supervisor::Impl::teardown_partial() {
   if (table_ro_fd >= 0) ::close(table_ro_fd);
   table_ro_fd = -1;
   close_worker_lock();
+  uid_range_lock.release();
 }
 
 void Supervisor::Impl::close_worker_lock() {

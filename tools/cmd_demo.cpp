@@ -113,6 +113,13 @@ struct Abort {
 /// worker cannot be cut off (CTest treats it as "skipped", see tests/tools/CMakeLists.txt).
 constexpr int kDemoCannotRun = 77;
 
+// Worker i's sandbox uid range (root): 4096 uids (its 1024 slots fit) in a block of this demo's
+// own, from its pid, so demos running at once do not overlap either.
+std::string demo_uid_range(int i) {
+  const std::uint64_t block = static_cast<std::uint64_t>(::getpid() % 100'000) * 2 + static_cast<std::uint64_t>(i);
+  return std::to_string(1'000'000 + block * 4096) + ":4096";
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -589,8 +596,9 @@ void Demo::body() {
          "--control-socket", sock_[i], "--ttl-ms", std::to_string(t_.ttl_ms), "--heartbeat-interval-ms",
          std::to_string(t_.heartbeat_ms), "--kill-after-ms", std::to_string(t_.kill_after_ms),
          // Isolated sandboxes (the default); as root each worker's from its own uid range, so
-         // the two workers' sandboxes never share a uid.
-         "--sandbox-uids", i == 0 ? "100000:65536" : "165536:65536"},
+         // the two workers' sandboxes never share a uid, nor those of another demo running now
+         // (the supervisor refuses a range that overlaps a live one's).
+         "--uid-range", demo_uid_range(i)},
         world_.tmp + "/w" + std::to_string(i + 1) + ".log", world_.net.netns[i], err);
     if (!world_.sup[i]) abort(err);
   }

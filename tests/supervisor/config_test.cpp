@@ -4,6 +4,11 @@
 #include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
 namespace leasehold {
 namespace {
 
@@ -132,6 +137,39 @@ TEST(SupervisorConfig, FlagsRejectBadWorkerIdAndMode) {
     EXPECT_THROW(app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv)),
                  CLI::ParseError);
   }
+}
+
+// The host-wide claim on a sandbox uid range: overlaps with a live holder are refused with both
+// ranges and the holder named; adjacent ranges are fine; a dead holder's file is taken over.
+TEST(UidRangeLock, RefusesAnOverlapWithALiveHolder) {
+  char tmpl[] = "/tmp/leasehold-uid-ranges-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/uid-ranges";
+  UidRangeLock a, b, c;
+  EXPECT_EQ(a.claim(dir, 1000, 100, "pid 1, worker A"), "");
+  EXPECT_TRUE(a.held());
+  const std::string why = b.claim(dir, 1050, 100, "pid 2, worker B");
+  EXPECT_NE(why.find("uid range 1050:100 overlaps 1000:100 of a live supervisor on this host (pid 1, worker A"),
+            std::string::npos)
+      << why;
+  EXPECT_FALSE(b.held());
+  EXPECT_NE(b.claim(dir, 900, 101, "B"), "") << "ends inside";
+  EXPECT_EQ(c.claim(dir, 1100, 100, "pid 3, worker C"), "") << "adjacent ranges do not overlap";
+  EXPECT_EQ(b.claim(dir, 900, 100, "pid 2, worker B"), "") << "adjacent below";
+  a.release();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/range-1000-100"));
+  UidRangeLock a2;
+  EXPECT_EQ(a2.claim(dir, 1000, 100, "pid 4, worker A2"), "") << "free again once released";
+  // A holder that died (its file left, nobody holding the lock) does not block its range.
+  { std::ofstream(dir + "/range-5000-10") << "pid 5, worker gone\n"; }
+  UidRangeLock d;
+  EXPECT_EQ(d.claim(dir, 5005, 1, "pid 6, worker D"), "");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/range-5000-10"));
+  // A lock directory others may write is refused (anyone could remove a holder's file).
+  d.release();
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  EXPECT_NE(d.claim(dir, 7000, 1, "D").find("neither group nor others may write"), std::string::npos);
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST(SupervisorConfig, DefaultPaths) {

@@ -8,6 +8,7 @@
 #include "io/udp.hpp"
 #include "supervisor/control.hpp"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -240,6 +241,13 @@ struct Supervisor {
       key_file = make_worker_key(dir, key, id);
     }
     std::vector<std::string> args = {"--lockd", lockd, "--key-file", key_file, "--control-socket", socket.string()};
+    // Root's supervisors on one host need disjoint sandbox uid ranges (tests run in parallel):
+    // one of its own per test process and supervisor, unless the test chose one.
+    if (::geteuid() == 0 && std::find(extra.begin(), extra.end(), "--uid-range") == extra.end()) {
+      static int instance = 0;
+      const std::uint64_t block = static_cast<std::uint64_t>(::getpid() % 30000) * 64 + (instance++ % 64);
+      args.insert(args.end(), {"--uid-range", std::to_string(10'000'000 + block * 1024) + ":1024"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     child.start(LEASEHOLD_SUPERVISOR_BINARY, args, dir / (tag + ".out"), log);
     if (!child.wait_stdout("ready\n")) {

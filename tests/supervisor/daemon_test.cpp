@@ -916,6 +916,33 @@ TEST_F(SupervisorProcess, SecondSupervisorOnTheSameTableIsRefused) {
   EXPECT_EQ(a.call({{"v", 1}, {"op", "status"}})["ok"], true);
 }
 
+// Root's sandboxes run as one uid per slot from --uid-range: two live supervisors on one host
+// with overlapping ranges would run sandboxes as the same uid (each could signal or read the
+// other's), so the second is refused, naming both ranges and the holder; a disjoint range starts,
+// and a range is free again once its holder is gone (SIGKILL included: the lock is the kernel's).
+TEST_F(SupervisorProcess, OverlappingUidRangesOfTwoLiveSupervisorsAreRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "uid ranges are a root supervisor's (a non-root one runs sandboxes as its uid)";
+  start_lockd();
+  const std::string base = std::to_string(20'000'000 + (::getpid() % 30000) * 4096);
+  const std::string next = std::to_string(20'000'000 + (::getpid() % 30000) * 4096 + 512);
+  Supervisor a, b, c, d;
+  start_sup(a, {"--uid-range", base + ":1024", "--slots", "16"}, "a");
+  std::string err;
+  EXPECT_FALSE(b.start(dir_.path(), lockd_.address, key_,
+                       with(kSupTiming, {"--uid-range", next + ":1024", "--slots", "16"}), &err, "b"));
+  EXPECT_EQ(b.child.wait(), 2);
+  EXPECT_NE(b.child.err().find("uid range " + next + ":1024 overlaps " + base + ":1024 of a live supervisor"),
+            std::string::npos)
+      << b.child.err();
+  EXPECT_NE(b.child.err().find("pid " + std::to_string(a.child.pid()) + ", worker " + a.worker), std::string::npos)
+      << b.child.err();
+  start_sup(c, {"--uid-range", std::to_string(std::stoull(base) + 2048) + ":1024", "--slots", "16"}, "c");
+  EXPECT_EQ(a.call({{"v", 1}, {"op", "status"}})["ok"], true);
+  a.child.kill9();
+  start_sup(d, {"--uid-range", next + ":1024", "--slots", "16"}, "d");
+  EXPECT_EQ(d.call({{"v", 1}, {"op", "status"}})["ok"], true);
+}
+
 TEST_F(SupervisorProcess, SigtermKillsReleasesAndCleansUp) {
   start_lockd();
   Supervisor sup;

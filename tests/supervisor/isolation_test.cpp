@@ -168,6 +168,13 @@ class Isolated : public ::testing::Test {
   int runs_ = 0;
 };
 
+// This host's cgroup2 mount (nullopt: none).
+std::optional<Cgroup2Mount> cgroup2_mount() {
+  std::string mountinfo;
+  if (read_small_file("/proc/self/mountinfo", mountinfo) != 0) return std::nullopt;
+  return find_cgroup2_mount(mountinfo);
+}
+
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::string status_line(const std::string& out, const std::string& key) {
@@ -338,6 +345,56 @@ TEST_F(Isolated, AForkBombStopsAtTheProcessLimit) {
   EXPECT_TRUE(marked().empty());
 }
 
+// The same fork bomb in a cgroup leaf with pids.max (--pids-max), without RLIMIT_NPROC: the
+// leaf's pids controller bounds it. Skips where the pids controller is not delegated to the
+// leaves' parent (e.g. a hybrid host whose cgroup2 mount has no pids controller): the daemon then
+// relies on RLIMIT_NPROC (the test above) and its start-up summary says so.
+TEST_F(Isolated, AForkBombStopsAtThePidsMaxOfItsLeaf) {
+  const auto mount = cgroup2_mount();
+  if (!mount) GTEST_SKIP() << "no cgroup2 mount on this host";
+  CgroupConfig c;
+  c.parent_path = mount->mount_point + "/leasehold-pids-test-" + std::to_string(::getpid());
+  c.pids_max = 16;
+  const auto tree = CgroupTree::discover(c);
+  if (tree.mode() != KillMode::cgroup_v2_delegated) GTEST_SKIP() << tree.reason();
+  if (tree.pids_max() == 0) {
+    ::rmdir(c.parent_path.c_str());
+    GTEST_SKIP() << "no pids.max for the leaves here: " << tree.pids_reason();
+  }
+  c.pids_max = 0;  // the ablation: the same parent, leaves without pids.max
+  const auto unbounded_tree = CgroupTree::discover(c);
+  const std::string script =
+      "sh -c 'i=0; while [ $i -lt 64 ]; do i=$((i+1)); sleep $MARK & done' 2>/dev/null; "
+      "echo bomb-stopped; exec sleep $MARK";
+  Isolation iso = isolation();
+  iso.nproc_max = 0;  // no RLIMIT_NPROC: only the leaf bounds it
+  for (const bool bounded : {true, false}) {
+    SCOPED_TRACE(bounded ? "pids.max 16" : "ablation: no pids.max");
+    std::string error;
+    auto leaf = (bounded ? tree : unbounded_tree).create_leaf(bounded ? "bounded" : "unbounded", error);
+    ASSERT_TRUE(leaf.has_value()) << error;
+    std::string limit;
+    ASSERT_EQ(read_small_file(leaf->path() + "/pids.max", limit), 0);
+    EXPECT_EQ(limit, bounded ? "16\n" : "max\n");
+    auto p = start(&iso, script, leaf->dir_fd());
+    ASSERT_TRUE(p.has_value());
+    ASSERT_TRUE(await_output("bomb-stopped")) << output();
+    if (bounded) {
+      EXPECT_GT(marked().size(), 1u);
+      EXPECT_LE(marked().size(), 16u) << "processes of the leaf, the sandbox's init and shells included";
+    } else {
+      for (int i = 0; i < 3000 && marked().size() < 65; ++i) ::usleep(10'000);
+      EXPECT_EQ(marked().size(), 65u);
+    }
+    const KillTarget target{leaf->kill_fd(), leaf->events_fd(), p->pidfd(), p->pgid()};
+    KillSwitch::kill(target, KillSwitch::now_ns());
+    EXPECT_EQ(finish(*p).status, -SIGKILL);
+    EXPECT_TRUE(marked_gone());
+    for (int i = 0; i < 100 && leaf->remove() == -EBUSY; ++i) ::usleep(10'000);
+  }
+  EXPECT_EQ(::rmdir(c.parent_path.c_str()), 0);
+}
+
 // Issue 14: "it read the HMAC key file (directly, or through /proc/<supervisor>/cmdline and
 // /root)". The key is root's 0600 file (the uid cannot read it), and a hidden path is covered
 // even where the mode would let it through (a non-root supervisor's sandbox shares its uid).
@@ -383,9 +440,7 @@ TEST_F(Isolated, NamespaceAndMountEscapesAreRefusedBySeccomp) {
 // Issue 14: "the sandbox moved its own process out of its cgroup leaf; cgroup.kill then emptied
 // an empty leaf" (also "by writing through /proc/<supervisor>/root").
 TEST_F(Isolated, CannotLeaveItsCgroupLeaf) {
-  std::string mountinfo;
-  ASSERT_EQ(read_small_file("/proc/self/mountinfo", mountinfo), 0);
-  const auto mount = find_cgroup2_mount(mountinfo);
+  const auto mount = cgroup2_mount();
   if (!mount) GTEST_SKIP() << "no cgroup2 mount on this host";
   CgroupConfig c;
   c.parent_path = mount->mount_point + "/leasehold-isolation-test-" + std::to_string(::getpid());
