@@ -178,44 +178,46 @@ KeyLoad parse_key_file_text(const std::string& path, std::string_view text) {
   return res;
 }
 
-KeyLoad load_key_file(const std::string& path) {
-  KeyLoad res;
-  const std::string fix_new = "; create one with --generate-key " + path;
+std::string read_private_file(const std::string& path, std::span<char> buf, std::size_t& n,
+                              std::string_view fix_new) {
+  n = 0;
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever, and
   // lockd or the supervisor would hang at start-up instead of refusing the key file below.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
-    res.error = "key file " + path + ": cannot open: " + std::strerror(err) +
-                (err == ENOENT ? fix_new : std::string());
-    return res;
+    return "key file " + path + ": cannot open: " + std::strerror(err) +
+           (err == ENOENT ? std::string(fix_new) : std::string());
   }
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    res.error = "key file " + path + ": cannot stat: " + std::strerror(errno);
-    ::close(fd);
-    return res;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    res.error = "key file " + path + " is not a regular file";
-    ::close(fd);
-    return res;
-  }
-  if ((st.st_mode & 07777 & ~static_cast<mode_t>(0600)) != 0) {
-    res.error = "key file " + path + " has mode " + octal_mode(st.st_mode) +
-                ": it must be readable and writable by its owner only (0600 or stricter); fix: chmod 600 " + path;
-    ::close(fd);
-    return res;
-  }
+  if (::fstat(fd, &st) != 0) return "key file " + path + ": cannot stat: " + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return "key file " + path + " is not a regular file";
+  if ((st.st_mode & 07777 & ~static_cast<mode_t>(0600)) != 0)
+    return "key file " + path + " has mode " + octal_mode(st.st_mode) +
+           ": it must be readable and writable by its owner only (0600 or stricter); fix: chmod 600 " + path;
   // Owner: a key file another user owns could be replaced or read by that user; only the
   // process's own uid and root are trusted with it.
-  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
-    res.error = "key file " + path + " is owned by uid " + std::to_string(st.st_uid) + ", not by this process (uid " +
-                std::to_string(::geteuid()) + ") or root: another user could read or replace it; fix: chown " +
-                std::to_string(::geteuid()) + " " + path;
-    ::close(fd);
-    return res;
+  if (st.st_uid != ::geteuid() && st.st_uid != 0)
+    return "key file " + path + " is owned by uid " + std::to_string(st.st_uid) + ", not by this process (uid " +
+           std::to_string(::geteuid()) + ") or root: another user could read or replace it; fix: chown " +
+           std::to_string(::geteuid()) + " " + path;
+  while (n < buf.size()) {
+    const ssize_t got = ::read(fd, buf.data() + n, buf.size() - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return "key file " + path + ": cannot read: " + std::strerror(errno);
+    if (got == 0) break;
+    n += static_cast<std::size_t>(got);
   }
+  return {};
+}
+
+KeyLoad load_key_file(const std::string& path) {
+  KeyLoad res;
+  const std::string fix_new = "; create one with --generate-key " + path;
   char buf[kKeyFileBytesMax + 1];
   // The hex text is a copy of the key: it is wiped on every way out of this function.
   struct Wipe {
@@ -224,18 +226,8 @@ KeyLoad load_key_file(const std::string& path) {
     ~Wipe() { OPENSSL_cleanse(p, n); }
   } wipe{buf, sizeof buf};
   std::size_t n = 0;
-  while (n < sizeof buf) {
-    const ssize_t got = ::read(fd, buf + n, sizeof buf - n);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      res.error = "key file " + path + ": cannot read: " + std::strerror(errno);
-      ::close(fd);
-      return res;
-    }
-    if (got == 0) break;
-    n += static_cast<std::size_t>(got);
-  }
-  ::close(fd);
+  res.error = read_private_file(path, buf, n, fix_new);
+  if (!res.error.empty()) return res;
   if (n > kKeyFileBytesMax) {
     res.error = "key file " + path + " is larger than " + std::to_string(kKeyFileBytesMax) +
                 " bytes; expected a header line and " + std::to_string(2 * kKeyBytesMin) + ".." +

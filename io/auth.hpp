@@ -76,6 +76,14 @@ struct KeyLoad {
   explicit operator bool() const noexcept { return key.has_value(); }
 };
 
+/// Reads a private file (a key) into `buf`: refuses, with the message load_key_file gives, a
+/// file that cannot be opened, is not a regular file, has any group/other mode bit, or is owned
+/// by another uid than this process's or root's. `n` gets the bytes read (at most buf.size();
+/// == buf.size() means the file may be longer). `fix_new` is appended to "cannot open: no such
+/// file". "" or the error. The caller wipes `buf`.
+std::string read_private_file(const std::string& path, std::span<char> buf, std::size_t& n,
+                              std::string_view fix_new);
+
 /// Loads the key file at `path`. Refuses (error text names the path, what was found and the fix):
 /// a missing/unreadable file, a file that is not a regular file, a mode with any group/other bit
 /// set ("mode 0644 ... fix: chmod 600 <path>"), an owner other than this process's uid or root

@@ -6,6 +6,7 @@ set(LEASEHOLD_WIRE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/codec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/auth.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replay.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/token.cpp
 )
 add_library(leasehold_wire STATIC ${LEASEHOLD_WIRE_SOURCES})
 leasehold_target(leasehold_wire)

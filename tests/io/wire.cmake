@@ -6,3 +6,7 @@ leasehold_test(io_wire_test
           ${CMAKE_CURRENT_LIST_DIR}/wire_auth_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/wire_replay_test.cpp
   LIBS leasehold_wire)
+
+leasehold_test(io_token_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/token_test.cpp
+  LIBS leasehold_wire)
