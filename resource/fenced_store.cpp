@@ -56,6 +56,7 @@ std::string_view to_string(Verdict v) noexcept {
     case Verdict::stale: return "stale";
     case Verdict::invalid: return "invalid";
     case Verdict::error: return "error";
+    case Verdict::forged: return "forged";
   }
   return "unknown";
 }
@@ -211,6 +212,7 @@ std::unique_ptr<FencedStore> FencedStore::open_impl(const std::string& path, std
       new FencedStore(db, path, std::move(st), std::clamp(options.busy_timeout_ms, 1, 600'000)));
   store->read_only_ = read_only;
   store->checkpoint_pages_ = std::max(options.checkpoint_pages, 0);
+  store->verifier_ = options.verifier;
   return store;
 }
 
@@ -256,18 +258,22 @@ FencedStore::~FencedStore() {
 }
 
 WriteResult FencedStore::write(const WriteToken& token, std::string_view payload) {
-  return fenced(token, payload, false, {});
+  return fenced(token, payload, false, {}, true);
 }
 
 WriteResult FencedStore::advance_fence(std::string_view name, Epoch epoch, std::string_view why) {
   WriteToken t;
   t.name = std::string(name);
   t.epoch = epoch;
-  return fenced(t, {}, true, why);
+  return fenced(t, {}, true, why, false);
+}
+
+WriteResult FencedStore::present(const WriteToken& token, std::string_view why) {
+  return fenced(token, {}, true, why, true);
 }
 
 WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payload, bool announce,
-                                std::string_view why) {
+                                std::string_view why, bool check_token) {
   WriteResult r;
   if (read_only_) {
     r.verdict = Verdict::error;
@@ -296,6 +302,13 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
     if (sqlite3_get_autocommit(db_) == 0) step_done(s.rollback);
     return timed();
   };
+  // The signature check runs before the write lock is taken (it needs no database state), so
+  // other writers do not wait for it.
+  token::Verdict token_verdict;
+  const bool token_checked = check_token && verifier_ != nullptr && !skip_token_check_ &&
+                             validate_name(token.name).empty() && token.epoch != 0;
+  if (token_checked)
+    token_verdict = verifier_->verify(token.signed_token, name_id_of(token.name), token.epoch, token.holder);
   if (!step_done(s.begin)) return db_error("begin");
   // Inside the write lock: the time order of audit rows is their commit order.
   const std::int64_t now = now_boottime_ns();
@@ -321,9 +334,12 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   } else if (token.epoch > kStoreEpochMax) {
     verdict = Verdict::invalid;
     reason = "epoch " + std::to_string(token.epoch) + " above 2^63-1";
-  } else if (!announce && token.holder.is_nil()) {
+  } else if ((!announce || check_token) && token.holder.is_nil()) {
     verdict = Verdict::invalid;
     reason = "nil holder";
+  } else if (token_checked && !token_verdict.ok()) {
+    verdict = Verdict::forged;
+    reason = token_verdict.detail;
   } else if (!announce && payload.size() > kPayloadBytesMax) {
     verdict = Verdict::invalid;
     reason = "payload of " + std::to_string(payload.size()) + " bytes, limit " +
@@ -359,11 +375,15 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   const std::string_view audit_verdict =
       announce && verdict == Verdict::accepted ? std::string_view("fence") : to_string(verdict);
   std::string audit_reason = reason;
+  if (token_checked && token_verdict.ok()) {
+    const auto t = token::decode(token.signed_token);
+    audit_reason = std::string(kVerifiedReasonPrefix) + " (key " + token::key_id_text(t ? t->key_id : 0) + ")";
+  }
   if (announce && verdict == Verdict::accepted) {
-    audit_reason = std::string(why) + (token.epoch > highest
-                                           ? " (fence " + std::to_string(highest) + " -> " +
-                                                 std::to_string(token.epoch) + ")"
-                                           : " (fence already at " + std::to_string(highest) + ")");
+    if (!audit_reason.empty()) audit_reason += "; ";
+    audit_reason += std::string(why) + (token.epoch > highest ? " (fence " + std::to_string(highest) + " -> " +
+                                                                    std::to_string(token.epoch) + ")"
+                                                              : " (fence already at " + std::to_string(highest) + ")");
   }
   sqlite3_bind_int64(s.audit, 1, now);
   sqlite3_bind_text(s.audit, 2, audit_name.data(), static_cast<int>(audit_name.size()), SQLITE_TRANSIENT);
@@ -379,6 +399,14 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   const std::int64_t audit_id = sqlite3_last_insert_rowid(db_);
   if (!step_done(s.commit)) return db_error("commit");
 
+  if (token_checked) {
+    if (token_verdict.ok()) {
+      ++token_stats_.verified;
+      if (token_verdict.cached) ++token_stats_.cache_hits;
+    } else {
+      ++token_stats_.rejected[static_cast<std::size_t>(token_verdict.reject) % token::kRejectCount];
+    }
+  }
   r.verdict = verdict;
   r.highest = after;
   r.reason = std::move(reason);
@@ -508,10 +536,16 @@ AuditReport check_audit(const std::vector<AuditRow>& rows) {
     if (r.verdict != "accepted") {
       ++rep.rejected;
       if (r.verdict == "stale") ++e.rejected;
+      if (r.verdict == "forged") {
+        ++rep.forged;
+        ++e.forged;
+      }
       if (rep.rejected_rows.size() < kRejectedRowsKept) rep.rejected_rows.push_back(r);
       continue;
     }
     ++rep.accepted;
+    if (r.reason.starts_with(kVerifiedReasonPrefix)) ++rep.verified;
+    else ++rep.unverified;
     if (auto it = last_accepted.find(r.name); it != last_accepted.end() && r.epoch < it->second.first) {
       rep.violations.push_back("\"" + r.name + "\": audit row " + std::to_string(r.id) +
                                " accepted epoch " + std::to_string(r.epoch) + " after row " +
@@ -557,6 +591,19 @@ AuditReport check_audit(const std::vector<AuditRow>& rows) {
     }
   }
   return rep;
+}
+
+std::string AuditReport::summary() const {
+  if (!ok()) return "NOT exclusive";
+  const std::string rules = "no overlapping or backwards epochs, one holder per epoch";
+  if (forged > 0)
+    return "ATTACKED: " + std::to_string(forged) + " write" + (forged == 1 ? "" : "s") +
+           " with a token lockd never signed refused; the accepted writes show " + rules;
+  if (unverified > 0)
+    return "unverified: " + rules + ", but " + std::to_string(unverified) + " accepted write" +
+           (unverified == 1 ? "" : "s") +
+           " carried no verified token, so their epochs are unproven (a store opened without lockd's public key)";
+  return "exclusive: " + rules + ", every accepted epoch signed by lockd";
 }
 
 }  // namespace leasehold::resource

@@ -22,6 +22,16 @@
 // from that moment, not only from the new holder's first write. A new holder may also present
 // its token first (advance_fence with its own epoch) before relying on exclusivity.
 //
+// Signed tokens (io/token.hpp): an epoch alone is a number anyone can write, so a stale holder
+// that makes one up (its own + 1000, or 2^63-1) would be admitted and fence the rightful holder
+// out for good. A store opened with a TokenVerifier (StoreOptions::verifier: lockd's public
+// keys) admits a write only if it carries a token lockd signed for exactly that name, epoch and
+// holder; anything else is rejected as Verdict::forged with the reason counted (token_stats())
+// and written in the audit row. Verification is cached per (name, epoch, signature), so a
+// holder pays one signature check per epoch. A store without a verifier keeps the plain epoch
+// compare (only safe when every writer is trusted); its accepted audit rows say that no token
+// was verified, and `check_audit` reports them as unverified.
+//
 // Time: audit rows carry CLOCK_BOOTTIME nanoseconds read *inside* the write transaction, so
 // the row order (rowid) and the time order agree across processes on one host.
 //
@@ -32,13 +42,16 @@
 // in any number of processes, may share one file.
 #pragma once
 
+#include "io/token.hpp"
 #include "lease/types.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 struct sqlite3;
@@ -61,9 +74,15 @@ inline constexpr Epoch kStoreEpochMax = static_cast<Epoch>(INT64_MAX);
 
 /// A fencing token as a resource receives it (lease/types.hpp Token, with the name as text).
 struct WriteToken {
+  WriteToken() = default;
+  WriteToken(std::string n, Epoch e, SandboxId h, std::vector<std::uint8_t> signed_bytes = {})
+      : name(std::move(n)), epoch(e), holder(h), signed_token(std::move(signed_bytes)) {}
   std::string name;
   Epoch epoch = 0;
   SandboxId holder;
+  /// The signed token of the grant (io/token.hpp encoding, kTokenBytes); empty: unsigned.
+  /// Required by a store with a verifier.
+  std::vector<std::uint8_t> signed_token;
 };
 
 enum class Verdict : std::uint8_t {
@@ -71,8 +90,10 @@ enum class Verdict : std::uint8_t {
   stale = 1,     ///< epoch < highest seen: a superseded token
   invalid = 2,   ///< malformed token or payload (epoch 0, bad name, nil holder, too large)
   error = 3,     ///< the database failed (busy past the timeout, disk full, ...); nothing written
+  forged = 4,    ///< a store with a verifier: the token is unsigned, forged, mis-signed, of an
+                 ///< unknown key id or of another grant (reason says which, token::Reject)
 };
-/// "accepted", "stale", "invalid", "error".
+/// "accepted", "stale", "invalid", "error", "forged".
 std::string_view to_string(Verdict v) noexcept;
 
 struct WriteResult {
@@ -90,7 +111,12 @@ struct WriteResult {
   bool accepted() const noexcept { return verdict == Verdict::accepted; }
 };
 
-/// One audit row. `verdict` is "accepted", "stale", "invalid" or "fence" (an advance_fence).
+/// Prefix of the reason of an accepted audit row whose token was verified ("token verified
+/// (key 1a2b3c4d)"); an accepted row without it carried no verified token.
+inline constexpr std::string_view kVerifiedReasonPrefix = "token verified";
+
+/// One audit row. `verdict` is "accepted", "stale", "invalid", "forged" or "fence" (an
+/// advance_fence or a presented token).
 struct AuditRow {
   std::int64_t id = 0;
   std::int64_t time_ns = 0;
@@ -110,6 +136,21 @@ struct StoreOptions {
   /// 0: never here - a writer that must not pause for that I/O leaves checkpoints to another
   /// connection, which calls checkpoint() (SQLite: "checkpoints in a separate thread").
   int checkpoint_pages = kWalCheckpointPagesDefault;
+  /// lockd's public keys: when set, every write (and present()) must carry a token that
+  /// verifies with one of them. Shared: one verifier (and its cache) may serve many stores.
+  std::shared_ptr<token::TokenVerifier> verifier;
+};
+
+/// Token checks of one FencedStore (since it was opened).
+struct TokenStats {
+  std::uint64_t verified = 0;     ///< writes whose token verified (with a signature check or cached)
+  std::uint64_t cache_hits = 0;   ///< of which answered from the cache
+  std::array<std::uint64_t, token::kRejectCount> rejected{};  ///< forged writes by token::Reject
+  std::uint64_t forged() const noexcept {
+    std::uint64_t n = 0;
+    for (const auto v : rejected) n += v;
+    return n;
+  }
 };
 
 /// What one checkpoint() did.
@@ -149,6 +190,20 @@ class FencedStore {
   /// highest after the call; verdict invalid/error as for write(). Never throws.
   WriteResult advance_fence(std::string_view name, Epoch epoch, std::string_view why);
 
+  /// A holder presents its token before relying on exclusivity: like advance_fence(token.name,
+  /// token.epoch), but with a verifier the token must verify (else Verdict::forged, counted
+  /// and audited), so only a grant lockd signed can raise the fence this way.
+  WriteResult present(const WriteToken& token, std::string_view why);
+
+  /// Token checks so far (all zero without a verifier).
+  const TokenStats& token_stats() const noexcept { return token_stats_; }
+  /// Whether writes are checked against signed tokens (a verifier was given).
+  bool verifies_tokens() const noexcept { return verifier_ != nullptr; }
+
+  /// Test hook (the ablation of the attack tests, not an option): skip the token check even
+  /// with a verifier, i.e. the plain epoch compare.
+  void testing_skip_token_check(bool skip) noexcept { skip_token_check_ = skip; }
+
   /// The highest epoch seen for `name` (0: none, or on error).
   Epoch highest(std::string_view name);
 
@@ -185,7 +240,7 @@ class FencedStore {
   static std::unique_ptr<FencedStore> open_impl(const std::string& path, std::string& error,
                                                 const StoreOptions& options, bool read_only);
   WriteResult fenced(const WriteToken& token, std::string_view payload, bool announce,
-                     std::string_view why);
+                     std::string_view why, bool check_token);
   static int on_busy(void* self, int count);
   static int on_wal_commit(void* self, sqlite3* db, const char* schema, int wal_pages);
   sqlite3* db_ = nullptr;
@@ -194,6 +249,9 @@ class FencedStore {
   int busy_timeout_ms_ = kBusyTimeoutMsDefault;
   int checkpoint_pages_ = kWalCheckpointPagesDefault;
   bool read_only_ = false;
+  std::shared_ptr<token::TokenVerifier> verifier_;
+  bool skip_token_check_ = false;
+  TokenStats token_stats_;
   // Per call (reset by fenced()): time asleep in on_busy, time in checkpoints, and when the
   // current busy episode began.
   std::int64_t lock_wait_ns_ = 0;
@@ -209,6 +267,7 @@ struct EpochSummary {
   Epoch epoch = 0;
   std::uint64_t accepted = 0;
   std::uint64_t rejected = 0;      ///< stale writes carrying this epoch
+  std::uint64_t forged = 0;        ///< writes claiming this epoch whose token did not verify
   std::int64_t first_ns = 0;       ///< first accepted write (0 if none)
   std::int64_t last_ns = 0;        ///< last accepted write
   std::vector<std::string> holders;///< distinct holders of accepted writes (exactly 1 expected)
@@ -219,15 +278,27 @@ struct EpochSummary {
 ///  - the time ranges [first_ns, last_ns] of different epochs of a name do not overlap;
 ///  - all accepted writes of one (name, epoch) carry one holder;
 ///  - no accepted write carries an epoch below the highest announced before it.
-/// `violations` lists each broken rule with the rows involved; empty means exclusive.
+/// `violations` lists each broken rule with the rows involved; empty means the accepted writes
+/// are exclusive. That says nothing of epochs nobody can vouch for: accepted writes whose token
+/// was not verified (`unverified`; a store without a verifier) may carry a made-up epoch, and
+/// `forged` counts writes refused because their token did not verify (someone wrote without a
+/// grant). `exclusive()` is true only with no violation, no forgery and no unverified write.
 struct AuditReport {
   std::vector<EpochSummary> epochs;   ///< by name, then epoch
   std::uint64_t accepted = 0;
-  std::uint64_t rejected = 0;         ///< stale + invalid
+  std::uint64_t rejected = 0;         ///< stale + invalid + forged
+  std::uint64_t forged = 0;           ///< writes refused: the token did not verify
+  std::uint64_t verified = 0;         ///< accepted writes whose token was verified
+  std::uint64_t unverified = 0;       ///< accepted writes without a verified token
   std::uint64_t fences = 0;           ///< advance_fence rows
   std::vector<AuditRow> rejected_rows;///< at most kRejectedRowsKept, oldest first
   std::vector<std::string> violations;
   bool ok() const noexcept { return violations.empty(); }
+  /// Exclusive and every accepted epoch vouched for by lockd, with no forgery attempted.
+  bool exclusive() const noexcept { return ok() && forged == 0 && unverified == 0; }
+  /// One line: "exclusive: ...", "NOT exclusive", "exclusive among accepted writes, but N
+  /// forged ..." or "... unverified ..." (what `leasehold audit` prints last).
+  std::string summary() const;
 };
 inline constexpr std::size_t kRejectedRowsKept = 64;
 AuditReport check_audit(const std::vector<AuditRow>& rows);

@@ -2,8 +2,11 @@
 // (resource/fenced_store.hpp check_audit): writes per epoch, rejected writes, violations.
 // It opens the store read-only and changes nothing (FencedStore::open_read_only), so it also
 // checks a copy kept as evidence on a read-only file or mount.
-// Exit 0 when the audit shows exclusive epochs, 1 when a rule is broken, 2 for a file that is
-// not a fenced store or a malformed --name, 4 for a missing file or a name without audit rows.
+// Exit 0 when the audit shows exclusive epochs, 1 when a rule is broken or a write with a forged
+// token was refused (someone wrote without a grant: "ATTACKED"), 2 for a file that is not a
+// fenced store or a malformed --name, 4 for a missing file or a name without audit rows. Accepted
+// writes whose token nobody verified (a store opened without lockd's public key) are reported as
+// "unverified" (exit 0: the rules hold, but their epochs are unproven).
 #include "tools/cmd_common.hpp"
 
 #include "resource/fenced_store.hpp"
@@ -67,14 +70,16 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
     if (a->json) {
       nlohmann::json epochs = nlohmann::json::array();
       for (const auto& e : rep.epochs)
-        epochs.push_back({{"name", e.name}, {"epoch", e.epoch}, {"accepted", e.accepted}, {"stale", e.rejected},
+        epochs.push_back({{"name", e.name}, {"epoch", e.epoch}, {"accepted", e.accepted}, {"stale", e.rejected}, {"forged", e.forged},
                           {"first_ns", e.first_ns}, {"last_ns", e.last_ns}, {"holders", e.holders}});
       nlohmann::json rejected = nlohmann::json::array();
       for (const auto& r : rep.rejected_rows)
         rejected.push_back({{"time_ns", r.time_ns}, {"name", r.name}, {"epoch", r.epoch}, {"holder", r.holder},
                             {"verdict", r.verdict}, {"reason", r.reason}});
-      std::printf("%s\n", nlohmann::json{{"ok", rep.ok()}, {"accepted", rep.accepted}, {"rejected", rep.rejected},
-                                         {"fences", rep.fences}, {"epochs", epochs}, {"rejected_rows", rejected},
+      std::printf("%s\n", nlohmann::json{{"ok", rep.ok()}, {"exclusive", rep.exclusive()}, {"summary", rep.summary()},
+                                         {"accepted", rep.accepted}, {"rejected", rep.rejected},
+                                         {"forged", rep.forged}, {"verified", rep.verified},
+                                         {"unverified", rep.unverified}, {"fences", rep.fences}, {"epochs", epochs}, {"rejected_rows", rejected},
                                          {"violations", rep.violations}}
                               .dump()
                               .c_str());
@@ -84,19 +89,21 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
         std::string holders;
         for (const auto& h : e.holders) holders += (holders.empty() ? "" : ",") + h;
         t.push_back({e.name, std::to_string(e.epoch), holders.empty() ? "-" : holders, std::to_string(e.accepted),
-                     std::to_string(e.rejected), duration_text(e.last_ns - e.first_ns)});
+                     std::to_string(e.rejected), std::to_string(e.forged), duration_text(e.last_ns - e.first_ns)});
       }
-      std::fputs(format_table({"NAME", "EPOCH", "HOLDER", "ACCEPTED", "STALE", "SPAN"}, t).c_str(), stdout);
-      std::printf("%llu accepted, %llu rejected, %llu fence announcements\n",
+      std::fputs(format_table({"NAME", "EPOCH", "HOLDER", "ACCEPTED", "STALE", "FORGED", "SPAN"}, t).c_str(), stdout);
+      std::printf("%llu accepted, %llu rejected (%llu forged), %llu fence announcements; %llu accepted with a "
+                  "verified token\n",
                   static_cast<unsigned long long>(rep.accepted), static_cast<unsigned long long>(rep.rejected),
-                  static_cast<unsigned long long>(rep.fences));
+                  static_cast<unsigned long long>(rep.forged), static_cast<unsigned long long>(rep.fences),
+                  static_cast<unsigned long long>(rep.verified));
       for (const auto& r : rep.rejected_rows)
         std::printf("rejected: %s epoch %llu holder %s: %s\n", r.name.c_str(), static_cast<unsigned long long>(r.epoch),
                     r.holder.c_str(), r.reason.c_str());
       for (const auto& v : rep.violations) std::printf("VIOLATION: %s\n", v.c_str());
-      std::printf("%s\n", rep.ok() ? "exclusive: no overlapping or backwards epochs" : "NOT exclusive");
+      std::printf("%s\n", rep.summary().c_str());
     }
-    *exit_code = rep.ok() ? kOk : kFailure;
+    *exit_code = rep.ok() && rep.forged == 0 ? kOk : kFailure;
   });
 });
 
