@@ -107,7 +107,7 @@ std::size_t size_of(const IsRunning&) noexcept { return 2 * kIdBytes + 8; }
 std::size_t size_of(const List&) noexcept { return 8 + 2; }
 std::size_t size_of(const Show& m) noexcept { return 1 + (m.name.empty() ? kIdBytes : 1 + m.name.size()); }
 std::size_t size_of(const Stats&) noexcept { return 0; }
-std::size_t size_of(const Grant&) noexcept { return 3 * kIdBytes + 8 + 1 + 4; }
+std::size_t size_of(const Grant& m) noexcept { return 3 * kIdBytes + 8 + 1 + 4 + 1 + m.token.size(); }
 std::size_t size_of(const Deny&) noexcept { return 3 * kIdBytes + 1 + 8 + 1; }
 std::size_t size_of(const HeartbeatAck& m) noexcept { return 2 + m.entries.size() * kHeartbeatAckEntryBytes; }
 std::size_t size_of(const Ok&) noexcept { return kIdBytes + 8; }
@@ -201,6 +201,9 @@ void put(Writer&, const Stats&) {}
 void put(Writer& w, const Grant& m) {
   w.id(m.name_id); w.u64(m.epoch); w.id(m.holder); w.id(m.worker);
   w.u8(static_cast<std::uint8_t>(m.state)); w.u32(m.ttl_ms);
+  w.u8(static_cast<std::uint8_t>(m.token.size()));
+  if (!m.token.empty()) std::memcpy(w.p, m.token.data(), m.token.size());
+  w.p += m.token.size();
 }
 void put(Writer& w, const Deny& m) {
   w.id(m.name_id); w.u8(static_cast<std::uint8_t>(m.refusal)); w.id(m.holder); w.id(m.worker);
@@ -277,6 +280,12 @@ class Reader {
     if (!u8(b, f)) return false;
     if (b > 1) return bad_value(f, b);
     v = b == 1;
+    return true;
+  }
+  bool bytes(std::uint8_t* out, std::size_t n, const char* f) {
+    if (!need(n, f)) return false;
+    std::memcpy(out, p_, n);
+    p_ += n;
     return true;
   }
   bool bad_value(const char* f, unsigned v) {
@@ -452,8 +461,14 @@ bool get(Reader& r, Show& m) {
 }
 bool get(Reader&, Stats&) { return true; }
 bool get(Reader& r, Grant& m) {
-  return r.id(m.name_id, "grant.name_id") && r.u64(m.epoch, "grant.epoch") && r.id(m.holder, "grant.holder") &&
-         r.id(m.worker, "grant.worker") && r.lock_state(m.state, "grant.state") && r.u32(m.ttl_ms, "grant.ttl_ms");
+  if (!(r.id(m.name_id, "grant.name_id") && r.u64(m.epoch, "grant.epoch") && r.id(m.holder, "grant.holder") &&
+        r.id(m.worker, "grant.worker") && r.lock_state(m.state, "grant.state") && r.u32(m.ttl_ms, "grant.ttl_ms")))
+    return false;
+  std::uint8_t n = 0;
+  if (!r.u8(n, "grant.token_len")) return false;
+  if (n != 0 && n != token::kTokenBytes) return r.bad_value("grant.token_len", n);
+  m.token.resize(n);
+  return n == 0 || r.bytes(m.token.data(), n, "grant.token");
 }
 bool get(Reader& r, Deny& m) {
   return r.id(m.name_id, "deny.name_id") && r.refusal(m.refusal, "deny.refusal") && r.id(m.holder, "deny.holder") &&

@@ -27,6 +27,7 @@
 // the bytes. Counts are u16 and are checked against the per-type limits below.
 #pragma once
 
+#include "io/token.hpp"
 #include "lease/types.hpp"
 
 #include <boost/container/static_vector.hpp>
@@ -47,7 +48,8 @@ namespace leasehold::wire {
 // Limits (named; every list on the wire is bounded by one of these).
 
 inline constexpr std::uint32_t kMagic = 0x3157484Cu;  ///< bytes "LHW1" little-endian
-inline constexpr std::uint8_t kVersion = 2;  ///< 2: key_id in the header, per-worker keys
+/// 2: key_id in the header, per-worker keys; 3: a Grant carries lockd's signed token
+inline constexpr std::uint8_t kVersion = 3;
 inline constexpr std::size_t kDatagramBytesMax = 1400;  ///< below a 1500-byte MTU with IPv6+UDP
 inline constexpr std::size_t kHeaderBytes = 44;
 inline constexpr std::size_t kTagBytes = 32;  ///< HMAC-SHA256
@@ -370,6 +372,10 @@ struct Stats {
   friend bool operator==(const Stats&, const Stats&) = default;
 };
 
+/// A Grant's signed token (io/token.hpp encoding): on the wire a u8 length, 0 (lockd signs
+/// nothing) or token::kTokenBytes, then the bytes; any other length is rejected (bad_value).
+using GrantTokenBytes = boost::container::static_vector<std::uint8_t, token::kTokenBytes>;
+
 /// Answer: the name is granted (state held), or reserved in 2-phase (state acquiring).
 struct Grant {
   NameId name_id;
@@ -378,6 +384,10 @@ struct Grant {
   WorkerId worker;
   LockState state = LockState::held;
   std::uint32_t ttl_ms = 0;  ///< TTL granted (held) or time left to commit (acquiring)
+  /// lockd's signed token {name_id, epoch, holder, worker, issued_at, key_id} of this grant,
+  /// which the holder hands to a resource with its writes; empty from a lockd without a
+  /// signing key.
+  GrantTokenBytes token;
   friend bool operator==(const Grant&, const Grant&) = default;
 };
 

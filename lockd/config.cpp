@@ -25,6 +25,10 @@ bool listen_address_ok(std::string_view text) {
   return ::inet_pton(AF_INET, host.c_str(), buf) == 1;
 }
 
+std::string signing_key_path(const LockdConfig& cfg) {
+  return cfg.signing_key_file.empty() ? cfg.store_path + ".signing.key" : cfg.signing_key_file;
+}
+
 void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
   app.add_option("--listen", cfg.listen,
                  "UDP address to serve on, ADDR:PORT (IPv4 or [IPv6]); port 0 picks a free port "
@@ -54,7 +58,19 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
                "write the key of --worker-id, derived from --key-file, to --out (mode 0600) and "
                "exit: the only key that worker's supervisor holds");
   app.add_option("--worker-id", cfg.derive_worker_id, "with --derive-worker-key: the worker id (UUID)");
-  app.add_option("--out", cfg.derive_out, "with --derive-worker-key: the worker key file to write");
+  app.add_option("--out", cfg.derive_out,
+                 "with --derive-worker-key: the worker key file to write; with --generate-signing-key: "
+                 "the signing key file to write (its public key goes to PATH.pub)");
+  app.add_option("--signing-key-file", cfg.signing_key_file,
+                 "lockd's Ed25519 key that signs the fencing token of every grant (PEM or 32 raw bytes; "
+                 "mode 0600, owned by this uid or root). Default: STORE.signing.key beside --store, "
+                 "generated (with STORE.signing.key.pub) on first start");
+  app.add_flag("--generate-signing-key", cfg.generate_signing_key,
+               "write a new Ed25519 signing key to --out (mode 0600) and its public key to --out.pub "
+               "(mode 0644) and exit; refuses to overwrite");
+  app.add_flag("--print-public-key", cfg.print_public_key,
+               "print the public key (PEM) and key id of the signing key (--signing-key-file or the "
+               "default beside --store) and exit: what resources verify tokens with");
   app.add_option("--ttl-ms", cfg.ttl_ms, "lease TTL, milliseconds: the default and the longest a request may ask for (1.." +
                                              std::to_string(kTtlMsMax) + ")")
       ->capture_default_str();
@@ -109,6 +125,12 @@ std::string read_ablations(LockdConfig& cfg, const char* env) {
 
 std::string validate(const LockdConfig& cfg) {
   if (cfg.generate_key_path) return {};  // --generate-key needs nothing else
+  if (cfg.generate_signing_key) {
+    if (cfg.derive_out.empty())
+      return "--generate-signing-key needs --out PATH (the signing key file to write; PATH.pub gets the public key)";
+    return {};
+  }
+  if (cfg.print_public_key) return {};  // needs only the signing key
   if (cfg.derive_worker_key) {
     if (cfg.key_file.empty()) return "--derive-worker-key needs --key-file (the cluster key)";
     if (cfg.derive_out.empty()) return "--derive-worker-key needs --out PATH (the worker key file to write)";

@@ -57,7 +57,12 @@ struct LockdConfig {
   std::uint16_t key_id = 1;                      ///< --key-id for --generate-key
   bool derive_worker_key = false;                ///< --derive-worker-key: write a worker key and exit
   std::string derive_worker_id;                  ///< --worker-id (UUID) for --derive-worker-key
-  std::string derive_out;                        ///< --out for --derive-worker-key
+  std::string derive_out;                        ///< --out for --derive-worker-key / --generate-signing-key
+  /// --signing-key-file: lockd's Ed25519 token signing key (PEM or 32 raw bytes, 0600). Empty:
+  /// default_signing_key_path(), generated on first start (like sshd's host keys).
+  std::string signing_key_file;
+  bool generate_signing_key = false;  ///< --generate-signing-key: write --out and --out.pub, exit
+  bool print_public_key = false;      ///< --print-public-key: print the signing key's public key, exit
   /// Ablations for the attack tests (LEASEHOLD_ABLATE, comma-separated; never a flag):
   /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
   /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers
@@ -77,6 +82,9 @@ struct LockdConfig {
     return reservation_ttl_ms.value_or(std::min(kReservationTtlMsMax, kReservationTtlsDefault * ttl_ms));
   }
 };
+
+/// The signing key file in force: --signing-key-file, or `<store>.signing.key` beside the store.
+std::string signing_key_path(const LockdConfig& cfg);
 
 /// Adds lockd's flags to `app`, bound to `cfg`.
 void add_lockd_flags(CLI::App& app, LockdConfig& cfg);

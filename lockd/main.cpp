@@ -5,6 +5,7 @@
 #include "io/auth.hpp"
 #include "io/clock.hpp"
 #include "io/loop.hpp"
+#include "io/token.hpp"
 #include "lockd/config.hpp"
 #include "lockd/service.hpp"
 
@@ -15,6 +16,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +45,34 @@ int main(int argc, char** argv) {
     }
     std::printf("wrote a new %s key (key id %u) to %s (mode 0600)\n", cfg.generate_kind.c_str(),
                 static_cast<unsigned>(cfg.key_id), cfg.generate_key_path->c_str());
+    return 0;
+  }
+  if (std::string why = lockd::validate(cfg); cfg.generate_signing_key && !why.empty()) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+    return 2;
+  }
+  if (cfg.generate_signing_key) {
+    if (std::string err = token::generate_signing_key_file(cfg.derive_out); !err.empty()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+      return 1;
+    }
+    std::string err;
+    const auto signer = token::TokenSigner::load(cfg.derive_out, err);
+    std::printf("wrote a new signing key (key id %s) to %s (mode 0600) and its public key to %s.pub (mode 0644)\n",
+                signer ? token::key_id_text(signer->key_id()).c_str() : "?", cfg.derive_out.c_str(),
+                cfg.derive_out.c_str());
+    return 0;
+  }
+  if (cfg.print_public_key) {
+    std::string err;
+    const std::string path = lockd::signing_key_path(cfg);
+    const auto signer = token::TokenSigner::load(path, err);
+    if (!signer) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+      return 1;
+    }
+    std::printf("# leasehold token signing key %s, key id %s\n%s", path.c_str(),
+                token::key_id_text(signer->key_id()).c_str(), signer->public_key_pem().c_str());
     return 0;
   }
   if (std::string why = lockd::read_ablations(cfg, std::getenv("LEASEHOLD_ABLATE")); !why.empty()) {
@@ -123,6 +153,34 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "leasehold-lockd: %s\n", e.what());
     return 1;
   }
+  // The token signing key: the configured one, or the default beside the store, generated on
+  // first start (sshd's host keys), before anything is served: a grant never goes out
+  // unsigned. After the store opened, so a store problem is reported as such first.
+  std::shared_ptr<const token::TokenSigner> signer;
+  {
+    const std::string path = lockd::signing_key_path(cfg);
+    std::string err;
+    bool generated = false;
+    if (cfg.signing_key_file.empty() && ::access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
+      if (err = token::generate_signing_key_file(path); !err.empty()) {
+        std::fprintf(stderr, "leasehold-lockd: cannot create the token signing key: %s\n", err.c_str());
+        service.reset();
+        return 1;
+      }
+      generated = true;
+    }
+    signer = token::TokenSigner::load(path, err);
+    if (!signer) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+      service.reset();
+      return 1;
+    }
+    std::fprintf(stderr, "leasehold-lockd: %s token signing key %s (key id %s); public key %s.pub\n",
+                 generated ? "generated the" : "signing tokens with", path.c_str(),
+                 token::key_id_text(signer->key_id()).c_str(), path.c_str());
+  }
+
+  service->set_token_signer(signer);
   bool stopping = false;
   loop->add_poll(sfd, POLLIN, PollMode::oneshot, [&stopping](int) { stopping = true; });
   std::printf("listening %s\n", service->local_address().str().c_str());

@@ -469,7 +469,7 @@ wire::Body LockService::deny(const Outcome& o) {
   return d;
 }
 
-wire::Body LockService::grant(const Outcome& o, std::int64_t now_ns) const {
+wire::Body LockService::grant(const Outcome& o, std::int64_t now_ns) {
   wire::Grant g;
   g.name_id = o.name;
   g.epoch = o.token.epoch;
@@ -478,6 +478,23 @@ wire::Body LockService::grant(const Outcome& o, std::int64_t now_ns) const {
   g.state = wire_state(o.state.phase);
   g.ttl_ms = o.state.phase == LockPhase::acquiring ? ms_left(o.state.deadline_ns, now_ns)
                                                    : ms_left(o.state.expiry_ns, now_ns);
+  if (signer_ != nullptr) {
+    token::GrantToken t;
+    t.name = o.name;
+    t.epoch = o.token.epoch;
+    t.holder = o.token.holder;
+    t.worker = o.state.worker;
+    timespec rt{};
+    ::clock_gettime(CLOCK_REALTIME, &rt);  // informational: nothing is timed by it
+    t.issued_at_ns = static_cast<std::int64_t>(rt.tv_sec) * kNsPerS + rt.tv_nsec;
+    if (signer_->sign(t)) {
+      const token::TokenBytes b = token::encode(t);
+      g.token.assign(b.begin(), b.end());
+      ++counters_.tokens_signed;
+    } else {
+      ++counters_.token_sign_failures;
+    }
+  }
   return g;
 }
 
@@ -994,6 +1011,8 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("kernel_drops", ls.kernel_drops);
   add("reject_oversized_datagram", ls.datagrams_truncated);  // larger than a receive buffer
   add("sends_failed", counters_.sends_failed + ls.send_errors);
+  add("tokens_signed", counters_.tokens_signed);
+  if (counters_.token_sign_failures != 0) add("token_sign_failures", counters_.token_sign_failures);
   return a;
 }
 

@@ -125,6 +125,8 @@ struct ServiceCounters {
   std::uint64_t revoke_ended_lease_expired = 0;   ///< pending revokes whose bound passed
   std::uint64_t kill_confirms_refused = 0;  ///< KillConfirmed from another worker / epoch
   std::uint64_t reservations_lapsed = 0;
+  std::uint64_t tokens_signed = 0;          ///< grant answers carrying a signed token
+  std::uint64_t token_sign_failures = 0;    ///< grants answered without one: OpenSSL failed
 };
 
 class LockService {
@@ -140,6 +142,10 @@ class LockService {
   ~LockService();
   LockService(const LockService&) = delete;
   LockService& operator=(const LockService&) = delete;
+
+  /// The key that signs every grant's fencing token (io/token.hpp); nullptr: grants carry no
+  /// token. Set before serving.
+  void set_token_signer(std::shared_ptr<const token::TokenSigner> signer) { signer_ = std::move(signer); }
 
   /// The bound address (with the real port when cfg.listen asked for port 0).
   const SocketAddress& local_address() const noexcept { return local_; }
@@ -244,7 +250,8 @@ class LockService {
   void ask_is_running(NameId id, const LockState& s, std::int64_t now_ns);
 
   wire::Body deny(const Outcome& o);
-  wire::Body grant(const Outcome& o, std::int64_t now_ns) const;
+  /// The Grant answer of `o`, with its token signed (every grant path answers through here).
+  wire::Body grant(const Outcome& o, std::int64_t now_ns);
   wire::NameRecord record_of(NameId id, const LockState& s, std::int64_t now_ns) const;
   const std::string& text_of(NameId id) const;
 
@@ -264,6 +271,7 @@ class LockService {
   void flush_log(std::uint64_t durable_seq);
 
   LockdConfig cfg_;
+  std::shared_ptr<const token::TokenSigner> signer_;
   EventLoop& loop_;
   LeaseTable table_;
   wire::ClusterKeyring* keys_;  ///< owned by receiver_

@@ -90,9 +90,9 @@ wire::Body answer_for(const wire::Body& b, std::uint64_t stats_served) {
   using namespace wire;
   if (const auto* q = std::get_if<Acquire>(&b))
     return Grant{name_id_of(q->name), 7, q->sandbox, q->worker,
-                 q->two_phase ? LockState::acquiring : LockState::held, q->ttl_ms};
+                 q->two_phase ? LockState::acquiring : LockState::held, q->ttl_ms, {}};
   if (const auto* q = std::get_if<Commit>(&b))
-    return Grant{q->name_id, q->epoch, q->sandbox, q->worker, LockState::held, 5000};
+    return Grant{q->name_id, q->epoch, q->sandbox, q->worker, LockState::held, 5000, {}};
   if (const auto* q = std::get_if<Heartbeat>(&b)) {
     HeartbeatAck ack;
     for (std::size_t i = 0; i < q->entries.size(); ++i) {
@@ -110,7 +110,7 @@ wire::Body answer_for(const wire::Body& b, std::uint64_t stats_served) {
   if (const auto* q = std::get_if<TransferComplete>(&b))
     return TransferState{q->name_id, SandboxId{}, SandboxId{}, q->new_epoch, q->new_epoch, LockState::free};
   if (const auto* q = std::get_if<TransferAccept>(&b))
-    return Grant{q->name_id, 46, q->to, q->worker, LockState::held, 5000};
+    return Grant{q->name_id, 46, q->to, q->worker, LockState::held, 5000, {}};
   if (const auto* q = std::get_if<Revoke>(&b)) return Ok{q->name_id, 101};
   if (const auto* q = std::get_if<Reassign>(&b))
     return Deny{q->name_id, Refusal::not_free, sid(77), wid(77), 12, LockState::held};
@@ -320,13 +320,13 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   NameRecord shown_by_id = record(19);
   shown_by_id.name_id = nid(12);
   const std::vector<Body> expected = {
-      Grant{name_id_of("db/primary:shard-7"), 7, sid(1), wid(1), LockState::acquiring, 5000},
-      Grant{nid(2), 42, sid(2), wid(2), LockState::held, 5000},
+      Grant{name_id_of("db/primary:shard-7"), 7, sid(1), wid(1), LockState::acquiring, 5000, {}},
+      Grant{nid(2), 42, sid(2), wid(2), LockState::held, 5000, {}},
       hb_ack,
       Ok{nid(3), 44},
       TransferState{nid(4), sid(4), sid(5), 44, 45, LockState::transferring},
       TransferState{nid(5), SandboxId{}, SandboxId{}, 45, 45, LockState::free},
-      Grant{nid(6), 46, sid(6), wid(6), LockState::held, 5000},
+      Grant{nid(6), 46, sid(6), wid(6), LockState::held, 5000, {}},
       Ok{nid(7), 101},
       Deny{nid(8), Refusal::not_free, sid(77), wid(77), 12, LockState::held},
       WorkerAck{9000, {}},
@@ -398,7 +398,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
     const DecodeResult d = decode_answer(*first);
     ASSERT_TRUE(d) << d.detail;
     EXPECT_EQ(d.header.request_id, 5001u);
-    EXPECT_TRUE(d.body == Body(Grant{name_id_of("jobs/retry"), 7, sid(30), wid(500), LockState::held, 2000}));
+    EXPECT_TRUE(d.body == Body(Grant{name_id_of("jobs/retry"), 7, sid(30), wid(500), LockState::held, 2000, {}}));
   }
 
   // A correctly signed datagram of an unknown type, and one of an unknown version: an Error

@@ -243,7 +243,7 @@ TEST_F(WireCodec, InvalidNamesAreRejectedAtDecodeAndEncode) {
 }
 
 TEST_F(WireCodec, OutOfRangeEnumsAndBooleansAreRejected) {
-  const Bytes grant = encode_bytes(Grant{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockState::held, 9}, &auth);
+  const Bytes grant = encode_bytes(Grant{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockState::held, 9, {}}, &auth);
   Bytes payload = payload_of(grant);
   payload[16 + 8 + 16 + 16] = 4;  // state
   EXPECT_EQ(decode(with_payload(grant, payload, auth), &auth).error, DecodeError::bad_value);
@@ -259,6 +259,28 @@ TEST_F(WireCodec, OutOfRangeEnumsAndBooleansAreRejected) {
   payload = payload_of(running);
   payload.back() = 2;  // boolean
   EXPECT_EQ(decode(with_payload(running, payload, auth), &auth).error, DecodeError::bad_value);
+}
+
+// A Grant's token is absent (length 0) or exactly one token long; any other length is refused,
+// and a datagram cut inside the token is short.
+TEST_F(WireCodec, GrantTokenLengthIsChecked) {
+  Grant g{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockState::held, 9, {}};
+  g.token.resize(token::kTokenBytes, 0xAB);
+  const Bytes grant = encode_bytes(g, &auth);
+  const DecodeResult ok = decode(grant, &auth);
+  ASSERT_EQ(ok.error, DecodeError::none) << ok.detail;
+  EXPECT_EQ(std::get<Grant>(ok.body), g);
+  constexpr std::size_t kTokenLenAt = 16 + 8 + 16 + 16 + 1 + 4;
+  Bytes payload = payload_of(grant);
+  ASSERT_EQ(payload[kTokenLenAt], token::kTokenBytes);
+  payload[kTokenLenAt] = token::kTokenBytes - 1;
+  payload.pop_back();
+  const DecodeResult bad = decode(with_payload(grant, payload, auth), &auth);
+  EXPECT_EQ(bad.error, DecodeError::bad_value);
+  EXPECT_NE(bad.detail.find("grant.token_len"), std::string::npos) << bad.detail;
+  payload = payload_of(grant);
+  payload.resize(payload.size() - 10);
+  EXPECT_EQ(decode(with_payload(grant, payload, auth), &auth).error, DecodeError::short_payload);
 }
 
 TEST_F(WireCodec, OverlongTextIsRejected) {

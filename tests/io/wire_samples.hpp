@@ -55,7 +55,13 @@ inline std::vector<Body> every_type() {
   v.push_back(Stats{});
   v.push_back(Revoked{nid(20), 60, 61});
   v.push_back(KillConfirmed{nid(21), sid(21), 62});
-  v.push_back(Grant{nid(13), 53, sid(13), wid(13), LockState::acquiring, 1500});
+  v.push_back(Grant{nid(13), 53, sid(13), wid(13), LockState::acquiring, 1500, {}});
+  {
+    // A grant carrying a token (the bytes need not be a valid signature for the codec).
+    Grant signed_grant{nid(16), 56, sid(16), wid(16), LockState::held, 3000, {}};
+    for (std::size_t i = 0; i < token::kTokenBytes; ++i) signed_grant.token.push_back(static_cast<std::uint8_t>(i * 7));
+    v.push_back(signed_grant);
+  }
   v.push_back(Deny{nid(14), Refusal::held, sid(14), wid(14), 54, LockState::held});
   HeartbeatAck ack;
   ack.entries.push_back(HeartbeatAckEntry{nid(1), HeartbeatStatus::refreshed, sid(1), 8, 2900});
