@@ -39,16 +39,7 @@ int hex_value(char c) {
   return -1;
 }
 
-std::string to_hex(std::span<const std::uint8_t> bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(bytes.size() * 2);
-  for (std::uint8_t b : bytes) {
-    s.push_back(kDigits[b >> 4]);
-    s.push_back(kDigits[b & 0xF]);
-  }
-  return s;
-}
+using token::to_hex;  // io/token.hpp
 
 }  // namespace
 
@@ -254,19 +245,16 @@ std::string format_key(const WireKey& key) {
   return text;
 }
 
-std::string write_key_file(const std::string& path, const WireKey& key) {
-  if (key.bytes.size() < kKeyBytesMin || key.bytes.size() > kKeyBytesMax)
-    return "cannot write key file " + path + ": the key is " + std::to_string(key.bytes.size()) + " bytes";
-  if (key.key_id == 0) return "cannot write key file " + path + ": key id 0 names no key";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+std::string write_new_key_file(const std::string& path, std::string_view text, mode_t mode) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
     const int err = errno;
     return "cannot create key file " + path + ": " + std::strerror(err) +
            (err == EEXIST ? " (an existing key is never overwritten; remove it first to replace it)" : "");
   }
-  std::string text = format_key(key);
   std::string error;
-  if (::fchmod(fd, 0600) != 0) error = "cannot chmod 600 key file " + path + ": " + std::strerror(errno);
+  if (::fchmod(fd, mode) != 0)
+    error = "cannot chmod " + octal_mode(mode).substr(1) + " key file " + path + ": " + std::strerror(errno);
   std::size_t done = 0;
   while (error.empty() && done < text.size()) {
     const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
@@ -276,8 +264,17 @@ std::string write_key_file(const std::string& path, const WireKey& key) {
   }
   if (error.empty() && ::fsync(fd) != 0) error = "cannot fsync key file " + path + ": " + std::strerror(errno);
   ::close(fd);
-  OPENSSL_cleanse(text.data(), text.size());
   if (!error.empty()) ::unlink(path.c_str());
+  return error;
+}
+
+std::string write_key_file(const std::string& path, const WireKey& key) {
+  if (key.bytes.size() < kKeyBytesMin || key.bytes.size() > kKeyBytesMax)
+    return "cannot write key file " + path + ": the key is " + std::to_string(key.bytes.size()) + " bytes";
+  if (key.key_id == 0) return "cannot write key file " + path + ": key id 0 names no key";
+  std::string text = format_key(key);
+  std::string error = write_new_key_file(path, text, 0600);
+  OPENSSL_cleanse(text.data(), text.size());
   return error;
 }
 

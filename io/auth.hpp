@@ -83,6 +83,9 @@ struct KeyLoad {
 /// file". "" or the error. The caller wipes `buf`.
 std::string read_private_file(const std::string& path, std::span<char> buf, std::size_t& n,
                               std::string_view fix_new);
+/// Writes `text` to a new file `path` with `mode` (O_EXCL: an existing key is never
+/// overwritten; fsynced; removed again on failure). "" or the error. The caller wipes `text`.
+std::string write_new_key_file(const std::string& path, std::string_view text, unsigned mode);
 
 /// Loads the key file at `path`. Refuses (error text names the path, what was found and the fix):
 /// a missing/unreadable file, a file that is not a regular file, a mode with any group/other bit

@@ -79,29 +79,6 @@ std::array<std::uint8_t, kPublicKeyBytes> raw_public(EVP_PKEY* k) {
   return out;
 }
 
-/// Writes `text` to a new file `path` with `mode` (never overwriting). "" or the error.
-std::string write_new_file(const std::string& path, std::string_view text, mode_t mode) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-  if (fd < 0) {
-    const int err = errno;
-    return "cannot create " + path + ": " + std::strerror(err) +
-           (err == EEXIST ? " (an existing key is never overwritten; remove it first to replace it)" : "");
-  }
-  std::string error;
-  if (::fchmod(fd, mode) != 0) error = "cannot chmod " + path + ": " + std::strerror(errno);
-  std::size_t done = 0;
-  while (error.empty() && done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) error = "cannot write " + path + ": " + std::strerror(errno);
-    else done += static_cast<std::size_t>(w);
-  }
-  if (error.empty() && ::fsync(fd) != 0) error = "cannot fsync " + path + ": " + std::strerror(errno);
-  ::close(fd);
-  if (!error.empty()) ::unlink(path.c_str());
-  return error;
-}
-
 }  // namespace
 
 TokenBytes encode(const GrantToken& t) noexcept {
@@ -298,10 +275,10 @@ std::string TokenSigner::write_files(const std::string& path) const {
     return "cannot encode the signing key as PEM: OpenSSL failed";
   char* data = nullptr;
   const long len = BIO_get_mem_data(bio.get(), &data);
-  std::string error = write_new_file(path, std::string_view(data, static_cast<std::size_t>(len)), 0600);
+  std::string error = wire::write_new_key_file(path, std::string_view(data, static_cast<std::size_t>(len)), 0600);
   OPENSSL_cleanse(data, static_cast<std::size_t>(len));
   if (!error.empty()) return error;
-  error = write_new_file(path + ".pub", public_key_pem(), 0644);
+  error = wire::write_new_key_file(path + ".pub", public_key_pem(), 0644);
   if (!error.empty()) ::unlink(path.c_str());
   return error;
 }
