@@ -399,6 +399,7 @@ std::string_view to_string(Authority a) noexcept {
     case Authority::peer: return "peer";
     case Authority::worker: return "worker";
     case Authority::admin: return "admin";
+    case Authority::root: return "root";
   }
   return "unknown";
 }
@@ -492,7 +493,7 @@ KeyMatch ClusterKeyring::find(const WorkerId& sender, std::uint16_t key_id) {
   if (auto it = s.derived.find(ref); it != s.derived.end()) return KeyMatch{it->second.get(), Authority::worker};
   if (auto it = s.admin.find(key_id); it != s.admin.end()) return KeyMatch{it->second.get(), Authority::admin};
   if (auto it = s.cluster_direct.find(key_id); it != s.cluster_direct.end())
-    return KeyMatch{it->second.get(), Authority::admin};
+    return KeyMatch{it->second.get(), Authority::root};
   const auto c = s.cluster.find(key_id);
   if (c == s.cluster.end() || sender.is_nil()) return {};
   if (s.derived.size() >= s.derived_max) s.derived.clear();  // re-derived on demand

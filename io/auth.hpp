@@ -3,8 +3,9 @@
 // DESIGN.md "The wire protocol", "Trust model": every datagram ends in an HMAC-SHA256 tag
 // (RFC 2104) over its header and payload. Three kinds of key:
 //   - the cluster key (lockd and the operator): lockd derives the worker keys from it; used
-//     directly it is an admin key too (key id | kAdminKeyIdBit): who holds it can derive every
-//     worker key anyway, so this gives no power it does not already have
+//     directly (key id | kAdminKeyIdBit) it is the root authority (Authority::root): an admin
+//     key that may also speak for any worker - who holds it can derive every worker key anyway,
+//     so this gives no power it does not already have
 //   - a worker key, K_W = HKDF-SHA256(cluster key, salt "leasehold worker key v1",
 //     info = worker id (16 bytes, hi then lo, big-endian) || key id (2 bytes, big-endian)),
 //     RFC 5869. A supervisor holds only its own; since lockd derives the key from the sender id
@@ -143,7 +144,9 @@ enum class Authority : std::uint8_t {
   none = 0,
   peer = 1,    ///< a single shared key (a supervisor checking lockd's answers, tests)
   worker = 2,  ///< the sender's own worker key: the sender is the worker its header names
-  admin = 3,   ///< an admin key: revoke, transfer, reassign, list, show of any name
+  admin = 3,   ///< an admin key: revoke, transfer, reassign, list, show, stats; never a worker's message
+  root = 4,    ///< the cluster key itself (key id | kAdminKeyIdBit): the root secret, everything
+               ///< an admin may, and it may speak for any worker (it can derive every worker key)
 };
 std::string_view to_string(Authority a) noexcept;
 
@@ -177,7 +180,7 @@ class SingleKeyring final : public Keyring {
 
 /// lockd's keys: cluster keys by id (a datagram with a cluster key id is checked with the key
 /// derived for its claimed sender: Authority::worker; with the id | kAdminKeyIdBit, with the
-/// cluster key itself: Authority::admin) and admin keys by id (Authority::admin).
+/// cluster key itself: Authority::root) and admin keys by id (Authority::admin).
 /// Derived keys are cached per (worker, key id), at most `derived_max` (then the cache is
 /// emptied), so a heartbeat costs one hash lookup and one HMAC.
 class ClusterKeyring final : public Keyring {

@@ -266,7 +266,8 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
   }
   a.key = RequestKey{h.sender, h.request_id, request_digest(datagram, h)};
 
-  State::SenderWindow& sw = s.window_of(State::WindowKey{h.sender, match.authority == Authority::admin});
+  const bool admin_window = match.authority == Authority::admin || match.authority == Authority::root;
+  State::SenderWindow& sw = s.window_of(State::WindowKey{h.sender, admin_window});
   ReplayWindow& window = sw.window;
   const DecodeError seq_error = window.check(h.seq);
 

@@ -66,7 +66,8 @@ struct LockdConfig {
   /// Ablations for the attack tests (LEASEHOLD_ABLATE, comma-separated; never a flag):
   /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
   /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers
-  /// resent anywhere, unbounded), acquiring-unbound (below). Each switches one defence off, to show the attack it stops.
+  /// resent anywhere, unbounded), acquiring-unbound, admin-as-worker (below). Each switches one
+  /// defence off, to show the attack it stops.
   bool ablate_shared_worker_key = false;
   bool ablate_authz = false;
   bool ablate_replay_heartbeats = false;
@@ -74,6 +75,9 @@ struct LockdConfig {
   /// acquiring-unbound: an Acquiring record may be committed or aborted by any worker (as
   /// when the record did not store the worker whose acquire made it).
   bool ablate_acquiring_unbound = false;
+  /// admin-as-worker: an admin key may send worker messages (acquire, commit, release,
+  /// heartbeats, kill confirmations, answers) for any worker, as before admin keys were bounded.
+  bool ablate_admin_as_worker = false;
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
   std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }

@@ -76,6 +76,23 @@ std::unique_ptr<wire::ClusterKeyring> keyring_of(const std::vector<wire::WireKey
   return ring;
 }
 
+/// What an admin key may send: the operations on the name table that no worker's key may send,
+/// and the read-only queries. Nothing that acts for a worker or a sandbox.
+bool is_admin_operation(wire::MessageType t) noexcept {
+  switch (t) {
+    case wire::MessageType::transfer_begin:
+    case wire::MessageType::transfer_complete:
+    case wire::MessageType::revoke:
+    case wire::MessageType::reassign:
+    case wire::MessageType::list:
+    case wire::MessageType::show:
+    case wire::MessageType::stats:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, EventLoop& loop)
@@ -236,8 +253,20 @@ void LockService::on_datagram(const Datagram& d) {
 }
 
 Refusal LockService::authorize(const Caller& caller, const wire::Message& m) const {
-  if (caller.authority == wire::Authority::admin || cfg_.ablate_authz) return Refusal::none;
-  if (caller.authority != wire::Authority::worker) return Refusal::forbidden;
+  if (cfg_.ablate_authz) return Refusal::none;
+  const wire::MessageType type = m.header.type;
+  const bool operator_key = caller.authority == wire::Authority::admin || caller.authority == wire::Authority::root;
+  if (cfg_.ablate_admin_as_worker && operator_key) return Refusal::none;
+  switch (caller.authority) {
+    case wire::Authority::root:
+      // The cluster key: it can derive every worker key, so it may speak for any worker - but a
+      // kill confirmation is a statement only the holder's own supervisor can make.
+      return type == wire::MessageType::kill_confirmed ? Refusal::forbidden : Refusal::none;
+    case wire::Authority::admin:
+      return is_admin_operation(type) ? Refusal::none : Refusal::forbidden;
+    case wire::Authority::worker: break;
+    default: return Refusal::forbidden;
+  }
   const WorkerId& self = caller.id;
   // A name another worker's sandbox holds (or is handing over) is not this worker's.
   auto others = [&](NameId id) {
@@ -245,7 +274,7 @@ Refusal LockService::authorize(const Caller& caller, const wire::Message& m) con
     if (cfg_.ablate_acquiring_unbound && st.phase == LockPhase::acquiring) return false;
     return st.known && !st.worker.is_nil() && st.worker != self;
   };
-  switch (m.header.type) {
+  switch (type) {
     case wire::MessageType::acquire: {
       const auto& a = std::get<wire::Acquire>(m.body);
       return a.worker.is_nil() || a.worker == self ? Refusal::none : Refusal::forbidden;
@@ -304,7 +333,12 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       case wire::MessageType::transfer_accept: o.name = std::get<wire::TransferAccept>(m.body).name_id; break;
       case wire::MessageType::revoke: o.name = std::get<wire::Revoke>(m.body).name_id; break;
       case wire::MessageType::reassign: o.name = std::get<wire::Reassign>(m.body).name_id; break;
+      case wire::MessageType::kill_confirmed: o.name = std::get<wire::KillConfirmed>(m.body).name_id; break;
       default: break;
+    }
+    if (!wire::is_request(type)) {  // an answer (RunningAnswer, RevokedAck): nothing to answer
+      ++counters_.refusals[static_cast<std::size_t>(Refusal::forbidden)];
+      return;
     }
     // The name's state is not told: a worker's key must not learn another worker's holders.
     // Not cached: the same request id from the rightful key must still be served.
@@ -342,7 +376,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   if (type == wire::MessageType::running_answer) {
     // Only the asked worker's answer counts: another worker's key cannot preempt its names.
     const auto q = questions_.find(rid);
-    if (q != questions_.end() && caller_.authority != wire::Authority::admin && q->second.worker != caller_.id) {
+    if (q != questions_.end() && caller_.authority != wire::Authority::root && q->second.worker != caller_.id) {
       ++counters_.forbidden;
       ++counters_.refusals[static_cast<std::size_t>(Refusal::forbidden)];
       return;
@@ -354,7 +388,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     // Only the revoked worker's answer stops the push: another worker's key cannot silence it.
     const auto p = push_ids_.find(rid);
     const auto push = p != push_ids_.end() ? pushes_.find(p->second) : pushes_.end();
-    if (push != pushes_.end() && caller_.authority != wire::Authority::admin && push->second.worker != caller_.id) {
+    if (push != pushes_.end() && caller_.authority != wire::Authority::root && push->second.worker != caller_.id) {
       ++counters_.forbidden;
       ++counters_.refusals[static_cast<std::size_t>(Refusal::forbidden)];
       return;
@@ -394,7 +428,8 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     case wire::MessageType::revoke: answer = on_revoke(std::get<wire::Revoke>(m.body), now_ns); break;
     case wire::MessageType::reassign: answer = on_reassign(std::get<wire::Reassign>(m.body), now_ns); break;
     case wire::MessageType::kill_confirmed:
-      // The worker whose derived key signed it (an admin may speak for any worker).
+      // The worker whose derived key signed it (authorize() refuses every other key; the
+      // ablation lets an admin key speak for the worker its header names).
       answer = on_kill_confirmed(std::get<wire::KillConfirmed>(m.body),
                                  caller_.authority == wire::Authority::worker ? caller_.id : m.header.sender, now_ns);
       break;

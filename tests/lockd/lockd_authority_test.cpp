@@ -401,6 +401,82 @@ TEST_P(LockdAuthority, AdminOperationsNeedAnAdminKey) {
   EXPECT_EQ(listed.as<wire::ListPage>()->entries.size(), 1u);
 }
 
+// An admin key (an operator's: revoke, transfer, list...) speaking as a worker: with W's
+// supervisor silent, the name W's sandbox holds is revoked; an admin-key KillConfirmed claiming
+// W would end the lock-delay while W's sandbox may still run, and an admin-key acquire for W
+// would grant W's worker a name it never asked for. Every worker message under an admin key is
+// refused as forbidden and counted; only W's own key confirms W's kill.
+TEST_P(LockdAuthority, AdminKeyCannotSpeakAsAWorker) {
+  const fs::path admin_path = dir_.path() / "admin.key";
+  ASSERT_EQ(run_lockd_to_exit({"--generate-key", admin_path.string(), "--kind", "admin", "--key-id", "9"}, dir_.path()).code, 0);
+  start("admin-as-worker", {"--admin-key-file", admin_path.string(), "--ttl-ms", "60000"});
+  auto admin_key = wire::load_key_file(admin_path.string());
+  ASSERT_TRUE(admin_key) << admin_key.error;
+  AdminClient w(lockd_.address(), worker_key(W));
+  const Answer g = w.acquire("auth/killconf", S1, W);
+  const auto* grant = g.as<wire::Grant>();
+  ASSERT_NE(grant, nullptr) << g.error;
+  AdminClient admin(lockd_.address(), *admin_key.key);
+  const Answer rv = admin.revoke(name_id_of("auth/killconf"));
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+
+  // The admin key, with the header naming W: a kill confirmation, an acquire, a release, a
+  // heartbeat, all for W.
+  AdminClient as_w(lockd_.address(), *admin_key.key, W);
+  const Answer kc = as_w.request(wire::KillConfirmed{name_id_of("auth/killconf"), S1, grant->epoch});
+  const Answer other = as_w.acquire("auth/granted-to-w", SandboxId{0xA1, 2}, W);
+  const Answer rel = as_w.release(name_id_of("auth/granted-to-w"), SandboxId{0xA1, 2}, 1);
+  const std::array<wire::HeartbeatEntry, 1> beat{wire::HeartbeatEntry{name_id_of("auth/killconf"), S1, grant->epoch}};
+  const Answer hb = as_w.heartbeat(beat);
+  AdminClient x(lockd_.address(), worker_key(X));
+  const Answer taken = x.acquire("auth/killconf", SandboxId{0xA1, 3}, X);
+  if (defended()) {
+    for (const Answer* a : {&kc, &other, &rel, &hb}) {
+      ASSERT_NE(a->as<wire::Deny>(), nullptr) << a->error;
+      EXPECT_EQ(a->as<wire::Deny>()->refusal, Refusal::forbidden);
+    }
+    ASSERT_NE(taken.as<wire::Deny>(), nullptr) << taken.error;
+    EXPECT_EQ(taken.as<wire::Deny>()->refusal, Refusal::lock_delay);  // W's sandbox may still run
+    EXPECT_EQ(state_of("auth/granted-to-w"), wire::LockState::free);
+    auto c = counters();
+    EXPECT_EQ(c["forbidden"], 4u);
+    EXPECT_EQ(c["refusal_forbidden"], 4u);
+    // W's own key confirms the kill; then the name is grantable.
+    const Answer own = w.request(wire::KillConfirmed{name_id_of("auth/killconf"), S1, grant->epoch});
+    EXPECT_NE(own.as<wire::Ok>(), nullptr) << own.error;
+    const Answer after = x.acquire("auth/killconf", SandboxId{0xA1, 3}, X);
+    EXPECT_NE(after.as<wire::Grant>(), nullptr) << after.error;
+  } else {
+    EXPECT_NE(kc.as<wire::Ok>(), nullptr) << "the ablated lockd was expected to accept the admin's confirmation: "
+                                          << kc.error;
+    ASSERT_NE(other.as<wire::Grant>(), nullptr) << other.error;
+    EXPECT_EQ(other.as<wire::Grant>()->worker, W);
+    EXPECT_NE(taken.as<wire::Grant>(), nullptr) << "X was expected to take the name while W's sandbox may run: "
+                                                << taken.error;
+  }
+}
+
+// The cluster key used directly is the root secret (it derives every worker key): it may do
+// what an admin may and speak for any worker; it still cannot confirm a worker's kill.
+TEST_P(LockdAuthority, ClusterKeyIsRootButCannotConfirmAKill) {
+  start("admin-as-worker", {"--ttl-ms", "60000"});
+  AdminClient root(lockd_.address(), cluster_, W);
+  const Answer g = root.acquire("auth/root", S1, W);
+  const auto* grant = g.as<wire::Grant>();
+  ASSERT_NE(grant, nullptr) << g.error;
+  EXPECT_EQ(grant->worker, W);
+  const Answer rv = root.revoke(name_id_of("auth/root"));
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+  const Answer kc = root.request(wire::KillConfirmed{name_id_of("auth/root"), S1, grant->epoch});
+  if (defended()) {
+    ASSERT_NE(kc.as<wire::Deny>(), nullptr) << kc.error;
+    EXPECT_EQ(kc.as<wire::Deny>()->refusal, Refusal::forbidden);
+    EXPECT_EQ(counters()["forbidden"], 1u);
+  } else {
+    EXPECT_NE(kc.as<wire::Ok>(), nullptr) << kc.error;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DefenceOnAndAblated, LockdAuthority, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "defended" : "ablated"; });
 

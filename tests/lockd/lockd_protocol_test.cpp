@@ -206,10 +206,12 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   const Answer delayed = c.acquire("db/primary", S3, W1);
   ASSERT_NE(delayed.as<wire::Deny>(), nullptr) << delayed.error;
   EXPECT_EQ(delayed.as<wire::Deny>()->refusal, Refusal::lock_delay);
-  const Answer forged = c.request(wire::KillConfirmed{id, S2, e + 1});  // from W1, not S2's worker
+  const Answer forged =  // from W1, not S2's worker
+      AdminClient(lockd_.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{id, S2, e + 1});
   ASSERT_NE(forged.as<wire::Deny>(), nullptr) << forged.error;
   EXPECT_EQ(forged.as<wire::Deny>()->refusal, Refusal::not_holder);
-  const Answer confirmed = AdminClient(lockd_.address(), key_, W2).request(wire::KillConfirmed{id, S2, e + 1});
+  const Answer confirmed =
+      AdminClient(lockd_.address(), wire::derive_worker_key(key_, W2)).request(wire::KillConfirmed{id, S2, e + 1});
   ASSERT_NE(confirmed.as<wire::Ok>(), nullptr) << confirmed.error;
   const Answer lifted = c.show(id);
   ASSERT_NE(lifted.as<wire::NameInfo>(), nullptr);

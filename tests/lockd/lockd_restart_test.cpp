@@ -112,10 +112,13 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   const Answer early = d.acquire("r/revoked", S2, W1);
   ASSERT_NE(early.as<wire::Deny>(), nullptr) << early.error;
   EXPECT_EQ(early.as<wire::Deny>()->refusal, Refusal::lock_delay);
-  const Answer wrong = AdminClient(q.address(), key_, WorkerId{0x2, 0x22}).request(wire::KillConfirmed{revoked, S1, e_revoked - 1});
+  const Answer wrong = AdminClient(q.address(), wire::derive_worker_key(key_, WorkerId{0x2, 0x22}))
+                           .request(wire::KillConfirmed{revoked, S1, e_revoked - 1});
   ASSERT_NE(wrong.as<wire::Deny>(), nullptr) << wrong.error;
   EXPECT_EQ(wrong.as<wire::Deny>()->refusal, Refusal::not_holder);
-  const Answer confirmed = d.request(wire::KillConfirmed{revoked, S1, e_revoked - 1});
+  // Only W1's own key confirms W1's kill.
+  const Answer confirmed =
+      AdminClient(q.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{revoked, S1, e_revoked - 1});
   ASSERT_NE(confirmed.as<wire::Ok>(), nullptr) << confirmed.error;
   const Answer g2 = d.acquire("r/revoked", S2, W1);
   ASSERT_NE(g2.as<wire::Grant>(), nullptr) << g2.error;
@@ -218,6 +221,7 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
     std::atomic<bool> stop{false};
     std::thread client([&] {
       AdminClient c(p.address(), key_, W1, 150'000'000);
+      AdminClient w1(p.address(), wire::derive_worker_key(key_, W1), {}, 150'000'000);  // W1's kill confirmations
       std::mt19937_64 r(seed + static_cast<std::uint64_t>(round));
       while (!stop.load()) {
         const std::string name = "t/" + std::to_string(r() % kNames);
@@ -233,7 +237,7 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
           // This client is the holders' worker (W1): it confirms the kill at once, so the
           // revoke's lock-delay does not stall the torture for a TTL (best effort).
           if (const auto* ok = a.as<wire::Ok>(); ok != nullptr && ok->epoch > 1)
-            (void)c.request(wire::KillConfirmed{id, SandboxId{}, ok->epoch - 1});
+            (void)w1.request(wire::KillConfirmed{id, SandboxId{}, ok->epoch - 1});
         } else {
           a = c.acquire(name, me, W1);
         }
@@ -268,6 +272,7 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
   LockdProcess p;
   start(p);
   AdminClient c(p.address(), key_, W1);
+  AdminClient w1(p.address(), wire::derive_worker_key(key_, W1));  // W1's kill confirmations
   std::string err;
   auto all = c.list_all(&err);
   ASSERT_TRUE(all) << err;
@@ -322,7 +327,7 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
     // A pending revoke (the holder may run): W1, the holders' worker, confirms the kill.
     const Answer shown = c.show(name);
     if (const auto* info = shown.as<wire::NameInfo>(); info != nullptr && info->record.revoke_pending) {
-      const Answer k = c.request(wire::KillConfirmed{info->record.name_id, SandboxId{}, info->record.revoked_epoch});
+      const Answer k = w1.request(wire::KillConfirmed{info->record.name_id, SandboxId{}, info->record.revoked_epoch});
       ASSERT_NE(k.as<wire::Ok>(), nullptr) << name << ": " << k.error;
     }
     const Answer g = c.acquire(name, SandboxId{0xAA, 1}, W1);
