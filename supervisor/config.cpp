@@ -181,6 +181,10 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
                  "control socket path (default: /run/leasehold/supervisor.sock as root, else "
                  "$XDG_RUNTIME_DIR/leasehold/supervisor.sock or $HOME/.leasehold/supervisor.sock, a directory that must be "
                  "this user's with mode 0700; $LEASEHOLD_CONTROL_SOCKET or $LEASEHOLD_SUPERVISOR overrides)");
+  app.add_option("--sandbox-log-dir", c.sandbox_log_dir,
+                 "directory for each sandbox's stdout and stderr, <sandbox id>.log (default: <runtime dir>/"
+                 "sandbox-logs-<worker id>; must be this user's, writable by neither group nor others); "
+                 "`leasehold logs` shows one to its owner");
   app.add_option("--group", c.group,
                  "group whose members may use the control socket besides root (default: root only)");
   app.add_option("--ttl-ms", c.ttl_ms,

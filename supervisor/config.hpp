@@ -57,6 +57,9 @@ struct SupervisorConfig {
   std::optional<WorkerId> worker_id;  ///< nullopt → a random UUIDv4 per start
   std::string shm_path;             ///< empty → default_shm_path(worker)
   std::string control_socket_path;  ///< empty → default_control_socket_path()
+  /// Each sandbox's stdout and stderr go to <dir>/<sandbox id>.log (0600), never to the
+  /// supervisor's own; empty → <runtime_dir>/sandbox-logs-<worker id>. Read with `leasehold logs`.
+  std::string sandbox_log_dir;
   std::string group;                ///< group allowed on the control socket besides root; "" = root only
   std::uint64_t ttl_ms = 10'000;    ///< lockd's lease TTL (preemptible: the worker-liveness TTL)
   std::uint64_t heartbeat_interval_ms = 1'000;

@@ -129,6 +129,7 @@ std::optional<ControlOp> op_of(std::string_view s) {
   if (s == "kill") return ControlOp::kill;
   if (s == "list") return ControlOp::list;
   if (s == "status") return ControlOp::status;
+  if (s == "logs") return ControlOp::logs;
   return std::nullopt;
 }
 
@@ -143,6 +144,7 @@ std::string_view to_string(ControlOp op) noexcept {
     case ControlOp::kill: return "kill";
     case ControlOp::list: return "list";
     case ControlOp::status: return "status";
+    case ControlOp::logs: return "logs";
   }
   return "?";
 }
@@ -175,7 +177,7 @@ ControlParse parse_control_request(std::string_view line) {
   }
   if (!j.contains("op") || !j.at("op").is_string()) {
     p.error = "bad_request";
-    p.message = "field \"op\" (string) is required: run, name, expect-commit, release, kill, list, status";
+    p.message = "field \"op\" (string) is required: run, name, expect-commit, release, kill, list, status, logs";
     return p;
   }
   const std::string op_text = j.at("op").get<std::string>();
@@ -183,7 +185,7 @@ ControlParse parse_control_request(std::string_view line) {
   if (!op) {
     p.error = "unknown_op";
     p.message = "unknown op \"" + op_text.substr(0, 64) +
-                "\"; known: run, name, expect-commit, release, kill, list, status";
+                "\"; known: run, name, expect-commit, release, kill, list, status, logs";
     return p;
   }
   ControlRequest r;
@@ -220,6 +222,16 @@ ControlParse parse_control_request(std::string_view line) {
       case ControlOp::kill:
         if (!j.contains("sandbox")) throw FieldError{"field \"sandbox\" is required"};
         r.sandbox = get_sandbox(j, "sandbox");
+        break;
+      case ControlOp::logs:
+        if (j.contains("sandbox") == j.contains("name")) throw FieldError{"one of \"sandbox\" and \"name\" is required"};
+        if (j.contains("sandbox")) r.sandbox = get_sandbox(j, "sandbox");
+        else r.name = get_name(j, "name");
+        if (j.contains("bytes")) {
+          r.bytes = get_u64(j, "bytes");
+          if (r.bytes == 0 || r.bytes > kControlLogBytesMax)
+            throw FieldError{"field \"bytes\" must be in 1.." + std::to_string(kControlLogBytesMax)};
+        }
         break;
       case ControlOp::list:
       case ControlOp::status:

@@ -19,6 +19,9 @@
 //   kill           {sandbox}                          kill a sandbox (named or not)
 //   list           {}                                 sandboxes
 //   status         {}                                 worker, modes, budgets, counters
+//   logs           {sandbox} or {name}, bytes?        sandbox, log, output (the last `bytes`,
+//                                                     default and at most kControlLogBytesMax),
+//                                                     truncated, running
 // Error codes: bad_json, bad_version, unknown_op, bad_request, too_long, timeout, idle, busy,
 // unauthorized, held, refused, exec_failed, table_full, not_found, unreachable, killswitch,
 // shutting_down, internal.
@@ -57,9 +60,11 @@ inline constexpr std::uint64_t kControlLineTimeoutMs = 5'000;
 /// new one arrives at kControlClientsMax: idle or leaked clients cannot lock others out.
 inline constexpr std::uint64_t kControlIdleTimeoutMs = 60'000;
 inline constexpr std::size_t kControlArgvMax = 1024;
+/// Most bytes of a sandbox's output one `logs` answer carries (its tail).
+inline constexpr std::uint64_t kControlLogBytesMax = 1u << 20;
 inline constexpr std::size_t kControlEnvMax = 1024;
 
-enum class ControlOp : std::uint8_t { run, name, expect_commit, release, kill, list, status };
+enum class ControlOp : std::uint8_t { run, name, expect_commit, release, kill, list, status, logs };
 std::string_view to_string(ControlOp op) noexcept;
 
 /// A parsed, validated control request. Fields not used by `op` stay empty.
@@ -71,7 +76,8 @@ struct ControlRequest {
   std::vector<std::string> env;          ///< "KEY=VALUE" entries
   std::string cwd = "/";
   std::optional<std::uint64_t> ttl_ms;   ///< run, name
-  std::optional<SandboxId> sandbox;      ///< name, expect-commit, kill
+  std::optional<SandboxId> sandbox;      ///< name, expect-commit, kill, logs (or `name`)
+  std::uint64_t bytes = 0;               ///< logs: tail length; 0 = kControlLogBytesMax
   Epoch epoch = 0;                       ///< expect-commit
   /// Who sent it (SO_PEERCRED at connect), set by ControlServer; (uid_t)-1 when unknown. A
   /// sandbox runs as its non-root caller's uid and gid (supervisor/spawn.hpp "Isolation").

@@ -45,6 +45,7 @@ constexpr std::int64_t kAcquireTimeoutNs = 3'000'000'000;    ///< lockd round tr
 constexpr std::int64_t kReleaseTimeoutNs = 2'000'000'000;
 constexpr std::int64_t kStartupProbeTimeoutNs = 2'000'000'000;
 constexpr std::uint64_t kRtLateLogIntervalNs = 10'000'000'000;  ///< rt_late events: one log line per 10 s
+constexpr std::size_t kExitedLogsMax = 256;  ///< gone sandboxes whose output `logs` still shows
 constexpr std::int64_t kShutdownKillWaitNs = 5'000'000'000;
 constexpr int kExecVerdictTimeoutMs = 5'000;
 constexpr std::size_t kPendingCommitsMax = 4096;
@@ -140,6 +141,7 @@ struct Supervisor::Impl {
     std::string waiter_message;
     uid_t owner = static_cast<uid_t>(-1);  // the caller that started it (SO_PEERCRED)
     uid_t uid = static_cast<uid_t>(-1);    // the host uid it runs as
+    std::string log_path;                  // its stdout and stderr ("" before it started)
   };
   struct PendingCommit {
     ControlClientId client;
@@ -192,6 +194,16 @@ struct Supervisor::Impl {
   std::unique_ptr<HeartbeatSchedule> hb;
 
   std::unordered_map<SandboxId, Sandbox> sandboxes;
+  // Sandbox output: one file per sandbox under sandbox_log_dir, never the supervisor's own
+  // stdout/stderr (a sandbox could otherwise write lines that read as the supervisor's events).
+  struct ExitedLog {
+    SandboxId id;
+    std::optional<std::string> name;
+    uid_t owner = static_cast<uid_t>(-1);
+    std::string path;
+  };
+  std::string sandbox_log_dir;
+  std::deque<ExitedLog> exited_logs;  // oldest first; its file is removed when it leaves
   std::vector<SandboxId> by_slot;
   std::unordered_map<std::string, SandboxId> by_name;  // names being acquired or held
   std::deque<PendingCommit> pending_commits;
@@ -253,6 +265,10 @@ struct Supervisor::Impl {
   void do_expect_commit(ControlClientId client, ControlRequest req);
   void do_release(ControlClientId client, const ControlRequest& req);
   void do_kill(ControlClientId client, const ControlRequest& req);
+  void do_logs(ControlClientId client, const ControlRequest& req);
+  /// A gone sandbox's log stays readable through `logs` for the last kExitedLogsMax of them.
+  void remember_log(const Sandbox& s);
+  bool may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id);
   json list_json(uid_t caller) const;
   /// The isolation of a sandbox in `slot` started by `caller` (its uid: the caller's own unless
   /// root started it; see --sandbox-uids).
@@ -364,6 +380,17 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   // (killing its sandboxes), share its replay window at lockd and remove its cgroup parent.
   if (std::string err = lock_worker(); !err.empty()) return err;
   shm_path = cfg.shm_path.empty() ? default_shm_path(worker) : cfg.shm_path;
+  sandbox_log_dir = cfg.sandbox_log_dir.empty() ? runtime_dir() + "/sandbox-logs-" + worker.str() : cfg.sandbox_log_dir;
+  {
+    // Only the supervisor writes here (each sandbox gets its own file as an open descriptor).
+    if (::mkdir(sandbox_log_dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return "--sandbox-log-dir " + sandbox_log_dir + ": cannot create it: " + std::strerror(errno);
+    struct stat st{};
+    if (::lstat(sandbox_log_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+        (st.st_mode & 022) != 0)
+      return "--sandbox-log-dir " + sandbox_log_dir + " must be a directory of uid " + std::to_string(::geteuid()) +
+             " that neither group nor others may write";
+  }
   control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
   auto addr = SocketAddress::parse(cfg.lockd_address);
   if (!addr) {
@@ -565,6 +592,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     // Covered, it is a mount point in the sandbox's namespace, which rename(2) refuses.
     const std::string lock = worker_lock_path(worker);
     hidden_paths.push_back(lock.substr(0, lock.rfind('/')));
+    hidden_paths.push_back(sandbox_log_dir);  // other sandboxes' output
   }
 
   RetryPolicy retry;
@@ -759,6 +787,9 @@ void Supervisor::Impl::on_request(ControlClientId client, ControlRequest req) {
       return;
     case ControlOp::kill:
       do_kill(client, req);
+      return;
+    case ControlOp::logs:
+      do_logs(client, req);
       return;
     default:
       break;
@@ -1161,8 +1192,16 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   }
   sr.die_with_supervisor = cfg.on_shutdown == ShutdownPolicy::kill;
   sr.stdin_fd = dev_null;
+  // Its output goes to a file of its own (0600, the supervisor's; read back by `logs`).
+  const std::string log_path = sandbox_log_dir + "/" + id.str() + ".log";
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (log_fd < 0) return fail("internal", "cannot create the sandbox log " + log_path + ": " + std::strerror(errno));
+  sr.stdout_fd = sr.stderr_fd = log_fd;
   SpawnError se;
   std::optional<SandboxProcess> proc = spawn_sandbox(sr, se);
+  ::close(log_fd);
+  if (!proc) ::unlink(log_path.c_str());
+  else s.log_path = log_path;
   if (!proc) {
     const bool exec_problem = se.errno_value == ENOENT || se.errno_value == EACCES || se.errno_value == ENOEXEC ||
                               se.errno_value == ENOTDIR || se.errno_value == ELOOP;
@@ -1197,6 +1236,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   }
   if (s.leaf.valid()) ok["cgroup"] = s.leaf.path();
   ok["uid"] = s.uid;
+  ok["log"] = s.log_path;
   ok["isolation"] = cfg.isolation;
   if (unsafe_kill) ok["unsafe_kill"] = true;
   reply(client, control_ok(req.id, ok));
@@ -1243,11 +1283,67 @@ bool Supervisor::Impl::refuse_unsafe_kill(ControlClientId client, const ControlR
 }
 
 bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s) {
-  if (req.caller_uid == 0 || req.caller_uid == s.owner) return true;
+  return may_act_on(client, req, s.owner, s.id);
+}
+
+bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id) {
+  if (req.caller_uid == 0 || req.caller_uid == owner) return true;
   reply(client, control_error(req.id, "unauthorized",
-                              "sandbox " + s.id.str() + " belongs to uid " + std::to_string(s.owner) + "; uid " +
+                              "sandbox " + id.str() + " belongs to uid " + std::to_string(owner) + "; uid " +
                                   std::to_string(req.caller_uid) + " may act only on its own sandboxes (root on all)"));
   return false;
+}
+
+void Supervisor::Impl::remember_log(const Sandbox& s) {
+  if (s.log_path.empty()) return;
+  exited_logs.push_back({s.id, s.name ? s.name : s.pending_name, s.owner, s.log_path});
+  while (exited_logs.size() > kExitedLogsMax) {
+    ::unlink(exited_logs.front().path.c_str());
+    exited_logs.pop_front();
+  }
+}
+
+void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req) {
+  // A live sandbox (by id, or the holder of a name), else one of the last ones gone.
+  const Sandbox* live = nullptr;
+  if (req.sandbox) {
+    live = find(*req.sandbox);
+  } else if (auto it = by_name.find(*req.name); it != by_name.end()) {
+    live = find(it->second);
+  }
+  const ExitedLog* gone = nullptr;
+  if (live == nullptr || live->log_path.empty()) {
+    live = nullptr;
+    for (auto it = exited_logs.rbegin(); it != exited_logs.rend() && gone == nullptr; ++it)
+      if (req.sandbox ? it->id == *req.sandbox : it->name == req.name) gone = &*it;
+  }
+  if (live == nullptr && gone == nullptr) {
+    reply(client, control_error(req.id, "not_found",
+                                (req.sandbox ? "no sandbox " + req.sandbox->str() : "no sandbox named \"" + *req.name + "\"") +
+                                    " with output on this supervisor (the last " + std::to_string(kExitedLogsMax) +
+                                    " gone ones are kept)"));
+    return;
+  }
+  const SandboxId id = live ? live->id : gone->id;
+  const std::string path = live ? live->log_path : gone->path;
+  if (!may_act_on(client, req, live ? live->owner : gone->owner, id)) return;
+  const std::uint64_t want = req.bytes == 0 ? kControlLogBytesMax : req.bytes;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  struct stat st{};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    reply(client, control_error(req.id, "internal", "cannot read " + path + ": " + std::strerror(e)));
+    return;
+  }
+  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  const std::uint64_t from = size > want ? size - want : 0;
+  std::string out(static_cast<std::size_t>(size - from), '\0');
+  const ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<off_t>(from));
+  ::close(fd);
+  out.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  reply(client, control_ok(req.id, {{"sandbox", id.str()}, {"log", path}, {"output", out}, {"bytes", size},
+                                    {"truncated", from > 0}, {"running", live != nullptr}}));
 }
 
 void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
@@ -1554,6 +1650,7 @@ json Supervisor::Impl::list_json(uid_t caller) const {
     if (s.synthetic) j["synthetic"] = true;
     j["owner"] = s.owner;
     if (s.uid != static_cast<uid_t>(-1)) j["uid"] = s.uid;
+    if (!s.log_path.empty()) j["log"] = s.log_path;
     if (unsafe_kill) j["unsafe_kill"] = true;
     arr.push_back(std::move(j));
   }
@@ -1760,6 +1857,7 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
     if (it->second == id) it = by_name.erase(it);
     else ++it;
   }
+  remember_log(*s);
   if ((s->name || s->pending_name) && leave_to_expire) {
     fields["released"] = false;
     fields["release"] = "not released: a process of the sandbox still runs in its cgroup leaf; lockd expires the name";

@@ -6,6 +6,7 @@
 //   leasehold name SANDBOX orders                             name a running unnamed sandbox
 //   leasehold release orders                                  stop the holder, release the name
 //   leasehold sandboxes                                       what runs on this worker
+//   leasehold logs orders                                     the output of the sandbox named orders
 #include "tools/cmd_common.hpp"
 
 #include <cstdio>
@@ -161,6 +162,55 @@ const Command kRelease([](CLI::App& app, int* exit_code) {
     }
     if (a->json) std::printf("%s\n", ans->dump().c_str());
     else std::printf("released \"%s\"\n", a->name.c_str());
+    *exit_code = kOk;
+  });
+});
+
+struct LogsArgs {
+  SupervisorFlags sup;
+  std::string target;
+  std::uint64_t bytes = 0;
+  bool json = false;
+};
+
+// `leasehold logs SANDBOX|NAME`: a sandbox's stdout and stderr, which the supervisor keeps in a
+// file per sandbox (its owner and root may read it; also for the last sandboxes gone).
+const Command kLogs([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<LogsArgs>();
+  auto* sub = app.add_subcommand("logs", "Print a sandbox's output (stdout and stderr), by sandbox id or name");
+  add_supervisor_flags(sub, a->sup);
+  sub->add_option("target", a->target, "sandbox id (UUID) or name")->required();
+  sub->add_option("--bytes", a->bytes, "print at most the last this many bytes (default and at most 1 MiB)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20));
+  sub->add_flag("--json", a->json, "print the answer as JSON (output, log path, truncated, running)");
+  sub->callback([a, exit_code] {
+    Failure f;
+    nlohmann::json req = {{"v", 1}, {"op", "logs"}};
+    if (auto id = SandboxId::parse(a->target)) {
+      req["sandbox"] = id->str();
+    } else {
+      if (!check_name(a->target, f)) {
+        *exit_code = report("logs", f);
+        return;
+      }
+      req["name"] = a->target;
+    }
+    if (a->bytes != 0) req["bytes"] = a->bytes;
+    auto ans = supervisor_call(a->sup, req, f);
+    if (!ans) {
+      *exit_code = report("logs", f);
+      return;
+    }
+    if (!ans->value("ok", false)) {
+      *exit_code = refused("logs", *ans, "logs of " + a->target, a->json);
+      return;
+    }
+    if (a->json) {
+      std::printf("%s\n", ans->dump().c_str());
+    } else {
+      const std::string out = ans->value("output", std::string());
+      std::fwrite(out.data(), 1, out.size(), stdout);
+    }
     *exit_code = kOk;
   });
 });

@@ -410,6 +410,7 @@ struct ProbeLine {
   std::uint64_t t = 0;
   int valid = -1;
   std::uint64_t valid_until = 0;
+  std::uint64_t previous_t = 0;  ///< the sample before this change (it still saw the old value)
 };
 inline std::vector<ProbeLine> probe_lines(const fs::path& p) {
   std::vector<ProbeLine> out;
@@ -418,7 +419,8 @@ inline std::vector<ProbeLine> probe_lines(const fs::path& p) {
   while (std::getline(in, line)) {
     if (line.rfind("t=", 0) != 0) continue;
     ProbeLine l;
-    std::sscanf(line.c_str(), "t=%lu valid=%d valid_until=%lu", &l.t, &l.valid, &l.valid_until);
+    std::sscanf(line.c_str(), "t=%lu valid=%d valid_until=%lu previous_t=%lu", &l.t, &l.valid, &l.valid_until,
+                &l.previous_t);
     out.push_back(l);
   }
   return out;

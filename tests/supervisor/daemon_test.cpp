@@ -289,7 +289,9 @@ TEST_F(SupervisorProcess, FrozenSupervisorIsRecoveredAndItsSandboxRefusedMeanwhi
   EXPECT_EQ(lines[0].valid, 1);
   const ProbeLine& flip = lines[1];
   EXPECT_EQ(flip.valid, 0);
-  EXPECT_LE(flip.t, flip.valid_until + 2'000'000);
+  // The last sample that still saw it valid came before valid_until (however late the probe's
+  // samples run on a loaded machine, none saw it valid past its deadline).
+  EXPECT_LT(flip.previous_t, flip.valid_until);
   EXPECT_GT(static_cast<std::int64_t>(flip.t), t_stop);
   EXPECT_LT(static_cast<std::int64_t>(flip.t), t_cont);
   EXPECT_LT(static_cast<std::int64_t>(flip.t), t_other_grant);
@@ -941,6 +943,49 @@ TEST_F(SupervisorProcess, OverlappingUidRangesOfTwoLiveSupervisorsAreRefused) {
   a.child.kill9();
   start_sup(d, {"--uid-range", next + ":1024", "--slots", "16"}, "d");
   EXPECT_EQ(d.call({{"v", 1}, {"op", "status"}})["ok"], true);
+}
+
+// A sandbox's stdout and stderr go to a file of its own, not into the supervisor's output: there
+// a sandbox could write lines that read as the supervisor's events (here a forged "killed"
+// event). `logs` shows them to the owner, by sandbox id or name, also once it has exited.
+TEST_F(SupervisorProcess, SandboxOutputGoesToItsOwnLogNotTheSupervisors) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const std::string forged = "event=killed sandbox=00000000-0000-4000-8000-000000000001 forged=1";
+  const json a = sup.call(run_req("chatty", {"sh", "-c", "echo to-stdout; echo to-stderr >&2; echo '" + forged +
+                                                        "'; echo '" + forged + "' >&2; exec sleep 30"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const std::string sandbox = a["sandbox"];
+  ASSERT_TRUE(a["log"].is_string()) << a.dump();
+  ASSERT_TRUE(eventually([&] { return slurp(a["log"].get<std::string>()).find("to-stderr") != std::string::npos; },
+                         10'000));
+  json by_name = sup.call({{"v", 1}, {"op", "logs"}, {"name", "chatty"}});
+  ASSERT_EQ(by_name["ok"], true) << by_name.dump();
+  EXPECT_EQ(by_name["sandbox"], sandbox);
+  EXPECT_EQ(by_name["running"], true);
+  const std::string out = by_name["output"];
+  EXPECT_NE(out.find("to-stdout\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("to-stderr\n"), std::string::npos) << out;
+  const json tail = sup.call({{"v", 1}, {"op", "logs"}, {"sandbox", sandbox}, {"bytes", 5}});
+  ASSERT_EQ(tail["ok"], true) << tail.dump();
+  EXPECT_EQ(tail["output"], "ed=1\n");
+  EXPECT_EQ(tail["output"].get<std::string>().size(), 5u);
+  EXPECT_EQ(tail["truncated"], true);
+  // Nothing of it in the supervisor's own stdout or stderr.
+  for (const std::string& text : {sup.child.out(), sup.log_text()}) {
+    EXPECT_EQ(text.find("to-stdout"), std::string::npos) << text;
+    EXPECT_EQ(text.find("forged=1"), std::string::npos) << text;
+  }
+  EXPECT_TRUE(sup.events("killed").empty());
+  ASSERT_EQ(sup.call({{"v", 1}, {"op", "kill"}, {"sandbox", sandbox}})["ok"], true);
+  ASSERT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty(); }, 10'000));
+  const json after = sup.call({{"v", 1}, {"op", "logs"}, {"sandbox", sandbox}});
+  ASSERT_EQ(after["ok"], true) << after.dump();
+  EXPECT_EQ(after["running"], false);
+  EXPECT_NE(after["output"].get<std::string>().find("to-stdout"), std::string::npos);
+  const json none = sup.call({{"v", 1}, {"op", "logs"}, {"name", "never-ran"}});
+  EXPECT_EQ(none["error"], "not_found") << none.dump();
 }
 
 TEST_F(SupervisorProcess, SigtermKillsReleasesAndCleansUp) {

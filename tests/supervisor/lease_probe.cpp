@@ -35,16 +35,19 @@ int main(int argc, char** argv) {
     std::fprintf(log, "start t=%" PRIu64 " slot=%u epoch=%" PRIu64 "\n", boottime_ns(), slot, epoch);
     std::fflush(log);
     int last = -1;
+    std::uint64_t previous = 0;  // the time of the sample before: the last one that saw `last`
     for (;;) {
       const std::uint64_t now = boottime_ns();
       const int valid = table.check_deadline_at(slot, epoch, now) ? 1 : 0;
       if (valid != last) {
         SlotSnapshot snap;
         const std::uint64_t vu = table.snapshot(slot, snap) == TableErrc::ok ? snap.valid_until_ns : 0;
-        std::fprintf(log, "t=%" PRIu64 " valid=%d valid_until=%" PRIu64 "\n", now, valid, vu);
+        std::fprintf(log, "t=%" PRIu64 " valid=%d valid_until=%" PRIu64 " previous_t=%" PRIu64 "\n", now, valid, vu,
+                     previous);
         std::fflush(log);
         last = valid;
       }
+      previous = now;
       ::usleep(200);
     }
   } catch (const TableError& e) {

@@ -425,6 +425,28 @@ TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
   EXPECT_ANSWER(r, kNoSupervisor, "did not answer within 300 ms");
 }
 
+TEST_F(CliTest, LogsPrintsTheSandboxOutputAndAsksByIdOrName) {
+  const std::string sock = (dir_ / "fake-logs.sock").string();
+  {
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", true}, {"sandbox", kSandbox}, {"output", "line 1\nline 2\n"},
+                                           {"truncated", false}, {"running", true}})
+                               .dump());
+    const Result by_name = cli({"logs", "--supervisor", sock, "orders"});
+    EXPECT_EQ(by_name.code, kOk) << by_name.err;
+    EXPECT_EQ(by_name.out, "line 1\nline 2\n");
+    const Result by_id = cli({"logs", "--supervisor", sock, "--json", kSandbox});
+    EXPECT_EQ(by_id.code, kOk) << by_id.err;
+    EXPECT_EQ(nlohmann::json::parse(by_id.out)["output"], "line 1\nline 2\n");
+  }
+  {
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", "not_found"}, {"message", "no sandbox named"}}).dump());
+    const Result r = cli({"logs", "--supervisor", sock, "orders"});
+    EXPECT_ANSWER(r, kNotFound, "no sandbox named");
+  }
+  const Result bad = cli({"logs", "--supervisor", sock, "bad name!"});
+  EXPECT_EQ(bad.code, kUsage) << bad.err;
+}
+
 TEST_F(CliTest, TransferChecksTheReceiverBeforeAnythingMoves) {
   // A held name (2-phase, committed straight at lockd); a receiving supervisor that does not
   // run the --to sandbox: refused before begin, and the holder keeps the name at its epoch.
