@@ -10,8 +10,15 @@
 //             view, when it can reap).
 //   register  N synthetic named leases through a supervisor's control socket, over T parallel
 //             connections (for the CPU measurement at 10,000 sandboxes).
+//   spawn     sandbox start latency (spawn request -> the command's first write, to a pipe) and
+//             kill latency (kill -> pidfd exit and an empty leaf) of the isolated spawn, the
+//             unisolated one, and `bwrap --unshare-all` (skipped, with the reason, where bwrap
+//             cannot run), as ratios in one run; and the isolated kill latency against the
+//             kill-latency budget and the pause budget of the supervisor's default timing.
+// `kills --isolation` kills isolated sandboxes (the supervisor's default) through the RtThread.
 // Output: one JSON object on stdout.
 #include "supervisor/cgroup.hpp"
+#include "supervisor/config.hpp"
 #include "supervisor/control.hpp"
 #include "supervisor/kill_switch.hpp"
 #include "supervisor/rt_thread.hpp"
@@ -20,6 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -27,6 +35,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -106,6 +115,27 @@ int run_lateness(int seconds, int cpu, int priority, int tick_us) {
   return 0;
 }
 
+// The isolation the supervisor gives a sandbox (supervisor/spawn.hpp "Isolation"): root's
+// sandboxes as a subordinate uid, another caller's as its own; the seccomp filter; the host
+// cgroup tree hidden.
+struct IsolationSetup {
+  SeccompFilter filter;
+  Isolation iso;
+  std::string error;
+  explicit IsolationSetup(const CgroupTree& tree) {
+    auto f = build_seccomp_filter(error);
+    if (!f) return;
+    filter = std::move(*f);
+    iso.uid = ::geteuid() == 0 ? kDefaultSandboxUidFirst : ::geteuid();
+    iso.gid = ::geteuid() == 0 ? kDefaultSandboxUidFirst : ::getegid();
+    iso.seccomp = &filter;
+    iso.nproc_max = 1024;
+    iso.hide = {"/sys/fs/cgroup"};
+    if (!tree.mount_point().empty()) iso.hide.push_back(tree.mount_point());
+    if (std::string why = probe_isolation(iso, "true"); !why.empty()) error = why;
+  }
+};
+
 // ---- kills -----------------------------------------------------------------------------------
 
 struct KillSink {
@@ -114,10 +144,18 @@ struct KillSink {
   explicit KillSink(std::size_t n) : records(n), done(n) {}
 };
 
-int run_kills(int count, int batch, int cpu, int priority) {
+int run_kills(int count, int batch, int cpu, int priority, bool isolated) {
   CgroupConfig cc;
   CgroupTree tree = CgroupTree::discover(cc);
   const bool cgroups = tree.mode() == KillMode::cgroup_v2_delegated;
+  std::optional<IsolationSetup> isolation;
+  if (isolated) {
+    isolation.emplace(tree);
+    if (!isolation->error.empty()) {
+      std::fprintf(stderr, "isolation: %s\n", isolation->error.c_str());
+      return 1;
+    }
+  }
   // Signed: the wheel rounds kill deadlines down, so a kill may be issued before its deadline.
   std::vector<std::int64_t> to_issued, to_confirmed, to_exit_seen;
   int errors = 0;
@@ -149,6 +187,7 @@ int run_kills(int count, int batch, int cpu, int priority) {
       SpawnRequest sr;
       sr.argv = {"sleep", "60"};
       sr.env = {"PATH=/usr/bin:/bin"};
+      if (isolation) sr.isolation = &isolation->iso;
       if (cgroups) {
         std::string err;
         leaves[static_cast<std::size_t>(i)] =
@@ -225,12 +264,152 @@ int run_kills(int count, int batch, int cpu, int priority) {
     }
     done_total += n;
   }
-  json out = {{"measure", "kill_switch_latency"}, {"kill_mode", describe(tree.mode())},
+  json out = {{"measure", "kill_switch_latency"}, {"kill_mode", describe(tree.mode())}, {"isolation", isolated},
               {"deadline_to_issued", percentiles_us(to_issued)},
               {"deadline_to_confirmed", percentiles_us(to_confirmed)},
               {"deadline_to_exit_seen", percentiles_us(to_exit_seen)}, {"errors", errors}};
   std::printf("%s\n", out.dump().c_str());
   return errors == 0 ? 0 : 1;
+}
+
+// ---- spawn ---------------------------------------------------------------------------------
+
+struct SpawnMode {
+  std::string name;
+  const Isolation* isolation = nullptr;
+  std::vector<std::string> prefix;  // bwrap and its arguments, before the command
+};
+
+// One start: request -> the command's first write reaches the pipe; then waits for its exit.
+// One kill: a running `sleep` (it said so on the pipe) -> KillSwitch::kill -> dead (the pidfd
+// reports the exit and the leaf is empty). -1 on a failure (`error` says which).
+std::int64_t measure_once(const SpawnMode& m, const CgroupTree& tree, bool kill, int serial, std::string& error) {
+  const bool cgroups = tree.mode() == KillMode::cgroup_v2_delegated;
+  std::optional<CgroupLeaf> leaf;
+  if (cgroups) {
+    leaf = tree.create_leaf("perf-spawn-" + std::to_string(::getpid()) + "-" + std::to_string(serial), error);
+    if (!leaf) return -1;
+  }
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    error = "pipe2 failed";
+    return -1;
+  }
+  SpawnRequest sr;
+  sr.argv = m.prefix;
+  if (kill) sr.argv.insert(sr.argv.end(), {"/bin/sh", "-c", "echo r; exec sleep 60"});
+  else sr.argv.insert(sr.argv.end(), {"/bin/echo", "x"});
+  sr.env = {"PATH=/usr/bin:/bin"};
+  sr.isolation = m.isolation;
+  sr.cgroup_dir_fd = leaf ? leaf->dir_fd() : -1;
+  sr.stdout_fd = p[1];
+  SpawnError se;
+  const std::uint64_t t0 = KillSwitch::now_ns();
+  auto proc = spawn_sandbox(sr, se);
+  ::close(p[1]);
+  if (!proc) {
+    ::close(p[0]);
+    error = m.name + ": " + se.message;
+    return -1;
+  }
+  pollfd pf{p[0], POLLIN, 0};
+  const bool said = ::poll(&pf, 1, 10'000) == 1 && (pf.revents & POLLIN) != 0;
+  const std::uint64_t t1 = KillSwitch::now_ns();
+  ::close(p[0]);
+  std::int64_t result = said ? static_cast<std::int64_t>(t1 - t0) : -1;
+  if (!said) error = m.name + ": no output within 10 s";
+  const KillTarget target{leaf ? leaf->kill_fd() : -1, leaf ? leaf->events_fd() : -1, proc->pidfd(), proc->pgid()};
+  if (kill && said) {
+    const std::uint64_t k0 = KillSwitch::now_ns();
+    const KillRecord rec = KillSwitch::kill(target, k0);
+    pollfd dead{proc->pidfd(), POLLIN, 0};
+    ::poll(&dead, 1, 10'000);
+    while (leaf && leaf->populated() == 1 && KillSwitch::now_ns() - k0 < 10'000'000'000ull) {
+      pollfd ev{leaf->events_fd(), POLLPRI, 0};
+      ::poll(&ev, 1, 10);
+    }
+    result = rec.error == 0 ? static_cast<std::int64_t>(KillSwitch::now_ns() - k0) : -1;
+    if (rec.error != 0) error = m.name + ": kill failed: " + std::strerror(-rec.error);
+  } else if (kill) {
+    KillSwitch::kill(target, KillSwitch::now_ns());
+  }
+  siginfo_t info{};
+  reap(proc->pidfd(), info, true);
+  if (leaf)
+    for (int i = 0; i < 1000 && leaf->remove() == -EBUSY; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return result;
+}
+
+int run_spawn(int runs, const std::string& bwrap_path) {
+  CgroupConfig cc;
+  const CgroupTree tree = CgroupTree::discover(cc);
+  IsolationSetup isolation(tree);
+  if (!isolation.error.empty()) {
+    std::fprintf(stderr, "isolated spawn unavailable: %s\n", isolation.error.c_str());
+    return 1;
+  }
+  std::vector<SpawnMode> modes = {{"isolated", &isolation.iso, {}}, {"unisolated", nullptr, {}}};
+  BwrapConfig bw;
+  bw.bwrap_path = bwrap_path;
+  bw.args = {"--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"};
+  const std::string bwrap_skipped = probe_bwrap(bw);
+  if (bwrap_skipped.empty()) {
+    std::string err;
+    const auto path = resolve_command(bwrap_path, "/usr/local/bin:/usr/bin:/bin", err);
+    SpawnMode b{"bwrap", nullptr, {path.value_or(bwrap_path)}};
+    b.prefix.insert(b.prefix.end(), bw.args.begin(), bw.args.end());
+    b.prefix.push_back("--");
+    modes.push_back(std::move(b));
+  }
+  json out = {{"measure", "sandbox_start_and_kill"}, {"kill_mode", describe(tree.mode())}, {"runs", runs},
+              {"start", "spawn request -> the command's first write (/bin/echo) on a pipe"},
+              {"kill", "KillSwitch::kill -> pidfd exit and leaf populated 0"}};
+  if (!bwrap_skipped.empty()) out["bwrap_skipped"] = bwrap_skipped;
+  std::map<std::string, std::vector<std::int64_t>> start, kill;
+  int serial = 0;
+  // Interleaved, so a change of the machine's load hits every mode alike.
+  for (int r = 0; r < runs; ++r)
+    for (const auto& m : modes)
+      for (const bool k : {false, true}) {
+        std::string error;
+        const std::int64_t ns = measure_once(m, tree, k, serial++, error);
+        if (ns < 0) {
+          std::fprintf(stderr, "%s\n", error.c_str());
+          return 1;
+        }
+        (k ? kill : start)[m.name].push_back(ns);
+      }
+  auto p = [](std::vector<std::int64_t> v, double q) {
+    std::sort(v.begin(), v.end());
+    return static_cast<double>(v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))]);
+  };
+  for (const auto& m : modes) {
+    out["start_" + m.name] = percentiles_us(start[m.name]);
+    out["kill_" + m.name] = percentiles_us(kill[m.name]);
+  }
+  for (const auto& [other, key] : {std::pair<std::string, const char*>{"unisolated", "vs_unisolated"},
+                                   std::pair<std::string, const char*>{"bwrap", "vs_bwrap"}}) {
+    if (start.count(other) == 0) continue;
+    out["ratio_" + std::string(key)] = {
+        {"start_p50", p(start["isolated"], 0.5) / p(start[other], 0.5)},
+        {"start_p99", p(start["isolated"], 0.99) / p(start[other], 0.99)},
+        {"kill_p50", p(kill["isolated"], 0.5) / p(kill[other], 0.5)},
+        {"kill_p99", p(kill["isolated"], 0.99) / p(kill[other], 0.99)}};
+  }
+  // The supervisor's default timing: its kill-latency budget is a term of the safety condition,
+  // and the pause budget is what is left of the TTL (what the supervisor prints at start-up).
+  const SupervisorConfig defaults;
+  const std::int64_t pause_ns = pause_budget_ns(defaults.ttl_ms, defaults.kill_after_ms, defaults.clock_rate_bound,
+                                                defaults.wheel_granularity_ns, defaults.kill_latency_budget_ms);
+  const double kill_p99_ns = p(kill["isolated"], 0.99);
+  out["isolated_kill_p99_ms"] = kill_p99_ns / 1e6;
+  out["kill_latency_budget_ms"] = defaults.kill_latency_budget_ms;
+  out["pause_budget_ms"] = static_cast<double>(pause_ns) / 1e6;
+  out["isolated_kill_p99_within_kill_latency_budget"] =
+      kill_p99_ns <= static_cast<double>(defaults.kill_latency_budget_ms) * 1e6;
+  out["isolated_kill_p99_within_pause_budget"] = kill_p99_ns <= static_cast<double>(pause_ns);
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
 }
 
 // ---- register --------------------------------------------------------------------------------
@@ -280,6 +459,13 @@ int main(int argc, char** argv) {
   kills->add_option("--batch", batch, "sandboxes alive at once");
   kills->add_option("--cpu", cpu, "CPU to pin the rt thread to (-1: none)");
   kills->add_option("--priority", priority, "SCHED_FIFO priority");
+  bool isolated = false;
+  kills->add_flag("--isolation", isolated, "isolated sandboxes (the supervisor's default spawn)");
+  int runs = 30;
+  std::string bwrap = "bwrap";
+  auto* spawn = app.add_subcommand("spawn", "start and kill latency: isolated vs unisolated vs bwrap --unshare-all");
+  spawn->add_option("--runs", runs, "starts and kills per mode")->check(CLI::Range(1, 100000));
+  spawn->add_option("--bwrap", bwrap, "bubblewrap binary (a name looked up in PATH, or a path)");
   auto* reg = app.add_subcommand("register", "register synthetic named leases through a supervisor");
   reg->add_option("--socket", socket, "control socket")->required();
   reg->add_option("--count", count, "leases");
@@ -288,6 +474,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   ::signal(SIGPIPE, SIG_IGN);
   if (*late) return run_lateness(seconds, cpu, priority, tick_us);
-  if (*kills) return run_kills(count, batch, cpu, priority);
+  if (*kills) return run_kills(count, batch, cpu, priority, isolated);
+  if (*spawn) return run_spawn(runs, bwrap);
   return run_register(socket, count, threads, prefix);
 }

@@ -18,6 +18,11 @@
 #  3. kill-switch latency: KILLS `sleep` sandboxes in cgroup v2 leaves, each armed on the RtThread
 #     with its own deadline; deadline -> cgroup.kill issued -> death confirmed (populated 0) ->
 #     exit seen by a pidfd poll on another thread (when the io thread can reap).
+#  3b. the same kills of isolated sandboxes (--isolation); then `spawn`: start latency (request ->
+#     the command's first write on a pipe) and kill latency (kill -> pidfd exit and an empty leaf)
+#     of the isolated spawn, the unisolated one and `bwrap --unshare-all` (skipped, with the
+#     reason, where bwrap cannot run), as ratios, and the isolated kill p99 against the default
+#     kill-latency budget (50 ms) and pause budget (SPAWN_RUNS, default 50).
 #  4. end to end through the daemon: lockd + supervisor (TTL 1000 ms, kill after 600 ms), 40 named
 #     sandboxes, lockd SIGSTOPped; the supervisor's own log gives deadline -> confirmed per kill.
 #  5. CPU: lockd + supervisor --synthetic (leases without processes: the heartbeat, shm, rt wheel
@@ -104,6 +109,11 @@ echo "== 2. supervisor rt thread lateness (same CPU, priority, tick)"
 
 echo "== 3. kill-switch latency, $KILLS sandboxes"
 "$TOOL" kills --count "$KILLS" --batch 50 --cpu "$CPU" --priority "$PRIO" | tee "$OUT/kills.json"
+
+echo "== 3b. the same with isolated sandboxes (the default spawn); start and kill latency, isolated vs"
+echo "       unisolated vs bwrap --unshare-all, as ratios (SPAWN_RUNS per mode)"
+"$TOOL" kills --isolation --count "$KILLS" --batch 50 --cpu "$CPU" --priority "$PRIO" | tee "$OUT/kills-isolated.json"
+"$TOOL" spawn --runs "${SPAWN_RUNS:-50}" | tee "$OUT/spawn.json"
 
 
 echo "== 4. end to end: 40 named sandboxes, lockd stopped"
