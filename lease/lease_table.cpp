@@ -28,9 +28,13 @@
 // TTL starts when the name becomes grantable, so the two never run at once. kFlagRevoking
 // marks a pending revoke; `worker` is then the revoked holder's worker (0: none, only the
 // bound ends it; it holds a reference like a Held record) and the flag bits above
-// kRevokedDeltaShift hold epoch - revoked_epoch (0: unknown). In preemptible mode the bound of
-// a revoke with a worker is dynamic: max(time_ns, that worker's liveness + lock_delay_ns),
-// re-armed lazily like a refreshed lease.
+// kRevokedDeltaShift hold epoch - revoked_epoch (0: unknown).
+//
+// Transfer guards. A Transferring record's time fields hold `to`, so its guard (the outgoing
+// holder's worker, epoch and bound: LeaseTable::begin_transfer) is kept beside it in `guards`,
+// one entry per Transferring record (lifted: kill confirmed or bound passed), erased when the
+// record leaves Transferring. A pending guard has one timer entry at its bound (a Transferring
+// record has no timer_ns: an entry popped for it is the guard's when its due is the bound).
 #include "lease/lease_table.hpp"
 
 #include <algorithm>
@@ -212,6 +216,14 @@ inline std::int64_t add_sat(std::int64_t a, std::int64_t b) noexcept {
   return a > kNoExpiry - 1 - b ? kNoExpiry - 1 : a + b;
 }
 
+// The guard of a transfer in progress: the outgoing grant may still run (see the file comment).
+struct TransferGuard {
+  WorkerId worker;            // the outgoing holder's worker (nil: only the bound lifts it)
+  Epoch old_epoch = 0;        // the outgoing grant's epoch
+  std::int64_t bound_ns = 0;  // lifted without confirmation at this time
+  bool lifted = false;        // the kill was confirmed or the bound passed
+};
+
 }  // namespace
 
 struct LeaseTable::Impl {
@@ -228,6 +240,7 @@ struct LeaseTable::Impl {
   std::vector<WorkerEntry> workers;  // index 0 unused
   std::unordered_map<WorkerId, std::uint16_t> worker_index;
   std::vector<std::uint16_t> free_workers;
+  std::unordered_map<NameId, TransferGuard> guards;  // one per Transferring record
 
   explicit Impl(const LeaseConfig& c) : config(c) {
     std::size_t index_size = 16;
@@ -333,9 +346,28 @@ struct LeaseTable::Impl {
         v.owner = s.owner;
         v.to = to_of(s);
         v.old_epoch = s.epoch - 1;
+        if (const TransferGuard* g = pending_guard(s.name)) {
+          v.revoke_pending = true;
+          v.revoked_epoch = g->old_epoch;
+          v.revoked_worker = g->worker;
+          v.lock_delay_until_ns = g->bound_ns;
+        }
         break;
     }
     return v;
+  }
+  // The pending (not lifted) transfer guard of a Transferring record, or nullptr.
+  const TransferGuard* pending_guard(NameId n) const noexcept {
+    const auto it = guards.find(n);
+    return it != guards.end() && !it->second.lifted ? &it->second : nullptr;
+  }
+  void add_guard(NameId n, TransferGuard g) {
+    guards[n] = g;
+    if (!g.lifted) push_timer(g.bound_ns, n);
+  }
+  // A preemptible revoke's bound (LeaseTable::revoke): fixed, whatever the worker does next.
+  std::int64_t liveness_bound(std::int64_t now_ns) const noexcept {
+    return add_sat(now_ns, add_sat(config.worker_liveness_ttl_ns, config.lock_delay_ns));
   }
   LockState absent() const noexcept {
     LockState v;
@@ -347,11 +379,7 @@ struct LeaseTable::Impl {
   static Epoch revoked_delta(const Slot& s) noexcept { return s.flags >> kRevokedDeltaShift; }
   // End of a Free record's lock-delay (0 or past: none).
   std::int64_t delay_end(const Slot& s) const noexcept {
-    if ((s.flags & kFlagReserveClock) != 0) return 0;
-    std::int64_t d = s.time_ns;
-    if ((s.flags & kFlagRevoking) != 0 && preemptible() && s.worker != 0)
-      d = std::max(d, add_sat(workers[s.worker].alive_until_ns, config.lock_delay_ns));
-    return d;
+    return (s.flags & kFlagReserveClock) != 0 ? 0 : s.time_ns;
   }
   // Drops a Free record's pending revoke (and its worker reference).
   void drop_revoke(Slot& s) noexcept {
@@ -379,14 +407,21 @@ struct LeaseTable::Impl {
     if (s.timer_ns != 0 && s.timer_ns <= deadline_ns) return;  // lazily re-armed when due
     if (timers.size() >= 2 * config.capacity + kTimerSlack) rebuild_timers();
     s.timer_ns = deadline_ns;
-    timers.push_back(TimerEntry{deadline_ns, s.name});
+    push_timer(deadline_ns, s.name);
+  }
+  void push_timer(std::int64_t due_ns, NameId n) {
+    if (due_ns <= 0 || due_ns >= kNoExpiry) return;
+    timers.push_back(TimerEntry{due_ns, n});
     std::push_heap(timers.begin(), timers.end(), TimerLater{});
   }
   void rebuild_timers() {
     timers.clear();
     for (std::size_t i = 0; i < count; ++i) {
       Slot& s = recs[i];
-      if (s.phase == LockPhase::transferring) continue;
+      if (s.phase == LockPhase::transferring) {
+        if (const TransferGuard* g = pending_guard(s.name)) timers.push_back(TimerEntry{g->bound_ns, s.name});
+        continue;
+      }
       s.timer_ns = 0;
       const std::int64_t d = deadline_of(s);
       if (d > 0 && d < kNoExpiry) {
@@ -470,7 +505,10 @@ struct LeaseTable::Impl {
                        PendingRevoke revoke = {}) {
     if (s->phase == LockPhase::held) leave_held(*s);
     leave_acquiring(*s);
-    if (s->phase == LockPhase::transferring) s->timer_ns = 0;
+    if (s->phase == LockPhase::transferring) {
+      s->timer_ns = 0;
+      guards.erase(s->name);
+    }
     drop_revoke(*s);
     s->phase = LockPhase::free;
     s->epoch = epoch;
@@ -744,7 +782,16 @@ std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expire
     const TimerEntry e = m.timers.back();
     m.timers.pop_back();
     Slot* s = m.find(e.name);
-    if (s == nullptr || s->phase == LockPhase::transferring || s->timer_ns != e.due_ns)
+    if (s != nullptr && s->phase == LockPhase::transferring) {
+      const auto g = m.guards.find(e.name);
+      if (g == m.guards.end() || g->second.lifted || g->second.bound_ns != e.due_ns) continue;
+      g->second.lifted = true;  // the transfer guard's bound passed unconfirmed
+      expired.push_back(Expiry{s->name, LockPhase::transferring, {}, g->second.worker, s->epoch, e.due_ns,
+                               ExpiryKind::revoke_bound});
+      ++reported;
+      continue;
+    }
+    if (s == nullptr || s->timer_ns != e.due_ns)
       continue;  // orphan: the record is gone or has a newer authoritative entry
     s->timer_ns = 0;
     const std::int64_t d = m.deadline_of(*s);
@@ -816,11 +863,18 @@ Outcome LeaseTable::begin_transfer(NameId name, SandboxId from, Epoch epoch, San
   if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
   if (now_ns >= s->time_ns) return m.refuse(Refusal::expired, name, s);
   if (s->epoch == kEpochMax) return m.refuse(Refusal::epoch_exhausted, name, s);
+  // The guard: `from` may run until its worker confirms the kill or its grant would have
+  // ended by lockd's own rules (as for a revoke).
+  const TransferGuard guard{m.workers[s->worker].id, epoch,
+                            m.preemptible() ? m.liveness_bound(now_ns)
+                                            : add_sat(s->time_ns, m.config.lock_delay_ns),
+                            m.config.ablate_transfer_guard};
   m.leave_held(*s);
   s->phase = LockPhase::transferring;
   s->epoch = epoch + 1;
   s->flags = 0;
   Impl::set_to(*s, to);  // the timer fields now hold `to`; pending entries become orphans
+  m.add_guard(name, guard);
   m.high_water = std::max(m.high_water, s->epoch);
   return Outcome{Refusal::none, name, m.view(*s), {}};
 }
@@ -836,6 +890,8 @@ Outcome LeaseTable::complete_release(NameId name, SandboxId from, Epoch epoch,
   if (s->phase != LockPhase::transferring) return m.refuse(Refusal::not_transferring, name, s);
   if (s->owner != from) return m.refuse(Refusal::not_holder, name, s);
   if (s->epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
+  if (const TransferGuard* g = m.pending_guard(name); g != nullptr && now_ns < g->bound_ns)
+    return m.refuse(Refusal::lock_delay, name, s);  // `from` may still run
   const SandboxId to = Impl::to_of(*s);
   return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, true, to, 0, now_ns), {}};
 }
@@ -857,16 +913,24 @@ Outcome LeaseTable::revoke(NameId name, std::int64_t now_ns, Epoch expected_epoc
     case LockPhase::held:
       // Until the old grant would have ended by lockd's own rules, or its worker confirms.
       rv = {true, s->worker, 1};
-      bound = m.preemptible() ? 0 : add_sat(s->time_ns, lock_delay);
+      bound = m.preemptible() ? m.liveness_bound(now_ns) : add_sat(s->time_ns, lock_delay);
       break;
     case LockPhase::acquiring:  // nobody runs it on a worker lockd knows; its deadline ends it
       rv = {true, 0, 0};
       bound = s->time_ns;
       break;
-    case LockPhase::transferring:  // `from` may still run; its lease ended at most max_ttl ago
-      rv = {true, 0, 0};
-      bound = add_sat(now_ns, add_sat(m.config.max_ttl_ns, lock_delay));
+    case LockPhase::transferring: {  // `from` may still run while the transfer guard is pending
+      const auto g = m.guards.find(name);
+      if (g == m.guards.end() || m.config.ablate_transfer_guard) {  // no guard known: its lease
+        rv = {true, 0, 0};                                           // ended at most max_ttl ago
+        bound = add_sat(now_ns, add_sat(m.config.max_ttl_ns, lock_delay));
+      } else if (!g->second.lifted && g->second.bound_ns > now_ns) {
+        const std::uint16_t widx = g->second.worker.is_nil() ? 0 : m.intern_worker(g->second.worker);
+        rv = {true, widx, 2};  // the outgoing grant's epoch: epoch - 1, i.e. (epoch + 1) - 2
+        bound = g->second.bound_ns;
+      }
       break;
+    }
     case LockPhase::free:  // --force: burn an epoch; a pending lock-delay or revoke stays
       if ((s->flags & kFlagRevoking) != 0) {
         const Epoch delta = Impl::revoked_delta(*s);
@@ -888,6 +952,14 @@ Outcome LeaseTable::confirm_kill(NameId name, WorkerId worker, Epoch epoch, std:
   Slot* s = m.find(name);
   if (worker.is_nil() || now_ns < 0) return m.refuse(Refusal::bad_request, name, s);
   if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
+  if (s->phase == LockPhase::transferring) {  // the transfer guard of the outgoing grant
+    const auto g = m.guards.find(name);
+    if (g == m.guards.end() || g->second.lifted) return Outcome{Refusal::none, name, m.view(*s), {}};
+    if (g->second.worker.is_nil() || g->second.worker != worker) return m.refuse(Refusal::not_holder, name, s);
+    if (g->second.old_epoch != epoch) return m.refuse(Refusal::stale_epoch, name, s);
+    g->second.lifted = true;
+    return Outcome{Refusal::none, name, m.view(*s), {}};
+  }
   if (s->phase != LockPhase::free || (s->flags & kFlagRevoking) == 0)
     return Outcome{Refusal::none, name, m.view(*s), {}};  // nothing pending (any more)
   const LockState st = m.view(*s);
@@ -1006,6 +1078,7 @@ DurableSnapshot LeaseTable::export_durable(std::int64_t now_ns) const {
       case LockPhase::transferring:
         r.owner = s.owner;
         r.to = Impl::to_of(s);
+        if (const TransferGuard* g = m.pending_guard(s.name)) r.worker = g->worker;
         break;
       case LockPhase::free: {
         r.to = s.owner;
@@ -1082,12 +1155,19 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
         m.enter_held(*s, r.owner, widx, r.epoch, m.expiry_at(now_ns, ttl));
         break;
       }
-      case LockPhase::transferring:
+      case LockPhase::transferring: {
         s->phase = LockPhase::transferring;
         s->owner = r.owner;
         s->epoch = r.epoch;
         Impl::set_to(*s, r.to);
+        // Times are not durable: the guard waits as a restored pending revoke does.
+        const bool live = m.preemptible() && !r.worker.is_nil();
+        m.add_guard(r.name, TransferGuard{r.worker, r.epoch - 1,
+                                          live ? m.liveness_bound(now_ns)
+                                               : add_sat(now_ns, add_sat(m.config.max_ttl_ns, m.config.lock_delay_ns)),
+                                          m.config.ablate_transfer_guard});
         break;
+      }
       case LockPhase::free: {
         PendingRevoke rv;
         std::int64_t bound = 0;
@@ -1101,8 +1181,9 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
             m.heartbeat(widx, now_ns);
           }
           rv = {true, widx, r.epoch - r.revoked_epoch};
-          if (!m.preemptible() || widx == 0)
-            bound = add_sat(now_ns, add_sat(m.config.max_ttl_ns, m.config.lock_delay_ns));
+          bound = m.preemptible() && widx != 0
+                      ? m.liveness_bound(now_ns)
+                      : add_sat(now_ns, add_sat(m.config.max_ttl_ns, m.config.lock_delay_ns));
         }
         m.enter_free(s, r.epoch, r.epoch_fresh, r.to, bound, now_ns, rv);
         break;

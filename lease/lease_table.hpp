@@ -95,6 +95,9 @@ struct LeaseConfig {
   /// long after the name became grantable to its owner; the name is then plain Free at the
   /// same epoch (a fresh epoch stays fresh).
   std::int64_t reservation_ttl_ns = 30'000'000'000;
+  /// Ablation for the attack tests only: a transfer is completed as soon as asked, without
+  /// waiting for the old holder's kill confirmation or its lease's end (the old behaviour).
+  bool ablate_transfer_guard = false;
 };
 
 /// Checks a LeaseConfig. Returns an empty string when valid, otherwise a message naming the
@@ -122,16 +125,19 @@ struct LockState {
   std::int64_t expiry_ns = 0;   ///< Held: lease expiry (kNoExpiry in preemptible mode)
   std::int64_t deadline_ns = 0; ///< Acquiring: commit deadline
   /// Free: acquire refused with lock_delay before this (an expiry's or preemption's lock-delay,
-  /// or a pending revoke's bound; preemptible mode: the revoked holder's worker liveness lapse,
-  /// which moves while that worker heartbeats). 0: none.
+  /// or a pending revoke's bound). Transferring with revoke_pending: transfer-complete refused
+  /// with lock_delay before this (the transfer guard's bound). 0: none.
   std::int64_t lock_delay_until_ns = 0;
   /// Free, reserved: when the reservation lapses. 0 while a lock-delay is pending (the
   /// reservation TTL starts when the name becomes grantable) or when not reserved.
   std::int64_t reservation_until_ns = 0;
   /// Free: a revoke is pending: the name is not grantable until the revoked holder's worker
   /// confirms the kill (`confirm_kill`) or lock_delay_until_ns passes, whichever is first.
+  /// Transferring: the transfer guard is pending: the transfer cannot complete (so nobody, not
+  /// even `to`, can be granted the name) until the same happens for the outgoing grant.
   bool revoke_pending = false;
-  Epoch revoked_epoch = 0;      ///< revoke_pending: the revoked grant's epoch (0: unknown)
+  Epoch revoked_epoch = 0;      ///< revoke_pending: the revoked grant's epoch (0: unknown;
+                                ///< Transferring: old_epoch)
   WorkerId revoked_worker;      ///< revoke_pending: the worker whose confirmation lifts it (nil:
                                 ///< none can; only the bound ends it)
   bool epoch_fresh = false;     ///< Free: `epoch` was allocated but not granted yet
@@ -210,7 +216,8 @@ struct RefreshAnswer {
 enum class ExpiryKind : std::uint8_t {
   lease = 0,         ///< Held past its expiry -> Free
   acquiring = 1,     ///< Acquiring past its commit deadline -> Free
-  revoke_bound = 2,  ///< Free with a pending revoke: its bound passed unconfirmed; grantable now
+  revoke_bound = 2,  ///< Free with a pending revoke: its bound passed unconfirmed; grantable
+                     ///< now. Transferring: the transfer guard's bound passed; completable now
   reservation = 3,   ///< Free reserved: the reservation lapsed; plain Free at the same epoch
 };
 
@@ -219,7 +226,8 @@ enum class ExpiryKind : std::uint8_t {
 /// that lapsed.
 struct Expiry {
   NameId name;
-  LockPhase was = LockPhase::held;  ///< held, acquiring, or free (revoke_bound, reservation)
+  LockPhase was = LockPhase::held;  ///< held, acquiring, free (revoke_bound, reservation), or
+                                    ///< transferring (revoke_bound: the transfer guard's)
   SandboxId holder;                 ///< held/acquiring: the holder; reservation: the reservee
   WorkerId worker;                  ///< held: its worker; revoke_bound: the revoked worker
   Epoch epoch = 0;                  ///< unchanged by expiry
@@ -236,7 +244,8 @@ struct DurableRecord {
   Epoch epoch = 0;          ///< current epoch (Transferring: new_epoch)
   SandboxId owner;          ///< Held / Acquiring owner; Transferring from
   SandboxId to;             ///< Transferring to; Free: reserved_for
-  WorkerId worker;          ///< Held; Free with a pending revoke: revoked_worker
+  WorkerId worker;          ///< Held; Free with a pending revoke: revoked_worker;
+                            ///< Transferring: the outgoing holder's worker (guard)
   bool epoch_fresh = false; ///< Free: epoch allocated, not granted
   /// Held, restore only: how long the restored lease (preemptible: its worker's liveness) may
   /// run from the restart, capped at the TTL; -1 = a full TTL; 0 = it expires at once. Not
@@ -244,7 +253,9 @@ struct DurableRecord {
   std::int64_t restore_left_ns = -1;
   /// Free: non-zero while a revoke is pending (the revoked grant's epoch). Its bound is not
   /// durable: a restored pending revoke waits a full max_ttl_ns (+ lock_delay_ns) from the
-  /// restart, or its worker's confirmation.
+  /// restart (preemptible mode, with a worker: worker_liveness_ttl_ns + lock_delay_ns), or
+  /// its worker's confirmation. A restored Transferring record gets its transfer guard back
+  /// the same way (`worker`: the outgoing holder's worker, nil: only the bound lifts it).
   Epoch revoked_epoch = 0;
   friend bool operator==(const DurableRecord&, const DurableRecord&) = default;
 };
@@ -339,7 +350,8 @@ class LeaseTable {
   /// Reclaims every deadline <= now_ns, in deadline order: Held past expiry -> Free (epoch
   /// unchanged; lock-delay until expiry + lock_delay_ns if configured), Acquiring past
   /// its deadline -> Free (its epoch stays burned), a pending revoke past its bound -> Free
-  /// without it, a lapsed reservation -> Free unreserved (both epoch unchanged). Appends at
+  /// without it, a transfer guard past its bound -> lifted (still Transferring; completable),
+  /// a lapsed reservation -> Free unreserved (all three epoch unchanged). Appends at
   /// most `limit` Expiry records to `expired` and returns how many it appended; call again
   /// while it returns `limit`. Also ends plain lock-delays (not reported): the record is
   /// dropped, or its reservation's TTL starts.
@@ -350,15 +362,21 @@ class LeaseTable {
 
   /// Held{from, epoch} -> Transferring{from, to, epoch, epoch + 1}: the new epoch is
   /// allocated here, so `from`'s token is fenced out at once. Nobody may mutate until `to`
-  /// acquires. Refusals: bad_request (nil/equal sandboxes), unknown_name, not_held,
+  /// acquires. The transfer guard starts here (LockState::revoke_pending while Transferring):
+  /// `from` may still run, so the transfer cannot complete until `from`'s worker confirms
+  /// the kill of the grant at `epoch` (`confirm_kill`), or until the old grant would have
+  /// ended by lockd's own rules, whichever is first: lease mode, its expiry + lock_delay_ns;
+  /// preemptible mode, now_ns + worker_liveness_ttl_ns + lock_delay_ns (as `revoke`).
+  /// Refusals: bad_request (nil/equal sandboxes), unknown_name, not_held,
   /// acquiring, transferring, not_holder, stale_epoch, expired, epoch_exhausted.
   Outcome begin_transfer(NameId name, SandboxId from, Epoch epoch, SandboxId to,
                          std::int64_t now_ns);
 
   /// Transferring{from, to, _, new_epoch} -> Free{new_epoch (fresh), reserved_for = to}:
   /// `from` confirms it stopped. `epoch` is the transfer's new epoch (begin_transfer's
-  /// answer). Idempotent once done. Refusals: unknown_name, not_transferring, not_holder,
-  /// stale_epoch. (`to` then calls acquire / acquire_2pc and gets new_epoch; others get
+  /// answer). Idempotent once done. Refused lock_delay while the transfer guard is pending
+  /// (state.lock_delay_until_ns is its bound). Refusals: unknown_name, not_transferring,
+  /// not_holder, stale_epoch, lock_delay. (`to` then calls acquire / acquire_2pc and gets new_epoch; others get
   /// `reserved` until the reservation lapses, config.reservation_ttl_ns after now_ns.)
   Outcome complete_release(NameId name, SandboxId from, Epoch epoch, std::int64_t now_ns);
 
@@ -370,10 +388,14 @@ class LeaseTable {
   /// kill (`confirm_kill`), or until the old grant would have ended by lockd's own rules,
   /// whichever is first:
   ///  - Held, lease mode: its expiry + lock_delay_ns;
-  ///  - Held, preemptible mode: its worker's liveness lapse + lock_delay_ns (it moves while
-  ///    that worker heartbeats, so a live worker must confirm);
+  ///  - Held, preemptible mode: now_ns + worker_liveness_ttl_ns + lock_delay_ns, fixed (it
+  ///    does not move while that worker heartbeats: a worker that keeps beating but gets no
+  ///    answer has its kill-switch fire within its TTL <= the liveness TTL of its last
+  ///    acknowledged beat, which was sent before the revoke; an answer sent after the revoke
+  ///    lists the name as not held, and its supervisor kills it at once);
   ///  - Acquiring: its commit deadline (no confirmation: no worker is known);
-  ///  - Transferring: now_ns + max_ttl_ns + lock_delay_ns (no confirmation).
+  ///  - Transferring: the transfer guard's bound, and its worker's confirmation, if the guard
+  ///    is still pending; nothing if it was lifted (the old holder is dead).
   /// A bound already passed leaves no pending revoke. `expected_epoch` (0: any) must be the
   /// current epoch, so the caller knows the epoch the revoke produces (expected_epoch + 1)
   /// before it is applied. A Free name is refused not_held unless `force`: then it burns an
@@ -382,7 +404,8 @@ class LeaseTable {
   Outcome revoke(NameId name, std::int64_t now_ns, Epoch expected_epoch = 0, bool force = false);
 
   /// The revoked holder's worker confirms that the sandbox of the revoked grant (`epoch`) is
-  /// dead: lifts the pending revoke at once (a reservation's TTL starts now). Accepted only
+  /// dead: lifts the pending revoke at once (a reservation's TTL starts now), or, Transferring,
+  /// the transfer guard of the outgoing grant (`epoch` = old_epoch). Accepted only
   /// from that worker for that epoch. Idempotent: with no revoke pending, nothing changes and
   /// the answer is none. Refusals: unknown_name, not_holder (another worker, or a revoke no
   /// confirmation can lift), stale_epoch (a revoke of another epoch is pending).
@@ -444,9 +467,10 @@ class LeaseTable {
   /// except that a record's restore_left_ns >= 0 caps both at now_ns + restore_left_ns (the
   /// caller's proof that no holder can still rely on more); Acquiring records are
   /// dropped (their epochs stay burned); epochs continue above max(high-water, any record
-  /// epoch). Lock-delays are not durable; a pending revoke waits a full max_ttl_ns +
-  /// lock_delay_ns from now_ns (preemptible mode: its worker's liveness, counted from
-  /// now_ns), or its worker's confirmation; a reservation gets a fresh reservation_ttl_ns. Returns an empty string on success, otherwise a
+  /// epoch). Lock-delays are not durable; a pending revoke, and a Transferring record's
+  /// transfer guard, wait a full max_ttl_ns + lock_delay_ns from now_ns (preemptible mode,
+  /// with a worker: worker_liveness_ttl_ns + lock_delay_ns), or the worker's confirmation; a
+  /// reservation gets a fresh reservation_ttl_ns. Returns an empty string on success, otherwise a
   /// message naming the bad record (the table is then left empty).
   std::string restore(const DurableSnapshot& snapshot, std::int64_t now_ns);
 

@@ -118,6 +118,7 @@ std::string read_ablations(LockdConfig& cfg, const char* env) {
     else if (a == "reflection") cfg.ablate_reflection = true;
     else if (a == "acquiring-unbound") cfg.ablate_acquiring_unbound = true;
     else if (a == "admin-as-worker") cfg.ablate_admin_as_worker = true;
+    else if (a == "transfer-unguarded") cfg.ablate_transfer_guard = true;
     else if (a == "no-seq-resync") continue;  // a sender's switch (io/replay.hpp), not lockd's
     else return "LEASEHOLD_ABLATE: unknown ablation \"" + std::string(a) + "\"";
   }

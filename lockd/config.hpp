@@ -66,8 +66,8 @@ struct LockdConfig {
   /// Ablations for the attack tests (LEASEHOLD_ABLATE, comma-separated; never a flag):
   /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
   /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers
-  /// resent anywhere, unbounded), acquiring-unbound, admin-as-worker (below). Each switches one
-  /// defence off, to show the attack it stops.
+  /// resent anywhere, unbounded), acquiring-unbound, admin-as-worker, transfer-unguarded (below).
+  /// Each switches one defence off, to show the attack it stops.
   bool ablate_shared_worker_key = false;
   bool ablate_authz = false;
   bool ablate_replay_heartbeats = false;
@@ -78,6 +78,9 @@ struct LockdConfig {
   /// admin-as-worker: an admin key may send worker messages (acquire, commit, release,
   /// heartbeats, kill confirmations, answers) for any worker, as before admin keys were bounded.
   bool ablate_admin_as_worker = false;
+  /// transfer-unguarded: a transfer completes as soon as asked, without waiting for the old
+  /// holder's kill confirmation or its lease's end (LeaseConfig::ablate_transfer_guard).
+  bool ablate_transfer_guard = false;
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
   std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }

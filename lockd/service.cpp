@@ -56,6 +56,7 @@ LeaseConfig lease_config_of(const LockdConfig& c) {
   l.worker_liveness_ttl_ns = static_cast<std::int64_t>(c.effective_worker_ttl_ms()) * kNsPerMs;
   l.capacity = static_cast<std::size_t>(c.max_names);
   l.reservation_ttl_ns = static_cast<std::int64_t>(c.effective_reservation_ttl_ms()) * kNsPerMs;
+  l.ablate_transfer_guard = c.ablate_transfer_guard;
   return l;
 }
 
@@ -415,7 +416,15 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   switch (type) {
     case wire::MessageType::acquire: answer = on_acquire(std::get<wire::Acquire>(m.body), now_ns); break;
     case wire::MessageType::commit: answer = on_commit(std::get<wire::Commit>(m.body), now_ns); break;
-    case wire::MessageType::release: answer = on_release(std::get<wire::Release>(m.body), now_ns); break;
+    case wire::MessageType::release:
+      // The worker it speaks for: its own key's, or the one the root key names (as for a
+      // kill confirmation); none for any other key.
+      answer = on_release(std::get<wire::Release>(m.body),
+                          caller_.authority == wire::Authority::worker ? caller_.id
+                          : caller_.authority == wire::Authority::root ? m.header.sender
+                                                                       : WorkerId{},
+                          now_ns);
+      break;
     case wire::MessageType::transfer_begin:
       answer = on_transfer_begin(std::get<wire::TransferBegin>(m.body), now_ns);
       break;
@@ -551,8 +560,8 @@ wire::NameRecord LockService::record_of(NameId id, const LockState& s, std::int6
   switch (s.phase) {
     case LockPhase::held: r.ttl_left_ms = ms_left(s.expiry_ns, now_ns); break;
     case LockPhase::acquiring: r.ttl_left_ms = ms_left(s.deadline_ns, now_ns); break;
-    case LockPhase::free: r.ttl_left_ms = ms_left(s.lock_delay_until_ns, now_ns); break;
-    case LockPhase::transferring: break;
+    case LockPhase::free:
+    case LockPhase::transferring: r.ttl_left_ms = ms_left(s.lock_delay_until_ns, now_ns); break;
   }
   r.reserved_for = s.phase == LockPhase::transferring ? s.to : s.reserved_for;
   r.revoke_pending = s.revoke_pending;
@@ -586,6 +595,7 @@ void LockService::record_change(NameId id, const LockState& s, const char* event
     n.old_epoch = s.revoked_epoch != 0 ? s.revoked_epoch : s.epoch - 1;
     n.worker = s.revoked_worker;
   }
+  if (s.phase == LockPhase::transferring && s.revoke_pending) n.worker = s.revoked_worker;  // the guard's
   if (s.phase == LockPhase::held && s.expiry_ns != kNoExpiry && s.expiry_ns > now_ns)
     n.ttl_ns = static_cast<std::uint64_t>(s.expiry_ns - now_ns);
   pending_.push_back(std::move(n));
@@ -733,9 +743,16 @@ wire::WorkerAck LockService::worker_ack(const wire::WorkerHeartbeat& w, std::int
   return ack;
 }
 
-wire::Body LockService::on_release(const wire::Release& r, std::int64_t now_ns) {
+wire::Body LockService::on_release(const wire::Release& r, WorkerId worker, std::int64_t now_ns) {
   const LockState before = table_.state(r.name_id);
   const Outcome o = table_.release(r.name_id, r.sandbox, r.epoch, now_ns);
+  if (!o.ok() && before.revoke_pending && !worker.is_nil() && before.revoked_worker == worker &&
+      before.revoked_epoch == r.epoch) {
+    // The supervisor releases a grant only after its sandbox died (pidfd exit, empty leaf):
+    // from the revoked grant's own worker this is a kill confirmation (its KillConfirmed may
+    // be lost, or its kill-switch fired before it learnt of the revoke).
+    return on_kill_confirmed(wire::KillConfirmed{r.name_id, r.sandbox, r.epoch}, worker, now_ns);
+  }
   if (!o.ok()) return deny(o);
   if (!(before == o.state)) record_change(r.name_id, o.state, "release", now_ns);
   return wire::Ok{r.name_id, o.state.epoch};
@@ -746,6 +763,10 @@ wire::Body LockService::on_transfer_begin(const wire::TransferBegin& t, std::int
   const Outcome o = table_.begin_transfer(t.name_id, t.from, t.epoch, t.to, now_ns);
   if (!o.ok()) return deny(o);
   if (!(before == o.state)) record_change(t.name_id, o.state, "transfer_begin", now_ns);
+  // As for a revoke: the outgoing holder's worker is told at once (its heartbeats are answered
+  // `lost` too), so the kill, and the confirmation that lets the transfer complete, are prompt.
+  note_revoke_end(t.name_id, o.state.epoch, wire::RevokeEnd::none);
+  push_revoke(t.name_id, o.state, now_ns);
   return wire::TransferState{t.name_id, o.state.owner, o.state.to, o.state.old_epoch, o.state.epoch,
                              wire::LockState::transferring};
 }
@@ -755,7 +776,12 @@ wire::Body LockService::on_transfer_complete(const wire::TransferComplete& t, st
   // The wire message names the transfer by its new epoch; `from` is the record's.
   const SandboxId from = before.phase == LockPhase::transferring ? before.owner : SandboxId{};
   const Outcome o = table_.complete_release(t.name_id, from, t.new_epoch, now_ns);
-  if (!o.ok()) return deny(o);
+  if (!o.ok()) return deny(o);  // lock_delay: the guard is pending; `show` gives its bound
+  if (before.phase == LockPhase::transferring && before.revoke_pending) {
+    // Its bound passed before `advance` lifted it.
+    ++counters_.revoke_ended_lease_expired;
+    note_revoke_end(t.name_id, o.state.epoch, wire::RevokeEnd::lease_expired);
+  }
   if (!(before == o.state)) record_change(t.name_id, o.state, "transfer_complete", now_ns);
   return wire::TransferState{t.name_id, from, o.state.reserved_for, t.new_epoch == 0 ? 0 : t.new_epoch - 1,
                              o.state.epoch, wire_state(o.state.phase)};

@@ -121,7 +121,8 @@ struct ServiceCounters {
   std::uint64_t revokes = 0;                ///< revokes applied
   std::uint64_t revoke_pushes_sent = 0;     ///< Revoked datagrams sent (with retries)
   std::uint64_t revoke_pushes_acked = 0;    ///< Revoked answered by the worker
-  std::uint64_t revoke_ended_kill_confirmed = 0;  ///< pending revokes lifted by KillConfirmed
+  std::uint64_t revoke_ended_kill_confirmed = 0;  ///< pending revokes and transfer guards lifted
+                                                  ///< by KillConfirmed (or its worker's Release)
   std::uint64_t revoke_ended_lease_expired = 0;   ///< pending revokes whose bound passed
   std::uint64_t kill_confirms_refused = 0;  ///< KillConfirmed from another worker / epoch
   std::uint64_t reservations_lapsed = 0;
@@ -228,7 +229,9 @@ class LockService {
   /// Preemptible mode: the answer to a worker heartbeat (liveness already counted), listing the
   /// names it carries that this worker's sandboxes no longer hold.
   wire::WorkerAck worker_ack(const wire::WorkerHeartbeat& w, std::int64_t now_ns);
-  wire::Body on_release(const wire::Release& r, std::int64_t now_ns);
+  /// `worker`: the worker the request speaks for (nil for an admin key): a Release of a revoked
+  /// or transferred-away grant from its own worker is that worker's kill confirmation.
+  wire::Body on_release(const wire::Release& r, WorkerId worker, std::int64_t now_ns);
   wire::Body on_transfer_begin(const wire::TransferBegin& t, std::int64_t now_ns);
   wire::Body on_transfer_complete(const wire::TransferComplete& t, std::int64_t now_ns);
   wire::Body on_transfer_accept(const wire::TransferAccept& t, std::int64_t now_ns);

@@ -24,8 +24,10 @@
  * Worker heartbeats carry the worker's published names; the answer lists those no longer held
  * by it on this worker, and the supervisor kills their sandboxes (mutex violation recovery).
  * Revoke frees the name at epoch + 1 but keeps it ungrantable (lock-delay) until the worker
- * confirmed the kill (on its next heartbeat) or the worker's liveness lapsed; the revocation
- * is pushed to the worker and also reaches it as a listed name in its next heartbeat answer.
+ * confirmed the kill (on its next heartbeat; a Release of the revoked grant after its
+ * kill-switch killed it counts too) or lockd's fixed bound (revoke time + liveness TTL +
+ * lock-delay) passed, which does not move while the worker beats; the revocation is pushed to
+ * the worker and also reaches it as a listed name in its next heartbeat answer.
  * A worker may crash (its sandboxes die with it, its liveness lapses).
  *
  * Timing relations, each a guard on a ghost history variable (never an implementation flag,
@@ -35,6 +37,12 @@
  *                           since the last beat acknowledged after the firing
  *                           (g_fired[w]), or after w crashed (g_crashed[w])
  *                           (kill_after + margins < liveness TTL)
+ *   KillOrFireBeforeBound   a revoke's bound passes only after the revocation reached w
+ *                           since the revoke (the push arrived, or a beat answer arrived,
+ *                           which lists the name), or w's kill-switch fired since the revoke,
+ *                           or w crashed (g_rv_reached): within the liveness TTL after the
+ *                           revoke, w either hears an answer sent after it or goes without
+ *                           acknowledged beats for its TTL (< liveness TTL)
  * Nothing else here depends on time: an Acquiring name may expire at any moment, because a
  * copy becomes critical only after lockd answered its commit with Held.
  * -DUNRELIABLE_NETWORKS: any message may be lost (a request, or its answer after it took
@@ -55,6 +63,12 @@
  *                           refused gives back the name its retried copy holds
  *   -DNO_WORKER_RECOVERY    a heartbeat answer's list of lost names kills nothing
  *   -DREVOKE_FREES_AT_ONCE  revoke makes the name grantable at once (no lock-delay)
+ *   -DONE_WAY_LOSS          from the revoke on, every datagram lockd sends to the revoked
+ *                           holder's worker is lost (beat answers, the push), for ever; that
+ *                           worker's requests all arrive
+ *   -DREVOKE_BOUND_FOLLOWS_LIVENESS  the old code: a revoke's lock-delay ends only with a kill
+ *                           confirmation or the worker's liveness lapse (which its beats keep
+ *                           moving), and a Release after a kill-switch kill confirms nothing
  *
  * Mutable guards and effects carry markers for specs/mutate: G = guard, E = effect.
  */
@@ -73,6 +87,11 @@
 #define UN 1
 #else
 #define UN 0
+#endif
+#ifdef ONE_WAY_LOSS
+#define ONEWAY(w) (g_revoked && (w) == rv_w)
+#else
+#define ONEWAY(w) 0
 #endif
 
 /* lock states */
@@ -125,6 +144,7 @@ bool g_crashed[W];
 bool g_revoked;               /* a revoke took the name from a holder */
 bool g_preempted;             /* the failure detector took the name from a holder */
 bool g_handover;              /* a copy became critical after a revoke or preemption */
+bool g_rv_reached;            /* since the revoke: it reached rv_w, rv_w fired or crashed */
 
 #define S_OF(i)       ((i) == 2 -> 1 : 0)
 #define W_OF(i)       ((i) == 0 -> 0 : 1)
@@ -396,7 +416,7 @@ inline hb_answer(w)
 	/* every listed name is confirmed on the next beat (killed, or not here) */
 	conf[w] = conf[w] | hb_lost[w];
 #endif
-	skip
+	if :: rv_pending && rv_w == w -> g_rv_reached = true :: else fi
 }
 
 inline hb_clear(w)
@@ -413,8 +433,9 @@ end_idle:
 	:: atomic {
 		!crashed[w] && ACTIVE(w) ->
 		hb_send(w);
-		if   /* a beat is not lost for ever: no two losses in a row */
-		:: hb_deliver(w); hb_answer(w); hb_was_lost[w] = false      /* delivered, answered */
+		if   /* a beat is not lost for ever: no two losses in a row (but ONE_WAY_LOSS) */
+		:: ONEWAY(w) -> hb_deliver(w); hb_failed[w] = true          /* the answer is lost */
+		:: !ONEWAY(w) -> hb_deliver(w); hb_answer(w); hb_was_lost[w] = false  /* delivered, answered */
 		:: UN && !hb_was_lost[w] -> hb_failed[w] = true; hb_was_lost[w] = true   /* request lost */
 		:: UN && !hb_was_lost[w] ->                      /* answer lost after lockd applied it */
 			hb_deliver(w); hb_failed[w] = true; hb_was_lost[w] = true
@@ -446,6 +467,12 @@ end_idle:
 		};
 		/*@E trip*/ tripped[w] = true;
 		g_fired[w] = true;
+		if   /* the revoked copy was killed: its Release confirms it (LockService::on_release) */
+#ifndef REVOKE_BOUND_FOLLOWS_LIVENESS
+		:: rv_pending && rv_w == w -> /*@E killswitch_conf*/ conf[w] = conf[w] | BIT(rv_s); g_rv_reached = true
+#endif
+		:: else
+		fi;
 		k = 0
 	   }
 	od
@@ -464,11 +491,11 @@ end_idle:
 		if
 		:: live_refreshed[w] -> live_refreshed[w] = false
 		:: else ->
-			/*@E lapse_live*/ live[w] = false;
-			if   /* the lock-delay of a revoke from w ends */
-			:: /*@G lapse_ends_delay*/ rv_pending && rv_w == w -> rv_pending = false
-			:: else
-			fi
+			/*@E lapse_live*/ live[w] = false;  /* a revoke's bound is its own (rv_bound) */
+#ifdef REVOKE_BOUND_FOLLOWS_LIVENESS
+			if :: rv_pending && rv_w == w -> rv_pending = false :: else fi
+#endif
+			skip
 		fi
 	   }
 	od
@@ -498,6 +525,7 @@ end_idle:
 		/*@E revoke_delay*/ rv_pending = true;
 #endif
 		rv_s = lock_owner; rv_w = lock_worker;
+		g_rv_reached = g_fired[rv_w];   /* fired, no beat acknowledged since: all its copies died */
 		to_free();
 		g_revoked = true;
 		/*@E push*/ push = true
@@ -510,22 +538,29 @@ end_idle:
 		push = false;
 		if
 		:: UN -> skip                                       /* lost */
-		:: /*@G push_arrives*/ !crashed[rv_w] ->
+		:: /*@G push_arrives*/ !crashed[rv_w] && !ONEWAY(rv_w) ->
 			for (k : 0 .. I-1) {
 				if
 				:: W_OF(k) == rv_w && S_OF(k) == rv_s -> /*@E push_kill*/ kill(k)
 				:: else
 				fi
 			};
-			/*@E push_conf*/ conf[rv_w] = conf[rv_w] | BIT(rv_s)
+			/*@E push_conf*/ conf[rv_w] = conf[rv_w] | BIT(rv_s);
+			g_rv_reached = true
 		:: else
 		fi;
 		k = 0
 	   }
+#ifndef REVOKE_BOUND_FOLLOWS_LIVENESS
+	:: atomic {    /* the revoke's fixed bound passes (LeaseTable::advance, revoke_bound) */
+		/*@G rv_bound*/ rv_pending && (g_rv_reached || UT) -> /*@E rv_bound_ends*/ rv_pending = false
+	   }
+#endif
 	:: atomic {    /* a worker crashes: its sandboxes die with it, it stops */
 		!done -> done = true;
 		select(k : 0 .. W-1);
 		crashed[k] = true; g_crashed[k] = true;
+		if :: rv_pending && rv_w == k -> g_rv_reached = true :: else fi;
 		if :: W_OF(0) == k -> kill(0) :: else fi;
 		if :: W_OF(1) == k -> kill(1) :: else fi;
 		if :: W_OF(2) == k -> kill(2) :: else fi;
@@ -568,8 +603,8 @@ ltl EventualMutualExclusion {
 	[] ((CRIT(2) && !HELD_BY(1, 1)) -> <> [] !CRIT(2))
 }
 
-/* RevokeEnds: the lock-delay of a revoke ends (kill confirmed, or the worker's liveness
- * lapsed), so a revoked name does not stay ungrantable. */
+/* RevokeEnds: the lock-delay of a revoke ends (kill confirmed, or its bound passed), so a
+ * revoked name does not stay ungrantable, also while lockd's answers to the worker are lost. */
 ltl RevokeEnds { [] (rv_pending -> <> !rv_pending) }
 
 /* Non-vacuity (expected to FAIL): a copy does reach its critical section, one does after

@@ -14,6 +14,12 @@
  * Processes:
  *   Lockd     any enabled transition, in any order: acquire, release, begin_transfer,
  *             complete_release, revoke (no cooperation from the owner), reassign.
+ *   Workers   the supervisors: a node's sandbox runs from its grant until it releases, or
+ *             until its supervisor kills it once the grant is no longer its own (lockd's
+ *             Revoked push at revoke / begin_transfer, or a `lost` heartbeat answer); the kill
+ *             is then confirmed to lockd (KillConfirmed, or the supervisor's Release of that
+ *             grant), or lockd's bound for it passes (the old lease + lock-delay; reliable
+ *             timing: the kill-switch fired before it).  Both lift the guard.
  *   Node(n)   presents any token it holds to the resource, at any time.  The resource's
  *             FenceGate admits the write iff valid_fence: the token's epoch is at least the
  *             highest epoch the gate has seen.  The gate sees the epochs of the writes it
@@ -29,7 +35,14 @@
  * reservation (Unowned with an intended owner) has a TTL: it lapses to plain Free at the
  * same epoch.
  *
+ * The guard (LeaseTable's pending revoke / transfer guard): begin_transfer and revoke leave
+ * the outgoing grant's node in `guard`; until it is lifted, complete_release is refused
+ * (lock_delay) and so is every acquire, the reserved node's included.
+ *
  * Ablations:
+ *   -DCOMPLETE_UNGUARDED        begin_transfer leaves no guard and complete_release does not
+ *                               wait for one (the old code: the CLI, not lockd, decided the
+ *                               old holder was gone)
  *   -DANNOUNCE_AFTER_REVOKE     the old order: revoke, then announce lockd's answer
  *   -DNO_RESERVATION_CHECK      acquire ignores the reservation
  *   -DOLD_OWNER_KEEPS_EPOCH     begin_transfer leaves the epoch as it is; the new epoch is
@@ -76,6 +89,9 @@ byte g_lapsed_for = NOBODY; /* a reservation for this node lapsed, nobody acquir
 bool g_taken_after_lapse;   /* another node acquired the name after the reservation lapsed */
 bool rv_announced;          /* revoke --fence-db: the gate was told cur + 1, revoke not applied */
 byte rv_epoch;              /* the epoch the revoke was announced for (observed cur + 1) */
+bool running[NODES];        /* node n's sandbox runs (from its grant until killed or released) */
+byte guard = NOBODY;        /* the node whose outgoing grant's kill lockd waits for (NOBODY: none) */
+bool g_ran;                 /* some sandbox ran */
 
 #define HAS(n, e)        ((issued[n] >> (e)) & 1)
 #define MAY(n)           (kind == OWNED && owner == (n) && HAS(n, cur))
@@ -98,6 +114,10 @@ end_idle:
 	do
 	:: atomic {    /* acquire (LeaseTable::acquire): Free -> Held; +1 unless reserved */
 		kind == UNOWNED && (to != NOBODY || fresh || cur < EPOCH_MAX) ->
+		if
+		:: /*@G acquire_unguarded*/ guard == NOBODY -> skip
+		:: else -> goto refused                 /* Refusal::lock_delay */
+		fi;
 		select(n : 0 .. NODES-1);
 		if
 		:: /*@G acquire_reserved*/ to == n -> skip      /* reserved for n: epoch already new */
@@ -117,16 +137,22 @@ end_idle:
 		g_xfer_to = NOBODY;
 		/*@E acquire_owned*/ kind = OWNED; owner = n; /*@E acquire_clears_reservation*/ to = NOBODY; /*@E acquire_not_fresh*/ fresh = false;
 		/*@E issue*/ issued[n] = issued[n] | (1 << cur);
+		/*@E acquire_runs*/ running[n] = true; g_ran = true;
 		stale_upto = cur - 1;                   /* every earlier grant is superseded */
 		ANNOUNCE;
 refused:	n = 0
 	   }
-	:: atomic {    /* release by the holder (LeaseTable::release): Held -> Free, epoch = */
-		kind == OWNED -> /*@E release*/ kind = UNOWNED; owner = NOBODY; to = NOBODY; fresh = false
+	:: atomic {    /* release by the holder (LeaseTable::release): Held -> Free, epoch =;
+		        * the supervisor releases only after the sandbox exited */
+		kind == OWNED -> /*@E release_stops*/ running[owner] = false;
+		/*@E release*/ kind = UNOWNED; owner = NOBODY; to = NOBODY; fresh = false
 	   }
 	:: atomic {    /* begin_transfer(from -> to): +1 here, so the old owner is fenced at once */
 		/*@G begin_held*/ kind == OWNED && cur < EPOCH_MAX ->
 		/*@E begin_transferring*/ kind = TRANSFERRING; /*@E begin_to*/ to = 1 - owner; old = cur;
+#ifndef COMPLETE_UNGUARDED
+		/*@E begin_guard*/ guard = owner;       /* Revoked pushed to owner's worker */
+#endif
 		stale_upto = old;                       /* the owner agreed to hand over */
 		g_xfer_to = to;
 #ifndef OLD_OWNER_KEEPS_EPOCH
@@ -136,12 +162,24 @@ refused:	n = 0
 	   }
 	:: atomic {    /* complete_release: Transferring -> Free{reserved_for = to} */
 		/*@G complete_transferring*/ kind == TRANSFERRING ->
-#ifdef OLD_OWNER_KEEPS_EPOCH
-		cur++;
-		ANNOUNCE;
+		if
+#ifndef COMPLETE_UNGUARDED
+		:: /*@G complete_guarded*/ guard == NOBODY ->
+#else
+		:: true ->
 #endif
-		/*@E complete_free*/ kind = UNOWNED; owner = NOBODY; old = 0; /*@E complete_fresh*/ fresh = true;
-		g_intended = to
+#ifdef OLD_OWNER_KEEPS_EPOCH
+			cur++;
+			ANNOUNCE;
+#endif
+			/*@E complete_free*/ kind = UNOWNED; owner = NOBODY; old = 0; /*@E complete_fresh*/ fresh = true;
+			g_intended = to
+		:: else                                 /* Refusal::lock_delay: nothing moved */
+		fi
+	   }
+	:: atomic {    /* the guard lifts: the outgoing holder's worker confirmed its kill
+		        * (KillConfirmed, or its Release of that grant), or the bound passed */
+		/*@G lift_dead*/ guard != NOBODY && !running[guard] -> /*@E lift*/ guard = NOBODY
 	   }
 	:: atomic {    /* the transfer reservation's TTL lapses: plain Free at the same epoch */
 		/*@G reservation_lapse*/ kind == UNOWNED && to != NOBODY ->
@@ -166,6 +204,10 @@ refused:	n = 0
 		if
 		:: /*@G revoke_same_epoch*/ kind != UNOWNED && cur + 1 == rv_epoch ->
 			stale_upto = cur;
+			if   /* Owned: the holder may run; Transferring: the transfer's guard carries over */
+			:: kind == OWNED -> /*@E revoke_guard*/ guard = owner
+			:: else
+			fi;
 			/*@E revoke_free*/ kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0;
 			g_xfer_to = NOBODY; g_intended = NOBODY; g_lapsed_for = NOBODY;  /* ended by a revoke */
 			/*@E revoke_epoch*/ cur++; /*@E revoke_fresh*/ fresh = true
@@ -178,6 +220,7 @@ refused:	n = 0
 	:: atomic {
 		!rv_announced && kind != UNOWNED && cur < EPOCH_MAX ->
 		stale_upto = cur;
+		if :: kind == OWNED -> guard = owner :: else fi;
 		kind = UNOWNED; owner = NOBODY; to = NOBODY; old = 0; cur++; fresh = true;
 		g_xfer_to = NOBODY; g_intended = NOBODY; g_lapsed_for = NOBODY;
 		rv_announced = true; rv_epoch = cur
@@ -227,8 +270,26 @@ end_idle:
 	od
 }
 
+/* A supervisor kills its sandbox once the grant is no longer its own (pushed, or answered
+ * `lost`); it may take any time to do so. */
+proctype Workers()
+{
+	byte n;
+end_idle:
+	do
+	:: atomic {
+		select(n : 0 .. NODES-1);
+		if
+		:: /*@G kill_not_owner*/ running[n] && !(kind == OWNED && owner == n) -> /*@E kill*/ running[n] = false
+		:: else
+		fi;
+		n = 0
+	   }
+	od
+}
+
 init {
-	atomic { run Lockd(); run Node(0); run Node(1) }
+	atomic { run Lockd(); run Node(0); run Node(1); run Workers() }
 }
 
 /* may_mutate holds only for an issued token (theorem_no_authority_without_token). */
@@ -260,8 +321,13 @@ ltl TransferEndsWithIntendedOwner { [] !g_xfer_misdirected }
 /* GateRecordsAdmitted: the gate's highest seen epoch is at least every epoch it admitted. */
 ltl GateRecordsAdmitted { [] (seen >= g_max_admitted) }
 
+/* OneRunning: never two sandboxes running on the name at once: a transfer's receiver (or
+ * anyone after a revoke) starts only after the outgoing holder is dead. */
+ltl OneRunning { [] !(running[0] && running[1]) }
+
 /* Non-vacuity (expected to FAIL): a write is admitted, a transfer completes, and a name
- * whose reservation lapsed is acquired by another node. */
+ * whose reservation lapsed is acquired by another node; a sandbox runs. */
+ltl NeverRan { [] !g_ran }
 ltl NeverAdmitted { [] !g_admitted }
 ltl NeverTransferred { [] !g_xfer_done }
 ltl NeverTakenAfterLapse { [] !g_taken_after_lapse }

@@ -4,6 +4,9 @@
 //                                                      its next heartbeat, then starts CMD
 //   leasehold transfer NAME --to SANDBOX               Held -> Transferring (epoch +1 at the
 //                                                      start) -> Free{reserved for SANDBOX}
+//                                                      once lockd's transfer guard lifts (the
+//                                                      old holder's kill confirmed, or its
+//                                                      lease + lock-delay over)
 //   leasehold revoke NAME [--force] [--wait]           -> Free, epoch +1, no cooperation needed;
 //                                                      grantable once the kill is confirmed or
 //                                                      the old lease would have expired
@@ -200,6 +203,9 @@ const Command kCommit([](CLI::App& app, int* exit_code) {
   });
 });
 
+/// Poll interval of `transfer` while lockd's transfer guard is pending.
+constexpr std::int64_t kTransferWaitPollNs = 20'000'000;
+
 struct TransferArgs {
   LockdFlags lockd;
   std::string name;
@@ -216,21 +222,24 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<TransferArgs>();
   auto* sub = app.add_subcommand(
       "transfer",
-      "Graceful transfer: begin (epoch +1 at the start; the holder's heartbeats are answered `lost`, "
-      "so its supervisor stops it), wait until the old holder has certainly stopped, complete "
-      "(Free, reserved for --to); nobody may write in between");
+      "Graceful transfer: begin (epoch +1 at the start; lockd pushes the revocation to the holder's "
+      "supervisor, which kills it and confirms), wait until lockd lets the transfer complete (the kill "
+      "confirmed, or the old lease + lock-delay over), complete (Free, reserved for --to); nobody may "
+      "write or be granted the name in between. Run again on a name left transferring to complete it");
   add_lockd_flags(sub, a->lockd);
   sub->add_option("name", a->name, "the name")->required();
   sub->add_option("--to", a->to, "the sandbox id that receives the name")->required();
   sub->add_option("--fence-db", a->fence_db,
                   "a fenced store (SQLite) to announce the new epoch to before the transfer begins");
   sub->add_option("--from-supervisor", a->from_supervisor,
-                  "the old holder's supervisor socket: complete as soon as it no longer runs the holder");
+                  "the old holder's supervisor socket, checked before anything moves: it must be the "
+                  "supervisor of the holder's worker (lockd, not this check, decides when the old holder "
+                  "is gone)");
   sub->add_option("--to-supervisor", a->to_supervisor,
                   "the new holder's supervisor socket: name the --to sandbox there once complete");
   sub->add_option("--wait-ms", a->wait_ms,
-                  "longest wait for the old holder to stop before completing (default: its lease time "
-                  "left, after which its kill-switch has certainly fired)");
+                  "longest wait for lockd to let the transfer complete (default: the guard's bound, the old "
+                  "lease's time left + lock-delay, + 1 s); past it the name stays transferring");
   sub->add_flag("--no-complete", a->no_complete, "only begin; leave the name Transferring");
   sub->add_flag("--json", a->json, "print the outcome as JSON");
   sub->callback([a, exit_code] {
@@ -257,16 +266,40 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
       return;
     }
     const wire::NameRecord rec = info->record;
-    if (rec.state != wire::LockState::held) {
+    // A name left transferring to this sandbox (a wait that ran out, --no-complete): complete it.
+    const bool resume = rec.state == wire::LockState::transferring && rec.reserved_for == *to;
+    if (rec.state != wire::LockState::held && !resume) {
       *exit_code = report("transfer", {kRefused, what + ": it is " + std::string(wire::to_string(rec.state)) +
                                                      " at epoch " + std::to_string(rec.epoch) +
+                                                     (rec.state == wire::LockState::transferring
+                                                          ? " to " + rec.reserved_for.str() + ", not to " + to->str()
+                                                          : std::string()) +
                                                      ", not held; only a held name can be transferred"});
       return;
     }
-    if (*to == rec.holder) {
+    if (!resume && *to == rec.holder) {
       *exit_code = report("transfer", {kRefused, what + ": " + to->str() + " already holds it (epoch " +
                                                      std::to_string(rec.epoch) + "); nothing to transfer"});
       return;
+    }
+    if (!a->from_supervisor.empty() && !rec.worker.is_nil()) {
+      // Only a check of the operator's intent: lockd's guard decides when the old holder is gone.
+      SupervisorFlags sf;
+      sf.socket = a->from_supervisor;
+      auto st = supervisor_call(sf, {{"v", 1}, {"op", "status"}}, f);
+      if (!st) {
+        *exit_code = report("transfer", f);
+        return;
+      }
+      const std::string worker = st->value("worker", std::string());
+      if (worker != rec.worker.str()) {
+        *exit_code = report("transfer", {kRefused, what + ": --from-supervisor " + a->from_supervisor +
+                                                       " is the supervisor of worker " + (worker.empty() ? "?" : worker) +
+                                                       ", but the holder " + rec.holder.str() + " runs on worker " +
+                                                       rec.worker.str() + "; give that worker's supervisor socket "
+                                                       "(nothing was changed)"});
+        return;
+      }
     }
     if (!a->to_supervisor.empty()) {
       // Check the receiver before anything moves: a transfer to a sandbox that is not there
@@ -288,68 +321,94 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
         return;
       }
     }
-    // Fence first: the resource rejects the old epoch before lockd moves it, so no write of
-    // the old holder can land while the name is in transfer (epochs grow by exactly 1 at begin;
-    // if lockd allocated more, the fence is raised again below).
-    if (!announce(a->fence_db, a->name, rec.epoch + 1, "transfer begin", f)) {
-      *exit_code = report("transfer", f);
-      return;
+    const SandboxId from = rec.holder;
+    const Epoch old_epoch = resume ? rec.epoch - 1 : rec.epoch;
+    Epoch new_epoch = rec.epoch;
+    if (resume) {
+      // The fence was raised when the transfer began; raising it again is harmless.
+      if (!announce(a->fence_db, a->name, new_epoch, "transfer", f)) {
+        *exit_code = report("transfer", f);
+        return;
+      }
+      if (!a->json)
+        std::printf("resuming: \"%s\" is transferring from %s (epoch %llu) to %s at epoch %llu\n", a->name.c_str(),
+                    from.str().c_str(), static_cast<unsigned long long>(old_epoch), to->str().c_str(),
+                    static_cast<unsigned long long>(new_epoch));
+    } else {
+      // Fence first: the resource rejects the old epoch before lockd moves it, so no write of
+      // the old holder can land while the name is in transfer (epochs grow by exactly 1 at
+      // begin; if lockd allocated more, the fence is raised again below).
+      if (!announce(a->fence_db, a->name, rec.epoch + 1, "transfer begin", f)) {
+        *exit_code = report("transfer", f);
+        return;
+      }
+      const lockd::Answer begun = client->transfer_begin(rec.name_id, rec.holder, rec.epoch, *to);
+      if (const auto* d = begun.as<wire::Deny>()) {
+        *exit_code = report("transfer", deny_failure(*d, a->name));
+        return;
+      }
+      const auto* ts = begun.as<wire::TransferState>();
+      if (ts == nullptr) {
+        *exit_code = report("transfer", answer_failure(begun, a->lockd, what));
+        return;
+      }
+      new_epoch = ts->new_epoch;
+      if (new_epoch != rec.epoch + 1 && !announce(a->fence_db, a->name, new_epoch, "transfer begin", f)) {
+        *exit_code = report("transfer", f);
+        return;
+      }
+      if (!a->json)
+        std::printf("begun: \"%s\" transferring from %s (epoch %llu) to %s at epoch %llu\n", a->name.c_str(),
+                    from.str().c_str(), static_cast<unsigned long long>(old_epoch), to->str().c_str(),
+                    static_cast<unsigned long long>(new_epoch));
     }
-    const lockd::Answer begun = client->transfer_begin(rec.name_id, rec.holder, rec.epoch, *to);
-    if (const auto* d = begun.as<wire::Deny>()) {
-      *exit_code = report("transfer", deny_failure(*d, a->name));
-      return;
-    }
-    const auto* ts = begun.as<wire::TransferState>();
-    if (ts == nullptr) {
-      *exit_code = report("transfer", answer_failure(begun, a->lockd, what));
-      return;
-    }
-    const Epoch new_epoch = ts->new_epoch;
-    if (new_epoch != rec.epoch + 1 && !announce(a->fence_db, a->name, new_epoch, "transfer begin", f)) {
-      *exit_code = report("transfer", f);
-      return;
-    }
-    if (!a->json)
-      std::printf("begun: \"%s\" transferring from %s (epoch %llu) to %s at epoch %llu\n", a->name.c_str(),
-                  rec.holder.str().c_str(), static_cast<unsigned long long>(rec.epoch), to->str().c_str(),
-                  static_cast<unsigned long long>(new_epoch));
-    nlohmann::json out = {{"name", a->name}, {"from", rec.holder.str()}, {"to", to->str()},
-                          {"old_epoch", rec.epoch}, {"new_epoch", new_epoch}, {"state", "transferring"}};
+    nlohmann::json out = {{"name", a->name}, {"from", from.str()}, {"to", to->str()},
+                          {"old_epoch", old_epoch}, {"new_epoch", new_epoch}, {"state", "transferring"}};
     if (a->no_complete) {
       if (a->json) std::printf("%s\n", out.dump().c_str());
       *exit_code = kOk;
       return;
     }
-    // Wait until the old holder has stopped: its supervisor kills it on the next `lost`
-    // heartbeat answer, and in any case before its lease's expiry (the kill-switch).
-    const std::int64_t wait_ms = a->wait_ms >= 0 ? a->wait_ms : static_cast<std::int64_t>(rec.ttl_left_ms);
-    const std::int64_t until = boot_ns() + wait_ms * 1'000'000;
-    bool confirmed = false;
-    if (!a->from_supervisor.empty()) {
-      SupervisorFlags sf;
-      sf.socket = a->from_supervisor;
-      while (boot_ns() < until && !confirmed) {
-        Failure lf;
-        auto list = supervisor_call(sf, {{"v", 1}, {"op", "list"}}, lf);
-        if (!list) break;  // the old worker's supervisor is gone: rely on the lease bound
-        confirmed = true;
-        for (const auto& s : list->value("sandboxes", nlohmann::json::array()))
-          if (s.value("sandbox", std::string()) == rec.holder.str() && s.value("state", std::string()) != "exited")
-            confirmed = false;
-        if (!confirmed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // lockd's transfer guard: the complete is refused (lock_delay) until the old holder's
+    // worker confirmed its kill (lockd pushed the revocation to it at begin) or the old lease
+    // + lock-delay would have ended. Poll it; the guard, not this wait, is the defence.
+    auto guard = [&]() -> std::optional<wire::NameRecord> {
+      const lockd::Answer now = client->show(rec.name_id);
+      const auto* ni = now.as<wire::NameInfo>();
+      if (ni == nullptr) return std::nullopt;
+      return ni->record;
+    };
+    const std::optional<wire::NameRecord> g0 = guard();
+    const bool pending = g0 && g0->state == wire::LockState::transferring && g0->revoke_pending;
+    const std::int64_t wait_ms =
+        a->wait_ms >= 0 ? a->wait_ms : (pending ? static_cast<std::int64_t>(g0->ttl_left_ms) : 0) + 1000;
+    if (pending && !a->json)
+      std::printf("waiting for worker %s to confirm the old holder's kill (at most %u ms: the old lease + lock-delay)\n",
+                  id_text(g0->worker).c_str(), g0->ttl_left_ms);
+    const std::int64_t start = boot_ns();
+    const std::int64_t until = start + wait_ms * 1'000'000;
+    lockd::Answer done;
+    for (;;) {
+      done = client->transfer_complete(rec.name_id, new_epoch);
+      const auto* d = done.as<wire::Deny>();
+      if (d == nullptr || d->refusal != Refusal::lock_delay) break;
+      if (boot_ns() >= until) {
+        const std::optional<wire::NameRecord> g = guard();
+        out["waited_ms"] = (boot_ns() - start) / 1'000'000;
+        out["ended_by"] = nullptr;
+        if (a->json) std::printf("%s\n", out.dump().c_str());
+        *exit_code = report(
+            "transfer",
+            {kFailure, what + ": not completed after " + std::to_string(wait_ms) +
+                           " ms: refused lock_delay, the old holder " + from.str() + " may still run (worker " +
+                           (g ? id_text(g->worker) : std::string("?")) + " has not confirmed its kill; its lease + "
+                           "lock-delay end in " + (g ? std::to_string(g->ttl_left_ms) : std::string("?")) +
+                           " ms). The name stays transferring (nobody can be granted it); run the same command "
+                           "again to complete it"});
+        return;
       }
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kTransferWaitPollNs));
     }
-    if (!confirmed) {
-      const std::int64_t left = until - boot_ns();
-      if (left > 0) {
-        if (!a->json)
-          std::printf("waiting %lld ms for the old holder's lease to lapse (its kill-switch fires before)\n",
-                      static_cast<long long>(left / 1'000'000));
-        std::this_thread::sleep_for(std::chrono::nanoseconds(left));
-      }
-    }
-    const lockd::Answer done = client->transfer_complete(rec.name_id, new_epoch);
     if (const auto* d = done.as<wire::Deny>()) {
       *exit_code = report("transfer", deny_failure(*d, a->name));
       return;
@@ -358,6 +417,18 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
       *exit_code = report("transfer", answer_failure(done, a->lockd, what + " (complete)"));
       return;
     }
+    const std::int64_t waited_ms = (boot_ns() - start) / 1'000'000;
+    const std::optional<wire::NameRecord> after = guard();
+    const wire::RevokeEnd ended =
+        after && after->epoch == new_epoch ? after->revoke_ended : wire::RevokeEnd::none;
+    out["waited_ms"] = waited_ms;
+    out["ended_by"] = ended == wire::RevokeEnd::kill_confirmed ? nlohmann::json("kill_confirmed")
+                      : ended == wire::RevokeEnd::lease_expired ? nlohmann::json("lease_expired")
+                                                                : nlohmann::json(nullptr);
+    if (!a->json && ended != wire::RevokeEnd::none)
+      std::printf("old holder gone after %lld ms: %s\n", static_cast<long long>(waited_ms),
+                  ended == wire::RevokeEnd::kill_confirmed ? "kill confirmed by its worker"
+                                                           : "its lease + lock-delay ended");
     out["state"] = "free_reserved";
     if (!a->json)
       std::printf("complete: \"%s\" is free at epoch %llu, reserved for %s\n", a->name.c_str(),

@@ -880,11 +880,25 @@ void Demo::body() {
   say("old holder %s on %s stopped at %s: %s", sb2.substr(0, 8).c_str(), kWorker[1], at(t_old_gone).c_str(), how.c_str());
   event(t_old_gone, "old holder " + sb2.substr(0, 8) + " stopped");
   if (ts != nullptr) {
-    const lockd::Answer done = admin_->transfer_complete(binfo->record.name_id, e3_);
+    // lockd completes the transfer only once worker 2 confirmed the old holder dead (its
+    // KillConfirmed, or its Release of the old grant), or the old lease + lock-delay ended.
+    lockd::Answer done;
+    const std::int64_t complete_until = boot_ns() + static_cast<std::int64_t>(t_.ttl_ms + 2000) * 1'000'000;
+    for (;;) {
+      check_interrupted();
+      done = admin_->transfer_complete(binfo->record.name_id, e3_);
+      const auto* d = done.as<wire::Deny>();
+      if (d == nullptr || d->refusal != Refusal::lock_delay || boot_ns() >= complete_until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     if (done.as<wire::TransferState>() == nullptr) abort(lockd_problem(done, "transfer complete"));
     const std::int64_t t_complete = boot_ns();
-    say("transfer complete: \"%s\" free at epoch %llu, reserved for %s", args_.name.c_str(),
-        static_cast<unsigned long long>(e3_), sb3.substr(0, 8).c_str());
+    const lockd::Answer after = admin_->show(args_.name);
+    const auto* ai = after.as<wire::NameInfo>();
+    const bool confirmed = ai != nullptr && ai->record.revoke_ended == wire::RevokeEnd::kill_confirmed;
+    say("transfer complete: \"%s\" free at epoch %llu, reserved for %s (%s)", args_.name.c_str(),
+        static_cast<unsigned long long>(e3_), sb3.substr(0, 8).c_str(),
+        confirmed ? "worker 2 confirmed the old holder dead" : "the old lease + lock-delay ended");
     event(t_complete, "transfer complete: free, reserved for " + sb3.substr(0, 8));
   }
   std::optional<nlohmann::json> named;

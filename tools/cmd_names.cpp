@@ -17,7 +17,8 @@ std::vector<std::string> record_row(const wire::NameRecord& r) {
           r.ttl_left_ms == wire::kNoExpiryMs ? "no TTL (worker liveness)"
           : r.state == wire::LockState::held || r.state == wire::LockState::acquiring
               ? std::to_string(r.ttl_left_ms) + " ms"
-          : r.revoke_pending ? "revoked: " + std::to_string(r.ttl_left_ms) + " ms"
+          : r.revoke_pending ? (r.state == wire::LockState::transferring ? "guard: " : "revoked: ") +
+                                   std::to_string(r.ttl_left_ms) + " ms"
               : "-",
           id_text(r.reserved_for)};
 }
@@ -123,10 +124,15 @@ const Command kShow([](CLI::App& app, int* exit_code) {
         fields.add({key, row[i]});
       }
       const wire::NameRecord& r = info->record;
-      if (r.revoke_pending)
+      if (r.revoke_pending && r.state == wire::LockState::transferring)
+        fields.add({"transfer", "waiting for the old holder (epoch " + std::to_string(r.revoked_epoch) +
+                                    "): completable when worker " + id_text(r.worker) +
+                                    " confirms its kill, or in " + std::to_string(r.ttl_left_ms) +
+                                    " ms (its lease + lock-delay)"});
+      else if (r.revoke_pending)
         fields.add({"revoke", "pending: revoked epoch " + std::to_string(r.revoked_epoch) +
                                   "; grantable when worker " + id_text(r.worker) + " confirms the kill, or in " +
-                                  std::to_string(r.ttl_left_ms) + " ms (lease expiry)"});
+                                  std::to_string(r.ttl_left_ms) + " ms (its lease + lock-delay)"});
       else if (r.revoke_ended != wire::RevokeEnd::none)
         fields.add({"revoke", r.revoke_ended == wire::RevokeEnd::kill_confirmed ? "ended: kill confirmed"
                                                                                   : "ended: lease expired"});

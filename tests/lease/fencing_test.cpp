@@ -54,6 +54,7 @@ TEST(Fencing, TakeoverByTransfer) {
   const Token a = a_holds_at_41(t, gate);
   ASSERT_TRUE(t.begin_transfer(kName, kA, 41, kB, kT0).ok());
   EXPECT_FALSE(t.token_authorized(a, kT0));  // fenced from the moment the transfer begins
+  ASSERT_TRUE(t.confirm_kill(kName, kW1, 41, kT0).ok());  // A's worker saw it die
   ASSERT_TRUE(t.complete_release(kName, kA, 42, kT0).ok());
   const Outcome b = t.acquire("orders-db", kB, kW2, kT0);
   ASSERT_TRUE(b.ok());

@@ -264,6 +264,7 @@ TEST_F(LeaseTableTest, BeginTransferAllocatesTheNewEpoch) {
 TEST_F(LeaseTableTest, CompleteReleaseLeavesFreeReservedForTheRecipient) {
   ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
   ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  ASSERT_TRUE(table.confirm_kill(id("db"), kW1, 1, kT0).ok());
   const Outcome o = table.complete_release(id("db"), kA, 2, kT0);
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.state.phase, LockPhase::free);
@@ -276,11 +277,88 @@ TEST_F(LeaseTableTest, CompleteReleaseLeavesFreeReservedForTheRecipient) {
 TEST_F(LeaseTableTest, AcquireByTheRecipientGetsTheTransferEpoch) {
   ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
   ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  ASSERT_TRUE(table.confirm_kill(id("db"), kW1, 1, kT0).ok());
   ASSERT_TRUE(table.complete_release(id("db"), kA, 2, kT0).ok());
   const Outcome o = table.acquire("db", kB, kW2, kT0);
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.token, (Token{id("db"), 2, kB}));
   EXPECT_TRUE(table.may_mutate(id("db"), kB, 2, kT0));
+}
+
+// The transfer guard: `from` may still run after begin_transfer, so neither the reserved
+// sandbox nor anyone else gets the name until from's worker confirms the kill or from's
+// lease (+ lock-delay) would have ended.
+TEST_F(LeaseTableTest, TransferCompletesOnlyAfterTheOldHoldersKillIsConfirmed) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());  // expires at kT0 + 10 s
+  const Outcome b = table.begin_transfer(id("db"), kA, 1, kB, kT0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b.state.revoke_pending);
+  EXPECT_EQ(b.state.revoked_worker, kW1);
+  EXPECT_EQ(b.state.revoked_epoch, 1u);
+  EXPECT_EQ(b.state.lock_delay_until_ns, kT0 + 10 * kSecondNs);
+  const Outcome early = table.complete_release(id("db"), kA, 2, kT0 + kSecondNs);
+  EXPECT_EQ(early.refusal, Refusal::lock_delay);
+  EXPECT_EQ(early.state.phase, LockPhase::transferring);
+  EXPECT_EQ(early.state.lock_delay_until_ns, kT0 + 10 * kSecondNs);
+  EXPECT_EQ(table.acquire("db", kB, kW2, kT0 + kSecondNs).refusal, Refusal::transferring);
+  // Only from's worker, for the outgoing grant's epoch, lifts it.
+  EXPECT_EQ(table.confirm_kill(id("db"), kW2, 1, kT0 + kSecondNs).refusal, Refusal::not_holder);
+  EXPECT_EQ(table.confirm_kill(id("db"), kW1, 2, kT0 + kSecondNs).refusal, Refusal::stale_epoch);
+  EXPECT_TRUE(table.state(id("db")).revoke_pending);
+  const Outcome c = table.confirm_kill(id("db"), kW1, 1, kT0 + kSecondNs);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c.state.revoke_pending);
+  EXPECT_TRUE(table.confirm_kill(id("db"), kW1, 1, kT0 + kSecondNs).ok());  // idempotent
+  const Outcome done = table.complete_release(id("db"), kA, 2, kT0 + kSecondNs);
+  ASSERT_TRUE(done.ok()) << to_string(done.refusal);
+  EXPECT_EQ(done.state.reserved_for, kB);
+  EXPECT_TRUE(table.acquire("db", kB, kW2, kT0 + kSecondNs).ok());
+}
+
+TEST_F(LeaseTableTest, TransferGuardEndsAtTheOldLeasesExpiryPlusLockDelay) {
+  LeaseConfig c = small_config();
+  c.lock_delay_ns = 2 * kSecondNs;
+  LeaseTable t(c);
+  ASSERT_TRUE(t.acquire("db", kA, kW1, kT0, 4 * kSecondNs).ok());  // expires at kT0 + 4 s
+  ASSERT_TRUE(t.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  EXPECT_EQ(t.state(id("db")).lock_delay_until_ns, kT0 + 6 * kSecondNs);
+  EXPECT_EQ(t.complete_release(id("db"), kA, 2, kT0 + 6 * kSecondNs - 1).refusal, Refusal::lock_delay);
+  std::vector<Expiry> out;
+  EXPECT_EQ(t.advance(kT0 + 6 * kSecondNs - 1, out), 0u);
+  ASSERT_EQ(t.advance(kT0 + 6 * kSecondNs, out), 1u);
+  EXPECT_EQ(out[0].kind, ExpiryKind::revoke_bound);
+  EXPECT_EQ(out[0].was, LockPhase::transferring);
+  EXPECT_EQ(out[0].worker, kW1);
+  EXPECT_EQ(out[0].epoch, 2u);
+  EXPECT_FALSE(t.state(id("db")).revoke_pending);
+  EXPECT_TRUE(t.complete_release(id("db"), kA, 2, kT0 + 6 * kSecondNs).ok());
+  // Also without advance: a complete at the bound is accepted.
+  ASSERT_TRUE(t.acquire("db2", kA, kW1, kT0, 4 * kSecondNs).ok());
+  ASSERT_TRUE(t.begin_transfer(id("db2"), kA, 3, kB, kT0).ok());
+  EXPECT_TRUE(t.complete_release(id("db2"), kA, 4, kT0 + 6 * kSecondNs).ok());
+}
+
+TEST_F(LeaseTableTest, TransferGuardAblatedCompletesAtOnce) {
+  LeaseConfig c = small_config();
+  c.ablate_transfer_guard = true;
+  LeaseTable t(c);
+  ASSERT_TRUE(t.acquire("db", kA, kW1, kT0).ok());
+  const Outcome b = t.begin_transfer(id("db"), kA, 1, kB, kT0);
+  EXPECT_FALSE(b.state.revoke_pending);
+  EXPECT_TRUE(t.complete_release(id("db"), kA, 2, kT0).ok());  // the old holder may still run
+}
+
+TEST_F(LeaseTableTest, PreemptibleTransferGuardIsTheLivenessTtlFromTheBegin) {
+  LeaseTable t(small_config(LockMode::preemptible));
+  ASSERT_EQ(t.worker_heartbeat(kW1, kT0), Refusal::none);
+  ASSERT_TRUE(t.acquire_2pc("db", kA, kT0, kW1).ok());
+  ASSERT_TRUE(t.commit(id("db"), kA, 1, kW1, kT0).ok());
+  ASSERT_TRUE(t.begin_transfer(id("db"), kA, 1, kB, kT0 + kSecondNs).ok());
+  EXPECT_EQ(t.state(id("db")).lock_delay_until_ns, kT0 + 11 * kSecondNs);
+  ASSERT_EQ(t.worker_heartbeat(kW1, kT0 + 5 * kSecondNs), Refusal::none);  // does not move it
+  EXPECT_EQ(t.state(id("db")).lock_delay_until_ns, kT0 + 11 * kSecondNs);
+  EXPECT_EQ(t.complete_release(id("db"), kA, 2, kT0 + 11 * kSecondNs - 1).refusal, Refusal::lock_delay);
+  EXPECT_TRUE(t.complete_release(id("db"), kA, 2, kT0 + 11 * kSecondNs).ok());
 }
 
 TEST_F(LeaseTableTest, RevokeFreesFromEveryStateWithEpochPlusOne) {
@@ -375,12 +453,22 @@ TEST_F(LeaseTableTest, RevokeOfAnExpiredOrAcquiringOrTransferringGrant) {
   EXPECT_TRUE(a.state.revoked_worker.is_nil());
   EXPECT_EQ(a.state.lock_delay_until_ns, kT0 + 5 * kSecondNs);
   EXPECT_EQ(table.confirm_kill(id("acq"), kW1, 1, kT0).refusal, Refusal::not_holder);
-  // Transferring: `from` may still run; its lease ended at most max_ttl ago.
+  // Transferring: `from` may still run; the transfer guard carries over (its bound, its
+  // worker's confirmation of the outgoing grant).
   const Epoch xe = table.acquire("xfer", kA, kW1, kT0).token.epoch;
   ASSERT_TRUE(table.begin_transfer(id("xfer"), kA, xe, kB, kT0).ok());
   const Outcome x = table.revoke(id("xfer"), kT0);
   EXPECT_TRUE(x.state.revoke_pending);
-  EXPECT_EQ(x.state.lock_delay_until_ns, kT0 + 60 * kSecondNs);
+  EXPECT_EQ(x.state.lock_delay_until_ns, kT0 + 10 * kSecondNs);
+  EXPECT_EQ(x.state.revoked_worker, kW1);
+  EXPECT_EQ(x.state.revoked_epoch, xe);
+  EXPECT_TRUE(table.confirm_kill(id("xfer"), kW1, xe, kT0).ok());
+  EXPECT_TRUE(table.acquire("xfer", kC, kW2, kT0).ok());
+  // A transfer whose guard was lifted (the old holder is dead): nothing is pending.
+  const Epoch ye = table.acquire("xfer2", kA, kW1, kT0).token.epoch;
+  ASSERT_TRUE(table.begin_transfer(id("xfer2"), kA, ye, kB, kT0).ok());
+  ASSERT_TRUE(table.confirm_kill(id("xfer2"), kW1, ye, kT0).ok());
+  EXPECT_FALSE(table.revoke(id("xfer2"), kT0).state.revoke_pending);
 }
 
 TEST_F(LeaseTableTest, RevokeAtAnExpectedEpochOnly) {
@@ -423,14 +511,16 @@ TEST_F(LeaseTableTest, PreemptibleRevokeWaitsForTheHoldersWorkerLiveness) {
   ASSERT_TRUE(o.ok());
   EXPECT_TRUE(o.state.revoke_pending);
   EXPECT_EQ(o.state.lock_delay_until_ns, kT0 + 10 * kSecondNs);
-  // While that worker heartbeats, only its confirmation frees the name.
+  // The bound is fixed: the worker's beats do not move it (a worker that beats but gets no
+  // answer has its kill-switch fire within the liveness TTL of its last acknowledged beat).
   ASSERT_EQ(t.worker_heartbeat(kW1, kT0 + 5 * kSecondNs), Refusal::none);
-  EXPECT_EQ(t.acquire_2pc("db", kB, kT0 + 12 * kSecondNs).refusal, Refusal::lock_delay);
+  EXPECT_EQ(t.state(id("db")).lock_delay_until_ns, kT0 + 10 * kSecondNs);
+  EXPECT_EQ(t.acquire_2pc("db", kB, kT0 + 10 * kSecondNs - 1).refusal, Refusal::lock_delay);
   std::vector<Expiry> out;
-  EXPECT_EQ(t.advance(kT0 + 12 * kSecondNs, out), 0u);
-  ASSERT_EQ(t.advance(kT0 + 15 * kSecondNs, out), 1u);
+  EXPECT_EQ(t.advance(kT0 + 10 * kSecondNs - 1, out), 0u);
+  ASSERT_EQ(t.advance(kT0 + 10 * kSecondNs, out), 1u);
   EXPECT_EQ(out[0].kind, ExpiryKind::revoke_bound);
-  EXPECT_TRUE(t.acquire_2pc("db", kB, kT0 + 15 * kSecondNs).ok());
+  EXPECT_TRUE(t.acquire_2pc("db", kB, kT0 + 10 * kSecondNs).ok());
 }
 
 // ---- reservations lapse ----
@@ -438,6 +528,7 @@ TEST_F(LeaseTableTest, PreemptibleRevokeWaitsForTheHoldersWorkerLiveness) {
 TEST_F(LeaseTableTest, ReservationLapsesToPlainFreeAtTheSameEpoch) {
   ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
   ASSERT_TRUE(table.begin_transfer(id("db"), kA, 1, kB, kT0).ok());
+  ASSERT_TRUE(table.confirm_kill(id("db"), kW1, 1, kT0).ok());
   const Outcome o = table.complete_release(id("db"), kA, 2, kT0);
   EXPECT_EQ(o.state.reservation_until_ns, kT0 + 30 * kSecondNs);  // reservation_ttl_ns default
   EXPECT_EQ(table.acquire("db", kC, kW2, kT0 + kSecondNs).refusal, Refusal::reserved);
@@ -828,19 +919,24 @@ TEST_F(LeaseTableTest, RestoreCountsHeldLeasesAsRefreshedAtRestart) {
   EXPECT_EQ(r.state(id("xfer")).phase, LockPhase::transferring);
   EXPECT_EQ(r.state(id("xfer")).to, kC);
   EXPECT_EQ(r.state(id("xfer")).epoch, 4u);
+  // Its guard is not durable: it waits a full TTL from the restart, or kW1's confirmation.
+  EXPECT_TRUE(r.state(id("xfer")).revoke_pending);
+  EXPECT_EQ(r.state(id("xfer")).revoked_worker, kW1);
+  EXPECT_EQ(r.state(id("xfer")).lock_delay_until_ns, restart + 60 * kSecondNs);
   EXPECT_EQ(r.state(id("resv")).reserved_for, kC);
   // The burned Acquiring epoch (2) is not reused: epochs continue above the high-water mark.
   EXPECT_EQ(r.acquire_2pc("acq", kB, restart).token.epoch, 6u);
   // The restored lease expires on the restored table's timers.
   std::vector<Expiry> out;
   r.advance(restart + 60 * kSecondNs, out);
-  ASSERT_EQ(out.size(), 3u);
+  ASSERT_EQ(out.size(), 4u);
   EXPECT_EQ(out[0].name, id("acq"));  // the new 2-phase acquisition's deadline comes first
   EXPECT_EQ(out[1].name, id("resv"));  // the reservation's fresh TTL
   EXPECT_EQ(out[1].kind, ExpiryKind::reservation);
   EXPECT_EQ(out[1].deadline_ns, restart + 30 * kSecondNs);
-  EXPECT_EQ(out[2].name, id("held"));
-  EXPECT_EQ(out[2].deadline_ns, restart + 60 * kSecondNs);
+  EXPECT_EQ(out[2].deadline_ns, restart + 60 * kSecondNs);  // the lease and the transfer guard
+  EXPECT_EQ(out[3].deadline_ns, restart + 60 * kSecondNs);
+  EXPECT_EQ((out[2].name == id("held") ? out[3] : out[2]).kind, ExpiryKind::revoke_bound);
 }
 
 TEST_F(LeaseTableTest, RestoreCapsALeaseAtWhatTheRestartRuleLeftIt) {

@@ -160,6 +160,34 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->refusal, Refusal::transferring);
 
+  // S1 may still run: the transfer cannot complete until W1 confirms its kill (or S1's lease
+  // + lock-delay would have ended), so not even S2 can be granted the name before.
+  const Answer early = c.transfer_complete(id, e + 1);
+  ASSERT_NE(early.as<wire::Deny>(), nullptr) << early.error;
+  EXPECT_EQ(early.as<wire::Deny>()->refusal, Refusal::lock_delay);
+  EXPECT_EQ(early.as<wire::Deny>()->state, wire::LockState::transferring);
+  const Answer guarded_answer = c.show(id);
+  const auto* guarded = guarded_answer.as<wire::NameInfo>();
+  ASSERT_NE(guarded, nullptr) << guarded_answer.error;
+  EXPECT_EQ(guarded->record.state, wire::LockState::transferring);
+  EXPECT_TRUE(guarded->record.revoke_pending);
+  EXPECT_EQ(guarded->record.revoked_epoch, e);
+  EXPECT_EQ(guarded->record.worker, W1);
+  EXPECT_GT(guarded->record.ttl_left_ms, 0u);
+  const Answer too_early = c.transfer_accept(id, S2, W2);
+  ASSERT_NE(too_early.as<wire::Deny>(), nullptr) << too_early.error;
+  EXPECT_EQ(too_early.as<wire::Deny>()->refusal, Refusal::transferring);
+  const Answer wrong = AdminClient(lockd_.address(), wire::derive_worker_key(key_, W2)).request(wire::KillConfirmed{id, S1, e});
+  ASSERT_NE(wrong.as<wire::Deny>(), nullptr) << wrong.error;
+  EXPECT_EQ(wrong.as<wire::Deny>()->refusal, Refusal::not_holder);
+  const Answer killed =  // from W1, S1's worker
+      AdminClient(lockd_.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{id, S1, e});
+  ASSERT_NE(killed.as<wire::Ok>(), nullptr) << killed.error;
+  const Answer lifted_xfer = c.show(id);
+  ASSERT_NE(lifted_xfer.as<wire::NameInfo>(), nullptr);
+  EXPECT_FALSE(lifted_xfer.as<wire::NameInfo>()->record.revoke_pending);
+  EXPECT_EQ(lifted_xfer.as<wire::NameInfo>()->record.revoke_ended, wire::RevokeEnd::kill_confirmed);
+
   const Answer tc = c.transfer_complete(id, e + 1);
   ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.error;
   EXPECT_EQ(tc.as<wire::TransferState>()->state, wire::LockState::free);

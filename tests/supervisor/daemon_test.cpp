@@ -583,9 +583,12 @@ TEST_F(SupervisorProcess, PreemptibleWorkerBeatAnswerKillsANameTransferredAway) 
   const std::string sandbox = a["sandbox"];
   // The first two answers that report the name lost are dropped (200 ms of beats, well within
   // kill_after: the worker's liveness does not lapse meanwhile).
+  // lockd's Revoked push of the transfer is dropped throughout, so only the beat answer can
+  // tell the worker.
   std::atomic<int> to_drop{2};
   relay.set_drop_filter([&](std::span<const std::uint8_t> d) {
     const auto b = peek(d);
+    if (b && std::holds_alternative<wire::Revoked>(*b)) return true;
     const auto* w = b ? std::get_if<wire::WorkerAck>(&*b) : nullptr;
     if (w == nullptr || w->not_held.empty() || to_drop <= 0) return false;
     --to_drop;
@@ -1381,6 +1384,140 @@ TEST_F(SupervisorProcess, RevokeWaitSaysWhetherTheKillWasConfirmedOrTheLeaseExpi
   ASSERT_EQ(shown.code, 0) << shown.err;
   EXPECT_EQ(json::parse(shown.out)["revoke_ended"], "lease_expired") << shown.out;
 }
+
+// issue 13, review finding 1: lockd completed a transfer as soon as asked, so the receiver
+// could be named while the old holder still ran. lockd now keeps the name Transferring (not
+// grantable, not even to the receiver) until the old holder's worker confirmed the kill, or
+// the old lease + lock-delay would have ended. Each test runs with the guard on and ablated
+// (LEASEHOLD_ABLATE=transfer-unguarded), where the attack must succeed.
+class TransferGuard : public SupervisorProcess, public ::testing::WithParamInterface<bool> {
+ protected:
+  static std::int64_t boottime_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_BOOTTIME, &ts);
+    return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  }
+  bool defended() const { return GetParam(); }
+  void TearDown() override { ::unsetenv("LEASEHOLD_ABLATE"); }
+  void start_guarded_lockd(std::vector<std::string> extra) {
+    if (!defended()) ::setenv("LEASEHOLD_ABLATE", "transfer-unguarded", 1);
+    start_lockd(std::move(extra));
+    ::unsetenv("LEASEHOLD_ABLATE");
+  }
+  bool alive(pid_t pid) const { return ::kill(pid, 0) == 0; }
+};
+
+// Scenario (a): `transfer --wait-ms 0 --to-supervisor`: the receiver must not be named while
+// the old holder runs. Defended, a complete before the kill confirmation is refused
+// (lock_delay, exit 1, the name stays transferring) and the same command completes it once
+// worker 1 confirmed the kill; ablated, the receiver is named at once beside the old holder.
+TEST_P(TransferGuard, ReceiverIsNotNamedWhileTheOldHolderRuns) {
+  start_guarded_lockd({"--ttl-ms", "10000"});
+  Supervisor s1, s2;
+  std::string err;
+  ASSERT_TRUE(s1.start(dir_.path(), lockd_.address, key_, kSlowBeats, &err, "s1")) << err;
+  ASSERT_TRUE(s2.start(dir_.path(), lockd_.address, key_, kSlowBeats, &err, "s2")) << err;
+  const json a = s1.call(run_req("xa", {"sleep", "60"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const pid_t old_pid = a["pid"];
+  const json b = s2.call(run_req("", {"sleep", "60"}));
+  ASSERT_EQ(b["ok"], true) << b.dump();
+  const std::string to = b["sandbox"];
+  const pid_t new_pid = b["pid"];
+  auto ad = admin();
+  ASSERT_TRUE(eventually([&] { return counter(ad, "refresh_entries") > 0; }, 10'000));  // s1's address
+  const std::vector<std::string> lf = {"--lockd", lockd_.address, "--key-file", key_};
+  const std::vector<std::string> args =
+      with({"transfer", "xa", "--to", to, "--to-supervisor", s2.socket.string(), "--json"}, lf);
+  CliRun c = run_cli(dir_.path(), with(args, {"--wait-ms", "0"}));
+  if (!defended()) {
+    ASSERT_EQ(c.code, 0) << c.err << c.out;
+    // The receiver was named; lockd never waited for worker 1: nothing was pushed, nothing
+    // confirmed, and the old holder is killed only by its next heartbeat answer (up to 2 s on).
+    EXPECT_EQ(json::parse(c.out)["state"], "held") << c.out;
+    EXPECT_TRUE(alive(old_pid) && alive(new_pid)) << "ablation: the receiver started beside the old holder";
+    EXPECT_EQ(counter(ad, "revoke_pushes_sent"), 0u);
+    return;
+  }
+  int tries = 0;
+  while (c.code != 0 && ++tries < 50) {
+    EXPECT_EQ(c.code, 1) << c.err << c.out;  // refused lock_delay, left transferring
+    EXPECT_NE(c.err.find("refused lock_delay"), std::string::npos) << c.err;
+    EXPECT_TRUE(alive(new_pid));
+    c = run_cli(dir_.path(), args);  // the same command again resumes it
+  }
+  ASSERT_EQ(c.code, 0) << c.err << c.out;
+  const json j = json::parse(c.out);
+  EXPECT_EQ(j["state"], "held") << c.out;
+  EXPECT_EQ(j["ended_by"], "kill_confirmed") << c.out;
+  EXPECT_FALSE(alive(old_pid)) << "the receiver was named while the old holder still ran";
+  EXPECT_GE(counter(ad, "revoke_pushes_sent"), 1u);
+  EXPECT_EQ(counter(ad, "revoke_ended_kill_confirmed"), 1u);
+  EXPECT_FALSE(s1.events("kill_confirmed").empty()) << s1.log_text();
+  EXPECT_TRUE(alive(new_pid));
+}
+
+// Scenario (b): `--from-supervisor` naming a supervisor that does not run the holder, and the
+// holder's own supervisor frozen (SIGSTOP: nothing can confirm or kill). The CLI refuses the
+// wrong socket before anything moves; without it, lockd completes only once the old lease +
+// lock-delay would have ended (defended), or at once (ablated).
+TEST_P(TransferGuard, FrozenOldSupervisorDelaysTheReceiverUntilTheOldLeaseAndLockDelayEnd) {
+  start_guarded_lockd({"--ttl-ms", "3000", "--lock-delay-ms", "500"});
+  Supervisor s1, s2;
+  std::string err;
+  const std::vector<std::string> timing = {"--ttl-ms", "3000", "--kill-after-ms", "1800", "--heartbeat-interval-ms",
+                                           "600", "--kill-latency-budget-ms", "50", "--slots", "16"};
+  ASSERT_TRUE(s1.start(dir_.path(), lockd_.address, key_, timing, &err, "s1")) << err;
+  ASSERT_TRUE(s2.start(dir_.path(), lockd_.address, key_, timing, &err, "s2")) << err;
+  const json a = s1.call(run_req("xb", {"sleep", "60"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const json b = s2.call(run_req("", {"sleep", "60"}));
+  ASSERT_EQ(b["ok"], true) << b.dump();
+  const std::string to = b["sandbox"];
+  auto ad = admin();
+  ASSERT_TRUE(eventually([&] { return counter(ad, "refresh_entries") > 0; }, 10'000));
+  const std::vector<std::string> lf = {"--lockd", lockd_.address, "--key-file", key_};
+  // The wrong supervisor: refused, nothing moved.
+  const CliRun wrong = run_cli(dir_.path(), with({"transfer", "xb", "--to", to, "--from-supervisor",
+                                                  s2.socket.string(), "--to-supervisor", s2.socket.string()},
+                                                 lf));
+  EXPECT_EQ(wrong.code, 3) << wrong.err << wrong.out;
+  EXPECT_NE(wrong.err.find("is the supervisor of worker " + s2.worker), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("runs on worker " + s1.worker), std::string::npos) << wrong.err;
+  const lockd::Answer still = ad.show("xb");
+  ASSERT_NE(still.as<wire::NameInfo>(), nullptr) << still.error;
+  EXPECT_EQ(still.as<wire::NameInfo>()->record.state, wire::LockState::held);
+  // Freeze the holder's supervisor; the old lease ends at most its TTL after its last refresh.
+  s1.child.signal(SIGSTOP);
+  // A lower bound of lockd's expiry: read before the show, which rounds the time left down
+  // (a refresh in flight at the SIGSTOP can only move it later).
+  const std::int64_t t0 = boottime_ns();
+  const lockd::Answer frozen = ad.show("xb");
+  ASSERT_NE(frozen.as<wire::NameInfo>(), nullptr) << frozen.error;
+  const std::int64_t expiry = t0 + std::int64_t{frozen.as<wire::NameInfo>()->record.ttl_left_ms} * 1'000'000;
+  const CliRun c = run_cli(dir_.path(), with({"transfer", "xb", "--to", to, "--to-supervisor", s2.socket.string(),
+                                              "--json"}, lf));
+  const std::int64_t t_done = boottime_ns();
+  const bool old_alive = alive(a["pid"].get<pid_t>());
+  s1.child.signal(SIGCONT);
+  ASSERT_EQ(c.code, 0) << c.err << c.out;
+  const json j = json::parse(c.out);
+  EXPECT_EQ(j["state"], "held") << c.out;
+  if (!defended()) {
+    EXPECT_LT(t_done, expiry) << "ablation: the receiver was named before the old lease's expiry";
+    EXPECT_TRUE(old_alive) << "ablation: both sandboxes alive";
+    return;
+  }
+  // Named no earlier than the old lease's expiry + the lock-delay (lockd's own clock; the
+  // show above read the expiry no later than lockd's).
+  EXPECT_GE(t_done, expiry + 500'000'000) << "named " << (expiry + 500'000'000 - t_done) / 1'000'000
+                                          << " ms before the old lease + lock-delay ended";
+  EXPECT_EQ(j["ended_by"], "lease_expired") << c.out;
+  EXPECT_EQ(counter(ad, "revoke_ended_lease_expired"), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(DefenceOnAndAblated, TransferGuard, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "defended" : "ablated"; });
 #endif
 
 }  // namespace

@@ -520,13 +520,22 @@ TEST_F(CliTest, RevokeFenceDbAnnouncesTheNewEpochBeforeTheRevoke) {
 TEST_F(CliTest, TransferReservationLapsesAfterItsTtl) {
   // A transfer to a sandbox that never comes: the reservation lapses and anyone may acquire,
   // at the transfer's (fresh) epoch.
-  const std::string addr = start_lockd({"--reservation-ttl-ms", "3000"});
+  const std::string addr = start_lockd({"--reservation-ttl-ms", "3000", "--ttl-ms", "2000"});
   const auto lf = patient_lockd_flags(addr);
   const std::uint64_t e = held_at_lockd("moved", lf);
   ASSERT_NE(e, 0u);
   const std::string nobody = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
-  const Result t = cli(with({"transfer", "moved", "--to", nobody, "--wait-ms", "0"}, lf));
+  // No supervisor runs the holder, so none confirms its kill: lockd refuses to complete the
+  // transfer (lock_delay) until the old lease would have ended, and the name stays transferring.
+  const Result early = cli(with({"transfer", "moved", "--to", nobody, "--wait-ms", "0"}, lf));
+  EXPECT_EQ(early.code, kFailure) << early.out << early.err;
+  EXPECT_NE(early.err.find("refused lock_delay"), std::string::npos) << early.err;
+  EXPECT_NE(early.err.find("stays transferring"), std::string::npos) << early.err;
+  EXPECT_EQ(nlohmann::json::parse(cli(with({"show", "moved", "--json"}, lf)).out)["state"], "transferring");
+  // The same command again resumes it and waits for the guard's bound (the lease's end).
+  const Result t = cli(with({"transfer", "moved", "--to", nobody, "--json"}, lf));
   ASSERT_EQ(t.code, kOk) << t.err;
+  EXPECT_EQ(nlohmann::json::parse(t.out)["ended_by"], "lease_expired") << t.out;
   const Result text = cli(with({"show", "moved"}, lf));
   EXPECT_NE(text.out.find("lapses in "), std::string::npos) << text.out;
   const Result shown = cli(with({"show", "moved", "--json"}, lf));
