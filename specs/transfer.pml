@@ -173,6 +173,7 @@ refused:	n = 0
 			ANNOUNCE;
 #endif
 			/*@E complete_free*/ kind = UNOWNED; owner = NOBODY; old = 0; /*@E complete_fresh*/ fresh = true;
+			/*@E complete_unguard*/ guard = NOBODY;   /* the Free record carries no pending revoke */
 			g_intended = to
 		:: else                                 /* Refusal::lock_delay: nothing moved */
 		fi

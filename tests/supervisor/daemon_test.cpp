@@ -1328,6 +1328,55 @@ TEST_F(SupervisorProcess, RevokedNameIsGrantedAgainOnlyAfterTheOldHolderIsDead) 
   EXPECT_FALSE(s1.events("kill_confirmed").empty()) << s1.log_text();
 }
 
+// issue 13, review finding 5: a preemptible revoke with every datagram lockd -> worker lost.
+// The worker's beats still reach lockd, so its liveness never lapses; the old code kept the
+// revoke pending (its bound followed that liveness) and ignored the Release the supervisor
+// sent after its kill-switch killed the sandbox. Now that Release confirms the kill, and the
+// bound (revoke + liveness TTL + lock-delay) is fixed: it only counts down.
+TEST_F(SupervisorProcess, PreemptibleRevokeEndsUnderOneWayLoss) {
+  start_lockd({"--ttl-ms", "1000", "--mode", "preemptible", "--lock-delay-ms", "200"});
+  UdpRelay relay(lockd_.socket_address());
+  Supervisor sup;
+  start_sup_via(sup, relay, {"--mode", "preemptible"});
+  const json a = run_probe(sup, "ow", "ow");
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const pid_t pid = a["pid"];
+  auto ad = admin();
+  ASSERT_TRUE(eventually([&] {
+    const lockd::Answer sh = ad.show("ow");
+    const auto* i = sh.as<wire::NameInfo>();
+    return i != nullptr && i->record.state == wire::LockState::held;
+  }, 5000));
+  relay.drop_answers = true;  // lockd -> worker lost from here on; worker -> lockd arrives
+  const lockd::Answer rv = ad.revoke(name_id_of("ow"));
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+  const lockd::Answer first = ad.show("ow");
+  ASSERT_NE(first.as<wire::NameInfo>(), nullptr) << first.error;
+  const std::uint32_t bound_ms = first.as<wire::NameInfo>()->record.ttl_left_ms;
+  EXPECT_LE(bound_ms, 1200u) << "revoke + liveness TTL (1000 ms) + lock-delay (200 ms)";
+  // The bound never moves forward while the worker beats; the name ends the revoke.
+  std::uint32_t last = bound_ms;
+  wire::NameRecord rec;
+  ASSERT_TRUE(eventually([&] {
+    const lockd::Answer sh = ad.show("ow");
+    const auto* i = sh.as<wire::NameInfo>();
+    if (i == nullptr) return false;
+    rec = i->record;
+    if (!rec.revoke_pending) return true;
+    EXPECT_LE(rec.ttl_left_ms, last) << "the revoke's bound moved forward";
+    last = rec.ttl_left_ms;
+    return false;
+  }, 10'000)) << sup.log_text();
+  EXPECT_GT(relay.answers_dropped.load(), 0u);
+  EXPECT_EQ(::kill(pid, 0), -1) << "the revoked sandbox still runs";
+  // Killed by its kill-switch (it never heard of the revoke), then released: a confirmation.
+  EXPECT_EQ(rec.revoke_ended, wire::RevokeEnd::kill_confirmed) << sup.log_text();
+  EXPECT_EQ(counter(ad, "revoke_ended_kill_confirmed"), 1u);
+  const SandboxId other{0x6e, 0x6e};
+  const lockd::Answer acq = ad.acquire("ow", other, WorkerId{0x6f, 0x6f}, 0, /*two_phase=*/true);
+  EXPECT_NE(acq.as<wire::Grant>(), nullptr) << acq.error;
+}
+
 #ifdef LEASEHOLD_CLI_BINARY
 struct CliRun {
   int code = -1;
