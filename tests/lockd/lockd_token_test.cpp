@@ -84,6 +84,10 @@ TEST_F(LockdTokenTest, EveryGrantPathCarriesATokenTheDefaultPublicKeyVerifies) {
   const Epoch e = a.as<wire::Grant>()->epoch;
   const Answer tb = c.transfer_begin(id, S1, e, S3);
   ASSERT_NE(tb.as<wire::TransferState>(), nullptr) << tb.error;
+  // The transfer completes once S1's worker confirmed it dead (lockd's transfer guard).
+  const Answer killed =
+      AdminClient(lockd_.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{id, S1, e});
+  ASSERT_NE(killed.as<wire::Ok>(), nullptr) << killed.error;
   const Answer tc = c.transfer_complete(id, e + 1);
   ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.error;
   const Answer acc = AdminClient(lockd_.address(), key_, W2).transfer_accept(id, S3, W2);
