@@ -92,6 +92,7 @@ byte rv_epoch;              /* the epoch the revoke was announced for (observed 
 bool running[NODES];        /* node n's sandbox runs (from its grant until killed or released) */
 byte guard = NOBODY;        /* the node whose outgoing grant's kill lockd waits for (NOBODY: none) */
 bool g_ran;                 /* some sandbox ran */
+bool g_xfer_kill;           /* a supervisor killed the outgoing holder of a transfer */
 
 #define HAS(n, e)        ((issued[n] >> (e)) & 1)
 #define MAY(n)           (kind == OWNED && owner == (n) && HAS(n, cur))
@@ -281,7 +282,9 @@ end_idle:
 	:: atomic {
 		select(n : 0 .. NODES-1);
 		if
-		:: /*@G kill_not_owner*/ running[n] && !(kind == OWNED && owner == n) -> /*@E kill*/ running[n] = false
+		:: /*@G kill_not_owner*/ running[n] && !(kind == OWNED && owner == n) ->
+			g_xfer_kill = g_xfer_kill || (running[n] && kind == TRANSFERRING && owner == n);
+			/*@E kill*/ running[n] = false
 		:: else
 		fi;
 		n = 0
@@ -327,8 +330,10 @@ ltl GateRecordsAdmitted { [] (seen >= g_max_admitted) }
 ltl OneRunning { [] !(running[0] && running[1]) }
 
 /* Non-vacuity (expected to FAIL): a write is admitted, a transfer completes, and a name
- * whose reservation lapsed is acquired by another node; a sandbox runs. */
+ * whose reservation lapsed is acquired by another node; a sandbox runs; the outgoing holder
+ * of a transfer is killed by its supervisor. */
 ltl NeverRan { [] !g_ran }
+ltl NeverKilledForTransfer { [] !g_xfer_kill }
 ltl NeverAdmitted { [] !g_admitted }
 ltl NeverTransferred { [] !g_xfer_done }
 ltl NeverTakenAfterLapse { [] !g_taken_after_lapse }
