@@ -66,8 +66,9 @@ struct LockdConfig {
   /// Ablations for the attack tests (LEASEHOLD_ABLATE, comma-separated; never a flag):
   /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
   /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers
-  /// resent anywhere, unbounded), acquiring-unbound, admin-as-worker, transfer-unguarded (below).
-  /// Each switches one defence off, to show the attack it stops.
+  /// resent anywhere, unbounded), acquiring-unbound, admin-as-worker, transfer-unguarded,
+  /// store-mode, store-busy-timeout (below). Each switches one defence off, to show the attack it
+  /// stops.
   bool ablate_shared_worker_key = false;
   bool ablate_authz = false;
   bool ablate_replay_heartbeats = false;
@@ -81,6 +82,10 @@ struct LockdConfig {
   /// transfer-unguarded: a transfer completes as soon as asked, without waiting for the old
   /// holder's kill confirmation or its lease's end (LeaseConfig::ablate_transfer_guard).
   bool ablate_transfer_guard = false;
+  /// store-mode: the store's files get the process umask's mode, in any directory (as before
+  /// lockd made them 0600); store-busy-timeout: the store's open does not wait for a lock.
+  bool ablate_store_mode = false;
+  bool ablate_store_busy_timeout = false;
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
   std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }

@@ -110,9 +110,14 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
           }(),
           receiver_limits(cfg)),
       sender_(random_instance_id(), wire::seq_seed(), keys.front()) {
-  auto store = std::make_unique<NameStore>(cfg.store_path);  // throws StoreError
+  StoreOptions store_options;
+  store_options.private_files = !cfg.ablate_store_mode;
+  store_options.busy_timeout_ms = cfg.ablate_store_busy_timeout ? 0 : kStoreOpenBusyTimeoutMsDefault;
+  auto store = std::make_unique<NameStore>(cfg.store_path, store_options);  // throws StoreError
   incarnation_ = store->open_count();
   const std::int64_t now = now_boottime_ns();
+  for (const std::string& fixed : store->modes_fixed())
+    log_ += "ts_boot_ns=" + std::to_string(now) + " event=store_mode_fixed file=" + fixed + "\n";
   {
     const StoredTable stored = store->load();
     DurableSnapshot snap;

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -92,7 +94,94 @@ void check_existing_header(const std::string& path, const struct stat& st) {
                      std::to_string(kStoreSchemaVersion) + "); refusing to change it");
 }
 
+std::string octal_mode(mode_t m) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0%03o", static_cast<unsigned>(m & 07777));
+  return buf;
+}
+
+// The store's directory: only lockd's user (or root) may create, rename or remove files in it.
+// Otherwise another local user could replace the store, or create its -wal / -shm / -journal
+// before lockd does (and hold locks on them, or read them). A sticky world-writable directory
+// such as /tmp is refused too: its other users can still create those names first.
+void check_store_directory(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  struct stat d {};
+  if (::stat(dir.c_str(), &d) != 0) {
+    if (errno == ENOENT)
+      throw StoreError("store " + path + ": cannot create: its directory " + dir +
+                       " does not exist; fix: mkdir -m 0700 " + dir);
+    throw StoreError("store " + path + ": its directory " + dir + ": " + std::strerror(errno));
+  }
+  if (!S_ISDIR(d.st_mode)) throw StoreError("store " + path + ": " + dir + " is not a directory");
+  const uid_t self = ::geteuid();
+  if (d.st_uid != self && d.st_uid != 0)
+    throw StoreError("store " + path + ": its directory " + dir + " is owned by uid " +
+                     std::to_string(d.st_uid) + ", neither lockd's uid " + std::to_string(self) +
+                     " nor root; fix: put the store in a directory of lockd's user (chown " +
+                     std::to_string(self) + " " + dir + ")");
+  if ((d.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    throw StoreError("store " + path + ": its directory " + dir + " (mode " + octal_mode(d.st_mode) +
+                     ") is writable by " +
+                     ((d.st_mode & S_IWOTH) != 0 ? std::string("others") : std::string("its group")) +
+                     ", who could replace the store or create its -wal/-shm first; fix: chmod go-w " +
+                     dir + ", or put the store in a directory only lockd's user can write");
+}
+
+// Who holds a POSIX lock on `file` (SQLite's locks are fcntl locks), as "process PID (COMM)",
+// or "" if nobody else does. Our own locks never conflict with F_GETLK, so this names another
+// process.
+std::string lock_holder(const std::string& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 0;  // the whole file
+  const int rc = ::fcntl(fd, F_GETLK, &fl);
+  ::close(fd);
+  if (rc != 0 || fl.l_type == F_UNLCK || fl.l_pid <= 0) return {};
+  std::string comm;
+  if (FILE* f = std::fopen(("/proc/" + std::to_string(fl.l_pid) + "/comm").c_str(), "re")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f) != nullptr) comm = buf;
+    std::fclose(f);
+    while (!comm.empty() && (comm.back() == '\n' || comm.back() == '\r')) comm.pop_back();
+  }
+  return "process " + std::to_string(fl.l_pid) + (comm.empty() ? "" : " (" + comm + ")");
+}
+
 }  // namespace
+
+std::vector<std::string> secure_store_files(const std::string& path, bool fix_modes) {
+  std::vector<std::string> fixed;
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    const std::string file = path + suffix;
+    struct stat st {};
+    if (::lstat(file.c_str(), &st) != 0) {
+      if (errno == ENOENT) continue;
+      throw StoreError("store " + path + ": " + file + ": " + std::strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+      throw StoreError("store " + path + ": " + file + " is not a regular file (a symlink or "
+                       "device); fix: remove it, lockd makes its own");
+    const uid_t self = ::geteuid();
+    if (st.st_uid != self)
+      throw StoreError("store " + path + ": " + file + " is owned by uid " + std::to_string(st.st_uid) +
+                       ", not lockd's uid " + std::to_string(self) + "; fix: chown " +
+                       std::to_string(self) + " " + file + " (or remove it if it is not lockd's)");
+    if (fix_modes && (st.st_mode & 077) != 0) {
+      if (::chmod(file.c_str(), 0600) != 0)
+        throw StoreError("store " + path + ": " + file + " has mode " + octal_mode(st.st_mode) +
+                         " (others may read it) and cannot be made 0600: " + std::strerror(errno) +
+                         "; fix: chmod 600 " + file);
+      fixed.push_back(file + " " + octal_mode(st.st_mode) + "->0600");
+    }
+  }
+  return fixed;
+}
 
 void NameStore::fail(const std::string& what) const {
   const char* msg = db_ != nullptr ? sqlite3_errmsg(db_) : "out of memory";
@@ -102,7 +191,14 @@ void NameStore::fail(const std::string& what) const {
     case SQLITE_FULL: hint = " (the disk is full)"; break;
     case SQLITE_READONLY: hint = " (the store or its directory is read-only)"; break;
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: hint = " (another process holds the store: is another lockd running?)"; break;
+    case SQLITE_LOCKED: {
+      std::string who = lock_holder(path_);
+      if (who.empty()) who = lock_holder(path_ + "-shm");
+      hint = " (" + (who.empty() ? std::string("another process") : who) +
+             " holds a lock on the store: another lockd, or a reader such as sqlite3 or a backup; lockd waited " +
+             std::to_string(busy_timeout_ms_) + " ms for it; stop it and start lockd again)";
+      break;
+    }
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB: hint = " (the store file is corrupt)"; break;
     case SQLITE_IOERR: hint = " (an I/O error: disk full, read-only or failing?)"; break;
@@ -120,8 +216,13 @@ void NameStore::exec(const char* sql) {
   }
 }
 
-NameStore::NameStore(const std::string& path) : path_(path) {
+NameStore::NameStore(const std::string& path, const StoreOptions& options)
+    : path_(path), busy_timeout_ms_(options.busy_timeout_ms) {
   if (path.empty()) throw StoreError("store path is empty");
+  if (options.private_files) {
+    check_store_directory(path);
+    modes_fixed_ = secure_store_files(path, true);
+  }
   struct stat st {};
   const bool existed = file_exists(path, &st);
   if (existed) check_existing_header(path, st);
@@ -148,6 +249,17 @@ NameStore::NameStore(const std::string& path) : path_(path) {
     }
   };
 
+  // Every file SQLite creates (the store, its -journal, -wal, -shm) is 0600 (SQLite gives
+  // them the main file's mode; the umask covers the main file). Restored on every way out.
+  struct UmaskGuard {
+    explicit UmaskGuard(bool enable) : on(enable), old(enable ? ::umask(077) : 0) {}
+    ~UmaskGuard() {
+      if (on) ::umask(old);
+    }
+    bool on;
+    mode_t old;
+  } umask_guard(options.private_files);
+
   try {
     const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (existed ? 0 : SQLITE_OPEN_CREATE);
     if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK)
@@ -159,8 +271,13 @@ NameStore::NameStore(const std::string& path) : path_(path) {
                        "lockd needs to write its store");
     // One lockd per store: EXCLUSIVE locking is taken before the first access, so a second
     // lockd on the same file fails with "busy" rather than sharing it; WAL then needs no -shm.
+    // Once the write probe below has run, lockd holds the exclusive lock until it closes the
+    // store: no other process can take any lock on it, so nothing can stall a commit. Until
+    // then a process holding a lock (a reader of lockd's own uid or root: the files are 0600)
+    // delays the start by at most options.busy_timeout_ms; after that lockd refuses to start
+    // and names the process.
     exec("PRAGMA locking_mode=EXCLUSIVE");
-    sqlite3_busy_timeout(db_, 0);
+    sqlite3_busy_timeout(db_, static_cast<int>(options.busy_timeout_ms));
 
     if (!fresh) {
       sqlite3_stmt* st_check = nullptr;
@@ -298,6 +415,9 @@ NameStore::NameStore(const std::string& path) : path_(path) {
                            " WHERE excluded.v > v",
                            -1, &raise_mark_, nullptr) != SQLITE_OK)
       fail("cannot prepare the restart-mark update");
+    // The exclusive lock is held now: no commit ever waits for another process.
+    sqlite3_busy_timeout(db_, 0);
+    if (options.private_files) secure_store_files(path, false);  // what SQLite made: ours, 0600
     // Opened and verified: a normal close may checkpoint again.
     sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
   } catch (...) {

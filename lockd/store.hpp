@@ -96,6 +96,25 @@ inline constexpr std::uint32_t kStoreSchemaVersion = 1;
 /// Upper bound on the changes written in one transaction (bounds a transaction's WAL growth).
 inline constexpr std::size_t kStoreBatchChangesMax = 16384;
 
+/// How long the store's open waits for a lock another process holds (a reader of lockd's uid
+/// or root, e.g. sqlite3 or a backup) before it refuses to start, in ms.
+inline constexpr std::uint32_t kStoreOpenBusyTimeoutMsDefault = 5000;
+
+struct StoreOptions {
+  /// The store's files are lockd's alone: its directory must not be writable by group/others
+  /// and be owned by lockd's uid or root; the store, -wal, -shm and -journal are created 0600,
+  /// existing ones of another mode are made 0600 (refused if they are another uid's or not
+  /// regular files). false only for the store-mode ablation (tests).
+  bool private_files = true;
+  /// See kStoreOpenBusyTimeoutMsDefault; 0: fail at once (the store-busy-timeout ablation).
+  std::uint32_t busy_timeout_ms = kStoreOpenBusyTimeoutMsDefault;
+};
+
+/// Checks the store's files (path, path-wal, path-shm, path-journal, those that exist): regular
+/// files of lockd's uid; with fix_modes, a mode with group/other bits becomes 0600. Returns the
+/// files fixed ("PATH 0644->0600"); throws StoreError naming the file and the fix.
+std::vector<std::string> secure_store_files(const std::string& path, bool fix_modes);
+
 class NameStore {
  public:
   /// Opens (creating when absent) the store at `path`. Checks, before any write: the file is
@@ -104,7 +123,11 @@ class NameStore {
   /// with synchronous=FULL and runs a write probe (increments the open counter), so a
   /// read-only or full disk is detected here. Throws StoreError naming the cause; on a
   /// refusal the file is left as it was (a file this call created is removed again).
-  explicit NameStore(const std::string& path);
+  /// Before that, with options.private_files: the directory and file checks of StoreOptions
+  /// (a store directory others can write is refused, naming it and the fix). A lock another
+  /// process holds on the store is waited for at most options.busy_timeout_ms, then refused
+  /// naming that process; once open, lockd holds the store's exclusive lock until it closes it.
+  explicit NameStore(const std::string& path, const StoreOptions& options = {});
   ~NameStore();
   NameStore(const NameStore&) = delete;
   NameStore& operator=(const NameStore&) = delete;
@@ -130,12 +153,16 @@ class NameStore {
   /// How many times this store has been opened (1 on a fresh store). Durable.
   std::uint64_t open_count() const noexcept { return open_count_; }
   const std::string& path() const noexcept { return path_; }
+  /// Files whose mode the open made 0600 ("PATH 0644->0600"), for lockd's log.
+  const std::vector<std::string>& modes_fixed() const noexcept { return modes_fixed_; }
 
  private:
   void exec(const char* sql);
   [[noreturn]] void fail(const std::string& what) const;
 
   std::string path_;
+  std::uint32_t busy_timeout_ms_ = 0;
+  std::vector<std::string> modes_fixed_;
   sqlite3* db_ = nullptr;
   sqlite3_stmt* upsert_ = nullptr;
   sqlite3_stmt* raise_high_water_ = nullptr;

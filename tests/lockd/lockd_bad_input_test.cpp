@@ -158,7 +158,7 @@ int expect_lockd_refuses(const fs::path& store, const std::string& key, const fs
 
 TEST_F(LockdBadInput, ReadOnlyFileSystemUntouched) {
   const fs::path mnt = dir_.path() / "ro";
-  const int rc = in_private_tmpfs(mnt, "size=8m", [&]() -> int {
+  const int rc = in_private_tmpfs(mnt, "size=8m,mode=0700", [&]() -> int {
     const fs::path store = mnt / "lockd.db";
     {
       NameStore s(store.string());
@@ -181,7 +181,7 @@ TEST_F(LockdBadInput, ReadOnlyFileSystemUntouched) {
 
 TEST_F(LockdBadInput, FullDiskUntouched) {
   const fs::path mnt = dir_.path() / "full";
-  const int rc = in_private_tmpfs(mnt, "size=2m", [&]() -> int {
+  const int rc = in_private_tmpfs(mnt, "size=2m,mode=0700", [&]() -> int {
     const fs::path store = mnt / "lockd.db";
     {
       NameStore s(store.string());
@@ -215,7 +215,7 @@ TEST_F(LockdBadInput, FullDiskUntouched) {
 TEST_F(LockdBadInput, DiskFullWhileServingLosesNoAcknowledgedGrant) {
   const fs::path mnt = dir_.path() / "fills";
   const fs::path report = dir_.path() / "report.txt";
-  const int rc = in_private_tmpfs(mnt, "size=3m", [&]() -> int {
+  const int rc = in_private_tmpfs(mnt, "size=3m,mode=0700", [&]() -> int {
     const fs::path store = mnt / "lockd.db";
     std::map<std::string, Epoch> acked;
     bool stopped = false;

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -278,7 +279,7 @@ int in_private_tmpfs(const fs::path& dir, const char* options, const std::functi
 // Exit codes of the child bodies below: 0 = refused as expected with the file unchanged.
 TEST(NameStore, RefusesReadOnlyFileSystemUntouched) {
   TempDir dir;
-  const int rc = in_private_tmpfs(dir.path(), "size=4m", [&]() -> int {
+  const int rc = in_private_tmpfs(dir.path(), "size=4m,mode=0700", [&]() -> int {
     const auto p = dir.path() / "lockd.db";
     {
       NameStore s(p.string());
@@ -305,7 +306,7 @@ TEST(NameStore, RefusesReadOnlyFileSystemUntouched) {
 
 TEST(NameStore, RefusesFullDiskUntouched) {
   TempDir dir;
-  const int rc = in_private_tmpfs(dir.path(), "size=1m", [&]() -> int {
+  const int rc = in_private_tmpfs(dir.path(), "size=1m,mode=0700", [&]() -> int {
     const auto p = dir.path() / "lockd.db";
     {
       NameStore s(p.string());
@@ -401,6 +402,99 @@ TEST(StoreThread, FailedCommitIsReportedNotDurable) {
   EXPECT_NE(t.failure().find("epochs never decrease"), std::string::npos) << t.failure();
   std::vector<StoredName> more{held(2, 1)};
   EXPECT_FALSE(t.submit(more, 3));
+}
+
+
+// ---- the store's files are lockd's alone ----------------------------------------------------
+
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+/// Sets the process umask for the scope (the store must not depend on the caller's).
+struct ScopedUmask {
+  explicit ScopedUmask(mode_t m) : old(::umask(m)) {}
+  ~ScopedUmask() { ::umask(old); }
+  mode_t old;
+};
+
+TEST(NameStoreFiles, StoreAndWalAre0600WhateverTheUmask) {
+  ScopedUmask u(022);
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  {
+    NameStore s(p.string());
+    const StoredName rows[] = {held(1, 1)};
+    s.commit(rows, 1);
+    EXPECT_TRUE(s.modes_fixed().empty());
+    EXPECT_EQ(mode_of(p), 0600u);
+    ASSERT_TRUE(fs::exists(p.string() + "-wal"));
+    EXPECT_EQ(mode_of(p.string() + "-wal"), 0600u);
+  }
+  // A process's umask is its own again after the open.
+  const mode_t now = ::umask(022);
+  EXPECT_EQ(now, 022u);
+}
+
+TEST(NameStoreFiles, ExistingFilesOthersCouldReadAreMade0600) {
+  ScopedUmask u(022);
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  {
+    NameStore s(p.string());
+    const StoredName rows[] = {held(1, 3)};
+    s.commit(rows, 3);
+  }
+  ASSERT_EQ(::chmod(p.c_str(), 0644), 0);
+  if (fs::exists(p.string() + "-wal")) {
+    ASSERT_EQ(::chmod((p.string() + "-wal").c_str(), 0666), 0);
+  }
+  NameStore s(p.string());
+  EXPECT_EQ(mode_of(p), 0600u);
+  ASSERT_FALSE(s.modes_fixed().empty());
+  EXPECT_EQ(s.modes_fixed()[0], p.string() + " 0644->0600");
+  EXPECT_EQ(s.load().names.size(), 1u);  // nothing lost
+}
+
+TEST(NameStoreFiles, RefusesADirectoryOthersOrItsGroupCanWrite) {
+  for (const mode_t m : {mode_t{0777}, mode_t{01777}, mode_t{0770}, mode_t{0722}}) {
+    TempDir dir;
+    ASSERT_EQ(::chmod(dir.path().c_str(), m), 0);
+    const auto p = dir.path() / "lockd.db";
+    const std::string err = expect_refused(p, "its directory " + dir.path().string());
+    EXPECT_NE(err.find("chmod go-w " + dir.path().string()), std::string::npos) << err;
+    EXPECT_NE(err.find((m & S_IWOTH) != 0 ? "writable by others" : "writable by its group"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(p));  // nothing created
+    ::chmod(dir.path().c_str(), 0700);
+    NameStore ok(p.string());  // the fix named works
+  }
+}
+
+TEST(NameStoreFiles, RefusesASymlinkedWalOrAFileOfAnotherUid) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  { NameStore s(p.string()); }
+  fs::remove(p.string() + "-wal");
+  fs::create_symlink(dir.path() / "elsewhere", p.string() + "-wal");
+  expect_refused(p, p.string() + "-wal is not a regular file");
+  fs::remove(p.string() + "-wal");
+  if (::geteuid() != 0) GTEST_SKIP() << "a file of another uid needs root to make (chown)";
+  ASSERT_EQ(::chown(p.c_str(), 65534, 65534), 0);
+  const std::string err = expect_refused(p, "is owned by uid 65534, not lockd's uid 0");
+  EXPECT_NE(err.find("fix: chown 0 " + p.string()), std::string::npos) << err;
+}
+
+TEST(NameStoreFiles, WithoutPrivateFilesTheUmaskDecides) {  // the store-mode ablation
+  ScopedUmask u(022);
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
+  const auto p = dir.path() / "lockd.db";
+  StoreOptions o;
+  o.private_files = false;
+  NameStore s(p.string(), o);
+  EXPECT_EQ(mode_of(p), 0644u);
 }
 
 }  // namespace
