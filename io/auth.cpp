@@ -5,6 +5,8 @@
 // any allocation per datagram.
 #include "io/auth.hpp"
 
+#include <algorithm>
+
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -404,16 +406,34 @@ std::string_view to_string(Authority a) noexcept {
   return "unknown";
 }
 
+namespace {
+Authority authority_of(const WireKey& key) {
+  return key.kind == KeyKind::worker ? Authority::worker : key.kind == KeyKind::admin ? Authority::admin : Authority::peer;
+}
+}  // namespace
+
 SingleKeyring::SingleKeyring(const WireKey& key)
-    : key_id_(key.key_id),
-      authority_(key.kind == KeyKind::worker  ? Authority::worker
-                 : key.kind == KeyKind::admin ? Authority::admin
-                                              : Authority::peer),
-      auth_(key) {}
+    : key_id_(key.key_id), authority_(authority_of(key)), auth_(std::make_unique<Authenticator>(key)) {}
 
 KeyMatch SingleKeyring::find(const WorkerId&, std::uint16_t key_id) {
-  if (key_id != key_id_) return {};
-  return KeyMatch{&auth_, authority_};
+  if (key_id == key_id_) return KeyMatch{auth_.get(), authority_};
+  if (key_id == previous_id_ && previous_ != nullptr) return KeyMatch{previous_.get(), authority_};
+  return {};
+}
+
+void SingleKeyring::rotate(const WireKey& next) {
+  auto fresh = std::make_unique<Authenticator>(next);  // throws before anything changes
+  if (next.key_id != key_id_) {
+    previous_ = std::move(auth_);
+    previous_id_ = key_id_;
+  }
+  auth_ = std::move(fresh);
+  key_id_ = next.key_id;
+  authority_ = authority_of(next);
+  if (previous_id_ == key_id_) {
+    previous_.reset();
+    previous_id_ = 0;
+  }
 }
 
 namespace {
@@ -485,6 +505,29 @@ std::string ClusterKeyring::add(const WireKey& key) {
     case KeyKind::worker: break;
   }
   return "a worker key (worker " + key.worker.str() + ") is not lockd's: give lockd the cluster key it was derived from";
+}
+
+std::string ClusterKeyring::replace(const std::vector<WireKey>& keys) {
+  ClusterKeyring next(state_->derived_max);
+  next.state_->shared = state_->shared;
+  bool cluster = false;
+  for (const WireKey& k : keys) {
+    if (std::string err = next.add(k); !err.empty()) return err;
+    cluster = cluster || k.kind == KeyKind::cluster;
+  }
+  if (!cluster) return "no cluster key: lockd needs at least one";
+  std::swap(state_, next.state_);  // the old keys are wiped when `next` goes
+  return {};
+}
+
+std::vector<std::uint16_t> ClusterKeyring::key_ids(KeyKind kind) const {
+  std::vector<std::uint16_t> ids;
+  if (kind == KeyKind::cluster)
+    for (const auto& [id, k] : state_->cluster) ids.push_back(id);
+  if (kind == KeyKind::admin)
+    for (const auto& [id, a] : state_->admin) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 KeyMatch ClusterKeyring::find(const WorkerId& sender, std::uint16_t key_id) {

@@ -167,15 +167,25 @@ class Keyring {
 
 /// One key: every datagram tagged with its key id, whatever its sender, is checked with it
 /// (Authority::peer; Authority::worker for a worker key, Authority::admin for an admin key).
+/// After rotate(), also the previous key (a supervisor reloading its worker key: answers to
+/// requests it sent under the old key id, and lockd's pushes before lockd saw the new id, still
+/// check).
 class SingleKeyring final : public Keyring {
  public:
   explicit SingleKeyring(const WireKey& key);
   KeyMatch find(const WorkerId& sender, std::uint16_t key_id) override;
+  /// `next` becomes the key; the current one is kept as the previous one (the one before is
+  /// dropped), unless `next` has the same key id (then it replaces it). Authenticators returned
+  /// by find() before are invalid after it.
+  void rotate(const WireKey& next);
+  std::uint16_t key_id() const noexcept { return key_id_; }
 
  private:
   std::uint16_t key_id_;
   Authority authority_;
-  Authenticator auth_;
+  std::unique_ptr<Authenticator> auth_;
+  std::uint16_t previous_id_ = 0;  ///< 0: none
+  std::unique_ptr<Authenticator> previous_;
 };
 
 /// lockd's keys: cluster keys by id (a datagram with a cluster key id is checked with the key
@@ -195,9 +205,17 @@ class ClusterKeyring final : public Keyring {
   ~ClusterKeyring() override;
   /// Adds a cluster or admin key; "" or why not (a worker key, a key id already used, 0).
   std::string add(const WireKey& key);
+  /// Replaces every key with `keys` (a key rotation: lockd reloads its keys): "" or why not
+  /// (as add(), or no cluster key among them), and then nothing changes. Derived keys are
+  /// derived again as needed. Authenticators returned by find() before are invalid after it:
+  /// call it between datagrams.
+  std::string replace(const std::vector<WireKey>& keys);
+  /// The ids of the loaded keys of `kind` (cluster or admin), ascending.
+  std::vector<std::uint16_t> key_ids(KeyKind kind) const;
   KeyMatch find(const WorkerId& sender, std::uint16_t key_id) override;
-  /// The authenticator lockd signs with when it writes to `worker` first (IsRunning): the key
-  /// derived with the newest cluster key id; nullptr if there is no cluster key.
+  /// The authenticator lockd signs with when it writes to `worker` and knows no key id that
+  /// worker used (LockService prefers the one it last used): the key derived with the newest
+  /// (highest) cluster key id; nullptr if there is no cluster key.
   const Authenticator* for_worker(const WorkerId& worker, std::uint16_t* key_id);
   std::size_t derived() const noexcept;
   std::uint64_t derivations() const noexcept;

@@ -81,7 +81,15 @@ EncodeResult Sender::seal_with(const Authenticator& auth, std::uint16_t key_id, 
   return r;
 }
 
+void Sender::rekey(const WireKey& key) {
+  auth_ = Authenticator(key);
+  key_id_ = key.key_id;
+}
+
 bool Sender::restamp(std::span<std::uint8_t> datagram) noexcept {
+  if (datagram.size() < kDatagramBytesMin) return false;
+  datagram[kHeaderBytes - 2] = static_cast<std::uint8_t>(key_id_ & 0xFF);  // key_id, little-endian
+  datagram[kHeaderBytes - 1] = static_cast<std::uint8_t>(key_id_ >> 8);
   if (!wire::restamp(datagram, next_seq_, auth_)) return false;
   ++next_seq_;
   return true;

@@ -116,7 +116,10 @@ class Sender {
   /// goes into the header.
   EncodeResult seal_with(const Authenticator& auth, std::uint16_t key_id, std::uint64_t request_id,
                          const Body& body, Datagram& out, std::uint16_t flags = 0) noexcept;
-  /// Gives a sealed datagram (of this sender, own key) the next seq and a new tag: a retry.
+  /// From now on sign with `key` (a rotated key of the same sender); the seq continues.
+  void rekey(const WireKey& key);
+  /// Gives a sealed datagram (of this sender) the next seq, this sender's key id and a new tag
+  /// with its current key: a retry (also of a datagram sealed before a rekey()).
   bool restamp(std::span<std::uint8_t> datagram) noexcept;
   /// The next seq is at least `seq` (an authenticated Error{stale_seq}'s seq_floor).
   void advance_to(std::uint64_t seq) noexcept {

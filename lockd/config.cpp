@@ -3,6 +3,10 @@
 #include <CLI/CLI.hpp>
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
 
 
 namespace leasehold::lockd {
@@ -37,15 +41,23 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
   app.add_option("--store", cfg.store_path,
                  "SQLite file of the durable name table (created when absent; WAL files beside it)")
       ->capture_default_str();
-  app.add_option("--key-file", cfg.key_file,
-                 "the cluster key file; each worker's key is derived from it and the worker id "
+  app.add_option("--key-file", cfg.key_files,
+                 "a cluster key file; each worker's key is derived from it and the worker id "
                  "(HKDF-SHA256), so no supervisor holds it; must be mode 0600 (no group/other "
-                 "access). Required");
+                 "access). Repeat it to accept two (a rotation: tags under either key id are "
+                 "accepted). This or --key-dir is required");
+  app.add_option("--key-dir", cfg.key_dir,
+                 "a directory of key files (every *.key in it: cluster or admin keys, mode 0600; the "
+                 "directory not group/other-writable), re-read on SIGHUP: add the new key, reload, "
+                 "later remove the old one and reload again, without a restart");
   app.add_option("--admin-key-file", cfg.admin_key_files,
                  "an admin key file (mode 0600) for revoke, transfer, reassign, list and show; "
                  "repeat it to accept two during a rotation");
   app.add_option("--generate-key", cfg.generate_key_path,
-                 "write a new random key (mode 0600) to PATH and exit; refuses to overwrite");
+                 "write a new random key (mode 0600; its first line names its kind and key id) to "
+                 "PATH, or to --out when PATH is not given, and exit; refuses to overwrite")
+      ->expected(0, 1)
+      ->default_str("");
   app.add_option("--kind", cfg.generate_kind, "with --generate-key: cluster | admin")
       ->check(CLI::IsMember({"cluster", "admin"}))
       ->capture_default_str();
@@ -59,8 +71,9 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
                "exit: the only key that worker's supervisor holds");
   app.add_option("--worker-id", cfg.derive_worker_id, "with --derive-worker-key: the worker id (UUID)");
   app.add_option("--out", cfg.derive_out,
-                 "with --derive-worker-key: the worker key file to write; with --generate-signing-key: "
-                 "the signing key file to write (its public key goes to PATH.pub)");
+                 "with --derive-worker-key: the worker key file to write; with --generate-key: the key file "
+                 "to write; with --generate-signing-key: the signing key file to write (its public key "
+                 "goes to PATH.pub)");
   app.add_option("--signing-key-file", cfg.signing_key_file,
                  "lockd's Ed25519 key that signs the fencing token of every grant (PEM or 32 raw bytes; "
                  "mode 0600, owned by this uid or root). Default: STORE.signing.key beside --store, "
@@ -104,6 +117,60 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
       ->capture_default_str();
 }
 
+namespace {
+
+std::string kind_article(wire::KeyKind k) {
+  return std::string(k == wire::KeyKind::admin ? "an " : "a ") + std::string(wire::to_string(k));
+}
+
+}  // namespace
+
+std::string load_keys(const LockdConfig& cfg, std::vector<wire::WireKey>* keys) {
+  std::vector<wire::WireKey> out;
+  auto load = [&](const std::string& path, const char* flag, bool cluster_ok, bool admin_ok) -> std::string {
+    wire::KeyLoad k = wire::load_key_file(path);
+    if (!k) return k.error;
+    const bool ok = (k.key->kind == wire::KeyKind::cluster && cluster_ok) || (k.key->kind == wire::KeyKind::admin && admin_ok);
+    if (!ok)
+      return std::string(flag) + " " + path + " is " + kind_article(k.key->kind) + " key; " +
+             (k.key->kind == wire::KeyKind::worker
+                  ? "a worker key belongs to its supervisor: give lockd the cluster key it was derived from"
+                  : std::string(cluster_ok ? "--key-file takes cluster keys (admin keys: --admin-key-file)"
+                                           : "--admin-key-file takes admin keys (make one with --generate-key --kind admin --key-id N --out PATH)"));
+    out.push_back(std::move(*k.key));
+    return {};
+  };
+  for (const std::string& p : cfg.key_files)
+    if (std::string e = load(p, "--key-file", true, false); !e.empty()) return e;
+  for (const std::string& p : cfg.admin_key_files)
+    if (std::string e = load(p, "--admin-key-file", false, true); !e.empty()) return e;
+  if (!cfg.key_dir.empty()) {
+    struct stat d {};
+    if (::stat(cfg.key_dir.c_str(), &d) != 0 || !S_ISDIR(d.st_mode))
+      return "--key-dir " + cfg.key_dir + " is not a directory";
+    if ((d.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+      return "--key-dir " + cfg.key_dir + " is writable by " + ((d.st_mode & S_IWOTH) != 0 ? "others" : "its group") +
+             ", who could add a key of their own; fix: chmod go-w " + cfg.key_dir;
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(cfg.key_dir, ec))
+      if (e.path().extension() == ".key") files.push_back(e.path().string());
+    if (ec) return "--key-dir " + cfg.key_dir + ": " + ec.message();
+    std::sort(files.begin(), files.end());
+    for (const std::string& p : files)
+      if (std::string e = load(p, "--key-dir file", true, true); !e.empty()) return e;
+  }
+  if (std::none_of(out.begin(), out.end(), [](const wire::WireKey& k) { return k.kind == wire::KeyKind::cluster; }))
+    return "no cluster key in " + std::string(cfg.key_dir.empty() ? "--key-file" : "--key-file or --key-dir " + cfg.key_dir) +
+           " (create one with: leasehold-lockd --generate-key --out PATH)";
+  // Refuse what the keyring would (two keys with one id...), naming it, before lockd uses them.
+  wire::ClusterKeyring probe;
+  for (const wire::WireKey& k : out)
+    if (std::string e = probe.add(k); !e.empty()) return e;
+  *keys = std::move(out);
+  return {};
+}
+
 std::string read_ablations(LockdConfig& cfg, const char* env) {
   if (env == nullptr) return {};
   std::string_view rest(env);
@@ -128,7 +195,14 @@ std::string read_ablations(LockdConfig& cfg, const char* env) {
 }
 
 std::string validate(const LockdConfig& cfg) {
-  if (cfg.generate_key_path) return {};  // --generate-key needs nothing else
+  if (cfg.generate_key_path) {  // --generate-key needs nothing else
+    if (cfg.generate_key_path->empty() && cfg.derive_out.empty())
+      return "--generate-key needs a PATH, or --out PATH (the key file to write)";
+    if (!cfg.generate_key_path->empty() && !cfg.derive_out.empty() && *cfg.generate_key_path != cfg.derive_out)
+      return "--generate-key " + *cfg.generate_key_path + " and --out " + cfg.derive_out +
+             " name two files; give one";
+    return {};
+  }
   if (cfg.generate_signing_key) {
     if (cfg.derive_out.empty())
       return "--generate-signing-key needs --out PATH (the signing key file to write; PATH.pub gets the public key)";
@@ -136,15 +210,17 @@ std::string validate(const LockdConfig& cfg) {
   }
   if (cfg.print_public_key) return {};  // needs only the signing key
   if (cfg.derive_worker_key) {
-    if (cfg.key_file.empty()) return "--derive-worker-key needs --key-file (the cluster key)";
+    if (cfg.key_files.size() != 1)
+      return "--derive-worker-key needs one --key-file (the cluster key to derive from; during a "
+             "rotation, the new one)";
     if (cfg.derive_out.empty()) return "--derive-worker-key needs --out PATH (the worker key file to write)";
     const auto w = WorkerId::parse(cfg.derive_worker_id);
     if (!w || w->is_nil())
       return "--derive-worker-key needs --worker-id UUID (got \"" + cfg.derive_worker_id + "\")";
     return {};
   }
-  if (cfg.key_file.empty())
-    return "--key-file is required (create one with: leasehold-lockd --generate-key PATH)";
+  if (cfg.key_files.empty() && cfg.key_dir.empty())
+    return "--key-file or --key-dir is required (create a key with: leasehold-lockd --generate-key --out PATH)";
   if (!listen_address_ok(cfg.listen))
     return "--listen \"" + cfg.listen +
            "\" is not a numeric ADDR:PORT (e.g. 127.0.0.1:7400 or [::1]:7400)";

@@ -4,6 +4,7 @@
 // combinations that cannot work and says why (DESIGN.md "lockd", "Time").
 #pragma once
 
+#include "io/auth.hpp"
 #include "lease/lease_table.hpp"
 
 #include <algorithm>
@@ -40,8 +41,12 @@ inline constexpr std::uint64_t kMaxWorkersLimit = kWorkersMax;  ///< the LeaseTa
 struct LockdConfig {
   std::string listen = "127.0.0.1:7400";  ///< ADDR:PORT; port 0 = ephemeral (printed on stdout)
   std::string store_path = "lockd.db";    ///< SQLite file; relative to the working directory
-  std::string key_file;                   ///< cluster key (required; must not be group/other readable)
+  /// --key-file, repeatable: cluster keys (mode 0600). Two during a rotation window.
+  std::vector<std::string> key_files;
   std::vector<std::string> admin_key_files;  ///< --admin-key-file: keys for admin requests
+  /// --key-dir: every `*.key` file in it (cluster or admin keys), re-read on SIGHUP, so keys
+  /// are added and removed without a restart. The directory must not be group/other-writable.
+  std::string key_dir;
   std::uint64_t ttl_ms = 10'000;          ///< default lease TTL
   std::uint64_t acquiring_ttl_ms = 5'000; ///< 2-phase: time to commit before the record lapses
   std::uint64_t lock_delay_ms = 0;        ///< after an expiry the name stays unavailable; 0 = off
@@ -52,7 +57,8 @@ struct LockdConfig {
   /// A reservation (transfer complete, reassign) lapses this long after the name became
   /// grantable to its owner; default kReservationTtlsDefault × ttl_ms.
   std::optional<std::uint64_t> reservation_ttl_ms;
-  std::optional<std::string> generate_key_path;  ///< --generate-key: write a key and exit
+  /// --generate-key [PATH]: write a key to PATH (or --out) and exit; "" when given without PATH.
+  std::optional<std::string> generate_key_path;
   std::string generate_kind = "cluster";         ///< --kind for --generate-key: cluster | admin
   std::uint16_t key_id = 1;                      ///< --key-id for --generate-key
   bool derive_worker_key = false;                ///< --derive-worker-key: write a worker key and exit
@@ -104,6 +110,13 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg);
 /// Empty when `cfg` is usable; otherwise one message that names the flag(s) and says why
 /// (e.g. "--worker-ttl-ms applies to --mode preemptible only").
 std::string validate(const LockdConfig& cfg);
+/// The keys lockd serves with: the --key-file cluster keys, the --admin-key-file admin keys and
+/// the keys of --key-dir, in that order, each loaded with wire::load_key_file (0600, owner).
+/// Read at start and again on SIGHUP. "" or one message naming the file (or directory) and the
+/// fix: a file that does not load, a key of the wrong kind (a worker key, an admin key given as
+/// --key-file), a key directory others can write, no cluster key at all.
+std::string load_keys(const LockdConfig& cfg, std::vector<wire::WireKey>* keys);
+
 /// Sets the ablation switches from `env` (LEASEHOLD_ABLATE; nullptr: none). "" or the error.
 std::string read_ablations(LockdConfig& cfg, const char* env);
 

@@ -16,6 +16,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -38,13 +39,18 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   if (cfg.generate_key_path) {
+    if (std::string why = lockd::validate(cfg); !why.empty()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+      return 2;
+    }
+    const std::string path = cfg.generate_key_path->empty() ? cfg.derive_out : *cfg.generate_key_path;
     const wire::KeyKind kind = cfg.generate_kind == "admin" ? wire::KeyKind::admin : wire::KeyKind::cluster;
-    if (std::string err = wire::generate_key_file(*cfg.generate_key_path, kind, cfg.key_id); !err.empty()) {
+    if (std::string err = wire::generate_key_file(path, kind, cfg.key_id); !err.empty()) {
       std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
       return 1;
     }
     std::printf("wrote a new %s key (key id %u) to %s (mode 0600)\n", cfg.generate_kind.c_str(),
-                static_cast<unsigned>(cfg.key_id), cfg.generate_key_path->c_str());
+                static_cast<unsigned>(cfg.key_id), path.c_str());
     return 0;
   }
   if (std::string why = lockd::validate(cfg); cfg.generate_signing_key && !why.empty()) {
@@ -83,18 +89,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
     return 2;
   }
-  wire::KeyLoad key = wire::load_key_file(cfg.key_file);
-  if (!key) {
-    std::fprintf(stderr, "leasehold-lockd: %s\n", key.error.c_str());
-    return 1;
-  }
-  if (key.key->kind != wire::KeyKind::cluster) {
-    std::fprintf(stderr, "leasehold-lockd: --key-file %s is a%s %s key; lockd needs the cluster key\n",
-                 cfg.key_file.c_str(), key.key->kind == wire::KeyKind::admin ? "n" : "",
-                 std::string(wire::to_string(key.key->kind)).c_str());
-    return 1;
-  }
   if (cfg.derive_worker_key) {
+    wire::KeyLoad key = wire::load_key_file(cfg.key_files.front());
+    if (!key) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", key.error.c_str());
+      return 1;
+    }
+    if (key.key->kind != wire::KeyKind::cluster) {
+      std::fprintf(stderr, "leasehold-lockd: --key-file %s is a%s %s key; a worker key is derived from the cluster key\n",
+                   cfg.key_files.front().c_str(), key.key->kind == wire::KeyKind::admin ? "n" : "",
+                   std::string(wire::to_string(key.key->kind)).c_str());
+      return 1;
+    }
     const wire::WireKey wk = wire::derive_worker_key_as_issued(*key.key, *WorkerId::parse(cfg.derive_worker_id),
                                                                cfg.ablate_shared_worker_key);
     if (std::string err = wire::write_key_file(cfg.derive_out, wk); !err.empty()) {
@@ -105,27 +111,20 @@ int main(int argc, char** argv) {
                 static_cast<unsigned>(wk.key_id), cfg.derive_out.c_str());
     return 0;
   }
-  std::vector<wire::WireKey> keys{*key.key};
-  for (const std::string& path : cfg.admin_key_files) {
-    wire::KeyLoad admin = wire::load_key_file(path);
-    if (!admin) {
-      std::fprintf(stderr, "leasehold-lockd: %s\n", admin.error.c_str());
-      return 1;
-    }
-    if (admin.key->kind != wire::KeyKind::admin) {
-      std::fprintf(stderr, "leasehold-lockd: --admin-key-file %s is a %s key, not an admin key "
-                           "(make one with --generate-key PATH --kind admin --key-id N)\n",
-                   path.c_str(), std::string(wire::to_string(admin.key->kind)).c_str());
-      return 1;
-    }
-    keys.push_back(*admin.key);
+  std::vector<wire::WireKey> keys;
+  if (std::string err = lockd::load_keys(cfg, &keys); !err.empty()) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+    return 1;
   }
+  // The cluster keys first: lockd's own sender starts with one.
+  std::stable_partition(keys.begin(), keys.end(), [](const wire::WireKey& k) { return k.kind == wire::KeyKind::cluster; });
 
   // Termination by signalfd on the loop, so shutdown happens between iterations.
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);  // reload the keys
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);  // before the store thread starts: it inherits it
   const int sfd = ::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) {
@@ -182,7 +181,14 @@ int main(int argc, char** argv) {
 
   service->set_token_signer(signer);
   bool stopping = false;
-  loop->add_poll(sfd, POLLIN, PollMode::oneshot, [&stopping](int) { stopping = true; });
+  bool reload = false;
+  loop->add_poll(sfd, POLLIN, PollMode::multishot, [&](int) {
+    signalfd_siginfo si{};
+    while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+      if (si.ssi_signo == SIGHUP) reload = true;
+      else stopping = true;
+    }
+  });
   std::printf("listening %s\n", service->local_address().str().c_str());
   std::fflush(stdout);
 
@@ -191,6 +197,14 @@ int main(int argc, char** argv) {
     if (rc < 0) {
       std::fprintf(stderr, "leasehold-lockd: io_uring_enter failed: %s\n", std::strerror(-rc));
       return 1;
+    }
+    if (reload) {
+      // A key rotation: the same flags, read again. A key set that does not load changes nothing.
+      reload = false;
+      std::vector<wire::WireKey> next;
+      std::string err = lockd::load_keys(cfg, &next);
+      if (err.empty()) err = service->reload_keys(next);
+      if (!err.empty()) std::fprintf(stderr, "leasehold-lockd: key reload refused, the keys stay as they were: %s\n", err.c_str());
     }
     if (!service->after_iteration(now_boottime_ns())) {
       std::fprintf(stderr, "leasehold-lockd: stopping: the store failed, nothing of the failed batch "

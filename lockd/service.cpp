@@ -215,6 +215,22 @@ std::int64_t LockService::wait_ns(std::int64_t now_ns) const noexcept {
   return std::clamp<std::int64_t>(next_tick_ns_ - now_ns, 0, kTickNs);
 }
 
+std::string LockService::reload_keys(const std::vector<wire::WireKey>& keys) {
+  if (std::string err = keys_->replace(keys); !err.empty()) {
+    ++counters_.key_reloads_refused;
+    return err;
+  }
+  ++counters_.key_reloads;
+  auto ids = [&](wire::KeyKind k) {
+    std::string t;
+    for (const std::uint16_t id : keys_->key_ids(k)) t += (t.empty() ? "" : ",") + std::to_string(id);
+    return t.empty() ? std::string("none") : t;
+  };
+  log_ += "ts_boot_ns=" + std::to_string(now_boottime_ns()) + " event=keys_reloaded cluster_key_ids=" +
+          ids(wire::KeyKind::cluster) + " admin_key_ids=" + ids(wire::KeyKind::admin) + "\n";
+  return {};
+}
+
 bool LockService::overloaded() const noexcept {
   return pending_.size() + kChangesPerRequestMax > kStoreBatchChangesMax ||
          deferred_.size() >= kDeferredAnswersMax;
@@ -228,8 +244,14 @@ void LockService::on_datagram(const Datagram& d) {
   const SocketAddress from = d.source_address();
   const std::int64_t now = now_boottime_ns();
   wire::Admission a = receiver_.admit(bytes, &from, now);
-  if (a.verdict != wire::Verdict::drop)
+  if (a.verdict != wire::Verdict::drop) {
     caller_ = Caller{a.message.header.sender, a.key_id, a.authority};
+    // lockd writes to a worker under the key id that worker last used (a rotation: a worker
+    // still on the previous key gets pushes it can check).
+    if (a.authority == wire::Authority::worker &&
+        (worker_key_ids_.size() < cfg_.max_workers || worker_key_ids_.count(caller_.id) != 0))
+      worker_key_ids_[caller_.id] = a.key_id;
+  }
   switch (a.verdict) {
     case wire::Verdict::drop:
       return;  // counted by the receiver (receiver_.stats())
@@ -484,7 +506,10 @@ void LockService::send_now(const SocketAddress& to, std::uint64_t request_id,
 void LockService::send_to_worker(const WorkerId& worker, const SocketAddress& to, std::uint64_t request_id,
                                  const wire::Body& body) {
   Caller w{worker, 0, wire::Authority::worker};
-  if (keys_->for_worker(worker, &w.key_id) == nullptr) {
+  if (const auto it = worker_key_ids_.find(worker);
+      it != worker_key_ids_.end() && keys_->find(worker, it->second).auth != nullptr) {
+    w.key_id = it->second;
+  } else if (keys_->for_worker(worker, &w.key_id) == nullptr) {
     ++counters_.answers_unsigned;
     return;
   }
@@ -1065,6 +1090,10 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("resends_refused_rate", receiver_.stats().resends_refused_rate);
   add("error_answers_suppressed", receiver_.stats().error_answers_suppressed);
   add("derived_keys", keys_->derived());
+  add("cluster_keys", keys_->key_ids(wire::KeyKind::cluster).size());
+  add("admin_keys", keys_->key_ids(wire::KeyKind::admin).size());
+  add("key_reloads", counters_.key_reloads);
+  add("key_reloads_refused", counters_.key_reloads_refused);
   // Refusal and rejection reasons: only those that occurred (the answer must fit a datagram).
   for (std::size_t r = 1; r < counters_.refusals.size(); ++r)
     if (counters_.refusals[r] != 0)

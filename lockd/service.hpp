@@ -116,6 +116,8 @@ struct ServiceCounters {
   std::uint64_t encode_failed = 0;
   std::uint64_t unexpected_messages = 0;    ///< answers nobody asked for, is_running to lockd
   std::uint64_t forbidden = 0;              ///< requests refused: the key gives no power over it
+  std::uint64_t key_reloads = 0;              ///< SIGHUP: a new key set in force
+  std::uint64_t key_reloads_refused = 0;   ///< SIGHUP: the key set did not load; the old one stays
   std::uint64_t answers_unsigned = 0;       ///< answers dropped: no key to sign them with
   std::uint64_t refreshes_per_s = 0;        ///< over the last full second (gauge)
   std::uint64_t revokes = 0;                ///< revokes applied
@@ -139,6 +141,12 @@ class LockService {
   /// (io/auth.hpp); at least one cluster key. A datagram authenticates only with the key derived
   /// for the worker it claims to be, or with an admin key.
   LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, EventLoop& loop);
+  /// Replaces the keys (a rotation, on SIGHUP): from the next datagram on, tags under any of
+  /// `keys` are accepted and tags under a key no longer among them are dropped (counted
+  /// reject_unknown_key). Worker keys are derived again as needed; leases, replay windows and
+  /// cached answers stay. "" or why not (then the old keys stay): see ClusterKeyring::replace.
+  /// Logs event=keys_reloaded with the loaded key ids.
+  std::string reload_keys(const std::vector<wire::WireKey>& keys);
   /// Stops the store thread after it committed what was handed to it.
   ~LockService();
   LockService(const LockService&) = delete;
@@ -304,6 +312,9 @@ class LockService {
   /// ordered by NameId so a list page is a lower_bound and a short walk.
   std::map<NameId, std::string> names_;
   std::unordered_map<WorkerId, SocketAddress> worker_addresses_;
+  /// The key id each worker last used (authenticated), so lockd's own requests to it (Revoked,
+  /// IsRunning) use a key it has during a rotation. Bounded by cfg_.max_workers.
+  std::unordered_map<WorkerId, std::uint16_t> worker_key_ids_;
   std::unordered_map<std::uint64_t, Question> questions_;  ///< by IsRunning request id
   std::unordered_set<NameId> asked_;                        ///< names with an open question
   std::unordered_map<NameId, Push> pushes_;                 ///< pending revokes being pushed

@@ -26,8 +26,14 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
     : loop_(loop),
       lockd_(lockd),
       sender_(self, wire::seq_seed(), key),
-      verify_(key),
-      receiver_(key),
+      keys_(nullptr),
+      receiver_(
+          [&]() -> std::unique_ptr<wire::Keyring> {
+            auto ring = std::make_unique<wire::SingleKeyring>(key);
+            keys_ = ring.get();
+            return ring;
+          }(),
+          wire::Receiver::Limits{}),
       next_request_id_(random_u64() | 1) {
   ClientLimits limits;
   limits.outstanding_max = 2048;  // 10,000 leases = 345 heartbeat datagrams per round, + retries
@@ -42,6 +48,15 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
 }
 
 LockdLink::~LockdLink() = default;
+
+std::string LockdLink::rekey(const wire::WireKey& key) {
+  if (key.kind != wire::KeyKind::worker) return "not a worker key";
+  if (key.worker != sender_.self())
+    return "the key of worker " + key.worker.str() + ", not of this worker (" + sender_.self().str() + ")";
+  keys_->rotate(key);
+  sender_.rekey(key);
+  return {};
+}
 
 std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress& lockd,
                                            WorkerId self, const wire::WireKey& key,
@@ -135,7 +150,18 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
   }
   const auto span = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(o.answer.data()),
                                                    o.answer.size());
-  wire::DecodeResult d = wire::decode(span, &verify_);
+  // Checked with the key whose id the answer names: ours, or the previous one for an answer
+  // to a request sent before a rekey.
+  const std::uint16_t answer_key_id =
+      span.size() >= wire::kHeaderBytes
+          ? static_cast<std::uint16_t>(span[wire::kHeaderBytes - 2] | (span[wire::kHeaderBytes - 1] << 8))
+          : 0;
+  const wire::Authenticator* verify = keys_->find(WorkerId{}, answer_key_id).auth;
+  wire::DecodeResult d = verify != nullptr ? wire::decode(span, verify) : wire::DecodeResult{};
+  if (verify == nullptr) {
+    d.error = wire::DecodeError::unknown_key;
+    d.detail = "an answer under key id " + std::to_string(answer_key_id) + ", which this worker does not have";
+  }
   if (!d) {
     ++stats_.answers_bad;
     r.status = RequestStatus::deadline_passed;

@@ -81,6 +81,12 @@ class LockdLink {
   using LateAnswerHandler = std::function<void(const wire::Body&)>;
   void set_late_answer_handler(LateAnswerHandler h) { late_answer_ = std::move(h); }
 
+  /// A rotated worker key (SIGHUP): requests are signed with `key` from now on (retries too);
+  /// answers and lockd's requests under the previous key id still check until the next
+  /// rekey. "" or why not (another worker's key, not a worker key); then nothing changes.
+  std::string rekey(const wire::WireKey& key);
+  /// The key id requests are signed with.
+  std::uint16_t key_id() const noexcept { return sender_.key_id(); }
   std::size_t outstanding() const noexcept { return client_->outstanding(); }
   const ClientStats& client_stats() const noexcept { return client_->stats(); }
   const LockdLinkStats& stats() const noexcept { return stats_; }
@@ -99,7 +105,7 @@ class LockdLink {
   EventLoop& loop_;
   SocketAddress lockd_;
   wire::Sender sender_;
-  wire::Authenticator verify_;
+  wire::SingleKeyring* keys_;  ///< owned by receiver_; also checks answers to our calls
   wire::Receiver receiver_;
   std::unique_ptr<RequestClient> client_;
   std::uint64_t next_request_id_;

@@ -236,6 +236,8 @@ struct Supervisor::Impl {
     std::uint64_t names_released = 0;
     std::uint64_t late_grants_released = 0;
     std::uint64_t orphans_reaped = 0;
+    std::uint64_t key_reloads = 0;          ///< SIGHUP: the worker key was loaded again
+    std::uint64_t key_reloads_refused = 0;  ///< SIGHUP: it did not load; the old key stays
     std::uint64_t worker_beats_acked = 0;
   } counters;
 
@@ -330,6 +332,8 @@ struct Supervisor::Impl {
   void reap_orphans();
   void on_signal();
   void begin_shutdown(const char* why);
+  /// SIGHUP: loads --key-file again and signs with it from now on (LockdLink::rekey).
+  void reload_key();
   void maybe_finish_shutdown();
 
   // ---- heartbeat ---------------------------------------------------------------------------
@@ -356,6 +360,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     sigaddset(&blocked, SIGTERM);
     sigaddset(&blocked, SIGINT);
     sigaddset(&blocked, SIGCHLD);
+    sigaddset(&blocked, SIGHUP);  // reload the worker key
     ::pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   }
   cfg = std::move(config);
@@ -576,6 +581,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGHUP);
   signal_fd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (signal_fd < 0) return std::string("signalfd: ") + std::strerror(errno);
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -1664,6 +1670,7 @@ json Supervisor::Impl::status_json() const {
   for (const auto& [id, s] : sandboxes) named += s.name ? 1 : 0;
   json j = {
       {"worker", worker.str()},
+      {"key_id", link->key_id()},
       {"pid", ::getpid()},
       {"mode", std::string(to_string(cfg.mode))},
       {"lockd", lockd_address.str()},
@@ -1712,6 +1719,8 @@ json Supervisor::Impl::status_json() const {
         {"late_grants_released", counters.late_grants_released},
         {"rt_late_over_budget", rt_late_events},
         {"orphans_reaped", counters.orphans_reaped},
+        {"key_reloads", counters.key_reloads},
+        {"key_reloads_refused", counters.key_reloads_refused},
         {"worker_beats_acked", counters.worker_beats_acked},
         {"control_bad_requests", control->bad_requests()},
         {"control_unauthorized", control->rejected_unauthorized()},
@@ -1941,8 +1950,26 @@ void Supervisor::Impl::on_signal() {
       reap_orphans();
     } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
       begin_shutdown(si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+    } else if (si.ssi_signo == SIGHUP) {
+      reload_key();
     }
   }
+}
+
+void Supervisor::Impl::reload_key() {
+  // A key rotation: --key-file again, with the same checks as at start. Leases, sandboxes and
+  // the seq continue; a key that does not load changes nothing.
+  wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
+  std::string err = kl ? std::string() : kl.error;
+  if (kl) err = link->rekey(*kl.key);
+  if (kl) OPENSSL_cleanse(kl.key->bytes.data(), kl.key->bytes.size());
+  if (!err.empty()) {
+    ++counters.key_reloads_refused;
+    log_event("event=key_reload_refused key_file=%s error=\"%s\"", cfg.key_file.c_str(), err.c_str());
+    return;
+  }
+  ++counters.key_reloads;
+  log_event("event=key_reloaded key_file=%s key_id=%u", cfg.key_file.c_str(), static_cast<unsigned>(link->key_id()));
 }
 
 void Supervisor::Impl::begin_shutdown(const char* why) {

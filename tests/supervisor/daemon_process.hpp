@@ -184,12 +184,13 @@ struct Lockd {
   std::string address;  // 127.0.0.1:PORT
   fs::path log;
 
-  /// Starts lockd on an ephemeral loopback port; false (with the reason in *error) if it fails.
+  /// Starts lockd on an ephemeral loopback port with cluster key file `key` (none when empty);
+  /// false (with the reason in *error) if it fails.
   bool start(const fs::path& dir, const std::string& key, std::vector<std::string> extra, std::string* error,
              const std::string& tag = "lockd") {
     log = dir / (tag + ".err");
-    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--store", (dir / (tag + ".db")).string(),
-                                     "--key-file", key};
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--store", (dir / (tag + ".db")).string()};
+    if (!key.empty()) args.insert(args.end(), {"--key-file", key});  // empty: the keys come in `extra`
     args.insert(args.end(), extra.begin(), extra.end());
     child.start(LEASEHOLD_LOCKD_BINARY, args, dir / (tag + ".out"), log);
     if (!child.wait_stdout("listening ")) {

@@ -1569,5 +1569,107 @@ INSTANTIATE_TEST_SUITE_P(DefenceOnAndAblated, TransferGuard, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "defended" : "ablated"; });
 #endif
 
+// ---- key rotation -----------------------------------------------------------------------------
+
+/// Runs leasehold-lockd to exit (key generation and derivation); its exit code.
+int lockd_tool(const fs::path& dir, const std::vector<std::string>& args, std::string* err) {
+  Child c;
+  c.start(LEASEHOLD_LOCKD_BINARY, args, dir / "tool.out", dir / "tool.err");
+  const int rc = c.wait();
+  *err = c.err();
+  return rc;
+}
+
+// The rotation procedure of README "Rotating keys", under load: a supervisor heartbeats four
+// names throughout while lockd gets a second cluster key, the supervisor its new worker key, and
+// lockd drops the old key, each by a reload (SIGHUP), never a restart. Nothing is killed, no
+// lease is lost or changes epoch, and a tag under the removed key is refused as unknown_key.
+TEST_F(SupervisorProcess, KeyRotationUnderLoadKillsNothingAndLosesNoLease) {
+  const fs::path keys = dir_.path() / "keys";
+  fs::create_directory(keys);
+  fs::permissions(keys, fs::perms::owner_all, fs::perm_options::replace);
+  std::string err;
+  ASSERT_EQ(lockd_tool(dir_.path(), {"--generate-key", "--out", (keys / "cluster-1.key").string(), "--key-id", "1"}, &err), 0) << err;
+  ASSERT_TRUE(lockd_.start(dir_.path(), "", {"--ttl-ms", "1000", "--key-dir", keys.string()}, &err)) << err;
+  const WorkerId w{0x5EED, 0x1};
+  const fs::path worker_key = dir_.path() / "worker.key";
+  ASSERT_EQ(lockd_tool(dir_.path(), {"--derive-worker-key", "--worker-id", w.str(), "--key-file",
+                                     (keys / "cluster-1.key").string(), "--out", worker_key.string()}, &err), 0) << err;
+  const wire::WireKey old_worker_key = load_key(worker_key.string());
+  ASSERT_EQ(old_worker_key.key_id, 1u);
+  Supervisor sup;
+  ASSERT_TRUE(sup.start(dir_.path(), lockd_.address, worker_key.string(), with(kSupTiming, {"--slots", "16"}), &err)) << err;
+  std::map<std::string, Epoch> epochs;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "rot-" + std::to_string(i);
+    const json a = run_probe(sup, name, name);
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    epochs[name] = a["epoch"];
+  }
+  auto status = [&] { return sup.call({{"v", 1}, {"op", "status"}}); };
+  auto refreshed = [&] { return status()["counters"]["refreshed"].get<std::uint64_t>(); };
+  // `n` more refreshes acknowledged from now on.
+  auto refreshes_go_on = [&](std::uint64_t n) {
+    const std::uint64_t from = refreshed();
+    return eventually([&] { return refreshed() >= from + n; }, 20'000);
+  };
+  auto lockd_reloaded = [&](const std::string& ids) {
+    return eventually([&] { return lockd_.log_text().find("event=keys_reloaded cluster_key_ids=" + ids + " ") != std::string::npos; });
+  };
+
+  // 1. A new cluster key (the next key id) joins lockd's keys: tags under 1 or 2 are accepted.
+  ASSERT_EQ(lockd_tool(dir_.path(), {"--generate-key", "--out", (keys / "cluster-2.key").string(), "--key-id", "2"}, &err), 0) << err;
+  lockd_.child.signal(SIGHUP);
+  ASSERT_TRUE(lockd_reloaded("1,2")) << lockd_.log_text();
+  ASSERT_TRUE(refreshes_go_on(8)) << sup.log_text();
+  // 2. The worker's key derived from it replaces its key file (atomically), and the supervisor
+  // loads it.
+  const fs::path next = dir_.path() / "worker.key.next";
+  ASSERT_EQ(lockd_tool(dir_.path(), {"--derive-worker-key", "--worker-id", w.str(), "--key-file",
+                                     (keys / "cluster-2.key").string(), "--out", next.string()}, &err), 0) << err;
+  fs::rename(next, worker_key);
+  sup.child.signal(SIGHUP);
+  ASSERT_TRUE(eventually([&] { return status()["key_id"] == 2; })) << sup.log_text();
+  ASSERT_TRUE(refreshes_go_on(8)) << sup.log_text();
+  // 3. The old key leaves lockd.
+  fs::remove(keys / "cluster-1.key");
+  lockd_.child.signal(SIGHUP);
+  ASSERT_TRUE(lockd_reloaded("2")) << lockd_.log_text();
+  ASSERT_TRUE(refreshes_go_on(16)) << sup.log_text();
+
+  // Nothing was killed or lost, and every name is held where it was, at the same epoch.
+  const json st = status();
+  EXPECT_EQ(st["counters"]["kills_deadline"], 0) << st.dump();
+  EXPECT_EQ(st["counters"]["lost"], 0) << st.dump();
+  EXPECT_EQ(st["counters"]["key_reloads"], 1) << st.dump();
+  const json list = sup.call({{"v", 1}, {"op", "list"}});
+  ASSERT_EQ(list["sandboxes"].size(), 4u) << list.dump();
+  for (const auto& sb : list["sandboxes"]) EXPECT_EQ(sb["state"], "running") << list.dump();
+  const wire::WireKey cluster2 = load_key((keys / "cluster-2.key").string());
+  lockd::AdminClient ad(lockd_.socket_address(), cluster2);
+  for (const auto& [name, epoch] : epochs) {
+    const lockd::Answer show = ad.show(name);
+    const auto* info = show.as<wire::NameInfo>();
+    ASSERT_NE(info, nullptr) << name << ": " << show.error;
+    EXPECT_EQ(info->record.state, wire::LockState::held) << name;
+    EXPECT_EQ(info->record.epoch, epoch) << name;
+    EXPECT_EQ(info->record.worker, w) << name;
+  }
+  // The removed key: its tags are dropped unanswered and counted.
+  lockd::AdminClient stale(lockd_.socket_address(), old_worker_key, {}, 300'000'000);
+  const lockd::Answer refused = stale.show("rot-0");
+  EXPECT_EQ(refused.as<wire::NameInfo>(), nullptr);
+  EXPECT_EQ(refused.error.rfind("no answer", 0), 0u) << refused.error;
+  std::string cerr;
+  const auto counters = ad.counters(&cerr);
+  ASSERT_TRUE(counters) << cerr;
+  std::map<std::string, std::uint64_t> c;
+  for (const auto& k : *counters) c[k.key] = k.value;
+  EXPECT_GE(c["reject_unknown_key"], 1u);
+  EXPECT_EQ(c["cluster_keys"], 1u);
+  EXPECT_EQ(c["key_reloads"], 2u);
+  EXPECT_TRUE(lockd_events(lockd_.log_text(), "expire").empty()) << lockd_.log_text();
+}
+
 }  // namespace
 }  // namespace leasehold
