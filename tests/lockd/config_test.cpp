@@ -4,6 +4,10 @@
 #include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+
 namespace leasehold::lockd {
 namespace {
 
@@ -32,13 +36,54 @@ TEST(LockdConfig, DefaultsWithKeyAreValid) {
 }
 
 TEST(LockdConfig, KeyFileRequired) {
-  EXPECT_NE(parse({}).find("--key-file is required"), std::string::npos);
+  EXPECT_NE(parse({}).find("--key-file or --key-dir is required"), std::string::npos);
 }
 
 TEST(LockdConfig, GenerateKeyNeedsNothingElse) {
   LockdConfig cfg;
   EXPECT_EQ(parse({"--generate-key", "/tmp/k"}, &cfg), "");
   EXPECT_EQ(cfg.generate_key_path.value_or(""), "/tmp/k");
+}
+
+TEST(LockdConfig, GenerateKeyTakesOutAndDeriveTakesOneClusterKey) {
+  LockdConfig cfg;
+  EXPECT_EQ(parse({"--generate-key", "--out", "/tmp/k"}, &cfg), "");
+  EXPECT_EQ(cfg.generate_key_path.value_or("unset"), "");
+  EXPECT_EQ(cfg.derive_out, "/tmp/k");
+  EXPECT_NE(parse({"--generate-key"}).find("--generate-key needs a PATH, or --out PATH"), std::string::npos);
+  EXPECT_NE(parse({"--generate-key", "/tmp/a", "--out", "/tmp/b"}).find("name two files"), std::string::npos);
+  EXPECT_NE(parse({"--derive-worker-key", "--worker-id", "00000000-0000-0000-0000-000000000001", "--key-file",
+                   "/tmp/a", "--key-file", "/tmp/b", "--out", "/tmp/w"})
+                .find("needs one --key-file"),
+            std::string::npos);
+  LockdConfig two;
+  EXPECT_EQ(parse({"--key-file", "/tmp/a", "--key-file", "/tmp/b"}, &two), "");
+  EXPECT_EQ(two.key_files.size(), 2u);
+  LockdConfig dir;
+  EXPECT_EQ(parse({"--key-dir", "/tmp/keys"}, &dir), "");  // a key directory alone is enough
+}
+
+TEST(LockdConfig, LoadKeysRefusesAKeyDirectoryOthersCanWriteAndWorkerKeys) {
+  char tmpl[] = "/tmp/lockd-keys-XXXXXX";
+  const std::string d = ::mkdtemp(tmpl);
+  ASSERT_EQ(wire::generate_key_file(d + "/cluster-1.key", wire::KeyKind::cluster, 1), "");
+  ASSERT_EQ(wire::generate_key_file(d + "/admin-9.key", wire::KeyKind::admin, 9), "");
+  LockdConfig cfg;
+  cfg.key_dir = d;
+  std::vector<wire::WireKey> keys;
+  ASSERT_EQ(load_keys(cfg, &keys), "");
+  ASSERT_EQ(keys.size(), 2u);
+  ::chmod(d.c_str(), 0777);
+  EXPECT_NE(load_keys(cfg, &keys).find("is writable by others"), std::string::npos);
+  ::chmod(d.c_str(), 0700);
+  auto cluster = wire::load_key_file(d + "/cluster-1.key");
+  ASSERT_TRUE(cluster) << cluster.error;
+  ASSERT_EQ(wire::write_key_file(d + "/w.key", wire::derive_worker_key(*cluster.key, WorkerId{1, 2})), "");
+  EXPECT_NE(load_keys(cfg, &keys).find("a worker key belongs to its supervisor"), std::string::npos);
+  ::unlink((d + "/w.key").c_str());
+  cfg.key_files = {d + "/cluster-1.key"};  // the same key twice: one id, two keys
+  EXPECT_NE(load_keys(cfg, &keys).find("used by two keys"), std::string::npos);
+  std::filesystem::remove_all(d);
 }
 
 TEST(LockdConfig, RefusesBadCombinations) {

@@ -66,7 +66,7 @@ TEST_F(LockdBadInput, KeyFileMissingOrAbsentFlag) {
   EXPECT_NE(r.err.find("nope.key"), std::string::npos) << r.err;
   const ExitResult r2 = run({});
   EXPECT_EQ(r2.code, 2);
-  EXPECT_NE(r2.err.find("--key-file is required"), std::string::npos) << r2.err;
+  EXPECT_NE(r2.err.find("--key-file or --key-dir is required"), std::string::npos) << r2.err;
 }
 
 TEST_F(LockdBadInput, InvalidFlagCombinations) {
