@@ -11,6 +11,11 @@
 //      thread, recvmmsg/sendmmsg, no decoding): the ceiling of this generator + the kernel's
 //      loopback path on this machine. Reports lockd's refresh rate as a ratio of it.
 //
+//   4. keys, same run: the started lockd runs (1.-2.) alternately with per-worker keys (each
+//      worker signs with its own HKDF-derived key; lockd derives and caches one per worker) and
+//      with one shared worker key (the shared-worker-key ablation: the cost before per-worker
+//      keys), --key-rounds of each; reports the ratio of their refreshes/s (target >= 0.95).
+//
 // The generator signs every datagram (HMAC-SHA256, fresh seq per worker) and checks every
 // answer's entries; it does not verify answer tags (that would only measure the generator).
 #include "io/auth.hpp"
@@ -410,84 +415,86 @@ class Reflector {
   std::thread thread_;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{"leasehold-lockd-load: durable acquires and batched refreshes against lockd over loopback UDP"};
-  app.add_option("--workers", o.workers, "simulated workers (one sender id each)")->capture_default_str();
-  app.add_option("--sandboxes", o.sandboxes, "sandboxes (leases) per worker")->capture_default_str();
-  app.add_option("--seconds", o.seconds, "refresh phase duration, seconds")->capture_default_str();
-  app.add_option("--window", o.window, "heartbeat datagrams in flight")->capture_default_str();
-  app.add_option("--acquire-window", o.acquire_window, "acquire requests in flight")->capture_default_str();
-  app.add_option("--lockd", o.lockd, "ADDR:PORT of a running lockd (default: start one)");
-  app.add_option("--key-file", o.key_file, "key file (with --lockd)");
-  app.add_option("--store-dir", o.store_dir, "directory for the started lockd's store")->capture_default_str();
-  app.add_option("--lockd-binary", o.lockd_binary, "leasehold-lockd to start")->capture_default_str();
-  app.add_flag("!--no-baseline", o.baseline, "skip the UDP reflector baseline");
-  CLI11_PARSE(app, argc, argv);
-
+/// A started leasehold-lockd on a temporary store; stopped (and its directory removed) at the end.
+struct StartedLockd {
   fs::path tmp;
   pid_t pid = -1;
-  SocketAddress lockd_addr;
-  if (o.lockd.empty()) {
-    char tmpl[4096];
-    std::snprintf(tmpl, sizeof tmpl, "%s/lockd-load-XXXXXX", o.store_dir.c_str());
-    if (::mkdtemp(tmpl) == nullptr) {
-      std::perror("mkdtemp");
-      return 1;
+  SocketAddress address;
+  ~StartedLockd() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
     }
-    tmp = tmpl;
-    o.key_file = (tmp / "key").string();
-    if (auto err = wire::generate_key_file(o.key_file); !err.empty()) {
-      std::fprintf(stderr, "%s\n", err.c_str());
-      return 1;
-    }
-    int out[2];
-    if (::pipe(out) != 0) return 1;
-    pid = ::fork();
-    if (pid == 0) {
-      ::dup2(out[1], 1);
-      const int devnull = ::open((tmp / "lockd.log").c_str(), O_WRONLY | O_CREAT, 0600);
-      ::dup2(devnull, 2);
-      const std::string store = (tmp / "lockd.db").string();
-      const std::string max_names = std::to_string(static_cast<std::uint64_t>(o.workers) * o.sandboxes * 2 + 1024);
-      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--key-file", o.key_file.c_str(), "--store",
-              store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    char line[256] = {};
-    std::size_t len = 0;
-    while (len < sizeof line - 1) {
-      const ssize_t n = ::read(out[0], line + len, 1);
-      if (n <= 0 || line[len] == '\n') break;
-      ++len;
-    }
-    line[len] = 0;
-    auto a = SocketAddress::parse(std::string(line).substr(std::strlen("listening ")));
-    if (std::strncmp(line, "listening ", 10) != 0 || !a) {
-      std::fprintf(stderr, "lockd did not start (%s); see %s\n", line, (tmp / "lockd.log").c_str());
-      return 1;
-    }
-    lockd_addr = *a;
-    std::printf("started lockd pid %d on %s, store %s\n", pid, lockd_addr.str().c_str(), (tmp / "lockd.db").c_str());
-  } else {
-    auto a = SocketAddress::parse(o.lockd);
-    if (!a) return 2;
-    lockd_addr = *a;
   }
-  auto key = wire::load_key_file(o.key_file);
-  if (!key) {
-    std::fprintf(stderr, "%s\n", key.error.c_str());
-    return 1;
-  }
+};
 
+/// Starts lockd with a fresh cluster key (written to *key_file). `shared_keys`: under the
+/// shared-worker-key ablation (every worker signs with one key: the figure before per-worker
+/// keys). nullptr if it does not start.
+std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, std::string* key_file) {
+  auto l = std::make_unique<StartedLockd>();
+  char tmpl[4096];
+  std::snprintf(tmpl, sizeof tmpl, "%s/lockd-load-XXXXXX", o.store_dir.c_str());
+  if (::mkdtemp(tmpl) == nullptr) {
+    std::perror("mkdtemp");
+    return nullptr;
+  }
+  l->tmp = tmpl;
+  *key_file = (l->tmp / "key").string();
+  if (auto err = wire::generate_key_file(*key_file); !err.empty()) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    return nullptr;
+  }
+  int out[2];
+  if (::pipe(out) != 0) return nullptr;
+  l->pid = ::fork();
+  if (l->pid == 0) {
+    ::dup2(out[1], 1);
+    const int devnull = ::open((l->tmp / "lockd.log").c_str(), O_WRONLY | O_CREAT, 0600);
+    ::dup2(devnull, 2);
+    if (shared_keys) ::setenv("LEASEHOLD_ABLATE", "shared-worker-key", 1);
+    else ::unsetenv("LEASEHOLD_ABLATE");
+    const std::string store = (l->tmp / "lockd.db").string();
+    const std::string max_names = std::to_string(static_cast<std::uint64_t>(o.workers) * o.sandboxes * 2 + 1024);
+    ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--key-file", key_file->c_str(), "--store",
+            store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  char line[256] = {};
+  std::size_t len = 0;
+  while (len < sizeof line - 1) {
+    const ssize_t n = ::read(out[0], line + len, 1);
+    if (n <= 0 || line[len] == '\n') break;
+    ++len;
+  }
+  ::close(out[0]);
+  line[len] = 0;
+  auto a = SocketAddress::parse(std::string(line).substr(std::min<std::size_t>(len, std::strlen("listening "))));
+  if (std::strncmp(line, "listening ", 10) != 0 || !a) {
+    std::fprintf(stderr, "lockd did not start (%s); see %s\n", line, (l->tmp / "lockd.log").c_str());
+    return nullptr;
+  }
+  l->address = *a;
+  std::printf("started lockd pid %d on %s (%s), store %s\n", l->pid, l->address.str().c_str(),
+              shared_keys ? "one shared worker key: the ablation" : "per-worker keys", (l->tmp / "lockd.db").c_str());
+  return l;
+}
+
+/// The simulated workers, each signing with the key lockd issues it: its own derived key
+/// (HKDF of the cluster key and its id), or the one shared key under the ablation. A key file
+/// that is not a cluster key (--lockd with some other key) is used as it is.
+std::vector<Worker> make_workers(const Options& o, const wire::WireKey& key, bool shared_keys) {
   std::vector<Worker> workers(o.workers);
   for (unsigned w = 0; w < o.workers; ++w) {
     workers[w].id = WorkerId{0x10ad, w + 1};
-    workers[w].sender = std::make_unique<wire::Sender>(workers[w].id, wire::seq_seed(), *key.key);
+    const wire::WireKey k = key.kind == wire::KeyKind::cluster
+                                ? wire::derive_worker_key_as_issued(key, workers[w].id, shared_keys)
+                                : key;
+    workers[w].sender = std::make_unique<wire::Sender>(workers[w].id, wire::seq_seed(), k);
     for (unsigned s = 0; s < o.sandboxes; ++s) {
       wire::HeartbeatEntry e;
       e.name_id = name_id_of("load/w" + std::to_string(w) + "/s" + std::to_string(s));
@@ -495,13 +502,15 @@ int main(int argc, char** argv) {
       workers[w].leases.push_back(e);
     }
   }
-  std::printf("%u workers x %u sandboxes = %u leases; 2 cores shared by lockd and this generator\n", o.workers,
-              o.sandboxes, o.workers * o.sandboxes);
-  std::fflush(stdout);
-  int rc = 0;
+  return workers;
+}
+
+/// Acquires every name, then refreshes for o.seconds; the refresh result (per_s 0 on failure).
+RefreshResult run_against(std::vector<Worker>& workers, const SocketAddress& lockd_addr, const Options& o,
+                          pid_t pid, int* rc) {
   if (!acquire_all(workers, lockd_addr, o, pid)) {
     std::fprintf(stderr, "some acquires were refused\n");
-    rc = 1;
+    *rc = 1;
   }
   print_lockd_stats(lockd_addr, *workers[0].sender,
                     {"store_commits", "store_changes", "store_commit_us_p50", "store_commit_us_p99",
@@ -525,20 +534,90 @@ int main(int argc, char** argv) {
               "; lockd CPU %.2f s = %.3f CPU-s per 1M refreshes; generator CPU %.2f s\n",
               r.entries, r.seconds, r.per_s, r.datagrams, o.window, r.not_refreshed, r.cpu_s,
               r.entries == 0 ? 0.0 : r.cpu_s / (static_cast<double>(r.entries) / 1e6), r.generator_cpu_s);
-  if (r.not_refreshed != 0) rc = 1;
-  print_lockd_stats(lockd_addr, *workers[0].sender, {"refresh_entries", "kernel_drops", "sends_failed"});
-  if (o.baseline) {
-    Reflector reflector;
-    const RefreshResult b = refresh_rounds(workers, reflector.address(), o, -1, false);
-    std::printf("baseline (UDP reflector, same datagrams): %.0f entries/s (generator + reflector CPU %.2f s); "
-                "lockd/baseline = %.2f\n",
-                b.per_s, b.generator_cpu_s, b.per_s > 0 ? r.per_s / b.per_s : 0.0);
+  if (r.not_refreshed != 0) *rc = 1;
+  print_lockd_stats(lockd_addr, *workers[0].sender, {"refresh_entries", "kernel_drops", "sends_failed", "derived_keys"});
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  unsigned key_rounds = 2;
+  CLI::App app{"leasehold-lockd-load: durable acquires and batched refreshes against lockd over loopback UDP"};
+  app.add_option("--workers", o.workers, "simulated workers (one sender id each)")->capture_default_str();
+  app.add_option("--sandboxes", o.sandboxes, "sandboxes (leases) per worker")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "refresh phase duration, seconds")->capture_default_str();
+  app.add_option("--window", o.window, "heartbeat datagrams in flight")->capture_default_str();
+  app.add_option("--acquire-window", o.acquire_window, "acquire requests in flight")->capture_default_str();
+  app.add_option("--lockd", o.lockd, "ADDR:PORT of a running lockd (default: start one)");
+  app.add_option("--key-file", o.key_file, "key file (with --lockd): a cluster key (each worker's key is derived from it) or one key for all");
+  app.add_option("--store-dir", o.store_dir, "directory for the started lockd's store")->capture_default_str();
+  app.add_option("--lockd-binary", o.lockd_binary, "leasehold-lockd to start")->capture_default_str();
+  app.add_option("--key-rounds", key_rounds,
+                 "started lockd: runs with per-worker keys and with one shared worker key (the "
+                 "shared-worker-key ablation), alternating, this many of each; the report compares "
+                 "their refreshes/s (0: per-worker keys only)")
+      ->capture_default_str();
+  app.add_flag("!--no-baseline", o.baseline, "skip the UDP reflector baseline");
+  CLI11_PARSE(app, argc, argv);
+  std::printf("%u workers x %u sandboxes = %u leases; 2 cores shared by lockd and this generator\n", o.workers,
+              o.sandboxes, o.workers * o.sandboxes);
+  std::fflush(stdout);
+  int rc = 0;
+
+  if (!o.lockd.empty()) {
+    auto a = SocketAddress::parse(o.lockd);
+    if (!a) return 2;
+    auto key = wire::load_key_file(o.key_file);
+    if (!key) {
+      std::fprintf(stderr, "%s\n", key.error.c_str());
+      return 1;
+    }
+    std::vector<Worker> workers = make_workers(o, *key.key, false);
+    run_against(workers, *a, o, -1, &rc);
+    return rc;
   }
-  if (pid > 0) {
-    ::kill(pid, SIGTERM);
-    ::waitpid(pid, nullptr, 0);
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
+
+  // Per-worker keys against one shared key, alternating (so drift of a loaded machine hits both).
+  std::vector<double> per_worker, shared;
+  std::vector<Worker> last;
+  const unsigned runs = key_rounds == 0 ? 1 : 2 * key_rounds;
+  for (unsigned i = 0; i < runs; ++i) {
+    const bool shared_keys = key_rounds != 0 && i % 2 == 1;
+    std::string key_file;
+    auto l = start_lockd(o, shared_keys, &key_file);
+    if (!l) return 1;
+    auto key = wire::load_key_file(key_file);
+    if (!key) {
+      std::fprintf(stderr, "%s\n", key.error.c_str());
+      return 1;
+    }
+    std::vector<Worker> workers = make_workers(o, *key.key, shared_keys);
+    const RefreshResult r = run_against(workers, l->address, o, l->pid, &rc);
+    (shared_keys ? shared : per_worker).push_back(r.per_s);
+    if (i + 1 == runs) last = std::move(workers);
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double t = 0;
+    for (double x : v) t += x;
+    return v.empty() ? 0.0 : t / static_cast<double>(v.size());
+  };
+  if (!shared.empty()) {
+    std::string pw, sh;
+    for (double x : per_worker) pw += (pw.empty() ? "" : ", ") + std::to_string(static_cast<long long>(x));
+    for (double x : shared) sh += (sh.empty() ? "" : ", ") + std::to_string(static_cast<long long>(x));
+    const double ratio = mean(shared) > 0 ? mean(per_worker) / mean(shared) : 0.0;
+    std::printf("per-worker keys: %.0f refreshes/s (runs: %s); one shared key: %.0f refreshes/s (runs: %s); "
+                "per-worker/shared = %.3f (target >= 0.95)\n",
+                mean(per_worker), pw.c_str(), mean(shared), sh.c_str(), ratio);
+  }
+  if (o.baseline && !last.empty()) {
+    Reflector reflector;
+    const RefreshResult b = refresh_rounds(last, reflector.address(), o, -1, false);
+    std::printf("baseline (UDP reflector, same datagrams): %.0f entries/s (generator + reflector CPU %.2f s); "
+                "lockd (per-worker keys)/baseline = %.2f\n",
+                b.per_s, b.generator_cpu_s, b.per_s > 0 ? mean(per_worker) / b.per_s : 0.0);
   }
   return rc;
 }
