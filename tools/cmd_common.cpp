@@ -99,12 +99,20 @@ Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std
   resolve(f);
   const std::string w(what);
   if (answer.error.rfind("no answer", 0) == 0 || answer.error.rfind("cannot send", 0) == 0) {
+    const std::string& file = f.admin_key_file.empty() ? f.key_file : f.admin_key_file;
+    const wire::KeyLoad key = wire::load_key_file(file);
+    const std::string which = key ? std::string(wire::to_string(key.key->kind)) + " key id " +
+                                        std::to_string(key.key->kind == wire::KeyKind::cluster
+                                                           ? (key.key->key_id | wire::kAdminKeyIdBit)
+                                                           : key.key->key_id)
+                                  : std::string("unreadable");
     return {kUnreachable, w + ": lockd at " + f.lockd + " is unreachable: no answer within " +
                               std::to_string(f.timeout_ms) + " ms (" +
                               std::to_string(answer.attempts) +
-                              " attempts). Is leasehold-lockd running there, and does it use the "
-                              "same key file (" + f.key_file + ")? Unauthenticated requests are dropped "
-                              "without an answer."};
+                              " attempts). Is leasehold-lockd running there, and does it have the key of " +
+                              file + " (" + which + ")? A wrong key, or one a key rotation removed, is "
+                              "dropped without an answer like any unauthenticated request (lockd counts "
+                              "it as reject_unknown_key or reject_bad_tag)."};
   }
   if (answer.error.rfind("lockd answered error", 0) == 0) return {kRefused, w + ": " + answer.error};
   if (!answer.error.empty()) return {kInternal, w + ": " + answer.error};

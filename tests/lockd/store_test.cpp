@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <random>
 
 namespace leasehold::lockd {
@@ -420,15 +421,21 @@ struct ScopedUmask {
   mode_t old;
 };
 
+/// A store at `p` with one held name at epoch `e`, open.
+std::unique_ptr<NameStore> store_with_one_name(const fs::path& p, Epoch e) {
+  auto s = std::make_unique<NameStore>(p.string());
+  const StoredName rows[] = {held(1, e)};
+  s->commit(rows, e);
+  return s;
+}
+
 TEST(NameStoreFiles, StoreAndWalAre0600WhateverTheUmask) {
   ScopedUmask u(022);
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
   {
-    NameStore s(p.string());
-    const StoredName rows[] = {held(1, 1)};
-    s.commit(rows, 1);
-    EXPECT_TRUE(s.modes_fixed().empty());
+    const auto s = store_with_one_name(p, 1);
+    EXPECT_TRUE(s->modes_fixed().empty());
     EXPECT_EQ(mode_of(p), 0600u);
     ASSERT_TRUE(fs::exists(p.string() + "-wal"));
     EXPECT_EQ(mode_of(p.string() + "-wal"), 0600u);
@@ -442,11 +449,7 @@ TEST(NameStoreFiles, ExistingFilesOthersCouldReadAreMade0600) {
   ScopedUmask u(022);
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
-  {
-    NameStore s(p.string());
-    const StoredName rows[] = {held(1, 3)};
-    s.commit(rows, 3);
-  }
+  store_with_one_name(p, 3).reset();
   ASSERT_EQ(::chmod(p.c_str(), 0644), 0);
   if (fs::exists(p.string() + "-wal")) {
     ASSERT_EQ(::chmod((p.string() + "-wal").c_str(), 0666), 0);
