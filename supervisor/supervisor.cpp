@@ -372,9 +372,9 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
     if (!kl) return kl.error;
     if (kl.key->kind != wire::KeyKind::worker)
-      return "--key-file " + cfg.key_file + " is a " + std::string(wire::to_string(kl.key->kind)) +
+      return "--key-file " + cfg.key_file + " holds a " + std::string(wire::to_string(kl.key->kind)) +
              " key; a supervisor holds only its worker key (make it with: leasehold-lockd "
-             "--derive-worker-key --worker-id ID --key-file CLUSTER_KEY --out " + cfg.key_file + ")";
+             "--derive-worker-key --worker-id ID --key-file CLUSTER_KEY --out WORKER_KEY)";
     if (cfg.worker_id && *cfg.worker_id != kl.key->worker)
       return "--worker-id " + cfg.worker_id->str() + " is not the worker of key file " + cfg.key_file +
              " (" + kl.key->worker.str() + ")";
@@ -850,7 +850,7 @@ std::string Supervisor::Impl::lock_worker() {
       if (e == EWOULDBLOCK)
         return "worker " + worker.str() + " already has a live supervisor (pid " +
                std::string(pid, std::strcspn(pid, "\n")) + ", lock " + path +
-               "); stop it first, or give this one another --worker-id";
+               "); stop it first (a worker runs one supervisor; another worker needs its own key)";
       return "cannot lock " + path + ": " + std::strerror(e);
     }
     struct stat held {}, named {};

@@ -79,7 +79,7 @@ std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& fai
     return nullptr;
   }
   if (admin && key.key->kind != wire::KeyKind::admin) {
-    failure = {kUsage, "--admin-key-file " + flags.admin_key_file + " is a " +
+    failure = {kUsage, "--admin-key-file " + flags.admin_key_file + " holds a " +
                            std::string(wire::to_string(key.key->kind)) +
                            " key, not an admin key (make one with leasehold-lockd --generate-key PATH --kind admin "
                            "--key-id N, and start lockd with --admin-key-file PATH)"};
@@ -124,10 +124,19 @@ Failure deny_failure(const wire::Deny& d, std::string_view name) {
   const std::string n = "\"" + std::string(name) + "\"";
   switch (d.refusal) {
     case Refusal::unknown_name:
-      return {kNotFound, "unknown name " + n + ": lockd has no record of it (never acquired, or "
-                         "released; `leasehold names` lists the known ones)"};
+      return {kNotFound, "unknown name " + n + ": lockd has no record of it (never acquired, released, "
+                         "or its lease expired; `leasehold names` lists the known ones)"};
     case Refusal::invalid_name:
       return {kUsage, "malformed name " + n + ": " + validate_name(name)};
+    case Refusal::forbidden:
+      // lockd tells nothing of a name that is not the key's: no state or epoch to print.
+      return {kRefused, n + " refused by lockd: forbidden: this key may not do that: a worker key acts only on "
+                            "names its own sandboxes hold (or that are bound or reserved to its worker) and "
+                            "cannot revoke, transfer, reassign or list; an admin key sends no worker "
+                            "messages (acquire, commit, release)"};
+    case Refusal::table_full:
+      return {kRefused, n + " refused by lockd: table_full: lockd's name table (--max-names) or worker "
+                            "table (--max-workers) is full"};
     default:
       break;
   }
@@ -243,10 +252,19 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
   // Name the holder and epoch unless the message already does.
   if (a.contains("holder") && a["holder"].is_string() &&
       msg.find(a["holder"].get<std::string>()) == std::string::npos) {
-    msg += " [holder " + a["holder"].get<std::string>();
-    if (a.contains("epoch") && a["epoch"].is_number()) msg += ", epoch " + std::to_string(a["epoch"].get<std::uint64_t>());
-    msg += "]";
+    const std::string holder = a["holder"].get<std::string>();
+    const bool nobody = holder.empty() || holder == SandboxId{}.str();  // e.g. a lock-delay: no holder
+    if (!nobody) {
+      msg += " [holder " + holder;
+      if (a.contains("epoch") && a["epoch"].is_number()) msg += ", epoch " + std::to_string(a["epoch"].get<std::uint64_t>());
+      msg += "]";
+    } else if (a.contains("epoch") && a["epoch"].is_number()) {
+      msg += " [epoch " + std::to_string(a["epoch"].get<std::uint64_t>()) + "]";
+    }
   }
+  if (a.value("reason", std::string()) == "lock_delay")
+    msg += " (the name is grantable once the old holder's kill is confirmed or its lease would have expired; "
+           "`leasehold show` with an admin key says when)";
   if (code == "held" || code == "refused" || code == "killswitch" || code == "table_full" || code == "busy" ||
       code == "shutting_down")
     return {kRefused, msg};

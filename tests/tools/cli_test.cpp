@@ -290,6 +290,26 @@ TEST_F(CliTest, MalformedSandboxOrEpochIsAUsageError) {
   EXPECT_ANSWER(epoch, kUsage, "--epoch 0");
 }
 
+// A worker key asking about another worker's name is refused forbidden; lockd tells nothing of
+// the name, and the CLI prints no state or epoch it was not told (it used to print "state free,
+// epoch 0" for a held name).
+TEST_F(CliTest, ForbiddenIsPrintedWithoutMadeUpState) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  ASSERT_NE(held_at_lockd("orders", patient_lockd_flags(addr)), 0u);
+  const std::string worker_key = (dir_ / "other-worker.key").string();
+  auto cluster = wire::load_key_file(key_);
+  ASSERT_TRUE(cluster) << cluster.error;
+  ASSERT_EQ(wire::write_key_file(worker_key, wire::derive_worker_key(*cluster.key, WorkerId{0x77, 0x77})), "");
+  for (const auto& op : std::vector<std::vector<std::string>>{{"show", "orders"}, {"revoke", "orders"}}) {
+    const Result r = cli(with(op, {"--lockd", addr, "--key-file", worker_key, "--timeout-ms", "10000"}));
+    SCOPED_TRACE(op[0]);
+    EXPECT_ANSWER(r, kRefused, "\"orders\" refused by lockd: forbidden: this key may not");
+    EXPECT_EQ(r.err.find("state "), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("epoch"), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(CliTest, UnknownNameIsNotFoundAndKnownNamesAreListed) {
   const std::string addr = start_lockd();
   ASSERT_FALSE(addr.empty());
