@@ -94,14 +94,14 @@ std::size_t size_of(const Acquire& m) noexcept { return 2 * kIdBytes + 4 + 1 + 1
 std::size_t size_of(const Commit&) noexcept { return 3 * kIdBytes + 8; }
 std::size_t size_of(const Heartbeat& m) noexcept { return 4 + 2 + m.entries.size() * kHeartbeatEntryBytes; }
 std::size_t size_of(const Release&) noexcept { return 2 * kIdBytes + 8; }
-std::size_t size_of(const TransferBegin&) noexcept { return 3 * kIdBytes + 8; }
+std::size_t size_of(const TransferBegin&) noexcept { return 4 * kIdBytes + 8; }
 std::size_t size_of(const TransferComplete&) noexcept { return kIdBytes + 8; }
 std::size_t size_of(const TransferAccept&) noexcept { return 3 * kIdBytes; }
 std::size_t size_of(const Revoke&) noexcept { return kIdBytes + 8 + 1; }
 std::size_t size_of(const Revoked&) noexcept { return kIdBytes + 8 + 8; }
 std::size_t size_of(const RevokedAck&) noexcept { return kIdBytes + 8 + 1; }
 std::size_t size_of(const KillConfirmed&) noexcept { return 2 * kIdBytes + 8; }
-std::size_t size_of(const Reassign&) noexcept { return 2 * kIdBytes; }
+std::size_t size_of(const Reassign&) noexcept { return 3 * kIdBytes; }
 std::size_t size_of(const WorkerHeartbeat& m) noexcept { return kIdBytes + 2 + m.held.size() * kHeartbeatEntryBytes; }
 std::size_t size_of(const IsRunning&) noexcept { return 2 * kIdBytes + 8; }
 std::size_t size_of(const List&) noexcept { return 8 + 2; }
@@ -179,14 +179,16 @@ void put(Writer& w, const Heartbeat& m) {
   put_entries(w, m.entries);
 }
 void put(Writer& w, const Release& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); }
-void put(Writer& w, const TransferBegin& m) { w.id(m.name_id); w.id(m.from); w.u64(m.epoch); w.id(m.to); }
+void put(Writer& w, const TransferBegin& m) {
+  w.id(m.name_id); w.id(m.from); w.u64(m.epoch); w.id(m.to); w.id(m.to_worker);
+}
 void put(Writer& w, const TransferComplete& m) { w.id(m.name_id); w.u64(m.new_epoch); }
 void put(Writer& w, const TransferAccept& m) { w.id(m.name_id); w.id(m.to); w.id(m.worker); }
 void put(Writer& w, const Revoke& m) { w.id(m.name_id); w.u64(m.expected_epoch); w.boolean(m.force); }
 void put(Writer& w, const Revoked& m) { w.id(m.name_id); w.u64(m.epoch); w.u64(m.new_epoch); }
 void put(Writer& w, const RevokedAck& m) { w.id(m.name_id); w.u64(m.epoch); w.boolean(m.running); }
 void put(Writer& w, const KillConfirmed& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); }
-void put(Writer& w, const Reassign& m) { w.id(m.name_id); w.id(m.to); }
+void put(Writer& w, const Reassign& m) { w.id(m.name_id); w.id(m.to); w.id(m.worker); }
 void put(Writer& w, const WorkerHeartbeat& m) {
   w.id(m.worker);
   put_entries(w, m.held);
@@ -418,7 +420,8 @@ bool get(Reader& r, Release& m) {
 }
 bool get(Reader& r, TransferBegin& m) {
   return r.id(m.name_id, "transfer_begin.name_id") && r.id(m.from, "transfer_begin.from") &&
-         r.u64(m.epoch, "transfer_begin.epoch") && r.id(m.to, "transfer_begin.to");
+         r.u64(m.epoch, "transfer_begin.epoch") && r.id(m.to, "transfer_begin.to") &&
+         r.id(m.to_worker, "transfer_begin.to_worker");
 }
 bool get(Reader& r, TransferComplete& m) {
   return r.id(m.name_id, "transfer_complete.name_id") && r.u64(m.new_epoch, "transfer_complete.new_epoch");
@@ -443,7 +446,9 @@ bool get(Reader& r, KillConfirmed& m) {
   return r.id(m.name_id, "kill_confirmed.name_id") && r.id(m.sandbox, "kill_confirmed.sandbox") &&
          r.u64(m.epoch, "kill_confirmed.epoch");
 }
-bool get(Reader& r, Reassign& m) { return r.id(m.name_id, "reassign.name_id") && r.id(m.to, "reassign.to"); }
+bool get(Reader& r, Reassign& m) {
+  return r.id(m.name_id, "reassign.name_id") && r.id(m.to, "reassign.to") && r.id(m.worker, "reassign.worker");
+}
 bool get(Reader& r, WorkerHeartbeat& m) {
   return r.id(m.worker, "worker_heartbeat.worker") && get_entries(r, m.held, kWorkerBeatFields);
 }
@@ -680,6 +685,7 @@ std::string_view to_string(DecodeError e) noexcept {
     case DecodeError::stale_seq: return "stale_seq";
     case DecodeError::request_id_reused: return "request_id_reused";
     case DecodeError::unknown_key: return "unknown_key";
+    case DecodeError::seq_out_of_range: return "seq_out_of_range";
   }
   return "unknown";
 }
@@ -705,6 +711,7 @@ std::string_view to_string(EncodeError e) noexcept {
     case EncodeError::invalid_name: return "invalid_name";
     case EncodeError::bad_text: return "bad_text";
     case EncodeError::bad_flags: return "bad_flags";
+    case EncodeError::seq_exhausted: return "seq_exhausted";
   }
   return "unknown";
 }

@@ -49,7 +49,7 @@ namespace leasehold::wire {
 
 inline constexpr std::uint32_t kMagic = 0x3157484Cu;  ///< bytes "LHW1" little-endian
 /// 2: key_id in the header, per-worker keys; 3: a Grant carries lockd's signed token
-inline constexpr std::uint8_t kVersion = 3;
+inline constexpr std::uint8_t kVersion = 4;
 inline constexpr std::size_t kDatagramBytesMax = 1400;  ///< below a 1500-byte MTU with IPv6+UDP
 inline constexpr std::size_t kHeaderBytes = 44;
 inline constexpr std::size_t kTagBytes = 32;  ///< HMAC-SHA256
@@ -149,8 +149,13 @@ enum class DecodeError : std::uint8_t {
   stale_seq = 16,        ///< seq below the sender's window, or zero
   request_id_reused = 17,///< request_id has a cached answer for a different request
   unknown_key = 18,      ///< no key for this (sender, key_id): found before authentication, dropped
+  seq_out_of_range = 19, ///< seq at or above kSeqLimit: no sender makes one (seeds are far below)
 };
-inline constexpr std::size_t kDecodeErrorCount = 19;
+inline constexpr std::size_t kDecodeErrorCount = 20;
+/// Every seq is below this (2^63). A sender's seed is CLOCK_REALTIME nanoseconds (about 2^61 in
+/// this century); a receiver refuses a seq at or above it, so a window's highest seq + 1 (its
+/// seq_floor) never overflows and one datagram cannot push a sender's window to the top.
+inline constexpr std::uint64_t kSeqLimit = std::uint64_t{1} << 63;
 /// Stable snake_case text ("length_mismatch").
 std::string_view to_string(DecodeError e) noexcept;
 /// True if a datagram rejected for this reason authenticated (and so deserves an Error answer).
@@ -169,6 +174,7 @@ struct DecodeStats {
   std::uint64_t resends_refused_source = 0;  ///< cached answer not resent: another source address
   std::uint64_t resends_refused_rate = 0;    ///< cached answer not resent: too often, or too many
   std::uint64_t error_answers_suppressed = 0;  ///< replay/stale errors not answered (rate bound)
+  std::uint64_t error_answers_refused_source = 0;  ///< replay/stale errors not sent: another address
   void count(DecodeError e) noexcept {
     if (e == DecodeError::none) ++accepted;
     else ++rejected[static_cast<std::size_t>(e) < kDecodeErrorCount ? static_cast<std::size_t>(e) : 0];
@@ -180,7 +186,7 @@ struct DecodeStats {
 /// codec/receiver); 64.. are service errors. Unknown codes are kept as their number.
 enum class ErrorCode : std::uint16_t {
   none = 0,
-  // 1..18: as DecodeError
+  // 1..19: as DecodeError
   internal = 64,     ///< the service failed (store error); the request may be retried
   overloaded = 65,   ///< too many requests in flight; retry with backoff
   unsupported = 66,  ///< a well-formed request this service does not implement
@@ -197,6 +203,7 @@ enum class EncodeError : std::uint8_t {
   invalid_name = 4,      ///< a name text breaks validate_name
   bad_text = 5,          ///< a text field over its limit
   bad_flags = 6,         ///< header.flags has bits outside kFlagsKnown
+  seq_exhausted = 7,     ///< Sender: the next seq would be at or above kSeqLimit
 };
 std::string_view to_string(EncodeError e) noexcept;
 
@@ -260,12 +267,15 @@ struct Release {
   friend bool operator==(const Release&, const Release&) = default;
 };
 
-/// Held(from) → Transferring (epoch +1). Answer: TransferState or Deny.
+/// Held(from) → Transferring (epoch +1). Answer: TransferState or Deny. The reservation the
+/// transfer leaves is for (to, to_worker): only to_worker may acquire it (lockd refuses a nil
+/// to_worker: bad_request).
 struct TransferBegin {
   NameId name_id;
   SandboxId from;
   Epoch epoch = 0;  ///< from's current epoch
   SandboxId to;
+  WorkerId to_worker;  ///< the worker that runs `to`
   friend bool operator==(const TransferBegin&, const TransferBegin&) = default;
 };
 
@@ -324,10 +334,12 @@ struct KillConfirmed {
   friend bool operator==(const KillConfirmed&, const KillConfirmed&) = default;
 };
 
-/// Free → Free reserved for `to`, epoch +1. Answer: Ok{new epoch} or Deny.
+/// Free → Free reserved for (`to`, `worker`), epoch +1: only `worker` may acquire it (lockd
+/// refuses a nil worker: bad_request). Answer: Ok{new epoch} or Deny.
 struct Reassign {
   NameId name_id;
   SandboxId to;
+  WorkerId worker;  ///< the worker that runs `to`
   friend bool operator==(const Reassign&, const Reassign&) = default;
 };
 

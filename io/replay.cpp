@@ -16,6 +16,7 @@ namespace leasehold::wire {
 
 DecodeError ReplayWindow::check(std::uint64_t seq) const noexcept {
   if (seq == 0) return DecodeError::stale_seq;
+  if (seq >= kSeqLimit) return DecodeError::seq_out_of_range;  // so highest_ + 1 never overflows
   if (seq > highest_) return DecodeError::none;
   const std::uint64_t behind = highest_ - seq;
   if (behind >= kReplayWindowSeqs) return DecodeError::stale_seq;
@@ -23,7 +24,7 @@ DecodeError ReplayWindow::check(std::uint64_t seq) const noexcept {
 }
 
 void ReplayWindow::record(std::uint64_t seq) noexcept {
-  assert(check(seq) == DecodeError::none);
+  assert(check(seq) == DecodeError::none || check(seq) == DecodeError::seq_out_of_range);  // (ablation)
   if (seq > highest_) {
     const std::uint64_t shift = seq - highest_;
     bitmap_ = shift >= kReplayWindowSeqs ? 0 : bitmap_ << shift;
@@ -38,12 +39,12 @@ std::uint64_t seq_seed() noexcept {
   // Test hook: a seed as if the wall clock had been stepped (tests of restarts after a step).
   if (const char* forced = std::getenv("LEASEHOLD_TEST_SEQ_SEED"); forced != nullptr && *forced != '\0') {
     const std::uint64_t v = std::strtoull(forced, nullptr, 10);
-    if (v != 0) return v;
+    if (v != 0 && v < kSeqLimit) return v;
   }
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);
   const auto ns = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-  return ns == 0 ? 1 : ns;
+  return ns == 0 || ns >= kSeqLimit ? 1 : ns;  // kSeqLimit ns is the year 2262
 }
 
 bool seq_resync_ablated() noexcept {
@@ -58,6 +59,7 @@ Sender::Sender(WorkerId self, std::uint64_t first_seq, const WireKey& key)
 
 EncodeResult Sender::seal_into(const Authenticator& auth, std::uint16_t key_id, std::uint64_t request_id,
                                const Body& body, std::span<std::uint8_t> out, std::uint16_t flags) noexcept {
+  if (next_seq_ >= kSeqLimit) return EncodeResult{0, EncodeError::seq_exhausted};  // lockd would refuse it
   Header h;
   h.flags = flags;
   h.sender = self_;
@@ -87,6 +89,7 @@ void Sender::rekey(const WireKey& key) {
 }
 
 bool Sender::restamp(std::span<std::uint8_t> datagram) noexcept {
+  if (next_seq_ >= kSeqLimit) return false;
   if (datagram.size() < kDatagramBytesMin) return false;
   datagram[kHeaderBytes - 2] = static_cast<std::uint8_t>(key_id_ & 0xFF);  // key_id, little-endian
   datagram[kHeaderBytes - 1] = static_cast<std::uint8_t>(key_id_ >> 8);
@@ -177,6 +180,14 @@ struct Receiver::State {
     WindowKey key;
     ReplayWindow window;
     std::int64_t last_error_ns = INT64_MIN;  ///< last replay/stale error answered
+    SocketAddress last_from;                 ///< where the last datagram the window took came from
+    std::int64_t last_taken_ns = INT64_MIN;  ///< when
+    std::int64_t last_foreign_error_ns = INT64_MIN;  ///< last stale_seq answered to another address
+    void take(std::uint64_t seq, const SocketAddress* from, std::int64_t now_ns) noexcept {
+      window.record(seq);
+      if (from != nullptr) last_from = *from;
+      last_taken_ns = now_ns;
+    }
   };
   std::list<SenderWindow> lru;
   std::unordered_map<WindowKey, std::list<SenderWindow>::iterator, WindowKeyHash> windows;
@@ -222,7 +233,7 @@ struct Receiver::State {
       windows.erase(lru.back().key);
       lru.pop_back();
     }
-    lru.push_front(SenderWindow{key, ReplayWindow{}});
+    lru.push_front(SenderWindow{key, ReplayWindow{}, INT64_MIN, SocketAddress{}, INT64_MIN, INT64_MIN});
     windows.emplace(key, lru.begin());
     return lru.front();
   }
@@ -277,14 +288,18 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
   const bool admin_window = match.authority == Authority::admin || match.authority == Authority::root;
   State::SenderWindow& sw = s.window_of(State::WindowKey{h.sender, admin_window});
   ReplayWindow& window = sw.window;
-  const DecodeError seq_error = window.check(h.seq);
+  DecodeError seq_error = window.check(h.seq);
+  if (s.limits.ablate_seq_limit && seq_error == DecodeError::seq_out_of_range)
+    seq_error = h.seq > window.highest() ? DecodeError::none : DecodeError::replayed;
 
   // A retry (new seq) or a duplicate (replayed seq) of an answered request: the same bytes again,
   // only to where they went first, only while the seq is inside the window, at a bounded rate.
-  if (auto it = s.cache.find(CacheKey{h.sender, h.request_id}); it != s.cache.end() && seq_error != DecodeError::stale_seq) {
+  if (auto it = s.cache.find(CacheKey{h.sender, h.request_id}); it != s.cache.end() &&
+                                                             seq_error != DecodeError::stale_seq &&
+                                                             seq_error != DecodeError::seq_out_of_range) {
     State::Slot& slot = s.slots[it->second];
     if (slot.key.digest == a.key.digest) {
-      if (seq_error == DecodeError::none) window.record(h.seq);
+      if (seq_error == DecodeError::none) sw.take(h.seq, from, now_ns);
       a.verdict = Verdict::drop;
       const bool bounded = !s.limits.ablate_reflection_bounds;
       if (bounded && from != nullptr && slot.to.is_set() && !same_address(slot.to, *from)) {
@@ -306,7 +321,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
       return a;
     }
     if (seq_error == DecodeError::none) {
-      window.record(h.seq);
+      sw.take(h.seq, from, now_ns);
       a.verdict = Verdict::answer_error;
       a.reason = DecodeError::request_id_reused;
       a.detail = "request id " + std::to_string(h.request_id) + " was already used for a different " +
@@ -323,7 +338,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
     if (it->second.expires_ns <= now_ns) {
       s.in_flight.erase(it);
     } else if (it->second.digest == a.key.digest) {
-      if (seq_error == DecodeError::none) window.record(h.seq);
+      if (seq_error == DecodeError::none) sw.take(h.seq, from, now_ns);
       a.verdict = Verdict::drop;
       a.reason = DecodeError::none;
       a.detail = "retry of request id " + std::to_string(h.request_id) + " while its answer is pending";
@@ -334,16 +349,39 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
 
   if (seq_error != DecodeError::none) {
     a.reason = seq_error;
-    a.seq_floor = window.highest() + 1;
-    a.detail = seq_error == DecodeError::replayed
-                   ? "seq " + std::to_string(h.seq) + " was already received from this sender"
-                   : "seq " + std::to_string(h.seq) + " is below this sender's replay window (highest seq " +
-                         std::to_string(window.highest()) + ", window " + std::to_string(kReplayWindowSeqs) +
-                         "); continue from seq_floor";
+    a.seq_floor = window.highest() + 1;  // highest < kSeqLimit: no overflow
+    switch (seq_error) {
+      case DecodeError::replayed:
+        a.detail = "seq " + std::to_string(h.seq) + " was already received from this sender";
+        break;
+      case DecodeError::seq_out_of_range:
+        a.detail = "seq " + std::to_string(h.seq) + " is at or above 2^63, which no sender makes; refused";
+        break;
+      default:
+        a.detail = "seq " + std::to_string(h.seq) + " is below this sender's replay window (highest seq " +
+                   std::to_string(window.highest()) + ", window " + std::to_string(kReplayWindowSeqs) +
+                   "); continue from seq_floor";
+        break;
+    }
     s.stats.count(seq_error);
     // Never executed. Answered (so a restarted sender learns seq_floor) at a bounded rate per
-    // sender: a captured datagram replayed many times is not reflected many times.
-    if (!s.limits.ablate_reflection_bounds && sw.last_error_ns != INT64_MIN &&
+    // sender, and only to where the sender's last datagram came from: a captured datagram
+    // replayed, from anywhere, is not reflected. A sender restarted on another port (its wall
+    // clock stepped back) is answered stale_seq there only once its old address has been silent
+    // for kForeignErrorSilenceNs, and at most once per kForeignErrorIntervalNs.
+    const bool bounded = !s.limits.ablate_reflection_bounds;
+    if (bounded && from != nullptr && sw.last_from.is_set() && !same_address(sw.last_from, *from)) {
+      const bool restarted = seq_error == DecodeError::stale_seq && now_ns - sw.last_taken_ns >= kForeignErrorSilenceNs &&
+                             (sw.last_foreign_error_ns == INT64_MIN ||
+                              now_ns - sw.last_foreign_error_ns >= kForeignErrorIntervalNs);
+      if (!restarted) {
+        a.verdict = Verdict::drop;
+        ++s.stats.error_answers_refused_source;
+        return a;
+      }
+      sw.last_foreign_error_ns = now_ns;
+    }
+    if (bounded && sw.last_error_ns != INT64_MIN &&
         now_ns - sw.last_error_ns < kErrorAnswerIntervalNs) {
       a.verdict = Verdict::drop;
       ++s.stats.error_answers_suppressed;
@@ -353,7 +391,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
     a.verdict = Verdict::answer_error;
     return a;
   }
-  window.record(h.seq);
+  sw.take(h.seq, from, now_ns);
 
   DecodeResult d = decode_payload(h, datagram);
   a.reason = d.error;

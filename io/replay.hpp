@@ -35,7 +35,14 @@
 //   and resends at least kResendIntervalNs apart: a captured request replayed from other ports
 //   is not reflected (counted in DecodeStats::resends_refused).
 // - Error answers to replayed or stale datagrams are at most one per kErrorAnswerIntervalNs per
-//   sender (the rest dropped, counted in DecodeStats::error_answers_suppressed).
+//   sender (the rest dropped, counted in DecodeStats::error_answers_suppressed), and go only to
+//   the address the sender's last accepted datagram came from (else dropped, counted in
+//   error_answers_refused_source): a captured datagram replayed from other ports draws nothing.
+//   The one exception is a stale_seq after that address has been silent kForeignErrorSilenceNs
+//   (a sender restarted on a new port below its window learns seq_floor), once per
+//   kForeignErrorIntervalNs.
+// - Seq numbers are below kSeqLimit (2^63): a higher one is refused (seq_out_of_range), so the
+//   window's highest seq + 1 cannot overflow; a Sender never makes one (seq_exhausted).
 // - A replayed seq is never executed, heartbeats included: a retry needs a fresh seq
 //   (Sender::restamp), and the answer of one whose request was answered comes from the cache.
 // - Keys: a Keyring picks the key per (sender, key id) before the tag is checked (io/auth.hpp);
@@ -71,6 +78,11 @@ inline constexpr std::int64_t kInFlightExpiryNs = 10'000'000'000;
 inline constexpr std::uint32_t kResendsPerAnswerMax = 16;          ///< a client's attempts_max
 inline constexpr std::int64_t kResendIntervalNs = 5'000'000;        ///< between resends of one answer
 inline constexpr std::int64_t kErrorAnswerIntervalNs = 10'000'000;  ///< replay errors per sender
+/// A stale_seq from another address than the sender's last datagram is answered only once that
+/// address has been silent this long (the sender restarted on a new port) ...
+inline constexpr std::int64_t kForeignErrorSilenceNs = 1'000'000'000;
+/// ... and at most once per this interval per sender.
+inline constexpr std::int64_t kForeignErrorIntervalNs = 1'000'000'000;
 
 /// RFC 4303 §3.4.3 sliding window over one sender's seq numbers.
 class ReplayWindow {
@@ -121,9 +133,10 @@ class Sender {
   /// Gives a sealed datagram (of this sender) the next seq, this sender's key id and a new tag
   /// with its current key: a retry (also of a datagram sealed before a rekey()).
   bool restamp(std::span<std::uint8_t> datagram) noexcept;
-  /// The next seq is at least `seq` (an authenticated Error{stale_seq}'s seq_floor).
+  /// The next seq is at least `seq` (an authenticated Error{stale_seq}'s seq_floor). A floor
+  /// at or above kSeqLimit is ignored (no receiver makes one).
   void advance_to(std::uint64_t seq) noexcept {
-    if (seq > next_seq_) next_seq_ = seq;
+    if (seq > next_seq_ && seq < kSeqLimit) next_seq_ = seq;
   }
 
   WorkerId self() const noexcept { return self_; }
@@ -190,6 +203,9 @@ class Receiver {
     /// Ablation (tests only, LEASEHOLD_ABLATE=reflection): resend cached answers to any source,
     /// with no rate bound, and answer every replay with an error.
     bool ablate_reflection_bounds = false;
+    /// Ablation (tests only, LEASEHOLD_ABLATE=seq-unbounded): accept a seq at or above
+    /// kSeqLimit, as before the limit (the window's floor then wraps to 0).
+    bool ablate_seq_limit = false;
   };
   /// One key (SingleKeyring): a supervisor checking lockd, tests.
   explicit Receiver(const WireKey& key);

@@ -241,6 +241,37 @@ struct LeaseTable::Impl {
   std::unordered_map<WorkerId, std::uint16_t> worker_index;
   std::vector<std::uint16_t> free_workers;
   std::unordered_map<NameId, TransferGuard> guards;  // one per Transferring record
+  // The worker a reservation (Free reserved_for, or Transferring to) is for. Outside the
+  // 64-byte slot, which has no room: an entry counts only while its slot is Free reserved for
+  // (or Transferring to) `sandbox` at `epoch`, so a transition that ends the reservation needs
+  // no bookkeeping; erase() drops the entry with its slot (at most one per record).
+  struct Reservation {
+    SandboxId sandbox;
+    Epoch epoch = 0;
+    WorkerId worker;
+  };
+  std::unordered_map<NameId, Reservation> reservations;
+
+  /// The sandbox a slot is reserved for (Free) or being transferred to; nil otherwise.
+  static SandboxId reservee(const Slot& s) noexcept {
+    if (s.phase == LockPhase::free) return s.owner;
+    if (s.phase == LockPhase::transferring) return to_of(s);
+    return {};
+  }
+  WorkerId reserved_worker(const Slot& s) const {
+    const SandboxId to = reservee(s);
+    if (to.is_nil()) return {};
+    const auto it = reservations.find(s.name);
+    if (it == reservations.end() || it->second.sandbox != to || it->second.epoch != s.epoch) return {};
+    return it->second.worker;
+  }
+  void reserve_for_worker(const Slot& s, WorkerId worker) {
+    if (worker.is_nil() || reservee(s).is_nil()) {
+      reservations.erase(s.name);
+      return;
+    }
+    reservations[s.name] = Reservation{reservee(s), s.epoch, worker};
+  }
 
   explicit Impl(const LeaseConfig& c) : config(c) {
     std::size_t index_size = 16;
@@ -276,6 +307,7 @@ struct LeaseTable::Impl {
     return found ? &recs[index[i].rec - 1] : nullptr;
   }
   void erase(Slot* s) noexcept {
+    reservations.erase(s->name);
     const std::size_t r = static_cast<std::size_t>(s - recs);
     bool found = false;
     std::size_t i = locate(s->name, mix(s->name), found);
@@ -321,6 +353,7 @@ struct LeaseTable::Impl {
     switch (s.phase) {
       case LockPhase::free: {
         v.reserved_for = s.owner;
+        v.reserved_worker = reserved_worker(s);
         v.lock_delay_until_ns = delay_end(s);
         if ((s.flags & kFlagReserveClock) != 0) v.reservation_until_ns = s.time_ns;
         v.epoch_fresh = (s.flags & kFlagFresh) != 0;
@@ -352,6 +385,7 @@ struct LeaseTable::Impl {
           v.revoked_worker = g->worker;
           v.lock_delay_until_ns = g->bound_ns;
         }
+        v.reserved_worker = reserved_worker(s);
         break;
     }
     return v;
@@ -597,10 +631,13 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
       case LockPhase::held:
         if (now_ns >= s->time_ns) return refuse(Refusal::expired, name, s);
         if (s->owner != sandbox) return refuse(Refusal::held, name, s);
+        // The holder's grant again, but only to the holder's worker: a sandbox id is no secret.
+        if (workers[s->worker].id != worker) return refuse(Refusal::forbidden, name, s);
         return Outcome{Refusal::none, name, view(*s), Token{name, s->epoch, sandbox}};  // idempotent
       case LockPhase::acquiring:
         if (s->owner != sandbox || !two_phase) return refuse(Refusal::acquiring, name, s);
         if (now_ns >= s->time_ns) return refuse(Refusal::expired, name, s);
+        if (s->worker != 0 && workers[s->worker].id != worker) return refuse(Refusal::forbidden, name, s);
         return Outcome{Refusal::none, name, view(*s), Token{name, s->epoch, sandbox}};  // idempotent
       case LockPhase::transferring:
         return refuse(Refusal::transferring, name, s);
@@ -609,6 +646,12 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
         const bool lapsed = (s->flags & kFlagReserveClock) != 0 && now_ns >= s->time_ns;
         if (!s->owner.is_nil() && s->owner != sandbox && !lapsed)
           return refuse(Refusal::reserved, name, s);
+        // A reservation is for (sandbox, worker): another worker naming the reserved sandbox
+        // is not it.
+        if (!s->owner.is_nil() && !lapsed) {
+          const WorkerId rw = reserved_worker(*s);
+          if (!rw.is_nil() && rw != worker) return refuse(Refusal::forbidden, name, s);
+        }
         if ((s->flags & kFlagFresh) != 0) {
           epoch = s->epoch;
         } else {
@@ -845,7 +888,7 @@ std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expire
 // ---- transfer -----------------------------------------------------------------------------
 
 Outcome LeaseTable::begin_transfer(NameId name, SandboxId from, Epoch epoch, SandboxId to,
-                                   std::int64_t now_ns) {
+                                   std::int64_t now_ns, WorkerId to_worker) {
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (from.is_nil() || to.is_nil() || from == to) return m.refuse(Refusal::bad_request, name, s);
@@ -876,6 +919,7 @@ Outcome LeaseTable::begin_transfer(NameId name, SandboxId from, Epoch epoch, San
   Impl::set_to(*s, to);  // the timer fields now hold `to`; pending entries become orphans
   m.add_guard(name, guard);
   m.high_water = std::max(m.high_water, s->epoch);
+  m.reserve_for_worker(*s, to_worker);
   return Outcome{Refusal::none, name, m.view(*s), {}};
 }
 
@@ -970,7 +1014,7 @@ Outcome LeaseTable::confirm_kill(NameId name, WorkerId worker, Epoch epoch, std:
   return Outcome{Refusal::none, name, m.enter_free(s, s->epoch, fresh, s->owner, 0, now_ns), {}};
 }
 
-Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t now_ns) {
+Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t now_ns, WorkerId worker) {
   Impl& m = *impl_;
   if (!validate_name(text).empty()) return Outcome{Refusal::invalid_name, {}, m.absent(), {}};
   const NameId name = name_id_of(text);
@@ -989,7 +1033,9 @@ Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t n
     rv = {true, s->worker, delta == 0 ? 0 : delta + 1};
   }
   const std::int64_t delay_until = (s->flags & kFlagReserveClock) != 0 ? 0 : s->time_ns;
-  return Outcome{Refusal::none, name, m.enter_free(s, current + 1, true, to, delay_until, now_ns, rv), {}};
+  m.enter_free(s, current + 1, true, to, delay_until, now_ns, rv);  // fresh: never erased
+  m.reserve_for_worker(*s, worker);
+  return Outcome{Refusal::none, name, m.view(*s), {}};
 }
 
 Outcome LeaseTable::preempt(NameId name, SandboxId holder, Epoch epoch,
@@ -1166,6 +1212,7 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
                                           live ? m.liveness_bound(now_ns)
                                                : add_sat(now_ns, add_sat(m.config.max_ttl_ns, m.config.lock_delay_ns)),
                                           m.config.ablate_transfer_guard});
+        m.reserve_for_worker(*s, r.to_worker);
         break;
       }
       case LockPhase::free: {
@@ -1186,6 +1233,7 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
                       : add_sat(now_ns, add_sat(m.config.max_ttl_ns, m.config.lock_delay_ns));
         }
         m.enter_free(s, r.epoch, r.epoch_fresh, r.to, bound, now_ns, rv);
+        if (Slot* kept = m.find(r.name); kept != nullptr) m.reserve_for_worker(*kept, r.to_worker);
         break;
       }
       case LockPhase::acquiring:

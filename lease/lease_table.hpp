@@ -120,6 +120,9 @@ struct LockState {
   SandboxId owner;              ///< Held / Acquiring: the owner; Transferring: `from`
   SandboxId to;                 ///< Transferring: the intended owner
   SandboxId reserved_for;       ///< Free: only this sandbox may acquire (nil: anyone)
+  /// Free reserved / Transferring: the worker `reserved_for` / `to` runs on; only it may
+  /// acquire the name for that sandbox (nil: any worker, a reservation made without one).
+  WorkerId reserved_worker;
   WorkerId worker;              ///< Held: the worker whose supervisor holds the lease;
                                 ///< Acquiring: the worker it is bound to (nil: none)
   std::int64_t expiry_ns = 0;   ///< Held: lease expiry (kNoExpiry in preemptible mode)
@@ -246,6 +249,7 @@ struct DurableRecord {
   SandboxId to;             ///< Transferring to; Free: reserved_for
   WorkerId worker;          ///< Held; Free with a pending revoke: revoked_worker;
                             ///< Transferring: the outgoing holder's worker (guard)
+  WorkerId to_worker;       ///< Transferring / Free reserved: the worker of `to` (nil: any)
   bool epoch_fresh = false; ///< Free: epoch allocated, not granted
   /// Held, restore only: how long the restored lease (preemptible: its worker's liveness) may
   /// run from the restart, capped at the TTL; -1 = a full TTL; 0 = it expires at once. Not
@@ -293,12 +297,13 @@ class LeaseTable {
 
   /// Lease-mode acquire: Free -> Held{sandbox, worker, epoch, expiry = now_ns + ttl}. The
   /// epoch is epoch + 1, or the fresh epoch of a reserved/revoked Free record. ttl_ns <= 0
-  /// means config.default_ttl_ns. Idempotent: if `sandbox` already holds the name (any
-  /// worker) the same token is returned and nothing changes.
+  /// means config.default_ttl_ns. Idempotent: if `sandbox` already holds the name through
+  /// `worker` the same token is returned and nothing changes.
   /// Refusals: invalid_name, bad_request (nil sandbox/worker, ttl_ns > max_ttl_ns),
   /// wrong_mode (preemptible mode), name_collision, held, acquiring, transferring, reserved,
   /// lock_delay, expired (Held past expiry, not yet reclaimed by advance), table_full,
-  /// epoch_exhausted.
+  /// epoch_exhausted, forbidden (the sandbox holds it, is bound to it or has it reserved
+  /// through another worker: a sandbox id is no secret, the worker it runs on is the check).
   Outcome acquire(std::string_view name, SandboxId sandbox, WorkerId worker, std::int64_t now_ns,
                   std::int64_t ttl_ns = 0);
 
@@ -369,8 +374,10 @@ class LeaseTable {
   /// preemptible mode, now_ns + worker_liveness_ttl_ns + lock_delay_ns (as `revoke`).
   /// Refusals: bad_request (nil/equal sandboxes), unknown_name, not_held,
   /// acquiring, transferring, not_holder, stale_epoch, expired, epoch_exhausted.
+  /// `to_worker`: the worker `to` runs on; the reservation is for (to, to_worker) (nil: any
+  /// worker, as for a reservation restored from a store that did not record one).
   Outcome begin_transfer(NameId name, SandboxId from, Epoch epoch, SandboxId to,
-                         std::int64_t now_ns);
+                         std::int64_t now_ns, WorkerId to_worker = {});
 
   /// Transferring{from, to, _, new_epoch} -> Free{new_epoch (fresh), reserved_for = to}:
   /// `from` confirms it stopped. `epoch` is the transfer's new epoch (begin_transfer's
@@ -415,7 +422,8 @@ class LeaseTable {
   /// name is unknown. A pending lock-delay or revoke is kept; the reservation's TTL starts when
   /// it ends (now_ns if none). Refusals: invalid_name, bad_request (nil), name_collision, not_free,
   /// expired, table_full, epoch_exhausted.
-  Outcome reassign(std::string_view name, SandboxId to, std::int64_t now_ns);
+  /// `worker`: the worker `to` runs on (nil: any); see begin_transfer.
+  Outcome reassign(std::string_view name, SandboxId to, std::int64_t now_ns, WorkerId worker = {});
 
   /// Preempt (preemptible mode only): Held{holder, epoch} -> Free, epoch unchanged (the next
   /// grant takes epoch + 1), lock-delay as for an expiry. Allowed when the worker's

@@ -137,8 +137,8 @@ Answer AdminClient::heartbeat(std::span<const wire::HeartbeatEntry> entries, std
 Answer AdminClient::release(NameId name, SandboxId sandbox, Epoch epoch) {
   return request(wire::Release{name, sandbox, epoch});
 }
-Answer AdminClient::transfer_begin(NameId name, SandboxId from, Epoch epoch, SandboxId to) {
-  return request(wire::TransferBegin{name, from, epoch, to});
+Answer AdminClient::transfer_begin(NameId name, SandboxId from, Epoch epoch, SandboxId to, WorkerId to_worker) {
+  return request(wire::TransferBegin{name, from, epoch, to, to_worker});
 }
 Answer AdminClient::transfer_complete(NameId name, Epoch new_epoch) {
   return request(wire::TransferComplete{name, new_epoch});
@@ -149,7 +149,9 @@ Answer AdminClient::transfer_accept(NameId name, SandboxId to, WorkerId worker) 
 Answer AdminClient::revoke(NameId name, Epoch expected_epoch, bool force) {
   return request(wire::Revoke{name, expected_epoch, force});
 }
-Answer AdminClient::reassign(NameId name, SandboxId to) { return request(wire::Reassign{name, to}); }
+Answer AdminClient::reassign(NameId name, SandboxId to, WorkerId worker) {
+  return request(wire::Reassign{name, to, worker});
+}
 Answer AdminClient::worker_heartbeat(WorkerId worker) { return request(wire::WorkerHeartbeat{worker, {}}); }
 Answer AdminClient::show(const std::string& name) { return request(wire::Show{name, NameId{}}); }
 Answer AdminClient::show(NameId name) { return request(wire::Show{std::string(), name}); }

@@ -61,12 +61,13 @@ class AdminClient {
   Answer commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId worker);
   Answer heartbeat(std::span<const wire::HeartbeatEntry> entries, std::uint32_t ttl_cap_ms = 0);
   Answer release(NameId name, SandboxId sandbox, Epoch epoch);
-  Answer transfer_begin(NameId name, SandboxId from, Epoch epoch, SandboxId to);
+  /// `to_worker`: the worker `to` runs on (only it may take the reservation; nil is refused).
+  Answer transfer_begin(NameId name, SandboxId from, Epoch epoch, SandboxId to, WorkerId to_worker);
   Answer transfer_complete(NameId name, Epoch new_epoch);
   Answer transfer_accept(NameId name, SandboxId to, WorkerId worker);
   /// expected_epoch 0: any; force: also revoke a Free name (see wire::Revoke).
   Answer revoke(NameId name, Epoch expected_epoch = 0, bool force = false);
-  Answer reassign(NameId name, SandboxId to);
+  Answer reassign(NameId name, SandboxId to, WorkerId worker);
   Answer worker_heartbeat(WorkerId worker);
   Answer show(const std::string& name);
   Answer show(NameId name);

@@ -73,8 +73,8 @@ struct LockdConfig {
   /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
   /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers
   /// resent anywhere, unbounded), acquiring-unbound, admin-as-worker, transfer-unguarded,
-  /// store-mode, store-busy-timeout (below). Each switches one defence off, to show the attack it
-  /// stops.
+  /// store-mode, store-busy-timeout, reservation-unbound, seq-unbounded (below). Each switches
+  /// one defence off, to show the attack it stops.
   bool ablate_shared_worker_key = false;
   bool ablate_authz = false;
   bool ablate_replay_heartbeats = false;
@@ -92,6 +92,11 @@ struct LockdConfig {
   /// lockd made them 0600); store-busy-timeout: the store's open does not wait for a lock.
   bool ablate_store_mode = false;
   bool ablate_store_busy_timeout = false;
+  /// reservation-unbound: a transfer's or reassign's reservation is for its sandbox only, and
+  /// any worker naming that sandbox may take it (as before reservations recorded the worker).
+  bool ablate_reservation_unbound = false;
+  /// seq-unbounded: a seq at or above 2^63 is accepted (the window's floor then wraps to 0).
+  bool ablate_seq_limit = false;
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
   std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }

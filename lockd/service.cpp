@@ -41,6 +41,7 @@ WorkerId random_instance_id() {
 wire::Receiver::Limits receiver_limits(const LockdConfig& c) {
   wire::Receiver::Limits l;
   l.ablate_reflection_bounds = c.ablate_reflection;
+  l.ablate_seq_limit = c.ablate_seq_limit;
   l.in_flight_max = kDeferredAnswersMax;
   l.in_flight_expiry_ns = 60'000'000'000;
   return l;
@@ -157,6 +158,7 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
       r.owner = n.owner;
       r.to = n.peer;
       r.worker = n.worker;
+      r.to_worker = n.peer_worker;
       r.epoch_fresh = n.epoch_fresh;
       if (n.state == StoredState::held) {
         ++held;
@@ -252,6 +254,19 @@ void LockService::on_datagram(const Datagram& d) {
         (worker_key_ids_.size() < cfg_.max_workers || worker_key_ids_.count(caller_.id) != 0))
       worker_key_ids_[caller_.id] = a.key_id;
   }
+  if (a.verdict == wire::Verdict::drop && a.reason == wire::DecodeError::replayed)
+    caller_ = Caller{a.message.header.sender, a.key_id, a.authority};
+  if (cfg_.ablate_replay_heartbeats && a.reason == wire::DecodeError::replayed &&
+      (a.message.header.type == wire::MessageType::heartbeat ||
+       a.message.header.type == wire::MessageType::worker_heartbeat)) {
+    // The ablation: what lockd did before (a replayed heartbeat was executed again, from
+    // whatever address it came).
+    wire::DecodeResult again = wire::decode_payload(a.message.header, bytes);
+    if (!again) return;
+    wire::Message m{a.message.header, std::move(again.body)};
+    dispatch(m, a.key, from, now);
+    return;
+  }
   switch (a.verdict) {
     case wire::Verdict::drop:
       return;  // counted by the receiver (receiver_.stats())
@@ -260,16 +275,6 @@ void LockService::on_datagram(const Datagram& d) {
       if (loop_.send_to(socket_, std::as_bytes(a.cached_answer), &from) != 0) ++counters_.sends_failed;
       return;
     case wire::Verdict::answer_error:
-      if (cfg_.ablate_replay_heartbeats && a.reason == wire::DecodeError::replayed &&
-          (a.message.header.type == wire::MessageType::heartbeat ||
-           a.message.header.type == wire::MessageType::worker_heartbeat)) {
-        // The ablation: what lockd did before (a replayed heartbeat was executed again).
-        wire::DecodeResult again = wire::decode_payload(a.message.header, bytes);
-        if (!again) return;
-        wire::Message m{a.message.header, std::move(again.body)};
-        dispatch(m, a.key, from, now);
-        return;
-      }
       // Never executed, replayed heartbeats included (a retry carries a fresh seq). Not
       // cached: an error for a request id must not stick to that id.
       send_now(from, a.message.header.request_id, nullptr, wire::error_answer(a));
@@ -349,7 +354,6 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   // so it cannot revive or shorten a lease; when nothing is due it is one heap-top compare.
   expire(now_ns);
   if (authorize(caller_, m) != Refusal::none) {
-    ++counters_.forbidden;
     Outcome o;
     o.refusal = Refusal::forbidden;
     switch (type) {
@@ -365,7 +369,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       default: break;
     }
     if (!wire::is_request(type)) {  // an answer (RunningAnswer, RevokedAck): nothing to answer
-      ++counters_.refusals[static_cast<std::size_t>(Refusal::forbidden)];
+      (void)deny(o);  // counted
       return;
     }
     // The name's state is not told: a worker's key must not learn another worker's holders.
@@ -536,6 +540,12 @@ wire::Body LockService::deny(const Outcome& o) {
   wire::Deny d;
   d.name_id = o.name;
   d.refusal = o.refusal;
+  if (o.refusal == Refusal::forbidden) {
+    // The name is not the caller's: its state is not told (authorize(), or the table's worker
+    // checks of a held, bound or reserved name).
+    ++counters_.forbidden;
+    return d;
+  }
   d.holder = o.state.owner;
   d.worker = o.state.worker;
   d.epoch = o.state.epoch;
@@ -620,6 +630,7 @@ void LockService::record_change(NameId id, const LockState& s, const char* event
   n.owner = s.owner;
   n.peer = s.phase == LockPhase::transferring ? s.to : s.reserved_for;
   n.worker = s.worker;
+  n.peer_worker = s.reserved_worker;
   n.epoch_fresh = s.epoch_fresh;
   if (s.phase == LockPhase::free && s.revoke_pending) {  // see is_plain_free
     n.old_epoch = s.revoked_epoch != 0 ? s.revoked_epoch : s.epoch - 1;
@@ -714,7 +725,15 @@ void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const 
         ++counters_.refresh_refreshed;
         e.ttl_left_ms = ms_left(answers[i].expiry_ns, now_ns);
         break;
-      case RefreshStatus::lost: ++counters_.refresh_lost; break;
+      case RefreshStatus::lost: {
+        ++counters_.refresh_lost;
+        // A refresh of a name another worker holds (or is bound to) is not this worker's to
+        // ask for: counted as forbidden as well (the answer stays `lost`, so a sandbox of this
+        // worker that believed it held the name is killed).
+        const LockState st = table_.state(entries[i].name);
+        if (st.known && !st.worker.is_nil() && st.worker != worker) ++counters_.forbidden;
+        break;
+      }
       case RefreshStatus::unknown: ++counters_.refresh_unknown; break;
     }
     ack.entries.push_back(e);
@@ -790,7 +809,15 @@ wire::Body LockService::on_release(const wire::Release& r, WorkerId worker, std:
 
 wire::Body LockService::on_transfer_begin(const wire::TransferBegin& t, std::int64_t now_ns) {
   const LockState before = table_.state(t.name_id);
-  const Outcome o = table_.begin_transfer(t.name_id, t.from, t.epoch, t.to, now_ns);
+  if (t.to_worker.is_nil()) {  // the reservation must name the worker that may take it
+    Outcome o;
+    o.refusal = Refusal::bad_request;
+    o.name = t.name_id;
+    o.state = before;
+    return deny(o);
+  }
+  const Outcome o = table_.begin_transfer(t.name_id, t.from, t.epoch, t.to, now_ns,
+                                          cfg_.ablate_reservation_unbound ? WorkerId{} : t.to_worker);
   if (!o.ok()) return deny(o);
   if (!(before == o.state)) record_change(t.name_id, o.state, "transfer_begin", now_ns);
   // As for a revoke: the outgoing holder's worker is told at once (its heartbeats are answered
@@ -947,7 +974,14 @@ wire::Body LockService::on_reassign(const wire::Reassign& r, std::int64_t now_ns
     o.state = table_.state(r.name_id);
     return deny(o);
   }
-  const Outcome o = table_.reassign(text, r.to, now_ns);
+  if (r.worker.is_nil()) {  // the reservation must name the worker that may take it
+    Outcome o;
+    o.refusal = Refusal::bad_request;
+    o.name = r.name_id;
+    o.state = table_.state(r.name_id);
+    return deny(o);
+  }
+  const Outcome o = table_.reassign(text, r.to, now_ns, cfg_.ablate_reservation_unbound ? WorkerId{} : r.worker);
   if (!o.ok()) return deny(o);
   record_change(r.name_id, o.state, "reassign", now_ns);
   return wire::Ok{r.name_id, o.state.epoch};
@@ -1089,6 +1123,7 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("resends_refused_source", receiver_.stats().resends_refused_source);
   add("resends_refused_rate", receiver_.stats().resends_refused_rate);
   add("error_answers_suppressed", receiver_.stats().error_answers_suppressed);
+  add("error_answers_refused_source", receiver_.stats().error_answers_refused_source);
   add("derived_keys", keys_->derived());
   add("cluster_keys", keys_->key_ids(wire::KeyKind::cluster).size());
   add("admin_keys", keys_->key_ids(wire::KeyKind::admin).size());

@@ -307,6 +307,21 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
           sqlite3_step(q) == SQLITE_ROW)
         ver = sqlite3_column_int64(q, 0);
       sqlite3_finalize(q);
+      if (app == static_cast<std::int64_t>(kStoreApplicationId) && ver == 1) {
+        // Version 1 had no column for the worker a reservation is for: its reservations load
+        // bound to their sandbox only (any worker), as that lockd kept them.
+        exec("BEGIN IMMEDIATE");
+        try {
+          exec("ALTER TABLE names ADD COLUMN peer_worker BLOB");
+          exec("ALTER TABLE log ADD COLUMN peer_worker BLOB");
+          exec(("PRAGMA user_version=" + std::to_string(kStoreSchemaVersion)).c_str());
+          exec("COMMIT");
+        } catch (...) {
+          sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+          throw;
+        }
+        ver = kStoreSchemaVersion;
+      }
       if (app != static_cast<std::int64_t>(kStoreApplicationId) ||
           ver != static_cast<std::int64_t>(kStoreSchemaVersion))
         throw StoreError("store " + path + ": not a lockd store of schema version " +
@@ -327,14 +342,15 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
            " old_epoch INTEGER NOT NULL,"
            " owner BLOB, peer BLOB, worker BLOB,"
            " ttl_ns INTEGER NOT NULL,"
-           " epoch_fresh INTEGER NOT NULL) WITHOUT ROWID");
+           " epoch_fresh INTEGER NOT NULL,"
+           " peer_worker BLOB) WITHOUT ROWID");  // the worker `peer` runs on (a reservation's)
       // The change log: commits append here (sequential pages: a batch of N changes writes
       // ~N*110 bytes, not N random B-tree leaves); compact() folds it into `names`.
       exec("CREATE TABLE log("
            " seq INTEGER PRIMARY KEY,"
            " id BLOB NOT NULL, name TEXT NOT NULL, state INTEGER NOT NULL, epoch INTEGER NOT NULL,"
            " old_epoch INTEGER NOT NULL, owner BLOB, peer BLOB, worker BLOB,"
-           " ttl_ns INTEGER NOT NULL, epoch_fresh INTEGER NOT NULL)");
+           " ttl_ns INTEGER NOT NULL, epoch_fresh INTEGER NOT NULL, peer_worker BLOB)");
       exec("INSERT INTO meta(k, v) VALUES('open_count', 0), ('epoch_high_water', 0)");
       exec(("PRAGMA application_id=" + std::to_string(kStoreApplicationId)).c_str());
       exec(("PRAGMA user_version=" + std::to_string(kStoreSchemaVersion)).c_str());
@@ -375,20 +391,20 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
 
     if (sqlite3_prepare_v2(db_,
                            "INSERT INTO log(id, name, state, epoch, old_epoch, owner, peer, worker,"
-                           " ttl_ns, epoch_fresh) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                           " ttl_ns, epoch_fresh, peer_worker) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                            -1, &upsert_, nullptr) != SQLITE_OK)
       fail("cannot prepare the log append");
     // Folding the oldest log rows into `names`: later rows win (ORDER BY seq), and the
     // upsert never lowers a name's epoch.
     if (sqlite3_prepare_v2(db_,
                            "INSERT INTO names(id, name, state, epoch, old_epoch, owner, peer, worker,"
-                           " ttl_ns, epoch_fresh) SELECT id, name, state, epoch, old_epoch, owner,"
-                           " peer, worker, ttl_ns, epoch_fresh FROM log WHERE seq <= ?1 ORDER BY seq"
+                           " ttl_ns, epoch_fresh, peer_worker) SELECT id, name, state, epoch, old_epoch, owner,"
+                           " peer, worker, ttl_ns, epoch_fresh, peer_worker FROM log WHERE seq <= ?1 ORDER BY seq"
                            " ON CONFLICT(id) DO UPDATE SET name = excluded.name,"
                            " state = excluded.state, epoch = excluded.epoch,"
                            " old_epoch = excluded.old_epoch, owner = excluded.owner,"
                            " peer = excluded.peer, worker = excluded.worker, ttl_ns = excluded.ttl_ns,"
-                           " epoch_fresh = excluded.epoch_fresh"
+                           " epoch_fresh = excluded.epoch_fresh, peer_worker = excluded.peer_worker"
                            " WHERE excluded.epoch >= names.epoch",
                            -1, &fold_, nullptr) != SQLITE_OK)
       fail("cannot prepare the log fold");
@@ -461,8 +477,8 @@ StoredTable NameStore::load() const {
   // The compacted table, then the log on top of it in commit order (later changes win).
   std::unordered_map<NameId, StoredName> by_id;
   for (const char* sql :
-       {"SELECT id, name, state, epoch, old_epoch, owner, peer, worker, ttl_ns, epoch_fresh FROM names",
-        "SELECT id, name, state, epoch, old_epoch, owner, peer, worker, ttl_ns, epoch_fresh FROM log"
+       {"SELECT id, name, state, epoch, old_epoch, owner, peer, worker, ttl_ns, epoch_fresh, peer_worker FROM names",
+        "SELECT id, name, state, epoch, old_epoch, owner, peer, worker, ttl_ns, epoch_fresh, peer_worker FROM log"
         " ORDER BY seq"}) {
     q = nullptr;
     if (sqlite3_prepare_v2(db_, sql, -1, &q, nullptr) != SQLITE_OK) fail("cannot read names");
@@ -486,6 +502,7 @@ StoredTable NameStore::load() const {
       n.worker = id_from_column<WorkerTag>(q, 7);
       n.ttl_ns = static_cast<std::uint64_t>(sqlite3_column_int64(q, 8));
       n.epoch_fresh = sqlite3_column_int64(q, 9) != 0;
+      n.peer_worker = id_from_column<WorkerTag>(q, 10);  // NULL (a version 1 row): nil
       auto [it, inserted] = by_id.try_emplace(n.id, n);
       if (!inserted && n.epoch >= it->second.epoch) it->second = std::move(n);
     }
@@ -550,6 +567,7 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
       const auto owner = id_bytes(n.owner);
       const auto peer = id_bytes(n.peer);
       const auto worker = id_bytes(n.worker);
+      const auto peer_worker = id_bytes(n.peer_worker);
       sqlite3_reset(upsert_);
       sqlite3_bind_blob(upsert_, 1, id.data(), 16, SQLITE_STATIC);
       sqlite3_bind_text(upsert_, 2, n.name.data(), static_cast<int>(n.name.size()), SQLITE_STATIC);
@@ -561,6 +579,7 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
       sqlite3_bind_blob(upsert_, 8, worker.data(), 16, SQLITE_STATIC);
       sqlite3_bind_int64(upsert_, 9, static_cast<std::int64_t>(n.ttl_ns));
       sqlite3_bind_int(upsert_, 10, n.epoch_fresh ? 1 : 0);
+      sqlite3_bind_blob(upsert_, 11, peer_worker.data(), 16, SQLITE_STATIC);
       if (sqlite3_step(upsert_) != SQLITE_DONE) fail("cannot write name \"" + n.name + "\"");
     }
     sqlite3_reset(upsert_);

@@ -58,6 +58,7 @@ struct StoredName {
   SandboxId owner;
   SandboxId peer;
   WorkerId worker;
+  WorkerId peer_worker;  ///< Free reserved / Transferring: the worker `peer` runs on (nil: any)
   std::uint64_t ttl_ns = 0;  ///< informational: the TTL of the grant (restart uses its own)
   bool epoch_fresh = false;
   friend bool operator==(const StoredName&, const StoredName&) = default;
@@ -91,8 +92,9 @@ class StoreError : public std::runtime_error {
 
 /// SQLite `application_id` of a leasehold lockd store ("LHLD").
 inline constexpr std::uint32_t kStoreApplicationId = 0x4C484C44;
-/// Schema version (PRAGMA user_version). A store with a higher version is refused.
-inline constexpr std::uint32_t kStoreSchemaVersion = 1;
+/// Schema version (PRAGMA user_version). A store with a higher version is refused; a version 1
+/// store (before `peer_worker`) is upgraded in place when opened.
+inline constexpr std::uint32_t kStoreSchemaVersion = 2;
 /// Upper bound on the changes written in one transaction (bounds a transaction's WAL growth).
 inline constexpr std::size_t kStoreBatchChangesMax = 16384;
 

@@ -213,6 +213,7 @@ struct TransferArgs {
   std::string fence_db;
   std::string from_supervisor;
   std::string to_supervisor;
+  std::string to_worker;
   std::int64_t wait_ms = -1;
   bool no_complete = false;
   bool json = false;
@@ -237,6 +238,9 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
                   "is gone)");
   sub->add_option("--to-supervisor", a->to_supervisor,
                   "the new holder's supervisor socket: name the --to sandbox there once complete");
+  sub->add_option("--to-worker", a->to_worker,
+                  "the worker id (UUID) the --to sandbox runs on: only it may take the reservation "
+                  "(default: --to-supervisor's worker; one of the two is needed)");
   sub->add_option("--wait-ms", a->wait_ms,
                   "longest wait for lockd to let the transfer complete (default: the guard's bound, the old "
                   "lease's time left + lock-delay, + 1 s); past it the name stays transferring");
@@ -301,6 +305,42 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
         return;
       }
     }
+    // The reservation the transfer leaves is for (--to, its worker): another worker naming the
+    // sandbox is refused. The worker comes from --to-supervisor, or --to-worker.
+    std::optional<WorkerId> to_worker;
+    if (!a->to_worker.empty()) {
+      to_worker = WorkerId::parse(a->to_worker);
+      if (!to_worker || to_worker->is_nil()) {
+        *exit_code = report("transfer", {kUsage, "--to-worker \"" + a->to_worker + "\" is not a worker id (a UUID)"});
+        return;
+      }
+    }
+    if (!a->to_supervisor.empty()) {
+      SupervisorFlags sf;
+      sf.socket = a->to_supervisor;
+      auto status = supervisor_call(sf, {{"v", 1}, {"op", "status"}}, f);
+      if (!status) {
+        *exit_code = report("transfer", f);
+        return;
+      }
+      const auto theirs = WorkerId::parse(status->value("worker", std::string()));
+      if (!theirs) {
+        *exit_code = report("transfer", {kFailure, what + ": " + a->to_supervisor + " did not say its worker id"});
+        return;
+      }
+      if (to_worker && *to_worker != *theirs) {
+        *exit_code = report("transfer", {kUsage, what + ": --to-worker " + to_worker->str() + " is not " +
+                                                     a->to_supervisor + "'s worker (" + theirs->str() + ")"});
+        return;
+      }
+      to_worker = theirs;
+    }
+    if (!to_worker && !resume) {  // (a resumed transfer's reservation was set at its begin)
+      *exit_code = report("transfer", {kUsage, what + ": which worker runs " + to->str() +
+                                                   "? give --to-supervisor SOCKET or --to-worker UUID (only "
+                                                   "that worker may take the name)"});
+      return;
+    }
     if (!a->to_supervisor.empty()) {
       // Check the receiver before anything moves: a transfer to a sandbox that is not there
       // would stop the holder and leave the name reserved for nobody.
@@ -342,7 +382,7 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
         *exit_code = report("transfer", f);
         return;
       }
-      const lockd::Answer begun = client->transfer_begin(rec.name_id, rec.holder, rec.epoch, *to);
+      const lockd::Answer begun = client->transfer_begin(rec.name_id, rec.holder, rec.epoch, *to, *to_worker);
       if (const auto* d = begun.as<wire::Deny>()) {
         *exit_code = report("transfer", deny_failure(*d, a->name));
         return;

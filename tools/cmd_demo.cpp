@@ -359,6 +359,7 @@ class Demo {
   FILE* out_;
   World world_;
   std::string self_, db_path_, sock_[2], shm_[2], key_path_, worker_key_[2];
+  WorkerId worker_id_[2];  ///< the supervisors' worker ids (a transfer's reservation names one)
   std::uint16_t port_ = 0;
   std::unique_ptr<lockd::AdminClient> admin_;
   std::unique_ptr<resource::FencedStore> store_;
@@ -528,7 +529,8 @@ void Demo::body() {
     worker_key_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".key";
     wire::KeyLoad cluster = wire::load_key_file(key_path_);
     if (!cluster) abort(cluster.error);
-    if (std::string e = wire::write_key_file(worker_key_[i], wire::derive_worker_key(*cluster.key, random_worker_id()));
+    worker_id_[i] = random_worker_id();
+    if (std::string e = wire::write_key_file(worker_key_[i], wire::derive_worker_key(*cluster.key, worker_id_[i]));
         !e.empty())
       abort(e);
   }
@@ -822,7 +824,8 @@ void Demo::body() {
     }
     detail("(--old-holder-releases-first) worker 2 released it first: %s", released.c_str());
   }
-  const lockd::Answer begun = admin_->transfer_begin(binfo->record.name_id, binfo->record.holder, e2_, to.value_or(SandboxId{}));
+  const lockd::Answer begun = admin_->transfer_begin(binfo->record.name_id, binfo->record.holder, e2_,
+                                                     to.value_or(SandboxId{}), worker_id_[0]);
   const std::int64_t t_begin = boot_ns();
   const auto* ts = begun.as<wire::TransferState>();
   // Fencing first has a race of its own: the old holder may write, be rejected, stop itself,
@@ -848,7 +851,7 @@ void Demo::body() {
         "already stopped and its supervisor released the name",
         std::string(to_string(begin_deny->refusal)).c_str(), sb2.substr(0, 8).c_str(),
         static_cast<unsigned long long>(fence.highest), at(fence.time_ns).c_str());
-    const lockd::Answer reassigned = admin_->reassign(binfo->record.name_id, to.value_or(SandboxId{}));
+    const lockd::Answer reassigned = admin_->reassign(binfo->record.name_id, to.value_or(SandboxId{}), worker_id_[0]);
     const auto* ok = reassigned.as<wire::Ok>();
     if (ok == nullptr) abort(lockd_problem(reassigned, "reassign"));
     e3_ = ok->epoch;

@@ -39,11 +39,11 @@ inline std::vector<Body> every_type() {
   for (std::uint64_t i = 0; i < 5; ++i) hb.entries.push_back(HeartbeatEntry{nid(i), sid(i), 7 + i});
   v.push_back(hb);
   v.push_back(Release{nid(3), sid(3), 43});
-  v.push_back(TransferBegin{nid(4), sid(4), 44, sid(5)});
+  v.push_back(TransferBegin{nid(4), sid(4), 44, sid(5), wid(5)});
   v.push_back(TransferComplete{nid(5), 45});
   v.push_back(TransferAccept{nid(6), sid(6), wid(6)});
   v.push_back(Revoke{nid(7), 47, true});
-  v.push_back(Reassign{nid(8), sid(8)});
+  v.push_back(Reassign{nid(8), sid(8), wid(8)});
   WorkerHeartbeat beat{wid(9), {}};
   beat.held.push_back(HeartbeatEntry{nid(9), sid(9), 49});
   beat.held.push_back(HeartbeatEntry{nid(10), sid(10), 50});

@@ -41,6 +41,53 @@ TEST_F(LeaseTableTest, AcquireFreeToHeldTakesEpochPlusOne) {
   EXPECT_FALSE(table.may_mutate(id("db"), kB, 1, kT0));
 }
 
+// A sandbox id is no secret: the holder's grant again, a pending 2-phase acquire and a
+// reservation are given only to the worker they are bound to; another worker naming the same
+// sandbox is refused forbidden and nothing changes.
+TEST_F(LeaseTableTest, GrantsAndReservationsAreBoundToTheirWorker) {
+  ASSERT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  const LockState held = table.state(id("db"));
+  EXPECT_EQ(table.acquire("db", kA, kW2, kT0).refusal, Refusal::forbidden);
+  EXPECT_EQ(table.state(id("db")), held);
+  ASSERT_TRUE(table.acquire_2pc("pending", kB, kT0, kW1).ok());
+  EXPECT_EQ(table.acquire_2pc("pending", kB, kT0, kW2).refusal, Refusal::forbidden);
+  EXPECT_TRUE(table.acquire_2pc("pending", kB, kT0, kW1).ok());  // idempotent for its worker
+  // Transfer to (C, W2): only W2 may take the reservation.
+  const Outcome tb = table.begin_transfer(id("db"), kA, 1, kC, kT0, kW2);
+  ASSERT_TRUE(tb.ok());
+  EXPECT_EQ(tb.state.reserved_worker, kW2);
+  const Outcome done = table.complete_release(id("db"), kA, 2, kT0);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done.state.reserved_for, kC);
+  EXPECT_EQ(done.state.reserved_worker, kW2);
+  EXPECT_EQ(table.acquire("db", kC, kW1, kT0).refusal, Refusal::forbidden);
+  const Outcome taken = table.acquire("db", kC, kW2, kT0);
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken.state.worker, kW2);
+  EXPECT_EQ(taken.token.epoch, 2u);
+  // Reassign to (A, W1).
+  ASSERT_TRUE(table.release(id("db"), kC, 2, kT0).ok());
+  ASSERT_TRUE(table.reassign("db", kA, kT0, kW1).ok());
+  EXPECT_EQ(table.acquire("db", kA, kW2, kT0).refusal, Refusal::forbidden);
+  EXPECT_TRUE(table.acquire("db", kA, kW1, kT0).ok());
+  // Restored from the store: the worker is kept.
+  LeaseTable fresh(LeaseConfig{});
+  DurableSnapshot snap;
+  DurableRecord r;
+  r.name = id("moved");
+  r.name_fingerprint = name_fingerprint_of("moved");
+  r.phase = LockPhase::free;
+  r.epoch = 5;
+  r.epoch_fresh = true;
+  r.to = kB;
+  r.to_worker = kW2;
+  snap.records.push_back(r);
+  ASSERT_EQ(fresh.restore(snap, kT0), "");
+  EXPECT_EQ(fresh.state(id("moved")).reserved_worker, kW2);
+  EXPECT_EQ(fresh.acquire("moved", kB, kW1, kT0).refusal, Refusal::forbidden);
+  EXPECT_TRUE(fresh.acquire("moved", kB, kW2, kT0).ok());
+}
+
 TEST_F(LeaseTableTest, AcquireWithExplicitTtl) {
   const Outcome o = table.acquire("db", kA, kW1, kT0, 3 * kSecondNs);
   ASSERT_TRUE(o.ok());

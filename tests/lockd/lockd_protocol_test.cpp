@@ -142,7 +142,7 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   ASSERT_NE(g, nullptr);
   const Epoch e = g->epoch;
 
-  const Answer tb = c.transfer_begin(id, S1, e, S2);
+  const Answer tb = c.transfer_begin(id, S1, e, S2, W2);
   const auto* ts = tb.as<wire::TransferState>();
   ASSERT_NE(ts, nullptr) << tb.error;
   EXPECT_EQ(ts->old_epoch, e);
@@ -196,6 +196,10 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   ASSERT_NE(reserved, nullptr);
   EXPECT_EQ(reserved->refusal, Refusal::reserved);
 
+  // The reservation is for S2 on W2: S2's id from another worker is forbidden.
+  const Answer stolen = c.acquire("db/primary", S2, W1);
+  ASSERT_NE(stolen.as<wire::Deny>(), nullptr) << stolen.error;
+  EXPECT_EQ(stolen.as<wire::Deny>()->refusal, Refusal::forbidden);
   const Answer acc = c.transfer_accept(id, S2, W2);
   const auto* g2 = acc.as<wire::Grant>();
   ASSERT_NE(g2, nullptr) << acc.error;
@@ -252,7 +256,7 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   EXPECT_EQ(not_held.as<wire::Deny>()->epoch, e + 2);
 
   // Reassign the free name to S4: only S4 may take it, at the reassigned epoch.
-  const Answer ra = c.reassign(id, S4);
+  const Answer ra = c.reassign(id, S4, W1);
   ASSERT_NE(ra.as<wire::Ok>(), nullptr) << ra.error;
   EXPECT_EQ(ra.as<wire::Ok>()->epoch, e + 3);
   const Answer other_answer = c.acquire("db/primary", S3, W1);

@@ -61,7 +61,7 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   ASSERT_EQ(e_revoked, a3.as<wire::Grant>()->epoch + 1);
   const Answer a4 = c.acquire("r/moving", S1, W1);
   ASSERT_NE(a4.as<wire::Grant>(), nullptr);
-  const Answer tb = c.transfer_begin(moving, S1, a4.as<wire::Grant>()->epoch, S2);
+  const Answer tb = c.transfer_begin(moving, S1, a4.as<wire::Grant>()->epoch, S2, W1);
   ASSERT_NE(tb.as<wire::TransferState>(), nullptr);
   const Epoch e_moving = tb.as<wire::TransferState>()->new_epoch;
   const Answer a5 = c.acquire("r/acquiring", S3, W1, 0, true);
@@ -129,6 +129,18 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   const Answer g4 = d.acquire("r/new", S2, W1);
   ASSERT_NE(g4.as<wire::Grant>(), nullptr);
   EXPECT_GT(g4.as<wire::Grant>()->epoch, std::max({e_held, e_released, e_revoked, e_moving, e_acquiring}));
+  // The transfer's reservation is still for S2 on W1 (the store kept the worker): once the
+  // old holder's worker confirms its kill and the transfer completes, another worker naming
+  // S2 is forbidden, W1 gets it.
+  (void)AdminClient(q.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{moving, S1, e_moving - 1});
+  const Answer done = d.transfer_complete(moving, e_moving);
+  ASSERT_NE(done.as<wire::TransferState>(), nullptr) << done.error;
+  const Answer other = d.acquire("r/moving", S2, WorkerId{0x2, 0x22});
+  ASSERT_NE(other.as<wire::Deny>(), nullptr) << other.error;
+  EXPECT_EQ(other.as<wire::Deny>()->refusal, Refusal::forbidden);
+  const Answer taken = d.acquire("r/moving", S2, W1);
+  ASSERT_NE(taken.as<wire::Grant>(), nullptr) << taken.error;
+  EXPECT_EQ(taken.as<wire::Grant>()->epoch, e_moving);
   EXPECT_EQ(q.terminate(), 0);
   EXPECT_NE(q.log().find("event=restore names=3 held=1"), std::string::npos) << q.log();
 }

@@ -82,7 +82,7 @@ TEST_F(LockdTokenTest, EveryGrantPathCarriesATokenTheDefaultPublicKeyVerifies) {
   // Transfer: the new owner's grant carries a token for the new epoch.
   const NameId id = name_id_of("tok/a");
   const Epoch e = a.as<wire::Grant>()->epoch;
-  const Answer tb = c.transfer_begin(id, S1, e, S3);
+  const Answer tb = c.transfer_begin(id, S1, e, S3, W2);
   ASSERT_NE(tb.as<wire::TransferState>(), nullptr) << tb.error;
   // The transfer completes once S1's worker confirmed it dead (lockd's transfer guard).
   const Answer killed =
@@ -97,7 +97,7 @@ TEST_F(LockdTokenTest, EveryGrantPathCarriesATokenTheDefaultPublicKeyVerifies) {
   // Reassign a free name, then the reserved sandbox acquires it.
   const Answer rel = AdminClient(lockd_.address(), key_, W2).release(id, S3, e + 1);
   ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.error;
-  const Answer ra = c.reassign(id, S1);
+  const Answer ra = c.reassign(id, S1, W1);
   ASSERT_NE(ra.as<wire::Ok>(), nullptr) << ra.error;
   const Answer re = c.acquire("tok/a", S1, W1);
   ASSERT_NE(re.as<wire::Grant>(), nullptr) << re.error;

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -228,6 +229,48 @@ TEST(NameStore, RefusesNewerSchemaUntouched) {
   const auto before = read_bytes(p);
   expect_refused(p, "schema version 99");
   EXPECT_EQ(read_bytes(p), before);
+}
+
+// Version 2 added the worker a reservation is for (peer_worker). A version 1 store is upgraded in
+// place when opened: its rows load (peer_worker nil), and new rows keep the worker.
+TEST(NameStore, UpgradesAVersion1StoreAndKeepsTheReservationsWorker) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  {
+    NameStore s(p.string());
+    const std::vector<StoredName> rows{held(1, 4)};
+    s.commit(rows);
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "PRAGMA journal_mode=DELETE; ALTER TABLE names DROP COLUMN peer_worker;"
+                         " ALTER TABLE log DROP COLUMN peer_worker; PRAGMA user_version=1;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  StoredName reserved = held(2, 7);
+  reserved.state = StoredState::free;
+  reserved.epoch_fresh = true;
+  reserved.peer = SandboxId{0xB, 2};
+  reserved.peer_worker = WorkerId{0x2, 0x22};
+  {
+    NameStore s(p.string());  // upgraded
+    const StoredTable t = s.load();
+    ASSERT_EQ(t.names.size(), 1u);
+    EXPECT_EQ(t.names[0].epoch, 4u);
+    EXPECT_TRUE(t.names[0].peer_worker.is_nil());
+    const std::vector<StoredName> rows{reserved};
+    s.commit(rows);
+  }
+  NameStore again(p.string());
+  const StoredTable t = again.load();
+  ASSERT_EQ(t.names.size(), 2u);
+  const auto it = std::find_if(t.names.begin(), t.names.end(), [&](const StoredName& n) { return n.id == reserved.id; });
+  ASSERT_NE(it, t.names.end());
+  EXPECT_EQ(it->peer_worker, (WorkerId{0x2, 0x22}));
+  EXPECT_EQ(it->peer, (SandboxId{0xB, 2}));
 }
 
 TEST(NameStore, RefusesCorruptUntouched) {

@@ -597,7 +597,7 @@ TEST_F(SupervisorProcess, PreemptibleWorkerBeatAnswerKillsANameTransferredAway) 
   auto ad = admin();
   const SandboxId to{0x70, 0x70};
   const lockd::Answer tb = ad.transfer_begin(name_id_of("moved"), SandboxId::parse(sandbox).value(),
-                                             a["epoch"].get<Epoch>(), to);
+                                             a["epoch"].get<Epoch>(), to, WorkerId{0x70, 0x70});
   ASSERT_NE(tb.as<wire::TransferState>(), nullptr) << tb.error;
   auto k = killed(sup, sandbox, 3000);
   ASSERT_TRUE(k.has_value()) << sup.log_text();

@@ -476,7 +476,11 @@ TEST_F(CliTest, TransferChecksTheReceiverBeforeAnythingMoves) {
   ASSERT_NE(held, 0u);
   const auto epoch = std::to_string(held);
   const std::string sock = (dir_ / "receiver.sock").string();
-  FakeSupervisor receiver(sock, nlohmann::json({{"v", 1}, {"ok", true}, {"sandboxes", nlohmann::json::array()}}).dump());
+  FakeSupervisor receiver(sock, nlohmann::json({{"v", 1},
+                                                {"ok", true},
+                                                {"worker", "6a1e0c4e-5a55-4d3e-9a5b-1b2c3d4e5f60"},
+                                                {"sandboxes", nlohmann::json::array()}})
+                                    .dump());
   const std::string other = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
   const Result r = cli(with({"transfer", "moved", "--to", other, "--to-supervisor", sock}, lf));
   EXPECT_ANSWER(r, kNotFound, "no running unnamed sandbox " + other);
@@ -545,9 +549,14 @@ TEST_F(CliTest, TransferReservationLapsesAfterItsTtl) {
   const std::uint64_t e = held_at_lockd("moved", lf);
   ASSERT_NE(e, 0u);
   const std::string nobody = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
+  // The reservation names the worker that may take it: the CLI needs to know which.
+  const Result unbound = cli(with({"transfer", "moved", "--to", nobody, "--wait-ms", "0"}, lf));
+  EXPECT_ANSWER(unbound, kUsage, "give --to-supervisor SOCKET or --to-worker UUID");
   // No supervisor runs the holder, so none confirms its kill: lockd refuses to complete the
   // transfer (lock_delay) until the old lease would have ended, and the name stays transferring.
-  const Result early = cli(with({"transfer", "moved", "--to", nobody, "--wait-ms", "0"}, lf));
+  const Result early = cli(with({"transfer", "moved", "--to", nobody, "--to-worker", "6a1e0c4e-5a55-4d3e-9a5b-1b2c3d4e5f60",
+                                 "--wait-ms", "0"},
+                                lf));
   EXPECT_EQ(early.code, kFailure) << early.out << early.err;
   EXPECT_NE(early.err.find("refused lock_delay"), std::string::npos) << early.err;
   EXPECT_NE(early.err.find("stays transferring"), std::string::npos) << early.err;
