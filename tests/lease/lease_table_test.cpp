@@ -56,6 +56,7 @@ TEST_F(LeaseTableTest, GrantsAndReservationsAreBoundToTheirWorker) {
   const Outcome tb = table.begin_transfer(id("db"), kA, 1, kC, kT0, kW2);
   ASSERT_TRUE(tb.ok());
   EXPECT_EQ(tb.state.reserved_worker, kW2);
+  ASSERT_TRUE(table.confirm_kill(id("db"), kW1, 1, kT0).ok());  // the transfer guard: A is dead
   const Outcome done = table.complete_release(id("db"), kA, 2, kT0);
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done.state.reserved_for, kC);
