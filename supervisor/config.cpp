@@ -185,6 +185,10 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
                  "directory for each sandbox's stdout and stderr, <sandbox id>.log (default: <runtime dir>/"
                  "sandbox-logs-<worker id>; must be this user's, writable by neither group nor others); "
                  "`leasehold logs` shows one to its owner");
+  app.add_option("--sandbox-log-max-bytes", c.sandbox_log_max_bytes,
+                 "at most this many bytes of a sandbox's output are kept in its log file; the rest is read and "
+                 "discarded, after one line saying so (default 8388608)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   app.add_option("--group", c.group,
                  "group whose members may use the control socket besides root (default: root only)");
   app.add_option("--ttl-ms", c.ttl_ms,

@@ -60,6 +60,9 @@ struct SupervisorConfig {
   /// Each sandbox's stdout and stderr go to <dir>/<sandbox id>.log (0600), never to the
   /// supervisor's own; empty → <runtime_dir>/sandbox-logs-<worker id>. Read with `leasehold logs`.
   std::string sandbox_log_dir;
+  /// At most this many bytes of a sandbox's output reach its log file (one line then says the
+  /// rest was discarded); a sandbox cannot fill the log directory's filesystem.
+  std::uint64_t sandbox_log_max_bytes = 8u << 20;
   std::string group;                ///< group allowed on the control socket besides root; "" = root only
   std::uint64_t ttl_ms = 10'000;    ///< lockd's lease TTL (preemptible: the worker-liveness TTL)
   std::uint64_t heartbeat_interval_ms = 1'000;

@@ -7,6 +7,7 @@ add_library(leasehold_supervisor_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/spawn.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kill_switch.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rt_thread.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/output_pump.cpp
 )
 leasehold_target(leasehold_supervisor_core)
 target_link_libraries(leasehold_supervisor_core PUBLIC leasehold_lease Boost::headers Threads::Threads

@@ -10,6 +10,7 @@
 #include "supervisor/cgroup.hpp"
 #include "supervisor/kill_switch.hpp"
 #include "supervisor/lockd_link.hpp"
+#include "supervisor/output_pump.hpp"
 #include "supervisor/rt_thread.hpp"
 #include "supervisor/spawn.hpp"
 
@@ -203,6 +204,7 @@ struct Supervisor::Impl {
     std::string path;
   };
   std::string sandbox_log_dir;
+  OutputPump output_pump;  // sandbox pipes -> their log files, each up to --sandbox-log-max-bytes
   std::deque<ExitedLog> exited_logs;  // oldest first; its file is removed when it leaves
   std::vector<SandboxId> by_slot;
   std::unordered_map<std::string, SandboxId> by_name;  // names being acquired or held
@@ -396,6 +398,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
       return "--sandbox-log-dir " + sandbox_log_dir + " must be a directory of uid " + std::to_string(::geteuid()) +
              " that neither group nor others may write";
   }
+  if (std::string err = output_pump.start(); !err.empty()) return "sandbox output: " + err;
   control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
   auto addr = SocketAddress::parse(cfg.lockd_address);
   if (!addr) {
@@ -1200,14 +1203,29 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   sr.stdin_fd = dev_null;
   // Its output goes to a file of its own (0600, the supervisor's; read back by `logs`).
   const std::string log_path = sandbox_log_dir + "/" + id.str() + ".log";
+  // The sandbox writes into a pipe, never into the file: the supervisor's output pump copies at
+  // most --sandbox-log-max-bytes of it, so a sandbox cannot fill the log's filesystem.
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (log_fd < 0) return fail("internal", "cannot create the sandbox log " + log_path + ": " + std::strerror(errno));
-  sr.stdout_fd = sr.stderr_fd = log_fd;
+  int out_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(log_fd);
+    ::unlink(log_path.c_str());
+    return fail("internal", std::string("cannot create the sandbox's output pipe: ") + std::strerror(e));
+  }
+  sr.stdout_fd = sr.stderr_fd = out_pipe[1];
   SpawnError se;
   std::optional<SandboxProcess> proc = spawn_sandbox(sr, se);
-  ::close(log_fd);
-  if (!proc) ::unlink(log_path.c_str());
-  else s.log_path = log_path;
+  ::close(out_pipe[1]);
+  if (!proc) {
+    ::close(out_pipe[0]);
+    ::close(log_fd);
+    ::unlink(log_path.c_str());
+  } else {
+    output_pump.add(out_pipe[0], log_fd, cfg.sandbox_log_max_bytes);
+    s.log_path = log_path;
+  }
   if (!proc) {
     const bool exec_problem = se.errno_value == ENOENT || se.errno_value == EACCES || se.errno_value == ENOEXEC ||
                               se.errno_value == ENOTDIR || se.errno_value == ELOOP;
@@ -1721,6 +1739,7 @@ json Supervisor::Impl::status_json() const {
         {"orphans_reaped", counters.orphans_reaped},
         {"key_reloads", counters.key_reloads},
         {"key_reloads_refused", counters.key_reloads_refused},
+        {"sandbox_output_discarded_bytes", output_pump.discarded_bytes()},
         {"worker_beats_acked", counters.worker_beats_acked},
         {"control_bad_requests", control->bad_requests()},
         {"control_unauthorized", control->rejected_unauthorized()},

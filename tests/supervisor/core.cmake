@@ -15,3 +15,7 @@ leasehold_test(supervisor_rt_thread_test
 leasehold_test(supervisor_isolation_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/isolation_test.cpp
   LIBS leasehold_supervisor_core leasehold_shm)
+leasehold_test(supervisor_output_pump_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/output_pump_test.cpp
+  LIBS leasehold_supervisor_core
+  LABELS concurrent)

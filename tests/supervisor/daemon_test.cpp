@@ -991,6 +991,39 @@ TEST_F(SupervisorProcess, SandboxOutputGoesToItsOwnLogNotTheSupervisors) {
   EXPECT_EQ(none["error"], "not_found") << none.dump();
 }
 
+// A sandbox that floods its output cannot fill the log directory's filesystem (a tmpfs under /run
+// for root): its log keeps the first --sandbox-log-max-bytes and one line saying the rest was
+// discarded, and the sandbox is not stalled by it (it finishes writing and exits). Before the
+// output pump the sandbox wrote the file itself, without a bound.
+TEST_F(SupervisorProcess, AFloodingSandboxsLogStopsAtItsCap) {
+  start_lockd();
+  Supervisor sup;
+  constexpr std::uint64_t kCap = 65536;
+  start_sup(sup, {"--sandbox-log-max-bytes", std::to_string(kCap)});
+  constexpr int kFlood = 4 << 20;
+  const json a = sup.call(run_req("", {"sh", "-c", "head -c " + std::to_string(kFlood) + " /dev/zero | tr '\\0' x; echo done >&2"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const std::string sandbox = a["sandbox"];
+  const std::string log = a["log"];
+  ASSERT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "list"}})["sandboxes"].empty(); }, 20'000))
+      << "the flooding sandbox did not finish: its output stalled it";
+  std::string text;
+  ASSERT_TRUE(eventually([&] {
+    text = slurp(log);
+    return text.find("the rest is discarded") != std::string::npos;
+  }, 10'000)) << text.size();
+  const std::string head = text.substr(0, kCap);
+  EXPECT_EQ(head, std::string(kCap, 'x'));
+  EXPECT_LT(text.size(), kCap + 200) << "the log passed its cap";
+  EXPECT_EQ(text.find("done"), std::string::npos) << "output after the cap is discarded";
+  std::uint64_t discarded = 0;
+  EXPECT_TRUE(eventually([&] {
+    const json st = sup.call({{"v", 1}, {"op", "status"}});
+    discarded = st["counters"].value("sandbox_output_discarded_bytes", std::uint64_t{0});
+    return discarded == kFlood + 5 - kCap;
+  }, 10'000)) << discarded;
+}
+
 TEST_F(SupervisorProcess, SigtermKillsReleasesAndCleansUp) {
   start_lockd();
   Supervisor sup;
