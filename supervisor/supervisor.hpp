@@ -11,8 +11,9 @@
 //   rt thread (RtKillSwitch): the deadline wheel and the kill-switch.
 //
 // Creation flows (control socket, see control.hpp for the JSON):
-//   run {name}      lease mode: claim a slot → acquire from lockd → cgroup leaf + child blocked
-//                   before exec → publish slot, arm deadline → release the child. A refused
+//   run {name}      lease mode: claim a slot → acquire from lockd → publish slot → spawn into its
+//                   cgroup leaf (spawn_sandbox returns once the child has exec'd) → arm the rt
+//                   deadline at once, before the io thread handles any other event. A refused
 //                   acquire starts nothing (holder + epoch returned).
 //                   preemptible mode: claim a slot → 2-phase acquire (lockd: Acquiring, which it
 //                   never preempts) → kill-switch check → start the sandbox with its epoch NOT
@@ -39,8 +40,9 @@
 // which are killed at once. When worker liveness lapses the kill-switch kills every named
 // sandbox (also those whose Commit is in flight) and named creation is refused until a liveness
 // beat sent after it is acknowledged. Creation and the kill-switch are serialised on
-// the io thread; a create that races the rt thread's kill still cannot run unwatched, because the
-// child is in its cgroup and its slot is armed before it is allowed to exec.
+// the io thread; a create that races the rt thread's kill runs in its cgroup leaf and its slot is
+// armed right after spawn_sandbox returns, before any other event (the window between the exec and
+// the arm is that synchronous stretch of the io thread, not yet closed by arming on the leaf first).
 #pragma once
 
 #include "supervisor/config.hpp"
