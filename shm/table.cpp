@@ -194,7 +194,9 @@ TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why
       return TableErrc::older_major;
     }
     if (h->slot_bytes != kSlotBytes || h->slots_offset != kSlotsOffset ||
-        h->stats_offset != kStatsOffset || h->liveness_offset != kLivenessOffset) {
+        h->stats_offset != kStatsOffset || h->liveness_offset != kLivenessOffset ||
+        h->token_record_bytes != kTokenRecordBytes ||
+        (h->slot_count <= kSlotCountMax && h->tokens_offset != tokens_offset(h->slot_count))) {
       why = "inconsistent geometry (slot_bytes " + std::to_string(h->slot_bytes) +
             ", slots_offset " + std::to_string(h->slots_offset) + ")";
       return TableErrc::bad_geometry;
@@ -562,6 +564,8 @@ TableWriter TableWriter::create(const TableOptions& o) {
   h->slot_cooldown_ns = o.slot_cooldown_ns;
   h->stats_offset = kStatsOffset;
   h->liveness_offset = kLivenessOffset;
+  h->tokens_offset = tokens_offset(o.slot_count);
+  h->token_record_bytes = kTokenRecordBytes;
   reinterpret_cast<WriterLiveness*>(base + kLivenessOffset)
       ->heartbeat_ns.store(now, std::memory_order_release);
   h->ready.store(kReady, std::memory_order_release);  // LAST: publishes everything above
@@ -587,6 +591,11 @@ const Header& TableWriter::header() const noexcept {
 Slot* TableWriter::slot_ptr(std::uint32_t i) const noexcept {
   if (i >= slot_count_) return nullptr;
   return reinterpret_cast<Slot*>(static_cast<char*>(region_.get_address()) + kSlotsOffset) + i;
+}
+
+TokenRecord* TableWriter::token_ptr(std::uint32_t i) const noexcept {
+  if (i >= slot_count_) return nullptr;
+  return reinterpret_cast<TokenRecord*>(static_cast<char*>(region_.get_address()) + tokens_offset(slot_count_)) + i;
 }
 
 Stats& TableWriter::stats() const noexcept {
@@ -619,6 +628,22 @@ std::uint64_t pack_info(SlotState st, std::string_view name) noexcept {
 }
 
 SlotState state_of(std::uint64_t info) noexcept { return static_cast<SlotState>(info & 0xFF); }
+
+/// Writes a slot's token record under its seqlock (the SeqWrite pattern): `token` empty clears
+/// it. Bytes beyond the token are zero.
+void store_token(TokenRecord& r, Epoch epoch, std::span<const std::uint8_t> token) noexcept {
+  const std::uint32_t seq = r.seq.load(std::memory_order_relaxed);
+  r.seq.store(seq + 1, std::memory_order_relaxed);
+  r.epoch.store(token.empty() ? 0 : epoch, std::memory_order_release);
+  r.length.store(static_cast<std::uint32_t>(token.size()), std::memory_order_release);
+  for (std::size_t w = 0; w < kTokenRecordWords; ++w) {
+    std::uint64_t v = 0;
+    for (std::size_t b = 0; b < 8 && w * 8 + b < token.size(); ++b)
+      v |= static_cast<std::uint64_t>(token[w * 8 + b]) << (8 * b);
+    r.words[w].store(v, std::memory_order_release);
+  }
+  r.seq.store(seq + 2, std::memory_order_release);
+}
 
 }  // namespace
 
@@ -664,16 +689,18 @@ ClaimResult TableWriter::claim(SandboxId sandbox, std::uint64_t now_ns) {
     s.info.store(pack_info(SlotState::claimed, {}), std::memory_order_release);
     r.generation = gen;
   }
+  store_token(*token_ptr(i), 0, {});
   r.slot = i;
   return r;
 }
 
 TableErrc TableWriter::publish(std::uint32_t slot, NameId name, std::string_view name_text,
-                               Epoch epoch, std::uint64_t valid_until_ns) noexcept {
+                               Epoch epoch, std::uint64_t valid_until_ns,
+                               std::span<const std::uint8_t> token) noexcept {
   Slot* s = slot_ptr(slot);
   if (s == nullptr) return TableErrc::bad_slot;
   if (!epoch_in_range(epoch)) return TableErrc::bad_epoch;
-  if (name_text.size() > kNameBytesMax) return TableErrc::bad_argument;
+  if (name_text.size() > kNameBytesMax || token.size() > kTokenRecordWords * 8) return TableErrc::bad_argument;
   const SlotState st = state_of(s->info.load(std::memory_order_relaxed));
   if (st != SlotState::claimed && st != SlotState::published) return TableErrc::wrong_state;
   SeqWrite w(*s);
@@ -691,6 +718,8 @@ TableErrc TableWriter::publish(std::uint32_t slot, NameId name, std::string_view
   s->name_hi.store(name.hi, std::memory_order_release);
   s->name_lo.store(name.lo, std::memory_order_release);
   s->info.store(pack_info(SlotState::published, name_text), std::memory_order_release);
+  // The token before the check word shows its epoch: a reader that sees E finds E's token.
+  if (!token.empty() || cur != epoch) store_token(*token_ptr(slot), epoch, token);
   if (cur != epoch) {
     std::uint64_t expect = 0;
     if (!s->check_word.compare_exchange_strong(expect, epoch, std::memory_order_release,
@@ -722,6 +751,7 @@ TableErrc TableWriter::free(std::uint32_t slot, std::uint64_t now_ns) noexcept {
     s->valid_until_ns.store(0, std::memory_order_release);
     s->info.store(pack_info(SlotState::cooling, {}), std::memory_order_release);
   }
+  store_token(*token_ptr(slot), 0, {});
   if (st == SlotState::claimed) {
     // Never published: no reader was ever told an epoch for this slot, so there is nothing to
     // confuse and no cooldown to wait out (a refused create must not use up the table). It goes
@@ -830,6 +860,7 @@ TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
       r.liveness_ = reinterpret_cast<const WriterLiveness*>(base + kLivenessOffset);
       r.stats_ = reinterpret_cast<const Stats*>(base + kStatsOffset);
       r.slots_ = reinterpret_cast<const Slot*>(base + kSlotsOffset);
+      r.tokens_ = reinterpret_cast<const TokenRecord*>(base + tokens_offset(r.header_->slot_count));
       r.slot_count_ = r.header_->slot_count;
       r.liveness_timeout_ns_ = clamp_liveness_timeout_ns(r.header_->liveness_timeout_ns);
       return r;
@@ -909,6 +940,27 @@ TableErrc TableReader::snapshot(std::uint32_t index, SlotSnapshot& out) const no
       out.name_prefix[i] = (c >= 0x20 && c < 0x7F) ? c : '?';  // printable only
     }
     out.valid_until_ns = until;
+    return TableErrc::ok;
+  }
+  return TableErrc::busy;
+}
+
+TableErrc TableReader::token(std::uint32_t index, TokenSnapshot& out) const noexcept {
+  if (index >= slot_count_) return TableErrc::bad_slot;
+  const TokenRecord& r = tokens_[index];
+  for (std::uint32_t attempt = 0; attempt < kSnapshotRetriesMax; ++attempt) {
+    const std::uint32_t s1 = r.seq.load(std::memory_order_acquire);
+    if (s1 & 1u) continue;
+    const std::uint64_t epoch = r.epoch.load(std::memory_order_acquire);
+    const std::uint32_t length = r.length.load(std::memory_order_acquire);
+    std::uint64_t words[kTokenRecordWords];
+    for (std::size_t w = 0; w < kTokenRecordWords; ++w) words[w] = r.words[w].load(std::memory_order_acquire);
+    if (r.seq.load(std::memory_order_relaxed) != s1) continue;
+    out = TokenSnapshot{};
+    if (length > out.bytes.size()) return TableErrc::bad_geometry;  // a writer never stores that
+    out.epoch = epoch;
+    out.length = length;
+    for (std::size_t i = 0; i < length; ++i) out.bytes[i] = static_cast<std::uint8_t>(words[i / 8] >> (8 * (i % 8)));
     return TableErrc::ok;
   }
   return TableErrc::busy;

@@ -43,9 +43,11 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -159,6 +161,15 @@ struct SlotSnapshot {
 };
 std::string_view to_string(SlotState s) noexcept;
 
+/// A consistent copy of one slot's token record (seqlock-validated). Use the bytes only when
+/// `epoch` is the epoch being checked (a new grant replaces them).
+struct TokenSnapshot {
+  Epoch epoch = 0;          ///< the grant the token is for (0: none)
+  std::uint32_t length = 0; ///< bytes of the token (0: none; token::kTokenBytes when signed)
+  std::array<std::uint8_t, kTokenRecordWords * 8> bytes{};
+  std::span<const std::uint8_t> view() const noexcept { return {bytes.data(), length}; }
+};
+
 struct Liveness {
   bool alive = false;       ///< heartbeat fresh and not closed
   bool closed = false;      ///< the writer closed the table cleanly
@@ -195,11 +206,13 @@ class TableWriter {
   /// Takes the free slot that was freed longest ago, if its cooldown has passed.
   /// table_full when none is (the message is in `claim_refusal`). Sandbox must not be nil.
   ClaimResult claim(SandboxId sandbox, std::uint64_t now_ns);
-  /// Publishes {name, epoch, valid_until} on a claimed or published slot. Over an older
-  /// epoch it first clears the check word, so readers see "invalid" in between, never a mix.
-  /// Errors: bad_slot, wrong_state, bad_epoch, bad_argument (name > kNameBytesMax), revoked.
+  /// Publishes {name, epoch, valid_until} on a claimed or published slot, and the grant's
+  /// signed `token` (io/token.hpp bytes; empty: none) in the slot's token record before the
+  /// check word shows the epoch. Over an older epoch it first clears the check word, so
+  /// readers see "invalid" in between, never a mix. Errors: bad_slot, wrong_state, bad_epoch,
+  /// bad_argument (name > kNameBytesMax, token > the record), revoked.
   TableErrc publish(std::uint32_t slot, NameId name, std::string_view name_text, Epoch epoch,
-                    std::uint64_t valid_until_ns) noexcept;
+                    std::uint64_t valid_until_ns, std::span<const std::uint8_t> token = {}) noexcept;
   /// Moves valid_until (one release store). Never touches the check word, so it cannot undo a
   /// revoke. Errors: bad_slot, wrong_state, revoked (nothing stored). Wait-free and without
   /// syscalls, but it must run on the thread that publishes (the seqlock has one writer).
@@ -247,6 +260,7 @@ class TableWriter {
  private:
   TableWriter() = default;
   Slot* slot_ptr(std::uint32_t i) const noexcept;
+  TokenRecord* token_ptr(std::uint32_t i) const noexcept;
   Stats& stats() const noexcept;
 
   // Owns the memfd of a memfd table (closed by the destructor; -1 for files).
@@ -332,6 +346,9 @@ class TableReader {
   /// Consistent copy of slot `index`; busy after kSnapshotRetriesMax torn attempts, bad_slot
   /// when out of range.
   TableErrc snapshot(std::uint32_t index, SlotSnapshot& out) const noexcept;
+  /// Consistent copy of slot `index`'s token record; busy after kSnapshotRetriesMax torn
+  /// attempts, bad_slot when out of range.
+  TableErrc token(std::uint32_t index, TokenSnapshot& out) const noexcept;
   /// The claimed/published slot of a sandbox (linear scan; tools and start-up, not hot paths).
   std::optional<SlotSnapshot> find(SandboxId sandbox) const noexcept;
   Liveness writer_liveness(std::uint64_t now_ns) const noexcept;
@@ -356,6 +373,7 @@ class TableReader {
   const WriterLiveness* liveness_ = nullptr;
   const Stats* stats_ = nullptr;
   const Slot* slots_ = nullptr;
+  const TokenRecord* tokens_ = nullptr;
   std::uint32_t slot_count_ = 0;
   std::uint64_t liveness_timeout_ns_ = 0;
 };

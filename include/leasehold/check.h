@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define LEASEHOLD_CHECK_ABI_VERSION 1   /* soname major of libleasehold-check */
-#define LEASEHOLD_LAYOUT_MAJOR 1        /* table layout this header understands */
+#define LEASEHOLD_LAYOUT_MAJOR 2        /* table layout this header understands */
 
 /* Error codes (negative return values). */
 #define LEASEHOLD_OK 0
@@ -52,7 +52,7 @@ extern "C" {
 typedef struct leasehold_table leasehold_table; /* a read-only mapping */
 typedef struct leasehold_slot leasehold_slot;   /* one 64-byte slot; opaque except below */
 
-/* Layout 1.x guarantee: a slot's first 8 bytes are its check word, a uint64_t holding the
+/* Layout guarantee (1.x and 2.x): a slot's first 8 bytes are its check word, a uint64_t holding the
  * epoch while the lease is valid (the revoked bit 2^63 set, or 0, otherwise). */
 #define LEASEHOLD_REVOKED_BIT (UINT64_C(1) << 63)
 

@@ -72,6 +72,43 @@ TEST(ShmConcurrent, RevokeRacingPublishAndExtendNeverResurrects) {
   EXPECT_GT(v.valid_checks.load() + v.revoked_seen.load(), 0u) << "readers saw nothing: test is vacuous";
 }
 
+// A reader copying a slot's token while the io thread publishes new epochs with new tokens
+// never gets a torn token: every copy is exactly the token written for the epoch it names.
+TEST(ShmConcurrent, TokenReadsAreNeverTorn) {
+  TempTable t;
+  TableOptions o = options_for(t, 2);
+  auto w = TableWriter::create(o);
+  const auto r = TableReader::open(t.location);
+  const auto c = w.claim(sandbox(1), 1);
+  ASSERT_EQ(c.error, TableErrc::ok);
+  auto token_of = [](Epoch e) {
+    std::vector<std::uint8_t> b(140);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(e * 31 + i);
+    return b;
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> reads{0}, torn{0};
+  std::thread io([&] {
+    const auto end = std::chrono::steady_clock::now() + kRunFor;
+    for (Epoch e = 1; e < kCyclesMax && std::chrono::steady_clock::now() < end; ++e)
+      (void)w.publish(c.slot, NameId{1, 1}, "n", e, UINT64_MAX, token_of(e));
+    stop.store(true);
+  });
+  std::thread reader([&] {
+    TokenSnapshot ts;
+    while (!stop.load()) {
+      if (r.token(c.slot, ts) != TableErrc::ok || ts.length == 0) continue;
+      reads.fetch_add(1);
+      const auto want = token_of(ts.epoch);
+      if (ts.length != want.size() || !std::equal(want.begin(), want.end(), ts.view().begin())) torn.fetch_add(1);
+    }
+  });
+  io.join();
+  reader.join();
+  EXPECT_EQ(torn.load(), 0u) << "of " << reads.load() << " reads";
+  EXPECT_GT(reads.load(), 0u);
+}
+
 TEST(ShmConcurrent, ReaderRacingARevokingWriterSeesValidOrNotValid) {
   // A reader checks one published slot while the writer revokes it: every answer is a clean
   // valid/not-valid, and once not-valid, never valid again.

@@ -92,6 +92,49 @@ TEST(ShmTable, PublishThenCheckAndSnapshot) {
   EXPECT_EQ(h.total_bytes, table_bytes(8));
 }
 
+// The grant's signed token travels with its epoch: published before the check word shows the
+// epoch, replaced (or cleared) by the next epoch, cleared when the slot is freed or claimed.
+TEST(ShmTable, TokenIsPublishedWithItsEpochAndClearedAfter) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const auto r = TableReader::open(t.location);
+  EXPECT_EQ(r.header().tokens_offset, tokens_offset(r.header().slot_count));
+  EXPECT_EQ(r.header().token_record_bytes, kTokenRecordBytes);
+  const auto now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  ASSERT_EQ(c.error, TableErrc::ok);
+  std::vector<std::uint8_t> tok(140);
+  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<std::uint8_t>(i * 3 + 1);
+  TokenSnapshot ts;
+  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
+  EXPECT_EQ(ts.length, 0u) << "a claimed slot holds no token";
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 5, now + 60 * kS, tok), TableErrc::ok);
+  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
+  EXPECT_EQ(ts.epoch, 5u);
+  ASSERT_EQ(ts.length, tok.size());
+  EXPECT_TRUE(std::equal(tok.begin(), tok.end(), ts.view().begin()));
+  // The same epoch again (the deadline moves): the token stays.
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 5, now + 61 * kS), TableErrc::ok);
+  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
+  EXPECT_EQ(ts.length, tok.size());
+  // A new epoch without a token: the old one is gone, not shown for the new epoch.
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 6, now + 60 * kS), TableErrc::ok);
+  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
+  EXPECT_EQ(ts.length, 0u);
+  EXPECT_EQ(ts.epoch, 0u);
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 7, now + 60 * kS, tok), TableErrc::ok);
+  ASSERT_EQ(w.free(c.slot, now), TableErrc::ok);
+  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
+  EXPECT_EQ(ts.length, 0u) << "a freed slot keeps no token";
+  EXPECT_EQ(r.token(r.slot_count(), ts), TableErrc::bad_slot);
+  // Too long for the record: refused, nothing published.
+  const auto c2 = w.claim(sandbox(2), now);
+  ASSERT_EQ(c2.error, TableErrc::ok);
+  EXPECT_EQ(w.publish(c2.slot, name_id_of("m"), "m", 1, now + kS, std::vector<std::uint8_t>(kTokenRecordWords * 8 + 1)),
+            TableErrc::bad_argument);
+  EXPECT_FALSE(r.check(c2.slot, 1));
+}
+
 TEST(ShmTable, DeadlineAndExtend) {
   TempTable t;
   auto w = TableWriter::create(options_for(t));
