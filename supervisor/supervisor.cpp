@@ -118,6 +118,7 @@ struct Supervisor::Impl {
     std::optional<std::string> name;  // set once the name is ours (published)
     NameId name_id;                   // with epoch: set at the grant (preemptible: the acquiring one)
     Epoch epoch = 0;
+    wire::GrantTokenBytes token;      // lockd's signed token of that grant, published with it
     // Preemptible mode: the sandbox runs (or is being named) with its epoch not yet published
     // and its Commit in flight; `pending_name` is the name it is committing.
     bool commit_pending = false;
@@ -1034,6 +1035,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
   }
   s->name_id = name_id;
   s->epoch = g.epoch;
+  s->token = g.token;
   s->valid_until_ns = valid_until;
   if (s->state == State::acquiring) {
     s->name = name;
@@ -1046,7 +1048,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     give_back("not_found", "the sandbox stopped while its name was being acquired");
     return;
   }
-  const shm::TableErrc pe = table->publish(s->slot, name_id, name, g.epoch, valid_until);
+  const shm::TableErrc pe = table->publish(s->slot, name_id, name, g.epoch, valid_until, std::span(s->token.data(), s->token.size()));
   if (pe != shm::TableErrc::ok) {
     hb->remove(sb);
     give_back("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
@@ -1144,7 +1146,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   // whose Commit is still to be sent starts unpublished (its checks say "not valid") but under
   // the worker's kill deadline; on_committed publishes it.
   if (s.name) {
-    const shm::TableErrc pe = table->publish(s.slot, s.name_id, *s.name, s.epoch, s.valid_until_ns);
+    const shm::TableErrc pe = table->publish(s.slot, s.name_id, *s.name, s.epoch, s.valid_until_ns, std::span(s.token.data(), s.token.size()));
     if (pe != shm::TableErrc::ok) return fail("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
   }
   const bool watched = s.name || s.commit_pending;
@@ -1568,6 +1570,7 @@ void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client
   if (req.op == ControlOp::name) {  // it ran before and runs on, unnamed
     s->name_id = NameId{};
     s->epoch = 0;
+    s->token.clear();
     reply(client, control_error(req.id, code, message, std::move(extra)));
     return;
   }
@@ -1593,6 +1596,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
   }
   s->commit_pending = false;
   s->pending_name.reset();
+  s->token = g.token;
   hb->set_commit_pending(sb, false);
   if (s->kill_sent || s->state == State::exited) {
     // Being killed (kill-switch, shutdown): it never runs with this name.
@@ -1608,7 +1612,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
   const std::uint64_t now = now_ns();
   const shm::TableErrc pe = l == nullptr || valid_until <= now
                                 ? shm::TableErrc::revoked
-                                : table->publish(s->slot, name_id, name, g.epoch, valid_until);
+                                : table->publish(s->slot, name_id, name, g.epoch, valid_until, std::span(g.token.data(), g.token.size()));
   if (pe != shm::TableErrc::ok) {
     commit_failed(sb, client, req, g.epoch, "internal",
                   "publishing \"" + name + "\" failed: " + std::string(shm::to_string(pe)));
