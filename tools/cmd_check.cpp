@@ -5,6 +5,7 @@
 // table; 2: missing or malformed slot/epoch.
 #include "tools/cmd_common.hpp"
 
+#include "io/token.hpp"
 #include "shm/table.hpp"
 
 #include <cstdio>
@@ -106,6 +107,15 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
       else reason = "the slot is " + std::string(shm::to_string(snap.state));
     }
     const std::int64_t left_ns = static_cast<std::int64_t>(snap.valid_until_ns) - static_cast<std::int64_t>(now);
+    // The grant's signed token, as the supervisor published it for this epoch (the sandbox hands
+    // it to a resource with its writes; the resource verifies it with lockd's public key).
+    shm::TokenSnapshot ts;
+    std::optional<token::GrantToken> tok;
+    std::string token_hex;
+    if (reader->token(slot, ts) == shm::TableErrc::ok && ts.epoch == *epoch && ts.length > 0) {
+      token_hex = token::to_hex(ts.view());
+      tok = token::decode(ts.view());
+    }
     if (a->json) {
       nlohmann::json j = {{"valid", valid}, {"slot", slot}, {"epoch", *epoch},
                           {"slot_epoch", snap.epoch}, {"slot_state", std::string(shm::to_string(snap.state))},
@@ -114,10 +124,18 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
       // null when the slot holds no deadline (freed, or never published)
       j["valid_for_ms"] = snap.valid_until_ns == 0 ? nlohmann::json(nullptr) : nlohmann::json(left_ns / 1'000'000);
       if (!valid) j["reason"] = reason;
+      // null: no signed token for this epoch (lockd signs none, or the slot holds another grant)
+      j["token"] = token_hex.empty() ? nlohmann::json(nullptr) : nlohmann::json(token_hex);
+      j["token_key_id"] = tok ? nlohmann::json(token::key_id_text(tok->key_id)) : nlohmann::json(nullptr);
       std::printf("%s\n", j.dump().c_str());
     } else if (valid) {
       std::printf("valid: slot %u epoch %s, sandbox %s, valid for %s more\n", slot, etext.c_str(),
                   snap.sandbox.str().c_str(), duration_text(left_ns).c_str());
+      if (tok)
+        std::printf("token: %s (signed by lockd key %s; name %s, worker %s)\n", token_hex.c_str(),
+                    token::key_id_text(tok->key_id).c_str(), tok->name.str().c_str(), tok->worker.str().c_str());
+      else
+        std::printf("token: none (no signed token is published for epoch %s)\n", etext.c_str());
     } else {
       std::printf("NOT valid: slot %u epoch %s: %s\n", slot, etext.c_str(), reason.c_str());
     }

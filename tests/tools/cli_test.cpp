@@ -3,6 +3,7 @@
 // a distinct exit code (tools/command.hpp) for each of: malformed name, unknown name, lockd
 // unreachable, no supervisor running.
 #include "io/auth.hpp"
+#include "io/token.hpp"
 #include "resource/fenced_store.hpp"
 #include "shm/table.hpp"
 #include "tools/command.hpp"
@@ -586,6 +587,69 @@ TEST_F(CliTest, TransferReservationLapsesAfterItsTtl) {
   const Result taken = cli(with({"acquire", "moved", "--json"}, lf));
   ASSERT_EQ(taken.code, kOk) << taken.err;
   EXPECT_EQ(nlohmann::json::parse(taken.out)["epoch"], e + 1) << "the fresh epoch is granted, once";
+}
+
+// `check` shows the signed token the supervisor published with the epoch (hex in --json), and
+// none for another epoch or a slot without one.
+TEST_F(CliTest, CheckPrintsTheSignedToken) {
+  shm::TableOptions o;
+  o.location = (dir_ / "token-table").string();
+  o.slot_count = 4;
+  shm::TableWriter w = shm::TableWriter::create(o);
+  const SandboxId sb = *SandboxId::parse(kSandbox);
+  const std::uint64_t now = shm::boottime_ns();
+  w.heartbeat(now);
+  std::atomic<bool> stop{false};
+  std::thread beats([&] {  // the writer's liveness, as the supervisor's rt thread keeps it
+    while (!stop.load()) {
+      w.heartbeat(shm::boottime_ns());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  struct Join {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop.store(true);
+      t.join();
+    }
+  } join{stop, beats};
+  std::string err;
+  const auto signer = token::TokenSigner::generate(err);
+  ASSERT_NE(signer, nullptr) << err;
+  token::GrantToken t;
+  t.name = name_id_of("orders");
+  t.epoch = 9;
+  t.holder = sb;
+  t.worker = WorkerId{1, 2};
+  ASSERT_TRUE(signer->sign(t));
+  const token::TokenBytes bytes = token::encode(t);
+  const shm::ClaimResult c = w.claim(sb, now);
+  ASSERT_EQ(c.error, shm::TableErrc::ok);
+  ASSERT_EQ(w.publish(c.slot, t.name, "orders", 9, now + 60'000'000'000, bytes), shm::TableErrc::ok);
+  const std::vector<std::string> env{"LEASEHOLD_SHM=" + o.location, "LEASEHOLD_SLOT=" + std::to_string(c.slot),
+                                     "LEASEHOLD_EPOCH=9"};
+  const Result text = cli({"check"}, env);
+  EXPECT_EQ(text.code, kOk) << text.err;
+  EXPECT_NE(text.out.find("token: " + token::to_hex(bytes) + " (signed by lockd key " +
+                          token::key_id_text(signer->key_id())),
+            std::string::npos)
+      << text.out;
+  const Result json = cli({"check", "--json"}, env);
+  ASSERT_EQ(json.code, kOk) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["token"], token::to_hex(bytes));
+  EXPECT_EQ(j["token_key_id"], token::key_id_text(signer->key_id()));
+  // What check prints is what a resource verifies.
+  const auto raw = token::from_hex(j["token"].get<std::string>());
+  ASSERT_TRUE(raw.has_value());
+  token::TokenVerifier v;
+  ASSERT_EQ(v.add_public_key(signer->public_key()), "");
+  EXPECT_TRUE(v.verify(*raw, t.name, 9, sb).ok());
+  // A new epoch without a token replaces it: nothing stale is shown.
+  ASSERT_EQ(w.publish(c.slot, t.name, "orders", 10, now + 60'000'000'000), shm::TableErrc::ok);
+  const Result next = cli({"check", "--epoch", "10", "--json"}, env);
+  EXPECT_TRUE(nlohmann::json::parse(next.out)["token"].is_null()) << next.out;
 }
 
 TEST_F(CliTest, CheckFollowsTheSlot) {
