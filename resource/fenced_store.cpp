@@ -337,9 +337,6 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   } else if ((!announce || check_token) && token.holder.is_nil()) {
     verdict = Verdict::invalid;
     reason = "nil holder";
-  } else if (token_checked && !token_verdict.ok()) {
-    verdict = Verdict::forged;
-    reason = token_verdict.detail;
   } else if (!announce && payload.size() > kPayloadBytesMax) {
     verdict = Verdict::invalid;
     reason = "payload of " + std::to_string(payload.size()) + " bytes, limit " +
@@ -348,6 +345,10 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
     verdict = Verdict::stale;
     reason = "stale epoch " + std::to_string(token.epoch) + " < highest seen " +
              std::to_string(highest);
+  } else if (token_checked && !token_verdict.ok()) {
+    // An epoch at or above the highest is admitted only with lockd's signature on it.
+    verdict = Verdict::forged;
+    reason = token_verdict.detail;
   }
 
   const std::string holder = token.holder.is_nil() ? std::string() : token.holder.str();
@@ -375,7 +376,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   const std::string_view audit_verdict =
       announce && verdict == Verdict::accepted ? std::string_view("fence") : to_string(verdict);
   std::string audit_reason = reason;
-  if (token_checked && token_verdict.ok()) {
+  if (token_checked && token_verdict.ok() && verdict == Verdict::accepted) {
     const auto t = token::decode(token.signed_token);
     audit_reason = std::string(kVerifiedReasonPrefix) + " (key " + token::key_id_text(t ? t->key_id : 0) + ")";
   }
@@ -399,7 +400,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   const std::int64_t audit_id = sqlite3_last_insert_rowid(db_);
   if (!step_done(s.commit)) return db_error("commit");
 
-  if (token_checked) {
+  if (token_checked && (verdict == Verdict::accepted || verdict == Verdict::forged)) {
     if (token_verdict.ok()) {
       ++token_stats_.verified;
       if (token_verdict.cached) ++token_stats_.cache_hits;

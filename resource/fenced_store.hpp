@@ -26,7 +26,8 @@
 // that makes one up (its own + 1000, or 2^63-1) would be admitted and fence the rightful holder
 // out for good. A store opened with a TokenVerifier (StoreOptions::verifier: lockd's public
 // keys) admits a write only if it carries a token lockd signed for exactly that name, epoch and
-// holder; anything else is rejected as Verdict::forged with the reason counted (token_stats())
+// holder (a write below the highest epoch is stale whatever it carries); anything else is
+// rejected as Verdict::forged with the reason counted (token_stats())
 // and written in the audit row. Verification is cached per (name, epoch, signature), so a
 // holder pays one signature check per epoch. A store without a verifier keeps the plain epoch
 // compare (only safe when every writer is trusted); its accepted audit rows say that no token

@@ -48,6 +48,7 @@ struct AgentArgs {
   std::uint64_t slow_ms = kAgentSlowMsDefault;
   int checkpoint_pages = resource::kWalCheckpointPagesDefault;
   bool durable = false;
+  std::vector<std::string> public_keys;  ///< lockd's token public keys: the store verifies tokens
 };
 
 /// Reports a write that is still in progress after `slow_ms` (once per write), from its own
@@ -176,6 +177,15 @@ int run_agent(const AgentArgs& a) {
   resource::StoreOptions so;
   so.durable = a.durable;
   so.checkpoint_pages = a.checkpoint_pages;
+  if (!a.public_keys.empty()) {
+    so.verifier = std::make_shared<token::TokenVerifier>();
+    for (const std::string& k : a.public_keys) {
+      if (std::string why = so.verifier->add_public_key_file(k); !why.empty()) {
+        std::fprintf(stderr, "leasehold agent: %s\n", why.c_str());
+        return kUsage;
+      }
+    }
+  }
   auto store = resource::FencedStore::open(a.db, err, so);
   if (!store) {
     std::fprintf(stderr, "leasehold agent: %s\n", err.c_str());
@@ -187,6 +197,7 @@ int run_agent(const AgentArgs& a) {
   std::fflush(stdout);
 
   Epoch epoch = 0;
+  std::vector<std::uint8_t> signed_token;  // of the grant at `epoch`
   std::uint64_t accepted = 0, skipped = 0, seq = 0;
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(a.max_seconds);
   bool was_valid = false;
@@ -203,10 +214,18 @@ int run_agent(const AgentArgs& a) {
         snap.epoch != 0) {
       epoch = snap.epoch;
       last_write_end_ns = 0;
-      const auto p = store->advance_fence(a.name, epoch, "holder " + sandbox->str() + " presents its token");
-      std::printf("agent name=%s epoch=%llu: lease published; token presented to the resource (%s)\n",
+      // The grant's signed token, published with the epoch (shm token record); every write
+      // carries it, so a resource that verifies tokens admits them.
+      signed_token.clear();
+      shm::TokenSnapshot ts;
+      if (table->token(slot, ts) == shm::TableErrc::ok && ts.epoch == epoch)
+        signed_token.assign(ts.view().begin(), ts.view().end());
+      const auto p = store->present({a.name, epoch, *sandbox, signed_token},
+                                    "holder " + sandbox->str() + " presents its token");
+      std::printf("agent name=%s epoch=%llu: lease published; %s token presented to the resource (%s)\n",
                   a.name.c_str(), static_cast<unsigned long long>(epoch),
-                  p.accepted() ? "fence ok" : p.reason.c_str());
+                  signed_token.empty() ? "unsigned" : ("signed (" + std::to_string(signed_token.size()) + " bytes)").c_str(),
+                  p.accepted() ? (store->verifies_tokens() ? "signature verified, fence ok" : "fence ok") : p.reason.c_str());
       std::fflush(stdout);
     }
     // The check before every side effect: epoch, valid_until, writer liveness.
@@ -240,7 +259,7 @@ int run_agent(const AgentArgs& a) {
         std::fflush(stdout);
       }
       watch.begin(epoch, seq);
-      const resource::WriteResult r = store->write({a.name, epoch, *sandbox}, payload);
+      const resource::WriteResult r = store->write({a.name, epoch, *sandbox, signed_token}, payload);
       const bool stalled = watch.end();
       last_write_end_ns = boot_ns();
       last_write_sched = sched.now();
@@ -292,6 +311,9 @@ const Command kAgent([](CLI::App& app, int* exit_code) {
                   "never (another connection checkpoints, so writes never pause for it)")
       ->check(CLI::Range(0, 1'000'000));
   sub->add_flag("--durable", a->durable, "fsync every write (synchronous=FULL)");
+  sub->add_option("--public-key", a->public_keys,
+                  "lockd's token public key file (PEM, as leasehold-lockd writes STORE.signing.key.pub); the "
+                  "store then admits only writes whose signed token verifies; repeatable (rotation)");
   sub->callback([a, exit_code] {
     Failure f;
     if (!check_name(a->name, f)) {

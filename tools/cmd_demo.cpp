@@ -291,7 +291,7 @@ class Demo {
                           {"argv",
                            {self_, "agent", "--db", db_path_, "--name", args_.name, "--interval-ms",
                             std::to_string(t_.agent_interval_ms), "--max-seconds", "120", "--checkpoint-pages",
-                            "0"}},
+                            "0", "--public-key", public_key_path_}},
                           {"env", {{"PATH", "/usr/bin:/bin"}}}};
     if (named) req["name"] = args_.name;
     return req;
@@ -362,6 +362,8 @@ class Demo {
   WorkerId worker_id_[2];  ///< the supervisors' worker ids (a transfer's reservation names one)
   std::uint16_t port_ = 0;
   std::unique_ptr<lockd::AdminClient> admin_;
+  std::shared_ptr<token::TokenVerifier> verifier_ = std::make_shared<token::TokenVerifier>();
+  std::string public_key_path_;  // lockd's token public key, where the sandboxes read it
   std::unique_ptr<resource::FencedStore> store_;
   std::map<std::string, int> sandbox_worker_;
   std::int64_t last_checkpoint_ns_ = 0;
@@ -546,6 +548,7 @@ void Demo::body() {
     std::string err;
     resource::StoreOptions so;
     so.durable = false;
+    so.verifier = verifier_;  // lockd's public key is added once lockd has written it
     store_ = resource::FencedStore::open(db_path_, err, so);
     if (!store_) abort(err);
     for (const char* suffix : {"", "-wal", "-shm"}) ::chmod((db_path_ + suffix).c_str(), 0666);
@@ -582,6 +585,19 @@ void Demo::body() {
     port_ = static_cast<std::uint16_t>(port);
   }
   say("lockd listening on port %u (SQLite store %s/lockd.db, pid %d)", port_, world_.tmp.c_str(), world_.lockd->pid);
+  {
+    // lockd generated its token signing key beside its store; the resource (and the agent's
+    // store) verify tokens with the public key alone, copied where the sandboxes can read it.
+    const std::string pub = world_.tmp + "/lockd.db.signing.key.pub";
+    public_key_path_ = db_path_.substr(0, db_path_.rfind('/')) + "/lockd-token.pub";
+    std::error_code ec;
+    std::filesystem::copy_file(pub, public_key_path_, std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) abort("cannot copy lockd's public key " + pub + ": " + ec.message());
+    ::chmod(public_key_path_.c_str(), 0644);
+    if (std::string why = verifier_->add_public_key_file(public_key_path_); !why.empty()) abort(why);
+    say("lockd signs every grant's fencing token (Ed25519, key id %s); the resource verifies them with the public key alone",
+        token::key_id_text(verifier_->key_ids().front()).c_str());
+  }
   event(boot_ns(), "lockd up");
   {
     wire::KeyLoad key = wire::load_key_file(key_path_);
@@ -775,6 +791,16 @@ void Demo::body() {
   event(replay.time_ns, "stale replay of epoch " + std::to_string(e1_) + " rejected");
   check(replay.verdict == resource::Verdict::stale && replay.highest == e2_,
         "the stale token is rejected where the write lands (highest seen " + std::to_string(replay.highest) + ")");
+  // The old holder cannot get around the fence by making up an epoch: it has no token lockd
+  // signed for it.
+  const Epoch made_up = e2_ + 1000;
+  const resource::WriteResult forged =
+      store_->write({args_.name, made_up, holder1.value_or(SandboxId{})}, "made-up epoch");
+  say("old holder writes with a made-up epoch %llu: resource: %s%s%s", static_cast<unsigned long long>(made_up),
+      std::string(resource::to_string(forged.verdict)).c_str(), forged.reason.empty() ? "" : ": ", forged.reason.c_str());
+  event(forged.time_ns, "made-up epoch " + std::to_string(made_up) + " rejected (" + forged.reason.substr(0, forged.reason.find(':')) + ")");
+  check(forged.verdict == resource::Verdict::forged && forged.highest == e2_,
+        "a made-up epoch without lockd's signature is rejected (the fence stays at " + std::to_string(forged.highest) + ")");
 
   // ---- step 5: graceful transfer back to worker 1 --------------------------------------------------
   std::fprintf(out_, "\nstep 5: graceful transfer of \"%s\" back to %s\n", args_.name.c_str(), kWorker[0]);
@@ -1018,6 +1044,10 @@ void Demo::audit_and_timeline() {
   bool replay_seen = false;
   for (const auto& r : rep.rejected_rows) replay_seen = replay_seen || (r.epoch == e1_ && r.verdict == "stale");
   check(replay_seen, "the replayed stale write is in the audit as rejected");
+  check(rep.forged == 1, "the made-up epoch is in the audit as forged");
+  check(rep.unverified == 0, "every accepted write carried a token lockd signed (" + std::to_string(rep.verified) +
+                                 " verified)");
+  std::fprintf(out_, "audit: %s\n", rep.summary().c_str());
 
   std::fprintf(out_, "\ntimeline:\n");
   std::stable_sort(timeline_.begin(), timeline_.end(), [](const Event& a, const Event& b) { return a.t_ns < b.t_ns; });

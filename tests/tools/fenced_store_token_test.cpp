@@ -177,6 +177,20 @@ TEST_F(TokenStore, EveryBadTokenHasItsCountedReason) {
   EXPECT_TRUE(s->write(grant("orders", 7, kStale), "next").accepted());
 }
 
+// Below the highest epoch a write is stale whatever it carries (no signature check is paid for
+// it); at or above it only a signed token is admitted.
+TEST_F(TokenStore, BelowTheHighestEpochAWriteIsStaleSignedOrNot) {
+  auto s = open("stale.db");
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->write(grant("orders", 6, kRightful), "ok").accepted());
+  const std::uint64_t checks = verifier_->signature_checks();
+  EXPECT_EQ(s->write(WriteToken{"orders", 5, kStale, {}}, "x").verdict, Verdict::stale);
+  EXPECT_EQ(s->write(grant("orders", 5, kStale), "x").verdict, Verdict::stale);
+  EXPECT_EQ(s->token_stats().forged(), 0u);
+  EXPECT_EQ(s->write(WriteToken{"orders", 6, kStale, {}}, "x").verdict, Verdict::forged);
+  EXPECT_LE(verifier_->signature_checks(), checks + 1);
+}
+
 TEST_F(TokenStore, VerificationIsPaidOncePerEpoch) {
   auto s = open("cache.db");
   ASSERT_NE(s, nullptr);
