@@ -1,6 +1,7 @@
 // libleasehold-check: the C ABI (include/leasehold/check.h) over shm::TableReader.
 #include "leasehold/check.h"
 
+#include "io/token.hpp"
 #include "shm/table.hpp"
 
 #include <cstdio>
@@ -9,6 +10,10 @@
 
 struct leasehold_table {
   leasehold::shm::TableReader reader;
+};
+
+struct leasehold_verifier {
+  leasehold::token::TokenVerifier verifier;
 };
 
 namespace {
@@ -140,6 +145,84 @@ int64_t leasehold_find_sandbox(const leasehold_table* table, const char* sandbox
   return s ? static_cast<int64_t>(s->index) : LEASEHOLD_E_NOT_FOUND;
 }
 
+int leasehold_token(const leasehold_table* table, uint32_t index, uint64_t epoch, uint8_t* buf, size_t buf_len) {
+  if (table == nullptr || buf == nullptr) return LEASEHOLD_E_ARG;
+  leasehold::shm::TokenSnapshot ts;
+  const TableErrc e = table->reader.token(index, ts);
+  if (e != TableErrc::ok) return code_of(e);
+  if (ts.length == 0 || ts.epoch != epoch) return LEASEHOLD_E_NOT_FOUND;
+  if (buf_len < ts.length) return LEASEHOLD_E_ARG;
+  std::memcpy(buf, ts.bytes.data(), ts.length);
+  return static_cast<int>(ts.length);
+}
+
+leasehold_verifier* leasehold_verifier_new(void) { return new (std::nothrow) leasehold_verifier; }
+
+void leasehold_verifier_free(leasehold_verifier* verifier) { delete verifier; }
+
+int leasehold_verifier_add_key_file(leasehold_verifier* verifier, const char* path, char* err, size_t err_len) {
+  if (verifier == nullptr || path == nullptr) {
+    put_error(err, err_len, "leasehold_verifier_add_key_file: verifier or path is NULL");
+    return LEASEHOLD_E_ARG;
+  }
+  try {
+    const std::string why = verifier->verifier.add_public_key_file(path);
+    if (why.empty()) return LEASEHOLD_OK;
+    put_error(err, err_len, why.c_str());
+    return why.find("cannot open") != std::string::npos ? LEASEHOLD_E_IO : LEASEHOLD_E_ARG;
+  } catch (const std::exception& e) {
+    put_error(err, err_len, e.what());
+    return LEASEHOLD_E_IO;
+  }
+}
+
+int leasehold_verifier_add_key(leasehold_verifier* verifier, const uint8_t* public_key, size_t len) {
+  if (verifier == nullptr || public_key == nullptr) return LEASEHOLD_E_ARG;
+  try {
+    return verifier->verifier.add_public_key({public_key, len}).empty() ? LEASEHOLD_OK : LEASEHOLD_E_ARG;
+  } catch (...) {
+    return LEASEHOLD_E_ARG;
+  }
+}
+
+int leasehold_verify(leasehold_verifier* verifier, const uint8_t* token, size_t token_len, const char* name,
+                     uint64_t epoch, const char* holder_uuid, char* err, size_t err_len) {
+  using leasehold::token::Reject;
+  if (verifier == nullptr || name == nullptr || holder_uuid == nullptr || (token == nullptr && token_len != 0)) {
+    put_error(err, err_len, "leasehold_verify: verifier, name or holder is NULL");
+    return LEASEHOLD_E_ARG;
+  }
+  try {
+    if (const std::string why = leasehold::validate_name(name); !why.empty()) {
+      put_error(err, err_len, ("leasehold_verify: " + why).c_str());
+      return LEASEHOLD_E_ARG;
+    }
+    const auto holder = leasehold::SandboxId::parse(holder_uuid);
+    if (!holder || holder->is_nil()) {
+      put_error(err, err_len, "leasehold_verify: malformed holder (expected a sandbox UUID)");
+      return LEASEHOLD_E_ARG;
+    }
+    const leasehold::token::Verdict v =
+        verifier->verifier.verify({token, token_len}, leasehold::name_id_of(name), epoch, *holder);
+    if (v.ok()) return LEASEHOLD_OK;
+    put_error(err, err_len, v.detail.c_str());
+    switch (v.reject) {
+      case Reject::unsigned_token: return LEASEHOLD_E_TOKEN_UNSIGNED;
+      case Reject::malformed: return LEASEHOLD_E_TOKEN_MALFORMED;
+      case Reject::unknown_key: return LEASEHOLD_E_TOKEN_UNKNOWN_KEY;
+      case Reject::bad_signature: return LEASEHOLD_E_TOKEN_BAD_SIGNATURE;
+      case Reject::wrong_name: return LEASEHOLD_E_TOKEN_WRONG_NAME;
+      case Reject::wrong_epoch: return LEASEHOLD_E_TOKEN_WRONG_EPOCH;
+      case Reject::wrong_holder: return LEASEHOLD_E_TOKEN_WRONG_HOLDER;
+      case Reject::none: break;
+    }
+    return LEASEHOLD_E_TOKEN_MALFORMED;
+  } catch (const std::exception& e) {
+    put_error(err, err_len, e.what());
+    return LEASEHOLD_E_IO;
+  }
+}
+
 const char* leasehold_strerror(int code) {
   switch (code) {
     case LEASEHOLD_OK: return "ok";
@@ -154,6 +237,13 @@ const char* leasehold_strerror(int code) {
     case LEASEHOLD_E_IO: return "operating system error";
     case LEASEHOLD_E_ARG: return "malformed argument";
     case LEASEHOLD_E_BUSY: return "slot busy, retry";
+    case LEASEHOLD_E_TOKEN_UNSIGNED: return "token unsigned";
+    case LEASEHOLD_E_TOKEN_MALFORMED: return "token malformed";
+    case LEASEHOLD_E_TOKEN_UNKNOWN_KEY: return "token signed with an unknown key id";
+    case LEASEHOLD_E_TOKEN_BAD_SIGNATURE: return "token signature does not verify (forged)";
+    case LEASEHOLD_E_TOKEN_WRONG_NAME: return "token of another name";
+    case LEASEHOLD_E_TOKEN_WRONG_EPOCH: return "token of another epoch";
+    case LEASEHOLD_E_TOKEN_WRONG_HOLDER: return "token of another holder";
     default: return "unknown leasehold error";
   }
 }
@@ -163,3 +253,4 @@ const char* leasehold_strerror(int code) {
 static_assert(sizeof(leasehold_slot_info) == 80);
 static_assert(LEASEHOLD_REVOKED_BIT == leasehold::shm::kRevokedBit);
 static_assert(LEASEHOLD_LAYOUT_MAJOR == leasehold::shm::kLayoutMajor);
+static_assert(LEASEHOLD_TOKEN_BYTES == leasehold::token::kTokenBytes);

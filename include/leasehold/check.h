@@ -48,6 +48,18 @@ extern "C" {
 #define LEASEHOLD_E_IO (-9)           /* the OS refused (permission, ...) */
 #define LEASEHOLD_E_ARG (-10)         /* malformed argument */
 #define LEASEHOLD_E_BUSY (-11)        /* slot kept changing; retry */
+/* Token verification (leasehold_verify): why a token does not authorize the write. */
+#define LEASEHOLD_E_TOKEN_UNSIGNED (-12)      /* no token at all */
+#define LEASEHOLD_E_TOKEN_MALFORMED (-13)     /* wrong length, magic, version or reserved bytes */
+#define LEASEHOLD_E_TOKEN_UNKNOWN_KEY (-14)   /* signed with a key id this verifier does not hold */
+#define LEASEHOLD_E_TOKEN_BAD_SIGNATURE (-15) /* forged, altered, or signed by another key */
+#define LEASEHOLD_E_TOKEN_WRONG_NAME (-16)    /* a valid token of another name */
+#define LEASEHOLD_E_TOKEN_WRONG_EPOCH (-17)   /* a valid token of another epoch */
+#define LEASEHOLD_E_TOKEN_WRONG_HOLDER (-18)  /* a valid token of another holder */
+
+/* Bytes of a signed fencing token (lockd's Ed25519-signed {name, epoch, holder, worker,
+ * issued_at, key_id}; the encoding is in the project's docs/PROTOCOL.md "Fencing tokens"). */
+#define LEASEHOLD_TOKEN_BYTES 140
 
 typedef struct leasehold_table leasehold_table; /* a read-only mapping */
 typedef struct leasehold_slot leasehold_slot;   /* one 64-byte slot; opaque except below */
@@ -122,6 +134,30 @@ int leasehold_snapshot(const leasehold_table* table, uint32_t index, leasehold_s
 /* The slot of a sandbox (UUID text, any case, dashes optional): its index (>= 0), or
  * LEASEHOLD_E_ARG / LEASEHOLD_E_NOT_FOUND. */
 int64_t leasehold_find_sandbox(const leasehold_table* table, const char* sandbox_uuid);
+
+/* The signed token the supervisor published with slot `index`'s grant at `epoch` (what the
+ * sandbox sends a resource with its writes): copies it into buf (buf_len >= LEASEHOLD_TOKEN_BYTES)
+ * and returns its length, or LEASEHOLD_E_NOT_FOUND (no token for that epoch: another grant,
+ * or lockd signs none), LEASEHOLD_E_BAD_SLOT, LEASEHOLD_E_BUSY, LEASEHOLD_E_ARG. */
+int leasehold_token(const leasehold_table* table, uint32_t index, uint64_t epoch, uint8_t* buf, size_t buf_len);
+
+/* A resource's token verifier: lockd's public key(s) alone (no key that grants power over any
+ * name). Holds several keys by key id (rotation); remembers each token it accepted, so a holder's
+ * later writes of the same grant cost a compare, not a signature check. Thread-safe. */
+typedef struct leasehold_verifier leasehold_verifier;
+leasehold_verifier* leasehold_verifier_new(void); /* NULL when out of memory */
+void leasehold_verifier_free(leasehold_verifier* verifier);
+/* Adds a public key file (PEM, as leasehold-lockd writes STORE.signing.key.pub; 32 raw bytes; or
+ * 64 hex digits): 0, or LEASEHOLD_E_ARG / LEASEHOLD_E_IO with a message in err. */
+int leasehold_verifier_add_key_file(leasehold_verifier* verifier, const char* path, char* err, size_t err_len);
+/* Adds a raw 32-byte Ed25519 public key: 0 or LEASEHOLD_E_ARG. */
+int leasehold_verifier_add_key(leasehold_verifier* verifier, const uint8_t* public_key, size_t len);
+/* Verifies `token` as the token of a write to (name, epoch, holder): 0 when lockd signed exactly
+ * that grant, else a LEASEHOLD_E_TOKEN_* code (LEASEHOLD_E_ARG for a malformed name or holder)
+ * with a message naming the reason in err. name: the name text; holder_uuid: the sandbox id
+ * as UUID text. A resource admits an epoch above the highest it has seen only when this is 0. */
+int leasehold_verify(leasehold_verifier* verifier, const uint8_t* token, size_t token_len, const char* name,
+                     uint64_t epoch, const char* holder_uuid, char* err, size_t err_len);
 
 /* Stable text of a LEASEHOLD_E* code. */
 const char* leasehold_strerror(int code);

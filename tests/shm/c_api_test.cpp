@@ -1,10 +1,12 @@
 // libleasehold-check: the C ABI against a live table.
 #include "leasehold/check.h"
+#include "io/token.hpp"
 #include "shm/table.hpp"
 #include "tests/shm/test_util.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -90,6 +92,67 @@ TEST(CheckAbi, ErrorsAreCodesWithMessages) {
   ASSERT_EQ(leasehold_open(nullptr, 0, &table, err, sizeof err), LEASEHOLD_OK) << err;
   leasehold_close(table);
   ::unsetenv("LEASEHOLD_SHM");
+}
+
+// The C ABI gives a runtime its grant's token and lets a resource verify one with lockd's
+// public key alone: the made-up epoch is refused with its reason, the real token accepted.
+TEST(CheckAbi, TokenFromTheTableVerifiesAndForgeriesDoNot) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const std::uint64_t now = boottime_ns();
+  const char* holder_text = "0f8fad5b-d9cb-469f-a165-70867728950e";
+  const SandboxId holder = *SandboxId::parse(holder_text);
+  const auto c = w.claim(holder, now);
+  std::string error;
+  const auto lockd_key = token::TokenSigner::generate(error);
+  ASSERT_NE(lockd_key, nullptr) << error;
+  token::GrantToken g;
+  g.name = name_id_of("svc");
+  g.epoch = 12;
+  g.holder = holder;
+  ASSERT_TRUE(lockd_key->sign(g));
+  const token::TokenBytes signed_bytes = token::encode(g);
+  ASSERT_EQ(w.publish(c.slot, g.name, "svc", 12, now + 60'000'000'000ULL, signed_bytes), TableErrc::ok);
+
+  leasehold_table* table = nullptr;
+  char err[256];
+  ASSERT_EQ(leasehold_open(t.location.c_str(), 0, &table, err, sizeof err), LEASEHOLD_OK) << err;
+  std::uint8_t buf[LEASEHOLD_TOKEN_BYTES];
+  ASSERT_EQ(leasehold_token(table, c.slot, 12, buf, sizeof buf), LEASEHOLD_TOKEN_BYTES);
+  EXPECT_TRUE(std::equal(signed_bytes.begin(), signed_bytes.end(), buf));
+  EXPECT_EQ(leasehold_token(table, c.slot, 13, buf, sizeof buf), LEASEHOLD_E_NOT_FOUND);
+  EXPECT_EQ(leasehold_token(table, c.slot, 12, buf, 10), LEASEHOLD_E_ARG);
+  EXPECT_EQ(leasehold_token(table, 999, 12, buf, sizeof buf), LEASEHOLD_E_BAD_SLOT);
+
+  leasehold_verifier* v = leasehold_verifier_new();
+  ASSERT_NE(v, nullptr);
+  const auto& pub = lockd_key->public_key();
+  ASSERT_EQ(leasehold_verifier_add_key(v, pub.data(), pub.size()), LEASEHOLD_OK);
+  EXPECT_EQ(leasehold_verifier_add_key(v, pub.data(), 31), LEASEHOLD_E_ARG);
+  EXPECT_EQ(leasehold_verify(v, buf, sizeof buf, "svc", 12, holder_text, err, sizeof err), LEASEHOLD_OK) << err;
+  // The stale holder's made-up epoch, with its real token or none: refused, with the reason.
+  EXPECT_EQ(leasehold_verify(v, buf, sizeof buf, "svc", 12 + 1000, holder_text, err, sizeof err),
+            LEASEHOLD_E_TOKEN_WRONG_EPOCH);
+  EXPECT_NE(std::string(err).find("token wrong_epoch"), std::string::npos) << err;
+  EXPECT_EQ(leasehold_verify(v, nullptr, 0, "svc", INT64_MAX, holder_text, err, sizeof err), LEASEHOLD_E_TOKEN_UNSIGNED);
+  std::uint8_t forged[LEASEHOLD_TOKEN_BYTES];
+  std::copy(std::begin(buf), std::end(buf), forged);
+  forged[28] ^= 0x01;  // the epoch field, after signing
+  EXPECT_EQ(leasehold_verify(v, forged, sizeof forged, "svc", 13, holder_text, err, sizeof err),
+            LEASEHOLD_E_TOKEN_BAD_SIGNATURE);
+  EXPECT_EQ(leasehold_verify(v, buf, sizeof buf, "other", 12, holder_text, err, sizeof err), LEASEHOLD_E_TOKEN_WRONG_NAME);
+  EXPECT_EQ(leasehold_verify(v, buf, sizeof buf, "svc", 12, "00000000-0000-0000-0000-000000000001", err, sizeof err),
+            LEASEHOLD_E_TOKEN_WRONG_HOLDER);
+  EXPECT_EQ(leasehold_verify(v, buf, 139, "svc", 12, holder_text, err, sizeof err), LEASEHOLD_E_TOKEN_MALFORMED);
+  EXPECT_EQ(leasehold_verify(v, buf, sizeof buf, "bad name!", 12, holder_text, err, sizeof err), LEASEHOLD_E_ARG);
+  EXPECT_STREQ(leasehold_strerror(LEASEHOLD_E_TOKEN_BAD_SIGNATURE), "token signature does not verify (forged)");
+  leasehold_verifier* empty = leasehold_verifier_new();
+  EXPECT_EQ(leasehold_verify(empty, buf, sizeof buf, "svc", 12, holder_text, err, sizeof err),
+            LEASEHOLD_E_TOKEN_UNKNOWN_KEY);
+  EXPECT_EQ(leasehold_verifier_add_key_file(empty, "/nonexistent/lockd.pub", err, sizeof err), LEASEHOLD_E_IO);
+  leasehold_verifier_free(empty);
+  leasehold_verifier_free(v);
+  leasehold_close(table);
 }
 
 }  // namespace
