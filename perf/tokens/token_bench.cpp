@@ -31,16 +31,6 @@ const wire::Authenticator& auth() {
   return a;
 }
 
-wire::Grant grant_of(Epoch e) {
-  wire::Grant g;
-  g.name_id = name_id_of("bench/name");
-  g.epoch = e;
-  g.holder = SandboxId{0x51, 1};
-  g.worker = WorkerId{0x77, 1};
-  g.ttl_ms = 10'000;
-  return g;
-}
-
 token::GrantToken token_of(Epoch e) {
   token::GrantToken t;
   t.name = name_id_of("bench/name");
@@ -49,6 +39,17 @@ token::GrantToken token_of(Epoch e) {
   t.worker = WorkerId{0x77, 1};
   t.issued_at_ns = 1'700'000'000'000'000'000;
   return t;
+}
+
+wire::Grant grant_of(Epoch e) {
+  const token::GrantToken t = token_of(e);
+  wire::Grant g;
+  g.name_id = t.name;
+  g.epoch = e;
+  g.holder = t.holder;
+  g.worker = t.worker;
+  g.ttl_ms = 10'000;
+  return g;
 }
 
 // The grant answer as lockd sends it without a token: Grant encoded and HMAC-tagged.
