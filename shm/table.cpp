@@ -195,8 +195,7 @@ TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why
     }
     if (h->slot_bytes != kSlotBytes || h->slots_offset != kSlotsOffset ||
         h->stats_offset != kStatsOffset || h->liveness_offset != kLivenessOffset ||
-        h->token_record_bytes != kTokenRecordBytes ||
-        (h->slot_count <= kSlotCountMax && h->tokens_offset != tokens_offset(h->slot_count))) {
+        h->token_record_bytes != kTokenRecordBytes) {
       why = "inconsistent geometry (slot_bytes " + std::to_string(h->slot_bytes) +
             ", slots_offset " + std::to_string(h->slots_offset) + ")";
       return TableErrc::bad_geometry;
@@ -220,6 +219,11 @@ TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why
       why = "slot count " + std::to_string(h->slot_count) + " needs " + std::to_string(need) +
             " bytes but the file has " + std::to_string(bytes);
       return TableErrc::truncated;
+    }
+    if (h->tokens_offset != tokens_offset(h->slot_count)) {
+      why = "tokens_offset " + std::to_string(h->tokens_offset) + " is not where slot count " +
+            std::to_string(h->slot_count) + " puts the token area (" + std::to_string(tokens_offset(h->slot_count)) + ")";
+      return TableErrc::bad_geometry;
     }
     if (h->liveness_timeout_ns == 0) {
       why = "liveness timeout is 0";
