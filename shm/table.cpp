@@ -257,6 +257,21 @@ const char* file_kind(mode_t mode) noexcept {
   return "not a regular file";
 }
 
+// After a stat (err: its errno, or 0): true for a regular file; false with m.err set
+// (EINVAL and m.not_regular naming the kind for anything else than a regular file) otherwise.
+bool regular_file(int err, const struct stat& st, RawMap& m) {
+  if (err != 0) {
+    m.err = err;
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    m.err = EINVAL;
+    m.not_regular = file_kind(st.st_mode);
+    return false;
+  }
+  return true;
+}
+
 // Looks at the location through a non-blocking descriptor before Boost opens it: opening a
 // FIFO for reading without O_NONBLOCK blocks until a writer appears, which would hang a
 // runtime in leasehold_open (whatever its wait_ms) and the supervisor in create(). /dev/shm
@@ -273,30 +288,13 @@ bool inspect(const Location& loc, RawMap& m) {
   const int rc = ::fstat(fd, &st);
   const int err = errno;
   ::close(fd);
-  if (rc != 0) {
-    m.err = err;
-    return false;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    m.err = EINVAL;
-    m.not_regular = file_kind(st.st_mode);
-    return false;
-  }
-  return true;
+  return regular_file(rc == 0 ? 0 : err, st, m);
 }
 
 // After a stat (err: its errno, or 0): a regular file of at least a header, with m.bytes set;
 // false (m.err or m.not_regular set, or too small to map) otherwise.
 bool sized_regular(int err, const struct stat& st, RawMap& m) {
-  if (err != 0) {
-    m.err = err;
-    return false;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    m.err = EINVAL;
-    m.not_regular = file_kind(st.st_mode);
-    return false;
-  }
+  if (!regular_file(err, st, m)) return false;
   m.bytes = static_cast<std::uint64_t>(st.st_size);
   return m.bytes >= sizeof(Header);
 }
