@@ -6,12 +6,11 @@
 #include "io/protocol.hpp"
 
 #include "io/auth.hpp"
+#include "io/le_bytes.hpp"
 
-#include <bit>
 #include <cassert>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 namespace leasehold::wire {
 namespace {
@@ -36,29 +35,7 @@ static_assert(2 + (kHeartbeatEntriesMax + 1) * kHeartbeatAckEntryBytes > kPayloa
 static_assert(16 + 2 + kWorkerBeatEntriesMax * kHeartbeatEntryBytes <= kPayloadBytesMax);
 static_assert(4 + 2 + kWorkerBeatEntriesMax * kHeartbeatAckEntryBytes <= kPayloadBytesMax);
 
-// Little-endian loads and stores. On a little-endian host they are single memcpy moves (one
-// instruction); the byte-wise form is the definition and serves big-endian hosts.
-constexpr bool kLittleEndianHost = std::endian::native == std::endian::little;
-
-template <class T>
-T load_le(const std::uint8_t* p) noexcept {
-  T v;
-  if constexpr (kLittleEndianHost) {
-    std::memcpy(&v, p, sizeof v);
-  } else {
-    v = 0;
-    for (std::size_t i = 0; i < sizeof v; ++i) v = static_cast<T>(v | static_cast<T>(p[i]) << (8 * i));
-  }
-  return v;
-}
-template <class T>
-void store_le(std::uint8_t* p, T v) noexcept {
-  if constexpr (kLittleEndianHost) {
-    std::memcpy(p, &v, sizeof v);
-  } else {
-    for (std::size_t i = 0; i < sizeof v; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-  }
-}
+// Little-endian loads and stores: io/le_bytes.hpp.
 std::uint16_t load_u16(const std::uint8_t* p) noexcept { return load_le<std::uint16_t>(p); }
 std::uint32_t load_u32(const std::uint8_t* p) noexcept { return load_le<std::uint32_t>(p); }
 std::uint64_t load_u64(const std::uint8_t* p) noexcept { return load_le<std::uint64_t>(p); }
@@ -75,7 +52,7 @@ struct Writer {
   void u32(std::uint32_t v) noexcept { store_u32(p, v); p += 4; }
   void u64(std::uint64_t v) noexcept { store_u64(p, v); p += 8; }
   template <class Tag>
-  void id(const Id<Tag>& v) noexcept { u64(v.hi); u64(v.lo); }
+  void id(const Id<Tag>& v) noexcept { store_id(p, v); p += kIdBytes; }
   void boolean(bool v) noexcept { u8(v ? 1 : 0); }
   void text8(std::string_view s) noexcept {
     u8(static_cast<std::uint8_t>(s.size()));
@@ -274,7 +251,7 @@ class Reader {
   template <class Tag>
   bool id(Id<Tag>& v, const char* f) {
     if (!need(kIdBytes, f)) return false;
-    v.hi = load_u64(p_); v.lo = load_u64(p_ + 8); p_ += kIdBytes;
+    v = load_id<Tag>(p_); p_ += kIdBytes;
     return true;
   }
   bool boolean(bool& v, const char* f) {
@@ -741,8 +718,7 @@ EncodeResult encode(const Header& header, const Body& body, const Authenticator*
   p[kOffVersion] = kVersion;
   p[kOffType] = static_cast<std::uint8_t>(type_of(body));
   store_u16(p + kOffFlags, header.flags);
-  store_u64(p + kOffSender, header.sender.hi);
-  store_u64(p + kOffSender + 8, header.sender.lo);
+  store_id(p + kOffSender, header.sender);
   store_u64(p + kOffSeq, header.seq);
   store_u64(p + kOffRequestId, header.request_id);
   store_u16(p + kOffPayloadLen, static_cast<std::uint16_t>(payload));
@@ -791,8 +767,7 @@ DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenti
   out.version = p[kOffVersion];
   out.type = static_cast<MessageType>(p[kOffType]);
   out.flags = load_u16(p + kOffFlags);
-  out.sender.hi = load_u64(p + kOffSender);
-  out.sender.lo = load_u64(p + kOffSender + 8);
+  out.sender = load_id<WorkerTag>(p + kOffSender);
   out.seq = load_u64(p + kOffSeq);
   out.request_id = load_u64(p + kOffRequestId);
   out.payload_len = load_u16(p + kOffPayloadLen);
@@ -816,8 +791,7 @@ std::optional<KeyRef> key_ref_of(std::span<const std::uint8_t> datagram) noexcep
   const std::uint8_t* p = datagram.data();
   if (load_u32(p + kOffMagic) != kMagic) return std::nullopt;
   KeyRef k;
-  k.sender.hi = load_u64(p + kOffSender);
-  k.sender.lo = load_u64(p + kOffSender + 8);
+  k.sender = load_id<WorkerTag>(p + kOffSender);
   k.key_id = load_u16(p + kOffKeyId);
   return k;
 }

@@ -3,6 +3,7 @@
 #include "io/token.hpp"
 
 #include "io/auth.hpp"
+#include "io/le_bytes.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
@@ -15,7 +16,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -41,26 +41,6 @@ static_assert(kOffSignature + kSignatureBytes == kTokenBytes);
 /// Largest key file read (a PEM private key is 119 bytes).
 constexpr std::size_t kKeyFileBytesMax = 4096;
 
-template <class T>
-void put_le(std::uint8_t* p, T v) noexcept {
-  for (std::size_t i = 0; i < sizeof v; ++i) p[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i));
-}
-template <class T>
-T get_le(const std::uint8_t* p) noexcept {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return static_cast<T>(v);
-}
-template <class Tag>
-void put_id(std::uint8_t* p, const Id<Tag>& id) noexcept {
-  put_le(p, id.hi);
-  put_le(p + 8, id.lo);
-}
-template <class Tag>
-Id<Tag> get_id(const std::uint8_t* p) noexcept {
-  return Id<Tag>{get_le<std::uint64_t>(p), get_le<std::uint64_t>(p + 8)};
-}
-
 struct PkeyFree {
   void operator()(EVP_PKEY* k) const noexcept { EVP_PKEY_free(k); }
 };
@@ -83,14 +63,14 @@ std::array<std::uint8_t, kPublicKeyBytes> raw_public(EVP_PKEY* k) {
 
 TokenBytes encode(const GrantToken& t) noexcept {
   TokenBytes b{};
-  put_le(b.data() + kOffMagic, kTokenMagic);
+  wire::store_le(b.data() + kOffMagic, kTokenMagic);
   b[kOffVersion] = kTokenVersion;
-  put_le(b.data() + kOffKeyId, t.key_id);
-  put_id(b.data() + kOffName, t.name);
-  put_le(b.data() + kOffEpoch, t.epoch);
-  put_id(b.data() + kOffHolder, t.holder);
-  put_id(b.data() + kOffWorker, t.worker);
-  put_le(b.data() + kOffIssuedAt, t.issued_at_ns);
+  wire::store_le(b.data() + kOffKeyId, t.key_id);
+  wire::store_id(b.data() + kOffName, t.name);
+  wire::store_le(b.data() + kOffEpoch, t.epoch);
+  wire::store_id(b.data() + kOffHolder, t.holder);
+  wire::store_id(b.data() + kOffWorker, t.worker);
+  wire::store_le(b.data() + kOffIssuedAt, t.issued_at_ns);
   std::memcpy(b.data() + kOffSignature, t.signature.data(), kSignatureBytes);
   return b;
 }
@@ -102,19 +82,19 @@ std::optional<GrantToken> decode(std::span<const std::uint8_t> bytes, std::strin
   };
   if (bytes.size() != kTokenBytes)
     return fail("a token is " + std::to_string(kTokenBytes) + " bytes, not " + std::to_string(bytes.size()));
-  if (get_le<std::uint32_t>(bytes.data() + kOffMagic) != kTokenMagic) return fail("not a leasehold token (bad magic)");
+  if (wire::load_le<std::uint32_t>(bytes.data() + kOffMagic) != kTokenMagic) return fail("not a leasehold token (bad magic)");
   if (bytes[kOffVersion] != kTokenVersion)
     return fail("token version " + std::to_string(bytes[kOffVersion]) + ", this build understands " +
                 std::to_string(kTokenVersion));
   for (std::size_t i = kOffReserved; i < kOffKeyId; ++i)
     if (bytes[i] != 0) return fail("reserved token byte " + std::to_string(i) + " is not zero");
   GrantToken t;
-  t.key_id = get_le<std::uint32_t>(bytes.data() + kOffKeyId);
-  t.name = get_id<NameTag>(bytes.data() + kOffName);
-  t.epoch = get_le<std::uint64_t>(bytes.data() + kOffEpoch);
-  t.holder = get_id<SandboxTag>(bytes.data() + kOffHolder);
-  t.worker = get_id<WorkerTag>(bytes.data() + kOffWorker);
-  t.issued_at_ns = get_le<std::int64_t>(bytes.data() + kOffIssuedAt);
+  t.key_id = wire::load_le<std::uint32_t>(bytes.data() + kOffKeyId);
+  t.name = wire::load_id<NameTag>(bytes.data() + kOffName);
+  t.epoch = wire::load_le<std::uint64_t>(bytes.data() + kOffEpoch);
+  t.holder = wire::load_id<SandboxTag>(bytes.data() + kOffHolder);
+  t.worker = wire::load_id<WorkerTag>(bytes.data() + kOffWorker);
+  t.issued_at_ns = wire::load_le<std::int64_t>(bytes.data() + kOffIssuedAt);
   std::memcpy(t.signature.data(), bytes.data() + kOffSignature, kSignatureBytes);
   if (t.key_id == 0) return fail("token key id 0 names no key");
   if (t.epoch == 0) return fail("token epoch 0: no grant carries it");
@@ -138,7 +118,7 @@ std::string_view to_string(Reject r) noexcept {
 std::uint32_t key_id_of(std::span<const std::uint8_t, kPublicKeyBytes> public_key) noexcept {
   std::uint8_t digest[SHA256_DIGEST_LENGTH];
   SHA256(public_key.data(), public_key.size(), digest);
-  const auto id = get_le<std::uint32_t>(digest);
+  const auto id = wire::load_le<std::uint32_t>(digest);
   return id == 0 ? 1 : id;
 }
 
@@ -392,7 +372,7 @@ Verdict TokenVerifier::verify(std::span<const std::uint8_t> bytes, NameId name, 
   // Remember it: one entry per name, the newest epoch (an older one is stale at the resource).
   if (cache_.size() >= kVerifyCacheEntriesMax && cache_.find(name) == cache_.end()) cache_.clear();
   auto& slot = cache_[name];
-  if (slot[0] == 0 || get_le<std::uint64_t>(slot.data() + kOffEpoch) <= epoch)
+  if (slot[0] == 0 || wire::load_le<std::uint64_t>(slot.data() + kOffEpoch) <= epoch)
     std::copy(bytes.begin(), bytes.end(), slot.begin());
   return v;
 }
