@@ -84,13 +84,9 @@ const Command kAcquire([](CLI::App& app, int* exit_code) {
       return;
     }
     const lockd::Answer ans = client->acquire(a->name, sb, WorkerId{}, a->ttl_ms, /*two_phase=*/true);
-    if (const auto* d = ans.as<wire::Deny>()) {
-      *exit_code = report("acquire", deny_failure(*d, a->name));
-      return;
-    }
-    const auto* g = ans.as<wire::Grant>();
+    const auto* g = answer_body<wire::Grant>(ans, "acquire", a->name, a->lockd, f);
     if (g == nullptr) {
-      *exit_code = report("acquire", answer_failure(ans, a->lockd, "acquire \"" + a->name + "\""));
+      *exit_code = report("acquire", f);
       return;
     }
     if (a->json) {
@@ -161,13 +157,9 @@ const Command kCommit([](CLI::App& app, int* exit_code) {
         return;
       }
       const lockd::Answer ans = client->commit(name_id_of(a->name), *sb, a->epoch, *w);
-      if (const auto* d = ans.as<wire::Deny>()) {
-        *exit_code = report("commit", deny_failure(*d, a->name));
-        return;
-      }
-      const auto* g = ans.as<wire::Grant>();
+      const auto* g = answer_body<wire::Grant>(ans, "commit", a->name, a->lockd, f);
       if (g == nullptr) {
-        *exit_code = report("commit", answer_failure(ans, a->lockd, "commit \"" + a->name + "\""));
+        *exit_code = report("commit", f);
         return;
       }
       std::printf("\"%s\" held by %s at epoch %llu on worker %s (lease %u ms)\n", a->name.c_str(),
@@ -288,14 +280,12 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
     }
     if (!a->from_supervisor.empty() && !rec.worker.is_nil()) {
       // Only a check of the operator's intent: lockd's guard decides when the old holder is gone.
-      SupervisorFlags sf;
-      sf.socket = a->from_supervisor;
-      auto st = supervisor_call(sf, {{"v", 1}, {"op", "status"}}, f);
-      if (!st) {
+      const auto reported = supervisor_worker(a->from_supervisor, f);
+      if (!reported) {
         *exit_code = report("transfer", f);
         return;
       }
-      const std::string worker = st->value("worker", std::string());
+      const std::string& worker = *reported;
       if (worker != rec.worker.str()) {
         *exit_code = report("transfer", {kRefused, what + ": --from-supervisor " + a->from_supervisor +
                                                        " is the supervisor of worker " + (worker.empty() ? "?" : worker) +
@@ -316,14 +306,12 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
       }
     }
     if (!a->to_supervisor.empty()) {
-      SupervisorFlags sf;
-      sf.socket = a->to_supervisor;
-      auto status = supervisor_call(sf, {{"v", 1}, {"op", "status"}}, f);
-      if (!status) {
+      const auto reported = supervisor_worker(a->to_supervisor, f);
+      if (!reported) {
         *exit_code = report("transfer", f);
         return;
       }
-      const auto theirs = WorkerId::parse(status->value("worker", std::string()));
+      const auto theirs = WorkerId::parse(*reported);
       if (!theirs) {
         *exit_code = report("transfer", {kFailure, what + ": " + a->to_supervisor + " did not say its worker id"});
         return;

@@ -246,6 +246,14 @@ std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohm
   }
 }
 
+std::optional<std::string> supervisor_worker(const std::string& socket, Failure& failure) {
+  SupervisorFlags flags;
+  flags.socket = socket;
+  const auto status = supervisor_call(flags, {{"v", 1}, {"op", "status"}}, failure);
+  if (!status) return std::nullopt;
+  return status->value("worker", std::string());
+}
+
 Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
   const std::string code = a.value("error", std::string("internal"));
   std::string msg = std::string(what) + ": " + a.value("message", std::string("(no message)"));

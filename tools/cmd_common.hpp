@@ -71,6 +71,21 @@ Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std
 /// The failure for a Deny: unknown_name → kNotFound, invalid_name → kUsage, else kRefused.
 /// The message names the name, the refusal, the holder and the epoch.
 Failure deny_failure(const wire::Deny& deny, std::string_view name);
+/// The body of type T (a Grant, a NameInfo...) of lockd's answer to `verb` on `name`, or nullptr
+/// with `failure` set: a Deny → deny_failure; no answer, an Error or another body →
+/// answer_failure for `verb "name"`.
+template <class T>
+const T* answer_body(const lockd::Answer& answer, std::string_view verb, std::string_view name,
+                     const LockdFlags& flags, Failure& failure) {
+  if (const auto* d = answer.as<wire::Deny>()) {
+    failure = deny_failure(*d, name);
+    return nullptr;
+  }
+  const T* body = answer.as<T>();
+  if (body == nullptr)
+    failure = answer_failure(answer, flags, std::string(verb) + " \"" + std::string(name) + "\"");
+  return body;
+}
 
 // ---- the supervisor's control socket -------------------------------------------------------
 
@@ -90,6 +105,9 @@ std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohm
 /// not_found/exec_failed → kNotFound, bad_request → kUsage, unreachable → kUnreachable
 /// (the supervisor could not reach lockd), anything else → kFailure.
 Failure supervisor_failure(const nlohmann::json& answer, std::string_view what);
+/// The worker id the supervisor at `socket` says it serves (its `status` op; "" when the answer
+/// names none), or nullopt with `failure` set as supervisor_call sets it.
+std::optional<std::string> supervisor_worker(const std::string& socket, Failure& failure);
 
 // ---- arguments --------------------------------------------------------------------------------
 

@@ -104,13 +104,9 @@ const Command kShow([](CLI::App& app, int* exit_code) {
       return;
     }
     const lockd::Answer ans = client->show(a->name);
-    if (const auto* d = ans.as<wire::Deny>()) {
-      *exit_code = report("show", deny_failure(*d, a->name));
-      return;
-    }
-    const auto* info = ans.as<wire::NameInfo>();
+    const auto* info = answer_body<wire::NameInfo>(ans, "show", a->name, a->lockd, f);
     if (info == nullptr) {
-      *exit_code = report("show", answer_failure(ans, a->lockd, "show \"" + a->name + "\""));
+      *exit_code = report("show", f);
       return;
     }
     if (a->json) {
