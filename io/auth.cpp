@@ -488,7 +488,7 @@ std::string ClusterKeyring::add(const WireKey& key) {
   switch (key.kind) {
     case KeyKind::cluster:
       if ((key.key_id & kAdminKeyIdBit) != 0)
-        return "cluster key id " + std::to_string(key.key_id) + " is above 32767";
+        return "cluster key id " + std::to_string(key.key_id) + " is above " + std::to_string(kClusterKeyIdMax);
       if (s.admin.count(key.key_id | kAdminKeyIdBit) != 0)
         return "key id " + std::to_string(key.key_id | kAdminKeyIdBit) + " (cluster key " +
                std::to_string(key.key_id) + " used directly) is also an admin key's id";

@@ -17,6 +17,8 @@
 //
 // Key file format (text):
 //   leasehold-key kind=<cluster|worker|admin> key-id=<1..65535>[ worker=<uuid>]
+// (a cluster key's id, and so its worker keys', is 1..32767: see kAdminKeyIdBit; lockd's
+// keyring refuses a higher one)
 //   <the key as hex, kKeyBytesMin..kKeyBytesMax bytes: 64..128 hex digits>
 // each line optionally ending in a newline. A file of only the hex line (the format before key
 // ids) is a cluster key with key id 1. generate_key_file() and write_key_file() write one.
@@ -42,8 +44,9 @@ inline constexpr std::size_t kKeyFileHeaderBytesMax = 128;
 inline constexpr std::size_t kKeyFileBytesMax = kKeyFileHeaderBytesMax + 2 * kKeyBytesMax + 2;
 inline constexpr std::uint16_t kKeyIdDefault = 1;  ///< the id of a key written without one
 /// A tag made with cluster key N itself (not a key derived from it) carries key id N | this bit;
-/// so cluster key ids are 1..32767.
+/// so cluster key ids (and the worker keys derived from them) are 1..kClusterKeyIdMax.
 inline constexpr std::uint16_t kAdminKeyIdBit = 0x8000;
+inline constexpr std::uint16_t kClusterKeyIdMax = kAdminKeyIdBit - 1;  ///< 32767
 inline constexpr std::size_t kDerivedKeyBytes = 32;
 
 /// What a key gives power over (see the top of this file).

@@ -62,8 +62,8 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
       ->check(CLI::IsMember({"cluster", "admin"}))
       ->capture_default_str();
   app.add_option("--key-id", cfg.key_id,
-                 "with --generate-key: the key id every tag made with it carries (1..65535; a "
-                 "rotation gives the new key the next id)")
+                 "with --generate-key: the key id every tag made with it carries (a cluster key 1..32767, "
+                 "an admin key 1..65535; a rotation gives the new key the next id)")
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   app.add_flag("--derive-worker-key", cfg.derive_worker_key,
@@ -203,6 +203,10 @@ std::string validate(const LockdConfig& cfg) {
     if (!cfg.generate_key_path->empty() && !cfg.derive_out.empty() && *cfg.generate_key_path != cfg.derive_out)
       return "--generate-key " + *cfg.generate_key_path + " and --out " + cfg.derive_out +
              " name two files; give one";
+    if (cfg.generate_kind == "cluster" && cfg.key_id > wire::kClusterKeyIdMax)
+      return "--key-id " + std::to_string(cfg.key_id) + " is out of range for a cluster key: 1.." +
+             std::to_string(wire::kClusterKeyIdMax) + " (a tag made with cluster key N itself carries key id N | " +
+             std::to_string(wire::kAdminKeyIdBit) + "; admin keys take 1..65535)";
     return {};
   }
   if (cfg.generate_signing_key) {

@@ -63,6 +63,22 @@ TEST(LockdConfig, GenerateKeyTakesOutAndDeriveTakesOneClusterKey) {
   EXPECT_EQ(parse({"--key-dir", "/tmp/keys"}, &dir), "");  // a key directory alone is enough
 }
 
+// A tag made with cluster key N itself carries key id N | 0x8000, so a cluster key's id is
+// 1..32767; an admin key's id may be any of 1..65535.
+TEST(LockdConfig, GenerateKeyIdRangeIsTheKindsRange) {
+  LockdConfig cfg;
+  EXPECT_EQ(parse({"--generate-key", "/tmp/k", "--key-id", "32767"}, &cfg), "");
+  EXPECT_EQ(cfg.key_id, 32767);
+  const std::string high = parse({"--generate-key", "/tmp/k", "--key-id", "32768"});
+  EXPECT_NE(high.find("--key-id 32768 is out of range for a cluster key: 1..32767"), std::string::npos) << high;
+  EXPECT_NE(parse({"--generate-key", "/tmp/k", "--kind", "cluster", "--key-id", "65535"}).find("1..32767"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--generate-key", "/tmp/k", "--kind", "admin", "--key-id", "65535"}, &cfg), "");
+  EXPECT_EQ(cfg.key_id, 65535);
+  EXPECT_NE(parse({"--generate-key", "/tmp/k", "--key-id", "0"}).find("parse: "), std::string::npos);
+  EXPECT_NE(parse({"--generate-key", "/tmp/k", "--key-id", "65536"}).find("parse: "), std::string::npos);
+}
+
 TEST(LockdConfig, LoadKeysRefusesAKeyDirectoryOthersCanWriteAndWorkerKeys) {
   char tmpl[] = "/tmp/lockd-keys-XXXXXX";
   const std::string d = ::mkdtemp(tmpl);
