@@ -13,6 +13,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -30,7 +31,9 @@ enum class ChildStep : int {
   setsid = 1, pdeathsig, parent_gone, stdio, signals, exec, chdir,
   // isolation
   dumpable, mount_private, mount_proc, hide, cgroup_ns, nproc, capabilities, setgroups, setgid, setuid,
-  no_new_privs, seccomp
+  no_new_privs, seccomp,
+  // the gate (prepare_sandbox): at_gate is no failure but the child saying it waits there
+  gate, at_gate
 };
 
 struct ChildReport {
@@ -51,7 +54,9 @@ struct ChildPlan {
   const char* path;
   char* const* argv;
   char* const* envp;
-  int report_fd;
+  int report_fd;          // the child's end of the socket pair: reports out, the gate byte in
+  int report_peer_fd;     // the parent's end, closed in the child (so a parent gone is EOF)
+  bool gated;             // stop before exec until the parent sends one byte (prepare_sandbox)
   pid_t parent;
   bool die_with_parent;
   int stdio[3];
@@ -80,9 +85,15 @@ long raw_mount(const char* src, const char* target, const char* type, unsigned l
   return syscall(SYS_mount, src, target, type, flags, data);
 }
 
-[[noreturn]] void child_fail(const ChildPlan& p, ChildStep step, long err) {
+// MSG_NOSIGNAL: the parent may have closed its end (it gave up at the gate), and the child's
+// SIGPIPE is back at its default by then.
+void child_report(const ChildPlan& p, ChildStep step, long err) {
   const ChildReport r{static_cast<int>(step), static_cast<int>(err)};
-  syscall(SYS_write, p.report_fd, &r, sizeof r);
+  syscall(SYS_sendto, p.report_fd, &r, sizeof r, MSG_NOSIGNAL, nullptr, 0);
+}
+
+[[noreturn]] void child_fail(const ChildPlan& p, ChildStep step, long err) {
+  child_report(p, step, err);
   syscall(SYS_exit_group, 127);
   __builtin_unreachable();
 }
@@ -131,9 +142,9 @@ void child_isolate(const ChildPlan& p) {
   if (p.die_with_parent) {
     // Only now: the kernel clears the parent-death signal on every change of credentials
     // (setresgid/setresuid above), and in a new pid namespace nothing else kills the sandbox
-    // when the supervisor dies. The parent holds the sync pipe's write end until we exec; its
-    // files are closed before the kernel reparents its children, so if it died before the
-    // prctl took effect the pipe has hung up by now.
+    // when the supervisor dies. The parent holds the sync pipe's write end until we reach our
+    // gate or exec; its files are closed before the kernel reparents its children, so if it
+    // died before the prctl took effect the pipe has hung up by now.
     if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) child_fail(p, ChildStep::pdeathsig, errno);
     pollfd pfd{p.sync_fd, POLLIN, 0};
     const timespec no_wait{0, 0};
@@ -146,7 +157,20 @@ void child_isolate(const ChildPlan& p) {
   syscall(SYS_close, p.sync_fd);
 }
 
+// Says "at the gate" and waits for the parent's byte; EOF (the parent closed its end or died)
+// or anything else ends the child without exec.
+void child_gate(const ChildPlan& p) {
+  child_report(p, ChildStep::at_gate, 0);
+  char go = 0;
+  long n;
+  do {
+    n = syscall(SYS_read, p.report_fd, &go, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) child_fail(p, ChildStep::gate, n < 0 ? errno : ESRCH);
+}
+
 [[noreturn]] void child_main(const ChildPlan& p) {
+  syscall(SYS_close, p.report_peer_fd);
   if (p.isolated) {
     syscall(SYS_close, p.sync_write_fd);
     if (p.make_dumpable) {
@@ -192,6 +216,9 @@ void child_isolate(const ChildPlan& p) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);  // invalid numbers: ignored
   }
+  // Everything is in place: from here the kill-switch can have been armed by the parent before
+  // the command's first instruction (prepare_sandbox / release_sandbox).
+  if (p.gated) child_gate(p);
   // The filter is the last step: from here on only execve and the failure report run.
   if (p.seccomp != nullptr &&
       syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p.seccomp) < 0)
@@ -221,6 +248,8 @@ const char* step_name(int step) {
     case ChildStep::setuid: return "setresuid";
     case ChildStep::no_new_privs: return "prctl(PR_SET_NO_NEW_PRIVS)";
     case ChildStep::seccomp: return "installing the seccomp filter";
+    case ChildStep::gate: return "waiting to be released before exec";
+    case ChildStep::at_gate: return "waiting at the gate";
   }
   return "unknown step";
 }
@@ -395,9 +424,43 @@ SandboxProcess::~SandboxProcess() {
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
-std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnError& error) {
+namespace {
+
+// A started child: after its exec (not gated), or waiting at its gate with the parent's end of
+// the socket pair open (gated).
+struct ChildStart {
+  SandboxProcess process;
+  int report_fd = -1;  // gated: the gate; -1 otherwise
+  std::string exec_path;
+};
+
+// The error a failed child's report `r` (`n` bytes of it) stands for.
+SpawnError failure_of(const ChildReport& r, ssize_t n, const std::string& exec_path,
+                      const std::string& working_directory, const std::string& map_error) {
+  if (n != static_cast<ssize_t>(sizeof r)) return {EIO, "sandbox child reported a truncated error"};
+  if (!map_error.empty()) return {EPERM, "cannot map the sandbox's uid/gid into its user namespace: " + map_error};
+  if (r.step == static_cast<int>(ChildStep::chdir))
+    return {r.err, "cannot change directory to " + working_directory + ": " + std::strerror(r.err)};
+  if (r.step == static_cast<int>(ChildStep::exec)) {
+    if (r.err == ENOENT) return {ENOENT, "command not found: " + exec_path};
+    if (r.err == EACCES) return {EACCES, "permission denied: " + exec_path};
+    return {r.err, "cannot execute " + exec_path + ": " + std::strerror(r.err)};
+  }
+  return {r.err, std::string("sandbox set-up failed at ") + step_name(r.step) + ": " + std::strerror(r.err)};
+}
+
+// Reads one report (EINTR retried): bytes read, 0 at EOF, -1 on error.
+ssize_t read_report(int fd, ChildReport& r) {
+  ssize_t n;
+  do {
+    n = ::read(fd, &r, sizeof r);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+std::optional<ChildStart> start_child(const SpawnRequest& request, bool gated, SpawnError& error) {
   error = {};
-  auto fail = [&](int err, std::string message) -> std::optional<SandboxProcess> {
+  auto fail = [&](int err, std::string message) -> std::optional<ChildStart> {
     error.errno_value = err;
     error.message = std::move(message);
     return std::nullopt;
@@ -500,12 +563,14 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
   for (auto& s : env_copy) envp.push_back(s.data());
   envp.push_back(nullptr);
 
+  // report[0]: the parent's end, report[1]: the child's (both CLOEXEC; the child's closes at exec).
   int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) return fail(errno, std::string("pipe2: ") + std::strerror(errno));
-  // The report pipe must not sit where the inherited descriptor goes.
-  if (request.inherit_fd >= 0 && (report[1] == kInheritedFd || report[0] == kInheritedFd)) {
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, report) != 0)
+    return fail(errno, std::string("socketpair: ") + std::strerror(errno));
+  // Neither end may sit where the child puts stdio or the inherited descriptor.
+  if (report[0] <= kInheritedFd || report[1] <= kInheritedFd) {
     for (int& end : report) {
-      if (end != kInheritedFd) continue;
+      if (end > kInheritedFd) continue;
       const int moved = ::fcntl(end, F_DUPFD_CLOEXEC, kInheritedFd + 1);
       if (moved < 0) {
         const int err = errno;
@@ -527,7 +592,7 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
     return fail(err, std::string("pipe2: ") + std::strerror(err));
   }
 
-  const ChildPlan plan{exec_path.c_str(), argv.data(), envp.data(), report[1], ::getpid(),
+  const ChildPlan plan{exec_path.c_str(), argv.data(), envp.data(), report[1], report[0], gated, ::getpid(),
                        request.die_with_supervisor,
                        {request.stdin_fd, request.stdout_fd, request.stderr_fd},
                        request.inherit_fd,
@@ -573,7 +638,7 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
       if (::write(sync[1], &go, 1) != 1) map_error = std::string("cannot release the sandbox child: ") + std::strerror(errno);
     }
     // On failure the child must see EOF now; otherwise the write end stays open until it has
-    // exec'ed (its parent-death check).
+    // passed its parent-death check (at its gate, or its exec).
     if (!map_error.empty()) {
       ::close(sync[1]);
       sync[1] = -1;
@@ -597,31 +662,105 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
     return fail(clone_err, std::string("clone3 failed: ") + std::strerror(clone_err));
   }
 
+  // Not gated: EOF is the exec (the child's end closed on exec). Gated: the child's "at the gate";
+  // it has passed its parent-death check, so the sync pipe is done with.
   ChildReport r{};
-  ssize_t n;
-  do {
-    n = ::read(report[0], &r, sizeof r);
-  } while (n < 0 && errno == EINTR);
-  ::close(report[0]);
+  const ssize_t n = read_report(report[0], r);
   if (sync[1] >= 0) ::close(sync[1]);
-  SandboxProcess process(static_cast<pid_t>(pid), pidfd);
-  if (n == 0) return process;  // the pipe closed on exec: running
+  ChildStart started{SandboxProcess(static_cast<pid_t>(pid), pidfd), -1, exec_path};
+  if (gated && n == static_cast<ssize_t>(sizeof r) && r.step == static_cast<int>(ChildStep::at_gate) &&
+      map_error.empty()) {
+    started.report_fd = report[0];
+    return started;
+  }
+  ::close(report[0]);
+  if (!gated && n == 0) return started;  // running
 
-  // The child failed before or at exec: reap it so nothing is left behind.
+  // The child failed before or at exec (or died before its gate): reap it so nothing is left behind.
   siginfo_t info{};
   reap(pidfd, info, true);
-  if (n != static_cast<ssize_t>(sizeof r)) return fail(EIO, "sandbox child reported a truncated error");
-  if (!map_error.empty()) return fail(EPERM, "cannot map the sandbox's uid/gid into its user namespace: " + map_error);
-  if (r.step == static_cast<int>(ChildStep::chdir)) {
-    return fail(r.err, "cannot change directory to " + request.working_directory + ": " + std::strerror(r.err));
-  }
-  if (r.step == static_cast<int>(ChildStep::exec)) {
-    if (r.err == ENOENT) return fail(ENOENT, "command not found: " + exec_path);
-    if (r.err == EACCES) return fail(EACCES, "permission denied: " + exec_path);
-    return fail(r.err, "cannot execute " + exec_path + ": " + std::strerror(r.err));
-  }
-  return fail(r.err, std::string("sandbox set-up failed at ") + step_name(r.step) + ": " + std::strerror(r.err));
+  if (gated && n == 0) return fail(ESRCH, "the sandbox child died before it was set up (killed?)");
+  error = failure_of(r, n, exec_path, request.working_directory, map_error);
+  return std::nullopt;
 }
+
+}  // namespace
+
+std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnError& error) {
+  auto started = start_child(request, false, error);
+  if (!started) return std::nullopt;
+  return std::move(started->process);
+}
+
+PreparedSandbox::PreparedSandbox(PreparedSandbox&& o) noexcept
+    : process_(std::move(o.process_)), gate_fd_(o.gate_fd_), exec_path_(std::move(o.exec_path_)),
+      working_directory_(std::move(o.working_directory_)) {
+  o.gate_fd_ = -1;
+}
+
+PreparedSandbox& PreparedSandbox::operator=(PreparedSandbox&& o) noexcept {
+  if (this != &o) {
+    abandon();
+    process_ = std::move(o.process_);
+    gate_fd_ = o.gate_fd_;
+    o.gate_fd_ = -1;
+    exec_path_ = std::move(o.exec_path_);
+    working_directory_ = std::move(o.working_directory_);
+  }
+  return *this;
+}
+
+PreparedSandbox::~PreparedSandbox() { abandon(); }
+
+void PreparedSandbox::abandon() noexcept {
+  if (gate_fd_ >= 0) ::close(gate_fd_);
+  gate_fd_ = -1;
+}
+
+std::optional<PreparedSandbox> prepare_sandbox(const SpawnRequest& request, SpawnError& error) {
+  auto started = start_child(request, true, error);
+  if (!started) return std::nullopt;
+  PreparedSandbox p;
+  p.process_ = std::move(started->process);
+  p.gate_fd_ = started->report_fd;
+  p.exec_path_ = std::move(started->exec_path);
+  p.working_directory_ = request.working_directory;
+  return p;
+}
+
+bool release_sandbox(PreparedSandbox& prepared, SpawnError& error) {
+  error = {};
+  if (prepared.gate_fd_ < 0) {
+    error = {EBADF, "the sandbox's gate was already closed: it exits without running its command"};
+    return false;
+  }
+  const char go = 1;
+  ssize_t sent;
+  do {
+    sent = ::send(prepared.gate_fd_, &go, 1, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  const int send_err = errno;
+  if (sent != 1) {
+    prepared.abandon();
+    if (send_err == EPIPE || send_err == ECONNRESET)
+      error = {ESRCH, "the sandbox was killed before its exec: its command never ran"};
+    else
+      error = {send_err, std::string("cannot release the sandbox child: ") + std::strerror(send_err)};
+    return false;
+  }
+  ChildReport r{};
+  const ssize_t n = read_report(prepared.gate_fd_, r);
+  const int read_err = errno;
+  prepared.abandon();
+  if (n == 0) return true;  // its end closed on exec
+  if (n < 0) {
+    error = {read_err, std::string("cannot read the sandbox's exec verdict: ") + std::strerror(read_err)};
+    return false;
+  }
+  error = failure_of(r, n, prepared.exec_path_, prepared.working_directory_, {});
+  return false;
+}
+
 
 int become_child_subreaper() noexcept {
   return ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno;

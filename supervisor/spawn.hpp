@@ -24,9 +24,19 @@
 // is one reason the cgroup mode is preferred. Either way the shm writer heartbeat goes stale and
 // the sandbox's own checks refuse (DESIGN.md "The shared-memory epoch table").
 //
-// Exec failure is reported through a CLOEXEC pipe carrying the failing step and errno, so the
-// caller gets "command not found: foo" or "permission denied: /x" rather than a child that exits
-// 127; the failed child is reaped before spawn returns, so nothing leaks.
+// Exec failure is reported through a CLOEXEC socket pair (SOCK_SEQPACKET) carrying the failing
+// step and errno, so the caller gets "command not found: foo" or "permission denied: /x" rather
+// than a child that exits 127; the failed child is reaped before spawn returns, so nothing leaks.
+//
+// Armed before exec (issue 14). spawn_sandbox() lets the child exec as soon as it is set up, so a
+// kill deadline armed after it returns leaves the command running unwatched for as long as the
+// caller takes to arm (a stalled io thread: the lease can expire at lockd meanwhile). The
+// supervisor therefore starts a sandbox in two steps: prepare_sandbox() returns once the child is
+// in its leaf, fully set up and stopped right before its exec (it said so on the socket pair and
+// waits there for one byte) — its pidfd, process group and leaf are a complete kill target from
+// then on — and release_sandbox() lets it exec and waits for the verdict. In between the caller
+// arms the kill-switch. A child killed at the gate never executes an instruction of its command;
+// a gate closed without the byte (the caller gave up, or died) makes it exit 127 without exec.
 //
 // Isolation (DESIGN.md "Trust model"; on by default in the daemon). A sandbox runs untrusted
 // code, so with `SpawnRequest::isolation` set it is started by the kernel interfaces directly
@@ -178,10 +188,57 @@ struct SpawnError {
   std::string message;
 };
 
-/// Starts `request.argv` as described above. On failure returns nullopt and fills `error`
-/// ("command not found: foo", "permission denied: /x", "clone3 failed: ..."); no process,
-/// fd or pipe is left behind (a leaf cgroup is the caller's to remove).
+/// Starts `request.argv` as described above, in one step: the child execs as soon as it is set
+/// up (the probes; see prepare_sandbox for a sandbox that must be watched from its first
+/// instruction). On failure returns nullopt and fills `error` ("command not found: foo",
+/// "permission denied: /x", "clone3 failed: ..."); no process, fd or pipe is left behind (a leaf
+/// cgroup is the caller's to remove).
 std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnError& error);
+
+/// A sandbox child that is set up (in its leaf, its namespaces, credentials and descriptors in
+/// place) and stopped right before its exec, waiting at its gate (see the header comment).
+/// Move-only. Destroying it (or abandon()) without release_sandbox() closes the gate: the child
+/// then exits 127 without exec'ing. It is never reaped here: the owner of process() reaps it.
+class PreparedSandbox {
+ public:
+  PreparedSandbox() noexcept = default;
+  PreparedSandbox(PreparedSandbox&& o) noexcept;
+  PreparedSandbox& operator=(PreparedSandbox&& o) noexcept;
+  PreparedSandbox(const PreparedSandbox&) = delete;
+  PreparedSandbox& operator=(const PreparedSandbox&) = delete;
+  ~PreparedSandbox();
+
+  /// The child (pid, pidfd, process group): a valid kill target already. The caller may move
+  /// it out (e.g. into its own record) before release_sandbox().
+  SandboxProcess& process() noexcept { return process_; }
+  /// True until release_sandbox() or abandon() was called.
+  bool at_gate() const noexcept { return gate_fd_ >= 0; }
+  /// Closes the gate without letting the child exec: it exits 127 (not reaped here).
+  void abandon() noexcept;
+
+ private:
+  friend std::optional<PreparedSandbox> prepare_sandbox(const SpawnRequest& request, SpawnError& error);
+  friend bool release_sandbox(PreparedSandbox& prepared, SpawnError& error);
+  SandboxProcess process_;
+  int gate_fd_ = -1;               // the parent's end of the socket pair
+  std::string exec_path_;          // for the verdict's message
+  std::string working_directory_;
+};
+
+/// The first step of a two-step start: creates the child and returns once it waits at its gate,
+/// right before its exec. Failures before the gate (bad request, command not found, clone3, a
+/// set-up step, chdir) are reported as by spawn_sandbox, with the child reaped and nothing left
+/// behind.
+std::optional<PreparedSandbox> prepare_sandbox(const SpawnRequest& request, SpawnError& error);
+
+/// The second step: lets the child exec and waits for the verdict. True when it exec'd (or was
+/// killed after the gate opened, before or right at its exec: its pidfd then reports the exit as
+/// for any sandbox). False with `error` when it did not run its command: exec failed
+/// (ENOENT/EACCES/ENOEXEC..., the message as spawn_sandbox's), it was already dead at the gate
+/// (ESRCH, e.g. killed there by the kill-switch), or the gate was closed (EBADF). Either way the
+/// child is NOT reaped (it has exited or is exiting): its owner reaps it once nothing else (the
+/// kill-switch) may still use its pidfd or process group. The gate is closed afterwards.
+bool release_sandbox(PreparedSandbox& prepared, SpawnError& error);
 
 /// Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphaned descendants of
 /// sandboxes are re-parented to the supervisor, not init, so they stay reapable and visible.

@@ -1,7 +1,7 @@
 // Tests of the rt thread and the kill-switch with real child processes: a deadline kills (never
 // before deadline - granularity), lazy re-arm extends life, disarm prevents the kill, kill-now,
-// the cgroup.kill path, and the SCHED_FIFO fallback by injected failure. Only logical orderings
-// of timestamps are asserted, never durations.
+// the cgroup.kill path, a kill of a child still waiting before its exec, and the SCHED_FIFO
+// fallback by injected failure. Only logical orderings of timestamps are asserted, never durations.
 #include "supervisor/rt_thread.hpp"
 
 #include "supervisor/cgroup.hpp"
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <optional>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -346,6 +347,79 @@ TEST(RtThread, KillsThroughCgroupKillInCgroupMode) {
     EXPECT_EQ(leaf->remove(), 0);
   }
   EXPECT_EQ(::rmdir(cc.parent_path.c_str()), 0);
+}
+
+// issue 14: armed while the child waits at its gate (prepare_sandbox), the rt thread kills it at
+// its deadline before its command's first instruction — through cgroup.kill of its leaf and its
+// pidfd where a delegated cgroup exists (else the signals path), confirmed only when the pidfd
+// reports the exit and the leaf `populated 0`; the release then finds it dead and the command
+// (which would write a marker first thing) never ran.
+TEST(RtThread, KillsAPreparedSandboxAtItsGateBeforeItsCommandRuns) {
+  std::optional<CgroupTree> tree;
+  std::optional<CgroupLeaf> leaf;
+  CgroupConfig cc;
+  std::string mountinfo;
+  if (read_small_file("/proc/self/mountinfo", mountinfo) == 0) {
+    if (const auto mount = find_cgroup2_mount(mountinfo)) {
+      cc.parent_path = mount->mount_point + "/leasehold-rt-gate-test-" + std::to_string(::getpid());
+      tree = CgroupTree::discover(cc);
+      std::string error;
+      if (tree->mode() == KillMode::cgroup_v2_delegated) leaf = tree->create_leaf("sandbox", error);
+    }
+  }
+  char dir[] = "/tmp/leasehold-rt-gate-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string marker = std::string(dir) + "/ran";
+  SpawnRequest r;
+  r.argv = {"sh", "-c", "echo ran > \"$0\"; exec sleep 100", marker};
+  const char* path = std::getenv("PATH");
+  r.env = {std::string("PATH=") + (path != nullptr ? path : kDefaultSearchPath)};
+  r.cgroup_dir_fd = leaf ? leaf->dir_fd() : -1;
+  SpawnError err;
+  auto prepared = prepare_sandbox(r, err);
+  if (!prepared && err.errno_value == ENOSYS) GTEST_SKIP() << err.message;
+  ASSERT_TRUE(prepared.has_value()) << err.message;
+  const SandboxProcess& p = prepared->process();
+  if (leaf) {
+    EXPECT_EQ(leaf->populated(), 1) << "the child waits at its gate inside its leaf";
+  }
+  Recorder rec;
+  RtStartStatus status;
+  auto rt = start_or_fail(test_config(), rec, status);
+  ASSERT_NE(rt, nullptr);
+  KillTarget t = signal_target(p);
+  if (leaf) {
+    t.cgroup_kill_fd = leaf->kill_fd();
+    t.cgroup_events_fd = leaf->events_fd();
+  }
+  const std::uint64_t deadline = KillSwitch::now_ns() + 30 * kMs;
+  rec.deadline_ns[2] = deadline;
+  ASSERT_TRUE(rt->arm(2, deadline, t));
+  await_death(p);
+  ASSERT_TRUE(rec.await_kill(2));
+  const KillRecord k = rec.record[2];
+  EXPECT_EQ(k.error, 0);
+  EXPECT_EQ(k.path, leaf ? KillPath::cgroup_kill : KillPath::signals);
+  EXPECT_GE(k.issued_ns + kG, deadline);
+  EXPECT_GE(k.confirmed_ns, k.issued_ns);
+  EXPECT_GT(rec.revoked_ns[2].load(), 0u);
+  if (leaf) {
+    EXPECT_EQ(leaf->populated(), 0);
+  }
+  EXPECT_FALSE(release_sandbox(*prepared, err));
+  EXPECT_EQ(err.errno_value, ESRCH) << err.message;
+  EXPECT_NE(::access(marker.c_str(), F_OK), 0) << "the command ran although it was killed at its gate";
+  const auto d = rt->disarm(2);
+  while (!rt->applied(d.seq)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  expect_killed_by_sigkill(p);
+  ::rmdir(dir);
+  if (leaf) {
+    EXPECT_EQ(leaf->remove(), 0);
+    leaf.reset();
+    EXPECT_EQ(::rmdir(cc.parent_path.c_str()), 0);
+  } else if (!cc.parent_path.empty()) {
+    ::rmdir(cc.parent_path.c_str());  // created by discover() where cgroups are not delegated
+  }
 }
 
 TEST(RtThread, FallsBackToNormalPriorityWithALoudWarning) {

@@ -1,9 +1,11 @@
 // Tests of spawn: clone3 + pidfd, new session, environment, exec failures reported through the
 // pipe (and nothing leaked), CLONE_INTO_CGROUP into a leaf, bubblewrap, parent-death SIGKILL with
-// the supervisor as child subreaper.
+// the supervisor as child subreaper, and the two-step start (prepare_sandbox: stopped before its
+// exec until release_sandbox).
 #include "supervisor/spawn.hpp"
 
 #include "supervisor/cgroup.hpp"
+#include "supervisor/kill_switch.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace leasehold {
@@ -51,6 +54,19 @@ siginfo_t wait_exit(const SandboxProcess& p) {
 
 bool no_children_left() {
   return ::waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
+}
+
+// A file with the executable bit that is no valid binary and has no #!: execve fails with
+// ENOEXEC in the child (resolve_command in the parent accepts it). The caller unlinks it.
+std::string junk_executable() {
+  char path[] = "/tmp/leasehold-spawn-badexec-XXXXXX";
+  const int fd = ::mkstemp(path);
+  EXPECT_GE(fd, 0);
+  const char junk[] = "\x01\x02\x03\x04not an executable";
+  EXPECT_EQ(::write(fd, junk, sizeof junk), static_cast<ssize_t>(sizeof junk));
+  ::close(fd);
+  ::chmod(path, 0755);
+  return path;
 }
 
 TEST(Spawn, RunsACommandWithAPidfdInANewSession) {
@@ -122,6 +138,10 @@ TEST(Spawn, MissingWorkingDirectoryIsAClearErrorAndLeavesNothing) {
   EXPECT_EQ(err.errno_value, ENOENT);
   EXPECT_EQ(err.message, "cannot change directory to /nonexistent/leasehold-dir: No such file or directory");
   EXPECT_TRUE(no_children_left());
+  // The same before the gate of a two-step start.
+  EXPECT_FALSE(prepare_sandbox(req, err).has_value());
+  EXPECT_EQ(err.message, "cannot change directory to /nonexistent/leasehold-dir: No such file or directory");
+  EXPECT_TRUE(no_children_left());
 }
 
 TEST(Spawn, CommandNotFoundIsAClearErrorAndLeavesNothing) {
@@ -149,17 +169,10 @@ TEST(Spawn, PermissionDeniedIsAClearError) {
 }
 
 TEST(Spawn, ExecFailureInTheChildComesBackThroughThePipe) {
-  // Executable bit set but not a valid binary and no #!: execve fails with ENOEXEC in the child.
-  char path[] = "/tmp/leasehold-spawn-badexec-XXXXXX";
-  const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  const char junk[] = "\x01\x02\x03\x04not an executable";
-  ASSERT_EQ(::write(fd, junk, sizeof junk), static_cast<ssize_t>(sizeof junk));
-  ::close(fd);
-  ::chmod(path, 0755);
+  const std::string path = junk_executable();
   SpawnError err;
   auto p = spawn_sandbox(request({path}), err);
-  ::unlink(path);
+  ::unlink(path.c_str());
   if (!p && err.errno_value == ENOSYS) GTEST_SKIP() << err.message;
   EXPECT_FALSE(p.has_value());
   EXPECT_EQ(err.errno_value, ENOEXEC);
@@ -273,6 +286,123 @@ TEST(Spawn, SandboxDiesWithTheSupervisorAndIsReapedByTheSubreaper) {
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+}
+
+// ---- the two-step start: prepare_sandbox stops the child right before its exec -------------
+
+// A command that leaves a trace first thing: the marker file exists once it has run at all.
+struct Marker {
+  Marker() {
+    char t[] = "/tmp/leasehold-spawn-gate-XXXXXX";
+    EXPECT_NE(::mkdtemp(t), nullptr);
+    dir = t;
+    path = dir + "/ran";
+  }
+  ~Marker() {
+    ::unlink(path.c_str());
+    ::rmdir(dir.c_str());
+  }
+  bool exists() const { return ::access(path.c_str(), F_OK) == 0; }
+  SpawnRequest request() const { return leasehold::request({"sh", "-c", "echo ran > \"$0\"; exec sleep 100", path}); }
+  std::string dir, path;
+};
+
+std::string exe_of(pid_t pid) {
+  char buf[4096];
+  const ssize_t n = ::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf - 1);
+  return n < 0 ? std::string() : std::string(buf, static_cast<std::size_t>(n));
+}
+
+#define PREPARE_OR_SKIP(var, req)                                                     \
+  SpawnError var##_error;                                                             \
+  auto var = prepare_sandbox(req, var##_error);                                       \
+  if (!var && var##_error.errno_value == ENOSYS) GTEST_SKIP() << var##_error.message; \
+  ASSERT_TRUE(var.has_value()) << var##_error.message
+
+TEST(SpawnGate, APreparedChildWaitsBeforeItsExecUntilReleased) {
+  Marker m;
+  PREPARE_OR_SKIP(p, m.request());
+  const SandboxProcess& proc = p->process();
+  ASSERT_TRUE(proc.valid());
+  EXPECT_TRUE(p->at_gate());
+  // Set up (its own session) but still this test's image: it has not exec'd.
+  EXPECT_EQ(::getsid(proc.pid()), proc.pid());
+  EXPECT_EQ(exe_of(proc.pid()), exe_of(::getpid()));
+  pollfd pf{proc.pidfd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&pf, 1, 200), 0) << "the child must wait at its gate, not exit";
+  EXPECT_FALSE(m.exists()) << "the command ran before it was released";
+  SpawnError err;
+  ASSERT_TRUE(release_sandbox(*p, err)) << err.message;
+  EXPECT_FALSE(p->at_gate());
+  EXPECT_NE(exe_of(proc.pid()), exe_of(::getpid()));
+  for (int i = 0; i < 10'000 && !m.exists(); ++i) ::usleep(1000);  // hang guard only
+  EXPECT_TRUE(m.exists()) << "released, the command runs";
+  ASSERT_EQ(KillSwitch::pidfd_signal(proc.pidfd(), SIGKILL), 0);
+  const siginfo_t info = wait_exit(proc);
+  EXPECT_EQ(info.si_status, SIGKILL);
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(SpawnGate, AChildKilledAtItsGateNeverRunsItsCommand) {
+  Marker m;
+  PREPARE_OR_SKIP(p, m.request());
+  const SandboxProcess& proc = p->process();
+  const KillRecord rec = KillSwitch::kill(KillTarget{-1, -1, proc.pidfd(), proc.pgid()}, KillSwitch::now_ns());
+  EXPECT_EQ(rec.error, 0);
+  EXPECT_EQ(rec.path, KillPath::signals);
+  pollfd pf{proc.pidfd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&pf, 1, 20'000), 1);
+  SpawnError err;
+  EXPECT_FALSE(release_sandbox(*p, err));
+  EXPECT_EQ(err.errno_value, ESRCH);
+  EXPECT_EQ(err.message, "the sandbox was killed before its exec: its command never ran");
+  EXPECT_FALSE(m.exists());
+  // Not reaped by release: its owner reaps it.
+  const siginfo_t info = wait_exit(proc);
+  EXPECT_EQ(info.si_code, CLD_KILLED);
+  EXPECT_EQ(info.si_status, SIGKILL);
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(SpawnGate, AnAbandonedGateEndsTheChildWithoutExec) {
+  Marker m;
+  std::optional<SandboxProcess> proc;
+  {
+    PREPARE_OR_SKIP(p, m.request());
+    proc = std::move(p->process());  // the owner keeps the process; the gate goes with `p`
+  }
+  const siginfo_t info = wait_exit(*proc);
+  EXPECT_EQ(info.si_code, CLD_EXITED);
+  EXPECT_EQ(info.si_status, 127);
+  EXPECT_FALSE(m.exists());
+  SpawnError err;
+  PREPARE_OR_SKIP(q, m.request());
+  q->abandon();
+  EXPECT_FALSE(release_sandbox(*q, err));
+  EXPECT_EQ(err.errno_value, EBADF);
+  EXPECT_EQ(wait_exit(q->process()).si_status, 127);
+  EXPECT_FALSE(m.exists());
+  EXPECT_TRUE(no_children_left());
+}
+
+TEST(SpawnGate, AnExecFailureAfterTheGateIsReportedAndLeftUnreaped) {
+  SpawnError err;
+  EXPECT_FALSE(prepare_sandbox(request({"leasehold-no-such-command"}), err).has_value());
+  EXPECT_EQ(err.message, "command not found: leasehold-no-such-command");
+  EXPECT_TRUE(no_children_left());
+  const std::string path = junk_executable();
+  auto q = prepare_sandbox(request({path}), err);
+  if (!q && err.errno_value == ENOSYS) GTEST_SKIP() << err.message;
+  ASSERT_TRUE(q.has_value()) << err.message;
+  EXPECT_FALSE(release_sandbox(*q, err));
+  ::unlink(path.c_str());
+  EXPECT_EQ(err.errno_value, ENOEXEC);
+  EXPECT_EQ(err.message, std::string("cannot execute ") + path + ": " + std::strerror(ENOEXEC));
+  // release leaves the reap to the owner: the child is still there to be reaped.
+  const siginfo_t info = wait_exit(q->process());
+  EXPECT_EQ(info.si_pid, q->process().pid());
+  EXPECT_EQ(info.si_status, 127);
+  EXPECT_TRUE(no_children_left());
 }
 
 }  // namespace
