@@ -26,6 +26,7 @@
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <unordered_map>
@@ -54,6 +56,12 @@ constexpr std::size_t kPendingCommitsMax = 4096;
 constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
 /// How often pending disarms are checked (the rt thread applies commands every tick).
 constexpr std::int64_t kDisarmPollNs = 1'000'000;
+
+/// Ablations for the attack tests only (never a flag): LEASEHOLD_ABLATE contains `what`.
+bool ablated(const char* what) {
+  const char* a = std::getenv("LEASEHOLD_ABLATE");
+  return a != nullptr && std::strstr(a, what) != nullptr;
+}
 
 bool sanitized_build() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -191,6 +199,12 @@ struct Supervisor::Impl {
   std::uint32_t sandbox_uid_count = 0;
   std::vector<std::string> hidden_paths;
   bool unsafe_kill = false;  ///< no delegated cgroup and no pid namespace: a kill may miss processes
+  /// Ablation (LEASEHOLD_ABLATE=arm-after-exec): spawn lets the command exec, then arms its
+  /// deadline — the order before issue 14, which leaves it unwatched while the io thread stalls.
+  bool arm_after_exec = false;
+  /// Test hook (LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS): the io thread sleeps this long in spawn,
+  /// right after the child was created and armed (ablated: created, exec'd, not yet armed).
+  std::uint64_t test_stall_after_spawn_ms = 0;
   std::unique_ptr<ControlServer> control;
   std::unique_ptr<LockdLink> link;
   std::unique_ptr<HeartbeatSchedule> hb;
@@ -312,6 +326,9 @@ struct Supervisor::Impl {
   void commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, Epoch epoch,
                      const std::string& code, const std::string& message, json extra = json::object());
   void spawn(Sandbox& s, ControlClientId client, const ControlRequest& req);
+  /// The LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS test hook: blocks the io thread that long (no-op
+  /// when unset), between `event=test_stall` and `event=test_stall_end` log lines.
+  void test_stall(const char* where);
   KillTarget kill_target(const Sandbox& s) const;
   /// A create or a naming failed: answers `client` with the error. A sandbox still being created
   /// is forgotten (slot freed); a running sandbox that was being named stays, unnamed.
@@ -434,8 +451,18 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   to.mode = 0640;  // sandboxes map the inherited descriptor; only the owner and the group open it
   if (gid) to.group = static_cast<long>(*gid);
   // Ablation for the attack tests only (never a flag): a memfd table without its seals.
-  if (const char* a = std::getenv("LEASEHOLD_ABLATE"); a != nullptr && std::strstr(a, "unsealed-table") != nullptr)
-    to.seal = false;
+  if (ablated("unsealed-table")) to.seal = false;
+  // Ablation: the old start order, the command exec'd before its deadline is armed.
+  arm_after_exec = ablated("arm-after-exec");
+  // Test hook: the io thread stalls this long right after creating a sandbox's child (see spawn).
+  if (const char* t = std::getenv("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long ms = std::strtoull(t, &end, 10);
+    if (errno != 0 || *end != '\0' || *t < '0' || *t > '9' || ms > 600'000)
+      return std::string("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS=\"") + t + "\" is not a number of ms in 0..600000";
+    test_stall_after_spawn_ms = ms;
+  }
   try {
     if (cfg.isolation && ::geteuid() != 0 && !shm::parse_location(shm_path).is_memfd)
       return "--shm " + shm_path + ": a non-root supervisor's isolated sandboxes run as its own uid, so they could "
@@ -1218,7 +1245,12 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   }
   sr.stdout_fd = sr.stderr_fd = out_pipe[1];
   SpawnError se;
-  std::optional<SandboxProcess> proc = spawn_sandbox(sr, se);
+  // The child stops at its gate, right before its exec (spawn.hpp): its deadline is armed before
+  // the command's first instruction. Ablated, it execs at once and is armed afterwards.
+  std::optional<PreparedSandbox> prepared;
+  std::optional<SandboxProcess> proc;
+  if (arm_after_exec) proc = spawn_sandbox(sr, se);
+  else if ((prepared = prepare_sandbox(sr, se))) proc = std::move(prepared->process());
   ::close(out_pipe[1]);
   if (!proc) {
     ::close(out_pipe[0]);
@@ -1237,18 +1269,51 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   s.pid = s.process.pid();
   s.uid = cfg.isolation ? iso.uid : ::geteuid();
   s.started_ns = now;
-  // Arm before anything else can happen to it; a named sandbox whose deadline already passed
-  // is due at the next tick.
-  if (!rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, kill_target(s))) {
-    KillSwitch::kill(kill_target(s), now);
-    s.waiter_error = "busy";
-    s.waiter_message = "the rt thread's command queue is full; the sandbox was stopped";
+  // Armed while the child waits at its gate (its pidfd, process group and leaf are the kill
+  // target already): from here the rt thread kills it at its deadline whatever the io thread
+  // does, and before its command's first instruction if that deadline comes first. A named
+  // sandbox whose deadline already passed is due at the next tick.
+  std::string start_code, start_message;
+  auto arm = [&] {
+    s.armed = static_cast<bool>(rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, kill_target(s)));
+    if (!s.armed) {
+      start_code = "busy";
+      start_message = "the rt thread's command queue is full; the sandbox was stopped";
+    }
+  };
+  if (!arm_after_exec) arm();
+  test_stall("after_spawn");
+  if (arm_after_exec) arm();
+  if (prepared && start_code.empty()) {
+    const std::uint64_t t = now_ns();
+    if (watched && t >= s.valid_until_ns) {
+      // The start took so long (a stalled io thread, a slow set-up) that the kill-switch's
+      // deadline passed: the rt thread kills it (or has), and it must not exec now.
+      start_code = "killswitch";
+      start_message = "the kill-switch's deadline for the sandbox passed " + std::to_string((t - s.valid_until_ns) / 1'000'000) +
+                      " ms before it could exec (its start was delayed); its command never ran; retry";
+    } else if (!release_sandbox(*prepared, se)) {
+      const bool exec_problem = se.errno_value == ENOENT || se.errno_value == EACCES || se.errno_value == ENOEXEC ||
+                                se.errno_value == ENOTDIR || se.errno_value == ELOOP;
+      start_code = exec_problem ? "exec_failed" : se.errno_value == ESRCH ? "killswitch" : "internal";
+      start_message = se.message;
+    }
+  }
+  if (!start_code.empty()) {
+    // It does not run its command: the gate closes (the child exits without exec) and, unarmed,
+    // it is killed from here. Its exit, through the pidfd, disarms, reaps, frees the slot, removes
+    // the leaf, gives back the name and answers the client with the error.
+    if (prepared) prepared->abandon();
+    if (!s.armed) KillSwitch::kill(kill_target(s), now_ns());
+    ++counters.spawn_failures;
+    log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
+              s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(), start_message.c_str());
+    s.waiter_error = start_code;
+    s.waiter_message = start_message;
     s.waiters.emplace_back(client, req.id);
-  } else {
-    s.armed = true;
   }
   s.pid_poll = loop->add_poll(s.process.pidfd(), POLLIN, PollMode::oneshot, [this, id](int) { on_pidfd(id); });
-  if (!s.armed) return;  // answered when it is gone
+  if (!start_code.empty()) return;  // answered when it is gone
   s.state = State::running;
   ++counters.spawned;
   log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64 "%s",
@@ -1266,6 +1331,16 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   ok["isolation"] = cfg.isolation;
   if (unsafe_kill) ok["unsafe_kill"] = true;
   reply(client, control_ok(req.id, ok));
+}
+
+void Supervisor::Impl::test_stall(const char* where) {
+  if (test_stall_after_spawn_ms == 0) return;
+  log_event("event=test_stall where=%s ms=%" PRIu64, where, test_stall_after_spawn_ms);
+  const std::uint64_t until = now_ns() + test_stall_after_spawn_ms * 1'000'000ull;
+  const timespec ts{static_cast<time_t>(until / 1'000'000'000ull), static_cast<long>(until % 1'000'000'000ull)};
+  while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+  log_event("event=test_stall_end where=%s", where);
 }
 
 Isolation Supervisor::Impl::isolation_for(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot) const {

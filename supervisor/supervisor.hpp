@@ -11,13 +11,17 @@
 //   rt thread (RtKillSwitch): the deadline wheel and the kill-switch.
 //
 // Creation flows (control socket, see control.hpp for the JSON):
-//   run {name}      lease mode: claim a slot → acquire from lockd → publish slot → spawn into its
-//                   cgroup leaf (spawn_sandbox returns once the child has exec'd) → arm the rt
-//                   deadline at once, before the io thread handles any other event. A refused
-//                   acquire starts nothing (holder + epoch returned).
+//   run {name}      lease mode: claim a slot → acquire from lockd → publish slot → create the
+//                   child in its cgroup leaf, stopped right before its exec (prepare_sandbox) →
+//                   arm the rt deadline (target: leaf + pidfd) → if that deadline has not passed,
+//                   release the child to exec (release_sandbox); else it never runs (answered
+//                   `killswitch`). So the kill-switch watches the command from its first
+//                   instruction whatever happens to the io thread meanwhile. A refused acquire
+//                   starts nothing (holder + epoch returned).
 //                   preemptible mode: claim a slot → 2-phase acquire (lockd: Acquiring, which it
 //                   never preempts) → kill-switch check → start the sandbox with its epoch NOT
-//                   published (its check says "not valid") under the worker's kill deadline →
+//                   published (its check says "not valid") under the worker's kill deadline,
+//                   armed before its exec as in lease mode →
 //                   Commit{worker} (lockd: Held on this worker) → publish the epoch → answer.
 //                   So whenever lockd has the name Held here, the sandbox already runs and
 //                   IsRunning says so; a failed Commit stops the sandbox and gives the name back.
@@ -40,9 +44,12 @@
 // which are killed at once. When worker liveness lapses the kill-switch kills every named
 // sandbox (also those whose Commit is in flight) and named creation is refused until a liveness
 // beat sent after it is acknowledged. Creation and the kill-switch are serialised on
-// the io thread; a create that races the rt thread's kill runs in its cgroup leaf and its slot is
-// armed right after spawn_sandbox returns, before any other event (the window between the exec and
-// the arm is that synchronous stretch of the io thread, not yet closed by arming on the leaf first).
+// the io thread; a create that races the rt thread's kill cannot run unwatched, because the child
+// is in its cgroup leaf and its slot is armed before it is allowed to exec. A start that fails after
+// the arm (exec failed, deadline passed, rt queue full) closes the gate; the child's exit, like any
+// exit, disarms, reaps, frees the slot, removes the leaf, gives the name back and answers the error.
+// Ablation for the attack tests: LEASEHOLD_ABLATE=arm-after-exec (the child execs first, then is
+// armed); test hook: LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS (the io thread sleeps right after arming).
 #pragma once
 
 #include "supervisor/config.hpp"

@@ -1704,5 +1704,95 @@ TEST_F(SupervisorProcess, KeyRotationUnderLoadKillsNothingAndLosesNoLease) {
   EXPECT_TRUE(lockd_events(lockd_.log_text(), "expire").empty()) << lockd_.log_text();
 }
 
+// ---- issue 14: a new sandbox's deadline is armed before its exec ----------------------------
+
+// The io thread stalls (LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS, 4 s) right after it created a named
+// sandbox's child: longer than the lease's kill_after (600 ms) and lockd's TTL (1000 ms), so lockd
+// expires the lease meanwhile and a second supervisor gets the name. Defended, the child waits at
+// its gate with its deadline armed: the rt thread kills it at the deadline, before its command's
+// first instruction and before lockd could grant the name to anyone else, and the run is answered
+// `killswitch`. Ablated (LEASEHOLD_ABLATE=arm-after-exec: exec first, arm after, the old order),
+// the command runs unwatched through the stall, past its deadline, while the second supervisor's
+// sandbox holds the name: two holders at once.
+class ArmBeforeExec : public SupervisorProcess, public ::testing::WithParamInterface<bool> {
+ protected:
+  bool defended() const { return GetParam(); }
+  void TearDown() override {
+    ::unsetenv("LEASEHOLD_ABLATE");
+    ::unsetenv("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS");
+  }
+  static std::uint64_t field(const std::map<std::string, std::string>& e, const char* key) {
+    auto it = e.find(key);
+    return it == e.end() ? 0 : std::stoull(it->second);
+  }
+};
+
+TEST_P(ArmBeforeExec, AStartStalledPastTheDeadlineNeverRunsUnwatched) {
+  start_lockd();
+  Supervisor s1, s2;
+  ::setenv("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS", "4000", 1);
+  if (!defended()) ::setenv("LEASEHOLD_ABLATE", "arm-after-exec", 1);
+  start_sup(s1, {}, "s1");
+  ::unsetenv("LEASEHOLD_ABLATE");
+  ::unsetenv("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS");
+  start_sup(s2, {}, "s2");
+  json a1;
+  std::thread t1([&] { a1 = s1.call(run_req("stalled", {LEASEHOLD_PROBE_BINARY, probe_log("s1")}), 30'000); });
+  // s1 has the grant and its io thread is stalled; s2 asks until lockd has expired s1's lease.
+  ASSERT_TRUE(eventually([&] { return !s1.events("test_stall").empty(); }, 20'000)) << s1.log_text();
+  json a2;
+  std::int64_t t_asked = 0;
+  const bool granted = eventually([&] {
+    t_asked = now_ns();
+    a2 = s2.call(run_req("stalled", {"sleep", "60"}));
+    return a2["ok"] == true;
+  }, 20'000);
+  const std::int64_t t_granted = now_ns();
+  t1.join();
+  ASSERT_TRUE(granted) << a2.dump() << s1.log_text();
+  EXPECT_GT(a2["epoch"].get<std::uint64_t>(), 0u);
+  const auto stall_end = s1.events("test_stall_end");
+  ASSERT_EQ(stall_end.size(), 1u) << s1.log_text();
+  const std::uint64_t t_resumed = field(stall_end[0], "t");
+  ASSERT_TRUE(a1.contains("sandbox")) << a1.dump();
+  auto k = killed(s1, a1["sandbox"]);
+  ASSERT_TRUE(k.has_value()) << a1.dump() << s1.log_text();
+  // Not its `cause`: that says whether the io thread had asked for a kill by the time it read
+  // the record, and after the stall its heartbeat tick may have. When it was issued says more.
+  const std::uint64_t deadline = field(*k, "deadline_ns"), issued = field(*k, "issued_ns");
+  const std::uint64_t confirmed = field(*k, "confirmed_ns");
+  ASSERT_GT(confirmed, 0u) << s1.log_text();
+  const json st = s1.call({{"v", 1}, {"op", "status"}});
+  if (defended()) {
+    EXPECT_EQ(a1["ok"], false) << a1.dump();
+    EXPECT_EQ(a1["error"], "killswitch") << a1.dump();
+    // Its command never ran: the probe writes its log first thing.
+    EXPECT_FALSE(fs::exists(probe_log("s1"))) << slurp(probe_log("s1"));
+    // The rt thread killed it at its deadline, while the io thread was stalled, and it was dead
+    // before s2 asked for the name lockd was free to give.
+    EXPECT_LT(issued, t_resumed) << s1.log_text();
+    EXPECT_GE(issued + 1'000'000, deadline) << "never more than the wheel's 1 ms tick early";
+    EXPECT_LT(confirmed, static_cast<std::uint64_t>(t_asked)) << s1.log_text();
+    EXPECT_EQ(st["counters"]["spawn_failures"], 1) << st.dump();
+    EXPECT_EQ(st["counters"]["spawned"], 0) << st.dump();
+  } else {
+    EXPECT_EQ(a1["ok"], true) << a1.dump();
+    // It ran: started before s2 was granted the name, checked its lease past its deadline, and
+    // was killed only once the io thread resumed and armed it, after s2 held the name.
+    const std::string text = slurp(probe_log("s1"));
+    std::uint64_t started = 0;
+    ASSERT_EQ(std::sscanf(text.c_str(), "start t=%lu", &started), 1) << text;
+    EXPECT_LT(started, static_cast<std::uint64_t>(t_granted));
+    const auto lines = probe_lines(probe_log("s1"));
+    ASSERT_FALSE(lines.empty()) << text;
+    EXPECT_GE(lines.back().t, deadline) << "ablation: the sandbox ran past its deadline\n" << text;
+    EXPECT_GE(issued, t_resumed) << s1.log_text();
+    EXPECT_GT(confirmed, static_cast<std::uint64_t>(t_granted)) << "ablation: two holders at once";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DefendedAndAblated, ArmBeforeExec, ::testing::Bool(),
+                         [](const auto& i) { return i.param ? "defended" : "ablated"; });
+
 }  // namespace
 }  // namespace leasehold
