@@ -24,10 +24,11 @@
  * Worker heartbeats carry the worker's published names; the answer lists those no longer held
  * by it on this worker, and the supervisor kills their sandboxes (mutex violation recovery).
  * Revoke frees the name at epoch + 1 but keeps it ungrantable (lock-delay) until the worker
- * confirmed the kill (on its next heartbeat; a Release of the revoked grant after its
- * kill-switch killed it counts too) or lockd's fixed bound (revoke time + liveness TTL +
- * lock-delay) passed, which does not move while the worker beats; the revocation is pushed to
- * the worker and also reaches it as a listed name in its next heartbeat answer.
+ * confirmed the kill (KillConfirmed, or a Release of the revoked grant after its kill-switch
+ * killed it; the code sends either as its own message once the sandbox is dead, the model with
+ * the worker's next heartbeat) or lockd's fixed bound (revoke time + liveness TTL + lock-delay)
+ * passed, which does not move while the worker beats; the revocation is pushed to the worker
+ * and also reaches it as a listed name in its next heartbeat answer.
  * A worker may crash (its sandboxes die with it, its liveness lapses).
  *
  * Timing relations, each a guard on a ghost history variable (never an implementation flag,
@@ -145,6 +146,9 @@ bool g_revoked;               /* a revoke took the name from a holder */
 bool g_preempted;             /* the failure detector took the name from a holder */
 bool g_handover;              /* a copy became critical after a revoke or preemption */
 bool g_rv_reached;            /* since the revoke: it reached rv_w, rv_w fired or crashed */
+bool g_rv_bound;              /* the revoke's lock-delay ended by its bound (not a confirmation) */
+bool g_beat_lost[W];          /* w's latest beat went unacknowledged (request or answer lost) */
+bool g_fired_unprompted;      /* a kill-switch fired while its worker's latest beat was acknowledged */
 
 #define S_OF(i)       ((i) == 2 -> 1 : 0)
 #define W_OF(i)       ((i) == 0 -> 0 : 1)
@@ -434,11 +438,13 @@ end_idle:
 		!crashed[w] && ACTIVE(w) ->
 		hb_send(w);
 		if   /* a beat is not lost for ever: no two losses in a row (but ONE_WAY_LOSS) */
-		:: ONEWAY(w) -> hb_deliver(w); hb_failed[w] = true          /* the answer is lost */
-		:: !ONEWAY(w) -> hb_deliver(w); hb_answer(w); hb_was_lost[w] = false  /* delivered, answered */
-		:: UN && !hb_was_lost[w] -> hb_failed[w] = true; hb_was_lost[w] = true   /* request lost */
+		:: ONEWAY(w) -> hb_deliver(w); hb_failed[w] = true; g_beat_lost[w] = true  /* the answer is lost */
+		:: !ONEWAY(w) ->                                 /* delivered, answered */
+			hb_deliver(w); hb_answer(w); hb_was_lost[w] = false; g_beat_lost[w] = false
+		:: UN && !hb_was_lost[w] ->                      /* request lost */
+			hb_failed[w] = true; hb_was_lost[w] = true; g_beat_lost[w] = true
 		:: UN && !hb_was_lost[w] ->                      /* answer lost after lockd applied it */
-			hb_deliver(w); hb_failed[w] = true; hb_was_lost[w] = true
+			hb_deliver(w); hb_failed[w] = true; hb_was_lost[w] = true; g_beat_lost[w] = true
 		fi;
 		hb_clear(w)
 	   }
@@ -467,6 +473,7 @@ end_idle:
 		};
 		/*@E trip*/ tripped[w] = true;
 		g_fired[w] = true;
+		g_fired_unprompted = g_fired_unprompted || !g_beat_lost[w];
 		if   /* the revoked copy was killed: its Release confirms it (LockService::on_release) */
 #ifndef REVOKE_BOUND_FOLLOWS_LIVENESS
 		:: rv_pending && rv_w == w -> /*@E killswitch_conf*/ conf[w] = conf[w] | BIT(rv_s); g_rv_reached = true
@@ -493,7 +500,7 @@ end_idle:
 		:: else ->
 			/*@E lapse_live*/ live[w] = false;  /* a revoke's bound is its own (rv_bound) */
 #ifdef REVOKE_BOUND_FOLLOWS_LIVENESS
-			if :: rv_pending && rv_w == w -> rv_pending = false :: else fi
+			if :: rv_pending && rv_w == w -> rv_pending = false; g_rv_bound = true :: else fi
 #endif
 			skip
 		fi
@@ -553,7 +560,8 @@ end_idle:
 	   }
 #ifndef REVOKE_BOUND_FOLLOWS_LIVENESS
 	:: atomic {    /* the revoke's fixed bound passes (LeaseTable::advance, revoke_bound) */
-		/*@G rv_bound*/ rv_pending && (g_rv_reached || UT) -> /*@E rv_bound_ends*/ rv_pending = false
+		/*@G rv_bound*/ rv_pending && (g_rv_reached || UT) -> /*@E rv_bound_ends*/ rv_pending = false;
+		g_rv_bound = true
 	   }
 #endif
 	:: atomic {    /* a worker crashes: its sandboxes die with it, it stops */
@@ -607,8 +615,19 @@ ltl EventualMutualExclusion {
  * revoked name does not stay ungrantable, also while lockd's answers to the worker are lost. */
 ltl RevokeEnds { [] (rv_pending -> <> !rv_pending) }
 
+/* KillSwitchOnlyAfterLoss: a worker's kill-switch fires only while its latest beat went
+ * unacknowledged (a beat interval < kill_after): a worker whose beats are answered keeps its
+ * sandboxes.  Checked with reliable timing only: a supervisor paused past its budget sends no
+ * beat and then fires with its latest beat acknowledged. */
+ltl KillSwitchOnlyAfterLoss { [] !g_fired_unprompted }
+
 /* Non-vacuity (expected to FAIL): a copy does reach its critical section, one does after
- * the name was revoked or preempted from another holder, and a retried copy does. */
+ * the name was revoked or preempted from another holder, a retried copy does, and a revoke's
+ * lock-delay does end by a kill confirmation before its bound. */
 ltl NeverCritical { [] !(CRIT(0) || CRIT(1) || CRIT(2)) }
 ltl NeverHandedOver { [] !g_handover }
 ltl NeverRetriedCritical { [] !CRIT(1) }
+/* NeverConfirmed fails by the confirmation of the pushed revocation's kill, and under
+ * ONE_WAY_LOSS (the worker hears nothing from lockd) by the Release of the grant its
+ * kill-switch killed. */
+ltl NeverConfirmed { [] (!g_revoked || rv_pending || g_rv_bound) }
