@@ -1791,6 +1791,45 @@ TEST_P(ArmBeforeExec, AStartStalledPastTheDeadlineNeverRunsUnwatched) {
   }
 }
 
+// The same stall in preemptible mode, where the sandbox starts before its Commit, unpublished,
+// under the worker's kill deadline (kill_after from the last acknowledged liveness beat): defended,
+// the rt thread kills it at its gate when that deadline passes during the stall, and its command
+// never runs; ablated, it runs past the worker's deadline until the io thread resumes.
+TEST_P(ArmBeforeExec, APreemptibleStartStalledPastTheWorkersDeadlineNeverRunsUnwatched) {
+  start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
+  Supervisor s1;
+  ::setenv("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS", "4000", 1);
+  if (!defended()) ::setenv("LEASEHOLD_ABLATE", "arm-after-exec", 1);
+  start_sup(s1, {"--mode", "preemptible"}, "s1");
+  ::unsetenv("LEASEHOLD_ABLATE");
+  ::unsetenv("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS");
+  const json a1 = s1.call(run_req("pstalled", {LEASEHOLD_PROBE_BINARY, probe_log("p1")}), 30'000);
+  const auto stall_end = s1.events("test_stall_end");
+  ASSERT_EQ(stall_end.size(), 1u) << a1.dump() << s1.log_text();
+  const std::uint64_t t_resumed = field(stall_end[0], "t");
+  const auto started = s1.events(defended() ? "spawn_failed" : "started");
+  ASSERT_EQ(started.size(), 1u) << s1.log_text();
+  auto k = killed(s1, started[0].at("sandbox"));
+  ASSERT_TRUE(k.has_value()) << a1.dump() << s1.log_text();
+  const std::uint64_t deadline = field(*k, "deadline_ns"), issued = field(*k, "issued_ns");
+  const std::uint64_t confirmed = field(*k, "confirmed_ns");
+  ASSERT_GT(confirmed, 0u) << s1.log_text();
+  if (defended()) {
+    EXPECT_EQ(a1["error"], "killswitch") << a1.dump();
+    EXPECT_FALSE(fs::exists(probe_log("p1"))) << slurp(probe_log("p1"));
+    EXPECT_LT(issued, t_resumed) << s1.log_text();
+    EXPECT_GE(issued + 1'000'000, deadline);
+    EXPECT_EQ(started[0].at("name"), "pstalled");
+  } else {
+    const std::string text = slurp(probe_log("p1"));
+    std::uint64_t t_start = 0;
+    ASSERT_EQ(std::sscanf(text.c_str(), "start t=%lu", &t_start), 1) << text;
+    EXPECT_LT(t_start, deadline) << text;
+    EXPECT_GE(issued, t_resumed) << s1.log_text();
+    EXPECT_GT(confirmed, deadline) << "ablation: the sandbox ran past the worker's deadline";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DefendedAndAblated, ArmBeforeExec, ::testing::Bool(),
                          [](const auto& i) { return i.param ? "defended" : "ablated"; });
 
