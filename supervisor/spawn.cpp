@@ -32,8 +32,7 @@ enum class ChildStep : int {
   // isolation
   dumpable, mount_private, mount_proc, hide, cgroup_ns, nproc, capabilities, setgroups, setgid, setuid,
   no_new_privs, seccomp,
-  // the gate (prepare_sandbox): at_gate is no failure but the child saying it waits there
-  gate, at_gate
+  gate  // waiting at the gate (prepare_sandbox) for the byte that lets it exec
 };
 
 struct ChildReport {
@@ -157,10 +156,9 @@ void child_isolate(const ChildPlan& p) {
   syscall(SYS_close, p.sync_fd);
 }
 
-// Says "at the gate" and waits for the parent's byte; EOF (the parent closed its end or died)
+// Waits for the parent's byte (it may be there already); EOF (the parent closed its end or died)
 // or anything else ends the child without exec.
 void child_gate(const ChildPlan& p) {
-  child_report(p, ChildStep::at_gate, 0);
   char go = 0;
   long n;
   do {
@@ -249,7 +247,6 @@ const char* step_name(int step) {
     case ChildStep::no_new_privs: return "prctl(PR_SET_NO_NEW_PRIVS)";
     case ChildStep::seccomp: return "installing the seccomp filter";
     case ChildStep::gate: return "waiting to be released before exec";
-    case ChildStep::at_gate: return "waiting at the gate";
   }
   return "unknown step";
 }
@@ -431,6 +428,7 @@ namespace {
 struct ChildStart {
   SandboxProcess process;
   int report_fd = -1;  // gated: the gate; -1 otherwise
+  int sync_fd = -1;    // gated, isolated: the sync pipe's write end (the child's parent-death check)
   std::string exec_path;
 };
 
@@ -662,24 +660,24 @@ std::optional<ChildStart> start_child(const SpawnRequest& request, bool gated, S
     return fail(clone_err, std::string("clone3 failed: ") + std::strerror(clone_err));
   }
 
-  // Not gated: EOF is the exec (the child's end closed on exec). Gated: the child's "at the gate";
-  // it has passed its parent-death check, so the sync pipe is done with.
+  ChildStart started{SandboxProcess(static_cast<pid_t>(pid), pidfd), -1, -1, exec_path};
+  // Gated: the child sets itself up and stops at its gate on its own; nothing is waited for here
+  // (release_sandbox reads its reports), so the gate costs no round trip on the start path.
+  if (gated && map_error.empty()) {
+    started.report_fd = report[0];
+    started.sync_fd = sync[1];
+    return started;
+  }
+  // Not gated: EOF is the exec (the child's end closed on exec).
   ChildReport r{};
   const ssize_t n = read_report(report[0], r);
   if (sync[1] >= 0) ::close(sync[1]);
-  ChildStart started{SandboxProcess(static_cast<pid_t>(pid), pidfd), -1, exec_path};
-  if (gated && n == static_cast<ssize_t>(sizeof r) && r.step == static_cast<int>(ChildStep::at_gate) &&
-      map_error.empty()) {
-    started.report_fd = report[0];
-    return started;
-  }
   ::close(report[0]);
-  if (!gated && n == 0) return started;  // running
+  if (n == 0 && map_error.empty()) return started;  // running
 
-  // The child failed before or at exec (or died before its gate): reap it so nothing is left behind.
+  // The child failed before or at exec: reap it so nothing is left behind.
   siginfo_t info{};
   reap(pidfd, info, true);
-  if (gated && n == 0) return fail(ESRCH, "the sandbox child died before it was set up (killed?)");
   error = failure_of(r, n, exec_path, request.working_directory, map_error);
   return std::nullopt;
 }
@@ -693,9 +691,9 @@ std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnEr
 }
 
 PreparedSandbox::PreparedSandbox(PreparedSandbox&& o) noexcept
-    : process_(std::move(o.process_)), gate_fd_(o.gate_fd_), exec_path_(std::move(o.exec_path_)),
-      working_directory_(std::move(o.working_directory_)) {
-  o.gate_fd_ = -1;
+    : process_(std::move(o.process_)), gate_fd_(o.gate_fd_), sync_fd_(o.sync_fd_),
+      exec_path_(std::move(o.exec_path_)), working_directory_(std::move(o.working_directory_)) {
+  o.gate_fd_ = o.sync_fd_ = -1;
 }
 
 PreparedSandbox& PreparedSandbox::operator=(PreparedSandbox&& o) noexcept {
@@ -703,7 +701,8 @@ PreparedSandbox& PreparedSandbox::operator=(PreparedSandbox&& o) noexcept {
     abandon();
     process_ = std::move(o.process_);
     gate_fd_ = o.gate_fd_;
-    o.gate_fd_ = -1;
+    sync_fd_ = o.sync_fd_;
+    o.gate_fd_ = o.sync_fd_ = -1;
     exec_path_ = std::move(o.exec_path_);
     working_directory_ = std::move(o.working_directory_);
   }
@@ -714,7 +713,8 @@ PreparedSandbox::~PreparedSandbox() { abandon(); }
 
 void PreparedSandbox::abandon() noexcept {
   if (gate_fd_ >= 0) ::close(gate_fd_);
-  gate_fd_ = -1;
+  if (sync_fd_ >= 0) ::close(sync_fd_);
+  gate_fd_ = sync_fd_ = -1;
 }
 
 std::optional<PreparedSandbox> prepare_sandbox(const SpawnRequest& request, SpawnError& error) {
@@ -723,6 +723,7 @@ std::optional<PreparedSandbox> prepare_sandbox(const SpawnRequest& request, Spaw
   PreparedSandbox p;
   p.process_ = std::move(started->process);
   p.gate_fd_ = started->report_fd;
+  p.sync_fd_ = started->sync_fd;
   p.exec_path_ = std::move(started->exec_path);
   p.working_directory_ = request.working_directory;
   return p;
@@ -739,20 +740,34 @@ bool release_sandbox(PreparedSandbox& prepared, SpawnError& error) {
   do {
     sent = ::send(prepared.gate_fd_, &go, 1, MSG_NOSIGNAL);
   } while (sent < 0 && errno == EINTR);
-  const int send_err = errno;
-  if (sent != 1) {
+  const int send_err = sent == 1 ? 0 : errno;
+  if (sent != 1 && send_err != EPIPE && send_err != ECONNRESET) {
     prepared.abandon();
-    if (send_err == EPIPE || send_err == ECONNRESET)
-      error = {ESRCH, "the sandbox was killed before its exec: its command never ran"};
-    else
-      error = {send_err, std::string("cannot release the sandbox child: ") + std::strerror(send_err)};
+    error = {send_err, std::string("cannot release the sandbox child: ") + std::strerror(send_err)};
     return false;
   }
+  // EOF at the exec, or the step that failed. The child's end closed with the byte unread
+  // (ECONNRESET, reported once before its queued report) or before it was sent (EPIPE): it never
+  // passed the gate, so it never exec'd.
+  bool gate_unpassed = sent != 1;
   ChildReport r{};
-  const ssize_t n = read_report(prepared.gate_fd_, r);
-  const int read_err = errno;
+  ssize_t n;
+  int read_err = 0;
+  for (;;) {
+    n = read_report(prepared.gate_fd_, r);
+    read_err = n < 0 ? errno : 0;
+    if (n < 0 && read_err == ECONNRESET && !gate_unpassed) {
+      gate_unpassed = true;
+      continue;
+    }
+    break;
+  }
   prepared.abandon();
-  if (n == 0) return true;  // its end closed on exec
+  if (n == 0 && !gate_unpassed) return true;  // its end closed on exec
+  if (n == 0 || (n < 0 && read_err == ECONNRESET)) {
+    error = {ESRCH, "the sandbox was killed before its exec: its command never ran"};
+    return false;
+  }
   if (n < 0) {
     error = {read_err, std::string("cannot read the sandbox's exec verdict: ") + std::strerror(read_err)};
     return false;
@@ -760,7 +775,6 @@ bool release_sandbox(PreparedSandbox& prepared, SpawnError& error) {
   error = failure_of(r, n, prepared.exec_path_, prepared.working_directory_, {});
   return false;
 }
-
 
 int become_child_subreaper() noexcept {
   return ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno;

@@ -31,12 +31,14 @@
 // Armed before exec (issue 14). spawn_sandbox() lets the child exec as soon as it is set up, so a
 // kill deadline armed after it returns leaves the command running unwatched for as long as the
 // caller takes to arm (a stalled io thread: the lease can expire at lockd meanwhile). The
-// supervisor therefore starts a sandbox in two steps: prepare_sandbox() returns once the child is
-// in its leaf, fully set up and stopped right before its exec (it said so on the socket pair and
-// waits there for one byte) — its pidfd, process group and leaf are a complete kill target from
-// then on — and release_sandbox() lets it exec and waits for the verdict. In between the caller
-// arms the kill-switch. A child killed at the gate never executes an instruction of its command;
-// a gate closed without the byte (the caller gave up, or died) makes it exit 127 without exec.
+// supervisor therefore starts a sandbox in two steps: prepare_sandbox() returns once the child
+// exists in its leaf; it sets itself up and then stops right before its exec, at a gate where it
+// waits for one byte on the socket pair — its pidfd, process group and leaf are a complete kill
+// target from clone3 on. release_sandbox() sends the byte and waits for the verdict. In between the
+// caller arms the kill-switch. Nothing is waited for at the gate (the byte may arrive before the
+// child does), so the two steps cost what one did. A child killed before the gate opened never
+// executes an instruction of its command; a gate closed without the byte (the caller gave up, or
+// died) makes it exit 127 without exec.
 //
 // Isolation (DESIGN.md "Trust model"; on by default in the daemon). A sandbox runs untrusted
 // code, so with `SpawnRequest::isolation` set it is started by the kernel interfaces directly
@@ -195,9 +197,9 @@ struct SpawnError {
 /// cgroup is the caller's to remove).
 std::optional<SandboxProcess> spawn_sandbox(const SpawnRequest& request, SpawnError& error);
 
-/// A sandbox child that is set up (in its leaf, its namespaces, credentials and descriptors in
-/// place) and stopped right before its exec, waiting at its gate (see the header comment).
-/// Move-only. Destroying it (or abandon()) without release_sandbox() closes the gate: the child
+/// A sandbox child that exists (in its leaf) and cannot exec before release_sandbox(): it sets
+/// itself up (namespaces, credentials, descriptors) and then waits at its gate, right before its
+/// exec (see the header comment). Move-only. Destroying it (or abandon()) without release_sandbox() closes the gate: the child
 /// then exits 127 without exec'ing. It is never reaped here: the owner of process() reaps it.
 class PreparedSandbox {
  public:
@@ -221,21 +223,22 @@ class PreparedSandbox {
   friend bool release_sandbox(PreparedSandbox& prepared, SpawnError& error);
   SandboxProcess process_;
   int gate_fd_ = -1;               // the parent's end of the socket pair
+  int sync_fd_ = -1;               // isolated: held until the verdict (the child's parent-death check)
   std::string exec_path_;          // for the verdict's message
   std::string working_directory_;
 };
 
-/// The first step of a two-step start: creates the child and returns once it waits at its gate,
-/// right before its exec. Failures before the gate (bad request, command not found, clone3, a
-/// set-up step, chdir) are reported as by spawn_sandbox, with the child reaped and nothing left
-/// behind.
+/// The first step of a two-step start: creates the child, which stops at its gate right before
+/// its exec. Failures of the request, the command's lookup, clone3 and the uid/gid maps are
+/// reported here as by spawn_sandbox (the child reaped, nothing left behind); the child's own
+/// set-up steps (chdir, mounts, credentials, ...) report at release_sandbox().
 std::optional<PreparedSandbox> prepare_sandbox(const SpawnRequest& request, SpawnError& error);
 
 /// The second step: lets the child exec and waits for the verdict. True when it exec'd (or was
-/// killed after the gate opened, before or right at its exec: its pidfd then reports the exit as
-/// for any sandbox). False with `error` when it did not run its command: exec failed
-/// (ENOENT/EACCES/ENOEXEC..., the message as spawn_sandbox's), it was already dead at the gate
-/// (ESRCH, e.g. killed there by the kill-switch), or the gate was closed (EBADF). Either way the
+/// killed after the byte was sent, before or right at its exec: its pidfd then reports the exit
+/// as for any sandbox). False with `error` when it did not run its command: a set-up step or the
+/// exec failed (chdir, ENOENT/EACCES/ENOEXEC..., the messages as spawn_sandbox's), it was already
+/// dead (ESRCH, e.g. killed at its gate by the kill-switch), or the gate was closed (EBADF). Either way the
 /// child is NOT reaped (it has exited or is exiting): its owner reaps it once nothing else (the
 /// kill-switch) may still use its pidfd or process group. The gate is closed afterwards.
 bool release_sandbox(PreparedSandbox& prepared, SpawnError& error);

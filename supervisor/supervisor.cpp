@@ -1269,8 +1269,8 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   s.pid = s.process.pid();
   s.uid = cfg.isolation ? iso.uid : ::geteuid();
   s.started_ns = now;
-  // Armed while the child waits at its gate (its pidfd, process group and leaf are the kill
-  // target already): from here the rt thread kills it at its deadline whatever the io thread
+  // Armed while the child cannot exec yet (it sets itself up, then waits at its gate; its pidfd,
+  // process group and leaf are the kill target already): from here the rt thread kills it at its deadline whatever the io thread
   // does, and before its command's first instruction if that deadline comes first. A named
   // sandbox whose deadline already passed is due at the next tick.
   std::string start_code, start_message;

@@ -12,7 +12,7 @@
 //
 // Creation flows (control socket, see control.hpp for the JSON):
 //   run {name}      lease mode: claim a slot → acquire from lockd → publish slot → create the
-//                   child in its cgroup leaf, stopped right before its exec (prepare_sandbox) →
+//                   child in its cgroup leaf, unable to exec until released (prepare_sandbox) →
 //                   arm the rt deadline (target: leaf + pidfd) → if that deadline has not passed,
 //                   release the child to exec (release_sandbox); else it never runs (answered
 //                   `killswitch`). So the kill-switch watches the command from its first

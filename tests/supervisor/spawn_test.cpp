@@ -138,9 +138,14 @@ TEST(Spawn, MissingWorkingDirectoryIsAClearErrorAndLeavesNothing) {
   EXPECT_EQ(err.errno_value, ENOENT);
   EXPECT_EQ(err.message, "cannot change directory to /nonexistent/leasehold-dir: No such file or directory");
   EXPECT_TRUE(no_children_left());
-  // The same before the gate of a two-step start.
-  EXPECT_FALSE(prepare_sandbox(req, err).has_value());
+  // The same from a two-step start, at its release (the child's own set-up step); the child is
+  // left for its owner to reap.
+  auto q = prepare_sandbox(req, err);
+  ASSERT_TRUE(q.has_value()) << err.message;
+  EXPECT_FALSE(release_sandbox(*q, err));
+  EXPECT_EQ(err.errno_value, ENOENT);
   EXPECT_EQ(err.message, "cannot change directory to /nonexistent/leasehold-dir: No such file or directory");
+  EXPECT_EQ(wait_exit(q->process()).si_status, 127);
   EXPECT_TRUE(no_children_left());
 }
 
@@ -325,16 +330,16 @@ TEST(SpawnGate, APreparedChildWaitsBeforeItsExecUntilReleased) {
   const SandboxProcess& proc = p->process();
   ASSERT_TRUE(proc.valid());
   EXPECT_TRUE(p->at_gate());
-  // Set up (its own session) but still this test's image: it has not exec'd.
-  EXPECT_EQ(::getsid(proc.pid()), proc.pid());
-  EXPECT_EQ(exe_of(proc.pid()), exe_of(::getpid()));
   pollfd pf{proc.pidfd(), POLLIN, 0};
   EXPECT_EQ(::poll(&pf, 1, 200), 0) << "the child must wait at its gate, not exit";
+  // Still this test's image: it has not exec'd, and its command has not run.
+  EXPECT_EQ(exe_of(proc.pid()), exe_of(::getpid()));
   EXPECT_FALSE(m.exists()) << "the command ran before it was released";
   SpawnError err;
   ASSERT_TRUE(release_sandbox(*p, err)) << err.message;
   EXPECT_FALSE(p->at_gate());
   EXPECT_NE(exe_of(proc.pid()), exe_of(::getpid()));
+  EXPECT_EQ(::getsid(proc.pid()), proc.pid());
   for (int i = 0; i < 10'000 && !m.exists(); ++i) ::usleep(1000);  // hang guard only
   EXPECT_TRUE(m.exists()) << "released, the command runs";
   ASSERT_EQ(KillSwitch::pidfd_signal(proc.pidfd(), SIGKILL), 0);
