@@ -15,6 +15,10 @@
 //             unisolated one, and `bwrap --unshare-all` (skipped, with the reason, where bwrap
 //             cannot run), as ratios in one run; and the isolated kill latency against the
 //             kill-latency budget and the pause budget of the supervisor's default timing.
+//             "isolated" is the supervisor's start: prepare_sandbox (the child stops before its
+//             exec; the supervisor arms its deadline there) then release_sandbox;
+//             "isolated_one_step" is the same sandbox through spawn_sandbox (exec at once, the
+//             start before issue 14), and `ratio_gate` compares the two.
 // `kills --isolation` kills isolated sandboxes (the supervisor's default) through the RtThread.
 // Output: one JSON object on stdout.
 #include "supervisor/cgroup.hpp"
@@ -39,6 +43,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -278,6 +283,7 @@ struct SpawnMode {
   std::string name;
   const Isolation* isolation = nullptr;
   std::vector<std::string> prefix;  // bwrap and its arguments, before the command
+  bool gated = false;               // prepare_sandbox + release_sandbox (the supervisor's start)
 };
 
 // One start: request -> the command's first write reaches the pipe; then waits for its exit.
@@ -305,7 +311,20 @@ std::int64_t measure_once(const SpawnMode& m, const CgroupTree& tree, bool kill,
   sr.stdout_fd = p[1];
   SpawnError se;
   const std::uint64_t t0 = KillSwitch::now_ns();
-  auto proc = spawn_sandbox(sr, se);
+  std::optional<SandboxProcess> proc;
+  if (m.gated) {
+    if (auto prepared = prepare_sandbox(sr, se)) {
+      proc = std::move(prepared->process());
+      // Here the supervisor arms the deadline (RtThread::arm: one wait-free queue push).
+      if (!release_sandbox(*prepared, se)) {
+        siginfo_t gone{};
+        reap(proc->pidfd(), gone, true);
+        proc.reset();
+      }
+    }
+  } else {
+    proc = spawn_sandbox(sr, se);
+  }
   ::close(p[1]);
   if (!proc) {
     ::close(p[0]);
@@ -348,7 +367,9 @@ int run_spawn(int runs, const std::string& bwrap_path) {
     std::fprintf(stderr, "isolated spawn unavailable: %s\n", isolation.error.c_str());
     return 1;
   }
-  std::vector<SpawnMode> modes = {{"isolated", &isolation.iso, {}}, {"unisolated", nullptr, {}}};
+  std::vector<SpawnMode> modes = {{"isolated", &isolation.iso, {}, true},
+                                  {"isolated_one_step", &isolation.iso, {}, false},
+                                  {"unisolated", nullptr, {}, true}};
   BwrapConfig bw;
   bw.bwrap_path = bwrap_path;
   bw.args = {"--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"};
@@ -356,7 +377,7 @@ int run_spawn(int runs, const std::string& bwrap_path) {
   if (bwrap_skipped.empty()) {
     std::string err;
     const auto path = resolve_command(bwrap_path, "/usr/local/bin:/usr/bin:/bin", err);
-    SpawnMode b{"bwrap", nullptr, {path.value_or(bwrap_path)}};
+    SpawnMode b{"bwrap", nullptr, {path.value_or(bwrap_path)}, true};
     b.prefix.insert(b.prefix.end(), bw.args.begin(), bw.args.end());
     b.prefix.push_back("--");
     modes.push_back(std::move(b));
@@ -367,10 +388,18 @@ int run_spawn(int runs, const std::string& bwrap_path) {
   if (!bwrap_skipped.empty()) out["bwrap_skipped"] = bwrap_skipped;
   std::map<std::string, std::vector<std::int64_t>> start, kill;
   int serial = 0;
-  // Interleaved, so a change of the machine's load hits every mode alike.
-  for (int r = 0; r < runs; ++r)
-    for (const auto& m : modes)
+  // Interleaved, so a change of the machine's load hits every mode alike, in a fresh order each
+  // round (a fixed seed): a start right after bwrap's kill (whose namespaces the kernel tears
+  // down afterwards) measured about 150 us slower, so in a fixed order the mode that follows
+  // bwrap would pay for it in every round and bias the ratios.
+  std::vector<std::size_t> order(modes.size());
+  for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+  std::mt19937 shuffle_rng(20261201);
+  for (int r = 0; r < runs; ++r) {
+    std::shuffle(order.begin(), order.end(), shuffle_rng);
+    for (const std::size_t j : order)
       for (const bool k : {false, true}) {
+        const SpawnMode& m = modes[j];
         std::string error;
         const std::int64_t ns = measure_once(m, tree, k, serial++, error);
         if (ns < 0) {
@@ -379,6 +408,7 @@ int run_spawn(int runs, const std::string& bwrap_path) {
         }
         (k ? kill : start)[m.name].push_back(ns);
       }
+  }
   auto p = [](std::vector<std::int64_t> v, double q) {
     std::sort(v.begin(), v.end());
     return static_cast<double>(v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))]);
@@ -388,7 +418,8 @@ int run_spawn(int runs, const std::string& bwrap_path) {
     out["kill_" + m.name] = percentiles_us(kill[m.name]);
   }
   for (const auto& [other, key] : {std::pair<std::string, const char*>{"unisolated", "vs_unisolated"},
-                                   std::pair<std::string, const char*>{"bwrap", "vs_bwrap"}}) {
+                                   std::pair<std::string, const char*>{"bwrap", "vs_bwrap"},
+                                   std::pair<std::string, const char*>{"isolated_one_step", "gate"}}) {
     if (start.count(other) == 0) continue;
     out["ratio_" + std::string(key)] = {
         {"start_p50", p(start["isolated"], 0.5) / p(start[other], 0.5)},

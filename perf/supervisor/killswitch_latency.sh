@@ -22,7 +22,9 @@
 #     the command's first write on a pipe) and kill latency (kill -> pidfd exit and an empty leaf)
 #     of the isolated spawn, the unisolated one and `bwrap --unshare-all` (skipped, with the
 #     reason, where bwrap cannot run), as ratios, and the isolated kill p99 against the default
-#     kill-latency budget (50 ms) and pause budget (SPAWN_RUNS, default 50).
+#     kill-latency budget (50 ms) and pause budget (SPAWN_RUNS, default 50). `ratio_gate`: the
+#     supervisor's start (the child held before its exec while its deadline is armed) against the
+#     same sandbox started in one step.
 #  4. end to end through the daemon: lockd + supervisor (TTL 1000 ms, kill after 600 ms), 40 named
 #     sandboxes, lockd SIGSTOPped; the supervisor's own log gives deadline -> confirmed per kill.
 #  5. CPU: lockd + supervisor --synthetic (leases without processes: the heartbeat, shm, rt wheel
