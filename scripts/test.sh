@@ -38,7 +38,7 @@ fi
 
 if [ -x specs/mutate ]; then
   stage "specs: mutation test (every guard and effect weakened; survivors must be explained)"
-  specs/mutate lease transfer   # preemptible: see specs/README.md "Mutation test"
+  specs/mutate lease transfer preemptible
 fi
 
 stage "all stages passed"

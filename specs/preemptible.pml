@@ -70,6 +70,8 @@
  *   -DREVOKE_BOUND_FOLLOWS_LIVENESS  the old code: a revoke's lock-delay ends only with a kill
  *                           confirmation or the worker's liveness lapse (which its beats keep
  *                           moving), and a Release after a kill-switch kill confirms nothing
+ *   -DNO_REVOKE_BOUND       ablation: a revoke's fixed bound never passes; only a kill
+ *                           confirmation ends its lock-delay (shows that one does)
  *
  * Mutable guards and effects carry markers for specs/mutate: G = guard, E = effect.
  */
@@ -146,7 +148,6 @@ bool g_revoked;               /* a revoke took the name from a holder */
 bool g_preempted;             /* the failure detector took the name from a holder */
 bool g_handover;              /* a copy became critical after a revoke or preemption */
 bool g_rv_reached;            /* since the revoke: it reached rv_w, rv_w fired or crashed */
-bool g_rv_bound;              /* the revoke's lock-delay ended by its bound (not a confirmation) */
 bool g_beat_lost[W];          /* w's latest beat went unacknowledged (request or answer lost) */
 bool g_fired_unprompted;      /* a kill-switch fired while its worker's latest beat was acknowledged */
 
@@ -500,7 +501,7 @@ end_idle:
 		:: else ->
 			/*@E lapse_live*/ live[w] = false;  /* a revoke's bound is its own (rv_bound) */
 #ifdef REVOKE_BOUND_FOLLOWS_LIVENESS
-			if :: rv_pending && rv_w == w -> rv_pending = false; g_rv_bound = true :: else fi
+			if :: rv_pending && rv_w == w -> rv_pending = false :: else fi
 #endif
 			skip
 		fi
@@ -558,10 +559,9 @@ end_idle:
 		fi;
 		k = 0
 	   }
-#ifndef REVOKE_BOUND_FOLLOWS_LIVENESS
+#if !defined(REVOKE_BOUND_FOLLOWS_LIVENESS) && !defined(NO_REVOKE_BOUND)
 	:: atomic {    /* the revoke's fixed bound passes (LeaseTable::advance, revoke_bound) */
-		/*@G rv_bound*/ rv_pending && (g_rv_reached || UT) -> /*@E rv_bound_ends*/ rv_pending = false;
-		g_rv_bound = true
+		/*@G rv_bound*/ rv_pending && (g_rv_reached || UT) -> /*@E rv_bound_ends*/ rv_pending = false
 	   }
 #endif
 	:: atomic {    /* a worker crashes: its sandboxes die with it, it stops */
@@ -623,11 +623,11 @@ ltl KillSwitchOnlyAfterLoss { [] !g_fired_unprompted }
 
 /* Non-vacuity (expected to FAIL): a copy does reach its critical section, one does after
  * the name was revoked or preempted from another holder, a retried copy does, and a revoke's
- * lock-delay does end by a kill confirmation before its bound. */
+ * lock-delay does end. */
 ltl NeverCritical { [] !(CRIT(0) || CRIT(1) || CRIT(2)) }
 ltl NeverHandedOver { [] !g_handover }
 ltl NeverRetriedCritical { [] !CRIT(1) }
-/* NeverConfirmed fails by the confirmation of the pushed revocation's kill, and under
- * ONE_WAY_LOSS (the worker hears nothing from lockd) by the Release of the grant its
- * kill-switch killed. */
-ltl NeverConfirmed { [] (!g_revoked || rv_pending || g_rv_bound) }
+/* With NO_REVOKE_BOUND only a kill confirmation ends it: NeverRevokeEnds then fails by the
+ * confirmation of the pushed revocation's kill, and with ONE_WAY_LOSS as well (the worker hears
+ * nothing from lockd) by the Release of the grant its kill-switch killed. */
+ltl NeverRevokeEnds { [] (!g_revoked || rv_pending) }
