@@ -241,13 +241,16 @@ bool TokenSigner::sign(GrantToken& t) const noexcept {
   return true;
 }
 
-std::string TokenSigner::public_key_pem() const {
+std::string public_key_pem(std::span<const std::uint8_t, kPublicKeyBytes> public_key) {
+  Pkey k(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, public_key.data(), public_key.size()));
   std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
-  if (!bio || PEM_write_bio_PUBKEY(bio.get(), key_->pkey.get()) != 1) return {};
+  if (!k || !bio || PEM_write_bio_PUBKEY(bio.get(), k.get()) != 1) return {};
   char* data = nullptr;
   const long len = BIO_get_mem_data(bio.get(), &data);
   return std::string(data, static_cast<std::size_t>(len));
 }
+
+std::string TokenSigner::public_key_pem() const { return token::public_key_pem(public_); }
 
 std::string TokenSigner::write_files(const std::string& path) const {
   std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
@@ -298,29 +301,41 @@ std::string TokenVerifier::add_public_key(std::span<const std::uint8_t> raw) {
   return {};
 }
 
-std::string TokenVerifier::add_public_key_file(const std::string& path) {
+std::optional<std::array<std::uint8_t, kPublicKeyBytes>> read_public_key_file(const std::string& path, std::string& error) {
+  auto fail = [&](std::string why) {
+    error = "public key file " + path + std::move(why);
+    return std::nullopt;
+  };
   std::ifstream in(path, std::ios::binary);
-  if (!in) return "public key file " + path + ": cannot open: " + std::strerror(errno);
+  if (!in) return fail(std::string(": cannot open: ") + std::strerror(errno));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > kKeyFileBytesMax) return "public key file " + path + " is larger than " + std::to_string(kKeyFileBytesMax) + " bytes";
-  std::string error;
+  if (text.size() > kKeyFileBytesMax) return fail(" is larger than " + std::to_string(kKeyFileBytesMax) + " bytes");
+  std::array<std::uint8_t, kPublicKeyBytes> key{};
   if (text.size() == kPublicKeyBytes) {
-    error = add_public_key({reinterpret_cast<const std::uint8_t*>(text.data()), text.size()});
+    std::memcpy(key.data(), text.data(), key.size());
   } else if (text.find("-----BEGIN") != std::string::npos) {
     std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
     Pkey k(bio ? PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr) : nullptr);
-    if (!k) return "public key file " + path + ": not a PEM public key";
+    if (!k) return fail(": not a PEM public key");
     if (EVP_PKEY_get_id(k.get()) != EVP_PKEY_ED25519)
-      return "public key file " + path + " holds a " + std::string(EVP_PKEY_get0_type_name(k.get())) + " key, not Ed25519";
-    error = add_public_key(raw_public(k.get()));
+      return fail(" holds a " + std::string(EVP_PKEY_get0_type_name(k.get())) + " key, not Ed25519");
+    key = raw_public(k.get());
   } else {
     while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
     const auto raw = from_hex(text);
     if (!raw || raw->size() != kPublicKeyBytes)
-      return "public key file " + path + " is neither PEM, nor " + std::to_string(kPublicKeyBytes) + " raw bytes, nor " +
-             std::to_string(2 * kPublicKeyBytes) + " hex digits";
-    error = add_public_key(*raw);
+      return fail(" is neither PEM, nor " + std::to_string(kPublicKeyBytes) + " raw bytes, nor " +
+                  std::to_string(2 * kPublicKeyBytes) + " hex digits");
+    std::memcpy(key.data(), raw->data(), key.size());
   }
+  return key;
+}
+
+std::string TokenVerifier::add_public_key_file(const std::string& path) {
+  std::string error;
+  const auto key = read_public_key_file(path, error);
+  if (!key) return error;
+  error = add_public_key(*key);
   return error.empty() ? error : "public key file " + path + ": " + error;
 }
 

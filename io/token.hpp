@@ -147,6 +147,13 @@ class TokenSigner {
 /// "" or the error (an existing file is never overwritten).
 std::string generate_signing_key_file(const std::string& path);
 
+/// A raw Ed25519 public key as PEM (SubjectPublicKeyInfo, what `F.pub` holds); "" if OpenSSL fails.
+std::string public_key_pem(std::span<const std::uint8_t, kPublicKeyBytes> public_key);
+/// Reads a public key file: PEM (SubjectPublicKeyInfo, `F.pub`), 32 raw bytes or 64 hex digits.
+/// A public key is not secret: any mode is accepted. nullopt with `error` naming the file and
+/// the problem (cannot open, too large, not a public key, not Ed25519).
+std::optional<std::array<std::uint8_t, kPublicKeyBytes>> read_public_key_file(const std::string& path, std::string& error);
+
 /// What verify() decided.
 struct Verdict {
   Reject reject = Reject::none;

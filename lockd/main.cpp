@@ -74,6 +74,13 @@ int main(int argc, char** argv) {
     const std::string path = lockd::signing_key_path(cfg);
     const auto signer = token::TokenSigner::load(path, err);
     if (!signer) {
+      // Given the public key file itself (F.pub): print it; it needs no mode, it is not secret.
+      std::string pub_err;
+      if (const auto pub = token::read_public_key_file(path, pub_err)) {
+        std::printf("# leasehold token public key file %s, key id %s\n%s", path.c_str(),
+                    token::key_id_text(token::key_id_of(*pub)).c_str(), token::public_key_pem(*pub).c_str());
+        return 0;
+      }
       std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
       return 1;
     }
@@ -174,9 +181,35 @@ int main(int argc, char** argv) {
       service.reset();
       return 1;
     }
-    std::fprintf(stderr, "leasehold-lockd: %s token signing key %s (key id %s); public key %s.pub\n",
+    // The public key file operators copy to resources must be this key's: one that is not
+    // would have every write refused as unknown_key. lockd never rewrites it (an operator may
+    // have put it there); it refuses to start and names both files.
+    const std::string pub_path = path + ".pub";
+    std::string pub_note = "public key " + pub_path;
+    if (::access(pub_path.c_str(), F_OK) == 0 || errno != ENOENT) {
+      std::string pub_err;
+      const auto pub = token::read_public_key_file(pub_path, pub_err);
+      if (!pub || *pub != signer->public_key()) {
+        if (pub)
+          std::fprintf(stderr,
+                       "leasehold-lockd: public key file %s (key id %s) is not the public key of the signing key %s "
+                       "(key id %s): resources given it would refuse every token as unknown_key; fix: replace it "
+                       "with the output of `leasehold-lockd --print-public-key --signing-key-file %s`\n",
+                       pub_path.c_str(), token::key_id_text(token::key_id_of(*pub)).c_str(), path.c_str(),
+                       token::key_id_text(signer->key_id()).c_str(), path.c_str());
+        else
+          std::fprintf(stderr, "leasehold-lockd: %s (beside the signing key %s); fix: replace it with the output of "
+                       "`leasehold-lockd --print-public-key --signing-key-file %s`\n",
+                       pub_err.c_str(), path.c_str(), path.c_str());
+        service.reset();
+        return 1;
+      }
+    } else {
+      pub_note = "no public key file " + pub_path + " (`--print-public-key` prints it)";
+    }
+    std::fprintf(stderr, "leasehold-lockd: %s token signing key %s (key id %s); %s\n",
                  generated ? "generated the" : "signing tokens with", path.c_str(),
-                 token::key_id_text(signer->key_id()).c_str(), path.c_str());
+                 token::key_id_text(signer->key_id()).c_str(), pub_note.c_str());
   }
 
   service->set_token_signer(signer);

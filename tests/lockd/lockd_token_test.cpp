@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <sys/stat.h>
 
 namespace leasehold::lockd {
@@ -176,6 +178,80 @@ TEST_F(LockdTokenTest, SigningKeyOptions) {
   ExitResult missing = run_lockd_to_exit(args, dir_.path());
   EXPECT_EQ(missing.code, 1);
   EXPECT_NE(missing.err.find("--generate-signing-key"), std::string::npos) << missing.err;
+}
+
+// The public key lockd advertises beside its signing key is checked at start: another key's
+// public key there (what an operator would copy to every resource, whose writes would then all
+// be refused as unknown_key) stops lockd with both files named; the matching one starts it.
+TEST_F(LockdTokenTest, AdvertisedPublicKeyMustMatchTheSigningKey) {
+  const std::string key = (dir_.path() / "signing.key").string();
+  const std::string other = (dir_.path() / "other.key").string();
+  ASSERT_EQ(run_lockd_to_exit({"--generate-signing-key", "--out", key}, dir_.path()).code, 0);
+  ASSERT_EQ(run_lockd_to_exit({"--generate-signing-key", "--out", other}, dir_.path()).code, 0);
+  std::string err;
+  const auto signer = token::TokenSigner::load(key, err);
+  ASSERT_NE(signer, nullptr) << err;
+  const auto other_signer = token::TokenSigner::load(other, err);
+  ASSERT_NE(other_signer, nullptr) << err;
+
+  // The matching .pub: lockd starts and names it.
+  start({"--signing-key-file", key});
+  EXPECT_NE(lockd_.log().find("public key " + key + ".pub"), std::string::npos) << lockd_.log();
+  lockd_.terminate();
+
+  // Another key's public key in its place: refused, naming both files and both key ids.
+  std::filesystem::copy_file(other + ".pub", key + ".pub", std::filesystem::copy_options::overwrite_existing);
+  std::vector<std::string> args = base_args();
+  args.insert(args.end(), {"--listen", "127.0.0.1:0", "--signing-key-file", key});
+  ExitResult wrong = run_lockd_to_exit(args, dir_.path());
+  EXPECT_EQ(wrong.code, 1) << wrong.err;
+  EXPECT_NE(wrong.err.find("public key file " + key + ".pub (key id " + token::key_id_text(other_signer->key_id()) +
+                           ") is not the public key of the signing key " + key + " (key id " +
+                           token::key_id_text(signer->key_id()) + ")"),
+            std::string::npos)
+      << wrong.err;
+  EXPECT_EQ(wrong.out.find("listening"), std::string::npos) << "lockd served with a wrong public key";
+
+  // Not a public key at all: refused too.
+  {
+    std::ofstream(key + ".pub", std::ios::trunc) << "not a key\n";
+  }
+  ExitResult garbage = run_lockd_to_exit(args, dir_.path());
+  EXPECT_EQ(garbage.code, 1) << garbage.err;
+  EXPECT_NE(garbage.err.find("public key file " + key + ".pub is neither PEM"), std::string::npos) << garbage.err;
+
+  // None: lockd starts and says how to print it.
+  std::filesystem::remove(key + ".pub");
+  start({"--signing-key-file", key});
+  EXPECT_NE(lockd_.log().find("no public key file " + key + ".pub"), std::string::npos) << lockd_.log();
+  lockd_.terminate();
+  EXPECT_FALSE(std::filesystem::exists(key + ".pub")) << "lockd writes no public key file it did not generate";
+}
+
+// --print-public-key given the public key file (F.pub) prints it with its key id, instead of
+// asking for a private key's mode; a file that is neither key is still refused.
+TEST_F(LockdTokenTest, PrintPublicKeyAcceptsThePublicKeyFile) {
+  const std::string key = (dir_.path() / "signing.key").string();
+  ASSERT_EQ(run_lockd_to_exit({"--generate-signing-key", "--out", key}, dir_.path()).code, 0);
+  std::string err;
+  const auto signer = token::TokenSigner::load(key, err);
+  ASSERT_NE(signer, nullptr) << err;
+  ExitResult pub = run_lockd_to_exit({"--print-public-key", "--signing-key-file", key + ".pub"}, dir_.path());
+  ASSERT_EQ(pub.code, 0) << pub.err;
+  EXPECT_NE(pub.out.find("public key file " + key + ".pub, key id " + token::key_id_text(signer->key_id())),
+            std::string::npos)
+      << pub.out;
+  EXPECT_NE(pub.out.find(signer->public_key_pem()), std::string::npos) << pub.out;
+  EXPECT_EQ(pub.err.find("chmod"), std::string::npos) << pub.err;
+
+  const std::string junk = (dir_.path() / "junk").string();
+  {
+    std::ofstream(junk) << "junk\n";
+  }
+  ::chmod(junk.c_str(), 0644);
+  ExitResult bad = run_lockd_to_exit({"--print-public-key", "--signing-key-file", junk}, dir_.path());
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find(junk), std::string::npos) << bad.err;
 }
 
 }  // namespace
