@@ -1260,19 +1260,23 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     output_pump.add(out_pipe[0], log_fd, cfg.sandbox_log_max_bytes);
     s.log_path = log_path;
   }
-  if (!proc) {
-    const bool exec_problem = se.errno_value == ENOENT || se.errno_value == EACCES || se.errno_value == ENOEXEC ||
-                              se.errno_value == ENOTDIR || se.errno_value == ELOOP;
-    return fail(exec_problem ? "exec_failed" : "internal", se.message);
-  }
+  // The answer's code for a start that failed: the command (or its directory) is the caller's
+  // problem; killed at its gate is the kill-switch's doing; anything else is internal.
+  auto failure_code = [](const SpawnError& e) -> const char* {
+    if (e.errno_value == ENOENT || e.errno_value == EACCES || e.errno_value == ENOEXEC ||
+        e.errno_value == ENOTDIR || e.errno_value == ELOOP)
+      return "exec_failed";
+    return e.errno_value == ESRCH ? "killswitch" : "internal";
+  };
+  if (!proc) return fail(failure_code(se), se.message);
   s.process = std::move(*proc);
   s.pid = s.process.pid();
   s.uid = cfg.isolation ? iso.uid : ::geteuid();
   s.started_ns = now;
   // Armed while the child cannot exec yet (it sets itself up, then waits at its gate; its pidfd,
-  // process group and leaf are the kill target already): from here the rt thread kills it at its deadline whatever the io thread
-  // does, and before its command's first instruction if that deadline comes first. A named
-  // sandbox whose deadline already passed is due at the next tick.
+  // process group and leaf are the kill target already): from here the rt thread kills it at its
+  // deadline whatever the io thread does, and before its command's first instruction if that
+  // deadline comes first. A named sandbox whose deadline already passed is due at the next tick.
   std::string start_code, start_message;
   auto arm = [&] {
     s.armed = static_cast<bool>(rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, kill_target(s)));
@@ -1293,9 +1297,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
       start_message = "the kill-switch's deadline for the sandbox passed " + std::to_string((t - s.valid_until_ns) / 1'000'000) +
                       " ms before it could exec (its start was delayed); its command never ran; retry";
     } else if (!release_sandbox(*prepared, se)) {
-      const bool exec_problem = se.errno_value == ENOENT || se.errno_value == EACCES || se.errno_value == ENOEXEC ||
-                                se.errno_value == ENOTDIR || se.errno_value == ELOOP;
-      start_code = exec_problem ? "exec_failed" : se.errno_value == ESRCH ? "killswitch" : "internal";
+      start_code = failure_code(se);
       start_message = se.message;
     }
   }
