@@ -5,11 +5,16 @@
 #include "shm/table.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
 struct leasehold_table {
   leasehold::shm::TableReader reader;
+};
+
+struct leasehold_tokens {
+  leasehold::shm::TokenChannelReader reader;
 };
 
 struct leasehold_verifier {
@@ -48,37 +53,44 @@ void put_uuid(std::uint8_t out[16], std::uint64_t hi, std::uint64_t lo) noexcept
   }
 }
 
+// The open functions' shared error handling: `make` builds the object or throws TableError.
+template <typename T, typename Make>
+int open_object(T** out, const char* fn, bool from_env, char* err, size_t err_len, Make make) noexcept {
+  if (out == nullptr) {
+    put_error(err, err_len, (std::string(fn) + ": out is NULL").c_str());
+    return LEASEHOLD_E_ARG;
+  }
+  *out = nullptr;
+  try {
+    *out = make();
+    put_error(err, err_len, "");
+    return LEASEHOLD_OK;
+  } catch (const leasehold::shm::TableError& e) {
+    put_error(err, err_len, e.what());
+    if (from_env && e.code() == TableErrc::bad_argument) return LEASEHOLD_E_MISSING;
+    return code_of(e.code());
+  } catch (const std::bad_alloc&) {
+    put_error(err, err_len, (std::string(fn) + ": out of memory").c_str());
+    return LEASEHOLD_E_IO;
+  } catch (const std::exception& e) {
+    put_error(err, err_len, e.what());
+    return LEASEHOLD_E_IO;
+  }
+}
+
 }  // namespace
 
 extern "C" {
 
 int leasehold_open(const char* location, uint32_t wait_ms, leasehold_table** out, char* err,
                    size_t err_len) {
-  if (out == nullptr) {
-    put_error(err, err_len, "leasehold_open: out is NULL");
-    return LEASEHOLD_E_ARG;
-  }
-  *out = nullptr;
-  try {
+  return open_object(out, "leasehold_open", location == nullptr, err, err_len, [&] {
     const std::string loc =
         location != nullptr ? std::string(location) : leasehold::shm::location_from_env();
     leasehold::shm::OpenOptions o;
     o.wait_ns = static_cast<std::uint64_t>(wait_ms) * 1'000'000ULL;
-    auto* t = new leasehold_table{leasehold::shm::TableReader::open(loc, o)};
-    *out = t;
-    put_error(err, err_len, "");
-    return LEASEHOLD_OK;
-  } catch (const leasehold::shm::TableError& e) {
-    put_error(err, err_len, e.what());
-    if (location == nullptr && e.code() == TableErrc::bad_argument) return LEASEHOLD_E_MISSING;
-    return code_of(e.code());
-  } catch (const std::bad_alloc&) {
-    put_error(err, err_len, "leasehold_open: out of memory");
-    return LEASEHOLD_E_IO;
-  } catch (const std::exception& e) {
-    put_error(err, err_len, e.what());
-    return LEASEHOLD_E_IO;
-  }
+    return new leasehold_table{leasehold::shm::TableReader::open(loc, o)};
+  });
 }
 
 void leasehold_close(leasehold_table* table) { delete table; }
@@ -145,10 +157,23 @@ int64_t leasehold_find_sandbox(const leasehold_table* table, const char* sandbox
   return s ? static_cast<int64_t>(s->index) : LEASEHOLD_E_NOT_FOUND;
 }
 
-int leasehold_token(const leasehold_table* table, uint32_t index, uint64_t epoch, uint8_t* buf, size_t buf_len) {
-  if (table == nullptr || buf == nullptr) return LEASEHOLD_E_ARG;
+int leasehold_tokens_open(const char* location, leasehold_tokens** out, char* err, size_t err_len) {
+  return open_object(out, "leasehold_tokens_open", location == nullptr, err, err_len, [&] {
+    const char* env = location != nullptr ? location : std::getenv(leasehold::shm::kTokenChannelEnv);
+    if (env == nullptr || *env == '\0')
+      throw leasehold::shm::TableError(TableErrc::bad_argument,
+                                       "no token channel: LEASEHOLD_TOKENS is not set (the supervisor sets it in "
+                                       "every sandbox it starts)");
+    return new leasehold_tokens{leasehold::shm::TokenChannelReader::open(env)};
+  });
+}
+
+void leasehold_tokens_close(leasehold_tokens* tokens) { delete tokens; }
+
+int leasehold_token(const leasehold_tokens* tokens, uint64_t epoch, uint8_t* buf, size_t buf_len) {
+  if (tokens == nullptr || buf == nullptr) return LEASEHOLD_E_ARG;
   leasehold::shm::TokenSnapshot ts;
-  const TableErrc e = table->reader.token(index, ts);
+  const TableErrc e = tokens->reader.read(ts);
   if (e != TableErrc::ok) return code_of(e);
   if (ts.length == 0 || ts.epoch != epoch) return LEASEHOLD_E_NOT_FOUND;
   if (buf_len < ts.length) return LEASEHOLD_E_ARG;

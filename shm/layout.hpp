@@ -9,7 +9,9 @@
 //   offset 128    WriterLiveness  ( 64 B)  the writer heartbeat, alone in its cache line
 //   offset 192    Stats           (1792 B) histograms + counters, written by the supervisor
 //   offset 4096   Slot[slot_count] (64 B each, cache-line aligned)
-//   then          TokenRecord[slot_count] (192 B each): the signed token of each slot's grant
+//
+// Signed tokens are not in this table (every sandbox of the worker maps it, and a token is a
+// bearer capability): each sandbox has its own token channel (TokenChannelHeader below).
 //
 // Every field that is read while the writer may write it is a lock-free std::atomic, so the
 // layout is well defined across processes (lock-free atomics are address-free, [atomics.lockfree]).
@@ -23,8 +25,9 @@
 namespace leasehold::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31454C4254534C48ULL;  // "HLSTBLE1" little-endian
-/// 2: the token area after the slots (total_bytes covers it), Header::tokens_offset.
-inline constexpr std::uint16_t kLayoutMajor = 2;  ///< incompatible changes; readers refuse a newer major
+/// 2: a token area after the slots. 3: no token area (tokens moved to each sandbox's own token
+/// channel, so no sandbox reads a sibling's); the header bytes 88..123 are reserved again.
+inline constexpr std::uint16_t kLayoutMajor = 3;  ///< incompatible changes; readers refuse a newer major
 inline constexpr std::uint16_t kLayoutMinor = 0;  ///< additive changes; readers accept a newer minor
 inline constexpr std::size_t kCacheLineBytes = 64;
 inline constexpr std::size_t kSlotBytes = 64;
@@ -70,9 +73,7 @@ struct Header {
   std::uint32_t stats_offset;          // offsetof Stats
   std::uint32_t liveness_offset;       // offsetof WriterLiveness
   std::atomic<std::uint64_t> closed_ns;  // 0, or when the writer closed the table cleanly
-  std::uint64_t tokens_offset;         // offsetof TokenRecord[0]: slots_offset + slot_count * slot_bytes
-  std::uint32_t token_record_bytes;    // kTokenRecordBytes
-  std::uint8_t reserved[24];
+  std::uint8_t reserved[36];           // zero (layout 2 kept its token area's offset here)
   std::atomic<std::uint32_t> ready;    // kReady, stored LAST with memory_order_release
 };
 
@@ -124,13 +125,36 @@ struct alignas(kCacheLineBytes) Slot {
   std::atomic<std::uint64_t> info;  // byte0 state, byte1 name length, bytes2..7 name prefix
 };
 
-/// The signed token of a slot's grant (io/token.hpp encoding, written by the supervisor from
-/// lockd's Grant), so a sandbox can hand it to a resource with its writes. Guarded by its own
-/// seqlock (`seq`, odd while the io thread writes): a reader copies it and re-reads `seq`, and
-/// never returns a torn token. `epoch` names the grant it belongs to; a reader uses the token
-/// only while it equals the epoch it checks. Written before the slot's check word shows the
-/// epoch, so a reader that sees epoch E finds E's token. The token proves nothing by itself
-/// being here: a resource verifies its signature with lockd's public key.
+/// A sandbox's token channel: a small sealed memfd of its own, written by the supervisor and
+/// inherited read-only by that sandbox alone (LEASEHOLD_TOKENS=4), holding the signed token of
+/// the sandbox's current grant (io/token.hpp encoding, from lockd's Grant), so the sandbox can
+/// hand it to a resource with its writes. No other sandbox maps it: a token is a bearer
+/// capability, and a sibling that read one could write as its holder.
+///
+///   offset 0    TokenChannelHeader (64 B)  versioned; `ready` stored LAST with release
+///   offset 64   TokenRecord        (192 B)
+///   file size   kTokenChannelBytes (one page)
+inline constexpr std::uint64_t kTokenChannelMagic = 0x314E4B5444484C48ULL;  // "HLDTKN1" little-endian
+inline constexpr std::uint16_t kTokenChannelMajor = 1;  ///< readers refuse another major
+inline constexpr std::uint16_t kTokenChannelMinor = 0;
+inline constexpr std::size_t kTokenChannelBytes = 4096;
+inline constexpr std::size_t kTokenChannelRecordOffset = 64;
+struct TokenChannelHeader {
+  std::uint64_t magic;               // kTokenChannelMagic
+  std::uint16_t major;               // kTokenChannelMajor
+  std::uint16_t minor;               // kTokenChannelMinor
+  std::uint32_t record_bytes;        // kTokenRecordBytes
+  std::uint64_t record_offset;       // kTokenChannelRecordOffset
+  std::uint8_t reserved[36];
+  std::atomic<std::uint32_t> ready;  // kReady, stored LAST with memory_order_release
+};
+
+/// The token record of a channel. Guarded by its own seqlock (`seq`, odd while the io thread
+/// writes): a reader copies it and re-reads `seq`, and never returns a torn token. `epoch` names
+/// the grant it belongs to; a reader uses the token only while it equals the epoch it checks.
+/// Written before the table's check word shows the epoch, so a sandbox that sees epoch E finds
+/// E's token. The token proves nothing by itself being here: a resource verifies its signature
+/// with lockd's public key.
 inline constexpr std::size_t kTokenRecordBytes = 192;
 inline constexpr std::size_t kTokenRecordWords = 18;  ///< 144 bytes: room for token::kTokenBytes (140)
 struct alignas(kCacheLineBytes) TokenRecord {
@@ -154,9 +178,10 @@ static_assert(offsetof(Header, incarnation) == 48);
 static_assert(offsetof(Header, liveness_timeout_ns) == 56);
 static_assert(offsetof(Header, slot_cooldown_ns) == 64);
 static_assert(offsetof(Header, closed_ns) == 80);
-static_assert(offsetof(Header, tokens_offset) == 88);
-static_assert(offsetof(Header, token_record_bytes) == 96);
 static_assert(sizeof(TokenRecord) == kTokenRecordBytes);
+static_assert(sizeof(TokenChannelHeader) == kTokenChannelRecordOffset);
+static_assert(offsetof(TokenChannelHeader, ready) == 60);
+static_assert(kTokenChannelRecordOffset + kTokenRecordBytes <= kTokenChannelBytes);
 static_assert(offsetof(Header, ready) == 124);
 static_assert(sizeof(WriterLiveness) == kCacheLineBytes);
 static_assert(sizeof(Histogram) == 9 * kCacheLineBytes);
@@ -176,12 +201,8 @@ inline constexpr std::size_t kStatsOffset = kLivenessOffset + sizeof(WriterLiven
 static_assert(kStatsOffset + sizeof(Stats) <= kSlotsOffset);
 static_assert(kSlotsOffset % kCacheLineBytes == 0);
 
-/// Where the token area starts for `slot_count` slots.
-constexpr std::uint64_t tokens_offset(std::uint32_t slot_count) noexcept {
-  return kSlotsOffset + static_cast<std::uint64_t>(slot_count) * kSlotBytes;
-}
 constexpr std::uint64_t table_bytes(std::uint32_t slot_count) noexcept {
-  return tokens_offset(slot_count) + static_cast<std::uint64_t>(slot_count) * kTokenRecordBytes;
+  return kSlotsOffset + static_cast<std::uint64_t>(slot_count) * kSlotBytes;
 }
 
 }  // namespace leasehold::shm

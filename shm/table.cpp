@@ -9,6 +9,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
@@ -194,8 +195,7 @@ TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why
       return TableErrc::older_major;
     }
     if (h->slot_bytes != kSlotBytes || h->slots_offset != kSlotsOffset ||
-        h->stats_offset != kStatsOffset || h->liveness_offset != kLivenessOffset ||
-        h->token_record_bytes != kTokenRecordBytes) {
+        h->stats_offset != kStatsOffset || h->liveness_offset != kLivenessOffset) {
       why = "inconsistent geometry (slot_bytes " + std::to_string(h->slot_bytes) +
             ", slots_offset " + std::to_string(h->slots_offset) + ")";
       return TableErrc::bad_geometry;
@@ -219,11 +219,6 @@ TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why
       why = "slot count " + std::to_string(h->slot_count) + " needs " + std::to_string(need) +
             " bytes but the file has " + std::to_string(bytes);
       return TableErrc::truncated;
-    }
-    if (h->tokens_offset != tokens_offset(h->slot_count)) {
-      why = "tokens_offset " + std::to_string(h->tokens_offset) + " is not where slot count " +
-            std::to_string(h->slot_count) + " puts the token area (" + std::to_string(tokens_offset(h->slot_count)) + ")";
-      return TableErrc::bad_geometry;
     }
     if (h->liveness_timeout_ns == 0) {
       why = "liveness timeout is 0";
@@ -426,7 +421,7 @@ void seal_memfd(const Location& loc, int fd) {
 
 }  // namespace
 
-TableWriter::OwnedFd& TableWriter::OwnedFd::operator=(OwnedFd&& o) noexcept {
+OwnedFd& OwnedFd::operator=(OwnedFd&& o) noexcept {
   if (this != &o) {
     if (fd >= 0) ::close(fd);
     fd = o.fd;
@@ -434,7 +429,7 @@ TableWriter::OwnedFd& TableWriter::OwnedFd::operator=(OwnedFd&& o) noexcept {
   }
   return *this;
 }
-TableWriter::OwnedFd::~OwnedFd() {
+OwnedFd::~OwnedFd() {
   if (fd >= 0) ::close(fd);
 }
 
@@ -566,8 +561,6 @@ TableWriter TableWriter::create(const TableOptions& o) {
   h->slot_cooldown_ns = o.slot_cooldown_ns;
   h->stats_offset = kStatsOffset;
   h->liveness_offset = kLivenessOffset;
-  h->tokens_offset = tokens_offset(o.slot_count);
-  h->token_record_bytes = kTokenRecordBytes;
   reinterpret_cast<WriterLiveness*>(base + kLivenessOffset)
       ->heartbeat_ns.store(now, std::memory_order_release);
   h->ready.store(kReady, std::memory_order_release);  // LAST: publishes everything above
@@ -595,10 +588,6 @@ Slot* TableWriter::slot_ptr(std::uint32_t i) const noexcept {
   return reinterpret_cast<Slot*>(static_cast<char*>(region_.get_address()) + kSlotsOffset) + i;
 }
 
-TokenRecord* TableWriter::token_ptr(std::uint32_t i) const noexcept {
-  if (i >= slot_count_) return nullptr;
-  return reinterpret_cast<TokenRecord*>(static_cast<char*>(region_.get_address()) + tokens_offset(slot_count_)) + i;
-}
 
 Stats& TableWriter::stats() const noexcept {
   return *reinterpret_cast<Stats*>(static_cast<char*>(region_.get_address()) + kStatsOffset);
@@ -631,7 +620,7 @@ std::uint64_t pack_info(SlotState st, std::string_view name) noexcept {
 
 SlotState state_of(std::uint64_t info) noexcept { return static_cast<SlotState>(info & 0xFF); }
 
-/// Writes a slot's token record under its seqlock (the SeqWrite pattern): `token` empty clears
+/// Writes a token record under its seqlock (the SeqWrite pattern): `token` empty clears
 /// it. Bytes beyond the token are zero.
 void store_token(TokenRecord& r, Epoch epoch, std::span<const std::uint8_t> token) noexcept {
   const std::uint32_t seq = r.seq.load(std::memory_order_relaxed);
@@ -691,18 +680,16 @@ ClaimResult TableWriter::claim(SandboxId sandbox, std::uint64_t now_ns) {
     s.info.store(pack_info(SlotState::claimed, {}), std::memory_order_release);
     r.generation = gen;
   }
-  store_token(*token_ptr(i), 0, {});
   r.slot = i;
   return r;
 }
 
 TableErrc TableWriter::publish(std::uint32_t slot, NameId name, std::string_view name_text,
-                               Epoch epoch, std::uint64_t valid_until_ns,
-                               std::span<const std::uint8_t> token) noexcept {
+                               Epoch epoch, std::uint64_t valid_until_ns) noexcept {
   Slot* s = slot_ptr(slot);
   if (s == nullptr) return TableErrc::bad_slot;
   if (!epoch_in_range(epoch)) return TableErrc::bad_epoch;
-  if (name_text.size() > kNameBytesMax || token.size() > kTokenRecordWords * 8) return TableErrc::bad_argument;
+  if (name_text.size() > kNameBytesMax) return TableErrc::bad_argument;
   const SlotState st = state_of(s->info.load(std::memory_order_relaxed));
   if (st != SlotState::claimed && st != SlotState::published) return TableErrc::wrong_state;
   SeqWrite w(*s);
@@ -720,8 +707,6 @@ TableErrc TableWriter::publish(std::uint32_t slot, NameId name, std::string_view
   s->name_hi.store(name.hi, std::memory_order_release);
   s->name_lo.store(name.lo, std::memory_order_release);
   s->info.store(pack_info(SlotState::published, name_text), std::memory_order_release);
-  // The token before the check word shows its epoch: a reader that sees E finds E's token.
-  if (!token.empty() || cur != epoch) store_token(*token_ptr(slot), epoch, token);
   if (cur != epoch) {
     std::uint64_t expect = 0;
     if (!s->check_word.compare_exchange_strong(expect, epoch, std::memory_order_release,
@@ -753,7 +738,6 @@ TableErrc TableWriter::free(std::uint32_t slot, std::uint64_t now_ns) noexcept {
     s->valid_until_ns.store(0, std::memory_order_release);
     s->info.store(pack_info(SlotState::cooling, {}), std::memory_order_release);
   }
-  store_token(*token_ptr(slot), 0, {});
   if (st == SlotState::claimed) {
     // Never published: no reader was ever told an epoch for this slot, so there is nothing to
     // confuse and no cooldown to wait out (a refused create must not use up the table). It goes
@@ -862,7 +846,6 @@ TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
       r.liveness_ = reinterpret_cast<const WriterLiveness*>(base + kLivenessOffset);
       r.stats_ = reinterpret_cast<const Stats*>(base + kStatsOffset);
       r.slots_ = reinterpret_cast<const Slot*>(base + kSlotsOffset);
-      r.tokens_ = reinterpret_cast<const TokenRecord*>(base + tokens_offset(r.header_->slot_count));
       r.slot_count_ = r.header_->slot_count;
       r.liveness_timeout_ns_ = clamp_liveness_timeout_ns(r.header_->liveness_timeout_ns);
       return r;
@@ -947,27 +930,6 @@ TableErrc TableReader::snapshot(std::uint32_t index, SlotSnapshot& out) const no
   return TableErrc::busy;
 }
 
-TableErrc TableReader::token(std::uint32_t index, TokenSnapshot& out) const noexcept {
-  if (index >= slot_count_) return TableErrc::bad_slot;
-  const TokenRecord& r = tokens_[index];
-  for (std::uint32_t attempt = 0; attempt < kSnapshotRetriesMax; ++attempt) {
-    const std::uint32_t s1 = r.seq.load(std::memory_order_acquire);
-    if (s1 & 1u) continue;
-    const std::uint64_t epoch = r.epoch.load(std::memory_order_acquire);
-    const std::uint32_t length = r.length.load(std::memory_order_acquire);
-    std::uint64_t words[kTokenRecordWords];
-    for (std::size_t w = 0; w < kTokenRecordWords; ++w) words[w] = r.words[w].load(std::memory_order_acquire);
-    if (r.seq.load(std::memory_order_relaxed) != s1) continue;
-    out = TokenSnapshot{};
-    if (length > out.bytes.size()) return TableErrc::bad_geometry;  // a writer never stores that
-    out.epoch = epoch;
-    out.length = length;
-    for (std::size_t i = 0; i < length; ++i) out.bytes[i] = static_cast<std::uint8_t>(words[i / 8] >> (8 * (i % 8)));
-    return TableErrc::ok;
-  }
-  return TableErrc::busy;
-}
-
 std::optional<SlotSnapshot> TableReader::find(SandboxId sandbox) const noexcept {
   if (sandbox.is_nil()) return std::nullopt;
   SlotSnapshot snap;
@@ -993,6 +955,142 @@ bool TableReader::replaced() const {
   if (validate_table(m.region.get_address(), m.bytes, why) != TableErrc::ok) return true;
   const auto* h = static_cast<const Header*>(m.region.get_address());
   return h->incarnation != header_->incarnation || h->writer_start_ns != header_->writer_start_ns;
+}
+
+// ---- a sandbox's token channel ---------------------------------------------------------
+
+namespace {
+
+// A token record's consistent copy (the snapshot() pattern: seq, fields, seq again).
+TableErrc read_token(const TokenRecord& r, TokenSnapshot& out) noexcept {
+  for (std::uint32_t attempt = 0; attempt < kSnapshotRetriesMax; ++attempt) {
+    const std::uint32_t s1 = r.seq.load(std::memory_order_acquire);
+    if (s1 & 1u) continue;
+    const std::uint64_t epoch = r.epoch.load(std::memory_order_acquire);
+    const std::uint32_t length = r.length.load(std::memory_order_acquire);
+    std::uint64_t words[kTokenRecordWords];
+    for (std::size_t w = 0; w < kTokenRecordWords; ++w) words[w] = r.words[w].load(std::memory_order_acquire);
+    if (r.seq.load(std::memory_order_relaxed) != s1) continue;
+    out = TokenSnapshot{};
+    if (length > out.bytes.size()) return TableErrc::bad_geometry;  // a writer never stores that
+    out.epoch = epoch;
+    out.length = length;
+    for (std::size_t i = 0; i < length; ++i) out.bytes[i] = static_cast<std::uint8_t>(words[i / 8] >> (8 * (i % 8)));
+    return TableErrc::ok;
+  }
+  return TableErrc::busy;
+}
+
+TokenRecord& channel_record(const bip::mapped_region& region) noexcept {
+  return *reinterpret_cast<TokenRecord*>(static_cast<char*>(region.get_address()) + kTokenChannelRecordOffset);
+}
+
+}  // namespace
+
+TokenChannel TokenChannel::create(std::string_view name) {
+  const Location loc = parse_location(std::string(kMemfdPrefix) + std::string(name));
+  TableOptions o;
+  o.mode = 0400;  // its owner alone may reopen it through /proc, and only for reading
+  TokenChannel c;
+  create_memfd(loc, o, kTokenChannelBytes, c.memfd_.fd, c.region_);
+  auto* h = static_cast<TokenChannelHeader*>(c.region_.get_address());
+  h->magic = kTokenChannelMagic;
+  h->major = kTokenChannelMajor;
+  h->minor = kTokenChannelMinor;
+  h->record_bytes = kTokenRecordBytes;
+  h->record_offset = kTokenChannelRecordOffset;
+  h->ready.store(kReady, std::memory_order_release);  // LAST
+  seal_memfd(loc, c.memfd_.fd);
+  return c;
+}
+
+TokenChannel::TokenChannel(TokenChannel&&) noexcept = default;
+TokenChannel& TokenChannel::operator=(TokenChannel&&) noexcept = default;
+TokenChannel::~TokenChannel() = default;
+
+TableErrc TokenChannel::publish(Epoch epoch, std::span<const std::uint8_t> token) noexcept {
+  if (token.size() > kTokenRecordWords * 8 || (!token.empty() && !epoch_in_range(epoch))) return TableErrc::bad_argument;
+  store_token(channel_record(region_), epoch, token);
+  return TableErrc::ok;
+}
+
+int TokenChannel::reopen_read_only() const noexcept {
+  char file[40];
+  std::snprintf(file, sizeof file, "/proc/self/fd/%d", memfd_.fd);
+  const int fd = ::open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  return fd >= 0 ? fd : -errno;
+}
+
+int TokenChannel::seals() const noexcept {
+  const int s = ::fcntl(memfd_.fd, F_GET_SEALS);
+  return s < 0 ? 0 : s;
+}
+
+TokenChannelReader TokenChannelReader::open(std::string_view location) {
+  const std::string what = "token channel '" + std::string(location) + "'";
+  if (location.empty() || location.size() > 9 || location.find_first_not_of("0123456789") != std::string_view::npos)
+    fail(TableErrc::bad_argument, what + ": expected the number of an inherited descriptor (LEASEHOLD_TOKENS)");
+  Location loc;
+  loc.text = std::string(location);
+  loc.is_fd = true;
+  loc.fd = std::stoi(loc.text);
+  RawMap m = map_readonly(loc);
+  if (m.err == ENOENT) fail(TableErrc::missing, what + ": no such descriptor (is this a sandbox of a supervisor?)");
+  if (m.not_regular != nullptr) fail(TableErrc::bad_argument, what + " is " + m.not_regular);
+  if (m.err != 0) fail(errc_of_errno(m.err), what + ": " + std::strerror(m.err));
+  if (m.bytes < kTokenChannelBytes)
+    fail(TableErrc::truncated, what + " is " + std::to_string(m.bytes) + " bytes, smaller than " +
+                                   std::to_string(kTokenChannelBytes));
+  const auto* h = static_cast<const TokenChannelHeader*>(m.region.get_address());
+  const std::uint32_t ready = h->ready.load(std::memory_order_acquire);
+  if (h->magic != kTokenChannelMagic) fail(TableErrc::bad_magic, what + ": wrong magic (not a leasehold token channel)");
+  if (ready != kReady) fail(TableErrc::not_ready, what + ": the writer has not set the ready flag");
+  if (h->major != kTokenChannelMajor)
+    fail(h->major > kTokenChannelMajor ? TableErrc::newer_major : TableErrc::older_major,
+         what + ": layout " + std::to_string(h->major) + "." + std::to_string(h->minor) + " is not this reader's " +
+             std::to_string(kTokenChannelMajor) + ".x");
+  if (h->record_bytes != kTokenRecordBytes || h->record_offset != kTokenChannelRecordOffset)
+    fail(TableErrc::bad_geometry, what + ": inconsistent geometry (record_bytes " + std::to_string(h->record_bytes) +
+                                      ", record_offset " + std::to_string(h->record_offset) + ")");
+  TokenChannelReader r;
+  r.region_ = std::move(m.region);
+  r.record_ = &channel_record(r.region_);
+  return r;
+}
+
+TokenChannelReader::TokenChannelReader(TokenChannelReader&&) noexcept = default;
+TokenChannelReader& TokenChannelReader::operator=(TokenChannelReader&&) noexcept = default;
+TokenChannelReader::~TokenChannelReader() = default;
+
+TableErrc TokenChannelReader::read(TokenSnapshot& out) const noexcept { return read_token(*record_, out); }
+
+std::vector<std::uint8_t> own_token(std::string_view location, Epoch epoch, std::string& why) {
+  std::string loc(location);
+  if (loc.empty()) {
+    const char* env = std::getenv(kTokenChannelEnv);
+    loc = env != nullptr ? env : "";
+  }
+  if (loc.empty()) {
+    why = "no token channel (LEASEHOLD_TOKENS is not set)";
+    return {};
+  }
+  try {
+    TokenSnapshot ts;
+    const TableErrc e = TokenChannelReader::open(loc).read(ts);
+    if (e != TableErrc::ok) {
+      why = "token channel unreadable: " + std::string(to_string(e));
+      return {};
+    }
+    if (ts.length == 0 || ts.epoch != epoch) {
+      why = "no signed token of this sandbox's for epoch " + std::to_string(epoch);
+      return {};
+    }
+    auto v = ts.view();
+    return {v.begin(), v.end()};
+  } catch (const std::exception& e) {
+    why = e.what();
+    return {};
+  }
 }
 
 }  // namespace leasehold::shm

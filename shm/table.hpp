@@ -161,7 +161,7 @@ struct SlotSnapshot {
 };
 std::string_view to_string(SlotState s) noexcept;
 
-/// A consistent copy of one slot's token record (seqlock-validated). Use the bytes only when
+/// A consistent copy of a token channel's record (seqlock-validated). Use the bytes only when
 /// `epoch` is the epoch being checked (a new grant replaces them).
 struct TokenSnapshot {
   Epoch epoch = 0;          ///< the grant the token is for (0: none)
@@ -189,6 +189,16 @@ std::size_t histogram_bucket(std::uint64_t v) noexcept;
 /// Wait-free record into a histogram (relaxed fetch_add; `max` assumes one writer thread).
 void histogram_record(Histogram& h, std::uint64_t v) noexcept;
 
+/// Owns a descriptor (closed by the destructor; -1: none). Move-only.
+struct OwnedFd {
+  int fd = -1;
+  OwnedFd() = default;
+  explicit OwnedFd(int f) noexcept : fd(f) {}
+  OwnedFd(OwnedFd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  OwnedFd& operator=(OwnedFd&& o) noexcept;
+  ~OwnedFd();
+};
+
 /// The writer: one per table, owned by the supervisor.
 class TableWriter {
  public:
@@ -206,13 +216,12 @@ class TableWriter {
   /// Takes the free slot that was freed longest ago, if its cooldown has passed.
   /// table_full when none is (the message is in `claim_refusal`). Sandbox must not be nil.
   ClaimResult claim(SandboxId sandbox, std::uint64_t now_ns);
-  /// Publishes {name, epoch, valid_until} on a claimed or published slot, and the grant's
-  /// signed `token` (io/token.hpp bytes; empty: none) in the slot's token record before the
-  /// check word shows the epoch. Over an older epoch it first clears the check word, so
-  /// readers see "invalid" in between, never a mix. Errors: bad_slot, wrong_state, bad_epoch,
-  /// bad_argument (name > kNameBytesMax, token > the record), revoked.
+  /// Publishes {name, epoch, valid_until} on a claimed or published slot. Over an older epoch it
+  /// first clears the check word, so readers see "invalid" in between, never a mix. The grant's
+  /// signed token is not here: it goes to the sandbox's own TokenChannel, before this. Errors:
+  /// bad_slot, wrong_state, bad_epoch, bad_argument (name > kNameBytesMax), revoked.
   TableErrc publish(std::uint32_t slot, NameId name, std::string_view name_text, Epoch epoch,
-                    std::uint64_t valid_until_ns, std::span<const std::uint8_t> token = {}) noexcept;
+                    std::uint64_t valid_until_ns) noexcept;
   /// Moves valid_until (one release store). Never touches the check word, so it cannot undo a
   /// revoke. Errors: bad_slot, wrong_state, revoked (nothing stored). Wait-free and without
   /// syscalls, but it must run on the thread that publishes (the seqlock has one writer).
@@ -260,17 +269,7 @@ class TableWriter {
  private:
   TableWriter() = default;
   Slot* slot_ptr(std::uint32_t i) const noexcept;
-  TokenRecord* token_ptr(std::uint32_t i) const noexcept;
   Stats& stats() const noexcept;
-
-  // Owns the memfd of a memfd table (closed by the destructor; -1 for files).
-  struct OwnedFd {
-    int fd = -1;
-    OwnedFd() = default;
-    OwnedFd(OwnedFd&& o) noexcept : fd(o.fd) { o.fd = -1; }
-    OwnedFd& operator=(OwnedFd&& o) noexcept;
-    ~OwnedFd();
-  };
 
   Location location_;
   OwnedFd memfd_;
@@ -346,9 +345,6 @@ class TableReader {
   /// Consistent copy of slot `index`; busy after kSnapshotRetriesMax torn attempts, bad_slot
   /// when out of range.
   TableErrc snapshot(std::uint32_t index, SlotSnapshot& out) const noexcept;
-  /// Consistent copy of slot `index`'s token record; busy after kSnapshotRetriesMax torn
-  /// attempts, bad_slot when out of range.
-  TableErrc token(std::uint32_t index, TokenSnapshot& out) const noexcept;
   /// The claimed/published slot of a sandbox (linear scan; tools and start-up, not hot paths).
   std::optional<SlotSnapshot> find(SandboxId sandbox) const noexcept;
   Liveness writer_liveness(std::uint64_t now_ns) const noexcept;
@@ -373,10 +369,67 @@ class TableReader {
   const WriterLiveness* liveness_ = nullptr;
   const Stats* stats_ = nullptr;
   const Slot* slots_ = nullptr;
-  const TokenRecord* tokens_ = nullptr;
   std::uint32_t slot_count_ = 0;
   std::uint64_t liveness_timeout_ns_ = 0;
 };
+
+/// A sandbox's own token channel (layout.hpp "TokenChannelHeader"), written by the supervisor's
+/// io thread: an anonymous memfd "leasehold-tokens-<sandbox>" of kTokenChannelBytes, mode 0400,
+/// sealed (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) once mapped; only
+/// that sandbox inherits a read-only descriptor of it (LEASEHOLD_TOKENS=4). Move-only.
+class TokenChannel {
+ public:
+  /// Creates it. Throws TableError(io_error) naming the step that failed (memfd_create, sizing,
+  /// sealing: F_SEAL_FUTURE_WRITE needs Linux 5.1), bad_argument for a name memfd refuses.
+  static TokenChannel create(std::string_view name);
+  TokenChannel(TokenChannel&&) noexcept;
+  TokenChannel& operator=(TokenChannel&&) noexcept;
+  ~TokenChannel();
+  /// Stores the token of the grant at `epoch` (io/token.hpp bytes) under the record's seqlock;
+  /// an empty token clears the record. bad_argument (nothing stored) for a token larger than
+  /// the record or an epoch outside [1, 2^63) with a token.
+  TableErrc publish(Epoch epoch, std::span<const std::uint8_t> token) noexcept;
+  void clear() noexcept { publish(0, {}); }
+  /// A new O_RDONLY | O_CLOEXEC descriptor of it (its own open file description, through
+  /// /proc/self/fd), for the sandbox to inherit; -errno on failure.
+  int reopen_read_only() const noexcept;
+  int seals() const noexcept;
+
+ private:
+  TokenChannel() = default;
+  OwnedFd memfd_;
+  boost::interprocess::mapped_region region_;
+};
+
+/// Where $LEASEHOLD_TOKENS points (the descriptor number the supervisor gives a sandbox).
+inline constexpr const char* kTokenChannelEnv = "LEASEHOLD_TOKENS";
+/// The descriptor number a sandbox inherits its token channel as.
+inline constexpr int kTokenChannelFd = 4;
+
+/// A read-only mapping of a token channel, by an inherited descriptor. Never writes.
+class TokenChannelReader {
+ public:
+  /// `location`: decimal digits, an inherited descriptor (what LEASEHOLD_TOKENS holds). Throws
+  /// TableError: bad_argument (not a descriptor number), missing (no such descriptor),
+  /// truncated, bad_magic (not a token channel, e.g. the shm table), newer_major / older_major,
+  /// bad_geometry, not_ready, io_error.
+  static TokenChannelReader open(std::string_view location);
+  TokenChannelReader(TokenChannelReader&&) noexcept;
+  TokenChannelReader& operator=(TokenChannelReader&&) noexcept;
+  ~TokenChannelReader();
+  /// Consistent copy of the record; busy after kSnapshotRetriesMax torn attempts.
+  TableErrc read(TokenSnapshot& out) const noexcept;
+
+ private:
+  TokenChannelReader() = default;
+  boost::interprocess::mapped_region region_;
+  const TokenRecord* record_ = nullptr;
+};
+
+/// The signed token of this sandbox's grant at `epoch`, from its token channel at `location`
+/// ($LEASEHOLD_TOKENS when empty): its bytes, or empty with `why` naming the reason (no channel,
+/// unreadable, no token for that epoch). Never throws but for allocation.
+std::vector<std::uint8_t> own_token(std::string_view location, Epoch epoch, std::string& why);
 
 /// Validates a mapped table of `bytes` bytes; on failure returns the code and sets `why`.
 /// Reads `ready` with acquire first. Used by open() and by create() to judge an old table.

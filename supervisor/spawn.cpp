@@ -60,6 +60,7 @@ struct ChildPlan {
   bool die_with_parent;
   int stdio[3];
   int inherit_fd;                 // -1: none; else placed at kInheritedFd
+  int tokens_fd;                  // -1: none; else placed at kTokensFd
   const char* working_directory;  // nullptr: stay
   // isolation (isolated == false: none of these are used)
   bool isolated;
@@ -198,10 +199,19 @@ void child_gate(const ChildPlan& p) {
   // Nothing but 0..2 (and the report pipe, already CLOEXEC) crosses exec. Best effort: old
   // kernels (< 5.11) lack CLOSE_RANGE_CLOEXEC, and the supervisor opens everything CLOEXEC anyway.
   syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  // The token channel out of the way first when it sits where the table goes.
+  long tokens_fd = p.tokens_fd;
+  if (tokens_fd == kInheritedFd && p.inherit_fd >= 0 && p.inherit_fd != kInheritedFd &&
+      (tokens_fd = syscall(SYS_fcntl, tokens_fd, F_DUPFD_CLOEXEC, kTokensFd + 1)) < 0)
+    child_fail(p, ChildStep::stdio, errno);
   if (p.inherit_fd >= 0) {
     if (p.inherit_fd != kInheritedFd && syscall(SYS_dup2, p.inherit_fd, kInheritedFd) < 0)
       child_fail(p, ChildStep::stdio, errno);
     if (syscall(SYS_fcntl, kInheritedFd, F_SETFD, 0) < 0) child_fail(p, ChildStep::stdio, errno);
+  }
+  if (tokens_fd >= 0) {
+    if (tokens_fd != kTokensFd && syscall(SYS_dup2, tokens_fd, kTokensFd) < 0) child_fail(p, ChildStep::stdio, errno);
+    if (syscall(SYS_fcntl, kTokensFd, F_SETFD, 0) < 0) child_fail(p, ChildStep::stdio, errno);
   }
   // Signal state: the supervisor may block or ignore signals (signalfd, SIGPIPE); the sandbox
   // starts with the defaults.
@@ -565,11 +575,11 @@ std::optional<ChildStart> start_child(const SpawnRequest& request, bool gated, S
   int report[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, report) != 0)
     return fail(errno, std::string("socketpair: ") + std::strerror(errno));
-  // Neither end may sit where the child puts stdio or the inherited descriptor.
-  if (report[0] <= kInheritedFd || report[1] <= kInheritedFd) {
+  // Neither end may sit where the child puts stdio or the inherited descriptors.
+  if (report[0] <= kTokensFd || report[1] <= kTokensFd) {
     for (int& end : report) {
-      if (end > kInheritedFd) continue;
-      const int moved = ::fcntl(end, F_DUPFD_CLOEXEC, kInheritedFd + 1);
+      if (end > kTokensFd) continue;
+      const int moved = ::fcntl(end, F_DUPFD_CLOEXEC, kTokensFd + 1);
       if (moved < 0) {
         const int err = errno;
         ::close(report[0]);
@@ -594,6 +604,7 @@ std::optional<ChildStart> start_child(const SpawnRequest& request, bool gated, S
                        request.die_with_supervisor,
                        {request.stdin_fd, request.stdout_fd, request.stderr_fd},
                        request.inherit_fd,
+                       request.tokens_fd,
                        request.working_directory.empty() ? nullptr : request.working_directory.c_str(),
                        iso != nullptr, sync[0], sync[1], ready[1], ready[0],
                        make_dumpable,

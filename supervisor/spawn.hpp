@@ -79,6 +79,8 @@ namespace leasehold {
 
 /// The descriptor number SpawnRequest::inherit_fd has in the sandbox.
 inline constexpr int kInheritedFd = 3;
+/// The descriptor number SpawnRequest::tokens_fd has in the sandbox.
+inline constexpr int kTokensFd = 4;
 
 /// Bounds on one spawn: argv + env entries, and their total bytes.
 inline constexpr std::size_t kSpawnStringsMax = 4096;
@@ -159,6 +161,8 @@ struct SpawnRequest {
   /// Inherited as descriptor kInheritedFd (e.g. a read-only descriptor of the shm table) when
   /// >= 0; every other descriptor above 2 is closed at exec.
   int inherit_fd = -1;
+  /// Inherited as descriptor kTokensFd when >= 0 (the sandbox's own token channel, read-only).
+  int tokens_fd = -1;
 };
 
 /// A started sandbox: pid, an owned pidfd, and its process group (== pid). Move-only; the

@@ -127,6 +127,9 @@ struct Supervisor::Impl {
     NameId name_id;                   // with epoch: set at the grant (preemptible: the acquiring one)
     Epoch epoch = 0;
     wire::GrantTokenBytes token;      // lockd's signed token of that grant, published with it
+    // Its own token channel (not for synthetic sandboxes): only this sandbox inherits it, so
+    // no sibling reads the token of its grants.
+    std::optional<shm::TokenChannel> tokens;
     // Preemptible mode: the sandbox runs (or is being named) with its epoch not yet published
     // and its Commit in flight; `pending_name` is the name it is committing.
     bool commit_pending = false;
@@ -210,6 +213,21 @@ struct Supervisor::Impl {
   std::unique_ptr<HeartbeatSchedule> hb;
 
   std::unordered_map<SandboxId, Sandbox> sandboxes;
+  // LEASEHOLD_ABLATE=shared-tokens (attack tests only): every grant's token goes to every
+  // sandbox's channel, as when every slot's token sat in the table all sandboxes map.
+  bool shared_tokens = false;
+  /// Publishes a grant: its signed token in the sandbox's own channel first (a sandbox that sees
+  /// epoch E in the table finds E's token), then {name, epoch, valid_until} in the table.
+  shm::TableErrc publish_grant(Sandbox& s, NameId name_id, const std::string& name, Epoch epoch,
+                               std::uint64_t valid_until, const wire::GrantTokenBytes& token) {
+    const std::span<const std::uint8_t> bytes(token.data(), token.size());
+    if (s.tokens)
+      if (const shm::TableErrc e = s.tokens->publish(epoch, bytes); e != shm::TableErrc::ok) return e;
+    if (shared_tokens)
+      for (auto& [other_id, o] : sandboxes)
+        if (&o != &s && o.tokens) o.tokens->publish(epoch, bytes);
+    return table->publish(s.slot, name_id, name, epoch, valid_until);
+  }
   // Sandbox output: one file per sandbox under sandbox_log_dir, never the supervisor's own
   // stdout/stderr (a sandbox could otherwise write lines that read as the supervisor's events).
   struct ExitedLog {
@@ -452,6 +470,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   if (gid) to.group = static_cast<long>(*gid);
   // Ablation for the attack tests only (never a flag): a memfd table without its seals.
   if (ablated("unsealed-table")) to.seal = false;
+  shared_tokens = ablated("shared-tokens");
   // Ablation: the old start order, the command exec'd before its deadline is armed.
   arm_after_exec = ablated("arm-after-exec");
   // Test hook: the io thread stalls this long right after creating a sandbox's child (see spawn).
@@ -1075,7 +1094,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     give_back("not_found", "the sandbox stopped while its name was being acquired");
     return;
   }
-  const shm::TableErrc pe = table->publish(s->slot, name_id, name, g.epoch, valid_until, std::span(s->token.data(), s->token.size()));
+  const shm::TableErrc pe = publish_grant(*s, name_id, name, g.epoch, valid_until, s->token);
   if (pe != shm::TableErrc::ok) {
     hb->remove(sb);
     give_back("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
@@ -1172,8 +1191,16 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   // Publish first: from here on the sandbox's own checks see its lease (and its end). A sandbox
   // whose Commit is still to be sent starts unpublished (its checks say "not valid") but under
   // the worker's kill deadline; on_committed publishes it.
+  // Its own token channel first: the publish below writes its grant's token into it.
+  if (!s.synthetic && !s.tokens) {
+    try {
+      s.tokens.emplace(shm::TokenChannel::create("leasehold-tokens-" + id.str()));
+    } catch (const std::exception& e) {
+      return fail("internal", std::string("cannot create the sandbox's token channel: ") + e.what());
+    }
+  }
   if (s.name) {
-    const shm::TableErrc pe = table->publish(s.slot, s.name_id, *s.name, s.epoch, s.valid_until_ns, std::span(s.token.data(), s.token.size()));
+    const shm::TableErrc pe = publish_grant(s, s.name_id, *s.name, s.epoch, s.valid_until_ns, s.token);
     if (pe != shm::TableErrc::ok) return fail("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
   }
   const bool watched = s.name || s.commit_pending;
@@ -1216,6 +1243,13 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   // another uid from opening, truncating or reopening it for writing).
   set_env("LEASEHOLD_SHM", table_ro_fd >= 0 ? std::to_string(kInheritedFd) : shm_path);
   sr.inherit_fd = table_ro_fd;
+  // Its own token channel, read-only: the tokens of its grants and of nobody else's.
+  static_assert(kTokensFd == shm::kTokenChannelFd);
+  const shm::OwnedFd tokens_ro(s.tokens ? s.tokens->reopen_read_only() : -EINVAL);
+  if (tokens_ro.fd < 0)
+    return fail("internal", std::string("cannot reopen the sandbox's token channel read-only: ") + std::strerror(-tokens_ro.fd));
+  set_env(shm::kTokenChannelEnv, std::to_string(kTokensFd));
+  sr.tokens_fd = tokens_ro.fd;
   set_env("LEASEHOLD_SLOT", std::to_string(s.slot));
   set_env("LEASEHOLD_EPOCH", std::to_string(s.epoch));
   set_env("LEASEHOLD_SANDBOX", id.str());
@@ -1648,6 +1682,7 @@ void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client
     s->name_id = NameId{};
     s->epoch = 0;
     s->token.clear();
+    if (s->tokens) s->tokens->clear();
     reply(client, control_error(req.id, code, message, std::move(extra)));
     return;
   }
@@ -1689,7 +1724,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
   const std::uint64_t now = now_ns();
   const shm::TableErrc pe = l == nullptr || valid_until <= now
                                 ? shm::TableErrc::revoked
-                                : table->publish(s->slot, name_id, name, g.epoch, valid_until, std::span(g.token.data(), g.token.size()));
+                                : publish_grant(*s, name_id, name, g.epoch, valid_until, s->token);
   if (pe != shm::TableErrc::ok) {
     commit_failed(sb, client, req, g.epoch, "internal",
                   "publishing \"" + name + "\" failed: " + std::string(shm::to_string(pe)));

@@ -214,12 +214,10 @@ int run_agent(const AgentArgs& a) {
         snap.epoch != 0) {
       epoch = snap.epoch;
       last_write_end_ns = 0;
-      // The grant's signed token, published with the epoch (shm token record); every write
-      // carries it, so a resource that verifies tokens admits them.
-      signed_token.clear();
-      shm::TokenSnapshot ts;
-      if (table->token(slot, ts) == shm::TableErrc::ok && ts.epoch == epoch)
-        signed_token.assign(ts.view().begin(), ts.view().end());
+      // The grant's signed token, from this sandbox's own token channel (LEASEHOLD_TOKENS);
+      // every write carries it, so a resource that verifies tokens admits them.
+      std::string token_why;
+      signed_token = shm::own_token({}, epoch, token_why);
       const auto p = store->present({a.name, epoch, *sandbox, signed_token},
                                     "holder " + sandbox->str() + " presents its token");
       std::printf("agent name=%s epoch=%llu: lease published; %s token presented to the resource (%s)\n",

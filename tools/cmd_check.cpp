@@ -1,6 +1,8 @@
 // `leasehold check`: a sandbox runtime's view of its own lease in the shm epoch table
 // (DESIGN.md "The shared-memory epoch table"). Reads LEASEHOLD_SHM, LEASEHOLD_SLOT and
 // LEASEHOLD_EPOCH (what the supervisor puts in every sandbox's env) unless flags say otherwise.
+// The grant's signed token comes from the sandbox's own token channel (LEASEHOLD_TOKENS), never
+// from the table: a sandbox reads its own grants' tokens only.
 // Exit 0: valid (check_deadline passes); 1: not valid (the reason is printed); 6: no usable
 // table; 2: missing or malformed slot/epoch.
 #include "tools/cmd_common.hpp"
@@ -20,6 +22,7 @@ struct CheckArgs {
   std::string slot;
   std::string epoch;
   std::string sandbox;
+  std::string tokens;
   std::uint64_t wait_ms = 0;
   bool json = false;
 };
@@ -50,6 +53,7 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
   sub->add_option("--slot", a->slot, "slot index (env LEASEHOLD_SLOT)");
   sub->add_option("--epoch", a->epoch, "the epoch the sandbox was granted (env LEASEHOLD_EPOCH)");
   sub->add_option("--sandbox", a->sandbox, "find the slot by sandbox id instead of --slot");
+  sub->add_option("--tokens", a->tokens, "the sandbox's own token channel, an inherited descriptor (env LEASEHOLD_TOKENS)");
   sub->add_option("--wait-ms", a->wait_ms, "wait this long for the table to appear");
   sub->add_flag("--json", a->json, "print a JSON object");
   sub->callback([a, exit_code] {
@@ -107,15 +111,18 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
       else reason = "the slot is " + std::string(shm::to_string(snap.state));
     }
     const std::int64_t left_ns = static_cast<std::int64_t>(snap.valid_until_ns) - static_cast<std::int64_t>(now);
-    // The grant's signed token, as the supervisor published it for this epoch (the sandbox hands
-    // it to a resource with its writes; the resource verifies it with lockd's public key).
-    shm::TokenSnapshot ts;
-    std::optional<token::GrantToken> tok;
-    std::string token_hex;
-    if (reader->token(slot, ts) == shm::TableErrc::ok && ts.epoch == *epoch && ts.length > 0) {
-      token_hex = token::to_hex(ts.view());
-      tok = token::decode(ts.view());
+    // This sandbox's signed token of the grant at this epoch, from its own token channel (it
+    // hands it to a resource with its writes; the resource verifies it with lockd's public key).
+    // Only when it is the slot's: the holder it names is the slot's sandbox.
+    std::string token_why;
+    const std::vector<std::uint8_t> own = shm::own_token(a->tokens, *epoch, token_why);
+    std::optional<token::GrantToken> tok = own.empty() ? std::nullopt : token::decode(own);
+    if (tok && tok->holder != snap.sandbox) {
+      tok.reset();
+      token_why = "this sandbox's token for epoch " + etext + " is not the slot's (slot " + std::to_string(slot) +
+                  " holds sandbox " + snap.sandbox.str() + ")";
     }
+    const std::string token_hex = tok ? token::to_hex(own) : std::string();
     if (a->json) {
       nlohmann::json j = {{"valid", valid}, {"slot", slot}, {"epoch", *epoch},
                           {"slot_epoch", snap.epoch}, {"slot_state", std::string(shm::to_string(snap.state))},
@@ -135,7 +142,7 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
         std::printf("token: %s (signed by lockd key %s; name %s, worker %s)\n", token_hex.c_str(),
                     token::key_id_text(tok->key_id).c_str(), tok->name.str().c_str(), tok->worker.str().c_str());
       else
-        std::printf("token: none (no signed token is published for epoch %s)\n", etext.c_str());
+        std::printf("token: none (%s)\n", token_why.c_str());
     } else {
       std::printf("NOT valid: slot %u epoch %s: %s\n", slot, etext.c_str(), reason.c_str());
     }

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define LEASEHOLD_CHECK_ABI_VERSION 1   /* soname major of libleasehold-check */
-#define LEASEHOLD_LAYOUT_MAJOR 2        /* table layout this header understands */
+#define LEASEHOLD_LAYOUT_MAJOR 3        /* table layout this header understands */
 
 /* Error codes (negative return values). */
 #define LEASEHOLD_OK 0
@@ -64,7 +64,7 @@ extern "C" {
 typedef struct leasehold_table leasehold_table; /* a read-only mapping */
 typedef struct leasehold_slot leasehold_slot;   /* one 64-byte slot; opaque except below */
 
-/* Layout guarantee (1.x and 2.x): a slot's first 8 bytes are its check word, a uint64_t holding the
+/* Layout guarantee (1.x to 3.x): a slot's first 8 bytes are its check word, a uint64_t holding the
  * epoch while the lease is valid (the revoked bit 2^63 set, or 0, otherwise). */
 #define LEASEHOLD_REVOKED_BIT (UINT64_C(1) << 63)
 
@@ -135,11 +135,22 @@ int leasehold_snapshot(const leasehold_table* table, uint32_t index, leasehold_s
  * LEASEHOLD_E_ARG / LEASEHOLD_E_NOT_FOUND. */
 int64_t leasehold_find_sandbox(const leasehold_table* table, const char* sandbox_uuid);
 
-/* The signed token the supervisor published with slot `index`'s grant at `epoch` (what the
- * sandbox sends a resource with its writes): copies it into buf (buf_len >= LEASEHOLD_TOKEN_BYTES)
- * and returns its length, or LEASEHOLD_E_NOT_FOUND (no token for that epoch: another grant,
- * or lockd signs none), LEASEHOLD_E_BAD_SLOT, LEASEHOLD_E_BUSY, LEASEHOLD_E_ARG. */
-int leasehold_token(const leasehold_table* table, uint32_t index, uint64_t epoch, uint8_t* buf, size_t buf_len);
+/* The sandbox's own token channel: a read-only mapping of the small sealed memfd the supervisor
+ * writes the signed tokens of this sandbox's grants into (no other sandbox's). `location` is the
+ * inherited descriptor's number as text ("4"); NULL means $LEASEHOLD_TOKENS, which the supervisor
+ * sets in every sandbox it starts. On error returns LEASEHOLD_E_MISSING (NULL and the variable
+ * unset, or no such descriptor), LEASEHOLD_E_ARG (not a descriptor number), LEASEHOLD_E_BAD_MAGIC
+ * (not a token channel), LEASEHOLD_E_VERSION, LEASEHOLD_E_GEOMETRY, LEASEHOLD_E_TRUNCATED,
+ * LEASEHOLD_E_IO, with a message in err. */
+typedef struct leasehold_tokens leasehold_tokens;
+int leasehold_tokens_open(const char* location, leasehold_tokens** out, char* err, size_t err_len);
+void leasehold_tokens_close(leasehold_tokens* tokens);
+
+/* The signed token of this sandbox's grant at `epoch` (what it sends a resource with its writes):
+ * copies it into buf (buf_len >= LEASEHOLD_TOKEN_BYTES) and returns its length, or
+ * LEASEHOLD_E_NOT_FOUND (no token for that epoch: another grant, none yet, or lockd signs none),
+ * LEASEHOLD_E_BUSY, LEASEHOLD_E_ARG. */
+int leasehold_token(const leasehold_tokens* tokens, uint64_t epoch, uint8_t* buf, size_t buf_len);
 
 /* A resource's token verifier: lockd's public key(s) alone (no key that grants power over any
  * name). Holds several keys by key id (rotation); remembers each token it accepted, so a holder's

@@ -94,15 +94,13 @@ TEST(CheckAbi, ErrorsAreCodesWithMessages) {
   ::unsetenv("LEASEHOLD_SHM");
 }
 
-// The C ABI gives a runtime its grant's token and lets a resource verify one with lockd's
-// public key alone: the made-up epoch is refused with its reason, the real token accepted.
-TEST(CheckAbi, TokenFromTheTableVerifiesAndForgeriesDoNot) {
-  TempTable t;
-  auto w = TableWriter::create(options_for(t));
-  const std::uint64_t now = boottime_ns();
+// The C ABI gives a runtime its grant's token from its own token channel and lets a resource
+// verify one with lockd's public key alone: the made-up epoch is refused with its reason, the
+// real token accepted.
+TEST(CheckAbi, TokenFromTheChannelVerifiesAndForgeriesDoNot) {
+  auto w = TokenChannel::create("capi-tokens");
   const char* holder_text = "0f8fad5b-d9cb-469f-a165-70867728950e";
   const SandboxId holder = *SandboxId::parse(holder_text);
-  const auto c = w.claim(holder, now);
   std::string error;
   const auto lockd_key = token::TokenSigner::generate(error);
   ASSERT_NE(lockd_key, nullptr) << error;
@@ -112,17 +110,25 @@ TEST(CheckAbi, TokenFromTheTableVerifiesAndForgeriesDoNot) {
   g.holder = holder;
   ASSERT_TRUE(lockd_key->sign(g));
   const token::TokenBytes signed_bytes = token::encode(g);
-  ASSERT_EQ(w.publish(c.slot, g.name, "svc", 12, now + 60'000'000'000ULL, signed_bytes), TableErrc::ok);
+  ASSERT_EQ(w.publish(12, signed_bytes), TableErrc::ok);
 
-  leasehold_table* table = nullptr;
+  const int ro = w.reopen_read_only();
+  ASSERT_GE(ro, 0);
+  leasehold_tokens* table = nullptr;
   char err[256];
-  ASSERT_EQ(leasehold_open(t.location.c_str(), 0, &table, err, sizeof err), LEASEHOLD_OK) << err;
+  ::unsetenv("LEASEHOLD_TOKENS");
+  EXPECT_EQ(leasehold_tokens_open(nullptr, &table, err, sizeof err), LEASEHOLD_E_MISSING);
+  EXPECT_NE(std::string(err).find("LEASEHOLD_TOKENS is not set"), std::string::npos) << err;
+  EXPECT_EQ(leasehold_tokens_open("/dev/shm/x", &table, err, sizeof err), LEASEHOLD_E_ARG);
+  ::setenv("LEASEHOLD_TOKENS", std::to_string(ro).c_str(), 1);
+  ASSERT_EQ(leasehold_tokens_open(nullptr, &table, err, sizeof err), LEASEHOLD_OK) << err;
+  ::unsetenv("LEASEHOLD_TOKENS");
   std::uint8_t buf[LEASEHOLD_TOKEN_BYTES];
-  ASSERT_EQ(leasehold_token(table, c.slot, 12, buf, sizeof buf), LEASEHOLD_TOKEN_BYTES);
+  ASSERT_EQ(leasehold_token(table, 12, buf, sizeof buf), LEASEHOLD_TOKEN_BYTES);
   EXPECT_TRUE(std::equal(signed_bytes.begin(), signed_bytes.end(), buf));
-  EXPECT_EQ(leasehold_token(table, c.slot, 13, buf, sizeof buf), LEASEHOLD_E_NOT_FOUND);
-  EXPECT_EQ(leasehold_token(table, c.slot, 12, buf, 10), LEASEHOLD_E_ARG);
-  EXPECT_EQ(leasehold_token(table, 999, 12, buf, sizeof buf), LEASEHOLD_E_BAD_SLOT);
+  EXPECT_EQ(leasehold_token(table, 13, buf, sizeof buf), LEASEHOLD_E_NOT_FOUND);
+  EXPECT_EQ(leasehold_token(table, 12, buf, 10), LEASEHOLD_E_ARG);
+  EXPECT_EQ(leasehold_token(nullptr, 12, buf, sizeof buf), LEASEHOLD_E_ARG);
 
   leasehold_verifier* v = leasehold_verifier_new();
   ASSERT_NE(v, nullptr);
@@ -152,7 +158,8 @@ TEST(CheckAbi, TokenFromTheTableVerifiesAndForgeriesDoNot) {
   EXPECT_EQ(leasehold_verifier_add_key_file(empty, "/nonexistent/lockd.pub", err, sizeof err), LEASEHOLD_E_IO);
   leasehold_verifier_free(empty);
   leasehold_verifier_free(v);
-  leasehold_close(table);
+  leasehold_tokens_close(table);
+  ::close(ro);
 }
 
 }  // namespace

@@ -72,15 +72,13 @@ TEST(ShmConcurrent, RevokeRacingPublishAndExtendNeverResurrects) {
   EXPECT_GT(v.valid_checks.load() + v.revoked_seen.load(), 0u) << "readers saw nothing: test is vacuous";
 }
 
-// A reader copying a slot's token while the io thread publishes new epochs with new tokens
-// never gets a torn token: every copy is exactly the token written for the epoch it names.
+// A sandbox copying its token channel's record while the io thread publishes new epochs with
+// new tokens never gets a torn token: every copy is exactly the token written for its epoch.
 TEST(ShmConcurrent, TokenReadsAreNeverTorn) {
-  TempTable t;
-  TableOptions o = options_for(t, 2);
-  auto w = TableWriter::create(o);
-  const auto r = TableReader::open(t.location);
-  const auto c = w.claim(sandbox(1), 1);
-  ASSERT_EQ(c.error, TableErrc::ok);
+  auto w = TokenChannel::create("concurrent-tokens");
+  const int ro = w.reopen_read_only();
+  ASSERT_GE(ro, 0);
+  const auto r = TokenChannelReader::open(std::to_string(ro));
   auto token_of = [](Epoch e) {
     std::vector<std::uint8_t> b(140);
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(e * 31 + i);
@@ -91,13 +89,13 @@ TEST(ShmConcurrent, TokenReadsAreNeverTorn) {
   std::thread io([&] {
     const auto end = std::chrono::steady_clock::now() + kRunFor;
     for (Epoch e = 1; e < kCyclesMax && std::chrono::steady_clock::now() < end; ++e)
-      (void)w.publish(c.slot, NameId{1, 1}, "n", e, UINT64_MAX, token_of(e));
+      (void)w.publish(e, token_of(e));
     stop.store(true);
   });
   std::thread reader([&] {
     TokenSnapshot ts;
     while (!stop.load()) {
-      if (r.token(c.slot, ts) != TableErrc::ok || ts.length == 0) continue;
+      if (r.read(ts) != TableErrc::ok || ts.length == 0) continue;
       reads.fetch_add(1);
       const auto want = token_of(ts.epoch);
       if (ts.length != want.size() || !std::equal(want.begin(), want.end(), ts.view().begin())) torn.fetch_add(1);
@@ -107,6 +105,7 @@ TEST(ShmConcurrent, TokenReadsAreNeverTorn) {
   reader.join();
   EXPECT_EQ(torn.load(), 0u) << "of " << reads.load() << " reads";
   EXPECT_GT(reads.load(), 0u);
+  ::close(ro);
 }
 
 TEST(ShmConcurrent, ReaderRacingARevokingWriterSeesValidOrNotValid) {

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstring>
+#include <sys/mman.h>
 #include <fcntl.h>
 #include <fstream>
 #include <sstream>
@@ -92,47 +94,91 @@ TEST(ShmTable, PublishThenCheckAndSnapshot) {
   EXPECT_EQ(h.total_bytes, table_bytes(8));
 }
 
-// The grant's signed token travels with its epoch: published before the check word shows the
-// epoch, replaced (or cleared) by the next epoch, cleared when the slot is freed or claimed.
-TEST(ShmTable, TokenIsPublishedWithItsEpochAndClearedAfter) {
-  TempTable t;
-  auto w = TableWriter::create(options_for(t));
-  const auto r = TableReader::open(t.location);
-  EXPECT_EQ(r.header().tokens_offset, tokens_offset(r.header().slot_count));
-  EXPECT_EQ(r.header().token_record_bytes, kTokenRecordBytes);
-  const auto now = boottime_ns();
-  const auto c = w.claim(sandbox(1), now);
-  ASSERT_EQ(c.error, TableErrc::ok);
+// A sandbox's token channel: the token of its grant, replaced by the next grant's, cleared on
+// demand; a read-only descriptor maps it but cannot write, grow, shrink or remap it writable; a
+// reader refuses what is not a token channel (the shm table's descriptor, a non-number).
+TEST(ShmTokenChannel, HoldsTheGrantsTokenAndIsSealedReadOnly) {
+  auto c = TokenChannel::create("test-tokens");
+  constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+  EXPECT_EQ(c.seals() & kSeals, kSeals);
+  const int ro = c.reopen_read_only();
+  ASSERT_GE(ro, 0) << std::strerror(-ro);
+  const auto r = TokenChannelReader::open(std::to_string(ro));
   std::vector<std::uint8_t> tok(140);
   for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<std::uint8_t>(i * 3 + 1);
   TokenSnapshot ts;
-  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
-  EXPECT_EQ(ts.length, 0u) << "a claimed slot holds no token";
-  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 5, now + 60 * kS, tok), TableErrc::ok);
-  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
+  ASSERT_EQ(r.read(ts), TableErrc::ok);
+  EXPECT_EQ(ts.length, 0u) << "a new channel holds no token";
+  ASSERT_EQ(c.publish(5, tok), TableErrc::ok);
+  ASSERT_EQ(r.read(ts), TableErrc::ok);
   EXPECT_EQ(ts.epoch, 5u);
   ASSERT_EQ(ts.length, tok.size());
   EXPECT_TRUE(std::equal(tok.begin(), tok.end(), ts.view().begin()));
-  // The same epoch again (the deadline moves): the token stays.
-  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 5, now + 61 * kS), TableErrc::ok);
-  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
-  EXPECT_EQ(ts.length, tok.size());
-  // A new epoch without a token: the old one is gone, not shown for the new epoch.
-  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 6, now + 60 * kS), TableErrc::ok);
-  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
+  std::string why;
+  EXPECT_EQ(own_token(std::to_string(ro), 5, why), tok) << why;
+  EXPECT_TRUE(own_token(std::to_string(ro), 6, why).empty());
+  EXPECT_NE(why.find("for epoch 6"), std::string::npos) << why;
+  tok[0] ^= 0xFF;
+  ASSERT_EQ(c.publish(6, tok), TableErrc::ok);
+  ASSERT_EQ(r.read(ts), TableErrc::ok);
+  EXPECT_EQ(ts.epoch, 6u);
+  EXPECT_EQ(ts.bytes[0], tok[0]);
+  c.clear();
+  ASSERT_EQ(r.read(ts), TableErrc::ok);
   EXPECT_EQ(ts.length, 0u);
   EXPECT_EQ(ts.epoch, 0u);
-  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 7, now + 60 * kS, tok), TableErrc::ok);
-  ASSERT_EQ(w.free(c.slot, now), TableErrc::ok);
-  ASSERT_EQ(r.token(c.slot, ts), TableErrc::ok);
-  EXPECT_EQ(ts.length, 0u) << "a freed slot keeps no token";
-  EXPECT_EQ(r.token(r.slot_count(), ts), TableErrc::bad_slot);
-  // Too long for the record: refused, nothing published.
-  const auto c2 = w.claim(sandbox(2), now);
-  ASSERT_EQ(c2.error, TableErrc::ok);
-  EXPECT_EQ(w.publish(c2.slot, name_id_of("m"), "m", 1, now + kS, std::vector<std::uint8_t>(kTokenRecordWords * 8 + 1)),
-            TableErrc::bad_argument);
-  EXPECT_FALSE(r.check(c2.slot, 1));
+  EXPECT_EQ(c.publish(1, std::vector<std::uint8_t>(kTokenRecordWords * 8 + 1)), TableErrc::bad_argument);
+  EXPECT_EQ(c.publish(0, tok), TableErrc::bad_argument) << "a token needs an epoch in [1, 2^63)";
+  // The read-only descriptor: no write, no truncate, no writable mapping, no writable reopen.
+  EXPECT_EQ(::write(ro, "x", 1), -1);
+  EXPECT_NE(::ftruncate(ro, 0), 0);
+  EXPECT_EQ(::mmap(nullptr, kTokenChannelBytes, PROT_READ | PROT_WRITE, MAP_SHARED, ro, 0), MAP_FAILED);
+  // Mode 0400: only root reopens it for writing, and then the seals refuse every write.
+  if (const int rw = ::open(("/proc/self/fd/" + std::to_string(ro)).c_str(), O_RDWR | O_CLOEXEC); rw >= 0) {
+    EXPECT_EQ(::geteuid(), 0u) << "a non-root owner reopened the 0400 channel for writing";
+    EXPECT_EQ(::write(rw, "x", 1), -1);
+    EXPECT_EQ(errno, EPERM);
+    EXPECT_EQ(::mmap(nullptr, kTokenChannelBytes, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0), MAP_FAILED);
+    ::close(rw);
+  }
+  // Not a token channel.
+  auto code_of_open = [](const std::string& loc) {
+    try {
+      (void)TokenChannelReader::open(loc);
+      return TableErrc::ok;
+    } catch (const TableError& e) {
+      return e.code();
+    }
+  };
+  EXPECT_EQ(code_of_open("/dev/shm/x"), TableErrc::bad_argument);
+  EXPECT_EQ(code_of_open(""), TableErrc::bad_argument);
+  EXPECT_EQ(code_of_open("999"), TableErrc::missing);
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  const int table_fd = w.reopen_read_only();
+  ASSERT_GE(table_fd, 0);
+  EXPECT_EQ(code_of_open(std::to_string(table_fd)), TableErrc::bad_magic);
+  ::close(table_fd);
+  ::close(ro);
+}
+
+// Layout 3 has no token area: the table is the header, stats and slots alone, and a reader
+// refuses a layout-2 table (which held every slot's token) as older.
+TEST(ShmTable, Layout3HoldsNoTokens) {
+  static_assert(kLayoutMajor == 3);
+  EXPECT_EQ(table_bytes(16), kSlotsOffset + 16 * kSlotBytes);
+  TempTable t;
+  auto o = options_for(t);
+  o.slot_count = 16;
+  auto w = TableWriter::create(o);
+  EXPECT_EQ(TableReader::open(t.location).header().total_bytes, table_bytes(16));
+  std::vector<char> file(table_bytes(16));
+  std::memcpy(file.data(), static_cast<const void*>(&w.header()), sizeof(Header));
+  const std::uint16_t old_major = 2;
+  std::memcpy(file.data() + offsetof(Header, layout_major), &old_major, sizeof old_major);
+  std::string why;
+  EXPECT_EQ(validate_table(file.data(), file.size(), why), TableErrc::older_major);
+  EXPECT_NE(why.find("layout 2.0 is older"), std::string::npos) << why;
 }
 
 TEST(ShmTable, DeadlineAndExtend) {

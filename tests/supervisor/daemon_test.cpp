@@ -7,6 +7,7 @@
 #include "daemon_process.hpp"
 
 #include "io/probe.hpp"
+#include "io/token.hpp"
 #include "lockd/admin_client.hpp"
 #include "supervisor/cgroup.hpp"
 
@@ -1832,6 +1833,90 @@ TEST_P(ArmBeforeExec, APreemptibleStartStalledPastTheWorkersDeadlineNeverRunsUnw
 
 INSTANTIATE_TEST_SUITE_P(DefendedAndAblated, ArmBeforeExec, ::testing::Bool(),
                          [](const auto& i) { return i.param ? "defended" : "ablated"; });
+
+// Review finding H1: every slot's signed token sat in the shm table every sandbox maps, so a
+// sibling read the victim's token (`leasehold check --slot N --epoch E --json`) and a resource
+// verifying tokens took its writes as the victim's. Each sandbox now has its own token channel
+// (LEASEHOLD_TOKENS=4, a sealed memfd only it inherits): the victim reads its own token, the
+// table holds none, and the sibling finds no token of the victim's, neither through `check` nor
+// among the descriptors it can reach in /proc. Ablated (LEASEHOLD_ABLATE=shared-tokens: every
+// grant's token goes to every sandbox's channel, as every token went to the shared table), the
+// sibling's stolen token verifies with lockd's public key as the victim's write.
+TEST_F(SupervisorProcess, ASandboxCannotReadASiblingsToken) {
+#ifndef LEASEHOLD_CLI_BINARY
+  GTEST_SKIP() << "needs the leasehold CLI";
+#else
+  start_lockd();
+  token::TokenVerifier verifier;
+  ASSERT_EQ(verifier.add_public_key_file((dir_.path() / "lockd.db.signing.key.pub").string()), "");
+  const std::string cli = LEASEHOLD_CLI_BINARY;
+  for (const bool defended : {true, false}) {
+    SCOPED_TRACE(defended ? "defended" : "ablation: shared-tokens");
+    const std::string tag = defended ? "tok" : "tokab";
+    Supervisor sup;
+    if (!defended) ::setenv("LEASEHOLD_ABLATE", "shared-tokens", 1);
+    std::string err;
+    const bool started = sup.start(dir_.path(), lockd_.address, key_, with(kSupTiming, {"--slots", "16"}), &err, tag);
+    ::unsetenv("LEASEHOLD_ABLATE");
+    ASSERT_TRUE(started) << err;
+    const std::string go = (dir_.sandbox_dir() / (tag + ".go")).string();
+    const std::string stolen = (dir_.sandbox_dir() / (tag + ".stolen")).string();
+    const std::string fds = (dir_.sandbox_dir() / (tag + ".fds")).string();
+    const std::string own = (dir_.sandbox_dir() / (tag + ".own")).string();
+    // The attacker: unnamed, started first. Told the victim's slot and epoch, it asks for that
+    // slot's token, and lists every descriptor it can see in /proc.
+    json att = run_req("", {"sh", "-c",
+                            "while [ ! -s " + go + " ]; do sleep 0.05; done; read S E < " + go + "; " +
+                                "for f in /proc/[0-9]*/fd/*; do echo \"$f $(readlink $f)\"; done > " + fds +
+                                " 2>/dev/null; " + cli + " check --slot $S --epoch $E --json > " + stolen +
+                                ".tmp 2>&1; mv " + stolen + ".tmp " + stolen + "; exec sleep 30"});
+    att["env"]["ASAN_OPTIONS"] = "detect_leaks=0";
+    const json a = sup.call(att);
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    // The victim: named; it reads its own grant's token.
+    const std::string name = tag + "-victim";
+    json vic = run_req(name, {"sh", "-c", cli + " check --json > " + own + ".tmp 2>&1; mv " + own + ".tmp " + own +
+                                              "; exec sleep 30"});
+    vic["env"]["ASAN_OPTIONS"] = "detect_leaks=0";
+    const json v = sup.call(vic);
+    ASSERT_EQ(v["ok"], true) << v.dump();
+    const SandboxId victim = *SandboxId::parse(v["sandbox"].get<std::string>());
+    const Epoch epoch = v["epoch"].get<Epoch>();
+    ASSERT_TRUE(eventually([&] { return fs::exists(own); }, 20'000)) << "the victim never checked";
+    const json mine = json::parse(slurp(own));
+    ASSERT_TRUE(mine["token"].is_string()) << "the victim reads its own token: " << mine.dump();
+    const auto own_bytes = token::from_hex(mine["token"].get<std::string>());
+    ASSERT_TRUE(own_bytes.has_value());
+    const token::Verdict ok = verifier.verify(*own_bytes, name_id_of(name), epoch, victim);
+    EXPECT_TRUE(ok.ok()) << ok.detail;
+    // The table every sandbox maps holds no token.
+    const std::string table = slurp(sup.shm);
+    if (!table.empty()) {
+      EXPECT_EQ(table.find(std::string(own_bytes->begin(), own_bytes->end())), std::string::npos)
+          << "the shared table holds the victim's token";
+    }
+
+    { std::ofstream(go) << v["slot"].get<std::uint32_t>() << " " << epoch << "\n"; }
+    ASSERT_TRUE(eventually([&] { return fs::exists(stolen); }, 20'000)) << "the attacker never checked";
+    const std::string said = slurp(stolen);
+    const json theft = json::parse(said, nullptr, false);
+    ASSERT_FALSE(theft.is_discarded()) << said;
+    EXPECT_EQ(theft["sandbox"], victim.str()) << "the table shows whose slot it is: " << said;
+    const std::string seen = slurp(fds);
+    if (defended) {
+      EXPECT_TRUE(theft["token"].is_null()) << "a sibling read the victim's token: " << said;
+      EXPECT_EQ(seen.find("leasehold-tokens-" + victim.str()), std::string::npos)
+          << "the victim's token channel is reachable from the sibling:\n" << seen;
+    } else {
+      ASSERT_TRUE(theft["token"].is_string()) << "ablation: the sibling reads the victim's token: " << said;
+      const auto bytes = token::from_hex(theft["token"].get<std::string>());
+      ASSERT_TRUE(bytes.has_value());
+      const token::Verdict taken = verifier.verify(*bytes, name_id_of(name), epoch, victim);
+      EXPECT_TRUE(taken.ok()) << "ablation: the stolen token verifies as the victim's write: " << taken.detail;
+    }
+  }
+#endif
+}
 
 }  // namespace
 }  // namespace leasehold

@@ -626,9 +626,21 @@ TEST_F(CliTest, CheckPrintsTheSignedToken) {
   const token::TokenBytes bytes = token::encode(t);
   const shm::ClaimResult c = w.claim(sb, now);
   ASSERT_EQ(c.error, shm::TableErrc::ok);
-  ASSERT_EQ(w.publish(c.slot, t.name, "orders", 9, now + 60'000'000'000, bytes), shm::TableErrc::ok);
+  // The sandbox's own token channel, inherited (not close-on-exec) as LEASEHOLD_TOKENS.
+  auto channel = shm::TokenChannel::create("cli-test-tokens");
+  ASSERT_EQ(channel.publish(9, bytes), shm::TableErrc::ok);
+  ASSERT_EQ(w.publish(c.slot, t.name, "orders", 9, now + 60'000'000'000), shm::TableErrc::ok);
+  const int ro = channel.reopen_read_only();
+  ASSERT_GE(ro, 0);
+  const int inherited = ::fcntl(ro, F_DUPFD, 10);
+  ::close(ro);
+  ASSERT_GE(inherited, 0);
+  struct CloseFd {
+    int fd;
+    ~CloseFd() { ::close(fd); }
+  } close_inherited{inherited};
   const std::vector<std::string> env{"LEASEHOLD_SHM=" + o.location, "LEASEHOLD_SLOT=" + std::to_string(c.slot),
-                                     "LEASEHOLD_EPOCH=9"};
+                                     "LEASEHOLD_EPOCH=9", "LEASEHOLD_TOKENS=" + std::to_string(inherited)};
   const Result text = cli({"check"}, env);
   EXPECT_EQ(text.code, kOk) << text.err;
   EXPECT_NE(text.out.find("token: " + token::to_hex(bytes) + " (signed by lockd key " +
@@ -647,9 +659,18 @@ TEST_F(CliTest, CheckPrintsTheSignedToken) {
   ASSERT_EQ(v.add_public_key(signer->public_key()), "");
   EXPECT_TRUE(v.verify(*raw, t.name, 9, sb).ok());
   // A new epoch without a token replaces it: nothing stale is shown.
+  channel.clear();
   ASSERT_EQ(w.publish(c.slot, t.name, "orders", 10, now + 60'000'000'000), shm::TableErrc::ok);
   const Result next = cli({"check", "--epoch", "10", "--json"}, env);
   EXPECT_TRUE(nlohmann::json::parse(next.out)["token"].is_null()) << next.out;
+  // Another sandbox's slot at the epoch of this sandbox's token: not shown as that slot's.
+  const SandboxId other{0x0b, 0x0c};
+  const shm::ClaimResult c2 = w.claim(other, now);
+  ASSERT_EQ(c2.error, shm::TableErrc::ok);
+  ASSERT_EQ(channel.publish(9, bytes), shm::TableErrc::ok);
+  ASSERT_EQ(w.publish(c2.slot, name_id_of("else"), "else", 9, now + 60'000'000'000), shm::TableErrc::ok);
+  const Result sibling = cli({"check", "--slot", std::to_string(c2.slot), "--epoch", "9", "--json"}, env);
+  EXPECT_TRUE(nlohmann::json::parse(sibling.out)["token"].is_null()) << sibling.out;
 }
 
 TEST_F(CliTest, CheckFollowsTheSlot) {
