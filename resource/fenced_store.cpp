@@ -261,11 +261,11 @@ WriteResult FencedStore::write(const WriteToken& token, std::string_view payload
   return fenced(token, payload, false, {}, true);
 }
 
-WriteResult FencedStore::advance_fence(std::string_view name, Epoch epoch, std::string_view why) {
+WriteResult FencedStore::advance_fence(std::string_view name, Epoch epoch, std::string_view why, bool force) {
   WriteToken t;
   t.name = std::string(name);
   t.epoch = epoch;
-  return fenced(t, {}, true, why, false);
+  return fenced(t, {}, true, why, false, force);
 }
 
 WriteResult FencedStore::present(const WriteToken& token, std::string_view why) {
@@ -273,7 +273,7 @@ WriteResult FencedStore::present(const WriteToken& token, std::string_view why) 
 }
 
 WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payload, bool announce,
-                                std::string_view why, bool check_token) {
+                                std::string_view why, bool check_token, bool force) {
   WriteResult r;
   if (read_only_) {
     r.verdict = Verdict::error;
@@ -345,6 +345,12 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
     verdict = Verdict::stale;
     reason = "stale epoch " + std::to_string(token.epoch) + " < highest seen " +
              std::to_string(highest);
+  } else if (announce && !check_token && !force && token.epoch > highest && token.epoch - highest > kFenceRaiseMax) {
+    // An unsigned raise far above every epoch seen would fence the name out (2^63-1: for good).
+    verdict = Verdict::invalid;
+    reason = "fence raise to " + std::to_string(token.epoch) + " is more than " + std::to_string(kFenceRaiseMax) +
+             " above the highest epoch " + std::to_string(highest) + " of \"" + token.name +
+             "\" (no grant is that far ahead); force it to raise it anyway";
   } else if (token_checked && !token_verdict.ok()) {
     // An epoch at or above the highest is admitted only with lockd's signature on it.
     verdict = Verdict::forged;
@@ -382,6 +388,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   }
   if (announce && verdict == Verdict::accepted) {
     if (!audit_reason.empty()) audit_reason += "; ";
+    if (!check_token) audit_reason += std::string(kOperatorFencePrefix) + ": ";
     audit_reason += std::string(why) + (token.epoch > highest ? " (fence " + std::to_string(highest) + " -> " +
                                                                     std::to_string(token.epoch) + ")"
                                                               : " (fence already at " + std::to_string(highest) + ")");
@@ -527,6 +534,8 @@ AuditReport check_audit(const std::vector<AuditRow>& rows) {
   for (const AuditRow& r : rows) {
     if (r.verdict == "fence") {
       ++rep.fences;
+      if (r.reason.starts_with(kOperatorFencePrefix) && r.reason.find(" -> ") != std::string::npos)
+        rep.operator_fences.push_back(r);
       auto& f = fence[r.name];
       if (r.epoch > f.first) f = {r.epoch, r.id};
       continue;
@@ -604,6 +613,10 @@ std::string AuditReport::summary() const {
     return "unverified: " + rules + ", but " + std::to_string(unverified) + " accepted write" +
            (unverified == 1 ? "" : "s") +
            " carried no verified token, so their epochs are unproven (a store opened without lockd's public key)";
+  if (!operator_fences.empty())
+    return "exclusive, fence raised by operator " + std::to_string(operator_fences.size()) + " time" +
+           (operator_fences.size() == 1 ? "" : "s") + ": " + rules +
+           ", every accepted write's epoch signed by lockd, but the fence raises were not signed";
   return "exclusive: " + rules + ", every accepted epoch signed by lockd";
 }
 

@@ -115,6 +115,11 @@ struct WriteResult {
 /// Prefix of the reason of an accepted audit row whose token was verified ("token verified
 /// (key 1a2b3c4d)"); an accepted row without it carried no verified token.
 inline constexpr std::string_view kVerifiedReasonPrefix = "token verified";
+/// The audit reason of an advance_fence row (no token: the caller owns the store, e.g. an
+/// operator's `--fence-db`): "operator fence raise: WHY (fence FROM -> TO)".
+inline constexpr std::string_view kOperatorFencePrefix = "operator fence raise";
+/// advance_fence refuses (unless forced) an epoch more than this above the name's highest.
+inline constexpr Epoch kFenceRaiseMax = Epoch{1} << 20;
 
 /// One audit row. `verdict` is "accepted", "stale", "invalid", "forged" or "fence" (an
 /// advance_fence or a presented token).
@@ -188,8 +193,11 @@ class FencedStore {
 
   /// Announces `epoch` for `name` (the epoch moved at lockd: transfer begin, revoke, grant):
   /// highest = max(highest, epoch), audited as verdict "fence" with `why`. Returns the
-  /// highest after the call; verdict invalid/error as for write(). Never throws.
-  WriteResult advance_fence(std::string_view name, Epoch epoch, std::string_view why);
+  /// highest after the call; verdict invalid/error as for write(). The raise is unsigned, so
+  /// it is audited as an operator's ("operator fence raise: ...", from -> to) and check_audit
+  /// reports it; an epoch more than kFenceRaiseMax above the highest is refused (invalid,
+  /// nothing raised) unless `force`. Never throws.
+  WriteResult advance_fence(std::string_view name, Epoch epoch, std::string_view why, bool force = false);
 
   /// A holder presents its token before relying on exclusivity: like advance_fence(token.name,
   /// token.epoch), but with a verifier the token must verify (else Verdict::forged, counted
@@ -241,7 +249,7 @@ class FencedStore {
   static std::unique_ptr<FencedStore> open_impl(const std::string& path, std::string& error,
                                                 const StoreOptions& options, bool read_only);
   WriteResult fenced(const WriteToken& token, std::string_view payload, bool announce,
-                     std::string_view why, bool check_token);
+                     std::string_view why, bool check_token, bool force = false);
   static int on_busy(void* self, int count);
   static int on_wal_commit(void* self, sqlite3* db, const char* schema, int wal_pages);
   sqlite3* db_ = nullptr;
@@ -292,6 +300,7 @@ struct AuditReport {
   std::uint64_t verified = 0;         ///< accepted writes whose token was verified
   std::uint64_t unverified = 0;       ///< accepted writes without a verified token
   std::uint64_t fences = 0;           ///< advance_fence rows
+  std::vector<AuditRow> operator_fences;  ///< unsigned fence raises (advance_fence that moved it)
   std::vector<AuditRow> rejected_rows;///< at most kRejectedRowsKept, oldest first
   std::vector<std::string> violations;
   bool ok() const noexcept { return violations.empty(); }

@@ -76,7 +76,10 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
       for (const auto& r : rep.rejected_rows)
         rejected.push_back({{"time_ns", r.time_ns}, {"name", r.name}, {"epoch", r.epoch}, {"holder", r.holder},
                             {"verdict", r.verdict}, {"reason", r.reason}});
-      std::printf("%s\n", nlohmann::json{{"ok", rep.ok()}, {"exclusive", rep.exclusive()}, {"summary", rep.summary()},
+      nlohmann::json raises = nlohmann::json::array();
+      for (const auto& r : rep.operator_fences)
+        raises.push_back({{"time_ns", r.time_ns}, {"name", r.name}, {"epoch", r.epoch}, {"reason", r.reason}});
+      std::printf("%s\n", nlohmann::json{{"ok", rep.ok()}, {"operator_fences", raises}, {"exclusive", rep.exclusive()}, {"summary", rep.summary()},
                                          {"accepted", rep.accepted}, {"rejected", rep.rejected},
                                          {"forged", rep.forged}, {"verified", rep.verified},
                                          {"unverified", rep.unverified}, {"fences", rep.fences}, {"epochs", epochs}, {"rejected_rows", rejected},
@@ -100,6 +103,9 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
       for (const auto& r : rep.rejected_rows)
         std::printf("rejected: %s epoch %llu holder %s: %s\n", r.name.c_str(), static_cast<unsigned long long>(r.epoch),
                     r.holder.c_str(), r.reason.c_str());
+      for (const auto& r : rep.operator_fences)
+        std::printf("operator fence raise: %s to epoch %llu: %s\n", r.name.c_str(),
+                    static_cast<unsigned long long>(r.epoch), r.reason.c_str());
       for (const auto& v : rep.violations) std::printf("VIOLATION: %s\n", v.c_str());
       std::printf("%s\n", rep.summary().c_str());
     }

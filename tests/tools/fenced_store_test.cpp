@@ -115,9 +115,9 @@ TEST(FencedStore, AdvanceFenceRejectsTheOldHolderBeforeTheNewOneWrites) {
   const auto rows = s->audit("orders");
   ASSERT_EQ(rows.size(), 5u);
   EXPECT_EQ(rows[1].verdict, "fence");
-  EXPECT_EQ(rows[1].reason, "transfer begin (fence 7 -> 8)");
+  EXPECT_EQ(rows[1].reason, "operator fence raise: transfer begin (fence 7 -> 8)");
   EXPECT_EQ(rows[3].verdict, "fence");
-  EXPECT_EQ(rows[3].reason, "old news (fence already at 8)");
+  EXPECT_EQ(rows[3].reason, "operator fence raise: old news (fence already at 8)");
 }
 
 TEST(FencedStore, BadInputIsRejectedAndAudited) {

@@ -236,5 +236,43 @@ TEST_F(TokenStore, StoreWithoutVerifierAuditsWritesAsUnverified) {
   EXPECT_TRUE(good.summary().starts_with("exclusive: ")) << good.summary();
 }
 
+// Review finding H5: a store with a verifier still admitted an unsigned advance_fence(name,
+// 2^63-1), the rightful holder's signed writes were stale for good, and the audit said
+// "exclusive ... every accepted epoch signed by lockd". Now a raise more than kFenceRaiseMax above
+// the highest epoch is refused unless forced, and every unsigned raise is audited as the
+// operator's and reported (from -> to), so the audit says what happened.
+TEST_F(TokenStore, UnsignedFenceRaiseIsBoundedAndAuditedAsTheOperators) {
+  auto s = open("raise.db");
+  ASSERT_NE(s, nullptr);
+  const WriteToken holder = grant("orders", 1, kRightful);
+  ASSERT_TRUE(s->write(holder, "valid").accepted());
+  const WriteResult far = s->advance_fence("orders", static_cast<Epoch>(INT64_MAX), "test raise");
+  EXPECT_EQ(far.verdict, Verdict::invalid);
+  EXPECT_NE(far.reason.find("more than " + std::to_string(kFenceRaiseMax) + " above the highest epoch 1"),
+            std::string::npos)
+      << far.reason;
+  EXPECT_EQ(s->highest("orders"), 1u) << "the refused raise moved nothing";
+  EXPECT_TRUE(s->write(holder, "still valid").accepted());
+  // Revoke/transfer's order (the epoch above lockd's, announced first) stays admitted.
+  EXPECT_TRUE(s->advance_fence("orders", 2, "revoke").accepted());
+  EXPECT_TRUE(s->advance_fence("orders", 2 + kFenceRaiseMax, "transfer begin").accepted());
+  const AuditReport rep = check_audit(s->audit("orders"));
+  EXPECT_TRUE(rep.ok());
+  ASSERT_EQ(rep.operator_fences.size(), 2u);
+  EXPECT_EQ(rep.operator_fences[0].epoch, 2u);
+  EXPECT_NE(rep.operator_fences[0].reason.find("operator fence raise: revoke (fence 1 -> 2)"), std::string::npos)
+      << rep.operator_fences[0].reason;
+  EXPECT_TRUE(rep.summary().starts_with("exclusive, fence raised by operator 2 times")) << rep.summary();
+  EXPECT_EQ(rep.summary().find("every accepted epoch signed by lockd"), std::string::npos) << rep.summary();
+  // Forced: the raise the bound stops goes through, and is reported like the others.
+  EXPECT_TRUE(s->advance_fence("orders", static_cast<Epoch>(INT64_MAX), "forced", /*force=*/true).accepted());
+  EXPECT_EQ(check_audit(s->audit("orders")).operator_fences.size(), 3u);
+  // A signed present() is no operator raise.
+  auto p = open("present-only.db");
+  ASSERT_TRUE(p->present(grant("orders", 3, kRightful), "holder presents").accepted());
+  EXPECT_TRUE(check_audit(p->audit()).operator_fences.empty());
+  EXPECT_TRUE(check_audit(p->audit()).summary().starts_with("exclusive: "));
+}
+
 }  // namespace
 }  // namespace leasehold::resource
