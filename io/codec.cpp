@@ -663,6 +663,7 @@ std::string_view to_string(DecodeError e) noexcept {
     case DecodeError::request_id_reused: return "request_id_reused";
     case DecodeError::unknown_key: return "unknown_key";
     case DecodeError::seq_out_of_range: return "seq_out_of_range";
+    case DecodeError::seq_jump: return "seq_jump";
   }
   return "unknown";
 }

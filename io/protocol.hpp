@@ -150,8 +150,9 @@ enum class DecodeError : std::uint8_t {
   request_id_reused = 17,///< request_id has a cached answer for a different request
   unknown_key = 18,      ///< no key for this (sender, key_id): found before authentication, dropped
   seq_out_of_range = 19, ///< seq at or above kSeqLimit: no sender makes one (seeds are far below)
+  seq_jump = 20,         ///< seq more than kSeqAheadMaxNs above the receiver's wall clock (replay.hpp)
 };
-inline constexpr std::size_t kDecodeErrorCount = 20;
+inline constexpr std::size_t kDecodeErrorCount = 21;
 /// Every seq is below this (2^63). A sender's seed is CLOCK_REALTIME nanoseconds (about 2^61 in
 /// this century); a receiver refuses a seq at or above it, so a window's highest seq + 1 (its
 /// seq_floor) never overflows and one datagram cannot push a sender's window to the top.
@@ -186,7 +187,7 @@ struct DecodeStats {
 /// codec/receiver); 64.. are service errors. Unknown codes are kept as their number.
 enum class ErrorCode : std::uint16_t {
   none = 0,
-  // 1..19: as DecodeError
+  // 1..20: as DecodeError
   internal = 64,     ///< the service failed (store error); the request may be retried
   overloaded = 65,   ///< too many requests in flight; retry with backoff
   unsupported = 66,  ///< a well-formed request this service does not implement

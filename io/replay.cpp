@@ -41,10 +41,14 @@ std::uint64_t seq_seed() noexcept {
     const std::uint64_t v = std::strtoull(forced, nullptr, 10);
     if (v != 0 && v < kSeqLimit) return v;
   }
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  const auto ns = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  const std::uint64_t ns = realtime_ns();
   return ns == 0 || ns >= kSeqLimit ? 1 : ns;  // kSeqLimit ns is the year 2262
+}
+
+std::uint64_t realtime_ns() noexcept {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_REALTIME, &ts) != 0 || ts.tv_sec < 0) return 0;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 bool seq_resync_ablated() noexcept {
@@ -88,12 +92,14 @@ void Sender::rekey(const WireKey& key) {
   key_id_ = key.key_id;
 }
 
-bool Sender::restamp(std::span<std::uint8_t> datagram) noexcept {
+bool Sender::restamp(std::span<std::uint8_t> datagram) noexcept { return restamp(datagram, auth_, key_id_); }
+
+bool Sender::restamp(std::span<std::uint8_t> datagram, const Authenticator& auth, std::uint16_t key_id) noexcept {
   if (next_seq_ >= kSeqLimit) return false;
   if (datagram.size() < kDatagramBytesMin) return false;
-  datagram[kHeaderBytes - 2] = static_cast<std::uint8_t>(key_id_ & 0xFF);  // key_id, little-endian
-  datagram[kHeaderBytes - 1] = static_cast<std::uint8_t>(key_id_ >> 8);
-  if (!wire::restamp(datagram, next_seq_, auth_)) return false;
+  datagram[kHeaderBytes - 2] = static_cast<std::uint8_t>(key_id & 0xFF);  // key_id, little-endian
+  datagram[kHeaderBytes - 1] = static_cast<std::uint8_t>(key_id >> 8);
+  if (!wire::restamp(datagram, next_seq_, auth)) return false;
   ++next_seq_;
   return true;
 }
@@ -291,12 +297,19 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
   DecodeError seq_error = window.check(h.seq);
   if (s.limits.ablate_seq_limit && seq_error == DecodeError::seq_out_of_range)
     seq_error = h.seq > window.highest() ? DecodeError::none : DecodeError::replayed;
+  // One datagram may not move the window far ahead of this receiver's clock (replay.hpp):
+  // checked before the cache, so no path records such a seq.
+  if (seq_error == DecodeError::none && h.seq > window.highest() && !s.limits.ablate_seq_jump) {
+    const std::uint64_t now_real = realtime_ns();
+    if (now_real != 0 && h.seq > now_real && h.seq - now_real > kSeqAheadMaxNs) seq_error = DecodeError::seq_jump;
+  }
 
   // A retry (new seq) or a duplicate (replayed seq) of an answered request: the same bytes again,
   // only to where they went first, only while the seq is inside the window, at a bounded rate.
   if (auto it = s.cache.find(CacheKey{h.sender, h.request_id}); it != s.cache.end() &&
                                                              seq_error != DecodeError::stale_seq &&
-                                                             seq_error != DecodeError::seq_out_of_range) {
+                                                             seq_error != DecodeError::seq_out_of_range &&
+                                                             seq_error != DecodeError::seq_jump) {
     State::Slot& slot = s.slots[it->second];
     if (slot.key.digest == a.key.digest) {
       if (seq_error == DecodeError::none) sw.take(h.seq, from, now_ns);
@@ -356,6 +369,11 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
         break;
       case DecodeError::seq_out_of_range:
         a.detail = "seq " + std::to_string(h.seq) + " is at or above 2^63, which no sender makes; refused";
+        break;
+      case DecodeError::seq_jump:
+        a.detail = "seq " + std::to_string(h.seq) + " is more than " + std::to_string(kSeqAheadMaxNs / 1'000'000'000) +
+                   " s of nanoseconds above this receiver's wall clock (a sender's seq is seeded from its clock): "
+                   "refused; check the sender's clock";
         break;
       default:
         a.detail = "seq " + std::to_string(h.seq) + " is below this sender's replay window (highest seq " +

@@ -43,6 +43,13 @@
 //   kForeignErrorIntervalNs.
 // - Seq numbers are below kSeqLimit (2^63): a higher one is refused (seq_out_of_range), so the
 //   window's highest seq + 1 cannot overflow; a Sender never makes one (seq_exhausted).
+// - A seq that would move a window above the receiver's CLOCK_REALTIME + kSeqAheadMaxNs is
+//   refused (seq_jump, answered like a stale one, never recorded). Seeds are the sender's wall
+//   clock (seq_seed) and a sender makes far fewer than one datagram per nanosecond, so an honest
+//   seq is at most the clock offset between the two hosts ahead. So no window is ever more than
+//   kSeqAheadMaxNs ahead of the receiver's clock, and its seq_floor is always one a sender can
+//   continue from: one datagram under a worker's key (seq 2^63-1) can no longer leave the worker
+//   without a usable seq; its running or restarted supervisor resyncs from the stale_seq answer.
 // - A replayed seq is never executed, heartbeats included: a retry needs a fresh seq
 //   (Sender::restamp), and the answer of one whose request was answered comes from the cache.
 // - Keys: a Keyring picks the key per (sender, key id) before the tag is checked (io/auth.hpp);
@@ -83,6 +90,9 @@ inline constexpr std::int64_t kErrorAnswerIntervalNs = 10'000'000;  ///< replay 
 inline constexpr std::int64_t kForeignErrorSilenceNs = 1'000'000'000;
 /// ... and at most once per this interval per sender.
 inline constexpr std::int64_t kForeignErrorIntervalNs = 1'000'000'000;
+/// Farthest a seq may be above the receiver's CLOCK_REALTIME nanoseconds (one hour): the wall
+/// clock offset between two hosts that a sender's seq_seed() may show. Above it: seq_jump.
+inline constexpr std::uint64_t kSeqAheadMaxNs = 3'600'000'000'000;
 
 /// RFC 4303 §3.4.3 sliding window over one sender's seq numbers.
 class ReplayWindow {
@@ -107,6 +117,10 @@ class ReplayWindow {
 /// + 1), which the sender adopts (Sender::advance_to) before its retry. The window never moves
 /// back, so no old datagram becomes acceptable again.
 std::uint64_t seq_seed() noexcept;
+
+/// CLOCK_REALTIME nanoseconds (0 if unreadable): what a receiver bounds seq numbers by
+/// (kSeqAheadMaxNs); LEASEHOLD_TEST_SEQ_SEED does not change it.
+std::uint64_t realtime_ns() noexcept;
 
 /// Ablation for tests (LEASEHOLD_ABLATE contains "no-seq-resync"): a sender keeps its seq after
 /// an Error{stale_seq}, as before seq_floor existed.
@@ -133,6 +147,9 @@ class Sender {
   /// Gives a sealed datagram (of this sender) the next seq, this sender's key id and a new tag
   /// with its current key: a retry (also of a datagram sealed before a rekey()).
   bool restamp(std::span<std::uint8_t> datagram) noexcept;
+  /// The same with another key (`key_id` goes into the header): a retry of a datagram sealed
+  /// with seal_with().
+  bool restamp(std::span<std::uint8_t> datagram, const Authenticator& auth, std::uint16_t key_id) noexcept;
   /// The next seq is at least `seq` (an authenticated Error{stale_seq}'s seq_floor). A floor
   /// at or above kSeqLimit is ignored (no receiver makes one).
   void advance_to(std::uint64_t seq) noexcept {
@@ -206,6 +223,9 @@ class Receiver {
     /// Ablation (tests only, LEASEHOLD_ABLATE=seq-unbounded): accept a seq at or above
     /// kSeqLimit, as before the limit (the window's floor then wraps to 0).
     bool ablate_seq_limit = false;
+    /// Ablation (tests only, LEASEHOLD_ABLATE=seq-jump): accept a seq however far above the
+    /// receiver's wall clock, as before seq_jump (one datagram could move a window to 2^63-1).
+    bool ablate_seq_jump = false;
   };
   /// One key (SingleKeyring): a supervisor checking lockd, tests.
   explicit Receiver(const WireKey& key);

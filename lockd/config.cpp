@@ -190,6 +190,8 @@ std::string read_ablations(LockdConfig& cfg, const char* env) {
     else if (a == "store-busy-timeout") cfg.ablate_store_busy_timeout = true;
     else if (a == "reservation-unbound") cfg.ablate_reservation_unbound = true;
     else if (a == "seq-unbounded") cfg.ablate_seq_limit = true;
+    else if (a == "seq-jump") cfg.ablate_seq_jump = true;
+    else if (a == "first-push-address") cfg.ablate_first_push_address = true;
     else if (a == "no-seq-resync") continue;  // a sender's switch (io/replay.hpp), not lockd's
     else return "LEASEHOLD_ABLATE: unknown ablation \"" + std::string(a) + "\"";
   }

@@ -73,7 +73,7 @@ struct LockdConfig {
   /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
   /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers
   /// resent anywhere, unbounded), acquiring-unbound, admin-as-worker, transfer-unguarded,
-  /// store-mode, store-busy-timeout, reservation-unbound, seq-unbounded (below). Each switches
+  /// store-mode, store-busy-timeout, reservation-unbound, seq-unbounded, seq-jump, first-push-address (below). Each switches
   /// one defence off, to show the attack it stops.
   bool ablate_shared_worker_key = false;
   bool ablate_authz = false;
@@ -97,6 +97,12 @@ struct LockdConfig {
   bool ablate_reservation_unbound = false;
   /// seq-unbounded: a seq at or above 2^63 is accepted (the window's floor then wraps to 0).
   bool ablate_seq_limit = false;
+  /// seq-jump: a seq however far above lockd's wall clock is accepted (one datagram under a
+  /// worker's key could move its window to 2^63-1, leaving it no seq to use).
+  bool ablate_seq_jump = false;
+  /// first-push-address: a worker's address for revocation pushes is learned from its heartbeats
+  /// only (a revoke before its first heartbeat is pushed only after it).
+  bool ablate_first_push_address = false;
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
   std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }

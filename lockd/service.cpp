@@ -42,6 +42,7 @@ wire::Receiver::Limits receiver_limits(const LockdConfig& c) {
   wire::Receiver::Limits l;
   l.ablate_reflection_bounds = c.ablate_reflection;
   l.ablate_seq_limit = c.ablate_seq_limit;
+  l.ablate_seq_jump = c.ablate_seq_jump;
   l.in_flight_max = kDeferredAnswersMax;
   l.in_flight_expiry_ns = 60'000'000'000;
   return l;

@@ -336,7 +336,8 @@ TEST_P(LockdAuthority, CachedAnswerIsNotReflectedToOtherAddresses) {
 TEST_P(LockdAuthority, RestartBelowTheWindowResyncsWithoutReopeningReplay) {
   start("no-seq-resync");  // a client-side switch: the client keeps its seq after stale_seq
   const wire::WireKey kw = worker_key(W);
-  ::setenv("LEASEHOLD_TEST_SEQ_SEED", "9000000000000000000", 1);
+  // Ten minutes ahead of the wall clock: inside kSeqAheadMaxNs.
+  ::setenv("LEASEHOLD_TEST_SEQ_SEED", std::to_string(wire::realtime_ns() + 600'000'000'000ull).c_str(), 1);
   wire::Sender before(W, wire::seq_seed(), kw);
   ::unsetenv("LEASEHOLD_TEST_SEQ_SEED");
   RawSocket s;
@@ -528,7 +529,7 @@ TEST_P(LockdAuthority, ReservationCannotBeTakenByAnotherWorker) {
 // + 1) overflowed to 0 and every later request of W was refused stale_seq, with a floor the
 // sender could not use, until lockd restarted. A seq at or above 2^63 is refused and counted.
 TEST_P(LockdAuthority, SeqAtTheTopCannotLockAWorkerOut) {
-  start("seq-unbounded");
+  start("seq-unbounded,seq-jump");
   const wire::WireKey kw = worker_key(W);
   wire::Sender top(W, wire::kSeqLimit - 1, kw);
   wire::Datagram d;
@@ -557,6 +558,52 @@ TEST_P(LockdAuthority, SeqAtTheTopCannotLockAWorkerOut) {
   EXPECT_EQ(e->code, wire::error_code_of(wire::DecodeError::seq_out_of_range));
   EXPECT_NE(e->message.find("2^63"), std::string::npos) << e->message;
   EXPECT_EQ(counters()["reject_seq_out_of_range"], 1u);
+}
+
+// One datagram under W's own key with seq 2^63-1 (below kSeqLimit, so not seq_out_of_range)
+// moved W's window to the top: every later request of W was stale_seq with a floor of 2^63, which
+// no sender may use, until lockd restarted. A seq more than kSeqAheadMaxNs above lockd's wall
+// clock is refused seq_jump (answered, counted, not recorded); a jump inside the bound leaves a
+// floor that a sender restarted at its wall clock continues from.
+TEST_P(LockdAuthority, SeqJumpCannotLockAWorkerOut) {
+  start("seq-jump");
+  const wire::WireKey kw = worker_key(W);
+  wire::Sender top(W, wire::kSeqLimit - 1, kw);
+  RawSocket s;
+  s.send(seal(top, 1, wire::Stats{}), lockd_.address());
+  const std::vector<std::uint8_t> answer = s.receive(2000);
+  ASSERT_FALSE(answer.empty());
+  wire::Authenticator auth(kw);
+  const wire::DecodeResult r = wire::decode(answer, &auth);
+  ASSERT_TRUE(r) << r.detail;
+  const auto* e = std::get_if<wire::Error>(&r.body);
+  AdminClient w(lockd_.address(), kw);
+  const Answer a = w.acquire("auth/jump", S1, W);
+  if (!defended()) {  // accepted: W has no seq left
+    EXPECT_EQ(e, nullptr) << "the ablated lockd was expected to accept seq 2^63-1";
+    EXPECT_EQ(a.as<wire::Grant>(), nullptr);
+    EXPECT_NE(a.error.find("stale_seq"), std::string::npos) << a.error;
+    return;
+  }
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->code, wire::error_code_of(wire::DecodeError::seq_jump));
+  EXPECT_NE(e->message.find("wall clock"), std::string::npos) << e->message;
+  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;  // W still works
+  EXPECT_EQ(counters()["reject_seq_jump"], 1u);
+  // The largest jump allowed (just under the bound) is taken; a sender that starts at its wall
+  // clock, below it, resyncs from the stale_seq answer and is served.
+  wire::Sender near(W, wire::realtime_ns() + wire::kSeqAheadMaxNs - 60'000'000'000ull, kw);
+  RawSocket s2;
+  s2.send(seal(near, 2, wire::Stats{}), lockd_.address());
+  const std::vector<std::uint8_t> ok = s2.receive(2000);
+  ASSERT_FALSE(ok.empty());
+  const wire::DecodeResult okr = wire::decode(ok, &auth);
+  ASSERT_TRUE(okr) << okr.detail;
+  EXPECT_EQ(std::get_if<wire::Error>(&okr.body), nullptr);
+  AdminClient restarted(lockd_.address(), kw, {}, 20'000'000'000);
+  const Answer b = restarted.acquire("auth/jump2", SandboxId{0xA1, 2}, W);
+  ASSERT_NE(b.as<wire::Grant>(), nullptr) << b.error;
+  EXPECT_GE(counters()["reject_stale_seq"], 1u);
 }
 
 // A captured heartbeat replayed from many source ports drew an authenticated error answer on

@@ -8,14 +8,18 @@
 
 #include "io/probe.hpp"
 #include "io/token.hpp"
+#include "io/replay.hpp"
+#include "io/udp.hpp"
 #include "lockd/admin_client.hpp"
 #include "supervisor/cgroup.hpp"
+#include "supervisor/control.hpp"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include <grp.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -63,6 +67,7 @@ class SupervisorProcess : public ::testing::Test {
     extra.insert(extra.end(), {"--slots", "16"});
     ASSERT_TRUE(s.start(dir_.path(), relay.address(), key_, with(kSupTiming, extra), &err)) << err;
   }
+  void seq_top_attack(bool defended);  // OneDatagramAtTheTopSeq... below
   lockd::AdminClient admin() { return lockd::AdminClient(lockd_.socket_address(), load_key(key_)); }
   std::string probe_log(const std::string& tag) const { return (dir_.sandbox_dir() / (tag + ".probe")).string(); }
   json run_probe(const Supervisor& s, const std::string& name, const std::string& tag) {
@@ -873,7 +878,8 @@ TEST_F(SupervisorProcess, RestartAfterTheWallClockSteppedBackReconnects) {
   } env_guard;
   start_lockd();
   const std::string worker = "00000000000000070000000000000007";
-  ::setenv("LEASEHOLD_TEST_SEQ_SEED", "9000000000000000000", 1);
+  // Ten minutes ahead of the wall clock (inside lockd's kSeqAheadMaxNs).
+  ::setenv("LEASEHOLD_TEST_SEQ_SEED", std::to_string(wire::realtime_ns() + 600'000'000'000ull).c_str(), 1);
   {
     Supervisor before;
     start_sup(before, {"--worker-id", worker}, "before");
@@ -909,6 +915,79 @@ TEST_F(SupervisorProcess, RestartAfterTheWallClockSteppedBackReconnects) {
   ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
   EXPECT_EQ(list["sandboxes"][0]["state"], "running") << list.dump() << after.log_text();
 }
+
+// One datagram under the worker's own key with seq 2^63-1 (lab repro_seq_max_brick.sh) moved
+// lockd's replay window for that worker to the top: every later datagram of its supervisor was
+// below it, its named sandbox died by the kill-switch, and a restarted supervisor could not reach
+// lockd until lockd restarted. lockd refuses a seq more than kSeqAheadMaxNs above its wall clock
+// (seq_jump, counted): the supervisor's leases go on being refreshed, a new name is granted, and a
+// restarted supervisor of the worker is granted too. With the bound switched off
+// (LEASEHOLD_ABLATE=seq-jump) the attack works.
+void SupervisorProcess::seq_top_attack(bool defended) {
+  {
+    if (!defended) ::setenv("LEASEHOLD_ABLATE", "seq-jump", 1);
+    start_lockd();
+    ::unsetenv("LEASEHOLD_ABLATE");
+    const WorkerId w{0x5E0, defended ? 2u : 1u};
+    Supervisor sup;
+    start_sup(sup, {"--worker-id", w.str()}, defended ? "top-on" : "top-off");
+    const json a = sup.call(run_req("seq/victim", {"sleep", "30"}));
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    auto counter = [&](const char* k) { return sup.call({{"v", 1}, {"op", "status"}})["counters"][k].get<std::uint64_t>(); };
+    // The attacker's datagram: W's key, the highest seq below 2^63.
+    const wire::WireKey kw = load_key(make_worker_key(dir_.path(), key_, w));
+    wire::Sender top(w, wire::kSeqLimit - 1, kw);
+    wire::Datagram d;
+    ASSERT_TRUE(top.seal(1, wire::Stats{}, d));
+    const int fd = open_udp_socket_blocking(*SocketAddress::parse("127.0.0.1:0"));
+    ASSERT_GE(fd, 0);
+    const SocketAddress to = lockd_.socket_address();
+    ASSERT_EQ(::sendto(fd, d.bytes.data(), d.size, 0, to.sa(), to.length), static_cast<ssize_t>(d.size));
+    pollfd p{fd, POLLIN, 0};
+    std::vector<std::uint8_t> answer(wire::kDatagramBytesMax);
+    // Accepted, it is answered; refused, its error goes only to the address W's supervisor
+    // sends from (replay.hpp), so this socket hears nothing.
+    ssize_t n = ::poll(&p, 1, defended ? 1000 : 5000) == 1 ? ::recv(fd, answer.data(), answer.size(), 0) : -1;
+    ::close(fd);
+    if (!defended) {
+      ASSERT_GT(n, 0) << "the ablated lockd was expected to accept seq 2^63-1";
+      answer.resize(static_cast<std::size_t>(n));
+      wire::Authenticator auth(kw);
+      const wire::DecodeResult r = wire::decode(answer, &auth);
+      ASSERT_TRUE(r) << r.detail;
+      EXPECT_EQ(std::get_if<wire::Error>(&r.body), nullptr) << "the ablated lockd was expected to accept seq 2^63-1";
+      // The victim is killed: lockd hears nothing of W any more.
+      ASSERT_TRUE(killed(sup, a["sandbox"], 15'000)) << sup.log_text();
+      EXPECT_NE(sup.call(run_req("seq/again", {"sleep", "30"}))["ok"], true);
+      return;
+    }
+    EXPECT_EQ(n, -1);
+    // The worker's leases keep being refreshed (several rounds after the attack), nothing is
+    // killed, and it is granted a new name.
+    const std::uint64_t from = counter("refreshed");
+    ASSERT_TRUE(eventually([&] { return counter("refreshed") >= from + 10; }, 20'000)) << sup.log_text();
+    EXPECT_EQ(counter("kills_deadline"), 0u);
+    const json again = sup.call(run_req("seq/again", {"sleep", "30"}));
+    EXPECT_EQ(again["ok"], true) << again.dump();
+    auto ad = admin();
+    std::string cerr;
+    const auto counters = ad.counters(&cerr);
+    ASSERT_TRUE(counters) << cerr;
+    std::uint64_t jumps = 0;
+    for (const auto& k : *counters)
+      if (k.key == "reject_seq_jump") jumps = k.value;
+    EXPECT_EQ(jumps, 1u);
+    // A restarted supervisor of the worker reaches lockd (the window is where the clock is).
+    sup.child.signal(SIGTERM);
+    ASSERT_EQ(sup.child.wait(15'000), 0) << sup.log_text();
+    Supervisor restarted;
+    start_sup(restarted, {"--worker-id", w.str()}, "top-restarted");
+    const json third = restarted.call(run_req("seq/victim", {"sleep", "30"}));
+    EXPECT_EQ(third["ok"], true) << third.dump();
+  }
+}
+TEST_F(SupervisorProcess, OneDatagramAtTheTopSeqCannotLockTheWorkerOut) { seq_top_attack(true); }
+TEST_F(SupervisorProcess, OneDatagramAtTheTopSeqLocksTheWorkerOutWithTheBoundAblated) { seq_top_attack(false); }
 
 TEST_F(SupervisorProcess, SecondSupervisorOnTheSameTableIsRefused) {
   start_lockd();
