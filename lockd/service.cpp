@@ -378,6 +378,15 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     send_now(from, rid, nullptr, deny(o));
     return;
   }
+  // A worker's acquire or commit before its first heartbeat (the first grant after lockd
+  // starts) names where a revocation push can reach it: until now a revoke right after that
+  // grant waited for the next heartbeat to learn the address, and the supervisor acted on its
+  // `lost` answer, not on the push. Only a first address: heartbeats keep naming the current one
+  // (a CLI acquiring with the worker's key does not move an address already known).
+  if (caller_.authority == wire::Authority::worker && !cfg_.ablate_first_push_address &&
+      (type == wire::MessageType::acquire || type == wire::MessageType::commit) &&
+      worker_addresses_.count(caller_.id) == 0 && worker_addresses_.size() < cfg_.max_workers)
+    worker_addresses_[caller_.id] = from;
   // Heartbeats: the hot path, answered at once and not cached (they are idempotent, and
   // caching them would push the answers of ownership changes out of the response cache).
   if (type == wire::MessageType::heartbeat) {

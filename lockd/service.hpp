@@ -56,7 +56,7 @@
 // Revoke (DESIGN.md "lockd"): the table keeps a revoked name unavailable (lock-delay) until the
 // revoked holder's worker confirms the kill (KillConfirmed) or the old grant would have ended.
 // lockd pushes the revocation to that worker at once (Revoked, to the address its heartbeats
-// come from), retried every kRevokePushRetryNs until the worker answers or the revoke is no
+// come from, or before its first heartbeat that of its first acquire or commit), retried every kRevokePushRetryNs until the worker answers or the revoke is no
 // longer pending; its heartbeat answers say `lost` as well, whichever arrives first.
 //
 // Bounds: the pending store batch (kStoreBatchChangesMax), answers held for durability

@@ -2,6 +2,7 @@
 
 #include "io/clock.hpp"
 
+#include <openssl/crypto.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +13,11 @@
 namespace leasehold {
 namespace {
 
+// The key id of a datagram (its header's last two bytes, little-endian); size >= kHeaderBytes.
+std::uint16_t key_id_in(std::span<const std::uint8_t> d) {
+  return static_cast<std::uint16_t>(d[wire::kHeaderBytes - 2] | (d[wire::kHeaderBytes - 1] << 8));
+}
+
 std::uint64_t random_u64() {
   std::uint64_t v = 0;
   while (getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
@@ -20,6 +26,16 @@ std::uint64_t random_u64() {
 }
 
 }  // namespace
+
+struct LockdLink::Call {
+  wire::Datagram datagram;
+  std::int64_t deadline_ns = 0;
+  std::int64_t first_send_ns = 0;
+  std::uint32_t attempts = 0;
+  std::uint32_t resyncs = 0;
+  bool probe = false;  ///< signed with the pending key (try_key)
+  LockdCallback on_done;
+};
 
 LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
                      const wire::WireKey& key, const RetryPolicy& retry)
@@ -42,20 +58,76 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
   client_ = std::make_unique<RequestClient>(loop, &wire::request_id_of, retry, limits);
   // A retry is a new datagram: a fresh seq and tag, same request id (lockd never executes a
   // replayed seq, and answers a retry of an answered request from its cache).
+  // A probe of a pending key (try_key) is retried under that key.
   client_->set_resend_hook([this](std::span<std::byte> bytes) {
-    sender_.restamp(std::span(reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size()));
+    const auto d = std::span(reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size());
+    if (pending_ && d.size() >= wire::kHeaderBytes && key_id_in(d) == pending_->key.key_id)
+      sender_.restamp(d, pending_->auth, pending_->key.key_id);
+    else
+      sender_.restamp(d);
   });
 }
 
 LockdLink::~LockdLink() = default;
 
-std::string LockdLink::rekey(const wire::WireKey& key) {
+LockdLink::PendingKey::~PendingKey() { OPENSSL_cleanse(key.bytes.data(), key.bytes.size()); }
+
+std::string LockdLink::check_worker_key(const wire::WireKey& key) const {
   if (key.kind != wire::KeyKind::worker) return "not a worker key";
   if (key.worker != sender_.self())
     return "the key of worker " + key.worker.str() + ", not of this worker (" + sender_.self().str() + ")";
+  return {};
+}
+
+std::string LockdLink::rekey(const wire::WireKey& key) {
+  if (std::string why = check_worker_key(key); !why.empty()) return why;
   keys_->rotate(key);
   sender_.rekey(key);
+  pending_.reset();
   return {};
+}
+
+std::string LockdLink::try_key(const wire::WireKey& key, std::int64_t deadline_ns,
+                               std::function<void(bool, std::string)> done) {
+  if (std::string why = check_worker_key(key); !why.empty()) return why;
+  if (pending_ && pending_->probing) return "the previous reload's key (id " + std::to_string(pending_->key.key_id) +
+                                            ") is still being tried; reload again in a moment";
+  if (key.key_id == sender_.key_id() && !pending_) return rekey(key);  // same id: nothing to prove
+  pending_.reset(new PendingKey{key, wire::Authenticator(key), false});
+  try_pending_key(deadline_ns, std::move(done));
+  return {};
+}
+
+bool LockdLink::try_pending_key(std::int64_t deadline_ns, std::function<void(bool, std::string)> done) {
+  if (!pending_ || pending_->probing) return false;
+  auto c = std::make_shared<Call>();
+  c->deadline_ns = deadline_ns;
+  c->probe = true;
+  const std::uint16_t id = pending_->key.key_id;
+  const wire::EncodeResult enc = sender_.seal_with(pending_->auth, id, next_request_id_++, wire::Stats{}, c->datagram);
+  if (!enc) return false;
+  pending_->probing = true;
+  c->on_done = [this, id, done = std::move(done)](LockdReply r) {
+    if (!pending_ || pending_->key.key_id != id) return;  // replaced by a rekey meanwhile
+    pending_->probing = false;
+    if (r.ok() && r.key_id == id) {
+      wire::WireKey k = pending_->key;
+      rekey(k);  // resets pending_
+      OPENSSL_cleanse(k.bytes.data(), k.bytes.size());
+      done(true, {});
+      return;
+    }
+    done(false, r.ok() ? "lockd answered under key id " + std::to_string(r.key_id) + ", not " + std::to_string(id)
+                       : r.problem);
+  };
+  start(std::move(c));
+  return true;
+}
+
+void LockdLink::restamp(Call& c) {
+  const auto d = c.datagram.buffer().first(c.datagram.size);
+  if (c.probe && pending_) sender_.restamp(d, pending_->auth, pending_->key.key_id);
+  else sender_.restamp(d);
 }
 
 std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress& lockd,
@@ -96,15 +168,6 @@ std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress&
   link->client_->set_unsolicited_handler([l = link.get()](const Datagram& d) { l->on_unsolicited(d); });
   return link;
 }
-
-struct LockdLink::Call {
-  wire::Datagram datagram;
-  std::int64_t deadline_ns = 0;
-  std::int64_t first_send_ns = 0;
-  std::uint32_t attempts = 0;
-  std::uint32_t resyncs = 0;
-  LockdCallback on_done;
-};
 
 void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) {
   auto c = std::make_shared<Call>();
@@ -152,11 +215,10 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
                                                    o.answer.size());
   // Checked with the key whose id the answer names: ours, or the previous one for an answer
   // to a request sent before a rekey.
-  const std::uint16_t answer_key_id =
-      span.size() >= wire::kHeaderBytes
-          ? static_cast<std::uint16_t>(span[wire::kHeaderBytes - 2] | (span[wire::kHeaderBytes - 1] << 8))
-          : 0;
+  const std::uint16_t answer_key_id = span.size() >= wire::kHeaderBytes ? key_id_in(span) : 0;
   const wire::Authenticator* verify = keys_->find(WorkerId{}, answer_key_id).auth;
+  if (verify == nullptr && c->probe && pending_ && answer_key_id == pending_->key.key_id) verify = &pending_->auth;
+  r.key_id = answer_key_id;
   wire::DecodeResult d = verify != nullptr ? wire::decode(span, verify) : wire::DecodeResult{};
   if (verify == nullptr) {
     d.error = wire::DecodeError::unknown_key;
@@ -178,7 +240,7 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
     ++stats_.seq_resyncs;
     ++c->resyncs;
     sender_.advance_to(e->seq_floor);
-    sender_.restamp(c->datagram.buffer().first(c->datagram.size));
+    restamp(*c);
     if (now_boottime_ns() < c->deadline_ns) {
       start(c);
       return;

@@ -35,6 +35,7 @@ struct LockdReply {
   std::int64_t first_send_ns = 0;
   std::uint32_t attempts = 0;
   std::string problem;
+  std::uint16_t key_id = 0;  ///< answered: the key id the answer was authenticated with
   bool ok() const noexcept { return body.has_value(); }
 };
 using LockdCallback = std::function<void(LockdReply)>;
@@ -85,6 +86,19 @@ class LockdLink {
   /// answers and lockd's requests under the previous key id still check until the next
   /// rekey. "" or why not (another worker's key, not a worker key); then nothing changes.
   std::string rekey(const wire::WireKey& key);
+  /// The same, but used only once lockd has shown that it has the key: a Stats request signed
+  /// with `key` goes out (retried until `deadline_ns`, CLOCK_BOOTTIME); an answer authenticated
+  /// under `key` (lockd answers with the key a request came under, and cannot answer one under a
+  /// key it lacks) makes it the key (rekey), and `done(true, "")` runs. No such answer: nothing
+  /// changes, requests stay signed with the current key, and `done(false, why)` runs; the key
+  /// stays pending (pending_key_id()) for try_pending_key(). Returns "" or why not at once
+  /// (another worker's key, not a worker key, a probe already in flight); then nothing changes.
+  std::string try_key(const wire::WireKey& key, std::int64_t deadline_ns,
+                      std::function<void(bool accepted, std::string why)> done);
+  /// Probes the pending key again (as try_key); false when there is none or a probe is in flight.
+  bool try_pending_key(std::int64_t deadline_ns, std::function<void(bool accepted, std::string why)> done);
+  /// The key id waiting for lockd's acceptance (0: none).
+  std::uint16_t pending_key_id() const noexcept { return pending_ ? pending_->key.key_id : 0; }
   /// The key id requests are signed with.
   std::uint16_t key_id() const noexcept { return sender_.key_id(); }
   std::size_t outstanding() const noexcept { return client_->outstanding(); }
@@ -101,6 +115,15 @@ class LockdLink {
   void start(std::shared_ptr<Call> c);
   void finish(const std::shared_ptr<Call>& c, const RequestOutcome& o);
   void on_unsolicited(const Datagram& d);
+  void restamp(Call& c);
+  std::string check_worker_key(const wire::WireKey& key) const;
+
+  struct PendingKey {  ///< a reloaded key lockd has not yet been seen to accept
+    wire::WireKey key;
+    wire::Authenticator auth;
+    bool probing = false;
+    ~PendingKey();
+  };
 
   EventLoop& loop_;
   SocketAddress lockd_;
@@ -113,6 +136,7 @@ class LockdLink {
   RevokedHandler revoked_;
   LateAnswerHandler late_answer_;
   LockdLinkStats stats_;
+  std::unique_ptr<PendingKey> pending_;
 };
 
 /// Short text of a wire answer for messages and logs ("deny held by <uuid> at epoch 4").

@@ -19,7 +19,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -530,7 +533,7 @@ std::optional<ChildStart> start_child(const SpawnRequest& request, bool gated, S
     for (const auto& d : hide_dirs) {
       bool covered = false;
       for (const auto& o : hide_dirs) covered = covered || below(d, o);
-      if (!covered) outer.push_back(d);
+      if (!covered && std::find(outer.begin(), outer.end(), d) == outer.end()) outer.push_back(d);
     }
     hide_dirs = std::move(outer);
   }
@@ -785,6 +788,57 @@ bool release_sandbox(PreparedSandbox& prepared, SpawnError& error) {
   }
   error = failure_of(r, n, prepared.exec_path_, prepared.working_directory_, {});
   return false;
+}
+
+std::string dedicated_dir_problem(const std::string& dir, mode_t extra_mode) {
+  if (dir.empty() || dir.front() != '/') return "directory " + dir + " is not an absolute path";
+  if (dir == "/") return "the directory is / itself";
+  static const char* const kSystem[] = {"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64",
+                                        "/libx32", "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/run/user",
+                                        "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib",
+                                        "/var/run", "/var/tmp"};
+  for (const char* sys : kSystem)
+    if (dir == sys) return "directory " + dir + " is a system directory";
+  char real[PATH_MAX];
+  if (::getcwd(real, sizeof real) != nullptr && dir == real) return "directory " + dir + " is the working directory";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    if (::realpath(home, real) != nullptr ? dir == real : dir == home) return "directory " + dir + " is $HOME";
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return "directory " + dir + ": " + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return dir + " is not a directory";
+  if (st.st_uid != ::geteuid())
+    return "directory " + dir + " is owned by uid " + std::to_string(st.st_uid) + ", not uid " +
+           std::to_string(::geteuid());
+  const mode_t mode = st.st_mode & 07777;
+  if ((mode & ~(0700 | extra_mode)) != 0) {
+    char text[8];
+    std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode));
+    return "directory " + dir + " has mode " + text + ", not 0700";
+  }
+  return {};
+}
+
+std::string renamable_ancestor(const std::string& dir) {
+  if (dir.empty() || dir.front() != '/') return "directory " + dir + " is not an absolute path";
+  const uid_t me = ::geteuid();
+  std::string x = dir;
+  while (x.size() > 1) {
+    x.resize(std::max<std::size_t>(x.rfind('/'), 1));  // the next directory up
+    if (x == "/") break;
+    const auto up = x.rfind('/');
+    const std::string parent = up == 0 ? "/" : x.substr(0, up);
+    struct stat xs {}, ps {};
+    if (::lstat(x.c_str(), &xs) != 0 || ::stat(parent.c_str(), &ps) != 0)
+      return "cannot check " + x + ": " + std::strerror(errno);
+    if (S_ISLNK(xs.st_mode)) return x + " is a symbolic link (use the path it resolves to)";
+    const bool writable = ::faccessat(AT_FDCWD, parent.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
+    const bool sticky_against = (ps.st_mode & S_ISVTX) != 0 && xs.st_uid != me && ps.st_uid != me;
+    if (writable && !sticky_against)
+      return "directory " + x + " can be renamed by uid " + std::to_string(me) + " (its parent " + parent +
+             " is writable to it), and so by a sandbox of this supervisor";
+  }
+  return {};
 }
 
 int become_child_subreaper() noexcept {

@@ -140,6 +140,23 @@ struct Isolation {
   std::uint64_t nproc_max = 0;             ///< RLIMIT_NPROC in its user namespace; 0 = unchanged
 };
 
+/// Why `dir` is not a directory of its own that a sandbox's mount namespace may cover with an
+/// empty tmpfs ("" when it is): it must be a directory (not a symlink) owned by this process's
+/// euid with no permission bits beyond 0700 | `extra_mode` (e.g. 0050 for a --group socket
+/// directory), and not "/", a system directory (/etc, /tmp, /home, /run, /usr, /var, ...), the
+/// working directory or $HOME. A file renamed over a covered *file* on the host detaches that
+/// cover in every namespace (Linux 3.18+); a rename inside a covered directory stays unseen.
+std::string dedicated_dir_problem(const std::string& dir, mode_t extra_mode = 0);
+
+/// The first directory strictly above `dir` (up to, not including, "/") whose entry this
+/// process's euid may rename or replace (its parent is writable to it and not sticky against
+/// it), with why; "" when there is none. `dir` itself is not checked: a covered directory is a
+/// mount point in the sandbox's namespace, which rename(2) refuses (EBUSY) there. A sandbox of a
+/// non-root supervisor runs as the same uid: through such an ancestor it could move the whole
+/// path aside on the host and put its own directory (and socket, or a key the host then writes)
+/// in its place.
+std::string renamable_ancestor(const std::string& dir);
+
 /// Why isolation cannot be used here ("" when an isolated `/bin/true`-like command ran and exited
 /// 0): e.g. user namespaces disabled, with the sysctl to change.
 std::string probe_isolation(const Isolation& isolation, const std::string& command);

@@ -116,6 +116,27 @@ const char* result_text(RefreshResult r) {
   return "?";
 }
 
+
+// A reloaded key's probe (a Stats request under it) waits this long for lockd's answer ...
+constexpr std::int64_t kKeyProbeNs = 2'000'000'000;
+// ... and, unanswered, is sent again (and the refusal logged) this often.
+constexpr std::int64_t kKeyProbeIntervalNs = 5'000'000'000;
+
+// The directory part of an absolute path ("/" for "/x").
+std::string parent_dir(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
+}
+
+// Why `dir` may not be covered as a directory of its own in the sandboxes' mount namespaces
+// ("" when it may): see dedicated_dir_problem (spawn.hpp); for a non-root supervisor also no
+// directory above it may be renamable by its uid (renamable_ancestor), since its sandboxes share it.
+std::string cover_dir_problem(const std::string& dir, mode_t extra_mode) {
+  std::string why = dedicated_dir_problem(dir, extra_mode);
+  if (why.empty() && ::geteuid() != 0) why = renamable_ancestor(dir);
+  return why;
+}
+
 }  // namespace
 
 struct Supervisor::Impl {
@@ -273,6 +294,7 @@ struct Supervisor::Impl {
     std::uint64_t orphans_reaped = 0;
     std::uint64_t key_reloads = 0;          ///< SIGHUP: the worker key was loaded again
     std::uint64_t key_reloads_refused = 0;  ///< SIGHUP: it did not load; the old key stays
+    std::uint64_t key_not_accepted = 0;     ///< probes of a reloaded key lockd did not answer
     std::uint64_t worker_beats_acked = 0;
   } counters;
 
@@ -372,6 +394,9 @@ struct Supervisor::Impl {
   void begin_shutdown(const char* why);
   /// SIGHUP: loads --key-file again and signs with it from now on (LockdLink::rekey).
   void reload_key();
+  void probe_pending_key();
+  void on_key_probe(std::uint16_t key_id, bool accepted, const std::string& why);
+  std::int64_t next_key_probe_ns = 0;  ///< when the pending key (lockd lacks it) is tried again
   void maybe_finish_shutdown();
 
   // ---- heartbeat ---------------------------------------------------------------------------
@@ -552,9 +577,25 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
           !why.empty())
         return "--uid-range: " + why;
     }
-    // What no sandbox may see: the key, the control socket, the host cgroup tree.
+    // What no sandbox may see: the key, the control socket, the host cgroup tree. The key by
+    // its directory: a rotation renames a new key over the file, which detaches a cover on the
+    // file itself in the sandbox's namespace (Linux 3.18+); a non-root supervisor's sandbox shares
+    // its uid, so then it reads the new key. Covered, the directory hides every rename inside it.
     char real[PATH_MAX];
-    hidden_paths.push_back(::realpath(cfg.key_file.c_str(), real) != nullptr ? std::string(real) : cfg.key_file);
+    const std::string key_path = ::realpath(cfg.key_file.c_str(), real) != nullptr ? std::string(real) : cfg.key_file;
+    if (ablated("key-dir-cover")) {  // tests only: the file alone, as before
+      hidden_paths.push_back(key_path);
+    } else if (std::string why = cover_dir_problem(parent_dir(key_path), 0); why.empty()) {
+      hidden_paths.push_back(parent_dir(key_path));
+    } else if (::geteuid() != 0) {
+      return "--key-file " + cfg.key_file + ": " + why +
+             ". A sandbox of a non-root supervisor runs as its uid: only a cover over the key's directory hides the "
+             "key after a rotation renames a new key into place; fix: keep the key alone in a directory of its own "
+             "(mkdir -m 700 DIR, owned by uid " + std::to_string(::geteuid()) +
+             ", in a path this user cannot rename) and pass --key-file DIR/NAME";
+    } else {
+      hidden_paths.push_back(key_path);  // root: DAC guards the 0600 key from the sandboxes' uids
+    }
     hidden_paths.push_back("/sys/fs/cgroup");
     if (!cgroups.mount_point().empty()) hidden_paths.push_back(cgroups.mount_point());
     if (std::string why = probe_isolation(isolation_for(0, 0, 0), "true"); !why.empty())
@@ -643,6 +684,17 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   if (std::string err = control->open(control_path); !err.empty()) return err;
   if (cfg.isolation) {
     hidden_paths.push_back(control_path);
+    // And its directory, where it is one of its own: a non-root supervisor's sandbox (its uid)
+    // could otherwise move that directory, or one above it, aside and listen in its place.
+    if (ablated("socket-dir-cover")) {  // tests only: the socket (and runtime directory) alone, as before
+    } else if (std::string why = cover_dir_problem(parent_dir(control_path), gid ? 0050 : 0); why.empty()) {
+      hidden_paths.push_back(parent_dir(control_path));
+    } else if (::geteuid() != 0) {
+      return "control socket " + control_path + ": " + why +
+             ". A sandbox of a non-root supervisor runs as its uid and could put its own socket there; fix: use a "
+             "socket directory of this user's alone, mode 0700, in a path it cannot rename (the default "
+             "$XDG_RUNTIME_DIR/leasehold with XDG_RUNTIME_DIR=/run/user/" + std::to_string(::geteuid()) + ")";
+    }
     // The runtime directory (worker locks, the default control socket): a sandbox of a non-root
     // supervisor runs as the same uid and could otherwise rename it and listen in its place.
     // Covered, it is a mount point in the sandbox's namespace, which rename(2) refuses.
@@ -724,6 +776,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     control->tick(now_ns() / 1'000'000);
     sync_control_polls();
     reap_orphans();
+    probe_pending_key();
     if (shutting_down) maybe_finish_shutdown();
   });
   sync_control_polls();
@@ -1805,6 +1858,7 @@ json Supervisor::Impl::status_json() const {
   json j = {
       {"worker", worker.str()},
       {"key_id", link->key_id()},
+      {"pending_key_id", link->pending_key_id()},
       {"pid", ::getpid()},
       {"mode", std::string(to_string(cfg.mode))},
       {"lockd", lockd_address.str()},
@@ -1855,6 +1909,7 @@ json Supervisor::Impl::status_json() const {
         {"orphans_reaped", counters.orphans_reaped},
         {"key_reloads", counters.key_reloads},
         {"key_reloads_refused", counters.key_reloads_refused},
+        {"key_not_accepted", counters.key_not_accepted},
         {"sandbox_output_discarded_bytes", output_pump.discarded_bytes()},
         {"worker_beats_acked", counters.worker_beats_acked},
         {"control_bad_requests", control->bad_requests()},
@@ -2094,17 +2149,51 @@ void Supervisor::Impl::on_signal() {
 void Supervisor::Impl::reload_key() {
   // A key rotation: --key-file again, with the same checks as at start. Leases, sandboxes and
   // the seq continue; a key that does not load changes nothing.
+  // The new key is used only once lockd answers a request signed with it (LockdLink::try_key):
+  // until then every datagram stays under the current key, so a key lockd lacks kills nothing.
   wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
   std::string err = kl ? std::string() : kl.error;
-  if (kl) err = link->rekey(*kl.key);
+  const std::uint16_t id = kl ? kl.key->key_id : 0;
+  if (kl && ablated("unprobed-key-reload"))  // tests only: switch at once, as before
+    err = link->rekey(*kl.key);
+  else if (kl)
+    err = link->try_key(*kl.key, now_boottime_ns() + kKeyProbeNs,
+                        [this, id](bool accepted, std::string why) { on_key_probe(id, accepted, why); });
   if (kl) OPENSSL_cleanse(kl.key->bytes.data(), kl.key->bytes.size());
   if (!err.empty()) {
     ++counters.key_reloads_refused;
     log_event("event=key_reload_refused key_file=%s error=\"%s\"", cfg.key_file.c_str(), err.c_str());
     return;
   }
-  ++counters.key_reloads;
-  log_event("event=key_reloaded key_file=%s key_id=%u", cfg.key_file.c_str(), static_cast<unsigned>(link->key_id()));
+  if (link->pending_key_id() == 0 && link->key_id() == id) {  // the same key id: in use at once
+    ++counters.key_reloads;
+    log_event("event=key_reloaded key_file=%s key_id=%u", cfg.key_file.c_str(), static_cast<unsigned>(id));
+  }
+}
+
+void Supervisor::Impl::on_key_probe(std::uint16_t key_id, bool accepted, const std::string& why) {
+  if (accepted) {
+    ++counters.key_reloads;
+    log_event("event=key_reloaded key_file=%s key_id=%u", cfg.key_file.c_str(), static_cast<unsigned>(key_id));
+    return;
+  }
+  ++counters.key_not_accepted;
+  next_key_probe_ns = now_boottime_ns() + kKeyProbeIntervalNs;
+  log_event("event=key_not_accepted key_file=%s key_id=%u in_use_key_id=%u error=\"lockd does not know key id %u "
+            "(%s): still signing with key id %u; load the new cluster key into lockd (its key directory, then "
+            "SIGHUP), tried again every %lld s\"",
+            cfg.key_file.c_str(), static_cast<unsigned>(key_id), static_cast<unsigned>(link->key_id()),
+            static_cast<unsigned>(key_id), why.c_str(), static_cast<unsigned>(link->key_id()),
+            static_cast<long long>(kKeyProbeIntervalNs / 1'000'000'000));
+}
+
+void Supervisor::Impl::probe_pending_key() {
+  if (link->pending_key_id() == 0 || now_boottime_ns() < next_key_probe_ns || shutting_down) return;
+  const std::uint16_t id = link->pending_key_id();
+  next_key_probe_ns = INT64_MAX;  // until this probe ends
+  if (!link->try_pending_key(now_boottime_ns() + kKeyProbeNs,
+                             [this, id](bool accepted, std::string why) { on_key_probe(id, accepted, why); }))
+    next_key_probe_ns = now_boottime_ns() + kKeyProbeIntervalNs;
 }
 
 void Supervisor::Impl::begin_shutdown(const char* why) {

@@ -1682,6 +1682,222 @@ INSTANTIATE_TEST_SUITE_P(DefenceOnAndAblated, TransferGuard, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "defended" : "ablated"; });
 #endif
 
+// ---- a non-root supervisor: what its sandboxes (its own uid) must not reach ------------------
+
+constexpr uid_t kNobody = 65534;
+
+/// A supervisor run as uid/gid 65534 (setpriv), with `env` set, against `lockd`.
+struct NobodySupervisor {
+  Child child;
+  fs::path socket;
+  ~NobodySupervisor() {
+    if (!child.exited()) {
+      child.signal(SIGTERM);
+      if (child.wait(10'000) == -1) child.kill9();
+    }
+  }
+  bool start(const fs::path& dir, const std::string& lockd, const fs::path& key, const fs::path& sock,
+             const std::vector<std::string>& env, const std::string& tag) {
+    socket = sock;
+    std::vector<std::string> args = {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/env"};
+    args.insert(args.end(), env.begin(), env.end());
+    args.insert(args.end(), {LEASEHOLD_SUPERVISOR_BINARY, "--lockd", lockd, "--key-file", key.string(),
+                             "--control-socket", sock.string(), "--slots", "16"});
+    args.insert(args.end(), kSupTiming.begin(), kSupTiming.end());
+    child.start("/usr/bin/setpriv", args, dir / (tag + ".out"), dir / (tag + ".err"));
+    return child.wait_stdout("ready\n");
+  }
+  /// A control call made as uid 65534 (a client checks that the server is root or itself).
+  json call(const json& req) const {
+    int p[2];
+    if (::pipe(p) != 0) return json{{"ok", false}, {"message", "pipe"}};
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(p[0]);
+      if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(10);
+      std::string err;
+      const auto a = control_call(socket.string(), req, 10'000, err);
+      const std::string out = a ? a->dump() : json{{"ok", false}, {"message", err}}.dump();
+      (void)!::write(p[1], out.data(), out.size());
+      ::_exit(0);
+    }
+    ::close(p[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    ::close(p[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return json::parse(out, nullptr, false);
+  }
+};
+
+/// A directory owned by 65534 with `mode`.
+fs::path nobody_dir(const fs::path& p, mode_t mode = 0700) {
+  fs::create_directories(p);
+  EXPECT_EQ(::chown(p.c_str(), kNobody, kNobody), 0);
+  EXPECT_EQ(::chmod(p.c_str(), mode), 0);
+  return p;
+}
+
+/// The worker key of `worker` at `path`, 0600, owned by 65534.
+void nobody_key(const std::string& cluster_key, const WorkerId& worker, const fs::path& path) {
+  const std::string err = wire::write_key_file(path.string(), wire::derive_worker_key(load_key(cluster_key), worker));
+  ASSERT_EQ(err, "");
+  ASSERT_EQ(::chown(path.c_str(), kNobody, kNobody), 0);
+}
+
+class NonRootSupervisor : public SupervisorProcess {
+ protected:
+  void SetUp() override {
+    SupervisorProcess::SetUp();
+    if (IsSkipped()) return;
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to start a supervisor as uid 65534";
+    if (!fs::exists("/usr/bin/setpriv")) GTEST_SKIP() << "needs /usr/bin/setpriv (util-linux)";
+    start_lockd();
+    xdg_ = nobody_dir(dir_.path() / "nb-xdg");
+  }
+  std::vector<std::string> env() const {
+    return {"ASAN_OPTIONS=detect_leaks=0", "XDG_RUNTIME_DIR=" + xdg_.string(), "HOME=" + xdg_.string()};
+  }
+  // A sandbox of `sup` running `script` (sh -c); its answer.
+  json run_sh(const NobodySupervisor& sup, const std::string& script) const {
+    return sup.call({{"v", 1}, {"op", "run"}, {"argv", {"/bin/sh", "-c", script}}, {"env", {{"PATH", "/usr/bin:/bin"}}}});
+  }
+  fs::path xdg_;
+};
+
+// C1. A non-root supervisor's sandboxes share its uid, so only the cover hides the worker key.
+// A cover on the key *file* is detached in the sandbox's namespace when the host renames a new
+// key over it (README's rotation): the sandbox then read the new key. The key's directory is
+// covered instead, and renames inside it stay unseen. LEASEHOLD_ABLATE=key-dir-cover covers the
+// file only, as before, and the sandbox reads the rotated key.
+TEST_F(NonRootSupervisor, RotatedKeyStaysHiddenFromItsSandboxes) {
+  for (const bool defended : {false, true}) {
+    SCOPED_TRACE(defended ? "defended" : "ablated");
+    const std::string tag = defended ? "on" : "off";
+    const fs::path keys = nobody_dir(dir_.path() / ("nb-keys-" + tag));
+    const fs::path key = keys / "worker.key";
+    const WorkerId w{0xC1, defended ? 2u : 1u};
+    nobody_key(key_, w, key);
+    const fs::path run = nobody_dir(dir_.path() / ("nb-run-" + tag));
+    std::vector<std::string> e = env();
+    if (!defended) e.push_back("LEASEHOLD_ABLATE=key-dir-cover");
+    NobodySupervisor sup;
+    ASSERT_TRUE(sup.start(dir_.path(), lockd_.address, key, run / "sup.sock", e, "nb-key-" + tag)) << sup.child.err();
+    // The sandbox: every 20 ms, copies the key out if it can read one, and counts its rounds.
+    const fs::path out = dir_.sandbox_dir() / ("stolen-" + tag);
+    const fs::path rounds = dir_.sandbox_dir() / ("rounds-" + tag);
+    const json a = run_sh(sup, "i=0; while :; do i=$((i+1)); if [ -s " + key.string() + " ]; then cat " +
+                                   key.string() + " > " + out.string() + "; fi; echo $i > " + rounds.string() +
+                                   ".t && mv " + rounds.string() + ".t " + rounds.string() + "; sleep 0.02; done");
+    ASSERT_EQ(a["ok"], true) << a.dump() << sup.child.err();
+    auto round = [&] {
+      const std::string t = slurp(rounds);
+      return t.empty() ? 0 : std::stoi(t);
+    };
+    ASSERT_TRUE(eventually([&] { return round() >= 3; })) << sup.child.err();
+    EXPECT_FALSE(fs::exists(out)) << "the key was readable before the rotation";
+    // The rotation, as README says: write the new key, rename it over the old one.
+    nobody_key(key_, w, keys / "worker.key.new");
+    fs::rename(keys / "worker.key.new", key);
+    const int after = round();
+    ASSERT_TRUE(eventually([&] { return round() >= after + 10 || fs::exists(out); }, 20'000));
+    if (!defended) {
+      ASSERT_TRUE(eventually([&] { return slurp(out).find("leasehold-key") != std::string::npos; }))
+          << "the ablated supervisor's sandbox was expected to read the rotated key";
+      continue;
+    }
+    EXPECT_FALSE(fs::exists(out)) << slurp(out);
+    // The supervisor itself still reads its key (a reload loads the rotated file).
+    EXPECT_EQ(sup.call({{"v", 1}, {"op", "status"}})["ok"], true);
+  }
+}
+
+// A non-root supervisor refuses a key whose directory it cannot cover as its own (here 0755, and
+// one below a directory the supervisor's uid may rename), naming the directory and the fix.
+TEST_F(NonRootSupervisor, RefusesAKeyDirectoryItCannotCover) {
+  const fs::path run = nobody_dir(dir_.path() / "nb-run");
+  {
+    const fs::path shared = nobody_dir(dir_.path() / "nb-shared", 0755);
+    nobody_key(key_, WorkerId{0xC1, 3}, shared / "worker.key");
+    NobodySupervisor sup;
+    EXPECT_FALSE(sup.start(dir_.path(), lockd_.address, shared / "worker.key", run / "sup.sock", env(), "nb-shared"));
+    EXPECT_EQ(sup.child.wait(), 2);
+    EXPECT_NE(sup.child.err().find("directory " + shared.string() + " has mode 0755, not 0700"), std::string::npos)
+        << sup.child.err();
+    EXPECT_NE(sup.child.err().find("fix: keep the key alone in a directory of its own"), std::string::npos)
+        << sup.child.err();
+  }
+  {
+    const fs::path home = nobody_dir(dir_.path() / "nb-home");
+    const fs::path movable = nobody_dir(home / "sub");
+    const fs::path keys = nobody_dir(movable / "keys");
+    nobody_key(key_, WorkerId{0xC1, 4}, keys / "worker.key");
+    NobodySupervisor sup;
+    EXPECT_FALSE(sup.start(dir_.path(), lockd_.address, keys / "worker.key", run / "sup.sock", env(), "nb-movable"));
+    EXPECT_EQ(sup.child.wait(), 2);
+    EXPECT_NE(sup.child.err().find("directory " + movable.string() + " can be renamed by uid 65534"), std::string::npos)
+        << sup.child.err();
+  }
+}
+
+// H4. A non-root supervisor's sandbox renamed the directory above the control socket's (covers
+// move along with it), made its own there and listened at the socket's path: the owner's next
+// `run` (argv, environment) went to it. Such a layout is refused at start (the ancestor can be
+// renamed by the supervisor's uid); with LEASEHOLD_ABLATE=socket-dir-cover it starts and the
+// sandbox takes the path. In an accepted layout the sandbox cannot rename the socket's directory
+// (a mount point in its namespace: EBUSY), nor the one above (not its uid's).
+TEST_F(NonRootSupervisor, SandboxCannotReplaceTheControlSocketsDirectory) {
+  const fs::path keys = nobody_dir(dir_.path() / "nb-keys");
+  nobody_key(key_, WorkerId{0x44, 1}, keys / "worker.key");
+  // As in the report: $XDG_RUNTIME_DIR/leasehold/supervisor.sock with XDG_RUNTIME_DIR inside a
+  // directory of the supervisor's uid.
+  const fs::path parent = nobody_dir(dir_.path() / "nb-parent");
+  const fs::path run = nobody_dir(parent / "run");
+  const fs::path sockdir = nobody_dir(run / "leasehold");
+  const fs::path sock = sockdir / "supervisor.sock";
+  {
+    NobodySupervisor sup;
+    EXPECT_FALSE(sup.start(dir_.path(), lockd_.address, keys / "worker.key", sock, env(), "nb-sock-on"));
+    EXPECT_EQ(sup.child.wait(), 2);
+    EXPECT_NE(sup.child.err().find("control socket " + sock.string()), std::string::npos) << sup.child.err();
+    EXPECT_NE(sup.child.err().find("directory " + run.string() + " can be renamed by uid 65534"), std::string::npos)
+        << sup.child.err();
+  }
+  const fs::path marker = dir_.sandbox_dir() / "replaced";
+  {
+    std::vector<std::string> e = env();
+    e.push_back("LEASEHOLD_ABLATE=socket-dir-cover");
+    NobodySupervisor sup;
+    ASSERT_TRUE(sup.start(dir_.path(), lockd_.address, keys / "worker.key", sock, e, "nb-sock-off")) << sup.child.err();
+    const json a = run_sh(sup, "mv " + run.string() + " " + parent.string() + "/moved && mkdir -p -m 700 " +
+                                   sockdir.string() + " && echo fake > " + sock.string() + " && touch " + marker.string());
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    ASSERT_TRUE(eventually([&] { return fs::exists(marker); })) << "the ablated layout was expected to let it move";
+    EXPECT_EQ(slurp(sock), "fake\n");  // what the owner's CLI would now connect to
+  }
+  // An accepted layout: the socket's directory may sit in a directory of the uid's, as long as
+  // nothing above that one is the uid's to rename. The sandbox cannot move the socket's
+  // directory: it is a mount point in its namespace (EBUSY), and it sees it empty.
+  const fs::path own_parent = nobody_dir(dir_.path() / "nb-own");
+  const fs::path own = nobody_dir(own_parent / "run");
+  NobodySupervisor sup;
+  ASSERT_TRUE(sup.start(dir_.path(), lockd_.address, keys / "worker.key", own / "sup.sock", env(), "nb-sock-ok"))
+      << sup.child.err();
+  const fs::path result = dir_.sandbox_dir() / "mv-result";
+  const json a = run_sh(sup, "ls -A " + own.string() + " | wc -l > " + result.string() + ".ls; mv " + own.string() + " " +
+                                 own_parent.string() + "/moved 2>" + result.string() + ".err; echo $? > " +
+                                 result.string());
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  ASSERT_TRUE(eventually([&] { return !slurp(result).empty(); }));
+  EXPECT_NE(slurp(result), "0\n") << slurp(result.string() + ".err");
+  EXPECT_NE(slurp(result.string() + ".err").find("busy"), std::string::npos) << slurp(result.string() + ".err");
+  EXPECT_EQ(slurp(result.string() + ".ls"), "0\n");  // the sandbox sees an empty directory
+  EXPECT_TRUE(fs::exists(own / "sup.sock"));
+  EXPECT_EQ(sup.call({{"v", 1}, {"op", "status"}})["ok"], true);
+}
+
 // ---- key rotation -----------------------------------------------------------------------------
 
 /// Runs leasehold-lockd to exit (key generation and derivation); its exit code.
@@ -2013,6 +2229,120 @@ TEST_F(SupervisorProcess, ASandboxCannotReadASiblingsToken) {
     }
   }
 #endif
+// M1. A reload (SIGHUP) onto a worker key derived from a cluster key lockd has not loaded
+// (README's steps 3-4 before step 2; lab repro_rotation_unknown_key.sh) switched at once: lockd
+// dropped every datagram (unknown key) and each named sandbox died by the kill-switch, the
+// supervisor never saying why. Now the new key is used only once lockd answers a request under
+// it: until then the supervisor keeps the old key, logs event=key_not_accepted every few seconds
+// (counted key_not_accepted, status pending_key_id), and nothing dies; once lockd loads the key
+// it switches. LEASEHOLD_ABLATE=unprobed-key-reload switches at once, and the sandbox dies.
+TEST_F(SupervisorProcess, ReloadOntoAKeyLockdLacksKillsNothing) {
+  for (const bool defended : {false, true}) {
+    SCOPED_TRACE(defended ? "defended" : "ablated");
+    const std::string tag = defended ? "on" : "off";
+    const fs::path keys = dir_.path() / ("keys-" + tag);
+    fs::create_directory(keys);
+    fs::permissions(keys, fs::perms::owner_all, fs::perm_options::replace);
+    std::string err;
+    ASSERT_EQ(lockd_tool(dir_.path(), {"--generate-key", "--out", (keys / "cluster-1.key").string(), "--key-id", "1"}, &err), 0) << err;
+    Lockd lockd;
+    ASSERT_TRUE(lockd.start(dir_.path(), "", {"--ttl-ms", "1000", "--key-dir", keys.string()}, &err, "lockd-" + tag))
+        << err;
+    const WorkerId w{0x3E1, defended ? 2u : 1u};
+    const fs::path worker_key = dir_.path() / ("worker-" + tag + ".key");
+    ASSERT_EQ(lockd_tool(dir_.path(), {"--derive-worker-key", "--worker-id", w.str(), "--key-file",
+                                       (keys / "cluster-1.key").string(), "--out", worker_key.string()}, &err), 0) << err;
+    if (!defended) ::setenv("LEASEHOLD_ABLATE", "unprobed-key-reload", 1);
+    Supervisor sup;
+    const bool started = sup.start(dir_.path(), lockd.address, worker_key.string(), with(kSupTiming, {"--slots", "16"}),
+                                   &err, "reload-" + tag);
+    ::unsetenv("LEASEHOLD_ABLATE");
+    ASSERT_TRUE(started) << err;
+    const json a = sup.call(run_req("reload/" + tag, {"sleep", "60"}));
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    auto status = [&] { return sup.call({{"v", 1}, {"op", "status"}}); };
+    // A cluster key 2 that lockd does not have; the worker's key derived from it, renamed into place.
+    const fs::path elsewhere = dir_.path() / ("not-loaded-" + tag + ".key");
+    ASSERT_EQ(lockd_tool(dir_.path(), {"--generate-key", "--out", elsewhere.string(), "--key-id", "2"}, &err), 0) << err;
+    const fs::path next = dir_.path() / ("worker-" + tag + ".key.next");
+    ASSERT_EQ(lockd_tool(dir_.path(), {"--derive-worker-key", "--worker-id", w.str(), "--key-file", elsewhere.string(),
+                                       "--out", next.string()}, &err), 0) << err;
+    fs::rename(next, worker_key);
+    sup.child.signal(SIGHUP);
+    if (!defended) {
+      ASSERT_TRUE(killed(sup, a["sandbox"], 20'000)) << "the ablated supervisor's sandbox was expected to die: "
+                                                      << sup.log_text();
+      continue;
+    }
+    // Refused twice (the first probe and one retry), logged each time, and the old key in use.
+    ASSERT_TRUE(eventually([&] { return status()["counters"]["key_not_accepted"].get<std::uint64_t>() >= 2; }, 30'000))
+        << sup.log_text();
+    const json st = status();
+    EXPECT_EQ(st["key_id"], 1) << st.dump();
+    EXPECT_EQ(st["pending_key_id"], 2) << st.dump();
+    EXPECT_EQ(st["counters"]["kills_deadline"], 0) << st.dump();
+    EXPECT_EQ(st["counters"]["lost"], 0) << st.dump();
+    EXPECT_EQ(st["counters"]["key_reloads"], 0) << st.dump();
+    EXPECT_NE(sup.log_text().find("event=key_not_accepted"), std::string::npos);
+    EXPECT_NE(sup.log_text().find("lockd does not know key id 2"), std::string::npos) << sup.log_text();
+    const json list = sup.call({{"v", 1}, {"op", "list"}});
+    ASSERT_EQ(list["sandboxes"].size(), 1u) << list.dump();
+    EXPECT_EQ(list["sandboxes"][0]["state"], "running") << list.dump();
+    // lockd gets the key: the next probe is answered and the supervisor switches.
+    fs::copy_file(elsewhere, keys / "cluster-2.key");
+    fs::permissions(keys / "cluster-2.key", fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+    lockd.child.signal(SIGHUP);
+    ASSERT_TRUE(eventually([&] { return status()["key_id"] == 2; }, 30'000)) << sup.log_text();
+    EXPECT_EQ(status()["pending_key_id"], 0);
+    EXPECT_EQ(status()["counters"]["key_reloads"], 1);
+    EXPECT_EQ(status()["counters"]["kills_deadline"], 0);
+  }
+}
+
+// M2. lockd learned where to push a revocation only from a worker's heartbeats, so a revoke
+// right after a fresh lockd's first grant (before that worker's first heartbeat) was pushed only
+// with the next heartbeat, whose `lost` answer killed the sandbox first (event=recovery; the push
+// was acknowledged but found it dying). The worker's first acquire names the address now: the
+// push arrives at once and kills (event=revoked). Heartbeats are 4 s apart here, so the revoke
+// lands before the first one; LEASEHOLD_ABLATE=first-push-address learns the address as before.
+TEST_F(SupervisorProcess, FirstRevokeAfterLockdStartsIsActedOnFromThePush) {
+  for (const bool defended : {false, true}) {
+    SCOPED_TRACE(defended ? "defended" : "ablated");
+    const std::string tag = defended ? "on" : "off";
+    if (!defended) ::setenv("LEASEHOLD_ABLATE", "first-push-address", 1);
+    Lockd lockd;
+    std::string err;
+    const bool up = lockd.start(dir_.path(), key_, {"--ttl-ms", "20000"}, &err, "lockd-push-" + tag);
+    ::unsetenv("LEASEHOLD_ABLATE");
+    ASSERT_TRUE(up) << err;
+    Supervisor sup;
+    ASSERT_TRUE(sup.start(dir_.path(), lockd.address, key_,
+                          {"--ttl-ms", "20000", "--kill-after-ms", "12000", "--heartbeat-interval-ms", "4000",
+                           "--kill-latency-budget-ms", "50", "--slots", "16"},
+                          &err, "push-" + tag))
+        << err;
+    const json a = sup.call(run_req("push/" + tag, {"sleep", "60"}));
+    ASSERT_EQ(a["ok"], true) << a.dump();
+    lockd::AdminClient ad(lockd.socket_address(), load_key(key_));
+    const lockd::Answer rv = ad.revoke(name_id_of("push/" + tag));
+    ASSERT_EQ(rv.error, "") << rv.error;
+    const auto k = killed(sup, a["sandbox"], 30'000);
+    ASSERT_TRUE(k) << sup.log_text();
+    auto reasons = [&](const char* ev) {
+      std::size_t n = 0;
+      for (auto& e : sup.events(ev)) n += e["sandbox"] == a["sandbox"].get<std::string>() ? 1 : 0;
+      return n;
+    };
+    if (!defended) {
+      EXPECT_EQ(reasons("revoked"), 0u) << sup.log_text();
+      EXPECT_EQ(reasons("recovery"), 1u) << "the ablated lockd was expected to push only after a heartbeat: "
+                                         << sup.log_text();
+      continue;
+    }
+    EXPECT_EQ(reasons("revoked"), 1u) << sup.log_text();
+    EXPECT_EQ(reasons("recovery"), 0u) << sup.log_text();
+    EXPECT_NE(k->at("reason").find("revoked"), std::string::npos) << sup.log_text();
+  }
 }
 
 }  // namespace
