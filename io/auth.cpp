@@ -239,6 +239,10 @@ std::string_view to_string(KeyKind k) noexcept {
   return "unknown";
 }
 
+std::string key_text(const WireKey& key) {
+  return std::string(to_string(key.kind)) + " key " + std::to_string(key.key_id);
+}
+
 std::string format_key(const WireKey& key) {
   std::string text = "leasehold-key kind=" + std::string(to_string(key.kind)) +
                      " key-id=" + std::to_string(key.key_id);

@@ -65,6 +65,11 @@ struct WireKey {
   WorkerId worker;
 };
 
+/// A key as its file names it, for messages: "cluster key 1", "admin key 7", "worker key 2" -
+/// the key id of the file, never the wire key id that a cluster key used directly carries
+/// (N | kAdminKeyIdBit).
+std::string key_text(const WireKey& key);
+
 /// K_W for `worker` from a cluster key (HKDF-SHA256, see the top of this file); the result has
 /// kind worker, the cluster key's id and `worker`. Throws std::invalid_argument if `cluster` is
 /// not a cluster key or `worker` is nil, std::runtime_error if OpenSSL has no HKDF.

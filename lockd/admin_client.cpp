@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 #include <stdexcept>
 
 namespace leasehold::lockd {
@@ -45,11 +46,12 @@ wire::WireKey signing_key(const wire::WireKey& key) {
 
 AdminClient::AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self,
                          std::int64_t timeout_ns)
-    : AdminClient(lockd, identity_of(key, self), signing_key(key), timeout_ns) {}
+    : AdminClient(lockd, identity_of(key, self), signing_key(key), wire::key_text(key), timeout_ns) {}
 
 AdminClient::AdminClient(const SocketAddress& lockd, WorkerId self, const wire::WireKey& signing,
-                         std::int64_t timeout_ns)
+                         std::string key_text, std::int64_t timeout_ns)
     : lockd_(lockd),
+      key_text_(std::move(key_text)),
       sender_(self, wire::seq_seed(), signing),
       auth_(signing),
       timeout_ns_(timeout_ns) {
@@ -89,8 +91,8 @@ Answer AdminClient::request(const wire::Body& body) {
     if (o.status != RequestStatus::answered) {
       out.error = "no answer from lockd at " + lockd_.str() + " within " +
                   std::to_string(timeout_ns_ / 1'000'000) + " ms (" + std::to_string(o.attempts) +
-                  " attempts): is it running, and does it know this key (key id " +
-                  std::to_string(sender_.key_id()) + ")? lockd drops datagrams it cannot authenticate";
+                  " attempts): is it running, and does it know this key (" + key_text_ +
+                  ")? lockd drops datagrams it cannot authenticate";
       return out;
     }
     wire::DecodeResult d = wire::decode(

@@ -85,8 +85,10 @@ class AdminClient {
   std::uint64_t last_request_id() const noexcept { return next_request_id_ - 1; }
 
  private:
-  AdminClient(const SocketAddress& lockd, WorkerId self, const wire::WireKey& signing, std::int64_t timeout_ns);
+  AdminClient(const SocketAddress& lockd, WorkerId self, const wire::WireKey& signing, std::string key_text,
+              std::int64_t timeout_ns);
   SocketAddress lockd_;
+  std::string key_text_;  ///< the key as its file names it (wire::key_text), for messages
   wire::Sender sender_;
   wire::Authenticator auth_;
   std::int64_t timeout_ns_;

@@ -6,11 +6,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -389,6 +392,48 @@ std::optional<std::pair<std::uint32_t, std::uint32_t>> root_subuid_range(std::st
     return std::make_pair(static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(count));
   }
   return std::nullopt;
+}
+
+bool ablated(std::string_view ablation) {
+  const char* env = std::getenv("LEASEHOLD_ABLATE");
+  std::string_view rest = env != nullptr ? env : "";
+  while (!rest.empty()) {
+    const std::size_t comma = std::min(rest.find(','), rest.size());
+    if (rest.substr(0, comma) == ablation) return true;
+    rest.remove_prefix(std::min(comma + 1, rest.size()));
+  }
+  return false;
+}
+
+std::string uid_range_account_conflict(std::uint32_t first, std::uint32_t count) {
+  const std::uint64_t end = std::uint64_t{first} + count;  // exclusive
+  const auto inside = [&](std::uint64_t id) { return id >= first && id < end; };
+  std::string found;
+  if (inside(0)) found = "uid 0 (root)";
+  if (found.empty()) {
+    ::setpwent();
+    while (const passwd* pw = ::getpwent()) {
+      if (!inside(pw->pw_uid)) continue;
+      found = "uid " + std::to_string(pw->pw_uid) + " (account " + pw->pw_name + ")";
+      break;
+    }
+    ::endpwent();
+  }
+  if (found.empty()) {
+    ::setgrent();
+    while (const group* gr = ::getgrent()) {
+      if (!inside(gr->gr_gid)) continue;
+      found = "gid " + std::to_string(gr->gr_gid) + " (group " + gr->gr_name + ")";
+      break;
+    }
+    ::endgrent();
+  }
+  if (found.empty()) return {};
+  return "uid range " + std::to_string(first) + ":" + std::to_string(count) + " contains " + found +
+         ", which this host already uses: a sandbox that root starts runs as uid and gid START + slot, so it would "
+         "own that account's files and could signal its processes; give --uid-range a range that no account or "
+         "group uses, such as root's subordinate range in /etc/subuid and /etc/subgid (e.g. root:100000:65536, "
+         "added with `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 root`)";
 }
 
 }  // namespace leasehold

@@ -105,6 +105,19 @@ inline constexpr std::uint32_t kDefaultSandboxUidCount = 65536;
 /// "0:FIRST:COUNT"); nullopt if none.
 std::optional<std::pair<std::uint32_t, std::uint32_t>> root_subuid_range(std::string_view etc_subuid);
 
+/// True when LEASEHOLD_ABLATE (comma-separated; the attack tests' switch, never a flag) names
+/// `ablation`: one defence is switched off to show the attack it stops. The supervisor's and
+/// its clients': unsealed-table (the shm memfd unsealed), arm-after-exec (a new sandbox's
+/// deadline armed only after its exec), uid-range-accounts (a --uid-range over existing accounts
+/// accepted), unchecked-control-server (a control client sends its request to a server of any uid).
+bool ablated(std::string_view ablation);
+
+/// Why the sandbox uid range [first, first + count) may not be used, or "": it holds uid 0, or
+/// the uid of an account or the gid of a group of this host (getpwent/getgrent, so NSS sources
+/// count: a sandbox runs as uid and gid first + slot, and would own that account's files and
+/// processes). The message names the first account found and suggests a subordinate range.
+std::string uid_range_account_conflict(std::uint32_t first, std::uint32_t count);
+
 /// A root supervisor's claim on its sandbox uid range, held for its lifetime so that two live
 /// supervisors on one host never run sandboxes as the same uid (one could then signal, ptrace or
 /// read the files of the other's sandboxes). Each holder has a file `range-FIRST-COUNT` in `dir`

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
@@ -629,92 +630,134 @@ void ControlServer::tick(std::uint64_t now_ms) {
 
 // ---------------------------------------------------------------------------------------------
 
-std::optional<json> control_call(const std::string& socket_path, const json& request,
-                                 std::uint64_t timeout_ms, std::string& error) {
+ControlConnection& ControlConnection::operator=(ControlConnection&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    server_ = o.server_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+ControlConnection::~ControlConnection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool trusted_control_server(uid_t server_uid) noexcept { return server_uid == 0 || server_uid == ::geteuid(); }
+
+ControlConnection control_connect(const std::string& socket_path, ControlCallFailure& failure) {
   sockaddr_un addr{};
-  if (socket_path.size() >= sizeof(addr.sun_path)) {
-    error = "control socket path too long: " + socket_path;
-    return std::nullopt;
+  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
+    failure = {ControlCallError::bad_path, "control socket path \"" + socket_path + "\" is empty or longer than " +
+                                               std::to_string(sizeof(addr.sun_path) - 1) + " bytes"};
+    return {};
   }
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    error = "socket: " + errno_text(errno);
-    return std::nullopt;
+    failure = {ControlCallError::internal, "socket(AF_UNIX): " + errno_text(errno)};
+    return {};
   }
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    error = "cannot connect to the supervisor at " + socket_path + ": " + errno_text(errno);
-    ::close(fd);
-    return std::nullopt;
+  ControlConnection conn(fd, ucred{});
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    const int e = errno;
+    if (e == ENOENT || e == ECONNREFUSED || e == ENOTDIR)
+      failure = {ControlCallError::no_server, "no supervisor is running at " + socket_path + " (" + errno_text(e) + ")"};
+    else if (e == EACCES || e == EPERM)
+      failure = {ControlCallError::not_permitted, "not allowed to connect to the supervisor at " + socket_path + " (" +
+                                                      errno_text(e) + "): run as root or as a member of its --group"};
+    else
+      failure = {ControlCallError::connect_failed,
+                 "cannot connect to the supervisor at " + socket_path + ": " + errno_text(e)};
+    return {};
   }
   // A request carries a command line and an environment: only a server run by root or by our
-  // own uid gets them (SO_PEERCRED of a listening socket: who called listen).
+  // own uid gets one (SO_PEERCRED of a listening socket: who called listen). Another user who
+  // could bind the path (a directory it may write, a socket it replaced) learns nothing.
   ucred server{};
   socklen_t len = sizeof server;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &server, &len) != 0) {
-    error = "cannot read the credentials of the server at " + socket_path + ": " + errno_text(errno);
-    ::close(fd);
-    return std::nullopt;
+    failure = {ControlCallError::internal,
+               "cannot read the credentials of the server at " + socket_path + ": " + errno_text(errno)};
+    return {};
   }
-  if (server.uid != 0 && server.uid != ::geteuid()) {
-    error = "the control socket " + socket_path + " is served by uid " + std::to_string(server.uid) + " (pid " +
-            std::to_string(server.pid) + "), neither root nor this user (uid " + std::to_string(::geteuid()) +
-            "): refusing to send it a command line and environment";
-    ::close(fd);
-    return std::nullopt;
+  if (!trusted_control_server(server.uid) && !ablated("unchecked-control-server")) {
+    const uid_t me = ::geteuid();
+    failure = {ControlCallError::foreign_server,
+               "the control socket " + socket_path + " is served by uid " + std::to_string(server.uid) + " (pid " +
+                   std::to_string(server.pid) + "), expected root (uid 0)" +
+                   (me != 0 ? " or this user (uid " + std::to_string(me) + ")" : std::string()) +
+                   ": refusing to send it a command line and environment (is --supervisor the right socket? a "
+                   "supervisor's socket directory must be writable only by its owner)"};
+    return {};
   }
+  return ControlConnection(conn.release(), server);
+}
+
+std::optional<json> control_call(const std::string& socket_path, const json& request, std::uint64_t timeout_ms,
+                                 ControlCallFailure& failure) {
+  const ControlConnection conn = control_connect(socket_path, failure);
+  if (!conn) return std::nullopt;
+  const int fd = conn.fd();
   const std::string line = request.dump() + "\n";
-  std::size_t sent = 0;
-  while (sent < line.size()) {
+  int send_errno = 0;  // a supervisor that refuses the connection (busy) answers, then closes
+  for (std::size_t sent = 0; sent < line.size();) {
     const ssize_t n = ::send(fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      error = "send to the supervisor: " + errno_text(errno);
-      ::close(fd);
-      return std::nullopt;
+      send_errno = n < 0 ? errno : EPIPE;  // read its answer, if it left one, before giving up
+      break;
     }
     sent += static_cast<std::size_t>(n);
   }
   const std::uint64_t deadline = monotonic_ms() + timeout_ms;
   std::string in;
   for (;;) {
-    const auto nl = in.find('\n');
-    if (nl != std::string::npos) {
-      ::close(fd);
+    if (const auto nl = in.find('\n'); nl != std::string::npos) {
       json j = json::parse(in.substr(0, nl), nullptr, false);
-      if (j.is_discarded()) {
-        error = "the supervisor answered with malformed JSON";
+      if (j.is_discarded() || !j.is_object() || !j.contains("ok")) {
+        failure = {ControlCallError::garbled,
+                   "the supervisor at " + socket_path + " answered something that is not a control answer"};
         return std::nullopt;
       }
       return j;
     }
-    if (in.size() > kControlLineBytesMax * 256) {
-      error = "the supervisor's answer is too long";
-      ::close(fd);
+    if (in.size() > kControlAnswerBytesMax) {
+      failure = {ControlCallError::garbled,
+                 "the supervisor's answer is longer than " + std::to_string(kControlAnswerBytesMax) + " bytes"};
       return std::nullopt;
     }
     const std::uint64_t now = monotonic_ms();
     if (now >= deadline) {
-      error = "the supervisor did not answer within " + std::to_string(timeout_ms) + " ms";
-      ::close(fd);
+      failure = {ControlCallError::no_answer,
+                 "the supervisor at " + socket_path + " did not answer within " + std::to_string(timeout_ms) +
+                     " ms (a request it had already read may still complete: see `leasehold sandboxes`)"};
       return std::nullopt;
     }
     pollfd p{fd, POLLIN, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(deadline - now));
-    if (rc < 0 && errno == EINTR) continue;
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<std::uint64_t>(deadline - now, 1000)));
     if (rc <= 0) continue;
     char buf[65536];
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      error = n == 0 ? "the supervisor closed the connection without an answer"
-                     : "recv from the supervisor: " + errno_text(errno);
-      ::close(fd);
+      const int e = n < 0 ? errno : send_errno;
+      failure = {ControlCallError::closed, "the supervisor at " + socket_path + " closed the connection " +
+                                               (e != 0 ? "(" + errno_text(e) + ")" : std::string("without answering"))};
       return std::nullopt;
     }
     in.append(buf, static_cast<std::size_t>(n));
   }
+}
+
+std::optional<json> control_call(const std::string& socket_path, const json& request, std::uint64_t timeout_ms,
+                                 std::string& error) {
+  ControlCallFailure failure;
+  auto answer = control_call(socket_path, request, timeout_ms, failure);
+  if (!answer) error = failure.message;
+  return answer;
 }
 
 }  // namespace leasehold

@@ -23,7 +23,9 @@
 //                                                     default and at most kControlLogBytesMax),
 //                                                     truncated, running
 // Error codes: bad_json, bad_version, unknown_op, bad_request, too_long, timeout, idle, busy,
-// unauthorized, held, refused, exec_failed, table_full, not_found, unreachable, killswitch,
+// unauthorized (the caller may not use this socket at all: not root, the supervisor's uid or a
+// member of its --group), forbidden (the sandbox is another caller's: only its owner and root
+// may act on it), held, refused, exec_failed, table_full, not_found, unreachable, killswitch,
 // shutting_down, internal.
 //
 // Bounds: kControlClientsMax connections, kControlLineBytesMax per line, one request in
@@ -199,9 +201,75 @@ class ControlServer {
   ControlClientId dispatching_ = 0;  // reply() to the client being dispatched must not recurse
 };
 
-/// A blocking client for the control socket (tests, the CLI): connects, sends one request
-/// line, reads one answer line (bounded by kControlLineBytesMax·16 and `timeout_ms`).
-/// Returns the parsed answer, or nullopt with `error` set.
+// ---- the client side (the CLI, tests) ----------------------------------------------------------
+
+/// Longest answer line a client reads from the control socket.
+inline constexpr std::size_t kControlAnswerBytesMax = 16 * 1024 * 1024;
+
+/// Why connecting to or calling the control socket failed; the CLI maps each to an exit code.
+enum class ControlCallError : std::uint8_t {
+  none,
+  bad_path,        ///< the path is empty or longer than sun_path
+  no_server,       ///< nobody listens there (ENOENT, ECONNREFUSED, ENOTDIR)
+  not_permitted,   ///< connect(2) was refused (EACCES, EPERM): the socket's mode or group
+  connect_failed,  ///< another connect(2) error
+  foreign_server,  ///< the server is neither root nor this user: nothing was sent to it
+  no_answer,       ///< no answer line within the timeout
+  closed,          ///< the server closed the connection without an answer
+  garbled,         ///< the answer is not a control answer (a JSON object with "ok"), or too long
+  internal,        ///< socket(2) or getsockopt(2) failed
+};
+
+struct ControlCallFailure {
+  ControlCallError error = ControlCallError::none;
+  std::string message;  ///< names the socket and the cause (and, for foreign_server, both uids)
+  bool failed() const noexcept { return error != ControlCallError::none; }
+};
+
+/// A connected control socket whose server passed the check of control_connect. Owns the fd.
+class ControlConnection {
+ public:
+  ControlConnection() = default;
+  ControlConnection(int fd, ucred server) noexcept : fd_(fd), server_(server) {}
+  ControlConnection(ControlConnection&& o) noexcept : fd_(o.fd_), server_(o.server_) { o.fd_ = -1; }
+  ControlConnection& operator=(ControlConnection&& o) noexcept;
+  ControlConnection(const ControlConnection&) = delete;
+  ControlConnection& operator=(const ControlConnection&) = delete;
+  ~ControlConnection();
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+  int fd() const noexcept { return fd_; }
+  /// The server's credentials (SO_PEERCRED of a listening socket: the process that called listen).
+  const ucred& server() const noexcept { return server_; }
+  /// Gives up ownership of the fd (the caller closes it).
+  int release() noexcept {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+  ucred server_{};
+};
+
+/// The uids whose control socket server this process trusts with a request (a command line and
+/// an environment): root, and this process's own euid (a per-user supervisor).
+bool trusted_control_server(uid_t server_uid) noexcept;
+
+/// Connects to the control socket at `socket_path` and checks who serves it (SO_PEERCRED)
+/// before anything is sent: a server that is neither root nor this process's euid is refused
+/// (foreign_server, naming the socket, the server's uid and pid, and the uids expected). An
+/// empty connection with `failure` set otherwise. Ablation for the attack tests only
+/// (LEASEHOLD_ABLATE contains "unchecked-control-server"): the server's uid is not checked.
+ControlConnection control_connect(const std::string& socket_path, ControlCallFailure& failure);
+
+/// A blocking client for the control socket (the CLI, tests): control_connect, then one request
+/// line out, one answer line in (at most kControlAnswerBytesMax, within `timeout_ms`). An answer
+/// that a server sent before it closed (a refusal such as "busy") is read even if the send
+/// failed. Returns the answer (a JSON object with "ok"), or nullopt with `failure` set.
+std::optional<nlohmann::json> control_call(const std::string& socket_path, const nlohmann::json& request,
+                                           std::uint64_t timeout_ms, ControlCallFailure& failure);
+/// The same, with only the failure's message.
 std::optional<nlohmann::json> control_call(const std::string& socket_path,
                                            const nlohmann::json& request,
                                            std::uint64_t timeout_ms, std::string& error);

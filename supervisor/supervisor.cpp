@@ -57,12 +57,6 @@ constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
 /// How often pending disarms are checked (the rt thread applies commands every tick).
 constexpr std::int64_t kDisarmPollNs = 1'000'000;
 
-/// Ablations for the attack tests only (never a flag): LEASEHOLD_ABLATE contains `what`.
-bool ablated(const char* what) {
-  const char* a = std::getenv("LEASEHOLD_ABLATE");
-  return a != nullptr && std::strstr(a, what) != nullptr;
-}
-
 bool sanitized_build() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return true;
@@ -333,7 +327,7 @@ struct Supervisor::Impl {
   /// root started it; see --sandbox-uids).
   Isolation isolation_for(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot) const;
   std::string isolation_text() const;
-  /// Owner or root may act on a sandbox; otherwise answers `unauthorized` and returns false.
+  /// Owner or root may act on a sandbox; otherwise answers `forbidden` and returns false.
   bool may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s);
   /// A named creation where no kill is unescapable (and no --allow-unsafe-kill): answers
   /// `refused`, naming the cause and the fix, and returns true.
@@ -1478,7 +1472,7 @@ bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& 
 
 bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id) {
   if (req.caller_uid == 0 || req.caller_uid == owner) return true;
-  reply(client, control_error(req.id, "unauthorized",
+  reply(client, control_error(req.id, "forbidden",
                               "sandbox " + id.str() + " belongs to uid " + std::to_string(owner) + "; uid " +
                                   std::to_string(req.caller_uid) + " may act only on its own sandboxes (root on all)"));
   return false;

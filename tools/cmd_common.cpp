@@ -5,18 +5,14 @@
 #include "io/auth.hpp"
 #include "io/udp.hpp"
 #include "supervisor/config.hpp"
+#include "supervisor/control.hpp"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 namespace leasehold::cli {
 
@@ -101,11 +97,7 @@ Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std
   if (answer.error.rfind("no answer", 0) == 0 || answer.error.rfind("cannot send", 0) == 0) {
     const std::string& file = f.admin_key_file.empty() ? f.key_file : f.admin_key_file;
     const wire::KeyLoad key = wire::load_key_file(file);
-    const std::string which = key ? std::string(wire::to_string(key.key->kind)) + " key id " +
-                                        std::to_string(key.key->kind == wire::KeyKind::cluster
-                                                           ? (key.key->key_id | wire::kAdminKeyIdBit)
-                                                           : key.key->key_id)
-                                  : std::string("unreadable");
+    const std::string which = key ? wire::key_text(*key.key) : std::string("unreadable");
     return {kUnreachable, w + ": lockd at " + f.lockd + " is unreachable: no answer within " +
                               std::to_string(f.timeout_ms) + " ms (" +
                               std::to_string(answer.attempts) +
@@ -165,85 +157,22 @@ void resolve(SupervisorFlags& f) {
 std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohmann::json& request,
                                               Failure& failure) {
   resolve(flags);
-  const std::string& path = flags.socket;
+  ControlCallFailure why;
+  auto answer = control_call(flags.socket, request, flags.timeout_ms, why);
+  if (answer) return answer;
   const std::string start_hint =
       " (start leasehold-supervisor, or point --supervisor / " + std::string(kSupervisorEnv) +
       " at its --control-socket)";
-  sockaddr_un addr{};
-  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    failure = {kUsage, "control socket path \"" + path + "\" is empty or longer than " +
-                           std::to_string(sizeof(addr.sun_path) - 1) + " bytes"};
-    return std::nullopt;
+  switch (why.error) {
+    case ControlCallError::bad_path: failure = {kUsage, why.message}; break;
+    case ControlCallError::no_server:
+    case ControlCallError::connect_failed: failure = {kNoSupervisor, why.message + start_hint}; break;
+    case ControlCallError::garbled:
+    case ControlCallError::internal:
+    case ControlCallError::none: failure = {kInternal, why.message}; break;
+    default: failure = {kNoSupervisor, why.message}; break;  // not permitted, foreign, silent, closed
   }
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    failure = {kInternal, std::string("socket(AF_UNIX): ") + std::strerror(errno)};
-    return std::nullopt;
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-    const int e = errno;
-    if (e == ENOENT || e == ECONNREFUSED || e == ENOTDIR)
-      failure = {kNoSupervisor, "no supervisor is running at " + path + " (" + std::strerror(e) + ")" + start_hint};
-    else if (e == EACCES || e == EPERM)
-      failure = {kNoSupervisor, "not allowed to connect to the supervisor at " + path + " (" +
-                                    std::strerror(e) + "): run as root or as a member of its --group"};
-    else
-      failure = {kNoSupervisor, "cannot connect to the supervisor at " + path + ": " + std::strerror(e) + start_hint};
-    return std::nullopt;
-  }
-  const std::string line = request.dump() + "\n";
-  int send_errno = 0;  // a supervisor that refuses the connection (busy) answers, then closes
-  for (std::size_t sent = 0; sent < line.size();) {
-    const ssize_t n = ::send(fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      send_errno = n < 0 ? errno : EPIPE;  // read its answer, if it left one, before giving up
-      break;
-    }
-    sent += static_cast<std::size_t>(n);
-  }
-  const std::int64_t deadline = boot_ns() + static_cast<std::int64_t>(flags.timeout_ms) * 1'000'000;
-  std::string in;
-  for (;;) {
-    if (const auto nl = in.find('\n'); nl != std::string::npos) {
-      nlohmann::json j = nlohmann::json::parse(in.substr(0, nl), nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("ok")) {
-        failure = {kInternal, "the supervisor at " + path + " answered something that is not a control answer"};
-        return std::nullopt;
-      }
-      return j;
-    }
-    if (in.size() > kControlAnswerBytesMax) {
-      failure = {kInternal, "the supervisor's answer is longer than " + std::to_string(kControlAnswerBytesMax) + " bytes"};
-      return std::nullopt;
-    }
-    const std::int64_t left_ms = (deadline - boot_ns()) / 1'000'000;
-    if (left_ms <= 0) {
-      failure = {kNoSupervisor, "the supervisor at " + path + " did not answer within " +
-                                   std::to_string(flags.timeout_ms) +
-                                   " ms (a request it had already read may still complete: see `leasehold sandboxes`)"};
-      return std::nullopt;
-    }
-    pollfd p{fd, POLLIN, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left_ms, 1000)));
-    if (rc <= 0) continue;
-    char buf[65536];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      failure = {kNoSupervisor, "the supervisor at " + path + " closed the connection " +
-                                    (send_errno != 0 ? std::string("(") + std::strerror(send_errno) + ")"
-                                                     : std::string("without answering"))};
-      return std::nullopt;
-    }
-    in.append(buf, static_cast<std::size_t>(n));
-  }
+  return std::nullopt;
 }
 
 std::optional<std::string> supervisor_worker(const std::string& socket, Failure& failure) {
@@ -274,8 +203,11 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
     msg += " (the name is grantable once the old holder's kill is confirmed or its lease would have expired; "
            "`leasehold show` with an admin key says when)";
   if (code == "held" || code == "refused" || code == "killswitch" || code == "table_full" || code == "busy" ||
-      code == "shutting_down")
+      code == "shutting_down" || code == "forbidden")
     return {kRefused, msg};
+  // The socket lets this user in only to tell it that it may not use it (not root, the
+  // supervisor's uid or a member of its --group): as a connect(2) refused by the socket's mode.
+  if (code == "unauthorized") return {kNoSupervisor, msg};
   if (code == "not_found" || code == "exec_failed") return {kNotFound, msg};
   if (code == "bad_request" || code == "bad_json" || code == "too_long") return {kUsage, msg};
   if (code == "unreachable") return {kUnreachable, msg + " (the supervisor could not reach lockd)"};

@@ -35,8 +35,6 @@ inline constexpr const char* kKeyFileDefault = "/etc/leasehold/key";
 inline constexpr std::uint64_t kLockdTimeoutMsDefault = 2'000;
 /// Per-request deadline towards the supervisor (a `run` includes lockd's acquire).
 inline constexpr std::uint64_t kSupervisorTimeoutMsDefault = 10'000;
-/// Longest answer line read from the control socket.
-inline constexpr std::size_t kControlAnswerBytesMax = 16 * 1024 * 1024;
 
 struct Failure {
   int code = kOk;
@@ -96,14 +94,17 @@ struct SupervisorFlags {
 void add_supervisor_flags(CLI::App* sub, SupervisorFlags& flags);
 void resolve(SupervisorFlags& flags);
 
-/// One request line, one answer line. nullopt + failure when nobody listens on the socket
-/// (kNoSupervisor, naming the socket and how to start one), on a timeout (kUnreachable), or
-/// on a garbled answer (kInternal). An answer with "ok":false is returned as is.
+/// One request line, one answer line (control_call of supervisor/control.hpp: nothing is sent
+/// to a server that is neither root nor this user). nullopt + failure when nobody listens on the
+/// socket, the socket's server is not trusted, or it does not answer in time (kNoSupervisor,
+/// naming the socket and, where there is one, the fix), for a malformed path (kUsage), or on a
+/// garbled answer (kInternal). An answer with "ok":false is returned as is.
 std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohmann::json& request,
                                               Failure& failure);
-/// The failure of an {"ok":false} answer: held/refused → kRefused (with holder and epoch),
-/// not_found/exec_failed → kNotFound, bad_request → kUsage, unreachable → kUnreachable
-/// (the supervisor could not reach lockd), anything else → kFailure.
+/// The failure of an {"ok":false} answer: held/refused/forbidden (another caller's sandbox)/
+/// busy/table_full → kRefused (with holder and epoch), not_found/exec_failed → kNotFound,
+/// bad_request → kUsage, unreachable → kUnreachable (the supervisor could not reach lockd),
+/// unauthorized (this user may not use the socket) → kNoSupervisor, anything else → kFailure.
 Failure supervisor_failure(const nlohmann::json& answer, std::string_view what);
 /// The worker id the supervisor at `socket` says it serves (its `status` op; "" when the answer
 /// names none), or nullopt with `failure` set as supervisor_call sets it.

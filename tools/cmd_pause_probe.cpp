@@ -34,6 +34,7 @@
 #include "shm/table.hpp"
 #include "supervisor/cgroup.hpp"
 #include "supervisor/config.hpp"
+#include "supervisor/control.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -873,21 +874,13 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
 /// recognises the leaf, reuses it and moves the process home. A SIGSTOPped supervisor is only
 /// reported: its stop may not be ours.
 Failure recover_left_frozen(const std::string& socket) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return {};
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket.size() >= sizeof addr.sun_path) {
-    ::close(fd);
-    return {};
-  }
-  std::memcpy(addr.sun_path, socket.c_str(), socket.size());
   ucred cred{};
-  socklen_t len = sizeof cred;
-  const bool known = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                     ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0;
-  ::close(fd);
-  if (!known) return {};  // nobody listens: read_status says so
+  {
+    ControlCallFailure why;
+    const ControlConnection conn = control_connect(socket, why);  // only a server of root or ours
+    if (!conn || conn.server().pid <= 0) return {};                 // read_status says why
+    cred = conn.server();
+  }
   std::string cg, stat;
   const std::string proc = "/proc/" + std::to_string(cred.pid);
   if (read_small_file(proc + "/stat", stat) == 0) {

@@ -70,7 +70,10 @@ const Command kRun([](CLI::App& app, int* exit_code) {
              "(nothing starts if it is held: the holder and epoch are printed)");
   add_supervisor_flags(sub, a->sup);
   auto* name_opt = sub->add_option("--name", a->name, "the name to hold (1..128 bytes of [A-Za-z0-9._:/-])");
-  sub->add_option("--env", a->env, "KEY=VALUE for the sandbox's environment (repeatable; PATH is passed on)");
+  // One value per --env (repeat the flag for more): a list option would take every word up to
+  // the next option and then swallow the `--` that starts the command.
+  sub->add_option("--env", a->env, "KEY=VALUE for the sandbox's environment (one per --env, repeatable; PATH is passed on)")
+      ->allow_extra_args(false);
   sub->add_option("--cwd", a->cwd, "working directory of the sandbox (default /)");
   sub->add_option("--ttl-ms", a->ttl_ms, "lease TTL to ask lockd for, milliseconds (default: the supervisor's)");
   sub->add_flag("--json", a->json, "print the answer as JSON");

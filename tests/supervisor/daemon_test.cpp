@@ -1306,7 +1306,7 @@ TEST_F(SupervisorProcess, AGroupMemberRunsAsItselfAndCannotTouchRootsSandboxes) 
   EXPECT_EQ(answers[0]["uid"], member) << "a command runs as its caller's uid, never as the supervisor's";
   for (std::size_t i = 1; i <= 3; ++i) {
     EXPECT_EQ(answers[i]["ok"], false) << answers[i].dump();
-    EXPECT_EQ(answers[i]["error"], "unauthorized") << answers[i].dump();
+    EXPECT_EQ(answers[i]["error"], "forbidden") << answers[i].dump();
   }
   ASSERT_EQ(answers[4]["sandboxes"].size(), 1u) << "the member sees only its own: " << answers[4].dump();
   EXPECT_EQ(answers[4]["sandboxes"][0]["sandbox"], answers[0]["sandbox"]);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <signal.h>
@@ -20,12 +21,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -254,6 +257,20 @@ TEST_F(CliTest, LockdUnreachableNamesTheAddress) {
   EXPECT_ANSWER(env, kUnreachable, "lockd at 127.0.0.1:9 is unreachable");
 }
 
+// The "no answer" hint names the key as its file does ("leasehold-key kind=cluster key-id=1"),
+// never by the wire key id a cluster key used directly carries (1 | 0x8000 = 32769).
+TEST_F(CliTest, NoAnswerNamesTheKeyAsItsFileDoes) {
+  const Result cluster = cli(with({"show", "orders"}, lockd_flags(kSilentLockd)));
+  EXPECT_ANSWER(cluster, kUnreachable, "(cluster key 1)");
+  EXPECT_EQ(cluster.err.find("32769"), std::string::npos) << cluster.err;
+  EXPECT_EQ(cluster.err.find("key id"), std::string::npos) << cluster.err;
+  const std::string admin = (dir_ / "admin.key").string();
+  ASSERT_EQ(wire::generate_key_file(admin, wire::KeyKind::admin, 7), "");
+  const Result a = cli({"names", "--lockd", kSilentLockd, "--admin-key-file", admin, "--timeout-ms", "300"});
+  EXPECT_ANSWER(a, kUnreachable, "(admin key 7)");
+  EXPECT_EQ(a.err.find("key id"), std::string::npos) << a.err;
+}
+
 TEST_F(CliTest, BadLockdAddressOrKeyFileIsAUsageError) {
   const Result addr = cli({"names", "--lockd", "localhost", "--key-file", key_});
   EXPECT_ANSWER(addr, kUsage, "malformed lockd address \"localhost\"");
@@ -387,6 +404,10 @@ class FakeSupervisor {
           if (n <= 0) break;
           in.append(buf, static_cast<std::size_t>(n));
         }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          requests_.push_back(in.substr(0, in.find('\n')));
+        }
         if (!answer_.empty()) {
           const std::string line = answer_ + "\n";
           [[maybe_unused]] const ssize_t n = ::send(c, line.data(), line.size(), MSG_NOSIGNAL);
@@ -404,8 +425,15 @@ class FakeSupervisor {
     for (int c : held_) ::close(c);
     ::unlink(path_.c_str());
   }
+  /// The request lines received so far (without the newline), in order.
+  std::vector<std::string> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
 
  private:
+  std::mutex mu_;
+  std::vector<std::string> requests_;  // guarded by mu_
   std::string path_;
   std::string answer_;
   bool answer_first_ = false;
@@ -444,6 +472,158 @@ TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
   FakeSupervisor silent(sock, "");
   const Result r = cli({"sandboxes", "--supervisor", sock, "--timeout-ms", "300"});
   EXPECT_ANSWER(r, kNoSupervisor, "did not answer within 300 ms");
+}
+
+// An ownership refusal ("forbidden": another caller's sandbox) is a refusal, exit 3 as the README
+// says; "unauthorized" (this user may not use the socket at all) is exit 7, as a connect(2)
+// that the socket's mode refuses.
+TEST_F(CliTest, ForbiddenSandboxIsARefusalAndAnUnauthorizedCallerHasNoSupervisor) {
+  const std::string sock = (dir_ / "fake-owner.sock").string();
+  {
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", "forbidden"},
+                                           {"message", "sandbox X belongs to uid 0"}})
+                               .dump());
+    for (const auto& args : std::vector<std::vector<std::string>>{{"release", "--supervisor", sock, "orders"},
+                                                                   {"logs", "--supervisor", sock, "orders"},
+                                                                   {"name", "--supervisor", sock, kSandbox, "orders"}}) {
+      SCOPED_TRACE(args[0]);
+      const Result r = cli(args);
+      EXPECT_ANSWER(r, kRefused, "belongs to uid 0");
+    }
+  }
+  FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", "unauthorized"},
+                                         {"message", "uid 65534 may not use this control socket"}})
+                             .dump(),
+                   true);
+  const Result r = cli({"sandboxes", "--supervisor", sock});
+  EXPECT_ANSWER(r, kNoSupervisor, "may not use this control socket");
+}
+
+// `run --env K=V -- CMD...`: one value per --env (repeatable), and everything after `--` is the
+// command, its options included (a list option used to swallow the `--`, and `-c` of
+// `sh -c` was then "not expected").
+TEST_F(CliTest, RunEnvTakesOneValueAndTheCommandIsEverythingAfterTheSeparator) {
+  const std::string sock = (dir_ / "fake-run.sock").string();
+  FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", true}, {"sandbox", kSandbox}, {"pid", 42}}).dump());
+  const Result one = cli({"run", "--supervisor", sock, "--env", "K=V", "--", "sh", "-c", "echo hi"});
+  EXPECT_EQ(one.code, kOk) << one.err;
+  const Result two = cli({"run", "--supervisor", sock, "--env", "A=1", "--env", "B=x=y", "--name", "orders", "--",
+                          "/usr/bin/env", "--env", "C=3", "-i"});
+  EXPECT_EQ(two.code, kOk) << two.err;
+  const Result bad = cli({"run", "--supervisor", sock, "--env", "novalue", "--", "true"});
+  EXPECT_ANSWER(bad, kUsage, "--env \"novalue\" is not KEY=VALUE");
+  const auto req = f.requests();
+  ASSERT_EQ(req.size(), 2u);
+  const auto a = nlohmann::json::parse(req[0]);
+  EXPECT_EQ(a["argv"], nlohmann::json({"sh", "-c", "echo hi"})) << req[0];
+  EXPECT_EQ(a["env"]["K"], "V") << req[0];
+  const auto b = nlohmann::json::parse(req[1]);
+  EXPECT_EQ(b["argv"], nlohmann::json({"/usr/bin/env", "--env", "C=3", "-i"})) << req[1];
+  EXPECT_EQ(b["env"]["A"], "1") << req[1];
+  EXPECT_EQ(b["env"]["B"], "x=y") << req[1];
+  EXPECT_FALSE(b["env"].contains("C")) << req[1];
+  EXPECT_EQ(b["name"], "orders") << req[1];
+}
+
+// A control socket served by another uid (65534) in a directory anyone may write: what the
+// fake server receives from root's CLI. With the server check ablated
+// (LEASEHOLD_ABLATE=unchecked-control-server) it receives the command line and the environment;
+// with it on, nothing, and every command names the socket, the server's uid and the one expected.
+class ForeignServer {
+ public:
+  explicit ForeignServer(const std::string& path) {
+    int ready[2];
+    if (::pipe(ready) != 0 || ::pipe(got_) != 0) throw std::runtime_error("pipe");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      ::close(got_[0]);
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+      const int lfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+      if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 16) != 0) ::_exit(11);
+      ::chmod(path.c_str(), 0777);
+      [[maybe_unused]] ssize_t w = ::write(ready[1], "r", 1);
+      for (;;) {  // until SIGKILL: copy each request line to the parent
+        const int c = ::accept(lfd, nullptr, nullptr);
+        if (c < 0) continue;
+        char buf[4096];
+        for (ssize_t n; (n = ::recv(c, buf, sizeof buf, 0)) > 0;) {
+          w = ::write(got_[1], buf, static_cast<std::size_t>(n));
+          if (std::memchr(buf, '\n', static_cast<std::size_t>(n)) != nullptr) break;
+        }
+        ::close(c);
+      }
+    }
+    ::close(ready[1]);
+    ::close(got_[1]);
+    char r = 0;
+    ok_ = ::read(ready[0], &r, 1) == 1;
+    ::close(ready[0]);
+  }
+  ~ForeignServer() { stop(); }
+  bool ok() const { return ok_; }
+  /// Stops the server; everything it received.
+  std::string stop() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      char buf[4096];
+      for (ssize_t n; (n = ::read(got_[0], buf, sizeof buf)) > 0;) received_.append(buf, static_cast<std::size_t>(n));
+      ::close(got_[0]);
+    }
+    return received_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int got_[2] = {-1, -1};
+  bool ok_ = false;
+  std::string received_;
+};
+
+TEST_F(CliTest, NothingIsSentToAControlSocketOfAnotherUid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a server as another uid";
+  const fs::path open_dir = dir_ / "anyone";
+  ASSERT_TRUE(fs::create_directory(open_dir));
+  ::chmod(dir_.c_str(), 0755);
+  ::chmod(open_dir.c_str(), 0777);
+  const std::string sock = (open_dir / "sup.sock").string();
+  const std::vector<std::vector<std::string>> commands = {
+      {"run", "--supervisor", sock, "--env", "SECRET=hunter2", "--", "/bin/true"},
+      {"release", "--supervisor", sock, "orders"},
+      {"sandboxes", "--supervisor", sock},
+      {"logs", "--supervisor", sock, "orders"},
+      {"name", "--supervisor", sock, kSandbox, "orders"}};
+  for (const bool defended : {false, true}) {
+    SCOPED_TRACE(defended ? "defended" : "ablated");
+    ForeignServer server(sock);
+    ASSERT_TRUE(server.ok());
+    const std::vector<std::string> env =
+        defended ? std::vector<std::string>{} : std::vector<std::string>{"LEASEHOLD_ABLATE=unchecked-control-server"};
+    for (const auto& args : commands) {
+      SCOPED_TRACE(args[0]);
+      const Result r = cli(args, env);
+      EXPECT_EQ(r.code, kNoSupervisor) << r.err;
+      if (defended) {
+        EXPECT_NE(r.err.find("the control socket " + sock + " is served by uid 65534"), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("expected root (uid 0)"), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("refusing to send"), std::string::npos) << r.err;
+      }
+    }
+    const std::string got = server.stop();
+    ::unlink(sock.c_str());
+    if (defended) {
+      EXPECT_EQ(got, "") << "the foreign server received a request";
+    } else {  // the attack: every command reached it, the environment with the first
+      EXPECT_NE(got.find("\"SECRET\":\"hunter2\""), std::string::npos) << got;
+      EXPECT_NE(got.find("\"argv\":[\"/bin/true\"]"), std::string::npos) << got;
+      EXPECT_EQ(std::count(got.begin(), got.end(), '\n'), static_cast<long>(commands.size())) << got;
+    }
+  }
 }
 
 TEST_F(CliTest, LogsPrintsTheSandboxOutputAndAsksByIdOrName) {
