@@ -187,7 +187,8 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
   app.add_option("--sandbox-log-dir", c.sandbox_log_dir,
                  "directory for each sandbox's stdout and stderr, <sandbox id>.log (default: <runtime dir>/"
                  "sandbox-logs-<worker id>; must be this user's, writable by neither group nor others); "
-                 "`leasehold logs` shows one to its owner");
+                 "`leasehold logs` shows one to its owner. At exit the supervisor removes the logs that stayed "
+                 "empty, and the default directory once nothing is left in it");
   app.add_option("--sandbox-log-max-bytes", c.sandbox_log_max_bytes,
                  "at most this many bytes of a sandbox's output are kept in its log file; the rest is read and "
                  "discarded, after one line saying so (default 8388608)")
@@ -266,7 +267,8 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
          },
          "root supervisor: host uid range START:COUNT for sandboxes root starts (uid = START + slot; at least "
          "--slots ids; default: root's range in /etc/subuid, else 100000:65536). Each supervisor on a host needs its "
-         "own: one whose range overlaps a live supervisor's is refused (locks in /run/leasehold/uid-ranges). A "
+         "own: one whose range overlaps a live supervisor's is refused (locks in /run/leasehold/uid-ranges), and so "
+         "is one (the default too) that holds uid 0 or an account's uid or a group's gid. A "
          "non-root caller's sandbox runs as the caller's uid; a non-root supervisor's as its own");
   app.add_option("--sandbox-nproc-max", c.sandbox_nproc_max,
                  "most processes one isolated sandbox may have (RLIMIT_NPROC of its user namespace), count")

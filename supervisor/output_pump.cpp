@@ -31,17 +31,20 @@ std::string OutputPump::start() {
   return {};
 }
 
-OutputPump::~OutputPump() {
+void OutputPump::stop() {
   if (thread_.joinable()) {
     stop_.store(true, std::memory_order_release);
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof one);
     thread_.join();
   }
-  for (Stream& s : incoming_) {
-    ::close(s.pipe_fd);
-    ::close(s.log_fd);
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Stream& s : incoming_) drain_and_close(s);  // added after the thread's last look
+  incoming_.clear();
+}
+
+OutputPump::~OutputPump() {
+  stop();
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 

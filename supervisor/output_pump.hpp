@@ -17,8 +17,11 @@ class OutputPump {
  public:
   /// Starts the copying thread; an empty string, or why it cannot (errno text).
   std::string start();
-  /// Stops the thread; pipes still open are drained of what is already in them, then closed.
-  ~OutputPump();
+  /// Stops the thread; pipes still open are drained of what is already in them, then closed,
+  /// so every byte read is in its log file when it returns. Idempotent; add() after it is not
+  /// copied (the streams are closed by the next stop() or the destructor).
+  void stop();
+  ~OutputPump();  ///< stop()
 
   /// Takes ownership of `pipe_read_fd` (the read end of a sandbox's output pipe) and `log_fd` (its
   /// log file, opened for append): copies at most `cap_bytes` into the file, then one line

@@ -252,6 +252,7 @@ struct Supervisor::Impl {
     std::string path;
   };
   std::string sandbox_log_dir;
+  bool default_log_dir = false;  // sandbox_log_dir is this worker's default one, created or checked
   OutputPump output_pump;  // sandbox pipes -> their log files, each up to --sandbox-log-max-bytes
   std::deque<ExitedLog> exited_logs;  // oldest first; its file is removed when it leaves
   std::vector<SandboxId> by_slot;
@@ -341,6 +342,9 @@ struct Supervisor::Impl {
   /// Takes the per-worker lock (worker_lock_path); "" or why another supervisor has it.
   std::string lock_worker();
   void close_worker_lock();
+  /// At exit: this run's sandbox log files that stayed empty, then the default log directory if
+  /// nothing is left in it (a file with output stays for whoever reads it). Stops the output pump.
+  void remove_empty_logs();
   /// Why a requested lease TTL cannot be served ("" if absent or fine).
   std::string ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const;
   void acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req);
@@ -452,6 +456,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
         (st.st_mode & 022) != 0)
       return "--sandbox-log-dir " + sandbox_log_dir + " must be a directory of uid " + std::to_string(::geteuid()) +
              " that neither group nor others may write";
+    default_log_dir = cfg.sandbox_log_dir.empty();  // the worker lock makes it this process's alone
   }
   if (std::string err = output_pump.start(); !err.empty()) return "sandbox output: " + err;
   control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
@@ -554,6 +559,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     seccomp = build_seccomp_filter(err);
     if (!seccomp) return "sandbox isolation: " + err;
     if (::geteuid() == 0) {
+      std::string range_source;  // where a default range came from, for a refusal
       sandbox_uid_first = cfg.sandbox_uid_first;
       sandbox_uid_count = cfg.sandbox_uid_count;
       if (sandbox_uid_first == 0) {
@@ -561,7 +567,14 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
         const auto range = read_small_file("/etc/subuid", subuid) == 0 ? root_subuid_range(subuid) : std::nullopt;
         sandbox_uid_first = range ? range->first : kDefaultSandboxUidFirst;
         sandbox_uid_count = range ? range->second : kDefaultSandboxUidCount;
+        range_source = range ? "root's range in /etc/subuid"
+                             : "built in, as /etc/subuid has no range for root";
       }
+      // No account's uid or group's gid: a sandbox would own that account's files and processes.
+      if (std::string why = uid_range_account_conflict(sandbox_uid_first, sandbox_uid_count);
+          !why.empty() && !ablated("uid-range-accounts"))
+        return cfg.sandbox_uid_first != 0 ? "--uid-range: " + why
+                                          : "the default sandbox uid range (" + range_source + "): " + why;
       if (sandbox_uid_count < cfg.slots)
         return "--uid-range " + std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) +
                " holds fewer uids than --slots " + std::to_string(cfg.slots) + " (one per slot)";
@@ -791,8 +804,25 @@ void Supervisor::Impl::teardown_partial() {
   dev_null = -1;
   if (table_ro_fd >= 0) ::close(table_ro_fd);
   table_ro_fd = -1;
+  remove_empty_logs();
   close_worker_lock();
   uid_range_lock.release();
+}
+
+void Supervisor::Impl::remove_empty_logs() {
+  output_pump.stop();  // every byte a sandbox wrote is in its file now
+  std::vector<std::string> paths;
+  for (const ExitedLog& e : exited_logs) paths.push_back(e.path);
+  for (const auto& [id, s] : sandboxes)
+    if (!s.log_path.empty()) paths.push_back(s.log_path);
+  for (const std::string& p : paths) {
+    struct stat st{};
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) ::unlink(p.c_str());
+  }
+  // Only the default directory (one per worker id, under the worker lock): a --sandbox-log-dir
+  // is the operator's. rmdir fails (ENOTEMPTY) where output is kept.
+  if (default_log_dir) ::rmdir(sandbox_log_dir.c_str());
+  default_log_dir = false;
 }
 
 void Supervisor::Impl::close_worker_lock() {
@@ -2446,6 +2476,7 @@ int Supervisor::Impl::run() {
       for (int i = 0; i < 100 && s.leaf.remove() == -EBUSY; ++i) ::usleep(1000);
     }
   }
+  remove_empty_logs();
   sandboxes.clear();
   control->close_all();
   table->remove();

@@ -4,9 +4,13 @@
 #include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 
 namespace leasehold {
@@ -170,6 +174,41 @@ TEST(UidRangeLock, RefusesAnOverlapWithALiveHolder) {
   ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
   EXPECT_NE(d.claim(dir, 7000, 1, "D").find("neither group nor others may write"), std::string::npos);
   std::filesystem::remove_all(tmpl);
+}
+
+// A sandbox uid range must hold no uid 0, no account's uid and no group's gid (a sandbox runs as
+// uid and gid START + slot): the first one found is named, with the subordinate-range fix.
+TEST(UidRange, AccountsOfTheHostAreRefused) {
+  EXPECT_NE(uid_range_account_conflict(0, 10).find("contains uid 0 (root)"), std::string::npos);
+  std::optional<std::pair<uid_t, std::string>> account;
+  ::setpwent();
+  while (const passwd* pw = ::getpwent())
+    if (pw->pw_uid != 0 && !account) account = std::make_pair(pw->pw_uid, std::string(pw->pw_name));
+  ::endpwent();
+  ASSERT_TRUE(account) << "no account besides root in the passwd database";
+  const std::string why = uid_range_account_conflict(account->first, 1);
+  EXPECT_NE(why.find("uid range " + std::to_string(account->first) + ":1 contains uid " +
+                     std::to_string(account->first) + " (account " + account->second + ")"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("/etc/subuid"), std::string::npos) << why;
+  EXPECT_NE(uid_range_account_conflict(account->first - std::min<uid_t>(account->first - 1, 3), 8), "")
+      << "a range around the account";
+  // A group whose gid no account has as its uid: refused as a group.
+  std::optional<std::pair<gid_t, std::string>> group_only;
+  ::setgrent();
+  while (const group* gr = ::getgrent())
+    if (gr->gr_gid != 0 && ::getpwuid(gr->gr_gid) == nullptr && !group_only)
+      group_only = std::make_pair(gr->gr_gid, std::string(gr->gr_name));
+  ::endgrent();
+  if (group_only) {
+    const std::string g = uid_range_account_conflict(group_only->first, 1);
+    EXPECT_NE(g.find("contains gid " + std::to_string(group_only->first) + " (group " + group_only->second + ")"),
+              std::string::npos)
+        << g;
+  }
+  // Far above every account (the tests' own ranges): accepted.
+  EXPECT_EQ(uid_range_account_conflict(3'000'000'000u, 1024), "");
 }
 
 TEST(SupervisorConfig, DefaultPaths) {

@@ -6,11 +6,13 @@
 #include "io/auth.hpp"
 #include "io/clock.hpp"
 #include "io/udp.hpp"
+#include "supervisor/config.hpp"
 #include "supervisor/control.hpp"
 
 #include <algorithm>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -218,6 +220,19 @@ struct Supervisor {
       child.signal(SIGTERM);
       child.wait(10'000);
     }
+    child.kill9();
+    remove_stale_worker_lock();
+  }
+  /// A supervisor the test killed (SIGKILL: no clean exit) leaves its worker lock file in the
+  /// runtime directory (/run/leasehold for root); remove it once nobody holds it.
+  void remove_stale_worker_lock() const {
+    const auto id = WorkerId::parse(worker);
+    if (!id) return;
+    const std::string path = worker_lock_path(*id);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(path.c_str());  // unlinked while held, as a holder does
+    ::close(fd);
   }
   Child child;
   fs::path socket;
@@ -249,6 +264,9 @@ struct Supervisor {
       const std::uint64_t block = static_cast<std::uint64_t>(::getpid() % 30000) * 64 + (instance++ % 64);
       args.insert(args.end(), {"--uid-range", std::to_string(10'000'000 + block * 1024) + ":1024"});
     }
+    // Sandbox logs in the test's directory (removed with it), not in the runtime directory.
+    if (std::find(extra.begin(), extra.end(), "--sandbox-log-dir") == extra.end())
+      args.insert(args.end(), {"--sandbox-log-dir", (dir / (tag + "-logs")).string()});
     args.insert(args.end(), extra.begin(), extra.end());
     child.start(LEASEHOLD_SUPERVISOR_BINARY, args, dir / (tag + ".out"), log);
     if (!child.wait_stdout("ready\n")) {

@@ -20,6 +20,7 @@
 
 #include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -1026,6 +1027,102 @@ TEST_F(SupervisorProcess, OverlappingUidRangesOfTwoLiveSupervisorsAreRefused) {
   a.child.kill9();
   start_sup(d, {"--uid-range", next + ":1024", "--slots", "16"}, "d");
   EXPECT_EQ(d.call({{"v", 1}, {"op", "status"}})["ok"], true);
+}
+
+// A --uid-range over an existing account: root's sandboxes would run as that account (issue:
+// `--uid-range 33:4` ran them as www-data). The supervisor refuses it at start, naming the account
+// and a subordinate range; with the check ablated (LEASEHOLD_ABLATE=uid-range-accounts) it starts
+// and a sandbox root starts runs as the account's uid.
+TEST_F(SupervisorProcess, AUidRangeOverAnExistingAccountIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "uid ranges are a root supervisor's (a non-root one runs sandboxes as its uid)";
+  // An account of this host, not root, with no live supervisor's range over it (4 uids from it).
+  std::optional<std::pair<uid_t, std::string>> account;
+  ::setpwent();
+  while (const passwd* pw = ::getpwent())
+    if (pw->pw_uid != 0 && pw->pw_uid < 60000 && !account) account = std::make_pair(pw->pw_uid, std::string(pw->pw_name));
+  ::endpwent();
+  if (!account) GTEST_SKIP() << "no account besides root in the passwd database";
+  const std::string range = std::to_string(account->first) + ":4";
+  start_lockd();
+  for (const bool defended : {false, true}) {
+    SCOPED_TRACE(defended ? "defended" : "ablated");
+    if (!defended) ::setenv("LEASEHOLD_ABLATE", "uid-range-accounts", 1);
+    Supervisor sup;
+    std::string err;
+    const bool started = sup.start(dir_.path(), lockd_.address, key_,
+                                   with(kSupTiming, {"--uid-range", range, "--slots", "4"}), &err,
+                                   defended ? "defended" : "ablated");
+    ::unsetenv("LEASEHOLD_ABLATE");
+    if (!defended) {  // the attack: root's sandbox runs as the account
+      ASSERT_TRUE(started) << err;
+      const json a = sup.call(run_req("", {"sleep", "30"}));
+      ASSERT_EQ(a["ok"], true) << a.dump();
+      EXPECT_EQ(a["uid"], account->first) << a.dump();
+      EXPECT_EQ(sup.call({{"v", 1}, {"op", "kill"}, {"sandbox", a["sandbox"]}})["ok"], true);
+      continue;
+    }
+    EXPECT_FALSE(started);
+    EXPECT_EQ(sup.child.wait(), 2);
+    const std::string text = sup.child.err();
+    EXPECT_NE(text.find("--uid-range: uid range " + range + " contains uid " + std::to_string(account->first) +
+                        " (account " + account->second + ")"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("/etc/subuid"), std::string::npos) << text;
+  }
+}
+
+// Stopped supervisors used to leave a directory under /run/leasehold each (sandbox-logs-<worker
+// id>, with a file per sandbox, empty or not). At a clean exit a supervisor removes the log files
+// of its sandboxes that wrote nothing, then the default directory once it is empty; a file with
+// output stays (and so its directory). A supervisor that cannot start leaves none either.
+TEST_F(SupervisorProcess, ACleanExitRemovesEmptySandboxLogsAndTheEmptyDefaultDirectory) {
+  start_lockd();
+  const std::string worker = WorkerId{0x1c9e5d7a, std::uint64_t(::getpid()) << 8 | 1}.str();
+  const fs::path logs = fs::path(runtime_dir()) / ("sandbox-logs-" + worker);
+  fs::remove_all(logs);
+  const std::vector<std::string> flags = {"--worker-id", worker, "--sandbox-log-dir", ""};  // "": the default
+  std::string quiet_log, chatty_log;
+  {
+    Supervisor sup;
+    start_sup(sup, flags, "first");
+    const json quiet = sup.call(run_req("", {"true"}));
+    const json chatty = sup.call(run_req("", {"sh", "-c", "echo kept"}));
+    ASSERT_EQ(quiet["ok"], true) << quiet.dump();
+    ASSERT_EQ(chatty["ok"], true) << chatty.dump();
+    quiet_log = quiet["log"];
+    chatty_log = chatty["log"];
+    EXPECT_EQ(fs::path(quiet_log).parent_path(), logs);
+    // Both have exited (their logs answer "running": false) before the supervisor stops.
+    EXPECT_TRUE(eventually([&] {
+      for (const json& a : {quiet, chatty})
+        if (sup.call({{"v", 1}, {"op", "logs"}, {"sandbox", a["sandbox"]}}).value("running", true)) return false;
+      return true;
+    }, 10'000));
+    EXPECT_TRUE(fs::exists(quiet_log));
+    sup.child.signal(SIGTERM);
+    EXPECT_EQ(sup.child.wait(), 0) << sup.log_text();
+  }
+  EXPECT_FALSE(fs::exists(quiet_log)) << "an empty log outlived its supervisor";
+  EXPECT_EQ(slurp(chatty_log), "kept\n");
+  EXPECT_TRUE(fs::is_directory(logs));
+  // Once the kept file is gone, the next supervisor of the worker leaves no directory at all.
+  fs::remove(chatty_log);
+  {
+    Supervisor sup;
+    start_sup(sup, flags, "second");
+    EXPECT_TRUE(fs::is_directory(logs));
+    sup.child.signal(SIGTERM);
+    EXPECT_EQ(sup.child.wait(), 0) << sup.log_text();
+  }
+  EXPECT_FALSE(fs::exists(logs));
+  // A supervisor that creates the directory and then cannot start (no lockd answers).
+  Supervisor refused;
+  std::string err;
+  EXPECT_FALSE(refused.start(dir_.path(), "127.0.0.1:9", key_, with(kSupTiming, flags), &err, "refused"));
+  EXPECT_NE(refused.child.wait(), 0);
+  EXPECT_FALSE(fs::exists(logs)) << refused.child.err();
+  fs::remove_all(logs);
 }
 
 // A sandbox's stdout and stderr go to a file of its own, not into the supervisor's output: there
