@@ -616,7 +616,9 @@ void Demo::body() {
          // Isolated sandboxes (the default); as root each worker's from its own uid range, so
          // the two workers' sandboxes never share a uid, nor those of another demo running now
          // (the supervisor refuses a range that overlaps a live one's).
-         "--uid-range", demo_uid_range(i)},
+         "--uid-range", demo_uid_range(i),
+         // The agents' output stays with the rest of the run (removed with it, kept by --keep).
+         "--sandbox-log-dir", world_.tmp + "/w" + std::to_string(i + 1) + "-sandbox-logs"},
         world_.tmp + "/w" + std::to_string(i + 1) + ".log", world_.net.netns[i], err);
     if (!world_.sup[i]) abort(err);
   }

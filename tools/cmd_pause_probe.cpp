@@ -858,7 +858,7 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
                    std::to_string(d.timing.heartbeat_interval_ms), "--kill-latency-budget-ms",
                    std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",
                    rho_text(d.timing.clock_rate_bound), "--control-socket", d.socket, "--shm", d.shm_path,
-                   "--slots", "16", "--on-shutdown", "kill",
+                   "--slots", "16", "--on-shutdown", "kill", "--sandbox-log-dir", d.tmp.path + "/sandbox-logs",
                    // The probe's sandbox is its own trusted program writing logs below the output
                    // directory, which another uid may not reach; the kill path is the same.
                    "--isolation", "off"},
