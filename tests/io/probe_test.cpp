@@ -17,6 +17,15 @@ ProbeFacts healthy() {
   return f;
 }
 
+// The probe's verdict on a healthy kernel whose io_uring_setup failed with `setup_errno`
+// (0: it worked), with kernel.io_uring_disabled at `io_uring_disabled` (-1: no such sysctl).
+ProbeResult classify_setup(int setup_errno, int io_uring_disabled = 0) {
+  ProbeFacts f = healthy();
+  f.io_uring_disabled = io_uring_disabled;
+  f.setup_errno = setup_errno;
+  return classify_probe(f);
+}
+
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 TEST(Probe, HealthyFactsAreOk) {
@@ -27,10 +36,7 @@ TEST(Probe, HealthyFactsAreOk) {
 }
 
 TEST(Probe, SysctlTwoWithEpermSaysDisabledAndHowToEnable) {
-  ProbeFacts f = healthy();
-  f.io_uring_disabled = 2;
-  f.setup_errno = EPERM;
-  ProbeResult r = classify_probe(f);
+  const ProbeResult r = classify_setup(EPERM, 2);
   EXPECT_EQ(r.failure, ProbeFailure::disabled_by_sysctl);
   EXPECT_EQ(r.error, EPERM);
   EXPECT_TRUE(contains(r.message, "io_uring_disabled=2")) << r.message;
@@ -38,58 +44,43 @@ TEST(Probe, SysctlTwoWithEpermSaysDisabledAndHowToEnable) {
 }
 
 TEST(Probe, SysctlOneWithEpermNamesTheGroup) {
-  ProbeFacts f = healthy();
-  f.io_uring_disabled = 1;
-  f.setup_errno = EPERM;
-  ProbeResult r = classify_probe(f);
+  const ProbeResult r = classify_setup(EPERM, 1);
   EXPECT_EQ(r.failure, ProbeFailure::disabled_by_sysctl);
   EXPECT_TRUE(contains(r.message, "io_uring_group")) << r.message;
 }
 
 TEST(Probe, EpermWithSysctlZeroIsSeccomp) {
-  ProbeFacts f = healthy();
-  f.setup_errno = EPERM;
-  ProbeResult r = classify_probe(f);
+  const ProbeResult r = classify_setup(EPERM);
   EXPECT_EQ(r.failure, ProbeFailure::blocked_eperm);
   EXPECT_TRUE(contains(r.message, "seccomp")) << r.message;
   EXPECT_TRUE(contains(r.message, "fix:")) << r.message;
 }
 
 TEST(Probe, EpermWithoutTheSysctlFileIsSeccomp) {
-  ProbeFacts f = healthy();
-  f.io_uring_disabled = -1;  // kernels before 6.6 have no such sysctl
-  f.setup_errno = EPERM;
-  EXPECT_EQ(classify_probe(f).failure, ProbeFailure::blocked_eperm);
+  // kernels before 6.6 have no such sysctl
+  EXPECT_EQ(classify_setup(EPERM, -1).failure, ProbeFailure::blocked_eperm);
 }
 
 TEST(Probe, SysctlTwoWinsEvenIfSetupSomehowWorked) {
-  ProbeFacts f = healthy();
-  f.io_uring_disabled = 2;
-  EXPECT_EQ(classify_probe(f).failure, ProbeFailure::disabled_by_sysctl);
+  EXPECT_EQ(classify_setup(0, 2).failure, ProbeFailure::disabled_by_sysctl);
 }
 
 TEST(Probe, EnosysNamesKernelConfigAndSeccomp) {
-  ProbeFacts f = healthy();
-  f.setup_errno = ENOSYS;
-  ProbeResult r = classify_probe(f);
+  const ProbeResult r = classify_setup(ENOSYS);
   EXPECT_EQ(r.failure, ProbeFailure::unsupported_enosys);
   EXPECT_TRUE(contains(r.message, "CONFIG_IO_URING")) << r.message;
   EXPECT_TRUE(contains(r.message, "seccomp")) << r.message;
 }
 
 TEST(Probe, EnomemIsMemlock) {
-  ProbeFacts f = healthy();
-  f.setup_errno = ENOMEM;
-  ProbeResult r = classify_probe(f);
+  const ProbeResult r = classify_setup(ENOMEM);
   EXPECT_EQ(r.failure, ProbeFailure::memlock);
   EXPECT_TRUE(contains(r.message, "RLIMIT_MEMLOCK")) << r.message;
   EXPECT_TRUE(contains(r.message, "LimitMEMLOCK")) << r.message;
 }
 
 TEST(Probe, OtherSetupErrnoIsReportedWithItsText) {
-  ProbeFacts f = healthy();
-  f.setup_errno = EFAULT;
-  ProbeResult r = classify_probe(f);
+  const ProbeResult r = classify_setup(EFAULT);
   EXPECT_EQ(r.failure, ProbeFailure::setup_failed);
   EXPECT_EQ(r.error, EFAULT);
   EXPECT_TRUE(contains(r.message, "Bad address")) << r.message;

@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <thread>
 
 namespace leasehold::lockd {
@@ -90,6 +91,29 @@ class LockdAuthority : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(lockd_.start(args, dir_.path() / "lockd.log", &err)) << err;
   }
   std::string key_path() const { return (dir_.path() / "lockd.key").string(); }
+
+  /// W's sandbox S1 acquires `name` with W's own key: the heartbeat W's supervisor would send
+  /// for that grant, for a test to forge, capture or replay. nullopt (a failure recorded) when
+  /// lockd does not grant it.
+  std::optional<wire::Heartbeat> held_by_w(const std::string& name) {
+    AdminClient w(lockd_.address(), worker_key(W));
+    const Answer g = w.acquire(name, S1, W);
+    const auto* grant = g.as<wire::Grant>();
+    EXPECT_NE(grant, nullptr) << name << ": " << g.error;
+    if (grant == nullptr) return std::nullopt;
+    wire::Heartbeat hb;
+    hb.entries.push_back(wire::HeartbeatEntry{name_id_of(name), S1, grant->epoch});
+    return hb;
+  }
+  /// `hb` sealed with W's key as its supervisor sends it (request id 9), sent from `from` and
+  /// answered: the bytes an attacker on the wire captures.
+  std::vector<std::uint8_t> genuine(const wire::Heartbeat& hb, RawSocket& from) {
+    wire::Sender sup(W, wire::seq_seed(), worker_key(W));
+    std::vector<std::uint8_t> bytes = seal(sup, 9, hb);
+    from.send(bytes, lockd_.address());
+    EXPECT_FALSE(from.receive(2000).empty()) << "the genuine heartbeat is not answered";
+    return bytes;
+  }
 
   /// The key lockd issues to `worker`, made as an operator makes it (leasehold-lockd
   /// --derive-worker-key), under the same ablation as the running lockd.
@@ -249,16 +273,12 @@ TEST_P(LockdAuthority, CommitOfAnotherWorkersAcquireIsRefused) {
 // held; lockd's TTL expires it.
 TEST_P(LockdAuthority, HeartbeatClaimingAnotherWorkersIdDoesNotRefresh) {
   start("shared-worker-key", {"--ttl-ms", std::to_string(kTtlMs)});
-  AdminClient w(lockd_.address(), worker_key(W));
-  const Answer g = w.acquire("auth/heartbeat", S1, W);
-  const auto* grant = g.as<wire::Grant>();
-  ASSERT_NE(grant, nullptr) << g.error;
+  const auto hb = held_by_w("auth/heartbeat");
+  ASSERT_TRUE(hb);
 
   wire::Sender forged(W, wire::seq_seed(), worker_key(X));
-  wire::Heartbeat hb;
-  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("auth/heartbeat"), S1, grant->epoch});
   std::uint64_t rid = 1;
-  const bool expired = sent_until_not_held([&] { return seal(forged, rid++, hb); }, "auth/heartbeat");
+  const bool expired = sent_until_not_held([&] { return seal(forged, rid++, *hb); }, "auth/heartbeat");
   if (defended()) {
     EXPECT_TRUE(expired) << "forged heartbeats kept W's name held";
     EXPECT_GE(counters()["reject_bad_tag"], 1u);
@@ -271,19 +291,11 @@ TEST_P(LockdAuthority, HeartbeatClaimingAnotherWorkersIdDoesNotRefresh) {
 // its sandbox had been killed: a replayed seq is never executed.
 TEST_P(LockdAuthority, ReplayedHeartbeatIsNotExecuted) {
   start("replay-heartbeats", {"--ttl-ms", std::to_string(kTtlMs)});
-  const wire::WireKey kw = worker_key(W);
-  AdminClient w(lockd_.address(), kw);
-  const Answer g = w.acquire("auth/replay", S1, W);
-  const auto* grant = g.as<wire::Grant>();
-  ASSERT_NE(grant, nullptr) << g.error;
-
-  wire::Sender sup(W, wire::seq_seed(), kw);
-  wire::Heartbeat hb;
-  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("auth/replay"), S1, grant->epoch});
-  const std::vector<std::uint8_t> captured = seal(sup, 9, hb);
+  const auto hb = held_by_w("auth/replay");
+  ASSERT_TRUE(hb);
   RawSocket s;
-  s.send(captured, lockd_.address());
-  ASSERT_FALSE(s.receive(2000).empty());  // the genuine heartbeat is answered
+  const std::vector<std::uint8_t> captured = genuine(*hb, s);
+  ASSERT_FALSE(HasFailure());
   // The sandbox is gone; the attacker replays the captured bytes.
   const bool expired = sent_until_not_held([&] { return captured; }, "auth/replay");
   if (defended()) {
@@ -611,18 +623,11 @@ TEST_P(LockdAuthority, SeqJumpCannotLockAWorkerOut) {
 // goes only to the address the sender's last accepted datagram came from.
 TEST_P(LockdAuthority, ReplayedRequestIsNotReflectedToOtherPorts) {
   start("reflection", {"--ttl-ms", std::to_string(kTtlMs)});
-  const wire::WireKey kw = worker_key(W);
-  AdminClient w(lockd_.address(), kw);
-  const Answer g = w.acquire("auth/reflect", S1, W);
-  const auto* grant = g.as<wire::Grant>();
-  ASSERT_NE(grant, nullptr) << g.error;
-  wire::Sender sup(W, wire::seq_seed(), kw);
-  wire::Heartbeat hb;
-  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("auth/reflect"), S1, grant->epoch});
-  RawSocket genuine;
-  const std::vector<std::uint8_t> captured = seal(sup, 9, hb);
-  genuine.send(captured, lockd_.address());
-  ASSERT_FALSE(genuine.receive(2000).empty());
+  const auto hb = held_by_w("auth/reflect");
+  ASSERT_TRUE(hb);
+  RawSocket own;
+  const std::vector<std::uint8_t> captured = genuine(*hb, own);
+  ASSERT_FALSE(HasFailure());
 
   constexpr int kPorts = 50;
   std::size_t reflected = 0;
@@ -633,8 +638,8 @@ TEST_P(LockdAuthority, ReplayedRequestIsNotReflectedToOtherPorts) {
     std::this_thread::sleep_for(std::chrono::milliseconds(12));  // past the per-sender rate bound
   }
   // The genuine address still gets its answer (a retry of its own, replayed: an error there).
-  genuine.send(captured, lockd_.address());
-  const bool own_answered = !genuine.receive(2000).empty();
+  own.send(captured, lockd_.address());
+  const bool own_answered = !own.receive(2000).empty();
   if (defended()) {
     EXPECT_EQ(reflected, 0u);
     EXPECT_TRUE(own_answered);
