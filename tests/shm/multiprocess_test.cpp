@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <atomic>
 #include <csignal>
+#include <new>
+#include <sys/mman.h>
 #include <random>
 #include <sys/wait.h>
 #include <thread>
@@ -20,21 +23,36 @@ namespace {
 using namespace test;
 
 inline constexpr int kReaders = 3;
-inline constexpr auto kRunFor = std::chrono::milliseconds(800);
-inline constexpr std::uint64_t kCyclesMax = 50'000;
+// The run ends on counts, not on time: the writer cycles until it has done kCyclesMin cycles
+// and every reader has made kValidChecksMin valid checks (the positive control), however slowly
+// a loaded machine schedules them. kHangGuard only turns a reader that never gets there into a
+// failure instead of a hung test.
+inline constexpr std::uint64_t kCyclesMin = 2'000;
+inline constexpr std::uint64_t kValidChecksMin = 200;
+inline constexpr auto kHangGuard = std::chrono::seconds(120);
+
+// What the readers report to the writer, in a MAP_SHARED page mapped before the fork.
+struct Progress {
+  std::atomic<int> ready{0};                          // readers that have the table open
+  std::atomic<std::uint64_t> valid_checks[kReaders];  // each reader's positive-control count
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 
 // Reader child: hammer until the writer closes the table; exit status = verdict.
-[[noreturn]] void reader_child(const std::string& location, unsigned seed) {
+[[noreturn]] void reader_child(const std::string& location, unsigned seed, Progress& progress, int k) {
   try {
     OpenOptions oo;
-    oo.wait_ns = 5'000'000'000;
+    oo.wait_ns = 60'000'000'000;
     const auto r = TableReader::open(location, oo);
+    progress.ready.fetch_add(1);
     Violations v;
     std::mt19937 rng(seed);
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);  // bound
+    const auto end = std::chrono::steady_clock::now() + 2 * kHangGuard;  // the writer closes first
     while (r.header().closed_ns.load(std::memory_order_acquire) == 0 &&
-           std::chrono::steady_clock::now() < end)
+           std::chrono::steady_clock::now() < end) {
       reader_step(r, static_cast<std::uint32_t>(rng() % r.slot_count()), v);
+      progress.valid_checks[k].store(v.valid_checks.load(), std::memory_order_relaxed);
+    }
     if (v.wrong_sandbox.load() != 0) ::_exit(10);
     if (v.revoked_but_valid.load() != 0) ::_exit(11);
     if (v.deadline_mismatch.load() != 0) ::_exit(12);
@@ -52,18 +70,39 @@ TEST(ShmMultiProcess, ReadersNeverSeeWrongPairingsOrRevokedAsValid) {
   o.liveness_timeout_ns = kLivenessTimeoutMaxNs;  // the probes use synthetic times near kBaseNs
   auto w = TableWriter::create(o);
   w.heartbeat(kBaseNs);
+  void* page = ::mmap(nullptr, sizeof(Progress), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  auto* progress = new (page) Progress{};
   std::vector<pid_t> kids;
+  // However the test ends, no reader outlives it.
+  struct Reap {
+    std::vector<pid_t>& kids;
+    ~Reap() {
+      for (const pid_t pid : kids) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } reap{kids};
   for (int k = 0; k < kReaders; ++k) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) reader_child(t.location, static_cast<unsigned>(k + 1));
+    if (pid == 0) reader_child(t.location, static_cast<unsigned>(k + 1), *progress, k);
     kids.push_back(pid);
   }
+  const auto guard = std::chrono::steady_clock::now() + kHangGuard;
+  while (progress->ready.load() < kReaders && std::chrono::steady_clock::now() < guard)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(progress->ready.load(), kReaders) << "the readers did not open the table";
+  auto readers_done = [&] {
+    for (int k = 0; k < kReaders; ++k)
+      if (progress->valid_checks[k].load(std::memory_order_relaxed) < kValidChecksMin) return false;
+    return true;
+  };
   // The writer: cycles with random revokes in between (one thread plays io and rt).
   std::mt19937 rng(99);
   std::uint64_t cycles = 0;
-  const auto end = std::chrono::steady_clock::now() + kRunFor;
-  for (std::uint64_t c = 0; c < kCyclesMax && std::chrono::steady_clock::now() < end; ++c) {
+  for (std::uint64_t c = 0; (cycles < kCyclesMin || !readers_done()) && std::chrono::steady_clock::now() < guard; ++c) {
     const ClaimResult cl = w.claim(sandbox_of_claim(c), 10 + c);
     ASSERT_EQ(cl.error, TableErrc::ok);
     const bool revoke_at_first = rng() % 3 == 0;
@@ -79,6 +118,9 @@ TEST(ShmMultiProcess, ReadersNeverSeeWrongPairingsOrRevokedAsValid) {
     w.free(cl.slot, 10 + c);
     ++cycles;
   }
+  EXPECT_GE(cycles, kCyclesMin);
+  for (int k = 0; k < kReaders; ++k)
+    EXPECT_GE(progress->valid_checks[k].load(), kValidChecksMin) << "reader " << k << " saw too few published slots";
   w.close(boottime_ns());
   for (const pid_t pid : kids) {
     int status = 0;
@@ -87,7 +129,8 @@ TEST(ShmMultiProcess, ReadersNeverSeeWrongPairingsOrRevokedAsValid) {
     EXPECT_EQ(WEXITSTATUS(status), 0)
         << "10 wrong sandbox, 11 revoked seen valid, 12 deadline of another epoch, 13 vacuous";
   }
-  EXPECT_GT(cycles, 100u);
+  kids.clear();
+  ::munmap(page, sizeof(Progress));
 }
 
 TEST(ShmMultiProcess, KilledWriterIsSeenDeadWithinTheLivenessTimeout) {
