@@ -5,8 +5,10 @@
 #include "lockd_process.hpp"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
@@ -34,6 +36,34 @@ class LockdRestartTest : public ::testing::Test {
   TempDir dir_;
   wire::WireKey key_;
 };
+
+// A value of the store's meta table (service.hpp: `lived/<n>` is a lower bound of how long
+// incarnation n served, in ns), read once lockd is gone (it holds the store exclusively); -1
+// when the key is absent.
+std::int64_t meta_value(const std::string& store, const std::string& key) {
+  sqlite3* db = nullptr;
+  std::int64_t v = -1;
+  if (sqlite3_open_v2(store.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* q = nullptr;
+    if (sqlite3_prepare_v2(db, "SELECT v FROM meta WHERE k = ?1", -1, &q, nullptr) == SQLITE_OK) {
+      sqlite3_bind_text(q, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+      if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+  }
+  sqlite3_close(db);
+  return v;
+}
+
+// One of lockd's stats counters; nullopt when it does not answer.
+std::optional<std::uint64_t> counter(AdminClient& c, std::string_view key) {
+  std::string err;
+  const auto all = c.counters(&err);
+  if (!all) return std::nullopt;
+  for (const auto& k : *all)
+    if (k.key == key) return k.value;
+  return std::nullopt;
+}
 
 const SandboxId S1{0x51, 1}, S2{0x51, 2}, S3{0x51, 3};
 const WorkerId W1{0x77, 1};
@@ -145,37 +175,57 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   EXPECT_NE(q.log().find("event=restore names=3 held=1"), std::string::npos) << q.log();
 }
 
-// The restart rule: lockd killed -9 every ~400 ms, more often than its 1000 ms TTL. Each
+// The restart rule: lockd killed -9 after serving a checkpoint interval or two, more often than
+// its 2000 ms TTL. Each
 // restart used to give every held lease a fresh TTL, so a holder that died kept its name for
 // ever. Now a lease whose worker lockd has not acknowledged since an earlier incarnation gets
 // only what is left of a TTL of lockd's served time since then: the dead holder's name is freed
 // after about one TTL of uptime, while a holder that refreshes after every restart (the first
 // refresh of each incarnation may come late: it is sent only once the new lockd is up) keeps
 // its lease throughout, at the same epoch.
+// Each incarnation is killed once lockd has made a lived mark of at least one checkpoint
+// interval (500 ms) durable - its fourth store commit; the store says so afterwards - not after
+// a fixed time, so a loaded machine changes only how long the test takes: the name must be freed by the restart at which the durable
+// lived marks since the dead worker's last acknowledgement sum to a TTL, and never before the
+// incarnations since then can have served a TTL (each one's wall-clock time, from the start
+// request to the kill, bounds what it served from above).
 TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
+  constexpr std::int64_t kTtlMs = 2000;  // a heartbeat may be this late before the live lease lapses
+  constexpr std::int64_t kLivedIntervalNs = kTtlMs * 1'000'000 / 4;  // service.hpp: ttl/4, >= 100 ms
   const WorkerId dead_worker{0x77, 0xdead}, live_worker{0x77, 0x11fe};
   const SandboxId dead{0x51, 0xdead}, live{0x51, 0x11fe};
-  Epoch live_epoch = 0;
+  const std::string store = (dir_.path() / "lockd.db").string();
+  Epoch dead_epoch = 0, live_epoch = 0;
   {
     LockdProcess p;
-    start(p, {"--ttl-ms", "1000"});
+    start(p, {"--ttl-ms", std::to_string(kTtlMs)});
     AdminClient c(p.address(), key_, live_worker);
     const Answer d = c.acquire("r/dead", dead, dead_worker);
     ASSERT_NE(d.as<wire::Grant>(), nullptr) << d.error;
+    dead_epoch = d.as<wire::Grant>()->epoch;
     const Answer g = c.acquire("r/live", live, live_worker);
     ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
     live_epoch = g.as<wire::Grant>()->epoch;
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
     p.kill9();
   }
   const std::vector<wire::HeartbeatEntry> beat{{name_id_of("r/live"), live, live_epoch}};
-  int freed_at = 0;  // restart count at which r/dead was first seen free
-  for (int restart = 1; restart <= 10 && freed_at == 0; ++restart) {
+  int freed_at = 0;              // restart count at which r/dead was first seen free
+  std::int64_t lived_ns = 0;     // durable lived marks of the restarts before this one
+  std::int64_t wall_ns = 0;      // wall-clock time of the restarts up to this one
+  int must_free_by = 0;          // the restart at which lived_ns first reached a TTL
+  for (int restart = 1; restart <= 12 && freed_at == 0; ++restart) {
+    if (must_free_by == 0 && lived_ns >= kTtlMs * 1'000'000) must_free_by = restart;
+    const auto started = std::chrono::steady_clock::now();
     LockdProcess p;
-    start(p, {"--ttl-ms", "1000"});
+    start(p, {"--ttl-ms", std::to_string(kTtlMs)});
     AdminClient c(p.address(), key_, live_worker);
-    const auto served_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
-    while (std::chrono::steady_clock::now() < served_until && freed_at == 0) {
+    const auto incarnation = counter(c, "incarnation");
+    ASSERT_TRUE(incarnation) << p.log();
+    const std::string lived_key = "lived/" + std::to_string(*incarnation);
+    // Four store commits: nothing changes here but the first acknowledgement's seen mark, so
+    // the last two are lived checkpoints, a checkpoint interval apart: the fourth's lived mark
+    // is at least that interval (checked below, from the store, once lockd is gone).
+    while (freed_at == 0 && counter(c, "store_commits").value_or(0) < 4) {
       const Answer r = c.heartbeat(beat);
       const auto* ack = r.as<wire::HeartbeatAck>();
       ASSERT_NE(ack, nullptr) << r.error;
@@ -183,28 +233,39 @@ TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
       const Answer sh = c.show("r/dead");
       const auto* info = sh.as<wire::NameInfo>();
       if (info == nullptr || info->record.state == wire::LockState::free) freed_at = restart;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
     const Answer sl = c.show("r/live");
     ASSERT_NE(sl.as<wire::NameInfo>(), nullptr) << sl.error;
     EXPECT_EQ(sl.as<wire::NameInfo>()->record.state, wire::LockState::held);
     EXPECT_EQ(sl.as<wire::NameInfo>()->record.epoch, live_epoch);
     if (freed_at != 0) {
+      // Never early: the incarnations since the dead worker's last acknowledgement (the first
+      // restart's on) have served a TTL in all.
+      EXPECT_GE(wall_ns, kTtlMs * 1'000'000) << "freed at restart " << restart << " after " << wall_ns / 1'000'000
+                                             << " ms of uptime since the dead worker's incarnation";
       // The next holder gets it, above the dead holder's epoch.
       const Answer g = c.acquire("r/dead", SandboxId{0x51, 0xbeef}, live_worker);
       ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+      EXPECT_GT(g.as<wire::Grant>()->epoch, dead_epoch);
       EXPECT_EQ(p.terminate(), 0);
       EXPECT_NE(p.log().find("event=expire name=r/dead"), std::string::npos) << p.log();
       break;
     }
     p.kill9();
+    const std::int64_t lived_here = meta_value(store, lived_key);
+    EXPECT_GE(lived_here, kLivedIntervalNs) << lived_key << " after 4 store commits";
+    lived_ns += std::max<std::int64_t>(0, lived_here);
   }
-  // About one TTL of served time: the first restart restores a full TTL (the dead holder's
-  // worker was acknowledged in the incarnation before it), later ones what is left of it.
-  EXPECT_GE(freed_at, 2);
-  // (lived is checkpointed every TTL/4 = 250 ms, so each 400 ms incarnation counts >= 250 ms.)
-  EXPECT_LE(freed_at, 6) << "the dead holder's name outlived " << freed_at - 1 << " restarts";
-  EXPECT_NE(freed_at, 0) << "10 restarts, 400 ms each, never freed the dead holder's name";
+  ASSERT_NE(freed_at, 0) << "12 restarts, each past a lived checkpoint, never freed the dead holder's name";
+  // Not late: at the restart where the durable lived marks reach a TTL the restored lease has
+  // nothing left. (Not early is checked where it is freed: the first restart restores a full
+  // TTL, since the dead worker was acknowledged in the incarnation before it.)
+  if (must_free_by != 0) {
+    EXPECT_LE(freed_at, must_free_by) << "the dead holder's name outlived a TTL of lived marks";
+  }
+  EXPECT_LE(freed_at, 5) << "each restart counts >= " << kLivedIntervalNs / 1'000'000 << " ms, so 4 of them make a TTL";
 }
 
 // A client acquires, releases and revokes names as fast as it can while lockd is killed -9 at
