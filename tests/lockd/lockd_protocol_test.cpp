@@ -293,17 +293,25 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
 }
 
 TEST_F(LockdTest, CommitAfterAcquiringExpiredIsRefused) {
+  {
+    // Within the acquiring TTL, commit grants at the epoch allocated by the acquire. (A TTL
+    // no loaded machine can outlast between the acquire's answer and the commit.)
+    start({"--acquiring-ttl-ms", "300000"});
+    AdminClient c = client(W1);
+    const Answer ok_answer = c.acquire("job/1", S1, W1, 0, true);
+    const auto* ok = ok_answer.as<wire::Grant>();
+    ASSERT_NE(ok, nullptr);
+    EXPECT_EQ(ok->state, wire::LockState::acquiring);
+    const Answer cm = c.commit(name_id_of("job/1"), S1, ok->epoch, W1);
+    ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.error;
+    EXPECT_EQ(cm.as<wire::Grant>()->state, wire::LockState::held);
+    EXPECT_EQ(cm.as<wire::Grant>()->epoch, ok->epoch);
+    ASSERT_EQ(lockd_.terminate(), 0);
+  }
+  // With a 100 ms acquiring TTL, a commit 300 ms after the acquire's answer (so at least that
+  // long after lockd set the deadline, however slow the machine) comes too late.
   start({"--acquiring-ttl-ms", "100"});
   AdminClient c = client(W1);
-  // Within the acquiring TTL, commit grants at the epoch allocated by the acquire.
-  const Answer ok_answer = c.acquire("job/1", S1, W1, 0, true);
-  const auto* ok = ok_answer.as<wire::Grant>();
-  ASSERT_NE(ok, nullptr);
-  EXPECT_EQ(ok->state, wire::LockState::acquiring);
-  const Answer cm = c.commit(name_id_of("job/1"), S1, ok->epoch, W1);
-  ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.error;
-  EXPECT_EQ(cm.as<wire::Grant>()->state, wire::LockState::held);
-
   const Answer g_answer = c.acquire("job/2", S1, W1, 0, true);
   const auto* g = g_answer.as<wire::Grant>();
   ASSERT_NE(g, nullptr);
