@@ -10,12 +10,15 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -174,9 +177,10 @@ int wait_child(pid_t pid) {
   if (::waitpid(pid, &status, 0) != pid) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
-// Polls `path` (up to 20 s) until it contains `needle`.
+// Polls `path` (up to 120 s: a bound for a hung run, not a timing the test relies on) until it
+// contains `needle`.
 bool wait_for_text(const std::string& path, const std::string& needle) {
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 2400; ++i) {
     if (slurp(path).find(needle) != std::string::npos) return true;
     ::usleep(50'000);
   }
@@ -191,7 +195,8 @@ std::string cgroup_of(const std::string& pid) {
 
 // External mode against one running lockd + supervisor: the probe takes every timing input
 // from the supervisor's status (here a kill-latency budget and a clock-rate bound that differ
-// from the probe's defaults, so the budget is 800 - (480 * 1.002 + 1 + 40) = 278.04 ms) and its
+// from the probe's defaults, so the budget is 4000 - (2400 * 1.002 + 1 + 40) = 1554.2 ms; a TTL
+// that long, so that a loaded machine does not make a trial's grant arrive too late to judge) and its
 // lockd address; it refuses a lockd that is not the supervisor's or does not answer with the
 // key, and a second probe of the same supervisor; it leaves the supervisor thawed, in its own
 // cgroup; a reused --out holds only the new run's files; Ctrl-C ends the run INTERRUPTED.
@@ -208,10 +213,10 @@ TEST_F(PauseProbe, ExternalMode) {
   // Both services in the background; their pids in files so TearDown-like cleanup can stop them.
   const std::string start =
       "cd " + dir_ + " && (" + LEASEHOLD_LOCKD_BINARY + " --listen 127.0.0.1:0 --key-file " + key +
-      " --store lockd.db --ttl-ms 800 >lockd.out 2>lockd.err & echo $! >lockd.pid)";
+      " --store lockd.db --ttl-ms 4000 >lockd.out 2>lockd.err & echo $! >lockd.pid)";
   ASSERT_EQ(std::system(start.c_str()), 0);
   std::string addr;
-  for (int i = 0; i < 200 && addr.empty(); ++i) {
+  for (int i = 0; i < 2400 && addr.empty(); ++i) {  // up to 120 s: only a bound for a hung start
     const std::string o = slurp(dir_ + "/lockd.out");
     if (const auto p = o.find("listening "); p != std::string::npos && o.find('\n', p) != std::string::npos)
       addr = o.substr(p + 10, o.find('\n', p) - p - 10);
@@ -228,11 +233,11 @@ TEST_F(PauseProbe, ExternalMode) {
   ASSERT_FALSE(addr.empty()) << slurp(dir_ + "/lockd.err");
  const std::string sup = "cd " + dir_ + " && (" + LEASEHOLD_SUPERVISOR_BINARY + " --lockd " + addr + " --key-file " +
                           worker_key + " --control-socket " + ctl + " --shm " + table +
-                          " --ttl-ms 800 --kill-after-ms 480 --heartbeat-interval-ms 120"
+                          " --ttl-ms 4000 --kill-after-ms 2400 --heartbeat-interval-ms 600"
                           " --kill-latency-budget-ms 40 --clock-rate-bound 0.002 --isolation off >sup.out 2>sup.err & echo $! >sup.pid)";
   ASSERT_EQ(std::system(sup.c_str()), 0);
   struct stat st {};
-  for (int i = 0; i < 200 && ::stat(ctl.c_str(), &st) != 0; ++i) ::usleep(50'000);
+  for (int i = 0; i < 2400 && ::stat(ctl.c_str(), &st) != 0; ++i) ::usleep(50'000);
   if (slurp(dir_ + "/sup.err").find("io_uring") != std::string::npos && ::stat(ctl.c_str(), &st) != 0)
     GTEST_SKIP() << "the supervisor cannot run here: " << slurp(dir_ + "/sup.err");
   ASSERT_EQ(::stat(ctl.c_str(), &st), 0) << slurp(dir_ + "/sup.err");
@@ -256,25 +261,38 @@ TEST_F(PauseProbe, ExternalMode) {
     EXPECT_NE(r.err.find("did not answer a stats request signed with the key file"), std::string::npos) << r.err;
   }
 
-  // Probe A runs; probe B, started while A holds the supervisor, is refused.
+  // A probe holds pause-probe-<supervisor pid>.lock beside the control socket for its whole run
+  // (tools/cmd_pause_probe.cpp, ProbeLock): while the test holds it, as another probe would,
+  // a probe is refused and names the holder's pid. (Holding it here, rather than racing a
+  // second probe against a running one, keeps the check independent of how fast either runs.)
+  char real_dir[PATH_MAX];
+  ASSERT_NE(::realpath(dir_.c_str(), real_dir), nullptr);
+  const std::string probe_lock = std::string(real_dir) + "/pause-probe-" + sup_pid + ".lock";
+  {
+    const int fd = ::open(probe_lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0) << probe_lock << ": " << std::strerror(errno);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0) << std::strerror(errno);
+    const std::string me = std::to_string(::getpid()) + "\n";
+    ASSERT_EQ(::pwrite(fd, me.data(), me.size(), 0), static_cast<ssize_t>(me.size()));
+    const ProbeRun r = run_shell(probe + key + " --pauses 0 --quiet --out " + out, out);
+    ::close(fd);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find("another pause-probe (pid " + std::to_string(::getpid())), std::string::npos) << r.err;
+  }
+
+  // Probe A runs.
   const std::string out_a = dir_ + "-outa";
   const pid_t a = spawn_child(probe + key + " --pauses 0,100 --json --out " + out_a + " >" + out_a + ".stdout 2>" +
                               out_a + ".stderr");
   ASSERT_GT(a, 0);
-  const bool a_started = wait_for_text(out_a + ".stderr", "[1/2] pause");
-  {
-    const ProbeRun r = run_shell(probe + key + " --pauses 0 --quiet --out " + out, out);
-    EXPECT_EQ(r.exit_code, 3) << r.err;
-    EXPECT_NE(r.err.find("another pause-probe (pid "), std::string::npos) << r.err;
-  }
   const int a_code = wait_child(a);
   const std::string ao = slurp(out_a + ".stdout"), ae = slurp(out_a + ".stderr");
-  ASSERT_TRUE(a_started) << ae;
+  ASSERT_NE(ae.find("[1/2] pause"), std::string::npos) << ae;
   ASSERT_EQ(a_code, 0) << "stderr:\n" << ae << "\nstdout:\n" << ao;
   nlohmann::json j = nlohmann::json::parse(ao);
   EXPECT_EQ(j.at("mode"), "external");
   EXPECT_EQ(j.at("phase"), "random");
-  EXPECT_NEAR(j.at("budget").at("configured_ms").get<double>(), 278.04, 0.01) << j.at("budget").dump();
+  EXPECT_NEAR(j.at("budget").at("configured_ms").get<double>(), 1554.2, 0.01) << j.at("budget").dump();
   const auto& v = j.at("verdict");
   EXPECT_EQ(v.at("trials"), 2);
   EXPECT_EQ(v.at("errors"), 0) << j.at("trials").dump(2);
@@ -300,11 +318,25 @@ TEST_F(PauseProbe, ExternalMode) {
     EXPECT_FALSE(::stat((out_a + "/sandbox-logs/sandbox-3-100ms.log").c_str(), &st) == 0);  // run A's second trial
   }
 
-  {  // Ctrl-C during a trial: cleaned up, the verdict says INTERRUPTED, exit 1
-    const pid_t c = spawn_child("exec " + probe + key + " --pauses 3000 --json --out " + out + " >" + out + ".stdout 2>" +
-                                out + ".stderr");
+  {  // Ctrl-C during a trial: cleaned up, the verdict says INTERRUPTED, exit 1. (A pause no
+     // loaded machine can outlast before the SIGINT lands: the trial must still be running.)
+    const pid_t c = spawn_child("exec " + probe + key + " --pauses 600000 --json --out " + out + " >" + out +
+                                ".stdout 2>" + out + ".stderr");
     ASSERT_GT(c, 0);
     const bool c_started = wait_for_text(out + ".stderr", "[1/1] pause");
+    {  // the running probe holds its lock, with its pid in it
+      const int fd = ::open(probe_lock.c_str(), O_RDWR | O_CLOEXEC);
+      EXPECT_GE(fd, 0) << probe_lock << ": " << std::strerror(errno);
+      if (fd >= 0) {
+        const int rc = ::flock(fd, LOCK_EX | LOCK_NB);
+        const int err = errno;
+        ::close(fd);
+        EXPECT_NE(rc, 0);
+        EXPECT_EQ(err, EWOULDBLOCK) << std::strerror(err);
+      }
+      const std::string owner = slurp(probe_lock);
+      EXPECT_EQ(owner.substr(0, owner.find('\n')), std::to_string(c));
+    }
     ::kill(c, SIGINT);
     EXPECT_EQ(wait_child(c), 1);
     ASSERT_TRUE(c_started) << slurp(out + ".stderr");
