@@ -77,7 +77,10 @@ enum class Refusal : std::uint8_t {
   acquiring = 4,           ///< in the 2-phase Acquiring state for another sandbox
   transferring = 5,        ///< a transfer is in progress; nobody may acquire or mutate
   reserved = 6,            ///< Free but reserved for another sandbox (transfer/reassign)
-  lock_delay = 7,          ///< Free but inside the lock-delay after an expiry (Chubby §2.4)
+  lock_delay = 7,          ///< not grantable yet: Free inside the lock-delay after an expiry or
+                           ///< preemption (Chubby §2.4), or a revoke whose old holder's kill is
+                           ///< neither confirmed nor past its bound; or a transfer-complete
+                           ///< refused while the transfer guard waits for the outgoing holder
   unknown_name = 8,        ///< lockd has no record of the name
   not_holder = 9,          ///< the caller does not hold the name
   stale_epoch = 10,        ///< the caller's epoch is not the current one

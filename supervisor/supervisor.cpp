@@ -490,7 +490,9 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   to.location = shm_path;
   to.slot_count = cfg.slots;
   to.liveness_timeout_ns = std::min<std::uint64_t>(1000, cfg.kill_after_ms) * 1'000'000ull;
-  to.mode = 0640;  // sandboxes map the inherited descriptor; only the owner and the group open it
+  // A memfd table keeps the read bits only (0440) and is sealed; a --shm path or shm name is a
+  // 0640 file. Either way sandboxes map the inherited read-only descriptor.
+  to.mode = 0640;
   if (gid) to.group = static_cast<long>(*gid);
   // Ablation for the attack tests only (never a flag): a memfd table without its seals.
   if (ablated("unsealed-table")) to.seal = false;
@@ -1316,8 +1318,9 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
       }
     sr.env.push_back(k + "=" + v);
   };
-  // A read-only descriptor of the table: the sandbox maps it without a path (mode 0640 keeps
-  // another uid from opening, truncating or reopening it for writing).
+  // A read-only descriptor of the table: the sandbox maps it without a path. The default memfd
+  // is 0440 and sealed (no holder can write, grow, shrink or map it writable, reopened or not);
+  // a --shm file is 0640, so another uid cannot open it.
   set_env("LEASEHOLD_SHM", table_ro_fd >= 0 ? std::to_string(kInheritedFd) : shm_path);
   sr.inherit_fd = table_ro_fd;
   // Its own token channel, read-only: the tokens of its grants and of nobody else's.

@@ -32,6 +32,9 @@
 //                   lease mode: the next heartbeat tick sends Commit{worker} and the sandbox
 //                   starts once lockd granted it; preemptible mode: the next tick starts it
 //                   unpublished, then commits, as for run.
+// The other control ops - list, status, release, kill and logs (a sandbox's output, from its log
+// file) - are served also while the supervisor shuts down; the three above are refused then.
+// list, release, kill and logs act only on the caller's own sandboxes (root: on any).
 // IsRunning (lockd asks before preempting): "running" for a sandbox that was started and has not
 // exited (also while its Commit is in flight or it is being killed), for the name and epoch of its
 // grant; "not running" before it was started and after it exited.
