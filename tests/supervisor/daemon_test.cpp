@@ -2326,6 +2326,8 @@ TEST_F(SupervisorProcess, ASandboxCannotReadASiblingsToken) {
     }
   }
 #endif
+}
+
 // M1. A reload (SIGHUP) onto a worker key derived from a cluster key lockd has not loaded
 // (README's steps 3-4 before step 2; lab repro_rotation_unknown_key.sh) switched at once: lockd
 // dropped every datagram (unknown key) and each named sandbox died by the kill-switch, the
