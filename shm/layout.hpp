@@ -63,7 +63,7 @@ struct Header {
   std::uint32_t slots_offset;          // kSlotsOffset
   std::uint32_t slot_count;            // number of slots
   std::uint32_t slot_bytes;            // kSlotBytes
-  std::uint64_t total_bytes;           // tokens_offset + slot_count * token_record_bytes (table_bytes)
+  std::uint64_t total_bytes;           // kSlotsOffset + slot_count * kSlotBytes (table_bytes)
   std::int32_t writer_pid;             // getpid() of the writer
   std::int32_t clock_id;               // CLOCK_BOOTTIME: the clock of every *_ns field
   std::uint64_t writer_start_ns;       // when the writer created this incarnation
