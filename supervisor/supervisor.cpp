@@ -12,6 +12,7 @@
 #include "supervisor/lockd_link.hpp"
 #include "supervisor/output_pump.hpp"
 #include "supervisor/rt_thread.hpp"
+#include "supervisor/sandbox_phase.hpp"
 #include "supervisor/spawn.hpp"
 
 #include <boost/lockfree/spsc_queue.hpp>
@@ -134,7 +135,6 @@ std::string cover_dir_problem(const std::string& dir, mode_t extra_mode) {
 }  // namespace
 
 struct Supervisor::Impl {
-  enum class State : std::uint8_t { acquiring, starting, running, exited };
   struct Sandbox {
     SandboxId id;
     std::uint32_t slot = 0;
@@ -145,22 +145,22 @@ struct Supervisor::Impl {
     // Its own token channel (not for synthetic sandboxes): only this sandbox inherits it, so
     // no sibling reads the token of its grants.
     std::optional<shm::TokenChannel> tokens;
-    // Preemptible mode: the sandbox runs (or is being named) with its epoch not yet published
-    // and its Commit in flight; `pending_name` is the name it is committing.
-    bool commit_pending = false;
+    // Preemptible mode: the name its Commit is for, from the Acquiring grant until the Commit's
+    // answer (phase committing, or killed/exited meanwhile); its epoch is not yet published.
     std::optional<std::string> pending_name;
-    State state = State::acquiring;
+    SandboxPhase phase = SandboxPhase::reserved;  // sandbox_phase.hpp: the table of phases
     pid_t pid = -1;
     SandboxProcess process;   // owns the pidfd
     PollId pid_poll;
     CgroupLeaf leaf;
     bool armed = false;       // an arm command was queued for the slot
-    bool kill_sent = false;   // the io thread asked the rt thread to kill it
-    bool killed = false;      // the rt thread killed it (either cause)
+    bool rt_killed = false;   // the rt thread killed it (either cause)
     bool synthetic = false;
     bool revoked = false;     // its grant was revoked or lost: on exit, confirm the kill to lockd
     std::uint64_t disarm_seq = 0;  // exited: reaped once the rt thread applied this
-    std::string kill_reason;  // why it was killed ("" = it exited on its own)
+    // Why it was killed ("" = it exited on its own): set by the first kill request
+    // (kill_sandbox) or by the rt thread's kill record, whichever came first.
+    std::string kill_reason;
     std::uint64_t valid_until_ns = 0;
     std::uint64_t started_ns = 0;
     int exit_code = -1;       // exit status, or -signal
@@ -1070,6 +1070,8 @@ void Supervisor::Impl::acquire_name(const SandboxId& sb, ControlClientId client,
   a.worker = worker;
   a.ttl_ms = static_cast<std::uint32_t>(req.ttl_ms.value_or(cfg.ttl_ms));
   a.two_phase = cfg.mode == SupervisorMode::preemptible;
+  if (Sandbox* s = find(sb); s != nullptr && s->phase == SandboxPhase::reserved)
+    advance(s->phase, SandboxPhase::acquiring);  // a run; naming a running sandbox keeps its phase
   link->call(a, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
     if (!r.ok()) {
       abandon(sb, client, req.id, "unreachable", "acquire \"" + *req.name + "\": " + r.problem);
@@ -1162,13 +1164,13 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
   s->epoch = g.epoch;
   s->token = g.token;
   s->valid_until_ns = valid_until;
-  if (s->state == State::acquiring) {
+  if (before_spawn(s->phase)) {
     s->name = name;
     spawn(*s, client, req);
     return;
   }
   // Naming a running unnamed sandbox.
-  if (s->state != State::running || s->kill_sent) {
+  if (!runs_unkilled(s->phase)) {
     hb->remove(sb);
     give_back("not_found", "the sandbox stopped while its name was being acquired");
     return;
@@ -1196,7 +1198,7 @@ void Supervisor::Impl::give_back_name(Sandbox& s, ControlClientId client, const 
                                       const std::string& code, const std::string& message) {
   const std::string name = *req.name;
   release_to_lockd(name_id_of(name), name, s.id, epoch, [](bool, std::string) {});
-  if (s.state == State::acquiring) {
+  if (before_spawn(s.phase)) {
     abandon(s.id, client, req.id, code, message);
     return;
   }
@@ -1208,7 +1210,7 @@ void Supervisor::Impl::give_back_name(Sandbox& s, ControlClientId client, const 
 void Supervisor::Impl::abandon(const SandboxId& sb, ControlClientId client, const json& id,
                                const std::string& code, const std::string& message, json extra) {
   Sandbox* s = find(sb);
-  const bool forget = s != nullptr && s->state == State::acquiring;
+  const bool forget = s != nullptr && before_spawn(s->phase);
   if (s != nullptr) {  // the name it was getting; a running sandbox keeps a name it already has
     for (auto it = by_name.begin(); it != by_name.end();) {
       if (it->second == sb && (forget || !s->name || *s->name != it->first)) it = by_name.erase(it);
@@ -1282,7 +1284,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     const shm::TableErrc pe = publish_grant(s, s.name_id, *s.name, s.epoch, s.valid_until_ns, s.token);
     if (pe != shm::TableErrc::ok) return fail("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
   }
-  const bool watched = s.name || s.commit_pending;
+  const bool watched = s.name || s.pending_name;
   if (watched) deadlines[s.slot].store(s.valid_until_ns, std::memory_order_release);
 
   if (s.synthetic) {
@@ -1291,10 +1293,10 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     if (!rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, KillTarget{}))
       return fail("busy", "the rt thread's command queue is full; retry");
     s.armed = true;
-    s.state = State::running;
+    advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
     s.started_ns = now;
     ++counters.spawned;
-    if (s.commit_pending) return send_commit(id, client, req, s.epoch);
+    if (s.pending_name) return send_commit(id, client, req, s.epoch);
     json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", -1}, {"synthetic", true}};
     if (s.name) ok["name"] = *s.name;
     reply(client, control_ok(req.id, ok));
@@ -1384,6 +1386,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   };
   if (!proc) return fail(failure_code(se), se.message);
   s.process = std::move(*proc);
+  advance(s.phase, SandboxPhase::gated);
   s.pid = s.process.pid();
   s.uid = cfg.isolation ? iso.uid : ::geteuid();
   s.started_ns = now;
@@ -1421,6 +1424,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     // the leaf, gives back the name and answers the client with the error.
     if (prepared) prepared->abandon();
     if (!s.armed) KillSwitch::kill(kill_target(s), now_ns());
+    advance(s.phase, SandboxPhase::aborted);
     ++counters.spawn_failures;
     log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
               s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(), start_message.c_str());
@@ -1430,12 +1434,12 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   }
   s.pid_poll = loop->add_poll(s.process.pidfd(), POLLIN, PollMode::oneshot, [this, id](int) { on_pidfd(id); });
   if (!start_code.empty()) return;  // answered when it is gone
-  s.state = State::running;
+  advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
   ++counters.spawned;
   log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64 "%s",
             id.str().c_str(), s.slot, s.pid, s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(),
-            s.epoch, s.valid_until_ns, s.commit_pending ? " commit=pending" : "");
-  if (s.commit_pending) return send_commit(id, client, req, s.epoch);
+            s.epoch, s.valid_until_ns, s.pending_name ? " commit=pending" : "");
+  if (s.pending_name) return send_commit(id, client, req, s.epoch);
   json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", s.pid}};
   if (s.name) {
     ok["name"] = *s.name;
@@ -1565,7 +1569,7 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
 
 void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
   Sandbox* s = find(*req.sandbox);
-  if (s == nullptr || s->state != State::running || s->kill_sent) {
+  if (s == nullptr || !runs_unkilled(s->phase)) {
     reply(client, control_error(req.id, "not_found", "no running sandbox " + req.sandbox->str()));
     return;
   }
@@ -1647,6 +1651,7 @@ void Supervisor::Impl::commit_now(const PendingCommit& pc) {
   c.sandbox = sb;
   c.epoch = req.epoch;
   c.worker = worker;
+  advance(find(sb)->phase, SandboxPhase::acquiring);
   link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
     if (!r.ok()) {
       abandon(sb, client, req.id, "unreachable", "commit \"" + *req.name + "\": " + r.problem);
@@ -1695,7 +1700,7 @@ void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client,
     give_back("unreachable", "the grant of \"" + name + "\" arrived after worker liveness would already have lapsed");
     return;
   }
-  if (s->state != State::acquiring && (s->state != State::running || s->kill_sent)) {
+  if (!before_spawn(s->phase) && !runs_unkilled(s->phase)) {
     give_back("not_found", "the sandbox stopped while its name was being acquired");
     return;
   }
@@ -1710,12 +1715,12 @@ void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client,
   s->name_id = name_id;
   s->epoch = epoch;
   s->valid_until_ns = valid_until;
-  s->commit_pending = true;
   s->pending_name = name;
-  if (s->state == State::acquiring) {
+  if (before_spawn(s->phase)) {
     spawn(*s, client, req);  // sends the Commit once the sandbox runs
     return;
   }
+  advance(s->phase, SandboxPhase::committing);  // naming a running sandbox
   send_commit(sb, client, std::move(req), epoch);
 }
 
@@ -1750,13 +1755,13 @@ void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client
   Sandbox* s = find(sb);
   // Abort the Acquiring record, or give back a commit whose answer never came.
   release_to_lockd(name_id_of(name), name, sb, epoch, [](bool, std::string) {});
-  if (s == nullptr || !s->commit_pending || s->epoch != epoch) {
+  if (s == nullptr || !s->pending_name || s->epoch != epoch) {
     reply(client, control_error(req.id, code, message, std::move(extra)));
     return;
   }
   hb->remove(sb);
-  s->commit_pending = false;
   s->pending_name.reset();
+  if (s->phase == SandboxPhase::committing) advance(s->phase, SandboxPhase::running);
   if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
   if (req.op == ControlOp::name) {  // it ran before and runs on, unnamed
     s->name_id = NameId{};
@@ -1778,7 +1783,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
   const std::string name = *req.name;
   const NameId name_id = name_id_of(name);
   Sandbox* s = find(sb);
-  if (s == nullptr || !s->commit_pending || s->epoch != g.epoch) {
+  if (s == nullptr || !s->pending_name || s->epoch != g.epoch) {
     // It exited (or was killed) meanwhile; its exit gave back the pending name, and this
     // release covers the commit that landed after that.
     release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
@@ -1786,11 +1791,10 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
                                                          "\" was acknowledged"));
     return;
   }
-  s->commit_pending = false;
   s->pending_name.reset();
   s->token = g.token;
   hb->set_commit_pending(sb, false);
-  if (s->kill_sent || s->state == State::exited) {
+  if (kill_asked_or_gone(s->phase)) {
     // Being killed (kill-switch, shutdown): it never runs with this name.
     hb->remove(sb);
     release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
@@ -1799,6 +1803,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
     else s->waiters.emplace_back(client, req.id);
     return;
   }
+  advance(s->phase, SandboxPhase::running);
   const HeartbeatLease* l = hb->find(sb);
   const std::uint64_t valid_until = l != nullptr ? l->valid_until_ns : 0;
   const std::uint64_t now = now_ns();
@@ -1838,7 +1843,7 @@ void Supervisor::Impl::do_release(ControlClientId client, const ControlRequest& 
 
 void Supervisor::Impl::do_kill(ControlClientId client, const ControlRequest& req) {
   Sandbox* s = find(*req.sandbox);
-  if (s == nullptr || s->state == State::acquiring) {
+  if (s == nullptr || never_started(s->phase)) {
     reply(client, control_error(req.id, "not_found", "no running sandbox " + req.sandbox->str()));
     return;
   }
@@ -1852,15 +1857,10 @@ json Supervisor::Impl::list_json(uid_t caller) const {
   const std::uint64_t now = now_ns();
   for (const auto& [id, s] : sandboxes) {
     if (caller != 0 && caller != s.owner) continue;  // a caller sees its own sandboxes only (root: all)
-    const char* st = s.state == State::acquiring ? "acquiring"
-                     : s.state == State::starting ? "starting"
-                     : s.state == State::exited   ? "exited"
-                     : s.kill_sent                ? "killing"
-                     : s.commit_pending           ? "committing"
-                                                  : "running";
-    json j = {{"sandbox", id.str()}, {"slot", s.slot}, {"pid", s.pid}, {"state", st}, {"epoch", s.epoch}};
+    json j = {{"sandbox", id.str()}, {"slot", s.slot}, {"pid", s.pid}, {"state", phase_row(s.phase).list_state},
+              {"epoch", s.epoch}};
     j["name"] = s.name ? json(*s.name) : json(nullptr);
-    if (s.commit_pending) j["committing"] = *s.pending_name;
+    if (s.pending_name) j["committing"] = *s.pending_name;
     if (s.name) {
       const HeartbeatLease* l = hb->find(id);
       const std::uint64_t vu = l ? l->valid_until_ns : s.valid_until_ns;
@@ -1980,20 +1980,20 @@ void Supervisor::Impl::release_to_lockd(const NameId& name_id, const std::string
 // lifecycle
 
 void Supervisor::Impl::kill_sandbox(Sandbox& s, const std::string& reason) {
-  if (s.kill_sent || s.state == State::exited) return;
-  s.kill_sent = true;
+  if (kill_asked_or_gone(s.phase)) return;
+  advance(s.phase, s.phase == SandboxPhase::aborted ? SandboxPhase::aborting : SandboxPhase::killing);
   if (s.kill_reason.empty()) s.kill_reason = reason;
-  if (s.armed && !s.killed && rt->kill_now(s.slot)) return;
+  if (s.armed && !s.rt_killed && rt->kill_now(s.slot)) return;
   // Not (or no longer) armed, or the queue is full: kill from here.
   if (s.process.valid() || s.leaf.valid()) KillSwitch::kill(kill_target(s), now_ns());
-  if (s.synthetic && s.state != State::exited) on_pidfd(s.id);
+  if (s.synthetic) on_pidfd(s.id);
 }
 
 void Supervisor::Impl::on_pidfd(const SandboxId& id) {
   Sandbox* s = find(id);
-  if (s == nullptr || s->state == State::exited) return;
+  if (s == nullptr || s->phase == SandboxPhase::exited) return;
   s->pid_poll = PollId{};
-  s->state = State::exited;
+  advance(s->phase, SandboxPhase::exited);
   ++counters.exited;
   hb->remove(id);
   deadlines[s->slot].store(0, std::memory_order_release);
@@ -2124,11 +2124,12 @@ void Supervisor::Impl::on_rt_events() {
       log_event("event=kill_record slot=%u error=%d", e.slot, e.record.error);
       continue;
     }
-    const bool requested = s->kill_sent;
+    // A kill request sets kill_reason first (kill_sandbox); a deadline kill's reason is set here.
+    const bool requested = !s->kill_reason.empty();
     if (requested) ++counters.kills_request;
     else ++counters.kills_deadline;
     if (s != nullptr) {
-      s->killed = true;
+      s->rt_killed = true;
       if (s->kill_reason.empty()) s->kill_reason = "kill-switch: lease not refreshed in time";
     }
     const KillRecord& r = e.record;
@@ -2150,7 +2151,7 @@ void Supervisor::Impl::reap_orphans() {
     if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
     for (auto& [id, s] : sandboxes) {
       if (s.pid == info.si_pid) {
-        if (s.state != State::exited) on_pidfd(id);
+        if (s.phase != SandboxPhase::exited) on_pidfd(id);
         return;  // its reap waits for the disarm; orphans behind it wait one tick more
       }
     }
@@ -2239,14 +2240,14 @@ void Supervisor::Impl::begin_shutdown(const char* why) {
   for (auto& [id, s] : sandboxes) ids.push_back(id);
   if (cfg.on_shutdown == ShutdownPolicy::kill) {
     for (const auto& id : ids)
-      if (Sandbox* s = find(id); s && s->state != State::acquiring) kill_sandbox(*s, "shutdown");
+      if (Sandbox* s = find(id); s && !never_started(s->phase)) kill_sandbox(*s, "shutdown");
   } else {
     // keep: processes go on, unnamed. Stop the rt thread first (it must let go of their fds
     // and pids), revoke every slot so their checks refuse, release their names.
     rt->stop();
     for (const auto& id : ids) {
       Sandbox* s = find(id);
-      if (s == nullptr || s->state == State::acquiring) continue;
+      if (s == nullptr || never_started(s->phase)) continue;
       hb->remove(id);
       table->revoke(s->slot);
       if (s->pid_poll.valid()) loop->cancel_poll(s->pid_poll);
@@ -2263,7 +2264,7 @@ void Supervisor::Impl::begin_shutdown(const char* why) {
 void Supervisor::Impl::maybe_finish_shutdown() {
   bool busy = false;
   for (const auto& [id, s] : sandboxes)
-    if (s.state != State::acquiring) busy = true;
+    if (!never_started(s.phase)) busy = true;
   if ((busy || releases_in_flight > 0) && now_boottime_ns() < shutdown_deadline_ns) return;
   if (busy) log_event("event=shutdown_timeout sandboxes=%zu", sandboxes.size());
   loop->stop();
@@ -2281,7 +2282,7 @@ void Supervisor::Impl::apply(const HeartbeatAction& a) {
       // message needed, it re-reads this when the old deadline comes due).
       Sandbox* s = find(a.sandbox);
       // A sandbox whose Commit is in flight has no published epoch to extend, only its deadline.
-      if ((s != nullptr && s->commit_pending) || table->extend(a.slot, a.valid_until_ns) == shm::TableErrc::ok)
+      if ((s != nullptr && s->pending_name) || table->extend(a.slot, a.valid_until_ns) == shm::TableErrc::ok)
         deadlines[a.slot].store(a.valid_until_ns, std::memory_order_release);
       if (s != nullptr) s->valid_until_ns = a.valid_until_ns;
       return;
@@ -2293,7 +2294,7 @@ void Supervisor::Impl::apply(const HeartbeatAction& a) {
                                  : std::string("heartbeat answer ") + result_text(a.cause);
       if (a.cause == RefreshResult::lost && !a.holder.is_nil())
         why += " (held by " + a.holder.str() + " at epoch " + std::to_string(a.holder_epoch) + ")";
-      if (!s->kill_sent) log_event("event=recovery sandbox=%s name=%s reason=\"%s\"", a.sandbox.str().c_str(),
+      if (!kill_asked(s->phase)) log_event("event=recovery sandbox=%s name=%s reason=\"%s\"", a.sandbox.str().c_str(),
                                    s->name ? s->name->c_str() : "-", why.c_str());
       // lockd no longer knows the grant as ours (revoked, or held by another): once dead, say so
       // (a revoke's lock-delay waits for it) rather than release a name that is not ours.
@@ -2420,13 +2421,12 @@ bool Supervisor::Impl::is_running(const wire::IsRunning& q) {
   // never preempts a name whose holder could still act. That includes a sandbox whose Commit
   // is in flight: it was started before the Commit was sent, and name_id / epoch are those of
   // its acquiring grant. A sandbox not yet started (acquire in flight) has no epoch: "no".
-  return s != nullptr && s->state != State::exited && s->name_id == q.name_id && s->epoch == q.epoch &&
-         (s->state == State::running || s->state == State::starting);
+  return s != nullptr && answers_running(s->phase) && s->name_id == q.name_id && s->epoch == q.epoch;
 }
 
 bool Supervisor::Impl::on_revoked(const wire::Revoked& q) {
   for (auto& [id, s] : sandboxes) {
-    if (s.state == State::exited || !s.name || s.name_id != q.name_id || s.epoch != q.epoch) continue;
+    if (s.phase == SandboxPhase::exited || !s.name || s.name_id != q.name_id || s.epoch != q.epoch) continue;
     if (!s.revoked)
       log_event("event=revoked sandbox=%s name=%s epoch=%" PRIu64 " new_epoch=%" PRIu64 " action=kill",
                 id.str().c_str(), s.name->c_str(), q.epoch, q.new_epoch);

@@ -37,7 +37,8 @@
 // list, release, kill and logs act only on the caller's own sandboxes (root: on any).
 // IsRunning (lockd asks before preempting): "running" for a sandbox that was started and has not
 // exited (also while its Commit is in flight or it is being killed), for the name and epoch of its
-// grant; "not running" before it was started and after it exited.
+// grant; "not running" before it was started and after it exited. Each sandbox is in one phase
+// (sandbox_phase.hpp: the phases, their legal transitions and which answer IsRunning "running").
 // Exit (pidfd readable): reap → disarm the rt thread → free the slot (cooldown) → remove the
 // cgroup leaf → release the name to lockd.
 //

@@ -19,3 +19,6 @@ leasehold_test(supervisor_output_pump_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/output_pump_test.cpp
   LIBS leasehold_supervisor_core
   LABELS concurrent)
+leasehold_test(supervisor_sandbox_phase_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/sandbox_phase_test.cpp
+  LIBS leasehold_supervisor_core)
