@@ -1,7 +1,7 @@
 // Writes the wire fuzzer's seed corpus: one signed datagram per sample message of every type
 // (tests/io/wire_samples.hpp), named after the type. Usage: make_wire_corpus <dir>
 #include "fuzz/wire_fuzz_key.hpp"
-#include "io/protocol.hpp"
+#include "leasehold/wire/protocol.hpp"
 #include "tests/io/wire_samples.hpp"
 
 #include <cstdio>

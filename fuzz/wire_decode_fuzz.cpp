@@ -7,9 +7,9 @@
 // 3. The same bytes, signed with the fuzz key, go through Receiver::admit() (authenticated path:
 //    replay window, response cache, payload decoder) and every verdict is consistent.
 #include "fuzz/wire_fuzz_key.hpp"
-#include "io/auth.hpp"
-#include "io/protocol.hpp"
-#include "io/replay.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/replay.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // deployment key.
 #pragma once
 
-#include "io/auth.hpp"
+#include "leasehold/wire/auth.hpp"
 
 namespace leasehold::wire::fuzzing {
 

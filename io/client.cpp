@@ -1,7 +1,7 @@
 // leasehold/io: the request client (see client.hpp).
-#include "io/client.hpp"
+#include "leasehold/io/client.hpp"
 
-#include "io/clock.hpp"
+#include "leasehold/io/clock.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -1,7 +1,7 @@
 // leasehold/io: the io_uring event loop (see loop.hpp for the design).
-#include "io/loop.hpp"
+#include "leasehold/io/loop.hpp"
 
-#include "io/clock.hpp"
+#include "leasehold/io/clock.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>

@@ -1,7 +1,7 @@
 // leasehold/io: the start-up probe for io_uring (see probe.hpp).
-#include "io/probe.hpp"
+#include "leasehold/io/probe.hpp"
 
-#include "io/udp.hpp"
+#include "leasehold/io/udp.hpp"
 
 #include <liburing.h>
 #include <sys/mman.h>

@@ -1,5 +1,5 @@
 // leasehold/io: UDP sockets and addresses (see udp.hpp).
-#include "io/udp.hpp"
+#include "leasehold/io/udp.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "lease/fence.hpp"
+#include "leasehold/lease/fence.hpp"
 
 #include <algorithm>
 #include <functional>

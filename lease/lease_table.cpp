@@ -35,7 +35,7 @@
 // one entry per Transferring record (lifted: kill confirmed or bound passed), erased when the
 // record leaves Transferring. A pending guard has one timer entry at its bound (a Transferring
 // record has no timer_ns: an entry popped for it is the guard's when its due is the bound).
-#include "lease/lease_table.hpp"
+#include "leasehold/lease/lease_table.hpp"
 
 #include <algorithm>
 #include <cassert>

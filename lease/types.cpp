@@ -1,4 +1,4 @@
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <boost/uuid/name_generator_sha1.hpp>
 #include <boost/uuid/string_generator.hpp>

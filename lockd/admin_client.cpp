@@ -1,7 +1,7 @@
-#include "lockd/admin_client.hpp"
+#include "leasehold/lockd/admin_client.hpp"
 
-#include "io/client.hpp"
-#include "io/clock.hpp"
+#include "leasehold/io/client.hpp"
+#include "leasehold/io/clock.hpp"
 
 #include <openssl/rand.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "lockd/config.hpp"
+#include "leasehold/lockd/config.hpp"
 
 #include <CLI/CLI.hpp>
 

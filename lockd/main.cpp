@@ -2,12 +2,12 @@
 //
 // Exit codes: 0 after SIGTERM/SIGINT; 1 when it cannot start or its store fails (the message on
 // stderr names the cause); 2 for a bad command line.
-#include "io/auth.hpp"
-#include "io/clock.hpp"
-#include "io/loop.hpp"
-#include "io/token.hpp"
-#include "lockd/config.hpp"
-#include "lockd/service.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/loop.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/lockd/config.hpp"
+#include "leasehold/lockd/service.hpp"
 
 #include <CLI/CLI.hpp>
 

@@ -1,6 +1,6 @@
-#include "lockd/service.hpp"
+#include "leasehold/lockd/service.hpp"
 
-#include "io/clock.hpp"
+#include "leasehold/io/clock.hpp"
 
 #include <openssl/rand.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "lockd/store.hpp"
+#include "leasehold/lockd/store.hpp"
 
 #include <sqlite3.h>
 

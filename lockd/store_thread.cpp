@@ -1,4 +1,4 @@
-#include "lockd/store_thread.hpp"
+#include "leasehold/lockd/store_thread.hpp"
 
 #include <algorithm>
 #include <cassert>

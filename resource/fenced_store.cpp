@@ -1,5 +1,5 @@
 // leasehold/resource: FencedStore (see fenced_store.hpp).
-#include "resource/fenced_store.hpp"
+#include "leasehold/resource/fenced_store.hpp"
 
 #include <sqlite3.h>
 

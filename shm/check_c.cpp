@@ -1,8 +1,8 @@
 // libleasehold-check: the C ABI (include/leasehold/check.h) over shm::TableReader.
 #include "leasehold/check.h"
 
-#include "io/token.hpp"
-#include "shm/table.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <cstdio>
 #include <cstdlib>

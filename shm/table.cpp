@@ -1,5 +1,5 @@
 // leasehold/shm: table creation, mapping, writer and reader (see table.hpp for the protocol).
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <boost/interprocess/exceptions.hpp>
 #include <boost/interprocess/file_mapping.hpp>

@@ -1,5 +1,5 @@
 // leasehold/supervisor: cgroup v2 discovery and leaves (see cgroup.hpp).
-#include "supervisor/cgroup.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
 
 #include <poll.h>
 

@@ -1,6 +1,6 @@
-#include "supervisor/config.hpp"
+#include "leasehold/supervisor/config.hpp"
 
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <CLI/CLI.hpp>
 

@@ -1,6 +1,6 @@
-#include "supervisor/control.hpp"
+#include "leasehold/supervisor/control.hpp"
 
-#include "supervisor/config.hpp"
+#include "leasehold/supervisor/config.hpp"
 
 #include <fcntl.h>
 #include <grp.h>

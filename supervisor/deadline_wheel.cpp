@@ -1,5 +1,5 @@
 // leasehold/supervisor: the deadline wheel (see deadline_wheel.hpp for the rationale).
-#include "supervisor/deadline_wheel.hpp"
+#include "leasehold/supervisor/deadline_wheel.hpp"
 
 #include <cassert>
 #include <string>

@@ -1,4 +1,4 @@
-#include "supervisor/heartbeat.hpp"
+#include "leasehold/supervisor/heartbeat.hpp"
 
 #include <algorithm>
 #include <cassert>

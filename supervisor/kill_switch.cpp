@@ -1,7 +1,7 @@
 // leasehold/supervisor: the kill-switch (see kill_switch.hpp). No allocation, no logging, no locks.
-#include "supervisor/kill_switch.hpp"
+#include "leasehold/supervisor/kill_switch.hpp"
 
-#include "supervisor/cgroup.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
 
 #include <poll.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
-#include "supervisor/lockd_link.hpp"
+#include "leasehold/supervisor/lockd_link.hpp"
 
-#include "io/clock.hpp"
+#include "leasehold/io/clock.hpp"
 
 #include <openssl/crypto.h>
 #include <sys/random.h>

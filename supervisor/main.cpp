@@ -3,8 +3,8 @@
 // Exit codes: 0 clean shutdown; 1 runtime failure; 2 bad command line or refused configuration
 // (unsafe timing, unreadable key, io_uring unavailable, shm table owned by a live writer,
 // lockd unreachable at start-up or running in the other lock mode or with a shorter TTL).
-#include "supervisor/config.hpp"
-#include "supervisor/supervisor.hpp"
+#include "leasehold/supervisor/config.hpp"
+#include "leasehold/supervisor/supervisor.hpp"
 
 #include <CLI/CLI.hpp>
 

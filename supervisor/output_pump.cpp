@@ -1,4 +1,4 @@
-#include "supervisor/output_pump.hpp"
+#include "leasehold/supervisor/output_pump.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>

@@ -1,5 +1,5 @@
 // leasehold/supervisor: the rt thread (see rt_thread.hpp).
-#include "supervisor/rt_thread.hpp"
+#include "leasehold/supervisor/rt_thread.hpp"
 
 #include <boost/lockfree/spsc_queue.hpp>
 

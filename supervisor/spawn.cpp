@@ -1,5 +1,5 @@
 // leasehold/supervisor: spawn (see spawn.hpp).
-#include "supervisor/spawn.hpp"
+#include "leasehold/supervisor/spawn.hpp"
 
 #include <fcntl.h>
 #include <linux/capability.h>

@@ -15,8 +15,8 @@
 // from that moment.
 #include "tools/cmd_common.hpp"
 
-#include "resource/fenced_store.hpp"
-#include "supervisor/config.hpp"
+#include "leasehold/resource/fenced_store.hpp"
+#include "leasehold/supervisor/config.hpp"
 
 #include <time.h>
 

@@ -17,8 +17,8 @@
 // Output: one line per event on stdout ("agent ... epoch=E accepted=N").
 #include "tools/cmd_common.hpp"
 
-#include "resource/fenced_store.hpp"
-#include "shm/table.hpp"
+#include "leasehold/resource/fenced_store.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

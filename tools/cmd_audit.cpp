@@ -9,7 +9,7 @@
 // "unverified" (exit 0: the rules hold, but their epochs are unproven).
 #include "tools/cmd_common.hpp"
 
-#include "resource/fenced_store.hpp"
+#include "leasehold/resource/fenced_store.hpp"
 
 #include <unistd.h>
 

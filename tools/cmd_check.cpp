@@ -7,8 +7,8 @@
 // table; 2: missing or malformed slot/epoch.
 #include "tools/cmd_common.hpp"
 
-#include "io/token.hpp"
-#include "shm/table.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -2,10 +2,10 @@
 // subcommand.
 #include "tools/cmd_common.hpp"
 
-#include "io/auth.hpp"
-#include "io/udp.hpp"
-#include "supervisor/config.hpp"
-#include "supervisor/control.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/udp.hpp"
+#include "leasehold/supervisor/config.hpp"
+#include "leasehold/supervisor/control.hpp"
 
 #include <time.h>
 #include <unistd.h>

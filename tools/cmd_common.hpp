@@ -9,9 +9,9 @@
 // problem (the name, the address, the socket) and, where there is one, the fix.
 #pragma once
 
-#include "io/protocol.hpp"
-#include "lease/types.hpp"
-#include "lockd/admin_client.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/lease/types.hpp"
+#include "leasehold/lockd/admin_client.hpp"
 #include "tools/command.hpp"
 #include "tools/table.hpp"
 

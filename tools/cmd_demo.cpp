@@ -21,10 +21,10 @@
 #include "tools/cmd_common.hpp"
 #include "tools/cmd_demo_env.hpp"
 
-#include "io/auth.hpp"
-#include "supervisor/config.hpp"
-#include "resource/fenced_store.hpp"
-#include "shm/table.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/supervisor/config.hpp"
+#include "leasehold/resource/fenced_store.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -6,7 +6,7 @@
 // code is then kTableError, as for a missing or corrupt table.
 #include "tools/command.hpp"
 
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <algorithm>
 #include <atomic>

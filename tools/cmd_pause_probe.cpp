@@ -26,15 +26,15 @@
 // or not answering with the key (checked at start-up); 7 no supervisor.
 #include "tools/cmd_common.hpp"
 
-#include "io/auth.hpp"
-#include "io/udp.hpp"
-#include "lockd/admin_client.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/udp.hpp"
+#include "leasehold/lockd/admin_client.hpp"
 #include "perf/pause/pause_model.hpp"
 #include "perf/pause/pause_report.hpp"
-#include "shm/table.hpp"
-#include "supervisor/cgroup.hpp"
-#include "supervisor/config.hpp"
-#include "supervisor/control.hpp"
+#include "leasehold/shm/table.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
+#include "leasehold/supervisor/config.hpp"
+#include "leasehold/supervisor/control.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

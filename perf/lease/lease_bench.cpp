@@ -5,7 +5,7 @@
 // <= 128 bytes per held name. Report ratios (LeaseTable / baseline), not absolute numbers.
 //
 //   lease_bench --benchmark_counters_tabular=true
-#include "lease/lease_table.hpp"
+#include "leasehold/lease/lease_table.hpp"
 
 #include <benchmark/benchmark.h>
 

@@ -18,11 +18,11 @@
 //
 // The generator signs every datagram (HMAC-SHA256, fresh seq per worker) and checks every
 // answer's entries; it does not verify answer tags (that would only measure the generator).
-#include "io/auth.hpp"
-#include "io/clock.hpp"
-#include "io/protocol.hpp"
-#include "io/replay.hpp"
-#include "io/udp.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/replay.hpp"
+#include "leasehold/io/udp.hpp"
 
 #include <CLI/CLI.hpp>
 

@@ -20,9 +20,9 @@
 // The timers are 1 h away so none fires during the run: they are live state, not work.
 // items_per_second is computed on CPU time (Google Benchmark's default), which is steadier
 // than wall time on a shared machine; run on a quiet machine for wall-clock rates.
-#include "io/clock.hpp"
-#include "io/loop.hpp"
-#include "io/udp.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/loop.hpp"
+#include "leasehold/io/udp.hpp"
 #include "perf/common/ratio_report.hpp"
 
 #include <benchmark/benchmark.h>

@@ -4,7 +4,7 @@
 //   check_deadline   vs clock_gettime(CLOCK_BOOTTIME) alone                          (<= 1.3x)
 //   snapshot of 100,000 slots (what `leasehold dump` does)                           (ms)
 // Ratios are printed at the end, from the runs of this process.
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <benchmark/benchmark.h>
 

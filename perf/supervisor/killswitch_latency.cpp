@@ -21,12 +21,12 @@
 //             start before issue 14), and `ratio_gate` compares the two.
 // `kills --isolation` kills isolated sandboxes (the supervisor's default) through the RtThread.
 // Output: one JSON object on stdout.
-#include "supervisor/cgroup.hpp"
-#include "supervisor/config.hpp"
-#include "supervisor/control.hpp"
-#include "supervisor/kill_switch.hpp"
-#include "supervisor/rt_thread.hpp"
-#include "supervisor/spawn.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
+#include "leasehold/supervisor/config.hpp"
+#include "leasehold/supervisor/control.hpp"
+#include "leasehold/supervisor/kill_switch.hpp"
+#include "leasehold/supervisor/rt_thread.hpp"
+#include "leasehold/supervisor/spawn.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

@@ -2,9 +2,9 @@
 // pays per write to verify one, uncached (first write of an epoch) and cached (every later write),
 // each next to its baseline in the same run: the grant answer encoded and tagged without a token,
 // and the plain epoch compare a resource made before tokens were signed.
-#include "io/auth.hpp"
-#include "io/protocol.hpp"
-#include "io/token.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/token.hpp"
 #include "perf/common/ratio_report.hpp"
 
 #include <benchmark/benchmark.h>

@@ -6,7 +6,7 @@
 // Workload: deadlines uniform over a 60 s horizon (typical lease TTLs are seconds), 1 ms
 // granularity; `advance` walks the horizon in 1 ms steps, like the rt thread's tick loop.
 #include "perf/common/ratio_report.hpp"
-#include "supervisor/deadline_wheel.hpp"
+#include "leasehold/supervisor/deadline_wheel.hpp"
 
 #include <benchmark/benchmark.h>
 

@@ -3,8 +3,8 @@
 // as a supervisor sends it — with the HMAC-SHA256 tag (sign + verify) and without it, next to a
 // memcpy of the same datagram bytes measured in the same run. At the end it prints ns per batch
 // and each variant's ratio to the memcpy.
-#include "io/auth.hpp"
-#include "io/protocol.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/protocol.hpp"
 #include "perf/common/ratio_report.hpp"
 
 #include <benchmark/benchmark.h>

@@ -1,10 +1,10 @@
 // The request client: backoff schedule, deadlines, retries with the same request id, bounds,
 // and the blocking variant. Real loopback UDP; a toy codec (8-byte little-endian request id,
 // then the body) stands in for the wire protocol.
-#include "io/client.hpp"
+#include "leasehold/io/client.hpp"
 
-#include "io/clock.hpp"
-#include "io/loop.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/loop.hpp"
 #include "tests/io/io_uring_skip.hpp"
 
 #include <gtest/gtest.h>

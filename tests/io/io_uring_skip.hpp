@@ -1,7 +1,7 @@
 // Skips a test, with the probe's cause and fix, where io_uring is unavailable.
 #pragma once
 
-#include "io/probe.hpp"
+#include "leasehold/io/probe.hpp"
 
 #include <gtest/gtest.h>
 

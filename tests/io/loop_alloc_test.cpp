@@ -1,8 +1,8 @@
 // The loop's hot path does not allocate: receiving, sending, and adding/cancelling timers with
 // small captures, once the loop is set up. Counted by replacing the global operator new in this
 // test binary only.
-#include "io/clock.hpp"
-#include "io/loop.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/loop.hpp"
 #include "tests/common/alloc_counter.hpp"
 #include "tests/io/io_uring_skip.hpp"
 

@@ -1,9 +1,9 @@
 // The io_uring event loop over real loopback UDP: multishot receive and its re-arm, the send
 // bound, timers, polls. Skips with the probe's reason where io_uring is unavailable.
-#include "io/loop.hpp"
+#include "leasehold/io/loop.hpp"
 
-#include "io/clock.hpp"
-#include "io/udp.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/udp.hpp"
 #include "tests/io/io_uring_skip.hpp"
 
 #include <gtest/gtest.h>

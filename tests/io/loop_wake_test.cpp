@@ -1,5 +1,5 @@
 // Cross-thread wake-up and stop of the event loop (label: concurrent, runs under TSan).
-#include "io/loop.hpp"
+#include "leasehold/io/loop.hpp"
 
 #include "tests/io/io_uring_skip.hpp"
 

@@ -1,5 +1,5 @@
 // The io_uring probe: error mapping (injected facts) and the real probe on this kernel.
-#include "io/probe.hpp"
+#include "leasehold/io/probe.hpp"
 
 #include <liburing.h>
 

@@ -1,6 +1,6 @@
 // Signed fencing tokens (io/token.hpp): the encoding, signing, verification and its cache, and
 // the property that a token signed for (name, epoch, holder, worker) verifies for nothing else.
-#include "io/token.hpp"
+#include "leasehold/wire/token.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Socket addresses: parsing (bad input refused), printing, comparing; UniqueFd ownership.
-#include "io/udp.hpp"
+#include "leasehold/io/udp.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // HMAC-SHA256 tags and the key file rules (DESIGN.md "The wire protocol": key file, 0600).
-#include "io/auth.hpp"
+#include "leasehold/wire/auth.hpp"
 
 #include <gtest/gtest.h>
 #include <openssl/evp.h>

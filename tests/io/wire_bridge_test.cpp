@@ -9,13 +9,13 @@
 // RequestClient sends hand-made datagrams: a retry of the same bytes, a correctly signed
 // datagram of an unknown type and of an unknown version, one signed with the wrong key and one
 // that replays a seq.
-#include "io/auth.hpp"
-#include "io/client.hpp"
-#include "io/clock.hpp"
-#include "io/loop.hpp"
-#include "io/protocol.hpp"
-#include "io/replay.hpp"
-#include "supervisor/lockd_link.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/client.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/loop.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/replay.hpp"
+#include "leasehold/supervisor/lockd_link.hpp"
 #include "tests/io/io_uring_skip.hpp"
 #include "tests/io/wire_samples.hpp"
 

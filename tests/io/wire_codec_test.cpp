@@ -1,7 +1,7 @@
 // The wire codec: round trips of every message type, the header layout, and every rejection
 // reason of the decoder (DESIGN.md "The wire protocol").
-#include "io/auth.hpp"
-#include "io/protocol.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/protocol.hpp"
 #include "tests/io/wire_samples.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Replay window (RFC 4303 §3.4.3), the response cache and the Receiver policy
 // (DESIGN.md "The wire protocol": replayed messages are rejected; retries get the same answer).
-#include "io/replay.hpp"
+#include "leasehold/wire/replay.hpp"
 #include "tests/io/wire_samples.hpp"
 
 #include <gtest/gtest.h>

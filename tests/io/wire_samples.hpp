@@ -2,7 +2,7 @@
 // tests and the fuzz seed corpus.
 #pragma once
 
-#include "io/protocol.hpp"
+#include "leasehold/wire/protocol.hpp"
 
 #include <vector>
 

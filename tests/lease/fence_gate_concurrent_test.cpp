@@ -1,5 +1,5 @@
 // FenceGate under concurrent admits (runs under TSan in CI: label "concurrent").
-#include "lease/fence.hpp"
+#include "leasehold/lease/fence.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // The headline fencing scenario (issue 2; ownership model "Capability tokens"): A holds a name
 // at epoch 41; B takes over at 42 - by transfer, by revoke and by expiry; A comes back with
 // its epoch-41 token: token_authorized is false, the FenceGate rejects it, B's writes pass.
-#include "lease/fence.hpp"
-#include "lease/lease_table.hpp"
+#include "leasehold/lease/fence.hpp"
+#include "leasehold/lease/lease_table.hpp"
 
 #include "tests/lease/lease_test_util.hpp"
 

@@ -5,7 +5,7 @@
 // Replay: a failure prints its sequence seed. Environment:
 //   LEASEHOLD_PROPERTY_SEED=<n>   first sequence seed (default fixed, so CI is deterministic)
 //   LEASEHOLD_PROPERTY_RUNS=<n>   number of sequences (default 2000)
-#include "lease/lease_table.hpp"
+#include "leasehold/lease/lease_table.hpp"
 
 #include "tests/lease/lease_test_util.hpp"
 

@@ -1,5 +1,5 @@
 // One test per transition of DESIGN.md "Lock states" and one per refusal reason.
-#include "lease/lease_table.hpp"
+#include "leasehold/lease/lease_table.hpp"
 
 #include "tests/lease/lease_test_util.hpp"
 

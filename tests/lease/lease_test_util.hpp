@@ -1,7 +1,7 @@
 // Shared fixtures for the lease/ tests.
 #pragma once
 
-#include "lease/lease_table.hpp"
+#include "leasehold/lease/lease_table.hpp"
 
 namespace leasehold::testing {
 

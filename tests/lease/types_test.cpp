@@ -1,4 +1,4 @@
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <gtest/gtest.h>
 

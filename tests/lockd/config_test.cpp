@@ -1,5 +1,5 @@
 // lockd flags: defaults are valid; each invalid combination is refused with a reason.
-#include "lockd/config.hpp"
+#include "leasehold/lockd/config.hpp"
 
 #include <CLI/CLI.hpp>
 #include <gtest/gtest.h>

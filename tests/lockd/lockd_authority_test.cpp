@@ -3,11 +3,11 @@
 // captured datagram). Every test runs the attack twice: with the defence switched off
 // (LEASEHOLD_ABLATE, see lockd/config.hpp), where it must succeed, and with it on, where it must
 // fail and be counted.
-#include "io/auth.hpp"
-#include "io/clock.hpp"
-#include "io/probe.hpp"
-#include "io/replay.hpp"
-#include "lockd/admin_client.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/probe.hpp"
+#include "leasehold/wire/replay.hpp"
+#include "leasehold/lockd/admin_client.hpp"
 #include "lockd_process.hpp"
 
 #include <chrono>

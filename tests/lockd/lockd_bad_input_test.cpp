@@ -1,8 +1,8 @@
 // lockd refuses bad input at start-up with a clear message and a non-zero exit, and leaves the
 // store exactly as it was: key files, foreign/corrupt stores, read-only and full disks, flags.
-#include "io/probe.hpp"
-#include "lockd/admin_client.hpp"
-#include "lockd/store.hpp"
+#include "leasehold/io/probe.hpp"
+#include "leasehold/lockd/admin_client.hpp"
+#include "leasehold/lockd/store.hpp"
 #include "lockd_process.hpp"
 
 #include <gtest/gtest.h>

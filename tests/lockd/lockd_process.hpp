@@ -2,8 +2,8 @@
 // loopback port (read back from its "listening ADDR:PORT" line), SIGKILL, SIGTERM, restart.
 #pragma once
 
-#include "io/auth.hpp"
-#include "io/udp.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/udp.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

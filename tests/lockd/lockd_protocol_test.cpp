@@ -1,9 +1,9 @@
 // lockd as a real process on loopback: every transition through the protocol, refusals with
 // their reasons, admin list/show/stats, bad datagrams, and preemptible mode.
-#include "io/clock.hpp"
-#include "io/loop.hpp"
-#include "io/probe.hpp"
-#include "lockd/admin_client.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/loop.hpp"
+#include "leasehold/io/probe.hpp"
+#include "leasehold/lockd/admin_client.hpp"
 #include "lockd_process.hpp"
 
 #include <gtest/gtest.h>

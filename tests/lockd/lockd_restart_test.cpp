@@ -1,7 +1,7 @@
 // lockd across kill -9: acknowledged grants survive with their epochs, held leases count as
 // refreshed at restart, acquiring records are dropped, and no epoch is ever issued twice.
-#include "io/probe.hpp"
-#include "lockd/admin_client.hpp"
+#include "leasehold/io/probe.hpp"
+#include "leasehold/lockd/admin_client.hpp"
 #include "lockd_process.hpp"
 
 #include <gtest/gtest.h>

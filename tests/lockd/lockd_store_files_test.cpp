@@ -3,9 +3,9 @@
 // keeps lockd from starting; a reader of lockd's own uid delays the start at most the busy
 // timeout and is named when it does not let go; once lockd serves, no reader can take a lock.
 // The attack runs twice: with the defence ablated (LEASEHOLD_ABLATE), where it succeeds, and on.
-#include "io/probe.hpp"
-#include "lockd/admin_client.hpp"
-#include "lockd/store.hpp"
+#include "leasehold/io/probe.hpp"
+#include "leasehold/lockd/admin_client.hpp"
+#include "leasehold/lockd/store.hpp"
 #include "lockd_process.hpp"
 
 #include <gtest/gtest.h>

@@ -3,9 +3,9 @@
 // then acquire, preemptible grants), each token verified with the public key alone; the
 // signing key options (--signing-key-file, --generate-signing-key, --print-public-key) and the
 // default key generated beside the store.
-#include "io/probe.hpp"
-#include "io/token.hpp"
-#include "lockd/admin_client.hpp"
+#include "leasehold/io/probe.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/lockd/admin_client.hpp"
 #include "lockd_process.hpp"
 
 #include <gtest/gtest.h>

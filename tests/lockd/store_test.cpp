@@ -1,7 +1,7 @@
 // The durable name store: round trip, the epoch high-water rule, and refusals that leave the
 // file as it was (foreign, not-a-database, corrupt, newer schema, in use, read-only, full).
-#include "lockd/store.hpp"
-#include "lockd/store_thread.hpp"
+#include "leasehold/lockd/store.hpp"
+#include "leasehold/lockd/store_thread.hpp"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>

@@ -1,7 +1,7 @@
 // libleasehold-check: the C ABI against a live table.
 #include "leasehold/check.h"
-#include "io/token.hpp"
-#include "shm/table.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/shm/table.hpp"
 #include "tests/shm/test_util.hpp"
 
 #include <gtest/gtest.h>

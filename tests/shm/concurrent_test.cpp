@@ -1,6 +1,6 @@
 // shm table under threads: the io thread publishes/extends/frees, the rt thread revokes the
 // same slots, readers check. Runs under TSan in CI (label "concurrent").
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 #include "tests/shm/hammer.hpp"
 #include "tests/shm/test_util.hpp"
 

@@ -3,7 +3,7 @@
 // Creates a table, claims and publishes slot 0 (epoch 42, name "fixture-name") and slot 1
 // (revoked), records some stats, heartbeats every 10 ms, writes "slot epoch" to READY_FILE,
 // and exits after SECONDS (default 10) or on SIGTERM (then closes and removes the table).
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <atomic>
 #include <chrono>

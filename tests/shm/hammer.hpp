@@ -6,7 +6,7 @@
 // check_deadline paired an epoch with another epoch's deadline (see deadline_probe_ns).
 #pragma once
 
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <atomic>
 #include <cstdint>

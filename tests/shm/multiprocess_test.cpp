@@ -1,6 +1,6 @@
 // shm table across processes (fork): one writer, several readers mapping read-only; and a
 // writer killed with SIGKILL mid-update.
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 #include "tests/shm/hammer.hpp"
 #include "tests/shm/test_util.hpp"
 

@@ -1,6 +1,6 @@
 // shm table: writer/reader protocol, creation rules, bad input (DESIGN.md "The shared-memory
 // epoch table").
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 #include "tests/shm/test_util.hpp"
 
 #include <gtest/gtest.h>

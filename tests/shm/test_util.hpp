@@ -1,7 +1,7 @@
 // Helpers shared by the shm tests: unique table locations that clean up after themselves.
 #pragma once
 
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <atomic>
 #include <string>

@@ -1,6 +1,6 @@
 // Tests of cgroup v2 discovery (mountinfo parsing on hybrid and unified hosts, escaped paths)
 // and of leaf cgroups on this machine (create, populated, freeze/thaw, kill, remove).
-#include "supervisor/cgroup.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The start-up checks of the supervisor's configuration (DESIGN.md "Time").
-#include "supervisor/config.hpp"
+#include "leasehold/supervisor/config.hpp"
 
 #include <CLI/CLI.hpp>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The control socket: request parsing, and the server's bounds against bad input.
-#include "supervisor/control.hpp"
-#include "supervisor/config.hpp"
+#include "leasehold/supervisor/control.hpp"
+#include "leasehold/supervisor/config.hpp"
 
 #include <gtest/gtest.h>
 

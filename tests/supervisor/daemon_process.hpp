@@ -3,11 +3,11 @@
 // SIGCONT), terminated and waited for; plus readers of their structured log lines.
 #pragma once
 
-#include "io/auth.hpp"
-#include "io/clock.hpp"
-#include "io/udp.hpp"
-#include "supervisor/config.hpp"
-#include "supervisor/control.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/udp.hpp"
+#include "leasehold/supervisor/config.hpp"
+#include "leasehold/supervisor/control.hpp"
 
 #include <algorithm>
 #include <fcntl.h>

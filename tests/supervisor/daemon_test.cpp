@@ -6,13 +6,13 @@
 // log lines, the lease_probe sandbox's log, and this test's own clock reads.
 #include "daemon_process.hpp"
 
-#include "io/probe.hpp"
-#include "io/token.hpp"
-#include "io/replay.hpp"
-#include "io/udp.hpp"
-#include "lockd/admin_client.hpp"
-#include "supervisor/cgroup.hpp"
-#include "supervisor/control.hpp"
+#include "leasehold/io/probe.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/wire/replay.hpp"
+#include "leasehold/io/udp.hpp"
+#include "leasehold/lockd/admin_client.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
+#include "leasehold/supervisor/control.hpp"
 
 #include <gtest/gtest.h>
 

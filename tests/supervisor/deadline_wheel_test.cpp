@@ -1,6 +1,6 @@
 // Tests of the deadline wheel: ordering, round-down, cascading, cancel, capacity, far-future
 // deadlines, lazy re-arm, and a seeded randomized comparison with a reference model.
-#include "supervisor/deadline_wheel.hpp"
+#include "leasehold/supervisor/deadline_wheel.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The heartbeat schedule: valid_until = send time of the last acknowledged refresh + kill_after
 // (DESIGN.md "Time"); lost/unknown kill at once; stale answers never extend.
-#include "supervisor/heartbeat.hpp"
+#include "leasehold/supervisor/heartbeat.hpp"
 
 #include <gtest/gtest.h>
 

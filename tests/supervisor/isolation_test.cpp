@@ -3,11 +3,11 @@
 // can fail — succeeds with the layer that stops it switched off (the legacy unisolated spawn,
 // no RLIMIT_NPROC, no seccomp filter, no hidden paths). Tests skip, naming the reason, where the
 // kernel lacks what they need (user namespaces, a delegated cgroup v2, clone3).
-#include "supervisor/spawn.hpp"
+#include "leasehold/supervisor/spawn.hpp"
 
-#include "shm/table.hpp"
-#include "supervisor/cgroup.hpp"
-#include "supervisor/kill_switch.hpp"
+#include "leasehold/shm/table.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
+#include "leasehold/supervisor/kill_switch.hpp"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 //   start t=<ns> slot=<n> epoch=<e>
 //   t=<ns> valid=<0|1> valid_until=<ns>
 // (CLOCK_BOOTTIME, the clock of every deadline.) It runs until it is killed.
-#include "shm/table.hpp"
+#include "leasehold/shm/table.hpp"
 
 #include <time.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // OutputPump (supervisor/output_pump.hpp): a sandbox's output pipe copied into its log file up
 // to a cap, the rest read and discarded, both descriptors closed at the pipe's end of file.
-#include "supervisor/output_pump.hpp"
+#include "leasehold/supervisor/output_pump.hpp"
 
 #include <gtest/gtest.h>
 

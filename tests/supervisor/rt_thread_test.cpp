@@ -2,11 +2,11 @@
 // before deadline - granularity), lazy re-arm extends life, disarm prevents the kill, kill-now,
 // the cgroup.kill path, a kill of a child still waiting before its exec, and the SCHED_FIFO
 // fallback by injected failure. Only logical orderings of timestamps are asserted, never durations.
-#include "supervisor/rt_thread.hpp"
+#include "leasehold/supervisor/rt_thread.hpp"
 
-#include "supervisor/cgroup.hpp"
-#include "supervisor/kill_switch.hpp"
-#include "supervisor/spawn.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
+#include "leasehold/supervisor/kill_switch.hpp"
+#include "leasehold/supervisor/spawn.hpp"
 
 #include <gtest/gtest.h>
 

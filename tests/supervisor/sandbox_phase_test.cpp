@@ -1,6 +1,6 @@
 // Tests of the sandbox phase table (supervisor/sandbox_phase.hpp): the legal transitions, the
 // IsRunning answer per phase, the list state per phase, and that an illegal transition aborts.
-#include "supervisor/sandbox_phase.hpp"
+#include "leasehold/supervisor/sandbox_phase.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,10 +2,10 @@
 // pipe (and nothing leaked), CLONE_INTO_CGROUP into a leaf, bubblewrap, parent-death SIGKILL with
 // the supervisor as child subreaper, and the two-step start (prepare_sandbox: stopped before its
 // exec until release_sandbox).
-#include "supervisor/spawn.hpp"
+#include "leasehold/supervisor/spawn.hpp"
 
-#include "supervisor/cgroup.hpp"
-#include "supervisor/kill_switch.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
+#include "leasehold/supervisor/kill_switch.hpp"
 
 #include <gtest/gtest.h>
 

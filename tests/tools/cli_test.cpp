@@ -2,10 +2,10 @@
 // takes a name, a sandbox id, a lockd address or a supervisor socket gets a clear message and
 // a distinct exit code (tools/command.hpp) for each of: malformed name, unknown name, lockd
 // unreachable, no supervisor running.
-#include "io/auth.hpp"
-#include "io/token.hpp"
-#include "resource/fenced_store.hpp"
-#include "shm/table.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/resource/fenced_store.hpp"
+#include "leasehold/shm/table.hpp"
 #include "tools/command.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // FencedStore under concurrent writers: one connection per thread on one file, each thread a
 // holder with its own epoch. The fence in the database must serialise check and write.
-#include "resource/fenced_store.hpp"
+#include "leasehold/resource/fenced_store.hpp"
 
 #include <gtest/gtest.h>
 

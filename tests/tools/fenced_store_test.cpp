@@ -1,6 +1,6 @@
 // FencedStore: the fencing rule over SQLite, the audit table, bad input, and two processes
 // writing to one file.
-#include "resource/fenced_store.hpp"
+#include "leasehold/resource/fenced_store.hpp"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>

@@ -1,7 +1,7 @@
 // FencedStore with signed tokens: the made-up-epoch attacks of issue 15 succeed with the token
 // check switched off (the test hook) and fail, counted and audited, with it on; every kind of
 // bad token has its own counted reason; verification is cached per epoch.
-#include "resource/fenced_store.hpp"
+#include "leasehold/resource/fenced_store.hpp"
 
 #include <gtest/gtest.h>
 

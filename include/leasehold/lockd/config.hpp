@@ -4,8 +4,8 @@
 // combinations that cannot work and says why (DESIGN.md "lockd", "Time").
 #pragma once
 
-#include "io/auth.hpp"
-#include "lease/lease_table.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/lease/lease_table.hpp"
 
 #include <algorithm>
 #include <cstdint>

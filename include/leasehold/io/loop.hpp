@@ -30,8 +30,8 @@
 // instead of leaving buffers and slots half-returned.
 #pragma once
 
-#include "io/probe.hpp"
-#include "io/udp.hpp"
+#include "leasehold/io/probe.hpp"
+#include "leasehold/io/udp.hpp"
 
 #include <liburing.h>
 

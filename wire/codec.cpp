@@ -3,10 +3,10 @@
 // Encoding sizes the payload first (payload_bytes), so the writer never checks bounds per field.
 // Decoding goes through a Reader that checks every read against the payload end and reports the
 // first problem with the field name and offset.
-#include "io/protocol.hpp"
+#include "leasehold/wire/protocol.hpp"
 
-#include "io/auth.hpp"
-#include "io/le_bytes.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/le_bytes.hpp"
 
 #include <cassert>
 #include <cstring>

@@ -20,8 +20,8 @@
 // reaped, nor its fds closed, until its disarm was applied (see kill_switch.hpp).
 #pragma once
 
-#include "supervisor/deadline_wheel.hpp"
-#include "supervisor/kill_switch.hpp"
+#include "leasehold/supervisor/deadline_wheel.hpp"
+#include "leasehold/supervisor/kill_switch.hpp"
 
 #include <atomic>
 #include <cstdint>

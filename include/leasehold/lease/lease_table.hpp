@@ -31,7 +31,7 @@
 // matches a record with a different fingerprint is refused with `name_collision`.
 #pragma once
 
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -10,10 +10,10 @@
 // lockd). A Deny is an answer, not an error: the caller looks at `refusal`.
 #pragma once
 
-#include "io/auth.hpp"
-#include "io/protocol.hpp"
-#include "io/replay.hpp"
-#include "io/udp.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/replay.hpp"
+#include "leasehold/io/udp.hpp"
 
 #include <cstdint>
 #include <optional>

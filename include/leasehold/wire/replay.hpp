@@ -58,10 +58,10 @@
 // - A sender's seq must grow across its own restarts: seed it with seq_seed() (see there).
 #pragma once
 
-#include "io/auth.hpp"
-#include "io/udp.hpp"
-#include "io/clock.hpp"
-#include "io/protocol.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/io/udp.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/wire/protocol.hpp"
 
 #include <cstddef>
 #include <cstdint>

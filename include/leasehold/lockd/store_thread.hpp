@@ -17,7 +17,7 @@
 // thread stops and reports the error; lockd exits and a restart recovers from the store.
 #pragma once
 
-#include "lockd/store.hpp"
+#include "leasehold/lockd/store.hpp"
 
 #include <atomic>
 #include <condition_variable>

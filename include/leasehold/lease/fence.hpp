@@ -23,7 +23,7 @@
 // an epoch, because forgetting one would re-admit stale tokens.
 #pragma once
 
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <array>
 #include <atomic>

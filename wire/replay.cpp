@@ -1,5 +1,5 @@
 // Replay window, response cache and the receiver/sender policy (io/replay.hpp).
-#include "io/replay.hpp"
+#include "leasehold/wire/replay.hpp"
 
 #include <algorithm>
 #include <climits>

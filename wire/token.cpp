@@ -1,9 +1,9 @@
 // Signed fencing tokens (io/token.hpp) on OpenSSL 3 libcrypto: EVP_PKEY_ED25519, one-shot
 // EVP_DigestSign / EVP_DigestVerify (Ed25519 takes no separate digest).
-#include "io/token.hpp"
+#include "leasehold/wire/token.hpp"
 
-#include "io/auth.hpp"
-#include "io/le_bytes.hpp"
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/le_bytes.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/crypto.h>

@@ -24,7 +24,7 @@
 // ids) is a cluster key with key id 1. generate_key_file() and write_key_file() write one.
 #pragma once
 
-#include "io/protocol.hpp"
+#include "leasehold/wire/protocol.hpp"
 
 #include <array>
 #include <cstddef>

@@ -24,7 +24,7 @@
 // anything is acknowledged (a write probe runs at open).
 #pragma once
 
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <cstdint>
 #include <map>

@@ -23,7 +23,7 @@
 // Bounds: at most `leases_max` leases (the shm slot count); one round per interval.
 #pragma once
 
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <cstdint>
 #include <span>

@@ -16,8 +16,8 @@
 //   - Bounded: at most ClientLimits::outstanding_max requests in flight per client.
 #pragma once
 
-#include "io/loop.hpp"
-#include "io/udp.hpp"
+#include "leasehold/io/loop.hpp"
+#include "leasehold/io/udp.hpp"
 
 #include <cstddef>
 #include <cstdint>

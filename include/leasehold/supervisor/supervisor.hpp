@@ -56,7 +56,7 @@
 // armed); test hook: LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS (the io thread sleeps right after arming).
 #pragma once
 
-#include "supervisor/config.hpp"
+#include "leasehold/supervisor/config.hpp"
 
 #include <memory>
 #include <string>

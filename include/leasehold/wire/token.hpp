@@ -35,7 +35,7 @@
 // (OpenSSL keys are read-only once loaded; the verifier's cache has its own mutex).
 #pragma once
 
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <array>
 #include <cstddef>

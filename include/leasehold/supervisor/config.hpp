@@ -12,7 +12,7 @@
 // condition, with the numbers in the message.
 #pragma once
 
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <cstdint>
 #include <optional>

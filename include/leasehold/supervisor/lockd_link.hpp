@@ -14,10 +14,10 @@
 // revocation) arrive on the same socket and go to their handlers; they pass a wire::Receiver (replay window + answer cache).
 #pragma once
 
-#include "io/client.hpp"
-#include "io/loop.hpp"
-#include "io/protocol.hpp"
-#include "io/replay.hpp"
+#include "leasehold/io/client.hpp"
+#include "leasehold/io/loop.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/replay.hpp"
 
 #include <cstdint>
 #include <functional>

@@ -43,8 +43,8 @@
 // in any number of processes, may share one file.
 #pragma once
 
-#include "io/token.hpp"
-#include "lease/types.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <array>
 #include <cstddef>

@@ -38,8 +38,8 @@
 // generation, which snapshots carry so tools never confuse two sandboxes in one slot.
 #pragma once
 
-#include "lease/types.hpp"
-#include "shm/layout.hpp"
+#include "leasehold/lease/types.hpp"
+#include "leasehold/shm/layout.hpp"
 
 #include <boost/interprocess/mapped_region.hpp>
 

@@ -27,8 +27,8 @@
 // the bytes. Counts are u16 and are checked against the per-type limits below.
 #pragma once
 
-#include "io/token.hpp"
-#include "lease/types.hpp"
+#include "leasehold/wire/token.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <boost/container/static_vector.hpp>
 

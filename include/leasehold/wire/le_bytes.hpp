@@ -6,7 +6,7 @@
 // An id is its `hi` half, then its `lo` half, each 8 bytes little-endian. Callers check bounds.
 #pragma once
 
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <bit>
 #include <cstddef>

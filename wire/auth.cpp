@@ -3,7 +3,7 @@
 // The Authenticator keeps one keyed EVP_MAC_CTX; EVP_MAC_init with a NULL key re-initialises it
 // with the key already set (OpenSSL 3 HMAC provider), which avoids re-deriving the HMAC pads and
 // any allocation per datagram.
-#include "io/auth.hpp"
+#include "leasehold/wire/auth.hpp"
 
 #include <algorithm>
 

@@ -65,12 +65,12 @@
 // before it changes anything.
 #pragma once
 
-#include "io/loop.hpp"
-#include "io/protocol.hpp"
-#include "io/replay.hpp"
-#include "lease/lease_table.hpp"
-#include "lockd/config.hpp"
-#include "lockd/store_thread.hpp"
+#include "leasehold/io/loop.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/replay.hpp"
+#include "leasehold/lease/lease_table.hpp"
+#include "leasehold/lockd/config.hpp"
+#include "leasehold/lockd/store_thread.hpp"
 
 #include <array>
 #include <cstdint>

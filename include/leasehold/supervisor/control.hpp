@@ -35,7 +35,7 @@
 // least recently active idle one goes; only when none is idle is the newcomer refused "busy").
 #pragma once
 
-#include "lease/types.hpp"
+#include "leasehold/lease/types.hpp"
 
 #include <nlohmann/json.hpp>
 
