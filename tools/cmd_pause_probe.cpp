@@ -11,8 +11,8 @@
 // its sandboxes' leaves are not below it, so they keep running — or SIGSTOP), resume, and watch:
 // the sandbox's death (its pidfd), lockd's expiry of the lease (Show: ttl_left), a contender that
 // tries to acquire the name every --contend-interval-ms from another worker, the slot in shm, and
-// the supervisor's shm stats. perf/pause/pause_model.hpp turns that into the trial's outcome;
-// perf/pause/README.md defines every column and the two budgets.
+// the supervisor's shm stats. include/leasehold/pause/model.hpp turns that into the trial's outcome;
+// pause/README.md defines every column and the two budgets.
 //
 // Phases: `worst` (standalone only) drops the supervisor's refreshes at a UDP relay the probe puts
 // between the supervisor and lockd, then starts the freeze --guard-ms before the sandbox's
@@ -29,8 +29,8 @@
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/io/udp.hpp"
 #include "leasehold/lockd/admin_client.hpp"
-#include "perf/pause/pause_model.hpp"
-#include "perf/pause/pause_report.hpp"
+#include "leasehold/pause/model.hpp"
+#include "leasehold/pause/report.hpp"
 #include "leasehold/shm/table.hpp"
 #include "leasehold/supervisor/cgroup.hpp"
 #include "leasehold/supervisor/config.hpp"
@@ -1119,7 +1119,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     close_lateness_window(cx, snap_stats(cx.table));
     o.freeze_ns = now_ns();
     // The thaw is due at this CLOCK_BOOTTIME instant whatever else happens during the freeze;
-    // thaw_ns records when it was really requested (pause_model.hpp: measured_pause_ns).
+    // thaw_ns records when it was really requested (leasehold/pause/model.hpp: measured_pause_ns).
     const std::int64_t thaw_due = o.freeze_ns + static_cast<std::int64_t>(pause_ms) * 1'000'000;
     if (std::string e = cx.freezer.freeze(o.frozen_ns); !e.empty()) throw std::runtime_error("freeze: " + e);
     if (cx.phase == pp::Phase::random && now_ns() + 3'000'000 < thaw_due) {
@@ -1672,7 +1672,7 @@ int run_sandbox(const SandboxArgs& a) {
     return kTableError;
   }
   // The latest accepted check, in a shared mapping that outlives a SIGKILL (see
-  // pause_model.hpp close_open_interval): one relaxed store per check, no syscall.
+  // leasehold/pause/model.hpp close_open_interval): one relaxed store per check, no syscall.
   std::atomic<std::int64_t>* last_accept_shared = nullptr;
   {
     const std::string beacon = a.log + ".last";
@@ -1726,7 +1726,7 @@ const Command kPauseProbe([](CLI::App& app, int* exit_code) {
       "Measure the pause tolerance: for each pause length, run a named sandbox, freeze the supervisor "
       "(cgroup v2 freeze, else SIGSTOP) that long, resume, and record whether the kill-switch fired "
       "before lockd's expiry, the margin, the mutex-violation window, recovery, and the sandbox's own "
-      "check_deadline answers; writes a table, CSV, JSON and a plot (DESIGN.md \"Time\"; perf/pause/README.md)");
+      "check_deadline answers; writes a table, CSV, JSON and a plot (DESIGN.md \"Time\"; pause/README.md)");
   sub->add_flag("--standalone", a->standalone,
                 "start lockd and a supervisor in a temp dir, with their own key; everything is removed on exit");
   sub->add_option("--supervisor", a->supervisor_socket,

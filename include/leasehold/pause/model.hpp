@@ -1,4 +1,4 @@
-// leasehold/perf/pause: the pause-tolerance model behind `leasehold pause-probe` — pure functions.
+// leasehold/pause: the pause-tolerance model behind `leasehold pause-probe` — pure functions.
 //
 // What it is for: a perf engineer freezes a supervisor for a sweep of pause lengths and needs to
 // know, per pause, whether mutual exclusion held, and whether the result agrees with the safety
@@ -21,8 +21,8 @@
 // a kill (nearest rank).
 //
 // Everything here is pure (times are parameters, CLOCK_BOOTTIME ns as int64), so the verdicts are
-// unit-tested without processes. Header-only: the `leasehold` CLI (tools/cmd_pause_probe.cpp) and
-// the tests include it directly.
+// unit-tested without processes. Header-only (library leasehold_pause): the `leasehold` CLI
+// (tools/cmd_pause_probe.cpp) and the tests link it.
 #pragma once
 
 #include <algorithm>

@@ -1,8 +1,8 @@
-// Unit tests of the pause-probe model (perf/pause/pause_model.hpp) and its outputs
-// (perf/pause/pause_report.hpp): budgets, the sweep, histograms, the sandbox log, the per-trial
+// Unit tests of the pause-probe model (include/leasehold/pause/model.hpp) and its outputs
+// (include/leasehold/pause/report.hpp): budgets, the sweep, histograms, the sandbox log, the per-trial
 // classification against DESIGN.md "Time", the sweep verdict, and the CSV/plot text.
-#include "perf/pause/pause_model.hpp"
-#include "perf/pause/pause_report.hpp"
+#include "leasehold/pause/model.hpp"
+#include "leasehold/pause/report.hpp"
 
 #include <gtest/gtest.h>
 

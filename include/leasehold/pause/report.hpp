@@ -1,13 +1,13 @@
-// leasehold/perf/pause: what `leasehold pause-probe` writes — the terminal table, the CSV, the
+// leasehold/pause: what `leasehold pause-probe` writes — the terminal table, the CSV, the
 // JSON summary, and the plot (a gnuplot script for PNG, or a self-drawn SVG when gnuplot is
-// missing). Pure text generation (no I/O), header-only like pause_model.hpp, so the tests check
+// missing). Pure text generation (no I/O), header-only like model.hpp, so the tests check
 // the exact columns and the plot's content.
 //
 // Every time in the CSV is in ms relative to the trial's freeze request (negative = before it);
 // an empty cell means "did not happen / not applicable". Columns: see kCsvColumns.
 #pragma once
 
-#include "perf/pause/pause_model.hpp"
+#include "leasehold/pause/model.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -20,7 +20,7 @@
 
 namespace leasehold::pause {
 
-/// The measured side of the budget (pause_model.hpp: B_meas).
+/// The measured side of the budget (model.hpp: B_meas).
 struct MeasuredTiming {
   HistogramSnapshot rt_lateness;    ///< rt wake-up lateness, outside the probe's freezes
   HistogramSnapshot heartbeat_rtt;  ///< heartbeat RTT, outside the probe's freezes
