@@ -1,0 +1,133 @@
+// leasehold/sim: the invariants the simulator checks at every step, each a named function.
+//
+// They read facts the world records (who passes the shm check now, which grant lockd let go and
+// what became of its sandbox, every grant lockd sent, every decision of the fenced resource, the
+// table a restarted lockd rebuilt) and return the first violation, or nothing. They keep only
+// the history they need, so a test can feed each one a hand-made violating history.
+//
+// The properties are those of specs/ (specs/README.md) stated on the C++ run:
+//   single_holder       MutualExclusion: no two sandboxes pass check_deadline for one name at
+//                       the same simulated instant; after an injected pause longer than the
+//                       pause budget (EventualMutualExclusion) an overlap must end within the
+//                       recovery bound.
+//   kill_before_expiry  SweepBeforeExpiry: lockd never lets a grant go (TTL expiry, or any other
+//                       way in lease mode) while its sandbox runs un-killed: every kill-switch
+//                       kill lands before lockd's expiry of that grant.
+//   epoch_monotone      epochs strictly increase per name across grants and lockd restarts; a
+//                       repeated grant of one epoch is only the idempotent answer to the holder.
+//   resource_fenced     the resource accepts exactly the writes with epoch >= the highest it has
+//                       seen (recomputed here), so writes of two epochs never interleave, and an
+//                       accepted write's epoch was granted to the sandbox that wrote.
+//   no_lost_grant       a grant lockd acknowledged and that was still current when it crashed is
+//                       in the table the next incarnation rebuilt (same holder and epoch).
+//   free_name_acquired  liveness: after the faults heal, every name is granted again within a
+//                       bound.
+#pragma once
+
+#include "leasehold/lease/types.hpp"
+#include "leasehold/sim/world.hpp"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace leasehold::sim {
+
+/// A sandbox whose check_deadline passes at the instant being checked.
+struct Passing {
+  NameId name;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+  std::uint32_t worker = 0;
+};
+
+/// What became of a sandbox, as the world saw it (true simulated time).
+struct SandboxFate {
+  bool known = false;   ///< the world ever started it
+  bool exited = false;  ///< its process is gone (exited by itself, or died after a kill)
+  std::int64_t exited_at_ns = 0;
+  bool killed = false;  ///< the kill-switch (or a lost / unknown answer) killed it
+  std::int64_t killed_at_ns = 0;
+};
+
+/// One decision of the fenced resource.
+struct WriteRecord {
+  std::int64_t at_ns = 0;
+  NameId name;
+  Epoch epoch = 0;
+  SandboxId sandbox;
+  bool accepted = false;
+  Epoch highest_after = 0;  ///< the resource's highest epoch for the name after the write
+};
+
+/// A name as a restarted lockd rebuilt it.
+struct RestoredName {
+  bool held = false;
+  SandboxId owner;
+  Epoch epoch = 0;
+};
+
+class Invariants {
+ public:
+  /// `passing`: every sandbox passing check_deadline at now_ns. Before `excused_until_ns` (an
+  /// over-budget pause was injected; the recovery bound after it) an overlap is tolerated; an
+  /// overlap that is still there at or after it is a violation.
+  std::optional<Violation> single_holder(std::span<const Passing> passing, std::int64_t now_ns,
+                                         std::int64_t excused_until_ns = 0);
+
+  /// lockd let the grant (name, epoch, holder) go at now_ns; `fate` is its sandbox's.
+  /// `excused`: an over-budget pause hit the holder's supervisor or lockd during the grant.
+  std::optional<Violation> kill_before_expiry(NameId name, Epoch epoch, SandboxId holder,
+                                              const SandboxFate& fate, std::int64_t now_ns,
+                                              bool excused = false);
+
+  /// lockd sent a grant of `name` at `epoch` to `holder`.
+  std::optional<Violation> epoch_monotone(NameId name, Epoch epoch, SandboxId holder,
+                                          std::int64_t now_ns);
+
+  /// The resource decided on a write. Uses the grants seen by epoch_monotone.
+  std::optional<Violation> resource_fenced(const WriteRecord& w);
+
+  /// lockd restarted at now_ns. `current`: the grants it had acknowledged that were still
+  /// current when it crashed; `restored(name)`: the rebuilt table's record.
+  struct AckedGrant {
+    NameId name;
+    Epoch epoch = 0;
+    SandboxId holder;
+  };
+  template <class Lookup>
+  std::optional<Violation> no_lost_grant(std::span<const AckedGrant> current, Lookup restored,
+                                         std::int64_t now_ns) {
+    for (const AckedGrant& g : current) {
+      const RestoredName r = restored(g.name);
+      if (r.held && r.owner == g.holder && r.epoch == g.epoch) continue;
+      return Violation{"no_lost_grant", now_ns,
+                       "name " + g.name.str() + ": the grant of epoch " + std::to_string(g.epoch) +
+                           " to " + g.holder.str() + " was acknowledged and current at the crash, " +
+                           "but the restarted lockd has " +
+                           (r.held ? "it held by " + r.owner.str() + " at epoch " + std::to_string(r.epoch)
+                                   : "it not held (epoch " + std::to_string(r.epoch) + ")")};
+    }
+    return std::nullopt;
+  }
+
+  /// At the end of a run (now_ns): `name` was last granted at `last_grant_ns` (-1: never) and
+  /// first granted after heal_ns at `first_after_heal_ns` (-1: not since).
+  std::optional<Violation> free_name_acquired(NameId name, std::int64_t first_after_heal_ns,
+                                              std::int64_t heal_ns, std::int64_t bound_ns,
+                                              std::int64_t now_ns) const;
+
+ private:
+  struct Granted {
+    Epoch epoch = 0;
+    SandboxId holder;
+  };
+  std::map<NameId, Granted> last_grant_;
+  std::map<std::pair<NameId, Epoch>, SandboxId> grant_of_;
+  std::map<NameId, Epoch> highest_;            ///< the resource's highest, recomputed
+  std::map<NameId, std::int64_t> overlap_since_;
+};
+
+}  // namespace leasehold::sim

@@ -1,0 +1,130 @@
+// leasehold/sim: a deterministic simulator of one lockd (restarts included), N supervisors with
+// their sandboxes and a fenced resource, on simulated time, every fault drawn from one seed.
+//
+// Modelled on TigerBeetle's VOPR and FoundationDB's simulator: the world is single-threaded and
+// makes no syscall on a simulated path (no sockets, files, threads or clock reads). Time is an
+// event queue ordered by (simulated ns, insertion sequence); it jumps to the next event and never
+// steps through idle time. Each node has its own clock (a rate error within ρ drawn per node),
+// may be paused (the pause-probe's fault: a paused node's events wait until it resumes, its clock
+// keeps counting, as CLOCK_BOOTTIME does), and talks to the others through a network with
+// per-path delay, loss, duplication, reordering and partitions. lockd's durability port is a
+// simulated disk with latency; a lockd crash loses the batch not yet durable, and the next
+// incarnation starts from what was. Sandboxes are processes that take k ticks to die after a
+// kill; while running and while the shm check (`check_deadline`: epoch published and now <
+// valid_until on the worker's clock) passes, they write to a fenced resource with their epoch.
+//
+// After every event the named invariants (sim/invariants.hpp) are checked; the first violation
+// ends the run and is reported with the seed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace leasehold::sim {
+
+inline constexpr std::int64_t kMs = 1'000'000;
+inline constexpr std::int64_t kS = 1'000'000'000;
+
+/// One run's parameters. Durations are ns of simulated (true) time unless a field says otherwise.
+struct SimConfig {
+  std::uint64_t seed = 1;
+  std::int64_t duration_ns = 120 * kS;  ///< simulated time of a run
+  std::int64_t heal_ns = 90 * kS;       ///< no fault starts after this; all have ended by heal + 5 s
+  std::uint32_t supervisors = 3;
+  std::uint32_t names = 3;
+  std::uint32_t sandboxes_per_worker_max = 2;
+
+  // The timing of DESIGN.md "Time".
+  std::int64_t ttl_ns = 1000 * kMs;                 ///< lockd's lease TTL (and max TTL)
+  std::int64_t kill_after_ns = 800 * kMs;           ///< the supervisor's kill_after
+  std::int64_t heartbeat_interval_ns = 150 * kMs;
+  std::int64_t retry_interval_ns = 40 * kMs;        ///< a request is resent this often until its deadline
+  std::int64_t acquire_timeout_ns = 400 * kMs;
+  std::int64_t wheel_granularity_ns = 1 * kMs;
+  std::int64_t kill_latency_budget_ns = 50 * kMs;   ///< a killed sandbox dies within this
+  std::int64_t rho_ppm = 1000;                      ///< the clock-rate bound ρ (1e-3)
+  std::int64_t sandbox_tick_ns = 5 * kMs;           ///< a killed sandbox dies after k of these
+  std::int64_t write_interval_ns = 50 * kMs;        ///< a sandbox's write cadence
+  /// Liveness: after heal_ns, every name is granted again within this bound.
+  std::int64_t liveness_bound_ns = 28 * kS;
+  std::int64_t sandbox_lifetime_max_ns = 20 * kS;
+
+  bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
+  bool over_budget_pauses = true; ///< a few seeds get one pause beyond the pause budget
+
+  /// ttl(1-ρ) - kill_after(1+ρ) - wheel_granularity - kill_latency_budget: a pause longer than
+  /// this can make a kill land after lockd's expiry (DESIGN.md "Time").
+  std::int64_t pause_budget_ns() const noexcept;
+  /// "" or what is wrong (names the field and the values), e.g. the safety condition.
+  std::string validate() const;
+};
+
+/// How often each fault and each interesting event happened in a run: X(field, description).
+#define LEASEHOLD_SIM_FAULT_COUNTS(X)                                                       \
+  X(datagrams_sent, "datagrams handed to the network")                                      \
+  X(datagrams_delivered, "datagrams delivered (duplicates included)")                       \
+  X(datagrams_lost, "datagrams the network lost")                                           \
+  X(datagrams_duplicated, "datagrams delivered twice")                                      \
+  X(datagrams_reordered, "delivered before one sent earlier on the same path")              \
+  X(datagrams_delayed, "took the delay distribution's long tail")                           \
+  X(datagrams_partitioned, "dropped by a partition")                                        \
+  X(datagrams_to_down_lockd, "arrived while lockd was down")                                \
+  X(partitions, "partitions started")                                                       \
+  X(congestions, "congestion episodes started (one direction of a link much slower)")       \
+  X(pauses, "node pauses (the pause-probe's fault)")                                        \
+  X(pauses_over_budget, "supervisor pauses longer than the pause budget")                   \
+  X(events_deferred_by_pause, "events that waited for a paused node")                       \
+  X(lockd_crashes, "lockd crashes")                                                         \
+  X(lockd_restarts, "lockd restarts from the durable store")                                \
+  X(batches_lost, "disk batches a crash lost before they were durable")                     \
+  X(batches_durable, "disk batches made durable")                                           \
+  X(disk_slow, "disk batches that took the slow path")                                      \
+  X(sandbox_stalls, "writes that stalled between the shm check and the resource")           \
+  X(skewed_clocks, "nodes whose clock rate error is not zero")                              \
+  X(grants, "Grant answers lockd sent (repeats included)")                                  \
+  X(sandboxes_started, "sandboxes started")                                                 \
+  X(kills, "kill-switch kills (lapsed lease, lost / unknown answer)")                       \
+  X(writes_accepted, "writes the fenced resource accepted")                                 \
+  X(writes_rejected, "writes the fenced resource rejected (stale epoch)")
+
+struct FaultCounts {
+#define LEASEHOLD_SIM_FIELD(name, text) std::uint64_t name = 0;
+  LEASEHOLD_SIM_FAULT_COUNTS(LEASEHOLD_SIM_FIELD)
+#undef LEASEHOLD_SIM_FIELD
+  FaultCounts& operator+=(const FaultCounts& o) noexcept {
+#define LEASEHOLD_SIM_ADD(name, text) name += o.name;
+    LEASEHOLD_SIM_FAULT_COUNTS(LEASEHOLD_SIM_ADD)
+#undef LEASEHOLD_SIM_ADD
+    return *this;
+  }
+};
+
+struct Violation {
+  std::string invariant;  ///< the function's name: single_holder, kill_before_expiry, ...
+  std::int64_t at_ns = 0; ///< simulated time of the step that broke it
+  std::string detail;
+};
+
+struct RunResult {
+  std::uint64_t seed = 0;
+  std::optional<Violation> violation;
+  std::uint64_t trace_hash = 0;  ///< FNV-1a over every trace line of the run
+  std::uint64_t events = 0;
+  std::int64_t simulated_ns = 0;
+  FaultCounts counts;
+};
+
+/// Receives the readable trace, one line (no newline) per step.
+using TraceFn = std::function<void(std::string_view)>;
+
+/// Runs one seed. `trace` (may be empty) gets every line; the hash is computed either way.
+/// Throws std::invalid_argument with validate()'s message for a bad config.
+RunResult run_seed(const SimConfig& cfg, const TraceFn& trace = {});
+
+/// The ablation this binary was built with ("" for none): the LEASEHOLD_SIM_ABLATE_* set.
+std::string_view ablation_name() noexcept;
+
+}  // namespace leasehold::sim

@@ -1,0 +1,305 @@
+// leasehold-sim: runs the deterministic simulator (leasehold/sim/world.hpp) for one seed or a range.
+//
+//   leasehold-sim --seed 42 --trace      replay one run with a readable trace
+//   leasehold-sim --seeds 1..10000 --jobs 2
+//
+// Exit codes: 0 no invariant violated, 1 a violation (each failing seed is printed with the
+// first invariant it broke), 2 usage or a malformed argument, 70 internal error.
+#include "leasehold/sim/world.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using leasehold::sim::FaultCounts;
+using leasehold::sim::RunResult;
+using leasehold::sim::SimConfig;
+
+constexpr int kOk = 0, kViolation = 1, kUsage = 2, kInternal = 70;
+
+struct Range {
+  std::uint64_t first = 0, last = 0;
+};
+
+std::optional<Range> parse_range(const std::string& text) {
+  const auto dots = text.find("..");
+  if (dots == std::string::npos) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    const std::string a = text.substr(0, dots), b = text.substr(dots + 2);
+    if (a.empty() || b.empty() || a[0] == '-' || b[0] == '-') return std::nullopt;
+    Range r;
+    r.first = std::stoull(a, &used);
+    if (used != a.size()) return std::nullopt;
+    r.last = std::stoull(b, &used);
+    if (used != b.size() || r.last < r.first) return std::nullopt;
+    return r;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+/// One result as a line for the pipe from a worker process.
+std::string encode(const RunResult& r) {
+  std::string s = std::to_string(r.seed) + ' ' + std::to_string(r.trace_hash) + ' ' + std::to_string(r.events) + ' ' +
+                  std::to_string(r.simulated_ns);
+#define LEASEHOLD_SIM_PUT(name, text) s += ' ' + std::to_string(r.counts.name);
+  LEASEHOLD_SIM_FAULT_COUNTS(LEASEHOLD_SIM_PUT)
+#undef LEASEHOLD_SIM_PUT
+  if (r.violation) {
+    std::string detail = r.violation->detail;
+    for (char& c : detail)
+      if (c == '\n' || c == '\t') c = ' ';
+    s += " V " + r.violation->invariant + ' ' + std::to_string(r.violation->at_ns) + '\t' + detail;
+  }
+  return s + '\n';
+}
+
+std::optional<RunResult> decode(const std::string& line) {
+  RunResult r;
+  const char* p = line.c_str();
+  char* end = nullptr;
+  auto num = [&](std::uint64_t& out) {
+    out = std::strtoull(p, &end, 10);
+    if (end == p) return false;
+    p = end;
+    return true;
+  };
+  std::uint64_t sim_ns = 0;
+  if (!num(r.seed) || !num(r.trace_hash) || !num(r.events) || !num(sim_ns)) return std::nullopt;
+  r.simulated_ns = static_cast<std::int64_t>(sim_ns);
+#define LEASEHOLD_SIM_GET(name, text) \
+  if (!num(r.counts.name)) return std::nullopt;
+  LEASEHOLD_SIM_FAULT_COUNTS(LEASEHOLD_SIM_GET)
+#undef LEASEHOLD_SIM_GET
+  if (std::strncmp(p, " V ", 3) == 0) {
+    p += 3;
+    const char* sp = std::strchr(p, ' ');
+    const char* tab = std::strchr(p, '\t');
+    if (sp == nullptr || tab == nullptr) return std::nullopt;
+    leasehold::sim::Violation v;
+    v.invariant.assign(p, sp);
+    v.at_ns = std::strtoll(sp + 1, nullptr, 10);
+    v.detail.assign(tab + 1);
+    r.violation = v;
+  }
+  return r;
+}
+
+std::string failure_line(const RunResult& r) {
+  char at[32];
+  std::snprintf(at, sizeof at, "%.6f", static_cast<double>(r.violation->at_ns) / 1e9);
+  return "seed " + std::to_string(r.seed) + ": " + r.violation->invariant + " violated at " + at + " s: " +
+         r.violation->detail;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "leasehold-sim: the deterministic simulator of lockd, supervisors, sandboxes and a fenced resource.\n"
+      "One seed drives the network, the clocks, the disk and the processes, so a failure replays exactly.\n"
+      "Exit codes: 0 no invariant violated, 1 a violation (each failing seed printed with the first\n"
+      "invariant it broke), 2 usage, 70 internal error."};
+  std::optional<std::uint64_t> seed;
+  std::string seeds_text;
+  bool trace = false, json = false, stop_at_first = false, quiet = false, no_faults = false;
+  unsigned jobs = 1;
+  double duration_s = 0;
+  auto* seed_opt = app.add_option("--seed", seed, "replay one run");
+  auto* seeds_opt = app.add_option("--seeds", seeds_text, "sweep the seeds A..B (inclusive)");
+  seed_opt->excludes(seeds_opt);
+  app.add_flag("--trace", trace, "print the run's trace (with --seed)")->needs(seed_opt);
+  app.add_flag("--json", json, "print a JSON summary on stdout");
+  app.add_option("--jobs", jobs, "worker processes for a sweep (default 1)")->check(CLI::Range(1u, 256u));
+  app.add_flag("--stop-at-first", stop_at_first, "end a sweep at the first failing seed");
+  app.add_flag("--quiet", quiet, "no progress on stderr");
+  app.add_option("--duration-s", duration_s, "simulated seconds per run (default 120; faults heal 30 s before the end)")
+      ->check(CLI::Range(40.0, 86400.0));
+  app.add_flag("--no-faults", no_faults, "a reliable network, no pauses, crashes or clock skew");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kOk : kUsage;
+  }
+  if (!seed && seeds_text.empty()) {
+    std::fprintf(stderr, "leasehold-sim: give --seed N or --seeds A..B (see --help)\n");
+    return kUsage;
+  }
+  Range range;
+  if (seed) {
+    range = Range{*seed, *seed};
+  } else if (auto r = parse_range(seeds_text)) {
+    range = *r;
+  } else {
+    std::fprintf(stderr, "leasehold-sim: --seeds: expected A..B with 0 <= A <= B, got \"%s\"\n", seeds_text.c_str());
+    return kUsage;
+  }
+
+  SimConfig base;
+  if (duration_s > 0) {
+    base.duration_ns = static_cast<std::int64_t>(duration_s * 1e9);
+    base.heal_ns = base.duration_ns - 30 * leasehold::sim::kS;
+  }
+  base.faults = !no_faults;
+  if (const std::string why = base.validate(); !why.empty()) {
+    std::fprintf(stderr, "leasehold-sim: bad configuration: %s\n", why.c_str());
+    return kUsage;
+  }
+
+  const auto wall_start = std::chrono::steady_clock::now();
+  const std::uint64_t total = range.last - range.first + 1;
+  std::vector<RunResult> failures;
+  FaultCounts sum;
+  std::uint64_t done = 0, events = 0;
+  std::int64_t simulated_ns = 0;
+  std::uint64_t one_hash = 0;
+  auto take = [&](const RunResult& r) {
+    ++done;
+    sum += r.counts;
+    events += r.events;
+    simulated_ns += r.simulated_ns;
+    one_hash = r.trace_hash;
+    if (r.violation) {
+      failures.push_back(r);
+      std::printf("%s\n", failure_line(r).c_str());
+      std::fflush(stdout);
+    }
+  };
+  auto progress = [&](bool last) {
+    if (quiet || total == 1) return;
+    static auto next = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    if (!last && now < next) return;
+    next = now + std::chrono::seconds(2);
+    const double wall = std::chrono::duration<double>(now - wall_start).count();
+    std::fprintf(stderr, "leasehold-sim: %" PRIu64 "/%" PRIu64 " seeds, %zu failing, %.1f s\n", done, total,
+                 failures.size(), wall);
+  };
+
+  try {
+    if (seed) {
+      SimConfig cfg = base;
+      cfg.seed = *seed;
+      leasehold::sim::TraceFn fn;
+      if (trace) fn = [](std::string_view line) { std::printf("%.*s\n", static_cast<int>(line.size()), line.data()); };
+      take(leasehold::sim::run_seed(cfg, fn));
+    } else if (jobs == 1) {
+      for (std::uint64_t s = range.first; s <= range.last; ++s) {
+        SimConfig cfg = base;
+        cfg.seed = s;
+        take(leasehold::sim::run_seed(cfg));
+        progress(false);
+        if (stop_at_first && !failures.empty()) break;
+        if (s == range.last) break;
+      }
+    } else {
+      // Worker processes take every jobs-th seed and stream one line per result.
+      std::fflush(stdout);
+      std::vector<pid_t> pids;
+      std::vector<FILE*> pipes;
+      for (unsigned j = 0; j < jobs; ++j) {
+        int fds[2];
+        if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+        const pid_t pid = ::fork();
+        if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+        if (pid == 0) {
+          ::close(fds[0]);
+          FILE* out = ::fdopen(fds[1], "w");
+          for (std::uint64_t s = range.first + j; s >= range.first && s <= range.last; s += jobs) {
+            SimConfig cfg = base;
+            cfg.seed = s;
+            const std::string line = encode(leasehold::sim::run_seed(cfg));
+            std::fputs(line.c_str(), out);
+            std::fflush(out);
+            if (range.last - s < jobs) break;
+          }
+          std::fclose(out);
+          ::_exit(0);
+        }
+        ::close(fds[1]);
+        pids.push_back(pid);
+        pipes.push_back(::fdopen(fds[0], "r"));
+      }
+      // Read the pipes round-robin, one line at a time (each worker writes in seed order).
+      std::vector<bool> open(jobs, true);
+      std::size_t alive = jobs;
+      char buf[8192];
+      while (alive > 0 && !(stop_at_first && !failures.empty())) {
+        for (unsigned j = 0; j < jobs; ++j) {
+          if (!open[j]) continue;
+          if (std::fgets(buf, sizeof buf, pipes[j]) == nullptr) {
+            open[j] = false;
+            --alive;
+            continue;
+          }
+          std::string line(buf);
+          if (!line.empty() && line.back() == '\n') line.pop_back();
+          const auto r = decode(line);
+          if (!r) throw std::runtime_error("a worker process sent a malformed result: " + line);
+          take(*r);
+          progress(false);
+        }
+      }
+      for (pid_t p : pids) {
+        if (stop_at_first) ::kill(p, SIGTERM);
+        int status = 0;
+        ::waitpid(p, &status, 0);
+        if (!stop_at_first && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+          throw std::runtime_error("a worker process failed");
+      }
+      for (FILE* f : pipes) std::fclose(f);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "leasehold-sim: internal error: %s\n", e.what());
+    return kInternal;
+  }
+  progress(true);
+
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double sim_s = static_cast<double>(simulated_ns) / 1e9;
+  if (json) {
+    nlohmann::json j;
+    j["ablation"] = std::string(leasehold::sim::ablation_name());
+    j["seeds"] = {{"first", range.first}, {"last", range.last}, {"run", done}};
+    j["failures"] = nlohmann::json::array();
+    for (const RunResult& r : failures)
+      j["failures"].push_back({{"seed", r.seed},
+                               {"invariant", r.violation->invariant},
+                               {"at_ns", r.violation->at_ns},
+                               {"detail", r.violation->detail}});
+    j["events"] = events;
+    j["simulated_s"] = sim_s;
+    j["wall_s"] = wall_s;
+    j["simulated_s_per_wall_s"] = wall_s > 0 ? sim_s / wall_s : 0.0;
+    j["seeds_per_minute"] = wall_s > 0 ? static_cast<double>(done) * 60.0 / wall_s : 0.0;
+    if (done == 1) j["trace_hash"] = one_hash;
+    nlohmann::json f;
+#define LEASEHOLD_SIM_JSON(name, text) f[#name] = sum.name;
+    LEASEHOLD_SIM_FAULT_COUNTS(LEASEHOLD_SIM_JSON)
+#undef LEASEHOLD_SIM_JSON
+    j["counts"] = f;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else if (done == 1 && failures.empty()) {
+    std::printf("seed %" PRIu64 ": no invariant violated (%.0f simulated s, %" PRIu64 " events, trace hash %016" PRIx64
+                ")\n",
+                range.first, sim_s, events, one_hash);
+  } else if (failures.empty()) {
+    std::printf("%" PRIu64 " seeds: no invariant violated (%.0f simulated s in %.1f s: %.0f simulated s per s, %.0f "
+                "seeds per minute)\n",
+                done, sim_s, wall_s, wall_s > 0 ? sim_s / wall_s : 0.0, wall_s > 0 ? done * 60.0 / wall_s : 0.0);
+  }
+  return failures.empty() ? kOk : kViolation;
+}

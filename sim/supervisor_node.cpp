@@ -1,0 +1,343 @@
+#include "leasehold/sim/supervisor_node.hpp"
+
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/replay.hpp"
+#include "leasehold/supervisor/deadline_wheel.hpp"
+#include "leasehold/supervisor/heartbeat.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace leasehold::sim {
+namespace {
+
+constexpr std::uint32_t kSlotsMax = 32;
+constexpr std::int64_t kReleaseTimeoutNs = 1 * kS;
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+
+RefreshResult to_result(wire::HeartbeatStatus s) {
+  switch (s) {
+    case wire::HeartbeatStatus::refreshed: return RefreshResult::refreshed;
+    case wire::HeartbeatStatus::lost: return RefreshResult::lost;
+    case wire::HeartbeatStatus::unknown: break;
+  }
+  return RefreshResult::unknown;
+}
+
+}  // namespace
+
+struct SupervisorNode::Impl {
+  /// One shm slot: {state, epoch, name, sandbox, valid_until} as the supervisor writes it.
+  struct Slot {
+    bool used = false;
+    bool published = false;  ///< the epoch is published (revoked: false)
+    NameId name;
+    SandboxId sandbox;
+    Epoch epoch = 0;
+    std::int64_t valid_until_ns = 0;
+    TimerHandle timer;
+  };
+  /// One call to lockd, retried with a fresh seq until its deadline (LockdLink::call).
+  struct Call {
+    enum class Kind : std::uint8_t { acquire, heartbeat, release } kind = Kind::acquire;
+    wire::Datagram dg;
+    std::int64_t first_send_ns = 0;
+    std::int64_t deadline_ns = 0;
+    std::int64_t next_retry_ns = 0;
+    SandboxId sandbox;
+    NameId name;
+    Epoch epoch = 0;
+    std::vector<RefreshEntry> entries;
+  };
+
+  Impl(const SimConfig& c, std::uint32_t i, WorkerId w, const wire::WireKey& key,
+       std::span<const std::string> n, Rng r, SupervisorEnv& e, std::int64_t now)
+      : cfg(c),
+        index(i),
+        self(w),
+        names(n.begin(), n.end()),
+        rng(r),
+        env(e),
+        sender(w, 1, key),
+        auth(key),
+        hb(static_cast<std::uint64_t>(c.kill_after_ns), static_cast<std::uint64_t>(c.heartbeat_interval_ns),
+           kSlotsMax, false),
+        wheel(kSlotsMax, static_cast<std::uint64_t>(c.wheel_granularity_ns), static_cast<std::uint64_t>(now)),
+        slots(kSlotsMax) {
+    next_create_ns = now + rng.range(0, 500 * kMs);
+  }
+
+  const SimConfig& cfg;
+  std::uint32_t index;
+  WorkerId self;
+  std::vector<std::string> names;
+  Rng rng;
+  SupervisorEnv& env;
+  wire::Sender sender;
+  wire::Authenticator auth;
+  HeartbeatSchedule hb;
+  DeadlineWheel wheel;
+  std::vector<Slot> slots;
+  std::map<std::uint64_t, Call> calls;  ///< by request id
+  std::uint64_t next_request_id = 1;
+  std::int64_t next_create_ns = 0;
+  std::int64_t last_now_ns = 0;
+
+  std::optional<std::uint32_t> slot_of(const SandboxId& sb) const {
+    for (std::uint32_t i = 0; i < slots.size(); ++i)
+      if (slots[i].used && slots[i].sandbox == sb) return i;
+    return std::nullopt;
+  }
+  std::size_t busy() const {
+    std::size_t n = 0;
+    for (const Slot& s : slots) n += s.used ? 1 : 0;
+    for (const auto& [id, c] : calls) n += c.kind == Call::Kind::acquire ? 1 : 0;
+    return n;
+  }
+
+  void call(Call::Kind kind, const wire::Body& body, std::int64_t deadline_ns, std::int64_t now, Call c) {
+    const std::uint64_t rid = next_request_id++;
+    c.kind = kind;
+    if (!sender.seal(rid, body, c.dg)) return;  // cannot happen for the bodies built here
+    c.first_send_ns = now;
+    c.deadline_ns = deadline_ns;
+    c.next_retry_ns = now + cfg.retry_interval_ns;
+    env.send_to_lockd(index, c.dg.view());
+    calls.emplace(rid, std::move(c));
+  }
+
+  void kill_slot(std::uint32_t i, std::string_view why, std::int64_t now) {
+    Slot& s = slots[i];
+    if (!s.used || !s.published) return;
+    // The rt thread's order: revoke the slot in shm first, then kill the process.
+    s.published = false;
+    hb.remove(s.sandbox);
+    if (!s.timer.is_nil()) wheel.cancel(s.timer);
+    s.timer = {};
+    env.note(index, "kill", s.sandbox.lo, static_cast<std::uint64_t>(now));
+    env.kill(index, s.sandbox, why);
+  }
+
+  void apply(const HeartbeatAction& a, std::int64_t now) {
+    const auto i = slot_of(a.sandbox);
+    if (!i) return;
+    switch (a.kind) {
+      case HeartbeatAction::Kind::none: return;
+      case HeartbeatAction::Kind::extend:
+        // The io thread writes valid_until into the slot; the rt thread re-reads it when the
+        // wheel fires (lazy re-arm).
+        slots[*i].valid_until_ns = static_cast<std::int64_t>(a.valid_until_ns);
+        return;
+      case HeartbeatAction::Kind::kill:
+        kill_slot(*i, a.lapsed ? "lease lapsed" : a.cause == RefreshResult::lost ? "lost" : "unknown", now);
+        return;
+    }
+  }
+
+  void start_sandbox(const wire::Grant& g, const Call& c, std::int64_t now) {
+    // A grant that came back after its lease would already have lapsed is not started
+    // (ArmBeforeExec): the name is given back.
+    if (now >= c.first_send_ns + cfg.kill_after_ns) {
+      env.note(index, "grant_too_late", g.epoch, 0);
+      release(g.name_id, g.holder, g.epoch, now);
+      return;
+    }
+    std::uint32_t i = 0;
+    while (i < slots.size() && slots[i].used) ++i;
+    if (i == slots.size() || !hb.add(g.name_id, g.holder, g.epoch, i, static_cast<std::uint64_t>(c.first_send_ns))) {
+      release(g.name_id, g.holder, g.epoch, now);
+      return;
+    }
+    Slot& s = slots[i];
+    s.used = true;
+    s.published = true;
+    s.name = g.name_id;
+    s.sandbox = g.holder;
+    s.epoch = g.epoch;
+    s.valid_until_ns = c.first_send_ns + cfg.kill_after_ns;
+    const ScheduleResult r = wheel.schedule(static_cast<std::uint64_t>(s.valid_until_ns), i);
+    s.timer = r.handle;
+    env.note(index, "publish", g.holder.lo, g.epoch);
+    env.spawn(index, g.holder, g.name_id, g.epoch);
+  }
+
+  void release(NameId name, SandboxId sb, Epoch epoch, std::int64_t now) {
+    Call c;
+    c.sandbox = sb;
+    c.name = name;
+    c.epoch = epoch;
+    call(Call::Kind::release, wire::Release{name, sb, epoch}, now + kReleaseTimeoutNs, now, std::move(c));
+  }
+
+  void on_answer(std::uint64_t rid, const wire::Body& body, std::int64_t now) {
+    const auto it = calls.find(rid);
+    if (it == calls.end()) {
+      // An answer to a call that gave up: lockd acted on it after all. A grant nobody will
+      // heartbeat is given back (the late-answer handler).
+      if (const auto* g = std::get_if<wire::Grant>(&body); g != nullptr && !slot_of(g->holder)) {
+        env.note(index, "late_grant_released", g->epoch, 0);
+        release(g->name_id, g->holder, g->epoch, now);
+      }
+      return;
+    }
+    if (const auto* e = std::get_if<wire::Error>(&body)) {
+      // stale_seq / replayed: move the seq above lockd's window; the retry goes out as planned.
+      if (e->seq_floor != 0) sender.advance_to(e->seq_floor);
+      return;
+    }
+    Call c = std::move(it->second);
+    calls.erase(it);
+    switch (c.kind) {
+      case Call::Kind::acquire:
+        if (const auto* g = std::get_if<wire::Grant>(&body);
+            g != nullptr && g->holder == c.sandbox && g->state == wire::LockState::held) {
+          start_sandbox(*g, c, now);
+        } else {
+          env.note(index, "acquire_refused", c.name.lo, 0);
+        }
+        return;
+      case Call::Kind::heartbeat: {
+        const auto* ack = std::get_if<wire::HeartbeatAck>(&body);
+        if (ack == nullptr || ack->entries.size() != c.entries.size()) return;  // a heartbeat failure
+        for (std::size_t k = 0; k < c.entries.size(); ++k) {
+          const RefreshEntry& e = c.entries[k];
+          const wire::HeartbeatAckEntry& a = ack->entries[k];
+          if (a.name_id != e.name) continue;
+          const RefreshResult res = to_result(a.status);
+          if (res == RefreshResult::refreshed && std::int64_t{a.ttl_left_ms} + 1 < cfg.ttl_ns / kMs) {
+            // lockd refreshed for less than the TTL the safety condition was checked for.
+            if (const auto i = slot_of(e.sandbox)) kill_slot(*i, "ttl mismatch", now);
+            continue;
+          }
+          apply(hb.on_refresh_answer(e.sandbox, e.epoch, res, a.holder, a.epoch,
+                                     static_cast<std::uint64_t>(c.first_send_ns), static_cast<std::uint64_t>(now)),
+                now);
+        }
+        return;
+      }
+      case Call::Kind::release: return;
+    }
+  }
+
+  void rt_step(std::int64_t now) {
+    wheel.advance(static_cast<std::uint64_t>(now), [&](const DueTimer& due) -> Rearm {
+      const auto i = static_cast<std::uint32_t>(due.payload);
+      Slot& s = slots[i];
+      if (!s.used || !s.published || s.timer != due.handle) return Rearm::none();
+      const auto current = static_cast<std::uint64_t>(s.valid_until_ns);
+      if (current > due.deadline_ns && !wheel.due_by(current, static_cast<std::uint64_t>(now)))
+        return Rearm::at(current);
+      s.timer = {};
+      kill_slot(i, "kill-switch", now);
+      return Rearm::none();
+    });
+  }
+
+  void heartbeat(std::int64_t now) {
+    if (hb.next_round_ns() > static_cast<std::uint64_t>(now)) return;
+    HeartbeatRound round = hb.begin_round(static_cast<std::uint64_t>(now), wire::kHeartbeatEntriesMax);
+    for (auto& req : round.requests) {
+      wire::Heartbeat h;
+      h.ttl_cap_ms = 0;
+      for (const auto& e : req.entries) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+      Call c;
+      c.entries = std::move(req.entries);
+      call(Call::Kind::heartbeat, h, static_cast<std::int64_t>(req.deadline_ns), now, std::move(c));
+    }
+  }
+
+  void retries(std::int64_t now) {
+    for (auto it = calls.begin(); it != calls.end();) {
+      Call& c = it->second;
+      if (now >= c.deadline_ns) {
+        it = calls.erase(it);  // given up: a late answer goes to the late-answer handler
+        continue;
+      }
+      if (now >= c.next_retry_ns) {
+        sender.restamp(c.dg.buffer().first(c.dg.size));
+        env.send_to_lockd(index, c.dg.view());
+        c.next_retry_ns = now + cfg.retry_interval_ns;
+      }
+      ++it;
+    }
+  }
+
+  void workload(std::int64_t now) {
+    if (now < next_create_ns) return;
+    next_create_ns = now + rng.range(100 * kMs, 1500 * kMs);
+    if (busy() >= cfg.sandboxes_per_worker_max) return;
+    const std::string& name = names[rng.below(names.size())];
+    const SandboxId sb{rng.next() | 1, rng.next()};
+    Call c;
+    c.sandbox = sb;
+    c.name = name_id_of(name);
+    wire::Acquire a{name, sb, self, static_cast<std::uint32_t>(cfg.ttl_ns / kMs), false};
+    env.note(index, "acquire", c.name.lo, sb.lo);
+    call(Call::Kind::acquire, a, now + cfg.acquire_timeout_ns, now, std::move(c));
+  }
+
+  std::int64_t next_wake() const {
+    std::int64_t t = next_create_ns;
+    if (hb.size() != 0) t = std::min(t, static_cast<std::int64_t>(hb.next_round_ns()));
+    const std::uint64_t w = wheel.next_event_ns();
+    if (w != std::numeric_limits<std::uint64_t>::max()) t = std::min(t, static_cast<std::int64_t>(w));
+    for (const auto& [id, c] : calls) t = std::min({t, c.next_retry_ns, c.deadline_ns});
+    return t;
+  }
+};
+
+SupervisorNode::SupervisorNode(const SimConfig& cfg, std::uint32_t index, WorkerId id, const wire::WireKey& key,
+                               std::span<const std::string> names, Rng rng, SupervisorEnv& env, std::int64_t now_ns)
+    : impl_(std::make_unique<Impl>(cfg, index, id, key, names, rng, env, now_ns)) {}
+
+SupervisorNode::~SupervisorNode() = default;
+
+WorkerId SupervisorNode::id() const noexcept { return impl_->self; }
+
+void SupervisorNode::on_datagram(std::span<const std::uint8_t> bytes, std::int64_t now_ns) {
+  wire::DecodeResult d = wire::decode(bytes, &impl_->auth);
+  if (!d) return;  // not authentic or malformed: dropped (LockdLink counts answers_bad)
+  impl_->on_answer(d.header.request_id, d.body, now_ns);
+}
+
+void SupervisorNode::on_sandbox_exit(SandboxId sandbox, std::int64_t now_ns) {
+  Impl& m = *impl_;
+  const auto i = m.slot_of(sandbox);
+  if (!i) return;
+  Impl::Slot& s = m.slots[*i];
+  // Exit -> release (supervisor on_pidfd -> release_to_lockd), also after a kill.
+  if (s.published) {
+    s.published = false;
+    m.hb.remove(sandbox);
+    if (!s.timer.is_nil()) m.wheel.cancel(s.timer);
+  }
+  m.env.note(m.index, "exit_release", sandbox.lo, s.epoch);
+  m.release(s.name, s.sandbox, s.epoch, now_ns);
+  s = Impl::Slot{};
+}
+
+std::int64_t SupervisorNode::tick(std::int64_t now_ns) {
+  Impl& m = *impl_;
+  m.last_now_ns = now_ns;
+  m.rt_step(now_ns);
+  m.heartbeat(now_ns);
+  m.retries(now_ns);
+  m.workload(now_ns);
+  return m.next_wake();
+}
+
+bool SupervisorNode::check_deadline(SandboxId sandbox, std::int64_t now_ns, NameId* name, Epoch* epoch) const {
+  const auto i = impl_->slot_of(sandbox);
+  if (!i) return false;
+  const Impl::Slot& s = impl_->slots[*i];
+  if (!s.published || now_ns >= s.valid_until_ns) return false;
+  *name = s.name;
+  *epoch = s.epoch;
+  return true;
+}
+
+}  // namespace leasehold::sim

@@ -1,0 +1,733 @@
+#include "leasehold/sim/world.hpp"
+
+#include "leasehold/wire/auth.hpp"
+#include "leasehold/wire/protocol.hpp"
+#include "leasehold/lease/fence.hpp"
+#include "leasehold/sim/disk.hpp"
+#include "leasehold/sim/invariants.hpp"
+#include "leasehold/sim/lockd_node.hpp"
+#include "leasehold/sim/rng.hpp"
+#include "leasehold/sim/supervisor_node.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <queue>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+namespace leasehold::sim {
+
+std::int64_t SimConfig::pause_budget_ns() const noexcept {
+  const std::int64_t ttl_low = ttl_ns - ttl_ns / 1'000'000 * rho_ppm;
+  const std::int64_t kill_high = kill_after_ns + kill_after_ns / 1'000'000 * rho_ppm;
+  return ttl_low - kill_high - wheel_granularity_ns - kill_latency_budget_ns;
+}
+
+std::string SimConfig::validate() const {
+  if (supervisors == 0 || supervisors > 64) return "supervisors must be in 1..64, not " + std::to_string(supervisors);
+  if (names == 0 || names > 64) return "names must be in 1..64, not " + std::to_string(names);
+  if (sandboxes_per_worker_max == 0 || sandboxes_per_worker_max > 16)
+    return "sandboxes_per_worker_max must be in 1..16, not " + std::to_string(sandboxes_per_worker_max);
+  if (duration_ns <= 0 || heal_ns < 0 || heal_ns > duration_ns)
+    return "need 0 <= heal_ns <= duration_ns and duration_ns > 0 (heal " + std::to_string(heal_ns) +
+           " ns, duration " + std::to_string(duration_ns) + " ns)";
+  if (ttl_ns < 10 * kMs || kill_after_ns <= 0 || heartbeat_interval_ns <= 0 || retry_interval_ns <= 0 ||
+      wheel_granularity_ns <= 0 || sandbox_tick_ns <= 0 || write_interval_ns <= 0)
+    return "durations must be > 0 (ttl at least 10 ms)";
+  if (heartbeat_interval_ns >= kill_after_ns)
+    return "heartbeat interval " + std::to_string(heartbeat_interval_ns / kMs) + " ms must be below kill_after " +
+           std::to_string(kill_after_ns / kMs) + " ms";
+  if (pause_budget_ns() <= 0)
+    return "the safety condition kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho) fails: " +
+           std::to_string(kill_after_ns / kMs) + " ms, rho " + std::to_string(rho_ppm) + " ppm, ttl " +
+           std::to_string(ttl_ns / kMs) + " ms";
+  return "";
+}
+
+std::string_view ablation_name() noexcept {
+#if defined(LEASEHOLD_SIM_ABLATION_NAME)
+  return LEASEHOLD_SIM_ABLATION_NAME;
+#else
+  return "";
+#endif
+}
+
+namespace {
+
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+constexpr int kWorldNode = -1;  ///< events of the world itself (sandbox processes, faults): never paused
+constexpr int kLockd = 0;       ///< node 0 is lockd; node 1 + w is worker w's supervisor
+
+/// A node's clock: local(t) = base + t + t * ppm / 1e6 (a rate error of ppm parts per million).
+struct NodeClock {
+  std::int64_t base_ns = 0;
+  std::int64_t ppm = 0;
+  std::int64_t local(std::int64_t t) const noexcept {
+    return base_ns + t + static_cast<std::int64_t>(static_cast<__int128>(t) * ppm / 1'000'000);
+  }
+  /// The first true time at which local() reaches `l`.
+  std::int64_t true_at(std::int64_t l) const noexcept {
+    if (l <= base_ns) return 0;
+    std::int64_t t = static_cast<std::int64_t>(static_cast<__int128>(l - base_ns) * 1'000'000 / (1'000'000 + ppm));
+    while (local(t) < l) ++t;
+    while (t > 0 && local(t - 1) >= l) --t;
+    return t;
+  }
+};
+
+/// One direction of one path: worker w -> lockd or lockd -> worker w.
+struct Path {
+  std::int64_t base_delay_ns = 0;
+  std::int64_t jitter_ns = 0;   ///< delay = base + U(0,j) * U(0,j) / j (skewed to small)
+  double loss = 0;
+  double duplicate = 0;
+  double tail = 0;              ///< probability of a long delay (reorders, outlives a TTL share)
+  std::int64_t tail_max_ns = 0;
+  std::uint64_t sent = 0;
+  std::uint64_t highest_delivered = 0;
+};
+
+struct Partition {
+  std::uint32_t worker = 0;
+  bool to_lockd = true;    ///< datagrams worker -> lockd are dropped
+  bool from_lockd = true;  ///< datagrams lockd -> worker are dropped
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+};
+
+/// A congested direction of one worker's link: every datagram on it takes `extra_ns` longer.
+struct Congestion {
+  std::uint32_t worker = 0;
+  bool to_lockd = false;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t extra_ns = 0;
+};
+
+struct Pause {
+  int node = 0;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  bool over_budget = false;
+};
+
+struct Sandbox {
+  std::uint32_t worker = 0;
+  NameId name;
+  Epoch epoch = 0;
+  SandboxFate fate;
+  bool dying = false;
+};
+
+struct Event {
+  std::int64_t at_ns;
+  std::uint64_t seq;
+  int node;
+  std::function<void()> fn;
+};
+struct Later {
+  bool operator()(const Event& a, const Event& b) const noexcept {
+    return a.at_ns != b.at_ns ? a.at_ns > b.at_ns : a.seq > b.seq;
+  }
+};
+
+std::string short_id(std::uint64_t lo) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%08" PRIx64, lo & 0xffffffffu);
+  return b;
+}
+
+class World final : public SupervisorEnv, public LockdEnv {
+ public:
+  World(const SimConfig& cfg, const TraceFn& trace) : cfg_(cfg), trace_(trace), rng_(cfg.seed) {
+    Rng setup = rng_.fork(1);
+    net_rng_ = rng_.fork(2);
+    proc_rng_ = rng_.fork(3);
+    std::vector<std::uint8_t> key(32);
+    for (auto& b : key) b = static_cast<std::uint8_t>(setup.next());
+    cluster_ = wire::WireKey(key, wire::KeyKind::cluster, 1);
+    for (std::uint32_t i = 0; i < cfg_.names; ++i) names_.push_back("sim/name-" + std::to_string(i));
+    for (const auto& n : names_) {
+      name_ids_.push_back(name_id_of(n));
+      first_grant_after_heal_[name_ids_.back()] = -1;
+    }
+
+    const std::uint32_t n_nodes = cfg_.supervisors + 1;
+    clocks_.resize(n_nodes);
+    paused_until_.assign(n_nodes, 0);
+    wake_at_.assign(n_nodes, kNever);
+    wake_gen_.assign(n_nodes, 0);
+    for (auto& c : clocks_) {
+      c.base_ns = setup.range(1 * kS, 1000 * kS);
+      c.ppm = cfg_.faults ? setup.range(-cfg_.rho_ppm, cfg_.rho_ppm) : 0;
+      if (c.ppm != 0) ++counts_.skewed_clocks;
+    }
+    up_.resize(cfg_.supervisors);
+    down_.resize(cfg_.supervisors);
+    for (std::uint32_t w = 0; w < cfg_.supervisors; ++w) {
+      draw_path(setup, up_[w]);
+      draw_path(setup, down_[w]);
+    }
+    disk_base_ns_ = setup.range(200'000, 3 * kMs);
+    disk_slow_ = cfg_.faults ? static_cast<double>(setup.range(0, 300)) / 10'000.0 : 0;
+    kill_ticks_max_ = std::max<std::int64_t>(0, std::min<std::int64_t>(5, cfg_.kill_latency_budget_ns / cfg_.sandbox_tick_ns));
+
+    lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
+    for (std::uint32_t w = 0; w < cfg_.supervisors; ++w) {
+      const WorkerId id{0x5000 + w, setup.next()};
+      sups_.push_back(std::make_unique<SupervisorNode>(cfg_, w, id, wire::derive_worker_key(cluster_, id), names_,
+                                                       rng_.fork(100 + w), *this, local(1 + static_cast<int>(w))));
+    }
+    if (cfg_.faults) plan_faults(setup);
+    for (int n = 0; n < static_cast<int>(n_nodes); ++n) tick_node(n);
+  }
+
+  RunResult run() {
+    while (!queue_.empty() && !violation_) {
+      Event ev = queue_.top();
+      if (ev.at_ns > cfg_.duration_ns) break;
+      queue_.pop();
+      if (ev.node >= 0 && ev.at_ns < paused_until_[static_cast<std::size_t>(ev.node)]) {
+        // The node is frozen: its event waits until it resumes (its clock keeps counting).
+        ++counts_.events_deferred_by_pause;
+        push(paused_until_[static_cast<std::size_t>(ev.node)], ev.node, std::move(ev.fn));
+        continue;
+      }
+      now_ = ev.at_ns;
+      ++events_;
+      ev.fn();
+      if (!violation_) check_single_holder();
+    }
+    if (!violation_) {
+      now_ = std::max(now_, cfg_.duration_ns);
+      for (const NameId& id : name_ids_)
+        if (auto v = inv_.free_name_acquired(id, first_grant_after_heal_[id], cfg_.heal_ns, cfg_.liveness_bound_ns, now_))
+          fail(*v);
+    }
+    RunResult r;
+    r.seed = cfg_.seed;
+    r.violation = violation_;
+    r.trace_hash = hash_;
+    r.events = events_;
+    r.simulated_ns = now_;
+    r.counts = counts_;
+    return r;
+  }
+
+  // ---- SupervisorEnv -------------------------------------------------------------------------
+  void send_to_lockd(std::uint32_t worker, std::span<const std::uint8_t> bytes) override {
+    transmit(up_[worker], worker, true, bytes);
+  }
+  void spawn(std::uint32_t worker, SandboxId sb, NameId name, Epoch epoch) override {
+    Sandbox s;
+    s.worker = worker;
+    s.name = name;
+    s.epoch = epoch;
+    s.fate.known = true;
+    sandboxes_[sb] = s;
+    ++counts_.sandboxes_started;
+    std::int64_t life = proc_rng_.range(500 * kMs, 8 * kS);
+    if (proc_rng_.chance(0.1)) life = proc_rng_.range(8 * kS, cfg_.sandbox_lifetime_max_ns);
+    push(now_ + life, kWorldNode, [this, sb] { sandbox_exit(sb, false); });
+    push(now_ + proc_rng_.range(0, cfg_.write_interval_ns), kWorldNode, [this, sb] { sandbox_write(sb); });
+    record(1 + static_cast<int>(worker), "spawn", sb.lo, epoch);
+  }
+  void kill(std::uint32_t worker, SandboxId sb, std::string_view why) override {
+    const auto it = sandboxes_.find(sb);
+    if (it == sandboxes_.end() || it->second.fate.exited || it->second.fate.killed) return;
+    it->second.fate.killed = true;
+    it->second.fate.killed_at_ns = now_;
+    ++counts_.kills;
+    const std::int64_t k = proc_rng_.range(0, kill_ticks_max_);
+    push(now_ + k * cfg_.sandbox_tick_ns, kWorldNode, [this, sb] { sandbox_exit(sb, true); });
+    record(1 + static_cast<int>(worker), why, sb.lo, static_cast<std::uint64_t>(k));
+  }
+  void note(std::uint32_t worker, std::string_view what, std::uint64_t a, std::uint64_t b) override {
+    record(1 + static_cast<int>(worker), what, a, b);
+  }
+
+  // ---- LockdEnv ------------------------------------------------------------------------------
+  void send_to_worker(std::uint32_t worker, std::span<const std::uint8_t> bytes) override {
+    observe_lockd_answer(bytes);
+    transmit(down_[worker], worker, false, bytes);
+  }
+  void disk_submitted() override {
+    std::int64_t latency = disk_base_ns_ + proc_rng_.range(0, disk_base_ns_);
+    if (now_ < cfg_.heal_ns && proc_rng_.chance(disk_slow_)) {
+      latency += proc_rng_.range(20 * kMs, 300 * kMs);
+      ++counts_.disk_slow;
+    }
+    const std::uint64_t inc = incarnation_;
+    push(now_ + latency, kLockd, [this, inc] {
+      if (!lockd_ || inc != incarnation_) return;
+      disk_.complete();
+      ++counts_.batches_durable;
+      run_lockd([&] { return lockd_->tick(local(kLockd)); });
+    });
+  }
+
+ private:
+  // ---- set-up ----------------------------------------------------------------------------------
+  void draw_path(Rng& r, Path& p) {
+    p.base_delay_ns = r.range(50'000, 2 * kMs);
+    p.jitter_ns = r.range(100'000, 3 * kMs);
+    if (!cfg_.faults) return;
+    p.loss = static_cast<double>(r.range(0, 500)) / 10'000.0;       // 0..5 %
+    p.duplicate = static_cast<double>(r.range(0, 300)) / 10'000.0;  // 0..3 %
+    p.tail = static_cast<double>(r.range(0, 100)) / 10'000.0;       // 0..1 %
+    p.tail_max_ns = r.range(20 * kMs, 600 * kMs);
+  }
+
+  void plan_faults(Rng& r) {
+    const std::int64_t last_start = std::max<std::int64_t>(kS, cfg_.heal_ns - 5 * kS);
+    const std::int64_t n_partitions = r.range(0, 4);
+    for (std::int64_t i = 0; i < n_partitions; ++i) {
+      Partition p;
+      p.worker = static_cast<std::uint32_t>(r.below(cfg_.supervisors));
+      const auto dir = r.below(3);
+      p.to_lockd = dir != 1;
+      p.from_lockd = dir != 2;
+      p.start_ns = r.range(kS, last_start);
+      p.end_ns = p.start_ns + r.range(200 * kMs, 4 * kS);
+      add_partition(p);
+    }
+    const std::int64_t n_congestions = r.range(0, 3);
+    for (std::int64_t i = 0; i < n_congestions; ++i) {
+      Congestion c;
+      c.worker = static_cast<std::uint32_t>(r.below(cfg_.supervisors));
+      c.to_lockd = r.chance(0.5);
+      c.start_ns = r.range(kS, last_start);
+      c.end_ns = c.start_ns + r.range(500 * kMs, 5 * kS);
+      c.extra_ns = r.range(50 * kMs, 900 * kMs);
+      congestions_.push_back(c);
+      if (r.chance(0.5)) {
+        // A link that congests often fails next: a partition of the same worker inside the
+        // episode (either direction), the overlap that lets old answers arrive after the
+        // requests stopped reaching lockd.
+        Partition p;
+        p.worker = c.worker;
+        const auto dir = r.below(3);
+        p.to_lockd = dir != 1;
+        p.from_lockd = dir != 2;
+        p.start_ns = r.range(c.start_ns, c.end_ns);
+        p.end_ns = p.start_ns + r.range(200 * kMs, 4 * kS);
+        add_partition(p);
+      }
+      push(c.start_ns, kWorldNode, [this, c] {
+        ++counts_.congestions;
+        record(kWorldNode, c.to_lockd ? "congestion_up" : "congestion_down", c.worker, static_cast<std::uint64_t>(c.extra_ns / kMs));
+      });
+    }
+    const std::int64_t budget = cfg_.pause_budget_ns();
+    const std::int64_t n_pauses = r.range(0, 6);
+    for (std::int64_t i = 0; i < n_pauses; ++i) {
+      Pause p;
+      p.node = static_cast<int>(r.below(cfg_.supervisors + 1));
+      p.start_ns = r.range(kS, last_start);
+      p.end_ns = p.start_ns + r.range(kMs, budget * 9 / 10);
+      schedule_pause(p);
+    }
+    if (cfg_.over_budget_pauses && r.chance(0.05)) {
+      Pause p;
+      p.node = 1 + static_cast<int>(r.below(cfg_.supervisors));
+      p.start_ns = r.range(kS, last_start);
+      p.end_ns = p.start_ns + r.range(budget * 12 / 10, 3 * cfg_.ttl_ns);
+      p.over_budget = true;
+      schedule_pause(p);
+    }
+    const std::int64_t n_crashes = r.range(0, 3);
+    for (std::int64_t i = 0; i < n_crashes; ++i) {
+      const std::int64_t at = r.range(kS, last_start);
+      const std::int64_t down = r.range(20 * kMs, 2 * kS);
+      push(at, kWorldNode, [this, down] { crash_lockd(down); });
+    }
+  }
+
+  void add_partition(const Partition& p) {
+    partitions_.push_back(p);
+    push(p.start_ns, kWorldNode, [this, p] {
+      ++counts_.partitions;
+      record(kWorldNode, "partition", p.worker, (p.to_lockd ? 1u : 0u) | (p.from_lockd ? 2u : 0u));
+    });
+  }
+
+  void schedule_pause(const Pause& p) {
+    pauses_.push_back(p);
+    push(p.start_ns, kWorldNode, [this, p] {
+      auto& until = paused_until_[static_cast<std::size_t>(p.node)];
+      until = std::max(until, p.end_ns);
+      ++counts_.pauses;
+      if (p.over_budget) ++counts_.pauses_over_budget;
+      record(p.node, p.over_budget ? "pause_over_budget" : "pause", static_cast<std::uint64_t>(p.end_ns - p.start_ns), 0);
+    });
+  }
+
+  // ---- time and events -------------------------------------------------------------------------
+  std::int64_t local(int node) const { return clocks_[static_cast<std::size_t>(node)].local(now_); }
+
+  void push(std::int64_t at, int node, std::function<void()> fn) {
+    queue_.push(Event{std::max(at, now_), next_seq_++, node, std::move(fn)});
+  }
+
+  /// Runs `step` on a node (it returns its next wake on its own clock) and schedules that wake.
+  template <class Step>
+  void run_node(int node, Step&& step) {
+    const std::int64_t next_local = step();
+    const std::int64_t at = next_local == kNever ? kNever : clocks_[static_cast<std::size_t>(node)].true_at(next_local);
+    auto& w = wake_at_[static_cast<std::size_t>(node)];
+    if (at >= w && w > now_) return;  // an earlier wake is already scheduled
+    w = at;
+    if (at == kNever) return;
+    const std::uint64_t gen = ++wake_gen_[static_cast<std::size_t>(node)];
+    push(at, node, [this, node, gen] {
+      if (gen != wake_gen_[static_cast<std::size_t>(node)]) return;
+      wake_at_[static_cast<std::size_t>(node)] = kNever;
+      tick_node(node);
+    });
+  }
+  template <class Step>
+  void run_lockd(Step&& step) {
+    if (!lockd_) return;
+    run_node(kLockd, step);
+    check_grants_kept();
+  }
+  void tick_node(int node) {
+    if (node == kLockd) {
+      run_lockd([&] { return lockd_->tick(local(kLockd)); });
+    } else {
+      SupervisorNode& s = *sups_[static_cast<std::size_t>(node - 1)];
+      run_node(node, [&] { return s.tick(local(node)); });
+    }
+  }
+
+  // ---- network ---------------------------------------------------------------------------------
+  bool partitioned(std::uint32_t worker, bool to_lockd) const {
+    for (const Partition& p : partitions_)
+      if (p.worker == worker && now_ >= p.start_ns && now_ < p.end_ns && (to_lockd ? p.to_lockd : p.from_lockd))
+        return true;
+    return false;
+  }
+
+  std::int64_t congestion(std::uint32_t worker, bool to_lockd) const {
+    std::int64_t extra = 0;
+    for (const Congestion& c : congestions_)
+      if (c.worker == worker && c.to_lockd == to_lockd && now_ >= c.start_ns && now_ < c.end_ns)
+        extra = std::max(extra, c.extra_ns);
+    return extra;
+  }
+
+  void transmit(Path& path, std::uint32_t worker, bool to_lockd, std::span<const std::uint8_t> bytes) {
+    ++counts_.datagrams_sent;
+    const bool faulty = cfg_.faults && now_ < cfg_.heal_ns;
+    if (faulty && partitioned(worker, to_lockd)) {
+      ++counts_.datagrams_partitioned;
+      record(kWorldNode, to_lockd ? "cut_up" : "cut_down", worker, bytes.size());
+      return;
+    }
+    if (faulty && net_rng_.chance(path.loss)) {
+      ++counts_.datagrams_lost;
+      record(kWorldNode, to_lockd ? "lost_up" : "lost_down", worker, bytes.size());
+      return;
+    }
+    const std::int64_t extra = faulty ? congestion(worker, to_lockd) : 0;
+    const int copies = faulty && net_rng_.chance(path.duplicate) ? 2 : 1;
+    if (copies == 2) {
+      ++counts_.datagrams_duplicated;
+      record(kWorldNode, to_lockd ? "dup_up" : "dup_down", worker, bytes.size());
+    }
+    auto data = std::make_shared<std::vector<std::uint8_t>>(bytes.begin(), bytes.end());
+    const std::uint64_t index = ++path.sent;
+    for (int c = 0; c < copies; ++c) {
+      const auto j = static_cast<std::uint64_t>(path.jitter_ns);
+      std::int64_t delay = extra + path.base_delay_ns + static_cast<std::int64_t>(net_rng_.below(j) * net_rng_.below(j) / j);
+      if (faulty && net_rng_.chance(path.tail)) {
+        delay += net_rng_.range(path.tail_max_ns / 10, path.tail_max_ns);
+        ++counts_.datagrams_delayed;
+      }
+      const int to_node = to_lockd ? kLockd : 1 + static_cast<int>(worker);
+      push(now_ + delay, to_node, [this, &path, data, index, worker, to_lockd] {
+        if (index < path.highest_delivered) ++counts_.datagrams_reordered;
+        path.highest_delivered = std::max(path.highest_delivered, index);
+        deliver(worker, to_lockd, *data);
+      });
+    }
+  }
+
+  void deliver(std::uint32_t worker, bool to_lockd, const std::vector<std::uint8_t>& bytes) {
+    if (to_lockd) {
+      if (!lockd_) {
+        ++counts_.datagrams_to_down_lockd;
+        return;
+      }
+      ++counts_.datagrams_delivered;
+      run_lockd([&] {
+        const std::int64_t t = local(kLockd);
+        lockd_->on_datagram(bytes, worker, t);
+        return lockd_->tick(t);
+      });
+    } else {
+      ++counts_.datagrams_delivered;
+      const int node = 1 + static_cast<int>(worker);
+      SupervisorNode& s = *sups_[worker];
+      run_node(node, [&] {
+        const std::int64_t t = local(node);
+        s.on_datagram(bytes, t);
+        return s.tick(t);
+      });
+    }
+  }
+
+  // ---- observation of lockd --------------------------------------------------------------------
+  void observe_lockd_answer(std::span<const std::uint8_t> bytes) {
+    wire::Header h;
+    if (wire::decode_header(bytes, nullptr, h) != wire::DecodeError::none || h.type != wire::MessageType::grant) return;
+    const wire::DecodeResult d = wire::decode(bytes, nullptr);
+    const auto* g = d ? std::get_if<wire::Grant>(&d.body) : nullptr;
+    if (g == nullptr || g->state != wire::LockState::held) return;
+    ++counts_.grants;
+    record(kLockd, "grant", g->name_id.lo, g->epoch);
+    acked_[g->name_id] = Invariants::AckedGrant{g->name_id, g->epoch, g->holder};
+    if (now_ >= cfg_.heal_ns && first_grant_after_heal_[g->name_id] < 0) first_grant_after_heal_[g->name_id] = now_;
+    if (auto v = inv_.epoch_monotone(g->name_id, g->epoch, g->holder, now_)) fail(*v);
+  }
+
+  struct HeldView {
+    SandboxId owner;
+    Epoch epoch = 0;
+    friend bool operator==(const HeldView&, const HeldView&) = default;
+  };
+  std::map<NameId, HeldView> held_now() const {
+    std::map<NameId, HeldView> out;
+    if (!lockd_) return out;
+    lockd_->table().for_each([&](NameId id, const LockState& s) {
+      if (s.phase == LockPhase::held) out.emplace(id, HeldView{s.owner, s.epoch});
+    });
+    return out;
+  }
+
+  bool excused(std::uint32_t worker) const {
+    for (const Pause& p : pauses_)
+      if (p.over_budget && p.node == 1 + static_cast<int>(worker) && p.start_ns <= now_ &&
+          now_ <= p.end_ns + 2 * cfg_.ttl_ns)
+        return true;
+    return false;
+  }
+
+  /// kill_before_expiry: every grant that left lockd's table since the last step.
+  void check_grants_kept() {
+    std::map<NameId, HeldView> now_held = held_now();
+    for (const auto& [id, h] : held_) {
+      const auto it = now_held.find(id);
+      if (it != now_held.end() && it->second == h) continue;
+      const auto sb = sandboxes_.find(h.owner);
+      const SandboxFate fate = sb == sandboxes_.end() ? SandboxFate{} : sb->second.fate;
+      const bool ex = sb != sandboxes_.end() && excused(sb->second.worker);
+      if (auto v = inv_.kill_before_expiry(id, h.epoch, h.owner, fate, now_, ex)) {
+        fail(*v);
+        return;
+      }
+    }
+    held_ = std::move(now_held);
+  }
+
+  void crash_lockd(std::int64_t down_ns) {
+    if (!lockd_) return;
+    ++counts_.lockd_crashes;
+    // The acknowledged grants still current at the crash: the next incarnation must have them.
+    crash_current_.clear();
+    for (const auto& [id, g] : acked_) {
+      const LockState s = lockd_->table().state(id);
+      if (s.phase == LockPhase::held && s.owner == g.holder && s.epoch == g.epoch) crash_current_.push_back(g);
+    }
+    lockd_.reset();
+    if (disk_.crash()) ++counts_.batches_lost;
+    ++incarnation_;
+    wake_gen_[kLockd]++;
+    wake_at_[kLockd] = kNever;
+    record(kLockd, "crash", static_cast<std::uint64_t>(down_ns), 0);
+    push(now_ + down_ns, kWorldNode, [this] { restart_lockd(); });
+  }
+
+  void restart_lockd() {
+    ++counts_.lockd_restarts;
+    lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
+    record(kLockd, "restart", incarnation_, 0);
+    const LeaseTable& t = lockd_->table();
+    if (auto v = inv_.no_lost_grant(std::span<const Invariants::AckedGrant>(crash_current_),
+                                    [&](NameId id) {
+                                      const LockState s = t.state(id);
+                                      return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
+                                    },
+                                    now_)) {
+      fail(*v);
+      return;
+    }
+    run_lockd([&] { return lockd_->tick(local(kLockd)); });
+  }
+
+  // ---- sandboxes and the resource ----------------------------------------------------------------
+  void sandbox_exit(SandboxId sb, bool after_kill) {
+    const auto it = sandboxes_.find(sb);
+    if (it == sandboxes_.end() || it->second.fate.exited) return;
+    Sandbox& s = it->second;
+    s.fate.exited = true;
+    s.fate.exited_at_ns = now_;
+    record(1 + static_cast<int>(s.worker), after_kill ? "died" : "exited", sb.lo, 0);
+    const int node = 1 + static_cast<int>(s.worker);
+    const std::uint32_t w = s.worker;
+    // The exit reaches the supervisor as a pidfd event: it waits while the supervisor is paused.
+    push(now_, node, [this, sb, w, node] {
+      SupervisorNode& sup = *sups_[w];
+      run_node(node, [&] {
+        const std::int64_t t = local(node);
+        sup.on_sandbox_exit(sb, t);
+        return sup.tick(t);
+      });
+    });
+  }
+
+  void sandbox_write(SandboxId sb) {
+    const auto it = sandboxes_.find(sb);
+    if (it == sandboxes_.end() || it->second.fate.exited) return;
+    const Sandbox& s = it->second;
+    NameId name;
+    Epoch epoch = 0;
+    if (sups_[s.worker]->check_deadline(sb, local(1 + static_cast<int>(s.worker)), &name, &epoch)) {
+      std::int64_t delay = proc_rng_.range(50'000, kMs);
+      if (cfg_.faults && now_ < cfg_.heal_ns && proc_rng_.chance(0.003)) {
+        delay += proc_rng_.range(100 * kMs, 2500 * kMs);  // the sandbox stalls between check and write
+        ++counts_.sandbox_stalls;
+      }
+      push(now_ + delay, kWorldNode, [this, sb, name, epoch] { resource_write(sb, name, epoch); });
+    }
+    push(now_ + cfg_.write_interval_ns / 2 + proc_rng_.range(0, cfg_.write_interval_ns), kWorldNode,
+         [this, sb] { sandbox_write(sb); });
+  }
+
+  void resource_write(SandboxId sb, NameId name, Epoch epoch) {
+    const FenceGate::Admission a = gate_.admit(name, epoch);
+    WriteRecord w{now_, name, epoch, sb, a.accepted(), a.highest};
+    if (w.accepted) ++counts_.writes_accepted;
+    else ++counts_.writes_rejected;
+    record(kWorldNode, w.accepted ? "write_accepted" : "write_rejected", sb.lo, epoch);
+    if (auto v = inv_.resource_fenced(w)) fail(*v);
+  }
+
+  void check_single_holder() {
+    passing_.clear();
+    for (const auto& [sb, s] : sandboxes_) {
+      if (s.fate.exited) continue;
+      NameId name;
+      Epoch epoch = 0;
+      if (sups_[s.worker]->check_deadline(sb, local(1 + static_cast<int>(s.worker)), &name, &epoch))
+        passing_.push_back(Passing{name, sb, epoch, s.worker});
+    }
+    std::int64_t excused_until = 0;
+    for (const Pause& p : pauses_)
+      if (p.over_budget && p.start_ns <= now_)
+        excused_until = std::max(excused_until, p.end_ns + cfg_.ttl_ns + cfg_.kill_after_ns + cfg_.heartbeat_interval_ns);
+    if (auto v = inv_.single_holder(passing_, now_, excused_until)) fail(*v);
+    // Exited sandboxes are forgotten once nothing can refer to them any more.
+    if (++sweep_ % 4096 == 0) {
+      for (auto it = sandboxes_.begin(); it != sandboxes_.end();)
+        it = it->second.fate.exited && it->second.fate.exited_at_ns + 10 * cfg_.ttl_ns < now_ ? sandboxes_.erase(it)
+                                                                                               : std::next(it);
+    }
+  }
+
+  // ---- trace -----------------------------------------------------------------------------------
+  void mix(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      hash_ ^= (v >> (i * 8)) & 0xff;
+      hash_ *= 0x100000001b3ULL;
+    }
+  }
+  void record(int node, std::string_view what, std::uint64_t a, std::uint64_t b) {
+    mix(static_cast<std::uint64_t>(now_));
+    mix(static_cast<std::uint64_t>(node + 1));
+    for (char c : what) {
+      hash_ ^= static_cast<std::uint8_t>(c);
+      hash_ *= 0x100000001b3ULL;
+    }
+    mix(a);
+    mix(b);
+    if (!trace_) return;
+    char line[160];
+    const char* who = node == kWorldNode ? "world" : node == kLockd ? "lockd" : "sup";
+    char who_buf[16];
+    if (node > 0) {
+      std::snprintf(who_buf, sizeof who_buf, "sup%d", node - 1);
+      who = who_buf;
+    }
+    std::snprintf(line, sizeof line, "%12.6f  %-6s %-20.*s %s %" PRIu64, static_cast<double>(now_) / 1e9, who,
+                  static_cast<int>(what.size()), what.data(), short_id(a).c_str(), b);
+    trace_(line);
+  }
+
+  void fail(const Violation& v) {
+    if (violation_) return;
+    violation_ = v;
+    record(kWorldNode, "VIOLATION", 0, 0);
+    if (trace_) trace_("violation: " + v.invariant + ": " + v.detail);
+  }
+
+  const SimConfig& cfg_;
+  const TraceFn& trace_;
+  Rng rng_;
+  Rng net_rng_{0};
+  Rng proc_rng_{0};
+  wire::WireKey cluster_;
+  std::vector<std::string> names_;
+  std::vector<NameId> name_ids_;
+
+  std::priority_queue<Event, std::vector<Event>, Later> queue_;
+  std::uint64_t next_seq_ = 0;
+  std::int64_t now_ = 0;
+  std::uint64_t events_ = 0;
+  std::vector<NodeClock> clocks_;
+  std::vector<std::int64_t> paused_until_;
+  std::vector<std::int64_t> wake_at_;
+  std::vector<std::uint64_t> wake_gen_;
+
+  std::vector<Path> up_, down_;
+  std::vector<Partition> partitions_;
+  std::vector<Congestion> congestions_;
+  std::vector<Pause> pauses_;
+
+  SimDisk disk_;
+  std::int64_t disk_base_ns_ = 0;
+  double disk_slow_ = 0;
+  std::unique_ptr<LockdNode> lockd_;
+  std::uint64_t incarnation_ = 1;
+  std::vector<std::unique_ptr<SupervisorNode>> sups_;
+
+  std::map<SandboxId, Sandbox> sandboxes_;
+  std::int64_t kill_ticks_max_ = 0;
+  FenceGate gate_;
+
+  Invariants inv_;
+  std::vector<Passing> passing_;
+  std::map<NameId, Invariants::AckedGrant> acked_;
+  std::vector<Invariants::AckedGrant> crash_current_;
+  std::map<NameId, HeldView> held_;
+  std::map<NameId, std::int64_t> first_grant_after_heal_;
+  std::optional<Violation> violation_;
+  std::uint64_t hash_ = 0xcbf29ce484222325ULL;
+  std::uint64_t sweep_ = 0;
+  FaultCounts counts_;
+};
+
+}  // namespace
+
+RunResult run_seed(const SimConfig& cfg, const TraceFn& trace) {
+  if (const std::string why = cfg.validate(); !why.empty()) throw std::invalid_argument(why);
+  World w(cfg, trace);
+  return w.run();
+}
+
+}  // namespace leasehold::sim

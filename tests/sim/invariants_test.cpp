@@ -1,0 +1,108 @@
+// Each invariant of sim/invariants.hpp fires on a hand-made violating history and stays quiet
+// on the matching good one.
+#include "leasehold/sim/invariants.hpp"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace leasehold::sim {
+namespace {
+
+const NameId kName{1, 1};
+const NameId kOther{2, 2};
+const SandboxId kA{10, 1};
+const SandboxId kB{11, 2};
+
+TEST(SimInvariants, SingleHolderFiresOnTwoSandboxesPassingForOneName) {
+  Invariants inv;
+  const std::vector<Passing> ok{{kName, kA, 3, 0}, {kOther, kB, 4, 1}};
+  EXPECT_FALSE(inv.single_holder(ok, 100));
+  const std::vector<Passing> bad{{kName, kA, 3, 0}, {kName, kB, 4, 1}};
+  const auto v = inv.single_holder(bad, 200);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->invariant, "single_holder");
+  EXPECT_EQ(v->at_ns, 200);
+  EXPECT_NE(v->detail.find(kB.str()), std::string::npos) << v->detail;
+}
+
+TEST(SimInvariants, SingleHolderToleratesAnOverlapOnlyUntilTheRecoveryBound) {
+  Invariants inv;
+  const std::vector<Passing> bad{{kName, kA, 3, 0}, {kName, kB, 4, 1}};
+  EXPECT_FALSE(inv.single_holder(bad, 100, /*excused_until_ns=*/500));
+  EXPECT_FALSE(inv.single_holder(bad, 499, 500));
+  const auto v = inv.single_holder(bad, 500, 500);
+  ASSERT_TRUE(v);
+  EXPECT_NE(v->detail.find("recovery bound"), std::string::npos) << v->detail;
+}
+
+TEST(SimInvariants, KillBeforeExpiryFiresWhenTheSandboxStillRunsUnkilled) {
+  Invariants inv;
+  SandboxFate running{true, false, 0, false, 0};
+  const auto v = inv.kill_before_expiry(kName, 5, kA, running, 1000);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->invariant, "kill_before_expiry");
+  // A kill after the expiry is as bad as none.
+  SandboxFate late{true, false, 0, true, 1001};
+  EXPECT_TRUE(inv.kill_before_expiry(kName, 5, kA, late, 1000));
+  // Killed in time, exited, or excused by an over-budget pause: fine.
+  SandboxFate killed{true, false, 0, true, 999};
+  EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, killed, 1000));
+  SandboxFate exited{true, true, 900, false, 0};
+  EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, exited, 1000));
+  EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, running, 1000, /*excused=*/true));
+}
+
+TEST(SimInvariants, EpochMonotoneFiresOnAnEpochThatDoesNotGrow) {
+  Invariants inv;
+  EXPECT_FALSE(inv.epoch_monotone(kName, 3, kA, 10));
+  EXPECT_FALSE(inv.epoch_monotone(kName, 3, kA, 20));  // the same grant again (a cached answer)
+  EXPECT_FALSE(inv.epoch_monotone(kName, 5, kB, 30));
+  EXPECT_FALSE(inv.epoch_monotone(kName, 3, kA, 40));  // a late repeat of the old grant
+  const auto regress = inv.epoch_monotone(kName, 4, kA, 50);
+  ASSERT_TRUE(regress);
+  EXPECT_EQ(regress->invariant, "epoch_monotone");
+  const auto reused = inv.epoch_monotone(kName, 5, kA, 60);  // epoch 5 went to kB
+  ASSERT_TRUE(reused);
+  EXPECT_NE(reused->detail.find(kB.str()), std::string::npos);
+}
+
+TEST(SimInvariants, ResourceFencedFiresOnAStaleAcceptAndOnAnUngrantedEpoch) {
+  Invariants inv;
+  ASSERT_FALSE(inv.epoch_monotone(kName, 2, kA, 0));
+  ASSERT_FALSE(inv.epoch_monotone(kName, 3, kB, 0));
+  EXPECT_FALSE(inv.resource_fenced({10, kName, 2, kA, true, 2}));
+  EXPECT_FALSE(inv.resource_fenced({20, kName, 3, kB, true, 3}));
+  EXPECT_FALSE(inv.resource_fenced({30, kName, 2, kA, false, 3}));  // stale, rejected
+  const auto stale = inv.resource_fenced({40, kName, 2, kA, true, 3});
+  ASSERT_TRUE(stale);
+  EXPECT_EQ(stale->invariant, "resource_fenced");
+  Invariants other;
+  ASSERT_FALSE(other.epoch_monotone(kName, 2, kA, 0));
+  const auto forged = other.resource_fenced({10, kName, 2, kB, true, 2});  // epoch 2 is kA's
+  ASSERT_TRUE(forged);
+  EXPECT_NE(forged->detail.find(kA.str()), std::string::npos);
+}
+
+TEST(SimInvariants, NoLostGrantFiresWhenTheRestartedTableLacksAnAcknowledgedGrant) {
+  Invariants inv;
+  const std::vector<Invariants::AckedGrant> current{{kName, 7, kA}};
+  EXPECT_FALSE(inv.no_lost_grant(current, [](NameId) { return RestoredName{true, kA, 7}; }, 100));
+  const auto v = inv.no_lost_grant(current, [](NameId) { return RestoredName{false, {}, 6}; }, 100);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->invariant, "no_lost_grant");
+  EXPECT_TRUE(inv.no_lost_grant(current, [](NameId) { return RestoredName{true, kB, 7}; }, 100));
+}
+
+TEST(SimInvariants, FreeNameAcquiredFiresWhenNoGrantFollowsTheHealWithinTheBound) {
+  Invariants inv;
+  EXPECT_FALSE(inv.free_name_acquired(kName, 95 * kS, 90 * kS, 20 * kS, 120 * kS));
+  EXPECT_FALSE(inv.free_name_acquired(kName, -1, 90 * kS, 40 * kS, 120 * kS));  // run too short to tell
+  const auto never = inv.free_name_acquired(kName, -1, 90 * kS, 20 * kS, 120 * kS);
+  ASSERT_TRUE(never);
+  EXPECT_EQ(never->invariant, "free_name_acquired");
+  EXPECT_TRUE(inv.free_name_acquired(kName, 115 * kS, 90 * kS, 20 * kS, 120 * kS));
+}
+
+}  // namespace
+}  // namespace leasehold::sim

@@ -1,0 +1,97 @@
+// The simulated world: deterministic replay, seeds that differ, faults that actually occur, and a
+// clean sweep of the unablated build.
+#include "leasehold/sim/world.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace leasehold::sim {
+namespace {
+
+SimConfig short_run(std::uint64_t seed) {
+  SimConfig c;
+  c.seed = seed;
+  c.duration_ns = 45 * kS;
+  c.heal_ns = 15 * kS;
+  return c;
+}
+
+TEST(SimWorld, TheSameSeedGivesTheIdenticalTraceTwice) {
+  std::string first, second;
+  const RunResult a = run_seed(short_run(7), [&](std::string_view l) { first.append(l).push_back('\n'); });
+  const RunResult b = run_seed(short_run(7), [&](std::string_view l) { second.append(l).push_back('\n'); });
+  EXPECT_EQ(a.trace_hash, b.trace_hash);
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_EQ(first, second);
+  EXPECT_GT(first.size(), 10'000u);
+  // Tracing does not change the run.
+  EXPECT_EQ(run_seed(short_run(7)).trace_hash, a.trace_hash);
+}
+
+TEST(SimWorld, DifferentSeedsGiveDifferentRuns) {
+  const RunResult a = run_seed(short_run(1));
+  const RunResult b = run_seed(short_run(2));
+  EXPECT_NE(a.trace_hash, b.trace_hash);
+  EXPECT_NE(a.counts.datagrams_sent, b.counts.datagrams_sent);
+}
+
+TEST(SimWorld, EveryFaultOccursInASweep) {
+  FaultCounts sum;
+  for (std::uint64_t s = 1; s <= 12; ++s) {
+    const RunResult r = run_seed(short_run(s));
+    ASSERT_FALSE(r.violation) << "seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
+    sum += r.counts;
+  }
+  EXPECT_GT(sum.datagrams_lost, 0u);
+  EXPECT_GT(sum.datagrams_duplicated, 0u);
+  EXPECT_GT(sum.datagrams_reordered, 0u);
+  EXPECT_GT(sum.datagrams_delayed, 0u);
+  EXPECT_GT(sum.datagrams_partitioned, 0u);
+  EXPECT_GT(sum.partitions, 0u);
+  EXPECT_GT(sum.congestions, 0u);
+  EXPECT_GT(sum.pauses, 0u);
+  EXPECT_GT(sum.events_deferred_by_pause, 0u);
+  EXPECT_GT(sum.lockd_crashes, 0u);
+  EXPECT_EQ(sum.lockd_restarts, sum.lockd_crashes);
+  EXPECT_GT(sum.datagrams_to_down_lockd, 0u);
+  EXPECT_GT(sum.batches_durable, 0u);
+  EXPECT_GT(sum.skewed_clocks, 0u);
+  EXPECT_GT(sum.kills, 0u);
+  EXPECT_GT(sum.writes_accepted, 1000u);
+  EXPECT_GT(sum.sandboxes_started, 50u);
+}
+
+TEST(SimWorld, WithoutFaultsNothingIsLostOrKilled) {
+  SimConfig c = short_run(3);
+  c.faults = false;
+  const RunResult r = run_seed(c);
+  ASSERT_FALSE(r.violation);
+  EXPECT_EQ(r.counts.datagrams_lost + r.counts.datagrams_partitioned + r.counts.pauses + r.counts.lockd_crashes, 0u);
+  EXPECT_EQ(r.counts.kills, 0u);
+  EXPECT_EQ(r.counts.writes_rejected, 0u);
+  EXPECT_GT(r.counts.writes_accepted, 500u);
+}
+
+TEST(SimWorld, ABadConfigurationIsRefusedNamingTheSafetyCondition) {
+  SimConfig c;
+  c.kill_after_ns = c.ttl_ns;
+  EXPECT_NE(c.validate().find("safety condition"), std::string::npos) << c.validate();
+  EXPECT_THROW(run_seed(c), std::invalid_argument);
+  SimConfig d;
+  d.heartbeat_interval_ns = d.kill_after_ns;
+  EXPECT_NE(d.validate().find("heartbeat interval"), std::string::npos);
+}
+
+TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationFailsOn) {
+  for (std::uint64_t s = 1; s <= 4; ++s) {
+    SimConfig c;
+    c.seed = s;
+    const RunResult r = run_seed(c);
+    EXPECT_FALSE(r.violation) << "seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
+  }
+}
+
+}  // namespace
+}  // namespace leasehold::sim
