@@ -5,6 +5,7 @@
 #   3. the concurrent tests under TSan (tsan preset, label "concurrent")
 #   4. the wire decoder fuzzer for a bounded time (fuzz preset, clang/libFuzzer)
 #   5. the formal models (specs/check, Spin), and their mutation test (specs/mutate)
+#   6. the deterministic simulator: 10,000 seeds clean, every ablation caught (scripts/sim.sh)
 # Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,11 @@ fi
 if [ -x specs/mutate ]; then
   stage "specs: mutation test (every guard and effect weakened; survivors must be explained)"
   specs/mutate lease transfer preemptible
+fi
+
+if [ -x scripts/sim.sh ]; then
+  stage "sim: 10,000 seeds with faults, and every ablation caught"
+  scripts/sim.sh "${LEASEHOLD_SIM_SEEDS:-10000}"
 fi
 
 stage "all stages passed"

@@ -121,6 +121,12 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
                                                      const SandboxId& holder, Epoch holder_epoch,
                                                      std::uint64_t request_send_ns,
                                                      std::uint64_t now_ns) {
+#if LEASEHOLD_SIM_ABLATE_KILL_FROM_ANSWER
+  // Simulator ablation only (sim/CMakeLists.txt builds leasehold-sim-kill-from-answer with it;
+  // no other build defines it): the lease measured from the answer's arrival instead of the
+  // request's send, the bug class the send-time rule exists to prevent.
+  request_send_ns = now_ns;
+#endif
   auto it = leases_.find(sandbox);
   if (it == leases_.end()) return {};  // already removed (exited / released)
   HeartbeatLease& l = it->second;
