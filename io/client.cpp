@@ -4,6 +4,7 @@
 #include "leasehold/io/clock.hpp"
 
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,15 +24,18 @@ std::uint64_t splitmix64(std::uint64_t* state) noexcept {
   return z ^ (z >> 31);
 }
 
-std::uint64_t seed_or_default(std::uint64_t seed) noexcept {
-  if (seed != 0) return seed;
-  return static_cast<std::uint64_t>(now_boottime_ns()) ^
-         (static_cast<std::uint64_t>(::getpid()) << 32);
-}
+std::uint64_t seed_or_default(std::uint64_t seed) noexcept { return seed != 0 ? seed : random_jitter_seed(); }
 
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
 }  // namespace
+
+std::uint64_t random_jitter_seed() noexcept {
+  std::uint64_t seed = 0;
+  if (::getrandom(&seed, sizeof seed, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof seed))
+    seed = static_cast<std::uint64_t>(now_boottime_ns()) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
+  return seed != 0 ? seed : 1;
+}
 
 std::int64_t backoff_delay_ns(const RetryPolicy& policy, std::uint32_t retry,
                               std::uint64_t* rng_state) noexcept {
@@ -116,7 +120,7 @@ int RequestClient::start(std::span<const std::byte> request, const SocketAddress
   if (!id) return -EINVAL;
   std::uint32_t index = 0;
   if (find(*id, &index) != nullptr) return -EEXIST;
-  if (deadline_boottime_ns <= now_boottime_ns()) return -ETIMEDOUT;
+  if (deadline_boottime_ns <= loop_.clock().now_ns()) return -ETIMEDOUT;
   auto free_slot = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.used; });
   if (free_slot == pending_.end()) return -EBUSY;
 
@@ -147,7 +151,7 @@ int RequestClient::start(std::span<const std::byte> request, const SocketAddress
 }
 
 void RequestClient::send_attempt(Pending& p) {
-  const std::int64_t now = now_boottime_ns();
+  const std::int64_t now = loop_.clock().now_ns();
   ++p.attempts;
   if (p.attempts > 1) {
     ++stats_.retries;
@@ -172,7 +176,7 @@ void RequestClient::on_timer(std::uint32_t index, std::uint32_t gen) {
   Pending& p = pending_[index];
   if (!p.used || p.gen != gen) return;
   p.timer = {};
-  if (now_boottime_ns() >= p.deadline_ns) {
+  if (loop_.turn_now_ns() >= p.deadline_ns) {
     finish(index, RequestStatus::deadline_passed, {});
     return;
   }

@@ -136,6 +136,8 @@ int EventLoop::init(const LoopConfig& config, ProbeResult* error) {
     return -ENOTSUP;
   }
   config_ = config;
+  if (config.clock != nullptr) clock_ = config.clock;
+  turn_now_ns_ = clock_->now_ns();
   boottime_ = probe.boottime_timeouts;
 
   // Task work: with single_issuer, completions are processed only when this thread waits
@@ -460,7 +462,7 @@ TimerId EventLoop::add_timer_at(std::int64_t deadline_boottime_ns, TimerHandler 
 }
 
 TimerId EventLoop::add_timer_after(std::int64_t delay_ns, TimerHandler on_fire) {
-  return add_timer_at(now_boottime_ns() + (delay_ns < 0 ? 0 : delay_ns), std::move(on_fire));
+  return add_timer_at(clock_->now_ns() + (delay_ns < 0 ? 0 : delay_ns), std::move(on_fire));
 }
 
 TimerId EventLoop::add_periodic(std::int64_t period_ns, std::int64_t first_deadline_boottime_ns,
@@ -478,7 +480,7 @@ void EventLoop::arm_timer(std::uint32_t index) {
     t.ts = to_timespec(t.deadline_ns);
     flags = IORING_TIMEOUT_ABS | IORING_TIMEOUT_BOOTTIME;
   } else {
-    t.ts = to_timespec(t.deadline_ns - now_boottime_ns());  // relative, CLOCK_MONOTONIC
+    t.ts = to_timespec(t.deadline_ns - clock_->now_ns());  // relative, CLOCK_MONOTONIC
   }
   io_uring_sqe* e = sqe();
   io_uring_prep_timeout(e, &t.ts, 0, flags);
@@ -523,7 +525,7 @@ void EventLoop::on_timer(std::uint32_t index, const Completion& c) {
   }
   ++stats_.timers_fired;
   if (t.period_ns > 0) {
-    const std::int64_t now = now_boottime_ns();
+    const std::int64_t now = turn_now_ns_;
     t.deadline_ns += t.period_ns;
     while (t.deadline_ns <= now) {
       t.deadline_ns += t.period_ns;
@@ -694,6 +696,7 @@ int EventLoop::run_once(std::int64_t timeout_ns) {
     ret = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
   }
   ++stats_.iterations;
+  turn_now_ns_ = clock_->now_ns();  // the turn's one reading, before any handler runs
   if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) return ret;
 
   int handled = 0;

@@ -7,3 +7,4 @@ leasehold_test(io_client_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_test.cpp 
                LABELS concurrent)  # the blocking tests talk to a server thread
 leasehold_test(io_loop_alloc_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/loop_alloc_test.cpp LIBS leasehold_io)
 leasehold_test(io_udp_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/udp_test.cpp LIBS leasehold_io)
+leasehold_test(io_clock_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/clock_test.cpp LIBS leasehold_io)

@@ -44,6 +44,11 @@ struct RetryPolicy {
   std::uint32_t attempts_max = 16;              ///< datagrams per request, first one included
 };
 
+/// A seed for the backoff jitter drawn at start-up (getrandom; the clock and pid if it is
+/// unavailable). Never 0. Production callers pass it (or leave jitter_seed 0); a simulator
+/// passes one derived from its run seed, so a run's retries replay exactly.
+std::uint64_t random_jitter_seed() noexcept;
+
 /// The delay before retry `retry` (>= 1), in ns (>= 1). `rng_state` is a splitmix64 state,
 /// advanced by one step. Pure apart from that state.
 std::int64_t backoff_delay_ns(const RetryPolicy& policy, std::uint32_t retry,
@@ -92,7 +97,9 @@ struct ClientStats {
 /// before the loop. Handlers must not throw (see loop.hpp).
 class RequestClient {
  public:
-  /// `jitter_seed` seeds the backoff jitter (0: derived from the clock and pid).
+  /// `jitter_seed` seeds the backoff jitter (0: random_jitter_seed()). Times are read from the
+  /// loop's Clock (LoopConfig::clock): start() and each send read it, a retry timer uses the
+  /// turn's reading.
   RequestClient(EventLoop& loop, RequestIdOf id_of, RetryPolicy policy = {},
                 ClientLimits limits = {}, std::uint64_t jitter_seed = 0);
   /// Closes the socket and drops outstanding requests without running their handlers.

@@ -1,17 +1,25 @@
-// leasehold/io: the one clock every deadline is measured on.
+// leasehold/io: the one clock every deadline is measured on, and the Clock port.
 //
 // DESIGN.md "Time": all deadlines use CLOCK_BOOTTIME, which keeps counting while a VM is
 // suspended (CLOCK_MONOTONIC does not, so a resumed holder could believe a lease is still
 // valid). Never wall-clock time. The read goes through the vDSO (tens of ns, no syscall).
+//
+// Cores (LockService, LeaseTable, the supervisor's core) never read a clock: a driver reads
+// one Clock once per loop turn and passes the reading down as `now_ns`. Production drivers use
+// BootClock; the simulator passes its own simulated time through the same port.
 #pragma once
 
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 namespace leasehold {
 
 /// Nanoseconds since boot on CLOCK_BOOTTIME. Never decreases; includes suspended time.
 /// Never fails on Linux >= 2.6.39 (the clock id is always valid), so there is no error path.
+/// Drivers only (tools, tests, BootClock): a core takes `now_ns` from its caller.
 inline std::int64_t now_boottime_ns() noexcept {
   timespec ts{};
   ::clock_gettime(CLOCK_BOOTTIME, &ts);
@@ -20,5 +28,38 @@ inline std::int64_t now_boottime_ns() noexcept {
 
 inline constexpr std::int64_t kNsPerMs = 1'000'000;
 inline constexpr std::int64_t kNsPerS = 1'000'000'000;
+
+/// The clock port: nanoseconds in the CLOCK_BOOTTIME domain, never decreasing. One reading per
+/// loop turn, passed down as `now_ns`. Not thread-safe: one driver thread owns an instance.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  /// Nanoseconds (CLOCK_BOOTTIME domain); >= every earlier reading of this clock.
+  virtual std::int64_t now_ns() = 0;
+};
+
+/// Production clock: CLOCK_BOOTTIME through the vDSO. A reading below the previous one breaks
+/// every deadline computed from it (a lease could outlive its kill-switch), so it aborts the
+/// process with a message naming both readings rather than hand it on.
+class BootClock final : public Clock {
+ public:
+  std::int64_t now_ns() override {
+    const std::int64_t t = now_boottime_ns();
+    if (t < last_ns_) [[unlikely]] {
+      std::fprintf(stderr,
+                   "leasehold: CLOCK_BOOTTIME went backwards: read %" PRId64 " ns after %" PRId64
+                   " ns; every deadline depends on it, aborting\n",
+                   t, last_ns_);
+      std::abort();
+    }
+    last_ns_ = t;
+    return t;
+  }
+  /// Test hook: the floor the next reading is checked against (a reading below it aborts).
+  void set_floor_for_test(std::int64_t floor_ns) noexcept { last_ns_ = floor_ns; }
+
+ private:
+  std::int64_t last_ns_ = 0;
+};
 
 }  // namespace leasehold

@@ -30,6 +30,8 @@
 // instead of leaving buffers and slots half-returned.
 #pragma once
 
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/ports.hpp"
 #include "leasehold/io/probe.hpp"
 #include "leasehold/io/udp.hpp"
 
@@ -60,6 +62,9 @@ struct LoopConfig {
   /// be the one that runs the loop (the kernel refuses submissions from any other thread).
   /// Falls back to the default mode on older kernels.
   bool single_issuer = false;
+  /// The clock of the loop's turns and timers (not owned; must outlive the loop). nullptr: the
+  /// loop's own BootClock.
+  Clock* clock = nullptr;
 };
 
 /// Bytes of each receive buffer taken by the multishot recvmsg layout: io_uring_recvmsg_out,
@@ -191,6 +196,12 @@ class EventLoop {
   /// run_once until stop(). Returns 0, or -errno if io_uring_enter failed.
   int run();
 
+  /// The clock reading of the current turn (ns, CLOCK_BOOTTIME domain): taken once by run_once
+  /// after its wait, before any handler runs, so every handler of a turn sees one `now_ns`.
+  std::int64_t turn_now_ns() const noexcept { return turn_now_ns_; }
+  /// The clock the loop reads (LoopConfig::clock or its own BootClock).
+  Clock& clock() noexcept { return *clock_; }
+
   const LoopStats& stats() const noexcept { return stats_; }
   const LoopConfig& config() const noexcept { return config_; }
   /// True when timers use IORING_TIMEOUT_BOOTTIME (probe result).
@@ -258,6 +269,31 @@ class EventLoop {
   std::vector<Completion> batch_;
 
   LoopStats stats_;
+  BootClock own_clock_;
+  Clock* clock_ = &own_clock_;
+  std::int64_t turn_now_ns_ = 0;
+};
+
+/// The production DatagramPort: one UDP socket registered with an EventLoop (not owned; both
+/// must outlive the port). send() queues through EventLoop::send_to (never blocks; false when
+/// the loop refused it: sends_in_flight_max in flight, too large, socket closed).
+class UdpDatagramPort final : public DatagramPort {
+ public:
+  UdpDatagramPort(EventLoop& loop, SocketId socket, SocketAddress local) noexcept
+      : loop_(loop), socket_(socket), local_(local) {}
+  bool send(const SocketAddress& to, std::span<const std::uint8_t> bytes) override {
+    return loop_.send_to(socket_, std::as_bytes(bytes), &to) == 0;
+  }
+  SocketAddress local_address() const override { return local_; }
+  DatagramPortStats stats() const override {
+    const LoopStats& s = loop_.stats();
+    return DatagramPortStats{s.kernel_drops, s.datagrams_truncated, s.send_errors};
+  }
+
+ private:
+  EventLoop& loop_;
+  SocketId socket_;
+  SocketAddress local_;
 };
 
 }  // namespace leasehold
