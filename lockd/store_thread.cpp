@@ -33,18 +33,50 @@ StoreThread::~StoreThread() {
 
 bool StoreThread::submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water,
                          const StoreMarks& marks) {
-  assert(changes.size() <= kStoreBatchChangesMax);
-  assert(seq >= last_seq_);
+  DurableBatch b{std::min(last_seq_ + 1, seq), seq, std::move(changes), marks, epoch_high_water};
+  if (submit(std::move(b))) {
+    changes.clear();
+    return true;
+  }
+  changes = std::move(b.changes);
+  return false;
+}
+
+bool StoreThread::submit(DurableBatch&& b) {
+  assert(b.changes.size() <= kStoreBatchChangesMax);
+  assert(b.last_seq >= last_seq_ && b.first_seq <= b.last_seq);
   {
     std::lock_guard lock(mu_);
     if (!failure_.empty()) return false;
     if (queue_.size() + (committing_ ? 1 : 0) >= kBatchesInFlightMax) return false;
-    queue_.push_back(Batch{std::move(changes), seq, epoch_high_water, marks});
+    queue_.push_back(std::move(b));
+    last_seq_ = queue_.back().last_seq;
   }
-  changes.clear();
-  last_seq_ = seq;
   cv_.notify_one();
   return true;
+}
+
+void StoreThread::poll(std::vector<DurabilityVerdict>& out) {
+  const bool failed = failed_.load(std::memory_order_acquire);
+  if (durable_seq() == polled_seq_ && (!failed || failure_polled_)) return;  // nothing new: no lock
+  std::lock_guard lock(mu_);
+  for (const auto& [first, last] : committed_)
+    for (std::uint64_t s = first; s <= last; ++s) out.push_back(DurabilityVerdict{s, DurabilityVerdict::Kind::durable, {}});
+  if (!committed_.empty()) polled_seq_ = committed_.back().second;
+  committed_.clear();
+  if (!failed || failure_polled_) return;
+  failure_polled_ = true;
+  if (failed_ranges_.empty()) out.push_back(DurabilityVerdict{last_seq_ + 1, DurabilityVerdict::Kind::failed, failure_});
+  for (const auto& [first, last] : failed_ranges_)
+    for (std::uint64_t s = first; s <= last; ++s) out.push_back(DurabilityVerdict{s, DurabilityVerdict::Kind::failed, failure_});
+  failed_ranges_.clear();
+}
+
+void StoreThread::fail_locked(std::string why, const Batch* b) {
+  failure_ = std::move(why);
+  if (b != nullptr) failed_ranges_.emplace_back(b->first_seq, b->last_seq);
+  for (const Batch& q : queue_) failed_ranges_.emplace_back(q.first_seq, q.last_seq);
+  queue_.clear();
 }
 
 void StoreThread::drain() {
@@ -103,8 +135,7 @@ void StoreThread::maybe_compact(bool idle) {
   const std::uint64_t dt = monotonic_ns() - t0;
   std::lock_guard lock(mu_);
   if (!error.empty()) {
-    failure_ = error;
-    queue_.clear();
+    fail_locked(std::move(error), nullptr);
     failed_.store(true, std::memory_order_release);
     wake();
     return;
@@ -145,9 +176,9 @@ void StoreThread::run() {
       std::lock_guard lock(mu_);
       committing_ = false;
       if (!error.empty()) {
-        failure_ = error;
-        queue_.clear();
+        fail_locked(error, &batch);
       } else {
+        committed_.emplace_back(batch.first_seq, batch.last_seq);
         ++stats_.commits;
         stats_.changes += batch.changes.size();
         stats_.batch_changes_max = std::max<std::uint64_t>(stats_.batch_changes_max, batch.changes.size());
@@ -163,7 +194,7 @@ void StoreThread::run() {
       wake();
       return;
     }
-    durable_seq_.store(batch.seq, std::memory_order_release);
+    durable_seq_.store(batch.last_seq, std::memory_order_release);
     idle_cv_.notify_all();
     wake();
     maybe_compact(false);

@@ -446,6 +446,41 @@ TEST(StoreThread, FailedCommitIsReportedNotDurable) {
   EXPECT_NE(t.failure().find("epochs never decrease"), std::string::npos) << t.failure();
   std::vector<StoredName> more{held(2, 1)};
   EXPECT_FALSE(t.submit(more, 3));
+  // As a DurabilityPort: seq 1 durable, then seq 2 failed with the cause, once.
+  std::vector<DurabilityVerdict> v;
+  t.poll(v);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].seq, 1u);
+  EXPECT_EQ(v[0].kind, DurabilityVerdict::Kind::durable);
+  EXPECT_EQ(v[1].seq, 2u);
+  EXPECT_EQ(v[1].kind, DurabilityVerdict::Kind::failed);
+  EXPECT_EQ(v[1].why, t.failure());
+  v.clear();
+  t.poll(v);
+  EXPECT_TRUE(v.empty());
+}
+
+TEST(StoreThread, OneDurableVerdictPerSeqOfEachBatchInOrder) {
+  TempDir dir;
+  StoreThread t(std::make_unique<NameStore>((dir.path() / "lockd.db").string()), nullptr);
+  // Seqs 1..3: two changes and a mark-only seq; seqs 4..4: a lived checkpoint (no change).
+  DurableBatch a{1, 3, {held(1, 1), held(2, 1)}, StoreMarks{1, 5, {WorkerId{0, 9}}}, 1};
+  ASSERT_TRUE(t.submit(std::move(a)));
+  DurableBatch b{4, 4, {}, StoreMarks{1, 7, {}}, 1};
+  ASSERT_TRUE(t.submit(std::move(b)));
+  std::vector<DurabilityVerdict> v;
+  while (v.size() < 4) {
+    t.poll(v);
+    ::usleep(100);
+  }
+  ASSERT_EQ(v.size(), 4u);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i].seq, i + 1);
+    EXPECT_EQ(v[i].kind, DurabilityVerdict::Kind::durable);
+    EXPECT_TRUE(v[i].why.empty());
+  }
+  EXPECT_EQ(t.durable_seq(), 4u);
+  EXPECT_EQ(t.stats().changes, 2u);
 }
 
 

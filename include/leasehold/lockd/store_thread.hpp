@@ -15,8 +15,12 @@
 //
 // A commit that fails (disk full, I/O error) is fatal: nothing of that batch was answered, the
 // thread stops and reports the error; lockd exits and a restart recovers from the store.
+//
+// StoreThread is the production DurabilityPort (durability.hpp): a batch is all durable or all
+// failed; it never rejects.
 #pragma once
 
+#include "leasehold/lockd/durability.hpp"
 #include "leasehold/lockd/store.hpp"
 
 #include <atomic>
@@ -44,26 +48,14 @@ inline constexpr std::int64_t kCompactIdleNs = 200'000'000;
 /// Commit latencies kept for the p50/p99 in stats (a ring of the most recent commits).
 inline constexpr std::size_t kCommitSamplesMax = 4096;
 
-struct StoreStats {
-  std::uint64_t commits = 0;
-  std::uint64_t changes = 0;
-  std::uint64_t batch_changes_max = 0;
-  std::uint64_t commit_ns_p50 = 0;  ///< over the last kCommitSamplesMax commits
-  std::uint64_t commit_ns_p99 = 0;
-  std::uint64_t commit_ns_max = 0;
-  std::uint64_t compactions = 0;
-  std::uint64_t compact_ns_max = 0;
-  std::uint64_t log_rows = 0;  ///< change-log rows not yet compacted
-};
-
-class StoreThread {
+class StoreThread final : public DurabilityPort {
  public:
   /// Takes the opened store. `wake` runs on the store thread after every commit and on
   /// failure (lockd passes EventLoop::wake; empty = no wake, tests poll durable_seq()). It
   /// must be cheap and thread-safe.
   StoreThread(std::unique_ptr<NameStore> store, std::function<void()> wake);
   /// Commits what is queued, then stops and joins.
-  ~StoreThread();
+  ~StoreThread() override;
   StoreThread(const StoreThread&) = delete;
   StoreThread& operator=(const StoreThread&) = delete;
 
@@ -77,6 +69,17 @@ class StoreThread {
   bool submit(std::vector<StoredName>& changes, std::uint64_t seq, Epoch epoch_high_water = 0,
               const StoreMarks& marks = {});
 
+  // --- DurabilityPort (loop thread) ---------------------------------------------------------
+  /// Queues `b` (b.changes.size() <= kStoreBatchChangesMax, b.last_seq not below the last
+  /// batch's). false when kBatchesInFlightMax batches are queued or the thread failed; then `b`
+  /// is left as it was.
+  bool submit(DurableBatch&& b) override;
+  /// One `durable` verdict per seq of every batch committed since the last poll; after a
+  /// failure, one `failed` verdict (with failure()) per seq of the batch that failed and of the
+  /// batches queued behind it, or a single one at the next unsubmitted seq when the store failed
+  /// between batches (a compaction).
+  void poll(std::vector<DurabilityVerdict>& out) override;
+
   /// Waits until every submitted batch is committed (or the thread failed).
   void drain();
 
@@ -87,15 +90,12 @@ class StoreThread {
   /// Set once a commit failed; the message names the store and the cause.
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
   std::string failure() const;
-  StoreStats stats() const;
+  StoreStats stats() const override;
 
  private:
-  struct Batch {
-    std::vector<StoredName> changes;
-    std::uint64_t seq = 0;
-    Epoch epoch_high_water = 0;
-    StoreMarks marks;
-  };
+  using Batch = DurableBatch;
+  /// Records `b` and the queued batches as failed with `why` (mu_ held).
+  void fail_locked(std::string why, const Batch* b);
   void run();
   /// Compacts one step if the log is over its bound, or over kLogRowsCompactAt when `idle`.
   void maybe_compact(bool idle);
@@ -113,6 +113,10 @@ class StoreThread {
   std::vector<std::uint64_t> samples_ns_;  // guarded by mu_; ring of kCommitSamplesMax
   std::size_t sample_next_ = 0;  // guarded by mu_
   StoreStats stats_;             // guarded by mu_ (percentiles computed in stats())
+  /// Seq ranges committed and not yet polled; seq ranges that failed (guarded by mu_).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> committed_, failed_ranges_;
+  bool failure_polled_ = false;  // loop thread only
+  std::uint64_t polled_seq_ = 0;  // loop thread only: highest durable seq handed out by poll()
   std::uint64_t last_seq_ = 0;   // loop thread only
   std::atomic<std::uint64_t> durable_seq_{0};
   std::atomic<bool> failed_{false};
