@@ -1082,6 +1082,9 @@ bool LeaseTable::valid_fence(NameId name, Epoch epoch) const noexcept {
 
 std::size_t LeaseTable::size() const noexcept { return impl_->count; }
 std::size_t LeaseTable::held() const noexcept { return impl_->held; }
+std::int64_t LeaseTable::next_due_ns() const noexcept {
+  return impl_->timers.empty() ? kNoExpiry : impl_->timers.front().due_ns;
+}
 Epoch LeaseTable::epoch_high_water() const noexcept { return impl_->high_water; }
 
 std::size_t LeaseTable::memory_bytes() const noexcept {

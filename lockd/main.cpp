@@ -3,11 +3,10 @@
 // Exit codes: 0 after SIGTERM/SIGINT; 1 when it cannot start or its store fails (the message on
 // stderr names the cause); 2 for a bad command line.
 #include "leasehold/wire/auth.hpp"
-#include "leasehold/io/clock.hpp"
 #include "leasehold/io/loop.hpp"
 #include "leasehold/wire/token.hpp"
 #include "leasehold/lockd/config.hpp"
-#include "leasehold/lockd/service.hpp"
+#include "leasehold/lockd/daemon.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -152,9 +151,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "leasehold-lockd: io_uring: %s\n", probe.message.c_str());
     return 1;
   }
-  std::unique_ptr<lockd::LockService> service;
+  std::unique_ptr<lockd::LockdDaemon> service;
   try {
-    service = std::make_unique<lockd::LockService>(cfg, keys, *loop);
+    service = std::make_unique<lockd::LockdDaemon>(cfg, keys, *loop);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leasehold-lockd: %s\n", e.what());
     return 1;
@@ -212,7 +211,7 @@ int main(int argc, char** argv) {
                  token::key_id_text(signer->key_id()).c_str(), pub_note.c_str());
   }
 
-  service->set_token_signer(signer);
+  service->service().set_token_signer(signer);
   bool stopping = false;
   bool reload = false;
   loop->add_poll(sfd, POLLIN, PollMode::multishot, [&](int) {
@@ -226,7 +225,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   while (!stopping) {
-    const int rc = loop->run_once(service->wait_ns(now_boottime_ns()));
+    const int rc = loop->run_once(service->wait_ns());
     if (rc < 0) {
       std::fprintf(stderr, "leasehold-lockd: io_uring_enter failed: %s\n", std::strerror(-rc));
       return 1;
@@ -236,10 +235,10 @@ int main(int argc, char** argv) {
       reload = false;
       std::vector<wire::WireKey> next;
       std::string err = lockd::load_keys(cfg, &next);
-      if (err.empty()) err = service->reload_keys(next);
+      if (err.empty()) err = service->service().reload_keys(next, loop->turn_now_ns());
       if (!err.empty()) std::fprintf(stderr, "leasehold-lockd: key reload refused, the keys stay as they were: %s\n", err.c_str());
     }
-    if (!service->after_iteration(now_boottime_ns())) {
+    if (!service->after_iteration()) {
       std::fprintf(stderr, "leasehold-lockd: stopping: the store failed, nothing of the failed batch "
                            "was acknowledged: %s\n", service->failure().c_str());
       return 1;

@@ -2,9 +2,6 @@
 
 #include "leasehold/io/clock.hpp"
 
-#include <openssl/rand.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cassert>
 #include <cinttypes>
@@ -22,18 +19,6 @@ std::uint32_t ms_left(std::int64_t deadline_ns, std::int64_t now_ns) noexcept {
   if (deadline_ns <= now_ns) return 0;
   const std::int64_t ms = (deadline_ns - now_ns) / kNsPerMs;
   return ms >= static_cast<std::int64_t>(UINT32_MAX) ? UINT32_MAX - 1 : static_cast<std::uint32_t>(ms);
-}
-
-WorkerId random_instance_id() {
-  WorkerId id;
-  unsigned char b[16];
-  if (RAND_bytes(b, sizeof b) != 1) throw std::runtime_error("cannot draw a random lockd instance id");
-  for (int i = 0; i < 8; ++i) {
-    id.hi = (id.hi << 8) | b[i];
-    id.lo = (id.lo << 8) | b[8 + i];
-  }
-  if (id.is_nil()) id.lo = 1;
-  return id;
 }
 
 /// Every answer that waits for durability is in the receiver's in-flight set, and a store that
@@ -98,9 +83,12 @@ bool is_admin_operation(wire::MessageType t) noexcept {
 
 }  // namespace
 
-LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, EventLoop& loop)
+LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys,
+                         const RestoredTable& restored, DatagramPort& net, DurabilityPort& store,
+                         std::int64_t now_ns, const ServiceSeeds& seeds)
     : cfg_(cfg),
-      loop_(loop),
+      net_(net),
+      store_(store),
       table_(lease_config_of(cfg)),
       keys_(nullptr),
       receiver_(
@@ -111,17 +99,12 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
             return ring;
           }(),
           receiver_limits(cfg)),
-      sender_(random_instance_id(), wire::seq_seed(), keys.front()) {
-  StoreOptions store_options;
-  store_options.private_files = !cfg.ablate_store_mode;
-  store_options.busy_timeout_ms = cfg.ablate_store_busy_timeout ? 0 : kStoreOpenBusyTimeoutMsDefault;
-  auto store = std::make_unique<NameStore>(cfg.store_path, store_options);  // throws StoreError
-  incarnation_ = store->open_count();
-  const std::int64_t now = now_boottime_ns();
-  for (const std::string& fixed : store->modes_fixed())
-    log_ += "ts_boot_ns=" + std::to_string(now) + " event=store_mode_fixed file=" + fixed + "\n";
+      sender_(seeds.instance, seeds.first_seq, keys.front()),
+      incarnation_(restored.incarnation),
+      now_ns_(now_ns) {
+  const std::int64_t now = now_ns;
   {
-    const StoredTable stored = store->load();
+    const StoredTable& stored = restored.stored;
     DurableSnapshot snap;
     snap.epoch_high_water = stored.epoch_high_water;
     std::size_t held = 0, shortened = 0, expired = 0;
@@ -183,42 +166,18 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
     // Pending revokes are pushed again once their worker's heartbeats show its address.
     table_.for_each([&](NameId id, const LockState& s) { push_revoke(id, s, now); });
   }
-  store_ = std::make_unique<StoreThread>(std::move(store), [&loop] { loop.wake(); });
-
-  const auto addr = SocketAddress::parse(cfg.listen);
-  if (!addr) throw std::runtime_error("--listen \"" + cfg.listen + "\" is not a numeric ADDR:PORT");
-  const int fd = open_udp_socket(*addr);
-  if (fd < 0)
-    throw std::runtime_error("cannot bind UDP " + cfg.listen + ": " + std::strerror(-fd));
-  // Deep socket buffers: bursts of heartbeats from many workers arrive at once.
-  set_socket_buffers(fd, 8 << 20, 8 << 20);
-  local_ = leasehold::local_address(fd).value_or(*addr);
-  socket_ = loop.add_udp_socket(UniqueFd(fd), [this](const Datagram& d) { on_datagram(d); });
-  if (!socket_.valid()) throw std::runtime_error("cannot register the UDP socket with the io loop");
-  loop.set_wake_handler([] {});  // the wake only ends run_once; after_iteration does the work
   next_tick_ns_ = now;
   rate_window_start_ns_ = now;
   started_ns_ = now;
   lived_interval_ns_ = std::clamp<std::int64_t>(table_.config().max_ttl_ns / 4, 100'000'000, 2'000'000'000);
   next_lived_ns_ = now;
-  flush_log(0);
 }
-
-LockService::~LockService() {
-  if (socket_.valid()) loop_.close_socket(socket_);
-  // Let the store thread finish what it was handed, then log what became durable.
-  store_->drain();
-  flush_log(store_->durable_seq());
-  store_.reset();
-}
-
-std::string LockService::failure() const { return store_->failure(); }
 
 std::int64_t LockService::wait_ns(std::int64_t now_ns) const noexcept {
   return std::clamp<std::int64_t>(next_tick_ns_ - now_ns, 0, kTickNs);
 }
 
-std::string LockService::reload_keys(const std::vector<wire::WireKey>& keys) {
+std::string LockService::reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns) {
   if (std::string err = keys_->replace(keys); !err.empty()) {
     ++counters_.key_reloads_refused;
     return err;
@@ -229,7 +188,7 @@ std::string LockService::reload_keys(const std::vector<wire::WireKey>& keys) {
     for (const std::uint16_t id : keys_->key_ids(k)) t += (t.empty() ? "" : ",") + std::to_string(id);
     return t.empty() ? std::string("none") : t;
   };
-  log_ += "ts_boot_ns=" + std::to_string(now_boottime_ns()) + " event=keys_reloaded cluster_key_ids=" +
+  log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=keys_reloaded cluster_key_ids=" +
           ids(wire::KeyKind::cluster) + " admin_key_ids=" + ids(wire::KeyKind::admin) + "\n";
   return {};
 }
@@ -241,11 +200,11 @@ bool LockService::overloaded() const noexcept {
 
 // ---- receive path --------------------------------------------------------------------------
 
-void LockService::on_datagram(const Datagram& d) {
-  const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(d.payload.data()),
-                                            d.payload.size());
-  const SocketAddress from = d.source_address();
-  const std::int64_t now = now_boottime_ns();
+void LockService::on_datagram(std::span<const std::uint8_t> bytes, const SocketAddress& from,
+                              std::int64_t now_ns) {
+  if (failed_) return;
+  now_ns_ = now_ns;
+  const std::int64_t now = now_ns;
   wire::Admission a = receiver_.admit(bytes, &from, now);
   if (a.verdict != wire::Verdict::drop) {
     caller_ = Caller{a.message.header.sender, a.key_id, a.authority};
@@ -273,7 +232,7 @@ void LockService::on_datagram(const Datagram& d) {
       return;  // counted by the receiver (receiver_.stats())
     case wire::Verdict::resend:
       ++counters_.answers_resent;
-      if (loop_.send_to(socket_, std::as_bytes(a.cached_answer), &from) != 0) ++counters_.sends_failed;
+      if (!net_.send(from, a.cached_answer)) ++counters_.sends_failed;
       return;
     case wire::Verdict::answer_error:
       // Never executed, replayed heartbeats included (a retry carries a fresh seq). Not
@@ -514,7 +473,7 @@ void LockService::send_now(const SocketAddress& to, std::uint64_t request_id,
   if (!seal_for(caller_, request_id, body, dg)) return;
   // Cached before the send: if the send is lost, the client's retry gets these bytes.
   if (key != nullptr) receiver_.remember_answer(*key, dg.view(), to);
-  if (loop_.send_to(socket_, std::as_bytes(dg.view()), &to) != 0) ++counters_.sends_failed;
+  if (!net_.send(to, dg.view())) ++counters_.sends_failed;
 }
 
 void LockService::send_to_worker(const WorkerId& worker, const SocketAddress& to, std::uint64_t request_id,
@@ -529,20 +488,20 @@ void LockService::send_to_worker(const WorkerId& worker, const SocketAddress& to
   }
   wire::Datagram dg;
   if (!seal_for(w, request_id, body, dg)) return;
-  if (loop_.send_to(socket_, std::as_bytes(dg.view()), &to) != 0) ++counters_.sends_failed;
+  if (!net_.send(to, dg.view())) ++counters_.sends_failed;
 }
 
 void LockService::answer_gated(const SocketAddress& to, std::uint64_t request_id,
                                const wire::RequestKey& key, wire::Body body) {
-  if (change_seq_ <= store_->durable_seq() && deferred_.empty()) {
+  if (depend_seq_ <= durable_seq_ && deferred_.empty()) {
     send_now(to, request_id, &key, body);
     return;
   }
   ++counters_.answers_deferred;
   // Until its answer is remembered (send_now), the receiver drops retries of this request
   // (wire::Receiver in-flight set): that answer will go out.
-  receiver_.defer(key, now_boottime_ns());
-  deferred_.push_back(Deferred{change_seq_, to, caller_, request_id, key, std::move(body)});
+  receiver_.defer(key, now_ns_);
+  deferred_.push_back(Deferred{depend_seq_, to, caller_, request_id, key, std::move(body)});
 }
 
 wire::Body LockService::deny(const Outcome& o) {
@@ -650,7 +609,7 @@ void LockService::record_change(NameId id, const LockState& s, const char* event
   if (s.phase == LockPhase::held && s.expiry_ns != kNoExpiry && s.expiry_ns > now_ns)
     n.ttl_ns = static_cast<std::uint64_t>(s.expiry_ns - now_ns);
   pending_.push_back(std::move(n));
-  ++change_seq_;
+  depend_seq_ = ++change_seq_;
 
   char line[512];
   const int len = std::snprintf(
@@ -758,13 +717,14 @@ std::uint64_t LockService::note_seen(WorkerId worker) {
   if (worker.is_nil()) return 0;
   if (const auto it = seen_seq_.find(worker); it != seen_seq_.end()) return it->second;
   marks_.seen.push_back(worker);
-  seen_seq_[worker] = ++change_seq_;
-  return change_seq_;
+  depend_seq_ = ++change_seq_;
+  seen_seq_[worker] = depend_seq_;
+  return depend_seq_;
 }
 
 void LockService::answer_after(std::uint64_t seq, const SocketAddress& to, std::uint64_t request_id,
                                wire::Body body) {
-  if (seq <= store_->durable_seq()) {
+  if (seq <= durable_seq_) {
     send_now(to, request_id, nullptr, body);
     return;
   }
@@ -911,6 +871,7 @@ void LockService::push_revoke(NameId id, const LockState& s, std::int64_t now_ns
 }
 
 void LockService::send_pushes(std::int64_t now_ns) {
+  next_push_ns_ = kNoExpiry;
   for (auto it = pushes_.begin(); it != pushes_.end();) {
     Push& p = it->second;
     const LockState s = table_.state(it->first);
@@ -928,6 +889,7 @@ void LockService::send_pushes(std::int64_t now_ns) {
         p.next_send_ns = now_ns + kRevokePushRetryNs;
       }
     }
+    next_push_ns_ = std::min(next_push_ns_, p.next_send_ns);  // still due: no address yet
     ++it;
   }
 }
@@ -1018,6 +980,7 @@ void LockService::ask_is_running(NameId id, const LockState& s, std::int64_t now
   if (it == worker_addresses_.end()) return;  // never heard from it: only lapse frees the name
   const std::uint64_t rid = next_request_id_++;
   questions_.emplace(rid, Question{id, s.owner, s.epoch, now_ns + kIsRunningTimeoutNs, s.worker});
+  next_question_ns_ = std::min(next_question_ns_, now_ns + kIsRunningTimeoutNs);
   asked_.insert(id);
   ++counters_.is_running_sent;
   send_to_worker(s.worker, it->second, rid, wire::IsRunning{id, s.owner, s.epoch});
@@ -1089,7 +1052,7 @@ wire::StatsAnswer LockService::stats_answer() const {
     a.counters.push_back(wire::Counter{std::move(key), v});
     if (wire::payload_bytes(a) > wire::kPayloadBytesMax) a.counters.pop_back();
   };
-  const StoreStats st = store_->stats();
+  const StoreStats st = store_.stats();
   // Configuration first (always within the datagram): a supervisor checks it at start-up.
   add("mode_preemptible", cfg_.mode == LockMode::preemptible ? 1 : 0);
   add("ttl_ms", cfg_.ttl_ms);
@@ -1147,9 +1110,9 @@ wire::StatsAnswer LockService::stats_answer() const {
     if (receiver_.stats().rejected[r] != 0)
       add("reject_" + std::string(wire::to_string(static_cast<wire::DecodeError>(r))),
           receiver_.stats().rejected[r]);
-  const LoopStats& ls = loop_.stats();
+  const DatagramPortStats ls = net_.stats();
   add("kernel_drops", ls.kernel_drops);
-  add("reject_oversized_datagram", ls.datagrams_truncated);  // larger than a receive buffer
+  add("reject_oversized_datagram", ls.truncated);  // larger than a receive buffer
   add("sends_failed", counters_.sends_failed + ls.send_errors);
   add("tokens_signed", counters_.tokens_signed);
   if (counters_.token_sign_failures != 0) add("token_sign_failures", counters_.token_sign_failures);
@@ -1195,11 +1158,13 @@ void LockService::expire(std::int64_t now_ns) {
 
 void LockService::housekeeping(std::int64_t now_ns) {
   send_pushes(now_ns);
+  next_question_ns_ = kNoExpiry;
   for (auto it = questions_.begin(); it != questions_.end();) {
     if (it->second.deadline_ns <= now_ns) {
       asked_.erase(it->second.name);
       it = questions_.erase(it);
     } else {
+      next_question_ns_ = std::min(next_question_ns_, it->second.deadline_ns);
       ++it;
     }
   }
@@ -1217,53 +1182,97 @@ void LockService::housekeeping(std::int64_t now_ns) {
   }
 }
 
-bool LockService::after_iteration(std::int64_t now_ns) {
-  if (store_->failed()) {
-    flush_log(store_->durable_seq());
-    return false;
+bool LockService::apply_verdicts() {
+  if (failed_) return false;
+  verdicts_.clear();
+  store_.poll(verdicts_);
+  for (const DurabilityVerdict& v : verdicts_) {
+    if (v.kind != DurabilityVerdict::Kind::durable) {
+      // The contract (durability.hpp): rejected is treated as failed. The table has moved past
+      // what the store holds; nothing that waited for this seq or a later one is answered.
+      failed_ = true;
+      failure_ = v.kind == DurabilityVerdict::Kind::rejected
+                     ? "the store rejected change " + std::to_string(v.seq) + ": " + v.why
+                     : v.why;
+      if (failure_.empty()) failure_ = "the store failed change " + std::to_string(v.seq);
+      return false;
+    }
+    durable_seq_ = std::max(durable_seq_, v.seq);
+    while (!in_flight_.empty() && in_flight_.front() <= durable_seq_) in_flight_.pop_front();
   }
+  return true;
+}
+
+std::int64_t LockService::tick(std::int64_t now_ns) {
+  if (!apply_verdicts()) {
+    flush_log(durable_seq_);
+    return now_ns;
+  }
+  now_ns_ = now_ns;
   if (now_ns >= next_tick_ns_) {
     expire(now_ns);
     housekeeping(now_ns);
     next_tick_ns_ = now_ns + kTickNs;
   }
   // The restart rule's lived checkpoint when no batch carried one for an interval: a batch of
-  // marks only, at the last change's seq, so no answer waits for it, and only while the store
-  // is idle, so no change queues behind it for long. Only held leases need it
-  // (a lease granted here is marked here); a later write is still a lower bound.
-  submit_pending(now_ns, now_ns >= next_lived_ns_ && table_.held() > 0 && store_->in_flight() == 0);
-  const std::uint64_t durable = store_->durable_seq();
-  while (!deferred_.empty() && deferred_.front().seq <= durable) {
+  // marks only, at a seq no answer waits for, and only while the store is idle, so no change
+  // queues behind it for long. Only held leases need it (a lease granted here is marked here);
+  // a later write is still a lower bound.
+  submit_pending(now_ns, now_ns >= next_lived_ns_ && table_.held() > 0 && in_flight_.empty());
+  while (!deferred_.empty() && deferred_.front().seq <= durable_seq_) {
     Deferred& d = deferred_.front();
     caller_ = d.caller;
     send_now(d.to, d.request_id, d.cache ? &d.key : nullptr, d.body);
     deferred_.pop_front();
   }
-  flush_log(durable);
-  return true;
+  flush_log(durable_seq_);
+  return next_tick_wanted_ns();
+}
+
+std::int64_t LockService::next_tick_wanted_ns() const noexcept {
+  // The earliest time-driven work: a table deadline, a push or a question due, the restart
+  // rule's lived checkpoint, the rate gauge's window. Expiry and housekeeping run at most once
+  // per kTickNs (next_tick_ns_), so nothing is handled before that.
+  std::int64_t t = std::min({table_.next_due_ns(), next_push_ns_, next_question_ns_,
+                             rate_window_start_ns_ + kNsPerS});
+  if (table_.held() > 0) t = std::min(t, next_lived_ns_);
+  return std::max(next_tick_ns_, t);
 }
 
 void LockService::submit_pending(std::int64_t now_ns, bool checkpoint) {
-  if ((change_seq_ <= submitted_seq_ && !checkpoint) || store_->in_flight() >= kBatchesInFlightMax) return;
-  const std::uint64_t seq = change_seq_;
+  if (change_seq_ <= submitted_seq_ && !checkpoint) return;
+  if (change_seq_ == submitted_seq_) ++change_seq_;  // the checkpoint's own seq: nothing waits for it
+  DurableBatch b;
+  b.first_seq = submitted_seq_ + 1;
+  b.last_seq = change_seq_;
+  b.changes = std::move(pending_);
   marks_.incarnation = incarnation_;
   marks_.lived_ns = now_ns - started_ns_;
-  if (!store_->submit(pending_, seq, table_.epoch_high_water(), marks_)) return;
-  submitted_seq_ = seq;
+  b.marks = marks_;
+  b.epoch_high_water = table_.epoch_high_water();
+  if (!store_.submit(std::move(b))) {
+    pending_ = std::move(b.changes);  // nothing taken: kept for the next turn
+    return;
+  }
+  pending_.clear();
+  submitted_seq_ = b.last_seq;
+  in_flight_.push_back(b.last_seq);
   marks_.seen.clear();
   next_lived_ns_ = now_ns + lived_interval_ns_;
 }
 
-bool LockService::drain_for_shutdown() {
-  // Submit what is pending, with how long this incarnation served (the store takes
-  // kBatchesInFlightMax batches at a time).
-  ++change_seq_;
-  while (change_seq_ > submitted_seq_ && !store_->failed()) {
-    if (store_->in_flight() < kBatchesInFlightMax) submit_pending(now_boottime_ns(), false);
-    else store_->drain();
-  }
-  store_->drain();
-  return after_iteration(now_boottime_ns());
+void LockService::begin_drain() {
+  // A last batch with how long this incarnation served, whatever else is pending.
+  if (!failed_) ++change_seq_;
+}
+
+bool LockService::drained() const noexcept {
+  return !failed_ && submitted_seq_ == change_seq_ && in_flight_.empty() && deferred_.empty();
+}
+
+void LockService::take_log(std::string& out) {
+  out += log_;
+  log_.clear();
 }
 
 void LockService::flush_log(std::uint64_t durable_seq) {
@@ -1271,14 +1280,6 @@ void LockService::flush_log(std::uint64_t durable_seq) {
     log_ += log_pending_.front().second;
     log_pending_.pop_front();
   }
-  if (log_.empty()) return;
-  std::size_t off = 0;
-  while (off < log_.size()) {
-    const ssize_t n = ::write(STDERR_FILENO, log_.data() + off, log_.size() - off);
-    if (n <= 0) break;  // stderr closed or full: logs are best effort, answers are not
-    off += static_cast<std::size_t>(n);
-  }
-  log_.clear();
 }
 
 }  // namespace leasehold::lockd

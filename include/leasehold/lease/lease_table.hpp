@@ -448,6 +448,9 @@ class LeaseTable {
 
   std::size_t size() const noexcept;      ///< records in the table
   std::size_t held() const noexcept;      ///< records in Held
+  /// The earliest time (ns) `advance` may have something to do, kNoExpiry if nothing is armed.
+  /// May be earlier than the next real expiry (a refreshed lease's old entry), never later.
+  std::int64_t next_due_ns() const noexcept;
   /// The largest epoch ever allocated (durable; epochs continue above it after restart).
   Epoch epoch_high_water() const noexcept;
   /// Bytes of memory the table owns (slots, timers, worker table), for capacity planning.

@@ -1,8 +1,12 @@
-// leasehold/lockd: the lock service — the name table behind an authenticated UDP endpoint.
+// leasehold/lockd: the lock service — the name table behind an authenticated datagram endpoint.
 //
-// One io_uring loop thread (io/loop.hpp) runs everything but the disk: it authenticates and
-// decodes datagrams (io/replay.hpp), applies them to the pure LeaseTable (lease/), and answers.
-// The store thread (store_thread.hpp) makes ownership changes durable in group commits.
+// LockService is a core without syscalls: it never reads a clock, opens a file or a socket, or
+// starts a thread. Its driver delivers datagrams (on_datagram) and ticks it (tick), each with
+// the turn's `now_ns`; it sends through a DatagramPort (io/ports.hpp) and makes ownership
+// changes durable through a DurabilityPort (durability.hpp). It authenticates and decodes
+// datagrams (io/replay.hpp), applies them to the pure LeaseTable (lease/), and answers.
+// Production driver: LockdDaemon (daemon.hpp: the io_uring loop, a UDP socket, the SQLite
+// StoreThread, the log on stderr); the simulator drives the same class on simulated time.
 //
 // The durability rule (DESIGN.md "lockd"): every ownership change — grant, 2-phase acquire,
 // commit, release, transfer begin/complete/accept, revoke, reassign, preempt, expiry — gets a
@@ -65,12 +69,14 @@
 // before it changes anything.
 #pragma once
 
-#include "leasehold/io/loop.hpp"
+#include "leasehold/io/ports.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/wire/replay.hpp"
+#include "leasehold/wire/token.hpp"
 #include "leasehold/lease/lease_table.hpp"
 #include "leasehold/lockd/config.hpp"
-#include "leasehold/lockd/store_thread.hpp"
+#include "leasehold/lockd/durability.hpp"
+#include "leasehold/lockd/store.hpp"
 
 #include <array>
 #include <cstdint>
@@ -132,23 +138,37 @@ struct ServiceCounters {
   std::uint64_t token_sign_failures = 0;    ///< grants answered without one: OpenSSL failed
 };
 
+/// What the daemon read from the store before the service starts (Store::load()).
+struct RestoredTable {
+  StoredTable stored;
+  std::uint64_t incarnation = 1;  ///< the store's open count (1 = fresh store)
+};
+
+/// The service's own identity on the wire, drawn by its driver (production: RAND_bytes and
+/// wire::seq_seed(); the simulator: from its seed).
+struct ServiceSeeds {
+  WorkerId instance;           ///< lockd's sender id (not nil)
+  std::uint64_t first_seq = 1; ///< the first seq lockd's own datagrams carry (1 .. 2^63-1)
+};
+
 class LockService {
  public:
-  /// Opens the store (StoreError on a bad store), rebuilds the table from it (every held lease
-  /// refreshed at `now`), binds the UDP socket on `cfg.listen` and registers it with `loop`.
-  /// Throws std::runtime_error naming the cause on any failure.
+  /// Rebuilds the table from `restored` at `now_ns` (every held lease refreshed at `now_ns`,
+  /// capped by the restart rule above). No I/O: `net` and `store` are used from the first
+  /// on_datagram / tick on (both must outlive the service). Throws std::runtime_error naming
+  /// the cause on a bad key set or a store whose rows do not rebuild a table.
   /// `keys`: the cluster key(s) (worker keys are derived from them per sender) and admin keys
-  /// (io/auth.hpp); at least one cluster key. A datagram authenticates only with the key derived
-  /// for the worker it claims to be, or with an admin key.
-  LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, EventLoop& loop);
+  /// (io/auth.hpp); at least one cluster key, the first one signs lockd's own datagrams. A
+  /// datagram authenticates only with the key derived for the worker it claims to be, or with an
+  /// admin key.
+  LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, const RestoredTable& restored,
+              DatagramPort& net, DurabilityPort& store, std::int64_t now_ns, const ServiceSeeds& seeds);
   /// Replaces the keys (a rotation, on SIGHUP): from the next datagram on, tags under any of
   /// `keys` are accepted and tags under a key no longer among them are dropped (counted
   /// reject_unknown_key). Worker keys are derived again as needed; leases, replay windows and
   /// cached answers stay. "" or why not (then the old keys stay): see ClusterKeyring::replace.
   /// Logs event=keys_reloaded with the loaded key ids.
-  std::string reload_keys(const std::vector<wire::WireKey>& keys);
-  /// Stops the store thread after it committed what was handed to it.
-  ~LockService();
+  std::string reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns);
   LockService(const LockService&) = delete;
   LockService& operator=(const LockService&) = delete;
 
@@ -156,21 +176,32 @@ class LockService {
   /// token. Set before serving.
   void set_token_signer(std::shared_ptr<const token::TokenSigner> signer) { signer_ = std::move(signer); }
 
-  /// The bound address (with the real port when cfg.listen asked for port 0).
-  const SocketAddress& local_address() const noexcept { return local_; }
-
-  /// Call after every EventLoop::run_once: expiry when a tick is due, hands the pending changes
-  /// to the store thread, sends the answers that became durable, flushes the log. Returns false
-  /// when lockd must stop because the store failed (failure() says why; nothing of the failed
-  /// batch was answered).
-  bool after_iteration(std::int64_t now_ns);
-  /// Orderly stop (SIGTERM): hands the pending changes to the store, waits until they are
-  /// durable, queues the answers that waited for them (the caller runs the loop once more to
-  /// send them) and logs the changes. Returns false if the store failed meanwhile.
-  bool drain_for_shutdown();
-  /// How long run_once may wait (ns): until the next tick.
+  /// One datagram from `from`, received at `now_ns` (the turn's clock reading). Answers go out
+  /// through the DatagramPort, now or (ownership changes) after they are durable. Ignored once
+  /// failed().
+  void on_datagram(std::span<const std::uint8_t> bytes, const SocketAddress& from, std::int64_t now_ns);
+  /// Housekeeping at `now_ns`: applies the verdicts the DurabilityPort has, expiry and the
+  /// periodic work when due (at most once per kTickNs), submits the pending changes and marks,
+  /// sends the answers that became durable. Returns the time (ns) at which it next has
+  /// time-driven work (an expiry, a push, a question timeout, a checkpoint; >= now_ns + kTickNs
+  /// after periodic work ran): a simulator jumps there. A driver may call earlier, and calls
+  /// again after every on_datagram and every durability verdict (their work is not timed).
+  /// Once failed() it does nothing and returns now_ns.
+  std::int64_t tick(std::int64_t now_ns);
+  /// True once a verdict was not `durable` (the store failed or rejected a change): nothing
+  /// that depended on that change or a later one was answered; the driver stops (lockd exits 1)
+  /// and a restart recovers from the store. failure() says why.
+  bool failed() const noexcept { return failed_; }
+  std::string failure() const { return failure_; }
+  /// Orderly stop: from now on the next tick submits everything pending with how long this
+  /// incarnation served. drained() once all of it is durable and its answers were sent.
+  void begin_drain();
+  bool drained() const noexcept;
+  /// How long the driver may wait (ns) before the next tick, at most kTickNs.
   std::int64_t wait_ns(std::int64_t now_ns) const noexcept;
-  std::string failure() const;
+  /// Moves the log lines ready to write (one logfmt line per durable ownership change, the
+  /// restore and key reload events) into `out`. The driver writes them (production: stderr).
+  void take_log(std::string& out);
 
   const ServiceCounters& counters() const noexcept { return counters_; }
   /// The counters as sent in a StatsAnswer (at most what fits one datagram).
@@ -178,6 +209,8 @@ class LockService {
   const LeaseTable& table() const noexcept { return table_; }
   /// Store open count (1 = fresh store): an incarnation number for logs and tests.
   std::uint64_t incarnation() const noexcept { return incarnation_; }
+  /// Highest change seq the DurabilityPort reported durable (every seq up to it is).
+  std::uint64_t durable_seq() const noexcept { return durable_seq_; }
 
  private:
   /// Who sent a request, as its key proves it (answers are signed with the same key).
@@ -187,7 +220,7 @@ class LockService {
     wire::Authority authority = wire::Authority::none;
   };
   struct Deferred {
-    std::uint64_t seq = 0;  ///< durable once StoreThread::durable_seq() >= seq
+    std::uint64_t seq = 0;  ///< sent once every seq up to it is durable
     SocketAddress to;
     Caller caller;
     std::uint64_t request_id = 0;
@@ -209,8 +242,9 @@ class LockService {
     std::int64_t deadline_ns = 0;
     WorkerId worker;  ///< asked; only its answer counts
   };
-  void rebuild(std::int64_t now_ns);
-  void on_datagram(const Datagram& d);
+  void rebuild(const RestoredTable& restored, std::int64_t now_ns);
+  /// Applies the verdicts the store has; false once a change was not durable.
+  bool apply_verdicts();
   void dispatch(wire::Message& m, const wire::RequestKey& key, const SocketAddress& from,
                 std::int64_t now_ns);
   /// Refusal::forbidden if a worker's key gives no power over what `m` asks (another worker's
@@ -279,26 +313,36 @@ class LockService {
   /// `checkpoint` also when nothing changed (then only how long this incarnation served).
   void submit_pending(std::int64_t now_ns, bool checkpoint);
   void housekeeping(std::int64_t now_ns);
+  /// What tick() returns: when the next time-driven work is due (>= next_tick_ns_).
+  std::int64_t next_tick_wanted_ns() const noexcept;
+  /// Moves the change lines whose change is durable into the ready log.
   void flush_log(std::uint64_t durable_seq);
 
   LockdConfig cfg_;
   std::shared_ptr<const token::TokenSigner> signer_;
-  EventLoop& loop_;
+  DatagramPort& net_;
+  DurabilityPort& store_;
   LeaseTable table_;
   wire::ClusterKeyring* keys_;  ///< owned by receiver_
   wire::Receiver receiver_;
   wire::Sender sender_;
   /// The request being handled (set per datagram; a deferred answer restores its own).
   Caller caller_;
-  std::unique_ptr<StoreThread> store_;
-  SocketId socket_;
-  SocketAddress local_;
   std::uint64_t incarnation_ = 0;
+  std::int64_t now_ns_ = 0;  ///< the clock reading of the call being served
 
-  // Ownership changes not yet handed to the store, and their sequence numbers.
+  // Ownership changes not yet handed to the store, and their sequence numbers. Every change and
+  // every first seen mark takes a seq, and so does a lived checkpoint or the drain at stop (those
+  // two carry only marks; no answer waits for them).
   std::vector<StoredName> pending_;
-  std::uint64_t change_seq_ = 0;     ///< last change's sequence number
-  std::uint64_t submitted_seq_ = 0;  ///< last change handed to the store thread
+  std::uint64_t change_seq_ = 0;     ///< last seq allocated
+  std::uint64_t depend_seq_ = 0;     ///< last seq of a change or mark an answer may depend on
+  std::uint64_t submitted_seq_ = 0;  ///< last seq handed to the store
+  std::uint64_t durable_seq_ = 0;    ///< every seq up to it is durable
+  std::deque<std::uint64_t> in_flight_;  ///< last seq of each batch submitted, not yet durable
+  std::vector<DurabilityVerdict> verdicts_;  ///< scratch for poll()
+  bool failed_ = false;
+  std::string failure_;
   std::deque<Deferred> deferred_;
 
   // The restart rule (see the top of this file).
@@ -325,7 +369,9 @@ class LockService {
   std::uint64_t next_request_id_ = 1;
 
   std::vector<Expiry> expired_;
-  std::int64_t next_tick_ns_ = 0;
+  std::int64_t next_tick_ns_ = 0;      ///< expiry and housekeeping not before (kTickNs cadence)
+  std::int64_t next_push_ns_ = kNoExpiry;      ///< earliest Revoked push due
+  std::int64_t next_question_ns_ = kNoExpiry;  ///< earliest IsRunning deadline
   std::int64_t rate_window_start_ns_ = 0;
   std::uint64_t rate_window_refreshes_ = 0;
   std::string log_;  ///< lines ready to write (durable changes)

@@ -1,0 +1,166 @@
+// LockService as a core: driven through a fake DatagramPort (a vector of sent datagrams) and a
+// fake DurabilityPort (verdicts on demand), with no socket, thread, file or clock.
+#include "service_core_fakes.hpp"
+
+#include <gtest/gtest.h>
+
+namespace leasehold::lockd {
+namespace {
+
+using test::CoreRig;
+using test::sandbox;
+
+constexpr std::int64_t kT0 = 1'000'000'000'000;  // an arbitrary boot-clock start
+
+TEST(ServiceCore, GrantGoesOutOnlyAfterItsChangeIsDurable) {
+  CoreRig rig(kT0);
+  const SandboxId sb = sandbox(1);
+  rig.deliver(rig.acquire("jobs/a", sb), kT0);
+  EXPECT_TRUE(rig.net.sent.empty());  // the grant depends on a change not yet durable
+  rig.service->tick(kT0);
+  ASSERT_EQ(rig.disk.submitted.size(), 1u);
+  ASSERT_EQ(rig.disk.submitted[0].changes.size(), 1u);
+  EXPECT_EQ(rig.disk.submitted[0].changes[0].name, "jobs/a");
+  EXPECT_EQ(rig.disk.submitted[0].changes[0].state, StoredState::held);
+  EXPECT_EQ(rig.disk.submitted[0].changes[0].epoch, 1u);
+  EXPECT_TRUE(rig.net.sent.empty());  // submitted is not durable
+  rig.service->tick(kT0 + 1'000'000);
+  EXPECT_TRUE(rig.net.sent.empty());  // still no verdict
+
+  rig.disk.verdict(0, DurabilityVerdict::Kind::durable);
+  rig.service->tick(kT0 + 2'000'000);
+  ASSERT_EQ(rig.net.sent.size(), 1u);
+  EXPECT_EQ(rig.net.sent[0].to, rig.worker_address);
+  const wire::Body answer = rig.decode(rig.net.sent[0].bytes);
+  ASSERT_TRUE(std::holds_alternative<wire::Grant>(answer));
+  const auto& g = std::get<wire::Grant>(answer);
+  EXPECT_EQ(g.epoch, 1u);
+  EXPECT_EQ(g.holder, sb);
+  EXPECT_EQ(g.worker, rig.worker);
+  EXPECT_EQ(rig.service->durable_seq(), rig.disk.submitted[0].last_seq);
+}
+
+TEST(ServiceCore, AnswerWithheldWhileAnEarlierChangeIsNotDurable) {
+  CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/a", sandbox(2)), kT0);
+  rig.service->tick(kT0);
+  ASSERT_EQ(rig.disk.submitted.size(), 1u);
+  // A second acquire while the first batch is in flight: its change goes into the next batch,
+  // and neither answer goes out before its own batch is durable.
+  rig.deliver(rig.acquire("jobs/b", sandbox(3)), kT0 + 100);
+  rig.service->tick(kT0 + 100);
+  ASSERT_EQ(rig.disk.submitted.size(), 2u);
+  EXPECT_GT(rig.disk.submitted[1].first_seq, rig.disk.submitted[0].last_seq);
+  rig.disk.verdict(0, DurabilityVerdict::Kind::durable);
+  rig.service->tick(kT0 + 200);
+  ASSERT_EQ(rig.net.sent.size(), 1u);  // only the first grant
+  EXPECT_EQ(std::get<wire::Grant>(rig.decode(rig.net.sent[0].bytes)).name_id, name_id_of("jobs/a"));
+  rig.disk.verdict(1, DurabilityVerdict::Kind::durable);
+  rig.service->tick(kT0 + 300);
+  ASSERT_EQ(rig.net.sent.size(), 2u);
+  EXPECT_EQ(std::get<wire::Grant>(rig.decode(rig.net.sent[1].bytes)).name_id, name_id_of("jobs/b"));
+}
+
+TEST(ServiceCore, FailedVerdictStopsTheServiceWithNoAnswerSent) {
+  CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/a", sandbox(4)), kT0);
+  rig.service->tick(kT0);
+  ASSERT_EQ(rig.disk.submitted.size(), 1u);
+  rig.disk.verdict(0, DurabilityVerdict::Kind::failed, "store x.db: disk I/O error");
+  EXPECT_EQ(rig.service->tick(kT0 + 10), kT0 + 10);
+  EXPECT_TRUE(rig.service->failed());
+  EXPECT_EQ(rig.service->failure(), "store x.db: disk I/O error");
+  EXPECT_TRUE(rig.net.sent.empty());
+  EXPECT_EQ(rig.service->durable_seq(), 0u);
+  // Nothing is served any more: a new request is not answered, nothing more is submitted.
+  rig.deliver(rig.acquire("jobs/b", sandbox(5)), kT0 + 20);
+  rig.service->tick(kT0 + 20);
+  EXPECT_TRUE(rig.net.sent.empty());
+  EXPECT_EQ(rig.disk.submitted.size(), 1u);
+}
+
+TEST(ServiceCore, RejectedVerdictIsTreatedAsFailed) {
+  CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/a", sandbox(6)), kT0);
+  rig.service->tick(kT0);
+  rig.disk.verdict(0, DurabilityVerdict::Kind::rejected, "leader revision 7 moved to 9");
+  rig.service->tick(kT0 + 10);
+  EXPECT_TRUE(rig.service->failed());
+  EXPECT_NE(rig.service->failure().find("rejected"), std::string::npos) << rig.service->failure();
+  EXPECT_NE(rig.service->failure().find("leader revision 7 moved to 9"), std::string::npos);
+  EXPECT_TRUE(rig.net.sent.empty());
+}
+
+TEST(ServiceCore, ExpiryHappensAtTheTickItAskedForAfterTheDeadline) {
+  CoreRig rig(kT0);
+  const SandboxId sb = sandbox(7);
+  rig.deliver(rig.acquire("jobs/a", sb, 500), kT0);  // a 500 ms lease
+  rig.service->tick(kT0);
+  rig.disk.verdict(0, DurabilityVerdict::Kind::durable);
+  const std::int64_t next = rig.service->tick(kT0 + 1);
+  EXPECT_EQ(rig.service->table().held(), 1u);
+  // The tick asks to be called again no later than the lease's expiry (kT0 + 500 ms).
+  EXPECT_LE(next, kT0 + 500'000'000);
+  // A jump to just before the expiry changes nothing; just after, the lease is expired and the
+  // expiry is an ownership change in the next batch.
+  const std::int64_t at = rig.service->tick(kT0 + 499'000'000);
+  EXPECT_EQ(rig.service->table().held(), 1u);
+  // Expiry runs at most once per kTickNs: the tick asked for is the first one past the deadline.
+  EXPECT_GE(at, kT0 + 500'000'000);
+  EXPECT_LE(at, kT0 + 499'000'000 + kTickNs);
+  const std::size_t batches = rig.disk.submitted.size();
+  rig.service->tick(at);
+  EXPECT_EQ(rig.service->table().held(), 0u);
+  EXPECT_EQ(rig.service->counters().expiries, 1u);
+  ASSERT_GT(rig.disk.submitted.size(), batches);
+  const DurableBatch& b = rig.disk.submitted.back();
+  ASSERT_EQ(b.changes.size(), 1u);
+  EXPECT_EQ(b.changes[0].state, StoredState::free);
+  EXPECT_EQ(b.changes[0].epoch, 1u);
+}
+
+TEST(ServiceCore, TickReturnsTheNextDeadlineSoASimulatorCanJump) {
+  CoreRig rig(kT0);
+  rig.service->tick(kT0);
+  // Nothing held, nothing pending: the next tick wanted is the stats gauge's window (1 s), not
+  // the 2 ms housekeeping cadence.
+  const std::int64_t next = rig.service->tick(kT0 + kTickNs);
+  EXPECT_EQ(next, kT0 + kNsPerS);
+}
+
+TEST(ServiceCore, RestartFromARestoredTableKeepsTheGrantAndItsEpoch) {
+  // Incarnation 1 grants jobs/a; its durable batch is what incarnation 2 restores from.
+  StoredTable stored;
+  SandboxId sb = sandbox(8);
+  {
+    CoreRig rig(kT0);
+    sb = sandbox(9);
+    rig.deliver(rig.acquire("jobs/a", sb), kT0);
+    rig.service->tick(kT0);
+    rig.disk.verdict(0, DurabilityVerdict::Kind::durable);
+    rig.service->tick(kT0 + 1);
+    ASSERT_EQ(rig.net.sent.size(), 1u);
+    stored = rig.disk.apply_durable();  // what a store would load
+  }
+  ASSERT_EQ(stored.names.size(), 1u);
+  ASSERT_EQ(stored.seen.size(), 1u);
+  CoreRig rig2(kT0 + kNsPerS, stored, 2);
+  const LockState s = rig2.service->table().state(name_id_of("jobs/a"));
+  ASSERT_TRUE(s.known);
+  EXPECT_EQ(s.phase, LockPhase::held);
+  EXPECT_EQ(s.owner, sb);
+  EXPECT_EQ(s.epoch, 1u);
+  EXPECT_EQ(rig2.service->incarnation(), 2u);
+  // Another sandbox is refused (held), and the holder's next grant epoch stays above 1.
+  rig2.deliver(rig2.acquire("jobs/a", sandbox(10)), kT0 + kNsPerS);
+  rig2.service->tick(kT0 + kNsPerS);
+  ASSERT_EQ(rig2.net.sent.size(), 1u);
+  const wire::Body answer = rig2.decode(rig2.net.sent[0].bytes);
+  ASSERT_TRUE(std::holds_alternative<wire::Deny>(answer));
+  EXPECT_EQ(std::get<wire::Deny>(answer).refusal, Refusal::held);
+  EXPECT_EQ(std::get<wire::Deny>(answer).epoch, 1u);
+  EXPECT_EQ(std::get<wire::Deny>(answer).holder, sb);
+}
+
+}  // namespace
+}  // namespace leasehold::lockd
