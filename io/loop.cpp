@@ -696,7 +696,7 @@ int EventLoop::run_once(std::int64_t timeout_ns) {
     ret = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
   }
   ++stats_.iterations;
-  turn_now_ns_ = clock_->now_ns();  // the turn's one reading, before any handler runs
+  turn_now_ns_ = clock_->now_ns();  // for a turn without completions (timeouts, ticks)
   if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) return ret;
 
   int handled = 0;
@@ -707,6 +707,10 @@ int EventLoop::run_once(std::int64_t timeout_ns) {
     io_uring_cqe* cqes[kCompletionBatch];
     const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kCompletionBatch);
     if (n == 0) break;
+    // One reading per batch, after the peek: every completion of the batch (a datagram's
+    // arrival) happened before it, so no handler sees a time before its event (a lease
+    // measured from a receive time must not start before the sender's send).
+    turn_now_ns_ = clock_->now_ns();
     for (unsigned i = 0; i < n; ++i)
       batch_[i] = Completion{cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
     io_uring_cq_advance(&ring_, n);  // copied out: handlers may submit freely

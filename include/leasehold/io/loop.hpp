@@ -196,8 +196,10 @@ class EventLoop {
   /// run_once until stop(). Returns 0, or -errno if io_uring_enter failed.
   int run();
 
-  /// The clock reading of the current turn (ns, CLOCK_BOOTTIME domain): taken once by run_once
-  /// after its wait, before any handler runs, so every handler of a turn sees one `now_ns`.
+  /// The clock reading of the current turn (ns, CLOCK_BOOTTIME domain): taken by run_once after
+  /// its wait and again after each batch of completions is peeked (up to kCompletionBatch),
+  /// before their handlers run: every handler of a batch sees one `now_ns`, never earlier than
+  /// its own completion. After run_once returns: the last reading of that call.
   std::int64_t turn_now_ns() const noexcept { return turn_now_ns_; }
   /// The clock the loop reads (LoopConfig::clock or its own BootClock).
   Clock& clock() noexcept { return *clock_; }
