@@ -717,7 +717,16 @@ Outcome LeaseTable::commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId
   if (now_ns >= s->time_ns) return m.refuse(Refusal::acquiring_expired, name, s);
   const std::uint16_t widx = m.intern_worker(worker);
   if (widx == 0) return m.refuse(Refusal::table_full, name, s);
-  m.enter_held(*s, sandbox, widx, epoch, m.expiry_at(now_ns, m.ttl_of(ttl_ns)));
+#if LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY
+  // Simulator ablation (bug class: expiry without the acquiring check, specs/lease.pml
+  // NO_ACQUIRING_BEFORE_EXPIRY): the lease's TTL counts from the 2-phase acquire, so it runs
+  // while the sandbox is still being scheduled, and the name expires here before the holder's
+  // kill-switch (measured from the commit's send) fires.
+  const std::int64_t lease_from = s->time_ns - m.config.acquiring_ttl_ns;
+#else
+  const std::int64_t lease_from = now_ns;  // the lease starts at the commit
+#endif
+  m.enter_held(*s, sandbox, widx, epoch, m.expiry_at(lease_from, m.ttl_of(ttl_ns)));
   return Outcome{Refusal::none, name, m.view(*s), Token{name, epoch, sandbox}};
 }
 
@@ -768,8 +777,14 @@ Refusal LeaseTable::refresh(WorkerId worker, std::span<const RefreshEntry> entri
     }
     Slot& s = *found;
     const bool live_held = s.phase == LockPhase::held && now_ns < s.time_ns;
+#if LEASEHOLD_SIM_ABLATE_REFRESH_OWNER
+    // Simulator ablation (bug class: refresh without the owner check): any live Held lease is
+    // extended, whoever asks - another sandbox, another epoch, another worker.
+    if (live_held) {
+#else
     if (live_held && s.owner == e.sandbox && s.epoch == e.epoch && s.worker == widx &&
         !e.sandbox.is_nil()) {
+#endif
       s.time_ns = expiry_ns;  // the only write: the deadline moves, the timer stays lazy
       if (s.timer_ns == 0 || expiry_ns < s.timer_ns) m.arm(s, expiry_ns);
       a = RefreshAnswer{RefreshStatus::refreshed, s.epoch, s.owner, expiry_ns};
@@ -1082,6 +1097,16 @@ bool LeaseTable::valid_fence(NameId name, Epoch epoch) const noexcept {
 
 std::size_t LeaseTable::size() const noexcept { return impl_->count; }
 std::size_t LeaseTable::held() const noexcept { return impl_->held; }
+std::string_view LeaseTable::sim_ablation() noexcept {
+#if LEASEHOLD_SIM_ABLATE_REFRESH_OWNER
+  return "refresh_owner";
+#elif LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY
+  return "acquiring_expiry";
+#else
+  return "";
+#endif
+}
+
 std::int64_t LeaseTable::next_due_ns() const noexcept {
   return impl_->timers.empty() ? kNoExpiry : impl_->timers.front().due_ns;
 }

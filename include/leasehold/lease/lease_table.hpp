@@ -451,6 +451,10 @@ class LeaseTable {
   /// The earliest time (ns) `advance` may have something to do, kNoExpiry if nothing is armed.
   /// May be earlier than the next real expiry (a refreshed lease's old entry), never later.
   std::int64_t next_due_ns() const noexcept;
+  /// The simulator ablation this build of the table was compiled with ("" in every production
+  /// build; "refresh_owner" or "acquiring_expiry" in the leasehold_lockd_sim_ablate_* targets,
+  /// lockd/CMakeLists.txt). A simulator checks it to know the ablated code is the one linked.
+  static std::string_view sim_ablation() noexcept;
   /// The largest epoch ever allocated (durable; epochs continue above it after restart).
   Epoch epoch_high_water() const noexcept;
   /// Bytes of memory the table owns (slots, timers, worker table), for capacity planning.

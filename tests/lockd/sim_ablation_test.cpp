@@ -1,0 +1,95 @@
+// The simulator's lockd-side ablations (lockd/CMakeLists.txt, leasehold_lockd_sim_ablate_*):
+// each scenario is compiled three times, against the production core (leasehold_lockd) and
+// against each ablated build. The scenario shows the bug in the build that reintroduces it and
+// not in the others, so an ablation switch that stops reintroducing its bug fails here.
+#include "service_core_fakes.hpp"
+
+#include <gtest/gtest.h>
+
+#ifndef LEASEHOLD_SIM_ABLATE_REFRESH_OWNER
+#define LEASEHOLD_SIM_ABLATE_REFRESH_OWNER 0
+#endif
+#ifndef LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY
+#define LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY 0
+#endif
+
+namespace leasehold::lockd {
+namespace {
+
+constexpr std::int64_t kT0 = 1'000'000'000'000;
+constexpr std::int64_t kMs = kNsPerMs;
+
+TEST(SimAblation, TheLinkedLeaseTableIsTheAblatedOne) {
+  const std::string_view want = LEASEHOLD_SIM_ABLATE_REFRESH_OWNER     ? "refresh_owner"
+                                : LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY ? "acquiring_expiry"
+                                                                        : "";
+  EXPECT_EQ(LeaseTable::sim_ablation(), want);
+}
+
+// Refresh without the owner check: a heartbeat for another sandbox's lease (another epoch)
+// extends it, so a name whose holder is dead stays held as long as anybody refreshes it.
+TEST(SimAblation, RefreshForAnotherSandboxesLeaseExtendsItOnlyWhenAblated) {
+  test::CoreRig rig(kT0);
+  const SandboxId holder = test::sandbox(1);
+  rig.deliver(rig.acquire("jobs/a", holder, 1'000), kT0);  // a 1 s lease
+  rig.settle(kT0);
+  ASSERT_EQ(rig.net.sent.size(), 1u);
+  const Epoch epoch = std::get<wire::Grant>(rig.decode(rig.net.sent[0].bytes)).epoch;
+
+  // 900 ms later a heartbeat names the lease with another sandbox and another epoch.
+  wire::Heartbeat hb;
+  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("jobs/a"), test::sandbox(2), epoch + 7});
+  rig.deliver(rig.seal(hb), kT0 + 900 * kMs);
+  rig.settle(kT0 + 900 * kMs);
+  ASSERT_EQ(rig.net.sent.size(), 2u);
+  const auto ack = std::get<wire::HeartbeatAck>(rig.decode(rig.net.sent[1].bytes));
+  ASSERT_EQ(ack.entries.size(), 1u);
+
+  // At 1.5 s the holder's own lease has run out (it never refreshed).
+  const std::int64_t later = kT0 + 1'500 * kMs;
+  rig.service->tick(later);
+  const LockState s = rig.service->table().state(name_id_of("jobs/a"));
+  if (LEASEHOLD_SIM_ABLATE_REFRESH_OWNER) {
+    EXPECT_EQ(ack.entries[0].status, wire::HeartbeatStatus::refreshed);
+    EXPECT_EQ(s.phase, LockPhase::held);  // kept alive by a stranger's refresh
+    EXPECT_EQ(s.owner, holder);
+  } else {
+    EXPECT_EQ(ack.entries[0].status, wire::HeartbeatStatus::lost);
+    EXPECT_EQ(ack.entries[0].holder, holder);
+    EXPECT_NE(s.phase, LockPhase::held);  // expired at 1 s
+    EXPECT_EQ(rig.service->counters().expiries, 1u);
+  }
+}
+
+// Expiry without the acquiring check: the lease's TTL runs from the 2-phase acquire, while the
+// sandbox is still being scheduled. A holder that committed at 4 s with a 10 s TTL has its
+// kill-switch measured from 4 s; the ablated lockd expires the name at 10 s and grants it to a
+// second sandbox while the first may still run.
+TEST(SimAblation, LeaseCountsFromTheCommitUnlessAblated) {
+  LeaseConfig c;
+  c.default_ttl_ns = 10'000 * kMs;
+  c.max_ttl_ns = 10'000 * kMs;
+  c.acquiring_ttl_ns = 5'000 * kMs;
+  LeaseTable t(c);
+  const WorkerId w{0x77, 1};
+  const Outcome a = t.acquire_2pc("jobs/a", test::sandbox(1), kT0, w);
+  ASSERT_EQ(a.refusal, Refusal::none);
+  const Outcome held = t.commit(a.name, test::sandbox(1), a.token.epoch, w, kT0 + 4'000 * kMs);
+  ASSERT_EQ(held.refusal, Refusal::none);
+  std::vector<Expiry> expired;
+  t.advance(kT0 + 11'000 * kMs, expired);
+  const Outcome second = t.acquire("jobs/a", test::sandbox(2), WorkerId{0x77, 2}, kT0 + 11'000 * kMs);
+  if (LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY) {
+    EXPECT_EQ(held.state.expiry_ns, kT0 + 10'000 * kMs);
+    ASSERT_EQ(expired.size(), 1u);
+    EXPECT_EQ(second.refusal, Refusal::none);  // two holders: the first's kill-switch is at ~14 s
+    EXPECT_EQ(second.token.epoch, a.token.epoch + 1);
+  } else {
+    EXPECT_EQ(held.state.expiry_ns, kT0 + 14'000 * kMs);
+    EXPECT_TRUE(expired.empty());
+    EXPECT_EQ(second.refusal, Refusal::held);
+  }
+}
+
+}  // namespace
+}  // namespace leasehold::lockd
