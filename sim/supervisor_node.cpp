@@ -43,7 +43,7 @@ struct SupervisorNode::Impl {
   };
   /// One call to lockd, retried with a fresh seq until its deadline (LockdLink::call).
   struct Call {
-    enum class Kind : std::uint8_t { acquire, heartbeat, release } kind = Kind::acquire;
+    enum class Kind : std::uint8_t { acquire, commit, heartbeat, release } kind = Kind::acquire;
     wire::Datagram dg;
     std::int64_t first_send_ns = 0;
     std::int64_t deadline_ns = 0;
@@ -95,8 +95,35 @@ struct SupervisorNode::Impl {
   std::size_t busy() const {
     std::size_t n = 0;
     for (const Slot& s : slots) n += s.used ? 1 : 0;
-    for (const auto& [id, c] : calls) n += c.kind == Call::Kind::acquire ? 1 : 0;
-    return n;
+    for (const auto& [id, c] : calls) n += c.kind == Call::Kind::acquire || c.kind == Call::Kind::commit ? 1 : 0;
+    return n + scheduling.size();
+  }
+
+  /// A 2-phase acquire answered `acquiring`: the sandbox is being scheduled; its Commit goes
+  /// out when that is done.
+  struct Scheduling {
+    std::int64_t commit_at_ns = 0;
+    NameId name;
+    SandboxId sandbox;
+    Epoch epoch = 0;
+  };
+  std::vector<Scheduling> scheduling;
+
+  void commits(std::int64_t now) {
+    for (auto it = scheduling.begin(); it != scheduling.end();) {
+      if (now < it->commit_at_ns) {
+        ++it;
+        continue;
+      }
+      Call c;
+      c.sandbox = it->sandbox;
+      c.name = it->name;
+      c.epoch = it->epoch;
+      env.note(index, "commit", it->sandbox.lo, it->epoch);
+      call(Call::Kind::commit, wire::Commit{it->name, it->sandbox, it->epoch, self}, now + cfg.acquire_timeout_ns, now,
+           std::move(c));
+      it = scheduling.erase(it);
+    }
   }
 
   void call(Call::Kind kind, const wire::Body& body, std::int64_t deadline_ns, std::int64_t now, Call c) {
@@ -193,11 +220,19 @@ struct SupervisorNode::Impl {
     calls.erase(it);
     switch (c.kind) {
       case Call::Kind::acquire:
-        if (const auto* g = std::get_if<wire::Grant>(&body);
-            g != nullptr && g->holder == c.sandbox && g->state == wire::LockState::held) {
-          start_sandbox(*g, c, now);
+      case Call::Kind::commit:
+        if (const auto* g = std::get_if<wire::Grant>(&body); g != nullptr && g->holder == c.sandbox) {
+          if (g->state == wire::LockState::held) {
+            // One-phase: the lease counts from the acquire's send; 2-phase: from the commit's.
+            start_sandbox(*g, c, now);
+          } else if (g->state == wire::LockState::acquiring && c.kind == Call::Kind::acquire) {
+            // Scheduling the sandbox takes a while (image pull, cgroup, exec), within the
+            // acquiring TTL lockd gave.
+            const std::int64_t left = std::int64_t{g->ttl_ms} * kMs;
+            scheduling.push_back(Scheduling{now + rng.range(0, left * 8 / 10), g->name_id, g->holder, g->epoch});
+          }
         } else {
-          env.note(index, "acquire_refused", c.name.lo, 0);
+          env.note(index, c.kind == Call::Kind::acquire ? "acquire_refused" : "commit_refused", c.name.lo, 0);
         }
         return;
       case Call::Kind::heartbeat: {
@@ -275,7 +310,8 @@ struct SupervisorNode::Impl {
     Call c;
     c.sandbox = sb;
     c.name = name_id_of(name);
-    wire::Acquire a{name, sb, self, static_cast<std::uint32_t>(cfg.ttl_ns / kMs), false};
+    const bool two_phase = rng.chance(cfg.two_phase_share);
+    wire::Acquire a{name, sb, self, static_cast<std::uint32_t>(cfg.ttl_ns / kMs), two_phase};
     env.note(index, "acquire", c.name.lo, sb.lo);
     call(Call::Kind::acquire, a, now + cfg.acquire_timeout_ns, now, std::move(c));
   }
@@ -286,6 +322,7 @@ struct SupervisorNode::Impl {
     const std::uint64_t w = wheel.next_event_ns();
     if (w != std::numeric_limits<std::uint64_t>::max()) t = std::min(t, static_cast<std::int64_t>(w));
     for (const auto& [id, c] : calls) t = std::min({t, c.next_retry_ns, c.deadline_ns});
+    for (const Scheduling& sc : scheduling) t = std::min(t, sc.commit_at_ns);
     return t;
   }
 };
@@ -326,6 +363,7 @@ std::int64_t SupervisorNode::tick(std::int64_t now_ns) {
   m.rt_step(now_ns);
   m.heartbeat(now_ns);
   m.retries(now_ns);
+  m.commits(now_ns);
   m.workload(now_ns);
   return m.next_wake();
 }

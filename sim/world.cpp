@@ -2,6 +2,7 @@
 
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/protocol.hpp"
+#include "leasehold/wire/replay.hpp"
 #include "leasehold/lease/fence.hpp"
 #include "leasehold/sim/disk.hpp"
 #include "leasehold/sim/invariants.hpp"
@@ -167,9 +168,9 @@ class World final : public SupervisorEnv, public LockdEnv {
       c.ppm = cfg_.faults ? setup.range(-cfg_.rho_ppm, cfg_.rho_ppm) : 0;
       if (c.ppm != 0) ++counts_.skewed_clocks;
     }
-    up_.resize(cfg_.supervisors);
-    down_.resize(cfg_.supervisors);
-    for (std::uint32_t w = 0; w < cfg_.supervisors; ++w) {
+    up_.resize(cfg_.supervisors + 1);  // the last path: the hostile worker's
+    down_.resize(cfg_.supervisors + 1);
+    for (std::uint32_t w = 0; w <= cfg_.supervisors; ++w) {
       draw_path(setup, up_[w]);
       draw_path(setup, down_[w]);
     }
@@ -182,6 +183,12 @@ class World final : public SupervisorEnv, public LockdEnv {
       const WorkerId id{0x5000 + w, setup.next()};
       sups_.push_back(std::make_unique<SupervisorNode>(cfg_, w, id, wire::derive_worker_key(cluster_, id), names_,
                                                        rng_.fork(100 + w), *this, local(1 + static_cast<int>(w))));
+    }
+    if (cfg_.hostile_worker) {
+      const WorkerId id{0x4057, setup.next()};
+      hostile_ = std::make_unique<wire::Sender>(id, 1, wire::derive_worker_key(cluster_, id));
+      hostile_rng_ = rng_.fork(99);
+      push(hostile_rng_.range(0, 100 * kMs), kWorldNode, [this] { hostile_heartbeat(); });
     }
     if (cfg_.faults) plan_faults(setup);
     for (int n = 0; n < static_cast<int>(n_nodes); ++n) tick_node(n);
@@ -296,7 +303,7 @@ class World final : public SupervisorEnv, public LockdEnv {
       p.end_ns = p.start_ns + r.range(200 * kMs, 4 * kS);
       add_partition(p);
     }
-    const std::int64_t n_congestions = r.range(0, 3);
+    const std::int64_t n_congestions = r.range(1, 4);
     for (std::int64_t i = 0; i < n_congestions; ++i) {
       Congestion c;
       c.worker = static_cast<std::uint32_t>(r.below(cfg_.supervisors));
@@ -305,7 +312,7 @@ class World final : public SupervisorEnv, public LockdEnv {
       c.end_ns = c.start_ns + r.range(500 * kMs, 5 * kS);
       c.extra_ns = r.range(50 * kMs, 900 * kMs);
       congestions_.push_back(c);
-      if (r.chance(0.5)) {
+      if (r.chance(0.8)) {
         // A link that congests often fails next: a partition of the same worker inside the
         // episode (either direction), the overlap that lets old answers arrive after the
         // requests stopped reaching lockd.
@@ -449,7 +456,7 @@ class World final : public SupervisorEnv, public LockdEnv {
         delay += net_rng_.range(path.tail_max_ns / 10, path.tail_max_ns);
         ++counts_.datagrams_delayed;
       }
-      const int to_node = to_lockd ? kLockd : 1 + static_cast<int>(worker);
+      const int to_node = to_lockd ? kLockd : worker < sups_.size() ? 1 + static_cast<int>(worker) : kWorldNode;
       push(now_ + delay, to_node, [this, &path, data, index, worker, to_lockd] {
         if (index < path.highest_delivered) ++counts_.datagrams_reordered;
         path.highest_delivered = std::max(path.highest_delivered, index);
@@ -472,6 +479,7 @@ class World final : public SupervisorEnv, public LockdEnv {
       });
     } else {
       ++counts_.datagrams_delivered;
+      if (worker >= sups_.size()) return;  // to the hostile worker, which reads nothing
       const int node = 1 + static_cast<int>(worker);
       SupervisorNode& s = *sups_[worker];
       run_node(node, [&] {
@@ -480,6 +488,22 @@ class World final : public SupervisorEnv, public LockdEnv {
         return s.tick(t);
       });
     }
+  }
+
+  /// The hostile worker: a heartbeat naming every name with a made-up sandbox and epoch, signed
+  /// with its own (valid) worker key, every 100 ms. lockd must answer lost for all of them and
+  /// move no other worker's lease.
+  void hostile_heartbeat() {
+    wire::Heartbeat h;
+    for (const NameId& id : name_ids_)
+      h.entries.push_back(wire::HeartbeatEntry{id, SandboxId{hostile_rng_.next() | 1, hostile_rng_.next()},
+                                               static_cast<Epoch>(hostile_rng_.range(1, 400))});
+    wire::Datagram dg;
+    if (hostile_->seal(hostile_next_request_++, h, dg)) {
+      record(kWorldNode, "hostile_heartbeat", h.entries.size(), 0);
+      transmit(up_[cfg_.supervisors], cfg_.supervisors, true, dg.view());
+    }
+    push(now_ + 100 * kMs, kWorldNode, [this] { hostile_heartbeat(); });
   }
 
   // ---- observation of lockd --------------------------------------------------------------------
@@ -705,6 +729,9 @@ class World final : public SupervisorEnv, public LockdEnv {
   std::unique_ptr<LockdNode> lockd_;
   std::uint64_t incarnation_ = 1;
   std::vector<std::unique_ptr<SupervisorNode>> sups_;
+  std::unique_ptr<wire::Sender> hostile_;
+  Rng hostile_rng_{0};
+  std::uint64_t hostile_next_request_ = 1;
 
   std::map<SandboxId, Sandbox> sandboxes_;
   std::int64_t kill_ticks_max_ = 0;

@@ -8,10 +8,10 @@
 namespace leasehold::sim {
 namespace {
 
-TEST(SimAblation, TheAblatedBuildIsCaughtWithinFourSeeds) {
+TEST(SimAblation, TheAblatedBuildIsCaughtWithinTwelveSeeds) {
   ASSERT_FALSE(ablation_name().empty()) << "this test must link an ablated simulator library";
   bool caught = false;
-  for (std::uint64_t s = 1; s <= 4 && !caught; ++s) {
+  for (std::uint64_t s = 1; s <= 12 && !caught; ++s) {
     SimConfig c;
     c.seed = s;
     const RunResult r = run_seed(c);
@@ -22,7 +22,7 @@ TEST(SimAblation, TheAblatedBuildIsCaughtWithinFourSeeds) {
       EXPECT_FALSE(r.violation->invariant.empty());
     }
   }
-  EXPECT_TRUE(caught) << "ablation " << ablation_name() << " not caught in seeds 1..4";
+  EXPECT_TRUE(caught) << "ablation " << ablation_name() << " not caught in seeds 1..12";
 }
 
 }  // namespace
