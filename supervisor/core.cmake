@@ -6,6 +6,7 @@ add_library(leasehold_supervisor_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cgroup.cpp
   ${CMAKE_CURRENT_LIST_DIR}/spawn.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kill_switch.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rt_core.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rt_thread.cpp
   ${CMAKE_CURRENT_LIST_DIR}/output_pump.cpp
 )

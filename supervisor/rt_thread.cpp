@@ -19,16 +19,6 @@ namespace {
 // Stack the rt loop may touch (it calls into the kernel and the hooks, never deep recursion).
 constexpr std::size_t kRtStackPrefaultBytes = 64 * 1024;
 
-enum Op : std::uint8_t { kArm = 1, kDisarm, kKillNow };
-
-struct RtCommand {
-  std::uint64_t seq = 0;
-  std::uint64_t deadline_ns = 0;
-  KillTarget target;
-  std::uint32_t slot = 0;
-  std::uint8_t op = 0;
-};
-
 int real_set_fifo(int priority) {
   sched_param p{};
   p.sched_priority = priority;
@@ -80,37 +70,23 @@ std::string RtStartStatus::warnings(const RtConfig& config) const {
   return out;
 }
 
-struct SlotState {
-  TimerHandle handle;
-  KillTarget target;
-  std::uint64_t deadline_ns = 0;
-  KillRecord record;
-  bool armed = false;
-  bool kill_pending = false;
-};
-
-struct RtThread::Impl {
-  Impl(const RtConfig& c, const RtHooks& h)
-      : config(c), hooks(h), wheel(c.slots, c.granularity_ns, KillSwitch::now_ns()), slots(c.slots) {
-    pending.reserve(kRtPendingKillsMax);
+struct RtThread::Impl final : RtCommandSource {
+  Impl(const RtConfig& c, const RtHooks& h, std::uint64_t now_ns)
+      : config(c), core(c.slots, c.granularity_ns, c.command_poll_ns, h, kill_path, now_ns) {
     pollfds.resize(kRtPendingKillsMax);
   }
 
   RtConfig config;
-  RtHooks hooks;
-  DeadlineWheel wheel;
-  std::vector<SlotState> slots;
-  std::vector<std::uint32_t> pending;  // slots with a kill awaiting confirmation (<= kRtPendingKillsMax)
+  KillSwitchPath kill_path;
+  RtCore core;
   std::vector<pollfd> pollfds;
   boost::lockfree::spsc_queue<RtCommand, boost::lockfree::capacity<kRtCommandQueueCapacity>> queue;
 
   std::atomic<bool> stop{false};
   std::atomic<bool> ready{false};
   RtStartStatus status;
-  std::atomic<std::uint64_t> applied_seq{0};
-  std::atomic<std::uint64_t> ticks{0}, rearms{0}, kills_issued{0}, kills_confirmed{0};
-  std::atomic<std::uint64_t> kill_issue_latency_ns_max{0};  // written by the rt thread only
-  std::atomic<std::uint64_t> processed_until_ns{0};
+
+  bool pop(RtCommand& out) noexcept override { return queue.pop(out); }
 
   void set_up() {
     if (config.cpu >= 0) {
@@ -135,197 +111,44 @@ struct RtThread::Impl {
     for (std::size_t i = 0; i < sizeof stack; i += 4096) stack[i] = 0;
   }
 
-  void report(std::uint32_t slot, const KillRecord& rec) {
-    if (rec.confirmed_ns != 0) kills_confirmed.fetch_add(1, std::memory_order_relaxed);
-    if (hooks.record_kill) hooks.record_kill(hooks.context, slot, rec);
-  }
-
-  void drop_pending(std::size_t index) {
-    slots[pending[index]].kill_pending = false;
-    pending[index] = pending.back();
-    pending.pop_back();
-  }
-
-  // Finishes a pending kill of `slot` (if any) without waiting: reported with `error` unless
-  // death can be confirmed right now.
-  void finish_pending(std::uint32_t slot, int error, std::uint64_t now) {
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      if (pending[i] != slot) continue;
-      SlotState& s = slots[slot];
-      if (KillSwitch::confirm_dead(s.target) == 1) {
-        s.record.confirmed_ns = now;
-      } else {
-        s.record.error = error;
-      }
-      report(slot, s.record);
-      drop_pending(i);
-      return;
-    }
-  }
-
-  void kill_slot(std::uint32_t slot, std::uint64_t deadline_ns) {
-    SlotState& s = slots[slot];
-    if (hooks.revoke_slot) hooks.revoke_slot(hooks.context, slot);
-    s.record = KillSwitch::kill(s.target, deadline_ns);
-    s.armed = false;
-    s.handle = TimerHandle{};
-    kills_issued.fetch_add(1, std::memory_order_relaxed);
-    const std::uint64_t issue_latency_ns = s.record.issued_ns > deadline_ns ? s.record.issued_ns - deadline_ns : 0;
-    if (issue_latency_ns > kill_issue_latency_ns_max.load(std::memory_order_relaxed))
-      kill_issue_latency_ns_max.store(issue_latency_ns, std::memory_order_relaxed);
-    if (hooks.record_kill_issued) hooks.record_kill_issued(hooks.context, slot, s.record);
-    if (s.record.path == KillPath::none) {
-      report(slot, s.record);  // nothing delivered: the error says why
-      return;
-    }
-    if (KillSwitch::confirm_dead(s.target) == 1) {
-      s.record.confirmed_ns = KillSwitch::now_ns();
-      report(slot, s.record);
-      return;
-    }
-    if (pending.size() >= kRtPendingKillsMax) {
-      s.record.error = -ENOSPC;
-      report(slot, s.record);
-      return;
-    }
-    s.kill_pending = true;
-    pending.push_back(slot);
-  }
-
-  void confirm_pending(std::uint64_t now) {
-    for (std::size_t i = 0; i < pending.size();) {
-      SlotState& s = slots[pending[i]];
-      const int dead = KillSwitch::confirm_dead(s.target);
-      if (dead == 1) {
-        s.record.confirmed_ns = now;
-      } else if (dead < 0) {
-        s.record.error = dead;
-      } else if (now - s.record.issued_ns > kRtKillConfirmTimeoutNs) {
-        s.record.error = -ETIMEDOUT;
-      } else {
-        ++i;
-        continue;
-      }
-      report(pending[i], s.record);
-      drop_pending(i);
-    }
-  }
-
-  void apply(const RtCommand& c, std::uint64_t now) {
-    SlotState& s = slots[c.slot];
-    switch (c.op) {
-      case kArm:
-        if (s.kill_pending) finish_pending(c.slot, -ECANCELED, now);
-        s.target = c.target;
-        s.deadline_ns = c.deadline_ns;
-        if (s.armed && wheel.reschedule(s.handle, c.deadline_ns) == WheelError::none) break;
-        {
-          const auto r = wheel.schedule(c.deadline_ns, c.slot);
-          // The wheel has one node per slot, so it cannot be full; stay safe if it were.
-          if (!r) {
-            kill_slot(c.slot, c.deadline_ns);
-            break;
-          }
-          s.handle = r.handle;
-          s.armed = true;
-        }
-        break;
-      case kDisarm:
-        if (s.armed) wheel.cancel(s.handle);
-        s.armed = false;
-        s.handle = TimerHandle{};
-        if (s.kill_pending) finish_pending(c.slot, -ECANCELED, now);
-        s.target = KillTarget{};
-        break;
-      case kKillNow:
-        if (s.armed) {
-          wheel.cancel(s.handle);
-          kill_slot(c.slot, now);
-        }
-        break;
-      default:
-        break;
-    }
-  }
-
   // Sleeps until `tick_ns`; while kills are pending, waits in ppoll on their fds instead, so a
-  // death is confirmed when it happens rather than at the next tick.
+  // death is confirmed when it happens rather than at the next tick. Returns the clock at wake-up.
   std::uint64_t wait_for(std::uint64_t tick_ns) {
     std::uint32_t waits = 0;
     for (;;) {
       std::uint64_t now = KillSwitch::now_ns();
       if (now >= tick_ns) return now;
-      if (pending.empty() || waits >= kRtWaitsPerTickMax) {
+      const std::size_t n = core.pending_kills();
+      if (n == 0 || waits >= kRtWaitsPerTickMax) {
         const timespec ts = to_timespec(tick_ns);
         while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
         }
         continue;
       }
       ++waits;
-      const std::size_t n = pending.size();
       for (std::size_t i = 0; i < n; ++i) {
-        const KillTarget& t = slots[pending[i]].target;
+        const KillTarget& t = core.pending_target(i);
         pollfds[i] = t.cgroup_events_fd >= 0 ? pollfd{t.cgroup_events_fd, POLLPRI, 0}
                                              : pollfd{t.pidfd, POLLIN, 0};
       }
       const timespec rel = to_timespec(tick_ns - now);
       ::ppoll(pollfds.data(), n, &rel, nullptr);
-      confirm_pending(KillSwitch::now_ns());
+      core.confirm_pending(KillSwitch::now_ns());
     }
-  }
-
-  // When to wake next: the wheel's next event (never before its next tick), but no later than
-  // command_poll_ns after the last wake-up, and at the next tick while commands are queued or
-  // kills await confirmation (their timeouts are checked each wake-up).
-  std::uint64_t wake_at(std::uint64_t last_wake_ns) const noexcept {
-    const std::uint64_t tick_ns = wheel.next_tick_ns();
-    if (!pending.empty() || queue.read_available() != 0) return tick_ns;
-    const std::uint64_t poll_ns = last_wake_ns + config.command_poll_ns;
-    return std::max(tick_ns, std::min(wheel.next_event_ns(), poll_ns));
   }
 
   void run() {
     std::uint64_t last_wake_ns = KillSwitch::now_ns();
     for (;;) {
-      const std::uint64_t wake_ns = wake_at(last_wake_ns);
-      const std::uint64_t now = wait_for(wake_ns);
+      const std::uint64_t wake_ns = core.next_wake_ns(last_wake_ns, queue.read_available() != 0);
+      const std::uint64_t now = wait_for(wake_ns);  // the one clock read of this wake-up
       last_wake_ns = now;
-      if (hooks.writer_heartbeat) hooks.writer_heartbeat(hooks.context, now);
-      if (hooks.record_lateness) hooks.record_lateness(hooks.context, now - wake_ns);
-      ticks.fetch_add(1, std::memory_order_relaxed);
+      // Stopping: commands still queued are not applied (the io thread let go of their sandboxes).
       if (stop.load(std::memory_order_acquire)) break;
-
-      RtCommand c;
-      for (std::uint32_t i = 0; i < kRtCommandsPerTickMax && queue.pop(c); ++i) {
-        apply(c, now);
-        applied_seq.store(c.seq, std::memory_order_release);
-      }
-      wheel.advance(now, [&](const DueTimer& due) -> Rearm {
-        const auto slot = static_cast<std::uint32_t>(due.payload);
-        SlotState& s = slots[slot];
-        if (!s.armed || s.handle != due.handle) return Rearm::none();
-        std::uint64_t deadline = due.deadline_ns;
-        if (hooks.current_deadline_ns) {
-          const std::uint64_t current = hooks.current_deadline_ns(hooks.context, slot);
-          if (current > deadline && !wheel.due_by(current, now)) {
-            s.deadline_ns = current;
-            rearms.fetch_add(1, std::memory_order_relaxed);
-            return Rearm::at(current);
-          }
-          if (current > deadline) deadline = current;
-        }
-        kill_slot(slot, deadline);
-        return Rearm::none();
-      });
-      confirm_pending(KillSwitch::now_ns());
-      processed_until_ns.store(wheel.next_tick_ns(), std::memory_order_release);
+      core.step(now, wake_ns, *this);
     }
     // Leaving: report kills still unconfirmed, so none is lost from the stats.
-    const std::uint64_t now = KillSwitch::now_ns();
-    while (!pending.empty()) {
-      const std::uint32_t slot = pending.back();
-      finish_pending(slot, -ECANCELED, now);
-    }
+    core.finish_all(KillSwitch::now_ns());
   }
 };
 
@@ -356,7 +179,7 @@ std::unique_ptr<RtThread> RtThread::start(const RtConfig& config, const RtHooks&
     }
   }
   std::unique_ptr<RtThread> t(new RtThread());
-  t->impl_ = std::make_unique<Impl>(config, hooks);
+  t->impl_ = std::make_unique<Impl>(config, hooks, KillSwitch::now_ns());
   t->slots_ = config.slots;
   t->granularity_ns_ = config.granularity_ns;
   Impl* impl = t->impl_.get();
@@ -380,7 +203,7 @@ void RtThread::stop() noexcept {
   if (thread_.joinable()) thread_.join();
 }
 
-RtSubmitted RtThread::submit(std::uint8_t op, std::uint32_t slot, std::uint64_t deadline_ns,
+RtSubmitted RtThread::submit(RtOp op, std::uint32_t slot, std::uint64_t deadline_ns,
                              const KillTarget& target) noexcept {
   if (stopped_) return {0, RtRefusal::stopped};
   if (slot >= slots_) return {0, RtRefusal::bad_slot};
@@ -396,24 +219,15 @@ RtSubmitted RtThread::submit(std::uint8_t op, std::uint32_t slot, std::uint64_t 
 }
 
 RtSubmitted RtThread::arm(std::uint32_t slot, std::uint64_t deadline_ns, const KillTarget& target) noexcept {
-  return submit(kArm, slot, deadline_ns, target);
+  return submit(RtOp::arm, slot, deadline_ns, target);
 }
-RtSubmitted RtThread::disarm(std::uint32_t slot) noexcept { return submit(kDisarm, slot, 0, KillTarget{}); }
-RtSubmitted RtThread::kill_now(std::uint32_t slot) noexcept { return submit(kKillNow, slot, 0, KillTarget{}); }
+RtSubmitted RtThread::disarm(std::uint32_t slot) noexcept { return submit(RtOp::disarm, slot, 0, KillTarget{}); }
+RtSubmitted RtThread::kill_now(std::uint32_t slot) noexcept { return submit(RtOp::kill_now, slot, 0, KillTarget{}); }
 
 bool RtThread::applied(std::uint64_t seq) const noexcept {
-  return impl_->applied_seq.load(std::memory_order_acquire) >= seq;
+  return impl_->core.applied_seq() >= seq;
 }
 
-RtCounters RtThread::counters() const noexcept {
-  RtCounters c;
-  c.ticks = impl_->ticks.load(std::memory_order_relaxed);
-  c.rearms = impl_->rearms.load(std::memory_order_relaxed);
-  c.kills_issued = impl_->kills_issued.load(std::memory_order_relaxed);
-  c.kills_confirmed = impl_->kills_confirmed.load(std::memory_order_relaxed);
-  c.kill_issue_latency_ns_max = impl_->kill_issue_latency_ns_max.load(std::memory_order_relaxed);
-  c.processed_until_ns = impl_->processed_until_ns.load(std::memory_order_acquire);
-  return c;
-}
+RtCounters RtThread::counters() const noexcept { return impl_->core.counters(); }
 
 }  // namespace leasehold

@@ -22,3 +22,6 @@ leasehold_test(supervisor_output_pump_test
 leasehold_test(supervisor_sandbox_phase_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/sandbox_phase_test.cpp
   LIBS leasehold_supervisor_core)
+leasehold_test(supervisor_rt_core_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/rt_core_test.cpp
+  LIBS leasehold_supervisor_core)

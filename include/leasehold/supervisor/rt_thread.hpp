@@ -14,14 +14,16 @@
 // Nothing on this path allocates, logs or shares a lock with the io thread. Commands arrive through
 // a bounded wait-free single-producer/single-consumer queue (boost::lockfree::spsc_queue). The
 // shm table and stats are not known here: they are injected as plain function pointers (`RtHooks`).
+// The logic of each wake-up is RtCore's (rt_core.hpp: wheel, commands, kill decisions, death
+// confirmation); this class is the thread around it: it reads CLOCK_BOOTTIME once per wake-up,
+// calls RtCore::step, and sleeps; it kills through KillSwitchPath.
 //
 // Threads: `arm`, `disarm`, `kill_now`, `applied`, `counters` are for ONE producer thread (the io
 // thread); everything else runs on the rt thread. The first process of a sandbox must not be
 // reaped, nor its fds closed, until its disarm was applied (see kill_switch.hpp).
 #pragma once
 
-#include "leasehold/supervisor/deadline_wheel.hpp"
-#include "leasehold/supervisor/kill_switch.hpp"
+#include "leasehold/supervisor/rt_core.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -36,41 +38,11 @@ namespace leasehold {
 inline constexpr std::uint32_t kRtSlotsMax = 1u << 20;
 /// Commands in flight from the io thread; a full queue is refused, never waited on.
 inline constexpr std::uint32_t kRtCommandQueueCapacity = 4096;
-/// Commands applied per tick, so a burst cannot delay the wheel by more than this many.
-inline constexpr std::uint32_t kRtCommandsPerTickMax = 1024;
-/// Kills whose death is awaited at once; beyond that they are reported unconfirmed.
-inline constexpr std::uint32_t kRtPendingKillsMax = 256;
-/// How long death is awaited before the kill is reported unconfirmed (-ETIMEDOUT).
-inline constexpr std::uint64_t kRtKillConfirmTimeoutNs = 5'000'000'000;
 /// ppoll wake-ups per tick while kills are pending (bounds a misbehaving fd).
 inline constexpr std::uint32_t kRtWaitsPerTickMax = 64;
 /// Default longest sleep between wake-ups: the bound on how late a queued command (kill_now,
 /// disarm, stop) is applied, and the shm writer heartbeat period when the wheel is idle.
 inline constexpr std::uint64_t kRtCommandPollNs = 5'000'000;
-
-/// Hooks into the shm table and stats (written elsewhere). All optional; all called on the rt
-/// thread only, so they must not block, allocate or log.
-struct RtHooks {
-  void* context = nullptr;
-  /// Lazy re-arm: the slot's current deadline (CLOCK_BOOTTIME ns). A later deadline than the
-  /// one that fired re-arms; an equal or earlier one (or 0) lets the kill proceed. Null: the
-  /// deadline given to arm() is final.
-  std::uint64_t (*current_deadline_ns)(void* context, std::uint32_t slot) = nullptr;
-  /// Step (1): revoke the slot in shm so the sandbox's own checks refuse from now on.
-  void (*revoke_slot)(void* context, std::uint32_t slot) = nullptr;
-  /// Each wake-up's lateness (ns after the time it slept to).
-  void (*record_lateness)(void* context, std::uint64_t lateness_ns) = nullptr;
-  /// Writer liveness (DESIGN.md "The shared-memory epoch table": readers treat a stale writer as
-  /// all invalid): called at every wake-up with the wake-up time (CLOCK_BOOTTIME ns), so at least
-  /// every RtConfig::command_poll_ns while the thread runs. A stuck rt thread stops beating.
-  void (*writer_heartbeat)(void* context, std::uint64_t now_ns) = nullptr;
-  /// Each kill when it has been issued (step 2 done: record.issued_ns set, confirmed_ns 0),
-  /// before death is awaited; record_kill follows once for the same kill.
-  void (*record_kill_issued)(void* context, std::uint32_t slot, const KillRecord& record) = nullptr;
-  /// Each kill, once: when death was confirmed, or with confirmed_ns == 0 and an error
-  /// (-ETIMEDOUT, -ECANCELED if disarmed first, -ENOSPC if too many were pending).
-  void (*record_kill)(void* context, std::uint32_t slot, const KillRecord& record) = nullptr;
-};
 
 /// The system calls set-up makes, replaceable so tests can inject failures. Each acts on the
 /// calling thread and returns 0 or -errno.
@@ -118,16 +90,6 @@ struct RtSubmitted {
   explicit operator bool() const noexcept { return refusal == RtRefusal::none; }
 };
 
-/// Counters for status displays (relaxed atomics; the shm stats are the real record).
-struct RtCounters {
-  std::uint64_t ticks = 0;  ///< wake-ups (one per wheel event or command poll, not per tick)
-  std::uint64_t rearms = 0;
-  std::uint64_t kills_issued = 0;
-  std::uint64_t kills_confirmed = 0;
-  std::uint64_t kill_issue_latency_ns_max = 0;  ///< max over issued kills of issued_ns - deadline_ns
-  std::uint64_t processed_until_ns = 0;  ///< every deadline below this has been handled
-};
-
 class RtThread {
  public:
   /// Validates `config` (slots, granularity, priority range, the CPU exists), builds the wheel,
@@ -158,7 +120,7 @@ class RtThread {
  private:
   struct Impl;
   RtThread() = default;
-  RtSubmitted submit(std::uint8_t op, std::uint32_t slot, std::uint64_t deadline_ns,
+  RtSubmitted submit(RtOp op, std::uint32_t slot, std::uint64_t deadline_ns,
                      const KillTarget& target) noexcept;
   std::unique_ptr<Impl> impl_;
   std::thread thread_;
