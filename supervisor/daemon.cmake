@@ -2,13 +2,14 @@
 # the start-up safety check, the control socket, the heartbeat schedule (library
 # leasehold_supervisor), and the program that assembles them with the shm table, the io_uring
 # loop and the rt thread of supervisor/core.cmake.
-add_library(leasehold_supervisor STATIC
+set(LEASEHOLD_SUPERVISOR_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/control.cpp
   ${CMAKE_CURRENT_LIST_DIR}/heartbeat.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lockd_link.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
 )
+add_library(leasehold_supervisor STATIC ${LEASEHOLD_SUPERVISOR_SOURCES})
 leasehold_target(leasehold_supervisor)
 target_link_libraries(leasehold_supervisor PUBLIC leasehold_lease leasehold_wire leasehold_io
                       leasehold_shm leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
@@ -18,3 +19,19 @@ leasehold_target(leasehold-supervisor)
 target_link_libraries(leasehold-supervisor PRIVATE leasehold_supervisor)
 leasehold_link_allocator(leasehold-supervisor)
 install(TARGETS leasehold-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# Simulator ablations: leasehold_supervisor built again with one LEASEHOLD_SIM_ABLATE_<X> set,
+# which puts back a known bug class in the real code path (see the #if in the sources). Only the
+# simulator and the tests link these (EXCLUDE_FROM_ALL, never installed); leasehold-supervisor and
+# leasehold_supervisor never contain them.
+#   leasehold_supervisor_ablate_deadline_from_answer  the kill-switch deadline measured from the
+#                                                     answer's arrival, not the request's send
+function(leasehold_supervisor_ablation suffix define)
+  set(tgt leasehold_supervisor_ablate_${suffix})
+  add_library(${tgt} STATIC EXCLUDE_FROM_ALL ${LEASEHOLD_SUPERVISOR_SOURCES})
+  leasehold_target(${tgt})
+  target_compile_definitions(${tgt} PUBLIC ${define}=1)
+  target_link_libraries(${tgt} PUBLIC leasehold_lease leasehold_wire leasehold_io
+                        leasehold_shm leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
+endfunction()
+leasehold_supervisor_ablation(deadline_from_answer LEASEHOLD_SIM_ABLATE_DEADLINE_FROM_ANSWER)

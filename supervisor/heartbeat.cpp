@@ -6,6 +6,19 @@
 
 namespace leasehold {
 
+std::uint64_t lease_measured_from_ns(std::uint64_t request_send_ns, std::uint64_t answer_ns) noexcept {
+#if LEASEHOLD_SIM_ABLATE_DEADLINE_FROM_ANSWER
+  // Simulator ablation, bug class "kill-switch measured from the answer instead of the send":
+  // lockd may have received the request (and started its TTL) up to a whole round trip before
+  // the answer arrives, so a kill-switch timed from the arrival can fire after lockd's expiry.
+  (void)request_send_ns;
+  return answer_ns;
+#else
+  (void)answer_ns;
+  return request_send_ns;
+#endif
+}
+
 HeartbeatSchedule::HeartbeatSchedule(std::uint64_t kill_after_ns, std::uint64_t interval_ns,
                                      std::uint32_t leases_max, bool preemptible)
     : kill_after_ns_(kill_after_ns),
@@ -139,9 +152,10 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
   }
   if (now_ns >= l.valid_until_ns) return kill_action(l, result, true);  // lapsed: stays dead
   if (l.worker_refreshed) return {};  // per-sandbox answers no longer move it
-  const std::uint64_t candidate = request_send_ns + kill_after_ns_;
+  const std::uint64_t from_ns = lease_measured_from_ns(request_send_ns, now_ns);
+  const std::uint64_t candidate = from_ns + kill_after_ns_;
   if (candidate <= l.valid_until_ns) return {};  // stale: an answer to an older send
-  l.last_acked_send_ns = request_send_ns;
+  l.last_acked_send_ns = from_ns;
   l.valid_until_ns = candidate;
   HeartbeatAction a;
   a.kind = HeartbeatAction::Kind::extend;
@@ -173,8 +187,9 @@ std::vector<HeartbeatAction> HeartbeatSchedule::on_worker_liveness_ack(std::uint
                                                                        std::uint64_t now_ns) {
   std::vector<HeartbeatAction> out;
   if (!preemptible_) return out;
+  const std::uint64_t from_ns = lease_measured_from_ns(request_send_ns, now_ns);
   if (!worker_live_) {
-    start_worker_liveness(request_send_ns);
+    start_worker_liveness(from_ns);
   } else {
     // A lapse not yet noticed is noticed now, before the answer could hide it.
     std::vector<HeartbeatAction> kills = check_worker_liveness(now_ns);
@@ -183,12 +198,12 @@ std::vector<HeartbeatAction> HeartbeatSchedule::on_worker_liveness_ack(std::uint
       // Only a beat sent after the kill-switch fired proves lockd sees us again.
       if (request_send_ns < killswitch_at_ns_) return out;
       killswitch_engaged_ = false;
-      worker_last_acked_send_ns_ = request_send_ns;
-      worker_valid_until_ns_ = request_send_ns + kill_after_ns_;
+      worker_last_acked_send_ns_ = from_ns;
+      worker_valid_until_ns_ = from_ns + kill_after_ns_;
     } else {
-      const std::uint64_t candidate = request_send_ns + kill_after_ns_;
+      const std::uint64_t candidate = from_ns + kill_after_ns_;
       if (candidate <= worker_valid_until_ns_) return out;  // stale
-      worker_last_acked_send_ns_ = request_send_ns;
+      worker_last_acked_send_ns_ = from_ns;
       worker_valid_until_ns_ = candidate;
     }
   }

@@ -1122,7 +1122,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
   const std::uint64_t now = now_ns();
   // The lease is measured from `lease_send_ns`: the send time of the request lockd answered,
   // moved earlier by whatever the grant's time left falls short of --ttl-ms (see below).
-  std::uint64_t lease_send_ns = static_cast<std::uint64_t>(send_ns);
+  std::uint64_t lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now);
   std::uint64_t valid_until = lease_send_ns + cfg.kill_after_ms * 1'000'000ull;
   if (cfg.mode == SupervisorMode::lease) {
     // lockd answered no earlier than `send_ns`, with `g.ttl_ms` left, so its expiry is at least
@@ -1145,7 +1145,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
                       "name was given back; retry");
         return;
       }
-      lease_send_ns = static_cast<std::uint64_t>(send_ns) - shortfall_ns;
+      lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now) - shortfall_ns;
       valid_until = lease_send_ns + cfg.kill_after_ms * 1'000'000ull;
       log_event("event=short_grant name=%s sandbox=%s epoch=%" PRIu64 " ttl_left_ms=%u ttl_ms=%" PRIu64
                 " valid_until_ns=%" PRIu64,
@@ -1704,7 +1704,7 @@ void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client,
     give_back("not_found", "the sandbox stopped while its name was being acquired");
     return;
   }
-  if (!hb->add(name_id, sb, epoch, s->slot, static_cast<std::uint64_t>(acquire_send_ns))) {
+  if (!hb->add(name_id, sb, epoch, s->slot, lease_measured_from_ns(static_cast<std::uint64_t>(acquire_send_ns), now))) {
     give_back("internal", "heartbeat schedule refused the lease");
     return;
   }

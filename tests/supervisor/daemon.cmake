@@ -25,3 +25,12 @@ if(TARGET leasehold-lockd AND TARGET leasehold-supervisor AND TARGET leasehold_l
     target_compile_definitions(supervisor_daemon_test PRIVATE LEASEHOLD_CLI_BINARY="$<TARGET_FILE:leasehold>")
   endif()
 endif()
+
+# The simulator ablations in scripted scenarios: the defended build must stay safe, each ablated
+# build must break the scenario (tests/supervisor/sim_ablation_test.cpp).
+leasehold_test(supervisor_sim_ablation_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sim_ablation_test.cpp
+               LIBS leasehold_supervisor)
+leasehold_test(supervisor_sim_ablation_deadline_from_answer_test
+               SOURCES ${CMAKE_CURRENT_LIST_DIR}/sim_ablation_test.cpp
+               LIBS leasehold_supervisor_ablate_deadline_from_answer)
+target_compile_definitions(supervisor_sim_ablation_deadline_from_answer_test PRIVATE LEASEHOLD_TEST_ABLATED=1)

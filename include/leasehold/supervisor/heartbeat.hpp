@@ -91,6 +91,12 @@ struct HeartbeatAction {
   bool lapsed = false;    ///< kill because valid_until had already passed
 };
 
+/// The time an acknowledgement extends a lease from: the send time of the request lockd answered
+/// (lockd's expiry counts from its receive time, never earlier than that send), whatever the
+/// answer's arrival `answer_ns`. Every valid_until of a lease here (and of a grant, supervisor.cpp)
+/// is this plus kill_after.
+std::uint64_t lease_measured_from_ns(std::uint64_t request_send_ns, std::uint64_t answer_ns) noexcept;
+
 class HeartbeatSchedule {
  public:
   /// `kill_after_ns` > 0, `interval_ns` > 0, `leases_max` > 0.
