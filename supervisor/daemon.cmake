@@ -26,6 +26,10 @@ install(TARGETS leasehold-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
 # leasehold_supervisor never contain them.
 #   leasehold_supervisor_ablate_deadline_from_answer  the kill-switch deadline measured from the
 #                                                     answer's arrival, not the request's send
+#   leasehold_supervisor_ablate_commit_before_spawn   preemptible mode: Commit sent on the
+#                                                     Acquiring grant, the sandbox spawned only on
+#                                                     the Held answer (executable
+#                                                     leasehold-supervisor-ablate-commit-before-spawn)
 function(leasehold_supervisor_ablation suffix define)
   set(tgt leasehold_supervisor_ablate_${suffix})
   add_library(${tgt} STATIC EXCLUDE_FROM_ALL ${LEASEHOLD_SUPERVISOR_SOURCES})
@@ -35,3 +39,7 @@ function(leasehold_supervisor_ablation suffix define)
                         leasehold_shm leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
 endfunction()
 leasehold_supervisor_ablation(deadline_from_answer LEASEHOLD_SIM_ABLATE_DEADLINE_FROM_ANSWER)
+leasehold_supervisor_ablation(commit_before_spawn LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN)
+add_executable(leasehold-supervisor-ablate-commit-before-spawn EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/main.cpp)
+leasehold_target(leasehold-supervisor-ablate-commit-before-spawn)
+target_link_libraries(leasehold-supervisor-ablate-commit-before-spawn PRIVATE leasehold_supervisor_ablate_commit_before_spawn)

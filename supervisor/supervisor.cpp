@@ -1717,6 +1717,14 @@ void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client,
   s->valid_until_ns = valid_until;
   s->pending_name = name;
   if (before_spawn(s->phase)) {
+#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
+    // Simulator ablation, bug class "commit before spawn" (the order a review found in the code
+    // earlier): the Commit goes out straight after the Acquiring grant and the sandbox starts
+    // only on the Held answer, so lockd has the name Held here while IsRunning says "not running"
+    // and may preempt it; the sandbox then starts anyway (two holders). on_committed spawns.
+    send_commit(sb, client, std::move(req), epoch);
+    return;
+#endif
     spawn(*s, client, req);  // sends the Commit once the sandbox runs
     return;
   }
@@ -1761,6 +1769,12 @@ void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client
   }
   hb->remove(sb);
   s->pending_name.reset();
+#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
+  if (before_spawn(s->phase)) {  // the ablated order: nothing was started for it
+    abandon(sb, client, req.id, code, message, std::move(extra));
+    return;
+  }
+#endif
   if (s->phase == SandboxPhase::committing) advance(s->phase, SandboxPhase::running);
   if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
   if (req.op == ControlOp::name) {  // it ran before and runs on, unnamed
@@ -1803,6 +1817,15 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
     else s->waiters.emplace_back(client, req.id);
     return;
   }
+#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
+  if (before_spawn(s->phase)) {  // the ablated order: start it only now that lockd has it Held
+    const HeartbeatLease* held = hb->find(sb);
+    s->name = name;
+    s->valid_until_ns = held != nullptr ? held->valid_until_ns : 0;
+    spawn(*s, client, req);  // publishes the grant, arms, releases, answers
+    return;
+  }
+#endif
   advance(s->phase, SandboxPhase::running);
   const HeartbeatLease* l = hb->find(sb);
   const std::uint64_t valid_until = l != nullptr ? l->valid_until_ns : 0;

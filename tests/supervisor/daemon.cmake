@@ -19,6 +19,10 @@ if(TARGET leasehold-lockd AND TARGET leasehold-supervisor AND TARGET leasehold_l
     LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
     LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>"
     LEASEHOLD_PROBE_BINARY="$<TARGET_FILE:leasehold_lease_probe>")
+  # The commit-before-spawn ablation, run against a real lockd (PreemptibleCommitsOnly...).
+  add_dependencies(supervisor_daemon_test leasehold-supervisor-ablate-commit-before-spawn)
+  target_compile_definitions(supervisor_daemon_test PRIVATE
+    LEASEHOLD_SUPERVISOR_ABLATE_COMMIT_BEFORE_SPAWN_BINARY="$<TARGET_FILE:leasehold-supervisor-ablate-commit-before-spawn>")
   # `leasehold revoke --wait` against the real services.
   if(TARGET leasehold)
     add_dependencies(supervisor_daemon_test leasehold)

@@ -239,6 +239,7 @@ struct Supervisor {
   fs::path log;
   std::string worker;
   std::string shm;
+  std::string binary = LEASEHOLD_SUPERVISOR_BINARY;  ///< an ablated build's, for attack tests
 
   /// Starts a supervisor against `lockd` with `extra` flags; waits for "ready". `key` is the
   /// cluster key: the supervisor gets the worker key derived for its --worker-id in `extra` (a
@@ -268,7 +269,7 @@ struct Supervisor {
     if (std::find(extra.begin(), extra.end(), "--sandbox-log-dir") == extra.end())
       args.insert(args.end(), {"--sandbox-log-dir", (dir / (tag + "-logs")).string()});
     args.insert(args.end(), extra.begin(), extra.end());
-    child.start(LEASEHOLD_SUPERVISOR_BINARY, args, dir / (tag + ".out"), log);
+    child.start(binary, args, dir / (tag + ".out"), log);
     if (!child.wait_stdout("ready\n")) {
       *error = "supervisor did not start: " + child.err();
       return false;

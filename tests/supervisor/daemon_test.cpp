@@ -69,6 +69,7 @@ class SupervisorProcess : public ::testing::Test {
     ASSERT_TRUE(s.start(dir_.path(), relay.address(), key_, with(kSupTiming, extra), &err)) << err;
   }
   void seq_top_attack(bool defended);  // OneDatagramAtTheTopSeq... below
+  void commit_before_spawn_attack(bool defended);  // PreemptibleCommitsOnly... below
   lockd::AdminClient admin() { return lockd::AdminClient(lockd_.socket_address(), load_key(key_)); }
   std::string probe_log(const std::string& tag) const { return (dir_.sandbox_dir() / (tag + ".probe")).string(); }
   json run_probe(const Supervisor& s, const std::string& name, const std::string& tag) {
@@ -519,10 +520,13 @@ std::optional<wire::Body> peek(std::span<const std::uint8_t> d) {
 // the old order (commit, spawn on the answer) the sandbox did not run yet: "not running",
 // the name was preempted and granted to the other acquirer, and the commit's answer then
 // started the sandbox anyway. Now the sandbox runs before the Commit is sent: "running".
-TEST_F(SupervisorProcess, PreemptibleCommitsOnlyASandboxThatAlreadyRuns) {
+// Ablated (leasehold-supervisor-ablate-commit-before-spawn, the simulator's switch for that old
+// order): the same scenario preempts the name while its Commit is in flight.
+void SupervisorProcess::commit_before_spawn_attack(bool defended) {
   start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
   UdpRelay relay(lockd_.socket_address());
   Supervisor sup;
+  if (!defended) sup.binary = LEASEHOLD_SUPERVISOR_ABLATE_COMMIT_BEFORE_SPAWN_BINARY;
   start_sup_via(sup, relay, {"--mode", "preemptible"});
   std::atomic<bool> hold_commit{true};
   relay.set_drop_filter([&](std::span<const std::uint8_t> d) {
@@ -552,6 +556,12 @@ TEST_F(SupervisorProcess, PreemptibleCommitsOnlyASandboxThatAlreadyRuns) {
   t.join();
   ASSERT_TRUE(committed) << lockd_.log_text();
   EXPECT_GE(relay.answers_dropped.load(), 1u);
+  if (!defended) {
+    // The sandbox did not run when lockd asked: "not running", and the name went to the other.
+    EXPECT_GE(other_grants, 1) << "ablation: the name was not preempted\n" << lockd_.log_text() << sup.log_text();
+    EXPECT_FALSE(lockd_events(lockd_.log_text(), "preempt").empty()) << lockd_.log_text();
+    return;
+  }
   EXPECT_EQ(other_grants, 0) << "the name was preempted while its commit was in flight\n" << lockd_.log_text();
   EXPECT_TRUE(lockd_events(lockd_.log_text(), "preempt").empty()) << lockd_.log_text();
   EXPECT_GE(sup.call({{"v", 1}, {"op", "status"}})["counters"]["is_running_answered"].get<int>(), 1);
@@ -574,6 +584,10 @@ TEST_F(SupervisorProcess, PreemptibleCommitsOnlyASandboxThatAlreadyRuns) {
   ASSERT_EQ(commit.size(), 1u);
   EXPECT_EQ(started[0].at("commit"), "pending");
   EXPECT_LT(std::stoll(started[0].at("t")), std::stoll(commit[0].at("ts_boot_ns")));
+}
+TEST_F(SupervisorProcess, PreemptibleCommitsOnlyASandboxThatAlreadyRuns) { commit_before_spawn_attack(true); }
+TEST_F(SupervisorProcess, PreemptibleCommitBeforeSpawnLetsTheNameBePreemptedAblated) {
+  commit_before_spawn_attack(false);
 }
 
 // Preemptible mode, mutex-violation recovery for a committed sandbox: the worker heartbeat
