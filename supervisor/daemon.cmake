@@ -9,10 +9,14 @@ set(LEASEHOLD_SUPERVISOR_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/lockd_link.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
 )
-add_library(leasehold_supervisor STATIC ${LEASEHOLD_SUPERVISOR_SOURCES})
-leasehold_target(leasehold_supervisor)
-target_link_libraries(leasehold_supervisor PUBLIC leasehold_lease leasehold_wire leasehold_io
-                      leasehold_shm leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
+# leasehold_supervisor_library(<target> [EXCLUDE_FROM_ALL]): the library from these sources.
+function(leasehold_supervisor_library tgt)
+  add_library(${tgt} STATIC ${ARGN} ${LEASEHOLD_SUPERVISOR_SOURCES})
+  leasehold_target(${tgt})
+  target_link_libraries(${tgt} PUBLIC leasehold_lease leasehold_wire leasehold_io
+                        leasehold_shm leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
+endfunction()
+leasehold_supervisor_library(leasehold_supervisor)
 
 add_executable(leasehold-supervisor ${CMAKE_CURRENT_LIST_DIR}/main.cpp)
 leasehold_target(leasehold-supervisor)
@@ -31,12 +35,8 @@ install(TARGETS leasehold-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
 #                                                     the Held answer (executable
 #                                                     leasehold-supervisor-ablate-commit-before-spawn)
 function(leasehold_supervisor_ablation suffix define)
-  set(tgt leasehold_supervisor_ablate_${suffix})
-  add_library(${tgt} STATIC EXCLUDE_FROM_ALL ${LEASEHOLD_SUPERVISOR_SOURCES})
-  leasehold_target(${tgt})
-  target_compile_definitions(${tgt} PUBLIC ${define}=1)
-  target_link_libraries(${tgt} PUBLIC leasehold_lease leasehold_wire leasehold_io
-                        leasehold_shm leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
+  leasehold_supervisor_library(leasehold_supervisor_ablate_${suffix} EXCLUDE_FROM_ALL)
+  target_compile_definitions(leasehold_supervisor_ablate_${suffix} PUBLIC ${define}=1)
 endfunction()
 leasehold_supervisor_ablation(deadline_from_answer LEASEHOLD_SIM_ABLATE_DEADLINE_FROM_ANSWER)
 leasehold_supervisor_ablation(commit_before_spawn LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN)
