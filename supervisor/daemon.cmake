@@ -28,7 +28,7 @@ install(TARGETS leasehold-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
 # which puts back a known bug class in the real code path (see the #if in the sources). Only the
 # simulator and the tests link these (EXCLUDE_FROM_ALL, never installed); leasehold-supervisor and
 # leasehold_supervisor never contain them.
-#   leasehold_supervisor_ablate_deadline_from_answer  the kill-switch deadline measured from the
+#   leasehold_supervisor_ablate_kill_from_answer  the kill-switch deadline measured from the
 #                                                     answer's arrival, not the request's send
 #   leasehold_supervisor_ablate_commit_before_spawn   preemptible mode: Commit sent on the
 #                                                     Acquiring grant, the sandbox spawned only on
@@ -38,7 +38,7 @@ function(leasehold_supervisor_ablation suffix define)
   leasehold_supervisor_library(leasehold_supervisor_ablate_${suffix} EXCLUDE_FROM_ALL)
   target_compile_definitions(leasehold_supervisor_ablate_${suffix} PUBLIC ${define}=1)
 endfunction()
-leasehold_supervisor_ablation(deadline_from_answer LEASEHOLD_SIM_ABLATE_DEADLINE_FROM_ANSWER)
+leasehold_supervisor_ablation(kill_from_answer LEASEHOLD_SIM_ABLATE_KILL_FROM_ANSWER)
 leasehold_supervisor_ablation(commit_before_spawn LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN)
 add_executable(leasehold-supervisor-ablate-commit-before-spawn EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/main.cpp)
 leasehold_target(leasehold-supervisor-ablate-commit-before-spawn)

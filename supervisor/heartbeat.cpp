@@ -7,8 +7,10 @@
 namespace leasehold {
 
 std::uint64_t lease_measured_from_ns(std::uint64_t request_send_ns, std::uint64_t answer_ns) noexcept {
-#if LEASEHOLD_SIM_ABLATE_DEADLINE_FROM_ANSWER
-  // Simulator ablation, bug class "kill-switch measured from the answer instead of the send":
+#if LEASEHOLD_SIM_ABLATE_KILL_FROM_ANSWER
+  // Simulator ablation only (leasehold-sim-kill-from-answer, sim/CMakeLists.txt, and
+  // leasehold_supervisor_ablate_kill_from_answer, supervisor/daemon.cmake; no other build defines
+  // it), bug class "kill-switch measured from the answer instead of the send":
   // lockd may have received the request (and started its TTL) up to a whole round trip before
   // the answer arrives, so a kill-switch timed from the arrival can fire after lockd's expiry.
   (void)request_send_ns;
@@ -134,12 +136,6 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
                                                      const SandboxId& holder, Epoch holder_epoch,
                                                      std::uint64_t request_send_ns,
                                                      std::uint64_t now_ns) {
-#if LEASEHOLD_SIM_ABLATE_KILL_FROM_ANSWER
-  // Simulator ablation only (sim/CMakeLists.txt builds leasehold-sim-kill-from-answer with it;
-  // no other build defines it): the lease measured from the answer's arrival instead of the
-  // request's send, the bug class the send-time rule exists to prevent.
-  request_send_ns = now_ns;
-#endif
   auto it = leases_.find(sandbox);
   if (it == leases_.end()) return {};  // already removed (exited / released)
   HeartbeatLease& l = it->second;

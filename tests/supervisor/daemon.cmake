@@ -34,7 +34,7 @@ endif()
 # build must break the scenario (tests/supervisor/sim_ablation_test.cpp).
 leasehold_test(supervisor_sim_ablation_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sim_ablation_test.cpp
                LIBS leasehold_supervisor)
-leasehold_test(supervisor_sim_ablation_deadline_from_answer_test
+leasehold_test(supervisor_sim_ablation_kill_from_answer_test
                SOURCES ${CMAKE_CURRENT_LIST_DIR}/sim_ablation_test.cpp
-               LIBS leasehold_supervisor_ablate_deadline_from_answer)
-target_compile_definitions(supervisor_sim_ablation_deadline_from_answer_test PRIVATE LEASEHOLD_TEST_ABLATED=1)
+               LIBS leasehold_supervisor_ablate_kill_from_answer)
+target_compile_definitions(supervisor_sim_ablation_kill_from_answer_test PRIVATE LEASEHOLD_TEST_ABLATED=1)
