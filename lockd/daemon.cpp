@@ -53,7 +53,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
   net_ = std::make_unique<UdpDatagramPort>(loop, socket_, local_);
   try {
     service_ = std::make_unique<LockService>(cfg, keys, restored, *net_, *store_, now,
-                                             ServiceSeeds{random_instance_id(), wire::seq_seed()});
+                                             ServiceSeeds{random_instance_id(), wire::seq_seed(), {}});
   } catch (...) {
     loop.close_socket(socket_);
     throw;

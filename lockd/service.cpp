@@ -101,7 +101,12 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
           receiver_limits(cfg)),
       sender_(seeds.instance, seeds.first_seq, keys.front()),
       incarnation_(restored.incarnation),
-      now_ns_(now_ns) {
+      now_ns_(now_ns),
+      wall_ns_(seeds.wall_ns ? seeds.wall_ns : [] {
+        timespec rt{};
+        ::clock_gettime(CLOCK_REALTIME, &rt);
+        return static_cast<std::int64_t>(rt.tv_sec) * kNsPerS + rt.tv_nsec;
+      }) {
   const std::int64_t now = now_ns;
   {
     const StoredTable& stored = restored.stored;
@@ -537,9 +542,7 @@ wire::Body LockService::grant(const Outcome& o, std::int64_t now_ns) {
     t.epoch = o.token.epoch;
     t.holder = o.token.holder;
     t.worker = o.state.worker;
-    timespec rt{};
-    ::clock_gettime(CLOCK_REALTIME, &rt);  // informational: nothing is timed by it
-    t.issued_at_ns = static_cast<std::int64_t>(rt.tv_sec) * kNsPerS + rt.tv_nsec;
+    t.issued_at_ns = wall_ns_();  // informational: nothing is timed by it
     if (signer_->sign(t)) {
       const token::TokenBytes b = token::encode(t);
       g.token.assign(b.begin(), b.end());

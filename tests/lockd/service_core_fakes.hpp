@@ -79,7 +79,7 @@ inline wire::WireKey cluster_key() { return wire::WireKey(std::vector<std::uint8
 /// One LockService on fake ports, and worker `worker` speaking to it from `worker_address`.
 struct CoreRig {
   explicit CoreRig(std::int64_t now_ns, const StoredTable& stored = {}, std::uint64_t incarnation = 1,
-                   LockdConfig c = {})
+                   LockdConfig c = {}, ServiceSeeds seeds = ServiceSeeds{WorkerId{0x10cd, 1}, 1, {}})
       : cfg(std::move(c)),
         worker_key(wire::derive_worker_key(cluster_key(), worker)),
         client(worker, 1, worker_key),
@@ -89,7 +89,7 @@ struct CoreRig {
     r.stored = stored;
     r.incarnation = incarnation;
     service = std::make_unique<LockService>(cfg, std::vector<wire::WireKey>{cluster_key()}, r, net, disk, now_ns,
-                                            ServiceSeeds{WorkerId{0x10cd, 1}, 1});
+                                            seeds);
   }
 
   std::vector<std::uint8_t> seal(const wire::Body& body) {

@@ -128,6 +128,23 @@ TEST(ServiceCore, TickReturnsTheNextDeadlineSoASimulatorCanJump) {
   EXPECT_EQ(next, kT0 + kNsPerS);
 }
 
+TEST(ServiceCore, TokensCarryTheInjectedWallClockNotTheHosts) {
+  ServiceSeeds seeds{WorkerId{0x10cd, 1}, 1, [] { return std::int64_t{1'234'567'890'123}; }};
+  CoreRig rig(kT0, {}, 1, {}, seeds);
+  std::string err;
+  std::shared_ptr<const token::TokenSigner> signer = token::TokenSigner::generate(err);
+  ASSERT_NE(signer, nullptr) << err;
+  rig.service->set_token_signer(signer);
+  rig.deliver(rig.acquire("jobs/a", sandbox(30)), kT0);
+  rig.settle(kT0);
+  ASSERT_EQ(rig.net.sent.size(), 1u);
+  const auto g = std::get<wire::Grant>(rig.decode(rig.net.sent[0].bytes));
+  const auto t = token::decode(std::span<const std::uint8_t>(g.token.data(), g.token.size()));
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->issued_at_ns, 1'234'567'890'123);
+  EXPECT_EQ(t->epoch, g.epoch);
+}
+
 TEST(ServiceCore, RestartFromARestoredTableKeepsTheGrantAndItsEpoch) {
   // Incarnation 1 grants jobs/a; its durable batch is what incarnation 2 restores from.
   StoredTable stored;

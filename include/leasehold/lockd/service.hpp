@@ -81,6 +81,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -149,6 +150,9 @@ struct RestoredTable {
 struct ServiceSeeds {
   WorkerId instance;           ///< lockd's sender id (not nil)
   std::uint64_t first_seq = 1; ///< the first seq lockd's own datagrams carry (1 .. 2^63-1)
+  /// Wall-clock ns (CLOCK_REALTIME domain) for the informational issued_at of grant tokens;
+  /// nothing is timed by it. Empty: CLOCK_REALTIME (production); a simulator passes its own.
+  std::function<std::int64_t()> wall_ns;
 };
 
 class LockService {
@@ -330,6 +334,7 @@ class LockService {
   Caller caller_;
   std::uint64_t incarnation_ = 0;
   std::int64_t now_ns_ = 0;  ///< the clock reading of the call being served
+  std::function<std::int64_t()> wall_ns_;  ///< ServiceSeeds::wall_ns
 
   // Ownership changes not yet handed to the store, and their sequence numbers. Every change and
   // every first seen mark takes a seq, and so does a lived checkpoint or the drain at stop (those
