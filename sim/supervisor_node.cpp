@@ -109,6 +109,16 @@ struct SupervisorNode::Impl {
   };
   std::vector<Scheduling> scheduling;
 
+  /// The sandbox is being created here: its acquire or commit is in flight, or it is being
+  /// scheduled between the two.
+  bool creating(const SandboxId& sb) const {
+    for (const auto& [id, c] : calls)
+      if (c.sandbox == sb && (c.kind == Call::Kind::acquire || c.kind == Call::Kind::commit)) return true;
+    for (const Scheduling& sc : scheduling)
+      if (sc.sandbox == sb) return true;
+    return false;
+  }
+
   void commits(std::int64_t now) {
     for (auto it = scheduling.begin(); it != scheduling.end();) {
       if (now < it->commit_at_ns) {
@@ -203,9 +213,11 @@ struct SupervisorNode::Impl {
   void on_answer(std::uint64_t rid, const wire::Body& body, std::int64_t now) {
     const auto it = calls.find(rid);
     if (it == calls.end()) {
-      // An answer to a call that gave up: lockd acted on it after all. A grant nobody will
-      // heartbeat is given back (the late-answer handler).
-      if (const auto* g = std::get_if<wire::Grant>(&body); g != nullptr && !slot_of(g->holder)) {
+      // An answer to a call that gave up (or a second answer): lockd acted on it after all.
+      // Unless a sandbox here holds this grant or is still acquiring that name, nobody will
+      // heartbeat it: it is given back (the supervisor's on_late_answer).
+      if (const auto* g = std::get_if<wire::Grant>(&body); g != nullptr && !slot_of(g->holder) &&
+                                                           !creating(g->holder)) {
         env.note(index, "late_grant_released", g->epoch, 0);
         release(g->name_id, g->holder, g->epoch, now);
       }

@@ -178,6 +178,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     disk_slow_ = cfg_.faults ? static_cast<double>(setup.range(0, 300)) / 10'000.0 : 0;
     kill_ticks_max_ = std::max<std::int64_t>(0, std::min<std::int64_t>(5, cfg_.kill_latency_budget_ns / cfg_.sandbox_tick_ns));
 
+    disk_.on_submit([this] { disk_submitted(); });
     lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
     for (std::uint32_t w = 0; w < cfg_.supervisors; ++w) {
       const WorkerId id{0x5000 + w, setup.next()};
@@ -263,7 +264,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     observe_lockd_answer(bytes);
     transmit(down_[worker], worker, false, bytes);
   }
-  void disk_submitted() override {
+  void disk_submitted() {
     std::int64_t latency = disk_base_ns_ + proc_rng_.range(0, disk_base_ns_);
     if (now_ < cfg_.heal_ns && proc_rng_.chance(disk_slow_)) {
       latency += proc_rng_.range(20 * kMs, 300 * kMs);

@@ -8,10 +8,10 @@
 namespace leasehold::sim {
 namespace {
 
-TEST(SimAblation, TheAblatedBuildIsCaughtWithinTwelveSeeds) {
+TEST(SimAblation, TheAblatedBuildIsCaughtWithinSixteenSeeds) {
   ASSERT_FALSE(ablation_name().empty()) << "this test must link an ablated simulator library";
   bool caught = false;
-  for (std::uint64_t s = 1; s <= 12 && !caught; ++s) {
+  for (std::uint64_t s = 1; s <= 16 && !caught; ++s) {
     SimConfig c;
     c.seed = s;
     const RunResult r = run_seed(c);
@@ -22,7 +22,7 @@ TEST(SimAblation, TheAblatedBuildIsCaughtWithinTwelveSeeds) {
       EXPECT_FALSE(r.violation->invariant.empty());
     }
   }
-  EXPECT_TRUE(caught) << "ablation " << ablation_name() << " not caught in seeds 1..12";
+  EXPECT_TRUE(caught) << "ablation " << ablation_name() << " not caught in seeds 1..16";
 }
 
 }  // namespace

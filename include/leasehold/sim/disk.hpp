@@ -1,52 +1,52 @@
-// leasehold/sim: the simulated disk behind lockd's durability port.
+// leasehold/sim: the simulated disk behind lockd's durability port (lockd/durability.hpp).
 //
 // One batch at a time (StoreThread's group commit): a batch submitted at t becomes durable at
-// t + latency, when the world calls complete(). A lockd crash before that loses the batch
-// (crash()); what was durable survives into the next incarnation (durable()).
+// t + latency, when the world calls complete(); then its per-change verdicts are ready for
+// LockService's next poll. A lockd crash before that loses the batch (crash()); what was durable
+// survives into the next incarnation: open() gives the next LockService what NameStore::load
+// would (the latest row of every name, the epoch high-water mark, the lived / seen marks) and
+// counts the open as an incarnation.
 #pragma once
 
-#include "leasehold/lease/lease_table.hpp"
+#include "leasehold/lockd/durability.hpp"
+#include "leasehold/lockd/service.hpp"
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
-#include <utility>
+#include <unordered_map>
+#include <vector>
 
 namespace leasehold::sim {
 
-/// What one batch makes durable: the table's durable content after every change up to
-/// `last_seq`.
-struct SimBatch {
-  std::uint64_t last_seq = 0;
-  DurableSnapshot snapshot;
-};
-
-class SimDisk {
+class SimDisk final : public lockd::DurabilityPort {
  public:
-  /// False (nothing taken) while a batch is in flight.
-  bool submit(SimBatch&& b) {
-    if (in_flight_) return false;
-    in_flight_ = std::move(b);
-    return true;
-  }
+  /// Called when a batch was taken (the world schedules its completion).
+  void on_submit(std::function<void()> fn) { on_submit_ = std::move(fn); }
+
+  bool submit(lockd::DurableBatch&& b) override;
+  void poll(std::vector<lockd::DurabilityVerdict>& out) override;
+
   bool busy() const noexcept { return in_flight_.has_value(); }
-  /// The in-flight batch is on disk.
-  void complete() {
-    if (!in_flight_) return;
-    durable_ = std::move(*in_flight_);
-    in_flight_.reset();
-  }
-  /// lockd crashed: the batch not yet durable is lost. Returns whether there was one.
-  bool crash() {
-    const bool lost = in_flight_.has_value();
-    in_flight_.reset();
-    return lost;
-  }
-  std::uint64_t durable_seq() const noexcept { return durable_.last_seq; }
-  const DurableSnapshot& durable() const noexcept { return durable_.snapshot; }
+  /// The in-flight batch is on disk; its verdicts are ready.
+  void complete();
+  /// lockd crashed: the batch not yet durable is lost (and verdicts nobody polled). Returns
+  /// whether there was a batch in flight.
+  bool crash();
+  /// What the next incarnation loads; counts one store open.
+  lockd::RestoredTable open();
+  std::uint64_t opens() const noexcept { return opens_; }
 
  private:
-  std::optional<SimBatch> in_flight_;
-  SimBatch durable_;
+  std::function<void()> on_submit_;
+  std::optional<lockd::DurableBatch> in_flight_;
+  std::vector<lockd::DurabilityVerdict> ready_;
+  std::map<NameId, lockd::StoredName> rows_;
+  Epoch epoch_high_water_ = 0;
+  std::map<std::uint64_t, std::int64_t> lived_;
+  std::unordered_map<WorkerId, std::uint64_t> seen_;
+  std::uint64_t opens_ = 0;
 };
 
 }  // namespace leasehold::sim

@@ -1,19 +1,14 @@
-// leasehold/sim: lockd in the simulated world.
-//
-// The request path of LockService (lockd/service.hpp) over the real pure pieces: the wire
-// Receiver (authentication with the key derived for the claimed worker, replay window, answer
-// cache, in-flight set), the LeaseTable, and the durability rule: an answer that depends on a
-// change not yet durable is held back until the disk reports it durable, heartbeat answers are
-// not. Expiry runs on every datagram and every tick. A restart rebuilds the table from what the
-// disk made durable (every Held lease refreshed at the restart: never shortened).
-//
-// No I/O: datagrams out through LockdEnv, the disk is SimDisk, time is `now_ns` on lockd's clock.
+// leasehold/sim: lockd in the simulated world: the real LockService (lockd/service.hpp) on the
+// world's ports. Its DatagramPort sends through the simulated network (a worker's address is
+// 127.0.0.1:(1000 + worker index)); its DurabilityPort is the simulated disk; time is `now_ns`
+// on lockd's own clock. A crash drops the LockNode (the in-memory core); a restart builds a new
+// one from what the disk made durable, as a restarted leasehold-lockd loads its store.
 #pragma once
 
-#include "leasehold/wire/auth.hpp"
 #include "leasehold/lease/lease_table.hpp"
 #include "leasehold/sim/disk.hpp"
 #include "leasehold/sim/world.hpp"
+#include "leasehold/wire/auth.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -26,13 +21,15 @@ class LockdEnv {
   virtual ~LockdEnv() = default;
   /// A datagram to the supervisor of worker `worker` (index).
   virtual void send_to_worker(std::uint32_t worker, std::span<const std::uint8_t> bytes) = 0;
-  /// A batch was handed to the disk (the world schedules its completion).
-  virtual void disk_submitted() = 0;
 };
+
+/// The address worker `worker` (index) sends from and lockd answers to.
+SocketAddress worker_address(std::uint32_t worker);
 
 class LockdNode {
  public:
-  /// Builds a new incarnation from `disk`'s durable content at `now_ns` (lockd's clock).
+  /// Builds a new incarnation from `disk`'s durable content (one store open) at `now_ns`
+  /// (lockd's clock). Throws std::runtime_error if the store does not rebuild a table.
   LockdNode(const SimConfig& cfg, const wire::WireKey& cluster_key, LockdEnv& env, SimDisk& disk,
             std::int64_t now_ns);
   ~LockdNode();
@@ -41,7 +38,8 @@ class LockdNode {
 
   /// A datagram from worker `from` (index).
   void on_datagram(std::span<const std::uint8_t> bytes, std::uint32_t from, std::int64_t now_ns);
-  /// Expiry, durability, submission; returns the next time (lockd's clock) it wants a tick.
+  /// LockService::tick: verdicts, expiry, submission; returns the next time (lockd's clock) it
+  /// has time-driven work.
   std::int64_t tick(std::int64_t now_ns);
 
   const LeaseTable& table() const noexcept;

@@ -6,7 +6,8 @@
 // worker's own key; a lease measured from the first attempt's send).
 //
 // What the daemon around them does is reproduced here in its order: create a named sandbox
-// (acquire, then spawn with the epoch published in its shm slot), heartbeat rounds, the rt
+// (acquire, then spawn with the epoch published in its shm slot; or a 2-phase acquire, the
+// sandbox scheduled, then commit), heartbeat rounds, the rt
 // thread's kill (revoke the slot, then kill the process), release after a sandbox's exit, and
 // release of a grant that came back after its call gave up.
 //

@@ -52,8 +52,9 @@ struct SimConfig {
   std::int64_t liveness_bound_ns = 28 * kS;
   std::int64_t sandbox_lifetime_max_ns = 20 * kS;
 
-  /// The share of acquires that are 2-phase (acquire, schedule the sandbox, commit).
-  double two_phase_share = 0.0;
+  /// The share of acquires that are 2-phase (acquire, schedule the sandbox within the acquiring
+  /// TTL, commit; the lease then counts from the commit's send).
+  double two_phase_share = 0.3;
   /// A hostile worker (authenticated with its own worker key) heartbeats every name with made-up
   /// sandboxes and epochs: a worker's key must give no power over other workers' names.
   bool hostile_worker = true;
