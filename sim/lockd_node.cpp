@@ -93,8 +93,17 @@ lockd::RestoredTable SimDisk::open() {
 
 struct LockdNode::Impl {
   Impl(const SimConfig& c, const wire::WireKey& cluster, LockdEnv& e, SimDisk& d, std::int64_t now)
-      : net(e), service(lockd_config_of(c), std::vector<wire::WireKey>{cluster}, d.open(), net, d, now,
-                        lockd::ServiceSeeds{WorkerId{0x10cd, d.opens()}, 1}) {}
+      : last_now_ns(now),
+        restored(d.open()),
+        net(e),
+        service(lockd_config_of(c), std::vector<wire::WireKey>{cluster}, restored, net, d, now,
+                lockd::ServiceSeeds{WorkerId{0x10cd, restored.incarnation}, 1,
+                                    // The wall clock of grant tokens' issued_at: lockd's own
+                                    // simulated clock on a fixed base, never the host's.
+                                    [this] { return kWallBaseNs + last_now_ns; }}) {}
+  static constexpr std::int64_t kWallBaseNs = 1'700'000'000 * kS;
+  std::int64_t last_now_ns = 0;
+  lockd::RestoredTable restored;
   SimNet net;
   lockd::LockService service;
   std::string log;
@@ -109,10 +118,12 @@ LockdNode::~LockdNode() = default;
 const LeaseTable& LockdNode::table() const noexcept { return impl_->service.table(); }
 
 void LockdNode::on_datagram(std::span<const std::uint8_t> bytes, std::uint32_t from, std::int64_t now_ns) {
+  impl_->last_now_ns = now_ns;
   impl_->service.on_datagram(bytes, worker_address(from), now_ns);
 }
 
 std::int64_t LockdNode::tick(std::int64_t now_ns) {
+  impl_->last_now_ns = now_ns;
   const std::int64_t next = impl_->service.tick(now_ns);
   impl_->log.clear();
   impl_->service.take_log(impl_->log);  // the change log (production: stderr); not kept
