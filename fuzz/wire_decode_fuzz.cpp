@@ -1,4 +1,4 @@
-// libFuzzer target for the wire decoder and the receiver policy (io/protocol.hpp, io/replay.hpp).
+// libFuzzer target for the wire decoder and the receiver policy (wire/protocol.hpp, wire/replay.hpp).
 //
 // Properties checked on every input, besides "no crash, no out-of-bounds read, no UB":
 // 1. decode() without authentication is total and, when it accepts, the encoding is canonical:
@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       signed_copy[43] = static_cast<std::uint8_t>(key.key_id >> 8);
     }
     auth.sign(signed_copy);
-    const Admission a = receiver.admit(signed_copy);
+    const Admission a = receiver.admit(signed_copy, 0);
     switch (a.verdict) {
       case Verdict::deliver:
         if (a.reason != DecodeError::none) property_failed();

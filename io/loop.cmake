@@ -10,4 +10,4 @@ add_library(leasehold_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/client.cpp
 )
 leasehold_target(leasehold_io)
-target_link_libraries(leasehold_io PUBLIC PkgConfig::URING Threads::Threads)
+target_link_libraries(leasehold_io PUBLIC leasehold_wire PkgConfig::URING Threads::Threads)

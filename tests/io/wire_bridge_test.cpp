@@ -180,7 +180,7 @@ struct Responder {
   }
 
   void on_datagram(const Datagram& d) {
-    wire::Admission a = receiver.admit(as_u8(d.payload));
+    wire::Admission a = receiver.admit(as_u8(d.payload), now_boottime_ns());
     const SocketAddress from = d.source_address();
     switch (a.verdict) {
       case wire::Verdict::drop:

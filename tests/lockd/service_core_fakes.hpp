@@ -4,6 +4,7 @@
 #pragma once
 
 #include "leasehold/wire/auth.hpp"
+#include "leasehold/io/clock.hpp"
 #include "leasehold/io/ports.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/wire/replay.hpp"

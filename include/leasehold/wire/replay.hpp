@@ -52,15 +52,14 @@
 //   without a usable seq; its running or restarted supervisor resyncs from the stale_seq answer.
 // - A replayed seq is never executed, heartbeats included: a retry needs a fresh seq
 //   (Sender::restamp), and the answer of one whose request was answered comes from the cache.
-// - Keys: a Keyring picks the key per (sender, key id) before the tag is checked (io/auth.hpp);
+// - Keys: a Keyring picks the key per (sender, key id) before the tag is checked (wire/auth.hpp);
 //   admin senders have their own windows, so an admin key cannot move a worker's window.
 // - After a receiver restart all windows are empty: the same consequence as eviction.
 // - A sender's seq must grow across its own restarts: seed it with seq_seed() (see there).
 #pragma once
 
 #include "leasehold/wire/auth.hpp"
-#include "leasehold/io/udp.hpp"
-#include "leasehold/io/clock.hpp"
+#include "leasehold/wire/address.hpp"
 #include "leasehold/wire/protocol.hpp"
 
 #include <cstddef>
@@ -250,7 +249,6 @@ class Receiver {
   Admission admit(std::span<const std::uint8_t> datagram, std::int64_t now_ns) {
     return admit(datagram, nullptr, now_ns);
   }
-  Admission admit(std::span<const std::uint8_t> datagram) { return admit(datagram, nullptr, now_boottime_ns()); }
 
   /// Marks a delivered request (its Admission::key) as in flight: its answer will be sent later.
   /// Until remember_answer() or abandon() for the same key, or in_flight_expiry_ns after `now_ns`
@@ -258,7 +256,6 @@ class Receiver {
   /// rejected as replayed. Returns false (and marks nothing) when limits.in_flight_max
   /// unexpired requests are already in flight; retries of this one are then handled as new.
   bool defer(const RequestKey& request, std::int64_t now_ns);
-  bool defer(const RequestKey& request) { return defer(request, now_boottime_ns()); }
   /// The deferred request will not be answered (the service dropped it): retries are handled
   /// as new again. No effect for a key that is not in flight.
   void abandon(const RequestKey& request) noexcept;
