@@ -10,4 +10,5 @@ add_library(leasehold_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/client.cpp
 )
 leasehold_target(leasehold_io)
+leasehold_module(leasehold_io io)
 target_link_libraries(leasehold_io PUBLIC leasehold_wire PkgConfig::URING Threads::Threads)

@@ -4,8 +4,10 @@
 #   2. unit + integration tests under ASan+UBSan (debug preset)
 #   3. the concurrent tests under TSan (tsan preset, label "concurrent")
 #   4. the wire decoder fuzzer for a bounded time (fuzz preset, clang/libFuzzer)
-#   5. the formal models (specs/check, Spin), and their mutation test (specs/mutate)
-#   6. the deterministic simulator: 10,000 seeds clean, every ablation caught (scripts/sim.sh)
+#   5. the module graph (scripts/check-modules: #include lines, CMake link graph,
+#      docs/ARCHITECTURE.md), and a test of the checker on bad trees
+#   6. the formal models (specs/check, Spin), and their mutation test (specs/mutate)
+#   7. the deterministic simulator: 10,000 seeds clean, every ablation caught (scripts/sim.sh)
 # Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,10 @@ cmake --preset debug >/dev/null
 cmake --build --preset debug -j"$jobs"
 stage "debug (ASan+UBSan): tests"
 ctest --preset debug -j"$jobs"
+
+stage "module graph (docs/ARCHITECTURE.md)"
+scripts/check-modules --self-test
+scripts/check-modules --build build/debug
 
 stage "tsan: build"
 cmake --preset tsan >/dev/null

@@ -11,5 +11,6 @@ add_library(leasehold_supervisor_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/output_pump.cpp
 )
 leasehold_target(leasehold_supervisor_core)
+leasehold_module(leasehold_supervisor_core supervisor)
 target_link_libraries(leasehold_supervisor_core PUBLIC leasehold_lease Boost::headers Threads::Threads
                       PRIVATE PkgConfig::LIBSECCOMP)

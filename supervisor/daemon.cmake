@@ -13,6 +13,7 @@ set(LEASEHOLD_SUPERVISOR_SOURCES
 function(leasehold_supervisor_library tgt)
   add_library(${tgt} STATIC ${ARGN} ${LEASEHOLD_SUPERVISOR_SOURCES})
   leasehold_target(${tgt})
+  leasehold_module(${tgt} supervisor)
   target_link_libraries(${tgt} PUBLIC leasehold_lease leasehold_wire leasehold_io
                         leasehold_shm leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
 endfunction()
