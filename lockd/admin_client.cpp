@@ -33,7 +33,7 @@ WorkerId identity_of(const wire::WireKey& key, WorkerId self) {
 }
 
 // The key the client signs with: a worker key or an admin key as they are; a cluster key is
-// used directly, as an admin key (its key id with kAdminKeyIdBit, io/auth.hpp).
+// used directly, as an admin key (its key id with kAdminKeyIdBit, wire/auth.hpp).
 wire::WireKey signing_key(const wire::WireKey& key) {
   if (key.kind != wire::KeyKind::cluster) return key;
   wire::WireKey k = key;

@@ -192,7 +192,7 @@ std::string read_ablations(LockdConfig& cfg, const char* env) {
     else if (a == "seq-unbounded") cfg.ablate_seq_limit = true;
     else if (a == "seq-jump") cfg.ablate_seq_jump = true;
     else if (a == "first-push-address") cfg.ablate_first_push_address = true;
-    else if (a == "no-seq-resync") continue;  // a sender's switch (io/replay.hpp), not lockd's
+    else if (a == "no-seq-resync") continue;  // a sender's switch (wire/replay.hpp), not lockd's
     else return "LEASEHOLD_ABLATE: unknown ablation \"" + std::string(a) + "\"";
   }
   return {};

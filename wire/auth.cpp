@@ -1,4 +1,4 @@
-// HMAC-SHA256 datagram tags and the key file (io/auth.hpp), on OpenSSL 3 libcrypto.
+// HMAC-SHA256 datagram tags and the key file (wire/auth.hpp), on OpenSSL 3 libcrypto.
 //
 // The Authenticator keeps one keyed EVP_MAC_CTX; EVP_MAC_init with a NULL key re-initialises it
 // with the key already set (OpenSSL 3 HMAC provider), which avoids re-deriving the HMAC pads and
@@ -41,7 +41,7 @@ int hex_value(char c) {
   return -1;
 }
 
-using token::to_hex;  // io/token.hpp
+using token::to_hex;  // wire/token.hpp
 
 }  // namespace
 

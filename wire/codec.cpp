@@ -1,4 +1,4 @@
-// The wire codec (io/protocol.hpp): header and payload encoding, and the total decoder.
+// The wire codec (wire/protocol.hpp): header and payload encoding, and the total decoder.
 //
 // Encoding sizes the payload first (payload_bytes), so the writer never checks bounds per field.
 // Decoding goes through a Reader that checks every read against the payload end and reports the
@@ -35,7 +35,7 @@ static_assert(2 + (kHeartbeatEntriesMax + 1) * kHeartbeatAckEntryBytes > kPayloa
 static_assert(16 + 2 + kWorkerBeatEntriesMax * kHeartbeatEntryBytes <= kPayloadBytesMax);
 static_assert(4 + 2 + kWorkerBeatEntriesMax * kHeartbeatAckEntryBytes <= kPayloadBytesMax);
 
-// Little-endian loads and stores: io/le_bytes.hpp.
+// Little-endian loads and stores: wire/le_bytes.hpp.
 std::uint16_t load_u16(const std::uint8_t* p) noexcept { return load_le<std::uint16_t>(p); }
 std::uint32_t load_u32(const std::uint8_t* p) noexcept { return load_le<std::uint32_t>(p); }
 std::uint64_t load_u64(const std::uint8_t* p) noexcept { return load_le<std::uint64_t>(p); }

@@ -1,4 +1,4 @@
-// Replay window, response cache and the receiver/sender policy (io/replay.hpp).
+// Replay window, response cache and the receiver/sender policy (wire/replay.hpp).
 #include "leasehold/wire/replay.hpp"
 
 #include <algorithm>

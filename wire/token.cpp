@@ -1,4 +1,4 @@
-// Signed fencing tokens (io/token.hpp) on OpenSSL 3 libcrypto: EVP_PKEY_ED25519, one-shot
+// Signed fencing tokens (wire/token.hpp) on OpenSSL 3 libcrypto: EVP_PKEY_ED25519, one-shot
 // EVP_DigestSign / EVP_DigestVerify (Ed25519 takes no separate digest).
 #include "leasehold/wire/token.hpp"
 

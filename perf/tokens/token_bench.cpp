@@ -1,4 +1,4 @@
-// Signed fencing tokens (io/token.hpp): what a grant pays to sign its token, and what a resource
+// Signed fencing tokens (wire/token.hpp): what a grant pays to sign its token, and what a resource
 // pays per write to verify one, uncached (first write of an epoch) and cached (every later write),
 // each next to its baseline in the same run: the grant answer encoded and tagged without a token,
 // and the plain epoch compare a resource made before tokens were signed.

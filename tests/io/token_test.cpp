@@ -1,4 +1,4 @@
-// Signed fencing tokens (io/token.hpp): the encoding, signing, verification and its cache, and
+// Signed fencing tokens (wire/token.hpp): the encoding, signing, verification and its cache, and
 // the property that a token signed for (name, epoch, holder, worker) verifies for nothing else.
 #include "leasehold/wire/token.hpp"
 

@@ -1,4 +1,4 @@
-// lockd signs every grant's fencing token (io/token.hpp): a real lockd on loopback, every path
+// lockd signs every grant's fencing token (wire/token.hpp): a real lockd on loopback, every path
 // that gives a holder an epoch (acquire, 2-phase acquire and commit, transfer accept, reassign
 // then acquire, preemptible grants), each token verified with the public key alone; the
 // signing key options (--signing-key-file, --generate-signing-key, --print-public-key) and the

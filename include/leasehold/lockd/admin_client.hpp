@@ -44,7 +44,7 @@ class AdminClient {
  public:
   /// `self`: the sender id on the wire. With a worker key it is the key's worker (nil, or the
   /// same id; another throws std::invalid_argument), and lockd lets the client act only as that
-  /// worker; with an admin key, or a cluster key (used directly, as an admin key: io/auth.hpp),
+  /// worker; with an admin key, or a cluster key (used directly, as an admin key: wire/auth.hpp),
   /// `self` (nil: a random one). `timeout_ns`: per request. Throws std::runtime_error if no UDP socket can be opened.
   AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self = {},
               std::int64_t timeout_ns = kAdminTimeoutNsDefault);

@@ -4,7 +4,7 @@
 // starts a thread. Its driver delivers datagrams (on_datagram) and ticks it (tick), each with
 // the turn's `now_ns`; it sends through a DatagramPort (io/ports.hpp) and makes ownership
 // changes durable through a DurabilityPort (durability.hpp). It authenticates and decodes
-// datagrams (io/replay.hpp), applies them to the pure LeaseTable (lease/), and answers.
+// datagrams (wire/replay.hpp), applies them to the pure LeaseTable (lease/), and answers.
 // Production driver: LockdDaemon (daemon.hpp: the io_uring loop, a UDP socket, the SQLite
 // StoreThread, the log on stderr); the simulator drives the same class on simulated time.
 //
@@ -162,7 +162,7 @@ class LockService {
   /// on_datagram / tick on (both must outlive the service). Throws std::runtime_error naming
   /// the cause on a bad key set or a store whose rows do not rebuild a table.
   /// `keys`: the cluster key(s) (worker keys are derived from them per sender) and admin keys
-  /// (io/auth.hpp); at least one cluster key, the first one signs lockd's own datagrams. A
+  /// (wire/auth.hpp); at least one cluster key, the first one signs lockd's own datagrams. A
   /// datagram authenticates only with the key derived for the worker it claims to be, or with an
   /// admin key.
   LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, const RestoredTable& restored,
@@ -176,7 +176,7 @@ class LockService {
   LockService(const LockService&) = delete;
   LockService& operator=(const LockService&) = delete;
 
-  /// The key that signs every grant's fencing token (io/token.hpp); nullptr: grants carry no
+  /// The key that signs every grant's fencing token (wire/token.hpp); nullptr: grants carry no
   /// token. Set before serving.
   void set_token_signer(std::shared_ptr<const token::TokenSigner> signer) { signer_ = std::move(signer); }
 

@@ -22,7 +22,7 @@
 // from that moment, not only from the new holder's first write. A new holder may also present
 // its token first (advance_fence with its own epoch) before relying on exclusivity.
 //
-// Signed tokens (io/token.hpp): an epoch alone is a number anyone can write, so a stale holder
+// Signed tokens (wire/token.hpp): an epoch alone is a number anyone can write, so a stale holder
 // that makes one up (its own + 1000, or 2^63-1) would be admitted and fence the rightful holder
 // out for good. A store opened with a TokenVerifier (StoreOptions::verifier: lockd's public
 // keys) admits a write only if it carries a token lockd signed for exactly that name, epoch and
@@ -81,7 +81,7 @@ struct WriteToken {
   std::string name;
   Epoch epoch = 0;
   SandboxId holder;
-  /// The signed token of the grant (io/token.hpp encoding, kTokenBytes); empty: unsigned.
+  /// The signed token of the grant (wire/token.hpp encoding, kTokenBytes); empty: unsigned.
   /// Required by a store with a verifier.
   std::vector<std::uint8_t> signed_token;
 };

@@ -127,7 +127,7 @@ struct alignas(kCacheLineBytes) Slot {
 
 /// A sandbox's token channel: a small sealed memfd of its own, written by the supervisor and
 /// inherited read-only by that sandbox alone (LEASEHOLD_TOKENS=4), holding the signed token of
-/// the sandbox's current grant (io/token.hpp encoding, from lockd's Grant), so the sandbox can
+/// the sandbox's current grant (wire/token.hpp encoding, from lockd's Grant), so the sandbox can
 /// hand it to a resource with its writes. No other sandbox maps it: a token is a bearer
 /// capability, and a sibling that read one could write as its holder.
 ///

@@ -385,7 +385,7 @@ class TokenChannel {
   TokenChannel(TokenChannel&&) noexcept;
   TokenChannel& operator=(TokenChannel&&) noexcept;
   ~TokenChannel();
-  /// Stores the token of the grant at `epoch` (io/token.hpp bytes) under the record's seqlock;
+  /// Stores the token of the grant at `epoch` (wire/token.hpp bytes) under the record's seqlock;
   /// an empty token clears the record. bad_argument (nothing stored) for a token larger than
   /// the record or an epoch outside [1, 2^63) with a token.
   TableErrc publish(Epoch epoch, std::span<const std::uint8_t> token) noexcept;

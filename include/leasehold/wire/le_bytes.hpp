@@ -1,5 +1,5 @@
 // leasehold/io: little-endian loads and stores of fixed-width integers and 128-bit ids, for the
-// wire codec (io/protocol.hpp) and the token encoding (io/token.hpp). Internal to leasehold_wire.
+// wire codec (wire/protocol.hpp) and the token encoding (wire/token.hpp). Internal to leasehold_wire.
 //
 // The byte-wise form is the definition: byte i holds bits 8i..8i+7. On a little-endian host a
 // load or store is one memcpy (one instruction); the byte-wise loop serves big-endian hosts.

@@ -12,11 +12,11 @@
 //       24    8  seq          per-sender, strictly increasing (replay window, RFC 4303 §3.4.3)
 //       32    8  request_id   chosen by the requester; retries reuse it; answers echo it
 //       40    2  payload_len  bytes of payload that follow the header
-//       42    2  key_id       which key tagged the datagram (io/auth.hpp); 0 names no key
+//       42    2  key_id       which key tagged the datagram (wire/auth.hpp); 0 names no key
 //       44    n  payload      per type, see the structs below
 //     44+n   32  tag          HMAC-SHA256 over bytes [0, 44+n) with the key that key_id and
 //                             sender select: a worker's own key (derived from the cluster key
-//                             and the worker id), or an admin key (io/auth.hpp Keyring)
+//                             and the worker id), or an admin key (wire/auth.hpp Keyring)
 //
 // Version stability: bytes 0..43 (the header) and the trailing 32-byte tag keep this meaning in
 // every future version, so a receiver can authenticate a datagram of an unknown version and
@@ -385,7 +385,7 @@ struct Stats {
   friend bool operator==(const Stats&, const Stats&) = default;
 };
 
-/// A Grant's signed token (io/token.hpp encoding): on the wire a u8 length, 0 (lockd signs
+/// A Grant's signed token (wire/token.hpp encoding): on the wire a u8 length, 0 (lockd signs
 /// nothing) or token::kTokenBytes, then the bytes; any other length is rejected (bad_value).
 using GrantTokenBytes = boost::container::static_vector<std::uint8_t, token::kTokenBytes>;
 
@@ -562,7 +562,7 @@ struct Datagram {
   std::span<std::uint8_t> buffer() noexcept { return {bytes.data(), bytes.size()}; }
 };
 
-class Authenticator;  // io/auth.hpp
+class Authenticator;  // wire/auth.hpp
 
 // ---------------------------------------------------------------------------------------------
 // Encoding.

@@ -113,7 +113,7 @@ class TokenSigner {
  public:
   /// Loads an Ed25519 private key: PEM (PKCS#8, as `openssl genpkey -algorithm ed25519` and
   /// generate_signing_key_file write it) or exactly 32 raw bytes. The file must be a regular
-  /// file of mode 0600 or stricter owned by this uid or root (as every key file; io/auth.hpp).
+  /// file of mode 0600 or stricter owned by this uid or root (as every key file; wire/auth.hpp).
   /// nullptr with `error` naming the file, what is wrong and the fix.
   static std::unique_ptr<TokenSigner> load(const std::string& path, std::string& error);
   /// A new random key (tests, benchmarks; lockd uses generate_signing_key_file).
