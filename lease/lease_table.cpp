@@ -37,8 +37,9 @@
 // record has no timer_ns: an entry popped for it is the guard's when its due is the bound).
 #include "leasehold/lease/lease_table.hpp"
 
+#include "leasehold/lease/assert.hpp"
+
 #include <algorithm>
-#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -70,25 +71,6 @@ std::string validate_config(const LeaseConfig& c) {
     return "capacity is " + std::to_string(c.capacity) + "; it must be in [1, " +
            std::to_string(kLeaseCapacityMax) + "]";
   return {};
-}
-
-std::string_view to_string(LockPhase p) noexcept {
-  switch (p) {
-    case LockPhase::free: return "free";
-    case LockPhase::acquiring: return "acquiring";
-    case LockPhase::held: return "held";
-    case LockPhase::transferring: return "transferring";
-  }
-  return "unknown_phase";
-}
-
-std::string_view to_string(RefreshStatus s) noexcept {
-  switch (s) {
-    case RefreshStatus::refreshed: return "refreshed";
-    case RefreshStatus::lost: return "lost";
-    case RefreshStatus::unknown: return "unknown";
-  }
-  return "unknown_status";
 }
 
 std::uint32_t name_fingerprint_of(std::string_view name) noexcept {
@@ -236,6 +218,8 @@ struct LeaseTable::Impl {
   std::size_t count = 0;
   std::size_t held = 0;
   Epoch high_water = 0;
+  // The latest now_ns a mutating call passed: time into the table never goes backwards.
+  std::int64_t last_now_ns = std::numeric_limits<std::int64_t>::min();
   std::vector<TimerEntry> timers;
   std::vector<WorkerEntry> workers;  // index 0 unused
   std::unordered_map<WorkerId, std::uint16_t> worker_index;
@@ -311,7 +295,7 @@ struct LeaseTable::Impl {
     const std::size_t r = static_cast<std::size_t>(s - recs);
     bool found = false;
     std::size_t i = locate(s->name, mix(s->name), found);
-    assert(found);
+    LEASEHOLD_ASSERT(found);
     // Backward-shift deletion: pull later entries of the probe run into the hole.
     std::size_t j = i;
     for (;;) {
@@ -330,7 +314,7 @@ struct LeaseTable::Impl {
     if (r != last) {
       recs[r] = recs[last];
       const std::size_t p = locate(recs[r].name, mix(recs[r].name), found);
-      assert(found);
+      LEASEHOLD_ASSERT(found);
       index[p].rec = static_cast<std::uint32_t>(r + 1);
     }
     recs[last] = Slot{};
@@ -419,7 +403,7 @@ struct LeaseTable::Impl {
   void drop_revoke(Slot& s) noexcept {
     if (s.phase != LockPhase::free || (s.flags & kFlagRevoking) == 0) return;
     if (s.worker != 0) {
-      assert(workers[s.worker].refs > 0);
+      LEASEHOLD_ASSERT(workers[s.worker].refs > 0);
       --workers[s.worker].refs;
     }
     s.worker = 0;
@@ -503,9 +487,20 @@ struct LeaseTable::Impl {
     e.alive_until_ns = std::max(e.alive_until_ns, add_sat(now_ns, config.worker_liveness_ttl_ns));
   }
 
+  // Every mutating call passes its now_ns here first. A clock that went backwards would let a
+  // refresh or a grant land "before" an expiry already reported, so it aborts (as Seastar's
+  // timer_set::expire does) rather than being silently accepted. A negative now_ns is left to
+  // the caller's bad_request check.
+  void clock(std::int64_t now_ns) noexcept {
+    if (now_ns < 0) return;
+    LEASEHOLD_ASSERT(now_ns >= last_now_ns);
+    last_now_ns = now_ns;
+  }
+
   // ---- state changes ----
   void enter_held(Slot& s, SandboxId owner, std::uint16_t worker, Epoch epoch,
                   std::int64_t expiry_ns) {
+    LEASEHOLD_ASSERT(epoch != 0 && epoch <= kEpochMax);
     leave_acquiring(s);
     s.phase = LockPhase::held;
     s.owner = owner;
@@ -521,13 +516,13 @@ struct LeaseTable::Impl {
   // Drops an Acquiring record's worker reference (before it becomes Held or Free).
   void leave_acquiring(Slot& s) noexcept {
     if (s.phase != LockPhase::acquiring || s.worker == 0) return;
-    assert(workers[s.worker].refs > 0);
+    LEASEHOLD_ASSERT(workers[s.worker].refs > 0);
     --workers[s.worker].refs;
     s.worker = 0;
   }
   void leave_held(Slot& s) noexcept {
-    assert(s.phase == LockPhase::held);
-    assert(workers[s.worker].refs > 0);
+    LEASEHOLD_ASSERT(s.phase == LockPhase::held);
+    LEASEHOLD_ASSERT(workers[s.worker].refs > 0);
     --workers[s.worker].refs;
     --held;
     s.worker = 0;
@@ -572,11 +567,11 @@ struct LeaseTable::Impl {
     return after;
   }
   Slot* insert(NameId name, std::uint32_t fingerprint) {
-    assert(count < config.capacity);
+    LEASEHOLD_ASSERT(count < config.capacity);
     bool found = false;
     const std::uint64_t h = mix(name);
     const std::size_t i = locate(name, h, found);
-    assert(!found);
+    LEASEHOLD_ASSERT(!found);
     index[i] = IndexEntry{tag_of(h), static_cast<std::uint32_t>(count + 1)};
     Slot& s = recs[count];
     s = Slot{};
@@ -615,6 +610,7 @@ const LeaseConfig& LeaseTable::config() const noexcept { return impl_->config; }
 
 Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, WorkerId worker,
                                   std::int64_t now_ns, std::int64_t ttl_ns, bool two_phase) {
+  clock(now_ns);
   if (!validate_name(text).empty()) return Outcome{Refusal::invalid_name, {}, absent(), {}};
   const NameId name = name_id_of(text);
   Slot* s = find(name);
@@ -671,6 +667,10 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
     widx = intern_worker(worker);
     if (widx == 0) return refuse(Refusal::table_full, name, s);
   }
+  // Epoch monotone at grant: a new grant's epoch is above every epoch the name had (a fresh
+  // epoch, allocated by a revoke or transfer and not yet granted, is granted as is).
+  const bool fresh_grant = s != nullptr && (s->flags & kFlagFresh) != 0;
+  LEASEHOLD_ASSERT(epoch > (s != nullptr ? s->epoch : high_water) || (fresh_grant && epoch == s->epoch));
   if (s == nullptr) s = insert(name, fp);
   drop_revoke(*s);
   s->time_ns = 0;
@@ -687,7 +687,7 @@ Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, Work
   } else {
     enter_held(*s, sandbox, widx, epoch, expiry_at(now_ns, ttl_of(ttl_ns)));
   }
-  assert(s->epoch == epoch);
+  LEASEHOLD_ASSERT(s->epoch == epoch);
   return Outcome{Refusal::none, name, view(*s), Token{name, epoch, sandbox}};
 }
 
@@ -703,6 +703,7 @@ Outcome LeaseTable::acquire_2pc(std::string_view name, SandboxId sandbox, std::i
 
 Outcome LeaseTable::commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId worker,
                            std::int64_t now_ns, std::int64_t ttl_ns) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (sandbox.is_nil() || worker.is_nil() || now_ns < 0 || ttl_ns > m.config.max_ttl_ns)
@@ -735,6 +736,7 @@ Outcome LeaseTable::commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId
 Refusal LeaseTable::refresh(WorkerId worker, std::span<const RefreshEntry> entries,
                             std::int64_t now_ns, std::span<RefreshAnswer> answers,
                             std::int64_t ttl_ns) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   if (entries.size() > kRefreshBatchMax || answers.size() < entries.size() || worker.is_nil() ||
       now_ns < 0 || ttl_ns > m.config.max_ttl_ns)
@@ -799,6 +801,7 @@ Refusal LeaseTable::refresh(WorkerId worker, std::span<const RefreshEntry> entri
 }
 
 Refusal LeaseTable::worker_heartbeat(WorkerId worker, std::int64_t now_ns) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   if (worker.is_nil() || now_ns < 0) return Refusal::bad_request;
   const std::uint16_t widx = m.intern_worker(worker);
@@ -815,6 +818,7 @@ bool LeaseTable::worker_alive(WorkerId worker, std::int64_t now_ns) const noexce
 // ---- giving names back --------------------------------------------------------------------
 
 Outcome LeaseTable::release(NameId name, SandboxId sandbox, Epoch epoch, std::int64_t now_ns) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
@@ -833,6 +837,7 @@ Outcome LeaseTable::release(NameId name, SandboxId sandbox, Epoch epoch, std::in
 
 std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expired,
                                 std::size_t limit) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   std::size_t reported = 0;
   while (!m.timers.empty() && m.timers.front().due_ns <= now_ns && reported < limit) {
@@ -858,7 +863,7 @@ std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expire
       m.arm(*s, d);  // refreshed since armed: re-arm at the real deadline (keeps order)
       continue;
     }
-    assert(d == e.due_ns);
+    LEASEHOLD_ASSERT(d == e.due_ns);
     switch (s->phase) {
       case LockPhase::held: {
         expired.push_back(Expiry{s->name, LockPhase::held, s->owner, m.workers[s->worker].id,
@@ -904,6 +909,7 @@ std::size_t LeaseTable::advance(std::int64_t now_ns, std::vector<Expiry>& expire
 
 Outcome LeaseTable::begin_transfer(NameId name, SandboxId from, Epoch epoch, SandboxId to,
                                    std::int64_t now_ns, WorkerId to_worker) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (from.is_nil() || to.is_nil() || from == to) return m.refuse(Refusal::bad_request, name, s);
@@ -940,6 +946,7 @@ Outcome LeaseTable::begin_transfer(NameId name, SandboxId from, Epoch epoch, San
 
 Outcome LeaseTable::complete_release(NameId name, SandboxId from, Epoch epoch,
                                      std::int64_t now_ns) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (s == nullptr) return m.refuse(Refusal::unknown_name, name, s);
@@ -958,6 +965,7 @@ Outcome LeaseTable::complete_release(NameId name, SandboxId from, Epoch epoch,
 // ---- coordinator actions ------------------------------------------------------------------
 
 Outcome LeaseTable::revoke(NameId name, std::int64_t now_ns, Epoch expected_epoch, bool force) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (now_ns < 0) return m.refuse(Refusal::bad_request, name, s);
@@ -1007,6 +1015,7 @@ Outcome LeaseTable::revoke(NameId name, std::int64_t now_ns, Epoch expected_epoc
 }
 
 Outcome LeaseTable::confirm_kill(NameId name, WorkerId worker, Epoch epoch, std::int64_t now_ns) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (worker.is_nil() || now_ns < 0) return m.refuse(Refusal::bad_request, name, s);
@@ -1030,6 +1039,7 @@ Outcome LeaseTable::confirm_kill(NameId name, WorkerId worker, Epoch epoch, std:
 }
 
 Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t now_ns, WorkerId worker) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   if (!validate_name(text).empty()) return Outcome{Refusal::invalid_name, {}, m.absent(), {}};
   const NameId name = name_id_of(text);
@@ -1055,6 +1065,7 @@ Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t n
 
 Outcome LeaseTable::preempt(NameId name, SandboxId holder, Epoch epoch,
                             bool worker_reports_not_running, std::int64_t now_ns) {
+  impl_->clock(now_ns);
   Impl& m = *impl_;
   Slot* s = m.find(name);
   if (!m.preemptible()) return m.refuse(Refusal::wrong_mode, name, s);
@@ -1185,6 +1196,9 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
     return "durable record " + std::to_string(k) + ": " + what;
   };
   Impl& m = *impl_;
+  if (snap.epoch_high_water > kEpochMax)
+    return "epoch high-water " + std::to_string(snap.epoch_high_water) + " is above the epoch limit " +
+           std::to_string(kEpochMax) + " (2^63-1)";
   Epoch high = snap.epoch_high_water;
   for (const DurableRecord& r : snap.records) high = std::max(high, r.epoch);
   m.high_water = high;
@@ -1193,6 +1207,8 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
     if (r.name.is_nil()) return fail(k, "nil name id");
     if (r.name_fingerprint == 0) return fail(k, "name fingerprint is 0");
     if (r.epoch == 0) return fail(k, "epoch 0 (epochs start at 1)");
+    if (r.epoch > kEpochMax)
+      return fail(k, "epoch " + std::to_string(r.epoch) + " is above the epoch limit 2^63-1");
     if (m.find(r.name) != nullptr) return fail(k, "name " + r.name.str() + " appears twice");
     switch (r.phase) {
       case LockPhase::acquiring: continue;  // dropped; its epoch stays burned (in `high`)
@@ -1268,6 +1284,7 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
         break;
     }
   }
+  m.clock(now_ns);
   return {};
 }
 

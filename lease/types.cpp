@@ -131,4 +131,23 @@ std::string_view to_string(Refusal r) noexcept {
   return "unknown_refusal";
 }
 
+std::string_view to_string(LockPhase p) noexcept {
+  switch (p) {
+    case LockPhase::free: return "free";
+    case LockPhase::acquiring: return "acquiring";
+    case LockPhase::held: return "held";
+    case LockPhase::transferring: return "transferring";
+  }
+  return "unknown_phase";
+}
+
+std::string_view to_string(RefreshStatus s) noexcept {
+  switch (s) {
+    case RefreshStatus::refreshed: return "refreshed";
+    case RefreshStatus::lost: return "lost";
+    case RefreshStatus::unknown: return "unknown";
+  }
+  return "unknown_status";
+}
+
 }  // namespace leasehold

@@ -12,8 +12,6 @@
 namespace leasehold::lockd {
 namespace {
 
-wire::LockState wire_state(LockPhase p) noexcept { return static_cast<wire::LockState>(p); }
-
 std::uint32_t ms_left(std::int64_t deadline_ns, std::int64_t now_ns) noexcept {
   if (deadline_ns == kNoExpiry) return wire::kNoExpiryMs;
   if (deadline_ns <= now_ns) return 0;
@@ -50,7 +48,7 @@ LeaseConfig lease_config_of(const LockdConfig& c) {
 // A Free row keeps a pending revoke in columns Free leaves unused: old_epoch = the revoked
 // grant's epoch (0: none), worker = the revoked holder's worker (nil: no confirmation).
 bool is_plain_free(const StoredName& n) {
-  return n.state == StoredState::free && n.peer.is_nil() && !n.epoch_fresh && n.old_epoch == 0;
+  return n.state == LockPhase::free && n.peer.is_nil() && !n.epoch_fresh && n.old_epoch == 0;
 }
 
 std::unique_ptr<wire::ClusterKeyring> keyring_of(const std::vector<wire::WireKey>& keys) {
@@ -138,24 +136,24 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
       snap.epoch_high_water = std::max(snap.epoch_high_water, n.epoch);
       // Acquiring records are dropped at restart (their epochs stay burned via the high-water
       // mark); plain Free records carry nothing the high-water mark does not.
-      if (n.state == StoredState::acquiring || is_plain_free(n)) continue;
+      if (n.state == LockPhase::acquiring || is_plain_free(n)) continue;
       DurableRecord r;
       r.name = n.id;
       r.name_fingerprint = name_fingerprint_of(n.name);
-      r.phase = static_cast<LockPhase>(n.state);
+      r.phase = n.state;
       r.epoch = n.epoch;
       r.owner = n.owner;
       r.to = n.peer;
       r.worker = n.worker;
       r.to_worker = n.peer_worker;
       r.epoch_fresh = n.epoch_fresh;
-      if (n.state == StoredState::held) {
+      if (n.state == LockPhase::held) {
         ++held;
         r.restore_left_ns = restore_left_ns(n.worker);
         if (r.restore_left_ns == 0) ++expired;
         else if (r.restore_left_ns > 0) ++shortened;
       }
-      if (n.state == StoredState::free) r.revoked_epoch = n.old_epoch;
+      if (n.state == LockPhase::free) r.revoked_epoch = n.old_epoch;
       snap.records.push_back(r);
       names_.emplace(n.id, n.name);
     }
@@ -523,7 +521,7 @@ wire::Body LockService::deny(const Outcome& o) {
   d.holder = o.state.owner;
   d.worker = o.state.worker;
   d.epoch = o.state.epoch;
-  d.state = wire_state(o.state.phase);
+  d.state = o.state.phase;
   return d;
 }
 
@@ -533,7 +531,7 @@ wire::Body LockService::grant(const Outcome& o, std::int64_t now_ns) {
   g.epoch = o.token.epoch;
   g.holder = o.token.holder;
   g.worker = o.state.worker;
-  g.state = wire_state(o.state.phase);
+  g.state = o.state.phase;
   g.ttl_ms = o.state.phase == LockPhase::acquiring ? ms_left(o.state.deadline_ns, now_ns)
                                                    : ms_left(o.state.expiry_ns, now_ns);
   if (signer_ != nullptr) {
@@ -565,7 +563,7 @@ wire::NameRecord LockService::record_of(NameId id, const LockState& s, std::int6
   r.name = text_of(id);
   if (r.name.empty()) r.name = id.str();  // UUID text is a valid name
   r.name_id = id;
-  r.state = wire_state(s.phase);
+  r.state = s.phase;
   r.holder = s.owner;
   r.worker = s.worker;
   r.epoch = s.epoch;
@@ -596,7 +594,7 @@ void LockService::record_change(NameId id, const LockState& s, const char* event
   n.id = id;
   n.name = text_of(id);
   if (n.name.empty()) n.name = id.str();
-  n.state = static_cast<StoredState>(s.phase);
+  n.state = s.phase;
   n.epoch = s.epoch;
   n.old_epoch = s.old_epoch;
   n.owner = s.owner;
@@ -689,7 +687,7 @@ void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const 
   for (std::size_t i = 0; i < n; ++i) {
     wire::HeartbeatAckEntry e;
     e.name_id = entries[i].name;
-    e.status = static_cast<wire::HeartbeatStatus>(answers[i].status);
+    e.status = answers[i].status;
     e.holder = answers[i].holder;
     e.epoch = answers[i].epoch;
     switch (answers[i].status) {
@@ -759,7 +757,7 @@ wire::WorkerAck LockService::worker_ack(const wire::WorkerHeartbeat& w, std::int
   for (std::size_t i = 0; i < n; ++i) {
     if (answers[i].status == RefreshStatus::refreshed) continue;
     ++counters_.worker_beat_not_held;
-    ack.not_held.push_back(wire::HeartbeatAckEntry{entries[i].name, static_cast<wire::HeartbeatStatus>(answers[i].status),
+    ack.not_held.push_back(wire::HeartbeatAckEntry{entries[i].name, answers[i].status,
                                                    answers[i].holder, answers[i].epoch, 0});
   }
   return ack;
@@ -798,7 +796,7 @@ wire::Body LockService::on_transfer_begin(const wire::TransferBegin& t, std::int
   note_revoke_end(t.name_id, o.state.epoch, wire::RevokeEnd::none);
   push_revoke(t.name_id, o.state, now_ns);
   return wire::TransferState{t.name_id, o.state.owner, o.state.to, o.state.old_epoch, o.state.epoch,
-                             wire::LockState::transferring};
+                             LockPhase::transferring};
 }
 
 wire::Body LockService::on_transfer_complete(const wire::TransferComplete& t, std::int64_t now_ns) {
@@ -814,7 +812,7 @@ wire::Body LockService::on_transfer_complete(const wire::TransferComplete& t, st
   }
   if (!(before == o.state)) record_change(t.name_id, o.state, "transfer_complete", now_ns);
   return wire::TransferState{t.name_id, from, o.state.reserved_for, t.new_epoch == 0 ? 0 : t.new_epoch - 1,
-                             o.state.epoch, wire_state(o.state.phase)};
+                             o.state.epoch, o.state.phase};
 }
 
 wire::Body LockService::on_transfer_accept(const wire::TransferAccept& t, std::int64_t now_ns) {

@@ -337,7 +337,7 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
       exec("CREATE TABLE names("
            " id BLOB PRIMARY KEY,"      // NameId, 16 bytes big-endian
            " name TEXT NOT NULL,"
-           " state INTEGER NOT NULL,"   // StoredState
+           " state INTEGER NOT NULL,"   // kStoredPhaseCodes
            " epoch INTEGER NOT NULL,"   // the name's epoch high-water mark; never decreases
            " old_epoch INTEGER NOT NULL,"
            " owner BLOB, peer BLOB, worker BLOB,"
@@ -489,12 +489,13 @@ StoredTable NameStore::load() const {
       const auto* text = sqlite3_column_text(q, 1);
       n.name = text != nullptr ? reinterpret_cast<const char*>(text) : "";
       const auto state = sqlite3_column_int64(q, 2);
-      if (state < 0 || state > 3) {
+      const auto phase = kStoredPhaseCodes.decode(state);
+      if (!phase) {
         sqlite3_finalize(q);
         throw StoreError("store " + path_ + ": name \"" + n.name + "\" has unknown state " +
                          std::to_string(state) + " (corrupt store?)");
       }
-      n.state = static_cast<StoredState>(state);
+      n.state = *phase;
       n.epoch = static_cast<Epoch>(sqlite3_column_int64(q, 3));
       n.old_epoch = static_cast<Epoch>(sqlite3_column_int64(q, 4));
       n.owner = id_from_column<SandboxTag>(q, 5);
@@ -544,7 +545,7 @@ std::size_t NameStore::compact(std::size_t rows_max) {
 
 void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) {
   if (changes.empty() && epoch_high_water == 0 && marks.empty()) return;
-  if (epoch_high_water > static_cast<Epoch>(std::numeric_limits<std::int64_t>::max()))
+  if (epoch_high_water > kEpochMax)
     throw StoreError("store " + path_ + ": epoch high-water mark exceeds 2^63-1");
   if (changes.size() > kStoreBatchChangesMax)
     throw StoreError("store " + path_ + ": batch of " + std::to_string(changes.size()) +
@@ -561,7 +562,7 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
   exec("BEGIN IMMEDIATE");
   try {
     for (const StoredName& n : changes) {
-      if (n.epoch > static_cast<Epoch>(std::numeric_limits<std::int64_t>::max()))
+      if (n.epoch > kEpochMax)
         throw StoreError("store " + path_ + ": epoch of \"" + n.name + "\" exceeds 2^63-1");
       const auto id = id_bytes(n.id);
       const auto owner = id_bytes(n.owner);
@@ -571,7 +572,7 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
       sqlite3_reset(upsert_);
       sqlite3_bind_blob(upsert_, 1, id.data(), 16, SQLITE_STATIC);
       sqlite3_bind_text(upsert_, 2, n.name.data(), static_cast<int>(n.name.size()), SQLITE_STATIC);
-      sqlite3_bind_int(upsert_, 3, static_cast<int>(n.state));
+      sqlite3_bind_int64(upsert_, 3, kStoredPhaseCodes.encode(n.state, -1));
       sqlite3_bind_int64(upsert_, 4, static_cast<std::int64_t>(n.epoch));
       sqlite3_bind_int64(upsert_, 5, static_cast<std::int64_t>(n.old_epoch));
       sqlite3_bind_blob(upsert_, 6, owner.data(), 16, SQLITE_STATIC);

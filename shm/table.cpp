@@ -1,6 +1,8 @@
 // leasehold/shm: table creation, mapping, writer and reader (see table.hpp for the protocol).
 #include "leasehold/shm/table.hpp"
 
+#include "leasehold/lease/assert.hpp"
+
 #include <boost/interprocess/exceptions.hpp>
 #include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/permissions.hpp>
@@ -695,6 +697,9 @@ TableErrc TableWriter::publish(std::uint32_t slot, NameId name, std::string_view
   SeqWrite w(*s);
   std::uint64_t cur = s->check_word.load(std::memory_order_relaxed);
   if (cur & kRevokedBit) return TableErrc::revoked;
+  // Epoch monotone at publish (the grant end asserts it in LeaseTable): a slot's published
+  // epoch only grows until the slot is freed; a lower one would re-validate a fenced token.
+  LEASEHOLD_ASSERT(cur == 0 || epoch >= cur);
   if (cur == epoch) {  // same epoch again: only the deadline and the descriptive fields move
     s->valid_until_ns.store(valid_until_ns, std::memory_order_release);
   } else {

@@ -1,7 +1,7 @@
 // leasehold/supervisor: the deadline wheel (see deadline_wheel.hpp for the rationale).
 #include "leasehold/supervisor/deadline_wheel.hpp"
 
-#include <cassert>
+#include "leasehold/lease/assert.hpp"
 #include <string>
 
 namespace leasehold {
@@ -62,7 +62,7 @@ void DeadlineWheel::link(std::uint32_t list, std::uint32_t index) noexcept {
 
 void DeadlineWheel::unlink(std::uint32_t index) noexcept {
   Node& n = nodes_[index];
-  assert(n.list != kNotLinked);
+  LEASEHOLD_ASSERT(n.list != kNotLinked);
   if (n.prev != kNil) {
     nodes_[n.prev].next = n.next;
   } else {
@@ -115,7 +115,7 @@ void DeadlineWheel::file(std::uint32_t index) noexcept {
 
 void DeadlineWheel::retire(std::uint32_t index) noexcept {
   Node& n = nodes_[index];
-  assert(n.list == kNotLinked);
+  LEASEHOLD_ASSERT(n.list == kNotLinked);
   ++n.generation;
   n.next = free_head_;
   free_head_ = index;
@@ -221,7 +221,7 @@ std::uint64_t DeadlineWheel::next_event_tick() const noexcept {
     if (d == 0) {
       // The current block's bucket is only occupied when cur_tick_ sits on its boundary and it
       // has not been cascaded yet.
-      assert((cur_tick_ & ((std::uint64_t{1} << shift) - 1)) == 0);
+      LEASEHOLD_ASSERT((cur_tick_ & ((std::uint64_t{1} << shift) - 1)) == 0);
       when = cur_tick_;
     } else {
       when = (block + d) << shift;

@@ -119,7 +119,7 @@ HeartbeatRound HeartbeatSchedule::begin_round(std::uint64_t now_ns,
   return round;
 }
 
-HeartbeatAction HeartbeatSchedule::kill_action(const HeartbeatLease& l, RefreshResult cause,
+HeartbeatAction HeartbeatSchedule::kill_action(const HeartbeatLease& l, RefreshStatus cause,
                                                bool lapsed) const {
   HeartbeatAction a;
   a.kind = HeartbeatAction::Kind::kill;
@@ -132,7 +132,7 @@ HeartbeatAction HeartbeatSchedule::kill_action(const HeartbeatLease& l, RefreshR
 }
 
 HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, Epoch epoch,
-                                                     RefreshResult result,
+                                                     RefreshStatus result,
                                                      const SandboxId& holder, Epoch holder_epoch,
                                                      std::uint64_t request_send_ns,
                                                      std::uint64_t now_ns) {
@@ -140,7 +140,7 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
   if (it == leases_.end()) return {};  // already removed (exited / released)
   HeartbeatLease& l = it->second;
   if (epoch != l.epoch) return {};     // an answer about another generation of this sandbox
-  if (result != RefreshResult::refreshed) {
+  if (result != RefreshStatus::refreshed) {
     HeartbeatAction a = kill_action(l, result, false);
     a.holder = holder;
     a.holder_epoch = holder_epoch;
@@ -175,7 +175,7 @@ std::vector<HeartbeatAction> HeartbeatSchedule::check_worker_liveness(std::uint6
   killswitch_engaged_ = true;
   killswitch_at_ns_ = now_ns;
   for (const auto& [id, l] : leases_)
-    if (l.worker_refreshed) out.push_back(kill_action(l, RefreshResult::refreshed, true));
+    if (l.worker_refreshed) out.push_back(kill_action(l, RefreshStatus::refreshed, true));
   return out;
 }
 

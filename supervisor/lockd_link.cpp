@@ -312,11 +312,11 @@ void LockdLink::on_unsolicited(const Datagram& d) {
 std::string describe_answer(const wire::Body& body) {
   if (const auto* g = std::get_if<wire::Grant>(&body))
     return "granted at epoch " + std::to_string(g->epoch) + " (" +
-           std::string(wire::to_string(g->state)) + ", ttl " + std::to_string(g->ttl_ms) + " ms)";
+           std::string(leasehold::to_string(g->state)) + ", ttl " + std::to_string(g->ttl_ms) + " ms)";
   if (const auto* d = std::get_if<wire::Deny>(&body)) {
     std::string s = "refused: " + std::string(to_string(d->refusal));
     if (!d->holder.is_nil()) s += ", holder " + d->holder.str();
-    s += ", epoch " + std::to_string(d->epoch) + ", state " + std::string(wire::to_string(d->state));
+    s += ", epoch " + std::to_string(d->epoch) + ", state " + std::string(leasehold::to_string(d->state));
     return s;
   }
   if (const auto* e = std::get_if<wire::Error>(&body))

@@ -85,15 +85,6 @@ void log_event(const char* fmt, ...) {
   std::fprintf(stderr, "leasehold-supervisor: t=%" PRIu64 " %s\n", now_ns(), buf);
 }
 
-RefreshResult to_result(wire::HeartbeatStatus s) {
-  switch (s) {
-    case wire::HeartbeatStatus::refreshed: return RefreshResult::refreshed;
-    case wire::HeartbeatStatus::lost: return RefreshResult::lost;
-    case wire::HeartbeatStatus::unknown: return RefreshResult::unknown;
-  }
-  return RefreshResult::unknown;
-}
-
 // Whether argv[0] resolves to an executable, with the PATH the sandbox will have.
 bool command_resolves(const ControlRequest& req, std::string& error) {
   std::string path = kDefaultSearchPath;
@@ -101,16 +92,6 @@ bool command_resolves(const ControlRequest& req, std::string& error) {
     if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
   return resolve_command(req.argv.front(), path, error).has_value();
 }
-
-const char* result_text(RefreshResult r) {
-  switch (r) {
-    case RefreshResult::refreshed: return "refreshed";
-    case RefreshResult::lost: return "lost";
-    case RefreshResult::unknown: return "unknown";
-  }
-  return "?";
-}
-
 
 // A reloaded key's probe (a Stats request under it) waits this long for lockd's answer ...
 constexpr std::int64_t kKeyProbeNs = 2'000'000'000;
@@ -1094,7 +1075,7 @@ void Supervisor::Impl::acquire_name(const SandboxId& sb, ControlClientId client,
       // The 2-phase acquire reserved the name (Acquiring: lockd preempts nothing in this state).
       // The sandbox starts before the Commit, so that whenever lockd has the name Held on this
       // worker, IsRunning finds the sandbox running (DESIGN.md "creation flows", preemptible.pml).
-      if (g->state != wire::LockState::acquiring || g->epoch == 0) {
+      if (g->state != LockPhase::acquiring || g->epoch == 0) {
         abandon(sb, client, req.id, "refused",
                 "2-phase acquire \"" + *req.name + "\" answered with " + describe_answer(*r.body));
         return;
@@ -1663,7 +1644,7 @@ void Supervisor::Impl::commit_now(const PendingCommit& pc) {
       return;
     }
     const auto* g = std::get_if<wire::Grant>(&*r.body);
-    if (g == nullptr || g->state != wire::LockState::held || g->epoch != req.epoch) {
+    if (g == nullptr || g->state != LockPhase::held || g->epoch != req.epoch) {
       abandon(sb, client, req.id, "refused", "commit \"" + *req.name + "\": " + describe_answer(*r.body));
       return;
     }
@@ -1749,7 +1730,7 @@ void Supervisor::Impl::send_commit(const SandboxId& sb, ControlClientId client, 
       return;
     }
     const auto* g = std::get_if<wire::Grant>(&*r.body);
-    if (g == nullptr || g->state != wire::LockState::held || g->epoch != epoch || g->holder != sb) {
+    if (g == nullptr || g->state != LockPhase::held || g->epoch != epoch || g->holder != sb) {
       commit_failed(sb, client, req, epoch, "refused", "commit \"" + *req.name + "\": " + describe_answer(*r.body));
       return;
     }
@@ -2314,14 +2295,14 @@ void Supervisor::Impl::apply(const HeartbeatAction& a) {
       Sandbox* s = find(a.sandbox);
       if (s == nullptr) return;
       std::string why = a.lapsed ? "lease lapsed before lockd's answer arrived"
-                                 : std::string("heartbeat answer ") + result_text(a.cause);
-      if (a.cause == RefreshResult::lost && !a.holder.is_nil())
+                                 : std::string("heartbeat answer ") + std::string(to_string(a.cause));
+      if (a.cause == RefreshStatus::lost && !a.holder.is_nil())
         why += " (held by " + a.holder.str() + " at epoch " + std::to_string(a.holder_epoch) + ")";
       if (!kill_asked(s->phase)) log_event("event=recovery sandbox=%s name=%s reason=\"%s\"", a.sandbox.str().c_str(),
                                    s->name ? s->name->c_str() : "-", why.c_str());
       // lockd no longer knows the grant as ours (revoked, or held by another): once dead, say so
       // (a revoke's lock-delay waits for it) rather than release a name that is not ours.
-      if (!a.lapsed && a.cause != RefreshResult::refreshed) s->revoked = true;
+      if (!a.lapsed && a.cause != RefreshStatus::refreshed) s->revoked = true;
       kill_sandbox(*s, why);
       hb->remove(a.sandbox);
       return;
@@ -2371,8 +2352,8 @@ void Supervisor::Impl::on_heartbeat_tick() {
         const auto& e = (*entries)[i];
         const auto& a = ack->entries[i];
         if (a.name_id != e.name) continue;  // not an answer about this entry
-        const RefreshResult res = to_result(a.status);
-        if (res == RefreshResult::refreshed && cfg.mode == SupervisorMode::lease &&
+        const RefreshStatus res = a.status;
+        if (res == RefreshStatus::refreshed && cfg.mode == SupervisorMode::lease &&
             std::uint64_t{a.ttl_left_ms} + 1 < cfg.ttl_ms) {
           // lockd refreshes for less than --ttl-ms: the safety condition does not hold for this
           // lease. Do not extend it; stop the sandbox.
@@ -2385,8 +2366,8 @@ void Supervisor::Impl::on_heartbeat_tick() {
           }
           continue;
         }
-        if (res == RefreshResult::refreshed) ++counters.refreshed;
-        else if (res == RefreshResult::lost) ++counters.lost;
+        if (res == RefreshStatus::refreshed) ++counters.refreshed;
+        else if (res == RefreshStatus::lost) ++counters.lost;
         else ++counters.unknown;
         apply(hb->on_refresh_answer(e.sandbox, e.epoch, res, a.holder, a.epoch,
                                     static_cast<std::uint64_t>(r.first_send_ns), at));
@@ -2419,9 +2400,9 @@ void Supervisor::Impl::send_worker_beat(std::uint64_t deadline_ns, std::vector<R
                for (const auto& a : w->not_held) {
                  const auto e = std::find_if(held.begin(), held.end(), [&](const RefreshEntry& x) { return x.name == a.name_id; });
                  if (e == held.end()) continue;  // not a name this beat carried
-                 const RefreshResult res = to_result(a.status);
-                 if (res == RefreshResult::refreshed) continue;
-                 ++(res == RefreshResult::lost ? counters.lost : counters.unknown);
+                 const RefreshStatus res = a.status;
+                 if (res == RefreshStatus::refreshed) continue;
+                 ++(res == RefreshStatus::lost ? counters.lost : counters.unknown);
                  apply(hb->on_refresh_answer(e->sandbox, e->epoch, res, a.holder, a.epoch,
                                              static_cast<std::uint64_t>(r.first_send_ns), at));
                }

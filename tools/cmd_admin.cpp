@@ -93,14 +93,14 @@ const Command kAcquire([](CLI::App& app, int* exit_code) {
       std::printf("%s\n", nlohmann::json{{"name", a->name},
                                          {"sandbox", sb.str()},
                                          {"epoch", g->epoch},
-                                         {"state", std::string(wire::to_string(g->state))},
+                                         {"state", std::string(leasehold::to_string(g->state))},
                                          {"commit_within_ms", g->ttl_ms}}
                               .dump()
                               .c_str());
     } else {
       std::printf("\"%s\" is %s for sandbox %s at epoch %llu; commit within %u ms:\n"
                   "  leasehold commit %s --sandbox %s --epoch %llu -- COMMAND...   (on the worker)\n",
-                  a->name.c_str(), std::string(wire::to_string(g->state)).c_str(), sb.str().c_str(),
+                  a->name.c_str(), std::string(leasehold::to_string(g->state)).c_str(), sb.str().c_str(),
                   static_cast<unsigned long long>(g->epoch), g->ttl_ms, a->name.c_str(), sb.str().c_str(),
                   static_cast<unsigned long long>(g->epoch));
     }
@@ -263,11 +263,11 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
     }
     const wire::NameRecord rec = info->record;
     // A name left transferring to this sandbox (a wait that ran out, --no-complete): complete it.
-    const bool resume = rec.state == wire::LockState::transferring && rec.reserved_for == *to;
-    if (rec.state != wire::LockState::held && !resume) {
-      *exit_code = report("transfer", {kRefused, what + ": it is " + std::string(wire::to_string(rec.state)) +
+    const bool resume = rec.state == LockPhase::transferring && rec.reserved_for == *to;
+    if (rec.state != LockPhase::held && !resume) {
+      *exit_code = report("transfer", {kRefused, what + ": it is " + std::string(leasehold::to_string(rec.state)) +
                                                      " at epoch " + std::to_string(rec.epoch) +
-                                                     (rec.state == wire::LockState::transferring
+                                                     (rec.state == LockPhase::transferring
                                                           ? " to " + rec.reserved_for.str() + ", not to " + to->str()
                                                           : std::string()) +
                                                      ", not held; only a held name can be transferred"});
@@ -407,7 +407,7 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
       return ni->record;
     };
     const std::optional<wire::NameRecord> g0 = guard();
-    const bool pending = g0 && g0->state == wire::LockState::transferring && g0->revoke_pending;
+    const bool pending = g0 && g0->state == LockPhase::transferring && g0->revoke_pending;
     const std::int64_t wait_ms =
         a->wait_ms >= 0 ? a->wait_ms : (pending ? static_cast<std::int64_t>(g0->ttl_left_ms) : 0) + 1000;
     if (pending && !a->json)
@@ -548,13 +548,13 @@ const Command kRevoke([](CLI::App& app, int* exit_code) {
         return;
       }
       const wire::NameRecord& rec = info->record;
-      if (rec.state == wire::LockState::free && !a->force) {
+      if (rec.state == LockPhase::free && !a->force) {
         *exit_code = report("revoke", {kNotFound, what + ": not held (free at epoch " + std::to_string(rec.epoch) +
                                                       "); nothing was changed. --force burns an epoch anyway"});
         return;
       }
       old_epoch = rec.epoch;
-      old_state = std::string(wire::to_string(rec.state));
+      old_state = std::string(leasehold::to_string(rec.state));
       if (!announce(a->fence_db, a->name, rec.epoch + 1, "revoke", f)) {
         *exit_code = report("revoke", f);
         return;

@@ -133,7 +133,7 @@ Failure deny_failure(const wire::Deny& d, std::string_view name) {
       break;
   }
   std::string m = n + " refused by lockd: " + std::string(to_string(d.refusal)) + " (state " +
-                  std::string(wire::to_string(d.state)) + ", epoch " + std::to_string(d.epoch);
+                  std::string(leasehold::to_string(d.state)) + ", epoch " + std::to_string(d.epoch);
   if (!d.holder.is_nil()) m += ", holder " + d.holder.str();
   if (!d.worker.is_nil()) m += ", worker " + d.worker.str();
   m += ")";
@@ -238,7 +238,7 @@ std::optional<SandboxId> parse_sandbox(std::string_view text, Failure& failure) 
 nlohmann::json record_json(const wire::NameRecord& r) {
   nlohmann::json j = {{"name", r.name},
                       {"name_id", r.name_id.str()},
-                      {"state", std::string(wire::to_string(r.state))},
+                      {"state", std::string(leasehold::to_string(r.state))},
                       {"epoch", r.epoch}};
   // null: no TTL (preemptible mode, where worker liveness keeps the lease)
   j["ttl_left_ms"] = r.ttl_left_ms == wire::kNoExpiryMs ? nlohmann::json(nullptr) : nlohmann::json(r.ttl_left_ms);

@@ -686,7 +686,7 @@ void Demo::body() {
   const std::int64_t t_show = boot_ns();
   const lockd::Answer shown = admin_->show(args_.name);
   const auto* info = shown.as<wire::NameInfo>();
-  if (info == nullptr || info->record.state != wire::LockState::held)
+  if (info == nullptr || info->record.state != LockPhase::held)
     abort("lockd does not show \"" + args_.name + "\" held right after the cut: " +
           (shown.ok() ? std::string(wire::to_string(wire::type_of(shown.body))) : shown.error));
   // ttl_left is rounded down and measured after our send: the true expiry is at or after this.
@@ -744,7 +744,7 @@ void Demo::body() {
     check_interrupted();
     const lockd::Answer s = admin_->show(args_.name);
     const auto* i = s.as<wire::NameInfo>();
-    if (s.as<wire::Deny>() != nullptr || (i != nullptr && i->record.state != wire::LockState::held)) break;
+    if (s.as<wire::Deny>() != nullptr || (i != nullptr && i->record.state != LockPhase::held)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const std::int64_t t_free = boot_ns();
@@ -833,7 +833,7 @@ void Demo::body() {
   say("%s: an unnamed agent %s waits for the name (pid %d)", kWorker[0], sb3.substr(0, 8).c_str(), b1->value("pid", -1));
   const lockd::Answer before = admin_->show(args_.name);
   const auto* binfo = before.as<wire::NameInfo>();
-  if (binfo == nullptr || binfo->record.state != wire::LockState::held || binfo->record.holder.str() != sb2)
+  if (binfo == nullptr || binfo->record.state != LockPhase::held || binfo->record.holder.str() != sb2)
     abort("before the transfer, lockd should show \"" + args_.name + "\" held by " + sb2);
   // Fence first: the resource rejects epoch e2 from now on, so nothing of the old holder lands
   // while the name is in transfer (lockd allocates exactly e2+1 at begin; checked below).

@@ -10,14 +10,14 @@ namespace {
 
 std::vector<std::string> record_row(const wire::NameRecord& r) {
   return {r.name.empty() ? r.name_id.str() : r.name,
-          std::string(wire::to_string(r.state)),
+          std::string(leasehold::to_string(r.state)),
           std::to_string(r.epoch),
           id_text(r.holder),
           id_text(r.worker),
           r.ttl_left_ms == wire::kNoExpiryMs ? "no TTL (worker liveness)"
-          : r.state == wire::LockState::held || r.state == wire::LockState::acquiring
+          : r.state == LockPhase::held || r.state == LockPhase::acquiring
               ? std::to_string(r.ttl_left_ms) + " ms"
-          : r.revoke_pending ? (r.state == wire::LockState::transferring ? "guard: " : "revoked: ") +
+          : r.revoke_pending ? (r.state == LockPhase::transferring ? "guard: " : "revoked: ") +
                                    std::to_string(r.ttl_left_ms) + " ms"
               : "-",
           id_text(r.reserved_for)};
@@ -120,7 +120,7 @@ const Command kShow([](CLI::App& app, int* exit_code) {
         fields.add({key, row[i]});
       }
       const wire::NameRecord& r = info->record;
-      if (r.revoke_pending && r.state == wire::LockState::transferring)
+      if (r.revoke_pending && r.state == LockPhase::transferring)
         fields.add({"transfer", "waiting for the old holder (epoch " + std::to_string(r.revoked_epoch) +
                                     "): completable when worker " + id_text(r.worker) +
                                     " confirms its kill, or in " + std::to_string(r.ttl_left_ms) +

@@ -1088,7 +1088,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
       const lockd::Answer a = shower->show(name);
       const std::int64_t recv = now_ns();
       const auto* info = a.as<wire::NameInfo>();
-      if (info == nullptr || info->record.state != wire::LockState::held || info->record.holder.str() != sandbox) return;
+      if (info == nullptr || info->record.state != LockPhase::held || info->record.holder.str() != sandbox) return;
       o.expiry_lo_ns = sent + static_cast<std::int64_t>(info->record.ttl_left_ms) * 1'000'000;
       o.expiry_hi_ns = recv + static_cast<std::int64_t>(info->record.ttl_left_ms + 1) * 1'000'000;
     };

@@ -15,6 +15,9 @@
 namespace leasehold::wire {
 namespace {
 
+/// Written for an enumerator no table row names (only a value cast from junk): the decoder
+/// refuses it (bad_value), so a corrupt value never travels as a valid state.
+constexpr std::uint8_t kBadCode = 0xFF;
 constexpr std::size_t kIdBytes = 16;
 
 // Header field offsets (see the layout table in protocol.hpp).
@@ -147,7 +150,7 @@ template <class Entries>
 void put_ack_entries(Writer& w, const Entries& entries) {
   w.u16(static_cast<std::uint16_t>(entries.size()));
   for (const HeartbeatAckEntry& e : entries) {
-    w.id(e.name_id); w.u8(static_cast<std::uint8_t>(e.status)); w.id(e.holder); w.u64(e.epoch);
+    w.id(e.name_id); w.u8(kRefreshStatusCodes.encode(e.status, kBadCode)); w.id(e.holder); w.u64(e.epoch);
     w.u32(e.ttl_left_ms);
   }
 }
@@ -179,20 +182,20 @@ void put(Writer& w, const Show& m) {
 void put(Writer&, const Stats&) {}
 void put(Writer& w, const Grant& m) {
   w.id(m.name_id); w.u64(m.epoch); w.id(m.holder); w.id(m.worker);
-  w.u8(static_cast<std::uint8_t>(m.state)); w.u32(m.ttl_ms);
+  w.u8(kLockPhaseCodes.encode(m.state, kBadCode)); w.u32(m.ttl_ms);
   w.u8(static_cast<std::uint8_t>(m.token.size()));
   if (!m.token.empty()) std::memcpy(w.p, m.token.data(), m.token.size());
   w.p += m.token.size();
 }
 void put(Writer& w, const Deny& m) {
   w.id(m.name_id); w.u8(static_cast<std::uint8_t>(m.refusal)); w.id(m.holder); w.id(m.worker);
-  w.u64(m.epoch); w.u8(static_cast<std::uint8_t>(m.state));
+  w.u64(m.epoch); w.u8(kLockPhaseCodes.encode(m.state, kBadCode));
 }
 void put(Writer& w, const HeartbeatAck& m) { put_ack_entries(w, m.entries); }
 void put(Writer& w, const Ok& m) { w.id(m.name_id); w.u64(m.epoch); }
 void put(Writer& w, const TransferState& m) {
   w.id(m.name_id); w.id(m.from); w.id(m.to); w.u64(m.old_epoch); w.u64(m.new_epoch);
-  w.u8(static_cast<std::uint8_t>(m.state));
+  w.u8(kLockPhaseCodes.encode(m.state, kBadCode));
 }
 void put(Writer& w, const WorkerAck& m) {
   w.u32(m.liveness_ttl_ms);
@@ -200,7 +203,7 @@ void put(Writer& w, const WorkerAck& m) {
 }
 void put(Writer& w, const RunningAnswer& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); w.boolean(m.running); }
 void put(Writer& w, const NameRecord& r) {
-  w.text8(r.name); w.id(r.name_id); w.u8(static_cast<std::uint8_t>(r.state)); w.id(r.holder);
+  w.text8(r.name); w.id(r.name_id); w.u8(kLockPhaseCodes.encode(r.state, kBadCode)); w.id(r.holder);
   w.id(r.worker); w.u64(r.epoch); w.u32(r.ttl_left_ms); w.id(r.reserved_for);
   w.boolean(r.revoke_pending); w.u64(r.revoked_epoch); w.u32(r.reservation_left_ms);
   w.u8(static_cast<std::uint8_t>(r.revoke_ended));
@@ -304,11 +307,12 @@ class Reader {
                                               " but only " + std::to_string(left()) + " payload bytes follow");
     return true;
   }
-  bool lock_state(LockState& s, const char* f) {
+  bool lock_state(LockPhase& s, const char* f) {
     std::uint8_t b = 0;
     if (!u8(b, f)) return false;
-    if (b > static_cast<std::uint8_t>(LockState::transferring)) return bad_value(f, b);
-    s = static_cast<LockState>(b);
+    const auto p = kLockPhaseCodes.decode(b);
+    if (!p) return bad_value(f, b);
+    s = *p;
     return true;
   }
   bool refusal(Refusal& r, const char* f) {
@@ -319,11 +323,12 @@ class Reader {
     r = static_cast<Refusal>(b);
     return true;
   }
-  bool status(HeartbeatStatus& s, const char* f) {
+  bool status(RefreshStatus& s, const char* f) {
     std::uint8_t b = 0;
     if (!u8(b, f)) return false;
-    if (b > static_cast<std::uint8_t>(HeartbeatStatus::unknown)) return bad_value(f, b);
-    s = static_cast<HeartbeatStatus>(b);
+    const auto v = kRefreshStatusCodes.decode(b);
+    if (!v) return bad_value(f, b);
+    s = *v;
     return true;
   }
   bool revoke_end(RevokeEnd& e, const char* f) {
@@ -613,16 +618,6 @@ std::string_view to_string(MessageType t) noexcept {
   return "unknown";
 }
 
-std::string_view to_string(LockState s) noexcept {
-  switch (s) {
-    case LockState::free: return "free";
-    case LockState::acquiring: return "acquiring";
-    case LockState::held: return "held";
-    case LockState::transferring: return "transferring";
-  }
-  return "unknown";
-}
-
 std::string_view to_string(RevokeEnd e) noexcept {
   switch (e) {
     case RevokeEnd::none: return "none";
@@ -630,15 +625,6 @@ std::string_view to_string(RevokeEnd e) noexcept {
     case RevokeEnd::lease_expired: return "lease_expired";
   }
   return "unknown";
-}
-
-std::string_view to_string(HeartbeatStatus s) noexcept {
-  switch (s) {
-    case HeartbeatStatus::refreshed: return "refreshed";
-    case HeartbeatStatus::lost: return "lost";
-    case HeartbeatStatus::unknown: return "unknown";
-  }
-  return "unknown_status";
 }
 
 std::string_view to_string(DecodeError e) noexcept {

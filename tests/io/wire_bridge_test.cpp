@@ -90,30 +90,30 @@ wire::Body answer_for(const wire::Body& b, std::uint64_t stats_served) {
   using namespace wire;
   if (const auto* q = std::get_if<Acquire>(&b))
     return Grant{name_id_of(q->name), 7, q->sandbox, q->worker,
-                 q->two_phase ? LockState::acquiring : LockState::held, q->ttl_ms, {}};
+                 q->two_phase ? LockPhase::acquiring : LockPhase::held, q->ttl_ms, {}};
   if (const auto* q = std::get_if<Commit>(&b))
-    return Grant{q->name_id, q->epoch, q->sandbox, q->worker, LockState::held, 5000, {}};
+    return Grant{q->name_id, q->epoch, q->sandbox, q->worker, LockPhase::held, 5000, {}};
   if (const auto* q = std::get_if<Heartbeat>(&b)) {
     HeartbeatAck ack;
     for (std::size_t i = 0; i < q->entries.size(); ++i) {
       const HeartbeatEntry& e = q->entries[i];
       if (i % 2 == 0)
-        ack.entries.push_back({e.name_id, HeartbeatStatus::refreshed, e.sandbox, e.epoch, q->ttl_cap_ms});
+        ack.entries.push_back({e.name_id, RefreshStatus::refreshed, e.sandbox, e.epoch, q->ttl_cap_ms});
       else
-        ack.entries.push_back({e.name_id, HeartbeatStatus::lost, sid(900), e.epoch + 1, 0});
+        ack.entries.push_back({e.name_id, RefreshStatus::lost, sid(900), e.epoch + 1, 0});
     }
     return ack;
   }
   if (const auto* q = std::get_if<Release>(&b)) return Ok{q->name_id, q->epoch + 1};
   if (const auto* q = std::get_if<TransferBegin>(&b))
-    return TransferState{q->name_id, q->from, q->to, q->epoch, q->epoch + 1, LockState::transferring};
+    return TransferState{q->name_id, q->from, q->to, q->epoch, q->epoch + 1, LockPhase::transferring};
   if (const auto* q = std::get_if<TransferComplete>(&b))
-    return TransferState{q->name_id, SandboxId{}, SandboxId{}, q->new_epoch, q->new_epoch, LockState::free};
+    return TransferState{q->name_id, SandboxId{}, SandboxId{}, q->new_epoch, q->new_epoch, LockPhase::free};
   if (const auto* q = std::get_if<TransferAccept>(&b))
-    return Grant{q->name_id, 46, q->to, q->worker, LockState::held, 5000, {}};
+    return Grant{q->name_id, 46, q->to, q->worker, LockPhase::held, 5000, {}};
   if (const auto* q = std::get_if<Revoke>(&b)) return Ok{q->name_id, 101};
   if (const auto* q = std::get_if<Reassign>(&b))
-    return Deny{q->name_id, Refusal::not_free, sid(77), wid(77), 12, LockState::held};
+    return Deny{q->name_id, Refusal::not_free, sid(77), wid(77), 12, LockPhase::held};
   if (std::get_if<WorkerHeartbeat>(&b) != nullptr) return WorkerAck{9000, {}};
   if (const auto* q = std::get_if<IsRunning>(&b)) return RunningAnswer{q->name_id, q->sandbox, q->epoch, false};
   if (const auto* q = std::get_if<List>(&b)) {
@@ -309,26 +309,26 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
 
   // The answers, written out from the sample values of wire_samples.hpp.
   HeartbeatAck hb_ack;
-  hb_ack.entries.push_back({nid(0), HeartbeatStatus::refreshed, sid(0), 7, 3000});
-  hb_ack.entries.push_back({nid(1), HeartbeatStatus::lost, sid(900), 9, 0});
-  hb_ack.entries.push_back({nid(2), HeartbeatStatus::refreshed, sid(2), 9, 3000});
-  hb_ack.entries.push_back({nid(3), HeartbeatStatus::lost, sid(900), 11, 0});
-  hb_ack.entries.push_back({nid(4), HeartbeatStatus::refreshed, sid(4), 11, 3000});
+  hb_ack.entries.push_back({nid(0), RefreshStatus::refreshed, sid(0), 7, 3000});
+  hb_ack.entries.push_back({nid(1), RefreshStatus::lost, sid(900), 9, 0});
+  hb_ack.entries.push_back({nid(2), RefreshStatus::refreshed, sid(2), 9, 3000});
+  hb_ack.entries.push_back({nid(3), RefreshStatus::lost, sid(900), 11, 0});
+  hb_ack.entries.push_back({nid(4), RefreshStatus::refreshed, sid(4), 11, 3000});
   NameRecord shown_by_name = record(19);
   shown_by_name.name = "svc.a/b_c";
   shown_by_name.name_id = name_id_of("svc.a/b_c");
   NameRecord shown_by_id = record(19);
   shown_by_id.name_id = nid(12);
   const std::vector<Body> expected = {
-      Grant{name_id_of("db/primary:shard-7"), 7, sid(1), wid(1), LockState::acquiring, 5000, {}},
-      Grant{nid(2), 42, sid(2), wid(2), LockState::held, 5000, {}},
+      Grant{name_id_of("db/primary:shard-7"), 7, sid(1), wid(1), LockPhase::acquiring, 5000, {}},
+      Grant{nid(2), 42, sid(2), wid(2), LockPhase::held, 5000, {}},
       hb_ack,
       Ok{nid(3), 44},
-      TransferState{nid(4), sid(4), sid(5), 44, 45, LockState::transferring},
-      TransferState{nid(5), SandboxId{}, SandboxId{}, 45, 45, LockState::free},
-      Grant{nid(6), 46, sid(6), wid(6), LockState::held, 5000, {}},
+      TransferState{nid(4), sid(4), sid(5), 44, 45, LockPhase::transferring},
+      TransferState{nid(5), SandboxId{}, SandboxId{}, 45, 45, LockPhase::free},
+      Grant{nid(6), 46, sid(6), wid(6), LockPhase::held, 5000, {}},
       Ok{nid(7), 101},
-      Deny{nid(8), Refusal::not_free, sid(77), wid(77), 12, LockState::held},
+      Deny{nid(8), Refusal::not_free, sid(77), wid(77), 12, LockPhase::held},
       WorkerAck{9000, {}},
       RunningAnswer{nid(10), sid(10), 50, false},
       ListPage{{record(78), record(79), record(80)}, 80},
@@ -398,7 +398,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
     const DecodeResult d = decode_answer(*first);
     ASSERT_TRUE(d) << d.detail;
     EXPECT_EQ(d.header.request_id, 5001u);
-    EXPECT_TRUE(d.body == Body(Grant{name_id_of("jobs/retry"), 7, sid(30), wid(500), LockState::held, 2000, {}}));
+    EXPECT_TRUE(d.body == Body(Grant{name_id_of("jobs/retry"), 7, sid(30), wid(500), LockPhase::held, 2000, {}}));
   }
 
   // A correctly signed datagram of an unknown type, and one of an unknown version: an Error

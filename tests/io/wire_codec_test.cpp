@@ -243,12 +243,12 @@ TEST_F(WireCodec, InvalidNamesAreRejectedAtDecodeAndEncode) {
 }
 
 TEST_F(WireCodec, OutOfRangeEnumsAndBooleansAreRejected) {
-  const Bytes grant = encode_bytes(Grant{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockState::held, 9, {}}, &auth);
+  const Bytes grant = encode_bytes(Grant{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockPhase::held, 9, {}}, &auth);
   Bytes payload = payload_of(grant);
   payload[16 + 8 + 16 + 16] = 4;  // state
   EXPECT_EQ(decode(with_payload(grant, payload, auth), &auth).error, DecodeError::bad_value);
 
-  const Bytes deny = encode_bytes(Deny{samples::nid(1), Refusal::held, {}, {}, 3, LockState::held}, &auth);
+  const Bytes deny = encode_bytes(Deny{samples::nid(1), Refusal::held, {}, {}, 3, LockPhase::held}, &auth);
   payload = payload_of(deny);
   payload[16] = 200;  // refusal
   const DecodeResult r = decode(with_payload(deny, payload, auth), &auth);
@@ -264,7 +264,7 @@ TEST_F(WireCodec, OutOfRangeEnumsAndBooleansAreRejected) {
 // A Grant's token is absent (length 0) or exactly one token long; any other length is refused,
 // and a datagram cut inside the token is short.
 TEST_F(WireCodec, GrantTokenLengthIsChecked) {
-  Grant g{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockState::held, 9, {}};
+  Grant g{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockPhase::held, 9, {}};
   g.token.resize(token::kTokenBytes, 0xAB);
   const Bytes grant = encode_bytes(g, &auth);
   const DecodeResult ok = decode(grant, &auth);
@@ -329,11 +329,11 @@ TEST_F(WireCodec, FullHeartbeatAndItsAckFitOneDatagram) {
   WorkerAck wack{9000, {}};
   for (std::uint64_t i = 0; i < kHeartbeatEntriesMax; ++i) {
     hb.entries.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), i});
-    ack.entries.push_back(HeartbeatAckEntry{samples::nid(i), HeartbeatStatus::lost, samples::sid(i), i, 0});
+    ack.entries.push_back(HeartbeatAckEntry{samples::nid(i), RefreshStatus::lost, samples::sid(i), i, 0});
   }
   for (std::uint64_t i = 0; i < kWorkerBeatEntriesMax; ++i) {
     beat.held.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), i});
-    wack.not_held.push_back(HeartbeatAckEntry{samples::nid(i), HeartbeatStatus::lost, samples::sid(i), i, 0});
+    wack.not_held.push_back(HeartbeatAckEntry{samples::nid(i), RefreshStatus::lost, samples::sid(i), i, 0});
   }
   for (const Body& b : {Body{hb}, Body{ack}, Body{beat}, Body{wack}}) {
     const Bytes d = encode_bytes(b, &auth);

@@ -81,7 +81,7 @@ TEST_F(WireReceiver, RetriedRequestIdGetsIdenticalAnswerBytes) {
   const Admission a = receiver.admit(first, now_boottime_ns());
   ASSERT_EQ(a.verdict, Verdict::deliver);
   const Bytes answer = seal(lockd, 42, Grant{name_id_of("jobs/x"), 8, samples::sid(1), samples::wid(1),
-                                               LockState::held, 5000, {}});
+                                               LockPhase::held, 5000, {}});
   receiver.remember_answer(a.key, answer);
   EXPECT_EQ(receiver.cached_answers(), 1u);
 
@@ -123,7 +123,7 @@ TEST_F(WireReceiver, RetryOfADeferredRequestIsDroppedUntilItsAnswerIsRemembered)
   EXPECT_EQ(receiver.stats().accepted, 1u);
 
   const Bytes answer = seal(lockd, 42, Grant{name_id_of("jobs/x"), 8, samples::sid(1), samples::wid(1),
-                                               LockState::held, 5000, {}});
+                                               LockPhase::held, 5000, {}});
   receiver.remember_answer(a.key, answer);
   EXPECT_EQ(receiver.in_flight(), 0u);
   const Admission r = receiver.admit(seal(client, 42, request), 4'000);

@@ -16,7 +16,7 @@ inline NameRecord record(std::uint64_t n) {
   NameRecord r;
   r.name = "jobs/etl-" + std::to_string(n);
   r.name_id = name_id_of(r.name);
-  r.state = LockState::held;
+  r.state = LockPhase::held;
   r.holder = sid(n);
   r.worker = wid(n);
   r.epoch = 1000 + n;
@@ -55,23 +55,23 @@ inline std::vector<Body> every_type() {
   v.push_back(Stats{});
   v.push_back(Revoked{nid(20), 60, 61});
   v.push_back(KillConfirmed{nid(21), sid(21), 62});
-  v.push_back(Grant{nid(13), 53, sid(13), wid(13), LockState::acquiring, 1500, {}});
+  v.push_back(Grant{nid(13), 53, sid(13), wid(13), LockPhase::acquiring, 1500, {}});
   {
     // A grant carrying a token (the bytes need not be a valid signature for the codec).
-    Grant signed_grant{nid(16), 56, sid(16), wid(16), LockState::held, 3000, {}};
+    Grant signed_grant{nid(16), 56, sid(16), wid(16), LockPhase::held, 3000, {}};
     for (std::size_t i = 0; i < token::kTokenBytes; ++i) signed_grant.token.push_back(static_cast<std::uint8_t>(i * 7));
     v.push_back(signed_grant);
   }
-  v.push_back(Deny{nid(14), Refusal::held, sid(14), wid(14), 54, LockState::held});
+  v.push_back(Deny{nid(14), Refusal::held, sid(14), wid(14), 54, LockPhase::held});
   HeartbeatAck ack;
-  ack.entries.push_back(HeartbeatAckEntry{nid(1), HeartbeatStatus::refreshed, sid(1), 8, 2900});
-  ack.entries.push_back(HeartbeatAckEntry{nid(2), HeartbeatStatus::lost, sid(99), 12, 0});
-  ack.entries.push_back(HeartbeatAckEntry{nid(3), HeartbeatStatus::unknown, SandboxId{}, 0, 0});
+  ack.entries.push_back(HeartbeatAckEntry{nid(1), RefreshStatus::refreshed, sid(1), 8, 2900});
+  ack.entries.push_back(HeartbeatAckEntry{nid(2), RefreshStatus::lost, sid(99), 12, 0});
+  ack.entries.push_back(HeartbeatAckEntry{nid(3), RefreshStatus::unknown, SandboxId{}, 0, 0});
   v.push_back(ack);
   v.push_back(Ok{nid(15), 55});
-  v.push_back(TransferState{nid(16), sid(16), sid(17), 56, 57, LockState::transferring});
+  v.push_back(TransferState{nid(16), sid(16), sid(17), 56, 57, LockPhase::transferring});
   WorkerAck wack{9000, {}};
-  wack.not_held.push_back(HeartbeatAckEntry{nid(9), HeartbeatStatus::lost, sid(77), 51, 0});
+  wack.not_held.push_back(HeartbeatAckEntry{nid(9), RefreshStatus::lost, sid(77), 51, 0});
   v.push_back(wack);
   v.push_back(RunningAnswer{nid(18), sid(18), 58, true});
   v.push_back(ListPage{{record(1), record(2), record(3)}, 4});

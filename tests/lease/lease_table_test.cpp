@@ -152,7 +152,7 @@ TEST_F(LeaseTableTest, Acquire2pcIsBoundToItsWorkerUntilItLeavesAcquiring) {
   ASSERT_TRUE(o.ok()) << to_string(o.refusal);
   EXPECT_EQ(o.state.worker, kW1);
   EXPECT_EQ(table.state(id("db")).worker, kW1);
-  EXPECT_EQ(table.acquire_2pc("db", kA, kT0 + 1, kW2).state.worker, kW1);  // idempotent: the first stays
+  EXPECT_EQ(table.acquire_2pc("db", kA, kT0, kW2).state.worker, kW1);  // idempotent: the first stays
   EXPECT_TRUE(table.acquire_2pc("free", kB, kT0).state.worker.is_nil());   // none named
   // Every way out of Acquiring drops the binding (and its worker reference).
   ASSERT_TRUE(table.commit(id("db"), kA, 1, kW1, kT0).ok());
@@ -380,10 +380,12 @@ TEST_F(LeaseTableTest, TransferGuardEndsAtTheOldLeasesExpiryPlusLockDelay) {
   EXPECT_EQ(out[0].epoch, 2u);
   EXPECT_FALSE(t.state(id("db")).revoke_pending);
   EXPECT_TRUE(t.complete_release(id("db"), kA, 2, kT0 + 6 * kSecondNs).ok());
-  // Also without advance: a complete at the bound is accepted.
-  ASSERT_TRUE(t.acquire("db2", kA, kW1, kT0, 4 * kSecondNs).ok());
-  ASSERT_TRUE(t.begin_transfer(id("db2"), kA, 3, kB, kT0).ok());
-  EXPECT_TRUE(t.complete_release(id("db2"), kA, 4, kT0 + 6 * kSecondNs).ok());
+  // Also without advance: a complete at the bound is accepted (a second table: time into one
+  // table never goes backwards).
+  LeaseTable t2(c);
+  ASSERT_TRUE(t2.acquire("db2", kA, kW1, kT0, 4 * kSecondNs).ok());
+  ASSERT_TRUE(t2.begin_transfer(id("db2"), kA, 1, kB, kT0).ok());
+  EXPECT_TRUE(t2.complete_release(id("db2"), kA, 2, kT0 + 6 * kSecondNs).ok());
 }
 
 TEST_F(LeaseTableTest, TransferGuardAblatedCompletesAtOnce) {
@@ -489,11 +491,8 @@ TEST_F(LeaseTableTest, KillConfirmationLiftsTheRevokeOnlyFromTheHoldersWorkerFor
 
 TEST_F(LeaseTableTest, RevokeOfAnExpiredOrAcquiringOrTransferringGrant) {
   // A lease past its expiry (not yet reclaimed): nothing can still run it, no lock-delay.
+  // (Checked last, at kT0 + 10 s: time into the table never goes backwards.)
   ASSERT_TRUE(table.acquire("gone", kA, kW1, kT0).ok());
-  const Outcome g = table.revoke(id("gone"), kT0 + 10 * kSecondNs);
-  ASSERT_TRUE(g.ok());
-  EXPECT_FALSE(g.state.revoke_pending);
-  EXPECT_TRUE(table.acquire("gone", kB, kW2, kT0 + 10 * kSecondNs).ok());
   // Acquiring: until its commit deadline, no worker can confirm.
   ASSERT_TRUE(table.acquire_2pc("acq", kA, kT0).ok());
   const Outcome a = table.revoke(id("acq"), kT0);
@@ -517,6 +516,10 @@ TEST_F(LeaseTableTest, RevokeOfAnExpiredOrAcquiringOrTransferringGrant) {
   ASSERT_TRUE(table.begin_transfer(id("xfer2"), kA, ye, kB, kT0).ok());
   ASSERT_TRUE(table.confirm_kill(id("xfer2"), kW1, ye, kT0).ok());
   EXPECT_FALSE(table.revoke(id("xfer2"), kT0).state.revoke_pending);
+  const Outcome g = table.revoke(id("gone"), kT0 + 10 * kSecondNs);
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g.state.revoke_pending);
+  EXPECT_TRUE(table.acquire("gone", kB, kW2, kT0 + 10 * kSecondNs).ok());
 }
 
 TEST_F(LeaseTableTest, RevokeAtAnExpectedEpochOnly) {
@@ -625,7 +628,9 @@ TEST_F(LeaseTableTest, PendingRevokeAndReservationSurviveARestart) {
   EXPECT_EQ(s.revoked_epoch, 1u);
   EXPECT_EQ(s.revoked_worker, kW1);
   EXPECT_EQ(s.lock_delay_until_ns, restart + 60 * kSecondNs);  // a full TTL: times are not durable
-  EXPECT_EQ(r.acquire("db", kB, kW2, restart + 59 * kSecondNs).refusal, Refusal::lock_delay);
+  LeaseTable later(small_config());  // the same restart, asked 59 s on
+  ASSERT_EQ(later.restore(snap, restart), "");
+  EXPECT_EQ(later.acquire("db", kB, kW2, restart + 59 * kSecondNs).refusal, Refusal::lock_delay);
   EXPECT_TRUE(r.confirm_kill(id("db"), kW1, 1, restart).ok());
   EXPECT_EQ(r.acquire("db", kB, kW2, restart).token.epoch, 2u);
   EXPECT_EQ(r.state(id("res")).reservation_until_ns, restart + 30 * kSecondNs);  // a fresh TTL
@@ -827,7 +832,9 @@ TEST_F(LeaseTableTest, RefusesAcquiringExpiredAtTheMomentOfCommit) {
   const Outcome o = table.commit(id("db"), kA, 1, kW1, kT0 + 5 * kSecondNs);
   EXPECT_EQ(o.refusal, Refusal::acquiring_expired);
   EXPECT_EQ(o.state.phase, LockPhase::acquiring);
-  EXPECT_TRUE(table.commit(id("db"), kA, 1, kW1, kT0 + 5 * kSecondNs - 1).ok());
+  LeaseTable in_time(small_config());  // one ns before the deadline (a second table: time
+  ASSERT_TRUE(in_time.acquire_2pc("db", kA, kT0).ok());  // into one never goes backwards)
+  EXPECT_TRUE(in_time.commit(id("db"), kA, 1, kW1, kT0 + 5 * kSecondNs - 1).ok());
 }
 
 TEST_F(LeaseTableTest, RefusesNotTransferring) {
@@ -856,8 +863,8 @@ TEST_F(LeaseTableTest, RefusesPreemptWhileWorkerAliveAndRunning) {
   EXPECT_EQ(o.refusal, Refusal::worker_alive);
   EXPECT_EQ(o.state.phase, LockPhase::held);
   // A decision about an older grant cannot free a newer one.
-  EXPECT_EQ(t.preempt(id("db"), kA, 0, true, kT0).refusal, Refusal::stale_epoch);
-  EXPECT_EQ(t.preempt(id("db"), kB, 1, true, kT0).refusal, Refusal::not_holder);
+  EXPECT_EQ(t.preempt(id("db"), kA, 0, true, kT0 + kSecondNs).refusal, Refusal::stale_epoch);
+  EXPECT_EQ(t.preempt(id("db"), kB, 1, true, kT0 + kSecondNs).refusal, Refusal::not_holder);
 }
 
 TEST_F(LeaseTableTest, RefusesTableFull) {
@@ -903,6 +910,34 @@ TEST_F(LeaseTableTest, RefusesEpochExhaustedRatherThanWrap) {
   ASSERT_TRUE(table.release(id("db"), kA, kEpochMax, kT0).ok());
   EXPECT_EQ(table.acquire("db", kA, kW1, kT0).refusal, Refusal::epoch_exhausted);
   EXPECT_EQ(table.epoch_high_water(), kEpochMax);
+}
+
+TEST_F(LeaseTableTest, EpochLimitIsTheShmLimitAndNoGrantGoesPastIt) {
+  // 2^63-1: bit 63 of a shm check word is the revoked flag, so no larger epoch is publishable.
+  static_assert(kEpochMax == (Epoch{1} << 63) - 1);
+  DurableSnapshot snap;
+  snap.records.push_back(DurableRecord{id("db"), name_fingerprint_of("db"), LockPhase::held,
+                                       kEpochMax - 1, kA, {}, kW1, false});
+  ASSERT_EQ(table.restore(snap, kT0), "");
+  // The last epoch below the limit is still granted (a transfer begins at kEpochMax) ...
+  const Outcome begun = table.begin_transfer(id("db"), kA, kEpochMax - 1, kB, kT0);
+  ASSERT_TRUE(begun.ok()) << to_string(begun.refusal);
+  EXPECT_EQ(begun.state.epoch, kEpochMax);
+  // ... and nothing goes past it: a fresh name would need kEpochMax + 1.
+  EXPECT_EQ(table.acquire("other", kA, kW1, kT0).refusal, Refusal::epoch_exhausted);
+  EXPECT_EQ(table.epoch_high_water(), kEpochMax);
+}
+
+TEST_F(LeaseTableTest, RestoreRefusesAnEpochAboveTheLimit) {
+  DurableSnapshot snap;
+  snap.records.push_back(DurableRecord{id("db"), name_fingerprint_of("db"), LockPhase::held,
+                                       kEpochMax + 1, kA, {}, kW1, false});
+  EXPECT_NE(table.restore(snap, kT0).find("above the epoch limit"), std::string::npos);
+  LeaseTable fresh(small_config(LockMode::lease));
+  DurableSnapshot high;
+  high.epoch_high_water = kEpochMax + 1;
+  EXPECT_NE(fresh.restore(high, kT0).find("above the epoch limit"), std::string::npos);
+  EXPECT_EQ(fresh.size(), 0u);
 }
 
 TEST_F(LeaseTableTest, RefusesNotHeld) {

@@ -152,15 +152,15 @@ class LockdAuthority : public ::testing::TestWithParam<bool> {
     while (now_boottime_ns() < until) {
       s.send(next(), lockd_.address());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (defended() && state_of(name) != wire::LockState::held) return true;
+      if (defended() && state_of(name) != LockPhase::held) return true;
     }
-    return state_of(name) != wire::LockState::held;
+    return state_of(name) != LockPhase::held;
   }
-  wire::LockState state_of(const std::string& name) {
+  LockPhase state_of(const std::string& name) {
     AdminClient admin(lockd_.address(), cluster_);
     const Answer a = admin.show(name);
     if (const auto* i = a.as<wire::NameInfo>()) return i->record.state;
-    return wire::LockState::free;
+    return LockPhase::free;
   }
 
   TempDir dir_;
@@ -218,7 +218,7 @@ TEST_P(LockdAuthority, ReleaseFromAnotherWorkerIsRefused) {
     ASSERT_NE(d, nullptr) << r.error;
     EXPECT_EQ(d->refusal, Refusal::forbidden);
     EXPECT_TRUE(d->holder.is_nil());  // the refusal tells nothing of the holder
-    EXPECT_EQ(state_of("auth/release"), wire::LockState::held);
+    EXPECT_EQ(state_of("auth/release"), LockPhase::held);
     auto c = counters();
     EXPECT_EQ(c["refusal_forbidden"], 1u);
     EXPECT_EQ(c["forbidden"], 1u);
@@ -231,7 +231,7 @@ TEST_P(LockdAuthority, ReleaseFromAnotherWorkerIsRefused) {
     EXPECT_NE(own.as<wire::Ok>(), nullptr) << own.error;
   } else {
     EXPECT_NE(r.as<wire::Ok>(), nullptr) << r.error;
-    EXPECT_EQ(state_of("auth/release"), wire::LockState::free);
+    EXPECT_EQ(state_of("auth/release"), LockPhase::free);
   }
 }
 
@@ -244,7 +244,7 @@ TEST_P(LockdAuthority, CommitOfAnotherWorkersAcquireIsRefused) {
   const Answer g = w.acquire("auth/commit", S1, W, 0, /*two_phase=*/true);
   const auto* grant = g.as<wire::Grant>();
   ASSERT_NE(grant, nullptr) << g.error;
-  ASSERT_EQ(grant->state, wire::LockState::acquiring);
+  ASSERT_EQ(grant->state, LockPhase::acquiring);
 
   AdminClient x(lockd_.address(), worker_key(X));
   const Answer c = x.commit(name_id_of("auth/commit"), S1, grant->epoch, X);
@@ -257,7 +257,7 @@ TEST_P(LockdAuthority, CommitOfAnotherWorkersAcquireIsRefused) {
     ASSERT_NE(d, nullptr) << c.error;
     EXPECT_EQ(d->refusal, Refusal::forbidden);
     EXPECT_TRUE(d->holder.is_nil());
-    EXPECT_EQ(info->record.state, wire::LockState::acquiring);
+    EXPECT_EQ(info->record.state, LockPhase::acquiring);
     EXPECT_EQ(info->record.worker, W);  // the record names the worker it is bound to
     // X's abort of W's acquire is refused the same way.
     const Answer abort = x.release(name_id_of("auth/commit"), S1, grant->epoch);
@@ -269,12 +269,12 @@ TEST_P(LockdAuthority, CommitOfAnotherWorkersAcquireIsRefused) {
     // W commits its own acquire.
     const Answer own = w.commit(name_id_of("auth/commit"), S1, grant->epoch, W);
     ASSERT_NE(own.as<wire::Grant>(), nullptr) << own.error;
-    EXPECT_EQ(own.as<wire::Grant>()->state, wire::LockState::held);
+    EXPECT_EQ(own.as<wire::Grant>()->state, LockPhase::held);
     EXPECT_EQ(own.as<wire::Grant>()->epoch, grant->epoch);
   } else {
     const auto* held = c.as<wire::Grant>();
     ASSERT_NE(held, nullptr) << "the ablated lockd was expected to let X commit: " << c.error;
-    EXPECT_EQ(held->state, wire::LockState::held);
+    EXPECT_EQ(held->state, LockPhase::held);
     EXPECT_EQ(info->record.worker, X);  // W's sandbox's name now belongs to X's worker
   }
 }
@@ -293,7 +293,7 @@ TEST_P(LockdAuthority, HeartbeatClaimingAnotherWorkersIdDoesNotRefresh) {
     EXPECT_TRUE(expired) << "forged heartbeats kept W's name held";
     EXPECT_GE(counters()["reject_bad_tag"], 1u);
   } else {
-    EXPECT_EQ(state_of("auth/heartbeat"), wire::LockState::held) << "the ablated lockd was expected to refresh";
+    EXPECT_EQ(state_of("auth/heartbeat"), LockPhase::held) << "the ablated lockd was expected to refresh";
   }
 }
 
@@ -312,7 +312,7 @@ TEST_P(LockdAuthority, ReplayedHeartbeatIsNotExecuted) {
     EXPECT_TRUE(expired) << "a replayed heartbeat kept the name held";
     EXPECT_GE(counters()["reject_replayed"], 1u);
   } else {
-    EXPECT_EQ(state_of("auth/replay"), wire::LockState::held) << "the ablated lockd was expected to refresh";
+    EXPECT_EQ(state_of("auth/replay"), LockPhase::held) << "the ablated lockd was expected to refresh";
   }
 }
 
@@ -411,7 +411,7 @@ TEST_P(LockdAuthority, AdminOperationsNeedAnAdminKey) {
       EXPECT_EQ(a->as<wire::Deny>()->refusal, Refusal::forbidden);
       EXPECT_TRUE(a->as<wire::Deny>()->holder.is_nil());
     }
-    EXPECT_EQ(state_of("auth/admin"), wire::LockState::held);
+    EXPECT_EQ(state_of("auth/admin"), LockPhase::held);
     EXPECT_EQ(counters()["forbidden"], 3u);
   } else {
     EXPECT_NE(sh.as<wire::NameInfo>(), nullptr) << sh.error;
@@ -461,7 +461,7 @@ TEST_P(LockdAuthority, AdminKeyCannotSpeakAsAWorker) {
     }
     ASSERT_NE(taken.as<wire::Deny>(), nullptr) << taken.error;
     EXPECT_EQ(taken.as<wire::Deny>()->refusal, Refusal::lock_delay);  // W's sandbox may still run
-    EXPECT_EQ(state_of("auth/granted-to-w"), wire::LockState::free);
+    EXPECT_EQ(state_of("auth/granted-to-w"), LockPhase::free);
     auto c = counters();
     EXPECT_EQ(c["forbidden"], 4u);
     EXPECT_EQ(c["refusal_forbidden"], 4u);

@@ -165,7 +165,7 @@ TEST_F(LockdBadInput, ReadOnlyFileSystemUntouched) {
       StoredName n;
       n.name = "ro/name";
       n.id = name_id_of(n.name);
-      n.state = StoredState::held;
+      n.state = LockPhase::held;
       n.epoch = 3;
       n.owner = SandboxId{1, 1};
       n.worker = WorkerId{1, 1};
@@ -190,7 +190,7 @@ TEST_F(LockdBadInput, FullDiskUntouched) {
         StoredName n;
         n.name = "full/" + std::to_string(i);
         n.id = name_id_of(n.name);
-        n.state = StoredState::held;
+        n.state = LockPhase::held;
         n.epoch = 1;
         n.owner = SandboxId{1, static_cast<std::uint64_t>(i + 1)};
         n.worker = WorkerId{1, 1};
@@ -261,7 +261,7 @@ TEST_F(LockdBadInput, DiskFullWhileServingLosesNoAcknowledgedGrant) {
     for (const auto& [name, epoch] : acked) {
       const Answer s = c.show(name);
       const auto* info = s.as<wire::NameInfo>();
-      if (info == nullptr || info->record.epoch != epoch || info->record.state != wire::LockState::held) return 24;
+      if (info == nullptr || info->record.epoch != epoch || info->record.state != LockPhase::held) return 24;
     }
     return 0;
   });

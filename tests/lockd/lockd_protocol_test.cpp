@@ -69,7 +69,7 @@ TEST_F(LockdTest, AcquireRefreshReleaseAndRefusals) {
   ASSERT_NE(g, nullptr) << a.error;
   EXPECT_EQ(g->epoch, 1u);
   EXPECT_EQ(g->holder, S1);
-  EXPECT_EQ(g->state, wire::LockState::held);
+  EXPECT_EQ(g->state, LockPhase::held);
   EXPECT_GT(g->ttl_ms, 0u);
 
   // Refresh: refreshed for the grant; lost{holder, epoch} for an old epoch; unknown for a
@@ -79,12 +79,12 @@ TEST_F(LockdTest, AcquireRefreshReleaseAndRefusals) {
   const auto* ack = r.as<wire::HeartbeatAck>();
   ASSERT_NE(ack, nullptr) << r.error;
   ASSERT_EQ(ack->entries.size(), 3u);
-  EXPECT_EQ(ack->entries[0].status, wire::HeartbeatStatus::refreshed);
+  EXPECT_EQ(ack->entries[0].status, RefreshStatus::refreshed);
   EXPECT_GT(ack->entries[0].ttl_left_ms, 0u);
-  EXPECT_EQ(ack->entries[1].status, wire::HeartbeatStatus::lost);
+  EXPECT_EQ(ack->entries[1].status, RefreshStatus::lost);
   EXPECT_EQ(ack->entries[1].holder, S1);
   EXPECT_EQ(ack->entries[1].epoch, 1u);
-  EXPECT_EQ(ack->entries[2].status, wire::HeartbeatStatus::unknown);
+  EXPECT_EQ(ack->entries[2].status, RefreshStatus::unknown);
 
   // Another sandbox: refused `held`, with the holder and epoch.
   Answer d = w1.acquire("svc/a", S2, W1);
@@ -147,14 +147,14 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   ASSERT_NE(ts, nullptr) << tb.error;
   EXPECT_EQ(ts->old_epoch, e);
   EXPECT_EQ(ts->new_epoch, e + 1);
-  EXPECT_EQ(ts->state, wire::LockState::transferring);
+  EXPECT_EQ(ts->state, LockPhase::transferring);
 
   // During a transfer nobody may mutate: S1's refresh is lost, S3's acquire is refused.
   std::vector<wire::HeartbeatEntry> hb{{id, S1, e}};
   const Answer ack_answer = c.heartbeat(hb);
   const auto* ack = ack_answer.as<wire::HeartbeatAck>();
   ASSERT_NE(ack, nullptr);
-  EXPECT_EQ(ack->entries[0].status, wire::HeartbeatStatus::lost);
+  EXPECT_EQ(ack->entries[0].status, RefreshStatus::lost);
   const Answer d_answer = c.acquire("db/primary", S3, W1);
   const auto* d = d_answer.as<wire::Deny>();
   ASSERT_NE(d, nullptr);
@@ -165,11 +165,11 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   const Answer early = c.transfer_complete(id, e + 1);
   ASSERT_NE(early.as<wire::Deny>(), nullptr) << early.error;
   EXPECT_EQ(early.as<wire::Deny>()->refusal, Refusal::lock_delay);
-  EXPECT_EQ(early.as<wire::Deny>()->state, wire::LockState::transferring);
+  EXPECT_EQ(early.as<wire::Deny>()->state, LockPhase::transferring);
   const Answer guarded_answer = c.show(id);
   const auto* guarded = guarded_answer.as<wire::NameInfo>();
   ASSERT_NE(guarded, nullptr) << guarded_answer.error;
-  EXPECT_EQ(guarded->record.state, wire::LockState::transferring);
+  EXPECT_EQ(guarded->record.state, LockPhase::transferring);
   EXPECT_TRUE(guarded->record.revoke_pending);
   EXPECT_EQ(guarded->record.revoked_epoch, e);
   EXPECT_EQ(guarded->record.worker, W1);
@@ -190,7 +190,7 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
 
   const Answer tc = c.transfer_complete(id, e + 1);
   ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.error;
-  EXPECT_EQ(tc.as<wire::TransferState>()->state, wire::LockState::free);
+  EXPECT_EQ(tc.as<wire::TransferState>()->state, LockPhase::free);
   const Answer reserved_answer = c.acquire("db/primary", S3, W1);
   const auto* reserved = reserved_answer.as<wire::Deny>();
   ASSERT_NE(reserved, nullptr);
@@ -211,7 +211,7 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   const auto* info = sh.as<wire::NameInfo>();
   ASSERT_NE(info, nullptr) << sh.error;
   EXPECT_EQ(info->record.name, "db/primary");
-  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.state, LockPhase::held);
   EXPECT_EQ(info->record.holder, S2);
   EXPECT_EQ(info->record.worker, W2);
   EXPECT_EQ(info->record.epoch, e + 1);
@@ -225,7 +225,7 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   const Answer ack2_answer = AdminClient(lockd_.address(), key_, W2).heartbeat(hb2);
   const auto* ack2 = ack2_answer.as<wire::HeartbeatAck>();
   ASSERT_NE(ack2, nullptr);
-  EXPECT_EQ(ack2->entries[0].status, wire::HeartbeatStatus::lost);
+  EXPECT_EQ(ack2->entries[0].status, RefreshStatus::lost);
   EXPECT_EQ(ack2->entries[0].epoch, e + 2);
   // ... but the name is not grantable while S2 may still run: until W2 confirms the kill.
   const Answer pending_answer = c.show(id);
@@ -301,10 +301,10 @@ TEST_F(LockdTest, CommitAfterAcquiringExpiredIsRefused) {
     const Answer ok_answer = c.acquire("job/1", S1, W1, 0, true);
     const auto* ok = ok_answer.as<wire::Grant>();
     ASSERT_NE(ok, nullptr);
-    EXPECT_EQ(ok->state, wire::LockState::acquiring);
+    EXPECT_EQ(ok->state, LockPhase::acquiring);
     const Answer cm = c.commit(name_id_of("job/1"), S1, ok->epoch, W1);
     ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.error;
-    EXPECT_EQ(cm.as<wire::Grant>()->state, wire::LockState::held);
+    EXPECT_EQ(cm.as<wire::Grant>()->state, LockPhase::held);
     EXPECT_EQ(cm.as<wire::Grant>()->epoch, ok->epoch);
     ASSERT_EQ(lockd_.terminate(), 0);
   }

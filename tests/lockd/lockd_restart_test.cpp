@@ -107,7 +107,7 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   const Answer sh = d.show(held);
   const auto* info = sh.as<wire::NameInfo>();
   ASSERT_NE(info, nullptr) << sh.error;
-  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.state, LockPhase::held);
   EXPECT_EQ(info->record.holder, S1);
   EXPECT_EQ(info->record.worker, W1);
   EXPECT_EQ(info->record.epoch, e_held);
@@ -115,12 +115,12 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   std::vector<wire::HeartbeatEntry> hb{{held, S1, e_held}};
   const Answer r = d.heartbeat(hb);
   ASSERT_NE(r.as<wire::HeartbeatAck>(), nullptr) << r.error;
-  EXPECT_EQ(r.as<wire::HeartbeatAck>()->entries[0].status, wire::HeartbeatStatus::refreshed);
+  EXPECT_EQ(r.as<wire::HeartbeatAck>()->entries[0].status, RefreshStatus::refreshed);
 
   // The transfer is still in progress at its new epoch.
   const Answer sm = d.show(moving);
   ASSERT_NE(sm.as<wire::NameInfo>(), nullptr) << sm.error;
-  EXPECT_EQ(sm.as<wire::NameInfo>()->record.state, wire::LockState::transferring);
+  EXPECT_EQ(sm.as<wire::NameInfo>()->record.state, LockPhase::transferring);
   EXPECT_EQ(sm.as<wire::NameInfo>()->record.epoch, e_moving);
 
   // The acquiring record was dropped; nobody's commit of it succeeds.
@@ -231,17 +231,17 @@ TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
       // lease is checked below at every restart.
       const Answer r = c.heartbeat(beat);
       if (const auto* ack = r.as<wire::HeartbeatAck>()) {
-        ASSERT_EQ(ack->entries[0].status, wire::HeartbeatStatus::refreshed) << "restart " << restart << "\n" << p.log();
+        ASSERT_EQ(ack->entries[0].status, RefreshStatus::refreshed) << "restart " << restart << "\n" << p.log();
       }
       const Answer sh = c.show("r/dead");
       const auto* info = sh.as<wire::NameInfo>();
-      if (info == nullptr || info->record.state == wire::LockState::free) freed_at = restart;
+      if (info == nullptr || info->record.state == LockPhase::free) freed_at = restart;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
     const Answer sl = c.show("r/live");
     ASSERT_NE(sl.as<wire::NameInfo>(), nullptr) << sl.error;
-    EXPECT_EQ(sl.as<wire::NameInfo>()->record.state, wire::LockState::held);
+    EXPECT_EQ(sl.as<wire::NameInfo>()->record.state, LockPhase::held);
     EXPECT_EQ(sl.as<wire::NameInfo>()->record.epoch, live_epoch);
     if (freed_at != 0) {
       // Never early: the incarnations since the dead worker's last acknowledgement (the first
@@ -335,7 +335,7 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
           }
           log.held = false;
         } else if (const auto* d = a.as<wire::Deny>()) {
-          log.held = d->state == wire::LockState::held && log.held && d->holder == log.holder;
+          log.held = d->state == LockPhase::held && log.held && d->holder == log.holder;
         }
       }
     });
@@ -383,7 +383,7 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
       ++checked;
       auto it = table.find(name);
       ASSERT_NE(it, table.end()) << name << " acknowledged as held but missing after restart";
-      EXPECT_EQ(it->second.state, wire::LockState::held) << name;
+      EXPECT_EQ(it->second.state, LockPhase::held) << name;
       EXPECT_EQ(it->second.epoch, log.acked_epochs.back()) << name;
       EXPECT_EQ(it->second.holder, log.holder) << name;
     }

@@ -53,7 +53,7 @@ StoredName held(std::uint64_t k, Epoch e) {
   StoredName n;
   n.name = "svc/name-" + std::to_string(k);
   n.id = name_id_of(n.name);
-  n.state = StoredState::held;
+  n.state = LockPhase::held;
   n.epoch = e;
   n.owner = SandboxId{1, k};
   n.worker = WorkerId{2, k};
@@ -77,10 +77,10 @@ TEST(NameStore, RoundTripAndOpenCount) {
   const auto p = dir.path() / "lockd.db";
   std::vector<StoredName> rows;
   for (std::uint64_t k = 0; k < 10; ++k) rows.push_back(held(k, k + 1));
-  rows[3].state = StoredState::transferring;
+  rows[3].state = LockPhase::transferring;
   rows[3].old_epoch = 3;
   rows[3].peer = SandboxId{9, 9};
-  rows[4].state = StoredState::free;
+  rows[4].state = LockPhase::free;
   rows[4].peer = SandboxId{7, 7};
   {
     NameStore s(p.string());
@@ -137,14 +137,14 @@ TEST(NameStore, EpochNeverDecreases) {
   NameStore s(p.string());
   std::vector<StoredName> a{held(1, 42)};
   s.commit(a);
-  a[0].state = StoredState::free;  // release keeps the epoch: allowed
+  a[0].state = LockPhase::free;  // release keeps the epoch: allowed
   s.commit(a);
   std::vector<StoredName> lower{held(1, 41)};
   EXPECT_THROW(s.commit(lower), StoreError);
   auto loaded = s.load().names;
   ASSERT_EQ(loaded.size(), 1u);
   EXPECT_EQ(loaded[0].epoch, 42u);
-  EXPECT_EQ(loaded[0].state, StoredState::free);
+  EXPECT_EQ(loaded[0].state, LockPhase::free);
 }
 
 TEST(NameStore, CompactionFoldsTheLogWithoutChangingContent) {
@@ -160,7 +160,7 @@ TEST(NameStore, CompactionFoldsTheLogWithoutChangingContent) {
         const std::uint64_t k = rng() % 300;
         const Epoch e = (expect.count("svc/name-" + std::to_string(k)) ? expect["svc/name-" + std::to_string(k)].epoch : 0) + 1;
         StoredName n = held(k, e);
-        if (rng() % 3 == 0) n.state = StoredState::free;
+        if (rng() % 3 == 0) n.state = LockPhase::free;
         // within one batch a later change of the same name wins
         expect[n.name] = n;
         rows.push_back(n);
@@ -251,7 +251,7 @@ TEST(NameStore, UpgradesAVersion1StoreAndKeepsTheReservationsWorker) {
       << sqlite3_errmsg(db);
   sqlite3_close(db);
   StoredName reserved = held(2, 7);
-  reserved.state = StoredState::free;
+  reserved.state = LockPhase::free;
   reserved.epoch_fresh = true;
   reserved.peer = SandboxId{0xB, 2};
   reserved.peer_worker = WorkerId{0x2, 0x22};

@@ -120,7 +120,7 @@ TEST_F(SupervisorProcess, LeaseStaysAliveAcrossManyIntervals) {
   const lockd::Answer show = ad.show("alive");
   const auto* info = show.as<wire::NameInfo>();
   ASSERT_NE(info, nullptr) << show.error;
-  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.state, LockPhase::held);
   EXPECT_EQ(info->record.epoch, epoch);
   EXPECT_EQ(info->record.holder.str(), a["sandbox"].get<std::string>());
   EXPECT_EQ(info->record.worker.str(), sup.worker);
@@ -243,7 +243,7 @@ TEST_F(SupervisorProcess, GrantWhoseAnswerWasLostAcrossALockdRestartIsKept) {
   const lockd::Answer show = ad.show("lost-answer");
   const auto* info = show.as<wire::NameInfo>();
   ASSERT_NE(info, nullptr) << show.error;
-  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.state, LockPhase::held);
   EXPECT_EQ(info->record.holder.str(), a["sandbox"].get<std::string>());
 }
 
@@ -403,7 +403,7 @@ TEST_F(SupervisorProcess, NamingAnUnnamedSandboxAndTwoPhaseCommit) {
   const lockd::Answer acq = ad.acquire("planned", planned, WorkerId{}, 0, /*two_phase=*/true);
   const auto* g = acq.as<wire::Grant>();
   ASSERT_NE(g, nullptr) << acq.error;
-  ASSERT_EQ(g->state, wire::LockState::acquiring);
+  ASSERT_EQ(g->state, LockPhase::acquiring);
   const json c = sup.call({{"v", 1}, {"op", "expect-commit"}, {"name", "planned"}, {"sandbox", planned.str()},
                            {"epoch", g->epoch}, {"argv", {"sleep", "30"}}});
   ASSERT_EQ(c["ok"], true) << c.dump();
@@ -412,7 +412,7 @@ TEST_F(SupervisorProcess, NamingAnUnnamedSandboxAndTwoPhaseCommit) {
   const lockd::Answer shown = ad.show("planned");
   const auto* info = shown.as<wire::NameInfo>();
   ASSERT_NE(info, nullptr);
-  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.state, LockPhase::held);
   EXPECT_EQ(info->record.worker.str(), sup.worker);
   const json dup = sup.call({{"v", 1}, {"op", "expect-commit"}, {"name", "planned"}, {"sandbox", planned.str()},
                              {"epoch", g->epoch}, {"argv", {"sleep", "30"}}});
@@ -454,7 +454,7 @@ TEST_F(SupervisorProcess, NamingThatTimesOutKeepsTheSandboxAndGivesBackTheLateGr
   EXPECT_TRUE(eventually([&] {
     const lockd::Answer sh = ad.show("late");
     const auto* i = sh.as<wire::NameInfo>();
-    return sh.error.empty() && (i == nullptr || i->record.state == wire::LockState::free);
+    return sh.error.empty() && (i == nullptr || i->record.state == LockPhase::free);
   }, 3000)) << sup.log_text();
   // The same sandbox can be named now.
   const json again = sup.call({{"v", 1}, {"op", "name"}, {"sandbox", u["sandbox"]}, {"name", "late"}});
@@ -532,7 +532,7 @@ void SupervisorProcess::commit_before_spawn_attack(bool defended) {
   relay.set_drop_filter([&](std::span<const std::uint8_t> d) {
     const auto b = peek(d);
     const auto* g = b ? std::get_if<wire::Grant>(&*b) : nullptr;
-    return hold_commit && g != nullptr && g->state == wire::LockState::held;
+    return hold_commit && g != nullptr && g->state == LockPhase::held;
   });
   json a;
   std::thread t([&] { a = run_probe(sup, "pc", "pc"); });
@@ -570,7 +570,7 @@ void SupervisorProcess::commit_before_spawn_attack(bool defended) {
   const lockd::Answer show = ad.show("pc");
   const auto* info = show.as<wire::NameInfo>();
   ASSERT_NE(info, nullptr) << show.error;
-  EXPECT_EQ(info->record.state, wire::LockState::held);
+  EXPECT_EQ(info->record.state, LockPhase::held);
   EXPECT_EQ(info->record.holder.str(), a["sandbox"].get<std::string>());
   EXPECT_EQ(info->record.worker.str(), sup.worker);
   EXPECT_TRUE(eventually([&] {
@@ -726,7 +726,7 @@ TEST_F(SupervisorProcess, CommandsThatCannotRunLeakNothing) {
   EXPECT_TRUE(eventually([&] {
     const lockd::Answer s = ad.show("nx");
     const auto* i = s.as<wire::NameInfo>();
-    return i == nullptr || i->record.state == wire::LockState::free;
+    return i == nullptr || i->record.state == LockPhase::free;
   }, 3000));
 }
 
@@ -1569,7 +1569,7 @@ TEST_F(SupervisorProcess, PreemptibleRevokeEndsUnderOneWayLoss) {
   ASSERT_TRUE(eventually([&] {
     const lockd::Answer sh = ad.show("ow");
     const auto* i = sh.as<wire::NameInfo>();
-    return i != nullptr && i->record.state == wire::LockState::held;
+    return i != nullptr && i->record.state == LockPhase::held;
   }, 5000));
   relay.drop_answers = true;  // lockd -> worker lost from here on; worker -> lockd arrives
   const lockd::Answer rv = ad.revoke(name_id_of("ow"));
@@ -1759,7 +1759,7 @@ TEST_P(TransferGuard, FrozenOldSupervisorDelaysTheReceiverUntilTheOldLeaseAndLoc
   EXPECT_NE(wrong.err.find("runs on worker " + s1.worker), std::string::npos) << wrong.err;
   const lockd::Answer still = ad.show("xb");
   ASSERT_NE(still.as<wire::NameInfo>(), nullptr) << still.error;
-  EXPECT_EQ(still.as<wire::NameInfo>()->record.state, wire::LockState::held);
+  EXPECT_EQ(still.as<wire::NameInfo>()->record.state, LockPhase::held);
   // Freeze the holder's supervisor; the old lease ends at most its TTL after its last refresh.
   s1.child.signal(SIGSTOP);
   // A lower bound of lockd's expiry: read before the show, which rounds the time left down
@@ -2091,7 +2091,7 @@ TEST_F(SupervisorProcess, KeyRotationUnderLoadKillsNothingAndLosesNoLease) {
     const lockd::Answer show = ad.show(name);
     const auto* info = show.as<wire::NameInfo>();
     ASSERT_NE(info, nullptr) << name << ": " << show.error;
-    EXPECT_EQ(info->record.state, wire::LockState::held) << name;
+    EXPECT_EQ(info->record.state, LockPhase::held) << name;
     EXPECT_EQ(info->record.epoch, epoch) << name;
     EXPECT_EQ(info->record.worker, w) << name;
   }

@@ -59,7 +59,7 @@ TEST(HeartbeatSchedule, RefreshedExtendsFromTheSendTime) {
   HeartbeatSchedule h(kKillAfter, kInterval, 8, false);
   h.add(nm(1), sb(1), 5, 3, 0);
   const HeartbeatAction a =
-      h.on_refresh_answer(sb(1), 5, RefreshResult::refreshed, {}, 0, 100 * kMs, 450 * kMs);
+      h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 100 * kMs, 450 * kMs);
   EXPECT_EQ(a.kind, HeartbeatAction::Kind::extend);
   EXPECT_EQ(a.slot, 3u);
   EXPECT_EQ(a.valid_until_ns, 700 * kMs);  // send 100 + 600, not receive 450 + 600
@@ -70,11 +70,11 @@ TEST(HeartbeatSchedule, StaleAnswerDoesNotExtendFromANewerSend) {
   HeartbeatSchedule h(kKillAfter, kInterval, 8, false);
   h.add(nm(1), sb(1), 5, 0, 0);
   // The answer to the send at 300 arrives first, then the late answer to the send at 200.
-  EXPECT_EQ(h.on_refresh_answer(sb(1), 5, RefreshResult::refreshed, {}, 0, 300 * kMs, 310 * kMs)
+  EXPECT_EQ(h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 300 * kMs, 310 * kMs)
                 .valid_until_ns,
             900 * kMs);
   const HeartbeatAction late =
-      h.on_refresh_answer(sb(1), 5, RefreshResult::refreshed, {}, 0, 200 * kMs, 320 * kMs);
+      h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 200 * kMs, 320 * kMs);
   EXPECT_EQ(late.kind, HeartbeatAction::Kind::none);
   EXPECT_EQ(h.find(sb(1))->valid_until_ns, 900 * kMs);
   EXPECT_EQ(h.find(sb(1))->last_acked_send_ns, 300 * kMs);
@@ -84,9 +84,9 @@ TEST(HeartbeatSchedule, LostKillsAtOnceWithHolderAndEpoch) {
   HeartbeatSchedule h(kKillAfter, kInterval, 8, false);
   h.add(nm(1), sb(1), 5, 2, 0);
   const HeartbeatAction a =
-      h.on_refresh_answer(sb(1), 5, RefreshResult::lost, sb(9), 6, 100 * kMs, 150 * kMs);
+      h.on_refresh_answer(sb(1), 5, RefreshStatus::lost, sb(9), 6, 100 * kMs, 150 * kMs);
   EXPECT_EQ(a.kind, HeartbeatAction::Kind::kill);
-  EXPECT_EQ(a.cause, RefreshResult::lost);
+  EXPECT_EQ(a.cause, RefreshStatus::lost);
   EXPECT_EQ(a.holder, sb(9));
   EXPECT_EQ(a.holder_epoch, 6u);
   EXPECT_EQ(a.slot, 2u);
@@ -96,11 +96,11 @@ TEST(HeartbeatSchedule, LostKillsAtOnceWithHolderAndEpoch) {
 TEST(HeartbeatSchedule, UnknownKillsEvenForAnOldSend) {
   HeartbeatSchedule h(kKillAfter, kInterval, 8, false);
   h.add(nm(1), sb(1), 5, 0, 0);
-  h.on_refresh_answer(sb(1), 5, RefreshResult::refreshed, {}, 0, 300 * kMs, 310 * kMs);
+  h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 300 * kMs, 310 * kMs);
   const HeartbeatAction a =
-      h.on_refresh_answer(sb(1), 5, RefreshResult::unknown, {}, 0, 100 * kMs, 320 * kMs);
+      h.on_refresh_answer(sb(1), 5, RefreshStatus::unknown, {}, 0, 100 * kMs, 320 * kMs);
   EXPECT_EQ(a.kind, HeartbeatAction::Kind::kill);
-  EXPECT_EQ(a.cause, RefreshResult::unknown);
+  EXPECT_EQ(a.cause, RefreshStatus::unknown);
 }
 
 TEST(HeartbeatSchedule, LapsedLeaseStaysDead) {
@@ -108,7 +108,7 @@ TEST(HeartbeatSchedule, LapsedLeaseStaysDead) {
   h.add(nm(1), sb(1), 5, 0, 0);  // valid until 600
   // A "refreshed" for a send at 500 arrives at 650: the rt thread already owns the kill.
   const HeartbeatAction a =
-      h.on_refresh_answer(sb(1), 5, RefreshResult::refreshed, {}, 0, 500 * kMs, 650 * kMs);
+      h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 500 * kMs, 650 * kMs);
   EXPECT_EQ(a.kind, HeartbeatAction::Kind::kill);
   EXPECT_TRUE(a.lapsed);
   EXPECT_EQ(h.find(sb(1))->valid_until_ns, 600 * kMs);
@@ -117,11 +117,11 @@ TEST(HeartbeatSchedule, LapsedLeaseStaysDead) {
 TEST(HeartbeatSchedule, AnswersForOtherEpochsOrRemovedSandboxesAreIgnored) {
   HeartbeatSchedule h(kKillAfter, kInterval, 8, false);
   h.add(nm(1), sb(1), 5, 0, 0);
-  EXPECT_EQ(h.on_refresh_answer(sb(1), 4, RefreshResult::lost, {}, 0, 0, 1).kind,
+  EXPECT_EQ(h.on_refresh_answer(sb(1), 4, RefreshStatus::lost, {}, 0, 0, 1).kind,
             HeartbeatAction::Kind::none);
   EXPECT_TRUE(h.remove(sb(1)));
   EXPECT_FALSE(h.remove(sb(1)));
-  EXPECT_EQ(h.on_refresh_answer(sb(1), 5, RefreshResult::lost, {}, 0, 0, 1).kind,
+  EXPECT_EQ(h.on_refresh_answer(sb(1), 5, RefreshStatus::lost, {}, 0, 0, 1).kind,
             HeartbeatAction::Kind::none);
 }
 

@@ -57,8 +57,6 @@ inline constexpr std::size_t kWorkersMax = 65535;
 inline constexpr std::size_t kAdvanceBatchMax = 4096;
 /// Largest TTL, acquiring TTL, lock-delay or worker liveness TTL accepted (one day).
 inline constexpr std::int64_t kLeaseTtlNsMax = std::int64_t{86400} * 1'000'000'000;
-/// The largest epoch; a transition that would go above it is refused with epoch_exhausted.
-inline constexpr Epoch kEpochMax = std::numeric_limits<Epoch>::max();
 /// `expiry_ns` of a Held lease that never expires by TTL (preemptible mode).
 inline constexpr std::int64_t kNoExpiry = std::numeric_limits<std::int64_t>::max();
 
@@ -105,12 +103,6 @@ struct LeaseConfig {
 std::string validate_config(const LeaseConfig& config);
 
 // ---- state views --------------------------------------------------------------------------
-
-/// The four lock states of DESIGN.md "Lock states". Values are stable (wire, durable store).
-enum class LockPhase : std::uint8_t { free = 0, acquiring = 1, held = 2, transferring = 3 };
-
-/// Stable text of a phase ("free", "acquiring", "held", "transferring").
-std::string_view to_string(LockPhase p) noexcept;
 
 /// A value view of one name's state. Fields not meaningful in `phase` are zero / nil.
 struct LockState {
@@ -190,22 +182,6 @@ struct Outcome {
   Token token;
   bool ok() const noexcept { return refusal == Refusal::none; }
 };
-
-/// One entry of a heartbeat batch: "sandbox holds name at epoch; keep it".
-struct RefreshEntry {
-  NameId name;
-  SandboxId sandbox;
-  Epoch epoch = 0;
-};
-
-/// Per-entry refresh answer (DESIGN.md "lockd": refreshed / lost{holder, epoch} / unknown).
-enum class RefreshStatus : std::uint8_t {
-  refreshed = 0,  ///< held by this sandbox at this epoch on this worker; expiry moved
-  lost = 1,       ///< the table knows the name but not as this grant (see holder, epoch)
-  unknown = 2,    ///< the table has no record of the name
-};
-
-std::string_view to_string(RefreshStatus s) noexcept;
 
 struct RefreshAnswer {
   RefreshStatus status = RefreshStatus::unknown;

@@ -5,8 +5,10 @@
 // CLOCK_BOOTTIME (suffix `_ns`).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <compare>
+#include <limits>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -46,6 +48,12 @@ using WorkerId = Id<WorkerTag>;
 /// Per-name lock generation (Chubby's sequencer number; DESIGN.md "epoch"). Strictly
 /// increases at every grant, transfer begin and revoke; never reused, also across restarts.
 using Epoch = std::uint64_t;
+
+/// The largest epoch, 2^63-1: bit 63 of a shm check word is the revoked flag (shm/layout.hpp
+/// static_asserts its limit equal), so a larger epoch could be granted but never published. A
+/// transition that would go above it is refused with Refusal::epoch_exhausted.
+inline constexpr Epoch kEpochMax = (Epoch{1} << 63) - 1;
+static_assert(kEpochMax == static_cast<Epoch>(std::numeric_limits<std::int64_t>::max()));
 
 /// Limits on a name (DESIGN.md "Vocabulary").
 inline constexpr std::size_t kNameBytesMax = 128;
@@ -92,7 +100,7 @@ enum class Refusal : std::uint8_t {
   worker_alive = 16,       ///< preempt refused: the worker is live and says it runs
   table_full = 17,         ///< the name table is at capacity
   bad_request = 18,        ///< malformed arguments (nil ids, zero TTL, ...)
-  epoch_exhausted = 19,    ///< the epoch would overflow 2^64-1
+  epoch_exhausted = 19,    ///< the epoch would go above kEpochMax (2^63-1)
   not_held = 20,           ///< release/transfer/preempt of a name that is not Held
   expired = 21,            ///< the lease's expiry has passed; advance() reclaims it (retry)
   forbidden = 22,          ///< the caller's key gives no power over this name (another worker's)
@@ -100,6 +108,37 @@ enum class Refusal : std::uint8_t {
 
 /// Stable snake_case text of a refusal ("held", "lock_delay", ...).
 std::string_view to_string(Refusal r) noexcept;
+
+/// The four lock states of DESIGN.md "Lock states" (the one definition: the wire and the
+/// durable store encode it through their own tables, wire::kLockPhaseCodes and the store's).
+enum class LockPhase : std::uint8_t { free = 0, acquiring = 1, held = 2, transferring = 3 };
+/// Every LockPhase, for the encoding tables' completeness checks.
+inline constexpr std::array<LockPhase, 4> kLockPhases{LockPhase::free, LockPhase::acquiring,
+                                                      LockPhase::held, LockPhase::transferring};
+
+/// Stable text of a phase ("free", "acquiring", "held", "transferring").
+std::string_view to_string(LockPhase p) noexcept;
+
+/// One entry of a heartbeat batch: "sandbox holds name at epoch; keep it".
+struct RefreshEntry {
+  NameId name;
+  SandboxId sandbox;
+  Epoch epoch = 0;
+};
+
+/// Per-entry refresh answer (DESIGN.md "lockd": refreshed / lost{holder, epoch} / unknown).
+/// Anything but `refreshed` kills the sandbox (DESIGN.md "mutex violation recovery").
+enum class RefreshStatus : std::uint8_t {
+  refreshed = 0,  ///< held by this sandbox at this epoch on this worker; expiry moved
+  lost = 1,       ///< the table knows the name but not as this grant (see holder, epoch)
+  unknown = 2,    ///< the table has no record of the name
+};
+/// Every RefreshStatus, for the encoding tables' completeness checks.
+inline constexpr std::array<RefreshStatus, 3> kRefreshStatuses{
+    RefreshStatus::refreshed, RefreshStatus::lost, RefreshStatus::unknown};
+
+/// Stable text ("refreshed", "lost", "unknown").
+std::string_view to_string(RefreshStatus s) noexcept;
 
 }  // namespace leasehold
 

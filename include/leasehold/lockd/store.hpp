@@ -24,6 +24,7 @@
 // anything is acknowledged (a write probe runs at open).
 #pragma once
 
+#include "leasehold/lease/code_table.hpp"
 #include "leasehold/lease/types.hpp"
 
 #include <cstdint>
@@ -47,12 +48,16 @@ namespace leasehold::lockd {
 ///                  it rebuilds as free at the same epoch)
 ///  - held:         epoch, owner, worker, ttl_ns (the lease TTL it was granted with)
 ///  - transferring: epoch = new_epoch, old_epoch, owner = from, peer = to, worker = from's worker
-enum class StoredState : std::uint8_t { free = 0, acquiring = 1, held = 2, transferring = 3 };
+/// The `state` column's integer for each phase: the store encodes and decodes through this
+/// table only, and refuses to open a row whose code it does not name (StoreError).
+inline constexpr CodeTable<LockPhase, std::int64_t, 4> kStoredPhaseCodes{{{
+    {LockPhase::free, 0}, {LockPhase::acquiring, 1}, {LockPhase::held, 2}, {LockPhase::transferring, 3}}}};
+static_assert(kStoredPhaseCodes.covers(kLockPhases));
 
 struct StoredName {
   NameId id;
   std::string name;  ///< the name text (1..128 bytes, validate_name)
-  StoredState state = StoredState::free;
+  LockPhase state = LockPhase::free;
   Epoch epoch = 0;
   Epoch old_epoch = 0;
   SandboxId owner;

@@ -18,6 +18,8 @@
 // All times are CLOCK_BOOTTIME nanoseconds (DESIGN.md "Time"); `_ns` is the unit suffix.
 #pragma once
 
+#include "leasehold/lease/types.hpp"
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +43,8 @@ inline constexpr std::size_t kNamePrefixBytes = 6;      ///< printable name pref
 /// 0 means "no epoch published" (claimed, cooling or free).
 inline constexpr std::uint64_t kRevokedBit = 1ULL << 63;
 inline constexpr std::uint64_t kEpochMax = kRevokedBit - 1;
+// The vocabulary's limit: lockd refuses (epoch_exhausted) every grant this table could not publish.
+static_assert(kEpochMax == leasehold::kEpochMax, "lease/ and the shm check word disagree on the epoch limit");
 
 /// A caller's epoch can only match a check word if it lies in [1, 2^63).
 constexpr bool epoch_in_range(std::uint64_t epoch) noexcept {

@@ -29,6 +29,8 @@
 // Threading: none. One owner (the rt thread) calls every method.
 #pragma once
 
+#include "leasehold/lease/assert.hpp"
+
 #include <array>
 #include <bit>
 #include <cstdint>
@@ -139,7 +141,9 @@ class DeadlineWheel {
   /// The callback may call schedule/cancel/reschedule; a timer it makes due (deadline in a processed
   /// tick) fires at the next `advance`, which bounds the work of one call. `Rearm::at(d)` with d in
   /// a processed tick is likewise due at the next `advance` (callers use `due_by` to avoid that).
-  /// A `now_ns` in a tick already processed (clock went backwards) fires nothing.
+  /// `now_ns` must not be below the previous call's (CLOCK_BOOTTIME never goes backwards): a
+  /// clock that did would silently fire nothing while a kill is due, so it aborts
+  /// (LEASEHOLD_ASSERT, as Seastar's timer_set::expire), in every build.
   template <class OnDue>
   std::uint32_t advance(std::uint64_t now_ns, OnDue&& on_due);
 
@@ -177,6 +181,7 @@ class DeadlineWheel {
   static constexpr std::uint64_t kNoTick = ~std::uint64_t{0};
 
   std::uint64_t granularity_ns_;
+  std::uint64_t last_now_ns_ = 0;  // the latest advance()'s now_ns
   std::uint64_t cur_tick_;  // ticks below it are processed
   std::uint64_t hint_tick_ = 0;  // <= the next tick at which a bucket fires or cascades
   std::uint32_t size_ = 0;
@@ -190,6 +195,8 @@ class DeadlineWheel {
 
 template <class OnDue>
 std::uint32_t DeadlineWheel::advance(std::uint64_t now_ns, OnDue&& on_due) {
+  LEASEHOLD_ASSERT(now_ns >= last_now_ns_);
+  last_now_ns_ = now_ns;
   const std::uint64_t target = now_ns / granularity_ns_;
   if (target + 1 < cur_tick_) return 0;  // a tick already processed: nothing new is due
   std::uint32_t fired = 0;
@@ -199,6 +206,9 @@ std::uint32_t DeadlineWheel::advance(std::uint64_t now_ns, OnDue&& on_due) {
       const std::uint32_t i = heads_[kFiringList];
       unlink(i);
       Node& n = nodes_[i];
+      // A timer fires in its deadline's tick or later, never before (the kill is never early
+      // by more than the round-down, and the due list only holds processed ticks).
+      LEASEHOLD_ASSERT(n.deadline_ns / granularity_ns_ <= tick);
       const DueTimer due{TimerHandle{i, n.generation}, n.payload, n.deadline_ns,
                          tick * granularity_ns_};
       ++fired;

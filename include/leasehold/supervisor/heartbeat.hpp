@@ -46,13 +46,6 @@ struct HeartbeatLease {
   bool commit_pending = false;
 };
 
-/// One entry of a refresh request.
-struct RefreshEntry {
-  NameId name;
-  SandboxId sandbox;
-  Epoch epoch = 0;
-};
-
 /// One request (= one datagram after encoding) of a heartbeat round.
 struct RefreshRequest {
   std::uint64_t send_ns = 0;
@@ -71,8 +64,6 @@ struct HeartbeatRound {
   std::vector<RefreshEntry> worker_held;
 };
 
-/// lockd's per-entry answer (DESIGN.md "lockd": refreshed, lost{holder, epoch}, unknown).
-enum class RefreshResult : std::uint8_t { refreshed = 0, lost = 1, unknown = 2 };
 
 /// What the io thread must do after an answer.
 struct HeartbeatAction {
@@ -85,7 +76,7 @@ struct HeartbeatAction {
   SandboxId sandbox;
   std::uint32_t slot = 0;
   std::uint64_t valid_until_ns = 0;
-  RefreshResult cause = RefreshResult::refreshed;
+  RefreshStatus cause = RefreshStatus::refreshed;
   SandboxId holder;       ///< with cause == lost
   Epoch holder_epoch = 0;  ///< with cause == lost
   bool lapsed = false;    ///< kill because valid_until had already passed
@@ -129,7 +120,7 @@ class HeartbeatSchedule {
 
   /// Applies lockd's answer for `sandbox` to a refresh request sent at `request_send_ns`,
   /// arriving at `now_ns`.
-  HeartbeatAction on_refresh_answer(const SandboxId& sandbox, Epoch epoch, RefreshResult result,
+  HeartbeatAction on_refresh_answer(const SandboxId& sandbox, Epoch epoch, RefreshStatus result,
                                     const SandboxId& holder, Epoch holder_epoch,
                                     std::uint64_t request_send_ns, std::uint64_t now_ns);
 
@@ -158,7 +149,7 @@ class HeartbeatSchedule {
   std::vector<HeartbeatLease> leases() const;
 
  private:
-  HeartbeatAction kill_action(const HeartbeatLease& l, RefreshResult cause, bool lapsed) const;
+  HeartbeatAction kill_action(const HeartbeatLease& l, RefreshStatus cause, bool lapsed) const;
 
   std::uint64_t kill_after_ns_;
   std::uint64_t interval_ns_;

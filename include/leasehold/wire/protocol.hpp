@@ -28,6 +28,7 @@
 #pragma once
 
 #include "leasehold/wire/token.hpp"
+#include "leasehold/lease/code_table.hpp"
 #include "leasehold/lease/types.hpp"
 
 #include <boost/container/static_vector.hpp>
@@ -116,14 +117,16 @@ std::string_view to_string(MessageType t) noexcept;
 /// True for the request types (lockd answers them); false for answers.
 constexpr bool is_request(MessageType t) noexcept { return static_cast<std::uint8_t>(t) < 0x80; }
 
-/// The lock state of a name as reported on the wire (DESIGN.md "Lock states").
-enum class LockState : std::uint8_t { free = 0, acquiring = 1, held = 2, transferring = 3 };
-std::string_view to_string(LockState s) noexcept;
+/// The wire byte of each lock state (leasehold::LockPhase, DESIGN.md "Lock states"). The codec
+/// encodes and decodes through this table only; a byte outside it is refused (bad_value).
+inline constexpr CodeTable<LockPhase, std::uint8_t, 4> kLockPhaseCodes{{{
+    {LockPhase::free, 0}, {LockPhase::acquiring, 1}, {LockPhase::held, 2}, {LockPhase::transferring, 3}}}};
+static_assert(kLockPhaseCodes.covers(kLockPhases));
 
-/// Per-entry heartbeat answer (DESIGN.md "lockd": refreshed, lost{holder, epoch}, unknown).
-/// Anything but `refreshed` kills the sandbox (DESIGN.md "mutex violation recovery").
-enum class HeartbeatStatus : std::uint8_t { refreshed = 0, lost = 1, unknown = 2 };
-std::string_view to_string(HeartbeatStatus s) noexcept;
+/// The wire byte of each per-entry heartbeat answer (leasehold::RefreshStatus).
+inline constexpr CodeTable<RefreshStatus, std::uint8_t, 3> kRefreshStatusCodes{{{
+    {RefreshStatus::refreshed, 0}, {RefreshStatus::lost, 1}, {RefreshStatus::unknown, 2}}}};
+static_assert(kRefreshStatusCodes.covers(kRefreshStatuses));
 
 /// Why a datagram was not delivered. Every rejection is counted by reason (DecodeStats).
 /// Reasons up to and including bad_tag are found *before* authentication: the datagram is dropped
@@ -248,7 +251,7 @@ struct Heartbeat {
 
 struct HeartbeatAckEntry {
   NameId name_id;
-  HeartbeatStatus status = HeartbeatStatus::unknown;
+  RefreshStatus status = RefreshStatus::unknown;
   SandboxId holder;              ///< lost: the current holder (nil if free)
   Epoch epoch = 0;               ///< refreshed: the lease's epoch; lost: the current epoch
   std::uint32_t ttl_left_ms = 0; ///< refreshed: time left on lockd's clock after the refresh
@@ -395,7 +398,7 @@ struct Grant {
   Epoch epoch = 0;
   SandboxId holder;
   WorkerId worker;
-  LockState state = LockState::held;
+  LockPhase state = LockPhase::held;
   std::uint32_t ttl_ms = 0;  ///< TTL granted (held) or time left to commit (acquiring)
   /// lockd's signed token {name_id, epoch, holder, worker, issued_at, key_id} of this grant,
   /// which the holder hands to a resource with its writes; empty from a lockd without a
@@ -411,7 +414,7 @@ struct Deny {
   SandboxId holder;                 ///< current holder (nil if none)
   WorkerId worker;                  ///< current holder's worker (nil if none)
   Epoch epoch = 0;                  ///< current epoch
-  LockState state = LockState::free;
+  LockPhase state = LockPhase::free;
   friend bool operator==(const Deny&, const Deny&) = default;
 };
 
@@ -429,7 +432,7 @@ struct TransferState {
   SandboxId to;
   Epoch old_epoch = 0;
   Epoch new_epoch = 0;
-  LockState state = LockState::transferring;  ///< transferring after begin, free after complete
+  LockPhase state = LockPhase::transferring;  ///< transferring after begin, free after complete
   friend bool operator==(const TransferState&, const TransferState&) = default;
 };
 
@@ -466,7 +469,7 @@ std::string_view to_string(RevokeEnd e) noexcept;
 struct NameRecord {
   std::string name;
   NameId name_id;
-  LockState state = LockState::free;
+  LockPhase state = LockPhase::free;
   SandboxId holder;        ///< owner (held/acquiring), from (transferring), nil (free)
   WorkerId worker;         ///< held: the holder's; free with revoke_pending: the revoked holder's
   Epoch epoch = 0;

@@ -1,0 +1,45 @@
+// leasehold/lease: assertions that stay on in every build.
+//
+// LEASEHOLD_ASSERT(cond) guards an invariant that protects data (an epoch that only grows, a
+// valid_until that never moves back, a clock read that never goes backwards, two maps that
+// agree). It is compiled in every build type, RelWithDebInfo and NDEBUG included: continuing
+// past a broken invariant could grant a name twice or publish a stale epoch, which is worse than
+// a crash that a supervisor restarts. On failure it writes "file:line: LEASEHOLD_ASSERT(expr)
+// failed" to stderr with one write(2) (no allocation, no locks: safe on the rt thread) and
+// calls std::abort().
+//
+// LEASEHOLD_ASSERT_SLOW(cond) is for checks too costly for the hot path of a release build
+// (the codec's decode-after-encode round trip). It is on when NDEBUG is not defined (the debug
+// and sanitizer presets) or when LEASEHOLD_SLOW_ASSERTS is defined to 1 (simulator builds);
+// otherwise `cond` is not evaluated.
+#pragma once
+
+namespace leasehold::detail {
+
+/// Reports a failed assertion and aborts. Never returns.
+[[noreturn]] void assert_failed(const char* file, int line, const char* expr) noexcept;
+
+}  // namespace leasehold::detail
+
+#define LEASEHOLD_ASSERT(cond)                                                   \
+  do {                                                                           \
+    if (!(cond)) [[unlikely]]                                                    \
+      ::leasehold::detail::assert_failed(__FILE__, __LINE__, #cond);             \
+  } while (false)
+
+#ifndef LEASEHOLD_SLOW_ASSERTS
+#ifdef NDEBUG
+#define LEASEHOLD_SLOW_ASSERTS 0
+#else
+#define LEASEHOLD_SLOW_ASSERTS 1
+#endif
+#endif
+
+#if LEASEHOLD_SLOW_ASSERTS
+#define LEASEHOLD_ASSERT_SLOW(cond) LEASEHOLD_ASSERT(cond)
+#else
+#define LEASEHOLD_ASSERT_SLOW(cond) \
+  do {                              \
+    if (false) (void)(cond);        \
+  } while (false)
+#endif
