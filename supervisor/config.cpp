@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 namespace leasehold {
 namespace {
@@ -51,14 +52,15 @@ Id random_uuid_v4() {
 
 }  // namespace
 
-std::int64_t pause_budget_ns(std::uint64_t ttl_ms, std::uint64_t kill_after_ms, double rho,
-                             std::uint64_t wheel_granularity_ns,
-                             std::uint64_t kill_latency_budget_ms) {
-  const long double left = static_cast<long double>(kill_after_ms) * kNsPerMs * (1.0L + rho) +
-                           static_cast<long double>(wheel_granularity_ns) +
-                           static_cast<long double>(kill_latency_budget_ms) * kNsPerMs;
-  const long double ttl = static_cast<long double>(ttl_ms) * kNsPerMs;
-  return static_cast<std::int64_t>(std::llround(ttl - left));  // to the nearest ns
+timing::Inputs timing_inputs(const SupervisorConfig& c) noexcept {
+  timing::Inputs in;
+  in.ttl_ns = timing::ms_to_ns(c.ttl_ms);
+  in.kill_after_ns = timing::ms_to_ns(c.kill_after_ms);
+  in.wheel_granularity_ns = static_cast<std::int64_t>(
+      std::min<std::uint64_t>(c.wheel_granularity_ns, std::numeric_limits<std::int64_t>::max()));
+  in.kill_latency_budget_ns = timing::ms_to_ns(c.kill_latency_budget_ms);
+  in.rho_ppb = timing::rho_ppb_of(c.clock_rate_bound);
+  return in;
 }
 
 ConfigCheck check_config(const SupervisorConfig& c) {
@@ -91,23 +93,20 @@ ConfigCheck check_config(const SupervisorConfig& c) {
     return refuse("--rt-priority " + std::to_string(c.rt_priority) +
                   " is out of range 1..99 (SCHED_FIFO)");
 
-  // DESIGN.md "Time": kill_after·(1+ρ) + wheel_granularity + kill_latency_budget < ttl·(1−ρ).
-  const double rho = c.clock_rate_bound;
-  const double kill_after_ns = static_cast<double>(c.kill_after_ms) * kNsPerMs;
-  const double ttl_ns = static_cast<double>(c.ttl_ms) * kNsPerMs;
-  const double left = kill_after_ns * (1.0 + rho) + static_cast<double>(c.wheel_granularity_ns) +
-                      static_cast<double>(c.kill_latency_budget_ms) * kNsPerMs;
-  const double right = ttl_ns * (1.0 - rho);
-  r.pause_budget_ns = pause_budget_ns(c.ttl_ms, c.kill_after_ms, rho, c.wheel_granularity_ns,
-                                      c.kill_latency_budget_ms);
-  if (!(left < right)) {
+  // DESIGN.md "Time": kill_after·(1+ρ) + wheel_granularity + kill_latency_budget < ttl·(1−ρ),
+  // in integer ns rounded toward safety (lease/timing.hpp).
+  const timing::Inputs in = timing_inputs(c);
+  const timing::Safety safety = timing::check_safety(in);
+  r.pause_budget_ns = safety.pause_budget_ns;
+  if (!safety.safe) {
     return refuse(
         "unsafe timing (DESIGN.md \"Time\"): kill_after*(1+rho) + wheel_granularity + "
         "kill_latency_budget = " +
-        ms_text(kill_after_ns * (1.0 + rho)) + " + " +
-        ms_text(static_cast<double>(c.wheel_granularity_ns)) + " + " +
-        ms_text(static_cast<double>(c.kill_latency_budget_ms) * kNsPerMs) + " = " + ms_text(left) +
-        " is not below ttl*(1-rho) = " + ms_text(right) +
+        ms_text(static_cast<double>(timing::stretch_up_ns(in.kill_after_ns, in.rho_ppb))) + " + " +
+        ms_text(static_cast<double>(in.wheel_granularity_ns)) + " + " +
+        ms_text(static_cast<double>(in.kill_latency_budget_ns)) + " = " +
+        ms_text(static_cast<double>(safety.left_ns)) + " is not below ttl*(1-rho) = " +
+        ms_text(static_cast<double>(safety.right_ns)) +
         "; lower --kill-after-ms or --kill-latency-budget-ms, or raise --ttl-ms (and lockd's TTL)");
   }
 

@@ -430,8 +430,7 @@ int run_spawn(int runs, const std::string& bwrap_path) {
   // The supervisor's default timing: its kill-latency budget is a term of the safety condition,
   // and the pause budget is what is left of the TTL (what the supervisor prints at start-up).
   const SupervisorConfig defaults;
-  const std::int64_t pause_ns = pause_budget_ns(defaults.ttl_ms, defaults.kill_after_ms, defaults.clock_rate_bound,
-                                                defaults.wheel_granularity_ns, defaults.kill_latency_budget_ms);
+  const std::int64_t pause_ns = timing::check_safety(timing_inputs(defaults)).pause_budget_ns;
   const double kill_p99_ns = p(kill["isolated"], 0.99);
   out["isolated_kill_p99_ms"] = kill_p99_ns / 1e6;
   out["kill_latency_budget_ms"] = defaults.kill_latency_budget_ms;

@@ -73,6 +73,27 @@ TEST(SupervisorConfig, ClockRateBoundShrinksTheBudget) {
   EXPECT_FALSE(check_config(c).ok);
 }
 
+// Rounding toward safety (lease/timing.hpp): ρ = 1.5e-9 is 2 ppb, so kill_after·(1+ρ) counts
+// 2 ns over 1 s, and the budget is the exact 1'000'001.5 ns rounded down, not to the nearest.
+TEST(SupervisorConfig, PauseBudgetRoundsTowardSafety) {
+  SupervisorConfig c = valid();
+  c.ttl_ms = 3000;
+  c.kill_after_ms = 1000;
+  c.heartbeat_interval_ms = 100;
+  c.clock_rate_bound = 1.5e-9;
+  c.wheel_granularity_ns = 99'999'997;
+  c.kill_latency_budget_ms = 1899;
+  const ConfigCheck r = check_config(c);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.pause_budget_ns, 1'000'001);
+  // A kill budget of 1900 ms: exact left 2'999'999'998.5 ns is above ttl·(1−ρ) =
+  // 2'999'999'995.5, though below the TTL (the budget, ttl − left, is 1.5 ns, rounded down).
+  c.kill_latency_budget_ms = 1900;
+  const ConfigCheck unsafe = check_config(c);
+  EXPECT_FALSE(unsafe.ok);
+  EXPECT_EQ(unsafe.pause_budget_ns, 1);
+}
+
 TEST(SupervisorConfig, RefusesTooFewRefreshAttempts) {
   SupervisorConfig c = valid();
   c.heartbeat_interval_ms = 250;  // 600 / 250 = 2 attempts

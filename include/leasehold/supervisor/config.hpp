@@ -12,6 +12,7 @@
 // condition, with the numbers in the message.
 #pragma once
 
+#include "leasehold/lease/timing.hpp"
 #include "leasehold/lease/types.hpp"
 
 #include <cstdint>
@@ -150,7 +151,7 @@ class UidRangeLock {
 struct ConfigCheck {
   bool ok = false;
   std::string error;              ///< why the config is refused (numbers included); "" if ok
-  std::int64_t pause_budget_ns = 0;  ///< ttl − (kill_after·(1+ρ) + granularity + kill budget)
+  std::int64_t pause_budget_ns = 0;  ///< timing::check_safety: ttl − (kill_after·(1+ρ) + granularity + kill budget), ns
   std::uint32_t refresh_attempts = 0;  ///< floor(kill_after / heartbeat_interval)
 };
 
@@ -159,10 +160,9 @@ struct ConfigCheck {
 /// Pure; never throws.
 ConfigCheck check_config(const SupervisorConfig& config);
 
-/// Pause budget in ns for the given numbers (may be negative: the config is unsafe).
-std::int64_t pause_budget_ns(std::uint64_t ttl_ms, std::uint64_t kill_after_ms, double rho,
-                             std::uint64_t wheel_granularity_ns,
-                             std::uint64_t kill_latency_budget_ms);
+/// The configuration's numbers as the inputs of the safety inequality (lease/timing.hpp): ms
+/// fields in ns, ρ in ppb rounded up.
+timing::Inputs timing_inputs(const SupervisorConfig& config) noexcept;
 
 /// Default control socket: /run/leasehold/supervisor.sock for root; otherwise
 /// <runtime_dir>/supervisor.sock, in a directory the control socket server requires to be this
