@@ -1,5 +1,7 @@
 #include "leasehold/lockd/daemon.hpp"
 
+#include "leasehold/io/log_writer.hpp"
+
 #include "leasehold/wire/replay.hpp"
 
 #include <openssl/rand.h>
@@ -95,13 +97,11 @@ bool LockdDaemon::drain_for_shutdown() {
 
 void LockdDaemon::write_log() {
   service_->take_log(log_);
-  std::size_t off = 0;
-  while (off < log_.size()) {
-    const ssize_t n = ::write(STDERR_FILENO, log_.data() + off, log_.size() - off);
-    if (n <= 0) break;  // stderr closed or full: logs are best effort, answers are not
-    off += static_cast<std::size_t>(n);
-  }
+  if (log_.empty()) return;
+  // Bounded and non-blocking (io/log_writer.hpp): a full stderr drops lines, never answers.
+  stderr_log().write(log_);
   log_.clear();
+  service_->set_log_lines_dropped(stderr_log().dropped());
 }
 
 }  // namespace leasehold::lockd

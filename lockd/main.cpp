@@ -3,6 +3,7 @@
 // Exit codes: 0 after SIGTERM/SIGINT; 1 when it cannot start or its store fails (the message on
 // stderr names the cause); 2 for a bad command line.
 #include "leasehold/wire/auth.hpp"
+#include "leasehold/io/log_writer.hpp"
 #include "leasehold/io/loop.hpp"
 #include "leasehold/wire/token.hpp"
 #include "leasehold/lockd/config.hpp"
@@ -236,7 +237,8 @@ int main(int argc, char** argv) {
       std::vector<wire::WireKey> next;
       std::string err = lockd::load_keys(cfg, &next);
       if (err.empty()) err = service->service().reload_keys(next, loop->turn_now_ns());
-      if (!err.empty()) std::fprintf(stderr, "leasehold-lockd: key reload refused, the keys stay as they were: %s\n", err.c_str());
+      if (!err.empty())
+        leasehold::stderr_log().write("leasehold-lockd: key reload refused, the keys stay as they were: " + err + "\n");
     }
     if (!service->after_iteration()) {
       std::fprintf(stderr, "leasehold-lockd: stopping: the store failed, nothing of the failed batch "

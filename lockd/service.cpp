@@ -1061,6 +1061,7 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("held", table_.held());
   add("epoch_high_water", table_.epoch_high_water());
   add("incarnation", incarnation_);
+  add("log_lines_dropped", log_lines_dropped_);
   add("refreshes_per_s", counters_.refreshes_per_s);
   add("refresh_entries", counters_.refresh_entries);
   add("refresh_lost", counters_.refresh_lost);

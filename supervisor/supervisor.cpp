@@ -2,6 +2,7 @@
 
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/io/clock.hpp"
+#include "leasehold/io/log_writer.hpp"
 #include "leasehold/io/loop.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/shm/table.hpp"
@@ -82,7 +83,10 @@ void log_event(const char* fmt, ...) {
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  std::fprintf(stderr, "leasehold-supervisor: t=%" PRIu64 " %s\n", now_ns(), buf);
+  // Bounded and non-blocking (io/log_writer.hpp): a full stderr drops lines, never answers.
+  char line[2200];
+  const int n = std::snprintf(line, sizeof line, "leasehold-supervisor: t=%" PRIu64 " %s\n", now_ns(), buf);
+  if (n > 0) stderr_log().write(std::string_view(line, std::min(static_cast<std::size_t>(n), sizeof line - 1)));
 }
 
 // Whether argv[0] resolves to an executable, with the PATH the sandbox will have.
@@ -1942,6 +1946,7 @@ json Supervisor::Impl::status_json() const {
         {"key_reloads_refused", counters.key_reloads_refused},
         {"key_not_accepted", counters.key_not_accepted},
         {"sandbox_output_discarded_bytes", output_pump.discarded_bytes()},
+        {"log_lines_dropped", stderr_log().dropped()},
         {"worker_beats_acked", counters.worker_beats_acked},
         {"control_bad_requests", control->bad_requests()},
         {"control_unauthorized", control->rejected_unauthorized()},

@@ -110,13 +110,15 @@ class LockdProcess {
 
   /// Starts lockd with `args` (plus --listen 127.0.0.1:0 unless args name --listen) and waits
   /// for its "listening" line. On failure returns false and fills *error with its stderr.
-  bool start(const std::vector<std::string>& args, const fs::path& log_path, std::string* error) {
+  /// `stderr_fd` >= 0: lockd's stderr is that fd instead of `log_path`.
+  bool start(const std::vector<std::string>& args, const fs::path& log_path, std::string* error,
+             int stderr_fd = -1) {
     int out_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0) return false;
     log_path_ = log_path;
     pid_ = ::fork();
     if (pid_ == 0) {
-      const int e = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      const int e = stderr_fd >= 0 ? stderr_fd : ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
       ::dup2(out_pipe[1], 1);
       ::dup2(e, 2);
       std::vector<std::string> all = args;

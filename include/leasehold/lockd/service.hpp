@@ -206,6 +206,9 @@ class LockService {
   /// Moves the log lines ready to write (one logfmt line per durable ownership change, the
   /// restore and key reload events) into `out`. The driver writes them (production: stderr).
   void take_log(std::string& out);
+  /// The driver's count of log lines its writer dropped (stderr not read), for the stats answer
+  /// (`log_lines_dropped`).
+  void set_log_lines_dropped(std::uint64_t n) noexcept { log_lines_dropped_ = n; }
 
   const ServiceCounters& counters() const noexcept { return counters_; }
   /// The counters as sent in a StatsAnswer (at most what fits one datagram).
@@ -380,6 +383,7 @@ class LockService {
   std::int64_t rate_window_start_ns_ = 0;
   std::uint64_t rate_window_refreshes_ = 0;
   std::string log_;  ///< lines ready to write (durable changes)
+  std::uint64_t log_lines_dropped_ = 0;  ///< set by the driver (set_log_lines_dropped)
   /// Change lines waiting for their change to be durable: a line is logged only for a change
   /// that happened, so the log never shows a grant that a crash or a store failure undid.
   std::deque<std::pair<std::uint64_t, std::string>> log_pending_;
