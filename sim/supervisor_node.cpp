@@ -19,15 +19,6 @@ constexpr std::uint32_t kSlotsMax = 32;
 constexpr std::int64_t kReleaseTimeoutNs = 1 * kS;
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
-RefreshResult to_result(wire::HeartbeatStatus s) {
-  switch (s) {
-    case wire::HeartbeatStatus::refreshed: return RefreshResult::refreshed;
-    case wire::HeartbeatStatus::lost: return RefreshResult::lost;
-    case wire::HeartbeatStatus::unknown: break;
-  }
-  return RefreshResult::unknown;
-}
-
 }  // namespace
 
 struct SupervisorNode::Impl {
@@ -170,7 +161,7 @@ struct SupervisorNode::Impl {
         slots[*i].valid_until_ns = static_cast<std::int64_t>(a.valid_until_ns);
         return;
       case HeartbeatAction::Kind::kill:
-        kill_slot(*i, a.lapsed ? "lease lapsed" : a.cause == RefreshResult::lost ? "lost" : "unknown", now);
+        kill_slot(*i, a.lapsed ? "lease lapsed" : a.cause == RefreshStatus::lost ? "lost" : "unknown", now);
         return;
     }
   }
@@ -234,10 +225,10 @@ struct SupervisorNode::Impl {
       case Call::Kind::acquire:
       case Call::Kind::commit:
         if (const auto* g = std::get_if<wire::Grant>(&body); g != nullptr && g->holder == c.sandbox) {
-          if (g->state == wire::LockState::held) {
+          if (g->state == LockPhase::held) {
             // One-phase: the lease counts from the acquire's send; 2-phase: from the commit's.
             start_sandbox(*g, c, now);
-          } else if (g->state == wire::LockState::acquiring && c.kind == Call::Kind::acquire) {
+          } else if (g->state == LockPhase::acquiring && c.kind == Call::Kind::acquire) {
             // Scheduling the sandbox takes a while (image pull, cgroup, exec), within the
             // acquiring TTL lockd gave.
             const std::int64_t left = std::int64_t{g->ttl_ms} * kMs;
@@ -254,8 +245,8 @@ struct SupervisorNode::Impl {
           const RefreshEntry& e = c.entries[k];
           const wire::HeartbeatAckEntry& a = ack->entries[k];
           if (a.name_id != e.name) continue;
-          const RefreshResult res = to_result(a.status);
-          if (res == RefreshResult::refreshed && std::int64_t{a.ttl_left_ms} + 1 < cfg.ttl_ns / kMs) {
+          const RefreshStatus res = a.status;
+          if (res == RefreshStatus::refreshed && std::int64_t{a.ttl_left_ms} + 1 < cfg.ttl_ns / kMs) {
             // lockd refreshed for less than the TTL the safety condition was checked for.
             if (const auto i = slot_of(e.sandbox)) kill_slot(*i, "ttl mismatch", now);
             continue;

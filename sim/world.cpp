@@ -23,11 +23,17 @@
 
 namespace leasehold::sim {
 
-std::int64_t SimConfig::pause_budget_ns() const noexcept {
-  const std::int64_t ttl_low = ttl_ns - ttl_ns / 1'000'000 * rho_ppm;
-  const std::int64_t kill_high = kill_after_ns + kill_after_ns / 1'000'000 * rho_ppm;
-  return ttl_low - kill_high - wheel_granularity_ns - kill_latency_budget_ns;
+timing::Inputs SimConfig::timing_inputs() const noexcept {
+  timing::Inputs in;
+  in.ttl_ns = ttl_ns;
+  in.kill_after_ns = kill_after_ns;
+  in.wheel_granularity_ns = wheel_granularity_ns;
+  in.kill_latency_budget_ns = kill_latency_budget_ns;
+  in.rho_ppb = rho_ppm * 1000;
+  return in;
 }
+
+std::int64_t SimConfig::pause_budget_ns() const noexcept { return timing::check_safety(timing_inputs()).margin_ns; }
 
 std::string SimConfig::validate() const {
   if (supervisors == 0 || supervisors > 64) return "supervisors must be in 1..64, not " + std::to_string(supervisors);
@@ -43,7 +49,7 @@ std::string SimConfig::validate() const {
   if (heartbeat_interval_ns >= kill_after_ns)
     return "heartbeat interval " + std::to_string(heartbeat_interval_ns / kMs) + " ms must be below kill_after " +
            std::to_string(kill_after_ns / kMs) + " ms";
-  if (pause_budget_ns() <= 0)
+  if (!timing::check_safety(timing_inputs()).safe)
     return "the safety condition kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho) fails: " +
            std::to_string(kill_after_ns / kMs) + " ms, rho " + std::to_string(rho_ppm) + " ppm, ttl " +
            std::to_string(ttl_ns / kMs) + " ms";
@@ -513,7 +519,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     if (wire::decode_header(bytes, nullptr, h) != wire::DecodeError::none || h.type != wire::MessageType::grant) return;
     const wire::DecodeResult d = wire::decode(bytes, nullptr);
     const auto* g = d ? std::get_if<wire::Grant>(&d.body) : nullptr;
-    if (g == nullptr || g->state != wire::LockState::held) return;
+    if (g == nullptr || g->state != LockPhase::held) return;
     ++counts_.grants;
     record(kLockd, "grant", g->name_id.lo, g->epoch);
     acked_[g->name_id] = Invariants::AckedGrant{g->name_id, g->epoch, g->holder};

@@ -21,7 +21,7 @@ TEST(ServiceCore, GrantGoesOutOnlyAfterItsChangeIsDurable) {
   ASSERT_EQ(rig.disk.submitted.size(), 1u);
   ASSERT_EQ(rig.disk.submitted[0].changes.size(), 1u);
   EXPECT_EQ(rig.disk.submitted[0].changes[0].name, "jobs/a");
-  EXPECT_EQ(rig.disk.submitted[0].changes[0].state, StoredState::held);
+  EXPECT_EQ(rig.disk.submitted[0].changes[0].state, LockPhase::held);
   EXPECT_EQ(rig.disk.submitted[0].changes[0].epoch, 1u);
   EXPECT_TRUE(rig.net.sent.empty());  // submitted is not durable
   rig.service->tick(kT0 + 1'000'000);
@@ -115,7 +115,7 @@ TEST(ServiceCore, ExpiryHappensAtTheTickItAskedForAfterTheDeadline) {
   ASSERT_GT(rig.disk.submitted.size(), batches);
   const DurableBatch& b = rig.disk.submitted.back();
   ASSERT_EQ(b.changes.size(), 1u);
-  EXPECT_EQ(b.changes[0].state, StoredState::free);
+  EXPECT_EQ(b.changes[0].state, LockPhase::free);
   EXPECT_EQ(b.changes[0].epoch, 1u);
 }
 

@@ -50,11 +50,11 @@ TEST(SimAblation, RefreshForAnotherSandboxesLeaseExtendsItOnlyWhenAblated) {
   rig.service->tick(later);
   const LockState s = rig.service->table().state(name_id_of("jobs/a"));
   if (LEASEHOLD_SIM_ABLATE_REFRESH_OWNER) {
-    EXPECT_EQ(ack.entries[0].status, wire::HeartbeatStatus::refreshed);
+    EXPECT_EQ(ack.entries[0].status, RefreshStatus::refreshed);
     EXPECT_EQ(s.phase, LockPhase::held);  // kept alive by a stranger's refresh
     EXPECT_EQ(s.owner, holder);
   } else {
-    EXPECT_EQ(ack.entries[0].status, wire::HeartbeatStatus::lost);
+    EXPECT_EQ(ack.entries[0].status, RefreshStatus::lost);
     EXPECT_EQ(ack.entries[0].holder, holder);
     EXPECT_NE(s.phase, LockPhase::held);  // expired at 1 s
     EXPECT_EQ(rig.service->counters().expiries, 1u);

@@ -35,7 +35,7 @@ TEST(LEASEHOLD_ABLATION_SUITE, DeadlineFromAnswerLetsTheKillSwitchFireAfterLockd
   const SandboxId sandbox{2, 1};
   ASSERT_TRUE(h.add(name, sandbox, 5, 0, 0));
   const std::uint64_t send = 100 * kMs, lockd_received = send, answer = 550 * kMs;
-  const HeartbeatAction a = h.on_refresh_answer(sandbox, 5, RefreshResult::refreshed, {}, 0, send, answer);
+  const HeartbeatAction a = h.on_refresh_answer(sandbox, 5, RefreshStatus::refreshed, {}, 0, send, answer);
   ASSERT_EQ(a.kind, HeartbeatAction::Kind::extend);
   const std::uint64_t lockd_expiry = lockd_received + kTtl;
   EXPECT_EQ(a.valid_until_ns, kAblated ? answer + kKillAfter : send + kKillAfter);

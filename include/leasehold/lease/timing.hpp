@@ -44,7 +44,8 @@ struct Safety {
   bool safe = false;               ///< left_ns < right_ns
   std::int64_t left_ns = 0;        ///< ceil(kill_after·(1+ρ)) + wheel_granularity + kill_latency_budget
   std::int64_t right_ns = 0;       ///< floor(ttl·(1−ρ))
-  std::int64_t pause_budget_ns = 0;///< ttl − left_ns (negative: unsafe)
+  std::int64_t pause_budget_ns = 0;///< ttl − left_ns (DESIGN.md's budget; negative: unsafe)
+  std::int64_t margin_ns = 0;      ///< right_ns − left_ns: how far inside the inequality (> 0 iff safe)
 };
 
 namespace detail {
@@ -79,6 +80,7 @@ constexpr Safety check_safety(const Inputs& in) noexcept {
   s.right_ns = shrink_down_ns(in.ttl_ns, in.rho_ppb);
   s.safe = left < s.right_ns;
   s.pause_budget_ns = detail::saturate(static_cast<detail::Wide>(detail::clamp0(in.ttl_ns)) - left);
+  s.margin_ns = detail::saturate(static_cast<detail::Wide>(s.right_ns) - left);
   return s;
 }
 

@@ -17,6 +17,8 @@
 // ends the run and is reported with the seed.
 #pragma once
 
+#include "leasehold/lease/timing.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -62,8 +64,11 @@ struct SimConfig {
   bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
   bool over_budget_pauses = true; ///< a few seeds get one pause beyond the pause budget
 
-  /// ttl(1-ρ) - kill_after(1+ρ) - wheel_granularity - kill_latency_budget: a pause longer than
-  /// this can make a kill land after lockd's expiry (DESIGN.md "Time").
+  /// The timing as the inputs of the safety inequality (lease/timing.hpp, ρ in ppb).
+  timing::Inputs timing_inputs() const noexcept;
+  /// ttl(1-ρ) - kill_after(1+ρ) - wheel_granularity - kill_latency_budget (timing::check_safety's
+  /// margin_ns, rounded toward safety): a pause longer than this can make a kill land after
+  /// lockd's expiry (DESIGN.md "Time").
   std::int64_t pause_budget_ns() const noexcept;
   /// "" or what is wrong (names the field and the values), e.g. the safety condition.
   std::string validate() const;
