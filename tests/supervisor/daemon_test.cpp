@@ -2174,6 +2174,9 @@ TEST_P(ArmBeforeExec, AStartStalledPastTheDeadlineNeverRunsUnwatched) {
   t1.join();
   ASSERT_TRUE(granted) << a2.dump() << s1.log_text();
   EXPECT_GT(a2["epoch"].get<std::uint64_t>(), 0u);
+  // Log lines go out through the supervisor's writer thread, so the stall's end may reach the
+  // log a little after the answer that followed it.
+  eventually([&] { return !s1.events("test_stall_end").empty(); }, 10'000);
   const auto stall_end = s1.events("test_stall_end");
   ASSERT_EQ(stall_end.size(), 1u) << s1.log_text();
   const std::uint64_t t_resumed = field(stall_end[0], "t");
@@ -2229,6 +2232,9 @@ TEST_P(ArmBeforeExec, APreemptibleStartStalledPastTheWorkersDeadlineNeverRunsUnw
   json a1;  // asked again if a grant came back too late to start at all (under load)
   for (int attempt = 0; attempt < 5 && s1.events("test_stall").empty(); ++attempt)
     a1 = s1.call(run_req("pstalled", {LEASEHOLD_PROBE_BINARY, probe_log("p1")}), 30'000);
+  // Log lines go out through the supervisor's writer thread, so the stall's end may reach the
+  // log a little after the answer that followed it.
+  eventually([&] { return !s1.events("test_stall_end").empty(); }, 10'000);
   const auto stall_end = s1.events("test_stall_end");
   ASSERT_EQ(stall_end.size(), 1u) << a1.dump() << s1.log_text();
   const std::uint64_t t_resumed = field(stall_end[0], "t");
