@@ -154,37 +154,37 @@ ControlParse parse_control_request(std::string_view line) {
   ControlParse p;
   json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    p.error = "bad_json";
+    p.error = ControlError::bad_json;
     p.message = "the request is not valid JSON (one JSON object per line)";
     return p;
   }
   if (!j.is_object()) {
-    p.error = "bad_json";
+    p.error = ControlError::bad_json;
     p.message = "the request must be a JSON object";
     return p;
   }
   if (j.contains("id")) p.id = j.at("id");
   if (!j.contains("v") || !j.at("v").is_number_integer()) {
-    p.error = "bad_version";
+    p.error = ControlError::bad_version;
     p.message = "field \"v\" (protocol version, integer) is required; this supervisor speaks v" +
                 std::to_string(kControlProtocolVersion);
     return p;
   }
   if (j.at("v").get<std::int64_t>() != kControlProtocolVersion) {
-    p.error = "bad_version";
+    p.error = ControlError::bad_version;
     p.message = "protocol version " + j.at("v").dump() + " is not supported; this supervisor speaks v" +
                 std::to_string(kControlProtocolVersion);
     return p;
   }
   if (!j.contains("op") || !j.at("op").is_string()) {
-    p.error = "bad_request";
+    p.error = ControlError::bad_request;
     p.message = "field \"op\" (string) is required: run, name, expect-commit, release, kill, list, status, logs";
     return p;
   }
   const std::string op_text = j.at("op").get<std::string>();
   const auto op = op_of(op_text);
   if (!op) {
-    p.error = "unknown_op";
+    p.error = ControlError::unknown_op;
     p.message = "unknown op \"" + op_text.substr(0, 64) +
                 "\"; known: run, name, expect-commit, release, kill, list, status, logs";
     return p;
@@ -239,11 +239,11 @@ ControlParse parse_control_request(std::string_view line) {
         break;
     }
   } catch (const FieldError& e) {
-    p.error = "bad_request";
+    p.error = ControlError::bad_request;
     p.message = std::string(to_string(r.op)) + ": " + e.message;
     return p;
   } catch (const std::exception& e) {
-    p.error = "bad_request";
+    p.error = ControlError::bad_request;
     p.message = std::string(to_string(r.op)) + ": " + e.what();
     return p;
   }
@@ -260,13 +260,12 @@ std::string control_ok(const json& id, json fields) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-std::string control_error(const json& id, std::string_view code, std::string_view message,
-                          json extra) {
+std::string control_error(const json& id, ControlError code, std::string_view message, json extra) {
   json j = json::object();
   j["v"] = kControlProtocolVersion;
   j["id"] = id;
   j["ok"] = false;
-  j["error"] = std::string(code);
+  j["error"] = std::string(to_string(code));
   j["message"] = std::string(message);
   for (auto& [k, v] : extra.items()) j[k] = v;
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
@@ -427,7 +426,7 @@ void ControlServer::accept_ready() {
     ucred cred{};
     if (!authorized(fd, why, cred)) {
       ++rejected_unauthorized_;
-      const std::string line = control_error(nullptr, "unauthorized", why);
+      const std::string line = control_error(nullptr, ControlError::unauthorized, why);
       [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(fd);
       continue;
@@ -435,7 +434,7 @@ void ControlServer::accept_ready() {
     if (clients_.size() >= kControlClientsMax && !evict_idle()) {
       ++rejected_busy_;
       const std::string line =
-          control_error(nullptr, "busy",
+          control_error(nullptr, ControlError::busy,
                         "too many control connections (limit " + std::to_string(kControlClientsMax) + ")");
       [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(fd);
@@ -457,7 +456,7 @@ bool ControlServer::evict_idle() {
     if (c.idle() && (oldest == nullptr || c.active_ms < oldest->active_ms)) oldest = &c;
   if (oldest == nullptr) return false;
   ++closed_idle_;
-  const std::string line = control_error(nullptr, "idle", "idle connection closed to make room for another");
+  const std::string line = control_error(nullptr, ControlError::idle, "idle connection closed to make room for another");
   [[maybe_unused]] const ssize_t n = ::send(oldest->fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   drop(oldest->fd);
   return true;
@@ -528,14 +527,14 @@ void ControlServer::read_ready(Client& c, std::uint64_t now_ms) {
   const auto nl = live.in.find('\n');
   if (nl == std::string::npos ? live.in.size() > kControlLineBytesMax : nl > kControlLineBytesMax) {
     ++bad_requests_;
-    send_and_close(live, control_error(nullptr, "too_long",
+    send_and_close(live, control_error(nullptr, ControlError::too_long,
                                        "request line longer than " + std::to_string(kControlLineBytesMax) +
                                            " bytes; connection closed"));
     return;
   }
   if (live.in.size() > kControlLineBytesMax * 4) {
     ++bad_requests_;
-    send_and_close(live, control_error(nullptr, "too_long", "too many pipelined requests; connection closed"));
+    send_and_close(live, control_error(nullptr, ControlError::too_long, "too many pipelined requests; connection closed"));
   }
 }
 
@@ -613,7 +612,7 @@ void ControlServer::tick(std::uint64_t now_ms) {
   for (int fd : expired) {
     ++bad_requests_;
     send_and_close(clients_.at(fd),
-                   control_error(nullptr, "timeout",
+                   control_error(nullptr, ControlError::timeout,
                                  "incomplete request line for more than " +
                                      std::to_string(kControlLineTimeoutMs) + " ms; connection closed"));
   }
@@ -622,7 +621,7 @@ void ControlServer::tick(std::uint64_t now_ms) {
     if (c.idle() && now_ms - c.active_ms > kControlIdleTimeoutMs) expired.push_back(fd);
   for (int fd : expired) {
     ++closed_idle_;
-    send_and_close(clients_.at(fd), control_error(nullptr, "idle",
+    send_and_close(clients_.at(fd), control_error(nullptr, ControlError::idle,
                                                   "no request for " + std::to_string(kControlIdleTimeoutMs) +
                                                       " ms; connection closed"));
   }

@@ -150,7 +150,7 @@ struct Supervisor::Impl {
     std::uint64_t started_ns = 0;
     int exit_code = -1;       // exit status, or -signal
     std::vector<std::pair<ControlClientId, json>> waiters;  // answered when it is gone
-    std::optional<std::string> waiter_error;  // e.g. exec_failed: answer waiters with it
+    std::optional<ControlError> waiter_error;  // e.g. exec_failed: answer waiters with it
     std::string waiter_message;
     uid_t owner = static_cast<uid_t>(-1);  // the caller that started it (SO_PEERCRED)
     uid_t uid = static_cast<uid_t>(-1);    // the host uid it runs as
@@ -347,7 +347,7 @@ struct Supervisor::Impl {
   /// A Commit that failed (refused, unanswered): gives the name back and stops a sandbox that
   /// was started for it; a running sandbox that was being named stays, unnamed.
   void commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, Epoch epoch,
-                     const std::string& code, const std::string& message, json extra = json::object());
+                     ControlError code, const std::string& message, json extra = json::object());
   void spawn(Sandbox& s, ControlClientId client, const ControlRequest& req);
   /// The LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS test hook: blocks the io thread that long (no-op
   /// when unset), between `event=test_stall` and `event=test_stall_end` log lines.
@@ -359,8 +359,8 @@ struct Supervisor::Impl {
   /// `client` with the error, as abandon() does for a create; a running sandbox being named
   /// stays, unnamed.
   void give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
-                      const std::string& code, const std::string& message);
-  void abandon(const SandboxId& sb, ControlClientId client, const json& id, const std::string& code,
+                      ControlError code, const std::string& message);
+  void abandon(const SandboxId& sb, ControlClientId client, const json& id, ControlError code,
                const std::string& message, json extra = json::object());
   void on_late_answer(const wire::Body& answer);
   void release_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb,
@@ -915,7 +915,7 @@ void Supervisor::Impl::on_request(ControlClientId client, ControlRequest req) {
       break;
   }
   if (shutting_down) {
-    reply(client, control_error(req.id, "shutting_down", "the supervisor is shutting down; no new sandboxes"));
+    reply(client, control_error(req.id, ControlError::shutting_down, "the supervisor is shutting down; no new sandboxes"));
     return;
   }
   switch (req.op) {
@@ -998,7 +998,7 @@ bool Supervisor::Impl::gate_named_creation(ControlClientId client, const json& i
   for (const auto& a : hb->check_worker_liveness(now)) apply(a);
   if (hb->may_create_named(now)) return true;
   ++counters.creates_refused_killswitch;
-  reply(client, control_error(id, "killswitch",
+  reply(client, control_error(id, ControlError::killswitch,
                               "worker liveness lapsed and the worker-wide kill-switch fired; named "
                               "sandboxes are refused until a worker heartbeat succeeds"));
   return false;
@@ -1008,17 +1008,17 @@ void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
   std::string err;
   if (!cfg.synthetic && !command_resolves(req, err)) {
     ++counters.spawn_failures;
-    reply(client, control_error(req.id, "exec_failed", err));
+    reply(client, control_error(req.id, ControlError::exec_failed, err));
     return;
   }
   if (req.name) {
     if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
-      reply(client, control_error(req.id, "bad_request", why));
+      reply(client, control_error(req.id, ControlError::bad_request, why));
       return;
     }
     if (auto it = by_name.find(*req.name); it != by_name.end()) {
       const Sandbox* s = find(it->second);
-      reply(client, control_error(req.id, "held", "\"" + *req.name + "\" is held on this worker",
+      reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
                                   {{"holder", it->second.str()}, {"epoch", s ? s->epoch : 0}}));
       return;
     }
@@ -1028,7 +1028,7 @@ void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
   const SandboxId id = random_sandbox_id();
   const shm::ClaimResult claim = table->claim(id, now_ns());
   if (claim.error != shm::TableErrc::ok) {
-    reply(client, control_error(req.id, "table_full", table->claim_refusal().empty()
+    reply(client, control_error(req.id, ControlError::table_full, table->claim_refusal().empty()
                                                           ? std::string(shm::to_string(claim.error))
                                                           : table->claim_refusal()));
     return;
@@ -1059,12 +1059,12 @@ void Supervisor::Impl::acquire_name(const SandboxId& sb, ControlClientId client,
     advance(s->phase, SandboxPhase::acquiring);  // a run; naming a running sandbox keeps its phase
   link->call(a, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
     if (!r.ok()) {
-      abandon(sb, client, req.id, "unreachable", "acquire \"" + *req.name + "\": " + r.problem);
+      abandon(sb, client, req.id, ControlError::unreachable, "acquire \"" + *req.name + "\": " + r.problem);
       return;
     }
     if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
       ++counters.acquire_refused;
-      const std::string code = d->refusal == Refusal::held || d->refusal == Refusal::acquiring ? "held" : "refused";
+      const ControlError code = d->refusal == Refusal::held || d->refusal == Refusal::acquiring ? ControlError::held : ControlError::refused;
       abandon(sb, client, req.id, code, "\"" + *req.name + "\" " + describe_answer(*r.body),
               {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))},
                {"worker", d->worker.str()}});
@@ -1072,7 +1072,7 @@ void Supervisor::Impl::acquire_name(const SandboxId& sb, ControlClientId client,
     }
     const auto* g = std::get_if<wire::Grant>(&*r.body);
     if (g == nullptr) {
-      abandon(sb, client, req.id, "refused", "acquire \"" + *req.name + "\": " + describe_answer(*r.body));
+      abandon(sb, client, req.id, ControlError::refused, "acquire \"" + *req.name + "\": " + describe_answer(*r.body));
       return;
     }
     if (cfg.mode == SupervisorMode::preemptible) {
@@ -1080,7 +1080,7 @@ void Supervisor::Impl::acquire_name(const SandboxId& sb, ControlClientId client,
       // The sandbox starts before the Commit, so that whenever lockd has the name Held on this
       // worker, IsRunning finds the sandbox running (DESIGN.md "creation flows", preemptible.pml).
       if (g->state != LockPhase::acquiring || g->epoch == 0) {
-        abandon(sb, client, req.id, "refused",
+        abandon(sb, client, req.id, ControlError::refused,
                 "2-phase acquire \"" + *req.name + "\" answered with " + describe_answer(*r.body));
         return;
       }
@@ -1098,10 +1098,10 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
   const NameId name_id = name_id_of(name);
   if (s == nullptr) {  // gone meanwhile (shutdown, killed before naming): give the name back
     release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
-    reply(client, control_error(req.id, "internal", "the sandbox went away while acquiring"));
+    reply(client, control_error(req.id, ControlError::internal, "the sandbox went away while acquiring"));
     return;
   }
-  auto give_back = [&](const std::string& code, const std::string& msg) {
+  auto give_back = [&](ControlError code, const std::string& msg) {
     give_back_name(*s, client, req, g.epoch, code, msg);
   };
   const std::uint64_t now = now_ns();
@@ -1121,7 +1121,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     const std::uint64_t shortfall_ns = left_ns < ttl_ns ? ttl_ns - left_ns : 0;
     if (shortfall_ns > 0) {
       if (shortfall_ns >= valid_until || valid_until - shortfall_ns <= now) {
-        give_back("unreachable",
+        give_back(ControlError::unreachable,
                   "lockd's grant of \"" + name + "\" arrived " +
                       std::to_string((now - static_cast<std::uint64_t>(send_ns)) / 1'000'000) +
                       " ms after the request was first sent with " + std::to_string(g.ttl_ms) +
@@ -1138,11 +1138,11 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     }
   }
   if (now >= valid_until) {
-    give_back("unreachable", "the grant of \"" + name + "\" arrived after its lease would already have lapsed");
+    give_back(ControlError::unreachable, "the grant of \"" + name + "\" arrived after its lease would already have lapsed");
     return;
   }
   if (!hb->add(name_id, sb, g.epoch, s->slot, lease_send_ns)) {
-    give_back("internal", "heartbeat schedule refused the lease");
+    give_back(ControlError::internal, "heartbeat schedule refused the lease");
     return;
   }
   s->name_id = name_id;
@@ -1157,13 +1157,13 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
   // Naming a running unnamed sandbox.
   if (!runs_unkilled(s->phase)) {
     hb->remove(sb);
-    give_back("not_found", "the sandbox stopped while its name was being acquired");
+    give_back(ControlError::not_found, "the sandbox stopped while its name was being acquired");
     return;
   }
   const shm::TableErrc pe = publish_grant(*s, name_id, name, g.epoch, valid_until, s->token);
   if (pe != shm::TableErrc::ok) {
     hb->remove(sb);
-    give_back("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
+    give_back(ControlError::internal, "publishing the slot failed: " + std::string(shm::to_string(pe)));
     return;
   }
   s->name = name;
@@ -1180,7 +1180,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
 }
 
 void Supervisor::Impl::give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
-                                      const std::string& code, const std::string& message) {
+                                      ControlError code, const std::string& message) {
   const std::string name = *req.name;
   release_to_lockd(name_id_of(name), name, s.id, epoch, [](bool, std::string) {});
   if (before_spawn(s.phase)) {
@@ -1193,7 +1193,7 @@ void Supervisor::Impl::give_back_name(Sandbox& s, ControlClientId client, const 
 }
 
 void Supervisor::Impl::abandon(const SandboxId& sb, ControlClientId client, const json& id,
-                               const std::string& code, const std::string& message, json extra) {
+                               ControlError code, const std::string& message, json extra) {
   Sandbox* s = find(sb);
   const bool forget = s != nullptr && before_spawn(s->phase);
   if (s != nullptr) {  // the name it was getting; a running sandbox keeps a name it already has
@@ -1241,7 +1241,7 @@ KillTarget Supervisor::Impl::kill_target(const Sandbox& s) const {
 void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRequest& req) {
   const SandboxId id = s.id;
   const std::uint64_t now = now_ns();
-  auto fail = [&](const std::string& code, const std::string& msg) {
+  auto fail = [&](ControlError code, const std::string& msg) {
     ++counters.spawn_failures;
     deadlines[s.slot].store(0, std::memory_order_release);
     if (s.name || s.pending_name) {  // its lease, or the Acquiring record its Commit was for
@@ -1262,12 +1262,12 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     try {
       s.tokens.emplace(shm::TokenChannel::create("leasehold-tokens-" + id.str()));
     } catch (const std::exception& e) {
-      return fail("internal", std::string("cannot create the sandbox's token channel: ") + e.what());
+      return fail(ControlError::internal, std::string("cannot create the sandbox's token channel: ") + e.what());
     }
   }
   if (s.name) {
     const shm::TableErrc pe = publish_grant(s, s.name_id, *s.name, s.epoch, s.valid_until_ns, s.token);
-    if (pe != shm::TableErrc::ok) return fail("internal", "publishing the slot failed: " + std::string(shm::to_string(pe)));
+    if (pe != shm::TableErrc::ok) return fail(ControlError::internal, "publishing the slot failed: " + std::string(shm::to_string(pe)));
   }
   const bool watched = s.name || s.pending_name;
   if (watched) deadlines[s.slot].store(s.valid_until_ns, std::memory_order_release);
@@ -1276,7 +1276,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     // Performance mode: a lease without a process. The rt thread still arms and "kills" it
     // (the revoke happens; there is nothing to signal).
     if (!rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, KillTarget{}))
-      return fail("busy", "the rt thread's command queue is full; retry");
+      return fail(ControlError::busy, "the rt thread's command queue is full; retry");
     s.armed = true;
     advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
     s.started_ns = now;
@@ -1291,7 +1291,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   if (cgroups.mode() == KillMode::cgroup_v2_delegated) {
     std::string err;
     auto leaf = cgroups.create_leaf(id.str(), err);
-    if (!leaf) return fail("internal", err);
+    if (!leaf) return fail(ControlError::internal, err);
     s.leaf = std::move(*leaf);
   }
   SpawnRequest sr;
@@ -1314,7 +1314,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   static_assert(kTokensFd == shm::kTokenChannelFd);
   const shm::OwnedFd tokens_ro(s.tokens ? s.tokens->reopen_read_only() : -EINVAL);
   if (tokens_ro.fd < 0)
-    return fail("internal", std::string("cannot reopen the sandbox's token channel read-only: ") + std::strerror(-tokens_ro.fd));
+    return fail(ControlError::internal, std::string("cannot reopen the sandbox's token channel read-only: ") + std::strerror(-tokens_ro.fd));
   set_env(shm::kTokenChannelEnv, std::to_string(kTokensFd));
   sr.tokens_fd = tokens_ro.fd;
   set_env("LEASEHOLD_SLOT", std::to_string(s.slot));
@@ -1336,13 +1336,13 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   // The sandbox writes into a pipe, never into the file: the supervisor's output pump copies at
   // most --sandbox-log-max-bytes of it, so a sandbox cannot fill the log's filesystem.
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (log_fd < 0) return fail("internal", "cannot create the sandbox log " + log_path + ": " + std::strerror(errno));
+  if (log_fd < 0) return fail(ControlError::internal, "cannot create the sandbox log " + log_path + ": " + std::strerror(errno));
   int out_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
     const int e = errno;
     ::close(log_fd);
     ::unlink(log_path.c_str());
-    return fail("internal", std::string("cannot create the sandbox's output pipe: ") + std::strerror(e));
+    return fail(ControlError::internal, std::string("cannot create the sandbox's output pipe: ") + std::strerror(e));
   }
   sr.stdout_fd = sr.stderr_fd = out_pipe[1];
   SpawnError se;
@@ -1363,11 +1363,11 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   }
   // The answer's code for a start that failed: the command (or its directory) is the caller's
   // problem; killed at its gate is the kill-switch's doing; anything else is internal.
-  auto failure_code = [](const SpawnError& e) -> const char* {
+  auto failure_code = [](const SpawnError& e) -> ControlError {
     if (e.errno_value == ENOENT || e.errno_value == EACCES || e.errno_value == ENOEXEC ||
         e.errno_value == ENOTDIR || e.errno_value == ELOOP)
-      return "exec_failed";
-    return e.errno_value == ESRCH ? "killswitch" : "internal";
+      return ControlError::exec_failed;
+    return e.errno_value == ESRCH ? ControlError::killswitch : ControlError::internal;
   };
   if (!proc) return fail(failure_code(se), se.message);
   s.process = std::move(*proc);
@@ -1379,23 +1379,24 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   // process group and leaf are the kill target already): from here the rt thread kills it at its
   // deadline whatever the io thread does, and before its command's first instruction if that
   // deadline comes first. A named sandbox whose deadline already passed is due at the next tick.
-  std::string start_code, start_message;
+  std::optional<ControlError> start_code;
+  std::string start_message;
   auto arm = [&] {
     s.armed = static_cast<bool>(rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, kill_target(s)));
     if (!s.armed) {
-      start_code = "busy";
+      start_code = ControlError::busy;
       start_message = "the rt thread's command queue is full; the sandbox was stopped";
     }
   };
   if (!arm_after_exec) arm();
   test_stall("after_spawn");
   if (arm_after_exec) arm();
-  if (prepared && start_code.empty()) {
+  if (prepared && !start_code) {
     const std::uint64_t t = now_ns();
     if (watched && t >= s.valid_until_ns) {
       // The start took so long (a stalled io thread, a slow set-up) that the kill-switch's
       // deadline passed: the rt thread kills it (or has), and it must not exec now.
-      start_code = "killswitch";
+      start_code = ControlError::killswitch;
       start_message = "the kill-switch's deadline for the sandbox passed " + std::to_string((t - s.valid_until_ns) / 1'000'000) +
                       " ms before it could exec (its start was delayed); its command never ran; retry";
     } else if (!release_sandbox(*prepared, se)) {
@@ -1403,7 +1404,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
       start_message = se.message;
     }
   }
-  if (!start_code.empty()) {
+  if (start_code) {
     // It does not run its command: the gate closes (the child exits without exec) and, unarmed,
     // it is killed from here. Its exit, through the pidfd, disarms, reaps, frees the slot, removes
     // the leaf, gives back the name and answers the client with the error.
@@ -1418,7 +1419,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     s.waiters.emplace_back(client, req.id);
   }
   s.pid_poll = loop->add_poll(s.process.pidfd(), POLLIN, PollMode::oneshot, [this, id](int) { on_pidfd(id); });
-  if (!start_code.empty()) return;  // answered when it is gone
+  if (start_code) return;  // answered when it is gone
   advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
   ++counters.spawned;
   log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64 "%s",
@@ -1479,7 +1480,7 @@ std::string Supervisor::Impl::isolation_text() const {
 
 bool Supervisor::Impl::refuse_unsafe_kill(ControlClientId client, const ControlRequest& req) {
   if (!unsafe_kill || cfg.allow_unsafe_kill) return false;
-  reply(client, control_error(req.id, "refused",
+  reply(client, control_error(req.id, ControlError::refused,
                               "no unescapable kill on this worker: no delegated cgroup v2 (" + cgroups.reason() +
                                   ") and no pid namespace (isolation off), so a named sandbox's descendants could "
                                   "outlive its kill-switch and hold \"" + req.name.value_or("") +
@@ -1494,7 +1495,7 @@ bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& 
 
 bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id) {
   if (req.caller_uid == 0 || req.caller_uid == owner) return true;
-  reply(client, control_error(req.id, "forbidden",
+  reply(client, control_error(req.id, ControlError::forbidden,
                               "sandbox " + id.str() + " belongs to uid " + std::to_string(owner) + "; uid " +
                                   std::to_string(req.caller_uid) + " may act only on its own sandboxes (root on all)"));
   return false;
@@ -1524,7 +1525,7 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
       if (req.sandbox ? it->id == *req.sandbox : it->name == req.name) gone = &*it;
   }
   if (live == nullptr && gone == nullptr) {
-    reply(client, control_error(req.id, "not_found",
+    reply(client, control_error(req.id, ControlError::not_found,
                                 (req.sandbox ? "no sandbox " + req.sandbox->str() : "no sandbox named \"" + *req.name + "\"") +
                                     " with output on this supervisor (the last " + std::to_string(kExitedLogsMax) +
                                     " gone ones are kept)"));
@@ -1539,7 +1540,7 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
   if (fd < 0 || ::fstat(fd, &st) != 0) {
     const int e = errno;
     if (fd >= 0) ::close(fd);
-    reply(client, control_error(req.id, "internal", "cannot read " + path + ": " + std::strerror(e)));
+    reply(client, control_error(req.id, ControlError::internal, "cannot read " + path + ": " + std::strerror(e)));
     return;
   }
   const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
@@ -1555,23 +1556,23 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
 void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
   Sandbox* s = find(*req.sandbox);
   if (s == nullptr || !runs_unkilled(s->phase)) {
-    reply(client, control_error(req.id, "not_found", "no running sandbox " + req.sandbox->str()));
+    reply(client, control_error(req.id, ControlError::not_found, "no running sandbox " + req.sandbox->str()));
     return;
   }
   if (!may_act_on(client, req, *s)) return;
   if (s->name || s->epoch != 0) {
     // A well-formed request this sandbox's state refuses (a usage error would be "bad_request").
-    reply(client, control_error(req.id, "refused", "sandbox " + req.sandbox->str() + " already has the name \"" +
+    reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already has the name \"" +
                                                        s->name.value_or(s->pending_name.value_or("?")) + "\""));
     return;
   }
   if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
-    reply(client, control_error(req.id, "bad_request", why));
+    reply(client, control_error(req.id, ControlError::bad_request, why));
     return;
   }
   if (by_name.contains(*req.name)) {
     const Sandbox* h = find(by_name[*req.name]);
-    reply(client, control_error(req.id, "held", "\"" + *req.name + "\" is held on this worker",
+    reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
                                 {{"holder", by_name[*req.name].str()}, {"epoch", h ? h->epoch : 0}}));
     return;
   }
@@ -1582,28 +1583,28 @@ void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
 
 void Supervisor::Impl::do_expect_commit(ControlClientId client, ControlRequest req) {
   if (find(*req.sandbox) != nullptr) {
-    reply(client, control_error(req.id, "refused", "sandbox " + req.sandbox->str() + " already exists here"));
+    reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already exists here"));
     return;
   }
   if (by_name.contains(*req.name)) {
-    reply(client, control_error(req.id, "held", "\"" + *req.name + "\" is held on this worker",
+    reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
                                 {{"holder", by_name[*req.name].str()}}));
     return;
   }
   std::string err;
   if (!cfg.synthetic && !command_resolves(req, err)) {
-    reply(client, control_error(req.id, "exec_failed", err));
+    reply(client, control_error(req.id, ControlError::exec_failed, err));
     return;
   }
   if (pending_commits.size() >= kPendingCommitsMax) {
-    reply(client, control_error(req.id, "busy", "too many commits waiting for the next heartbeat"));
+    reply(client, control_error(req.id, ControlError::busy, "too many commits waiting for the next heartbeat"));
     return;
   }
   if (refuse_unsafe_kill(client, req)) return;
   if (!gate_named_creation(client, req.id)) return;
   const shm::ClaimResult claim = table->claim(*req.sandbox, now_ns());
   if (claim.error != shm::TableErrc::ok) {
-    reply(client, control_error(req.id, "table_full", table->claim_refusal()));
+    reply(client, control_error(req.id, ControlError::table_full, table->claim_refusal()));
     return;
   }
   Sandbox s;
@@ -1639,17 +1640,17 @@ void Supervisor::Impl::commit_now(const PendingCommit& pc) {
   advance(find(sb)->phase, SandboxPhase::acquiring);
   link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
     if (!r.ok()) {
-      abandon(sb, client, req.id, "unreachable", "commit \"" + *req.name + "\": " + r.problem);
+      abandon(sb, client, req.id, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);
       return;
     }
     if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
-      abandon(sb, client, req.id, "refused", "commit \"" + *req.name + "\" " + describe_answer(*r.body),
+      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\" " + describe_answer(*r.body),
               {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
       return;
     }
     const auto* g = std::get_if<wire::Grant>(&*r.body);
     if (g == nullptr || g->state != LockPhase::held || g->epoch != req.epoch) {
-      abandon(sb, client, req.id, "refused", "commit \"" + *req.name + "\": " + describe_answer(*r.body));
+      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\": " + describe_answer(*r.body));
       return;
     }
     req.ttl_ms = std::nullopt;
@@ -1664,10 +1665,10 @@ void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client,
   const NameId name_id = name_id_of(name);
   if (s == nullptr) {  // gone meanwhile: abort the acquisition
     release_to_lockd(name_id, name, sb, epoch, [](bool, std::string) {});
-    reply(client, control_error(req.id, "internal", "the sandbox went away while acquiring"));
+    reply(client, control_error(req.id, ControlError::internal, "the sandbox went away while acquiring"));
     return;
   }
-  auto give_back = [&](const std::string& code, const std::string& msg) {
+  auto give_back = [&](ControlError code, const std::string& msg) {
     give_back_name(*s, client, req, epoch, code, msg);  // also aborts the Acquiring record
   };
   // Kill-switch synchronisation: checked here, right before the sandbox starts, on the io
@@ -1676,21 +1677,21 @@ void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client,
   for (const auto& a : hb->check_worker_liveness(now)) apply(a);
   if (!hb->may_create_named(now)) {
     ++counters.creates_refused_killswitch;
-    give_back("killswitch", "worker liveness lapsed while acquiring \"" + name +
+    give_back(ControlError::killswitch, "worker liveness lapsed while acquiring \"" + name +
                                 "\"; named sandboxes are refused until a worker heartbeat succeeds");
     return;
   }
   const std::uint64_t valid_until = hb->worker_valid_until_ns();
   if (now >= valid_until) {
-    give_back("unreachable", "the grant of \"" + name + "\" arrived after worker liveness would already have lapsed");
+    give_back(ControlError::unreachable, "the grant of \"" + name + "\" arrived after worker liveness would already have lapsed");
     return;
   }
   if (!before_spawn(s->phase) && !runs_unkilled(s->phase)) {
-    give_back("not_found", "the sandbox stopped while its name was being acquired");
+    give_back(ControlError::not_found, "the sandbox stopped while its name was being acquired");
     return;
   }
   if (!hb->add(name_id, sb, epoch, s->slot, lease_measured_from_ns(static_cast<std::uint64_t>(acquire_send_ns), now))) {
-    give_back("internal", "heartbeat schedule refused the lease");
+    give_back(ControlError::internal, "heartbeat schedule refused the lease");
     return;
   }
   // Kept by worker liveness from now on (the worker-wide kill-switch covers it), but not carried
@@ -1725,17 +1726,17 @@ void Supervisor::Impl::send_commit(const SandboxId& sb, ControlClientId client, 
   c.worker = worker;
   link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) {
     if (!r.ok()) {
-      commit_failed(sb, client, req, epoch, "unreachable", "commit \"" + *req.name + "\": " + r.problem);
+      commit_failed(sb, client, req, epoch, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);
       return;
     }
     if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
-      commit_failed(sb, client, req, epoch, "refused", "commit \"" + *req.name + "\" " + describe_answer(*r.body),
+      commit_failed(sb, client, req, epoch, ControlError::refused, "commit \"" + *req.name + "\" " + describe_answer(*r.body),
                     {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
       return;
     }
     const auto* g = std::get_if<wire::Grant>(&*r.body);
     if (g == nullptr || g->state != LockPhase::held || g->epoch != epoch || g->holder != sb) {
-      commit_failed(sb, client, req, epoch, "refused", "commit \"" + *req.name + "\": " + describe_answer(*r.body));
+      commit_failed(sb, client, req, epoch, ControlError::refused, "commit \"" + *req.name + "\": " + describe_answer(*r.body));
       return;
     }
     on_committed(sb, client, req, *g);
@@ -1743,7 +1744,7 @@ void Supervisor::Impl::send_commit(const SandboxId& sb, ControlClientId client, 
 }
 
 void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req,
-                                     Epoch epoch, const std::string& code, const std::string& message, json extra) {
+                                     Epoch epoch, ControlError code, const std::string& message, json extra) {
   const std::string name = *req.name;
   Sandbox* s = find(sb);
   // Abort the Acquiring record, or give back a commit whose answer never came.
@@ -1786,7 +1787,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
     // It exited (or was killed) meanwhile; its exit gave back the pending name, and this
     // release covers the commit that landed after that.
     release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
-    reply(client, control_error(req.id, "not_found", "the sandbox stopped before its commit of \"" + name +
+    reply(client, control_error(req.id, ControlError::not_found, "the sandbox stopped before its commit of \"" + name +
                                                          "\" was acknowledged"));
     return;
   }
@@ -1798,7 +1799,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
     hb->remove(sb);
     release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
     if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
-    if (req.op == ControlOp::name) reply(client, control_error(req.id, "not_found", "the sandbox stopped while being named"));
+    if (req.op == ControlOp::name) reply(client, control_error(req.id, ControlError::not_found, "the sandbox stopped while being named"));
     else s->waiters.emplace_back(client, req.id);
     return;
   }
@@ -1819,7 +1820,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
                                 ? shm::TableErrc::revoked
                                 : publish_grant(*s, name_id, name, g.epoch, valid_until, s->token);
   if (pe != shm::TableErrc::ok) {
-    commit_failed(sb, client, req, g.epoch, "internal",
+    commit_failed(sb, client, req, g.epoch, ControlError::internal,
                   "publishing \"" + name + "\" failed: " + std::string(shm::to_string(pe)));
     return;
   }
@@ -1841,7 +1842,7 @@ void Supervisor::Impl::do_release(ControlClientId client, const ControlRequest& 
   auto it = by_name.find(*req.name);
   Sandbox* s = it == by_name.end() ? nullptr : find(it->second);
   if (s == nullptr || !s->name) {
-    reply(client, control_error(req.id, "not_found", "no sandbox on this worker holds \"" + *req.name + "\""));
+    reply(client, control_error(req.id, ControlError::not_found, "no sandbox on this worker holds \"" + *req.name + "\""));
     return;
   }
   if (!may_act_on(client, req, *s)) return;
@@ -1852,7 +1853,7 @@ void Supervisor::Impl::do_release(ControlClientId client, const ControlRequest& 
 void Supervisor::Impl::do_kill(ControlClientId client, const ControlRequest& req) {
   Sandbox* s = find(*req.sandbox);
   if (s == nullptr || never_started(s->phase)) {
-    reply(client, control_error(req.id, "not_found", "no running sandbox " + req.sandbox->str()));
+    reply(client, control_error(req.id, ControlError::not_found, "no running sandbox " + req.sandbox->str()));
     return;
   }
   if (!may_act_on(client, req, *s)) return;
@@ -2077,7 +2078,7 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
     }
   }
   auto answer_waiters = [this](std::vector<std::pair<ControlClientId, json>> waiters,
-                               std::optional<std::string> err, std::string msg, json fields) {
+                               std::optional<ControlError> err, std::string msg, json fields) {
     for (auto& [c, rid] : waiters) {
       if (err) reply(c, control_error(rid, *err, msg, fields));
       else reply(c, control_ok(rid, fields));
@@ -2243,7 +2244,7 @@ void Supervisor::Impl::begin_shutdown(const char* why) {
   while (!pending_commits.empty()) {
     PendingCommit pc = std::move(pending_commits.front());
     pending_commits.pop_front();
-    abandon(*pc.request.sandbox, pc.client, pc.request.id, "shutting_down", "the supervisor is shutting down");
+    abandon(*pc.request.sandbox, pc.client, pc.request.id, ControlError::shutting_down, "the supervisor is shutting down");
   }
   std::vector<SandboxId> ids;
   for (auto& [id, s] : sandboxes) ids.push_back(id);
@@ -2261,7 +2262,7 @@ void Supervisor::Impl::begin_shutdown(const char* why) {
       table->revoke(s->slot);
       if (s->pid_poll.valid()) loop->cancel_poll(s->pid_poll);
       if (s->name) release_to_lockd(s->name_id, *s->name, id, s->epoch, [](bool, std::string) {});
-      for (auto& [c, rid] : s->waiters) reply(c, control_error(rid, "shutting_down", "the supervisor is shutting down"));
+      for (auto& [c, rid] : s->waiters) reply(c, control_error(rid, ControlError::shutting_down, "the supervisor is shutting down"));
       log_event("event=kept sandbox=%s pid=%d cgroup=%s", id.str().c_str(), s->pid,
                 s->leaf.valid() ? s->leaf.path().c_str() : "-");
       sandboxes.erase(id);  // closes the pidfd and the leaf's fds; a populated leaf stays

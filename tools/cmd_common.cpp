@@ -183,8 +183,13 @@ std::optional<std::string> supervisor_worker(const std::string& socket, Failure&
   return status->value("worker", std::string());
 }
 
+std::optional<ControlError> answer_error(const nlohmann::json& a) {
+  if (!a.is_object() || a.value("ok", false) || !a.contains("error") || !a["error"].is_string()) return std::nullopt;
+  return control_error_of(a["error"].get<std::string>());
+}
+
 Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
-  const std::string code = a.value("error", std::string("internal"));
+  const std::string code = a.contains("error") && a["error"].is_string() ? a["error"].get<std::string>() : "internal";
   std::string msg = std::string(what) + ": " + a.value("message", std::string("(no message)"));
   // Name the holder and epoch unless the message already does.
   if (a.contains("holder") && a["holder"].is_string() &&
@@ -202,15 +207,18 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
   if (a.value("reason", std::string()) == "lock_delay")
     msg += " (the name is grantable once the old holder's kill is confirmed or its lease would have expired; "
            "`leasehold show` with an admin key says when)";
-  if (code == "held" || code == "refused" || code == "killswitch" || code == "table_full" || code == "busy" ||
-      code == "shutting_down" || code == "forbidden")
-    return {kRefused, msg};
-  // The socket lets this user in only to tell it that it may not use it (not root, the
-  // supervisor's uid or a member of its --group): as a connect(2) refused by the socket's mode.
-  if (code == "unauthorized") return {kNoSupervisor, msg};
-  if (code == "not_found" || code == "exec_failed") return {kNotFound, msg};
-  if (code == "bad_request" || code == "bad_json" || code == "too_long") return {kUsage, msg};
-  if (code == "unreachable") return {kUnreachable, msg + " (the supervisor could not reach lockd)"};
+  const std::optional<ControlError> known = control_error_of(code);
+  if (!known) return {kFailure, msg + " (error \"" + code + "\", a code this leasehold does not know)"};
+  switch (class_of(*known)) {
+    case ControlErrorClass::refused: return {kRefused, msg};
+    // The socket lets this user in only to tell it that it may not use it (not root, the
+    // supervisor's uid or a member of its --group): as a connect(2) refused by the socket's mode.
+    case ControlErrorClass::no_supervisor: return {kNoSupervisor, msg};
+    case ControlErrorClass::not_found: return {kNotFound, msg};
+    case ControlErrorClass::usage: return {kUsage, msg};
+    case ControlErrorClass::unreachable: return {kUnreachable, msg + " (the supervisor could not reach lockd)"};
+    case ControlErrorClass::failure: break;
+  }
   return {kFailure, msg + " (" + code + ")"};
 }
 

@@ -12,6 +12,7 @@
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/lease/types.hpp"
 #include "leasehold/lockd/admin_client.hpp"
+#include "leasehold/supervisor/control_error.hpp"
 #include "tools/command.hpp"
 #include "tools/table.hpp"
 
@@ -101,11 +102,16 @@ void resolve(SupervisorFlags& flags);
 /// garbled answer (kInternal). An answer with "ok":false is returned as is.
 std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohmann::json& request,
                                               Failure& failure);
-/// The failure of an {"ok":false} answer: held/refused/forbidden (another caller's sandbox)/
-/// busy/table_full → kRefused (with holder and epoch), not_found/exec_failed → kNotFound,
-/// bad_request → kUsage, unreachable → kUnreachable (the supervisor could not reach lockd),
-/// unauthorized (this user may not use the socket) → kNoSupervisor, anything else → kFailure.
+/// The failure of an {"ok":false} answer, by the ControlErrorClass of its code (control_error.hpp):
+/// refused (held, refused, forbidden: another caller's sandbox, busy, table_full, ...) → kRefused
+/// (with holder and epoch), not_found → kNotFound, usage → kUsage, unreachable → kUnreachable (the
+/// supervisor could not reach lockd), no_supervisor (unauthorized: this user may not use the
+/// socket) → kNoSupervisor, failure → kFailure naming the code. A code this build does not know
+/// (a newer supervisor) → kFailure with the code's text.
 Failure supervisor_failure(const nlohmann::json& answer, std::string_view what);
+/// The ControlError of an {"ok":false} answer; nullopt for an ok answer, one without a string
+/// "error", or a code this build does not know.
+std::optional<ControlError> answer_error(const nlohmann::json& answer);
 /// The worker id the supervisor at `socket` says it serves (its `status` op; "" when the answer
 /// names none), or nullopt with `failure` set as supervisor_call sets it.
 std::optional<std::string> supervisor_worker(const std::string& socket, Failure& failure);

@@ -660,7 +660,7 @@ void Demo::body() {
   auto dup = control(1, agent_request(true), f);
   if (!dup) abort(f.message);
   const std::int64_t t_refused = boot_ns();
-  const bool refused = !dup->value("ok", false) && dup->value("error", std::string()) == "held";
+  const bool refused = answer_error(*dup) == ControlError::held;
   say("%s answered: %s", kWorker[1],
       refused ? supervisor_failure(*dup, "run \"" + args_.name + "\"").message.c_str() : dup->dump().c_str());
   check(refused, "refused: nothing started on worker 2");
@@ -755,7 +755,7 @@ void Demo::body() {
     a2 = control(1, agent_request(true), f);
     if (!a2) abort(f.message);
     if (a2->value("ok", false)) break;
-    if (a2->value("error", std::string()) != "held") abort(supervisor_failure(*a2, "run on worker 2").message);
+    if (answer_error(*a2) != ControlError::held) abort(supervisor_failure(*a2, "run on worker 2").message);
     ++held_answers;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -938,7 +938,7 @@ void Demo::body() {
     check_interrupted();
     named = control(0, {{"v", 1}, {"op", "name"}, {"sandbox", sb3}, {"name", args_.name}}, f);
     if (!named) abort(f.message);
-    if (named->value("ok", false) || named->value("error", std::string()) != "unreachable") break;
+    if (answer_error(*named) != ControlError::unreachable) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the link is coming back
   }
   if (!named || !named->value("ok", false))

@@ -52,38 +52,39 @@ TEST(ControlParse, ExpectCommitNeedsSandboxEpochAndCommand) {
   EXPECT_EQ(ok.request->sandbox->str(), "0f8fad5b-d9cb-469f-a165-70867728950e");
   const ControlParse no_epoch = parse_control_request(
       R"({"v":1,"op":"expect-commit","name":"n","sandbox":"0f8fad5b-d9cb-469f-a165-70867728950e","argv":["true"]})");
-  EXPECT_EQ(no_epoch.error, "bad_request");
+  EXPECT_FALSE(no_epoch.request);
+  EXPECT_EQ(no_epoch.error, ControlError::bad_request);
   EXPECT_NE(no_epoch.message.find("\"epoch\""), std::string::npos);
 }
 
 TEST(ControlParse, ErrorsNameTheProblem) {
   struct Case {
     const char* line;
-    const char* code;
+    ControlError code;
     const char* needle;
   } cases[] = {
-      {"{not json", "bad_json", "not valid JSON"},
-      {"[1,2]", "bad_json", "JSON object"},
-      {R"({"op":"list"})", "bad_version", "\"v\""},
-      {R"({"v":2,"op":"list"})", "bad_version", "version 2"},
-      {R"({"v":1})", "bad_request", "\"op\""},
-      {R"({"v":1,"op":"explode"})", "unknown_op", "explode"},
-      {R"({"v":1,"op":"run"})", "bad_request", "\"argv\""},
-      {R"({"v":1,"op":"run","argv":[]})", "bad_request", "non-empty"},
-      {R"({"v":1,"op":"run","argv":[1]})", "bad_request", "only strings"},
-      {R"({"v":1,"op":"run","argv":["x"],"name":"bad name!"})", "bad_request", "name"},
-      {R"({"v":1,"op":"run","argv":["x"],"env":{"A":1}})", "bad_request", "\"A\""},
-      {R"({"v":1,"op":"run","argv":["x"],"env":["NOEQUALS"]})", "bad_request", "KEY=VALUE"},
-      {R"({"v":1,"op":"run","argv":["x"],"cwd":"rel"})", "bad_request", "absolute"},
-      {R"({"v":1,"op":"run","argv":["x"],"ttl_ms":-5})", "bad_request", "ttl_ms"},
-      {R"({"v":1,"op":"name","sandbox":"zz","name":"a"})", "bad_request", "sandbox id"},
-      {R"({"v":1,"op":"release"})", "bad_request", "\"name\""},
-      {R"({"v":1,"op":"kill","sandbox":"00000000-0000-0000-0000-000000000000"})", "bad_request", "sandbox id"},
+      {"{not json", ControlError::bad_json, "not valid JSON"},
+      {"[1,2]", ControlError::bad_json, "JSON object"},
+      {R"({"op":"list"})", ControlError::bad_version, "\"v\""},
+      {R"({"v":2,"op":"list"})", ControlError::bad_version, "version 2"},
+      {R"({"v":1})", ControlError::bad_request, "\"op\""},
+      {R"({"v":1,"op":"explode"})", ControlError::unknown_op, "explode"},
+      {R"({"v":1,"op":"run"})", ControlError::bad_request, "\"argv\""},
+      {R"({"v":1,"op":"run","argv":[]})", ControlError::bad_request, "non-empty"},
+      {R"({"v":1,"op":"run","argv":[1]})", ControlError::bad_request, "only strings"},
+      {R"({"v":1,"op":"run","argv":["x"],"name":"bad name!"})", ControlError::bad_request, "name"},
+      {R"({"v":1,"op":"run","argv":["x"],"env":{"A":1}})", ControlError::bad_request, "\"A\""},
+      {R"({"v":1,"op":"run","argv":["x"],"env":["NOEQUALS"]})", ControlError::bad_request, "KEY=VALUE"},
+      {R"({"v":1,"op":"run","argv":["x"],"cwd":"rel"})", ControlError::bad_request, "absolute"},
+      {R"({"v":1,"op":"run","argv":["x"],"ttl_ms":-5})", ControlError::bad_request, "ttl_ms"},
+      {R"({"v":1,"op":"name","sandbox":"zz","name":"a"})", ControlError::bad_request, "sandbox id"},
+      {R"({"v":1,"op":"release"})", ControlError::bad_request, "\"name\""},
+      {R"({"v":1,"op":"kill","sandbox":"00000000-0000-0000-0000-000000000000"})", ControlError::bad_request, "sandbox id"},
   };
   for (const auto& c : cases) {
     const ControlParse p = parse_control_request(c.line);
     EXPECT_FALSE(p.request) << c.line;
-    EXPECT_EQ(p.error, c.code) << c.line << " -> " << p.message;
+    EXPECT_EQ(p.error, c.code) << c.line << " -> " << to_string(p.error) << ": " << p.message;
     EXPECT_NE(p.message.find(c.needle), std::string::npos) << c.line << " -> " << p.message;
   }
 }
@@ -94,7 +95,7 @@ TEST(ControlParse, AnswersCarryVersionAndId) {
   EXPECT_EQ(ok["id"], "abc");
   EXPECT_EQ(ok["ok"], true);
   EXPECT_EQ(ok["slot"], 3);
-  const json err = json::parse(control_error(5, "held", "taken", {{"epoch", 9}}));
+  const json err = json::parse(control_error(5, ControlError::held, "taken", {{"epoch", 9}}));
   EXPECT_EQ(err["ok"], false);
   EXPECT_EQ(err["error"], "held");
   EXPECT_EQ(err["epoch"], 9);

@@ -6,6 +6,7 @@
 #include "leasehold/wire/token.hpp"
 #include "leasehold/resource/fenced_store.hpp"
 #include "leasehold/shm/table.hpp"
+#include "leasehold/supervisor/control_error.hpp"
 #include "tools/command.hpp"
 
 #include <gtest/gtest.h>
@@ -472,6 +473,48 @@ TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
   FakeSupervisor silent(sock, "");
   const Result r = cli({"sandboxes", "--supervisor", sock, "--timeout-ms", "300"});
   EXPECT_ANSWER(r, kNoSupervisor, "did not answer within 300 ms");
+}
+
+// Every code the supervisor can send (control_error() takes a ControlError, so these are all of
+// them) ends in the exit code the README documents for it; the table is written out here, not
+// derived from kControlErrors, so a row moved to another class there fails here.
+TEST_F(CliTest, EveryControlErrorHasItsDocumentedExitCode) {
+  const std::pair<ControlError, int> documented[] = {
+      {ControlError::bad_json, kUsage},          {ControlError::bad_version, kFailure},
+      {ControlError::bad_request, kUsage},       {ControlError::unknown_op, kFailure},
+      {ControlError::too_long, kUsage},          {ControlError::unauthorized, kNoSupervisor},
+      {ControlError::busy, kRefused},            {ControlError::idle, kFailure},
+      {ControlError::timeout, kFailure},         {ControlError::shutting_down, kRefused},
+      {ControlError::held, kRefused},            {ControlError::refused, kRefused},
+      {ControlError::killswitch, kRefused},      {ControlError::table_full, kRefused},
+      {ControlError::forbidden, kRefused},       {ControlError::not_found, kNotFound},
+      {ControlError::exec_failed, kNotFound},    {ControlError::unreachable, kUnreachable},
+      {ControlError::internal, kFailure},
+  };
+  static_assert(std::size(documented) == kControlErrors.size(), "one documented exit code per ControlError");
+  const std::string sock = (dir_ / "fake-codes.sock").string();
+  for (std::size_t i = 0; i < std::size(documented); ++i) {
+    const auto [error, exit_code] = documented[i];
+    ASSERT_EQ(static_cast<std::size_t>(error), i) << "the table lists each ControlError once, in order";
+    const std::string code(to_string(error));
+    SCOPED_TRACE(code);
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", code}, {"message", "said " + code}}).dump());
+    const Result r = cli({"sandboxes", "--supervisor", sock});
+    EXPECT_ANSWER(r, exit_code, "said " + code);
+  }
+}
+
+// A code from a newer supervisor that this build does not know is a failure (exit 1), and the
+// caller sees the code's text rather than a guess at what it means.
+TEST_F(CliTest, UnknownControlErrorIsAFailureNamingTheCode) {
+  const std::string sock = (dir_ / "fake-unknown.sock").string();
+  ASSERT_FALSE(control_error_of("lease_moved_to_mars"));
+  FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", "lease_moved_to_mars"},
+                                         {"message", "try the other planet"}})
+                             .dump());
+  const Result r = cli({"sandboxes", "--supervisor", sock});
+  EXPECT_ANSWER(r, kFailure, "try the other planet");
+  EXPECT_NE(r.err.find("\"lease_moved_to_mars\""), std::string::npos) << r.err;
 }
 
 // An ownership refusal ("forbidden": another caller's sandbox) is a refusal, exit 3 as the README

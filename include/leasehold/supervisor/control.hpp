@@ -22,11 +22,9 @@
 //   logs           {sandbox} or {name}, bytes?        sandbox, log, output (the last `bytes`,
 //                                                     default and at most kControlLogBytesMax),
 //                                                     truncated, running
-// Error codes: bad_json, bad_version, unknown_op, bad_request, too_long, timeout, idle, busy,
-// unauthorized (the caller may not use this socket at all: not root, the supervisor's uid or a
-// member of its --group), forbidden (the sandbox is another caller's: only its owner and root
-// may act on it), held, refused, exec_failed, table_full, not_found, unreachable, killswitch,
-// shutting_down, internal.
+// Error codes: the ControlError texts (control_error.hpp), among them unauthorized (the caller
+// may not use this socket at all: not root, the supervisor's uid or a member of its --group) and
+// forbidden (the sandbox is another caller's: only its owner and root may act on it).
 //
 // Bounds: kControlClientsMax connections, kControlLineBytesMax per line, one request in
 // progress per connection (later lines wait), kControlOutBytesMax of unsent answers, a partial
@@ -36,6 +34,7 @@
 #pragma once
 
 #include "leasehold/lease/types.hpp"
+#include "leasehold/supervisor/control_error.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -90,7 +89,7 @@ struct ControlRequest {
 /// Either a request or an error answer (code + message) to send back.
 struct ControlParse {
   std::optional<ControlRequest> request;
-  std::string error;    ///< error code (see above); "" on success
+  ControlError error = ControlError::internal;  ///< why there is no request (unused when there is one)
   std::string message;  ///< what is wrong, naming the field
   nlohmann::json id;    ///< the request's id if it could be read
 };
@@ -101,8 +100,7 @@ ControlParse parse_control_request(std::string_view line);
 /// An answer line (with newline) for success: {"v":1,"id":..,"ok":true, ...fields}.
 std::string control_ok(const nlohmann::json& id, nlohmann::json fields = nlohmann::json::object());
 /// An error answer line: {"v":1,"id":..,"ok":false,"error":code,"message":..., ...extra}.
-std::string control_error(const nlohmann::json& id, std::string_view code,
-                          std::string_view message,
+std::string control_error(const nlohmann::json& id, ControlError code, std::string_view message,
                           nlohmann::json extra = nlohmann::json::object());
 
 /// Who may connect (SO_PEERCRED): uid 0, `owner_uid`, or a member of `group_gid` (primary or
