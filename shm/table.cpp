@@ -728,6 +728,10 @@ TableErrc TableWriter::extend(std::uint32_t slot, std::uint64_t valid_until_ns) 
   if (state_of(s->info.load(std::memory_order_relaxed)) != SlotState::published)
     return TableErrc::wrong_state;
   if (s->check_word.load(std::memory_order_relaxed) & kRevokedBit) return TableErrc::revoked;
+  // valid_until never decreasing for an epoch (the heartbeat end drops a stale answer before it
+  // gets here): an extend that moves the deadline back was applied out of order, and the one it
+  // overtook may have been the later lease.
+  LEASEHOLD_ASSERT(valid_until_ns >= s->valid_until_ns.load(std::memory_order_relaxed));
   s->valid_until_ns.store(valid_until_ns, std::memory_order_release);
   return TableErrc::ok;
 }

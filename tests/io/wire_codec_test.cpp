@@ -1,5 +1,6 @@
 // The wire codec: round trips of every message type, the header layout, and every rejection
 // reason of the decoder (DESIGN.md "The wire protocol").
+#include "leasehold/lease/assert.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "tests/io/wire_samples.hpp"
@@ -406,6 +407,23 @@ TEST(WireNames, ReasonsAndTypesHaveStableDistinctText) {
   EXPECT_EQ(to_string(MessageType::heartbeat_ack), "heartbeat_ack");
   EXPECT_TRUE(is_request(MessageType::is_running));
   EXPECT_FALSE(is_request(MessageType::error));
+}
+
+// The codec round trip (decode(encode(x)) == x) is asserted inside encode() in debug and
+// simulator builds. Fed a body that the encoder writes and the decoder cannot read back (a lock
+// phase outside kLockPhaseCodes: the encoder writes the table's "bad" byte), encode aborts
+// instead of sending a datagram that lockd would refuse or, worse, read as something else.
+TEST(WireCodecDeathTest, AnEncodingThatDoesNotDecodeBackAborts) {
+#if LEASEHOLD_SLOW_ASSERTS
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Grant bad{samples::nid(1), 2, samples::sid(1), samples::wid(1), static_cast<LockPhase>(0x7f), 9, {}};
+  Bytes out(kDatagramBytesMax);
+  EXPECT_DEATH(encode(header(), bad, nullptr, out), "LEASEHOLD_ASSERT\\(decodes_back\\(.*\\) failed");
+  const Grant good{samples::nid(1), 2, samples::sid(1), samples::wid(1), LockPhase::held, 9, {}};
+  EXPECT_TRUE(encode(header(), good, nullptr, out));
+#else
+  GTEST_SKIP() << "the round-trip assertion is compiled only with LEASEHOLD_SLOW_ASSERTS (debug and simulator builds)";
+#endif
 }
 
 }  // namespace
