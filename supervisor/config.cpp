@@ -52,17 +52,6 @@ Id random_uuid_v4() {
 
 }  // namespace
 
-timing::Inputs timing_inputs(const SupervisorConfig& c) noexcept {
-  timing::Inputs in;
-  in.ttl_ns = timing::ms_to_ns(c.ttl_ms);
-  in.kill_after_ns = timing::ms_to_ns(c.kill_after_ms);
-  in.wheel_granularity_ns = static_cast<std::int64_t>(
-      std::min<std::uint64_t>(c.wheel_granularity_ns, std::numeric_limits<std::int64_t>::max()));
-  in.kill_latency_budget_ns = timing::ms_to_ns(c.kill_latency_budget_ms);
-  in.rho_ppb = timing::rho_ppb_of(c.clock_rate_bound);
-  return in;
-}
-
 ConfigCheck check_config(const SupervisorConfig& c) {
   ConfigCheck r;
   auto refuse = [&](std::string why) {
@@ -95,7 +84,7 @@ ConfigCheck check_config(const SupervisorConfig& c) {
 
   // DESIGN.md "Time": kill_after·(1+ρ) + wheel_granularity + kill_latency_budget < ttl·(1−ρ),
   // in integer ns rounded toward safety (lease/timing.hpp).
-  const timing::Inputs in = timing_inputs(c);
+  const timing::Inputs in = timing::inputs_of(c);
   const timing::Safety safety = timing::check_safety(in);
   r.pause_budget_ns = safety.pause_budget_ns;
   if (!safety.safe) {

@@ -430,7 +430,7 @@ int run_spawn(int runs, const std::string& bwrap_path) {
   // The supervisor's default timing: its kill-latency budget is a term of the safety condition,
   // and the pause budget is what is left of the TTL (what the supervisor prints at start-up).
   const SupervisorConfig defaults;
-  const std::int64_t pause_ns = timing::check_safety(timing_inputs(defaults)).pause_budget_ns;
+  const std::int64_t pause_ns = timing::check_safety(timing::inputs_of(defaults)).pause_budget_ns;
   const double kill_p99_ns = p(kill["isolated"], 0.99);
   out["isolated_kill_p99_ms"] = kill_p99_ns / 1e6;
   out["kill_latency_budget_ms"] = defaults.kill_latency_budget_ms;

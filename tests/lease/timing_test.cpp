@@ -99,5 +99,32 @@ TEST(Timing, SaturatesInsteadOfOverflowing) {
   EXPECT_TRUE(check_safety(inputs(kMs, -5, -5, -5, -5)).safe);
 }
 
+// inputs_of(): a configuration in its flags' units (ms, ns granularity, ρ as a fraction) to the
+// inequality's inputs, the one conversion the supervisor and the pause model share.
+struct Flags {
+  std::uint64_t ttl_ms = 0;
+  std::uint64_t kill_after_ms = 0;
+  std::uint64_t kill_latency_budget_ms = 0;
+  std::uint64_t wheel_granularity_ns = 0;
+  double clock_rate_bound = 0;
+};
+static_assert(ConfiguredTiming<Flags>);
+static_assert(!ConfiguredTiming<Inputs>, "Inputs is already in ns: it is not a configuration");
+
+TEST(Timing, InputsOfConvertsTheFlagsUnitsTowardSafety) {
+  const Inputs in = inputs_of(Flags{1000, 600, 50, 1'000'000, 1.5e-9});
+  EXPECT_EQ(in.ttl_ns, 1000 * kMs);
+  EXPECT_EQ(in.kill_after_ns, 600 * kMs);
+  EXPECT_EQ(in.kill_latency_budget_ns, 50 * kMs);
+  EXPECT_EQ(in.wheel_granularity_ns, 1'000'000);
+  EXPECT_EQ(in.rho_ppb, 2) << "rounded up";
+  EXPECT_EQ(check_safety(inputs_of(Flags{1000, 600, 50, 1'000'000, 1e-3})).pause_budget_ns, 348'400'000);
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const Inputs huge = inputs_of(Flags{std::numeric_limits<std::uint64_t>::max(), 0, 0,
+                                      std::numeric_limits<std::uint64_t>::max(), 0});
+  EXPECT_EQ(huge.ttl_ns, big);
+  EXPECT_EQ(huge.wheel_granularity_ns, big) << "saturates, never wraps negative";
+}
+
 }  // namespace
 }  // namespace leasehold::timing

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <limits>
 
@@ -97,6 +98,32 @@ constexpr std::int64_t measured_pause_budget_ns(const Inputs& in, std::int64_t l
 /// Milliseconds to ns, saturating (the configuration's fields are in ms).
 constexpr std::int64_t ms_to_ns(std::uint64_t ms) noexcept {
   return detail::saturate(static_cast<detail::Wide>(ms) * kNsPerMs);
+}
+
+/// A configuration in the units of its flags: `ttl_ms`, `kill_after_ms`, `kill_latency_budget_ms`
+/// in ms, `wheel_granularity_ns` in ns, `clock_rate_bound` as ρ (a fraction: 1e-3 = 1000 ppm).
+/// The supervisor's SupervisorConfig and the pause model's Timing are such configurations.
+template <class C>
+concept ConfiguredTiming = requires(const C& c) {
+  { c.ttl_ms } -> std::convertible_to<std::uint64_t>;
+  { c.kill_after_ms } -> std::convertible_to<std::uint64_t>;
+  { c.kill_latency_budget_ms } -> std::convertible_to<std::uint64_t>;
+  { c.wheel_granularity_ns } -> std::convertible_to<std::uint64_t>;
+  { c.clock_rate_bound } -> std::convertible_to<double>;
+};
+
+/// The inputs of the inequality for a configuration: ms to ns and the granularity saturating at
+/// the int64 range, ρ to ppb rounded up. The one conversion the supervisor's start-up check and
+/// the pause model both use, so the budget they report for the same flags is the same number.
+template <ConfiguredTiming C>
+Inputs inputs_of(const C& c) noexcept {
+  Inputs in;
+  in.ttl_ns = ms_to_ns(c.ttl_ms);
+  in.kill_after_ns = ms_to_ns(c.kill_after_ms);
+  in.wheel_granularity_ns = detail::saturate(static_cast<detail::Wide>(static_cast<std::uint64_t>(c.wheel_granularity_ns)));
+  in.kill_latency_budget_ns = ms_to_ns(c.kill_latency_budget_ms);
+  in.rho_ppb = rho_ppb_of(c.clock_rate_bound);
+  return in;
 }
 
 }  // namespace leasehold::timing

@@ -62,27 +62,16 @@ struct Timing {
   double clock_rate_bound = 1e-3;  ///< ρ
 };
 
-/// The timing as the inputs of the safety inequality (lease/timing.hpp, the one definition).
-inline timing::Inputs timing_inputs(const Timing& t) {
-  timing::Inputs in;
-  in.ttl_ns = timing::ms_to_ns(t.ttl_ms);
-  in.kill_after_ns = timing::ms_to_ns(t.kill_after_ms);
-  in.wheel_granularity_ns = static_cast<std::int64_t>(std::min<std::uint64_t>(t.wheel_granularity_ns, INT64_MAX));
-  in.kill_latency_budget_ns = timing::ms_to_ns(t.kill_latency_budget_ms);
-  in.rho_ppb = timing::rho_ppb_of(t.clock_rate_bound);
-  return in;
-}
-
 /// B_cfg in ns (may be negative: the configuration is unsafe). DESIGN.md "Time".
 inline std::int64_t configured_budget_ns(const Timing& t) {
-  return timing::check_safety(timing_inputs(t)).pause_budget_ns;
+  return timing::check_safety(timing::inputs_of(t)).pause_budget_ns;
 }
 
 /// B_meas in ns for a measured lateness and kill latency (both ns).
 inline std::int64_t measured_budget_ns(const Timing& t, std::uint64_t lateness_ns,
                                        std::uint64_t kill_latency_ns) {
   return timing::measured_pause_budget_ns(
-      timing_inputs(t), static_cast<std::int64_t>(std::min<std::uint64_t>(lateness_ns, INT64_MAX)),
+      timing::inputs_of(t), static_cast<std::int64_t>(std::min<std::uint64_t>(lateness_ns, INT64_MAX)),
       static_cast<std::int64_t>(std::min<std::uint64_t>(kill_latency_ns, INT64_MAX)));
 }
 

@@ -160,10 +160,6 @@ struct ConfigCheck {
 /// Pure; never throws.
 ConfigCheck check_config(const SupervisorConfig& config);
 
-/// The configuration's numbers as the inputs of the safety inequality (lease/timing.hpp): ms
-/// fields in ns, ρ in ppb rounded up.
-timing::Inputs timing_inputs(const SupervisorConfig& config) noexcept;
-
 /// Default control socket: /run/leasehold/supervisor.sock for root; otherwise
 /// <runtime_dir>/supervisor.sock, in a directory the control socket server requires to be this
 /// user's with mode 0700 (0750 with --group). $LEASEHOLD_CONTROL_SOCKET (or $LEASEHOLD_SUPERVISOR, the `leasehold`
