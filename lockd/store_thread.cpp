@@ -1,7 +1,7 @@
 #include "leasehold/lockd/store_thread.hpp"
+#include "leasehold/lease/assert.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <ctime>
 
@@ -43,8 +43,10 @@ bool StoreThread::submit(std::vector<StoredName>& changes, std::uint64_t seq, Ep
 }
 
 bool StoreThread::submit(DurableBatch&& b) {
-  assert(b.changes.size() <= kStoreBatchChangesMax);
-  assert(b.last_seq >= last_seq_ && b.first_seq <= b.last_seq);
+  // The seq order is what durable_seq() reports: a batch below the last one would have seqs
+  // counted durable that no commit covered, and lockd answer a grant a crash then loses.
+  LEASEHOLD_ASSERT(b.changes.size() <= kStoreBatchChangesMax);
+  LEASEHOLD_ASSERT(b.last_seq >= last_seq_ && b.first_seq <= b.last_seq);
   {
     std::lock_guard lock(mu_);
     if (!failure_.empty()) return false;

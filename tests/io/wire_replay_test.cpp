@@ -1,6 +1,7 @@
 // Replay window (RFC 4303 §3.4.3), the response cache and the Receiver policy
 // (DESIGN.md "The wire protocol": replayed messages are rejected; retries get the same answer).
 #include "leasehold/io/clock.hpp"
+#include "leasehold/lease/assert.hpp"
 #include "leasehold/wire/replay.hpp"
 #include "tests/io/wire_samples.hpp"
 
@@ -16,6 +17,23 @@ using Bytes = std::vector<std::uint8_t>;
 const WireKey kKey{Bytes(kKeyBytesMin, 0x42)};
 
 Bytes bytes_of(const Datagram& d) { return Bytes(d.view().begin(), d.view().end()); }
+
+// record() of a seq the window already holds means a caller skipped check(): in debug and
+// simulator builds it aborts.
+TEST(ReplayWindowDeathTest, RecordingASeenSeqAborts) {
+#if LEASEHOLD_SLOW_ASSERTS
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ReplayWindow w;
+  w.record(100);
+  w.record(98);
+  EXPECT_DEATH(w.record(98), "LEASEHOLD_ASSERT\\(check\\(seq\\) == DecodeError::none .*\\) failed");
+  EXPECT_DEATH(w.record(100 - kReplayWindowSeqs), "LEASEHOLD_ASSERT\\(check\\(seq\\)");
+  w.record(99);
+  EXPECT_EQ(w.check(99), DecodeError::replayed);
+#else
+  GTEST_SKIP() << "record()'s check is compiled only with LEASEHOLD_SLOW_ASSERTS (debug and simulator builds)";
+#endif
+}
 
 TEST(ReplayWindow, AcceptsNewRejectsSeenAndStale) {
   ReplayWindow w;

@@ -432,6 +432,40 @@ TEST(StoreThread, CompactsTheLogWhenIdle) {
   EXPECT_FALSE(t.failed());
 }
 
+// The store thread's end of the durability path: batches arrive in seq order (durable_seq()
+// reports that order), at most kStoreBatchChangesMax changes each. Fed a seq below the last
+// batch's, or an oversized batch, it aborts in every build rather than report as durable a seq
+// no commit covered.
+TEST(StoreThreadDeathTest, ASeqBelowTheLastBatchOrAnOversizedBatchAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  EXPECT_DEATH(
+      {
+        StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
+        std::vector<StoredName> b1{held(1, 10)};
+        if (!t.submit(b1, 5)) std::_Exit(3);
+        std::vector<StoredName> b2{held(2, 1)};
+        t.submit(b2, 4);
+      },
+      "LEASEHOLD_ASSERT\\(b.last_seq >= last_seq_ .*\\) failed");
+  EXPECT_DEATH(
+      {
+        StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
+        std::vector<StoredName> big;
+        for (std::size_t k = 0; k <= kStoreBatchChangesMax; ++k) big.push_back(held(k, 1));
+        t.submit(big, 1);
+      },
+      "LEASEHOLD_ASSERT\\(b.changes.size\\(\\) <= kStoreBatchChangesMax\\) failed");
+  StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
+  std::vector<StoredName> b1{held(1, 10)};
+  ASSERT_TRUE(t.submit(b1, 1));
+  std::vector<StoredName> b2{held(2, 1)};
+  while (!t.submit(b2, 2) && !t.failed()) ::usleep(100);  // in order: accepted once there is room
+  while (t.durable_seq() < 2 && !t.failed()) ::usleep(100);
+  EXPECT_EQ(t.durable_seq(), 2u) << t.failure();
+}
+
 TEST(StoreThread, FailedCommitIsReportedNotDurable) {
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
