@@ -2,6 +2,7 @@
 #include "leasehold/io/loop.hpp"
 
 #include "leasehold/io/clock.hpp"
+#include "leasehold/lease/assert.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -242,8 +243,7 @@ io_uring_sqe* EventLoop::sqe() {
   }
   // The SQ has sq_entries >= 1 slots and was just submitted, so this holds unless the
   // kernel refused the submission outright (ring unusable): a bug worth stopping on.
-  assert(s != nullptr);
-  if (s == nullptr) std::abort();
+  LEASEHOLD_ASSERT(s != nullptr);
   return s;
 }
 
@@ -682,7 +682,9 @@ void EventLoop::finish_iteration() {
 }
 
 int EventLoop::run_once(std::int64_t timeout_ns) {
-  assert(!dispatching_);  // run_once from inside a handler
+  // run_once from inside a handler would reap and dispatch completions under the dispatch in
+  // progress: a receive slot handed back twice, a timer fired while its record is being freed.
+  LEASEHOLD_ASSERT(!dispatching_);
   int ret = 0;
   io_uring_cqe* cqe = nullptr;
   if (timeout_ns < 0) {

@@ -76,6 +76,24 @@ std::vector<std::uint32_t> iota(std::uint32_t n) {
   return v;
 }
 
+// run_once() from inside one of the loop's own handlers aborts (every build): the completions
+// being dispatched would be reaped a second time under the dispatch in progress.
+TEST(EventLoopDeathTest, RunOnceFromInsideAHandlerAborts) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto loop = make_loop();
+        loop->add_timer_after(0, [&] { loop->run_once(0); });
+        for (int i = 0; i < kIterationsMax; ++i) loop->run_once(10 * kNsPerMs);
+      },
+      "LEASEHOLD_ASSERT\\(!dispatching_\\) failed");
+  auto loop = make_loop();
+  bool fired = false;
+  loop->add_timer_after(0, [&] { fired = true; });
+  ASSERT_TRUE(run_until(*loop, [&] { return fired; })) << "the same timer, run from outside, fires";
+}
+
 TEST(EventLoop, InvalidConfigIsRefusedWithTheFieldNamed) {
   LEASEHOLD_REQUIRE_IO_URING();
   LoopConfig c;
