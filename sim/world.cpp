@@ -56,14 +56,6 @@ std::string SimConfig::validate() const {
   return "";
 }
 
-std::string_view ablation_name() noexcept {
-#if defined(LEASEHOLD_SIM_ABLATION_NAME)
-  return LEASEHOLD_SIM_ABLATION_NAME;
-#else
-  return "";
-#endif
-}
-
 namespace {
 
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
