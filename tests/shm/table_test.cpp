@@ -198,14 +198,19 @@ TEST(ShmTable, DeadlineAndExtend) {
   EXPECT_EQ(w.extend(1000, now), TableErrc::bad_slot);
 }
 
+// A writer with one claimed slot, for the death tests (threadsafe style: the table is mapped).
+class ShmTableDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+  TempTable t;
+  TableWriter w = TableWriter::create(options_for(t));
+  const std::uint64_t now = boottime_ns();
+  const ClaimResult c = w.claim(sandbox(1), now);
+};
+
 // The publish end of "epoch monotone": a slot's published epoch never goes down until the slot is
 // freed (a lower one would make a fenced token valid again). Fed the violation, it aborts.
-TEST(ShmTableDeathTest, PublishingALowerEpochAborts) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  TempTable t;
-  auto w = TableWriter::create(options_for(t));
-  const std::uint64_t now = boottime_ns();
-  const auto c = w.claim(sandbox(1), now);
+TEST_F(ShmTableDeathTest, PublishingALowerEpochAborts) {
   ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 7, now + 100), TableErrc::ok);
   EXPECT_DEATH(w.publish(c.slot, name_id_of("n"), "n", 6, now + 200), "LEASEHOLD_ASSERT\\(cur == 0 \\|\\| epoch >= cur\\) failed");
   ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 7, now + 200), TableErrc::ok) << "the same epoch again is fine";
@@ -214,12 +219,7 @@ TEST(ShmTableDeathTest, PublishingALowerEpochAborts) {
 
 // The shm end of "valid_until never decreasing": an extend that moves a published deadline back
 // aborts; the same deadline again, or a later one, is fine.
-TEST(ShmTableDeathTest, ExtendingToAnEarlierDeadlineAborts) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  TempTable t;
-  auto w = TableWriter::create(options_for(t));
-  const std::uint64_t now = boottime_ns();
-  const auto c = w.claim(sandbox(1), now);
+TEST_F(ShmTableDeathTest, ExtendingToAnEarlierDeadlineAborts) {
   ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 9, now + 1000), TableErrc::ok);
   ASSERT_EQ(w.extend(c.slot, now + 1000), TableErrc::ok);
   EXPECT_DEATH(w.extend(c.slot, now + 999), "LEASEHOLD_ASSERT\\(valid_until_ns >= .*\\) failed");
