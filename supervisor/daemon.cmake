@@ -1,12 +1,14 @@
 # leasehold-supervisor, the per-worker daemon (DESIGN.md "The supervisor"): configuration and
-# the start-up safety check, the control socket, the heartbeat schedule (library
-# leasehold_supervisor), and the program that assembles them with the shm table, the io_uring
-# loop and the rt thread of supervisor/core.cmake.
+# the start-up safety check, the control socket, the heartbeat schedule, the production ports
+# (OsSandboxHost, RtThreadPort; library leasehold_supervisor), and the program that assembles
+# them with the shm table, the io_uring loop and the rt thread of supervisor/core.cmake.
 set(LEASEHOLD_SUPERVISOR_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/control.cpp
   ${CMAKE_CURRENT_LIST_DIR}/heartbeat.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lockd_link.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/os_sandbox_host.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rt_thread_port.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
 )
 # leasehold_supervisor_library(<target> [EXCLUDE_FROM_ALL]): the library from these sources.

@@ -11,12 +11,12 @@
 #include "leasehold/supervisor/cgroup.hpp"
 #include "leasehold/supervisor/kill_switch.hpp"
 #include "leasehold/supervisor/lockd_link.hpp"
+#include "leasehold/supervisor/os_sandbox_host.hpp"
 #include "leasehold/supervisor/output_pump.hpp"
-#include "leasehold/supervisor/rt_thread.hpp"
+#include "leasehold/supervisor/rt_thread_port.hpp"
 #include "leasehold/supervisor/sandbox_phase.hpp"
 #include "leasehold/supervisor/spawn.hpp"
 
-#include <boost/lockfree/spsc_queue.hpp>
 #include <openssl/crypto.h>
 
 #include <fcntl.h>
@@ -66,12 +66,6 @@ bool sanitized_build() {
   return false;
 #endif
 }
-
-/// One kill reported by the rt thread (record_kill hook) to the io thread.
-struct KillEvent {
-  std::uint32_t slot = 0;
-  KillRecord record;
-};
 
 std::uint64_t now_ns() { return static_cast<std::uint64_t>(now_boottime_ns()); }
 
@@ -127,17 +121,12 @@ struct Supervisor::Impl {
     NameId name_id;                   // with epoch: set at the grant (preemptible: the acquiring one)
     Epoch epoch = 0;
     wire::GrantTokenBytes token;      // lockd's signed token of that grant, published with it
-    // Its own token channel (not for synthetic sandboxes): only this sandbox inherits it, so
-    // no sibling reads the token of its grants.
-    std::optional<shm::TokenChannel> tokens;
     // Preemptible mode: the name its Commit is for, from the Acquiring grant until the Commit's
     // answer (phase committing, or killed/exited meanwhile); its epoch is not yet published.
     std::optional<std::string> pending_name;
     SandboxPhase phase = SandboxPhase::reserved;  // sandbox_phase.hpp: the table of phases
-    pid_t pid = -1;
-    SandboxProcess process;   // owns the pidfd
-    PollId pid_poll;
-    CgroupLeaf leaf;
+    pid_t pid = -1;           // its process, its leaf, its pipes and its token channel: the host's
+    std::string cgroup_path;  // its cgroup leaf ("" without one)
     bool armed = false;       // an arm command was queued for the slot
     bool rt_killed = false;   // the rt thread killed it (either cause)
     bool synthetic = false;
@@ -177,16 +166,11 @@ struct Supervisor::Impl {
   RtConfig rt_config;
   RtStartStatus rt_status;
   std::string rt_text;
-  std::unique_ptr<std::atomic<std::uint64_t>[]> deadlines;  // per slot, read by the rt thread
-  std::unique_ptr<boost::lockfree::spsc_queue<KillEvent>> kill_events;
-  std::atomic<std::uint64_t> kill_events_dropped{0};
-  // Largest rt wake-up lateness since the io thread last looked (rt thread: one relaxed
-  // compare-exchange loop, no syscall). Above kill_latency_budget the pause budget's premise
-  // is broken, so it is logged (at most once per kRtLateLogIntervalNs).
-  std::atomic<std::uint64_t> rt_lateness_max_ns{0};
+  // An rt wake-up later than kill_latency_budget breaks the pause budget's premise: logged at
+  // most once per kRtLateLogIntervalNs (check_rt_lateness).
   std::uint64_t rt_late_logged_ns = 0;
   std::uint64_t rt_late_events = 0;
-  std::unique_ptr<RtThread> rt;
+  std::unique_ptr<RtThreadPort> rt;  // the rt thread and the deadlines it re-reads
   std::vector<SandboxId> disarming;
   TimerId disarm_timer;
   int dev_null = -1;
@@ -213,6 +197,7 @@ struct Supervisor::Impl {
   std::unique_ptr<HeartbeatSchedule> hb;
 
   std::unordered_map<SandboxId, Sandbox> sandboxes;
+  std::unique_ptr<OsSandboxHost> host;  // every sandbox's process, leaf, pipes, token channel
   // LEASEHOLD_ABLATE=shared-tokens (attack tests only): every grant's token goes to every
   // sandbox's channel, as when every slot's token sat in the table all sandboxes map.
   bool shared_tokens = false;
@@ -221,11 +206,10 @@ struct Supervisor::Impl {
   shm::TableErrc publish_grant(Sandbox& s, NameId name_id, const std::string& name, Epoch epoch,
                                std::uint64_t valid_until, const wire::GrantTokenBytes& token) {
     const std::span<const std::uint8_t> bytes(token.data(), token.size());
-    if (s.tokens)
-      if (const shm::TableErrc e = s.tokens->publish(epoch, bytes); e != shm::TableErrc::ok) return e;
+    if (const shm::TableErrc e = host->publish_token(s.id, epoch, bytes); e != shm::TableErrc::ok) return e;
     if (shared_tokens)
       for (auto& [other_id, o] : sandboxes)
-        if (&o != &s && o.tokens) o.tokens->publish(epoch, bytes);
+        if (&o != &s) host->publish_token(other_id, epoch, bytes);
     return table->publish(s.slot, name_id, name, epoch, valid_until);
   }
   // Sandbox output: one file per sandbox under sandbox_log_dir, never the supervisor's own
@@ -352,7 +336,6 @@ struct Supervisor::Impl {
   /// The LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS test hook: blocks the io thread that long (no-op
   /// when unset), between `event=test_stall` and `event=test_stall_end` log lines.
   void test_stall(const char* where);
-  KillTarget kill_target(const Sandbox& s) const;
   /// A create or a naming failed: answers `client` with the error. A sandbox still being created
   /// is forgotten (slot freed); a running sandbox that was being named stays, unnamed.
   /// A grant (epoch) for `req.name` that cannot be used: gives it back to lockd and answers
@@ -603,10 +586,6 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   table_ro_fd = table->reopen_read_only();
   if (table_ro_fd < 0) return "shm table: cannot open " + shm_path + " read-only: " + std::strerror(-table_ro_fd);
 
-  deadlines.reset(new std::atomic<std::uint64_t>[cfg.slots]);
-  for (std::uint32_t i = 0; i < cfg.slots; ++i) deadlines[i].store(0, std::memory_order_relaxed);
-  kill_events = std::make_unique<boost::lockfree::spsc_queue<KillEvent>>(
-      static_cast<std::size_t>(cfg.slots) * 2 + 64);
   rt_config.slots = cfg.slots;
   rt_config.granularity_ns = cfg.wheel_granularity_ns;
   rt_config.command_poll_ns = cfg.rt_command_poll_ns;
@@ -617,34 +596,8 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     rt_config.cpu = cpus > 1 ? static_cast<int>(cpus - 1) : -1;
   }
   rt_config.lock_memory = !sanitized_build();
-  RtHooks hooks;
-  hooks.context = this;
-  hooks.current_deadline_ns = [](void* c, std::uint32_t slot) {
-    return static_cast<Impl*>(c)->deadlines[slot].load(std::memory_order_acquire);
-  };
-  hooks.revoke_slot = [](void* c, std::uint32_t slot) { static_cast<Impl*>(c)->table->revoke(slot); };
-  hooks.record_lateness = [](void* c, std::uint64_t lateness_ns) {
-    Impl* self = static_cast<Impl*>(c);
-    self->table->record_rt_lateness_ns(lateness_ns);
-    std::uint64_t seen = self->rt_lateness_max_ns.load(std::memory_order_relaxed);
-    while (lateness_ns > seen &&
-           !self->rt_lateness_max_ns.compare_exchange_weak(seen, lateness_ns, std::memory_order_relaxed)) {
-    }
-  };
-  // Writer liveness from the thread that kills: a stuck rt thread makes readers refuse.
-  hooks.writer_heartbeat = [](void* c, std::uint64_t now_ns) { static_cast<Impl*>(c)->table->heartbeat(now_ns); };
-  hooks.record_kill = [](void* c, std::uint32_t slot, const KillRecord& rec) {
-    Impl* self = static_cast<Impl*>(c);
-    if (rec.confirmed_ns != 0)
-      self->table->record_kill(rec.confirmed_ns > rec.deadline_ns ? rec.confirmed_ns - rec.deadline_ns : 0);
-    if (!self->kill_events->push(KillEvent{slot, rec})) {
-      self->kill_events_dropped.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    self->loop->wake();
-  };
   std::string rt_error;
-  rt = RtThread::start(rt_config, hooks, rt_status, rt_error);
+  rt = RtThreadPort::start(rt_config, *table, *loop, rt_status, rt_error);
   if (!rt) return "rt thread: " + rt_error;
   rt_text = rt_status.fifo ? "SCHED_FIFO priority " + std::to_string(rt_config.priority) : "SCHED_OTHER";
   if (rt_status.pinned) rt_text += ", pinned to CPU " + std::to_string(rt_config.cpu);
@@ -657,6 +610,22 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     rt_text += " (" + w + ")";
   }
   by_slot.assign(cfg.slots, SandboxId{});
+  OsSandboxHostConfig hc;
+  hc.loop = loop.get();
+  hc.cgroups = &cgroups;
+  hc.output = &output_pump;
+  hc.log_dir = sandbox_log_dir;
+  hc.log_max_bytes = cfg.sandbox_log_max_bytes;
+  hc.table_ro_fd = table_ro_fd;
+  hc.shm_path = shm_path;
+  hc.stdin_fd = dev_null;
+  hc.bwrap = bwrap ? &*bwrap : nullptr;
+  if (cfg.isolation)
+    hc.isolation = [this](uid_t u, gid_t g, std::uint32_t slot) { return isolation_for(u, g, slot); };
+  hc.die_with_supervisor = cfg.on_shutdown == ShutdownPolicy::kill;
+  hc.exec_at_once = arm_after_exec;
+  hc.log = [](const std::string& event) { log_event("%s", event.c_str()); };
+  host = std::make_unique<OsSandboxHost>(std::move(hc), [this](const SandboxId& id) { on_pidfd(id); });
   hb = std::make_unique<HeartbeatSchedule>(cfg.kill_after_ms * 1'000'000ull,
                                            cfg.heartbeat_interval_ms * 1'000'000ull, cfg.slots,
                                            cfg.mode == SupervisorMode::preemptible);
@@ -927,7 +896,7 @@ void Supervisor::Impl::on_request(ControlClientId client, ControlRequest req) {
 }
 
 void Supervisor::Impl::check_rt_lateness() {
-  const std::uint64_t late = rt_lateness_max_ns.exchange(0, std::memory_order_relaxed);
+  const std::uint64_t late = rt->take_lateness_max_ns();
   const std::uint64_t budget_ns = cfg.kill_latency_budget_ms * 1'000'000;
   if (late <= budget_ns) return;
   ++rt_late_events;
@@ -1167,8 +1136,7 @@ void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, C
     return;
   }
   s->name = name;
-  deadlines[s->slot].store(valid_until, std::memory_order_release);
-  if (!rt->arm(s->slot, valid_until, kill_target(*s))) {
+  if (!rt->arm(s->slot, valid_until, host->kill_target(sb))) {
     // The rt thread cannot take it: an unwatched named sandbox must not run.
     kill_sandbox(*s, "rt command queue full while naming");
   }
@@ -1203,6 +1171,7 @@ void Supervisor::Impl::abandon(const SandboxId& sb, ControlClientId client, cons
     }
   }
   if (forget) {
+    host->forget(sb);  // a token channel opened for it
     table->free(s->slot, now_ns());
     by_slot[s->slot] = SandboxId{};
     sandboxes.erase(sb);
@@ -1229,54 +1198,40 @@ void Supervisor::Impl::on_late_answer(const wire::Body& answer) {
   release_to_lockd(g->name_id, g->name_id.str(), g->holder, g->epoch, [](bool, std::string) {});
 }
 
-KillTarget Supervisor::Impl::kill_target(const Sandbox& s) const {
-  KillTarget t;
-  t.cgroup_kill_fd = s.leaf.valid() ? s.leaf.kill_fd() : -1;
-  t.cgroup_events_fd = s.leaf.valid() ? s.leaf.events_fd() : -1;
-  t.pidfd = s.process.valid() ? s.process.pidfd() : -1;
-  t.pgid = s.process.valid() ? s.process.pgid() : 0;
-  return t;
-}
-
 void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRequest& req) {
   const SandboxId id = s.id;
   const std::uint64_t now = now_ns();
-  auto fail = [&](ControlError code, const std::string& msg) {
+  auto fail = [&](const PortError& e) {
     ++counters.spawn_failures;
-    deadlines[s.slot].store(0, std::memory_order_release);
+    rt->set_deadline(s.slot, 0);
     if (s.name || s.pending_name) {  // its lease, or the Acquiring record its Commit was for
       hb->remove(id);
       release_to_lockd(s.name_id, s.name ? *s.name : *s.pending_name, id, s.epoch, [](bool, std::string) {});
     }
-    if (s.leaf.valid() && s.leaf.remove() != 0) log_event("event=cgroup_leak path=%s", s.leaf.path().c_str());
     log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
-              s.name ? s.name->c_str() : "-", msg.c_str());
-    abandon(id, client, req.id, code, msg);
+              s.name ? s.name->c_str() : "-", e.message.c_str());
+    abandon(id, client, req.id, e.code, e.message);
   };
 
   // Publish first: from here on the sandbox's own checks see its lease (and its end). A sandbox
   // whose Commit is still to be sent starts unpublished (its checks say "not valid") but under
   // the worker's kill deadline; on_committed publishes it.
   // Its own token channel first: the publish below writes its grant's token into it.
-  if (!s.synthetic && !s.tokens) {
-    try {
-      s.tokens.emplace(shm::TokenChannel::create("leasehold-tokens-" + id.str()));
-    } catch (const std::exception& e) {
-      return fail(ControlError::internal, std::string("cannot create the sandbox's token channel: ") + e.what());
-    }
-  }
+  if (!s.synthetic)
+    if (auto e = host->open_tokens(id)) return fail(*e);
   if (s.name) {
     const shm::TableErrc pe = publish_grant(s, s.name_id, *s.name, s.epoch, s.valid_until_ns, s.token);
-    if (pe != shm::TableErrc::ok) return fail(ControlError::internal, "publishing the slot failed: " + std::string(shm::to_string(pe)));
+    if (pe != shm::TableErrc::ok)
+      return fail({ControlError::internal, "publishing the slot failed: " + std::string(shm::to_string(pe))});
   }
   const bool watched = s.name || s.pending_name;
-  if (watched) deadlines[s.slot].store(s.valid_until_ns, std::memory_order_release);
+  const std::uint64_t deadline_ns = watched ? s.valid_until_ns : kNoDeadlineNs;
 
   if (s.synthetic) {
     // Performance mode: a lease without a process. The rt thread still arms and "kills" it
     // (the revoke happens; there is nothing to signal).
-    if (!rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, KillTarget{}))
-      return fail(ControlError::busy, "the rt thread's command queue is full; retry");
+    if (!rt->arm(s.slot, deadline_ns, KillTarget{}))
+      return fail({ControlError::busy, "the rt thread's command queue is full; retry"});
     s.armed = true;
     advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
     s.started_ns = now;
@@ -1288,138 +1243,66 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     return;
   }
 
-  if (cgroups.mode() == KillMode::cgroup_v2_delegated) {
-    std::string err;
-    auto leaf = cgroups.create_leaf(id.str(), err);
-    if (!leaf) return fail(ControlError::internal, err);
-    s.leaf = std::move(*leaf);
-  }
-  SpawnRequest sr;
-  sr.argv = req.argv;
-  sr.env = req.env;
-  auto set_env = [&](const std::string& k, const std::string& v) {
-    for (auto& e : sr.env)
-      if (e.rfind(k + "=", 0) == 0) {
-        e = k + "=" + v;
-        return;
-      }
-    sr.env.push_back(k + "=" + v);
-  };
-  // A read-only descriptor of the table: the sandbox maps it without a path. The default memfd
-  // is 0440 and sealed (no holder can write, grow, shrink or map it writable, reopened or not);
-  // a --shm file is 0640, so another uid cannot open it.
-  set_env("LEASEHOLD_SHM", table_ro_fd >= 0 ? std::to_string(kInheritedFd) : shm_path);
-  sr.inherit_fd = table_ro_fd;
-  // Its own token channel, read-only: the tokens of its grants and of nobody else's.
-  static_assert(kTokensFd == shm::kTokenChannelFd);
-  const shm::OwnedFd tokens_ro(s.tokens ? s.tokens->reopen_read_only() : -EINVAL);
-  if (tokens_ro.fd < 0)
-    return fail(ControlError::internal, std::string("cannot reopen the sandbox's token channel read-only: ") + std::strerror(-tokens_ro.fd));
-  set_env(shm::kTokenChannelEnv, std::to_string(kTokensFd));
-  sr.tokens_fd = tokens_ro.fd;
-  set_env("LEASEHOLD_SLOT", std::to_string(s.slot));
-  set_env("LEASEHOLD_EPOCH", std::to_string(s.epoch));
-  set_env("LEASEHOLD_SANDBOX", id.str());
-  if (s.name) set_env("LEASEHOLD_NAME", *s.name);
-  sr.working_directory = req.cwd;  // "/" unless the request names one
-  sr.cgroup_dir_fd = s.leaf.valid() ? s.leaf.dir_fd() : -1;
-  sr.bwrap = bwrap ? &*bwrap : nullptr;
-  Isolation iso;
-  if (cfg.isolation) {
-    iso = isolation_for(req.caller_uid, req.caller_gid, s.slot);
-    sr.isolation = &iso;
-  }
-  sr.die_with_supervisor = cfg.on_shutdown == ShutdownPolicy::kill;
-  sr.stdin_fd = dev_null;
-  // Its output goes to a file of its own (0600, the supervisor's; read back by `logs`).
-  const std::string log_path = sandbox_log_dir + "/" + id.str() + ".log";
-  // The sandbox writes into a pipe, never into the file: the supervisor's output pump copies at
-  // most --sandbox-log-max-bytes of it, so a sandbox cannot fill the log's filesystem.
-  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (log_fd < 0) return fail(ControlError::internal, "cannot create the sandbox log " + log_path + ": " + std::strerror(errno));
-  int out_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-    const int e = errno;
-    ::close(log_fd);
-    ::unlink(log_path.c_str());
-    return fail(ControlError::internal, std::string("cannot create the sandbox's output pipe: ") + std::strerror(e));
-  }
-  sr.stdout_fd = sr.stderr_fd = out_pipe[1];
-  SpawnError se;
-  // The child stops at its gate, right before its exec (spawn.hpp): its deadline is armed before
-  // the command's first instruction. Ablated, it execs at once and is armed afterwards.
-  std::optional<PreparedSandbox> prepared;
-  std::optional<SandboxProcess> proc;
-  if (arm_after_exec) proc = spawn_sandbox(sr, se);
-  else if ((prepared = prepare_sandbox(sr, se))) proc = std::move(prepared->process());
-  ::close(out_pipe[1]);
-  if (!proc) {
-    ::close(out_pipe[0]);
-    ::close(log_fd);
-    ::unlink(log_path.c_str());
-  } else {
-    output_pump.add(out_pipe[0], log_fd, cfg.sandbox_log_max_bytes);
-    s.log_path = log_path;
-  }
-  // The answer's code for a start that failed: the command (or its directory) is the caller's
-  // problem; killed at its gate is the kill-switch's doing; anything else is internal.
-  auto failure_code = [](const SpawnError& e) -> ControlError {
-    if (e.errno_value == ENOENT || e.errno_value == EACCES || e.errno_value == ENOEXEC ||
-        e.errno_value == ENOTDIR || e.errno_value == ELOOP)
-      return ControlError::exec_failed;
-    return e.errno_value == ESRCH ? ControlError::killswitch : ControlError::internal;
-  };
-  if (!proc) return fail(failure_code(se), se.message);
-  s.process = std::move(*proc);
+  SandboxSpec spec;
+  spec.id = id;
+  spec.slot = s.slot;
+  spec.epoch = s.epoch;
+  spec.name = s.name;
+  spec.argv = req.argv;
+  spec.env = req.env;
+  spec.cwd = req.cwd;  // "/" unless the request names one
+  spec.caller_uid = req.caller_uid;
+  spec.caller_gid = req.caller_gid;
+  HostedSandbox hosted;
+  // The child stops at its gate, right before its exec: its deadline is armed before the
+  // command's first instruction. Ablated (arm-after-exec), it execs at once and is armed afterwards.
+  if (auto e = host->create(spec, hosted)) return fail(*e);
+  s.log_path = hosted.log_path;
+  s.cgroup_path = hosted.cgroup_path;
   advance(s.phase, SandboxPhase::gated);
-  s.pid = s.process.pid();
-  s.uid = cfg.isolation ? iso.uid : ::geteuid();
+  s.pid = hosted.pid;
+  s.uid = hosted.uid;
   s.started_ns = now;
   // Armed while the child cannot exec yet (it sets itself up, then waits at its gate; its pidfd,
   // process group and leaf are the kill target already): from here the rt thread kills it at its
   // deadline whatever the io thread does, and before its command's first instruction if that
   // deadline comes first. A named sandbox whose deadline already passed is due at the next tick.
-  std::optional<ControlError> start_code;
-  std::string start_message;
+  std::optional<PortError> start_error;
   auto arm = [&] {
-    s.armed = static_cast<bool>(rt->arm(s.slot, watched ? s.valid_until_ns : kNoDeadlineNs, kill_target(s)));
-    if (!s.armed) {
-      start_code = ControlError::busy;
-      start_message = "the rt thread's command queue is full; the sandbox was stopped";
-    }
+    s.armed = static_cast<bool>(rt->arm(s.slot, deadline_ns, host->kill_target(id)));
+    if (!s.armed) start_error = PortError{ControlError::busy, "the rt thread's command queue is full; the sandbox was stopped"};
   };
-  if (!arm_after_exec) arm();
+  if (hosted.at_gate) arm();
   test_stall("after_spawn");
-  if (arm_after_exec) arm();
-  if (prepared && !start_code) {
+  if (!hosted.at_gate) arm();
+  if (hosted.at_gate && !start_error) {
     const std::uint64_t t = now_ns();
     if (watched && t >= s.valid_until_ns) {
       // The start took so long (a stalled io thread, a slow set-up) that the kill-switch's
       // deadline passed: the rt thread kills it (or has), and it must not exec now.
-      start_code = ControlError::killswitch;
-      start_message = "the kill-switch's deadline for the sandbox passed " + std::to_string((t - s.valid_until_ns) / 1'000'000) +
-                      " ms before it could exec (its start was delayed); its command never ran; retry";
-    } else if (!release_sandbox(*prepared, se)) {
-      start_code = failure_code(se);
-      start_message = se.message;
+      start_error = PortError{ControlError::killswitch,
+                              "the kill-switch's deadline for the sandbox passed " +
+                                  std::to_string((t - s.valid_until_ns) / 1'000'000) +
+                                  " ms before it could exec (its start was delayed); its command never ran; retry"};
+    } else {
+      start_error = host->release(id);
     }
   }
-  if (start_code) {
+  if (start_error) {
     // It does not run its command: the gate closes (the child exits without exec) and, unarmed,
-    // it is killed from here. Its exit, through the pidfd, disarms, reaps, frees the slot, removes
-    // the leaf, gives back the name and answers the client with the error.
-    if (prepared) prepared->abandon();
-    if (!s.armed) KillSwitch::kill(kill_target(s), now_ns());
+    // it is killed from here. Its exit (the host's exit event) disarms, reaps, frees the slot,
+    // removes the leaf, gives back the name and answers the client with the error.
+    host->abandon(id);
+    if (!s.armed) host->kill(id, now_ns());
     advance(s.phase, SandboxPhase::aborted);
     ++counters.spawn_failures;
     log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
-              s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(), start_message.c_str());
-    s.waiter_error = start_code;
-    s.waiter_message = start_message;
+              s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(), start_error->message.c_str());
+    s.waiter_error = start_error->code;
+    s.waiter_message = start_error->message;
     s.waiters.emplace_back(client, req.id);
+    return;  // answered when it is gone
   }
-  s.pid_poll = loop->add_poll(s.process.pidfd(), POLLIN, PollMode::oneshot, [this, id](int) { on_pidfd(id); });
-  if (start_code) return;  // answered when it is gone
   advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
   ++counters.spawned;
   log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64 "%s",
@@ -1431,7 +1314,7 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
     ok["name"] = *s.name;
     ok["valid_until_ms"] = (static_cast<std::int64_t>(s.valid_until_ns) - static_cast<std::int64_t>(now_ns())) / 1'000'000;
   }
-  if (s.leaf.valid()) ok["cgroup"] = s.leaf.path();
+  if (!s.cgroup_path.empty()) ok["cgroup"] = s.cgroup_path;
   ok["uid"] = s.uid;
   ok["log"] = s.log_path;
   ok["isolation"] = cfg.isolation;
@@ -1767,7 +1650,7 @@ void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client
     s->name_id = NameId{};
     s->epoch = 0;
     s->token.clear();
-    if (s->tokens) s->tokens->clear();
+    host->clear_tokens(sb);
     reply(client, control_error(req.id, code, message, std::move(extra)));
     return;
   }
@@ -1826,15 +1709,15 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
   }
   s->name = name;
   s->valid_until_ns = valid_until;
-  deadlines[s->slot].store(valid_until, std::memory_order_release);
-  if (req.op == ControlOp::name && !rt->arm(s->slot, valid_until, kill_target(*s)))
+  if (req.op != ControlOp::name) rt->set_deadline(s->slot, valid_until);  // armed at its start
+  else if (!rt->arm(s->slot, valid_until, host->kill_target(sb)))
     kill_sandbox(*s, "rt command queue full while naming");  // an unwatched named sandbox must not run
   log_event("event=committed sandbox=%s slot=%u name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64, sb.str().c_str(),
             s->slot, name.c_str(), g.epoch, valid_until);
   json ok = {{"sandbox", sb.str()}, {"slot", s->slot}, {"name", name}, {"epoch", g.epoch}, {"pid", s->pid},
              {"valid_until_ms", static_cast<std::int64_t>(valid_until - now) / 1'000'000}};
   if (s->synthetic) ok["synthetic"] = true;
-  if (s->leaf.valid()) ok["cgroup"] = s->leaf.path();
+  if (!s->cgroup_path.empty()) ok["cgroup"] = s->cgroup_path;
   reply(client, control_ok(req.id, ok));
 }
 
@@ -1942,6 +1825,7 @@ json Supervisor::Impl::status_json() const {
         {"names_released", counters.names_released},
         {"late_grants_released", counters.late_grants_released},
         {"rt_late_over_budget", rt_late_events},
+        {"rt_kill_records_dropped", rt->kill_events_dropped()},
         {"orphans_reaped", counters.orphans_reaped},
         {"key_reloads", counters.key_reloads},
         {"key_reloads_refused", counters.key_reloads_refused},
@@ -1995,18 +1879,17 @@ void Supervisor::Impl::kill_sandbox(Sandbox& s, const std::string& reason) {
   if (s.kill_reason.empty()) s.kill_reason = reason;
   if (s.armed && !s.rt_killed && rt->kill_now(s.slot)) return;
   // Not (or no longer) armed, or the queue is full: kill from here.
-  if (s.process.valid() || s.leaf.valid()) KillSwitch::kill(kill_target(s), now_ns());
+  host->kill(s.id, now_ns());
   if (s.synthetic) on_pidfd(s.id);
 }
 
 void Supervisor::Impl::on_pidfd(const SandboxId& id) {
   Sandbox* s = find(id);
   if (s == nullptr || s->phase == SandboxPhase::exited) return;
-  s->pid_poll = PollId{};
   advance(s->phase, SandboxPhase::exited);
   ++counters.exited;
   hb->remove(id);
-  deadlines[s->slot].store(0, std::memory_order_release);
+  rt->set_deadline(s->slot, 0);
   // The first process stays unreaped (its pid and process group cannot be reused) until the rt
   // thread has applied the disarm (kill_switch.hpp); finish_exit reaps it.
   if (s->armed) {
@@ -2049,34 +1932,20 @@ void Supervisor::Impl::check_disarms() {
 void Supervisor::Impl::finish_exit(const SandboxId& id) {
   Sandbox* s = find(id);
   if (s == nullptr) return;
-  if (s->process.valid()) {
-    siginfo_t info{};
-    if (reap(s->process.pidfd(), info, false) == 0 && info.si_pid != 0)
-      s->exit_code = info.si_code == CLD_EXITED ? info.si_status : -info.si_status;
-  }
+  // Reaped (its pid and process group may be reused from now on), its leaf removed.
+  const ReapedSandbox reaped = host->reap(id);
+  s->exit_code = reaped.exit_code;
   log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
             id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
             s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());
-  s->process = SandboxProcess{};  // closes the pidfd
   table->free(s->slot, now_ns());
   by_slot[s->slot] = SandboxId{};
-  bool leave_to_expire = false;
-  if (s->leaf.valid()) {
-    int rc = s->leaf.remove();
-    for (int i = 0; rc == -EBUSY && i < 100; ++i) {  // killed tasks leave the cgroup asynchronously
-      s->leaf.kill();
-      ::usleep(1000);
-      rc = s->leaf.remove();
-    }
-    if (rc != 0) log_event("event=cgroup_leak path=%s error=\"%s\"", s->leaf.path().c_str(), std::strerror(-rc));
-    // Dead means the pidfd reported the exit *and* the leaf is empty: while a process of it
-    // still runs, the name is not given back (lockd expires it after its TTL; nothing refreshes it).
-    if ((s->name || s->pending_name) && s->leaf.valid() && s->leaf.populated() == 1) {
-      log_event("event=leaf_still_populated sandbox=%s name=%s epoch=%" PRIu64 " action=name_left_to_expire",
-                id.str().c_str(), s->name ? s->name->c_str() : s->pending_name->c_str(), s->epoch);
-      leave_to_expire = true;
-    }
-  }
+  // Dead means the pidfd reported the exit *and* the leaf is empty: while a process of it
+  // still runs, the name is not given back (lockd expires it after its TTL; nothing refreshes it).
+  const bool leave_to_expire = (s->name || s->pending_name) && reaped.still_populated;
+  if (leave_to_expire)
+    log_event("event=leaf_still_populated sandbox=%s name=%s epoch=%" PRIu64 " action=name_left_to_expire",
+              id.str().c_str(), s->name ? s->name->c_str() : s->pending_name->c_str(), s->epoch);
   auto answer_waiters = [this](std::vector<std::pair<ControlClientId, json>> waiters,
                                std::optional<ControlError> err, std::string msg, json fields) {
     for (auto& [c, rid] : waiters) {
@@ -2125,8 +1994,8 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
 }
 
 void Supervisor::Impl::on_rt_events() {
-  KillEvent e;
-  while (kill_events->pop(e)) {
+  RtKillEvent e;
+  while (rt->pop_kill(e)) {
     const SandboxId id = e.slot < by_slot.size() ? by_slot[e.slot] : SandboxId{};
     Sandbox* s = id.is_nil() ? nullptr : find(id);
     if (s == nullptr || e.record.error == -ECANCELED) {
@@ -2260,12 +2129,12 @@ void Supervisor::Impl::begin_shutdown(const char* why) {
       if (s == nullptr || never_started(s->phase)) continue;
       hb->remove(id);
       table->revoke(s->slot);
-      if (s->pid_poll.valid()) loop->cancel_poll(s->pid_poll);
       if (s->name) release_to_lockd(s->name_id, *s->name, id, s->epoch, [](bool, std::string) {});
       for (auto& [c, rid] : s->waiters) reply(c, control_error(rid, ControlError::shutting_down, "the supervisor is shutting down"));
       log_event("event=kept sandbox=%s pid=%d cgroup=%s", id.str().c_str(), s->pid,
-                s->leaf.valid() ? s->leaf.path().c_str() : "-");
-      sandboxes.erase(id);  // closes the pidfd and the leaf's fds; a populated leaf stays
+                s->cgroup_path.empty() ? "-" : s->cgroup_path.c_str());
+      host->forget(id);  // closes the pidfd and the leaf's fds; a populated leaf stays
+      sandboxes.erase(id);
     }
   }
   maybe_finish_shutdown();
@@ -2293,7 +2162,7 @@ void Supervisor::Impl::apply(const HeartbeatAction& a) {
       Sandbox* s = find(a.sandbox);
       // A sandbox whose Commit is in flight has no published epoch to extend, only its deadline.
       if ((s != nullptr && s->pending_name) || table->extend(a.slot, a.valid_until_ns) == shm::TableErrc::ok)
-        deadlines[a.slot].store(a.valid_until_ns, std::memory_order_release);
+        rt->set_deadline(a.slot, a.valid_until_ns);
       if (s != nullptr) s->valid_until_ns = a.valid_until_ns;
       return;
     }
@@ -2479,16 +2348,7 @@ int Supervisor::Impl::run() {
   if (housekeeping_timer.valid()) loop->cancel_timer(housekeeping_timer);
   table->close(now_ns());
   rt->stop();
-  for (auto& [id, s] : sandboxes) {  // left after a shutdown timeout: kill and reap what we can
-    if (s.process.valid() || s.leaf.valid()) KillSwitch::kill(kill_target(s), now_ns());
-    if (s.process.valid()) {
-      siginfo_t info{};
-      reap(s.process.pidfd(), info, true);
-    }
-    if (s.leaf.valid()) {
-      for (int i = 0; i < 100 && s.leaf.remove() == -EBUSY; ++i) ::usleep(1000);
-    }
-  }
+  host->stop_all(now_ns());  // left after a shutdown timeout: kill and reap what we can
   remove_empty_logs();
   sandboxes.clear();
   control->close_all();

@@ -35,6 +35,7 @@
 
 #include "leasehold/lease/types.hpp"
 #include "leasehold/supervisor/control_error.hpp"
+#include "leasehold/supervisor/ports.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -113,12 +114,9 @@ struct ControlAccess {
 /// Resolves a group name; nullopt with `error` set when unknown.
 std::optional<gid_t> resolve_group(const std::string& name, std::string& error);
 
-/// Identifies one connection for a delayed answer. Never reused within a process.
-using ControlClientId = std::uint64_t;
-
 /// The control socket server. Not thread-safe: owned by the io thread, driven by readiness
 /// (the owner polls `watch_fds()` and calls `on_ready`).
-class ControlServer {
+class ControlServer final : public ControlPort {
  public:
   /// Called for every parsed request; the handler answers with `reply` now or later.
   using Handler = std::function<void(ControlClientId, ControlRequest)>;
@@ -148,7 +146,7 @@ class ControlServer {
 
   /// Sends an answer line (from control_ok / control_error) to a client; dropped if the client
   /// is gone. Unblocks the client's next request.
-  void reply(ControlClientId client, const std::string& line);
+  void reply(ControlClientId client, const std::string& line) override;
 
   int listen_fd() const noexcept { return listen_fd_; }
   std::size_t clients() const noexcept { return clients_.size(); }

@@ -16,6 +16,7 @@
 
 #include "leasehold/io/client.hpp"
 #include "leasehold/io/loop.hpp"
+#include "leasehold/supervisor/ports.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/wire/replay.hpp"
 
@@ -27,19 +28,6 @@
 
 namespace leasehold {
 
-/// Answer of one call. `body` is set when status == answered and the answer authenticated
-/// and decoded; `problem` says what went wrong otherwise.
-struct LockdReply {
-  RequestStatus status = RequestStatus::deadline_passed;
-  std::optional<wire::Body> body;
-  std::int64_t first_send_ns = 0;
-  std::uint32_t attempts = 0;
-  std::string problem;
-  std::uint16_t key_id = 0;  ///< answered: the key id the answer was authenticated with
-  bool ok() const noexcept { return body.has_value(); }
-};
-using LockdCallback = std::function<void(LockdReply)>;
-
 struct LockdLinkStats {
   std::uint64_t answers_bad = 0;       ///< failed authentication or decoding
   std::uint64_t is_running_answered = 0;
@@ -49,7 +37,7 @@ struct LockdLinkStats {
   std::uint64_t seq_resyncs = 0;       ///< stale_seq answers that moved our seq to lockd's floor
 };
 
-class LockdLink {
+class LockdLink final : public LockdPort {
  public:
   /// `lockd` is the address of lockd; `key` is this worker's key (kind worker, for `self`).
   /// The socket binds to the local address that routes to lockd (the wildcard only if none is
@@ -65,7 +53,7 @@ class LockdLink {
   /// Retries (RequestClient's policy) resend the same bytes; a retry that reaches lockd while
   /// the first attempt's answer waits for durability is dropped there (wire::Receiver in-flight
   /// set), and a later retry gets the real answer from lockd's response cache.
-  void call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done);
+  void call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) override;
 
   /// lockd asks whether a sandbox runs; the handler answers synchronously.
   using IsRunningHandler = std::function<bool(const wire::IsRunning&)>;

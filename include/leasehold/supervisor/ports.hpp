@@ -1,0 +1,172 @@
+// leasehold/supervisor: the ports the supervisor's sandbox logic drives (DESIGN.md "The
+// supervisor", issue 16's "cores without syscalls").
+//
+// The sandbox logic (creation flows, the 2-phase acquire and commit, heartbeat answers, kill
+// decisions, exits, revocations) talks to the outside only through these interfaces:
+//
+//   SandboxHost   creates a sandbox stopped at its gate, releases it to exec, abandons, kills
+//                 and reaps it; its exit comes back as a call (the exit handler given to the
+//                 host). Production: OsSandboxHost (os_sandbox_host.hpp: cgroup leaf, pipes,
+//                 log file, token channel, clone3, pidfd poll).
+//   LockdPort     one request to lockd with a deadline; the callback runs once with the answer
+//                 or the failure. Production: LockdLink (lockd_link.hpp).
+//   RtPort        the rt thread's commands (arm, disarm, kill now) and the per-slot deadline it
+//                 re-reads (lazy re-arm); its kill records come back as RtKillEvents the daemon
+//                 pops. Production: RtThreadPort (rt_thread_port.hpp: RtThread + the deadlines).
+//   ControlPort   one answer line to a control client. Production: ControlServer (control.hpp).
+//
+// Every time is CLOCK_BOOTTIME ns (`_ns`) as the daemon read it; an error is a ControlError
+// (control_error.hpp) and a message naming the problem.
+#pragma once
+
+#include "leasehold/io/client.hpp"
+#include "leasehold/shm/table.hpp"
+#include "leasehold/supervisor/control_error.hpp"
+#include "leasehold/supervisor/kill_switch.hpp"
+#include "leasehold/supervisor/rt_thread.hpp"
+#include "leasehold/wire/protocol.hpp"
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace leasehold {
+
+/// Identifies one control connection for a delayed answer. Never reused within a process.
+using ControlClientId = std::uint64_t;
+
+/// Why a port could not do what was asked: the control error to answer with, and why.
+struct PortError {
+  ControlError code = ControlError::internal;
+  std::string message;
+};
+
+// ---- SandboxHost ---------------------------------------------------------------------------
+
+/// What the host needs to create one sandbox.
+struct SandboxSpec {
+  SandboxId id;
+  std::uint32_t slot = 0;                ///< its slot in the shm table (LEASEHOLD_SLOT)
+  Epoch epoch = 0;                       ///< LEASEHOLD_EPOCH (0: unnamed)
+  std::optional<std::string> name;       ///< LEASEHOLD_NAME, once the name is published
+  std::vector<std::string> argv;         ///< non-empty
+  std::vector<std::string> env;          ///< "K=V"
+  std::string cwd;                       ///< its working directory ("" = "/")
+  uid_t caller_uid = static_cast<uid_t>(-1);  ///< who asked (its isolation derives from it)
+  gid_t caller_gid = static_cast<gid_t>(-1);
+};
+
+/// A created sandbox.
+struct HostedSandbox {
+  pid_t pid = -1;
+  uid_t uid = static_cast<uid_t>(-1);  ///< the host uid it runs as
+  std::string log_path;                ///< its stdout and stderr
+  std::string cgroup_path;             ///< its cgroup leaf ("" without one)
+  /// True: stopped at its gate until release() (its command has not run). False: it exec'd
+  /// already (the LEASEHOLD_ABLATE=arm-after-exec order); release() and abandon() are no-ops.
+  bool at_gate = true;
+};
+
+/// A reaped sandbox.
+struct ReapedSandbox {
+  int exit_code = -1;            ///< its exit status, or -signal; -1 if it could not be read
+  bool still_populated = false;  ///< a process of it still runs in its cgroup leaf
+};
+
+/// Where sandboxes run. Single-threaded (the io thread); ids are those given to create().
+class SandboxHost {
+ public:
+  virtual ~SandboxHost() = default;
+  /// Called once per created sandbox when its first process exited (not yet reaped: reap()
+  /// after the rt thread let go of its kill target).
+  using ExitHandler = std::function<void(const SandboxId&)>;
+
+  /// The sandbox's own token channel (only it inherits it). Before create().
+  virtual std::optional<PortError> open_tokens(const SandboxId& id) = 0;
+  /// Puts a grant's signed token into `id`'s channel; ok when `id` has no channel.
+  virtual shm::TableErrc publish_token(const SandboxId& id, Epoch epoch, std::span<const std::uint8_t> token) = 0;
+  virtual void clear_tokens(const SandboxId& id) = 0;
+  /// Creates the sandbox's process stopped at its gate (see HostedSandbox::at_gate). On an
+  /// error nothing of it is left but its token channel (forget() drops that).
+  virtual std::optional<PortError> create(const SandboxSpec& spec, HostedSandbox& out) = 0;
+  /// What the kill-switch kills for `id` (all -1 / 0 when it has no process).
+  virtual KillTarget kill_target(const SandboxId& id) const = 0;
+  /// Lets it exec; an error when it did not run its command (it exits; its exit is reported).
+  virtual std::optional<PortError> release(const SandboxId& id) = 0;
+  /// Closes its gate: it exits without running its command.
+  virtual void abandon(const SandboxId& id) = 0;
+  /// Kills it from the calling thread (the rt thread did not or cannot).
+  virtual void kill(const SandboxId& id, std::uint64_t now_ns) = 0;
+  /// Reaps its first process, removes its leaf and forgets it.
+  virtual ReapedSandbox reap(const SandboxId& id) = 0;
+  /// Forgets it without reaping (it runs on, unwatched; a populated leaf stays).
+  virtual void forget(const SandboxId& id) = 0;
+};
+
+// ---- LockdPort ---------------------------------------------------------------------------
+
+/// Answer of one call. `body` is set when status == answered and the answer authenticated
+/// and decoded; `problem` says what went wrong otherwise.
+struct LockdReply {
+  RequestStatus status = RequestStatus::deadline_passed;
+  std::optional<wire::Body> body;
+  std::int64_t first_send_ns = 0;  ///< the first attempt's send: a lease is measured from it
+  std::uint32_t attempts = 0;
+  std::string problem;
+  std::uint16_t key_id = 0;  ///< answered: the key id the answer was authenticated with
+  bool ok() const noexcept { return body.has_value(); }
+};
+using LockdCallback = std::function<void(LockdReply)>;
+
+/// Requests to lockd. lockd's own requests (IsRunning, Revoked) and answers that came after
+/// their call gave up reach the sandbox logic as calls of their own.
+class LockdPort {
+ public:
+  virtual ~LockdPort() = default;
+  /// Sends `body` (retried until `deadline_ns`); `on_done` runs exactly once, later, on the
+  /// caller's thread.
+  virtual void call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) = 0;
+};
+
+// ---- RtPort ------------------------------------------------------------------------------
+
+/// One kill the rt thread reports.
+struct RtKillEvent {
+  std::uint32_t slot = 0;
+  KillRecord record;
+};
+
+/// The rt thread: it kills a slot's target at the slot's deadline whatever the caller does.
+class RtPort {
+ public:
+  virtual ~RtPort() = default;
+  /// Sets the slot's deadline (0: none) and files it with `target`; refused when the queue is
+  /// full or the thread stopped.
+  virtual RtSubmitted arm(std::uint32_t slot, std::uint64_t valid_until_ns, const KillTarget& target) = 0;
+  /// Moves an armed slot's deadline (0: none) without a command: the thread re-reads it when
+  /// the old one comes due (lazy re-arm).
+  virtual void set_deadline(std::uint32_t slot, std::uint64_t valid_until_ns) = 0;
+  virtual RtSubmitted disarm(std::uint32_t slot) = 0;
+  virtual RtSubmitted kill_now(std::uint32_t slot) = 0;
+  /// Whether the thread applied the command of `seq` (from arm/disarm/kill_now).
+  virtual bool applied(std::uint64_t seq) const = 0;
+  /// Stops the thread: it lets go of every target; later commands are refused.
+  virtual void stop() = 0;
+};
+
+// ---- ControlPort -------------------------------------------------------------------------
+
+/// Answers to control clients.
+class ControlPort {
+ public:
+  virtual ~ControlPort() = default;
+  /// Sends one answer line (control_ok / control_error) to `client`; dropped if it is gone.
+  virtual void reply(ControlClientId client, const std::string& line) = 0;
+};
+
+}  // namespace leasehold

@@ -1,0 +1,240 @@
+#include "leasehold/supervisor/os_sandbox_host.hpp"
+
+#include "leasehold/supervisor/kill_switch.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace leasehold {
+namespace {
+
+// The answer's code for a start that failed: the command (or its directory) is the caller's
+// problem; killed at its gate is the kill-switch's doing; anything else is internal.
+ControlError failure_code(const SpawnError& e) {
+  if (e.errno_value == ENOENT || e.errno_value == EACCES || e.errno_value == ENOEXEC || e.errno_value == ENOTDIR ||
+      e.errno_value == ELOOP)
+    return ControlError::exec_failed;
+  return e.errno_value == ESRCH ? ControlError::killswitch : ControlError::internal;
+}
+
+PortError internal(std::string message) { return PortError{ControlError::internal, std::move(message)}; }
+
+}  // namespace
+
+OsSandboxHost::OsSandboxHost(OsSandboxHostConfig config, ExitHandler on_exit)
+    : cfg_(std::move(config)), on_exit_(std::move(on_exit)) {}
+
+OsSandboxHost::Record* OsSandboxHost::find(const SandboxId& id) {
+  auto it = records_.find(id);
+  return it == records_.end() ? nullptr : &it->second;
+}
+const OsSandboxHost::Record* OsSandboxHost::find(const SandboxId& id) const {
+  auto it = records_.find(id);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+void OsSandboxHost::log(const std::string& event) const {
+  if (cfg_.log) cfg_.log(event);
+}
+
+std::optional<PortError> OsSandboxHost::open_tokens(const SandboxId& id) {
+  Record& r = records_[id];
+  if (r.tokens) return std::nullopt;
+  try {
+    r.tokens.emplace(shm::TokenChannel::create("leasehold-tokens-" + id.str()));
+  } catch (const std::exception& e) {
+    return internal(std::string("cannot create the sandbox's token channel: ") + e.what());
+  }
+  return std::nullopt;
+}
+
+shm::TableErrc OsSandboxHost::publish_token(const SandboxId& id, Epoch epoch, std::span<const std::uint8_t> token) {
+  Record* r = find(id);
+  return r != nullptr && r->tokens ? r->tokens->publish(epoch, token) : shm::TableErrc::ok;
+}
+
+void OsSandboxHost::clear_tokens(const SandboxId& id) {
+  if (Record* r = find(id); r != nullptr && r->tokens) r->tokens->clear();
+}
+
+std::optional<PortError> OsSandboxHost::create(const SandboxSpec& spec, HostedSandbox& out) {
+  Record& r = records_[spec.id];
+  const std::string idstr = spec.id.str();
+  // Whatever fails below leaves no leaf behind.
+  auto fail = [&](PortError e) -> std::optional<PortError> {
+    if (r.leaf.valid() && r.leaf.remove() != 0) log("event=cgroup_leak path=" + r.leaf.path());
+    r.leaf = CgroupLeaf{};
+    return e;
+  };
+  if (cfg_.cgroups != nullptr && cfg_.cgroups->mode() == KillMode::cgroup_v2_delegated) {
+    std::string err;
+    auto leaf = cfg_.cgroups->create_leaf(idstr, err);
+    if (!leaf) return fail(internal(err));
+    r.leaf = std::move(*leaf);
+  }
+  SpawnRequest sr;
+  sr.argv = spec.argv;
+  sr.env = spec.env;
+  auto set_env = [&](const std::string& k, const std::string& v) {
+    for (auto& e : sr.env)
+      if (e.rfind(k + "=", 0) == 0) {
+        e = k + "=" + v;
+        return;
+      }
+    sr.env.push_back(k + "=" + v);
+  };
+  // A read-only descriptor of the table: the sandbox maps it without a path. The default memfd
+  // is 0440 and sealed (no holder can write, grow, shrink or map it writable, reopened or not);
+  // a --shm file is 0640, so another uid cannot open it.
+  set_env("LEASEHOLD_SHM", cfg_.table_ro_fd >= 0 ? std::to_string(kInheritedFd) : cfg_.shm_path);
+  sr.inherit_fd = cfg_.table_ro_fd;
+  // Its own token channel, read-only: the tokens of its grants and of nobody else's.
+  static_assert(kTokensFd == shm::kTokenChannelFd);
+  const shm::OwnedFd tokens_ro(r.tokens ? r.tokens->reopen_read_only() : -EINVAL);
+  if (tokens_ro.fd < 0)
+    return fail(internal(std::string("cannot reopen the sandbox's token channel read-only: ") +
+                         std::strerror(-tokens_ro.fd)));
+  set_env(shm::kTokenChannelEnv, std::to_string(kTokensFd));
+  sr.tokens_fd = tokens_ro.fd;
+  set_env("LEASEHOLD_SLOT", std::to_string(spec.slot));
+  set_env("LEASEHOLD_EPOCH", std::to_string(spec.epoch));
+  set_env("LEASEHOLD_SANDBOX", idstr);
+  if (spec.name) set_env("LEASEHOLD_NAME", *spec.name);
+  sr.working_directory = spec.cwd;
+  sr.cgroup_dir_fd = r.leaf.valid() ? r.leaf.dir_fd() : -1;
+  sr.bwrap = cfg_.bwrap;
+  Isolation iso;
+  if (cfg_.isolation) {
+    iso = cfg_.isolation(spec.caller_uid, spec.caller_gid, spec.slot);
+    sr.isolation = &iso;
+  }
+  sr.die_with_supervisor = cfg_.die_with_supervisor;
+  sr.stdin_fd = cfg_.stdin_fd;
+  // Its output goes to a file of its own (0600, the supervisor's; read back by `logs`).
+  const std::string log_path = cfg_.log_dir + "/" + idstr + ".log";
+  // The sandbox writes into a pipe, never into the file: the output pump copies at most
+  // log_max_bytes of it, so a sandbox cannot fill the log's filesystem.
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (log_fd < 0) return fail(internal("cannot create the sandbox log " + log_path + ": " + std::strerror(errno)));
+  int out_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(log_fd);
+    ::unlink(log_path.c_str());
+    return fail(internal(std::string("cannot create the sandbox's output pipe: ") + std::strerror(e)));
+  }
+  sr.stdout_fd = sr.stderr_fd = out_pipe[1];
+  SpawnError se;
+  // The child stops at its gate, right before its exec (spawn.hpp). Ablated, it execs at once.
+  std::optional<SandboxProcess> proc;
+  if (cfg_.exec_at_once) proc = spawn_sandbox(sr, se);
+  else if ((r.prepared = prepare_sandbox(sr, se))) proc = std::move(r.prepared->process());
+  ::close(out_pipe[1]);
+  if (!proc) {
+    ::close(out_pipe[0]);
+    ::close(log_fd);
+    ::unlink(log_path.c_str());
+    r.prepared.reset();
+    return fail(PortError{failure_code(se), se.message});
+  }
+  if (cfg_.output != nullptr) cfg_.output->add(out_pipe[0], log_fd, cfg_.log_max_bytes);
+  r.process = std::move(*proc);
+  const SandboxId id = spec.id;
+  r.exit_poll = cfg_.loop->add_poll(r.process.pidfd(), POLLIN, PollMode::oneshot, [this, id](int) {
+    if (Record* rec = find(id)) rec->exit_poll = PollId{};
+    if (on_exit_) on_exit_(id);
+  });
+  out.pid = r.process.pid();
+  out.uid = cfg_.isolation ? iso.uid : ::geteuid();
+  out.log_path = log_path;
+  out.cgroup_path = r.leaf.valid() ? r.leaf.path() : std::string();
+  out.at_gate = r.prepared.has_value();
+  return std::nullopt;
+}
+
+KillTarget OsSandboxHost::kill_target(const SandboxId& id) const {
+  KillTarget t;
+  const Record* r = find(id);
+  if (r == nullptr) return t;
+  t.cgroup_kill_fd = r->leaf.valid() ? r->leaf.kill_fd() : -1;
+  t.cgroup_events_fd = r->leaf.valid() ? r->leaf.events_fd() : -1;
+  t.pidfd = r->process.valid() ? r->process.pidfd() : -1;
+  t.pgid = r->process.valid() ? r->process.pgid() : 0;
+  return t;
+}
+
+std::optional<PortError> OsSandboxHost::release(const SandboxId& id) {
+  Record* r = find(id);
+  if (r == nullptr || !r->prepared) return std::nullopt;
+  SpawnError se;
+  const bool ok = release_sandbox(*r->prepared, se);
+  r->prepared.reset();
+  if (!ok) return PortError{failure_code(se), se.message};
+  return std::nullopt;
+}
+
+void OsSandboxHost::abandon(const SandboxId& id) {
+  Record* r = find(id);
+  if (r == nullptr || !r->prepared) return;
+  r->prepared->abandon();
+  r->prepared.reset();
+}
+
+void OsSandboxHost::kill(const SandboxId& id, std::uint64_t now_ns) {
+  const Record* r = find(id);
+  if (r != nullptr && (r->process.valid() || r->leaf.valid())) KillSwitch::kill(kill_target(id), now_ns);
+}
+
+ReapedSandbox OsSandboxHost::reap(const SandboxId& id) {
+  ReapedSandbox out;
+  auto it = records_.find(id);
+  if (it == records_.end()) return out;
+  Record& r = it->second;
+  if (r.process.valid()) {
+    siginfo_t info{};
+    if (leasehold::reap(r.process.pidfd(), info, false) == 0 && info.si_pid != 0)
+      out.exit_code = info.si_code == CLD_EXITED ? info.si_status : -info.si_status;
+  }
+  r.process = SandboxProcess{};  // closes the pidfd
+  if (r.leaf.valid()) {
+    int rc = r.leaf.remove();
+    for (int i = 0; rc == -EBUSY && i < 100; ++i) {  // killed tasks leave the cgroup asynchronously
+      r.leaf.kill();
+      ::usleep(1000);
+      rc = r.leaf.remove();
+    }
+    if (rc != 0) log("event=cgroup_leak path=" + r.leaf.path() + " error=\"" + std::strerror(-rc) + "\"");
+    // Dead means the pidfd reported the exit *and* the leaf is empty.
+    out.still_populated = r.leaf.valid() && r.leaf.populated() == 1;
+  }
+  records_.erase(it);
+  return out;
+}
+
+void OsSandboxHost::forget(const SandboxId& id) {
+  auto it = records_.find(id);
+  if (it == records_.end()) return;
+  if (it->second.exit_poll.valid()) cfg_.loop->cancel_poll(it->second.exit_poll);
+  records_.erase(it);  // closes the pidfd and the leaf's fds; a populated leaf stays
+}
+
+void OsSandboxHost::stop_all(std::uint64_t now_ns) {
+  for (auto& [id, r] : records_) {
+    if (r.process.valid() || r.leaf.valid()) KillSwitch::kill(kill_target(id), now_ns);
+    if (r.process.valid()) {
+      siginfo_t info{};
+      leasehold::reap(r.process.pidfd(), info, true);
+    }
+    if (r.leaf.valid()) {
+      for (int i = 0; i < 100 && r.leaf.remove() == -EBUSY; ++i) ::usleep(1000);
+    }
+  }
+  records_.clear();
+}
+
+}  // namespace leasehold
