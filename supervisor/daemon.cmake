@@ -9,6 +9,7 @@ set(LEASEHOLD_SUPERVISOR_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/lockd_link.cpp
   ${CMAKE_CURRENT_LIST_DIR}/os_sandbox_host.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rt_thread_port.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sandbox_table.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
 )
 # leasehold_supervisor_library(<target> [EXCLUDE_FROM_ALL]): the library from these sources.

@@ -15,6 +15,7 @@
 #include "leasehold/supervisor/output_pump.hpp"
 #include "leasehold/supervisor/rt_thread_port.hpp"
 #include "leasehold/supervisor/sandbox_phase.hpp"
+#include "leasehold/supervisor/sandbox_table.hpp"
 #include "leasehold/supervisor/spawn.hpp"
 
 #include <openssl/crypto.h>
@@ -114,37 +115,6 @@ std::string cover_dir_problem(const std::string& dir, mode_t extra_mode) {
 }  // namespace
 
 struct Supervisor::Impl {
-  struct Sandbox {
-    SandboxId id;
-    std::uint32_t slot = 0;
-    std::optional<std::string> name;  // set once the name is ours (published)
-    NameId name_id;                   // with epoch: set at the grant (preemptible: the acquiring one)
-    Epoch epoch = 0;
-    wire::GrantTokenBytes token;      // lockd's signed token of that grant, published with it
-    // Preemptible mode: the name its Commit is for, from the Acquiring grant until the Commit's
-    // answer (phase committing, or killed/exited meanwhile); its epoch is not yet published.
-    std::optional<std::string> pending_name;
-    SandboxPhase phase = SandboxPhase::reserved;  // sandbox_phase.hpp: the table of phases
-    pid_t pid = -1;           // its process, its leaf, its pipes and its token channel: the host's
-    std::string cgroup_path;  // its cgroup leaf ("" without one)
-    bool armed = false;       // an arm command was queued for the slot
-    bool rt_killed = false;   // the rt thread killed it (either cause)
-    bool synthetic = false;
-    bool revoked = false;     // its grant was revoked or lost: on exit, confirm the kill to lockd
-    std::uint64_t disarm_seq = 0;  // exited: reaped once the rt thread applied this
-    // Why it was killed ("" = it exited on its own): set by the first kill request
-    // (kill_sandbox) or by the rt thread's kill record, whichever came first.
-    std::string kill_reason;
-    std::uint64_t valid_until_ns = 0;
-    std::uint64_t started_ns = 0;
-    int exit_code = -1;       // exit status, or -signal
-    std::vector<std::pair<ControlClientId, json>> waiters;  // answered when it is gone
-    std::optional<ControlError> waiter_error;  // e.g. exec_failed: answer waiters with it
-    std::string waiter_message;
-    uid_t owner = static_cast<uid_t>(-1);  // the caller that started it (SO_PEERCRED)
-    uid_t uid = static_cast<uid_t>(-1);    // the host uid it runs as
-    std::string log_path;                  // its stdout and stderr ("" before it started)
-  };
   struct PendingCommit {
     ControlClientId client;
     ControlRequest request;
@@ -196,7 +166,7 @@ struct Supervisor::Impl {
   std::unique_ptr<LockdLink> link;
   std::unique_ptr<HeartbeatSchedule> hb;
 
-  std::unordered_map<SandboxId, Sandbox> sandboxes;
+  SandboxTable sandboxes;  // by id, by slot and by name
   std::unique_ptr<OsSandboxHost> host;  // every sandbox's process, leaf, pipes, token channel
   // LEASEHOLD_ABLATE=shared-tokens (attack tests only): every grant's token goes to every
   // sandbox's channel, as when every slot's token sat in the table all sandboxes map.
@@ -224,8 +194,6 @@ struct Supervisor::Impl {
   bool default_log_dir = false;  // sandbox_log_dir is this worker's default one, created or checked
   OutputPump output_pump;  // sandbox pipes -> their log files, each up to --sandbox-log-max-bytes
   std::deque<ExitedLog> exited_logs;  // oldest first; its file is removed when it leaves
-  std::vector<SandboxId> by_slot;
-  std::unordered_map<std::string, SandboxId> by_name;  // names being acquired or held
   std::deque<PendingCommit> pending_commits;
   std::unordered_map<int, PollId> control_polls;
   std::unordered_map<int, short> control_poll_events;
@@ -271,10 +239,7 @@ struct Supervisor::Impl {
   int run();
 
   // ---- helpers -----------------------------------------------------------------------------
-  Sandbox* find(const SandboxId& id) {
-    auto it = sandboxes.find(id);
-    return it == sandboxes.end() ? nullptr : &it->second;
-  }
+  Sandbox* find(const SandboxId& id) { return sandboxes.find(id); }
   void reply(ControlClientId c, const std::string& line) {
     if (control) control->reply(c, line);
   }
@@ -609,7 +574,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     while (!w.empty() && w.back() == '\n') w.pop_back();
     rt_text += " (" + w + ")";
   }
-  by_slot.assign(cfg.slots, SandboxId{});
+  sandboxes = SandboxTable(cfg.slots);
   OsSandboxHostConfig hc;
   hc.loop = loop.get();
   hc.cgroups = &cgroups;
@@ -985,10 +950,10 @@ void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
       reply(client, control_error(req.id, ControlError::bad_request, why));
       return;
     }
-    if (auto it = by_name.find(*req.name); it != by_name.end()) {
-      const Sandbox* s = find(it->second);
+    if (const SandboxId* holder = sandboxes.holder_of(*req.name)) {
+      const Sandbox* s = find(*holder);
       reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
-                                  {{"holder", it->second.str()}, {"epoch", s ? s->epoch : 0}}));
+                                  {{"holder", holder->str()}, {"epoch", s ? s->epoch : 0}}));
       return;
     }
     if (refuse_unsafe_kill(client, req)) return;
@@ -1007,13 +972,12 @@ void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
   s.slot = claim.slot;
   s.synthetic = cfg.synthetic;
   s.owner = req.caller_uid;
-  by_slot[claim.slot] = id;
-  sandboxes.emplace(id, std::move(s));
+  Sandbox& added = sandboxes.add(std::move(s));
   if (!req.name) {
-    spawn(sandboxes.at(id), client, req);
+    spawn(added, client, req);
     return;
   }
-  by_name[*req.name] = id;
+  sandboxes.bind_name(*req.name, id);
   acquire_name(id, client, std::move(req));
 }
 
@@ -1156,7 +1120,7 @@ void Supervisor::Impl::give_back_name(Sandbox& s, ControlClientId client, const 
     return;
   }
   // Naming a running sandbox failed: it stays unnamed.
-  if (by_name.contains(name) && by_name[name] == s.id) by_name.erase(name);
+  sandboxes.unbind_name(name, s.id);
   reply(client, control_error(req.id, code, message));
 }
 
@@ -1164,17 +1128,12 @@ void Supervisor::Impl::abandon(const SandboxId& sb, ControlClientId client, cons
                                ControlError code, const std::string& message, json extra) {
   Sandbox* s = find(sb);
   const bool forget = s != nullptr && before_spawn(s->phase);
-  if (s != nullptr) {  // the name it was getting; a running sandbox keeps a name it already has
-    for (auto it = by_name.begin(); it != by_name.end();) {
-      if (it->second == sb && (forget || !s->name || *s->name != it->first)) it = by_name.erase(it);
-      else ++it;
-    }
-  }
+  // The name it was getting; a running sandbox keeps a name it already has.
+  if (s != nullptr && !forget) sandboxes.unbind_names_except(sb, s->name);
   if (forget) {
     host->forget(sb);  // a token channel opened for it
     table->free(s->slot, now_ns());
-    by_slot[s->slot] = SandboxId{};
-    sandboxes.erase(sb);
+    sandboxes.erase(sb);  // its slot and names with it
   }
   reply(client, control_error(id, code, message, std::move(extra)));
   if (shutting_down) maybe_finish_shutdown();
@@ -1189,7 +1148,7 @@ void Supervisor::Impl::on_late_answer(const wire::Body& answer) {
   if (g == nullptr) return;
   if (const Sandbox* s = find(g->holder); s != nullptr) {
     if (s->name && s->name_id == g->name_id) return;
-    for (const auto& [name, holder] : by_name)
+    for (const auto& [name, holder] : sandboxes.names())
       if (holder == g->holder && name_id_of(name) == g->name_id) return;
   }
   ++counters.late_grants_released;
@@ -1398,8 +1357,8 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
   const Sandbox* live = nullptr;
   if (req.sandbox) {
     live = find(*req.sandbox);
-  } else if (auto it = by_name.find(*req.name); it != by_name.end()) {
-    live = find(it->second);
+  } else if (const SandboxId* holder = sandboxes.holder_of(*req.name)) {
+    live = find(*holder);
   }
   const ExitedLog* gone = nullptr;
   if (live == nullptr || live->log_path.empty()) {
@@ -1453,14 +1412,14 @@ void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
     reply(client, control_error(req.id, ControlError::bad_request, why));
     return;
   }
-  if (by_name.contains(*req.name)) {
-    const Sandbox* h = find(by_name[*req.name]);
+  if (const SandboxId* holder = sandboxes.holder_of(*req.name)) {
+    const Sandbox* h = find(*holder);
     reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
-                                {{"holder", by_name[*req.name].str()}, {"epoch", h ? h->epoch : 0}}));
+                                {{"holder", holder->str()}, {"epoch", h ? h->epoch : 0}}));
     return;
   }
   if (!gate_named_creation(client, req.id)) return;
-  by_name[*req.name] = s->id;
+  sandboxes.bind_name(*req.name, s->id);
   acquire_name(s->id, client, std::move(req));
 }
 
@@ -1469,9 +1428,9 @@ void Supervisor::Impl::do_expect_commit(ControlClientId client, ControlRequest r
     reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already exists here"));
     return;
   }
-  if (by_name.contains(*req.name)) {
+  if (const SandboxId* holder = sandboxes.holder_of(*req.name)) {
     reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
-                                {{"holder", by_name[*req.name].str()}}));
+                                {{"holder", holder->str()}}));
     return;
   }
   std::string err;
@@ -1495,9 +1454,9 @@ void Supervisor::Impl::do_expect_commit(ControlClientId client, ControlRequest r
   s.slot = claim.slot;
   s.synthetic = cfg.synthetic;
   s.owner = req.caller_uid;
-  by_slot[claim.slot] = s.id;
-  by_name[*req.name] = s.id;
-  sandboxes.emplace(s.id, std::move(s));
+  const SandboxId id = s.id;
+  sandboxes.add(std::move(s));
+  sandboxes.bind_name(*req.name, id);
   // Committed by this worker's next heartbeat tick (DESIGN.md "creation flows", 2-phase).
   pending_commits.push_back(PendingCommit{client, std::move(req)});
 }
@@ -1645,7 +1604,7 @@ void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client
   }
 #endif
   if (s->phase == SandboxPhase::committing) advance(s->phase, SandboxPhase::running);
-  if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
+  sandboxes.unbind_name(name, sb);
   if (req.op == ControlOp::name) {  // it ran before and runs on, unnamed
     s->name_id = NameId{};
     s->epoch = 0;
@@ -1681,7 +1640,7 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
     // Being killed (kill-switch, shutdown): it never runs with this name.
     hb->remove(sb);
     release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
-    if (by_name.contains(name) && by_name[name] == sb) by_name.erase(name);
+    sandboxes.unbind_name(name, sb);
     if (req.op == ControlOp::name) reply(client, control_error(req.id, ControlError::not_found, "the sandbox stopped while being named"));
     else s->waiters.emplace_back(client, req.id);
     return;
@@ -1722,8 +1681,8 @@ void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client,
 }
 
 void Supervisor::Impl::do_release(ControlClientId client, const ControlRequest& req) {
-  auto it = by_name.find(*req.name);
-  Sandbox* s = it == by_name.end() ? nullptr : find(it->second);
+  const SandboxId* holder = sandboxes.holder_of(*req.name);
+  Sandbox* s = holder == nullptr ? nullptr : find(*holder);
   if (s == nullptr || !s->name) {
     reply(client, control_error(req.id, ControlError::not_found, "no sandbox on this worker holds \"" + *req.name + "\""));
     return;
@@ -1939,7 +1898,6 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
             id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
             s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());
   table->free(s->slot, now_ns());
-  by_slot[s->slot] = SandboxId{};
   // Dead means the pidfd reported the exit *and* the leaf is empty: while a process of it
   // still runs, the name is not given back (lockd expires it after its TTL; nothing refreshes it).
   const bool leave_to_expire = (s->name || s->pending_name) && reaped.still_populated;
@@ -1958,11 +1916,7 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
   auto waiters = std::move(s->waiters);
   auto err = s->waiter_error;
   auto msg = s->waiter_message;
-  for (auto it = by_name.begin(); it != by_name.end();) {
-    if (it->second == id) it = by_name.erase(it);
-    else ++it;
-  }
-  remember_log(*s);
+  remember_log(*s);  // each branch below erases it, with its slot and names
   if ((s->name || s->pending_name) && leave_to_expire) {
     fields["released"] = false;
     fields["release"] = "not released: a process of the sandbox still runs in its cgroup leaf; lockd expires the name";
@@ -1996,8 +1950,8 @@ void Supervisor::Impl::finish_exit(const SandboxId& id) {
 void Supervisor::Impl::on_rt_events() {
   RtKillEvent e;
   while (rt->pop_kill(e)) {
-    const SandboxId id = e.slot < by_slot.size() ? by_slot[e.slot] : SandboxId{};
-    Sandbox* s = id.is_nil() ? nullptr : find(id);
+    Sandbox* s = sandboxes.at_slot(e.slot);
+    const SandboxId id = s != nullptr ? s->id : SandboxId{};
     if (s == nullptr || e.record.error == -ECANCELED) {
       // A kill the rt thread gave up on because its sandbox was disarmed (it exited first).
       log_event("event=kill_record slot=%u error=%d", e.slot, e.record.error);
@@ -2316,7 +2270,7 @@ bool Supervisor::Impl::on_revoked(const wire::Revoked& q) {
   }
   // Being placed (its grant may still arrive): its next heartbeat answer is `lost`, so it is
   // killed then; lockd's bound covers it, no confirmation is sent for it.
-  for (const auto& [name, holder] : by_name)
+  for (const auto& [name, holder] : sandboxes.names())
     if (name_id_of(name) == q.name_id) return true;
   // Nothing of that grant runs here (it exited, or a restart stopped it): confirm at once.
   confirm_kill_to_lockd(q.name_id, q.name_id.str(), SandboxId{}, q.epoch);

@@ -3,6 +3,8 @@ leasehold_test(supervisor_config_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/config_t
                LIBS leasehold_supervisor)
 leasehold_test(supervisor_heartbeat_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/heartbeat_test.cpp
                LIBS leasehold_supervisor)
+leasehold_test(supervisor_sandbox_table_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sandbox_table_test.cpp
+               LIBS leasehold_supervisor)
 leasehold_test(supervisor_control_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/control_test.cpp
                LIBS leasehold_supervisor LABELS concurrent)
 
