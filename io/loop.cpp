@@ -9,7 +9,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cassert>
 #include <cerrno>
 #include <cstring>
 
@@ -428,7 +427,9 @@ int EventLoop::send_to(SocketId socket, std::span<const std::byte> payload, cons
 
 void EventLoop::on_send(std::uint32_t index, const Completion& c) {
   SendSlot& slot = sends_[index];
-  assert(slot.gen == gen_of(c.user_data));
+  // One completion per submitted send: a second one for the slot (or one for a reused slot)
+  // would free it twice and hand one buffer to two sends.
+  LEASEHOLD_ASSERT(slot.gen == gen_of(c.user_data));
   if (c.res < 0) {
     ++stats_.send_errors;
     stats_.last_send_error = c.res;

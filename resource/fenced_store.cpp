@@ -1,13 +1,14 @@
 // leasehold/resource: FencedStore (see fenced_store.hpp).
 #include "leasehold/resource/fenced_store.hpp"
 
+#include "leasehold/lease/assert.hpp"
+
 #include <sqlite3.h>
 
 #include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
-#include <cassert>
 #include <cstdio>
 #include <iterator>
 #include <map>
@@ -420,7 +421,9 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   r.reason = std::move(reason);
   r.time_ns = now;
   r.audit_id = audit_id;
-  assert(r.accepted() == r.reason.empty());
+  // An accepted write carries no reason and a refused one always says why: callers log and
+  // return `reason` as the refusal, so a refusal without one would read as an acceptance.
+  LEASEHOLD_ASSERT(r.accepted() == r.reason.empty());
   return timed();
 }
 
