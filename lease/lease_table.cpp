@@ -1113,6 +1113,8 @@ std::string_view LeaseTable::sim_ablation() noexcept {
   return "refresh_owner";
 #elif LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY
   return "acquiring_expiry";
+#elif LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER
+  return "preempt_live_worker";  // a LockService ablation; the table is built with it
 #else
   return "";
 #endif

@@ -964,11 +964,19 @@ wire::Body LockService::on_reassign(const wire::Reassign& r, std::int64_t now_ns
 
 bool LockService::try_preempt(NameId id, const LockState& s, std::int64_t now_ns) {
   if (s.phase != LockPhase::held) return false;
-  if (table_.worker_alive(s.worker, now_ns)) {
+#if LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER
+  // Simulator ablation, bug class "liveness ignored": a live worker's name is preempted at once,
+  // as if that worker had answered "not running", without asking it; its sandbox runs on (two
+  // holders).
+  constexpr bool ablated = true;
+#else
+  constexpr bool ablated = false;
+#endif
+  if (!ablated && table_.worker_alive(s.worker, now_ns)) {
     ask_is_running(id, s, now_ns);
     return false;
   }
-  const Outcome o = table_.preempt(id, s.owner, s.epoch, false, now_ns);
+  const Outcome o = table_.preempt(id, s.owner, s.epoch, ablated, now_ns);
   if (!o.ok()) return false;
   ++counters_.preemptions;
   record_change(id, o.state, "preempt", now_ns, " reason=worker_lapsed");

@@ -22,6 +22,10 @@ lockd::LockdConfig lockd_config_of(const SimConfig& cfg) {
   c.acquiring_ttl_ms = static_cast<std::uint64_t>(cfg.ttl_ns / kMs);
   c.max_names = 1024;
   c.max_workers = 64;
+  if (cfg.preemptible()) {
+    c.mode = LockMode::preemptible;
+    if (cfg.worker_ttl_ns != 0) c.worker_ttl_ms = static_cast<std::uint64_t>(cfg.worker_ttl_ns / kMs);
+  }
   return c;
 }
 

@@ -128,6 +128,11 @@ int main(int argc, char** argv) {
   app.add_option("--duration-s", duration_s, "simulated seconds per run (default 120; faults heal 30 s before the end)")
       ->check(CLI::Range(40.0, 86400.0));
   app.add_flag("--no-faults", no_faults, "a reliable network, no pauses, crashes or clock skew");
+  std::string mode = "mixed";
+  app.add_option("--mode", mode,
+                 "lock mode of lockd and the supervisors: lease, preemptible, or mixed (default: each seed draws "
+                 "one, 30% preemptible; a seed replays with the mode it had in the sweep)")
+      ->check(CLI::IsMember({"lease", "preemptible", "mixed"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -154,6 +159,8 @@ int main(int argc, char** argv) {
     base.heal_ns = base.duration_ns - 30 * leasehold::sim::kS;
   }
   base.faults = !no_faults;
+  if (mode == "lease") base.preemptible_share = 0;
+  if (mode == "preemptible") base.preemptible_share = 1;
   if (const std::string why = base.validate(); !why.empty()) {
     std::fprintf(stderr, "leasehold-sim: bad configuration: %s\n", why.c_str());
     return kUsage;

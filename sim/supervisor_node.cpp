@@ -26,6 +26,10 @@ struct SupervisorNode::Impl {
   struct Slot {
     bool used = false;
     bool published = false;  ///< the epoch is published (revoked: false)
+    /// Preemptible mode: started, its Commit in flight; the epoch is not published (its check
+    /// says "not valid") but it runs under the worker's kill deadline and IsRunning says yes.
+    bool commit_pending = false;
+    bool killed = false;     ///< the kill was sent; the slot stays until the process is gone
     NameId name;
     SandboxId sandbox;
     Epoch epoch = 0;
@@ -34,7 +38,7 @@ struct SupervisorNode::Impl {
   };
   /// One call to lockd, retried with a fresh seq until its deadline (LockdLink::call).
   struct Call {
-    enum class Kind : std::uint8_t { acquire, commit, heartbeat, release } kind = Kind::acquire;
+    enum class Kind : std::uint8_t { acquire, commit, heartbeat, worker_beat, release } kind = Kind::acquire;
     wire::Datagram dg;
     std::int64_t first_send_ns = 0;
     std::int64_t deadline_ns = 0;
@@ -50,13 +54,14 @@ struct SupervisorNode::Impl {
       : cfg(c),
         index(i),
         self(w),
+        preemptible(c.preemptible()),
         names(n.begin(), n.end()),
         rng(r),
         env(e),
         sender(w, 1, key),
         auth(key),
         hb(static_cast<std::uint64_t>(c.kill_after_ns), static_cast<std::uint64_t>(c.heartbeat_interval_ns),
-           kSlotsMax, false),
+           kSlotsMax, c.preemptible()),
         wheel(kSlotsMax, static_cast<std::uint64_t>(c.wheel_granularity_ns), static_cast<std::uint64_t>(now)),
         slots(kSlotsMax) {
     next_create_ns = now + rng.range(0, 500 * kMs);
@@ -65,6 +70,7 @@ struct SupervisorNode::Impl {
   const SimConfig& cfg;
   std::uint32_t index;
   WorkerId self;
+  bool preemptible;  ///< supervisor --mode preemptible (with lockd's)
   std::vector<std::string> names;
   Rng rng;
   SupervisorEnv& env;
@@ -87,7 +93,7 @@ struct SupervisorNode::Impl {
     std::size_t n = 0;
     for (const Slot& s : slots) n += s.used ? 1 : 0;
     for (const auto& [id, c] : calls) n += c.kind == Call::Kind::acquire || c.kind == Call::Kind::commit ? 1 : 0;
-    return n + scheduling.size();
+    return n + (preemptible ? 0 : scheduling.size());  // preemptible: a scheduled one has its slot
   }
 
   /// A 2-phase acquire answered `acquiring`: the sandbox is being scheduled; its Commit goes
@@ -116,6 +122,15 @@ struct SupervisorNode::Impl {
         ++it;
         continue;
       }
+      if (preemptible) {
+        // Started unpublished: a sandbox that is gone or being killed commits nothing (its exit
+        // gave the Acquiring record back).
+        const auto i = slot_of(it->sandbox);
+        if (!i || slots[*i].killed) {
+          it = scheduling.erase(it);
+          continue;
+        }
+      }
       Call c;
       c.sandbox = it->sandbox;
       c.name = it->name;
@@ -140,9 +155,10 @@ struct SupervisorNode::Impl {
 
   void kill_slot(std::uint32_t i, std::string_view why, std::int64_t now) {
     Slot& s = slots[i];
-    if (!s.used || !s.published) return;
+    if (!s.used || s.killed || (!s.published && !s.commit_pending)) return;
     // The rt thread's order: revoke the slot in shm first, then kill the process.
     s.published = false;
+    s.killed = true;
     hb.remove(s.sandbox);
     if (!s.timer.is_nil()) wheel.cancel(s.timer);
     s.timer = {};
@@ -193,6 +209,91 @@ struct SupervisorNode::Impl {
     env.spawn(index, g.holder, g.name_id, g.epoch);
   }
 
+  /// Preemptible mode, the 2-phase acquire answered Acquiring (Supervisor::Impl::on_acquiring):
+  /// the kill-switch synchronisation check, then the sandbox starts with its epoch unpublished,
+  /// armed at the worker's deadline, and only then does the Commit go out (after a scheduling
+  /// delay: the sandbox's start), so lockd has the name Held here only while it runs here.
+  void start_pending(const wire::Grant& g, const Call& c, std::int64_t now) {
+    for (const HeartbeatAction& a : hb.check_worker_liveness(static_cast<std::uint64_t>(now))) apply(a, now);
+    if (!hb.may_create_named(static_cast<std::uint64_t>(now))) {
+      env.note(index, "create_refused_killswitch", g.epoch, 0);
+      release(g.name_id, g.holder, g.epoch, now);
+      return;
+    }
+    const auto valid_until = static_cast<std::int64_t>(hb.worker_valid_until_ns());
+    std::uint32_t i = 0;
+    while (i < slots.size() && slots[i].used) ++i;
+    if (now >= valid_until || i == slots.size() ||
+        !hb.add(g.name_id, g.holder, g.epoch, i,
+                lease_measured_from_ns(static_cast<std::uint64_t>(c.first_send_ns), static_cast<std::uint64_t>(now)))) {
+      release(g.name_id, g.holder, g.epoch, now);
+      return;
+    }
+    hb.mark_worker_refreshed(g.holder);
+    hb.set_commit_pending(g.holder, true);
+    Slot& s = slots[i];
+    s.used = true;
+    s.commit_pending = true;
+    s.name = g.name_id;
+    s.sandbox = g.holder;
+    s.epoch = g.epoch;
+    s.valid_until_ns = valid_until;
+    s.timer = wheel.schedule(static_cast<std::uint64_t>(valid_until), i).handle;
+    env.note(index, "start_unpublished", g.holder.lo, g.epoch);
+    env.spawn(index, g.holder, g.name_id, g.epoch);
+    const std::int64_t left = std::int64_t{g.ttl_ms} * kMs;
+    scheduling.push_back(Scheduling{now + rng.range(0, std::min<std::int64_t>(left / 4, 100 * kMs)), g.name_id,
+                                    g.holder, g.epoch});
+  }
+
+  /// Preemptible mode: lockd has the name Held on this worker (Supervisor::Impl::on_committed):
+  /// the epoch is published with the worker's valid_until.
+  void on_committed(const wire::Grant& g, std::int64_t now) {
+    const auto i = slot_of(g.holder);
+    if (!i || !slots[*i].commit_pending || slots[*i].epoch != g.epoch) {
+      // Gone (or killed) meanwhile: its exit gave the name back; this covers the late commit.
+      release(g.name_id, g.holder, g.epoch, now);
+      return;
+    }
+    Slot& s = slots[*i];
+    if (s.killed) {  // being killed (kill-switch): it never runs with this name
+      hb.remove(g.holder);
+      release(g.name_id, g.holder, g.epoch, now);
+      return;
+    }
+    s.commit_pending = false;
+    hb.set_commit_pending(g.holder, false);
+    const HeartbeatLease* l = hb.find(g.holder);
+    if (l == nullptr || static_cast<std::int64_t>(l->valid_until_ns) <= now) {
+      hb.remove(g.holder);
+      release(g.name_id, g.holder, g.epoch, now);
+      s.commit_pending = true;  // so kill_slot stops it: it never saw its epoch published
+      kill_slot(*i, "commit too late", now);
+      return;
+    }
+    s.published = true;
+    s.valid_until_ns = static_cast<std::int64_t>(l->valid_until_ns);
+    env.note(index, "publish", g.holder.lo, g.epoch);
+  }
+
+  /// Preemptible mode: a Commit refused or unanswered (Supervisor::Impl::commit_failed): the
+  /// Acquiring record is given back and the sandbox started for it is stopped.
+  void commit_failed(const Call& c, std::int64_t now) {
+    release(c.name, c.sandbox, c.epoch, now);
+    const auto i = slot_of(c.sandbox);
+    if (!i || !slots[*i].commit_pending || slots[*i].epoch != c.epoch) return;
+    hb.remove(c.sandbox);
+    kill_slot(*i, "commit failed", now);
+  }
+
+  /// lockd asks (preemptible mode, before it preempts a live worker's name) whether the
+  /// sandbox of {name, epoch} runs here (Supervisor::Impl::is_running): a sandbox still alive
+  /// counts, also while it is being killed and while its Commit is in flight.
+  bool is_running(const wire::IsRunning& q) const {
+    const auto i = slot_of(q.sandbox);
+    return i && slots[*i].name == q.name_id && slots[*i].epoch == q.epoch;
+  }
+
   void release(NameId name, SandboxId sb, Epoch epoch, std::int64_t now) {
     Call c;
     c.sandbox = sb;
@@ -224,6 +325,22 @@ struct SupervisorNode::Impl {
     switch (c.kind) {
       case Call::Kind::acquire:
       case Call::Kind::commit:
+        if (preemptible) {
+          const auto* g = std::get_if<wire::Grant>(&body);
+          const bool ours = g != nullptr && g->holder == c.sandbox && g->epoch != 0;
+          if (c.kind == Call::Kind::acquire && ours && g->state == LockPhase::acquiring) {
+            start_pending(*g, c, now);
+          } else if (c.kind == Call::Kind::commit && ours && g->state == LockPhase::held && g->epoch == c.epoch) {
+            on_committed(*g, now);
+          } else if (c.kind == Call::Kind::commit) {
+            env.note(index, "commit_refused", c.name.lo, 0);
+            commit_failed(c, now);
+          } else {
+            if (ours) release(g->name_id, g->holder, g->epoch, now);  // not the 2-phase answer asked for
+            env.note(index, "acquire_refused", c.name.lo, 0);
+          }
+          return;
+        }
         if (const auto* g = std::get_if<wire::Grant>(&body); g != nullptr && g->holder == c.sandbox) {
           if (g->state == LockPhase::held) {
             // One-phase: the lease counts from the acquire's send; 2-phase: from the commit's.
@@ -257,6 +374,24 @@ struct SupervisorNode::Impl {
         }
         return;
       }
+      case Call::Kind::worker_beat: {
+        // Supervisor::Impl::send_worker_beat's answer.
+        const auto* w = std::get_if<wire::WorkerAck>(&body);
+        if (w == nullptr) return;  // a heartbeat failure
+        for (const wire::HeartbeatAckEntry& a : w->not_held) {
+          const auto e = std::find_if(c.entries.begin(), c.entries.end(),
+                                      [&](const RefreshEntry& x) { return x.name == a.name_id; });
+          if (e == c.entries.end() || a.status == RefreshStatus::refreshed) continue;
+          apply(hb.on_refresh_answer(e->sandbox, e->epoch, a.status, a.holder, a.epoch,
+                                     static_cast<std::uint64_t>(c.first_send_ns), static_cast<std::uint64_t>(now)),
+                now);
+        }
+        if (std::int64_t{w->liveness_ttl_ms} < cfg.ttl_ns / kMs) return;  // not liveness: the kill-switch fires
+        for (const HeartbeatAction& a : hb.on_worker_liveness_ack(static_cast<std::uint64_t>(c.first_send_ns),
+                                                                 static_cast<std::uint64_t>(now)))
+          apply(a, now);
+        return;
+      }
       case Call::Kind::release: return;
     }
   }
@@ -265,7 +400,7 @@ struct SupervisorNode::Impl {
     wheel.advance(static_cast<std::uint64_t>(now), [&](const DueTimer& due) -> Rearm {
       const auto i = static_cast<std::uint32_t>(due.payload);
       Slot& s = slots[i];
-      if (!s.used || !s.published || s.timer != due.handle) return Rearm::none();
+      if (!s.used || s.killed || (!s.published && !s.commit_pending) || s.timer != due.handle) return Rearm::none();
       const auto current = static_cast<std::uint64_t>(s.valid_until_ns);
       if (current > due.deadline_ns && !wheel.due_by(current, static_cast<std::uint64_t>(now)))
         return Rearm::at(current);
@@ -277,6 +412,8 @@ struct SupervisorNode::Impl {
 
   void heartbeat(std::int64_t now) {
     if (hb.next_round_ns() > static_cast<std::uint64_t>(now)) return;
+    if (preemptible)  // the worker-wide kill-switch (Supervisor::Impl::on_heartbeat_tick)
+      for (const HeartbeatAction& a : hb.check_worker_liveness(static_cast<std::uint64_t>(now))) apply(a, now);
     HeartbeatRound round = hb.begin_round(static_cast<std::uint64_t>(now), wire::kHeartbeatEntriesMax);
     for (auto& req : round.requests) {
       wire::Heartbeat h;
@@ -286,13 +423,25 @@ struct SupervisorNode::Impl {
       c.entries = std::move(req.entries);
       call(Call::Kind::heartbeat, h, static_cast<std::int64_t>(req.deadline_ns), now, std::move(c));
     }
+    if (round.worker_liveness) {
+      wire::WorkerHeartbeat beat{self, {}};
+      for (const RefreshEntry& e : round.worker_held) beat.held.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+      Call c;
+      c.entries = std::move(round.worker_held);
+      call(Call::Kind::worker_beat, beat, static_cast<std::int64_t>(round.worker_liveness_deadline_ns), now,
+           std::move(c));
+    }
   }
 
   void retries(std::int64_t now) {
     for (auto it = calls.begin(); it != calls.end();) {
       Call& c = it->second;
       if (now >= c.deadline_ns) {
-        it = calls.erase(it);  // given up: a late answer goes to the late-answer handler
+        // Given up: a late answer goes to the late-answer handler. A Commit nobody answered
+        // (preemptible) stops the sandbox started for it.
+        const Call gone = std::move(c);
+        it = calls.erase(it);
+        if (preemptible && gone.kind == Call::Kind::commit) commit_failed(gone, now);
         continue;
       }
       if (now >= c.next_retry_ns) {
@@ -313,7 +462,7 @@ struct SupervisorNode::Impl {
     Call c;
     c.sandbox = sb;
     c.name = name_id_of(name);
-    const bool two_phase = rng.chance(cfg.two_phase_share);
+    const bool two_phase = preemptible || rng.chance(cfg.two_phase_share);
     wire::Acquire a{name, sb, self, static_cast<std::uint32_t>(cfg.ttl_ns / kMs), two_phase};
     env.note(index, "acquire", c.name.lo, sb.lo);
     call(Call::Kind::acquire, a, now + cfg.acquire_timeout_ns, now, std::move(c));
@@ -321,7 +470,7 @@ struct SupervisorNode::Impl {
 
   std::int64_t next_wake() const {
     std::int64_t t = next_create_ns;
-    if (hb.size() != 0) t = std::min(t, static_cast<std::int64_t>(hb.next_round_ns()));
+    if (hb.size() != 0 || preemptible) t = std::min(t, static_cast<std::int64_t>(hb.next_round_ns()));
     const std::uint64_t w = wheel.next_event_ns();
     if (w != std::numeric_limits<std::uint64_t>::max()) t = std::min(t, static_cast<std::int64_t>(w));
     for (const auto& [id, c] : calls) t = std::min({t, c.next_retry_ns, c.deadline_ns});
@@ -339,9 +488,24 @@ SupervisorNode::~SupervisorNode() = default;
 WorkerId SupervisorNode::id() const noexcept { return impl_->self; }
 
 void SupervisorNode::on_datagram(std::span<const std::uint8_t> bytes, std::int64_t now_ns) {
-  wire::DecodeResult d = wire::decode(bytes, &impl_->auth);
+  Impl& m = *impl_;
+  wire::DecodeResult d = wire::decode(bytes, &m.auth);
   if (!d) return;  // not authentic or malformed: dropped (LockdLink counts answers_bad)
-  impl_->on_answer(d.header.request_id, d.body, now_ns);
+  if (!wire::is_request(d.header.type)) {
+    m.on_answer(d.header.request_id, d.body, now_ns);
+    return;
+  }
+  // lockd's own request (LockdLink::on_unsolicited): answered at once under the same request id.
+  wire::Body answer;
+  if (const auto* q = std::get_if<wire::IsRunning>(&d.body)) {
+    const bool running = m.is_running(*q);
+    m.env.note(m.index, running ? "is_running_yes" : "is_running_no", q->sandbox.lo, q->epoch);
+    answer = wire::RunningAnswer{q->name_id, q->sandbox, q->epoch, running};
+  } else {
+    return;  // nothing else is asked of a worker in the simulation (no revocations are pushed)
+  }
+  wire::Datagram out;
+  if (m.sender.seal(d.header.request_id, answer, out)) m.env.send_to_lockd(m.index, out.view());
 }
 
 void SupervisorNode::on_sandbox_exit(SandboxId sandbox, std::int64_t now_ns) {
@@ -350,8 +514,9 @@ void SupervisorNode::on_sandbox_exit(SandboxId sandbox, std::int64_t now_ns) {
   if (!i) return;
   Impl::Slot& s = m.slots[*i];
   // Exit -> release (supervisor on_pidfd -> release_to_lockd), also after a kill.
-  if (s.published) {
+  if (s.published || s.commit_pending) {
     s.published = false;
+    s.commit_pending = false;
     m.hb.remove(sandbox);
     if (!s.timer.is_nil()) m.wheel.cancel(s.timer);
   }

@@ -35,6 +35,13 @@ timing::Inputs SimConfig::timing_inputs() const noexcept {
 
 std::int64_t SimConfig::pause_budget_ns() const noexcept { return timing::check_safety(timing_inputs()).margin_ns; }
 
+bool SimConfig::preemptible() const noexcept {
+  if (preemptible_share >= 1) return true;
+  if (preemptible_share <= 0) return false;
+  Rng r(seed ^ 0x9e3779b97f4a7c15ULL);  // its own stream: the other draws do not move with the share
+  return r.chance(preemptible_share);
+}
+
 std::string SimConfig::validate() const {
   if (supervisors == 0 || supervisors > 64) return "supervisors must be in 1..64, not " + std::to_string(supervisors);
   if (names == 0 || names > 64) return "names must be in 1..64, not " + std::to_string(names);
@@ -46,6 +53,11 @@ std::string SimConfig::validate() const {
   if (ttl_ns < 10 * kMs || kill_after_ns <= 0 || heartbeat_interval_ns <= 0 || retry_interval_ns <= 0 ||
       wheel_granularity_ns <= 0 || sandbox_tick_ns <= 0 || write_interval_ns <= 0)
     return "durations must be > 0 (ttl at least 10 ms)";
+  if (!(preemptible_share >= 0 && preemptible_share <= 1))
+    return "preemptible_share must be in 0..1, not " + std::to_string(preemptible_share);
+  if (worker_ttl_ns != 0 && worker_ttl_ns < ttl_ns)
+    return "worker_ttl_ns " + std::to_string(worker_ttl_ns / kMs) + " ms must be 0 (= ttl) or at least ttl " +
+           std::to_string(ttl_ns / kMs) + " ms: the supervisor refuses a shorter worker-liveness TTL";
   if (heartbeat_interval_ns >= kill_after_ns)
     return "heartbeat interval " + std::to_string(heartbeat_interval_ns / kMs) + " ms must be below kill_after " +
            std::to_string(kill_after_ns / kMs) + " ms";
@@ -189,6 +201,7 @@ class World final : public SupervisorEnv, public LockdEnv {
       hostile_rng_ = rng_.fork(99);
       push(hostile_rng_.range(0, 100 * kMs), kWorldNode, [this] { hostile_heartbeat(); });
     }
+    if (cfg_.preemptible()) ++counts_.preemptible_runs;
     if (cfg_.faults) plan_faults(setup);
     for (int n = 0; n < static_cast<int>(n_nodes); ++n) tick_node(n);
   }
@@ -508,7 +521,9 @@ class World final : public SupervisorEnv, public LockdEnv {
   // ---- observation of lockd --------------------------------------------------------------------
   void observe_lockd_answer(std::span<const std::uint8_t> bytes) {
     wire::Header h;
-    if (wire::decode_header(bytes, nullptr, h) != wire::DecodeError::none || h.type != wire::MessageType::grant) return;
+    if (wire::decode_header(bytes, nullptr, h) != wire::DecodeError::none) return;
+    if (h.type == wire::MessageType::is_running) ++counts_.is_running_asked;
+    if (h.type != wire::MessageType::grant) return;
     const wire::DecodeResult d = wire::decode(bytes, nullptr);
     const auto* g = d ? std::get_if<wire::Grant>(&d.body) : nullptr;
     if (g == nullptr || g->state != LockPhase::held) return;

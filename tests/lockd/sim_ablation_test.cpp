@@ -6,11 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #ifndef LEASEHOLD_SIM_ABLATE_REFRESH_OWNER
 #define LEASEHOLD_SIM_ABLATE_REFRESH_OWNER 0
 #endif
 #ifndef LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY
 #define LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY 0
+#endif
+#ifndef LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER
+#define LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER 0
 #endif
 
 namespace leasehold::lockd {
@@ -20,9 +25,10 @@ constexpr std::int64_t kT0 = 1'000'000'000'000;
 constexpr std::int64_t kMs = kNsPerMs;
 
 TEST(SimAblation, TheLinkedLeaseTableIsTheAblatedOne) {
-  const std::string_view want = LEASEHOLD_SIM_ABLATE_REFRESH_OWNER     ? "refresh_owner"
-                                : LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY ? "acquiring_expiry"
-                                                                        : "";
+  const std::string_view want = LEASEHOLD_SIM_ABLATE_REFRESH_OWNER         ? "refresh_owner"
+                                : LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY     ? "acquiring_expiry"
+                                : LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER ? "preempt_live_worker"
+                                                                            : "";
   EXPECT_EQ(LeaseTable::sim_ablation(), want);
 }
 
@@ -88,6 +94,66 @@ TEST(SimAblation, LeaseCountsFromTheCommitUnlessAblated) {
     EXPECT_EQ(held.state.expiry_ns, kT0 + 14'000 * kMs);
     EXPECT_TRUE(expired.empty());
     EXPECT_EQ(second.refusal, Refusal::held);
+  }
+}
+
+// Preemptible mode, liveness ignored: worker A holds "jobs/a" (committed) and beats; worker B's
+// 2-phase acquire must be refused `held` while lockd asks A whether the sandbox runs. The ablated
+// lockd preempts A's live name at once and gives B an Acquiring grant of the next epoch.
+TEST(SimAblation, ALiveWorkersNameIsPreemptedWithoutAskingOnlyWhenAblated) {
+  LockdConfig c;
+  c.mode = LockMode::preemptible;
+  test::CoreRig rig(kT0, {}, 1, c);
+  const SandboxId a_sb = test::sandbox(1);
+  rig.deliver(rig.seal(wire::WorkerHeartbeat{rig.worker, {}}), kT0);
+  rig.deliver(rig.acquire("jobs/a", a_sb, 0, true), kT0);
+  rig.settle(kT0);
+  ASSERT_EQ(rig.net.sent.size(), 2u);
+  const auto acquiring = std::get<wire::Grant>(rig.decode(rig.net.sent[1].bytes));
+  ASSERT_EQ(acquiring.state, LockPhase::acquiring);
+  rig.deliver(rig.seal(wire::Commit{acquiring.name_id, a_sb, acquiring.epoch, rig.worker}), kT0 + 10 * kMs);
+  rig.settle(kT0 + 10 * kMs);
+  ASSERT_EQ(rig.net.sent.size(), 3u);
+  ASSERT_EQ(std::get<wire::Grant>(rig.decode(rig.net.sent[2].bytes)).state, LockPhase::held);
+
+  // Worker B, 100 ms later: A beat at kT0 and is live for the liveness TTL.
+  const WorkerId b{0x78, 2};
+  const wire::WireKey b_key = wire::derive_worker_key(test::cluster_key(), b);
+  wire::Sender b_client(b, 1, b_key);
+  const wire::Authenticator b_auth(b_key);
+  wire::Datagram dg;
+  ASSERT_TRUE(b_client.seal(1, wire::Acquire{"jobs/a", test::sandbox(2), b, 0, true}, dg));
+  const auto bytes = dg.view();
+  const std::int64_t t = kT0 + 100 * kMs;
+  rig.service->on_datagram(std::vector<std::uint8_t>(bytes.begin(), bytes.end()), SocketAddress::loopback_v4(40002), t);
+  rig.settle(t);
+  ASSERT_GE(rig.net.sent.size(), 4u);
+  std::optional<wire::Body> to_b;
+  bool asked_a = false;
+  for (std::size_t i = 3; i < rig.net.sent.size(); ++i) {
+    if (rig.net.sent[i].to == SocketAddress::loopback_v4(40002)) {
+      wire::DecodeResult r = wire::decode(rig.net.sent[i].bytes, &b_auth);
+      ASSERT_TRUE(r) << r.detail;
+      to_b = r.body;
+    } else if (rig.net.sent[i].to == rig.worker_address) {
+      asked_a = std::holds_alternative<wire::IsRunning>(rig.decode(rig.net.sent[i].bytes));
+    }
+  }
+  ASSERT_TRUE(to_b.has_value());
+  const LockState s = rig.service->table().state(acquiring.name_id);
+  if (LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER) {
+    const auto* g = std::get_if<wire::Grant>(&*to_b);
+    ASSERT_NE(g, nullptr) << "the ablated lockd should have preempted A's live name";
+    EXPECT_EQ(g->epoch, acquiring.epoch + 1);
+    EXPECT_FALSE(asked_a);
+    EXPECT_EQ(s.owner, test::sandbox(2));
+  } else {
+    const auto* d = std::get_if<wire::Deny>(&*to_b);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->refusal, Refusal::held);
+    EXPECT_TRUE(asked_a);
+    EXPECT_EQ(s.phase, LockPhase::held);
+    EXPECT_EQ(s.owner, a_sb);
   }
 }
 

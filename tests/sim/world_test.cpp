@@ -100,8 +100,57 @@ TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationFailsOn) {
 TEST(SimWorld, ASecondGrantDuringATwoPhaseCreateIsNotReleased) {
   SimConfig c;
   c.seed = 147;
+  c.preemptible_share = 0;  // the lease-mode 2-phase create of the original finding
   const RunResult r = run_seed(c);
   EXPECT_FALSE(r.violation) << r.violation->invariant << ": " << r.violation->detail;
+}
+
+TEST(SimWorld, TheModeIsDrawnPerSeedAndReplaysWithTheSeed) {
+  SimConfig c;
+  int preemptible = 0;
+  for (std::uint64_t s = 1; s <= 200; ++s) {
+    c.seed = s;
+    preemptible += c.preemptible() ? 1 : 0;
+    EXPECT_EQ(c.preemptible(), c.preemptible()) << "seed " << s;
+  }
+  // 30 % of 200 is 60; the binomial's standard deviation is 6.5.
+  EXPECT_GT(preemptible, 35);
+  EXPECT_LT(preemptible, 85);
+  c.preemptible_share = 0;
+  EXPECT_FALSE(c.preemptible());
+  c.preemptible_share = 1;
+  EXPECT_TRUE(c.preemptible());
+  c.preemptible_share = 1.5;
+  EXPECT_NE(c.validate().find("preemptible_share"), std::string::npos) << c.validate();
+}
+
+// Preemptible mode (lockd and supervisors --mode preemptible) under faults: lockd asks IsRunning
+// before it preempts a live worker's name, sandboxes start unpublished and are published on the
+// Commit's answer, and nothing is violated.
+TEST(SimWorld, PreemptibleRunsAskIsRunningAndViolateNothing) {
+  FaultCounts sum;
+  for (std::uint64_t s = 1; s <= 6; ++s) {
+    SimConfig c = short_run(s);
+    c.preemptible_share = 1;
+    const RunResult r = run_seed(c);
+    ASSERT_FALSE(r.violation) << "seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
+    sum += r.counts;
+  }
+  EXPECT_EQ(sum.preemptible_runs, 6u);
+  EXPECT_GT(sum.is_running_asked, 0u);
+  EXPECT_GT(sum.sandboxes_started, 20u);
+  EXPECT_GT(sum.writes_accepted, 500u);
+  EXPECT_GT(sum.kills, 0u);
+}
+
+TEST(SimWorld, LeaseModeRunsNeverAskIsRunning) {
+  SimConfig c = short_run(4);
+  c.preemptible_share = 0;
+  const RunResult r = run_seed(c);
+  ASSERT_FALSE(r.violation) << r.violation->invariant << ": " << r.violation->detail;
+  EXPECT_EQ(r.counts.preemptible_runs, 0u);
+  EXPECT_EQ(r.counts.is_running_asked, 0u);
+  EXPECT_GT(r.counts.sandboxes_started, 0u);
 }
 
 }  // namespace

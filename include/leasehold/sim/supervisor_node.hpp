@@ -9,7 +9,12 @@
 // (acquire, then spawn with the epoch published in its shm slot; or a 2-phase acquire, the
 // sandbox scheduled, then commit), heartbeat rounds, the rt
 // thread's kill (revoke the slot, then kill the process), release after a sandbox's exit, and
-// release of a grant that came back after its call gave up.
+// release of a grant that came back after its call gave up. Preemptible mode (SimConfig::
+// preemptible()): every create is 2-phase, the sandbox starts unpublished under the worker's
+// kill deadline before its Commit goes out and is published on the Held answer; worker beats
+// carry liveness (HeartbeatSchedule's worker-wide kill-switch); lockd's IsRunning is answered.
+// This is a replica of Supervisor::Impl's order, not that code: an ablation of supervisor.cpp
+// is not seen here until the node drives the supervisor's own core.
 //
 // No I/O: datagrams go out through SupervisorEnv, time comes in as `now_ns` (this worker's own
 // clock, ns), spawn and kill go to the world's sandbox host.
@@ -33,7 +38,8 @@ class SupervisorEnv {
   virtual ~SupervisorEnv() = default;
   /// A datagram to lockd.
   virtual void send_to_lockd(std::uint32_t worker, std::span<const std::uint8_t> bytes) = 0;
-  /// Starts the sandbox process (its epoch is published before this call).
+  /// Starts the sandbox process (lease mode: its epoch is published before this call;
+  /// preemptible: it is published once the Commit is acknowledged).
   virtual void spawn(std::uint32_t worker, SandboxId sandbox, NameId name, Epoch epoch) = 0;
   /// Kills the sandbox process (its slot was revoked before this call); `why` for the trace.
   virtual void kill(std::uint32_t worker, SandboxId sandbox, std::string_view why) = 0;

@@ -61,6 +61,14 @@ struct SimConfig {
   /// sandboxes and epochs: a worker's key must give no power over other workers' names.
   bool hostile_worker = true;
 
+  /// The share of seeds run in preemptible mode (lockd and every supervisor `--mode
+  /// preemptible`, DESIGN.md "Preemptible mode"): 2-phase acquires only, the sandbox started
+  /// before its Commit, liveness per worker (worker beats, the worker-wide kill-switch), and
+  /// lockd asking IsRunning before it preempts a live worker's name. preemptible() draws it.
+  double preemptible_share = 0.3;
+  /// preemptible mode: lockd's worker-liveness TTL (--worker-ttl-ms); 0 means ttl_ns.
+  std::int64_t worker_ttl_ns = 0;
+
   bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
   bool over_budget_pauses = true; ///< a few seeds get one pause beyond the pause budget
 
@@ -70,6 +78,9 @@ struct SimConfig {
   /// margin_ns, rounded toward safety): a pause longer than this can make a kill land after
   /// lockd's expiry (DESIGN.md "Time").
   std::int64_t pause_budget_ns() const noexcept;
+  /// Whether this run is in preemptible mode: drawn from the seed with preemptible_share (so
+  /// `--seed N` replays the mode of seed N in a sweep), always for share 1, never for 0.
+  bool preemptible() const noexcept;
   /// "" or what is wrong (names the field and the values), e.g. the safety condition.
   std::string validate() const;
 };
@@ -97,6 +108,8 @@ struct SimConfig {
   X(sandbox_stalls, "writes that stalled between the shm check and the resource")           \
   X(skewed_clocks, "nodes whose clock rate error is not zero")                              \
   X(grants, "Grant answers lockd sent (repeats included)")                                  \
+  X(preemptible_runs, "runs in preemptible mode (SimConfig::preemptible())")                \
+  X(is_running_asked, "IsRunning questions lockd sent a worker (preemptible mode)")         \
   X(sandboxes_started, "sandboxes started")                                                 \
   X(kills, "kill-switch kills (lapsed lease, lost / unknown answer)")                       \
   X(writes_accepted, "writes the fenced resource accepted")                                 \
