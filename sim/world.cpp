@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <queue>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
@@ -530,6 +531,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     ++counts_.grants;
     record(kLockd, "grant", g->name_id.lo, g->epoch);
     acked_[g->name_id] = Invariants::AckedGrant{g->name_id, g->epoch, g->holder};
+    acknowledged_.insert(std::pair{g->name_id, g->epoch});
     if (now_ >= cfg_.heal_ns && first_grant_after_heal_[g->name_id] < 0) first_grant_after_heal_[g->name_id] = now_;
     if (auto v = inv_.epoch_monotone(g->name_id, g->epoch, g->holder, now_)) fail(*v);
   }
@@ -562,6 +564,8 @@ class World final : public SupervisorEnv, public LockdEnv {
     for (const auto& [id, h] : held_) {
       const auto it = now_held.find(id);
       if (it != now_held.end() && it->second == h) continue;
+      // Held in memory but never answered (its batch not yet durable): nobody was told.
+      if (acknowledged_.count(std::pair{id, h.epoch}) == 0) continue;
       const auto sb = sandboxes_.find(h.owner);
       const SandboxFate fate = sb == sandboxes_.end() ? SandboxFate{} : sb->second.fate;
       const bool ex = sb != sandboxes_.end() && excused(sb->second.worker);
@@ -754,6 +758,7 @@ class World final : public SupervisorEnv, public LockdEnv {
   Invariants inv_;
   std::vector<Passing> passing_;
   std::map<NameId, Invariants::AckedGrant> acked_;
+  std::set<std::pair<NameId, Epoch>> acknowledged_;  ///< every (name, epoch) lockd sent Held for
   std::vector<Invariants::AckedGrant> crash_current_;
   std::map<NameId, HeldView> held_;
   std::map<NameId, std::int64_t> first_grant_after_heal_;

@@ -105,6 +105,19 @@ TEST(SimWorld, ASecondGrantDuringATwoPhaseCreateIsNotReleased) {
   EXPECT_FALSE(r.violation) << r.violation->invariant << ": " << r.violation->detail;
 }
 
+// Seed 1316 (preemptible): the sandbox runs unpublished, its Commit made the record Held in
+// lockd's memory, and lockd crashed before that batch was durable, so it never answered. The
+// restart forgets the record; that is no lost grant (nobody was told) and the sandbox, never
+// published, is stopped when its Commit is refused.
+TEST(SimWorld, AnUnansweredCommitLostInACrashIsNotAGrantLockdLetGo) {
+  SimConfig c;
+  c.seed = 1316;
+  ASSERT_TRUE(c.preemptible());
+  const RunResult r = run_seed(c);
+  EXPECT_FALSE(r.violation) << r.violation->invariant << ": " << r.violation->detail;
+  EXPECT_GT(r.counts.lockd_crashes, 0u);
+}
+
 TEST(SimWorld, TheModeIsDrawnPerSeedAndReplaysWithTheSeed) {
   SimConfig c;
   int preemptible = 0;

@@ -10,9 +10,12 @@
 //                       the same simulated instant; after an injected pause longer than the
 //                       pause budget (EventualMutualExclusion) an overlap must end within the
 //                       recovery bound.
-//   kill_before_expiry  SweepBeforeExpiry: lockd never lets a grant go (TTL expiry, or any other
-//                       way in lease mode) while its sandbox runs un-killed: every kill-switch
-//                       kill lands before lockd's expiry of that grant.
+//   kill_before_expiry  SweepBeforeExpiry: lockd never lets an acknowledged grant go (TTL
+//                       expiry, a preemption, or any other way) while its sandbox runs
+//                       un-killed: every kill-switch kill lands before lockd's expiry of that
+//                       grant. A Held record lockd never answered (a preemptible Commit whose
+//                       batch a crash lost) is not a grant: its sandbox runs unpublished and is
+//                       stopped when the Commit fails.
 //   epoch_monotone      epochs strictly increase per name across grants and lockd restarts; a
 //                       repeated grant of one epoch is only the idempotent answer to the holder.
 //   resource_fenced     the resource accepts exactly the writes with epoch >= the highest it has
