@@ -18,8 +18,8 @@ constexpr std::uint16_t kWorkerPortBase = 1000;
 lockd::LockdConfig lockd_config_of(const SimConfig& cfg) {
   lockd::LockdConfig c;
   c.store_path = "simulated";
-  c.ttl_ms = static_cast<std::uint64_t>(cfg.ttl_ns / kMs);
-  c.acquiring_ttl_ms = static_cast<std::uint64_t>(cfg.ttl_ns / kMs);
+  c.ttl_ms = static_cast<std::uint64_t>(cfg.timing.ttl_ns / kMs);
+  c.acquiring_ttl_ms = static_cast<std::uint64_t>(cfg.timing.ttl_ns / kMs);
   c.max_names = 1024;
   c.max_workers = 64;
   if (cfg.preemptible()) {

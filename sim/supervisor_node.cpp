@@ -60,9 +60,9 @@ struct SupervisorNode::Impl {
         env(e),
         sender(w, 1, key),
         auth(key),
-        hb(static_cast<std::uint64_t>(c.kill_after_ns), static_cast<std::uint64_t>(c.heartbeat_interval_ns),
+        hb(static_cast<std::uint64_t>(c.timing.kill_after_ns), static_cast<std::uint64_t>(c.heartbeat_interval_ns),
            kSlotsMax, c.preemptible()),
-        wheel(kSlotsMax, static_cast<std::uint64_t>(c.wheel_granularity_ns), static_cast<std::uint64_t>(now)),
+        wheel(kSlotsMax, static_cast<std::uint64_t>(c.timing.wheel_granularity_ns), static_cast<std::uint64_t>(now)),
         slots(kSlotsMax) {
     next_create_ns = now + rng.range(0, 500 * kMs);
   }
@@ -185,7 +185,7 @@ struct SupervisorNode::Impl {
   void start_sandbox(const wire::Grant& g, const Call& c, std::int64_t now) {
     // A grant that came back after its lease would already have lapsed is not started
     // (ArmBeforeExec): the name is given back.
-    if (now >= c.first_send_ns + cfg.kill_after_ns) {
+    if (now >= c.first_send_ns + cfg.timing.kill_after_ns) {
       env.note(index, "grant_too_late", g.epoch, 0);
       release(g.name_id, g.holder, g.epoch, now);
       return;
@@ -202,7 +202,7 @@ struct SupervisorNode::Impl {
     s.name = g.name_id;
     s.sandbox = g.holder;
     s.epoch = g.epoch;
-    s.valid_until_ns = c.first_send_ns + cfg.kill_after_ns;
+    s.valid_until_ns = c.first_send_ns + cfg.timing.kill_after_ns;
     const ScheduleResult r = wheel.schedule(static_cast<std::uint64_t>(s.valid_until_ns), i);
     s.timer = r.handle;
     env.note(index, "publish", g.holder.lo, g.epoch);
@@ -363,7 +363,7 @@ struct SupervisorNode::Impl {
           const wire::HeartbeatAckEntry& a = ack->entries[k];
           if (a.name_id != e.name) continue;
           const RefreshStatus res = a.status;
-          if (res == RefreshStatus::refreshed && std::int64_t{a.ttl_left_ms} + 1 < cfg.ttl_ns / kMs) {
+          if (res == RefreshStatus::refreshed && std::int64_t{a.ttl_left_ms} + 1 < cfg.timing.ttl_ns / kMs) {
             // lockd refreshed for less than the TTL the safety condition was checked for.
             if (const auto i = slot_of(e.sandbox)) kill_slot(*i, "ttl mismatch", now);
             continue;
@@ -386,7 +386,7 @@ struct SupervisorNode::Impl {
                                      static_cast<std::uint64_t>(c.first_send_ns), static_cast<std::uint64_t>(now)),
                 now);
         }
-        if (std::int64_t{w->liveness_ttl_ms} < cfg.ttl_ns / kMs) return;  // not liveness: the kill-switch fires
+        if (std::int64_t{w->liveness_ttl_ms} < cfg.timing.ttl_ns / kMs) return;  // not liveness: the kill-switch fires
         for (const HeartbeatAction& a : hb.on_worker_liveness_ack(static_cast<std::uint64_t>(c.first_send_ns),
                                                                  static_cast<std::uint64_t>(now)))
           apply(a, now);
@@ -463,7 +463,7 @@ struct SupervisorNode::Impl {
     c.sandbox = sb;
     c.name = name_id_of(name);
     const bool two_phase = preemptible || rng.chance(cfg.two_phase_share);
-    wire::Acquire a{name, sb, self, static_cast<std::uint32_t>(cfg.ttl_ns / kMs), two_phase};
+    wire::Acquire a{name, sb, self, static_cast<std::uint32_t>(cfg.timing.ttl_ns / kMs), two_phase};
     env.note(index, "acquire", c.name.lo, sb.lo);
     call(Call::Kind::acquire, a, now + cfg.acquire_timeout_ns, now, std::move(c));
   }

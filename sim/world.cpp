@@ -24,17 +24,7 @@
 
 namespace leasehold::sim {
 
-timing::Inputs SimConfig::timing_inputs() const noexcept {
-  timing::Inputs in;
-  in.ttl_ns = ttl_ns;
-  in.kill_after_ns = kill_after_ns;
-  in.wheel_granularity_ns = wheel_granularity_ns;
-  in.kill_latency_budget_ns = kill_latency_budget_ns;
-  in.rho_ppb = rho_ppm * 1000;
-  return in;
-}
-
-std::int64_t SimConfig::pause_budget_ns() const noexcept { return timing::check_safety(timing_inputs()).margin_ns; }
+std::int64_t SimConfig::pause_budget_ns() const noexcept { return timing::check_safety(timing).margin_ns; }
 
 bool SimConfig::preemptible() const noexcept {
   if (preemptible_share >= 1) return true;
@@ -51,21 +41,21 @@ std::string SimConfig::validate() const {
   if (duration_ns <= 0 || heal_ns < 0 || heal_ns > duration_ns)
     return "need 0 <= heal_ns <= duration_ns and duration_ns > 0 (heal " + std::to_string(heal_ns) +
            " ns, duration " + std::to_string(duration_ns) + " ns)";
-  if (ttl_ns < 10 * kMs || kill_after_ns <= 0 || heartbeat_interval_ns <= 0 || retry_interval_ns <= 0 ||
-      wheel_granularity_ns <= 0 || sandbox_tick_ns <= 0 || write_interval_ns <= 0)
+  if (timing.ttl_ns < 10 * kMs || timing.kill_after_ns <= 0 || heartbeat_interval_ns <= 0 || retry_interval_ns <= 0 ||
+      timing.wheel_granularity_ns <= 0 || timing.kill_latency_budget_ns < 0 || sandbox_tick_ns <= 0 || write_interval_ns <= 0)
     return "durations must be > 0 (ttl at least 10 ms)";
   if (!(preemptible_share >= 0 && preemptible_share <= 1))
     return "preemptible_share must be in 0..1, not " + std::to_string(preemptible_share);
-  if (worker_ttl_ns != 0 && worker_ttl_ns < ttl_ns)
+  if (worker_ttl_ns != 0 && worker_ttl_ns < timing.ttl_ns)
     return "worker_ttl_ns " + std::to_string(worker_ttl_ns / kMs) + " ms must be 0 (= ttl) or at least ttl " +
-           std::to_string(ttl_ns / kMs) + " ms: the supervisor refuses a shorter worker-liveness TTL";
-  if (heartbeat_interval_ns >= kill_after_ns)
+           std::to_string(timing.ttl_ns / kMs) + " ms: the supervisor refuses a shorter worker-liveness TTL";
+  if (heartbeat_interval_ns >= timing.kill_after_ns)
     return "heartbeat interval " + std::to_string(heartbeat_interval_ns / kMs) + " ms must be below kill_after " +
-           std::to_string(kill_after_ns / kMs) + " ms";
-  if (!timing::check_safety(timing_inputs()).safe)
+           std::to_string(timing.kill_after_ns / kMs) + " ms";
+  if (!timing::check_safety(timing).safe)
     return "the safety condition kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho) fails: " +
-           std::to_string(kill_after_ns / kMs) + " ms, rho " + std::to_string(rho_ppm) + " ppm, ttl " +
-           std::to_string(ttl_ns / kMs) + " ms";
+           std::to_string(timing.kill_after_ns / kMs) + " ms, rho " + std::to_string(timing.rho_ppb / 1000) + " ppm, ttl " +
+           std::to_string(timing.ttl_ns / kMs) + " ms";
   return "";
 }
 
@@ -176,7 +166,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     wake_gen_.assign(n_nodes, 0);
     for (auto& c : clocks_) {
       c.base_ns = setup.range(1 * kS, 1000 * kS);
-      c.ppm = cfg_.faults ? setup.range(-cfg_.rho_ppm, cfg_.rho_ppm) : 0;
+      c.ppm = cfg_.faults ? setup.range(-cfg_.timing.rho_ppb / 1000, cfg_.timing.rho_ppb / 1000) : 0;
       if (c.ppm != 0) ++counts_.skewed_clocks;
     }
     up_.resize(cfg_.supervisors + 1);  // the last path: the hostile worker's
@@ -187,7 +177,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     }
     disk_base_ns_ = setup.range(200'000, 3 * kMs);
     disk_slow_ = cfg_.faults ? static_cast<double>(setup.range(0, 300)) / 10'000.0 : 0;
-    kill_ticks_max_ = std::max<std::int64_t>(0, std::min<std::int64_t>(5, cfg_.kill_latency_budget_ns / cfg_.sandbox_tick_ns));
+    kill_ticks_max_ = std::max<std::int64_t>(0, std::min<std::int64_t>(5, cfg_.timing.kill_latency_budget_ns / cfg_.sandbox_tick_ns));
 
     disk_.on_submit([this] { disk_submitted(); });
     lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
@@ -356,7 +346,7 @@ class World final : public SupervisorEnv, public LockdEnv {
       Pause p;
       p.node = 1 + static_cast<int>(r.below(cfg_.supervisors));
       p.start_ns = r.range(kS, last_start);
-      p.end_ns = p.start_ns + r.range(budget * 12 / 10, 3 * cfg_.ttl_ns);
+      p.end_ns = p.start_ns + r.range(budget * 12 / 10, 3 * cfg_.timing.ttl_ns);
       p.over_budget = true;
       schedule_pause(p);
     }
@@ -553,7 +543,7 @@ class World final : public SupervisorEnv, public LockdEnv {
   bool excused(std::uint32_t worker) const {
     for (const Pause& p : pauses_)
       if (p.over_budget && p.node == 1 + static_cast<int>(worker) && p.start_ns <= now_ &&
-          now_ <= p.end_ns + 2 * cfg_.ttl_ns)
+          now_ <= p.end_ns + 2 * cfg_.timing.ttl_ns)
         return true;
     return false;
   }
@@ -672,12 +662,12 @@ class World final : public SupervisorEnv, public LockdEnv {
     std::int64_t excused_until = 0;
     for (const Pause& p : pauses_)
       if (p.over_budget && p.start_ns <= now_)
-        excused_until = std::max(excused_until, p.end_ns + cfg_.ttl_ns + cfg_.kill_after_ns + cfg_.heartbeat_interval_ns);
+        excused_until = std::max(excused_until, p.end_ns + cfg_.timing.ttl_ns + cfg_.timing.kill_after_ns + cfg_.heartbeat_interval_ns);
     if (auto v = inv_.single_holder(passing_, now_, excused_until)) fail(*v);
     // Exited sandboxes are forgotten once nothing can refer to them any more.
     if (++sweep_ % 4096 == 0) {
       for (auto it = sandboxes_.begin(); it != sandboxes_.end();)
-        it = it->second.fate.exited && it->second.fate.exited_at_ns + 10 * cfg_.ttl_ns < now_ ? sandboxes_.erase(it)
+        it = it->second.fate.exited && it->second.fate.exited_at_ns + 10 * cfg_.timing.ttl_ns < now_ ? sandboxes_.erase(it)
                                                                                                : std::next(it);
     }
   }

@@ -76,11 +76,11 @@ TEST(SimWorld, WithoutFaultsNothingIsLostOrKilled) {
 
 TEST(SimWorld, ABadConfigurationIsRefusedNamingTheSafetyCondition) {
   SimConfig c;
-  c.kill_after_ns = c.ttl_ns;
+  c.timing.kill_after_ns = c.timing.ttl_ns;
   EXPECT_NE(c.validate().find("safety condition"), std::string::npos) << c.validate();
   EXPECT_THROW(run_seed(c), std::invalid_argument);
   SimConfig d;
-  d.heartbeat_interval_ns = d.kill_after_ns;
+  d.heartbeat_interval_ns = d.timing.kill_after_ns;
   EXPECT_NE(d.validate().find("heartbeat interval"), std::string::npos);
 }
 

@@ -39,15 +39,14 @@ struct SimConfig {
   std::uint32_t names = 3;
   std::uint32_t sandboxes_per_worker_max = 2;
 
-  // The timing of DESIGN.md "Time".
-  std::int64_t ttl_ns = 1000 * kMs;                 ///< lockd's lease TTL (and max TTL)
-  std::int64_t kill_after_ns = 800 * kMs;           ///< the supervisor's kill_after
+  /// The timing of DESIGN.md "Time", as the inputs of the safety inequality (lease/timing.hpp):
+  /// lockd's lease TTL (and max TTL) 1 s, the supervisor's kill_after 800 ms, the wheel's
+  /// granularity 1 ms, the kill-latency budget 50 ms (a killed sandbox dies within it), and the
+  /// clock-rate bound ρ = 1e-3 (each node's rate error is drawn within it).
+  timing::Inputs timing{1000 * kMs, 800 * kMs, 1 * kMs, 50 * kMs, timing::kPpb / 1000};
   std::int64_t heartbeat_interval_ns = 150 * kMs;
   std::int64_t retry_interval_ns = 40 * kMs;        ///< a request is resent this often until its deadline
   std::int64_t acquire_timeout_ns = 400 * kMs;
-  std::int64_t wheel_granularity_ns = 1 * kMs;
-  std::int64_t kill_latency_budget_ns = 50 * kMs;   ///< a killed sandbox dies within this
-  std::int64_t rho_ppm = 1000;                      ///< the clock-rate bound ρ (1e-3)
   std::int64_t sandbox_tick_ns = 5 * kMs;           ///< a killed sandbox dies after k of these
   std::int64_t write_interval_ns = 50 * kMs;        ///< a sandbox's write cadence
   /// Liveness: after heal_ns, every name is granted again within this bound.
@@ -66,14 +65,12 @@ struct SimConfig {
   /// before its Commit, liveness per worker (worker beats, the worker-wide kill-switch), and
   /// lockd asking IsRunning before it preempts a live worker's name. preemptible() draws it.
   double preemptible_share = 0.3;
-  /// preemptible mode: lockd's worker-liveness TTL (--worker-ttl-ms); 0 means ttl_ns.
+  /// preemptible mode: lockd's worker-liveness TTL (--worker-ttl-ms); 0 means timing.ttl_ns.
   std::int64_t worker_ttl_ns = 0;
 
   bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
   bool over_budget_pauses = true; ///< a few seeds get one pause beyond the pause budget
 
-  /// The timing as the inputs of the safety inequality (lease/timing.hpp, ρ in ppb).
-  timing::Inputs timing_inputs() const noexcept;
   /// ttl(1-ρ) - kill_after(1+ρ) - wheel_granularity - kill_latency_budget (timing::check_safety's
   /// margin_ns, rounded toward safety): a pause longer than this can make a kill land after
   /// lockd's expiry (DESIGN.md "Time").
