@@ -1,10 +1,12 @@
 #include "leasehold/supervisor/os_sandbox_host.hpp"
 
+#include "leasehold/io/clock.hpp"
 #include "leasehold/supervisor/kill_switch.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -40,6 +42,16 @@ const OsSandboxHost::Record* OsSandboxHost::find(const SandboxId& id) const {
 
 void OsSandboxHost::log(const std::string& event) const {
   if (cfg_.log) cfg_.log(event);
+}
+
+void OsSandboxHost::test_stall() const {
+  if (cfg_.test_stall_ms == 0) return;
+  log("event=test_stall where=after_spawn ms=" + std::to_string(cfg_.test_stall_ms));
+  const std::uint64_t until = static_cast<std::uint64_t>(now_boottime_ns()) + cfg_.test_stall_ms * 1'000'000ull;
+  const timespec ts{static_cast<time_t>(until / 1'000'000'000ull), static_cast<long>(until % 1'000'000'000ull)};
+  while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+  log("event=test_stall_end where=after_spawn");
 }
 
 std::optional<PortError> OsSandboxHost::open_tokens(const SandboxId& id) {
@@ -154,6 +166,7 @@ std::optional<PortError> OsSandboxHost::create(const SandboxSpec& spec, HostedSa
   out.log_path = log_path;
   out.cgroup_path = r.leaf.valid() ? r.leaf.path() : std::string();
   out.at_gate = r.prepared.has_value();
+  if (!out.at_gate) test_stall();  // the ablated order: exec'd, not yet armed
   return std::nullopt;
 }
 
@@ -168,9 +181,18 @@ KillTarget OsSandboxHost::kill_target(const SandboxId& id) const {
   return t;
 }
 
-std::optional<PortError> OsSandboxHost::release(const SandboxId& id) {
+std::optional<PortError> OsSandboxHost::release(const SandboxId& id, std::uint64_t deadline_ns) {
   Record* r = find(id);
   if (r == nullptr || !r->prepared) return std::nullopt;
+  test_stall();  // armed, at its gate
+  if (const auto t = static_cast<std::uint64_t>(now_boottime_ns()); deadline_ns != 0 && t >= deadline_ns) {
+    // The start took so long (a stalled io thread, a slow set-up) that the kill-switch's
+    // deadline passed: the rt thread kills it (or has), and it must not exec now.
+    return PortError{ControlError::killswitch, "the kill-switch's deadline for the sandbox passed " +
+                                                   std::to_string((t - deadline_ns) / 1'000'000) +
+                                                   " ms before it could exec (its start was delayed); its command "
+                                                   "never ran; retry"};
+  }
   SpawnError se;
   const bool ok = release_sandbox(*r->prepared, se);
   r->prepared.reset();

@@ -160,7 +160,8 @@ struct Supervisor::Impl {
   /// deadline — the order before issue 14, which leaves it unwatched while the io thread stalls.
   bool arm_after_exec = false;
   /// Test hook (LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS): the io thread sleeps this long in spawn,
-  /// right after the child was created and armed (ablated: created, exec'd, not yet armed).
+  /// right after the child was created and armed (ablated: created, exec'd, not yet armed); the
+  /// host sleeps (OsSandboxHostConfig::test_stall_ms).
   std::uint64_t test_stall_after_spawn_ms = 0;
   std::unique_ptr<ControlServer> control;
   std::unique_ptr<LockdLink> link;
@@ -298,9 +299,6 @@ struct Supervisor::Impl {
   void commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, Epoch epoch,
                      ControlError code, const std::string& message, json extra = json::object());
   void spawn(Sandbox& s, ControlClientId client, const ControlRequest& req);
-  /// The LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS test hook: blocks the io thread that long (no-op
-  /// when unset), between `event=test_stall` and `event=test_stall_end` log lines.
-  void test_stall(const char* where);
   /// A create or a naming failed: answers `client` with the error. A sandbox still being created
   /// is forgotten (slot freed); a running sandbox that was being named stays, unnamed.
   /// A grant (epoch) for `req.name` that cannot be used: gives it back to lockd and answers
@@ -589,6 +587,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     hc.isolation = [this](uid_t u, gid_t g, std::uint32_t slot) { return isolation_for(u, g, slot); };
   hc.die_with_supervisor = cfg.on_shutdown == ShutdownPolicy::kill;
   hc.exec_at_once = arm_after_exec;
+  hc.test_stall_ms = test_stall_after_spawn_ms;
   hc.log = [](const std::string& event) { log_event("%s", event.c_str()); };
   host = std::make_unique<OsSandboxHost>(std::move(hc), [this](const SandboxId& id) { on_pidfd(id); });
   hb = std::make_unique<HeartbeatSchedule>(cfg.kill_after_ms * 1'000'000ull,
@@ -1227,26 +1226,11 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   // deadline whatever the io thread does, and before its command's first instruction if that
   // deadline comes first. A named sandbox whose deadline already passed is due at the next tick.
   std::optional<PortError> start_error;
-  auto arm = [&] {
-    s.armed = static_cast<bool>(rt->arm(s.slot, deadline_ns, host->kill_target(id)));
-    if (!s.armed) start_error = PortError{ControlError::busy, "the rt thread's command queue is full; the sandbox was stopped"};
-  };
-  if (hosted.at_gate) arm();
-  test_stall("after_spawn");
-  if (!hosted.at_gate) arm();
-  if (hosted.at_gate && !start_error) {
-    const std::uint64_t t = now_ns();
-    if (watched && t >= s.valid_until_ns) {
-      // The start took so long (a stalled io thread, a slow set-up) that the kill-switch's
-      // deadline passed: the rt thread kills it (or has), and it must not exec now.
-      start_error = PortError{ControlError::killswitch,
-                              "the kill-switch's deadline for the sandbox passed " +
-                                  std::to_string((t - s.valid_until_ns) / 1'000'000) +
-                                  " ms before it could exec (its start was delayed); its command never ran; retry"};
-    } else {
-      start_error = host->release(id);
-    }
-  }
+  s.armed = static_cast<bool>(rt->arm(s.slot, deadline_ns, host->kill_target(id)));
+  if (!s.armed) start_error = PortError{ControlError::busy, "the rt thread's command queue is full; the sandbox was stopped"};
+  // Let go to exec unless its deadline passed meanwhile (a stalled io thread, a slow set-up):
+  // then the rt thread kills it (or has), and it must not exec now.
+  if (!start_error) start_error = host->release(id, watched ? s.valid_until_ns : 0);
   if (start_error) {
     // It does not run its command: the gate closes (the child exits without exec) and, unarmed,
     // it is killed from here. Its exit (the host's exit event) disarms, reaps, frees the slot,
@@ -1279,16 +1263,6 @@ void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRe
   ok["isolation"] = cfg.isolation;
   if (unsafe_kill) ok["unsafe_kill"] = true;
   reply(client, control_ok(req.id, ok));
-}
-
-void Supervisor::Impl::test_stall(const char* where) {
-  if (test_stall_after_spawn_ms == 0) return;
-  log_event("event=test_stall where=%s ms=%" PRIu64, where, test_stall_after_spawn_ms);
-  const std::uint64_t until = now_ns() + test_stall_after_spawn_ms * 1'000'000ull;
-  const timespec ts{static_cast<time_t>(until / 1'000'000'000ull), static_cast<long>(until % 1'000'000'000ull)};
-  while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
-  log_event("event=test_stall_end where=%s", where);
 }
 
 Isolation Supervisor::Impl::isolation_for(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot) const {

@@ -39,6 +39,10 @@ struct OsSandboxHostConfig {
   bool die_with_supervisor = true;  ///< --on-shutdown kill
   /// Ablation (LEASEHOLD_ABLATE=arm-after-exec): the command execs at once, no gate.
   bool exec_at_once = false;
+  /// Test hook (LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS): the calling thread sleeps this long once
+  /// the child exists, at the start of release() (ablated: at the end of create(), after the
+  /// exec), between `event=test_stall` and `event=test_stall_end` log lines. 0: never.
+  std::uint64_t test_stall_ms = 0;
   /// One log event ("event=... k=v") per call.
   std::function<void(const std::string& event)> log;
 };
@@ -57,8 +61,9 @@ class OsSandboxHost final : public SandboxHost {
   /// pipe, the token channel, clone3, ...).
   std::optional<PortError> create(const SandboxSpec& spec, HostedSandbox& out) override;
   KillTarget kill_target(const SandboxId& id) const override;
-  /// Errors as create()'s.
-  std::optional<PortError> release(const SandboxId& id) override;
+  /// Errors as create()'s. The deadline is checked against CLOCK_BOOTTIME right before the
+  /// exec is let go (a stall of the calling thread since the arm counts).
+  std::optional<PortError> release(const SandboxId& id, std::uint64_t deadline_ns) override;
   void abandon(const SandboxId& id) override;
   void kill(const SandboxId& id, std::uint64_t now_ns) override;
   ReapedSandbox reap(const SandboxId& id) override;
@@ -78,6 +83,7 @@ class OsSandboxHost final : public SandboxHost {
   Record* find(const SandboxId& id);
   const Record* find(const SandboxId& id) const;
   void log(const std::string& event) const;
+  void test_stall() const;
   OsSandboxHostConfig cfg_;
   ExitHandler on_exit_;
   std::unordered_map<SandboxId, Record> records_;
