@@ -308,7 +308,8 @@ std::optional<std::string> wait_for_log_line(const fs::path& file, std::string_v
     const std::string text = slurp(file);
     for (std::size_t at = text.find(pattern, from); at != std::string::npos; at = text.find(pattern, at + 1)) {
       const auto b = at == 0 ? std::string::npos : text.rfind('\n', at - 1);
-      const auto e = text.find('\n', at + pattern.size());
+      // (a pattern may end with the newline: "ready\n" is the whole line "ready")
+      const auto e = text.find('\n', at + (pattern.empty() ? 0 : pattern.size() - 1));
       if (e == std::string::npos) return std::nullopt;  // not a whole line yet
       const std::size_t begin = b == std::string::npos ? 0 : b + 1;
       if (begin < from) continue;

@@ -217,6 +217,8 @@ TEST(HarnessWait, WaitsForAWholeLine) {
   ASSERT_TRUE(line.has_value()) << error;
   EXPECT_EQ(*line, "listening 127.0.0.1:4711");
   EXPECT_EQ(wait_for_log_line(dir.path() / "out", "a=", 1'000ms), "a=1");
+  EXPECT_EQ(wait_for_log_line(dir.path() / "out", "4711\n", 1'000ms), "listening 127.0.0.1:4711");
+  EXPECT_EQ(wait_for_log_line(dir.path() / "out", "a=1\n", 1'000ms), "a=1");
   EXPECT_EQ(wait_for_log_line(dir.path() / "out", "a=", 20ms, nullptr, {}, 1), std::nullopt) << "before `from`";
   const std::int64_t t0 = now_ns();
   EXPECT_EQ(wait_for_log_line(dir.path() / "out", "never", 50ms, p, error), std::nullopt);

@@ -12,6 +12,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
+#include <fstream>
 #include <map>
 #include <random>
 

@@ -1,24 +1,18 @@
 // Runs the real leasehold-lockd binary for the process-level tests: start on an ephemeral
 // loopback port (read back from its "listening ADDR:PORT" line), SIGKILL, SIGTERM, restart.
+// The processes, files and waits are the harness library's (include/leasehold/harness/).
 #pragma once
 
-#include "leasehold/wire/auth.hpp"
+#include "leasehold/harness/process.hpp"
 #include "leasehold/io/udp.hpp"
+#include "leasehold/wire/auth.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <optional>
+#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #ifndef LEASEHOLD_LOCKD_BINARY
@@ -28,23 +22,12 @@
 namespace leasehold::lockd::testing {
 
 namespace fs = std::filesystem;
+using harness::slurp;
 
-inline std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-class TempDir {
+/// A private /tmp/lockd-test-XXXXXX, removed with the test.
+class TempDir : public harness::TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/lockd-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  TempDir() : harness::TempDir("lockd-test") {}
 };
 
 /// A key file (0600) in `dir`, and the key.
@@ -59,44 +42,38 @@ inline wire::WireKey make_key(const fs::path& dir) {
   return *k.key;
 }
 
+/// lockd's process as the tests run it: in the test's process group (a test's child, as any).
+inline harness::Spawn lockd_spawn(std::vector<std::string> args) {
+  harness::Spawn s;
+  s.argv = {LEASEHOLD_LOCKD_BINARY};
+  s.argv.insert(s.argv.end(), args.begin(), args.end());
+  s.label = "lockd";
+  s.own_process_group = false;
+  s.die_with_parent = false;
+  return s;
+}
+
 struct ExitResult {
   int code = -1;  ///< exit status, or 128 + signal
   std::string err;  ///< stderr
   std::string out;  ///< stdout
 };
 
-/// Runs lockd with `args` to completion (bounded by `timeout`); for start-up refusals.
+/// Runs lockd with `args` to completion (bounded by `timeout`: then SIGKILLed, code 137); for
+/// start-up refusals.
 inline ExitResult run_lockd_to_exit(const std::vector<std::string>& args, const fs::path& dir,
                                     std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  const fs::path out = dir / "run.out", err = dir / "run.err";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::dup2(o, 1);
-    ::dup2(e, 2);
-    std::vector<char*> argv{const_cast<char*>(LEASEHOLD_LOCKD_BINARY)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  harness::Spawn s = lockd_spawn(args);
+  s.stdout_path = dir / "run.out";
+  s.stderr_path = dir / "run.err";
+  harness::Process p;
   ExitResult r;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  for (;;) {
-    const pid_t w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.err = slurp(err);
-  r.out = slurp(out);
+  std::string error;
+  if (!p.start(s, error)) throw std::runtime_error(error);
+  if (p.wait(timeout) < 0) p.kill9();
+  r.code = p.exit_code().value_or(-1);
+  r.err = p.err();
+  r.out = p.out();
   return r;
 }
 
@@ -110,52 +87,37 @@ class LockdProcess {
 
   /// Starts lockd with `args` (plus --listen 127.0.0.1:0 unless args name --listen) and waits
   /// for its "listening" line. On failure returns false and fills *error with its stderr.
-  /// `stderr_fd` >= 0: lockd's stderr is that fd instead of `log_path`.
+  /// Its stderr is appended to `log_path` (kept across restarts), its stdout goes to
+  /// `log_path`.stdout; `stderr_fd` >= 0: lockd's stderr is that fd instead of `log_path`.
   bool start(const std::vector<std::string>& args, const fs::path& log_path, std::string* error,
              int stderr_fd = -1) {
-    int out_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) return false;
+    std::vector<std::string> all = args;
+    bool has_listen = false;
+    for (const auto& a : args) has_listen |= a == "--listen";
+    if (!has_listen) all.insert(all.end(), {"--listen", "127.0.0.1:0"});
+    harness::Spawn s = lockd_spawn(all);
     log_path_ = log_path;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int e = stderr_fd >= 0 ? stderr_fd : ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-      ::dup2(out_pipe[1], 1);
-      ::dup2(e, 2);
-      std::vector<std::string> all = args;
-      bool has_listen = false;
-      for (const auto& a : args) has_listen |= a == "--listen";
-      if (!has_listen) {
-        all.push_back("--listen");
-        all.push_back("127.0.0.1:0");
-      }
-      std::vector<char*> argv{const_cast<char*>(LEASEHOLD_LOCKD_BINARY)};
-      for (auto& a : all) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out_pipe[1]);
-    std::string line;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{out_pipe[0], POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
-      if (n <= 0) break;
-      line.append(buf, static_cast<std::size_t>(n));
-    }
-    ::close(out_pipe[0]);
-    const std::string prefix = "listening ";
-    if (line.rfind(prefix, 0) != 0) {
-      kill9();
-      if (error != nullptr) *error = "lockd did not start: stdout \"" + line + "\", stderr: " + slurp(log_path);
+    s.stdout_path = log_path.string() + ".stdout";
+    s.stderr_path = log_path;
+    s.append_stderr = true;
+    s.stderr_fd = stderr_fd;
+    std::string why;
+    if (!proc_.start(s, why)) {
+      if (error != nullptr) *error = why;
       return false;
     }
-    const auto addr = SocketAddress::parse(line.substr(prefix.size(), line.find('\n') - prefix.size()));
+    const std::string prefix = "listening ";
+    const auto line = harness::wait_for_log_line(s.stdout_path, prefix, std::chrono::seconds(20), &proc_);
+    if (!line || line->rfind(prefix, 0) != 0) {
+      const std::string out = proc_.out();
+      kill9();
+      if (error != nullptr) *error = "lockd did not start: stdout \"" + out + "\", stderr: " + slurp(log_path);
+      return false;
+    }
+    const auto addr = SocketAddress::parse(line->substr(prefix.size()));
     if (!addr) {
       kill9();
-      if (error != nullptr) *error = "cannot parse " + line;
+      if (error != nullptr) *error = "cannot parse " + *line;
       return false;
     }
     address_ = *addr;
@@ -163,33 +125,23 @@ class LockdProcess {
   }
 
   /// SIGKILL and reap (no-op if not running).
-  void kill9() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
+  void kill9() { proc_.kill9(); }
 
-  /// SIGTERM and reap; returns the exit status (or 128 + signal).
+  /// SIGTERM and reap; returns the exit status (or 128 + signal); -1 when not running.
   int terminate() {
-    if (pid_ <= 0) return -1;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (proc_.pid() <= 0) return -1;
+    proc_.signal(SIGTERM);
+    if (proc_.wait(std::chrono::seconds(60)) < 0) proc_.kill9();
+    return proc_.exit_code().value_or(-1);
   }
 
-  bool running() const {
-    if (pid_ <= 0) return false;
-    return ::waitpid(pid_, nullptr, WNOHANG) == 0;
-  }
-  pid_t pid() const { return pid_; }
+  bool running() const { return proc_.running(); }
+  pid_t pid() const { return proc_.pid(); }
   const SocketAddress& address() const { return address_; }
   std::string log() const { return slurp(log_path_); }
 
  private:
-  pid_t pid_ = -1;
+  mutable harness::Process proc_;
   SocketAddress address_;
   fs::path log_path_;
 };

@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 

@@ -15,7 +15,7 @@ if(TARGET leasehold-lockd AND TARGET leasehold-supervisor AND TARGET leasehold_l
   leasehold_target(leasehold_lease_probe)
   target_link_libraries(leasehold_lease_probe PRIVATE leasehold_shm)
   leasehold_test(supervisor_daemon_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/daemon_test.cpp
-                 LIBS leasehold_supervisor leasehold_lockd)
+                 LIBS leasehold_supervisor leasehold_lockd leasehold_harness)
   add_dependencies(supervisor_daemon_test leasehold-lockd leasehold-supervisor leasehold_lease_probe)
   target_compile_definitions(supervisor_daemon_test PRIVATE
     LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"

@@ -1,8 +1,11 @@
 // Real processes for the supervisor's process tests: leasehold-lockd and leasehold-supervisor on
 // loopback, each with its stdout/stderr in a temporary directory, started, stopped (SIGSTOP/
-// SIGCONT), terminated and waited for; plus readers of their structured log lines.
+// SIGCONT), terminated and waited for; plus readers of their structured log lines. The
+// processes, files and waits are the harness library's (include/leasehold/harness/).
 #pragma once
 
+#include "leasehold/harness/log.hpp"
+#include "leasehold/harness/process.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/io/clock.hpp"
 #include "leasehold/io/udp.hpp"
@@ -23,15 +26,14 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <span>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,110 +50,57 @@ namespace leasehold::supervisor_testing {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-inline std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using harness::now_ns;
+using harness::slurp;
 
-inline std::int64_t now_ns() { return now_boottime_ns(); }
+inline void sleep_ms(int ms) { harness::sleep_ms(ms); }
 
-inline void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-
-class TempDir {
+class TempDir : public harness::TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/lh-sup-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
+  TempDir() : harness::TempDir("lh-sup-test") {
     // Isolated sandboxes run as another, unprivileged uid: they may pass through (not list) the
     // directory, and write only below sandbox_dir().
-    ::chmod(path_.c_str(), 0711);
-    ::mkdir((path_ / "sandbox").c_str(), 0755);
-    ::chmod((path_ / "sandbox").c_str(), 01777);
+    ::chmod(path().c_str(), 0711);
+    ::mkdir((path() / "sandbox").c_str(), 0755);
+    ::chmod((path() / "sandbox").c_str(), 01777);
   }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
   /// Where a sandbox (any uid) may write.
-  fs::path sandbox_dir() const { return path_ / "sandbox"; }
-
- private:
-  fs::path path_;
+  fs::path sandbox_dir() const { return path() / "sandbox"; }
 };
 
-/// One child process with stdout/stderr redirected to files.
+/// One child process (a test's child, in its process group) with stdout/stderr appended to files.
 class Child {
  public:
-  Child() = default;
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() { kill9(); }
-
   void start(const std::string& binary, const std::vector<std::string>& args, const fs::path& out,
              const fs::path& err) {
-    out_ = out;
-    err_ = err;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<char*> argv{const_cast<char*>(binary.c_str())};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
+    harness::Spawn s;
+    s.argv = {binary};
+    s.argv.insert(s.argv.end(), args.begin(), args.end());
+    s.stdout_path = out;
+    s.stderr_path = err;
+    s.append_stdout = s.append_stderr = true;
+    s.own_process_group = false;
+    s.die_with_parent = false;
+    std::string error;
+    if (!proc_.start(s, error)) throw std::runtime_error(error);
   }
-  /// Waits until stdout contains `needle` (true), the process exits or the timeout passes.
+  /// Waits until stdout has a whole line containing `needle` (true; a needle may end with
+  /// "\n"), the process exits or the timeout passes.
   bool wait_stdout(const std::string& needle, int timeout_ms = 20'000) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (slurp(out_).find(needle) != std::string::npos) return true;
-      if (exited()) return slurp(out_).find(needle) != std::string::npos;
-      sleep_ms(5);
-    }
-    return false;
+    return harness::wait_for_log_line(proc_.stdout_path(), needle, std::chrono::milliseconds(timeout_ms), &proc_)
+        .has_value();
   }
-  bool exited() {
-    if (pid_ <= 0) return true;
-    int status = 0;
-    const pid_t w = ::waitpid(pid_, &status, WNOHANG);
-    if (w == pid_) {
-      code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      pid_ = -1;
-      return true;
-    }
-    return false;
-  }
+  bool exited() { return !proc_.running(); }
   /// Waits for exit (bounded); the exit code (128 + signal), or -1 on timeout.
-  int wait(int timeout_ms = 20'000) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (exited()) return code_;
-      sleep_ms(5);
-    }
-    return -1;
-  }
-  void signal(int sig) {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-  void kill9() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGCONT);
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-  }
-  pid_t pid() const { return pid_; }
-  std::string out() const { return slurp(out_); }
-  std::string err() const { return slurp(err_); }
+  int wait(int timeout_ms = 20'000) { return proc_.wait(std::chrono::milliseconds(timeout_ms)); }
+  void signal(int sig) { proc_.signal(sig); }
+  void kill9() { proc_.kill9(); }
+  pid_t pid() const { return proc_.pid(); }
+  std::string out() const { return proc_.out(); }
+  std::string err() const { return proc_.err(); }
 
  private:
-  pid_t pid_ = -1;
-  int code_ = -1;
-  fs::path out_, err_;
+  harness::Process proc_;
 };
 
 /// The key every process of a test shares.
@@ -296,21 +245,8 @@ struct Supervisor {
   std::string log_text() const { return slurp(log); }
 
   /// The log lines with `event=<event>` as key → value maps.
-  std::vector<std::map<std::string, std::string>> events(const std::string& event) const {
-    std::vector<std::map<std::string, std::string>> out;
-    std::istringstream in(log_text());
-    std::string line;
-    while (std::getline(in, line)) {
-      std::map<std::string, std::string> kv;
-      std::istringstream words(line);
-      std::string w;
-      while (words >> w) {
-        const auto eq = w.find('=');
-        if (eq != std::string::npos) kv[w.substr(0, eq)] = w.substr(eq + 1);
-      }
-      if (kv["event"] == event) out.push_back(std::move(kv));
-    }
-    return out;
+  std::vector<harness::LogFields> events(const std::string& event) const {
+    return harness::log_events(log_text(), event);
   }
 };
 
@@ -396,33 +332,14 @@ class UdpRelay {
 };
 
 /// lockd's own log lines (logfmt: ts_boot_ns=... event=grant name=... epoch=...).
-inline std::vector<std::map<std::string, std::string>> lockd_events(const std::string& text,
-                                                                   const std::string& event) {
-  std::vector<std::map<std::string, std::string>> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::map<std::string, std::string> kv;
-    std::istringstream words(line);
-    std::string w;
-    while (words >> w) {
-      const auto eq = w.find('=');
-      if (eq != std::string::npos) kv[w.substr(0, eq)] = w.substr(eq + 1);
-    }
-    if (kv["event"] == event) out.push_back(std::move(kv));
-  }
-  return out;
+inline std::vector<harness::LogFields> lockd_events(const std::string& text, const std::string& event) {
+  return harness::log_events(text, event);
 }
 
 /// Polls `pred` every 5 ms until true or `timeout_ms`.
 template <class Pred>
 bool eventually(Pred pred, int timeout_ms = 10'000) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    sleep_ms(5);
-  }
-  return pred();
+  return harness::eventually(pred, std::chrono::milliseconds(timeout_ms));
 }
 
 /// The lease_probe's log: (t, valid, valid_until) per transition.

@@ -1482,6 +1482,9 @@ TEST_F(SupervisorProcess, AnIsolatedSandboxCannotWriteTheShmTable) {
       const json st = sup.call({{"v", 1}, {"op", "status"}});
       EXPECT_EQ(st["sandboxes"], 2) << st.dump();
       EXPECT_FALSE(sup.child.exited());
+      // The neighbour logs its first answer on its own schedule: wait for that line, not a while.
+      ASSERT_TRUE(harness::wait_for_log_line(probe_log("nb-iso"), "t=", std::chrono::milliseconds(20'000)).has_value())
+          << slurp(probe_log("nb-iso"));
       const auto lines = probe_lines(probe_log("nb-iso"));
       ASSERT_FALSE(lines.empty());
       EXPECT_EQ(lines.back().valid, 1) << "the neighbour's lease stays valid";

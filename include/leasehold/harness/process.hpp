@@ -145,7 +145,8 @@ class Process {
 };
 
 /// Waits until `file` has a whole line (newline-terminated) containing `pattern` and returns
-/// that line (without its newline), the first such line from byte `from` on. nullopt when
+/// that line (without its newline), the first such line from byte `from` on. A `pattern` that
+/// ends with "\n" matches the end of a line. nullopt when
 /// `timeout` passes first, or when `watched` (if given) has exited without printing it. `tick`
 /// runs at every poll (it may throw).
 std::optional<std::string> wait_for_log_line(const fs::path& file, std::string_view pattern, milliseconds timeout,
