@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -119,6 +120,36 @@ bool eventually(const std::function<bool()>& pred, milliseconds timeout, millise
 }
 
 int pidfd_open(pid_t pid) noexcept { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+bool pidfd_exited(int pidfd) noexcept {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+std::int64_t wait_pidfd_exit(int pidfd, milliseconds timeout, const std::function<void()>& tick) {
+  const std::int64_t deadline = now_ns() + timeout.count() * kNsPerMs;
+  while (now_ns() < deadline) {
+    if (tick) tick();
+    pollfd p{pidfd, POLLIN, 0};
+    if (::poll(&p, 1, 1) > 0) return now_ns();
+  }
+  return -1;
+}
+
+std::string find_program(const std::string& name) {
+  std::string dirs = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
+  dirs += ":/usr/sbin:/sbin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string d = dirs.substr(start, end - start);
+    start = end + 1;
+    if (d.empty()) continue;
+    const std::string p = d + "/" + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
 
 // ---- TempDir ----------------------------------------------------------------------------------
 

@@ -286,21 +286,6 @@ std::string self_exe() {
   return n <= 0 ? std::string() : std::string(buf, static_cast<std::size_t>(n));
 }
 
-std::string find_program(const std::string& name) {
-  std::string dirs = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
-  dirs += ":/usr/sbin:/sbin:/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
-    const std::string d = dirs.substr(start, end - start);
-    start = end + 1;
-    if (d.empty()) continue;
-    const std::string p = d + "/" + name;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return "";
-}
-
 std::string locate_service(const std::string& flag, const std::string& program, const std::string& module) {
   if (!flag.empty()) return flag;
   const std::string self = self_exe();

@@ -9,6 +9,7 @@
 // problem (the name, the address, the socket) and, where there is one, the fix.
 #pragma once
 
+#include "leasehold/harness/process.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/lease/types.hpp"
 #include "leasehold/lockd/admin_client.hpp"
@@ -141,8 +142,8 @@ std::int64_t boot_ns() noexcept;
 
 /// This executable's path (/proc/self/exe; "" if unreadable).
 std::string self_exe();
-/// The first executable `name` in $PATH, /usr/sbin, /sbin ("" if none).
-std::string find_program(const std::string& name);
+/// The first executable `name` in $PATH, /usr/sbin, /sbin ("" if none): the harness's.
+using harness::find_program;
 /// A leasehold service binary (leasehold-lockd / leasehold-supervisor): `flag` if given, else next
 /// to this binary in its build tree (tools/../<module>/), in the same directory (installed), or on
 /// $PATH ("" if none).

@@ -21,6 +21,9 @@
 #include "tools/cmd_common.hpp"
 #include "tools/cmd_demo_env.hpp"
 
+#include "leasehold/harness/network.hpp"
+#include "leasehold/harness/process.hpp"
+
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/supervisor/config.hpp"
 #include "leasehold/resource/fenced_store.hpp"
@@ -51,6 +54,9 @@ namespace {
 
 using namespace demo;
 namespace fs = std::filesystem;
+using harness::pidfd_open;
+using harness::slurp;
+using Network = harness::Network;
 
 constexpr const char* kWorker[2] = {"worker 1", "worker 2"};
 
@@ -120,13 +126,6 @@ std::string demo_uid_range(int i) {
   return std::to_string(1'000'000 + block * 4096) + ":4096";
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 /// The value of `key=` in a logfmt line ("" if absent).
 std::string field(const std::string& line, const std::string& key) {
   const std::string k = key + "=";
@@ -142,7 +141,7 @@ std::string field(const std::string& line, const std::string& key) {
 }
 
 /// The first line of `path` that contains every needle.
-std::string find_line(const std::string& path, std::initializer_list<std::string> needles) {
+std::string find_line(const fs::path& path, std::initializer_list<std::string> needles) {
   std::stringstream ss(slurp(path));
   std::string line;
   while (std::getline(ss, line)) {
@@ -153,23 +152,34 @@ std::string find_line(const std::string& path, std::initializer_list<std::string
   return "";
 }
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-
-/// True if the process behind the pidfd has exited.
-bool exited(int pidfd) {
-  pollfd p{pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
-}
+bool exited(int pidfd) { return harness::pidfd_exited(pidfd); }
 
 /// Waits until the pidfd is readable (process exited); returns the boottime then, or -1.
 std::int64_t wait_exit(int pidfd, std::uint64_t timeout_ms) {
-  const std::int64_t deadline = boot_ns() + static_cast<std::int64_t>(timeout_ms) * 1'000'000;
-  while (boot_ns() < deadline) {
-    check_interrupted();
-    pollfd p{pidfd, POLLIN, 0};
-    if (::poll(&p, 1, 1) > 0) return boot_ns();
-  }
-  return -1;
+  return harness::wait_pidfd_exit(pidfd, std::chrono::milliseconds(timeout_ms), check_interrupted);
+}
+
+/// Starts a long-running child of the demo (lockd, a supervisor): its own process group,
+/// stdout and stderr into `log_path`, SIGKILLed if the demo dies; inside network namespace
+/// `netns` unless that is empty.
+void start_child(std::optional<harness::Process>& child, const std::string& label,
+                 const std::vector<std::string>& argv, const std::string& log_path, const std::string& netns,
+                 std::string& error) {
+  harness::Spawn s;
+  s.argv = argv;
+  s.label = label;
+  s.stdout_path = s.stderr_path = log_path;
+  s.netns = netns;
+  child.emplace();
+  if (!child->start(s, error)) child.reset();
+}
+
+/// Waits until `child`'s log has a line with `needle` (returns it); nullopt and `error` (with
+/// the log's tail) when the child exits first or `timeout_ms` passes.
+std::optional<std::string> wait_for_line(harness::Process& child, const std::string& needle, std::uint64_t timeout_ms,
+                                         std::string& error) {
+  return harness::wait_for_log_line(child.stdout_path(), needle, std::chrono::milliseconds(timeout_ms), child, error,
+                                    check_interrupted);
 }
 
 /// True once lockd answers a `stats` request sent from inside network namespace `netns` (""
@@ -202,8 +212,8 @@ struct World {
   std::string tmp;
   bool keep = false;
   Network net;
-  std::optional<Child> lockd;
-  std::optional<Child> sup[2];
+  std::optional<harness::Process> lockd;
+  std::optional<harness::Process> sup[2];
   std::vector<int> pidfds;  // agents: SIGKILLed at the end if still there
   bool torn_down = false;
 
@@ -217,11 +227,11 @@ struct World {
     for (int i = 0; i < 2; ++i) net.reconnect(i);
     for (int i = 1; i >= 0; --i)
       if (sup[i]) {
-        sup[i]->stop(5000);
+        sup[i]->terminate(std::chrono::milliseconds(5000));
         done.push_back(std::string("supervisor ") + std::to_string(i + 1));
       }
     if (lockd) {
-      lockd->stop(5000);
+      lockd->terminate(std::chrono::milliseconds(5000));
       done.push_back("lockd");
     }
     int agents = 0;
@@ -337,7 +347,7 @@ class Demo {
   }
   /// The agent's own account of itself in a worker's log: its last `lines` lines.
   std::string agent_lines(int worker, std::size_t lines) const {
-    std::stringstream ss(slurp(world_.sup[worker] ? world_.sup[worker]->log_path : std::string()));
+    std::stringstream ss(slurp(world_.sup[worker] ? world_.sup[worker]->stdout_path() : fs::path()));
     std::vector<std::string> found;
     for (std::string line; std::getline(ss, line);)
       if (line.rfind("agent ", 0) == 0) found.push_back(line);
@@ -555,6 +565,7 @@ void Demo::body() {
   }
 
   const std::string tag = std::to_string(::getpid());
+  world_.net.tick = check_interrupted;
   if (std::string e = world_.net.setup(args_.network, tag); !e.empty()) abort(e);
   network_ready_ = true;
   say("network: %s", world_.net.describe().c_str());
@@ -568,8 +579,8 @@ void Demo::body() {
   }
 
   std::string err;
-  world_.lockd = start_child(
-      "leasehold-lockd",
+  start_child(
+      world_.lockd, "leasehold-lockd",
       {lockd_bin, "--listen", world_.net.mode == Network::Mode::netns ? "0.0.0.0:0" : "127.0.0.1:0", "--store",
        world_.tmp + "/lockd.db", "--key-file", key_path_, "--ttl-ms", std::to_string(t_.ttl_ms)},
       world_.tmp + "/lockd.log", "", err);
@@ -584,7 +595,7 @@ void Demo::body() {
       abort(lockd_bin + " printed \"" + *listening + "\", not 'listening ADDR:PORT': is it leasehold-lockd?");
     port_ = static_cast<std::uint16_t>(port);
   }
-  say("lockd listening on port %u (SQLite store %s/lockd.db, pid %d)", port_, world_.tmp.c_str(), world_.lockd->pid);
+  say("lockd listening on port %u (SQLite store %s/lockd.db, pid %d)", port_, world_.tmp.c_str(), world_.lockd->pid());
   {
     // lockd generated its token signing key beside its store; the resource (and the agent's
     // store) verify tokens with the public key alone, copied where the sandboxes can read it.
@@ -608,8 +619,8 @@ void Demo::body() {
   for (int i = 0; i < 2; ++i) {
     sock_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".sock";
     shm_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".table";
-    world_.sup[i] = start_child(
-        std::string("leasehold-supervisor (") + kWorker[i] + ")",
+    start_child(
+        world_.sup[i], std::string("leasehold-supervisor (") + kWorker[i] + ")",
         {sup_bin, "--lockd", world_.net.lockd_address(i, port_), "--key-file", worker_key_[i], "--shm", shm_[i],
          "--control-socket", sock_[i], "--ttl-ms", std::to_string(t_.ttl_ms), "--heartbeat-interval-ms",
          std::to_string(t_.heartbeat_ms), "--kill-after-ms", std::to_string(t_.kill_after_ms),
@@ -626,7 +637,7 @@ void Demo::body() {
     if (!wait_for_line(*world_.sup[i], "\nready", kStartTimeoutMs, err)) abort(err);
     auto st = control(i, {{"v", 1}, {"op", "status"}}, f);
     if (!st || !st->value("ok", false)) abort(std::string(kWorker[i]) + " status: " + (st ? st->dump() : f.message));
-    say("%s: supervisor pid %d%s%s, lockd at %s, kill mode %s", kWorker[i], world_.sup[i]->pid,
+    say("%s: supervisor pid %d%s%s, lockd at %s, kill mode %s", kWorker[i], world_.sup[i]->pid(),
         world_.net.mode == Network::Mode::netns ? " in " : "", world_.net.netns[i].c_str(),
         world_.net.lockd_address(i, port_).c_str(), st->value("cgroup", std::string("?")).c_str());
     detail("isolation %s", st->value("isolation_text", std::string("?")).c_str());
@@ -677,7 +688,7 @@ void Demo::body() {
     abort(std::string("worker 1's shm table: ") + e.what());
   }
   const std::int64_t t_cut = boot_ns();
-  if (std::string e = world_.net.cut_off(0, world_.sup[0]->pid, port_); !e.empty()) abort(e);
+  if (std::string e = world_.net.cut_off(0, world_.sup[0]->pid(), port_); !e.empty()) abort(e);
   say("%s cut off (%s)", kWorker[0],
       world_.net.mode == Network::Mode::netns ? ("link " + world_.net.host_if[0] + " down").c_str()
                                               : (world_.net.filter + " drop rules").c_str());
@@ -711,7 +722,7 @@ void Demo::body() {
   std::string kill_path = "?";
   std::string kill_line;
   for (int tries = 0; tries < 100 && kill_line.empty(); ++tries) {
-    kill_line = find_line(world_.sup[0]->log_path, {"event=killed", "sandbox=" + sb1});
+    kill_line = find_line(world_.sup[0]->stdout_path(), {"event=killed", "sandbox=" + sb1});
     if (kill_line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!kill_line.empty()) {
@@ -766,7 +777,7 @@ void Demo::body() {
   sandbox_worker_[sb2] = 1;
   const int pidfd2 = pidfd_open(a2->value("pid", -1));
   if (pidfd2 >= 0) world_.pidfds.push_back(pidfd2);
-  const auto lockd_expire = find_line(world_.lockd->log_path, {"event=expire", "name=" + args_.name});
+  const auto lockd_expire = find_line(world_.lockd->stdout_path(), {"event=expire", "name=" + args_.name});
   if (!lockd_expire.empty())
     detail("lockd logged the expiry at %s", at(std::stoll(field(lockd_expire, "ts_boot_ns"))).c_str());
   say("%s acquired \"%s\" at epoch %llu (sandbox %s, pid %d%s)", kWorker[1], args_.name.c_str(),
@@ -847,7 +858,7 @@ void Demo::body() {
     std::string released;
     for (int tries = 0; tries < 500 && released.empty(); ++tries) {
       check_interrupted();
-      released = find_line(world_.sup[1]->log_path, {"event=released", "sandbox=" + sb2});
+      released = find_line(world_.sup[1]->stdout_path(), {"event=released", "sandbox=" + sb2});
       if (released.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     detail("(--old-holder-releases-first) worker 2 released it first: %s", released.c_str());
@@ -898,7 +909,7 @@ void Demo::body() {
   if (t_old_gone < 0) abort("the old holder did not stop within its lease TTL after the transfer began");
   std::string exit_line;
   for (int tries = 0; tries < 100 && exit_line.empty(); ++tries) {  // the supervisor's record of the exit
-    exit_line = find_line(world_.sup[1]->log_path, {"event=exited", "sandbox=" + sb2});
+    exit_line = find_line(world_.sup[1]->stdout_path(), {"event=exited", "sandbox=" + sb2});
     if (exit_line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (const auto pos = exit_line.find(" t="); pos != std::string::npos)

@@ -51,6 +51,17 @@ bool eventually(const std::function<bool()>& pred, milliseconds timeout = millis
 /// -1 with errno set (ESRCH: no such process; ENOSYS: a kernel older than 5.3).
 int pidfd_open(pid_t pid) noexcept;
 
+/// True once the process behind `pidfd` has exited (the pidfd is readable); never blocks.
+bool pidfd_exited(int pidfd) noexcept;
+
+/// Waits up to `timeout` for the process behind `pidfd` to exit, calling `tick` (which may
+/// throw) every millisecond: now_ns() when it was seen gone, or -1 when it still runs.
+std::int64_t wait_pidfd_exit(int pidfd, milliseconds timeout, const std::function<void()>& tick = {});
+
+/// The path of program `name` on PATH, then in /usr/sbin, /sbin, /usr/bin, /bin (where `ip`
+/// and `nft` live though a user's PATH may lack them); "" when it is nowhere executable.
+std::string find_program(const std::string& name);
+
 /// A private directory /tmp/<prefix>-XXXXXX (mode 0700), removed with its content on
 /// destruction unless keep() was called. Throws std::runtime_error naming the template and the
 /// reason when it cannot be made.

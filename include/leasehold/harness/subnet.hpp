@@ -1,4 +1,4 @@
-// `leasehold demo`: choosing the private subnet of one run's veth pairs (pure; unit-tested).
+// leasehold/harness: choosing the private subnet of one run's veth pairs (pure; unit-tested).
 //
 // Each run links its two worker namespaces to lockd with two /30s inside one /24 of
 // 10.213.0.0/16 (kDemoSubnetPrefix.N.0/24, N in 0..kDemoSubnetCount-1). The /24 must not be used
@@ -6,7 +6,7 @@
 // workers' datagrams go to the wrong link. So the run reads what is in use (the text of
 // `ip -o -4 addr show` and `ip -4 route show table all`) and takes the first free /24 at or
 // after a start point (its pid, so concurrent runs tend to spread out). Reading and creating
-// are not atomic: the caller holds a machine-wide lock around both (cmd_demo_env.cpp).
+// are not atomic: the caller holds a machine-wide lock around both (harness/network.cpp).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace leasehold::cli::demo {
+namespace leasehold::harness {
 
 /// The /16 the demo's subnets come from, as text ("10.213").
 inline constexpr std::string_view kDemoSubnetPrefix = "10.213";
@@ -104,4 +104,4 @@ inline std::optional<unsigned> pick_demo_subnet(std::string_view in_use, unsigne
   return std::nullopt;
 }
 
-}  // namespace leasehold::cli::demo
+}  // namespace leasehold::harness
