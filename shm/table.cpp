@@ -80,7 +80,7 @@ namespace {
 
 std::string quote(const Location& loc) { return "shm table '" + loc.text + "'"; }
 
-TableErrc errc_of_errno(int err) {
+TableErrc table_errc_of_errno(int err) {
   return err == ENOENT ? TableErrc::missing : TableErrc::io_error;
 }
 
@@ -161,6 +161,10 @@ void histogram_record(Histogram& h, std::uint64_t v) noexcept {
 
 // ---- validation ---------------------------------------------------------------------------
 
+namespace {
+
+// Validates a mapped table of `bytes` bytes; on failure returns the code and sets `why`.
+// Reads `ready` with acquire first. Used by open() and by create() to judge an old table.
 TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why) noexcept {
   try {
     if (bytes < sizeof(Header)) {
@@ -232,8 +236,6 @@ TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why
     return TableErrc::io_error;
   }
 }
-
-namespace {
 
 // Maps an existing table read-only; errno-style failure in `err` (ENOENT: missing).
 // `not_regular` names the kind of a location that is not a regular file (a directory, FIFO,
@@ -496,7 +498,7 @@ TableWriter TableWriter::create(const TableOptions& o) {
       }
       unlink_location(loc);
     } else if (old.err != ENOENT) {
-      fail(errc_of_errno(old.err),
+      fail(table_errc_of_errno(old.err),
            quote(loc) + ": cannot inspect the existing table: " + std::strerror(old.err));
     }
   }
@@ -832,7 +834,7 @@ TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
     std::string why;
     if (m.err != 0) {
       stage = OpenStage::awaiting_file;
-      code = errc_of_errno(m.err);
+      code = table_errc_of_errno(m.err);
       if (m.not_regular != nullptr) {
         code = TableErrc::bad_magic;  // structural: fails at once, no waiting
         stage = OpenStage::ready;
@@ -1046,7 +1048,7 @@ TokenChannelReader TokenChannelReader::open(std::string_view location) {
   RawMap m = map_readonly(loc);
   if (m.err == ENOENT) fail(TableErrc::missing, what + ": no such descriptor (is this a sandbox of a supervisor?)");
   if (m.not_regular != nullptr) fail(TableErrc::bad_argument, what + " is " + m.not_regular);
-  if (m.err != 0) fail(errc_of_errno(m.err), what + ": " + std::strerror(m.err));
+  if (m.err != 0) fail(table_errc_of_errno(m.err), what + ": " + std::strerror(m.err));
   if (m.bytes < kTokenChannelBytes)
     fail(TableErrc::truncated, what + " is " + std::to_string(m.bytes) + " bytes, smaller than " +
                                    std::to_string(kTokenChannelBytes));
@@ -1073,32 +1075,50 @@ TokenChannelReader::~TokenChannelReader() = default;
 
 TableErrc TokenChannelReader::read(TokenSnapshot& out) const noexcept { return read_token(*record_, out); }
 
-std::vector<std::uint8_t> own_token(std::string_view location, Epoch epoch, std::string& why) {
+Errc errc_of(TableErrc e) noexcept {
+  switch (e) {
+    case TableErrc::ok: return Errc::ok;
+    case TableErrc::missing: return Errc::not_found;
+    case TableErrc::bad_slot:
+    case TableErrc::bad_epoch:
+    case TableErrc::bad_argument: return Errc::invalid_argument;
+    case TableErrc::truncated:
+    case TableErrc::bad_magic:
+    case TableErrc::bad_geometry: return Errc::corrupt;
+    case TableErrc::newer_major:
+    case TableErrc::older_major: return Errc::unsupported;
+    case TableErrc::untrusted: return Errc::permission_denied;
+    case TableErrc::writer_alive:
+    case TableErrc::exists: return Errc::exists;
+    case TableErrc::not_ready:
+    case TableErrc::busy:
+    case TableErrc::table_full: return Errc::busy;
+    case TableErrc::wrong_state:
+    case TableErrc::revoked: return Errc::refused;
+    case TableErrc::io_error: return Errc::io_error;
+  }
+  return Errc::io_error;
+}
+
+Result<std::vector<std::uint8_t>> own_token(std::string_view location, Epoch epoch) {
   std::string loc(location);
   if (loc.empty()) {
     const char* env = std::getenv(kTokenChannelEnv);
     loc = env != nullptr ? env : "";
   }
-  if (loc.empty()) {
-    why = "no token channel (LEASEHOLD_TOKENS is not set)";
-    return {};
-  }
+  if (loc.empty()) return Status{Errc::not_found, "no token channel (LEASEHOLD_TOKENS is not set)"};
   try {
     TokenSnapshot ts;
     const TableErrc e = TokenChannelReader::open(loc).read(ts);
-    if (e != TableErrc::ok) {
-      why = "token channel unreadable: " + std::string(to_string(e));
-      return {};
-    }
-    if (ts.length == 0 || ts.epoch != epoch) {
-      why = "no signed token of this sandbox's for epoch " + std::to_string(epoch);
-      return {};
-    }
+    if (e != TableErrc::ok) return Status{errc_of(e), "token channel unreadable: " + std::string(to_string(e))};
+    if (ts.length == 0 || ts.epoch != epoch)
+      return Status{Errc::not_found, "no signed token of this sandbox's for epoch " + std::to_string(epoch)};
     auto v = ts.view();
-    return {v.begin(), v.end()};
+    return std::vector<std::uint8_t>(v.begin(), v.end());
+  } catch (const TableError& e) {
+    return Status{errc_of(e.code()), e.what()};
   } catch (const std::exception& e) {
-    why = e.what();
-    return {};
+    return Status{Errc::io_error, e.what()};
   }
 }
 

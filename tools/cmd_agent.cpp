@@ -216,8 +216,8 @@ int run_agent(const AgentArgs& a) {
       last_write_end_ns = 0;
       // The grant's signed token, from this sandbox's own token channel (LEASEHOLD_TOKENS);
       // every write carries it, so a resource that verifies tokens admits them.
-      std::string token_why;
-      signed_token = shm::own_token({}, epoch, token_why);
+      auto own = shm::own_token({}, epoch);
+      signed_token = own.ok() ? std::move(own).value() : std::vector<std::uint8_t>{};
       const auto p = store->present({a.name, epoch, *sandbox, signed_token},
                                     "holder " + sandbox->str() + " presents its token");
       std::printf("agent name=%s epoch=%llu: lease published; %s token presented to the resource (%s)\n",

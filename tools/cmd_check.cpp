@@ -114,8 +114,9 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
     // This sandbox's signed token of the grant at this epoch, from its own token channel (it
     // hands it to a resource with its writes; the resource verifies it with lockd's public key).
     // Only when it is the slot's: the holder it names is the slot's sandbox.
-    std::string token_why;
-    const std::vector<std::uint8_t> own = shm::own_token(a->tokens, *epoch, token_why);
+    const auto own_result = shm::own_token(a->tokens, *epoch);
+    std::string token_why = own_result.message();
+    const std::vector<std::uint8_t> own = own_result.ok() ? *own_result : std::vector<std::uint8_t>{};
     std::optional<token::GrantToken> tok = own.empty() ? std::nullopt : token::decode(own);
     if (tok && tok->holder != snap.sandbox) {
       tok.reset();

@@ -114,10 +114,13 @@ TEST(ShmTokenChannel, HoldsTheGrantsTokenAndIsSealedReadOnly) {
   EXPECT_EQ(ts.epoch, 5u);
   ASSERT_EQ(ts.length, tok.size());
   EXPECT_TRUE(std::equal(tok.begin(), tok.end(), ts.view().begin()));
-  std::string why;
-  EXPECT_EQ(own_token(std::to_string(ro), 5, why), tok) << why;
-  EXPECT_TRUE(own_token(std::to_string(ro), 6, why).empty());
-  EXPECT_NE(why.find("for epoch 6"), std::string::npos) << why;
+  const auto own5 = own_token(std::to_string(ro), 5);
+  ASSERT_TRUE(own5.ok()) << own5.message();
+  EXPECT_EQ(*own5, tok);
+  const auto own6 = own_token(std::to_string(ro), 6);
+  ASSERT_FALSE(own6.ok());
+  EXPECT_EQ(own6.code(), Errc::not_found);
+  EXPECT_NE(own6.message().find("for epoch 6"), std::string::npos) << own6.message();
   tok[0] ^= 0xFF;
   ASSERT_EQ(c.publish(6, tok), TableErrc::ok);
   ASSERT_EQ(r.read(ts), TableErrc::ok);
@@ -176,9 +179,20 @@ TEST(ShmTable, Layout3HoldsNoTokens) {
   std::memcpy(file.data(), static_cast<const void*>(&w.header()), sizeof(Header));
   const std::uint16_t old_major = 2;
   std::memcpy(file.data() + offsetof(Header, layout_major), &old_major, sizeof old_major);
-  std::string why;
-  EXPECT_EQ(validate_table(file.data(), file.size(), why), TableErrc::older_major);
-  EXPECT_NE(why.find("layout 2.0 is older"), std::string::npos) << why;
+  TempTable old(true);
+  {
+    std::ofstream out(old.path(), std::ios::binary);
+    out.write(file.data(), static_cast<std::streamsize>(file.size()));
+    ASSERT_TRUE(out.good()) << old.path();
+  }
+  try {
+    (void)TableReader::open(old.location);
+    ADD_FAILURE() << "a layout-2 table opened";
+  } catch (const TableError& e) {
+    EXPECT_EQ(e.code(), TableErrc::older_major);
+    EXPECT_NE(std::string(e.what()).find("layout 2.0 is older"), std::string::npos) << e.what();
+    EXPECT_EQ(errc_of(e.code()), Errc::unsupported);
+  }
 }
 
 TEST(ShmTable, DeadlineAndExtend) {

@@ -38,6 +38,7 @@
 // generation, which snapshots carry so tools never confuse two sandboxes in one slot.
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/lease/types.hpp"
 #include "leasehold/shm/layout.hpp"
 
@@ -427,12 +428,15 @@ class TokenChannelReader {
 };
 
 /// The signed token of this sandbox's grant at `epoch`, from its token channel at `location`
-/// ($LEASEHOLD_TOKENS when empty): its bytes, or empty with `why` naming the reason (no channel,
-/// unreadable, no token for that epoch). Never throws but for allocation.
-std::vector<std::uint8_t> own_token(std::string_view location, Epoch epoch, std::string& why);
+/// ($LEASEHOLD_TOKENS when empty): its bytes, or a Status naming the reason: not_found (no
+/// channel, or no token for that epoch), busy (torn reads), or what opening the channel
+/// refused (errc_of). Never throws but for allocation.
+Result<std::vector<std::uint8_t>> own_token(std::string_view location, Epoch epoch);
 
-/// Validates a mapped table of `bytes` bytes; on failure returns the code and sets `why`.
-/// Reads `ready` with acquire first. Used by open() and by create() to judge an old table.
-TableErrc validate_table(const void* base, std::uint64_t bytes, std::string& why) noexcept;
+/// The module-boundary code (lease/result.hpp) of a table failure: missing not_found,
+/// bad_argument/bad_slot/bad_epoch invalid_argument, truncated/bad_magic/bad_geometry corrupt,
+/// newer_major/older_major unsupported, untrusted permission_denied, exists/writer_alive exists,
+/// not_ready/busy/table_full busy, wrong_state/revoked refused, io_error io_error.
+Errc errc_of(TableErrc e) noexcept;
 
 }  // namespace leasehold::shm
