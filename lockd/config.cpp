@@ -166,7 +166,7 @@ std::string load_keys(const LockdConfig& cfg, std::vector<wire::WireKey>* keys) 
   // Refuse what the keyring would (two keys with one id...), naming it, before lockd uses them.
   wire::ClusterKeyring probe;
   for (const wire::WireKey& k : out)
-    if (std::string e = probe.add(k); !e.empty()) return e;
+    if (const Status e = probe.add(k); !e.ok()) return e.message();
   *keys = std::move(out);
   return {};
 }

@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
     }
     const std::string path = cfg.generate_key_path->empty() ? cfg.derive_out : *cfg.generate_key_path;
     const wire::KeyKind kind = cfg.generate_kind == "admin" ? wire::KeyKind::admin : wire::KeyKind::cluster;
-    if (std::string err = wire::generate_key_file(path, kind, cfg.key_id); !err.empty()) {
-      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+    if (const Status err = wire::generate_key_file(path, kind, cfg.key_id); !err.ok()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", err.message().c_str());
       return 1;
     }
     std::printf("wrote a new %s key (key id %u) to %s (mode 0600)\n", cfg.generate_kind.c_str(),
@@ -58,34 +58,31 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (cfg.generate_signing_key) {
-    if (std::string err = token::generate_signing_key_file(cfg.derive_out); !err.empty()) {
-      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+    if (const Status err = token::generate_signing_key_file(cfg.derive_out); !err.ok()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", err.message().c_str());
       return 1;
     }
-    std::string err;
-    const auto signer = token::TokenSigner::load(cfg.derive_out, err);
+    const auto signer = token::TokenSigner::load(cfg.derive_out);
     std::printf("wrote a new signing key (key id %s) to %s (mode 0600) and its public key to %s.pub (mode 0644)\n",
-                signer ? token::key_id_text(signer->key_id()).c_str() : "?", cfg.derive_out.c_str(),
+                signer ? token::key_id_text((*signer)->key_id()).c_str() : "?", cfg.derive_out.c_str(),
                 cfg.derive_out.c_str());
     return 0;
   }
   if (cfg.print_public_key) {
-    std::string err;
     const std::string path = lockd::signing_key_path(cfg);
-    const auto signer = token::TokenSigner::load(path, err);
+    const auto signer = token::TokenSigner::load(path);
     if (!signer) {
       // Given the public key file itself (F.pub): print it; it needs no mode, it is not secret.
-      std::string pub_err;
-      if (const auto pub = token::read_public_key_file(path, pub_err)) {
+      if (const auto pub = token::read_public_key_file(path)) {
         std::printf("# leasehold token public key file %s, key id %s\n%s", path.c_str(),
                     token::key_id_text(token::key_id_of(*pub)).c_str(), token::public_key_pem(*pub).c_str());
         return 0;
       }
-      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+      std::fprintf(stderr, "leasehold-lockd: %s\n", signer.message().c_str());
       return 1;
     }
     std::printf("# leasehold token signing key %s, key id %s\n%s", path.c_str(),
-                token::key_id_text(signer->key_id()).c_str(), signer->public_key_pem().c_str());
+                token::key_id_text((*signer)->key_id()).c_str(), (*signer)->public_key_pem().c_str());
     return 0;
   }
   if (std::string why = lockd::read_ablations(cfg, std::getenv("LEASEHOLD_ABLATE")); !why.empty()) {
@@ -110,8 +107,8 @@ int main(int argc, char** argv) {
     }
     const wire::WireKey wk = wire::derive_worker_key_as_issued(*key.key, *WorkerId::parse(cfg.derive_worker_id),
                                                                cfg.ablate_shared_worker_key);
-    if (std::string err = wire::write_key_file(cfg.derive_out, wk); !err.empty()) {
-      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+    if (const Status err = wire::write_key_file(cfg.derive_out, wk); !err.ok()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", err.message().c_str());
       return 1;
     }
     std::printf("wrote the key of worker %s (key id %u) to %s (mode 0600)\n", wk.worker.str().c_str(),
@@ -165,30 +162,29 @@ int main(int argc, char** argv) {
   std::shared_ptr<const token::TokenSigner> signer;
   {
     const std::string path = lockd::signing_key_path(cfg);
-    std::string err;
     bool generated = false;
     if (cfg.signing_key_file.empty() && ::access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
-      if (err = token::generate_signing_key_file(path); !err.empty()) {
-        std::fprintf(stderr, "leasehold-lockd: cannot create the token signing key: %s\n", err.c_str());
+      if (const Status err = token::generate_signing_key_file(path); !err.ok()) {
+        std::fprintf(stderr, "leasehold-lockd: cannot create the token signing key: %s\n", err.message().c_str());
         service.reset();
         return 1;
       }
       generated = true;
     }
-    signer = token::TokenSigner::load(path, err);
-    if (!signer) {
-      std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+    auto loaded = token::TokenSigner::load(path);
+    if (!loaded) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", loaded.message().c_str());
       service.reset();
       return 1;
     }
+    signer = std::move(loaded).value();
     // The public key file operators copy to resources must be this key's: one that is not
     // would have every write refused as unknown_key. lockd never rewrites it (an operator may
     // have put it there); it refuses to start and names both files.
     const std::string pub_path = path + ".pub";
     std::string pub_note = "public key " + pub_path;
     if (::access(pub_path.c_str(), F_OK) == 0 || errno != ENOENT) {
-      std::string pub_err;
-      const auto pub = token::read_public_key_file(pub_path, pub_err);
+      const auto pub = token::read_public_key_file(pub_path);
       if (!pub || *pub != signer->public_key()) {
         if (pub)
           std::fprintf(stderr,
@@ -200,7 +196,7 @@ int main(int argc, char** argv) {
         else
           std::fprintf(stderr, "leasehold-lockd: %s (beside the signing key %s); fix: replace it with the output of "
                        "`leasehold-lockd --print-public-key --signing-key-file %s`\n",
-                       pub_err.c_str(), path.c_str(), path.c_str());
+                       pub.message().c_str(), path.c_str(), path.c_str());
         service.reset();
         return 1;
       }

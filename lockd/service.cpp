@@ -55,7 +55,7 @@ std::unique_ptr<wire::ClusterKeyring> keyring_of(const std::vector<wire::WireKey
   auto ring = std::make_unique<wire::ClusterKeyring>();
   bool cluster = false;
   for (const wire::WireKey& k : keys) {
-    if (std::string err = ring->add(k); !err.empty()) throw std::runtime_error(err);
+    if (Status err = ring->add(k); !err.ok()) throw std::runtime_error(err.message());
     cluster = cluster || k.kind == wire::KeyKind::cluster;
   }
   if (!cluster) throw std::runtime_error("lockd needs a cluster key (--key-file)");
@@ -181,9 +181,9 @@ std::int64_t LockService::wait_ns(std::int64_t now_ns) const noexcept {
 }
 
 std::string LockService::reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns) {
-  if (std::string err = keys_->replace(keys); !err.empty()) {
+  if (Status err = keys_->replace(keys); !err.ok()) {
     ++counters_.key_reloads_refused;
-    return err;
+    return err.message();
   }
   ++counters_.key_reloads;
   auto ids = [&](wire::KeyKind k) {

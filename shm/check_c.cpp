@@ -191,10 +191,12 @@ int leasehold_verifier_add_key_file(leasehold_verifier* verifier, const char* pa
     return LEASEHOLD_E_ARG;
   }
   try {
-    const std::string why = verifier->verifier.add_public_key_file(path);
-    if (why.empty()) return LEASEHOLD_OK;
-    put_error(err, err_len, why.c_str());
-    return why.find("cannot open") != std::string::npos ? LEASEHOLD_E_IO : LEASEHOLD_E_ARG;
+    const leasehold::Status why = verifier->verifier.add_public_key_file(path);
+    if (why.ok()) return LEASEHOLD_OK;
+    put_error(err, err_len, why.message().c_str());
+    return why.code() == leasehold::Errc::corrupt || why.code() == leasehold::Errc::invalid_argument || why.code() == leasehold::Errc::exists
+               ? LEASEHOLD_E_ARG
+               : LEASEHOLD_E_IO;
   } catch (const std::exception& e) {
     put_error(err, err_len, e.what());
     return LEASEHOLD_E_IO;
@@ -204,7 +206,7 @@ int leasehold_verifier_add_key_file(leasehold_verifier* verifier, const char* pa
 int leasehold_verifier_add_key(leasehold_verifier* verifier, const uint8_t* public_key, size_t len) {
   if (verifier == nullptr || public_key == nullptr) return LEASEHOLD_E_ARG;
   try {
-    return verifier->verifier.add_public_key({public_key, len}).empty() ? LEASEHOLD_OK : LEASEHOLD_E_ARG;
+    return verifier->verifier.add_public_key({public_key, len}).ok() ? LEASEHOLD_OK : LEASEHOLD_E_ARG;
   } catch (...) {
     return LEASEHOLD_E_ARG;
   }

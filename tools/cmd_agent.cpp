@@ -180,8 +180,8 @@ int run_agent(const AgentArgs& a) {
   if (!a.public_keys.empty()) {
     so.verifier = std::make_shared<token::TokenVerifier>();
     for (const std::string& k : a.public_keys) {
-      if (std::string why = so.verifier->add_public_key_file(k); !why.empty()) {
-        std::fprintf(stderr, "leasehold agent: %s\n", why.c_str());
+      if (const Status why = so.verifier->add_public_key_file(k); !why.ok()) {
+        std::fprintf(stderr, "leasehold agent: %s\n", why.message().c_str());
         return kUsage;
       }
     }

@@ -534,7 +534,7 @@ void Demo::body() {
   world_.tmp = tmpl;
   world_.keep = args_.keep;
   key_path_ = world_.tmp + "/key";
-  if (std::string e = wire::generate_key_file(key_path_); !e.empty()) abort(e);
+  if (const Status e = wire::generate_key_file(key_path_); !e.ok()) abort(e.message());
   // Each supervisor holds only its own worker key, derived from the cluster key (which stays
   // with lockd and the demo's admin client), as `leasehold-lockd --derive-worker-key` does.
   for (int i = 0; i < 2; ++i) {
@@ -542,9 +542,9 @@ void Demo::body() {
     wire::KeyLoad cluster = wire::load_key_file(key_path_);
     if (!cluster) abort(cluster.error);
     worker_id_[i] = random_worker_id();
-    if (std::string e = wire::write_key_file(worker_key_[i], wire::derive_worker_key(*cluster.key, worker_id_[i]));
-        !e.empty())
-      abort(e);
+    if (const Status e = wire::write_key_file(worker_key_[i], wire::derive_worker_key(*cluster.key, worker_id_[i]));
+        !e.ok())
+      abort(e.message());
   }
   // The agents are isolated sandboxes running as unprivileged uids of their own: they may pass
   // through the temp dir (not read the key or lockd's store in it) and write the resource in
@@ -605,7 +605,7 @@ void Demo::body() {
     std::filesystem::copy_file(pub, public_key_path_, std::filesystem::copy_options::overwrite_existing, ec);
     if (ec) abort("cannot copy lockd's public key " + pub + ": " + ec.message());
     ::chmod(public_key_path_.c_str(), 0644);
-    if (std::string why = verifier_->add_public_key_file(public_key_path_); !why.empty()) abort(why);
+    if (const Status why = verifier_->add_public_key_file(public_key_path_); !why.ok()) abort(why.message());
     say("lockd signs every grant's fencing token (Ed25519, key id %s); the resource verifies them with the public key alone",
         token::key_id_text(verifier_->key_ids().front()).c_str());
   }

@@ -826,15 +826,15 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
     return {kUsage, std::string("cannot find ") + (lockd_bin.empty() ? "leasehold-lockd" : "leasehold-supervisor") +
                         " next to " + self_exe() + " nor in $PATH; pass --lockd-bin / --supervisor-bin"};
   const std::string key = d.tmp.path + "/key";
-  if (std::string err = wire::generate_key_file(key); !err.empty()) return {kInternal, err};
+  if (const Status err = wire::generate_key_file(key); !err.ok()) return {kInternal, err.message()};
   auto kl = wire::load_key_file(key);
   if (!kl) return {kInternal, kl.error};
   d.key = *kl.key;
   // The supervisor holds only its own worker key, derived from the cluster key.
   const std::string worker_key = d.tmp.path + "/worker.key";
-  if (std::string err = wire::write_key_file(worker_key, wire::derive_worker_key(*kl.key, random_worker_id()));
-      !err.empty())
-    return {kInternal, err};
+  if (const Status err = wire::write_key_file(worker_key, wire::derive_worker_key(*kl.key, random_worker_id()));
+      !err.ok())
+    return {kInternal, err.message()};
   std::string err;
   const std::string ttl = std::to_string(d.timing.ttl_ms);
   if (!spawn_proc(d.lockd, "leasehold-lockd",

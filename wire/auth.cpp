@@ -171,37 +171,38 @@ KeyLoad parse_key_file_text(const std::string& path, std::string_view text) {
   return res;
 }
 
-std::string read_private_file(const std::string& path, std::span<char> buf, std::size_t& n,
-                              std::string_view fix_new) {
+Status read_private_file(const std::string& path, std::span<char> buf, std::size_t& n, std::string_view fix_new) {
   n = 0;
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever, and
   // lockd or the supervisor would hang at start-up instead of refusing the key file below.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
-    return "key file " + path + ": cannot open: " + std::strerror(err) +
-           (err == ENOENT ? std::string(fix_new) : std::string());
+    return Status{errc_of_errno(err), "key file " + path + ": cannot open: " + std::strerror(err) +
+                                          (err == ENOENT ? std::string(fix_new) : std::string())};
   }
   struct Close {
     int fd;
     ~Close() { ::close(fd); }
   } close_fd{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return "key file " + path + ": cannot stat: " + std::strerror(errno);
-  if (!S_ISREG(st.st_mode)) return "key file " + path + " is not a regular file";
+  if (::fstat(fd, &st) != 0) return Status::from_errno(errno, "key file " + path + ": cannot stat");
+  if (!S_ISREG(st.st_mode)) return Status{Errc::invalid_argument, "key file " + path + " is not a regular file"};
   if ((st.st_mode & 07777 & ~static_cast<mode_t>(0600)) != 0)
-    return "key file " + path + " has mode " + octal_mode(st.st_mode) +
-           ": it must be readable and writable by its owner only (0600 or stricter); fix: chmod 600 " + path;
+    return Status{Errc::permission_denied,
+                  "key file " + path + " has mode " + octal_mode(st.st_mode) +
+                      ": it must be readable and writable by its owner only (0600 or stricter); fix: chmod 600 " + path};
   // Owner: a key file another user owns could be replaced or read by that user; only the
   // process's own uid and root are trusted with it.
   if (st.st_uid != ::geteuid() && st.st_uid != 0)
-    return "key file " + path + " is owned by uid " + std::to_string(st.st_uid) + ", not by this process (uid " +
-           std::to_string(::geteuid()) + ") or root: another user could read or replace it; fix: chown " +
-           std::to_string(::geteuid()) + " " + path;
+    return Status{Errc::permission_denied,
+                  "key file " + path + " is owned by uid " + std::to_string(st.st_uid) + ", not by this process (uid " +
+                      std::to_string(::geteuid()) + ") or root: another user could read or replace it; fix: chown " +
+                      std::to_string(::geteuid()) + " " + path};
   while (n < buf.size()) {
     const ssize_t got = ::read(fd, buf.data() + n, buf.size() - n);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return "key file " + path + ": cannot read: " + std::strerror(errno);
+    if (got < 0) return Status::from_errno(errno, "key file " + path + ": cannot read");
     if (got == 0) break;
     n += static_cast<std::size_t>(got);
   }
@@ -219,8 +220,10 @@ KeyLoad load_key_file(const std::string& path) {
     ~Wipe() { OPENSSL_cleanse(p, n); }
   } wipe{buf, sizeof buf};
   std::size_t n = 0;
-  res.error = read_private_file(path, buf, n, fix_new);
-  if (!res.error.empty()) return res;
+  if (Status st = read_private_file(path, buf, n, fix_new); !st.ok()) {
+    res.error = st.message();
+    return res;
+  }
   if (n > kKeyFileBytesMax) {
     res.error = "key file " + path + " is larger than " + std::to_string(kKeyFileBytesMax) +
                 " bytes; expected a header line and " + std::to_string(2 * kKeyBytesMin) + ".." +
@@ -251,49 +254,52 @@ std::string format_key(const WireKey& key) {
   return text;
 }
 
-std::string write_new_key_file(const std::string& path, std::string_view text, mode_t mode) {
+Status write_new_key_file(const std::string& path, std::string_view text, mode_t mode) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
     const int err = errno;
-    return "cannot create key file " + path + ": " + std::strerror(err) +
-           (err == EEXIST ? " (an existing key is never overwritten; remove it first to replace it)" : "");
+    return Status{errc_of_errno(err),
+                  "cannot create key file " + path + ": " + std::strerror(err) +
+                      (err == EEXIST ? " (an existing key is never overwritten; remove it first to replace it)" : "")};
   }
-  std::string error;
+  Status error;
   if (::fchmod(fd, mode) != 0)
-    error = "cannot chmod " + octal_mode(mode).substr(1) + " key file " + path + ": " + std::strerror(errno);
+    error = Status::from_errno(errno, "cannot chmod " + octal_mode(mode).substr(1) + " key file " + path);
   std::size_t done = 0;
-  while (error.empty() && done < text.size()) {
+  while (error.ok() && done < text.size()) {
     const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) error = "cannot write key file " + path + ": " + std::strerror(errno);
+    if (w < 0) error = Status::from_errno(errno, "cannot write key file " + path);
     else done += static_cast<std::size_t>(w);
   }
-  if (error.empty() && ::fsync(fd) != 0) error = "cannot fsync key file " + path + ": " + std::strerror(errno);
+  if (error.ok() && ::fsync(fd) != 0) error = Status::from_errno(errno, "cannot fsync key file " + path);
   ::close(fd);
-  if (!error.empty()) ::unlink(path.c_str());
+  if (!error.ok()) ::unlink(path.c_str());
   return error;
 }
 
-std::string write_key_file(const std::string& path, const WireKey& key) {
+Status write_key_file(const std::string& path, const WireKey& key) {
   if (key.bytes.size() < kKeyBytesMin || key.bytes.size() > kKeyBytesMax)
-    return "cannot write key file " + path + ": the key is " + std::to_string(key.bytes.size()) + " bytes";
-  if (key.key_id == 0) return "cannot write key file " + path + ": key id 0 names no key";
+    return Status{Errc::invalid_argument,
+                  "cannot write key file " + path + ": the key is " + std::to_string(key.bytes.size()) + " bytes"};
+  if (key.key_id == 0) return Status{Errc::invalid_argument, "cannot write key file " + path + ": key id 0 names no key"};
   std::string text = format_key(key);
-  std::string error = write_new_key_file(path, text, 0600);
+  Status error = write_new_key_file(path, text, 0600);
   OPENSSL_cleanse(text.data(), text.size());
   return error;
 }
 
-std::string generate_key_file(const std::string& path, KeyKind kind, std::uint16_t key_id) {
+Status generate_key_file(const std::string& path, KeyKind kind, std::uint16_t key_id) {
   if (kind == KeyKind::worker)
-    return "a worker key is derived from the cluster key (--derive-worker-key), not generated";
+    return Status{Errc::invalid_argument,
+                  "a worker key is derived from the cluster key (--derive-worker-key), not generated"};
   WireKey key;
   key.kind = kind;
   key.key_id = key_id;
   key.bytes.resize(kKeyBytesMin);
   if (RAND_bytes(key.bytes.data(), static_cast<int>(key.bytes.size())) != 1)
-    return "cannot generate a key: the OpenSSL random generator failed";
-  std::string err = write_key_file(path, key);
+    return Status{Errc::io_error, "cannot generate a key: the OpenSSL random generator failed"};
+  Status err = write_key_file(path, key);
   OPENSSL_cleanse(key.bytes.data(), key.bytes.size());
   return err;
 }
@@ -483,43 +489,45 @@ ClusterKeyring::~ClusterKeyring() {
   for (auto& [id, k] : state_->cluster) OPENSSL_cleanse(k.bytes.data(), k.bytes.size());
 }
 
-std::string ClusterKeyring::add(const WireKey& key) {
+Status ClusterKeyring::add(const WireKey& key) {
   State& s = *state_;
-  if (key.key_id == 0) return "key id 0 names no key";
+  if (key.key_id == 0) return Status{Errc::invalid_argument, "key id 0 names no key"};
   if (s.cluster.count(key.key_id) != 0 || s.admin.count(key.key_id) != 0 ||
       s.cluster_direct.count(key.key_id) != 0)
-    return "key id " + std::to_string(key.key_id) + " is used by two keys; every key needs its own id";
+    return Status{Errc::exists, "key id " + std::to_string(key.key_id) + " is used by two keys; every key needs its own id"};
   switch (key.kind) {
     case KeyKind::cluster:
       if ((key.key_id & kAdminKeyIdBit) != 0)
-        return "cluster key id " + std::to_string(key.key_id) + " is above " + std::to_string(kClusterKeyIdMax);
+        return Status{Errc::invalid_argument,
+                      "cluster key id " + std::to_string(key.key_id) + " is above " + std::to_string(kClusterKeyIdMax)};
       if (s.admin.count(key.key_id | kAdminKeyIdBit) != 0)
-        return "key id " + std::to_string(key.key_id | kAdminKeyIdBit) + " (cluster key " +
-               std::to_string(key.key_id) + " used directly) is also an admin key's id";
+        return Status{Errc::exists, "key id " + std::to_string(key.key_id | kAdminKeyIdBit) + " (cluster key " +
+                                        std::to_string(key.key_id) + " used directly) is also an admin key's id"};
       s.cluster.emplace(key.key_id, key);
       s.cluster_direct.emplace(key.key_id | kAdminKeyIdBit, std::make_unique<Authenticator>(key));
       s.newest_cluster = std::max(s.newest_cluster, key.key_id);
       return {};
     case KeyKind::admin:
       if (s.cluster.count(key.key_id & ~kAdminKeyIdBit) != 0 && (key.key_id & kAdminKeyIdBit) != 0)
-        return "admin key id " + std::to_string(key.key_id) + " is cluster key " +
-               std::to_string(key.key_id & ~kAdminKeyIdBit) + "'s direct id";
+        return Status{Errc::exists, "admin key id " + std::to_string(key.key_id) + " is cluster key " +
+                                        std::to_string(key.key_id & ~kAdminKeyIdBit) + "'s direct id"};
       s.admin.emplace(key.key_id, std::make_unique<Authenticator>(key));
       return {};
     case KeyKind::worker: break;
   }
-  return "a worker key (worker " + key.worker.str() + ") is not lockd's: give lockd the cluster key it was derived from";
+  return Status{Errc::invalid_argument, "a worker key (worker " + key.worker.str() +
+                                            ") is not lockd's: give lockd the cluster key it was derived from"};
 }
 
-std::string ClusterKeyring::replace(const std::vector<WireKey>& keys) {
+Status ClusterKeyring::replace(const std::vector<WireKey>& keys) {
   ClusterKeyring next(state_->derived_max);
   next.state_->shared = state_->shared;
   bool cluster = false;
   for (const WireKey& k : keys) {
-    if (std::string err = next.add(k); !err.empty()) return err;
+    if (Status err = next.add(k); !err.ok()) return err;
     cluster = cluster || k.kind == KeyKind::cluster;
   }
-  if (!cluster) return "no cluster key: lockd needs at least one";
+  if (!cluster) return Status{Errc::invalid_argument, "no cluster key: lockd needs at least one"};
   std::swap(state_, next.state_);  // the old keys are wiped when `next` goes
   return {};
 }

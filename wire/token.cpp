@@ -169,30 +169,22 @@ TokenSigner::TokenSigner(std::unique_ptr<Key> key) : key_(std::move(key)) {
 }
 TokenSigner::~TokenSigner() = default;
 
-std::unique_ptr<TokenSigner> TokenSigner::from_raw(std::span<const std::uint8_t> private_key, std::string& error) {
-  if (private_key.size() != kPrivateKeyBytes) {
-    error = "an Ed25519 private key is " + std::to_string(kPrivateKeyBytes) + " bytes, not " +
-            std::to_string(private_key.size());
-    return nullptr;
-  }
+Result<std::unique_ptr<TokenSigner>> TokenSigner::from_raw(std::span<const std::uint8_t> private_key) {
+  if (private_key.size() != kPrivateKeyBytes)
+    return Status{Errc::invalid_argument, "an Ed25519 private key is " + std::to_string(kPrivateKeyBytes) +
+                                              " bytes, not " + std::to_string(private_key.size())};
   Pkey k(EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, private_key.data(), private_key.size()));
-  if (!k) {
-    error = "OpenSSL refused the Ed25519 private key";
-    return nullptr;
-  }
+  if (!k) return Status{Errc::invalid_argument, "OpenSSL refused the Ed25519 private key"};
   return std::unique_ptr<TokenSigner>(new TokenSigner(std::make_unique<Key>(Key{std::move(k)})));
 }
 
-std::unique_ptr<TokenSigner> TokenSigner::generate(std::string& error) {
+Result<std::unique_ptr<TokenSigner>> TokenSigner::generate() {
   Pkey k(EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519"));
-  if (!k) {
-    error = "cannot generate an Ed25519 key: OpenSSL failed";
-    return nullptr;
-  }
+  if (!k) return Status{Errc::io_error, "cannot generate an Ed25519 key: OpenSSL failed"};
   return std::unique_ptr<TokenSigner>(new TokenSigner(std::make_unique<Key>(Key{std::move(k)})));
 }
 
-std::unique_ptr<TokenSigner> TokenSigner::load(const std::string& path, std::string& error) {
+Result<std::unique_ptr<TokenSigner>> TokenSigner::load(const std::string& path) {
   std::array<char, kKeyFileBytesMax + 1> buf{};
   struct Wipe {
     char* p;
@@ -200,30 +192,26 @@ std::unique_ptr<TokenSigner> TokenSigner::load(const std::string& path, std::str
     ~Wipe() { OPENSSL_cleanse(p, n); }
   } wipe{buf.data(), buf.size()};
   std::size_t n = 0;
-  error = wire::read_private_file(path, buf, n, "; create one with leasehold-lockd --generate-signing-key --out " + path);
-  if (!error.empty()) return nullptr;
-  if (n > kKeyFileBytesMax) {
-    error = "signing key file " + path + " is larger than " + std::to_string(kKeyFileBytesMax) +
-            " bytes: expected an Ed25519 private key (PEM or 32 raw bytes)";
-    return nullptr;
-  }
+  if (Status st = wire::read_private_file(path, buf, n, "; create one with leasehold-lockd --generate-signing-key --out " + path);
+      !st.ok())
+    return st;
+  if (n > kKeyFileBytesMax)
+    return Status{Errc::corrupt, "signing key file " + path + " is larger than " + std::to_string(kKeyFileBytesMax) +
+                                     " bytes: expected an Ed25519 private key (PEM or 32 raw bytes)"};
   if (n == kPrivateKeyBytes) {
-    auto s = from_raw({reinterpret_cast<const std::uint8_t*>(buf.data()), n}, error);
-    if (!s) error = "signing key file " + path + ": " + error;
+    auto s = from_raw({reinterpret_cast<const std::uint8_t*>(buf.data()), n});
+    if (!s) return Status{s.code(), "signing key file " + path + ": " + s.message()};
     return s;
   }
   std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(buf.data(), static_cast<int>(n)));
   Pkey k(bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr) : nullptr);
-  if (!k) {
-    error = "signing key file " + path + " is neither a PEM private key nor " + std::to_string(kPrivateKeyBytes) +
-            " raw bytes (" + std::to_string(n) + " bytes); create one with leasehold-lockd --generate-signing-key";
-    return nullptr;
-  }
-  if (EVP_PKEY_get_id(k.get()) != EVP_PKEY_ED25519) {
-    error = "signing key file " + path + " holds a " + std::string(EVP_PKEY_get0_type_name(k.get())) +
-            " key, not Ed25519";
-    return nullptr;
-  }
+  if (!k)
+    return Status{Errc::corrupt, "signing key file " + path + " is neither a PEM private key nor " +
+                                     std::to_string(kPrivateKeyBytes) + " raw bytes (" + std::to_string(n) +
+                                     " bytes); create one with leasehold-lockd --generate-signing-key"};
+  if (EVP_PKEY_get_id(k.get()) != EVP_PKEY_ED25519)
+    return Status{Errc::corrupt, "signing key file " + path + " holds a " +
+                                     std::string(EVP_PKEY_get0_type_name(k.get())) + " key, not Ed25519"};
   return std::unique_ptr<TokenSigner>(new TokenSigner(std::make_unique<Key>(Key{std::move(k)})));
 }
 
@@ -252,25 +240,24 @@ std::string public_key_pem(std::span<const std::uint8_t, kPublicKeyBytes> public
 
 std::string TokenSigner::public_key_pem() const { return token::public_key_pem(public_); }
 
-std::string TokenSigner::write_files(const std::string& path) const {
+Status TokenSigner::write_files(const std::string& path) const {
   std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
   if (!bio || PEM_write_bio_PrivateKey(bio.get(), key_->pkey.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1)
-    return "cannot encode the signing key as PEM: OpenSSL failed";
+    return Status{Errc::io_error, "cannot encode the signing key as PEM: OpenSSL failed"};
   char* data = nullptr;
   const long len = BIO_get_mem_data(bio.get(), &data);
-  std::string error = wire::write_new_key_file(path, std::string_view(data, static_cast<std::size_t>(len)), 0600);
+  Status error = wire::write_new_key_file(path, std::string_view(data, static_cast<std::size_t>(len)), 0600);
   OPENSSL_cleanse(data, static_cast<std::size_t>(len));
-  if (!error.empty()) return error;
+  if (!error.ok()) return error;
   error = wire::write_new_key_file(path + ".pub", public_key_pem(), 0644);
-  if (!error.empty()) ::unlink(path.c_str());
+  if (!error.ok()) ::unlink(path.c_str());
   return error;
 }
 
-std::string generate_signing_key_file(const std::string& path) {
-  std::string error;
-  const auto signer = TokenSigner::generate(error);
-  if (!signer) return error;
-  return signer->write_files(path);
+Status generate_signing_key_file(const std::string& path) {
+  const auto signer = TokenSigner::generate();
+  if (!signer) return signer.status();
+  return (*signer)->write_files(path);
 }
 
 // ---- verifier ------------------------------------------------------------------------------------
@@ -282,32 +269,34 @@ struct TokenVerifier::Keys {
 TokenVerifier::TokenVerifier() : keys_(std::make_unique<Keys>()) {}
 TokenVerifier::~TokenVerifier() = default;
 
-std::string TokenVerifier::add_public_key(std::span<const std::uint8_t> raw) {
+Status TokenVerifier::add_public_key(std::span<const std::uint8_t> raw) {
   if (raw.size() != kPublicKeyBytes)
-    return "an Ed25519 public key is " + std::to_string(kPublicKeyBytes) + " bytes, not " + std::to_string(raw.size());
+    return Status{Errc::invalid_argument, "an Ed25519 public key is " + std::to_string(kPublicKeyBytes) +
+                                              " bytes, not " + std::to_string(raw.size())};
   std::array<std::uint8_t, kPublicKeyBytes> key{};
   std::copy(raw.begin(), raw.end(), key.begin());
   const std::uint32_t id = key_id_of(key);
   std::lock_guard lock(mutex_);
   if (const auto it = keys_->by_id.find(id); it != keys_->by_id.end()) {
     if (it->second.second == key) return {};
-    return "two public keys with key id " + key_id_text(id) + ": keep one of them";
+    return Status{Errc::exists, "two public keys with key id " + key_id_text(id) + ": keep one of them"};
   }
   if (keys_->by_id.size() >= kVerifierKeysMax)
-    return "more than " + std::to_string(kVerifierKeysMax) + " public keys; remove retired ones";
+    return Status{Errc::invalid_argument,
+                  "more than " + std::to_string(kVerifierKeysMax) + " public keys; remove retired ones"};
   Pkey k(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, key.data(), key.size()));
-  if (!k) return "OpenSSL refused the Ed25519 public key";
+  if (!k) return Status{Errc::invalid_argument, "OpenSSL refused the Ed25519 public key"};
   keys_->by_id.emplace(id, std::make_pair(std::move(k), key));
   return {};
 }
 
-std::optional<std::array<std::uint8_t, kPublicKeyBytes>> read_public_key_file(const std::string& path, std::string& error) {
-  auto fail = [&](std::string why) {
-    error = "public key file " + path + std::move(why);
-    return std::nullopt;
-  };
+Result<std::array<std::uint8_t, kPublicKeyBytes>> read_public_key_file(const std::string& path) {
+  auto fail = [&](std::string why, Errc code = Errc::corrupt) { return Status{code, "public key file " + path + std::move(why)}; };
   std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(std::string(": cannot open: ") + std::strerror(errno));
+  if (!in) {
+    const int err = errno;
+    return fail(std::string(": cannot open: ") + std::strerror(err), errc_of_errno(err == 0 ? EIO : err));
+  }
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (text.size() > kKeyFileBytesMax) return fail(" is larger than " + std::to_string(kKeyFileBytesMax) + " bytes");
   std::array<std::uint8_t, kPublicKeyBytes> key{};
@@ -331,12 +320,11 @@ std::optional<std::array<std::uint8_t, kPublicKeyBytes>> read_public_key_file(co
   return key;
 }
 
-std::string TokenVerifier::add_public_key_file(const std::string& path) {
-  std::string error;
-  const auto key = read_public_key_file(path, error);
-  if (!key) return error;
-  error = add_public_key(*key);
-  return error.empty() ? error : "public key file " + path + ": " + error;
+Status TokenVerifier::add_public_key_file(const std::string& path) {
+  const auto key = read_public_key_file(path);
+  if (!key) return key.status();
+  const Status added = add_public_key(*key);
+  return added.ok() ? added : Status{added.code(), "public key file " + path + ": " + added.message()};
 }
 
 std::vector<std::uint32_t> TokenVerifier::key_ids() const {

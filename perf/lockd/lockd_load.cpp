@@ -443,8 +443,8 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, st
   }
   l->tmp = tmpl;
   *key_file = (l->tmp / "key").string();
-  if (auto err = wire::generate_key_file(*key_file); !err.empty()) {
-    std::fprintf(stderr, "%s\n", err.c_str());
+  if (const Status err = wire::generate_key_file(*key_file); !err.ok()) {
+    std::fprintf(stderr, "%s\n", err.message().c_str());
     return nullptr;
   }
   int out[2];

@@ -18,10 +18,9 @@ using namespace leasehold;
 
 const token::TokenSigner& signer() {
   static const std::unique_ptr<token::TokenSigner> s = [] {
-    std::string err;
-    auto k = token::TokenSigner::generate(err);
+    auto k = token::TokenSigner::generate();
     if (!k) std::abort();
-    return k;
+    return std::move(k).value();
   }();
   return *s;
 }
@@ -99,7 +98,7 @@ void BM_Sign(benchmark::State& state) {
 // name, so every iteration misses and checks the signature.
 void BM_Verify_Uncached(benchmark::State& state) {
   token::TokenVerifier v;
-  if (!v.add_public_key(signer().public_key()).empty()) state.SkipWithError("key refused");
+  if (!v.add_public_key(signer().public_key()).ok()) state.SkipWithError("key refused");
   token::GrantToken newer = token_of(100);
   token::GrantToken t = token_of(99);
   signer().sign(newer);
@@ -118,7 +117,7 @@ void BM_Verify_Uncached(benchmark::State& state) {
 // Every later write of the epoch: the cache answers (decode, field compare, byte compare).
 void BM_Verify_Cached(benchmark::State& state) {
   token::TokenVerifier v;
-  if (!v.add_public_key(signer().public_key()).empty()) state.SkipWithError("key refused");
+  if (!v.add_public_key(signer().public_key()).ok()) state.SkipWithError("key refused");
   token::GrantToken t = token_of(7);
   signer().sign(t);
   const auto b = token::encode(t);

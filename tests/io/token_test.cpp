@@ -37,9 +37,8 @@ std::span<const std::uint8_t> view(const TokenBytes& b) { return {b.data(), b.si
 
 TEST(Token, EncodeDecodeRoundTripsAndIsCanonical) {
   std::mt19937_64 rng(7);
-  std::string error;
-  const auto signer = TokenSigner::generate(error);
-  ASSERT_NE(signer, nullptr) << error;
+  const auto signer = TokenSigner::generate().value();
+  ASSERT_NE(signer, nullptr);
   GrantToken t = random_token(rng);
   ASSERT_TRUE(signer->sign(t));
   EXPECT_EQ(t.key_id, signer->key_id());
@@ -89,15 +88,14 @@ TEST(Token, DecodeRefusesOtherLengthsVersionsAndReservedBytes) {
 // another key.
 TEST(Token, SignedTokenVerifiesForNothingElse) {
   std::mt19937_64 rng(20261201);
-  std::string error;
-  const auto signer = TokenSigner::generate(error);
-  const auto other = TokenSigner::generate(error);
-  ASSERT_NE(signer, nullptr) << error;
-  ASSERT_NE(other, nullptr) << error;
+  const auto signer = TokenSigner::generate().value();
+  const auto other = TokenSigner::generate().value();
+  ASSERT_NE(signer, nullptr);
+  ASSERT_NE(other, nullptr);
   TokenVerifier verifier;
-  ASSERT_EQ(verifier.add_public_key(signer->public_key()), "");
+  ASSERT_EQ(verifier.add_public_key(signer->public_key()).message(), "");
   TokenVerifier other_verifier;  // holds only the other key
-  ASSERT_EQ(other_verifier.add_public_key(other->public_key()), "");
+  ASSERT_EQ(other_verifier.add_public_key(other->public_key()).message(), "");
 
   constexpr int kTokens = 300;
   for (int i = 0; i < kTokens; ++i) {
@@ -161,11 +159,10 @@ TEST(Token, SignedTokenVerifiesForNothingElse) {
 
 TEST(Token, VerificationIsCachedPerNameEpochAndSignature) {
   std::mt19937_64 rng(9);
-  std::string error;
-  const auto signer = TokenSigner::generate(error);
-  ASSERT_NE(signer, nullptr) << error;
+  const auto signer = TokenSigner::generate().value();
+  ASSERT_NE(signer, nullptr);
   TokenVerifier verifier;
-  ASSERT_EQ(verifier.add_public_key(signer->public_key()), "");
+  ASSERT_EQ(verifier.add_public_key(signer->public_key()).message(), "");
   GrantToken t = random_token(rng);
   ASSERT_TRUE(signer->sign(t));
   const TokenBytes b = encode(t);
@@ -187,23 +184,22 @@ TEST(Token, VerificationIsCachedPerNameEpochAndSignature) {
 
 TEST(Token, VerifierHoldsSeveralKeysByKeyId) {
   std::mt19937_64 rng(10);
-  std::string error;
-  const auto old_key = TokenSigner::generate(error);
-  const auto new_key = TokenSigner::generate(error);
+  const auto old_key = TokenSigner::generate().value();
+  const auto new_key = TokenSigner::generate().value();
   ASSERT_NE(old_key, nullptr);
   ASSERT_NE(new_key, nullptr);
   ASSERT_NE(old_key->key_id(), new_key->key_id());
   TokenVerifier verifier;
-  ASSERT_EQ(verifier.add_public_key(old_key->public_key()), "");
-  ASSERT_EQ(verifier.add_public_key(new_key->public_key()), "");
-  EXPECT_EQ(verifier.add_public_key(new_key->public_key()), "");  // again: a no-op
+  ASSERT_EQ(verifier.add_public_key(old_key->public_key()).message(), "");
+  ASSERT_EQ(verifier.add_public_key(new_key->public_key()).message(), "");
+  EXPECT_EQ(verifier.add_public_key(new_key->public_key()).message(), "");  // again: a no-op
   EXPECT_EQ(verifier.key_ids().size(), 2u);
   for (const TokenSigner* s : {old_key.get(), new_key.get()}) {
     GrantToken t = random_token(rng);
     ASSERT_TRUE(s->sign(t));
     EXPECT_TRUE(verifier.verify(view(encode(t)), t.name, t.epoch, t.holder).ok());
   }
-  EXPECT_NE(verifier.add_public_key(std::vector<std::uint8_t>(31, 1)), "");
+  EXPECT_FALSE(verifier.add_public_key(std::vector<std::uint8_t>(31, 1)).ok());
 }
 
 class TokenFiles : public ::testing::Test {
@@ -219,19 +215,19 @@ class TokenFiles : public ::testing::Test {
 
 TEST_F(TokenFiles, GeneratedKeyFilesLoadAndVerify) {
   const std::string path = (dir_ / "signing.key").string();
-  ASSERT_EQ(generate_signing_key_file(path), "");
+  ASSERT_EQ(generate_signing_key_file(path).message(), "");
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(::stat((path + ".pub").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);
-  EXPECT_NE(generate_signing_key_file(path), "") << "an existing key must never be overwritten";
+  EXPECT_EQ(generate_signing_key_file(path).code(), Errc::exists) << "an existing key must never be overwritten";
 
-  std::string error;
-  const auto signer = TokenSigner::load(path, error);
-  ASSERT_NE(signer, nullptr) << error;
+  auto loaded = TokenSigner::load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  const auto signer = std::move(loaded).value();
   TokenVerifier verifier;
-  ASSERT_EQ(verifier.add_public_key_file(path + ".pub"), "");
+  ASSERT_EQ(verifier.add_public_key_file(path + ".pub").message(), "");
   ASSERT_EQ(verifier.key_ids(), std::vector<std::uint32_t>{signer->key_id()});
   std::mt19937_64 rng(11);
   GrantToken t = random_token(rng);
@@ -245,33 +241,35 @@ TEST_F(TokenFiles, GeneratedKeyFilesLoadAndVerify) {
     for (int i = 0; i < 32; ++i) out.put(static_cast<char>(i + 1));
   }
   ::chmod(raw.c_str(), 0600);
-  const auto raw_signer = TokenSigner::load(raw, error);
-  ASSERT_NE(raw_signer, nullptr) << error;
+  auto raw_loaded = TokenSigner::load(raw);
+  ASSERT_TRUE(raw_loaded.ok()) << raw_loaded.message();
+  const auto raw_signer = std::move(raw_loaded).value();
   const std::string hex_pub = (dir_ / "raw.pub").string();
   std::ofstream(hex_pub) << to_hex(raw_signer->public_key()) << "\n";
   TokenVerifier v2;
-  EXPECT_EQ(v2.add_public_key_file(hex_pub), "");
+  EXPECT_EQ(v2.add_public_key_file(hex_pub).message(), "");
   EXPECT_EQ(v2.key_ids(), std::vector<std::uint32_t>{raw_signer->key_id()});
 }
 
 TEST_F(TokenFiles, SigningKeyFileOthersCanReadIsRefused) {
   const std::string path = (dir_ / "signing.key").string();
-  ASSERT_EQ(generate_signing_key_file(path), "");
+  ASSERT_EQ(generate_signing_key_file(path).message(), "");
   ::chmod(path.c_str(), 0640);
-  std::string error;
-  EXPECT_EQ(TokenSigner::load(path, error), nullptr);
-  EXPECT_NE(error.find("mode 0640"), std::string::npos) << error;
-  EXPECT_NE(error.find("chmod 600"), std::string::npos) << error;
+  const auto open_key = TokenSigner::load(path);
+  EXPECT_EQ(open_key.code(), Errc::permission_denied);
+  EXPECT_NE(open_key.message().find("mode 0640"), std::string::npos) << open_key.message();
+  EXPECT_NE(open_key.message().find("chmod 600"), std::string::npos) << open_key.message();
   // Not a key at all.
   const std::string junk = (dir_ / "junk.key").string();
   std::ofstream(junk) << "hello\n";
   ::chmod(junk.c_str(), 0600);
-  EXPECT_EQ(TokenSigner::load(junk, error), nullptr);
-  EXPECT_NE(error.find("neither a PEM private key"), std::string::npos) << error;
+  const auto junk_key = TokenSigner::load(junk);
+  EXPECT_EQ(junk_key.code(), Errc::corrupt);
+  EXPECT_NE(junk_key.message().find("neither a PEM private key"), std::string::npos) << junk_key.message();
   // A public key file that is not a key.
   TokenVerifier verifier;
-  EXPECT_NE(verifier.add_public_key_file(junk), "");
-  EXPECT_NE(verifier.add_public_key_file((dir_ / "missing.pub").string()), "");
+  EXPECT_EQ(verifier.add_public_key_file(junk).code(), Errc::corrupt);
+  EXPECT_EQ(verifier.add_public_key_file((dir_ / "missing.pub").string()).code(), Errc::not_found);
 }
 
 }  // namespace

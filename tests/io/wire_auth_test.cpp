@@ -132,7 +132,7 @@ TEST_F(KeyFile, RefusesAFifoWithoutBlocking) {
 
 TEST_F(KeyFile, GeneratedKeyIs0600LoadsAndIsNeverOverwritten) {
   const std::string path = dir_ + "/generated.key";
-  ASSERT_EQ(generate_key_file(path), "");
+  ASSERT_EQ(generate_key_file(path).message(), "");
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
@@ -140,14 +140,15 @@ TEST_F(KeyFile, GeneratedKeyIs0600LoadsAndIsNeverOverwritten) {
   ASSERT_TRUE(a) << a.error;
   EXPECT_EQ(a.key->bytes.size(), kKeyBytesMin);
 
-  const std::string again = generate_key_file(path);
-  EXPECT_TRUE(contains(again, "never overwritten")) << again;
+  const Status again = generate_key_file(path);
+  EXPECT_EQ(again.code(), Errc::exists);
+  EXPECT_TRUE(contains(again.message(), "never overwritten")) << again.message();
   const KeyLoad b = load_key_file(path);
   ASSERT_TRUE(b);
   EXPECT_EQ(a.key->bytes, b.key->bytes);
 
   const std::string other = dir_ + "/other.key";
-  ASSERT_EQ(generate_key_file(other), "");
+  ASSERT_EQ(generate_key_file(other).message(), "");
   EXPECT_NE(load_key_file(other).key->bytes, a.key->bytes);  // fresh randomness
 }
 

@@ -71,8 +71,8 @@ class KeyDir {
       return std::nullopt;
     }
     const std::string file = path_ + "/" + name;
-    if (const std::string err = wire::generate_key_file(file); !err.empty()) {
-      ADD_FAILURE() << err;
+    if (const Status err = wire::generate_key_file(file); !err.ok()) {
+      ADD_FAILURE() << err.message();
       return std::nullopt;
     }
     wire::KeyLoad k = wire::load_key_file(file);

@@ -82,8 +82,8 @@ TEST(LockdConfig, GenerateKeyIdRangeIsTheKindsRange) {
 TEST(LockdConfig, LoadKeysRefusesAKeyDirectoryOthersCanWriteAndWorkerKeys) {
   char tmpl[] = "/tmp/lockd-keys-XXXXXX";
   const std::string d = ::mkdtemp(tmpl);
-  ASSERT_EQ(wire::generate_key_file(d + "/cluster-1.key", wire::KeyKind::cluster, 1), "");
-  ASSERT_EQ(wire::generate_key_file(d + "/admin-9.key", wire::KeyKind::admin, 9), "");
+  ASSERT_EQ(wire::generate_key_file(d + "/cluster-1.key", wire::KeyKind::cluster, 1).message(), "");
+  ASSERT_EQ(wire::generate_key_file(d + "/admin-9.key", wire::KeyKind::admin, 9).message(), "");
   LockdConfig cfg;
   cfg.key_dir = d;
   std::vector<wire::WireKey> keys;
@@ -94,7 +94,7 @@ TEST(LockdConfig, LoadKeysRefusesAKeyDirectoryOthersCanWriteAndWorkerKeys) {
   ::chmod(d.c_str(), 0700);
   auto cluster = wire::load_key_file(d + "/cluster-1.key");
   ASSERT_TRUE(cluster) << cluster.error;
-  ASSERT_EQ(wire::write_key_file(d + "/w.key", wire::derive_worker_key(*cluster.key, WorkerId{1, 2})), "");
+  ASSERT_EQ(wire::write_key_file(d + "/w.key", wire::derive_worker_key(*cluster.key, WorkerId{1, 2})).message(), "");
   EXPECT_NE(load_keys(cfg, &keys).find("a worker key belongs to its supervisor"), std::string::npos);
   ::unlink((d + "/w.key").c_str());
   cfg.key_files = {d + "/cluster-1.key"};  // the same key twice: one id, two keys

@@ -34,8 +34,8 @@ class TempDir : public harness::TempDir {
 inline wire::WireKey make_key(const fs::path& dir) {
   const fs::path p = dir / "lockd.key";
   if (!fs::exists(p)) {
-    const std::string err = wire::generate_key_file(p.string());
-    if (!err.empty()) throw std::runtime_error(err);
+    const Status err = wire::generate_key_file(p.string());
+    if (!err.ok()) throw std::runtime_error(err.message());
   }
   auto k = wire::load_key_file(p.string());
   if (!k) throw std::runtime_error(k.error);

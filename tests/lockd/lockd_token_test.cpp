@@ -67,7 +67,7 @@ TEST_F(LockdTokenTest, EveryGrantPathCarriesATokenTheDefaultPublicKeyVerifies) {
   EXPECT_EQ(st.st_mode & 0777, 0644u);
   EXPECT_NE(lockd_.log().find("generated the token signing key " + key_path), std::string::npos) << lockd_.log();
   token::TokenVerifier v;
-  ASSERT_EQ(v.add_public_key_file(key_path + ".pub"), "");
+  ASSERT_EQ(v.add_public_key_file(key_path + ".pub").message(), "");
 
   AdminClient c = client(W1);
   // Acquire.
@@ -126,7 +126,7 @@ TEST_F(LockdTokenTest, EveryGrantPathCarriesATokenTheDefaultPublicKeyVerifies) {
 TEST_F(LockdTokenTest, PreemptibleGrantsAreSigned) {
   start({"--mode", "preemptible"});
   token::TokenVerifier v;
-  ASSERT_EQ(v.add_public_key_file((dir_.path() / "lockd.db.signing.key.pub").string()), "");
+  ASSERT_EQ(v.add_public_key_file((dir_.path() / "lockd.db.signing.key.pub").string()).message(), "");
   AdminClient c = client(W1);
   const Answer beat = c.worker_heartbeat(W1);
   ASSERT_NE(beat.as<wire::WorkerAck>(), nullptr) << beat.error;
@@ -149,9 +149,9 @@ TEST_F(LockdTokenTest, SigningKeyOptions) {
   EXPECT_EQ(no_out.code, 2);
   EXPECT_NE(no_out.err.find("--generate-signing-key needs --out"), std::string::npos) << no_out.err;
 
-  std::string err;
-  const auto signer = token::TokenSigner::load(key, err);
-  ASSERT_NE(signer, nullptr) << err;
+  auto signer_loaded = token::TokenSigner::load(key);
+  ASSERT_TRUE(signer_loaded.ok()) << signer_loaded.message();
+  const auto signer = std::move(signer_loaded).value();
   ExitResult pub = run_lockd_to_exit({"--print-public-key", "--signing-key-file", key}, dir_.path());
   ASSERT_EQ(pub.code, 0) << pub.err;
   EXPECT_NE(pub.out.find("key id " + token::key_id_text(signer->key_id())), std::string::npos) << pub.out;
@@ -160,7 +160,7 @@ TEST_F(LockdTokenTest, SigningKeyOptions) {
   // lockd signs with the given key: its tokens verify with that key's public key.
   start({"--signing-key-file", key});
   token::TokenVerifier v;
-  ASSERT_EQ(v.add_public_key(signer->public_key()), "");
+  ASSERT_EQ(v.add_public_key(signer->public_key()).message(), "");
   const Answer a = client(W1).acquire("opt/a", S1, W1);
   ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;
   expect_signed(*a.as<wire::Grant>(), v, W1);
@@ -188,11 +188,12 @@ TEST_F(LockdTokenTest, AdvertisedPublicKeyMustMatchTheSigningKey) {
   const std::string other = (dir_.path() / "other.key").string();
   ASSERT_EQ(run_lockd_to_exit({"--generate-signing-key", "--out", key}, dir_.path()).code, 0);
   ASSERT_EQ(run_lockd_to_exit({"--generate-signing-key", "--out", other}, dir_.path()).code, 0);
-  std::string err;
-  const auto signer = token::TokenSigner::load(key, err);
-  ASSERT_NE(signer, nullptr) << err;
-  const auto other_signer = token::TokenSigner::load(other, err);
-  ASSERT_NE(other_signer, nullptr) << err;
+  auto signer_loaded = token::TokenSigner::load(key);
+  ASSERT_TRUE(signer_loaded.ok()) << signer_loaded.message();
+  const auto signer = std::move(signer_loaded).value();
+  auto other_signer_loaded = token::TokenSigner::load(other);
+  ASSERT_TRUE(other_signer_loaded.ok()) << other_signer_loaded.message();
+  const auto other_signer = std::move(other_signer_loaded).value();
 
   // The matching .pub: lockd starts and names it.
   start({"--signing-key-file", key});
@@ -233,9 +234,9 @@ TEST_F(LockdTokenTest, AdvertisedPublicKeyMustMatchTheSigningKey) {
 TEST_F(LockdTokenTest, PrintPublicKeyAcceptsThePublicKeyFile) {
   const std::string key = (dir_.path() / "signing.key").string();
   ASSERT_EQ(run_lockd_to_exit({"--generate-signing-key", "--out", key}, dir_.path()).code, 0);
-  std::string err;
-  const auto signer = token::TokenSigner::load(key, err);
-  ASSERT_NE(signer, nullptr) << err;
+  auto signer_loaded = token::TokenSigner::load(key);
+  ASSERT_TRUE(signer_loaded.ok()) << signer_loaded.message();
+  const auto signer = std::move(signer_loaded).value();
   ExitResult pub = run_lockd_to_exit({"--print-public-key", "--signing-key-file", key + ".pub"}, dir_.path());
   ASSERT_EQ(pub.code, 0) << pub.err;
   EXPECT_NE(pub.out.find("public key file " + key + ".pub, key id " + token::key_id_text(signer->key_id())),

@@ -131,9 +131,8 @@ TEST(ServiceCore, TickReturnsTheNextDeadlineSoASimulatorCanJump) {
 TEST(ServiceCore, TokensCarryTheInjectedWallClockNotTheHosts) {
   ServiceSeeds seeds{WorkerId{0x10cd, 1}, 1, [] { return std::int64_t{1'234'567'890'123}; }};
   CoreRig rig(kT0, {}, 1, {}, seeds);
-  std::string err;
-  std::shared_ptr<const token::TokenSigner> signer = token::TokenSigner::generate(err);
-  ASSERT_NE(signer, nullptr) << err;
+  std::shared_ptr<const token::TokenSigner> signer = token::TokenSigner::generate().value();
+  ASSERT_NE(signer, nullptr);
   rig.service->set_token_signer(signer);
   rig.deliver(rig.acquire("jobs/a", sandbox(30)), kT0);
   rig.settle(kT0);

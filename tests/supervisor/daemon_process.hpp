@@ -107,8 +107,8 @@ class Child {
 inline std::string make_key(const fs::path& dir) {
   const fs::path p = dir / "key";
   if (!fs::exists(p)) {
-    const std::string err = wire::generate_key_file(p.string());
-    if (!err.empty()) throw std::runtime_error(err);
+    const Status err = wire::generate_key_file(p.string());
+    if (!err.ok()) throw std::runtime_error(err.message());
   }
   return p.string();
 }
@@ -124,8 +124,8 @@ inline wire::WireKey load_key(const std::string& path) {
 inline std::string make_worker_key(const fs::path& dir, const std::string& cluster_key, const WorkerId& worker) {
   const fs::path p = dir / ("worker-" + worker.str() + ".key");
   if (!fs::exists(p)) {
-    const std::string err = wire::write_key_file(p.string(), wire::derive_worker_key(load_key(cluster_key), worker));
-    if (!err.empty()) throw std::runtime_error(err);
+    const Status err = wire::write_key_file(p.string(), wire::derive_worker_key(load_key(cluster_key), worker));
+    if (!err.ok()) throw std::runtime_error(err.message());
   }
   return p.string();
 }

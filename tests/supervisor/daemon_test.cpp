@@ -1856,8 +1856,8 @@ fs::path nobody_dir(const fs::path& p, mode_t mode = 0700) {
 
 /// The worker key of `worker` at `path`, 0600, owned by 65534.
 void nobody_key(const std::string& cluster_key, const WorkerId& worker, const fs::path& path) {
-  const std::string err = wire::write_key_file(path.string(), wire::derive_worker_key(load_key(cluster_key), worker));
-  ASSERT_EQ(err, "");
+  const Status err = wire::write_key_file(path.string(), wire::derive_worker_key(load_key(cluster_key), worker));
+  ASSERT_TRUE(err.ok()) << err.message();
   ASSERT_EQ(::chown(path.c_str(), kNobody, kNobody), 0);
 }
 
@@ -2281,7 +2281,7 @@ TEST_F(SupervisorProcess, ASandboxCannotReadASiblingsToken) {
 #else
   start_lockd();
   token::TokenVerifier verifier;
-  ASSERT_EQ(verifier.add_public_key_file((dir_.path() / "lockd.db.signing.key.pub").string()), "");
+  ASSERT_EQ(verifier.add_public_key_file((dir_.path() / "lockd.db.signing.key.pub").string()).message(), "");
   const std::string cli = LEASEHOLD_CLI_BINARY;
   for (const bool defended : {true, false}) {
     SCOPED_TRACE(defended ? "defended" : "ablation: shared-tokens");

@@ -70,7 +70,7 @@ class CliTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     key_ = (dir_ / "key").string();
-    ASSERT_EQ(wire::generate_key_file(key_), "");
+    ASSERT_EQ(wire::generate_key_file(key_).message(), "");
     no_socket_ = (dir_ / "no-supervisor.sock").string();
   }
   void TearDown() override {
@@ -266,7 +266,7 @@ TEST_F(CliTest, NoAnswerNamesTheKeyAsItsFileDoes) {
   EXPECT_EQ(cluster.err.find("32769"), std::string::npos) << cluster.err;
   EXPECT_EQ(cluster.err.find("key id"), std::string::npos) << cluster.err;
   const std::string admin = (dir_ / "admin.key").string();
-  ASSERT_EQ(wire::generate_key_file(admin, wire::KeyKind::admin, 7), "");
+  ASSERT_EQ(wire::generate_key_file(admin, wire::KeyKind::admin, 7).message(), "");
   const Result a = cli({"names", "--lockd", kSilentLockd, "--admin-key-file", admin, "--timeout-ms", "300"});
   EXPECT_ANSWER(a, kUnreachable, "(admin key 7)");
   EXPECT_EQ(a.err.find("key id"), std::string::npos) << a.err;
@@ -319,7 +319,7 @@ TEST_F(CliTest, ForbiddenIsPrintedWithoutMadeUpState) {
   const std::string worker_key = (dir_ / "other-worker.key").string();
   auto cluster = wire::load_key_file(key_);
   ASSERT_TRUE(cluster) << cluster.error;
-  ASSERT_EQ(wire::write_key_file(worker_key, wire::derive_worker_key(*cluster.key, WorkerId{0x77, 0x77})), "");
+  ASSERT_EQ(wire::write_key_file(worker_key, wire::derive_worker_key(*cluster.key, WorkerId{0x77, 0x77})).message(), "");
   for (const auto& op : std::vector<std::vector<std::string>>{{"show", "orders"}, {"revoke", "orders"}}) {
     const Result r = cli(with(op, {"--lockd", addr, "--key-file", worker_key, "--timeout-ms", "10000"}));
     SCOPED_TRACE(op[0]);
@@ -837,9 +837,8 @@ TEST_F(CliTest, CheckPrintsTheSignedToken) {
       t.join();
     }
   } join{stop, beats};
-  std::string err;
-  const auto signer = token::TokenSigner::generate(err);
-  ASSERT_NE(signer, nullptr) << err;
+  const auto signer = token::TokenSigner::generate().value();
+  ASSERT_NE(signer, nullptr);
   token::GrantToken t;
   t.name = name_id_of("orders");
   t.epoch = 9;
@@ -879,7 +878,7 @@ TEST_F(CliTest, CheckPrintsTheSignedToken) {
   const auto raw = token::from_hex(j["token"].get<std::string>());
   ASSERT_TRUE(raw.has_value());
   token::TokenVerifier v;
-  ASSERT_EQ(v.add_public_key(signer->public_key()), "");
+  ASSERT_EQ(v.add_public_key(signer->public_key()).message(), "");
   EXPECT_TRUE(v.verify(*raw, t.name, 9, sb).ok());
   // A new epoch without a token replaces it: nothing stale is shown.
   channel.clear();

@@ -20,11 +20,10 @@ class TokenStore : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/fenced-token-test-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
-    std::string error;
-    lockd_key_ = token::TokenSigner::generate(error);
-    ASSERT_NE(lockd_key_, nullptr) << error;
+    lockd_key_ = token::TokenSigner::generate().value();
+    ASSERT_NE(lockd_key_, nullptr);
     verifier_ = std::make_shared<token::TokenVerifier>();
-    ASSERT_EQ(verifier_->add_public_key(lockd_key_->public_key()), "");
+    ASSERT_EQ(verifier_->add_public_key(lockd_key_->public_key()).message(), "");
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -140,8 +139,7 @@ TEST_F(TokenStore, MadeUpEpochIsRejectedAndCountedWithTheCheck) {
 TEST_F(TokenStore, EveryBadTokenHasItsCountedReason) {
   auto s = open("reasons.db");
   ASSERT_NE(s, nullptr);
-  std::string error;
-  const auto other_key = token::TokenSigner::generate(error);
+  const auto other_key = token::TokenSigner::generate().value();
   ASSERT_NE(other_key, nullptr);
   ASSERT_TRUE(s->write(grant("orders", 6, kRightful), "ok").accepted());
 

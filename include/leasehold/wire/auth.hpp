@@ -24,6 +24,7 @@
 // ids) is a cluster key with key id 1. generate_key_file() and write_key_file() write one.
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/wire/protocol.hpp"
 
 #include <array>
@@ -89,12 +90,13 @@ struct KeyLoad {
 /// file that cannot be opened, is not a regular file, has any group/other mode bit, or is owned
 /// by another uid than this process's or root's. `n` gets the bytes read (at most buf.size();
 /// == buf.size() means the file may be longer). `fix_new` is appended to "cannot open: no such
-/// file". "" or the error. The caller wipes `buf`.
-std::string read_private_file(const std::string& path, std::span<char> buf, std::size_t& n,
-                              std::string_view fix_new);
+/// file". Errors: not_found (with `fix_new`), permission_denied (mode, owner), invalid_argument
+/// (not a regular file), io_error. The caller wipes `buf`.
+Status read_private_file(const std::string& path, std::span<char> buf, std::size_t& n, std::string_view fix_new);
 /// Writes `text` to a new file `path` with `mode` (O_EXCL: an existing key is never
-/// overwritten; fsynced; removed again on failure). "" or the error. The caller wipes `text`.
-std::string write_new_key_file(const std::string& path, std::string_view text, unsigned mode);
+/// overwritten; fsynced; removed again on failure). Errors: exists (the file is there),
+/// errc_of_errno of the failing step otherwise. The caller wipes `text`.
+Status write_new_key_file(const std::string& path, std::string_view text, unsigned mode);
 
 /// Loads the key file at `path`. Refuses (error text names the path, what was found and the fix):
 /// a missing/unreadable file, a file that is not a regular file, a mode with any group/other bit
@@ -108,12 +110,14 @@ KeyLoad load_key_file(const std::string& path);
 KeyLoad parse_key_file_text(const std::string& path, std::string_view text);
 
 /// Writes `key` to `path` in the key file format, created with mode 0600 (O_EXCL: an existing
-/// file is never overwritten). Returns "" on success, otherwise the error text.
-std::string write_key_file(const std::string& path, const WireKey& key);
+/// file is never overwritten). Errors: invalid_argument (key size, key id 0), as
+/// write_new_key_file.
+Status write_key_file(const std::string& path, const WireKey& key);
 
 /// Writes a fresh random key (kKeyBytesMin bytes from the OpenSSL CSPRNG) of `kind` (cluster or
-/// admin) and `key_id` to `path` (see write_key_file). Returns "" or the error text.
-std::string generate_key_file(const std::string& path, KeyKind kind = KeyKind::cluster,
+/// admin) and `key_id` to `path` (see write_key_file). Errors: invalid_argument (a worker key:
+/// those are derived), io_error (no randomness), as write_key_file.
+Status generate_key_file(const std::string& path, KeyKind kind = KeyKind::cluster,
                               std::uint16_t key_id = kKeyIdDefault);
 
 /// The key file text of `key` (both lines, newline-terminated).
@@ -211,13 +215,14 @@ class ClusterKeyring final : public Keyring {
   static constexpr WorkerId kSharedWorker{0, 1};
   void ablate_shared_worker_key() noexcept;
   ~ClusterKeyring() override;
-  /// Adds a cluster or admin key; "" or why not (a worker key, a key id already used, 0).
-  std::string add(const WireKey& key);
-  /// Replaces every key with `keys` (a key rotation: lockd reloads its keys): "" or why not
-  /// (as add(), or no cluster key among them), and then nothing changes. Derived keys are
+  /// Adds a cluster or admin key. Errors: invalid_argument (a worker key, key id 0, a cluster
+  /// key id above kClusterKeyIdMax), exists (a key id already used).
+  Status add(const WireKey& key);
+  /// Replaces every key with `keys` (a key rotation: lockd reloads its keys). Errors: as add(),
+  /// or invalid_argument (no cluster key among them), and then nothing changes. Derived keys are
   /// derived again as needed. Authenticators returned by find() before are invalid after it:
   /// call it between datagrams.
-  std::string replace(const std::vector<WireKey>& keys);
+  Status replace(const std::vector<WireKey>& keys);
   /// The ids of the loaded keys of `kind` (cluster or admin), ascending.
   std::vector<std::uint16_t> key_ids(KeyKind kind) const;
   KeyMatch find(const WorkerId& sender, std::uint16_t key_id) override;

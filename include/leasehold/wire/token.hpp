@@ -35,6 +35,7 @@
 // (OpenSSL keys are read-only once loaded; the verifier's cache has its own mutex).
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/lease/types.hpp"
 
 #include <array>
@@ -114,12 +115,15 @@ class TokenSigner {
   /// Loads an Ed25519 private key: PEM (PKCS#8, as `openssl genpkey -algorithm ed25519` and
   /// generate_signing_key_file write it) or exactly 32 raw bytes. The file must be a regular
   /// file of mode 0600 or stricter owned by this uid or root (as every key file; wire/auth.hpp).
-  /// nullptr with `error` naming the file, what is wrong and the fix.
-  static std::unique_ptr<TokenSigner> load(const std::string& path, std::string& error);
-  /// A new random key (tests, benchmarks; lockd uses generate_signing_key_file).
-  static std::unique_ptr<TokenSigner> generate(std::string& error);
-  /// From 32 raw private-key bytes.
-  static std::unique_ptr<TokenSigner> from_raw(std::span<const std::uint8_t> private_key, std::string& error);
+  /// The signer (never nullptr), or a Status naming the file, what is wrong and the fix: as
+  /// wire::read_private_file (not_found, permission_denied, invalid_argument, io_error), or
+  /// corrupt (too large, not a PEM private key, not Ed25519).
+  static Result<std::unique_ptr<TokenSigner>> load(const std::string& path);
+  /// A new random key (tests, benchmarks; lockd uses generate_signing_key_file). io_error if
+  /// OpenSSL fails.
+  static Result<std::unique_ptr<TokenSigner>> generate();
+  /// From 32 raw private-key bytes. invalid_argument for another size or a key OpenSSL refuses.
+  static Result<std::unique_ptr<TokenSigner>> from_raw(std::span<const std::uint8_t> private_key);
   ~TokenSigner();
   TokenSigner(const TokenSigner&) = delete;
   TokenSigner& operator=(const TokenSigner&) = delete;
@@ -132,8 +136,9 @@ class TokenSigner {
   /// The public key as PEM (SubjectPublicKeyInfo), what `F.pub` holds.
   std::string public_key_pem() const;
   /// Writes the private key as PEM to `path` (0600, never overwriting) and the public key to
-  /// `path + ".pub"` (0644). "" or the error.
-  std::string write_files(const std::string& path) const;
+  /// `path + ".pub"` (0644). Errors: as wire::write_new_key_file (exists: never overwrites),
+  /// io_error (OpenSSL cannot encode the key).
+  Status write_files(const std::string& path) const;
 
  private:
   struct Key;
@@ -144,15 +149,15 @@ class TokenSigner {
 };
 
 /// Generates a signing key and writes `path` (private, 0600) and `path.pub` (public, 0644).
-/// "" or the error (an existing file is never overwritten).
-std::string generate_signing_key_file(const std::string& path);
+/// Errors: as TokenSigner::write_files (exists: an existing file is never overwritten).
+Status generate_signing_key_file(const std::string& path);
 
 /// A raw Ed25519 public key as PEM (SubjectPublicKeyInfo, what `F.pub` holds); "" if OpenSSL fails.
 std::string public_key_pem(std::span<const std::uint8_t, kPublicKeyBytes> public_key);
 /// Reads a public key file: PEM (SubjectPublicKeyInfo, `F.pub`), 32 raw bytes or 64 hex digits.
-/// A public key is not secret: any mode is accepted. nullopt with `error` naming the file and
-/// the problem (cannot open, too large, not a public key, not Ed25519).
-std::optional<std::array<std::uint8_t, kPublicKeyBytes>> read_public_key_file(const std::string& path, std::string& error);
+/// A public key is not secret: any mode is accepted. Errors name the file and the problem:
+/// errc_of_errno (cannot open), corrupt (too large, not a public key, not Ed25519).
+Result<std::array<std::uint8_t, kPublicKeyBytes>> read_public_key_file(const std::string& path);
 
 /// What verify() decided.
 struct Verdict {
@@ -170,13 +175,14 @@ class TokenVerifier {
   TokenVerifier(const TokenVerifier&) = delete;
   TokenVerifier& operator=(const TokenVerifier&) = delete;
 
-  /// Adds a raw public key (32 bytes). "" or the error (bad size, a key OpenSSL refuses, more
-  /// than kVerifierKeysMax keys, another key with the same key id). Adding a key already held
-  /// is a no-op.
-  std::string add_public_key(std::span<const std::uint8_t> raw);
+  /// Adds a raw public key (32 bytes). Errors: invalid_argument (bad size, a key OpenSSL
+  /// refuses, more than kVerifierKeysMax keys), exists (another key with the same key id).
+  /// Adding a key already held is a no-op.
+  Status add_public_key(std::span<const std::uint8_t> raw);
   /// Adds a public key from a file: PEM (SubjectPublicKeyInfo, `F.pub`) or 32 raw bytes or 64
-  /// hex digits. A public key is not secret: any mode is accepted. "" or the error.
-  std::string add_public_key_file(const std::string& path);
+  /// hex digits. A public key is not secret: any mode is accepted. Errors: as
+  /// read_public_key_file and add_public_key, the message naming the file.
+  Status add_public_key_file(const std::string& path);
   /// Key ids held, ascending.
   std::vector<std::uint32_t> key_ids() const;
 
