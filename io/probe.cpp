@@ -288,6 +288,21 @@ const ProbeResult& probe_io_uring() {
   return result;
 }
 
-std::string io_uring_unavailable_reason() { return probe_io_uring().message; }
+Status io_uring_usable() {
+  const ProbeResult& r = probe_io_uring();
+  switch (r.failure) {
+    case ProbeFailure::none: return {};
+    case ProbeFailure::disabled_by_sysctl:
+    case ProbeFailure::blocked_eperm: return Status{Errc::permission_denied, r.message};
+    case ProbeFailure::unsupported_enosys:
+    case ProbeFailure::opcode_missing:
+    case ProbeFailure::feature_missing:
+    case ProbeFailure::buf_ring_missing:
+    case ProbeFailure::multishot_recvmsg_missing: return Status{Errc::unsupported, r.message};
+    case ProbeFailure::memlock:
+    case ProbeFailure::setup_failed: break;
+  }
+  return Status{r.error != 0 ? errc_of_errno(r.error) : Errc::io_error, r.message};
+}
 
 }  // namespace leasehold

@@ -7,6 +7,6 @@
 
 #define LEASEHOLD_REQUIRE_IO_URING()                                            \
   do {                                                                          \
-    if (std::string why = ::leasehold::io_uring_unavailable_reason(); !why.empty()) \
-      GTEST_SKIP() << why;                                                      \
+    if (const ::leasehold::Status why = ::leasehold::io_uring_usable(); !why.ok()) \
+      GTEST_SKIP() << why.message();                                            \
   } while (0)

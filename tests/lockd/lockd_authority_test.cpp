@@ -77,7 +77,7 @@ class LockdAuthority : public ::testing::TestWithParam<bool> {
   bool defended() const { return GetParam(); }
 
   void SetUp() override {
-    if (auto why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
     cluster_ = make_key(dir_.path());
   }
   void TearDown() override { ::unsetenv("LEASEHOLD_ABLATE"); }

@@ -26,7 +26,7 @@ using namespace testing;
 class LockdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (auto why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
     key_ = make_key(dir_.path());
   }
   void start(std::vector<std::string> extra = {}) {

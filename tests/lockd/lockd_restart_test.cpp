@@ -22,7 +22,7 @@ using namespace testing;
 class LockdRestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (auto why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
     key_ = make_key(dir_.path());
   }
   void start(LockdProcess& p, std::vector<std::string> extra = {}) {

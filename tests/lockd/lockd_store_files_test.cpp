@@ -102,7 +102,7 @@ class LockdStoreFiles : public ::testing::TestWithParam<bool> {
  protected:
   bool defended() const { return GetParam(); }
   void SetUp() override {
-    if (auto why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
     key_ = make_key(dir_.path());
     old_umask_ = ::umask(022);  // a usual umask: lockd must not depend on it
   }

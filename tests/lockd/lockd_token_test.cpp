@@ -25,7 +25,7 @@ const WorkerId W1{0x77, 1}, W2{0x77, 2};
 class LockdTokenTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (auto why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
     key_ = make_key(dir_.path());
   }
   std::vector<std::string> base_args() const {

@@ -50,7 +50,7 @@ json run_req(const std::string& name, std::vector<std::string> argv) {
 class SupervisorProcess : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
     key_ = make_key(dir_.path());
   }
   void start_lockd(std::vector<std::string> extra = {"--ttl-ms", "1000"}) {

@@ -10,6 +10,8 @@
 // the loop uses is older (FAST_POLL 5.7, EXT_ARG 5.11, IORING_TIMEOUT_BOOTTIME 5.15).
 #pragma once
 
+#include "leasehold/lease/result.hpp"
+
 #include <cstdint>
 #include <string>
 
@@ -74,9 +76,12 @@ ProbeResult classify_probe(const ProbeFacts& facts);
 /// gather + classify, computed once per process (thread-safe) and cached.
 const ProbeResult& probe_io_uring();
 
-/// For tests and the CLI: "" when io_uring is usable, otherwise the probe's message
-/// (a test does `if (auto why = io_uring_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;`).
-std::string io_uring_unavailable_reason();
+/// For tests and the CLI: ok when io_uring is usable, otherwise the probe's message with the
+/// code of its failure: permission_denied (the sysctl, a seccomp filter's EPERM), unsupported
+/// (no io_uring, a missing opcode, feature, buffer ring or multishot recvmsg), errc_of_errno of
+/// the setup errno otherwise (ENOMEM, RLIMIT_MEMLOCK: io_error). A test does
+/// `if (const Status s = io_uring_usable(); !s.ok()) GTEST_SKIP() << s.message();`.
+Status io_uring_usable();
 
 /// Maps an io_uring_setup errno to a verdict (used by the probe and by EventLoop::create when
 /// the loop's own io_uring_setup fails). `io_uring_disabled` as in ProbeFacts.
