@@ -77,13 +77,14 @@ struct FencedStore::Statements {
   }
 };
 
-std::unique_ptr<FencedStore> FencedStore::open(const std::string& path, std::string& error,
-                                               const StoreOptions& options) {
-  return open_impl(path, error, options, /*read_only=*/false);
+Result<std::unique_ptr<FencedStore>> FencedStore::open(const std::string& path, const StoreOptions& options) {
+  return open_impl(path, options, /*read_only=*/false);
 }
 
 std::unique_ptr<FencedStore> FencedStore::open_read_only(const std::string& path, std::string& error) {
-  return open_impl(path, error, StoreOptions{}, /*read_only=*/true);
+  auto store = open_impl(path, StoreOptions{}, /*read_only=*/true);
+  error = store.message();
+  return store ? std::move(store).value() : nullptr;
 }
 
 namespace {
@@ -103,13 +104,9 @@ std::string file_uri(const std::string& path, const char* query) {
 }
 }  // namespace
 
-std::unique_ptr<FencedStore> FencedStore::open_impl(const std::string& path, std::string& error,
-                                                    const StoreOptions& options, bool read_only) {
-  error.clear();
-  if (path.empty()) {
-    error = "fenced store: empty database path";
-    return nullptr;
-  }
+Result<std::unique_ptr<FencedStore>> FencedStore::open_impl(const std::string& path, const StoreOptions& options,
+                                                            bool read_only) {
+  if (path.empty()) return Status{Errc::invalid_argument, "fenced store: empty database path"};
   sqlite3* db = nullptr;
   int rc = SQLITE_OK;
   if (!read_only) {
@@ -125,12 +122,11 @@ std::unique_ptr<FencedStore> FencedStore::open_impl(const std::string& path, std
     rc = sqlite3_open_v2(file_uri(path, has_wal ? "mode=ro" : "mode=ro&immutable=1").c_str(), &db,
                          SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr);
   }
-  auto fail = [&](const std::string& what) {
-    error = "fenced store " + path + ": " + what;
+  auto fail = [&](Errc code, const std::string& what) {
     sqlite3_close(db);
-    return nullptr;
+    return Status{code, "fenced store " + path + ": " + what};
   };
-  if (rc != SQLITE_OK) return fail("cannot open: " + errmsg(db));
+  if (rc != SQLITE_OK) return fail(Errc::io_error, "cannot open: " + errmsg(db));
   sqlite3_busy_timeout(db, std::clamp(options.busy_timeout_ms, 1, 600'000));
   sqlite3_extended_result_codes(db, 1);
 
@@ -145,23 +141,23 @@ std::unique_ptr<FencedStore> FencedStore::open_impl(const std::string& path, std
   const std::string not_fenced = read_only ? "not a fenced store: " : "";
   std::int64_t app_id = 0;
   if (!scalar("PRAGMA application_id", app_id))
-    return fail(not_fenced + "not a SQLite database (" + errmsg(db) + ")");
+    return fail(Errc::corrupt, not_fenced + "not a SQLite database (" + errmsg(db) + ")");
   std::int64_t tables = 0;
   if (!scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", tables))
-    return fail("cannot read the schema: " + errmsg(db));
+    return fail(Errc::corrupt, "cannot read the schema: " + errmsg(db));
   if (read_only && app_id != kApplicationId) {
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && st.st_size == 0) return fail(not_fenced + "the file is empty");
-    if (app_id == 0 && tables == 0) return fail(not_fenced + "a SQLite database without tables");
+    if (::stat(path.c_str(), &st) == 0 && st.st_size == 0) return fail(Errc::corrupt, not_fenced + "the file is empty");
+    if (app_id == 0 && tables == 0) return fail(Errc::corrupt, not_fenced + "a SQLite database without tables");
   }
   if (app_id != kApplicationId && !(app_id == 0 && tables == 0))
-    return fail(not_fenced + "holds another application's data (application_id " + std::to_string(app_id) +
-                ", " + std::to_string(tables) + " tables); use a new file");
+    return fail(Errc::corrupt, not_fenced + "holds another application's data (application_id " +
+                                   std::to_string(app_id) + ", " + std::to_string(tables) + " tables); use a new file");
   std::int64_t version = 0;
   scalar("PRAGMA user_version", version);
   if (app_id == kApplicationId && version != kSchemaVersion)
-    return fail("schema version " + std::to_string(version) + ", this build understands " +
-                std::to_string(kSchemaVersion));
+    return fail(Errc::unsupported, "schema version " + std::to_string(version) + ", this build understands " +
+                                       std::to_string(kSchemaVersion));
 
   char* msg = nullptr;
   const std::string setup = std::string("PRAGMA journal_mode=WAL; PRAGMA synchronous=") +
@@ -169,7 +165,7 @@ std::unique_ptr<FencedStore> FencedStore::open_impl(const std::string& path, std
   if (!read_only && sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
     const std::string m = msg != nullptr ? msg : errmsg(db);
     sqlite3_free(msg);
-    return fail("cannot set WAL mode: " + m);
+    return fail(Errc::io_error, "cannot set WAL mode: " + m);
   }
   if (!read_only && app_id == 0) {
     const std::string init = std::string("BEGIN IMMEDIATE;") + kSchema +
@@ -179,7 +175,7 @@ std::unique_ptr<FencedStore> FencedStore::open_impl(const std::string& path, std
       const std::string m = msg != nullptr ? msg : errmsg(db);
       sqlite3_free(msg);
       sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-      return fail("cannot create the schema: " + m);
+      return fail(Errc::io_error, "cannot create the schema: " + m);
     }
   }
   auto st = std::make_unique<Statements>();
@@ -206,7 +202,7 @@ std::unique_ptr<FencedStore> FencedStore::open_impl(const std::string& path, std
     if (sqlite3_prepare_v3(db, p.sql, -1, SQLITE_PREPARE_PERSISTENT, p.out, nullptr) != SQLITE_OK) {
       const std::string m = errmsg(db);
       st.reset();
-      return fail(std::string("cannot prepare \"") + p.sql + "\": " + m);
+      return fail(Errc::io_error, std::string("cannot prepare \"") + p.sql + "\": " + m);
     }
   }
   auto store = std::unique_ptr<FencedStore>(

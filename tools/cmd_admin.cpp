@@ -31,12 +31,12 @@ namespace {
 /// Announces `epoch` to the fenced store at `path` (if any); false + failure on error.
 bool announce(const std::string& path, const std::string& name, Epoch epoch, const char* why, Failure& f) {
   if (path.empty()) return true;
-  std::string err;
-  auto store = resource::FencedStore::open(path, err);
-  if (!store) {
-    f = {kUsage, err};
+  auto opened = resource::FencedStore::open(path);
+  if (!opened) {
+    f = {kUsage, opened.message()};  // the --db given is not a usable store, whatever the cause
     return false;
   }
+  const auto store = std::move(opened).value();
   const auto r = store->advance_fence(name, epoch, why);
   if (!r.accepted()) {
     f = {kFailure, "announcing epoch " + std::to_string(epoch) + " to " + path + ": " + r.reason};

@@ -173,7 +173,6 @@ int run_agent(const AgentArgs& a) {
     std::fprintf(stderr, "leasehold agent: %s\n", e.what());
     return kTableError;
   }
-  std::string err;
   resource::StoreOptions so;
   so.durable = a.durable;
   so.checkpoint_pages = a.checkpoint_pages;
@@ -186,11 +185,12 @@ int run_agent(const AgentArgs& a) {
       }
     }
   }
-  auto store = resource::FencedStore::open(a.db, err, so);
-  if (!store) {
-    std::fprintf(stderr, "leasehold agent: %s\n", err.c_str());
+  auto opened = resource::FencedStore::open(a.db, so);
+  if (!opened) {
+    std::fprintf(stderr, "leasehold agent: %s\n", opened.message().c_str());
     return kUsage;
   }
+  const auto store = std::move(opened).value();
   const NameId name_id = name_id_of(a.name);
   std::printf("agent pid=%d sandbox=%s slot=%u name=%s started\n", ::getpid(), sandbox->str().c_str(), slot,
               a.name.c_str());

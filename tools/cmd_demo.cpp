@@ -555,12 +555,12 @@ void Demo::body() {
     abort("cannot create " + shared + ": " + std::strerror(errno));
   db_path_ = shared + "/resource.db";
   {
-    std::string err;
     resource::StoreOptions so;
     so.durable = false;
     so.verifier = verifier_;  // lockd's public key is added once lockd has written it
-    store_ = resource::FencedStore::open(db_path_, err, so);
-    if (!store_) abort(err);
+    auto opened = resource::FencedStore::open(db_path_, so);
+    if (!opened) abort(opened.message());
+    store_ = std::move(opened).value();
     for (const char* suffix : {"", "-wal", "-shm"}) ::chmod((db_path_ + suffix).c_str(), 0666);
   }
 

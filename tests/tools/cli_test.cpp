@@ -759,9 +759,9 @@ TEST_F(CliTest, RevokeFenceDbAnnouncesTheNewEpochBeforeTheRevoke) {
   const Result ok = cli(with({"revoke", "fenced", "--fence-db", db, "--json"}, lf));
   ASSERT_EQ(ok.code, kOk) << ok.err;
   EXPECT_EQ(nlohmann::json::parse(ok.out)["epoch"], e + 1);
-  std::string err;
-  auto store = resource::FencedStore::open(db, err);
-  ASSERT_NE(store, nullptr) << err;
+  auto store_opened = resource::FencedStore::open(db);
+  ASSERT_TRUE(store_opened.ok()) << store_opened.message();
+  auto store = std::move(store_opened).value();
   EXPECT_EQ(store->highest("fenced"), e + 1);
 }
 
@@ -973,9 +973,9 @@ TEST_F(CliTest, AuditOfAnEmptyFileIsNotAFencedStoreAndStaysEmpty) {
 
 /// A fenced store at `path` with writes at epochs 1 and 2 and one stale write; closed.
 void make_store(const std::string& path) {
-  std::string err;
-  auto s = resource::FencedStore::open(path, err);
-  ASSERT_NE(s, nullptr) << err;
+  auto s_opened = resource::FencedStore::open(path);
+  ASSERT_TRUE(s_opened.ok()) << s_opened.message();
+  auto s = std::move(s_opened).value();
   const SandboxId a = *SandboxId::parse(kSandbox);
   const SandboxId b = *SandboxId::parse("11111111-2222-4333-8444-555555555555");
   ASSERT_TRUE(s->write({"orders", 1, a}, "one").accepted());

@@ -19,8 +19,8 @@ TEST(FencedStoreConcurrent, HoldersWithDifferentEpochsNeverInterleave) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string path = std::string(tmpl) + "/r.db";
   {
-    std::string err;
-    ASSERT_NE(FencedStore::open(path, err), nullptr) << err;
+    const auto created = FencedStore::open(path);
+    ASSERT_TRUE(created.ok()) << created.message();
   }
   constexpr int kThreads = 4;
   constexpr int kWrites = 100;
@@ -29,14 +29,14 @@ TEST(FencedStoreConcurrent, HoldersWithDifferentEpochsNeverInterleave) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      std::string err;
       StoreOptions o;
       o.durable = false;
-      auto s = FencedStore::open(path, err, o);
-      if (!s) {
+      auto opened = FencedStore::open(path, o);
+      if (!opened) {
         ++errors;
         return;
       }
+      const auto s = std::move(opened).value();
       const SandboxId holder{0x1000u + static_cast<std::uint64_t>(t), 0x4000000000000000ULL};
       for (int i = 0; i < kWrites; ++i) {
         const WriteResult r = s->write({"orders", static_cast<Epoch>(t + 1), holder}, std::to_string(i));
@@ -60,9 +60,9 @@ TEST(FencedStoreConcurrent, HoldersWithDifferentEpochsNeverInterleave) {
       rejected = rejected || v == Verdict::stale;
     }
   }
-  std::string err;
-  auto s = FencedStore::open(path, err);
-  ASSERT_NE(s, nullptr) << err;
+  auto s_opened = FencedStore::open(path);
+  ASSERT_TRUE(s_opened.ok()) << s_opened.message();
+  auto s = std::move(s_opened).value();
   const auto rows = s->audit("orders");
   ASSERT_EQ(rows.size(), static_cast<std::size_t>(kThreads * kWrites));
   const AuditReport rep = check_audit(rows);

@@ -36,13 +36,11 @@ const SandboxId kA{0xa1, 0x4000000000000001ULL};
 const SandboxId kB{0xb2, 0x4000000000000002ULL};
 
 std::unique_ptr<FencedStore> open_ok(const std::string& path) {
-  std::string err;
   StoreOptions o;
   o.durable = false;
-  auto s = FencedStore::open(path, err, o);
-  EXPECT_NE(s, nullptr) << err;
-  EXPECT_EQ(err, "");
-  return s;
+  auto s = FencedStore::open(path, o);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return s ? std::move(s).value() : nullptr;
 }
 
 TEST(FencedStore, StaleEpochIsRejectedEqualAcceptedHigherAdvances) {
@@ -146,9 +144,9 @@ TEST(FencedStore, RefusesAForeignDatabaseAndANonDatabase) {
   {
     std::ofstream(dir.file("text.db")) << "this is not a database, just some text to fill a page";
   }
-  std::string err;
-  EXPECT_EQ(FencedStore::open(dir.file("text.db"), err), nullptr);
-  EXPECT_NE(err.find("not a SQLite database"), std::string::npos) << err;
+  const auto text = FencedStore::open(dir.file("text.db"));
+  EXPECT_EQ(text.code(), Errc::corrupt);
+  EXPECT_NE(text.message().find("not a SQLite database"), std::string::npos) << text.message();
 
   // A SQLite file of some other application.
   {
@@ -162,12 +160,15 @@ TEST(FencedStore, RefusesAForeignDatabaseAndANonDatabase) {
     ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x)", nullptr, nullptr, nullptr), SQLITE_OK);
     sqlite3_close(db);
   }
-  EXPECT_EQ(FencedStore::open(foreign, err), nullptr);
-  EXPECT_NE(err.find("another application"), std::string::npos) << err;
-  EXPECT_EQ(FencedStore::open("", err), nullptr);
-  EXPECT_NE(err.find("empty database path"), std::string::npos);
-  EXPECT_EQ(FencedStore::open(dir.file("no/such/dir/x.db"), err), nullptr);
-  EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
+  const auto other = FencedStore::open(foreign);
+  EXPECT_EQ(other.code(), Errc::corrupt);
+  EXPECT_NE(other.message().find("another application"), std::string::npos) << other.message();
+  const auto empty = FencedStore::open("");
+  EXPECT_EQ(empty.code(), Errc::invalid_argument);
+  EXPECT_NE(empty.message().find("empty database path"), std::string::npos) << empty.message();
+  const auto nowhere = FencedStore::open(dir.file("no/such/dir/x.db"));
+  EXPECT_EQ(nowhere.code(), Errc::io_error);
+  EXPECT_NE(nowhere.message().find("cannot open"), std::string::npos) << nowhere.message();
 }
 
 TEST(FencedStore, ReopenKeepsTheFence) {
@@ -222,8 +223,9 @@ TEST(FencedStore, ReadOnlyOpenSeesWritesStillInTheLog) {
   o.durable = false;
   o.checkpoint_pages = 0;  // everything stays in the write-ahead log
   std::string err;
-  auto writer = FencedStore::open(path, err, o);
-  ASSERT_NE(writer, nullptr) << err;
+  auto writer_opened = FencedStore::open(path, o);
+  ASSERT_TRUE(writer_opened.ok()) << writer_opened.message();
+  auto writer = std::move(writer_opened).value();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(writer->write({"orders", 1, kA}, "w").accepted());
   auto ro = FencedStore::open_read_only(path, err);
   ASSERT_NE(ro, nullptr) << err;
@@ -263,9 +265,9 @@ TEST(FencedStore, CheckpointsCanBeLeftToAnotherConnection) {
   StoreOptions o;
   o.durable = false;
   o.checkpoint_pages = 0;
-  std::string err;
-  auto writer = FencedStore::open(path, err, o);
-  ASSERT_NE(writer, nullptr) << err;
+  auto writer_opened = FencedStore::open(path, o);
+  ASSERT_TRUE(writer_opened.ok()) << writer_opened.message();
+  auto writer = std::move(writer_opened).value();
   std::uintmax_t wal_bytes = 0;
   for (int i = 0; i < 50; ++i) {
     const WriteResult r = writer->write({"orders", 1, kA}, std::string(512, 'x'));
@@ -275,8 +277,9 @@ TEST(FencedStore, CheckpointsCanBeLeftToAnotherConnection) {
     EXPECT_GE(now, wal_bytes) << "write " << i << ": the log only grows";
     wal_bytes = now;
   }
-  auto other = FencedStore::open(path, err, o);
-  ASSERT_NE(other, nullptr) << err;
+  auto other_opened = FencedStore::open(path, o);
+  ASSERT_TRUE(other_opened.ok()) << other_opened.message();
+  auto other = std::move(other_opened).value();
   const CheckpointResult c = other->checkpoint();
   ASSERT_TRUE(c.ok) << c.error;
   EXPECT_GT(c.wal_pages, 50);
@@ -285,8 +288,9 @@ TEST(FencedStore, CheckpointsCanBeLeftToAnotherConnection) {
   // With a threshold of one page, every commit checkpoints, and says so.
   StoreOptions eager = o;
   eager.checkpoint_pages = 1;
-  auto eager_writer = FencedStore::open(path, err, eager);
-  ASSERT_NE(eager_writer, nullptr) << err;
+  auto eager_writer_opened = FencedStore::open(path, eager);
+  ASSERT_TRUE(eager_writer_opened.ok()) << eager_writer_opened.message();
+  auto eager_writer = std::move(eager_writer_opened).value();
   const WriteResult r = eager_writer->write({"orders", 1, kA}, "y");
   ASSERT_TRUE(r.accepted());
   EXPECT_GT(r.checkpoint_ns, 0);
@@ -300,9 +304,9 @@ TEST(FencedStore, LockWaitIsReported) {
   StoreOptions o;
   o.durable = false;
   o.busy_timeout_ms = 20;
-  std::string err;
-  auto s = FencedStore::open(path, err, o);
-  ASSERT_NE(s, nullptr) << err;
+  auto s_opened = FencedStore::open(path, o);
+  ASSERT_TRUE(s_opened.ok()) << s_opened.message();
+  auto s = std::move(s_opened).value();
   ASSERT_TRUE(s->write({"orders", 1, kA}, "a").accepted());
   EXPECT_EQ(s->write({"orders", 1, kA}, "b").lock_wait_ns, 0) << "nobody else writes";
   sqlite3* holder = nullptr;
@@ -328,18 +332,18 @@ TEST(FencedStore, TwoProcessesShareTheFence) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    std::string err;
-    auto s = FencedStore::open(path, err);
-    if (!s) ::_exit(10);
+    auto opened = FencedStore::open(path);
+    if (!opened) ::_exit(10);
+    const auto s = std::move(opened).value();
     for (int i = 0; i < kWrites; ++i) {
       // The old holder keeps writing with epoch 1 the whole time.
       if (s->write({"orders", 1, kA}, "old-" + std::to_string(i)).verdict == Verdict::error) ::_exit(11);
     }
     ::_exit(0);
   }
-  std::string err;
-  auto s = FencedStore::open(path, err);
-  ASSERT_NE(s, nullptr) << err;
+  auto s_opened = FencedStore::open(path);
+  ASSERT_TRUE(s_opened.ok()) << s_opened.message();
+  auto s = std::move(s_opened).value();
   for (int i = 0; i < kWrites; ++i) {
     const Epoch e = i < kWrites / 4 ? 1 : 2;  // the new holder takes over a quarter of the way in
     ASSERT_NE(s->write({"orders", e, e == 1 ? kA : kB}, "new-" + std::to_string(i)).verdict,

@@ -28,13 +28,12 @@ class TokenStore : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::unique_ptr<FencedStore> open(const char* file, bool verify = true) {
-    std::string err;
     StoreOptions o;
     o.durable = false;
     if (verify) o.verifier = verifier_;
-    auto s = FencedStore::open((dir_ / file).string(), err, o);
-    EXPECT_NE(s, nullptr) << err;
-    return s;
+    auto s = FencedStore::open((dir_ / file).string(), o);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return s ? std::move(s).value() : nullptr;
   }
 
   /// The token lockd hands out with a grant of `name` at `epoch` to `holder`.

@@ -45,6 +45,7 @@
 
 #include "leasehold/wire/token.hpp"
 #include "leasehold/lease/types.hpp"
+#include "leasehold/lease/result.hpp"
 
 #include <array>
 #include <cstddef>
@@ -170,11 +171,11 @@ struct CheckpointResult {
 
 class FencedStore {
  public:
-  /// Opens (creating if needed) the store at `path`. Refuses a file that is not a SQLite
-  /// database or that holds another schema (error names the path and what was found).
-  /// Returns nullptr with `error` set on failure.
-  static std::unique_ptr<FencedStore> open(const std::string& path, std::string& error,
-                                           const StoreOptions& options = {});
+  /// Opens (creating if needed) the store at `path`: the store (never nullptr), or a Status
+  /// naming the path and what was found: invalid_argument (an empty path), corrupt (not a
+  /// SQLite database, another application's data), unsupported (another schema version),
+  /// io_error (SQLite cannot open it, set WAL mode, create the schema).
+  static Result<std::unique_ptr<FencedStore>> open(const std::string& path, const StoreOptions& options = {});
   /// Opens an existing store to read it (audit, tally, highest) and changes nothing: no schema,
   /// no pragma, no lock file; works on a read-only file or mount (a copy kept as evidence).
   /// Files that are not a fenced store - empty, another application's database, not a
@@ -246,8 +247,8 @@ class FencedStore {
  private:
   struct Statements;
   FencedStore(sqlite3* db, std::string path, std::unique_ptr<Statements> st, int busy_timeout_ms);
-  static std::unique_ptr<FencedStore> open_impl(const std::string& path, std::string& error,
-                                                const StoreOptions& options, bool read_only);
+  static Result<std::unique_ptr<FencedStore>> open_impl(const std::string& path, const StoreOptions& options,
+                                                        bool read_only);
   WriteResult fenced(const WriteToken& token, std::string_view payload, bool announce,
                      std::string_view why, bool check_token, bool force = false);
   static int on_busy(void* self, int count);
