@@ -74,7 +74,7 @@ Answer AdminClient::request(const wire::Body& body) {
   for (int resync = 0;; ++resync) {
     wire::Datagram req;
     if (const auto r = sender_.seal(rid, body, req); !r) {
-      out.error = "cannot encode the request: " + std::string(wire::to_string(r.error));
+      out.status = Status{Errc::invalid_argument, "cannot encode the request: " + std::string(wire::to_string(r.error))};
       return out;
     }
     std::array<std::byte, wire::kDatagramBytesMax> buf{};
@@ -85,20 +85,20 @@ Answer AdminClient::request(const wire::Body& body) {
                                                now_boottime_ns() + timeout_ns_, &wire::request_id_of, buf, policy);
     out.attempts += o.attempts;
     if (o.error != 0) {
-      out.error = std::string("cannot send to lockd at ") + lockd_.str() + ": " + std::strerror(-o.error);
+      out.status = Status{Errc::io_error, std::string("cannot send to lockd at ") + lockd_.str() + ": " + std::strerror(-o.error)};
       return out;
     }
     if (o.status != RequestStatus::answered) {
-      out.error = "no answer from lockd at " + lockd_.str() + " within " +
-                  std::to_string(timeout_ns_ / 1'000'000) + " ms (" + std::to_string(o.attempts) +
-                  " attempts): is it running, and does it know this key (" + key_text_ +
-                  ")? lockd drops datagrams it cannot authenticate";
+      out.status = Status{Errc::timeout, "no answer from lockd at " + lockd_.str() + " within " +
+                                             std::to_string(timeout_ns_ / 1'000'000) + " ms (" +
+                                             std::to_string(o.attempts) + " attempts): is it running, and does it know this key (" +
+                                             key_text_ + ")? lockd drops datagrams it cannot authenticate"};
       return out;
     }
     wire::DecodeResult d = wire::decode(
         std::span(reinterpret_cast<const std::uint8_t*>(buf.data()), o.answer_bytes), &auth_);
     if (!d) {
-      out.error = "bad answer from lockd: " + std::string(wire::to_string(d.error)) + ": " + d.detail;
+      out.status = Status{Errc::corrupt, "bad answer from lockd: " + std::string(wire::to_string(d.error)) + ": " + d.detail};
       return out;
     }
     if (const auto* e = std::get_if<wire::Error>(&d.body)) {
@@ -113,7 +113,7 @@ Answer AdminClient::request(const wire::Body& body) {
       // not cached (a heartbeat's): lockd never executes a replayed seq, so send the request
       // again under a fresh one (it is idempotent, as every request is).
       if (resync < 3 && e->code == wire::error_code_of(wire::DecodeError::replayed)) continue;
-      out.error = "lockd answered error " + std::string(wire::to_string(e->code)) + ": " + e->message;
+      out.status = Status{Errc::refused, "lockd answered error " + std::string(wire::to_string(e->code)) + ": " + e->message};
       out.body = std::move(d.body);
       return out;
     }
@@ -162,34 +162,25 @@ Answer AdminClient::list(std::uint64_t cursor, std::uint16_t limit) {
 }
 Answer AdminClient::stats() { return request(wire::Stats{}); }
 
-std::optional<std::vector<wire::NameRecord>> AdminClient::list_all(std::string* error,
-                                                                    std::size_t names_max) {
+Result<std::vector<wire::NameRecord>> AdminClient::list_all(std::size_t names_max) {
   std::vector<wire::NameRecord> all;
   std::uint64_t cursor = 0;
   do {
     Answer a = list(cursor);
     const auto* page = a.as<wire::ListPage>();
-    if (page == nullptr) {
-      if (error != nullptr) *error = a.ok() ? "unexpected answer to list" : a.error;
-      return std::nullopt;
-    }
+    if (page == nullptr) return a.ok() ? Status{Errc::corrupt, "unexpected answer to list"} : a.status;
     all.insert(all.end(), page->entries.begin(), page->entries.end());
-    if (page->next_cursor != 0 && page->next_cursor <= cursor) {
-      if (error != nullptr) *error = "list cursor did not advance";
-      return std::nullopt;
-    }
+    if (page->next_cursor != 0 && page->next_cursor <= cursor)
+      return Status{Errc::corrupt, "list cursor did not advance"};
     cursor = page->next_cursor;
   } while (cursor != 0 && all.size() < names_max);
   return all;
 }
 
-std::optional<std::vector<wire::Counter>> AdminClient::counters(std::string* error) {
+Result<std::vector<wire::Counter>> AdminClient::counters() {
   Answer a = stats();
   const auto* s = a.as<wire::StatsAnswer>();
-  if (s == nullptr) {
-    if (error != nullptr) *error = a.ok() ? "unexpected answer to stats" : a.error;
-    return std::nullopt;
-  }
+  if (s == nullptr) return a.ok() ? Status{Errc::corrupt, "unexpected answer to stats"} : a.status;
   return s->counters;
 }
 

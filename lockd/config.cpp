@@ -125,50 +125,54 @@ std::string kind_article(wire::KeyKind k) {
 
 }  // namespace
 
-std::string load_keys(const LockdConfig& cfg, std::vector<wire::WireKey>* keys) {
+Result<std::vector<wire::WireKey>> load_keys(const LockdConfig& cfg) {
   std::vector<wire::WireKey> out;
-  auto load = [&](const std::string& path, const char* flag, bool cluster_ok, bool admin_ok) -> std::string {
+  auto load = [&](const std::string& path, const char* flag, bool cluster_ok, bool admin_ok) -> Status {
     wire::KeyLoad k = wire::load_key_file(path);
-    if (!k) return k.error;
-    const bool ok = (k.key->kind == wire::KeyKind::cluster && cluster_ok) || (k.key->kind == wire::KeyKind::admin && admin_ok);
+    if (!k) return k.status();
+    const bool ok = (k->kind == wire::KeyKind::cluster && cluster_ok) || (k->kind == wire::KeyKind::admin && admin_ok);
     if (!ok)
-      return std::string(flag) + " " + path + " is " + kind_article(k.key->kind) + " key; " +
-             (k.key->kind == wire::KeyKind::worker
-                  ? "a worker key belongs to its supervisor: give lockd the cluster key it was derived from"
-                  : std::string(cluster_ok ? "--key-file takes cluster keys (admin keys: --admin-key-file)"
-                                           : "--admin-key-file takes admin keys (make one with --generate-key --kind admin --key-id N --out PATH)"));
-    out.push_back(std::move(*k.key));
+      return Status{Errc::invalid_argument,
+                    std::string(flag) + " " + path + " is " + kind_article(k->kind) + " key; " +
+                        (k->kind == wire::KeyKind::worker
+                             ? "a worker key belongs to its supervisor: give lockd the cluster key it was derived from"
+                             : std::string(cluster_ok ? "--key-file takes cluster keys (admin keys: --admin-key-file)"
+                                                      : "--admin-key-file takes admin keys (make one with --generate-key "
+                                                        "--kind admin --key-id N --out PATH)"))};
+    out.push_back(std::move(*k));
     return {};
   };
   for (const std::string& p : cfg.key_files)
-    if (std::string e = load(p, "--key-file", true, false); !e.empty()) return e;
+    if (Status e = load(p, "--key-file", true, false); !e.ok()) return e;
   for (const std::string& p : cfg.admin_key_files)
-    if (std::string e = load(p, "--admin-key-file", false, true); !e.empty()) return e;
+    if (Status e = load(p, "--admin-key-file", false, true); !e.ok()) return e;
   if (!cfg.key_dir.empty()) {
     struct stat d {};
     if (::stat(cfg.key_dir.c_str(), &d) != 0 || !S_ISDIR(d.st_mode))
-      return "--key-dir " + cfg.key_dir + " is not a directory";
+      return Status{Errc::not_found, "--key-dir " + cfg.key_dir + " is not a directory"};
     if ((d.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-      return "--key-dir " + cfg.key_dir + " is writable by " + ((d.st_mode & S_IWOTH) != 0 ? "others" : "its group") +
-             ", who could add a key of their own; fix: chmod go-w " + cfg.key_dir;
+      return Status{Errc::permission_denied, "--key-dir " + cfg.key_dir + " is writable by " +
+                                                 ((d.st_mode & S_IWOTH) != 0 ? "others" : "its group") +
+                                                 ", who could add a key of their own; fix: chmod go-w " + cfg.key_dir};
     std::vector<std::string> files;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(cfg.key_dir, ec))
       if (e.path().extension() == ".key") files.push_back(e.path().string());
-    if (ec) return "--key-dir " + cfg.key_dir + ": " + ec.message();
+    if (ec) return Status{errc_of_errno(ec.value()), "--key-dir " + cfg.key_dir + ": " + ec.message()};
     std::sort(files.begin(), files.end());
     for (const std::string& p : files)
-      if (std::string e = load(p, "--key-dir file", true, true); !e.empty()) return e;
+      if (Status e = load(p, "--key-dir file", true, true); !e.ok()) return e;
   }
   if (std::none_of(out.begin(), out.end(), [](const wire::WireKey& k) { return k.kind == wire::KeyKind::cluster; }))
-    return "no cluster key in " + std::string(cfg.key_dir.empty() ? "--key-file" : "--key-file or --key-dir " + cfg.key_dir) +
-           " (create one with: leasehold-lockd --generate-key --out PATH)";
+    return Status{Errc::invalid_argument,
+                  "no cluster key in " +
+                      std::string(cfg.key_dir.empty() ? "--key-file" : "--key-file or --key-dir " + cfg.key_dir) +
+                      " (create one with: leasehold-lockd --generate-key --out PATH)"};
   // Refuse what the keyring would (two keys with one id...), naming it, before lockd uses them.
   wire::ClusterKeyring probe;
   for (const wire::WireKey& k : out)
-    if (const Status e = probe.add(k); !e.ok()) return e.message();
-  *keys = std::move(out);
-  return {};
+    if (Status e = probe.add(k); !e.ok()) return e;
+  return out;
 }
 
 std::string read_ablations(LockdConfig& cfg, const char* env) {

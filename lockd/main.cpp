@@ -96,16 +96,16 @@ int main(int argc, char** argv) {
   if (cfg.derive_worker_key) {
     wire::KeyLoad key = wire::load_key_file(cfg.key_files.front());
     if (!key) {
-      std::fprintf(stderr, "leasehold-lockd: %s\n", key.error.c_str());
+      std::fprintf(stderr, "leasehold-lockd: %s\n", key.message().c_str());
       return 1;
     }
-    if (key.key->kind != wire::KeyKind::cluster) {
+    if (key->kind != wire::KeyKind::cluster) {
       std::fprintf(stderr, "leasehold-lockd: --key-file %s is a%s %s key; a worker key is derived from the cluster key\n",
-                   cfg.key_files.front().c_str(), key.key->kind == wire::KeyKind::admin ? "n" : "",
-                   std::string(wire::to_string(key.key->kind)).c_str());
+                   cfg.key_files.front().c_str(), key->kind == wire::KeyKind::admin ? "n" : "",
+                   std::string(wire::to_string(key->kind)).c_str());
       return 1;
     }
-    const wire::WireKey wk = wire::derive_worker_key_as_issued(*key.key, *WorkerId::parse(cfg.derive_worker_id),
+    const wire::WireKey wk = wire::derive_worker_key_as_issued(*key, *WorkerId::parse(cfg.derive_worker_id),
                                                                cfg.ablate_shared_worker_key);
     if (const Status err = wire::write_key_file(cfg.derive_out, wk); !err.ok()) {
       std::fprintf(stderr, "leasehold-lockd: %s\n", err.message().c_str());
@@ -115,11 +115,12 @@ int main(int argc, char** argv) {
                 static_cast<unsigned>(wk.key_id), cfg.derive_out.c_str());
     return 0;
   }
-  std::vector<wire::WireKey> keys;
-  if (std::string err = lockd::load_keys(cfg, &keys); !err.empty()) {
-    std::fprintf(stderr, "leasehold-lockd: %s\n", err.c_str());
+  auto loaded_keys = lockd::load_keys(cfg);
+  if (!loaded_keys) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", loaded_keys.message().c_str());
     return 1;
   }
+  std::vector<wire::WireKey> keys = std::move(loaded_keys).value();
   // The cluster keys first: lockd's own sender starts with one.
   std::stable_partition(keys.begin(), keys.end(), [](const wire::WireKey& k) { return k.kind == wire::KeyKind::cluster; });
 
@@ -230,11 +231,11 @@ int main(int argc, char** argv) {
     if (reload) {
       // A key rotation: the same flags, read again. A key set that does not load changes nothing.
       reload = false;
-      std::vector<wire::WireKey> next;
-      std::string err = lockd::load_keys(cfg, &next);
-      if (err.empty()) err = service->service().reload_keys(next, loop->turn_now_ns());
-      if (!err.empty())
-        leasehold::stderr_log().write("leasehold-lockd: key reload refused, the keys stay as they were: " + err + "\n");
+      const auto next = lockd::load_keys(cfg);
+      const Status err = next ? service->service().reload_keys(*next, loop->turn_now_ns()) : next.status();
+      if (!err.ok())
+        leasehold::stderr_log().write("leasehold-lockd: key reload refused, the keys stay as they were: " +
+                                      err.message() + "\n");
     }
     if (!service->after_iteration()) {
       std::fprintf(stderr, "leasehold-lockd: stopping: the store failed, nothing of the failed batch "

@@ -180,10 +180,10 @@ std::int64_t LockService::wait_ns(std::int64_t now_ns) const noexcept {
   return std::clamp<std::int64_t>(next_tick_ns_ - now_ns, 0, kTickNs);
 }
 
-std::string LockService::reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns) {
+Status LockService::reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns) {
   if (Status err = keys_->replace(keys); !err.ok()) {
     ++counters_.key_reloads_refused;
-    return err.message();
+    return err;
   }
   ++counters_.key_reloads;
   auto ids = [&](wire::KeyKind k) {

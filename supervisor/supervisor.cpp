@@ -362,15 +362,15 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   // for the id a datagram claims, so a supervisor can speak only as the worker of its key.
   {
     wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
-    if (!kl) return kl.error;
-    if (kl.key->kind != wire::KeyKind::worker)
-      return "--key-file " + cfg.key_file + " holds a " + std::string(wire::to_string(kl.key->kind)) +
+    if (!kl) return kl.message();
+    if (kl->kind != wire::KeyKind::worker)
+      return "--key-file " + cfg.key_file + " holds a " + std::string(wire::to_string(kl->kind)) +
              " key; a supervisor holds only its worker key (make it with: leasehold-lockd "
              "--derive-worker-key --worker-id ID --key-file CLUSTER_KEY --out WORKER_KEY)";
-    if (cfg.worker_id && *cfg.worker_id != kl.key->worker)
+    if (cfg.worker_id && *cfg.worker_id != kl->worker)
       return "--worker-id " + cfg.worker_id->str() + " is not the worker of key file " + cfg.key_file +
-             " (" + kl.key->worker.str() + ")";
-    key = std::move(kl.key);
+             " (" + kl->worker.str() + ")";
+    key = std::move(kl).value();
   }
   worker = key->worker;
   // One live supervisor per worker id: a second one would sweep the first one's cgroup leaves
@@ -1987,14 +1987,14 @@ void Supervisor::Impl::reload_key() {
   // The new key is used only once lockd answers a request signed with it (LockdLink::try_key):
   // until then every datagram stays under the current key, so a key lockd lacks kills nothing.
   wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
-  std::string err = kl ? std::string() : kl.error;
-  const std::uint16_t id = kl ? kl.key->key_id : 0;
+  std::string err = kl ? std::string() : kl.message();
+  const std::uint16_t id = kl ? kl->key_id : 0;
   if (kl && ablated("unprobed-key-reload"))  // tests only: switch at once, as before
-    err = link->rekey(*kl.key);
+    err = link->rekey(*kl);
   else if (kl)
-    err = link->try_key(*kl.key, now_boottime_ns() + kKeyProbeNs,
+    err = link->try_key(*kl, now_boottime_ns() + kKeyProbeNs,
                         [this, id](bool accepted, std::string why) { on_key_probe(id, accepted, why); });
-  if (kl) OPENSSL_cleanse(kl.key->bytes.data(), kl.key->bytes.size());
+  if (kl) OPENSSL_cleanse(kl->bytes.data(), kl->bytes.size());
   if (!err.empty()) {
     ++counters.key_reloads_refused;
     log_event("event=key_reload_refused key_file=%s error=\"%s\"", cfg.key_file.c_str(), err.c_str());

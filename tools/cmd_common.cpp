@@ -70,19 +70,19 @@ std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& fai
   const bool admin = !flags.admin_key_file.empty();
   wire::KeyLoad key = wire::load_key_file(admin ? flags.admin_key_file : flags.key_file);
   if (!key) {
-    failure = {kUsage, key.error + (admin ? " (set --admin-key-file or " + std::string(kAdminKeyFileEnv) + ")"
+    failure = {kUsage, key.message() + (admin ? " (set --admin-key-file or " + std::string(kAdminKeyFileEnv) + ")"
                                           : " (set --key-file or " + std::string(kKeyFileEnv) + ")")};
     return nullptr;
   }
-  if (admin && key.key->kind != wire::KeyKind::admin) {
+  if (admin && key->kind != wire::KeyKind::admin) {
     failure = {kUsage, "--admin-key-file " + flags.admin_key_file + " holds a " +
-                           std::string(wire::to_string(key.key->kind)) +
+                           std::string(wire::to_string(key->kind)) +
                            " key, not an admin key (make one with leasehold-lockd --generate-key PATH --kind admin "
                            "--key-id N, and start lockd with --admin-key-file PATH)"};
     return nullptr;
   }
   try {
-    return std::make_unique<lockd::AdminClient>(*addr, *key.key, WorkerId{},
+    return std::make_unique<lockd::AdminClient>(*addr, *key, WorkerId{},
                                                 static_cast<std::int64_t>(flags.timeout_ms) * 1'000'000);
   } catch (const std::exception& e) {
     failure = {kUnreachable, std::string("cannot talk to lockd at ") + flags.lockd + ": " + e.what()};
@@ -90,14 +90,32 @@ std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& fai
   }
 }
 
+Failure failure_of(const Status& status, std::string_view what) {
+  std::string m = what.empty() ? status.message() : std::string(what) + ": " + status.message();
+  switch (status.code()) {
+    case Errc::ok: return {kInternal, std::string(what) + ": failure_of() of a success"};
+    case Errc::invalid_argument:
+    case Errc::permission_denied:
+    case Errc::exists:
+    case Errc::corrupt:
+    case Errc::unsupported: return {kUsage, std::move(m)};
+    case Errc::not_found: return {kNotFound, std::move(m)};
+    case Errc::busy:
+    case Errc::refused: return {kRefused, std::move(m)};
+    case Errc::timeout: return {kUnreachable, std::move(m)};
+    case Errc::io_error: return {kFailure, std::move(m)};
+  }
+  return {kInternal, std::move(m)};
+}
+
 Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std::string_view what) {
   LockdFlags f = flags;
   resolve(f);
   const std::string w(what);
-  if (answer.error.rfind("no answer", 0) == 0 || answer.error.rfind("cannot send", 0) == 0) {
+  if (answer.code() == Errc::timeout || answer.code() == Errc::io_error) {
     const std::string& file = f.admin_key_file.empty() ? f.key_file : f.admin_key_file;
     const wire::KeyLoad key = wire::load_key_file(file);
-    const std::string which = key ? wire::key_text(*key.key) : std::string("unreadable");
+    const std::string which = key ? wire::key_text(*key) : std::string("unreadable");
     return {kUnreachable, w + ": lockd at " + f.lockd + " is unreachable: no answer within " +
                               std::to_string(f.timeout_ms) + " ms (" +
                               std::to_string(answer.attempts) +
@@ -106,8 +124,8 @@ Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std
                               "dropped without an answer like any unauthenticated request (lockd counts "
                               "it as reject_unknown_key or reject_bad_tag)."};
   }
-  if (answer.error.rfind("lockd answered error", 0) == 0) return {kRefused, w + ": " + answer.error};
-  if (!answer.error.empty()) return {kInternal, w + ": " + answer.error};
+  if (answer.code() == Errc::refused) return failure_of(answer.status, what);
+  if (!answer.ok()) return {kInternal, w + ": " + answer.message()};  // a bad answer, an unencodable request
   return {kInternal, w + ": unexpected answer from lockd (" +
                          std::string(wire::to_string(wire::type_of(answer.body))) + ")"};
 }

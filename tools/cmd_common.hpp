@@ -12,6 +12,7 @@
 #include "leasehold/harness/process.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/lease/types.hpp"
+#include "leasehold/lease/result.hpp"
 #include "leasehold/lockd/admin_client.hpp"
 #include "leasehold/supervisor/control_error.hpp"
 #include "tools/command.hpp"
@@ -44,6 +45,13 @@ struct Failure {
   bool failed() const noexcept { return code != kOk; }
 };
 
+/// The Failure of a module's Status (lease/result.hpp), "<what>: <message>" (the message alone
+/// when `what` is empty), with the exit code of its Errc: invalid_argument, permission_denied,
+/// exists, corrupt, unsupported → kUsage (what the caller pointed at is wrong); not_found →
+/// kNotFound; refused, busy → kRefused; timeout → kUnreachable; io_error → kFailure. Callers
+/// with a more specific code for their context (a key file that is missing is kUsage) say so.
+Failure failure_of(const Status& status, std::string_view what = {});
+
 /// Prints "leasehold <command>: <message>" on stderr and returns the code.
 int report(std::string_view command, const Failure& f);
 
@@ -65,8 +73,9 @@ void resolve(LockdFlags& flags);
 /// file (the key loader's message names the file and the fix).
 std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& failure);
 
-/// The failure for an answer without a body: no answer before the deadline → kUnreachable
-/// ("lockd at ADDR did not answer ... is it running? same key?"); an Error answer → kRefused.
+/// The failure for an answer without a body: no answer before the deadline or a send that
+/// failed (timeout, io_error) → kUnreachable ("lockd at ADDR did not answer ... is it running?
+/// same key?"); an Error answer (refused) → kRefused (failure_of); a bad answer → kInternal.
 Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std::string_view what);
 /// The failure for a Deny: unknown_name → kNotFound, invalid_name → kUsage, else kRefused.
 /// The message names the name, the refusal, the holder and the epoch.

@@ -196,7 +196,7 @@ bool lockd_answers_from(const std::string& netns, const SocketAddress& addr, con
     }
     wire::KeyLoad key = wire::load_key_file(key_path);
     if (!key) ::_exit(2);
-    lockd::AdminClient c(addr, *key.key, WorkerId{}, timeout_ms * 1'000'000);
+    lockd::AdminClient c(addr, *key, WorkerId{}, timeout_ms * 1'000'000);
     ::_exit(c.stats().ok() ? 0 : 1);
   }
   int status = 0;
@@ -540,9 +540,9 @@ void Demo::body() {
   for (int i = 0; i < 2; ++i) {
     worker_key_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".key";
     wire::KeyLoad cluster = wire::load_key_file(key_path_);
-    if (!cluster) abort(cluster.error);
+    if (!cluster) abort(cluster.message());
     worker_id_[i] = random_worker_id();
-    if (const Status e = wire::write_key_file(worker_key_[i], wire::derive_worker_key(*cluster.key, worker_id_[i]));
+    if (const Status e = wire::write_key_file(worker_key_[i], wire::derive_worker_key(*cluster, worker_id_[i]));
         !e.ok())
       abort(e.message());
   }
@@ -612,8 +612,8 @@ void Demo::body() {
   event(boot_ns(), "lockd up");
   {
     wire::KeyLoad key = wire::load_key_file(key_path_);
-    if (!key) abort(key.error);
-    admin_ = std::make_unique<lockd::AdminClient>(SocketAddress::loopback_v4(port_), *key.key, WorkerId{},
+    if (!key) abort(key.message());
+    admin_ = std::make_unique<lockd::AdminClient>(SocketAddress::loopback_v4(port_), *key, WorkerId{},
                                                   static_cast<std::int64_t>(kDemoLockdTimeoutMs) * 1'000'000);
   }
   for (int i = 0; i < 2; ++i) {
@@ -699,7 +699,7 @@ void Demo::body() {
   const auto* info = shown.as<wire::NameInfo>();
   if (info == nullptr || info->record.state != LockPhase::held)
     abort("lockd does not show \"" + args_.name + "\" held right after the cut: " +
-          (shown.ok() ? std::string(wire::to_string(wire::type_of(shown.body))) : shown.error));
+          (shown.ok() ? std::string(wire::to_string(wire::type_of(shown.body))) : shown.message()));
   // ttl_left is rounded down and measured after our send: the true expiry is at or after this.
   const std::int64_t expiry = t_show + static_cast<std::int64_t>(info->record.ttl_left_ms) * 1'000'000;
   detail("lockd: held by %s at epoch %llu, lease expires at %s (ttl left %u ms)", info->record.holder.str().substr(0, 8).c_str(),

@@ -828,11 +828,11 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   const std::string key = d.tmp.path + "/key";
   if (const Status err = wire::generate_key_file(key); !err.ok()) return {kInternal, err.message()};
   auto kl = wire::load_key_file(key);
-  if (!kl) return {kInternal, kl.error};
-  d.key = *kl.key;
+  if (!kl) return {kInternal, kl.message()};
+  d.key = *kl;
   // The supervisor holds only its own worker key, derived from the cluster key.
   const std::string worker_key = d.tmp.path + "/worker.key";
-  if (const Status err = wire::write_key_file(worker_key, wire::derive_worker_key(*kl.key, random_worker_id()));
+  if (const Status err = wire::write_key_file(worker_key, wire::derive_worker_key(*kl, random_worker_id()));
       !err.ok())
     return {kInternal, err.message()};
   std::string err;
@@ -1306,10 +1306,10 @@ Failure check_args(const ProbeArgs& a, const pp::Timing& t) {
 Failure load_deployment_key(const std::string& path, Deployment& d) {
   auto kl = wire::load_key_file(path);
   if (kl) {
-    d.key = *kl.key;
+    d.key = *kl;
     return {};
   }
-  std::string msg = kl.error;
+  std::string msg = kl.message();
   // The loader's own hint names lockd's flag; from here the fix is the deployment's key.
   if (const auto p = msg.find("; create one with --generate-key"); p != std::string::npos) msg.resize(p);
   return {kUsage, msg + "; pass the key file this deployment's lockd and supervisor use (--key-file or $" +
@@ -1349,7 +1349,7 @@ Failure settle_lockd(const ProbeArgs& a, Deployment& d) {
   const lockd::Answer ans = probe.stats();
   if (!ans.ok())
     return {kUnreachable, "lockd at " + d.lockd_text + " did not answer a stats request signed with the key file within " +
-                              std::to_string(kLockdCheckTimeoutMs) + " ms (" + ans.error + "): is it running there, and "
+                              std::to_string(kLockdCheckTimeoutMs) + " ms (" + ans.message() + "): is it running there, and "
                               "is the key the one lockd was started with? Without lockd's answers no trial can be judged"};
   return {};
 }

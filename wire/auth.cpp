@@ -117,58 +117,49 @@ std::string parse_key_header(std::string_view line, WireKey& key) {
 }  // namespace
 
 KeyLoad parse_key_file_text(const std::string& path, std::string_view text) {
-  KeyLoad res;
   const std::string fix_new = "; create one with --generate-key " + path;
   WireKey meta;
   if (text.rfind("leasehold-key", 0) == 0) {
     const std::size_t nl = text.find('\n');
     if (nl == std::string_view::npos) {
-      res.error = "key file " + path + " has a header line but no key line" + fix_new;
-      return res;
+      return Status{Errc::corrupt, "key file " + path + " has a header line but no key line" + fix_new};
     }
     std::string_view header = text.substr(0, nl);
     if (!header.empty() && header.back() == '\r') header.remove_suffix(1);
     if (header.size() > kKeyFileHeaderBytesMax) {
-      res.error = "key file " + path + ": the header line is longer than " +
-                  std::to_string(kKeyFileHeaderBytesMax) + " bytes";
-      return res;
+      return Status{Errc::corrupt, "key file " + path + ": the header line is longer than " +
+                  std::to_string(kKeyFileHeaderBytesMax) + " bytes"};
     }
     if (std::string why = parse_key_header(header, meta); !why.empty()) {
-      res.error = "key file " + path + ": " + why;
-      return res;
+      return Status{Errc::corrupt, "key file " + path + ": " + why};
     }
     text.remove_prefix(nl + 1);
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
   if (text.empty()) {
-    res.error = "key file " + path + " is empty" + fix_new;
-    return res;
+    return Status{Errc::corrupt, "key file " + path + " is empty" + fix_new};
   }
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (hex_value(text[i]) < 0) {
-      res.error = "key file " + path + ": byte " + std::to_string(i) +
+      return Status{Errc::corrupt, "key file " + path + ": byte " + std::to_string(i) +
                   " is not a hex digit; the key is " + std::to_string(2 * kKeyBytesMin) + ".." +
-                  std::to_string(2 * kKeyBytesMax) + " hex digits" + fix_new;
-      return res;
+                  std::to_string(2 * kKeyBytesMax) + " hex digits" + fix_new};
     }
   }
   if (text.size() < 2 * kKeyBytesMin || text.size() % 2 != 0) {
-    res.error = "key file " + path + " holds " + std::to_string(text.size()) + " hex digits; at least " +
-                std::to_string(2 * kKeyBytesMin) + " (an even number) are needed" + fix_new;
-    return res;
+    return Status{Errc::corrupt, "key file " + path + " holds " + std::to_string(text.size()) + " hex digits; at least " +
+                std::to_string(2 * kKeyBytesMin) + " (an even number) are needed" + fix_new};
   }
   if (text.size() > 2 * kKeyBytesMax) {
-    res.error = "key file " + path + " holds " + std::to_string(text.size()) + " hex digits; at most " +
-                std::to_string(2 * kKeyBytesMax) + " are used by HMAC-SHA256" + fix_new;
-    return res;
+    return Status{Errc::corrupt, "key file " + path + " holds " + std::to_string(text.size()) + " hex digits; at most " +
+                std::to_string(2 * kKeyBytesMax) + " are used by HMAC-SHA256" + fix_new};
   }
-  res.key = parse_key_hex(text);
-  if (res.key) {
-    res.key->kind = meta.kind;
-    res.key->key_id = meta.key_id;
-    res.key->worker = meta.worker;
-  }
-  return res;
+  std::optional<WireKey> key = parse_key_hex(text);
+  if (!key) return Status{Errc::corrupt, "key file " + path + ": the key line is not hex" + fix_new};
+  key->kind = meta.kind;
+  key->key_id = meta.key_id;
+  key->worker = meta.worker;
+  return std::move(*key);
 }
 
 Status read_private_file(const std::string& path, std::span<char> buf, std::size_t& n, std::string_view fix_new) {
@@ -210,7 +201,6 @@ Status read_private_file(const std::string& path, std::span<char> buf, std::size
 }
 
 KeyLoad load_key_file(const std::string& path) {
-  KeyLoad res;
   const std::string fix_new = "; create one with --generate-key " + path;
   char buf[kKeyFileBytesMax + 1];
   // The hex text is a copy of the key: it is wiped on every way out of this function.
@@ -220,15 +210,11 @@ KeyLoad load_key_file(const std::string& path) {
     ~Wipe() { OPENSSL_cleanse(p, n); }
   } wipe{buf, sizeof buf};
   std::size_t n = 0;
-  if (Status st = read_private_file(path, buf, n, fix_new); !st.ok()) {
-    res.error = st.message();
-    return res;
-  }
+  if (Status st = read_private_file(path, buf, n, fix_new); !st.ok()) return st;
   if (n > kKeyFileBytesMax) {
-    res.error = "key file " + path + " is larger than " + std::to_string(kKeyFileBytesMax) +
+    return Status{Errc::corrupt, "key file " + path + " is larger than " + std::to_string(kKeyFileBytesMax) +
                 " bytes; expected a header line and " + std::to_string(2 * kKeyBytesMin) + ".." +
-                std::to_string(2 * kKeyBytesMax) + " hex digits" + fix_new;
-    return res;
+                std::to_string(2 * kKeyBytesMax) + " hex digits" + fix_new};
   }
   return parse_key_file_text(path, std::string_view(buf, n));
 }

@@ -571,10 +571,10 @@ int main(int argc, char** argv) {
     if (!a) return 2;
     auto key = wire::load_key_file(o.key_file);
     if (!key) {
-      std::fprintf(stderr, "%s\n", key.error.c_str());
+      std::fprintf(stderr, "%s\n", key.message().c_str());
       return 1;
     }
-    std::vector<Worker> workers = make_workers(o, *key.key, false);
+    std::vector<Worker> workers = make_workers(o, *key, false);
     run_against(workers, *a, o, -1, &rc);
     return rc;
   }
@@ -590,10 +590,10 @@ int main(int argc, char** argv) {
     if (!l) return 1;
     auto key = wire::load_key_file(key_file);
     if (!key) {
-      std::fprintf(stderr, "%s\n", key.error.c_str());
+      std::fprintf(stderr, "%s\n", key.message().c_str());
       return 1;
     }
-    std::vector<Worker> workers = make_workers(o, *key.key, shared_keys);
+    std::vector<Worker> workers = make_workers(o, *key, shared_keys);
     const RefreshStatus r = run_against(workers, l->address, o, l->pid, &rc);
     (shared_keys ? shared : per_worker).push_back(r.per_s);
     if (i + 1 == runs) last = std::move(workers);

@@ -46,8 +46,8 @@ class KeyFile : public ::testing::Test {
 TEST_F(KeyFile, LoadsAKeyWithMode0600Or0400) {
   for (mode_t mode : {0600, 0400}) {
     const KeyLoad k = load_key_file(write("k" + std::to_string(mode), hex64_ + "\n", mode));
-    ASSERT_TRUE(k) << k.error;
-    EXPECT_EQ(k.key->bytes, std::vector<std::uint8_t>(32, 0xAA));
+    ASSERT_TRUE(k) << k.message();
+    EXPECT_EQ(k->bytes, std::vector<std::uint8_t>(32, 0xAA));
   }
 }
 
@@ -58,9 +58,10 @@ TEST_F(KeyFile, RefusesGroupOrOtherAccessNamingModeAndFix) {
     EXPECT_FALSE(k);
     char mode_text[8];
     std::snprintf(mode_text, sizeof mode_text, "%04o", static_cast<unsigned>(mode));
-    EXPECT_TRUE(contains(k.error, path)) << k.error;
-    EXPECT_TRUE(contains(k.error, mode_text)) << k.error;
-    EXPECT_TRUE(contains(k.error, "chmod 600 " + path)) << k.error;
+    EXPECT_EQ(k.code(), Errc::permission_denied);
+    EXPECT_TRUE(contains(k.message(), path)) << k.message();
+    EXPECT_TRUE(contains(k.message(), mode_text)) << k.message();
+    EXPECT_TRUE(contains(k.message(), "chmod 600 " + path)) << k.message();
     fs::remove(path);
   }
 }
@@ -73,9 +74,10 @@ TEST_F(KeyFile, RefusesAFileOwnedByAnotherUserNamingOwnerAndFix) {
   ASSERT_EQ(::chown(path.c_str(), 4242, 4242), 0);
   const KeyLoad k = load_key_file(path);
   EXPECT_FALSE(k);
-  EXPECT_TRUE(contains(k.error, path)) << k.error;
-  EXPECT_TRUE(contains(k.error, "owned by uid 4242")) << k.error;
-  EXPECT_TRUE(contains(k.error, "fix: chown 0 " + path)) << k.error;
+  EXPECT_EQ(k.code(), Errc::permission_denied);
+  EXPECT_TRUE(contains(k.message(), path)) << k.message();
+  EXPECT_TRUE(contains(k.message(), "owned by uid 4242")) << k.message();
+  EXPECT_TRUE(contains(k.message(), "fix: chown 0 " + path)) << k.message();
   ASSERT_EQ(::chown(path.c_str(), 0, 0), 0);
   EXPECT_TRUE(load_key_file(path)) << "root's own key file loads";
 }
@@ -84,31 +86,34 @@ TEST_F(KeyFile, RefusesMissingEmptyShortAndMalformedKeys) {
   const std::string missing = dir_ + "/absent";
   KeyLoad k = load_key_file(missing);
   EXPECT_FALSE(k);
-  EXPECT_TRUE(contains(k.error, missing)) << k.error;
-  EXPECT_TRUE(contains(k.error, "No such file")) << k.error;
-  EXPECT_TRUE(contains(k.error, "--generate-key")) << k.error;
+  EXPECT_EQ(k.code(), Errc::not_found);
+  EXPECT_TRUE(contains(k.message(), missing)) << k.message();
+  EXPECT_TRUE(contains(k.message(), "No such file")) << k.message();
+  EXPECT_TRUE(contains(k.message(), "--generate-key")) << k.message();
 
   k = load_key_file(write("empty", "", 0600));
   EXPECT_FALSE(k);
-  EXPECT_TRUE(contains(k.error, "is empty")) << k.error;
+  EXPECT_EQ(k.code(), Errc::corrupt);
+  EXPECT_TRUE(contains(k.message(), "is empty")) << k.message();
 
   k = load_key_file(write("short", std::string(62, 'b'), 0600));
   EXPECT_FALSE(k);
-  EXPECT_TRUE(contains(k.error, "62 hex digits")) << k.error;
+  EXPECT_TRUE(contains(k.message(), "62 hex digits")) << k.message();
 
   k = load_key_file(write("odd", std::string(65, 'b'), 0600));
   EXPECT_FALSE(k);
 
   k = load_key_file(write("nothex", std::string(63, 'b') + "g", 0600));
   EXPECT_FALSE(k);
-  EXPECT_TRUE(contains(k.error, "byte 63 is not a hex digit")) << k.error;
+  EXPECT_TRUE(contains(k.message(), "byte 63 is not a hex digit")) << k.message();
 
   k = load_key_file(write("long", std::string(2 * kKeyBytesMax + 2, 'c'), 0600));
   EXPECT_FALSE(k);
 
   k = load_key_file(dir_);
   EXPECT_FALSE(k);
-  EXPECT_TRUE(contains(k.error, "not a regular file")) << k.error;
+  EXPECT_EQ(k.code(), Errc::invalid_argument);
+  EXPECT_TRUE(contains(k.message(), "not a regular file")) << k.message();
 }
 
 // A FIFO is refused like a directory, at once: opening it must not wait for a writer (which
@@ -121,7 +126,7 @@ TEST_F(KeyFile, RefusesAFifoWithoutBlocking) {
   if (pid == 0) {
     ::alarm(20);
     const KeyLoad k = load_key_file(path);
-    ::_exit(!k && contains(k.error, "not a regular file") ? 0 : 1);
+    ::_exit(!k && contains(k.message(), "not a regular file") ? 0 : 1);
   }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -137,19 +142,19 @@ TEST_F(KeyFile, GeneratedKeyIs0600LoadsAndIsNeverOverwritten) {
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
   const KeyLoad a = load_key_file(path);
-  ASSERT_TRUE(a) << a.error;
-  EXPECT_EQ(a.key->bytes.size(), kKeyBytesMin);
+  ASSERT_TRUE(a) << a.message();
+  EXPECT_EQ(a->bytes.size(), kKeyBytesMin);
 
   const Status again = generate_key_file(path);
   EXPECT_EQ(again.code(), Errc::exists);
   EXPECT_TRUE(contains(again.message(), "never overwritten")) << again.message();
   const KeyLoad b = load_key_file(path);
   ASSERT_TRUE(b);
-  EXPECT_EQ(a.key->bytes, b.key->bytes);
+  EXPECT_EQ(a->bytes, b->bytes);
 
   const std::string other = dir_ + "/other.key";
   ASSERT_EQ(generate_key_file(other).message(), "");
-  EXPECT_NE(load_key_file(other).key->bytes, a.key->bytes);  // fresh randomness
+  EXPECT_NE(load_key_file(other)->bytes, a->bytes);  // fresh randomness
 }
 
 TEST(Authenticator, MatchesOpenSslOneShotHmacSha256) {

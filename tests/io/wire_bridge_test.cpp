@@ -76,8 +76,11 @@ class KeyDir {
       return std::nullopt;
     }
     wire::KeyLoad k = wire::load_key_file(file);
-    if (!k) ADD_FAILURE() << k.error;
-    return k.key;
+    if (!k) {
+      ADD_FAILURE() << k.message();
+      return std::nullopt;
+    }
+    return *k;
   }
 
  private:

@@ -86,19 +86,25 @@ TEST(LockdConfig, LoadKeysRefusesAKeyDirectoryOthersCanWriteAndWorkerKeys) {
   ASSERT_EQ(wire::generate_key_file(d + "/admin-9.key", wire::KeyKind::admin, 9).message(), "");
   LockdConfig cfg;
   cfg.key_dir = d;
-  std::vector<wire::WireKey> keys;
-  ASSERT_EQ(load_keys(cfg, &keys), "");
-  ASSERT_EQ(keys.size(), 2u);
+  const auto keys = load_keys(cfg);
+  ASSERT_TRUE(keys.ok()) << keys.message();
+  ASSERT_EQ(keys->size(), 2u);
   ::chmod(d.c_str(), 0777);
-  EXPECT_NE(load_keys(cfg, &keys).find("is writable by others"), std::string::npos);
+  const auto open_dir = load_keys(cfg);
+  EXPECT_EQ(open_dir.code(), Errc::permission_denied);
+  EXPECT_NE(open_dir.message().find("is writable by others"), std::string::npos) << open_dir.message();
   ::chmod(d.c_str(), 0700);
   auto cluster = wire::load_key_file(d + "/cluster-1.key");
-  ASSERT_TRUE(cluster) << cluster.error;
-  ASSERT_EQ(wire::write_key_file(d + "/w.key", wire::derive_worker_key(*cluster.key, WorkerId{1, 2})).message(), "");
-  EXPECT_NE(load_keys(cfg, &keys).find("a worker key belongs to its supervisor"), std::string::npos);
+  ASSERT_TRUE(cluster) << cluster.message();
+  ASSERT_EQ(wire::write_key_file(d + "/w.key", wire::derive_worker_key(*cluster, WorkerId{1, 2})).message(), "");
+  const auto worker_key = load_keys(cfg);
+  EXPECT_EQ(worker_key.code(), Errc::invalid_argument);
+  EXPECT_NE(worker_key.message().find("a worker key belongs to its supervisor"), std::string::npos) << worker_key.message();
   ::unlink((d + "/w.key").c_str());
   cfg.key_files = {d + "/cluster-1.key"};  // the same key twice: one id, two keys
-  EXPECT_NE(load_keys(cfg, &keys).find("used by two keys"), std::string::npos);
+  const auto twice = load_keys(cfg);
+  EXPECT_EQ(twice.code(), Errc::exists);
+  EXPECT_NE(twice.message().find("used by two keys"), std::string::npos) << twice.message();
   std::filesystem::remove_all(d);
 }
 

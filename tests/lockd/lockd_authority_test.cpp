@@ -100,7 +100,7 @@ class LockdAuthority : public ::testing::TestWithParam<bool> {
     AdminClient w(lockd_.address(), worker_key(W));
     const Answer g = w.acquire(name, S1, W);
     const auto* grant = g.as<wire::Grant>();
-    EXPECT_NE(grant, nullptr) << name << ": " << g.error;
+    EXPECT_NE(grant, nullptr) << name << ": " << g.message();
     if (grant == nullptr) return std::nullopt;
     wire::Heartbeat hb;
     hb.entries.push_back(wire::HeartbeatEntry{name_id_of(name), S1, grant->epoch});
@@ -127,17 +127,16 @@ class LockdAuthority : public ::testing::TestWithParam<bool> {
       EXPECT_EQ(r.code, 0) << r.err;
     }
     auto k = wire::load_key_file(out.string());
-    EXPECT_TRUE(k) << k.error;
-    EXPECT_EQ(k.key->kind, wire::KeyKind::worker);
-    EXPECT_EQ(k.key->worker, worker);
-    return *k.key;
+    EXPECT_TRUE(k) << k.message();
+    EXPECT_EQ(k->kind, wire::KeyKind::worker);
+    EXPECT_EQ(k->worker, worker);
+    return *k;
   }
 
   std::map<std::string, std::uint64_t> counters() {
     AdminClient admin(lockd_.address(), cluster_);
-    std::string err;
-    auto c = admin.counters(&err);
-    EXPECT_TRUE(c) << err;
+    auto c = admin.counters();
+    EXPECT_TRUE(c) << c.message();
     std::map<std::string, std::uint64_t> v;
     if (c)
       for (const auto& k : *c) v[k.key] = k.value;
@@ -190,7 +189,7 @@ TEST_P(LockdAuthority, ForeignKeyCannotPoisonAnotherWorkersReplayWindow) {
   const Answer a = w.acquire("auth/poison", S1, W);
   if (defended()) {
     EXPECT_FALSE(answered) << "a datagram that is not W's was answered";
-    ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;
+    ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.message();
     EXPECT_GE(counters()["reject_bad_tag"], 1u);
     EXPECT_EQ(counters()["reject_stale_seq"], 0u) << "W's window was moved by a datagram not W's";
   } else {
@@ -209,13 +208,13 @@ TEST_P(LockdAuthority, ReleaseFromAnotherWorkerIsRefused) {
   AdminClient w(lockd_.address(), worker_key(W));
   const Answer g = w.acquire("auth/release", S1, W);
   const auto* grant = g.as<wire::Grant>();
-  ASSERT_NE(grant, nullptr) << g.error;
+  ASSERT_NE(grant, nullptr) << g.message();
 
   AdminClient x(lockd_.address(), worker_key(X));
   const Answer r = x.release(name_id_of("auth/release"), S1, grant->epoch);
   if (defended()) {
     const auto* d = r.as<wire::Deny>();
-    ASSERT_NE(d, nullptr) << r.error;
+    ASSERT_NE(d, nullptr) << r.message();
     EXPECT_EQ(d->refusal, Refusal::forbidden);
     EXPECT_TRUE(d->holder.is_nil());  // the refusal tells nothing of the holder
     EXPECT_EQ(state_of("auth/release"), LockPhase::held);
@@ -224,13 +223,13 @@ TEST_P(LockdAuthority, ReleaseFromAnotherWorkerIsRefused) {
     EXPECT_EQ(c["forbidden"], 1u);
     // Acting as another worker is refused too: X acquiring for W, X committing as W.
     const Answer a2 = x.acquire("auth/other", S1, W);
-    ASSERT_NE(a2.as<wire::Deny>(), nullptr) << a2.error;
+    ASSERT_NE(a2.as<wire::Deny>(), nullptr) << a2.message();
     EXPECT_EQ(a2.as<wire::Deny>()->refusal, Refusal::forbidden);
     // The rightful holder's worker can still release.
     const Answer own = w.release(name_id_of("auth/release"), S1, grant->epoch);
-    EXPECT_NE(own.as<wire::Ok>(), nullptr) << own.error;
+    EXPECT_NE(own.as<wire::Ok>(), nullptr) << own.message();
   } else {
-    EXPECT_NE(r.as<wire::Ok>(), nullptr) << r.error;
+    EXPECT_NE(r.as<wire::Ok>(), nullptr) << r.message();
     EXPECT_EQ(state_of("auth/release"), LockPhase::free);
   }
 }
@@ -243,7 +242,7 @@ TEST_P(LockdAuthority, CommitOfAnotherWorkersAcquireIsRefused) {
   AdminClient w(lockd_.address(), worker_key(W));
   const Answer g = w.acquire("auth/commit", S1, W, 0, /*two_phase=*/true);
   const auto* grant = g.as<wire::Grant>();
-  ASSERT_NE(grant, nullptr) << g.error;
+  ASSERT_NE(grant, nullptr) << g.message();
   ASSERT_EQ(grant->state, LockPhase::acquiring);
 
   AdminClient x(lockd_.address(), worker_key(X));
@@ -251,29 +250,29 @@ TEST_P(LockdAuthority, CommitOfAnotherWorkersAcquireIsRefused) {
   AdminClient admin(lockd_.address(), cluster_);
   const Answer shown = admin.show("auth/commit");
   const auto* info = shown.as<wire::NameInfo>();
-  ASSERT_NE(info, nullptr) << shown.error;
+  ASSERT_NE(info, nullptr) << shown.message();
   if (defended()) {
     const auto* d = c.as<wire::Deny>();
-    ASSERT_NE(d, nullptr) << c.error;
+    ASSERT_NE(d, nullptr) << c.message();
     EXPECT_EQ(d->refusal, Refusal::forbidden);
     EXPECT_TRUE(d->holder.is_nil());
     EXPECT_EQ(info->record.state, LockPhase::acquiring);
     EXPECT_EQ(info->record.worker, W);  // the record names the worker it is bound to
     // X's abort of W's acquire is refused the same way.
     const Answer abort = x.release(name_id_of("auth/commit"), S1, grant->epoch);
-    ASSERT_NE(abort.as<wire::Deny>(), nullptr) << abort.error;
+    ASSERT_NE(abort.as<wire::Deny>(), nullptr) << abort.message();
     EXPECT_EQ(abort.as<wire::Deny>()->refusal, Refusal::forbidden);
     auto n = counters();
     EXPECT_EQ(n["refusal_forbidden"], 2u);
     EXPECT_EQ(n["forbidden"], 2u);
     // W commits its own acquire.
     const Answer own = w.commit(name_id_of("auth/commit"), S1, grant->epoch, W);
-    ASSERT_NE(own.as<wire::Grant>(), nullptr) << own.error;
+    ASSERT_NE(own.as<wire::Grant>(), nullptr) << own.message();
     EXPECT_EQ(own.as<wire::Grant>()->state, LockPhase::held);
     EXPECT_EQ(own.as<wire::Grant>()->epoch, grant->epoch);
   } else {
     const auto* held = c.as<wire::Grant>();
-    ASSERT_NE(held, nullptr) << "the ablated lockd was expected to let X commit: " << c.error;
+    ASSERT_NE(held, nullptr) << "the ablated lockd was expected to let X commit: " << c.message();
     EXPECT_EQ(held->state, LockPhase::held);
     EXPECT_EQ(info->record.worker, X);  // W's sandbox's name now belongs to X's worker
   }
@@ -375,10 +374,10 @@ TEST_P(LockdAuthority, RestartBelowTheWindowResyncsWithoutReopeningReplay) {
   const Answer a = after.acquire("auth/restart", S1, W);
   if (!defended()) {
     EXPECT_EQ(a.as<wire::Grant>(), nullptr);
-    EXPECT_NE(a.error.find("stale_seq"), std::string::npos) << a.error;
+    EXPECT_NE(a.message().find("stale_seq"), std::string::npos) << a.message();
     return;
   }
-  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;
+  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.message();
   auto c = counters();
   EXPECT_GE(c["reject_stale_seq"], 1u);  // its retries until the old address had been silent
   // The old run's captured datagram is still refused (never executed again).
@@ -397,9 +396,9 @@ TEST_P(LockdAuthority, AdminOperationsNeedAnAdminKey) {
   start("no-authz", {"--admin-key-file", admin_path.string()});
   AdminClient w(lockd_.address(), worker_key(W));
   const Answer g = w.acquire("auth/admin", S1, W);
-  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
   const Answer own = w.show("auth/admin");
-  EXPECT_NE(own.as<wire::NameInfo>(), nullptr) << own.error;  // its own name: allowed
+  EXPECT_NE(own.as<wire::NameInfo>(), nullptr) << own.message();  // its own name: allowed
 
   AdminClient x(lockd_.address(), worker_key(X));
   const Answer sh = x.show("auth/admin");
@@ -407,21 +406,21 @@ TEST_P(LockdAuthority, AdminOperationsNeedAnAdminKey) {
   const Answer rv = x.revoke(name_id_of("auth/admin"));
   if (defended()) {
     for (const Answer* a : {&sh, &ls, &rv}) {
-      ASSERT_NE(a->as<wire::Deny>(), nullptr) << a->error;
+      ASSERT_NE(a->as<wire::Deny>(), nullptr) << a->message();
       EXPECT_EQ(a->as<wire::Deny>()->refusal, Refusal::forbidden);
       EXPECT_TRUE(a->as<wire::Deny>()->holder.is_nil());
     }
     EXPECT_EQ(state_of("auth/admin"), LockPhase::held);
     EXPECT_EQ(counters()["forbidden"], 3u);
   } else {
-    EXPECT_NE(sh.as<wire::NameInfo>(), nullptr) << sh.error;
-    EXPECT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+    EXPECT_NE(sh.as<wire::NameInfo>(), nullptr) << sh.message();
+    EXPECT_NE(rv.as<wire::Ok>(), nullptr) << rv.message();
   }
   auto admin = wire::load_key_file(admin_path.string());
-  ASSERT_TRUE(admin) << admin.error;
-  AdminClient a(lockd_.address(), *admin.key);
+  ASSERT_TRUE(admin) << admin.message();
+  AdminClient a(lockd_.address(), *admin);
   const Answer listed = a.list();
-  ASSERT_NE(listed.as<wire::ListPage>(), nullptr) << listed.error;
+  ASSERT_NE(listed.as<wire::ListPage>(), nullptr) << listed.message();
   EXPECT_EQ(listed.as<wire::ListPage>()->entries.size(), 1u);
 }
 
@@ -435,18 +434,18 @@ TEST_P(LockdAuthority, AdminKeyCannotSpeakAsAWorker) {
   ASSERT_EQ(run_lockd_to_exit({"--generate-key", admin_path.string(), "--kind", "admin", "--key-id", "9"}, dir_.path()).code, 0);
   start("admin-as-worker", {"--admin-key-file", admin_path.string(), "--ttl-ms", "60000"});
   auto admin_key = wire::load_key_file(admin_path.string());
-  ASSERT_TRUE(admin_key) << admin_key.error;
+  ASSERT_TRUE(admin_key) << admin_key.message();
   AdminClient w(lockd_.address(), worker_key(W));
   const Answer g = w.acquire("auth/killconf", S1, W);
   const auto* grant = g.as<wire::Grant>();
-  ASSERT_NE(grant, nullptr) << g.error;
-  AdminClient admin(lockd_.address(), *admin_key.key);
+  ASSERT_NE(grant, nullptr) << g.message();
+  AdminClient admin(lockd_.address(), *admin_key);
   const Answer rv = admin.revoke(name_id_of("auth/killconf"));
-  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.message();
 
   // The admin key, with the header naming W: a kill confirmation, an acquire, a release, a
   // heartbeat, all for W.
-  AdminClient as_w(lockd_.address(), *admin_key.key, W);
+  AdminClient as_w(lockd_.address(), *admin_key, W);
   const Answer kc = as_w.request(wire::KillConfirmed{name_id_of("auth/killconf"), S1, grant->epoch});
   const Answer other = as_w.acquire("auth/granted-to-w", SandboxId{0xA1, 2}, W);
   const Answer rel = as_w.release(name_id_of("auth/granted-to-w"), SandboxId{0xA1, 2}, 1);
@@ -456,10 +455,10 @@ TEST_P(LockdAuthority, AdminKeyCannotSpeakAsAWorker) {
   const Answer taken = x.acquire("auth/killconf", SandboxId{0xA1, 3}, X);
   if (defended()) {
     for (const Answer* a : {&kc, &other, &rel, &hb}) {
-      ASSERT_NE(a->as<wire::Deny>(), nullptr) << a->error;
+      ASSERT_NE(a->as<wire::Deny>(), nullptr) << a->message();
       EXPECT_EQ(a->as<wire::Deny>()->refusal, Refusal::forbidden);
     }
-    ASSERT_NE(taken.as<wire::Deny>(), nullptr) << taken.error;
+    ASSERT_NE(taken.as<wire::Deny>(), nullptr) << taken.message();
     EXPECT_EQ(taken.as<wire::Deny>()->refusal, Refusal::lock_delay);  // W's sandbox may still run
     EXPECT_EQ(state_of("auth/granted-to-w"), LockPhase::free);
     auto c = counters();
@@ -467,16 +466,16 @@ TEST_P(LockdAuthority, AdminKeyCannotSpeakAsAWorker) {
     EXPECT_EQ(c["refusal_forbidden"], 4u);
     // W's own key confirms the kill; then the name is grantable.
     const Answer own = w.request(wire::KillConfirmed{name_id_of("auth/killconf"), S1, grant->epoch});
-    EXPECT_NE(own.as<wire::Ok>(), nullptr) << own.error;
+    EXPECT_NE(own.as<wire::Ok>(), nullptr) << own.message();
     const Answer after = x.acquire("auth/killconf", SandboxId{0xA1, 3}, X);
-    EXPECT_NE(after.as<wire::Grant>(), nullptr) << after.error;
+    EXPECT_NE(after.as<wire::Grant>(), nullptr) << after.message();
   } else {
     EXPECT_NE(kc.as<wire::Ok>(), nullptr) << "the ablated lockd was expected to accept the admin's confirmation: "
-                                          << kc.error;
-    ASSERT_NE(other.as<wire::Grant>(), nullptr) << other.error;
+                                          << kc.message();
+    ASSERT_NE(other.as<wire::Grant>(), nullptr) << other.message();
     EXPECT_EQ(other.as<wire::Grant>()->worker, W);
     EXPECT_NE(taken.as<wire::Grant>(), nullptr) << "X was expected to take the name while W's sandbox may run: "
-                                                << taken.error;
+                                                << taken.message();
   }
 }
 
@@ -487,17 +486,17 @@ TEST_P(LockdAuthority, ClusterKeyIsRootButCannotConfirmAKill) {
   AdminClient root(lockd_.address(), cluster_, W);
   const Answer g = root.acquire("auth/root", S1, W);
   const auto* grant = g.as<wire::Grant>();
-  ASSERT_NE(grant, nullptr) << g.error;
+  ASSERT_NE(grant, nullptr) << g.message();
   EXPECT_EQ(grant->worker, W);
   const Answer rv = root.revoke(name_id_of("auth/root"));
-  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.message();
   const Answer kc = root.request(wire::KillConfirmed{name_id_of("auth/root"), S1, grant->epoch});
   if (defended()) {
-    ASSERT_NE(kc.as<wire::Deny>(), nullptr) << kc.error;
+    ASSERT_NE(kc.as<wire::Deny>(), nullptr) << kc.message();
     EXPECT_EQ(kc.as<wire::Deny>()->refusal, Refusal::forbidden);
     EXPECT_EQ(counters()["forbidden"], 1u);
   } else {
-    EXPECT_NE(kc.as<wire::Ok>(), nullptr) << kc.error;
+    EXPECT_NE(kc.as<wire::Ok>(), nullptr) << kc.message();
   }
 }
 
@@ -511,21 +510,21 @@ TEST_P(LockdAuthority, ReservationCannotBeTakenByAnotherWorker) {
   AdminClient w(lockd_.address(), worker_key(W));
   const Answer g = w.acquire("auth/reserved", S1, W);
   const auto* grant = g.as<wire::Grant>();
-  ASSERT_NE(grant, nullptr) << g.error;
+  ASSERT_NE(grant, nullptr) << g.message();
   AdminClient root(lockd_.address(), cluster_);
   const NameId id = name_id_of("auth/reserved");
   const Answer tb = root.transfer_begin(id, S1, grant->epoch, S2, W);
-  ASSERT_NE(tb.as<wire::TransferState>(), nullptr) << tb.error;
+  ASSERT_NE(tb.as<wire::TransferState>(), nullptr) << tb.message();
   // S1 is dead: W says so (whatever guards the transfer's completion, this lifts it).
   (void)w.request(wire::KillConfirmed{id, S1, grant->epoch});
   const Answer tc = root.transfer_complete(id, grant->epoch + 1);
-  ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.error;
+  ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.message();
 
   AdminClient x(lockd_.address(), worker_key(X));
   const Answer stolen = x.acquire("auth/reserved", S2, X);
   if (defended()) {
     const auto* d = stolen.as<wire::Deny>();
-    ASSERT_NE(d, nullptr) << stolen.error;
+    ASSERT_NE(d, nullptr) << stolen.message();
     EXPECT_EQ(d->refusal, Refusal::forbidden);
     EXPECT_TRUE(d->holder.is_nil());  // nothing told
     EXPECT_EQ(d->epoch, 0u);
@@ -534,15 +533,15 @@ TEST_P(LockdAuthority, ReservationCannotBeTakenByAnotherWorker) {
     EXPECT_EQ(c["refusal_forbidden"], 1u);
     // W takes its reservation; X naming the holder now gets no "idempotent" grant either.
     const Answer own = w.acquire("auth/reserved", S2, W);
-    ASSERT_NE(own.as<wire::Grant>(), nullptr) << own.error;
+    ASSERT_NE(own.as<wire::Grant>(), nullptr) << own.message();
     EXPECT_EQ(own.as<wire::Grant>()->epoch, grant->epoch + 1);
     const Answer again = x.acquire("auth/reserved", S2, X);
-    ASSERT_NE(again.as<wire::Deny>(), nullptr) << again.error;
+    ASSERT_NE(again.as<wire::Deny>(), nullptr) << again.message();
     EXPECT_EQ(again.as<wire::Deny>()->refusal, Refusal::forbidden);
     EXPECT_EQ(counters()["forbidden"], 2u);
   } else {
     const auto* taken = stolen.as<wire::Grant>();
-    ASSERT_NE(taken, nullptr) << "the ablated lockd was expected to give X the reservation: " << stolen.error;
+    ASSERT_NE(taken, nullptr) << "the ablated lockd was expected to give X the reservation: " << stolen.message();
     EXPECT_EQ(taken->worker, X);
   }
 }
@@ -568,10 +567,10 @@ TEST_P(LockdAuthority, SeqAtTheTopCannotLockAWorkerOut) {
   const Answer a = w.acquire("auth/top", S1, W);
   if (!defended()) {  // accepted; the floor wrapped: W is locked out
     EXPECT_EQ(a.as<wire::Grant>(), nullptr);
-    EXPECT_NE(a.error.find("stale_seq"), std::string::npos) << a.error;
+    EXPECT_NE(a.message().find("stale_seq"), std::string::npos) << a.message();
     return;
   }
-  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;  // W still works
+  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.message();  // W still works
   wire::Authenticator auth(kw);
   const wire::DecodeResult r = wire::decode(answer, &auth);
   ASSERT_TRUE(r) << r.detail;
@@ -604,13 +603,13 @@ TEST_P(LockdAuthority, SeqJumpCannotLockAWorkerOut) {
   if (!defended()) {  // accepted: W has no seq left
     EXPECT_EQ(e, nullptr) << "the ablated lockd was expected to accept seq 2^63-1";
     EXPECT_EQ(a.as<wire::Grant>(), nullptr);
-    EXPECT_NE(a.error.find("stale_seq"), std::string::npos) << a.error;
+    EXPECT_NE(a.message().find("stale_seq"), std::string::npos) << a.message();
     return;
   }
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->code, wire::error_code_of(wire::DecodeError::seq_jump));
   EXPECT_NE(e->message.find("wall clock"), std::string::npos) << e->message;
-  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;  // W still works
+  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.message();  // W still works
   EXPECT_EQ(counters()["reject_seq_jump"], 1u);
   // The largest jump allowed (just under the bound) is taken; a sender that starts at its wall
   // clock, below it, resyncs from the stale_seq answer and is served.
@@ -624,7 +623,7 @@ TEST_P(LockdAuthority, SeqJumpCannotLockAWorkerOut) {
   EXPECT_EQ(std::get_if<wire::Error>(&okr.body), nullptr);
   AdminClient restarted(lockd_.address(), kw, {}, 20'000'000'000);
   const Answer b = restarted.acquire("auth/jump2", SandboxId{0xA1, 2}, W);
-  ASSERT_NE(b.as<wire::Grant>(), nullptr) << b.error;
+  ASSERT_NE(b.as<wire::Grant>(), nullptr) << b.message();
   EXPECT_GE(counters()["reject_stale_seq"], 1u);
 }
 

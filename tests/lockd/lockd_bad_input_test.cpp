@@ -42,7 +42,7 @@ class LockdBadInput : public ::testing::Test {
     for (int i = 0; i < 300; ++i) {
       const Answer a = c.acquire("n/" + std::to_string(i), SandboxId{1, static_cast<std::uint64_t>(i + 1)},
                                  WorkerId{2, 1});
-      ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;
+      ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.message();
     }
     ASSERT_EQ(p.terminate(), 0);
   }

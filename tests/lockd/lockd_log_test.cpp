@@ -38,14 +38,13 @@ TEST(LockdLog, AFullStderrPipeDoesNotStallAnswers) {
     const std::string name = "log/" + std::to_string(i);
     const Answer a = client.acquire(name, sb, w);
     const auto* g = a.as<wire::Grant>();
-    ASSERT_NE(g, nullptr) << "acquire " << i << ": " << a.error;
+    ASSERT_NE(g, nullptr) << "acquire " << i << ": " << a.message();
     const Answer r = client.release(g->name_id, sb, g->epoch);
-    ASSERT_TRUE(r.ok()) << "release " << i << ": " << r.error;
+    ASSERT_TRUE(r.ok()) << "release " << i << ": " << r.message();
     ASSERT_EQ(r.as<wire::Deny>(), nullptr) << "release " << i;
   }
-  std::string why;
-  const auto counters = client.counters(&why);
-  ASSERT_TRUE(counters.has_value()) << why;
+  const auto counters = client.counters();
+  ASSERT_TRUE(counters) << counters.message();
   bool found = false;
   for (const auto& c : *counters) found |= c.key == "log_lines_dropped";
   EXPECT_TRUE(found) << "stats name the dropped log lines";

@@ -38,8 +38,8 @@ inline wire::WireKey make_key(const fs::path& dir) {
     if (!err.ok()) throw std::runtime_error(err.message());
   }
   auto k = wire::load_key_file(p.string());
-  if (!k) throw std::runtime_error(k.error);
-  return *k.key;
+  if (!k) throw std::runtime_error(k.message());
+  return *k;
 }
 
 /// lockd's process as the tests run it: in the test's process group (a test's child, as any).

@@ -46,14 +46,14 @@ class LockdTest : public ::testing::Test {
 template <class T>
 ::testing::AssertionResult is(const Answer& a) {
   if (a.as<T>() != nullptr) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "unexpected answer: " << (a.ok() ? "" : a.error)
+  return ::testing::AssertionFailure() << "unexpected answer: " << (a.ok() ? "" : a.message())
                                        << (a.as<wire::Deny>() != nullptr
                                                ? std::string(to_string(a.as<wire::Deny>()->refusal))
                                                : std::string());
 }
 
 std::string describe(const Answer& a) {
-  if (!a.ok()) return a.error;
+  if (!a.ok()) return a.message();
   if (const auto* d = a.as<wire::Deny>()) return "deny " + std::string(to_string(d->refusal));
   return "answer type " + std::string(wire::to_string(wire::type_of(a.body)));
 }
@@ -68,7 +68,7 @@ TEST_F(LockdTest, AcquireRefreshReleaseAndRefusals) {
 
   Answer a = w1.acquire("svc/a", S1, W1);
   const auto* g = a.as<wire::Grant>();
-  ASSERT_NE(g, nullptr) << a.error;
+  ASSERT_NE(g, nullptr) << a.message();
   EXPECT_EQ(g->epoch, 1u);
   EXPECT_EQ(g->holder, S1);
   EXPECT_EQ(g->state, LockPhase::held);
@@ -79,7 +79,7 @@ TEST_F(LockdTest, AcquireRefreshReleaseAndRefusals) {
   std::vector<wire::HeartbeatEntry> hb{{id, S1, 1}, {id, S1, 0}, {name_id_of("svc/nope"), S1, 1}};
   Answer r = w1.heartbeat(hb);
   const auto* ack = r.as<wire::HeartbeatAck>();
-  ASSERT_NE(ack, nullptr) << r.error;
+  ASSERT_NE(ack, nullptr) << r.message();
   ASSERT_EQ(ack->entries.size(), 3u);
   EXPECT_EQ(ack->entries[0].status, RefreshStatus::refreshed);
   EXPECT_GT(ack->entries[0].ttl_left_ms, 0u);
@@ -91,7 +91,7 @@ TEST_F(LockdTest, AcquireRefreshReleaseAndRefusals) {
   // Another sandbox: refused `held`, with the holder and epoch.
   Answer d = w1.acquire("svc/a", S2, W1);
   const auto* deny = d.as<wire::Deny>();
-  ASSERT_NE(deny, nullptr) << d.error;
+  ASSERT_NE(deny, nullptr) << d.message();
   EXPECT_EQ(deny->refusal, Refusal::held);
   EXPECT_EQ(deny->holder, S1);
   EXPECT_EQ(deny->epoch, 1u);
@@ -102,16 +102,15 @@ TEST_F(LockdTest, AcquireRefreshReleaseAndRefusals) {
   ASSERT_NE(stale, nullptr);
   EXPECT_EQ(stale->refusal, Refusal::stale_epoch);
   Answer rel = w1.release(id, S1, 1);
-  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.error;
+  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.message();
 
   // The next grant takes a higher epoch.
   Answer a2 = w1.acquire("svc/a", S2, W1);
-  ASSERT_NE(a2.as<wire::Grant>(), nullptr) << a2.error;
+  ASSERT_NE(a2.as<wire::Grant>(), nullptr) << a2.message();
   EXPECT_GT(a2.as<wire::Grant>()->epoch, 1u);
 
-  std::string err;
-  auto counters = w1.counters(&err);
-  ASSERT_TRUE(counters) << err;
+  auto counters = w1.counters();
+  ASSERT_TRUE(counters) << counters.message();
   auto value = [&](const char* k) -> std::uint64_t {
     for (const auto& c : *counters)
       if (c.key == k) return c.value;
@@ -146,7 +145,7 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
 
   const Answer tb = c.transfer_begin(id, S1, e, S2, W2);
   const auto* ts = tb.as<wire::TransferState>();
-  ASSERT_NE(ts, nullptr) << tb.error;
+  ASSERT_NE(ts, nullptr) << tb.message();
   EXPECT_EQ(ts->old_epoch, e);
   EXPECT_EQ(ts->new_epoch, e + 1);
   EXPECT_EQ(ts->state, LockPhase::transferring);
@@ -165,33 +164,33 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   // S1 may still run: the transfer cannot complete until W1 confirms its kill (or S1's lease
   // + lock-delay would have ended), so not even S2 can be granted the name before.
   const Answer early = c.transfer_complete(id, e + 1);
-  ASSERT_NE(early.as<wire::Deny>(), nullptr) << early.error;
+  ASSERT_NE(early.as<wire::Deny>(), nullptr) << early.message();
   EXPECT_EQ(early.as<wire::Deny>()->refusal, Refusal::lock_delay);
   EXPECT_EQ(early.as<wire::Deny>()->state, LockPhase::transferring);
   const Answer guarded_answer = c.show(id);
   const auto* guarded = guarded_answer.as<wire::NameInfo>();
-  ASSERT_NE(guarded, nullptr) << guarded_answer.error;
+  ASSERT_NE(guarded, nullptr) << guarded_answer.message();
   EXPECT_EQ(guarded->record.state, LockPhase::transferring);
   EXPECT_TRUE(guarded->record.revoke_pending);
   EXPECT_EQ(guarded->record.revoked_epoch, e);
   EXPECT_EQ(guarded->record.worker, W1);
   EXPECT_GT(guarded->record.ttl_left_ms, 0u);
   const Answer too_early = c.transfer_accept(id, S2, W2);
-  ASSERT_NE(too_early.as<wire::Deny>(), nullptr) << too_early.error;
+  ASSERT_NE(too_early.as<wire::Deny>(), nullptr) << too_early.message();
   EXPECT_EQ(too_early.as<wire::Deny>()->refusal, Refusal::transferring);
   const Answer wrong = AdminClient(lockd_.address(), wire::derive_worker_key(key_, W2)).request(wire::KillConfirmed{id, S1, e});
-  ASSERT_NE(wrong.as<wire::Deny>(), nullptr) << wrong.error;
+  ASSERT_NE(wrong.as<wire::Deny>(), nullptr) << wrong.message();
   EXPECT_EQ(wrong.as<wire::Deny>()->refusal, Refusal::not_holder);
   const Answer killed =  // from W1, S1's worker
       AdminClient(lockd_.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{id, S1, e});
-  ASSERT_NE(killed.as<wire::Ok>(), nullptr) << killed.error;
+  ASSERT_NE(killed.as<wire::Ok>(), nullptr) << killed.message();
   const Answer lifted_xfer = c.show(id);
   ASSERT_NE(lifted_xfer.as<wire::NameInfo>(), nullptr);
   EXPECT_FALSE(lifted_xfer.as<wire::NameInfo>()->record.revoke_pending);
   EXPECT_EQ(lifted_xfer.as<wire::NameInfo>()->record.revoke_ended, wire::RevokeEnd::kill_confirmed);
 
   const Answer tc = c.transfer_complete(id, e + 1);
-  ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.error;
+  ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.message();
   EXPECT_EQ(tc.as<wire::TransferState>()->state, LockPhase::free);
   const Answer reserved_answer = c.acquire("db/primary", S3, W1);
   const auto* reserved = reserved_answer.as<wire::Deny>();
@@ -200,18 +199,18 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
 
   // The reservation is for S2 on W2: S2's id from another worker is forbidden.
   const Answer stolen = c.acquire("db/primary", S2, W1);
-  ASSERT_NE(stolen.as<wire::Deny>(), nullptr) << stolen.error;
+  ASSERT_NE(stolen.as<wire::Deny>(), nullptr) << stolen.message();
   EXPECT_EQ(stolen.as<wire::Deny>()->refusal, Refusal::forbidden);
   const Answer acc = c.transfer_accept(id, S2, W2);
   const auto* g2 = acc.as<wire::Grant>();
-  ASSERT_NE(g2, nullptr) << acc.error;
+  ASSERT_NE(g2, nullptr) << acc.message();
   EXPECT_EQ(g2->epoch, e + 1);
   EXPECT_EQ(g2->holder, S2);
 
   // show: state, holder, worker, epoch, time to expiry.
   const Answer sh = c.show("db/primary");
   const auto* info = sh.as<wire::NameInfo>();
-  ASSERT_NE(info, nullptr) << sh.error;
+  ASSERT_NE(info, nullptr) << sh.message();
   EXPECT_EQ(info->record.name, "db/primary");
   EXPECT_EQ(info->record.state, LockPhase::held);
   EXPECT_EQ(info->record.holder, S2);
@@ -221,7 +220,7 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
 
   // Revoke: no cooperation needed, epoch + 1, S2 is fenced out.
   const Answer rv = c.revoke(id);
-  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.error;
+  ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.message();
   EXPECT_EQ(rv.as<wire::Ok>()->epoch, e + 2);
   std::vector<wire::HeartbeatEntry> hb2{{id, S2, e + 1}};
   const Answer ack2_answer = AdminClient(lockd_.address(), key_, W2).heartbeat(hb2);
@@ -232,34 +231,34 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   // ... but the name is not grantable while S2 may still run: until W2 confirms the kill.
   const Answer pending_answer = c.show(id);
   const auto* pending = pending_answer.as<wire::NameInfo>();
-  ASSERT_NE(pending, nullptr) << pending_answer.error;
+  ASSERT_NE(pending, nullptr) << pending_answer.message();
   EXPECT_TRUE(pending->record.revoke_pending);
   EXPECT_EQ(pending->record.revoked_epoch, e + 1);
   EXPECT_EQ(pending->record.worker, W2);
   EXPECT_GT(pending->record.ttl_left_ms, 0u);
   const Answer delayed = c.acquire("db/primary", S3, W1);
-  ASSERT_NE(delayed.as<wire::Deny>(), nullptr) << delayed.error;
+  ASSERT_NE(delayed.as<wire::Deny>(), nullptr) << delayed.message();
   EXPECT_EQ(delayed.as<wire::Deny>()->refusal, Refusal::lock_delay);
   const Answer forged =  // from W1, not S2's worker
       AdminClient(lockd_.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{id, S2, e + 1});
-  ASSERT_NE(forged.as<wire::Deny>(), nullptr) << forged.error;
+  ASSERT_NE(forged.as<wire::Deny>(), nullptr) << forged.message();
   EXPECT_EQ(forged.as<wire::Deny>()->refusal, Refusal::not_holder);
   const Answer confirmed =
       AdminClient(lockd_.address(), wire::derive_worker_key(key_, W2)).request(wire::KillConfirmed{id, S2, e + 1});
-  ASSERT_NE(confirmed.as<wire::Ok>(), nullptr) << confirmed.error;
+  ASSERT_NE(confirmed.as<wire::Ok>(), nullptr) << confirmed.message();
   const Answer lifted = c.show(id);
   ASSERT_NE(lifted.as<wire::NameInfo>(), nullptr);
   EXPECT_FALSE(lifted.as<wire::NameInfo>()->record.revoke_pending);
   EXPECT_EQ(lifted.as<wire::NameInfo>()->record.revoke_ended, wire::RevokeEnd::kill_confirmed);
   // A revoke of the free name burns nothing unless forced.
   const Answer not_held = c.revoke(id);
-  ASSERT_NE(not_held.as<wire::Deny>(), nullptr) << not_held.error;
+  ASSERT_NE(not_held.as<wire::Deny>(), nullptr) << not_held.message();
   EXPECT_EQ(not_held.as<wire::Deny>()->refusal, Refusal::not_held);
   EXPECT_EQ(not_held.as<wire::Deny>()->epoch, e + 2);
 
   // Reassign the free name to S4: only S4 may take it, at the reassigned epoch.
   const Answer ra = c.reassign(id, S4, W1);
-  ASSERT_NE(ra.as<wire::Ok>(), nullptr) << ra.error;
+  ASSERT_NE(ra.as<wire::Ok>(), nullptr) << ra.message();
   EXPECT_EQ(ra.as<wire::Ok>()->epoch, e + 3);
   const Answer other_answer = c.acquire("db/primary", S3, W1);
   const auto* other = other_answer.as<wire::Deny>();
@@ -279,9 +278,8 @@ TEST_F(LockdTest, TransferRevokeReassignShowList) {
   // list pages through every name exactly once.
   for (int i = 0; i < 150; ++i)
     ASSERT_TRUE(is<wire::Grant>(c.acquire("bulk/" + std::to_string(i), S1, W1)));
-  std::string err;
-  auto all = c.list_all(&err);
-  ASSERT_TRUE(all) << err;
+  auto all = c.list_all();
+  ASSERT_TRUE(all) << all.message();
   EXPECT_EQ(all->size(), 151u);
   std::set<std::string> seen;
   for (const auto& r : *all) seen.insert(r.name);
@@ -305,7 +303,7 @@ TEST_F(LockdTest, CommitAfterAcquiringExpiredIsRefused) {
     ASSERT_NE(ok, nullptr);
     EXPECT_EQ(ok->state, LockPhase::acquiring);
     const Answer cm = c.commit(name_id_of("job/1"), S1, ok->epoch, W1);
-    ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.error;
+    ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.message();
     EXPECT_EQ(cm.as<wire::Grant>()->state, LockPhase::held);
     EXPECT_EQ(cm.as<wire::Grant>()->epoch, ok->epoch);
     ASSERT_EQ(lockd_.terminate(), 0);
@@ -320,7 +318,7 @@ TEST_F(LockdTest, CommitAfterAcquiringExpiredIsRefused) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const Answer late = c.commit(name_id_of("job/2"), S1, g->epoch, W1);
   const auto* d = late.as<wire::Deny>();
-  ASSERT_NE(d, nullptr) << late.error;
+  ASSERT_NE(d, nullptr) << late.message();
   // acquiring_expired if the commit races the expiry tick; once the tick reclaimed the record,
   // not_acquiring / unknown_name. Never a grant.
   EXPECT_TRUE(d->refusal == Refusal::acquiring_expired || d->refusal == Refusal::not_acquiring ||
@@ -359,9 +357,8 @@ TEST_F(LockdTest, BadDatagramsAreCountedNeverFatal) {
 
   AdminClient c = client(W1);
   ASSERT_TRUE(is<wire::Grant>(c.acquire("still/alive", S1, W1)));
-  std::string err;
-  auto counters = c.counters(&err);
-  ASSERT_TRUE(counters) << err;
+  auto counters = c.counters();
+  ASSERT_TRUE(counters) << counters.message();
   auto value = [&](const std::string& k) -> std::uint64_t {
     for (const auto& c2 : *counters)
       if (c2.key == k) return c2.value;
@@ -424,9 +421,8 @@ TEST_F(LockdTest, LeaseModeRefusesWorkerHeartbeatsAndReportsItsMode) {
   EXPECT_EQ(e->code, wire::ErrorCode::unsupported);
   EXPECT_NE(e->message.find("lease mode"), std::string::npos) << e->message;
   AdminClient c = client(W1);
-  std::string err;
-  auto counters = c.counters(&err);
-  ASSERT_TRUE(counters) << err;
+  auto counters = c.counters();
+  ASSERT_TRUE(counters) << counters.message();
   std::map<std::string, std::uint64_t> v;
   for (const auto& k : *counters) v[k.key] = k.value;
   EXPECT_EQ(v.at("mode_preemptible"), 0u);
@@ -471,7 +467,7 @@ TEST_F(LockdTest, RetriesGetTheSameAnswerAndGrantOnce) {
   AdminClient c = client(W2);
   // Released once: the next holder gets the next epoch.
   const Answer next = c.acquire("retry/a", S2, W2);
-  ASSERT_NE(next.as<wire::Grant>(), nullptr) << next.error;
+  ASSERT_NE(next.as<wire::Grant>(), nullptr) << next.message();
   EXPECT_EQ(next.as<wire::Grant>()->epoch, grant1->epoch + 1);
 }
 
@@ -527,7 +523,7 @@ TEST_F(LockdTest, PreemptibleModeLapsedWorkerAndNotRunning) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const Answer pre = c.acquire("p/a", S2, W2, 0, true);
   const auto* g2 = pre.as<wire::Grant>();
-  ASSERT_NE(g2, nullptr) << pre.error << " " << describe(pre);
+  ASSERT_NE(g2, nullptr) << pre.message() << " " << describe(pre);
   EXPECT_GT(g2->epoch, g->epoch);
 
   // Live worker: lockd asks it; "not running" → preempted.

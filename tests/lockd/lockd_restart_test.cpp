@@ -57,8 +57,7 @@ std::int64_t meta_value(const std::string& store, const std::string& key) {
 
 // One of lockd's stats counters; nullopt when it does not answer.
 std::optional<std::uint64_t> counter(AdminClient& c, std::string_view key) {
-  std::string err;
-  const auto all = c.counters(&err);
+  const auto all = c.counters();
   if (!all) return std::nullopt;
   for (const auto& k : *all)
     if (k.key == key) return k.value;
@@ -76,13 +75,13 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
                revoked = name_id_of("r/revoked"), moving = name_id_of("r/moving"),
                acquiring = name_id_of("r/acquiring");
   const Answer a1 = c.acquire("r/held", S1, W1);
-  ASSERT_NE(a1.as<wire::Grant>(), nullptr) << a1.error;
+  ASSERT_NE(a1.as<wire::Grant>(), nullptr) << a1.message();
   const Epoch e_held = a1.as<wire::Grant>()->epoch;
   const Answer a2 = c.acquire("r/released", S1, W1);
   ASSERT_NE(a2.as<wire::Grant>(), nullptr);
   const Epoch e_released = a2.as<wire::Grant>()->epoch;
   const Answer rel = c.release(released, S1, e_released);
-  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.error;
+  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.message();
   const Answer a3 = c.acquire("r/revoked", S1, W1);
   ASSERT_NE(a3.as<wire::Grant>(), nullptr);
   const Answer rv = c.revoke(revoked);
@@ -106,7 +105,7 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   // The held lease is there, same holder and epoch, refreshed at restart (full TTL left).
   const Answer sh = d.show(held);
   const auto* info = sh.as<wire::NameInfo>();
-  ASSERT_NE(info, nullptr) << sh.error;
+  ASSERT_NE(info, nullptr) << sh.message();
   EXPECT_EQ(info->record.state, LockPhase::held);
   EXPECT_EQ(info->record.holder, S1);
   EXPECT_EQ(info->record.worker, W1);
@@ -114,47 +113,47 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   EXPECT_GT(info->record.ttl_left_ms, 50'000u);
   std::vector<wire::HeartbeatEntry> hb{{held, S1, e_held}};
   const Answer r = d.heartbeat(hb);
-  ASSERT_NE(r.as<wire::HeartbeatAck>(), nullptr) << r.error;
+  ASSERT_NE(r.as<wire::HeartbeatAck>(), nullptr) << r.message();
   EXPECT_EQ(r.as<wire::HeartbeatAck>()->entries[0].status, RefreshStatus::refreshed);
 
   // The transfer is still in progress at its new epoch.
   const Answer sm = d.show(moving);
-  ASSERT_NE(sm.as<wire::NameInfo>(), nullptr) << sm.error;
+  ASSERT_NE(sm.as<wire::NameInfo>(), nullptr) << sm.message();
   EXPECT_EQ(sm.as<wire::NameInfo>()->record.state, LockPhase::transferring);
   EXPECT_EQ(sm.as<wire::NameInfo>()->record.epoch, e_moving);
 
   // The acquiring record was dropped; nobody's commit of it succeeds.
   const Answer cm = d.commit(acquiring, S3, e_acquiring, W1);
-  ASSERT_NE(cm.as<wire::Deny>(), nullptr) << cm.error;
+  ASSERT_NE(cm.as<wire::Deny>(), nullptr) << cm.message();
 
   // Epochs continue above everything issued before the crash.
   const Answer g1 = d.acquire("r/released", S2, W1);
-  ASSERT_NE(g1.as<wire::Grant>(), nullptr) << g1.error;
+  ASSERT_NE(g1.as<wire::Grant>(), nullptr) << g1.message();
   EXPECT_GT(g1.as<wire::Grant>()->epoch, e_released);
   // The revoke is still pending after the restart (times are not durable: a full TTL, or the
   // revoked holder's worker's confirmation, which lifts it).
   const Answer srv = d.show(revoked);
-  ASSERT_NE(srv.as<wire::NameInfo>(), nullptr) << srv.error;
+  ASSERT_NE(srv.as<wire::NameInfo>(), nullptr) << srv.message();
   EXPECT_TRUE(srv.as<wire::NameInfo>()->record.revoke_pending);
   EXPECT_EQ(srv.as<wire::NameInfo>()->record.revoked_epoch, e_revoked - 1);
   EXPECT_EQ(srv.as<wire::NameInfo>()->record.worker, W1);
   EXPECT_GT(srv.as<wire::NameInfo>()->record.ttl_left_ms, 50'000u);
   const Answer early = d.acquire("r/revoked", S2, W1);
-  ASSERT_NE(early.as<wire::Deny>(), nullptr) << early.error;
+  ASSERT_NE(early.as<wire::Deny>(), nullptr) << early.message();
   EXPECT_EQ(early.as<wire::Deny>()->refusal, Refusal::lock_delay);
   const Answer wrong = AdminClient(q.address(), wire::derive_worker_key(key_, WorkerId{0x2, 0x22}))
                            .request(wire::KillConfirmed{revoked, S1, e_revoked - 1});
-  ASSERT_NE(wrong.as<wire::Deny>(), nullptr) << wrong.error;
+  ASSERT_NE(wrong.as<wire::Deny>(), nullptr) << wrong.message();
   EXPECT_EQ(wrong.as<wire::Deny>()->refusal, Refusal::not_holder);
   // Only W1's own key confirms W1's kill.
   const Answer confirmed =
       AdminClient(q.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{revoked, S1, e_revoked - 1});
-  ASSERT_NE(confirmed.as<wire::Ok>(), nullptr) << confirmed.error;
+  ASSERT_NE(confirmed.as<wire::Ok>(), nullptr) << confirmed.message();
   const Answer g2 = d.acquire("r/revoked", S2, W1);
-  ASSERT_NE(g2.as<wire::Grant>(), nullptr) << g2.error;
+  ASSERT_NE(g2.as<wire::Grant>(), nullptr) << g2.message();
   EXPECT_GE(g2.as<wire::Grant>()->epoch, e_revoked);  // the revoke's fresh epoch is granted once
   const Answer g3 = d.acquire("r/acquiring", S2, W1);
-  ASSERT_NE(g3.as<wire::Grant>(), nullptr) << g3.error;
+  ASSERT_NE(g3.as<wire::Grant>(), nullptr) << g3.message();
   EXPECT_GT(g3.as<wire::Grant>()->epoch, e_acquiring);
   const Answer g4 = d.acquire("r/new", S2, W1);
   ASSERT_NE(g4.as<wire::Grant>(), nullptr);
@@ -164,12 +163,12 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
   // S2 is forbidden, W1 gets it.
   (void)AdminClient(q.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{moving, S1, e_moving - 1});
   const Answer done = d.transfer_complete(moving, e_moving);
-  ASSERT_NE(done.as<wire::TransferState>(), nullptr) << done.error;
+  ASSERT_NE(done.as<wire::TransferState>(), nullptr) << done.message();
   const Answer other = d.acquire("r/moving", S2, WorkerId{0x2, 0x22});
-  ASSERT_NE(other.as<wire::Deny>(), nullptr) << other.error;
+  ASSERT_NE(other.as<wire::Deny>(), nullptr) << other.message();
   EXPECT_EQ(other.as<wire::Deny>()->refusal, Refusal::forbidden);
   const Answer taken = d.acquire("r/moving", S2, W1);
-  ASSERT_NE(taken.as<wire::Grant>(), nullptr) << taken.error;
+  ASSERT_NE(taken.as<wire::Grant>(), nullptr) << taken.message();
   EXPECT_EQ(taken.as<wire::Grant>()->epoch, e_moving);
   EXPECT_EQ(q.terminate(), 0);
   EXPECT_NE(q.log().find("event=restore names=3 held=1"), std::string::npos) << q.log();
@@ -201,10 +200,10 @@ TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
     start(p, {"--ttl-ms", std::to_string(kTtlMs)});
     AdminClient c(p.address(), key_, live_worker);
     const Answer d = c.acquire("r/dead", dead, dead_worker);
-    ASSERT_NE(d.as<wire::Grant>(), nullptr) << d.error;
+    ASSERT_NE(d.as<wire::Grant>(), nullptr) << d.message();
     dead_epoch = d.as<wire::Grant>()->epoch;
     const Answer g = c.acquire("r/live", live, live_worker);
-    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
     live_epoch = g.as<wire::Grant>()->epoch;
     p.kill9();
   }
@@ -240,7 +239,7 @@ TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
     }
     wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
     const Answer sl = c.show("r/live");
-    ASSERT_NE(sl.as<wire::NameInfo>(), nullptr) << sl.error;
+    ASSERT_NE(sl.as<wire::NameInfo>(), nullptr) << sl.message();
     EXPECT_EQ(sl.as<wire::NameInfo>()->record.state, LockPhase::held);
     EXPECT_EQ(sl.as<wire::NameInfo>()->record.epoch, live_epoch);
     if (freed_at != 0) {
@@ -250,7 +249,7 @@ TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
                                              << " ms of uptime since the dead worker's incarnation";
       // The next holder gets it, above the dead holder's epoch.
       const Answer g = c.acquire("r/dead", SandboxId{0x51, 0xbeef}, live_worker);
-      ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+      ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
       EXPECT_GT(g.as<wire::Grant>()->epoch, dead_epoch);
       EXPECT_EQ(p.terminate(), 0);
       EXPECT_NE(p.log().find("event=expire name=r/dead"), std::string::npos) << p.log();
@@ -355,9 +354,8 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
   start(p);
   AdminClient c(p.address(), key_, W1);
   AdminClient w1(p.address(), wire::derive_worker_key(key_, W1));  // W1's kill confirmations
-  std::string err;
-  auto all = c.list_all(&err);
-  ASSERT_TRUE(all) << err;
+  auto all = c.list_all();
+  ASSERT_TRUE(all) << all.message();
   std::map<std::string, wire::NameRecord> table;
   for (const auto& r : *all) table[r.name] = r;
   EXPECT_GT(acked.load(), 20u) << "the torture made too little progress to mean anything";
@@ -405,15 +403,15 @@ TEST_F(LockdRestartTest, KillNineTortureLosesNoAcknowledgedGrant) {
     const Answer rv = c.revoke(name_id_of(name), 0, true);  // unknown_name if the record was dropped
     ASSERT_TRUE(rv.as<wire::Ok>() != nullptr ||
                 (rv.as<wire::Deny>() != nullptr && rv.as<wire::Deny>()->refusal == Refusal::unknown_name))
-        << name << ": " << rv.error;
+        << name << ": " << rv.message();
     // A pending revoke (the holder may run): W1, the holders' worker, confirms the kill.
     const Answer shown = c.show(name);
     if (const auto* info = shown.as<wire::NameInfo>(); info != nullptr && info->record.revoke_pending) {
       const Answer k = w1.request(wire::KillConfirmed{info->record.name_id, SandboxId{}, info->record.revoked_epoch});
-      ASSERT_NE(k.as<wire::Ok>(), nullptr) << name << ": " << k.error;
+      ASSERT_NE(k.as<wire::Ok>(), nullptr) << name << ": " << k.message();
     }
     const Answer g = c.acquire(name, SandboxId{0xAA, 1}, W1);
-    ASSERT_NE(g.as<wire::Grant>(), nullptr) << name << ": " << g.error;
+    ASSERT_NE(g.as<wire::Grant>(), nullptr) << name << ": " << g.message();
     EXPECT_GT(g.as<wire::Grant>()->epoch, log.acked_epochs.back()) << name;
   }
 }

@@ -124,7 +124,7 @@ class LockdStoreFiles : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(p.start(args(), dir_.path() / "first.log", &err)) << err;
     AdminClient c(p.address(), key_);
     const Answer g = c.acquire("files/one", S1, W1);
-    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
     ASSERT_EQ(p.terminate(), 0);
   }
   mode_t mode_of(const fs::path& p) const {
@@ -157,7 +157,7 @@ TEST_P(LockdStoreFiles, AnotherUserCannotLockTheStoreAndKeepLockdFromStarting) {
     ASSERT_TRUE(started) << err;
     AdminClient c(p.address(), key_);
     const Answer g = c.acquire("files/one", S1, W1);  // the first run's grant, restored
-    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
     EXPECT_EQ(g.as<wire::Grant>()->epoch, 1u);
   } else {
     EXPECT_EQ(m, 0644u);
@@ -181,7 +181,7 @@ TEST_P(LockdStoreFiles, ABriefReaderOnlyDelaysTheStart) {
     ASSERT_TRUE(started) << err;
     AdminClient c(p.address(), key_);
     const Answer g = c.acquire("files/two", S1, W1);
-    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+    ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
     EXPECT_EQ(g.as<wire::Grant>()->epoch, 2u);  // above the first run's epoch: nothing lost
   } else {
     EXPECT_FALSE(started);
@@ -211,11 +211,11 @@ TEST_P(LockdStoreFiles, AReaderAfterTheStartCannotStallLockd) {
   ASSERT_TRUE(p.start(args(), dir_.path() / "serve.log", &err)) << err;
   AdminClient c(p.address(), key_);
   const Answer first = c.acquire("files/a", S1, W1);
-  ASSERT_NE(first.as<wire::Grant>(), nullptr) << first.error;
+  ASSERT_NE(first.as<wire::Grant>(), nullptr) << first.message();
   Reader late(store(), -1, -1);
   EXPECT_EQ(late.outcome().rfind("error: ", 0), 0u) << late.outcome();
   const Answer g = c.acquire("files/b", SandboxId{0xF1, 2}, W1);
-  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.error;
+  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(DefenceOnAndAblated, LockdStoreFiles, ::testing::Values(true, false),

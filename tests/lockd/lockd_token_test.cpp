@@ -72,43 +72,42 @@ TEST_F(LockdTokenTest, EveryGrantPathCarriesATokenTheDefaultPublicKeyVerifies) {
   AdminClient c = client(W1);
   // Acquire.
   const Answer a = c.acquire("tok/a", S1, W1);
-  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;
+  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.message();
   expect_signed(*a.as<wire::Grant>(), v, W1);
   // 2-phase acquire, then commit.
   const Answer p = c.acquire("tok/b", S2, W1, 0, /*two_phase=*/true);
-  ASSERT_NE(p.as<wire::Grant>(), nullptr) << p.error;
+  ASSERT_NE(p.as<wire::Grant>(), nullptr) << p.message();
   expect_signed(*p.as<wire::Grant>(), v, p.as<wire::Grant>()->worker);
   const Answer cm = c.commit(name_id_of("tok/b"), S2, p.as<wire::Grant>()->epoch, W1);
-  ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.error;
+  ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.message();
   expect_signed(*cm.as<wire::Grant>(), v, W1);
   // Transfer: the new owner's grant carries a token for the new epoch.
   const NameId id = name_id_of("tok/a");
   const Epoch e = a.as<wire::Grant>()->epoch;
   const Answer tb = c.transfer_begin(id, S1, e, S3, W2);
-  ASSERT_NE(tb.as<wire::TransferState>(), nullptr) << tb.error;
+  ASSERT_NE(tb.as<wire::TransferState>(), nullptr) << tb.message();
   // The transfer completes once S1's worker confirmed it dead (lockd's transfer guard).
   const Answer killed =
       AdminClient(lockd_.address(), wire::derive_worker_key(key_, W1)).request(wire::KillConfirmed{id, S1, e});
-  ASSERT_NE(killed.as<wire::Ok>(), nullptr) << killed.error;
+  ASSERT_NE(killed.as<wire::Ok>(), nullptr) << killed.message();
   const Answer tc = c.transfer_complete(id, e + 1);
-  ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.error;
+  ASSERT_NE(tc.as<wire::TransferState>(), nullptr) << tc.message();
   const Answer acc = AdminClient(lockd_.address(), key_, W2).transfer_accept(id, S3, W2);
-  ASSERT_NE(acc.as<wire::Grant>(), nullptr) << acc.error;
+  ASSERT_NE(acc.as<wire::Grant>(), nullptr) << acc.message();
   EXPECT_EQ(acc.as<wire::Grant>()->epoch, e + 1);
   expect_signed(*acc.as<wire::Grant>(), v, W2);
   // Reassign a free name, then the reserved sandbox acquires it.
   const Answer rel = AdminClient(lockd_.address(), key_, W2).release(id, S3, e + 1);
-  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.error;
+  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.message();
   const Answer ra = c.reassign(id, S1, W1);
-  ASSERT_NE(ra.as<wire::Ok>(), nullptr) << ra.error;
+  ASSERT_NE(ra.as<wire::Ok>(), nullptr) << ra.message();
   const Answer re = c.acquire("tok/a", S1, W1);
-  ASSERT_NE(re.as<wire::Grant>(), nullptr) << re.error;
+  ASSERT_NE(re.as<wire::Grant>(), nullptr) << re.message();
   EXPECT_EQ(re.as<wire::Grant>()->epoch, e + 2);
   expect_signed(*re.as<wire::Grant>(), v, W1);
 
-  std::string err;
-  const auto counters = c.counters(&err);
-  ASSERT_TRUE(counters) << err;
+  const auto counters = c.counters();
+  ASSERT_TRUE(counters) << counters.message();
   std::uint64_t signed_count = 0;
   for (const auto& k : *counters)
     if (k.key == "tokens_signed") signed_count = k.value;
@@ -118,7 +117,7 @@ TEST_F(LockdTokenTest, EveryGrantPathCarriesATokenTheDefaultPublicKeyVerifies) {
   lockd_.terminate();
   start();
   const Answer after = client(W1).acquire("tok/c", S2, W1);
-  ASSERT_NE(after.as<wire::Grant>(), nullptr) << after.error;
+  ASSERT_NE(after.as<wire::Grant>(), nullptr) << after.message();
   expect_signed(*after.as<wire::Grant>(), v, W1);
   EXPECT_EQ(v.key_ids().size(), 1u);
 }
@@ -129,11 +128,11 @@ TEST_F(LockdTokenTest, PreemptibleGrantsAreSigned) {
   ASSERT_EQ(v.add_public_key_file((dir_.path() / "lockd.db.signing.key.pub").string()).message(), "");
   AdminClient c = client(W1);
   const Answer beat = c.worker_heartbeat(W1);
-  ASSERT_NE(beat.as<wire::WorkerAck>(), nullptr) << beat.error;
+  ASSERT_NE(beat.as<wire::WorkerAck>(), nullptr) << beat.message();
   const Answer p = c.acquire("pre/a", S1, W1, 0, /*two_phase=*/true);
-  ASSERT_NE(p.as<wire::Grant>(), nullptr) << p.error;
+  ASSERT_NE(p.as<wire::Grant>(), nullptr) << p.message();
   const Answer cm = c.commit(name_id_of("pre/a"), S1, p.as<wire::Grant>()->epoch, W1);
-  ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.error;
+  ASSERT_NE(cm.as<wire::Grant>(), nullptr) << cm.message();
   expect_signed(*cm.as<wire::Grant>(), v, W1);
 }
 
@@ -162,7 +161,7 @@ TEST_F(LockdTokenTest, SigningKeyOptions) {
   token::TokenVerifier v;
   ASSERT_EQ(v.add_public_key(signer->public_key()).message(), "");
   const Answer a = client(W1).acquire("opt/a", S1, W1);
-  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.error;
+  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.message();
   expect_signed(*a.as<wire::Grant>(), v, W1);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "lockd.db.signing.key")) << "no default key when one is given";
   lockd_.terminate();

@@ -115,8 +115,8 @@ inline std::string make_key(const fs::path& dir) {
 
 inline wire::WireKey load_key(const std::string& path) {
   auto k = wire::load_key_file(path);
-  if (!k) throw std::runtime_error(k.error);
-  return *k.key;
+  if (!k) throw std::runtime_error(k.message());
+  return *k;
 }
 
 /// A worker key file (0600) for `worker` derived from the cluster key at `cluster_key`, as
@@ -198,7 +198,7 @@ struct Supervisor {
     socket = dir / (tag + ".sock");
     log = dir / (tag + ".err");
     std::string key_file = key;
-    if (auto k = wire::load_key_file(key); k && k.key->kind == wire::KeyKind::cluster) {
+    if (auto k = wire::load_key_file(key); k && k->kind == wire::KeyKind::cluster) {
       std::random_device rd;
       WorkerId id{(std::uint64_t{rd()} << 32) | rd(), (std::uint64_t{rd()} << 32) | rd() | 1};
       for (std::size_t i = 0; i + 1 < extra.size(); ++i)

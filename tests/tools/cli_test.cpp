@@ -318,8 +318,8 @@ TEST_F(CliTest, ForbiddenIsPrintedWithoutMadeUpState) {
   ASSERT_NE(held_at_lockd("orders", patient_lockd_flags(addr)), 0u);
   const std::string worker_key = (dir_ / "other-worker.key").string();
   auto cluster = wire::load_key_file(key_);
-  ASSERT_TRUE(cluster) << cluster.error;
-  ASSERT_EQ(wire::write_key_file(worker_key, wire::derive_worker_key(*cluster.key, WorkerId{0x77, 0x77})).message(), "");
+  ASSERT_TRUE(cluster) << cluster.message();
+  ASSERT_EQ(wire::write_key_file(worker_key, wire::derive_worker_key(*cluster, WorkerId{0x77, 0x77})).message(), "");
   for (const auto& op : std::vector<std::vector<std::string>>{{"show", "orders"}, {"revoke", "orders"}}) {
     const Result r = cli(with(op, {"--lockd", addr, "--key-file", worker_key, "--timeout-ms", "10000"}));
     SCOPED_TRACE(op[0]);

@@ -6,10 +6,13 @@
 // one client per thread.
 //
 // Every call returns an `Answer`: the decoded answer body (Grant, Deny, Ok, ...) or, when
-// there is none, an error text (no answer before the deadline, bad answer, Error{...} from
-// lockd). A Deny is an answer, not an error: the caller looks at `refusal`.
+// there is none, a Status (lease/result.hpp): timeout (no answer before the deadline), io_error
+// (cannot send), corrupt (a bad answer), refused (Error{...} from lockd; the body holds it),
+// invalid_argument (the request cannot be encoded). A Deny is an answer, not an error: the
+// caller looks at `refusal`.
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/wire/replay.hpp"
@@ -26,14 +29,17 @@ namespace leasehold::lockd {
 inline constexpr std::int64_t kAdminTimeoutNsDefault = 2'000'000'000;  ///< per request
 
 struct Answer {
-  wire::Body body;      ///< valid when error is empty
-  std::string error;    ///< why there is no answer body; empty on success
+  wire::Body body;  ///< valid when status is ok (and the Error{...} of a refused one)
+  Status status;    ///< why there is no answer body (see the top of this file); ok on success
   std::uint32_t attempts = 0;
-  bool ok() const noexcept { return error.empty(); }
+  bool ok() const noexcept { return status.ok(); }
+  Errc code() const noexcept { return status.code(); }
+  /// Empty on success.
+  const std::string& message() const noexcept { return status.message(); }
   /// The body as T, or nullptr (e.g. a Deny where a Grant was hoped for).
   template <class T>
   const T* as() const& noexcept {
-    return error.empty() ? std::get_if<T>(&body) : nullptr;
+    return ok() ? std::get_if<T>(&body) : nullptr;
   }
   /// Not on a temporary: the pointer would dangle.
   template <class T>
@@ -72,12 +78,12 @@ class AdminClient {
   Answer show(const std::string& name);
   Answer show(NameId name);
   Answer list(std::uint64_t cursor = 0, std::uint16_t limit = 0);
-  /// Pages through the whole table (bounded by `names_max`). nullopt + *error on failure.
-  std::optional<std::vector<wire::NameRecord>> list_all(std::string* error,
-                                                        std::size_t names_max = 1u << 20);
+  /// Pages through the whole table (bounded by `names_max`). Errors: as request(), or corrupt
+  /// (an answer that is not a page, a cursor that does not advance).
+  Result<std::vector<wire::NameRecord>> list_all(std::size_t names_max = 1u << 20);
   Answer stats();
-  /// stats() as key → value; nullopt + *error on failure.
-  std::optional<std::vector<wire::Counter>> counters(std::string* error);
+  /// stats() as key → value. Errors: as request(), or corrupt (an answer that is not stats).
+  Result<std::vector<wire::Counter>> counters();
 
   WorkerId self() const noexcept { return sender_.self(); }
   std::uint16_t key_id() const noexcept { return sender_.key_id(); }

@@ -123,10 +123,12 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg);
 std::string validate(const LockdConfig& cfg);
 /// The keys lockd serves with: the --key-file cluster keys, the --admin-key-file admin keys and
 /// the keys of --key-dir, in that order, each loaded with wire::load_key_file (0600, owner).
-/// Read at start and again on SIGHUP. "" or one message naming the file (or directory) and the
-/// fix: a file that does not load, a key of the wrong kind (a worker key, an admin key given as
-/// --key-file), a key directory others can write, no cluster key at all.
-std::string load_keys(const LockdConfig& cfg, std::vector<wire::WireKey>* keys);
+/// Read at start and again on SIGHUP. The keys, or one message naming the file (or directory)
+/// and the fix: a file that does not load (as wire::load_key_file), a key of the wrong kind (a
+/// worker key, an admin key given as --key-file: invalid_argument), a key directory others can
+/// write (permission_denied) or that is none (not_found), no cluster key at all
+/// (invalid_argument), two keys with one id (exists, as wire::ClusterKeyring::add).
+Result<std::vector<wire::WireKey>> load_keys(const LockdConfig& cfg);
 
 /// Sets the ablation switches from `env` (LEASEHOLD_ABLATE; nullptr: none). "" or the error.
 std::string read_ablations(LockdConfig& cfg, const char* env);

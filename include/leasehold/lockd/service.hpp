@@ -170,9 +170,9 @@ class LockService {
   /// Replaces the keys (a rotation, on SIGHUP): from the next datagram on, tags under any of
   /// `keys` are accepted and tags under a key no longer among them are dropped (counted
   /// reject_unknown_key). Worker keys are derived again as needed; leases, replay windows and
-  /// cached answers stay. "" or why not (then the old keys stay): see ClusterKeyring::replace.
+  /// cached answers stay. Errors (then the old keys stay): as ClusterKeyring::replace.
   /// Logs event=keys_reloaded with the loaded key ids.
-  std::string reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns);
+  Status reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns);
   LockService(const LockService&) = delete;
   LockService& operator=(const LockService&) = delete;
 

@@ -80,11 +80,9 @@ WireKey derive_worker_key(const WireKey& cluster, const WorkerId& worker);
 /// shared-worker-key ablation (see ClusterKeyring) the one shared key, named for `worker`.
 WireKey derive_worker_key_as_issued(const WireKey& cluster, const WorkerId& worker, bool shared_ablation);
 
-struct KeyLoad {
-  std::optional<WireKey> key;
-  std::string error;  ///< set when key is empty: what is wrong with which file, and the fix
-  explicit operator bool() const noexcept { return key.has_value(); }
-};
+/// A loaded key, or what is wrong with which file and the fix: as read_private_file
+/// (not_found, permission_denied, invalid_argument, io_error), or corrupt (the text is not a key).
+using KeyLoad = Result<WireKey>;
 
 /// Reads a private file (a key) into `buf`: refuses, with the message load_key_file gives, a
 /// file that cannot be opened, is not a regular file, has any group/other mode bit, or is owned
