@@ -453,12 +453,26 @@ struct SupervisorNode::Impl {
     }
   }
 
+  /// A sandbox here holds `name`, or is being created for it.
+  bool local_claim(NameId name) const {
+    for (const Slot& s : slots)
+      if (s.used && s.name == name) return true;
+    for (const auto& [id, c] : calls)
+      if (c.name == name && (c.kind == Call::Kind::acquire || c.kind == Call::Kind::commit)) return true;
+    for (const Scheduling& sc : scheduling)
+      if (sc.name == name) return true;
+    return false;
+  }
+
   void workload(std::int64_t now) {
     if (now < next_create_ns) return;
     next_create_ns = now + rng.range(100 * kMs, 1500 * kMs);
     if (busy() >= cfg.sandboxes_per_worker_max) return;
     const std::string& name = names[rng.below(names.size())];
     const SandboxId sb{rng.next() | 1, rng.next()};
+    // A name this worker holds or is acquiring is refused locally (Supervisor::Impl::do_run:
+    // "is held on this worker"); it never reaches lockd.
+    if (local_claim(name_id_of(name))) return;
     Call c;
     c.sandbox = sb;
     c.name = name_id_of(name);
