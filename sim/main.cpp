@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -97,6 +99,49 @@ std::optional<RunResult> decode(const std::string& line) {
   return r;
 }
 
+/// The seed being run in this process, for the abort handler: a LEASEHOLD_ASSERT in the real
+/// code is one way the simulator finds a bug, and the seed must not be lost then.
+volatile std::sig_atomic_t g_running = 0;
+std::uint64_t g_seed = 0;
+
+extern "C" void on_abort(int sig) {
+  if (g_running != 0) {
+    char line[96];
+    const int n = std::snprintf(line, sizeof line, "seed %" PRIu64 ": aborted (an assertion or a crash in the run)\n", g_seed);
+    if (n > 0) (void)!::write(STDERR_FILENO, line, static_cast<std::size_t>(n));
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+/// One seed; an exception from the run becomes that seed's failure (internal_error).
+RunResult run_one(const SimConfig& cfg, const leasehold::sim::TraceFn& trace = {}) {
+  g_seed = cfg.seed;
+  g_running = 1;
+  RunResult r;
+  try {
+    r = leasehold::sim::run_seed(cfg, trace);
+  } catch (const std::exception& e) {
+    r.seed = cfg.seed;
+    r.violation = leasehold::sim::Violation{"internal_error", 0, e.what()};
+  }
+  g_running = 0;
+  return r;
+}
+
+/// A strict unsigned decimal: digits only, no sign, no overflow.
+std::optional<std::uint64_t> parse_u64(const std::string& text) {
+  if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    const std::uint64_t v = std::stoull(text, &used);
+    if (used != text.size()) return std::nullopt;
+    return v;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 std::string failure_line(const RunResult& r) {
   char at[32];
   std::snprintf(at, sizeof at, "%.6f", static_cast<double>(r.violation->at_ns) / 1e9);
@@ -113,11 +158,12 @@ int main(int argc, char** argv) {
       "Exit codes: 0 no invariant violated, 1 a violation (each failing seed printed with the first\n"
       "invariant it broke), 2 usage, 70 internal error."};
   std::optional<std::uint64_t> seed;
+  std::string seed_text;
   std::string seeds_text;
   bool trace = false, json = false, stop_at_first = false, quiet = false, no_faults = false;
   unsigned jobs = 1;
   double duration_s = 0;
-  auto* seed_opt = app.add_option("--seed", seed, "replay one run");
+  auto* seed_opt = app.add_option("--seed", seed_text, "replay one run (0 <= N < 2^64)");
   auto* seeds_opt = app.add_option("--seeds", seeds_text, "sweep the seeds A..B (inclusive)");
   seed_opt->excludes(seeds_opt);
   app.add_flag("--trace", trace, "print the run's trace (with --seed)")->needs(seed_opt);
@@ -139,6 +185,19 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
   }
+  if (!seed_text.empty()) {
+    seed = parse_u64(seed_text);
+    if (!seed) {
+      std::fprintf(stderr, "leasehold-sim: --seed: expected an unsigned decimal below 2^64, got \"%s\"\n", seed_text.c_str());
+      return kUsage;
+    }
+  }
+  if (!std::isfinite(duration_s)) {
+    std::fprintf(stderr, "leasehold-sim: --duration-s must be a number of seconds in 40..86400\n");
+    return kUsage;
+  }
+  std::signal(SIGABRT, on_abort);
+  std::signal(SIGSEGV, on_abort);
   if (!seed && seeds_text.empty()) {
     std::fprintf(stderr, "leasehold-sim: give --seed N or --seeds A..B (see --help)\n");
     return kUsage;
@@ -181,8 +240,9 @@ int main(int argc, char** argv) {
     one_hash = r.trace_hash;
     if (r.violation) {
       failures.push_back(r);
-      std::printf("%s\n", failure_line(r).c_str());
-      std::fflush(stdout);
+      // With --json, stdout is the JSON document alone.
+      std::fprintf(json ? stderr : stdout, "%s\n", failure_line(r).c_str());
+      std::fflush(json ? stderr : stdout);
     }
   };
   auto progress = [&](bool last) {
@@ -202,12 +262,12 @@ int main(int argc, char** argv) {
       cfg.seed = *seed;
       leasehold::sim::TraceFn fn;
       if (trace) fn = [](std::string_view line) { std::printf("%.*s\n", static_cast<int>(line.size()), line.data()); };
-      take(leasehold::sim::run_seed(cfg, fn));
+      take(run_one(cfg, fn));
     } else if (jobs == 1) {
       for (std::uint64_t s = range.first; s <= range.last; ++s) {
         SimConfig cfg = base;
         cfg.seed = s;
-        take(leasehold::sim::run_seed(cfg));
+        take(run_one(cfg));
         progress(false);
         if (stop_at_first && !failures.empty()) break;
         if (s == range.last) break;
@@ -228,7 +288,7 @@ int main(int argc, char** argv) {
           for (std::uint64_t s = range.first + j; s >= range.first && s <= range.last; s += jobs) {
             SimConfig cfg = base;
             cfg.seed = s;
-            const std::string line = encode(leasehold::sim::run_seed(cfg));
+            const std::string line = encode(run_one(cfg));
             std::fputs(line.c_str(), out);
             std::fflush(out);
             if (range.last - s < jobs) break;
