@@ -3,13 +3,13 @@
 # ablated variants, then
 #   1. a sweep of SEEDS seeds (default 10,000: each 120 simulated seconds with faults) that must
 #      find no violation, on every core;
-#   2. each ablated build (leasehold-sim-<ablation>) over seeds 1..ABLATION_SEEDS (default 100),
+#   2. each ablated build (leasehold-sim-<ablation>) over seeds 1..ABLATION_SEEDS (default 300),
 #      which must find a violation (exit 1): an ablation the sweep cannot catch fails CI.
 # Usage: scripts/sim.sh [SEEDS] [ABLATION_SEEDS]. Exits non-zero on the first failing check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-10000}
-ablation_seeds=${2:-100}
+ablation_seeds=${2:-300}
 jobs=$(nproc)
 build=build/release/sim
 

@@ -36,11 +36,14 @@ std::optional<Violation> Invariants::single_holder(std::span<const Passing> pass
 std::optional<Violation> Invariants::kill_before_expiry(NameId name, Epoch epoch, SandboxId holder,
                                                         const SandboxFate& fate, std::int64_t now_ns,
                                                         bool excused) {
-  if (!fate.known || fate.exited || excused) return std::nullopt;
-  if (fate.killed && fate.killed_at_ns <= now_ns) return std::nullopt;
+  // The kill must have landed (the process is gone), not only been sent: the safety inequality
+  // budgets the kill's latency before lockd's expiry.
+  if (!fate.known || fate.exited || !fate.passed || excused) return std::nullopt;
   return Violation{"kill_before_expiry", now_ns,
                    "name " + name.str() + ": lockd let the grant of epoch " + std::to_string(epoch) +
-                       " go while its sandbox " + holder.str() + " was running and not killed"};
+                       " go while its sandbox " + holder.str() + " was running and " +
+                       (fate.killed ? "not yet dead (killed at " + std::to_string(fate.killed_at_ns) + " ns)"
+                                    : std::string("not killed"))};
 }
 
 std::optional<Violation> Invariants::epoch_monotone(NameId name, Epoch epoch, SandboxId holder,

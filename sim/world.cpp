@@ -557,7 +557,12 @@ class World final : public SupervisorEnv, public LockdEnv {
       // Held in memory but never answered (its batch not yet durable): nobody was told.
       if (acknowledged_.count(std::pair{id, h.epoch}) == 0) continue;
       const auto sb = sandboxes_.find(h.owner);
-      const SandboxFate fate = sb == sandboxes_.end() ? SandboxFate{} : sb->second.fate;
+      SandboxFate fate = sb == sandboxes_.end() ? SandboxFate{} : sb->second.fate;
+      if (sb != sandboxes_.end() && !fate.exited && !fate.passed) {
+        NameId n;
+        Epoch e = 0;  // published in this very step: it can act from now on
+        fate.passed = sups_[sb->second.worker]->check_deadline(sb->first, local(1 + static_cast<int>(sb->second.worker)), &n, &e);
+      }
       const bool ex = sb != sandboxes_.end() && excused(sb->second.worker);
       if (auto v = inv_.kill_before_expiry(id, h.epoch, h.owner, fate, now_, ex)) {
         fail(*v);
@@ -652,18 +657,33 @@ class World final : public SupervisorEnv, public LockdEnv {
 
   void check_single_holder() {
     passing_.clear();
-    for (const auto& [sb, s] : sandboxes_) {
+    for (auto& [sb, s] : sandboxes_) {
       if (s.fate.exited) continue;
       NameId name;
       Epoch epoch = 0;
-      if (sups_[s.worker]->check_deadline(sb, local(1 + static_cast<int>(s.worker)), &name, &epoch))
+      if (sups_[s.worker]->check_deadline(sb, local(1 + static_cast<int>(s.worker)), &name, &epoch)) {
         passing_.push_back(Passing{name, sb, epoch, s.worker});
+        s.fate.passed = true;
+      }
     }
     std::int64_t excused_until = 0;
     for (const Pause& p : pauses_)
       if (p.over_budget && p.start_ns <= now_)
         excused_until = std::max(excused_until, p.end_ns + cfg_.timing.ttl_ns + cfg_.timing.kill_after_ns + cfg_.heartbeat_interval_ns);
-    if (auto v = inv_.single_holder(passing_, now_, excused_until)) fail(*v);
+    if (auto v = inv_.single_holder(passing_, now_, excused_until)) {
+      fail(*v);
+      return;
+    }
+    if (lockd_) {
+      const LeaseTable& t = lockd_->table();
+      if (auto v = inv_.current_grant(std::span<const Passing>(passing_),
+                                      [&](NameId id) {
+                                        const LockState s = t.state(id);
+                                        return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
+                                      },
+                                      now_, excused_until))
+        fail(*v);
+    }
     // Exited sandboxes are forgotten once nothing can refer to them any more.
     if (++sweep_ % 4096 == 0) {
       for (auto it = sandboxes_.begin(); it != sandboxes_.end();)

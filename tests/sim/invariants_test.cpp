@@ -36,21 +36,50 @@ TEST(SimInvariants, SingleHolderToleratesAnOverlapOnlyUntilTheRecoveryBound) {
   EXPECT_NE(v->detail.find("recovery bound"), std::string::npos) << v->detail;
 }
 
-TEST(SimInvariants, KillBeforeExpiryFiresWhenTheSandboxStillRunsUnkilled) {
+TEST(SimInvariants, KillBeforeExpiryFiresUnlessTheSandboxIsDead) {
   Invariants inv;
-  SandboxFate running{true, false, 0, false, 0};
+  SandboxFate running{true, false, 0, false, 0, true};
   const auto v = inv.kill_before_expiry(kName, 5, kA, running, 1000);
   ASSERT_TRUE(v);
   EXPECT_EQ(v->invariant, "kill_before_expiry");
   // A kill after the expiry is as bad as none.
-  SandboxFate late{true, false, 0, true, 1001};
+  SandboxFate late{true, false, 0, true, 1001, true};
   EXPECT_TRUE(inv.kill_before_expiry(kName, 5, kA, late, 1000));
-  // Killed in time, exited, or excused by an over-budget pause: fine.
-  SandboxFate killed{true, false, 0, true, 999};
-  EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, killed, 1000));
-  SandboxFate exited{true, true, 900, false, 0};
+  // Killed but not yet dead: the kill has not landed.
+  SandboxFate killed{true, false, 0, true, 999, true};
+  const auto not_dead = inv.kill_before_expiry(kName, 5, kA, killed, 1000);
+  ASSERT_TRUE(not_dead);
+  EXPECT_NE(not_dead->detail.find("not yet dead"), std::string::npos) << not_dead->detail;
+  // Dead (killed or exited by itself) before the expiry, or excused by an over-budget pause: fine.
+  SandboxFate died{true, true, 990, true, 980, true};
+  EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, died, 1000));
+  // Never passed its check (stopped before its epoch was published): it could not act.
+  SandboxFate unpublished{true, false, 0, true, 999, false};
+  EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, unpublished, 1000));
+  SandboxFate died_again{true, true, 990, true, 980, true};
+  EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, died_again, 1000));
+  SandboxFate exited{true, true, 900, false, 0, true};
   EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, exited, 1000));
   EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, running, 1000, /*excused=*/true));
+}
+
+TEST(SimInvariants, CurrentGrantFiresOnAPassingSandboxLockdDoesNotHaveAsHolder) {
+  Invariants inv;
+  const Passing p[] = {Passing{kName, kA, 5, 0}};
+  auto held_by = [](SandboxId owner, Epoch e) {
+    return [owner, e](NameId) { return RestoredName{true, owner, e}; };
+  };
+  EXPECT_FALSE(inv.current_grant(std::span<const Passing>(p), held_by(kA, 5), 1000));
+  const auto other = inv.current_grant(std::span<const Passing>(p), held_by(kB, 6), 1000);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->invariant, "current_grant");
+  const auto free = inv.current_grant(std::span<const Passing>(p), [](NameId) { return RestoredName{}; }, 1000);
+  ASSERT_TRUE(free);
+  EXPECT_NE(free->detail.find("not held"), std::string::npos) << free->detail;
+  // An older epoch of the same sandbox is not the current grant either.
+  EXPECT_TRUE(inv.current_grant(std::span<const Passing>(p), held_by(kA, 6), 1000));
+  // Excused by an over-budget pause until the recovery bound.
+  EXPECT_FALSE(inv.current_grant(std::span<const Passing>(p), held_by(kB, 6), 1000, 2000));
 }
 
 TEST(SimInvariants, EpochMonotoneFiresOnAnEpochThatDoesNotGrow) {

@@ -84,8 +84,9 @@ TEST(SimWorld, ABadConfigurationIsRefusedNamingTheSafetyCondition) {
   EXPECT_NE(d.validate().find("heartbeat interval"), std::string::npos);
 }
 
-TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationFailsOn) {
-  for (std::uint64_t s = 1; s <= 16; ++s) {
+TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
+  // The catching seeds of tests/sim/CMakeLists.txt.
+  for (const std::uint64_t s : {1u, 2u, 15u, 72u}) {
     SimConfig c;
     c.seed = s;
     const RunResult r = run_seed(c);

@@ -11,9 +11,12 @@
 //                       pause budget (EventualMutualExclusion) an overlap must end within the
 //                       recovery bound.
 //   kill_before_expiry  SweepBeforeExpiry: lockd never lets an acknowledged grant go (TTL
-//                       expiry, a preemption, or any other way) while its sandbox runs
-//                       un-killed: every kill-switch kill lands before lockd's expiry of that
-//                       grant. A Held record lockd never answered (a preemptible Commit whose
+//                       expiry, a preemption, or any other way) while its sandbox still runs:
+//                       every kill-switch kill has landed (the process is gone) before
+//                       lockd's expiry of that grant.
+//   current_grant       every sandbox passing check_deadline holds lockd's current Held record
+//                       of its name at its epoch (while lockd is up): the sharp form of
+//                       SweepBeforeExpiry, which needs no second holder to fire. A Held record lockd never answered (a preemptible Commit whose
 //                       batch a crash lost) is not a grant: its sandbox runs unpublished and is
 //                       stopped when the Commit fails.
 //   epoch_monotone      epochs strictly increase per name across grants and lockd restarts; a
@@ -53,6 +56,9 @@ struct SandboxFate {
   std::int64_t exited_at_ns = 0;
   bool killed = false;  ///< the kill-switch (or a lost / unknown answer) killed it
   std::int64_t killed_at_ns = 0;
+  /// Its check_deadline passed at some step: it could act on the resource. A preemptible
+  /// sandbox stopped before its epoch was published never could.
+  bool passed = false;
 };
 
 /// One decision of the fenced resource.
@@ -85,6 +91,25 @@ class Invariants {
   std::optional<Violation> kill_before_expiry(NameId name, Epoch epoch, SandboxId holder,
                                               const SandboxFate& fate, std::int64_t now_ns,
                                               bool excused = false);
+
+  /// `passing` pass check_deadline at now_ns; `held(name)` is lockd's record (lockd is up).
+  /// Before `excused_until_ns` (an over-budget pause) a mismatch is tolerated.
+  template <class Lookup>
+  std::optional<Violation> current_grant(std::span<const Passing> passing, Lookup held, std::int64_t now_ns,
+                                         std::int64_t excused_until_ns = 0) const {
+    if (now_ns < excused_until_ns) return std::nullopt;
+    for (const Passing& p : passing) {
+      const RestoredName r = held(p.name);
+      if (r.held && r.owner == p.sandbox && r.epoch == p.epoch) continue;
+      return Violation{"current_grant", now_ns,
+                       "name " + p.name.str() + ": sandbox " + p.sandbox.str() + " (worker " +
+                           std::to_string(p.worker) + ") passes check_deadline at epoch " +
+                           std::to_string(p.epoch) + " but lockd has " +
+                           (r.held ? "it held by " + r.owner.str() + " at epoch " + std::to_string(r.epoch)
+                                   : std::string("it not held"))};
+    }
+    return std::nullopt;
+  }
 
   /// lockd sent a grant of `name` at `epoch` to `holder`.
   std::optional<Violation> epoch_monotone(NameId name, Epoch epoch, SandboxId holder,
