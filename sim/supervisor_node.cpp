@@ -190,22 +190,33 @@ struct SupervisorNode::Impl {
       release(g.name_id, g.holder, g.epoch, now);
       return;
     }
-    std::uint32_t i = 0;
-    while (i < slots.size() && slots[i].used) ++i;
-    if (i == slots.size() || !hb.add(g.name_id, g.holder, g.epoch, i, static_cast<std::uint64_t>(c.first_send_ns))) {
+    const auto i = free_slot();
+    if (!i || !hb.add(g.name_id, g.holder, g.epoch, *i, static_cast<std::uint64_t>(c.first_send_ns))) {
       release(g.name_id, g.holder, g.epoch, now);
       return;
     }
+    occupy(*i, g, c.first_send_ns + cfg.timing.kill_after_ns, true);
+  }
+
+  std::optional<std::uint32_t> free_slot() const {
+    for (std::uint32_t i = 0; i < slots.size(); ++i)
+      if (!slots[i].used) return i;
+    return std::nullopt;
+  }
+
+  /// Takes slot `i` for the grant's sandbox, armed at `valid_until_ns`, and starts it: published
+  /// (lease mode), or with its Commit pending (preemptible).
+  void occupy(std::uint32_t i, const wire::Grant& g, std::int64_t valid_until_ns, bool published) {
     Slot& s = slots[i];
     s.used = true;
-    s.published = true;
+    s.published = published;
+    s.commit_pending = !published;
     s.name = g.name_id;
     s.sandbox = g.holder;
     s.epoch = g.epoch;
-    s.valid_until_ns = c.first_send_ns + cfg.timing.kill_after_ns;
-    const ScheduleResult r = wheel.schedule(static_cast<std::uint64_t>(s.valid_until_ns), i);
-    s.timer = r.handle;
-    env.note(index, "publish", g.holder.lo, g.epoch);
+    s.valid_until_ns = valid_until_ns;
+    s.timer = wheel.schedule(static_cast<std::uint64_t>(valid_until_ns), i).handle;
+    env.note(index, published ? "publish" : "start_unpublished", g.holder.lo, g.epoch);
     env.spawn(index, g.holder, g.name_id, g.epoch);
   }
 
@@ -221,26 +232,16 @@ struct SupervisorNode::Impl {
       return;
     }
     const auto valid_until = static_cast<std::int64_t>(hb.worker_valid_until_ns());
-    std::uint32_t i = 0;
-    while (i < slots.size() && slots[i].used) ++i;
-    if (now >= valid_until || i == slots.size() ||
-        !hb.add(g.name_id, g.holder, g.epoch, i,
+    const auto i = free_slot();
+    if (now >= valid_until || !i ||
+        !hb.add(g.name_id, g.holder, g.epoch, *i,
                 lease_measured_from_ns(static_cast<std::uint64_t>(c.first_send_ns), static_cast<std::uint64_t>(now)))) {
       release(g.name_id, g.holder, g.epoch, now);
       return;
     }
     hb.mark_worker_refreshed(g.holder);
     hb.set_commit_pending(g.holder, true);
-    Slot& s = slots[i];
-    s.used = true;
-    s.commit_pending = true;
-    s.name = g.name_id;
-    s.sandbox = g.holder;
-    s.epoch = g.epoch;
-    s.valid_until_ns = valid_until;
-    s.timer = wheel.schedule(static_cast<std::uint64_t>(valid_until), i).handle;
-    env.note(index, "start_unpublished", g.holder.lo, g.epoch);
-    env.spawn(index, g.holder, g.name_id, g.epoch);
+    occupy(*i, g, valid_until, false);
     const std::int64_t left = std::int64_t{g.ttl_ms} * kMs;
     scheduling.push_back(Scheduling{now + rng.range(0, std::min<std::int64_t>(left / 4, 100 * kMs)), g.name_id,
                                     g.holder, g.epoch});
