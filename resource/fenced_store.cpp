@@ -81,10 +81,8 @@ Result<std::unique_ptr<FencedStore>> FencedStore::open(const std::string& path, 
   return open_impl(path, options, /*read_only=*/false);
 }
 
-std::unique_ptr<FencedStore> FencedStore::open_read_only(const std::string& path, std::string& error) {
-  auto store = open_impl(path, StoreOptions{}, /*read_only=*/true);
-  error = store.message();
-  return store ? std::move(store).value() : nullptr;
+Result<std::unique_ptr<FencedStore>> FencedStore::open_read_only(const std::string& path) {
+  return open_impl(path, StoreOptions{}, /*read_only=*/true);
 }
 
 namespace {
@@ -485,8 +483,7 @@ FencedStore::Tally FencedStore::tally(std::string_view name, Epoch epoch, std::s
   return t;
 }
 
-std::vector<AuditRow> FencedStore::audit(std::string_view name, std::size_t rows_max,
-                                         std::string* error) {
+Result<std::vector<AuditRow>> FencedStore::audit(std::string_view name, std::size_t rows_max) {
   std::vector<AuditRow> rows;
   rows_max = std::min(rows_max, kAuditRowsMax);
   const char* sql = name.empty()
@@ -495,10 +492,8 @@ std::vector<AuditRow> FencedStore::audit(std::string_view name, std::size_t rows
                         : "SELECT id, time_ns, name, epoch, holder, payload, verdict, reason "
                           "FROM audit WHERE name = ?1 ORDER BY id LIMIT ?2";
   sqlite3_stmt* q = nullptr;
-  if (sqlite3_prepare_v2(db_, sql, -1, &q, nullptr) != SQLITE_OK) {
-    if (error) *error = "audit query: " + errmsg(db_);
-    return rows;
-  }
+  if (sqlite3_prepare_v2(db_, sql, -1, &q, nullptr) != SQLITE_OK)
+    return Status{Errc::io_error, "audit query: " + errmsg(db_)};
   if (!name.empty()) sqlite3_bind_text(q, 1, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
   sqlite3_bind_int64(q, 2, static_cast<sqlite3_int64>(rows_max));
   auto text = [&](int col) {
@@ -518,7 +513,11 @@ std::vector<AuditRow> FencedStore::audit(std::string_view name, std::size_t rows
     r.reason = text(7);
     rows.push_back(std::move(r));
   }
-  if (rc != SQLITE_DONE && error) *error = "audit query: " + errmsg(db_);
+  if (rc != SQLITE_DONE) {
+    Status failed{Errc::io_error, "audit query: " + errmsg(db_)};
+    sqlite3_finalize(q);
+    return failed;
+  }
   sqlite3_finalize(q);
   return rows;
 }

@@ -46,17 +46,18 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
       *exit_code = report("audit", {kNotFound, "no fenced store at " + a->db});
       return;
     }
-    std::string err;
-    auto store = resource::FencedStore::open_read_only(a->db, err);
-    if (!store) {
-      *exit_code = report("audit", {kUsage, err});
+    auto opened = resource::FencedStore::open_read_only(a->db);
+    if (!opened) {
+      *exit_code = report("audit", {kUsage, opened.message()});
       return;
     }
-    const auto rows = store->audit(a->name, resource::kAuditRowsMax, &err);
-    if (!err.empty()) {
-      *exit_code = report("audit", {kFailure, err});
+    const auto store = std::move(opened).value();
+    const auto read = store->audit(a->name, resource::kAuditRowsMax);
+    if (!read) {
+      *exit_code = report("audit", {kFailure, read.message()});
       return;
     }
+    const std::vector<resource::AuditRow>& rows = *read;
     if (!a->name.empty() && rows.empty()) {
       std::string known;
       const auto names = store->names(kKnownNamesShown + 1);

@@ -360,6 +360,12 @@ class Demo {
     auto it = sandbox_worker_.find(sandbox);
     return sandbox.substr(0, 8) + (it != sandbox_worker_.end() ? std::string(" (") + kWorker[it->second] + ")" : "");
   }
+  /// The resource's audit rows for the demo's name; a failed read stops the demo.
+  std::vector<resource::AuditRow> audit_rows() {
+    auto read = store_->audit(args_.name, resource::kAuditRowsMax);
+    if (!read) abort(read.message());
+    return std::move(read).value();
+  }
   void audit_and_timeline();
   nlohmann::json summary_json(int rc, int stopped_by, double took_s) const;
 
@@ -795,7 +801,7 @@ void Demo::body() {
   std::fprintf(out_, "\nstep 4: replay the old holder's last write with its token {%s, epoch %llu, %s}\n",
                args_.name.c_str(), static_cast<unsigned long long>(e1_), sb1.substr(0, 8).c_str());
   std::string last_payload = "replayed";
-  for (const auto& r : store_->audit(args_.name))
+  for (const auto& r : audit_rows())
     if (r.verdict == "accepted" && r.epoch == e1_) last_payload = r.payload;
   const auto holder1 = SandboxId::parse(sb1);
   const resource::WriteResult replay = store_->write({args_.name, e1_, holder1.value_or(SandboxId{})}, last_payload);
@@ -966,7 +972,7 @@ void Demo::body() {
       static_cast<unsigned long long>(e3_), at(transfer_first_write_ns_).c_str());
   event(transfer_first_write_ns_, "first accepted write at epoch " + std::to_string(e3_));
   std::uint64_t during = 0;
-  for (const auto& r : store_->audit(args_.name))
+  for (const auto& r : audit_rows())
     if (r.verdict == "accepted" && r.time_ns >= transfer_fence_ns_ && r.time_ns < transfer_first_write_ns_) ++during;
   detail("transfer window: %s .. %s (%.0f ms): %llu writes accepted", at(transfer_fence_ns_).c_str(),
          at(transfer_first_write_ns_).c_str(), static_cast<double>(transfer_first_write_ns_ - transfer_fence_ns_) / 1e6,
@@ -1020,9 +1026,7 @@ void Demo::body() {
 }
 
 void Demo::audit_and_timeline() {
-  std::string err;
-  const auto rows = store_->audit(args_.name, resource::kAuditRowsMax, &err);
-  if (!err.empty()) abort(err);
+  const std::vector<resource::AuditRow> rows = audit_rows();
   audit_ = resource::check_audit(rows);
   const resource::AuditReport& rep = *audit_;
   std::fprintf(out_, "\naudit of \"%s\" in %s (%zu rows: %llu accepted, %llu rejected, %llu fence announcements)\n",

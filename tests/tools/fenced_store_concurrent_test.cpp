@@ -63,7 +63,7 @@ TEST(FencedStoreConcurrent, HoldersWithDifferentEpochsNeverInterleave) {
   auto s_opened = FencedStore::open(path);
   ASSERT_TRUE(s_opened.ok()) << s_opened.message();
   auto s = std::move(s_opened).value();
-  const auto rows = s->audit("orders");
+  const auto rows = s->audit("orders").value();
   ASSERT_EQ(rows.size(), static_cast<std::size_t>(kThreads * kWrites));
   const AuditReport rep = check_audit(rows);
   EXPECT_TRUE(rep.ok()) << (rep.violations.empty() ? "" : rep.violations.front());

@@ -80,7 +80,7 @@ TEST(FencedStore, EveryWriteLeavesOneAuditRowInOrder) {
   s->write({"orders", 5, kA}, "p1");
   s->write({"orders", 6, kB}, "p2");
   s->write({"orders", 5, kA}, "p3");
-  const auto rows = s->audit("orders");
+  const auto rows = s->audit("orders").value();
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].verdict, "accepted");
   EXPECT_EQ(rows[0].epoch, 5u);
@@ -110,7 +110,7 @@ TEST(FencedStore, AdvanceFenceRejectsTheOldHolderBeforeTheNewOneWrites) {
   // Announcing a lower epoch never lowers the fence.
   EXPECT_EQ(s->advance_fence("orders", 3, "old news").highest, 8u);
   EXPECT_EQ(s->write({"orders", 8, kB}, "b").verdict, Verdict::accepted);
-  const auto rows = s->audit("orders");
+  const auto rows = s->audit("orders").value();
   ASSERT_EQ(rows.size(), 5u);
   EXPECT_EQ(rows[1].verdict, "fence");
   EXPECT_EQ(rows[1].reason, "operator fence raise: transfer begin (fence 7 -> 8)");
@@ -132,7 +132,7 @@ TEST(FencedStore, BadInputIsRejectedAndAudited) {
   EXPECT_NE(big.reason.find("limit 4096"), std::string::npos) << big.reason;
   EXPECT_EQ(s->highest("orders"), 0u);  // nothing invalid moved the fence
   EXPECT_EQ(s->records("orders"), 0);
-  const auto rows = s->audit();
+  const auto rows = s->audit().value();
   ASSERT_EQ(rows.size(), 6u);
   for (const auto& r : rows) EXPECT_EQ(r.verdict, "invalid");
   EXPECT_EQ(rows[5].payload.size(), 64u);  // oversized payloads are cut in the audit
@@ -200,11 +200,11 @@ TEST(FencedStore, ReadOnlyOpenChangesNothingAndCannotWrite) {
   }  // the last connection closes: the log is checkpointed and removed
   ASSERT_FALSE(fs::exists(path + "-wal"));
   const std::string before = bytes_of(path);
-  std::string err;
-  auto ro = FencedStore::open_read_only(path, err);
-  ASSERT_NE(ro, nullptr) << err;
+  auto opened = FencedStore::open_read_only(path);
+  ASSERT_TRUE(opened.ok()) << opened.message();
+  auto ro = std::move(opened).value();
   EXPECT_EQ(ro->highest("orders"), 3u);
-  EXPECT_EQ(ro->audit("orders").size(), 2u);
+  EXPECT_EQ(ro->audit("orders").value().size(), 2u);
   EXPECT_EQ(ro->names(), std::vector<std::string>{"orders"});
   const WriteResult w = ro->write({"orders", 4, kA}, "c");
   EXPECT_EQ(w.verdict, Verdict::error);
@@ -222,28 +222,33 @@ TEST(FencedStore, ReadOnlyOpenSeesWritesStillInTheLog) {
   StoreOptions o;
   o.durable = false;
   o.checkpoint_pages = 0;  // everything stays in the write-ahead log
-  std::string err;
   auto writer_opened = FencedStore::open(path, o);
   ASSERT_TRUE(writer_opened.ok()) << writer_opened.message();
   auto writer = std::move(writer_opened).value();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(writer->write({"orders", 1, kA}, "w").accepted());
-  auto ro = FencedStore::open_read_only(path, err);
-  ASSERT_NE(ro, nullptr) << err;
+  auto opened = FencedStore::open_read_only(path);
+  ASSERT_TRUE(opened.ok()) << opened.message();
+  auto ro = std::move(opened).value();
   EXPECT_EQ(ro->records("orders"), 5);
   ASSERT_TRUE(writer->write({"orders", 1, kA}, "w").accepted());
   EXPECT_EQ(ro->records("orders"), 6) << "a live store is read as it grows";
 }
 
+// open_read_only(path) fails with a message containing `text`.
+#define EXPECT_REFUSED(path, text)                                                   \
+  do {                                                                               \
+    const auto refused = FencedStore::open_read_only(path);                          \
+    EXPECT_FALSE(refused.ok()) << (path);                                            \
+    EXPECT_NE(refused.message().find(text), std::string::npos) << refused.message(); \
+  } while (0)
+
 TEST(FencedStore, ReadOnlyOpenRefusesWhatIsNotAFencedStore) {
   TempDir dir;
-  std::string err;
   { std::ofstream(dir.file("empty.db")); }
-  EXPECT_EQ(FencedStore::open_read_only(dir.file("empty.db"), err), nullptr);
-  EXPECT_NE(err.find("not a fenced store: the file is empty"), std::string::npos) << err;
+  EXPECT_REFUSED(dir.file("empty.db"), "not a fenced store: the file is empty");
   EXPECT_EQ(fs::file_size(dir.file("empty.db")), 0u) << "no schema was created";
   { std::ofstream(dir.file("text.db")) << "this is not a database, just some text to fill a page"; }
-  EXPECT_EQ(FencedStore::open_read_only(dir.file("text.db"), err), nullptr);
-  EXPECT_NE(err.find("not a fenced store: not a SQLite database"), std::string::npos) << err;
+  EXPECT_REFUSED(dir.file("text.db"), "not a fenced store: not a SQLite database");
   const std::string foreign = dir.file("foreign.db");
   {
     sqlite3* db = nullptr;
@@ -251,10 +256,8 @@ TEST(FencedStore, ReadOnlyOpenRefusesWhatIsNotAFencedStore) {
     ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x)", nullptr, nullptr, nullptr), SQLITE_OK);
     sqlite3_close(db);
   }
-  EXPECT_EQ(FencedStore::open_read_only(foreign, err), nullptr);
-  EXPECT_NE(err.find("not a fenced store: holds another application's data"), std::string::npos) << err;
-  EXPECT_EQ(FencedStore::open_read_only(dir.file("missing.db"), err), nullptr);
-  EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
+  EXPECT_REFUSED(foreign, "not a fenced store: holds another application's data");
+  EXPECT_REFUSED(dir.file("missing.db"), "cannot open");
   EXPECT_FALSE(fs::exists(dir.file("missing.db"))) << "nothing was created";
 }
 
@@ -354,7 +357,7 @@ TEST(FencedStore, TwoProcessesShareTheFence) {
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0);
 
-  const auto rows = s->audit("orders");
+  const auto rows = s->audit("orders").value();
   ASSERT_EQ(rows.size(), 2u * kWrites);
   bool seen_two = false;
   std::size_t stale = 0;

@@ -74,7 +74,7 @@ void run_attack(TokenStore& f, FencedStore& s, const Attack& a, bool defended) {
   WriteToken forged{"orders", a.made_up, kStale, a.send_old_token ? old.signed_token : std::vector<std::uint8_t>{}};
   const WriteResult attack = s.write(forged, "attack");
   const WriteResult after = s.write(now, "rightful-2");
-  const AuditReport rep = check_audit(s.audit("orders"));
+  const AuditReport rep = check_audit(s.audit("orders").value());
   if (!defended) {
     // The plain epoch compare: the made-up epoch is admitted and the rightful holder fenced out.
     EXPECT_EQ(attack.verdict, Verdict::accepted);
@@ -222,13 +222,13 @@ TEST_F(TokenStore, StoreWithoutVerifierAuditsWritesAsUnverified) {
   ASSERT_NE(s, nullptr);
   EXPECT_FALSE(s->verifies_tokens());
   ASSERT_TRUE(s->write({"orders", 1, kRightful}, "w").accepted());
-  const AuditReport rep = check_audit(s->audit());
+  const AuditReport rep = check_audit(s->audit().value());
   EXPECT_TRUE(rep.ok());
   EXPECT_EQ(rep.unverified, 1u);
   EXPECT_FALSE(rep.exclusive());
   auto v = open("verified.db");
   ASSERT_TRUE(v->write(grant("orders", 1, kRightful), "w").accepted());
-  const AuditReport good = check_audit(v->audit());
+  const AuditReport good = check_audit(v->audit().value());
   EXPECT_TRUE(good.exclusive());
   EXPECT_TRUE(good.summary().starts_with("exclusive: ")) << good.summary();
 }
@@ -253,7 +253,7 @@ TEST_F(TokenStore, UnsignedFenceRaiseIsBoundedAndAuditedAsTheOperators) {
   // Revoke/transfer's order (the epoch above lockd's, announced first) stays admitted.
   EXPECT_TRUE(s->advance_fence("orders", 2, "revoke").accepted());
   EXPECT_TRUE(s->advance_fence("orders", 2 + kFenceRaiseMax, "transfer begin").accepted());
-  const AuditReport rep = check_audit(s->audit("orders"));
+  const AuditReport rep = check_audit(s->audit("orders").value());
   EXPECT_TRUE(rep.ok());
   ASSERT_EQ(rep.operator_fences.size(), 2u);
   EXPECT_EQ(rep.operator_fences[0].epoch, 2u);
@@ -263,12 +263,12 @@ TEST_F(TokenStore, UnsignedFenceRaiseIsBoundedAndAuditedAsTheOperators) {
   EXPECT_EQ(rep.summary().find("every accepted epoch signed by lockd"), std::string::npos) << rep.summary();
   // Forced: the raise the bound stops goes through, and is reported like the others.
   EXPECT_TRUE(s->advance_fence("orders", static_cast<Epoch>(INT64_MAX), "forced", /*force=*/true).accepted());
-  EXPECT_EQ(check_audit(s->audit("orders")).operator_fences.size(), 3u);
+  EXPECT_EQ(check_audit(s->audit("orders").value()).operator_fences.size(), 3u);
   // A signed present() is no operator raise.
   auto p = open("present-only.db");
   ASSERT_TRUE(p->present(grant("orders", 3, kRightful), "holder presents").accepted());
-  EXPECT_TRUE(check_audit(p->audit()).operator_fences.empty());
-  EXPECT_TRUE(check_audit(p->audit()).summary().starts_with("exclusive: "));
+  EXPECT_TRUE(check_audit(p->audit().value()).operator_fences.empty());
+  EXPECT_TRUE(check_audit(p->audit().value()).summary().starts_with("exclusive: "));
 }
 
 }  // namespace

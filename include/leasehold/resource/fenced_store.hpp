@@ -179,9 +179,10 @@ class FencedStore {
   /// Opens an existing store to read it (audit, tally, highest) and changes nothing: no schema,
   /// no pragma, no lock file; works on a read-only file or mount (a copy kept as evidence).
   /// Files that are not a fenced store - empty, another application's database, not a
-  /// database at all - are refused with an error that says "not a fenced store: ..." and why.
-  /// write() and advance_fence() on it answer Verdict::error.
-  static std::unique_ptr<FencedStore> open_read_only(const std::string& path, std::string& error);
+  /// database at all - are refused with a Status (corrupt, unsupported, io_error as open())
+  /// whose message says "not a fenced store: ..." and why. write() and advance_fence() on it
+  /// answer Verdict::error.
+  static Result<std::unique_ptr<FencedStore>> open_read_only(const std::string& path);
   ~FencedStore();
   FencedStore(const FencedStore&) = delete;
   FencedStore& operator=(const FencedStore&) = delete;
@@ -218,10 +219,10 @@ class FencedStore {
   Epoch highest(std::string_view name);
 
   /// Audit rows in acceptance order (rowid), all names when `name` is empty, at most
-  /// `rows_max` (clamped to kAuditRowsMax). On a database error returns what it read and sets
-  /// `error` if given.
-  std::vector<AuditRow> audit(std::string_view name = {}, std::size_t rows_max = kAuditRowsMax,
-                              std::string* error = nullptr);
+  /// `rows_max` (clamped to kAuditRowsMax). A database error is io_error ("audit query: ...")
+  /// and returns no rows: a check over the rows read before the error could call a
+  /// double grant exclusive.
+  Result<std::vector<AuditRow>> audit(std::string_view name = {}, std::size_t rows_max = kAuditRowsMax);
 
   /// Records appended (accepted writes) for `name`.
   std::int64_t records(std::string_view name);
