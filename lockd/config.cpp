@@ -175,8 +175,8 @@ Result<std::vector<wire::WireKey>> load_keys(const LockdConfig& cfg) {
   return out;
 }
 
-std::string read_ablations(LockdConfig& cfg, const char* env) {
-  if (env == nullptr) return {};
+Status read_ablations(LockdConfig& cfg, const char* env) {
+  if (env == nullptr) return Status{};
   std::string_view rest(env);
   while (!rest.empty()) {
     const std::size_t comma = std::min(rest.find(','), rest.size());
@@ -197,82 +197,82 @@ std::string read_ablations(LockdConfig& cfg, const char* env) {
     else if (a == "seq-jump") cfg.ablate_seq_jump = true;
     else if (a == "first-push-address") cfg.ablate_first_push_address = true;
     else if (a == "no-seq-resync") continue;  // a sender's switch (wire/replay.hpp), not lockd's
-    else return "LEASEHOLD_ABLATE: unknown ablation \"" + std::string(a) + "\"";
+    else return Status::invalid("LEASEHOLD_ABLATE: unknown ablation \"" + std::string(a) + "\"");
   }
-  return {};
+  return Status{};
 }
 
-std::string validate(const LockdConfig& cfg) {
+Status validate(const LockdConfig& cfg) {
   if (cfg.generate_key_path) {  // --generate-key needs nothing else
     if (cfg.generate_key_path->empty() && cfg.derive_out.empty())
-      return "--generate-key needs a PATH, or --out PATH (the key file to write)";
+      return Status::invalid("--generate-key needs a PATH, or --out PATH (the key file to write)");
     if (!cfg.generate_key_path->empty() && !cfg.derive_out.empty() && *cfg.generate_key_path != cfg.derive_out)
-      return "--generate-key " + *cfg.generate_key_path + " and --out " + cfg.derive_out +
-             " name two files; give one";
+      return Status::invalid("--generate-key " + *cfg.generate_key_path + " and --out " + cfg.derive_out +
+             " name two files; give one");
     if (cfg.generate_kind == "cluster" && cfg.key_id > wire::kClusterKeyIdMax)
-      return "--key-id " + std::to_string(cfg.key_id) + " is out of range for a cluster key: 1.." +
+      return Status::invalid("--key-id " + std::to_string(cfg.key_id) + " is out of range for a cluster key: 1.." +
              std::to_string(wire::kClusterKeyIdMax) + " (a tag made with cluster key N itself carries key id N | " +
-             std::to_string(wire::kAdminKeyIdBit) + "; admin keys take 1..65535)";
-    return {};
+             std::to_string(wire::kAdminKeyIdBit) + "; admin keys take 1..65535)");
+    return Status{};
   }
   if (cfg.generate_signing_key) {
     if (cfg.derive_out.empty())
-      return "--generate-signing-key needs --out PATH (the signing key file to write; PATH.pub gets the public key)";
-    return {};
+      return Status::invalid("--generate-signing-key needs --out PATH (the signing key file to write; PATH.pub gets the public key)");
+    return Status{};
   }
-  if (cfg.print_public_key) return {};  // needs only the signing key
+  if (cfg.print_public_key) return Status{};  // needs only the signing key
   if (cfg.derive_worker_key) {
     if (cfg.key_files.size() != 1)
-      return "--derive-worker-key needs one --key-file (the cluster key to derive from; during a "
-             "rotation, the new one)";
-    if (cfg.derive_out.empty()) return "--derive-worker-key needs --out PATH (the worker key file to write)";
+      return Status::invalid("--derive-worker-key needs one --key-file (the cluster key to derive from; during a "
+             "rotation, the new one)");
+    if (cfg.derive_out.empty()) return Status::invalid("--derive-worker-key needs --out PATH (the worker key file to write)");
     const auto w = WorkerId::parse(cfg.derive_worker_id);
     if (!w || w->is_nil())
-      return "--derive-worker-key needs --worker-id UUID (got \"" + cfg.derive_worker_id + "\")";
-    return {};
+      return Status::invalid("--derive-worker-key needs --worker-id UUID (got \"" + cfg.derive_worker_id + "\")");
+    return Status{};
   }
   if (cfg.key_files.empty() && cfg.key_dir.empty())
-    return "--key-file or --key-dir is required (create a key with: leasehold-lockd --generate-key --out PATH)";
+    return Status::invalid("--key-file or --key-dir is required (create a key with: leasehold-lockd --generate-key --out PATH)");
   if (!listen_address_ok(cfg.listen))
-    return "--listen \"" + cfg.listen +
-           "\" is not a numeric ADDR:PORT (e.g. 127.0.0.1:7400 or [::1]:7400)";
-  if (cfg.store_path.empty()) return "--store must not be empty";
-  if (cfg.ttl_ms == 0) return "--ttl-ms must be at least 1 (a lease needs a TTL)";
+    return Status::invalid("--listen \"" + cfg.listen +
+           "\" is not a numeric ADDR:PORT (e.g. 127.0.0.1:7400 or [::1]:7400)");
+  if (cfg.store_path.empty()) return Status::invalid("--store must not be empty");
+  if (cfg.ttl_ms == 0) return Status::invalid("--ttl-ms must be at least 1 (a lease needs a TTL)");
   if (cfg.ttl_ms > kTtlMsMax)
-    return "--ttl-ms " + std::to_string(cfg.ttl_ms) + " exceeds " + std::to_string(kTtlMsMax) +
-           " (1 h)";
+    return Status::invalid("--ttl-ms " + std::to_string(cfg.ttl_ms) + " exceeds " + std::to_string(kTtlMsMax) +
+           " (1 h)");
   if (cfg.acquiring_ttl_ms == 0)
-    return "--acquiring-ttl-ms must be at least 1 (a 2-phase acquire needs time to commit)";
+    return Status::invalid("--acquiring-ttl-ms must be at least 1 (a 2-phase acquire needs time to commit)");
   if (cfg.acquiring_ttl_ms > kAcquiringTtlMsMax)
-    return "--acquiring-ttl-ms " + std::to_string(cfg.acquiring_ttl_ms) + " exceeds " +
+    return Status::invalid("--acquiring-ttl-ms " + std::to_string(cfg.acquiring_ttl_ms) + " exceeds " +
            std::to_string(kAcquiringTtlMsMax) +
-           " (an acquiring record blocks the name and is not preemptible)";
+           " (an acquiring record blocks the name and is not preemptible)");
   if (cfg.lock_delay_ms >= kLockDelayMsMax)
-    return "--lock-delay-ms " + std::to_string(cfg.lock_delay_ms) + " must be below " +
-           std::to_string(kLockDelayMsMax) + " (Chubby bounds lock-delay at one minute)";
+    return Status::invalid("--lock-delay-ms " + std::to_string(cfg.lock_delay_ms) + " must be below " +
+           std::to_string(kLockDelayMsMax) + " (Chubby bounds lock-delay at one minute)");
   if (cfg.lock_delay_ms != 0 && cfg.lock_delay_ms >= cfg.ttl_ms)
-    return "--lock-delay-ms " + std::to_string(cfg.lock_delay_ms) + " must be below --ttl-ms " +
+    return Status::invalid("--lock-delay-ms " + std::to_string(cfg.lock_delay_ms) + " must be below --ttl-ms " +
            std::to_string(cfg.ttl_ms) +
-           " (the delay covers a lapsed holder's last TTL; longer only blocks the name)";
+           " (the delay covers a lapsed holder's last TTL; longer only blocks the name)");
   if (cfg.mode == LockMode::lease && cfg.worker_ttl_ms)
-    return "--worker-ttl-ms applies to --mode preemptible only (lease mode has no worker "
-           "liveness)";
+    return Status::invalid("--worker-ttl-ms applies to --mode preemptible only (lease mode has no worker "
+           "liveness)");
   if (cfg.mode == LockMode::preemptible) {
     const auto w = cfg.effective_worker_ttl_ms();
-    if (w == 0) return "--worker-ttl-ms must be at least 1";
+    if (w == 0) return Status::invalid("--worker-ttl-ms must be at least 1");
     if (w > kWorkerTtlMsMax)
-      return "--worker-ttl-ms " + std::to_string(w) + " exceeds " + std::to_string(kWorkerTtlMsMax);
+      return Status::invalid("--worker-ttl-ms " + std::to_string(w) + " exceeds " + std::to_string(kWorkerTtlMsMax));
   }
   if (cfg.reservation_ttl_ms && *cfg.reservation_ttl_ms == 0)
-    return "--reservation-ttl-ms must be at least 1 (a reservation needs time to be taken)";
+    return Status::invalid("--reservation-ttl-ms must be at least 1 (a reservation needs time to be taken)");
   if (cfg.reservation_ttl_ms && *cfg.reservation_ttl_ms > kReservationTtlMsMax)
-    return "--reservation-ttl-ms " + std::to_string(*cfg.reservation_ttl_ms) + " exceeds " +
-           std::to_string(kReservationTtlMsMax) + " (one day)";
+    return Status::invalid("--reservation-ttl-ms " + std::to_string(*cfg.reservation_ttl_ms) + " exceeds " +
+           std::to_string(kReservationTtlMsMax) + " (one day)");
   if (cfg.max_names == 0 || cfg.max_names > kMaxNamesLimit)
-    return "--max-names must be in 1.." + std::to_string(kMaxNamesLimit);
+    return Status::invalid("--max-names must be in 1.." + std::to_string(kMaxNamesLimit));
   if (cfg.max_workers == 0 || cfg.max_workers > kMaxWorkersLimit)
-    return "--max-workers must be in 1.." + std::to_string(kMaxWorkersLimit);
-  return {};
+    return Status::invalid("--max-workers must be in 1.." + std::to_string(kMaxWorkersLimit));
+  return Status{};
 }
 
 }  // namespace leasehold::lockd

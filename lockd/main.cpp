@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   if (cfg.generate_key_path) {
-    if (std::string why = lockd::validate(cfg); !why.empty()) {
-      std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+    if (const Status why = lockd::validate(cfg); !why.ok()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", why.message().c_str());
       return 2;
     }
     const std::string path = cfg.generate_key_path->empty() ? cfg.derive_out : *cfg.generate_key_path;
@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
                 static_cast<unsigned>(cfg.key_id), path.c_str());
     return 0;
   }
-  if (std::string why = lockd::validate(cfg); cfg.generate_signing_key && !why.empty()) {
-    std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+  if (const Status why = lockd::validate(cfg); cfg.generate_signing_key && !why.ok()) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", why.message().c_str());
     return 2;
   }
   if (cfg.generate_signing_key) {
@@ -85,12 +85,12 @@ int main(int argc, char** argv) {
                 token::key_id_text((*signer)->key_id()).c_str(), (*signer)->public_key_pem().c_str());
     return 0;
   }
-  if (std::string why = lockd::read_ablations(cfg, std::getenv("LEASEHOLD_ABLATE")); !why.empty()) {
-    std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+  if (const Status why = lockd::read_ablations(cfg, std::getenv("LEASEHOLD_ABLATE")); !why.ok()) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", why.message().c_str());
     return 2;
   }
-  if (std::string why = lockd::validate(cfg); !why.empty()) {
-    std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+  if (const Status why = lockd::validate(cfg); !why.ok()) {
+    std::fprintf(stderr, "leasehold-lockd: %s\n", why.message().c_str());
     return 2;
   }
   if (cfg.derive_worker_key) {

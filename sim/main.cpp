@@ -220,8 +220,8 @@ int main(int argc, char** argv) {
   base.faults = !no_faults;
   if (mode == "lease") base.preemptible_share = 0;
   if (mode == "preemptible") base.preemptible_share = 1;
-  if (const std::string why = base.validate(); !why.empty()) {
-    std::fprintf(stderr, "leasehold-sim: bad configuration: %s\n", why.c_str());
+  if (const leasehold::Status why = base.validate(); !why.ok()) {
+    std::fprintf(stderr, "leasehold-sim: bad configuration: %s\n", why.message().c_str());
     return kUsage;
   }
 

@@ -33,30 +33,30 @@ bool SimConfig::preemptible() const noexcept {
   return r.chance(preemptible_share);
 }
 
-std::string SimConfig::validate() const {
-  if (supervisors == 0 || supervisors > 64) return "supervisors must be in 1..64, not " + std::to_string(supervisors);
-  if (names == 0 || names > 64) return "names must be in 1..64, not " + std::to_string(names);
+Status SimConfig::validate() const {
+  if (supervisors == 0 || supervisors > 64) return Status::invalid("supervisors must be in 1..64, not " + std::to_string(supervisors));
+  if (names == 0 || names > 64) return Status::invalid("names must be in 1..64, not " + std::to_string(names));
   if (sandboxes_per_worker_max == 0 || sandboxes_per_worker_max > 16)
-    return "sandboxes_per_worker_max must be in 1..16, not " + std::to_string(sandboxes_per_worker_max);
+    return Status::invalid("sandboxes_per_worker_max must be in 1..16, not " + std::to_string(sandboxes_per_worker_max));
   if (duration_ns <= 0 || heal_ns < 0 || heal_ns > duration_ns)
-    return "need 0 <= heal_ns <= duration_ns and duration_ns > 0 (heal " + std::to_string(heal_ns) +
-           " ns, duration " + std::to_string(duration_ns) + " ns)";
+    return Status::invalid("need 0 <= heal_ns <= duration_ns and duration_ns > 0 (heal " + std::to_string(heal_ns) +
+           " ns, duration " + std::to_string(duration_ns) + " ns)");
   if (timing.ttl_ns < 10 * kMs || timing.kill_after_ns <= 0 || heartbeat_interval_ns <= 0 || retry_interval_ns <= 0 ||
       timing.wheel_granularity_ns <= 0 || timing.kill_latency_budget_ns < 0 || sandbox_tick_ns <= 0 || write_interval_ns <= 0)
-    return "durations must be > 0 (ttl at least 10 ms)";
+    return Status::invalid("durations must be > 0 (ttl at least 10 ms)");
   if (!(preemptible_share >= 0 && preemptible_share <= 1))
-    return "preemptible_share must be in 0..1, not " + std::to_string(preemptible_share);
+    return Status::invalid("preemptible_share must be in 0..1, not " + std::to_string(preemptible_share));
   if (worker_ttl_ns != 0 && worker_ttl_ns < timing.ttl_ns)
-    return "worker_ttl_ns " + std::to_string(worker_ttl_ns / kMs) + " ms must be 0 (= ttl) or at least ttl " +
-           std::to_string(timing.ttl_ns / kMs) + " ms: the supervisor refuses a shorter worker-liveness TTL";
+    return Status::invalid("worker_ttl_ns " + std::to_string(worker_ttl_ns / kMs) + " ms must be 0 (= ttl) or at least ttl " +
+           std::to_string(timing.ttl_ns / kMs) + " ms: the supervisor refuses a shorter worker-liveness TTL");
   if (heartbeat_interval_ns >= timing.kill_after_ns)
-    return "heartbeat interval " + std::to_string(heartbeat_interval_ns / kMs) + " ms must be below kill_after " +
-           std::to_string(timing.kill_after_ns / kMs) + " ms";
+    return Status::invalid("heartbeat interval " + std::to_string(heartbeat_interval_ns / kMs) + " ms must be below kill_after " +
+           std::to_string(timing.kill_after_ns / kMs) + " ms");
   if (!timing::check_safety(timing).safe)
-    return "the safety condition kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho) fails: " +
+    return Status::invalid("the safety condition kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho) fails: " +
            std::to_string(timing.kill_after_ns / kMs) + " ms, rho " + std::to_string(timing.rho_ppb / 1000) + " ppm, ttl " +
-           std::to_string(timing.ttl_ns / kMs) + " ms";
-  return "";
+           std::to_string(timing.ttl_ns / kMs) + " ms");
+  return Status{};
 }
 
 namespace {
@@ -781,7 +781,7 @@ class World final : public SupervisorEnv, public LockdEnv {
 }  // namespace
 
 RunResult run_seed(const SimConfig& cfg, const TraceFn& trace) {
-  if (const std::string why = cfg.validate(); !why.empty()) throw std::invalid_argument(why);
+  if (const Status why = cfg.validate(); !why.ok()) throw std::invalid_argument(why.message());
   World w(cfg, trace);
   return w.run();
 }

@@ -24,7 +24,7 @@ std::string parse(std::vector<std::string> args, LockdConfig* out = nullptr) {
     return std::string("parse: ") + e.what();
   }
   if (out != nullptr) *out = cfg;
-  return validate(cfg);
+  return validate(cfg).message();
 }
 
 TEST(LockdConfig, DefaultsWithKeyAreValid) {

@@ -77,11 +77,11 @@ TEST(SimWorld, WithoutFaultsNothingIsLostOrKilled) {
 TEST(SimWorld, ABadConfigurationIsRefusedNamingTheSafetyCondition) {
   SimConfig c;
   c.timing.kill_after_ns = c.timing.ttl_ns;
-  EXPECT_NE(c.validate().find("safety condition"), std::string::npos) << c.validate();
+  EXPECT_NE(c.validate().message().find("safety condition"), std::string::npos) << c.validate().message();
   EXPECT_THROW(run_seed(c), std::invalid_argument);
   SimConfig d;
   d.heartbeat_interval_ns = d.timing.kill_after_ns;
-  EXPECT_NE(d.validate().find("heartbeat interval"), std::string::npos);
+  EXPECT_NE(d.validate().message().find("heartbeat interval"), std::string::npos);
 }
 
 TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
@@ -135,7 +135,7 @@ TEST(SimWorld, TheModeIsDrawnPerSeedAndReplaysWithTheSeed) {
   c.preemptible_share = 1;
   EXPECT_TRUE(c.preemptible());
   c.preemptible_share = 1.5;
-  EXPECT_NE(c.validate().find("preemptible_share"), std::string::npos) << c.validate();
+  EXPECT_NE(c.validate().message().find("preemptible_share"), std::string::npos) << c.validate().message();
 }
 
 // Preemptible mode (lockd and supervisors --mode preemptible) under faults: lockd asks IsRunning

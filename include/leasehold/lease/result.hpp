@@ -12,7 +12,8 @@
 // message: the shm table's reads and check_deadline (shm::TableErrc, also the C ABI's codes),
 // the codec (wire::DecodeError), LeaseTable's answers (LeaseTable::Outcome), the event loop's
 // submit path (-errno). The control socket keeps its wire enum ControlError
-// (supervisor/control_error.hpp); the supervisor maps a Status to it in one function.
+// (supervisor/control_error.hpp): the supervisor's ports fail with a PortError, which is that
+// code and a message (supervisor/ports.hpp), and the CLI maps the code to its exit code.
 #pragma once
 
 #include "leasehold/lease/assert.hpp"
@@ -62,6 +63,8 @@ class [[nodiscard]] Status {
   /// A failure from an errno value: code errc_of_errno(err), message "`what`: strerror(err)".
   /// `err` may be negative (-errno) and must not be 0.
   static Status from_errno(int err, std::string_view what);
+  /// Errc::invalid_argument with `message` (the refusal of a flag, a config field, an input).
+  static Status invalid(std::string message) { return Status{Errc::invalid_argument, std::move(message)}; }
 
   bool ok() const noexcept { return code_ == Errc::ok; }
   Errc code() const noexcept { return code_; }

@@ -118,9 +118,9 @@ std::string signing_key_path(const LockdConfig& cfg);
 /// Adds lockd's flags to `app`, bound to `cfg`.
 void add_lockd_flags(CLI::App& app, LockdConfig& cfg);
 
-/// Empty when `cfg` is usable; otherwise one message that names the flag(s) and says why
-/// (e.g. "--worker-ttl-ms applies to --mode preemptible only").
-std::string validate(const LockdConfig& cfg);
+/// Ok when `cfg` is usable; otherwise invalid_argument with one message that names the
+/// flag(s) and says why (e.g. "--worker-ttl-ms applies to --mode preemptible only").
+Status validate(const LockdConfig& cfg);
 /// The keys lockd serves with: the --key-file cluster keys, the --admin-key-file admin keys and
 /// the keys of --key-dir, in that order, each loaded with wire::load_key_file (0600, owner).
 /// Read at start and again on SIGHUP. The keys, or one message naming the file (or directory)
@@ -130,8 +130,9 @@ std::string validate(const LockdConfig& cfg);
 /// (invalid_argument), two keys with one id (exists, as wire::ClusterKeyring::add).
 Result<std::vector<wire::WireKey>> load_keys(const LockdConfig& cfg);
 
-/// Sets the ablation switches from `env` (LEASEHOLD_ABLATE; nullptr: none). "" or the error.
-std::string read_ablations(LockdConfig& cfg, const char* env);
+/// Sets the ablation switches from `env` (LEASEHOLD_ABLATE, comma-separated; nullptr: none).
+/// invalid_argument naming an unknown ablation.
+Status read_ablations(LockdConfig& cfg, const char* env);
 
 
 /// True for a numeric "A.B.C.D:PORT" or "[v6]:PORT" (no DNS).

@@ -17,6 +17,7 @@
 // ends the run and is reported with the seed.
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/lease/timing.hpp"
 
 #include <cstdint>
@@ -78,8 +79,9 @@ struct SimConfig {
   /// Whether this run is in preemptible mode: drawn from the seed with preemptible_share (so
   /// `--seed N` replays the mode of seed N in a sweep), always for share 1, never for 0.
   bool preemptible() const noexcept;
-  /// "" or what is wrong (names the field and the values), e.g. the safety condition.
-  std::string validate() const;
+  /// Ok, or invalid_argument saying what is wrong (names the field and the values), e.g. the
+  /// safety condition.
+  Status validate() const;
 };
 
 /// How often each fault and each interesting event happened in a run: X(field, description).
