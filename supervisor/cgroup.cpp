@@ -300,43 +300,37 @@ CgroupTree CgroupTree::discover(const CgroupConfig& config) {
   return t;
 }
 
-std::optional<CgroupLeaf> CgroupTree::create_leaf(std::string_view name, std::string& error) const {
-  if (mode_ != KillMode::cgroup_v2_delegated) {
-    error = "no leaf cgroups in " + std::string(describe(mode_)) + " mode";
-    return std::nullopt;
-  }
-  if (!valid_leaf_name(name)) {
-    error = "bad cgroup leaf name \"" + std::string(name) + "\": want 1.." +
-            std::to_string(kCgroupLeafNameBytesMax) + " bytes of [A-Za-z0-9._-], not starting with '.'";
-    return std::nullopt;
-  }
+Result<CgroupLeaf> CgroupTree::create_leaf(std::string_view name) const {
+  if (mode_ != KillMode::cgroup_v2_delegated)
+    return Status{Errc::unsupported, "no leaf cgroups in " + std::string(describe(mode_)) + " mode"};
+  if (!valid_leaf_name(name))
+    return Status::invalid("bad cgroup leaf name \"" + std::string(name) + "\": want 1.." +
+                           std::to_string(kCgroupLeafNameBytesMax) + " bytes of [A-Za-z0-9._-], not starting with '.'");
   const std::string path = parent_path_ + "/" + std::string(name);
   if (::mkdir(path.c_str(), 0755) != 0) {
-    error = "cannot create cgroup " + path + ": " + errno_text(errno);
-    return std::nullopt;
+    const int e = errno;
+    return Status{errc_of_errno(e), "cannot create cgroup " + path + ": " + errno_text(e)};
   }
-  std::optional<CgroupLeaf> leaf = open_leaf(path, error);
+  Result<CgroupLeaf> leaf = open_leaf(path);
   if (leaf && pids_max_ > 0) {
     // Before any process is in the leaf: a fork bomb never runs unbounded.
     const std::string limit = std::to_string(pids_max_);
     const int fd = ::openat(leaf->dir_fd(), "pids.max", O_WRONLY | O_CLOEXEC);
     const int w = fd < 0 ? -errno : write_all_fd(fd, limit.data(), limit.size());
     if (fd >= 0) ::close(fd);
-    if (w < 0) {
-      error = "cannot set " + path + "/pids.max to " + limit + ": " + errno_text(-w);
-      return std::nullopt;  // the leaf's destructor removes the directory
-    }
+    if (w < 0)  // the leaf's destructor removes the directory
+      return Status{errc_of_errno(w), "cannot set " + path + "/pids.max to " + limit + ": " + errno_text(-w)};
   }
   return leaf;
 }
 
-std::optional<CgroupLeaf> CgroupTree::open_leaf(const std::string& path, std::string& error) const {
+Result<CgroupLeaf> CgroupTree::open_leaf(const std::string& path) const {
   CgroupLeaf leaf;
   leaf.path_ = path;  // from here on the leaf's destructor removes the directory
   leaf.dir_fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (leaf.dir_fd_ < 0) {
-    error = "cannot open cgroup " + path + ": " + errno_text(errno);
-    return std::nullopt;
+    const int e = errno;
+    return Status{errc_of_errno(e), "cannot open cgroup " + path + ": " + errno_text(e)};
   }
   struct Want {
     const char* file;
@@ -348,8 +342,8 @@ std::optional<CgroupLeaf> CgroupTree::open_leaf(const std::string& path, std::st
   for (const auto& w : wants) {
     *w.fd = ::openat(leaf.dir_fd_, w.file, w.flags | O_CLOEXEC);
     if (*w.fd < 0) {
-      error = "cannot open " + path + "/" + w.file + ": " + errno_text(errno);
-      return std::nullopt;
+      const int e = errno;
+      return Status{errc_of_errno(e), "cannot open " + path + "/" + w.file + ": " + errno_text(e)};
     }
   }
   return leaf;
@@ -366,8 +360,7 @@ std::vector<CgroupTree::SweptLeaf> CgroupTree::sweep_leaves() const {
   ::closedir(dir);
   for (const auto& path : paths) {
     SweptLeaf s{path, false, 0};
-    std::string error;
-    std::optional<CgroupLeaf> leaf = open_leaf(path, error);
+    Result<CgroupLeaf> leaf = open_leaf(path);
     if (!leaf) {
       s.error = -EIO;
       out.push_back(std::move(s));

@@ -52,13 +52,9 @@ Id random_uuid_v4() {
 
 }  // namespace
 
-ConfigCheck check_config(const SupervisorConfig& c) {
-  ConfigCheck r;
-  auto refuse = [&](std::string why) {
-    r.ok = false;
-    r.error = std::move(why);
-    return r;
-  };
+Result<ConfigBudget> check_config(const SupervisorConfig& c) {
+  ConfigBudget r;
+  const auto refuse = [](std::string why) { return Status::invalid(std::move(why)); };
   if (c.lockd_address.empty()) return refuse("--lockd is required (host:port of leasehold-lockd)");
   if (c.key_file.empty()) return refuse("--key-file is required (this worker's key, derived by lockd --derive-worker-key)");
   if (c.ttl_ms == 0 || c.ttl_ms > kTtlMsMax)
@@ -112,7 +108,6 @@ ConfigCheck check_config(const SupervisorConfig& c) {
                   "(use an interval <= " +
                   std::to_string(c.kill_after_ms / kMinRefreshAttempts) + " ms)");
   }
-  r.ok = true;
   return r;
 }
 
@@ -299,25 +294,25 @@ void UidRangeLock::release() noexcept {
   fd_ = -1;
 }
 
-std::string UidRangeLock::claim(const std::string& dir, std::uint32_t first, std::uint32_t count,
-                                const std::string& holder) {
+Status UidRangeLock::claim(const std::string& dir, std::uint32_t first, std::uint32_t count,
+                           const std::string& holder) {
   release();
   const std::string mine = std::to_string(first) + ":" + std::to_string(count);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    return "cannot create " + dir + " for the uid range lock: " + std::strerror(errno);
+    return Status::from_errno(errno, "cannot create " + dir + " for the uid range lock");
   struct stat st{};
   if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
-    return dir + " (the uid range locks) must be a directory of uid " + std::to_string(::geteuid()) +
-           " that neither group nor others may write";
+    return Status{Errc::permission_denied, dir + " (the uid range locks) must be a directory of uid " +
+                                               std::to_string(::geteuid()) + " that neither group nor others may write"};
   const std::string guard_path = dir + "/.lock";
   const int guard = ::open(guard_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (guard < 0) return "cannot open " + guard_path + ": " + std::strerror(errno);
+  if (guard < 0) return Status::from_errno(errno, "cannot open " + guard_path);
   if (::flock(guard, LOCK_EX) != 0) {
     const int e = errno;
     ::close(guard);
-    return "cannot lock " + guard_path + ": " + std::strerror(e);
+    return Status::from_errno(e, "cannot lock " + guard_path);
   }
-  std::string refusal;
+  Status refusal;
   if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d)) {
       unsigned long f = 0, c = 0;
@@ -335,20 +330,20 @@ std::string UidRangeLock::claim(const std::string& dir, std::uint32_t first, std
       const ssize_t n = ::pread(fd, who, sizeof who - 1, 0);
       ::close(fd);
       const bool overlaps = f < std::uint64_t{first} + count && std::uint64_t{first} < f + c;
-      if (overlaps && refusal.empty())
-        refusal = "uid range " + mine + " overlaps " + std::to_string(f) + ":" + std::to_string(c) +
+      if (overlaps && refusal.ok())
+        refusal = Status{Errc::refused, "uid range " + mine + " overlaps " + std::to_string(f) + ":" + std::to_string(c) +
                   " of a live supervisor on this host (" + std::string(who, n > 0 ? std::strcspn(who, "\n") : 0) +
-                  ", lock " + other + "): their sandboxes would share uids; give each supervisor its own --uid-range";
+                  ", lock " + other + "): their sandboxes would share uids; give each supervisor its own --uid-range"};
     }
     ::closedir(d);
   } else {
-    refusal = "cannot list " + dir + ": " + std::strerror(errno);
+    refusal = Status::from_errno(errno, "cannot list " + dir);
   }
-  if (refusal.empty()) {
+  if (refusal.ok()) {
     path_ = dir + "/range-" + std::to_string(first) + "-" + std::to_string(count);
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd_ < 0 || ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      refusal = "cannot claim " + path_ + ": " + std::strerror(errno);
+      refusal = Status::from_errno(errno, "cannot claim " + path_);
       if (fd_ >= 0) ::close(fd_);
       fd_ = -1;
     } else {

@@ -130,9 +130,9 @@ void LockdLink::restamp(Call& c) {
   else sender_.restamp(d);
 }
 
-std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress& lockd,
-                                           WorkerId self, const wire::WireKey& key,
-                                           const RetryPolicy& retry, std::string* error) {
+Result<std::unique_ptr<LockdLink>> LockdLink::open(EventLoop& loop, const SocketAddress& lockd,
+                                                   WorkerId self, const wire::WireKey& key,
+                                                   const RetryPolicy& retry) {
   std::unique_ptr<LockdLink> link(new LockdLink(loop, lockd, self, key, retry));
   // Bound to the local address the kernel routes to lockd from (not the wildcard): only
   // datagrams to that address reach the socket. Found with a connected probe socket.
@@ -160,10 +160,7 @@ std::unique_ptr<LockdLink> LockdLink::open(EventLoop& loop, const SocketAddress&
     ::close(probe);
   }
   const int rc = link->client_->open(any);
-  if (rc != 0) {
-    *error = std::string("cannot open the UDP socket to lockd: ") + std::strerror(-rc);
-    return nullptr;
-  }
+  if (rc != 0) return Status::from_errno(rc, "cannot open the UDP socket to lockd");
   set_socket_buffers(link->loop_.socket_fd(link->client_->socket()), 4 << 20, 4 << 20);
   link->client_->set_unsolicited_handler([l = link.get()](const Datagram& d) { l->on_unsolicited(d); });
   return link;

@@ -84,9 +84,8 @@ std::optional<PortError> OsSandboxHost::create(const SandboxSpec& spec, HostedSa
     return e;
   };
   if (cfg_.cgroups != nullptr && cfg_.cgroups->mode() == KillMode::cgroup_v2_delegated) {
-    std::string err;
-    auto leaf = cfg_.cgroups->create_leaf(idstr, err);
-    if (!leaf) return fail(internal(err));
+    auto leaf = cfg_.cgroups->create_leaf(idstr);
+    if (!leaf) return fail(internal(leaf.message()));
     r.leaf = std::move(*leaf);
   }
   SpawnRequest sr;

@@ -152,31 +152,23 @@ struct RtThread::Impl final : RtCommandSource {
   }
 };
 
-std::unique_ptr<RtThread> RtThread::start(const RtConfig& config, const RtHooks& hooks,
-                                          RtStartStatus& status, std::string& error) {
-  if (config.slots == 0 || config.slots > kRtSlotsMax) {
-    error = "rt slots " + std::to_string(config.slots) + " out of range 1.." + std::to_string(kRtSlotsMax);
-    return nullptr;
-  }
-  if (config.granularity_ns == 0) {
-    error = "rt granularity_ns must be at least 1";
-    return nullptr;
-  }
-  if (config.command_poll_ns == 0) {
-    error = "rt command_poll_ns must be at least 1";
-    return nullptr;
-  }
-  if (config.priority < 0 || config.priority > 99) {
-    error = "SCHED_FIFO priority " + std::to_string(config.priority) + " out of range 1..99 (0 = normal priority)";
-    return nullptr;
-  }
+Result<std::unique_ptr<RtThread>> RtThread::start(const RtConfig& config, const RtHooks& hooks,
+                                                  RtStartStatus& status) {
+  if (config.slots == 0 || config.slots > kRtSlotsMax)
+    return Status::invalid("rt slots " + std::to_string(config.slots) + " out of range 1.." +
+                           std::to_string(kRtSlotsMax));
+  if (config.granularity_ns == 0)
+    return Status::invalid("rt granularity_ns must be at least 1");
+  if (config.command_poll_ns == 0)
+    return Status::invalid("rt command_poll_ns must be at least 1");
+  if (config.priority < 0 || config.priority > 99)
+    return Status::invalid("SCHED_FIFO priority " + std::to_string(config.priority) +
+                           " out of range 1..99 (0 = normal priority)");
   if (config.cpu >= 0) {
     const long cpus = ::sysconf(_SC_NPROCESSORS_CONF);
-    if (config.cpu >= cpus || config.cpu >= CPU_SETSIZE) {
-      error = "CPU " + std::to_string(config.cpu) + " does not exist (this host has CPUs 0.." +
-              std::to_string(cpus - 1) + ")";
-      return nullptr;
-    }
+    if (config.cpu >= cpus || config.cpu >= CPU_SETSIZE)
+      return Status::invalid("CPU " + std::to_string(config.cpu) + " does not exist (this host has CPUs 0.." +
+                             std::to_string(cpus - 1) + ")");
   }
   std::unique_ptr<RtThread> t(new RtThread());
   t->impl_ = std::make_unique<Impl>(config, hooks, KillSwitch::now_ns());

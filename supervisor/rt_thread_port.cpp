@@ -12,8 +12,8 @@ RtThreadPort::RtThreadPort(std::uint32_t slots, shm::TableWriter& table, EventLo
 
 RtThreadPort::~RtThreadPort() { stop(); }
 
-std::unique_ptr<RtThreadPort> RtThreadPort::start(const RtConfig& config, shm::TableWriter& table, EventLoop& loop,
-                                                  RtStartStatus& status, std::string& error) {
+Result<std::unique_ptr<RtThreadPort>> RtThreadPort::start(const RtConfig& config, shm::TableWriter& table,
+                                                          EventLoop& loop, RtStartStatus& status) {
   std::unique_ptr<RtThreadPort> port(new RtThreadPort(config.slots, table, loop));
   RtHooks hooks;
   hooks.context = port.get();
@@ -41,8 +41,9 @@ std::unique_ptr<RtThreadPort> RtThreadPort::start(const RtConfig& config, shm::T
     }
     self->loop_.wake();
   };
-  port->rt_ = RtThread::start(config, hooks, status, error);
-  if (!port->rt_) return nullptr;
+  auto rt = RtThread::start(config, hooks, status);
+  if (!rt) return rt.status();
+  port->rt_ = std::move(rt).value();
   return port;
 }
 

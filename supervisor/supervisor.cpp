@@ -121,7 +121,7 @@ struct Supervisor::Impl {
   };
 
   SupervisorConfig cfg;
-  ConfigCheck check;
+  ConfigBudget check;
   WorkerId worker;
   std::string shm_path;
   std::uint64_t lockd_ttl_ms = 0;  ///< lockd's lease TTL (its maximum), from its stats at start-up
@@ -356,8 +356,9 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     ::pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   }
   cfg = std::move(config);
-  check = check_config(cfg);
-  if (!check.ok) return check.error;
+  const Result<ConfigBudget> checked = check_config(cfg);
+  if (!checked) return checked.message();
+  check = *checked;
   // The worker id comes with this worker's key: lockd checks every tag with the key derived
   // for the id a datagram claims, so a supervisor can speak only as the worker of its key.
   {
@@ -512,10 +513,10 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
         return "--uid-range " + std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) +
                " holds fewer uids than --slots " + std::to_string(cfg.slots) + " (one per slot)";
       // No other live supervisor on this host may run sandboxes as these uids.
-      if (std::string why = uid_range_lock.claim(runtime_dir() + "/uid-ranges", sandbox_uid_first, sandbox_uid_count,
-                                                 "pid " + std::to_string(::getpid()) + ", worker " + worker.str());
-          !why.empty())
-        return "--uid-range: " + why;
+      if (const Status why = uid_range_lock.claim(runtime_dir() + "/uid-ranges", sandbox_uid_first, sandbox_uid_count,
+                                                  "pid " + std::to_string(::getpid()) + ", worker " + worker.str());
+          !why.ok())
+        return "--uid-range: " + why.message();
     }
     // What no sandbox may see: the key, the control socket, the host cgroup tree. The key by
     // its directory: a rotation renames a new key over the file, which detaches a cover on the
@@ -559,9 +560,9 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     rt_config.cpu = cpus > 1 ? static_cast<int>(cpus - 1) : -1;
   }
   rt_config.lock_memory = !sanitized_build();
-  std::string rt_error;
-  rt = RtThreadPort::start(rt_config, *table, *loop, rt_status, rt_error);
-  if (!rt) return "rt thread: " + rt_error;
+  auto rt_started = RtThreadPort::start(rt_config, *table, *loop, rt_status);
+  if (!rt_started) return "rt thread: " + rt_started.message();
+  rt = std::move(rt_started).value();
   rt_text = rt_status.fifo ? "SCHED_FIFO priority " + std::to_string(rt_config.priority) : "SCHED_OTHER";
   if (rt_status.pinned) rt_text += ", pinned to CPU " + std::to_string(rt_config.cpu);
   rt_text += rt_status.memory_locked ? ", memory locked" : (sanitized_build() ? ", mlockall skipped (sanitizer build)" : "");
@@ -634,12 +635,12 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   retry.first_backoff_ns = std::max<std::int64_t>(
       5'000'000, static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000 / 4);
   retry.backoff_max_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
-  std::string err;
-  link = LockdLink::open(*loop, lockd_address, worker, *key, retry, &err);
+  auto opened = LockdLink::open(*loop, lockd_address, worker, *key, retry);
   // The key now lives only in the link's OpenSSL contexts: wipe our copy.
   OPENSSL_cleanse(key->bytes.data(), key->bytes.size());
   key.reset();
-  if (!link) return err;
+  if (!opened) return opened.message();
+  link = std::move(opened).value();
   link->set_is_running_handler([this](const wire::IsRunning& q) { return is_running(q); });
   link->set_revoked_handler([this](const wire::Revoked& q) { return on_revoked(q); });
   link->set_late_answer_handler([this](const wire::Body& b) { on_late_answer(b); });

@@ -1285,8 +1285,8 @@ Failure check_args(const ProbeArgs& a, const pp::Timing& t) {
     c.heartbeat_interval_ms = t.heartbeat_interval_ms;
     c.kill_latency_budget_ms = t.kill_latency_budget_ms;
     c.clock_rate_bound = t.clock_rate_bound;
-    const ConfigCheck cc = check_config(c);
-    if (!cc.ok) return {kUsage, "the supervisor would refuse this timing: " + cc.error};
+    if (const auto cc = check_config(c); !cc.ok())
+      return {kUsage, "the supervisor would refuse this timing: " + cc.message()};
     if (pp::configured_budget_ns(t) <= 0)
       return {kUsage, "--ttl-ms " + std::to_string(t.ttl_ms) + " with --kill-after-ms " + std::to_string(t.kill_after_ms) +
                           " leaves a pause budget of " + ms_text(pp::configured_budget_ns(t)) +

@@ -102,12 +102,12 @@ int run_lateness(int seconds, int cpu, int priority, int tick_us) {
     }
   };
   RtStartStatus status;
-  std::string error;
-  auto rt = RtThread::start(cfg, hooks, status, error);
-  if (!rt) {
-    std::fprintf(stderr, "rt thread: %s\n", error.c_str());
+  auto started = RtThread::start(cfg, hooks, status);
+  if (!started) {
+    std::fprintf(stderr, "rt thread: %s\n", started.message().c_str());
     return 1;
   }
+  auto rt = std::move(started).value();
   std::this_thread::sleep_for(std::chrono::seconds(seconds));
   rt->stop();
   std::vector<std::int64_t> v(sink.samples.begin(),
@@ -180,12 +180,12 @@ int run_kills(int count, int batch, int cpu, int priority, bool isolated) {
       s->done[slot].store(true, std::memory_order_release);
     };
     RtStartStatus status;
-    std::string error;
-    auto rt = RtThread::start(cfg, hooks, status, error);
-    if (!rt) {
-      std::fprintf(stderr, "rt thread: %s\n", error.c_str());
+    auto started = RtThread::start(cfg, hooks, status);
+    if (!started) {
+      std::fprintf(stderr, "rt thread: %s\n", started.message().c_str());
       return 1;
     }
+    auto rt = std::move(started).value();
     std::vector<std::optional<CgroupLeaf>> leaves(static_cast<std::size_t>(n));
     std::vector<SandboxProcess> procs(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -194,13 +194,12 @@ int run_kills(int count, int batch, int cpu, int priority, bool isolated) {
       sr.env = {"PATH=/usr/bin:/bin"};
       if (isolation) sr.isolation = &isolation->iso;
       if (cgroups) {
-        std::string err;
-        leaves[static_cast<std::size_t>(i)] =
-            tree.create_leaf("perf-" + std::to_string(::getpid()) + "-" + std::to_string(done_total + i), err);
-        if (!leaves[static_cast<std::size_t>(i)]) {
-          std::fprintf(stderr, "%s\n", err.c_str());
+        auto made = tree.create_leaf("perf-" + std::to_string(::getpid()) + "-" + std::to_string(done_total + i));
+        if (!made) {
+          std::fprintf(stderr, "%s\n", made.message().c_str());
           return 1;
         }
+        leaves[static_cast<std::size_t>(i)] = std::move(made).value();
         sr.cgroup_dir_fd = leaves[static_cast<std::size_t>(i)]->dir_fd();
       }
       SpawnError se;
@@ -293,8 +292,12 @@ std::int64_t measure_once(const SpawnMode& m, const CgroupTree& tree, bool kill,
   const bool cgroups = tree.mode() == KillMode::cgroup_v2_delegated;
   std::optional<CgroupLeaf> leaf;
   if (cgroups) {
-    leaf = tree.create_leaf("perf-spawn-" + std::to_string(::getpid()) + "-" + std::to_string(serial), error);
-    if (!leaf) return -1;
+    auto made = tree.create_leaf("perf-spawn-" + std::to_string(::getpid()) + "-" + std::to_string(serial));
+    if (!made) {
+      error = made.message();
+      return -1;
+    }
+    leaf = std::move(made).value();
   }
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) {

@@ -296,10 +296,10 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   using namespace wire;
   RetryPolicy once;
   once.attempts_max = 1;  // loopback does not lose datagrams here; counts below stay exact
-  std::string error;
   const WorkerId worker = wid(600);
-  auto link = LockdLink::open(*loop_, lockd_->addr, worker, key_, once, &error);
-  ASSERT_NE(link, nullptr) << error;
+  auto opened = LockdLink::open(*loop_, lockd_->addr, worker, key_, once);
+  ASSERT_TRUE(opened.ok()) << opened.message();
+  auto link = std::move(opened).value();
   // Bound to the address that reaches lockd (loopback here), not the wildcard 0.0.0.0.
   EXPECT_EQ(link->local().str().rfind("127.0.0.1:", 0), 0u) << link->local().str();
   link->set_is_running_handler([](const IsRunning& q) { return q.sandbox == sid(10); });

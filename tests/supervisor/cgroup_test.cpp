@@ -189,9 +189,8 @@ class CgroupLive : public ::testing::Test {
 };
 
 TEST_F(CgroupLive, LeafLifecycleKillAndRemove) {
-  std::string error;
-  auto leaf = tree_.create_leaf("sandbox-a", error);
-  ASSERT_TRUE(leaf.has_value()) << error;
+  auto leaf = tree_.create_leaf("sandbox-a");
+  ASSERT_TRUE(leaf.ok()) << leaf.message();
   EXPECT_EQ(leaf->path(), parent_ + "/sandbox-a");
   EXPECT_GE(leaf->dir_fd(), 0);
   EXPECT_EQ(leaf->populated(), 0);
@@ -219,15 +218,16 @@ TEST_F(CgroupLive, LeafLifecycleKillAndRemove) {
 }
 
 TEST_F(CgroupLive, BadAndDuplicateLeafNamesAreClearErrors) {
-  std::string error;
-  EXPECT_FALSE(tree_.create_leaf("../escape", error).has_value());
-  EXPECT_NE(error.find("bad cgroup leaf name"), std::string::npos) << error;
-  EXPECT_FALSE(tree_.create_leaf("", error).has_value());
-  EXPECT_FALSE(tree_.create_leaf(std::string(kCgroupLeafNameBytesMax + 1, 'a'), error).has_value());
-  auto a = tree_.create_leaf("dup", error);
-  ASSERT_TRUE(a.has_value()) << error;
-  EXPECT_FALSE(tree_.create_leaf("dup", error).has_value());
-  EXPECT_NE(error.find("File exists"), std::string::npos) << error;
+  const auto escape = tree_.create_leaf("../escape");
+  EXPECT_EQ(escape.code(), Errc::invalid_argument);
+  EXPECT_NE(escape.message().find("bad cgroup leaf name"), std::string::npos) << escape.message();
+  EXPECT_EQ(tree_.create_leaf("").code(), Errc::invalid_argument);
+  EXPECT_EQ(tree_.create_leaf(std::string(kCgroupLeafNameBytesMax + 1, 'a')).code(), Errc::invalid_argument);
+  auto a = tree_.create_leaf("dup");
+  ASSERT_TRUE(a.ok()) << a.message();
+  const auto dup = tree_.create_leaf("dup");
+  EXPECT_EQ(dup.code(), Errc::exists);
+  EXPECT_NE(dup.message().find("File exists"), std::string::npos) << dup.message();
 }
 
 TEST_F(CgroupLive, SweepKillsAndRemovesLeavesLeftBehind) {
@@ -266,10 +266,9 @@ TEST_F(CgroupLive, SweepKillsAndRemovesLeavesLeftBehind) {
 }
 
 TEST_F(CgroupLive, DestructorRemovesAnEmptyLeaf) {
-  std::string error;
   {
-    auto leaf = tree_.create_leaf("scoped", error);
-    ASSERT_TRUE(leaf.has_value()) << error;
+    auto leaf = tree_.create_leaf("scoped");
+    ASSERT_TRUE(leaf.ok()) << leaf.message();
   }
   struct stat st {};
   EXPECT_NE(::stat((parent_ + "/scoped").c_str(), &st), 0);

@@ -30,22 +30,22 @@ SupervisorConfig valid() {
 }
 
 TEST(SupervisorConfig, ValidConfigReportsPauseBudget) {
-  const ConfigCheck r = check_config(valid());
-  ASSERT_TRUE(r.ok) << r.error;
+  const auto r = check_config(valid());
+  ASSERT_TRUE(r.ok()) << r.message();
   // ttl − (kill_after·(1+ρ) + granularity + kill budget) = 1000 − (600.6 + 1 + 50) ms.
-  EXPECT_EQ(r.pause_budget_ns, 348'400'000);
-  EXPECT_EQ(r.refresh_attempts, 6u);
+  EXPECT_EQ(r->pause_budget_ns, 348'400'000);
+  EXPECT_EQ(r->refresh_attempts, 6u);
 }
 
 TEST(SupervisorConfig, RefusesUnsafeTimingWithTheNumbers) {
   SupervisorConfig c = valid();
   c.kill_after_ms = 950;  // 950.95 + 1 + 50 > 999
-  const ConfigCheck r = check_config(c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("unsafe timing"), std::string::npos) << r.error;
-  EXPECT_NE(r.error.find("950.950 ms"), std::string::npos) << r.error;
-  EXPECT_NE(r.error.find("999.000 ms"), std::string::npos) << r.error;
-  EXPECT_LT(r.pause_budget_ns, 0);
+  const auto r = check_config(c);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("unsafe timing"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("950.950 ms"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("999.000 ms"), std::string::npos) << r.message();
+  EXPECT_LT(timing::check_safety(timing::inputs_of(c)).pause_budget_ns, 0);
 }
 
 TEST(SupervisorConfig, SafetyBoundaryIsStrict) {
@@ -56,21 +56,21 @@ TEST(SupervisorConfig, SafetyBoundaryIsStrict) {
   c.kill_after_ms = 900;
   c.kill_latency_budget_ms = 99;
   c.wheel_granularity_ns = 1'000'000;
-  EXPECT_FALSE(check_config(c).ok);
+  EXPECT_FALSE(check_config(c).ok());
   c.kill_latency_budget_ms = 98;
-  const ConfigCheck ok = check_config(c);
-  EXPECT_TRUE(ok.ok) << ok.error;
-  EXPECT_EQ(ok.pause_budget_ns, 1'000'000);
+  const auto ok = check_config(c);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  EXPECT_EQ(ok->pause_budget_ns, 1'000'000);
 }
 
 TEST(SupervisorConfig, ClockRateBoundShrinksTheBudget) {
   SupervisorConfig c = valid();
   c.clock_rate_bound = 0.05;  // 630 + 1 + 50 = 681 < 950
-  const ConfigCheck r = check_config(c);
-  ASSERT_TRUE(r.ok) << r.error;
-  EXPECT_EQ(r.pause_budget_ns, 319'000'000);
+  const auto r = check_config(c);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(r->pause_budget_ns, 319'000'000);
   c.clock_rate_bound = 0.2;
-  EXPECT_FALSE(check_config(c).ok);
+  EXPECT_FALSE(check_config(c).ok());
 }
 
 // Rounding toward safety (lease/timing.hpp): ρ = 1.5e-9 is 2 ppb, so kill_after·(1+ρ) counts
@@ -83,47 +83,47 @@ TEST(SupervisorConfig, PauseBudgetRoundsTowardSafety) {
   c.clock_rate_bound = 1.5e-9;
   c.wheel_granularity_ns = 99'999'997;
   c.kill_latency_budget_ms = 1899;
-  const ConfigCheck r = check_config(c);
-  ASSERT_TRUE(r.ok) << r.error;
-  EXPECT_EQ(r.pause_budget_ns, 1'000'001);
+  const auto r = check_config(c);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(r->pause_budget_ns, 1'000'001);
   // A kill budget of 1900 ms: exact left 2'999'999'998.5 ns is above ttl·(1−ρ) =
   // 2'999'999'995.5, though below the TTL (the budget, ttl − left, is 1.5 ns, rounded down).
   c.kill_latency_budget_ms = 1900;
-  const ConfigCheck unsafe = check_config(c);
-  EXPECT_FALSE(unsafe.ok);
-  EXPECT_EQ(unsafe.pause_budget_ns, 1);
+  const auto unsafe = check_config(c);
+  EXPECT_FALSE(unsafe.ok());
+  EXPECT_EQ(timing::check_safety(timing::inputs_of(c)).pause_budget_ns, 1);
 }
 
 TEST(SupervisorConfig, RefusesTooFewRefreshAttempts) {
   SupervisorConfig c = valid();
   c.heartbeat_interval_ms = 250;  // 600 / 250 = 2 attempts
-  const ConfigCheck r = check_config(c);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("only 2 refresh attempt"), std::string::npos) << r.error;
-  EXPECT_NE(r.error.find("<= 200 ms"), std::string::npos) << r.error;
+  const auto r = check_config(c);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("only 2 refresh attempt"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("<= 200 ms"), std::string::npos) << r.message();
   c.heartbeat_interval_ms = 200;
-  EXPECT_TRUE(check_config(c).ok);
+  EXPECT_TRUE(check_config(c).ok());
 }
 
 TEST(SupervisorConfig, RefusesOutOfRangeFields) {
   SupervisorConfig c = valid();
   c.ttl_ms = 0;
-  EXPECT_NE(check_config(c).error.find("--ttl-ms"), std::string::npos);
+  EXPECT_NE(check_config(c).message().find("--ttl-ms"), std::string::npos);
   c = valid();
   c.slots = 0;
-  EXPECT_NE(check_config(c).error.find("--slots"), std::string::npos);
+  EXPECT_NE(check_config(c).message().find("--slots"), std::string::npos);
   c = valid();
   c.rt_priority = 100;
-  EXPECT_NE(check_config(c).error.find("--rt-priority"), std::string::npos);
+  EXPECT_NE(check_config(c).message().find("--rt-priority"), std::string::npos);
   c = valid();
   c.lockd_address.clear();
-  EXPECT_NE(check_config(c).error.find("--lockd"), std::string::npos);
+  EXPECT_NE(check_config(c).message().find("--lockd"), std::string::npos);
   c = valid();
   c.heartbeat_interval_ms = 0;
-  EXPECT_NE(check_config(c).error.find("--heartbeat-interval-ms"), std::string::npos);
+  EXPECT_NE(check_config(c).message().find("--heartbeat-interval-ms"), std::string::npos);
   c = valid();
   c.rt_command_poll_ns = 0;
-  EXPECT_NE(check_config(c).error.find("--rt-command-poll-us 0 is out of range"), std::string::npos);
+  EXPECT_NE(check_config(c).message().find("--rt-command-poll-us 0 is out of range"), std::string::npos);
 }
 
 TEST(SupervisorConfig, FlagsParse) {
@@ -171,29 +171,32 @@ TEST(UidRangeLock, RefusesAnOverlapWithALiveHolder) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = std::string(tmpl) + "/uid-ranges";
   UidRangeLock a, b, c;
-  EXPECT_EQ(a.claim(dir, 1000, 100, "pid 1, worker A"), "");
+  EXPECT_TRUE(a.claim(dir, 1000, 100, "pid 1, worker A").ok());
   EXPECT_TRUE(a.held());
-  const std::string why = b.claim(dir, 1050, 100, "pid 2, worker B");
-  EXPECT_NE(why.find("uid range 1050:100 overlaps 1000:100 of a live supervisor on this host (pid 1, worker A"),
+  const Status why = b.claim(dir, 1050, 100, "pid 2, worker B");
+  EXPECT_EQ(why.code(), Errc::refused);
+  EXPECT_NE(why.message().find("uid range 1050:100 overlaps 1000:100 of a live supervisor on this host (pid 1, worker A"),
             std::string::npos)
-      << why;
+      << why.message();
   EXPECT_FALSE(b.held());
-  EXPECT_NE(b.claim(dir, 900, 101, "B"), "") << "ends inside";
-  EXPECT_EQ(c.claim(dir, 1100, 100, "pid 3, worker C"), "") << "adjacent ranges do not overlap";
-  EXPECT_EQ(b.claim(dir, 900, 100, "pid 2, worker B"), "") << "adjacent below";
+  EXPECT_FALSE(b.claim(dir, 900, 101, "B").ok()) << "ends inside";
+  EXPECT_TRUE(c.claim(dir, 1100, 100, "pid 3, worker C").ok()) << "adjacent ranges do not overlap";
+  EXPECT_TRUE(b.claim(dir, 900, 100, "pid 2, worker B").ok()) << "adjacent below";
   a.release();
   EXPECT_FALSE(std::filesystem::exists(dir + "/range-1000-100"));
   UidRangeLock a2;
-  EXPECT_EQ(a2.claim(dir, 1000, 100, "pid 4, worker A2"), "") << "free again once released";
+  EXPECT_TRUE(a2.claim(dir, 1000, 100, "pid 4, worker A2").ok()) << "free again once released";
   // A holder that died (its file left, nobody holding the lock) does not block its range.
   { std::ofstream(dir + "/range-5000-10") << "pid 5, worker gone\n"; }
   UidRangeLock d;
-  EXPECT_EQ(d.claim(dir, 5005, 1, "pid 6, worker D"), "");
+  EXPECT_TRUE(d.claim(dir, 5005, 1, "pid 6, worker D").ok());
   EXPECT_FALSE(std::filesystem::exists(dir + "/range-5000-10"));
   // A lock directory others may write is refused (anyone could remove a holder's file).
   d.release();
   ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
-  EXPECT_NE(d.claim(dir, 7000, 1, "D").find("neither group nor others may write"), std::string::npos);
+  const Status open_dir = d.claim(dir, 7000, 1, "D");
+  EXPECT_EQ(open_dir.code(), Errc::permission_denied);
+  EXPECT_NE(open_dir.message().find("neither group nor others may write"), std::string::npos) << open_dir.message();
   std::filesystem::remove_all(tmpl);
 }
 

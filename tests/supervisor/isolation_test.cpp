@@ -370,9 +370,8 @@ TEST_F(Isolated, AForkBombStopsAtThePidsMaxOfItsLeaf) {
   iso.nproc_max = 0;  // no RLIMIT_NPROC: only the leaf bounds it
   for (const bool bounded : {true, false}) {
     SCOPED_TRACE(bounded ? "pids.max 16" : "ablation: no pids.max");
-    std::string error;
-    auto leaf = (bounded ? tree : unbounded_tree).create_leaf(bounded ? "bounded" : "unbounded", error);
-    ASSERT_TRUE(leaf.has_value()) << error;
+    auto leaf = (bounded ? tree : unbounded_tree).create_leaf(bounded ? "bounded" : "unbounded");
+    ASSERT_TRUE(leaf.ok()) << leaf.message();
     std::string limit;
     ASSERT_EQ(read_small_file(leaf->path() + "/pids.max", limit), 0);
     EXPECT_EQ(limit, bounded ? "16\n" : "max\n");
@@ -456,9 +455,8 @@ TEST_F(Isolated, CannotLeaveItsCgroupLeaf) {
   {
     for (const bool isolated : {true, false}) {
       SCOPED_TRACE(isolated ? "isolated" : "legacy spawn");
-      std::string error;
-      auto leaf = tree.create_leaf(isolated ? "on" : "off", error);
-      ASSERT_TRUE(leaf.has_value()) << error;
+      auto leaf = tree.create_leaf(isolated ? "on" : "off");
+      ASSERT_TRUE(leaf.ok()) << leaf.message();
       auto p = start(isolated ? &iso : nullptr, script, leaf->dir_fd());
       ASSERT_TRUE(p.has_value());
       ASSERT_TRUE(await_output("tried"));

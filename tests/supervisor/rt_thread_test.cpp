@@ -90,10 +90,9 @@ RtConfig test_config() {
 }
 
 std::unique_ptr<RtThread> start_or_fail(const RtConfig& c, Recorder& rec, RtStartStatus& status) {
-  std::string error;
-  auto t = RtThread::start(c, rec.hooks(), status, error);
-  EXPECT_NE(t, nullptr) << error;
-  return t;
+  auto t = RtThread::start(c, rec.hooks(), status);
+  EXPECT_TRUE(t.ok()) << t.message();
+  return t ? std::move(t).value() : nullptr;
 }
 
 std::optional<SandboxProcess> spawn_sleep(SpawnError& err, int cgroup_dir_fd = -1) {
@@ -135,23 +134,26 @@ KillTarget signal_target(const SandboxProcess& p) {
 TEST(RtThread, RejectsBadConfigWithAClearError) {
   Recorder rec;
   RtStartStatus status;
-  std::string error;
+  // RtThread::start(c) is refused (invalid_argument) with a message containing `text`.
+#define EXPECT_REFUSED(c, text)                                                          \
+  do {                                                                                  \
+    const auto refused = RtThread::start(c, rec.hooks(), status);                       \
+    EXPECT_EQ(refused.code(), Errc::invalid_argument);                                  \
+    EXPECT_NE(refused.message().find(text), std::string::npos) << refused.message();    \
+  } while (0)
   RtConfig c = test_config();
   c.cpu = 4096;
-  EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
-  EXPECT_NE(error.find("CPU 4096 does not exist"), std::string::npos) << error;
+  EXPECT_REFUSED(c, "CPU 4096 does not exist");
   c = test_config();
   c.priority = 100;
-  EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
-  EXPECT_NE(error.find("priority 100 out of range"), std::string::npos) << error;
+  EXPECT_REFUSED(c, "priority 100 out of range");
   c = test_config();
   c.slots = 0;
-  EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
-  EXPECT_NE(error.find("rt slots 0 out of range"), std::string::npos) << error;
+  EXPECT_REFUSED(c, "rt slots 0 out of range");
   c = test_config();
   c.command_poll_ns = 0;
-  EXPECT_EQ(RtThread::start(c, rec.hooks(), status, error), nullptr);
-  EXPECT_NE(error.find("command_poll_ns must be at least 1"), std::string::npos) << error;
+  EXPECT_REFUSED(c, "command_poll_ns must be at least 1");
+#undef EXPECT_REFUSED
 }
 
 TEST(RtThread, KillsAtTheDeadlineNeverBeforeOneGranularityEarly) {
@@ -318,9 +320,8 @@ TEST(RtThread, KillsThroughCgroupKillInCgroupMode) {
   const auto tree = CgroupTree::discover(cc);
   if (tree.mode() != KillMode::cgroup_v2_delegated) GTEST_SKIP() << tree.reason();
   {
-    std::string error;
-    auto leaf = tree.create_leaf("sandbox", error);
-    ASSERT_TRUE(leaf.has_value()) << error;
+    auto leaf = tree.create_leaf("sandbox");
+    ASSERT_TRUE(leaf.ok()) << leaf.message();
     Recorder rec;
     RtStartStatus status;
     auto rt = start_or_fail(test_config(), rec, status);
@@ -363,8 +364,9 @@ TEST(RtThread, KillsAPreparedSandboxAtItsGateBeforeItsCommandRuns) {
     if (const auto mount = find_cgroup2_mount(mountinfo)) {
       cc.parent_path = mount->mount_point + "/leasehold-rt-gate-test-" + std::to_string(::getpid());
       tree = CgroupTree::discover(cc);
-      std::string error;
-      if (tree->mode() == KillMode::cgroup_v2_delegated) leaf = tree->create_leaf("sandbox", error);
+      if (tree->mode() == KillMode::cgroup_v2_delegated) {
+        if (auto made = tree->create_leaf("sandbox")) leaf = std::move(made).value();
+      }
     }
   }
   char dir[] = "/tmp/leasehold-rt-gate-XXXXXX";

@@ -215,9 +215,8 @@ TEST(Spawn, IntoALeafCgroup) {
   const auto tree = CgroupTree::discover(c);
   if (tree.mode() != KillMode::cgroup_v2_delegated) GTEST_SKIP() << tree.reason();
   {
-    std::string error;
-    auto leaf = tree.create_leaf("sandbox", error);
-    ASSERT_TRUE(leaf.has_value()) << error;
+    auto leaf = tree.create_leaf("sandbox");
+    ASSERT_TRUE(leaf.ok()) << leaf.message();
     auto req = request({"sleep", "100"});
     req.cgroup_dir_fd = leaf->dir_fd();
     SPAWN_OR_SKIP(p, req);

@@ -14,12 +14,14 @@
 // a leaf opened in advance (`kill_fd`, `events_fd`) through the free functions at the bottom.
 #pragma once
 
+#include "leasehold/lease/result.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 namespace leasehold {
 
@@ -142,10 +144,11 @@ class CgroupTree {
   const std::string& pids_reason() const noexcept { return pids_reason_; }
 
   /// Creates the leaf `<parent>/<name>` and opens its fds. `name`: 1..kCgroupLeafNameBytesMax
-  /// bytes of [A-Za-z0-9._-], not starting with '.'. Fails with a message naming the problem
-  /// (bad name, already exists, mkdir/open errno, pids.max not writable) and leaves nothing
-  /// behind. Sets pids.max when pids_max() > 0. Only in cgroup_v2_delegated mode.
-  std::optional<CgroupLeaf> create_leaf(std::string_view name, std::string& error) const;
+  /// bytes of [A-Za-z0-9._-], not starting with '.'. Fails, leaving nothing behind, with a
+  /// Status naming the problem: invalid_argument (bad name), exists (already there), the
+  /// errno's code of mkdir/open or of writing pids.max, unsupported (not
+  /// cgroup_v2_delegated mode). Sets pids.max when pids_max() > 0.
+  Result<CgroupLeaf> create_leaf(std::string_view name) const;
 
   /// What a sweep found: each leaf left under the parent, and whether processes still ran in it.
   struct SweptLeaf {
@@ -160,7 +163,7 @@ class CgroupTree {
   std::vector<SweptLeaf> sweep_leaves() const;
 
  private:
-  std::optional<CgroupLeaf> open_leaf(const std::string& path, std::string& error) const;
+  Result<CgroupLeaf> open_leaf(const std::string& path) const;
   KillMode mode_ = KillMode::process_group;
   std::string reason_;
   std::string mount_point_;

@@ -12,8 +12,10 @@
 // condition, with the numbers in the message.
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/lease/timing.hpp"
 #include "leasehold/lease/types.hpp"
+
 
 #include <cstdint>
 #include <optional>
@@ -135,9 +137,10 @@ class UidRangeLock {
 
   /// Claims [first, first + count) for this process. `holder` is written into the file for the
   /// refusal another claimant gets (e.g. "pid 42, worker W"). Files whose holder died are removed.
-  /// Returns an empty string on success, else why: the range overlaps a live holder's (naming
-  /// both ranges and the holder), or the directory cannot be used.
-  std::string claim(const std::string& dir, std::uint32_t first, std::uint32_t count, const std::string& holder);
+  /// Ok, or why not: refused (the range overlaps a live holder's, naming both ranges and the
+  /// holder), permission_denied (the directory is not this uid's or others may write it),
+  /// or the errno of the directory or lock file that cannot be used.
+  Status claim(const std::string& dir, std::uint32_t first, std::uint32_t count, const std::string& holder);
   bool held() const noexcept { return fd_ >= 0; }
   const std::string& path() const noexcept { return path_; }
   void release() noexcept;
@@ -147,18 +150,17 @@ class UidRangeLock {
   std::string path_;
 };
 
-/// Outcome of the start-up checks.
-struct ConfigCheck {
-  bool ok = false;
-  std::string error;              ///< why the config is refused (numbers included); "" if ok
+/// What the start-up checks proved about a usable configuration.
+struct ConfigBudget {
   std::int64_t pause_budget_ns = 0;  ///< timing::check_safety: ttl − (kill_after·(1+ρ) + granularity + kill budget), ns
   std::uint32_t refresh_attempts = 0;  ///< floor(kill_after / heartbeat_interval)
 };
 
 /// Checks a configuration: field ranges, the safety condition of DESIGN.md "Time", and that
 /// the heartbeat interval leaves at least kMinRefreshAttempts refreshes within kill_after.
-/// Pure; never throws.
-ConfigCheck check_config(const SupervisorConfig& config);
+/// The budget, or invalid_argument naming the flag(s) with the numbers (an unsafe timing
+/// gives both sides of the inequality and which flags to change). Pure; never throws.
+Result<ConfigBudget> check_config(const SupervisorConfig& config);
 
 /// Default control socket: /run/leasehold/supervisor.sock for root; otherwise
 /// <runtime_dir>/supervisor.sock, in a directory the control socket server requires to be this

@@ -16,6 +16,7 @@
 
 #include "leasehold/io/client.hpp"
 #include "leasehold/io/loop.hpp"
+#include "leasehold/lease/result.hpp"
 #include "leasehold/supervisor/ports.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/wire/replay.hpp"
@@ -42,10 +43,11 @@ class LockdLink final : public LockdPort {
   /// `lockd` is the address of lockd; `key` is this worker's key (kind worker, for `self`).
   /// The socket binds to the local address that routes to lockd (the wildcard only if none is
   /// found), so it receives nothing sent to the worker's other addresses.
-  /// Returns nullptr with `*error` set when the socket cannot be opened.
-  static std::unique_ptr<LockdLink> open(EventLoop& loop, const SocketAddress& lockd,
-                                         WorkerId self, const wire::WireKey& key,
-                                         const RetryPolicy& retry, std::string* error);
+  /// The link, or a Status (from the errno of socket/bind, e.g. io_error, permission_denied)
+  /// naming the UDP socket to lockd when it cannot be opened.
+  static Result<std::unique_ptr<LockdLink>> open(EventLoop& loop, const SocketAddress& lockd,
+                                                 WorkerId self, const wire::WireKey& key,
+                                                 const RetryPolicy& retry);
   ~LockdLink();
 
   /// Sends `body` (a request type) with a fresh request id; `on_done` runs exactly once

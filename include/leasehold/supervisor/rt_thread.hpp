@@ -23,6 +23,7 @@
 // reaped, nor its fds closed, until its disarm was applied (see kill_switch.hpp).
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/supervisor/rt_core.hpp"
 
 #include <atomic>
@@ -93,10 +94,10 @@ struct RtSubmitted {
 class RtThread {
  public:
   /// Validates `config` (slots, granularity, priority range, the CPU exists), builds the wheel,
-  /// starts the thread and waits for its set-up. Returns nullptr with `error` naming the bad
-  /// parameter; otherwise the thread runs and `status` says what set-up achieved.
-  static std::unique_ptr<RtThread> start(const RtConfig& config, const RtHooks& hooks,
-                                         RtStartStatus& status, std::string& error);
+  /// starts the thread and waits for its set-up: the running thread (`status` says what
+  /// set-up achieved), or invalid_argument naming the bad parameter.
+  static Result<std::unique_ptr<RtThread>> start(const RtConfig& config, const RtHooks& hooks,
+                                                 RtStartStatus& status);
   ~RtThread();  ///< stop() + join
   RtThread(const RtThread&) = delete;
   RtThread& operator=(const RtThread&) = delete;

@@ -26,9 +26,9 @@ class RtThreadPort final : public RtPort {
  public:
   /// Starts the rt thread with `config` (its slot count is the table's). `table` and `loop`
   /// outlive the port; `loop` is woken (EventLoop::wake) after each kill record is queued.
-  /// nullptr with `error` when the thread cannot start (RtThread::start's message).
-  static std::unique_ptr<RtThreadPort> start(const RtConfig& config, shm::TableWriter& table, EventLoop& loop,
-                                             RtStartStatus& status, std::string& error);
+  /// The port, or RtThread::start's Status when the thread cannot start.
+  static Result<std::unique_ptr<RtThreadPort>> start(const RtConfig& config, shm::TableWriter& table, EventLoop& loop,
+                                                     RtStartStatus& status);
   RtThreadPort(const RtThreadPort&) = delete;
   RtThreadPort& operator=(const RtThreadPort&) = delete;
   ~RtThreadPort() override;  ///< stops the thread
