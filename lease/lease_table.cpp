@@ -1189,18 +1189,18 @@ DurableSnapshot LeaseTable::export_durable(std::int64_t now_ns) const {
   return snap;
 }
 
-std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns) {
-  if (impl_->count != 0) return "restore needs an empty table; this one has " +
-                                std::to_string(impl_->count) + " records";
-  if (now_ns < 0) return "restore time " + std::to_string(now_ns) + " ns is negative";
+Status LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns) {
+  if (impl_->count != 0)
+    return Status::invalid("restore needs an empty table; this one has " + std::to_string(impl_->count) + " records");
+  if (now_ns < 0) return Status::invalid("restore time " + std::to_string(now_ns) + " ns is negative");
   auto fail = [this](std::size_t k, const std::string& what) {
     impl_ = std::make_unique<Impl>(impl_->config);
-    return "durable record " + std::to_string(k) + ": " + what;
+    return Status{Errc::corrupt, "durable record " + std::to_string(k) + ": " + what};
   };
   Impl& m = *impl_;
   if (snap.epoch_high_water > kEpochMax)
-    return "epoch high-water " + std::to_string(snap.epoch_high_water) + " is above the epoch limit " +
-           std::to_string(kEpochMax) + " (2^63-1)";
+    return Status{Errc::corrupt, "epoch high-water " + std::to_string(snap.epoch_high_water) +
+                                     " is above the epoch limit " + std::to_string(kEpochMax) + " (2^63-1)"};
   Epoch high = snap.epoch_high_water;
   for (const DurableRecord& r : snap.records) high = std::max(high, r.epoch);
   m.high_water = high;
@@ -1287,7 +1287,7 @@ std::string LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns
     }
   }
   m.clock(now_ns);
-  return {};
+  return Status{};
 }
 
 }  // namespace leasehold

@@ -157,8 +157,8 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
       snap.records.push_back(r);
       names_.emplace(n.id, n.name);
     }
-    if (std::string err = table_.restore(snap, now); !err.empty())
-      throw std::runtime_error("store " + cfg.store_path + ": cannot rebuild the name table: " + err);
+    if (const Status err = table_.restore(snap, now); !err.ok())
+      throw std::runtime_error("store " + cfg.store_path + ": cannot rebuild the name table: " + err.message());
     char line[512];
     std::snprintf(line, sizeof line,
                   "ts_boot_ns=%" PRId64 " event=restore names=%zu held=%zu epoch_high_water=%" PRIu64

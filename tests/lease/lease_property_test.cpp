@@ -290,8 +290,8 @@ class Sequence {
     for (int n = 0; n < kNames; ++n) before.push_back(table_.state(ids_[n]));
     const Epoch hw = table_.epoch_high_water();
     LeaseTable fresh(table_.config());
-    const std::string err = fresh.restore(snap, now_);
-    require(err.empty(), "restore failed: " + err);
+    const Status err = fresh.restore(snap, now_);
+    require(err.ok(), "restore failed: " + err.message());
     table_ = std::move(fresh);
     require(table_.epoch_high_water() >= hw, "restart lowered the epoch high-water mark");
     for (int n = 0; n < kNames; ++n) {

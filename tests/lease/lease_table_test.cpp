@@ -83,7 +83,7 @@ TEST_F(LeaseTableTest, GrantsAndReservationsAreBoundToTheirWorker) {
   r.to = kB;
   r.to_worker = kW2;
   snap.records.push_back(r);
-  ASSERT_EQ(fresh.restore(snap, kT0), "");
+  ASSERT_TRUE(fresh.restore(snap, kT0).ok());
   EXPECT_EQ(fresh.state(id("moved")).reserved_worker, kW2);
   EXPECT_EQ(fresh.acquire("moved", kB, kW1, kT0).refusal, Refusal::forbidden);
   EXPECT_TRUE(fresh.acquire("moved", kB, kW2, kT0).ok());
@@ -622,14 +622,14 @@ TEST_F(LeaseTableTest, PendingRevokeAndReservationSurviveARestart) {
   const DurableSnapshot snap = table.export_durable(kT0);
   const std::int64_t restart = kT0 + 5 * kSecondNs;
   LeaseTable r(small_config());
-  ASSERT_EQ(r.restore(snap, restart), "");
+  ASSERT_TRUE(r.restore(snap, restart).ok());
   const LockState s = r.state(id("db"));
   EXPECT_TRUE(s.revoke_pending);
   EXPECT_EQ(s.revoked_epoch, 1u);
   EXPECT_EQ(s.revoked_worker, kW1);
   EXPECT_EQ(s.lock_delay_until_ns, restart + 60 * kSecondNs);  // a full TTL: times are not durable
   LeaseTable later(small_config());  // the same restart, asked 59 s on
-  ASSERT_EQ(later.restore(snap, restart), "");
+  ASSERT_TRUE(later.restore(snap, restart).ok());
   EXPECT_EQ(later.acquire("db", kB, kW2, restart + 59 * kSecondNs).refusal, Refusal::lock_delay);
   EXPECT_TRUE(r.confirm_kill(id("db"), kW1, 1, restart).ok());
   EXPECT_EQ(r.acquire("db", kB, kW2, restart).token.epoch, 2u);
@@ -740,7 +740,7 @@ TEST_F(LeaseTableTest, RefusesNameCollision) {
   DurableSnapshot snap;
   snap.records.push_back(DurableRecord{id("db"), name_fingerprint_of("other-text"),
                                        LockPhase::held, 7, kA, {}, kW1, false});
-  ASSERT_EQ(table.restore(snap, kT0), "");
+  ASSERT_TRUE(table.restore(snap, kT0).ok());
   const Outcome o = table.acquire("db", kB, kW1, kT0);
   EXPECT_EQ(o.refusal, Refusal::name_collision);
   EXPECT_EQ(table.reassign("db", kB, kT0).refusal, Refusal::name_collision);
@@ -902,7 +902,7 @@ TEST_F(LeaseTableTest, RefusesEpochExhaustedRatherThanWrap) {
   DurableSnapshot snap;
   snap.records.push_back(DurableRecord{id("db"), name_fingerprint_of("db"), LockPhase::held,
                                        kEpochMax, kA, {}, kW1, false});
-  ASSERT_EQ(table.restore(snap, kT0), "");
+  ASSERT_TRUE(table.restore(snap, kT0).ok());
   EXPECT_EQ(table.begin_transfer(id("db"), kA, kEpochMax, kB, kT0).refusal,
             Refusal::epoch_exhausted);
   EXPECT_EQ(table.revoke(id("db"), kT0).refusal, Refusal::epoch_exhausted);
@@ -918,7 +918,7 @@ TEST_F(LeaseTableTest, EpochLimitIsTheShmLimitAndNoGrantGoesPastIt) {
   DurableSnapshot snap;
   snap.records.push_back(DurableRecord{id("db"), name_fingerprint_of("db"), LockPhase::held,
                                        kEpochMax - 1, kA, {}, kW1, false});
-  ASSERT_EQ(table.restore(snap, kT0), "");
+  ASSERT_TRUE(table.restore(snap, kT0).ok());
   // The last epoch below the limit is still granted (a transfer begins at kEpochMax) ...
   const Outcome begun = table.begin_transfer(id("db"), kA, kEpochMax - 1, kB, kT0);
   ASSERT_TRUE(begun.ok()) << to_string(begun.refusal);
@@ -932,11 +932,11 @@ TEST_F(LeaseTableTest, RestoreRefusesAnEpochAboveTheLimit) {
   DurableSnapshot snap;
   snap.records.push_back(DurableRecord{id("db"), name_fingerprint_of("db"), LockPhase::held,
                                        kEpochMax + 1, kA, {}, kW1, false});
-  EXPECT_NE(table.restore(snap, kT0).find("above the epoch limit"), std::string::npos);
+  EXPECT_NE(table.restore(snap, kT0).message().find("above the epoch limit"), std::string::npos);
   LeaseTable fresh(small_config(LockMode::lease));
   DurableSnapshot high;
   high.epoch_high_water = kEpochMax + 1;
-  EXPECT_NE(fresh.restore(high, kT0).find("above the epoch limit"), std::string::npos);
+  EXPECT_NE(fresh.restore(high, kT0).message().find("above the epoch limit"), std::string::npos);
   EXPECT_EQ(fresh.size(), 0u);
 }
 
@@ -990,7 +990,7 @@ TEST_F(LeaseTableTest, RestoreCountsHeldLeasesAsRefreshedAtRestart) {
 
   const std::int64_t restart = kT0 + 3 * kSecondNs;
   LeaseTable r(small_config());
-  ASSERT_EQ(r.restore(snap, restart), "");
+  ASSERT_TRUE(r.restore(snap, restart).ok());
   const LockState held = r.state(id("held"));
   EXPECT_EQ(held.phase, LockPhase::held);
   EXPECT_EQ(held.owner, kA);
@@ -1034,7 +1034,7 @@ TEST_F(LeaseTableTest, RestoreCapsALeaseAtWhatTheRestartRuleLeftIt) {
   }
   const std::int64_t restart = kT0 + kSecondNs;
   LeaseTable r(small_config());
-  ASSERT_EQ(r.restore(snap, restart), "");
+  ASSERT_TRUE(r.restore(snap, restart).ok());
   EXPECT_EQ(r.state(id("full")).expiry_ns, restart + 60 * kSecondNs);
   EXPECT_EQ(r.state(id("part")).expiry_ns, restart + 2 * kSecondNs);
   EXPECT_EQ(r.state(id("gone")).expiry_ns, restart);
@@ -1060,7 +1060,7 @@ TEST(LeaseTablePreemptible, RestoreCapsWorkerLivenessAtWhatTheRestartRuleLeftIt)
   ASSERT_EQ(snap.records.size(), 1u);
   snap.records[0].restore_left_ns = 3 * kSecondNs;
   LeaseTable r(c);
-  ASSERT_EQ(r.restore(snap, kT0 + kSecondNs), "");
+  ASSERT_TRUE(r.restore(snap, kT0 + kSecondNs).ok());
   EXPECT_TRUE(r.worker_alive(kW1, kT0 + 4 * kSecondNs - 1));
   EXPECT_FALSE(r.worker_alive(kW1, kT0 + 4 * kSecondNs));
   EXPECT_EQ(r.state(name_id_of("p")).expiry_ns, kNoExpiry);
@@ -1071,18 +1071,22 @@ TEST_F(LeaseTableTest, RestoreRefusesBadRecordsAndStaysEmpty) {
   snap.records.push_back(DurableRecord{id("a"), name_fingerprint_of("a"), LockPhase::held, 3, kA,
                                        {}, kW1, false});
   snap.records.push_back(snap.records[0]);
-  EXPECT_NE(table.restore(snap, kT0).find("appears twice"), std::string::npos);
+  const Status twice = table.restore(snap, kT0);
+  EXPECT_EQ(twice.code(), Errc::corrupt);
+  EXPECT_NE(twice.message().find("appears twice"), std::string::npos) << twice.message();
   EXPECT_EQ(table.size(), 0u);
   snap.records.pop_back();
   snap.records[0].owner = SandboxId{};
-  EXPECT_NE(table.restore(snap, kT0).find("nil owner"), std::string::npos);
+  EXPECT_NE(table.restore(snap, kT0).message().find("nil owner"), std::string::npos);
   snap.records[0].owner = kA;
   snap.records[0].phase = static_cast<LockPhase>(9);
-  EXPECT_NE(table.restore(snap, kT0).find("phase 9"), std::string::npos);
+  EXPECT_NE(table.restore(snap, kT0).message().find("phase 9"), std::string::npos);
   EXPECT_EQ(table.size(), 0u);
   ASSERT_TRUE(table.acquire("x", kA, kW1, kT0).ok());
   snap.records[0].phase = LockPhase::held;
-  EXPECT_NE(table.restore(snap, kT0).find("empty table"), std::string::npos);
+  const Status not_empty = table.restore(snap, kT0);
+  EXPECT_EQ(not_empty.code(), Errc::invalid_argument);
+  EXPECT_NE(not_empty.message().find("empty table"), std::string::npos) << not_empty.message();
 }
 
 TEST_F(LeaseTableTest, ForEachVisitsEveryRecord) {

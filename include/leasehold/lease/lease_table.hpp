@@ -31,6 +31,7 @@
 // matches a record with a different fingerprint is refused with `name_collision`.
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/lease/types.hpp"
 
 #include <cstddef>
@@ -461,9 +462,10 @@ class LeaseTable {
   /// epoch). Lock-delays are not durable; a pending revoke, and a Transferring record's
   /// transfer guard, wait a full max_ttl_ns + lock_delay_ns from now_ns (preemptible mode,
   /// with a worker: worker_liveness_ttl_ns + lock_delay_ns), or the worker's confirmation; a
-  /// reservation gets a fresh reservation_ttl_ns. Returns an empty string on success, otherwise a
-  /// message naming the bad record (the table is then left empty).
-  std::string restore(const DurableSnapshot& snapshot, std::int64_t now_ns);
+  /// reservation gets a fresh reservation_ttl_ns. Ok, or corrupt naming the bad record (the
+  /// table is then left empty), or invalid_argument for a table that is not empty or a
+  /// negative now_ns.
+  Status restore(const DurableSnapshot& snapshot, std::int64_t now_ns);
 
  private:
   struct Impl;
