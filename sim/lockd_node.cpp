@@ -76,6 +76,14 @@ void SimDisk::complete() {
   in_flight_.reset();
 }
 
+void SimDisk::fail() {
+  if (!in_flight_) return;
+  const lockd::DurableBatch& b = *in_flight_;
+  for (std::uint64_t s = b.first_seq; s <= b.last_seq && s != 0; ++s)
+    ready_.push_back(lockd::DurabilityVerdict{s, lockd::DurabilityVerdict::Kind::failed, "simulated disk failure"});
+  in_flight_.reset();
+}
+
 bool SimDisk::crash() {
   const bool lost = in_flight_.has_value();
   in_flight_.reset();
@@ -121,6 +129,8 @@ LockdNode::~LockdNode() = default;
 
 const LeaseTable& LockdNode::table() const noexcept { return impl_->service.table(); }
 
+bool LockdNode::failed() const noexcept { return impl_->service.failed(); }
+
 void LockdNode::on_datagram(std::span<const std::uint8_t> bytes, std::uint32_t from, std::int64_t now_ns) {
   impl_->last_now_ns = now_ns;
   impl_->service.on_datagram(bytes, worker_address(from), now_ns);
@@ -131,7 +141,7 @@ std::int64_t LockdNode::tick(std::int64_t now_ns) {
   const std::int64_t next = impl_->service.tick(now_ns);
   impl_->log.clear();
   impl_->service.take_log(impl_->log);  // the change log (production: stderr); not kept
-  // A failed store (never in the simulation: the disk only loses batches in a crash) stops lockd.
+  // A failed store (SimDisk::fail) stops lockd; the world then restarts it like a crashed one.
   return impl_->service.failed() ? now_ns + kS : std::max(next, now_ns + 1);
 }
 

@@ -177,6 +177,9 @@ class World final : public SupervisorEnv, public LockdEnv {
     }
     disk_base_ns_ = setup.range(200'000, 3 * kMs);
     disk_slow_ = cfg_.faults ? static_cast<double>(setup.range(0, 300)) / 10'000.0 : 0;
+    // Disk failures draw from their own stream, so the other draws of a seed do not move.
+    disk_fail_rng_ = Rng(cfg_.seed ^ 0xd15cfa11d15cfa11ULL);
+    disk_fail_ = cfg_.faults && disk_fail_rng_.chance(0.5) ? static_cast<double>(disk_fail_rng_.range(1, 40)) / 10'000.0 : 0;
     kill_ticks_max_ = std::max<std::int64_t>(0, std::min<std::int64_t>(5, cfg_.timing.kill_latency_budget_ns / cfg_.sandbox_tick_ns));
 
     disk_.on_submit([this] { disk_submitted(); });
@@ -273,11 +276,20 @@ class World final : public SupervisorEnv, public LockdEnv {
       ++counts_.disk_slow;
     }
     const std::uint64_t inc = incarnation_;
-    push(now_ + latency, kLockd, [this, inc] {
+    const bool fails = now_ < cfg_.heal_ns && disk_fail_rng_.chance(disk_fail_);
+    push(now_ + latency, kLockd, [this, inc, fails] {
       if (!lockd_ || inc != incarnation_) return;
-      disk_.complete();
-      ++counts_.batches_durable;
+      if (fails) {
+        disk_.fail();
+        ++counts_.disk_failures;
+      } else {
+        disk_.complete();
+        ++counts_.batches_durable;
+      }
       run_lockd([&] { return lockd_->tick(local(kLockd)); });
+      // lockd exits on a failed store (production: the process exits, its service manager
+      // restarts it): what it had not made durable is gone, as in a crash.
+      if (lockd_ && lockd_->failed()) crash_lockd(disk_fail_rng_.range(20 * kMs, kS), /*store_failed=*/true);
     });
   }
 
@@ -572,9 +584,10 @@ class World final : public SupervisorEnv, public LockdEnv {
     held_ = std::move(now_held);
   }
 
-  void crash_lockd(std::int64_t down_ns) {
+  /// lockd goes down for `down_ns`: a crash, or (`store_failed`) its exit on a failed store.
+  void crash_lockd(std::int64_t down_ns, bool store_failed = false) {
     if (!lockd_) return;
-    ++counts_.lockd_crashes;
+    if (!store_failed) ++counts_.lockd_crashes;
     // The acknowledged grants still current at the crash: the next incarnation must have them.
     crash_current_.clear();
     for (const auto& [id, g] : acked_) {
@@ -586,7 +599,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     ++incarnation_;
     wake_gen_[kLockd]++;
     wake_at_[kLockd] = kNever;
-    record(kLockd, "crash", static_cast<std::uint64_t>(down_ns), 0);
+    record(kLockd, store_failed ? "store_failed" : "crash", static_cast<std::uint64_t>(down_ns), 0);
     push(now_ + down_ns, kWorldNode, [this] { restart_lockd(); });
   }
 
@@ -754,6 +767,8 @@ class World final : public SupervisorEnv, public LockdEnv {
   SimDisk disk_;
   std::int64_t disk_base_ns_ = 0;
   double disk_slow_ = 0;
+  Rng disk_fail_rng_{0};
+  double disk_fail_ = 0;  ///< per batch, before heal_ns (half the seeds with faults: 0.01%..0.4%)
   std::unique_ptr<LockdNode> lockd_;
   std::uint64_t incarnation_ = 1;
   std::vector<std::unique_ptr<SupervisorNode>> sups_;

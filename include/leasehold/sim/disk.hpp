@@ -5,7 +5,9 @@
 // LockService's next poll. A lockd crash before that loses the batch (crash()); what was durable
 // survives into the next incarnation: open() gives the next LockService what NameStore::load
 // would (the latest row of every name, the epoch high-water mark, the lived / seen marks) and
-// counts the open as an incarnation.
+// counts the open as an incarnation. A batch can also fail (fail(): SQLite's commit failed and
+// rolled back, e.g. a full or read-only disk): nothing of it is written and each of its changes
+// gets a `failed` verdict, which stops lockd (LockService::failed()) as in production.
 #pragma once
 
 #include "leasehold/lockd/durability.hpp"
@@ -31,6 +33,8 @@ class SimDisk final : public lockd::DurabilityPort {
   bool busy() const noexcept { return in_flight_.has_value(); }
   /// The in-flight batch is on disk; its verdicts are ready.
   void complete();
+  /// The in-flight batch failed: nothing of it is on disk; its verdicts (failed) are ready.
+  void fail();
   /// lockd crashed: the batch not yet durable is lost (and verdicts nobody polled). Returns
   /// whether there was a batch in flight.
   bool crash();

@@ -43,6 +43,8 @@ class LockdNode {
   std::int64_t tick(std::int64_t now_ns);
 
   const LeaseTable& table() const noexcept;
+  /// The store failed a change (SimDisk::fail): lockd has stopped answering and must restart.
+  bool failed() const noexcept;
 
  private:
   struct Impl;

@@ -104,6 +104,7 @@ struct SimConfig {
   X(batches_lost, "disk batches a crash lost before they were durable")                     \
   X(batches_durable, "disk batches made durable")                                           \
   X(disk_slow, "disk batches that took the slow path")                                      \
+  X(disk_failures, "disk batches that failed (lockd stopped unanswered and restarted)")    \
   X(sandbox_stalls, "writes that stalled between the shm check and the resource")           \
   X(skewed_clocks, "nodes whose clock rate error is not zero")                              \
   X(grants, "Grant answers lockd sent (repeats included)")                                  \
