@@ -1115,6 +1115,8 @@ std::string_view LeaseTable::sim_ablation() noexcept {
   return "acquiring_expiry";
 #elif LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER
   return "preempt_live_worker";  // a LockService ablation; the table is built with it
+#elif LEASEHOLD_SIM_ABLATE_ANSWER_BEFORE_DURABLE
+  return "answer_before_durable";  // a LockService ablation too
 #else
   return "";
 #endif

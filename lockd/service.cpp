@@ -496,6 +496,11 @@ void LockService::send_to_worker(const WorkerId& worker, const SocketAddress& to
 
 void LockService::answer_gated(const SocketAddress& to, std::uint64_t request_id,
                                const wire::RequestKey& key, wire::Body body) {
+#if LEASEHOLD_SIM_ABLATE_ANSWER_BEFORE_DURABLE
+  // Simulator ablation: answer at once, before the change the answer reports is durable.
+  send_now(to, request_id, &key, body);
+  return;
+#endif
   if (depend_seq_ <= durable_seq_ && deferred_.empty()) {
     send_now(to, request_id, &key, body);
     return;

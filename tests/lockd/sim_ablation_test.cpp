@@ -17,6 +17,9 @@
 #ifndef LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER
 #define LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER 0
 #endif
+#ifndef LEASEHOLD_SIM_ABLATE_ANSWER_BEFORE_DURABLE
+#define LEASEHOLD_SIM_ABLATE_ANSWER_BEFORE_DURABLE 0
+#endif
 
 namespace leasehold::lockd {
 namespace {
@@ -28,7 +31,8 @@ TEST(SimAblation, TheLinkedLeaseTableIsTheAblatedOne) {
   const std::string_view want = LEASEHOLD_SIM_ABLATE_REFRESH_OWNER         ? "refresh_owner"
                                 : LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY     ? "acquiring_expiry"
                                 : LEASEHOLD_SIM_ABLATE_PREEMPT_LIVE_WORKER ? "preempt_live_worker"
-                                                                            : "";
+                                : LEASEHOLD_SIM_ABLATE_ANSWER_BEFORE_DURABLE ? "answer_before_durable"
+                                                                              : "";
   EXPECT_EQ(LeaseTable::sim_ablation(), want);
 }
 
@@ -109,7 +113,11 @@ TEST(SimAblation, ALiveWorkersNameIsPreemptedWithoutAskingOnlyWhenAblated) {
   rig.deliver(rig.acquire("jobs/a", a_sb, 0, true), kT0);
   rig.settle(kT0);
   ASSERT_EQ(rig.net.sent.size(), 2u);
-  const auto acquiring = std::get<wire::Grant>(rig.decode(rig.net.sent[1].bytes));
+  // The beat's answer and the grant, in either order (answer-before-durable sends the grant first).
+  const auto first = rig.decode(rig.net.sent[0].bytes);
+  const auto acquiring = std::get<wire::Grant>(std::holds_alternative<wire::Grant>(first)
+                                                   ? first
+                                                   : rig.decode(rig.net.sent[1].bytes));
   ASSERT_EQ(acquiring.state, LockPhase::acquiring);
   rig.deliver(rig.seal(wire::Commit{acquiring.name_id, a_sb, acquiring.epoch, rig.worker}), kT0 + 10 * kMs);
   rig.settle(kT0 + 10 * kMs);
@@ -154,6 +162,35 @@ TEST(SimAblation, ALiveWorkersNameIsPreemptedWithoutAskingOnlyWhenAblated) {
     EXPECT_TRUE(asked_a);
     EXPECT_EQ(s.phase, LockPhase::held);
     EXPECT_EQ(s.owner, a_sb);
+  }
+}
+
+// A grant is answered only once its change is durable. The ablated lockd answers at once; its
+// batch then fails (a full disk), lockd stops, and the restarted lockd, loading what is durable,
+// has the name free: the worker holds a grant nobody remembers, and a second acquire gets the
+// name at the same epoch.
+TEST(SimAblation, AGrantIsAnsweredOnlyOnceDurableUnlessAblated) {
+  test::CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/a", test::sandbox(1), 1'000), kT0);
+  rig.service->tick(kT0);  // the change is submitted, not yet durable
+  ASSERT_EQ(rig.disk.submitted.size(), 1u);
+  const std::size_t answered = rig.net.sent.size();
+  rig.disk.verdict(0, DurabilityVerdict::Kind::failed, "disk full");
+  rig.service->tick(kT0 + kMs);
+  EXPECT_TRUE(rig.service->failed());
+  EXPECT_EQ(rig.net.sent.size(), answered) << "nothing is answered after the store failed";
+
+  test::CoreRig restarted(kT0 + 2 * kMs, rig.disk.apply_durable(), 2);
+  const LockState s = restarted.service->table().state(name_id_of("jobs/a"));
+  EXPECT_EQ(s.phase, LockPhase::free) << "the failed batch is not in the store";
+  if (LEASEHOLD_SIM_ABLATE_ANSWER_BEFORE_DURABLE) {
+    ASSERT_EQ(answered, 1u) << "the ablated lockd answers before durability";
+    const wire::Body body = rig.decode(rig.net.sent[0].bytes);
+    const auto* g = std::get_if<wire::Grant>(&body);
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->state, LockPhase::held);  // a grant the restarted lockd does not know
+  } else {
+    EXPECT_EQ(answered, 0u) << "no answer before the change is durable";
   }
 }
 
