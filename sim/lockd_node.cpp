@@ -22,6 +22,9 @@ lockd::LockdConfig lockd_config_of(const SimConfig& cfg) {
   c.acquiring_ttl_ms = static_cast<std::uint64_t>(cfg.timing.ttl_ns / kMs);
   c.max_names = 1024;
   c.max_workers = 64;
+  // The no-authz ablation: lockd lets any worker key act on any name (lockd's own
+  // LEASEHOLD_ABLATE=no-authz switch); the hostile worker's forgeries must then be caught.
+  c.ablate_authz = ablation_name() == "no-authz";
   if (cfg.preemptible()) {
     c.mode = LockMode::preemptible;
     if (cfg.worker_ttl_ns != 0) c.worker_ttl_ms = static_cast<std::uint64_t>(cfg.worker_ttl_ns / kMs);

@@ -186,13 +186,17 @@ class World final : public SupervisorEnv, public LockdEnv {
     lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
     for (std::uint32_t w = 0; w < cfg_.supervisors; ++w) {
       const WorkerId id{0x5000 + w, setup.next()};
+      worker_ids_.push_back(id);
       sups_.push_back(std::make_unique<SupervisorNode>(cfg_, w, id, wire::derive_worker_key(cluster_, id), names_,
                                                        rng_.fork(100 + w), *this, local(1 + static_cast<int>(w))));
     }
     if (cfg_.hostile_worker) {
       const WorkerId id{0x4057, setup.next()};
+      hostile_id_ = id;
       hostile_ = std::make_unique<wire::Sender>(id, 1, wire::derive_worker_key(cluster_, id));
       hostile_rng_ = rng_.fork(99);
+      // Its forgeries draw from their own stream: the heartbeats' draws stay as they were.
+      forge_rng_ = Rng(cfg_.seed ^ 0xf0a9ef0a9ef0a9e5ULL);
       push(hostile_rng_.range(0, 100 * kMs), kWorldNode, [this] { hostile_heartbeat(); });
     }
     if (cfg_.preemptible()) ++counts_.preemptible_runs;
@@ -518,7 +522,41 @@ class World final : public SupervisorEnv, public LockdEnv {
       record(kWorldNode, "hostile_heartbeat", h.entries.size(), 0);
       transmit(up_[cfg_.supervisors], cfg_.supervisors, true, dg.view());
     }
+    hostile_forge();
     push(now_ + 100 * kMs, kWorldNode, [this] { hostile_heartbeat(); });
+  }
+
+  /// The hostile worker also replays what it sniffed off the network (datagrams are
+  /// authenticated, not encrypted): for a grant another worker's sandbox got, a Release, a
+  /// Commit naming itself, a TransferBegin to a sandbox of its own, a Revoke, a RunningAnswer
+  /// saying the sandbox is gone, or a WorkerHeartbeat in the victim worker's name - each signed
+  /// with its own valid worker key. lockd must refuse or ignore every one: a worker key gives no
+  /// power over other workers' names (the no-authz ablation shows what happens otherwise).
+  void hostile_forge() {
+    if (sniffed_.empty()) return;
+    auto it = sniffed_.begin();
+    std::advance(it, static_cast<std::ptrdiff_t>(forge_rng_.below(sniffed_.size())));
+    const Invariants::AckedGrant& g = it->second;
+    const SandboxId mine{0x4057'0000 | forge_rng_.below(1 << 16), forge_rng_.next()};
+    wire::Body body;
+    switch (forge_rng_.below(6)) {
+      case 0: body = wire::Release{g.name, g.holder, g.epoch}; break;
+      case 1: body = wire::Commit{g.name, g.holder, g.epoch, hostile_id_}; break;
+      case 2: body = wire::TransferBegin{g.name, g.holder, g.epoch, mine, hostile_id_}; break;
+      case 3: body = wire::Revoke{g.name, g.epoch, false}; break;
+      case 4: body = wire::RunningAnswer{g.name, g.holder, g.epoch, false}; break;
+      default: {
+        wire::WorkerHeartbeat w;
+        w.worker = worker_ids_[forge_rng_.below(worker_ids_.size())];
+        body = w;
+        break;
+      }
+    }
+    wire::Datagram dg;
+    if (!hostile_->seal(hostile_next_request_++, body, dg)) return;
+    ++counts_.hostile_forgeries;
+    record(kWorldNode, "hostile_forgery", static_cast<std::uint64_t>(wire::type_of(body)), g.epoch);
+    transmit(up_[cfg_.supervisors], cfg_.supervisors, true, dg.view());
   }
 
   // ---- observation of lockd --------------------------------------------------------------------
@@ -529,6 +567,8 @@ class World final : public SupervisorEnv, public LockdEnv {
     if (h.type != wire::MessageType::grant) return;
     const wire::DecodeResult d = wire::decode(bytes, nullptr);
     const auto* g = d ? std::get_if<wire::Grant>(&d.body) : nullptr;
+    if (g != nullptr && (g->state == LockPhase::held || g->state == LockPhase::acquiring))
+      sniffed_[g->name_id] = Invariants::AckedGrant{g->name_id, g->epoch, g->holder};
     if (g == nullptr || g->state != LockPhase::held) return;
     ++counts_.grants;
     record(kLockd, "grant", g->name_id.lo, g->epoch);
@@ -773,7 +813,11 @@ class World final : public SupervisorEnv, public LockdEnv {
   std::uint64_t incarnation_ = 1;
   std::vector<std::unique_ptr<SupervisorNode>> sups_;
   std::unique_ptr<wire::Sender> hostile_;
+  WorkerId hostile_id_;
+  std::vector<WorkerId> worker_ids_;  ///< the supervisors' (the hostile worker forges beats in their names)
+  std::map<NameId, Invariants::AckedGrant> sniffed_;  ///< the latest grant seen per name
   Rng hostile_rng_{0};
+  Rng forge_rng_{0};
   std::uint64_t hostile_next_request_ = 1;
 
   std::map<SandboxId, Sandbox> sandboxes_;

@@ -110,6 +110,7 @@ struct SimConfig {
   X(grants, "Grant answers lockd sent (repeats included)")                                  \
   X(preemptible_runs, "runs in preemptible mode (SimConfig::preemptible())")                \
   X(is_running_asked, "IsRunning questions lockd sent a worker (preemptible mode)")         \
+  X(hostile_forgeries, "forged requests the hostile worker sent about others' names")      \
   X(sandboxes_started, "sandboxes started")                                                 \
   X(kills, "kill-switch kills (lapsed lease, lost / unknown answer)")                       \
   X(writes_accepted, "writes the fenced resource accepted")                                 \
