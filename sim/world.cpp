@@ -573,8 +573,11 @@ class World final : public SupervisorEnv, public LockdEnv {
     ++counts_.grants;
     record(kLockd, "grant", g->name_id.lo, g->epoch);
     acked_[g->name_id] = Invariants::AckedGrant{g->name_id, g->epoch, g->holder};
-    acknowledged_.insert(std::pair{g->name_id, g->epoch});
-    if (now_ >= cfg_.heal_ns && first_grant_after_heal_[g->name_id] < 0) first_grant_after_heal_[g->name_id] = now_;
+    // Liveness needs a new grant: a resend of one made before the heal (lockd's response
+    // cache answering a retry) shows nothing about whether the name can still be acquired.
+    const bool new_grant = acknowledged_.insert(std::pair{g->name_id, g->epoch}).second;
+    if (new_grant && now_ >= cfg_.heal_ns && first_grant_after_heal_[g->name_id] < 0)
+      first_grant_after_heal_[g->name_id] = now_;
     if (auto v = inv_.epoch_monotone(g->name_id, g->epoch, g->holder, now_)) fail(*v);
   }
 
