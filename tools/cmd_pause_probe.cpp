@@ -26,6 +26,8 @@
 // or not answering with the key (checked at start-up); 7 no supervisor.
 #include "tools/cmd_common.hpp"
 
+#include "leasehold/harness/process.hpp"
+
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/io/udp.hpp"
 #include "leasehold/lockd/admin_client.hpp"
@@ -38,7 +40,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -84,7 +85,6 @@ constexpr std::uint64_t kFreezeConfirmTimeoutMs = 2'000; ///< cgroup.events froz
 constexpr std::uint64_t kDeathWaitMs = 5'000;           ///< a kill at the end of a trial
 constexpr std::uint64_t kGrantWaitAfterDeathMs = 500;   ///< how long to look for the next grant
 constexpr std::size_t kValidUntilChangesMax = 100'000;  ///< per trial (one per heartbeat)
-constexpr std::size_t kLogBytesMax = 16u << 20;         ///< a sandbox log read back
 constexpr std::uint64_t kGnuplotTimeoutMs = 30'000;
 constexpr std::uint32_t kRepeatMax = 100;
 constexpr std::uint32_t kPauseMissedRetriesMax = 2;   ///< worst phase: a kill before the freeze
@@ -100,7 +100,7 @@ void check_interrupted() {
   if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted{};
 }
 
-std::int64_t now_ns() { return boot_ns(); }
+using harness::now_ns;
 
 /// Sleeps until `t_ns` (CLOCK_BOOTTIME), waking every ≤10 ms to honour Ctrl-C.
 void sleep_until_ns(std::int64_t t_ns) {
@@ -131,16 +131,7 @@ struct SignalScope {
   }
 };
 
-std::string slurp(const std::string& path, std::size_t max_bytes = kLogBytesMax) {
-  std::ifstream in(path, std::ios::binary);
-  std::string out;
-  char buf[8192];
-  while (in && out.size() < max_bytes) {
-    in.read(buf, sizeof buf);
-    out.append(buf, static_cast<std::size_t>(in.gcount()));
-  }
-  return out;
-}
+using harness::slurp;
 
 bool write_file(const std::string& path, const std::string& text, std::string& error) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -160,118 +151,26 @@ std::string dir_of(const std::string& path) {
 }
 
 
-int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
-
-/// A private temporary directory, removed with its content on destruction.
-struct TempDir {
-  std::string path;
-  bool keep = false;
-  TempDir() {
-    char tmpl[] = "/tmp/leasehold-pause-XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path = tmpl;
-  }
-  ~TempDir() {
-    if (!path.empty() && !keep) ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
-
 // ---- child processes ---------------------------------------------------------------------------
 
-/// A long-running child (lockd, the supervisor, stress-ng): own process group, stdout+stderr to a
-/// log file, SIGKILLed if the probe dies. stop() = SIGTERM, then SIGKILL after a grace period.
-struct Proc {
-  std::string label;
-  pid_t pid = -1;
-  std::string log_path;
-  Proc() = default;
-  Proc(const Proc&) = delete;
-  Proc& operator=(const Proc&) = delete;
-  ~Proc() { stop(); }
-  bool alive() const {
-    int status = 0;
-    return pid > 0 && ::waitpid(pid, &status, WNOHANG) == 0;
-  }
-  void stop(std::uint64_t grace_ms = 5000) {
-    if (pid <= 0) return;
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == 0) {
-      ::kill(pid, SIGCONT);  // a stopped process cannot act on SIGTERM
-      ::kill(pid, SIGTERM);
-      const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(grace_ms) * 1'000'000;
-      while (now_ns() < deadline && ::waitpid(pid, &status, WNOHANG) == 0) ::usleep(5000);
-      if (::waitpid(pid, &status, WNOHANG) == 0) {
-        ::kill(-pid, SIGKILL);
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-      }
-    }
-    pid = -1;
-  }
-};
-
-bool spawn_proc(Proc& p, const std::string& label, const std::vector<std::string>& argv,
+/// Starts a long-running child (lockd, the supervisor, stress-ng, gnuplot) in its own process
+/// group with stdout and stderr into one log file, SIGKILLed if the probe dies.
+bool spawn_proc(harness::Process& p, const std::string& label, const std::vector<std::string>& argv,
                 const std::string& log_path, std::string& error) {
-  p.label = label;
-  p.log_path = log_path;
-  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (log_fd < 0) {
-    error = "cannot create " + log_path + ": " + std::strerror(errno);
-    return false;
-  }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    error = std::string("fork: ") + std::strerror(errno);
-    ::close(log_fd);
-    return false;
-  }
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(126);
-    ::setpgid(0, 0);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(log_fd);
-  p.pid = pid;
-  return true;
+  harness::Spawn spec;
+  spec.argv = argv;
+  spec.stdout_path = log_path;
+  spec.stderr_path = log_path;
+  spec.label = label;
+  return p.start(spec, error);
 }
 
-/// Waits until the child's log has a line containing `needle`; returns that line. nullopt with
-/// `error` (and the log's tail) when the child exits first or the timeout passes.
-std::optional<std::string> wait_line(const Proc& p, const std::string& needle, std::uint64_t timeout_ms,
+/// Waits until the child's log has a line containing `needle` (Ctrl-C honoured); returns that
+/// line. nullopt with `error` (and the log's tail) when the child exits first or the timeout passes.
+std::optional<std::string> wait_line(harness::Process& p, const std::string& needle, std::uint64_t timeout_ms,
                                      std::string& error) {
-  const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(timeout_ms) * 1'000'000;
-  for (;;) {
-    check_interrupted();
-    const std::string text = slurp(p.log_path, 1u << 20);
-    const auto at = text.find(needle);
-    if (at != std::string::npos) {
-      const auto b = text.rfind('\n', at);
-      const auto e = text.find('\n', at);
-      if (e != std::string::npos) return text.substr(b == std::string::npos ? 0 : b + 1, e - (b == std::string::npos ? 0 : b + 1));
-    }
-    const bool alive = p.alive();
-    if (!alive || now_ns() > deadline) {
-      std::string tail = text.size() > 2000 ? text.substr(text.size() - 2000) : text;
-      error = p.label + (alive ? " did not print \"" + needle + "\" within " + std::to_string(timeout_ms) + " ms"
-                               : " exited during start-up") + "; its log (" + p.log_path + ") ends with:\n" + tail;
-      return std::nullopt;
-    }
-    ::usleep(5000);
-  }
+  return harness::wait_for_log_line(p.stdout_path(), needle, std::chrono::milliseconds(timeout_ms), p, error,
+                                    check_interrupted);
 }
 
 // ---- the UDP relay between the supervisor and lockd (worst phase) ----------------------------
@@ -596,8 +495,6 @@ void raise_observer_priority() {
   if (::sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) != 0) g_observer_fifo_refused.store(true);
 }
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-
 /// Watches the sandbox (pidfd) and its slot (revoked bit, valid_until changes) from a thread.
 class Monitor {
  public:
@@ -765,12 +662,12 @@ struct ProbeArgs {
 
 /// The deployment under test, either started here (standalone) or found through its socket.
 struct Deployment {
-  // Destroyed in reverse: the supervisor stops (releasing its names through the relay) before
-  // the relay and lockd go, and the temp dir last.
-  TempDir tmp;
-  Proc lockd;
+  // Stopped in this order by the destructor: the supervisor (SIGTERM: it releases its names
+  // through the relay) before the relay and lockd go, and the temp dir last.
+  std::optional<harness::TempDir> tmp;  ///< standalone only
+  harness::Process lockd;
   std::unique_ptr<UdpRelay> relay;
-  Proc supervisor;
+  harness::Process supervisor;
   std::string socket;
   SocketAddress lockd_addr;
   std::optional<wire::WireKey> key;
@@ -779,6 +676,17 @@ struct Deployment {
   pp::Timing timing;
   std::string lockd_text;
   std::string status_lockd;  ///< the lockd address the supervisor itself uses (its status)
+
+  Deployment() = default;
+  Deployment(const Deployment&) = delete;
+  Deployment& operator=(const Deployment&) = delete;
+  ~Deployment() {
+    supervisor.terminate();
+    relay.reset();
+    lockd.terminate();
+  }
+  /// The standalone temp dir ("" in external mode or before it was made).
+  std::string dir() const { return tmp ? tmp->path().string() : std::string(); }
 };
 
 std::string stderr_progress(bool quiet, const std::string& s) {
@@ -812,35 +720,40 @@ std::string rho_text(double rho) {
 Failure start_standalone_once(const ProbeArgs& a, Deployment& d);
 Failure start_standalone(const ProbeArgs& a, Deployment& d) {
   Failure f = start_standalone_once(a, d);
-  if (f.failed() && !d.tmp.path.empty()) {
-    d.tmp.keep = true;
-    f.message += "\n(" + d.tmp.path + " is kept for inspection)";
+  if (f.failed() && d.tmp) {
+    d.tmp->keep();
+    f.message += "\n(" + d.dir() + " is kept for inspection)";
   }
   return f;
 }
 Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
-  if (d.tmp.path.empty()) return {kInternal, std::string("mkdtemp: ") + std::strerror(errno)};
+  try {
+    d.tmp.emplace("leasehold-pause");
+  } catch (const std::exception& e) {
+    return {kInternal, e.what()};
+  }
+  const std::string dir = d.dir();
   const std::string lockd_bin = locate_service(a.lockd_bin, "leasehold-lockd", "lockd");
   const std::string sup_bin = locate_service(a.supervisor_bin, "leasehold-supervisor", "supervisor");
   if (lockd_bin.empty() || sup_bin.empty())
     return {kUsage, std::string("cannot find ") + (lockd_bin.empty() ? "leasehold-lockd" : "leasehold-supervisor") +
                         " next to " + self_exe() + " nor in $PATH; pass --lockd-bin / --supervisor-bin"};
-  const std::string key = d.tmp.path + "/key";
+  const std::string key = dir + "/key";
   if (const Status err = wire::generate_key_file(key); !err.ok()) return {kInternal, err.message()};
   auto kl = wire::load_key_file(key);
   if (!kl) return {kInternal, kl.message()};
   d.key = *kl;
   // The supervisor holds only its own worker key, derived from the cluster key.
-  const std::string worker_key = d.tmp.path + "/worker.key";
+  const std::string worker_key = dir + "/worker.key";
   if (const Status err = wire::write_key_file(worker_key, wire::derive_worker_key(*kl, random_worker_id()));
       !err.ok())
     return {kInternal, err.message()};
   std::string err;
   const std::string ttl = std::to_string(d.timing.ttl_ms);
   if (!spawn_proc(d.lockd, "leasehold-lockd",
-                  {lockd_bin, "--listen", "127.0.0.1:0", "--store", d.tmp.path + "/lockd.db", "--key-file", key,
+                  {lockd_bin, "--listen", "127.0.0.1:0", "--store", dir + "/lockd.db", "--key-file", key,
                    "--ttl-ms", ttl},
-                  d.tmp.path + "/lockd.log", err))
+                  dir + "/lockd.log", err))
     return {kInternal, err};
   auto line = wait_line(d.lockd, "listening ", kStartTimeoutMs, err);
   if (!line) return {kUnreachable, err};
@@ -850,19 +763,19 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   d.lockd_addr = *addr;
   d.relay = UdpRelay::start(d.lockd_addr, err);
   if (!d.relay) return {kInternal, err};
-  d.socket = d.tmp.path + "/supervisor.sock";
-  d.shm_path = d.tmp.path + "/table";
+  d.socket = dir + "/supervisor.sock";
+  d.shm_path = dir + "/table";
   if (!spawn_proc(d.supervisor, "leasehold-supervisor",
                   {sup_bin, "--lockd", d.relay->address(), "--key-file", worker_key, "--ttl-ms", ttl, "--kill-after-ms",
                    std::to_string(d.timing.kill_after_ms), "--heartbeat-interval-ms",
                    std::to_string(d.timing.heartbeat_interval_ms), "--kill-latency-budget-ms",
                    std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",
                    rho_text(d.timing.clock_rate_bound), "--control-socket", d.socket, "--shm", d.shm_path,
-                   "--slots", "16", "--on-shutdown", "kill", "--sandbox-log-dir", d.tmp.path + "/sandbox-logs",
+                   "--slots", "16", "--on-shutdown", "kill", "--sandbox-log-dir", dir + "/sandbox-logs",
                    // The probe's sandbox is its own trusted program writing logs below the output
                    // directory, which another uid may not reach; the kill path is the same.
                    "--isolation", "off"},
-                  d.tmp.path + "/supervisor.log", err))
+                  dir + "/supervisor.log", err))
     return {kInternal, err};
   if (!wait_line(d.supervisor, "ready", kStartTimeoutMs, err)) return {kInternal, err};
   return {};
@@ -1023,7 +936,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     o.error = "run answered without a usable slot/pid: " + ans->dump();
     return o;
   }
-  const int pidfd = pidfd_open(pid);
+  const int pidfd = harness::pidfd_open(pid);
   struct FdCloser {
     int fd;
     ~FdCloser() {
@@ -1456,7 +1369,7 @@ int run_probe(ProbeArgs a) {
     }
 
     // Stress load, bounded in time.
-    Proc stress;
+    harness::Process stress;
     std::string stress_text;
     if (a.stress) {
       const std::string bin = find_program("stress-ng");
@@ -1470,7 +1383,7 @@ int run_probe(ProbeArgs a) {
         std::stringstream ss(a.stress_args);
         for (std::string w; ss >> w;) argv.push_back(w);
         argv.insert(argv.end(), {"--timeout", std::to_string(secs) + "s", "--quiet"});
-        const std::string slog = (a.standalone ? d.tmp.path : out) + "/stress-ng.log";
+        const std::string slog = (a.standalone ? d.dir() : out) + "/stress-ng.log";
         if (!spawn_proc(stress, "stress-ng", argv, slog, err)) return report("pause-probe", {kInternal, err});
         for (const auto& w : argv) stress_text += (stress_text.empty() ? "" : " ") + w;
         stderr_progress(a.quiet, "stress: " + stress_text + "\n");
@@ -1550,7 +1463,7 @@ int run_probe(ProbeArgs a) {
       close_lateness_window(cx, last);
       close_rtt_window(cx, last);
     }
-    stress.stop(1000);
+    stress.terminate(std::chrono::milliseconds(1000));
     freezer.reset();
 
     if (g_observer_fifo_refused.load())
@@ -1573,11 +1486,10 @@ int run_probe(ProbeArgs a) {
       plot_path = out + "/pause-probe.png";
       const std::string script = out + "/pause-probe.gp";
       if (!write_file(script, pp::gnuplot_script(rep, csv, plot_path), err)) return report("pause-probe", {kFailure, err});
-      Proc gp;
+      harness::Process gp;
       if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log", err)) {
-        const std::int64_t until = now_ns() + static_cast<std::int64_t>(kGnuplotTimeoutMs) * 1'000'000;
-        while (gp.alive() && now_ns() < until) ::usleep(10'000);
-        gp.stop(100);
+        gp.wait(std::chrono::milliseconds(kGnuplotTimeoutMs));
+        gp.terminate(std::chrono::milliseconds(100));
       }
       struct stat st{};
       if (::stat(plot_path.c_str(), &st) != 0 || st.st_size == 0) {
