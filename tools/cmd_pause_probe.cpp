@@ -26,6 +26,7 @@
 // or not answering with the key (checked at start-up); 7 no supervisor.
 #include "tools/cmd_common.hpp"
 
+#include "leasehold/harness/freeze.hpp"
 #include "leasehold/harness/process.hpp"
 
 #include "leasehold/wire/auth.hpp"
@@ -34,7 +35,6 @@
 #include "leasehold/pause/model.hpp"
 #include "leasehold/pause/report.hpp"
 #include "leasehold/shm/table.hpp"
-#include "leasehold/supervisor/cgroup.hpp"
 #include "leasehold/supervisor/config.hpp"
 #include "leasehold/supervisor/control.hpp"
 
@@ -81,7 +81,6 @@ namespace pp = leasehold::pause;
 
 // ---- bounds ------------------------------------------------------------------------------------
 constexpr std::uint64_t kStartTimeoutMs = 20'000;       ///< lockd / supervisor start-up
-constexpr std::uint64_t kFreezeConfirmTimeoutMs = 2'000; ///< cgroup.events frozen / state T
 constexpr std::uint64_t kDeathWaitMs = 5'000;           ///< a kill at the end of a trial
 constexpr std::uint64_t kGrantWaitAfterDeathMs = 500;   ///< how long to look for the next grant
 constexpr std::size_t kValidUntilChangesMax = 100'000;  ///< per trial (one per heartbeat)
@@ -251,173 +250,9 @@ class UdpRelay {
 
 // ---- freezing the supervisor -------------------------------------------------------------------
 
-/// Freezes one process: cgroup v2 (the process is moved into a leaf of its own next to its
-/// sandboxes' leaves, and `cgroup.freeze` of that leaf is written) or SIGSTOP/SIGCONT. The
-/// destructor thaws, moves the process back to the cgroup it was in at the start (read from
-/// /proc/PID/cgroup), and removes the leaf. A leaf left behind by a probe that died (the process
-/// still in `<cgroup>/leasehold-pause-<pid>`) is recognised: its parent is the home, and the
-/// leaf is reused and removed at the end.
-class Freezer {
- public:
-  enum class Kind { cgroup, sigstop };
-
-  /// `want`: "auto" (cgroup where possible), "cgroup", "sigstop". nullptr + error when "cgroup"
-  /// was asked for and is impossible; `why` says what was chosen and why.
-  static std::unique_ptr<Freezer> make(pid_t pid, const std::string& want, std::string& why, std::string& error) {
-    std::unique_ptr<Freezer> f(new Freezer());
-    f->pid_ = pid;
-    if (want == "sigstop") {
-      f->kind_ = Kind::sigstop;
-      why = "SIGSTOP/SIGCONT (asked for)";
-      return f;
-    }
-    std::string reason;
-    if (f->setup_cgroup(reason)) {
-      f->kind_ = Kind::cgroup;
-      why = "cgroup v2 freeze of " + f->leaf_;
-      return f;
-    }
-    if (want == "cgroup") {
-      error = "--freeze cgroup: " + reason;
-      return nullptr;
-    }
-    f->kind_ = Kind::sigstop;
-    why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + reason + ")";
-    return f;
-  }
-  ~Freezer() {
-    thaw_if_frozen();
-    if (kind_ == Kind::cgroup && !leaf_.empty()) {
-      if (!home_.empty() && !write_text(home_ + "/cgroup.procs", std::to_string(pid_)))
-        std::fprintf(stderr, "leasehold pause-probe: warning: cannot move pid %d back to %s: %s\n",
-                     static_cast<int>(pid_), home_.c_str(), std::strerror(errno));
-      for (int i = 0; i < 100 && ::rmdir(leaf_.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10'000);
-    }
-  }
-  Kind kind() const { return kind_; }
-  /// The cgroup v2 directory the process was in at the start ("" with SIGSTOP).
-  const std::string& home() const { return home_; }
-  /// Thaws if a freeze was requested and not undone; "" or an error. Safe to call at any time.
-  std::string thaw_if_frozen() {
-    if (!frozen_) return "";
-    std::int64_t t = 0;
-    return thaw(t);
-  }
-  const char* name() const { return kind_ == Kind::cgroup ? "cgroup" : "sigstop"; }
-
-  /// Freezes; `confirmed_ns` = when the freeze was seen complete. "" or an error.
-  std::string freeze(std::int64_t& confirmed_ns) {
-    frozen_ = true;
-    if (kind_ == Kind::cgroup) {
-      if (!write_text(leaf_ + "/cgroup.freeze", "1")) return "cannot write " + leaf_ + "/cgroup.freeze: " + std::strerror(errno);
-      return await_cgroup(1, confirmed_ns);
-    }
-    if (::kill(pid_, SIGSTOP) != 0) return std::string("SIGSTOP: ") + std::strerror(errno);
-    return await_stopped(true, confirmed_ns);
-  }
-  std::string thaw(std::int64_t& confirmed_ns) {
-    frozen_ = false;
-    if (kind_ == Kind::cgroup) {
-      if (!write_text(leaf_ + "/cgroup.freeze", "0")) return "cannot write " + leaf_ + "/cgroup.freeze: " + std::strerror(errno);
-      return await_cgroup(0, confirmed_ns);
-    }
-    if (::kill(pid_, SIGCONT) != 0) return std::string("SIGCONT: ") + std::strerror(errno);
-    return await_stopped(false, confirmed_ns);
-  }
-
- private:
-  Freezer() = default;
-  static bool write_text(const std::string& path, const std::string& text) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    const int e = errno;
-    ::close(fd);
-    errno = e;
-    return ok;
-  }
-  bool setup_cgroup(std::string& reason) {
-    std::string mountinfo, cg;
-    if (read_small_file("/proc/self/mountinfo", mountinfo) != 0) {
-      reason = "cannot read /proc/self/mountinfo";
-      return false;
-    }
-    const auto m = find_cgroup2_mount(mountinfo);
-    if (!m) {
-      reason = "no cgroup2 mount in /proc/self/mountinfo";
-      return false;
-    }
-    const std::string proc_cg = "/proc/" + std::to_string(pid_) + "/cgroup";
-    std::optional<std::string> rel;
-    if (read_small_file(proc_cg, cg) == 0) rel = own_cgroup2_path(cg);
-    if (!rel) {
-      reason = "no cgroup v2 line in " + proc_cg;
-      return false;
-    }
-    std::string r = *rel;
-    if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
-    const std::string leaf_name = "leasehold-pause-" + std::to_string(pid_);
-    home_ = m->mount_point + (r == "/" ? "" : r);
-    // Left in a leaf of ours by a probe that died: the leaf's parent is where it belongs.
-    if (const auto slash = home_.rfind('/'); slash != std::string::npos && home_.substr(slash + 1) == leaf_name)
-      home_.resize(slash);
-    const std::string leaf = home_ + "/" + leaf_name;
-    if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) {
-      reason = "cannot create " + leaf + ": " + std::strerror(errno);
-      return false;
-    }
-    leaf_ = leaf;
-    if (::access((leaf + "/cgroup.freeze").c_str(), W_OK) != 0) {
-      reason = leaf + "/cgroup.freeze is missing (kernel before 5.2?)";
-      ::rmdir(leaf.c_str());
-      leaf_.clear();
-      return false;
-    }
-    write_text(leaf + "/cgroup.freeze", "0");  // a reused leaf may have been left frozen
-    if (!write_text(leaf + "/cgroup.procs", std::to_string(pid_))) {
-      reason = "cannot move pid " + std::to_string(pid_) + " into " + leaf + ": " + std::strerror(errno);
-      ::rmdir(leaf.c_str());
-      leaf_.clear();
-      return false;
-    }
-    return true;
-  }
-  std::string await_cgroup(int want, std::int64_t& confirmed_ns) {
-    const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(kFreezeConfirmTimeoutMs) * 1'000'000;
-    std::string text;
-    for (;;) {
-      if (read_small_file(leaf_ + "/cgroup.events", text) == 0 && parse_cgroup_keyed(text, "frozen") == want) {
-        confirmed_ns = now_ns();
-        return "";
-      }
-      if (now_ns() > deadline) return leaf_ + "/cgroup.events did not show frozen " + std::to_string(want) + " within " +
-                                      std::to_string(kFreezeConfirmTimeoutMs) + " ms";
-      ::usleep(100);
-    }
-  }
-  std::string await_stopped(bool want, std::int64_t& confirmed_ns) {
-    const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(kFreezeConfirmTimeoutMs) * 1'000'000;
-    const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
-    std::string text;
-    for (;;) {
-      if (read_small_file(path, text) != 0) return "cannot read " + path;
-      const auto p = text.rfind(')');
-      const char state = p != std::string::npos && p + 2 < text.size() ? text[p + 2] : '?';
-      const bool stopped = state == 'T' || state == 't';
-      if (stopped == want) {
-        confirmed_ns = now_ns();
-        return "";
-      }
-      if (now_ns() > deadline) return "pid " + std::to_string(pid_) + (want ? " did not stop" : " did not continue") +
-                                      " within " + std::to_string(kFreezeConfirmTimeoutMs) + " ms";
-      ::usleep(100);
-    }
-  }
-  Kind kind_ = Kind::sigstop;
-  pid_t pid_ = -1;
-  std::string leaf_, home_;
-  bool frozen_ = false;
-};
+// harness::Freezer: the supervisor is moved into a cgroup v2 leaf of its own next to its
+// sandboxes' leaves (so they keep running) and that leaf is frozen, or it is SIGSTOPped.
+using harness::Freezer;
 
 // ---- one probe per supervisor -------------------------------------------------------------------
 
@@ -794,31 +629,15 @@ Failure recover_left_frozen(const std::string& socket) {
     if (!conn || conn.server().pid <= 0) return {};                 // read_status says why
     cred = conn.server();
   }
-  std::string cg, stat;
-  const std::string proc = "/proc/" + std::to_string(cred.pid);
-  if (read_small_file(proc + "/stat", stat) == 0) {
-    const auto rp = stat.rfind(')');
-    if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'T')
-      return {kNoSupervisor, "the supervisor (pid " + std::to_string(cred.pid) + ") is stopped (SIGSTOP); resume it with "
-                             "`kill -CONT " + std::to_string(cred.pid) + "` and run the probe again"};
-  }
-  std::string mountinfo;
-  if (read_small_file(proc + "/cgroup", cg) != 0 || read_small_file("/proc/self/mountinfo", mountinfo) != 0) return {};
-  const auto rel = own_cgroup2_path(cg);
-  const auto m = find_cgroup2_mount(mountinfo);
-  const std::string leaf_name = "leasehold-pause-" + std::to_string(cred.pid);
-  if (!rel || !m || rel->size() < leaf_name.size() || rel->substr(rel->size() - leaf_name.size()) != leaf_name) return {};
-  std::string r = *rel;
-  if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
-  const std::string leaf = m->mount_point + r;
-  std::string events;
-  if (read_small_file(leaf + "/cgroup.events", events) != 0 || parse_cgroup_keyed(events, "frozen") != 1) return {};
-  const int ffd = ::open((leaf + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC);
-  const bool thawed = ffd >= 0 && ::write(ffd, "0", 1) == 1;
-  if (ffd >= 0) ::close(ffd);
-  if (!thawed)
+  if (harness::process_state(cred.pid) == 'T')
+    return {kNoSupervisor, "the supervisor (pid " + std::to_string(cred.pid) + ") is stopped (SIGSTOP); resume it with "
+                           "`kill -CONT " + std::to_string(cred.pid) + "` and run the probe again"};
+  const auto left = harness::thaw_left_frozen(cred.pid);
+  if (!left) return {};
+  const std::string& leaf = left->leaf;
+  if (!left->thawed)
     return {kInternal, "the supervisor (pid " + std::to_string(cred.pid) + ") was left frozen in " + leaf +
-                           " by a probe that died, and thawing it failed: " + std::strerror(errno) +
+                           " by a probe that died, and thawing it failed: " + std::strerror(left->error) +
                            "; write 0 to " + leaf + "/cgroup.freeze"};
   std::fprintf(stderr, "pause-probe: warning: thawed supervisor pid %d, left frozen in %s by a probe that died\n",
                static_cast<int>(cred.pid), leaf.c_str());

@@ -1,0 +1,212 @@
+// harness/freeze.cpp: freezing one process by cgroup v2 or SIGSTOP (include/leasehold/harness/freeze.hpp).
+#include "leasehold/harness/freeze.hpp"
+
+#include "leasehold/harness/process.hpp"
+#include "leasehold/supervisor/cgroup.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace leasehold::harness {
+namespace {
+
+constexpr std::int64_t kConfirmTimeoutMs = kFreezeConfirmTimeout.count();
+
+/// Writes `text` to the existing file `path` in one write(2); false with errno on failure.
+bool write_text(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int e = errno;
+  ::close(fd);
+  errno = e;
+  return ok;
+}
+
+/// The state letter of a /proc/<pid>/stat text ('?' when it does not parse).
+char stat_state(const std::string& text) {
+  const auto p = text.rfind(')');
+  return p != std::string::npos && p + 2 < text.size() ? text[p + 2] : '?';
+}
+
+}  // namespace
+
+std::string freeze_leaf_name(pid_t pid) { return "leasehold-pause-" + std::to_string(pid); }
+
+char process_state(pid_t pid) {
+  std::string text;
+  if (read_small_file("/proc/" + std::to_string(pid) + "/stat", text) != 0) return '?';
+  return stat_state(text);
+}
+
+std::unique_ptr<Freezer> Freezer::make(pid_t pid, const std::string& want, std::string& why, std::string& error) {
+  std::unique_ptr<Freezer> f(new Freezer());
+  f->pid_ = pid;
+  if (want == "sigstop") {
+    f->kind_ = Kind::sigstop;
+    why = "SIGSTOP/SIGCONT (asked for)";
+    return f;
+  }
+  std::string reason;
+  if (f->setup_cgroup(reason)) {
+    f->kind_ = Kind::cgroup;
+    why = "cgroup v2 freeze of " + f->leaf_;
+    return f;
+  }
+  if (want == "cgroup") {
+    error = "--freeze cgroup: " + reason;
+    return nullptr;
+  }
+  f->kind_ = Kind::sigstop;
+  why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + reason + ")";
+  return f;
+}
+
+Freezer::~Freezer() {
+  thaw_if_frozen();
+  if (kind_ == Kind::cgroup && !leaf_.empty()) {
+    if (!home_.empty() && !write_text(home_ + "/cgroup.procs", std::to_string(pid_)))
+      std::fprintf(stderr, "leasehold pause-probe: warning: cannot move pid %d back to %s: %s\n",
+                   static_cast<int>(pid_), home_.c_str(), std::strerror(errno));
+    for (int i = 0; i < 100 && ::rmdir(leaf_.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10'000);
+  }
+}
+
+std::string Freezer::thaw_if_frozen() {
+  if (!frozen_) return "";
+  std::int64_t t = 0;
+  return thaw(t);
+}
+
+std::string Freezer::freeze(std::int64_t& confirmed_ns) {
+  frozen_ = true;
+  if (kind_ == Kind::cgroup) {
+    if (!write_text(leaf_ + "/cgroup.freeze", "1")) return "cannot write " + leaf_ + "/cgroup.freeze: " + std::strerror(errno);
+    return await_cgroup(1, confirmed_ns);
+  }
+  if (::kill(pid_, SIGSTOP) != 0) return std::string("SIGSTOP: ") + std::strerror(errno);
+  return await_stopped(true, confirmed_ns);
+}
+
+std::string Freezer::thaw(std::int64_t& confirmed_ns) {
+  frozen_ = false;
+  if (kind_ == Kind::cgroup) {
+    if (!write_text(leaf_ + "/cgroup.freeze", "0")) return "cannot write " + leaf_ + "/cgroup.freeze: " + std::strerror(errno);
+    return await_cgroup(0, confirmed_ns);
+  }
+  if (::kill(pid_, SIGCONT) != 0) return std::string("SIGCONT: ") + std::strerror(errno);
+  return await_stopped(false, confirmed_ns);
+}
+
+bool Freezer::setup_cgroup(std::string& reason) {
+  std::string mountinfo, cg;
+  if (read_small_file("/proc/self/mountinfo", mountinfo) != 0) {
+    reason = "cannot read /proc/self/mountinfo";
+    return false;
+  }
+  const auto m = find_cgroup2_mount(mountinfo);
+  if (!m) {
+    reason = "no cgroup2 mount in /proc/self/mountinfo";
+    return false;
+  }
+  const std::string proc_cg = "/proc/" + std::to_string(pid_) + "/cgroup";
+  std::optional<std::string> rel;
+  if (read_small_file(proc_cg, cg) == 0) rel = own_cgroup2_path(cg);
+  if (!rel) {
+    reason = "no cgroup v2 line in " + proc_cg;
+    return false;
+  }
+  std::string r = *rel;
+  if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
+  const std::string leaf_name = freeze_leaf_name(pid_);
+  home_ = m->mount_point + (r == "/" ? "" : r);
+  // Left in a leaf of ours by a driver that died: the leaf's parent is where it belongs.
+  if (const auto slash = home_.rfind('/'); slash != std::string::npos && home_.substr(slash + 1) == leaf_name)
+    home_.resize(slash);
+  const std::string leaf = home_ + "/" + leaf_name;
+  if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) {
+    reason = "cannot create " + leaf + ": " + std::strerror(errno);
+    return false;
+  }
+  leaf_ = leaf;
+  if (::access((leaf + "/cgroup.freeze").c_str(), W_OK) != 0) {
+    reason = leaf + "/cgroup.freeze is missing (kernel before 5.2?)";
+    ::rmdir(leaf.c_str());
+    leaf_.clear();
+    return false;
+  }
+  write_text(leaf + "/cgroup.freeze", "0");  // a reused leaf may have been left frozen
+  if (!write_text(leaf + "/cgroup.procs", std::to_string(pid_))) {
+    reason = "cannot move pid " + std::to_string(pid_) + " into " + leaf + ": " + std::strerror(errno);
+    ::rmdir(leaf.c_str());
+    leaf_.clear();
+    return false;
+  }
+  return true;
+}
+
+std::string Freezer::await_cgroup(int want, std::int64_t& confirmed_ns) {
+  const std::int64_t deadline = now_ns() + kConfirmTimeoutMs * 1'000'000;
+  std::string text;
+  for (;;) {
+    if (read_small_file(leaf_ + "/cgroup.events", text) == 0 && parse_cgroup_keyed(text, "frozen") == want) {
+      confirmed_ns = now_ns();
+      return "";
+    }
+    if (now_ns() > deadline)
+      return leaf_ + "/cgroup.events did not show frozen " + std::to_string(want) + " within " +
+             std::to_string(kConfirmTimeoutMs) + " ms";
+    ::usleep(100);
+  }
+}
+
+std::string Freezer::await_stopped(bool want, std::int64_t& confirmed_ns) {
+  const std::int64_t deadline = now_ns() + kConfirmTimeoutMs * 1'000'000;
+  const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
+  std::string text;
+  for (;;) {
+    if (read_small_file(path, text) != 0) return "cannot read " + path;
+    const char state = stat_state(text);
+    const bool stopped = state == 'T' || state == 't';
+    if (stopped == want) {
+      confirmed_ns = now_ns();
+      return "";
+    }
+    if (now_ns() > deadline)
+      return "pid " + std::to_string(pid_) + (want ? " did not stop" : " did not continue") + " within " +
+             std::to_string(kConfirmTimeoutMs) + " ms";
+    ::usleep(100);
+  }
+}
+
+std::optional<LeftFrozen> thaw_left_frozen(pid_t pid) {
+  std::string cg, mountinfo;
+  if (read_small_file("/proc/" + std::to_string(pid) + "/cgroup", cg) != 0 ||
+      read_small_file("/proc/self/mountinfo", mountinfo) != 0)
+    return std::nullopt;
+  const auto rel = own_cgroup2_path(cg);
+  const auto m = find_cgroup2_mount(mountinfo);
+  const std::string leaf_name = freeze_leaf_name(pid);
+  if (!rel || !m || rel->size() < leaf_name.size() || rel->substr(rel->size() - leaf_name.size()) != leaf_name)
+    return std::nullopt;
+  std::string r = *rel;
+  if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
+  LeftFrozen left;
+  left.leaf = m->mount_point + r;
+  std::string events;
+  if (read_small_file(left.leaf + "/cgroup.events", events) != 0 || parse_cgroup_keyed(events, "frozen") != 1)
+    return std::nullopt;
+  const int ffd = ::open((left.leaf + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC);
+  left.thawed = ffd >= 0 && ::write(ffd, "0", 1) == 1;
+  left.error = left.thawed ? 0 : errno;
+  if (ffd >= 0) ::close(ffd);
+  return left;
+}
+
+}  // namespace leasehold::harness

@@ -1,0 +1,87 @@
+// leasehold/harness: freezing one process for a measured pause (the pause-probe's supervisor) -
+// cgroup v2 `cgroup.freeze` of a leaf of its own, or SIGSTOP/SIGCONT - and thawing a process a
+// driver that died left frozen.
+//
+// Times are CLOCK_BOOTTIME nanoseconds (harness::now_ns()). Errors come back as strings naming
+// the file or the signal ("" = success).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace leasehold::harness {
+
+/// How long freeze() and thaw() wait to see their effect (cgroup.events frozen, or state T).
+inline constexpr std::chrono::milliseconds kFreezeConfirmTimeout{2'000};
+
+/// The name of the cgroup leaf a Freezer moves process `pid` into: "leasehold-pause-<pid>".
+std::string freeze_leaf_name(pid_t pid);
+
+/// The state letter of process `pid` from /proc/<pid>/stat ('R', 'S', 'T' stopped, 't' traced
+/// stop, ...); '?' when it cannot be read.
+char process_state(pid_t pid);
+
+/// Freezes one process: cgroup v2 (the process is moved into a leaf of its own,
+/// freeze_leaf_name(pid), next to the cgroup it is in - e.g. beside a supervisor's sandboxes'
+/// leaves, so they keep running - and `cgroup.freeze` of that leaf is written) or SIGSTOP/SIGCONT.
+/// The destructor thaws, moves the process back to the cgroup it was in at the start (read from
+/// /proc/PID/cgroup), and removes the leaf. A leaf left behind by a driver that died (the process
+/// still in `<cgroup>/leasehold-pause-<pid>`) is recognised: its parent is the home, and the
+/// leaf is reused and removed at the end. Not thread-safe.
+class Freezer {
+ public:
+  enum class Kind { cgroup, sigstop };
+
+  /// `want`: "auto" (cgroup where possible), "cgroup", "sigstop". nullptr + `error` when "cgroup"
+  /// was asked for and is impossible; `why` says what was chosen and why.
+  static std::unique_ptr<Freezer> make(pid_t pid, const std::string& want, std::string& why, std::string& error);
+  ~Freezer();
+  Freezer(const Freezer&) = delete;
+  Freezer& operator=(const Freezer&) = delete;
+
+  Kind kind() const noexcept { return kind_; }
+  /// "cgroup" or "sigstop".
+  const char* name() const noexcept { return kind_ == Kind::cgroup ? "cgroup" : "sigstop"; }
+  /// The cgroup v2 directory the process was in at the start ("" with SIGSTOP).
+  const std::string& home() const noexcept { return home_; }
+  /// The leaf the process was moved into ("" with SIGSTOP).
+  const std::string& leaf() const noexcept { return leaf_; }
+
+  /// Freezes; `confirmed_ns` = when the freeze was seen complete. "" or an error.
+  std::string freeze(std::int64_t& confirmed_ns);
+  /// Thaws; `confirmed_ns` = when the process was seen running again. "" or an error.
+  std::string thaw(std::int64_t& confirmed_ns);
+  /// Thaws if a freeze was requested and not undone; "" or an error. Safe to call at any time.
+  std::string thaw_if_frozen();
+
+ private:
+  Freezer() = default;
+  bool setup_cgroup(std::string& reason);
+  std::string await_cgroup(int want, std::int64_t& confirmed_ns);
+  std::string await_stopped(bool want, std::int64_t& confirmed_ns);
+  Kind kind_ = Kind::sigstop;
+  pid_t pid_ = -1;
+  std::string leaf_, home_;
+  bool frozen_ = false;
+};
+
+/// What thaw_left_frozen() found: the frozen leaf of `pid`, and whether writing 0 to its
+/// `cgroup.freeze` succeeded (else `error` is the errno).
+struct LeftFrozen {
+  std::string leaf;
+  bool thawed = false;
+  int error = 0;
+};
+
+/// A driver killed mid-freeze (SIGKILL: no destructor ran) leaves process `pid` frozen in its
+/// freeze_leaf_name(pid) leaf. When `pid` is in such a leaf and the leaf is frozen, thaws it (a
+/// later Freezer reuses the leaf and moves the process home); nullopt when there is nothing to
+/// thaw (or the cgroup files cannot be read).
+std::optional<LeftFrozen> thaw_left_frozen(pid_t pid);
+
+}  // namespace leasehold::harness
