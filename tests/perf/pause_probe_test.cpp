@@ -6,6 +6,8 @@
 // Timing: ttl 800 ms, kill_after 480 ms → budget = 800 − (480·1.001 + 1 + 50) = 268.5 ms. The
 // worst phase starts the freeze 10 ms before valid_until, so lockd's expiry lies ~310 ms into
 // the freeze: a 650 ms pause must let the contender in, and recovery must then end the overlap.
+#include "leasehold/harness/process.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
@@ -35,12 +37,8 @@ struct ProbeRun {
   std::string err;
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using leasehold::harness::slurp;
+using namespace std::chrono_literals;
 
 ProbeRun run_probe(const std::string& dir, const std::vector<std::string>& extra) {
   std::string cmd = std::string(LEASEHOLD_CLI_BINARY) + " pause-probe --standalone --lockd-bin " +
@@ -148,7 +146,7 @@ TEST_F(PauseProbe, StandaloneSweepAgreesWithTheSafetyCondition) {
   }
 
   // The CSV: header and one row per pause.
-  const std::string csv = slurp(j.at("files").at("csv"));
+  const std::string csv = slurp(j.at("files").at("csv").get<std::string>());
   const auto lines = split(csv, '\n');
   ASSERT_EQ(lines.size(), 4u) << csv;
   EXPECT_EQ(lines[0].rfind("pause_ms,phase,outcome,outcome_code,under_budget,killed,killed_by,", 0), 0u) << lines[0];
@@ -163,28 +161,24 @@ TEST_F(PauseProbe, StandaloneSweepAgreesWithTheSafetyCondition) {
   EXPECT_GT(st.st_size, 1000);
 }
 
-// Runs `sh -c cmd` as a child of the test; wait_child() gives its exit code.
-pid_t spawn_child(const std::string& cmd) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
+// A bound for a hung run (a probe, a file awaited), not a timing the test relies on.
+constexpr auto kHungRunBound = 120'000ms;
+
+// Runs `sh -c cmd` as a child of the test (killed with the test); wait_child() gives its exit code.
+leasehold::harness::Process spawn_child(const std::string& cmd) {
+  leasehold::harness::Process p;
+  leasehold::harness::Spawn s;
+  s.argv = {"/bin/sh", "-c", cmd};
+  s.own_process_group = false;  // the probe's own signals reach only it (`exec`)
+  std::string error;
+  EXPECT_TRUE(p.start(s, error)) << error;
+  return p;
 }
-int wait_child(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-// Polls `path` (up to 120 s: a bound for a hung run, not a timing the test relies on) until it
-// contains `needle`.
+int wait_child(leasehold::harness::Process& p) { return p.wait(kHungRunBound); }
+// Polls `path` until it contains `needle`.
 bool wait_for_text(const std::string& path, const std::string& needle) {
-  for (int i = 0; i < 2400; ++i) {
-    if (slurp(path).find(needle) != std::string::npos) return true;
-    ::usleep(50'000);
-  }
-  return false;
+  return leasehold::harness::eventually([&] { return slurp(path).find(needle) != std::string::npos; }, kHungRunBound,
+                                        50ms);
 }
 // The cgroup v2 line of /proc/PID/cgroup ("0::/...").
 std::string cgroup_of(const std::string& pid) {
@@ -282,9 +276,9 @@ TEST_F(PauseProbe, ExternalMode) {
 
   // Probe A runs.
   const std::string out_a = dir_ + "-outa";
-  const pid_t a = spawn_child(probe + key + " --pauses 0,100 --json --out " + out_a + " >" + out_a + ".stdout 2>" +
+  auto a = spawn_child(probe + key + " --pauses 0,100 --json --out " + out_a + " >" + out_a + ".stdout 2>" +
                               out_a + ".stderr");
-  ASSERT_GT(a, 0);
+  ASSERT_GT(a.pid(), 0);
   const int a_code = wait_child(a);
   const std::string ao = slurp(out_a + ".stdout"), ae = slurp(out_a + ".stderr");
   ASSERT_NE(ae.find("[1/2] pause"), std::string::npos) << ae;
@@ -320,9 +314,9 @@ TEST_F(PauseProbe, ExternalMode) {
 
   {  // Ctrl-C during a trial: cleaned up, the verdict says INTERRUPTED, exit 1. (A pause no
      // loaded machine can outlast before the SIGINT lands: the trial must still be running.)
-    const pid_t c = spawn_child("exec " + probe + key + " --pauses 600000 --json --out " + out + " >" + out +
+    auto c = spawn_child("exec " + probe + key + " --pauses 600000 --json --out " + out + " >" + out +
                                 ".stdout 2>" + out + ".stderr");
-    ASSERT_GT(c, 0);
+    ASSERT_GT(c.pid(), 0);
     const bool c_started = wait_for_text(out + ".stderr", "[1/1] pause");
     {  // the running probe holds its lock, with its pid in it
       const int fd = ::open(probe_lock.c_str(), O_RDWR | O_CLOEXEC);
@@ -335,9 +329,9 @@ TEST_F(PauseProbe, ExternalMode) {
         EXPECT_EQ(err, EWOULDBLOCK) << std::strerror(err);
       }
       const std::string owner = slurp(probe_lock);
-      EXPECT_EQ(owner.substr(0, owner.find('\n')), std::to_string(c));
+      EXPECT_EQ(owner.substr(0, owner.find('\n')), std::to_string(c.pid()));
     }
-    ::kill(c, SIGINT);
+    c.signal(SIGINT);
     EXPECT_EQ(wait_child(c), 1);
     ASSERT_TRUE(c_started) << slurp(out + ".stderr");
     j = nlohmann::json::parse(slurp(out + ".stdout"));
