@@ -26,6 +26,7 @@
 // or not answering with the key (checked at start-up); 7 no supervisor.
 #include "tools/cmd_common.hpp"
 
+#include "leasehold/harness/deployment.hpp"
 #include "leasehold/harness/freeze.hpp"
 #include "leasehold/harness/process.hpp"
 
@@ -152,7 +153,7 @@ std::string dir_of(const std::string& path) {
 
 // ---- child processes ---------------------------------------------------------------------------
 
-/// Starts a long-running child (lockd, the supervisor, stress-ng, gnuplot) in its own process
+/// Starts a long-running child (stress-ng, gnuplot) in its own process
 /// group with stdout and stderr into one log file, SIGKILLed if the probe dies.
 bool spawn_proc(harness::Process& p, const std::string& label, const std::vector<std::string>& argv,
                 const std::string& log_path, std::string& error) {
@@ -162,14 +163,6 @@ bool spawn_proc(harness::Process& p, const std::string& label, const std::vector
   spec.stderr_path = log_path;
   spec.label = label;
   return p.start(spec, error);
-}
-
-/// Waits until the child's log has a line containing `needle` (Ctrl-C honoured); returns that
-/// line. nullopt with `error` (and the log's tail) when the child exits first or the timeout passes.
-std::optional<std::string> wait_line(harness::Process& p, const std::string& needle, std::uint64_t timeout_ms,
-                                     std::string& error) {
-  return harness::wait_for_log_line(p.stdout_path(), needle, std::chrono::milliseconds(timeout_ms), p, error,
-                                    check_interrupted);
 }
 
 // ---- the UDP relay between the supervisor and lockd (worst phase) ----------------------------
@@ -499,10 +492,9 @@ struct ProbeArgs {
 struct Deployment {
   // Stopped in this order by the destructor: the supervisor (SIGTERM: it releases its names
   // through the relay) before the relay and lockd go, and the temp dir last.
-  std::optional<harness::TempDir> tmp;  ///< standalone only
-  harness::Process lockd;
+  std::optional<harness::TempDir> tmp;       ///< standalone only
+  std::unique_ptr<harness::Deployment> run;  ///< standalone: lockd and the supervisor
   std::unique_ptr<UdpRelay> relay;
-  harness::Process supervisor;
   std::string socket;
   SocketAddress lockd_addr;
   std::optional<wire::WireKey> key;
@@ -516,9 +508,9 @@ struct Deployment {
   Deployment(const Deployment&) = delete;
   Deployment& operator=(const Deployment&) = delete;
   ~Deployment() {
-    supervisor.terminate();
+    if (run) run->stop_supervisors();
     relay.reset();
-    lockd.terminate();
+    run.reset();
   }
   /// The standalone temp dir ("" in external mode or before it was made).
   std::string dir() const { return tmp ? tmp->path().string() : std::string(); }
@@ -573,46 +565,44 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   if (lockd_bin.empty() || sup_bin.empty())
     return {kUsage, std::string("cannot find ") + (lockd_bin.empty() ? "leasehold-lockd" : "leasehold-supervisor") +
                         " next to " + self_exe() + " nor in $PATH; pass --lockd-bin / --supervisor-bin"};
-  const std::string key = dir + "/key";
-  if (const Status err = wire::generate_key_file(key); !err.ok()) return {kInternal, err.message()};
-  auto kl = wire::load_key_file(key);
-  if (!kl) return {kInternal, kl.message()};
-  d.key = *kl;
+  d.run = std::make_unique<harness::Deployment>(dir);
+  harness::Deployment& run = *d.run;
+  if (std::string e = run.make_cluster_key(); !e.empty()) return {kInternal, e};
+  d.key = run.key();
   // The supervisor holds only its own worker key, derived from the cluster key.
-  const std::string worker_key = dir + "/worker.key";
-  if (const Status err = wire::write_key_file(worker_key, wire::derive_worker_key(*kl, random_worker_id()));
-      !err.ok())
-    return {kInternal, err.message()};
+  if (std::string e = run.make_worker_key("worker.key", random_worker_id()); !e.empty()) return {kInternal, e};
+  harness::LockdSpec ls;
+  ls.bin = lockd_bin;
+  ls.ttl_ms = d.timing.ttl_ms;
+  ls.ready_timeout = std::chrono::milliseconds(kStartTimeoutMs);
+  const harness::Started lockd = run.start_lockd(ls, check_interrupted);
+  if (!lockd.ok()) return {lockd.kind == harness::Started::Kind::not_ready ? kUnreachable : kInternal, lockd.error};
+  d.lockd_text = run.lockd_text();
+  d.lockd_addr = run.lockd_address();
   std::string err;
-  const std::string ttl = std::to_string(d.timing.ttl_ms);
-  if (!spawn_proc(d.lockd, "leasehold-lockd",
-                  {lockd_bin, "--listen", "127.0.0.1:0", "--store", dir + "/lockd.db", "--key-file", key,
-                   "--ttl-ms", ttl},
-                  dir + "/lockd.log", err))
-    return {kInternal, err};
-  auto line = wait_line(d.lockd, "listening ", kStartTimeoutMs, err);
-  if (!line) return {kUnreachable, err};
-  d.lockd_text = line->substr(line->find("listening ") + 10);
-  auto addr = SocketAddress::parse(d.lockd_text);
-  if (!addr) return {kInternal, "lockd printed an address that does not parse: " + *line};
-  d.lockd_addr = *addr;
   d.relay = UdpRelay::start(d.lockd_addr, err);
   if (!d.relay) return {kInternal, err};
   d.socket = dir + "/supervisor.sock";
   d.shm_path = dir + "/table";
-  if (!spawn_proc(d.supervisor, "leasehold-supervisor",
-                  {sup_bin, "--lockd", d.relay->address(), "--key-file", worker_key, "--ttl-ms", ttl, "--kill-after-ms",
-                   std::to_string(d.timing.kill_after_ms), "--heartbeat-interval-ms",
-                   std::to_string(d.timing.heartbeat_interval_ms), "--kill-latency-budget-ms",
-                   std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",
-                   rho_text(d.timing.clock_rate_bound), "--control-socket", d.socket, "--shm", d.shm_path,
-                   "--slots", "16", "--on-shutdown", "kill", "--sandbox-log-dir", dir + "/sandbox-logs",
+  harness::SupervisorSpec ss;
+  ss.bin = sup_bin;
+  ss.lockd = d.relay->address();
+  ss.key_file = dir + "/worker.key";
+  ss.control_socket = d.socket;
+  ss.shm = d.shm_path;
+  ss.log = dir + "/supervisor.log";
+  ss.ttl_ms = d.timing.ttl_ms;
+  ss.kill_after_ms = d.timing.kill_after_ms;
+  ss.heartbeat_interval_ms = d.timing.heartbeat_interval_ms;
+  ss.extra_args = {"--kill-latency-budget-ms", std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",
+                   rho_text(d.timing.clock_rate_bound), "--slots", "16", "--on-shutdown", "kill", "--sandbox-log-dir",
+                   dir + "/sandbox-logs",
                    // The probe's sandbox is its own trusted program writing logs below the output
                    // directory, which another uid may not reach; the kill path is the same.
-                   "--isolation", "off"},
-                  dir + "/supervisor.log", err))
-    return {kInternal, err};
-  if (!wait_line(d.supervisor, "ready", kStartTimeoutMs, err)) return {kInternal, err};
+                   "--isolation", "off"};
+  ss.ready_timeout = std::chrono::milliseconds(kStartTimeoutMs);
+  if (const harness::Started sup = run.start_supervisor(ss, nullptr, check_interrupted); !sup.ok())
+    return {kInternal, sup.error};
   return {};
 }
 
