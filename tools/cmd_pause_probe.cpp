@@ -1076,274 +1076,338 @@ Failure settle_lockd(const ProbeArgs& a, Deployment& d) {
   return {};
 }
 
-int run_probe(ProbeArgs a) {
-  SignalScope signals;
-  g_interrupted.store(false);
-  g_observer_priority.store(a.observer_priority);
-  Failure f;
-
+/// One run of the probe: what its phases (prepare, deploy, arm, baseline, trials, report) hand
+/// on to each other. Members are destroyed in reverse: the trial context, the stress load, the
+/// table, the freezer (thawing the supervisor and moving it home), the lock, the deployment.
+struct ProbeRun {
+  explicit ProbeRun(ProbeArgs args) : a(std::move(args)) {}
+  ProbeArgs a;
   Deployment d;
+  pp::Phase phase = pp::Phase::random;
+  std::optional<std::vector<std::uint64_t>> listed;  ///< --pauses, parsed
+  std::string out, log_dir;
+  std::unique_ptr<ProbeLock> lock;
+  std::int64_t budget_ns = 0;
+  std::vector<std::uint64_t> plan;  ///< one pause per trial
+  std::string why;                  ///< how the supervisor is frozen, and why
+  std::unique_ptr<Freezer> freezer;
+  std::optional<shm::TableReader> table;
+  harness::Process stress;
+  std::string stress_text;
+  std::unique_ptr<TrialContext> cx;
+  pp::SweepReport rep;
+  bool interrupted = false;
+};
+
+/// The command line, the output directory and the CSV path, checked (and the directory made)
+/// before anything starts.
+Failure prepare(ProbeRun& r) {
+  const ProbeArgs& a = r.a;
+  Deployment& d = r.d;
   d.timing.ttl_ms = a.ttl_ms;
   d.timing.kill_after_ms = a.kill_after_ms != 0 ? a.kill_after_ms : a.ttl_ms * 7 / 10;
   d.timing.heartbeat_interval_ms = a.heartbeat_interval_ms != 0 ? a.heartbeat_interval_ms : std::max<std::uint64_t>(1, d.timing.kill_after_ms / 7);
   d.timing.kill_latency_budget_ms = a.kill_latency_budget_ms;
   d.timing.clock_rate_bound = a.clock_rate_bound;
   d.timing.wheel_granularity_ns = 1'000'000;  // the supervisor's default tick; status has the real one
-  if (f = check_args(a, d.timing); f.failed()) return report("pause-probe", f);
+  if (Failure f = check_args(a, d.timing); f.failed()) return f;
 
-  pp::Phase phase = a.standalone ? pp::Phase::worst : pp::Phase::random;
+  r.phase = a.standalone ? pp::Phase::worst : pp::Phase::random;
   if (a.phase == "worst") {
     if (!a.standalone)
-      return report("pause-probe", {kUsage, "--phase worst needs --standalone: the probe drops the supervisor's refreshes "
-                                            "at a relay it puts between the supervisor and lockd"});
-    phase = pp::Phase::worst;
+      return {kUsage, "--phase worst needs --standalone: the probe drops the supervisor's refreshes "
+                      "at a relay it puts between the supervisor and lockd"};
+    r.phase = pp::Phase::worst;
   } else if (a.phase == "random") {
-    phase = pp::Phase::random;
+    r.phase = pp::Phase::random;
   }
 
-  std::optional<std::vector<std::uint64_t>> listed;
   if (a.pauses_set) {
     std::string err;
-    listed = pp::parse_pause_list(a.pauses, err);
-    if (!listed) return report("pause-probe", {kUsage, "--pauses: " + err});
-    if (listed->size() * a.repeat > pp::kPausesMax * 4) return report("pause-probe", {kUsage, "too many trials (pauses x --repeat)"});
+    r.listed = pp::parse_pause_list(a.pauses, err);
+    if (!r.listed) return {kUsage, "--pauses: " + err};
+    if (r.listed->size() * a.repeat > pp::kPausesMax * 4) return {kUsage, "too many trials (pauses x --repeat)"};
   }
 
-  // Output directory and CSV path: checked (and created) before anything starts.
-  std::string out = a.out_dir;
-  if (out.empty()) {
+  r.out = a.out_dir;
+  if (r.out.empty()) {
     char stamp[32];
     const time_t now = ::time(nullptr);
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-    out = std::string("pause-probe-") + stamp;
+    r.out = std::string("pause-probe-") + stamp;
   }
-  std::string log_dir;
-  if (std::string e = prepare_out_dir(out, log_dir); !e.empty()) return report("pause-probe", {kUsage, e});
+  if (std::string e = prepare_out_dir(r.out, r.log_dir); !e.empty()) return {kUsage, e};
   if (!a.csv_path.empty()) {
     struct stat st {};
     const std::string dir = dir_of(a.csv_path);
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      return report("pause-probe", {kUsage, "--csv " + a.csv_path + ": " + dir + " is not a directory"});
-    if (::stat(a.csv_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-      return report("pause-probe", {kUsage, "--csv " + a.csv_path + " is a directory"});
+      return {kUsage, "--csv " + a.csv_path + ": " + dir + " is not a directory"};
+    if (::stat(a.csv_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return {kUsage, "--csv " + a.csv_path + " is a directory"};
   }
+  return {};
+}
+
+/// Standalone: starts lockd, the relay and a supervisor. External: finds the supervisor and its
+/// lockd, and takes the probe lock. Then the pause budget of the deployment's timing.
+Failure deploy(ProbeRun& r) {
+  const ProbeArgs& a = r.a;
+  Deployment& d = r.d;
+  Failure f;
+  if (a.standalone) {
+    stderr_progress(a.quiet, "starting lockd and a supervisor in a temp dir...\n");
+    if (f = start_standalone(a, d); f.failed()) return f;
+    if (f = read_status(a, d); f.failed()) return f;
+  } else {
+    SupervisorFlags sf;
+    sf.socket = a.supervisor_socket;
+    resolve(sf);
+    d.socket = sf.socket;
+    LockdFlags lf;
+    lf.key_file = a.key_file;
+    resolve(lf);
+    if (f = load_deployment_key(lf.key_file, d); f.failed()) return f;
+    if (f = recover_left_frozen(d.socket); f.failed()) return f;
+    if (f = read_status(a, d); f.failed()) return f;
+    if (f = settle_lockd(a, d); f.failed()) return f;
+    r.lock = ProbeLock::take(d.supervisor_pid, d.socket, f);
+    if (!r.lock) return f;
+  }
+  r.budget_ns = pp::configured_budget_ns(d.timing);
+  if (r.budget_ns <= 0)
+    return {kUsage, "the configured pause budget is " + ms_text(r.budget_ns) + ": the timing breaks DESIGN.md's safety condition"};
+  return {};
+}
+
+/// The trial plan, the freezer, the supervisor's shm table and the stress load (bounded in time).
+Failure arm(ProbeRun& r) {
+  const ProbeArgs& a = r.a;
+  const Deployment& d = r.d;
+  std::vector<std::uint64_t> pauses;
+  if (r.listed) {
+    pauses = *r.listed;
+  } else {
+    pauses = pp::default_sweep_ms(d.timing.ttl_ms, a.steps);
+    if (pauses.empty()) return {kUsage, "no default sweep for ttl " + std::to_string(d.timing.ttl_ms) + " ms; pass --pauses"};
+  }
+  for (auto p : pauses)
+    for (std::uint32_t i = 0; i < a.repeat; ++i) r.plan.push_back(p);
+  if (r.plan.size() > pp::kPausesMax * 4) return {kUsage, "too many trials (pauses x --repeat)"};
+
+  std::string err;
+  r.freezer = Freezer::make(d.supervisor_pid, a.freeze, r.why, err);
+  if (!r.freezer) return {kUsage, err};
 
   try {
-    std::unique_ptr<ProbeLock> lock;
-    if (a.standalone) {
-      stderr_progress(a.quiet, "starting lockd and a supervisor in a temp dir...\n");
-      if (f = start_standalone(a, d); f.failed()) return report("pause-probe", f);
-      if (f = read_status(a, d); f.failed()) return report("pause-probe", f);
+    r.table.emplace(shm::TableReader::open(d.shm_path, shm::OpenOptions{2'000'000'000, 1'000'000}));
+  } catch (const shm::TableError& e) {
+    return {kTableError, std::string("the supervisor's shm table: ") + e.what()};
+  }
+
+  if (a.stress) {
+    const std::string bin = find_program("stress-ng");
+    if (bin.empty()) {
+      stderr_progress(a.quiet, "warning: --stress: stress-ng is not installed; measuring without load\n");
     } else {
-      SupervisorFlags sf;
-      sf.socket = a.supervisor_socket;
-      resolve(sf);
-      d.socket = sf.socket;
-      LockdFlags lf;
-      lf.key_file = a.key_file;
-      resolve(lf);
-      if (f = load_deployment_key(lf.key_file, d); f.failed()) return report("pause-probe", f);
-      if (f = recover_left_frozen(d.socket); f.failed()) return report("pause-probe", f);
-      if (f = read_status(a, d); f.failed()) return report("pause-probe", f);
-      if (f = settle_lockd(a, d); f.failed()) return report("pause-probe", f);
-      lock = ProbeLock::take(d.supervisor_pid, d.socket, f);
-      if (!lock) return report("pause-probe", f);
+      std::uint64_t est_s = 30;
+      for (auto p : r.plan) est_s += (d.timing.kill_after_ms + p + d.timing.ttl_ms + 1500) / 1000 + 1;
+      const std::uint64_t secs = a.stress_timeout_s != 0 ? a.stress_timeout_s : est_s;
+      std::vector<std::string> argv = {bin};
+      std::stringstream ss(a.stress_args);
+      for (std::string w; ss >> w;) argv.push_back(w);
+      argv.insert(argv.end(), {"--timeout", std::to_string(secs) + "s", "--quiet"});
+      const std::string slog = (a.standalone ? d.dir() : r.out) + "/stress-ng.log";
+      if (!spawn_proc(r.stress, "stress-ng", argv, slog, err)) return {kInternal, err};
+      for (const auto& w : argv) r.stress_text += (r.stress_text.empty() ? "" : " ") + w;
+      stderr_progress(a.quiet, "stress: " + r.stress_text + "\n");
+      sleep_ms(500);  // let the load ramp up before the first trial
     }
-    const std::int64_t budget_ns = pp::configured_budget_ns(d.timing);
-    if (budget_ns <= 0)
-      return report("pause-probe", {kUsage, "the configured pause budget is " + ms_text(budget_ns) +
-                                                ": the timing breaks DESIGN.md's safety condition"});
+  }
+  return {};
+}
 
-    std::vector<std::uint64_t> pauses;
-    if (listed) {
-      pauses = *listed;
-    } else {
-      pauses = pp::default_sweep_ms(d.timing.ttl_ms, a.steps);
-      if (pauses.empty()) return report("pause-probe", {kUsage, "no default sweep for ttl " + std::to_string(d.timing.ttl_ms) + " ms; pass --pauses"});
-    }
-    std::vector<std::uint64_t> plan;
-    for (auto p : pauses)
-      for (std::uint32_t r = 0; r < a.repeat; ++r) plan.push_back(p);
-    if (plan.size() > pp::kPausesMax * 4) return report("pause-probe", {kUsage, "too many trials (pauses x --repeat)"});
+/// The report's header, the progress line about the deployment, the trial context and the
+/// baseline window (a named sandbox without pauses).
+void baseline(ProbeRun& r) {
+  const ProbeArgs& a = r.a;
+  Deployment& d = r.d;
+  r.rep.timing = d.timing;
+  r.rep.mode = a.standalone ? "standalone" : "external";
+  r.rep.freeze = r.freezer->name();
+  r.rep.freeze_why = r.why;
+  r.rep.phase = r.phase;
+  r.rep.stress = r.stress_text;
 
-    std::string why, err;
-    auto freezer = Freezer::make(d.supervisor_pid, a.freeze, why, err);
-    if (!freezer) return report("pause-probe", {kUsage, err});
+  stderr_progress(a.quiet, "supervisor pid " + std::to_string(d.supervisor_pid) + ", lockd " + d.lockd_text +
+                               "; freeze: " + r.why + "; phase " + std::string(pp::to_string(r.phase)) + "\n" +
+                               "ttl " + std::to_string(d.timing.ttl_ms) + " ms, kill_after " +
+                               std::to_string(d.timing.kill_after_ms) + " ms, heartbeat " +
+                               std::to_string(d.timing.heartbeat_interval_ms) + " ms, pause budget " +
+                               ms_text(r.budget_ns) + "; " + std::to_string(r.plan.size()) + " trial(s)\n");
 
-    std::optional<shm::TableReader> table;
+  raise_observer_priority();  // this thread times the freeze against valid_until
+  r.cx.reset(new TrialContext{a, d, *r.freezer, *r.table, r.phase,
+                              std::to_string(::getpid()) + "-" + std::to_string(now_ns() % 1'000'000'000), r.log_dir,
+                              std::mt19937_64(a.seed != 0 ? a.seed : static_cast<std::uint64_t>(now_ns())), {}, {}, {}, {},
+                              a.guard_ms});
+  r.cx->lateness_from = snap_stats(*r.table);
+  r.cx->rtt_from = r.cx->lateness_from;
+  if (a.baseline_ms > 0) {
+    stderr_progress(a.quiet, "baseline: a named sandbox for " + std::to_string(a.baseline_ms) +
+                                 " ms without pauses (rt lateness and heartbeat RTT)\n");
+    if (std::string e = run_baseline(*r.cx, a.baseline_ms); !e.empty()) stderr_progress(a.quiet, "warning: baseline: " + e + "\n");
+  }
+}
+
+/// Every trial of the plan (Ctrl-C ends the sweep: r.interrupted), then the clean windows
+/// closed, the stress load and the freezer gone, and the verdict.
+void trials(ProbeRun& r) {
+  const ProbeArgs& a = r.a;
+  const pp::Timing& timing = r.d.timing;
+  TrialContext& cx = *r.cx;
+  for (std::size_t i = 0; i < r.plan.size(); ++i) {
+    const std::uint64_t p = r.plan[i];
+    const bool under = static_cast<std::int64_t>(p) * 1'000'000 < r.budget_ns;
+    stderr_progress(a.quiet, "[" + std::to_string(i + 1) + "/" + std::to_string(r.plan.size()) + "] pause " +
+                                 std::to_string(p) + " ms (" + (under ? "under" : "past") + " the budget) ... ");
+    pp::SandboxLog log;
+    bool have_log = false;
+    pp::TrialObservation o;
+    pp::TrialResult res;
+    // The deadline wheel may fire a kill early (it rounds down, DESIGN.md "Time"), before a
+    // worst-phase freeze took hold; such a trial says nothing about the pause, so it is run
+    // again with the freeze started earlier (bounded: kPauseMissedRetriesMax).
+    cx.guard_ms = a.guard_ms;
     try {
-      table.emplace(shm::TableReader::open(d.shm_path, shm::OpenOptions{2'000'000'000, 1'000'000}));
-    } catch (const shm::TableError& e) {
-      return report("pause-probe", {kTableError, std::string("the supervisor's shm table: ") + e.what()});
-    }
-
-    // Stress load, bounded in time.
-    harness::Process stress;
-    std::string stress_text;
-    if (a.stress) {
-      const std::string bin = find_program("stress-ng");
-      if (bin.empty()) {
-        stderr_progress(a.quiet, "warning: --stress: stress-ng is not installed; measuring without load\n");
-      } else {
-        std::uint64_t est_s = 30;
-        for (auto p : plan) est_s += (d.timing.kill_after_ms + p + d.timing.ttl_ms + 1500) / 1000 + 1;
-        const std::uint64_t secs = a.stress_timeout_s != 0 ? a.stress_timeout_s : est_s;
-        std::vector<std::string> argv = {bin};
-        std::stringstream ss(a.stress_args);
-        for (std::string w; ss >> w;) argv.push_back(w);
-        argv.insert(argv.end(), {"--timeout", std::to_string(secs) + "s", "--quiet"});
-        const std::string slog = (a.standalone ? d.dir() : out) + "/stress-ng.log";
-        if (!spawn_proc(stress, "stress-ng", argv, slog, err)) return report("pause-probe", {kInternal, err});
-        for (const auto& w : argv) stress_text += (stress_text.empty() ? "" : " ") + w;
-        stderr_progress(a.quiet, "stress: " + stress_text + "\n");
-        sleep_ms(500);  // let the load ramp up before the first trial
+      for (std::uint32_t attempt = 0;; ++attempt) {
+        log = {};
+        have_log = false;
+        o = run_trial(cx, i * (kPauseMissedRetriesMax + 1) + attempt, p, log, have_log);
+        res = pp::classify(o, have_log ? &log : nullptr, timing);
+        if (!res.pause_missed || r.phase != pp::Phase::worst || attempt == kPauseMissedRetriesMax) break;
+        cx.guard_ms = std::min(cx.guard_ms * 4 + 1, timing.kill_after_ms / 2);
+        stderr_progress(a.quiet, "killed before the freeze took hold; again with the freeze " +
+                                     std::to_string(cx.guard_ms) + " ms before valid_until ... ");
       }
+    } catch (const Interrupted&) {
+      r.interrupted = true;
+      stderr_progress(a.quiet, "interrupted\n");
+      break;
     }
+    std::string line = std::string(pp::to_string(res.outcome));
+    if (res.margin_ns) line += ", margin " + ms_text(*res.margin_ns);
+    if (res.violation) line += ", window " + ms_text(res.window_ns);
+    if (res.recovery_ns) line += ", recovery " + ms_text(*res.recovery_ns);
+    if (!res.side_effects_refused) line += ", SIDE EFFECT ACCEPTED";
+    if (!res.note.empty()) line += " (" + res.note + ")";
+    stderr_progress(a.quiet, line + "\n");
+    pp::add_kill_latency(r.rep.measured, o, res);
+    r.rep.observations.push_back(std::move(o));
+    r.rep.results.push_back(std::move(res));
+  }
+  {
+    const StatsSnapshot last = snap_stats(*r.table);
+    close_lateness_window(cx, last);
+    close_rtt_window(cx, last);
+  }
+  r.stress.terminate(std::chrono::milliseconds(1000));
+  r.freezer.reset();
 
-    pp::SweepReport rep;
-    rep.timing = d.timing;
-    rep.mode = a.standalone ? "standalone" : "external";
-    rep.freeze = freezer->name();
-    rep.freeze_why = why;
-    rep.phase = phase;
-    rep.stress = stress_text;
+  if (g_observer_fifo_refused.load())
+    stderr_progress(a.quiet, "warning: SCHED_FIFO refused for the observer threads: under load, deaths and grants "
+                             "may be seen late (the supervisor's own kill record still bounds the death)\n");
+  r.rep.measured.rt_lateness = cx.clean_lateness;
+  r.rep.measured.heartbeat_rtt = cx.clean_rtt;
+  pp::finish_measured(r.rep.measured, timing);
+  r.rep.verdict = pp::sweep_verdict(r.rep.observations, r.rep.results, timing);
+  if (r.interrupted) r.rep.verdict = pp::interrupted_verdict(r.rep.verdict, r.plan.size());
+}
 
-    stderr_progress(a.quiet, "supervisor pid " + std::to_string(d.supervisor_pid) + ", lockd " + d.lockd_text +
-                                 "; freeze: " + why + "; phase " + std::string(pp::to_string(phase)) + "\n" +
-                                 "ttl " + std::to_string(d.timing.ttl_ms) + " ms, kill_after " +
-                                 std::to_string(d.timing.kill_after_ms) + " ms, heartbeat " +
-                                 std::to_string(d.timing.heartbeat_interval_ms) + " ms, pause budget " +
-                                 ms_text(budget_ns) + "; " + std::to_string(plan.size()) + " trial(s)\n");
+/// The CSV, the plot (gnuplot's PNG, else an SVG), the JSON and the table; the exit code.
+int report_sweep(ProbeRun& r) {
+  const ProbeArgs& a = r.a;
+  const pp::SweepReport& rep = r.rep;
+  const std::string& out = r.out;
+  std::string err;
+  const std::string csv = !a.csv_path.empty() ? a.csv_path : out + "/pause-probe.csv";
+  const std::string json_path = out + "/pause-probe.json";
+  if (!write_file(csv, pp::to_csv(rep), err)) return report("pause-probe", {kFailure, err});
+  nlohmann::json j = pp::to_json(rep);
+  std::string plot_path;
+  const std::string gnuplot = a.plot == "svg" ? "" : find_program("gnuplot");
+  if (!gnuplot.empty()) {
+    plot_path = out + "/pause-probe.png";
+    const std::string script = out + "/pause-probe.gp";
+    if (!write_file(script, pp::gnuplot_script(rep, csv, plot_path), err)) return report("pause-probe", {kFailure, err});
+    harness::Process gp;
+    if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log", err)) {
+      gp.wait(std::chrono::milliseconds(kGnuplotTimeoutMs));
+      gp.terminate(std::chrono::milliseconds(100));
+    }
+    struct stat st{};
+    if (::stat(plot_path.c_str(), &st) != 0 || st.st_size == 0) {
+      // No point to draw (every trial an error), or gnuplot failed: no empty PNG is left.
+      ::unlink(plot_path.c_str());
+      stderr_progress(a.quiet, "warning: gnuplot did not write " + plot_path + " (see " + out +
+                                   "/gnuplot.log); writing an SVG instead\n");
+      plot_path.clear();
+    }
+  } else if (a.plot == "png") {
+    stderr_progress(a.quiet, "warning: gnuplot is not installed; writing an SVG instead of a PNG\n");
+  }
+  if (plot_path.empty()) {
+    plot_path = out + "/pause-probe.svg";
+    if (!write_file(plot_path, pp::svg_plot(rep), err)) return report("pause-probe", {kFailure, err});
+  }
+  j["files"] = {{"csv", csv}, {"plot", plot_path}, {"json", json_path}, {"sandbox_logs", r.log_dir}};
+  j["interrupted"] = r.interrupted;
+  if (!write_file(json_path, j.dump(2) + "\n", err)) return report("pause-probe", {kFailure, err});
 
-    raise_observer_priority();  // this thread times the freeze against valid_until
-    TrialContext cx{a, d, *freezer, *table, phase, std::to_string(::getpid()) + "-" + std::to_string(now_ns() % 1'000'000'000),
-                    log_dir, std::mt19937_64(a.seed != 0 ? a.seed : static_cast<std::uint64_t>(now_ns())), {}, {}, {}, {}, a.guard_ms};
-    cx.lateness_from = snap_stats(*table);
-    cx.rtt_from = cx.lateness_from;
-    if (a.baseline_ms > 0) {
-      stderr_progress(a.quiet, "baseline: a named sandbox for " + std::to_string(a.baseline_ms) +
-                                   " ms without pauses (rt lateness and heartbeat RTT)\n");
-      if (std::string e = run_baseline(cx, a.baseline_ms); !e.empty())
-        stderr_progress(a.quiet, "warning: baseline: " + e + "\n");
-    }
-    bool interrupted = false;
-    for (std::size_t i = 0; i < plan.size(); ++i) {
-      const std::uint64_t p = plan[i];
-      const bool under = static_cast<std::int64_t>(p) * 1'000'000 < budget_ns;
-      stderr_progress(a.quiet, "[" + std::to_string(i + 1) + "/" + std::to_string(plan.size()) + "] pause " +
-                                   std::to_string(p) + " ms (" + (under ? "under" : "past") + " the budget) ... ");
-      pp::SandboxLog log;
-      bool have_log = false;
-      pp::TrialObservation o;
-      pp::TrialResult r;
-      // The deadline wheel may fire a kill early (it rounds down, DESIGN.md "Time"), before a
-      // worst-phase freeze took hold; such a trial says nothing about the pause, so it is run
-      // again with the freeze started earlier (bounded: kPauseMissedRetriesMax).
-      cx.guard_ms = a.guard_ms;
-      try {
-        for (std::uint32_t attempt = 0;; ++attempt) {
-          log = {};
-          have_log = false;
-          o = run_trial(cx, i * (kPauseMissedRetriesMax + 1) + attempt, p, log, have_log);
-          r = pp::classify(o, have_log ? &log : nullptr, d.timing);
-          if (!r.pause_missed || phase != pp::Phase::worst || attempt == kPauseMissedRetriesMax) break;
-          cx.guard_ms = std::min(cx.guard_ms * 4 + 1, d.timing.kill_after_ms / 2);
-          stderr_progress(a.quiet, "killed before the freeze took hold; again with the freeze " +
-                                       std::to_string(cx.guard_ms) + " ms before valid_until ... ");
-        }
-      } catch (const Interrupted&) {
-        interrupted = true;
-        stderr_progress(a.quiet, "interrupted\n");
-        break;
-      }
-      std::string line = std::string(pp::to_string(r.outcome));
-      if (r.margin_ns) line += ", margin " + ms_text(*r.margin_ns);
-      if (r.violation) line += ", window " + ms_text(r.window_ns);
-      if (r.recovery_ns) line += ", recovery " + ms_text(*r.recovery_ns);
-      if (!r.side_effects_refused) line += ", SIDE EFFECT ACCEPTED";
-      if (!r.note.empty()) line += " (" + r.note + ")";
-      stderr_progress(a.quiet, line + "\n");
-      pp::add_kill_latency(rep.measured, o, r);
-      rep.observations.push_back(std::move(o));
-      rep.results.push_back(std::move(r));
-    }
-    {
-      const StatsSnapshot last = snap_stats(*table);
-      close_lateness_window(cx, last);
-      close_rtt_window(cx, last);
-    }
-    stress.terminate(std::chrono::milliseconds(1000));
-    freezer.reset();
+  std::string text = "\n" + pp::to_table(rep) + "\n" + pp::budget_text(rep);
+  if (rep.verdict.safe_pause_max_ms || rep.verdict.violating_pause_min_ms) {
+    text += "observed threshold       longest pause without a violation " +
+            (rep.verdict.safe_pause_max_ms ? std::to_string(*rep.verdict.safe_pause_max_ms) + " ms" : std::string("-")) +
+            ", shortest with one " +
+            (rep.verdict.violating_pause_min_ms ? std::to_string(*rep.verdict.violating_pause_min_ms) + " ms" : std::string("-")) + "\n";
+  }
+  if (rep.verdict.window_excess_max_ns) {
+    const std::int64_t c = *rep.verdict.window_excess_max_ns;
+    text += "window past the budget   <= (pause - budget) " + std::string(c < 0 ? "- " : "+ ") +
+            ms_text(c < 0 ? -c : c) + " (largest window " + ms_text(rep.verdict.window_max_ns.value_or(0)) + ")\n";
+  }
+  text += "files                    " + csv + "  " + plot_path + "  " + json_path + "\n";
+  text += "verdict                  " + rep.verdict.line + "\n";
+  if (a.json) {
+    std::fputs(text.c_str(), stderr);
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::fputs(text.c_str(), stdout);
+  }
+  std::fflush(stdout);
+  if (r.interrupted) return kFailure;
+  if (rep.verdict.trials == rep.verdict.errors) return kFailure;
+  return rep.verdict.ok ? kOk : kFailure;
+}
 
-    if (g_observer_fifo_refused.load())
-      stderr_progress(a.quiet, "warning: SCHED_FIFO refused for the observer threads: under load, deaths and grants "
-                               "may be seen late (the supervisor's own kill record still bounds the death)\n");
-    rep.measured.rt_lateness = cx.clean_lateness;
-    rep.measured.heartbeat_rtt = cx.clean_rtt;
-    pp::finish_measured(rep.measured, d.timing);
-    rep.verdict = pp::sweep_verdict(rep.observations, rep.results, d.timing);
-    if (interrupted) rep.verdict = pp::interrupted_verdict(rep.verdict, plan.size());
-
-    // Outputs.
-    const std::string csv = !a.csv_path.empty() ? a.csv_path : out + "/pause-probe.csv";
-    const std::string json_path = out + "/pause-probe.json";
-    if (!write_file(csv, pp::to_csv(rep), err)) return report("pause-probe", {kFailure, err});
-    nlohmann::json j = pp::to_json(rep);
-    std::string plot_path;
-    const std::string gnuplot = a.plot == "svg" ? "" : find_program("gnuplot");
-    if (!gnuplot.empty()) {
-      plot_path = out + "/pause-probe.png";
-      const std::string script = out + "/pause-probe.gp";
-      if (!write_file(script, pp::gnuplot_script(rep, csv, plot_path), err)) return report("pause-probe", {kFailure, err});
-      harness::Process gp;
-      if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log", err)) {
-        gp.wait(std::chrono::milliseconds(kGnuplotTimeoutMs));
-        gp.terminate(std::chrono::milliseconds(100));
-      }
-      struct stat st{};
-      if (::stat(plot_path.c_str(), &st) != 0 || st.st_size == 0) {
-        // No point to draw (every trial an error), or gnuplot failed: no empty PNG is left.
-        ::unlink(plot_path.c_str());
-        stderr_progress(a.quiet, "warning: gnuplot did not write " + plot_path + " (see " + out +
-                                     "/gnuplot.log); writing an SVG instead\n");
-        plot_path.clear();
-      }
-    } else if (a.plot == "png") {
-      stderr_progress(a.quiet, "warning: gnuplot is not installed; writing an SVG instead of a PNG\n");
-    }
-    if (plot_path.empty()) {
-      plot_path = out + "/pause-probe.svg";
-      if (!write_file(plot_path, pp::svg_plot(rep), err)) return report("pause-probe", {kFailure, err});
-    }
-    j["files"] = {{"csv", csv}, {"plot", plot_path}, {"json", json_path}, {"sandbox_logs", log_dir}};
-    j["interrupted"] = interrupted;
-    if (!write_file(json_path, j.dump(2) + "\n", err)) return report("pause-probe", {kFailure, err});
-
-    std::string text = "\n" + pp::to_table(rep) + "\n" + pp::budget_text(rep);
-    if (rep.verdict.safe_pause_max_ms || rep.verdict.violating_pause_min_ms) {
-      text += "observed threshold       longest pause without a violation " +
-              (rep.verdict.safe_pause_max_ms ? std::to_string(*rep.verdict.safe_pause_max_ms) + " ms" : std::string("-")) +
-              ", shortest with one " +
-              (rep.verdict.violating_pause_min_ms ? std::to_string(*rep.verdict.violating_pause_min_ms) + " ms" : std::string("-")) + "\n";
-    }
-    if (rep.verdict.window_excess_max_ns) {
-      const std::int64_t c = *rep.verdict.window_excess_max_ns;
-      text += "window past the budget   <= (pause - budget) " + std::string(c < 0 ? "- " : "+ ") +
-              ms_text(c < 0 ? -c : c) + " (largest window " + ms_text(rep.verdict.window_max_ns.value_or(0)) + ")\n";
-    }
-    text += "files                    " + csv + "  " + plot_path + "  " + json_path + "\n";
-    text += "verdict                  " + rep.verdict.line + "\n";
-    if (a.json) {
-      std::fputs(text.c_str(), stderr);
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      std::fputs(text.c_str(), stdout);
-    }
-    std::fflush(stdout);
-    if (interrupted) return kFailure;
-    if (rep.verdict.trials == rep.verdict.errors) return kFailure;
-    return rep.verdict.ok ? kOk : kFailure;
+int run_probe(ProbeArgs args) {
+  SignalScope signals;
+  g_interrupted.store(false);
+  g_observer_priority.store(args.observer_priority);
+  ProbeRun r(std::move(args));
+  if (Failure f = prepare(r); f.failed()) return report("pause-probe", f);
+  try {
+    if (Failure f = deploy(r); f.failed()) return report("pause-probe", f);
+    if (Failure f = arm(r); f.failed()) return report("pause-probe", f);
+    baseline(r);
+    trials(r);
+    return report_sweep(r);
   } catch (const Interrupted&) {
+    // Cleaned up before saying so: the trial context, the load, the table, the freezer (the
+    // supervisor thawed and moved home) and the lock; the deployment goes with `r`.
+    r.cx.reset();
+    r.stress.kill9();
+    r.table.reset();
+    r.freezer.reset();
+    r.lock.reset();
     std::fputs("leasehold pause-probe: interrupted; cleaned up\n", stderr);
     return kFailure;
   }
