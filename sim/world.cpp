@@ -26,6 +26,22 @@ namespace leasehold::sim {
 
 std::int64_t SimConfig::pause_budget_ns() const noexcept { return timing::check_safety(timing).margin_ns; }
 
+SimConfig with_drawn_timing(SimConfig cfg) {
+  if (!cfg.faults || !cfg.draw_kill_after) return cfg;
+  timing::Inputs in = cfg.timing;
+  std::int64_t lo = cfg.timing.kill_after_ns;
+  std::int64_t hi = cfg.timing.ttl_ns;
+  while (lo < hi) {  // the largest kill_after with margin >= 1 ms
+    in.kill_after_ns = lo + (hi - lo + 1) / 2;
+    if (timing::check_safety(in).margin_ns >= kMs) lo = in.kill_after_ns;
+    else hi = in.kill_after_ns - 1;
+  }
+  Rng r(cfg.seed ^ 0x7133a61e7133a61eULL);
+  cfg.timing.kill_after_ns = r.range(cfg.timing.kill_after_ns, lo);
+  return cfg;
+}
+
+
 bool SimConfig::preemptible() const noexcept {
   if (preemptible_share >= 1) return true;
   if (preemptible_share <= 0) return false;
@@ -146,7 +162,7 @@ std::string short_id(std::uint64_t lo) {
 
 class World final : public SupervisorEnv, public LockdEnv {
  public:
-  World(const SimConfig& cfg, const TraceFn& trace) : cfg_(cfg), trace_(trace), rng_(cfg.seed) {
+  World(const SimConfig& cfg, const TraceFn& trace) : cfg_(with_drawn_timing(cfg)), trace_(trace), rng_(cfg.seed) {
     Rng setup = rng_.fork(1);
     net_rng_ = rng_.fork(2);
     proc_rng_ = rng_.fork(3);
@@ -180,7 +196,8 @@ class World final : public SupervisorEnv, public LockdEnv {
     // Disk failures draw from their own stream, so the other draws of a seed do not move.
     disk_fail_rng_ = Rng(cfg_.seed ^ 0xd15cfa11d15cfa11ULL);
     disk_fail_ = cfg_.faults && disk_fail_rng_.chance(0.5) ? static_cast<double>(disk_fail_rng_.range(1, 40)) / 10'000.0 : 0;
-    kill_ticks_max_ = std::max<std::int64_t>(0, std::min<std::int64_t>(5, cfg_.timing.kill_latency_budget_ns / cfg_.sandbox_tick_ns));
+    // A killed sandbox dies within the kill-latency budget, at worst at its end.
+    kill_ticks_max_ = std::max<std::int64_t>(0, cfg_.timing.kill_latency_budget_ns / cfg_.sandbox_tick_ns);
 
     disk_.on_submit([this] { disk_submitted(); });
     lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
@@ -784,7 +801,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     if (trace_) trace_("violation: " + v.invariant + ": " + v.detail);
   }
 
-  const SimConfig& cfg_;
+  const SimConfig cfg_;  ///< the caller's, with this seed's drawn kill_after
   const TraceFn& trace_;
   Rng rng_;
   Rng net_rng_{0};

@@ -86,9 +86,30 @@ TEST(SimWorld, ABadConfigurationIsRefusedNamingTheSafetyCondition) {
   EXPECT_NE(d.validate().message().find("heartbeat interval"), std::string::npos);
 }
 
+// Each seed draws its kill_after between the configured 800 ms and 1 ms of margin: every draw
+// is safe, and the seeds reach both ends (some run with almost no slack).
+TEST(SimWorld, KillAfterIsDrawnPerSeedDownToOneMillisecondOfMargin) {
+  std::int64_t least = INT64_MAX, most = 0;
+  for (std::uint64_t s = 1; s <= 300; ++s) {
+    SimConfig c;
+    c.seed = s;
+    const SimConfig d = with_drawn_timing(c);
+    EXPECT_GE(d.timing.kill_after_ns, c.timing.kill_after_ns) << "seed " << s;
+    const std::int64_t margin = d.pause_budget_ns();
+    EXPECT_GE(margin, kMs) << "seed " << s;
+    least = std::min(least, margin);
+    most = std::max(most, margin);
+  }
+  EXPECT_LT(least, 3 * kMs);
+  EXPECT_GT(most, 140 * kMs);
+  SimConfig quiet;
+  quiet.faults = false;
+  EXPECT_EQ(with_drawn_timing(quiet).timing.kill_after_ns, quiet.timing.kill_after_ns);
+}
+
 TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
   // The catching seeds of tests/sim/CMakeLists.txt.
-  for (const std::uint64_t s : {1u, 2u, 6u, 15u, 29u}) {
+  for (const std::uint64_t s : {1u, 2u, 6u, 15u}) {
     SimConfig c;
     c.seed = s;
     const RunResult r = run_seed(c);

@@ -70,6 +70,10 @@ struct SimConfig {
   std::int64_t worker_ttl_ns = 0;
 
   bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
+  /// With faults, each seed draws its kill_after (own stream) from timing.kill_after_ns up to
+  /// the largest that leaves the safety inequality 1 ms of margin (about 946 ms at the defaults),
+  /// and a killed sandbox takes up to the whole kill-latency budget to die.
+  bool draw_kill_after = true;
   bool over_budget_pauses = true; ///< a few seeds get one pause beyond the pause budget
 
   /// ttl(1-ρ) - kill_after(1+ρ) - wheel_granularity - kill_latency_budget (timing::check_safety's
@@ -147,6 +151,12 @@ struct RunResult {
 using TraceFn = std::function<void(std::string_view)>;
 
 /// Runs one seed. `trace` (may be empty) gets every line; the hash is computed either way.
+/// `cfg` as seed cfg.seed runs it: with faults and draw_kill_after, its kill_after drawn (from
+/// the seed, its own stream) uniformly from cfg.timing.kill_after_ns up to the largest that
+/// leaves the safety inequality (lease/timing.hpp) 1 ms of margin, so a seed can run with
+/// almost no slack and an error in any of the inequality's terms shows. Otherwise `cfg`.
+SimConfig with_drawn_timing(SimConfig cfg);
+
 /// Throws std::invalid_argument with validate()'s message for a bad config.
 RunResult run_seed(const SimConfig& cfg, const TraceFn& trace = {});
 
