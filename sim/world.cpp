@@ -217,6 +217,9 @@ class World final : public SupervisorEnv, public LockdEnv {
       push(hostile_rng_.range(0, 100 * kMs), kWorldNode, [this] { hostile_heartbeat(); });
     }
     if (cfg_.preemptible()) ++counts_.preemptible_runs;
+    // The seed's drawn timing (with_drawn_timing), first in the trace.
+    record(kWorldNode, "kill_after_ms", 0, static_cast<std::uint64_t>(cfg_.timing.kill_after_ns / kMs));
+    record(kWorldNode, "pause_budget_us", 0, static_cast<std::uint64_t>(cfg_.pause_budget_ns() / 1000));
     if (cfg_.faults) plan_faults(setup);
     for (int n = 0; n < static_cast<int>(n_nodes); ++n) tick_node(n);
   }
