@@ -646,10 +646,13 @@ void EventLoop::arm_wake() {
 
 void EventLoop::on_wake(const Completion& c) {
   std::uint64_t count = 0;
-  while (::read(wake_fd_.get(), &count, sizeof count) == sizeof count) {
-  }
-  ++stats_.wakes;
+  bool drained = false;
+  while (::read(wake_fd_.get(), &count, sizeof count) == sizeof count) drained = true;
   if (!(c.flags & IORING_CQE_F_MORE)) arm_wake();
+  // A multishot poll can report readiness that an earlier completion's read already
+  // consumed; that wake() was handled then, so an empty counter is not a wake-up.
+  if (!drained) return;
+  ++stats_.wakes;
   if (on_wake_) on_wake_();
 }
 

@@ -78,7 +78,9 @@ TEST(EventLoopWake, ManyWakesFromTwoThreadsCoalesce) {
   b.join();
   EXPECT_EQ(consumed_max, 2 * kPerThread);
   EXPECT_GE(loop->stats().wakes, 1u);
-  EXPECT_LE(loop->stats().wakes, static_cast<std::uint64_t>(2 * kPerThread + 2));
+  // Each drained wake-up consumes at least one write: 2 * kPerThread + 2 from the producers
+  // and one from stop(). Spurious poll completions are not counted.
+  EXPECT_LE(loop->stats().wakes, static_cast<std::uint64_t>(2 * kPerThread + 3));
 }
 
 }  // namespace

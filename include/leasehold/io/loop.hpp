@@ -124,7 +124,7 @@ struct LoopStats {
   std::uint64_t timers_fired = 0;
   std::uint64_t timer_ticks_missed = 0;    ///< periodic deadlines skipped because the loop was late
   std::uint64_t refused_pool_full = 0;     ///< add_* refused: its pool was full
-  std::uint64_t wakes = 0;                 ///< eventfd wake-ups seen
+  std::uint64_t wakes = 0;                 ///< wake-ups that drained the eventfd (<= wake() calls)
   int last_send_error = 0;
 };
 
