@@ -4,12 +4,14 @@
 // leasehold-supervisors - each in its own network namespace linked to lockd's by a veth pair
 // where the machine allows it, otherwise on loopback with a packet filter - and runs a named
 // "agent" sandbox (`leasehold agent`) that appends to a fenced SQLite resource every few
-// milliseconds, checking its shm slot before each write. Then, with CLOCK_BOOTTIME offsets:
-//   1. the same name is started on worker 2: refused, with the holder and the epoch;
+// milliseconds, checking its shm slot before each write. The scenario is the table kSteps,
+// {label, title, act, verify}, whose numbered titles begin the README's list ("What the demo
+// shows"; `leasehold demo --list-steps` prints it and a test compares the two):
+//   1. the same name on worker 2 is refused, naming the holder and the epoch;
 //   2. worker 1 is cut off from lockd: its kill-switch fires before lockd's lease expiry
 //      (the margin is printed);
 //   3. worker 2 acquires the name at epoch+1 and the agent continues there;
-//   4. a write with the old token is replayed: the resource rejects it;
+//   4. a write with the old token is replayed, and one with a made-up epoch: both rejected;
 //   5. a graceful transfer back to worker 1 (reconnected first): the resource is told the new
 //      epoch at the start, so no write is accepted during the transfer.
 // It ends with the audit (writes per epoch, overlap and order checks, rejected writes) and a
@@ -21,6 +23,7 @@
 #include "tools/cmd_common.hpp"
 #include "tools/cmd_demo_env.hpp"
 
+#include "leasehold/harness/deployment.hpp"
 #include "leasehold/harness/network.hpp"
 #include "leasehold/harness/process.hpp"
 
@@ -39,6 +42,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdarg>
 #include <cstdio>
@@ -69,6 +73,7 @@ struct DemoArgs {
   std::string lockd_bin;
   std::string supervisor_bin;
   bool old_holder_releases_first = false;  ///< (tests) force the race handled in step 5
+  bool list_steps = false;
 };
 
 /// Timing of one run. The supervisor's start-up check enforces
@@ -159,29 +164,6 @@ std::int64_t wait_exit(int pidfd, std::uint64_t timeout_ms) {
   return harness::wait_pidfd_exit(pidfd, std::chrono::milliseconds(timeout_ms), check_interrupted);
 }
 
-/// Starts a long-running child of the demo (lockd, a supervisor): its own process group,
-/// stdout and stderr into `log_path`, SIGKILLed if the demo dies; inside network namespace
-/// `netns` unless that is empty.
-void start_child(std::optional<harness::Process>& child, const std::string& label,
-                 const std::vector<std::string>& argv, const std::string& log_path, const std::string& netns,
-                 std::string& error) {
-  harness::Spawn s;
-  s.argv = argv;
-  s.label = label;
-  s.stdout_path = s.stderr_path = log_path;
-  s.netns = netns;
-  child.emplace();
-  if (!child->start(s, error)) child.reset();
-}
-
-/// Waits until `child`'s log has a line with `needle` (returns it); nullopt and `error` (with
-/// the log's tail) when the child exits first or `timeout_ms` passes.
-std::optional<std::string> wait_for_line(harness::Process& child, const std::string& needle, std::uint64_t timeout_ms,
-                                         std::string& error) {
-  return harness::wait_for_log_line(child.stdout_path(), needle, std::chrono::milliseconds(timeout_ms), child, error,
-                                    check_interrupted);
-}
-
 /// True once lockd answers a `stats` request sent from inside network namespace `netns` (""
 /// = ours) to `addr`: the path a worker uses, neighbour resolution included. Runs in a forked
 /// child, since only a single-threaded process should switch namespaces.
@@ -212,10 +194,14 @@ struct World {
   std::string tmp;
   bool keep = false;
   Network net;
-  std::optional<harness::Process> lockd;
-  std::optional<harness::Process> sup[2];
-  std::vector<int> pidfds;  // agents: SIGKILLed at the end if still there
+  /// lockd and the two supervisors (supervisor(i) is worker i+1), keys and logs below `tmp`.
+  std::optional<harness::Deployment> dep;
+  bool lockd_started = false;  ///< lockd was spawned (it may have exited since)
+  std::vector<int> pidfds;     ///< agents: SIGKILLed at the end if still there
   bool torn_down = false;
+
+  harness::Process& sup(int i) { return dep->supervisor(static_cast<std::size_t>(i)); }
+  bool has_sup(int i) const { return dep && dep->supervisors() > static_cast<std::size_t>(i); }
 
   std::string teardown() {
     if (torn_down) return "";
@@ -225,14 +211,17 @@ struct World {
     // cannot reach: restore its link first (what it records then is also the truth).
     const bool had_filter = net.mode == Network::Mode::loopback && (net.cut[0] || net.cut[1]);
     for (int i = 0; i < 2; ++i) net.reconnect(i);
-    for (int i = 1; i >= 0; --i)
-      if (sup[i]) {
-        sup[i]->terminate(std::chrono::milliseconds(5000));
-        done.push_back(std::string("supervisor ") + std::to_string(i + 1));
+    if (dep) {
+      // Supervisors first (they release their names while lockd still runs), last started first.
+      for (std::size_t i = dep->supervisors(); i-- > 0;) {
+        dep->supervisor(i).terminate(std::chrono::milliseconds(5000));
+        done.push_back("supervisor " + std::to_string(i + 1));
       }
-    if (lockd) {
-      lockd->terminate(std::chrono::milliseconds(5000));
-      done.push_back("lockd");
+      if (lockd_started) {
+        dep->stop_lockd(std::chrono::milliseconds(5000));
+        done.push_back("lockd");
+      }
+      dep.reset();
     }
     int agents = 0;
     for (int fd : pidfds) {
@@ -261,12 +250,40 @@ struct World {
   ~World() { teardown(); }
 };
 
+class Demo;
+
+/// One step of the scenario as the README lists it ("What the demo shows"): `act` drives the
+/// processes and records what happened, `verify` checks it (nullptr: the step sets up the
+/// next ones and checks nothing itself). An error in either stops the run (Abort).
+struct Step {
+  const char* label;  ///< "set-up", "1" .. "5", "end"
+  const char* title;  ///< the README's words for it (numbered steps: its list item begins so)
+  void (Demo::*act)();
+  void (Demo::*verify)();
+};
+
 class Demo {
  public:
   explicit Demo(const DemoArgs& a) : args_(a), t_(a.fast ? kFast : kNormal), t0_(boot_ns()) {
     out_ = a.json ? stderr : stdout;
   }
   int run();
+
+  // The steps, in order (kSteps below).
+  void set_up();
+  void start_agent();
+  void start_again_act();
+  void start_again_verify();
+  void cut_off_act();
+  void cut_off_verify();
+  void take_over_act();
+  void take_over_verify();
+  void replay_act();
+  void replay_verify();
+  void transfer_act();
+  void transfer_verify();
+  void end_act();
+  void end_verify();
 
  private:
   void body();
@@ -306,6 +323,13 @@ class Demo {
     if (named) req["name"] = args_.name;
     return req;
   }
+  /// The started sandbox's pidfd (-1 if it has none), killed at teardown if still there.
+  int watch_agent(const nlohmann::json& started, int worker) {
+    const int fd = pidfd_open(started.value("pid", -1));
+    if (fd >= 0) world_.pidfds.push_back(fd);
+    sandbox_worker_[started.value("sandbox", std::string())] = worker;
+    return fd;
+  }
   /// Waits for the first accepted write at `epoch`; returns its time.
   std::int64_t first_write(Epoch epoch) {
     const auto timeout_ms = static_cast<std::int64_t>(static_cast<double>(kFirstWriteTimeoutMs) * load_factor());
@@ -335,6 +359,15 @@ class Demo {
     last_checkpoint_ns_ = now;
     store_->checkpoint();
   }
+  /// The first line of supervisor `worker`'s log with every needle, waiting up to ~1 s for it.
+  std::string await_sup_line(int worker, std::initializer_list<std::string> needles) {
+    std::string line;
+    for (int tries = 0; tries < 100 && line.empty(); ++tries) {
+      line = find_line(world_.sup(worker).stdout_path(), needles);
+      if (line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return line;
+  }
   /// "refused: <deny>" for a Deny, "lockd at ADDR is unreachable: ..." for no answer, else the
   /// error: what an answer without the wanted body means.
   std::string lockd_problem(const lockd::Answer& ans, const std::string& what) const {
@@ -346,8 +379,8 @@ class Demo {
     return answer_failure(ans, lf, what).message;
   }
   /// The agent's own account of itself in a worker's log: its last `lines` lines.
-  std::string agent_lines(int worker, std::size_t lines) const {
-    std::stringstream ss(slurp(world_.sup[worker] ? world_.sup[worker]->stdout_path() : fs::path()));
+  std::string agent_lines(int worker, std::size_t lines) {
+    std::stringstream ss(slurp(world_.has_sup(worker) ? world_.sup(worker).stdout_path() : fs::path()));
     std::vector<std::string> found;
     for (std::string line; std::getline(ss, line);)
       if (line.rfind("agent ", 0) == 0) found.push_back(line);
@@ -366,7 +399,7 @@ class Demo {
     if (!read) abort(read.message());
     return std::move(read).value();
   }
-  void audit_and_timeline();
+  void print_timeline();
   nlohmann::json summary_json(int rc, int stopped_by, double took_s) const;
 
   DemoArgs args_;
@@ -396,10 +429,60 @@ class Demo {
   };
   std::vector<Check> checks_;
   int failures_ = 0;
-  // scenario facts, for the summary (0 / unset: that step did not run)
+  Failure f_;  ///< the last control call's failure
+  /// Steps begun: how long each took (-1: it stopped at an error or a signal) and whether its
+  /// checks held. Index = position in kSteps.
+  struct StepRun {
+    std::int64_t took_ns = -1;
+    bool ok = false;
+  };
+  std::vector<StepRun> runs_;
+
+  // What the steps found (0 / unset: that step did not get there); the later steps and the
+  // summary read them.
   Epoch e1_ = 0, e2_ = 0, e3_ = 0;
+  // set-up: the agent on worker 1
+  std::string sb1_;
+  std::uint32_t slot1_ = 0;
+  int pidfd1_ = -1;
+  // 1: the second start's answer
+  nlohmann::json dup_;
+  // 2: lockd's expiry of epoch e1, the kill, the agent gone
+  std::int64_t expiry_ns_ = 0, kill_ns_ = 0, dead_ns_ = 0;
   std::optional<std::int64_t> margin_ns_;
+  // 3: the agent on worker 2
+  std::string sb2_;
+  int pidfd2_ = -1;
+  // 4: the replayed and the made-up write
+  resource::WriteResult replay_, forged_;
+  // 5: the transfer back to worker 1
+  std::string sb3_;
+  int pidfd3_ = -1;
+  bool reassigned_ = false;  ///< the old holder released first: a Reassign, not a transfer
+  Epoch fence_epoch_ = 0, named_epoch_ = 0;
   std::int64_t transfer_fence_ns_ = 0, transfer_first_write_ns_ = 0;
+  std::uint64_t writes_during_transfer_ = 0;
+  std::string keeps_writing_;  ///< the check's text, with the numbers
+  bool keeps_writing_ok_ = false;
+  // end
+  bool released_ = false;
+};
+
+constexpr Step kSteps[] = {
+    {"set-up", "lockd and two supervisors start, and a named agent writes to the fenced resource on worker 1",
+     &Demo::set_up, nullptr},
+    {"1", "the same name is started on worker 2: refused, naming the holder and its epoch", &Demo::start_again_act,
+     &Demo::start_again_verify},
+    {"2", "worker 1 is cut off from lockd: its kill-switch fires before lockd's lease expires", &Demo::cut_off_act,
+     &Demo::cut_off_verify},
+    {"3", "worker 2 acquires the name at epoch + 1 once lockd's lease has expired", &Demo::take_over_act,
+     &Demo::take_over_verify},
+    {"4", "the old holder's last write is replayed with its old token: the resource rejects it",
+     &Demo::replay_act, &Demo::replay_verify},
+    {"5", "worker 1 is reconnected and the name is transferred back gracefully", &Demo::transfer_act,
+     &Demo::transfer_verify},
+    {"end", "the holder releases the name, and the resource's audit is checked", &Demo::end_act,
+     &Demo::end_verify},
 };
 
 void Demo::say(const char* fmt, ...) {
@@ -470,6 +553,17 @@ nlohmann::json Demo::summary_json(int rc, int stopped_by, double took_s) const {
   auto epoch_or_null = [](Epoch e) { return e == 0 ? nlohmann::json(nullptr) : nlohmann::json(e); };
   nlohmann::json checks = nlohmann::json::array();
   for (const auto& c : checks_) checks.push_back({{"ok", c.ok}, {"what", c.what}});
+  // Every step of the table: null where it did not finish (or never began).
+  nlohmann::json steps = nlohmann::json::array();
+  for (std::size_t i = 0; i < std::size(kSteps); ++i) {
+    const bool finished = i < runs_.size() && runs_[i].took_ns >= 0;
+    steps.push_back({{"step", kSteps[i].label},
+                     {"title", kSteps[i].title},
+                     {"ran", i < runs_.size()},
+                     {"ok", finished ? nlohmann::json(runs_[i].ok) : nlohmann::json(nullptr)},
+                     {"took_ms", finished ? nlohmann::json(static_cast<double>(runs_[i].took_ns) / 1e6)
+                                          : nlohmann::json(nullptr)}});
+  }
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& e : timeline_) tl.push_back({{"t_ms", ms_since_start(e.t_ns)}, {"event", e.what}});
   // The audit of the resource, as printed at the end; null when the run stopped before it.
@@ -510,6 +604,7 @@ nlohmann::json Demo::summary_json(int rc, int stopped_by, double took_s) const {
                                       : nlohmann::json(world_.net.mode == Network::Mode::netns ? "netns" : "loopback")},
           {"epochs", {epoch_or_null(e1_), epoch_or_null(e2_), epoch_or_null(e3_)}},
           {"kill_margin_ms", margin_ns_ ? nlohmann::json(static_cast<double>(*margin_ns_) / 1e6) : nlohmann::json(nullptr)},
+          {"steps", steps},
           {"checks", checks},
           {"audit", audit},
           {"timeline", tl}};
@@ -520,14 +615,28 @@ void Demo::body() {
                "leasehold demo: a named agent, two workers, a fenced SQLite resource%s\n"
                "  lease TTL %llu ms, kill-switch after %llu ms without an acknowledged heartbeat, "
                "heartbeat every %llu ms,\n  agent writes every %llu ms. Times are CLOCK_BOOTTIME offsets "
-               "from the start.\n\n",
+               "from the start.\n",
                args_.fast ? " (--fast)" : "", static_cast<unsigned long long>(t_.ttl_ms),
                static_cast<unsigned long long>(t_.kill_after_ms), static_cast<unsigned long long>(t_.heartbeat_ms),
                static_cast<unsigned long long>(t_.agent_interval_ms));
   Failure f;
   if (!check_name(args_.name, f)) abort(f.message);
+  for (const Step& step : kSteps) {
+    const bool numbered = std::isdigit(static_cast<unsigned char>(step.label[0])) != 0;
+    std::fprintf(out_, "\n%s%s: %s\n", numbered ? "step " : "", step.label, step.title);
+    runs_.emplace_back();
+    const std::int64_t begun = boot_ns();
+    const int failures_before = failures_;
+    (this->*step.act)();
+    if (step.verify != nullptr) (this->*step.verify)();
+    runs_.back() = {boot_ns() - begun, failures_ == failures_before};
+  }
+  print_timeline();
+}
 
-  // ---- set-up ----------------------------------------------------------------------------------
+// ---- set-up: lockd, two supervisors, the agent on worker 1 -----------------------------------
+
+void Demo::set_up() {
   self_ = self_exe();
   const std::string lockd_bin = locate_service(args_.lockd_bin, "leasehold-lockd", "lockd");
   const std::string sup_bin = locate_service(args_.supervisor_bin, "leasehold-supervisor", "supervisor");
@@ -539,18 +648,17 @@ void Demo::body() {
   if (::mkdtemp(tmpl) == nullptr) abort(std::string("mkdtemp: ") + std::strerror(errno));
   world_.tmp = tmpl;
   world_.keep = args_.keep;
-  key_path_ = world_.tmp + "/key";
-  if (const Status e = wire::generate_key_file(key_path_); !e.ok()) abort(e.message());
+  world_.dep.emplace(world_.tmp);
+  harness::Deployment& dep = *world_.dep;
+  if (std::string e = dep.make_cluster_key(); !e.empty()) abort(e);
+  key_path_ = dep.cluster_key_file().string();
   // Each supervisor holds only its own worker key, derived from the cluster key (which stays
   // with lockd and the demo's admin client), as `leasehold-lockd --derive-worker-key` does.
   for (int i = 0; i < 2; ++i) {
-    worker_key_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".key";
-    wire::KeyLoad cluster = wire::load_key_file(key_path_);
-    if (!cluster) abort(cluster.message());
+    const std::string file = "w" + std::to_string(i + 1) + ".key";
+    worker_key_[i] = world_.tmp + "/" + file;
     worker_id_[i] = random_worker_id();
-    if (const Status e = wire::write_key_file(worker_key_[i], wire::derive_worker_key(*cluster, worker_id_[i]));
-        !e.ok())
-      abort(e.message());
+    if (std::string e = dep.make_worker_key(file, worker_id_[i]); !e.empty()) abort(e);
   }
   // The agents are isolated sandboxes running as unprivileged uids of their own: they may pass
   // through the temp dir (not read the key or lockd's store in it) and write the resource in
@@ -584,29 +692,23 @@ void Demo::body() {
                   true};
   }
 
-  std::string err;
-  start_child(
-      world_.lockd, "leasehold-lockd",
-      {lockd_bin, "--listen", world_.net.mode == Network::Mode::netns ? "0.0.0.0:0" : "127.0.0.1:0", "--store",
-       world_.tmp + "/lockd.db", "--key-file", key_path_, "--ttl-ms", std::to_string(t_.ttl_ms)},
-      world_.tmp + "/lockd.log", "", err);
-  if (!world_.lockd) abort(err);
-  const auto listening = wait_for_line(*world_.lockd, "listening ", kStartTimeoutMs, err);
-  if (!listening) abort(err);
-  {
-    const std::string text = listening->substr(listening->rfind(':') + 1);
-    unsigned port = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-    if (ec != std::errc{} || end != text.data() + text.size() || port == 0 || port > 65535)
-      abort(lockd_bin + " printed \"" + *listening + "\", not 'listening ADDR:PORT': is it leasehold-lockd?");
-    port_ = static_cast<std::uint16_t>(port);
-  }
-  say("lockd listening on port %u (SQLite store %s/lockd.db, pid %d)", port_, world_.tmp.c_str(), world_.lockd->pid());
+  harness::LockdSpec ls;
+  ls.bin = lockd_bin;
+  ls.listen = world_.net.mode == Network::Mode::netns ? "0.0.0.0:0" : "127.0.0.1:0";
+  ls.ttl_ms = t_.ttl_ms;
+  ls.ready_timeout = std::chrono::milliseconds(kStartTimeoutMs);
+  const harness::Started lockd = dep.start_lockd(ls, check_interrupted);
+  world_.lockd_started = lockd.kind != harness::Started::Kind::cannot_start;
+  if (lockd.kind == harness::Started::Kind::bad_output)
+    abort(lockd_bin + " printed \"listening " + dep.lockd_text() + "\", not 'listening ADDR:PORT': is it leasehold-lockd?");
+  if (!lockd.ok()) abort(lockd.error);
+  port_ = dep.lockd_address().port();
+  say("lockd listening on port %u (SQLite store %s/lockd.db, pid %d)", port_, world_.tmp.c_str(), dep.lockd().pid());
   {
     // lockd generated its token signing key beside its store; the resource (and the agent's
     // store) verify tokens with the public key alone, copied where the sandboxes can read it.
     const std::string pub = world_.tmp + "/lockd.db.signing.key.pub";
-    public_key_path_ = db_path_.substr(0, db_path_.rfind('/')) + "/lockd-token.pub";
+    public_key_path_ = shared + "/lockd-token.pub";
     std::error_code ec;
     std::filesystem::copy_file(pub, public_key_path_, std::filesystem::copy_options::overwrite_existing, ec);
     if (ec) abort("cannot copy lockd's public key " + pub + ": " + ec.message());
@@ -616,77 +718,86 @@ void Demo::body() {
         token::key_id_text(verifier_->key_ids().front()).c_str());
   }
   event(boot_ns(), "lockd up");
-  {
-    wire::KeyLoad key = wire::load_key_file(key_path_);
-    if (!key) abort(key.message());
-    admin_ = std::make_unique<lockd::AdminClient>(SocketAddress::loopback_v4(port_), *key, WorkerId{},
-                                                  static_cast<std::int64_t>(kDemoLockdTimeoutMs) * 1'000'000);
-  }
+  admin_ = std::make_unique<lockd::AdminClient>(SocketAddress::loopback_v4(port_), *dep.key(), WorkerId{},
+                                                static_cast<std::int64_t>(kDemoLockdTimeoutMs) * 1'000'000);
   for (int i = 0; i < 2; ++i) {
-    sock_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".sock";
-    shm_[i] = world_.tmp + "/w" + std::to_string(i + 1) + ".table";
-    start_child(
-        world_.sup[i], std::string("leasehold-supervisor (") + kWorker[i] + ")",
-        {sup_bin, "--lockd", world_.net.lockd_address(i, port_), "--key-file", worker_key_[i], "--shm", shm_[i],
-         "--control-socket", sock_[i], "--ttl-ms", std::to_string(t_.ttl_ms), "--heartbeat-interval-ms",
-         std::to_string(t_.heartbeat_ms), "--kill-after-ms", std::to_string(t_.kill_after_ms),
-         // Isolated sandboxes (the default); as root each worker's from its own uid range, so
-         // the two workers' sandboxes never share a uid, nor those of another demo running now
-         // (the supervisor refuses a range that overlaps a live one's).
-         "--uid-range", demo_uid_range(i),
-         // The agents' output stays with the rest of the run (removed with it, kept by --keep).
-         "--sandbox-log-dir", world_.tmp + "/w" + std::to_string(i + 1) + "-sandbox-logs"},
-        world_.tmp + "/w" + std::to_string(i + 1) + ".log", world_.net.netns[i], err);
-    if (!world_.sup[i]) abort(err);
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (!wait_for_line(*world_.sup[i], "\nready", kStartTimeoutMs, err)) abort(err);
-    auto st = control(i, {{"v", 1}, {"op", "status"}}, f);
-    if (!st || !st->value("ok", false)) abort(std::string(kWorker[i]) + " status: " + (st ? st->dump() : f.message));
-    say("%s: supervisor pid %d%s%s, lockd at %s, kill mode %s", kWorker[i], world_.sup[i]->pid(),
-        world_.net.mode == Network::Mode::netns ? " in " : "", world_.net.netns[i].c_str(),
-        world_.net.lockd_address(i, port_).c_str(), st->value("cgroup", std::string("?")).c_str());
+    const std::string w = "w" + std::to_string(i + 1);
+    sock_[i] = world_.tmp + "/" + w + ".sock";
+    shm_[i] = world_.tmp + "/" + w + ".table";
+    harness::SupervisorSpec ss;
+    ss.bin = sup_bin;
+    ss.label = std::string("leasehold-supervisor (") + kWorker[i] + ")";
+    ss.lockd = world_.net.lockd_address(i, port_);
+    ss.key_file = worker_key_[i];
+    ss.control_socket = sock_[i];
+    ss.shm = shm_[i];
+    ss.log = world_.tmp + "/" + w + ".log";
+    ss.ttl_ms = t_.ttl_ms;
+    ss.heartbeat_interval_ms = t_.heartbeat_ms;
+    ss.kill_after_ms = t_.kill_after_ms;
+    ss.netns = world_.net.netns[i];
+    ss.ready_timeout = std::chrono::milliseconds(kStartTimeoutMs);
+    ss.extra_args = {
+        // Isolated sandboxes (the default); as root each worker's from its own uid range, so
+        // the two workers' sandboxes never share a uid, nor those of another demo running now
+        // (the supervisor refuses a range that overlaps a live one's).
+        "--uid-range", demo_uid_range(i),
+        // The agents' output stays with the rest of the run (removed with it, kept by --keep).
+        "--sandbox-log-dir", world_.tmp + "/" + w + "-sandbox-logs"};
+    if (const harness::Started s = dep.start_supervisor(ss, nullptr, check_interrupted); !s.ok()) abort(s.error);
+    auto st = control(i, {{"v", 1}, {"op", "status"}}, f_);
+    if (!st || !st->value("ok", false)) abort(std::string(kWorker[i]) + " status: " + (st ? st->dump() : f_.message));
+    say("%s: supervisor pid %d%s%s, lockd at %s, kill mode %s", kWorker[i], world_.sup(i).pid(),
+        world_.net.mode == Network::Mode::netns ? " in " : "", world_.net.netns[i].c_str(), ss.lockd.c_str(),
+        st->value("cgroup", std::string("?")).c_str());
     detail("isolation %s", st->value("isolation_text", std::string("?")).c_str());
   }
   event(boot_ns(), "supervisors up");
+  start_agent();
+}
 
-  // ---- the agent on worker 1 ---------------------------------------------------------------------
-  std::fprintf(out_, "\n");
+void Demo::start_agent() {
   say("%s: leasehold run --name %s -- leasehold agent --db resource.db ...", kWorker[0], args_.name.c_str());
-  auto a1 = control(0, agent_request(true), f);
-  if (!a1) abort(f.message);
+  auto a1 = control(0, agent_request(true), f_);
+  if (!a1) abort(f_.message);
   if (!a1->value("ok", false)) abort(supervisor_failure(*a1, "run on worker 1").message);
-  const std::string sb1 = a1->value("sandbox", std::string());
+  sb1_ = a1->value("sandbox", std::string());
   e1_ = a1->value("epoch", Epoch{0});
-  const std::uint32_t slot1 = a1->value("slot", 0u);
-  const int pidfd1 = pidfd_open(a1->value("pid", -1));
-  if (pidfd1 >= 0) world_.pidfds.push_back(pidfd1);
-  sandbox_worker_[sb1] = 0;
-  const std::int64_t t_grant1 = boot_ns();
-  event(t_grant1, "worker 1 acquired \"" + args_.name + "\" at epoch " + std::to_string(e1_) + ", agent " + sb1.substr(0, 8) + " started");
-  detail("granted: epoch %llu, sandbox %s, pid %d, shm slot %u", static_cast<unsigned long long>(e1_), sb1.c_str(),
-         a1->value("pid", -1), slot1);
+  slot1_ = a1->value("slot", 0u);
+  pidfd1_ = watch_agent(*a1, 0);
+  event(boot_ns(), "worker 1 acquired \"" + args_.name + "\" at epoch " + std::to_string(e1_) + ", agent " +
+                       sb1_.substr(0, 8) + " started");
+  detail("granted: epoch %llu, sandbox %s, pid %d, shm slot %u", static_cast<unsigned long long>(e1_), sb1_.c_str(),
+         a1->value("pid", -1), slot1_);
   const std::int64_t w1 = first_write(e1_);
   say("agent writing: first accepted write at %s with token {%s, epoch %llu, %s}", at(w1).c_str(),
-      args_.name.c_str(), static_cast<unsigned long long>(e1_), sb1.substr(0, 8).c_str());
+      args_.name.c_str(), static_cast<unsigned long long>(e1_), sb1_.substr(0, 8).c_str());
   event(w1, "first accepted write at epoch " + std::to_string(e1_));
   hold(t_.hold_ms);
+}
 
-  // ---- step 1: the same name on worker 2 ---------------------------------------------------------
-  std::fprintf(out_, "\nstep 1: start \"%s\" on %s as well\n", args_.name.c_str(), kWorker[1]);
-  auto dup = control(1, agent_request(true), f);
-  if (!dup) abort(f.message);
-  const std::int64_t t_refused = boot_ns();
-  const bool refused = answer_error(*dup) == ControlError::held;
+// ---- 1: the same name on worker 2 --------------------------------------------------------------
+
+void Demo::start_again_act() {
+  auto dup = control(1, agent_request(true), f_);
+  if (!dup) abort(f_.message);
+  dup_ = std::move(*dup);
+  const bool refused = answer_error(dup_) == ControlError::held;
   say("%s answered: %s", kWorker[1],
-      refused ? supervisor_failure(*dup, "run \"" + args_.name + "\"").message.c_str() : dup->dump().c_str());
-  check(refused, "refused: nothing started on worker 2");
-  check(dup->value("holder", std::string()) == sb1 && dup->value("epoch", Epoch{0}) == e1_,
-        "the refusal names the holder " + sb1.substr(0, 8) + " and epoch " + std::to_string(e1_));
-  event(t_refused, "worker 2 refused: held by " + sb1.substr(0, 8) + " at epoch " + std::to_string(e1_));
+      refused ? supervisor_failure(dup_, "run \"" + args_.name + "\"").message.c_str() : dup_.dump().c_str());
+  if (refused)
+    event(boot_ns(), "worker 2 refused: held by " + sb1_.substr(0, 8) + " at epoch " + std::to_string(e1_));
+}
 
-  // ---- step 2: cut worker 1 off -------------------------------------------------------------------
-  std::fprintf(out_, "\nstep 2: cut %s off from lockd\n", kWorker[0]);
+void Demo::start_again_verify() {
+  check(answer_error(dup_) == ControlError::held, "refused: nothing started on worker 2");
+  check(dup_.value("holder", std::string()) == sb1_ && dup_.value("epoch", Epoch{0}) == e1_,
+        "the refusal names the holder " + sb1_.substr(0, 8) + " and epoch " + std::to_string(e1_));
+}
+
+// ---- 2: cut worker 1 off -----------------------------------------------------------------------
+
+void Demo::cut_off_act() {
   std::optional<shm::TableReader> table1;
   try {
     table1.emplace(shm::TableReader::open(shm_[0]));
@@ -694,7 +805,7 @@ void Demo::body() {
     abort(std::string("worker 1's shm table: ") + e.what());
   }
   const std::int64_t t_cut = boot_ns();
-  if (std::string e = world_.net.cut_off(0, world_.sup[0]->pid(), port_); !e.empty()) abort(e);
+  if (std::string e = world_.net.cut_off(0, world_.sup(0).pid(), port_); !e.empty()) abort(e);
   say("%s cut off (%s)", kWorker[0],
       world_.net.mode == Network::Mode::netns ? ("link " + world_.net.host_if[0] + " down").c_str()
                                               : (world_.net.filter + " drop rules").c_str());
@@ -707,54 +818,55 @@ void Demo::body() {
     abort("lockd does not show \"" + args_.name + "\" held right after the cut: " +
           (shown.ok() ? std::string(wire::to_string(wire::type_of(shown.body))) : shown.message()));
   // ttl_left is rounded down and measured after our send: the true expiry is at or after this.
-  const std::int64_t expiry = t_show + static_cast<std::int64_t>(info->record.ttl_left_ms) * 1'000'000;
-  detail("lockd: held by %s at epoch %llu, lease expires at %s (ttl left %u ms)", info->record.holder.str().substr(0, 8).c_str(),
-         static_cast<unsigned long long>(info->record.epoch), at(expiry).c_str(), info->record.ttl_left_ms);
-  std::int64_t t_revoked = -1, t_dead = -1;
-  const std::int64_t watch_until = expiry + 3'000'000'000;
-  while (boot_ns() < watch_until && (t_revoked < 0 || t_dead < 0)) {
+  expiry_ns_ = t_show + static_cast<std::int64_t>(info->record.ttl_left_ms) * 1'000'000;
+  detail("lockd: held by %s at epoch %llu, lease expires at %s (ttl left %u ms)",
+         info->record.holder.str().substr(0, 8).c_str(), static_cast<unsigned long long>(info->record.epoch),
+         at(expiry_ns_).c_str(), info->record.ttl_left_ms);
+  std::int64_t t_revoked = -1;
+  dead_ns_ = -1;
+  const std::int64_t watch_until = expiry_ns_ + 3'000'000'000;
+  while (boot_ns() < watch_until && (t_revoked < 0 || dead_ns_ < 0)) {
     check_interrupted();
     shm::SlotSnapshot s;
-    if (t_revoked < 0 && table1->snapshot(slot1, s) == shm::TableErrc::ok &&
-        (s.revoked || s.sandbox.str() != sb1 || s.state != shm::SlotState::published))
+    if (t_revoked < 0 && table1->snapshot(slot1_, s) == shm::TableErrc::ok &&
+        (s.revoked || s.sandbox.str() != sb1_ || s.state != shm::SlotState::published))
       t_revoked = boot_ns();
-    pollfd p{pidfd1, POLLIN, 0};
-    if (t_dead < 0 && pidfd1 >= 0 && ::poll(&p, 1, 0) > 0) t_dead = boot_ns();
+    pollfd p{pidfd1_, POLLIN, 0};
+    if (dead_ns_ < 0 && pidfd1_ >= 0 && ::poll(&p, 1, 0) > 0) dead_ns_ = boot_ns();
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
-  if (t_revoked < 0 || t_dead < 0) abort("worker 1's kill-switch did not fire within 3 s after the lease expiry");
+  if (t_revoked < 0 || dead_ns_ < 0) abort("worker 1's kill-switch did not fire within 3 s after the lease expiry");
   // The supervisor's own record of the kill (CLOCK_BOOTTIME, same clock).
-  std::int64_t t_kill = t_revoked;
+  kill_ns_ = t_revoked;
   std::string kill_path = "?";
-  std::string kill_line;
-  for (int tries = 0; tries < 100 && kill_line.empty(); ++tries) {
-    kill_line = find_line(world_.sup[0]->stdout_path(), {"event=killed", "sandbox=" + sb1});
-    if (kill_line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (const std::string line = await_sup_line(0, {"event=killed", "sandbox=" + sb1_}); !line.empty()) {
+    const std::string issued = field(line, "issued_ns");
+    if (!issued.empty() && issued != "0") kill_ns_ = static_cast<std::int64_t>(std::stoull(issued));
+    kill_path = field(line, "path");
   }
-  if (!kill_line.empty()) {
-    const std::string issued = field(kill_line, "issued_ns");
-    if (!issued.empty() && issued != "0") t_kill = static_cast<std::int64_t>(std::stoull(issued));
-    kill_path = field(kill_line, "path");
-  }
-  const std::int64_t margin_ns = expiry - t_kill;
-  margin_ns_ = margin_ns;
+  margin_ns_ = expiry_ns_ - kill_ns_;
   say("kill-switch fired on %s at %s (%s; slot revoked at %s, agent process gone at %s)", kWorker[0],
-      at(t_kill).c_str(), kill_path.c_str(), at(t_revoked).c_str(), at(t_dead).c_str());
-  event(t_kill, "worker 1 kill-switch fired (" + kill_path + ")");
-  event(t_dead, "agent " + sb1.substr(0, 8) + " gone");
-  detail("margin: lockd expiry %s - kill %s = %.0f ms (at most ttl - kill_after = %llu ms)", at(expiry).c_str(),
-         at(t_kill).c_str(), static_cast<double>(margin_ns) / 1e6,
+      at(kill_ns_).c_str(), kill_path.c_str(), at(t_revoked).c_str(), at(dead_ns_).c_str());
+  event(kill_ns_, "worker 1 kill-switch fired (" + kill_path + ")");
+  event(dead_ns_, "agent " + sb1_.substr(0, 8) + " gone");
+  detail("margin: lockd expiry %s - kill %s = %.0f ms (at most ttl - kill_after = %llu ms)", at(expiry_ns_).c_str(),
+         at(kill_ns_).c_str(), static_cast<double>(*margin_ns_) / 1e6,
          static_cast<unsigned long long>(t_.ttl_ms - t_.kill_after_ms));
-  check(margin_ns > 0, "the kill-switch fired before lockd's lease expiry");
-  check(t_dead < expiry, "the agent process was gone before the lease could be given to anyone else");
-  const auto e1_tally = store_->tally(args_.name, e1_, "accepted");
-  check(e1_tally.last_ns <= t_dead, "no write of epoch " + std::to_string(e1_) + " landed after the agent was killed");
+}
 
-  // ---- step 3: worker 2 takes over ---------------------------------------------------------------
-  std::fprintf(out_, "\nstep 3: %s acquires \"%s\" once lockd's lease has expired\n", kWorker[1], args_.name.c_str());
+void Demo::cut_off_verify() {
+  check(*margin_ns_ > 0, "the kill-switch fired before lockd's lease expiry");
+  check(dead_ns_ < expiry_ns_, "the agent process was gone before the lease could be given to anyone else");
+  const auto e1_tally = store_->tally(args_.name, e1_, "accepted");
+  check(e1_tally.last_ns <= dead_ns_, "no write of epoch " + std::to_string(e1_) + " landed after the agent was killed");
+}
+
+// ---- 3: worker 2 takes over --------------------------------------------------------------------
+
+void Demo::take_over_act() {
   std::optional<nlohmann::json> a2;
   int held_answers = 0;
-  const std::int64_t acquire_until = expiry + 5'000'000'000;
+  const std::int64_t acquire_until = expiry_ns_ + 5'000'000'000;
   // Watch lockd until the lease is gone (each refused `run` would cost worker 2 a shm slot
   // that then cools down), then start the agent there.
   while (boot_ns() < acquire_until) {
@@ -769,8 +881,8 @@ void Demo::body() {
   event(t_free, "lockd: lease of epoch " + std::to_string(e1_) + " expired, name free");
   while (boot_ns() < acquire_until) {
     check_interrupted();
-    a2 = control(1, agent_request(true), f);
-    if (!a2) abort(f.message);
+    a2 = control(1, agent_request(true), f_);
+    if (!a2) abort(f_.message);
     if (a2->value("ok", false)) break;
     if (answer_error(*a2) != ControlError::held) abort(supervisor_failure(*a2, "run on worker 2").message);
     ++held_answers;
@@ -778,51 +890,63 @@ void Demo::body() {
   }
   if (!a2 || !a2->value("ok", false)) abort("worker 2 could not acquire the name within 5 s after the expiry");
   const std::int64_t t_grant2 = boot_ns();
-  const std::string sb2 = a2->value("sandbox", std::string());
+  sb2_ = a2->value("sandbox", std::string());
   e2_ = a2->value("epoch", Epoch{0});
-  sandbox_worker_[sb2] = 1;
-  const int pidfd2 = pidfd_open(a2->value("pid", -1));
-  if (pidfd2 >= 0) world_.pidfds.push_back(pidfd2);
-  const auto lockd_expire = find_line(world_.lockd->stdout_path(), {"event=expire", "name=" + args_.name});
+  pidfd2_ = watch_agent(*a2, 1);
+  const auto lockd_expire = find_line(world_.dep->lockd().stdout_path(), {"event=expire", "name=" + args_.name});
   if (!lockd_expire.empty())
     detail("lockd logged the expiry at %s", at(std::stoll(field(lockd_expire, "ts_boot_ns"))).c_str());
   say("%s acquired \"%s\" at epoch %llu (sandbox %s, pid %d%s)", kWorker[1], args_.name.c_str(),
-      static_cast<unsigned long long>(e2_), sb2.substr(0, 8).c_str(), a2->value("pid", -1),
+      static_cast<unsigned long long>(e2_), sb2_.substr(0, 8).c_str(), a2->value("pid", -1),
       held_answers > 0 ? (", after " + std::to_string(held_answers) + " \"held\" answers").c_str() : "");
-  event(t_grant2, "worker 2 acquired at epoch " + std::to_string(e2_) + ", agent " + sb2.substr(0, 8) + " started");
-  check(e2_ == e1_ + 1, "the new grant is at epoch " + std::to_string(e1_) + "+1");
+  event(t_grant2, "worker 2 acquired at epoch " + std::to_string(e2_) + ", agent " + sb2_.substr(0, 8) + " started");
   const std::int64_t w2 = first_write(e2_);
   say("agent continues on %s: first accepted write at epoch %llu at %s", kWorker[1],
       static_cast<unsigned long long>(e2_), at(w2).c_str());
   event(w2, "first accepted write at epoch " + std::to_string(e2_));
   hold(t_.hold_ms);
+}
 
-  // ---- step 4: replay a stale write ----------------------------------------------------------------
-  std::fprintf(out_, "\nstep 4: replay the old holder's last write with its token {%s, epoch %llu, %s}\n",
-               args_.name.c_str(), static_cast<unsigned long long>(e1_), sb1.substr(0, 8).c_str());
+void Demo::take_over_verify() {
+  check(e2_ == e1_ + 1, "the new grant is at epoch " + std::to_string(e1_) + "+1");
+}
+
+// ---- 4: replay a stale write, make up an epoch --------------------------------------------------
+
+void Demo::replay_act() {
   std::string last_payload = "replayed";
   for (const auto& r : audit_rows())
     if (r.verdict == "accepted" && r.epoch == e1_) last_payload = r.payload;
-  const auto holder1 = SandboxId::parse(sb1);
-  const resource::WriteResult replay = store_->write({args_.name, e1_, holder1.value_or(SandboxId{})}, last_payload);
-  say("resource: %s%s%s", std::string(resource::to_string(replay.verdict)).c_str(), replay.reason.empty() ? "" : ": ",
-      replay.reason.c_str());
-  event(replay.time_ns, "stale replay of epoch " + std::to_string(e1_) + " rejected");
-  check(replay.verdict == resource::Verdict::stale && replay.highest == e2_,
-        "the stale token is rejected where the write lands (highest seen " + std::to_string(replay.highest) + ")");
+  const SandboxId holder1 = SandboxId::parse(sb1_).value_or(SandboxId{});
+  say("replaying the last write of epoch %llu with its token {%s, epoch %llu, %s}",
+      static_cast<unsigned long long>(e1_), args_.name.c_str(), static_cast<unsigned long long>(e1_),
+      sb1_.substr(0, 8).c_str());
+  replay_ = store_->write({args_.name, e1_, holder1}, last_payload);
+  say("resource: %s%s%s", std::string(resource::to_string(replay_.verdict)).c_str(), replay_.reason.empty() ? "" : ": ",
+      replay_.reason.c_str());
+  event(replay_.time_ns, "stale replay of epoch " + std::to_string(e1_) + " rejected");
   // The old holder cannot get around the fence by making up an epoch: it has no token lockd
   // signed for it.
   const Epoch made_up = e2_ + 1000;
-  const resource::WriteResult forged =
-      store_->write({args_.name, made_up, holder1.value_or(SandboxId{})}, "made-up epoch");
+  forged_ = store_->write({args_.name, made_up, holder1}, "made-up epoch");
   say("old holder writes with a made-up epoch %llu: resource: %s%s%s", static_cast<unsigned long long>(made_up),
-      std::string(resource::to_string(forged.verdict)).c_str(), forged.reason.empty() ? "" : ": ", forged.reason.c_str());
-  event(forged.time_ns, "made-up epoch " + std::to_string(made_up) + " rejected (" + forged.reason.substr(0, forged.reason.find(':')) + ")");
-  check(forged.verdict == resource::Verdict::forged && forged.highest == e2_,
-        "a made-up epoch without lockd's signature is rejected (the fence stays at " + std::to_string(forged.highest) + ")");
+      std::string(resource::to_string(forged_.verdict)).c_str(), forged_.reason.empty() ? "" : ": ",
+      forged_.reason.c_str());
+  event(forged_.time_ns, "made-up epoch " + std::to_string(made_up) + " rejected (" +
+                             forged_.reason.substr(0, forged_.reason.find(':')) + ")");
+}
 
-  // ---- step 5: graceful transfer back to worker 1 --------------------------------------------------
-  std::fprintf(out_, "\nstep 5: graceful transfer of \"%s\" back to %s\n", args_.name.c_str(), kWorker[0]);
+void Demo::replay_verify() {
+  check(replay_.verdict == resource::Verdict::stale && replay_.highest == e2_,
+        "the stale token is rejected where the write lands (highest seen " + std::to_string(replay_.highest) + ")");
+  check(forged_.verdict == resource::Verdict::forged && forged_.highest == e2_,
+        "a made-up epoch without lockd's signature is rejected (the fence stays at " +
+            std::to_string(forged_.highest) + ")");
+}
+
+// ---- 5: graceful transfer back to worker 1 ------------------------------------------------------
+
+void Demo::transfer_act() {
   if (std::string e = world_.net.reconnect(0); !e.empty()) abort(e);
   const std::int64_t t_reconnect = boot_ns();
   {
@@ -840,37 +964,37 @@ void Demo::body() {
   say("%s reconnected (link restored at %s); lockd answers from its side again", kWorker[0], at(t_reconnect).c_str());
   event(t_reconnect, "worker 1's link to lockd restored");
   event(boot_ns(), "lockd reachable from worker 1 again");
-  auto b1 = control(0, agent_request(false), f);
-  if (!b1) abort(f.message);
+  auto b1 = control(0, agent_request(false), f_);
+  if (!b1) abort(f_.message);
   if (!b1->value("ok", false)) abort(supervisor_failure(*b1, "run on worker 1").message);
-  const std::string sb3 = b1->value("sandbox", std::string());
-  sandbox_worker_[sb3] = 0;
-  const int pidfd3 = pidfd_open(b1->value("pid", -1));
-  if (pidfd3 >= 0) world_.pidfds.push_back(pidfd3);
-  say("%s: an unnamed agent %s waits for the name (pid %d)", kWorker[0], sb3.substr(0, 8).c_str(), b1->value("pid", -1));
+  sb3_ = b1->value("sandbox", std::string());
+  pidfd3_ = watch_agent(*b1, 0);
+  say("%s: an unnamed agent %s waits for the name (pid %d)", kWorker[0], sb3_.substr(0, 8).c_str(),
+      b1->value("pid", -1));
   const lockd::Answer before = admin_->show(args_.name);
   const auto* binfo = before.as<wire::NameInfo>();
-  if (binfo == nullptr || binfo->record.state != LockPhase::held || binfo->record.holder.str() != sb2)
-    abort("before the transfer, lockd should show \"" + args_.name + "\" held by " + sb2);
+  if (binfo == nullptr || binfo->record.state != LockPhase::held || binfo->record.holder.str() != sb2_)
+    abort("before the transfer, lockd should show \"" + args_.name + "\" held by " + sb2_);
+  const NameId name_id = binfo->record.name_id;
   // Fence first: the resource rejects epoch e2 from now on, so nothing of the old holder lands
   // while the name is in transfer (lockd allocates exactly e2+1 at begin; checked below).
   const resource::WriteResult fence = store_->advance_fence(args_.name, e2_ + 1, "transfer begin");
   transfer_fence_ns_ = fence.time_ns;
-  const auto to = SandboxId::parse(sb3);
+  fence_epoch_ = fence.highest;
+  const SandboxId to = SandboxId::parse(sb3_).value_or(SandboxId{});
   if (args_.old_holder_releases_first) {
     // Lose the race on purpose: let the fenced-out holder stop and its supervisor release the
     // name before the transfer begins.
-    if (pidfd2 < 0 || wait_exit(pidfd2, t_.ttl_ms + 2000) < 0) abort("the fenced-out holder did not stop");
+    if (pidfd2_ < 0 || wait_exit(pidfd2_, t_.ttl_ms + 2000) < 0) abort("the fenced-out holder did not stop");
     std::string released;
     for (int tries = 0; tries < 500 && released.empty(); ++tries) {
       check_interrupted();
-      released = find_line(world_.sup[1]->stdout_path(), {"event=released", "sandbox=" + sb2});
+      released = find_line(world_.sup(1).stdout_path(), {"event=released", "sandbox=" + sb2_});
       if (released.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     detail("(--old-holder-releases-first) worker 2 released it first: %s", released.c_str());
   }
-  const lockd::Answer begun = admin_->transfer_begin(binfo->record.name_id, binfo->record.holder, e2_,
-                                                     to.value_or(SandboxId{}), worker_id_[0]);
+  const lockd::Answer begun = admin_->transfer_begin(name_id, binfo->record.holder, e2_, to, worker_id_[0]);
   const std::int64_t t_begin = boot_ns();
   const auto* ts = begun.as<wire::TransferState>();
   // Fencing first has a race of its own: the old holder may write, be rejected, stop itself,
@@ -879,10 +1003,10 @@ void Demo::body() {
   // gets it the way a completed transfer would have left it: free, reserved for it, epoch +1
   // (Reassign, DESIGN.md "Lock states").
   const auto* begin_deny = begun.as<wire::Deny>();
-  const bool released_first = ts == nullptr && begin_deny != nullptr &&
-                              (begin_deny->refusal == Refusal::unknown_name || begin_deny->refusal == Refusal::not_held) &&
-                              pidfd2 >= 0 && exited(pidfd2);
-  if (ts == nullptr && !released_first) abort(lockd_problem(begun, "transfer begin"));
+  reassigned_ = ts == nullptr && begin_deny != nullptr &&
+                (begin_deny->refusal == Refusal::unknown_name || begin_deny->refusal == Refusal::not_held) &&
+                pidfd2_ >= 0 && exited(pidfd2_);
+  if (ts == nullptr && !reassigned_) abort(lockd_problem(begun, "transfer begin"));
   event(fence.time_ns, "resource fence raised to epoch " + std::to_string(e2_ + 1));
   if (ts != nullptr) {
     e3_ = ts->new_epoch;
@@ -890,34 +1014,27 @@ void Demo::body() {
         static_cast<unsigned long long>(e2_), static_cast<unsigned long long>(e3_),
         static_cast<unsigned long long>(fence.highest), at(fence.time_ns).c_str());
     event(t_begin, "transfer begun at lockd: epoch " + std::to_string(e3_));
-    check(e3_ == e2_ + 1 && fence.highest == e3_, "the epoch advanced at the start of the transfer, and the resource knew it first");
   } else {
     say("transfer begin: lockd answered %s: the old holder %s, fenced out by the resource (fence %llu at %s), had "
         "already stopped and its supervisor released the name",
-        std::string(to_string(begin_deny->refusal)).c_str(), sb2.substr(0, 8).c_str(),
+        std::string(to_string(begin_deny->refusal)).c_str(), sb2_.substr(0, 8).c_str(),
         static_cast<unsigned long long>(fence.highest), at(fence.time_ns).c_str());
-    const lockd::Answer reassigned = admin_->reassign(binfo->record.name_id, to.value_or(SandboxId{}), worker_id_[0]);
+    const lockd::Answer reassigned = admin_->reassign(name_id, to, worker_id_[0]);
     const auto* ok = reassigned.as<wire::Ok>();
     if (ok == nullptr) abort(lockd_problem(reassigned, "reassign"));
     e3_ = ok->epoch;
     const std::int64_t t_reassign = boot_ns();
-    if (e3_ != fence.highest) store_->advance_fence(args_.name, e3_, "reassign");
+    if (e3_ != fence.highest) fence_epoch_ = store_->advance_fence(args_.name, e3_, "reassign").highest;
     say("lockd reassigned \"%s\" to %s at epoch %llu: free and reserved for it, as a completed transfer leaves it",
-        args_.name.c_str(), sb3.substr(0, 8).c_str(), static_cast<unsigned long long>(e3_));
-    event(t_reassign, "old holder released first; lockd reassigned the name to " + sb3.substr(0, 8) + " at epoch " +
+        args_.name.c_str(), sb3_.substr(0, 8).c_str(), static_cast<unsigned long long>(e3_));
+    event(t_reassign, "old holder released first; lockd reassigned the name to " + sb3_.substr(0, 8) + " at epoch " +
                           std::to_string(e3_));
-    check(e3_ == e2_ + 1 && fence.highest == e3_,
-          "the epoch advanced (by a reassign: the old holder had released), and the resource knew it first");
   }
   // The old holder stops: its next write is rejected as stale (it stops itself), or its
   // supervisor's next heartbeat is answered `lost` (it is killed) - whichever comes first.
-  std::int64_t t_old_gone = pidfd2 >= 0 ? wait_exit(pidfd2, t_.ttl_ms + 2000) : -1;
+  std::int64_t t_old_gone = pidfd2_ >= 0 ? wait_exit(pidfd2_, t_.ttl_ms + 2000) : -1;
   if (t_old_gone < 0) abort("the old holder did not stop within its lease TTL after the transfer began");
-  std::string exit_line;
-  for (int tries = 0; tries < 100 && exit_line.empty(); ++tries) {  // the supervisor's record of the exit
-    exit_line = find_line(world_.sup[1]->stdout_path(), {"event=exited", "sandbox=" + sb2});
-    if (exit_line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const std::string exit_line = await_sup_line(1, {"event=exited", "sandbox=" + sb2_});
   if (const auto pos = exit_line.find(" t="); pos != std::string::npos)
     t_old_gone = std::min<std::int64_t>(t_old_gone, std::stoll(exit_line.substr(pos + 3)));
   const auto reason_at = exit_line.find("reason=");
@@ -925,8 +1042,8 @@ void Demo::body() {
                               ? "its next write was rejected as stale, so it stopped itself"
                               : "its supervisor stopped it: " + (reason_at == std::string::npos ? std::string("?")
                                                                                                 : exit_line.substr(reason_at + 7));
-  say("old holder %s on %s stopped at %s: %s", sb2.substr(0, 8).c_str(), kWorker[1], at(t_old_gone).c_str(), how.c_str());
-  event(t_old_gone, "old holder " + sb2.substr(0, 8) + " stopped");
+  say("old holder %s on %s stopped at %s: %s", sb2_.substr(0, 8).c_str(), kWorker[1], at(t_old_gone).c_str(), how.c_str());
+  event(t_old_gone, "old holder " + sb2_.substr(0, 8) + " stopped");
   if (ts != nullptr) {
     // lockd completes the transfer only once worker 2 confirmed the old holder dead (its
     // KillConfirmed, or its Release of the old grant), or the old lease + lock-delay ended.
@@ -934,7 +1051,7 @@ void Demo::body() {
     const std::int64_t complete_until = boot_ns() + static_cast<std::int64_t>(t_.ttl_ms + 2000) * 1'000'000;
     for (;;) {
       check_interrupted();
-      done = admin_->transfer_complete(binfo->record.name_id, e3_);
+      done = admin_->transfer_complete(name_id, e3_);
       const auto* d = done.as<wire::Deny>();
       if (d == nullptr || d->refusal != Refusal::lock_delay || boot_ns() >= complete_until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -945,87 +1062,92 @@ void Demo::body() {
     const auto* ai = after.as<wire::NameInfo>();
     const bool confirmed = ai != nullptr && ai->record.revoke_ended == wire::RevokeEnd::kill_confirmed;
     say("transfer complete: \"%s\" free at epoch %llu, reserved for %s (%s)", args_.name.c_str(),
-        static_cast<unsigned long long>(e3_), sb3.substr(0, 8).c_str(),
+        static_cast<unsigned long long>(e3_), sb3_.substr(0, 8).c_str(),
         confirmed ? "worker 2 confirmed the old holder dead" : "the old lease + lock-delay ended");
-    event(t_complete, "transfer complete: free, reserved for " + sb3.substr(0, 8));
+    event(t_complete, "transfer complete: free, reserved for " + sb3_.substr(0, 8));
   }
   std::optional<nlohmann::json> named;
   const std::int64_t name_until = boot_ns() + 10'000'000'000;
   while (boot_ns() < name_until) {
     check_interrupted();
-    named = control(0, {{"v", 1}, {"op", "name"}, {"sandbox", sb3}, {"name", args_.name}}, f);
-    if (!named) abort(f.message);
+    named = control(0, {{"v", 1}, {"op", "name"}, {"sandbox", sb3_}, {"name", args_.name}}, f_);
+    if (!named) abort(f_.message);
     if (answer_error(*named) != ControlError::unreachable) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the link is coming back
   }
   if (!named || !named->value("ok", false))
     abort(named ? supervisor_failure(*named, "name on worker 1").message : "name on worker 1: no answer");
-  const std::int64_t t_named = boot_ns();
-  say("%s: leasehold name %s %s -> epoch %llu", kWorker[0], sb3.substr(0, 8).c_str(), args_.name.c_str(),
-      static_cast<unsigned long long>(named->value("epoch", Epoch{0})));
-  event(t_named, "worker 1 holds it again at epoch " + std::to_string(e3_) + " (agent " + sb3.substr(0, 8) + ")");
-  check(named->value("epoch", Epoch{0}) == e3_,
-        std::string("the receiver holds the name at the epoch ") +
-            (ts != nullptr ? "allocated at the begin" : "of the reassign"));
+  named_epoch_ = named->value("epoch", Epoch{0});
+  say("%s: leasehold name %s %s -> epoch %llu", kWorker[0], sb3_.substr(0, 8).c_str(), args_.name.c_str(),
+      static_cast<unsigned long long>(named_epoch_));
+  event(boot_ns(), "worker 1 holds it again at epoch " + std::to_string(e3_) + " (agent " + sb3_.substr(0, 8) + ")");
   transfer_first_write_ns_ = first_write(e3_);
   say("agent continues on %s: first accepted write at epoch %llu at %s", kWorker[0],
       static_cast<unsigned long long>(e3_), at(transfer_first_write_ns_).c_str());
   event(transfer_first_write_ns_, "first accepted write at epoch " + std::to_string(e3_));
-  std::uint64_t during = 0;
+  writes_during_transfer_ = 0;
   for (const auto& r : audit_rows())
-    if (r.verdict == "accepted" && r.time_ns >= transfer_fence_ns_ && r.time_ns < transfer_first_write_ns_) ++during;
+    if (r.verdict == "accepted" && r.time_ns >= transfer_fence_ns_ && r.time_ns < transfer_first_write_ns_)
+      ++writes_during_transfer_;
   detail("transfer window: %s .. %s (%.0f ms): %llu writes accepted", at(transfer_fence_ns_).c_str(),
          at(transfer_first_write_ns_).c_str(), static_cast<double>(transfer_first_write_ns_ - transfer_fence_ns_) / 1e6,
-         static_cast<unsigned long long>(during));
-  check(during == 0, "no write was accepted during the transfer");
+         static_cast<unsigned long long>(writes_during_transfer_));
   hold(t_.hold_ms);
-  {
-    // It keeps writing: a number of writes over at least half the hold time. On a loaded
-    // machine the agent may wait for a CPU or for the disk, so the deadline grows with the load.
-    const std::int64_t need_writes = static_cast<std::int64_t>(t_.hold_ms / t_.agent_interval_ms / kKeepWritingDivisor);
-    const std::int64_t need_span_ns = static_cast<std::int64_t>(t_.hold_ms) * 500'000;
-    const double load = load_factor();
-    const auto window_ms = static_cast<std::int64_t>(static_cast<double>(t_.hold_ms * kKeepWritingSlack) * load);
-    const std::int64_t deadline = transfer_first_write_ns_ + window_ms * 1'000'000;
-    resource::FencedStore::Tally e3_tally;
-    for (;;) {
-      e3_tally = store_->tally(args_.name, e3_, "accepted");
-      const bool enough = e3_tally.rows >= need_writes && e3_tally.last_ns - e3_tally.first_ns >= need_span_ns;
-      if (enough || pidfd3 < 0 || exited(pidfd3) || boot_ns() >= deadline) break;
-      check_interrupted();
-      maintain();
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    const std::int64_t span_ns = e3_tally.rows > 0 ? e3_tally.last_ns - e3_tally.first_ns : 0;
-    const bool alive = pidfd3 >= 0 && !exited(pidfd3);
-    char what[320];
-    std::snprintf(what, sizeof what,
-                  "the agent keeps writing on worker 1 at epoch %llu (%lld writes over %.0f ms; needed %lld over "
-                  "%lld ms, within %lld ms at load factor %.1f)%s",
-                  static_cast<unsigned long long>(e3_), static_cast<long long>(e3_tally.rows),
-                  static_cast<double>(span_ns) / 1e6, static_cast<long long>(need_writes),
-                  static_cast<long long>(need_span_ns / 1'000'000), static_cast<long long>(window_ms), load,
-                  alive ? "" : "; the agent exited");
-    if (!check(alive && e3_tally.rows >= need_writes && span_ns >= need_span_ns, what))
-      detail("the agent's last words on worker 1:%s", agent_lines(0, 5).c_str());
+  // It keeps writing: a number of writes over at least half the hold time. On a loaded
+  // machine the agent may wait for a CPU or for the disk, so the deadline grows with the load.
+  const std::int64_t need_writes = static_cast<std::int64_t>(t_.hold_ms / t_.agent_interval_ms / kKeepWritingDivisor);
+  const std::int64_t need_span_ns = static_cast<std::int64_t>(t_.hold_ms) * 500'000;
+  const double load = load_factor();
+  const auto window_ms = static_cast<std::int64_t>(static_cast<double>(t_.hold_ms * kKeepWritingSlack) * load);
+  const std::int64_t deadline = transfer_first_write_ns_ + window_ms * 1'000'000;
+  resource::FencedStore::Tally e3_tally;
+  for (;;) {
+    e3_tally = store_->tally(args_.name, e3_, "accepted");
+    const bool enough = e3_tally.rows >= need_writes && e3_tally.last_ns - e3_tally.first_ns >= need_span_ns;
+    if (enough || pidfd3_ < 0 || exited(pidfd3_) || boot_ns() >= deadline) break;
+    check_interrupted();
+    maintain();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-
-  // ---- end: release, audit ---------------------------------------------------------------------------
-  std::fprintf(out_, "\nend: release \"%s\" on %s\n", args_.name.c_str(), kWorker[0]);
-  auto rel = control(0, {{"v", 1}, {"op", "release"}, {"name", args_.name}}, f);
-  const std::int64_t t_release = boot_ns();
-  const bool released = rel && rel->value("ok", false);
-  if (released) {
-    say("released \"%s\" on %s: agent stopped, name returned to lockd", args_.name.c_str(), kWorker[0]);
-    event(t_release, "released by worker 1");
-  } else {
-    say("release on worker 1: %s", rel ? supervisor_failure(*rel, "release").message.c_str() : f.message.c_str());
-  }
-  check(released, "the holder released the name at the end");
-  audit_and_timeline();
+  const std::int64_t span_ns = e3_tally.rows > 0 ? e3_tally.last_ns - e3_tally.first_ns : 0;
+  const bool alive = pidfd3_ >= 0 && !exited(pidfd3_);
+  char what[320];
+  std::snprintf(what, sizeof what,
+                "the agent keeps writing on worker 1 at epoch %llu (%lld writes over %.0f ms; needed %lld over "
+                "%lld ms, within %lld ms at load factor %.1f)%s",
+                static_cast<unsigned long long>(e3_), static_cast<long long>(e3_tally.rows),
+                static_cast<double>(span_ns) / 1e6, static_cast<long long>(need_writes),
+                static_cast<long long>(need_span_ns / 1'000'000), static_cast<long long>(window_ms), load,
+                alive ? "" : "; the agent exited");
+  keeps_writing_ = what;
+  keeps_writing_ok_ = alive && e3_tally.rows >= need_writes && span_ns >= need_span_ns;
 }
 
-void Demo::audit_and_timeline() {
+void Demo::transfer_verify() {
+  if (!reassigned_)
+    check(e3_ == e2_ + 1 && fence_epoch_ == e3_,
+          "the epoch advanced at the start of the transfer, and the resource knew it first");
+  else
+    check(e3_ == e2_ + 1 && fence_epoch_ == e3_,
+          "the epoch advanced (by a reassign: the old holder had released), and the resource knew it first");
+  check(named_epoch_ == e3_, std::string("the receiver holds the name at the epoch ") +
+                                 (reassigned_ ? "of the reassign" : "allocated at the begin"));
+  check(writes_during_transfer_ == 0, "no write was accepted during the transfer");
+  if (!check(keeps_writing_ok_, keeps_writing_))
+    detail("the agent's last words on worker 1:%s", agent_lines(0, 5).c_str());
+}
+
+// ---- end: release, audit ------------------------------------------------------------------------
+
+void Demo::end_act() {
+  auto rel = control(0, {{"v", 1}, {"op", "release"}, {"name", args_.name}}, f_);
+  released_ = rel && rel->value("ok", false);
+  if (released_) {
+    say("released \"%s\" on %s: agent stopped, name returned to lockd", args_.name.c_str(), kWorker[0]);
+    event(boot_ns(), "released by worker 1");
+  } else {
+    say("release on worker 1: %s", rel ? supervisor_failure(*rel, "release").message.c_str() : f_.message.c_str());
+  }
   const std::vector<resource::AuditRow> rows = audit_rows();
   audit_ = resource::check_audit(rows);
   const resource::AuditReport& rep = *audit_;
@@ -1033,15 +1155,13 @@ void Demo::audit_and_timeline() {
                args_.name.c_str(), args_.keep ? db_path_.c_str() : "resource.db", rows.size(),
                static_cast<unsigned long long>(rep.accepted), static_cast<unsigned long long>(rep.rejected),
                static_cast<unsigned long long>(rep.fences));
-  std::vector<std::vector<std::string>> table;
+  Table t({"EPOCH", "HOLDER", "ACCEPTED", "STALE", "FIRST", "LAST"});
   for (const auto& e : rep.epochs) {
     std::string holders;
     for (const auto& h : e.holders) holders += (holders.empty() ? "" : ",") + who(h);
-    table.push_back({std::to_string(e.epoch), holders.empty() ? "-" : holders, std::to_string(e.accepted),
-                     std::to_string(e.rejected), e.accepted ? at(e.first_ns) : "-", e.accepted ? at(e.last_ns) : "-"});
+    t.add({std::to_string(e.epoch), holders.empty() ? "-" : holders, std::to_string(e.accepted),
+           std::to_string(e.rejected), e.accepted ? at(e.first_ns) : "-", e.accepted ? at(e.last_ns) : "-"});
   }
-  Table t({"EPOCH", "HOLDER", "ACCEPTED", "STALE", "FIRST", "LAST"});
-  for (auto& row : table) t.add(std::move(row));
   std::fputs(t.indent(2).str().c_str(), out_);
   std::fprintf(out_, "rejected writes:\n");
   for (const auto& r : rep.rejected_rows)
@@ -1049,6 +1169,11 @@ void Demo::audit_and_timeline() {
                  static_cast<unsigned long long>(r.epoch), who(r.holder).c_str(), r.reason.c_str(), r.payload.c_str());
   if (rep.rejected_rows.empty()) std::fprintf(out_, "  (none)\n");
   std::fprintf(out_, "checks:\n");
+}
+
+void Demo::end_verify() {
+  check(released_, "the holder released the name at the end");
+  const resource::AuditReport& rep = *audit_;
   for (const auto& v : rep.violations) check(false, v);
   check(rep.ok(), "epochs never decrease in acceptance order, and one holder per epoch");
   bool overlap = false;
@@ -1065,10 +1190,25 @@ void Demo::audit_and_timeline() {
   check(rep.unverified == 0, "every accepted write carried a token lockd signed (" + std::to_string(rep.verified) +
                                  " verified)");
   std::fprintf(out_, "audit: %s\n", rep.summary().c_str());
+}
 
+void Demo::print_timeline() {
   std::fprintf(out_, "\ntimeline:\n");
   std::stable_sort(timeline_.begin(), timeline_.end(), [](const Event& a, const Event& b) { return a.t_ns < b.t_ns; });
   for (const auto& e : timeline_) std::fprintf(out_, "  %10s  %s\n", at(e.t_ns).c_str(), e.what.c_str());
+}
+
+/// `leasehold demo --list-steps`: the table, one step per line ("LABEL  TITLE"), or JSON.
+void list_steps(bool json) {
+  if (json) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const Step& s : kSteps) steps.push_back({{"step", s.label}, {"title", s.title}, {"checks", s.verify != nullptr}});
+    std::printf("%s\n", steps.dump().c_str());
+    return;
+  }
+  Table t({"STEP", "TITLE"});
+  for (const Step& s : kSteps) t.add({s.label, s.title});
+  std::fputs(t.str().c_str(), stdout);
 }
 
 const Command kDemo([](CLI::App& app, int* exit_code) {
@@ -1082,6 +1222,9 @@ const Command kDemo([](CLI::App& app, int* exit_code) {
   sub->add_flag("--fast", a->fast, "short TTLs (CI): lease 1.5 s, kill-switch after 0.9 s");
   sub->add_flag("--keep", a->keep, "keep the temp dir (logs, lockd.db, resource.db) and print its path");
   sub->add_flag("--json", a->json, "print a JSON summary on stdout (the narrative goes to stderr)");
+  sub->add_flag("--list-steps", a->list_steps,
+                "print the scenario's steps (the README's list) and exit without running anything; with "
+                "--json as an array of {step, title, checks}");
   sub->add_option("--network", a->network, "auto | netns | loopback (default auto: namespaces if possible)");
   sub->add_option("--name", a->name, "the name the agent holds (default orders)");
   sub->add_option("--lockd-bin", a->lockd_bin, "path of leasehold-lockd (default: next to this binary, or PATH)");
@@ -1091,6 +1234,11 @@ const Command kDemo([](CLI::App& app, int* exit_code) {
                 "that race)")
       ->group("");
   sub->callback([a, exit_code] {
+    if (a->list_steps) {
+      list_steps(a->json);
+      *exit_code = kOk;
+      return;
+    }
     // Usage errors stop here, before anything is started or printed.
     Failure f;
     if (a->network != "auto" && a->network != "netns" && a->network != "loopback") {

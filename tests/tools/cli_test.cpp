@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -1071,6 +1072,59 @@ TEST_F(CliTest, DemoUsageErrorsStartNothing) {
   }
 }
 
+/// The numbered items of the README's "What the demo shows", each on one line with the
+/// Markdown emphasis removed.
+std::vector<std::string> readme_demo_steps() {
+  std::ifstream in(std::string(LEASEHOLD_SOURCE_DIR) + "/README.md");
+  std::vector<std::string> items;
+  bool in_section = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) {
+      in_section = line == "## What the demo shows";
+      continue;
+    }
+    if (!in_section) continue;
+    std::smatch m;
+    if (std::regex_match(line, m, std::regex(R"(([0-9]+)\. (.*))"))) {
+      items.push_back(m[2].str());
+    } else if (!items.empty() && line.rfind("   ", 0) == 0 && !items.back().empty()) {
+      items.back() += " " + line.substr(line.find_first_not_of(' '));
+    } else if (!items.empty() && line.empty()) {
+      items.push_back("");  // the list ended
+    }
+  }
+  while (!items.empty() && items.back().empty()) items.pop_back();
+  items.erase(std::remove(items.begin(), items.end(), std::string()), items.end());
+  for (auto& item : items)
+    for (std::size_t p; (p = item.find("**")) != std::string::npos;) item.erase(p, 2);
+  return items;
+}
+
+TEST_F(CliTest, DemoStepsAreTheReadmeList) {
+  const Result r = cli({"demo", "--list-steps", "--json"});
+  ASSERT_EQ(r.code, kOk) << r.err;
+  const auto steps = nlohmann::json::parse(r.out);
+  ASSERT_GE(steps.size(), 3u) << r.out;
+  EXPECT_EQ(steps.front()["step"], "set-up");
+  EXPECT_EQ(steps.back()["step"], "end");
+  std::vector<std::string> numbered;
+  for (const auto& s : steps)
+    if (std::isdigit(static_cast<unsigned char>(s["step"].get<std::string>()[0]))) {
+      EXPECT_EQ(s["step"], std::to_string(numbered.size() + 1));
+      EXPECT_TRUE(s["checks"].get<bool>()) << s["title"] << ": a numbered step checks what it shows";
+      numbered.push_back(s["title"].get<std::string>());
+    }
+  const std::vector<std::string> readme = readme_demo_steps();
+  ASSERT_EQ(readme.size(), numbered.size()) << "README lists " << readme.size() << " steps, the demo runs "
+                                            << numbered.size();
+  for (std::size_t i = 0; i < readme.size(); ++i)
+    EXPECT_EQ(readme[i].substr(0, numbered[i].size()), numbered[i]) << "README step " << i + 1 << ": " << readme[i];
+  // The plain listing is the same table.
+  const Result plain = cli({"demo", "--list-steps"});
+  ASSERT_EQ(plain.code, kOk) << plain.err;
+  for (const auto& s : steps) EXPECT_NE(plain.out.find(s["title"].get<std::string>()), std::string::npos) << plain.out;
+}
+
 #ifdef LEASEHOLD_DEMO_RUNS
 /// The demo, interrupted by a signal once worker 1 is cut off (namespaces, a downed link or a
 /// filter table, the temp dir, three processes and an agent all exist then): it must exit
@@ -1126,6 +1180,20 @@ TEST_P(DemoInterruptTest, CleansUpAndExits128PlusTheSignal) {
   EXPECT_TRUE(j["epochs"][2].is_null());
   EXPECT_TRUE(j["audit"].is_null());
   EXPECT_TRUE(j["kill_margin_ms"].is_null()) << "the kill-switch step had not finished";
+  // Per step: set-up and step 1 finished with their checks held; step 2 began and did not
+  // finish; the rest never began.
+  const auto& steps = j["steps"];
+  ASSERT_EQ(steps.size(), 7u) << steps.dump();
+  for (int i : {0, 1}) {
+    EXPECT_EQ(steps[i]["ran"], true) << steps[i].dump();
+    EXPECT_EQ(steps[i]["ok"], true) << steps[i].dump();
+    EXPECT_GT(steps[i]["took_ms"].get<double>(), 0.0) << steps[i].dump();
+  }
+  EXPECT_EQ(steps[2]["step"], "2");
+  EXPECT_EQ(steps[2]["ran"], true);
+  EXPECT_TRUE(steps[2]["ok"].is_null()) << steps[2].dump();
+  EXPECT_TRUE(steps[2]["took_ms"].is_null()) << steps[2].dump();
+  for (std::size_t i = 3; i < steps.size(); ++i) EXPECT_EQ(steps[i]["ran"], false) << steps[i].dump();
 }
 
 // Step 5 fences the resource before it begins the transfer at lockd, so the old holder may be
@@ -1167,6 +1235,12 @@ TEST_F(CliTest, DemoWhenTheOldHolderReleasesBeforeTheTransferBegins) {
   }
   EXPECT_TRUE(reassigned) << r.out;
   EXPECT_EQ(j["audit"]["violations"].size(), 0u);
+  ASSERT_EQ(j["steps"].size(), 7u);
+  for (const auto& s : j["steps"]) {
+    EXPECT_EQ(s["ran"], true) << s.dump();
+    EXPECT_EQ(s["ok"], true) << s.dump();
+    EXPECT_TRUE(s["took_ms"].is_number()) << s.dump();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, DemoInterruptTest, ::testing::Values(SIGHUP, SIGINT, SIGTERM),
