@@ -27,7 +27,20 @@ namespace leasehold::sim {
 std::int64_t SimConfig::pause_budget_ns() const noexcept { return timing::check_safety(timing).margin_ns; }
 
 SimConfig with_drawn_timing(SimConfig cfg) {
-  if (!cfg.faults || !cfg.draw_kill_after) return cfg;
+  if (!cfg.faults || !cfg.draw_timing) return cfg;
+  // The inequality's other terms first (their own stream): the lease TTL up to twice the
+  // configured one (whole ms, as lockd takes it), the clock-rate bound up to 5x, the wheel's
+  // granularity up to 10x. Each stays safe at the configured kill_after (validate() checks the
+  // configured values; a larger TTL only adds margin, and at the defaults the worst rate and
+  // granularity leave 131 ms).
+  const timing::Inputs configured = cfg.timing;
+  Rng t(cfg.seed ^ 0x5eed7e3a5eed7e3aULL);
+  cfg.timing.ttl_ns = t.range(cfg.timing.ttl_ns / kMs, 2 * cfg.timing.ttl_ns / kMs) * kMs;
+  cfg.timing.rho_ppb = t.range(0, 5 * cfg.timing.rho_ppb);
+  cfg.timing.wheel_granularity_ns = t.range(cfg.timing.wheel_granularity_ns, 10 * cfg.timing.wheel_granularity_ns);
+  // Not safe with the configured kill_after at these draws (a configuration already near its
+  // limit): the configured terms stay.
+  if (timing::check_safety(cfg.timing).margin_ns < kMs) cfg.timing = configured;
   timing::Inputs in = cfg.timing;
   std::int64_t lo = cfg.timing.kill_after_ns;
   std::int64_t hi = cfg.timing.ttl_ns;
@@ -218,6 +231,9 @@ class World final : public SupervisorEnv, public LockdEnv {
     }
     if (cfg_.preemptible()) ++counts_.preemptible_runs;
     // The seed's drawn timing (with_drawn_timing), first in the trace.
+    record(kWorldNode, "ttl_ms", 0, static_cast<std::uint64_t>(cfg_.timing.ttl_ns / kMs));
+    record(kWorldNode, "rho_ppm", 0, static_cast<std::uint64_t>(cfg_.timing.rho_ppb / 1000));
+    record(kWorldNode, "wheel_granularity_us", 0, static_cast<std::uint64_t>(cfg_.timing.wheel_granularity_ns / 1000));
     record(kWorldNode, "kill_after_ms", 0, static_cast<std::uint64_t>(cfg_.timing.kill_after_ns / kMs));
     record(kWorldNode, "pause_budget_us", 0, static_cast<std::uint64_t>(cfg_.pause_budget_ns() / 1000));
     if (cfg_.faults) plan_faults(setup);

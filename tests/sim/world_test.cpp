@@ -107,9 +107,46 @@ TEST(SimWorld, KillAfterIsDrawnPerSeedDownToOneMillisecondOfMargin) {
   EXPECT_EQ(with_drawn_timing(quiet).timing.kill_after_ns, quiet.timing.kill_after_ns);
 }
 
+// The inequality's other terms are drawn too: the TTL (1x..2x), ρ (0..5x) and the wheel's
+// granularity (1x..10x), each seed's combination safe, and the seeds reach both ends of each.
+TEST(SimWorld, TtlRhoAndGranularityAreDrawnPerSeed) {
+  const SimConfig c;
+  std::int64_t ttl_lo = INT64_MAX, ttl_hi = 0, rho_lo = INT64_MAX, rho_hi = 0, gran_lo = INT64_MAX, gran_hi = 0;
+  for (std::uint64_t s = 1; s <= 300; ++s) {
+    SimConfig k = c;
+    k.seed = s;
+    const SimConfig d = with_drawn_timing(k);
+    EXPECT_TRUE(d.validate().ok()) << "seed " << s << ": " << d.validate().message();
+    EXPECT_EQ(d.timing.ttl_ns % kMs, 0) << "seed " << s;
+    EXPECT_GE(d.timing.ttl_ns, c.timing.ttl_ns);
+    EXPECT_LE(d.timing.ttl_ns, 2 * c.timing.ttl_ns);
+    EXPECT_LE(d.timing.rho_ppb, 5 * c.timing.rho_ppb);
+    EXPECT_GE(d.timing.wheel_granularity_ns, c.timing.wheel_granularity_ns);
+    EXPECT_LE(d.timing.wheel_granularity_ns, 10 * c.timing.wheel_granularity_ns);
+    EXPECT_LT(d.timing.kill_after_ns, d.timing.ttl_ns);
+    ttl_lo = std::min(ttl_lo, d.timing.ttl_ns), ttl_hi = std::max(ttl_hi, d.timing.ttl_ns);
+    rho_lo = std::min(rho_lo, d.timing.rho_ppb), rho_hi = std::max(rho_hi, d.timing.rho_ppb);
+    gran_lo = std::min(gran_lo, d.timing.wheel_granularity_ns), gran_hi = std::max(gran_hi, d.timing.wheel_granularity_ns);
+  }
+  EXPECT_LT(ttl_lo, c.timing.ttl_ns * 11 / 10);
+  EXPECT_GT(ttl_hi, c.timing.ttl_ns * 19 / 10);
+  EXPECT_LT(rho_lo, c.timing.rho_ppb / 2);
+  EXPECT_GT(rho_hi, c.timing.rho_ppb * 4);
+  EXPECT_LT(gran_lo, c.timing.wheel_granularity_ns * 2);
+  EXPECT_GT(gran_hi, c.timing.wheel_granularity_ns * 9);
+  // Where a draw would leave the configured kill_after unsafe, the configured terms stay.
+  SimConfig tight = c;
+  tight.timing.kill_after_ns = 900 * kMs;  // 1000*(1-1e-3) - 900*(1+1e-3) - 1 - 50 = 47 ms margin
+  for (std::uint64_t s = 1; s <= 300; ++s) {
+    tight.seed = s;
+    const SimConfig d = with_drawn_timing(tight);
+    EXPECT_GE(d.pause_budget_ns(), kMs) << "seed " << s;
+  }
+}
+
 TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
   // The catching seeds of tests/sim/CMakeLists.txt.
-  for (const std::uint64_t s : {1u, 2u, 6u, 15u}) {
+  for (const std::uint64_t s : {1u, 2u, 14u, 47u}) {
     SimConfig c;
     c.seed = s;
     const RunResult r = run_seed(c);

@@ -70,10 +70,12 @@ struct SimConfig {
   std::int64_t worker_ttl_ns = 0;
 
   bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
-  /// With faults, each seed draws its kill_after (own stream) from timing.kill_after_ns up to
-  /// the largest that leaves the safety inequality 1 ms of margin (about 946 ms at the defaults),
-  /// and a killed sandbox takes up to the whole kill-latency budget to die.
-  bool draw_kill_after = true;
+  /// With faults, each seed draws its timing (own streams, with_drawn_timing): the TTL from
+  /// timing.ttl_ns up to twice it, ρ from 0 up to 5x timing.rho_ppb, the wheel granularity up
+  /// to 10x, then its kill_after from timing.kill_after_ns up to the largest that leaves the
+  /// safety inequality 1 ms of margin; a killed sandbox takes up to the whole kill-latency
+  /// budget to die.
+  bool draw_timing = true;
   bool over_budget_pauses = true; ///< a few seeds get one pause beyond the pause budget
 
   /// ttl(1-ρ) - kill_after(1+ρ) - wheel_granularity - kill_latency_budget (timing::check_safety's
@@ -151,10 +153,13 @@ struct RunResult {
 using TraceFn = std::function<void(std::string_view)>;
 
 /// Runs one seed. `trace` (may be empty) gets every line; the hash is computed either way.
-/// `cfg` as seed cfg.seed runs it: with faults and draw_kill_after, its kill_after drawn (from
-/// the seed, its own stream) uniformly from cfg.timing.kill_after_ns up to the largest that
-/// leaves the safety inequality (lease/timing.hpp) 1 ms of margin, so a seed can run with
-/// almost no slack and an error in any of the inequality's terms shows. Otherwise `cfg`.
+/// `cfg` as seed cfg.seed runs it: with faults and draw_timing, its TTL (whole ms, from
+/// cfg.timing.ttl_ns to twice it), clock-rate bound ρ (0 to 5x cfg's) and wheel granularity (1x
+/// to 10x cfg's) drawn from the seed (one stream), then its kill_after (another) uniformly from
+/// cfg.timing.kill_after_ns up to the largest that leaves the safety inequality
+/// (lease/timing.hpp) 1 ms of margin, so a seed can run with almost no slack and an error in
+/// any of the inequality's terms shows. The configured TTL, ρ and granularity stay where their
+/// draw would leave the configured kill_after unsafe. Otherwise `cfg`.
 SimConfig with_drawn_timing(SimConfig cfg);
 
 /// Throws std::invalid_argument with validate()'s message for a bad config.
