@@ -191,6 +191,9 @@ class World final : public SupervisorEnv, public LockdEnv {
     const std::uint32_t n_nodes = cfg_.supervisors + 1;
     clocks_.resize(n_nodes);
     paused_until_.assign(n_nodes, 0);
+    last_step_pause_end_.assign(n_nodes, 0);
+    // Intra-step pauses draw from their own stream, so the other draws of a seed do not move.
+    step_pause_rng_ = Rng(cfg_.seed ^ 0x57e9a05e57e9a05eULL);
     wake_at_.assign(n_nodes, kNever);
     wake_gen_.assign(n_nodes, 0);
     for (auto& c : clocks_) {
@@ -286,18 +289,19 @@ class World final : public SupervisorEnv, public LockdEnv {
     ++counts_.sandboxes_started;
     std::int64_t life = proc_rng_.range(500 * kMs, 8 * kS);
     if (proc_rng_.chance(0.1)) life = proc_rng_.range(8 * kS, cfg_.sandbox_lifetime_max_ns);
-    push(now_ + life, kWorldNode, [this, sb] { sandbox_exit(sb, false); });
-    push(now_ + proc_rng_.range(0, cfg_.write_interval_ns), kWorldNode, [this, sb] { sandbox_write(sb); });
+    const std::int64_t start = now_ + effects_delay_ns_;  // it starts after a step pause
+    push(start + life, kWorldNode, [this, sb] { sandbox_exit(sb, false); });
+    push(start + proc_rng_.range(0, cfg_.write_interval_ns), kWorldNode, [this, sb] { sandbox_write(sb); });
     record(1 + static_cast<int>(worker), "spawn", sb.lo, epoch);
   }
   void kill(std::uint32_t worker, SandboxId sb, std::string_view why) override {
     const auto it = sandboxes_.find(sb);
     if (it == sandboxes_.end() || it->second.fate.exited || it->second.fate.killed) return;
     it->second.fate.killed = true;
-    it->second.fate.killed_at_ns = now_;
+    it->second.fate.killed_at_ns = now_ + effects_delay_ns_;  // the kill lands after a step pause
     ++counts_.kills;
     const std::int64_t k = proc_rng_.range(0, kill_ticks_max_);
-    push(now_ + k * cfg_.sandbox_tick_ns, kWorldNode, [this, sb] { sandbox_exit(sb, true); });
+    push(now_ + effects_delay_ns_ + k * cfg_.sandbox_tick_ns, kWorldNode, [this, sb] { sandbox_exit(sb, true); });
     record(1 + static_cast<int>(worker), why, sb.lo, static_cast<std::uint64_t>(k));
   }
   void note(std::uint32_t worker, std::string_view what, std::uint64_t a, std::uint64_t b) override {
@@ -436,10 +440,33 @@ class World final : public SupervisorEnv, public LockdEnv {
     queue_.push(Event{std::max(at, now_), next_seq_++, node, std::move(fn)});
   }
 
+  /// An intra-step pause of `node`, drawn now: the node reads its clock, then stops for the
+  /// returned ns before what it decided takes effect (its datagrams leave, its kills land, its
+  /// sandboxes start), and its next events wait as in a pause. Within the pause budget, never
+  /// within a budget of another pause of the node (so no stall adds up past the budget); 0 for
+  /// none.
+  std::int64_t step_pause(int node) {
+    if (!cfg_.faults || now_ >= cfg_.heal_ns || !step_pause_rng_.chance(0.0005)) return 0;
+    const std::int64_t budget = cfg_.pause_budget_ns();
+    const std::int64_t d = step_pause_rng_.range(10'000, std::max<std::int64_t>(10'000, budget * 9 / 10));
+    if (now_ < last_step_pause_end_[static_cast<std::size_t>(node)] + budget) return 0;
+    for (const Pause& p : pauses_)
+      if (p.node == node && p.start_ns <= now_ + d + budget && p.end_ns + budget >= now_) return 0;
+    last_step_pause_end_[static_cast<std::size_t>(node)] = now_ + d;
+    auto& until = paused_until_[static_cast<std::size_t>(node)];
+    until = std::max(until, now_ + d);
+    ++counts_.step_pauses;
+    record(node, "step_pause", static_cast<std::uint64_t>(d), 0);
+    return d;
+  }
+
   /// Runs `step` on a node (it returns its next wake on its own clock) and schedules that wake.
   template <class Step>
   void run_node(int node, Step&& step) {
+    const std::int64_t delay = step_pause(node);
+    effects_delay_ns_ = delay;
     const std::int64_t next_local = step();
+    effects_delay_ns_ = 0;
     const std::int64_t at = next_local == kNever ? kNever : clocks_[static_cast<std::size_t>(node)].true_at(next_local);
     auto& w = wake_at_[static_cast<std::size_t>(node)];
     if (at >= w && w > now_) return;  // an earlier wake is already scheduled
@@ -512,7 +539,7 @@ class World final : public SupervisorEnv, public LockdEnv {
         ++counts_.datagrams_delayed;
       }
       const int to_node = to_lockd ? kLockd : worker < sups_.size() ? 1 + static_cast<int>(worker) : kWorldNode;
-      push(now_ + delay, to_node, [this, &path, data, index, worker, to_lockd] {
+      push(now_ + effects_delay_ns_ + delay, to_node, [this, &path, data, index, worker, to_lockd] {
         if (index < path.highest_delivered) ++counts_.datagrams_reordered;
         path.highest_delivered = std::max(path.highest_delivered, index);
         deliver(worker, to_lockd, *data);
@@ -842,6 +869,11 @@ class World final : public SupervisorEnv, public LockdEnv {
   std::vector<Partition> partitions_;
   std::vector<Congestion> congestions_;
   std::vector<Pause> pauses_;
+  Rng step_pause_rng_{0};
+  std::vector<std::int64_t> last_step_pause_end_;  ///< per node: when its last intra-step pause ended
+  /// While a node's step runs: how long after the step's clock read its effects happen (an
+  /// intra-step pause); 0 otherwise.
+  std::int64_t effects_delay_ns_ = 0;
 
   SimDisk disk_;
   std::int64_t disk_base_ns_ = 0;

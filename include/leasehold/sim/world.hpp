@@ -105,6 +105,7 @@ struct SimConfig {
   X(pauses, "node pauses (the pause-probe's fault)")                                        \
   X(pauses_over_budget, "supervisor pauses longer than the pause budget")                   \
   X(events_deferred_by_pause, "events that waited for a paused node")                       \
+  X(step_pauses, "pauses between a node's clock read and the effects of its step")         \
   X(lockd_crashes, "lockd crashes")                                                         \
   X(lockd_restarts, "lockd restarts from the durable store")                                \
   X(batches_lost, "disk batches a crash lost before they were durable")                     \
