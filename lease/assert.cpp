@@ -7,6 +7,8 @@
 
 namespace leasehold::detail {
 
+bool slow_asserts_enabled = false;
+
 void assert_failed(const char* file, int line, const char* expr) noexcept {
   // One write(2) of a stack buffer: no allocation and no stdio lock, so it is safe on any
   // thread (the rt thread included) and cannot deadlock on a lock the failing thread holds.
@@ -20,3 +22,9 @@ void assert_failed(const char* file, int line, const char* expr) noexcept {
 }
 
 }  // namespace leasehold::detail
+
+namespace leasehold {
+
+void enable_slow_asserts() noexcept { detail::slow_asserts_enabled = true; }
+
+}  // namespace leasehold

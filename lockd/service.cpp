@@ -1,9 +1,9 @@
 #include "leasehold/lockd/service.hpp"
 
 #include "leasehold/io/clock.hpp"
+#include "leasehold/lease/assert.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -206,6 +206,9 @@ bool LockService::overloaded() const noexcept {
 void LockService::on_datagram(std::span<const std::uint8_t> bytes, const SocketAddress& from,
                               std::int64_t now_ns) {
   if (failed_) return;
+  // One clock, never backwards (the loop reads it once per turn): deferred answers, the
+  // receiver's windows and the table all order by it.
+  LEASEHOLD_ASSERT(now_ns >= now_ns_);
   now_ns_ = now_ns;
   const std::int64_t now = now_ns;
   wire::Admission a = receiver_.admit(bytes, &from, now);
@@ -1202,6 +1205,10 @@ bool LockService::apply_verdicts() {
   verdicts_.clear();
   store_.poll(verdicts_);
   for (const DurabilityVerdict& v : verdicts_) {
+    // The durability end of "no answer before its change is durable": a verdict names a change
+    // this service submitted. One for a seq never handed to the store (a store bug, or another
+    // service's verdicts) would release answers whose changes no disk holds.
+    LEASEHOLD_ASSERT(v.seq != 0 && v.seq <= submitted_seq_);
     if (v.kind != DurabilityVerdict::Kind::durable) {
       // The contract (durability.hpp): rejected is treated as failed. The table has moved past
       // what the store holds; nothing that waited for this seq or a later one is answered.
@@ -1219,6 +1226,7 @@ bool LockService::apply_verdicts() {
 }
 
 std::int64_t LockService::tick(std::int64_t now_ns) {
+  LEASEHOLD_ASSERT(now_ns >= now_ns_);
   if (!apply_verdicts()) {
     flush_log(durable_seq_);
     return now_ns;

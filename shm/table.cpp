@@ -703,6 +703,8 @@ TableErrc TableWriter::publish(std::uint32_t slot, NameId name, std::string_view
   // epoch only grows until the slot is freed; a lower one would re-validate a fenced token.
   LEASEHOLD_ASSERT(cur == 0 || epoch >= cur);
   if (cur == epoch) {  // same epoch again: only the deadline and the descriptive fields move
+    // valid_until never decreasing for an epoch, as in extend().
+    LEASEHOLD_ASSERT(valid_until_ns >= s->valid_until_ns.load(std::memory_order_relaxed));
     s->valid_until_ns.store(valid_until_ns, std::memory_order_release);
   } else {
     // Leave the old epoch first, so no reader pairs the new deadline with it.

@@ -5,6 +5,7 @@
 //
 // Exit codes: 0 no invariant violated, 1 a violation (each failing seed is printed with the
 // first invariant it broke), 2 usage or a malformed argument, 70 internal error.
+#include "leasehold/lease/assert.hpp"
 #include "leasehold/sim/world.hpp"
 
 #include <CLI/CLI.hpp>
@@ -152,6 +153,9 @@ std::string failure_line(const RunResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every slow assertion of the linked libraries (the codec's round trip, the sandbox table's
+  // cross-check) runs here, before the sweep's threads start.
+  leasehold::enable_slow_asserts();
   CLI::App app{
       "leasehold-sim: the deterministic simulator of lockd, supervisors, sandboxes and a fenced resource.\n"
       "One seed drives the network, the clocks, the disk and the processes, so a failure replays exactly.\n"

@@ -92,6 +92,8 @@ void SandboxTable::check() const {
 void SandboxTable::checked() const {
 #if LEASEHOLD_SLOW_ASSERTS
   check();
+#else
+  if (detail::slow_asserts_enabled) [[unlikely]] check();
 #endif
 }
 

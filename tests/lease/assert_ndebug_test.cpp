@@ -26,5 +26,16 @@ TEST(AssertNdebug, SlowAssertIsOffUnderNdebug) {
 #endif
 }
 
+// After enable_slow_asserts() (the simulator calls it) code compiled under NDEBUG checks its
+// slow invariants too. Last in this file: it turns them on for the rest of the process.
+TEST(AssertNdebugDeathTest, SlowAssertRunsAfterEnableSlowAsserts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  enable_slow_asserts();
+  int evaluated = 0;
+  LEASEHOLD_ASSERT_SLOW(++evaluated == 1);
+  EXPECT_EQ(evaluated, 1);
+  EXPECT_DEATH(LEASEHOLD_ASSERT_SLOW(evaluated == 2), "LEASEHOLD_ASSERT\\(evaluated == 2\\) failed");
+}
+
 }  // namespace
 }  // namespace leasehold

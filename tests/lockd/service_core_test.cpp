@@ -178,5 +178,34 @@ TEST(ServiceCore, RestartFromARestoredTableKeepsTheGrantAndItsEpoch) {
   EXPECT_EQ(std::get<wire::Deny>(answer).holder, sb);
 }
 
+// The service's end of "now is monotone": a clock reading earlier than the last one served,
+// in a datagram or a tick, aborts (the table would otherwise order deadlines by it).
+TEST(ServiceCoreDeathTest, AClockThatGoesBackwardsAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/a", sandbox(1)), kT0 + 10);
+  rig.service->tick(kT0 + 10);  // the same instant again is fine
+  EXPECT_DEATH(rig.deliver(rig.acquire("jobs/b", sandbox(2)), kT0 + 9), "LEASEHOLD_ASSERT\\(now_ns >= now_ns_\\) failed");
+  EXPECT_DEATH(rig.service->tick(kT0 + 9), "LEASEHOLD_ASSERT\\(now_ns >= now_ns_\\) failed");
+  rig.settle(kT0 + 11);
+  EXPECT_EQ(rig.net.sent.size(), 1u);
+}
+
+// The service's end of "answered only once durable": a verdict for a change it never handed to
+// the store aborts rather than releasing answers no disk holds.
+TEST(ServiceCoreDeathTest, AVerdictForAChangeNeverSubmittedAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/a", sandbox(1)), kT0);
+  rig.service->tick(kT0);
+  ASSERT_EQ(rig.disk.submitted.size(), 1u);
+  const std::uint64_t last = rig.disk.submitted[0].last_seq;
+  rig.disk.ready.push_back(DurabilityVerdict{last + 1, DurabilityVerdict::Kind::durable, {}});
+  EXPECT_DEATH(rig.service->tick(kT0 + 1), "LEASEHOLD_ASSERT\\(v.seq != 0 && v.seq <= submitted_seq_\\) failed");
+  rig.disk.ready.clear();
+  rig.settle(kT0 + 2);
+  EXPECT_EQ(rig.net.sent.size(), 1u) << "the real verdict still releases the grant";
+}
+
 }  // namespace
 }  // namespace leasehold::lockd

@@ -242,6 +242,14 @@ TEST_F(ShmTableDeathTest, ExtendingToAnEarlierDeadlineAborts) {
   EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + 1999));
 }
 
+// The same end through publish(): the same epoch again may move its deadline only forward.
+TEST_F(ShmTableDeathTest, RepublishingAnEpochWithAnEarlierDeadlineAborts) {
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 4, now + 1000), TableErrc::ok);
+  EXPECT_DEATH(w.publish(c.slot, name_id_of("n"), "n", 4, now + 999), "LEASEHOLD_ASSERT\\(valid_until_ns >= .*\\) failed");
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 4, now + 1000), TableErrc::ok) << "the same deadline again is fine";
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 5, now + 500), TableErrc::ok) << "a new epoch starts its own deadline";
+}
+
 TEST(ShmTable, RevokeIsStickyUntilFree) {
   TempTable t;
   auto o = options_for(t, 1);

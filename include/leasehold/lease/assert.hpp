@@ -9,9 +9,11 @@
 // calls std::abort().
 //
 // LEASEHOLD_ASSERT_SLOW(cond) is for checks too costly for the hot path of a release build
-// (the codec's decode-after-encode round trip). It is on when NDEBUG is not defined (the debug
-// and sanitizer presets) or when LEASEHOLD_SLOW_ASSERTS is defined to 1 (simulator builds);
-// otherwise `cond` is not evaluated.
+// (the codec's decode-after-encode round trip). It is compiled on when NDEBUG is not defined
+// (the debug and sanitizer presets) or when LEASEHOLD_SLOW_ASSERTS is defined to 1. Otherwise
+// `cond` is evaluated only after enable_slow_asserts() (one load and a branch when it was not
+// called): the simulator calls it, so the libraries it links - built once, for production too -
+// check their slow invariants under it.
 #pragma once
 
 namespace leasehold::detail {
@@ -19,7 +21,19 @@ namespace leasehold::detail {
 /// Reports a failed assertion and aborts. Never returns.
 [[noreturn]] void assert_failed(const char* file, int line, const char* expr) noexcept;
 
+/// Whether LEASEHOLD_ASSERT_SLOW runs in code compiled without slow assertions. Written only by
+/// enable_slow_asserts(), before the program starts its threads.
+extern bool slow_asserts_enabled;
+
 }  // namespace leasehold::detail
+
+namespace leasehold {
+
+/// Turns LEASEHOLD_ASSERT_SLOW on for the whole process (the simulator, at start). Call it
+/// before any thread that runs checked code starts; it cannot be turned off again.
+void enable_slow_asserts() noexcept;
+
+}  // namespace leasehold
 
 #define LEASEHOLD_ASSERT(cond)                                                   \
   do {                                                                           \
@@ -38,8 +52,9 @@ namespace leasehold::detail {
 #if LEASEHOLD_SLOW_ASSERTS
 #define LEASEHOLD_ASSERT_SLOW(cond) LEASEHOLD_ASSERT(cond)
 #else
-#define LEASEHOLD_ASSERT_SLOW(cond) \
-  do {                              \
-    if (false) (void)(cond);        \
+#define LEASEHOLD_ASSERT_SLOW(cond)                                  \
+  do {                                                               \
+    if (::leasehold::detail::slow_asserts_enabled) [[unlikely]]      \
+      LEASEHOLD_ASSERT(cond);                                        \
   } while (false)
 #endif
