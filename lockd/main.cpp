@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
   while (!stopping) {
     const int rc = loop->run_once(service->wait_ns());
     if (rc < 0) {
-      std::fprintf(stderr, "leasehold-lockd: io_uring_enter failed: %s\n", std::strerror(-rc));
+      leasehold::stderr_log().write(std::string("leasehold-lockd: io_uring_enter failed: ") + std::strerror(-rc) + "\n");
       return 1;
     }
     if (reload) {
@@ -238,8 +238,10 @@ int main(int argc, char** argv) {
                                       err.message() + "\n");
     }
     if (!service->after_iteration()) {
-      std::fprintf(stderr, "leasehold-lockd: stopping: the store failed, nothing of the failed batch "
-                           "was acknowledged: %s\n", service->failure().c_str());
+      // Through the log queue, after the lines it holds (and never blocking on a full stderr):
+      // it is flushed, with a bound, at exit.
+      leasehold::stderr_log().write("leasehold-lockd: stopping: the store failed, nothing of the failed batch "
+                                    "was acknowledged: " + service->failure() + "\n");
       return 1;
     }
   }
@@ -249,7 +251,7 @@ int main(int argc, char** argv) {
   service.reset();
   ::close(sfd);
   if (!drained) {
-    std::fprintf(stderr, "leasehold-lockd: the store failed while stopping\n");
+    leasehold::stderr_log().write("leasehold-lockd: the store failed while stopping\n");
     return 1;
   }
   return 0;
