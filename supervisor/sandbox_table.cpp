@@ -90,11 +90,7 @@ void SandboxTable::check() const {
 }
 
 void SandboxTable::checked() const {
-#if LEASEHOLD_SLOW_ASSERTS
-  check();
-#else
-  if (detail::slow_asserts_enabled) [[unlikely]] check();
-#endif
+  if (slow_asserts_on()) [[unlikely]] check();
 }
 
 }  // namespace leasehold

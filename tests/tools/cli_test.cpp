@@ -1079,22 +1079,16 @@ std::vector<std::string> readme_demo_steps() {
   std::vector<std::string> items;
   bool in_section = false;
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("## ", 0) == 0) {
-      in_section = line == "## What the demo shows";
-      continue;
-    }
+    if (line.rfind("## ", 0) == 0) in_section = line == "## What the demo shows";
     if (!in_section) continue;
     std::smatch m;
-    if (std::regex_match(line, m, std::regex(R"(([0-9]+)\. (.*))"))) {
-      items.push_back(m[2].str());
-    } else if (!items.empty() && line.rfind("   ", 0) == 0 && !items.back().empty()) {
+    if (std::regex_match(line, m, std::regex(R"([0-9]+\. (.*))")))
+      items.push_back(m[1].str());
+    else if (!items.empty() && line.rfind("   ", 0) == 0)
       items.back() += " " + line.substr(line.find_first_not_of(' '));
-    } else if (!items.empty() && line.empty()) {
-      items.push_back("");  // the list ended
-    }
+    else if (!items.empty())
+      break;  // the list ended
   }
-  while (!items.empty() && items.back().empty()) items.pop_back();
-  items.erase(std::remove(items.begin(), items.end(), std::string()), items.end());
   for (auto& item : items)
     for (std::size_t p; (p = item.find("**")) != std::string::npos;) item.erase(p, 2);
   return items;

@@ -49,12 +49,16 @@ void enable_slow_asserts() noexcept;
 #endif
 #endif
 
-#if LEASEHOLD_SLOW_ASSERTS
-#define LEASEHOLD_ASSERT_SLOW(cond) LEASEHOLD_ASSERT(cond)
-#else
-#define LEASEHOLD_ASSERT_SLOW(cond)                                  \
-  do {                                                               \
-    if (::leasehold::detail::slow_asserts_enabled) [[unlikely]]      \
-      LEASEHOLD_ASSERT(cond);                                        \
+namespace leasehold {
+
+/// Whether LEASEHOLD_ASSERT_SLOW checks run here: always where they are compiled on, else after
+/// enable_slow_asserts(). For a slow check that is not one condition (SandboxTable::check).
+inline bool slow_asserts_on() noexcept { return LEASEHOLD_SLOW_ASSERTS || detail::slow_asserts_enabled; }
+
+}  // namespace leasehold
+
+#define LEASEHOLD_ASSERT_SLOW(cond)                    \
+  do {                                                 \
+    if (::leasehold::slow_asserts_on()) [[unlikely]]   \
+      LEASEHOLD_ASSERT(cond);                          \
   } while (false)
-#endif
