@@ -169,7 +169,11 @@ Result<std::unique_ptr<LockdLink>> LockdLink::open(EventLoop& loop, const Socket
 void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) {
   auto c = std::make_shared<Call>();
   c->deadline_ns = deadline_ns;
-  c->on_done = std::move(on_done);
+  // The caller's logic reads no clock: the answer brings the time it is handled at.
+  c->on_done = [done = std::move(on_done)](LockdReply r) {
+    r.now_ns = now_boottime_ns();
+    done(std::move(r));
+  };
   const std::uint64_t id = next_request_id_++;
   const wire::EncodeResult enc = sender_.seal(id, body, c->datagram);
   if (!enc) {

@@ -14,6 +14,8 @@
 //                 re-reads (lazy re-arm); its kill records come back as RtKillEvents the daemon
 //                 pops. Production: RtThreadPort (rt_thread_port.hpp: RtThread + the deadlines).
 //   ControlPort   one answer line to a control client. Production: ControlServer (control.hpp).
+//   SlotTable     the supervisor's writes to its shm table (claim, publish, extend, revoke, free,
+//                 the heartbeat statistics). Production: ShmSlotTable (over shm::TableWriter).
 //
 // Every time is CLOCK_BOOTTIME ns (`_ns`) as the daemon read it; an error is a ControlError
 // (control_error.hpp) and a message naming the problem.
@@ -121,6 +123,8 @@ struct LockdReply {
   std::uint32_t attempts = 0;
   std::string problem;
   std::uint16_t key_id = 0;  ///< answered: the key id the answer was authenticated with
+  /// When the callback runs (the caller's "now" for what it does with the answer).
+  std::int64_t now_ns = 0;
   bool ok() const noexcept { return body.has_value(); }
 };
 using LockdCallback = std::function<void(LockdReply)>;
@@ -169,6 +173,26 @@ class ControlPort {
   virtual ~ControlPort() = default;
   /// Sends one answer line (control_ok / control_error) to `client`; dropped if it is gone.
   virtual void reply(ControlClientId client, const std::string& line) = 0;
+};
+
+// ---- SlotTable ---------------------------------------------------------------------------
+
+/// The shm table as the sandbox logic writes it (shm/table.hpp: TableWriter, whose io-thread
+/// calls these are). Single-threaded (the io thread).
+class SlotTable {
+ public:
+  virtual ~SlotTable() = default;
+  /// Takes a free slot for `sandbox`; table_full when none is (claim_refusal() says why).
+  virtual shm::ClaimResult claim(const SandboxId& sandbox, std::uint64_t now_ns) = 0;
+  virtual std::string claim_refusal() const = 0;
+  virtual shm::TableErrc publish(std::uint32_t slot, const NameId& name, const std::string& name_text, Epoch epoch,
+                                 std::uint64_t valid_until_ns) = 0;
+  virtual shm::TableErrc extend(std::uint32_t slot, std::uint64_t valid_until_ns) = 0;
+  /// Every check of the slot fails from now on (sticky until free()).
+  virtual void revoke(std::uint32_t slot) = 0;
+  virtual void free(std::uint32_t slot, std::uint64_t now_ns) = 0;
+  virtual void record_heartbeat_rtt_ns(std::uint64_t ns) = 0;
+  virtual void record_heartbeat_failure() = 0;
 };
 
 }  // namespace leasehold
