@@ -11,6 +11,7 @@ set(LEASEHOLD_SUPERVISOR_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/rt_thread_port.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sandbox_table.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/supervisor_core.cpp
 )
 # leasehold_supervisor_library(<target> [EXCLUDE_FROM_ALL]): the library from these sources.
 function(leasehold_supervisor_library tgt)

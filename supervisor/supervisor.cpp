@@ -17,6 +17,7 @@
 #include "leasehold/supervisor/sandbox_phase.hpp"
 #include "leasehold/supervisor/sandbox_table.hpp"
 #include "leasehold/supervisor/spawn.hpp"
+#include "leasehold/supervisor/supervisor_core.hpp"
 
 #include <openssl/crypto.h>
 
@@ -47,16 +48,10 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::int64_t kAcquireTimeoutNs = 3'000'000'000;    ///< lockd round trip for acquire/commit
-constexpr std::int64_t kReleaseTimeoutNs = 2'000'000'000;
 constexpr std::int64_t kStartupProbeTimeoutNs = 2'000'000'000;
 constexpr std::uint64_t kRtLateLogIntervalNs = 10'000'000'000;  ///< rt_late events: one log line per 10 s
 constexpr std::size_t kExitedLogsMax = 256;  ///< gone sandboxes whose output `logs` still shows
 constexpr std::int64_t kShutdownKillWaitNs = 5'000'000'000;
-constexpr int kExecVerdictTimeoutMs = 5'000;
-constexpr std::size_t kPendingCommitsMax = 4096;
-/// Deadline of an armed sandbox that has no lease (unnamed): never due.
-constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
 /// How often pending disarms are checked (the rt thread applies commands every tick).
 constexpr std::int64_t kDisarmPollNs = 1'000'000;
 
@@ -112,19 +107,47 @@ std::string cover_dir_problem(const std::string& dir, mode_t extra_mode) {
   return why;
 }
 
+// The shm table's io-thread writes, as the sandbox logic's SlotTable port.
+class ShmSlotTable final : public SlotTable {
+ public:
+  explicit ShmSlotTable(shm::TableWriter& t) : t_(t) {}
+  shm::ClaimResult claim(const SandboxId& sandbox, std::uint64_t now_ns) override { return t_.claim(sandbox, now_ns); }
+  std::string claim_refusal() const override { return t_.claim_refusal(); }
+  shm::TableErrc publish(std::uint32_t slot, const NameId& name, const std::string& name_text, Epoch epoch,
+                         std::uint64_t valid_until_ns) override {
+    return t_.publish(slot, name, name_text, epoch, valid_until_ns);
+  }
+  shm::TableErrc extend(std::uint32_t slot, std::uint64_t valid_until_ns) override {
+    return t_.extend(slot, valid_until_ns);
+  }
+  void revoke(std::uint32_t slot) override { t_.revoke(slot); }
+  void free(std::uint32_t slot, std::uint64_t now_ns) override { t_.free(slot, now_ns); }
+  void record_heartbeat_rtt_ns(std::uint64_t ns) override { t_.record_heartbeat_rtt_ns(ns); }
+  void record_heartbeat_failure() override { t_.record_heartbeat_failure(); }
+
+ private:
+  shm::TableWriter& t_;
+};
+
+// The core's answers to control clients: through the control server while it is open.
+class ControlReplies final : public ControlPort {
+ public:
+  explicit ControlReplies(std::unique_ptr<ControlServer>& server) : server_(server) {}
+  void reply(ControlClientId client, const std::string& line) override {
+    if (server_) server_->reply(client, line);
+  }
+
+ private:
+  std::unique_ptr<ControlServer>& server_;
+};
+
 }  // namespace
 
 struct Supervisor::Impl {
-  struct PendingCommit {
-    ControlClientId client;
-    ControlRequest request;
-  };
-
   SupervisorConfig cfg;
   ConfigBudget check;
   WorkerId worker;
   std::string shm_path;
-  std::uint64_t lockd_ttl_ms = 0;  ///< lockd's lease TTL (its maximum), from its stats at start-up
   std::string control_path;
   SocketAddress lockd_address;
   std::optional<wire::WireKey> key;
@@ -141,8 +164,7 @@ struct Supervisor::Impl {
   std::uint64_t rt_late_logged_ns = 0;
   std::uint64_t rt_late_events = 0;
   std::unique_ptr<RtThreadPort> rt;  // the rt thread and the deadlines it re-reads
-  std::vector<SandboxId> disarming;
-  TimerId disarm_timer;
+  TimerId disarm_timer;  // check_disarms while the core has disarms pending
   int dev_null = -1;
   int table_ro_fd = -1;  ///< O_RDONLY descriptor of the shm table, inherited by every sandbox
   int worker_lock_fd = -1;  ///< held (flock) for the process's lifetime
@@ -165,24 +187,14 @@ struct Supervisor::Impl {
   std::uint64_t test_stall_after_spawn_ms = 0;
   std::unique_ptr<ControlServer> control;
   std::unique_ptr<LockdLink> link;
-  std::unique_ptr<HeartbeatSchedule> hb;
-
-  SandboxTable sandboxes;  // by id, by slot and by name
   std::unique_ptr<OsSandboxHost> host;  // every sandbox's process, leaf, pipes, token channel
+  std::unique_ptr<ShmSlotTable> slot_table;  // the core's writes to `table`
+  std::unique_ptr<ControlReplies> replies;    // the core's answers, through `control`
   // LEASEHOLD_ABLATE=shared-tokens (attack tests only): every grant's token goes to every
   // sandbox's channel, as when every slot's token sat in the table all sandboxes map.
   bool shared_tokens = false;
-  /// Publishes a grant: its signed token in the sandbox's own channel first (a sandbox that sees
-  /// epoch E in the table finds E's token), then {name, epoch, valid_until} in the table.
-  shm::TableErrc publish_grant(Sandbox& s, NameId name_id, const std::string& name, Epoch epoch,
-                               std::uint64_t valid_until, const wire::GrantTokenBytes& token) {
-    const std::span<const std::uint8_t> bytes(token.data(), token.size());
-    if (const shm::TableErrc e = host->publish_token(s.id, epoch, bytes); e != shm::TableErrc::ok) return e;
-    if (shared_tokens)
-      for (auto& [other_id, o] : sandboxes)
-        if (&o != &s) host->publish_token(other_id, epoch, bytes);
-    return table->publish(s.slot, name_id, name, epoch, valid_until);
-  }
+  /// The sandbox logic: every sandbox, the heartbeat schedule, the creation flows.
+  std::unique_ptr<SupervisorCore> core;
   // Sandbox output: one file per sandbox under sandbox_log_dir, never the supervisor's own
   // stdout/stderr (a sandbox could otherwise write lines that read as the supervisor's events).
   struct ExitedLog {
@@ -195,7 +207,6 @@ struct Supervisor::Impl {
   bool default_log_dir = false;  // sandbox_log_dir is this worker's default one, created or checked
   OutputPump output_pump;  // sandbox pipes -> their log files, each up to --sandbox-log-max-bytes
   std::deque<ExitedLog> exited_logs;  // oldest first; its file is removed when it leaves
-  std::deque<PendingCommit> pending_commits;
   std::unordered_map<int, PollId> control_polls;
   std::unordered_map<int, short> control_poll_events;
   int signal_fd = -1;
@@ -203,32 +214,15 @@ struct Supervisor::Impl {
   TimerId heartbeat_timer;
   TimerId housekeeping_timer;
 
-  bool shutting_down = false;
   std::int64_t shutdown_deadline_ns = 0;
-  std::size_t releases_in_flight = 0;
   int exit_code = 0;
 
+  /// The daemon's own counters (the sandbox logic's are SupervisorCore::Counters).
   struct Counters {
-    std::uint64_t heartbeat_datagrams = 0;
-    std::uint64_t heartbeat_failures = 0;
-    std::uint64_t refreshed = 0;
-    std::uint64_t lost = 0;
-    std::uint64_t unknown = 0;
-    std::uint64_t kills_deadline = 0;
-    std::uint64_t kills_request = 0;
-    std::uint64_t worker_killswitch = 0;
-    std::uint64_t spawned = 0;
-    std::uint64_t spawn_failures = 0;
-    std::uint64_t exited = 0;
-    std::uint64_t acquire_refused = 0;
-    std::uint64_t creates_refused_killswitch = 0;
-    std::uint64_t names_released = 0;
-    std::uint64_t late_grants_released = 0;
     std::uint64_t orphans_reaped = 0;
     std::uint64_t key_reloads = 0;          ///< SIGHUP: the worker key was loaded again
     std::uint64_t key_reloads_refused = 0;  ///< SIGHUP: it did not load; the old key stays
     std::uint64_t key_not_accepted = 0;     ///< probes of a reloaded key lockd did not answer
-    std::uint64_t worker_beats_acked = 0;
   } counters;
 
   // ---- start-up ----------------------------------------------------------------------------
@@ -240,7 +234,8 @@ struct Supervisor::Impl {
   int run();
 
   // ---- helpers -----------------------------------------------------------------------------
-  Sandbox* find(const SandboxId& id) { return sandboxes.find(id); }
+  const Sandbox* find(const SandboxId& id) const { return core->sandboxes().find(id); }
+  bool shutting_down() const { return core != nullptr && core->shutting_down(); }
   void reply(ControlClientId c, const std::string& line) {
     if (control) control->reply(c, line);
   }
@@ -249,11 +244,6 @@ struct Supervisor::Impl {
 
   // ---- control requests --------------------------------------------------------------------
   void on_request(ControlClientId client, ControlRequest req);
-  void do_run(ControlClientId client, ControlRequest req);
-  void do_name(ControlClientId client, ControlRequest req);
-  void do_expect_commit(ControlClientId client, ControlRequest req);
-  void do_release(ControlClientId client, const ControlRequest& req);
-  void do_kill(ControlClientId client, const ControlRequest& req);
   void do_logs(ControlClientId client, const ControlRequest& req);
   /// A gone sandbox's log stays readable through `logs` for the last kExitedLogsMax of them.
   void remember_log(const Sandbox& s);
@@ -263,14 +253,8 @@ struct Supervisor::Impl {
   /// root started it; see --sandbox-uids).
   Isolation isolation_for(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot) const;
   std::string isolation_text() const;
-  /// Owner or root may act on a sandbox; otherwise answers `forbidden` and returns false.
-  bool may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s);
-  /// A named creation where no kill is unescapable (and no --allow-unsafe-kill): answers
-  /// `refused`, naming the cause and the fix, and returns true.
-  bool refuse_unsafe_kill(ControlClientId client, const ControlRequest& req);
   json status_json() const;
 
-  bool gate_named_creation(ControlClientId client, const json& id);
   /// Logs (rate-limited) an rt wake-up later than kill_latency_budget_ms: the safety margin the
   /// pause budget relies on was eaten by the host (DESIGN.md "Time").
   void check_rt_lateness();
@@ -280,44 +264,10 @@ struct Supervisor::Impl {
   /// At exit: this run's sandbox log files that stayed empty, then the default log directory if
   /// nothing is left in it (a file with output stays for whoever reads it). Stops the output pump.
   void remove_empty_logs();
-  /// Why a requested lease TTL cannot be served ("" if absent or fine).
-  std::string ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const;
-  void acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req);
-  void on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req,
-                  const wire::Grant& g, std::int64_t send_ns);
-  void commit_now(const PendingCommit& pc);
-  /// Preemptible mode, after the 2-phase acquire (or for an expect-commit): checks the
-  /// kill-switch, starts the sandbox with its epoch unpublished (or, naming a running one, keeps
-  /// it), then sends Commit. `acquire_send_ns`: the send of the request that was answered.
-  void on_acquiring(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch,
-                    std::int64_t acquire_send_ns);
-  void send_commit(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch);
-  /// Commit acknowledged (Held on this worker): publishes the epoch, answers the client.
-  void on_committed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, const wire::Grant& g);
-  /// A Commit that failed (refused, unanswered): gives the name back and stops a sandbox that
-  /// was started for it; a running sandbox that was being named stays, unnamed.
-  void commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, Epoch epoch,
-                     ControlError code, const std::string& message, json extra = json::object());
-  void spawn(Sandbox& s, ControlClientId client, const ControlRequest& req);
-  /// A create or a naming failed: answers `client` with the error. A sandbox still being created
-  /// is forgotten (slot freed); a running sandbox that was being named stays, unnamed.
-  /// A grant (epoch) for `req.name` that cannot be used: gives it back to lockd and answers
-  /// `client` with the error, as abandon() does for a create; a running sandbox being named
-  /// stays, unnamed.
-  void give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
-                      ControlError code, const std::string& message);
-  void abandon(const SandboxId& sb, ControlClientId client, const json& id, ControlError code,
-               const std::string& message, json extra = json::object());
-  void on_late_answer(const wire::Body& answer);
-  void release_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb,
-                        Epoch epoch, std::function<void(bool, std::string)> done);
-
   // ---- lifecycle ---------------------------------------------------------------------------
-  void kill_sandbox(Sandbox& s, const std::string& reason);
-  void on_pidfd(const SandboxId& id);
   void on_rt_events();
-  void finish_exit(const SandboxId& id);
-  void check_disarms();
+  /// Runs the core's check_disarms every kDisarmPollNs while it has disarms pending.
+  void schedule_disarm_check();
   void reap_orphans();
   void on_signal();
   void begin_shutdown(const char* why);
@@ -328,16 +278,6 @@ struct Supervisor::Impl {
   std::int64_t next_key_probe_ns = 0;  ///< when the pending key (lockd lacks it) is tried again
   void maybe_finish_shutdown();
 
-  // ---- heartbeat ---------------------------------------------------------------------------
-  void on_heartbeat_tick();
-  void apply(const HeartbeatAction& a);
-  void send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held);
-  bool is_running(const wire::IsRunning& q);
-  /// lockd pushed a revocation: kill the sandbox of that grant (the existing kill path: the
-  /// rt thread revokes the shm slot, then kills); true if one runs or is being placed here.
-  bool on_revoked(const wire::Revoked& q);
-  /// Tells lockd the sandbox of the revoked grant {name_id, epoch} is dead (lifts its lock-delay).
-  void confirm_kill_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb, Epoch epoch);
 };
 
 // =============================================================================================
@@ -573,7 +513,6 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     while (!w.empty() && w.back() == '\n') w.pop_back();
     rt_text += " (" + w + ")";
   }
-  sandboxes = SandboxTable(cfg.slots);
   OsSandboxHostConfig hc;
   hc.loop = loop.get();
   hc.cgroups = &cgroups;
@@ -590,10 +529,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   hc.exec_at_once = arm_after_exec;
   hc.test_stall_ms = test_stall_after_spawn_ms;
   hc.log = [](const std::string& event) { log_event("%s", event.c_str()); };
-  host = std::make_unique<OsSandboxHost>(std::move(hc), [this](const SandboxId& id) { on_pidfd(id); });
-  hb = std::make_unique<HeartbeatSchedule>(cfg.kill_after_ms * 1'000'000ull,
-                                           cfg.heartbeat_interval_ms * 1'000'000ull, cfg.slots,
-                                           cfg.mode == SupervisorMode::preemptible);
+  host = std::make_unique<OsSandboxHost>(std::move(hc), [this](const SandboxId& id) { core->on_exit(id, now_ns()); });
 
   sigset_t set;
   sigemptyset(&set);
@@ -641,9 +577,35 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   key.reset();
   if (!opened) return opened.message();
   link = std::move(opened).value();
-  link->set_is_running_handler([this](const wire::IsRunning& q) { return is_running(q); });
-  link->set_revoked_handler([this](const wire::Revoked& q) { return on_revoked(q); });
-  link->set_late_answer_handler([this](const wire::Body& b) { on_late_answer(b); });
+  slot_table = std::make_unique<ShmSlotTable>(*table);
+  replies = std::make_unique<ControlReplies>(control);
+  {
+    SupervisorCoreConfig sc;
+    sc.worker = worker;
+    sc.mode = cfg.mode;
+    sc.ttl_ms = cfg.ttl_ms;
+    sc.kill_after_ms = cfg.kill_after_ms;
+    sc.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
+    sc.slots = cfg.slots;
+    sc.synthetic = cfg.synthetic;
+    sc.isolation = cfg.isolation;
+    sc.unsafe_kill = unsafe_kill;
+    sc.allow_unsafe_kill = cfg.allow_unsafe_kill;
+    sc.cgroup_reason = cgroups.reason();
+    sc.on_shutdown = cfg.on_shutdown;
+    sc.shared_tokens = shared_tokens;
+    SupervisorCoreHooks hooks;
+    hooks.log = [](const std::string& line) { log_event("%s", line.c_str()); };
+    hooks.new_sandbox_id = [] { return random_sandbox_id(); };
+    hooks.command_resolves = [](const ControlRequest& req, std::string& error) { return command_resolves(req, error); };
+    hooks.gone = [this](const Sandbox& s) { remember_log(s); };
+    hooks.disarm_pending = [this] { schedule_disarm_check(); };
+    hooks.shutdown_progress = [this] { maybe_finish_shutdown(); };
+    core = std::make_unique<SupervisorCore>(std::move(sc), std::move(hooks), *host, *link, *rt, *replies, *slot_table);
+  }
+  link->set_is_running_handler([this](const wire::IsRunning& q) { return core->is_running(q); });
+  link->set_revoked_handler([this](const wire::Revoked& q) { return core->on_revoked(q, now_ns()); });
+  link->set_late_answer_handler([this](const wire::Body& b) { core->on_late_answer(b, now_ns()); });
 
   loop->set_wake_handler([this] { on_rt_events(); });
   // lockd must answer now; a supervisor that cannot reach it would only refuse every create.
@@ -678,7 +640,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     if (!want && *ttl < cfg.ttl_ms)
       return "lockd's lease TTL is " + std::to_string(*ttl) + " ms, below --ttl-ms " + std::to_string(cfg.ttl_ms) +
              ": the kill-switch could fire after lockd's expiry; give both the same --ttl-ms";
-    lockd_ttl_ms = *ttl;
+    core->set_lockd_ttl_ms(*ttl);
     return {};
   });
   if (problem.empty() && cfg.mode == SupervisorMode::preemptible)
@@ -688,8 +650,8 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
       if (w->liveness_ttl_ms < cfg.ttl_ms)
         return "lockd's worker-liveness TTL is " + std::to_string(w->liveness_ttl_ms) + " ms, below --ttl-ms " +
                std::to_string(cfg.ttl_ms) + ": the kill-switch would fire after lockd may preempt; make them equal";
-      hb->start_worker_liveness(static_cast<std::uint64_t>(sent_ns));  // lockd's clock starts later
-      ++counters.worker_beats_acked;
+      core->heartbeat().start_worker_liveness(static_cast<std::uint64_t>(sent_ns));  // lockd's clock starts later
+      ++core->counters().worker_beats_acked;
       return {};
     });
   if (!problem.empty())
@@ -698,14 +660,14 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   signal_poll = loop->add_poll(signal_fd, POLLIN, PollMode::multishot, [this](int) { on_signal(); });
   const std::int64_t interval_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
   heartbeat_timer = loop->add_periodic(interval_ns, now_boottime_ns() + interval_ns,
-                                       [this] { on_heartbeat_tick(); });
+                                       [this] { core->on_heartbeat_tick(now_ns()); });
   housekeeping_timer = loop->add_periodic(100'000'000, now_boottime_ns() + 100'000'000, [this] {
     check_rt_lateness();
     control->tick(now_ns() / 1'000'000);
     sync_control_polls();
     reap_orphans();
     probe_pending_key();
-    if (shutting_down) maybe_finish_shutdown();
+    if (shutting_down()) maybe_finish_shutdown();
   });
   sync_control_polls();
   return {};
@@ -734,8 +696,9 @@ void Supervisor::Impl::remove_empty_logs() {
   output_pump.stop();  // every byte a sandbox wrote is in its file now
   std::vector<std::string> paths;
   for (const ExitedLog& e : exited_logs) paths.push_back(e.path);
-  for (const auto& [id, s] : sandboxes)
-    if (!s.log_path.empty()) paths.push_back(s.log_path);
+  if (core)
+    for (const auto& [id, s] : core->sandboxes())
+      if (!s.log_path.empty()) paths.push_back(s.log_path);
   for (const std::string& p : paths) {
     struct stat st{};
     if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) ::unlink(p.c_str());
@@ -836,27 +799,12 @@ void Supervisor::Impl::on_request(ControlClientId client, ControlRequest req) {
     case ControlOp::status:
       reply(client, control_ok(req.id, status_json()));
       return;
-    case ControlOp::release:
-      do_release(client, req);
-      return;
-    case ControlOp::kill:
-      do_kill(client, req);
-      return;
     case ControlOp::logs:
       do_logs(client, req);
       return;
-    default:
-      break;
-  }
-  if (shutting_down) {
-    reply(client, control_error(req.id, ControlError::shutting_down, "the supervisor is shutting down; no new sandboxes"));
-    return;
-  }
-  switch (req.op) {
-    case ControlOp::run: do_run(client, std::move(req)); return;
-    case ControlOp::name: do_name(client, std::move(req)); return;
-    case ControlOp::expect_commit: do_expect_commit(client, std::move(req)); return;
-    default: return;
+    default:  // the sandboxes' own: run, name, expect-commit, release, kill
+      core->on_request(client, std::move(req), now_ns());
+      return;
   }
 }
 
@@ -917,355 +865,6 @@ std::string Supervisor::Impl::lock_worker() {
   return "cannot take the worker lock " + path + ": it keeps being replaced";
 }
 
-std::string Supervisor::Impl::ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const {
-  // Below our --ttl-ms the kill-switch would fire after lockd's expiry; above lockd's TTL lockd
-  // would clamp the grant (and on_granted would give it back).
-  if (!ttl_ms || (*ttl_ms >= cfg.ttl_ms && *ttl_ms <= lockd_ttl_ms)) return {};
-  return "ttl_ms " + std::to_string(*ttl_ms) + " must be in [" + std::to_string(cfg.ttl_ms) + ", " +
-         std::to_string(lockd_ttl_ms) + "]: at least this supervisor's --ttl-ms (the kill-switch is timed for it), " +
-         "at most lockd's --ttl-ms (the longest lease it grants)";
-}
-
-bool Supervisor::Impl::gate_named_creation(ControlClientId client, const json& id) {
-  if (cfg.mode != SupervisorMode::preemptible) return true;
-  const std::uint64_t now = now_ns();
-  for (const auto& a : hb->check_worker_liveness(now)) apply(a);
-  if (hb->may_create_named(now)) return true;
-  ++counters.creates_refused_killswitch;
-  reply(client, control_error(id, ControlError::killswitch,
-                              "worker liveness lapsed and the worker-wide kill-switch fired; named "
-                              "sandboxes are refused until a worker heartbeat succeeds"));
-  return false;
-}
-
-void Supervisor::Impl::do_run(ControlClientId client, ControlRequest req) {
-  std::string err;
-  if (!cfg.synthetic && !command_resolves(req, err)) {
-    ++counters.spawn_failures;
-    reply(client, control_error(req.id, ControlError::exec_failed, err));
-    return;
-  }
-  if (req.name) {
-    if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
-      reply(client, control_error(req.id, ControlError::bad_request, why));
-      return;
-    }
-    if (const SandboxId* holder = sandboxes.holder_of(*req.name)) {
-      const Sandbox* s = find(*holder);
-      reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
-                                  {{"holder", holder->str()}, {"epoch", s ? s->epoch : 0}}));
-      return;
-    }
-    if (refuse_unsafe_kill(client, req)) return;
-    if (!gate_named_creation(client, req.id)) return;
-  }
-  const SandboxId id = random_sandbox_id();
-  const shm::ClaimResult claim = table->claim(id, now_ns());
-  if (claim.error != shm::TableErrc::ok) {
-    reply(client, control_error(req.id, ControlError::table_full, table->claim_refusal().empty()
-                                                          ? std::string(shm::to_string(claim.error))
-                                                          : table->claim_refusal()));
-    return;
-  }
-  Sandbox s;
-  s.id = id;
-  s.slot = claim.slot;
-  s.synthetic = cfg.synthetic;
-  s.owner = req.caller_uid;
-  Sandbox& added = sandboxes.add(std::move(s));
-  if (!req.name) {
-    spawn(added, client, req);
-    return;
-  }
-  sandboxes.bind_name(*req.name, id);
-  acquire_name(id, client, std::move(req));
-}
-
-void Supervisor::Impl::acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req) {
-  wire::Acquire a;
-  a.name = *req.name;
-  a.sandbox = sb;
-  a.worker = worker;
-  a.ttl_ms = static_cast<std::uint32_t>(req.ttl_ms.value_or(cfg.ttl_ms));
-  a.two_phase = cfg.mode == SupervisorMode::preemptible;
-  if (Sandbox* s = find(sb); s != nullptr && s->phase == SandboxPhase::reserved)
-    advance(s->phase, SandboxPhase::acquiring);  // a run; naming a running sandbox keeps its phase
-  link->call(a, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
-    if (!r.ok()) {
-      abandon(sb, client, req.id, ControlError::unreachable, "acquire \"" + *req.name + "\": " + r.problem);
-      return;
-    }
-    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
-      ++counters.acquire_refused;
-      const ControlError code = d->refusal == Refusal::held || d->refusal == Refusal::acquiring ? ControlError::held : ControlError::refused;
-      abandon(sb, client, req.id, code, "\"" + *req.name + "\" " + describe_answer(*r.body),
-              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))},
-               {"worker", d->worker.str()}});
-      return;
-    }
-    const auto* g = std::get_if<wire::Grant>(&*r.body);
-    if (g == nullptr) {
-      abandon(sb, client, req.id, ControlError::refused, "acquire \"" + *req.name + "\": " + describe_answer(*r.body));
-      return;
-    }
-    if (cfg.mode == SupervisorMode::preemptible) {
-      // The 2-phase acquire reserved the name (Acquiring: lockd preempts nothing in this state).
-      // The sandbox starts before the Commit, so that whenever lockd has the name Held on this
-      // worker, IsRunning finds the sandbox running (DESIGN.md "creation flows", preemptible.pml).
-      if (g->state != LockPhase::acquiring || g->epoch == 0) {
-        abandon(sb, client, req.id, ControlError::refused,
-                "2-phase acquire \"" + *req.name + "\" answered with " + describe_answer(*r.body));
-        return;
-      }
-      on_acquiring(sb, client, std::move(req), g->epoch, r.first_send_ns);
-      return;
-    }
-    on_granted(sb, client, std::move(req), *g, r.first_send_ns);
-  });
-}
-
-void Supervisor::Impl::on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req,
-                                  const wire::Grant& g, std::int64_t send_ns) {
-  Sandbox* s = find(sb);
-  const std::string name = *req.name;
-  const NameId name_id = name_id_of(name);
-  if (s == nullptr) {  // gone meanwhile (shutdown, killed before naming): give the name back
-    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
-    reply(client, control_error(req.id, ControlError::internal, "the sandbox went away while acquiring"));
-    return;
-  }
-  auto give_back = [&](ControlError code, const std::string& msg) {
-    give_back_name(*s, client, req, g.epoch, code, msg);
-  };
-  const std::uint64_t now = now_ns();
-  // The lease is measured from `lease_send_ns`: the send time of the request lockd answered,
-  // moved earlier by whatever the grant's time left falls short of --ttl-ms (see below).
-  std::uint64_t lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now);
-  std::uint64_t valid_until = lease_send_ns + cfg.kill_after_ms * 1'000'000ull;
-  if (cfg.mode == SupervisorMode::lease) {
-    // lockd answered no earlier than `send_ns`, with `g.ttl_ms` left, so its expiry is at least
-    // send_ns + g.ttl_ms. A fresh grant has the full TTL; an idempotent answer to a retry (the
-    // first answer was lost, lockd restarted meanwhile) has less. Either way the kill-switch
-    // keeps the margin the start-up check proved for --ttl-ms (ttl - kill_after) if the lease
-    // counts from send_ns - shortfall, shortfall = --ttl-ms - g.ttl_ms: lockd's expiry is then
-    // >= (send_ns - shortfall) + --ttl-ms, exactly a full grant's bound for that send time.
-    const std::uint64_t ttl_ns = cfg.ttl_ms * 1'000'000ull;
-    const std::uint64_t left_ns = std::uint64_t{g.ttl_ms} * 1'000'000ull;
-    const std::uint64_t shortfall_ns = left_ns < ttl_ns ? ttl_ns - left_ns : 0;
-    if (shortfall_ns > 0) {
-      if (shortfall_ns >= valid_until || valid_until - shortfall_ns <= now) {
-        give_back(ControlError::unreachable,
-                  "lockd's grant of \"" + name + "\" arrived " +
-                      std::to_string((now - static_cast<std::uint64_t>(send_ns)) / 1'000'000) +
-                      " ms after the request was first sent with " + std::to_string(g.ttl_ms) +
-                      " ms of its lease left (an answer to a retry: lockd restarted or lost its first answer); "
-                      "counted from that send, the kill-switch could not fire before lockd's expiry, so the "
-                      "name was given back; retry");
-        return;
-      }
-      lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now) - shortfall_ns;
-      valid_until = lease_send_ns + cfg.kill_after_ms * 1'000'000ull;
-      log_event("event=short_grant name=%s sandbox=%s epoch=%" PRIu64 " ttl_left_ms=%u ttl_ms=%" PRIu64
-                " valid_until_ns=%" PRIu64,
-                name.c_str(), sb.str().c_str(), g.epoch, g.ttl_ms, cfg.ttl_ms, valid_until);
-    }
-  }
-  if (now >= valid_until) {
-    give_back(ControlError::unreachable, "the grant of \"" + name + "\" arrived after its lease would already have lapsed");
-    return;
-  }
-  if (!hb->add(name_id, sb, g.epoch, s->slot, lease_send_ns)) {
-    give_back(ControlError::internal, "heartbeat schedule refused the lease");
-    return;
-  }
-  s->name_id = name_id;
-  s->epoch = g.epoch;
-  s->token = g.token;
-  s->valid_until_ns = valid_until;
-  if (before_spawn(s->phase)) {
-    s->name = name;
-    spawn(*s, client, req);
-    return;
-  }
-  // Naming a running unnamed sandbox.
-  if (!runs_unkilled(s->phase)) {
-    hb->remove(sb);
-    give_back(ControlError::not_found, "the sandbox stopped while its name was being acquired");
-    return;
-  }
-  const shm::TableErrc pe = publish_grant(*s, name_id, name, g.epoch, valid_until, s->token);
-  if (pe != shm::TableErrc::ok) {
-    hb->remove(sb);
-    give_back(ControlError::internal, "publishing the slot failed: " + std::string(shm::to_string(pe)));
-    return;
-  }
-  s->name = name;
-  if (!rt->arm(s->slot, valid_until, host->kill_target(sb))) {
-    // The rt thread cannot take it: an unwatched named sandbox must not run.
-    kill_sandbox(*s, "rt command queue full while naming");
-  }
-  log_event("event=named sandbox=%s slot=%u name=%s epoch=%" PRIu64, sb.str().c_str(), s->slot,
-            name.c_str(), g.epoch);
-  reply(client, control_ok(req.id, {{"sandbox", sb.str()}, {"slot", s->slot}, {"name", name},
-                                    {"epoch", g.epoch}, {"pid", s->pid},
-                                    {"valid_until_ms", static_cast<std::int64_t>(valid_until - now) / 1'000'000}}));
-}
-
-void Supervisor::Impl::give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
-                                      ControlError code, const std::string& message) {
-  const std::string name = *req.name;
-  release_to_lockd(name_id_of(name), name, s.id, epoch, [](bool, std::string) {});
-  if (before_spawn(s.phase)) {
-    abandon(s.id, client, req.id, code, message);
-    return;
-  }
-  // Naming a running sandbox failed: it stays unnamed.
-  sandboxes.unbind_name(name, s.id);
-  reply(client, control_error(req.id, code, message));
-}
-
-void Supervisor::Impl::abandon(const SandboxId& sb, ControlClientId client, const json& id,
-                               ControlError code, const std::string& message, json extra) {
-  Sandbox* s = find(sb);
-  const bool forget = s != nullptr && before_spawn(s->phase);
-  // The name it was getting; a running sandbox keeps a name it already has.
-  if (s != nullptr && !forget) sandboxes.unbind_names_except(sb, s->name);
-  if (forget) {
-    host->forget(sb);  // a token channel opened for it
-    table->free(s->slot, now_ns());
-    sandboxes.erase(sb);  // its slot and names with it
-  }
-  reply(client, control_error(id, code, message, std::move(extra)));
-  if (shutting_down) maybe_finish_shutdown();
-}
-
-void Supervisor::Impl::on_late_answer(const wire::Body& answer) {
-  // lockd granted (or committed) after the call gave up, e.g. it was paused with the request in
-  // its socket queue. Unless a sandbox here holds exactly this grant or is still acquiring that
-  // name, nobody will heartbeat it: give it back now rather than leave the name held (and a
-  // create refused) for a whole TTL.
-  const auto* g = std::get_if<wire::Grant>(&answer);
-  if (g == nullptr) return;
-  if (const Sandbox* s = find(g->holder); s != nullptr) {
-    if (s->name && s->name_id == g->name_id) return;
-    for (const auto& [name, holder] : sandboxes.names())
-      if (holder == g->holder && name_id_of(name) == g->name_id) return;
-  }
-  ++counters.late_grants_released;
-  log_event("event=late_grant name_id=%s sandbox=%s epoch=%" PRIu64 " action=release", g->name_id.str().c_str(),
-            g->holder.str().c_str(), g->epoch);
-  release_to_lockd(g->name_id, g->name_id.str(), g->holder, g->epoch, [](bool, std::string) {});
-}
-
-void Supervisor::Impl::spawn(Sandbox& s, ControlClientId client, const ControlRequest& req) {
-  const SandboxId id = s.id;
-  const std::uint64_t now = now_ns();
-  auto fail = [&](const PortError& e) {
-    ++counters.spawn_failures;
-    rt->set_deadline(s.slot, 0);
-    if (s.name || s.pending_name) {  // its lease, or the Acquiring record its Commit was for
-      hb->remove(id);
-      release_to_lockd(s.name_id, s.name ? *s.name : *s.pending_name, id, s.epoch, [](bool, std::string) {});
-    }
-    log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
-              s.name ? s.name->c_str() : "-", e.message.c_str());
-    abandon(id, client, req.id, e.code, e.message);
-  };
-
-  // Publish first: from here on the sandbox's own checks see its lease (and its end). A sandbox
-  // whose Commit is still to be sent starts unpublished (its checks say "not valid") but under
-  // the worker's kill deadline; on_committed publishes it.
-  // Its own token channel first: the publish below writes its grant's token into it.
-  if (!s.synthetic)
-    if (auto e = host->open_tokens(id)) return fail(*e);
-  if (s.name) {
-    const shm::TableErrc pe = publish_grant(s, s.name_id, *s.name, s.epoch, s.valid_until_ns, s.token);
-    if (pe != shm::TableErrc::ok)
-      return fail({ControlError::internal, "publishing the slot failed: " + std::string(shm::to_string(pe))});
-  }
-  const bool watched = s.name || s.pending_name;
-  const std::uint64_t deadline_ns = watched ? s.valid_until_ns : kNoDeadlineNs;
-
-  if (s.synthetic) {
-    // Performance mode: a lease without a process. The rt thread still arms and "kills" it
-    // (the revoke happens; there is nothing to signal).
-    if (!rt->arm(s.slot, deadline_ns, KillTarget{}))
-      return fail({ControlError::busy, "the rt thread's command queue is full; retry"});
-    s.armed = true;
-    advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
-    s.started_ns = now;
-    ++counters.spawned;
-    if (s.pending_name) return send_commit(id, client, req, s.epoch);
-    json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", -1}, {"synthetic", true}};
-    if (s.name) ok["name"] = *s.name;
-    reply(client, control_ok(req.id, ok));
-    return;
-  }
-
-  SandboxSpec spec;
-  spec.id = id;
-  spec.slot = s.slot;
-  spec.epoch = s.epoch;
-  spec.name = s.name;
-  spec.argv = req.argv;
-  spec.env = req.env;
-  spec.cwd = req.cwd;  // "/" unless the request names one
-  spec.caller_uid = req.caller_uid;
-  spec.caller_gid = req.caller_gid;
-  HostedSandbox hosted;
-  // The child stops at its gate, right before its exec: its deadline is armed before the
-  // command's first instruction. Ablated (arm-after-exec), it execs at once and is armed afterwards.
-  if (auto e = host->create(spec, hosted)) return fail(*e);
-  s.log_path = hosted.log_path;
-  s.cgroup_path = hosted.cgroup_path;
-  advance(s.phase, SandboxPhase::gated);
-  s.pid = hosted.pid;
-  s.uid = hosted.uid;
-  s.started_ns = now;
-  // Armed while the child cannot exec yet (it sets itself up, then waits at its gate; its pidfd,
-  // process group and leaf are the kill target already): from here the rt thread kills it at its
-  // deadline whatever the io thread does, and before its command's first instruction if that
-  // deadline comes first. A named sandbox whose deadline already passed is due at the next tick.
-  std::optional<PortError> start_error;
-  s.armed = static_cast<bool>(rt->arm(s.slot, deadline_ns, host->kill_target(id)));
-  if (!s.armed) start_error = PortError{ControlError::busy, "the rt thread's command queue is full; the sandbox was stopped"};
-  // Let go to exec unless its deadline passed meanwhile (a stalled io thread, a slow set-up):
-  // then the rt thread kills it (or has), and it must not exec now.
-  if (!start_error) start_error = host->release(id, watched ? s.valid_until_ns : 0);
-  if (start_error) {
-    // It does not run its command: the gate closes (the child exits without exec) and, unarmed,
-    // it is killed from here. Its exit (the host's exit event) disarms, reaps, frees the slot,
-    // removes the leaf, gives back the name and answers the client with the error.
-    host->abandon(id);
-    if (!s.armed) host->kill(id, now_ns());
-    advance(s.phase, SandboxPhase::aborted);
-    ++counters.spawn_failures;
-    log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
-              s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(), start_error->message.c_str());
-    s.waiter_error = start_error->code;
-    s.waiter_message = start_error->message;
-    s.waiters.emplace_back(client, req.id);
-    return;  // answered when it is gone
-  }
-  advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
-  ++counters.spawned;
-  log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64 "%s",
-            id.str().c_str(), s.slot, s.pid, s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(),
-            s.epoch, s.valid_until_ns, s.pending_name ? " commit=pending" : "");
-  if (s.pending_name) return send_commit(id, client, req, s.epoch);
-  json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", s.pid}};
-  if (s.name) {
-    ok["name"] = *s.name;
-    ok["valid_until_ms"] = (static_cast<std::int64_t>(s.valid_until_ns) - static_cast<std::int64_t>(now_ns())) / 1'000'000;
-  }
-  if (!s.cgroup_path.empty()) ok["cgroup"] = s.cgroup_path;
-  ok["uid"] = s.uid;
-  ok["log"] = s.log_path;
-  ok["isolation"] = cfg.isolation;
-  if (unsafe_kill) ok["unsafe_kill"] = true;
-  reply(client, control_ok(req.id, ok));
-}
-
 Isolation Supervisor::Impl::isolation_for(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot) const {
   Isolation iso;
   iso.hide = hidden_paths;
@@ -1295,21 +894,6 @@ std::string Supervisor::Impl::isolation_text() const {
          std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) + ")";
 }
 
-bool Supervisor::Impl::refuse_unsafe_kill(ControlClientId client, const ControlRequest& req) {
-  if (!unsafe_kill || cfg.allow_unsafe_kill) return false;
-  reply(client, control_error(req.id, ControlError::refused,
-                              "no unescapable kill on this worker: no delegated cgroup v2 (" + cgroups.reason() +
-                                  ") and no pid namespace (isolation off), so a named sandbox's descendants could "
-                                  "outlive its kill-switch and hold \"" + req.name.value_or("") +
-                                  "\" twice; fix: start the supervisor with isolation on (the default) or with a "
-                                  "delegated cgroup v2 subtree; --allow-unsafe-kill overrides"));
-  return true;
-}
-
-bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s) {
-  return may_act_on(client, req, s.owner, s.id);
-}
-
 bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id) {
   if (req.caller_uid == 0 || req.caller_uid == owner) return true;
   reply(client, control_error(req.id, ControlError::forbidden,
@@ -1332,7 +916,7 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
   const Sandbox* live = nullptr;
   if (req.sandbox) {
     live = find(*req.sandbox);
-  } else if (const SandboxId* holder = sandboxes.holder_of(*req.name)) {
+  } else if (const SandboxId* holder = core->sandboxes().holder_of(*req.name)) {
     live = find(*holder);
   }
   const ExitedLog* gone = nullptr;
@@ -1370,325 +954,17 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
                                     {"truncated", from > 0}, {"running", live != nullptr}}));
 }
 
-void Supervisor::Impl::do_name(ControlClientId client, ControlRequest req) {
-  Sandbox* s = find(*req.sandbox);
-  if (s == nullptr || !runs_unkilled(s->phase)) {
-    reply(client, control_error(req.id, ControlError::not_found, "no running sandbox " + req.sandbox->str()));
-    return;
-  }
-  if (!may_act_on(client, req, *s)) return;
-  if (s->name || s->epoch != 0) {
-    // A well-formed request this sandbox's state refuses (a usage error would be "bad_request").
-    reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already has the name \"" +
-                                                       s->name.value_or(s->pending_name.value_or("?")) + "\""));
-    return;
-  }
-  if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
-    reply(client, control_error(req.id, ControlError::bad_request, why));
-    return;
-  }
-  if (const SandboxId* holder = sandboxes.holder_of(*req.name)) {
-    const Sandbox* h = find(*holder);
-    reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
-                                {{"holder", holder->str()}, {"epoch", h ? h->epoch : 0}}));
-    return;
-  }
-  if (!gate_named_creation(client, req.id)) return;
-  sandboxes.bind_name(*req.name, s->id);
-  acquire_name(s->id, client, std::move(req));
-}
-
-void Supervisor::Impl::do_expect_commit(ControlClientId client, ControlRequest req) {
-  if (find(*req.sandbox) != nullptr) {
-    reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already exists here"));
-    return;
-  }
-  if (const SandboxId* holder = sandboxes.holder_of(*req.name)) {
-    reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
-                                {{"holder", holder->str()}}));
-    return;
-  }
-  std::string err;
-  if (!cfg.synthetic && !command_resolves(req, err)) {
-    reply(client, control_error(req.id, ControlError::exec_failed, err));
-    return;
-  }
-  if (pending_commits.size() >= kPendingCommitsMax) {
-    reply(client, control_error(req.id, ControlError::busy, "too many commits waiting for the next heartbeat"));
-    return;
-  }
-  if (refuse_unsafe_kill(client, req)) return;
-  if (!gate_named_creation(client, req.id)) return;
-  const shm::ClaimResult claim = table->claim(*req.sandbox, now_ns());
-  if (claim.error != shm::TableErrc::ok) {
-    reply(client, control_error(req.id, ControlError::table_full, table->claim_refusal()));
-    return;
-  }
-  Sandbox s;
-  s.id = *req.sandbox;
-  s.slot = claim.slot;
-  s.synthetic = cfg.synthetic;
-  s.owner = req.caller_uid;
-  const SandboxId id = s.id;
-  sandboxes.add(std::move(s));
-  sandboxes.bind_name(*req.name, id);
-  // Committed by this worker's next heartbeat tick (DESIGN.md "creation flows", 2-phase).
-  pending_commits.push_back(PendingCommit{client, std::move(req)});
-}
-
-void Supervisor::Impl::commit_now(const PendingCommit& pc) {
-  ControlRequest req = pc.request;
-  const SandboxId sb = *req.sandbox;
-  if (find(sb) == nullptr) return;
-  const ControlClientId client = pc.client;
-  if (cfg.mode == SupervisorMode::preemptible) {
-    // The control plane's 2-phase acquire left the name Acquiring for this sandbox: start it
-    // (unpublished), then commit it to this worker, as for a run.
-    on_acquiring(sb, client, req, req.epoch, now_boottime_ns());
-    return;
-  }
-  // Lease mode: the committed lease has a TTL from the commit on; it is heartbeated and the
-  // sandbox starts once it is granted, as for an acquire.
-  wire::Commit c;
-  c.name_id = name_id_of(*req.name);
-  c.sandbox = sb;
-  c.epoch = req.epoch;
-  c.worker = worker;
-  advance(find(sb)->phase, SandboxPhase::acquiring);
-  link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
-    if (!r.ok()) {
-      abandon(sb, client, req.id, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);
-      return;
-    }
-    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
-      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\" " + describe_answer(*r.body),
-              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
-      return;
-    }
-    const auto* g = std::get_if<wire::Grant>(&*r.body);
-    if (g == nullptr || g->state != LockPhase::held || g->epoch != req.epoch) {
-      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\": " + describe_answer(*r.body));
-      return;
-    }
-    req.ttl_ms = std::nullopt;
-    on_granted(sb, client, std::move(req), *g, r.first_send_ns);
-  });
-}
-
-void Supervisor::Impl::on_acquiring(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch,
-                                    std::int64_t acquire_send_ns) {
-  Sandbox* s = find(sb);
-  const std::string name = *req.name;
-  const NameId name_id = name_id_of(name);
-  if (s == nullptr) {  // gone meanwhile: abort the acquisition
-    release_to_lockd(name_id, name, sb, epoch, [](bool, std::string) {});
-    reply(client, control_error(req.id, ControlError::internal, "the sandbox went away while acquiring"));
-    return;
-  }
-  auto give_back = [&](ControlError code, const std::string& msg) {
-    give_back_name(*s, client, req, epoch, code, msg);  // also aborts the Acquiring record
-  };
-  // Kill-switch synchronisation: checked here, right before the sandbox starts, on the io
-  // thread that also engages the kill-switch, so the two cannot interleave.
-  const std::uint64_t now = now_ns();
-  for (const auto& a : hb->check_worker_liveness(now)) apply(a);
-  if (!hb->may_create_named(now)) {
-    ++counters.creates_refused_killswitch;
-    give_back(ControlError::killswitch, "worker liveness lapsed while acquiring \"" + name +
-                                "\"; named sandboxes are refused until a worker heartbeat succeeds");
-    return;
-  }
-  const std::uint64_t valid_until = hb->worker_valid_until_ns();
-  if (now >= valid_until) {
-    give_back(ControlError::unreachable, "the grant of \"" + name + "\" arrived after worker liveness would already have lapsed");
-    return;
-  }
-  if (!before_spawn(s->phase) && !runs_unkilled(s->phase)) {
-    give_back(ControlError::not_found, "the sandbox stopped while its name was being acquired");
-    return;
-  }
-  if (!hb->add(name_id, sb, epoch, s->slot, lease_measured_from_ns(static_cast<std::uint64_t>(acquire_send_ns), now))) {
-    give_back(ControlError::internal, "heartbeat schedule refused the lease");
-    return;
-  }
-  // Kept by worker liveness from now on (the worker-wide kill-switch covers it), but not carried
-  // by worker beats until lockd has it Held on this worker.
-  hb->mark_worker_refreshed(sb);
-  hb->set_commit_pending(sb, true);
-  s->name_id = name_id;
-  s->epoch = epoch;
-  s->valid_until_ns = valid_until;
-  s->pending_name = name;
-  if (before_spawn(s->phase)) {
-#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
-    // Simulator ablation, bug class "commit before spawn" (the order a review found in the code
-    // earlier): the Commit goes out straight after the Acquiring grant and the sandbox starts
-    // only on the Held answer, so lockd has the name Held here while IsRunning says "not running"
-    // and may preempt it; the sandbox then starts anyway (two holders). on_committed spawns.
-    send_commit(sb, client, std::move(req), epoch);
-    return;
-#endif
-    spawn(*s, client, req);  // sends the Commit once the sandbox runs
-    return;
-  }
-  advance(s->phase, SandboxPhase::committing);  // naming a running sandbox
-  send_commit(sb, client, std::move(req), epoch);
-}
-
-void Supervisor::Impl::send_commit(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch) {
-  wire::Commit c;
-  c.name_id = name_id_of(*req.name);
-  c.sandbox = sb;
-  c.epoch = epoch;
-  c.worker = worker;
-  link->call(c, now_boottime_ns() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) {
-    if (!r.ok()) {
-      commit_failed(sb, client, req, epoch, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);
-      return;
-    }
-    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
-      commit_failed(sb, client, req, epoch, ControlError::refused, "commit \"" + *req.name + "\" " + describe_answer(*r.body),
-                    {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
-      return;
-    }
-    const auto* g = std::get_if<wire::Grant>(&*r.body);
-    if (g == nullptr || g->state != LockPhase::held || g->epoch != epoch || g->holder != sb) {
-      commit_failed(sb, client, req, epoch, ControlError::refused, "commit \"" + *req.name + "\": " + describe_answer(*r.body));
-      return;
-    }
-    on_committed(sb, client, req, *g);
-  });
-}
-
-void Supervisor::Impl::commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req,
-                                     Epoch epoch, ControlError code, const std::string& message, json extra) {
-  const std::string name = *req.name;
-  Sandbox* s = find(sb);
-  // Abort the Acquiring record, or give back a commit whose answer never came.
-  release_to_lockd(name_id_of(name), name, sb, epoch, [](bool, std::string) {});
-  if (s == nullptr || !s->pending_name || s->epoch != epoch) {
-    reply(client, control_error(req.id, code, message, std::move(extra)));
-    return;
-  }
-  hb->remove(sb);
-  s->pending_name.reset();
-#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
-  if (before_spawn(s->phase)) {  // the ablated order: nothing was started for it
-    abandon(sb, client, req.id, code, message, std::move(extra));
-    return;
-  }
-#endif
-  if (s->phase == SandboxPhase::committing) advance(s->phase, SandboxPhase::running);
-  sandboxes.unbind_name(name, sb);
-  if (req.op == ControlOp::name) {  // it ran before and runs on, unnamed
-    s->name_id = NameId{};
-    s->epoch = 0;
-    s->token.clear();
-    host->clear_tokens(sb);
-    reply(client, control_error(req.id, code, message, std::move(extra)));
-    return;
-  }
-  // Started for this name: it never saw its epoch published; stop it, answer when it is gone.
-  s->waiter_error = code;
-  s->waiter_message = message;
-  s->waiters.emplace_back(client, req.id);
-  kill_sandbox(*s, "commit failed: " + message);
-}
-
-void Supervisor::Impl::on_committed(const SandboxId& sb, ControlClientId client, const ControlRequest& req,
-                                    const wire::Grant& g) {
-  const std::string name = *req.name;
-  const NameId name_id = name_id_of(name);
-  Sandbox* s = find(sb);
-  if (s == nullptr || !s->pending_name || s->epoch != g.epoch) {
-    // It exited (or was killed) meanwhile; its exit gave back the pending name, and this
-    // release covers the commit that landed after that.
-    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
-    reply(client, control_error(req.id, ControlError::not_found, "the sandbox stopped before its commit of \"" + name +
-                                                         "\" was acknowledged"));
-    return;
-  }
-  s->pending_name.reset();
-  s->token = g.token;
-  hb->set_commit_pending(sb, false);
-  if (kill_asked_or_gone(s->phase)) {
-    // Being killed (kill-switch, shutdown): it never runs with this name.
-    hb->remove(sb);
-    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
-    sandboxes.unbind_name(name, sb);
-    if (req.op == ControlOp::name) reply(client, control_error(req.id, ControlError::not_found, "the sandbox stopped while being named"));
-    else s->waiters.emplace_back(client, req.id);
-    return;
-  }
-#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
-  if (before_spawn(s->phase)) {  // the ablated order: start it only now that lockd has it Held
-    const HeartbeatLease* held = hb->find(sb);
-    s->name = name;
-    s->valid_until_ns = held != nullptr ? held->valid_until_ns : 0;
-    spawn(*s, client, req);  // publishes the grant, arms, releases, answers
-    return;
-  }
-#endif
-  advance(s->phase, SandboxPhase::running);
-  const HeartbeatLease* l = hb->find(sb);
-  const std::uint64_t valid_until = l != nullptr ? l->valid_until_ns : 0;
-  const std::uint64_t now = now_ns();
-  const shm::TableErrc pe = l == nullptr || valid_until <= now
-                                ? shm::TableErrc::revoked
-                                : publish_grant(*s, name_id, name, g.epoch, valid_until, s->token);
-  if (pe != shm::TableErrc::ok) {
-    commit_failed(sb, client, req, g.epoch, ControlError::internal,
-                  "publishing \"" + name + "\" failed: " + std::string(shm::to_string(pe)));
-    return;
-  }
-  s->name = name;
-  s->valid_until_ns = valid_until;
-  if (req.op != ControlOp::name) rt->set_deadline(s->slot, valid_until);  // armed at its start
-  else if (!rt->arm(s->slot, valid_until, host->kill_target(sb)))
-    kill_sandbox(*s, "rt command queue full while naming");  // an unwatched named sandbox must not run
-  log_event("event=committed sandbox=%s slot=%u name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64, sb.str().c_str(),
-            s->slot, name.c_str(), g.epoch, valid_until);
-  json ok = {{"sandbox", sb.str()}, {"slot", s->slot}, {"name", name}, {"epoch", g.epoch}, {"pid", s->pid},
-             {"valid_until_ms", static_cast<std::int64_t>(valid_until - now) / 1'000'000}};
-  if (s->synthetic) ok["synthetic"] = true;
-  if (!s->cgroup_path.empty()) ok["cgroup"] = s->cgroup_path;
-  reply(client, control_ok(req.id, ok));
-}
-
-void Supervisor::Impl::do_release(ControlClientId client, const ControlRequest& req) {
-  const SandboxId* holder = sandboxes.holder_of(*req.name);
-  Sandbox* s = holder == nullptr ? nullptr : find(*holder);
-  if (s == nullptr || !s->name) {
-    reply(client, control_error(req.id, ControlError::not_found, "no sandbox on this worker holds \"" + *req.name + "\""));
-    return;
-  }
-  if (!may_act_on(client, req, *s)) return;
-  s->waiters.emplace_back(client, req.id);
-  kill_sandbox(*s, "released");
-}
-
-void Supervisor::Impl::do_kill(ControlClientId client, const ControlRequest& req) {
-  Sandbox* s = find(*req.sandbox);
-  if (s == nullptr || never_started(s->phase)) {
-    reply(client, control_error(req.id, ControlError::not_found, "no running sandbox " + req.sandbox->str()));
-    return;
-  }
-  if (!may_act_on(client, req, *s)) return;
-  s->waiters.emplace_back(client, req.id);
-  kill_sandbox(*s, "killed on request");
-}
-
 json Supervisor::Impl::list_json(uid_t caller) const {
   json arr = json::array();
   const std::uint64_t now = now_ns();
-  for (const auto& [id, s] : sandboxes) {
+  for (const auto& [id, s] : core->sandboxes()) {
     if (caller != 0 && caller != s.owner) continue;  // a caller sees its own sandboxes only (root: all)
     json j = {{"sandbox", id.str()}, {"slot", s.slot}, {"pid", s.pid}, {"state", phase_row(s.phase).list_state},
               {"epoch", s.epoch}};
     j["name"] = s.name ? json(*s.name) : json(nullptr);
     if (s.pending_name) j["committing"] = *s.pending_name;
     if (s.name) {
-      const HeartbeatLease* l = hb->find(id);
+      const HeartbeatLease* l = core->heartbeat().find(id);
       const std::uint64_t vu = l ? l->valid_until_ns : s.valid_until_ns;
       j["valid_until_ms"] = (static_cast<std::int64_t>(vu) - static_cast<std::int64_t>(now)) / 1'000'000;
     }
@@ -1707,7 +983,9 @@ json Supervisor::Impl::status_json() const {
   const RtCounters rc = rt->counters();
   const std::uint64_t now = now_ns();
   std::size_t named = 0;
-  for (const auto& [id, s] : sandboxes) named += s.name ? 1 : 0;
+  const SupervisorCore::Counters& cc = core->counters();
+  const HeartbeatSchedule& hb = core->heartbeat();
+  for (const auto& [id, s] : core->sandboxes()) named += s.name ? 1 : 0;
   json j = {
       {"worker", worker.str()},
       {"key_id", link->key_id()},
@@ -1732,32 +1010,32 @@ json Supervisor::Impl::status_json() const {
       {"clock_rate_bound", cfg.clock_rate_bound},
       {"pause_budget_ms", static_cast<double>(check.pause_budget_ns) / 1e6},
       {"slots", cfg.slots},
-      {"sandboxes", sandboxes.size()},
+      {"sandboxes", core->sandboxes().size()},
       {"named", named},
-      {"shutting_down", shutting_down},
+      {"shutting_down", shutting_down()},
       {"synthetic", cfg.synthetic},
       {"isolation", cfg.isolation},
       {"isolation_text", isolation_text()},
       {"unsafe_kill", unsafe_kill},
       {"allow_unsafe_kill", cfg.allow_unsafe_kill},
-      {"may_create_named", hb->may_create_named(now)},
-      {"killswitch_engaged", hb->killswitch_engaged()},
+      {"may_create_named", hb.may_create_named(now)},
+      {"killswitch_engaged", hb.killswitch_engaged()},
       {"counters",
-       {{"heartbeat_datagrams", counters.heartbeat_datagrams},
-        {"heartbeat_failures", counters.heartbeat_failures},
-        {"refreshed", counters.refreshed},
-        {"lost", counters.lost},
-        {"unknown", counters.unknown},
-        {"kills_deadline", counters.kills_deadline},
-        {"kills_request", counters.kills_request},
-        {"worker_killswitch", counters.worker_killswitch},
-        {"spawned", counters.spawned},
-        {"spawn_failures", counters.spawn_failures},
-        {"exited", counters.exited},
-        {"acquire_refused", counters.acquire_refused},
-        {"creates_refused_killswitch", counters.creates_refused_killswitch},
-        {"names_released", counters.names_released},
-        {"late_grants_released", counters.late_grants_released},
+       {{"heartbeat_datagrams", cc.heartbeat_datagrams},
+        {"heartbeat_failures", cc.heartbeat_failures},
+        {"refreshed", cc.refreshed},
+        {"lost", cc.lost},
+        {"unknown", cc.unknown},
+        {"kills_deadline", cc.kills_deadline},
+        {"kills_request", cc.kills_request},
+        {"worker_killswitch", cc.worker_killswitch},
+        {"spawned", cc.spawned},
+        {"spawn_failures", cc.spawn_failures},
+        {"exited", cc.exited},
+        {"acquire_refused", cc.acquire_refused},
+        {"creates_refused_killswitch", cc.creates_refused_killswitch},
+        {"names_released", cc.names_released},
+        {"late_grants_released", cc.late_grants_released},
         {"rt_late_over_budget", rt_late_events},
         {"rt_kill_records_dropped", rt->kill_events_dropped()},
         {"orphans_reaped", counters.orphans_reaped},
@@ -1766,7 +1044,7 @@ json Supervisor::Impl::status_json() const {
         {"key_not_accepted", counters.key_not_accepted},
         {"sandbox_output_discarded_bytes", output_pump.discarded_bytes()},
         {"log_lines_dropped", stderr_log().dropped()},
-        {"worker_beats_acked", counters.worker_beats_acked},
+        {"worker_beats_acked", cc.worker_beats_acked},
         {"control_bad_requests", control->bad_requests()},
         {"control_unauthorized", control->rejected_unauthorized()},
         {"lockd_answers_bad", link->stats().answers_bad},
@@ -1774,181 +1052,24 @@ json Supervisor::Impl::status_json() const {
         {"is_running_answered", link->stats().is_running_answered}}}};
   if (cfg.mode == SupervisorMode::preemptible)
     j["worker_valid_until_ms"] =
-        (static_cast<std::int64_t>(hb->worker_valid_until_ns()) - static_cast<std::int64_t>(now)) / 1'000'000;
+        (static_cast<std::int64_t>(hb.worker_valid_until_ns()) - static_cast<std::int64_t>(now)) / 1'000'000;
   return j;
-}
-
-void Supervisor::Impl::release_to_lockd(const NameId& name_id, const std::string& name,
-                                        const SandboxId& sb, Epoch epoch,
-                                        std::function<void(bool, std::string)> done) {
-  wire::Release rel;
-  rel.name_id = name_id;
-  rel.sandbox = sb;
-  rel.epoch = epoch;
-  ++releases_in_flight;
-  link->call(rel, now_boottime_ns() + kReleaseTimeoutNs, [this, name, sb, epoch, done](LockdReply r) {
-    --releases_in_flight;
-    bool ok = false;
-    std::string text;
-    if (!r.ok()) {
-      text = r.problem;
-    } else {
-      ok = std::holds_alternative<wire::Ok>(*r.body);
-      text = describe_answer(*r.body);
-    }
-    if (ok) ++counters.names_released;
-    log_event("event=released name=%s sandbox=%s epoch=%" PRIu64 " result=\"%s\"", name.c_str(),
-              sb.str().c_str(), epoch, text.c_str());
-    done(ok, text);
-    if (shutting_down) maybe_finish_shutdown();
-  });
 }
 
 // =============================================================================================
 // lifecycle
 
-void Supervisor::Impl::kill_sandbox(Sandbox& s, const std::string& reason) {
-  if (kill_asked_or_gone(s.phase)) return;
-  advance(s.phase, s.phase == SandboxPhase::aborted ? SandboxPhase::aborting : SandboxPhase::killing);
-  if (s.kill_reason.empty()) s.kill_reason = reason;
-  if (s.armed && !s.rt_killed && rt->kill_now(s.slot)) return;
-  // Not (or no longer) armed, or the queue is full: kill from here.
-  host->kill(s.id, now_ns());
-  if (s.synthetic) on_pidfd(s.id);
-}
-
-void Supervisor::Impl::on_pidfd(const SandboxId& id) {
-  Sandbox* s = find(id);
-  if (s == nullptr || s->phase == SandboxPhase::exited) return;
-  advance(s->phase, SandboxPhase::exited);
-  ++counters.exited;
-  hb->remove(id);
-  rt->set_deadline(s->slot, 0);
-  // The first process stays unreaped (its pid and process group cannot be reused) until the rt
-  // thread has applied the disarm (kill_switch.hpp); finish_exit reaps it.
-  if (s->armed) {
-    const RtSubmitted d = rt->disarm(s->slot);
-    if (d) {
-      s->disarm_seq = d.seq;
-      disarming.push_back(id);
-      if (!disarm_timer.valid())
-        disarm_timer = loop->add_timer_after(kDisarmPollNs, [this] {
-          disarm_timer = TimerId{};
-          check_disarms();
-        });
-      return;
-    }
-    // Queue full or stopped: the rt thread may still hold the target; wait for it to stop.
-    log_event("event=disarm_refused sandbox=%s", id.str().c_str());
-  }
-  finish_exit(id);
-}
-
-void Supervisor::Impl::check_disarms() {
-  for (std::size_t i = 0; i < disarming.size();) {
-    Sandbox* s = find(disarming[i]);
-    if (s == nullptr || rt->applied(s->disarm_seq)) {
-      const SandboxId id = disarming[i];
-      disarming[i] = disarming.back();
-      disarming.pop_back();
-      if (s != nullptr) finish_exit(id);
-      continue;
-    }
-    ++i;
-  }
-  if (!disarming.empty() && !disarm_timer.valid())
-    disarm_timer = loop->add_timer_after(kDisarmPollNs, [this] {
-      disarm_timer = TimerId{};
-      check_disarms();
-    });
-}
-
-void Supervisor::Impl::finish_exit(const SandboxId& id) {
-  Sandbox* s = find(id);
-  if (s == nullptr) return;
-  // Reaped (its pid and process group may be reused from now on), its leaf removed.
-  const ReapedSandbox reaped = host->reap(id);
-  s->exit_code = reaped.exit_code;
-  log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
-            id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
-            s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());
-  table->free(s->slot, now_ns());
-  // Dead means the pidfd reported the exit *and* the leaf is empty: while a process of it
-  // still runs, the name is not given back (lockd expires it after its TTL; nothing refreshes it).
-  const bool leave_to_expire = (s->name || s->pending_name) && reaped.still_populated;
-  if (leave_to_expire)
-    log_event("event=leaf_still_populated sandbox=%s name=%s epoch=%" PRIu64 " action=name_left_to_expire",
-              id.str().c_str(), s->name ? s->name->c_str() : s->pending_name->c_str(), s->epoch);
-  auto answer_waiters = [this](std::vector<std::pair<ControlClientId, json>> waiters,
-                               std::optional<ControlError> err, std::string msg, json fields) {
-    for (auto& [c, rid] : waiters) {
-      if (err) reply(c, control_error(rid, *err, msg, fields));
-      else reply(c, control_ok(rid, fields));
-    }
-  };
-  json fields = {{"sandbox", id.str()}, {"exit_status", s->exit_code}};
-  if (s->name) fields["name"] = *s->name;
-  auto waiters = std::move(s->waiters);
-  auto err = s->waiter_error;
-  auto msg = s->waiter_message;
-  remember_log(*s);  // each branch below erases it, with its slot and names
-  if ((s->name || s->pending_name) && leave_to_expire) {
-    fields["released"] = false;
-    fields["release"] = "not released: a process of the sandbox still runs in its cgroup leaf; lockd expires the name";
-    sandboxes.erase(id);
-    answer_waiters(std::move(waiters), err, msg, fields);
-  } else if (s->name && s->revoked) {  // dead (pidfd and an empty leaf): lockd may lift the revoke
-    const std::string name = *s->name;
-    confirm_kill_to_lockd(s->name_id, name, id, s->epoch);
-    sandboxes.erase(id);
-    fields["released"] = false;
-    fields["release"] = "revoked by lockd; kill confirmed to lockd";
-    answer_waiters(std::move(waiters), err, msg, fields);
-  } else if (s->name || s->pending_name) {
-    const std::string name = s->name ? *s->name : *s->pending_name;
-    const NameId nid = s->name_id;
-    const Epoch epoch = s->epoch;
-    sandboxes.erase(id);
-    release_to_lockd(nid, name, id, epoch,
-                     [answer_waiters, waiters = std::move(waiters), err, msg, fields](bool ok, std::string text) mutable {
-                       fields["released"] = ok;
-                       fields["release"] = text;
-                       answer_waiters(std::move(waiters), err, msg, fields);
-                     });
-  } else {
-    sandboxes.erase(id);
-    answer_waiters(std::move(waiters), err, msg, fields);
-  }
-  if (shutting_down) maybe_finish_shutdown();
-}
-
 void Supervisor::Impl::on_rt_events() {
   RtKillEvent e;
-  while (rt->pop_kill(e)) {
-    Sandbox* s = sandboxes.at_slot(e.slot);
-    const SandboxId id = s != nullptr ? s->id : SandboxId{};
-    if (s == nullptr || e.record.error == -ECANCELED) {
-      // A kill the rt thread gave up on because its sandbox was disarmed (it exited first).
-      log_event("event=kill_record slot=%u error=%d", e.slot, e.record.error);
-      continue;
-    }
-    // A kill request sets kill_reason first (kill_sandbox); a deadline kill's reason is set here.
-    const bool requested = !s->kill_reason.empty();
-    if (requested) ++counters.kills_request;
-    else ++counters.kills_deadline;
-    if (s != nullptr) {
-      s->rt_killed = true;
-      if (s->kill_reason.empty()) s->kill_reason = "kill-switch: lease not refreshed in time";
-    }
-    const KillRecord& r = e.record;
-    log_event("event=killed sandbox=%s slot=%u cause=%s deadline_ns=%" PRIu64 " issued_ns=%" PRIu64
-              " confirmed_ns=%" PRIu64 " path=%s error=%d name=%s epoch=%" PRIu64 " reason=\"%s\"",
-              id.str().c_str(), e.slot, requested ? "request" : "deadline", r.deadline_ns, r.issued_ns,
-              r.confirmed_ns,
-              r.path == KillPath::cgroup_kill ? "cgroup.kill" : r.path == KillPath::signals ? "signals" : "none",
-              r.error, s && s->name ? s->name->c_str() : "-", s ? s->epoch : 0, s ? s->kill_reason.c_str() : "");
-    if (s != nullptr && s->synthetic) on_pidfd(id);  // nothing to wait for
-  }
+  while (rt->pop_kill(e)) core->on_rt_kill(e, now_ns());
+}
+
+void Supervisor::Impl::schedule_disarm_check() {
+  if (disarm_timer.valid()) return;
+  disarm_timer = loop->add_timer_after(kDisarmPollNs, [this] {
+    disarm_timer = TimerId{};
+    core->check_disarms(now_ns());
+  });
 }
 
 void Supervisor::Impl::reap_orphans() {
@@ -1957,9 +1078,9 @@ void Supervisor::Impl::reap_orphans() {
   for (int i = 0; i < 1024; ++i) {
     siginfo_t info{};
     if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
-    for (auto& [id, s] : sandboxes) {
+    for (const auto& [id, s] : core->sandboxes()) {
       if (s.pid == info.si_pid) {
-        if (s.phase != SandboxPhase::exited) on_pidfd(id);
+        if (s.phase != SandboxPhase::exited) core->on_exit(SandboxId(id), now_ns());
         return;  // its reap waits for the disarm; orphans behind it wait one tick more
       }
     }
@@ -2024,7 +1145,7 @@ void Supervisor::Impl::on_key_probe(std::uint16_t key_id, bool accepted, const s
 }
 
 void Supervisor::Impl::probe_pending_key() {
-  if (link->pending_key_id() == 0 || now_boottime_ns() < next_key_probe_ns || shutting_down) return;
+  if (link->pending_key_id() == 0 || now_boottime_ns() < next_key_probe_ns || shutting_down()) return;
   const std::uint16_t id = link->pending_key_id();
   next_key_probe_ns = INT64_MAX;  // until this probe ends
   if (!link->try_pending_key(now_boottime_ns() + kKeyProbeNs,
@@ -2033,237 +1154,20 @@ void Supervisor::Impl::probe_pending_key() {
 }
 
 void Supervisor::Impl::begin_shutdown(const char* why) {
-  if (shutting_down) return;
-  shutting_down = true;
+  if (shutting_down()) return;
   shutdown_deadline_ns = now_boottime_ns() + kShutdownKillWaitNs;
-  log_event("event=shutdown signal=%s policy=%s sandboxes=%zu", why, std::string(to_string(cfg.on_shutdown)).c_str(),
-            sandboxes.size());
-  // Commits not yet sent will not be: answer them.
-  while (!pending_commits.empty()) {
-    PendingCommit pc = std::move(pending_commits.front());
-    pending_commits.pop_front();
-    abandon(*pc.request.sandbox, pc.client, pc.request.id, ControlError::shutting_down, "the supervisor is shutting down");
-  }
-  std::vector<SandboxId> ids;
-  for (auto& [id, s] : sandboxes) ids.push_back(id);
-  if (cfg.on_shutdown == ShutdownPolicy::kill) {
-    for (const auto& id : ids)
-      if (Sandbox* s = find(id); s && !never_started(s->phase)) kill_sandbox(*s, "shutdown");
-  } else {
-    // keep: processes go on, unnamed. Stop the rt thread first (it must let go of their fds
-    // and pids), revoke every slot so their checks refuse, release their names.
-    rt->stop();
-    for (const auto& id : ids) {
-      Sandbox* s = find(id);
-      if (s == nullptr || never_started(s->phase)) continue;
-      hb->remove(id);
-      table->revoke(s->slot);
-      if (s->name) release_to_lockd(s->name_id, *s->name, id, s->epoch, [](bool, std::string) {});
-      for (auto& [c, rid] : s->waiters) reply(c, control_error(rid, ControlError::shutting_down, "the supervisor is shutting down"));
-      log_event("event=kept sandbox=%s pid=%d cgroup=%s", id.str().c_str(), s->pid,
-                s->cgroup_path.empty() ? "-" : s->cgroup_path.c_str());
-      host->forget(id);  // closes the pidfd and the leaf's fds; a populated leaf stays
-      sandboxes.erase(id);
-    }
-  }
+  core->begin_shutdown(why, now_ns());
   maybe_finish_shutdown();
 }
 
 void Supervisor::Impl::maybe_finish_shutdown() {
+  const bool done = core->quiescent();
+  if (!done && now_boottime_ns() < shutdown_deadline_ns) return;
   bool busy = false;
-  for (const auto& [id, s] : sandboxes)
+  for (const auto& [id, s] : core->sandboxes())
     if (!never_started(s.phase)) busy = true;
-  if ((busy || releases_in_flight > 0) && now_boottime_ns() < shutdown_deadline_ns) return;
-  if (busy) log_event("event=shutdown_timeout sandboxes=%zu", sandboxes.size());
+  if (busy) log_event("event=shutdown_timeout sandboxes=%zu", core->sandboxes().size());
   loop->stop();
-}
-
-// =============================================================================================
-// heartbeat
-
-void Supervisor::Impl::apply(const HeartbeatAction& a) {
-  switch (a.kind) {
-    case HeartbeatAction::Kind::none:
-      return;
-    case HeartbeatAction::Kind::extend: {
-      // shm first (the sandbox's own check), then the rt thread's deadline (lazy re-arm: no
-      // message needed, it re-reads this when the old deadline comes due).
-      Sandbox* s = find(a.sandbox);
-      // A sandbox whose Commit is in flight has no published epoch to extend, only its deadline.
-      if ((s != nullptr && s->pending_name) || table->extend(a.slot, a.valid_until_ns) == shm::TableErrc::ok)
-        rt->set_deadline(a.slot, a.valid_until_ns);
-      if (s != nullptr) s->valid_until_ns = a.valid_until_ns;
-      return;
-    }
-    case HeartbeatAction::Kind::kill: {
-      Sandbox* s = find(a.sandbox);
-      if (s == nullptr) return;
-      std::string why = a.lapsed ? "lease lapsed before lockd's answer arrived"
-                                 : std::string("heartbeat answer ") + std::string(to_string(a.cause));
-      if (a.cause == RefreshStatus::lost && !a.holder.is_nil())
-        why += " (held by " + a.holder.str() + " at epoch " + std::to_string(a.holder_epoch) + ")";
-      if (!kill_asked(s->phase)) log_event("event=recovery sandbox=%s name=%s reason=\"%s\"", a.sandbox.str().c_str(),
-                                   s->name ? s->name->c_str() : "-", why.c_str());
-      // lockd no longer knows the grant as ours (revoked, or held by another): once dead, say so
-      // (a revoke's lock-delay waits for it) rather than release a name that is not ours.
-      if (!a.lapsed && a.cause != RefreshStatus::refreshed) s->revoked = true;
-      kill_sandbox(*s, why);
-      hb->remove(a.sandbox);
-      return;
-    }
-  }
-}
-
-void Supervisor::Impl::on_heartbeat_tick() {
-  const std::uint64_t now = now_ns();
-  // 2-phase commits ride on this tick.
-  while (!pending_commits.empty()) {
-    PendingCommit pc = std::move(pending_commits.front());
-    pending_commits.pop_front();
-    commit_now(pc);
-  }
-  if (cfg.mode == SupervisorMode::preemptible) {
-    auto kills = hb->check_worker_liveness(now);
-    if (!kills.empty()) {
-      ++counters.worker_killswitch;
-      log_event("event=worker_killswitch sandboxes=%zu", kills.size());
-    }
-    for (const auto& a : kills) apply(a);
-  }
-  HeartbeatRound round = hb->begin_round(now, wire::kHeartbeatEntriesMax);
-  for (auto& req : round.requests) {
-    wire::Heartbeat h;
-    h.ttl_cap_ms = 0;
-    for (const auto& e : req.entries) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
-    ++counters.heartbeat_datagrams;
-    auto entries = std::make_shared<std::vector<RefreshEntry>>(std::move(req.entries));
-    link->call(h, static_cast<std::int64_t>(req.deadline_ns), [this, entries](LockdReply r) {
-      const std::uint64_t at = now_ns();
-      if (!r.ok()) {
-        ++counters.heartbeat_failures;
-        table->record_heartbeat_failure();
-        return;
-      }
-      const auto* ack = std::get_if<wire::HeartbeatAck>(&*r.body);
-      if (ack == nullptr || ack->entries.size() != entries->size()) {
-        ++counters.heartbeat_failures;
-        table->record_heartbeat_failure();
-        log_event("event=heartbeat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
-        return;
-      }
-      table->record_heartbeat_rtt_ns(at - static_cast<std::uint64_t>(r.first_send_ns));
-      for (std::size_t i = 0; i < entries->size(); ++i) {
-        const auto& e = (*entries)[i];
-        const auto& a = ack->entries[i];
-        if (a.name_id != e.name) continue;  // not an answer about this entry
-        const RefreshStatus res = a.status;
-        if (res == RefreshStatus::refreshed && cfg.mode == SupervisorMode::lease &&
-            std::uint64_t{a.ttl_left_ms} + 1 < cfg.ttl_ms) {
-          // lockd refreshes for less than --ttl-ms: the safety condition does not hold for this
-          // lease. Do not extend it; stop the sandbox.
-          if (Sandbox* s = find(e.sandbox)) {
-            log_event("event=ttl_mismatch sandbox=%s ttl_left_ms=%u ttl_ms=%" PRIu64, e.sandbox.str().c_str(),
-                      a.ttl_left_ms, cfg.ttl_ms);
-            kill_sandbox(*s, "lockd refreshed for " + std::to_string(a.ttl_left_ms) + " ms, below --ttl-ms " +
-                                 std::to_string(cfg.ttl_ms));
-            hb->remove(e.sandbox);
-          }
-          continue;
-        }
-        if (res == RefreshStatus::refreshed) ++counters.refreshed;
-        else if (res == RefreshStatus::lost) ++counters.lost;
-        else ++counters.unknown;
-        apply(hb->on_refresh_answer(e.sandbox, e.epoch, res, a.holder, a.epoch,
-                                    static_cast<std::uint64_t>(r.first_send_ns), at));
-      }
-    });
-  }
-  if (round.worker_liveness) send_worker_beat(round.worker_liveness_deadline_ns, std::move(round.worker_held));
-}
-
-void Supervisor::Impl::send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held) {
-  ++counters.heartbeat_datagrams;
-  wire::WorkerHeartbeat beat{worker, {}};
-  for (const auto& e : held) beat.held.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
-  link->call(beat, static_cast<std::int64_t>(deadline_ns),
-             [this, held = std::move(held)](LockdReply r) {
-               const std::uint64_t at = now_ns();
-               if (!r.ok()) {
-                 ++counters.heartbeat_failures;
-                 table->record_heartbeat_failure();
-                 return;
-               }
-               const auto* w = std::get_if<wire::WorkerAck>(&*r.body);
-               if (w == nullptr) {
-                 ++counters.heartbeat_failures;
-                 log_event("event=worker_beat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
-                 return;
-               }
-               // Names lockd no longer has as ours (revoked, preempted, transferred away): kill
-               // at once, whatever the liveness part of the answer says (mutex violation recovery).
-               for (const auto& a : w->not_held) {
-                 const auto e = std::find_if(held.begin(), held.end(), [&](const RefreshEntry& x) { return x.name == a.name_id; });
-                 if (e == held.end()) continue;  // not a name this beat carried
-                 const RefreshStatus res = a.status;
-                 if (res == RefreshStatus::refreshed) continue;
-                 ++(res == RefreshStatus::lost ? counters.lost : counters.unknown);
-                 apply(hb->on_refresh_answer(e->sandbox, e->epoch, res, a.holder, a.epoch,
-                                             static_cast<std::uint64_t>(r.first_send_ns), at));
-               }
-               if (w->liveness_ttl_ms < cfg.ttl_ms) {
-                 ++counters.heartbeat_failures;
-                 log_event("event=worker_ttl_too_short liveness_ttl_ms=%u ttl_ms=%" PRIu64, w->liveness_ttl_ms, cfg.ttl_ms);
-                 return;  // not counted as liveness: the kill-switch will fire in time
-               }
-               ++counters.worker_beats_acked;
-               table->record_heartbeat_rtt_ns(at - static_cast<std::uint64_t>(r.first_send_ns));
-               const bool was_engaged = hb->killswitch_engaged();
-               for (const auto& a : hb->on_worker_liveness_ack(static_cast<std::uint64_t>(r.first_send_ns), at)) apply(a);
-               if (was_engaged && !hb->killswitch_engaged()) log_event("event=worker_live_again");
-             });
-}
-
-bool Supervisor::Impl::is_running(const wire::IsRunning& q) {
-  const Sandbox* s = find(q.sandbox);
-  // Conservative: a sandbox still alive (even while being killed) counts as running, so lockd
-  // never preempts a name whose holder could still act. That includes a sandbox whose Commit
-  // is in flight: it was started before the Commit was sent, and name_id / epoch are those of
-  // its acquiring grant. A sandbox not yet started (acquire in flight) has no epoch: "no".
-  return s != nullptr && answers_running(s->phase) && s->name_id == q.name_id && s->epoch == q.epoch;
-}
-
-bool Supervisor::Impl::on_revoked(const wire::Revoked& q) {
-  for (auto& [id, s] : sandboxes) {
-    if (s.phase == SandboxPhase::exited || !s.name || s.name_id != q.name_id || s.epoch != q.epoch) continue;
-    if (!s.revoked)
-      log_event("event=revoked sandbox=%s name=%s epoch=%" PRIu64 " new_epoch=%" PRIu64 " action=kill",
-                id.str().c_str(), s.name->c_str(), q.epoch, q.new_epoch);
-    s.revoked = true;
-    hb->remove(id);
-    kill_sandbox(s, "revoked by lockd (epoch " + std::to_string(q.epoch) + " -> " + std::to_string(q.new_epoch) + ")");
-    return true;  // the confirmation follows its exit (finish_exit)
-  }
-  // Being placed (its grant may still arrive): its next heartbeat answer is `lost`, so it is
-  // killed then; lockd's bound covers it, no confirmation is sent for it.
-  for (const auto& [name, holder] : sandboxes.names())
-    if (name_id_of(name) == q.name_id) return true;
-  // Nothing of that grant runs here (it exited, or a restart stopped it): confirm at once.
-  confirm_kill_to_lockd(q.name_id, q.name_id.str(), SandboxId{}, q.epoch);
-  return false;
-}
-
-void Supervisor::Impl::confirm_kill_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb,
-                                             Epoch epoch) {
-  ++releases_in_flight;  // shutdown waits for it like for a release
-  link->call(wire::KillConfirmed{name_id, sb, epoch},
-             now_boottime_ns() + static_cast<std::int64_t>(std::max<std::uint64_t>(lockd_ttl_ms, cfg.ttl_ms)) * 1'000'000,
-             [this, name, sb, epoch](LockdReply r) {
-               --releases_in_flight;
-               const std::string text = r.ok() ? describe_answer(*r.body) : r.problem;
-               log_event("event=kill_confirmed name=%s sandbox=%s epoch=%" PRIu64 " result=\"%s\"", name.c_str(),
-                         sb.str().c_str(), epoch, text.c_str());
-               if (shutting_down) maybe_finish_shutdown();
-             });
 }
 
 int Supervisor::Impl::run() {
@@ -2279,7 +1183,6 @@ int Supervisor::Impl::run() {
   rt->stop();
   host->stop_all(now_ns());  // left after a shutdown timeout: kill and reap what we can
   remove_empty_logs();
-  sandboxes.clear();
   control->close_all();
   table->remove();
   remove_cgroup_parent();

@@ -9,6 +9,10 @@
 //     It owns the HeartbeatSchedule, extends valid_until in the shm table and in the rt
 //     thread's per-slot deadline, and applies kill decisions.
 //   rt thread (RtKillSwitch): the deadline wheel and the kill-switch.
+// The sandbox logic below (creation flows, stops, exits, heartbeat answers, lockd's requests) is
+// SupervisorCore's (supervisor_core.hpp), which reaches the parts above only through the ports
+// (ports.hpp); Supervisor itself keeps start-up, signals, the worker lock, key reloads, the
+// control socket's plumbing and the status and list answers.
 //
 // Creation flows (control socket, see control.hpp for the JSON):
 //   run {name}      lease mode: claim a slot → acquire from lockd → publish slot → create the

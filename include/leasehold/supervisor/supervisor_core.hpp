@@ -1,0 +1,215 @@
+// leasehold/supervisor: the sandbox logic of one supervisor, without syscalls (issue 16's
+// "cores without syscalls"; DESIGN.md "The supervisor", "creation flows").
+//
+// SupervisorCore holds every sandbox of the worker and decides what happens to it:
+//   creation flows   run, name, expect-commit (control requests): claim a slot, acquire (lease
+//                    mode) or 2-phase acquire + Commit (preemptible), publish, create the child
+//                    stopped at its gate, arm the rt deadline, release it to exec
+//   stops            release and kill requests, heartbeat answers (lost, unknown, lapsed, a short
+//                    ttl), the worker-wide kill-switch, lockd's revocations, a failed Commit,
+//                    shutdown
+//   exits            the host's exit event → disarm → reap → free the slot → give back the name
+//                    (or confirm a revoked grant's kill)
+//   lockd's requests IsRunning, Revoked, and answers that came after their call gave up
+// It talks to the world only through the ports (ports.hpp: SandboxHost, LockdPort, RtPort,
+// ControlPort, SlotTable) and a few hooks (logging, new ids, the command check, timers), and it
+// reads no clock: every entry point takes `now_ns` (CLOCK_BOOTTIME in production), a LockdPort
+// answer brings its own (LockdReply::now_ns). So the same code runs in leasehold-supervisor
+// (Supervisor::Impl: start-up, signals, the worker lock, key reloads, the control socket, status)
+// and under the simulator (sim/) with simulated ports. Single-threaded.
+#pragma once
+
+#include "leasehold/lease/types.hpp"
+#include "leasehold/supervisor/config.hpp"
+#include "leasehold/supervisor/control.hpp"
+#include "leasehold/supervisor/heartbeat.hpp"
+#include "leasehold/supervisor/ports.hpp"
+#include "leasehold/supervisor/sandbox_table.hpp"
+#include "leasehold/wire/protocol.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace leasehold {
+
+/// What the sandbox logic needs of the supervisor's configuration.
+struct SupervisorCoreConfig {
+  WorkerId worker;
+  SupervisorMode mode = SupervisorMode::lease;
+  std::uint64_t ttl_ms = 0;                 ///< --ttl-ms (the kill-switch is timed for it)
+  std::uint64_t kill_after_ms = 0;
+  std::uint64_t heartbeat_interval_ms = 0;
+  std::uint32_t slots = 0;
+  /// lockd's lease TTL (its maximum), from its stats at start-up (set_lockd_ttl_ms).
+  std::uint64_t lockd_ttl_ms = 0;
+  bool synthetic = false;         ///< leases without processes (performance mode)
+  bool isolation = true;          ///< reported in a run's answer
+  bool unsafe_kill = false;       ///< no unescapable kill on this worker
+  bool allow_unsafe_kill = false;
+  std::string cgroup_reason;      ///< why the kill is what it is (named in the unsafe-kill refusal)
+  ShutdownPolicy on_shutdown = ShutdownPolicy::kill;
+  /// LEASEHOLD_ABLATE=shared-tokens (attack tests only): every grant's token to every sandbox.
+  bool shared_tokens = false;
+};
+
+/// What the core asks of its owner that is not a port.
+struct SupervisorCoreHooks {
+  /// One event line ("event=... k=v"), without time or prefix. Null: dropped.
+  std::function<void(const std::string&)> log;
+  /// A new sandbox id (random in production). Required.
+  std::function<SandboxId()> new_sandbox_id;
+  /// Whether argv[0] of a run or expect-commit resolves to an executable (why not in `error`).
+  /// Null: every command resolves.
+  std::function<bool(const ControlRequest&, std::string& error)> command_resolves;
+  /// A sandbox is forgotten after its exit (its log file may be kept for `logs`).
+  std::function<void(const Sandbox&)> gone;
+  /// Disarms are pending: call check_disarms() again soon (the rt thread applies commands every
+  /// tick). Null: the owner polls disarms_pending().
+  std::function<void()> disarm_pending;
+  /// Shutting down, and something it waits for may have finished (quiescent()).
+  std::function<void()> shutdown_progress;
+};
+
+class SupervisorCore {
+ public:
+  struct Counters {
+    std::uint64_t heartbeat_datagrams = 0;
+    std::uint64_t heartbeat_failures = 0;
+    std::uint64_t refreshed = 0;
+    std::uint64_t lost = 0;
+    std::uint64_t unknown = 0;
+    std::uint64_t kills_deadline = 0;
+    std::uint64_t kills_request = 0;
+    std::uint64_t worker_killswitch = 0;
+    std::uint64_t spawned = 0;
+    std::uint64_t spawn_failures = 0;
+    std::uint64_t exited = 0;
+    std::uint64_t acquire_refused = 0;
+    std::uint64_t creates_refused_killswitch = 0;
+    std::uint64_t names_released = 0;
+    std::uint64_t late_grants_released = 0;
+    std::uint64_t worker_beats_acked = 0;
+  };
+  /// Deadline of an armed sandbox that has no lease (unnamed): never due.
+  static constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
+  static constexpr std::int64_t kAcquireTimeoutNs = 3'000'000'000;  ///< lockd round trip for acquire/commit
+  static constexpr std::int64_t kReleaseTimeoutNs = 2'000'000'000;
+  static constexpr std::size_t kPendingCommitsMax = 4096;
+
+  SupervisorCore(SupervisorCoreConfig config, SupervisorCoreHooks hooks, SandboxHost& host, LockdPort& lockd,
+                 RtPort& rt, ControlPort& control, SlotTable& table);
+  ~SupervisorCore();
+  SupervisorCore(const SupervisorCore&) = delete;
+  SupervisorCore& operator=(const SupervisorCore&) = delete;
+
+  void set_lockd_ttl_ms(std::uint64_t ms) noexcept { cfg_.lockd_ttl_ms = ms; }
+  const SupervisorCoreConfig& config() const noexcept { return cfg_; }
+
+  // ---- events ------------------------------------------------------------------------------
+  /// A control request: run, name, expect-commit (refused while shutting down), release, kill.
+  /// Other ops (list, status, logs) are the owner's: answered `internal` here.
+  void on_request(ControlClientId client, ControlRequest req, std::uint64_t now_ns);
+  /// The heartbeat cadence: pending commits, the worker-wide kill-switch, heartbeats, worker beat.
+  void on_heartbeat_tick(std::uint64_t now_ns);
+  /// The host reported the sandbox's first process exited (or, synthetic, its kill).
+  void on_exit(const SandboxId& id, std::uint64_t now_ns);
+  /// One kill record of the rt thread.
+  void on_rt_kill(const RtKillEvent& e, std::uint64_t now_ns);
+  /// Reaps the exited sandboxes whose disarm the rt thread applied.
+  void check_disarms(std::uint64_t now_ns);
+  bool disarms_pending() const noexcept { return !disarming_.empty(); }
+  /// lockd asks before it preempts: does the sandbox of this grant run here?
+  bool is_running(const wire::IsRunning& q) const;
+  /// lockd pushed a revocation; true if a sandbox of that grant runs or is being placed here.
+  bool on_revoked(const wire::Revoked& q, std::uint64_t now_ns);
+  /// An answer of lockd's to a call that already gave up.
+  void on_late_answer(const wire::Body& answer, std::uint64_t now_ns);
+  /// SIGTERM/SIGINT: answers pending commits, then kills (or, policy keep, lets go of) every
+  /// started sandbox. Idempotent.
+  void begin_shutdown(const char* why, std::uint64_t now_ns);
+  /// Shutting down and nothing is left to wait for: no started sandbox, no release in flight.
+  bool quiescent() const;
+  bool shutting_down() const noexcept { return shutting_down_; }
+  std::size_t releases_in_flight() const noexcept { return releases_in_flight_; }
+
+  // ---- state -------------------------------------------------------------------------------
+  const SandboxTable& sandboxes() const noexcept { return sandboxes_; }
+  HeartbeatSchedule& heartbeat() noexcept { return hb_; }
+  const HeartbeatSchedule& heartbeat() const noexcept { return hb_; }
+  Counters& counters() noexcept { return counters_; }
+  const Counters& counters() const noexcept { return counters_; }
+  std::size_t pending_commits() const noexcept { return pending_commits_.size(); }
+
+ private:
+  struct PendingCommit {
+    ControlClientId client;
+    ControlRequest request;
+  };
+  void log_event(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  Sandbox* find(const SandboxId& id) { return sandboxes_.find(id); }
+  void reply(ControlClientId c, const std::string& line) { control_.reply(c, line); }
+  void progress();  // shutting down: tell the owner something finished
+  void do_run(ControlClientId client, ControlRequest req);
+  void do_name(ControlClientId client, ControlRequest req);
+  void do_expect_commit(ControlClientId client, ControlRequest req);
+  void do_release(ControlClientId client, const ControlRequest& req);
+  void do_kill(ControlClientId client, const ControlRequest& req);
+  bool may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s);
+  bool may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id);
+  bool refuse_unsafe_kill(ControlClientId client, const ControlRequest& req);
+  std::string ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const;
+  bool gate_named_creation(ControlClientId client, const nlohmann::json& id);
+  shm::TableErrc publish_grant(Sandbox& s, NameId name_id, const std::string& name, Epoch epoch,
+                               std::uint64_t valid_until, const wire::GrantTokenBytes& token);
+  void acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req);
+  void on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req, const wire::Grant& g,
+                  std::int64_t send_ns);
+  void commit_now(const PendingCommit& pc);
+  void on_acquiring(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch,
+                    std::int64_t acquire_send_ns);
+  void send_commit(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch);
+  void on_committed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, const wire::Grant& g);
+  void commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req, Epoch epoch,
+                     ControlError code, const std::string& message,
+                     nlohmann::json extra = nlohmann::json::object());
+  void spawn(Sandbox& s, ControlClientId client, const ControlRequest& req);
+  void give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
+                      ControlError code, const std::string& message);
+  void abandon(const SandboxId& sb, ControlClientId client, const nlohmann::json& id, ControlError code,
+               const std::string& message, nlohmann::json extra = nlohmann::json::object());
+  void release_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb, Epoch epoch,
+                        std::function<void(bool, std::string)> done);
+  void confirm_kill_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb, Epoch epoch);
+  void kill_sandbox(Sandbox& s, const std::string& reason);
+  void exited(const SandboxId& id);
+  void finish_exit(const SandboxId& id);
+  void apply(const HeartbeatAction& a);
+  void send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held);
+  std::int64_t now_i() const noexcept { return static_cast<std::int64_t>(now_); }
+
+  SupervisorCoreConfig cfg_;
+  SupervisorCoreHooks hooks_;
+  SandboxHost& host_;
+  LockdPort& lockd_;
+  RtPort& rt_;
+  ControlPort& control_;
+  SlotTable& table_;
+  SandboxTable sandboxes_;  // by id, by slot and by name
+  HeartbeatSchedule hb_;
+  std::deque<PendingCommit> pending_commits_;
+  std::vector<SandboxId> disarming_;
+  bool shutting_down_ = false;
+  std::size_t releases_in_flight_ = 0;
+  Counters counters_;
+  /// The time of the event being handled (the entry point's now_ns, or a lockd answer's).
+  std::uint64_t now_ = 0;
+};
+
+}  // namespace leasehold

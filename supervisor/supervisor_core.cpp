@@ -1,0 +1,1178 @@
+#include "leasehold/supervisor/supervisor_core.hpp"
+
+#include "leasehold/supervisor/lockd_link.hpp"  // describe_answer
+#include "leasehold/supervisor/sandbox_phase.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+namespace leasehold {
+
+using nlohmann::json;
+
+SupervisorCore::SupervisorCore(SupervisorCoreConfig config, SupervisorCoreHooks hooks, SandboxHost& host,
+                               LockdPort& lockd, RtPort& rt, ControlPort& control, SlotTable& table)
+    : cfg_(std::move(config)),
+      hooks_(std::move(hooks)),
+      host_(host),
+      lockd_(lockd),
+      rt_(rt),
+      control_(control),
+      table_(table),
+      sandboxes_(cfg_.slots),
+      hb_(cfg_.kill_after_ms * 1'000'000ull, cfg_.heartbeat_interval_ms * 1'000'000ull, cfg_.slots,
+          cfg_.mode == SupervisorMode::preemptible) {}
+
+SupervisorCore::~SupervisorCore() = default;
+
+void SupervisorCore::log_event(const char* fmt, ...) {
+  if (!hooks_.log) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  hooks_.log(std::string(buf, std::min(static_cast<std::size_t>(n), sizeof buf - 1)));
+}
+
+void SupervisorCore::progress() {
+  if (shutting_down_ && hooks_.shutdown_progress) hooks_.shutdown_progress();
+}
+
+bool SupervisorCore::quiescent() const {
+  for (const auto& [id, s] : sandboxes_)
+    if (!never_started(s.phase)) return false;
+  return releases_in_flight_ == 0;
+}
+
+// =============================================================================================
+// control requests
+
+void SupervisorCore::on_request(ControlClientId client, ControlRequest req, std::uint64_t now_ns) {
+  now_ = now_ns;
+  switch (req.op) {
+    case ControlOp::release:
+      do_release(client, req);
+      return;
+    case ControlOp::kill:
+      do_kill(client, req);
+      return;
+    case ControlOp::run:
+    case ControlOp::name:
+    case ControlOp::expect_commit:
+      break;
+    default:
+      reply(client, control_error(req.id, ControlError::internal, "not an operation of the sandbox logic"));
+      return;
+  }
+  if (shutting_down_) {
+    reply(client, control_error(req.id, ControlError::shutting_down, "the supervisor is shutting down; no new sandboxes"));
+    return;
+  }
+  switch (req.op) {
+    case ControlOp::run: do_run(client, std::move(req)); return;
+    case ControlOp::name: do_name(client, std::move(req)); return;
+    case ControlOp::expect_commit: do_expect_commit(client, std::move(req)); return;
+    default: return;
+  }
+}
+
+void SupervisorCore::on_exit(const SandboxId& id, std::uint64_t now_ns) {
+  now_ = now_ns;
+  exited(id);
+}
+
+shm::TableErrc SupervisorCore::publish_grant(Sandbox& s, NameId name_id, const std::string& name, Epoch epoch,
+                                             std::uint64_t valid_until, const wire::GrantTokenBytes& token) {
+  // Its signed token in the sandbox's own channel first (a sandbox that sees epoch E in the
+  // table finds E's token), then {name, epoch, valid_until} in the table.
+  const std::span<const std::uint8_t> bytes(token.data(), token.size());
+  if (const shm::TableErrc e = host_.publish_token(s.id, epoch, bytes); e != shm::TableErrc::ok) return e;
+  if (cfg_.shared_tokens)
+    for (auto& [other_id, o] : sandboxes_)
+      if (&o != &s) host_.publish_token(other_id, epoch, bytes);
+  return table_.publish(s.slot, name_id, name, epoch, valid_until);
+}
+
+std::string SupervisorCore::ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const {
+  // Below our --ttl-ms the kill-switch would fire after lockd's expiry; above lockd's TTL lockd
+  // would clamp the grant (and on_granted would give it back).
+  if (!ttl_ms || (*ttl_ms >= cfg_.ttl_ms && *ttl_ms <= cfg_.lockd_ttl_ms)) return {};
+  return "ttl_ms " + std::to_string(*ttl_ms) + " must be in [" + std::to_string(cfg_.ttl_ms) + ", " +
+         std::to_string(cfg_.lockd_ttl_ms) + "]: at least this supervisor's --ttl-ms (the kill-switch is timed for it), " +
+         "at most lockd's --ttl-ms (the longest lease it grants)";
+}
+
+bool SupervisorCore::gate_named_creation(ControlClientId client, const json& id) {
+  if (cfg_.mode != SupervisorMode::preemptible) return true;
+  const std::uint64_t now = now_;
+  for (const auto& a : hb_.check_worker_liveness(now)) apply(a);
+  if (hb_.may_create_named(now)) return true;
+  ++counters_.creates_refused_killswitch;
+  reply(client, control_error(id, ControlError::killswitch,
+                              "worker liveness lapsed and the worker-wide kill-switch fired; named "
+                              "sandboxes are refused until a worker heartbeat succeeds"));
+  return false;
+}
+
+void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
+  std::string err;
+  if (!cfg_.synthetic && hooks_.command_resolves && !hooks_.command_resolves(req, err)) {
+    ++counters_.spawn_failures;
+    reply(client, control_error(req.id, ControlError::exec_failed, err));
+    return;
+  }
+  if (req.name) {
+    if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
+      reply(client, control_error(req.id, ControlError::bad_request, why));
+      return;
+    }
+    if (const SandboxId* holder = sandboxes_.holder_of(*req.name)) {
+      const Sandbox* s = find(*holder);
+      reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
+                                  {{"holder", holder->str()}, {"epoch", s ? s->epoch : 0}}));
+      return;
+    }
+    if (refuse_unsafe_kill(client, req)) return;
+    if (!gate_named_creation(client, req.id)) return;
+  }
+  const SandboxId id = hooks_.new_sandbox_id();
+  const shm::ClaimResult claim = table_.claim(id, now_);
+  if (claim.error != shm::TableErrc::ok) {
+    reply(client, control_error(req.id, ControlError::table_full, table_.claim_refusal().empty()
+                                                          ? std::string(shm::to_string(claim.error))
+                                                          : table_.claim_refusal()));
+    return;
+  }
+  Sandbox s;
+  s.id = id;
+  s.slot = claim.slot;
+  s.synthetic = cfg_.synthetic;
+  s.owner = req.caller_uid;
+  Sandbox& added = sandboxes_.add(std::move(s));
+  if (!req.name) {
+    spawn(added, client, req);
+    return;
+  }
+  sandboxes_.bind_name(*req.name, id);
+  acquire_name(id, client, std::move(req));
+}
+
+void SupervisorCore::acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req) {
+  wire::Acquire a;
+  a.name = *req.name;
+  a.sandbox = sb;
+  a.worker = cfg_.worker;
+  a.ttl_ms = static_cast<std::uint32_t>(req.ttl_ms.value_or(cfg_.ttl_ms));
+  a.two_phase = cfg_.mode == SupervisorMode::preemptible;
+  if (Sandbox* s = find(sb); s != nullptr && s->phase == SandboxPhase::reserved)
+    advance(s->phase, SandboxPhase::acquiring);  // a run; naming a running sandbox keeps its phase
+  lockd_.call(a, now_i() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
+    now_ = static_cast<std::uint64_t>(r.now_ns);
+    if (!r.ok()) {
+      abandon(sb, client, req.id, ControlError::unreachable, "acquire \"" + *req.name + "\": " + r.problem);
+      return;
+    }
+    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
+      ++counters_.acquire_refused;
+      const ControlError code = d->refusal == Refusal::held || d->refusal == Refusal::acquiring ? ControlError::held : ControlError::refused;
+      abandon(sb, client, req.id, code, "\"" + *req.name + "\" " + describe_answer(*r.body),
+              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))},
+               {"worker", d->worker.str()}});
+      return;
+    }
+    const auto* g = std::get_if<wire::Grant>(&*r.body);
+    if (g == nullptr) {
+      abandon(sb, client, req.id, ControlError::refused, "acquire \"" + *req.name + "\": " + describe_answer(*r.body));
+      return;
+    }
+    if (cfg_.mode == SupervisorMode::preemptible) {
+      // The 2-phase acquire reserved the name (Acquiring: lockd preempts nothing in this state).
+      // The sandbox starts before the Commit, so that whenever lockd has the name Held on this
+      // worker, IsRunning finds the sandbox running (DESIGN.md "creation flows", preemptible.pml).
+      if (g->state != LockPhase::acquiring || g->epoch == 0) {
+        abandon(sb, client, req.id, ControlError::refused,
+                "2-phase acquire \"" + *req.name + "\" answered with " + describe_answer(*r.body));
+        return;
+      }
+      on_acquiring(sb, client, std::move(req), g->epoch, r.first_send_ns);
+      return;
+    }
+    on_granted(sb, client, std::move(req), *g, r.first_send_ns);
+  });
+}
+
+void SupervisorCore::on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req,
+                                  const wire::Grant& g, std::int64_t send_ns) {
+  Sandbox* s = find(sb);
+  const std::string name = *req.name;
+  const NameId name_id = name_id_of(name);
+  if (s == nullptr) {  // gone meanwhile (shutdown, killed before naming): give the name back
+    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
+    reply(client, control_error(req.id, ControlError::internal, "the sandbox went away while acquiring"));
+    return;
+  }
+  auto give_back = [&](ControlError code, const std::string& msg) {
+    give_back_name(*s, client, req, g.epoch, code, msg);
+  };
+  const std::uint64_t now = now_;
+  // The lease is measured from `lease_send_ns`: the send time of the request lockd answered,
+  // moved earlier by whatever the grant's time left falls short of --ttl-ms (see below).
+  std::uint64_t lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now);
+  std::uint64_t valid_until = lease_send_ns + cfg_.kill_after_ms * 1'000'000ull;
+  if (cfg_.mode == SupervisorMode::lease) {
+    // lockd answered no earlier than `send_ns`, with `g.ttl_ms` left, so its expiry is at least
+    // send_ns + g.ttl_ms. A fresh grant has the full TTL; an idempotent answer to a retry (the
+    // first answer was lost, lockd restarted meanwhile) has less. Either way the kill-switch
+    // keeps the margin the start-up check proved for --ttl-ms (ttl - kill_after) if the lease
+    // counts from send_ns - shortfall, shortfall = --ttl-ms - g.ttl_ms: lockd's expiry is then
+    // >= (send_ns - shortfall) + --ttl-ms, exactly a full grant's bound for that send time.
+    const std::uint64_t ttl_ns = cfg_.ttl_ms * 1'000'000ull;
+    const std::uint64_t left_ns = std::uint64_t{g.ttl_ms} * 1'000'000ull;
+    const std::uint64_t shortfall_ns = left_ns < ttl_ns ? ttl_ns - left_ns : 0;
+    if (shortfall_ns > 0) {
+      if (shortfall_ns >= valid_until || valid_until - shortfall_ns <= now) {
+        give_back(ControlError::unreachable,
+                  "lockd's grant of \"" + name + "\" arrived " +
+                      std::to_string((now - static_cast<std::uint64_t>(send_ns)) / 1'000'000) +
+                      " ms after the request was first sent with " + std::to_string(g.ttl_ms) +
+                      " ms of its lease left (an answer to a retry: lockd restarted or lost its first answer); "
+                      "counted from that send, the kill-switch could not fire before lockd's expiry, so the "
+                      "name was given back; retry");
+        return;
+      }
+      lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now) - shortfall_ns;
+      valid_until = lease_send_ns + cfg_.kill_after_ms * 1'000'000ull;
+      log_event("event=short_grant name=%s sandbox=%s epoch=%" PRIu64 " ttl_left_ms=%u ttl_ms=%" PRIu64
+                " valid_until_ns=%" PRIu64,
+                name.c_str(), sb.str().c_str(), g.epoch, g.ttl_ms, cfg_.ttl_ms, valid_until);
+    }
+  }
+  if (now >= valid_until) {
+    give_back(ControlError::unreachable, "the grant of \"" + name + "\" arrived after its lease would already have lapsed");
+    return;
+  }
+  if (!hb_.add(name_id, sb, g.epoch, s->slot, lease_send_ns)) {
+    give_back(ControlError::internal, "heartbeat schedule refused the lease");
+    return;
+  }
+  s->name_id = name_id;
+  s->epoch = g.epoch;
+  s->token = g.token;
+  s->valid_until_ns = valid_until;
+  if (before_spawn(s->phase)) {
+    s->name = name;
+    spawn(*s, client, req);
+    return;
+  }
+  // Naming a running unnamed sandbox.
+  if (!runs_unkilled(s->phase)) {
+    hb_.remove(sb);
+    give_back(ControlError::not_found, "the sandbox stopped while its name was being acquired");
+    return;
+  }
+  const shm::TableErrc pe = publish_grant(*s, name_id, name, g.epoch, valid_until, s->token);
+  if (pe != shm::TableErrc::ok) {
+    hb_.remove(sb);
+    give_back(ControlError::internal, "publishing the slot failed: " + std::string(shm::to_string(pe)));
+    return;
+  }
+  s->name = name;
+  if (!rt_.arm(s->slot, valid_until, host_.kill_target(sb))) {
+    // The rt thread cannot take it: an unwatched named sandbox must not run.
+    kill_sandbox(*s, "rt command queue full while naming");
+  }
+  log_event("event=named sandbox=%s slot=%u name=%s epoch=%" PRIu64, sb.str().c_str(), s->slot,
+            name.c_str(), g.epoch);
+  reply(client, control_ok(req.id, {{"sandbox", sb.str()}, {"slot", s->slot}, {"name", name},
+                                    {"epoch", g.epoch}, {"pid", s->pid},
+                                    {"valid_until_ms", static_cast<std::int64_t>(valid_until - now) / 1'000'000}}));
+}
+
+void SupervisorCore::give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
+                                      ControlError code, const std::string& message) {
+  const std::string name = *req.name;
+  release_to_lockd(name_id_of(name), name, s.id, epoch, [](bool, std::string) {});
+  if (before_spawn(s.phase)) {
+    abandon(s.id, client, req.id, code, message);
+    return;
+  }
+  // Naming a running sandbox failed: it stays unnamed.
+  sandboxes_.unbind_name(name, s.id);
+  reply(client, control_error(req.id, code, message));
+}
+
+void SupervisorCore::abandon(const SandboxId& sb, ControlClientId client, const json& id,
+                               ControlError code, const std::string& message, json extra) {
+  Sandbox* s = find(sb);
+  const bool forget = s != nullptr && before_spawn(s->phase);
+  // The name it was getting; a running sandbox keeps a name it already has.
+  if (s != nullptr && !forget) sandboxes_.unbind_names_except(sb, s->name);
+  if (forget) {
+    host_.forget(sb);  // a token channel opened for it
+    table_.free(s->slot, now_);
+    sandboxes_.erase(sb);  // its slot and names with it
+  }
+  reply(client, control_error(id, code, message, std::move(extra)));
+  progress();
+}
+
+void SupervisorCore::on_late_answer(const wire::Body& answer, std::uint64_t now_ns) {
+  now_ = now_ns;
+  // lockd granted (or committed) after the call gave up, e.g. it was paused with the request in
+  // its socket queue. Unless a sandbox here holds exactly this grant or is still acquiring that
+  // name, nobody will heartbeat it: give it back now rather than leave the name held (and a
+  // create refused) for a whole TTL.
+  const auto* g = std::get_if<wire::Grant>(&answer);
+  if (g == nullptr) return;
+  if (const Sandbox* s = find(g->holder); s != nullptr) {
+    if (s->name && s->name_id == g->name_id) return;
+    for (const auto& [name, holder] : sandboxes_.names())
+      if (holder == g->holder && name_id_of(name) == g->name_id) return;
+  }
+  ++counters_.late_grants_released;
+  log_event("event=late_grant name_id=%s sandbox=%s epoch=%" PRIu64 " action=release", g->name_id.str().c_str(),
+            g->holder.str().c_str(), g->epoch);
+  release_to_lockd(g->name_id, g->name_id.str(), g->holder, g->epoch, [](bool, std::string) {});
+}
+
+void SupervisorCore::spawn(Sandbox& s, ControlClientId client, const ControlRequest& req) {
+  const SandboxId id = s.id;
+  const std::uint64_t now = now_;
+  auto fail = [&](const PortError& e) {
+    ++counters_.spawn_failures;
+    rt_.set_deadline(s.slot, 0);
+    if (s.name || s.pending_name) {  // its lease, or the Acquiring record its Commit was for
+      hb_.remove(id);
+      release_to_lockd(s.name_id, s.name ? *s.name : *s.pending_name, id, s.epoch, [](bool, std::string) {});
+    }
+    log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
+              s.name ? s.name->c_str() : "-", e.message.c_str());
+    abandon(id, client, req.id, e.code, e.message);
+  };
+
+  // Publish first: from here on the sandbox's own checks see its lease (and its end). A sandbox
+  // whose Commit is still to be sent starts unpublished (its checks say "not valid") but under
+  // the worker's kill deadline; on_committed publishes it.
+  // Its own token channel first: the publish below writes its grant's token into it.
+  if (!s.synthetic)
+    if (auto e = host_.open_tokens(id)) return fail(*e);
+  if (s.name) {
+    const shm::TableErrc pe = publish_grant(s, s.name_id, *s.name, s.epoch, s.valid_until_ns, s.token);
+    if (pe != shm::TableErrc::ok)
+      return fail({ControlError::internal, "publishing the slot failed: " + std::string(shm::to_string(pe))});
+  }
+  const bool watched = s.name || s.pending_name;
+  const std::uint64_t deadline_ns = watched ? s.valid_until_ns : kNoDeadlineNs;
+
+  if (s.synthetic) {
+    // Performance mode: a lease without a process. The rt thread still arms and "kills" it
+    // (the revoke happens; there is nothing to signal).
+    if (!rt_.arm(s.slot, deadline_ns, KillTarget{}))
+      return fail({ControlError::busy, "the rt thread's command queue is full; retry"});
+    s.armed = true;
+    advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
+    s.started_ns = now;
+    ++counters_.spawned;
+    if (s.pending_name) return send_commit(id, client, req, s.epoch);
+    json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", -1}, {"synthetic", true}};
+    if (s.name) ok["name"] = *s.name;
+    reply(client, control_ok(req.id, ok));
+    return;
+  }
+
+  SandboxSpec spec;
+  spec.id = id;
+  spec.slot = s.slot;
+  spec.epoch = s.epoch;
+  spec.name = s.name;
+  spec.argv = req.argv;
+  spec.env = req.env;
+  spec.cwd = req.cwd;  // "/" unless the request names one
+  spec.caller_uid = req.caller_uid;
+  spec.caller_gid = req.caller_gid;
+  HostedSandbox hosted;
+  // The child stops at its gate, right before its exec: its deadline is armed before the
+  // command's first instruction. Ablated (arm-after-exec), it execs at once and is armed afterwards.
+  if (auto e = host_.create(spec, hosted)) return fail(*e);
+  s.log_path = hosted.log_path;
+  s.cgroup_path = hosted.cgroup_path;
+  advance(s.phase, SandboxPhase::gated);
+  s.pid = hosted.pid;
+  s.uid = hosted.uid;
+  s.started_ns = now;
+  // Armed while the child cannot exec yet (it sets itself up, then waits at its gate; its pidfd,
+  // process group and leaf are the kill target already): from here the rt thread kills it at its
+  // deadline whatever the io thread does, and before its command's first instruction if that
+  // deadline comes first. A named sandbox whose deadline already passed is due at the next tick.
+  std::optional<PortError> start_error;
+  s.armed = static_cast<bool>(rt_.arm(s.slot, deadline_ns, host_.kill_target(id)));
+  if (!s.armed) start_error = PortError{ControlError::busy, "the rt thread's command queue is full; the sandbox was stopped"};
+  // Let go to exec unless its deadline passed meanwhile (a stalled io thread, a slow set-up):
+  // then the rt thread kills it (or has), and it must not exec now.
+  if (!start_error) start_error = host_.release(id, watched ? s.valid_until_ns : 0);
+  if (start_error) {
+    // It does not run its command: the gate closes (the child exits without exec) and, unarmed,
+    // it is killed from here. Its exit (the host's exit event) disarms, reaps, frees the slot,
+    // removes the leaf, gives back the name and answers the client with the error.
+    host_.abandon(id);
+    if (!s.armed) host_.kill(id, now_);
+    advance(s.phase, SandboxPhase::aborted);
+    ++counters_.spawn_failures;
+    log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
+              s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(), start_error->message.c_str());
+    s.waiter_error = start_error->code;
+    s.waiter_message = start_error->message;
+    s.waiters.emplace_back(client, req.id);
+    return;  // answered when it is gone
+  }
+  advance(s.phase, s.pending_name ? SandboxPhase::committing : SandboxPhase::running);
+  ++counters_.spawned;
+  log_event("event=started sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64 "%s",
+            id.str().c_str(), s.slot, s.pid, s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(),
+            s.epoch, s.valid_until_ns, s.pending_name ? " commit=pending" : "");
+  if (s.pending_name) return send_commit(id, client, req, s.epoch);
+  json ok = {{"sandbox", id.str()}, {"slot", s.slot}, {"epoch", s.epoch}, {"pid", s.pid}};
+  if (s.name) {
+    ok["name"] = *s.name;
+    ok["valid_until_ms"] = (static_cast<std::int64_t>(s.valid_until_ns) - static_cast<std::int64_t>(now_)) / 1'000'000;
+  }
+  if (!s.cgroup_path.empty()) ok["cgroup"] = s.cgroup_path;
+  ok["uid"] = s.uid;
+  ok["log"] = s.log_path;
+  ok["isolation"] = cfg_.isolation;
+  if (cfg_.unsafe_kill) ok["unsafe_kill"] = true;
+  reply(client, control_ok(req.id, ok));
+}
+
+bool SupervisorCore::refuse_unsafe_kill(ControlClientId client, const ControlRequest& req) {
+  if (!cfg_.unsafe_kill || cfg_.allow_unsafe_kill) return false;
+  reply(client, control_error(req.id, ControlError::refused,
+                              "no unescapable kill on this worker: no delegated cgroup v2 (" + cfg_.cgroup_reason +
+                                  ") and no pid namespace (isolation off), so a named sandbox's descendants could "
+                                  "outlive its kill-switch and hold \"" + req.name.value_or("") +
+                                  "\" twice; fix: start the supervisor with isolation on (the default) or with a "
+                                  "delegated cgroup v2 subtree; --allow-unsafe-kill overrides"));
+  return true;
+}
+
+bool SupervisorCore::may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s) {
+  return may_act_on(client, req, s.owner, s.id);
+}
+
+bool SupervisorCore::may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id) {
+  if (req.caller_uid == 0 || req.caller_uid == owner) return true;
+  reply(client, control_error(req.id, ControlError::forbidden,
+                              "sandbox " + id.str() + " belongs to uid " + std::to_string(owner) + "; uid " +
+                                  std::to_string(req.caller_uid) + " may act only on its own sandboxes (root on all)"));
+  return false;
+}
+
+void SupervisorCore::do_name(ControlClientId client, ControlRequest req) {
+  Sandbox* s = find(*req.sandbox);
+  if (s == nullptr || !runs_unkilled(s->phase)) {
+    reply(client, control_error(req.id, ControlError::not_found, "no running sandbox " + req.sandbox->str()));
+    return;
+  }
+  if (!may_act_on(client, req, *s)) return;
+  if (s->name || s->epoch != 0) {
+    // A well-formed request this sandbox's state refuses (a usage error would be "bad_request").
+    reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already has the name \"" +
+                                                       s->name.value_or(s->pending_name.value_or("?")) + "\""));
+    return;
+  }
+  if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
+    reply(client, control_error(req.id, ControlError::bad_request, why));
+    return;
+  }
+  if (const SandboxId* holder = sandboxes_.holder_of(*req.name)) {
+    const Sandbox* h = find(*holder);
+    reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
+                                {{"holder", holder->str()}, {"epoch", h ? h->epoch : 0}}));
+    return;
+  }
+  if (!gate_named_creation(client, req.id)) return;
+  sandboxes_.bind_name(*req.name, s->id);
+  acquire_name(s->id, client, std::move(req));
+}
+
+void SupervisorCore::do_expect_commit(ControlClientId client, ControlRequest req) {
+  if (find(*req.sandbox) != nullptr) {
+    reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already exists here"));
+    return;
+  }
+  if (const SandboxId* holder = sandboxes_.holder_of(*req.name)) {
+    reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
+                                {{"holder", holder->str()}}));
+    return;
+  }
+  std::string err;
+  if (!cfg_.synthetic && hooks_.command_resolves && !hooks_.command_resolves(req, err)) {
+    reply(client, control_error(req.id, ControlError::exec_failed, err));
+    return;
+  }
+  if (pending_commits_.size() >= kPendingCommitsMax) {
+    reply(client, control_error(req.id, ControlError::busy, "too many commits waiting for the next heartbeat"));
+    return;
+  }
+  if (refuse_unsafe_kill(client, req)) return;
+  if (!gate_named_creation(client, req.id)) return;
+  const shm::ClaimResult claim = table_.claim(*req.sandbox, now_);
+  if (claim.error != shm::TableErrc::ok) {
+    reply(client, control_error(req.id, ControlError::table_full, table_.claim_refusal()));
+    return;
+  }
+  Sandbox s;
+  s.id = *req.sandbox;
+  s.slot = claim.slot;
+  s.synthetic = cfg_.synthetic;
+  s.owner = req.caller_uid;
+  const SandboxId id = s.id;
+  sandboxes_.add(std::move(s));
+  sandboxes_.bind_name(*req.name, id);
+  // Committed by this worker's next heartbeat tick (DESIGN.md "creation flows", 2-phase).
+  pending_commits_.push_back(PendingCommit{client, std::move(req)});
+}
+
+void SupervisorCore::commit_now(const PendingCommit& pc) {
+  ControlRequest req = pc.request;
+  const SandboxId sb = *req.sandbox;
+  if (find(sb) == nullptr) return;
+  const ControlClientId client = pc.client;
+  if (cfg_.mode == SupervisorMode::preemptible) {
+    // The control plane's 2-phase acquire left the name Acquiring for this sandbox: start it
+    // (unpublished), then commit it to this worker, as for a run.
+    on_acquiring(sb, client, req, req.epoch, now_i());
+    return;
+  }
+  // Lease mode: the committed lease has a TTL from the commit on; it is heartbeated and the
+  // sandbox starts once it is granted, as for an acquire.
+  wire::Commit c;
+  c.name_id = name_id_of(*req.name);
+  c.sandbox = sb;
+  c.epoch = req.epoch;
+  c.worker = cfg_.worker;
+  advance(find(sb)->phase, SandboxPhase::acquiring);
+  lockd_.call(c, now_i() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
+    now_ = static_cast<std::uint64_t>(r.now_ns);
+    if (!r.ok()) {
+      abandon(sb, client, req.id, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);
+      return;
+    }
+    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
+      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\" " + describe_answer(*r.body),
+              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
+      return;
+    }
+    const auto* g = std::get_if<wire::Grant>(&*r.body);
+    if (g == nullptr || g->state != LockPhase::held || g->epoch != req.epoch) {
+      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\": " + describe_answer(*r.body));
+      return;
+    }
+    req.ttl_ms = std::nullopt;
+    on_granted(sb, client, std::move(req), *g, r.first_send_ns);
+  });
+}
+
+void SupervisorCore::on_acquiring(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch,
+                                    std::int64_t acquire_send_ns) {
+  Sandbox* s = find(sb);
+  const std::string name = *req.name;
+  const NameId name_id = name_id_of(name);
+  if (s == nullptr) {  // gone meanwhile: abort the acquisition
+    release_to_lockd(name_id, name, sb, epoch, [](bool, std::string) {});
+    reply(client, control_error(req.id, ControlError::internal, "the sandbox went away while acquiring"));
+    return;
+  }
+  auto give_back = [&](ControlError code, const std::string& msg) {
+    give_back_name(*s, client, req, epoch, code, msg);  // also aborts the Acquiring record
+  };
+  // Kill-switch synchronisation: checked here, right before the sandbox starts, on the io
+  // thread that also engages the kill-switch, so the two cannot interleave.
+  const std::uint64_t now = now_;
+  for (const auto& a : hb_.check_worker_liveness(now)) apply(a);
+  if (!hb_.may_create_named(now)) {
+    ++counters_.creates_refused_killswitch;
+    give_back(ControlError::killswitch, "worker liveness lapsed while acquiring \"" + name +
+                                "\"; named sandboxes are refused until a worker heartbeat succeeds");
+    return;
+  }
+  const std::uint64_t valid_until = hb_.worker_valid_until_ns();
+  if (now >= valid_until) {
+    give_back(ControlError::unreachable, "the grant of \"" + name + "\" arrived after worker liveness would already have lapsed");
+    return;
+  }
+  if (!before_spawn(s->phase) && !runs_unkilled(s->phase)) {
+    give_back(ControlError::not_found, "the sandbox stopped while its name was being acquired");
+    return;
+  }
+  if (!hb_.add(name_id, sb, epoch, s->slot, lease_measured_from_ns(static_cast<std::uint64_t>(acquire_send_ns), now))) {
+    give_back(ControlError::internal, "heartbeat schedule refused the lease");
+    return;
+  }
+  // Kept by worker liveness from now on (the worker-wide kill-switch covers it), but not carried
+  // by worker beats until lockd has it Held on this worker.
+  hb_.mark_worker_refreshed(sb);
+  hb_.set_commit_pending(sb, true);
+  s->name_id = name_id;
+  s->epoch = epoch;
+  s->valid_until_ns = valid_until;
+  s->pending_name = name;
+  if (before_spawn(s->phase)) {
+#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
+    // Simulator ablation, bug class "commit before spawn" (the order a review found in the code
+    // earlier): the Commit goes out straight after the Acquiring grant and the sandbox starts
+    // only on the Held answer, so lockd has the name Held here while IsRunning says "not running"
+    // and may preempt it; the sandbox then starts anyway (two holders). on_committed spawns.
+    send_commit(sb, client, std::move(req), epoch);
+    return;
+#endif
+    spawn(*s, client, req);  // sends the Commit once the sandbox runs
+    return;
+  }
+  advance(s->phase, SandboxPhase::committing);  // naming a running sandbox
+  send_commit(sb, client, std::move(req), epoch);
+}
+
+void SupervisorCore::send_commit(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch) {
+  wire::Commit c;
+  c.name_id = name_id_of(*req.name);
+  c.sandbox = sb;
+  c.epoch = epoch;
+  c.worker = cfg_.worker;
+  lockd_.call(c, now_i() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) {
+    now_ = static_cast<std::uint64_t>(r.now_ns);
+    if (!r.ok()) {
+      commit_failed(sb, client, req, epoch, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);
+      return;
+    }
+    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
+      commit_failed(sb, client, req, epoch, ControlError::refused, "commit \"" + *req.name + "\" " + describe_answer(*r.body),
+                    {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
+      return;
+    }
+    const auto* g = std::get_if<wire::Grant>(&*r.body);
+    if (g == nullptr || g->state != LockPhase::held || g->epoch != epoch || g->holder != sb) {
+      commit_failed(sb, client, req, epoch, ControlError::refused, "commit \"" + *req.name + "\": " + describe_answer(*r.body));
+      return;
+    }
+    on_committed(sb, client, req, *g);
+  });
+}
+
+void SupervisorCore::commit_failed(const SandboxId& sb, ControlClientId client, const ControlRequest& req,
+                                     Epoch epoch, ControlError code, const std::string& message, json extra) {
+  const std::string name = *req.name;
+  Sandbox* s = find(sb);
+  // Abort the Acquiring record, or give back a commit whose answer never came.
+  release_to_lockd(name_id_of(name), name, sb, epoch, [](bool, std::string) {});
+  if (s == nullptr || !s->pending_name || s->epoch != epoch) {
+    reply(client, control_error(req.id, code, message, std::move(extra)));
+    return;
+  }
+  hb_.remove(sb);
+  s->pending_name.reset();
+#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
+  if (before_spawn(s->phase)) {  // the ablated order: nothing was started for it
+    abandon(sb, client, req.id, code, message, std::move(extra));
+    return;
+  }
+#endif
+  if (s->phase == SandboxPhase::committing) advance(s->phase, SandboxPhase::running);
+  sandboxes_.unbind_name(name, sb);
+  if (req.op == ControlOp::name) {  // it ran before and runs on, unnamed
+    s->name_id = NameId{};
+    s->epoch = 0;
+    s->token.clear();
+    host_.clear_tokens(sb);
+    reply(client, control_error(req.id, code, message, std::move(extra)));
+    return;
+  }
+  // Started for this name: it never saw its epoch published; stop it, answer when it is gone.
+  s->waiter_error = code;
+  s->waiter_message = message;
+  s->waiters.emplace_back(client, req.id);
+  kill_sandbox(*s, "commit failed: " + message);
+}
+
+void SupervisorCore::on_committed(const SandboxId& sb, ControlClientId client, const ControlRequest& req,
+                                    const wire::Grant& g) {
+  const std::string name = *req.name;
+  const NameId name_id = name_id_of(name);
+  Sandbox* s = find(sb);
+  if (s == nullptr || !s->pending_name || s->epoch != g.epoch) {
+    // It exited (or was killed) meanwhile; its exit gave back the pending name, and this
+    // release covers the commit that landed after that.
+    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
+    reply(client, control_error(req.id, ControlError::not_found, "the sandbox stopped before its commit of \"" + name +
+                                                         "\" was acknowledged"));
+    return;
+  }
+  s->pending_name.reset();
+  s->token = g.token;
+  hb_.set_commit_pending(sb, false);
+  if (kill_asked_or_gone(s->phase)) {
+    // Being killed (kill-switch, shutdown): it never runs with this name.
+    hb_.remove(sb);
+    release_to_lockd(name_id, name, sb, g.epoch, [](bool, std::string) {});
+    sandboxes_.unbind_name(name, sb);
+    if (req.op == ControlOp::name) reply(client, control_error(req.id, ControlError::not_found, "the sandbox stopped while being named"));
+    else s->waiters.emplace_back(client, req.id);
+    return;
+  }
+#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
+  if (before_spawn(s->phase)) {  // the ablated order: start it only now that lockd has it Held
+    const HeartbeatLease* held = hb_.find(sb);
+    s->name = name;
+    s->valid_until_ns = held != nullptr ? held->valid_until_ns : 0;
+    spawn(*s, client, req);  // publishes the grant, arms, releases, answers
+    return;
+  }
+#endif
+  advance(s->phase, SandboxPhase::running);
+  const HeartbeatLease* l = hb_.find(sb);
+  const std::uint64_t valid_until = l != nullptr ? l->valid_until_ns : 0;
+  const std::uint64_t now = now_;
+  const shm::TableErrc pe = l == nullptr || valid_until <= now
+                                ? shm::TableErrc::revoked
+                                : publish_grant(*s, name_id, name, g.epoch, valid_until, s->token);
+  if (pe != shm::TableErrc::ok) {
+    commit_failed(sb, client, req, g.epoch, ControlError::internal,
+                  "publishing \"" + name + "\" failed: " + std::string(shm::to_string(pe)));
+    return;
+  }
+  s->name = name;
+  s->valid_until_ns = valid_until;
+  if (req.op != ControlOp::name) rt_.set_deadline(s->slot, valid_until);  // armed at its start
+  else if (!rt_.arm(s->slot, valid_until, host_.kill_target(sb)))
+    kill_sandbox(*s, "rt command queue full while naming");  // an unwatched named sandbox must not run
+  log_event("event=committed sandbox=%s slot=%u name=%s epoch=%" PRIu64 " valid_until_ns=%" PRIu64, sb.str().c_str(),
+            s->slot, name.c_str(), g.epoch, valid_until);
+  json ok = {{"sandbox", sb.str()}, {"slot", s->slot}, {"name", name}, {"epoch", g.epoch}, {"pid", s->pid},
+             {"valid_until_ms", static_cast<std::int64_t>(valid_until - now) / 1'000'000}};
+  if (s->synthetic) ok["synthetic"] = true;
+  if (!s->cgroup_path.empty()) ok["cgroup"] = s->cgroup_path;
+  reply(client, control_ok(req.id, ok));
+}
+
+void SupervisorCore::do_release(ControlClientId client, const ControlRequest& req) {
+  const SandboxId* holder = sandboxes_.holder_of(*req.name);
+  Sandbox* s = holder == nullptr ? nullptr : find(*holder);
+  if (s == nullptr || !s->name) {
+    reply(client, control_error(req.id, ControlError::not_found, "no sandbox on this worker holds \"" + *req.name + "\""));
+    return;
+  }
+  if (!may_act_on(client, req, *s)) return;
+  s->waiters.emplace_back(client, req.id);
+  kill_sandbox(*s, "released");
+}
+
+void SupervisorCore::do_kill(ControlClientId client, const ControlRequest& req) {
+  Sandbox* s = find(*req.sandbox);
+  if (s == nullptr || never_started(s->phase)) {
+    reply(client, control_error(req.id, ControlError::not_found, "no running sandbox " + req.sandbox->str()));
+    return;
+  }
+  if (!may_act_on(client, req, *s)) return;
+  s->waiters.emplace_back(client, req.id);
+  kill_sandbox(*s, "killed on request");
+}
+
+void SupervisorCore::release_to_lockd(const NameId& name_id, const std::string& name,
+                                        const SandboxId& sb, Epoch epoch,
+                                        std::function<void(bool, std::string)> done) {
+  wire::Release rel;
+  rel.name_id = name_id;
+  rel.sandbox = sb;
+  rel.epoch = epoch;
+  ++releases_in_flight_;
+  lockd_.call(rel, now_i() + kReleaseTimeoutNs, [this, name, sb, epoch, done](LockdReply r) {
+    now_ = static_cast<std::uint64_t>(r.now_ns);
+    --releases_in_flight_;
+    bool ok = false;
+    std::string text;
+    if (!r.ok()) {
+      text = r.problem;
+    } else {
+      ok = std::holds_alternative<wire::Ok>(*r.body);
+      text = describe_answer(*r.body);
+    }
+    if (ok) ++counters_.names_released;
+    log_event("event=released name=%s sandbox=%s epoch=%" PRIu64 " result=\"%s\"", name.c_str(),
+              sb.str().c_str(), epoch, text.c_str());
+    done(ok, text);
+    progress();
+  });
+}
+
+void SupervisorCore::kill_sandbox(Sandbox& s, const std::string& reason) {
+  if (kill_asked_or_gone(s.phase)) return;
+  advance(s.phase, s.phase == SandboxPhase::aborted ? SandboxPhase::aborting : SandboxPhase::killing);
+  if (s.kill_reason.empty()) s.kill_reason = reason;
+  if (s.armed && !s.rt_killed && rt_.kill_now(s.slot)) return;
+  // Not (or no longer) armed, or the queue is full: kill from here.
+  host_.kill(s.id, now_);
+  if (s.synthetic) exited(s.id);
+}
+
+void SupervisorCore::exited(const SandboxId& id) {
+  Sandbox* s = find(id);
+  if (s == nullptr || s->phase == SandboxPhase::exited) return;
+  advance(s->phase, SandboxPhase::exited);
+  ++counters_.exited;
+  hb_.remove(id);
+  rt_.set_deadline(s->slot, 0);
+  // The first process stays unreaped (its pid and process group cannot be reused) until the rt
+  // thread has applied the disarm (kill_switch.hpp); finish_exit reaps it.
+  if (s->armed) {
+    const RtSubmitted d = rt_.disarm(s->slot);
+    if (d) {
+      s->disarm_seq = d.seq;
+      disarming_.push_back(id);
+      if (hooks_.disarm_pending) hooks_.disarm_pending();
+      return;
+    }
+    // Queue full or stopped: the rt thread may still hold the target; wait for it to stop.
+    log_event("event=disarm_refused sandbox=%s", id.str().c_str());
+  }
+  finish_exit(id);
+}
+
+void SupervisorCore::check_disarms(std::uint64_t now_ns) {
+  now_ = now_ns;
+  for (std::size_t i = 0; i < disarming_.size();) {
+    Sandbox* s = find(disarming_[i]);
+    if (s == nullptr || rt_.applied(s->disarm_seq)) {
+      const SandboxId id = disarming_[i];
+      disarming_[i] = disarming_.back();
+      disarming_.pop_back();
+      if (s != nullptr) finish_exit(id);
+      continue;
+    }
+    ++i;
+  }
+  if (!disarming_.empty() && hooks_.disarm_pending) hooks_.disarm_pending();
+}
+
+void SupervisorCore::finish_exit(const SandboxId& id) {
+  Sandbox* s = find(id);
+  if (s == nullptr) return;
+  // Reaped (its pid and process group may be reused from now on), its leaf removed.
+  const ReapedSandbox reaped = host_.reap(id);
+  s->exit_code = reaped.exit_code;
+  log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
+            id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
+            s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());
+  table_.free(s->slot, now_);
+  // Dead means the pidfd reported the exit *and* the leaf is empty: while a process of it
+  // still runs, the name is not given back (lockd expires it after its TTL; nothing refreshes it).
+  const bool leave_to_expire = (s->name || s->pending_name) && reaped.still_populated;
+  if (leave_to_expire)
+    log_event("event=leaf_still_populated sandbox=%s name=%s epoch=%" PRIu64 " action=name_left_to_expire",
+              id.str().c_str(), s->name ? s->name->c_str() : s->pending_name->c_str(), s->epoch);
+  auto answer_waiters = [this](std::vector<std::pair<ControlClientId, json>> waiters,
+                               std::optional<ControlError> err, std::string msg, json fields) {
+    for (auto& [c, rid] : waiters) {
+      if (err) reply(c, control_error(rid, *err, msg, fields));
+      else reply(c, control_ok(rid, fields));
+    }
+  };
+  json fields = {{"sandbox", id.str()}, {"exit_status", s->exit_code}};
+  if (s->name) fields["name"] = *s->name;
+  auto waiters = std::move(s->waiters);
+  auto err = s->waiter_error;
+  auto msg = s->waiter_message;
+  if (hooks_.gone) hooks_.gone(*s);  // each branch below erases it, with its slot and names
+  if ((s->name || s->pending_name) && leave_to_expire) {
+    fields["released"] = false;
+    fields["release"] = "not released: a process of the sandbox still runs in its cgroup leaf; lockd expires the name";
+    sandboxes_.erase(id);
+    answer_waiters(std::move(waiters), err, msg, fields);
+  } else if (s->name && s->revoked) {  // dead (pidfd and an empty leaf): lockd may lift the revoke
+    const std::string name = *s->name;
+    confirm_kill_to_lockd(s->name_id, name, id, s->epoch);
+    sandboxes_.erase(id);
+    fields["released"] = false;
+    fields["release"] = "revoked by lockd; kill confirmed to lockd";
+    answer_waiters(std::move(waiters), err, msg, fields);
+  } else if (s->name || s->pending_name) {
+    const std::string name = s->name ? *s->name : *s->pending_name;
+    const NameId nid = s->name_id;
+    const Epoch epoch = s->epoch;
+    sandboxes_.erase(id);
+    release_to_lockd(nid, name, id, epoch,
+                     [answer_waiters, waiters = std::move(waiters), err, msg, fields](bool ok, std::string text) mutable {
+                       fields["released"] = ok;
+                       fields["release"] = text;
+                       answer_waiters(std::move(waiters), err, msg, fields);
+                     });
+  } else {
+    sandboxes_.erase(id);
+    answer_waiters(std::move(waiters), err, msg, fields);
+  }
+  progress();
+}
+
+void SupervisorCore::on_rt_kill(const RtKillEvent& e, std::uint64_t now_ns) {
+  now_ = now_ns;
+  {
+    Sandbox* s = sandboxes_.at_slot(e.slot);
+    const SandboxId id = s != nullptr ? s->id : SandboxId{};
+    if (s == nullptr || e.record.error == -ECANCELED) {
+      // A kill the rt thread gave up on because its sandbox was disarmed (it exited first).
+      log_event("event=kill_record slot=%u error=%d", e.slot, e.record.error);
+      return;
+    }
+    // A kill request sets kill_reason first (kill_sandbox); a deadline kill's reason is set here.
+    const bool requested = !s->kill_reason.empty();
+    if (requested) ++counters_.kills_request;
+    else ++counters_.kills_deadline;
+    if (s != nullptr) {
+      s->rt_killed = true;
+      if (s->kill_reason.empty()) s->kill_reason = "kill-switch: lease not refreshed in time";
+    }
+    const KillRecord& r = e.record;
+    log_event("event=killed sandbox=%s slot=%u cause=%s deadline_ns=%" PRIu64 " issued_ns=%" PRIu64
+              " confirmed_ns=%" PRIu64 " path=%s error=%d name=%s epoch=%" PRIu64 " reason=\"%s\"",
+              id.str().c_str(), e.slot, requested ? "request" : "deadline", r.deadline_ns, r.issued_ns,
+              r.confirmed_ns,
+              r.path == KillPath::cgroup_kill ? "cgroup.kill" : r.path == KillPath::signals ? "signals" : "none",
+              r.error, s && s->name ? s->name->c_str() : "-", s ? s->epoch : 0, s ? s->kill_reason.c_str() : "");
+    if (s != nullptr && s->synthetic) exited(id);  // nothing to wait for
+  }
+}
+
+void SupervisorCore::begin_shutdown(const char* why, std::uint64_t now_ns) {
+  if (shutting_down_) return;
+  now_ = now_ns;
+  shutting_down_ = true;
+  log_event("event=shutdown signal=%s policy=%s sandboxes=%zu", why, std::string(to_string(cfg_.on_shutdown)).c_str(),
+            sandboxes_.size());
+  // Commits not yet sent will not be: answer them.
+  while (!pending_commits_.empty()) {
+    PendingCommit pc = std::move(pending_commits_.front());
+    pending_commits_.pop_front();
+    abandon(*pc.request.sandbox, pc.client, pc.request.id, ControlError::shutting_down, "the supervisor is shutting down");
+  }
+  std::vector<SandboxId> ids;
+  for (auto& [id, s] : sandboxes_) ids.push_back(id);
+  if (cfg_.on_shutdown == ShutdownPolicy::kill) {
+    for (const auto& id : ids)
+      if (Sandbox* s = find(id); s && !never_started(s->phase)) kill_sandbox(*s, "shutdown");
+  } else {
+    // keep: processes go on, unnamed. Stop the rt thread first (it must let go of their fds
+    // and pids), revoke every slot so their checks refuse, release their names.
+    rt_.stop();
+    for (const auto& id : ids) {
+      Sandbox* s = find(id);
+      if (s == nullptr || never_started(s->phase)) continue;
+      hb_.remove(id);
+      table_.revoke(s->slot);
+      if (s->name) release_to_lockd(s->name_id, *s->name, id, s->epoch, [](bool, std::string) {});
+      for (auto& [c, rid] : s->waiters) reply(c, control_error(rid, ControlError::shutting_down, "the supervisor is shutting down"));
+      log_event("event=kept sandbox=%s pid=%d cgroup=%s", id.str().c_str(), s->pid,
+                s->cgroup_path.empty() ? "-" : s->cgroup_path.c_str());
+      host_.forget(id);  // closes the pidfd and the leaf's fds; a populated leaf stays
+      sandboxes_.erase(id);
+    }
+  }
+  progress();
+}
+
+void SupervisorCore::apply(const HeartbeatAction& a) {
+  switch (a.kind) {
+    case HeartbeatAction::Kind::none:
+      return;
+    case HeartbeatAction::Kind::extend: {
+      // shm first (the sandbox's own check), then the rt thread's deadline (lazy re-arm: no
+      // message needed, it re-reads this when the old deadline comes due).
+      Sandbox* s = find(a.sandbox);
+      // A sandbox whose Commit is in flight has no published epoch to extend, only its deadline.
+      if ((s != nullptr && s->pending_name) || table_.extend(a.slot, a.valid_until_ns) == shm::TableErrc::ok)
+        rt_.set_deadline(a.slot, a.valid_until_ns);
+      if (s != nullptr) s->valid_until_ns = a.valid_until_ns;
+      return;
+    }
+    case HeartbeatAction::Kind::kill: {
+      Sandbox* s = find(a.sandbox);
+      if (s == nullptr) return;
+      std::string why = a.lapsed ? "lease lapsed before lockd's answer arrived"
+                                 : std::string("heartbeat answer ") + std::string(to_string(a.cause));
+      if (a.cause == RefreshStatus::lost && !a.holder.is_nil())
+        why += " (held by " + a.holder.str() + " at epoch " + std::to_string(a.holder_epoch) + ")";
+      if (!kill_asked(s->phase)) log_event("event=recovery sandbox=%s name=%s reason=\"%s\"", a.sandbox.str().c_str(),
+                                   s->name ? s->name->c_str() : "-", why.c_str());
+      // lockd no longer knows the grant as ours (revoked, or held by another): once dead, say so
+      // (a revoke's lock-delay waits for it) rather than release a name that is not ours.
+      if (!a.lapsed && a.cause != RefreshStatus::refreshed) s->revoked = true;
+      kill_sandbox(*s, why);
+      hb_.remove(a.sandbox);
+      return;
+    }
+  }
+}
+
+void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
+  now_ = now_ns;
+  const std::uint64_t now = now_;
+  // 2-phase commits ride on this tick.
+  while (!pending_commits_.empty()) {
+    PendingCommit pc = std::move(pending_commits_.front());
+    pending_commits_.pop_front();
+    commit_now(pc);
+  }
+  if (cfg_.mode == SupervisorMode::preemptible) {
+    auto kills = hb_.check_worker_liveness(now);
+    if (!kills.empty()) {
+      ++counters_.worker_killswitch;
+      log_event("event=worker_killswitch sandboxes=%zu", kills.size());
+    }
+    for (const auto& a : kills) apply(a);
+  }
+  HeartbeatRound round = hb_.begin_round(now, wire::kHeartbeatEntriesMax);
+  for (auto& req : round.requests) {
+    wire::Heartbeat h;
+    h.ttl_cap_ms = 0;
+    for (const auto& e : req.entries) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+    ++counters_.heartbeat_datagrams;
+    auto entries = std::make_shared<std::vector<RefreshEntry>>(std::move(req.entries));
+    lockd_.call(h, static_cast<std::int64_t>(req.deadline_ns), [this, entries](LockdReply r) {
+      now_ = static_cast<std::uint64_t>(r.now_ns);
+      const std::uint64_t at = now_;
+      if (!r.ok()) {
+        ++counters_.heartbeat_failures;
+        table_.record_heartbeat_failure();
+        return;
+      }
+      const auto* ack = std::get_if<wire::HeartbeatAck>(&*r.body);
+      if (ack == nullptr || ack->entries.size() != entries->size()) {
+        ++counters_.heartbeat_failures;
+        table_.record_heartbeat_failure();
+        log_event("event=heartbeat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
+        return;
+      }
+      table_.record_heartbeat_rtt_ns(at - static_cast<std::uint64_t>(r.first_send_ns));
+      for (std::size_t i = 0; i < entries->size(); ++i) {
+        const auto& e = (*entries)[i];
+        const auto& a = ack->entries[i];
+        if (a.name_id != e.name) continue;  // not an answer about this entry
+        const RefreshStatus res = a.status;
+        if (res == RefreshStatus::refreshed && cfg_.mode == SupervisorMode::lease &&
+            std::uint64_t{a.ttl_left_ms} + 1 < cfg_.ttl_ms) {
+          // lockd refreshes for less than --ttl-ms: the safety condition does not hold for this
+          // lease. Do not extend it; stop the sandbox.
+          if (Sandbox* s = find(e.sandbox)) {
+            log_event("event=ttl_mismatch sandbox=%s ttl_left_ms=%u ttl_ms=%" PRIu64, e.sandbox.str().c_str(),
+                      a.ttl_left_ms, cfg_.ttl_ms);
+            kill_sandbox(*s, "lockd refreshed for " + std::to_string(a.ttl_left_ms) + " ms, below --ttl-ms " +
+                                 std::to_string(cfg_.ttl_ms));
+            hb_.remove(e.sandbox);
+          }
+          continue;
+        }
+        if (res == RefreshStatus::refreshed) ++counters_.refreshed;
+        else if (res == RefreshStatus::lost) ++counters_.lost;
+        else ++counters_.unknown;
+        apply(hb_.on_refresh_answer(e.sandbox, e.epoch, res, a.holder, a.epoch,
+                                    static_cast<std::uint64_t>(r.first_send_ns), at));
+      }
+    });
+  }
+  if (round.worker_liveness) send_worker_beat(round.worker_liveness_deadline_ns, std::move(round.worker_held));
+}
+
+void SupervisorCore::send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held) {
+  ++counters_.heartbeat_datagrams;
+  wire::WorkerHeartbeat beat{cfg_.worker, {}};
+  for (const auto& e : held) beat.held.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+  lockd_.call(beat, static_cast<std::int64_t>(deadline_ns),
+             [this, held = std::move(held)](LockdReply r) {
+               now_ = static_cast<std::uint64_t>(r.now_ns);
+               const std::uint64_t at = now_;
+               if (!r.ok()) {
+                 ++counters_.heartbeat_failures;
+                 table_.record_heartbeat_failure();
+                 return;
+               }
+               const auto* w = std::get_if<wire::WorkerAck>(&*r.body);
+               if (w == nullptr) {
+                 ++counters_.heartbeat_failures;
+                 log_event("event=worker_beat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
+                 return;
+               }
+               // Names lockd no longer has as ours (revoked, preempted, transferred away): kill
+               // at once, whatever the liveness part of the answer says (mutex violation recovery).
+               for (const auto& a : w->not_held) {
+                 const auto e = std::find_if(held.begin(), held.end(), [&](const RefreshEntry& x) { return x.name == a.name_id; });
+                 if (e == held.end()) continue;  // not a name this beat carried
+                 const RefreshStatus res = a.status;
+                 if (res == RefreshStatus::refreshed) continue;
+                 ++(res == RefreshStatus::lost ? counters_.lost : counters_.unknown);
+                 apply(hb_.on_refresh_answer(e->sandbox, e->epoch, res, a.holder, a.epoch,
+                                             static_cast<std::uint64_t>(r.first_send_ns), at));
+               }
+               if (w->liveness_ttl_ms < cfg_.ttl_ms) {
+                 ++counters_.heartbeat_failures;
+                 log_event("event=worker_ttl_too_short liveness_ttl_ms=%u ttl_ms=%" PRIu64, w->liveness_ttl_ms, cfg_.ttl_ms);
+                 return;  // not counted as liveness: the kill-switch will fire in time
+               }
+               ++counters_.worker_beats_acked;
+               table_.record_heartbeat_rtt_ns(at - static_cast<std::uint64_t>(r.first_send_ns));
+               const bool was_engaged = hb_.killswitch_engaged();
+               for (const auto& a : hb_.on_worker_liveness_ack(static_cast<std::uint64_t>(r.first_send_ns), at)) apply(a);
+               if (was_engaged && !hb_.killswitch_engaged()) log_event("event=worker_live_again");
+             });
+}
+
+bool SupervisorCore::is_running(const wire::IsRunning& q) const {
+  const Sandbox* s = sandboxes_.find(q.sandbox);
+  // Conservative: a sandbox still alive (even while being killed) counts as running, so lockd
+  // never preempts a name whose holder could still act. That includes a sandbox whose Commit
+  // is in flight: it was started before the Commit was sent, and name_id / epoch are those of
+  // its acquiring grant. A sandbox not yet started (acquire in flight) has no epoch: "no".
+  return s != nullptr && answers_running(s->phase) && s->name_id == q.name_id && s->epoch == q.epoch;
+}
+
+bool SupervisorCore::on_revoked(const wire::Revoked& q, std::uint64_t now_ns) {
+  now_ = now_ns;
+  for (auto& [id, s] : sandboxes_) {
+    if (s.phase == SandboxPhase::exited || !s.name || s.name_id != q.name_id || s.epoch != q.epoch) continue;
+    if (!s.revoked)
+      log_event("event=revoked sandbox=%s name=%s epoch=%" PRIu64 " new_epoch=%" PRIu64 " action=kill",
+                id.str().c_str(), s.name->c_str(), q.epoch, q.new_epoch);
+    s.revoked = true;
+    hb_.remove(id);
+    kill_sandbox(s, "revoked by lockd (epoch " + std::to_string(q.epoch) + " -> " + std::to_string(q.new_epoch) + ")");
+    return true;  // the confirmation follows its exit (finish_exit)
+  }
+  // Being placed (its grant may still arrive): its next heartbeat answer is `lost`, so it is
+  // killed then; lockd's bound covers it, no confirmation is sent for it.
+  for (const auto& [name, holder] : sandboxes_.names())
+    if (name_id_of(name) == q.name_id) return true;
+  // Nothing of that grant runs here (it exited, or a restart stopped it): confirm at once.
+  confirm_kill_to_lockd(q.name_id, q.name_id.str(), SandboxId{}, q.epoch);
+  return false;
+}
+
+void SupervisorCore::confirm_kill_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb,
+                                             Epoch epoch) {
+  ++releases_in_flight_;  // shutdown waits for it like for a release
+  lockd_.call(wire::KillConfirmed{name_id, sb, epoch},
+             now_i() + static_cast<std::int64_t>(std::max<std::uint64_t>(cfg_.lockd_ttl_ms, cfg_.ttl_ms)) * 1'000'000,
+             [this, name, sb, epoch](LockdReply r) {
+               now_ = static_cast<std::uint64_t>(r.now_ns);
+               --releases_in_flight_;
+               const std::string text = r.ok() ? describe_answer(*r.body) : r.problem;
+               log_event("event=kill_confirmed name=%s sandbox=%s epoch=%" PRIu64 " result=\"%s\"", name.c_str(),
+                         sb.str().c_str(), epoch, text.c_str());
+               progress();
+             });
+}
+
+}  // namespace leasehold
