@@ -40,3 +40,7 @@ leasehold_test(supervisor_sim_ablation_kill_from_answer_test
                SOURCES ${CMAKE_CURRENT_LIST_DIR}/sim_ablation_test.cpp
                LIBS leasehold_supervisor_ablate_kill_from_answer)
 target_compile_definitions(supervisor_sim_ablation_kill_from_answer_test PRIVATE LEASEHOLD_TEST_ABLATED=1)
+
+# The sandbox logic with fake ports (supervisor/supervisor_core.cpp).
+leasehold_test(supervisor_core_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/supervisor_core_test.cpp
+               LIBS leasehold_supervisor)

@@ -1,0 +1,636 @@
+// SupervisorCore (supervisor/supervisor_core.cpp) with fake ports: every effect it has on the
+// world is a recorded call, every answer from lockd is given by the test, and time is what the
+// test passes in. The assertions are on values: what was sent to lockd, published in the table,
+// armed in the rt thread and released from the gate, in which order, with which deadlines.
+#include "leasehold/supervisor/supervisor_core.hpp"
+
+#include "leasehold/supervisor/control.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace leasehold {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kTtlMs = 1000;
+constexpr std::uint64_t kKillAfterMs = 600;
+constexpr std::uint64_t kIntervalMs = 100;
+constexpr std::uint64_t kT0 = 10'000 * kMs;  // every test starts here
+
+// One ordered record of what the core asked of the world: "what slot/id value...".
+using Events = std::vector<std::string>;
+
+class FakeHost final : public SandboxHost {
+ public:
+  explicit FakeHost(Events& ev) : ev_(ev) {}
+  std::optional<PortError> open_tokens(const SandboxId&) override { return std::nullopt; }
+  shm::TableErrc publish_token(const SandboxId&, Epoch epoch, std::span<const std::uint8_t>) override {
+    ev_.push_back("token epoch=" + std::to_string(epoch));
+    return shm::TableErrc::ok;
+  }
+  void clear_tokens(const SandboxId&) override { ev_.push_back("clear_tokens"); }
+  std::optional<PortError> create(const SandboxSpec& spec, HostedSandbox& out) override {
+    created.push_back(spec);
+    out.pid = 100 + static_cast<pid_t>(created.size());
+    out.uid = 1000;
+    out.log_path = "/logs/" + spec.id.str();
+    out.at_gate = true;
+    ev_.push_back("create slot=" + std::to_string(spec.slot) + " epoch=" + std::to_string(spec.epoch));
+    return std::nullopt;
+  }
+  KillTarget kill_target(const SandboxId&) const override { return KillTarget{}; }
+  std::optional<PortError> release(const SandboxId& id, std::uint64_t deadline_ns) override {
+    released.emplace_back(id, deadline_ns);
+    ev_.push_back("release deadline=" + std::to_string(deadline_ns));
+    return std::nullopt;
+  }
+  void abandon(const SandboxId&) override { ev_.push_back("abandon"); }
+  void kill(const SandboxId& id, std::uint64_t) override {
+    killed.push_back(id);
+    ev_.push_back("host_kill");
+  }
+  ReapedSandbox reap(const SandboxId& id) override {
+    reaped.push_back(id);
+    ev_.push_back("reap");
+    return ReapedSandbox{0, false};
+  }
+  void forget(const SandboxId&) override { ev_.push_back("forget"); }
+
+  std::vector<SandboxSpec> created;
+  std::vector<std::pair<SandboxId, std::uint64_t>> released;
+  std::vector<SandboxId> killed;
+  std::vector<SandboxId> reaped;
+
+ private:
+  Events& ev_;
+};
+
+class FakeLockd final : public LockdPort {
+ public:
+  struct Call {
+    wire::Body body;
+    std::int64_t deadline_ns = 0;
+    LockdCallback done;
+    bool answered = false;
+  };
+  void call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) override {
+    calls.push_back(Call{body, deadline_ns, std::move(on_done), false});
+  }
+  /// Answers call `i` with `body`, first sent at `first_send_ns`, handled at `now_ns`.
+  void answer(std::size_t i, wire::Body body, std::uint64_t first_send_ns, std::uint64_t now_ns) {
+    ASSERT_LT(i, calls.size());
+    ASSERT_FALSE(calls[i].answered);
+    calls[i].answered = true;
+    LockdReply r;
+    r.status = RequestStatus::answered;
+    r.body = std::move(body);
+    r.first_send_ns = static_cast<std::int64_t>(first_send_ns);
+    r.attempts = 1;
+    r.now_ns = static_cast<std::int64_t>(now_ns);
+    LockdCallback done = std::move(calls[i].done);
+    done(std::move(r));
+  }
+  /// Call `i` gave up: no answer before its deadline.
+  void give_up(std::size_t i, std::uint64_t first_send_ns, std::uint64_t now_ns) {
+    ASSERT_LT(i, calls.size());
+    calls[i].answered = true;
+    LockdReply r;
+    r.status = RequestStatus::deadline_passed;
+    r.first_send_ns = static_cast<std::int64_t>(first_send_ns);
+    r.problem = "no answer from lockd before the deadline";
+    r.now_ns = static_cast<std::int64_t>(now_ns);
+    LockdCallback done = std::move(calls[i].done);
+    done(std::move(r));
+  }
+  template <typename T>
+  const T* body(std::size_t i) const {
+    return i < calls.size() ? std::get_if<T>(&calls[i].body) : nullptr;
+  }
+  template <typename T>
+  std::size_t count() const {
+    return static_cast<std::size_t>(std::count_if(calls.begin(), calls.end(), [](const Call& c) {
+      return std::holds_alternative<T>(c.body);
+    }));
+  }
+  std::deque<Call> calls;  // stable: a callback may call again
+};
+
+class FakeRt final : public RtPort {
+ public:
+  explicit FakeRt(Events& ev) : ev_(ev) {}
+  RtSubmitted arm(std::uint32_t slot, std::uint64_t valid_until_ns, const KillTarget&) override {
+    deadline[slot] = valid_until_ns;
+    ev_.push_back("arm slot=" + std::to_string(slot) + " deadline=" + std::to_string(valid_until_ns));
+    return RtSubmitted{++seq, RtRefusal::none};
+  }
+  void set_deadline(std::uint32_t slot, std::uint64_t valid_until_ns) override { deadline[slot] = valid_until_ns; }
+  RtSubmitted disarm(std::uint32_t slot) override {
+    ev_.push_back("disarm slot=" + std::to_string(slot));
+    return RtSubmitted{++seq, RtRefusal::none};
+  }
+  RtSubmitted kill_now(std::uint32_t slot) override {
+    kills.push_back(slot);
+    ev_.push_back("rt_kill slot=" + std::to_string(slot));
+    return RtSubmitted{++seq, RtRefusal::none};
+  }
+  bool applied(std::uint64_t s) const override { return s <= applied_upto; }
+  void stop() override { ev_.push_back("rt_stop"); }
+
+  std::map<std::uint32_t, std::uint64_t> deadline;
+  std::vector<std::uint32_t> kills;
+  std::uint64_t seq = 0;
+  std::uint64_t applied_upto = 0;
+
+ private:
+  Events& ev_;
+};
+
+class FakeTable final : public SlotTable {
+ public:
+  struct Published {
+    NameId name;
+    std::string text;
+    Epoch epoch = 0;
+    std::uint64_t valid_until_ns = 0;
+  };
+  explicit FakeTable(Events& ev) : ev_(ev) {}
+  shm::ClaimResult claim(const SandboxId&, std::uint64_t) override {
+    shm::ClaimResult r;
+    r.slot = next_slot++;
+    claimed.push_back(r.slot);
+    return r;
+  }
+  std::string claim_refusal() const override { return {}; }
+  shm::TableErrc publish(std::uint32_t slot, const NameId& name, const std::string& text, Epoch epoch,
+                         std::uint64_t valid_until_ns) override {
+    published[slot] = Published{name, text, epoch, valid_until_ns};
+    ev_.push_back("publish slot=" + std::to_string(slot) + " epoch=" + std::to_string(epoch) +
+                  " valid_until=" + std::to_string(valid_until_ns));
+    return shm::TableErrc::ok;
+  }
+  shm::TableErrc extend(std::uint32_t slot, std::uint64_t valid_until_ns) override {
+    if (!published.contains(slot)) return shm::TableErrc::wrong_state;
+    published[slot].valid_until_ns = valid_until_ns;
+    return shm::TableErrc::ok;
+  }
+  void revoke(std::uint32_t slot) override { ev_.push_back("revoke slot=" + std::to_string(slot)); }
+  void free(std::uint32_t slot, std::uint64_t) override {
+    freed.push_back(slot);
+    published.erase(slot);
+    ev_.push_back("free slot=" + std::to_string(slot));
+  }
+  void record_heartbeat_rtt_ns(std::uint64_t) override {}
+  void record_heartbeat_failure() override { ++heartbeat_failures; }
+
+  std::uint32_t next_slot = 0;
+  std::vector<std::uint32_t> claimed;
+  std::vector<std::uint32_t> freed;
+  std::map<std::uint32_t, Published> published;
+  int heartbeat_failures = 0;
+
+ private:
+  Events& ev_;
+};
+
+class FakeControl final : public ControlPort {
+ public:
+  void reply(ControlClientId client, const std::string& line) override {
+    answers.emplace_back(client, json::parse(line));
+  }
+  std::vector<std::pair<ControlClientId, json>> answers;
+};
+
+class SupervisorCoreTest : public ::testing::Test {
+ protected:
+  void make(SupervisorMode mode) {
+    SupervisorCoreConfig c;
+    c.worker = WorkerId{0x77, 0x1};
+    c.mode = mode;
+    c.ttl_ms = kTtlMs;
+    c.kill_after_ms = kKillAfterMs;
+    c.heartbeat_interval_ms = kIntervalMs;
+    c.slots = 8;
+    c.lockd_ttl_ms = kTtlMs;
+    SupervisorCoreHooks h;
+    h.new_sandbox_id = [this] { return SandboxId{0x5b, ++ids}; };
+    h.log = [this](const std::string& line) { log.push_back(line); };
+    core = std::make_unique<SupervisorCore>(std::move(c), std::move(h), host, lockd, rt, control, table);
+  }
+  ControlRequest run(std::optional<std::string> name) {
+    ControlRequest r;
+    r.op = ControlOp::run;
+    r.id = 1;
+    r.name = std::move(name);
+    r.argv = {"/bin/sleep", "60"};
+    r.caller_uid = 1000;
+    return r;
+  }
+  const json& last_answer() const { return control.answers.back().second; }
+  std::size_t index_of(const std::string& prefix) const {
+    for (std::size_t i = 0; i < events.size(); ++i)
+      if (events[i].rfind(prefix, 0) == 0) return i;
+    return events.size();
+  }
+  /// Starts a lease-mode named run whose Acquire is answered at once with `epoch`.
+  SandboxId granted_run(Epoch epoch) {
+    core->on_request(7, run("job"), kT0);
+    const auto* a = lockd.body<wire::Acquire>(lockd.calls.size() - 1);
+    EXPECT_NE(a, nullptr);
+    wire::Grant g{name_id_of("job"), epoch, a->sandbox, a->worker, LockPhase::held, kTtlMs, {}};
+    lockd.answer(lockd.calls.size() - 1, g, kT0, kT0 + 2 * kMs);
+    return a->sandbox;
+  }
+
+  Events events;
+  FakeHost host{events};
+  FakeLockd lockd;
+  FakeRt rt{events};
+  FakeTable table{events};
+  FakeControl control;
+  std::vector<std::string> log;
+  std::uint64_t ids = 0;
+  std::unique_ptr<SupervisorCore> core;
+};
+
+TEST_F(SupervisorCoreTest, NamedRunAcquiresThenPublishesArmsAndOnlyThenReleasesTheGate) {
+  make(SupervisorMode::lease);
+  core->on_request(7, run("job"), kT0);
+  // The Acquire goes out first; nothing is created before lockd answers.
+  ASSERT_EQ(lockd.calls.size(), 1u);
+  const auto* a = lockd.body<wire::Acquire>(0);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->name, "job");
+  EXPECT_EQ(a->worker, (WorkerId{0x77, 0x1}));
+  EXPECT_EQ(a->ttl_ms, kTtlMs);
+  EXPECT_FALSE(a->two_phase);
+  EXPECT_EQ(lockd.calls[0].deadline_ns, static_cast<std::int64_t>(kT0) + SupervisorCore::kAcquireTimeoutNs);
+  EXPECT_TRUE(host.created.empty());
+  EXPECT_TRUE(control.answers.empty());
+  ASSERT_EQ(core->sandboxes().size(), 1u);
+  EXPECT_EQ(core->sandboxes().find(a->sandbox)->phase, SandboxPhase::acquiring);
+
+  const SandboxId sb = a->sandbox;
+  wire::Grant g{name_id_of("job"), 42, sb, a->worker, LockPhase::held, kTtlMs, {}};
+  lockd.answer(0, g, kT0, kT0 + 2 * kMs);
+
+  const std::uint64_t valid_until = kT0 + kKillAfterMs * kMs;
+  ASSERT_EQ(host.created.size(), 1u);
+  EXPECT_EQ(host.created[0].epoch, 42u);
+  EXPECT_EQ(host.created[0].name, std::optional<std::string>("job"));
+  ASSERT_TRUE(table.published.contains(0));
+  EXPECT_EQ(table.published[0].epoch, 42u);
+  EXPECT_EQ(table.published[0].valid_until_ns, valid_until);
+  ASSERT_EQ(host.released.size(), 1u);
+  EXPECT_EQ(host.released[0].second, valid_until);
+  // Token, then the table, then the child, then the rt deadline, then (last) the gate.
+  const std::size_t token = index_of("token epoch=42"), publish = index_of("publish slot=0 epoch=42"),
+                    create = index_of("create slot=0"), arm = index_of("arm slot=0 deadline=" + std::to_string(valid_until)),
+                    release = index_of("release deadline=");
+  ASSERT_LT(release, events.size());
+  EXPECT_LT(token, publish);
+  EXPECT_LT(publish, create);
+  EXPECT_LT(create, arm);
+  EXPECT_LT(arm, release);
+  EXPECT_EQ(core->sandboxes().find(sb)->phase, SandboxPhase::running);
+  ASSERT_EQ(control.answers.size(), 1u);
+  EXPECT_EQ(control.answers[0].first, 7u);
+  EXPECT_EQ(last_answer()["ok"], true);
+  EXPECT_EQ(last_answer()["epoch"], 42);
+  EXPECT_EQ(last_answer()["name"], "job");
+  EXPECT_EQ(last_answer()["pid"], 101);
+  EXPECT_EQ(core->counters().spawned, 1u);
+}
+
+TEST_F(SupervisorCoreTest, KillDeadlineCountsFromTheFirstSendNotFromTheAnswer) {
+  make(SupervisorMode::lease);
+  core->on_request(7, run("job"), kT0);
+  const auto* a = lockd.body<wire::Acquire>(0);
+  ASSERT_NE(a, nullptr);
+  // Sent at kT0 (the retry that was answered went later), answered 400 ms after the first send.
+  wire::Grant g{name_id_of("job"), 3, a->sandbox, a->worker, LockPhase::held, kTtlMs, {}};
+  lockd.answer(0, g, kT0, kT0 + 400 * kMs);
+  const std::uint64_t from_send = kT0 + kKillAfterMs * kMs;
+  EXPECT_EQ(rt.deadline[0], from_send);
+  EXPECT_EQ(table.published[0].valid_until_ns, from_send);
+  ASSERT_EQ(host.released.size(), 1u);
+  EXPECT_EQ(host.released[0].second, from_send);
+  EXPECT_EQ(last_answer()["valid_until_ms"], 200);  // 600 ms from the send, 400 ms of them gone
+
+  // A heartbeat answered late extends from its send as well.
+  const std::uint64_t tick = kT0 + 100 * kMs;
+  core->on_heartbeat_tick(tick);
+  ASSERT_EQ(lockd.calls.size(), 2u);
+  const auto* h = lockd.body<wire::Heartbeat>(1);
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->entries.size(), 1u);
+  EXPECT_EQ(h->entries[0].name_id, name_id_of("job"));
+  EXPECT_EQ(h->entries[0].epoch, 3u);
+  wire::HeartbeatAck ack;
+  ack.entries.push_back(wire::HeartbeatAckEntry{name_id_of("job"), RefreshStatus::refreshed, {}, 3, kTtlMs});
+  lockd.answer(1, ack, tick, tick + 350 * kMs);
+  EXPECT_EQ(rt.deadline[0], tick + kKillAfterMs * kMs);
+  EXPECT_EQ(table.published[0].valid_until_ns, tick + kKillAfterMs * kMs);
+  EXPECT_EQ(core->counters().refreshed, 1u);
+}
+
+TEST_F(SupervisorCoreTest, GrantArrivingAfterItsLeaseWouldHaveLapsedIsGivenBackAndNothingStarts) {
+  make(SupervisorMode::lease);
+  core->on_request(7, run("job"), kT0);
+  const auto* a = lockd.body<wire::Acquire>(0);
+  ASSERT_NE(a, nullptr);
+  const SandboxId sb = a->sandbox;
+  wire::Grant g{name_id_of("job"), 9, sb, a->worker, LockPhase::held, kTtlMs, {}};
+  lockd.answer(0, g, kT0, kT0 + (kKillAfterMs + 1) * kMs);
+  EXPECT_TRUE(host.created.empty());
+  ASSERT_EQ(lockd.calls.size(), 2u);
+  const auto* rel = lockd.body<wire::Release>(1);
+  ASSERT_NE(rel, nullptr);
+  EXPECT_EQ(rel->sandbox, sb);
+  EXPECT_EQ(rel->epoch, 9u);
+  EXPECT_EQ(last_answer()["ok"], false);
+  EXPECT_EQ(last_answer()["error"], "unreachable");
+  EXPECT_TRUE(core->sandboxes().empty());
+  EXPECT_EQ(table.freed, std::vector<std::uint32_t>{0});
+}
+
+TEST_F(SupervisorCoreTest, HeartbeatAnswerLostKillsTheSandboxAndItsExitConfirmsTheKill) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  ASSERT_EQ(core->sandboxes().find(sb)->phase, SandboxPhase::running);
+  const std::uint64_t tick = kT0 + 100 * kMs;
+  core->on_heartbeat_tick(tick);
+  ASSERT_NE(lockd.body<wire::Heartbeat>(1), nullptr);
+  const SandboxId other{0x99, 0x1};
+  wire::HeartbeatAck ack;
+  ack.entries.push_back(wire::HeartbeatAckEntry{name_id_of("job"), RefreshStatus::lost, other, 6, 0});
+  lockd.answer(1, ack, tick, tick + 1 * kMs);
+  // The armed slot is killed through the rt thread at once.
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  const Sandbox* s = core->sandboxes().find(sb);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->phase, SandboxPhase::killing);
+  EXPECT_TRUE(s->revoked);
+  EXPECT_NE(s->kill_reason.find("lost"), std::string::npos);
+  EXPECT_EQ(core->heartbeat().find(sb), nullptr);
+  EXPECT_EQ(core->counters().lost, 1u);
+
+  // It exits: disarmed, reaped once the rt thread applied that, slot freed, and (its grant no
+  // longer ours) the kill confirmed to lockd instead of a release.
+  core->on_exit(sb, tick + 5 * kMs);
+  EXPECT_TRUE(core->disarms_pending());
+  EXPECT_TRUE(host.reaped.empty());
+  rt.applied_upto = rt.seq;
+  core->check_disarms(tick + 6 * kMs);
+  EXPECT_FALSE(core->disarms_pending());
+  EXPECT_EQ(host.reaped, std::vector<SandboxId>{sb});
+  EXPECT_EQ(table.freed, std::vector<std::uint32_t>{0});
+  EXPECT_TRUE(core->sandboxes().empty());
+  const auto* kc = lockd.body<wire::KillConfirmed>(lockd.calls.size() - 1);
+  ASSERT_NE(kc, nullptr);
+  EXPECT_EQ(kc->sandbox, sb);
+  EXPECT_EQ(kc->epoch, 5u);
+  EXPECT_EQ(lockd.count<wire::Release>(), 0u);
+}
+
+TEST_F(SupervisorCoreTest, LateGrantAfterTheCallerGaveUpIsReleasedBack) {
+  make(SupervisorMode::lease);
+  core->on_request(7, run("job"), kT0);
+  const auto* a = lockd.body<wire::Acquire>(0);
+  ASSERT_NE(a, nullptr);
+  const SandboxId sb = a->sandbox;
+  lockd.give_up(0, kT0, kT0 + 3000 * kMs);
+  EXPECT_EQ(last_answer()["error"], "unreachable");
+  EXPECT_TRUE(core->sandboxes().empty());
+  EXPECT_TRUE(host.created.empty());
+  ASSERT_EQ(lockd.calls.size(), 1u);
+
+  // lockd granted after all (the request sat in its queue): nobody here will heartbeat it.
+  wire::Grant late{name_id_of("job"), 11, sb, WorkerId{0x77, 0x1}, LockPhase::held, kTtlMs, {}};
+  core->on_late_answer(late, kT0 + 3100 * kMs);
+  ASSERT_EQ(lockd.calls.size(), 2u);
+  const auto* rel = lockd.body<wire::Release>(1);
+  ASSERT_NE(rel, nullptr);
+  EXPECT_EQ(rel->name_id, name_id_of("job"));
+  EXPECT_EQ(rel->sandbox, sb);
+  EXPECT_EQ(rel->epoch, 11u);
+  EXPECT_EQ(core->counters().late_grants_released, 1u);
+  EXPECT_TRUE(host.created.empty());
+}
+
+TEST_F(SupervisorCoreTest, LateGrantOfASandboxThatHoldsItIsKept) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  const std::size_t calls = lockd.calls.size();
+  wire::Grant dup{name_id_of("job"), 5, sb, WorkerId{0x77, 0x1}, LockPhase::held, kTtlMs, {}};
+  core->on_late_answer(dup, kT0 + 50 * kMs);
+  EXPECT_EQ(lockd.calls.size(), calls);
+  EXPECT_EQ(core->counters().late_grants_released, 0u);
+}
+
+TEST_F(SupervisorCoreTest, UnnamedRunStartsAtOnceWithoutLockd) {
+  make(SupervisorMode::lease);
+  core->on_request(3, run(std::nullopt), kT0);
+  EXPECT_TRUE(lockd.calls.empty());
+  ASSERT_EQ(host.created.size(), 1u);
+  EXPECT_EQ(host.created[0].epoch, 0u);
+  EXPECT_EQ(rt.deadline[0], SupervisorCore::kNoDeadlineNs);
+  ASSERT_EQ(host.released.size(), 1u);
+  EXPECT_EQ(host.released[0].second, 0u);  // no lease: no deadline to check at the gate
+  EXPECT_TRUE(table.published.empty());
+  EXPECT_EQ(last_answer()["ok"], true);
+}
+
+TEST_F(SupervisorCoreTest, NameHeldOnThisWorkerIsRefusedLocally) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  const std::size_t calls = lockd.calls.size();
+  core->on_request(8, run("job"), kT0 + 10 * kMs);
+  EXPECT_EQ(lockd.calls.size(), calls);
+  EXPECT_EQ(last_answer()["error"], "held");
+  EXPECT_EQ(last_answer()["holder"], sb.str());
+  EXPECT_EQ(last_answer()["epoch"], 5);
+}
+
+TEST_F(SupervisorCoreTest, ReleaseKillsTheHolderAndItsExitGivesTheNameBack) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  ControlRequest rel;
+  rel.op = ControlOp::release;
+  rel.id = 2;
+  rel.name = "job";
+  rel.caller_uid = 1000;
+  core->on_request(9, rel, kT0 + 20 * kMs);
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  const std::size_t answers = control.answers.size();
+  rt.applied_upto = 1'000'000;
+  core->on_exit(sb, kT0 + 30 * kMs);
+  core->check_disarms(kT0 + 31 * kMs);
+  const auto* r = lockd.body<wire::Release>(lockd.calls.size() - 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->sandbox, sb);
+  EXPECT_EQ(r->epoch, 5u);
+  EXPECT_EQ(control.answers.size(), answers);  // answered once lockd has the name back
+  lockd.answer(lockd.calls.size() - 1, wire::Ok{}, kT0 + 31 * kMs, kT0 + 32 * kMs);
+  ASSERT_EQ(control.answers.size(), answers + 1);
+  EXPECT_EQ(control.answers.back().first, 9u);
+  EXPECT_EQ(last_answer()["ok"], true);
+  EXPECT_EQ(last_answer()["released"], true);
+  EXPECT_EQ(core->counters().names_released, 1u);
+}
+
+TEST_F(SupervisorCoreTest, ReleaseByAnotherUidIsForbidden) {
+  make(SupervisorMode::lease);
+  granted_run(5);
+  ControlRequest rel;
+  rel.op = ControlOp::release;
+  rel.name = "job";
+  rel.caller_uid = 2000;
+  core->on_request(9, rel, kT0 + 20 * kMs);
+  EXPECT_TRUE(rt.kills.empty());
+  EXPECT_EQ(last_answer()["error"], "forbidden");
+}
+
+TEST_F(SupervisorCoreTest, IsRunningAnswersForTheGrantOfAStartedSandboxOnly) {
+  make(SupervisorMode::lease);
+  core->on_request(7, run("job"), kT0);
+  const SandboxId sb = lockd.body<wire::Acquire>(0)->sandbox;
+  // Acquire in flight: not started, no epoch.
+  EXPECT_FALSE(core->is_running(wire::IsRunning{name_id_of("job"), sb, 4}));
+  wire::Grant g{name_id_of("job"), 4, sb, WorkerId{0x77, 0x1}, LockPhase::held, kTtlMs, {}};
+  lockd.answer(0, g, kT0, kT0 + 1 * kMs);
+  EXPECT_TRUE(core->is_running(wire::IsRunning{name_id_of("job"), sb, 4}));
+  EXPECT_FALSE(core->is_running(wire::IsRunning{name_id_of("job"), sb, 3}));
+  EXPECT_FALSE(core->is_running(wire::IsRunning{name_id_of("other"), sb, 4}));
+}
+
+TEST_F(SupervisorCoreTest, RevocationKillsTheSandboxOfThatGrant) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  EXPECT_TRUE(core->on_revoked(wire::Revoked{name_id_of("job"), 5, 6}, kT0 + 10 * kMs));
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  EXPECT_TRUE(core->sandboxes().find(sb)->revoked);
+  // A revocation of a grant nothing here runs is confirmed at once.
+  EXPECT_FALSE(core->on_revoked(wire::Revoked{name_id_of("gone"), 2, 3}, kT0 + 11 * kMs));
+  const auto* kc = lockd.body<wire::KillConfirmed>(lockd.calls.size() - 1);
+  ASSERT_NE(kc, nullptr);
+  EXPECT_EQ(kc->name_id, name_id_of("gone"));
+  EXPECT_EQ(kc->epoch, 2u);
+}
+
+TEST_F(SupervisorCoreTest, RtDeadlineKillIsCountedAsADeadlineKill) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  RtKillEvent e;
+  e.slot = 0;
+  e.record.deadline_ns = kT0 + kKillAfterMs * kMs;
+  e.record.path = KillPath::signals;
+  core->on_rt_kill(e, kT0 + kKillAfterMs * kMs + 1);
+  EXPECT_EQ(core->counters().kills_deadline, 1u);
+  EXPECT_TRUE(core->sandboxes().find(sb)->rt_killed);
+  EXPECT_EQ(core->sandboxes().find(sb)->kill_reason, "kill-switch: lease not refreshed in time");
+}
+
+// Preemptible mode: the sandbox starts (unpublished, under the worker's deadline) before the
+// Commit goes out, so whenever lockd has the name Held here IsRunning finds it running.
+TEST_F(SupervisorCoreTest, PreemptibleStartsTheSandboxBeforeItsCommitAndPublishesOnHeld) {
+  make(SupervisorMode::preemptible);
+  core->heartbeat().start_worker_liveness(kT0);
+  core->on_request(7, run("job"), kT0);
+  const auto* a = lockd.body<wire::Acquire>(0);
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(a->two_phase);
+  const SandboxId sb = a->sandbox;
+  wire::Grant acquiring{name_id_of("job"), 12, sb, a->worker, LockPhase::acquiring, kTtlMs, {}};
+  lockd.answer(0, acquiring, kT0, kT0 + 1 * kMs);
+  ASSERT_EQ(host.created.size(), 1u);
+  ASSERT_EQ(host.released.size(), 1u);
+  EXPECT_TRUE(table.published.empty());  // its check says "not valid" until the Commit is acknowledged
+  ASSERT_EQ(lockd.calls.size(), 2u);
+  const auto* c = lockd.body<wire::Commit>(1);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->epoch, 12u);
+  EXPECT_EQ(c->sandbox, sb);
+  EXPECT_LT(index_of("release deadline="), events.size());
+  EXPECT_EQ(core->sandboxes().find(sb)->phase, SandboxPhase::committing);
+  EXPECT_TRUE(core->is_running(wire::IsRunning{name_id_of("job"), sb, 12}));
+  EXPECT_TRUE(control.answers.empty());
+
+  wire::Grant held{name_id_of("job"), 12, sb, a->worker, LockPhase::held, kTtlMs, {}};
+  lockd.answer(1, held, kT0 + 1 * kMs, kT0 + 2 * kMs);
+  ASSERT_TRUE(table.published.contains(0));
+  EXPECT_EQ(table.published[0].epoch, 12u);
+  EXPECT_EQ(table.published[0].valid_until_ns, kT0 + kKillAfterMs * kMs);
+  EXPECT_EQ(core->sandboxes().find(sb)->phase, SandboxPhase::running);
+  EXPECT_EQ(last_answer()["ok"], true);
+  EXPECT_EQ(last_answer()["epoch"], 12);
+}
+
+TEST_F(SupervisorCoreTest, PreemptibleRefusedCommitStopsTheSandboxStartedForIt) {
+  make(SupervisorMode::preemptible);
+  core->heartbeat().start_worker_liveness(kT0);
+  core->on_request(7, run("job"), kT0);
+  const SandboxId sb = lockd.body<wire::Acquire>(0)->sandbox;
+  lockd.answer(0, wire::Grant{name_id_of("job"), 12, sb, WorkerId{0x77, 0x1}, LockPhase::acquiring, kTtlMs, {}}, kT0,
+               kT0 + 1 * kMs);
+  ASSERT_NE(lockd.body<wire::Commit>(1), nullptr);
+  wire::Deny d;
+  d.name_id = name_id_of("job");
+  d.refusal = Refusal::held;
+  lockd.answer(1, d, kT0 + 1 * kMs, kT0 + 2 * kMs);
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(core->sandboxes().find(sb)->phase, SandboxPhase::killing);
+  const auto* rel = lockd.body<wire::Release>(2);  // the Acquiring record is given back
+  ASSERT_NE(rel, nullptr);
+  EXPECT_EQ(rel->epoch, 12u);
+  EXPECT_TRUE(table.published.empty());
+}
+
+TEST_F(SupervisorCoreTest, WorkerLivenessLapseKillsAndRefusesNamedCreation) {
+  make(SupervisorMode::preemptible);
+  core->heartbeat().start_worker_liveness(kT0);
+  core->on_request(7, run("job"), kT0);
+  const SandboxId sb = lockd.body<wire::Acquire>(0)->sandbox;
+  lockd.answer(0, wire::Grant{name_id_of("job"), 12, sb, WorkerId{0x77, 0x1}, LockPhase::acquiring, kTtlMs, {}}, kT0,
+               kT0 + 1 * kMs);
+  lockd.answer(1, wire::Grant{name_id_of("job"), 12, sb, WorkerId{0x77, 0x1}, LockPhase::held, kTtlMs, {}},
+               kT0 + 1 * kMs, kT0 + 2 * kMs);
+  // No worker beat acknowledged: at kill_after past the last acknowledged send the kill-switch fires.
+  core->on_heartbeat_tick(kT0 + kKillAfterMs * kMs);
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(core->counters().worker_killswitch, 1u);
+  const std::size_t calls = lockd.calls.size();
+  core->on_request(8, run("job2"), kT0 + kKillAfterMs * kMs + 1);
+  EXPECT_EQ(last_answer()["error"], "killswitch");
+  EXPECT_EQ(lockd.count<wire::Acquire>(), 1u);
+  EXPECT_GE(lockd.calls.size(), calls);
+}
+
+TEST_F(SupervisorCoreTest, ShutdownKillsStartedSandboxesAndRefusesNewOnes) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  core->begin_shutdown("SIGTERM", kT0 + 50 * kMs);
+  EXPECT_TRUE(core->shutting_down());
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  EXPECT_FALSE(core->quiescent());
+  core->on_request(8, run("other"), kT0 + 51 * kMs);
+  EXPECT_EQ(last_answer()["error"], "shutting_down");
+  rt.applied_upto = 1'000'000;
+  core->on_exit(sb, kT0 + 60 * kMs);
+  core->check_disarms(kT0 + 61 * kMs);
+  EXPECT_FALSE(core->quiescent());  // its release is in flight
+  lockd.answer(lockd.calls.size() - 1, wire::Ok{}, kT0 + 61 * kMs, kT0 + 62 * kMs);
+  EXPECT_TRUE(core->quiescent());
+}
+
+}  // namespace
+}  // namespace leasehold
