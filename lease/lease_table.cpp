@@ -718,6 +718,12 @@ Outcome LeaseTable::commit(NameId name, SandboxId sandbox, Epoch epoch, WorkerId
   if (now_ns >= s->time_ns) return m.refuse(Refusal::acquiring_expired, name, s);
   const std::uint16_t widx = m.intern_worker(worker);
   if (widx == 0) return m.refuse(Refusal::table_full, name, s);
+  // Preemptible: the Commit is a liveness beat of its worker. Without it, a lockd that restarted
+  // since the worker's last beat (liveness lives in memory) would count the worker lapsed and
+  // preempt the name it has just committed, at the next competing acquire, while the sandbox
+  // runs under the worker's kill deadline (measured from its beats to the old incarnation).
+  // Counting liveness from now only delays a preemption: never unsafe.
+  if (m.preemptible()) m.heartbeat(widx, now_ns);
 #if LEASEHOLD_SIM_ABLATE_ACQUIRING_EXPIRY
   // Simulator ablation (bug class: expiry without the acquiring check, specs/lease.pml
   // NO_ACQUIRING_BEFORE_EXPIRY): the lease's TTL counts from the 2-phase acquire, so it runs

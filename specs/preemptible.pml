@@ -277,7 +277,8 @@ proctype Copy(byte i)
 	atomic {
 		if
 		:: /*@G commit_ok*/ lock_state == ACQUIRING && lock_owner == S_OF(i) ->
-			/*@E commit*/ lock_state = HELD; lock_worker = w; ok = true
+			/*@E commit*/ lock_state = HELD; lock_worker = w; ok = true;
+			/*@E commit_live*/ live[w] = true; live_refreshed[w] = true   /* a liveness beat of w */
 		:: /*@G commit_idem*/ HELD_BY(S_OF(i), w) -> ok = true   /* idempotent retry */
 		:: else -> ok = false    /* not_acquiring / stale_epoch / acquiring_expired */
 		fi;

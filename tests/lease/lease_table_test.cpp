@@ -1066,6 +1066,26 @@ TEST(LeaseTablePreemptible, RestoreCapsWorkerLivenessAtWhatTheRestartRuleLeftIt)
   EXPECT_EQ(r.state(name_id_of("p")).expiry_ns, kNoExpiry);
 }
 
+// A lockd that restarted forgot every worker's liveness but that of workers with Held records.
+// A worker that never beat this incarnation commits a name: the Commit is its liveness beat, so
+// a competing acquire cannot preempt the name while the sandbox runs (found by the simulator,
+// seed 99: an immediate preemption, two sandboxes passing their checks).
+TEST(LeaseTablePreemptible, ACommitCountsAsItsWorkersLivenessBeat) {
+  LeaseConfig c;
+  c.mode = LockMode::preemptible;
+  c.worker_liveness_ttl_ns = 10 * kSecondNs;
+  LeaseTable t(c);
+  EXPECT_FALSE(t.worker_alive(kW1, kT0));
+  ASSERT_TRUE(t.acquire_2pc("p", kA, kT0, kW1).ok());
+  EXPECT_FALSE(t.worker_alive(kW1, kT0));  // an Acquiring record is never preempted
+  ASSERT_TRUE(t.commit(name_id_of("p"), kA, 1, kW1, kT0 + 1).ok());
+  EXPECT_TRUE(t.worker_alive(kW1, kT0 + 10 * kSecondNs));
+  EXPECT_FALSE(t.worker_alive(kW1, kT0 + 10 * kSecondNs + 1));
+  const Outcome o = t.preempt(name_id_of("p"), kA, 1, false, kT0 + kSecondNs);
+  EXPECT_EQ(o.refusal, Refusal::worker_alive);
+  EXPECT_EQ(t.state(name_id_of("p")).phase, LockPhase::held);
+}
+
 TEST_F(LeaseTableTest, RestoreRefusesBadRecordsAndStaysEmpty) {
   DurableSnapshot snap;
   snap.records.push_back(DurableRecord{id("a"), name_fingerprint_of("a"), LockPhase::held, 3, kA,
