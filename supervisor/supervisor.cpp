@@ -17,6 +17,7 @@
 #include "leasehold/supervisor/sandbox_phase.hpp"
 #include "leasehold/supervisor/sandbox_table.hpp"
 #include "leasehold/supervisor/spawn.hpp"
+#include "leasehold/supervisor/shm_slot_table.hpp"
 #include "leasehold/supervisor/supervisor_core.hpp"
 
 #include <openssl/crypto.h>
@@ -106,28 +107,6 @@ std::string cover_dir_problem(const std::string& dir, mode_t extra_mode) {
   if (why.empty() && ::geteuid() != 0) why = renamable_ancestor(dir);
   return why;
 }
-
-// The shm table's io-thread writes, as the sandbox logic's SlotTable port.
-class ShmSlotTable final : public SlotTable {
- public:
-  explicit ShmSlotTable(shm::TableWriter& t) : t_(t) {}
-  shm::ClaimResult claim(const SandboxId& sandbox, std::uint64_t now_ns) override { return t_.claim(sandbox, now_ns); }
-  std::string claim_refusal() const override { return t_.claim_refusal(); }
-  shm::TableErrc publish(std::uint32_t slot, const NameId& name, const std::string& name_text, Epoch epoch,
-                         std::uint64_t valid_until_ns) override {
-    return t_.publish(slot, name, name_text, epoch, valid_until_ns);
-  }
-  shm::TableErrc extend(std::uint32_t slot, std::uint64_t valid_until_ns) override {
-    return t_.extend(slot, valid_until_ns);
-  }
-  void revoke(std::uint32_t slot) override { t_.revoke(slot); }
-  void free(std::uint32_t slot, std::uint64_t now_ns) override { t_.free(slot, now_ns); }
-  void record_heartbeat_rtt_ns(std::uint64_t ns) override { t_.record_heartbeat_rtt_ns(ns); }
-  void record_heartbeat_failure() override { t_.record_heartbeat_failure(); }
-
- private:
-  shm::TableWriter& t_;
-};
 
 // The core's answers to control clients: through the control server while it is open.
 class ControlReplies final : public ControlPort {
