@@ -50,7 +50,8 @@ SimConfig with_drawn_timing(SimConfig cfg) {
     else hi = in.kill_after_ns - 1;
   }
   Rng r(cfg.seed ^ 0x7133a61e7133a61eULL);
-  cfg.timing.kill_after_ns = r.range(cfg.timing.kill_after_ns, lo);
+  // Whole ms, as the supervisor takes it (--kill-after-ms), rounded toward safety.
+  cfg.timing.kill_after_ns = r.range(cfg.timing.kill_after_ns / kMs, lo / kMs) * kMs;
   return cfg;
 }
 

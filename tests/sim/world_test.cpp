@@ -149,7 +149,7 @@ TEST(SimWorld, TtlRhoAndGranularityAreDrawnPerSeed) {
 
 TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
   // The catching seeds of tests/sim/CMakeLists.txt.
-  for (const std::uint64_t s : {1u, 2u, 6u, 29u}) {
+  for (const std::uint64_t s : {1u, 2u, 4u, 6u, 26u}) {
     SimConfig c;
     c.seed = s;
     const RunResult r = run_seed(c);
@@ -167,6 +167,20 @@ TEST(SimWorld, ASecondGrantDuringATwoPhaseCreateIsNotReleased) {
   c.preemptible_share = 0;  // the lease-mode 2-phase create of the original finding
   const RunResult r = run_seed(c);
   EXPECT_FALSE(r.violation) << r.violation->invariant << ": " << r.violation->detail;
+}
+
+// Seed 99 (preemptible): lockd's store failed and it restarted, forgetting every worker's
+// liveness; a worker that had not beaten the new incarnation yet committed a name there, and a
+// competing 2-phase acquire preempted it at once (the worker counted as lapsed) while its
+// sandbox ran: two sandboxes passed their checks. A Commit now counts as its worker's liveness
+// beat (LeaseTable::commit).
+TEST(SimWorld, ACommitAtARestartedLockdCountsAsTheWorkersLivenessBeat) {
+  SimConfig c;
+  c.seed = 99;
+  ASSERT_TRUE(c.preemptible());
+  const RunResult r = run_seed(c);
+  EXPECT_FALSE(r.violation) << r.violation->invariant << ": " << r.violation->detail;
+  EXPECT_GT(r.counts.lockd_restarts, 0u);
 }
 
 // Seed 1316 (preemptible): the sandbox runs unpublished, its Commit made the record Held in

@@ -1,23 +1,22 @@
-// leasehold/sim: one supervisor in the simulated world, built from the real supervisor logic:
-// HeartbeatSchedule (supervisor/heartbeat.hpp: valid_until = send of the last acknowledged
-// refresh + kill_after; lost / unknown kill at once), the DeadlineWheel the rt thread fires kill
-// deadlines from (supervisor/deadline_wheel.hpp, round down, lazy re-arm), and the wire protocol
-// of LockdLink (io/replay.hpp Sender: every retry a fresh seq; answers authenticated with the
-// worker's own key; a lease measured from the first attempt's send).
+// leasehold/sim: one supervisor in the simulated world, running the supervisor's own code:
+// SupervisorCore (supervisor/supervisor_core.hpp: the creation flows, the 2-phase acquire and
+// commit, heartbeat answers, the worker-wide kill-switch, exits, revocations, late answers) and
+// RtCore (supervisor/rt_core.hpp: the rt thread's deadline wheel, lazy re-arm, revoke-then-kill),
+// over a real memfd shm table written through ShmSlotTable. The node supplies the ports:
+//   SandboxHost  a sandbox is created at its gate and runs (the world's process) once released;
+//                its kill goes to the world, its exit comes back as on_sandbox_exit
+//   LockdPort    datagrams sealed with the worker's key, retried with a fresh seq until the
+//                deadline (LockdLink's protocol), answers authenticated; late answers, IsRunning
+//                and Revoked go to the core
+//   RtPort       the rt thread's commands, applied at its next wake-up (within this step)
+//   ControlPort  the workload's control requests: run with a name, and the control plane's
+//                2-phase acquire followed by expect-commit
+// So an ablation of supervisor_core.cpp or heartbeat.cpp (supervisor/daemon.cmake) is an
+// ablation of what this node runs. Preemptible mode (SimConfig::preemptible()): the node starts
+// with the daemon's start-up worker beat; the core does the rest.
 //
-// What the daemon around them does is reproduced here in its order: create a named sandbox
-// (acquire, then spawn with the epoch published in its shm slot; or a 2-phase acquire, the
-// sandbox scheduled, then commit), heartbeat rounds, the rt
-// thread's kill (revoke the slot, then kill the process), release after a sandbox's exit, and
-// release of a grant that came back after its call gave up. Preemptible mode (SimConfig::
-// preemptible()): every create is 2-phase, the sandbox starts unpublished under the worker's
-// kill deadline before its Commit goes out and is published on the Held answer; worker beats
-// carry liveness (HeartbeatSchedule's worker-wide kill-switch); lockd's IsRunning is answered.
-// This is a replica of Supervisor::Impl's order, not that code: an ablation of supervisor.cpp
-// is not seen here until the node drives the supervisor's own core.
-//
-// No I/O: datagrams go out through SupervisorEnv, time comes in as `now_ns` (this worker's own
-// clock, ns), spawn and kill go to the world's sandbox host.
+// No I/O beyond the memfd: datagrams go out through SupervisorEnv, time comes in as `now_ns`
+// (this worker's own clock, ns, > 0), processes are the world's.
 #pragma once
 
 #include "leasehold/wire/auth.hpp"
@@ -64,8 +63,9 @@ class SupervisorNode {
   /// next time (this worker's clock) it wants to run.
   std::int64_t tick(std::int64_t now_ns);
 
-  /// The shm check of a sandbox runtime (leasehold_check_deadline): its slot has an epoch
-  /// published and now_ns < valid_until. Sets *name / *epoch when it passes.
+  /// The shm check of a sandbox runtime (leasehold_check_deadline: TableReader::
+  /// check_deadline_at on its LEASEHOLD_SLOT and LEASEHOLD_EPOCH): published, not revoked,
+  /// now_ns < valid_until, the writer's heartbeat fresh. Sets *name / *epoch when it passes.
   bool check_deadline(SandboxId sandbox, std::int64_t now_ns, NameId* name, Epoch* epoch) const;
 
   /// This worker's id.
