@@ -157,6 +157,16 @@ TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
   }
 }
 
+// A seed drawn preemptible, run with its defaults: it must violate nothing.
+RunResult clean_preemptible_run(std::uint64_t seed) {
+  SimConfig c;
+  c.seed = seed;
+  EXPECT_TRUE(c.preemptible()) << "seed " << seed;
+  const RunResult r = run_seed(c);
+  EXPECT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->invariant << ": " << r.violation->detail;
+  return r;
+}
+
 // Seed 147: a 2-phase create gets a second Grant for its sandbox while its commit is in flight;
 // the late-answer handler must not give the name back then (the supervisor's on_late_answer
 // keeps a grant whose sandbox is still being created). Releasing it let lockd free the name
@@ -175,12 +185,7 @@ TEST(SimWorld, ASecondGrantDuringATwoPhaseCreateIsNotReleased) {
 // sandbox ran: two sandboxes passed their checks. A Commit now counts as its worker's liveness
 // beat (LeaseTable::commit).
 TEST(SimWorld, ACommitAtARestartedLockdCountsAsTheWorkersLivenessBeat) {
-  SimConfig c;
-  c.seed = 99;
-  ASSERT_TRUE(c.preemptible());
-  const RunResult r = run_seed(c);
-  EXPECT_FALSE(r.violation) << r.violation->invariant << ": " << r.violation->detail;
-  EXPECT_GT(r.counts.lockd_restarts, 0u);
+  EXPECT_GT(clean_preemptible_run(99).counts.lockd_restarts, 0u);
 }
 
 // Seed 1316 (preemptible): the sandbox runs unpublished, its Commit made the record Held in
@@ -188,12 +193,7 @@ TEST(SimWorld, ACommitAtARestartedLockdCountsAsTheWorkersLivenessBeat) {
 // restart forgets the record; that is no lost grant (nobody was told) and the sandbox, never
 // published, is stopped when its Commit is refused.
 TEST(SimWorld, AnUnansweredCommitLostInACrashIsNotAGrantLockdLetGo) {
-  SimConfig c;
-  c.seed = 1316;
-  ASSERT_TRUE(c.preemptible());
-  const RunResult r = run_seed(c);
-  EXPECT_FALSE(r.violation) << r.violation->invariant << ": " << r.violation->detail;
-  EXPECT_GT(r.counts.lockd_crashes, 0u);
+  EXPECT_GT(clean_preemptible_run(1316).counts.lockd_crashes, 0u);
 }
 
 TEST(SimWorld, TheModeIsDrawnPerSeedAndReplaysWithTheSeed) {
