@@ -20,6 +20,7 @@ lockd::LockdConfig lockd_config_of(const SimConfig& cfg) {
   c.store_path = "simulated";
   c.ttl_ms = static_cast<std::uint64_t>(cfg.timing.ttl_ns / kMs);
   c.acquiring_ttl_ms = static_cast<std::uint64_t>(cfg.timing.ttl_ns / kMs);
+  c.lock_delay_ms = static_cast<std::uint64_t>(cfg.lock_delay_ns / kMs);
   c.max_names = 1024;
   c.max_workers = 64;
   // The no-authz ablation: lockd lets any worker key act on any name (lockd's own

@@ -286,7 +286,8 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     const auto it = asked.find(client);
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     const bool ok = j.is_object() && j.value("ok", false);
-    env.note(index, ok ? "control_ok" : "control_refused", client, 0);
+    const bool lock_delay = !ok && j.is_object() && j.value("reason", std::string()) == "lock_delay";
+    env.note(index, ok ? "control_ok" : lock_delay ? "refused_lock_delay" : "control_refused", client, 0);
     if (it == asked.end()) return;
     const ControlRequest req = std::move(it->second);
     asked.erase(it);

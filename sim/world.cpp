@@ -52,6 +52,8 @@ SimConfig with_drawn_timing(SimConfig cfg) {
   Rng r(cfg.seed ^ 0x7133a61e7133a61eULL);
   // Whole ms, as the supervisor takes it (--kill-after-ms), rounded toward safety.
   cfg.timing.kill_after_ns = r.range(cfg.timing.kill_after_ns / kMs, lo / kMs) * kMs;
+  Rng d(cfg.seed ^ 0x10cdde1a10cdde1aULL);  // lock-delay: its own stream as well
+  if (d.chance(0.5)) cfg.lock_delay_ns = d.range(1, cfg.timing.ttl_ns / kMs) * kMs;
   return cfg;
 }
 
@@ -76,6 +78,8 @@ Status SimConfig::validate() const {
     return Status::invalid("durations must be > 0 (ttl at least 10 ms)");
   if (!(preemptible_share >= 0 && preemptible_share <= 1))
     return Status::invalid("preemptible_share must be in 0..1, not " + std::to_string(preemptible_share));
+  if (lock_delay_ns < 0 || lock_delay_ns % kMs != 0)
+    return Status::invalid("lock_delay_ns must be a whole number of ms >= 0, not " + std::to_string(lock_delay_ns));
   if (worker_ttl_ns != 0 && worker_ttl_ns < timing.ttl_ns)
     return Status::invalid("worker_ttl_ns " + std::to_string(worker_ttl_ns / kMs) + " ms must be 0 (= ttl) or at least ttl " +
            std::to_string(timing.ttl_ns / kMs) + " ms: the supervisor refuses a shorter worker-liveness TTL");
@@ -240,6 +244,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     record(kWorldNode, "wheel_granularity_us", 0, static_cast<std::uint64_t>(cfg_.timing.wheel_granularity_ns / 1000));
     record(kWorldNode, "kill_after_ms", 0, static_cast<std::uint64_t>(cfg_.timing.kill_after_ns / kMs));
     record(kWorldNode, "pause_budget_us", 0, static_cast<std::uint64_t>(cfg_.pause_budget_ns() / 1000));
+    record(kWorldNode, "lock_delay_ms", 0, static_cast<std::uint64_t>(cfg_.lock_delay_ns / kMs));
     if (cfg_.faults) plan_faults(setup);
     for (int n = 0; n < static_cast<int>(n_nodes); ++n) tick_node(n);
   }
@@ -306,6 +311,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     record(1 + static_cast<int>(worker), why, sb.lo, static_cast<std::uint64_t>(k));
   }
   void note(std::uint32_t worker, std::string_view what, std::uint64_t a, std::uint64_t b) override {
+    if (what == "refused_lock_delay") ++counts_.lock_delay_refusals;
     record(1 + static_cast<int>(worker), what, a, b);
   }
 

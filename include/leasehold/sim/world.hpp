@@ -68,6 +68,9 @@ struct SimConfig {
   double preemptible_share = 0.3;
   /// preemptible mode: lockd's worker-liveness TTL (--worker-ttl-ms); 0 means timing.ttl_ns.
   std::int64_t worker_ttl_ns = 0;
+  /// lockd's --lock-delay-ms: after an expiry or preemption the name stays unavailable this
+  /// long. With draw_timing, half the seeds draw one (whole ms, up to the TTL).
+  std::int64_t lock_delay_ns = 0;
 
   bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
   /// With faults, each seed draws its timing (own streams, with_drawn_timing): the TTL from
@@ -117,6 +120,7 @@ struct SimConfig {
   X(grants, "Grant answers lockd sent (repeats included)")                                  \
   X(preemptible_runs, "runs in preemptible mode (SimConfig::preemptible())")                \
   X(is_running_asked, "IsRunning questions lockd sent a worker (preemptible mode)")         \
+  X(lock_delay_refusals, "creates lockd refused while a name's lock-delay ran")            \
   X(hostile_forgeries, "forged requests the hostile worker sent about others' names")      \
   X(sandboxes_started, "sandboxes started")                                                 \
   X(kills, "kill-switch kills (lapsed lease, lost / unknown answer)")                       \
@@ -160,7 +164,8 @@ using TraceFn = std::function<void(std::string_view)>;
 /// cfg.timing.kill_after_ns up to the largest that leaves the safety inequality
 /// (lease/timing.hpp) 1 ms of margin, so a seed can run with almost no slack and an error in
 /// any of the inequality's terms shows. The configured TTL, ρ and granularity stay where their
-/// draw would leave the configured kill_after unsafe. Otherwise `cfg`.
+/// draw would leave the configured kill_after unsafe. Half the seeds also draw a lock-delay
+/// (whole ms, 1 ms up to the TTL; a third stream). Otherwise `cfg`.
 SimConfig with_drawn_timing(SimConfig cfg);
 
 /// Throws std::invalid_argument with validate()'s message for a bad config.
