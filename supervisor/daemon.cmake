@@ -10,6 +10,7 @@ set(LEASEHOLD_SUPERVISOR_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/os_sandbox_host.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rt_thread_port.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sandbox_table.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/status.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor_core.cpp
 )

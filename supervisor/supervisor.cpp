@@ -18,6 +18,7 @@
 #include "leasehold/supervisor/sandbox_table.hpp"
 #include "leasehold/supervisor/spawn.hpp"
 #include "leasehold/supervisor/shm_slot_table.hpp"
+#include "leasehold/supervisor/status.hpp"
 #include "leasehold/supervisor/supervisor_core.hpp"
 
 #include <openssl/crypto.h>
@@ -933,39 +934,12 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
                                     {"truncated", from > 0}, {"running", live != nullptr}}));
 }
 
-json Supervisor::Impl::list_json(uid_t caller) const {
-  json arr = json::array();
-  const std::uint64_t now = now_ns();
-  for (const auto& [id, s] : core->sandboxes()) {
-    if (caller != 0 && caller != s.owner) continue;  // a caller sees its own sandboxes only (root: all)
-    json j = {{"sandbox", id.str()}, {"slot", s.slot}, {"pid", s.pid}, {"state", phase_row(s.phase).list_state},
-              {"epoch", s.epoch}};
-    j["name"] = s.name ? json(*s.name) : json(nullptr);
-    if (s.pending_name) j["committing"] = *s.pending_name;
-    if (s.name) {
-      const HeartbeatLease* l = core->heartbeat().find(id);
-      const std::uint64_t vu = l ? l->valid_until_ns : s.valid_until_ns;
-      j["valid_until_ms"] = (static_cast<std::int64_t>(vu) - static_cast<std::int64_t>(now)) / 1'000'000;
-    }
-    if (!s.kill_reason.empty()) j["kill_reason"] = s.kill_reason;
-    if (s.synthetic) j["synthetic"] = true;
-    j["owner"] = s.owner;
-    if (s.uid != static_cast<uid_t>(-1)) j["uid"] = s.uid;
-    if (!s.log_path.empty()) j["log"] = s.log_path;
-    if (unsafe_kill) j["unsafe_kill"] = true;
-    arr.push_back(std::move(j));
-  }
-  return arr;
-}
+json Supervisor::Impl::list_json(uid_t caller) const { return sandbox_list_json(*core, caller, now_ns()); }
 
 json Supervisor::Impl::status_json() const {
   const RtCounters rc = rt->counters();
-  const std::uint64_t now = now_ns();
-  std::size_t named = 0;
-  const SupervisorCore::Counters& cc = core->counters();
-  const HeartbeatSchedule& hb = core->heartbeat();
-  for (const auto& [id, s] : core->sandboxes()) named += s.name ? 1 : 0;
-  json j = {
+  json j = core_status_json(*core, now_ns());
+  j.update({
       {"worker", worker.str()},
       {"key_id", link->key_id()},
       {"pending_key_id", link->pending_key_id()},
@@ -989,49 +963,28 @@ json Supervisor::Impl::status_json() const {
       {"clock_rate_bound", cfg.clock_rate_bound},
       {"pause_budget_ms", static_cast<double>(check.pause_budget_ns) / 1e6},
       {"slots", cfg.slots},
-      {"sandboxes", core->sandboxes().size()},
-      {"named", named},
       {"shutting_down", shutting_down()},
       {"synthetic", cfg.synthetic},
       {"isolation", cfg.isolation},
       {"isolation_text", isolation_text()},
       {"unsafe_kill", unsafe_kill},
       {"allow_unsafe_kill", cfg.allow_unsafe_kill},
-      {"may_create_named", hb.may_create_named(now)},
-      {"killswitch_engaged", hb.killswitch_engaged()},
-      {"counters",
-       {{"heartbeat_datagrams", cc.heartbeat_datagrams},
-        {"heartbeat_failures", cc.heartbeat_failures},
-        {"refreshed", cc.refreshed},
-        {"lost", cc.lost},
-        {"unknown", cc.unknown},
-        {"kills_deadline", cc.kills_deadline},
-        {"kills_request", cc.kills_request},
-        {"worker_killswitch", cc.worker_killswitch},
-        {"spawned", cc.spawned},
-        {"spawn_failures", cc.spawn_failures},
-        {"exited", cc.exited},
-        {"acquire_refused", cc.acquire_refused},
-        {"creates_refused_killswitch", cc.creates_refused_killswitch},
-        {"names_released", cc.names_released},
-        {"late_grants_released", cc.late_grants_released},
-        {"rt_late_over_budget", rt_late_events},
-        {"rt_kill_records_dropped", rt->kill_events_dropped()},
-        {"orphans_reaped", counters.orphans_reaped},
-        {"key_reloads", counters.key_reloads},
-        {"key_reloads_refused", counters.key_reloads_refused},
-        {"key_not_accepted", counters.key_not_accepted},
-        {"sandbox_output_discarded_bytes", output_pump.discarded_bytes()},
-        {"log_lines_dropped", stderr_log().dropped()},
-        {"worker_beats_acked", cc.worker_beats_acked},
-        {"control_bad_requests", control->bad_requests()},
-        {"control_unauthorized", control->rejected_unauthorized()},
-        {"lockd_answers_bad", link->stats().answers_bad},
-        {"lockd_retries", link->client_stats().retries},
-        {"is_running_answered", link->stats().is_running_answered}}}};
-  if (cfg.mode == SupervisorMode::preemptible)
-    j["worker_valid_until_ms"] =
-        (static_cast<std::int64_t>(hb.worker_valid_until_ns()) - static_cast<std::int64_t>(now)) / 1'000'000;
+  });
+  j["counters"].update({
+      {"rt_late_over_budget", rt_late_events},
+      {"rt_kill_records_dropped", rt->kill_events_dropped()},
+      {"orphans_reaped", counters.orphans_reaped},
+      {"key_reloads", counters.key_reloads},
+      {"key_reloads_refused", counters.key_reloads_refused},
+      {"key_not_accepted", counters.key_not_accepted},
+      {"sandbox_output_discarded_bytes", output_pump.discarded_bytes()},
+      {"log_lines_dropped", stderr_log().dropped()},
+      {"control_bad_requests", control->bad_requests()},
+      {"control_unauthorized", control->rejected_unauthorized()},
+      {"lockd_answers_bad", link->stats().answers_bad},
+      {"lockd_retries", link->client_stats().retries},
+      {"is_running_answered", link->stats().is_running_answered},
+  });
   return j;
 }
 

@@ -2,6 +2,7 @@
 // world is a recorded call, every answer from lockd is given by the test, and time is what the
 // test passes in. The assertions are on values: what was sent to lockd, published in the table,
 // armed in the rt thread and released from the gate, in which order, with which deadlines.
+#include "leasehold/supervisor/status.hpp"
 #include "leasehold/supervisor/supervisor_core.hpp"
 
 #include "leasehold/supervisor/control.hpp"
@@ -498,6 +499,28 @@ TEST_F(SupervisorCoreTest, ReleaseByAnotherUidIsForbidden) {
   core->on_request(9, rel, kT0 + 20 * kMs);
   EXPECT_TRUE(rt.kills.empty());
   EXPECT_EQ(last_answer()["error"], "forbidden");
+}
+
+// The status part (status.hpp): `list` shows a caller its own sandboxes only (root all of
+// them), with the lease's time left; `status` counts them and the core's counters.
+TEST_F(SupervisorCoreTest, ListAndStatusShowTheCoresSandboxesToTheirOwner) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  const json mine = sandbox_list_json(*core, 1000, kT0 + 100 * kMs);
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0]["sandbox"], sb.str());
+  EXPECT_EQ(mine[0]["name"], "job");
+  EXPECT_EQ(mine[0]["epoch"], 5);
+  EXPECT_EQ(mine[0]["owner"], 1000);
+  EXPECT_EQ(mine[0]["valid_until_ms"], static_cast<std::int64_t>(kKillAfterMs) - 100);
+  EXPECT_TRUE(sandbox_list_json(*core, 2000, kT0).empty());
+  EXPECT_EQ(sandbox_list_json(*core, 0, kT0).size(), 1u);
+  const json st = core_status_json(*core, kT0);
+  EXPECT_EQ(st["sandboxes"], 1);
+  EXPECT_EQ(st["named"], 1);
+  EXPECT_EQ(st["may_create_named"], true);
+  EXPECT_EQ(st["counters"]["spawned"], 1);
+  EXPECT_FALSE(st.contains("worker_valid_until_ms"));  // lease mode
 }
 
 TEST_F(SupervisorCoreTest, IsRunningAnswersForTheGrantOfAStartedSandboxOnly) {
