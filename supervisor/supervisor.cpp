@@ -571,6 +571,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     sc.isolation = cfg.isolation;
     sc.unsafe_kill = unsafe_kill;
     sc.allow_unsafe_kill = cfg.allow_unsafe_kill;
+    sc.operator_uid = ::geteuid();
     sc.cgroup_reason = cgroups.reason();
     sc.on_shutdown = cfg.on_shutdown;
     sc.shared_tokens = shared_tokens;

@@ -511,6 +511,16 @@ void SupervisorCore::do_name(ControlClientId client, ControlRequest req) {
 }
 
 void SupervisorCore::do_expect_commit(ControlClientId client, ControlRequest req) {
+  // The request names lockd's reservation only by {name, sandbox, epoch}, which any client that
+  // was refused that name learns from the refusal: from another uid it would run its own command
+  // as the reservation's holder, with the grant's signed token.
+  if (req.caller_uid != 0 && req.caller_uid != cfg_.operator_uid) {
+    reply(client, control_error(req.id, ControlError::forbidden,
+                                "expect-commit takes over lockd's 2-phase reservation of \"" + req.name.value_or("") +
+                                    "\"; only root or the supervisor's uid " + std::to_string(cfg_.operator_uid) +
+                                    " (the control plane) may send it, not uid " + std::to_string(req.caller_uid)));
+    return;
+  }
   if (find(*req.sandbox) != nullptr) {
     reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already exists here"));
     return;
@@ -823,6 +833,9 @@ void SupervisorCore::kill_sandbox(Sandbox& s, const std::string& reason) {
   if (kill_asked_or_gone(s.phase)) return;
   advance(s.phase, s.phase == SandboxPhase::aborted ? SandboxPhase::aborting : SandboxPhase::killing);
   if (s.kill_reason.empty()) s.kill_reason = reason;
+  // Its checks fail from now on, before the rt thread applies the kill (up to a command poll
+  // later) and also when its queue is full and the kill goes out from here.
+  table_.revoke(s.slot);
   if (s.armed && !s.rt_killed && rt_.kill_now(s.slot)) return;
   // Not (or no longer) armed, or the queue is full: kill from here.
   host_.kill(s.id, now_);
@@ -902,8 +915,8 @@ void SupervisorCore::finish_exit(const SandboxId& id) {
     fields["release"] = "not released: a process of the sandbox still runs in its cgroup leaf; lockd expires the name";
     sandboxes_.erase(id);
     answer_waiters(std::move(waiters), err, msg, fields);
-  } else if (s->name && s->revoked) {  // dead (pidfd and an empty leaf): lockd may lift the revoke
-    const std::string name = *s->name;
+  } else if ((s->name || s->pending_name) && s->revoked) {  // dead (pidfd, empty leaf): lockd may lift the revoke
+    const std::string name = s->name ? *s->name : *s->pending_name;
     confirm_kill_to_lockd(s->name_id, name, id, s->epoch);
     sandboxes_.erase(id);
     fields["released"] = false;
@@ -1150,10 +1163,13 @@ bool SupervisorCore::is_running(const wire::IsRunning& q) const {
 bool SupervisorCore::on_revoked(const wire::Revoked& q, std::uint64_t now_ns) {
   now_ = now_ns;
   for (auto& [id, s] : sandboxes_) {
-    if (s.phase == SandboxPhase::exited || !s.name || s.name_id != q.name_id || s.epoch != q.epoch) continue;
+    // A sandbox whose Commit is in flight (pending_name, preemptible) runs under that grant's
+    // epoch as well: lockd may have committed and then revoked it before the answer arrives.
+    const std::optional<std::string>& held = s.name ? s.name : s.pending_name;
+    if (s.phase == SandboxPhase::exited || !held || s.name_id != q.name_id || s.epoch != q.epoch) continue;
     if (!s.revoked)
       log_event("event=revoked sandbox=%s name=%s epoch=%" PRIu64 " new_epoch=%" PRIu64 " action=kill",
-                id.str().c_str(), s.name->c_str(), q.epoch, q.new_epoch);
+                id.str().c_str(), held->c_str(), q.epoch, q.new_epoch);
     s.revoked = true;
     hb_.remove(id);
     kill_sandbox(s, "revoked by lockd (epoch " + std::to_string(q.epoch) + " -> " + std::to_string(q.new_epoch) + ")");

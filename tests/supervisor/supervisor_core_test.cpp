@@ -523,6 +523,52 @@ TEST_F(SupervisorCoreTest, ListAndStatusShowTheCoresSandboxesToTheirOwner) {
   EXPECT_FALSE(st.contains("worker_valid_until_ms"));  // lease mode
 }
 
+// expect-commit claims lockd's 2-phase reservation by {name, sandbox, epoch}, which a refused
+// `run` of that name shows any client: only root or the supervisor's own uid may send it.
+TEST_F(SupervisorCoreTest, ExpectCommitFromAnotherUidIsForbidden) {
+  make(SupervisorMode::lease);
+  ControlRequest ec;
+  ec.op = ControlOp::expect_commit;
+  ec.name = "job";
+  ec.sandbox = SandboxId{0x5c, 0x9};
+  ec.epoch = 4;
+  ec.argv = {"/bin/sh", "-c", "evil"};
+  ec.caller_uid = 1000;
+  core->on_request(9, ec, kT0);
+  EXPECT_EQ(last_answer()["error"], "forbidden");
+  EXPECT_EQ(core->sandboxes().size(), 0u);
+  core->on_heartbeat_tick(kT0 + kIntervalMs * kMs);
+  EXPECT_TRUE(lockd.calls.empty());  // no Commit went out for it
+  ec.caller_uid = 0;  // root (the control plane) may
+  core->on_request(10, ec, kT0 + kIntervalMs * kMs);
+  EXPECT_EQ(core->sandboxes().size(), 1u);
+  EXPECT_EQ(core->pending_commits(), 1u);
+}
+
+// Preemptible mode: lockd may commit a name and then revoke it before the Commit's answer
+// arrives. The Revoked for that epoch must stop the sandbox started for it (it runs under the
+// grant's epoch, its name still pending), not just be acknowledged.
+TEST_F(SupervisorCoreTest, PreemptibleRevocationDuringTheCommitKillsTheSandboxStartedForIt) {
+  make(SupervisorMode::preemptible);
+  core->heartbeat().start_worker_liveness(kT0);
+  core->on_request(7, run("job"), kT0);
+  const auto* a = lockd.body<wire::Acquire>(0);
+  ASSERT_NE(a, nullptr);
+  const SandboxId sb = a->sandbox;
+  wire::Grant acquiring{name_id_of("job"), 12, sb, a->worker, LockPhase::acquiring, kTtlMs, {}};
+  lockd.answer(0, acquiring, kT0, kT0 + 1 * kMs);
+  ASSERT_EQ(core->sandboxes().find(sb)->phase, SandboxPhase::committing);
+  EXPECT_TRUE(core->on_revoked(wire::Revoked{name_id_of("job"), 12, 13}, kT0 + 2 * kMs));
+  EXPECT_EQ(rt.kills.size(), 1u);
+  EXPECT_LT(index_of("revoke slot=0"), events.size());  // its checks fail before the rt thread acts
+  EXPECT_TRUE(core->sandboxes().find(sb)->revoked);
+  EXPECT_EQ(core->sandboxes().find(sb)->phase, SandboxPhase::killing);
+  // The Commit's Held answer after that publishes nothing.
+  wire::Grant held{name_id_of("job"), 12, sb, a->worker, LockPhase::held, kTtlMs, {}};
+  lockd.answer(1, held, kT0 + 1 * kMs, kT0 + 3 * kMs);
+  EXPECT_TRUE(table.published.empty());
+}
+
 TEST_F(SupervisorCoreTest, IsRunningAnswersForTheGrantOfAStartedSandboxOnly) {
   make(SupervisorMode::lease);
   core->on_request(7, run("job"), kT0);

@@ -53,6 +53,9 @@ struct SupervisorCoreConfig {
   bool isolation = true;          ///< reported in a run's answer
   bool unsafe_kill = false;       ///< no unescapable kill on this worker
   bool allow_unsafe_kill = false;
+  /// The supervisor's own uid: with root the only caller an expect-commit is taken from (it
+  /// claims lockd's 2-phase reservation by its sandbox id and epoch, which refusals show).
+  uid_t operator_uid = 0;
   std::string cgroup_reason;      ///< why the kill is what it is (named in the unsafe-kill refusal)
   ShutdownPolicy on_shutdown = ShutdownPolicy::kill;
   /// LEASEHOLD_ABLATE=shared-tokens (attack tests only): every grant's token to every sandbox.
