@@ -121,6 +121,19 @@ bool SupervisorCore::gate_named_creation(ControlClientId client, const json& id)
   return false;
 }
 
+bool SupervisorCore::refuse_name_here(ControlClientId client, const ControlRequest& req) {
+  if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
+    reply(client, control_error(req.id, ControlError::bad_request, why));
+    return true;
+  }
+  const SandboxId* holder = sandboxes_.holder_of(*req.name);
+  if (holder == nullptr) return false;
+  const Sandbox* h = find(*holder);
+  reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
+                              {{"holder", holder->str()}, {"epoch", h ? h->epoch : 0}}));
+  return true;
+}
+
 void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
   std::string err;
   if (!cfg_.synthetic && hooks_.command_resolves && !hooks_.command_resolves(req, err)) {
@@ -129,16 +142,7 @@ void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
     return;
   }
   if (req.name) {
-    if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
-      reply(client, control_error(req.id, ControlError::bad_request, why));
-      return;
-    }
-    if (const SandboxId* holder = sandboxes_.holder_of(*req.name)) {
-      const Sandbox* s = find(*holder);
-      reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
-                                  {{"holder", holder->str()}, {"epoch", s ? s->epoch : 0}}));
-      return;
-    }
+    if (refuse_name_here(client, req)) return;
     if (refuse_unsafe_kill(client, req)) return;
     if (!gate_named_creation(client, req.id)) return;
   }
@@ -495,16 +499,7 @@ void SupervisorCore::do_name(ControlClientId client, ControlRequest req) {
                                                        s->name.value_or(s->pending_name.value_or("?")) + "\""));
     return;
   }
-  if (std::string why = ttl_refusal(req.ttl_ms); !why.empty()) {
-    reply(client, control_error(req.id, ControlError::bad_request, why));
-    return;
-  }
-  if (const SandboxId* holder = sandboxes_.holder_of(*req.name)) {
-    const Sandbox* h = find(*holder);
-    reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
-                                {{"holder", holder->str()}, {"epoch", h ? h->epoch : 0}}));
-    return;
-  }
+  if (refuse_name_here(client, req)) return;
   if (!gate_named_creation(client, req.id)) return;
   sandboxes_.bind_name(*req.name, s->id);
   acquire_name(s->id, client, std::move(req));

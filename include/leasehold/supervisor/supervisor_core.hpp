@@ -168,6 +168,9 @@ class SupervisorCore {
   bool may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id);
   bool refuse_unsafe_kill(ControlClientId client, const ControlRequest& req);
   std::string ttl_refusal(const std::optional<std::uint64_t>& ttl_ms) const;
+  /// Answers (and returns true) when a named create may not go on: a ttl_ms out of range, or the
+  /// name held by a sandbox of this worker.
+  bool refuse_name_here(ControlClientId client, const ControlRequest& req);
   bool gate_named_creation(ControlClientId client, const nlohmann::json& id);
   shm::TableErrc publish_grant(Sandbox& s, NameId name_id, const std::string& name, Epoch epoch,
                                std::uint64_t valid_until, const wire::GrantTokenBytes& token);
