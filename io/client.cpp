@@ -217,6 +217,10 @@ void RequestClient::on_datagram(const Datagram& d) {
   const std::optional<std::uint64_t> id = id_of_(d.payload);
   std::uint32_t index = 0;
   if (id && find(*id, &index) != nullptr) {
+    if (check_ && !check_(d.payload)) {
+      ++stats_.answers_forged;  // the real answer may still come: keep waiting for it
+      return;
+    }
     finish(index, RequestStatus::answered, d.payload);
     return;
   }
@@ -230,7 +234,7 @@ void RequestClient::on_datagram(const Datagram& d) {
 BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, const SocketAddress& to,
                                  std::int64_t deadline_boottime_ns, RequestIdOf id_of,
                                  std::span<std::byte> answer_out, const RetryPolicy& policy,
-                                 std::uint64_t jitter_seed) {
+                                 std::uint64_t jitter_seed, const AnswerCheck& check) {
   BlockingOutcome out;
   const std::optional<std::uint64_t> id = request.empty() ? std::nullopt : id_of(request);
   if (!id || !to.is_set() || fd < 0) {
@@ -273,6 +277,7 @@ BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, con
       std::span<const std::byte> answer{buf, static_cast<std::size_t>(n)};
       const std::optional<std::uint64_t> answer_id = id_of(answer);
       if (!answer_id || *answer_id != *id) continue;
+      if (check && !check(answer)) continue;  // a forgery naming our id: the real answer may follow
       out.status = RequestStatus::answered;
       if (answer.size() > answer_out.size()) {
         out.error = -EMSGSIZE;

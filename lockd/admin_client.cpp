@@ -81,8 +81,12 @@ Answer AdminClient::request(const wire::Body& body) {
     RetryPolicy policy;
     policy.first_backoff_ns = 20'000'000;
     policy.backoff_max_ns = 250'000'000;
-    const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_,
-                                               now_boottime_ns() + timeout_ns_, &wire::request_id_of, buf, policy);
+    // Only lockd's answer ends the wait: a datagram that guesses our request id is dropped.
+    const auto authentic = [this](std::span<const std::byte> a) {
+      return auth_.verify(std::span(reinterpret_cast<const std::uint8_t*>(a.data()), a.size()));
+    };
+    const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_, now_boottime_ns() + timeout_ns_,
+                                               &wire::request_id_of, buf, policy, 0, authentic);
     out.attempts += o.attempts;
     if (o.error != 0) {
       out.status = Status{Errc::io_error, std::string("cannot send to lockd at ") + lockd_.str() + ": " + std::strerror(-o.error)};

@@ -59,6 +59,15 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
   // A retry is a new datagram: a fresh seq and tag, same request id (lockd never executes a
   // replayed seq, and answers a retry of an answered request from its cache).
   // A probe of a pending key (try_key) is retried under that key.
+  // An answer ends its call only if it is lockd's: anyone who reaches this socket can guess a
+  // request id, and a forgery that ended a heartbeat would kill the sandboxes it carried.
+  client_->set_answer_check([this](std::span<const std::byte> bytes) {
+    const auto d = std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    const wire::Authenticator* a = answer_key(d, true);
+    if (a != nullptr && a->verify(d)) return true;
+    ++stats_.answers_forged;
+    return false;
+  });
   client_->set_resend_hook([this](std::span<std::byte> bytes) {
     const auto d = std::span(reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size());
     if (pending_ && d.size() >= wire::kHeaderBytes && key_id_in(d) == pending_->key.key_id)
@@ -71,6 +80,16 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
 LockdLink::~LockdLink() = default;
 
 LockdLink::PendingKey::~PendingKey() { OPENSSL_cleanse(key.bytes.data(), key.bytes.size()); }
+
+const wire::Authenticator* LockdLink::answer_key(std::span<const std::uint8_t> answer, bool pending_allowed) {
+  // The key whose id the answer names: ours, or the previous one for an answer to a request
+  // sent before a rekey.
+  if (answer.size() < wire::kHeaderBytes) return nullptr;
+  const std::uint16_t id = key_id_in(answer);
+  if (const wire::Authenticator* a = keys_->find(WorkerId{}, id).auth) return a;
+  if (pending_allowed && pending_ && id == pending_->key.key_id) return &pending_->auth;
+  return nullptr;
+}
 
 std::string LockdLink::check_worker_key(const wire::WireKey& key) const {
   if (key.kind != wire::KeyKind::worker) return "not a worker key";
@@ -214,11 +233,8 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
   }
   const auto span = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(o.answer.data()),
                                                    o.answer.size());
-  // Checked with the key whose id the answer names: ours, or the previous one for an answer
-  // to a request sent before a rekey.
   const std::uint16_t answer_key_id = span.size() >= wire::kHeaderBytes ? key_id_in(span) : 0;
-  const wire::Authenticator* verify = keys_->find(WorkerId{}, answer_key_id).auth;
-  if (verify == nullptr && c->probe && pending_ && answer_key_id == pending_->key.key_id) verify = &pending_->auth;
+  const wire::Authenticator* verify = answer_key(span, c->probe);
   r.key_id = answer_key_id;
   wire::DecodeResult d = verify != nullptr ? wire::decode(span, verify) : wire::DecodeResult{};
   if (verify == nullptr) {

@@ -983,6 +983,7 @@ json Supervisor::Impl::status_json() const {
       {"control_bad_requests", control->bad_requests()},
       {"control_unauthorized", control->rejected_unauthorized()},
       {"lockd_answers_bad", link->stats().answers_bad},
+      {"lockd_answers_forged", link->stats().answers_forged},
       {"lockd_retries", link->client_stats().retries},
       {"is_running_answered", link->stats().is_running_answered},
   });

@@ -307,6 +307,45 @@ TEST(RequestClient, UnmatchedDatagramsGoToTheUnsolicitedHandler) {
   EXPECT_EQ(got, query);
 }
 
+// A forgery naming an outstanding request id, sent by anyone who can reach the client's
+// socket, must not end the request: the answer check (the codec's HMAC in production; here the
+// body) drops it and the real answer still arrives. Without the check the attack succeeds.
+std::vector<std::byte> answer_after_a_forgery(bool with_check, ClientStats* stats) {
+  auto loop = make_loop();
+  ToyServer server(*loop, 2);  // the real answer comes to the second attempt
+  RetryPolicy p;
+  p.first_backoff_ns = 5 * kNsPerMs;
+  RequestClient client(*loop, toy_id_of, p);
+  if (with_check)
+    client.set_answer_check([](std::span<const std::byte> a) { return a.size() == 14 && std::memcmp(a.data() + 8, "answer", 6) == 0; });
+  EXPECT_EQ(client.open(SocketAddress::loopback_v4(0)), 0);
+  const SocketAddress client_addr = *local_address(loop->socket_fd(client.socket()));
+  std::vector<std::byte> answer;
+  bool done = false;
+  EXPECT_EQ(client.start(toy_message(77, "heartbeat"), server.addr, now_boottime_ns() + 5 * kNsPerS,
+                         [&](const RequestOutcome& o) {
+                           done = true;
+                           answer.assign(o.answer.begin(), o.answer.end());
+                         }), 0);
+  UniqueFd attacker(open_udp_socket_blocking(SocketAddress::loopback_v4(0)));
+  const auto forged = toy_message(77, "forged");
+  EXPECT_EQ(::sendto(attacker.get(), forged.data(), forged.size(), 0, client_addr.sa(), client_addr.length),
+            static_cast<ssize_t>(forged.size()));
+  EXPECT_TRUE(run_until(*loop, [&] { return done; }));
+  *stats = client.stats();
+  return answer;
+}
+
+TEST(RequestClient, AForgedAnswerWithAnOutstandingIdDoesNotEndTheRequest) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  ClientStats stats;
+  EXPECT_EQ(answer_after_a_forgery(false, &stats), toy_message(77, "forged"));  // the attack, undefended
+  EXPECT_EQ(stats.answers_forged, 0u);
+  EXPECT_EQ(answer_after_a_forgery(true, &stats), toy_message(77, "answer"));
+  EXPECT_EQ(stats.answers_forged, 1u);
+  EXPECT_EQ(stats.answered, 1u);
+}
+
 // --- the blocking client ------------------------------------------------------------------
 
 // A plain-socket server thread that answers on the `answer_on`-th receipt (0 = never).
@@ -372,6 +411,28 @@ TEST(BlockingRequest, DeadlinePassesWithoutAnAnswer) {
   EXPECT_EQ(o.error, 0);
   EXPECT_GE(o.attempts, 2u);
   EXPECT_EQ(o.answer_bytes, 0u);
+}
+
+TEST(BlockingRequest, AForgedAnswerWithOurIdIsSkippedWhenTheCheckRefusesIt) {
+  for (const bool with_check : {false, true}) {
+    ThreadServer server(2);
+    UniqueFd fd(open_udp_socket_blocking(SocketAddress::loopback_v4(0)));
+    const SocketAddress self = *local_address(fd.get());
+    UniqueFd attacker(open_udp_socket_blocking(SocketAddress::loopback_v4(0)));
+    const auto forged = toy_message(33, "forged!");  // waits in the socket for the first read
+    ASSERT_EQ(::sendto(attacker.get(), forged.data(), forged.size(), 0, self.sa(), self.length),
+              static_cast<ssize_t>(forged.size()));
+    RetryPolicy p;
+    p.first_backoff_ns = 5 * kNsPerMs;
+    std::byte answer[64];
+    AnswerCheck check;
+    if (with_check) check = [](std::span<const std::byte> a) { return a.size() == 15 && std::memcmp(a.data() + 8, "granted", 7) == 0; };
+    BlockingOutcome o = request_blocking(fd.get(), toy_message(33, "acquire"), server.addr,
+                                         now_boottime_ns() + 5 * kNsPerS, toy_id_of, answer, p, 0, check);
+    ASSERT_EQ(o.status, RequestStatus::answered) << with_check;
+    EXPECT_EQ(std::vector<std::byte>(answer, answer + o.answer_bytes),
+              with_check ? toy_message(33, "granted") : forged);  // undefended, the forgery wins
+  }
 }
 
 TEST(BlockingRequest, RefusesBadInput) {

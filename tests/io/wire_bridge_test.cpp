@@ -154,6 +154,9 @@ struct Responder {
   std::uint64_t errors_sent = 0;
   std::map<WorkerId, SocketAddress> peers;  ///< where each sender's requests came from
   std::vector<wire::Message> answers;       ///< answers delivered to us (RunningAnswer)
+  /// If set, every answer is preceded by a forgery: the same request id and key id, sealed
+  /// with this other key (an on-path attacker racing lockd's answer).
+  std::unique_ptr<wire::Sender> forger;
 
   Responder(EventLoop& l, const wire::WireKey& key)
       : loop(l), receiver(key), sender(wid(700), 1, key) {
@@ -206,6 +209,11 @@ struct Responder {
     }
     ++executed[type];
     peers[a.message.header.sender] = from;
+    if (forger) {
+      wire::Datagram fake;
+      ASSERT_TRUE(forger->seal(a.message.header.request_id, wire::Error{wire::ErrorCode::unsupported, "forged"}, fake));
+      send(fake.view(), from);
+    }
     answer(a, answer_for(a.message.body, executed[wire::MessageType::stats]), from, true);
   }
 };
@@ -480,6 +488,26 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   for (const Message& m : lockd_->answers) crossed.insert(type_of(m.body));
   EXPECT_EQ(crossed, all_types());
   EXPECT_EQ(all_types().size(), 28u);
+}
+
+TEST_F(WireBridgeTest, AForgedAnswerRacingLockdsDoesNotEndTheCall) {
+  auto forged_key = keys_.make_key("forger.key");
+  ASSERT_TRUE(forged_key.has_value());
+  forged_key->key_id = key_.key_id;  // names our key id; only the MAC tells it apart
+  lockd_->forger = std::make_unique<wire::Sender>(wid(700), 1, *forged_key);
+  RetryPolicy once;
+  once.attempts_max = 1;
+  auto opened = LockdLink::open(*loop_, lockd_->addr, wid(601), key_, once);
+  ASSERT_TRUE(opened.ok()) << opened.message();
+  auto link = std::move(opened).value();
+  std::optional<LockdReply> reply;
+  link->call(wire::Stats{}, now_boottime_ns() + kDeadlineNs, [&](LockdReply r) { reply = std::move(r); });
+  ASSERT_TRUE(run_until(*loop_, [&] { return reply.has_value(); }));
+  ASSERT_TRUE(reply->ok()) << reply->problem;
+  EXPECT_NE(std::get_if<wire::StatsAnswer>(&*reply->body), nullptr) << describe_answer(*reply->body);
+  EXPECT_EQ(link->stats().answers_forged, 1u);
+  EXPECT_EQ(link->stats().answers_bad, 0u);
+  EXPECT_EQ(link->client_stats().answers_forged, 1u);
 }
 
 }  // namespace

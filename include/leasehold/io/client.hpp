@@ -12,7 +12,11 @@
 //     (set_resend_hook) restamps them: the supervisor gives every retry a fresh sequence number,
 //     because a receiver never executes a replayed one.
 //   - Between attempts: exponential backoff with jitter (RetryPolicy), bounded by attempts_max.
-//   - Answers are matched by request id only; authenticity is the codec's job (HMAC).
+//   - An answer ends a request only if its request id matches AND the answer check (the codec's
+//     authentication, set_answer_check) accepts it. A datagram that names an outstanding id but
+//     fails the check is dropped and counted, and the request keeps waiting for the real answer:
+//     anyone who can reach the socket can guess an id, so an unauthenticated match would let
+//     them end a heartbeat early (and so kill every sandbox whose lease it carried).
 //   - Bounded: at most ClientLimits::outstanding_max requests in flight per client.
 #pragma once
 
@@ -78,6 +82,9 @@ using SendObserver = std::function<void(std::uint64_t request_id, std::uint32_t 
 /// Called before every attempt after the first with the request's bytes, which it may rewrite
 /// in place (same length, same request id): e.g. a fresh sequence number and tag.
 using ResendHook = std::function<void(std::span<std::byte> request)>;
+/// Decides whether a datagram whose request id matches an outstanding request is authentic
+/// (e.g. its HMAC checks under the key it names). Must not throw. An empty check accepts all.
+using AnswerCheck = std::function<bool(std::span<const std::byte> answer)>;
 
 struct ClientLimits {
   std::uint32_t outstanding_max = 256;  ///< requests in flight; start() refuses beyond (-EBUSY)
@@ -90,6 +97,7 @@ struct ClientStats {
   std::uint64_t retries = 0;             ///< datagrams sent after the first per request
   std::uint64_t sends_refused = 0;       ///< loop refused a send (in-flight bound): retried later
   std::uint64_t answers_unmatched = 0;   ///< no request id, or no outstanding request with it
+  std::uint64_t answers_forged = 0;      ///< an outstanding id, but the answer check refused it
 };
 
 /// Asynchronous client on an EventLoop (loop thread only). Owns one UDP socket on the loop and
@@ -128,6 +136,8 @@ class RequestClient {
   void set_unsolicited_handler(RecvHandler handler) { unsolicited_ = std::move(handler); }
   void set_send_observer(SendObserver observer) { observer_ = std::move(observer); }
   void set_resend_hook(ResendHook hook) { resend_hook_ = std::move(hook); }
+  /// Authenticates a matching answer before it ends its request (see the rules above).
+  void set_answer_check(AnswerCheck check) { check_ = std::move(check); }
   const ClientStats& stats() const noexcept { return stats_; }
 
  private:
@@ -150,6 +160,7 @@ class RequestClient {
   RecvHandler unsolicited_;
   SendObserver observer_;
   ResendHook resend_hook_;
+  AnswerCheck check_;
   ClientStats stats_;
 };
 
@@ -163,11 +174,12 @@ struct BlockingOutcome {
 };
 
 /// Sends `request` from `fd` (a UDP socket, blocking or not) to `to`, retrying per `policy`,
-/// until an answer with the same request id arrives or the deadline passes. Other datagrams
-/// are discarded. An answer longer than `answer_out` yields error -EMSGSIZE.
+/// until an answer with the same request id that `check` accepts arrives or the deadline
+/// passes. Other datagrams (and matching ones the check refuses) are discarded. An answer
+/// longer than `answer_out` yields error -EMSGSIZE.
 BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, const SocketAddress& to,
                                  std::int64_t deadline_boottime_ns, RequestIdOf id_of,
                                  std::span<std::byte> answer_out, const RetryPolicy& policy = {},
-                                 std::uint64_t jitter_seed = 0);
+                                 std::uint64_t jitter_seed = 0, const AnswerCheck& check = {});
 
 }  // namespace leasehold

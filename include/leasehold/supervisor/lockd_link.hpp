@@ -30,7 +30,9 @@
 namespace leasehold {
 
 struct LockdLinkStats {
-  std::uint64_t answers_bad = 0;       ///< failed authentication or decoding
+  std::uint64_t answers_bad = 0;       ///< authentic, but failed decoding
+  std::uint64_t answers_forged = 0;    ///< named an outstanding request id, failed authentication:
+                                       ///< dropped, the call keeps waiting for lockd's answer
   std::uint64_t is_running_answered = 0;
   std::uint64_t is_running_rejected = 0;
   std::uint64_t revocations_pushed = 0;  ///< Revoked from lockd, answered
@@ -107,6 +109,9 @@ class LockdLink final : public LockdPort {
   void on_unsolicited(const Datagram& d);
   void restamp(Call& c);
   std::string check_worker_key(const wire::WireKey& key) const;
+  /// The authenticator for an answer under the key id it names (ours, the previous one after
+  /// a rekey, or the pending key if `pending_allowed`); nullptr if this worker has no such key.
+  const wire::Authenticator* answer_key(std::span<const std::uint8_t> answer, bool pending_allowed);
 
   struct PendingKey {  ///< a reloaded key lockd has not yet been seen to accept
     wire::WireKey key;
