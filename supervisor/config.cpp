@@ -223,8 +223,9 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
          [&c](const std::string& p) {
            c.on_shutdown = p == "keep" ? ShutdownPolicy::keep : ShutdownPolicy::kill;
          },
-         "on SIGTERM/SIGINT: kill|keep the sandboxes; names are released either way (default: kill). Kept "
-         "sandboxes run until this worker's supervisor starts again, which stops them")
+         "on SIGTERM/SIGINT: kill|keep the unnamed sandboxes (default: kill). Named ones are always killed "
+         "before their names are released. Kept sandboxes run until this worker's supervisor starts again, "
+         "which stops them; under keep a sandbox started unnamed cannot be named later")
       ->check(CLI::IsMember({"kill", "keep"}));
   app.add_flag("--bwrap", c.bwrap, "run every sandbox inside bubblewrap (bwrap); needs --isolation off");
   app.add_option_function<std::string>(

@@ -124,7 +124,7 @@ std::optional<PortError> OsSandboxHost::create(const SandboxSpec& spec, HostedSa
     iso = cfg_.isolation(spec.caller_uid, spec.caller_gid, spec.slot);
     sr.isolation = &iso;
   }
-  sr.die_with_supervisor = cfg_.die_with_supervisor;
+  sr.die_with_supervisor = spec.die_with_supervisor;
   sr.stdin_fd = cfg_.stdin_fd;
   // Its output goes to a file of its own (0600, the supervisor's; read back by `logs`).
   const std::string log_path = cfg_.log_dir + "/" + idstr + ".log";

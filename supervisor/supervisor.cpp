@@ -505,7 +505,6 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   hc.bwrap = bwrap ? &*bwrap : nullptr;
   if (cfg.isolation)
     hc.isolation = [this](uid_t u, gid_t g, std::uint32_t slot) { return isolation_for(u, g, slot); };
-  hc.die_with_supervisor = cfg.on_shutdown == ShutdownPolicy::kill;
   hc.exec_at_once = arm_after_exec;
   hc.test_stall_ms = test_stall_after_spawn_ms;
   hc.log = [](const std::string& event) { log_event("%s", event.c_str()); };

@@ -409,6 +409,9 @@ void SupervisorCore::spawn(Sandbox& s, ControlClientId client, const ControlRequ
   spec.cwd = req.cwd;  // "/" unless the request names one
   spec.caller_uid = req.caller_uid;
   spec.caller_gid = req.caller_gid;
+  // Only an unnamed sandbox may outlive us (--on-shutdown keep); it then stays unnamed.
+  s.outlives_us = cfg_.on_shutdown == ShutdownPolicy::keep && !s.name && !s.pending_name;
+  spec.die_with_supervisor = !s.outlives_us;
   HostedSandbox hosted;
   // The child stops at its gate, right before its exec: its deadline is armed before the
   // command's first instruction. Ablated (arm-after-exec), it execs at once and is armed afterwards.
@@ -497,6 +500,15 @@ void SupervisorCore::do_name(ControlClientId client, ControlRequest req) {
     // A well-formed request this sandbox's state refuses (a usage error would be "bad_request").
     reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already has the name \"" +
                                                        s->name.value_or(s->pending_name.value_or("?")) + "\""));
+    return;
+  }
+  if (s->outlives_us) {
+    // It would survive a crashed supervisor, and with it the kill-switch of its lease: the
+    // name's next holder would run beside it.
+    reply(client, control_error(req.id, ControlError::refused,
+                                "sandbox " + req.sandbox->str() +
+                                    " was started unnamed under --on-shutdown keep, so it outlives this supervisor; "
+                                    "only a sandbox named at creation (run --name) can hold a name here"));
     return;
   }
   if (refuse_name_here(client, req)) return;
@@ -854,8 +866,9 @@ void SupervisorCore::exited(const SandboxId& id) {
       if (hooks_.disarm_pending) hooks_.disarm_pending();
       return;
     }
-    // Queue full or stopped: the rt thread may still hold the target; wait for it to stop.
-    log_event("event=disarm_refused sandbox=%s", id.str().c_str());
+    // Queue full: the rt thread may still hold the target (finish_exit reaps it anyway; the
+    // kill switch's pidfd keeps the pid from reuse). Stopped (a shutdown): it holds nothing.
+    if (d.refusal != RtRefusal::stopped) log_event("event=disarm_refused sandbox=%s", id.str().c_str());
   }
   finish_exit(id);
 }
@@ -982,15 +995,20 @@ void SupervisorCore::begin_shutdown(const char* why, std::uint64_t now_ns) {
     for (const auto& id : ids)
       if (Sandbox* s = find(id); s && !never_started(s->phase)) kill_sandbox(*s, "shutdown");
   } else {
-    // keep: processes go on, unnamed. Stop the rt thread first (it must let go of their fds
-    // and pids), revoke every slot so their checks refuse, release their names.
+    // keep: unnamed processes go on. A named one is killed as under `kill`, and its name
+    // released once it is dead: kept, it would run beside the name's next holder with nothing
+    // to stop it. The rt thread stops first (it must let go of the kept processes' fds and
+    // pids), so the named ones are killed from here.
     rt_.stop();
     for (const auto& id : ids) {
       Sandbox* s = find(id);
       if (s == nullptr || never_started(s->phase)) continue;
+      if (s->name || s->pending_name) {
+        kill_sandbox(*s, "shutdown: a named sandbox is never kept");
+        continue;
+      }
       hb_.remove(id);
       table_.revoke(s->slot);
-      if (s->name) release_to_lockd(s->name_id, *s->name, id, s->epoch, [](bool, std::string) {});
       for (auto& [c, rid] : s->waiters) reply(c, control_error(rid, ControlError::shutting_down, "the supervisor is shutting down"));
       log_event("event=kept sandbox=%s pid=%d cgroup=%s", id.str().c_str(), s->pid,
                 s->cgroup_path.empty() ? "-" : s->cgroup_path.c_str());

@@ -1238,31 +1238,20 @@ TEST_F(SupervisorProcess, SigtermKillsReleasesAndCleansUp) {
 }
 
 
-TEST_F(SupervisorProcess, SigtermWithKeepLeavesProcessesRunningUnnamed) {
+// Under keep only unnamed processes outlive the supervisor: a named one would outlive the
+// kill-switch of its lease and run beside the name's next holder, so it is killed first and its
+// name given back once it is dead.
+TEST_F(SupervisorProcess, SigtermWithKeepLeavesUnnamedProcessesRunningAndKillsNamedOnes) {
   start_lockd();
   Supervisor sup;
   start_sup(sup, {"--on-shutdown", "keep"});
   const std::string cg_parent = sup.call({{"v", 1}, {"op", "status"}})["cgroup_parent"];
-  const json a = sup.call(run_req("kept", {"sleep", "30"}));
+  const json n = sup.call(run_req("kept", {"sleep", "30"}));
+  ASSERT_EQ(n["ok"], true) << n.dump();
+  const json a = sup.call(run_req("", {"sleep", "30"}));
   ASSERT_EQ(a["ok"], true) << a.dump();
   const pid_t pid = a["pid"];
-  sup.child.signal(SIGTERM);
-  EXPECT_EQ(sup.child.wait(10'000), 0) << sup.log_text();
-  EXPECT_EQ(::kill(pid, 0), 0) << "a kept sandbox must survive the supervisor";
-  EXPECT_FALSE(fs::exists(sup.shm));
-  // Its name was released: the next holder gets the next epoch.
-  auto ad = admin();
-  const lockd::Answer g = ad.acquire("kept", SandboxId{0x88, 0x88}, WorkerId{0x88, 0x89});
-  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
-  EXPECT_EQ(g.as<wire::Grant>()->epoch, a["epoch"].get<Epoch>() + 1);
-  if (cg_parent.empty()) {  // no delegated cgroup here: nothing to sweep at restart
-    ::kill(pid, SIGKILL);
-    return;
-  }
-  // The same worker's next supervisor stops what was kept: nothing watches its lease any more.
-  Supervisor again;
-  start_sup(again, {"--worker-id", sup.worker}, "again");
-  const std::string leaf = a.value("cgroup", std::string());
+  const pid_t named_pid = n["pid"];
   auto gone = [](pid_t p) {  // reaped by init, or a zombie until then
     std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
     std::string line;
@@ -1270,6 +1259,24 @@ TEST_F(SupervisorProcess, SigtermWithKeepLeavesProcessesRunningUnnamed) {
     const auto rp = line.rfind(')');
     return rp != std::string::npos && rp + 2 < line.size() && line[rp + 2] == 'Z';
   };
+  sup.child.signal(SIGTERM);
+  EXPECT_EQ(sup.child.wait(10'000), 0) << sup.log_text();
+  EXPECT_EQ(::kill(pid, 0), 0) << "a kept sandbox must survive the supervisor";
+  EXPECT_TRUE(gone(named_pid)) << "a named sandbox must not survive the supervisor";
+  EXPECT_FALSE(fs::exists(sup.shm));
+  // Its name was released: the next holder gets the next epoch.
+  auto ad = admin();
+  const lockd::Answer g = ad.acquire("kept", SandboxId{0x88, 0x88}, WorkerId{0x88, 0x89});
+  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
+  EXPECT_EQ(g.as<wire::Grant>()->epoch, n["epoch"].get<Epoch>() + 1);
+  if (cg_parent.empty()) {  // no delegated cgroup here: nothing to sweep at restart
+    ::kill(pid, SIGKILL);
+    return;
+  }
+  // The same worker's next supervisor stops what was kept: nothing watches it any more.
+  Supervisor again;
+  start_sup(again, {"--worker-id", sup.worker}, "again");
+  const std::string leaf = a.value("cgroup", std::string());
   EXPECT_TRUE(eventually([&] { return gone(pid); }, 5000)) << again.log_text();
   EXPECT_FALSE(fs::exists(leaf)) << leaf;
   const auto swept = again.events("stale_leaf_swept");

@@ -136,21 +136,27 @@ class FakeRt final : public RtPort {
   }
   void set_deadline(std::uint32_t slot, std::uint64_t valid_until_ns) override { deadline[slot] = valid_until_ns; }
   RtSubmitted disarm(std::uint32_t slot) override {
+    if (stopped) return RtSubmitted{0, RtRefusal::stopped};
     ev_.push_back("disarm slot=" + std::to_string(slot));
     return RtSubmitted{++seq, RtRefusal::none};
   }
   RtSubmitted kill_now(std::uint32_t slot) override {
+    if (stopped) return RtSubmitted{0, RtRefusal::stopped};
     kills.push_back(slot);
     ev_.push_back("rt_kill slot=" + std::to_string(slot));
     return RtSubmitted{++seq, RtRefusal::none};
   }
   bool applied(std::uint64_t s) const override { return s <= applied_upto; }
-  void stop() override { ev_.push_back("rt_stop"); }
+  void stop() override {
+    stopped = true;
+    ev_.push_back("rt_stop");
+  }
 
   std::map<std::uint32_t, std::uint64_t> deadline;
   std::vector<std::uint32_t> kills;
   std::uint64_t seq = 0;
   std::uint64_t applied_upto = 0;
+  bool stopped = false;
 
  private:
   Events& ev_;
@@ -213,8 +219,9 @@ class FakeControl final : public ControlPort {
 
 class SupervisorCoreTest : public ::testing::Test {
  protected:
-  void make(SupervisorMode mode) {
+  void make(SupervisorMode mode, ShutdownPolicy on_shutdown = ShutdownPolicy::kill) {
     SupervisorCoreConfig c;
+    c.on_shutdown = on_shutdown;
     c.worker = WorkerId{0x77, 0x1};
     c.mode = mode;
     c.ttl_ms = kTtlMs;
@@ -699,6 +706,54 @@ TEST_F(SupervisorCoreTest, ShutdownKillsStartedSandboxesAndRefusesNewOnes) {
   EXPECT_FALSE(core->quiescent());  // its release is in flight
   lockd.answer(lockd.calls.size() - 1, wire::Ok{}, kT0 + 61 * kMs, kT0 + 62 * kMs);
   EXPECT_TRUE(core->quiescent());
+}
+
+// --on-shutdown keep keeps unnamed processes only. A named process kept past its supervisor
+// would outlive the kill-switch of its lease and run beside the name's next holder: it is
+// killed, spawned to die with the supervisor, and its name goes back only once it is dead.
+TEST_F(SupervisorCoreTest, KeepOnShutdownKeepsUnnamedSandboxesOnlyAndKillsNamedOnes) {
+  make(SupervisorMode::lease, ShutdownPolicy::keep);
+  core->on_request(3, run(std::nullopt), kT0);
+  const SandboxId kept{0x5b, ids};
+  const SandboxId named = granted_run(5);
+  ASSERT_EQ(host.created.size(), 2u);
+  EXPECT_FALSE(host.created[0].die_with_supervisor);  // unnamed: may outlive us
+  EXPECT_TRUE(host.created[1].die_with_supervisor);   // named: PDEATHSIG
+  core->begin_shutdown("SIGTERM", kT0 + 50 * kMs);
+  EXPECT_EQ(host.killed, std::vector<SandboxId>{named});
+  EXPECT_EQ(std::count(events.begin(), events.end(), "forget"), 1);
+  EXPECT_EQ(core->sandboxes().find(kept), nullptr);
+  EXPECT_EQ(lockd.count<wire::Release>(), 0u);  // not while it may still run
+  EXPECT_FALSE(core->quiescent());
+  core->on_exit(named, kT0 + 60 * kMs);
+  const auto* r = lockd.body<wire::Release>(lockd.calls.size() - 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->sandbox, named);
+  EXPECT_EQ(r->epoch, 5u);
+  lockd.answer(lockd.calls.size() - 1, wire::Ok{}, kT0 + 61 * kMs, kT0 + 62 * kMs);
+  EXPECT_TRUE(core->quiescent());
+  for (const std::string& line : log) EXPECT_EQ(line.find("disarm_refused"), std::string::npos) << line;
+}
+
+TEST_F(SupervisorCoreTest, AnUnnamedSandboxThatMayOutliveUsCannotBeNamedLater) {
+  make(SupervisorMode::lease, ShutdownPolicy::keep);
+  core->on_request(3, run(std::nullopt), kT0);
+  ControlRequest n;
+  n.op = ControlOp::name;
+  n.id = 4;
+  n.name = "late";
+  n.sandbox = SandboxId{0x5b, ids};
+  n.caller_uid = 1000;
+  core->on_request(3, n, kT0 + kMs);
+  EXPECT_EQ(last_answer()["error"], "refused");
+  EXPECT_NE(last_answer()["message"].get<std::string>().find("--on-shutdown keep"), std::string::npos);
+  EXPECT_TRUE(lockd.calls.empty());
+  // Under the default policy the same request goes to lockd.
+  make(SupervisorMode::lease);
+  core->on_request(3, run(std::nullopt), kT0);
+  n.sandbox = SandboxId{0x5b, ids};
+  core->on_request(3, n, kT0 + kMs);
+  EXPECT_EQ(lockd.count<wire::Acquire>(), 1u);
 }
 
 }  // namespace

@@ -36,7 +36,6 @@ struct OsSandboxHostConfig {
   const BwrapConfig* bwrap = nullptr;
   /// The isolation of a sandbox in `slot` started by a caller; empty: no isolation.
   std::function<Isolation(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot)> isolation;
-  bool die_with_supervisor = true;  ///< --on-shutdown kill
   /// Ablation (LEASEHOLD_ABLATE=arm-after-exec): the command execs at once, no gate.
   bool exec_at_once = false;
   /// Test hook (LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS): the calling thread sleeps this long once

@@ -61,6 +61,10 @@ struct SandboxSpec {
   std::string cwd;                       ///< its working directory ("" = "/")
   uid_t caller_uid = static_cast<uid_t>(-1);  ///< who asked (its isolation derives from it)
   gid_t caller_gid = static_cast<gid_t>(-1);
+  /// PR_SET_PDEATHSIG(SIGKILL): it dies with the supervisor. False only for a sandbox started
+  /// unnamed under --on-shutdown keep, which is then never named (a named process must not
+  /// outlive the kill-switch that watches its lease).
+  bool die_with_supervisor = true;
 };
 
 /// A created sandbox.

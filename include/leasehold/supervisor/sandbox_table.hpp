@@ -47,6 +47,7 @@ struct Sandbox {
   bool rt_killed = false;        ///< the rt thread killed it (either cause)
   bool synthetic = false;
   bool revoked = false;          ///< its grant was revoked or lost: on exit, confirm the kill to lockd
+  bool outlives_us = false;      ///< started unnamed under --on-shutdown keep (no PDEATHSIG): never named
   std::uint64_t disarm_seq = 0;  ///< exited: reaped once the rt thread applied this
   /// Why it was killed ("" = it exited on its own): set by the first kill request or by the rt
   /// thread's kill record, whichever came first.
