@@ -1,5 +1,7 @@
 #include "leasehold/supervisor/supervisor_core.hpp"
 
+#include "leasehold/lease/assert.hpp"
+
 #include "leasehold/supervisor/lockd_link.hpp"  // describe_answer
 #include "leasehold/supervisor/sandbox_phase.hpp"
 
@@ -310,6 +312,7 @@ void SupervisorCore::on_granted(const SandboxId& sb, ControlClientId client, Con
 void SupervisorCore::give_back_name(Sandbox& s, ControlClientId client, const ControlRequest& req, Epoch epoch,
                                       ControlError code, const std::string& message) {
   const std::string name = *req.name;
+  bury(s.id);
   release_to_lockd(name_id_of(name), name, s.id, epoch, [](bool, std::string) {});
   if (before_spawn(s.phase)) {
     abandon(s.id, client, req.id, code, message);
@@ -530,6 +533,13 @@ void SupervisorCore::do_expect_commit(ControlClientId client, ControlRequest req
   }
   if (find(*req.sandbox) != nullptr) {
     reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already exists here"));
+    return;
+  }
+  if (buried(*req.sandbox)) {
+    ++counters_.reused_ids_refused;
+    reply(client, control_error(req.id, ControlError::refused,
+                                "sandbox " + req.sandbox->str() + " already ran on this worker and is gone; a sandbox id " +
+                                    "names one sandbox, once (its grant's release may still be on its way to lockd)"));
     return;
   }
   if (const SandboxId* holder = sandboxes_.holder_of(*req.name)) {
@@ -873,6 +883,35 @@ void SupervisorCore::exited(const SandboxId& id) {
   finish_exit(id);
 }
 
+std::uint64_t SupervisorCore::tombstone_ns() const noexcept {
+  return 2 * cfg_.lockd_ttl_ms * 1'000'000 + static_cast<std::uint64_t>(kReleaseTimeoutNs);
+}
+
+void SupervisorCore::bury(const SandboxId& id) {
+  if (tombstone_order_.size() >= kTombstonesMax) {
+    const auto& [oldest, until] = tombstone_order_.front();
+    if (const auto it = tombstones_.find(oldest); it != tombstones_.end() && it->second == until) {
+      tombstones_.erase(it);
+      if (until > now_) ++counters_.tombstones_evicted;
+    }
+    tombstone_order_.pop_front();
+  }
+  const std::uint64_t until = now_ + tombstone_ns();
+  tombstones_[id] = until;
+  tombstone_order_.emplace_back(id, until);
+  LEASEHOLD_ASSERT(tombstones_.size() <= tombstone_order_.size());
+}
+
+bool SupervisorCore::buried(const SandboxId& id) {
+  while (!tombstone_order_.empty() && tombstone_order_.front().second <= now_) {
+    const auto& [old, until] = tombstone_order_.front();
+    if (const auto it = tombstones_.find(old); it != tombstones_.end() && it->second == until) tombstones_.erase(it);
+    tombstone_order_.pop_front();
+  }
+  const auto it = tombstones_.find(id);
+  return it != tombstones_.end() && it->second > now_;
+}
+
 void SupervisorCore::check_disarms(std::uint64_t now_ns) {
   now_ = now_ns;
   for (std::size_t i = 0; i < disarming_.size();) {
@@ -895,6 +934,7 @@ void SupervisorCore::finish_exit(const SandboxId& id) {
   // Reaped (its pid and process group may be reused from now on), its leaf removed.
   const ReapedSandbox reaped = host_.reap(id);
   s->exit_code = reaped.exit_code;
+  bury(id);  // before any release of its grant goes out
   log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
             id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
             s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());

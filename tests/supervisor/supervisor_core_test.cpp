@@ -552,6 +552,46 @@ TEST_F(SupervisorCoreTest, ExpectCommitFromAnotherUidIsForbidden) {
   EXPECT_EQ(core->pending_commits(), 1u);
 }
 
+// A sandbox id names one sandbox, once. After it ran and its grant's Release went out, a
+// repeated expect-commit of the same {name, sandbox, epoch} is refused: its Commit could
+// overtake that Release at lockd (Commit is idempotent there), revive the grant, and the late
+// Release would free the name under a sandbox that believes it holds it.
+TEST_F(SupervisorCoreTest, ExpectCommitOfASandboxIdThatRanHereIsRefusedWhileItsReleaseMayBeInFlight) {
+  make(SupervisorMode::lease);
+  ControlRequest ec;
+  ec.op = ControlOp::expect_commit;
+  ec.name = "job";
+  ec.sandbox = SandboxId{0x5c, 0x9};
+  ec.epoch = 4;
+  ec.argv = {"/bin/sleep", "60"};
+  ec.caller_uid = 0;
+  core->on_request(9, ec, kT0);
+  core->on_heartbeat_tick(kT0 + kMs);
+  const auto* c = lockd.body<wire::Commit>(lockd.calls.size() - 1);
+  ASSERT_NE(c, nullptr);
+  lockd.answer(lockd.calls.size() - 1, wire::Grant{name_id_of("job"), 4, *ec.sandbox, c->worker, LockPhase::held, kTtlMs, {}},
+               kT0 + kMs, kT0 + 2 * kMs);
+  ASSERT_EQ(host.created.size(), 1u);
+  rt.applied_upto = 1'000'000;
+  core->on_exit(*ec.sandbox, kT0 + 10 * kMs);
+  core->check_disarms(kT0 + 11 * kMs);
+  ASSERT_NE(lockd.body<wire::Release>(lockd.calls.size() - 1), nullptr);  // in flight, unanswered
+  const std::size_t calls = lockd.calls.size();
+  core->on_request(9, ec, kT0 + 12 * kMs);
+  EXPECT_EQ(last_answer()["error"], "refused");
+  EXPECT_NE(last_answer()["message"].get<std::string>().find("already ran on this worker"), std::string::npos);
+  EXPECT_EQ(core->counters().reused_ids_refused, 1u);
+  EXPECT_EQ(core->sandboxes().size(), 0u);
+  core->on_heartbeat_tick(kT0 + 13 * kMs);
+  EXPECT_EQ(lockd.count<wire::Commit>(), 1u);  // no second Commit went out
+  // Once lockd has surely applied or expired that grant, the id may be used again.
+  const std::uint64_t later = kT0 + 11 * kMs + core->tombstone_ns();
+  EXPECT_EQ(core->tombstone_ns(), 2 * kTtlMs * kMs + static_cast<std::uint64_t>(SupervisorCore::kReleaseTimeoutNs));
+  core->on_request(9, ec, later);
+  EXPECT_EQ(core->sandboxes().size(), 1u);
+  EXPECT_GE(lockd.calls.size(), calls);
+}
+
 // Preemptible mode: lockd may commit a name and then revoke it before the Commit's answer
 // arrives. The Revoked for that epoch must stop the sandbox started for it (it runs under the
 // grant's epoch, its name still pending), not just be acknowledged.

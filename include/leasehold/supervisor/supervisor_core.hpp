@@ -35,6 +35,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace leasehold {
@@ -99,12 +101,23 @@ class SupervisorCore {
     std::uint64_t names_released = 0;
     std::uint64_t late_grants_released = 0;
     std::uint64_t worker_beats_acked = 0;
+    std::uint64_t reused_ids_refused = 0;  ///< expect-commit of a sandbox id that ran here recently
+    std::uint64_t tombstones_evicted = 0;  ///< dropped before their time: kTombstonesMax reached
   };
   /// Deadline of an armed sandbox that has no lease (unnamed): never due.
   static constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
   static constexpr std::int64_t kAcquireTimeoutNs = 3'000'000'000;  ///< lockd round trip for acquire/commit
   static constexpr std::int64_t kReleaseTimeoutNs = 2'000'000'000;
   static constexpr std::size_t kPendingCommitsMax = 4096;
+  /// Sandbox ids remembered as used (see tombstone_ns); about 40 bytes each.
+  static constexpr std::size_t kTombstonesMax = 65536;
+  /// How long a sandbox id that ran here, or whose grant this worker gave back, is refused by
+  /// expect-commit after it is gone: 2 x lockd's TTL + the release call's timeout. A Release of
+  /// its grant may still be on its way to lockd; a Commit of the same {name, sandbox, epoch}
+  /// that overtook it would revive the grant at lockd (Commit is idempotent), and the late
+  /// Release would then free the name under a sandbox that believes it holds it. After this
+  /// long lockd has applied or expired that grant, and a Commit of it is refused there.
+  std::uint64_t tombstone_ns() const noexcept;
 
   SupervisorCore(SupervisorCoreConfig config, SupervisorCoreHooks hooks, SandboxHost& host, LockdPort& lockd,
                  RtPort& rt, ControlPort& control, SlotTable& table);
@@ -196,6 +209,9 @@ class SupervisorCore {
   void kill_sandbox(Sandbox& s, const std::string& reason);
   void exited(const SandboxId& id);
   void finish_exit(const SandboxId& id);
+  /// Remembers `id` as used until now + tombstone_ns(); buried() says whether it still is.
+  void bury(const SandboxId& id);
+  bool buried(const SandboxId& id);
   void apply(const HeartbeatAction& a);
   void send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held);
   std::int64_t now_i() const noexcept { return static_cast<std::int64_t>(now_); }
@@ -210,6 +226,8 @@ class SupervisorCore {
   SandboxTable sandboxes_;  // by id, by slot and by name
   HeartbeatSchedule hb_;
   std::deque<PendingCommit> pending_commits_;
+  std::unordered_map<SandboxId, std::uint64_t> tombstones_;           ///< id -> refused until (ns)
+  std::deque<std::pair<SandboxId, std::uint64_t>> tombstone_order_;  ///< oldest first
   std::vector<SandboxId> disarming_;
   bool shutting_down_ = false;
   std::size_t releases_in_flight_ = 0;
