@@ -94,9 +94,10 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     hooks.record_kill = [](void* ctx, std::uint32_t slot, const KillRecord& rec) {
       static_cast<Impl*>(ctx)->rt_events.push_back(RtKillEvent{slot, rec});
     };
-    // The thread's idle wake-ups only beat the writer heartbeat here (commands are taken at once,
-    // see rt_step): every 100 ms, well inside the table's liveness timeout (>= 800 ms), instead
-    // of production's kRtCommandPollNs, which would be most of a run's events.
+    // The thread's idle wake-ups only beat the writer heartbeat here: every 100 ms, well inside
+    // the table's liveness timeout (>= 800 ms), instead of production's command poll, which
+    // would be most of a run's events. Commands are taken one production poll after the first
+    // of them was queued, the latest production takes them (see rt_step).
     rt = std::make_unique<RtCore>(kSlots, static_cast<std::uint64_t>(c.timing.wheel_granularity_ns), kRtIdlePollNs,
                                   hooks, *this, static_cast<std::uint64_t>(now));
     writer.heartbeat(static_cast<std::uint64_t>(now));
@@ -108,6 +109,7 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     sc.kill_after_ms = static_cast<std::uint64_t>(c.timing.kill_after_ns / kMs);
     sc.heartbeat_interval_ms = static_cast<std::uint64_t>(c.heartbeat_interval_ns / kMs);
     sc.slots = kSlots;
+    sc.rt_command_poll_ns = kDefaultRtCommandPollNs;  // the latency rt_step gives its commands
     sc.lockd_ttl_ms = sc.ttl_ms;
     SupervisorCoreHooks hk;
     hk.log = [this](const std::string& line) { env.note(index, event_of(line), 0, 0); };
@@ -151,6 +153,7 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
   bool rt_stopped = false;
   std::unique_ptr<RtCore> rt;
   std::uint64_t rt_wake_ns = 0;
+  std::uint64_t rt_commands_due_ns = 0;  ///< queued commands are taken by then (rt_step)
   std::vector<RtKillEvent> rt_events;
   std::unique_ptr<SupervisorCore> core;
   // The host.
@@ -195,11 +198,11 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     t.pgid = 1000 + it->second.handle;
     return t;
   }
-  std::optional<PortError> release(const SandboxId& id, std::uint64_t deadline_ns) override {
+  std::optional<PortError> release(const SandboxId& id, std::uint64_t exec_by_ns) override {
     const auto it = hosted.find(id);
     if (it == hosted.end() || it->second.state != Hosted::State::gated) return std::nullopt;
-    if (deadline_ns != 0 && static_cast<std::uint64_t>(now_ns) >= deadline_ns)
-      return PortError{ControlError::killswitch, "its kill deadline passed before it could exec"};
+    if (exec_by_ns != 0 && static_cast<std::uint64_t>(now_ns) >= exec_by_ns)
+      return PortError{ControlError::killswitch, "its kill deadline was less than one rt command poll away"};
     it->second.state = Hosted::State::running;
     const Sandbox* s = core->sandboxes().find(id);
     env.spawn(index, id, s != nullptr ? s->name_id : NameId{}, it->second.spec.epoch);
@@ -257,6 +260,7 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     c.slot = slot;
     c.deadline_ns = deadline_ns;
     c.target = target;
+    if (rt_queue.empty()) rt_commands_due_ns = static_cast<std::uint64_t>(now_ns) + kDefaultRtCommandPollNs;
     rt_queue.push_back(c);
     return RtSubmitted{c.seq, RtRefusal::none};
   }
@@ -452,11 +456,11 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
   }
 
   // ---- one step --------------------------------------------------------------------------
-  /// The rt thread's wake-up, when it is due or commands wait (production polls them within
-  /// kRtCommandPollNs; the simulator lets it take them at once), then the kill records.
+  /// The rt thread's wake-up, when it is due or queued commands are (production takes them
+  /// within its command poll; the simulator at the end of it, the latest), then the kill records.
   void rt_step() {
     const auto now = static_cast<std::uint64_t>(now_ns);
-    if (now >= rt_wake_ns || !rt_queue.empty()) {
+    if (now >= rt_wake_ns || (!rt_queue.empty() && now >= rt_commands_due_ns)) {
       rt->step(now, std::min(now, rt_wake_ns), *this);
       rt_wake_ns = rt->next_wake_ns(now, !rt_queue.empty());
     }
@@ -470,7 +474,7 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     for (int round = 0; round < 16; ++round) {
       rt_step();
       if (core->disarms_pending()) core->check_disarms(static_cast<std::uint64_t>(now_ns));
-      if (exits_due.empty() && rt_queue.empty() && rt_events.empty()) return;
+      if (exits_due.empty() && rt_events.empty()) return;  // queued commands wait for their poll
       std::vector<SandboxId> due;
       due.swap(exits_due);
       for (const SandboxId& id : due) core->on_exit(id, static_cast<std::uint64_t>(now_ns));
@@ -478,6 +482,7 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
   }
   std::int64_t next_wake() const {
     std::int64_t t = std::min({next_create_ns, next_heartbeat_ns, static_cast<std::int64_t>(rt_wake_ns)});
+    if (!rt_queue.empty()) t = std::min(t, static_cast<std::int64_t>(rt_commands_due_ns));
     for (const auto& [id, c] : calls) t = std::min({t, c.next_retry_ns, c.deadline_ns});
     for (const Scheduling& sc : scheduling) t = std::min(t, sc.at_ns);
     return t;

@@ -180,17 +180,17 @@ KillTarget OsSandboxHost::kill_target(const SandboxId& id) const {
   return t;
 }
 
-std::optional<PortError> OsSandboxHost::release(const SandboxId& id, std::uint64_t deadline_ns) {
+std::optional<PortError> OsSandboxHost::release(const SandboxId& id, std::uint64_t exec_by_ns) {
   Record* r = find(id);
   if (r == nullptr || !r->prepared) return std::nullopt;
   test_stall();  // armed, at its gate
-  if (const auto t = static_cast<std::uint64_t>(now_boottime_ns()); deadline_ns != 0 && t >= deadline_ns) {
+  if (const auto t = static_cast<std::uint64_t>(now_boottime_ns()); exec_by_ns != 0 && t >= exec_by_ns) {
     // The start took so long (a stalled io thread, a slow set-up) that the kill-switch's
-    // deadline passed: the rt thread kills it (or has), and it must not exec now.
-    return PortError{ControlError::killswitch, "the kill-switch's deadline for the sandbox passed " +
-                                                   std::to_string((t - deadline_ns) / 1'000'000) +
-                                                   " ms before it could exec (its start was delayed); its command "
-                                                   "never ran; retry"};
+    // deadline is (nearly) here: the rt thread kills it (or has), and it must not exec now.
+    return PortError{ControlError::killswitch, "the kill-switch's deadline for the sandbox was less than one rt "
+                                               "command poll away when it could exec (" +
+                                                   std::to_string((t - exec_by_ns) / 1'000'000) +
+                                                   " ms late; its start was delayed); its command never ran; retry"};
   }
   SpawnError se;
   const bool ok = release_sandbox(*r->prepared, se);

@@ -566,6 +566,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     sc.kill_after_ms = cfg.kill_after_ms;
     sc.heartbeat_interval_ms = cfg.heartbeat_interval_ms;
     sc.slots = cfg.slots;
+    sc.rt_command_poll_ns = cfg.rt_command_poll_ns;
     sc.synthetic = cfg.synthetic;
     sc.isolation = cfg.isolation;
     sc.unsafe_kill = unsafe_kill;

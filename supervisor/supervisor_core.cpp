@@ -432,9 +432,14 @@ void SupervisorCore::spawn(Sandbox& s, ControlClientId client, const ControlRequ
   std::optional<PortError> start_error;
   s.armed = static_cast<bool>(rt_.arm(s.slot, deadline_ns, host_.kill_target(id)));
   if (!s.armed) start_error = PortError{ControlError::busy, "the rt thread's command queue is full; the sandbox was stopped"};
-  // Let go to exec unless its deadline passed meanwhile (a stalled io thread, a slow set-up):
-  // then the rt thread kills it (or has), and it must not exec now.
-  if (!start_error) start_error = host_.release(id, watched ? s.valid_until_ns : 0);
+  // Let go to exec unless its deadline is less than one rt command poll away (a stalled io
+  // thread, a slow set-up): the arm above may reach the wheel only that much later, and an arm
+  // taken after its deadline kills at once, up to a poll past the deadline the safety
+  // inequality assumes (kill_after + granularity + kill latency). Then the rt thread kills it
+  // (or has), and it must not exec now.
+  const std::uint64_t exec_by_ns =
+      !watched ? 0 : s.valid_until_ns > cfg_.rt_command_poll_ns ? s.valid_until_ns - cfg_.rt_command_poll_ns : 1;
+  if (!start_error) start_error = host_.release(id, exec_by_ns);
   if (start_error) {
     // It does not run its command: the gate closes (the child exits without exec) and, unarmed,
     // it is killed from here. Its exit (the host's exit event) disarms, reaps, frees the slot,

@@ -62,7 +62,7 @@ class OsSandboxHost final : public SandboxHost {
   KillTarget kill_target(const SandboxId& id) const override;
   /// Errors as create()'s. The deadline is checked against CLOCK_BOOTTIME right before the
   /// exec is let go (a stall of the calling thread since the arm counts).
-  std::optional<PortError> release(const SandboxId& id, std::uint64_t deadline_ns) override;
+  std::optional<PortError> release(const SandboxId& id, std::uint64_t exec_by_ns) override;
   void abandon(const SandboxId& id) override;
   void kill(const SandboxId& id, std::uint64_t now_ns) override;
   ReapedSandbox reap(const SandboxId& id) override;

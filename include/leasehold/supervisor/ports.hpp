@@ -102,10 +102,11 @@ class SandboxHost {
   virtual std::optional<PortError> create(const SandboxSpec& spec, HostedSandbox& out) = 0;
   /// What the kill-switch kills for `id` (all -1 / 0 when it has no process).
   virtual KillTarget kill_target(const SandboxId& id) const = 0;
-  /// Lets it exec, unless its kill deadline `deadline_ns` (0: none) has passed when it would
-  /// (killswitch: its command never ran). An error when it did not run its command (it exits;
-  /// its exit is reported). Not at its gate: nothing to do.
-  virtual std::optional<PortError> release(const SandboxId& id, std::uint64_t deadline_ns) = 0;
+  /// Lets it exec, unless `exec_by_ns` (0: no limit) has passed when it would: the last instant
+  /// its kill deadline leaves the rt thread time to take its arm (killswitch: its command never
+  /// ran). An error when it did not run its command (it exits; its exit is reported). Not at its
+  /// gate: nothing to do.
+  virtual std::optional<PortError> release(const SandboxId& id, std::uint64_t exec_by_ns) = 0;
   /// Closes its gate: it exits without running its command.
   virtual void abandon(const SandboxId& id) = 0;
   /// Kills it from the calling thread (the rt thread did not or cannot).

@@ -49,6 +49,10 @@ struct SupervisorCoreConfig {
   std::uint64_t kill_after_ms = 0;
   std::uint64_t heartbeat_interval_ms = 0;
   std::uint32_t slots = 0;
+  /// The rt thread takes commands within this long (--rt-command-poll-us): an arm queued now is
+  /// in its wheel by now + rt_command_poll_ns. A named sandbox may exec only while its kill
+  /// deadline is further away than that, so the wheel, not a late arm, times its kill.
+  std::uint64_t rt_command_poll_ns = kDefaultRtCommandPollNs;
   /// lockd's lease TTL (its maximum), from its stats at start-up (set_lockd_ttl_ms).
   std::uint64_t lockd_ttl_ms = 0;
   bool synthetic = false;         ///< leases without processes (performance mode)
