@@ -64,7 +64,8 @@ json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {
               {"late_grants_released", cc.late_grants_released},
               {"worker_beats_acked", cc.worker_beats_acked},
               {"reused_ids_refused", cc.reused_ids_refused},
-              {"tombstones_evicted", cc.tombstones_evicted}}}};
+              {"tombstones_evicted", cc.tombstones_evicted},
+              {"slots_quarantined", cc.slots_quarantined}}}};
   if (core.config().mode == SupervisorMode::preemptible)
     j["worker_valid_until_ms"] = ms_from(hb.worker_valid_until_ns(), now_ns);
   return j;

@@ -943,7 +943,16 @@ void SupervisorCore::finish_exit(const SandboxId& id) {
   log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
             id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
             s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());
-  table_.free(s->slot, now_);
+  if (reaped.still_populated) {
+    // A process of it outlived the kill and still reads the table: the slot stays revoked and
+    // is never handed out again (until a restart), so it cannot come to show another sandbox's
+    // grant to that process.
+    table_.revoke(s->slot);
+    ++counters_.slots_quarantined;
+    log_event("event=slot_quarantined sandbox=%s slot=%u reason=leaf_still_populated", id.str().c_str(), s->slot);
+  } else {
+    table_.free(s->slot, now_);
+  }
   // Dead means the pidfd reported the exit *and* the leaf is empty: while a process of it
   // still runs, the name is not given back (lockd expires it after its TTL; nothing refreshes it).
   const bool leave_to_expire = (s->name || s->pending_name) && reaped.still_populated;

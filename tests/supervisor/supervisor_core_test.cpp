@@ -63,7 +63,7 @@ class FakeHost final : public SandboxHost {
   ReapedSandbox reap(const SandboxId& id) override {
     reaped.push_back(id);
     ev_.push_back("reap");
-    return ReapedSandbox{0, false};
+    return ReapedSandbox{0, populated_on_reap};
   }
   void forget(const SandboxId&) override { ev_.push_back("forget"); }
 
@@ -71,6 +71,7 @@ class FakeHost final : public SandboxHost {
   std::vector<std::pair<SandboxId, std::uint64_t>> released;
   std::vector<SandboxId> killed;
   std::vector<SandboxId> reaped;
+  bool populated_on_reap = false;  ///< a process of it outlives the kill (cgroup.kill failed)
 
  private:
   Events& ev_;
@@ -748,6 +749,29 @@ TEST_F(SupervisorCoreTest, ShutdownKillsStartedSandboxesAndRefusesNewOnes) {
   EXPECT_FALSE(core->quiescent());  // its release is in flight
   lockd.answer(lockd.calls.size() - 1, wire::Ok{}, kT0 + 61 * kMs, kT0 + 62 * kMs);
   EXPECT_TRUE(core->quiescent());
+}
+
+// A process that outlived its sandbox's kill (its leaf still populated at the reap) still reads
+// the table: its slot is never freed, so no later sandbox's grant ever shows in it, and its
+// name is left to expire at lockd.
+TEST_F(SupervisorCoreTest, ASlotWhoseLeafIsStillPopulatedIsNeverFreed) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  host.populated_on_reap = true;
+  rt.applied_upto = 1'000'000;
+  const std::size_t before = events.size();
+  core->on_exit(sb, kT0 + 30 * kMs);
+  core->check_disarms(kT0 + 31 * kMs);
+  EXPECT_TRUE(table.freed.empty());
+  EXPECT_NE(std::find(events.begin() + static_cast<std::ptrdiff_t>(before), events.end(), "revoke slot=0"), events.end());
+  EXPECT_EQ(core->counters().slots_quarantined, 1u);
+  EXPECT_EQ(lockd.count<wire::Release>(), 0u);
+  EXPECT_EQ(core->sandboxes().find(sb), nullptr);
+  host.populated_on_reap = false;  // the next one exits cleanly: its slot is freed
+  const SandboxId next = granted_run(6);
+  core->on_exit(next, kT0 + 40 * kMs);
+  core->check_disarms(kT0 + 41 * kMs);
+  EXPECT_EQ(table.freed, std::vector<std::uint32_t>{1});
 }
 
 // --on-shutdown keep keeps unnamed processes only. A named process kept past its supervisor

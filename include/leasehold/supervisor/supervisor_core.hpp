@@ -107,6 +107,7 @@ class SupervisorCore {
     std::uint64_t worker_beats_acked = 0;
     std::uint64_t reused_ids_refused = 0;  ///< expect-commit of a sandbox id that ran here recently
     std::uint64_t tombstones_evicted = 0;  ///< dropped before their time: kTombstonesMax reached
+    std::uint64_t slots_quarantined = 0;   ///< never freed: a process of the sandbox outlived it
   };
   /// Deadline of an armed sandbox that has no lease (unnamed): never due.
   static constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
