@@ -244,6 +244,17 @@ class SupervisorCoreTest : public ::testing::Test {
     r.caller_uid = 1000;
     return r;
   }
+  /// The control plane's expect-commit of lockd's reservation {"job", 5c..9, epoch 4}.
+  static ControlRequest expect_commit(uid_t caller) {
+    ControlRequest r;
+    r.op = ControlOp::expect_commit;
+    r.name = "job";
+    r.sandbox = SandboxId{0x5c, 0x9};
+    r.epoch = 4;
+    r.argv = {"/bin/sleep", "60"};
+    r.caller_uid = caller;
+    return r;
+  }
   const json& last_answer() const { return control.answers.back().second; }
   std::size_t index_of(const std::string& prefix) const {
     for (std::size_t i = 0; i < events.size(); ++i)
@@ -537,13 +548,8 @@ TEST_F(SupervisorCoreTest, ListAndStatusShowTheCoresSandboxesToTheirOwner) {
 // `run` of that name shows any client: only root or the supervisor's own uid may send it.
 TEST_F(SupervisorCoreTest, ExpectCommitFromAnotherUidIsForbidden) {
   make(SupervisorMode::lease);
-  ControlRequest ec;
-  ec.op = ControlOp::expect_commit;
-  ec.name = "job";
-  ec.sandbox = SandboxId{0x5c, 0x9};
-  ec.epoch = 4;
+  ControlRequest ec = expect_commit(1000);
   ec.argv = {"/bin/sh", "-c", "evil"};
-  ec.caller_uid = 1000;
   core->on_request(9, ec, kT0);
   EXPECT_EQ(last_answer()["error"], "forbidden");
   EXPECT_EQ(core->sandboxes().size(), 0u);
@@ -561,13 +567,7 @@ TEST_F(SupervisorCoreTest, ExpectCommitFromAnotherUidIsForbidden) {
 // Release would free the name under a sandbox that believes it holds it.
 TEST_F(SupervisorCoreTest, ExpectCommitOfASandboxIdThatRanHereIsRefusedWhileItsReleaseMayBeInFlight) {
   make(SupervisorMode::lease);
-  ControlRequest ec;
-  ec.op = ControlOp::expect_commit;
-  ec.name = "job";
-  ec.sandbox = SandboxId{0x5c, 0x9};
-  ec.epoch = 4;
-  ec.argv = {"/bin/sleep", "60"};
-  ec.caller_uid = 0;
+  ControlRequest ec = expect_commit(0);
   core->on_request(9, ec, kT0);
   core->on_heartbeat_tick(kT0 + kMs);
   const auto* c = lockd.body<wire::Commit>(lockd.calls.size() - 1);
