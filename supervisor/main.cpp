@@ -35,10 +35,12 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  std::string error;
   std::unique_ptr<Supervisor> sup;
+  std::string error;
   try {
-    sup = Supervisor::create(config, error);
+    auto created = Supervisor::create(config);
+    if (created) sup = std::move(created).value();
+    else error = created.message();
   } catch (const std::exception& e) {
     error = std::string("internal error during start-up: ") + e.what();
   }

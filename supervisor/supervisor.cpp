@@ -207,7 +207,7 @@ struct Supervisor::Impl {
 
   // ---- start-up ----------------------------------------------------------------------------
 
-  std::string init(SupervisorConfig config);
+  Status init(SupervisorConfig config);
   void teardown_partial();
   void remove_cgroup_parent();
   std::string summary() const;
@@ -263,7 +263,7 @@ struct Supervisor::Impl {
 // =============================================================================================
 // start-up
 
-std::string Supervisor::Impl::init(SupervisorConfig config) {
+Status Supervisor::Impl::init(SupervisorConfig config) {
   // SIGTERM/SIGINT/SIGCHLD are read from a signalfd on the io thread: block them before any
   // thread starts, so every thread inherits the mask and none takes them asynchronously.
   {
@@ -277,54 +277,54 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   }
   cfg = std::move(config);
   const Result<ConfigBudget> checked = check_config(cfg);
-  if (!checked) return checked.message();
+  if (!checked) return checked.status();
   check = *checked;
   // The worker id comes with this worker's key: lockd checks every tag with the key derived
   // for the id a datagram claims, so a supervisor can speak only as the worker of its key.
   {
     wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
-    if (!kl) return kl.message();
+    if (!kl) return kl.status();
     if (kl->kind != wire::KeyKind::worker)
-      return "--key-file " + cfg.key_file + " holds a " + std::string(wire::to_string(kl->kind)) +
+      return Status{Errc::invalid_argument, "--key-file " + cfg.key_file + " holds a " + std::string(wire::to_string(kl->kind)) +
              " key; a supervisor holds only its worker key (make it with: leasehold-lockd "
-             "--derive-worker-key --worker-id ID --key-file CLUSTER_KEY --out WORKER_KEY)";
+             "--derive-worker-key --worker-id ID --key-file CLUSTER_KEY --out WORKER_KEY)"};
     if (cfg.worker_id && *cfg.worker_id != kl->worker)
-      return "--worker-id " + cfg.worker_id->str() + " is not the worker of key file " + cfg.key_file +
-             " (" + kl->worker.str() + ")";
+      return Status{Errc::invalid_argument, "--worker-id " + cfg.worker_id->str() + " is not the worker of key file " + cfg.key_file +
+             " (" + kl->worker.str() + ")"};
     key = std::move(kl).value();
   }
   worker = key->worker;
   // One live supervisor per worker id: a second one would sweep the first one's cgroup leaves
   // (killing its sandboxes), share its replay window at lockd and remove its cgroup parent.
-  if (std::string err = lock_worker(); !err.empty()) return err;
+  if (std::string err = lock_worker(); !err.empty()) return Status{Errc::busy, err};
   shm_path = cfg.shm_path.empty() ? default_shm_path(worker) : cfg.shm_path;
   sandbox_log_dir = cfg.sandbox_log_dir.empty() ? runtime_dir() + "/sandbox-logs-" + worker.str() : cfg.sandbox_log_dir;
   {
     // Only the supervisor writes here (each sandbox gets its own file as an open descriptor).
     if (::mkdir(sandbox_log_dir.c_str(), 0700) != 0 && errno != EEXIST)
-      return "--sandbox-log-dir " + sandbox_log_dir + ": cannot create it: " + std::strerror(errno);
+      return Status{Errc::io_error, "--sandbox-log-dir " + sandbox_log_dir + ": cannot create it: " + std::strerror(errno)};
     struct stat st{};
     if (::lstat(sandbox_log_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
         (st.st_mode & 022) != 0)
-      return "--sandbox-log-dir " + sandbox_log_dir + " must be a directory of uid " + std::to_string(::geteuid()) +
-             " that neither group nor others may write";
+      return Status{Errc::permission_denied, "--sandbox-log-dir " + sandbox_log_dir + " must be a directory of uid " + std::to_string(::geteuid()) +
+             " that neither group nor others may write"};
     default_log_dir = cfg.sandbox_log_dir.empty();  // the worker lock makes it this process's alone
   }
-  if (std::string err = output_pump.start(); !err.empty()) return "sandbox output: " + err;
+  if (std::string err = output_pump.start(); !err.empty()) return Status{Errc::io_error, "sandbox output: " + err};
   control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
   auto addr = SocketAddress::parse(cfg.lockd_address);
   if (!addr) {
     // Accept "localhost:PORT" as a convenience for 127.0.0.1.
     if (cfg.lockd_address.rfind("localhost:", 0) == 0)
       addr = SocketAddress::parse("127.0.0.1:" + cfg.lockd_address.substr(10));
-    if (!addr) return "--lockd \"" + cfg.lockd_address + "\" is not a numeric HOST:PORT (e.g. 127.0.0.1:7400)";
+    if (!addr) return Status{Errc::invalid_argument, "--lockd \"" + cfg.lockd_address + "\" is not a numeric HOST:PORT (e.g. 127.0.0.1:7400)"};
   }
   lockd_address = *addr;
   std::optional<gid_t> gid;
   if (!cfg.group.empty()) {
     std::string err;
     gid = resolve_group(cfg.group, err);
-    if (!gid) return "--group: " + err;
+    if (!gid) return Status{Errc::invalid_argument, "--group: " + err};
   }
 
   // io_uring first: without it nothing else is worth setting up.
@@ -335,7 +335,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   lc.recv_buffer_count = 1024;
   ProbeResult probe;
   loop = EventLoop::create(lc, &probe);
-  if (!loop) return "io_uring is not usable: " + probe.message;
+  if (!loop) return Status{Errc::unsupported, "io_uring is not usable: " + probe.message};
 
   // The shm table (refuses while a live writer owns it).
   shm::TableOptions to;
@@ -357,17 +357,17 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     errno = 0;
     const unsigned long long ms = std::strtoull(t, &end, 10);
     if (errno != 0 || *end != '\0' || *t < '0' || *t > '9' || ms > 600'000)
-      return std::string("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS=\"") + t + "\" is not a number of ms in 0..600000";
+      return Status{Errc::invalid_argument, std::string("LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS=\"") + t + "\" is not a number of ms in 0..600000"};
     test_stall_after_spawn_ms = ms;
   }
   try {
     if (cfg.isolation && ::geteuid() != 0 && !shm::parse_location(shm_path).is_memfd)
-      return "--shm " + shm_path + ": a non-root supervisor's isolated sandboxes run as its own uid, so they could "
+      return Status{Errc::permission_denied, "--shm " + shm_path + ": a non-root supervisor's isolated sandboxes run as its own uid, so they could "
              "reopen a file-backed table for writing and truncate it (every sandbox of the worker would die with "
-             "the supervisor); leave --shm unset (a sealed memfd) or use --shm memfd:NAME";
+             "the supervisor); leave --shm unset (a sealed memfd) or use --shm memfd:NAME"};
     table.emplace(shm::TableWriter::create(to));
   } catch (const shm::TableError& e) {
-    return std::string("shm table: ") + e.what();
+    return Status{Errc::io_error, std::string("shm table: ") + e.what()};
   }
   shm_path = table->reader_location();  // what readers outside open (a memfd: /proc/<pid>/fd/<N>)
 
@@ -404,14 +404,14 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     // The sandbox must see the shm table (read-only is enough) and keep the supervisor's stdio.
     // A memfd table reaches it as the inherited descriptor alone.
     if (!table->location().is_memfd) bwrap->args.insert(bwrap->args.end(), {"--ro-bind", shm_path, shm_path});
-    if (std::string why = probe_bwrap(*bwrap); !why.empty()) return "--bwrap: " + why;
+    if (std::string why = probe_bwrap(*bwrap); !why.empty()) return Status{Errc::unsupported, "--bwrap: " + why};
   }
   if (cfg.isolation) {
     if (cfg.bwrap)
-      return "--bwrap and the isolated spawn are exclusive: add --isolation off to wrap sandboxes in bubblewrap";
+      return Status{Errc::invalid_argument, "--bwrap and the isolated spawn are exclusive: add --isolation off to wrap sandboxes in bubblewrap"};
     std::string err;
     seccomp = build_seccomp_filter(err);
-    if (!seccomp) return "sandbox isolation: " + err;
+    if (!seccomp) return Status{Errc::unsupported, "sandbox isolation: " + err};
     if (::geteuid() == 0) {
       std::string range_source;  // where a default range came from, for a refusal
       sandbox_uid_first = cfg.sandbox_uid_first;
@@ -427,16 +427,16 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
       // No account's uid or group's gid: a sandbox would own that account's files and processes.
       if (std::string why = uid_range_account_conflict(sandbox_uid_first, sandbox_uid_count);
           !why.empty() && !ablated("uid-range-accounts"))
-        return cfg.sandbox_uid_first != 0 ? "--uid-range: " + why
-                                          : "the default sandbox uid range (" + range_source + "): " + why;
+        return Status{Errc::invalid_argument, cfg.sandbox_uid_first != 0 ? "--uid-range: " + why
+                                          : "the default sandbox uid range (" + range_source + "): " + why};
       if (sandbox_uid_count < cfg.slots)
-        return "--uid-range " + std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) +
-               " holds fewer uids than --slots " + std::to_string(cfg.slots) + " (one per slot)";
+        return Status{Errc::invalid_argument, "--uid-range " + std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) +
+               " holds fewer uids than --slots " + std::to_string(cfg.slots) + " (one per slot)"};
       // No other live supervisor on this host may run sandboxes as these uids.
       if (const Status why = uid_range_lock.claim(runtime_dir() + "/uid-ranges", sandbox_uid_first, sandbox_uid_count,
                                                   "pid " + std::to_string(::getpid()) + ", worker " + worker.str());
           !why.ok())
-        return "--uid-range: " + why.message();
+        return Status{why.code(), "--uid-range: " + why.message()};
     }
     // What no sandbox may see: the key, the control socket, the host cgroup tree. The key by
     // its directory: a rotation renames a new key over the file, which detaches a cover on the
@@ -449,26 +449,26 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     } else if (std::string why = cover_dir_problem(parent_dir(key_path), 0); why.empty()) {
       hidden_paths.push_back(parent_dir(key_path));
     } else if (::geteuid() != 0) {
-      return "--key-file " + cfg.key_file + ": " + why +
+      return Status{Errc::permission_denied, "--key-file " + cfg.key_file + ": " + why +
              ". A sandbox of a non-root supervisor runs as its uid: only a cover over the key's directory hides the "
              "key after a rotation renames a new key into place; fix: keep the key alone in a directory of its own "
              "(mkdir -m 700 DIR, owned by uid " + std::to_string(::geteuid()) +
-             ", in a path this user cannot rename) and pass --key-file DIR/NAME";
+             ", in a path this user cannot rename) and pass --key-file DIR/NAME"};
     } else {
       hidden_paths.push_back(key_path);  // root: DAC guards the 0600 key from the sandboxes' uids
     }
     hidden_paths.push_back("/sys/fs/cgroup");
     if (!cgroups.mount_point().empty()) hidden_paths.push_back(cgroups.mount_point());
     if (std::string why = probe_isolation(isolation_for(0, 0, 0), "true"); !why.empty())
-      return "sandbox isolation is not available here: " + why +
+      return Status{Errc::unsupported, "sandbox isolation is not available here: " + why +
              "; fix: allow user namespaces (sysctl user.max_user_namespaces > 0; on Debian/Ubuntu also "
              "kernel.unprivileged_userns_clone=1 or an AppArmor profile), or start with --isolation off "
-             "(sandboxes can then escape the kill-switch)";
+             "(sandboxes can then escape the kill-switch)"};
   }
   unsafe_kill = !cfg.isolation && cgroups.mode() != KillMode::cgroup_v2_delegated;
   dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   table_ro_fd = table->reopen_read_only();
-  if (table_ro_fd < 0) return "shm table: cannot open " + shm_path + " read-only: " + std::strerror(-table_ro_fd);
+  if (table_ro_fd < 0) return Status{Errc::io_error, "shm table: cannot open " + shm_path + " read-only: " + std::strerror(-table_ro_fd)};
 
   rt_config.slots = cfg.slots;
   rt_config.granularity_ns = cfg.wheel_granularity_ns;
@@ -481,7 +481,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   }
   rt_config.lock_memory = !sanitized_build();
   auto rt_started = RtThreadPort::start(rt_config, *table, *loop, rt_status);
-  if (!rt_started) return "rt thread: " + rt_started.message();
+  if (!rt_started) return Status{rt_started.code(), "rt thread: " + rt_started.message()};
   rt = std::move(rt_started).value();
   rt_text = rt_status.fifo ? "SCHED_FIFO priority " + std::to_string(rt_config.priority) : "SCHED_OTHER";
   if (rt_status.pinned) rt_text += ", pinned to CPU " + std::to_string(rt_config.cpu);
@@ -517,14 +517,14 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   sigaddset(&set, SIGCHLD);
   sigaddset(&set, SIGHUP);
   signal_fd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (signal_fd < 0) return std::string("signalfd: ") + std::strerror(errno);
+  if (signal_fd < 0) return Status{Errc::io_error, std::string("signalfd: ") + std::strerror(errno)};
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
 
   control = std::make_unique<ControlServer>(
       ControlAccess{::geteuid(), gid},
       [this](ControlClientId c, ControlRequest r) { on_request(c, std::move(r)); });
-  if (std::string err = control->open(control_path); !err.empty()) return err;
+  if (std::string err = control->open(control_path); !err.empty()) return Status{Errc::io_error, err};
   if (cfg.isolation) {
     hidden_paths.push_back(control_path);
     // And its directory, where it is one of its own: a non-root supervisor's sandbox (its uid)
@@ -533,10 +533,10 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
     } else if (std::string why = cover_dir_problem(parent_dir(control_path), gid ? 0050 : 0); why.empty()) {
       hidden_paths.push_back(parent_dir(control_path));
     } else if (::geteuid() != 0) {
-      return "control socket " + control_path + ": " + why +
+      return Status{Errc::permission_denied, "control socket " + control_path + ": " + why +
              ". A sandbox of a non-root supervisor runs as its uid and could put its own socket there; fix: use a "
              "socket directory of this user's alone, mode 0700, in a path it cannot rename (the default "
-             "$XDG_RUNTIME_DIR/leasehold with XDG_RUNTIME_DIR=/run/user/" + std::to_string(::geteuid()) + ")";
+             "$XDG_RUNTIME_DIR/leasehold with XDG_RUNTIME_DIR=/run/user/" + std::to_string(::geteuid()) + ")"};
     }
     // The runtime directory (worker locks, the default control socket): a sandbox of a non-root
     // supervisor runs as the same uid and could otherwise rename it and listen in its place.
@@ -554,7 +554,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
   // The key now lives only in the link's OpenSSL contexts: wipe our copy.
   OPENSSL_cleanse(key->bytes.data(), key->bytes.size());
   key.reset();
-  if (!opened) return opened.message();
+  if (!opened) return opened.status();
   link = std::move(opened).value();
   slot_table = std::make_unique<ShmSlotTable>(*table);
   replies = std::make_unique<ControlReplies>(control);
@@ -636,7 +636,7 @@ std::string Supervisor::Impl::init(SupervisorConfig config) {
       return {};
     });
   if (!problem.empty())
-    return "lockd at " + lockd_address.str() + " is unreachable or refused us: " + problem;
+    return Status{Errc::refused, "lockd at " + lockd_address.str() + " is unreachable or refused us: " + problem};
 
   signal_poll = loop->add_poll(signal_fd, POLLIN, PollMode::multishot, [this](int) { on_signal(); });
   const std::int64_t interval_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
@@ -1130,12 +1130,11 @@ int Supervisor::Impl::run() {
 Supervisor::Supervisor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Supervisor::~Supervisor() = default;
 
-std::unique_ptr<Supervisor> Supervisor::create(SupervisorConfig config, std::string& error) {
+Result<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorConfig config) {
   auto impl = std::make_unique<Impl>();
-  error = impl->init(std::move(config));
-  if (!error.empty()) {
+  if (Status failed = impl->init(std::move(config)); !failed.ok()) {
     impl->teardown_partial();
-    return nullptr;
+    return failed;
   }
   return std::unique_ptr<Supervisor>(new Supervisor(std::move(impl)));
 }

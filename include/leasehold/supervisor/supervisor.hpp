@@ -60,6 +60,7 @@
 // armed); test hook: LEASEHOLD_TEST_STALL_AFTER_SPAWN_MS (the io thread sleeps right after arming).
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/supervisor/config.hpp"
 
 #include <memory>
@@ -71,8 +72,12 @@ class Supervisor {
  public:
   /// Validates the config, loads the key, probes io_uring, creates the shm table (refused while
   /// a live writer owns it), starts the rt thread, opens the control socket and checks that
-  /// lockd answers. Returns nullptr with `error` set (and nothing left behind) on failure.
-  static std::unique_ptr<Supervisor> create(SupervisorConfig config, std::string& error);
+  /// lockd answers. On failure nothing is left behind and the Status says what and why:
+  /// invalid_argument (a flag or the key file's kind), permission_denied (a directory, socket or
+  /// key path a sandbox could reach), unsupported (io_uring, isolation, bwrap), busy (another
+  /// live supervisor has this worker id), io_error, refused (lockd unreachable, in another mode,
+  /// or with a shorter TTL).
+  static Result<std::unique_ptr<Supervisor>> create(SupervisorConfig config);
   ~Supervisor();
 
   /// Runs until SIGTERM/SIGINT (then a clean shutdown). Returns the process exit code.
