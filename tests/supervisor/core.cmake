@@ -17,7 +17,7 @@ leasehold_test(supervisor_isolation_test
   LIBS leasehold_supervisor_core leasehold_shm)
 leasehold_test(supervisor_output_pump_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/output_pump_test.cpp
-  LIBS leasehold_supervisor_core
+  LIBS leasehold_supervisor_core leasehold_harness
   LABELS concurrent)
 leasehold_test(supervisor_sandbox_phase_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/sandbox_phase_test.cpp

@@ -2,6 +2,8 @@
 // to a cap, the rest read and discarded, both descriptors closed at the pipe's end of file.
 #include "leasehold/supervisor/output_pump.hpp"
 
+#include "leasehold/harness/process.hpp"
+
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -19,12 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using harness::slurp;
 
 struct Stream {
   int write_end = -1;

@@ -2,6 +2,7 @@
 // takes a name, a sandbox id, a lockd address or a supervisor socket gets a clear message and
 // a distinct exit code (tools/command.hpp) for each of: malformed name, unknown name, lockd
 // unreachable, no supervisor running.
+#include "leasehold/harness/process.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/token.hpp"
 #include "leasehold/resource/fenced_store.hpp"
@@ -49,12 +50,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using harness::slurp;
 
 struct Result {
   int code = -1;
