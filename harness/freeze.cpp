@@ -45,7 +45,7 @@ char process_state(pid_t pid) {
   return stat_state(text);
 }
 
-std::unique_ptr<Freezer> Freezer::make(pid_t pid, const std::string& want, std::string& why, std::string& error) {
+Result<std::unique_ptr<Freezer>> Freezer::make(pid_t pid, const std::string& want, std::string& why) {
   std::unique_ptr<Freezer> f(new Freezer());
   f->pid_ = pid;
   if (want == "sigstop") {
@@ -60,8 +60,7 @@ std::unique_ptr<Freezer> Freezer::make(pid_t pid, const std::string& want, std::
     return f;
   }
   if (want == "cgroup") {
-    error = "--freeze cgroup: " + reason;
-    return nullptr;
+    return Status{Errc::unsupported, "--freeze cgroup: " + reason};
   }
   f->kind_ = Kind::sigstop;
   why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + reason + ")";
@@ -69,7 +68,9 @@ std::unique_ptr<Freezer> Freezer::make(pid_t pid, const std::string& want, std::
 }
 
 Freezer::~Freezer() {
-  thaw_if_frozen();
+  if (const Status thawed = thaw_if_frozen(); !thawed.ok())
+    std::fprintf(stderr, "leasehold pause-probe: warning: cannot thaw pid %d: %s\n", static_cast<int>(pid_),
+                 thawed.message().c_str());
   if (kind_ == Kind::cgroup && !leaf_.empty()) {
     if (!home_.empty() && !write_text(home_ + "/cgroup.procs", std::to_string(pid_)))
       std::fprintf(stderr, "leasehold pause-probe: warning: cannot move pid %d back to %s: %s\n",
@@ -78,29 +79,29 @@ Freezer::~Freezer() {
   }
 }
 
-std::string Freezer::thaw_if_frozen() {
-  if (!frozen_) return "";
+Status Freezer::thaw_if_frozen() {
+  if (!frozen_) return {};
   std::int64_t t = 0;
   return thaw(t);
 }
 
-std::string Freezer::freeze(std::int64_t& confirmed_ns) {
+Status Freezer::freeze(std::int64_t& confirmed_ns) {
   frozen_ = true;
   if (kind_ == Kind::cgroup) {
-    if (!write_text(leaf_ + "/cgroup.freeze", "1")) return "cannot write " + leaf_ + "/cgroup.freeze: " + std::strerror(errno);
+    if (!write_text(leaf_ + "/cgroup.freeze", "1")) return Status::from_errno(errno, "cannot write " + leaf_ + "/cgroup.freeze");
     return await_cgroup(1, confirmed_ns);
   }
-  if (::kill(pid_, SIGSTOP) != 0) return std::string("SIGSTOP: ") + std::strerror(errno);
+  if (::kill(pid_, SIGSTOP) != 0) return Status::from_errno(errno, "SIGSTOP");
   return await_stopped(true, confirmed_ns);
 }
 
-std::string Freezer::thaw(std::int64_t& confirmed_ns) {
+Status Freezer::thaw(std::int64_t& confirmed_ns) {
   frozen_ = false;
   if (kind_ == Kind::cgroup) {
-    if (!write_text(leaf_ + "/cgroup.freeze", "0")) return "cannot write " + leaf_ + "/cgroup.freeze: " + std::strerror(errno);
+    if (!write_text(leaf_ + "/cgroup.freeze", "0")) return Status::from_errno(errno, "cannot write " + leaf_ + "/cgroup.freeze");
     return await_cgroup(0, confirmed_ns);
   }
-  if (::kill(pid_, SIGCONT) != 0) return std::string("SIGCONT: ") + std::strerror(errno);
+  if (::kill(pid_, SIGCONT) != 0) return Status::from_errno(errno, "SIGCONT");
   return await_stopped(false, confirmed_ns);
 }
 
@@ -151,36 +152,36 @@ bool Freezer::setup_cgroup(std::string& reason) {
   return true;
 }
 
-std::string Freezer::await_cgroup(int want, std::int64_t& confirmed_ns) {
+Status Freezer::await_cgroup(int want, std::int64_t& confirmed_ns) {
   const std::int64_t deadline = now_ns() + kConfirmTimeoutMs * 1'000'000;
   std::string text;
   for (;;) {
     if (read_small_file(leaf_ + "/cgroup.events", text) == 0 && parse_cgroup_keyed(text, "frozen") == want) {
       confirmed_ns = now_ns();
-      return "";
+      return {};
     }
     if (now_ns() > deadline)
-      return leaf_ + "/cgroup.events did not show frozen " + std::to_string(want) + " within " +
-             std::to_string(kConfirmTimeoutMs) + " ms";
+      return Status{Errc::timeout, leaf_ + "/cgroup.events did not show frozen " + std::to_string(want) + " within " +
+                                       std::to_string(kConfirmTimeoutMs) + " ms"};
     ::usleep(100);
   }
 }
 
-std::string Freezer::await_stopped(bool want, std::int64_t& confirmed_ns) {
+Status Freezer::await_stopped(bool want, std::int64_t& confirmed_ns) {
   const std::int64_t deadline = now_ns() + kConfirmTimeoutMs * 1'000'000;
   const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
   std::string text;
   for (;;) {
-    if (read_small_file(path, text) != 0) return "cannot read " + path;
+    if (read_small_file(path, text) != 0) return Status{Errc::not_found, "cannot read " + path};
     const char state = stat_state(text);
     const bool stopped = state == 'T' || state == 't';
     if (stopped == want) {
       confirmed_ns = now_ns();
-      return "";
+      return {};
     }
     if (now_ns() > deadline)
-      return "pid " + std::to_string(pid_) + (want ? " did not stop" : " did not continue") + " within " +
-             std::to_string(kConfirmTimeoutMs) + " ms";
+      return Status{Errc::timeout, "pid " + std::to_string(pid_) + (want ? " did not stop" : " did not continue") +
+                                       " within " + std::to_string(kConfirmTimeoutMs) + " ms"};
     ::usleep(100);
   }
 }

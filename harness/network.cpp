@@ -69,10 +69,10 @@ std::vector<std::uint16_t> udp_ports_of(pid_t pid) {
 }
 }  // namespace
 
-std::string Network::setup(const std::string& want, const std::string& run_tag) {
+Status Network::setup(const std::string& want, const std::string& run_tag) {
   tag = run_tag;
   if (want != "auto" && want != "netns" && want != "loopback")
-    return "--network must be auto, netns or loopback (got \"" + want + "\")";
+    return Status::invalid("--network must be auto, netns or loopback (got \"" + want + "\")");
   std::string reason;
   if (want == "loopback") {
     reason = "--network loopback was asked for";
@@ -102,7 +102,7 @@ std::string Network::setup(const std::string& want, const std::string& run_tag) 
     const auto picked = pick_demo_subnet(addrs + "\n" + routes, static_cast<unsigned>(::getpid()) % kDemoSubnetCount);
     if (!picked) {
       reason = "every /24 of " + std::string(kDemoSubnetPrefix) + ".0.0/16 is in use here";
-      if (want == "netns") return "network namespaces unavailable: " + reason;
+      if (want == "netns") return Status{Errc::unsupported, "network namespaces unavailable: " + reason};
     }
     const unsigned octet = picked.value_or(0);
     const std::string net = std::string(kDemoSubnetPrefix) + "." + std::to_string(octet) + ".";
@@ -137,10 +137,10 @@ std::string Network::setup(const std::string& want, const std::string& run_tag) 
     if (ok) {
       mode = Mode::netns;
       why = "each worker in its own network namespace, linked to lockd's by a veth pair";
-      return "";
+      return {};
     }
     teardown();  // whatever part was made
-    if (want == "netns") return "network namespaces unavailable: " + reason;
+    if (want == "netns") return Status{Errc::unsupported, "network namespaces unavailable: " + reason};
   }
   mode = Mode::loopback;
   netns[0] = netns[1] = "";
@@ -153,39 +153,39 @@ std::string Network::setup(const std::string& want, const std::string& run_tag) 
              run_command({find_program("iptables"), "-w", "-S", "INPUT"}) == 0) {
     filter = "iptables";
   }
-  return "";
+  return {};
 }
 
 std::string Network::lockd_address(int i, std::uint16_t port) const {
   return host_ip[i] + ":" + std::to_string(port);
 }
 
-std::string Network::cut_off(int i, pid_t supervisor_pid, std::uint16_t lockd_port) {
+Status Network::cut_off(int i, pid_t supervisor_pid, std::uint16_t lockd_port) {
   std::string out;
   if (mode == Mode::netns) {
     if (run_command({ip_bin(), "link", "set", host_if[i], "down"}, &out) != 0)
-      return "ip link set " + host_if[i] + " down: " + out;
+      return Status{Errc::io_error, "ip link set " + host_if[i] + " down: " + out};
     cut[i] = true;
-    return "";
+    return {};
   }
   if (filter.empty())
-    return "cannot cut worker " + std::to_string(i + 1) +
-           " off lockd: no network namespaces and no usable packet filter (nft or iptables, as root)";
+    return Status{Errc::unsupported, "cannot cut worker " + std::to_string(i + 1) +
+           " off lockd: no network namespaces and no usable packet filter (nft or iptables, as root)"};
   const auto ports = udp_ports_of(supervisor_pid);
-  if (ports.empty()) return "cannot find the UDP port of supervisor pid " + std::to_string(supervisor_pid);
+  if (ports.empty()) return Status{Errc::not_found, "cannot find the UDP port of supervisor pid " + std::to_string(supervisor_pid)};
   const std::string lp = std::to_string(lockd_port);
   if (filter == "nft") {
     const std::string nft = find_program("nft");
     const std::string table = "lhdemo_" + tag;
-    if (run_command({nft, "add", "table", "inet", table}, &out) != 0) return "nft add table: " + out;
+    if (run_command({nft, "add", "table", "inet", table}, &out) != 0) return Status{Errc::io_error, "nft add table: " + out};
     if (run_command({nft, "add", "chain", "inet", table, "in",
                      "{ type filter hook input priority -10 ; policy accept ; }"}, &out) != 0)
-      return "nft add chain: " + out;
+      return Status{Errc::io_error, "nft add chain: " + out};
     for (std::uint16_t p : ports) {
       const std::string sp = std::to_string(p);
       if (run_command({nft, "add", "rule", "inet", table, "in", "udp", "sport", sp, "udp", "dport", lp, "drop"}, &out) != 0 ||
           run_command({nft, "add", "rule", "inet", table, "in", "udp", "sport", lp, "udp", "dport", sp, "drop"}, &out) != 0)
-        return "nft add rule: " + out;
+        return Status{Errc::io_error, "nft add rule: " + out};
     }
   } else {
     const std::string ipt = find_program("iptables");
@@ -194,24 +194,24 @@ std::string Network::cut_off(int i, pid_t supervisor_pid, std::uint16_t lockd_po
       for (const auto& [s, d] : {std::pair{sp, lp}, std::pair{lp, sp}}) {
         const std::string rule = "-p udp --sport " + s + " --dport " + d + " -j DROP";
         if (run_command({ipt, "-w", "-I", "INPUT", "-p", "udp", "--sport", s, "--dport", d, "-j", "DROP"}, &out) != 0)
-          return "iptables -I INPUT " + rule + ": " + out;
+          return Status{Errc::io_error, "iptables -I INPUT " + rule + ": " + out};
         filter_rules.push_back(s + " " + d);
       }
     }
   }
   cut[i] = true;
-  return "";
+  return {};
 }
 
-std::string Network::reconnect(int i) {
-  if (!cut[i]) return "";
+Status Network::reconnect(int i) {
+  if (!cut[i]) return {};
   std::string out;
   if (mode == Mode::netns) {
     if (run_command({ip_bin(), "link", "set", host_if[i], "up"}, &out) != 0)
-      return "ip link set " + host_if[i] + " up: " + out;
+      return Status{Errc::io_error, "ip link set " + host_if[i] + " up: " + out};
   } else if (filter == "nft") {
     if (run_command({find_program("nft"), "delete", "table", "inet", "lhdemo_" + tag}, &out) != 0)
-      return "nft delete table: " + out;
+      return Status{Errc::io_error, "nft delete table: " + out};
   } else {
     for (const auto& r : filter_rules) {
       const auto sp = r.find(' ');
@@ -221,12 +221,12 @@ std::string Network::reconnect(int i) {
     filter_rules.clear();
   }
   cut[i] = false;
-  return "";
+  return {};
 }
 
 void Network::teardown() {
   for (int i = 0; i < 2; ++i) {
-    if (cut[i]) reconnect(i);
+    if (cut[i]) (void)reconnect(i);  // best effort: the link and the namespace go next anyway
     if (!host_if[i].empty() && !ip_bin().empty()) run_command({ip_bin(), "link", "del", host_if[i]});
     if (!netns[i].empty() && exists_netns(netns[i])) run_command({ip_bin(), "netns", "del", netns[i]});
   }

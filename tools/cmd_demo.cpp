@@ -210,7 +210,8 @@ struct World {
     // A worker still cut off would spend its shutdown trying to release its name to a lockd it
     // cannot reach: restore its link first (what it records then is also the truth).
     const bool had_filter = net.mode == Network::Mode::loopback && (net.cut[0] || net.cut[1]);
-    for (int i = 0; i < 2; ++i) net.reconnect(i);
+    for (int i = 0; i < 2; ++i)
+      if (const Status r = net.reconnect(i); !r.ok()) done.push_back("(worker " + std::to_string(i + 1) + " stayed cut off: " + r.message() + ")");
     if (dep) {
       // Supervisors first (they release their names while lockd still runs), last started first.
       for (std::size_t i = dep->supervisors(); i-- > 0;) {
@@ -680,7 +681,7 @@ void Demo::set_up() {
 
   const std::string tag = std::to_string(::getpid());
   world_.net.tick = check_interrupted;
-  if (std::string e = world_.net.setup(args_.network, tag); !e.empty()) abort(e);
+  if (const Status e = world_.net.setup(args_.network, tag); !e.ok()) abort(e.message());
   network_ready_ = true;
   say("network: %s", world_.net.describe().c_str());
   if (world_.net.mode == Network::Mode::loopback) {
@@ -805,7 +806,7 @@ void Demo::cut_off_act() {
     abort(std::string("worker 1's shm table: ") + e.what());
   }
   const std::int64_t t_cut = boot_ns();
-  if (std::string e = world_.net.cut_off(0, world_.sup(0).pid(), port_); !e.empty()) abort(e);
+  if (const Status e = world_.net.cut_off(0, world_.sup(0).pid(), port_); !e.ok()) abort(e.message());
   say("%s cut off (%s)", kWorker[0],
       world_.net.mode == Network::Mode::netns ? ("link " + world_.net.host_if[0] + " down").c_str()
                                               : (world_.net.filter + " drop rules").c_str());
@@ -947,7 +948,7 @@ void Demo::replay_verify() {
 // ---- 5: graceful transfer back to worker 1 ------------------------------------------------------
 
 void Demo::transfer_act() {
-  if (std::string e = world_.net.reconnect(0); !e.empty()) abort(e);
+  if (const Status e = world_.net.reconnect(0); !e.ok()) abort(e.message());
   const std::int64_t t_reconnect = boot_ns();
   {
     // Wait until worker 1's path to lockd works again (link up, neighbours resolved), so the

@@ -843,7 +843,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     // The thaw is due at this CLOCK_BOOTTIME instant whatever else happens during the freeze;
     // thaw_ns records when it was really requested (leasehold/pause/model.hpp: measured_pause_ns).
     const std::int64_t thaw_due = o.freeze_ns + static_cast<std::int64_t>(pause_ms) * 1'000'000;
-    if (std::string e = cx.freezer.freeze(o.frozen_ns); !e.empty()) throw std::runtime_error("freeze: " + e);
+    if (const Status e = cx.freezer.freeze(o.frozen_ns); !e.ok()) throw std::runtime_error("freeze: " + e.message());
     if (cx.phase == pp::Phase::random && now_ns() + 3'000'000 < thaw_due) {
       expiry_reader.th = std::thread([read_expiry, at = o.freeze_ns + 2'000'000] {
         // 2 ms into the freeze: a refresh already in flight lands first.
@@ -856,7 +856,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     sleep_until_ns(thaw_due);
     o.thaw_ns = now_ns();
     if (cx.dep.relay) cx.dep.relay->cut(false);
-    if (std::string e = cx.freezer.thaw(o.thawed_ns); !e.empty()) throw std::runtime_error("thaw: " + e);
+    if (const Status e = cx.freezer.thaw(o.thawed_ns); !e.ok()) throw std::runtime_error("thaw: " + e.message());
     if (expiry_reader.th.joinable()) expiry_reader.th.join();
 
     // Observe until the sandbox died (and the next grant was seen), or the lease was kept.
@@ -898,7 +898,8 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
       o.sup_confirmed_ns = o.valid_until_ns + static_cast<std::int64_t>(kd.sum);
   } catch (const Interrupted&) {
     // Thaw first: everything after this needs the supervisor (the kill request, the release).
-    cx.freezer.thaw_if_frozen();
+    if (const Status thawed = cx.freezer.thaw_if_frozen(); !thawed.ok())
+      std::fprintf(stderr, "leasehold pause-probe: warning: cannot thaw the supervisor: %s\n", thawed.message().c_str());
     if (cx.dep.relay) cx.dep.relay->cut(false);
     if (expiry_reader.th.joinable()) expiry_reader.th.join();
     end_contender();
@@ -906,10 +907,10 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     if (contender) contender->release();
     throw;
   } catch (const std::exception& e) {
-    cx.freezer.thaw_if_frozen();
+    if (const Status thawed = cx.freezer.thaw_if_frozen(); !thawed.ok()) o.error = std::string("thaw: ") + thawed.message() + "; ";
     if (cx.dep.relay) cx.dep.relay->cut(false);
     if (expiry_reader.th.joinable()) expiry_reader.th.join();
-    o.error = e.what();
+    o.error += e.what();
   }
   end_contender();
   finish_sandbox();
@@ -1193,9 +1194,9 @@ Failure arm(ProbeRun& r) {
     for (std::uint32_t i = 0; i < a.repeat; ++i) r.plan.push_back(p);
   if (r.plan.size() > pp::kPausesMax * 4) return {kUsage, "too many trials (pauses x --repeat)"};
 
-  std::string err;
-  r.freezer = Freezer::make(d.supervisor_pid, a.freeze, r.why, err);
-  if (!r.freezer) return {kUsage, err};
+  auto freezer = Freezer::make(d.supervisor_pid, a.freeze, r.why);
+  if (!freezer) return {kUsage, freezer.message()};
+  r.freezer = std::move(freezer).value();
 
   try {
     r.table.emplace(shm::TableReader::open(d.shm_path, shm::OpenOptions{2'000'000'000, 1'000'000}));
@@ -1216,6 +1217,7 @@ Failure arm(ProbeRun& r) {
       for (std::string w; ss >> w;) argv.push_back(w);
       argv.insert(argv.end(), {"--timeout", std::to_string(secs) + "s", "--quiet"});
       const std::string slog = (a.standalone ? d.dir() : r.out) + "/stress-ng.log";
+      std::string err;
       if (!spawn_proc(r.stress, "stress-ng", argv, slog, err)) return {kInternal, err};
       for (const auto& w : argv) r.stress_text += (r.stress_text.empty() ? "" : " ") + w;
       stderr_progress(a.quiet, "stress: " + r.stress_text + "\n");

@@ -39,9 +39,10 @@ TEST(HarnessFreeze, SigstopFreezesAndThawsAChild) {
   Process child = sleeper();
   ASSERT_GT(child.pid(), 0);
   ASSERT_TRUE(eventually([&] { return process_state(child.pid()) == 'S'; }));
-  std::string why, error;
-  auto f = Freezer::make(child.pid(), "sigstop", why, error);
-  ASSERT_NE(f, nullptr) << error;
+  std::string why;
+  auto made = Freezer::make(child.pid(), "sigstop", why);
+  ASSERT_TRUE(made.ok()) << made.message();
+  auto f = std::move(made).value();
   EXPECT_EQ(f->kind(), Freezer::Kind::sigstop);
   EXPECT_STREQ(f->name(), "sigstop");
   EXPECT_EQ(why, "SIGSTOP/SIGCONT (asked for)");
@@ -49,10 +50,10 @@ TEST(HarnessFreeze, SigstopFreezesAndThawsAChild) {
 
   std::int64_t frozen_ns = 0, thawed_ns = 0;
   const std::int64_t before = now_ns();
-  EXPECT_EQ(f->freeze(frozen_ns), "");
+  EXPECT_TRUE(f->freeze(frozen_ns).ok());
   EXPECT_GE(frozen_ns, before);
   EXPECT_TRUE(stopped(child.pid()));
-  EXPECT_EQ(f->thaw(thawed_ns), "");
+  EXPECT_TRUE(f->thaw(thawed_ns).ok());
   EXPECT_GE(thawed_ns, frozen_ns);
   EXPECT_FALSE(stopped(child.pid()));
   EXPECT_TRUE(child.running());
@@ -62,11 +63,12 @@ TEST(HarnessFreeze, DestructionThawsAChildLeftFrozen) {
   Process child = sleeper();
   ASSERT_GT(child.pid(), 0);
   {
-    std::string why, error;
-    auto f = Freezer::make(child.pid(), "sigstop", why, error);
-    ASSERT_NE(f, nullptr) << error;
+    std::string why;
+    auto made = Freezer::make(child.pid(), "sigstop", why);
+    ASSERT_TRUE(made.ok()) << made.message();
+    auto f = std::move(made).value();
     std::int64_t t = 0;
-    ASSERT_EQ(f->freeze(t), "");
+    ASSERT_TRUE(f->freeze(t).ok());
     ASSERT_TRUE(stopped(child.pid()));
   }
   EXPECT_TRUE(eventually([&] { return !stopped(child.pid()); }, 2'000ms));
@@ -75,10 +77,11 @@ TEST(HarnessFreeze, DestructionThawsAChildLeftFrozen) {
 
 TEST(HarnessFreeze, ThawIfFrozenIsANoOpWhenNotFrozen) {
   Process child = sleeper();
-  std::string why, error;
-  auto f = Freezer::make(child.pid(), "sigstop", why, error);
-  ASSERT_NE(f, nullptr) << error;
-  EXPECT_EQ(f->thaw_if_frozen(), "");
+  std::string why;
+  auto made = Freezer::make(child.pid(), "sigstop", why);
+  ASSERT_TRUE(made.ok()) << made.message();
+  auto f = std::move(made).value();
+  EXPECT_TRUE(f->thaw_if_frozen().ok());
   EXPECT_FALSE(stopped(child.pid()));
 }
 
@@ -99,9 +102,10 @@ TEST(HarnessFreeze, CgroupFreezeMovesTheChildIntoALeafAndBack) {
   Process child = sleeper();
   ASSERT_GT(child.pid(), 0);
   const std::string home = cgroup_of(child.pid());
-  std::string why, error;
-  auto f = Freezer::make(child.pid(), "auto", why, error);
-  ASSERT_NE(f, nullptr) << error;
+  std::string why;
+  auto made = Freezer::make(child.pid(), "auto", why);
+  ASSERT_TRUE(made.ok()) << made.message();
+  auto f = std::move(made).value();
   if (f->kind() != Freezer::Kind::cgroup) GTEST_SKIP() << "no cgroup v2 freeze here: " << why;
   EXPECT_EQ(why, "cgroup v2 freeze of " + f->leaf());
   const std::string leaf_name = freeze_leaf_name(child.pid());
@@ -110,16 +114,16 @@ TEST(HarnessFreeze, CgroupFreezeMovesTheChildIntoALeafAndBack) {
   EXPECT_EQ(in_leaf.substr(in_leaf.size() - leaf_name.size()), leaf_name);
 
   std::int64_t t = 0;
-  ASSERT_EQ(f->freeze(t), "");
+  ASSERT_TRUE(f->freeze(t).ok());
   std::string events;
   ASSERT_EQ(read_small_file(f->leaf() + "/cgroup.events", events), 0);
   EXPECT_EQ(parse_cgroup_keyed(events, "frozen"), 1);
-  ASSERT_EQ(f->thaw(t), "");
+  ASSERT_TRUE(f->thaw(t).ok());
   ASSERT_EQ(read_small_file(f->leaf() + "/cgroup.events", events), 0);
   EXPECT_EQ(parse_cgroup_keyed(events, "frozen"), 0);
 
   // Frozen again and the freezer dropped: a driver that died would leave this; recovered here.
-  ASSERT_EQ(f->freeze(t), "");
+  ASSERT_TRUE(f->freeze(t).ok());
   const std::string leaf = f->leaf();
   f.reset();
   EXPECT_EQ(cgroup_of(child.pid()), home);

@@ -6,6 +6,8 @@
 // the file or the signal ("" = success).
 #pragma once
 
+#include "leasehold/lease/result.hpp"
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -37,9 +39,9 @@ class Freezer {
  public:
   enum class Kind { cgroup, sigstop };
 
-  /// `want`: "auto" (cgroup where possible), "cgroup", "sigstop". nullptr + `error` when "cgroup"
-  /// was asked for and is impossible; `why` says what was chosen and why.
-  static std::unique_ptr<Freezer> make(pid_t pid, const std::string& want, std::string& why, std::string& error);
+  /// `want`: "auto" (cgroup where possible), "cgroup", "sigstop". Errc::unsupported when
+  /// "cgroup" was asked for and is impossible; `why` says what was chosen and why.
+  static Result<std::unique_ptr<Freezer>> make(pid_t pid, const std::string& want, std::string& why);
   ~Freezer();
   Freezer(const Freezer&) = delete;
   Freezer& operator=(const Freezer&) = delete;
@@ -52,18 +54,19 @@ class Freezer {
   /// The leaf the process was moved into ("" with SIGSTOP).
   const std::string& leaf() const noexcept { return leaf_; }
 
-  /// Freezes; `confirmed_ns` = when the freeze was seen complete. "" or an error.
-  std::string freeze(std::int64_t& confirmed_ns);
-  /// Thaws; `confirmed_ns` = when the process was seen running again. "" or an error.
-  std::string thaw(std::int64_t& confirmed_ns);
-  /// Thaws if a freeze was requested and not undone; "" or an error. Safe to call at any time.
-  std::string thaw_if_frozen();
+  /// Freezes; `confirmed_ns` = when the freeze was seen complete. io_error (a cgroup file, a
+  /// signal) or timeout (not seen frozen within 2 s).
+  Status freeze(std::int64_t& confirmed_ns);
+  /// Thaws; `confirmed_ns` = when the process was seen running again. Errors as freeze().
+  Status thaw(std::int64_t& confirmed_ns);
+  /// Thaws if a freeze was requested and not undone. Safe to call at any time.
+  Status thaw_if_frozen();
 
  private:
   Freezer() = default;
   bool setup_cgroup(std::string& reason);
-  std::string await_cgroup(int want, std::int64_t& confirmed_ns);
-  std::string await_stopped(bool want, std::int64_t& confirmed_ns);
+  Status await_cgroup(int want, std::int64_t& confirmed_ns);
+  Status await_stopped(bool want, std::int64_t& confirmed_ns);
   Kind kind_ = Kind::sigstop;
   pid_t pid_ = -1;
   std::string leaf_, home_;

@@ -6,6 +6,8 @@
 // failed ("" = done).
 #pragma once
 
+#include "leasehold/lease/result.hpp"
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -32,14 +34,16 @@ struct Network {
   std::function<void()> tick;
 
   /// Sets up namespaces and veth pairs if possible (`want`: "auto", "netns", "loopback");
-  /// otherwise loopback, and says why. Returns "" or an error.
-  std::string setup(const std::string& want, const std::string& tag);
+  /// otherwise loopback, and says why. invalid_argument (`want`), unsupported ("netns" asked
+  /// for and impossible).
+  Status setup(const std::string& want, const std::string& tag);
   /// The lockd address worker i uses.
   std::string lockd_address(int i, std::uint16_t port) const;
   /// Cuts worker i off lockd (netns: host-side link down; loopback: drop rules for the
-  /// supervisor's UDP port, found from its pid). Returns "" or an error.
-  std::string cut_off(int i, pid_t supervisor_pid, std::uint16_t lockd_port);
-  std::string reconnect(int i);
+  /// supervisor's UDP port, found from its pid). unsupported (no way to cut here), not_found
+  /// (no UDP port of that pid), io_error (ip/nft/iptables failed, with its output).
+  Status cut_off(int i, pid_t supervisor_pid, std::uint16_t lockd_port);
+  Status reconnect(int i);
   /// Removes everything setup/cut_off created. Idempotent, never throws.
   void teardown();
   /// One line: how the workers are connected and how a cut is made.
