@@ -15,21 +15,18 @@ Deployment::~Deployment() {
   stop_lockd();
 }
 
-std::string Deployment::make_cluster_key() {
+Status Deployment::make_cluster_key() {
   const std::string path = cluster_key_file().string();
-  if (const Status err = wire::generate_key_file(path); !err.ok()) return err.message();
+  if (Status err = wire::generate_key_file(path); !err.ok()) return err;
   auto loaded = wire::load_key_file(path);
-  if (!loaded) return loaded.message();
+  if (!loaded) return loaded.status();
   key_ = *loaded;
-  return "";
+  return {};
 }
 
-std::string Deployment::make_worker_key(const std::string& file, const WorkerId& worker) {
-  if (!key_) return "no cluster key to derive the worker key " + (dir_ / file).string() + " from";
-  if (const Status err = wire::write_key_file((dir_ / file).string(), wire::derive_worker_key(*key_, worker));
-      !err.ok())
-    return err.message();
-  return "";
+Status Deployment::make_worker_key(const std::string& file, const WorkerId& worker) {
+  if (!key_) return Status{Errc::not_found, "no cluster key to derive the worker key " + (dir_ / file).string() + " from"};
+  return wire::write_key_file((dir_ / file).string(), wire::derive_worker_key(*key_, worker));
 }
 
 Started Deployment::start_lockd(const LockdSpec& spec, const std::function<void()>& tick) {

@@ -48,7 +48,7 @@
 
 namespace leasehold {
 
-std::string validate_config(const LeaseConfig& c) {
+Status validate_config(const LeaseConfig& c) {
   const auto range = [](const char* field, std::int64_t v, bool zero_ok) -> std::string {
     if ((zero_ok ? v >= 0 : v > 0) && v <= kLeaseTtlNsMax) return {};
     return std::string(field) + " is " + std::to_string(v) + " ns; it must be in " +
@@ -60,16 +60,16 @@ std::string validate_config(const LeaseConfig& c) {
                    range("lock_delay_ns", c.lock_delay_ns, true),
                    range("worker_liveness_ttl_ns", c.worker_liveness_ttl_ns, false),
                    range("reservation_ttl_ns", c.reservation_ttl_ns, false)}) {
-    if (!err.empty()) return err;
+    if (!err.empty()) return Status::invalid(err);
   }
   if (c.default_ttl_ns > c.max_ttl_ns)
-    return "default_ttl_ns (" + std::to_string(c.default_ttl_ns) + ") exceeds max_ttl_ns (" +
-           std::to_string(c.max_ttl_ns) + ")";
+    return Status::invalid("default_ttl_ns (" + std::to_string(c.default_ttl_ns) + ") exceeds max_ttl_ns (" +
+                           std::to_string(c.max_ttl_ns) + ")");
   if (c.mode != LockMode::lease && c.mode != LockMode::preemptible)
-    return "mode " + std::to_string(static_cast<int>(c.mode)) + " is not lease (0) or preemptible (1)";
+    return Status::invalid("mode " + std::to_string(static_cast<int>(c.mode)) + " is not lease (0) or preemptible (1)");
   if (c.capacity == 0 || c.capacity > kLeaseCapacityMax)
-    return "capacity is " + std::to_string(c.capacity) + "; it must be in [1, " +
-           std::to_string(kLeaseCapacityMax) + "]";
+    return Status::invalid("capacity is " + std::to_string(c.capacity) + "; it must be in [1, " +
+                           std::to_string(kLeaseCapacityMax) + "]");
   return {};
 }
 
@@ -598,7 +598,7 @@ struct LeaseTable::Impl {
 };
 
 LeaseTable::LeaseTable(const LeaseConfig& config) {
-  if (auto err = validate_config(config); !err.empty()) throw std::invalid_argument(err);
+  if (const Status err = validate_config(config); !err.ok()) throw std::invalid_argument(err.message());
   impl_ = std::make_unique<Impl>(config);
 }
 LeaseTable::~LeaseTable() = default;

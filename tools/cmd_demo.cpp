@@ -651,7 +651,7 @@ void Demo::set_up() {
   world_.keep = args_.keep;
   world_.dep.emplace(world_.tmp);
   harness::Deployment& dep = *world_.dep;
-  if (std::string e = dep.make_cluster_key(); !e.empty()) abort(e);
+  if (const Status e = dep.make_cluster_key(); !e.ok()) abort(e.message());
   key_path_ = dep.cluster_key_file().string();
   // Each supervisor holds only its own worker key, derived from the cluster key (which stays
   // with lockd and the demo's admin client), as `leasehold-lockd --derive-worker-key` does.
@@ -659,7 +659,7 @@ void Demo::set_up() {
     const std::string file = "w" + std::to_string(i + 1) + ".key";
     worker_key_[i] = world_.tmp + "/" + file;
     worker_id_[i] = random_worker_id();
-    if (std::string e = dep.make_worker_key(file, worker_id_[i]); !e.empty()) abort(e);
+    if (const Status e = dep.make_worker_key(file, worker_id_[i]); !e.ok()) abort(e.message());
   }
   // The agents are isolated sandboxes running as unprivileged uids of their own: they may pass
   // through the temp dir (not read the key or lockd's store in it) and write the resource in

@@ -567,10 +567,10 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
                         " next to " + self_exe() + " nor in $PATH; pass --lockd-bin / --supervisor-bin"};
   d.run = std::make_unique<harness::Deployment>(dir);
   harness::Deployment& run = *d.run;
-  if (std::string e = run.make_cluster_key(); !e.empty()) return {kInternal, e};
+  if (const Status e = run.make_cluster_key(); !e.ok()) return {kInternal, e.message()};
   d.key = run.key();
   // The supervisor holds only its own worker key, derived from the cluster key.
-  if (std::string e = run.make_worker_key("worker.key", random_worker_id()); !e.empty()) return {kInternal, e};
+  if (const Status e = run.make_worker_key("worker.key", random_worker_id()); !e.ok()) return {kInternal, e.message()};
   harness::LockdSpec ls;
   ls.bin = lockd_bin;
   ls.ttl_ms = d.timing.ttl_ms;

@@ -16,8 +16,8 @@ TEST(HarnessDeployment, KeysAreTheClusterKeyAndAWorkerKeyDerivedFromIt) {
   TempDir dir("harness-deployment");
   Deployment d(dir.path());
   EXPECT_FALSE(d.key().has_value());
-  EXPECT_NE(d.make_worker_key("w.key", random_worker_id()), "");  // no cluster key yet
-  ASSERT_EQ(d.make_cluster_key(), "");
+  EXPECT_EQ(d.make_worker_key("w.key", random_worker_id()).code(), Errc::not_found);  // no cluster key yet
+  ASSERT_TRUE(d.make_cluster_key().ok());
   ASSERT_TRUE(d.key().has_value());
   const auto cluster = wire::load_key_file(d.cluster_key_file().string());
   ASSERT_TRUE(cluster) << cluster.message();
@@ -29,7 +29,7 @@ TEST(HarnessDeployment, KeysAreTheClusterKeyAndAWorkerKeyDerivedFromIt) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 
   const WorkerId worker = random_worker_id();
-  ASSERT_EQ(d.make_worker_key("w.key", worker), "");
+  ASSERT_TRUE(d.make_worker_key("w.key", worker).ok());
   const auto w = wire::load_key_file((dir.path() / "w.key").string());
   ASSERT_TRUE(w) << w.message();
   const wire::WireKey expected = wire::derive_worker_key(*d.key(), worker);
@@ -42,7 +42,7 @@ TEST(HarnessDeployment, KeysAreTheClusterKeyAndAWorkerKeyDerivedFromIt) {
 TEST(HarnessDeployment, ALockdThatCannotRunIsNotReady) {
   TempDir dir("harness-deployment");
   Deployment d(dir.path());
-  ASSERT_EQ(d.make_cluster_key(), "");
+  ASSERT_TRUE(d.make_cluster_key().ok());
   LockdSpec spec;
   spec.bin = (dir.path() / "no-such-lockd").string();
   spec.ready_timeout = 10'000ms;
@@ -56,8 +56,8 @@ TEST(HarnessDeployment, ALockdThatCannotRunIsNotReady) {
 TEST(HarnessDeployment, StartsLockdAndASupervisorAndStopsThem) {
   TempDir dir("harness-deployment");
   Deployment d(dir.path());
-  ASSERT_EQ(d.make_cluster_key(), "");
-  ASSERT_EQ(d.make_worker_key("worker.key", random_worker_id()), "");
+  ASSERT_TRUE(d.make_cluster_key().ok());
+  ASSERT_TRUE(d.make_worker_key("worker.key", random_worker_id()).ok());
   LockdSpec ls;
   ls.bin = LEASEHOLD_LOCKD_BINARY;
   ls.ttl_ms = 2000;

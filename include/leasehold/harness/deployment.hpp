@@ -74,16 +74,16 @@ class Deployment {
 
   const fs::path& dir() const noexcept { return dir_; }
 
-  /// Generates the cluster key file dir()/key and loads it. "" or the error.
-  std::string make_cluster_key();
+  /// Generates the cluster key file dir()/key and loads it; the key file's errors.
+  Status make_cluster_key();
   /// The cluster key file (after make_cluster_key()).
   fs::path cluster_key_file() const { return dir_ / "key"; }
   /// The cluster key: made by make_cluster_key() or given by set_key(); nullopt before.
   const std::optional<wire::WireKey>& key() const noexcept { return key_; }
   void set_key(const wire::WireKey& key) { key_ = key; }
   /// Writes dir()/`file` with the worker key of `worker` derived from the cluster key (a
-  /// supervisor holds only its own). "" or the error.
-  std::string make_worker_key(const std::string& file, const WorkerId& worker);
+  /// supervisor holds only its own). not_found before make_cluster_key(); the key file's errors.
+  Status make_worker_key(const std::string& file, const WorkerId& worker);
 
   /// Starts lockd with its store dir()/lockd.db, the cluster key and its log dir()/lockd.log,
   /// and waits until it prints "listening ADDR:PORT" (then lockd_text(), lockd_address()).

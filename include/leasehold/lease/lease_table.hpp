@@ -99,9 +99,9 @@ struct LeaseConfig {
   bool ablate_transfer_guard = false;
 };
 
-/// Checks a LeaseConfig. Returns an empty string when valid, otherwise a message naming the
-/// field, its value and the allowed range.
-std::string validate_config(const LeaseConfig& config);
+/// Checks a LeaseConfig: ok, or invalid_argument with a message naming the field, its value
+/// and the allowed range.
+Status validate_config(const LeaseConfig& config);
 
 // ---- state views --------------------------------------------------------------------------
 
