@@ -81,9 +81,11 @@ Answer AdminClient::request(const wire::Body& body) {
     RetryPolicy policy;
     policy.first_backoff_ns = 20'000'000;
     policy.backoff_max_ns = 250'000'000;
-    // Only lockd's answer ends the wait: a datagram that guesses our request id is dropped.
+    // Only lockd's answer ends the wait: a datagram that guesses our request id, or our own
+    // request sent back at us, is dropped.
     const auto authentic = [this](std::span<const std::byte> a) {
-      return auth_.verify(std::span(reinterpret_cast<const std::uint8_t*>(a.data()), a.size()));
+      return wire::is_answer_to(std::span(reinterpret_cast<const std::uint8_t*>(a.data()), a.size()), auth_,
+                                sender_.self());
     };
     const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_, now_boottime_ns() + timeout_ns_,
                                                &wire::request_id_of, buf, policy, 0, authentic);

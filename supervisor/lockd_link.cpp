@@ -60,11 +60,12 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
   // replayed seq, and answers a retry of an answered request from its cache).
   // A probe of a pending key (try_key) is retried under that key.
   // An answer ends its call only if it is lockd's: anyone who reaches this socket can guess a
-  // request id, and a forgery that ended a heartbeat would kill the sandboxes it carried.
+  // request id, or send our own request back at us (our tag, our id), and a forgery that ended
+  // a heartbeat would kill the sandboxes it carried.
   client_->set_answer_check([this](std::span<const std::byte> bytes) {
     const auto d = std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
     const wire::Authenticator* a = answer_key(d, true);
-    if (a != nullptr && a->verify(d)) return true;
+    if (a != nullptr && wire::is_answer_to(d, *a, sender_.self())) return true;
     ++stats_.answers_forged;
     return false;
   });
@@ -271,6 +272,11 @@ void LockdLink::on_unsolicited(const Datagram& d) {
   const auto span = std::span<const std::uint8_t>(
       reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size());
   const SocketAddress from = d.source_address();
+  // Ours, sent back at us (it would pass the tag check: our key): lockd never speaks as us.
+  if (const auto k = wire::key_ref_of(span); k && k->sender == sender_.self()) {
+    ++stats_.is_running_rejected;
+    return;
+  }
   wire::Admission a = receiver_.admit(span, &from, now_boottime_ns());
   wire::Datagram out;
   switch (a.verdict) {

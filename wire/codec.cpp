@@ -761,6 +761,11 @@ std::vector<Heartbeat> split_heartbeat(std::span<const HeartbeatEntry> entries, 
 
 // ---- decode ------------------------------------------------------------------------------------
 
+bool is_answer_to(std::span<const std::uint8_t> datagram, const Authenticator& auth, const WorkerId& self) noexcept {
+  Header h;
+  return decode_header(datagram, &auth, h) == DecodeError::none && !is_request(h.type) && h.sender != self;
+}
+
 DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenticator* auth,
                           Header& out) noexcept {
   if (datagram.size() < kDatagramBytesMin) return DecodeError::truncated;

@@ -157,6 +157,9 @@ struct Responder {
   /// If set, every answer is preceded by a forgery: the same request id and key id, sealed
   /// with this other key (an on-path attacker racing lockd's answer).
   std::unique_ptr<wire::Sender> forger;
+  /// If set, every request is first sent back to its sender unchanged (a reflection: the
+  /// sender's own tag and request id), before the answer.
+  bool reflect = false;
 
   Responder(EventLoop& l, const wire::WireKey& key)
       : loop(l), receiver(key), sender(wid(700), 1, key) {
@@ -209,6 +212,7 @@ struct Responder {
     }
     ++executed[type];
     peers[a.message.header.sender] = from;
+    if (reflect) send(as_u8(d.payload), from);
     if (forger) {
       wire::Datagram fake;
       ASSERT_TRUE(forger->seal(a.message.header.request_id, wire::Error{wire::ErrorCode::unsupported, "forged"}, fake));
@@ -508,6 +512,26 @@ TEST_F(WireBridgeTest, AForgedAnswerRacingLockdsDoesNotEndTheCall) {
   EXPECT_EQ(link->stats().answers_forged, 1u);
   EXPECT_EQ(link->stats().answers_bad, 0u);
   EXPECT_EQ(link->client_stats().answers_forged, 1u);
+}
+
+// An on-path attacker needs no key to send a worker's own request back to it: the tag is the
+// worker's and the request id matches. It is not an answer, so it must not end the call.
+TEST_F(WireBridgeTest, ARequestReflectedBackToItsSenderDoesNotEndTheCall) {
+  lockd_->reflect = true;
+  RetryPolicy once;
+  once.attempts_max = 1;
+  auto opened = LockdLink::open(*loop_, lockd_->addr, wid(602), key_, once);
+  ASSERT_TRUE(opened.ok()) << opened.message();
+  auto link = std::move(opened).value();
+  std::optional<LockdReply> reply;
+  wire::Heartbeat hb;
+  hb.entries.push_back({nid(1), sid(1), 7});
+  link->call(hb, now_boottime_ns() + kDeadlineNs, [&](LockdReply r) { reply = std::move(r); });
+  ASSERT_TRUE(run_until(*loop_, [&] { return reply.has_value(); }));
+  ASSERT_TRUE(reply->ok()) << reply->problem;
+  EXPECT_NE(std::get_if<wire::HeartbeatAck>(&*reply->body), nullptr) << describe_answer(*reply->body);
+  EXPECT_EQ(link->stats().answers_forged, 1u);
+  EXPECT_EQ(link->stats().answers_bad, 0u);
 }
 
 }  // namespace

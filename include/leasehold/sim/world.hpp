@@ -7,7 +7,8 @@
 // steps through idle time. Each node has its own clock (a rate error within ρ drawn per node),
 // may be paused (the pause-probe's fault: a paused node's events wait until it resumes, its clock
 // keeps counting, as CLOCK_BOOTTIME does), and talks to the others through a network with
-// per-path delay, loss, duplication, reordering and partitions. lockd's durability port is a
+// per-path delay, loss, duplication, reordering and partitions, and (half the seeds) an on-path
+// attacker that replays captured datagrams and delivers tampered copies. lockd's durability port is a
 // simulated disk with latency; a lockd crash loses the batch not yet durable, and the next
 // incarnation starts from what was. Sandboxes are processes that take k ticks to die after a
 // kill; while running and while the shm check (`check_deadline`: epoch published and now <
@@ -103,6 +104,8 @@ struct SimConfig {
   X(datagrams_delayed, "took the delay distribution's long tail")                           \
   X(datagrams_partitioned, "dropped by a partition")                                        \
   X(datagrams_to_down_lockd, "arrived while lockd was down")                                \
+  X(datagrams_replayed, "old datagrams an on-path attacker delivered again")                 \
+  X(datagrams_tampered, "copies with one bit flipped an on-path attacker delivered")         \
   X(partitions, "partitions started")                                                       \
   X(congestions, "congestion episodes started (one direction of a link much slower)")       \
   X(pauses, "node pauses (the pause-probe's fault)")                                        \

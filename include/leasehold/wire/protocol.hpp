@@ -621,6 +621,12 @@ DecodeResult decode(std::span<const std::uint8_t> datagram, const Authenticator*
 DecodeError decode_header(std::span<const std::uint8_t> datagram, const Authenticator* auth,
                           Header& out) noexcept;
 
+/// What may end a request `self` sent: an answer (not a request) whose header passes
+/// decode_header() under `auth` (tag included) and whose sender is not `self`. The tag alone
+/// does not tell: a request of our own, reflected back at us by anyone on the path, carries our
+/// own valid tag and the same request id.
+bool is_answer_to(std::span<const std::uint8_t> datagram, const Authenticator& auth, const WorkerId& self) noexcept;
+
 /// The request id of a datagram (header bytes 32..39), for matching an answer to its request:
 /// nullopt if it is shorter than kDatagramBytesMin or does not start with kMagic. Checks neither
 /// the tag nor version, type or length, so an answer from another protocol version (an
