@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <deque>
 #include <memory>
 #include <queue>
 #include <set>
@@ -126,7 +127,13 @@ struct Path {
   std::int64_t tail_max_ns = 0;
   std::uint64_t sent = 0;
   std::uint64_t highest_delivered = 0;
+  // An attacker on the path: it replays a datagram it captured earlier (of the last
+  // kCapturedMax on this path), or delivers a copy with one byte changed. Both must be inert.
+  double replay = 0;
+  double tamper = 0;
+  std::deque<std::shared_ptr<const std::vector<std::uint8_t>>> captured;
 };
+constexpr std::size_t kCapturedMax = 256;
 
 struct Partition {
   std::uint32_t worker = 0;
@@ -212,6 +219,14 @@ class World final : public SupervisorEnv, public LockdEnv {
       draw_path(setup, up_[w]);
       draw_path(setup, down_[w]);
     }
+    // The on-path attacker draws from its own stream, so the other draws of a seed do not move.
+    attack_rng_ = Rng(cfg_.seed ^ 0x0a77ac4e0a77ac4eULL);
+    if (cfg_.faults && attack_rng_.chance(0.5))
+      for (std::uint32_t w = 0; w <= cfg_.supervisors; ++w)
+        for (Path* p : {&up_[w], &down_[w]}) {
+          p->replay = static_cast<double>(attack_rng_.range(0, 200)) / 10'000.0;  // 0..2 %
+          p->tamper = static_cast<double>(attack_rng_.range(0, 100)) / 10'000.0;  // 0..1 %
+        }
     disk_base_ns_ = setup.range(200'000, 3 * kMs);
     disk_slow_ = cfg_.faults ? static_cast<double>(setup.range(0, 300)) / 10'000.0 : 0;
     // Disk failures draw from their own stream, so the other draws of a seed do not move.
@@ -537,6 +552,7 @@ class World final : public SupervisorEnv, public LockdEnv {
       record(kWorldNode, to_lockd ? "dup_up" : "dup_down", worker, bytes.size());
     }
     auto data = std::make_shared<std::vector<std::uint8_t>>(bytes.begin(), bytes.end());
+    if (faulty) attack(path, worker, to_lockd, data);
     const std::uint64_t index = ++path.sent;
     for (int c = 0; c < copies; ++c) {
       const auto j = static_cast<std::uint64_t>(path.jitter_ns);
@@ -552,6 +568,31 @@ class World final : public SupervisorEnv, public LockdEnv {
         deliver(worker, to_lockd, *data);
       });
     }
+  }
+
+  /// The on-path attacker (Path::replay, Path::tamper): remembers `data`, and may inject an old
+  /// capture or a tampered copy of it, delivered like any datagram on the path.
+  void attack(Path& path, std::uint32_t worker, bool to_lockd, const std::shared_ptr<std::vector<std::uint8_t>>& data) {
+    if (path.replay == 0 && path.tamper == 0) return;
+    std::shared_ptr<const std::vector<std::uint8_t>> inject;
+    if (!path.captured.empty() && attack_rng_.chance(path.replay)) {
+      inject = path.captured[static_cast<std::size_t>(attack_rng_.below(path.captured.size()))];
+      ++counts_.datagrams_replayed;
+      record(kWorldNode, to_lockd ? "replay_up" : "replay_down", worker, inject->size());
+    } else if (!data->empty() && attack_rng_.chance(path.tamper)) {
+      auto t = std::make_shared<std::vector<std::uint8_t>>(*data);
+      (*t)[static_cast<std::size_t>(attack_rng_.below(t->size()))] ^=
+          static_cast<std::uint8_t>(1u << attack_rng_.below(8));
+      inject = std::move(t);
+      ++counts_.datagrams_tampered;
+      record(kWorldNode, to_lockd ? "tamper_up" : "tamper_down", worker, inject->size());
+    }
+    path.captured.push_back(data);
+    if (path.captured.size() > kCapturedMax) path.captured.pop_front();
+    if (!inject) return;
+    const int to_node = to_lockd ? kLockd : worker < sups_.size() ? 1 + static_cast<int>(worker) : kWorldNode;
+    push(now_ + effects_delay_ns_ + path.base_delay_ns + attack_rng_.range(0, path.jitter_ns), to_node,
+         [this, inject, worker, to_lockd] { deliver(worker, to_lockd, *inject); });
   }
 
   void deliver(std::uint32_t worker, bool to_lockd, const std::vector<std::uint8_t>& bytes) {
@@ -877,6 +918,7 @@ class World final : public SupervisorEnv, public LockdEnv {
   std::vector<Congestion> congestions_;
   std::vector<Pause> pauses_;
   Rng step_pause_rng_{0};
+  Rng attack_rng_{0};
   std::vector<std::int64_t> last_step_pause_end_;  ///< per node: when its last intra-step pause ended
   /// While a node's step runs: how long after the step's clock read its effects happen (an
   /// intra-step pause); 0 otherwise.
