@@ -233,8 +233,25 @@ ReapedSandbox OsSandboxHost::reap(const SandboxId& id) {
     // Dead means the pidfd reported the exit *and* the leaf is empty.
     out.still_populated = r.leaf.valid() && r.leaf.populated() == 1;
   }
+  if (out.still_populated) {
+    r.tokens.reset();  // the leaf alone is kept, for leaf_emptied()
+    return out;
+  }
   records_.erase(it);
   return out;
+}
+
+bool OsSandboxHost::leaf_emptied(const SandboxId& id) {
+  auto it = records_.find(id);
+  if (it == records_.end()) return true;
+  CgroupLeaf& leaf = it->second.leaf;
+  if (leaf.valid() && leaf.populated() == 1) {
+    leaf.kill();
+    return false;
+  }
+  if (leaf.valid() && leaf.remove() != 0) return false;
+  records_.erase(it);
+  return true;
 }
 
 void OsSandboxHost::forget(const SandboxId& id) {

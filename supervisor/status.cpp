@@ -65,7 +65,8 @@ json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {
               {"worker_beats_acked", cc.worker_beats_acked},
               {"reused_ids_refused", cc.reused_ids_refused},
               {"tombstones_evicted", cc.tombstones_evicted},
-              {"slots_quarantined", cc.slots_quarantined}}}};
+              {"slots_quarantined", cc.slots_quarantined},
+              {"slots_released_from_quarantine", cc.slots_released_from_quarantine}}}};
   if (core.config().mode == SupervisorMode::preemptible)
     j["worker_valid_until_ms"] = ms_from(hb.worker_valid_until_ns(), now_ns);
   return j;

@@ -939,15 +939,16 @@ void SupervisorCore::finish_exit(const SandboxId& id) {
   // Reaped (its pid and process group may be reused from now on), its leaf removed.
   const ReapedSandbox reaped = host_.reap(id);
   s->exit_code = reaped.exit_code;
-  bury(id);  // before any release of its grant goes out
+  if (s->name || s->pending_name) bury(id);  // before any release of its grant goes out
   log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
             id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
             s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());
   if (reaped.still_populated) {
     // A process of it outlived the kill and still reads the table: the slot stays revoked and
-    // is never handed out again (until a restart), so it cannot come to show another sandbox's
-    // grant to that process.
+    // is not handed out again while its leaf holds a process (release_quarantined), so it
+    // cannot come to show another sandbox's grant to that process.
     table_.revoke(s->slot);
+    quarantined_.emplace_back(id, s->slot);
     ++counters_.slots_quarantined;
     log_event("event=slot_quarantined sandbox=%s slot=%u reason=leaf_still_populated", id.str().c_str(), s->slot);
   } else {
@@ -1106,8 +1107,24 @@ void SupervisorCore::apply(const HeartbeatAction& a) {
   }
 }
 
+void SupervisorCore::release_quarantined() {
+  for (std::size_t i = 0; i < quarantined_.size();) {
+    const auto [id, slot] = quarantined_[i];
+    if (!host_.leaf_emptied(id)) {
+      ++i;
+      continue;
+    }
+    table_.free(slot, now_);
+    ++counters_.slots_released_from_quarantine;
+    log_event("event=slot_released sandbox=%s slot=%u reason=leaf_emptied", id.str().c_str(), slot);
+    quarantined_[i] = quarantined_.back();
+    quarantined_.pop_back();
+  }
+}
+
 void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   now_ = now_ns;
+  release_quarantined();
   const std::uint64_t now = now_;
   // 2-phase commits ride on this tick.
   while (!pending_commits_.empty()) {

@@ -65,6 +65,7 @@ class FakeHost final : public SandboxHost {
     ev_.push_back("reap");
     return ReapedSandbox{0, populated_on_reap};
   }
+  bool leaf_emptied(const SandboxId&) override { return !populated_on_reap; }
   void forget(const SandboxId&) override { ev_.push_back("forget"); }
 
   std::vector<SandboxSpec> created;
@@ -752,9 +753,9 @@ TEST_F(SupervisorCoreTest, ShutdownKillsStartedSandboxesAndRefusesNewOnes) {
 }
 
 // A process that outlived its sandbox's kill (its leaf still populated at the reap) still reads
-// the table: its slot is never freed, so no later sandbox's grant ever shows in it, and its
-// name is left to expire at lockd.
-TEST_F(SupervisorCoreTest, ASlotWhoseLeafIsStillPopulatedIsNeverFreed) {
+// the table: its slot is not freed while the leaf holds a process, so no later sandbox's grant
+// shows in it, and its name is left to expire at lockd. Once the leaf is empty the slot is free.
+TEST_F(SupervisorCoreTest, ASlotIsFreedOnlyOnceItsLeafIsEmpty) {
   make(SupervisorMode::lease);
   const SandboxId sb = granted_run(5);
   host.populated_on_reap = true;
@@ -767,11 +768,12 @@ TEST_F(SupervisorCoreTest, ASlotWhoseLeafIsStillPopulatedIsNeverFreed) {
   EXPECT_EQ(core->counters().slots_quarantined, 1u);
   EXPECT_EQ(lockd.count<wire::Release>(), 0u);
   EXPECT_EQ(core->sandboxes().find(sb), nullptr);
-  host.populated_on_reap = false;  // the next one exits cleanly: its slot is freed
-  const SandboxId next = granted_run(6);
-  core->on_exit(next, kT0 + 40 * kMs);
-  core->check_disarms(kT0 + 41 * kMs);
-  EXPECT_EQ(table.freed, std::vector<std::uint32_t>{1});
+  core->on_heartbeat_tick(kT0 + 100 * kMs);  // still populated: still held
+  EXPECT_TRUE(table.freed.empty());
+  host.populated_on_reap = false;  // the survivor is gone: the next tick frees the slot
+  core->on_heartbeat_tick(kT0 + 200 * kMs);
+  EXPECT_EQ(table.freed, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(core->counters().slots_released_from_quarantine, 1u);
 }
 
 // --on-shutdown keep keeps unnamed processes only. A named process kept past its supervisor

@@ -66,6 +66,7 @@ class OsSandboxHost final : public SandboxHost {
   void abandon(const SandboxId& id) override;
   void kill(const SandboxId& id, std::uint64_t now_ns) override;
   ReapedSandbox reap(const SandboxId& id) override;
+  bool leaf_emptied(const SandboxId& id) override;
   void forget(const SandboxId& id) override;
   /// The daemon's end (after the rt thread stopped): kills every sandbox still here, waits for
   /// and reaps each, removes its leaf, and forgets them all.

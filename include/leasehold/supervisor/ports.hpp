@@ -111,8 +111,13 @@ class SandboxHost {
   virtual void abandon(const SandboxId& id) = 0;
   /// Kills it from the calling thread (the rt thread did not or cannot).
   virtual void kill(const SandboxId& id, std::uint64_t now_ns) = 0;
-  /// Reaps its first process, removes its leaf and forgets it.
+  /// Reaps its first process, removes its leaf and forgets it - unless the leaf is still
+  /// populated (ReapedSandbox::still_populated): then the leaf is kept (killed again) until
+  /// leaf_emptied() sees it empty.
   virtual ReapedSandbox reap(const SandboxId& id) = 0;
+  /// After a reap that left its leaf populated: kills the leaf again and true once it is empty
+  /// (the leaf removed and the sandbox forgotten then). True if nothing of it is left.
+  virtual bool leaf_emptied(const SandboxId& id) = 0;
   /// Forgets it without reaping (it runs on, unwatched; a populated leaf stays).
   virtual void forget(const SandboxId& id) = 0;
 };

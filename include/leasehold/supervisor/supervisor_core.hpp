@@ -107,7 +107,8 @@ class SupervisorCore {
     std::uint64_t worker_beats_acked = 0;
     std::uint64_t reused_ids_refused = 0;  ///< expect-commit of a sandbox id that ran here recently
     std::uint64_t tombstones_evicted = 0;  ///< dropped before their time: kTombstonesMax reached
-    std::uint64_t slots_quarantined = 0;   ///< never freed: a process of the sandbox outlived it
+    std::uint64_t slots_quarantined = 0;   ///< kept revoked: a process of the sandbox outlived it
+    std::uint64_t slots_released_from_quarantine = 0;  ///< freed once their leaf was empty
   };
   /// Deadline of an armed sandbox that has no lease (unnamed): never due.
   static constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
@@ -116,7 +117,8 @@ class SupervisorCore {
   static constexpr std::size_t kPendingCommitsMax = 4096;
   /// Sandbox ids remembered as used (see tombstone_ns); about 40 bytes each.
   static constexpr std::size_t kTombstonesMax = 65536;
-  /// How long a sandbox id that ran here, or whose grant this worker gave back, is refused by
+  /// How long a sandbox id that ran here under a grant, or whose grant this worker gave back
+  /// (unnamed ones have nothing to revive and are not remembered), is refused by
   /// expect-commit after it is gone: 2 x lockd's TTL + the release call's timeout. A Release of
   /// its grant may still be on its way to lockd; a Commit of the same {name, sandbox, epoch}
   /// that overtook it would revive the grant at lockd (Commit is idempotent), and the late
@@ -217,6 +219,8 @@ class SupervisorCore {
   /// Remembers `id` as used until now + tombstone_ns(); buried() says whether it still is.
   void bury(const SandboxId& id);
   bool buried(const SandboxId& id);
+  /// Frees the quarantined slots whose leaf is empty now (each heartbeat tick).
+  void release_quarantined();
   void apply(const HeartbeatAction& a);
   void send_worker_beat(std::uint64_t deadline_ns, std::vector<RefreshEntry> held);
   std::int64_t now_i() const noexcept { return static_cast<std::int64_t>(now_); }
@@ -233,6 +237,7 @@ class SupervisorCore {
   std::deque<PendingCommit> pending_commits_;
   std::unordered_map<SandboxId, std::uint64_t> tombstones_;           ///< id -> refused until (ns)
   std::deque<std::pair<SandboxId, std::uint64_t>> tombstone_order_;  ///< oldest first
+  std::vector<std::pair<SandboxId, std::uint32_t>> quarantined_;      ///< slots held for a populated leaf
   std::vector<SandboxId> disarming_;
   bool shutting_down_ = false;
   std::size_t releases_in_flight_ = 0;
