@@ -170,9 +170,9 @@ int main(int argc, char** argv) {
   auto* seed_opt = app.add_option("--seed", seed_text, "replay one run (0 <= N < 2^64)");
   auto* seeds_opt = app.add_option("--seeds", seeds_text, "sweep the seeds A..B (inclusive)");
   seed_opt->excludes(seeds_opt);
-  app.add_flag("--trace", trace, "print the run's trace (with --seed)")->needs(seed_opt);
+  app.add_flag("--trace", trace, "print the run's trace (with --seed; on stderr with --json)")->needs(seed_opt);
   app.add_flag("--json", json, "print a JSON summary on stdout");
-  app.add_option("--jobs", jobs, "worker processes for a sweep (default 1)")->check(CLI::Range(1u, 256u));
+  app.add_option("--jobs", jobs, "worker processes for a sweep (default 1)")->check(CLI::Range(1u, 256u))->excludes(seed_opt);
   app.add_flag("--stop-at-first", stop_at_first, "end a sweep at the first failing seed");
   app.add_flag("--quiet", quiet, "no progress on stderr");
   app.add_option("--duration-s", duration_s, "simulated seconds per run (default 120; faults heal 30 s before the end)")
@@ -230,6 +230,7 @@ int main(int argc, char** argv) {
   }
 
   const auto wall_start = std::chrono::steady_clock::now();
+  // The number of seeds; 0 stands for all 2^64 of them (a sweep that never ends).
   const std::uint64_t total = range.last - range.first + 1;
   std::vector<RunResult> failures;
   FaultCounts sum;
@@ -256,7 +257,8 @@ int main(int argc, char** argv) {
     if (!last && now < next) return;
     next = now + std::chrono::seconds(2);
     const double wall = std::chrono::duration<double>(now - wall_start).count();
-    std::fprintf(stderr, "leasehold-sim: %" PRIu64 "/%" PRIu64 " seeds, %zu failing, %.1f s\n", done, total,
+    const std::string of = total == 0 ? std::string("2^64") : std::to_string(total);
+    std::fprintf(stderr, "leasehold-sim: %" PRIu64 "/%s seeds, %zu failing, %.1f s\n", done, of.c_str(),
                  failures.size(), wall);
   };
 
@@ -265,7 +267,11 @@ int main(int argc, char** argv) {
       SimConfig cfg = base;
       cfg.seed = *seed;
       leasehold::sim::TraceFn fn;
-      if (trace) fn = [](std::string_view line) { std::printf("%.*s\n", static_cast<int>(line.size()), line.data()); };
+      // With --json, stdout is the JSON document alone: the trace goes to stderr then.
+      FILE* const trace_to = json ? stderr : stdout;
+      if (trace) fn = [trace_to](std::string_view line) {
+        std::fprintf(trace_to, "%.*s\n", static_cast<int>(line.size()), line.data());
+      };
       take(run_one(cfg, fn));
     } else if (jobs == 1) {
       for (std::uint64_t s = range.first; s <= range.last; ++s) {
