@@ -3,7 +3,7 @@
 namespace leasehold::sim {
 
 std::optional<Violation> Invariants::single_holder(std::span<const Passing> passing, std::int64_t now_ns,
-                                                   std::int64_t excused_until_ns) {
+                                                   std::span<const std::int64_t> excused_until_ns) {
   // Few sandboxes pass at once (at most one per name when all is well): a quadratic scan is
   // cheaper than any map.
   std::map<NameId, std::int64_t> overlapping;
@@ -12,7 +12,7 @@ std::optional<Violation> Invariants::single_holder(std::span<const Passing> pass
       const Passing& a = passing[i];
       const Passing& b = passing[j];
       if (a.name != b.name || a.sandbox == b.sandbox) continue;
-      if (now_ns < excused_until_ns) {
+      if (excused(excused_until_ns, a.worker, now_ns) || excused(excused_until_ns, b.worker, now_ns)) {
         overlapping.emplace(a.name, now_ns);
         continue;
       }

@@ -833,10 +833,14 @@ class World final : public SupervisorEnv, public LockdEnv {
         s.fate.passed = true;
       }
     }
-    std::int64_t excused_until = 0;
+    // Only the workers an over-budget pause hit are excused, each until its recovery bound.
+    excused_until_.assign(sups_.size(), 0);
     for (const Pause& p : pauses_)
-      if (p.over_budget && p.start_ns <= now_)
-        excused_until = std::max(excused_until, p.end_ns + cfg_.timing.ttl_ns + cfg_.timing.kill_after_ns + cfg_.heartbeat_interval_ns);
+      if (p.over_budget && p.start_ns <= now_ && p.node >= 1 && static_cast<std::size_t>(p.node) <= sups_.size()) {
+        std::int64_t& until = excused_until_[static_cast<std::size_t>(p.node - 1)];
+        until = std::max(until, p.end_ns + cfg_.timing.ttl_ns + cfg_.timing.kill_after_ns + cfg_.heartbeat_interval_ns);
+      }
+    const std::span<const std::int64_t> excused_until(excused_until_);
     if (auto v = inv_.single_holder(passing_, now_, excused_until)) {
       fail(*v);
       return;
@@ -919,6 +923,7 @@ class World final : public SupervisorEnv, public LockdEnv {
   std::vector<Pause> pauses_;
   Rng step_pause_rng_{0};
   Rng attack_rng_{0};
+  std::vector<std::int64_t> excused_until_;  ///< per worker (check_single_holder)
   std::vector<std::int64_t> last_step_pause_end_;  ///< per node: when its last intra-step pause ended
   /// While a node's step runs: how long after the step's clock read its effects happen (an
   /// intra-step pause); 0 otherwise.

@@ -29,11 +29,21 @@ TEST(SimInvariants, SingleHolderFiresOnTwoSandboxesPassingForOneName) {
 TEST(SimInvariants, SingleHolderToleratesAnOverlapOnlyUntilTheRecoveryBound) {
   Invariants inv;
   const std::vector<Passing> bad{{kName, kA, 3, 0}, {kName, kB, 4, 1}};
-  EXPECT_FALSE(inv.single_holder(bad, 100, /*excused_until_ns=*/500));
-  EXPECT_FALSE(inv.single_holder(bad, 499, 500));
-  const auto v = inv.single_holder(bad, 500, 500);
+  const std::vector<std::int64_t> worker1_paused{0, 500};  // worker 1 (kB's) paused past its budget
+  EXPECT_FALSE(inv.single_holder(bad, 100, worker1_paused));
+  EXPECT_FALSE(inv.single_holder(bad, 499, worker1_paused));
+  const auto v = inv.single_holder(bad, 500, worker1_paused);
   ASSERT_TRUE(v);
   EXPECT_NE(v->detail.find("recovery bound"), std::string::npos) << v->detail;
+}
+
+TEST(SimInvariants, APauseExcusesOnlyOverlapsWithASandboxOfThePausedWorker) {
+  Invariants inv;
+  const std::vector<Passing> bad{{kName, kA, 3, 0}, {kName, kB, 4, 1}};
+  const std::vector<std::int64_t> worker2_paused{0, 0, 500};
+  const auto v = inv.single_holder(bad, 100, worker2_paused);
+  ASSERT_TRUE(v);  // workers 0 and 1 overlap; worker 2's pause excuses neither
+  EXPECT_EQ(v->invariant, "single_holder");
 }
 
 TEST(SimInvariants, KillBeforeExpiryFiresUnlessTheSandboxIsDead) {
@@ -78,8 +88,11 @@ TEST(SimInvariants, CurrentGrantFiresOnAPassingSandboxLockdDoesNotHaveAsHolder) 
   EXPECT_NE(free->detail.find("not held"), std::string::npos) << free->detail;
   // An older epoch of the same sandbox is not the current grant either.
   EXPECT_TRUE(inv.current_grant(std::span<const Passing>(p), held_by(kA, 6), 1000));
-  // Excused by an over-budget pause until the recovery bound.
-  EXPECT_FALSE(inv.current_grant(std::span<const Passing>(p), held_by(kB, 6), 1000, 2000));
+  // Excused by an over-budget pause of its own worker until the recovery bound, not of another.
+  const std::vector<std::int64_t> worker0_paused{2000}, worker1_paused{0, 2000};
+  EXPECT_FALSE(inv.current_grant(std::span<const Passing>(p), held_by(kB, 6), 1000, worker0_paused));
+  EXPECT_TRUE(inv.current_grant(std::span<const Passing>(p), held_by(kB, 6), 1000, worker1_paused));
+  EXPECT_TRUE(inv.current_grant(std::span<const Passing>(p), held_by(kB, 6), 2000, worker0_paused));
 }
 
 TEST(SimInvariants, EpochMonotoneFiresOnAnEpochThatDoesNotGrow) {

@@ -80,11 +80,12 @@ struct RestoredName {
 
 class Invariants {
  public:
-  /// `passing`: every sandbox passing check_deadline at now_ns. Before `excused_until_ns` (an
-  /// over-budget pause was injected; the recovery bound after it) an overlap is tolerated; an
-  /// overlap that is still there at or after it is a violation.
+  /// `passing`: every sandbox passing check_deadline at now_ns. `excused_until_ns[w]`: an
+  /// over-budget pause was injected on worker w's supervisor, and this is the recovery bound
+  /// after it. An overlap is tolerated only while one of its two sandboxes is on a worker still
+  /// excused; one that is still there after that is a violation.
   std::optional<Violation> single_holder(std::span<const Passing> passing, std::int64_t now_ns,
-                                         std::int64_t excused_until_ns = 0);
+                                         std::span<const std::int64_t> excused_until_ns = {});
 
   /// lockd let the grant (name, epoch, holder) go at now_ns; `fate` is its sandbox's.
   /// `excused`: an over-budget pause hit the holder's supervisor or lockd during the grant.
@@ -93,12 +94,12 @@ class Invariants {
                                               bool excused = false);
 
   /// `passing` pass check_deadline at now_ns; `held(name)` is lockd's record (lockd is up).
-  /// Before `excused_until_ns` (an over-budget pause) a mismatch is tolerated.
+  /// A mismatch is tolerated only for a sandbox on a worker still excused (single_holder).
   template <class Lookup>
   std::optional<Violation> current_grant(std::span<const Passing> passing, Lookup held, std::int64_t now_ns,
-                                         std::int64_t excused_until_ns = 0) const {
-    if (now_ns < excused_until_ns) return std::nullopt;
+                                         std::span<const std::int64_t> excused_until_ns = {}) const {
     for (const Passing& p : passing) {
+      if (excused(excused_until_ns, p.worker, now_ns)) continue;
       const RestoredName r = held(p.name);
       if (r.held && r.owner == p.sandbox && r.epoch == p.epoch) continue;
       return Violation{"current_grant", now_ns,
@@ -109,6 +110,11 @@ class Invariants {
                                    : std::string("it not held"))};
     }
     return std::nullopt;
+  }
+
+  /// True while worker `w` is excused (see single_holder).
+  static bool excused(std::span<const std::int64_t> excused_until_ns, std::uint32_t w, std::int64_t now_ns) noexcept {
+    return w < excused_until_ns.size() && now_ns < excused_until_ns[w];
   }
 
   /// lockd sent a grant of `name` at `epoch` to `holder`.
