@@ -948,7 +948,7 @@ void SupervisorCore::finish_exit(const SandboxId& id) {
     // is not handed out again while its leaf holds a process (release_quarantined), so it
     // cannot come to show another sandbox's grant to that process.
     table_.revoke(s->slot);
-    quarantined_.emplace_back(id, s->slot);
+    quarantined_.push_back(Quarantined{id, s->slot, s->name || s->pending_name ? s->name_id : NameId{}, s->epoch});
     ++counters_.slots_quarantined;
     log_event("event=slot_quarantined sandbox=%s slot=%u reason=leaf_still_populated", id.str().c_str(), s->slot);
   } else {
@@ -1109,7 +1109,8 @@ void SupervisorCore::apply(const HeartbeatAction& a) {
 
 void SupervisorCore::release_quarantined() {
   for (std::size_t i = 0; i < quarantined_.size();) {
-    const auto [id, slot] = quarantined_[i];
+    const SandboxId id = quarantined_[i].id;
+    const std::uint32_t slot = quarantined_[i].slot;
     if (!host_.leaf_emptied(id)) {
       ++i;
       continue;
@@ -1263,6 +1264,10 @@ bool SupervisorCore::on_revoked(const wire::Revoked& q, std::uint64_t now_ns) {
   // killed then; lockd's bound covers it, no confirmation is sent for it.
   for (const auto& [name, holder] : sandboxes_.names())
     if (name_id_of(name) == q.name_id) return true;
+  // A process of that grant's sandbox outlived its kill (its leaf is quarantined): it may still
+  // act, so no confirmation; lockd's bound frees the name.
+  for (const Quarantined& qd : quarantined_)
+    if (qd.name_id == q.name_id && qd.epoch == q.epoch) return true;
   // Nothing of that grant runs here (it exited, or a restart stopped it): confirm at once.
   confirm_kill_to_lockd(q.name_id, q.name_id.str(), SandboxId{}, q.epoch);
   return false;

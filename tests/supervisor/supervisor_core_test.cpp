@@ -770,6 +770,11 @@ TEST_F(SupervisorCoreTest, ASlotIsFreedOnlyOnceItsLeafIsEmpty) {
   EXPECT_EQ(core->sandboxes().find(sb), nullptr);
   core->on_heartbeat_tick(kT0 + 100 * kMs);  // still populated: still held
   EXPECT_TRUE(table.freed.empty());
+  // A revocation of its grant meanwhile is not confirmed: the survivor may still act.
+  const std::size_t calls = lockd.calls.size();
+  EXPECT_TRUE(core->on_revoked(wire::Revoked{name_id_of("job"), 5, 6}, kT0 + 150 * kMs));
+  EXPECT_EQ(lockd.calls.size(), calls);
+  EXPECT_EQ(lockd.count<wire::KillConfirmed>(), 0u);
   host.populated_on_reap = false;  // the survivor is gone: the next tick frees the slot
   core->on_heartbeat_tick(kT0 + 200 * kMs);
   EXPECT_EQ(table.freed, std::vector<std::uint32_t>{0});

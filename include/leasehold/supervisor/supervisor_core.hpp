@@ -237,7 +237,13 @@ class SupervisorCore {
   std::deque<PendingCommit> pending_commits_;
   std::unordered_map<SandboxId, std::uint64_t> tombstones_;           ///< id -> refused until (ns)
   std::deque<std::pair<SandboxId, std::uint64_t>> tombstone_order_;  ///< oldest first
-  std::vector<std::pair<SandboxId, std::uint32_t>> quarantined_;      ///< slots held for a populated leaf
+  struct Quarantined {  ///< a slot held for a populated leaf, and the grant its survivor ran under
+    SandboxId id;
+    std::uint32_t slot = 0;
+    NameId name_id;  ///< nil: it was unnamed
+    Epoch epoch = 0;
+  };
+  std::vector<Quarantined> quarantined_;
   std::vector<SandboxId> disarming_;
   bool shutting_down_ = false;
   std::size_t releases_in_flight_ = 0;
