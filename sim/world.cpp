@@ -252,6 +252,18 @@ class World final : public SupervisorEnv, public LockdEnv {
       forge_rng_ = Rng(cfg_.seed ^ 0xf0a9ef0a9ef0a9e5ULL);
       push(hostile_rng_.range(0, 100 * kMs), kWorldNode, [this] { hostile_heartbeat(); });
     }
+    // An operator (half the seeds, its own stream) revokes names now and then with the cluster
+    // key, as an admin would: legitimate revocations, which the supervisors must carry out and
+    // lockd must guard until the kill is confirmed or its bound passes.
+    operator_rng_ = Rng(cfg_.seed ^ 0x0e7a70e70e7a70e7ULL);
+    if (cfg_.faults && operator_rng_.chance(0.5)) {
+      // The cluster key used directly, as the CLI does (lockd/admin_client.cpp): key id | bit 15.
+      wire::WireKey root = cluster_;
+      root.kind = wire::KeyKind::admin;
+      root.key_id = static_cast<std::uint16_t>(cluster_.key_id | wire::kAdminKeyIdBit);
+      operator_ = std::make_unique<wire::Sender>(WorkerId{0x0e7a, operator_rng_.next()}, 1, root);
+      push(operator_rng_.range(2 * kS, 10 * kS), kWorldNode, [this] { operator_revoke(); });
+    }
     if (cfg_.preemptible()) ++counts_.preemptible_runs;
     // The seed's drawn timing (with_drawn_timing), first in the trace.
     record(kWorldNode, "ttl_ms", 0, static_cast<std::uint64_t>(cfg_.timing.ttl_ns / kMs));
@@ -609,7 +621,11 @@ class World final : public SupervisorEnv, public LockdEnv {
       });
     } else {
       ++counts_.datagrams_delivered;
-      if (worker >= sups_.size()) return;  // to the hostile worker, which reads nothing
+      if (worker >= sups_.size()) {  // to the hostile worker or the operator, which act on nothing they read
+        const wire::DecodeResult d = wire::decode(bytes, nullptr);
+        if (d) record(kWorldNode, "outsider_answer", static_cast<std::uint64_t>(wire::type_of(d.body)), d.header.request_id);
+        return;
+      }
       const int node = 1 + static_cast<int>(worker);
       SupervisorNode& s = *sups_[worker];
       run_node(node, [&] {
@@ -670,6 +686,20 @@ class World final : public SupervisorEnv, public LockdEnv {
     transmit(up_[cfg_.supervisors], cfg_.supervisors, true, dg.view());
   }
 
+  /// The operator's revoke of a name (held or not), until the faults heal; its answers go to a
+  /// path nobody reads.
+  void operator_revoke() {
+    if (now_ >= cfg_.heal_ns) return;
+    const NameId name = name_ids_[static_cast<std::size_t>(operator_rng_.below(name_ids_.size()))];
+    wire::Datagram dg;
+    if (operator_->seal(operator_next_request_++, wire::Revoke{name, 0, false}, dg)) {
+      ++counts_.operator_revokes;
+      record(kWorldNode, "operator_revoke", name.lo, 0);
+      transmit(up_[cfg_.supervisors], cfg_.supervisors, true, dg.view());
+    }
+    push(now_ + operator_rng_.range(2 * kS, 10 * kS), kWorldNode, [this] { operator_revoke(); });
+  }
+
   // ---- observation of lockd --------------------------------------------------------------------
   void observe_lockd_answer(std::span<const std::uint8_t> bytes) {
     wire::Header h;
@@ -714,12 +744,26 @@ class World final : public SupervisorEnv, public LockdEnv {
     return false;
   }
 
-  /// kill_before_expiry: every grant that left lockd's table since the last step.
+  /// True while lockd guards the revoked (or transferred-away) grant `epoch` of `id`: nobody can
+  /// be granted the name until its worker confirms the kill or the revoke's bound passes.
+  bool revoke_guards(NameId id, Epoch epoch) const {
+    if (!lockd_) return false;
+    const LockState s = lockd_->table().state(id);
+    return s.revoke_pending && s.revoked_epoch == epoch &&
+           (s.phase == LockPhase::free || s.phase == LockPhase::transferring);
+  }
+
+  /// kill_before_expiry: every grant that left lockd's table since the last step. A revoked
+  /// grant leaves it when its guard is lifted (confirmation or bound), not at the revoke.
   void check_grants_kept() {
     std::map<NameId, HeldView> now_held = held_now();
     for (const auto& [id, h] : held_) {
       const auto it = now_held.find(id);
       if (it != now_held.end() && it->second == h) continue;
+      if (it == now_held.end() && revoke_guards(id, h.epoch)) {
+        now_held.emplace(id, h);
+        continue;
+      }
       // Held in memory but never answered (its batch not yet durable): nobody was told.
       if (acknowledged_.count(std::pair{id, h.epoch}) == 0) continue;
       const auto sb = sandboxes_.find(h.owner);
@@ -850,6 +894,10 @@ class World final : public SupervisorEnv, public LockdEnv {
       if (auto v = inv_.current_grant(std::span<const Passing>(passing_),
                                       [&](NameId id) {
                                         const LockState s = t.state(id);
+                                        // Revoked, guarded: its holder may still pass until it is killed.
+                                        if (const auto h = held_.find(id);
+                                            s.phase != LockPhase::held && h != held_.end() && revoke_guards(id, h->second.epoch))
+                                          return RestoredName{true, h->second.owner, h->second.epoch};
                                         return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
                                       },
                                       now_, excused_until))
@@ -944,6 +992,9 @@ class World final : public SupervisorEnv, public LockdEnv {
   Rng hostile_rng_{0};
   Rng forge_rng_{0};
   std::uint64_t hostile_next_request_ = 1;
+  std::unique_ptr<wire::Sender> operator_;  ///< the operator's (cluster key: root authority)
+  Rng operator_rng_{0};
+  std::uint64_t operator_next_request_ = std::uint64_t{1} << 40;  // apart from the hostile worker's ids
 
   std::map<SandboxId, Sandbox> sandboxes_;
   std::int64_t kill_ticks_max_ = 0;

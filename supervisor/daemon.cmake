@@ -42,6 +42,8 @@ install(TARGETS leasehold-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
 #                                                     leasehold-supervisor-ablate-commit-before-spawn)
 #   leasehold_supervisor_ablate_short_grant           a grant's time left ignored: the lease counts
 #                                                     from the send with the full TTL
+#   leasehold_supervisor_ablate_confirm_before_exit   a revocation's kill confirmed to lockd when the
+#                                                     kill is asked, before the sandbox is dead
 function(leasehold_supervisor_ablation suffix define)
   leasehold_supervisor_library(leasehold_supervisor_ablate_${suffix} EXCLUDE_FROM_ALL)
   target_compile_definitions(leasehold_supervisor_ablate_${suffix} PUBLIC ${define}=1)
@@ -49,6 +51,7 @@ endfunction()
 leasehold_supervisor_ablation(kill_from_answer LEASEHOLD_SIM_ABLATE_KILL_FROM_ANSWER)
 leasehold_supervisor_ablation(commit_before_spawn LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN)
 leasehold_supervisor_ablation(short_grant LEASEHOLD_SIM_ABLATE_SHORT_GRANT)
+leasehold_supervisor_ablation(confirm_before_exit LEASEHOLD_SIM_ABLATE_CONFIRM_BEFORE_EXIT)
 add_executable(leasehold-supervisor-ablate-commit-before-spawn EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/main.cpp)
 leasehold_target(leasehold-supervisor-ablate-commit-before-spawn)
 target_link_libraries(leasehold-supervisor-ablate-commit-before-spawn PRIVATE leasehold_supervisor_ablate_commit_before_spawn)

@@ -1255,10 +1255,19 @@ bool SupervisorCore::on_revoked(const wire::Revoked& q, std::uint64_t now_ns) {
     if (!s.revoked)
       log_event("event=revoked sandbox=%s name=%s epoch=%" PRIu64 " new_epoch=%" PRIu64 " action=kill",
                 id.str().c_str(), held->c_str(), q.epoch, q.new_epoch);
+#if LEASEHOLD_SIM_ABLATE_CONFIRM_BEFORE_EXIT
+    // Ablation (simulator only): confirmed as soon as the kill is asked, not once it is dead.
+    const std::string name = *held;
+    hb_.remove(id);
+    kill_sandbox(s, "revoked by lockd");
+    confirm_kill_to_lockd(q.name_id, name, id, q.epoch);
+    return true;
+#else
     s.revoked = true;
     hb_.remove(id);
     kill_sandbox(s, "revoked by lockd (epoch " + std::to_string(q.epoch) + " -> " + std::to_string(q.new_epoch) + ")");
     return true;  // the confirmation follows its exit (finish_exit)
+#endif
   }
   // Being placed (its grant may still arrive): its next heartbeat answer is `lost`, so it is
   // killed then; lockd's bound covers it, no confirmation is sent for it.

@@ -125,6 +125,7 @@ struct SimConfig {
   X(is_running_asked, "IsRunning questions lockd sent a worker (preemptible mode)")         \
   X(lock_delay_refusals, "creates lockd refused while a name's lock-delay ran")            \
   X(hostile_forgeries, "forged requests the hostile worker sent about others' names")      \
+  X(operator_revokes, "revokes the operator sent (cluster key), held names or not")          \
   X(sandboxes_started, "sandboxes started")                                                 \
   X(kills, "kill-switch kills (lapsed lease, lost / unknown answer)")                       \
   X(writes_accepted, "writes the fenced resource accepted")                                 \
