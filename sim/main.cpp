@@ -143,11 +143,25 @@ std::optional<std::uint64_t> parse_u64(const std::string& text) {
   }
 }
 
-std::string failure_line(const RunResult& r) {
+/// The command line that replays seed `seed` exactly: a run depends on the seed and on the
+/// options that change what is drawn (`extra`: --mode, --duration-s, --no-faults as given).
+std::string replay_command(std::uint64_t seed, const std::string& extra) {
+  return std::string(leasehold::sim::ablation_name().empty() ? "leasehold-sim"
+                                                              : "leasehold-sim-" + std::string(leasehold::sim::ablation_name())) +
+         " --seed " + std::to_string(seed) + extra;
+}
+
+std::string failure_line(const RunResult& r, const std::string& extra) {
   char at[32];
   std::snprintf(at, sizeof at, "%.6f", static_cast<double>(r.violation->at_ns) / 1e9);
   return "seed " + std::to_string(r.seed) + ": " + r.violation->invariant + " violated at " + at + " s: " +
-         r.violation->detail;
+         r.violation->detail + " (replay: " + replay_command(r.seed, extra) + " --trace)";
+}
+
+std::string hex64(std::uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016" PRIx64, v);
+  return b;
 }
 
 }  // namespace
@@ -216,6 +230,15 @@ int main(int argc, char** argv) {
     return kUsage;
   }
 
+  // What a replay of one of these seeds must repeat besides the seed.
+  std::string replay_extra;
+  if (mode != "mixed") replay_extra += " --mode " + mode;
+  if (duration_s > 0) {
+    char d[48];
+    std::snprintf(d, sizeof d, " --duration-s %g", duration_s);
+    replay_extra += d;
+  }
+  if (no_faults) replay_extra += " --no-faults";
   SimConfig base;
   if (duration_s > 0) {
     base.duration_ns = static_cast<std::int64_t>(duration_s * 1e9);
@@ -246,7 +269,7 @@ int main(int argc, char** argv) {
     if (r.violation) {
       failures.push_back(r);
       // With --json, stdout is the JSON document alone.
-      std::fprintf(json ? stderr : stdout, "%s\n", failure_line(r).c_str());
+      std::fprintf(json ? stderr : stdout, "%s\n", failure_line(r, replay_extra).c_str());
       std::fflush(json ? stderr : stdout);
     }
   };
@@ -354,6 +377,7 @@ int main(int argc, char** argv) {
     j["failures"] = nlohmann::json::array();
     for (const RunResult& r : failures)
       j["failures"].push_back({{"seed", r.seed},
+                               {"replay", replay_command(r.seed, replay_extra)},  // exact above 2^53 too
                                {"invariant", r.violation->invariant},
                                {"at_ns", r.violation->at_ns},
                                {"detail", r.violation->detail}});
@@ -362,7 +386,7 @@ int main(int argc, char** argv) {
     j["wall_s"] = wall_s;
     j["simulated_s_per_wall_s"] = wall_s > 0 ? sim_s / wall_s : 0.0;
     j["seeds_per_minute"] = wall_s > 0 ? static_cast<double>(done) * 60.0 / wall_s : 0.0;
-    if (done == 1) j["trace_hash"] = one_hash;
+    if (done == 1) j["trace_hash"] = hex64(one_hash);  // as the text output prints it
     nlohmann::json f;
 #define LEASEHOLD_SIM_JSON(name, text) f[#name] = sum.name;
     LEASEHOLD_SIM_FAULT_COUNTS(LEASEHOLD_SIM_JSON)
