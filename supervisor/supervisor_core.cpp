@@ -853,6 +853,9 @@ void SupervisorCore::release_to_lockd(const NameId& name_id, const std::string& 
 
 void SupervisorCore::kill_sandbox(Sandbox& s, const std::string& reason) {
   if (kill_asked_or_gone(s.phase)) return;
+#if LEASEHOLD_SIM_ABLATE_COMMIT_BEFORE_SPAWN
+  if (before_spawn(s.phase)) return;  // the ablated order: nothing started yet (on_committed starts it)
+#endif
   advance(s.phase, s.phase == SandboxPhase::aborted ? SandboxPhase::aborting : SandboxPhase::killing);
   if (s.kill_reason.empty()) s.kill_reason = reason;
   // Its checks fail from now on, before the rt thread applies the kill (up to a command poll
