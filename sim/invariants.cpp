@@ -38,12 +38,14 @@ std::optional<Violation> Invariants::kill_before_expiry(NameId name, Epoch epoch
                                                         bool excused) {
   // The kill must have landed (the process is gone), not only been sent: the safety inequality
   // budgets the kill's latency before lockd's expiry.
-  if (!fate.known || fate.exited || !fate.passed || excused) return std::nullopt;
+  if (!fate.known || !fate.passed || excused) return std::nullopt;
+  if (fate.exited && fate.exited_at_ns <= now_ns) return std::nullopt;
   return Violation{"kill_before_expiry", now_ns,
                    "name " + name.str() + ": lockd let the grant of epoch " + std::to_string(epoch) +
                        " go while its sandbox " + holder.str() + " was running and " +
-                       (fate.killed ? "not yet dead (killed at " + std::to_string(fate.killed_at_ns) + " ns)"
-                                    : std::string("not killed"))};
+                       (fate.exited ? "dead only at " + std::to_string(fate.exited_at_ns) + " ns"
+                        : fate.killed ? "not yet dead (killed at " + std::to_string(fate.killed_at_ns) + " ns)"
+                                      : std::string("not killed"))};
 }
 
 std::optional<Violation> Invariants::epoch_monotone(NameId name, Epoch epoch, SandboxId holder,

@@ -26,6 +26,9 @@ lockd::LockdConfig lockd_config_of(const SimConfig& cfg) {
   // The no-authz ablation: lockd lets any worker key act on any name (lockd's own
   // LEASEHOLD_ABLATE=no-authz switch); the hostile worker's forgeries must then be caught.
   c.ablate_authz = ablation_name() == "no-authz";
+  // The transfer-unguarded ablation (LEASEHOLD_ABLATE=transfer-unguarded): a transfer completes
+  // as soon as asked, while the old holder may still run; the operator's transfers must catch it.
+  c.ablate_transfer_guard = ablation_name() == "transfer-unguarded";
   if (cfg.preemptible()) {
     c.mode = LockMode::preemptible;
     if (cfg.worker_ttl_ns != 0) c.worker_ttl_ms = static_cast<std::uint64_t>(cfg.worker_ttl_ns / kMs);

@@ -174,7 +174,10 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
 
   // ---- SandboxHost -----------------------------------------------------------------------
   std::optional<PortError> open_tokens(const SandboxId&) override { return std::nullopt; }
-  shm::TableErrc publish_token(const SandboxId&, Epoch, std::span<const std::uint8_t>) override {
+  /// The sandbox's token channel: a sandbox learns its grant's epoch there (a sandbox named
+  /// after it started - a transfer's receiver - has no LEASEHOLD_EPOCH), and checks with it.
+  shm::TableErrc publish_token(const SandboxId& id, Epoch epoch, std::span<const std::uint8_t>) override {
+    if (const auto it = hosted.find(id); it != hosted.end()) it->second.spec.epoch = epoch;
     return shm::TableErrc::ok;
   }
   void clear_tokens(const SandboxId&) override {}
@@ -287,6 +290,7 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
 
   // ---- ControlPort -----------------------------------------------------------------------
   std::map<ControlClientId, ControlRequest> asked;
+  SandboxId last_unnamed;  ///< the sandbox the last unnamed run started (nil: refused)
   void reply(ControlClientId client, const std::string& line) override {
     const auto it = asked.find(client);
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
@@ -296,6 +300,8 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     if (it == asked.end()) return;
     const ControlRequest req = std::move(it->second);
     asked.erase(it);
+    if (ok && req.op == ControlOp::run && !req.name)  // an unnamed run answers with its sandbox id
+      last_unnamed = SandboxId::parse(j.value("sandbox", std::string())).value_or(SandboxId{});
     // A refused expect-commit leaves the control plane's Acquiring record: it aborts it.
     if (!ok && req.op == ControlOp::expect_commit) release_name(*req.name, *req.sandbox, req.epoch);
   }
@@ -548,6 +554,32 @@ std::int64_t SupervisorNode::tick(std::int64_t now_ns) {
   m.workload();
   m.settle();
   return m.next_wake();
+}
+
+SandboxId SupervisorNode::run_unnamed(std::int64_t now_ns) {
+  Impl& m = *impl_;
+  m.now_ns = now_ns;
+  m.settle();
+  m.last_unnamed = SandboxId{};
+  ControlRequest req;
+  req.op = ControlOp::run;
+  m.env.note(m.index, "run_unnamed", 0, 0);
+  m.request(std::move(req));  // answered at once: an unnamed sandbox needs no lockd
+  m.settle();
+  return m.last_unnamed;
+}
+
+void SupervisorNode::name_sandbox(SandboxId sandbox, const std::string& name, std::int64_t now_ns) {
+  Impl& m = *impl_;
+  m.now_ns = now_ns;
+  m.settle();
+  ControlRequest req;
+  req.op = ControlOp::name;
+  req.sandbox = sandbox;
+  req.name = name;
+  m.env.note(m.index, "name", name_id_of(name).lo, sandbox.lo);
+  m.request(std::move(req));
+  m.settle();
 }
 
 bool SupervisorNode::check_deadline(SandboxId sandbox, std::int64_t now_ns, NameId* name, Epoch* epoch) const {

@@ -3,6 +3,7 @@
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/wire/replay.hpp"
+#include "leasehold/lease/assert.hpp"
 #include "leasehold/lease/fence.hpp"
 #include "leasehold/sim/disk.hpp"
 #include "leasehold/sim/invariants.hpp"
@@ -17,6 +18,7 @@
 #include <map>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <set>
 #include <stdexcept>
@@ -263,6 +265,19 @@ class World final : public SupervisorEnv, public LockdEnv {
       root.key_id = static_cast<std::uint16_t>(cluster_.key_id | wire::kAdminKeyIdBit);
       operator_ = std::make_unique<wire::Sender>(WorkerId{0x0e7a, operator_rng_.next()}, 1, root);
       push(operator_rng_.range(2 * kS, 10 * kS), kWorldNode, [this] { operator_revoke(); });
+    }
+    // The operator also transfers held names gracefully (half the seeds, a stream of its own), as
+    // `leasehold transfer NAME --to SANDBOX --to-worker W` does: an unnamed sandbox started on a
+    // worker, TransferBegin, TransferComplete polled until lockd's transfer guard lifts, then
+    // `leasehold name SANDBOX NAME` on that worker.
+    transfer_rng_ = Rng(cfg_.seed ^ 0x7a4f5e47a4f5e4f1ULL);
+    if (cfg_.faults && transfer_rng_.chance(0.5)) {
+      wire::WireKey root = cluster_;
+      root.kind = wire::KeyKind::admin;
+      root.key_id = static_cast<std::uint16_t>(cluster_.key_id | wire::kAdminKeyIdBit);
+      if (!operator_) operator_ = std::make_unique<wire::Sender>(WorkerId{0x0e7a, transfer_rng_.next()}, 1, root);
+      operator_auth_ = std::make_unique<wire::Authenticator>(root);
+      push(transfer_rng_.range(3 * kS, 10 * kS), kWorldNode, [this] { operator_transfer(); });
     }
     if (cfg_.preemptible()) ++counts_.preemptible_runs;
     // The seed's drawn timing (with_drawn_timing), first in the trace.
@@ -621,7 +636,14 @@ class World final : public SupervisorEnv, public LockdEnv {
       });
     } else {
       ++counts_.datagrams_delivered;
-      if (worker >= sups_.size()) {  // to the hostile worker or the operator, which act on nothing they read
+      if (worker >= sups_.size()) {  // to the hostile worker or the operator
+        if (transfer_ && operator_auth_) {
+          wire::DecodeResult a = wire::decode(bytes, operator_auth_.get());
+          if (a && a.header.request_id == transfer_->request_id) {
+            operator_transfer_answer(a.body);
+            return;
+          }
+        }
         const wire::DecodeResult d = wire::decode(bytes, nullptr);
         if (d) record(kWorldNode, "outsider_answer", static_cast<std::uint64_t>(wire::type_of(d.body)), d.header.request_id);
         return;
@@ -641,9 +663,18 @@ class World final : public SupervisorEnv, public LockdEnv {
   /// move no other worker's lease.
   void hostile_heartbeat() {
     wire::Heartbeat h;
-    for (const NameId& id : name_ids_)
+    for (const NameId& id : name_ids_) {
+      // Half the time the exact (sandbox, epoch) of another worker's grant, sniffed off the
+      // network: only lockd's check that the refresh comes from the grant's own worker stands
+      // between this beat and a dead holder's lease kept alive.
+      const auto g = sniffed_.find(id);
+      if (g != sniffed_.end() && hostile_rng_.chance(0.5)) {
+        h.entries.push_back(wire::HeartbeatEntry{id, g->second.holder, g->second.epoch});
+        continue;
+      }
       h.entries.push_back(wire::HeartbeatEntry{id, SandboxId{hostile_rng_.next() | 1, hostile_rng_.next()},
                                                static_cast<Epoch>(hostile_rng_.range(1, 400))});
+    }
     wire::Datagram dg;
     if (hostile_->seal(hostile_next_request_++, h, dg)) {
       record(kWorldNode, "hostile_heartbeat", h.entries.size(), 0);
@@ -655,8 +686,10 @@ class World final : public SupervisorEnv, public LockdEnv {
 
   /// The hostile worker also replays what it sniffed off the network (datagrams are
   /// authenticated, not encrypted): for a grant another worker's sandbox got, a Release, a
-  /// Commit naming itself, a TransferBegin to a sandbox of its own, a Revoke, a RunningAnswer
-  /// saying the sandbox is gone, or a WorkerHeartbeat in the victim worker's name - each signed
+  /// Commit naming itself or a real worker, a TransferBegin to a sandbox of its own, a Revoke, a
+  /// RunningAnswer saying the sandbox is gone, an Acquire in a real worker's name for the
+  /// holder's sandbox (or a transfer's receiver), a TransferComplete, or a WorkerHeartbeat in the
+  /// victim worker's name - each signed
   /// with its own valid worker key. lockd must refuse or ignore every one: a worker key gives no
   /// power over other workers' names (the no-authz ablation shows what happens otherwise).
   void hostile_forge() {
@@ -666,12 +699,26 @@ class World final : public SupervisorEnv, public LockdEnv {
     const Invariants::AckedGrant& g = it->second;
     const SandboxId mine{0x4057'0000 | forge_rng_.below(1 << 16), forge_rng_.next()};
     wire::Body body;
-    switch (forge_rng_.below(6)) {
+    const WorkerId someone = worker_ids_[forge_rng_.below(worker_ids_.size())];
+    switch (forge_rng_.below(9)) {
       case 0: body = wire::Release{g.name, g.holder, g.epoch}; break;
       case 1: body = wire::Commit{g.name, g.holder, g.epoch, hostile_id_}; break;
       case 2: body = wire::TransferBegin{g.name, g.holder, g.epoch, mine, hostile_id_}; break;
       case 3: body = wire::Revoke{g.name, g.epoch, false}; break;
       case 4: body = wire::RunningAnswer{g.name, g.holder, g.epoch, false}; break;
+      // A Commit that claims to come from a real worker (perhaps the grant's own).
+      case 5: body = wire::Commit{g.name, g.holder, g.epoch, someone}; break;
+      // An Acquire in a real worker's name for the holder's sandbox id or, while the operator
+      // moves a name, for the transfer's receiver: a reservation is for (sandbox, worker).
+      case 6:
+        if (transfer_ && !transfer_->to.is_nil())
+          body = wire::Acquire{names_[name_index(transfer_->name)], transfer_->to, worker_ids_[transfer_->to_worker],
+                               static_cast<std::uint32_t>(cfg_.timing.ttl_ns / kMs), forge_rng_.chance(0.5)};
+        else
+          body = wire::Acquire{names_[name_index(g.name)], g.holder, someone,
+                               static_cast<std::uint32_t>(cfg_.timing.ttl_ns / kMs), forge_rng_.chance(0.5)};
+        break;
+      case 7: body = wire::TransferComplete{g.name, g.epoch + 1}; break;
       default: {
         wire::WorkerHeartbeat w;
         w.worker = worker_ids_[forge_rng_.below(worker_ids_.size())];
@@ -700,6 +747,125 @@ class World final : public SupervisorEnv, public LockdEnv {
     push(now_ + operator_rng_.range(2 * kS, 10 * kS), kWorldNode, [this] { operator_revoke(); });
   }
 
+  /// The operator's graceful transfer of a held name to a new sandbox on a worker drawn at
+  /// random (perhaps the holder's own): one at a time, begun until the faults heal and always
+  /// completed (a name left transferring stays so: the CLI's `transfer` resumes it the same way).
+  void operator_transfer() {
+    if (now_ >= cfg_.heal_ns) return;
+    push(now_ + transfer_rng_.range(3 * kS, 12 * kS), kWorldNode, [this] { operator_transfer(); });
+    if (transfer_ || !lockd_) return;
+    // What `leasehold show` would tell the operator: the held names, their holders and epochs.
+    const std::map<NameId, HeldView> held = held_now();
+    if (held.empty()) return;
+    auto it = held.begin();
+    std::advance(it, static_cast<std::ptrdiff_t>(transfer_rng_.below(held.size())));
+    OperatorTransfer t;
+    t.name = it->first;
+    t.from = it->second.owner;
+    t.epoch = it->second.epoch;
+    t.to_worker = static_cast<std::uint32_t>(transfer_rng_.below(sups_.size()));
+    t.request_id = operator_next_request_++;
+    transfer_ = t;
+    ++counts_.operator_transfers;
+    record(kWorldNode, "operator_transfer", t.name.lo, t.epoch);
+    // The receiver, `leasehold run -- CMD` on that worker: its control request is an event of
+    // that node (it waits while the node is paused).
+    const int node = 1 + static_cast<int>(t.to_worker);
+    push(now_, node, [this, node] {
+      if (!transfer_ || !transfer_->to.is_nil()) return;
+      SupervisorNode& s = *sups_[transfer_->to_worker];
+      SandboxId to;
+      run_node(node, [&] {
+        const std::int64_t l = local(node);
+        to = s.run_unnamed(l);
+        return s.tick(l);
+      });
+      if (!transfer_) return;
+      if (to.is_nil()) {
+        transfer_.reset();  // refused (its table full): nothing began
+        return;
+      }
+      transfer_->to = to;
+      operator_transfer_send();
+    });
+  }
+
+  /// Sends the transfer's current request (TransferBegin, then TransferComplete) and retries it
+  /// every 300 ms with the same request id until an answer comes (lockd's response cache
+  /// answers a retry of a request it carried out).
+  void operator_transfer_send() {
+    OperatorTransfer& t = *transfer_;
+    const wire::Body body = t.begun ? wire::Body{wire::TransferComplete{t.name, t.new_epoch}}
+                                    : wire::Body{wire::TransferBegin{t.name, t.from, t.epoch, t.to,
+                                                                     worker_ids_[t.to_worker]}};
+    wire::Datagram dg;
+    if (operator_->seal(t.request_id, body, dg)) transmit(up_[cfg_.supervisors], cfg_.supervisors, true, dg.view());
+    const std::uint64_t gen = ++t.sends;
+    push(now_ + 300 * kMs, kWorldNode, [this, gen] {
+      if (transfer_ && transfer_->sends == gen) operator_transfer_send();
+    });
+  }
+
+  void operator_transfer_answer(const wire::Body& body) {
+    OperatorTransfer& t = *transfer_;
+    const auto* st = std::get_if<wire::TransferState>(&body);
+    const auto* d = std::get_if<wire::Deny>(&body);
+    if (!t.begun) {
+      if (st != nullptr && st->state == LockPhase::transferring && st->to == t.to) {
+        t.begun = true;
+        t.new_epoch = st->new_epoch;
+      } else if (const LockState s = lockd_ ? lockd_->table().state(t.name) : LockState{};
+                 d != nullptr && s.phase == LockPhase::transferring && s.to == t.to) {
+        // Its answer was lost with a lockd restart (the retry is refused: transferring): resume
+        // it, as `leasehold transfer` does for a name left transferring to its sandbox.
+        t.begun = true;
+        t.new_epoch = s.epoch;
+      } else {
+        record(kWorldNode, "transfer_refused", t.name.lo, d != nullptr ? static_cast<std::uint64_t>(d->refusal) : 0);
+        transfer_.reset();  // the holder changed meanwhile: nothing began
+        return;
+      }
+      record(kWorldNode, "transfer_begun", t.name.lo, t.new_epoch);
+    } else if (st != nullptr && st->state == LockPhase::free) {
+      // Complete: the name is Free, reserved for `to` on its worker, which now names it.
+      record(kWorldNode, "transfer_complete", t.name.lo, t.new_epoch);
+      ++counts_.transfers_completed;
+      const std::string text = names_[name_index(t.name)];
+      const SandboxId to = t.to;
+      const std::uint32_t w = t.to_worker;
+      transfer_.reset();
+      const int node = 1 + static_cast<int>(w);
+      push(now_, node, [this, node, w, to, text] {
+        SupervisorNode& s = *sups_[w];
+        run_node(node, [&] {
+          const std::int64_t l = local(node);
+          s.name_sandbox(to, text, l);
+          return s.tick(l);
+        });
+      });
+      return;
+    } else if (d == nullptr || d->refusal != Refusal::lock_delay) {
+      // Not transferring any more (revoked meanwhile) or refused otherwise: nothing to finish.
+      record(kWorldNode, "transfer_dropped", t.name.lo, d != nullptr ? static_cast<std::uint64_t>(d->refusal) : 0);
+      transfer_.reset();
+      return;
+    }
+    // Begun, or the guard still pending (lock_delay): poll the completion under a new request
+    // id (lockd caches the answer of the last one) 200 ms on.
+    t.request_id = operator_next_request_++;
+    const std::uint64_t gen = ++t.sends;
+    push(now_ + 200 * kMs, kWorldNode, [this, gen] {
+      if (transfer_ && transfer_->sends == gen) operator_transfer_send();
+    });
+  }
+
+  std::size_t name_index(NameId id) const {
+    for (std::size_t i = 0; i < name_ids_.size(); ++i)
+      if (name_ids_[i] == id) return i;
+    LEASEHOLD_ASSERT(false && "a name the world never drew");
+    return 0;
+  }
+
   // ---- observation of lockd --------------------------------------------------------------------
   void observe_lockd_answer(std::span<const std::uint8_t> bytes) {
     wire::Header h;
@@ -725,21 +891,26 @@ class World final : public SupervisorEnv, public LockdEnv {
   struct HeldView {
     SandboxId owner;
     Epoch epoch = 0;
-    friend bool operator==(const HeldView&, const HeldView&) = default;
+    std::int64_t expiry_ns = 0;  ///< lockd's clock; kNoExpiry in preemptible mode
+    /// The same grant (a refresh moves only expiry_ns).
+    bool same_grant(const HeldView& o) const noexcept { return owner == o.owner && epoch == o.epoch; }
   };
   std::map<NameId, HeldView> held_now() const {
     std::map<NameId, HeldView> out;
     if (!lockd_) return out;
     lockd_->table().for_each([&](NameId id, const LockState& s) {
-      if (s.phase == LockPhase::held) out.emplace(id, HeldView{s.owner, s.epoch});
+      if (s.phase == LockPhase::held) out.emplace(id, HeldView{s.owner, s.epoch, s.expiry_ns});
     });
     return out;
   }
 
+  /// kill_before_expiry's excuse: an over-budget pause froze `worker`'s supervisor (its rt
+  /// thread too), so its kill-switch fires late; once it resumes, the overdue kills land within
+  /// a step (at most a pause budget), and from then on nothing is excused.
   bool excused(std::uint32_t worker) const {
     for (const Pause& p : pauses_)
       if (p.over_budget && p.node == 1 + static_cast<int>(worker) && p.start_ns <= now_ &&
-          now_ <= p.end_ns + 2 * cfg_.timing.ttl_ns)
+          now_ <= p.end_ns + cfg_.pause_budget_ns())
         return true;
     return false;
   }
@@ -759,11 +930,16 @@ class World final : public SupervisorEnv, public LockdEnv {
     std::map<NameId, HeldView> now_held = held_now();
     for (const auto& [id, h] : held_) {
       const auto it = now_held.find(id);
-      if (it != now_held.end() && it->second == h) continue;
+      if (it != now_held.end() && it->second.same_grant(h)) continue;
       if (it == now_held.end() && revoke_guards(id, h.epoch)) {
         now_held.emplace(id, h);
         continue;
       }
+      // The grant ended now or, if earlier, when its lease expired by lockd's clock: lockd
+      // notices an expiry only at its next tick, and the sandbox must be dead by the deadline.
+      std::int64_t end_ns = now_;
+      if (h.expiry_ns > 0 && h.expiry_ns < kNoExpiry)
+        end_ns = std::min(end_ns, clocks_[static_cast<std::size_t>(kLockd)].true_at(h.expiry_ns));
       // Held in memory but never answered (its batch not yet durable): nobody was told.
       if (acknowledged_.count(std::pair{id, h.epoch}) == 0) continue;
       const auto sb = sandboxes_.find(h.owner);
@@ -774,7 +950,7 @@ class World final : public SupervisorEnv, public LockdEnv {
         fate.passed = sups_[sb->second.worker]->check_deadline(sb->first, local(1 + static_cast<int>(sb->second.worker)), &n, &e);
       }
       const bool ex = sb != sandboxes_.end() && excused(sb->second.worker);
-      if (auto v = inv_.kill_before_expiry(id, h.epoch, h.owner, fate, now_, ex)) {
+      if (auto v = inv_.kill_before_expiry(id, h.epoch, h.owner, fate, end_ns, ex)) {
         fail(*v);
         return;
       }
@@ -877,15 +1053,11 @@ class World final : public SupervisorEnv, public LockdEnv {
         s.fate.passed = true;
       }
     }
-    // Only the workers an over-budget pause hit are excused, each until its recovery bound.
-    excused_until_.assign(sups_.size(), 0);
-    for (const Pause& p : pauses_)
-      if (p.over_budget && p.start_ns <= now_ && p.node >= 1 && static_cast<std::size_t>(p.node) <= sups_.size()) {
-        std::int64_t& until = excused_until_[static_cast<std::size_t>(p.node - 1)];
-        until = std::max(until, p.end_ns + cfg_.timing.ttl_ns + cfg_.timing.kill_after_ns + cfg_.heartbeat_interval_ns);
-      }
-    const std::span<const std::int64_t> excused_until(excused_until_);
-    if (auto v = inv_.single_holder(passing_, now_, excused_until)) {
+    // No pause excuses an overlap: a sandbox passes check_deadline only until the valid_until its
+    // supervisor published, counted from the heartbeat's send on the worker's clock, which keeps
+    // counting through a pause; a frozen supervisor cannot extend it. (An over-budget pause
+    // excuses only a late kill: kill_before_expiry.)
+    if (auto v = inv_.single_holder(passing_, now_)) {
       fail(*v);
       return;
     }
@@ -900,7 +1072,7 @@ class World final : public SupervisorEnv, public LockdEnv {
                                           return RestoredName{true, h->second.owner, h->second.epoch};
                                         return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
                                       },
-                                      now_, excused_until))
+                                      now_))
         fail(*v);
     }
     // Exited sandboxes are forgotten once nothing can refer to them any more.
@@ -971,7 +1143,6 @@ class World final : public SupervisorEnv, public LockdEnv {
   std::vector<Pause> pauses_;
   Rng step_pause_rng_{0};
   Rng attack_rng_{0};
-  std::vector<std::int64_t> excused_until_;  ///< per worker (check_single_holder)
   std::vector<std::int64_t> last_step_pause_end_;  ///< per node: when its last intra-step pause ended
   /// While a node's step runs: how long after the step's clock read its effects happen (an
   /// intra-step pause); 0 otherwise.
@@ -995,6 +1166,21 @@ class World final : public SupervisorEnv, public LockdEnv {
   std::unique_ptr<wire::Sender> operator_;  ///< the operator's (cluster key: root authority)
   Rng operator_rng_{0};
   std::uint64_t operator_next_request_ = std::uint64_t{1} << 40;  // apart from the hostile worker's ids
+  std::unique_ptr<wire::Authenticator> operator_auth_;  ///< authenticates lockd's answers to the operator
+  Rng transfer_rng_{0};
+  /// The operator's transfer in progress (at most one).
+  struct OperatorTransfer {
+    NameId name;
+    SandboxId from;
+    Epoch epoch = 0;      ///< from's epoch
+    SandboxId to;         ///< the receiver (nil until its unnamed run is answered)
+    std::uint32_t to_worker = 0;
+    bool begun = false;   ///< TransferBegin answered: TransferComplete is polled
+    Epoch new_epoch = 0;  ///< begun: the transfer's epoch
+    std::uint64_t request_id = 0;
+    std::uint64_t sends = 0;  ///< generation of the pending retry
+  };
+  std::optional<OperatorTransfer> transfer_;
 
   std::map<SandboxId, Sandbox> sandboxes_;
   std::int64_t kill_ticks_max_ = 0;

@@ -70,6 +70,11 @@ TEST(SimInvariants, KillBeforeExpiryFiresUnlessTheSandboxIsDead) {
   EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, died_again, 1000));
   SandboxFate exited{true, true, 900, false, 0, true};
   EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, exited, 1000));
+  // Dead only after the grant's end (its lease's deadline, before lockd noticed the expiry).
+  SandboxFate dead_late{true, true, 1002, true, 995, true};
+  const auto after = inv.kill_before_expiry(kName, 5, kA, dead_late, 1000);
+  ASSERT_TRUE(after);
+  EXPECT_NE(after->detail.find("dead only at 1002"), std::string::npos) << after->detail;
   EXPECT_FALSE(inv.kill_before_expiry(kName, 5, kA, running, 1000, /*excused=*/true));
 }
 

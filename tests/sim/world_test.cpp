@@ -150,7 +150,7 @@ TEST(SimWorld, TtlRhoAndGranularityAreDrawnPerSeed) {
 
 TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
   // The catching seeds of tests/sim/CMakeLists.txt.
-  for (const std::uint64_t s : {1u, 2u, 3u, 4u, 14u, 19u}) {
+  for (const std::uint64_t s : {1u, 2u, 3u, 6u, 11u, 20u}) {
     SimConfig c;
     c.seed = s;
     const RunResult r = run_seed(c);

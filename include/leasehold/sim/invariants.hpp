@@ -7,9 +7,11 @@
 //
 // The properties are those of specs/ (specs/README.md) stated on the C++ run:
 //   single_holder       MutualExclusion: no two sandboxes pass check_deadline for one name at
-//                       the same simulated instant; after an injected pause longer than the
-//                       pause budget (EventualMutualExclusion) an overlap must end within the
-//                       recovery bound.
+//                       the same simulated instant. (EventualMutualExclusion - an overlap after
+//                       a pause past the budget must end within the recovery bound - is what
+//                       `excused_until_ns` expresses; the world passes no excuse: its pauses
+//                       freeze a supervisor but not the worker's clock, so they cannot extend a
+//                       sandbox's valid_until, and only a late kill is excused.)
 //   kill_before_expiry  SweepBeforeExpiry: lockd never lets an acknowledged grant go (TTL
 //                       expiry, a preemption, or any other way) while its sandbox still runs:
 //                       every kill-switch kill has landed (the process is gone) before
@@ -87,7 +89,9 @@ class Invariants {
   std::optional<Violation> single_holder(std::span<const Passing> passing, std::int64_t now_ns,
                                          std::span<const std::int64_t> excused_until_ns = {});
 
-  /// lockd let the grant (name, epoch, holder) go at now_ns; `fate` is its sandbox's.
+  /// lockd let the grant (name, epoch, holder) go at now_ns (true time): when it left lockd's
+  /// table or, if earlier, its lease's expiry deadline; `fate` is its sandbox's, which must
+  /// have exited by then if it ever passed its check.
   /// `excused`: an over-budget pause hit the holder's supervisor or lockd during the grant.
   std::optional<Violation> kill_before_expiry(NameId name, Epoch epoch, SandboxId holder,
                                               const SandboxFate& fate, std::int64_t now_ns,

@@ -10,7 +10,8 @@
 //                and Revoked go to the core
 //   RtPort       the rt thread's commands, applied at its next wake-up (within this step)
 //   ControlPort  the workload's control requests: run with a name, and the control plane's
-//                2-phase acquire followed by expect-commit
+//                2-phase acquire followed by expect-commit; the operator's unnamed run and
+//                name (a transfer's receiver)
 // So an ablation of supervisor_core.cpp or heartbeat.cpp (supervisor/daemon.cmake) is an
 // ablation of what this node runs. Preemptible mode (SimConfig::preemptible()): the node starts
 // with the daemon's start-up worker beat; the core does the rest.
@@ -27,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace leasehold::sim {
@@ -62,6 +64,13 @@ class SupervisorNode {
   /// Runs what is due at now_ns (rt wheel, heartbeat round, retries, workload); returns the
   /// next time (this worker's clock) it wants to run.
   std::int64_t tick(std::int64_t now_ns);
+
+  /// The operator's `leasehold run -- CMD` on this worker (no name, so no lockd): the id of
+  /// the unnamed sandbox it started, or nil if the supervisor refused (table full, ...).
+  SandboxId run_unnamed(std::int64_t now_ns);
+  /// The operator's `leasehold name SANDBOX NAME` on this worker (a transfer's receiver takes
+  /// the name reserved for it); answered later, like any named create.
+  void name_sandbox(SandboxId sandbox, const std::string& name, std::int64_t now_ns);
 
   /// The shm check of a sandbox runtime (leasehold_check_deadline: TableReader::
   /// check_deadline_at on its LEASEHOLD_SLOT and LEASEHOLD_EPOCH): published, not revoked,

@@ -126,6 +126,8 @@ struct SimConfig {
   X(lock_delay_refusals, "creates lockd refused while a name's lock-delay ran")            \
   X(hostile_forgeries, "forged requests the hostile worker sent about others' names")      \
   X(operator_revokes, "revokes the operator sent (cluster key), held names or not")          \
+  X(operator_transfers, "graceful transfers the operator started (cluster key)")            \
+  X(transfers_completed, "transfers lockd let complete (the old holder confirmed or its bound passed)") \
   X(sandboxes_started, "sandboxes started")                                                 \
   X(kills, "kill-switch kills (lapsed lease, lost / unknown answer)")                       \
   X(writes_accepted, "writes the fenced resource accepted")                                 \
