@@ -280,7 +280,7 @@ void print_lockd_stats(const SocketAddress& lockd, wire::Sender& sender, const s
   std::printf("\n");
 }
 
-struct RefreshStatus {
+struct RefreshRun {
   double per_s = 0;
   std::uint64_t entries = 0, not_refreshed = 0, datagrams = 0;
   double seconds = 0, cpu_s = 0;
@@ -295,7 +295,7 @@ double self_cpu_s() {
 }
 
 /// Phase 2 (and the baseline): rounds of heartbeats from every worker for `seconds`.
-RefreshStatus refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to, const Options& o,
+RefreshRun refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to, const Options& o,
                              pid_t cpu_pid, bool check_answers) {
   Pipe pipe(to);
   // The datagrams of one round: worker w's leases split at the wire limit.
@@ -306,7 +306,7 @@ RefreshStatus refresh_rounds(std::vector<Worker>& workers, const SocketAddress& 
   std::vector<Slot> round;
   for (std::size_t w = 0; w < workers.size(); ++w)
     for (auto& hb : wire::split_heartbeat(workers[w].leases, 0)) round.push_back(Slot{w, std::move(hb)});
-  RefreshStatus res;
+  RefreshRun res;
   std::uint64_t rid = 1ull << 40, outstanding = 0;
   std::size_t next = 0;
   const std::uint64_t cpu0 = cpu_pid > 0 ? proc_cpu_ticks(cpu_pid) : 0;
@@ -506,7 +506,7 @@ std::vector<Worker> make_workers(const Options& o, const wire::WireKey& key, boo
 }
 
 /// Acquires every name, then refreshes for o.seconds; the refresh result (per_s 0 on failure).
-RefreshStatus run_against(std::vector<Worker>& workers, const SocketAddress& lockd_addr, const Options& o,
+RefreshRun run_against(std::vector<Worker>& workers, const SocketAddress& lockd_addr, const Options& o,
                           pid_t pid, int* rc) {
   if (!acquire_all(workers, lockd_addr, o, pid)) {
     std::fprintf(stderr, "some acquires were refused\n");
@@ -529,7 +529,7 @@ RefreshStatus run_against(std::vector<Worker>& workers, const SocketAddress& loc
     std::printf("  change-log compaction after the acquires: %.2f s (log rows left %" PRIu64 ")\n",
                 static_cast<double>(now_boottime_ns() - t0) / 1e9, rows);
   }
-  const RefreshStatus r = refresh_rounds(workers, lockd_addr, o, pid, true);
+  const RefreshRun r = refresh_rounds(workers, lockd_addr, o, pid, true);
   std::printf("refreshes: %" PRIu64 " in %.2f s = %.0f/s (%" PRIu64 " datagrams, window %u); not refreshed %" PRIu64
               "; lockd CPU %.2f s = %.3f CPU-s per 1M refreshes; generator CPU %.2f s\n",
               r.entries, r.seconds, r.per_s, r.datagrams, o.window, r.not_refreshed, r.cpu_s,
@@ -594,7 +594,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::vector<Worker> workers = make_workers(o, *key, shared_keys);
-    const RefreshStatus r = run_against(workers, l->address, o, l->pid, &rc);
+    const RefreshRun r = run_against(workers, l->address, o, l->pid, &rc);
     (shared_keys ? shared : per_worker).push_back(r.per_s);
     if (i + 1 == runs) last = std::move(workers);
   }
@@ -614,7 +614,7 @@ int main(int argc, char** argv) {
   }
   if (o.baseline && !last.empty()) {
     Reflector reflector;
-    const RefreshStatus b = refresh_rounds(last, reflector.address(), o, -1, false);
+    const RefreshRun b = refresh_rounds(last, reflector.address(), o, -1, false);
     std::printf("baseline (UDP reflector, same datagrams): %.0f entries/s (generator + reflector CPU %.2f s); "
                 "lockd (per-worker keys)/baseline = %.2f\n",
                 b.per_s, b.generator_cpu_s, b.per_s > 0 ? mean(per_worker) / b.per_s : 0.0);
