@@ -259,11 +259,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     // lockd must guard until the kill is confirmed or its bound passes.
     operator_rng_ = Rng(cfg_.seed ^ 0x0e7a70e70e7a70e7ULL);
     if (cfg_.faults && operator_rng_.chance(0.5)) {
-      // The cluster key used directly, as the CLI does (lockd/admin_client.cpp): key id | bit 15.
-      wire::WireKey root = cluster_;
-      root.kind = wire::KeyKind::admin;
-      root.key_id = static_cast<std::uint16_t>(cluster_.key_id | wire::kAdminKeyIdBit);
-      operator_ = std::make_unique<wire::Sender>(WorkerId{0x0e7a, operator_rng_.next()}, 1, root);
+      operator_ = std::make_unique<wire::Sender>(WorkerId{0x0e7a, operator_rng_.next()}, 1, operator_key());
       push(operator_rng_.range(2 * kS, 10 * kS), kWorldNode, [this] { operator_revoke(); });
     }
     // The operator also transfers held names gracefully (half the seeds, a stream of its own), as
@@ -272,11 +268,8 @@ class World final : public SupervisorEnv, public LockdEnv {
     // `leasehold name SANDBOX NAME` on that worker.
     transfer_rng_ = Rng(cfg_.seed ^ 0x7a4f5e47a4f5e4f1ULL);
     if (cfg_.faults && transfer_rng_.chance(0.5)) {
-      wire::WireKey root = cluster_;
-      root.kind = wire::KeyKind::admin;
-      root.key_id = static_cast<std::uint16_t>(cluster_.key_id | wire::kAdminKeyIdBit);
-      if (!operator_) operator_ = std::make_unique<wire::Sender>(WorkerId{0x0e7a, transfer_rng_.next()}, 1, root);
-      operator_auth_ = std::make_unique<wire::Authenticator>(root);
+      if (!operator_) operator_ = std::make_unique<wire::Sender>(WorkerId{0x0e7a, transfer_rng_.next()}, 1, operator_key());
+      operator_auth_ = std::make_unique<wire::Authenticator>(operator_key());
       push(transfer_rng_.range(3 * kS, 10 * kS), kWorldNode, [this] { operator_transfer(); });
     }
     if (cfg_.preemptible()) ++counts_.preemptible_runs;
@@ -745,6 +738,15 @@ class World final : public SupervisorEnv, public LockdEnv {
       transmit(up_[cfg_.supervisors], cfg_.supervisors, true, dg.view());
     }
     push(now_ + operator_rng_.range(2 * kS, 10 * kS), kWorldNode, [this] { operator_revoke(); });
+  }
+
+  /// The operator's key: the cluster key used directly, as the CLI does
+  /// (lockd/admin_client.cpp signing_key): an admin key whose id has kAdminKeyIdBit.
+  wire::WireKey operator_key() const {
+    wire::WireKey k = cluster_;
+    k.kind = wire::KeyKind::admin;
+    k.key_id = static_cast<std::uint16_t>(cluster_.key_id | wire::kAdminKeyIdBit);
+    return k;
   }
 
   /// The operator's graceful transfer of a held name to a new sandbox on a worker drawn at
