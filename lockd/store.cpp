@@ -1,5 +1,7 @@
 #include "leasehold/lockd/store.hpp"
 
+#include "leasehold/lease/assert.hpp"
+
 #include <sqlite3.h>
 
 #include <sys/stat.h>
@@ -545,25 +547,24 @@ std::size_t NameStore::compact(std::size_t rows_max) {
 
 void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) {
   if (changes.empty() && epoch_high_water == 0 && marks.empty()) return;
-  if (epoch_high_water > kEpochMax)
-    throw StoreError("store " + path_ + ": epoch high-water mark exceeds 2^63-1");
   if (changes.size() > kStoreBatchChangesMax)
     throw StoreError("store " + path_ + ": batch of " + std::to_string(changes.size()) +
                      " changes exceeds kStoreBatchChangesMax");
-  // Epochs never decrease (DESIGN.md "Vocabulary"): checked against the durable epochs before
-  // anything is written, so a breach leaves the store as it was.
+  // Epochs never decrease (DESIGN.md "Vocabulary") and fit the int64 columns. Checked before
+  // anything is written. Not a property of the file: epochs_ and the LeaseTable that made
+  // `changes` were both loaded from it (under the exclusive lock, so nothing changed it in
+  // between), the table grants only above every epoch it loaded (its high-water mark covers
+  // the rows it drops too), and a file epoch above 2^63-1 fails LeaseTable::restore. A breach
+  // is lockd's own bug: written, the next start would grant an epoch already handed out.
+  LEASEHOLD_ASSERT(epoch_high_water <= kEpochMax);
   for (const StoredName& n : changes) {
+    LEASEHOLD_ASSERT(n.epoch <= kEpochMax);
     const auto it = epochs_.find(n.id);
-    if (it != epochs_.end() && n.epoch < it->second)
-      throw StoreError("store " + path_ + ": refusing to lower the epoch of \"" + n.name + "\" from " +
-                       std::to_string(it->second) + " to " + std::to_string(n.epoch) +
-                       " (epochs never decrease)");
+    LEASEHOLD_ASSERT(it == epochs_.end() || n.epoch >= it->second);
   }
   exec("BEGIN IMMEDIATE");
   try {
     for (const StoredName& n : changes) {
-      if (n.epoch > kEpochMax)
-        throw StoreError("store " + path_ + ": epoch of \"" + n.name + "\" exceeds 2^63-1");
       const auto id = id_bytes(n.id);
       const auto owner = id_bytes(n.owner);
       const auto peer = id_bytes(n.peer);

@@ -767,6 +767,14 @@ TableErrc TableWriter::free(std::uint32_t slot, std::uint64_t now_ns) noexcept {
   return TableErrc::ok;
 }
 
+SandboxId TableWriter::owner(std::uint32_t slot) const noexcept {
+  const Slot* s = slot_ptr(slot);
+  if (s == nullptr) return {};
+  const SlotState st = state_of(s->info.load(std::memory_order_relaxed));
+  if (st != SlotState::claimed && st != SlotState::published) return {};
+  return SandboxId{s->sandbox_hi.load(std::memory_order_relaxed), s->sandbox_lo.load(std::memory_order_relaxed)};
+}
+
 bool TableWriter::revoke(std::uint32_t slot) noexcept {
   Slot* s = slot_ptr(slot);
   if (s == nullptr) return false;

@@ -1,6 +1,8 @@
 // leasehold/supervisor: the rt thread's logic (see rt_core.hpp).
 #include "leasehold/supervisor/rt_core.hpp"
 
+#include "leasehold/lease/assert.hpp"
+
 #include <algorithm>
 #include <cerrno>
 
@@ -9,8 +11,16 @@ namespace leasehold {
 RtCore::RtCore(std::uint32_t slots, std::uint64_t granularity_ns, std::uint64_t command_poll_ns,
                const RtHooks& hooks, RtKillPath& kill, std::uint64_t now_ns)
     : command_poll_ns_(command_poll_ns), hooks_(hooks), kill_(kill), wheel_(slots, granularity_ns, now_ns),
-      slots_(slots) {
+      slots_(slots), last_now_ns_(now_ns) {
   pending_.reserve(kRtPendingKillsMax);
+}
+
+// Every entry point passes its now_ns here first. CLOCK_BOOTTIME never goes backwards: a reading
+// earlier than the last would stamp a kill before a deadline already handled and time out a
+// pending kill's confirmation from the wrong start (and the wheel would abort one step later).
+void RtCore::clock(std::uint64_t now_ns) noexcept {
+  LEASEHOLD_ASSERT(now_ns >= last_now_ns_);
+  last_now_ns_ = now_ns;
 }
 
 void RtCore::report(std::uint32_t slot, const KillRecord& rec) noexcept {
@@ -71,6 +81,7 @@ void RtCore::kill_slot(std::uint32_t slot, std::uint64_t deadline_ns, std::uint6
 }
 
 void RtCore::confirm_pending(std::uint64_t now_ns) noexcept {
+  clock(now_ns);
   for (std::size_t i = 0; i < pending_.size();) {
     SlotState& s = slots_[pending_[i]];
     const int dead = kill_.confirm_dead(s.target);
@@ -90,6 +101,10 @@ void RtCore::confirm_pending(std::uint64_t now_ns) noexcept {
 }
 
 void RtCore::apply(const RtCommand& c, std::uint64_t now_ns) noexcept {
+  clock(now_ns);
+  // The producer refuses a slot out of range (RtThread::submit): one here would arm, disarm or
+  // kill through memory that is not a slot.
+  LEASEHOLD_ASSERT(c.slot < slots_.size());
   SlotState& s = slots_[c.slot];
   switch (c.op) {
     case RtOp::arm:
@@ -125,12 +140,18 @@ void RtCore::apply(const RtCommand& c, std::uint64_t now_ns) noexcept {
 }
 
 void RtCore::step(std::uint64_t now_ns, std::uint64_t woke_for_ns, RtCommandSource& commands) noexcept {
+  clock(now_ns);
   if (hooks_.writer_heartbeat) hooks_.writer_heartbeat(hooks_.context, now_ns);
   if (hooks_.record_lateness) hooks_.record_lateness(hooks_.context, now_ns > woke_for_ns ? now_ns - woke_for_ns : 0);
   ticks_.fetch_add(1, std::memory_order_relaxed);
 
   RtCommand c;
   for (std::uint32_t i = 0; i < kRtCommandsPerTickMax && commands.pop(c); ++i) {
+    // Commands arrive in their seq order, none skipped: applied_seq() says every command up to
+    // it was applied, and the io thread closes a sandbox's kill target (its pidfd, its leaf)
+    // once its disarm's seq is; a skipped or reordered seq would let it close one still in use.
+    const std::uint64_t applied = applied_seq_.load(std::memory_order_relaxed);
+    LEASEHOLD_ASSERT(c.seq == applied + 1);
     apply(c, now_ns);
     applied_seq_.store(c.seq, std::memory_order_release);
   }
@@ -163,6 +184,7 @@ std::uint64_t RtCore::next_wake_ns(std::uint64_t last_wake_ns, bool commands_que
 }
 
 void RtCore::finish_all(std::uint64_t now_ns) noexcept {
+  clock(now_ns);
   while (!pending_.empty()) finish_pending(pending_.back(), -ECANCELED, now_ns);
 }
 

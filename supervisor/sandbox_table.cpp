@@ -89,6 +89,19 @@ void SandboxTable::check() const {
   for (const auto& [name, id] : by_name_) LEASEHOLD_ASSERT(sandboxes_.contains(id));
 }
 
+void SandboxTable::check_slot(std::uint32_t slot, const SandboxId& shm_owner, const SandboxId& left) const {
+  LEASEHOLD_ASSERT(slot < by_slot_.size());
+  if (!left.is_nil()) {
+    LEASEHOLD_ASSERT(shm_owner == left);       // shm still holds the slot for the one that left
+    LEASEHOLD_ASSERT(by_slot_[slot].is_nil());  // and nobody here sits in it
+    return;
+  }
+  LEASEHOLD_ASSERT(by_slot_[slot] == shm_owner);  // slot -> sandbox: the same here and in shm
+  if (shm_owner.is_nil()) return;
+  const auto it = sandboxes_.find(shm_owner);
+  LEASEHOLD_ASSERT(it != sandboxes_.end() && it->second.slot == slot);  // sandbox -> slot
+}
+
 void SandboxTable::checked() const {
   if (slow_asserts_on()) [[unlikely]] check();
 }

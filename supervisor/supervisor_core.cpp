@@ -162,6 +162,7 @@ void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
   s.synthetic = cfg_.synthetic;
   s.owner = req.caller_uid;
   Sandbox& added = sandboxes_.add(std::move(s));
+  check_slot(added.slot);
   if (!req.name) {
     spawn(added, client, req);
     return;
@@ -330,9 +331,12 @@ void SupervisorCore::abandon(const SandboxId& sb, ControlClientId client, const 
   // The name it was getting; a running sandbox keeps a name it already has.
   if (s != nullptr && !forget) sandboxes_.unbind_names_except(sb, s->name);
   if (forget) {
+    const std::uint32_t slot = s->slot;
     host_.forget(sb);  // a token channel opened for it
-    table_.free(s->slot, now_);
+    check_slot(slot);
+    table_.free(slot, now_);
     sandboxes_.erase(sb);  // its slot and names with it
+    check_slot(slot);      // empty in both
   }
   reply(client, control_error(id, code, message, std::move(extra)));
   progress();
@@ -574,7 +578,7 @@ void SupervisorCore::do_expect_commit(ControlClientId client, ControlRequest req
   s.synthetic = cfg_.synthetic;
   s.owner = req.caller_uid;
   const SandboxId id = s.id;
-  sandboxes_.add(std::move(s));
+  check_slot(sandboxes_.add(std::move(s)).slot);
   sandboxes_.bind_name(*req.name, id);
   // Committed by this worker's next heartbeat tick (DESIGN.md "creation flows", 2-phase).
   pending_commits_.push_back(PendingCommit{client, std::move(req)});
@@ -895,6 +899,10 @@ std::uint64_t SupervisorCore::tombstone_ns() const noexcept {
   return 2 * cfg_.lockd_ttl_ms * 1'000'000 + static_cast<std::uint64_t>(kReleaseTimeoutNs);
 }
 
+void SupervisorCore::check_slot(std::uint32_t slot, const SandboxId& left) const {
+  sandboxes_.check_slot(slot, table_.owner(slot), left);
+}
+
 void SupervisorCore::bury(const SandboxId& id) {
   if (tombstone_order_.size() >= kTombstonesMax) {
     const auto& [oldest, until] = tombstone_order_.front();
@@ -936,7 +944,7 @@ void SupervisorCore::check_disarms(std::uint64_t now_ns) {
   if (!disarming_.empty() && hooks_.disarm_pending) hooks_.disarm_pending();
 }
 
-void SupervisorCore::finish_exit(const SandboxId& id) {
+void SupervisorCore::finish_exit(SandboxId id) {
   Sandbox* s = find(id);
   if (s == nullptr) return;
   // Reaped (its pid and process group may be reused from now on), its leaf removed.
@@ -946,6 +954,10 @@ void SupervisorCore::finish_exit(const SandboxId& id) {
   log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
             id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
             s->kill_reason.empty() ? "exited" : s->kill_reason.c_str());
+  const std::uint32_t slot = s->slot;
+  check_slot(slot);
+  // Let go below: empty in both tables after, or (quarantined) still claimed in shm for it alone.
+  const SandboxId left = reaped.still_populated ? id : SandboxId{};
   if (reaped.still_populated) {
     // A process of it outlived the kill and still reads the table: the slot stays revoked and
     // is not handed out again while its leaf holds a process (release_quarantined), so it
@@ -1003,6 +1015,7 @@ void SupervisorCore::finish_exit(const SandboxId& id) {
     sandboxes_.erase(id);
     answer_waiters(std::move(waiters), err, msg, fields);
   }
+  check_slot(slot, left);
   progress();
 }
 
@@ -1071,7 +1084,10 @@ void SupervisorCore::begin_shutdown(const char* why, std::uint64_t now_ns) {
       log_event("event=kept sandbox=%s pid=%d cgroup=%s", id.str().c_str(), s->pid,
                 s->cgroup_path.empty() ? "-" : s->cgroup_path.c_str());
       host_.forget(id);  // closes the pidfd and the leaf's fds; a populated leaf stays
+      const std::uint32_t slot = s->slot;
+      check_slot(slot);
       sandboxes_.erase(id);
+      check_slot(slot, id);  // its slot stays claimed (revoked) in shm
     }
   }
   progress();
@@ -1118,7 +1134,9 @@ void SupervisorCore::release_quarantined() {
       ++i;
       continue;
     }
+    check_slot(slot, id);
     table_.free(slot, now_);
+    check_slot(slot);
     ++counters_.slots_released_from_quarantine;
     log_event("event=slot_released sandbox=%s slot=%u reason=leaf_emptied", id.str().c_str(), slot);
     quarantined_[i] = quarantined_.back();

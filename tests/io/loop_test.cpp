@@ -7,7 +7,9 @@
 #include "tests/io/io_uring_skip.hpp"
 
 #include <gtest/gtest.h>
+#include <liburing.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -16,6 +18,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <vector>
 
@@ -92,6 +95,71 @@ TEST(EventLoopDeathTest, RunOnceFromInsideAHandlerAborts) {
   bool fired = false;
   loop->add_timer_after(0, [&] { fired = true; });
   ASSERT_TRUE(run_until(*loop, [&] { return fired; })) << "the same timer, run from outside, fires";
+}
+
+// The descriptors of this process's io_uring instances.
+std::vector<int> io_uring_fds() {
+  std::vector<int> fds;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string() == "anon_inode:[io_uring]") fds.push_back(std::stoi(e.path().filename().string()));
+  }
+  return fds;
+}
+
+// With the submission queue full, the loop pushes it to the kernel to take a fresh entry; a
+// kernel that refuses that submission outright (an unusable ring: here its descriptor was
+// replaced by /dev/null) leaves no entry to take, and the loop aborts rather than prepare a
+// request in none. A working ring with a one-entry queue goes on.
+TEST(EventLoopDeathTest, AFullSubmissionQueueTheKernelRefusesToTakeAborts) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  LoopConfig c;
+  c.sq_entries = 1;  // the wake-up's read, prepared at creation, fills it
+  EXPECT_DEATH(
+      {
+        auto loop = make_loop(c);
+        const UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+        for (int fd : io_uring_fds()) ::dup2(null.get(), fd);
+        SocketAddress bound;
+        add_socket(*loop, [](const Datagram&) {}, &bound);  // its receive needs an entry
+      },
+      "LEASEHOLD_ASSERT\\(s != nullptr\\) failed");
+  auto loop = make_loop(c);
+  Received got;
+  SocketAddress bound;
+  ASSERT_TRUE(add_socket(*loop, got.handler(), &bound).valid());
+  bool fired = false;
+  loop->add_timer_after(0, [&] { fired = true; });
+  Sender sender;
+  sender.send_index(bound, 7);
+  ASSERT_TRUE(run_until(*loop, [&] { return fired && got.indices.size() == 1; }));
+  EXPECT_EQ(got.indices[0], 7u);
+}
+
+// Each submitted send completes once: a completion for a send slot at a generation it is not
+// at (a duplicate, or one for a reused slot) would free the slot twice and hand its buffer to
+// two sends, so it aborts. Posted here from another ring (IORING_OP_MSG_RING) with a send's
+// user_data as io/loop.cpp lays it out: kind (2: send) << 56 | slot index << 32 | generation.
+TEST(EventLoopDeathTest, ACompletionForASendSlotAtAnotherGenerationAborts) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto loop = make_loop();
+        const std::vector<int> rings = io_uring_fds();
+        if (rings.size() != 1) std::_Exit(3);
+        io_uring injector{};
+        if (io_uring_queue_init(2, &injector, 0) != 0) std::_Exit(4);
+        constexpr std::uint64_t kSlot0AtAStaleGeneration = (std::uint64_t{2} << 56) | 0xfffffff0u;
+        io_uring_prep_msg_ring(io_uring_get_sqe(&injector), rings[0], 0, kSlot0AtAStaleGeneration, 0);
+        io_uring_submit(&injector);
+        io_uring_cqe* cqe = nullptr;
+        if (io_uring_wait_cqe(&injector, &cqe) != 0 || cqe->res < 0) std::_Exit(5);
+        for (int i = 0; i < kIterationsMax; ++i) loop->run_once(10 * kNsPerMs);
+      },
+      "LEASEHOLD_ASSERT\\(slot.gen == gen_of\\(c.user_data\\)\\) failed");
 }
 
 TEST(EventLoop, InvalidConfigIsRefusedWithTheFieldNamed) {

@@ -1109,6 +1109,32 @@ TEST_F(LeaseTableTest, RestoreRefusesBadRecordsAndStaysEmpty) {
   EXPECT_NE(not_empty.message().find("empty table"), std::string::npos) << not_empty.message();
 }
 
+// A snapshot cannot reach the grant path's asserts (an epoch in 1..2^63-1 entering Held, a
+// record inserted only below the capacity, no name twice): restore refuses such records first,
+// naming them, and leaves the table empty.
+TEST_F(LeaseTableTest, RestoreRefusesEpochZeroAndMoreRecordsThanTheCapacity) {
+  DurableSnapshot snap;
+  snap.records.push_back(DurableRecord{id("a"), name_fingerprint_of("a"), LockPhase::held, 0, kA, {}, kW1, false});
+  const Status zero = table.restore(snap, kT0);
+  EXPECT_EQ(zero.code(), Errc::corrupt);
+  EXPECT_NE(zero.message().find("durable record 0: epoch 0"), std::string::npos) << zero.message();
+  EXPECT_EQ(table.size(), 0u);
+  LeaseConfig c = small_config();
+  c.capacity = 2;
+  LeaseTable small(c);
+  DurableSnapshot three;
+  for (const char* n : {"a", "b", "c"})
+    three.records.push_back(DurableRecord{id(n), name_fingerprint_of(n), LockPhase::held, 1, kA, {}, kW1, false});
+  const Status full = small.restore(three, kT0);
+  EXPECT_EQ(full.code(), Errc::corrupt);
+  EXPECT_NE(full.message().find("durable record 2: more records than the capacity 2"), std::string::npos)
+      << full.message();
+  EXPECT_EQ(small.size(), 0u);
+  three.records.pop_back();
+  EXPECT_TRUE(small.restore(three, kT0).ok());
+  EXPECT_EQ(small.size(), 2u);
+}
+
 TEST_F(LeaseTableTest, ForEachVisitsEveryRecord) {
   ASSERT_TRUE(table.acquire("a", kA, kW1, kT0).ok());
   ASSERT_TRUE(table.acquire_2pc("b", kB, kT0).ok());

@@ -3,10 +3,14 @@
 #include "leasehold/lockd/store.hpp"
 #include "leasehold/lockd/store_thread.hpp"
 
+#include "service_core_fakes.hpp"
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -131,7 +135,7 @@ TEST(NameStore, RestartMarksRoundTripAndNeverGoDown) {
   EXPECT_EQ(t.seen.at(w2), 2u);
 }
 
-TEST(NameStore, EpochNeverDecreases) {
+TEST(NameStore, EpochMayStayTheSame) {
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
   NameStore s(p.string());
@@ -139,12 +143,70 @@ TEST(NameStore, EpochNeverDecreases) {
   s.commit(a);
   a[0].state = LockPhase::free;  // release keeps the epoch: allowed
   s.commit(a);
-  std::vector<StoredName> lower{held(1, 41)};
-  EXPECT_THROW(s.commit(lower), StoreError);
   auto loaded = s.load().names;
   ASSERT_EQ(loaded.size(), 1u);
   EXPECT_EQ(loaded[0].epoch, 42u);
   EXPECT_EQ(loaded[0].state, LockPhase::free);
+}
+
+// The store's end of "epochs never decrease": a change below the name's durable epoch, or an
+// epoch the int64 columns cannot hold, is lockd's own bug (its name table and the store's
+// epochs come from the same load), so it aborts, before the batch's transaction begins. The
+// durable epochs are those loaded at open too, not only those this process wrote.
+TEST(NameStoreDeathTest, LoweringAnEpochOrPassingTheLimitAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  {
+    NameStore s(p.string());
+    std::vector<StoredName> a{held(1, 42)};
+    s.commit(a, 42);
+    std::vector<StoredName> lower{held(2, 5), held(1, 41)};  // the first change is fine
+    EXPECT_DEATH(s.commit(lower), "LEASEHOLD_ASSERT\\(it == epochs_.end\\(\\) \\|\\| n.epoch >= it->second\\) failed");
+    std::vector<StoredName> too_high{held(3, kEpochMax + 1)};
+    EXPECT_DEATH(s.commit(too_high), "LEASEHOLD_ASSERT\\(n.epoch <= kEpochMax\\) failed");
+    EXPECT_DEATH(s.commit({}, kEpochMax + 1), "LEASEHOLD_ASSERT\\(epoch_high_water <= kEpochMax\\) failed");
+    std::vector<StoredName> limit{held(3, kEpochMax)};
+    s.commit(limit, kEpochMax);  // the limit itself fits
+  }
+  NameStore s(p.string());  // reopened: the durable epochs come from the file
+  std::vector<StoredName> lower{held(1, 41)};
+  EXPECT_DEATH(s.commit(lower), "LEASEHOLD_ASSERT\\(it == epochs_.end\\(\\) \\|\\| n.epoch >= it->second\\) failed");
+  const StoredTable t = s.load();
+  ASSERT_EQ(t.names.size(), 2u);
+  for (const StoredName& n : t.names) EXPECT_EQ(n.epoch, n.id == held(1, 0).id ? 42u : kEpochMax);
+  EXPECT_EQ(t.epoch_high_water, kEpochMax);
+}
+
+// Nor can a store file make that check fire: lockd's name table is rebuilt from the same rows
+// (load), and an epoch the file holds above 2^63-1 (here -1, written into the row by another
+// program) is refused when lockd starts, naming the problem, instead of reaching commit().
+TEST(NameStore, AnEpochAboveTheLimitInTheFileIsRefusedAtStart) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  {
+    NameStore s(p.string());
+    std::vector<StoredName> rows{held(1, 7)};
+    s.commit(rows, 7);
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE log SET epoch = -1; UPDATE names SET epoch = -1", nullptr, nullptr, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  NameStore s(p.string());
+  const StoredTable t = s.load();
+  ASSERT_EQ(t.names.size(), 1u);
+  EXPECT_GT(t.names[0].epoch, kEpochMax);
+  try {
+    test::CoreRig rig(1'000'000'000'000, t);
+    ADD_FAILURE() << "lockd started on a store with epoch " << t.names[0].epoch;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("above the epoch limit"), std::string::npos) << e.what();
+  }
 }
 
 TEST(NameStore, CompactionFoldsTheLogWithoutChangingContent) {
@@ -466,6 +528,29 @@ TEST(StoreThreadDeathTest, ASeqBelowTheLastBatchOrAnOversizedBatchAborts) {
   EXPECT_EQ(t.durable_seq(), 2u) << t.failure();
 }
 
+// Every write past `bytes` of a file fails with EFBIG while it lives (RLIMIT_FSIZE, SIGXFSZ
+// ignored): SQLite's commit then fails as on a full disk, without a mount namespace.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &old_), 0);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old_;
+    r.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &r), 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit old_{};
+  sighandler_t old_handler_ = SIG_DFL;
+};
+
 TEST(StoreThread, FailedCommitIsReportedNotDurable) {
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
@@ -473,11 +558,14 @@ TEST(StoreThread, FailedCommitIsReportedNotDurable) {
   std::vector<StoredName> b1{held(1, 10)};
   ASSERT_TRUE(t.submit(b1, 1));
   while (t.durable_seq() < 1) ::usleep(100);
-  std::vector<StoredName> lower{held(1, 3)};  // would lower an epoch: the store refuses
-  ASSERT_TRUE(t.submit(lower, 2));
-  while (!t.failed()) ::usleep(100);
+  {
+    FileSizeLimit no_room(1);  // the next commit cannot write its log frames
+    std::vector<StoredName> b2{held(2, 3)};
+    ASSERT_TRUE(t.submit(b2, 2));
+    while (!t.failed()) ::usleep(100);
+  }
   EXPECT_EQ(t.durable_seq(), 1u);
-  EXPECT_NE(t.failure().find("epochs never decrease"), std::string::npos) << t.failure();
+  EXPECT_NE(t.failure().find("I/O error"), std::string::npos) << t.failure();
   std::vector<StoredName> more{held(2, 1)};
   EXPECT_FALSE(t.submit(more, 3));
   // As a DurabilityPort: seq 1 durable, then seq 2 failed with the cause, once.

@@ -283,6 +283,27 @@ TEST(ShmTable, RevokeIsStickyUntilFree) {
   EXPECT_FALSE(r.check(c2.slot, 5));
 }
 
+// owner() is the writer's O(1) answer to "which sandbox is in this slot", which the supervisor
+// cross-checks against its own sandbox table: claimed and published slots name their sandbox,
+// a revoked one still does (until free), a freed (cooling) or never-claimed one names none.
+TEST(ShmTable, OwnerFollowsClaimAndFree) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t, 2));
+  const std::uint64_t now = boottime_ns();
+  EXPECT_TRUE(w.owner(0).is_nil());
+  const auto c = w.claim(sandbox(7), now);
+  ASSERT_EQ(c.error, TableErrc::ok);
+  EXPECT_EQ(w.owner(c.slot), sandbox(7));
+  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 3, now + 60 * kS), TableErrc::ok);
+  EXPECT_EQ(w.owner(c.slot), sandbox(7));
+  ASSERT_TRUE(w.revoke(c.slot));
+  EXPECT_EQ(w.owner(c.slot), sandbox(7));
+  EXPECT_TRUE(w.owner(1 - c.slot).is_nil());
+  ASSERT_EQ(w.free(c.slot, now), TableErrc::ok);
+  EXPECT_TRUE(w.owner(c.slot).is_nil());
+  EXPECT_TRUE(w.owner(2).is_nil()) << "out of range";
+}
+
 TEST(ShmTable, PublishingANewEpochRetiresTheOld) {
   TempTable t;
   auto w = TableWriter::create(options_for(t));

@@ -218,6 +218,29 @@ TEST(DeadlineWheelDeathTest, BackwardsClockAborts) {
   EXPECT_EQ(w.size(), 1u);
 }
 
+// advance from inside its own callback aborts: the inner call would take over the list being
+// fired, and the timers left in it would never fire (a kill lost, silently).
+TEST(DeadlineWheelDeathTest, AdvanceFromItsOwnCallbackAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DeadlineWheel w(4, kG, kStart);
+  ASSERT_TRUE(w.schedule(kStart + 5 * kG, 1));
+  ASSERT_TRUE(w.schedule(kStart + 5 * kG, 2));
+  EXPECT_DEATH(
+      {
+        w.advance(kStart + 5 * kG, [&](const DueTimer&) {
+          w.advance(kStart + 6 * kG, [](const DueTimer&) { return Rearm::none(); });
+          return Rearm::none();
+        });
+      },
+      "LEASEHOLD_ASSERT\\(!advancing_\\) failed");
+  // Advanced from outside, both fire, and the next advance may follow.
+  int calls = 0;
+  EXPECT_EQ(w.advance(kStart + 5 * kG, [&](const DueTimer&) { ++calls; return Rearm::none(); }), 2u);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(w.advance(kStart + 6 * kG, [&](const DueTimer&) { ++calls; return Rearm::none(); }), 0u);
+  EXPECT_EQ(w.size(), 0u);
+}
+
 TEST(DeadlineWheel, LazyRearmKeepsTheHandleAndFiresAtTheNewDeadline) {
   DeadlineWheel w(4, kG, kStart);
   const auto h = w.schedule(kStart + 10 * kG, 5);

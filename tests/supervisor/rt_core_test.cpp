@@ -301,5 +301,72 @@ TEST_F(RtCoreTest, WakesAtTheNextEventOrCommandPollWhicheverIsFirst) {
   EXPECT_EQ(core->next_wake_ns(w, false), core->counters().processed_until_ns);
 }
 
+// The core's end of "CLOCK_BOOTTIME never goes backwards": every entry point (step, apply,
+// confirm_pending, finish_all) aborts on a reading below the last one, or below the
+// construction time; the same instant again is fine.
+using RtCoreDeathTest = RtCoreTest;
+
+TEST_F(RtCoreDeathTest, AClockThatGoesBackwardsAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  constexpr const char* kBackwards = "rt_core\\.cpp:[0-9]+: LEASEHOLD_ASSERT\\(now_ns >= last_now_ns_\\) failed";
+  EXPECT_DEATH(core->step(kT0 - 1, kT0 - 1, queue), kBackwards);
+  hooks.deadline[3] = kT0 + 10 * kG;
+  queue.arm(3, kT0 + 10 * kG, 33);
+  step_at(kT0 + 11 * kG);  // armed and killed at once (the deadline passed): a pending kill
+  ASSERT_EQ(core->pending_kills(), 1u);
+  step_at(kT0 + 11 * kG);  // the same instant again
+  const std::uint64_t before = kT0 + 11 * kG - 1;
+  EXPECT_DEATH(core->step(before, before, queue), kBackwards);
+  EXPECT_DEATH(core->confirm_pending(before), kBackwards);
+  EXPECT_DEATH(core->finish_all(before), kBackwards);
+  RtCommand disarm;
+  disarm.op = RtOp::disarm;
+  disarm.slot = 3;
+  EXPECT_DEATH(core->apply(disarm, before), kBackwards);
+  // The parent's core is untouched: the kill is still pending and finishes at a later time.
+  EXPECT_TRUE(hooks.reports.empty());
+  core->finish_all(kT0 + 12 * kG);
+  ASSERT_EQ(hooks.reports.size(), 1u);
+  EXPECT_EQ(hooks.reports[0].record.error, -ECANCELED);
+}
+
+// A command for a slot the core does not have aborts (the producer refuses one: reaching the
+// core, it would arm or kill through memory that is no slot).
+TEST_F(RtCoreDeathTest, ASlotOutOfRangeAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  queue.arm(kSlots, kT0 + 10 * kG, 1);
+  EXPECT_DEATH(step_at(kT0 + kG), "LEASEHOLD_ASSERT\\(c.slot < slots_.size\\(\\)\\) failed");
+  RtCommand kill_now;
+  kill_now.op = RtOp::kill_now;
+  kill_now.slot = kSlots + 7;
+  EXPECT_DEATH(core->apply(kill_now, kT0 + kG), "LEASEHOLD_ASSERT\\(c.slot < slots_.size\\(\\)\\) failed");
+  kill_now.slot = kSlots - 1;  // the last slot is one (unarmed: nothing to kill)
+  core->apply(kill_now, kT0 + kG);
+  EXPECT_TRUE(kill.kills.empty());
+  EXPECT_EQ(core->applied_seq(), 0u);
+}
+
+// Commands are applied in seq order with none skipped: applied_seq() is what the io thread
+// trusts before it closes a disarmed sandbox's pidfd and leaf, so a gap or a repeat aborts.
+TEST_F(RtCoreDeathTest, ACommandOutOfSeqOrderAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  queue.arm(1, kT0 + 100 * kG, 11);
+  step_at(kT0 + kG);
+  ASSERT_EQ(core->applied_seq(), 1u);
+  queue.seq = 2;  // seq 2 never reaches the core
+  queue.op(RtOp::disarm, 1);
+  EXPECT_DEATH(step_at(kT0 + 2 * kG), "LEASEHOLD_ASSERT\\(c.seq == applied \\+ 1\\) failed");
+  queue.q.clear();
+  queue.seq = 0;  // seq 1 again
+  queue.op(RtOp::disarm, 1);
+  EXPECT_DEATH(step_at(kT0 + 2 * kG), "LEASEHOLD_ASSERT\\(c.seq == applied \\+ 1\\) failed");
+  queue.q.clear();
+  queue.seq = 1;
+  queue.op(RtOp::disarm, 1);  // seq 2: in order
+  step_at(kT0 + 2 * kG);
+  EXPECT_EQ(core->applied_seq(), 2u);
+  EXPECT_FALSE(core->armed(1));
+}
+
 }  // namespace
 }  // namespace leasehold

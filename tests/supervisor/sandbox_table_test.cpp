@@ -103,5 +103,62 @@ TEST(SandboxTableDeathTest, ANameOfAnAbsentSandboxAborts) {
   EXPECT_DEATH(t.bind_name("agent", id(7)), "LEASEHOLD_ASSERT\\(sandboxes_.contains\\(id\\)\\) failed");
 }
 
+// The O(1) cross-check with the shm table's owner of a slot (SupervisorCore runs it wherever a
+// slot is bound to a sandbox or let go): the slot names the same sandbox in both, and that
+// sandbox's record names the slot; a sandbox that left while shm keeps its slot claimed
+// (quarantined, kept) is named by shm and by nobody here.
+TEST(SandboxTable, CheckSlotAcceptsTablesThatAgree) {
+  SandboxTable t(3);
+  t.add(sandbox(1, 1));
+  t.check_slot(1, id(1));
+  t.check_slot(0, SandboxId{});
+  t.check_slot(2, SandboxId{});
+  t.erase(id(1));
+  t.check_slot(1, SandboxId{});    // freed in both
+  t.check_slot(1, id(1), id(1));   // or still claimed in shm for the one that left
+}
+
+TEST(SandboxTableDeathTest, ASlotTheShmTableGivesAnotherOwnerAborts) {
+  SandboxTable t(3);
+  t.add(sandbox(1, 1));
+  constexpr const char* kDisagree = "LEASEHOLD_ASSERT\\(by_slot_\\[slot\\] == shm_owner\\) failed";
+  EXPECT_DEATH(t.check_slot(1, id(2)), kDisagree);       // shm: another sandbox
+  EXPECT_DEATH(t.check_slot(1, SandboxId{}), kDisagree);  // shm: free, here taken
+  EXPECT_DEATH(t.check_slot(0, id(1)), kDisagree);       // shm: taken, here free
+  EXPECT_DEATH(t.check_slot(3, SandboxId{}), "LEASEHOLD_ASSERT\\(slot < by_slot_.size\\(\\)\\) failed");
+  // Said to have left, but still here.
+  EXPECT_DEATH(t.check_slot(1, id(1), id(1)), "LEASEHOLD_ASSERT\\(by_slot_\\[slot\\].is_nil\\(\\)\\) failed");
+  t.erase(id(1));
+  // Left with its slot kept in shm, but shm freed it (or gave it to another).
+  EXPECT_DEATH(t.check_slot(1, SandboxId{}, id(1)), "LEASEHOLD_ASSERT\\(shm_owner == left\\) failed");
+  EXPECT_DEATH(t.check_slot(1, id(2), id(1)), "LEASEHOLD_ASSERT\\(shm_owner == left\\) failed");
+}
+
+// A record whose slot field no longer matches the slot index (the record is the caller's to
+// change): every lookup through the index aborts rather than act for the wrong sandbox.
+TEST(SandboxTableDeathTest, ARecordNamingAnotherSlotAborts) {
+  SandboxTable t(3);
+  Sandbox& a = t.add(sandbox(1, 1));
+  a.slot = 2;
+  EXPECT_DEATH(t.check_slot(1, id(1)),
+               "LEASEHOLD_ASSERT\\(it != sandboxes_.end\\(\\) && it->second.slot == slot\\) failed");
+  EXPECT_DEATH((void)t.at_slot(1), "LEASEHOLD_ASSERT\\(s != nullptr && s->slot == slot\\) failed");
+  EXPECT_DEATH(t.erase(id(1)), "LEASEHOLD_ASSERT\\(by_slot_\\[it->second.slot\\] == id\\) failed");
+  EXPECT_DEATH(t.check(), "LEASEHOLD_ASSERT\\(s.slot < by_slot_.size\\(\\) && by_slot_\\[s.slot\\] == id\\) failed");
+  a.slot = 1;  // back in agreement
+  t.check();
+  t.erase(id(1));
+  EXPECT_EQ(t.size(), 0u);
+}
+
+TEST(SandboxTableDeathTest, ARecordWhoseIdChangedAborts) {
+  SandboxTable t(2);
+  Sandbox& a = t.add(sandbox(1, 0));
+  a.id = id(9);
+  EXPECT_DEATH(t.check(), "LEASEHOLD_ASSERT\\(s.id == id\\) failed");
+  a.id = id(1);
+  t.check();
+}
+
 }  // namespace
 }  // namespace leasehold

@@ -173,10 +173,11 @@ class FakeTable final : public SlotTable {
     std::uint64_t valid_until_ns = 0;
   };
   explicit FakeTable(Events& ev) : ev_(ev) {}
-  shm::ClaimResult claim(const SandboxId&, std::uint64_t) override {
+  shm::ClaimResult claim(const SandboxId& sandbox, std::uint64_t) override {
     shm::ClaimResult r;
     r.slot = next_slot++;
     claimed.push_back(r.slot);
+    owners[r.slot] = claim_for.is_nil() ? sandbox : claim_for;
     return r;
   }
   std::string claim_refusal() const override { return {}; }
@@ -196,12 +197,20 @@ class FakeTable final : public SlotTable {
   void free(std::uint32_t slot, std::uint64_t) override {
     freed.push_back(slot);
     published.erase(slot);
+    if (!keep_claimed_on_free) owners.erase(slot);
     ev_.push_back("free slot=" + std::to_string(slot));
+  }
+  SandboxId owner(std::uint32_t slot) const override {
+    const auto it = owners.find(slot);
+    return it == owners.end() ? SandboxId{} : it->second;
   }
   void record_heartbeat_rtt_ns(std::uint64_t) override {}
   void record_heartbeat_failure() override { ++heartbeat_failures; }
 
   std::uint32_t next_slot = 0;
+  std::map<std::uint32_t, SandboxId> owners;  ///< claimed, not yet freed
+  SandboxId claim_for;               ///< not nil: a broken table records claims for this sandbox
+  bool keep_claimed_on_free = false;  ///< a broken table: free() leaves the slot claimed
   std::vector<std::uint32_t> claimed;
   std::vector<std::uint32_t> freed;
   std::map<std::uint32_t, Published> published;
@@ -827,6 +836,43 @@ TEST_F(SupervisorCoreTest, AnUnnamedSandboxThatMayOutliveUsCannotBeNamedLater) {
   n.sandbox = SandboxId{0x5b, ids};
   core->on_request(3, n, kT0 + kMs);
   EXPECT_EQ(lockd.count<wire::Acquire>(), 1u);
+}
+
+// The sandbox logic's end of "a slot and a sandbox id name the same sandbox": where a slot is
+// bound to a sandbox and where it is let go, the shm table's owner of the slot is checked
+// against the sandbox table (O(1)). A slot table that disagrees (a broken fake here) aborts the
+// supervisor before it publishes, kills or frees for the wrong sandbox.
+using SupervisorCoreDeathTest = SupervisorCoreTest;
+
+TEST_F(SupervisorCoreDeathTest, ASlotClaimedForAnotherSandboxAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  make(SupervisorMode::lease);
+  table.claim_for = SandboxId{0x99, 1};
+  EXPECT_DEATH(core->on_request(3, run(std::nullopt), kT0), "LEASEHOLD_ASSERT\\(by_slot_\\[slot\\] == shm_owner\\) failed");
+  table.claim_for = SandboxId{};
+  core->on_request(3, run(std::nullopt), kT0);
+  EXPECT_EQ(last_answer()["ok"], true);
+}
+
+TEST_F(SupervisorCoreDeathTest, ASlotTheShmTableDidNotFreeAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  make(SupervisorMode::lease);
+  core->on_request(3, run(std::nullopt), kT0);
+  ASSERT_EQ(host.created.size(), 1u);
+  const SandboxId sb = host.created[0].id;
+  rt.applied_upto = 1'000'000;  // every disarm applied
+  table.keep_claimed_on_free = true;
+  EXPECT_DEATH(
+      {
+        core->on_exit(sb, kT0 + 30 * kMs);
+        core->check_disarms(kT0 + 31 * kMs);
+      },
+      "LEASEHOLD_ASSERT\\(by_slot_\\[slot\\] == shm_owner\\) failed");
+  table.keep_claimed_on_free = false;
+  core->on_exit(sb, kT0 + 30 * kMs);
+  core->check_disarms(kT0 + 31 * kMs);
+  EXPECT_EQ(table.freed, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(core->sandboxes().find(sb), nullptr);
 }
 
 }  // namespace

@@ -145,7 +145,10 @@ class NameStore {
   /// Writes `changes` (upserts by id), raises the stored high-water mark to `epoch_high_water`
   /// (never lowers it) and records `marks` (never lowering a stored value) in one transaction;
   /// returns when it is durable.
-  /// A change never lowers a stored epoch (such a change is an invariant breach: throws).
+  /// A change never lowers a stored epoch, and no epoch (nor `epoch_high_water`) exceeds
+  /// kEpochMax: a breach is lockd's own bug (the rows and its name table come from the same
+  /// load), so it aborts (LEASEHOLD_ASSERT) with nothing written. Throws StoreError for a batch
+  /// above kStoreBatchChangesMax.
   /// Throws StoreError on an I/O error (disk full, read-only, ...); the transaction is then
   /// rolled back and nothing in the batch is durable.
   void commit(std::span<const StoredName> changes, Epoch epoch_high_water = 0, const StoreMarks& marks = {});

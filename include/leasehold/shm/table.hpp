@@ -232,6 +232,9 @@ class TableWriter {
   /// never showed a reader an epoch, so it is reusable at once (first in line), and refused
   /// creates do not use up the table. Errors: bad_slot, wrong_state.
   TableErrc free(std::uint32_t slot, std::uint64_t now_ns) noexcept;
+  /// The sandbox a claimed or published slot belongs to (claim()'s argument); nil for a free or
+  /// cooling slot and for one out of range. O(1), io thread (it reads the writer's own stores).
+  SandboxId owner(std::uint32_t slot) const noexcept;
   /// Marks the table closed (heartbeat 0, closed_ns set): every check_deadline fails.
   void close(std::uint64_t now_ns) noexcept;
   /// Unlinks the file or shm name (mappings stay valid until unmapped); nothing for a memfd.

@@ -143,7 +143,9 @@ class DeadlineWheel {
   /// a processed tick is likewise due at the next `advance` (callers use `due_by` to avoid that).
   /// `now_ns` must not be below the previous call's (CLOCK_BOOTTIME never goes backwards): a
   /// clock that did would silently fire nothing while a kill is due, so it aborts
-  /// (LEASEHOLD_ASSERT, as Seastar's timer_set::expire), in every build.
+  /// (LEASEHOLD_ASSERT, as Seastar's timer_set::expire), in every build. The callback must not
+  /// call advance: the inner call would take over the list being fired, whose remaining timers
+  /// would then never fire, so that aborts too.
   template <class OnDue>
   std::uint32_t advance(std::uint64_t now_ns, OnDue&& on_due);
 
@@ -185,6 +187,7 @@ class DeadlineWheel {
   std::uint64_t cur_tick_;  // ticks below it are processed
   std::uint64_t hint_tick_ = 0;  // <= the next tick at which a bucket fires or cascades
   std::uint32_t size_ = 0;
+  bool advancing_ = false;  // inside advance() (a nested call aborts)
   std::uint32_t free_head_ = kNil;
   std::vector<Node> nodes_;
   std::vector<std::uint32_t> heads_;  // kListCount list heads
@@ -196,6 +199,12 @@ class DeadlineWheel {
 template <class OnDue>
 std::uint32_t DeadlineWheel::advance(std::uint64_t now_ns, OnDue&& on_due) {
   LEASEHOLD_ASSERT(now_ns >= last_now_ns_);
+  LEASEHOLD_ASSERT(!advancing_);
+  struct Advancing {
+    bool& flag;
+    explicit Advancing(bool& f) noexcept : flag(f) { flag = true; }
+    ~Advancing() { flag = false; }
+  } advancing(advancing_);
   last_now_ns_ = now_ns;
   const std::uint64_t target = now_ns / granularity_ns_;
   if (target + 1 < cur_tick_) return 0;  // a tick already processed: nothing new is due

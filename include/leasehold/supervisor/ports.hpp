@@ -201,6 +201,9 @@ class SlotTable {
   /// Every check of the slot fails from now on (sticky until free()).
   virtual void revoke(std::uint32_t slot) = 0;
   virtual void free(std::uint32_t slot, std::uint64_t now_ns) = 0;
+  /// The sandbox `slot` was claimed for, until it is freed (nil: free, cooling or out of
+  /// range). O(1): the sandbox logic cross-checks it with its own table at every bind and unbind.
+  virtual SandboxId owner(std::uint32_t slot) const = 0;
   virtual void record_heartbeat_rtt_ns(std::uint64_t ns) = 0;
   virtual void record_heartbeat_failure() = 0;
 };

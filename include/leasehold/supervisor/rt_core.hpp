@@ -19,6 +19,9 @@
 //      kRtKillConfirmTimeoutNs (-ETIMEDOUT); each kill is reported once (hooks.record_kill).
 // Bounds: at most `slots` armed slots, kRtPendingKillsMax kills awaiting death (beyond: -ENOSPC),
 // kRtCommandsPerTickMax commands per step. Nothing allocates after construction.
+// Invariants (LEASEHOLD_ASSERT, every build): the `now_ns` of step, apply, confirm_pending and
+// finish_all never goes below the previous call's (nor the constructor's); a command's slot is
+// < slots; step takes commands in seq order 1, 2, ... with none skipped.
 #pragma once
 
 #include "leasehold/supervisor/deadline_wheel.hpp"
@@ -88,7 +91,7 @@ struct RtCommand {
   std::uint64_t seq = 0;          ///< 1, 2, ...: applied_seq() reaches it once applied
   std::uint64_t deadline_ns = 0;  ///< arm: the deadline
   KillTarget target;              ///< arm: what to kill
-  std::uint32_t slot = 0;         ///< < slots (the caller checks)
+  std::uint32_t slot = 0;         ///< < slots (the caller checks; RtCore aborts otherwise)
   RtOp op = RtOp::arm;
 };
 
@@ -154,6 +157,7 @@ class RtCore {
   void drop_pending(std::size_t index) noexcept;
   void finish_pending(std::uint32_t slot, int error, std::uint64_t now_ns) noexcept;
   void kill_slot(std::uint32_t slot, std::uint64_t deadline_ns, std::uint64_t now_ns) noexcept;
+  void clock(std::uint64_t now_ns) noexcept;  // asserts now_ns never goes backwards
 
   std::uint64_t command_poll_ns_;
   RtHooks hooks_;
@@ -165,6 +169,7 @@ class RtCore {
   std::atomic<std::uint64_t> ticks_{0}, rearms_{0}, kills_issued_{0}, kills_confirmed_{0};
   std::atomic<std::uint64_t> kill_issue_latency_ns_max_{0};  // written by step() only
   std::atomic<std::uint64_t> processed_until_ns_{0};
+  std::uint64_t last_now_ns_;  // the latest now_ns of any entry point (CLOCK_BOOTTIME)
 };
 
 }  // namespace leasehold

@@ -101,6 +101,12 @@ class SandboxTable {
 
   /// Verifies that the three indexes agree (aborts through LEASEHOLD_ASSERT if not). O(n).
   void check() const;
+  /// Cross-checks one slot with the shm table's owner of it, `shm_owner` (SlotTable::owner),
+  /// in O(1), aborting through LEASEHOLD_ASSERT unless: the slot exists; it holds `shm_owner`
+  /// here too (both nil: empty in both), and that sandbox's record names this slot. With
+  /// `left` (a sandbox erased here whose slot shm keeps claimed: quarantined, or kept at
+  /// shutdown), the slot is empty here and `shm_owner` is `left`.
+  void check_slot(std::uint32_t slot, const SandboxId& shm_owner, const SandboxId& left = {}) const;
 
  private:
   void checked() const;  // check() in debug builds (LEASEHOLD_ASSERT_SLOW)

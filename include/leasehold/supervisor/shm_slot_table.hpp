@@ -26,6 +26,7 @@ class ShmSlotTable final : public SlotTable {
   }
   void revoke(std::uint32_t slot) override { t_.revoke(slot); }
   void free(std::uint32_t slot, std::uint64_t now_ns) override { t_.free(slot, now_ns); }
+  SandboxId owner(std::uint32_t slot) const override { return t_.owner(slot); }
   void record_heartbeat_rtt_ns(std::uint64_t ns) override { t_.record_heartbeat_rtt_ns(ns); }
   void record_heartbeat_failure() override { t_.record_heartbeat_failure(); }
 

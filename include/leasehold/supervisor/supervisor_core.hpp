@@ -215,8 +215,12 @@ class SupervisorCore {
   void confirm_kill_to_lockd(const NameId& name_id, const std::string& name, const SandboxId& sb, Epoch epoch);
   void kill_sandbox(Sandbox& s, const std::string& reason);
   void exited(const SandboxId& id);
-  void finish_exit(const SandboxId& id);
+  void finish_exit(SandboxId id);  // by value: a caller may pass the id of the record it erases
   /// Remembers `id` as used until now + tombstone_ns(); buried() says whether it still is.
+  /// Aborts unless the shm table and the sandbox table name the same sandbox for `slot`
+  /// (SandboxTable::check_slot with SlotTable::owner; `left`: see there). O(1); called where a
+  /// slot is bound to a sandbox and where it is let go.
+  void check_slot(std::uint32_t slot, const SandboxId& left = {}) const;
   void bury(const SandboxId& id);
   bool buried(const SandboxId& id);
   /// Frees the quarantined slots whose leaf is empty now (each heartbeat tick).
