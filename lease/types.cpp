@@ -102,35 +102,6 @@ NameId name_id_of(std::string_view name) {
   return id;
 }
 
-std::string_view to_string(Refusal r) noexcept {
-  switch (r) {
-    case Refusal::none: return "none";
-    case Refusal::invalid_name: return "invalid_name";
-    case Refusal::name_collision: return "name_collision";
-    case Refusal::held: return "held";
-    case Refusal::acquiring: return "acquiring";
-    case Refusal::transferring: return "transferring";
-    case Refusal::reserved: return "reserved";
-    case Refusal::lock_delay: return "lock_delay";
-    case Refusal::unknown_name: return "unknown_name";
-    case Refusal::not_holder: return "not_holder";
-    case Refusal::stale_epoch: return "stale_epoch";
-    case Refusal::not_acquiring: return "not_acquiring";
-    case Refusal::acquiring_expired: return "acquiring_expired";
-    case Refusal::not_transferring: return "not_transferring";
-    case Refusal::not_free: return "not_free";
-    case Refusal::wrong_mode: return "wrong_mode";
-    case Refusal::worker_alive: return "worker_alive";
-    case Refusal::table_full: return "table_full";
-    case Refusal::bad_request: return "bad_request";
-    case Refusal::epoch_exhausted: return "epoch_exhausted";
-    case Refusal::not_held: return "not_held";
-    case Refusal::expired: return "expired";
-    case Refusal::forbidden: return "forbidden";
-  }
-  return "unknown_refusal";
-}
-
 std::string_view to_string(LockPhase p) noexcept {
   switch (p) {
     case LockPhase::free: return "free";

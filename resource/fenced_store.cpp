@@ -51,17 +51,6 @@ std::string errmsg(sqlite3* db) { return db != nullptr ? sqlite3_errmsg(db) : "o
 
 }  // namespace
 
-std::string_view to_string(Verdict v) noexcept {
-  switch (v) {
-    case Verdict::accepted: return "accepted";
-    case Verdict::stale: return "stale";
-    case Verdict::invalid: return "invalid";
-    case Verdict::error: return "error";
-    case Verdict::forged: return "forged";
-  }
-  return "unknown";
-}
-
 struct FencedStore::Statements {
   sqlite3_stmt* begin = nullptr;
   sqlite3_stmt* commit = nullptr;
@@ -375,7 +364,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   const std::string_view audit_payload =
       payload.size() > kPayloadBytesMax ? payload.substr(0, kAuditOversizeBytesKept) : payload;
   const std::string_view audit_verdict =
-      announce && verdict == Verdict::accepted ? std::string_view("fence") : to_string(verdict);
+      to_string(announce && verdict == Verdict::accepted ? Verdict::fence : verdict);
   std::string audit_reason = reason;
   if (token_checked && token_verdict.ok() && verdict == Verdict::accepted) {
     const auto t = token::decode(token.signed_token);
@@ -463,7 +452,8 @@ CheckpointResult FencedStore::checkpoint() {
   return c;
 }
 
-FencedStore::Tally FencedStore::tally(std::string_view name, Epoch epoch, std::string_view verdict) {
+FencedStore::Tally FencedStore::tally(std::string_view name, Epoch epoch, Verdict v) {
+  const std::string_view verdict = to_string(v);
   Tally t;
   sqlite3_stmt* q = nullptr;
   if (sqlite3_prepare_v2(db_,
@@ -509,7 +499,17 @@ Result<std::vector<AuditRow>> FencedStore::audit(std::string_view name, std::siz
     r.epoch = static_cast<Epoch>(sqlite3_column_int64(q, 3));
     r.holder = text(4);
     r.payload = text(5);
-    r.verdict = text(6);
+    const std::string verdict = text(6);
+    const std::optional<Verdict> v = verdict_of(verdict);
+    if (!v) {
+      std::string known;
+      for (const Verdict k : kVerdicts) known += (known.empty() ? "" : ", ") + std::string(to_string(k));
+      Status corrupt{Errc::corrupt, "audit row " + std::to_string(r.id) + " of " + path_ + ": verdict \"" + verdict +
+                                        "\" is none this leasehold knows (" + known + ")"};
+      sqlite3_finalize(q);
+      return corrupt;
+    }
+    r.verdict = *v;
     r.reason = text(7);
     rows.push_back(std::move(r));
   }
@@ -530,7 +530,7 @@ AuditReport check_audit(const std::vector<AuditRow>& rows) {
   std::map<std::string, std::pair<Epoch, std::int64_t>> last_accepted;  // epoch, row id
   std::map<std::string, std::pair<Epoch, std::int64_t>> fence;          // highest announced, row id
   for (const AuditRow& r : rows) {
-    if (r.verdict == "fence") {
+    if (r.verdict == Verdict::fence) {
       ++rep.fences;
       if (r.reason.starts_with(kOperatorFencePrefix) && r.reason.find(" -> ") != std::string::npos)
         rep.operator_fences.push_back(r);
@@ -541,10 +541,10 @@ AuditReport check_audit(const std::vector<AuditRow>& rows) {
     EpochSummary& e = by_epoch[{r.name, r.epoch}];
     e.name = r.name;
     e.epoch = r.epoch;
-    if (r.verdict != "accepted") {
+    if (r.verdict != Verdict::accepted) {
       ++rep.rejected;
-      if (r.verdict == "stale") ++e.rejected;
-      if (r.verdict == "forged") {
+      if (r.verdict == Verdict::stale) ++e.rejected;
+      if (r.verdict == Verdict::forged) {
         ++rep.forged;
         ++e.forged;
       }

@@ -1,6 +1,7 @@
 // libleasehold-check: the C ABI (include/leasehold/check.h) over shm::TableReader.
 #include "leasehold/check.h"
 
+#include "leasehold/lease/code_table.hpp"
 #include "leasehold/wire/token.hpp"
 #include "leasehold/shm/table.hpp"
 
@@ -23,7 +24,18 @@ struct leasehold_verifier {
 
 namespace {
 
+using leasehold::shm::SlotState;
 using leasehold::shm::TableErrc;
+
+/// The C constant of each slot state (check.h LEASEHOLD_SLOT_*); snapshots report states through
+/// this table only.
+constexpr leasehold::CodeTable<SlotState, std::uint32_t, 4> kSlotStateCodes{{{
+    {SlotState::free, LEASEHOLD_SLOT_FREE},
+    {SlotState::claimed, LEASEHOLD_SLOT_CLAIMED},
+    {SlotState::published, LEASEHOLD_SLOT_PUBLISHED},
+    {SlotState::cooling, LEASEHOLD_SLOT_COOLING}}}};
+static_assert(kSlotStateCodes.covers(leasehold::shm::kSlotStates));
+static_assert(!kSlotStateCodes.decode(std::uint32_t{LEASEHOLD_SLOT_UNKNOWN}), "UNKNOWN names no state");
 
 int code_of(TableErrc e) noexcept {
   switch (e) {
@@ -138,7 +150,7 @@ int leasehold_snapshot(const leasehold_table* table, uint32_t index, leasehold_s
   std::memset(out, 0, sizeof *out);
   out->index = s.index;
   out->generation = s.generation;
-  out->state = static_cast<uint32_t>(s.state);
+  out->state = kSlotStateCodes.encode(s.state, LEASEHOLD_SLOT_UNKNOWN);
   out->revoked = s.revoked ? 1 : 0;
   out->epoch = s.epoch;
   put_uuid(out->sandbox_id, s.sandbox.hi, s.sandbox.lo);

@@ -17,6 +17,7 @@
 
 #include "leasehold/resource/fenced_store.hpp"
 #include "leasehold/supervisor/config.hpp"
+#include "leasehold/supervisor/sandbox_phase.hpp"
 
 #include <time.h>
 
@@ -340,8 +341,9 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
         return;
       }
       bool ready = false;
+      const std::string_view running = phase_row(SandboxPhase::running).list_state;  // the list's word
       for (const auto& sb : list->value("sandboxes", nlohmann::json::array()))
-        ready = ready || (sb.value("sandbox", std::string()) == to->str() && sb.value("state", std::string()) == "running" &&
+        ready = ready || (sb.value("sandbox", std::string()) == to->str() && sb.value("state", std::string()) == running &&
                           (!sb.contains("name") || sb["name"].is_null()));
       if (!ready) {
         *exit_code = report("transfer", {kNotFound, what + ": no running unnamed sandbox " + to->str() + " on " +
@@ -390,8 +392,9 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
                     from.str().c_str(), static_cast<unsigned long long>(old_epoch), to->str().c_str(),
                     static_cast<unsigned long long>(new_epoch));
     }
-    nlohmann::json out = {{"name", a->name}, {"from", from.str()}, {"to", to->str()},
-                          {"old_epoch", old_epoch}, {"new_epoch", new_epoch}, {"state", "transferring"}};
+    nlohmann::json out = {{"name", a->name},           {"from", from.str()},
+                          {"to", to->str()},           {"old_epoch", old_epoch},
+                          {"new_epoch", new_epoch},    {"state", std::string(to_string(LockPhase::transferring))}};
     if (a->no_complete) {
       if (a->json) std::printf("%s\n", out.dump().c_str());
       *exit_code = kOk;
@@ -473,7 +476,7 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
         *exit_code = report("transfer", supervisor_failure(*named, what + " (accept)"));
         return;
       }
-      out["state"] = "held";
+      out["state"] = std::string(to_string(LockPhase::held));
       if (!a->json)
         std::printf("accepted: %s holds \"%s\" at epoch %llu\n", to->str().c_str(), a->name.c_str(),
                     static_cast<unsigned long long>(named->value("epoch", 0ull)));

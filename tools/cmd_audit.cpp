@@ -76,7 +76,7 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
       nlohmann::json rejected = nlohmann::json::array();
       for (const auto& r : rep.rejected_rows)
         rejected.push_back({{"time_ns", r.time_ns}, {"name", r.name}, {"epoch", r.epoch}, {"holder", r.holder},
-                            {"verdict", r.verdict}, {"reason", r.reason}});
+                            {"verdict", std::string(resource::to_string(r.verdict))}, {"reason", r.reason}});
       nlohmann::json raises = nlohmann::json::array();
       for (const auto& r : rep.operator_fences)
         raises.push_back({{"time_ns", r.time_ns}, {"name", r.name}, {"epoch", r.epoch}, {"reason", r.reason}});

@@ -222,7 +222,9 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
       msg += " [epoch " + std::to_string(a["epoch"].get<std::uint64_t>()) + "]";
     }
   }
-  if (a.value("reason", std::string()) == "lock_delay")
+  const bool lock_delay = a.contains("reason") && a["reason"].is_string() &&
+                          refusal_of(a["reason"].get<std::string>()) == Refusal::lock_delay;
+  if (lock_delay)
     msg += " (the name is grantable once the old holder's kill is confirmed or its lease would have expired; "
            "`leasehold show` with an admin key says when)";
   const std::optional<ControlError> known = control_error_of(code);

@@ -337,7 +337,7 @@ class Demo {
     const std::int64_t deadline = boot_ns() + timeout_ms * 1'000'000;
     while (boot_ns() < deadline) {
       check_interrupted();
-      const auto t = store_->tally(args_.name, epoch, "accepted");
+      const auto t = store_->tally(args_.name, epoch, resource::Verdict::accepted);
       if (t.rows > 0) return t.first_ns;
       maintain();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -590,7 +590,7 @@ nlohmann::json Demo::summary_json(int rc, int stopped_by, double took_s) const {
       rejected.push_back({{"t_ms", ms_since_start(r.time_ns)},
                           {"epoch", r.epoch},
                           {"holder", r.holder},
-                          {"verdict", r.verdict},
+                          {"verdict", std::string(resource::to_string(r.verdict))},
                           {"reason", r.reason},
                           {"payload", r.payload}});
     audit = {{"accepted", audit_->accepted}, {"rejected", audit_->rejected}, {"fences", audit_->fences},
@@ -858,7 +858,7 @@ void Demo::cut_off_act() {
 void Demo::cut_off_verify() {
   check(*margin_ns_ > 0, "the kill-switch fired before lockd's lease expiry");
   check(dead_ns_ < expiry_ns_, "the agent process was gone before the lease could be given to anyone else");
-  const auto e1_tally = store_->tally(args_.name, e1_, "accepted");
+  const auto e1_tally = store_->tally(args_.name, e1_, resource::Verdict::accepted);
   check(e1_tally.last_ns <= dead_ns_, "no write of epoch " + std::to_string(e1_) + " landed after the agent was killed");
 }
 
@@ -917,7 +917,7 @@ void Demo::take_over_verify() {
 void Demo::replay_act() {
   std::string last_payload = "replayed";
   for (const auto& r : audit_rows())
-    if (r.verdict == "accepted" && r.epoch == e1_) last_payload = r.payload;
+    if (r.verdict == resource::Verdict::accepted && r.epoch == e1_) last_payload = r.payload;
   const SandboxId holder1 = SandboxId::parse(sb1_).value_or(SandboxId{});
   say("replaying the last write of epoch %llu with its token {%s, epoch %llu, %s}",
       static_cast<unsigned long long>(e1_), args_.name.c_str(), static_cast<unsigned long long>(e1_),
@@ -1088,7 +1088,7 @@ void Demo::transfer_act() {
   event(transfer_first_write_ns_, "first accepted write at epoch " + std::to_string(e3_));
   writes_during_transfer_ = 0;
   for (const auto& r : audit_rows())
-    if (r.verdict == "accepted" && r.time_ns >= transfer_fence_ns_ && r.time_ns < transfer_first_write_ns_)
+    if (r.verdict == resource::Verdict::accepted && r.time_ns >= transfer_fence_ns_ && r.time_ns < transfer_first_write_ns_)
       ++writes_during_transfer_;
   detail("transfer window: %s .. %s (%.0f ms): %llu writes accepted", at(transfer_fence_ns_).c_str(),
          at(transfer_first_write_ns_).c_str(), static_cast<double>(transfer_first_write_ns_ - transfer_fence_ns_) / 1e6,
@@ -1103,7 +1103,7 @@ void Demo::transfer_act() {
   const std::int64_t deadline = transfer_first_write_ns_ + window_ms * 1'000'000;
   resource::FencedStore::Tally e3_tally;
   for (;;) {
-    e3_tally = store_->tally(args_.name, e3_, "accepted");
+    e3_tally = store_->tally(args_.name, e3_, resource::Verdict::accepted);
     const bool enough = e3_tally.rows >= need_writes && e3_tally.last_ns - e3_tally.first_ns >= need_span_ns;
     if (enough || pidfd3_ < 0 || exited(pidfd3_) || boot_ns() >= deadline) break;
     check_interrupted();
@@ -1185,7 +1185,7 @@ void Demo::end_verify() {
   check(with_writes == 3 && rep.epochs.size() >= 3,
         "three epochs wrote (" + std::to_string(e1_) + ", " + std::to_string(e2_) + ", " + std::to_string(e3_) + ")");
   bool replay_seen = false;
-  for (const auto& r : rep.rejected_rows) replay_seen = replay_seen || (r.epoch == e1_ && r.verdict == "stale");
+  for (const auto& r : rep.rejected_rows) replay_seen = replay_seen || (r.epoch == e1_ && r.verdict == resource::Verdict::stale);
   check(replay_seen, "the replayed stale write is in the audit as rejected");
   check(rep.forged == 1, "the made-up epoch is in the audit as forged");
   check(rep.unverified == 0, "every accepted write carried a token lockd signed (" + std::to_string(rep.verified) +

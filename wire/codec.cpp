@@ -188,7 +188,7 @@ void put(Writer& w, const Grant& m) {
   w.p += m.token.size();
 }
 void put(Writer& w, const Deny& m) {
-  w.id(m.name_id); w.u8(static_cast<std::uint8_t>(m.refusal)); w.id(m.holder); w.id(m.worker);
+  w.id(m.name_id); w.u8(kRefusalCodes.encode(m.refusal, kBadCode)); w.id(m.holder); w.id(m.worker);
   w.u64(m.epoch); w.u8(kLockPhaseCodes.encode(m.state, kBadCode));
 }
 void put(Writer& w, const HeartbeatAck& m) { put_ack_entries(w, m.entries); }
@@ -318,9 +318,9 @@ class Reader {
   bool refusal(Refusal& r, const char* f) {
     std::uint8_t b = 0;
     if (!u8(b, f)) return false;
-    // Follows lease/types.hpp: every value it names is valid on the wire.
-    if (to_string(static_cast<Refusal>(b)) == "unknown_refusal") return bad_value(f, b);
-    r = static_cast<Refusal>(b);
+    const auto v = kRefusalCodes.decode(b);
+    if (!v) return bad_value(f, b);
+    r = *v;
     return true;
   }
   bool status(RefreshStatus& s, const char* f) {

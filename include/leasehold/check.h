@@ -68,11 +68,19 @@ typedef struct leasehold_slot leasehold_slot;   /* one 64-byte slot; opaque exce
  * epoch while the lease is valid (the revoked bit 2^63 set, or 0, otherwise). */
 #define LEASEHOLD_REVOKED_BIT (UINT64_C(1) << 63)
 
+/* leasehold_slot_info.state: a slot's lifecycle (stable values). */
+#define LEASEHOLD_SLOT_FREE 0       /* never used, or cooled down */
+#define LEASEHOLD_SLOT_CLAIMED 1    /* owned by a sandbox, no epoch published yet */
+#define LEASEHOLD_SLOT_PUBLISHED 2  /* name, epoch and deadline published */
+#define LEASEHOLD_SLOT_COOLING 3    /* freed; not reused until its cooldown has passed */
+#define LEASEHOLD_SLOT_UNKNOWN UINT32_MAX /* a state byte this library does not know (a newer or
+                                           * damaged table): rely on nothing in the slot */
+
 /* A consistent copy of one slot. */
 typedef struct leasehold_slot_info {
   uint32_t index;
   uint32_t generation;        /* +1 each time the slot is claimed */
-  uint32_t state;             /* 0 free, 1 claimed, 2 published, 3 cooling */
+  uint32_t state;             /* LEASEHOLD_SLOT_* */
   uint32_t revoked;           /* 1 if revoked */
   uint64_t epoch;             /* 0: none published */
   uint8_t sandbox_id[16];     /* UUID bytes, big-endian */

@@ -262,6 +262,41 @@ TEST_F(WireCodec, OutOfRangeEnumsAndBooleansAreRejected) {
   EXPECT_EQ(decode(with_payload(running, payload, auth), &auth).error, DecodeError::bad_value);
 }
 
+// Every refusal travels as its own byte - the enumerator's value, as earlier builds sent it - and
+// decodes back to itself; every other byte is refused as bad_value naming the field, never read
+// as some refusal.
+TEST_F(WireCodec, EveryRefusalRoundTripsAndOtherBytesAreRefused) {
+  constexpr std::size_t kRefusalAt = 16;  // after name_id
+  std::set<unsigned> codes;
+  for (const Refusal refusal : kRefusals) {
+    const Deny deny{samples::nid(1), refusal, samples::sid(2), samples::wid(3), 4, LockPhase::held};
+    const Bytes d = encode_bytes(deny, &auth);
+    const std::uint8_t code = payload_of(d).at(kRefusalAt);
+    EXPECT_EQ(code, static_cast<std::uint8_t>(refusal)) << to_string(refusal);
+    codes.insert(code);
+    const DecodeResult r = decode(d, &auth);
+    ASSERT_EQ(r.error, DecodeError::none) << to_string(refusal) << ": " << r.detail;
+    EXPECT_EQ(std::get<Deny>(r.body), deny) << to_string(refusal);
+  }
+  EXPECT_EQ(codes.size(), kRefusals.size());
+  EXPECT_EQ(kRefusalCodes.encode(Refusal::held), 3);
+  EXPECT_EQ(kRefusalCodes.encode(Refusal::lock_delay), 7);
+  EXPECT_EQ(kRefusalCodes.encode(Refusal::forbidden), 22);
+
+  const Bytes d = encode_bytes(Deny{samples::nid(1), Refusal::held, {}, {}, 3, LockPhase::held}, &auth);
+  std::size_t refused = 0;
+  for (unsigned b = 0; b <= 0xFF; ++b) {
+    if (codes.count(b) != 0) continue;
+    Bytes payload = payload_of(d);
+    payload.at(kRefusalAt) = static_cast<std::uint8_t>(b);
+    const DecodeResult r = decode(with_payload(d, payload, auth), &auth);
+    EXPECT_EQ(r.error, DecodeError::bad_value) << b;
+    EXPECT_NE(r.detail.find("deny.refusal"), std::string::npos) << r.detail;
+    ++refused;
+  }
+  EXPECT_EQ(refused, 256 - kRefusals.size());
+}
+
 // A Grant's token is absent (length 0) or exactly one token long; any other length is refused,
 // and a datagram cut inside the token is short.
 TEST_F(WireCodec, GrantTokenLengthIsChecked) {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string_view>
+
 namespace leasehold {
 namespace {
 
@@ -52,6 +55,23 @@ TEST(Refusal, TextIsStable) {
   EXPECT_EQ(to_string(Refusal::held), "held");
   EXPECT_EQ(to_string(Refusal::lock_delay), "lock_delay");
   EXPECT_EQ(to_string(static_cast<Refusal>(200)), "unknown_refusal");
+}
+
+// The text of each refusal reads back as that refusal (the CLI reads a supervisor's "reason"
+// this way); text no refusal has reads as nothing, not as a near match.
+TEST(Refusal, TextReadsBackThroughTheOneTable) {
+  std::set<std::string_view> texts;
+  for (const Refusal r : kRefusals) {
+    texts.insert(to_string(r));
+    EXPECT_EQ(refusal_of(to_string(r)), r) << to_string(r);
+  }
+  EXPECT_EQ(texts.size(), kRefusals.size());
+  EXPECT_EQ(refusal_of("lock_delay"), Refusal::lock_delay);
+  EXPECT_EQ(refusal_of("forbidden"), Refusal::forbidden);
+  EXPECT_EQ(refusal_of("unknown_refusal"), std::nullopt);
+  EXPECT_EQ(refusal_of("Lock_delay"), std::nullopt);
+  EXPECT_EQ(refusal_of("lock_delay "), std::nullopt);
+  EXPECT_EQ(refusal_of(""), std::nullopt);
 }
 
 }  // namespace

@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <string>
 
@@ -68,6 +72,46 @@ TEST(CheckAbi, OpenCheckSnapshotFind) {
   EXPECT_EQ(leasehold_check_deadline(table, c.slot, 12), 0);
   w.close(boottime_ns());
   EXPECT_EQ(leasehold_writer_alive(table, &age), 0);
+  leasehold_close(table);
+}
+
+// A snapshot reports each slot state as its LEASEHOLD_SLOT_* constant, through the slot's whole
+// lifecycle; a state byte the library does not know is LEASEHOLD_SLOT_UNKNOWN, never passed on
+// as a number a caller might read as a state.
+TEST(CheckAbi, SnapshotStatesAreTheHeaderConstants) {
+  TempTable t;
+  auto w = TableWriter::create(options_for(t));
+  leasehold_table* table = nullptr;
+  char err[256];
+  ASSERT_EQ(leasehold_open(t.location.c_str(), 0, &table, err, sizeof err), LEASEHOLD_OK) << err;
+  auto state_of = [&](std::uint32_t slot) {
+    leasehold_slot_info info;
+    info.state = 0xDEAD;
+    EXPECT_EQ(leasehold_snapshot(table, slot, &info), LEASEHOLD_OK);
+    return info.state;
+  };
+  EXPECT_EQ(state_of(0), static_cast<std::uint32_t>(LEASEHOLD_SLOT_FREE));
+  const std::uint64_t now = boottime_ns();
+  const auto c = w.claim(sandbox(1), now);
+  ASSERT_EQ(c.error, TableErrc::ok);
+  EXPECT_EQ(state_of(c.slot), static_cast<std::uint32_t>(LEASEHOLD_SLOT_CLAIMED));
+  ASSERT_EQ(w.publish(c.slot, name_id_of("svc"), "svc", 3, now + 60'000'000'000ULL), TableErrc::ok);
+  EXPECT_EQ(state_of(c.slot), static_cast<std::uint32_t>(LEASEHOLD_SLOT_PUBLISHED));
+  ASSERT_EQ(w.free(c.slot, now), TableErrc::ok);
+  EXPECT_EQ(state_of(c.slot), static_cast<std::uint32_t>(LEASEHOLD_SLOT_COOLING));
+  EXPECT_EQ(LEASEHOLD_SLOT_FREE, 0);
+  EXPECT_EQ(LEASEHOLD_SLOT_CLAIMED, 1);
+  EXPECT_EQ(LEASEHOLD_SLOT_PUBLISHED, 2);
+  EXPECT_EQ(LEASEHOLD_SLOT_COOLING, 3);
+
+  // Byte 0 of a slot's info word is its state: write one no SlotState has into the file.
+  const std::uint32_t slot = 5;
+  const int fd = ::open(t.path().c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const std::uint8_t junk = 0x7E;
+  ASSERT_EQ(::pwrite(fd, &junk, 1, static_cast<off_t>(kSlotsOffset + slot * kSlotBytes + offsetof(Slot, info))), 1);
+  ::close(fd);
+  EXPECT_EQ(state_of(slot), static_cast<std::uint32_t>(LEASEHOLD_SLOT_UNKNOWN));
   leasehold_close(table);
 }
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace leasehold::resource {
 namespace {
@@ -82,20 +83,90 @@ TEST(FencedStore, EveryWriteLeavesOneAuditRowInOrder) {
   s->write({"orders", 5, kA}, "p3");
   const auto rows = s->audit("orders").value();
   ASSERT_EQ(rows.size(), 3u);
-  EXPECT_EQ(rows[0].verdict, "accepted");
+  EXPECT_EQ(rows[0].verdict, Verdict::accepted);
   EXPECT_EQ(rows[0].epoch, 5u);
   EXPECT_EQ(rows[0].holder, kA.str());
   EXPECT_EQ(rows[0].payload, "p1");
   EXPECT_EQ(rows[0].reason, "");
-  EXPECT_EQ(rows[1].verdict, "accepted");
+  EXPECT_EQ(rows[1].verdict, Verdict::accepted);
   EXPECT_EQ(rows[1].holder, kB.str());
-  EXPECT_EQ(rows[2].verdict, "stale");
+  EXPECT_EQ(rows[2].verdict, Verdict::stale);
   EXPECT_EQ(rows[2].payload, "p3");
   EXPECT_EQ(rows[2].reason, "stale epoch 5 < highest seen 6");
   EXPECT_LT(rows[0].id, rows[1].id);
   EXPECT_LE(rows[0].time_ns, rows[1].time_ns);
   EXPECT_LE(rows[1].time_ns, rows[2].time_ns);
   EXPECT_GT(rows[0].time_ns, 0);
+}
+
+// The audit table keeps each verdict as the text it always had (files written by earlier builds
+// read the same), and audit() reads the text back through the one table of verdicts.
+TEST(FencedStore, AuditVerdictsAreStoredAsTheirTextAndReadBack) {
+  TempDir dir;
+  const std::string path = dir.file("r.db");
+  {
+    auto s = open_ok(path);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->write({"orders", 5, kA}, "a").accepted());
+    ASSERT_EQ(s->write({"orders", 0, kA}, "x").verdict, Verdict::invalid);
+    ASSERT_TRUE(s->advance_fence("orders", 6, "revoke").accepted());
+    ASSERT_EQ(s->write({"orders", 5, kA}, "late").verdict, Verdict::stale);
+    const auto rows = s->audit("orders").value();
+    ASSERT_EQ(rows.size(), 4u);
+    EXPECT_EQ(rows[0].verdict, Verdict::accepted);
+    EXPECT_EQ(rows[1].verdict, Verdict::invalid);
+    EXPECT_EQ(rows[2].verdict, Verdict::fence);
+    EXPECT_EQ(rows[3].verdict, Verdict::stale);
+    EXPECT_EQ(s->tally("orders", 5, Verdict::accepted).rows, 1);
+    EXPECT_EQ(s->tally("orders", 5, Verdict::stale).rows, 1);
+    EXPECT_EQ(s->tally("orders", 6, Verdict::fence).rows, 1);
+    EXPECT_EQ(s->tally("orders", 5, Verdict::forged).rows, 0);
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT verdict FROM audit ORDER BY id", -1, &q, nullptr), SQLITE_OK);
+  std::vector<std::string> stored;
+  while (sqlite3_step(q) == SQLITE_ROW) stored.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(q, 0)));
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  EXPECT_EQ(stored, (std::vector<std::string>{"accepted", "invalid", "fence", "stale"}));
+}
+
+// A verdict text no Verdict has (another program's row, a damaged file) is not guessed at:
+// audit() refuses the whole read as corrupt, naming the row, the text and the file.
+TEST(FencedStore, AnUnknownStoredVerdictIsCorrupt) {
+  TempDir dir;
+  const std::string path = dir.file("r.db");
+  auto s = open_ok(path);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->write({"orders", 5, kA}, "a").accepted());
+  for (const char* text : {"Accepted", "accepted ", "unknown", ""}) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* q = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE audit SET verdict = ?1 WHERE id = 1", -1, &q, nullptr), SQLITE_OK);
+    sqlite3_bind_text(q, 1, text, -1, SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(q), SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    const auto rows = s->audit("orders");
+    ASSERT_FALSE(rows.ok()) << text;
+    EXPECT_EQ(rows.code(), Errc::corrupt);
+    EXPECT_NE(rows.message().find("audit row 1 of " + path), std::string::npos) << rows.message();
+    EXPECT_NE(rows.message().find("verdict \"" + std::string(text) + "\""), std::string::npos) << rows.message();
+    EXPECT_NE(rows.message().find("(accepted, stale, invalid, error, forged, fence)"), std::string::npos)
+        << rows.message();
+  }
+}
+
+TEST(Verdict, TextReadsBackThroughTheOneTable) {
+  for (const Verdict v : kVerdicts) EXPECT_EQ(verdict_of(to_string(v)), v) << to_string(v);
+  EXPECT_EQ(to_string(Verdict::fence), "fence");
+  EXPECT_EQ(to_string(Verdict::stale), "stale");
+  EXPECT_EQ(verdict_of("unknown"), std::nullopt);
+  EXPECT_EQ(verdict_of("Stale"), std::nullopt);
+  EXPECT_EQ(to_string(static_cast<Verdict>(200)), "unknown");
 }
 
 TEST(FencedStore, AdvanceFenceRejectsTheOldHolderBeforeTheNewOneWrites) {
@@ -112,9 +183,9 @@ TEST(FencedStore, AdvanceFenceRejectsTheOldHolderBeforeTheNewOneWrites) {
   EXPECT_EQ(s->write({"orders", 8, kB}, "b").verdict, Verdict::accepted);
   const auto rows = s->audit("orders").value();
   ASSERT_EQ(rows.size(), 5u);
-  EXPECT_EQ(rows[1].verdict, "fence");
+  EXPECT_EQ(rows[1].verdict, Verdict::fence);
   EXPECT_EQ(rows[1].reason, "operator fence raise: transfer begin (fence 7 -> 8)");
-  EXPECT_EQ(rows[3].verdict, "fence");
+  EXPECT_EQ(rows[3].verdict, Verdict::fence);
   EXPECT_EQ(rows[3].reason, "operator fence raise: old news (fence already at 8)");
 }
 
@@ -134,7 +205,7 @@ TEST(FencedStore, BadInputIsRejectedAndAudited) {
   EXPECT_EQ(s->records("orders"), 0);
   const auto rows = s->audit().value();
   ASSERT_EQ(rows.size(), 6u);
-  for (const auto& r : rows) EXPECT_EQ(r.verdict, "invalid");
+  for (const auto& r : rows) EXPECT_EQ(r.verdict, Verdict::invalid);
   EXPECT_EQ(rows[5].payload.size(), 64u);  // oversized payloads are cut in the audit
   EXPECT_EQ(s->advance_fence("orders", 0, "x").verdict, Verdict::invalid);
 }
@@ -362,9 +433,9 @@ TEST(FencedStore, TwoProcessesShareTheFence) {
   bool seen_two = false;
   std::size_t stale = 0;
   for (const auto& r : rows) {
-    if (r.verdict == "accepted" && r.epoch == 2) seen_two = true;
+    if (r.verdict == Verdict::accepted && r.epoch == 2) seen_two = true;
     if (seen_two && r.epoch == 1) {
-      EXPECT_EQ(r.verdict, "stale") << "row " << r.id;
+      EXPECT_EQ(r.verdict, Verdict::stale) << "row " << r.id;
       ++stale;
     }
   }
@@ -377,7 +448,7 @@ TEST(FencedStore, TwoProcessesShareTheFence) {
 
 // ---- check_audit on hand-made audits: each rule can fail -------------------------------------
 
-AuditRow row(std::int64_t id, std::int64_t t, Epoch e, const SandboxId& h, const char* verdict) {
+AuditRow row(std::int64_t id, std::int64_t t, Epoch e, const SandboxId& h, Verdict verdict) {
   AuditRow r;
   r.id = id;
   r.time_ns = t;
@@ -389,9 +460,9 @@ AuditRow row(std::int64_t id, std::int64_t t, Epoch e, const SandboxId& h, const
 }
 
 TEST(CheckAudit, CleanAuditPasses) {
-  const std::vector<AuditRow> rows{row(1, 10, 1, kA, "accepted"), row(2, 20, 1, kA, "accepted"),
-                                   row(3, 30, 2, kB, "fence"),    row(4, 40, 1, kA, "stale"),
-                                   row(5, 50, 2, kB, "accepted")};
+  const std::vector<AuditRow> rows{row(1, 10, 1, kA, Verdict::accepted), row(2, 20, 1, kA, Verdict::accepted),
+                                   row(3, 30, 2, kB, Verdict::fence),    row(4, 40, 1, kA, Verdict::stale),
+                                   row(5, 50, 2, kB, Verdict::accepted)};
   const AuditReport rep = check_audit(rows);
   EXPECT_TRUE(rep.ok());
   EXPECT_EQ(rep.accepted, 3u);
@@ -409,7 +480,7 @@ TEST(CheckAudit, CleanAuditPasses) {
 }
 
 TEST(CheckAudit, EpochGoingBackwardsIsAViolation) {
-  const AuditReport rep = check_audit({row(1, 10, 2, kB, "accepted"), row(2, 20, 1, kA, "accepted")});
+  const AuditReport rep = check_audit({row(1, 10, 2, kB, Verdict::accepted), row(2, 20, 1, kA, Verdict::accepted)});
   ASSERT_FALSE(rep.ok());
   EXPECT_NE(rep.violations[0].find("epochs went backwards"), std::string::npos) << rep.violations[0];
 }
@@ -417,11 +488,11 @@ TEST(CheckAudit, EpochGoingBackwardsIsAViolation) {
 TEST(CheckAudit, OverlappingEpochsAreAViolation) {
   // Epoch 1's last write (time 30) comes after epoch 2's first (time 20): the time ranges
   // overlap even though acceptance order alone would not show it.
-  const AuditReport rep = check_audit({row(1, 10, 1, kA, "accepted"), row(2, 20, 2, kB, "accepted"),
-                                       row(3, 30, 2, kB, "accepted"), row(4, 15, 1, kA, "stale")});
+  const AuditReport rep = check_audit({row(1, 10, 1, kA, Verdict::accepted), row(2, 20, 2, kB, Verdict::accepted),
+                                       row(3, 30, 2, kB, Verdict::accepted), row(4, 15, 1, kA, Verdict::stale)});
   EXPECT_TRUE(rep.ok());
-  const AuditReport bad = check_audit({row(1, 10, 1, kA, "accepted"), row(2, 20, 2, kB, "accepted"),
-                                       row(3, 30, 1, kA, "accepted")});
+  const AuditReport bad = check_audit({row(1, 10, 1, kA, Verdict::accepted), row(2, 20, 2, kB, Verdict::accepted),
+                                       row(3, 30, 1, kA, Verdict::accepted)});
   ASSERT_FALSE(bad.ok());
   bool overlap = false;
   for (const auto& v : bad.violations) overlap = overlap || v.find("overlap") != std::string::npos;
@@ -429,10 +500,10 @@ TEST(CheckAudit, OverlappingEpochsAreAViolation) {
 }
 
 TEST(CheckAudit, TwoHoldersAtOneEpochAndWritesBelowAFenceAreViolations) {
-  const AuditReport two = check_audit({row(1, 10, 3, kA, "accepted"), row(2, 20, 3, kB, "accepted")});
+  const AuditReport two = check_audit({row(1, 10, 3, kA, Verdict::accepted), row(2, 20, 3, kB, Verdict::accepted)});
   ASSERT_EQ(two.violations.size(), 1u);
   EXPECT_NE(two.violations[0].find("2 different holders"), std::string::npos);
-  const AuditReport below = check_audit({row(1, 10, 4, kB, "fence"), row(2, 20, 3, kA, "accepted")});
+  const AuditReport below = check_audit({row(1, 10, 4, kB, Verdict::fence), row(2, 20, 3, kA, Verdict::accepted)});
   ASSERT_EQ(below.violations.size(), 1u);
   EXPECT_NE(below.violations[0].find("below the fence 4"), std::string::npos) << below.violations[0];
 }

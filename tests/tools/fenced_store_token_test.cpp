@@ -101,7 +101,7 @@ void run_attack(TokenStore& f, FencedStore& s, const Attack& a, bool defended) {
   EXPECT_TRUE(rep.summary().starts_with("ATTACKED: 1 write")) << rep.summary();
   EXPECT_EQ(rep.summary().find("exclusive"), std::string::npos) << rep.summary();
   ASSERT_FALSE(rep.rejected_rows.empty());
-  EXPECT_EQ(rep.rejected_rows.back().verdict, "forged");
+  EXPECT_EQ(rep.rejected_rows.back().verdict, Verdict::forged);
   EXPECT_EQ(rep.rejected_rows.back().reason, attack.reason);
 }
 
@@ -169,7 +169,7 @@ TEST_F(TokenStore, EveryBadTokenHasItsCountedReason) {
   EXPECT_EQ(s->token_stats().forged(), std::size(cases));
   EXPECT_EQ(s->highest("orders"), 6u);
   EXPECT_EQ(s->records("orders"), 1);
-  EXPECT_EQ(s->tally("orders", 7, "forged").rows, 6);
+  EXPECT_EQ(s->tally("orders", 7, Verdict::forged).rows, 6);
   // A valid grant at 7 is admitted after all that.
   EXPECT_TRUE(s->write(grant("orders", 7, kStale), "next").accepted());
 }

@@ -76,7 +76,8 @@ struct Token {
 };
 
 /// Why a transition was refused. Every refused transition returns one; none is undefined
-/// behaviour (DESIGN.md "Lock states"). Values are stable: they travel on the wire.
+/// behaviour (DESIGN.md "Lock states"). Values are stable: wire::kRefusalCodes sends each as its
+/// value.
 enum class Refusal : std::uint8_t {
   none = 0,
   invalid_name = 1,        ///< the name text breaks validate_name
@@ -106,8 +107,77 @@ enum class Refusal : std::uint8_t {
   forbidden = 22,          ///< the caller's key gives no power over this name (another worker's)
 };
 
-/// Stable snake_case text of a refusal ("held", "lock_delay", ...).
-std::string_view to_string(Refusal r) noexcept;
+namespace detail {
+// The one definition of each refusal's text. No default: -Wswitch (an error in this build)
+// names an enumerator without a case.
+constexpr std::string_view refusal_name(Refusal r) noexcept {
+  switch (r) {
+    case Refusal::none: return "none";
+    case Refusal::invalid_name: return "invalid_name";
+    case Refusal::name_collision: return "name_collision";
+    case Refusal::held: return "held";
+    case Refusal::acquiring: return "acquiring";
+    case Refusal::transferring: return "transferring";
+    case Refusal::reserved: return "reserved";
+    case Refusal::lock_delay: return "lock_delay";
+    case Refusal::unknown_name: return "unknown_name";
+    case Refusal::not_holder: return "not_holder";
+    case Refusal::stale_epoch: return "stale_epoch";
+    case Refusal::not_acquiring: return "not_acquiring";
+    case Refusal::acquiring_expired: return "acquiring_expired";
+    case Refusal::not_transferring: return "not_transferring";
+    case Refusal::not_free: return "not_free";
+    case Refusal::wrong_mode: return "wrong_mode";
+    case Refusal::worker_alive: return "worker_alive";
+    case Refusal::table_full: return "table_full";
+    case Refusal::bad_request: return "bad_request";
+    case Refusal::epoch_exhausted: return "epoch_exhausted";
+    case Refusal::not_held: return "not_held";
+    case Refusal::expired: return "expired";
+    case Refusal::forbidden: return "forbidden";
+  }
+  return {};
+}
+}  // namespace detail
+
+/// Every Refusal, for the encoding tables' completeness checks (wire::kRefusalCodes).
+inline constexpr std::array<Refusal, 23> kRefusals{
+    Refusal::none,         Refusal::invalid_name,      Refusal::name_collision,   Refusal::held,
+    Refusal::acquiring,    Refusal::transferring,      Refusal::reserved,         Refusal::lock_delay,
+    Refusal::unknown_name, Refusal::not_holder,        Refusal::stale_epoch,      Refusal::not_acquiring,
+    Refusal::acquiring_expired, Refusal::not_transferring, Refusal::not_free,     Refusal::wrong_mode,
+    Refusal::worker_alive, Refusal::table_full,        Refusal::bad_request,      Refusal::epoch_exhausted,
+    Refusal::not_held,     Refusal::expired,           Refusal::forbidden};
+
+namespace detail {
+// Every value of the underlying type that names a refusal (a case above) is in kRefusals, so a
+// new enumerator reaches every table that `covers(kRefusals)` or fails the build.
+constexpr bool refusals_listed() noexcept {
+  for (unsigned b = 0; b <= 0xFF; ++b) {
+    const auto r = static_cast<Refusal>(b);
+    if (refusal_name(r).empty()) continue;
+    bool found = false;
+    for (const Refusal l : kRefusals) found = found || l == r;
+    if (!found) return false;
+  }
+  return true;
+}
+}  // namespace detail
+static_assert(detail::refusals_listed(), "a Refusal is missing from kRefusals");
+
+/// Stable snake_case text of a refusal ("held", "lock_delay", ...); "unknown_refusal" for a
+/// value outside the enum.
+constexpr std::string_view to_string(Refusal r) noexcept {
+  const std::string_view name = detail::refusal_name(r);
+  return name.empty() ? std::string_view("unknown_refusal") : name;
+}
+/// The refusal whose text (to_string) is `text`; nullopt for text no refusal has
+/// ("unknown_refusal" included).
+constexpr std::optional<Refusal> refusal_of(std::string_view text) noexcept {
+  for (const Refusal r : kRefusals)
+    if (detail::refusal_name(r) == text) return r;
+  return std::nullopt;
+}
 
 /// The four lock states of DESIGN.md "Lock states" (the one definition: the wire and the
 /// durable store encode it through their own tables, wire::kLockPhaseCodes and the store's).

@@ -51,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -87,6 +88,8 @@ struct WriteToken {
   std::vector<std::uint8_t> signed_token;
 };
 
+/// What the store decided about a write (WriteResult) and what an audit row records (AuditRow,
+/// the `verdict` column holds to_string of it).
 enum class Verdict : std::uint8_t {
   accepted = 0,  ///< epoch >= highest seen; the record was appended; highest = epoch
   stale = 1,     ///< epoch < highest seen: a superseded token
@@ -94,9 +97,49 @@ enum class Verdict : std::uint8_t {
   error = 3,     ///< the database failed (busy past the timeout, disk full, ...); nothing written
   forged = 4,    ///< a store with a verifier: the token is unsigned, forged, mis-signed, of an
                  ///< unknown key id or of another grant (reason says which, token::Reject)
+  fence = 5,     ///< audit rows only: an admitted advance_fence or present() (whose
+                 ///< WriteResult says accepted)
 };
-/// "accepted", "stale", "invalid", "error", "forged".
-std::string_view to_string(Verdict v) noexcept;
+/// Every Verdict, for verdict_of.
+inline constexpr std::array<Verdict, 6> kVerdicts{Verdict::accepted, Verdict::stale, Verdict::invalid,
+                                                  Verdict::error,    Verdict::forged, Verdict::fence};
+namespace detail {
+// The one definition of each verdict's text, also the audit table's stored text (so it never
+// changes). No default: -Wswitch (an error in this build) names a verdict without a case.
+constexpr std::string_view verdict_name(Verdict v) noexcept {
+  switch (v) {
+    case Verdict::accepted: return "accepted";
+    case Verdict::stale: return "stale";
+    case Verdict::invalid: return "invalid";
+    case Verdict::error: return "error";
+    case Verdict::forged: return "forged";
+    case Verdict::fence: return "fence";
+  }
+  return {};
+}
+constexpr bool verdicts_listed() noexcept {
+  for (unsigned b = 0; b <= 0xFF; ++b) {
+    const auto v = static_cast<Verdict>(b);
+    bool found = false;
+    for (const Verdict l : kVerdicts) found = found || l == v;
+    if (!verdict_name(v).empty() && !found) return false;
+  }
+  return true;
+}
+}  // namespace detail
+static_assert(detail::verdicts_listed(), "a Verdict is missing from kVerdicts");
+
+/// "accepted", "stale", "invalid", "error", "forged", "fence"; "unknown" outside the enum.
+constexpr std::string_view to_string(Verdict v) noexcept {
+  const std::string_view name = detail::verdict_name(v);
+  return name.empty() ? std::string_view("unknown") : name;
+}
+/// The verdict whose text (to_string) is `text`; nullopt for text no verdict has.
+constexpr std::optional<Verdict> verdict_of(std::string_view text) noexcept {
+  for (const Verdict v : kVerdicts)
+    if (detail::verdict_name(v) == text) return v;
+  return std::nullopt;
+}
 
 struct WriteResult {
   Verdict verdict = Verdict::error;
@@ -122,8 +165,8 @@ inline constexpr std::string_view kOperatorFencePrefix = "operator fence raise";
 /// advance_fence refuses (unless forced) an epoch more than this above the name's highest.
 inline constexpr Epoch kFenceRaiseMax = Epoch{1} << 20;
 
-/// One audit row. `verdict` is "accepted", "stale", "invalid", "forged" or "fence" (an
-/// advance_fence or a presented token).
+/// One audit row. `verdict` is accepted, stale, invalid, forged or fence (an advance_fence or
+/// a presented token).
 struct AuditRow {
   std::int64_t id = 0;
   std::int64_t time_ns = 0;
@@ -131,7 +174,7 @@ struct AuditRow {
   Epoch epoch = 0;
   std::string holder;  ///< UUID text ("" for fence rows without a holder)
   std::string payload;
-  std::string verdict;
+  Verdict verdict = Verdict::invalid;
   std::string reason;
 };
 
@@ -220,8 +263,9 @@ class FencedStore {
 
   /// Audit rows in acceptance order (rowid), all names when `name` is empty, at most
   /// `rows_max` (clamped to kAuditRowsMax). A database error is io_error ("audit query: ...")
-  /// and returns no rows: a check over the rows read before the error could call a
-  /// double grant exclusive.
+  /// and a row whose verdict text no Verdict has is corrupt (the message names the row, the
+  /// text and the store); either returns no rows: a check over the rows read before the error
+  /// could call a double grant exclusive.
   Result<std::vector<AuditRow>> audit(std::string_view name = {}, std::size_t rows_max = kAuditRowsMax);
 
   /// Records appended (accepted writes) for `name`.
@@ -234,14 +278,14 @@ class FencedStore {
   /// the database file, waiting for nobody; writers go on meanwhile.
   CheckpointResult checkpoint();
 
-  /// Audit rows of (name, epoch) with `verdict` ("accepted", "stale", ...): how many, and the
-  /// first and last time_ns (0 when none).
+  /// Audit rows of (name, epoch) with `verdict`: how many, and the first and last time_ns (0
+  /// when none).
   struct Tally {
     std::int64_t rows = 0;
     std::int64_t first_ns = 0;
     std::int64_t last_ns = 0;
   };
-  Tally tally(std::string_view name, Epoch epoch, std::string_view verdict);
+  Tally tally(std::string_view name, Epoch epoch, Verdict verdict);
 
   const std::string& path() const noexcept { return path_; }
 

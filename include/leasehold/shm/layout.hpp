@@ -20,6 +20,7 @@
 
 #include "leasehold/lease/types.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +60,32 @@ enum class SlotState : std::uint8_t {
   published = 2,  ///< {name, epoch, valid_until} published
   cooling = 3,    ///< freed; not reusable until slot_cooldown_ns has passed (no ABA)
 };
+/// Every SlotState, for the encoding tables' completeness checks (the C ABI's LEASEHOLD_SLOT_*).
+inline constexpr std::array<SlotState, 4> kSlotStates{SlotState::free, SlotState::claimed,
+                                                      SlotState::published, SlotState::cooling};
+namespace detail {
+// No default: -Wswitch (an error in this build) names a state without a case here.
+constexpr bool is_slot_state(SlotState s) noexcept {
+  switch (s) {
+    case SlotState::free:
+    case SlotState::claimed:
+    case SlotState::published:
+    case SlotState::cooling: return true;
+  }
+  return false;
+}
+// Every state is in kSlotStates, so a new one reaches every table that `covers(kSlotStates)`.
+constexpr bool slot_states_listed() noexcept {
+  for (unsigned b = 0; b <= 0xFF; ++b) {
+    const auto s = static_cast<SlotState>(b);
+    bool found = false;
+    for (const SlotState l : kSlotStates) found = found || l == s;
+    if (is_slot_state(s) && !found) return false;
+  }
+  return true;
+}
+}  // namespace detail
+static_assert(detail::slot_states_listed(), "a SlotState is missing from kSlotStates");
 
 struct Header {
   std::uint64_t magic;                 // kMagic

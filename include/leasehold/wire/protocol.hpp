@@ -128,6 +128,35 @@ inline constexpr CodeTable<RefreshStatus, std::uint8_t, 3> kRefreshStatusCodes{{
     {RefreshStatus::refreshed, 0}, {RefreshStatus::lost, 1}, {RefreshStatus::unknown, 2}}}};
 static_assert(kRefreshStatusCodes.covers(kRefreshStatuses));
 
+/// The wire byte of each refusal (leasehold::Refusal) in a Deny: the enumerators' values, as
+/// earlier builds sent them, and they stay so (docs/PROTOCOL.md). The codec encodes and decodes
+/// through this table only; a byte outside it is refused (bad_value).
+inline constexpr CodeTable<Refusal, std::uint8_t, 23> kRefusalCodes{{{
+    {Refusal::none, 0},
+    {Refusal::invalid_name, 1},
+    {Refusal::name_collision, 2},
+    {Refusal::held, 3},
+    {Refusal::acquiring, 4},
+    {Refusal::transferring, 5},
+    {Refusal::reserved, 6},
+    {Refusal::lock_delay, 7},
+    {Refusal::unknown_name, 8},
+    {Refusal::not_holder, 9},
+    {Refusal::stale_epoch, 10},
+    {Refusal::not_acquiring, 11},
+    {Refusal::acquiring_expired, 12},
+    {Refusal::not_transferring, 13},
+    {Refusal::not_free, 14},
+    {Refusal::wrong_mode, 15},
+    {Refusal::worker_alive, 16},
+    {Refusal::table_full, 17},
+    {Refusal::bad_request, 18},
+    {Refusal::epoch_exhausted, 19},
+    {Refusal::not_held, 20},
+    {Refusal::expired, 21},
+    {Refusal::forbidden, 22}}}};
+static_assert(kRefusalCodes.covers(kRefusals));
+
 /// Why a datagram was not delivered. Every rejection is counted by reason (DecodeStats).
 /// Reasons up to and including bad_tag are found *before* authentication: the datagram is dropped
 /// silently (it may be spoofed). Later reasons concern authenticated datagrams and are answered

@@ -1,0 +1,40 @@
+// The CLI's reading of a supervisor's error answer (tools/cmd_common.cpp supervisor_failure):
+// the refusal in "reason" is read back through the one table of refusal texts.
+#include "tools/cmd_common.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace leasehold::cli {
+namespace {
+
+nlohmann::json refused_answer(nlohmann::json reason) {
+  return {{"ok", false}, {"error", "refused"}, {"message", "lockd refused the acquire"}, {"reason", std::move(reason)}};
+}
+
+constexpr std::string_view kLockDelayHint = "grantable once the old holder's kill is confirmed";
+
+TEST(SupervisorFailure, ALockDelayRefusalSaysWhenTheNameIsGrantable) {
+  const Failure f = supervisor_failure(refused_answer(std::string(to_string(Refusal::lock_delay))), "run");
+  EXPECT_EQ(f.code, kRefused);
+  EXPECT_TRUE(f.message.starts_with("run: lockd refused the acquire")) << f.message;
+  EXPECT_NE(f.message.find(kLockDelayHint), std::string::npos) << f.message;
+}
+
+// Another refusal, text that is no refusal, a reason that is not text, or none at all: no hint,
+// and no exception from the JSON.
+TEST(SupervisorFailure, OtherReasonsGetNoLockDelayHint) {
+  for (const nlohmann::json& reason : {nlohmann::json(std::string(to_string(Refusal::held))), nlohmann::json("lock_delay "),
+                                       nlohmann::json("LOCK_DELAY"), nlohmann::json(7), nlohmann::json(nullptr)}) {
+    const Failure f = supervisor_failure(refused_answer(reason), "run");
+    EXPECT_EQ(f.code, kRefused) << reason.dump();
+    EXPECT_EQ(f.message.find(kLockDelayHint), std::string::npos) << reason.dump() << ": " << f.message;
+  }
+  nlohmann::json none = refused_answer("x");
+  none.erase("reason");
+  EXPECT_EQ(supervisor_failure(none, "run").message, "run: lockd refused the acquire");
+}
+
+}  // namespace
+}  // namespace leasehold::cli
