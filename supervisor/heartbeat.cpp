@@ -1,7 +1,6 @@
 #include "leasehold/supervisor/heartbeat.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <stdexcept>
 
 namespace leasehold {

@@ -1220,22 +1220,34 @@ const Command kDemo([](CLI::App& app, int* exit_code) {
               "transfer; then the audit. Exit 0 only if every check holds, 1 if one failed, 2 for a bad "
               "flag, 77 if this machine cannot cut a worker off (no network namespaces and no "
               "nft/iptables), 128+signal when interrupted (SIGINT 130, SIGHUP 129, SIGTERM 143)");
-  sub->add_flag("--fast", a->fast, "short TTLs (CI): lease 1.5 s, kill-switch after 0.9 s");
-  sub->add_flag("--keep", a->keep, "keep the temp dir (logs, lockd.db, resource.db) and print its path");
+  // --list-steps runs nothing, so it refuses the options of a run (exit 2) rather than ignore
+  // them; --json goes with it. It is defined first: CLI11 checks exclusions in definition order,
+  // so the message always reads "--list-steps excludes --<option>".
+  CLI::Option* list = sub->add_flag("--list-steps", a->list_steps,
+                                    "print the scenario's steps (the README's list) and exit without running "
+                                    "anything; with --json as an array of {step, title, checks}");
+  list->excludes(sub->add_flag("--fast", a->fast, "short TTLs (CI): lease 1.5 s, kill-switch after 0.9 s"));
+  list->excludes(
+      sub->add_flag("--keep", a->keep, "keep the temp dir (logs, lockd.db, resource.db) and print its path"));
   sub->add_flag("--json", a->json, "print a JSON summary on stdout (the narrative goes to stderr)");
-  sub->add_flag("--list-steps", a->list_steps,
-                "print the scenario's steps (the README's list) and exit without running anything; with "
-                "--json as an array of {step, title, checks}");
-  sub->add_option("--network", a->network, "auto | netns | loopback (default auto: namespaces if possible)");
-  sub->add_option("--name", a->name, "the name the agent holds (default orders)");
-  sub->add_option("--lockd-bin", a->lockd_bin, "path of leasehold-lockd (default: next to this binary, or PATH)");
-  sub->add_option("--supervisor-bin", a->supervisor_bin, "path of leasehold-supervisor (default: likewise)");
+  list->excludes(
+      sub->add_option("--network", a->network, "auto | netns | loopback (default auto: namespaces if possible)"));
+  list->excludes(sub->add_option("--name", a->name, "the name the agent holds (default orders)"));
+  list->excludes(sub->add_option("--lockd-bin", a->lockd_bin,
+                                 "path of leasehold-lockd (default: next to this binary, or PATH)"));
+  list->excludes(
+      sub->add_option("--supervisor-bin", a->supervisor_bin, "path of leasehold-supervisor (default: likewise)"));
+  // Hidden, so CLI11 would name it "" in an exclusion error: the callback refuses it instead.
   sub->add_flag("--old-holder-releases-first", a->old_holder_releases_first,
                 "in step 5, let the fenced-out holder stop and release before the transfer begins (tests "
                 "that race)")
       ->group("");
   sub->callback([a, exit_code] {
     if (a->list_steps) {
+      if (a->old_holder_releases_first) {
+        *exit_code = report("demo", {kUsage, "--list-steps excludes --old-holder-releases-first"});
+        return;
+      }
       list_steps(a->json);
       *exit_code = kOk;
       return;

@@ -24,7 +24,9 @@ TEST(BootClockDeathTest, AbortsWhenAReadingIsBelowThePreviousOne) {
   BootClock c;
   // The previous reading an hour ahead of the clock: the next real reading is below it.
   c.set_floor_for_test(now_boottime_ns() + 3'600 * kNsPerS);
-  EXPECT_DEATH(c.now_ns(), "CLOCK_BOOTTIME went backwards");
+  // Both readings, then the invariant that broke (LEASEHOLD_ASSERT: file:line and the expression).
+  EXPECT_DEATH(c.now_ns(), "CLOCK_BOOTTIME went backwards: read [0-9]+ ns after [0-9]+ ns(.|\n)*"
+                           "clock.hpp:[0-9]+: LEASEHOLD_ASSERT\\(t >= last_ns_\\) failed");
 }
 
 }  // namespace

@@ -81,6 +81,9 @@ TEST(SandboxPhaseDeathTest, IllegalTransitionAborts) {
   EXPECT_DEATH({ P p = P::exited; advance(p, P::running); }, "illegal sandbox phase transition exited -> running");
   // An aborted start never runs its command.
   EXPECT_DEATH({ P p = P::aborted; advance(p, P::running); }, "illegal sandbox phase transition aborted -> running");
+  // The abort goes through LEASEHOLD_ASSERT: file:line and the broken invariant follow.
+  EXPECT_DEATH({ P p = P::exited; advance(p, P::gated); },
+               "exited -> gated(.|\n)*sandbox_phase.hpp:[0-9]+: LEASEHOLD_ASSERT\\(may_advance\\(phase, to\\)\\) failed");
 }
 
 }  // namespace

@@ -1115,6 +1115,26 @@ TEST_F(CliTest, DemoStepsAreTheReadmeList) {
   for (const auto& s : steps) EXPECT_NE(plain.out.find(s["title"].get<std::string>()), std::string::npos) << plain.out;
 }
 
+TEST_F(CliTest, DemoStepsRefuseTheOptionsOfARun) {
+  // --list-steps runs nothing: an option of a run next to it is a usage error, not ignored.
+  for (const auto& [args, flag] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"demo", "--list-steps", "--fast"}, "--fast"},
+           {{"demo", "--list-steps", "--keep"}, "--keep"},
+           {{"demo", "--list-steps", "--json", "--network", "bogus"}, "--network"},
+           {{"demo", "--network", "loopback", "--list-steps"}, "--network"},
+           {{"demo", "--list-steps", "--name", "orders"}, "--name"},
+           {{"demo", "--list-steps", "--lockd-bin", "/bin/true"}, "--lockd-bin"},
+           {{"demo", "--list-steps", "--supervisor-bin", "/bin/true"}, "--supervisor-bin"},
+           {{"demo", "--list-steps", "--old-holder-releases-first"}, "--old-holder-releases-first"},
+       }) {
+    SCOPED_TRACE(args[2]);
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, kUsage) << r.out << r.err;
+    EXPECT_EQ(r.out, "");  // no table, no JSON
+    EXPECT_NE(r.err.find("--list-steps excludes " + flag), std::string::npos) << r.err;
+  }
+}
+
 #ifdef LEASEHOLD_DEMO_RUNS
 /// The demo, interrupted by a signal once worker 1 is cut off (namespaces, a downed link or a
 /// filter table, the temp dir, three processes and an agent all exist then): it must exit

@@ -2,8 +2,8 @@
 // cgroup v2 `cgroup.freeze` of a leaf of its own, or SIGSTOP/SIGCONT - and thawing a process a
 // driver that died left frozen.
 //
-// Times are CLOCK_BOOTTIME nanoseconds (harness::now_ns()). Errors come back as strings naming
-// the file or the signal ("" = success).
+// Times are CLOCK_BOOTTIME nanoseconds (harness::now_ns()). Errors come back as a Status (or the
+// Result of make()) whose message names the cgroup file or the signal (DESIGN.md "Errors").
 #pragma once
 
 #include "leasehold/lease/result.hpp"

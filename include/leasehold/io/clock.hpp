@@ -9,10 +9,11 @@
 // BootClock; the simulator passes its own simulated time through the same port.
 #pragma once
 
+#include "leasehold/lease/assert.hpp"
+
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 
 namespace leasehold {
@@ -40,18 +41,17 @@ class Clock {
 
 /// Production clock: CLOCK_BOOTTIME through the vDSO. A reading below the previous one breaks
 /// every deadline computed from it (a lease could outlive its kill-switch), so it aborts the
-/// process with a message naming both readings rather than hand it on.
+/// process (LEASEHOLD_ASSERT) with a message naming both readings rather than hand it on.
 class BootClock final : public Clock {
  public:
   std::int64_t now_ns() override {
     const std::int64_t t = now_boottime_ns();
-    if (t < last_ns_) [[unlikely]] {
+    if (t < last_ns_) [[unlikely]]
       std::fprintf(stderr,
                    "leasehold: CLOCK_BOOTTIME went backwards: read %" PRId64 " ns after %" PRId64
                    " ns; every deadline depends on it, aborting\n",
                    t, last_ns_);
-      std::abort();
-    }
+    LEASEHOLD_ASSERT(t >= last_ns_);
     last_ns_ = t;
     return t;
   }

@@ -53,10 +53,12 @@
 // thread has its slot), `rt_killed` (the rt thread killed it), `revoked` (lockd revoked its grant).
 #pragma once
 
+#include "leasehold/lease/assert.hpp"
+
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 
 namespace leasehold {
 
@@ -144,13 +146,13 @@ constexpr bool kill_asked_or_gone(SandboxPhase p) {
   return p == SandboxPhase::aborting || p == SandboxPhase::killing || p == SandboxPhase::exited;
 }
 
-/// Moves `phase` to `to`; an illegal transition is a supervisor bug: it aborts with both names.
+/// Moves `phase` to `to`; an illegal transition is a supervisor bug: it prints both names and
+/// aborts (LEASEHOLD_ASSERT).
 inline void advance(SandboxPhase& phase, SandboxPhase to) {
-  if (!may_advance(phase, to)) {
+  if (!may_advance(phase, to)) [[unlikely]]
     std::fprintf(stderr, "leasehold-supervisor: illegal sandbox phase transition %s -> %s\n", to_string(phase),
                  to_string(to));
-    std::abort();
-  }
+  LEASEHOLD_ASSERT(may_advance(phase, to));
   phase = to;
 }
 
