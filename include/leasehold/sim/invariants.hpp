@@ -8,7 +8,7 @@
 // The properties are those of specs/ (specs/README.md) stated on the C++ run:
 //   single_holder       MutualExclusion: no two sandboxes pass check_deadline for one name at
 //                       the same simulated instant; after an injected pause longer than the
-//                       pause budget (EventualMutualExclusion) an overlap must end within the
+//                       safety margin (EventualMutualExclusion) an overlap must end within the
 //                       recovery bound.
 //   kill_before_expiry  SweepBeforeExpiry: lockd never lets an acknowledged grant go (TTL
 //                       expiry, a preemption, or any other way) while its sandbox still runs:
