@@ -1,5 +1,7 @@
 #include "leasehold/supervisor/heartbeat.hpp"
 
+#include "leasehold/lease/timing.hpp"
+
 #include <algorithm>
 #include <cassert>
 #include <stdexcept>
@@ -41,7 +43,7 @@ bool HeartbeatSchedule::add(const NameId& name, const SandboxId& sandbox, Epoch 
   l.epoch = epoch;
   l.slot = slot;
   l.last_acked_send_ns = grant_send_ns;
-  l.valid_until_ns = grant_send_ns + kill_after_ns_;
+  l.valid_until_ns = timing::kill_deadline_ns(grant_send_ns, kill_after_ns_);
   leases_.emplace(sandbox, l);
   return true;
 }
@@ -149,7 +151,7 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
   if (now_ns >= l.valid_until_ns) return kill_action(l, result, true);  // lapsed: stays dead
   if (l.worker_refreshed) return {};  // per-sandbox answers no longer move it
   const std::uint64_t from_ns = lease_measured_from_ns(request_send_ns, now_ns);
-  const std::uint64_t candidate = from_ns + kill_after_ns_;
+  const std::uint64_t candidate = timing::kill_deadline_ns(from_ns, kill_after_ns_);
   if (candidate <= l.valid_until_ns) return {};  // stale: an answer to an older send
   l.last_acked_send_ns = from_ns;
   l.valid_until_ns = candidate;
@@ -164,7 +166,7 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
 void HeartbeatSchedule::start_worker_liveness(std::uint64_t send_ns) {
   worker_live_ = true;
   worker_last_acked_send_ns_ = send_ns;
-  worker_valid_until_ns_ = send_ns + kill_after_ns_;
+  worker_valid_until_ns_ = timing::kill_deadline_ns(send_ns, kill_after_ns_);
   killswitch_engaged_ = false;
 }
 
@@ -195,9 +197,9 @@ std::vector<HeartbeatAction> HeartbeatSchedule::on_worker_liveness_ack(std::uint
       if (request_send_ns < killswitch_at_ns_) return out;
       killswitch_engaged_ = false;
       worker_last_acked_send_ns_ = from_ns;
-      worker_valid_until_ns_ = from_ns + kill_after_ns_;
+      worker_valid_until_ns_ = timing::kill_deadline_ns(from_ns, kill_after_ns_);
     } else {
-      const std::uint64_t candidate = from_ns + kill_after_ns_;
+      const std::uint64_t candidate = timing::kill_deadline_ns(from_ns, kill_after_ns_);
       if (candidate <= worker_valid_until_ns_) return out;  // stale
       worker_last_acked_send_ns_ = from_ns;
       worker_valid_until_ns_ = candidate;
