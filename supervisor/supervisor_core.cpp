@@ -1128,13 +1128,15 @@ void SupervisorCore::release_quarantined() {
 void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   now_ = now_ns;
   release_quarantined();
-  const std::uint64_t now = now_;
   // 2-phase commits ride on this tick.
   while (!pending_commits_.empty()) {
     PendingCommit pc = std::move(pending_commits_.front());
     pending_commits_.pop_front();
     commit_now(pc);
   }
+  // Read after the commits: an answer delivered at once (a request that could not start) moves
+  // now_ on, and the heartbeat schedule must never see time go back.
+  const std::uint64_t now = now_;
   if (cfg_.mode == SupervisorMode::preemptible) {
     auto kills = hb_.check_worker_liveness(now);
     if (!kills.empty()) {
