@@ -33,7 +33,7 @@ constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 std::uint64_t random_jitter_seed() noexcept {
   std::uint64_t seed = 0;
   if (::getrandom(&seed, sizeof seed, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof seed))
-    seed = static_cast<std::uint64_t>(now_boottime_ns()) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
+    seed = static_cast<std::uint64_t>(boottime_ns()) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
   return seed != 0 ? seed : 1;
 }
 
@@ -246,10 +246,10 @@ BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, con
     return out;
   }
   std::uint64_t rng = seed_or_default(jitter_seed);
-  std::int64_t next_send = now_boottime_ns();
+  std::int64_t next_send = boottime_ns();
   std::byte buf[kUdpPayloadBytesMax];
   for (;;) {
-    std::int64_t now = now_boottime_ns();
+    std::int64_t now = boottime_ns();
     if (now >= deadline_boottime_ns) {
       if (out.attempts == 0) out.error = -ETIMEDOUT;
       return out;  // deadline_passed

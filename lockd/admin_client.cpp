@@ -87,7 +87,7 @@ Answer AdminClient::request(const wire::Body& body) {
       return wire::is_answer_to(std::span(reinterpret_cast<const std::uint8_t*>(a.data()), a.size()), auth_,
                                 sender_.self());
     };
-    const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_, now_boottime_ns() + timeout_ns_,
+    const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_, boottime_ns() + timeout_ns_,
                                                &wire::request_id_of, buf, policy, 0, authentic);
     out.attempts += o.attempts;
     if (o.error != 0) {

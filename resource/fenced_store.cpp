@@ -2,6 +2,7 @@
 #include "leasehold/resource/fenced_store.hpp"
 
 #include "leasehold/lease/assert.hpp"
+#include "leasehold/lease/clock.hpp"
 
 #include <sqlite3.h>
 
@@ -28,12 +29,6 @@ constexpr std::size_t kAuditOversizeBytesKept = 64;
 /// Sleeps of the busy handler while another connection holds the lock, ms (SQLite's own
 /// schedule in sqliteDefaultBusyCallback); the last one repeats until the busy timeout.
 constexpr int kBusySleepsMs[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
-
-std::int64_t now_boottime_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 const char* kSchema =
     "CREATE TABLE IF NOT EXISTS fence("
@@ -211,7 +206,7 @@ FencedStore::FencedStore(sqlite3* db, std::string path, std::unique_ptr<Statemen
 
 int FencedStore::on_busy(void* self, int count) {
   auto* store = static_cast<FencedStore*>(self);
-  const std::int64_t now = now_boottime_ns();
+  const std::int64_t now = boottime_ns();
   if (count == 0) store->busy_since_ns_ = now;
   const std::int64_t left_ns =
       static_cast<std::int64_t>(store->busy_timeout_ms_) * 1'000'000 - (now - store->busy_since_ns_);
@@ -221,18 +216,18 @@ int FencedStore::on_busy(void* self, int count) {
       std::min<std::int64_t>(static_cast<std::int64_t>(kBusySleepsMs[std::min(count, kSleeps - 1)]) * 1'000'000, left_ns);
   const timespec ts{static_cast<time_t>(sleep_ns / 1'000'000'000), static_cast<long>(sleep_ns % 1'000'000'000)};
   ::nanosleep(&ts, nullptr);
-  store->lock_wait_ns_ += now_boottime_ns() - now;
+  store->lock_wait_ns_ += boottime_ns() - now;
   return 1;
 }
 
 int FencedStore::on_wal_commit(void* self, sqlite3* db, const char* schema, int wal_pages) {
   auto* store = static_cast<FencedStore*>(self);
   if (store->checkpoint_pages_ == 0 || wal_pages < store->checkpoint_pages_) return SQLITE_OK;
-  const std::int64_t start = now_boottime_ns();
+  const std::int64_t start = boottime_ns();
   // Passive: copies what no reader still needs, never waits for anyone; a failure here does
   // not undo the commit, and the next commit tries again.
   sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-  store->checkpoint_ns_ += now_boottime_ns() - start;
+  store->checkpoint_ns_ += boottime_ns() - start;
   return SQLITE_OK;
 }
 
@@ -265,11 +260,11 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
     return r;
   }
   Statements& s = *st_;
-  const std::int64_t call_start = now_boottime_ns();
+  const std::int64_t call_start = boottime_ns();
   lock_wait_ns_ = 0;
   checkpoint_ns_ = 0;
   auto timed = [&] {
-    r.took_ns = now_boottime_ns() - call_start;
+    r.took_ns = boottime_ns() - call_start;
     r.lock_wait_ns = lock_wait_ns_;
     r.checkpoint_ns = checkpoint_ns_;
     return r;
@@ -295,7 +290,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
     token_verdict = verifier_->verify(token.signed_token, name_id_of(token.name), token.epoch, token.holder);
   if (!step_done(s.begin)) return db_error("begin");
   // Inside the write lock: the time order of audit rows is their commit order.
-  const std::int64_t now = now_boottime_ns();
+  const std::int64_t now = boottime_ns();
 
   Epoch highest = 0;
   sqlite3_bind_text(s.highest, 1, token.name.data(), static_cast<int>(token.name.size()),
@@ -444,9 +439,9 @@ std::vector<std::string> FencedStore::names(std::size_t names_max) {
 
 CheckpointResult FencedStore::checkpoint() {
   CheckpointResult c;
-  const std::int64_t start = now_boottime_ns();
+  const std::int64_t start = boottime_ns();
   const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &c.wal_pages, &c.copied_pages);
-  c.took_ns = now_boottime_ns() - start;
+  c.took_ns = boottime_ns() - start;
   c.ok = rc == SQLITE_OK;
   if (!c.ok) c.error = "checkpoint of " + path_ + ": " + errmsg(db_);
   return c;

@@ -141,13 +141,6 @@ std::string location_from_env() {
   return v;
 }
 
-std::uint64_t boottime_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 std::size_t histogram_bucket(std::uint64_t v) noexcept {
   return static_cast<std::size_t>(std::bit_width(v));
 }
@@ -488,7 +481,7 @@ TableWriter TableWriter::create(const TableOptions& o) {
         const auto* h = static_cast<const Header*>(old.region.get_address());
         const auto* l = reinterpret_cast<const WriterLiveness*>(
             static_cast<const char*>(old.region.get_address()) + kLivenessOffset);
-        const Liveness live = liveness_of(*h, *l, boottime_ns());
+        const Liveness live = liveness_of(*h, *l, static_cast<std::uint64_t>(boottime_ns()));
         if (live.alive)
           fail(TableErrc::writer_alive,
                quote(loc) + ": writer pid " + std::to_string(h->writer_pid) +
@@ -549,7 +542,7 @@ TableWriter TableWriter::create(const TableOptions& o) {
   // The new mapping is zero-filled: every slot is free, every check word 0.
   auto* base = static_cast<char*>(w.region_.get_address());
   auto* h = reinterpret_cast<Header*>(base);
-  const std::uint64_t now = boottime_ns();
+  const std::uint64_t now = static_cast<std::uint64_t>(boottime_ns());
   h->magic = kMagic;
   h->layout_major = kLayoutMajor;
   h->layout_minor = kLayoutMinor;
@@ -836,7 +829,7 @@ TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
                                        std::to_string(st.st_mode & 7) + "): refusing to trust it");
     }
   }
-  const std::uint64_t start = boottime_ns();
+  const std::uint64_t start = static_cast<std::uint64_t>(boottime_ns());
   OpenStage stage = OpenStage::awaiting_file;
   for (std::uint64_t attempt = 0;; ++attempt) {
     RawMap m = map_readonly(loc);
@@ -873,7 +866,7 @@ TableReader TableReader::open(std::string_view location, const OpenOptions& o) {
     }
     // Transient stages retry until wait_ns; structural errors fail at once.
     const bool transient = stage != OpenStage::ready && code != TableErrc::io_error;
-    const std::uint64_t waited = boottime_ns() - start;
+    const std::uint64_t waited = static_cast<std::uint64_t>(boottime_ns()) - start;
     if (!transient || waited >= o.wait_ns) {
       std::string msg = quote(loc) + ": " + why;
       if (transient && o.wait_ns > 0)
@@ -901,7 +894,7 @@ LeaseCheck TableReader::lease(std::uint32_t index, Epoch epoch) const noexcept {
 }
 
 bool TableReader::check_deadline(std::uint32_t index, Epoch epoch) const noexcept {
-  return check_deadline_at(index, epoch, boottime_ns());
+  return check_deadline_at(index, epoch, static_cast<std::uint64_t>(boottime_ns()));
 }
 
 bool TableReader::check_deadline_at(std::uint32_t index, Epoch epoch,

@@ -27,7 +27,7 @@
 
 namespace leasehold::sim {
 
-std::int64_t SimConfig::pause_budget_ns() const noexcept { return timing::check_safety(timing).margin_ns; }
+std::int64_t SimConfig::safety_margin_ns() const noexcept { return timing::check_safety(timing).margin_ns; }
 
 SimConfig with_drawn_timing(SimConfig cfg) {
   if (!cfg.faults || !cfg.draw_timing) return cfg;
@@ -278,7 +278,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     record(kWorldNode, "rho_ppm", 0, static_cast<std::uint64_t>(cfg_.timing.rho_ppb / 1000));
     record(kWorldNode, "wheel_granularity_us", 0, static_cast<std::uint64_t>(cfg_.timing.wheel_granularity_ns / 1000));
     record(kWorldNode, "kill_after_ms", 0, static_cast<std::uint64_t>(cfg_.timing.kill_after_ns / kMs));
-    record(kWorldNode, "pause_budget_us", 0, static_cast<std::uint64_t>(cfg_.pause_budget_ns() / 1000));
+    record(kWorldNode, "safety_margin_us", 0, static_cast<std::uint64_t>(cfg_.safety_margin_ns() / 1000));
     record(kWorldNode, "lock_delay_ms", 0, static_cast<std::uint64_t>(cfg_.lock_delay_ns / kMs));
     if (cfg_.faults) plan_faults(setup);
     for (int n = 0; n < static_cast<int>(n_nodes); ++n) tick_node(n);
@@ -431,20 +431,22 @@ class World final : public SupervisorEnv, public LockdEnv {
         record(kWorldNode, c.to_lockd ? "congestion_up" : "congestion_down", c.worker, static_cast<std::uint64_t>(c.extra_ns / kMs));
       });
     }
-    const std::int64_t budget = cfg_.pause_budget_ns();
+    // Pauses that cannot break the inequality stay within its margin (ttl·(1−ρ) − left side),
+    // not the pause budget (ttl − left side), which exceeds it by ttl·ρ.
+    const std::int64_t margin = cfg_.safety_margin_ns();
     const std::int64_t n_pauses = r.range(0, 6);
     for (std::int64_t i = 0; i < n_pauses; ++i) {
       Pause p;
       p.node = static_cast<int>(r.below(cfg_.supervisors + 1));
       p.start_ns = r.range(kS, last_start);
-      p.end_ns = p.start_ns + r.range(kMs, budget * 9 / 10);
+      p.end_ns = p.start_ns + r.range(kMs, margin * 9 / 10);
       schedule_pause(p);
     }
     if (cfg_.over_budget_pauses && r.chance(0.05)) {
       Pause p;
       p.node = 1 + static_cast<int>(r.below(cfg_.supervisors));
       p.start_ns = r.range(kS, last_start);
-      p.end_ns = p.start_ns + r.range(budget * 12 / 10, 3 * cfg_.timing.ttl_ns);
+      p.end_ns = p.start_ns + r.range(margin * 12 / 10, 3 * cfg_.timing.ttl_ns);
       p.over_budget = true;
       schedule_pause(p);
     }
@@ -484,16 +486,16 @@ class World final : public SupervisorEnv, public LockdEnv {
 
   /// An intra-step pause of `node`, drawn now: the node reads its clock, then stops for the
   /// returned ns before what it decided takes effect (its datagrams leave, its kills land, its
-  /// sandboxes start), and its next events wait as in a pause. Within the pause budget, never
-  /// within a budget of another pause of the node (so no stall adds up past the budget); 0 for
+  /// sandboxes start), and its next events wait as in a pause. Within the safety margin, never
+  /// within a margin of another pause of the node (so no stall adds up past the margin); 0 for
   /// none.
   std::int64_t step_pause(int node) {
     if (!cfg_.faults || now_ >= cfg_.heal_ns || !step_pause_rng_.chance(0.0005)) return 0;
-    const std::int64_t budget = cfg_.pause_budget_ns();
-    const std::int64_t d = step_pause_rng_.range(10'000, std::max<std::int64_t>(10'000, budget * 9 / 10));
-    if (now_ < last_step_pause_end_[static_cast<std::size_t>(node)] + budget) return 0;
+    const std::int64_t margin = cfg_.safety_margin_ns();
+    const std::int64_t d = step_pause_rng_.range(10'000, std::max<std::int64_t>(10'000, margin * 9 / 10));
+    if (now_ < last_step_pause_end_[static_cast<std::size_t>(node)] + margin) return 0;
     for (const Pause& p : pauses_)
-      if (p.node == node && p.start_ns <= now_ + d + budget && p.end_ns + budget >= now_) return 0;
+      if (p.node == node && p.start_ns <= now_ + d + margin && p.end_ns + margin >= now_) return 0;
     last_step_pause_end_[static_cast<std::size_t>(node)] = now_ + d;
     auto& until = paused_until_[static_cast<std::size_t>(node)];
     until = std::max(until, now_ + d);

@@ -1,5 +1,7 @@
 #include "leasehold/supervisor/control.hpp"
 
+#include "leasehold/lease/clock.hpp"
+
 #include "leasehold/supervisor/config.hpp"
 
 #include <fcntl.h>
@@ -8,7 +10,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,11 +31,8 @@ using nlohmann::json;
 
 std::string errno_text(int e) { return std::string(std::strerror(e)); }
 
-std::uint64_t monotonic_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
-}
+/// CLOCK_BOOTTIME now, in whole ms: the clock of the control socket's idle and request timeouts.
+std::uint64_t boottime_ms() noexcept { return static_cast<std::uint64_t>(boottime_ns()) / 1'000'000; }
 
 struct FieldError {
   std::string message;
@@ -443,7 +441,7 @@ void ControlServer::accept_ready() {
     Client c;
     c.id = next_id_++;
     c.fd = fd;
-    c.active_ms = monotonic_ms();
+    c.active_ms = boottime_ms();
     c.uid = cred.uid;
     c.gid = cred.gid;
     clients_.emplace(fd, std::move(c));
@@ -590,7 +588,7 @@ void ControlServer::reply(ControlClientId client, const std::string& line) {
   for (auto& [fd, c] : clients_) {
     if (c.id != client) continue;
     c.busy = false;
-    c.active_ms = monotonic_ms();
+    c.active_ms = boottime_ms();
     if (c.out.size() + line.size() > kControlOutBytesMax) {
       drop(fd);  // a reader that never reads
       return;
@@ -599,7 +597,7 @@ void ControlServer::reply(ControlClientId client, const std::string& line) {
     const int keep_fd = fd;
     write_ready(c);
     auto it = clients_.find(keep_fd);
-    if (it != clients_.end() && dispatching_ != client) dispatch(it->second, monotonic_ms());
+    if (it != clients_.end() && dispatching_ != client) dispatch(it->second, boottime_ms());
     return;
   }
 }
@@ -711,7 +709,7 @@ std::optional<json> control_call(const std::string& socket_path, const json& req
     }
     sent += static_cast<std::size_t>(n);
   }
-  const std::uint64_t deadline = monotonic_ms() + timeout_ms;
+  const std::uint64_t deadline = boottime_ms() + timeout_ms;
   std::string in;
   for (;;) {
     if (const auto nl = in.find('\n'); nl != std::string::npos) {
@@ -728,7 +726,7 @@ std::optional<json> control_call(const std::string& socket_path, const json& req
                  "the supervisor's answer is longer than " + std::to_string(kControlAnswerBytesMax) + " bytes"};
       return std::nullopt;
     }
-    const std::uint64_t now = monotonic_ms();
+    const std::uint64_t now = boottime_ms();
     if (now >= deadline) {
       failure = {ControlCallError::no_answer,
                  "the supervisor at " + socket_path + " did not answer within " + std::to_string(timeout_ms) +

@@ -1,5 +1,8 @@
 #include "leasehold/supervisor/heartbeat.hpp"
 
+#include "leasehold/lease/assert.hpp"
+#include "leasehold/lease/timing.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -31,6 +34,20 @@ HeartbeatSchedule::HeartbeatSchedule(std::uint64_t kill_after_ns, std::uint64_t 
   leases_.reserve(leases_max);
 }
 
+void HeartbeatSchedule::observe_now(std::uint64_t now_ns) noexcept {
+  // The boot clock never goes backwards: a `now` below an earlier one could make a lapsed lease
+  // look valid again, or extend one whose deadline already passed.
+  LEASEHOLD_ASSERT(now_ns >= last_now_ns_);
+  last_now_ns_ = now_ns;
+}
+
+void HeartbeatSchedule::move_forward(std::uint64_t& valid_until_ns, std::uint64_t to_ns) noexcept {
+  // valid_until never decreases for one grant: it is published (shm table, rt thread) as soon
+  // as it moves, and lockd's expiry of the grant never moves back either.
+  LEASEHOLD_ASSERT(to_ns >= valid_until_ns);
+  valid_until_ns = to_ns;
+}
+
 bool HeartbeatSchedule::add(const NameId& name, const SandboxId& sandbox, Epoch epoch,
                             std::uint32_t slot, std::uint64_t grant_send_ns) {
   if (leases_.size() >= leases_max_ || leases_.contains(sandbox)) return false;
@@ -40,7 +57,7 @@ bool HeartbeatSchedule::add(const NameId& name, const SandboxId& sandbox, Epoch 
   l.epoch = epoch;
   l.slot = slot;
   l.last_acked_send_ns = grant_send_ns;
-  l.valid_until_ns = grant_send_ns + kill_after_ns_;
+  l.valid_until_ns = timing::kill_deadline_ns(grant_send_ns, kill_after_ns_);
   leases_.emplace(sandbox, l);
   return true;
 }
@@ -48,9 +65,13 @@ bool HeartbeatSchedule::add(const NameId& name, const SandboxId& sandbox, Epoch 
 bool HeartbeatSchedule::mark_worker_refreshed(const SandboxId& sandbox) {
   auto it = leases_.find(sandbox);
   if (it == leases_.end()) return false;
+  // Once per grant: a second hand-over would give a lease that lapsed with the worker's liveness
+  // the worker's later deadline.
+  LEASEHOLD_ASSERT(!it->second.worker_refreshed);
   it->second.worker_refreshed = true;
   // After commit lockd no longer expires the lease on its own TTL; it is preemptible only when
-  // worker liveness lapses. So its validity is the worker's from now on.
+  // worker liveness lapses. So its validity is the worker's from now on: the one place a lease's
+  // valid_until is replaced rather than moved forward, before the grant's deadline is published.
   it->second.valid_until_ns = worker_valid_until_ns_;
   it->second.last_acked_send_ns = worker_last_acked_send_ns_;
   return true;
@@ -74,6 +95,7 @@ HeartbeatRound HeartbeatSchedule::begin_round(std::uint64_t now_ns,
                                               std::size_t entries_per_request) {
   if (entries_per_request == 0)
     throw std::invalid_argument("HeartbeatSchedule::begin_round: entries_per_request must be > 0");
+  observe_now(now_ns);
   HeartbeatRound round;
   RefreshRequest current;
   current.send_ns = now_ns;
@@ -135,6 +157,10 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
                                                      const SandboxId& holder, Epoch holder_epoch,
                                                      std::uint64_t request_send_ns,
                                                      std::uint64_t now_ns) {
+  observe_now(now_ns);
+  // An answer cannot arrive before its request left: a send time after now would measure the
+  // lease from the future, past lockd's expiry.
+  LEASEHOLD_ASSERT(request_send_ns <= now_ns);
   auto it = leases_.find(sandbox);
   if (it == leases_.end()) return {};  // already removed (exited / released)
   HeartbeatLease& l = it->second;
@@ -148,10 +174,10 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
   if (now_ns >= l.valid_until_ns) return kill_action(l, result, true);  // lapsed: stays dead
   if (l.worker_refreshed) return {};  // per-sandbox answers no longer move it
   const std::uint64_t from_ns = lease_measured_from_ns(request_send_ns, now_ns);
-  const std::uint64_t candidate = from_ns + kill_after_ns_;
+  const std::uint64_t candidate = timing::kill_deadline_ns(from_ns, kill_after_ns_);
   if (candidate <= l.valid_until_ns) return {};  // stale: an answer to an older send
   l.last_acked_send_ns = from_ns;
-  l.valid_until_ns = candidate;
+  move_forward(l.valid_until_ns, candidate);
   HeartbeatAction a;
   a.kind = HeartbeatAction::Kind::extend;
   a.sandbox = l.sandbox;
@@ -161,13 +187,18 @@ HeartbeatAction HeartbeatSchedule::on_refresh_answer(const SandboxId& sandbox, E
 }
 
 void HeartbeatSchedule::start_worker_liveness(std::uint64_t send_ns) {
+  // Only a beat sent after the kill-switch engaged may clear it.
+  LEASEHOLD_ASSERT(!killswitch_engaged_ || send_ns >= killswitch_at_ns_);
+  const std::uint64_t valid_until = timing::kill_deadline_ns(send_ns, kill_after_ns_);
+  if (worker_live_) move_forward(worker_valid_until_ns_, valid_until);
+  else worker_valid_until_ns_ = valid_until;
   worker_live_ = true;
   worker_last_acked_send_ns_ = send_ns;
-  worker_valid_until_ns_ = send_ns + kill_after_ns_;
   killswitch_engaged_ = false;
 }
 
 std::vector<HeartbeatAction> HeartbeatSchedule::check_worker_liveness(std::uint64_t now_ns) {
+  observe_now(now_ns);
   std::vector<HeartbeatAction> out;
   if (!preemptible_ || !worker_live_ || killswitch_engaged_) return out;
   if (now_ns < worker_valid_until_ns_) return out;
@@ -180,6 +211,8 @@ std::vector<HeartbeatAction> HeartbeatSchedule::check_worker_liveness(std::uint6
 
 std::vector<HeartbeatAction> HeartbeatSchedule::on_worker_liveness_ack(std::uint64_t request_send_ns,
                                                                        std::uint64_t now_ns) {
+  observe_now(now_ns);
+  LEASEHOLD_ASSERT(request_send_ns <= now_ns);  // as on_refresh_answer
   std::vector<HeartbeatAction> out;
   if (!preemptible_) return out;
   const std::uint64_t from_ns = lease_measured_from_ns(request_send_ns, now_ns);
@@ -194,19 +227,20 @@ std::vector<HeartbeatAction> HeartbeatSchedule::on_worker_liveness_ack(std::uint
       if (request_send_ns < killswitch_at_ns_) return out;
       killswitch_engaged_ = false;
       worker_last_acked_send_ns_ = from_ns;
-      worker_valid_until_ns_ = from_ns + kill_after_ns_;
+      // The lapsed deadline is at or before the kill-switch, this send after it.
+      move_forward(worker_valid_until_ns_, timing::kill_deadline_ns(from_ns, kill_after_ns_));
     } else {
-      const std::uint64_t candidate = from_ns + kill_after_ns_;
+      const std::uint64_t candidate = timing::kill_deadline_ns(from_ns, kill_after_ns_);
       if (candidate <= worker_valid_until_ns_) return out;  // stale
       worker_last_acked_send_ns_ = from_ns;
-      worker_valid_until_ns_ = candidate;
+      move_forward(worker_valid_until_ns_, candidate);
     }
   }
   if (worker_valid_until_ns_ <= now_ns) return out;  // acknowledged, but too late to matter
   for (auto& [id, l] : leases_) {
     if (!l.worker_refreshed || l.valid_until_ns <= now_ns) continue;  // lapsed stays dead
     if (l.valid_until_ns >= worker_valid_until_ns_) continue;
-    l.valid_until_ns = worker_valid_until_ns_;
+    move_forward(l.valid_until_ns, worker_valid_until_ns_);
     l.last_acked_send_ns = worker_last_acked_send_ns_;
     HeartbeatAction a;
     a.kind = HeartbeatAction::Kind::extend;
@@ -219,6 +253,7 @@ std::vector<HeartbeatAction> HeartbeatSchedule::on_worker_liveness_ack(std::uint
 }
 
 bool HeartbeatSchedule::may_create_named(std::uint64_t now_ns) const noexcept {
+  LEASEHOLD_ASSERT(now_ns >= last_now_ns_);  // as observe_now
   if (!preemptible_) return true;
   return worker_live_ && !killswitch_engaged_ && now_ns < worker_valid_until_ns_;
 }

@@ -6,18 +6,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 
 namespace leasehold {
-
-std::uint64_t KillSwitch::now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 int KillSwitch::pidfd_signal(int pidfd, int sig) noexcept {
   if (pidfd < 0) return -EBADF;

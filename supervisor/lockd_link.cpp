@@ -191,7 +191,7 @@ void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCall
   c->deadline_ns = deadline_ns;
   // The caller's logic reads no clock: the answer brings the time it is handled at.
   c->on_done = [done = std::move(on_done)](LockdReply r) {
-    r.now_ns = now_boottime_ns();
+    r.now_ns = boottime_ns();
     done(std::move(r));
   };
   const std::uint64_t id = next_request_id_++;
@@ -259,7 +259,7 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
     ++c->resyncs;
     sender_.advance_to(e->seq_floor);
     restamp(*c);
-    if (now_boottime_ns() < c->deadline_ns) {
+    if (boottime_ns() < c->deadline_ns) {
       start(c);
       return;
     }
@@ -277,7 +277,7 @@ void LockdLink::on_unsolicited(const Datagram& d) {
     ++stats_.is_running_rejected;
     return;
   }
-  wire::Admission a = receiver_.admit(span, &from, now_boottime_ns());
+  wire::Admission a = receiver_.admit(span, &from, boottime_ns());
   wire::Datagram out;
   switch (a.verdict) {
     case wire::Verdict::drop:

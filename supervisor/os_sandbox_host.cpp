@@ -47,7 +47,7 @@ void OsSandboxHost::log(const std::string& event) const {
 void OsSandboxHost::test_stall() const {
   if (cfg_.test_stall_ms == 0) return;
   log("event=test_stall where=after_spawn ms=" + std::to_string(cfg_.test_stall_ms));
-  const std::uint64_t until = static_cast<std::uint64_t>(now_boottime_ns()) + cfg_.test_stall_ms * 1'000'000ull;
+  const std::uint64_t until = static_cast<std::uint64_t>(boottime_ns()) + cfg_.test_stall_ms * 1'000'000ull;
   const timespec ts{static_cast<time_t>(until / 1'000'000'000ull), static_cast<long>(until % 1'000'000'000ull)};
   while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
@@ -184,7 +184,7 @@ std::optional<PortError> OsSandboxHost::release(const SandboxId& id, std::uint64
   Record* r = find(id);
   if (r == nullptr || !r->prepared) return std::nullopt;
   test_stall();  // armed, at its gate
-  if (const auto t = static_cast<std::uint64_t>(now_boottime_ns()); exec_by_ns != 0 && t >= exec_by_ns) {
+  if (const auto t = static_cast<std::uint64_t>(boottime_ns()); exec_by_ns != 0 && t >= exec_by_ns) {
     // The start took so long (a stalled io thread, a slow set-up) that the kill-switch's
     // deadline is (nearly) here: the rt thread kills it (or has), and it must not exec now.
     return PortError{ControlError::killswitch, "the kill-switch's deadline for the sandbox was less than one rt "

@@ -65,7 +65,7 @@ bool sanitized_build() {
 #endif
 }
 
-std::uint64_t now_ns() { return static_cast<std::uint64_t>(now_boottime_ns()); }
+std::uint64_t now_ns() { return static_cast<std::uint64_t>(boottime_ns()); }
 
 // One structured line per event on stderr: "leasehold-supervisor: t=<boottime ns> event=... k=v".
 void log_event(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -596,7 +596,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   auto ask = [&](const wire::Body& req, auto&& on_answer) -> std::string {
     bool answered = false;
     std::string problem;
-    link->call(req, now_boottime_ns() + kStartupProbeTimeoutNs, [&](LockdReply r) {
+    link->call(req, boottime_ns() + kStartupProbeTimeoutNs, [&](LockdReply r) {
       answered = true;
       if (!r.ok()) problem = r.problem;
       else if (std::holds_alternative<wire::Error>(*r.body)) problem = "lockd answered " + describe_answer(*r.body);
@@ -640,9 +640,9 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
 
   signal_poll = loop->add_poll(signal_fd, POLLIN, PollMode::multishot, [this](int) { on_signal(); });
   const std::int64_t interval_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
-  heartbeat_timer = loop->add_periodic(interval_ns, now_boottime_ns() + interval_ns,
+  heartbeat_timer = loop->add_periodic(interval_ns, boottime_ns() + interval_ns,
                                        [this] { core->on_heartbeat_tick(now_ns()); });
-  housekeeping_timer = loop->add_periodic(100'000'000, now_boottime_ns() + 100'000'000, [this] {
+  housekeeping_timer = loop->add_periodic(100'000'000, boottime_ns() + 100'000'000, [this] {
     check_rt_lateness();
     control->tick(now_ns() / 1'000'000);
     sync_control_polls();
@@ -1048,7 +1048,7 @@ void Supervisor::Impl::reload_key() {
   if (kl && ablated("unprobed-key-reload"))  // tests only: switch at once, as before
     err = link->rekey(*kl);
   else if (kl)
-    err = link->try_key(*kl, now_boottime_ns() + kKeyProbeNs,
+    err = link->try_key(*kl, boottime_ns() + kKeyProbeNs,
                         [this, id](bool accepted, std::string why) { on_key_probe(id, accepted, why); });
   if (kl) OPENSSL_cleanse(kl->bytes.data(), kl->bytes.size());
   if (!err.empty()) {
@@ -1069,7 +1069,7 @@ void Supervisor::Impl::on_key_probe(std::uint16_t key_id, bool accepted, const s
     return;
   }
   ++counters.key_not_accepted;
-  next_key_probe_ns = now_boottime_ns() + kKeyProbeIntervalNs;
+  next_key_probe_ns = boottime_ns() + kKeyProbeIntervalNs;
   log_event("event=key_not_accepted key_file=%s key_id=%u in_use_key_id=%u error=\"lockd does not know key id %u "
             "(%s): still signing with key id %u; load the new cluster key into lockd (its key directory, then "
             "SIGHUP), tried again every %lld s\"",
@@ -1079,24 +1079,24 @@ void Supervisor::Impl::on_key_probe(std::uint16_t key_id, bool accepted, const s
 }
 
 void Supervisor::Impl::probe_pending_key() {
-  if (link->pending_key_id() == 0 || now_boottime_ns() < next_key_probe_ns || shutting_down()) return;
+  if (link->pending_key_id() == 0 || boottime_ns() < next_key_probe_ns || shutting_down()) return;
   const std::uint16_t id = link->pending_key_id();
   next_key_probe_ns = INT64_MAX;  // until this probe ends
-  if (!link->try_pending_key(now_boottime_ns() + kKeyProbeNs,
+  if (!link->try_pending_key(boottime_ns() + kKeyProbeNs,
                              [this, id](bool accepted, std::string why) { on_key_probe(id, accepted, why); }))
-    next_key_probe_ns = now_boottime_ns() + kKeyProbeIntervalNs;
+    next_key_probe_ns = boottime_ns() + kKeyProbeIntervalNs;
 }
 
 void Supervisor::Impl::begin_shutdown(const char* why) {
   if (shutting_down()) return;
-  shutdown_deadline_ns = now_boottime_ns() + kShutdownKillWaitNs;
+  shutdown_deadline_ns = boottime_ns() + kShutdownKillWaitNs;
   core->begin_shutdown(why, now_ns());
   maybe_finish_shutdown();
 }
 
 void Supervisor::Impl::maybe_finish_shutdown() {
   const bool done = core->quiescent();
-  if (!done && now_boottime_ns() < shutdown_deadline_ns) return;
+  if (!done && boottime_ns() < shutdown_deadline_ns) return;
   bool busy = false;
   for (const auto& [id, s] : core->sandboxes())
     if (!never_started(s.phase)) busy = true;

@@ -1,6 +1,7 @@
 #include "leasehold/supervisor/supervisor_core.hpp"
 
 #include "leasehold/lease/assert.hpp"
+#include "leasehold/lease/timing.hpp"
 
 #include "leasehold/supervisor/lockd_link.hpp"  // describe_answer
 #include "leasehold/supervisor/sandbox_phase.hpp"
@@ -27,7 +28,8 @@ SupervisorCore::SupervisorCore(SupervisorCoreConfig config, SupervisorCoreHooks 
       control_(control),
       table_(table),
       sandboxes_(cfg_.slots),
-      hb_(cfg_.kill_after_ms * 1'000'000ull, cfg_.heartbeat_interval_ms * 1'000'000ull, cfg_.slots,
+      hb_(static_cast<std::uint64_t>(timing::ms_to_ns(cfg_.kill_after_ms)),
+          static_cast<std::uint64_t>(timing::ms_to_ns(cfg_.heartbeat_interval_ms)), cfg_.slots,
           cfg_.mode == SupervisorMode::preemptible) {}
 
 SupervisorCore::~SupervisorCore() = default;
@@ -232,7 +234,7 @@ void SupervisorCore::on_granted(const SandboxId& sb, ControlClientId client, Con
   // The lease is measured from `lease_send_ns`: the send time of the request lockd answered,
   // moved earlier by whatever the grant's time left falls short of --ttl-ms (see below).
   std::uint64_t lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now);
-  std::uint64_t valid_until = lease_send_ns + cfg_.kill_after_ms * 1'000'000ull;
+  std::uint64_t valid_until = timing::kill_deadline_ns(lease_send_ns, hb_.kill_after_ns());
   if (cfg_.mode == SupervisorMode::lease) {
     // lockd answered no earlier than `send_ns`, with `g.ttl_ms` left, so its expiry is at least
     // send_ns + g.ttl_ms. A fresh grant has the full TTL; an idempotent answer to a retry (the
@@ -263,7 +265,7 @@ void SupervisorCore::on_granted(const SandboxId& sb, ControlClientId client, Con
         return;
       }
       lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now) - shortfall_ns;
-      valid_until = lease_send_ns + cfg_.kill_after_ms * 1'000'000ull;
+      valid_until = timing::kill_deadline_ns(lease_send_ns, hb_.kill_after_ns());
       log_event("event=short_grant name=%s sandbox=%s epoch=%" PRIu64 " ttl_left_ms=%u ttl_ms=%" PRIu64
                 " valid_until_ns=%" PRIu64,
                 name.c_str(), sb.str().c_str(), g.epoch, g.ttl_ms, cfg_.ttl_ms, valid_until);
@@ -1147,13 +1149,15 @@ void SupervisorCore::release_quarantined() {
 void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   now_ = now_ns;
   release_quarantined();
-  const std::uint64_t now = now_;
   // 2-phase commits ride on this tick.
   while (!pending_commits_.empty()) {
     PendingCommit pc = std::move(pending_commits_.front());
     pending_commits_.pop_front();
     commit_now(pc);
   }
+  // Read after the commits: an answer delivered at once (a request that could not start) moves
+  // now_ on, and the heartbeat schedule must never see time go back.
+  const std::uint64_t now = now_;
   if (cfg_.mode == SupervisorMode::preemptible) {
     auto kills = hb_.check_worker_liveness(now);
     if (!kills.empty()) {

@@ -416,16 +416,16 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
     if (pending && !a->json)
       std::printf("waiting for worker %s to confirm the old holder's kill (at most %u ms: the old lease + lock-delay)\n",
                   id_text(g0->worker).c_str(), g0->ttl_left_ms);
-    const std::int64_t start = boot_ns();
+    const std::int64_t start = boottime_ns();
     const std::int64_t until = start + wait_ms * 1'000'000;
     lockd::Answer done;
     for (;;) {
       done = client->transfer_complete(rec.name_id, new_epoch);
       const auto* d = done.as<wire::Deny>();
       if (d == nullptr || d->refusal != Refusal::lock_delay) break;
-      if (boot_ns() >= until) {
+      if (boottime_ns() >= until) {
         const std::optional<wire::NameRecord> g = guard();
-        out["waited_ms"] = (boot_ns() - start) / 1'000'000;
+        out["waited_ms"] = (boottime_ns() - start) / 1'000'000;
         out["ended_by"] = nullptr;
         if (a->json) std::printf("%s\n", out.dump().c_str());
         *exit_code = report(
@@ -448,7 +448,7 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
       *exit_code = report("transfer", answer_failure(done, a->lockd, what + " (complete)"));
       return;
     }
-    const std::int64_t waited_ms = (boot_ns() - start) / 1'000'000;
+    const std::int64_t waited_ms = (boottime_ns() - start) / 1'000'000;
     const std::optional<wire::NameRecord> after = guard();
     const wire::RevokeEnd ended =
         after && after->epoch == new_epoch ? after->revoke_ended : wire::RevokeEnd::none;
@@ -607,7 +607,7 @@ const Command kRevoke([](CLI::App& app, int* exit_code) {
     const bool timeout_given = sub->get_option("--timeout-ms")->count() > 0;
     const std::int64_t wait_ms = timeout_given ? static_cast<std::int64_t>(a->lockd.timeout_ms)
                                                : (pending ? static_cast<std::int64_t>(rec.ttl_left_ms) : 0) + 1000;
-    const std::int64_t start = boot_ns();
+    const std::int64_t start = boottime_ns();
     const std::int64_t until = start + wait_ms * 1'000'000;
     wire::RevokeEnd ended = wire::RevokeEnd::none;
     for (bool first = true; ended == wire::RevokeEnd::none; first = false) {
@@ -628,8 +628,8 @@ const Command kRevoke([](CLI::App& app, int* exit_code) {
                                                                                : wire::RevokeEnd::lease_expired;
         break;
       }
-      if (boot_ns() >= until) {
-        out["waited_ms"] = (boot_ns() - start) / 1'000'000;
+      if (boottime_ns() >= until) {
+        out["waited_ms"] = (boottime_ns() - start) / 1'000'000;
         out["ended_by"] = nullptr;
         if (a->json) std::printf("%s\n", out.dump().c_str());
         *exit_code = report("revoke", {kFailure, what + ": still not grantable after " + std::to_string(wait_ms) +
@@ -639,7 +639,7 @@ const Command kRevoke([](CLI::App& app, int* exit_code) {
       }
       std::this_thread::sleep_for(std::chrono::nanoseconds(kRevokeWaitPollNs));
     }
-    const std::int64_t waited_ms = (boot_ns() - start) / 1'000'000;
+    const std::int64_t waited_ms = (boottime_ns() - start) / 1'000'000;
     const char* how = ended == wire::RevokeEnd::kill_confirmed ? "kill confirmed" : "lease expired";
     out["waited_ms"] = waited_ms;
     out["ended_by"] = ended == wire::RevokeEnd::kill_confirmed ? "kill_confirmed" : "lease_expired";

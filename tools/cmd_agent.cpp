@@ -71,7 +71,7 @@ class SlowWriteWatch {
     std::lock_guard<std::mutex> lk(mu_);
     epoch_ = epoch;
     seq_ = seq;
-    since_ns_ = boot_ns();
+    since_ns_ = boottime_ns();
     reported_ = false;
     cv_.notify_all();
   }
@@ -91,7 +91,7 @@ class SlowWriteWatch {
         continue;
       }
       const std::int64_t due = since_ns_ + slow_ns_;
-      const std::int64_t now = boot_ns();
+      const std::int64_t now = boottime_ns();
       if (now < due) {
         cv_.wait_for(lk, std::chrono::nanoseconds(due - now));
         continue;
@@ -247,7 +247,7 @@ int run_agent(const AgentArgs& a) {
       const std::string payload = "seq=" + std::to_string(seq) + " pid=" + std::to_string(::getpid());
       // A long gap since the previous write: say where the time went (this thread runnable
       // but not on a CPU, on a CPU, or asleep/blocked - in the sleep between writes or in I/O).
-      if (const std::int64_t gap = boot_ns() - last_write_end_ns; last_write_end_ns != 0 && gap >= slow_ns) {
+      if (const std::int64_t gap = boottime_ns() - last_write_end_ns; last_write_end_ns != 0 && gap >= slow_ns) {
         const SchedTimes st = sched.now();
         std::printf("agent name=%s epoch=%llu: %.0f ms since the previous write (interval %llu ms): %.0f ms "
                     "runnable waiting for a CPU, %.0f ms on a CPU, the rest asleep or blocked\n",
@@ -259,7 +259,7 @@ int run_agent(const AgentArgs& a) {
       watch.begin(epoch, seq);
       const resource::WriteResult r = store->write({a.name, epoch, *sandbox, signed_token}, payload);
       const bool stalled = watch.end();
-      last_write_end_ns = boot_ns();
+      last_write_end_ns = boottime_ns();
       last_write_sched = sched.now();
       if (stalled || r.took_ns >= slow_ns) {
         std::printf("agent name=%s epoch=%llu: write seq=%llu %s after %.0f ms: %.0f ms waiting for another "

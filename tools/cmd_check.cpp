@@ -91,7 +91,7 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
     const auto epoch = parse_u64(etext);
     if (!epoch || *epoch == 0) return fail(kUsage, "malformed epoch \"" + etext + "\": expected a positive integer");
 
-    const std::uint64_t now = shm::boottime_ns();
+    const std::uint64_t now = static_cast<std::uint64_t>(boottime_ns());
     const bool valid = reader->check_deadline_at(slot, *epoch, now);
     shm::SlotSnapshot snap;
     const shm::TableErrc se = reader->snapshot(slot, snap);

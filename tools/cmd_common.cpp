@@ -7,7 +7,6 @@
 #include "leasehold/supervisor/config.hpp"
 #include "leasehold/supervisor/control.hpp"
 
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,12 +14,6 @@
 #include <cstdlib>
 
 namespace leasehold::cli {
-
-std::int64_t boot_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 int report(std::string_view command, const Failure& f) {
   std::fprintf(stderr, "leasehold %.*s: %s\n", static_cast<int>(command.size()), command.data(),

@@ -11,6 +11,7 @@
 
 #include "leasehold/harness/process.hpp"
 #include "leasehold/wire/protocol.hpp"
+#include "leasehold/lease/clock.hpp"
 #include "leasehold/lease/types.hpp"
 #include "leasehold/lease/result.hpp"
 #include "leasehold/lockd/admin_client.hpp"
@@ -143,9 +144,6 @@ std::string id_text(const Id<Tag>& id) {
 nlohmann::json record_json(const wire::NameRecord& r);
 /// "5.2 s" / "830 ms".
 std::string duration_text(std::int64_t ns);
-
-/// CLOCK_BOOTTIME now, ns.
-std::int64_t boot_ns() noexcept;
 
 // ---- programs -----------------------------------------------------------------------------------
 

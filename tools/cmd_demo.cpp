@@ -265,7 +265,7 @@ struct Step {
 
 class Demo {
  public:
-  explicit Demo(const DemoArgs& a) : args_(a), t_(a.fast ? kFast : kNormal), t0_(boot_ns()) {
+  explicit Demo(const DemoArgs& a) : args_(a), t_(a.fast ? kFast : kNormal), t0_(boottime_ns()) {
     out_ = a.json ? stderr : stdout;
   }
   int run();
@@ -334,8 +334,8 @@ class Demo {
   /// Waits for the first accepted write at `epoch`; returns its time.
   std::int64_t first_write(Epoch epoch) {
     const auto timeout_ms = static_cast<std::int64_t>(static_cast<double>(kFirstWriteTimeoutMs) * load_factor());
-    const std::int64_t deadline = boot_ns() + timeout_ms * 1'000'000;
-    while (boot_ns() < deadline) {
+    const std::int64_t deadline = boottime_ns() + timeout_ms * 1'000'000;
+    while (boottime_ns() < deadline) {
       check_interrupted();
       const auto t = store_->tally(args_.name, epoch, resource::Verdict::accepted);
       if (t.rows > 0) return t.first_ns;
@@ -346,8 +346,8 @@ class Demo {
           std::to_string(timeout_ms) + " ms (agent output is in the supervisor logs)");
   }
   void hold(std::uint64_t ms) {
-    const std::int64_t until = boot_ns() + static_cast<std::int64_t>(ms) * 1'000'000;
-    while (boot_ns() < until) {
+    const std::int64_t until = boottime_ns() + static_cast<std::int64_t>(ms) * 1'000'000;
+    while (boottime_ns() < until) {
       check_interrupted();
       maintain();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -355,7 +355,7 @@ class Demo {
   }
   /// While waiting: checkpoint the resource's write-ahead log now and then (the agents do not).
   void maintain() {
-    const std::int64_t now = boot_ns();
+    const std::int64_t now = boottime_ns();
     if (store_ == nullptr || now - last_checkpoint_ns_ < kCheckpointEveryNs) return;
     last_checkpoint_ns_ = now;
     store_->checkpoint();
@@ -492,7 +492,7 @@ void Demo::say(const char* fmt, ...) {
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  std::fprintf(out_, "[%10s] %s\n", at(boot_ns()).c_str(), buf);
+  std::fprintf(out_, "[%10s] %s\n", at(boottime_ns()).c_str(), buf);
   std::fflush(out_);
 }
 
@@ -533,7 +533,7 @@ int Demo::run() {
   admin_.reset();
   const std::string cleaned = world_.teardown();
   if (!cleaned.empty()) std::fprintf(out_, "cleaned up: %s\n", cleaned.c_str());
-  const double took_s = static_cast<double>(boot_ns() - t0_) / 1e9;
+  const double took_s = static_cast<double>(boottime_ns() - t0_) / 1e9;
   if (rc == kOk) {
     if (aborted)
       std::fprintf(out_, "\ndemo FAILED: stopped at the error above after %zu checks (%d failed), %.1f s\n",
@@ -626,11 +626,11 @@ void Demo::body() {
     const bool numbered = std::isdigit(static_cast<unsigned char>(step.label[0])) != 0;
     std::fprintf(out_, "\n%s%s: %s\n", numbered ? "step " : "", step.label, step.title);
     runs_.emplace_back();
-    const std::int64_t begun = boot_ns();
+    const std::int64_t begun = boottime_ns();
     const int failures_before = failures_;
     (this->*step.act)();
     if (step.verify != nullptr) (this->*step.verify)();
-    runs_.back() = {boot_ns() - begun, failures_ == failures_before};
+    runs_.back() = {boottime_ns() - begun, failures_ == failures_before};
   }
   print_timeline();
 }
@@ -718,7 +718,7 @@ void Demo::set_up() {
     say("lockd signs every grant's fencing token (Ed25519, key id %s); the resource verifies them with the public key alone",
         token::key_id_text(verifier_->key_ids().front()).c_str());
   }
-  event(boot_ns(), "lockd up");
+  event(boottime_ns(), "lockd up");
   admin_ = std::make_unique<lockd::AdminClient>(SocketAddress::loopback_v4(port_), *dep.key(), WorkerId{},
                                                 static_cast<std::int64_t>(kDemoLockdTimeoutMs) * 1'000'000);
   for (int i = 0; i < 2; ++i) {
@@ -753,7 +753,7 @@ void Demo::set_up() {
         st->value("cgroup", std::string("?")).c_str());
     detail("isolation %s", st->value("isolation_text", std::string("?")).c_str());
   }
-  event(boot_ns(), "supervisors up");
+  event(boottime_ns(), "supervisors up");
   start_agent();
 }
 
@@ -766,7 +766,7 @@ void Demo::start_agent() {
   e1_ = a1->value("epoch", Epoch{0});
   slot1_ = a1->value("slot", 0u);
   pidfd1_ = watch_agent(*a1, 0);
-  event(boot_ns(), "worker 1 acquired \"" + args_.name + "\" at epoch " + std::to_string(e1_) + ", agent " +
+  event(boottime_ns(), "worker 1 acquired \"" + args_.name + "\" at epoch " + std::to_string(e1_) + ", agent " +
                        sb1_.substr(0, 8) + " started");
   detail("granted: epoch %llu, sandbox %s, pid %d, shm slot %u", static_cast<unsigned long long>(e1_), sb1_.c_str(),
          a1->value("pid", -1), slot1_);
@@ -787,7 +787,7 @@ void Demo::start_again_act() {
   say("%s answered: %s", kWorker[1],
       refused ? supervisor_failure(dup_, "run \"" + args_.name + "\"").message.c_str() : dup_.dump().c_str());
   if (refused)
-    event(boot_ns(), "worker 2 refused: held by " + sb1_.substr(0, 8) + " at epoch " + std::to_string(e1_));
+    event(boottime_ns(), "worker 2 refused: held by " + sb1_.substr(0, 8) + " at epoch " + std::to_string(e1_));
 }
 
 void Demo::start_again_verify() {
@@ -805,14 +805,14 @@ void Demo::cut_off_act() {
   } catch (const std::exception& e) {
     abort(std::string("worker 1's shm table: ") + e.what());
   }
-  const std::int64_t t_cut = boot_ns();
+  const std::int64_t t_cut = boottime_ns();
   if (const Status e = world_.net.cut_off(0, world_.sup(0).pid(), port_); !e.ok()) abort(e.message());
   say("%s cut off (%s)", kWorker[0],
       world_.net.mode == Network::Mode::netns ? ("link " + world_.net.host_if[0] + " down").c_str()
                                               : (world_.net.filter + " drop rules").c_str());
   event(t_cut, "worker 1 cut off from lockd");
   // lockd's view right after the cut: no refresh can reach it any more, so its expiry is fixed.
-  const std::int64_t t_show = boot_ns();
+  const std::int64_t t_show = boottime_ns();
   const lockd::Answer shown = admin_->show(args_.name);
   const auto* info = shown.as<wire::NameInfo>();
   if (info == nullptr || info->record.state != LockPhase::held)
@@ -826,14 +826,14 @@ void Demo::cut_off_act() {
   std::int64_t t_revoked = -1;
   dead_ns_ = -1;
   const std::int64_t watch_until = expiry_ns_ + 3'000'000'000;
-  while (boot_ns() < watch_until && (t_revoked < 0 || dead_ns_ < 0)) {
+  while (boottime_ns() < watch_until && (t_revoked < 0 || dead_ns_ < 0)) {
     check_interrupted();
     shm::SlotSnapshot s;
     if (t_revoked < 0 && table1->snapshot(slot1_, s) == shm::TableErrc::ok &&
         (s.revoked || s.sandbox.str() != sb1_ || s.state != shm::SlotState::published))
-      t_revoked = boot_ns();
+      t_revoked = boottime_ns();
     pollfd p{pidfd1_, POLLIN, 0};
-    if (dead_ns_ < 0 && pidfd1_ >= 0 && ::poll(&p, 1, 0) > 0) dead_ns_ = boot_ns();
+    if (dead_ns_ < 0 && pidfd1_ >= 0 && ::poll(&p, 1, 0) > 0) dead_ns_ = boottime_ns();
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
   if (t_revoked < 0 || dead_ns_ < 0) abort("worker 1's kill-switch did not fire within 3 s after the lease expiry");
@@ -870,17 +870,17 @@ void Demo::take_over_act() {
   const std::int64_t acquire_until = expiry_ns_ + 5'000'000'000;
   // Watch lockd until the lease is gone (each refused `run` would cost worker 2 a shm slot
   // that then cools down), then start the agent there.
-  while (boot_ns() < acquire_until) {
+  while (boottime_ns() < acquire_until) {
     check_interrupted();
     const lockd::Answer s = admin_->show(args_.name);
     const auto* i = s.as<wire::NameInfo>();
     if (s.as<wire::Deny>() != nullptr || (i != nullptr && i->record.state != LockPhase::held)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const std::int64_t t_free = boot_ns();
+  const std::int64_t t_free = boottime_ns();
   detail("lockd: the lease expired; \"%s\" is free (seen at %s)", args_.name.c_str(), at(t_free).c_str());
   event(t_free, "lockd: lease of epoch " + std::to_string(e1_) + " expired, name free");
-  while (boot_ns() < acquire_until) {
+  while (boottime_ns() < acquire_until) {
     check_interrupted();
     a2 = control(1, agent_request(true), f_);
     if (!a2) abort(f_.message);
@@ -890,7 +890,7 @@ void Demo::take_over_act() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (!a2 || !a2->value("ok", false)) abort("worker 2 could not acquire the name within 5 s after the expiry");
-  const std::int64_t t_grant2 = boot_ns();
+  const std::int64_t t_grant2 = boottime_ns();
   sb2_ = a2->value("sandbox", std::string());
   e2_ = a2->value("epoch", Epoch{0});
   pidfd2_ = watch_agent(*a2, 1);
@@ -949,14 +949,14 @@ void Demo::replay_verify() {
 
 void Demo::transfer_act() {
   if (const Status e = world_.net.reconnect(0); !e.ok()) abort(e.message());
-  const std::int64_t t_reconnect = boot_ns();
+  const std::int64_t t_reconnect = boottime_ns();
   {
     // Wait until worker 1's path to lockd works again (link up, neighbours resolved), so the
     // transfer does not race the network coming back.
     const auto lockd_addr = SocketAddress::parse(world_.net.lockd_address(0, port_));
-    const std::int64_t until = boot_ns() + 10'000'000'000;
+    const std::int64_t until = boottime_ns() + 10'000'000'000;
     bool up = false;
-    while (!up && boot_ns() < until) {
+    while (!up && boottime_ns() < until) {
       check_interrupted();
       up = lockd_addr && lockd_answers_from(world_.net.netns[0], *lockd_addr, key_path_, 300);
     }
@@ -964,7 +964,7 @@ void Demo::transfer_act() {
   }
   say("%s reconnected (link restored at %s); lockd answers from its side again", kWorker[0], at(t_reconnect).c_str());
   event(t_reconnect, "worker 1's link to lockd restored");
-  event(boot_ns(), "lockd reachable from worker 1 again");
+  event(boottime_ns(), "lockd reachable from worker 1 again");
   auto b1 = control(0, agent_request(false), f_);
   if (!b1) abort(f_.message);
   if (!b1->value("ok", false)) abort(supervisor_failure(*b1, "run on worker 1").message);
@@ -996,7 +996,7 @@ void Demo::transfer_act() {
     detail("(--old-holder-releases-first) worker 2 released it first: %s", released.c_str());
   }
   const lockd::Answer begun = admin_->transfer_begin(name_id, binfo->record.holder, e2_, to, worker_id_[0]);
-  const std::int64_t t_begin = boot_ns();
+  const std::int64_t t_begin = boottime_ns();
   const auto* ts = begun.as<wire::TransferState>();
   // Fencing first has a race of its own: the old holder may write, be rejected, stop itself,
   // and have its supervisor release the name before lockd sees the transfer begin (a loaded
@@ -1024,7 +1024,7 @@ void Demo::transfer_act() {
     const auto* ok = reassigned.as<wire::Ok>();
     if (ok == nullptr) abort(lockd_problem(reassigned, "reassign"));
     e3_ = ok->epoch;
-    const std::int64_t t_reassign = boot_ns();
+    const std::int64_t t_reassign = boottime_ns();
     if (e3_ != fence.highest) fence_epoch_ = store_->advance_fence(args_.name, e3_, "reassign").highest;
     say("lockd reassigned \"%s\" to %s at epoch %llu: free and reserved for it, as a completed transfer leaves it",
         args_.name.c_str(), sb3_.substr(0, 8).c_str(), static_cast<unsigned long long>(e3_));
@@ -1049,16 +1049,16 @@ void Demo::transfer_act() {
     // lockd completes the transfer only once worker 2 confirmed the old holder dead (its
     // KillConfirmed, or its Release of the old grant), or the old lease + lock-delay ended.
     lockd::Answer done;
-    const std::int64_t complete_until = boot_ns() + static_cast<std::int64_t>(t_.ttl_ms + 2000) * 1'000'000;
+    const std::int64_t complete_until = boottime_ns() + static_cast<std::int64_t>(t_.ttl_ms + 2000) * 1'000'000;
     for (;;) {
       check_interrupted();
       done = admin_->transfer_complete(name_id, e3_);
       const auto* d = done.as<wire::Deny>();
-      if (d == nullptr || d->refusal != Refusal::lock_delay || boot_ns() >= complete_until) break;
+      if (d == nullptr || d->refusal != Refusal::lock_delay || boottime_ns() >= complete_until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (done.as<wire::TransferState>() == nullptr) abort(lockd_problem(done, "transfer complete"));
-    const std::int64_t t_complete = boot_ns();
+    const std::int64_t t_complete = boottime_ns();
     const lockd::Answer after = admin_->show(args_.name);
     const auto* ai = after.as<wire::NameInfo>();
     const bool confirmed = ai != nullptr && ai->record.revoke_ended == wire::RevokeEnd::kill_confirmed;
@@ -1068,8 +1068,8 @@ void Demo::transfer_act() {
     event(t_complete, "transfer complete: free, reserved for " + sb3_.substr(0, 8));
   }
   std::optional<nlohmann::json> named;
-  const std::int64_t name_until = boot_ns() + 10'000'000'000;
-  while (boot_ns() < name_until) {
+  const std::int64_t name_until = boottime_ns() + 10'000'000'000;
+  while (boottime_ns() < name_until) {
     check_interrupted();
     named = control(0, {{"v", 1}, {"op", "name"}, {"sandbox", sb3_}, {"name", args_.name}}, f_);
     if (!named) abort(f_.message);
@@ -1081,7 +1081,7 @@ void Demo::transfer_act() {
   named_epoch_ = named->value("epoch", Epoch{0});
   say("%s: leasehold name %s %s -> epoch %llu", kWorker[0], sb3_.substr(0, 8).c_str(), args_.name.c_str(),
       static_cast<unsigned long long>(named_epoch_));
-  event(boot_ns(), "worker 1 holds it again at epoch " + std::to_string(e3_) + " (agent " + sb3_.substr(0, 8) + ")");
+  event(boottime_ns(), "worker 1 holds it again at epoch " + std::to_string(e3_) + " (agent " + sb3_.substr(0, 8) + ")");
   transfer_first_write_ns_ = first_write(e3_);
   say("agent continues on %s: first accepted write at epoch %llu at %s", kWorker[0],
       static_cast<unsigned long long>(e3_), at(transfer_first_write_ns_).c_str());
@@ -1105,7 +1105,7 @@ void Demo::transfer_act() {
   for (;;) {
     e3_tally = store_->tally(args_.name, e3_, resource::Verdict::accepted);
     const bool enough = e3_tally.rows >= need_writes && e3_tally.last_ns - e3_tally.first_ns >= need_span_ns;
-    if (enough || pidfd3_ < 0 || exited(pidfd3_) || boot_ns() >= deadline) break;
+    if (enough || pidfd3_ < 0 || exited(pidfd3_) || boottime_ns() >= deadline) break;
     check_interrupted();
     maintain();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -1145,7 +1145,7 @@ void Demo::end_act() {
   released_ = rel && rel->value("ok", false);
   if (released_) {
     say("released \"%s\" on %s: agent stopped, name returned to lockd", args_.name.c_str(), kWorker[0]);
-    event(boot_ns(), "released by worker 1");
+    event(boottime_ns(), "released by worker 1");
   } else {
     say("release on worker 1: %s", rel ? supervisor_failure(*rel, "release").message.c_str() : f_.message.c_str());
   }

@@ -6,6 +6,7 @@
 // code is then kTableError, as for a missing or corrupt table.
 #include "tools/command.hpp"
 
+#include "leasehold/lease/clock.hpp"
 #include "leasehold/shm/table.hpp"
 
 #include <algorithm>
@@ -134,7 +135,7 @@ std::string ago_text(std::uint64_t age_ns) {
 
 void print_text(const TableReader& r, const DumpArgs& a) {
   const shm::Header& h = r.header();
-  const std::uint64_t now = shm::boottime_ns();
+  const std::uint64_t now = static_cast<std::uint64_t>(boottime_ns());
   const shm::Liveness l = r.writer_liveness(now);
   std::printf("shm table '%s'  layout %u.%u  incarnation %llu  %u slots x %u B  %llu B\n",
               r.location().text.c_str(), h.layout_major, h.layout_minor,
@@ -188,7 +189,7 @@ void print_text(const TableReader& r, const DumpArgs& a) {
 
 void print_json(const TableReader& r, const DumpArgs& a) {
   const shm::Header& h = r.header();
-  const std::uint64_t now = shm::boottime_ns();
+  const std::uint64_t now = static_cast<std::uint64_t>(boottime_ns());
   const shm::Liveness l = r.writer_liveness(now);
   const auto& st = r.stats();
   const auto& c = st.counters;

@@ -180,7 +180,7 @@ bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const
   std::size_t next = 0, done = 0, refused = 0;
   std::uint64_t rid = 1;
   const std::uint64_t cpu0 = lockd_pid > 0 ? proc_cpu_ticks(lockd_pid) : 0;
-  const std::int64_t t0 = now_boottime_ns();
+  const std::int64_t t0 = boottime_ns();
   std::int64_t last_progress = t0;
   while (done < total) {
     while (next < total && in_flight.size() < o.acquire_window) {
@@ -192,7 +192,7 @@ bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const
       a.worker = wk.id;
       wire::Datagram d;
       if (!wk.sender->seal(rid, a, d)) return false;
-      in_flight.emplace(rid, InFlight{now_boottime_ns(), w, l});
+      in_flight.emplace(rid, InFlight{boottime_ns(), w, l});
       ++rid;
       ++next;
       pipe.queue(d);
@@ -205,15 +205,15 @@ bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const
       if (it == in_flight.end()) return;
       if (const auto* g = std::get_if<wire::Grant>(&r.body)) {
         workers[it->second.worker].leases[it->second.lease].epoch = g->epoch;
-        latencies_ns.push_back(static_cast<std::uint64_t>(now_boottime_ns() - it->second.sent_ns));
+        latencies_ns.push_back(static_cast<std::uint64_t>(boottime_ns() - it->second.sent_ns));
       } else {
         ++refused;
       }
       in_flight.erase(it);
       ++done;
-      last_progress = now_boottime_ns();
+      last_progress = boottime_ns();
     });
-    if (now_boottime_ns() - last_progress > 3 * kNsPerS) {
+    if (boottime_ns() - last_progress > 3 * kNsPerS) {
       // Lost datagrams (or a stuck lockd): re-send what is outstanding under new request ids.
       std::fprintf(stderr, "acquire: %zu requests unanswered for 3 s; resending\n", in_flight.size());
       std::vector<InFlight> again;
@@ -227,13 +227,13 @@ bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const
         a.worker = wk.id;
         wire::Datagram d;
         wk.sender->seal(rid, a, d);
-        in_flight.emplace(rid++, InFlight{now_boottime_ns(), f.worker, f.lease});
+        in_flight.emplace(rid++, InFlight{boottime_ns(), f.worker, f.lease});
         pipe.queue(d);
       }
-      last_progress = now_boottime_ns();
+      last_progress = boottime_ns();
     }
   }
-  const double secs = static_cast<double>(now_boottime_ns() - t0) / 1e9;
+  const double secs = static_cast<double>(boottime_ns() - t0) / 1e9;
   const double cpu = lockd_pid > 0 ? static_cast<double>(proc_cpu_ticks(lockd_pid) - cpu0) /
                                          static_cast<double>(::sysconf(_SC_CLK_TCK))
                                    : 0;
@@ -311,10 +311,10 @@ RefreshRun refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to,
   std::size_t next = 0;
   const std::uint64_t cpu0 = cpu_pid > 0 ? proc_cpu_ticks(cpu_pid) : 0;
   const double self0 = self_cpu_s();
-  const std::int64_t t0 = now_boottime_ns();
+  const std::int64_t t0 = boottime_ns();
   const std::int64_t end = t0 + static_cast<std::int64_t>(o.seconds * 1e9);
   std::int64_t last_answer = t0;
-  while (now_boottime_ns() < end) {
+  while (boottime_ns() < end) {
     while (outstanding < o.window) {
       Slot& s = round[next];
       next = (next + 1) % round.size();
@@ -342,15 +342,15 @@ RefreshRun refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to,
       }
     });
     outstanding -= std::min<std::uint64_t>(outstanding, got);
-    if (got > 0) last_answer = now_boottime_ns();
-    if (now_boottime_ns() - last_answer > 200'000'000) {  // datagrams lost: reopen the window
+    if (got > 0) last_answer = boottime_ns();
+    if (boottime_ns() - last_answer > 200'000'000) {  // datagrams lost: reopen the window
       outstanding = 0;
-      last_answer = now_boottime_ns();
+      last_answer = boottime_ns();
     }
   }
   // Drain the answers still in flight (bounded).
-  const std::int64_t drain_end = now_boottime_ns() + 500'000'000;
-  while (outstanding > 0 && now_boottime_ns() < drain_end) {
+  const std::int64_t drain_end = boottime_ns() + 500'000'000;
+  while (outstanding > 0 && boottime_ns() < drain_end) {
     const std::size_t got = pipe.receive(10, [&](std::span<const std::uint8_t> b) {
       if (!check_answers) return;
       wire::DecodeResult r = wire::decode(b, nullptr);
@@ -362,7 +362,7 @@ RefreshRun refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to,
     });
     outstanding -= std::min<std::uint64_t>(outstanding, got);
   }
-  res.seconds = static_cast<double>(now_boottime_ns() - t0) / 1e9;
+  res.seconds = static_cast<double>(boottime_ns() - t0) / 1e9;
   res.generator_cpu_s = self_cpu_s() - self0;
   res.per_s = static_cast<double>(res.entries) / res.seconds;
   if (cpu_pid > 0)
@@ -519,7 +519,7 @@ RefreshRun run_against(std::vector<Worker>& workers, const SocketAddress& lockd_
   {
     // The store folds its change log once idle; let that finish so the refresh phase measures
     // refreshes only (bounded wait).
-    const std::int64_t t0 = now_boottime_ns();
+    const std::int64_t t0 = boottime_ns();
     std::uint64_t rows = 0;
     for (int i = 0; i < 300; ++i) {
       rows = counter(lockd_counters(lockd_addr, *workers[0].sender), "store_log_rows");
@@ -527,7 +527,7 @@ RefreshRun run_against(std::vector<Worker>& workers, const SocketAddress& lockd_
       ::usleep(100'000);
     }
     std::printf("  change-log compaction after the acquires: %.2f s (log rows left %" PRIu64 ")\n",
-                static_cast<double>(now_boottime_ns() - t0) / 1e9, rows);
+                static_cast<double>(boottime_ns() - t0) / 1e9, rows);
   }
   const RefreshRun r = refresh_rounds(workers, lockd_addr, o, pid, true);
   std::printf("refreshes: %" PRIu64 " in %.2f s = %.0f/s (%" PRIu64 " datagrams, window %u); not refreshed %" PRIu64

@@ -89,7 +89,7 @@ void run_uring(benchmark::State& state, bool loaded, bool single_issuer) {
   });
   if (loaded) {
     for (auto& fd : idle_sockets(kIdleSockets)) loop->add_udp_socket(std::move(fd), [](const Datagram&) {});
-    const std::int64_t now = now_boottime_ns();
+    const std::int64_t now = boottime_ns();
     for (int i = 0; i < kLiveTimers; ++i) loop->add_timer_at(now + kTimerHorizonNs + i * kNsPerMs, [] {});
   }
   std::byte payload[kPayloadBytes] = {};
@@ -165,16 +165,16 @@ struct ReadinessLoop {
   std::byte buf[kUdpPayloadBytesMax];
 
   ReadinessLoop() {
-    const std::int64_t now = now_boottime_ns();
+    const std::int64_t now = boottime_ns();
     for (int i = 0; i < kLiveTimers; ++i) deadlines.push(now + kTimerHorizonNs + i * kNsPerMs);
   }
   // Timeout for the wait: until the nearest deadline, capped at 1 s (ms for epoll/poll).
   int timeout_ms() const {
-    const std::int64_t left = deadlines.top() - now_boottime_ns();
+    const std::int64_t left = deadlines.top() - boottime_ns();
     return static_cast<int>(std::clamp<std::int64_t>(left / kNsPerMs, 0, 1000));
   }
   void expire() {
-    const std::int64_t now = now_boottime_ns();
+    const std::int64_t now = boottime_ns();
     while (!deadlines.empty() && deadlines.top() <= now) deadlines.pop();
   }
   void on_readable(int fd) {

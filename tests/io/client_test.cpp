@@ -136,7 +136,7 @@ TEST(RequestClient, AnsweredOnTheFirstAttempt) {
   std::vector<RequestOutcome> outcomes;
   std::vector<std::byte> answer;
   auto req = toy_message(11, "acquire");
-  ASSERT_EQ(client.start(req, server.addr, now_boottime_ns() + kNsPerS, [&](const RequestOutcome& o) {
+  ASSERT_EQ(client.start(req, server.addr, boottime_ns() + kNsPerS, [&](const RequestOutcome& o) {
     outcomes.push_back(o);
     answer.assign(o.answer.begin(), o.answer.end());
   }), 0);
@@ -161,7 +161,7 @@ TEST(RequestClient, RetriesResendTheSameBytesUntilAnswered) {
   ASSERT_EQ(client.open(SocketAddress::loopback_v4(0)), 0);
   std::vector<RequestOutcome> outcomes;
   auto req = toy_message(77, "heartbeat");
-  ASSERT_EQ(client.start(req, server.addr, now_boottime_ns() + 5 * kNsPerS,
+  ASSERT_EQ(client.start(req, server.addr, boottime_ns() + 5 * kNsPerS,
                          [&](const RequestOutcome& o) { outcomes.push_back(o); }), 0);
   ASSERT_TRUE(run_until(*loop, [&] { return !outcomes.empty(); }));
   EXPECT_EQ(outcomes[0].status, RequestStatus::answered);
@@ -192,11 +192,11 @@ TEST(RequestClient, NothingIsSentAtOrAfterTheDeadlineAndSpacingGrows) {
   });
   std::vector<RequestOutcome> outcomes;
   std::int64_t outcome_at = 0;
-  const std::int64_t deadline = now_boottime_ns() + 200 * kNsPerMs;
+  const std::int64_t deadline = boottime_ns() + 200 * kNsPerMs;
   auto req = toy_message(5, "refresh");
   ASSERT_EQ(client.start(req, server.addr, deadline, [&](const RequestOutcome& o) {
     outcomes.push_back(o);
-    outcome_at = now_boottime_ns();
+    outcome_at = boottime_ns();
   }), 0);
   ASSERT_TRUE(run_until(*loop, [&] { return !outcomes.empty(); }));
   const RequestOutcome& o = outcomes[0];
@@ -232,10 +232,10 @@ TEST(RequestClient, AttemptsMaxStopsSendingButTheOutcomeWaitsForTheDeadline) {
   ASSERT_EQ(client.open(SocketAddress::loopback_v4(0)), 0);
   std::vector<RequestOutcome> outcomes;
   std::int64_t outcome_at = 0;
-  const std::int64_t deadline = now_boottime_ns() + 60 * kNsPerMs;
+  const std::int64_t deadline = boottime_ns() + 60 * kNsPerMs;
   ASSERT_EQ(client.start(toy_message(1, "x"), server.addr, deadline, [&](const RequestOutcome& o) {
     outcomes.push_back(o);
-    outcome_at = now_boottime_ns();
+    outcome_at = boottime_ns();
   }), 0);
   ASSERT_TRUE(run_until(*loop, [&] { return !outcomes.empty(); }));
   EXPECT_EQ(outcomes[0].attempts, 2u);
@@ -248,7 +248,7 @@ TEST(RequestClient, RefusesBadRequestsAndBoundsOutstanding) {
   auto loop = make_loop();
   ToyServer server(*loop, 0);
   RequestClient client(*loop, toy_id_of, {}, ClientLimits{.outstanding_max = 2});
-  const std::int64_t deadline = now_boottime_ns() + kNsPerS;
+  const std::int64_t deadline = boottime_ns() + kNsPerS;
   auto ignore = [](const RequestOutcome&) {};
   EXPECT_EQ(client.start(toy_message(1, "x"), server.addr, deadline, ignore), -ENOTCONN);
   ASSERT_EQ(client.open(SocketAddress::loopback_v4(0)), 0);
@@ -257,7 +257,7 @@ TEST(RequestClient, RefusesBadRequestsAndBoundsOutstanding) {
   EXPECT_EQ(client.start(short_msg, server.addr, deadline, ignore), -EINVAL);
   std::vector<std::byte> huge(kUdpPayloadBytesMax + 1);
   EXPECT_EQ(client.start(huge, server.addr, deadline, ignore), -EMSGSIZE);
-  EXPECT_EQ(client.start(toy_message(1, "x"), server.addr, now_boottime_ns() - 1, ignore), -ETIMEDOUT);
+  EXPECT_EQ(client.start(toy_message(1, "x"), server.addr, boottime_ns() - 1, ignore), -ETIMEDOUT);
   EXPECT_EQ(client.start(toy_message(1, "x"), server.addr, deadline, ignore), 0);
   EXPECT_EQ(client.start(toy_message(1, "y"), server.addr, deadline, ignore), -EEXIST);
   EXPECT_EQ(client.start(toy_message(2, "x"), server.addr, deadline, ignore), 0);
@@ -276,7 +276,7 @@ TEST(RequestClient, CancelEndsTheRequestOnceAndStopsRetries) {
   std::vector<RequestStatus> statuses;
   int sends = 0;
   client.set_send_observer([&](std::uint64_t, std::uint32_t, std::int64_t) { ++sends; });
-  ASSERT_EQ(client.start(toy_message(9, "x"), server.addr, now_boottime_ns() + kNsPerS,
+  ASSERT_EQ(client.start(toy_message(9, "x"), server.addr, boottime_ns() + kNsPerS,
                          [&](const RequestOutcome& o) { statuses.push_back(o.status); }), 0);
   ASSERT_TRUE(run_until(*loop, [&] { return server.total >= 1; }));
   EXPECT_TRUE(client.cancel(9));
@@ -322,7 +322,7 @@ std::vector<std::byte> answer_after_a_forgery(bool with_check, ClientStats* stat
   const SocketAddress client_addr = *local_address(loop->socket_fd(client.socket()));
   std::vector<std::byte> answer;
   bool done = false;
-  EXPECT_EQ(client.start(toy_message(77, "heartbeat"), server.addr, now_boottime_ns() + 5 * kNsPerS,
+  EXPECT_EQ(client.start(toy_message(77, "heartbeat"), server.addr, boottime_ns() + 5 * kNsPerS,
                          [&](const RequestOutcome& o) {
                            done = true;
                            answer.assign(o.answer.begin(), o.answer.end());
@@ -388,7 +388,7 @@ TEST(BlockingRequest, AnsweredAfterARetry) {
   p.first_backoff_ns = 5 * kNsPerMs;
   std::byte answer[64];
   auto req = toy_message(31, "acquire");
-  BlockingOutcome o = request_blocking(fd.get(), req, server.addr, now_boottime_ns() + 5 * kNsPerS,
+  BlockingOutcome o = request_blocking(fd.get(), req, server.addr, boottime_ns() + 5 * kNsPerS,
                                        toy_id_of, answer, p);
   EXPECT_EQ(o.status, RequestStatus::answered);
   EXPECT_EQ(o.error, 0);
@@ -403,10 +403,10 @@ TEST(BlockingRequest, DeadlinePassesWithoutAnAnswer) {
   RetryPolicy p;
   p.first_backoff_ns = 5 * kNsPerMs;
   std::byte answer[64];
-  const std::int64_t deadline = now_boottime_ns() + 80 * kNsPerMs;
+  const std::int64_t deadline = boottime_ns() + 80 * kNsPerMs;
   BlockingOutcome o = request_blocking(fd.get(), toy_message(32, "x"), server.addr, deadline,
                                        toy_id_of, answer, p);
-  EXPECT_GE(now_boottime_ns(), deadline);
+  EXPECT_GE(boottime_ns(), deadline);
   EXPECT_EQ(o.status, RequestStatus::deadline_passed);
   EXPECT_EQ(o.error, 0);
   EXPECT_GE(o.attempts, 2u);
@@ -428,7 +428,7 @@ TEST(BlockingRequest, AForgedAnswerWithOurIdIsSkippedWhenTheCheckRefusesIt) {
     AnswerCheck check;
     if (with_check) check = [](std::span<const std::byte> a) { return a.size() == 15 && std::memcmp(a.data() + 8, "granted", 7) == 0; };
     BlockingOutcome o = request_blocking(fd.get(), toy_message(33, "acquire"), server.addr,
-                                         now_boottime_ns() + 5 * kNsPerS, toy_id_of, answer, p, 0, check);
+                                         boottime_ns() + 5 * kNsPerS, toy_id_of, answer, p, 0, check);
     ASSERT_EQ(o.status, RequestStatus::answered) << with_check;
     EXPECT_EQ(std::vector<std::byte>(answer, answer + o.answer_bytes),
               with_check ? toy_message(33, "granted") : forged);  // undefended, the forgery wins
@@ -439,9 +439,9 @@ TEST(BlockingRequest, RefusesBadInput) {
   UniqueFd fd(open_udp_socket_blocking(SocketAddress::loopback_v4(0)));
   std::byte answer[64];
   const SocketAddress to = SocketAddress::loopback_v4(9);
-  EXPECT_EQ(request_blocking(fd.get(), std::vector<std::byte>(3), to, now_boottime_ns() + kNsPerS,
+  EXPECT_EQ(request_blocking(fd.get(), std::vector<std::byte>(3), to, boottime_ns() + kNsPerS,
                              toy_id_of, answer).error, -EINVAL);
-  EXPECT_EQ(request_blocking(fd.get(), toy_message(1, "x"), to, now_boottime_ns() - 1, toy_id_of,
+  EXPECT_EQ(request_blocking(fd.get(), toy_message(1, "x"), to, boottime_ns() - 1, toy_id_of,
                              answer).error, -ETIMEDOUT);
 }
 

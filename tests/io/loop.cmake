@@ -1,6 +1,7 @@
 # Tests of the io_uring loop, its probe and the request client (leasehold_io).
 leasehold_test(io_probe_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/probe_test.cpp LIBS leasehold_io)
-leasehold_test(io_loop_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/loop_test.cpp LIBS leasehold_io)
+leasehold_test(io_loop_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/loop_test.cpp LIBS leasehold_io
+               leasehold_harness)  # harness: pidfd_open
 leasehold_test(io_loop_wake_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/loop_wake_test.cpp
                LIBS leasehold_io LABELS concurrent)
 leasehold_test(io_client_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_test.cpp LIBS leasehold_io

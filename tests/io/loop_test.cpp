@@ -4,6 +4,7 @@
 
 #include "leasehold/io/clock.hpp"
 #include "leasehold/io/udp.hpp"
+#include "leasehold/harness/process.hpp"
 #include "tests/io/io_uring_skip.hpp"
 
 #include <gtest/gtest.h>
@@ -12,7 +13,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -296,12 +296,12 @@ TEST(EventLoop, TimersFireInDeadlineOrderAndNeverEarly) {
   auto loop = make_loop();
   std::vector<int> order;
   std::vector<bool> early;
-  const std::int64_t t0 = now_boottime_ns();
+  const std::int64_t t0 = boottime_ns();
   for (int ms : {30, 10, 20}) {
     const std::int64_t deadline = t0 + ms * kNsPerMs;
     ASSERT_TRUE(loop->add_timer_at(deadline, [&order, &early, ms, deadline] {
       order.push_back(ms);
-      early.push_back(now_boottime_ns() < deadline);
+      early.push_back(boottime_ns() < deadline);
     }).valid());
   }
   EXPECT_EQ(loop->timers_live(), 3u);
@@ -334,9 +334,9 @@ TEST(EventLoop, PeriodicTimerRepeatsUntilItCancelsItself) {
   int ticks = 0;
   TimerId periodic;
   std::vector<std::int64_t> times;
-  periodic = loop->add_periodic(5 * kNsPerMs, now_boottime_ns() + 5 * kNsPerMs, [&] {
+  periodic = loop->add_periodic(5 * kNsPerMs, boottime_ns() + 5 * kNsPerMs, [&] {
     ++ticks;
-    times.push_back(now_boottime_ns());
+    times.push_back(boottime_ns());
     if (ticks == 3) {
       EXPECT_TRUE(loop->cancel_timer(periodic));
     }
@@ -350,7 +350,7 @@ TEST(EventLoop, PeriodicTimerRepeatsUntilItCancelsItself) {
   ASSERT_EQ(times.size(), 3u);
   EXPECT_GE(times[1] - times[0], 0);
   EXPECT_EQ(loop->timers_live(), 0u);
-  EXPECT_FALSE(loop->add_periodic(0, now_boottime_ns(), [] {}).valid());
+  EXPECT_FALSE(loop->add_periodic(0, boottime_ns(), [] {}).valid());
 }
 
 TEST(EventLoop, TimerPoolIsBounded) {
@@ -377,7 +377,7 @@ TEST(EventLoop, PidfdPollFiresWhenTheChildExits) {
     ::_exit(7);
   }
   ::close(go[0]);
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  UniqueFd pidfd(harness::pidfd_open(pid));
   ASSERT_TRUE(pidfd.valid()) << std::strerror(errno);
   int result = 0;
   int calls = 0;
@@ -557,7 +557,7 @@ TEST(EventLoop, ThousandsOfTimersBeyondTheSubmissionQueue) {
   constexpr int kTimers = 2000;
   std::vector<TimerId> ids;
   int fired = 0;
-  const std::int64_t now = now_boottime_ns();
+  const std::int64_t now = boottime_ns();
   for (int i = 0; i < kTimers; ++i) {
     // Half fire at once, half are an hour away and get cancelled.
     const std::int64_t deadline = i % 2 == 0 ? now : now + 3600 * kNsPerS;

@@ -189,7 +189,7 @@ struct Responder {
   }
 
   void on_datagram(const Datagram& d) {
-    wire::Admission a = receiver.admit(as_u8(d.payload), now_boottime_ns());
+    wire::Admission a = receiver.admit(as_u8(d.payload), boottime_ns());
     const SocketAddress from = d.source_address();
     switch (a.verdict) {
       case wire::Verdict::drop:
@@ -246,7 +246,7 @@ struct RawClient {
                                                    const SocketAddress& to) {
     bool done = false;
     std::optional<std::vector<std::uint8_t>> answer;
-    const int rc = client.start(std::as_bytes(bytes), to, now_boottime_ns() + kDeadlineNs,
+    const int rc = client.start(std::as_bytes(bytes), to, boottime_ns() + kDeadlineNs,
                                 [&](const RequestOutcome& o) {
                                   done = true;
                                   if (o.status == RequestStatus::answered) {
@@ -357,7 +357,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
 
   std::vector<std::optional<LockdReply>> replies(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i)
-    link->call(requests[i], now_boottime_ns() + kDeadlineNs,
+    link->call(requests[i], boottime_ns() + kDeadlineNs,
                [&replies, i](LockdReply r) { replies[i] = std::move(r); });
   ASSERT_TRUE(run_until(*loop_, [&] {
     for (const auto& r : replies)
@@ -505,7 +505,7 @@ TEST_F(WireBridgeTest, AForgedAnswerRacingLockdsDoesNotEndTheCall) {
   ASSERT_TRUE(opened.ok()) << opened.message();
   auto link = std::move(opened).value();
   std::optional<LockdReply> reply;
-  link->call(wire::Stats{}, now_boottime_ns() + kDeadlineNs, [&](LockdReply r) { reply = std::move(r); });
+  link->call(wire::Stats{}, boottime_ns() + kDeadlineNs, [&](LockdReply r) { reply = std::move(r); });
   ASSERT_TRUE(run_until(*loop_, [&] { return reply.has_value(); }));
   ASSERT_TRUE(reply->ok()) << reply->problem;
   EXPECT_NE(std::get_if<wire::StatsAnswer>(&*reply->body), nullptr) << describe_answer(*reply->body);
@@ -526,7 +526,7 @@ TEST_F(WireBridgeTest, ARequestReflectedBackToItsSenderDoesNotEndTheCall) {
   std::optional<LockdReply> reply;
   wire::Heartbeat hb;
   hb.entries.push_back({nid(1), sid(1), 7});
-  link->call(hb, now_boottime_ns() + kDeadlineNs, [&](LockdReply r) { reply = std::move(r); });
+  link->call(hb, boottime_ns() + kDeadlineNs, [&](LockdReply r) { reply = std::move(r); });
   ASSERT_TRUE(run_until(*loop_, [&] { return reply.has_value(); }));
   ASSERT_TRUE(reply->ok()) << reply->problem;
   EXPECT_NE(std::get_if<wire::HeartbeatAck>(&*reply->body), nullptr) << describe_answer(*reply->body);

@@ -71,7 +71,7 @@ class WireReceiver : public ::testing::Test {
 
 TEST_F(WireReceiver, DeliversAFreshAuthenticMessage) {
   const Bytes d = seal(client, 7, Release{samples::nid(1), samples::sid(1), 3});
-  const Admission a = receiver.admit(d, now_boottime_ns());
+  const Admission a = receiver.admit(d, boottime_ns());
   ASSERT_EQ(a.verdict, Verdict::deliver) << a.detail;
   EXPECT_EQ(a.message.header.sender, samples::wid(1));
   EXPECT_EQ(a.message.header.seq, 1000u);
@@ -83,8 +83,8 @@ TEST_F(WireReceiver, DeliversAFreshAuthenticMessage) {
 
 TEST_F(WireReceiver, ReplayedDatagramWithoutCachedAnswerIsRejectedAndCounted) {
   const Bytes d = seal(client, 7, Revoke{samples::nid(1)});
-  ASSERT_EQ(receiver.admit(d, now_boottime_ns()).verdict, Verdict::deliver);
-  const Admission again = receiver.admit(d, now_boottime_ns());
+  ASSERT_EQ(receiver.admit(d, boottime_ns()).verdict, Verdict::deliver);
+  const Admission again = receiver.admit(d, boottime_ns());
   EXPECT_EQ(again.verdict, Verdict::answer_error);
   EXPECT_EQ(again.reason, DecodeError::replayed);
   EXPECT_EQ(receiver.stats()[DecodeError::replayed], 1u);
@@ -95,7 +95,7 @@ TEST_F(WireReceiver, ReplayedDatagramWithoutCachedAnswerIsRejectedAndCounted) {
 TEST_F(WireReceiver, RetriedRequestIdGetsIdenticalAnswerBytes) {
   const Body request = Acquire{"jobs/x", samples::sid(1), samples::wid(1), 0, false};
   const Bytes first = seal(client, 42, request);
-  const Admission a = receiver.admit(first, now_boottime_ns());
+  const Admission a = receiver.admit(first, boottime_ns());
   ASSERT_EQ(a.verdict, Verdict::deliver);
   const Bytes answer = seal(lockd, 42, Grant{name_id_of("jobs/x"), 8, samples::sid(1), samples::wid(1),
                                                LockPhase::held, 5000, {}});
@@ -201,10 +201,10 @@ TEST_F(WireReceiver, InFlightSetIsBounded) {
 }
 
 TEST_F(WireReceiver, RequestIdReusedForADifferentRequestIsAnError) {
-  const Admission a = receiver.admit(seal(client, 42, Revoke{samples::nid(1)}), now_boottime_ns());
+  const Admission a = receiver.admit(seal(client, 42, Revoke{samples::nid(1)}), boottime_ns());
   ASSERT_EQ(a.verdict, Verdict::deliver);
   receiver.remember_answer(a.key, seal(lockd, 42, Ok{samples::nid(1), 9}));
-  const Admission b = receiver.admit(seal(client, 42, Revoke{samples::nid(2)}), now_boottime_ns());
+  const Admission b = receiver.admit(seal(client, 42, Revoke{samples::nid(2)}), boottime_ns());
   EXPECT_EQ(b.verdict, Verdict::answer_error);
   EXPECT_EQ(b.reason, DecodeError::request_id_reused);
   EXPECT_EQ(receiver.stats()[DecodeError::request_id_reused], 1u);
@@ -213,8 +213,8 @@ TEST_F(WireReceiver, RequestIdReusedForADifferentRequestIsAnError) {
 TEST_F(WireReceiver, SeqBelowTheWindowIsStale) {
   Sender early{samples::wid(1), 10, kKey};
   const Bytes old = seal(early, 1, Stats{});
-  ASSERT_EQ(receiver.admit(seal(client, 2, Stats{}), now_boottime_ns()).verdict, Verdict::deliver);  // seq 1000
-  const Admission a = receiver.admit(old, now_boottime_ns());                                           // seq 10
+  ASSERT_EQ(receiver.admit(seal(client, 2, Stats{}), boottime_ns()).verdict, Verdict::deliver);  // seq 1000
+  const Admission a = receiver.admit(old, boottime_ns());                                           // seq 10
   EXPECT_EQ(a.verdict, Verdict::answer_error);
   EXPECT_EQ(a.reason, DecodeError::stale_seq);
   EXPECT_NE(a.detail.find("highest seq 1000"), std::string::npos) << a.detail;
@@ -223,16 +223,16 @@ TEST_F(WireReceiver, SeqBelowTheWindowIsStale) {
 TEST_F(WireReceiver, UnauthenticDatagramsAreDroppedAndCounted) {
   Bytes d = seal(client, 1, Stats{});
   d[10] ^= 0xFF;
-  Admission a = receiver.admit(d, now_boottime_ns());
+  Admission a = receiver.admit(d, boottime_ns());
   EXPECT_EQ(a.verdict, Verdict::drop);
   EXPECT_EQ(a.reason, DecodeError::bad_tag);
-  a = receiver.admit(Bytes(10, 0), now_boottime_ns());
+  a = receiver.admit(Bytes(10, 0), boottime_ns());
   EXPECT_EQ(a.verdict, Verdict::drop);
   EXPECT_EQ(a.reason, DecodeError::truncated);
-  a = receiver.admit(Bytes(kDatagramBytesMax + 1, 0), now_boottime_ns());
+  a = receiver.admit(Bytes(kDatagramBytesMax + 1, 0), boottime_ns());
   EXPECT_EQ(a.reason, DecodeError::oversized);
   Sender stranger{samples::wid(2), 1, WireKey{Bytes(kKeyBytesMin, 0x43)}};
-  a = receiver.admit(seal(stranger, 1, Stats{}), now_boottime_ns());
+  a = receiver.admit(seal(stranger, 1, Stats{}), boottime_ns());
   EXPECT_EQ(a.verdict, Verdict::drop);
   EXPECT_EQ(receiver.stats()[DecodeError::bad_tag], 2u);
   EXPECT_EQ(receiver.stats()[DecodeError::truncated], 1u);
@@ -245,7 +245,7 @@ TEST_F(WireReceiver, AuthenticButUnknownVersionOrTypeGetsAnAddressedErrorAnswer)
   Bytes d = seal(client, 77, Stats{});
   d[4] = 9;  // version
   auth.sign(d);
-  Admission a = receiver.admit(d, now_boottime_ns());
+  Admission a = receiver.admit(d, boottime_ns());
   EXPECT_EQ(a.verdict, Verdict::answer_error);
   EXPECT_EQ(a.reason, DecodeError::unknown_version);
   EXPECT_EQ(a.message.header.sender, samples::wid(1));
@@ -256,7 +256,7 @@ TEST_F(WireReceiver, AuthenticButUnknownVersionOrTypeGetsAnAddressedErrorAnswer)
   d = seal(client, 78, Stats{});
   d[5] = 0x60;  // type
   auth.sign(d);
-  a = receiver.admit(d, now_boottime_ns());
+  a = receiver.admit(d, boottime_ns());
   EXPECT_EQ(a.verdict, Verdict::answer_error);
   EXPECT_EQ(a.reason, DecodeError::unknown_type);
   EXPECT_EQ(receiver.stats()[DecodeError::unknown_version], 1u);
@@ -268,10 +268,10 @@ TEST_F(WireReceiver, MalformedAuthenticPayloadIsAnsweredAndItsSeqRecorded) {
   Bytes d = seal(client, 5, Acquire{"ok", samples::sid(1), {}, 0, false});
   d[kHeaderBytes + 32 + 4] = 7;  // two_phase boolean byte
   auth.sign(d);
-  const Admission a = receiver.admit(d, now_boottime_ns());
+  const Admission a = receiver.admit(d, boottime_ns());
   EXPECT_EQ(a.verdict, Verdict::answer_error);
   EXPECT_EQ(a.reason, DecodeError::bad_value);
-  EXPECT_EQ(receiver.admit(d, now_boottime_ns()).reason, DecodeError::replayed);
+  EXPECT_EQ(receiver.admit(d, boottime_ns()).reason, DecodeError::replayed);
 }
 
 // Each kind of bad datagram, through one receiver: the right verdict, and counted under its own
@@ -309,7 +309,7 @@ TEST_F(WireReceiver, EveryRejectionIsCountedUnderItsReason) {
   cases.push_back({"fresh", good, Verdict::deliver, DecodeError::none});
   cases.push_back({"replayed", good, Verdict::answer_error, DecodeError::replayed});
   for (const Case& c : cases) {
-    const Admission a = receiver.admit(c.datagram, now_boottime_ns());
+    const Admission a = receiver.admit(c.datagram, boottime_ns());
     EXPECT_EQ(a.verdict, c.verdict) << c.what << ": " << to_string(a.verdict) << " " << a.detail;
     EXPECT_EQ(a.reason, c.reason) << c.what << ": " << to_string(a.reason);
     EXPECT_FALSE(a.verdict != Verdict::deliver && a.detail.empty()) << c.what;
@@ -333,14 +333,14 @@ TEST(WireReceiverLimits, LeastRecentlyHeardSenderIsEvicted) {
   ASSERT_TRUE(a.seal(1, Stats{}, da));
   ASSERT_TRUE(b.seal(1, Stats{}, db));
   ASSERT_TRUE(c.seal(1, Stats{}, dc));
-  EXPECT_EQ(receiver.admit(da.view(), now_boottime_ns()).verdict, Verdict::deliver);
-  EXPECT_EQ(receiver.admit(db.view(), now_boottime_ns()).verdict, Verdict::deliver);
-  EXPECT_EQ(receiver.admit(db.view(), now_boottime_ns()).reason, DecodeError::replayed);  // b is the most recent
-  EXPECT_EQ(receiver.admit(dc.view(), now_boottime_ns()).verdict, Verdict::deliver);      // evicts a
+  EXPECT_EQ(receiver.admit(da.view(), boottime_ns()).verdict, Verdict::deliver);
+  EXPECT_EQ(receiver.admit(db.view(), boottime_ns()).verdict, Verdict::deliver);
+  EXPECT_EQ(receiver.admit(db.view(), boottime_ns()).reason, DecodeError::replayed);  // b is the most recent
+  EXPECT_EQ(receiver.admit(dc.view(), boottime_ns()).verdict, Verdict::deliver);      // evicts a
   EXPECT_EQ(receiver.senders(), 2u);
-  EXPECT_EQ(receiver.admit(db.view(), now_boottime_ns()).reason, DecodeError::replayed);  // b kept its window
+  EXPECT_EQ(receiver.admit(db.view(), boottime_ns()).reason, DecodeError::replayed);  // b kept its window
   // The documented consequence: a's window is forgotten, its old datagram is accepted once more.
-  EXPECT_EQ(receiver.admit(da.view(), now_boottime_ns()).verdict, Verdict::deliver);
+  EXPECT_EQ(receiver.admit(da.view(), boottime_ns()).verdict, Verdict::deliver);
   EXPECT_EQ(receiver.senders(), 2u);
 }
 
@@ -351,15 +351,15 @@ TEST(WireReceiverLimits, OldestCachedAnswerIsDropped) {
   for (std::uint64_t id = 1; id <= 3; ++id) {
     Datagram d;
     ASSERT_TRUE(s.seal(id, Revoke{samples::nid(id)}, d));
-    const Admission a = receiver.admit(d.view(), now_boottime_ns());
+    const Admission a = receiver.admit(d.view(), boottime_ns());
     ASSERT_EQ(a.verdict, Verdict::deliver);
     receiver.remember_answer(a.key, Bytes(100, static_cast<std::uint8_t>(id)));
     requests.push_back(bytes_of(d));
   }
   EXPECT_EQ(receiver.cached_answers(), 2u);
   // Request 1's answer was dropped: its duplicate is now a plain replay.
-  EXPECT_EQ(receiver.admit(requests[0], now_boottime_ns()).reason, DecodeError::replayed);
-  const Admission a3 = receiver.admit(requests[2], now_boottime_ns());
+  EXPECT_EQ(receiver.admit(requests[0], boottime_ns()).reason, DecodeError::replayed);
+  const Admission a3 = receiver.admit(requests[2], boottime_ns());
   ASSERT_EQ(a3.verdict, Verdict::resend);
   EXPECT_EQ(a3.cached_answer[0], 3);
 }

@@ -1,5 +1,5 @@
-// The safety inequality and the pause budget (lease/timing.hpp, DESIGN.md "Time"): integer ns,
-// every rounding toward safety, the boundary one ns either side.
+// The safety inequality, the pause budget and the kill deadline (lease/timing.hpp, DESIGN.md
+// "Time"): integer ns, every rounding toward safety, the boundary one ns either side.
 #include "leasehold/lease/timing.hpp"
 
 #include <gtest/gtest.h>
@@ -124,6 +124,30 @@ TEST(Timing, InputsOfConvertsTheFlagsUnitsTowardSafety) {
                                       std::numeric_limits<std::uint64_t>::max(), 0});
   EXPECT_EQ(huge.ttl_ns, big);
   EXPECT_EQ(huge.wheel_granularity_ns, big) << "saturates, never wraps negative";
+}
+
+// kill_deadline_ns(): the supervisor's deadline, send + kill_after, in unsigned boot-clock ns.
+TEST(Timing, KillDeadlineIsTheSendPlusKillAfterAndSaturates) {
+  // The daemon's defaults: a request sent 5 s after boot, kill_after 7000 ms.
+  const std::uint64_t send = 5'000'000'000;
+  EXPECT_EQ(kill_deadline_ns(send, static_cast<std::uint64_t>(ms_to_ns(7000))), 12'000'000'000u);
+  EXPECT_EQ(kill_deadline_ns(0, 600'000'000), 600'000'000u);
+  EXPECT_EQ(kill_deadline_ns(send, 0), send);
+  // At the top of the range: exact up to UINT64_MAX, then UINT64_MAX instead of a wrapped
+  // deadline in the past.
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(kill_deadline_ns(kMax - 11, 10), kMax - 1);
+  EXPECT_EQ(kill_deadline_ns(kMax - 10, 10), kMax);
+  EXPECT_EQ(kill_deadline_ns(kMax - 9, 10), kMax);
+  EXPECT_EQ(kill_deadline_ns(send, kMax), kMax);
+  EXPECT_EQ(kill_deadline_ns(kMax, kMax), kMax);
+  // The largest kill_after the flags can give (ms_to_ns saturates at INT64_MAX) from a send
+  // above 2^63 still saturates rather than wraps.
+  const auto most = static_cast<std::uint64_t>(ms_to_ns(std::numeric_limits<std::uint64_t>::max()));
+  EXPECT_EQ(most, static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
+  EXPECT_EQ(kill_deadline_ns(most + 2, most), kMax);
+  EXPECT_EQ(kill_deadline_ns(most, most), kMax - 1);
+  static_assert(kill_deadline_ns(1, 2) == 3, "usable in constant expressions");
 }
 
 }  // namespace

@@ -147,8 +147,8 @@ class LockdAuthority : public ::testing::TestWithParam<bool> {
   /// while: the TTL is long enough that the ablated run's refreshes still land in time.)
   bool sent_until_not_held(const std::function<std::vector<std::uint8_t>()>& next, const std::string& name) {
     RawSocket s;
-    const std::int64_t until = now_boottime_ns() + 3 * kTtlMs * 1'000'000;
-    while (now_boottime_ns() < until) {
+    const std::int64_t until = boottime_ns() + 3 * kTtlMs * 1'000'000;
+    while (boottime_ns() < until) {
       s.send(next(), lockd_.address());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (defended() && state_of(name) != LockPhase::held) return true;

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     o.slot_count = 16;
     o.liveness_timeout_ns = static_cast<std::uint64_t>(liveness_ms) * 1'000'000ULL;
     auto w = shm::TableWriter::create(o);
-    const std::uint64_t now = shm::boottime_ns();
+    const std::uint64_t now = boottime_ns();
     const auto a = w.claim(SandboxId{0x0f8fad5bd9cb469fULL, 0xa16570867728950eULL}, now);
     const auto b = w.claim(SandboxId{0x1111111111111111ULL, 0x2222222222222222ULL}, now);
     if (a.error != shm::TableErrc::ok || b.error != shm::TableErrc::ok) return 3;
@@ -51,10 +51,10 @@ int main(int argc, char** argv) {
     }
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (!g_stop.load() && std::chrono::steady_clock::now() < end) {
-      w.heartbeat(shm::boottime_ns());
+      w.heartbeat(boottime_ns());
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    w.close(shm::boottime_ns());
+    w.close(boottime_ns());
     w.remove();
     return 0;
   } catch (const shm::TableError& e) {

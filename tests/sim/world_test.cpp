@@ -90,6 +90,17 @@ TEST(SimWorld, ABadConfigurationIsRefusedNamingTheSafetyCondition) {
   EXPECT_NE(d.validate().message().find("heartbeat interval"), std::string::npos);
 }
 
+// The simulator bounds its pauses by the inequality's margin, not by the pause budget: at the
+// defaults (ttl 1 s, kill_after 800 ms, granularity 1 ms, kill budget 50 ms, ρ 1e-3) the left
+// side is 800.8 + 1 + 50 = 851.8 ms, ttl·(1−ρ) = 999 ms, so the margin is 147.2 ms and the pause
+// budget (ttl − left side) 148.2 ms: a pause between the two could meet the worst clock rates.
+TEST(SimWorld, PausesAreBoundedByTheSafetyMarginNotThePauseBudget) {
+  const SimConfig c;
+  EXPECT_EQ(c.safety_margin_ns(), 147'200'000);
+  EXPECT_EQ(timing::check_safety(c.timing).pause_budget_ns, 148'200'000);
+  EXPECT_EQ(timing::check_safety(c.timing).pause_budget_ns - c.safety_margin_ns(), c.timing.ttl_ns / 1000);  // ttl·ρ
+}
+
 // Each seed draws its kill_after between the configured 800 ms and 1 ms of margin: every draw
 // is safe, and the seeds reach both ends (some run with almost no slack).
 TEST(SimWorld, KillAfterIsDrawnPerSeedDownToOneMillisecondOfMargin) {
@@ -99,7 +110,7 @@ TEST(SimWorld, KillAfterIsDrawnPerSeedDownToOneMillisecondOfMargin) {
     c.seed = s;
     const SimConfig d = with_drawn_timing(c);
     EXPECT_GE(d.timing.kill_after_ns, c.timing.kill_after_ns) << "seed " << s;
-    const std::int64_t margin = d.pause_budget_ns();
+    const std::int64_t margin = d.safety_margin_ns();
     EXPECT_GE(margin, kMs) << "seed " << s;
     least = std::min(least, margin);
     most = std::max(most, margin);
@@ -144,7 +155,7 @@ TEST(SimWorld, TtlRhoAndGranularityAreDrawnPerSeed) {
   for (std::uint64_t s = 1; s <= 300; ++s) {
     tight.seed = s;
     const SimConfig d = with_drawn_timing(tight);
-    EXPECT_GE(d.pause_budget_ns(), kMs) << "seed " << s;
+    EXPECT_GE(d.safety_margin_ns(), kMs) << "seed " << s;
   }
 }
 

@@ -1,6 +1,7 @@
 // The control socket: request parsing, and the server's bounds against bad input.
 #include "leasehold/supervisor/control.hpp"
 #include "leasehold/supervisor/config.hpp"
+#include "leasehold/lease/clock.hpp"
 
 #include <gtest/gtest.h>
 
@@ -117,11 +118,7 @@ int connect_unix(const std::string& path) {
   return fd;
 }
 
-std::uint64_t now_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;
-}
+std::uint64_t now_ms() { return static_cast<std::uint64_t>(boottime_ns()) / 1'000'000; }
 
 // Runs the server's poll loop on a thread; answers every request with its op name.
 class ServerFixture : public ::testing::Test {

@@ -7,6 +7,7 @@
 #include "daemon_process.hpp"
 
 #include "leasehold/io/probe.hpp"
+#include "leasehold/lease/clock.hpp"
 #include "leasehold/wire/token.hpp"
 #include "leasehold/wire/replay.hpp"
 #include "leasehold/io/udp.hpp"
@@ -1673,11 +1674,6 @@ TEST_F(SupervisorProcess, RevokeWaitSaysWhetherTheKillWasConfirmedOrTheLeaseExpi
 // (LEASEHOLD_ABLATE=transfer-unguarded), where the attack must succeed.
 class TransferGuard : public SupervisorProcess, public ::testing::WithParamInterface<bool> {
  protected:
-  static std::int64_t boottime_ns() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_BOOTTIME, &ts);
-    return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-  }
   bool defended() const { return GetParam(); }
   void TearDown() override { ::unsetenv("LEASEHOLD_ABLATE"); }
   void start_guarded_lockd(std::vector<std::string> extra) {

@@ -176,8 +176,8 @@ TEST(HeartbeatSchedulePreemptible, KillSwitchKillsAllAndBlocksCreation) {
   EXPECT_EQ(kills.size(), 2u);
   for (const auto& k : kills) EXPECT_EQ(k.kind, HeartbeatAction::Kind::kill);
   EXPECT_TRUE(h.killswitch_engaged());
-  EXPECT_TRUE(h.check_worker_liveness(700 * kMs).empty());  // once
-  EXPECT_FALSE(h.may_create_named(601 * kMs));
+  EXPECT_TRUE(h.check_worker_liveness(610 * kMs).empty());  // once
+  EXPECT_FALSE(h.may_create_named(611 * kMs));
   // An ack for a beat sent *before* the kill-switch does not re-open creation.
   EXPECT_TRUE(h.on_worker_liveness_ack(550 * kMs, 650 * kMs).empty());
   EXPECT_FALSE(h.may_create_named(651 * kMs));
@@ -237,6 +237,74 @@ TEST(HeartbeatSchedulePreemptible, LateAckNoticesTheLapseFirst) {
   EXPECT_EQ(out[0].kind, HeartbeatAction::Kind::kill);
   EXPECT_TRUE(h.killswitch_engaged());
   EXPECT_FALSE(h.may_create_named(900 * kMs));
+}
+
+// --- invariants (LEASEHOLD_ASSERT): fed the violation, the schedule aborts --------------------
+
+// `now` never goes back: a time below an earlier call's could make a lapsed lease look valid.
+TEST(HeartbeatScheduleDeathTest, NowGoingBackAborts) {
+  HeartbeatSchedule h(kKillAfter, kInterval, 8, true);
+  h.add(nm(1), sb(1), 5, 0, 0);  // valid until 600
+  h.begin_round(300 * kMs, 64);
+  h.begin_round(300 * kMs, 64);  // the same time again is fine
+  EXPECT_DEATH(h.begin_round(299 * kMs, 64), "LEASEHOLD_ASSERT\\(now_ns >= last_now_ns_\\) failed");
+  EXPECT_DEATH(h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 100 * kMs, 200 * kMs),
+               "LEASEHOLD_ASSERT\\(now_ns >= last_now_ns_\\) failed");
+  EXPECT_DEATH(h.check_worker_liveness(299 * kMs), "LEASEHOLD_ASSERT\\(now_ns >= last_now_ns_\\) failed");
+  EXPECT_DEATH(h.on_worker_liveness_ack(100 * kMs, 299 * kMs), "LEASEHOLD_ASSERT\\(now_ns >= last_now_ns_\\) failed");
+  EXPECT_DEATH((void)h.may_create_named(299 * kMs), "LEASEHOLD_ASSERT\\(now_ns >= last_now_ns_\\) failed");
+  // Later times still work, and the lease was extended by nothing above.
+  EXPECT_EQ(h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 300 * kMs, 310 * kMs).valid_until_ns,
+            900 * kMs);
+}
+
+// An answer that arrives before its request was sent would measure the lease from the future.
+TEST(HeartbeatScheduleDeathTest, AnAnswerBeforeItsSendAborts) {
+  HeartbeatSchedule h(kKillAfter, kInterval, 8, true);
+  h.add(nm(1), sb(1), 5, 0, 0);
+  EXPECT_DEATH(h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 201 * kMs, 200 * kMs),
+               "LEASEHOLD_ASSERT\\(request_send_ns <= now_ns\\) failed");
+  EXPECT_DEATH(h.on_worker_liveness_ack(201 * kMs, 200 * kMs), "LEASEHOLD_ASSERT\\(request_send_ns <= now_ns\\) failed");
+  EXPECT_EQ(h.on_refresh_answer(sb(1), 5, RefreshStatus::refreshed, {}, 0, 200 * kMs, 200 * kMs).valid_until_ns,
+            800 * kMs) << "answered at its send time is fine";
+}
+
+// The worker's deadline (every committed name's) never moves back: starting liveness again from
+// an earlier send aborts; from a later one it moves forward.
+TEST(HeartbeatScheduleDeathTest, MovingTheWorkersDeadlineBackAborts) {
+  HeartbeatSchedule h(kKillAfter, kInterval, 8, true);
+  h.start_worker_liveness(200 * kMs);  // valid until 800
+  h.add(nm(1), sb(1), 5, 0, 250 * kMs);
+  ASSERT_TRUE(h.mark_worker_refreshed(sb(1)));
+  EXPECT_EQ(h.find(sb(1))->valid_until_ns, 800 * kMs);
+  EXPECT_DEATH(h.start_worker_liveness(199 * kMs), "LEASEHOLD_ASSERT\\(to_ns >= valid_until_ns\\) failed");
+  h.start_worker_liveness(200 * kMs);  // the same deadline again is fine
+  h.start_worker_liveness(300 * kMs);
+  EXPECT_EQ(h.worker_valid_until_ns(), 900 * kMs);
+}
+
+// Only a beat sent after the kill-switch engaged clears it.
+TEST(HeartbeatScheduleDeathTest, ClearingTheKillSwitchWithAnOlderBeatAborts) {
+  HeartbeatSchedule h(kKillAfter, kInterval, 8, true);
+  h.start_worker_liveness(0);  // valid until 600
+  ASSERT_TRUE(h.check_worker_liveness(600 * kMs).empty());
+  ASSERT_TRUE(h.killswitch_engaged());
+  EXPECT_DEATH(h.start_worker_liveness(599 * kMs),
+               "LEASEHOLD_ASSERT\\(!killswitch_engaged_ \\|\\| send_ns >= killswitch_at_ns_\\) failed");
+  h.start_worker_liveness(600 * kMs);
+  EXPECT_FALSE(h.killswitch_engaged());
+  EXPECT_EQ(h.worker_valid_until_ns(), 1200 * kMs);
+}
+
+// A committed lease is handed to worker liveness once: again would give a lease that lapsed with
+// the worker the worker's later deadline.
+TEST(HeartbeatScheduleDeathTest, HandingALeaseOverTwiceAborts) {
+  HeartbeatSchedule h(kKillAfter, kInterval, 8, true);
+  h.start_worker_liveness(0);
+  h.add(nm(1), sb(1), 5, 0, 10 * kMs);
+  ASSERT_TRUE(h.mark_worker_refreshed(sb(1)));
+  EXPECT_DEATH(h.mark_worker_refreshed(sb(1)), "LEASEHOLD_ASSERT\\(!it->second.worker_refreshed\\) failed");
+  EXPECT_FALSE(h.mark_worker_refreshed(sb(2))) << "absent: false, no abort";
 }
 
 }  // namespace

@@ -531,7 +531,7 @@ print("done", flush=True)
     o.slot_count = 4;
     o.seal = sealed;
     auto w = shm::TableWriter::create(o);
-    const auto now = shm::boottime_ns();
+    const auto now = boottime_ns();
     const auto claim = w.claim(SandboxId{1, 2}, now);
     ASSERT_EQ(claim.error, shm::TableErrc::ok);
     ASSERT_EQ(w.publish(claim.slot, NameId{3, 4}, "neighbour", 7, now + 3'600'000'000'000ull), shm::TableErrc::ok);
@@ -571,8 +571,8 @@ print("done", flush=True)
       struct sigaction dfl{};
       dfl.sa_handler = SIG_DFL;
       ::sigaction(SIGBUS, &dfl, nullptr);  // not the sanitizer's report: the plain kernel verdict
-      w.heartbeat(shm::boottime_ns());
-      w.extend(claim.slot, shm::boottime_ns() + 3'600'000'000'000ull);
+      w.heartbeat(boottime_ns());
+      w.extend(claim.slot, boottime_ns() + 3'600'000'000'000ull);
       ::_exit(w.header().magic == shm::kMagic ? 0 : 3);
     }
     int status = 0;

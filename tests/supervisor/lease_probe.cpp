@@ -32,12 +32,13 @@ int main(int argc, char** argv) {
   const std::uint64_t epoch = std::strtoull(epoch_env, nullptr, 10);
   try {
     TableReader table = TableReader::open(location_from_env(), OpenOptions{1'000'000'000, 1'000'000});
-    std::fprintf(log, "start t=%" PRIu64 " slot=%u epoch=%" PRIu64 "\n", boottime_ns(), slot, epoch);
+    std::fprintf(log, "start t=%" PRIu64 " slot=%u epoch=%" PRIu64 "\n",
+                 static_cast<std::uint64_t>(leasehold::boottime_ns()), slot, epoch);
     std::fflush(log);
     int last = -1;
     std::uint64_t previous = 0;  // the time of the sample before: the last one that saw `last`
     for (;;) {
-      const std::uint64_t now = boottime_ns();
+      const auto now = static_cast<std::uint64_t>(leasehold::boottime_ns());
       const int valid = table.check_deadline_at(slot, epoch, now) ? 1 : 0;
       if (valid != last) {
         SlotSnapshot snap;

@@ -817,12 +817,12 @@ TEST_F(CliTest, CheckPrintsTheSignedToken) {
   o.slot_count = 4;
   shm::TableWriter w = shm::TableWriter::create(o);
   const SandboxId sb = *SandboxId::parse(kSandbox);
-  const std::uint64_t now = shm::boottime_ns();
+  const std::uint64_t now = boottime_ns();
   w.heartbeat(now);
   std::atomic<bool> stop{false};
   std::thread beats([&] {  // the writer's liveness, as the supervisor's rt thread keeps it
     while (!stop.load()) {
-      w.heartbeat(shm::boottime_ns());
+      w.heartbeat(boottime_ns());
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -898,13 +898,13 @@ TEST_F(CliTest, CheckFollowsTheSlot) {
   o.slot_count = 8;
   shm::TableWriter w = shm::TableWriter::create(o);
   const SandboxId sb = *SandboxId::parse(kSandbox);
-  const std::uint64_t now = shm::boottime_ns();
+  const std::uint64_t now = boottime_ns();
   w.heartbeat(now);
   // The writer's liveness, as the supervisor's rt thread keeps it (one store per beat).
   std::atomic<bool> stop{false};
   std::thread beats([&] {
     while (!stop.load()) {
-      w.heartbeat(shm::boottime_ns());
+      w.heartbeat(boottime_ns());
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -934,7 +934,7 @@ TEST_F(CliTest, CheckFollowsTheSlot) {
   EXPECT_EQ(revoked.code, kFailure);
   EXPECT_NE(revoked.out.find("revoked"), std::string::npos) << revoked.out;
   // After the kill-switch the sandbox is gone and its slot freed: said as such, not as "epoch 0".
-  ASSERT_EQ(w.free(c.slot, shm::boottime_ns()), shm::TableErrc::ok);
+  ASSERT_EQ(w.free(c.slot, boottime_ns()), shm::TableErrc::ok);
   const Result gone = cli({"check"}, env);
   EXPECT_EQ(gone.code, kFailure);
   EXPECT_NE(gone.out.find("the slot's sandbox is gone (slot cooling)"), std::string::npos) << gone.out;

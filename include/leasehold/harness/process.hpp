@@ -36,8 +36,8 @@ std::string slurp(const fs::path& path, std::size_t max_bytes = kSlurpBytesMax);
 /// The last `lines` lines of `text` ("(empty)" for none): for error messages about a log.
 std::string tail_lines(std::string_view text, std::size_t lines);
 
-/// Nanoseconds on CLOCK_BOOTTIME: io/clock.hpp's now_boottime_ns(), the clock of every deadline.
-inline std::int64_t now_ns() noexcept { return now_boottime_ns(); }
+/// Nanoseconds on CLOCK_BOOTTIME: lease/clock.hpp's boottime_ns(), the clock of every deadline.
+inline std::int64_t now_ns() noexcept { return boottime_ns(); }
 
 /// Sleeps `ms` milliseconds (CLOCK_BOOTTIME, restarted after a signal); `ms` <= 0 returns at once.
 void sleep_ms(std::int64_t ms);

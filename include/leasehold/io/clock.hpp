@@ -1,8 +1,5 @@
-// leasehold/io: the one clock every deadline is measured on, and the Clock port.
-//
-// DESIGN.md "Time": all deadlines use CLOCK_BOOTTIME, which keeps counting while a VM is
-// suspended (CLOCK_MONOTONIC does not, so a resumed holder could believe a lease is still
-// valid). Never wall-clock time. The read goes through the vDSO (tens of ns, no syscall).
+// leasehold/io: the Clock port over the boot clock (boottime_ns(), lease/clock.hpp), the one
+// clock every deadline is measured on (DESIGN.md "Time").
 //
 // Cores (LockService, LeaseTable, the supervisor's core) never read a clock: a driver reads
 // one Clock once per loop turn and passes the reading down as `now_ns`. Production drivers use
@@ -10,22 +7,13 @@
 #pragma once
 
 #include "leasehold/lease/assert.hpp"
+#include "leasehold/lease/clock.hpp"
 
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
-#include <ctime>
 
 namespace leasehold {
-
-/// Nanoseconds since boot on CLOCK_BOOTTIME. Never decreases; includes suspended time.
-/// Never fails on Linux >= 2.6.39 (the clock id is always valid), so there is no error path.
-/// Drivers only (tools, tests, BootClock): a core takes `now_ns` from its caller.
-inline std::int64_t now_boottime_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 inline constexpr std::int64_t kNsPerMs = 1'000'000;
 inline constexpr std::int64_t kNsPerS = 1'000'000'000;
@@ -45,7 +33,7 @@ class Clock {
 class BootClock final : public Clock {
  public:
   std::int64_t now_ns() override {
-    const std::int64_t t = now_boottime_ns();
+    const std::int64_t t = boottime_ns();
     if (t < last_ns_) [[unlikely]]
       std::fprintf(stderr,
                    "leasehold: CLOCK_BOOTTIME went backwards: read %" PRId64 " ns after %" PRId64

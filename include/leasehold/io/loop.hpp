@@ -159,7 +159,7 @@ class EventLoop {
   /// sends are in flight (dropped, counted), -EMSGSIZE, or -EBADF for an unknown socket.
   int send_to(SocketId socket, std::span<const std::byte> payload, const SocketAddress* to);
 
-  // --- timers (CLOCK_BOOTTIME, now_boottime_ns()) ------------------------------------------
+  // --- timers (CLOCK_BOOTTIME, boottime_ns()) ----------------------------------------------
   /// One-shot timer at an absolute CLOCK_BOOTTIME deadline (ns). Invalid if the pool is full.
   TimerId add_timer_at(std::int64_t deadline_boottime_ns, TimerHandler on_fire);
   /// One-shot timer `delay_ns` from now.

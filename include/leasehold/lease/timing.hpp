@@ -1,4 +1,5 @@
-// leasehold/lease: the safety inequality and the pause budget (DESIGN.md "Time"), computed once.
+// leasehold/lease: the safety inequality, the pause budget and the kill deadline (DESIGN.md
+// "Time"), computed once.
 //
 //   safe  ⇔  kill_after·(1+ρ) + wheel_granularity + kill_latency_budget  <  ttl·(1−ρ)
 //   pause budget  B = ttl − (kill_after·(1+ρ) + wheel_granularity + kill_latency_budget)
@@ -10,7 +11,8 @@
 // the check never calls a configuration safe that exact arithmetic would refuse, and a budget
 // is never larger than the exact one. Intermediate products are 128-bit; results saturate at
 // the int64 range. The supervisor's start-up check, the pause model and the simulator all call
-// these functions; nothing else computes the inequality.
+// these functions; nothing else computes the inequality. kill_deadline_ns, the supervisor's
+// deadline rule, works on its unsigned boot-clock ns.
 #pragma once
 
 #include <cmath>
@@ -98,6 +100,17 @@ constexpr std::int64_t measured_pause_budget_ns(const Inputs& in, std::int64_t l
 /// Milliseconds to ns, saturating (the configuration's fields are in ms).
 constexpr std::int64_t ms_to_ns(std::uint64_t ms) noexcept {
   return detail::saturate(static_cast<detail::Wide>(ms) * kNsPerMs);
+}
+
+/// The supervisor's kill deadline of a lease, ns on its boot clock (DESIGN.md "Time": valid_until
+/// = the send time of the last acknowledged request + kill_after): `send_ns` (ns, CLOCK_BOOTTIME,
+/// the send time of the request lockd answered) plus `kill_after_ns` (ns; ms_to_ns converts the
+/// flag). Saturates at UINT64_MAX instead of wrapping to a deadline in the past; no input the
+/// start-up check accepts comes near it (both terms are below 2^63). The grant, every refresh
+/// answer and every worker-liveness answer compute their deadline here.
+constexpr std::uint64_t kill_deadline_ns(std::uint64_t send_ns, std::uint64_t kill_after_ns) noexcept {
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  return kill_after_ns > kMax - send_ns ? kMax : send_ns + kill_after_ns;
 }
 
 /// A configuration in the units of its flags: `ttl_ms`, `kill_after_ms`, `kill_latency_budget_ms`

@@ -38,6 +38,7 @@
 // generation, which snapshots carry so tools never confuse two sandboxes in one slot.
 #pragma once
 
+#include "leasehold/lease/clock.hpp"
 #include "leasehold/lease/result.hpp"
 #include "leasehold/lease/types.hpp"
 #include "leasehold/shm/layout.hpp"
@@ -117,9 +118,6 @@ Location parse_location(std::string_view text);
 /// throws TableError(bad_argument) when unset or empty.
 std::string location_from_env();
 inline constexpr const char* kLocationEnv = "LEASEHOLD_SHM";
-
-/// CLOCK_BOOTTIME now, in ns (clock_gettime through the vDSO: no syscall).
-std::uint64_t boottime_ns() noexcept;
 
 inline constexpr std::uint32_t kSnapshotRetriesMax = 64;
 
@@ -352,7 +350,7 @@ class TableReader {
   /// The claimed/published slot of a sandbox (linear scan; tools and start-up, not hot paths).
   std::optional<SlotSnapshot> find(SandboxId sandbox) const noexcept;
   Liveness writer_liveness(std::uint64_t now_ns) const noexcept;
-  Liveness writer_liveness() const noexcept { return writer_liveness(boottime_ns()); }
+  Liveness writer_liveness() const noexcept { return writer_liveness(static_cast<std::uint64_t>(boottime_ns())); }
   /// True when the location now holds another table (a new incarnation) or none (syscalls).
   bool replaced() const;
 

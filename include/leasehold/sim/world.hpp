@@ -80,12 +80,16 @@ struct SimConfig {
   /// safety inequality 1 ms of margin; a killed sandbox takes up to the whole kill-latency
   /// budget to die.
   bool draw_timing = true;
-  bool over_budget_pauses = true; ///< a few seeds get one pause beyond the pause budget
+  /// A few seeds get one supervisor pause of 1.2x the safety margin or more (up to 3x the TTL),
+  /// which may let a kill land after lockd's expiry; only its own worker's sandboxes are excused.
+  bool over_budget_pauses = true;
 
-  /// ttl(1-ρ) - kill_after(1+ρ) - wheel_granularity - kill_latency_budget (timing::check_safety's
-  /// margin_ns, rounded toward safety): a pause longer than this can make a kill land after
-  /// lockd's expiry (DESIGN.md "Time").
-  std::int64_t pause_budget_ns() const noexcept;
+  /// The safety inequality's margin in ns: ttl(1-ρ) - (kill_after(1+ρ) + wheel_granularity +
+  /// kill_latency_budget) (timing::check_safety's margin_ns, rounded toward safety). The longest
+  /// pause that cannot make a kill land after lockd's expiry, whatever the two clocks' rates; the
+  /// pause budget (ttl − the same left side, DESIGN.md "Time") exceeds it by ttl·ρ. Every
+  /// injected pause not meant to break the inequality stays below it.
+  std::int64_t safety_margin_ns() const noexcept;
   /// Whether this run is in preemptible mode: drawn from the seed with preemptible_share (so
   /// `--seed N` replays the mode of seed N in a sweep), always for share 1, never for 0.
   bool preemptible() const noexcept;
@@ -109,7 +113,7 @@ struct SimConfig {
   X(partitions, "partitions started")                                                       \
   X(congestions, "congestion episodes started (one direction of a link much slower)")       \
   X(pauses, "node pauses (the pause-probe's fault)")                                        \
-  X(pauses_over_budget, "supervisor pauses longer than the pause budget")                   \
+  X(pauses_over_budget, "supervisor pauses of 1.2x the safety margin or longer")            \
   X(events_deferred_by_pause, "events that waited for a paused node")                       \
   X(step_pauses, "pauses between a node's clock read and the effects of its step")         \
   X(lockd_crashes, "lockd crashes")                                                         \

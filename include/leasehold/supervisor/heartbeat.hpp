@@ -20,6 +20,13 @@
 // is refused until a liveness heartbeat *sent after* the kill-switch is acknowledged
 // (the blog's "kill-switch synchronisation").
 //
+// Invariants, checked with LEASEHOLD_ASSERT (an abort: a broken one could let a kill land after
+// lockd's expiry): every `now_ns` passed in is >= the one before (the boot clock never goes
+// back); an answer's request was sent no later than the answer's `now_ns`; a lease's and the
+// worker's valid_until never move back (the one replacement is the hand-over of a committed
+// lease to worker liveness, mark_worker_refreshed, once per grant); only a beat sent after the
+// kill-switch engaged clears it.
+//
 // Bounds: at most `leases_max` leases (the shm slot count); one round per interval.
 #pragma once
 
@@ -100,7 +107,8 @@ class HeartbeatSchedule {
   bool add(const NameId& name, const SandboxId& sandbox, Epoch epoch, std::uint32_t slot,
            std::uint64_t grant_send_ns);
   /// Preemptible mode: the lease was committed to this worker; from now on the worker-liveness
-  /// heartbeat keeps it (its valid_until follows the worker's). Returns false if absent.
+  /// heartbeat keeps it (its valid_until follows the worker's). Returns false if absent; aborts
+  /// if the lease was handed over already.
   bool mark_worker_refreshed(const SandboxId& sandbox);
   /// Preemptible mode: marks the lease's Commit as in flight (true) or acknowledged (false).
   /// Returns false if absent.
@@ -140,7 +148,8 @@ class HeartbeatSchedule {
   std::uint64_t worker_valid_until_ns() const noexcept { return worker_valid_until_ns_; }
   bool killswitch_engaged() const noexcept { return killswitch_engaged_; }
   /// Starts worker liveness as if acknowledged by a request sent at `send_ns` (the first
-  /// successful liveness beat, or a registration answered by lockd).
+  /// successful liveness beat, or a registration answered by lockd). Aborts if liveness had
+  /// started with a later deadline, or if the kill-switch engaged after `send_ns`.
   void start_worker_liveness(std::uint64_t send_ns);
 
   std::uint64_t kill_after_ns() const noexcept { return kill_after_ns_; }
@@ -150,12 +159,17 @@ class HeartbeatSchedule {
 
  private:
   HeartbeatAction kill_action(const HeartbeatLease& l, RefreshStatus cause, bool lapsed) const;
+  /// Aborts (LEASEHOLD_ASSERT) if `now_ns` is below the `now` of an earlier call; records it.
+  void observe_now(std::uint64_t now_ns) noexcept;
+  /// Moves a deadline to `to_ns`; aborts (LEASEHOLD_ASSERT) if that would move it back.
+  static void move_forward(std::uint64_t& valid_until_ns, std::uint64_t to_ns) noexcept;
 
   std::uint64_t kill_after_ns_;
   std::uint64_t interval_ns_;
   std::uint32_t leases_max_;
   bool preemptible_;
   std::uint64_t next_round_ns_ = 0;
+  std::uint64_t last_now_ns_ = 0;  ///< the latest `now_ns` passed in (observe_now)
   std::unordered_map<SandboxId, HeartbeatLease> leases_;
   SandboxId worker_window_after_;  ///< the last sandbox of the previous worker_held window
   // Preemptible mode: the worker's own lease.

@@ -14,6 +14,8 @@
 // which is what makes kill(-pgid) safe.
 #pragma once
 
+#include "leasehold/lease/clock.hpp"
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -47,8 +49,9 @@ struct KillRecord {
 
 class KillSwitch {
  public:
-  /// CLOCK_BOOTTIME now, in ns (DESIGN.md "Time"): the clock of every KillRecord.
-  static std::uint64_t now_ns() noexcept;
+  /// CLOCK_BOOTTIME now, in ns (DESIGN.md "Time"): boottime_ns() (lease/clock.hpp) as the
+  /// supervisor's unsigned ns, the clock of every KillRecord.
+  static std::uint64_t now_ns() noexcept { return static_cast<std::uint64_t>(boottime_ns()); }
 
   /// pidfd_send_signal(pidfd, sig) (glibc 2.36's wrapper lacks C++ linkage). 0 or -errno.
   static int pidfd_signal(int pidfd, int sig) noexcept;
