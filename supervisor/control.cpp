@@ -68,8 +68,8 @@ SandboxId get_sandbox(const json& j, const char* field) {
 
 std::string get_name(const json& j, const char* field) {
   const std::string s = get_string(j, field, 4096);
-  const std::string why = validate_name(s);
-  if (!why.empty()) throw FieldError{std::string("field \"") + field + "\": " + why};
+  const Status why = validate_name(s);
+  if (!why.ok()) throw FieldError{std::string("field \"") + field + "\": " + why.message()};
   return s;
 }
 
