@@ -378,7 +378,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
       announce && verdict == Verdict::accepted ? std::string_view("fence") : to_string(verdict);
   std::string audit_reason = reason;
   if (token_checked && token_verdict.ok() && verdict == Verdict::accepted) {
-    const auto t = token::decode(token.signed_token);
+    const Result<token::GrantToken> t = token::decode(token.signed_token);
     audit_reason = std::string(kVerifiedReasonPrefix) + " (key " + token::key_id_text(t ? t->key_id : 0) + ")";
   }
   if (announce && verdict == Verdict::accepted) {
