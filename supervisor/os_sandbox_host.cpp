@@ -106,10 +106,10 @@ std::optional<PortError> OsSandboxHost::create(const SandboxSpec& spec, HostedSa
   sr.inherit_fd = cfg_.table_ro_fd;
   // Its own token channel, read-only: the tokens of its grants and of nobody else's.
   static_assert(kTokensFd == shm::kTokenChannelFd);
-  const shm::OwnedFd tokens_ro(r.tokens ? r.tokens->reopen_read_only() : -EINVAL);
-  if (tokens_ro.fd < 0)
-    return fail(internal(std::string("cannot reopen the sandbox's token channel read-only: ") +
-                         std::strerror(-tokens_ro.fd)));
+  if (!r.tokens) return fail(internal("the sandbox has no token channel to inherit"));
+  const Result<int> reopened = r.tokens->reopen_read_only();
+  if (!reopened.ok()) return fail(internal("cannot reopen the sandbox's token channel read-only: " + reopened.message()));
+  const shm::OwnedFd tokens_ro(*reopened);
   set_env(shm::kTokenChannelEnv, std::to_string(kTokensFd));
   sr.tokens_fd = tokens_ro.fd;
   set_env("LEASEHOLD_SLOT", std::to_string(spec.slot));

@@ -467,8 +467,9 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   }
   unsafe_kill = !cfg.isolation && cgroups.mode() != KillMode::cgroup_v2_delegated;
   dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  table_ro_fd = table->reopen_read_only();
-  if (table_ro_fd < 0) return Status{Errc::io_error, "shm table: cannot open " + shm_path + " read-only: " + std::strerror(-table_ro_fd)};
+  const Result<int> table_ro = table->reopen_read_only();
+  if (!table_ro.ok()) return table_ro.status();
+  table_ro_fd = *table_ro;
 
   rt_config.slots = cfg.slots;
   rt_config.granularity_ns = cfg.wheel_granularity_ns;

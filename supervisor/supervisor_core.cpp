@@ -149,16 +149,14 @@ void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
     if (!gate_named_creation(client, req.id)) return;
   }
   const SandboxId id = hooks_.new_sandbox_id();
-  const shm::ClaimResult claim = table_.claim(id, now_);
-  if (claim.error != shm::TableErrc::ok) {
-    reply(client, control_error(req.id, ControlError::table_full, table_.claim_refusal().empty()
-                                                          ? std::string(shm::to_string(claim.error))
-                                                          : table_.claim_refusal()));
+  const Result<shm::ClaimedSlot> claim = table_.claim(id, now_);
+  if (!claim.ok()) {
+    reply(client, control_error(req.id, ControlError::table_full, claim.message()));
     return;
   }
   Sandbox s;
   s.id = id;
-  s.slot = claim.slot;
+  s.slot = claim->slot;
   s.synthetic = cfg_.synthetic;
   s.owner = req.caller_uid;
   Sandbox& added = sandboxes_.add(std::move(s));
@@ -563,14 +561,14 @@ void SupervisorCore::do_expect_commit(ControlClientId client, ControlRequest req
   }
   if (refuse_unsafe_kill(client, req)) return;
   if (!gate_named_creation(client, req.id)) return;
-  const shm::ClaimResult claim = table_.claim(*req.sandbox, now_);
-  if (claim.error != shm::TableErrc::ok) {
-    reply(client, control_error(req.id, ControlError::table_full, table_.claim_refusal()));
+  const Result<shm::ClaimedSlot> claim = table_.claim(*req.sandbox, now_);
+  if (!claim.ok()) {
+    reply(client, control_error(req.id, ControlError::table_full, claim.message()));
     return;
   }
   Sandbox s;
   s.id = *req.sandbox;
-  s.slot = claim.slot;
+  s.slot = claim->slot;
   s.synthetic = cfg_.synthetic;
   s.owner = req.caller_uid;
   const SandboxId id = s.id;

@@ -532,16 +532,18 @@ print("done", flush=True)
     o.seal = sealed;
     auto w = shm::TableWriter::create(o);
     const auto now = shm::boottime_ns();
-    const auto claim = w.claim(SandboxId{1, 2}, now);
-    ASSERT_EQ(claim.error, shm::TableErrc::ok);
+    const Result<shm::ClaimedSlot> claimed = w.claim(SandboxId{1, 2}, now);
+    ASSERT_TRUE(claimed.ok()) << claimed.message();
+    const shm::ClaimedSlot claim = *claimed;
     ASSERT_EQ(w.publish(claim.slot, NameId{3, 4}, "neighbour", 7, now + 3'600'000'000'000ull), shm::TableErrc::ok);
     if (sealed) {
-      EXPECT_EQ(w.seals(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+      EXPECT_EQ(w.seals().value(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
     } else {
-      EXPECT_EQ(w.seals(), 0);
+      EXPECT_EQ(w.seals().value(), 0);
     }
-    const int ro = w.reopen_read_only();
-    ASSERT_GE(ro, 0) << std::strerror(-ro);
+    const Result<int> reopened = w.reopen_read_only();
+    ASSERT_TRUE(reopened.ok()) << reopened.message();
+    const int ro = *reopened;
     struct stat st{};
     ASSERT_EQ(::fstat(ro, &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0440u) << "a memfd table keeps its read bits only";
@@ -579,7 +581,10 @@ print("done", flush=True)
     ASSERT_EQ(::waitpid(child, &status, 0), child);
     if (sealed) {
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-      auto reader = shm::TableReader::open(std::to_string(w.reopen_read_only()));
+      const Result<int> again = w.reopen_read_only();
+      ASSERT_TRUE(again.ok()) << again.message();
+      auto reader = shm::TableReader::open(std::to_string(*again));
+      ::close(*again);
       EXPECT_TRUE(reader.check(claim.slot, 7)) << "the neighbour's lease stays valid";
     } else {
       EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS) << "status " << status;
