@@ -916,8 +916,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
   finish_sandbox();
   if (contender) contender->release();
   monitor.reset();
-  std::string perr;
-  if (auto parsed = pp::parse_sandbox_log(slurp(log_path), perr)) {
+  if (auto parsed = pp::parse_sandbox_log(slurp(log_path))) {
     log_out = std::move(*parsed);
     have_log = true;
     const std::string beacon = slurp(log_path + ".last", 64);
@@ -926,7 +925,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     if (last_accept != 0 && !pp::close_open_interval(log_out, last_accept) && o.error.empty())
       o.error = "sandbox log " + log_path + ": its last-accept record contradicts the log";
   } else if (o.error.empty()) {
-    o.error = "sandbox log " + log_path + ": " + perr;
+    o.error = log_path + ": " + parsed.message();
   }
   return o;
 }
@@ -1124,9 +1123,9 @@ Failure prepare(ProbeRun& r) {
   }
 
   if (a.pauses_set) {
-    std::string err;
-    r.listed = pp::parse_pause_list(a.pauses, err);
-    if (!r.listed) return {kUsage, "--pauses: " + err};
+    auto listed = pp::parse_pause_list(a.pauses);
+    if (!listed) return {kUsage, "--pauses: " + listed.message()};
+    r.listed = std::move(listed).value();
     if (r.listed->size() * a.repeat > pp::kPausesMax * 4) return {kUsage, "too many trials (pauses x --repeat)"};
   }
 
