@@ -79,7 +79,12 @@ Started Deployment::start_supervisor(const SupervisorSpec& spec, std::size_t* in
 std::optional<nlohmann::json> Deployment::request(const fs::path& socket, nlohmann::json req, std::string& error,
                                                   milliseconds timeout) {
   req["v"] = 1;
-  return control_call(socket.string(), req, static_cast<std::uint64_t>(timeout.count()), error);
+  auto answer = control_call(socket.string(), req, static_cast<std::uint64_t>(timeout.count()));
+  if (!answer) {
+    error = answer.message();
+    return std::nullopt;
+  }
+  return std::move(answer).value();
 }
 
 void Deployment::stop_supervisors(milliseconds grace) {

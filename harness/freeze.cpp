@@ -40,9 +40,9 @@ char stat_state(const std::string& text) {
 std::string freeze_leaf_name(pid_t pid) { return "leasehold-pause-" + std::to_string(pid); }
 
 char process_state(pid_t pid) {
-  std::string text;
-  if (read_small_file("/proc/" + std::to_string(pid) + "/stat", text) != 0) return '?';
-  return stat_state(text);
+  const Result<std::string> text = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!text) return '?';
+  return stat_state(*text);
 }
 
 Result<std::unique_ptr<Freezer>> Freezer::make(pid_t pid, const std::string& want, std::string& why) {
@@ -106,19 +106,19 @@ Status Freezer::thaw(std::int64_t& confirmed_ns) {
 }
 
 bool Freezer::setup_cgroup(std::string& reason) {
-  std::string mountinfo, cg;
-  if (read_small_file("/proc/self/mountinfo", mountinfo) != 0) {
-    reason = "cannot read /proc/self/mountinfo";
+  const Result<std::string> mountinfo = read_small_file("/proc/self/mountinfo");
+  if (!mountinfo) {
+    reason = mountinfo.message();
     return false;
   }
-  const auto m = find_cgroup2_mount(mountinfo);
+  const auto m = find_cgroup2_mount(*mountinfo);
   if (!m) {
     reason = "no cgroup2 mount in /proc/self/mountinfo";
     return false;
   }
   const std::string proc_cg = "/proc/" + std::to_string(pid_) + "/cgroup";
   std::optional<std::string> rel;
-  if (read_small_file(proc_cg, cg) == 0) rel = own_cgroup2_path(cg);
+  if (const Result<std::string> cg = read_small_file(proc_cg)) rel = own_cgroup2_path(*cg);
   if (!rel) {
     reason = "no cgroup v2 line in " + proc_cg;
     return false;
@@ -154,9 +154,9 @@ bool Freezer::setup_cgroup(std::string& reason) {
 
 Status Freezer::await_cgroup(int want, std::int64_t& confirmed_ns) {
   const std::int64_t deadline = now_ns() + kConfirmTimeoutMs * 1'000'000;
-  std::string text;
   for (;;) {
-    if (read_small_file(leaf_ + "/cgroup.events", text) == 0 && parse_cgroup_keyed(text, "frozen") == want) {
+    const Result<std::string> text = read_small_file(leaf_ + "/cgroup.events");
+    if (text && parse_cgroup_keyed(*text, "frozen") == want) {
       confirmed_ns = now_ns();
       return {};
     }
@@ -170,10 +170,10 @@ Status Freezer::await_cgroup(int want, std::int64_t& confirmed_ns) {
 Status Freezer::await_stopped(bool want, std::int64_t& confirmed_ns) {
   const std::int64_t deadline = now_ns() + kConfirmTimeoutMs * 1'000'000;
   const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
-  std::string text;
   for (;;) {
-    if (read_small_file(path, text) != 0) return Status{Errc::not_found, "cannot read " + path};
-    const char state = stat_state(text);
+    const Result<std::string> text = read_small_file(path);
+    if (!text) return text.status();
+    const char state = stat_state(*text);
     const bool stopped = state == 'T' || state == 't';
     if (stopped == want) {
       confirmed_ns = now_ns();
@@ -187,12 +187,11 @@ Status Freezer::await_stopped(bool want, std::int64_t& confirmed_ns) {
 }
 
 std::optional<LeftFrozen> thaw_left_frozen(pid_t pid) {
-  std::string cg, mountinfo;
-  if (read_small_file("/proc/" + std::to_string(pid) + "/cgroup", cg) != 0 ||
-      read_small_file("/proc/self/mountinfo", mountinfo) != 0)
-    return std::nullopt;
-  const auto rel = own_cgroup2_path(cg);
-  const auto m = find_cgroup2_mount(mountinfo);
+  const Result<std::string> cg = read_small_file("/proc/" + std::to_string(pid) + "/cgroup");
+  const Result<std::string> mountinfo = read_small_file("/proc/self/mountinfo");
+  if (!cg || !mountinfo) return std::nullopt;
+  const auto rel = own_cgroup2_path(*cg);
+  const auto m = find_cgroup2_mount(*mountinfo);
   const std::string leaf_name = freeze_leaf_name(pid);
   if (!rel || !m || rel->size() < leaf_name.size() || rel->substr(rel->size() - leaf_name.size()) != leaf_name)
     return std::nullopt;
@@ -200,9 +199,8 @@ std::optional<LeftFrozen> thaw_left_frozen(pid_t pid) {
   if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
   LeftFrozen left;
   left.leaf = m->mount_point + r;
-  std::string events;
-  if (read_small_file(left.leaf + "/cgroup.events", events) != 0 || parse_cgroup_keyed(events, "frozen") != 1)
-    return std::nullopt;
+  const Result<std::string> events = read_small_file(left.leaf + "/cgroup.events");
+  if (!events || parse_cgroup_keyed(*events, "frozen") != 1) return std::nullopt;
   const int ffd = ::open((left.leaf + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC);
   left.thawed = ffd >= 0 && ::write(ffd, "0", 1) == 1;
   left.error = left.thawed ? 0 : errno;

@@ -137,11 +137,12 @@ bool SupervisorCore::refuse_name_here(ControlClientId client, const ControlReque
 }
 
 void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
-  std::string err;
-  if (!cfg_.synthetic && hooks_.command_resolves && !hooks_.command_resolves(req, err)) {
-    ++counters_.spawn_failures;
-    reply(client, control_error(req.id, ControlError::exec_failed, err));
-    return;
+  if (!cfg_.synthetic && hooks_.command_resolves) {
+    if (const Status resolves = hooks_.command_resolves(req); !resolves.ok()) {
+      ++counters_.spawn_failures;
+      reply(client, control_error(req.id, ControlError::exec_failed, resolves.message()));
+      return;
+    }
   }
   if (req.name) {
     if (refuse_name_here(client, req)) return;
@@ -550,10 +551,11 @@ void SupervisorCore::do_expect_commit(ControlClientId client, ControlRequest req
                                 {{"holder", holder->str()}}));
     return;
   }
-  std::string err;
-  if (!cfg_.synthetic && hooks_.command_resolves && !hooks_.command_resolves(req, err)) {
-    reply(client, control_error(req.id, ControlError::exec_failed, err));
-    return;
+  if (!cfg_.synthetic && hooks_.command_resolves) {
+    if (const Status resolves = hooks_.command_resolves(req); !resolves.ok()) {
+      reply(client, control_error(req.id, ControlError::exec_failed, resolves.message()));
+      return;
+    }
   }
   if (pending_commits_.size() >= kPendingCommitsMax) {
     reply(client, control_error(req.id, ControlError::busy, "too many commits waiting for the next heartbeat"));

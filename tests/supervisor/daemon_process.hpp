@@ -237,9 +237,8 @@ struct Supervisor {
   }
 
   json call(const json& req, std::uint64_t timeout_ms = 10'000) const {
-    std::string err;
-    auto a = control_call(socket.string(), req, timeout_ms, err);
-    if (!a) return json{{"ok", false}, {"error", "transport"}, {"message", err}};
+    auto a = control_call(socket.string(), req, timeout_ms);
+    if (!a) return json{{"ok", false}, {"error", "transport"}, {"message", a.message()}};
     return *a;
   }
   std::string log_text() const { return slurp(log); }

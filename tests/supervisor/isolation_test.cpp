@@ -39,9 +39,8 @@ gid_t sandbox_gid() { return ::geteuid() == 0 ? 231072 : ::getegid(); }
 
 const SeccompFilter& filter() {
   static const SeccompFilter f = [] {
-    std::string error;
-    auto built = build_seccomp_filter(error);
-    if (!built) throw std::runtime_error(error);
+    auto built = build_seccomp_filter();
+    if (!built) throw std::runtime_error(built.message());
     return *built;
   }();
   return f;
@@ -64,8 +63,8 @@ class Isolated : public ::testing::Test {
     dir_ = tmpl;
     ::chmod(dir_.c_str(), 0755);
     const Isolation iso = isolation();
-    if (std::string why = probe_isolation(iso, "true"); !why.empty())
-      GTEST_SKIP() << "isolated spawn unavailable here: " << why;
+    if (const Status why = probe_isolation(iso, "true"); !why.ok())
+      GTEST_SKIP() << "isolated spawn unavailable here: " << why.message();
   }
   void TearDown() override {
     kill_marked();
@@ -141,8 +140,9 @@ class Isolated : public ::testing::Test {
     while (dirent* e = ::readdir(d)) {
       const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
       if (pid <= 0) continue;
-      std::string cmd;  // a process that just exited reads as an error: skipped
-      if (read_small_file("/proc/" + std::string(e->d_name) + "/cmdline", cmd) != 0) continue;
+      Result<std::string> read = read_small_file("/proc/" + std::string(e->d_name) + "/cmdline");
+      if (!read) continue;  // a process that just exited reads as an error: skipped
+      std::string& cmd = *read;
       for (auto& c : cmd)
         if (c == '\0') c = ' ';
       if (cmd.rfind("sleep " + marker(), 0) == 0) out.push_back(pid);
@@ -170,9 +170,9 @@ class Isolated : public ::testing::Test {
 
 // This host's cgroup2 mount (nullopt: none).
 std::optional<Cgroup2Mount> cgroup2_mount() {
-  std::string mountinfo;
-  if (read_small_file("/proc/self/mountinfo", mountinfo) != 0) return std::nullopt;
-  return find_cgroup2_mount(mountinfo);
+  const Result<std::string> mountinfo = read_small_file("/proc/self/mountinfo");
+  if (!mountinfo) return std::nullopt;
+  return find_cgroup2_mount(*mountinfo);
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -372,8 +372,9 @@ TEST_F(Isolated, AForkBombStopsAtThePidsMaxOfItsLeaf) {
     SCOPED_TRACE(bounded ? "pids.max 16" : "ablation: no pids.max");
     auto leaf = (bounded ? tree : unbounded_tree).create_leaf(bounded ? "bounded" : "unbounded");
     ASSERT_TRUE(leaf.ok()) << leaf.message();
-    std::string limit;
-    ASSERT_EQ(read_small_file(leaf->path() + "/pids.max", limit), 0);
+    const Result<std::string> limit_read = read_small_file(leaf->path() + "/pids.max");
+    ASSERT_TRUE(limit_read.ok()) << limit_read.message();
+    const std::string& limit = *limit_read;
     EXPECT_EQ(limit, bounded ? "16\n" : "max\n");
     auto p = start(&iso, script, leaf->dir_fd());
     ASSERT_TRUE(p.has_value());
@@ -389,7 +390,7 @@ TEST_F(Isolated, AForkBombStopsAtThePidsMaxOfItsLeaf) {
     KillSwitch::kill(target, KillSwitch::now_ns());
     EXPECT_EQ(finish(*p).status, -SIGKILL);
     EXPECT_TRUE(marked_gone());
-    for (int i = 0; i < 100 && leaf->remove() == -EBUSY; ++i) ::usleep(10'000);
+    for (int i = 0; i < 100 && leaf->remove().code() == Errc::busy; ++i) ::usleep(10'000);
   }
   EXPECT_EQ(::rmdir(c.parent_path.c_str()), 0);
 }
@@ -472,7 +473,7 @@ TEST_F(Isolated, CannotLeaveItsCgroupLeaf) {
       KillSwitch::kill(target, KillSwitch::now_ns());
       EXPECT_EQ(finish(*p).status, -SIGKILL);
       EXPECT_TRUE(marked_gone());
-      for (int i = 0; i < 100 && leaf->remove() == -EBUSY; ++i) ::usleep(10'000);
+      for (int i = 0; i < 100 && leaf->remove().code() == Errc::busy; ++i) ::usleep(10'000);
     }
   }
   EXPECT_EQ(::rmdir(c.parent_path.c_str()), 0);
@@ -611,9 +612,8 @@ TEST(IsolationArguments, RefusesUidZeroAndBubblewrapTogether) {
 }
 
 TEST(IsolationArguments, TheFilterDeniesTheListedCalls) {
-  std::string error;
-  const auto f = build_seccomp_filter(error);
-  ASSERT_TRUE(f.has_value()) << error;
+  const auto f = build_seccomp_filter();
+  ASSERT_TRUE(f.ok()) << f.message();
   EXPECT_GT(f->words.size(), 20u);
   for (const char* name : {"mount", "umount2", "unshare", "setns", "ptrace", "bpf", "keyctl", "perf_event_open",
                            "kexec_load", "init_module", "finit_module", "clone3", "clone(CLONE_NEW*)"})
