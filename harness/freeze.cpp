@@ -53,17 +53,15 @@ Result<std::unique_ptr<Freezer>> Freezer::make(pid_t pid, const std::string& wan
     why = "SIGSTOP/SIGCONT (asked for)";
     return f;
   }
-  std::string reason;
-  if (f->setup_cgroup(reason)) {
+  const Status cgroup = f->setup_cgroup();
+  if (cgroup.ok()) {
     f->kind_ = Kind::cgroup;
     why = "cgroup v2 freeze of " + f->leaf_;
     return f;
   }
-  if (want == "cgroup") {
-    return Status{Errc::unsupported, "--freeze cgroup: " + reason};
-  }
+  if (want == "cgroup") return Status{Errc::unsupported, "--freeze cgroup: " + cgroup.message()};
   f->kind_ = Kind::sigstop;
-  why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + reason + ")";
+  why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + cgroup.message() + ")";
   return f;
 }
 
@@ -105,24 +103,15 @@ Status Freezer::thaw(std::int64_t& confirmed_ns) {
   return await_stopped(false, confirmed_ns);
 }
 
-bool Freezer::setup_cgroup(std::string& reason) {
+Status Freezer::setup_cgroup() {
   const Result<std::string> mountinfo = read_small_file("/proc/self/mountinfo");
-  if (!mountinfo) {
-    reason = mountinfo.message();
-    return false;
-  }
+  if (!mountinfo) return mountinfo.status();
   const auto m = find_cgroup2_mount(*mountinfo);
-  if (!m) {
-    reason = "no cgroup2 mount in /proc/self/mountinfo";
-    return false;
-  }
+  if (!m) return Status{Errc::unsupported, "no cgroup2 mount in /proc/self/mountinfo"};
   const std::string proc_cg = "/proc/" + std::to_string(pid_) + "/cgroup";
   std::optional<std::string> rel;
   if (const Result<std::string> cg = read_small_file(proc_cg)) rel = own_cgroup2_path(*cg);
-  if (!rel) {
-    reason = "no cgroup v2 line in " + proc_cg;
-    return false;
-  }
+  if (!rel) return Status{Errc::unsupported, "no cgroup v2 line in " + proc_cg};
   std::string r = *rel;
   if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
   const std::string leaf_name = freeze_leaf_name(pid_);
@@ -131,25 +120,21 @@ bool Freezer::setup_cgroup(std::string& reason) {
   if (const auto slash = home_.rfind('/'); slash != std::string::npos && home_.substr(slash + 1) == leaf_name)
     home_.resize(slash);
   const std::string leaf = home_ + "/" + leaf_name;
-  if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) {
-    reason = "cannot create " + leaf + ": " + std::strerror(errno);
-    return false;
-  }
+  if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) return Status::from_errno(errno, "cannot create " + leaf);
   leaf_ = leaf;
   if (::access((leaf + "/cgroup.freeze").c_str(), W_OK) != 0) {
-    reason = leaf + "/cgroup.freeze is missing (kernel before 5.2?)";
     ::rmdir(leaf.c_str());
     leaf_.clear();
-    return false;
+    return Status{Errc::unsupported, leaf + "/cgroup.freeze is missing (kernel before 5.2?)"};
   }
   write_text(leaf + "/cgroup.freeze", "0");  // a reused leaf may have been left frozen
   if (!write_text(leaf + "/cgroup.procs", std::to_string(pid_))) {
-    reason = "cannot move pid " + std::to_string(pid_) + " into " + leaf + ": " + std::strerror(errno);
+    const Status moved = Status::from_errno(errno, "cannot move pid " + std::to_string(pid_) + " into " + leaf);
     ::rmdir(leaf.c_str());
     leaf_.clear();
-    return false;
+    return moved;
   }
-  return true;
+  return {};
 }
 
 Status Freezer::await_cgroup(int want, std::int64_t& confirmed_ns) {

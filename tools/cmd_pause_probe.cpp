@@ -155,14 +155,14 @@ std::string dir_of(const std::string& path) {
 
 /// Starts a long-running child (stress-ng, gnuplot) in its own process
 /// group with stdout and stderr into one log file, SIGKILLed if the probe dies.
-bool spawn_proc(harness::Process& p, const std::string& label, const std::vector<std::string>& argv,
-                const std::string& log_path, std::string& error) {
+Status spawn_proc(harness::Process& p, const std::string& label, const std::vector<std::string>& argv,
+                  const std::string& log_path) {
   harness::Spawn spec;
   spec.argv = argv;
   spec.stdout_path = log_path;
   spec.stderr_path = log_path;
   spec.label = label;
-  return p.start(spec, error);
+  return p.start(spec);
 }
 
 // ---- the UDP relay between the supervisor and lockd (worst phase) ----------------------------
@@ -1216,8 +1216,8 @@ Failure arm(ProbeRun& r) {
       for (std::string w; ss >> w;) argv.push_back(w);
       argv.insert(argv.end(), {"--timeout", std::to_string(secs) + "s", "--quiet"});
       const std::string slog = (a.standalone ? d.dir() : r.out) + "/stress-ng.log";
-      std::string err;
-      if (!spawn_proc(r.stress, "stress-ng", argv, slog, err)) return {kInternal, err};
+      if (const Status started = spawn_proc(r.stress, "stress-ng", argv, slog); !started.ok())
+        return {kInternal, started.message()};
       for (const auto& w : argv) r.stress_text += (r.stress_text.empty() ? "" : " ") + w;
       stderr_progress(a.quiet, "stress: " + r.stress_text + "\n");
       sleep_ms(500);  // let the load ramp up before the first trial
@@ -1340,7 +1340,7 @@ int report_sweep(ProbeRun& r) {
     const std::string script = out + "/pause-probe.gp";
     if (!write_file(script, pp::gnuplot_script(rep, csv, plot_path), err)) return report("pause-probe", {kFailure, err});
     harness::Process gp;
-    if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log", err)) {
+    if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log").ok()) {
       gp.wait(std::chrono::milliseconds(kGnuplotTimeoutMs));
       gp.terminate(std::chrono::milliseconds(100));
     }

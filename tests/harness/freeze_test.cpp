@@ -19,8 +19,8 @@ Process sleeper() {
   Spawn s;
   s.argv = {"/bin/sleep", "600"};
   s.label = "sleeper";
-  std::string error;
-  EXPECT_TRUE(p.start(s, error)) << error;
+  const Status started = p.start(s);
+  EXPECT_TRUE(started.ok()) << started.message();
   return p;
 }
 

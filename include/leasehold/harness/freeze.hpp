@@ -2,8 +2,8 @@
 // cgroup v2 `cgroup.freeze` of a leaf of its own, or SIGSTOP/SIGCONT - and thawing a process a
 // driver that died left frozen.
 //
-// Times are CLOCK_BOOTTIME nanoseconds (harness::now_ns()). Errors come back as strings naming
-// the file or the signal ("" = success).
+// Times are CLOCK_BOOTTIME nanoseconds (harness::now_ns()). Errors come back as a Status whose
+// message names the file or the signal.
 #pragma once
 
 #include "leasehold/lease/result.hpp"
@@ -64,7 +64,10 @@ class Freezer {
 
  private:
   Freezer() = default;
-  bool setup_cgroup(std::string& reason);
+  /// Moves the process into a leaf of its own with a cgroup.freeze. Errors: unsupported (no
+  /// cgroup2 mount, no cgroup v2 line, no cgroup.freeze), or the errno of a cgroup file or
+  /// mkdir (errc_of_errno); the message names the file.
+  Status setup_cgroup();
   Status await_cgroup(int want, std::int64_t& confirmed_ns);
   Status await_stopped(bool want, std::int64_t& confirmed_ns);
   Kind kind_ = Kind::sigstop;

@@ -2,8 +2,8 @@
 // network namespace linked to lockd by a veth pair (on a free /24 of 10.213.0.0/16, subnet.hpp),
 // or all on loopback - and how to cut one worker off lockd and reconnect it (host-side link
 // down, or nftables/iptables drop rules for the supervisor's UDP port). Needs root for
-// everything but loopback without a cut. Errors are returned as text naming the command that
-// failed ("" = done).
+// everything but loopback without a cut. Errors are returned as a Status whose message names the
+// command that failed.
 #pragma once
 
 #include "leasehold/lease/result.hpp"
