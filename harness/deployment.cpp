@@ -38,10 +38,9 @@ Started Deployment::start_lockd(const LockdSpec& spec, const std::function<void(
   s.stdout_path = dir_ / "lockd.log";
   s.stderr_path = s.stdout_path;
   s.label = "leasehold-lockd";
-  std::string err;
-  if (!lockd_.start(s, err)) return {Started::Kind::cannot_start, err};
-  const auto line = wait_for_log_line(s.stdout_path, "listening ", spec.ready_timeout, lockd_, err, tick);
-  if (!line) return {Started::Kind::not_ready, err};
+  if (const Status started = lockd_.start(s); !started.ok()) return {Started::Kind::cannot_start, started.message()};
+  const Result<std::string> line = wait_for_log_line(s.stdout_path, "listening ", spec.ready_timeout, lockd_, tick);
+  if (!line) return {Started::Kind::not_ready, line.message()};
   lockd_text_ = line->substr(line->find("listening ") + 10);
   const auto addr = SocketAddress::parse(lockd_text_);
   if (!addr) return {Started::Kind::bad_output, "lockd printed an address that does not parse: " + *line};
@@ -67,19 +66,18 @@ Started Deployment::start_supervisor(const SupervisorSpec& spec, std::size_t* in
   s.netns = spec.netns;
   s.label = spec.label;
   auto p = std::make_unique<Process>();
-  std::string err;
-  if (!p->start(s, err)) return {Started::Kind::cannot_start, err};
+  if (const Status started = p->start(s); !started.ok()) return {Started::Kind::cannot_start, started.message()};
   supervisors_.push_back(std::move(p));
   if (index != nullptr) *index = supervisors_.size() - 1;
-  if (!wait_for_log_line(spec.log, "ready", spec.ready_timeout, *supervisors_.back(), err, tick))
-    return {Started::Kind::not_ready, err};
+  if (const Result<std::string> ready = wait_for_log_line(spec.log, "ready", spec.ready_timeout, *supervisors_.back(), tick);
+      !ready)
+    return {Started::Kind::not_ready, ready.message()};
   return {};
 }
 
-std::optional<nlohmann::json> Deployment::request(const fs::path& socket, nlohmann::json req, std::string& error,
-                                                  milliseconds timeout) {
+Result<nlohmann::json> Deployment::request(const fs::path& socket, nlohmann::json req, milliseconds timeout) {
   req["v"] = 1;
-  return control_call(socket.string(), req, static_cast<std::uint64_t>(timeout.count()), error);
+  return control_call(socket.string(), req, static_cast<std::uint64_t>(timeout.count()));
 }
 
 void Deployment::stop_supervisors(milliseconds grace) {

@@ -40,9 +40,9 @@ char stat_state(const std::string& text) {
 std::string freeze_leaf_name(pid_t pid) { return "leasehold-pause-" + std::to_string(pid); }
 
 char process_state(pid_t pid) {
-  std::string text;
-  if (read_small_file("/proc/" + std::to_string(pid) + "/stat", text) != 0) return '?';
-  return stat_state(text);
+  const Result<std::string> text = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!text) return '?';
+  return stat_state(*text);
 }
 
 Result<std::unique_ptr<Freezer>> Freezer::make(pid_t pid, const std::string& want, std::string& why) {
@@ -53,17 +53,15 @@ Result<std::unique_ptr<Freezer>> Freezer::make(pid_t pid, const std::string& wan
     why = "SIGSTOP/SIGCONT (asked for)";
     return f;
   }
-  std::string reason;
-  if (f->setup_cgroup(reason)) {
+  const Status cgroup = f->setup_cgroup();
+  if (cgroup.ok()) {
     f->kind_ = Kind::cgroup;
     why = "cgroup v2 freeze of " + f->leaf_;
     return f;
   }
-  if (want == "cgroup") {
-    return Status{Errc::unsupported, "--freeze cgroup: " + reason};
-  }
+  if (want == "cgroup") return Status{Errc::unsupported, "--freeze cgroup: " + cgroup.message()};
   f->kind_ = Kind::sigstop;
-  why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + reason + ")";
+  why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + cgroup.message() + ")";
   return f;
 }
 
@@ -105,24 +103,15 @@ Status Freezer::thaw(std::int64_t& confirmed_ns) {
   return await_stopped(false, confirmed_ns);
 }
 
-bool Freezer::setup_cgroup(std::string& reason) {
-  std::string mountinfo, cg;
-  if (read_small_file("/proc/self/mountinfo", mountinfo) != 0) {
-    reason = "cannot read /proc/self/mountinfo";
-    return false;
-  }
-  const auto m = find_cgroup2_mount(mountinfo);
-  if (!m) {
-    reason = "no cgroup2 mount in /proc/self/mountinfo";
-    return false;
-  }
+Status Freezer::setup_cgroup() {
+  const Result<std::string> mountinfo = read_small_file("/proc/self/mountinfo");
+  if (!mountinfo) return mountinfo.status();
+  const auto m = find_cgroup2_mount(*mountinfo);
+  if (!m) return Status{Errc::unsupported, "no cgroup2 mount in /proc/self/mountinfo"};
   const std::string proc_cg = "/proc/" + std::to_string(pid_) + "/cgroup";
   std::optional<std::string> rel;
-  if (read_small_file(proc_cg, cg) == 0) rel = own_cgroup2_path(cg);
-  if (!rel) {
-    reason = "no cgroup v2 line in " + proc_cg;
-    return false;
-  }
+  if (const Result<std::string> cg = read_small_file(proc_cg)) rel = own_cgroup2_path(*cg);
+  if (!rel) return Status{Errc::unsupported, "no cgroup v2 line in " + proc_cg};
   std::string r = *rel;
   if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
   const std::string leaf_name = freeze_leaf_name(pid_);
@@ -131,32 +120,28 @@ bool Freezer::setup_cgroup(std::string& reason) {
   if (const auto slash = home_.rfind('/'); slash != std::string::npos && home_.substr(slash + 1) == leaf_name)
     home_.resize(slash);
   const std::string leaf = home_ + "/" + leaf_name;
-  if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) {
-    reason = "cannot create " + leaf + ": " + std::strerror(errno);
-    return false;
-  }
+  if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) return Status::from_errno(errno, "cannot create " + leaf);
   leaf_ = leaf;
   if (::access((leaf + "/cgroup.freeze").c_str(), W_OK) != 0) {
-    reason = leaf + "/cgroup.freeze is missing (kernel before 5.2?)";
     ::rmdir(leaf.c_str());
     leaf_.clear();
-    return false;
+    return Status{Errc::unsupported, leaf + "/cgroup.freeze is missing (kernel before 5.2?)"};
   }
   write_text(leaf + "/cgroup.freeze", "0");  // a reused leaf may have been left frozen
   if (!write_text(leaf + "/cgroup.procs", std::to_string(pid_))) {
-    reason = "cannot move pid " + std::to_string(pid_) + " into " + leaf + ": " + std::strerror(errno);
+    const Status moved = Status::from_errno(errno, "cannot move pid " + std::to_string(pid_) + " into " + leaf);
     ::rmdir(leaf.c_str());
     leaf_.clear();
-    return false;
+    return moved;
   }
-  return true;
+  return {};
 }
 
 Status Freezer::await_cgroup(int want, std::int64_t& confirmed_ns) {
   const std::int64_t deadline = now_ns() + kConfirmTimeoutMs * 1'000'000;
-  std::string text;
   for (;;) {
-    if (read_small_file(leaf_ + "/cgroup.events", text) == 0 && parse_cgroup_keyed(text, "frozen") == want) {
+    const Result<std::string> text = read_small_file(leaf_ + "/cgroup.events");
+    if (text && parse_cgroup_keyed(*text, "frozen") == want) {
       confirmed_ns = now_ns();
       return {};
     }
@@ -170,10 +155,10 @@ Status Freezer::await_cgroup(int want, std::int64_t& confirmed_ns) {
 Status Freezer::await_stopped(bool want, std::int64_t& confirmed_ns) {
   const std::int64_t deadline = now_ns() + kConfirmTimeoutMs * 1'000'000;
   const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
-  std::string text;
   for (;;) {
-    if (read_small_file(path, text) != 0) return Status{Errc::not_found, "cannot read " + path};
-    const char state = stat_state(text);
+    const Result<std::string> text = read_small_file(path);
+    if (!text) return text.status();
+    const char state = stat_state(*text);
     const bool stopped = state == 'T' || state == 't';
     if (stopped == want) {
       confirmed_ns = now_ns();
@@ -187,12 +172,11 @@ Status Freezer::await_stopped(bool want, std::int64_t& confirmed_ns) {
 }
 
 std::optional<LeftFrozen> thaw_left_frozen(pid_t pid) {
-  std::string cg, mountinfo;
-  if (read_small_file("/proc/" + std::to_string(pid) + "/cgroup", cg) != 0 ||
-      read_small_file("/proc/self/mountinfo", mountinfo) != 0)
-    return std::nullopt;
-  const auto rel = own_cgroup2_path(cg);
-  const auto m = find_cgroup2_mount(mountinfo);
+  const Result<std::string> cg = read_small_file("/proc/" + std::to_string(pid) + "/cgroup");
+  const Result<std::string> mountinfo = read_small_file("/proc/self/mountinfo");
+  if (!cg || !mountinfo) return std::nullopt;
+  const auto rel = own_cgroup2_path(*cg);
+  const auto m = find_cgroup2_mount(*mountinfo);
   const std::string leaf_name = freeze_leaf_name(pid);
   if (!rel || !m || rel->size() < leaf_name.size() || rel->substr(rel->size() - leaf_name.size()) != leaf_name)
     return std::nullopt;
@@ -200,9 +184,8 @@ std::optional<LeftFrozen> thaw_left_frozen(pid_t pid) {
   if (m->root != "/" && r.rfind(m->root, 0) == 0) r = r.substr(m->root.size());
   LeftFrozen left;
   left.leaf = m->mount_point + r;
-  std::string events;
-  if (read_small_file(left.leaf + "/cgroup.events", events) != 0 || parse_cgroup_keyed(events, "frozen") != 1)
-    return std::nullopt;
+  const Result<std::string> events = read_small_file(left.leaf + "/cgroup.events");
+  if (!events || parse_cgroup_keyed(*events, "frozen") != 1) return std::nullopt;
   const int ffd = ::open((left.leaf + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC);
   left.thawed = ffd >= 0 && ::write(ffd, "0", 1) == 1;
   left.error = left.thawed ? 0 : errno;

@@ -68,10 +68,10 @@ std::vector<std::string> environment_with(const std::vector<std::pair<std::strin
   return out;
 }
 
-int open_output(const fs::path& p, bool append, std::string& error) {
-  if (p.empty()) return ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0600);
-  if (fd < 0) error = "cannot open " + p.string() + ": " + std::strerror(errno);
+Result<int> open_output(const fs::path& p, bool append) {
+  const int fd = p.empty() ? ::open("/dev/null", O_WRONLY | O_CLOEXEC)
+                           : ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0600);
+  if (fd < 0) return Status::from_errno(errno, "cannot open " + (p.empty() ? std::string("/dev/null") : p.string()));
   return fd;
 }
 
@@ -193,13 +193,10 @@ Process& Process::operator=(Process&& o) noexcept {
   return *this;
 }
 
-bool Process::start(const Spawn& spec, std::string& error) {
+Status Process::start(const Spawn& spec) {
   kill9();
   code_.reset();
-  if (spec.argv.empty() || spec.argv[0].empty()) {
-    error = "no program to start (empty argv)";
-    return false;
-  }
+  if (spec.argv.empty() || spec.argv[0].empty()) return Status::invalid("no program to start (empty argv)");
   label_ = spec.label.empty() ? spec.argv[0] : spec.label;
   stdout_path_ = spec.stdout_path;
   stderr_path_ = spec.stderr_fd >= 0 ? fs::path() : spec.stderr_path;
@@ -226,24 +223,22 @@ bool Process::start(const Spawn& spec, std::string& error) {
   if (!spec.netns.empty()) {
     const std::string p = "/run/netns/" + spec.netns;
     ns_fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns_fd < 0) {
-      error = "cannot open network namespace " + p + ": " + std::strerror(errno);
-      return false;
-    }
+    if (ns_fd < 0) return Status::from_errno(errno, "cannot open network namespace " + p);
   }
-  if ((out_fd = open_output(spec.stdout_path, spec.append_stdout, error)) < 0) return false;
+  const Result<int> out = open_output(spec.stdout_path, spec.append_stdout);
+  if (!out) return out.status();
+  out_fd = *out;
   if (spec.stderr_fd < 0 && !(spec.stderr_path.empty() ? spec.stdout_path.empty() : spec.stderr_path == spec.stdout_path)) {
-    if ((err_fd = open_output(spec.stderr_path, spec.append_stderr, error)) < 0) return false;
+    const Result<int> err = open_output(spec.stderr_path, spec.append_stderr);
+    if (!err) return err.status();
+    err_fd = *err;
   }
   const int child_err = spec.stderr_fd >= 0 ? spec.stderr_fd : err_fd >= 0 ? err_fd : out_fd;
   null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
 
   const pid_t pid = ::fork();
-  if (pid < 0) {
-    error = label_ + ": fork: " + std::strerror(errno);
-    return false;
-  }
+  if (pid < 0) return Status::from_errno(errno, label_ + ": fork");
   if (pid == 0) {
     if (spec.die_with_parent) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -271,7 +266,7 @@ bool Process::start(const Spawn& spec, std::string& error) {
   pid_ = pid;
   own_group_ = spec.own_process_group;
   pidfd_ = pidfd_open(pid);
-  return true;
+  return {};
 }
 
 void Process::reaped(int status) noexcept {
@@ -355,18 +350,18 @@ std::optional<std::string> wait_for_log_line(const fs::path& file, std::string_v
   return line;
 }
 
-std::optional<std::string> wait_for_log_line(const fs::path& file, std::string_view pattern, milliseconds timeout,
-                                             Process& watched, std::string& error, const std::function<void()>& tick) {
+Result<std::string> wait_for_log_line(const fs::path& file, std::string_view pattern, milliseconds timeout,
+                                      Process& watched, const std::function<void()>& tick) {
   auto line = wait_for_log_line(file, pattern, timeout, &watched, tick);
-  if (line) return line;
+  if (line) return std::move(*line);
   const bool alive = watched.running();
-  error = watched.label() + (alive ? " did not print \"" + std::string(pattern) + "\" within " +
-                                         std::to_string(timeout.count()) + " ms"
-                                   : " exited during start-up (code " +
-                                         std::to_string(watched.exit_code().value_or(-1)) + ", before printing \"" +
-                                         std::string(pattern) + "\")") +
-          "; last lines of " + file.string() + ":\n" + tail_lines(slurp(file), 8);
-  return std::nullopt;
+  return Status{alive ? Errc::timeout : Errc::refused,
+                watched.label() + (alive ? " did not print \"" + std::string(pattern) + "\" within " +
+                                               std::to_string(timeout.count()) + " ms"
+                                         : " exited during start-up (code " +
+                                               std::to_string(watched.exit_code().value_or(-1)) +
+                                               ", before printing \"" + std::string(pattern) + "\")") +
+                    "; last lines of " + file.string() + ":\n" + tail_lines(slurp(file), 8)};
 }
 
 int run_command(const std::vector<std::string>& argv, std::string* output, milliseconds timeout) {

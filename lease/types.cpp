@@ -73,11 +73,11 @@ template struct Id<NameTag>;
 template struct Id<SandboxTag>;
 template struct Id<WorkerTag>;
 
-std::string validate_name(std::string_view name) {
-  if (name.empty()) return "name is empty (a name is 1..128 bytes of A-Z a-z 0-9 . _ : / -)";
+Status validate_name(std::string_view name) {
+  if (name.empty()) return Status::invalid("name is empty (a name is 1..128 bytes of A-Z a-z 0-9 . _ : / -)");
   if (name.size() > kNameBytesMax)
-    return "name is " + std::to_string(name.size()) + " bytes; the limit is " +
-           std::to_string(kNameBytesMax);
+    return Status::invalid("name is " + std::to_string(name.size()) + " bytes; the limit is " +
+                           std::to_string(kNameBytesMax));
   for (std::size_t i = 0; i < name.size(); ++i) {
     const auto c = static_cast<unsigned char>(name[i]);
     if (!is_name_byte(c)) {
@@ -88,7 +88,7 @@ std::string validate_name(std::string_view name) {
       else
         std::snprintf(buf, sizeof buf,
                       "name has byte 0x%02x at byte %zu; allowed: A-Z a-z 0-9 . _ : / -", c, i);
-      return buf;
+      return Status::invalid(buf);
     }
   }
   return {};

@@ -285,7 +285,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   // other writers do not wait for it.
   token::Verdict token_verdict;
   const bool token_checked = check_token && verifier_ != nullptr && !skip_token_check_ &&
-                             validate_name(token.name).empty() && token.epoch != 0;
+                             validate_name(token.name).ok() && token.epoch != 0;
   if (token_checked)
     token_verdict = verifier_->verify(token.signed_token, name_id_of(token.name), token.epoch, token.holder);
   if (!step_done(s.begin)) return db_error("begin");
@@ -303,10 +303,10 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
   // Decide (FenceGate's rule: valid_fence(e) := e >= highest seen).
   std::string reason;
   Verdict verdict = Verdict::accepted;
-  const std::string name_problem = validate_name(token.name);
-  if (!name_problem.empty()) {
+  const Status name_problem = validate_name(token.name);
+  if (!name_problem.ok()) {
     verdict = Verdict::invalid;
-    reason = "invalid name: " + name_problem;
+    reason = "invalid name: " + name_problem.message();
   } else if (token.epoch == 0) {
     verdict = Verdict::invalid;
     reason = "epoch 0: no grant carries it";
@@ -362,7 +362,7 @@ WriteResult FencedStore::fenced(const WriteToken& token, std::string_view payloa
       to_string(announce && verdict == Verdict::accepted ? Verdict::fence : verdict);
   std::string audit_reason = reason;
   if (token_checked && token_verdict.ok() && verdict == Verdict::accepted) {
-    const auto t = token::decode(token.signed_token);
+    const Result<token::GrantToken> t = token::decode(token.signed_token);
     audit_reason = std::string(kVerifiedReasonPrefix) + " (key " + token::key_id_text(t ? t->key_id : 0) + ")";
   }
   if (announce && verdict == Verdict::accepted) {

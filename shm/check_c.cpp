@@ -232,8 +232,8 @@ int leasehold_verify(leasehold_verifier* verifier, const uint8_t* token, size_t 
     return LEASEHOLD_E_ARG;
   }
   try {
-    if (const std::string why = leasehold::validate_name(name); !why.empty()) {
-      put_error(err, err_len, ("leasehold_verify: " + why).c_str());
+    if (const leasehold::Status why = leasehold::validate_name(name); !why.ok()) {
+      put_error(err, err_len, ("leasehold_verify: " + why.message()).c_str());
       return LEASEHOLD_E_ARG;
     }
     const auto holder = leasehold::SandboxId::parse(holder_uuid);

@@ -430,16 +430,12 @@ OwnedFd::~OwnedFd() {
   if (fd >= 0) ::close(fd);
 }
 
-int TableWriter::reopen_read_only() const noexcept {
-  std::string file;
-  try {
-    file = location_.is_memfd ? "/proc/self/fd/" + std::to_string(memfd_.fd)
-                              : (location_.is_path ? location_.name : "/dev/shm/" + location_.name);
-  } catch (...) {
-    return -ENOMEM;
-  }
+Result<int> TableWriter::reopen_read_only() const {
+  const std::string file = location_.is_memfd ? "/proc/self/fd/" + std::to_string(memfd_.fd)
+                                              : (location_.is_path ? location_.name : "/dev/shm/" + location_.name);
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  return fd >= 0 ? fd : -errno;
+  if (fd < 0) return Status::from_errno(errno, quote(location_) + ": cannot open " + file + " read-only");
+  return fd;
 }
 
 std::string TableWriter::reader_location() const {
@@ -447,10 +443,11 @@ std::string TableWriter::reader_location() const {
   return location_.text;
 }
 
-int TableWriter::seals() const noexcept {
+Result<int> TableWriter::seals() const {
   if (memfd_.fd < 0) return 0;
   const int s = ::fcntl(memfd_.fd, F_GET_SEALS);
-  return s < 0 ? 0 : s;
+  if (s < 0) return Status::from_errno(errno, quote(location_) + ": F_GET_SEALS");
+  return s;
 }
 
 TableWriter TableWriter::create(const TableOptions& o) {
@@ -635,32 +632,22 @@ void store_token(TokenRecord& r, Epoch epoch, std::span<const std::uint8_t> toke
 
 }  // namespace
 
-ClaimResult TableWriter::claim(SandboxId sandbox, std::uint64_t now_ns) {
-  ClaimResult r;
-  claim_refusal_.clear();
-  if (sandbox.is_nil()) {
-    r.error = TableErrc::bad_argument;
-    claim_refusal_ = "claim needs a sandbox id (got nil)";
-    return r;
-  }
+Result<ClaimedSlot> TableWriter::claim(SandboxId sandbox, std::uint64_t now_ns) {
+  if (sandbox.is_nil()) return Status::invalid(quote(location_) + ": claim needs a sandbox id (got nil)");
   if (free_len_ == 0) {
-    r.error = TableErrc::table_full;
     stats().counters.claims_refused_full.fetch_add(1, std::memory_order_relaxed);
-    claim_refusal_ = quote(location_) + " is full: all " + std::to_string(slot_count_) +
-                     " slots are in use";
-    return r;
+    return Status{Errc::busy, quote(location_) + " is full: all " + std::to_string(slot_count_) + " slots are in use"};
   }
   const std::uint32_t i = free_ring_[free_head_];
   const std::uint64_t freed = freed_at_ns_[i];
   // A clock that reads earlier than the free time counts as "still cooling" (fail safe).
   if (freed != 0 && (now_ns < freed || now_ns - freed < cooldown_ns_)) {
-    r.error = TableErrc::table_full;
     stats().counters.claims_refused_full.fetch_add(1, std::memory_order_relaxed);
-    claim_refusal_ = quote(location_) + " is full: " + std::to_string(free_len_) +
-                     " free slots are still cooling down; the next is usable in " +
-                     ms_text(now_ns < freed ? cooldown_ns_ : cooldown_ns_ - (now_ns - freed));
-    return r;
+    return Status{Errc::busy, quote(location_) + " is full: " + std::to_string(free_len_) +
+                                  " free slots are still cooling down; the next is usable in " +
+                                  ms_text(now_ns < freed ? cooldown_ns_ : cooldown_ns_ - (now_ns - freed))};
   }
+  ClaimedSlot r;
   free_head_ = (free_head_ + 1) % slot_count_;
   --free_len_;
   Slot& s = *slot_ptr(i);
@@ -1028,16 +1015,17 @@ TableErrc TokenChannel::publish(Epoch epoch, std::span<const std::uint8_t> token
   return TableErrc::ok;
 }
 
-int TokenChannel::reopen_read_only() const noexcept {
-  char file[40];
-  std::snprintf(file, sizeof file, "/proc/self/fd/%d", memfd_.fd);
-  const int fd = ::open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  return fd >= 0 ? fd : -errno;
+Result<int> TokenChannel::reopen_read_only() const {
+  const std::string file = "/proc/self/fd/" + std::to_string(memfd_.fd);
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return Status::from_errno(errno, "token channel: cannot open " + file + " read-only");
+  return fd;
 }
 
-int TokenChannel::seals() const noexcept {
+Result<int> TokenChannel::seals() const {
   const int s = ::fcntl(memfd_.fd, F_GET_SEALS);
-  return s < 0 ? 0 : s;
+  if (s < 0) return Status::from_errno(errno, "token channel: F_GET_SEALS of descriptor " + std::to_string(memfd_.fd));
+  return s;
 }
 
 TokenChannelReader TokenChannelReader::open(std::string_view location) {

@@ -138,10 +138,10 @@ long parse_cgroup_keyed(std::string_view text, std::string_view key) noexcept {
   return -ENOENT;
 }
 
-int read_small_file(const std::string& path, std::string& out) {
-  out.clear();
+Result<std::string> read_small_file(const std::string& path) {
+  std::string out;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
+  if (fd < 0) return Status::from_errno(errno, "cannot read " + path);
   char buf[16384];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
@@ -149,17 +149,17 @@ int read_small_file(const std::string& path, std::string& out) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      return -err;
+      return Status::from_errno(err, "cannot read " + path);
     }
     if (n == 0) break;
     if (out.size() + static_cast<std::size_t>(n) > kProcFileBytesMax) {
       ::close(fd);
-      return -EFBIG;
+      return Status{Errc::io_error, path + " is larger than " + std::to_string(kProcFileBytesMax) + " bytes"};
     }
     out.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fd);
-  return 0;
+  return out;
 }
 
 // ---- CgroupLeaf ------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ CgroupLeaf::CgroupLeaf(CgroupLeaf&& o) noexcept
 
 CgroupLeaf& CgroupLeaf::operator=(CgroupLeaf&& o) noexcept {
   if (this != &o) {
-    remove();
+    remove_dir();
     close_fds();
     path_ = std::move(o.path_);
     dir_fd_ = o.dir_fd_;
@@ -187,7 +187,7 @@ CgroupLeaf& CgroupLeaf::operator=(CgroupLeaf&& o) noexcept {
 }
 
 CgroupLeaf::~CgroupLeaf() {
-  remove();
+  remove_dir();
   close_fds();
 }
 
@@ -210,12 +210,18 @@ int CgroupLeaf::frozen() const noexcept {
   return events_fd_ < 0 ? -EBADF : read_keyed_fd(events_fd_, "frozen");
 }
 
-int CgroupLeaf::remove() noexcept {
+int CgroupLeaf::remove_dir() noexcept {
   if (path_.empty()) return 0;
   if (::rmdir(path_.c_str()) != 0 && errno != ENOENT) return -errno;
   close_fds();
   path_.clear();
   return 0;
+}
+
+Status CgroupLeaf::remove() {
+  const std::string path = path_;
+  if (const int r = remove_dir(); r < 0) return Status::from_errno(r, "cannot remove the cgroup leaf " + path);
+  return {};
 }
 
 // ---- CgroupTree ------------------------------------------------------------------------------
@@ -229,20 +235,17 @@ CgroupTree CgroupTree::discover(const CgroupConfig& config) {
   };
   if (!config.use_cgroup) return fallback("cgroup use disabled by configuration");
 
-  std::string text;
-  if (int r = read_small_file(config.mountinfo_path, text); r < 0) {
-    return fallback("cannot read " + config.mountinfo_path + ": " + errno_text(-r));
-  }
-  const auto mount = find_cgroup2_mount(text);
+  Result<std::string> text = read_small_file(config.mountinfo_path);
+  if (!text) return fallback(text.message());
+  const auto mount = find_cgroup2_mount(*text);
   if (!mount) return fallback("no cgroup2 mount in " + config.mountinfo_path + " (cgroup v1-only host)");
   t.mount_point_ = mount->mount_point;
 
   std::string parent = config.parent_path;
   if (parent.empty()) {
-    if (int r = read_small_file(config.proc_self_cgroup_path, text); r < 0) {
-      return fallback("cannot read " + config.proc_self_cgroup_path + ": " + errno_text(-r));
-    }
-    const auto own = own_cgroup2_path(text);
+    text = read_small_file(config.proc_self_cgroup_path);
+    if (!text) return fallback(text.message());
+    const auto own = own_cgroup2_path(*text);
     if (!own) return fallback("no \"0::\" line in " + config.proc_self_cgroup_path);
     parent = t.mount_point_ + (*own == "/" ? std::string() : *own) + "/leasehold";
   }
@@ -275,14 +278,14 @@ CgroupTree CgroupTree::discover(const CgroupConfig& config) {
   if (config.pids_max > 0) {
     // The leaves' pids controller: available to the parent (its cgroup.controllers, i.e. enabled
     // by whoever delegated it), then enabled for its children.
-    std::string controllers;
-    const int r = read_small_file(parent + "/cgroup.controllers", controllers);
+    const Result<std::string> read = read_small_file(parent + "/cgroup.controllers");
+    std::string controllers = read.ok() ? *read : std::string();
     while (!controllers.empty() && (controllers.back() == '\n' || controllers.back() == ' ')) controllers.pop_back();
     bool listed = false;
     std::istringstream words(controllers);
     for (std::string w; words >> w;) listed = listed || w == "pids";
-    if (r != 0) {
-      t.pids_reason_ = "cannot read " + parent + "/cgroup.controllers: " + errno_text(-r);
+    if (!read) {
+      t.pids_reason_ = read.message();
     } else if (!listed) {
       t.pids_reason_ = "the pids controller is not delegated to " + parent + " (its cgroup.controllers: \"" +
                        controllers + "\")";
@@ -374,7 +377,7 @@ std::vector<CgroupTree::SweptLeaf> CgroupTree::sweep_leaves() const {
         ::poll(&p, 1, 10);
       }
     }
-    if (s.error == 0) s.error = leaf->remove();
+    if (s.error == 0) s.error = leaf->remove_dir();
     if (s.error != 0) leaf->path_.clear();  // keep the directory (it is not ours to lose track of)
     out.push_back(std::move(s));
   }

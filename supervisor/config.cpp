@@ -391,7 +391,7 @@ bool ablated(std::string_view ablation) {
   return false;
 }
 
-std::string uid_range_account_conflict(std::uint32_t first, std::uint32_t count) {
+Status check_uid_range_accounts(std::uint32_t first, std::uint32_t count) {
   const std::uint64_t end = std::uint64_t{first} + count;  // exclusive
   const auto inside = [&](std::uint64_t id) { return id >= first && id < end; };
   std::string found;
@@ -415,11 +415,13 @@ std::string uid_range_account_conflict(std::uint32_t first, std::uint32_t count)
     ::endgrent();
   }
   if (found.empty()) return {};
-  return "uid range " + std::to_string(first) + ":" + std::to_string(count) + " contains " + found +
-         ", which this host already uses: a sandbox that root starts runs as uid and gid START + slot, so it would "
-         "own that account's files and could signal its processes; give --uid-range a range that no account or "
-         "group uses, such as root's subordinate range in /etc/subuid and /etc/subgid (e.g. root:100000:65536, "
-         "added with `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 root`)";
+  return Status{Errc::exists,
+                "uid range " + std::to_string(first) + ":" + std::to_string(count) + " contains " + found +
+                    ", which this host already uses: a sandbox that root starts runs as uid and gid START + slot, so "
+                    "it would own that account's files and could signal its processes; give --uid-range a range that "
+                    "no account or group uses, such as root's subordinate range in /etc/subuid and /etc/subgid (e.g. "
+                    "root:100000:65536, added with `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 "
+                    "root`)"};
 }
 
 }  // namespace leasehold

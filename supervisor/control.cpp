@@ -66,8 +66,8 @@ SandboxId get_sandbox(const json& j, const char* field) {
 
 std::string get_name(const json& j, const char* field) {
   const std::string s = get_string(j, field, 4096);
-  const std::string why = validate_name(s);
-  if (!why.empty()) throw FieldError{std::string("field \"") + field + "\": " + why};
+  const Status why = validate_name(s);
+  if (!why.ok()) throw FieldError{std::string("field \"") + field + "\": " + why.message()};
   return s;
 }
 
@@ -269,15 +269,13 @@ std::string control_error(const json& id, ControlError code, std::string_view me
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-std::optional<gid_t> resolve_group(const std::string& name, std::string& error) {
+Result<gid_t> resolve_group(const std::string& name) {
   std::vector<char> buf(16384);
   group g{};
   group* out = nullptr;
   const int rc = getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &out);
-  if (rc != 0 || out == nullptr) {
-    error = "unknown group \"" + name + "\"" + (rc != 0 ? ": " + errno_text(rc) : std::string());
-    return std::nullopt;
-  }
+  if (rc != 0) return Status::from_errno(rc, "unknown group \"" + name + "\"");
+  if (out == nullptr) return Status{Errc::not_found, "unknown group \"" + name + "\""};
   return out->gr_gid;
 }
 
@@ -298,11 +296,11 @@ void ControlServer::close_all() {
   }
 }
 
-std::string ControlServer::open(const std::string& path) {
+Status ControlServer::open(const std::string& path) {
   sockaddr_un addr{};
   if (path.empty() || path.size() >= sizeof(addr.sun_path))
-    return "control socket path \"" + path + "\" is empty or longer than " +
-           std::to_string(sizeof(addr.sun_path) - 1) + " bytes";
+    return Status::invalid("control socket path \"" + path + "\" is empty or longer than " +
+                           std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
   // Parent directory: create one level if missing.
   const auto slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) {
@@ -312,19 +310,21 @@ std::string ControlServer::open(const std::string& path) {
     const bool created = ::stat(dir.c_str(), &st) != 0;
     if (created) {
       if (::mkdir(dir.c_str(), geteuid() == 0 ? 0755 : mode) != 0 && errno != EEXIST)
-        return "cannot create the control socket directory " + dir + ": " + errno_text(errno);
+        return Status::from_errno(errno, "cannot create the control socket directory " + dir);
       if (access_.group_gid && ::chown(dir.c_str(), static_cast<uid_t>(-1), *access_.group_gid) != 0)
-        return "cannot chgrp " + dir + ": " + errno_text(errno);
+        return Status::from_errno(errno, "cannot chgrp " + dir);
     }
     // A non-root supervisor's own directory (the default one, or one it just created) must be
     // its own and closed to others: whoever else could write it could replace the socket.
     if (geteuid() != 0 && (created || dir == runtime_dir())) {
       if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        return "control socket directory " + dir + " is not a directory";
+        return Status::invalid("control socket directory " + dir + " is not a directory");
       if (st.st_uid != geteuid() || (st.st_mode & 07777 & ~mode) != 0)
-        return "control socket directory " + dir + " is owned by uid " + std::to_string(st.st_uid) + " with mode " +
-               octal(st.st_mode & 07777) + ": it must be this user's (uid " + std::to_string(geteuid()) +
-               ") with mode " + octal(mode) + " or stricter; fix: chmod " + octal(mode) + " " + dir;
+        return Status{Errc::permission_denied,
+                      "control socket directory " + dir + " is owned by uid " + std::to_string(st.st_uid) +
+                          " with mode " + octal(st.st_mode & 07777) + ": it must be this user's (uid " +
+                          std::to_string(geteuid()) + ") with mode " + octal(mode) + " or stricter; fix: chmod " +
+                          octal(mode) + " " + dir};
     }
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size());
@@ -332,37 +332,37 @@ std::string ControlServer::open(const std::string& path) {
   // A socket file already there: refuse if someone listens on it, else it is stale.
   struct stat st{};
   if (::lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) return "control socket path " + path + " exists and is not a socket";
+    if (!S_ISSOCK(st.st_mode)) return Status::invalid("control socket path " + path + " exists and is not a socket");
     const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (probe >= 0) {
       const int rc = ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
       ::close(probe);
       if (rc == 0)
-        return "another process is listening on the control socket " + path +
-               " (is a supervisor already running? use --control-socket)";
+        return Status{Errc::busy, "another process is listening on the control socket " + path +
+                                      " (is a supervisor already running? use --control-socket)"};
     }
     ::unlink(path.c_str());
   }
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return "socket(AF_UNIX): " + errno_text(errno);
+  if (fd < 0) return Status::from_errno(errno, "control socket " + path + ": socket(AF_UNIX)");
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     const int e = errno;
     ::close(fd);
-    return "cannot bind the control socket " + path + ": " + errno_text(e);
+    return Status::from_errno(e, "cannot bind the control socket " + path);
   }
   const mode_t mode = access_.group_gid ? 0660 : 0600;
   if (access_.group_gid && ::chown(path.c_str(), static_cast<uid_t>(-1), *access_.group_gid) != 0) {
     const int e = errno;
     ::close(fd);
     ::unlink(path.c_str());
-    return "cannot chgrp the control socket " + path + ": " + errno_text(e);
+    return Status::from_errno(e, "cannot chgrp the control socket " + path);
   }
   ::chmod(path.c_str(), mode);
   if (::listen(fd, static_cast<int>(kControlClientsMax)) != 0) {
     const int e = errno;
     ::close(fd);
     ::unlink(path.c_str());
-    return "listen on " + path + ": " + errno_text(e);
+    return Status::from_errno(e, "listen on " + path);
   }
   listen_fd_ = fd;
   path_ = path;
@@ -382,16 +382,14 @@ std::vector<ControlServer::Watch> ControlServer::watch_fds() const {
   return w;
 }
 
-bool ControlServer::authorized(int fd, std::string& why, ucred& cred) const {
-  cred = ucred{};
+Result<ucred> ControlServer::authorized(int fd) const {
+  ucred cred{};
   socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-    why = "cannot read the caller's credentials (SO_PEERCRED): " + errno_text(errno);
-    return false;
-  }
-  if (cred.uid == 0 || cred.uid == access_.owner_uid) return true;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return Status::from_errno(errno, "cannot read the caller's credentials (SO_PEERCRED)");
+  if (cred.uid == 0 || cred.uid == access_.owner_uid) return cred;
   if (access_.group_gid) {
-    if (cred.gid == *access_.group_gid) return true;
+    if (cred.gid == *access_.group_gid) return cred;
     // Supplementary groups of the connecting process, from the socket (Linux 4.13); never
     // from /proc/<pid>/status, whose pid may belong to another process by now.
     std::vector<gid_t> groups(64);
@@ -405,26 +403,23 @@ bool ControlServer::authorized(int fd, std::string& why, ucred& cred) const {
         groups.resize(std::max<std::size_t>(bytes / sizeof(gid_t), groups.size() * 2));
         continue;
       }
-      why = "cannot read the caller's groups (SO_PEERGROUPS): " + errno_text(errno);
-      return false;
+      return Status::from_errno(errno, "cannot read the caller's groups (SO_PEERGROUPS)");
     }
     for (gid_t g : groups)
-      if (g == *access_.group_gid) return true;
+      if (g == *access_.group_gid) return cred;
   }
-  why = "uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
-        ") is not root, the supervisor's user, or a member of the allowed group";
-  return false;
+  return Status{Errc::permission_denied, "uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
+                                             ") is not root, the supervisor's user, or a member of the allowed group"};
 }
 
 void ControlServer::accept_ready() {
   for (int i = 0; i < static_cast<int>(kControlClientsMax); ++i) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or a transient error: poll again later
-    std::string why;
-    ucred cred{};
-    if (!authorized(fd, why, cred)) {
+    const Result<ucred> caller = authorized(fd);
+    if (!caller) {
       ++rejected_unauthorized_;
-      const std::string line = control_error(nullptr, ControlError::unauthorized, why);
+      const std::string line = control_error(nullptr, ControlError::unauthorized, caller.message());
       [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(fd);
       continue;
@@ -442,8 +437,8 @@ void ControlServer::accept_ready() {
     c.id = next_id_++;
     c.fd = fd;
     c.active_ms = boottime_ms();
-    c.uid = cred.uid;
-    c.gid = cred.gid;
+    c.uid = caller->uid;
+    c.gid = caller->gid;
     clients_.emplace(fd, std::move(c));
   }
 }
@@ -749,12 +744,29 @@ std::optional<json> control_call(const std::string& socket_path, const json& req
   }
 }
 
-std::optional<json> control_call(const std::string& socket_path, const json& request, std::uint64_t timeout_ms,
-                                 std::string& error) {
+Status control_call_status(const ControlCallFailure& failure) {
+  LEASEHOLD_ASSERT(failure.failed());
+  Errc code = Errc::io_error;
+  switch (failure.error) {
+    case ControlCallError::bad_path: code = Errc::invalid_argument; break;
+    case ControlCallError::no_server: code = Errc::not_found; break;
+    case ControlCallError::not_permitted:
+    case ControlCallError::foreign_server: code = Errc::permission_denied; break;
+    case ControlCallError::no_answer: code = Errc::timeout; break;
+    case ControlCallError::garbled: code = Errc::corrupt; break;
+    case ControlCallError::none:
+    case ControlCallError::connect_failed:
+    case ControlCallError::closed:
+    case ControlCallError::internal: code = Errc::io_error; break;
+  }
+  return Status{code, failure.message.empty() ? std::string("control call failed") : failure.message};
+}
+
+Result<json> control_call(const std::string& socket_path, const json& request, std::uint64_t timeout_ms) {
   ControlCallFailure failure;
   auto answer = control_call(socket_path, request, timeout_ms, failure);
-  if (!answer) error = failure.message;
-  return answer;
+  if (!answer) return control_call_status(failure);
+  return std::move(*answer);
 }
 
 }  // namespace leasehold

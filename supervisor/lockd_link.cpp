@@ -92,33 +92,33 @@ const wire::Authenticator* LockdLink::answer_key(std::span<const std::uint8_t> a
   return nullptr;
 }
 
-std::string LockdLink::check_worker_key(const wire::WireKey& key) const {
-  if (key.kind != wire::KeyKind::worker) return "not a worker key";
+Status LockdLink::check_worker_key(const wire::WireKey& key) const {
+  if (key.kind != wire::KeyKind::worker) return Status::invalid("not a worker key");
   if (key.worker != sender_.self())
-    return "the key of worker " + key.worker.str() + ", not of this worker (" + sender_.self().str() + ")";
+    return Status::invalid("the key of worker " + key.worker.str() + ", not of this worker (" + sender_.self().str() + ")");
   return {};
 }
 
-std::string LockdLink::rekey(const wire::WireKey& key) {
-  if (std::string why = check_worker_key(key); !why.empty()) return why;
+Status LockdLink::rekey(const wire::WireKey& key) {
+  if (Status why = check_worker_key(key); !why.ok()) return why;
   keys_->rotate(key);
   sender_.rekey(key);
   pending_.reset();
   return {};
 }
 
-std::string LockdLink::try_key(const wire::WireKey& key, std::int64_t deadline_ns,
-                               std::function<void(bool, std::string)> done) {
-  if (std::string why = check_worker_key(key); !why.empty()) return why;
-  if (pending_ && pending_->probing) return "the previous reload's key (id " + std::to_string(pending_->key.key_id) +
-                                            ") is still being tried; reload again in a moment";
+Status LockdLink::try_key(const wire::WireKey& key, std::int64_t deadline_ns, KeyProbeDone done) {
+  if (Status why = check_worker_key(key); !why.ok()) return why;
+  if (pending_ && pending_->probing)
+    return Status{Errc::busy, "the previous reload's key (id " + std::to_string(pending_->key.key_id) +
+                                  ") is still being tried; reload again in a moment"};
   if (key.key_id == sender_.key_id() && !pending_) return rekey(key);  // same id: nothing to prove
   pending_.reset(new PendingKey{key, wire::Authenticator(key), false});
   try_pending_key(deadline_ns, std::move(done));
   return {};
 }
 
-bool LockdLink::try_pending_key(std::int64_t deadline_ns, std::function<void(bool, std::string)> done) {
+bool LockdLink::try_pending_key(std::int64_t deadline_ns, KeyProbeDone done) {
   if (!pending_ || pending_->probing) return false;
   auto c = std::make_shared<Call>();
   c->deadline_ns = deadline_ns;
@@ -132,13 +132,15 @@ bool LockdLink::try_pending_key(std::int64_t deadline_ns, std::function<void(boo
     pending_->probing = false;
     if (r.ok() && r.key_id == id) {
       wire::WireKey k = pending_->key;
-      rekey(k);  // resets pending_
+      const Status rekeyed = rekey(k);  // resets pending_; the key passed check_worker_key in try_key
       OPENSSL_cleanse(k.bytes.data(), k.bytes.size());
-      done(true, {});
+      done(rekeyed);
       return;
     }
-    done(false, r.ok() ? "lockd answered under key id " + std::to_string(r.key_id) + ", not " + std::to_string(id)
-                       : r.problem);
+    if (r.ok())
+      done(Status{Errc::refused, "lockd answered under key id " + std::to_string(r.key_id) + ", not " + std::to_string(id)});
+    else
+      done(Status{Errc::timeout, r.problem.empty() ? "no answer from lockd to the key probe" : r.problem});
   };
   start(std::move(c));
   return true;

@@ -79,7 +79,7 @@ std::optional<PortError> OsSandboxHost::create(const SandboxSpec& spec, HostedSa
   const std::string idstr = spec.id.str();
   // Whatever fails below leaves no leaf behind.
   auto fail = [&](PortError e) -> std::optional<PortError> {
-    if (r.leaf.valid() && r.leaf.remove() != 0) log("event=cgroup_leak path=" + r.leaf.path());
+    if (r.leaf.valid() && !r.leaf.remove().ok()) log("event=cgroup_leak path=" + r.leaf.path());
     r.leaf = CgroupLeaf{};
     return e;
   };
@@ -106,10 +106,10 @@ std::optional<PortError> OsSandboxHost::create(const SandboxSpec& spec, HostedSa
   sr.inherit_fd = cfg_.table_ro_fd;
   // Its own token channel, read-only: the tokens of its grants and of nobody else's.
   static_assert(kTokensFd == shm::kTokenChannelFd);
-  const shm::OwnedFd tokens_ro(r.tokens ? r.tokens->reopen_read_only() : -EINVAL);
-  if (tokens_ro.fd < 0)
-    return fail(internal(std::string("cannot reopen the sandbox's token channel read-only: ") +
-                         std::strerror(-tokens_ro.fd)));
+  if (!r.tokens) return fail(internal("the sandbox has no token channel to inherit"));
+  const Result<int> reopened = r.tokens->reopen_read_only();
+  if (!reopened.ok()) return fail(internal("cannot reopen the sandbox's token channel read-only: " + reopened.message()));
+  const shm::OwnedFd tokens_ro(*reopened);
   set_env(shm::kTokenChannelEnv, std::to_string(kTokensFd));
   sr.tokens_fd = tokens_ro.fd;
   set_env("LEASEHOLD_SLOT", std::to_string(spec.slot));
@@ -223,13 +223,13 @@ ReapedSandbox OsSandboxHost::reap(const SandboxId& id) {
   }
   r.process = SandboxProcess{};  // closes the pidfd
   if (r.leaf.valid()) {
-    int rc = r.leaf.remove();
-    for (int i = 0; rc == -EBUSY && i < 100; ++i) {  // killed tasks leave the cgroup asynchronously
+    Status removed = r.leaf.remove();
+    for (int i = 0; removed.code() == Errc::busy && i < 100; ++i) {  // killed tasks leave the cgroup asynchronously
       r.leaf.kill();
       ::usleep(1000);
-      rc = r.leaf.remove();
+      removed = r.leaf.remove();
     }
-    if (rc != 0) log("event=cgroup_leak path=" + r.leaf.path() + " error=\"" + std::strerror(-rc) + "\"");
+    if (!removed.ok()) log("event=cgroup_leak path=" + r.leaf.path() + " error=\"" + removed.message() + "\"");
     // Dead means the pidfd reported the exit *and* the leaf is empty.
     out.still_populated = r.leaf.valid() && r.leaf.populated() == 1;
   }
@@ -249,7 +249,7 @@ bool OsSandboxHost::leaf_emptied(const SandboxId& id) {
     leaf.kill();
     return false;
   }
-  if (leaf.valid() && leaf.remove() != 0) return false;
+  if (leaf.valid() && !leaf.remove().ok()) return false;
   records_.erase(it);
   return true;
 }
@@ -269,7 +269,7 @@ void OsSandboxHost::stop_all(std::uint64_t now_ns) {
       leasehold::reap(r.process.pidfd(), info, true);
     }
     if (r.leaf.valid()) {
-      for (int i = 0; i < 100 && r.leaf.remove() == -EBUSY; ++i) ::usleep(1000);
+      for (int i = 0; i < 100 && r.leaf.remove().code() == Errc::busy; ++i) ::usleep(1000);
     }
   }
   records_.clear();

@@ -24,9 +24,9 @@ void write_all(int fd, const char* p, std::size_t n) {
 
 }  // namespace
 
-std::string OutputPump::start() {
+Status OutputPump::start() {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) return std::string("eventfd: ") + std::strerror(errno);
+  if (wake_fd_ < 0) return Status::from_errno(errno, "sandbox output: eventfd");
   thread_ = std::thread([this] { run(); });
   return {};
 }

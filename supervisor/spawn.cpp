@@ -306,18 +306,16 @@ std::string write_id_maps(pid_t pid, const Isolation& iso, bool root) {
 
 }  // namespace
 
-std::optional<SeccompFilter> build_seccomp_filter(std::string& error) {
+Result<SeccompFilter> build_seccomp_filter() {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (ctx == nullptr) {
-    error = "seccomp_init failed";
-    return std::nullopt;
-  }
+  if (ctx == nullptr) return Status{Errc::io_error, "seccomp filter: seccomp_init failed"};
   SeccompFilter f;
+  Status error;
   auto deny = [&](const char* name, int err) -> bool {
     const int nr = seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) return true;  // not on this architecture
     if (int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0); r < 0) {
-      error = std::string("seccomp rule for ") + name + ": " + std::strerror(-r);
+      error = Status::from_errno(r, std::string("seccomp filter: the rule for ") + name);
       return false;
     }
     f.denied.emplace_back(name);
@@ -343,7 +341,7 @@ std::optional<SeccompFilter> build_seccomp_filter(std::string& error) {
     if (int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                                  SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag));
         r < 0) {
-      error = std::string("seccomp rule for clone: ") + std::strerror(-r);
+      error = Status::from_errno(r, "seccomp filter: the rule for clone");
       ok = false;
     }
   }
@@ -352,21 +350,23 @@ std::optional<SeccompFilter> build_seccomp_filter(std::string& error) {
   if (ok) {
     const int fd = ::memfd_create("leasehold-seccomp", MFD_CLOEXEC);
     if (fd < 0) {
-      error = std::string("memfd_create: ") + std::strerror(errno);
+      error = Status::from_errno(errno, "seccomp filter: memfd_create");
       ok = false;
     } else {
       if (int r = seccomp_export_bpf(ctx, fd); r < 0) {
-        error = std::string("seccomp_export_bpf: ") + std::strerror(-r);
+        error = Status::from_errno(r, "seccomp filter: seccomp_export_bpf");
         ok = false;
       } else {
         const off_t size = ::lseek(fd, 0, SEEK_END);
         if (size <= 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0) {
-          error = "seccomp_export_bpf wrote " + std::to_string(size) + " bytes";
+          error = Status{Errc::io_error, "seccomp filter: seccomp_export_bpf wrote " + std::to_string(size) +
+                                             " bytes, not a whole number of " + std::to_string(sizeof(sock_filter)) +
+                                             "-byte instructions"};
           ok = false;
         } else {
           f.words.resize(static_cast<std::size_t>(size) / sizeof(sock_filter));
           if (::pread(fd, f.words.data(), static_cast<std::size_t>(size), 0) != size) {
-            error = "cannot read back the seccomp program";
+            error = Status{Errc::io_error, "seccomp filter: cannot read back the program from its memfd"};
             ok = false;
           }
         }
@@ -375,7 +375,7 @@ std::optional<SeccompFilter> build_seccomp_filter(std::string& error) {
     }
   }
   seccomp_release(ctx);
-  if (!ok) return std::nullopt;
+  if (!ok) return error;
   return f;
 }
 
@@ -384,18 +384,14 @@ std::vector<std::string> default_bwrap_args() {
           "--die-with-parent"};
 }
 
-std::optional<std::string> resolve_command(std::string_view command, std::string_view search_path,
-                                           std::string& error) {
-  if (command.empty()) {
-    error = "empty command";
-    return std::nullopt;
-  }
+Result<std::string> resolve_command(std::string_view command, std::string_view search_path) {
+  if (command.empty()) return Status::invalid("empty command");
   if (command.find('/') != std::string_view::npos) {
     std::string path(command);
     bool exists = false;
     if (is_executable_file(path, exists)) return path;
-    error = exists ? "permission denied: " + path : "command not found: " + path;
-    return std::nullopt;
+    if (exists) return Status{Errc::permission_denied, "permission denied: " + path};
+    return Status{Errc::not_found, "command not found: " + path};
   }
   std::string denied;
   std::size_t pos = 0;
@@ -410,8 +406,8 @@ std::optional<std::string> resolve_command(std::string_view command, std::string
     if (is_executable_file(candidate, exists)) return candidate;
     if (exists && denied.empty()) denied = candidate;
   }
-  error = denied.empty() ? "command not found: " + std::string(command) : "permission denied: " + denied;
-  return std::nullopt;
+  if (!denied.empty()) return Status{Errc::permission_denied, "permission denied: " + denied};
+  return Status{Errc::not_found, "command not found: " + std::string(command)};
 }
 
 SandboxProcess::SandboxProcess(SandboxProcess&& o) noexcept : pid_(o.pid_), pidfd_(o.pidfd_) {
@@ -497,13 +493,12 @@ std::optional<ChildStart> start_child(const SpawnRequest& request, bool gated, S
     const char* own = std::getenv("PATH");
     search = own != nullptr ? own : kDefaultSearchPath;
   }
-  std::string why;
   // A relative path with a '/' names a file below the working directory the child will be in.
   const std::string& name = request.argv[0];
   const bool below_cwd = !request.working_directory.empty() && !name.empty() && name.front() != '/' &&
                          name.find('/') != std::string::npos;
-  const auto command = resolve_command(below_cwd ? request.working_directory + "/" + name : name, search, why);
-  if (!command) return fail(why.rfind("permission", 0) == 0 ? EACCES : ENOENT, why);
+  const Result<std::string> command = resolve_command(below_cwd ? request.working_directory + "/" + name : name, search);
+  if (!command) return fail(command.code() == Errc::permission_denied ? EACCES : ENOENT, command.message());
 
   const Isolation* iso = request.isolation;
   const bool root = ::geteuid() == 0;
@@ -552,8 +547,8 @@ std::optional<ChildStart> start_child(const SpawnRequest& request, bool gated, S
   std::vector<std::string> full;
   std::string exec_path = *command;
   if (request.bwrap != nullptr) {
-    const auto bwrap = resolve_command(request.bwrap->bwrap_path, search, why);
-    if (!bwrap) return fail(ENOENT, "bubblewrap requested but unusable: " + why);
+    const Result<std::string> bwrap = resolve_command(request.bwrap->bwrap_path, search);
+    if (!bwrap) return fail(ENOENT, "bubblewrap requested but unusable: " + bwrap.message());
     exec_path = *bwrap;
     full.push_back(*bwrap);
     full.insert(full.end(), request.bwrap->args.begin(), request.bwrap->args.end());
@@ -790,37 +785,39 @@ bool release_sandbox(PreparedSandbox& prepared, SpawnError& error) {
   return false;
 }
 
-std::string dedicated_dir_problem(const std::string& dir, mode_t extra_mode) {
-  if (dir.empty() || dir.front() != '/') return "directory " + dir + " is not an absolute path";
-  if (dir == "/") return "the directory is / itself";
+Status check_dedicated_dir(const std::string& dir, mode_t extra_mode) {
+  if (dir.empty() || dir.front() != '/') return Status::invalid("directory " + dir + " is not an absolute path");
+  if (dir == "/") return Status::invalid("the directory is / itself");
   static const char* const kSystem[] = {"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64",
                                         "/libx32", "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/run/user",
                                         "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib",
                                         "/var/run", "/var/tmp"};
   for (const char* sys : kSystem)
-    if (dir == sys) return "directory " + dir + " is a system directory";
+    if (dir == sys) return Status::invalid("directory " + dir + " is a system directory");
   char real[PATH_MAX];
-  if (::getcwd(real, sizeof real) != nullptr && dir == real) return "directory " + dir + " is the working directory";
+  if (::getcwd(real, sizeof real) != nullptr && dir == real)
+    return Status::invalid("directory " + dir + " is the working directory");
   if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
-    if (::realpath(home, real) != nullptr ? dir == real : dir == home) return "directory " + dir + " is $HOME";
+    if (::realpath(home, real) != nullptr ? dir == real : dir == home)
+      return Status::invalid("directory " + dir + " is $HOME");
   }
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) return "directory " + dir + ": " + std::strerror(errno);
-  if (!S_ISDIR(st.st_mode)) return dir + " is not a directory";
+  if (::lstat(dir.c_str(), &st) != 0) return Status::from_errno(errno, "directory " + dir);
+  if (!S_ISDIR(st.st_mode)) return Status::invalid(dir + " is not a directory");
   if (st.st_uid != ::geteuid())
-    return "directory " + dir + " is owned by uid " + std::to_string(st.st_uid) + ", not uid " +
-           std::to_string(::geteuid());
+    return Status{Errc::permission_denied, "directory " + dir + " is owned by uid " + std::to_string(st.st_uid) +
+                                               ", not uid " + std::to_string(::geteuid())};
   const mode_t mode = st.st_mode & 07777;
   if ((mode & ~(0700 | extra_mode)) != 0) {
     char text[8];
     std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode));
-    return "directory " + dir + " has mode " + text + ", not 0700";
+    return Status{Errc::permission_denied, "directory " + dir + " has mode " + text + ", not 0700"};
   }
   return {};
 }
 
-std::string renamable_ancestor(const std::string& dir) {
-  if (dir.empty() || dir.front() != '/') return "directory " + dir + " is not an absolute path";
+Status check_no_renamable_ancestor(const std::string& dir) {
+  if (dir.empty() || dir.front() != '/') return Status::invalid("directory " + dir + " is not an absolute path");
   const uid_t me = ::geteuid();
   std::string x = dir;
   while (x.size() > 1) {
@@ -830,19 +827,21 @@ std::string renamable_ancestor(const std::string& dir) {
     const std::string parent = up == 0 ? "/" : x.substr(0, up);
     struct stat xs {}, ps {};
     if (::lstat(x.c_str(), &xs) != 0 || ::stat(parent.c_str(), &ps) != 0)
-      return "cannot check " + x + ": " + std::strerror(errno);
-    if (S_ISLNK(xs.st_mode)) return x + " is a symbolic link (use the path it resolves to)";
+      return Status::from_errno(errno, "cannot check " + x);
+    if (S_ISLNK(xs.st_mode)) return Status::invalid(x + " is a symbolic link (use the path it resolves to)");
     const bool writable = ::faccessat(AT_FDCWD, parent.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
     const bool sticky_against = (ps.st_mode & S_ISVTX) != 0 && xs.st_uid != me && ps.st_uid != me;
     if (writable && !sticky_against)
-      return "directory " + x + " can be renamed by uid " + std::to_string(me) + " (its parent " + parent +
-             " is writable to it), and so by a sandbox of this supervisor";
+      return Status{Errc::permission_denied, "directory " + x + " can be renamed by uid " + std::to_string(me) +
+                                                 " (its parent " + parent +
+                                                 " is writable to it), and so by a sandbox of this supervisor"};
   }
   return {};
 }
 
-int become_child_subreaper() noexcept {
-  return ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno;
+Status become_child_subreaper() {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) return Status::from_errno(errno, "prctl(PR_SET_CHILD_SUBREAPER)");
+  return {};
 }
 
 int reap(int pidfd, siginfo_t& info, bool block) noexcept {
@@ -855,20 +854,24 @@ int reap(int pidfd, siginfo_t& info, bool block) noexcept {
 }
 
 namespace {
-// Runs `req` to its end: "" when it exited 0, else why not (`what` names it in the text).
-std::string run_probe(const SpawnRequest& req, const std::string& what, const char* status_hint) {
+// Runs `req` to its end: ok when it exited 0, else why not (`what` names it in the text).
+Status run_probe(const SpawnRequest& req, const std::string& what, const char* status_hint) {
   SpawnError err;
   auto p = spawn_sandbox(req, err);
-  if (!p) return err.message;
+  if (!p)
+    return Status{err.errno_value != 0 ? errc_of_errno(err.errno_value) : Errc::io_error,
+                  err.message.empty() ? "cannot start " + what : err.message};
   siginfo_t info{};
-  if (int r = reap(p->pidfd(), info, true); r < 0) return std::string("waitid: ") + std::strerror(-r);
-  if (info.si_code != CLD_EXITED) return what + " was killed by signal " + std::to_string(info.si_status);
-  if (info.si_status != 0) return what + " exited with status " + std::to_string(info.si_status) + status_hint;
+  if (int r = reap(p->pidfd(), info, true); r < 0) return Status::from_errno(r, what + ": waitid");
+  if (info.si_code != CLD_EXITED)
+    return Status{Errc::unsupported, what + " was killed by signal " + std::to_string(info.si_status)};
+  if (info.si_status != 0)
+    return Status{Errc::unsupported, what + " exited with status " + std::to_string(info.si_status) + status_hint};
   return {};
 }
 }  // namespace
 
-std::string probe_bwrap(const BwrapConfig& config) {
+Status probe_bwrap(const BwrapConfig& config) {
   SpawnRequest req;
   req.argv = {"true"};
   const char* path = std::getenv("PATH");
@@ -877,7 +880,7 @@ std::string probe_bwrap(const BwrapConfig& config) {
   return run_probe(req, "bwrap", " (user namespaces or mounts not permitted here?)");
 }
 
-std::string probe_isolation(const Isolation& isolation, const std::string& command) {
+Status probe_isolation(const Isolation& isolation, const std::string& command) {
   SpawnRequest req;
   req.argv = {command};
   req.env = {std::string("PATH=") + kDefaultSearchPath};

@@ -82,11 +82,11 @@ void log_event(const char* fmt, ...) {
 }
 
 // Whether argv[0] resolves to an executable, with the PATH the sandbox will have.
-bool command_resolves(const ControlRequest& req, std::string& error) {
+Status command_resolves(const ControlRequest& req) {
   std::string path = kDefaultSearchPath;
   for (const auto& e : req.env)
     if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
-  return resolve_command(req.argv.front(), path, error).has_value();
+  return resolve_command(req.argv.front(), path).status();
 }
 
 // A reloaded key's probe (a Stats request under it) waits this long for lockd's answer ...
@@ -100,13 +100,13 @@ std::string parent_dir(const std::string& path) {
   return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
 }
 
-// Why `dir` may not be covered as a directory of its own in the sandboxes' mount namespaces
-// ("" when it may): see dedicated_dir_problem (spawn.hpp); for a non-root supervisor also no
-// directory above it may be renamable by its uid (renamable_ancestor), since its sandboxes share it.
-std::string cover_dir_problem(const std::string& dir, mode_t extra_mode) {
-  std::string why = dedicated_dir_problem(dir, extra_mode);
-  if (why.empty() && ::geteuid() != 0) why = renamable_ancestor(dir);
-  return why;
+// Ok when `dir` may be covered as a directory of its own in the sandboxes' mount namespaces:
+// see check_dedicated_dir (spawn.hpp); for a non-root supervisor also no directory above it may
+// be renamable by its uid (check_no_renamable_ancestor), since its sandboxes share it.
+Status check_cover_dir(const std::string& dir, mode_t extra_mode) {
+  if (Status why = check_dedicated_dir(dir, extra_mode); !why.ok()) return why;
+  if (::geteuid() != 0) return check_no_renamable_ancestor(dir);
+  return {};
 }
 
 // The core's answers to control clients: through the control server while it is open.
@@ -254,7 +254,7 @@ struct Supervisor::Impl {
   /// SIGHUP: loads --key-file again and signs with it from now on (LockdLink::rekey).
   void reload_key();
   void probe_pending_key();
-  void on_key_probe(std::uint16_t key_id, bool accepted, const std::string& why);
+  void on_key_probe(std::uint16_t key_id, const Status& accepted);
   std::int64_t next_key_probe_ns = 0;  ///< when the pending key (lockd lacks it) is tried again
   void maybe_finish_shutdown();
 
@@ -310,7 +310,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
              " that neither group nor others may write"};
     default_log_dir = cfg.sandbox_log_dir.empty();  // the worker lock makes it this process's alone
   }
-  if (std::string err = output_pump.start(); !err.empty()) return Status{Errc::io_error, "sandbox output: " + err};
+  if (Status started = output_pump.start(); !started.ok()) return started;
   control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
   auto addr = SocketAddress::parse(cfg.lockd_address);
   if (!addr) {
@@ -322,9 +322,9 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   lockd_address = *addr;
   std::optional<gid_t> gid;
   if (!cfg.group.empty()) {
-    std::string err;
-    gid = resolve_group(cfg.group, err);
-    if (!gid) return Status{Errc::invalid_argument, "--group: " + err};
+    const Result<gid_t> resolved = resolve_group(cfg.group);
+    if (!resolved) return Status{Errc::invalid_argument, "--group: " + resolved.message()};
+    gid = *resolved;
   }
 
   // io_uring first: without it nothing else is worth setting up.
@@ -375,11 +375,10 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   // to check for leaks) and removing the parent at shutdown removes nothing of anyone else's.
   CgroupConfig cc;
   {
-    std::string mountinfo, own;
     std::optional<Cgroup2Mount> m;
     std::optional<std::string> path;
-    if (read_small_file(cc.mountinfo_path, mountinfo) == 0) m = find_cgroup2_mount(mountinfo);
-    if (read_small_file(cc.proc_self_cgroup_path, own) == 0) path = own_cgroup2_path(own);
+    if (const auto mountinfo = read_small_file(cc.mountinfo_path)) m = find_cgroup2_mount(*mountinfo);
+    if (const auto own = read_small_file(cc.proc_self_cgroup_path)) path = own_cgroup2_path(*own);
     if (m && path) {
       std::string rel = *path;
       if (m->root != "/" && rel.rfind(m->root, 0) == 0) rel = rel.substr(m->root.size());
@@ -404,31 +403,31 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     // The sandbox must see the shm table (read-only is enough) and keep the supervisor's stdio.
     // A memfd table reaches it as the inherited descriptor alone.
     if (!table->location().is_memfd) bwrap->args.insert(bwrap->args.end(), {"--ro-bind", shm_path, shm_path});
-    if (std::string why = probe_bwrap(*bwrap); !why.empty()) return Status{Errc::unsupported, "--bwrap: " + why};
+    if (const Status why = probe_bwrap(*bwrap); !why.ok()) return Status{Errc::unsupported, "--bwrap: " + why.message()};
   }
   if (cfg.isolation) {
     if (cfg.bwrap)
       return Status{Errc::invalid_argument, "--bwrap and the isolated spawn are exclusive: add --isolation off to wrap sandboxes in bubblewrap"};
-    std::string err;
-    seccomp = build_seccomp_filter(err);
-    if (!seccomp) return Status{Errc::unsupported, "sandbox isolation: " + err};
+    auto built = build_seccomp_filter();
+    if (!built) return Status{Errc::unsupported, "sandbox isolation: " + built.message()};
+    seccomp = std::move(built).value();
     if (::geteuid() == 0) {
       std::string range_source;  // where a default range came from, for a refusal
       sandbox_uid_first = cfg.sandbox_uid_first;
       sandbox_uid_count = cfg.sandbox_uid_count;
       if (sandbox_uid_first == 0) {
-        std::string subuid;
-        const auto range = read_small_file("/etc/subuid", subuid) == 0 ? root_subuid_range(subuid) : std::nullopt;
+        const Result<std::string> subuid = read_small_file("/etc/subuid");
+        const auto range = subuid ? root_subuid_range(*subuid) : std::nullopt;
         sandbox_uid_first = range ? range->first : kDefaultSandboxUidFirst;
         sandbox_uid_count = range ? range->second : kDefaultSandboxUidCount;
         range_source = range ? "root's range in /etc/subuid"
                              : "built in, as /etc/subuid has no range for root";
       }
       // No account's uid or group's gid: a sandbox would own that account's files and processes.
-      if (std::string why = uid_range_account_conflict(sandbox_uid_first, sandbox_uid_count);
-          !why.empty() && !ablated("uid-range-accounts"))
-        return Status{Errc::invalid_argument, cfg.sandbox_uid_first != 0 ? "--uid-range: " + why
-                                          : "the default sandbox uid range (" + range_source + "): " + why};
+      if (const Status why = check_uid_range_accounts(sandbox_uid_first, sandbox_uid_count);
+          !why.ok() && !ablated("uid-range-accounts"))
+        return Status{Errc::invalid_argument, cfg.sandbox_uid_first != 0 ? "--uid-range: " + why.message()
+                                          : "the default sandbox uid range (" + range_source + "): " + why.message()};
       if (sandbox_uid_count < cfg.slots)
         return Status{Errc::invalid_argument, "--uid-range " + std::to_string(sandbox_uid_first) + ":" + std::to_string(sandbox_uid_count) +
                " holds fewer uids than --slots " + std::to_string(cfg.slots) + " (one per slot)"};
@@ -446,10 +445,10 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     const std::string key_path = ::realpath(cfg.key_file.c_str(), real) != nullptr ? std::string(real) : cfg.key_file;
     if (ablated("key-dir-cover")) {  // tests only: the file alone, as before
       hidden_paths.push_back(key_path);
-    } else if (std::string why = cover_dir_problem(parent_dir(key_path), 0); why.empty()) {
+    } else if (const Status why = check_cover_dir(parent_dir(key_path), 0); why.ok()) {
       hidden_paths.push_back(parent_dir(key_path));
     } else if (::geteuid() != 0) {
-      return Status{Errc::permission_denied, "--key-file " + cfg.key_file + ": " + why +
+      return Status{Errc::permission_denied, "--key-file " + cfg.key_file + ": " + why.message() +
              ". A sandbox of a non-root supervisor runs as its uid: only a cover over the key's directory hides the "
              "key after a rotation renames a new key into place; fix: keep the key alone in a directory of its own "
              "(mkdir -m 700 DIR, owned by uid " + std::to_string(::geteuid()) +
@@ -459,16 +458,17 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     }
     hidden_paths.push_back("/sys/fs/cgroup");
     if (!cgroups.mount_point().empty()) hidden_paths.push_back(cgroups.mount_point());
-    if (std::string why = probe_isolation(isolation_for(0, 0, 0), "true"); !why.empty())
-      return Status{Errc::unsupported, "sandbox isolation is not available here: " + why +
+    if (const Status why = probe_isolation(isolation_for(0, 0, 0), "true"); !why.ok())
+      return Status{Errc::unsupported, "sandbox isolation is not available here: " + why.message() +
              "; fix: allow user namespaces (sysctl user.max_user_namespaces > 0; on Debian/Ubuntu also "
              "kernel.unprivileged_userns_clone=1 or an AppArmor profile), or start with --isolation off "
              "(sandboxes can then escape the kill-switch)"};
   }
   unsafe_kill = !cfg.isolation && cgroups.mode() != KillMode::cgroup_v2_delegated;
   dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  table_ro_fd = table->reopen_read_only();
-  if (table_ro_fd < 0) return Status{Errc::io_error, "shm table: cannot open " + shm_path + " read-only: " + std::strerror(-table_ro_fd)};
+  const Result<int> table_ro = table->reopen_read_only();
+  if (!table_ro.ok()) return table_ro.status();
+  table_ro_fd = *table_ro;
 
   rt_config.slots = cfg.slots;
   rt_config.granularity_ns = cfg.wheel_granularity_ns;
@@ -524,16 +524,16 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   control = std::make_unique<ControlServer>(
       ControlAccess{::geteuid(), gid},
       [this](ControlClientId c, ControlRequest r) { on_request(c, std::move(r)); });
-  if (std::string err = control->open(control_path); !err.empty()) return Status{Errc::io_error, err};
+  if (Status opened = control->open(control_path); !opened.ok()) return opened;
   if (cfg.isolation) {
     hidden_paths.push_back(control_path);
     // And its directory, where it is one of its own: a non-root supervisor's sandbox (its uid)
     // could otherwise move that directory, or one above it, aside and listen in its place.
     if (ablated("socket-dir-cover")) {  // tests only: the socket (and runtime directory) alone, as before
-    } else if (std::string why = cover_dir_problem(parent_dir(control_path), gid ? 0050 : 0); why.empty()) {
+    } else if (const Status why = check_cover_dir(parent_dir(control_path), gid ? 0050 : 0); why.ok()) {
       hidden_paths.push_back(parent_dir(control_path));
     } else if (::geteuid() != 0) {
-      return Status{Errc::permission_denied, "control socket " + control_path + ": " + why +
+      return Status{Errc::permission_denied, "control socket " + control_path + ": " + why.message() +
              ". A sandbox of a non-root supervisor runs as its uid and could put its own socket there; fix: use a "
              "socket directory of this user's alone, mode 0700, in a path it cannot rename (the default "
              "$XDG_RUNTIME_DIR/leasehold with XDG_RUNTIME_DIR=/run/user/" + std::to_string(::geteuid()) + ")"};
@@ -578,7 +578,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     SupervisorCoreHooks hooks;
     hooks.log = [](const std::string& line) { log_event("%s", line.c_str()); };
     hooks.new_sandbox_id = [] { return random_sandbox_id(); };
-    hooks.command_resolves = [](const ControlRequest& req, std::string& error) { return command_resolves(req, error); };
+    hooks.command_resolves = [](const ControlRequest& req) { return command_resolves(req); };
     hooks.gone = [this](const Sandbox& s) { remember_log(s); };
     hooks.disarm_pending = [this] { schedule_disarm_check(); };
     hooks.shutdown_progress = [this] { maybe_finish_shutdown(); };
@@ -1043,17 +1043,16 @@ void Supervisor::Impl::reload_key() {
   // The new key is used only once lockd answers a request signed with it (LockdLink::try_key):
   // until then every datagram stays under the current key, so a key lockd lacks kills nothing.
   wire::KeyLoad kl = wire::load_key_file(cfg.key_file);
-  std::string err = kl ? std::string() : kl.message();
+  Status err = kl.status();
   const std::uint16_t id = kl ? kl->key_id : 0;
   if (kl && ablated("unprobed-key-reload"))  // tests only: switch at once, as before
     err = link->rekey(*kl);
   else if (kl)
-    err = link->try_key(*kl, boottime_ns() + kKeyProbeNs,
-                        [this, id](bool accepted, std::string why) { on_key_probe(id, accepted, why); });
+    err = link->try_key(*kl, boottime_ns() + kKeyProbeNs, [this, id](const Status& accepted) { on_key_probe(id, accepted); });
   if (kl) OPENSSL_cleanse(kl->bytes.data(), kl->bytes.size());
-  if (!err.empty()) {
+  if (!err.ok()) {
     ++counters.key_reloads_refused;
-    log_event("event=key_reload_refused key_file=%s error=\"%s\"", cfg.key_file.c_str(), err.c_str());
+    log_event("event=key_reload_refused key_file=%s error=\"%s\"", cfg.key_file.c_str(), err.message().c_str());
     return;
   }
   if (link->pending_key_id() == 0 && link->key_id() == id) {  // the same key id: in use at once
@@ -1062,8 +1061,8 @@ void Supervisor::Impl::reload_key() {
   }
 }
 
-void Supervisor::Impl::on_key_probe(std::uint16_t key_id, bool accepted, const std::string& why) {
-  if (accepted) {
+void Supervisor::Impl::on_key_probe(std::uint16_t key_id, const Status& accepted) {
+  if (accepted.ok()) {
     ++counters.key_reloads;
     log_event("event=key_reloaded key_file=%s key_id=%u", cfg.key_file.c_str(), static_cast<unsigned>(key_id));
     return;
@@ -1074,7 +1073,7 @@ void Supervisor::Impl::on_key_probe(std::uint16_t key_id, bool accepted, const s
             "(%s): still signing with key id %u; load the new cluster key into lockd (its key directory, then "
             "SIGHUP), tried again every %lld s\"",
             cfg.key_file.c_str(), static_cast<unsigned>(key_id), static_cast<unsigned>(link->key_id()),
-            static_cast<unsigned>(key_id), why.c_str(), static_cast<unsigned>(link->key_id()),
+            static_cast<unsigned>(key_id), accepted.message().c_str(), static_cast<unsigned>(link->key_id()),
             static_cast<long long>(kKeyProbeIntervalNs / 1'000'000'000));
 }
 
@@ -1082,8 +1081,7 @@ void Supervisor::Impl::probe_pending_key() {
   if (link->pending_key_id() == 0 || boottime_ns() < next_key_probe_ns || shutting_down()) return;
   const std::uint16_t id = link->pending_key_id();
   next_key_probe_ns = INT64_MAX;  // until this probe ends
-  if (!link->try_pending_key(boottime_ns() + kKeyProbeNs,
-                             [this, id](bool accepted, std::string why) { on_key_probe(id, accepted, why); }))
+  if (!link->try_pending_key(boottime_ns() + kKeyProbeNs, [this, id](const Status& accepted) { on_key_probe(id, accepted); }))
     next_key_probe_ns = boottime_ns() + kKeyProbeIntervalNs;
 }
 

@@ -139,11 +139,12 @@ bool SupervisorCore::refuse_name_here(ControlClientId client, const ControlReque
 }
 
 void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
-  std::string err;
-  if (!cfg_.synthetic && hooks_.command_resolves && !hooks_.command_resolves(req, err)) {
-    ++counters_.spawn_failures;
-    reply(client, control_error(req.id, ControlError::exec_failed, err));
-    return;
+  if (!cfg_.synthetic && hooks_.command_resolves) {
+    if (const Status resolves = hooks_.command_resolves(req); !resolves.ok()) {
+      ++counters_.spawn_failures;
+      reply(client, control_error(req.id, ControlError::exec_failed, resolves.message()));
+      return;
+    }
   }
   if (req.name) {
     if (refuse_name_here(client, req)) return;
@@ -151,16 +152,14 @@ void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
     if (!gate_named_creation(client, req.id)) return;
   }
   const SandboxId id = hooks_.new_sandbox_id();
-  const shm::ClaimResult claim = table_.claim(id, now_);
-  if (claim.error != shm::TableErrc::ok) {
-    reply(client, control_error(req.id, ControlError::table_full, table_.claim_refusal().empty()
-                                                          ? std::string(shm::to_string(claim.error))
-                                                          : table_.claim_refusal()));
+  const Result<shm::ClaimedSlot> claim = table_.claim(id, now_);
+  if (!claim.ok()) {
+    reply(client, control_error(req.id, ControlError::table_full, claim.message()));
     return;
   }
   Sandbox s;
   s.id = id;
-  s.slot = claim.slot;
+  s.slot = claim->slot;
   s.synthetic = cfg_.synthetic;
   s.owner = req.caller_uid;
   Sandbox& added = sandboxes_.add(std::move(s));
@@ -558,10 +557,11 @@ void SupervisorCore::do_expect_commit(ControlClientId client, ControlRequest req
                                 {{"holder", holder->str()}}));
     return;
   }
-  std::string err;
-  if (!cfg_.synthetic && hooks_.command_resolves && !hooks_.command_resolves(req, err)) {
-    reply(client, control_error(req.id, ControlError::exec_failed, err));
-    return;
+  if (!cfg_.synthetic && hooks_.command_resolves) {
+    if (const Status resolves = hooks_.command_resolves(req); !resolves.ok()) {
+      reply(client, control_error(req.id, ControlError::exec_failed, resolves.message()));
+      return;
+    }
   }
   if (pending_commits_.size() >= kPendingCommitsMax) {
     reply(client, control_error(req.id, ControlError::busy, "too many commits waiting for the next heartbeat"));
@@ -569,14 +569,14 @@ void SupervisorCore::do_expect_commit(ControlClientId client, ControlRequest req
   }
   if (refuse_unsafe_kill(client, req)) return;
   if (!gate_named_creation(client, req.id)) return;
-  const shm::ClaimResult claim = table_.claim(*req.sandbox, now_);
-  if (claim.error != shm::TableErrc::ok) {
-    reply(client, control_error(req.id, ControlError::table_full, table_.claim_refusal()));
+  const Result<shm::ClaimedSlot> claim = table_.claim(*req.sandbox, now_);
+  if (!claim.ok()) {
+    reply(client, control_error(req.id, ControlError::table_full, claim.message()));
     return;
   }
   Sandbox s;
   s.id = *req.sandbox;
-  s.slot = claim.slot;
+  s.slot = claim->slot;
   s.synthetic = cfg_.synthetic;
   s.owner = req.caller_uid;
   const SandboxId id = s.id;

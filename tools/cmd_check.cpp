@@ -117,7 +117,13 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
     const auto own_result = shm::own_token(a->tokens, *epoch);
     std::string token_why = own_result.message();
     const std::vector<std::uint8_t> own = own_result.ok() ? *own_result : std::vector<std::uint8_t>{};
-    std::optional<token::GrantToken> tok = own.empty() ? std::nullopt : token::decode(own);
+    std::optional<token::GrantToken> tok;
+    if (!own.empty()) {
+      if (Result<token::GrantToken> decoded = token::decode(own); decoded.ok())
+        tok = std::move(decoded).value();
+      else
+        token_why = "this sandbox's token for epoch " + etext + ": " + decoded.message();
+    }
     if (tok && tok->holder != snap.sandbox) {
       tok.reset();
       token_why = "this sandbox's token for epoch " + etext + " is not the slot's (slot " + std::to_string(slot) +

@@ -130,7 +130,7 @@ Failure deny_failure(const wire::Deny& d, std::string_view name) {
       return {kNotFound, "unknown name " + n + ": lockd has no record of it (never acquired, released, "
                          "or its lease expired; `leasehold names` lists the known ones)"};
     case Refusal::invalid_name:
-      return {kUsage, "malformed name " + n + ": " + validate_name(name)};
+      return {kUsage, "malformed name " + n + ": " + validate_name(name).message()};
     case Refusal::forbidden:
       // lockd tells nothing of a name that is not the key's: no state or epoch to print.
       return {kRefused, n + " refused by lockd: forbidden: this key may not do that: a worker key acts only on "
@@ -238,9 +238,9 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
 // ---- arguments ----------------------------------------------------------------------------------
 
 bool check_name(std::string_view name, Failure& failure) {
-  const std::string why = validate_name(name);
-  if (why.empty()) return true;
-  failure = {kUsage, "malformed name \"" + std::string(name) + "\": " + why};
+  const Status why = validate_name(name);
+  if (why.ok()) return true;
+  failure = {kUsage, "malformed name \"" + std::string(name) + "\": " + why.message()};
   return false;
 }
 

@@ -155,14 +155,14 @@ std::string dir_of(const std::string& path) {
 
 /// Starts a long-running child (stress-ng, gnuplot) in its own process
 /// group with stdout and stderr into one log file, SIGKILLed if the probe dies.
-bool spawn_proc(harness::Process& p, const std::string& label, const std::vector<std::string>& argv,
-                const std::string& log_path, std::string& error) {
+Status spawn_proc(harness::Process& p, const std::string& label, const std::vector<std::string>& argv,
+                  const std::string& log_path) {
   harness::Spawn spec;
   spec.argv = argv;
   spec.stdout_path = log_path;
   spec.stderr_path = log_path;
   spec.label = label;
-  return p.start(spec, error);
+  return p.start(spec);
 }
 
 // ---- the UDP relay between the supervisor and lockd (worst phase) ----------------------------
@@ -916,8 +916,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
   finish_sandbox();
   if (contender) contender->release();
   monitor.reset();
-  std::string perr;
-  if (auto parsed = pp::parse_sandbox_log(slurp(log_path), perr)) {
+  if (auto parsed = pp::parse_sandbox_log(slurp(log_path))) {
     log_out = std::move(*parsed);
     have_log = true;
     const std::string beacon = slurp(log_path + ".last", 64);
@@ -926,7 +925,7 @@ pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_
     if (last_accept != 0 && !pp::close_open_interval(log_out, last_accept) && o.error.empty())
       o.error = "sandbox log " + log_path + ": its last-accept record contradicts the log";
   } else if (o.error.empty()) {
-    o.error = "sandbox log " + log_path + ": " + perr;
+    o.error = log_path + ": " + parsed.message();
   }
   return o;
 }
@@ -1124,9 +1123,9 @@ Failure prepare(ProbeRun& r) {
   }
 
   if (a.pauses_set) {
-    std::string err;
-    r.listed = pp::parse_pause_list(a.pauses, err);
-    if (!r.listed) return {kUsage, "--pauses: " + err};
+    auto listed = pp::parse_pause_list(a.pauses);
+    if (!listed) return {kUsage, "--pauses: " + listed.message()};
+    r.listed = std::move(listed).value();
     if (r.listed->size() * a.repeat > pp::kPausesMax * 4) return {kUsage, "too many trials (pauses x --repeat)"};
   }
 
@@ -1217,8 +1216,8 @@ Failure arm(ProbeRun& r) {
       for (std::string w; ss >> w;) argv.push_back(w);
       argv.insert(argv.end(), {"--timeout", std::to_string(secs) + "s", "--quiet"});
       const std::string slog = (a.standalone ? d.dir() : r.out) + "/stress-ng.log";
-      std::string err;
-      if (!spawn_proc(r.stress, "stress-ng", argv, slog, err)) return {kInternal, err};
+      if (const Status started = spawn_proc(r.stress, "stress-ng", argv, slog); !started.ok())
+        return {kInternal, started.message()};
       for (const auto& w : argv) r.stress_text += (r.stress_text.empty() ? "" : " ") + w;
       stderr_progress(a.quiet, "stress: " + r.stress_text + "\n");
       sleep_ms(500);  // let the load ramp up before the first trial
@@ -1341,7 +1340,7 @@ int report_sweep(ProbeRun& r) {
     const std::string script = out + "/pause-probe.gp";
     if (!write_file(script, pp::gnuplot_script(rep, csv, plot_path), err)) return report("pause-probe", {kFailure, err});
     harness::Process gp;
-    if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log", err)) {
+    if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log").ok()) {
       gp.wait(std::chrono::milliseconds(kGnuplotTimeoutMs));
       gp.terminate(std::chrono::milliseconds(100));
     }

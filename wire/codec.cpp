@@ -112,7 +112,7 @@ std::size_t size_of(const Error& m) noexcept { return 2 + 8 + 2 + m.message.size
 
 // ... validation before writing (what the decoder would reject) ...
 EncodeError check_name(std::string_view name) {
-  return validate_name(name).empty() ? EncodeError::none : EncodeError::invalid_name;
+  return validate_name(name).ok() ? EncodeError::none : EncodeError::invalid_name;
 }
 template <class M>
 EncodeError check(const M&) { return EncodeError::none; }
@@ -293,8 +293,8 @@ class Reader {
   }
   bool name(std::string& s, const char* f) {
     if (!text8(s, kNameBytesMax, f)) return false;
-    if (auto why = validate_name(s); !why.empty())
-      return fail(DecodeError::invalid_name, std::string("field ") + f + ": " + why);
+    if (const Status why = validate_name(s); !why.ok())
+      return fail(DecodeError::invalid_name, std::string("field ") + f + ": " + why.message());
     return true;
   }
   bool count(std::uint16_t& n, std::size_t max, std::size_t min_entry_bytes, const char* f) {

@@ -75,11 +75,8 @@ TokenBytes encode(const GrantToken& t) noexcept {
   return b;
 }
 
-std::optional<GrantToken> decode(std::span<const std::uint8_t> bytes, std::string* why) {
-  auto fail = [&](std::string text) -> std::optional<GrantToken> {
-    if (why != nullptr) *why = std::move(text);
-    return std::nullopt;
-  };
+Result<GrantToken> decode(std::span<const std::uint8_t> bytes) {
+  auto fail = [](std::string text) -> Result<GrantToken> { return Status{Errc::corrupt, std::move(text)}; };
   if (bytes.size() != kTokenBytes)
     return fail("a token is " + std::to_string(kTokenBytes) + " bytes, not " + std::to_string(bytes.size()));
   if (wire::load_le<std::uint32_t>(bytes.data() + kOffMagic) != kTokenMagic) return fail("not a leasehold token (bad magic)");
@@ -342,9 +339,8 @@ Verdict TokenVerifier::verify(std::span<const std::uint8_t> bytes, NameId name, 
     return v;
   };
   if (bytes.empty()) return reject(Reject::unsigned_token, "the write carries no signed token, only an epoch");
-  std::string why;
-  const auto t = decode(bytes, &why);
-  if (!t) return reject(Reject::malformed, why);
+  const Result<GrantToken> t = decode(bytes);
+  if (!t) return reject(Reject::malformed, t.message());
   if (t->name != name) return reject(Reject::wrong_name, "signed for name id " + t->name.str() + ", not " + name.str());
   if (t->epoch != epoch)
     return reject(Reject::wrong_epoch, "signed for epoch " + std::to_string(t->epoch) + ", the write claims " +

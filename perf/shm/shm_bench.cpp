@@ -35,7 +35,7 @@ struct Fixture {
     writer.emplace(TableWriter::create(o));
     const std::uint64_t now = boottime_ns();
     for (std::uint32_t i = 0; i < slots; ++i) {
-      const auto c = writer->claim(SandboxId{i + 1ULL, i + 7ULL}, now);
+      const ClaimedSlot c = writer->claim(SandboxId{i + 1ULL, i + 7ULL}, now).value();
       writer->publish(c.slot, NameId{i + 1ULL, 1}, "bench-name", kEpoch, now + 3'600'000'000'000ULL);
     }
     reader.emplace(TableReader::open(o.location));

@@ -128,16 +128,19 @@ struct IsolationSetup {
   Isolation iso;
   std::string error;
   explicit IsolationSetup(const CgroupTree& tree) {
-    auto f = build_seccomp_filter(error);
-    if (!f) return;
-    filter = std::move(*f);
+    auto f = build_seccomp_filter();
+    if (!f) {
+      error = f.message();
+      return;
+    }
+    filter = std::move(f).value();
     iso.uid = ::geteuid() == 0 ? kDefaultSandboxUidFirst : ::geteuid();
     iso.gid = ::geteuid() == 0 ? kDefaultSandboxUidFirst : ::getegid();
     iso.seccomp = &filter;
     iso.nproc_max = 1024;
     iso.hide = {"/sys/fs/cgroup"};
     if (!tree.mount_point().empty()) iso.hide.push_back(tree.mount_point());
-    if (std::string why = probe_isolation(iso, "true"); !why.empty()) error = why;
+    if (const Status why = probe_isolation(iso, "true"); !why.ok()) error = why.message();
   }
 };
 
@@ -264,7 +267,8 @@ int run_kills(int count, int batch, int cpu, int priority, bool isolated) {
     for (int i = 0; i < n; ++i) {
       siginfo_t info{};
       reap(procs[static_cast<std::size_t>(i)].pidfd(), info, true);
-      if (leaves[static_cast<std::size_t>(i)]) leaves[static_cast<std::size_t>(i)]->remove();
+      if (auto& leaf = leaves[static_cast<std::size_t>(i)]; leaf && !leaf->remove().ok())
+        std::fprintf(stderr, "cgroup leaf %s left behind\n", leaf->path().c_str());
     }
     done_total += n;
   }
@@ -358,7 +362,8 @@ std::int64_t measure_once(const SpawnMode& m, const CgroupTree& tree, bool kill,
   siginfo_t info{};
   reap(proc->pidfd(), info, true);
   if (leaf)
-    for (int i = 0; i < 1000 && leaf->remove() == -EBUSY; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 0; i < 1000 && leaf->remove().code() == Errc::busy; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return result;
 }
 
@@ -376,11 +381,11 @@ int run_spawn(int runs, const std::string& bwrap_path) {
   BwrapConfig bw;
   bw.bwrap_path = bwrap_path;
   bw.args = {"--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"};
-  const std::string bwrap_skipped = probe_bwrap(bw);
-  if (bwrap_skipped.empty()) {
-    std::string err;
-    const auto path = resolve_command(bwrap_path, "/usr/local/bin:/usr/bin:/bin", err);
-    SpawnMode b{"bwrap", nullptr, {path.value_or(bwrap_path)}, true};
+  const Status bwrap_probe = probe_bwrap(bw);
+  const std::string bwrap_skipped = bwrap_probe.message();
+  if (bwrap_probe.ok()) {
+    const Result<std::string> path = resolve_command(bwrap_path, "/usr/local/bin:/usr/bin:/bin");
+    SpawnMode b{"bwrap", nullptr, {path.ok() ? *path : bwrap_path}, true};
     b.prefix.insert(b.prefix.end(), bw.args.begin(), bw.args.end());
     b.prefix.push_back("--");
     modes.push_back(std::move(b));
@@ -455,16 +460,15 @@ int run_register(const std::string& socket, int count, int threads, const std::s
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
       for (int i = next++; i < count; i = next++) {
-        std::string err;
         auto a = control_call(socket,
                               json{{"v", 1}, {"op", "run"}, {"name", prefix + std::to_string(i)}, {"argv", {"true"}}},
-                              10'000, err);
+                              10'000);
         if (a && (*a)["ok"] == true) {
           ++ok;
         } else {
           ++failed;
           std::lock_guard<std::mutex> g(m);
-          if (first_error.empty()) first_error = a ? a->dump() : err;
+          if (first_error.empty()) first_error = a ? a->dump() : a.message();
         }
       }
     });

@@ -84,9 +84,8 @@ TEST(HarnessDeployment, StartsLockdAndASupervisorAndStopsThem) {
   EXPECT_EQ(index, 0u);
   EXPECT_EQ(d.supervisors(), 1u);
 
-  std::string error;
-  const auto status = Deployment::request(ss.control_socket, {{"op", "status"}}, error);
-  ASSERT_TRUE(status.has_value()) << error;
+  const auto status = Deployment::request(ss.control_socket, {{"op", "status"}});
+  ASSERT_TRUE(status.ok()) << status.message();
   EXPECT_EQ(status->value("ok", false), true) << status->dump();
   EXPECT_EQ(status->value("pid", -1), d.supervisor(0).pid());
   EXPECT_EQ(status->value("ttl_ms", 0), 2000);

@@ -19,8 +19,8 @@ Process sleeper() {
   Spawn s;
   s.argv = {"/bin/sleep", "600"};
   s.label = "sleeper";
-  std::string error;
-  EXPECT_TRUE(p.start(s, error)) << error;
+  const Status started = p.start(s);
+  EXPECT_TRUE(started.ok()) << started.message();
   return p;
 }
 
@@ -30,9 +30,8 @@ bool stopped(pid_t pid) {
 }
 
 std::string cgroup_of(pid_t pid) {
-  std::string text;
-  read_small_file("/proc/" + std::to_string(pid) + "/cgroup", text);
-  return own_cgroup2_path(text).value_or("");
+  const Result<std::string> text = read_small_file("/proc/" + std::to_string(pid) + "/cgroup");
+  return text ? own_cgroup2_path(*text).value_or("") : "";
 }
 
 TEST(HarnessFreeze, SigstopFreezesAndThawsAChild) {
@@ -115,12 +114,13 @@ TEST(HarnessFreeze, CgroupFreezeMovesTheChildIntoALeafAndBack) {
 
   std::int64_t t = 0;
   ASSERT_TRUE(f->freeze(t).ok());
-  std::string events;
-  ASSERT_EQ(read_small_file(f->leaf() + "/cgroup.events", events), 0);
-  EXPECT_EQ(parse_cgroup_keyed(events, "frozen"), 1);
+  Result<std::string> events = read_small_file(f->leaf() + "/cgroup.events");
+  ASSERT_TRUE(events.ok()) << events.message();
+  EXPECT_EQ(parse_cgroup_keyed(*events, "frozen"), 1);
   ASSERT_TRUE(f->thaw(t).ok());
-  ASSERT_EQ(read_small_file(f->leaf() + "/cgroup.events", events), 0);
-  EXPECT_EQ(parse_cgroup_keyed(events, "frozen"), 0);
+  events = read_small_file(f->leaf() + "/cgroup.events");
+  ASSERT_TRUE(events.ok()) << events.message();
+  EXPECT_EQ(parse_cgroup_keyed(*events, "frozen"), 0);
 
   // Frozen again and the freezer dropped: a driver that died would leave this; recovered here.
   ASSERT_TRUE(f->freeze(t).ok());

@@ -23,6 +23,13 @@ Spawn sh(const std::string& script, const TempDir& dir) {
   return s;
 }
 
+// Process::start as an assertion: the failure's message when it does not start.
+::testing::AssertionResult started(Process& p, const Spawn& s) {
+  const Status st = p.start(s);
+  if (st.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << st.message();
+}
+
 void write(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
 }
@@ -94,8 +101,7 @@ TEST(HarnessProcess, RunsWithItsEnvironmentAndOutputsInFiles) {
   Spawn s = sh("echo out=$LH_HARNESS_X; echo err >&2; exit 3", dir);
   s.env = {{"LH_HARNESS_X", "forty two"}};
   Process p;
-  std::string error;
-  ASSERT_TRUE(p.start(s, error)) << error;
+  ASSERT_TRUE(started(p, s));
   EXPECT_GT(p.pid(), 0);
   EXPECT_EQ(p.wait(10'000ms), 3);
   EXPECT_EQ(p.exit_code(), 3);
@@ -110,16 +116,15 @@ TEST(HarnessProcess, OneFileForBothStreamsAndAppend) {
   Spawn s = sh("echo one; echo two >&2", dir);
   s.stderr_path = s.stdout_path;
   Process p;
-  std::string error;
-  ASSERT_TRUE(p.start(s, error)) << error;
+  ASSERT_TRUE(started(p, s));
   ASSERT_EQ(p.wait(10'000ms), 0);
   EXPECT_EQ(slurp(s.stdout_path), "one\ntwo\n");
   s.append_stdout = true;
-  ASSERT_TRUE(p.start(s, error)) << error;
+  ASSERT_TRUE(started(p, s));
   ASSERT_EQ(p.wait(10'000ms), 0);
   EXPECT_EQ(slurp(s.stdout_path), "one\ntwo\none\ntwo\n");
   s.append_stdout = false;
-  ASSERT_TRUE(p.start(s, error)) << error;
+  ASSERT_TRUE(started(p, s));
   ASSERT_EQ(p.wait(10'000ms), 0);
   EXPECT_EQ(slurp(s.stdout_path), "one\ntwo\n");
 }
@@ -127,33 +132,34 @@ TEST(HarnessProcess, OneFileForBothStreamsAndAppend) {
 TEST(HarnessProcess, BadSpecsAndExecFailuresAreNamed) {
   TempDir dir("harness-test");
   Process p;
-  std::string error;
-  EXPECT_FALSE(p.start(Spawn{}, error));
-  EXPECT_NE(error.find("empty argv"), std::string::npos) << error;
+  const Status empty = p.start(Spawn{});
+  EXPECT_EQ(empty.code(), Errc::invalid_argument);
+  EXPECT_NE(empty.message().find("empty argv"), std::string::npos) << empty.message();
   Spawn s = sh("true", dir);
   s.netns = "lh-harness-test-no-such-namespace";
-  EXPECT_FALSE(p.start(s, error));
-  EXPECT_NE(error.find("/run/netns/lh-harness-test-no-such-namespace"), std::string::npos) << error;
+  const Status netns = p.start(s);
+  EXPECT_EQ(netns.code(), Errc::not_found);
+  EXPECT_NE(netns.message().find("/run/netns/lh-harness-test-no-such-namespace"), std::string::npos) << netns.message();
   s = sh("true", dir);
   s.stdout_path = dir.path() / "no" / "such" / "out";
-  EXPECT_FALSE(p.start(s, error));
-  EXPECT_NE(error.find("cannot open " + s.stdout_path.string()), std::string::npos) << error;
+  const Status output = p.start(s);
+  EXPECT_EQ(output.code(), Errc::not_found);
+  EXPECT_NE(output.message().find("cannot open " + s.stdout_path.string()), std::string::npos) << output.message();
   s = sh("true", dir);
   s.argv = {(dir.path() / "not-a-program").string()};
-  ASSERT_TRUE(p.start(s, error)) << error;
+  ASSERT_TRUE(started(p, s));
   EXPECT_EQ(p.wait(10'000ms), 127);
   EXPECT_NE(p.err().find("cannot execute " + s.argv[0]), std::string::npos) << p.err();
   s.argv = {"sh", "-c", "exit 4"};
   s.search_path = true;
-  ASSERT_TRUE(p.start(s, error)) << error;
+  ASSERT_TRUE(started(p, s));
   EXPECT_EQ(p.wait(10'000ms), 4);
 }
 
 TEST(HarnessProcess, WaitTimesOutThenTerminateAndKill) {
   TempDir dir("harness-test");
   Process p;
-  std::string error;
-  ASSERT_TRUE(p.start(sh("exec sleep 30", dir), error)) << error;
+  ASSERT_TRUE(started(p, sh("exec sleep 30", dir)));
   ASSERT_GE(p.pidfd(), 0);
   EXPECT_EQ(p.wait(30ms), -1);
   EXPECT_TRUE(p.running());
@@ -161,10 +167,10 @@ TEST(HarnessProcess, WaitTimesOutThenTerminateAndKill) {
   EXPECT_EQ(p.terminate(10'000ms), 128 + SIGTERM);  // SIGCONT first: a stopped child still ends
   EXPECT_EQ(p.terminate(), 128 + SIGTERM);           // no child: the last code
   // A child that ignores SIGTERM is killed after the grace period.
-  ASSERT_TRUE(p.start(sh("trap '' TERM; echo ready; while :; do sleep 1; done", dir), error)) << error;
+  ASSERT_TRUE(started(p, sh("trap '' TERM; echo ready; while :; do sleep 1; done", dir)));
   ASSERT_TRUE(wait_for_log_line(dir.path() / "out", "ready", 10'000ms, &p).has_value());
   EXPECT_EQ(p.terminate(100ms), 128 + SIGKILL);
-  ASSERT_TRUE(p.start(sh("exec sleep 30", dir), error)) << error;
+  ASSERT_TRUE(started(p, sh("exec sleep 30", dir)));
   const pid_t pid = p.pid();
   const int pidfd = p.pidfd();
   p.kill9();
@@ -176,8 +182,7 @@ TEST(HarnessProcess, WaitTimesOutThenTerminateAndKill) {
 TEST(HarnessProcess, AMovedProcessIsOwnedOnce) {
   TempDir dir("harness-test");
   Process a;
-  std::string error;
-  ASSERT_TRUE(a.start(sh("exec sleep 30", dir), error)) << error;
+  ASSERT_TRUE(started(a, sh("exec sleep 30", dir)));
   const pid_t pid = a.pid();
   Process b(std::move(a));
   EXPECT_EQ(a.pid(), -1);  // NOLINT(bugprone-use-after-move): the moved-from state is specified
@@ -193,8 +198,7 @@ TEST(HarnessProcess, AMovedProcessIsOwnedOnce) {
 TEST(HarnessProcess, ThePidfdIsReadableOnceTheChildExits) {
   TempDir dir("harness-test");
   Process p;
-  std::string error;
-  ASSERT_TRUE(p.start(sh("sleep 0.05", dir), error)) << error;
+  ASSERT_TRUE(started(p, sh("sleep 0.05", dir)));
   ASSERT_GE(p.pidfd(), 0);
   pollfd fd{p.pidfd(), POLLIN, 0};
   EXPECT_EQ(::poll(&fd, 1, 10'000), 1);
@@ -208,21 +212,20 @@ TEST(HarnessProcess, ThePidfdIsReadableOnceTheChildExits) {
 TEST(HarnessWait, WaitsForAWholeLine) {
   TempDir dir("harness-test");
   Process p;
-  std::string error;
   // The pattern appears first in an unfinished line; only the finished line counts.
-  ASSERT_TRUE(p.start(sh("printf 'a=1\\nlistening 127.0.0.1:'; sleep 0.2; printf '4711\\nmore\\n'; exec sleep 30", dir),
-                      error))
-      << error;
-  const auto line = wait_for_log_line(dir.path() / "out", "listening ", 10'000ms, p, error);
-  ASSERT_TRUE(line.has_value()) << error;
+  ASSERT_TRUE(started(p, sh("printf 'a=1\\nlistening 127.0.0.1:'; sleep 0.2; printf '4711\\nmore\\n'; exec sleep 30", dir)));
+  const auto line = wait_for_log_line(dir.path() / "out", "listening ", 10'000ms, p);
+  ASSERT_TRUE(line.ok()) << line.message();
   EXPECT_EQ(*line, "listening 127.0.0.1:4711");
   EXPECT_EQ(wait_for_log_line(dir.path() / "out", "a=", 1'000ms), "a=1");
   EXPECT_EQ(wait_for_log_line(dir.path() / "out", "4711\n", 1'000ms), "listening 127.0.0.1:4711");
   EXPECT_EQ(wait_for_log_line(dir.path() / "out", "a=1\n", 1'000ms), "a=1");
   EXPECT_EQ(wait_for_log_line(dir.path() / "out", "a=", 20ms, nullptr, {}, 1), std::nullopt) << "before `from`";
   const std::int64_t t0 = now_ns();
-  EXPECT_EQ(wait_for_log_line(dir.path() / "out", "never", 50ms, p, error), std::nullopt);
+  const auto never = wait_for_log_line(dir.path() / "out", "never", 50ms, p);
+  EXPECT_EQ(never.code(), Errc::timeout);
   EXPECT_GE(now_ns() - t0, 50 * kNsPerMs);
+  const std::string& error = never.message();
   EXPECT_NE(error.find("/bin/sh did not print \"never\" within 50 ms"), std::string::npos) << error;
   EXPECT_NE(error.find("more"), std::string::npos) << "the log's tail: " << error;
 }
@@ -232,15 +235,16 @@ TEST(HarnessWait, AProcessThatExitsEndsTheWait) {
   Spawn s = sh("echo started; exit 5", dir);
   s.label = "the worker";
   Process p;
-  std::string error;
-  ASSERT_TRUE(p.start(s, error)) << error;
+  ASSERT_TRUE(started(p, s));
   const std::int64_t t0 = now_ns();
-  EXPECT_EQ(wait_for_log_line(dir.path() / "out", "ready", 20'000ms, p, error), std::nullopt);
+  const auto ready = wait_for_log_line(dir.path() / "out", "ready", 20'000ms, p);
+  EXPECT_EQ(ready.code(), Errc::refused);
   EXPECT_LT(now_ns() - t0, 10'000 * kNsPerMs) << "not the whole timeout";
+  const std::string& error = ready.message();
   EXPECT_NE(error.find("the worker exited during start-up (code 5, before printing \"ready\")"), std::string::npos) << error;
   EXPECT_NE(error.find("started"), std::string::npos) << error;
   // A line printed just before the exit is still found.
-  ASSERT_TRUE(p.start(sh("echo ready; exit 0", dir), error)) << error;
+  ASSERT_TRUE(started(p, sh("echo ready; exit 0", dir)));
   ASSERT_EQ(p.wait(10'000ms), 0);
   EXPECT_EQ(wait_for_log_line(dir.path() / "out", "ready", 1'000ms, &p), "ready");
 }

@@ -228,7 +228,7 @@ TEST_F(WireCodec, InvalidNamesAreRejectedAtDecodeAndEncode) {
   const DecodeResult r = decode(with_payload(d, payload, auth), &auth);
   EXPECT_EQ(r.error, DecodeError::invalid_name);
   EXPECT_NE(r.detail.find("acquire.name"), std::string::npos) << r.detail;
-  EXPECT_NE(r.detail.find(validate_name("a ")), std::string::npos) << r.detail;
+  EXPECT_NE(r.detail.find(validate_name("a ").message()), std::string::npos) << r.detail;
 
   payload.resize(payload.size() - 3);
   payload.push_back(0);  // empty name (length byte 0)

@@ -28,18 +28,20 @@ TEST(Id, RejectsMalformedText) {
 }
 
 TEST(Name, ValidNamesPass) {
-  EXPECT_EQ(validate_name("a"), "");
-  EXPECT_EQ(validate_name("agent-7/db:main_v1.2"), "");
-  EXPECT_EQ(validate_name(std::string(kNameBytesMax, 'x')), "");
+  EXPECT_TRUE(validate_name("a").ok());
+  EXPECT_TRUE(validate_name("agent-7/db:main_v1.2").ok());
+  EXPECT_TRUE(validate_name(std::string(kNameBytesMax, 'x')).ok());
 }
 
 TEST(Name, ErrorsSayWhatIsWrong) {
-  EXPECT_NE(validate_name("").find("empty"), std::string::npos);
-  EXPECT_NE(validate_name(std::string(129, 'x')).find("129 bytes; the limit is 128"),
+  EXPECT_EQ(validate_name("").code(), Errc::invalid_argument);
+  EXPECT_NE(validate_name("").message().find("empty"), std::string::npos);
+  EXPECT_NE(validate_name(std::string(129, 'x')).message().find("129 bytes; the limit is 128"),
             std::string::npos);
-  const std::string bad = validate_name("ab cd");
-  EXPECT_NE(bad.find("' ' (0x20) at byte 2"), std::string::npos) << bad;
-  EXPECT_NE(validate_name(std::string("a\xff", 2)).find("byte 0xff at byte 1"), std::string::npos);
+  const Status bad = validate_name("ab cd");
+  EXPECT_EQ(bad.code(), Errc::invalid_argument);
+  EXPECT_NE(bad.message().find("' ' (0x20) at byte 2"), std::string::npos) << bad.message();
+  EXPECT_NE(validate_name(std::string("a\xff", 2)).message().find("byte 0xff at byte 1"), std::string::npos);
 }
 
 TEST(Name, IdIsDeterministicAndDistinct) {

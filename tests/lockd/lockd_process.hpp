@@ -68,8 +68,7 @@ inline ExitResult run_lockd_to_exit(const std::vector<std::string>& args, const 
   s.stderr_path = dir / "run.err";
   harness::Process p;
   ExitResult r;
-  std::string error;
-  if (!p.start(s, error)) throw std::runtime_error(error);
+  if (const Status started = p.start(s); !started.ok()) throw std::runtime_error(started.message());
   if (p.wait(timeout) < 0) p.kill9();
   r.code = p.exit_code().value_or(-1);
   r.err = p.err();
@@ -101,9 +100,8 @@ class LockdProcess {
     s.stderr_path = log_path;
     s.append_stderr = true;
     s.stderr_fd = stderr_fd;
-    std::string why;
-    if (!proc_.start(s, why)) {
-      if (error != nullptr) *error = why;
+    if (const Status started = proc_.start(s); !started.ok()) {
+      if (error != nullptr) *error = started.message();
       return false;
     }
     const std::string prefix = "listening ";

@@ -46,7 +46,7 @@ class LockdTokenTest : public ::testing::Test {
     const token::Verdict ok = v.verify(bytes, g.name_id, g.epoch, g.holder);
     EXPECT_TRUE(ok.ok()) << ok.detail;
     const auto t = token::decode(bytes);
-    ASSERT_TRUE(t.has_value());
+    ASSERT_TRUE(t.ok()) << t.message();
     EXPECT_EQ(t->worker, worker);
     EXPECT_GT(t->issued_at_ns, 1'600'000'000'000'000'000) << "issued_at is lockd's realtime clock";
     EXPECT_FALSE(v.verify(bytes, g.name_id, g.epoch + 1, g.holder).ok());

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 namespace pp = leasehold::pause;
+using leasehold::Errc;
+using leasehold::Status;
 
 namespace {
 
@@ -73,17 +75,20 @@ TEST(PauseSweep, DefaultSpansZeroToTwiceTtl) {
 }
 
 TEST(PauseSweep, ParsesListsWithUnits) {
-  std::string err;
-  const auto p = pp::parse_pause_list("0, 250,500ms,1.5s", err);
-  ASSERT_TRUE(p) << err;
+  const auto p = pp::parse_pause_list("0, 250,500ms,1.5s");
+  ASSERT_TRUE(p) << p.message();
   EXPECT_EQ(*p, (std::vector<std::uint64_t>{0, 250, 500, 1500}));
-  EXPECT_FALSE(pp::parse_pause_list("10,,20", err));
-  EXPECT_NE(err.find("empty"), std::string::npos);
-  EXPECT_FALSE(pp::parse_pause_list("ten", err));
-  EXPECT_NE(err.find("\"ten\""), std::string::npos);
-  EXPECT_FALSE(pp::parse_pause_list("-5", err));
-  EXPECT_FALSE(pp::parse_pause_list("4000s", err));
-  EXPECT_NE(err.find("limit"), std::string::npos);
+  // Each refusal is invalid_argument, naming the bad element.
+  auto refused = [](std::string_view text, std::string_view says) {
+    const auto r = pp::parse_pause_list(text);
+    EXPECT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.code(), Errc::invalid_argument) << text;
+    EXPECT_NE(r.message().find(says), std::string::npos) << r.message();
+  };
+  refused("10,,20", "empty pause length in \"10,,20\"");
+  refused("ten", "\"ten\"");
+  refused("-5", "\"-5\" is not a non-negative number");
+  refused("4000s", "above the limit");
 }
 
 TEST(PauseHistogram, DeltaQuantileAndExactMax) {
@@ -124,11 +129,10 @@ TEST(PauseSamples, NearestRank) {
 }
 
 TEST(PauseSandboxLog, ParsesIntervalsAndIgnoresATornLastLine) {
-  std::string err;
   const std::string text = "start t=100 slot=3 epoch=7 pid=42\nvalid t=100 vu=500\nrefused t=501 last=499 vu=500\n"
                            "valid t=700 vu=1500\nrefu";
-  const auto log = pp::parse_sandbox_log(text, err);
-  ASSERT_TRUE(log) << err;
+  const auto log = pp::parse_sandbox_log(text);
+  ASSERT_TRUE(log) << log.message();
   EXPECT_EQ(log->slot, 3u);
   EXPECT_EQ(log->epoch, 7u);
   ASSERT_EQ(log->intervals.size(), 2u);
@@ -143,9 +147,8 @@ TEST(PauseSandboxLog, ParsesIntervalsAndIgnoresATornLastLine) {
 }
 
 TEST(PauseSandboxLog, TheLastAcceptRecordClosesAnOpenInterval) {
-  std::string err;
-  auto log = pp::parse_sandbox_log("start t=100 slot=1 epoch=1\nvalid t=100 vu=500\n", err);
-  ASSERT_TRUE(log) << err;
+  auto log = pp::parse_sandbox_log("start t=100 slot=1 epoch=1\nvalid t=100 vu=500\n");
+  ASSERT_TRUE(log) << log.message();
   // Killed at 900 without logging its refusal: it last accepted at 499, before valid_until.
   EXPECT_TRUE(pp::accepted_within(*log, 500, 900, 900));
   EXPECT_FALSE(pp::close_open_interval(*log, 50));  // before the interval began: refused
@@ -156,14 +159,15 @@ TEST(PauseSandboxLog, TheLastAcceptRecordClosesAnOpenInterval) {
 }
 
 TEST(PauseSandboxLog, RejectsMalformedLines) {
-  std::string err;
-  EXPECT_FALSE(pp::parse_sandbox_log("valid t=1 vu=2\n", err));
-  EXPECT_NE(err.find("before the start"), std::string::npos);
-  EXPECT_FALSE(pp::parse_sandbox_log("start t=1 slot=1 epoch=1\nbogus t=3\n", err));
-  EXPECT_NE(err.find("line 2"), std::string::npos);
-  EXPECT_FALSE(pp::parse_sandbox_log("", err));
-  const auto late = pp::parse_sandbox_log("start t=1 slot=1 epoch=1\nvalid t=2 vu=9\nlate t=12 vu=9\n", err);
-  ASSERT_TRUE(late) << err;
+  const auto before = pp::parse_sandbox_log("valid t=1 vu=2\n");
+  EXPECT_EQ(before.code(), Errc::corrupt);
+  EXPECT_NE(before.message().find("line 1: before the start line"), std::string::npos) << before.message();
+  const auto bogus = pp::parse_sandbox_log("start t=1 slot=1 epoch=1\nbogus t=3\n");
+  EXPECT_EQ(bogus.code(), Errc::corrupt);
+  EXPECT_NE(bogus.message().find("line 2: unknown line kind"), std::string::npos) << bogus.message();
+  EXPECT_EQ(pp::parse_sandbox_log("").message(), "sandbox log has no start line");
+  const auto late = pp::parse_sandbox_log("start t=1 slot=1 epoch=1\nvalid t=2 vu=9\nlate t=12 vu=9\n");
+  ASSERT_TRUE(late) << late.message();
   EXPECT_EQ(late->late_accepts, 1u);
   EXPECT_EQ(late->late_accept_max_ns, 3);
 }
@@ -174,9 +178,8 @@ TEST(PauseClassify, KilledBeforeExpiryUnderTheBudget) {
   o.grant_send_ns = o.death_ns + 5 * kMs;  // the name came free after the death (release)
   o.grant_recv_ns = o.grant_send_ns + kMs / 5;
   o.kills_deadline = 1;
-  std::string err;
-  const auto log = pp::parse_sandbox_log(log_text(1000 * kMs, o.valid_until_ns - kMs / 2, o.valid_until_ns, o.valid_until_ns), err);
-  ASSERT_TRUE(log) << err;
+  const auto log = pp::parse_sandbox_log(log_text(1000 * kMs, o.valid_until_ns - kMs / 2, o.valid_until_ns, o.valid_until_ns));
+  ASSERT_TRUE(log) << log.message();
   const pp::TrialResult r = pp::classify(o, &*log, timing());
   EXPECT_TRUE(r.under_budget);
   EXPECT_EQ(r.outcome, pp::Outcome::killed_before_expiry);
@@ -201,9 +204,8 @@ TEST(PauseClassify, ViolationPastTheBudgetIsBoundedByRecovery) {
   o.grant_recv_ns = o.grant_send_ns + kMs / 5;
   o.death_ns = o.thaw_ns + 3 * kMs;
   o.recovery_answers = 1;
-  std::string err;
-  const auto log = pp::parse_sandbox_log(log_text(1000 * kMs, o.valid_until_ns - kMs, o.valid_until_ns + kMs / 2, o.valid_until_ns), err);
-  ASSERT_TRUE(log) << err;
+  const auto log = pp::parse_sandbox_log(log_text(1000 * kMs, o.valid_until_ns - kMs, o.valid_until_ns + kMs / 2, o.valid_until_ns));
+  ASSERT_TRUE(log) << log.message();
   const pp::TrialResult r = pp::classify(o, &*log, timing());
   EXPECT_FALSE(r.under_budget);
   EXPECT_EQ(r.outcome, pp::Outcome::violation);
@@ -270,11 +272,10 @@ TEST(PauseClassify, AnAcceptedCheckInTheWindowFails) {
   o.grant_send_ns = o.expiry_lo_ns + kMs;
   o.grant_recv_ns = o.grant_send_ns + kMs;
   o.death_ns = o.thaw_ns + kMs;
-  std::string err;
   // The sandbox kept accepting until its death: its check ignored valid_until.
   const auto log = pp::parse_sandbox_log("start t=" + std::to_string(1000 * kMs) + " slot=1 epoch=1\nvalid t=" +
-                                             std::to_string(1000 * kMs) + " vu=1\n", err);
-  ASSERT_TRUE(log) << err;
+                                             std::to_string(1000 * kMs) + " vu=1\n");
+  ASSERT_TRUE(log) << log.message();
   const pp::TrialResult r = pp::classify(o, &*log, timing());
   EXPECT_FALSE(r.side_effects_refused);
   EXPECT_FALSE(r.ok);
@@ -553,7 +554,9 @@ TEST(PauseMeasured, TheMissingBudgetSaysWhy) {
   EXPECT_FALSE(m.budget_max_ns);
   EXPECT_EQ(m.killed_trials, 2u);
   EXPECT_EQ(m.killed_before_thaw_seen, 2u);
-  const std::string why = pp::measured_budget_missing(m);
+  const Status missing = pp::measured_budget_status(m);
+  EXPECT_EQ(missing.code(), Errc::not_found);
+  const std::string& why = missing.message();
   EXPECT_NE(why.find("none of the 2 killed trial(s) gave a kill latency"), std::string::npos) << why;
   EXPECT_NE(why.find("2 died before the probe saw the thaw confirmed"), std::string::npos) << why;
   EXPECT_EQ(why.find("lateness"), std::string::npos) << why;  // those samples exist
@@ -571,10 +574,10 @@ TEST(PauseMeasured, TheMissingBudgetSaysWhy) {
   ASSERT_EQ(m.kill_latencies_ns.size(), 1u);
   EXPECT_EQ(m.kill_latencies_ns[0], 3 * kMs);
   ASSERT_TRUE(m.budget_max_ns);
-  EXPECT_EQ(pp::measured_budget_missing(m), "");
+  EXPECT_TRUE(pp::measured_budget_status(m).ok()) << pp::measured_budget_status(m).message();
 
   pp::MeasuredTiming empty;
   pp::finish_measured(empty, t);
-  EXPECT_EQ(pp::measured_budget_missing(empty),
+  EXPECT_EQ(pp::measured_budget_status(empty).message(),
             "no rt wake-up lateness sample outside the freezes; no trial needed a kill, so there is no kill latency");
 }

@@ -170,8 +170,8 @@ leasehold::harness::Process spawn_child(const std::string& cmd) {
   leasehold::harness::Spawn s;
   s.argv = {"/bin/sh", "-c", cmd};
   s.own_process_group = false;  // the probe's own signals reach only it (`exec`)
-  std::string error;
-  EXPECT_TRUE(p.start(s, error)) << error;
+  const leasehold::Status started = p.start(s);
+  EXPECT_TRUE(started.ok()) << started.message();
   return p;
 }
 int wait_child(leasehold::harness::Process& p) { return p.wait(kHungRunBound); }

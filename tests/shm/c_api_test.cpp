@@ -25,7 +25,9 @@ TEST(CheckAbi, OpenCheckSnapshotFind) {
   TempTable t;
   auto w = TableWriter::create(options_for(t));
   const std::uint64_t now = boottime_ns();
-  const auto c = w.claim(SandboxId{0x0f8fad5bd9cb469fULL, 0xa16570867728950eULL}, now);
+  const Result<ClaimedSlot> claimed = w.claim(SandboxId{0x0f8fad5bd9cb469fULL, 0xa16570867728950eULL}, now);
+  ASSERT_TRUE(claimed.ok()) << claimed.message();
+  const ClaimedSlot c = *claimed;
   ASSERT_EQ(w.publish(c.slot, name_id_of("svc"), "svc", 12, now + 60'000'000'000ULL), TableErrc::ok);
 
   leasehold_table* table = nullptr;
@@ -155,8 +157,9 @@ TEST(CheckAbi, TokenFromTheChannelVerifiesAndForgeriesDoNot) {
   const token::TokenBytes signed_bytes = token::encode(g);
   ASSERT_EQ(w.publish(12, signed_bytes), TableErrc::ok);
 
-  const int ro = w.reopen_read_only();
-  ASSERT_GE(ro, 0);
+  const Result<int> reopened = w.reopen_read_only();
+  ASSERT_TRUE(reopened.ok()) << reopened.message();
+  const int ro = *reopened;
   leasehold_tokens* table = nullptr;
   char err[256];
   ::unsetenv("LEASEHOLD_TOKENS");

@@ -76,8 +76,9 @@ TEST(ShmConcurrent, RevokeRacingPublishAndExtendNeverResurrects) {
 // new tokens never gets a torn token: every copy is exactly the token written for its epoch.
 TEST(ShmConcurrent, TokenReadsAreNeverTorn) {
   auto w = TokenChannel::create("concurrent-tokens");
-  const int ro = w.reopen_read_only();
-  ASSERT_GE(ro, 0);
+  const Result<int> reopened = w.reopen_read_only();
+  ASSERT_TRUE(reopened.ok()) << reopened.message();
+  const int ro = *reopened;
   const auto r = TokenChannelReader::open(std::to_string(ro));
   auto token_of = [](Epoch e) {
     std::vector<std::uint8_t> b(140);
@@ -115,7 +116,9 @@ TEST(ShmConcurrent, ReaderRacingARevokingWriterSeesValidOrNotValid) {
   auto w = TableWriter::create(options_for(t, 1));
   const auto r = TableReader::open(t.location);
   const std::uint64_t now = boottime_ns();
-  const auto c = w.claim(sandbox(1), now);
+  const Result<ClaimedSlot> claimed = w.claim(sandbox(1), now);
+  ASSERT_TRUE(claimed.ok()) << claimed.message();
+  const ClaimedSlot c = *claimed;
   ASSERT_EQ(w.publish(c.slot, NameId{1, 1}, "n", 77, now + 3'600'000'000'000ULL), TableErrc::ok);
   std::atomic<bool> go{false}, revoked{false};
   std::uint64_t valid = 0, flips_back = 0;

@@ -35,18 +35,18 @@ int main(int argc, char** argv) {
     const std::uint64_t now = boottime_ns();
     const auto a = w.claim(SandboxId{0x0f8fad5bd9cb469fULL, 0xa16570867728950eULL}, now);
     const auto b = w.claim(SandboxId{0x1111111111111111ULL, 0x2222222222222222ULL}, now);
-    if (a.error != shm::TableErrc::ok || b.error != shm::TableErrc::ok) return 3;
+    if (!a.ok() || !b.ok()) return 3;
     const std::string name = "fixture-name";
-    w.publish(a.slot, name_id_of(name), name, 42, now + 600'000'000'000ULL);
-    w.publish(b.slot, name_id_of("other"), "other", 7, now + 600'000'000'000ULL);
-    w.revoke(b.slot);
+    w.publish(a->slot, name_id_of(name), name, 42, now + 600'000'000'000ULL);
+    w.publish(b->slot, name_id_of("other"), "other", 7, now + 600'000'000'000ULL);
+    w.revoke(b->slot);
     w.record_rt_lateness_ns(1500);
     w.record_rt_lateness_ns(40'000);
     w.record_heartbeat_rtt_ns(250'000);
     w.record_kill(3'000'000);
     w.record_heartbeat_failure();
     if (FILE* f = std::fopen(argv[2], "w")) {
-      std::fprintf(f, "%u 42\n", a.slot);
+      std::fprintf(f, "%u 42\n", a->slot);
       std::fclose(f);
     }
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

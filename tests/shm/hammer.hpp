@@ -59,14 +59,14 @@ inline void reader_step(const TableReader& r, std::uint32_t i, Violations& v) {
 /// The io thread's work on one slot lifecycle: claim, publish, extends, publish a second
 /// epoch, extends, free. Returns false when no slot could be claimed.
 inline bool writer_cycle(TableWriter& w, std::uint64_t c, std::uint64_t now_ns, int extends) {
-  const ClaimResult cl = w.claim(sandbox_of_claim(c), now_ns);
-  if (cl.error != TableErrc::ok) return false;
+  const Result<ClaimedSlot> cl = w.claim(sandbox_of_claim(c), now_ns);
+  if (!cl.ok()) return false;
   for (Epoch e = 4 * c + 1; e <= 4 * c + 2; ++e) {
-    if (w.publish(cl.slot, NameId{e, e}, "hammer", e, deadline_for(e, 0)) != TableErrc::ok) break;
+    if (w.publish(cl->slot, NameId{e, e}, "hammer", e, deadline_for(e, 0)) != TableErrc::ok) break;
     for (int k = 1; k <= extends; ++k)
-      if (w.extend(cl.slot, deadline_for(e, static_cast<std::uint64_t>(k))) != TableErrc::ok) break;
+      if (w.extend(cl->slot, deadline_for(e, static_cast<std::uint64_t>(k))) != TableErrc::ok) break;
   }
-  w.free(cl.slot, now_ns);
+  w.free(cl->slot, now_ns);
   return true;
 }
 

@@ -103,19 +103,19 @@ TEST(ShmMultiProcess, ReadersNeverSeeWrongPairingsOrRevokedAsValid) {
   std::mt19937 rng(99);
   std::uint64_t cycles = 0;
   for (std::uint64_t c = 0; (cycles < kCyclesMin || !readers_done()) && std::chrono::steady_clock::now() < guard; ++c) {
-    const ClaimResult cl = w.claim(sandbox_of_claim(c), 10 + c);
-    ASSERT_EQ(cl.error, TableErrc::ok);
+    const Result<ClaimedSlot> cl = w.claim(sandbox_of_claim(c), 10 + c);
+    ASSERT_TRUE(cl.ok()) << cl.message();
     const bool revoke_at_first = rng() % 3 == 0;
     for (Epoch e = 4 * c + 1; e <= 4 * c + 2; ++e) {
-      if (w.publish(cl.slot, NameId{e, e}, "hammer", e, deadline_for(e, 0)) != TableErrc::ok) break;
-      for (int k = 1; k <= 4; ++k) w.extend(cl.slot, deadline_for(e, static_cast<std::uint64_t>(k)));
+      if (w.publish(cl->slot, NameId{e, e}, "hammer", e, deadline_for(e, 0)) != TableErrc::ok) break;
+      for (int k = 1; k <= 4; ++k) w.extend(cl->slot, deadline_for(e, static_cast<std::uint64_t>(k)));
       if (revoke_at_first) {
-        w.revoke(cl.slot);
-        EXPECT_EQ(w.extend(cl.slot, deadline_for(e, 5)), TableErrc::revoked);
+        w.revoke(cl->slot);
+        EXPECT_EQ(w.extend(cl->slot, deadline_for(e, 5)), TableErrc::revoked);
       }
     }
     if (rng() % 2 == 0) std::this_thread::yield();  // let readers see the slot published
-    w.free(cl.slot, 10 + c);
+    w.free(cl->slot, 10 + c);
     ++cycles;
   }
   EXPECT_GE(cycles, kCyclesMin);
@@ -153,10 +153,10 @@ TEST(ShmMultiProcess, KilledWriterIsSeenDeadWithinTheLivenessTimeout) {
         w.heartbeat(boottime_ns());
         writer_cycle(w, c, 10 + c, 2);
         const auto cl = w.claim(sandbox_of_claim(1'000'000 + c), 10 + c);
-        if (cl.error == TableErrc::ok) {
+        if (cl.ok()) {
           const Epoch e = 4 * (1'000'000 + c) + 1;
-          w.publish(cl.slot, NameId{e, e}, "held", e, boottime_ns() + 60'000'000'000ULL);
-          if (c % 2 == 0) w.free(cl.slot, 10 + c);
+          w.publish(cl->slot, NameId{e, e}, "held", e, boottime_ns() + 60'000'000'000ULL);
+          if (c % 2 == 0) w.free(cl->slot, 10 + c);
         }
       }
     } catch (...) {

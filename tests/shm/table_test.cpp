@@ -26,11 +26,14 @@ using test::TempTable;
 constexpr std::uint64_t kS = 1'000'000'000ULL;
 
 // Claims a slot for sandbox(1) and publishes epoch 5 on it, valid forever.
-ClaimResult claim_and_publish(TableWriter& w) {
-  const ClaimResult c = w.claim(sandbox(1), 1);
-  EXPECT_EQ(c.error, TableErrc::ok);
-  EXPECT_EQ(w.publish(c.slot, NameId{1, 2}, "n", 5, UINT64_MAX), TableErrc::ok);
-  return c;
+ClaimedSlot claim_and_publish(TableWriter& w) {
+  const Result<ClaimedSlot> c = w.claim(sandbox(1), 1);
+  if (!c.ok()) {
+    ADD_FAILURE() << c.message();
+    return {};
+  }
+  EXPECT_EQ(w.publish(c->slot, NameId{1, 2}, "n", 5, UINT64_MAX), TableErrc::ok);
+  return *c;
 }
 
 TEST(ShmTable, PublishThenCheckAndSnapshot) {
@@ -38,36 +41,36 @@ TEST(ShmTable, PublishThenCheckAndSnapshot) {
   auto w = TableWriter::create(options_for(t));
   const auto now = boottime_ns();
   const auto c = w.claim(sandbox(1), now);
-  ASSERT_EQ(c.error, TableErrc::ok);
-  EXPECT_EQ(c.generation, 1u);
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->generation, 1u);
   auto r = TableReader::open(t.location);
-  EXPECT_FALSE(r.check(c.slot, 5)) << "claimed but unpublished slot must not be valid";
-  ASSERT_EQ(w.publish(c.slot, name_id_of("db/primary"), "db/primary", 5, now + 60 * kS), TableErrc::ok);
-  EXPECT_TRUE(r.check(c.slot, 5));
-  EXPECT_TRUE(TableReader::check(*r.slot(c.slot), 5));
-  EXPECT_FALSE(r.check(c.slot, 4));
-  EXPECT_FALSE(r.check(c.slot, 6));
-  EXPECT_FALSE(r.check(c.slot, 0));
-  EXPECT_FALSE(r.check(c.slot, 5 | kRevokedBit));
+  EXPECT_FALSE(r.check(c->slot, 5)) << "claimed but unpublished slot must not be valid";
+  ASSERT_EQ(w.publish(c->slot, name_id_of("db/primary"), "db/primary", 5, now + 60 * kS), TableErrc::ok);
+  EXPECT_TRUE(r.check(c->slot, 5));
+  EXPECT_TRUE(TableReader::check(*r.slot(c->slot), 5));
+  EXPECT_FALSE(r.check(c->slot, 4));
+  EXPECT_FALSE(r.check(c->slot, 6));
+  EXPECT_FALSE(r.check(c->slot, 0));
+  EXPECT_FALSE(r.check(c->slot, 5 | kRevokedBit));
   EXPECT_FALSE(r.check(r.slot_count(), 5)) << "out of range";
   EXPECT_EQ(r.slot(r.slot_count()), nullptr);
-  EXPECT_TRUE(r.check_deadline(c.slot, 5));
-  EXPECT_TRUE(r.lease(c.slot, 5).valid());
-  EXPECT_FALSE(r.lease(c.slot, 6).valid());
-  EXPECT_FALSE(r.lease(c.slot, 0).valid()) << "epoch 0 is out of range";
-  EXPECT_FALSE(r.lease(c.slot, 5 | kRevokedBit).valid()) << "epoch >= 2^63 is out of range";
+  EXPECT_TRUE(r.check_deadline(c->slot, 5));
+  EXPECT_TRUE(r.lease(c->slot, 5).valid());
+  EXPECT_FALSE(r.lease(c->slot, 6).valid());
+  EXPECT_FALSE(r.lease(c->slot, 0).valid()) << "epoch 0 is out of range";
+  EXPECT_FALSE(r.lease(c->slot, 5 | kRevokedBit).valid()) << "epoch >= 2^63 is out of range";
   EXPECT_FALSE(r.lease(r.slot_count(), 5).valid()) << "slot out of range";
-  const LeaseCheck held = r.lease(c.slot, 5);
-  w.revoke(c.slot);
+  const LeaseCheck held = r.lease(c->slot, 5);
+  w.revoke(c->slot);
   EXPECT_FALSE(held.valid()) << "a resolved lease sees the revoke";
-  ASSERT_EQ(w.free(c.slot, now), TableErrc::ok);
-  EXPECT_FALSE(r.lease(c.slot, 0).valid()) << "a freed slot's word is 0; epoch 0 still fails";
+  ASSERT_EQ(w.free(c->slot, now), TableErrc::ok);
+  EXPECT_FALSE(r.lease(c->slot, 0).valid()) << "a freed slot's word is 0; epoch 0 still fails";
   const auto c1 = w.claim(sandbox(1), now + 10'000'000);
-  ASSERT_EQ(c1.error, TableErrc::ok);
-  ASSERT_EQ(w.publish(c1.slot, name_id_of("db/primary"), "db/primary", 5, now + 60 * kS), TableErrc::ok);
+  ASSERT_TRUE(c1.ok()) << c1.message();
+  ASSERT_EQ(w.publish(c1->slot, name_id_of("db/primary"), "db/primary", 5, now + 60 * kS), TableErrc::ok);
 
   SlotSnapshot s;
-  ASSERT_EQ(r.snapshot(c1.slot, s), TableErrc::ok);
+  ASSERT_EQ(r.snapshot(c1->slot, s), TableErrc::ok);
   EXPECT_EQ(s.state, SlotState::published);
   EXPECT_EQ(s.epoch, 5u);
   EXPECT_FALSE(s.revoked);
@@ -80,7 +83,7 @@ TEST(ShmTable, PublishThenCheckAndSnapshot) {
 
   const auto found = r.find(sandbox(1));
   ASSERT_TRUE(found.has_value());
-  EXPECT_EQ(found->index, c1.slot);
+  EXPECT_EQ(found->index, c1->slot);
   EXPECT_FALSE(r.find(sandbox(2)).has_value());
   EXPECT_FALSE(r.find(SandboxId{}).has_value());
 
@@ -100,9 +103,12 @@ TEST(ShmTable, PublishThenCheckAndSnapshot) {
 TEST(ShmTokenChannel, HoldsTheGrantsTokenAndIsSealedReadOnly) {
   auto c = TokenChannel::create("test-tokens");
   constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
-  EXPECT_EQ(c.seals() & kSeals, kSeals);
-  const int ro = c.reopen_read_only();
-  ASSERT_GE(ro, 0) << std::strerror(-ro);
+  const Result<int> seals = c.seals();
+  ASSERT_TRUE(seals.ok()) << seals.message();
+  EXPECT_EQ(*seals & kSeals, kSeals);
+  const Result<int> reopened = c.reopen_read_only();
+  ASSERT_TRUE(reopened.ok()) << reopened.message();
+  const int ro = *reopened;
   const auto r = TokenChannelReader::open(std::to_string(ro));
   std::vector<std::uint8_t> tok(140);
   for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<std::uint8_t>(i * 3 + 1);
@@ -158,8 +164,9 @@ TEST(ShmTokenChannel, HoldsTheGrantsTokenAndIsSealedReadOnly) {
   EXPECT_EQ(code_of_open("999"), TableErrc::missing);
   TempTable t;
   auto w = TableWriter::create(options_for(t));
-  const int table_fd = w.reopen_read_only();
-  ASSERT_GE(table_fd, 0);
+  const Result<int> table_fd_result = w.reopen_read_only();
+  ASSERT_TRUE(table_fd_result.ok()) << table_fd_result.message();
+  const int table_fd = *table_fd_result;
   EXPECT_EQ(code_of_open(std::to_string(table_fd)), TableErrc::bad_magic);
   ::close(table_fd);
   ::close(ro);
@@ -200,15 +207,15 @@ TEST(ShmTable, DeadlineAndExtend) {
   auto w = TableWriter::create(options_for(t));
   const std::uint64_t now = boottime_ns();
   const auto c = w.claim(sandbox(1), now);
-  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 9, now + 100), TableErrc::ok);
+  ASSERT_EQ(w.publish(c->slot, name_id_of("n"), "n", 9, now + 100), TableErrc::ok);
   auto r = TableReader::open(t.location);
-  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + 99));
-  EXPECT_FALSE(r.check_deadline_at(c.slot, 9, now + 100)) << "valid_until is exclusive";
-  ASSERT_EQ(w.extend(c.slot, now + 1000), TableErrc::ok);
-  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + 999));
-  EXPECT_FALSE(r.check_deadline_at(c.slot, 8, now + 10)) << "wrong epoch";
+  EXPECT_TRUE(r.check_deadline_at(c->slot, 9, now + 99));
+  EXPECT_FALSE(r.check_deadline_at(c->slot, 9, now + 100)) << "valid_until is exclusive";
+  ASSERT_EQ(w.extend(c->slot, now + 1000), TableErrc::ok);
+  EXPECT_TRUE(r.check_deadline_at(c->slot, 9, now + 999));
+  EXPECT_FALSE(r.check_deadline_at(c->slot, 8, now + 10)) << "wrong epoch";
   EXPECT_FALSE(r.check_deadline_at(99, 9, now + 10)) << "out of range";
-  EXPECT_EQ(w.extend(c.slot + 1, now), TableErrc::wrong_state) << "slot is not published";
+  EXPECT_EQ(w.extend(c->slot + 1, now), TableErrc::wrong_state) << "slot is not published";
   EXPECT_EQ(w.extend(1000, now), TableErrc::bad_slot);
 }
 
@@ -219,7 +226,7 @@ class ShmTableDeathTest : public ::testing::Test {
   TempTable t;
   TableWriter w = TableWriter::create(options_for(t));
   const std::uint64_t now = boottime_ns();
-  const ClaimResult c = w.claim(sandbox(1), now);
+  const ClaimedSlot c = w.claim(sandbox(1), now).value();
 };
 
 // The publish end of "epoch monotone": a slot's published epoch never goes down until the slot is
@@ -258,29 +265,29 @@ TEST(ShmTable, RevokeIsStickyUntilFree) {
   auto r = TableReader::open(t.location);
   const std::uint64_t now = boottime_ns();
   const auto c = w.claim(sandbox(1), now);
-  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 3, now + 60 * kS), TableErrc::ok);
-  ASSERT_TRUE(w.revoke(c.slot));
-  EXPECT_FALSE(r.check(c.slot, 3));
-  EXPECT_FALSE(r.check_deadline(c.slot, 3));
-  EXPECT_EQ(w.extend(c.slot, now + 120 * kS), TableErrc::revoked) << "extend must not resurrect";
-  EXPECT_EQ(w.publish(c.slot, name_id_of("n"), "n", 3, now + 60 * kS), TableErrc::revoked);
-  EXPECT_EQ(w.publish(c.slot, name_id_of("n"), "n", 4, now + 60 * kS), TableErrc::revoked);
-  EXPECT_FALSE(r.check(c.slot, 3));
-  EXPECT_FALSE(r.check(c.slot, 4));
+  ASSERT_EQ(w.publish(c->slot, name_id_of("n"), "n", 3, now + 60 * kS), TableErrc::ok);
+  ASSERT_TRUE(w.revoke(c->slot));
+  EXPECT_FALSE(r.check(c->slot, 3));
+  EXPECT_FALSE(r.check_deadline(c->slot, 3));
+  EXPECT_EQ(w.extend(c->slot, now + 120 * kS), TableErrc::revoked) << "extend must not resurrect";
+  EXPECT_EQ(w.publish(c->slot, name_id_of("n"), "n", 3, now + 60 * kS), TableErrc::revoked);
+  EXPECT_EQ(w.publish(c->slot, name_id_of("n"), "n", 4, now + 60 * kS), TableErrc::revoked);
+  EXPECT_FALSE(r.check(c->slot, 3));
+  EXPECT_FALSE(r.check(c->slot, 4));
   SlotSnapshot s;
-  ASSERT_EQ(r.snapshot(c.slot, s), TableErrc::ok);
+  ASSERT_EQ(r.snapshot(c->slot, s), TableErrc::ok);
   EXPECT_TRUE(s.revoked);
   EXPECT_EQ(s.epoch, 3u) << "the revoked epoch stays visible to tools";
   EXPECT_FALSE(w.revoke(5)) << "out of range";
 
   // A revoke before the first publish also sticks.
-  ASSERT_EQ(w.free(c.slot, now), TableErrc::ok);
+  ASSERT_EQ(w.free(c->slot, now), TableErrc::ok);
   const auto c2 = w.claim(sandbox(2), now + 10);
-  ASSERT_EQ(c2.error, TableErrc::ok);
-  EXPECT_EQ(c2.generation, 2u);
-  ASSERT_TRUE(w.revoke(c2.slot));
-  EXPECT_EQ(w.publish(c2.slot, name_id_of("n"), "n", 5, now + 60 * kS), TableErrc::revoked);
-  EXPECT_FALSE(r.check(c2.slot, 5));
+  ASSERT_TRUE(c2.ok()) << c2.message();
+  EXPECT_EQ(c2->generation, 2u);
+  ASSERT_TRUE(w.revoke(c2->slot));
+  EXPECT_EQ(w.publish(c2->slot, name_id_of("n"), "n", 5, now + 60 * kS), TableErrc::revoked);
+  EXPECT_FALSE(r.check(c2->slot, 5));
 }
 
 // owner() is the writer's O(1) answer to "which sandbox is in this slot", which the supervisor
@@ -310,13 +317,13 @@ TEST(ShmTable, PublishingANewEpochRetiresTheOld) {
   auto r = TableReader::open(t.location);
   const std::uint64_t now = boottime_ns();
   const auto c = w.claim(sandbox(1), now);
-  ASSERT_EQ(w.publish(c.slot, name_id_of("a"), "a", 10, now + 100), TableErrc::ok);
-  ASSERT_EQ(w.publish(c.slot, name_id_of("b"), "b", 11, now + 200), TableErrc::ok);
-  EXPECT_FALSE(r.check(c.slot, 10));
-  EXPECT_TRUE(r.check(c.slot, 11));
-  EXPECT_TRUE(r.check_deadline_at(c.slot, 11, now + 150));
+  ASSERT_EQ(w.publish(c->slot, name_id_of("a"), "a", 10, now + 100), TableErrc::ok);
+  ASSERT_EQ(w.publish(c->slot, name_id_of("b"), "b", 11, now + 200), TableErrc::ok);
+  EXPECT_FALSE(r.check(c->slot, 10));
+  EXPECT_TRUE(r.check(c->slot, 11));
+  EXPECT_TRUE(r.check_deadline_at(c->slot, 11, now + 150));
   SlotSnapshot s;
-  ASSERT_EQ(r.snapshot(c.slot, s), TableErrc::ok);
+  ASSERT_EQ(r.snapshot(c->slot, s), TableErrc::ok);
   EXPECT_EQ(s.name, name_id_of("b"));
 }
 
@@ -325,26 +332,28 @@ TEST(ShmTable, PublishRejectsBadArguments) {
   auto w = TableWriter::create(options_for(t));
   const std::uint64_t now = boottime_ns();
   const auto c = w.claim(sandbox(1), now);
-  EXPECT_EQ(w.publish(c.slot, NameId{}, "n", 0, now), TableErrc::bad_epoch);
-  EXPECT_EQ(w.publish(c.slot, NameId{}, "n", kRevokedBit, now), TableErrc::bad_epoch);
-  EXPECT_EQ(w.publish(c.slot, NameId{}, std::string(kNameBytesMax + 1, 'x'), 1, now),
+  EXPECT_EQ(w.publish(c->slot, NameId{}, "n", 0, now), TableErrc::bad_epoch);
+  EXPECT_EQ(w.publish(c->slot, NameId{}, "n", kRevokedBit, now), TableErrc::bad_epoch);
+  EXPECT_EQ(w.publish(c->slot, NameId{}, std::string(kNameBytesMax + 1, 'x'), 1, now),
             TableErrc::bad_argument);
-  EXPECT_EQ(w.publish(c.slot + 1, NameId{}, "n", 1, now), TableErrc::wrong_state) << "free slot";
+  EXPECT_EQ(w.publish(c->slot + 1, NameId{}, "n", 1, now), TableErrc::wrong_state) << "free slot";
   EXPECT_EQ(w.publish(100, NameId{}, "n", 1, now), TableErrc::bad_slot);
-  EXPECT_EQ(w.claim(SandboxId{}, now).error, TableErrc::bad_argument);
-  EXPECT_EQ(w.free(c.slot + 1, now), TableErrc::wrong_state);
+  const Result<ClaimedSlot> nil = w.claim(SandboxId{}, now);
+  EXPECT_EQ(nil.code(), Errc::invalid_argument);
+  EXPECT_NE(nil.message().find("claim needs a sandbox id (got nil)"), std::string::npos) << nil.message();
+  EXPECT_EQ(w.free(c->slot + 1, now), TableErrc::wrong_state);
 }
 
 TEST(ShmTable, FullTableIsAClearError) {
   TempTable t;
   auto w = TableWriter::create(options_for(t, 2));
   const std::uint64_t now = boottime_ns();
-  ASSERT_EQ(w.claim(sandbox(1), now).error, TableErrc::ok);
-  ASSERT_EQ(w.claim(sandbox(2), now).error, TableErrc::ok);
+  ASSERT_TRUE(w.claim(sandbox(1), now).ok());
+  ASSERT_TRUE(w.claim(sandbox(2), now).ok());
   const auto c = w.claim(sandbox(3), now);
-  EXPECT_EQ(c.error, TableErrc::table_full);
-  EXPECT_NE(w.claim_refusal().find("is full: all 2 slots are in use"), std::string::npos)
-      << w.claim_refusal();
+  EXPECT_EQ(c.code(), Errc::busy);
+  EXPECT_NE(c.message().find("shm table '" + t.location + "' is full: all 2 slots are in use"), std::string::npos)
+      << c.message();
   auto r = TableReader::open(t.location);
   EXPECT_EQ(r.stats().counters.claims_refused_full.load(), 1u);
 }
@@ -358,28 +367,29 @@ TEST(ShmTable, FreedSlotCoolsDownBeforeReuse) {
   const std::uint64_t now = 5'000'000;
   const auto a = w.claim(sandbox(1), now);
   const auto b = w.claim(sandbox(2), now);
-  ASSERT_EQ(w.publish(a.slot, NameId{}, "a", 1, now + 1'000'000), TableErrc::ok);
-  ASSERT_EQ(w.free(a.slot, now), TableErrc::ok);
+  ASSERT_EQ(w.publish(a->slot, NameId{}, "a", 1, now + 1'000'000), TableErrc::ok);
+  ASSERT_EQ(w.free(a->slot, now), TableErrc::ok);
   SlotSnapshot s;
-  ASSERT_EQ(r.snapshot(a.slot, s), TableErrc::ok);
+  ASSERT_EQ(r.snapshot(a->slot, s), TableErrc::ok);
   EXPECT_EQ(s.state, SlotState::cooling);
   EXPECT_FALSE(r.find(sandbox(1)).has_value()) << "a freed slot is nobody's";
   const auto early = w.claim(sandbox(3), now + 999);
-  EXPECT_EQ(early.error, TableErrc::table_full);
-  EXPECT_NE(w.claim_refusal().find("cooling down"), std::string::npos) << w.claim_refusal();
-  EXPECT_EQ(w.claim(sandbox(3), now - 1).error, TableErrc::table_full)
+  EXPECT_EQ(early.code(), Errc::busy);
+  EXPECT_NE(early.message().find("1 free slots are still cooling down; the next is usable in 0 ms"), std::string::npos)
+      << early.message();
+  EXPECT_EQ(w.claim(sandbox(3), now - 1).code(), Errc::busy)
       << "a clock earlier than the free time still counts as cooling";
   const auto later = w.claim(sandbox(3), now + 1000);
-  ASSERT_EQ(later.error, TableErrc::ok);
-  EXPECT_EQ(later.slot, a.slot);
-  EXPECT_EQ(later.generation, 2u) << "generation tells two sandboxes in one slot apart";
+  ASSERT_TRUE(later.ok()) << later.message();
+  EXPECT_EQ(later->slot, a->slot);
+  EXPECT_EQ(later->generation, 2u) << "generation tells two sandboxes in one slot apart";
   // FIFO: the slot freed first is reused first.
-  ASSERT_EQ(w.publish(b.slot, NameId{}, "b", 1, now + 1'000'000), TableErrc::ok);
-  ASSERT_EQ(w.publish(later.slot, NameId{}, "c", 1, now + 1'000'000), TableErrc::ok);
-  ASSERT_EQ(w.free(b.slot, now + 2000), TableErrc::ok);
-  ASSERT_EQ(w.free(later.slot, now + 2001), TableErrc::ok);
+  ASSERT_EQ(w.publish(b->slot, NameId{}, "b", 1, now + 1'000'000), TableErrc::ok);
+  ASSERT_EQ(w.publish(later->slot, NameId{}, "c", 1, now + 1'000'000), TableErrc::ok);
+  ASSERT_EQ(w.free(b->slot, now + 2000), TableErrc::ok);
+  ASSERT_EQ(w.free(later->slot, now + 2001), TableErrc::ok);
   const auto next = w.claim(sandbox(4), now + 10'000);
-  EXPECT_EQ(next.slot, b.slot);
+  EXPECT_EQ(next->slot, b->slot);
 }
 
 TEST(ShmTable, NeverPublishedSlotIsReusableAtOnce) {
@@ -393,25 +403,25 @@ TEST(ShmTable, NeverPublishedSlotIsReusableAtOnce) {
   const std::uint64_t now = 5'000'000;
   const auto a = w.claim(sandbox(1), now);
   const auto b = w.claim(sandbox(2), now);
-  ASSERT_EQ(a.error, TableErrc::ok);
-  ASSERT_EQ(b.error, TableErrc::ok);
-  ASSERT_EQ(w.publish(b.slot, NameId{}, "b", 1, now + 1'000'000), TableErrc::ok);
-  ASSERT_EQ(w.free(b.slot, now), TableErrc::ok);  // published: cools down, queued first
-  ASSERT_EQ(w.free(a.slot, now), TableErrc::ok);  // never published: ahead of it, ready now
+  ASSERT_TRUE(a.ok()) << a.message();
+  ASSERT_TRUE(b.ok()) << b.message();
+  ASSERT_EQ(w.publish(b->slot, NameId{}, "b", 1, now + 1'000'000), TableErrc::ok);
+  ASSERT_EQ(w.free(b->slot, now), TableErrc::ok);  // published: cools down, queued first
+  ASSERT_EQ(w.free(a->slot, now), TableErrc::ok);  // never published: ahead of it, ready now
   SlotSnapshot s;
-  ASSERT_EQ(r.snapshot(a.slot, s), TableErrc::ok);
+  ASSERT_EQ(r.snapshot(a->slot, s), TableErrc::ok);
   EXPECT_EQ(s.state, SlotState::cooling);
   EXPECT_FALSE(r.find(sandbox(1)).has_value());
   for (int i = 0; i < 5; ++i) {
     const auto c = w.claim(sandbox(10 + i), now + 1);
-    ASSERT_EQ(c.error, TableErrc::ok) << "round " << i << ": " << w.claim_refusal();
-    EXPECT_EQ(c.slot, a.slot);
-    EXPECT_EQ(c.generation, 2u + static_cast<unsigned>(i)) << "every reuse is a new generation";
-    ASSERT_EQ(w.free(c.slot, now + 1), TableErrc::ok);
+    ASSERT_TRUE(c.ok()) << "round " << i << ": " << c.message();
+    EXPECT_EQ(c->slot, a->slot);
+    EXPECT_EQ(c->generation, 2u + static_cast<unsigned>(i)) << "every reuse is a new generation";
+    ASSERT_EQ(w.free(c->slot, now + 1), TableErrc::ok);
   }
   const auto d = w.claim(sandbox(20), now + 1);
-  ASSERT_EQ(w.publish(d.slot, NameId{}, "d", 1, now + 1'000'000), TableErrc::ok);
-  EXPECT_EQ(w.claim(sandbox(21), now + 2).error, TableErrc::table_full)
+  ASSERT_EQ(w.publish(d->slot, NameId{}, "d", 1, now + 1'000'000), TableErrc::ok);
+  EXPECT_EQ(w.claim(sandbox(21), now + 2).code(), Errc::busy)
       << "the published-and-freed slot still cools down";
 }
 
@@ -438,12 +448,12 @@ TEST(ShmTable, DeadWritersTableIsReplacedWithANewIncarnation) {
   {
     auto w = TableWriter::create(o);
     const auto c = w.claim(sandbox(1), boottime_ns());
-    ASSERT_EQ(w.publish(c.slot, NameId{}, "n", 8, boottime_ns() + 60 * kS), TableErrc::ok);
+    ASSERT_EQ(w.publish(c->slot, NameId{}, "n", 8, boottime_ns() + 60 * kS), TableErrc::ok);
     w.heartbeat(boottime_ns() - 2 * o.liveness_timeout_ns);  // as if it died 100 ms ago
     old_reader.emplace(TableReader::open(t.location));
     EXPECT_FALSE(old_reader->writer_liveness().alive);
-    EXPECT_TRUE(old_reader->check(c.slot, 8)) << "plain check has no clock (documented)";
-    EXPECT_FALSE(old_reader->check_deadline(c.slot, 8)) << "a dead writer fails every deadline check";
+    EXPECT_TRUE(old_reader->check(c->slot, 8)) << "plain check has no clock (documented)";
+    EXPECT_FALSE(old_reader->check_deadline(c->slot, 8)) << "a dead writer fails every deadline check";
   }
   auto w2 = TableWriter::create(o);
   auto r = TableReader::open(t.location);
@@ -461,14 +471,14 @@ TEST(ShmTable, ClosedTableFailsDeadlineChecksAndCanBeReplaced) {
   auto w = TableWriter::create(options_for(t));
   const std::uint64_t now = boottime_ns();
   const auto c = w.claim(sandbox(1), now);
-  ASSERT_EQ(w.publish(c.slot, NameId{}, "n", 8, now + 60 * kS), TableErrc::ok);
+  ASSERT_EQ(w.publish(c->slot, NameId{}, "n", 8, now + 60 * kS), TableErrc::ok);
   auto r = TableReader::open(t.location);
-  ASSERT_TRUE(r.check_deadline(c.slot, 8));
+  ASSERT_TRUE(r.check_deadline(c->slot, 8));
   w.close(boottime_ns());
   const Liveness l = r.writer_liveness();
   EXPECT_TRUE(l.closed);
   EXPECT_FALSE(l.alive);
-  EXPECT_FALSE(r.check_deadline(c.slot, 8));
+  EXPECT_FALSE(r.check_deadline(c->slot, 8));
   auto w2 = TableWriter::create(options_for(t));
   EXPECT_EQ(TableReader::open(t.location).header().incarnation, 2u);
 }
@@ -500,18 +510,18 @@ TEST(ShmTable, CheckDeadlineAcceptsAHeartbeatNewerThanTheClockRead) {
   auto w = TableWriter::create(options_for(t));  // liveness timeout 1 s
   const std::uint64_t now = boottime_ns();
   const auto c = w.claim(sandbox(1), now);
-  ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 9, now + 10'000'000'000), TableErrc::ok);
+  ASSERT_EQ(w.publish(c->slot, name_id_of("n"), "n", 9, now + 10'000'000'000), TableErrc::ok);
   auto r = TableReader::open(t.location);
   w.heartbeat(now + 1'000);
-  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now)) << "heartbeat 1 us after the clock read";
-  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + 1'000));
+  EXPECT_TRUE(r.check_deadline_at(c->slot, 9, now)) << "heartbeat 1 us after the clock read";
+  EXPECT_TRUE(r.check_deadline_at(c->slot, 9, now + 1'000));
   w.heartbeat(now + kS);
-  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now)) << "ahead by exactly the liveness timeout";
+  EXPECT_TRUE(r.check_deadline_at(c->slot, 9, now)) << "ahead by exactly the liveness timeout";
   w.heartbeat(now + kS + 1);
-  EXPECT_FALSE(r.check_deadline_at(c.slot, 9, now)) << "further ahead: another boot or corruption";
+  EXPECT_FALSE(r.check_deadline_at(c->slot, 9, now)) << "further ahead: another boot or corruption";
   w.heartbeat(now);
-  EXPECT_TRUE(r.check_deadline_at(c.slot, 9, now + kS));
-  EXPECT_FALSE(r.check_deadline_at(c.slot, 9, now + kS + 1)) << "stale writer";
+  EXPECT_TRUE(r.check_deadline_at(c->slot, 9, now + kS));
+  EXPECT_FALSE(r.check_deadline_at(c->slot, 9, now + kS + 1)) << "stale writer";
 }
 
 TEST(ShmTable, FileModeGroupAndReadOnlyMapping) {
@@ -562,8 +572,8 @@ TEST(ShmTable, TableAtAFilesystemPath) {
     auto w = TableWriter::create(o);
     auto r = TableReader::open(path);
     const auto c = w.claim(sandbox(1), boottime_ns());
-    ASSERT_EQ(w.publish(c.slot, NameId{}, "n", 2, boottime_ns() + kS), TableErrc::ok);
-    EXPECT_TRUE(r.check(c.slot, 2));
+    ASSERT_EQ(w.publish(c->slot, NameId{}, "n", 2, boottime_ns() + kS), TableErrc::ok);
+    EXPECT_TRUE(r.check(c->slot, 2));
     EXPECT_TRUE(r.location().is_path);
     w.remove();
   }
@@ -604,7 +614,7 @@ TEST(ShmTable, LocationParsing) {
 TEST(ShmTable, AReaderClampsTheHeadersLivenessTimeout) {
   TempTable t;
   auto w = TableWriter::create(options_for(t));
-  const ClaimResult c = claim_and_publish(w);
+  const ClaimedSlot c = claim_and_publish(w);
   w.heartbeat(1 * kS);
   const std::uint64_t hostile = UINT64_MAX;
   {
@@ -633,10 +643,11 @@ TEST(ShmTable, AMemfdTableIsSealedAndReadOnlyToItsReaders) {
   o.slot_count = 4;
   auto w = TableWriter::create(o);
   EXPECT_TRUE(w.location().is_memfd);
-  EXPECT_EQ(w.seals(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
-  const ClaimResult c = claim_and_publish(w);
-  const int fd = w.reopen_read_only();
-  ASSERT_GE(fd, 0);
+  EXPECT_EQ(w.seals().value(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+  const ClaimedSlot c = claim_and_publish(w);
+  const Result<int> reopened = w.reopen_read_only();
+  ASSERT_TRUE(reopened.ok()) << reopened.message();
+  const int fd = *reopened;
   EXPECT_EQ(::fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
   struct stat st{};
   ASSERT_EQ(::fstat(fd, &st), 0);
@@ -663,7 +674,7 @@ TEST(ShmTable, AMemfdTableIsSealedAndReadOnlyToItsReaders) {
     EXPECT_NE(std::string(e.what()).find("opened by its descriptor"), std::string::npos) << e.what();
   }
   o.seal = false;  // the ablation switch of the attack tests
-  EXPECT_EQ(TableWriter::create(o).seals(), 0);
+  EXPECT_EQ(TableWriter::create(o).seals().value(), 0);
 }
 
 TEST(ShmTable, CreateRejectsBadOptions) {
@@ -967,7 +978,7 @@ TEST(ShmTableNotAFile, DirectoryUnderAShmNameIsNamed) {
 TEST(ShmTable, OpensAnInheritedDescriptor) {
   TempTable t;
   auto w = TableWriter::create(options_for(t));
-  const ClaimResult c = claim_and_publish(w);
+  const ClaimedSlot c = claim_and_publish(w);
   const int fd = ::open(t.path().c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   auto r = TableReader::open(std::to_string(fd));

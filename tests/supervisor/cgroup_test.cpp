@@ -144,8 +144,9 @@ TEST(CgroupDiscover, FallsBackWhenTheParentCannotBeCreated) {
 class CgroupLive : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string text;
-    ASSERT_EQ(read_small_file("/proc/self/mountinfo", text), 0);
+    const Result<std::string> text_read = read_small_file("/proc/self/mountinfo");
+    ASSERT_TRUE(text_read.ok()) << text_read.message();
+    const std::string& text = *text_read;
     const auto mount = find_cgroup2_mount(text);
     if (!mount) GTEST_SKIP() << "no cgroup2 mount on this host";
     CgroupConfig c;
@@ -197,7 +198,10 @@ TEST_F(CgroupLive, LeafLifecycleKillAndRemove) {
 
   const pid_t pid = start_sleeper(*leaf);
   EXPECT_EQ(leaf->populated(), 1);
-  EXPECT_EQ(leaf->remove(), -EBUSY);  // populated: stays, still usable
+  const Status busy = leaf->remove();
+  EXPECT_EQ(busy.code(), Errc::busy) << busy.message();  // populated: stays, still usable
+  EXPECT_NE(busy.message().find("cannot remove the cgroup leaf " + parent_ + "/sandbox-a"), std::string::npos)
+      << busy.message();
   EXPECT_TRUE(leaf->valid());
 
   EXPECT_EQ(leaf->freeze(), 0);
@@ -211,7 +215,8 @@ TEST_F(CgroupLive, LeafLifecycleKillAndRemove) {
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   EXPECT_TRUE(await_events(*leaf, [&] { return leaf->populated() == 0; }));
-  EXPECT_EQ(leaf->remove(), 0);
+  const Status removed = leaf->remove();
+  EXPECT_TRUE(removed.ok()) << removed.message();
   EXPECT_FALSE(leaf->valid());
   struct stat st {};
   EXPECT_NE(::stat((parent_ + "/sandbox-a").c_str(), &st), 0);
@@ -281,9 +286,12 @@ namespace leasehold {
 namespace {
 
 TEST(CgroupDiscover, DefaultParentIsUnderOurOwnCgroup) {
-  std::string mountinfo, self;
-  ASSERT_EQ(read_small_file("/proc/self/mountinfo", mountinfo), 0);
-  ASSERT_EQ(read_small_file("/proc/self/cgroup", self), 0);
+  const Result<std::string> mountinfo_read = read_small_file("/proc/self/mountinfo");
+  const Result<std::string> self_read = read_small_file("/proc/self/cgroup");
+  ASSERT_TRUE(mountinfo_read.ok()) << mountinfo_read.message();
+  ASSERT_TRUE(self_read.ok()) << self_read.message();
+  const std::string& mountinfo = *mountinfo_read;
+  const std::string& self = *self_read;
   const auto mount = find_cgroup2_mount(mountinfo);
   const auto own = own_cgroup2_path(self);
   if (!mount || !own) GTEST_SKIP() << "no cgroup2 mount or no 0:: line on this host";

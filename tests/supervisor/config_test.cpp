@@ -203,20 +203,22 @@ TEST(UidRangeLock, RefusesAnOverlapWithALiveHolder) {
 // A sandbox uid range must hold no uid 0, no account's uid and no group's gid (a sandbox runs as
 // uid and gid START + slot): the first one found is named, with the subordinate-range fix.
 TEST(UidRange, AccountsOfTheHostAreRefused) {
-  EXPECT_NE(uid_range_account_conflict(0, 10).find("contains uid 0 (root)"), std::string::npos);
+  const Status root = check_uid_range_accounts(0, 10);
+  EXPECT_EQ(root.code(), Errc::exists);
+  EXPECT_NE(root.message().find("contains uid 0 (root)"), std::string::npos) << root.message();
   std::optional<std::pair<uid_t, std::string>> account;
   ::setpwent();
   while (const passwd* pw = ::getpwent())
     if (pw->pw_uid != 0 && !account) account = std::make_pair(pw->pw_uid, std::string(pw->pw_name));
   ::endpwent();
   ASSERT_TRUE(account) << "no account besides root in the passwd database";
-  const std::string why = uid_range_account_conflict(account->first, 1);
+  const std::string why = check_uid_range_accounts(account->first, 1).message();
   EXPECT_NE(why.find("uid range " + std::to_string(account->first) + ":1 contains uid " +
                      std::to_string(account->first) + " (account " + account->second + ")"),
             std::string::npos)
       << why;
   EXPECT_NE(why.find("/etc/subuid"), std::string::npos) << why;
-  EXPECT_NE(uid_range_account_conflict(account->first - std::min<uid_t>(account->first - 1, 3), 8), "")
+  EXPECT_EQ(check_uid_range_accounts(account->first - std::min<uid_t>(account->first - 1, 3), 8).code(), Errc::exists)
       << "a range around the account";
   // A group whose gid no account has as its uid: refused as a group.
   std::optional<std::pair<gid_t, std::string>> group_only;
@@ -226,13 +228,14 @@ TEST(UidRange, AccountsOfTheHostAreRefused) {
       group_only = std::make_pair(gr->gr_gid, std::string(gr->gr_name));
   ::endgrent();
   if (group_only) {
-    const std::string g = uid_range_account_conflict(group_only->first, 1);
+    const std::string g = check_uid_range_accounts(group_only->first, 1).message();
     EXPECT_NE(g.find("contains gid " + std::to_string(group_only->first) + " (group " + group_only->second + ")"),
               std::string::npos)
         << g;
   }
   // Far above every account (the tests' own ranges): accepted.
-  EXPECT_EQ(uid_range_account_conflict(3'000'000'000u, 1024), "");
+  const Status far = check_uid_range_accounts(3'000'000'000u, 1024);
+  EXPECT_TRUE(far.ok()) << far.message();
 }
 
 TEST(SupervisorConfig, DefaultPaths) {

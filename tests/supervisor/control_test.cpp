@@ -130,7 +130,7 @@ class ServerFixture : public ::testing::Test {
                                                 ++handled_;
                                                 server_->reply(c, control_ok(r.id, {{"op", std::string(to_string(r.op))}}));
                                               });
-    ASSERT_EQ(server_->open(path_), "");
+    ASSERT_TRUE(server_->open(path_).ok());
     thread_ = std::thread([this] {
       while (!stop_.load()) {
         auto w = server_->watch_fds();
@@ -150,10 +150,9 @@ class ServerFixture : public ::testing::Test {
     EXPECT_FALSE(std::filesystem::exists(path_)) << "socket file left behind";
   }
   json call(const json& req) {
-    std::string err;
-    auto a = control_call(path_, req, 3000, err);
-    EXPECT_TRUE(a.has_value()) << err;
-    return a.value_or(json());
+    auto a = control_call(path_, req, 3000);
+    EXPECT_TRUE(a.ok()) << a.message();
+    return a.ok() ? *a : json();
   }
   // Sends raw bytes, returns the first answer line (or "" on close/timeout).
   std::string raw(const std::string& bytes, int wait_ms = 3000) {
@@ -275,7 +274,7 @@ TEST(ControlServer, RequestsOfAClientThatAlreadyLeftAreNotCarriedOut) {
     ++handled;
     s.reply(c, control_ok(r.id, {}));
   });
-  ASSERT_EQ(s.open(path), "");
+  ASSERT_TRUE(s.open(path).ok());
   auto connect_and_send = [&] {
     const int fd = connect_unix(path);
     const std::string line = json({{"v", 1}, {"op", "list"}}).dump() + "\n";
@@ -303,10 +302,11 @@ TEST(ControlServer, RequestsOfAClientThatAlreadyLeftAreNotCarriedOut) {
 TEST(ControlServer, RefusesASecondServerOnTheSamePath) {
   const std::string path = temp_socket_path("dup");
   ControlServer a(ControlAccess{getuid(), std::nullopt}, [](ControlClientId, ControlRequest) {});
-  ASSERT_EQ(a.open(path), "");
+  ASSERT_TRUE(a.open(path).ok());
   ControlServer b(ControlAccess{getuid(), std::nullopt}, [](ControlClientId, ControlRequest) {});
-  const std::string err = b.open(path);
-  EXPECT_NE(err.find("already running"), std::string::npos) << err;
+  const Status err = b.open(path);
+  EXPECT_EQ(err.code(), Errc::busy);
+  EXPECT_NE(err.message().find("already running"), std::string::npos) << err.message();
   a.close_all();
   // A stale socket file (nobody listening) is replaced.
   const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
@@ -315,7 +315,8 @@ TEST(ControlServer, RefusesASecondServerOnTheSamePath) {
   std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   ::close(fd);
-  EXPECT_EQ(b.open(path), "");
+  const Status replaced = b.open(path);
+  EXPECT_TRUE(replaced.ok()) << replaced.message();
   b.close_all();
   EXPECT_FALSE(std::filesystem::exists(path));
 }
@@ -325,7 +326,7 @@ TEST(ControlServer, RejectsAnUnauthorizedPeer) {
   const std::string path = temp_socket_path("auth");
   int handled = 0;
   ControlServer s(ControlAccess{0, std::nullopt}, [&](ControlClientId, ControlRequest) { ++handled; });
-  ASSERT_EQ(s.open(path), "");
+  ASSERT_TRUE(s.open(path).ok());
   ::chmod(path.c_str(), 0666);  // the file mode is not the guard; SO_PEERCRED is
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -400,11 +401,11 @@ TEST(ControlCall, RefusesAServerOfAnotherUid) {
   char r = 0;
   ASSERT_EQ(::read(ready[0], &r, 1), 1);
   ::close(ready[0]);
-  std::string error;
   const auto answer = control_call(path, {{"v", 1}, {"op", "run"}, {"argv", {"cat", "/etc/shadow"}},
                                           {"env", {{"SECRET", "x"}}}},
-                                   5000, error);
-  EXPECT_FALSE(answer.has_value());
+                                   5000);
+  EXPECT_EQ(answer.code(), Errc::permission_denied);
+  const std::string& error = answer.message();
   EXPECT_NE(error.find("served by uid 65534"), std::string::npos) << error;
   EXPECT_NE(error.find("refusing to send"), std::string::npos) << error;
   int status = 0;
@@ -437,12 +438,12 @@ TEST(ControlServer, ANonRootServerRefusesADefaultDirectoryOthersMayWrite) {
     std::string text = runtime_dir() + "\n";
     {
       ControlServer s(ControlAccess{65534, std::nullopt}, [](ControlClientId, ControlRequest) {});
-      text += s.open(runtime_dir() + "/supervisor.sock") + "\n";
+      text += s.open(runtime_dir() + "/supervisor.sock").message() + "\n";
     }
     ::chmod((home + "/.leasehold").c_str(), 0700);
     {
       ControlServer s(ControlAccess{65534, std::nullopt}, [](ControlClientId, ControlRequest) {});
-      text += "fixed:" + s.open(runtime_dir() + "/supervisor.sock") + "\n";
+      text += "fixed:" + s.open(runtime_dir() + "/supervisor.sock").message() + "\n";
       s.close_all();
     }
     [[maybe_unused]] ssize_t w = ::write(out[1], text.data(), text.size());

@@ -81,8 +81,7 @@ class Child {
     s.append_stdout = s.append_stderr = true;
     s.own_process_group = false;
     s.die_with_parent = false;
-    std::string error;
-    if (!proc_.start(s, error)) throw std::runtime_error(error);
+    if (const Status started = proc_.start(s); !started.ok()) throw std::runtime_error(started.message());
   }
   /// Waits until stdout has a whole line containing `needle` (true; a needle may end with
   /// "\n"), the process exits or the timeout passes.
@@ -237,9 +236,8 @@ struct Supervisor {
   }
 
   json call(const json& req, std::uint64_t timeout_ms = 10'000) const {
-    std::string err;
-    auto a = control_call(socket.string(), req, timeout_ms, err);
-    if (!a) return json{{"ok", false}, {"error", "transport"}, {"message", err}};
+    auto a = control_call(socket.string(), req, timeout_ms);
+    if (!a) return json{{"ok", false}, {"error", "transport"}, {"message", a.message()}};
     return *a;
   }
   std::string log_text() const { return slurp(log); }

@@ -1296,8 +1296,9 @@ std::vector<pid_t> processes_marked(const std::string& mark) {
   for (const auto& e : fs::directory_iterator("/proc", ec)) {
     const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
     if (pid <= 0) continue;
-    std::string cmd;  // a process that just exited reads as an error: skipped
-    if (read_small_file((e.path() / "cmdline").string(), cmd) != 0) continue;
+    Result<std::string> read = read_small_file((e.path() / "cmdline").string());
+    if (!read) continue;  // a process that just exited reads as an error: skipped
+    std::string& cmd = *read;
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
     if (cmd.rfind("sleep " + mark, 0) == 0) out.push_back(pid);
   }
@@ -1401,9 +1402,8 @@ TEST_F(SupervisorProcess, AGroupMemberRunsAsItselfAndCannotTouchRootsSandboxes) 
       ::_exit(3);
     std::string lines;
     for (const auto& req : requests) {
-      std::string err;
-      auto a = control_call(sup.socket.string(), req, 10'000, err);
-      lines += (a ? a->dump() : json{{"client_error", err}}.dump()) + "\n";
+      auto a = control_call(sup.socket.string(), req, 10'000);
+      lines += (a ? a->dump() : json{{"client_error", a.message()}}.dump()) + "\n";
     }
     [[maybe_unused]] const ssize_t n = ::write(out[1], lines.data(), lines.size());
     ::_exit(0);
@@ -1830,9 +1830,8 @@ struct NobodySupervisor {
     if (pid == 0) {
       ::close(p[0]);
       if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(10);
-      std::string err;
-      const auto a = control_call(socket.string(), req, 10'000, err);
-      const std::string out = a ? a->dump() : json{{"ok", false}, {"message", err}}.dump();
+      const auto a = control_call(socket.string(), req, 10'000);
+      const std::string out = a ? a->dump() : json{{"ok", false}, {"message", a.message()}}.dump();
       (void)!::write(p[1], out.data(), out.size());
       ::_exit(0);
     }

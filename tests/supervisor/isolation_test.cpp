@@ -39,9 +39,8 @@ gid_t sandbox_gid() { return ::geteuid() == 0 ? 231072 : ::getegid(); }
 
 const SeccompFilter& filter() {
   static const SeccompFilter f = [] {
-    std::string error;
-    auto built = build_seccomp_filter(error);
-    if (!built) throw std::runtime_error(error);
+    auto built = build_seccomp_filter();
+    if (!built) throw std::runtime_error(built.message());
     return *built;
   }();
   return f;
@@ -64,8 +63,8 @@ class Isolated : public ::testing::Test {
     dir_ = tmpl;
     ::chmod(dir_.c_str(), 0755);
     const Isolation iso = isolation();
-    if (std::string why = probe_isolation(iso, "true"); !why.empty())
-      GTEST_SKIP() << "isolated spawn unavailable here: " << why;
+    if (const Status why = probe_isolation(iso, "true"); !why.ok())
+      GTEST_SKIP() << "isolated spawn unavailable here: " << why.message();
   }
   void TearDown() override {
     kill_marked();
@@ -141,8 +140,9 @@ class Isolated : public ::testing::Test {
     while (dirent* e = ::readdir(d)) {
       const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
       if (pid <= 0) continue;
-      std::string cmd;  // a process that just exited reads as an error: skipped
-      if (read_small_file("/proc/" + std::string(e->d_name) + "/cmdline", cmd) != 0) continue;
+      Result<std::string> read = read_small_file("/proc/" + std::string(e->d_name) + "/cmdline");
+      if (!read) continue;  // a process that just exited reads as an error: skipped
+      std::string& cmd = *read;
       for (auto& c : cmd)
         if (c == '\0') c = ' ';
       if (cmd.rfind("sleep " + marker(), 0) == 0) out.push_back(pid);
@@ -170,9 +170,9 @@ class Isolated : public ::testing::Test {
 
 // This host's cgroup2 mount (nullopt: none).
 std::optional<Cgroup2Mount> cgroup2_mount() {
-  std::string mountinfo;
-  if (read_small_file("/proc/self/mountinfo", mountinfo) != 0) return std::nullopt;
-  return find_cgroup2_mount(mountinfo);
+  const Result<std::string> mountinfo = read_small_file("/proc/self/mountinfo");
+  if (!mountinfo) return std::nullopt;
+  return find_cgroup2_mount(*mountinfo);
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -372,8 +372,9 @@ TEST_F(Isolated, AForkBombStopsAtThePidsMaxOfItsLeaf) {
     SCOPED_TRACE(bounded ? "pids.max 16" : "ablation: no pids.max");
     auto leaf = (bounded ? tree : unbounded_tree).create_leaf(bounded ? "bounded" : "unbounded");
     ASSERT_TRUE(leaf.ok()) << leaf.message();
-    std::string limit;
-    ASSERT_EQ(read_small_file(leaf->path() + "/pids.max", limit), 0);
+    const Result<std::string> limit_read = read_small_file(leaf->path() + "/pids.max");
+    ASSERT_TRUE(limit_read.ok()) << limit_read.message();
+    const std::string& limit = *limit_read;
     EXPECT_EQ(limit, bounded ? "16\n" : "max\n");
     auto p = start(&iso, script, leaf->dir_fd());
     ASSERT_TRUE(p.has_value());
@@ -389,7 +390,7 @@ TEST_F(Isolated, AForkBombStopsAtThePidsMaxOfItsLeaf) {
     KillSwitch::kill(target, KillSwitch::now_ns());
     EXPECT_EQ(finish(*p).status, -SIGKILL);
     EXPECT_TRUE(marked_gone());
-    for (int i = 0; i < 100 && leaf->remove() == -EBUSY; ++i) ::usleep(10'000);
+    for (int i = 0; i < 100 && leaf->remove().code() == Errc::busy; ++i) ::usleep(10'000);
   }
   EXPECT_EQ(::rmdir(c.parent_path.c_str()), 0);
 }
@@ -472,7 +473,7 @@ TEST_F(Isolated, CannotLeaveItsCgroupLeaf) {
       KillSwitch::kill(target, KillSwitch::now_ns());
       EXPECT_EQ(finish(*p).status, -SIGKILL);
       EXPECT_TRUE(marked_gone());
-      for (int i = 0; i < 100 && leaf->remove() == -EBUSY; ++i) ::usleep(10'000);
+      for (int i = 0; i < 100 && leaf->remove().code() == Errc::busy; ++i) ::usleep(10'000);
     }
   }
   EXPECT_EQ(::rmdir(c.parent_path.c_str()), 0);
@@ -532,16 +533,18 @@ print("done", flush=True)
     o.seal = sealed;
     auto w = shm::TableWriter::create(o);
     const auto now = boottime_ns();
-    const auto claim = w.claim(SandboxId{1, 2}, now);
-    ASSERT_EQ(claim.error, shm::TableErrc::ok);
+    const Result<shm::ClaimedSlot> claimed = w.claim(SandboxId{1, 2}, now);
+    ASSERT_TRUE(claimed.ok()) << claimed.message();
+    const shm::ClaimedSlot claim = *claimed;
     ASSERT_EQ(w.publish(claim.slot, NameId{3, 4}, "neighbour", 7, now + 3'600'000'000'000ull), shm::TableErrc::ok);
     if (sealed) {
-      EXPECT_EQ(w.seals(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+      EXPECT_EQ(w.seals().value(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
     } else {
-      EXPECT_EQ(w.seals(), 0);
+      EXPECT_EQ(w.seals().value(), 0);
     }
-    const int ro = w.reopen_read_only();
-    ASSERT_GE(ro, 0) << std::strerror(-ro);
+    const Result<int> reopened = w.reopen_read_only();
+    ASSERT_TRUE(reopened.ok()) << reopened.message();
+    const int ro = *reopened;
     struct stat st{};
     ASSERT_EQ(::fstat(ro, &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0440u) << "a memfd table keeps its read bits only";
@@ -579,7 +582,10 @@ print("done", flush=True)
     ASSERT_EQ(::waitpid(child, &status, 0), child);
     if (sealed) {
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-      auto reader = shm::TableReader::open(std::to_string(w.reopen_read_only()));
+      const Result<int> again = w.reopen_read_only();
+      ASSERT_TRUE(again.ok()) << again.message();
+      auto reader = shm::TableReader::open(std::to_string(*again));
+      ::close(*again);
       EXPECT_TRUE(reader.check(claim.slot, 7)) << "the neighbour's lease stays valid";
     } else {
       EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS) << "status " << status;
@@ -606,9 +612,8 @@ TEST(IsolationArguments, RefusesUidZeroAndBubblewrapTogether) {
 }
 
 TEST(IsolationArguments, TheFilterDeniesTheListedCalls) {
-  std::string error;
-  const auto f = build_seccomp_filter(error);
-  ASSERT_TRUE(f.has_value()) << error;
+  const auto f = build_seccomp_filter();
+  ASSERT_TRUE(f.ok()) << f.message();
   EXPECT_GT(f->words.size(), 20u);
   for (const char* name : {"mount", "umount2", "unshare", "setns", "ptrace", "bpf", "keyctl", "perf_event_open",
                            "kexec_load", "init_module", "finit_module", "clone3", "clone(CLONE_NEW*)"})

@@ -311,8 +311,9 @@ TEST(RtThread, RefusesBadSlotsAndCommandsAfterStop) {
 }
 
 TEST(RtThread, KillsThroughCgroupKillInCgroupMode) {
-  std::string mountinfo;
-  ASSERT_EQ(read_small_file("/proc/self/mountinfo", mountinfo), 0);
+  const Result<std::string> mountinfo_read = read_small_file("/proc/self/mountinfo");
+  ASSERT_TRUE(mountinfo_read.ok()) << mountinfo_read.message();
+  const std::string& mountinfo = *mountinfo_read;
   const auto mount = find_cgroup2_mount(mountinfo);
   if (!mount) GTEST_SKIP() << "no cgroup2 mount on this host";
   CgroupConfig cc;
@@ -345,7 +346,8 @@ TEST(RtThread, KillsThroughCgroupKillInCgroupMode) {
     const auto d = rt->disarm(4);
     while (!rt->applied(d.seq)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     expect_killed_by_sigkill(*p);
-    EXPECT_EQ(leaf->remove(), 0);
+    const Status removed = leaf->remove();
+    EXPECT_TRUE(removed.ok()) << removed.message();
   }
   EXPECT_EQ(::rmdir(cc.parent_path.c_str()), 0);
 }
@@ -359,9 +361,8 @@ TEST(RtThread, KillsAPreparedSandboxAtItsGateBeforeItsCommandRuns) {
   std::optional<CgroupTree> tree;
   std::optional<CgroupLeaf> leaf;
   CgroupConfig cc;
-  std::string mountinfo;
-  if (read_small_file("/proc/self/mountinfo", mountinfo) == 0) {
-    if (const auto mount = find_cgroup2_mount(mountinfo)) {
+  if (const Result<std::string> mountinfo = read_small_file("/proc/self/mountinfo")) {
+    if (const auto mount = find_cgroup2_mount(*mountinfo)) {
       cc.parent_path = mount->mount_point + "/leasehold-rt-gate-test-" + std::to_string(::getpid());
       tree = CgroupTree::discover(cc);
       if (tree->mode() == KillMode::cgroup_v2_delegated) {
@@ -416,7 +417,8 @@ TEST(RtThread, KillsAPreparedSandboxAtItsGateBeforeItsCommandRuns) {
   expect_killed_by_sigkill(p);
   ::rmdir(dir);
   if (leaf) {
-    EXPECT_EQ(leaf->remove(), 0);
+    const Status removed = leaf->remove();
+    EXPECT_TRUE(removed.ok()) << removed.message();
     leaf.reset();
     EXPECT_EQ(::rmdir(cc.parent_path.c_str()), 0);
   } else if (!cc.parent_path.empty()) {

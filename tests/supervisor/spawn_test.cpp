@@ -197,17 +197,21 @@ TEST(Spawn, RejectsEmptyAndOversizedRequests) {
 }
 
 TEST(Spawn, ResolvesLikeExecvp) {
-  std::string error;
-  EXPECT_EQ(resolve_command("sh", "/nonexistent:/bin:/usr/bin", error).value_or(""), "/bin/sh");
-  EXPECT_FALSE(resolve_command("sh", "/nonexistent", error).has_value());
-  EXPECT_EQ(error, "command not found: sh");
-  EXPECT_FALSE(resolve_command("", "/bin", error).has_value());
-  EXPECT_EQ(error, "empty command");
+  const Result<std::string> found = resolve_command("sh", "/nonexistent:/bin:/usr/bin");
+  ASSERT_TRUE(found.ok()) << found.message();
+  EXPECT_EQ(*found, "/bin/sh");
+  const Result<std::string> missing = resolve_command("sh", "/nonexistent");
+  EXPECT_EQ(missing.code(), Errc::not_found);
+  EXPECT_EQ(missing.message(), "command not found: sh");
+  const Result<std::string> empty = resolve_command("", "/bin");
+  EXPECT_EQ(empty.code(), Errc::invalid_argument);
+  EXPECT_EQ(empty.message(), "empty command");
 }
 
 TEST(Spawn, IntoALeafCgroup) {
-  std::string mountinfo;
-  ASSERT_EQ(read_small_file("/proc/self/mountinfo", mountinfo), 0);
+  const Result<std::string> mountinfo_read = read_small_file("/proc/self/mountinfo");
+  ASSERT_TRUE(mountinfo_read.ok()) << mountinfo_read.message();
+  const std::string& mountinfo = *mountinfo_read;
   const auto mount = find_cgroup2_mount(mountinfo);
   if (!mount) GTEST_SKIP() << "no cgroup2 mount on this host";
   CgroupConfig c;
@@ -220,8 +224,9 @@ TEST(Spawn, IntoALeafCgroup) {
     auto req = request({"sleep", "100"});
     req.cgroup_dir_fd = leaf->dir_fd();
     SPAWN_OR_SKIP(p, req);
-    std::string own;
-    ASSERT_EQ(read_small_file("/proc/" + std::to_string(p->pid()) + "/cgroup", own), 0);
+    const Result<std::string> own_read = read_small_file("/proc/" + std::to_string(p->pid()) + "/cgroup");
+    ASSERT_TRUE(own_read.ok()) << own_read.message();
+    const std::string& own = *own_read;
     const auto path = own_cgroup2_path(own);
     ASSERT_TRUE(path.has_value());
     EXPECT_EQ(mount->mount_point + *path, leaf->path());
@@ -249,8 +254,8 @@ TEST(Spawn, BadCgroupFdIsAClearError) {
 TEST(Spawn, UnderBubblewrap) {
   BwrapConfig bwrap;
   bwrap.args = default_bwrap_args();
-  const std::string why = probe_bwrap(bwrap);
-  if (!why.empty()) GTEST_SKIP() << "bubblewrap unusable here: " << why;
+  const Status why = probe_bwrap(bwrap);
+  if (!why.ok()) GTEST_SKIP() << "bubblewrap unusable here: " << why.message();
   auto req = request({"sh", "-c", "test -d /proc/self && exit 3"});
   req.bwrap = &bwrap;
   SPAWN_OR_SKIP(p, req);
@@ -266,7 +271,8 @@ TEST(Spawn, UnderBubblewrap) {
 
 TEST(Spawn, SandboxDiesWithTheSupervisorAndIsReapedByTheSubreaper) {
   // This test process plays the subreaper; a forked "supervisor" spawns `sleep` and exits.
-  ASSERT_EQ(become_child_subreaper(), 0);
+  const Status subreaper = become_child_subreaper();
+  ASSERT_TRUE(subreaper.ok()) << subreaper.message();
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
   const pid_t supervisor = ::fork();

@@ -173,14 +173,13 @@ class FakeTable final : public SlotTable {
     std::uint64_t valid_until_ns = 0;
   };
   explicit FakeTable(Events& ev) : ev_(ev) {}
-  shm::ClaimResult claim(const SandboxId& sandbox, std::uint64_t) override {
-    shm::ClaimResult r;
+  Result<shm::ClaimedSlot> claim(const SandboxId& sandbox, std::uint64_t) override {
+    shm::ClaimedSlot r;
     r.slot = next_slot++;
     claimed.push_back(r.slot);
     owners[r.slot] = claim_for.is_nil() ? sandbox : claim_for;
     return r;
   }
-  std::string claim_refusal() const override { return {}; }
   shm::TableErrc publish(std::uint32_t slot, const NameId& name, const std::string& text, Epoch epoch,
                          std::uint64_t valid_until_ns) override {
     published[slot] = Published{name, text, epoch, valid_until_ns};

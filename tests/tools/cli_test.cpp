@@ -843,14 +843,16 @@ TEST_F(CliTest, CheckPrintsTheSignedToken) {
   t.worker = WorkerId{1, 2};
   ASSERT_TRUE(signer->sign(t));
   const token::TokenBytes bytes = token::encode(t);
-  const shm::ClaimResult c = w.claim(sb, now);
-  ASSERT_EQ(c.error, shm::TableErrc::ok);
+  const leasehold::Result<shm::ClaimedSlot> claimed = w.claim(sb, now);
+  ASSERT_TRUE(claimed.ok()) << claimed.message();
+  const shm::ClaimedSlot c = *claimed;
   // The sandbox's own token channel, inherited (not close-on-exec) as LEASEHOLD_TOKENS.
   auto channel = shm::TokenChannel::create("cli-test-tokens");
   ASSERT_EQ(channel.publish(9, bytes), shm::TableErrc::ok);
   ASSERT_EQ(w.publish(c.slot, t.name, "orders", 9, now + 60'000'000'000), shm::TableErrc::ok);
-  const int ro = channel.reopen_read_only();
-  ASSERT_GE(ro, 0);
+  const leasehold::Result<int> reopened = channel.reopen_read_only();
+  ASSERT_TRUE(reopened.ok()) << reopened.message();
+  const int ro = *reopened;
   const int inherited = ::fcntl(ro, F_DUPFD, 10);
   ::close(ro);
   ASSERT_GE(inherited, 0);
@@ -884,8 +886,9 @@ TEST_F(CliTest, CheckPrintsTheSignedToken) {
   EXPECT_TRUE(nlohmann::json::parse(next.out)["token"].is_null()) << next.out;
   // Another sandbox's slot at the epoch of this sandbox's token: not shown as that slot's.
   const SandboxId other{0x0b, 0x0c};
-  const shm::ClaimResult c2 = w.claim(other, now);
-  ASSERT_EQ(c2.error, shm::TableErrc::ok);
+  const leasehold::Result<shm::ClaimedSlot> claimed2 = w.claim(other, now);
+  ASSERT_TRUE(claimed2.ok()) << claimed2.message();
+  const shm::ClaimedSlot c2 = *claimed2;
   ASSERT_EQ(channel.publish(9, bytes), shm::TableErrc::ok);
   ASSERT_EQ(w.publish(c2.slot, name_id_of("else"), "else", 9, now + 60'000'000'000), shm::TableErrc::ok);
   const Result sibling = cli({"check", "--slot", std::to_string(c2.slot), "--epoch", "9", "--json"}, env);
@@ -908,8 +911,9 @@ TEST_F(CliTest, CheckFollowsTheSlot) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  const shm::ClaimResult c = w.claim(sb, now);
-  ASSERT_EQ(c.error, shm::TableErrc::ok);
+  const leasehold::Result<shm::ClaimedSlot> claimed = w.claim(sb, now);
+  ASSERT_TRUE(claimed.ok()) << claimed.message();
+  const shm::ClaimedSlot c = *claimed;
   ASSERT_EQ(w.publish(c.slot, name_id_of("orders"), "orders", 7, now + 60'000'000'000), shm::TableErrc::ok);
   const std::string slot = std::to_string(c.slot);
   const std::vector<std::string> env{"LEASEHOLD_SHM=" + o.location, "LEASEHOLD_SLOT=" + slot, "LEASEHOLD_EPOCH=7"};

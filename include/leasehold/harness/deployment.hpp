@@ -100,10 +100,10 @@ class Deployment {
   Process& supervisor(std::size_t i) { return *supervisors_.at(i); }
   std::size_t supervisors() const noexcept { return supervisors_.size(); }
 
-  /// One request on supervisor control socket `socket` ("v": 1 added): its answer, or nullopt
-  /// with `error`.
-  static std::optional<nlohmann::json> request(const fs::path& socket, nlohmann::json req, std::string& error,
-                                               milliseconds timeout = milliseconds(10'000));
+  /// One request on supervisor control socket `socket` ("v": 1 added): its answer, or why there
+  /// is none (as control_call).
+  static Result<nlohmann::json> request(const fs::path& socket, nlohmann::json req,
+                                        milliseconds timeout = milliseconds(10'000));
 
   /// SIGTERM to every supervisor (last started first), waiting up to `grace` for each.
   void stop_supervisors(milliseconds grace = milliseconds(5'000));

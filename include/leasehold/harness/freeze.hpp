@@ -64,7 +64,10 @@ class Freezer {
 
  private:
   Freezer() = default;
-  bool setup_cgroup(std::string& reason);
+  /// Moves the process into a leaf of its own with a cgroup.freeze. Errors: unsupported (no
+  /// cgroup2 mount, no cgroup v2 line, no cgroup.freeze), or the errno of a cgroup file or
+  /// mkdir (errc_of_errno); the message names the file.
+  Status setup_cgroup();
   Status await_cgroup(int want, std::int64_t& confirmed_ns);
   Status await_stopped(bool want, std::int64_t& confirmed_ns);
   Kind kind_ = Kind::sigstop;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "leasehold/io/clock.hpp"
+#include "leasehold/lease/result.hpp"
 
 #include <sys/types.h>
 
@@ -114,10 +115,11 @@ class Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
-  /// Starts `spec` (a running child of this object is killed first). False with `error` naming
-  /// the file, namespace or system call that failed; an exec failure shows as exit code 127
-  /// with "cannot execute ARGV0: REASON" on the child's stderr.
-  bool start(const Spawn& spec, std::string& error);
+  /// Starts `spec` (a running child of this object is killed first). Errors, the message naming
+  /// the file, namespace or system call that failed: invalid_argument (empty argv), or the errno
+  /// of open(2) or fork(2) (errc_of_errno). An exec failure shows as exit code 127 with "cannot
+  /// execute ARGV0: REASON" on the child's stderr.
+  Status start(const Spawn& spec);
 
   /// The child's pid; -1 before start() and once it has been reaped.
   pid_t pid() const noexcept { return pid_; }
@@ -164,12 +166,11 @@ std::optional<std::string> wait_for_log_line(const fs::path& file, std::string_v
                                              Process* watched = nullptr, const std::function<void()>& tick = {},
                                              std::size_t from = 0);
 
-/// As wait_for_log_line, with `error` set on failure: "LABEL did not print "PATTERN" within N ms"
-/// or "LABEL exited during start-up (code C, before printing "PATTERN")", and the last lines
-/// of `file`.
-std::optional<std::string> wait_for_log_line(const fs::path& file, std::string_view pattern, milliseconds timeout,
-                                             Process& watched, std::string& error,
-                                             const std::function<void()>& tick = {});
+/// As wait_for_log_line, the line or why not, with the last lines of `file`: timeout "LABEL did
+/// not print "PATTERN" within N ms", or refused "LABEL exited during start-up (code C, before
+/// printing "PATTERN")".
+Result<std::string> wait_for_log_line(const fs::path& file, std::string_view pattern, milliseconds timeout,
+                                      Process& watched, const std::function<void()>& tick = {});
 
 /// Runs `argv` (argv[0] looked up on PATH) to completion with stdin from /dev/null, stdout and
 /// stderr together into `*output` (at most 1 MiB kept); SIGKILLed after `timeout`. The exit code,

@@ -5,6 +5,8 @@
 // CLOCK_BOOTTIME (suffix `_ns`).
 #pragma once
 
+#include "leasehold/lease/result.hpp"
+
 #include <array>
 #include <cstdint>
 #include <compare>
@@ -58,9 +60,10 @@ static_assert(kEpochMax == static_cast<Epoch>(std::numeric_limits<std::int64_t>:
 /// Limits on a name (DESIGN.md "Vocabulary").
 inline constexpr std::size_t kNameBytesMax = 128;
 
-/// Checks a name: 1..128 bytes of [A-Za-z0-9._:/-]. Returns an empty string when valid,
-/// otherwise a message that says what is wrong and where (byte offset, the bad byte).
-std::string validate_name(std::string_view name);
+/// Checks a name: 1..128 bytes of [A-Za-z0-9._:/-]. Ok when valid (no allocation: the hot
+/// paths of lockd and the codec call it on every name), otherwise invalid_argument with a
+/// message that says what is wrong and where (byte offset, the bad byte).
+Status validate_name(std::string_view name);
 
 /// The NameId of a *valid* name (deterministic; the same on every host).
 NameId name_id_of(std::string_view name);

@@ -25,6 +25,7 @@
 // (tools/cmd_pause_probe.cpp) and the tests link it.
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/lease/timing.hpp"
 
 #include <algorithm>
@@ -88,10 +89,9 @@ inline std::vector<std::uint64_t> default_sweep_ms(std::uint64_t ttl_ms, std::ui
 }
 
 /// Parses a comma-separated list of pause lengths: "0,250,500", each optionally suffixed "ms"
-/// or "s" (fractions allowed with "s": "1.5s"). nullopt with `error` naming the bad element
-/// (empty, not a number, above kPauseMsMax, more than kPausesMax elements).
-inline std::optional<std::vector<std::uint64_t>> parse_pause_list(std::string_view text,
-                                                                  std::string& error) {
+/// or "s" (fractions allowed with "s": "1.5s"). The lengths in ms, or invalid_argument naming
+/// the bad element (empty, not a number, above kPauseMsMax, more than kPausesMax elements).
+inline Result<std::vector<std::uint64_t>> parse_pause_list(std::string_view text) {
   std::vector<std::uint64_t> out;
   std::size_t pos = 0;
   while (pos <= text.size()) {
@@ -99,10 +99,7 @@ inline std::optional<std::vector<std::uint64_t>> parse_pause_list(std::string_vi
     std::string_view item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item.empty()) {
-      error = "empty pause length in \"" + std::string(text) + "\"";
-      return std::nullopt;
-    }
+    if (item.empty()) return Status::invalid("empty pause length in \"" + std::string(text) + "\"");
     double scale = 1.0;  // ms
     std::string_view num = item;
     if (num.size() > 2 && num.substr(num.size() - 2) == "ms") {
@@ -113,20 +110,15 @@ inline std::optional<std::vector<std::uint64_t>> parse_pause_list(std::string_vi
     }
     double v = 0;
     const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
-    if (ec != std::errc() || end != num.data() + num.size() || !(v >= 0) || !std::isfinite(v)) {
-      error = "pause length \"" + std::string(item) + "\" is not a non-negative number of ms (e.g. 250, 250ms, 1.5s)";
-      return std::nullopt;
-    }
+    if (ec != std::errc() || end != num.data() + num.size() || !(v >= 0) || !std::isfinite(v))
+      return Status::invalid("pause length \"" + std::string(item) + "\" is not a non-negative number of ms (e.g. 250, 250ms, 1.5s)");
     const double ms = v * scale;
     if (ms > static_cast<double>(kPauseMsMax)) {
-      error = "pause length \"" + std::string(item) + "\" is above the limit of " +
-              std::to_string(kPauseMsMax) + " ms";
-      return std::nullopt;
+      return Status::invalid("pause length \"" + std::string(item) + "\" is above the limit of " +
+                             std::to_string(kPauseMsMax) + " ms");
     }
-    if (out.size() == kPausesMax) {
-      error = "more than " + std::to_string(kPausesMax) + " pause lengths";
-      return std::nullopt;
-    }
+    if (out.size() == kPausesMax)
+      return Status::invalid("more than " + std::to_string(kPausesMax) + " pause lengths");
     out.push_back(static_cast<std::uint64_t>(std::llround(ms)));
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
@@ -240,9 +232,9 @@ inline bool field(std::string_view line, std::string_view key, std::int64_t& out
 }  // namespace detail
 
 /// Parses a sandbox log. A torn last line (the process was killed mid-write) is ignored; any
-/// other malformed line, or more than kSandboxLogLinesMax lines, gives nullopt with `error`
-/// naming the line number.
-inline std::optional<SandboxLog> parse_sandbox_log(std::string_view text, std::string& error) {
+/// other malformed line, or more than kSandboxLogLinesMax lines, is corrupt, the message naming
+/// the line number.
+inline Result<SandboxLog> parse_sandbox_log(std::string_view text) {
   SandboxLog log;
   std::size_t lines = 0;
   std::size_t pos = 0;
@@ -252,16 +244,13 @@ inline std::optional<SandboxLog> parse_sandbox_log(std::string_view text, std::s
     if (nl == std::string_view::npos) break;  // torn last line
     const std::string_view line = text.substr(pos, nl - pos);
     pos = nl + 1;
-    if (++lines > kSandboxLogLinesMax) {
-      error = "sandbox log has more than " + std::to_string(kSandboxLogLinesMax) + " lines";
-      return std::nullopt;
-    }
+    if (++lines > kSandboxLogLinesMax)
+      return Status{Errc::corrupt, "sandbox log has more than " + std::to_string(kSandboxLogLinesMax) + " lines"};
     if (line.empty() || line.front() == '#') continue;
     const std::string_view kind = line.substr(0, line.find(' '));
     std::int64_t t = 0, a = 0, b = 0;
     auto bad = [&](const char* what) {
-      error = "sandbox log line " + std::to_string(lines) + ": " + what + ": \"" + std::string(line) + "\"";
-      return std::nullopt;
+      return Status{Errc::corrupt, "sandbox log line " + std::to_string(lines) + ": " + what + ": \"" + std::string(line) + "\""};
     };
     if (!detail::field(line, "t", t)) return bad("no t=");
     if (kind == "start") {
@@ -296,10 +285,7 @@ inline std::optional<SandboxLog> parse_sandbox_log(std::string_view text, std::s
       return bad("unknown line kind");
     }
   }
-  if (!started) {
-    error = "sandbox log has no start line";
-    return std::nullopt;
-  }
+  if (!started) return Status{Errc::corrupt, "sandbox log has no start line"};
   return log;
 }
 

@@ -62,10 +62,10 @@ inline void finish_measured(MeasuredTiming& m, const Timing& t) {
   m.budget_max_ns = measured_budget_ns(t, m.lateness_max_ns, static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.kill_latency_max_ns)));
 }
 
-/// Why there is no measured budget ("" when there is one): the inputs that are missing, with
-/// the counts behind them.
-inline std::string measured_budget_missing(const MeasuredTiming& m) {
-  if (m.budget_p99_ns && m.budget_max_ns) return "";
+/// Ok when there is a measured budget; otherwise not_found, the message saying which inputs are
+/// missing, with the counts behind them.
+inline Status measured_budget_status(const MeasuredTiming& m) {
+  if (m.budget_p99_ns && m.budget_max_ns) return {};
   std::string why;
   if (m.rt_lateness.count == 0) why = "no rt wake-up lateness sample outside the freezes";
   if (m.kill_latencies_ns.empty()) {
@@ -86,7 +86,7 @@ inline std::string measured_budget_missing(const MeasuredTiming& m) {
       why += parts;
     }
   }
-  return why;
+  return Status{Errc::not_found, why};
 }
 
 /// Everything one sweep produced.
@@ -277,7 +277,7 @@ inline std::string budget_text(const SweepReport& rep) {
          ms3(static_cast<std::int64_t>(m.lateness_max_ns)) + " ms, kill latency " + ms3(m.kill_latency_max_ns) +
          " ms)\n";
   } else {
-    s += "measured pause budget    - (" + measured_budget_missing(m) + ")\n";
+    s += "measured pause budget    - (" + measured_budget_status(m).message() + ")\n";
   }
   s += "rt wake-up lateness      " + std::to_string(m.rt_lateness.count) + " ticks outside freezes, p50 <= " +
        ms3(static_cast<std::int64_t>(histogram_quantile_upper(m.rt_lateness, 0.5))) + " ms, p99 <= " +
@@ -325,7 +325,7 @@ inline nlohmann::json to_json(const SweepReport& rep) {
       {"kill_latency_max_ns", m.kill_latency_max_ns},
       {"kill_latency_samples", m.kill_latencies_ns.size()},
       {"killed_trials", m.killed_trials},
-      {"measured_missing", m.budget_p99_ns && m.budget_max_ns ? json(nullptr) : json(measured_budget_missing(m))}};
+      {"measured_missing", m.budget_p99_ns && m.budget_max_ns ? json(nullptr) : json(measured_budget_status(m).message())}};
   json trials = json::array();
   const auto& cols = csv_columns();
   for (std::size_t i = 0; i < rep.results.size(); ++i) {

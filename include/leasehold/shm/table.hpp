@@ -177,8 +177,8 @@ struct Liveness {
                             ///< (another boot)
 };
 
-struct ClaimResult {
-  TableErrc error = TableErrc::ok;
+/// A slot TableWriter::claim took: its index and the generation the claim gave it.
+struct ClaimedSlot {
   std::uint32_t slot = 0;
   std::uint32_t generation = 0;
 };
@@ -212,9 +212,11 @@ class TableWriter {
   ~TableWriter();  ///< unmaps; does not close or unlink (readers then see the writer die)
 
   // ---- io thread ----------------------------------------------------------------------
-  /// Takes the free slot that was freed longest ago, if its cooldown has passed.
-  /// table_full when none is (the message is in `claim_refusal`). Sandbox must not be nil.
-  ClaimResult claim(SandboxId sandbox, std::uint64_t now_ns);
+  /// Takes the free slot that was freed longest ago, if its cooldown has passed. Errors:
+  /// busy when none is (the message names the table and says whether every slot is in use or
+  /// when the next one cools down), invalid_argument for a nil sandbox. Nothing is kept of a
+  /// refusal: the answer is the whole story.
+  Result<ClaimedSlot> claim(SandboxId sandbox, std::uint64_t now_ns);
   /// Publishes {name, epoch, valid_until} on a claimed or published slot. Over an older epoch it
   /// first clears the check word, so readers see "invalid" in between, never a mix. The grant's
   /// signed token is not here: it goes to the sandbox's own TokenChannel, before this. Errors:
@@ -239,16 +241,15 @@ class TableWriter {
   void remove() noexcept;
   /// A new read-only descriptor of the table (O_RDONLY | O_CLOEXEC), for a reader to inherit:
   /// of a memfd through /proc/self/fd (its own open file description, so it cannot be used to
-  /// write even where the seals would allow it), of a file or shm name by opening it. -errno on
-  /// failure.
-  int reopen_read_only() const noexcept;
+  /// write even where the seals would allow it), of a file or shm name by opening it. The
+  /// caller closes it. Errors: as open(2) (errc_of_errno), the message naming the table.
+  Result<int> reopen_read_only() const;
   /// Where a reader outside this process opens the table: the path or shm name, or for a memfd
   /// /proc/<pid>/fd/<N> (root only when this process is not dumpable).
   std::string reader_location() const;
-  /// The seals of a memfd table (F_GET_SEALS), 0 for a file.
-  int seals() const noexcept;
-  /// Why the last claim returned table_full (empty after a successful claim).
-  const std::string& claim_refusal() const noexcept { return claim_refusal_; }
+  /// The seals of a memfd table (F_GET_SEALS), 0 for a file. Errors: as fcntl(2)
+  /// (errc_of_errno), the message naming the table.
+  Result<int> seals() const;
 
   // ---- rt thread: wait-free, no allocation, no syscall --------------------------------
   /// Revokes: sets kRevokedBit on the check word (one `lock or`). Sticky until free().
@@ -283,7 +284,6 @@ class TableWriter {
   std::vector<std::uint64_t> freed_at_ns_;
   std::size_t free_head_ = 0;
   std::size_t free_len_ = 0;
-  std::string claim_refusal_;
 };
 
 /// How long open() waits for the file, its size and its ready flag.
@@ -393,9 +393,11 @@ class TokenChannel {
   TableErrc publish(Epoch epoch, std::span<const std::uint8_t> token) noexcept;
   void clear() noexcept { publish(0, {}); }
   /// A new O_RDONLY | O_CLOEXEC descriptor of it (its own open file description, through
-  /// /proc/self/fd), for the sandbox to inherit; -errno on failure.
-  int reopen_read_only() const noexcept;
-  int seals() const noexcept;
+  /// /proc/self/fd), for the sandbox to inherit; the caller closes it. Errors: as open(2)
+  /// (errc_of_errno).
+  Result<int> reopen_read_only() const;
+  /// Its seals (F_GET_SEALS). Errors: as fcntl(2) (errc_of_errno).
+  Result<int> seals() const;
 
  private:
   TokenChannel() = default;

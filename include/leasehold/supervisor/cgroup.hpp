@@ -62,8 +62,9 @@ std::optional<std::string> own_cgroup2_path(std::string_view proc_self_cgroup);
 /// or -ENOENT when the key is missing, -EINVAL when its value is not a number.
 long parse_cgroup_keyed(std::string_view text, std::string_view key) noexcept;
 
-/// Reads a whole (small) file into `out`. 0 or -errno; -EFBIG above kProcFileBytesMax.
-int read_small_file(const std::string& path, std::string& out);
+/// Reads a whole (small) file. Errors, the message naming the path: as open(2) and read(2)
+/// (errc_of_errno), or io_error above kProcFileBytesMax.
+Result<std::string> read_small_file(const std::string& path);
 
 struct CgroupConfig {
   /// Where leaves are created. Empty: <cgroup2 mount>/<our cgroup>/leasehold.
@@ -108,12 +109,15 @@ class CgroupLeaf {
   int thaw() const noexcept;
   /// 1 when frozen, 0 when not; -errno if unreadable.
   int frozen() const noexcept;
-  /// Closes the fds and removes the directory. 0 or -errno (-EBUSY while populated; then the
-  /// leaf stays valid so the caller can retry after the processes died).
-  int remove() noexcept;
+  /// Closes the fds and removes the directory. Errors, the message naming the leaf: as rmdir(2)
+  /// (errc_of_errno); busy (EBUSY) while populated: then the leaf stays valid so the caller can
+  /// retry after the processes died.
+  Status remove();
 
  private:
   friend class CgroupTree;
+  /// remove() without a message: 0 or -errno (the destructor's).
+  int remove_dir() noexcept;
   void close_fds() noexcept;
   std::string path_;
   int dir_fd_ = -1;

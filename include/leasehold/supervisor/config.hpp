@@ -115,11 +115,11 @@ std::optional<std::pair<std::uint32_t, std::uint32_t>> root_subuid_range(std::st
 /// accepted), unchecked-control-server (a control client sends its request to a server of any uid).
 bool ablated(std::string_view ablation);
 
-/// Why the sandbox uid range [first, first + count) may not be used, or "": it holds uid 0, or
-/// the uid of an account or the gid of a group of this host (getpwent/getgrent, so NSS sources
-/// count: a sandbox runs as uid and gid first + slot, and would own that account's files and
-/// processes). The message names the first account found and suggests a subordinate range.
-std::string uid_range_account_conflict(std::uint32_t first, std::uint32_t count);
+/// Ok when the sandbox uid range [first, first + count) may be used. Errors: exists when it holds
+/// uid 0, or the uid of an account or the gid of a group of this host (getpwent/getgrent, so NSS
+/// sources count: a sandbox runs as uid and gid first + slot, and would own that account's files
+/// and processes); the message names the first account found and suggests a subordinate range.
+Status check_uid_range_accounts(std::uint32_t first, std::uint32_t count);
 
 /// A root supervisor's claim on its sandbox uid range, held for its lifetime so that two live
 /// supervisors on one host never run sandboxes as the same uid (one could then signal, ptrace or

@@ -33,6 +33,7 @@
 // least recently active idle one goes; only when none is idle is the newcomer refused "busy").
 #pragma once
 
+#include "leasehold/lease/result.hpp"
 #include "leasehold/lease/types.hpp"
 #include "leasehold/supervisor/control_error.hpp"
 #include "leasehold/supervisor/ports.hpp"
@@ -111,8 +112,9 @@ struct ControlAccess {
   uid_t owner_uid = 0;
   std::optional<gid_t> group_gid;
 };
-/// Resolves a group name; nullopt with `error` set when unknown.
-std::optional<gid_t> resolve_group(const std::string& name, std::string& error);
+/// Resolves a group name. Errors: not_found for an unknown group, or getgrnam_r's errno
+/// (errc_of_errno); the message names the group.
+Result<gid_t> resolve_group(const std::string& name);
 
 /// The control socket server. Not thread-safe: owned by the io thread, driven by readiness
 /// (the owner polls `watch_fds()` and calls `on_ready`).
@@ -128,9 +130,11 @@ class ControlServer final : public ControlPort {
 
   /// Creates the parent directory (0755 root-owned, or 0700), removes a stale socket file (one
   /// nobody listens on), binds, chmods 0660 with the group (0600 without), listens.
-  /// Returns "" or an error that names the path and the cause (e.g. another supervisor is
-  /// listening there).
-  std::string open(const std::string& path);
+  /// Errors, the message naming the path and the cause: invalid_argument (path empty or too
+  /// long, not a socket, the directory not a directory), permission_denied (a directory of
+  /// another owner or a wider mode), busy (another supervisor is listening there), or the errno
+  /// of the failed step (errc_of_errno).
+  Status open(const std::string& path);
   void close_all();
 
   struct Watch {
@@ -181,7 +185,9 @@ class ControlServer final : public ControlPort {
   void dispatch(Client& c, std::uint64_t now_ms);
   void send_and_close(Client& c, const std::string& line);
   void drop(int fd);
-  bool authorized(int fd, std::string& why, ucred& cred) const;
+  /// The caller's credentials when it may connect; permission_denied saying who it is otherwise,
+  /// or the errno of reading its credentials or groups.
+  Result<ucred> authorized(int fd) const;
 
   ControlAccess access_;
   Handler handler_;
@@ -221,6 +227,10 @@ struct ControlCallFailure {
   std::string message;  ///< names the socket and the cause (and, for foreign_server, both uids)
   bool failed() const noexcept { return error != ControlCallError::none; }
 };
+/// A failure as a Status: bad_path invalid_argument, no_server not_found, not_permitted and
+/// foreign_server permission_denied, no_answer timeout, garbled corrupt, the others io_error.
+/// Must be failed().
+Status control_call_status(const ControlCallFailure& failure);
 
 /// A connected control socket whose server passed the check of control_connect. Owns the fd.
 class ControlConnection {
@@ -265,9 +275,9 @@ ControlConnection control_connect(const std::string& socket_path, ControlCallFai
 /// failed. Returns the answer (a JSON object with "ok"), or nullopt with `failure` set.
 std::optional<nlohmann::json> control_call(const std::string& socket_path, const nlohmann::json& request,
                                            std::uint64_t timeout_ms, ControlCallFailure& failure);
-/// The same, with only the failure's message.
-std::optional<nlohmann::json> control_call(const std::string& socket_path,
-                                           const nlohmann::json& request,
-                                           std::uint64_t timeout_ms, std::string& error);
+/// The same, with the failure as a Status (control_call_status): the message as
+/// ControlCallFailure's.
+Result<nlohmann::json> control_call(const std::string& socket_path, const nlohmann::json& request,
+                                    std::uint64_t timeout_ms);
 
 }  // namespace leasehold

@@ -76,19 +76,22 @@ class LockdLink final : public LockdPort {
 
   /// A rotated worker key (SIGHUP): requests are signed with `key` from now on (retries too);
   /// answers and lockd's requests under the previous key id still check until the next
-  /// rekey. "" or why not (another worker's key, not a worker key); then nothing changes.
-  std::string rekey(const wire::WireKey& key);
+  /// rekey. Errors (then nothing changes): invalid_argument for another worker's key or a key
+  /// that is not a worker key, the message naming both workers.
+  Status rekey(const wire::WireKey& key);
+  /// What try_key's probe came to: ok when lockd accepted the key (it is now the key);
+  /// otherwise refused (lockd answered under another key id) or timeout (no answer).
+  using KeyProbeDone = std::function<void(const Status& accepted)>;
   /// The same, but used only once lockd has shown that it has the key: a Stats request signed
   /// with `key` goes out (retried until `deadline_ns`, CLOCK_BOOTTIME); an answer authenticated
   /// under `key` (lockd answers with the key a request came under, and cannot answer one under a
-  /// key it lacks) makes it the key (rekey), and `done(true, "")` runs. No such answer: nothing
-  /// changes, requests stay signed with the current key, and `done(false, why)` runs; the key
-  /// stays pending (pending_key_id()) for try_pending_key(). Returns "" or why not at once
-  /// (another worker's key, not a worker key, a probe already in flight); then nothing changes.
-  std::string try_key(const wire::WireKey& key, std::int64_t deadline_ns,
-                      std::function<void(bool accepted, std::string why)> done);
+  /// key it lacks) makes it the key (rekey), and `done` runs with ok. No such answer: nothing
+  /// changes, requests stay signed with the current key, and `done` runs with why not; the key
+  /// stays pending (pending_key_id()) for try_pending_key(). Errors at once (then nothing
+  /// changes): as rekey, or busy while a probe is already in flight.
+  Status try_key(const wire::WireKey& key, std::int64_t deadline_ns, KeyProbeDone done);
   /// Probes the pending key again (as try_key); false when there is none or a probe is in flight.
-  bool try_pending_key(std::int64_t deadline_ns, std::function<void(bool accepted, std::string why)> done);
+  bool try_pending_key(std::int64_t deadline_ns, KeyProbeDone done);
   /// The key id waiting for lockd's acceptance (0: none).
   std::uint16_t pending_key_id() const noexcept { return pending_ ? pending_->key.key_id : 0; }
   /// The key id requests are signed with.
@@ -108,7 +111,7 @@ class LockdLink final : public LockdPort {
   void finish(const std::shared_ptr<Call>& c, const RequestOutcome& o);
   void on_unsolicited(const Datagram& d);
   void restamp(Call& c);
-  std::string check_worker_key(const wire::WireKey& key) const;
+  Status check_worker_key(const wire::WireKey& key) const;
   /// The authenticator for an answer under the key id it names (ours, the previous one after
   /// a rekey, or the pending key if `pending_allowed`); nullptr if this worker has no such key.
   const wire::Authenticator* answer_key(std::span<const std::uint8_t> answer, bool pending_allowed);

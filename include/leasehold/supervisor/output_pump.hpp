@@ -4,6 +4,8 @@
 // up to a cap and reads and discards the rest, so a sandbox can neither fill the log directory's
 // filesystem (a tmpfs under /run for root) nor stall on a full pipe, and the io thread never
 // does file i/o for it.
+#include "leasehold/lease/result.hpp"
+
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -15,8 +17,8 @@ namespace leasehold {
 
 class OutputPump {
  public:
-  /// Starts the copying thread; an empty string, or why it cannot (errno text).
-  std::string start();
+  /// Starts the copying thread. Errors: as eventfd(2) (errc_of_errno).
+  Status start();
   /// Stops the thread; pipes still open are drained of what is already in them, then closed,
   /// so every byte read is in its log file when it returns. Idempotent; add() after it is not
   /// copied (the streams are closed by the next stop() or the destructor).

@@ -192,9 +192,9 @@ class ControlPort {
 class SlotTable {
  public:
   virtual ~SlotTable() = default;
-  /// Takes a free slot for `sandbox`; table_full when none is (claim_refusal() says why).
-  virtual shm::ClaimResult claim(const SandboxId& sandbox, std::uint64_t now_ns) = 0;
-  virtual std::string claim_refusal() const = 0;
+  /// Takes a free slot for `sandbox`. Errors: as shm::TableWriter::claim (busy when no slot is
+  /// free, the message saying why).
+  virtual Result<shm::ClaimedSlot> claim(const SandboxId& sandbox, std::uint64_t now_ns) = 0;
   virtual shm::TableErrc publish(std::uint32_t slot, const NameId& name, const std::string& name_text, Epoch epoch,
                                  std::uint64_t valid_until_ns) = 0;
   virtual shm::TableErrc extend(std::uint32_t slot, std::uint64_t valid_until_ns) = 0;

@@ -15,8 +15,9 @@ class ShmSlotTable final : public SlotTable {
  public:
   /// `t` outlives this object.
   explicit ShmSlotTable(shm::TableWriter& t) : t_(t) {}
-  shm::ClaimResult claim(const SandboxId& sandbox, std::uint64_t now_ns) override { return t_.claim(sandbox, now_ns); }
-  std::string claim_refusal() const override { return t_.claim_refusal(); }
+  Result<shm::ClaimedSlot> claim(const SandboxId& sandbox, std::uint64_t now_ns) override {
+    return t_.claim(sandbox, now_ns);
+  }
   shm::TableErrc publish(std::uint32_t slot, const NameId& name, const std::string& name_text, Epoch epoch,
                          std::uint64_t valid_until_ns) override {
     return t_.publish(slot, name, name_text, epoch, valid_until_ns);

@@ -65,6 +65,8 @@
 // multi-threaded; no allocation, no locks, nothing a sanitizer intercepts).
 #pragma once
 
+#include "leasehold/lease/result.hpp"
+
 #include <signal.h>
 #include <sys/types.h>
 
@@ -101,15 +103,14 @@ std::vector<std::string> default_bwrap_args();
 
 /// Resolves `command` like execvp: a name with '/' is taken as is, otherwise each directory
 /// of `search_path` (colon-separated; empty entries mean ".") is tried for an executable
-/// regular file. On failure returns nullopt with `error` = "command not found: <name>" or
-/// "permission denied: <path>".
-std::optional<std::string> resolve_command(std::string_view command, std::string_view search_path,
-                                           std::string& error);
+/// regular file. The path, or not_found "command not found: <name>", permission_denied
+/// "permission denied: <path>" (found, not executable), invalid_argument "empty command".
+Result<std::string> resolve_command(std::string_view command, std::string_view search_path);
 
 /// Whether bubblewrap works here: resolves `config.bwrap_path` and runs `bwrap <args> -- true`.
-/// Returns an empty string when it ran and exited 0, else the reason (not installed, failed
-/// with status N — e.g. user namespaces disabled).
-std::string probe_bwrap(const BwrapConfig& config);
+/// Ok when it ran and exited 0. Errors: as spawn_sandbox (not installed: not_found), or
+/// unsupported when it failed with status N or was killed (e.g. user namespaces disabled).
+Status probe_bwrap(const BwrapConfig& config);
 
 /// A compiled seccomp-BPF program (classic BPF, `struct sock_filter` words), built once in the
 /// supervisor and installed by each isolated child with a raw seccomp(2) call.
@@ -125,8 +126,8 @@ struct SeccompFilter {
 /// request_key, perf_event_open, kexec_load, kexec_file_load, init/finit/delete_module,
 /// open_by_handle_at, name_to_handle_at, userfaultfd, io_uring_setup, iopl, ioperm, swapon,
 /// swapoff, reboot, acct, quotactl, syslog, lookup_dcookie, vhangup, pidfd_getfd and the
-/// clock setters. nullopt with `error` when libseccomp fails.
-std::optional<SeccompFilter> build_seccomp_filter(std::string& error);
+/// clock setters. Errors: io_error (or the errno's code) naming the libseccomp step that failed.
+Result<SeccompFilter> build_seccomp_filter();
 
 /// How an isolated sandbox runs (see the header comment). uid/gid are host ids, never 0; a
 /// non-root supervisor can only map its own euid and egid.
@@ -140,26 +141,31 @@ struct Isolation {
   std::uint64_t nproc_max = 0;             ///< RLIMIT_NPROC in its user namespace; 0 = unchanged
 };
 
-/// Why `dir` is not a directory of its own that a sandbox's mount namespace may cover with an
-/// empty tmpfs ("" when it is): it must be a directory (not a symlink) owned by this process's
-/// euid with no permission bits beyond 0700 | `extra_mode` (e.g. 0050 for a --group socket
-/// directory), and not "/", a system directory (/etc, /tmp, /home, /run, /usr, /var, ...), the
-/// working directory or $HOME. A file renamed over a covered *file* on the host detaches that
-/// cover in every namespace (Linux 3.18+); a rename inside a covered directory stays unseen.
-std::string dedicated_dir_problem(const std::string& dir, mode_t extra_mode = 0);
+/// Ok when `dir` is a directory of its own that a sandbox's mount namespace may cover with an
+/// empty tmpfs: it must be a directory (not a symlink) owned by this process's euid with no
+/// permission bits beyond 0700 | `extra_mode` (e.g. 0050 for a --group socket directory), and
+/// not "/", a system directory (/etc, /tmp, /home, /run, /usr, /var, ...), the working directory
+/// or $HOME. A file renamed over a covered *file* on the host detaches that cover in every
+/// namespace (Linux 3.18+); a rename inside a covered directory stays unseen. Errors, the message
+/// naming the directory: invalid_argument (not absolute, not a directory, a system directory,
+/// the working directory, $HOME), permission_denied (another owner, a wider mode), or lstat's
+/// errno (errc_of_errno).
+Status check_dedicated_dir(const std::string& dir, mode_t extra_mode = 0);
 
-/// The first directory strictly above `dir` (up to, not including, "/") whose entry this
+/// Ok when no directory strictly above `dir` (up to, not including, "/") has an entry this
 /// process's euid may rename or replace (its parent is writable to it and not sticky against
-/// it), with why; "" when there is none. `dir` itself is not checked: a covered directory is a
-/// mount point in the sandbox's namespace, which rename(2) refuses (EBUSY) there. A sandbox of a
-/// non-root supervisor runs as the same uid: through such an ancestor it could move the whole
-/// path aside on the host and put its own directory (and socket, or a key the host then writes)
-/// in its place.
-std::string renamable_ancestor(const std::string& dir);
+/// it). `dir` itself is not checked: a covered directory is a mount point in the sandbox's
+/// namespace, which rename(2) refuses (EBUSY) there. A sandbox of a non-root supervisor runs as
+/// the same uid: through such an ancestor it could move the whole path aside on the host and put
+/// its own directory (and socket, or a key the host then writes) in its place. Errors:
+/// permission_denied naming the first such ancestor and why, invalid_argument (not absolute, a
+/// symbolic link on the way), or the errno of a failed stat (errc_of_errno).
+Status check_no_renamable_ancestor(const std::string& dir);
 
-/// Why isolation cannot be used here ("" when an isolated `/bin/true`-like command ran and exited
-/// 0): e.g. user namespaces disabled, with the sysctl to change.
-std::string probe_isolation(const Isolation& isolation, const std::string& command);
+/// Whether isolation can be used here: ok when an isolated `/bin/true`-like command ran and
+/// exited 0. Errors: as spawn_sandbox, or unsupported when the probe failed with status N or was
+/// killed (e.g. user namespaces disabled).
+Status probe_isolation(const Isolation& isolation, const std::string& command);
 
 struct SpawnRequest {
   std::vector<std::string> argv;  ///< argv[0]: the command (a name looked up in PATH, or a path)
@@ -266,8 +272,8 @@ bool release_sandbox(PreparedSandbox& prepared, SpawnError& error);
 
 /// Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphaned descendants of
 /// sandboxes are re-parented to the supervisor, not init, so they stay reapable and visible.
-/// 0 or -errno.
-int become_child_subreaper() noexcept;
+/// Errors: as prctl(2) (errc_of_errno).
+Status become_child_subreaper();
 
 /// waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]). 0 with `info` filled (info.si_pid == 0 when
 /// `block` is false and the child has not exited yet), or -errno (-ECHILD: already reaped).

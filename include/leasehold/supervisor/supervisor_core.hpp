@@ -74,9 +74,9 @@ struct SupervisorCoreHooks {
   std::function<void(const std::string&)> log;
   /// A new sandbox id (random in production). Required.
   std::function<SandboxId()> new_sandbox_id;
-  /// Whether argv[0] of a run or expect-commit resolves to an executable (why not in `error`).
-  /// Null: every command resolves.
-  std::function<bool(const ControlRequest&, std::string& error)> command_resolves;
+  /// Whether argv[0] of a run or expect-commit resolves to an executable: ok, or why not (the
+  /// message goes to the client as exec_failed). Null: every command resolves.
+  std::function<Status(const ControlRequest&)> command_resolves;
   /// A sandbox is forgotten after its exit (its log file may be kept for `logs`).
   std::function<void(const Sandbox&)> gone;
   /// Disarms are pending: call check_disarms() again soon (the rt thread applies commands every

@@ -98,8 +98,10 @@ inline constexpr std::size_t kRejectCount = 8;
 /// "wrong_holder" ("ok" for none).
 std::string_view to_string(Reject r) noexcept;
 
-/// Decodes exactly kTokenBytes bytes. nullopt (and `why` set, naming the field) otherwise.
-std::optional<GrantToken> decode(std::span<const std::uint8_t> bytes, std::string* why = nullptr);
+/// Decodes exactly kTokenBytes bytes. Errc::corrupt otherwise, the message naming the field
+/// (length, magic, version, reserved byte, key id 0, epoch 0). A decoded token allocates
+/// nothing (TokenVerifier::verify decodes every write's token).
+Result<GrantToken> decode(std::span<const std::uint8_t> bytes);
 
 /// The key id of a raw Ed25519 public key (see the top of this file).
 std::uint32_t key_id_of(std::span<const std::uint8_t, kPublicKeyBytes> public_key) noexcept;
