@@ -910,12 +910,12 @@ class World final : public SupervisorEnv, public LockdEnv {
 
   /// kill_before_expiry's excuse: an over-budget pause froze `worker`'s supervisor (its rt
   /// thread too), so its kill-switch fires late; once it resumes, the overdue kills go out
-  /// within a step (at most a pause budget) and the processes die within the kill-latency
+  /// within a step (at most the safety margin) and the processes die within the kill-latency
   /// budget (kill_ticks_max_ ticks), and from then on nothing is excused.
   bool excused(std::uint32_t worker) const {
     for (const Pause& p : pauses_)
       if (p.over_budget && p.node == 1 + static_cast<int>(worker) && p.start_ns <= now_ &&
-          now_ <= p.end_ns + cfg_.pause_budget_ns() + kill_ticks_max_ * cfg_.sandbox_tick_ns)
+          now_ <= p.end_ns + cfg_.safety_margin_ns() + kill_ticks_max_ * cfg_.sandbox_tick_ns)
         return true;
     return false;
   }

@@ -94,8 +94,9 @@ TEST(CheckAbi, SnapshotStatesAreTheHeaderConstants) {
   };
   EXPECT_EQ(state_of(0), static_cast<std::uint32_t>(LEASEHOLD_SLOT_FREE));
   const std::uint64_t now = boottime_ns();
-  const auto c = w.claim(sandbox(1), now);
-  ASSERT_EQ(c.error, TableErrc::ok);
+  const Result<ClaimedSlot> claimed = w.claim(sandbox(1), now);
+  ASSERT_TRUE(claimed.ok()) << claimed.message();
+  const ClaimedSlot c = *claimed;
   EXPECT_EQ(state_of(c.slot), static_cast<std::uint32_t>(LEASEHOLD_SLOT_CLAIMED));
   ASSERT_EQ(w.publish(c.slot, name_id_of("svc"), "svc", 3, now + 60'000'000'000ULL), TableErrc::ok);
   EXPECT_EQ(state_of(c.slot), static_cast<std::uint32_t>(LEASEHOLD_SLOT_PUBLISHED));

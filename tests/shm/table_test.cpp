@@ -298,8 +298,9 @@ TEST(ShmTable, OwnerFollowsClaimAndFree) {
   auto w = TableWriter::create(options_for(t, 2));
   const std::uint64_t now = boottime_ns();
   EXPECT_TRUE(w.owner(0).is_nil());
-  const auto c = w.claim(sandbox(7), now);
-  ASSERT_EQ(c.error, TableErrc::ok);
+  const Result<ClaimedSlot> claimed = w.claim(sandbox(7), now);
+  ASSERT_TRUE(claimed.ok()) << claimed.message();
+  const ClaimedSlot c = *claimed;
   EXPECT_EQ(w.owner(c.slot), sandbox(7));
   ASSERT_EQ(w.publish(c.slot, name_id_of("n"), "n", 3, now + 60 * kS), TableErrc::ok);
   EXPECT_EQ(w.owner(c.slot), sandbox(7));
