@@ -253,7 +253,10 @@ void SupervisorCore::on_granted(const SandboxId& sb, ControlClientId client, Con
     const std::uint64_t shortfall_ns = left_ns < ttl_ns ? ttl_ns - left_ns : 0;
 #endif
     if (shortfall_ns > 0) {
-      if (shortfall_ns >= valid_until || valid_until - shortfall_ns <= now) {
+      // The lease counts from lease_send_ns - shortfall_ns. Given back when that is before this
+      // host's boot (a retry answered within the shortfall of boot: no boot-clock time to count
+      // from) or its kill deadline has passed already.
+      if (shortfall_ns > lease_send_ns || valid_until - shortfall_ns <= now) {
         give_back(ControlError::unreachable,
                   "lockd's grant of \"" + name + "\" arrived " +
                       std::to_string((now - static_cast<std::uint64_t>(send_ns)) / 1'000'000) +
@@ -263,7 +266,7 @@ void SupervisorCore::on_granted(const SandboxId& sb, ControlClientId client, Con
                       "name was given back; retry");
         return;
       }
-      lease_send_ns = lease_measured_from_ns(static_cast<std::uint64_t>(send_ns), now) - shortfall_ns;
+      lease_send_ns -= shortfall_ns;
       valid_until = timing::kill_deadline_ns(lease_send_ns, hb_.kill_after_ns());
       log_event("event=short_grant name=%s sandbox=%s epoch=%" PRIu64 " ttl_left_ms=%u ttl_ms=%" PRIu64
                 " valid_until_ns=%" PRIu64,

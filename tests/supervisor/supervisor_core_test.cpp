@@ -394,6 +394,45 @@ TEST_F(SupervisorCoreTest, GrantArrivingAfterItsLeaseWouldHaveLapsedIsGivenBackA
   EXPECT_EQ(table.freed, std::vector<std::uint32_t>{0});
 }
 
+// A grant with less than the TTL left (an answer to a retry) counts from its send minus the
+// shortfall. Sent 100 ms after boot with 300 ms missing, that is before boot: no boot-clock time
+// to count from, so the name is given back. (Counting from a wrapped send time once gave the
+// lease the deadline "never": the kill-switch could not fire.) Sent later, the same short grant
+// is kept with its deadline moved forward by the shortfall.
+TEST_F(SupervisorCoreTest, ShortGrantCountsFromBeforeItsSendAndIsGivenBackWithinItsShortfallOfBoot) {
+  make(SupervisorMode::lease);
+  const std::uint64_t send = 100 * kMs;
+  core->on_request(7, run("job"), send);
+  const auto* a = lockd.body<wire::Acquire>(0);
+  ASSERT_NE(a, nullptr);
+  const SandboxId sb = a->sandbox;
+  wire::Grant g{name_id_of("job"), 5, sb, a->worker, LockPhase::held, kTtlMs - 300, {}};
+  lockd.answer(0, g, send, send + 50 * kMs);
+  EXPECT_TRUE(host.created.empty());
+  EXPECT_TRUE(rt.deadline.empty());
+  ASSERT_EQ(lockd.calls.size(), 2u);
+  const auto* rel = lockd.body<wire::Release>(1);
+  ASSERT_NE(rel, nullptr);
+  EXPECT_EQ(rel->sandbox, sb);
+  EXPECT_EQ(rel->epoch, 5u);
+  EXPECT_EQ(last_answer()["ok"], false);
+  EXPECT_EQ(last_answer()["error"], "unreachable");
+  EXPECT_TRUE(core->sandboxes().empty());
+
+  // The same shortfall on a send 10 s after boot: kept, 300 ms earlier than a full grant's.
+  core->on_request(7, run("job"), kT0);
+  const auto* b = lockd.body<wire::Acquire>(2);
+  ASSERT_NE(b, nullptr);
+  wire::Grant g2{name_id_of("job"), 6, b->sandbox, b->worker, LockPhase::held, kTtlMs - 300, {}};
+  lockd.answer(2, g2, kT0, kT0 + 50 * kMs);
+  const std::uint64_t deadline = kT0 - 300 * kMs + kKillAfterMs * kMs;
+  const std::uint32_t slot = table.claimed.back();
+  ASSERT_EQ(rt.deadline.count(slot), 1u);
+  EXPECT_EQ(rt.deadline[slot], deadline);
+  EXPECT_EQ(table.published[slot].valid_until_ns, deadline);
+  EXPECT_EQ(host.created.size(), 1u);
+}
+
 TEST_F(SupervisorCoreTest, HeartbeatAnswerLostKillsTheSandboxAndItsExitConfirmsTheKill) {
   make(SupervisorMode::lease);
   const SandboxId sb = granted_run(5);

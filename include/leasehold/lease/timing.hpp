@@ -15,6 +15,8 @@
 // deadline rule, works on its unsigned boot-clock ns.
 #pragma once
 
+#include "leasehold/lease/assert.hpp"
+
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -105,12 +107,15 @@ constexpr std::int64_t ms_to_ns(std::uint64_t ms) noexcept {
 /// The supervisor's kill deadline of a lease, ns on its boot clock (DESIGN.md "Time": valid_until
 /// = the send time of the last acknowledged request + kill_after): `send_ns` (ns, CLOCK_BOOTTIME,
 /// the send time of the request lockd answered) plus `kill_after_ns` (ns; ms_to_ns converts the
-/// flag). Saturates at UINT64_MAX instead of wrapping to a deadline in the past; no input the
-/// start-up check accepts comes near it (both terms are below 2^63). The grant, every refresh
-/// answer and every worker-liveness answer compute their deadline here.
+/// flag). Both must be at most INT64_MAX (a boot-clock reading, and a flag through ms_to_ns), so
+/// the sum is exact; anything else is a caller's arithmetic gone wrong (a send time wrapped below
+/// zero), and it aborts (LEASEHOLD_ASSERT) rather than return a deadline: saturating would hand
+/// the kill-switch "never", wrapping a deadline in the past. The grant, every refresh answer and
+/// every worker-liveness answer compute their deadline here.
 constexpr std::uint64_t kill_deadline_ns(std::uint64_t send_ns, std::uint64_t kill_after_ns) noexcept {
-  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
-  return kill_after_ns > kMax - send_ns ? kMax : send_ns + kill_after_ns;
+  constexpr auto kMaxTerm = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  LEASEHOLD_ASSERT(send_ns <= kMaxTerm && kill_after_ns <= kMaxTerm);
+  return send_ns + kill_after_ns;
 }
 
 /// A configuration in the units of its flags: `ttl_ms`, `kill_after_ms`, `kill_latency_budget_ms`
