@@ -545,8 +545,11 @@ std::int64_t SupervisorNode::tick(std::int64_t now_ns) {
   Impl& m = *impl_;
   m.now_ns = now_ns;
   m.settle();
+  // As the daemon's heartbeat timer, which starts once its start-up worker beat is answered
+  // (Supervisor::Impl::start): a periodic liveness ack must not start liveness first, or the
+  // start-up answer, sent earlier, would move its deadline back.
   if (now_ns >= m.next_heartbeat_ns) {
-    m.core->on_heartbeat_tick(static_cast<std::uint64_t>(now_ns));
+    if (m.ready) m.core->on_heartbeat_tick(static_cast<std::uint64_t>(now_ns));
     m.next_heartbeat_ns = now_ns + m.cfg.heartbeat_interval_ns;
   }
   m.retries();
