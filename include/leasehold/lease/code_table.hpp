@@ -10,6 +10,8 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace leasehold {
@@ -47,5 +49,31 @@ struct CodeTable {
     return true;
   }
 };
+
+/// True if every value of `Enum`'s 8-bit underlying type that `named` accepts is in `all`.
+/// `named` is the enum's switch without a default (-Wswitch names a missing case), so with
+/// `static_assert(lists_every(kAll, named))` a new enumerator joins `kAll`, and through it every
+/// CodeTable that `covers(kAll)`, or fails the build.
+template <class Enum, std::size_t N, class Named>
+constexpr bool lists_every(const std::array<Enum, N>& all, Named named) noexcept {
+  static_assert(sizeof(std::underlying_type_t<Enum>) == 1, "lists_every walks an 8-bit enum");
+  for (unsigned b = 0; b <= 0xFF; ++b) {
+    const auto e = static_cast<Enum>(b);
+    bool found = false;
+    for (const Enum l : all) found = found || l == e;
+    if (named(e) && !found) return false;
+  }
+  return true;
+}
+
+/// The enumerator of `all` whose text (`text_of(e)`, a string_view) is `text`; nullopt for a
+/// text none has. The reverse of an enum's to_string, through the same one definition.
+template <class Enum, std::size_t N, class TextOf>
+constexpr std::optional<Enum> enum_of_text(const std::array<Enum, N>& all, TextOf text_of,
+                                           std::string_view text) noexcept {
+  for (const Enum e : all)
+    if (std::string_view(text_of(e)) == text) return e;
+  return std::nullopt;
+}
 
 }  // namespace leasehold

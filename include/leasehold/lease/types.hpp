@@ -5,6 +5,7 @@
 // CLOCK_BOOTTIME (suffix `_ns`).
 #pragma once
 
+#include "leasehold/lease/code_table.hpp"
 #include "leasehold/lease/result.hpp"
 
 #include <array>
@@ -152,21 +153,10 @@ inline constexpr std::array<Refusal, 23> kRefusals{
     Refusal::worker_alive, Refusal::table_full,        Refusal::bad_request,      Refusal::epoch_exhausted,
     Refusal::not_held,     Refusal::expired,           Refusal::forbidden};
 
-namespace detail {
-// Every value of the underlying type that names a refusal (a case above) is in kRefusals, so a
-// new enumerator reaches every table that `covers(kRefusals)` or fails the build.
-constexpr bool refusals_listed() noexcept {
-  for (unsigned b = 0; b <= 0xFF; ++b) {
-    const auto r = static_cast<Refusal>(b);
-    if (refusal_name(r).empty()) continue;
-    bool found = false;
-    for (const Refusal l : kRefusals) found = found || l == r;
-    if (!found) return false;
-  }
-  return true;
-}
-}  // namespace detail
-static_assert(detail::refusals_listed(), "a Refusal is missing from kRefusals");
+// Every value that names a refusal (a case of refusal_name) is in kRefusals, so a new
+// enumerator reaches every table that `covers(kRefusals)` or fails the build.
+static_assert(lists_every(kRefusals, [](Refusal r) { return !detail::refusal_name(r).empty(); }),
+              "a Refusal is missing from kRefusals");
 
 /// Stable snake_case text of a refusal ("held", "lock_delay", ...); "unknown_refusal" for a
 /// value outside the enum.
@@ -177,9 +167,7 @@ constexpr std::string_view to_string(Refusal r) noexcept {
 /// The refusal whose text (to_string) is `text`; nullopt for text no refusal has
 /// ("unknown_refusal" included).
 constexpr std::optional<Refusal> refusal_of(std::string_view text) noexcept {
-  for (const Refusal r : kRefusals)
-    if (detail::refusal_name(r) == text) return r;
-  return std::nullopt;
+  return enum_of_text(kRefusals, detail::refusal_name, text);
 }
 
 /// The four lock states of DESIGN.md "Lock states" (the one definition: the wire and the

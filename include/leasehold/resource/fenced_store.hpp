@@ -44,6 +44,7 @@
 #pragma once
 
 #include "leasehold/wire/token.hpp"
+#include "leasehold/lease/code_table.hpp"
 #include "leasehold/lease/types.hpp"
 #include "leasehold/lease/result.hpp"
 
@@ -117,17 +118,9 @@ constexpr std::string_view verdict_name(Verdict v) noexcept {
   }
   return {};
 }
-constexpr bool verdicts_listed() noexcept {
-  for (unsigned b = 0; b <= 0xFF; ++b) {
-    const auto v = static_cast<Verdict>(b);
-    bool found = false;
-    for (const Verdict l : kVerdicts) found = found || l == v;
-    if (!verdict_name(v).empty() && !found) return false;
-  }
-  return true;
-}
 }  // namespace detail
-static_assert(detail::verdicts_listed(), "a Verdict is missing from kVerdicts");
+static_assert(lists_every(kVerdicts, [](Verdict v) { return !detail::verdict_name(v).empty(); }),
+              "a Verdict is missing from kVerdicts");
 
 /// "accepted", "stale", "invalid", "error", "forged", "fence"; "unknown" outside the enum.
 constexpr std::string_view to_string(Verdict v) noexcept {
@@ -136,9 +129,7 @@ constexpr std::string_view to_string(Verdict v) noexcept {
 }
 /// The verdict whose text (to_string) is `text`; nullopt for text no verdict has.
 constexpr std::optional<Verdict> verdict_of(std::string_view text) noexcept {
-  for (const Verdict v : kVerdicts)
-    if (detail::verdict_name(v) == text) return v;
-  return std::nullopt;
+  return enum_of_text(kVerdicts, detail::verdict_name, text);
 }
 
 struct WriteResult {

@@ -18,6 +18,7 @@
 // All times are CLOCK_BOOTTIME nanoseconds (DESIGN.md "Time"); `_ns` is the unit suffix.
 #pragma once
 
+#include "leasehold/lease/code_table.hpp"
 #include "leasehold/lease/types.hpp"
 
 #include <array>
@@ -74,18 +75,9 @@ constexpr bool is_slot_state(SlotState s) noexcept {
   }
   return false;
 }
-// Every state is in kSlotStates, so a new one reaches every table that `covers(kSlotStates)`.
-constexpr bool slot_states_listed() noexcept {
-  for (unsigned b = 0; b <= 0xFF; ++b) {
-    const auto s = static_cast<SlotState>(b);
-    bool found = false;
-    for (const SlotState l : kSlotStates) found = found || l == s;
-    if (is_slot_state(s) && !found) return false;
-  }
-  return true;
-}
 }  // namespace detail
-static_assert(detail::slot_states_listed(), "a SlotState is missing from kSlotStates");
+// Every state is in kSlotStates, so a new one reaches every table that `covers(kSlotStates)`.
+static_assert(lists_every(kSlotStates, detail::is_slot_state), "a SlotState is missing from kSlotStates");
 
 struct Header {
   std::uint64_t magic;                 // kMagic
