@@ -29,6 +29,7 @@
 #include "leasehold/harness/deployment.hpp"
 #include "leasehold/harness/freeze.hpp"
 #include "leasehold/harness/process.hpp"
+#include "leasehold/harness/relay.hpp"
 
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/io/udp.hpp"
@@ -167,79 +168,9 @@ Status spawn_proc(harness::Process& p, const std::string& label, const std::vect
 
 // ---- the UDP relay between the supervisor and lockd (worst phase) ----------------------------
 
-/// Forwards datagrams between one client (the supervisor) and lockd; while cut, drops what the
-/// client sends (refreshes never reach lockd, answers to requests already forwarded still come
-/// back), which is how the worst phase makes the supervisor's lease run down to valid_until.
-class UdpRelay {
- public:
-  static std::unique_ptr<UdpRelay> start(const SocketAddress& lockd, std::string& error) {
-    std::unique_ptr<UdpRelay> r(new UdpRelay());
-    r->front_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    r->back_ = ::socket(lockd.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (r->front_ < 0 || r->back_ < 0) {
-      error = std::string("relay socket: ") + std::strerror(errno);
-      return nullptr;
-    }
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (::bind(r->front_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::getsockname(r->front_, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
-        ::connect(r->back_, lockd.sa(), lockd.length) != 0) {
-      error = std::string("relay bind/connect: ") + std::strerror(errno);
-      return nullptr;
-    }
-    r->port_ = ntohs(a.sin_port);
-    r->thread_ = std::thread([p = r.get()] { p->loop(); });
-    return r;
-  }
-  ~UdpRelay() {
-    stop_.store(true);
-    if (thread_.joinable()) thread_.join();
-    if (front_ >= 0) ::close(front_);
-    if (back_ >= 0) ::close(back_);
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  void cut(bool on) { cut_.store(on, std::memory_order_release); }
-  std::uint64_t dropped() const { return dropped_.load(); }
-
- private:
-  UdpRelay() = default;
-  void loop() {
-    sockaddr_storage client{};
-    socklen_t client_len = 0;
-    char buf[2048];
-    while (!stop_.load(std::memory_order_relaxed)) {
-      pollfd fds[2] = {{front_, POLLIN, 0}, {back_, POLLIN, 0}};
-      if (::poll(fds, 2, 50) <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        sockaddr_storage from{};
-        socklen_t from_len = sizeof from;
-        const ssize_t n = ::recvfrom(front_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &from_len);
-        if (n >= 0) {
-          client = from;
-          client_len = from_len;
-          if (cut_.load(std::memory_order_acquire)) {
-            dropped_.fetch_add(1);
-          } else {
-            ::send(back_, buf, static_cast<std::size_t>(n), MSG_DONTWAIT);
-          }
-        }
-      }
-      if (fds[1].revents & POLLIN) {
-        const ssize_t n = ::recv(back_, buf, sizeof buf, 0);
-        if (n >= 0 && client_len != 0)
-          ::sendto(front_, buf, static_cast<std::size_t>(n), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&client), client_len);
-      }
-    }
-  }
-  int front_ = -1, back_ = -1;
-  std::uint16_t port_ = 0;
-  std::atomic<bool> cut_{false}, stop_{false};
-  std::atomic<std::uint64_t> dropped_{0};
-  std::thread thread_;
-};
+// harness::UdpRelay: drops the supervisor's refreshes while cut, which is how the worst phase
+// makes its lease run down to valid_until.
+using harness::UdpRelay;
 
 // ---- freezing the supervisor -------------------------------------------------------------------
 
@@ -579,9 +510,9 @@ Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
   if (!lockd.ok()) return {lockd.kind == harness::Started::Kind::not_ready ? kUnreachable : kInternal, lockd.error};
   d.lockd_text = run.lockd_text();
   d.lockd_addr = run.lockd_address();
-  std::string err;
-  d.relay = UdpRelay::start(d.lockd_addr, err);
-  if (!d.relay) return {kInternal, err};
+  auto relay = UdpRelay::start(d.lockd_addr);
+  if (!relay) return {kInternal, relay.message()};
+  d.relay = std::move(relay).value();
   d.socket = dir + "/supervisor.sock";
   d.shm_path = dir + "/table";
   harness::SupervisorSpec ss;
