@@ -108,6 +108,34 @@ void sleep_ms(std::int64_t ms) {
   }
 }
 
+void sleep_until_ns(std::int64_t t_ns, const std::function<void()>& tick) {
+  for (;;) {
+    if (tick) tick();
+    const std::int64_t now = now_ns();
+    if (now >= t_ns) return;
+    const std::int64_t until = std::min(t_ns, now + kSleepTickNs);
+    const timespec ts{static_cast<time_t>(until / kNsPerS), static_cast<long>(until % kNsPerS)};
+    while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+}
+
+Status write_file(const fs::path& path, std::string_view text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) {
+    const int e = errno;
+    return Status(e != 0 ? errc_of_errno(e) : Errc::io_error, "cannot write " + path.string() + ": " + std::strerror(e));
+  }
+  return {};
+}
+
+std::string dir_of(const std::string& path) {
+  const auto p = path.rfind('/');
+  return p == std::string::npos ? "." : path.substr(0, p);
+}
+
 bool eventually(const std::function<bool()>& pred, milliseconds timeout, milliseconds interval,
                 const std::function<void()>& tick) {
   const std::int64_t deadline = now_ns() + timeout.count() * kNsPerMs;

@@ -104,17 +104,7 @@ void check_interrupted() {
 using harness::now_ns;
 
 /// Sleeps until `t_ns` (CLOCK_BOOTTIME), waking every ≤10 ms to honour Ctrl-C.
-void sleep_until_ns(std::int64_t t_ns) {
-  for (;;) {
-    check_interrupted();
-    const std::int64_t now = now_ns();
-    if (now >= t_ns) return;
-    const std::int64_t until = std::min(t_ns, now + 10'000'000);
-    timespec ts{static_cast<time_t>(until / 1'000'000'000), static_cast<long>(until % 1'000'000'000)};
-    while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-    }
-  }
-}
+void sleep_until_ns(std::int64_t t_ns) { harness::sleep_until_ns(t_ns, check_interrupted); }
 void sleep_ms(std::int64_t ms) { sleep_until_ns(now_ns() + ms * 1'000'000); }
 
 struct SignalScope {
@@ -134,23 +124,7 @@ struct SignalScope {
 
 using harness::slurp;
 
-bool write_file(const std::string& path, const std::string& text, std::string& error) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.flush();
-  if (!out) {
-    error = "cannot write " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  return true;
-}
-
-
-std::string dir_of(const std::string& path) {
-  const auto p = path.rfind('/');
-  return p == std::string::npos ? "." : path.substr(0, p);
-}
-
+using harness::dir_of;
 
 // ---- child processes ---------------------------------------------------------------------------
 
@@ -1259,17 +1233,16 @@ int report_sweep(ProbeRun& r) {
   const ProbeArgs& a = r.a;
   const pp::SweepReport& rep = r.rep;
   const std::string& out = r.out;
-  std::string err;
   const std::string csv = !a.csv_path.empty() ? a.csv_path : out + "/pause-probe.csv";
   const std::string json_path = out + "/pause-probe.json";
-  if (!write_file(csv, pp::to_csv(rep), err)) return report("pause-probe", {kFailure, err});
+  if (const Status w = harness::write_file(csv, pp::to_csv(rep)); !w.ok()) return report("pause-probe", {kFailure, w.message()});
   nlohmann::json j = pp::to_json(rep);
   std::string plot_path;
   const std::string gnuplot = a.plot == "svg" ? "" : find_program("gnuplot");
   if (!gnuplot.empty()) {
     plot_path = out + "/pause-probe.png";
     const std::string script = out + "/pause-probe.gp";
-    if (!write_file(script, pp::gnuplot_script(rep, csv, plot_path), err)) return report("pause-probe", {kFailure, err});
+    if (const Status w = harness::write_file(script, pp::gnuplot_script(rep, csv, plot_path)); !w.ok()) return report("pause-probe", {kFailure, w.message()});
     harness::Process gp;
     if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log").ok()) {
       gp.wait(std::chrono::milliseconds(kGnuplotTimeoutMs));
@@ -1288,11 +1261,11 @@ int report_sweep(ProbeRun& r) {
   }
   if (plot_path.empty()) {
     plot_path = out + "/pause-probe.svg";
-    if (!write_file(plot_path, pp::svg_plot(rep), err)) return report("pause-probe", {kFailure, err});
+    if (const Status w = harness::write_file(plot_path, pp::svg_plot(rep)); !w.ok()) return report("pause-probe", {kFailure, w.message()});
   }
   j["files"] = {{"csv", csv}, {"plot", plot_path}, {"json", json_path}, {"sandbox_logs", r.log_dir}};
   j["interrupted"] = r.interrupted;
-  if (!write_file(json_path, j.dump(2) + "\n", err)) return report("pause-probe", {kFailure, err});
+  if (const Status w = harness::write_file(json_path, j.dump(2) + "\n"); !w.ok()) return report("pause-probe", {kFailure, w.message()});
 
   std::string text = "\n" + pp::to_table(rep) + "\n" + pp::budget_text(rep);
   if (rep.verdict.safe_pause_max_ms || rep.verdict.violating_pause_min_ms) {
