@@ -29,6 +29,7 @@
 #include "leasehold/harness/deployment.hpp"
 #include "leasehold/harness/freeze.hpp"
 #include "leasehold/harness/process.hpp"
+#include "leasehold/harness/pause_trial.hpp"
 #include "leasehold/harness/relay.hpp"
 
 #include "leasehold/wire/auth.hpp"
@@ -83,12 +84,8 @@ namespace pp = leasehold::pause;
 
 // ---- bounds ------------------------------------------------------------------------------------
 constexpr std::uint64_t kStartTimeoutMs = 20'000;       ///< lockd / supervisor start-up
-constexpr std::uint64_t kDeathWaitMs = 5'000;           ///< a kill at the end of a trial
-constexpr std::uint64_t kGrantWaitAfterDeathMs = 500;   ///< how long to look for the next grant
-constexpr std::size_t kValidUntilChangesMax = 100'000;  ///< per trial (one per heartbeat)
 constexpr std::uint64_t kGnuplotTimeoutMs = 30'000;
 constexpr std::uint32_t kRepeatMax = 100;
-constexpr std::uint32_t kPauseMissedRetriesMax = 2;   ///< worst phase: a kill before the freeze
 constexpr std::uint64_t kLockdCheckTimeoutMs = 1'000;  ///< external mode: lockd's start-up stats answer
 constexpr std::size_t kLogDirEntriesMax = 100'000;   ///< entries looked at when clearing old logs
 
@@ -96,7 +93,7 @@ constexpr std::size_t kLogDirEntriesMax = 100'000;   ///< entries looked at when
 
 std::atomic<bool> g_interrupted{false};
 void on_signal(int) { g_interrupted.store(true, std::memory_order_relaxed); }
-struct Interrupted {};
+using harness::Interrupted;
 void check_interrupted() {
   if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted{};
 }
@@ -152,211 +149,12 @@ using harness::UdpRelay;
 // sandboxes' leaves (so they keep running) and that leaf is frozen, or it is SIGSTOPped.
 using harness::Freezer;
 
-// ---- one probe per supervisor -------------------------------------------------------------------
+// ---- one probe per supervisor, observers, trials ----------------------------------------------
 
-/// Two probes freezing one supervisor would nest their cgroup leaves, time each other's pauses,
-/// and leave the supervisor in the wrong cgroup. Each probe therefore holds an exclusive flock
-/// on `pause-probe-<supervisor pid>.lock` in the control socket's directory (resolved; where
-/// that is not writable, in /run/leasehold) for its whole run; the file holds the owner's pid.
-/// It is left in place: unlinking a lock file races with the next probe opening it.
-class ProbeLock {
- public:
-  static std::unique_ptr<ProbeLock> take(pid_t supervisor_pid, const std::string& socket, Failure& f) {
-    const std::string file = "pause-probe-" + std::to_string(supervisor_pid) + ".lock";
-    std::string dir = dir_of(socket);
-    char real[PATH_MAX];
-    if (::realpath(dir.c_str(), real) != nullptr) dir = real;
-    std::string path = dir + "/" + file;
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      ::mkdir("/run/leasehold", 0755);
-      path = "/run/leasehold/" + file;
-      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    }
-    if (fd < 0) {
-      f = {kInternal, "cannot create the probe's lock file " + path + ": " + std::strerror(errno)};
-      return nullptr;
-    }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int e = errno;
-      char buf[32] = {};
-      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-      ::close(fd);
-      const std::string owner = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?");
-      if (e == EWOULDBLOCK) {
-        f = {kRefused, "another pause-probe (pid " + owner.substr(0, owner.find('\n')) +
-                           ") is already probing the supervisor (pid " + std::to_string(supervisor_pid) +
-                           ", " + socket + "); two probes would freeze it in each other's pauses. Wait for it "
-                           "to finish (lock: " + path + ")"};
-      } else {
-        f = {kInternal, "flock " + path + ": " + std::strerror(e)};
-      }
-      return nullptr;
-    }
-    const std::string me = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
-      // The lock holds without the pid in it; only the other probe's message is poorer.
-    }
-    std::unique_ptr<ProbeLock> l(new ProbeLock());
-    l->fd_ = fd;
-    return l;
-  }
-  ~ProbeLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ProbeLock(const ProbeLock&) = delete;
-  ProbeLock& operator=(const ProbeLock&) = delete;
-
- private:
-  ProbeLock() = default;
-  int fd_ = -1;
-};
-
-// ---- per-trial observers -----------------------------------------------------------------------
-
-/// Observer threads (pidfd watch, contender, and the thread that times the freeze) timestamp events; under load a normal-priority
-/// thread wakes late and would report a death or a grant late. They run SCHED_FIFO at this
-/// priority when permitted (below the supervisor's rt thread; 0 = normal priority).
-std::atomic<int> g_observer_priority{10};
-std::atomic<bool> g_observer_fifo_refused{false};
-void raise_observer_priority() {
-  const int prio = g_observer_priority.load();
-  if (prio <= 0) return;
-  sched_param sp{};
-  sp.sched_priority = prio;
-  // The calling thread only; children forked later (stress-ng, gnuplot) start at normal priority.
-  if (::sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) != 0) g_observer_fifo_refused.store(true);
-}
-
-/// Watches the sandbox (pidfd) and its slot (revoked bit, valid_until changes) from a thread.
-class Monitor {
- public:
-  Monitor(int pidfd, const shm::Slot* slot) : pidfd_(pidfd), slot_(slot) {
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~Monitor() {
-    stop_.store(true);
-    if (thread_.joinable()) thread_.join();
-  }
-  std::int64_t death_ns() const { return death_ns_.load(std::memory_order_acquire); }
-  std::int64_t revoked_ns() const { return revoked_ns_.load(std::memory_order_acquire); }
-  std::uint64_t valid_until_ns() const { return slot_->valid_until_ns.load(std::memory_order_acquire); }
-  /// First time after `after_ns` at which valid_until moved above `above_ns` (0 if never).
-  std::int64_t refreshed_after(std::int64_t after_ns, std::uint64_t above_ns) {
-    std::lock_guard<std::mutex> g(mu_);
-    for (const auto& [t, vu] : changes_)
-      if (t >= after_ns && vu > above_ns) return t;
-    return 0;
-  }
-
- private:
-  void loop() {
-    raise_observer_priority();
-    std::uint64_t last_vu = slot_->valid_until_ns.load(std::memory_order_acquire);
-    while (!stop_.load(std::memory_order_relaxed)) {
-      pollfd p{pidfd_, POLLIN, 0};
-      const int rc = pidfd_ >= 0 && death_ns_.load() == 0 ? ::poll(&p, 1, 1) : (::usleep(1000), 0);
-      const std::int64_t t = now_ns();
-      if (rc > 0 && (p.revents & (POLLIN | POLLHUP)) && death_ns_.load() == 0) death_ns_.store(t, std::memory_order_release);
-      if (death_ns_.load() != 0) continue;  // the slot is freed after death: stop reading it
-      const std::uint64_t word = slot_->check_word.load(std::memory_order_acquire);
-      if ((word & shm::kRevokedBit) != 0 && revoked_ns_.load() == 0) revoked_ns_.store(t, std::memory_order_release);
-      const std::uint64_t vu = slot_->valid_until_ns.load(std::memory_order_acquire);
-      if (vu != last_vu) {
-        last_vu = vu;
-        std::lock_guard<std::mutex> g(mu_);
-        if (changes_.size() < kValidUntilChangesMax) changes_.emplace_back(t, vu);
-      }
-    }
-  }
-  int pidfd_;
-  const shm::Slot* slot_;
-  std::atomic<bool> stop_{false};
-  std::atomic<std::int64_t> death_ns_{0}, revoked_ns_{0};
-  std::mutex mu_;
-  std::vector<std::pair<std::int64_t, std::uint64_t>> changes_;
-  std::thread thread_;
-};
-
-/// Another holder: tries to acquire the name every `interval` from its own worker id, until it
-/// succeeds or is stopped; then holds it until release().
-class Contender {
- public:
-  Contender(const SocketAddress& lockd, const wire::WireKey& key, std::string name, std::int64_t interval_ns)
-      : client_(lockd, key, WorkerId{}, 250'000'000), name_(std::move(name)), interval_ns_(interval_ns),
-        sandbox_(random_sandbox_id()) {}
-  ~Contender() { stop(); }
-  void start() {
-    thread_ = std::thread([this] { loop(); });
-  }
-  void stop() {
-    stop_.store(true);
-    if (thread_.joinable()) thread_.join();
-  }
-  bool granted() const { return grant_recv_ns_.load(std::memory_order_acquire) != 0; }
-  std::int64_t grant_send_ns() const { return grant_send_ns_.load(); }
-  std::int64_t grant_recv_ns() const { return grant_recv_ns_.load(); }
-  std::int64_t last_deny_send_ns() const { return last_deny_send_ns_.load(); }
-  std::uint64_t attempts() const { return attempts_.load(); }
-  /// Releases a grant (after stop()).
-  void release() {
-    if (!granted()) return;
-    client_.release(name_id_, sandbox_, epoch_);
-  }
-
- private:
-  void loop() {
-    raise_observer_priority();
-    while (!stop_.load(std::memory_order_relaxed)) {
-      const std::int64_t sent = now_ns();
-      attempts_.fetch_add(1);
-      const lockd::Answer a = client_.acquire(name_, sandbox_, client_.self(), 0, false);
-      const std::int64_t recv = now_ns();
-      if (const auto* g = a.as<wire::Grant>(); g != nullptr && g->holder == sandbox_) {
-        name_id_ = g->name_id;
-        epoch_ = g->epoch;
-        grant_send_ns_.store(sent);
-        grant_recv_ns_.store(recv, std::memory_order_release);
-        return;
-      }
-      if (a.as<wire::Deny>() != nullptr) last_deny_send_ns_.store(sent);
-      const std::int64_t next = sent + interval_ns_;
-      while (!stop_.load(std::memory_order_relaxed) && now_ns() < next) {
-        const std::int64_t left = next - now_ns();
-        if (left > 0) ::usleep(static_cast<useconds_t>(std::min<std::int64_t>(left / 1000 + 1, 1000)));
-      }
-    }
-  }
-  lockd::AdminClient client_;
-  std::string name_;
-  std::int64_t interval_ns_;
-  SandboxId sandbox_;
-  NameId name_id_;
-  Epoch epoch_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<std::int64_t> grant_send_ns_{0}, grant_recv_ns_{0}, last_deny_send_ns_{0};
-  std::atomic<std::uint64_t> attempts_{0};
-  std::thread thread_;
-};
-
-pp::HistogramSnapshot snap(const shm::Histogram& h) {
-  pp::HistogramSnapshot s;
-  s.count = h.count.load(std::memory_order_relaxed);
-  s.sum = h.sum.load(std::memory_order_relaxed);
-  s.max = h.max.load(std::memory_order_relaxed);
-  for (std::size_t b = 0; b < pp::kHistogramBuckets; ++b) s.buckets[b] = h.buckets[b].load(std::memory_order_relaxed);
-  return s;
-}
-
-struct StatsSnapshot {
-  pp::HistogramSnapshot lateness, rtt, kill;
-  std::uint64_t kills = 0;
-};
-StatsSnapshot snap_stats(const shm::TableReader& t) {
-  const shm::Stats& s = t.stats();
-  return {snap(s.rt_lateness_ns), snap(s.heartbeat_rtt_ns), snap(s.kill_latency_ns),
-          s.counters.kills.load(std::memory_order_relaxed)};
-}
+// harness/pause_trial.hpp: the probe lock, the observer threads and the trials.
+using harness::ObserverPriority;
+using harness::ProbeLock;
+using harness::TrialRunner;
 
 // ---- the probe ---------------------------------------------------------------------------------
 
@@ -566,299 +364,6 @@ Failure read_status(const ProbeArgs& a, Deployment& d) {
   return {};
 }
 
-/// Environment for the probe sandbox: PATH and the sanitizer options, if set.
-std::map<std::string, std::string> sandbox_env() {
-  std::map<std::string, std::string> env;
-  for (const char* k : {"PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS"})
-    if (const char* v = std::getenv(k); v != nullptr) env[k] = v;
-  if (env.find("PATH") == env.end()) env["PATH"] = "/usr/bin:/bin";
-  return env;
-}
-
-struct TrialContext {
-  const ProbeArgs& args;
-  Deployment& dep;
-  Freezer& freezer;
-  const shm::TableReader& table;
-  pp::Phase phase;
-  std::string tag;
-  std::string log_dir;
-  std::mt19937_64 rng;
-  pp::HistogramSnapshot clean_lateness, clean_rtt;
-  // Clean windows (no freeze inside): the rt lateness window closes at the freeze, the heartbeat
-  // RTT window already at the cut/freeze decision (dropped refreshes would count their retries).
-  std::optional<StatsSnapshot> lateness_from, rtt_from;
-  std::uint64_t guard_ms = 10;  // worst phase: freeze this long before valid_until
-};
-
-/// The supervisor status counters a trial compares before/after.
-struct StatusCounters {
-  std::uint64_t kills_deadline = 0, lost = 0, unknown = 0;
-};
-std::optional<StatusCounters> status_counters(const std::string& socket) {
-  Failure f;
-  auto st = control(socket, {{"op", "status"}}, f, 5'000);
-  if (!st || !st->value("ok", false)) return std::nullopt;
-  const auto& c = (*st)["counters"];
-  return StatusCounters{c.value("kills_deadline", 0ull), c.value("lost", 0ull), c.value("unknown", 0ull)};
-}
-
-void close_lateness_window(TrialContext& cx, const StatsSnapshot& now) {
-  if (cx.lateness_from) pp::histogram_add(cx.clean_lateness, pp::histogram_delta(cx.lateness_from->lateness, now.lateness));
-  cx.lateness_from.reset();
-}
-void close_rtt_window(TrialContext& cx, const StatsSnapshot& now) {
-  if (cx.rtt_from) pp::histogram_add(cx.clean_rtt, pp::histogram_delta(cx.rtt_from->rtt, now.rtt));
-  cx.rtt_from.reset();
-}
-
-/// One trial. Never throws except Interrupted; failures land in `obs.error`.
-pp::TrialObservation run_trial(TrialContext& cx, std::size_t index, std::uint64_t pause_ms, pp::SandboxLog& log_out,
-                               bool& have_log) {
-  const pp::Timing& t = cx.dep.timing;
-  pp::TrialObservation o;
-  o.pause_ms = pause_ms;
-  o.phase = cx.phase;
-  const std::string name = "pause-probe." + cx.tag + "." + std::to_string(index);
-  const std::string log_path = cx.log_dir + "/sandbox-" + std::to_string(index) + "-" + std::to_string(pause_ms) + "ms.log";
-  const std::uint64_t lifetime_ms = t.kill_after_ms + pause_ms + 2 * t.ttl_ms + 30'000;
-  // A fresh log: the sandbox appends, and a log of an earlier run would read as two lives.
-  ::unlink(log_path.c_str());
-  ::unlink((log_path + ".last").c_str());
-
-  const auto before = status_counters(cx.dep.socket);
-  Failure f;
-  nlohmann::json env = sandbox_env();
-  auto ans = control(cx.dep.socket,
-                     {{"op", "run"}, {"name", name},
-                      {"argv", {self_exe(), "pause-probe-sandbox", "--log", log_path, "--lifetime-ms", std::to_string(lifetime_ms)}},
-                      {"env", env}},
-                     f, 15'000);
-  if (!ans) {
-    o.error = "run: " + f.message;
-    return o;
-  }
-  if (!ans->value("ok", false)) {
-    o.error = "run: " + ans->value("error", std::string("?")) + ": " + ans->value("message", std::string());
-    return o;
-  }
-  const pid_t pid = ans->value("pid", -1);
-  const std::uint32_t slot = ans->value("slot", 0u);
-  const std::string sandbox = ans->value("sandbox", std::string());
-  const shm::Slot* s = cx.table.slot(slot);
-  if (s == nullptr || pid <= 0) {
-    o.error = "run answered without a usable slot/pid: " + ans->dump();
-    return o;
-  }
-  const int pidfd = harness::pidfd_open(pid);
-  struct FdCloser {
-    int fd;
-    ~FdCloser() {
-      if (fd >= 0) ::close(fd);
-    }
-  } pidfd_closer{pidfd};
-  auto monitor = std::make_unique<Monitor>(pidfd, s);
-  if (pidfd < 0) {
-    o.error = "pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno);
-  }
-  // Ends the trial's sandbox whatever happens below (kill request, then wait for its death).
-  auto finish_sandbox = [&] {
-    if (monitor->death_ns() == 0) {
-      Failure kf;
-      control(cx.dep.socket, {{"op", "kill"}, {"sandbox", sandbox}}, kf, 5'000);
-      const std::int64_t until = now_ns() + static_cast<std::int64_t>(kDeathWaitMs) * 1'000'000;
-      while (monitor->death_ns() == 0 && now_ns() < until) ::usleep(2000);
-    }
-  };
-  std::unique_ptr<Contender> contender;
-  auto end_contender = [&] {
-    if (contender) contender->stop();
-  };
-  // Outside the try: a Show still in flight on its thread when an exception leaves the try is
-  // joined at the end of the trial, after the handler thawed the supervisor.
-  std::optional<lockd::AdminClient> shower;
-  struct Joiner {
-    std::thread th;
-    ~Joiner() {
-      if (th.joinable()) th.join();
-    }
-  } expiry_reader;
-  try {
-    if (!o.error.empty()) throw std::runtime_error(o.error);
-    contender = std::make_unique<Contender>(cx.dep.lockd_addr, *cx.dep.key, name,
-                                            static_cast<std::int64_t>(cx.args.contend_interval_ms) * 1'000'000);
-    // A healthy lease first: at least one refresh acknowledged since the start, and the sandbox
-    // running its checks (its start line logged; a slow exec on a loaded host can take longer
-    // than a heartbeat interval, and a trial judged without it would be an error).
-    auto sandbox_started = [&log_path] {
-      std::ifstream in(log_path);
-      std::string line;
-      while (std::getline(in, line))
-        if (line.rfind("start ", 0) == 0) return true;
-      return false;
-    };
-    const std::uint64_t vu0 = monitor->valid_until_ns();
-    const std::int64_t settle_until = now_ns() + static_cast<std::int64_t>(3 * t.heartbeat_interval_ms + 2000) * 1'000'000;
-    bool started = false;
-    while ((monitor->valid_until_ns() == vu0 || !(started = started || sandbox_started())) && now_ns() < settle_until &&
-           monitor->death_ns() == 0)
-      sleep_ms(1);
-    if (monitor->death_ns() != 0) throw std::runtime_error("the sandbox died before the pause (see " + log_path + ")");
-    if (monitor->valid_until_ns() == vu0) throw std::runtime_error("the lease was never refreshed before the pause");
-    if (!started) throw std::runtime_error("the sandbox did not start its checks before the pause (see " + log_path + ")");
-
-    shower.emplace(cx.dep.lockd_addr, *cx.dep.key, WorkerId{}, 500'000'000);
-    // lockd's expiry of the lease (Show: ttl_left). A blocking request: never on the thread
-    // that times the freeze.
-    auto read_expiry = [&o, &shower, &name, &sandbox] {
-      const std::int64_t sent = now_ns();
-      const lockd::Answer a = shower->show(name);
-      const std::int64_t recv = now_ns();
-      const auto* info = a.as<wire::NameInfo>();
-      if (info == nullptr || info->record.state != LockPhase::held || info->record.holder.str() != sandbox) return;
-      o.expiry_lo_ns = sent + static_cast<std::int64_t>(info->record.ttl_left_ms) * 1'000'000;
-      o.expiry_hi_ns = recv + static_cast<std::int64_t>(info->record.ttl_left_ms + 1) * 1'000'000;
-    };
-
-    const StatsSnapshot s1 = snap_stats(cx.table);
-    close_rtt_window(cx, s1);
-    if (cx.phase == pp::Phase::worst) {
-      cx.dep.relay->cut(true);
-      o.cut_ns = now_ns();
-      // The last refresh answers may still arrive: follow valid_until until it stops moving,
-      // and start the freeze `guard` before it.
-      const std::int64_t cut_limit = o.cut_ns + static_cast<std::int64_t>(t.kill_after_ms + 2000) * 1'000'000;
-      for (;;) {
-        if (now_ns() > cut_limit)
-          throw std::runtime_error("valid_until kept moving although the relay dropped every refresh");
-        const std::int64_t vu = static_cast<std::int64_t>(monitor->valid_until_ns());
-        const std::int64_t at = vu - static_cast<std::int64_t>(cx.guard_ms) * 1'000'000;
-        if (now_ns() >= at || monitor->death_ns() != 0) break;
-        sleep_until_ns(std::min(at, now_ns() + 1'000'000));
-      }
-      read_expiry();  // nothing reaches lockd any more: this is the expiry
-    } else {
-      std::uniform_int_distribution<std::int64_t> phase(0, static_cast<std::int64_t>(t.heartbeat_interval_ms) * 1'000'000);
-      sleep_until_ns(now_ns() + phase(cx.rng));
-    }
-    o.valid_until_ns = static_cast<std::int64_t>(monitor->valid_until_ns());
-    contender->start();
-    close_lateness_window(cx, snap_stats(cx.table));
-    o.freeze_ns = now_ns();
-    // The thaw is due at this CLOCK_BOOTTIME instant whatever else happens during the freeze;
-    // thaw_ns records when it was really requested (leasehold/pause/model.hpp: measured_pause_ns).
-    const std::int64_t thaw_due = o.freeze_ns + static_cast<std::int64_t>(pause_ms) * 1'000'000;
-    if (const Status e = cx.freezer.freeze(o.frozen_ns); !e.ok()) throw std::runtime_error("freeze: " + e.message());
-    if (cx.phase == pp::Phase::random && now_ns() + 3'000'000 < thaw_due) {
-      expiry_reader.th = std::thread([read_expiry, at = o.freeze_ns + 2'000'000] {
-        // 2 ms into the freeze: a refresh already in flight lands first.
-        const timespec ts{static_cast<time_t>(at / 1'000'000'000), static_cast<long>(at % 1'000'000'000)};
-        while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-        }
-        read_expiry();
-      });
-    }
-    sleep_until_ns(thaw_due);
-    o.thaw_ns = now_ns();
-    if (cx.dep.relay) cx.dep.relay->cut(false);
-    if (const Status e = cx.freezer.thaw(o.thawed_ns); !e.ok()) throw std::runtime_error("thaw: " + e.message());
-    if (expiry_reader.th.joinable()) expiry_reader.th.join();
-
-    // Observe until the sandbox died (and the next grant was seen), or the lease was kept.
-    const std::int64_t settle = o.thaw_ns + std::max<std::int64_t>(50, 2 * static_cast<std::int64_t>(t.heartbeat_interval_ms)) * 1'000'000;
-    const std::int64_t limit = o.thaw_ns + static_cast<std::int64_t>(t.ttl_ms + 2000) * 1'000'000;
-    for (;;) {
-      const std::int64_t now = now_ns();
-      const std::int64_t death = monitor->death_ns();
-      if (now >= settle) {
-        if (death != 0 && (contender->granted() || now > death + static_cast<std::int64_t>(kGrantWaitAfterDeathMs) * 1'000'000)) break;
-        if (death == 0) {
-          const std::int64_t refreshed = monitor->refreshed_after(o.thaw_ns, static_cast<std::uint64_t>(o.valid_until_ns));
-          if (refreshed != 0 && now >= refreshed + 2 * static_cast<std::int64_t>(t.heartbeat_interval_ms) * 1'000'000) break;
-        }
-      }
-      if (now > limit) break;
-      sleep_ms(2);
-    }
-    o.end_ns = now_ns();
-    o.death_ns = monitor->death_ns();
-    o.revoked_ns = monitor->revoked_ns();
-    o.refreshed_ns = monitor->refreshed_after(o.thaw_ns, static_cast<std::uint64_t>(o.valid_until_ns));
-    if (o.death_ns != 0 && o.refreshed_ns > o.death_ns) o.refreshed_ns = 0;
-    contender->stop();
-    o.grant_send_ns = contender->grant_send_ns();
-    o.grant_recv_ns = contender->grant_recv_ns();
-    o.last_deny_send_ns = contender->last_deny_send_ns();
-    const StatsSnapshot s2 = snap_stats(cx.table);
-    cx.lateness_from = s2;  // the next clean windows start after this trial's recovery
-    cx.rtt_from = s2;
-    if (const auto after = status_counters(cx.dep.socket); after && before) {
-      o.kills_deadline = after->kills_deadline - before->kills_deadline;
-      o.recovery_answers = (after->lost - before->lost) + (after->unknown - before->unknown);
-    }
-    // The supervisor's own record of the kill: its rt thread adds (confirmed − deadline) to the
-    // kill-latency histogram, and the deadline of a deadline kill is the slot's valid_until.
-    const pp::HistogramSnapshot kd = pp::histogram_delta(s1.kill, s2.kill);
-    if (kd.count == 1 && o.kills_deadline == 1 && o.valid_until_ns != 0)
-      o.sup_confirmed_ns = o.valid_until_ns + static_cast<std::int64_t>(kd.sum);
-  } catch (const Interrupted&) {
-    // Thaw first: everything after this needs the supervisor (the kill request, the release).
-    if (const Status thawed = cx.freezer.thaw_if_frozen(); !thawed.ok())
-      std::fprintf(stderr, "leasehold pause-probe: warning: cannot thaw the supervisor: %s\n", thawed.message().c_str());
-    if (cx.dep.relay) cx.dep.relay->cut(false);
-    if (expiry_reader.th.joinable()) expiry_reader.th.join();
-    end_contender();
-    finish_sandbox();
-    if (contender) contender->release();
-    throw;
-  } catch (const std::exception& e) {
-    if (const Status thawed = cx.freezer.thaw_if_frozen(); !thawed.ok()) o.error = std::string("thaw: ") + thawed.message() + "; ";
-    if (cx.dep.relay) cx.dep.relay->cut(false);
-    if (expiry_reader.th.joinable()) expiry_reader.th.join();
-    o.error += e.what();
-  }
-  end_contender();
-  finish_sandbox();
-  if (contender) contender->release();
-  monitor.reset();
-  if (auto parsed = pp::parse_sandbox_log(slurp(log_path))) {
-    log_out = std::move(*parsed);
-    have_log = true;
-    const std::string beacon = slurp(log_path + ".last", 64);
-    std::int64_t last_accept = 0;
-    if (beacon.size() >= sizeof last_accept) std::memcpy(&last_accept, beacon.data(), sizeof last_accept);
-    if (last_accept != 0 && !pp::close_open_interval(log_out, last_accept) && o.error.empty())
-      o.error = "sandbox log " + log_path + ": its last-accept record contradicts the log";
-  } else if (o.error.empty()) {
-    o.error = log_path + ": " + parsed.message();
-  }
-  return o;
-}
-
-/// A named sandbox that runs `ms` without any pause, so the clean windows have samples of the
-/// rt lateness and heartbeat RTT (under --stress, under load). "" or an error.
-std::string run_baseline(TrialContext& cx, std::uint64_t ms) {
-  const std::string name = "pause-probe." + cx.tag + ".baseline";
-  Failure f;
-  auto ans = control(cx.dep.socket,
-                     {{"op", "run"}, {"name", name},
-                      {"argv", {self_exe(), "pause-probe-sandbox", "--log", cx.log_dir + "/sandbox-baseline.log",
-                                "--lifetime-ms", std::to_string(ms + 30'000)}},
-                      {"env", sandbox_env()}},
-                     f, 15'000);
-  if (!ans) return f.message;
-  if (!ans->value("ok", false)) return ans->value("message", std::string("run refused"));
-  sleep_ms(static_cast<std::int64_t>(ms));
-  control(cx.dep.socket, {{"op", "release"}, {"name", name}}, f, 5'000);
-  return "";
-}
-
-std::string ms_text(std::int64_t ns) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(ns) / 1e6);
-  return b;
-}
-
 /// Creates the output directory (with its parents) and refuses a path that is not a directory;
 /// then removes what an earlier run of the probe left there (its plots, its sandbox logs), so
 /// every file in it comes from this run. `out` becomes absolute. "" or the error.
@@ -916,7 +421,7 @@ Failure check_args(const ProbeArgs& a, const pp::Timing& t) {
       return {kUsage, "the supervisor would refuse this timing: " + cc.message()};
     if (pp::configured_budget_ns(t) <= 0)
       return {kUsage, "--ttl-ms " + std::to_string(t.ttl_ms) + " with --kill-after-ms " + std::to_string(t.kill_after_ms) +
-                          " leaves a pause budget of " + ms_text(pp::configured_budget_ns(t)) +
+                          " leaves a pause budget of " + pp::ms_text(pp::configured_budget_ns(t)) +
                           ": it breaks DESIGN.md's safety condition (kill_after*(1+rho) + wheel_granularity + "
                           "kill_latency_budget < ttl*(1-rho))"};
   } else if (!a.standalone_only_given.empty()) {
@@ -985,7 +490,7 @@ Failure settle_lockd(const ProbeArgs& a, Deployment& d) {
 /// on to each other. Members are destroyed in reverse: the trial context, the stress load, the
 /// table, the freezer (thawing the supervisor and moving it home), the lock, the deployment.
 struct ProbeRun {
-  explicit ProbeRun(ProbeArgs args) : a(std::move(args)) {}
+  explicit ProbeRun(ProbeArgs args) : a(std::move(args)), priority(a.observer_priority) {}
   ProbeArgs a;
   Deployment d;
   pp::Phase phase = pp::Phase::random;
@@ -999,7 +504,8 @@ struct ProbeRun {
   std::optional<shm::TableReader> table;
   harness::Process stress;
   std::string stress_text;
-  std::unique_ptr<TrialContext> cx;
+  ObserverPriority priority;
+  std::unique_ptr<TrialRunner> runner;
   pp::SweepReport rep;
   bool interrupted = false;
 };
@@ -1074,12 +580,13 @@ Failure deploy(ProbeRun& r) {
     if (f = recover_left_frozen(d.socket); f.failed()) return f;
     if (f = read_status(a, d); f.failed()) return f;
     if (f = settle_lockd(a, d); f.failed()) return f;
-    r.lock = ProbeLock::take(d.supervisor_pid, d.socket, f);
-    if (!r.lock) return f;
+    auto lock = ProbeLock::take(d.supervisor_pid, d.socket);
+    if (!lock) return {lock.code() == Errc::busy ? kRefused : kInternal, lock.message()};
+    r.lock = std::move(lock).value();
   }
   r.budget_ns = pp::configured_budget_ns(d.timing);
   if (r.budget_ns <= 0)
-    return {kUsage, "the configured pause budget is " + ms_text(r.budget_ns) + ": the timing breaks DESIGN.md's safety condition"};
+    return {kUsage, "the configured pause budget is " + pp::ms_text(r.budget_ns) + ": the timing breaks DESIGN.md's safety condition"};
   return {};
 }
 
@@ -1131,7 +638,7 @@ Failure arm(ProbeRun& r) {
   return {};
 }
 
-/// The report's header, the progress line about the deployment, the trial context and the
+/// The report's header, the progress line about the deployment, the trial runner and the
 /// baseline window (a named sandbox without pauses).
 void baseline(ProbeRun& r) {
   const ProbeArgs& a = r.a;
@@ -1148,19 +655,36 @@ void baseline(ProbeRun& r) {
                                "ttl " + std::to_string(d.timing.ttl_ms) + " ms, kill_after " +
                                std::to_string(d.timing.kill_after_ms) + " ms, heartbeat " +
                                std::to_string(d.timing.heartbeat_interval_ms) + " ms, pause budget " +
-                               ms_text(r.budget_ns) + "; " + std::to_string(r.plan.size()) + " trial(s)\n");
+                               pp::ms_text(r.budget_ns) + "; " + std::to_string(r.plan.size()) + " trial(s)\n");
 
-  raise_observer_priority();  // this thread times the freeze against valid_until
-  r.cx.reset(new TrialContext{a, d, *r.freezer, *r.table, r.phase,
-                              std::to_string(::getpid()) + "-" + std::to_string(now_ns() % 1'000'000'000), r.log_dir,
-                              std::mt19937_64(a.seed != 0 ? a.seed : static_cast<std::uint64_t>(now_ns())), {}, {}, {}, {},
-                              a.guard_ms});
-  r.cx->lateness_from = snap_stats(*r.table);
-  r.cx->rtt_from = r.cx->lateness_from;
+  r.priority.raise();  // this thread times the freeze against valid_until
+  harness::TrialTarget target;
+  const std::string socket = d.socket;
+  target.request = [socket](const nlohmann::json& req, harness::milliseconds timeout) -> Result<nlohmann::json> {
+    Failure f;
+    auto answer = control(socket, req, f, static_cast<std::uint64_t>(timeout.count()));
+    if (answer) return std::move(*answer);
+    return Status{Errc::io_error, f.message.empty() ? std::string("no answer from ") + socket : f.message};
+  };
+  target.lockd = d.lockd_addr;
+  target.key = *d.key;
+  target.relay = d.relay.get();
+  target.timing = d.timing;
+  target.sandbox_argv = {self_exe(), "pause-probe-sandbox"};
+  harness::TrialSettings settings;
+  settings.phase = r.phase;
+  settings.tag = std::to_string(::getpid()) + "-" + std::to_string(now_ns() % 1'000'000'000);
+  settings.log_dir = r.log_dir;
+  settings.seed = a.seed;
+  settings.contend_interval_ms = a.contend_interval_ms;
+  settings.guard_ms = a.guard_ms;
+  settings.tick = check_interrupted;
+  r.runner = std::make_unique<TrialRunner>(std::move(target), std::move(settings), *r.freezer, *r.table, r.priority);
   if (a.baseline_ms > 0) {
     stderr_progress(a.quiet, "baseline: a named sandbox for " + std::to_string(a.baseline_ms) +
                                  " ms without pauses (rt lateness and heartbeat RTT)\n");
-    if (std::string e = run_baseline(*r.cx, a.baseline_ms); !e.empty()) stderr_progress(a.quiet, "warning: baseline: " + e + "\n");
+    if (const Status e = r.runner->baseline(a.baseline_ms); !e.ok())
+      stderr_progress(a.quiet, "warning: baseline: " + e.message() + "\n");
   }
 }
 
@@ -1169,60 +693,16 @@ void baseline(ProbeRun& r) {
 void trials(ProbeRun& r) {
   const ProbeArgs& a = r.a;
   const pp::Timing& timing = r.d.timing;
-  TrialContext& cx = *r.cx;
-  for (std::size_t i = 0; i < r.plan.size(); ++i) {
-    const std::uint64_t p = r.plan[i];
-    const bool under = static_cast<std::int64_t>(p) * 1'000'000 < r.budget_ns;
-    stderr_progress(a.quiet, "[" + std::to_string(i + 1) + "/" + std::to_string(r.plan.size()) + "] pause " +
-                                 std::to_string(p) + " ms (" + (under ? "under" : "past") + " the budget) ... ");
-    pp::SandboxLog log;
-    bool have_log = false;
-    pp::TrialObservation o;
-    pp::TrialResult res;
-    // The deadline wheel may fire a kill early (it rounds down, DESIGN.md "Time"), before a
-    // worst-phase freeze took hold; such a trial says nothing about the pause, so it is run
-    // again with the freeze started earlier (bounded: kPauseMissedRetriesMax).
-    cx.guard_ms = a.guard_ms;
-    try {
-      for (std::uint32_t attempt = 0;; ++attempt) {
-        log = {};
-        have_log = false;
-        o = run_trial(cx, i * (kPauseMissedRetriesMax + 1) + attempt, p, log, have_log);
-        res = pp::classify(o, have_log ? &log : nullptr, timing);
-        if (!res.pause_missed || r.phase != pp::Phase::worst || attempt == kPauseMissedRetriesMax) break;
-        cx.guard_ms = std::min(cx.guard_ms * 4 + 1, timing.kill_after_ms / 2);
-        stderr_progress(a.quiet, "killed before the freeze took hold; again with the freeze " +
-                                     std::to_string(cx.guard_ms) + " ms before valid_until ... ");
-      }
-    } catch (const Interrupted&) {
-      r.interrupted = true;
-      stderr_progress(a.quiet, "interrupted\n");
-      break;
-    }
-    std::string line = std::string(pp::to_string(res.outcome));
-    if (res.margin_ns) line += ", margin " + ms_text(*res.margin_ns);
-    if (res.violation) line += ", window " + ms_text(res.window_ns);
-    if (res.recovery_ns) line += ", recovery " + ms_text(*res.recovery_ns);
-    if (!res.side_effects_refused) line += ", SIDE EFFECT ACCEPTED";
-    if (!res.note.empty()) line += " (" + res.note + ")";
-    stderr_progress(a.quiet, line + "\n");
-    pp::add_kill_latency(r.rep.measured, o, res);
-    r.rep.observations.push_back(std::move(o));
-    r.rep.results.push_back(std::move(res));
-  }
-  {
-    const StatsSnapshot last = snap_stats(*r.table);
-    close_lateness_window(cx, last);
-    close_rtt_window(cx, last);
-  }
+  r.interrupted = r.runner->sweep(r.plan, r.budget_ns, r.rep, [&a](const std::string& s) { stderr_progress(a.quiet, s); });
+  r.runner->close_windows();
   r.stress.terminate(std::chrono::milliseconds(1000));
   r.freezer.reset();
 
-  if (g_observer_fifo_refused.load())
+  if (r.priority.refused())
     stderr_progress(a.quiet, "warning: SCHED_FIFO refused for the observer threads: under load, deaths and grants "
                              "may be seen late (the supervisor's own kill record still bounds the death)\n");
-  r.rep.measured.rt_lateness = cx.clean_lateness;
-  r.rep.measured.heartbeat_rtt = cx.clean_rtt;
+  r.rep.measured.rt_lateness = r.runner->clean_lateness();
+  r.rep.measured.heartbeat_rtt = r.runner->clean_rtt();
   pp::finish_measured(r.rep.measured, timing);
   r.rep.verdict = pp::sweep_verdict(r.rep.observations, r.rep.results, timing);
   if (r.interrupted) r.rep.verdict = pp::interrupted_verdict(r.rep.verdict, r.plan.size());
@@ -1277,7 +757,7 @@ int report_sweep(ProbeRun& r) {
   if (rep.verdict.window_excess_max_ns) {
     const std::int64_t c = *rep.verdict.window_excess_max_ns;
     text += "window past the budget   <= (pause - budget) " + std::string(c < 0 ? "- " : "+ ") +
-            ms_text(c < 0 ? -c : c) + " (largest window " + ms_text(rep.verdict.window_max_ns.value_or(0)) + ")\n";
+            pp::ms_text(c < 0 ? -c : c) + " (largest window " + pp::ms_text(rep.verdict.window_max_ns.value_or(0)) + ")\n";
   }
   text += "files                    " + csv + "  " + plot_path + "  " + json_path + "\n";
   text += "verdict                  " + rep.verdict.line + "\n";
@@ -1296,7 +776,6 @@ int report_sweep(ProbeRun& r) {
 int run_probe(ProbeArgs args) {
   SignalScope signals;
   g_interrupted.store(false);
-  g_observer_priority.store(args.observer_priority);
   ProbeRun r(std::move(args));
   if (Failure f = prepare(r); f.failed()) return report("pause-probe", f);
   try {
@@ -1308,7 +787,7 @@ int run_probe(ProbeArgs args) {
   } catch (const Interrupted&) {
     // Cleaned up before saying so: the trial context, the load, the table, the freezer (the
     // supervisor thawed and moved home) and the lock; the deployment goes with `r`.
-    r.cx.reset();
+    r.runner.reset();
     r.stress.kill9();
     r.table.reset();
     r.freezer.reset();

@@ -43,6 +43,11 @@ inline std::int64_t now_ns() noexcept { return boottime_ns(); }
 /// Sleeps `ms` milliseconds (CLOCK_BOOTTIME, restarted after a signal); `ms` <= 0 returns at once.
 void sleep_ms(std::int64_t ms);
 
+/// What a driver's `tick` throws to abandon a wait, a trial or a sweep (Ctrl-C). Not a
+/// std::exception: code that turns failures into messages does not swallow it; the harness
+/// cleans up and rethrows it.
+struct Interrupted {};
+
 /// The most sleep_until_ns() sleeps between two calls of its `tick` (ns).
 inline constexpr std::int64_t kSleepTickNs = 10'000'000;
 

@@ -219,6 +219,26 @@ inline std::string to_csv(const SweepReport& rep) {
   return out;
 }
 
+/// A duration for progress lines and the summary: "12.3 ms" (`ns` in nanoseconds, one decimal).
+inline std::string ms_text(std::int64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(ns) / 1e6);
+  return b;
+}
+
+/// One trial's result as the probe's progress line says it: the outcome, then the margin, the
+/// violation window, the recovery, an accepted side effect and the note where there are any
+/// ("killed-in-time, margin 480.2 ms, recovery 3.1 ms").
+inline std::string trial_summary(const TrialResult& res) {
+  std::string line = std::string(to_string(res.outcome));
+  if (res.margin_ns) line += ", margin " + ms_text(*res.margin_ns);
+  if (res.violation) line += ", window " + ms_text(res.window_ns);
+  if (res.recovery_ns) line += ", recovery " + ms_text(*res.recovery_ns);
+  if (!res.side_effects_refused) line += ", SIDE EFFECT ACCEPTED";
+  if (!res.note.empty()) line += " (" + res.note + ")";
+  return line;
+}
+
 /// The terminal table, one row per pause.
 inline std::string to_table(const SweepReport& rep) {
   using namespace detail;
