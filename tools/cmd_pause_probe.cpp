@@ -11,8 +11,9 @@
 // its sandboxes' leaves are not below it, so they keep running — or SIGSTOP), resume, and watch:
 // the sandbox's death (its pidfd), lockd's expiry of the lease (Show: ttl_left), a contender that
 // tries to acquire the name every --contend-interval-ms from another worker, the slot in shm, and
-// the supervisor's shm stats. include/leasehold/pause/model.hpp turns that into the trial's outcome;
-// pause/README.md defines every column and the two budgets.
+// the supervisor's shm stats. The trials run in the harness (leasehold/harness/pause_trial.hpp);
+// include/leasehold/pause/model.hpp turns what they saw into the trial's outcome; pause/README.md
+// defines every column and the two budgets.
 //
 // Phases: `worst` (standalone only) drops the supervisor's refreshes at a UDP relay the probe puts
 // between the supervisor and lockd, then starts the freeze --guard-ms before the sandbox's
@@ -29,11 +30,12 @@
 #include "leasehold/harness/deployment.hpp"
 #include "leasehold/harness/freeze.hpp"
 #include "leasehold/harness/process.hpp"
+#include "leasehold/harness/pause_output.hpp"
+#include "leasehold/harness/pause_sandbox.hpp"
 #include "leasehold/harness/pause_trial.hpp"
 #include "leasehold/harness/relay.hpp"
 
 #include "leasehold/wire/auth.hpp"
-#include "leasehold/io/udp.hpp"
 #include "leasehold/lockd/admin_client.hpp"
 #include "leasehold/pause/model.hpp"
 #include "leasehold/pause/report.hpp"
@@ -41,41 +43,22 @@
 #include "leasehold/supervisor/config.hpp"
 #include "leasehold/supervisor/control.hpp"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sched.h>
+#include <limits.h>
 #include <signal.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <charconv>
-#include <climits>
-#include <cerrno>
-#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <new>
-#include <mutex>
-#include <random>
 #include <sstream>
-#include <thread>
 
 namespace leasehold::cli {
 namespace {
@@ -84,7 +67,6 @@ namespace pp = leasehold::pause;
 
 // ---- bounds ------------------------------------------------------------------------------------
 constexpr std::uint64_t kStartTimeoutMs = 20'000;       ///< lockd / supervisor start-up
-constexpr std::uint64_t kGnuplotTimeoutMs = 30'000;
 constexpr std::uint32_t kRepeatMax = 100;
 constexpr std::uint64_t kLockdCheckTimeoutMs = 1'000;  ///< external mode: lockd's start-up stats answer
 constexpr std::size_t kLogDirEntriesMax = 100'000;   ///< entries looked at when clearing old logs
@@ -717,48 +699,14 @@ int report_sweep(ProbeRun& r) {
   const std::string json_path = out + "/pause-probe.json";
   if (const Status w = harness::write_file(csv, pp::to_csv(rep)); !w.ok()) return report("pause-probe", {kFailure, w.message()});
   nlohmann::json j = pp::to_json(rep);
-  std::string plot_path;
-  const std::string gnuplot = a.plot == "svg" ? "" : find_program("gnuplot");
-  if (!gnuplot.empty()) {
-    plot_path = out + "/pause-probe.png";
-    const std::string script = out + "/pause-probe.gp";
-    if (const Status w = harness::write_file(script, pp::gnuplot_script(rep, csv, plot_path)); !w.ok()) return report("pause-probe", {kFailure, w.message()});
-    harness::Process gp;
-    if (spawn_proc(gp, "gnuplot", {gnuplot, script}, out + "/gnuplot.log").ok()) {
-      gp.wait(std::chrono::milliseconds(kGnuplotTimeoutMs));
-      gp.terminate(std::chrono::milliseconds(100));
-    }
-    struct stat st{};
-    if (::stat(plot_path.c_str(), &st) != 0 || st.st_size == 0) {
-      // No point to draw (every trial an error), or gnuplot failed: no empty PNG is left.
-      ::unlink(plot_path.c_str());
-      stderr_progress(a.quiet, "warning: gnuplot did not write " + plot_path + " (see " + out +
-                                   "/gnuplot.log); writing an SVG instead\n");
-      plot_path.clear();
-    }
-  } else if (a.plot == "png") {
-    stderr_progress(a.quiet, "warning: gnuplot is not installed; writing an SVG instead of a PNG\n");
-  }
-  if (plot_path.empty()) {
-    plot_path = out + "/pause-probe.svg";
-    if (const Status w = harness::write_file(plot_path, pp::svg_plot(rep)); !w.ok()) return report("pause-probe", {kFailure, w.message()});
-  }
+  const auto plot = harness::write_plot(rep, out, csv, a.plot, [&a](const std::string& s) { stderr_progress(a.quiet, s); });
+  if (!plot) return report("pause-probe", {kFailure, plot.message()});
+  const std::string& plot_path = *plot;
   j["files"] = {{"csv", csv}, {"plot", plot_path}, {"json", json_path}, {"sandbox_logs", r.log_dir}};
   j["interrupted"] = r.interrupted;
   if (const Status w = harness::write_file(json_path, j.dump(2) + "\n"); !w.ok()) return report("pause-probe", {kFailure, w.message()});
 
-  std::string text = "\n" + pp::to_table(rep) + "\n" + pp::budget_text(rep);
-  if (rep.verdict.safe_pause_max_ms || rep.verdict.violating_pause_min_ms) {
-    text += "observed threshold       longest pause without a violation " +
-            (rep.verdict.safe_pause_max_ms ? std::to_string(*rep.verdict.safe_pause_max_ms) + " ms" : std::string("-")) +
-            ", shortest with one " +
-            (rep.verdict.violating_pause_min_ms ? std::to_string(*rep.verdict.violating_pause_min_ms) + " ms" : std::string("-")) + "\n";
-  }
-  if (rep.verdict.window_excess_max_ns) {
-    const std::int64_t c = *rep.verdict.window_excess_max_ns;
-    text += "window past the budget   <= (pause - budget) " + std::string(c < 0 ? "- " : "+ ") +
-            pp::ms_text(c < 0 ? -c : c) + " (largest window " + pp::ms_text(rep.verdict.window_max_ns.value_or(0)) + ")\n";
-  }
+  std::string text = "\n" + pp::to_table(rep) + "\n" + pp::budget_text(rep) + pp::threshold_text(rep);
   text += "files                    " + csv + "  " + plot_path + "  " + json_path + "\n";
   text += "verdict                  " + rep.verdict.line + "\n";
   if (a.json) {
@@ -799,91 +747,12 @@ int run_probe(ProbeArgs args) {
 
 // ---- the probe sandbox -------------------------------------------------------------------------
 
-struct SandboxArgs {
-  std::string log;
-  std::uint64_t poll_us = 1000;
-  std::uint64_t lifetime_ms = 600'000;
-};
-
-int run_sandbox(const SandboxArgs& a) {
-  // One sandbox, one log: truncated at the start (a log of an earlier life would read as two).
-  const int fd = ::open(a.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    std::fprintf(stderr, "leasehold pause-probe-sandbox: cannot open %s: %s\n", a.log.c_str(), std::strerror(errno));
-    return kUsage;
-  }
-  char buf[256];
-  // One write per line (O_APPEND): a kill can only tear the last line, which the parser drops.
-  auto emit = [fd, &buf](int n) {
-    if (n > 0) (void)!::write(fd, buf, static_cast<std::size_t>(std::min(n, static_cast<int>(sizeof buf) - 1)));
-  };
-  const char* slot_env = std::getenv("LEASEHOLD_SLOT");
-  const char* epoch_env = std::getenv("LEASEHOLD_EPOCH");
-  if (slot_env == nullptr || epoch_env == nullptr || std::getenv("LEASEHOLD_SHM") == nullptr) {
-    emit(std::snprintf(buf, sizeof buf, "# error: LEASEHOLD_SHM, LEASEHOLD_SLOT and LEASEHOLD_EPOCH must be set (run it as a named sandbox)\n"));
-    ::close(fd);
-    return kUsage;
-  }
-  const std::uint32_t slot = static_cast<std::uint32_t>(std::strtoul(slot_env, nullptr, 10));
-  const std::uint64_t epoch = std::strtoull(epoch_env, nullptr, 10);
-  std::optional<shm::TableReader> table;
-  try {
-    table.emplace(shm::TableReader::open(shm::location_from_env(), shm::OpenOptions{2'000'000'000, 1'000'000}));
-  } catch (const shm::TableError& e) {
-    emit(std::snprintf(buf, sizeof buf, "# error: %s\n", e.what()));
-    ::close(fd);
-    return kTableError;
-  }
-  const shm::Slot* s = table->slot(slot);
-  if (s == nullptr) {
-    emit(std::snprintf(buf, sizeof buf, "# error: slot %u out of range\n", slot));
-    ::close(fd);
-    return kTableError;
-  }
-  // The latest accepted check, in a shared mapping that outlives a SIGKILL (see
-  // leasehold/pause/model.hpp close_open_interval): one relaxed store per check, no syscall.
-  std::atomic<std::int64_t>* last_accept_shared = nullptr;
-  {
-    const std::string beacon = a.log + ".last";
-    const int bfd = ::open(beacon.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (bfd >= 0 && ::ftruncate(bfd, 64) == 0) {
-      void* m = ::mmap(nullptr, 64, PROT_READ | PROT_WRITE, MAP_SHARED, bfd, 0);
-      if (m != MAP_FAILED) last_accept_shared = new (m) std::atomic<std::int64_t>(0);
-    }
-    if (bfd >= 0) ::close(bfd);
-  }
-  const std::int64_t start = now_ns();
-  emit(std::snprintf(buf, sizeof buf, "start t=%" PRId64 " slot=%u epoch=%" PRIu64 " pid=%d\n", start, slot, epoch, static_cast<int>(::getpid())));
-  enum { kUnknown, kValid, kRefused } state = kUnknown;
-  std::int64_t last_accept = 0;
-  std::uint64_t accepts = 0, refusals = 0, late = 0;
-  const std::int64_t end = start + static_cast<std::int64_t>(a.lifetime_ms) * 1'000'000;
-  const timespec nap{0, static_cast<long>(std::min<std::uint64_t>(a.poll_us, 999'999) * 1000)};
-  for (std::int64_t t = now_ns(); t < end; t = now_ns()) {
-    // t is read before check_deadline reads its own clock, and valid_until after it: an accept
-    // with t > valid_until can only mean the check accepted an expired lease.
-    const bool ok = table->check_deadline(slot, epoch);
-    const std::int64_t vu = static_cast<std::int64_t>(s->valid_until_ns.load(std::memory_order_acquire));
-    if (ok) {
-      ++accepts;
-      if (t > vu) {
-        ++late;
-        emit(std::snprintf(buf, sizeof buf, "late t=%" PRId64 " vu=%" PRId64 "\n", t, vu));
-      }
-      if (state != kValid) emit(std::snprintf(buf, sizeof buf, "valid t=%" PRId64 " vu=%" PRId64 "\n", t, vu));
-      state = kValid;
-      last_accept = t;
-      if (last_accept_shared != nullptr) last_accept_shared->store(t, std::memory_order_relaxed);
-    } else {
-      ++refusals;
-      if (state != kRefused) emit(std::snprintf(buf, sizeof buf, "refused t=%" PRId64 " last=%" PRId64 " vu=%" PRId64 "\n", t, last_accept, vu));
-      state = kRefused;
-    }
-    ::clock_nanosleep(CLOCK_BOOTTIME, 0, &nap, nullptr);
-  }
-  emit(std::snprintf(buf, sizeof buf, "exit t=%" PRId64 " accepts=%" PRIu64 " refusals=%" PRIu64 " late=%" PRIu64 "\n", now_ns(), accepts, refusals, late));
-  ::close(fd);
-  return kOk;
+/// harness/pause_sandbox.hpp; a log it cannot open is a usage error, a table it cannot read kTableError.
+int run_sandbox(const harness::PauseSandboxOptions& a) {
+  const Status st = harness::run_pause_sandbox(a);
+  if (st.ok()) return kOk;
+  std::fprintf(stderr, "leasehold pause-probe-sandbox: %s\n", st.message().c_str());
+  return st.code() == Errc::invalid_argument ? kUsage : kTableError;
 }
 
 // ---- registration ------------------------------------------------------------------------------
@@ -962,7 +831,7 @@ const Command kPauseProbe([](CLI::App& app, int* exit_code) {
 });
 
 const Command kPauseProbeSandbox([](CLI::App& app, int* exit_code) {
-  auto a = std::make_shared<SandboxArgs>();
+  auto a = std::make_shared<harness::PauseSandboxOptions>();
   auto* sub = app.add_subcommand("pause-probe-sandbox",
                                  "the sandbox `pause-probe` runs: polls check_deadline and logs each change");
   sub->group("");  // internal: not listed in --help

@@ -1,7 +1,9 @@
-// The pause-probe's trial pieces that run without a deployment: the probe lock (one probe per
-// supervisor), the slot monitor on a real child and an in-memory slot, the histogram snapshots
-// and the sandbox's environment. The trials themselves run end to end in
+// The pause-probe's pieces that run without a deployment: the probe lock (one probe per
+// supervisor), the slot monitor on a real child and an in-memory slot, the histogram snapshots,
+// the sandbox's environment and its refusals, and the SVG plot on disk. The trials themselves run end to end in
 // tests/perf/pause_probe_test.cpp.
+#include "leasehold/harness/pause_output.hpp"
+#include "leasehold/harness/pause_sandbox.hpp"
 #include "leasehold/harness/pause_trial.hpp"
 #include "leasehold/harness/process.hpp"
 #include "leasehold/shm/layout.hpp"
@@ -129,6 +131,43 @@ TEST(HarnessPauseTrial, SandboxEnvironmentHasPathAndTheSanitizerOptions) {
   EXPECT_EQ(env["PATH"], "/usr/bin:/bin");
   if (path != nullptr) ::setenv("PATH", saved.c_str(), 1);
   ::unsetenv("TSAN_OPTIONS");
+}
+
+TEST(HarnessPauseSandbox, RefusesToRunOutsideANamedSandboxAndSaysWhyInItsLog) {
+  TempDir dir("harness-pause-sandbox");
+  ::unsetenv("LEASEHOLD_SLOT");
+  PauseSandboxOptions o;
+  o.log = dir.path().string() + "/sandbox.log";
+  const Status st = run_pause_sandbox(o);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Errc::invalid_argument);
+  EXPECT_EQ(st.message(), "LEASEHOLD_SHM, LEASEHOLD_SLOT and LEASEHOLD_EPOCH must be set (run it as a named sandbox)");
+  EXPECT_EQ(slurp(o.log), "# error: " + st.message() + "\n");
+
+  o.log = dir.path().string() + "/no-such-dir/sandbox.log";
+  const Status no_log = run_pause_sandbox(o);
+  EXPECT_EQ(no_log.code(), Errc::invalid_argument);
+  EXPECT_EQ(no_log.message(), "cannot open " + o.log + ": No such file or directory");
+}
+
+TEST(HarnessPausePlot, SvgModeWritesTheSelfDrawnPlot) {
+  TempDir dir("harness-pause-plot");
+  pause::SweepReport rep;
+  rep.timing.ttl_ms = 2000;
+  rep.timing.kill_after_ms = 1400;
+  rep.timing.heartbeat_interval_ms = 200;
+  std::string warned;
+  const auto plot = write_plot(rep, dir.path().string(), dir.path().string() + "/pause-probe.csv", "svg",
+                               [&](const std::string& w) { warned += w; });
+  ASSERT_TRUE(plot.ok()) << plot.message();
+  EXPECT_EQ(*plot, dir.path().string() + "/pause-probe.svg");
+  EXPECT_EQ(slurp(*plot), pause::svg_plot(rep));
+  EXPECT_EQ(warned, "");
+  EXPECT_FALSE(fs::exists(dir.path() / "pause-probe.gp"));  // no gnuplot asked for
+
+  const auto nowhere = write_plot(rep, dir.path().string() + "/missing", "x.csv", "svg", [](const std::string&) {});
+  ASSERT_FALSE(nowhere.ok());
+  EXPECT_EQ(nowhere.message(), "cannot write " + dir.path().string() + "/missing/pause-probe.svg: No such file or directory");
 }
 
 }  // namespace

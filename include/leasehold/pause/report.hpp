@@ -239,6 +239,25 @@ inline std::string trial_summary(const TrialResult& res) {
   return line;
 }
 
+/// The lines after the budget text: the observed threshold (longest pause without a violation,
+/// shortest with one) and how far the largest window lies past the budget, where there are any.
+inline std::string threshold_text(const SweepReport& rep) {
+  std::string text;
+  const SweepVerdict& v = rep.verdict;
+  if (v.safe_pause_max_ms || v.violating_pause_min_ms) {
+    text += "observed threshold       longest pause without a violation " +
+            (v.safe_pause_max_ms ? std::to_string(*v.safe_pause_max_ms) + " ms" : std::string("-")) +
+            ", shortest with one " +
+            (v.violating_pause_min_ms ? std::to_string(*v.violating_pause_min_ms) + " ms" : std::string("-")) + "\n";
+  }
+  if (v.window_excess_max_ns) {
+    const std::int64_t c = *v.window_excess_max_ns;
+    text += "window past the budget   <= (pause - budget) " + std::string(c < 0 ? "- " : "+ ") + ms_text(c < 0 ? -c : c) +
+            " (largest window " + ms_text(v.window_max_ns.value_or(0)) + ")\n";
+  }
+  return text;
+}
+
 /// The terminal table, one row per pause.
 inline std::string to_table(const SweepReport& rep) {
   using namespace detail;
