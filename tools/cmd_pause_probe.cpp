@@ -11,7 +11,8 @@
 // its sandboxes' leaves are not below it, so they keep running — or SIGSTOP), resume, and watch:
 // the sandbox's death (its pidfd), lockd's expiry of the lease (Show: ttl_left), a contender that
 // tries to acquire the name every --contend-interval-ms from another worker, the slot in shm, and
-// the supervisor's shm stats. The trials run in the harness (leasehold/harness/pause_trial.hpp);
+// the supervisor's shm stats. The deployment and the trials are the harness's
+// (leasehold/harness/pause_deployment.hpp, pause_trial.hpp); this file is the command line;
 // include/leasehold/pause/model.hpp turns what they saw into the trial's outcome; pause/README.md
 // defines every column and the two budgets.
 //
@@ -27,49 +28,38 @@
 // or not answering with the key (checked at start-up); 7 no supervisor.
 #include "tools/cmd_common.hpp"
 
-#include "leasehold/harness/deployment.hpp"
 #include "leasehold/harness/freeze.hpp"
 #include "leasehold/harness/process.hpp"
+#include "leasehold/harness/pause_deployment.hpp"
 #include "leasehold/harness/pause_output.hpp"
 #include "leasehold/harness/pause_sandbox.hpp"
 #include "leasehold/harness/pause_trial.hpp"
-#include "leasehold/harness/relay.hpp"
 
-#include "leasehold/wire/auth.hpp"
-#include "leasehold/lockd/admin_client.hpp"
 #include "leasehold/pause/model.hpp"
 #include "leasehold/pause/report.hpp"
 #include "leasehold/shm/table.hpp"
 #include "leasehold/supervisor/config.hpp"
-#include "leasehold/supervisor/control.hpp"
 
-#include <limits.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <map>
 #include <memory>
-#include <sstream>
 
 namespace leasehold::cli {
 namespace {
 
 namespace pp = leasehold::pause;
+using harness::Freezer;
+using harness::ObserverPriority;
+using harness::ProbeLock;
+using harness::TrialRunner;
 
-// ---- bounds ------------------------------------------------------------------------------------
-constexpr std::uint64_t kStartTimeoutMs = 20'000;       ///< lockd / supervisor start-up
 constexpr std::uint32_t kRepeatMax = 100;
-constexpr std::uint64_t kLockdCheckTimeoutMs = 1'000;  ///< external mode: lockd's start-up stats answer
-constexpr std::size_t kLogDirEntriesMax = 100'000;   ///< entries looked at when clearing old logs
 
 // ---- clocks, signals ---------------------------------------------------------------------------
 
@@ -81,10 +71,6 @@ void check_interrupted() {
 }
 
 using harness::now_ns;
-
-/// Sleeps until `t_ns` (CLOCK_BOOTTIME), waking every ≤10 ms to honour Ctrl-C.
-void sleep_until_ns(std::int64_t t_ns) { harness::sleep_until_ns(t_ns, check_interrupted); }
-void sleep_ms(std::int64_t ms) { sleep_until_ns(now_ns() + ms * 1'000'000); }
 
 struct SignalScope {
   struct sigaction old_int {}, old_term {};
@@ -100,43 +86,6 @@ struct SignalScope {
     ::sigaction(SIGTERM, &old_term, nullptr);
   }
 };
-
-using harness::slurp;
-
-using harness::dir_of;
-
-// ---- child processes ---------------------------------------------------------------------------
-
-/// Starts a long-running child (stress-ng, gnuplot) in its own process
-/// group with stdout and stderr into one log file, SIGKILLed if the probe dies.
-Status spawn_proc(harness::Process& p, const std::string& label, const std::vector<std::string>& argv,
-                  const std::string& log_path) {
-  harness::Spawn spec;
-  spec.argv = argv;
-  spec.stdout_path = log_path;
-  spec.stderr_path = log_path;
-  spec.label = label;
-  return p.start(spec);
-}
-
-// ---- the UDP relay between the supervisor and lockd (worst phase) ----------------------------
-
-// harness::UdpRelay: drops the supervisor's refreshes while cut, which is how the worst phase
-// makes its lease run down to valid_until.
-using harness::UdpRelay;
-
-// ---- freezing the supervisor -------------------------------------------------------------------
-
-// harness::Freezer: the supervisor is moved into a cgroup v2 leaf of its own next to its
-// sandboxes' leaves (so they keep running) and that leaf is frozen, or it is SIGSTOPped.
-using harness::Freezer;
-
-// ---- one probe per supervisor, observers, trials ----------------------------------------------
-
-// harness/pause_trial.hpp: the probe lock, the observer threads and the trials.
-using harness::ObserverPriority;
-using harness::ProbeLock;
-using harness::TrialRunner;
 
 // ---- the probe ---------------------------------------------------------------------------------
 
@@ -173,34 +122,6 @@ struct ProbeArgs {
   std::uint64_t seed = 0;
 };
 
-/// The deployment under test, either started here (standalone) or found through its socket.
-struct Deployment {
-  // Stopped in this order by the destructor: the supervisor (SIGTERM: it releases its names
-  // through the relay) before the relay and lockd go, and the temp dir last.
-  std::optional<harness::TempDir> tmp;       ///< standalone only
-  std::unique_ptr<harness::Deployment> run;  ///< standalone: lockd and the supervisor
-  std::unique_ptr<UdpRelay> relay;
-  std::string socket;
-  SocketAddress lockd_addr;
-  std::optional<wire::WireKey> key;
-  pid_t supervisor_pid = -1;
-  std::string shm_path;
-  pp::Timing timing;
-  std::string lockd_text;
-  std::string status_lockd;  ///< the lockd address the supervisor itself uses (its status)
-
-  Deployment() = default;
-  Deployment(const Deployment&) = delete;
-  Deployment& operator=(const Deployment&) = delete;
-  ~Deployment() {
-    if (run) run->stop_supervisors();
-    relay.reset();
-    run.reset();
-  }
-  /// The standalone temp dir ("" in external mode or before it was made).
-  std::string dir() const { return tmp ? tmp->path().string() : std::string(); }
-};
-
 std::string stderr_progress(bool quiet, const std::string& s) {
   if (!quiet) {
     std::fputs(s.c_str(), stderr);
@@ -219,160 +140,32 @@ std::optional<nlohmann::json> control(const std::string& socket, const nlohmann:
   return supervisor_call(flags, r, f);
 }
 
-/// ρ as text that reads back to the same double, shortest form (std::to_string would print
-/// 1e-7 as 0.000000): for the supervisor's command line and for messages.
-std::string rho_text(double rho) {
-  char b[64];
-  const auto res = std::to_chars(b, b + sizeof b, rho);
-  return std::string(b, res.ec == std::errc() ? res.ptr : b);
+/// The exit code of a failure of the harness's deployment functions, by the Errc
+/// harness/pause_deployment.hpp documents for each: invalid_argument → kUsage; timeout, refused
+/// (lockd does not answer with the key, or is not the supervisor's) → kUnreachable; not_found (the
+/// supervisor is stopped) → kNoSupervisor; anything else → kInternal. kOk for a success.
+Failure probe_failure(const Status& st) {
+  switch (st.code()) {
+    case Errc::ok: return {};
+    case Errc::invalid_argument: return {kUsage, st.message()};
+    case Errc::timeout:
+    case Errc::refused: return {kUnreachable, st.message()};
+    case Errc::not_found: return {kNoSupervisor, st.message()};
+    default: return {kInternal, st.message()};
+  }
 }
 
-/// Starts lockd, the relay and a supervisor in a temp dir. Failure on error; then the temp dir
-/// is kept, so the logs the message points at still exist.
-Failure start_standalone_once(const ProbeArgs& a, Deployment& d);
-Failure start_standalone(const ProbeArgs& a, Deployment& d) {
-  Failure f = start_standalone_once(a, d);
-  if (f.failed() && d.tmp) {
-    d.tmp->keep();
-    f.message += "\n(" + d.dir() + " is kept for inspection)";
-  }
-  return f;
-}
-Failure start_standalone_once(const ProbeArgs& a, Deployment& d) {
-  try {
-    d.tmp.emplace("leasehold-pause");
-  } catch (const std::exception& e) {
-    return {kInternal, e.what()};
-  }
-  const std::string dir = d.dir();
-  const std::string lockd_bin = locate_service(a.lockd_bin, "leasehold-lockd", "lockd");
-  const std::string sup_bin = locate_service(a.supervisor_bin, "leasehold-supervisor", "supervisor");
-  if (lockd_bin.empty() || sup_bin.empty())
-    return {kUsage, std::string("cannot find ") + (lockd_bin.empty() ? "leasehold-lockd" : "leasehold-supervisor") +
-                        " next to " + self_exe() + " nor in $PATH; pass --lockd-bin / --supervisor-bin"};
-  d.run = std::make_unique<harness::Deployment>(dir);
-  harness::Deployment& run = *d.run;
-  if (const Status e = run.make_cluster_key(); !e.ok()) return {kInternal, e.message()};
-  d.key = run.key();
-  // The supervisor holds only its own worker key, derived from the cluster key.
-  if (const Status e = run.make_worker_key("worker.key", random_worker_id()); !e.ok()) return {kInternal, e.message()};
-  harness::LockdSpec ls;
-  ls.bin = lockd_bin;
-  ls.ttl_ms = d.timing.ttl_ms;
-  ls.ready_timeout = std::chrono::milliseconds(kStartTimeoutMs);
-  const harness::Started lockd = run.start_lockd(ls, check_interrupted);
-  if (!lockd.ok()) return {lockd.kind == harness::Started::Kind::not_ready ? kUnreachable : kInternal, lockd.error};
-  d.lockd_text = run.lockd_text();
-  d.lockd_addr = run.lockd_address();
-  auto relay = UdpRelay::start(d.lockd_addr);
-  if (!relay) return {kInternal, relay.message()};
-  d.relay = std::move(relay).value();
-  d.socket = dir + "/supervisor.sock";
-  d.shm_path = dir + "/table";
-  harness::SupervisorSpec ss;
-  ss.bin = sup_bin;
-  ss.lockd = d.relay->address();
-  ss.key_file = dir + "/worker.key";
-  ss.control_socket = d.socket;
-  ss.shm = d.shm_path;
-  ss.log = dir + "/supervisor.log";
-  ss.ttl_ms = d.timing.ttl_ms;
-  ss.kill_after_ms = d.timing.kill_after_ms;
-  ss.heartbeat_interval_ms = d.timing.heartbeat_interval_ms;
-  ss.extra_args = {"--kill-latency-budget-ms", std::to_string(d.timing.kill_latency_budget_ms), "--clock-rate-bound",
-                   rho_text(d.timing.clock_rate_bound), "--slots", "16", "--on-shutdown", "kill", "--sandbox-log-dir",
-                   dir + "/sandbox-logs",
-                   // The probe's sandbox is its own trusted program writing logs below the output
-                   // directory, which another uid may not reach; the kill path is the same.
-                   "--isolation", "off"};
-  ss.ready_timeout = std::chrono::milliseconds(kStartTimeoutMs);
-  if (const harness::Started sup = run.start_supervisor(ss, nullptr, check_interrupted); !sup.ok())
-    return {kInternal, sup.error};
-  return {};
-}
-
-/// A probe killed mid-freeze (SIGKILL: no destructor ran) leaves the supervisor frozen in its
-/// `leasehold-pause-<pid>` leaf, where it cannot answer status. Before asking it anything, find
-/// the process behind the control socket (SO_PEERCRED) and thaw such a leaf; the Freezer later
-/// recognises the leaf, reuses it and moves the process home. A SIGSTOPped supervisor is only
-/// reported: its stop may not be ours.
-Failure recover_left_frozen(const std::string& socket) {
-  ucred cred{};
-  {
-    ControlCallFailure why;
-    const ControlConnection conn = control_connect(socket, why);  // only a server of root or ours
-    if (!conn || conn.server().pid <= 0) return {};                 // read_status says why
-    cred = conn.server();
-  }
-  if (harness::process_state(cred.pid) == 'T')
-    return {kNoSupervisor, "the supervisor (pid " + std::to_string(cred.pid) + ") is stopped (SIGSTOP); resume it with "
-                           "`kill -CONT " + std::to_string(cred.pid) + "` and run the probe again"};
-  const auto left = harness::thaw_left_frozen(cred.pid);
-  if (!left) return {};
-  const std::string& leaf = left->leaf;
-  if (!left->thawed)
-    return {kInternal, "the supervisor (pid " + std::to_string(cred.pid) + ") was left frozen in " + leaf +
-                           " by a probe that died, and thawing it failed: " + std::strerror(left->error) +
-                           "; write 0 to " + leaf + "/cgroup.freeze"};
-  std::fprintf(stderr, "pause-probe: warning: thawed supervisor pid %d, left frozen in %s by a probe that died\n",
-               static_cast<int>(cred.pid), leaf.c_str());
-  return {};
-}
-
-/// Reads the supervisor's status into the deployment (pid, shm, timing).
-Failure read_status(const ProbeArgs& a, Deployment& d) {
+/// Asks the supervisor for its status and reads it into the deployment (pid, shm, timing); the
+/// flags given win over its ρ and kill latency budget, and always do standalone.
+Failure read_status(const ProbeArgs& a, harness::PauseDeployment& d) {
   Failure f;
   auto st = control(d.socket, {{"op", "status"}}, f);
   if (!st) return f;
   if (!st->value("ok", false)) return supervisor_failure(*st, "status");
-  try {
-    d.supervisor_pid = st->at("pid").get<pid_t>();
-    d.shm_path = st->at("shm").get<std::string>();
-    d.status_lockd = st->value("lockd", std::string());
-    d.timing.ttl_ms = st->at("ttl_ms").get<std::uint64_t>();
-    d.timing.kill_after_ms = st->at("kill_after_ms").get<std::uint64_t>();
-    d.timing.heartbeat_interval_ms = st->at("heartbeat_interval_ms").get<std::uint64_t>();
-    d.timing.wheel_granularity_ns = st->at("rt").at("granularity_ns").get<std::uint64_t>();
-    // The supervisor reports every input of its pause budget; a flag given on the command line
-    // still wins (to ask "what if the budget were ...").
-    d.timing.clock_rate_bound =
-        a.standalone || a.clock_rate_bound_set ? a.clock_rate_bound : st->at("clock_rate_bound").get<double>();
-    d.timing.kill_latency_budget_ms = a.standalone || a.kill_latency_budget_set
-                                          ? a.kill_latency_budget_ms
-                                          : st->at("kill_latency_budget_ms").get<std::uint64_t>();
-  } catch (const std::exception& e) {
-    return {kInternal, std::string("the supervisor's status answer lacks a field: ") + e.what()};
-  }
-  return {};
-}
-
-/// Creates the output directory (with its parents) and refuses a path that is not a directory;
-/// then removes what an earlier run of the probe left there (its plots, its sandbox logs), so
-/// every file in it comes from this run. `out` becomes absolute. "" or the error.
-std::string prepare_out_dir(std::string& out, std::string& log_dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
-    return "--out " + out + " exists and is not a directory";
-  fs::create_directories(out, ec);
-  if (ec) return "cannot create the output dir " + out + ": " + ec.message();
-  char real[PATH_MAX];
-  if (::realpath(out.c_str(), real) != nullptr) out = real;
-  if (::access(out.c_str(), W_OK | X_OK) != 0) return "cannot write into the output dir " + out + ": " + std::strerror(errno);
-  log_dir = out + "/sandbox-logs";
-  if (fs::exists(log_dir, ec) && !fs::is_directory(log_dir, ec)) return log_dir + " exists and is not a directory";
-  fs::create_directories(log_dir, ec);
-  if (ec) return "cannot create " + log_dir + ": " + ec.message();
-  std::vector<fs::path> stale;
-  std::size_t seen = 0;
-  for (fs::directory_iterator it(log_dir, ec), end; !ec && it != end && seen < kLogDirEntriesMax; it.increment(ec), ++seen) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind("sandbox-", 0) == 0 && it->is_regular_file(ec)) stale.push_back(it->path());
-  }
-  for (const auto& path : stale) fs::remove(path, ec);
-  for (const char* old_file : {"pause-probe.png", "pause-probe.svg", "pause-probe.gp", "gnuplot.log"})
-    fs::remove(out + "/" + old_file, ec);
-  return "";
+  harness::StatusOverrides o;
+  if (a.standalone || a.clock_rate_bound_set) o.clock_rate_bound = a.clock_rate_bound;
+  if (a.standalone || a.kill_latency_budget_set) o.kill_latency_budget_ms = a.kill_latency_budget_ms;
+  return probe_failure(harness::read_status(*st, o, d));
 }
 
 /// The command line alone, checked before anything starts (kUsage naming the flag).
@@ -380,8 +173,8 @@ Failure check_args(const ProbeArgs& a, const pp::Timing& t) {
   if (a.repeat == 0 || a.repeat > kRepeatMax) return {kUsage, "--repeat must be 1.." + std::to_string(kRepeatMax)};
   if (a.steps == 0 || a.steps > pp::kStepsMax) return {kUsage, "--steps must be 1.." + std::to_string(pp::kStepsMax)};
   if (!(a.clock_rate_bound >= 0.0 && a.clock_rate_bound <= pp::kClockRateBoundMax))
-    return {kUsage, "--clock-rate-bound " + rho_text(a.clock_rate_bound) + " is out of range 0.." +
-                        rho_text(pp::kClockRateBoundMax) + " (rho, dimensionless: DESIGN.md \"Time\")"};
+    return {kUsage, "--clock-rate-bound " + harness::rho_text(a.clock_rate_bound) + " is out of range 0.." +
+                        harness::rho_text(pp::kClockRateBoundMax) + " (rho, dimensionless: DESIGN.md \"Time\")"};
   if (a.standalone) {
     for (const auto& [flag, given] : {std::pair{"--supervisor", a.supervisor_socket}, std::pair{"--lockd", a.lockd},
                                       std::pair{"--key-file", a.key_file}})
@@ -416,65 +209,13 @@ Failure check_args(const ProbeArgs& a, const pp::Timing& t) {
   return {};
 }
 
-/// The key file of a running deployment; kUsage naming the file and the fix.
-Failure load_deployment_key(const std::string& path, Deployment& d) {
-  auto kl = wire::load_key_file(path);
-  if (kl) {
-    d.key = *kl;
-    return {};
-  }
-  std::string msg = kl.message();
-  // The loader's own hint names lockd's flag; from here the fix is the deployment's key.
-  if (const auto p = msg.find("; create one with --generate-key"); p != std::string::npos) msg.resize(p);
-  return {kUsage, msg + "; pass the key file this deployment's lockd and supervisor use (--key-file or $" +
-                      kKeyFileEnv + "); a new key is made with `leasehold-lockd --generate-key PATH`"};
-}
-
-/// External mode: settles which lockd the probe talks to and proves it answers with the key.
-/// Without --lockd (or $LEASEHOLD_LOCKD) it is the supervisor's own (its status). A --lockd
-/// that differs from the supervisor's, or a lockd that does not answer a stats request signed
-/// with the key, is kUnreachable: every lockd-side observation of the trials (lockd's expiry,
-/// the contender's grant) would be missing, and a trial would look safe for lack of evidence.
-Failure settle_lockd(const ProbeArgs& a, Deployment& d) {
-  const bool given = !a.lockd.empty() || std::getenv(kLockdEnv) != nullptr;
-  std::string text;
-  if (given) {
-    LockdFlags lf;
-    lf.lockd = a.lockd;
-    resolve(lf);
-    text = lf.lockd;
-  } else if (!d.status_lockd.empty()) {
-    text = d.status_lockd;
-  } else {
-    text = kLockdDefault;
-  }
-  auto addr = SocketAddress::parse(text);
-  if (!addr) return {kUsage, "--lockd \"" + text + "\" is not HOST:PORT (numeric)"};
-  if (!d.status_lockd.empty()) {
-    const auto theirs = SocketAddress::parse(d.status_lockd);
-    if (theirs && theirs->str() != addr->str())
-      return {kUnreachable, "the supervisor at " + d.socket + " uses lockd at " + theirs->str() + ", not " + addr->str() +
-                                ": the probe must watch the lockd that holds the supervisor's leases (drop --lockd, "
-                                "or pass --lockd " + theirs->str() + ")"};
-  }
-  d.lockd_addr = *addr;
-  d.lockd_text = addr->str();
-  lockd::AdminClient probe(d.lockd_addr, *d.key, WorkerId{}, static_cast<std::int64_t>(kLockdCheckTimeoutMs) * 1'000'000);
-  const lockd::Answer ans = probe.stats();
-  if (!ans.ok())
-    return {kUnreachable, "lockd at " + d.lockd_text + " did not answer a stats request signed with the key file within " +
-                              std::to_string(kLockdCheckTimeoutMs) + " ms (" + ans.message() + "): is it running there, and "
-                              "is the key the one lockd was started with? Without lockd's answers no trial can be judged"};
-  return {};
-}
-
 /// One run of the probe: what its phases (prepare, deploy, arm, baseline, trials, report) hand
 /// on to each other. Members are destroyed in reverse: the trial context, the stress load, the
 /// table, the freezer (thawing the supervisor and moving it home), the lock, the deployment.
 struct ProbeRun {
   explicit ProbeRun(ProbeArgs args) : a(std::move(args)), priority(a.observer_priority) {}
   ProbeArgs a;
-  Deployment d;
+  harness::PauseDeployment d;
   pp::Phase phase = pp::Phase::random;
   std::optional<std::vector<std::uint64_t>> listed;  ///< --pauses, parsed
   std::string out, log_dir;
@@ -496,7 +237,7 @@ struct ProbeRun {
 /// before anything starts.
 Failure prepare(ProbeRun& r) {
   const ProbeArgs& a = r.a;
-  Deployment& d = r.d;
+  harness::PauseDeployment& d = r.d;
   d.timing.ttl_ms = a.ttl_ms;
   d.timing.kill_after_ms = a.kill_after_ms != 0 ? a.kill_after_ms : a.ttl_ms * 7 / 10;
   d.timing.heartbeat_interval_ms = a.heartbeat_interval_ms != 0 ? a.heartbeat_interval_ms : std::max<std::uint64_t>(1, d.timing.kill_after_ms / 7);
@@ -529,10 +270,10 @@ Failure prepare(ProbeRun& r) {
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
     r.out = std::string("pause-probe-") + stamp;
   }
-  if (std::string e = prepare_out_dir(r.out, r.log_dir); !e.empty()) return {kUsage, e};
+  if (Failure f = probe_failure(harness::prepare_out_dir(r.out, r.log_dir)); f.failed()) return f;
   if (!a.csv_path.empty()) {
     struct stat st {};
-    const std::string dir = dir_of(a.csv_path);
+    const std::string dir = harness::dir_of(a.csv_path);
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       return {kUsage, "--csv " + a.csv_path + ": " + dir + " is not a directory"};
     if (::stat(a.csv_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return {kUsage, "--csv " + a.csv_path + " is a directory"};
@@ -544,24 +285,33 @@ Failure prepare(ProbeRun& r) {
 /// lockd, and takes the probe lock. Then the pause budget of the deployment's timing.
 Failure deploy(ProbeRun& r) {
   const ProbeArgs& a = r.a;
-  Deployment& d = r.d;
+  harness::PauseDeployment& d = r.d;
   Failure f;
   if (a.standalone) {
     stderr_progress(a.quiet, "starting lockd and a supervisor in a temp dir...\n");
-    if (f = start_standalone(a, d); f.failed()) return f;
+    harness::StandaloneSpec spec;
+    spec.lockd_bin = locate_service(a.lockd_bin, "leasehold-lockd", "lockd");
+    spec.supervisor_bin = locate_service(a.supervisor_bin, "leasehold-supervisor", "supervisor");
+    spec.located_from = self_exe();
+    if (f = probe_failure(harness::start_standalone(spec, d, check_interrupted)); f.failed()) return f;
     if (f = read_status(a, d); f.failed()) return f;
   } else {
     SupervisorFlags sf;
     sf.socket = a.supervisor_socket;
     resolve(sf);
     d.socket = sf.socket;
+    const bool lockd_given = !a.lockd.empty() || std::getenv(kLockdEnv) != nullptr;
     LockdFlags lf;
+    lf.lockd = a.lockd;
     lf.key_file = a.key_file;
     resolve(lf);
-    if (f = load_deployment_key(lf.key_file, d); f.failed()) return f;
-    if (f = recover_left_frozen(d.socket); f.failed()) return f;
+    const auto warn = [](const std::string& s) { std::fprintf(stderr, "pause-probe: warning: %s\n", s.c_str()); };
+    if (f = probe_failure(harness::load_deployment_key(lf.key_file, d)); f.failed()) return f;
+    if (f = probe_failure(harness::recover_left_frozen(d.socket, warn)); f.failed()) return f;
     if (f = read_status(a, d); f.failed()) return f;
-    if (f = settle_lockd(a, d); f.failed()) return f;
+    // Without --lockd (or $LEASEHOLD_LOCKD) the supervisor's own lockd (its status).
+    const std::string lockd = lockd_given ? lf.lockd : !d.status_lockd.empty() ? d.status_lockd : kLockdDefault;
+    if (f = probe_failure(harness::settle_lockd(lockd, d)); f.failed()) return f;
     auto lock = ProbeLock::take(d.supervisor_pid, d.socket);
     if (!lock) return {lock.code() == Errc::busy ? kRefused : kInternal, lock.message()};
     r.lock = std::move(lock).value();
@@ -575,7 +325,7 @@ Failure deploy(ProbeRun& r) {
 /// The trial plan, the freezer, the supervisor's shm table and the stress load (bounded in time).
 Failure arm(ProbeRun& r) {
   const ProbeArgs& a = r.a;
-  const Deployment& d = r.d;
+  const harness::PauseDeployment& d = r.d;
   std::vector<std::uint64_t> pauses;
   if (r.listed) {
     pauses = *r.listed;
@@ -598,23 +348,14 @@ Failure arm(ProbeRun& r) {
   }
 
   if (a.stress) {
-    const std::string bin = find_program("stress-ng");
-    if (bin.empty()) {
-      stderr_progress(a.quiet, "warning: --stress: stress-ng is not installed; measuring without load\n");
-    } else {
-      std::uint64_t est_s = 30;
-      for (auto p : r.plan) est_s += (d.timing.kill_after_ms + p + d.timing.ttl_ms + 1500) / 1000 + 1;
-      const std::uint64_t secs = a.stress_timeout_s != 0 ? a.stress_timeout_s : est_s;
-      std::vector<std::string> argv = {bin};
-      std::stringstream ss(a.stress_args);
-      for (std::string w; ss >> w;) argv.push_back(w);
-      argv.insert(argv.end(), {"--timeout", std::to_string(secs) + "s", "--quiet"});
-      const std::string slog = (a.standalone ? d.dir() : r.out) + "/stress-ng.log";
-      if (const Status started = spawn_proc(r.stress, "stress-ng", argv, slog); !started.ok())
-        return {kInternal, started.message()};
-      for (const auto& w : argv) r.stress_text += (r.stress_text.empty() ? "" : " ") + w;
+    harness::StressSpec spec{a.stress_args, a.stress_timeout_s, r.plan, d.timing,
+                             (a.standalone ? d.dir() : r.out) + "/stress-ng.log"};
+    auto text = harness::start_stress(spec, r.stress, [&a](const std::string& s) { stderr_progress(a.quiet, "warning: " + s + "\n"); });
+    if (!text) return probe_failure(text.status());
+    r.stress_text = *text;
+    if (!r.stress_text.empty()) {
       stderr_progress(a.quiet, "stress: " + r.stress_text + "\n");
-      sleep_ms(500);  // let the load ramp up before the first trial
+      harness::sleep_until_ns(now_ns() + 500'000'000, check_interrupted);  // the load ramps up before the first trial
     }
   }
   return {};
@@ -624,7 +365,7 @@ Failure arm(ProbeRun& r) {
 /// baseline window (a named sandbox without pauses).
 void baseline(ProbeRun& r) {
   const ProbeArgs& a = r.a;
-  Deployment& d = r.d;
+  harness::PauseDeployment& d = r.d;
   r.rep.timing = d.timing;
   r.rep.mode = a.standalone ? "standalone" : "external";
   r.rep.freeze = r.freezer->name();
