@@ -1,4 +1,4 @@
-// leasehold/harness: the pause-probe's plot on disk (include/leasehold/harness/pause_output.hpp).
+// leasehold/harness: the pause-probe's files on disk (include/leasehold/harness/pause_output.hpp).
 #include "leasehold/harness/pause_output.hpp"
 
 #include "leasehold/harness/process.hpp"
@@ -48,6 +48,22 @@ Result<std::string> write_plot(const pause::SweepReport& rep, const std::string&
   const std::string svg = out + "/pause-probe.svg";
   if (const Status w = write_file(svg, pause::svg_plot(rep)); !w.ok()) return w;
   return svg;
+}
+
+Result<SweepFiles> write_sweep(const pause::SweepReport& rep, const SweepOutput& where, bool interrupted,
+                               const std::function<void(const std::string&)>& warn) {
+  SweepFiles f;
+  f.csv = !where.csv_path.empty() ? where.csv_path : where.out + "/pause-probe.csv";
+  f.json = where.out + "/pause-probe.json";
+  if (const Status w = write_file(f.csv, pause::to_csv(rep)); !w.ok()) return w;
+  auto plot = write_plot(rep, where.out, f.csv, where.plot_mode, warn);
+  if (!plot) return plot.status();
+  f.plot = *plot;
+  f.summary = pause::to_json(rep);
+  f.summary["files"] = {{"csv", f.csv}, {"plot", f.plot}, {"json", f.json}, {"sandbox_logs", where.log_dir}};
+  f.summary["interrupted"] = interrupted;
+  if (const Status w = write_file(f.json, f.summary.dump(2) + "\n"); !w.ok()) return w;
+  return f;
 }
 
 }  // namespace leasehold::harness

@@ -40,12 +40,10 @@
 #include "leasehold/shm/table.hpp"
 #include "leasehold/supervisor/config.hpp"
 
-#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -61,31 +59,10 @@ using harness::TrialRunner;
 
 constexpr std::uint32_t kRepeatMax = 100;
 
-// ---- clocks, signals ---------------------------------------------------------------------------
-
-std::atomic<bool> g_interrupted{false};
-void on_signal(int) { g_interrupted.store(true, std::memory_order_relaxed); }
 using harness::Interrupted;
-void check_interrupted() {
-  if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted{};
-}
-
 using harness::now_ns;
-
-struct SignalScope {
-  struct sigaction old_int {}, old_term {};
-  SignalScope() {
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int);
-    ::sigaction(SIGTERM, &sa, &old_term);
-  }
-  ~SignalScope() {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
+/// The `tick` of every wait: Ctrl-C (SIGINT, SIGTERM) ends the sweep (run_probe's InterruptScope).
+void check_interrupted() { harness::InterruptScope::check(); }
 
 // ---- the probe ---------------------------------------------------------------------------------
 
@@ -435,24 +412,15 @@ void trials(ProbeRun& r) {
 int report_sweep(ProbeRun& r) {
   const ProbeArgs& a = r.a;
   const pp::SweepReport& rep = r.rep;
-  const std::string& out = r.out;
-  const std::string csv = !a.csv_path.empty() ? a.csv_path : out + "/pause-probe.csv";
-  const std::string json_path = out + "/pause-probe.json";
-  if (const Status w = harness::write_file(csv, pp::to_csv(rep)); !w.ok()) return report("pause-probe", {kFailure, w.message()});
-  nlohmann::json j = pp::to_json(rep);
-  const auto plot = harness::write_plot(rep, out, csv, a.plot, [&a](const std::string& s) { stderr_progress(a.quiet, s); });
-  if (!plot) return report("pause-probe", {kFailure, plot.message()});
-  const std::string& plot_path = *plot;
-  j["files"] = {{"csv", csv}, {"plot", plot_path}, {"json", json_path}, {"sandbox_logs", r.log_dir}};
-  j["interrupted"] = r.interrupted;
-  if (const Status w = harness::write_file(json_path, j.dump(2) + "\n"); !w.ok()) return report("pause-probe", {kFailure, w.message()});
-
+  const auto files = harness::write_sweep(rep, {r.out, a.csv_path, a.plot, r.log_dir}, r.interrupted,
+                                         [&a](const std::string& s) { stderr_progress(a.quiet, s); });
+  if (!files) return report("pause-probe", {kFailure, files.message()});
   std::string text = "\n" + pp::to_table(rep) + "\n" + pp::budget_text(rep) + pp::threshold_text(rep);
-  text += "files                    " + csv + "  " + plot_path + "  " + json_path + "\n";
+  text += "files                    " + files->csv + "  " + files->plot + "  " + files->json + "\n";
   text += "verdict                  " + rep.verdict.line + "\n";
   if (a.json) {
     std::fputs(text.c_str(), stderr);
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", files->summary.dump(2).c_str());
   } else {
     std::fputs(text.c_str(), stdout);
   }
@@ -463,8 +431,7 @@ int report_sweep(ProbeRun& r) {
 }
 
 int run_probe(ProbeArgs args) {
-  SignalScope signals;
-  g_interrupted.store(false);
+  harness::InterruptScope signals;
   ProbeRun r(std::move(args));
   if (Failure f = prepare(r); f.failed()) return report("pause-probe", f);
   try {

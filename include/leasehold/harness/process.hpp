@@ -48,6 +48,20 @@ void sleep_ms(std::int64_t ms);
 /// cleans up and rethrows it.
 struct Interrupted {};
 
+/// Ctrl-C for a driver: while one lives, SIGINT and SIGTERM only set a process-wide flag, and
+/// check() - the driver's `tick` - throws Interrupted once one of them arrived. The flag is
+/// cleared on construction; the former handlers come back on destruction. One at a time per
+/// process; not thread-safe to construct, check() may run on any thread.
+class InterruptScope {
+ public:
+  InterruptScope();
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+  /// Throws Interrupted when SIGINT or SIGTERM arrived since the scope began.
+  static void check();
+};
+
 /// The most sleep_until_ns() sleeps between two calls of its `tick` (ns).
 inline constexpr std::int64_t kSleepTickNs = 10'000'000;
 
