@@ -465,6 +465,88 @@ int run_sandbox(const harness::PauseSandboxOptions& a) {
 
 // ---- registration ------------------------------------------------------------------------------
 
+/// The options whose presence the checks need (a default cannot tell "given" from "not given").
+struct GivenOptions {
+  CLI::Option* kill_latency_budget = nullptr;
+  CLI::Option* clock_rate_bound = nullptr;
+  CLI::Option* pauses = nullptr;
+  std::vector<CLI::Option*> standalone_only;  ///< refused against a running supervisor
+};
+
+/// Which deployment: --standalone, or a running one (--supervisor, --lockd, --key-file), and the
+/// binaries a standalone one runs.
+void add_deployment_options(CLI::App* sub, ProbeArgs& a, GivenOptions& given) {
+  sub->add_flag("--standalone", a.standalone,
+                "start lockd and a supervisor in a temp dir, with their own key; everything is removed on exit");
+  sub->add_option("--supervisor", a.supervisor_socket,
+                  std::string("control socket of a running supervisor (env ") + kSupervisorEnv + ")");
+  sub->add_option("--lockd", a.lockd, std::string("lockd address HOST:PORT of that deployment (env ") + kLockdEnv + ")");
+  sub->add_option("--key-file", a.key_file, std::string("its HMAC key file (env ") + kKeyFileEnv + ")");
+  given.standalone_only.push_back(sub->add_option("--lockd-bin", a.lockd_bin, "standalone: leasehold-lockd to run (default: next to this binary, or $PATH)"));
+  given.standalone_only.push_back(sub->add_option("--supervisor-bin", a.supervisor_bin, "standalone: leasehold-supervisor to run"));
+}
+
+/// The timing: the standalone supervisor's flags, and the inputs of the pause budget.
+void add_timing_options(CLI::App* sub, ProbeArgs& a, GivenOptions& given) {
+  given.standalone_only.push_back(sub->add_option("--ttl-ms", a.ttl_ms, "standalone: lease TTL, ms")->capture_default_str()->check(CLI::Range(100, 600'000)));
+  given.standalone_only.push_back(sub->add_option("--kill-after-ms", a.kill_after_ms,
+                                                  "standalone: kill_after, ms; 0 = 70 % of the TTL (the default)")
+                                      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{600'000})));
+  given.standalone_only.push_back(sub->add_option("--heartbeat-interval-ms", a.heartbeat_interval_ms,
+                                                  "standalone: heartbeat interval, ms; 0 = kill_after/7 (the default)")
+                                      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{600'000})));
+  given.kill_latency_budget = sub->add_option("--kill-latency-budget-ms", a.kill_latency_budget_ms,
+                                              "kill latency budget, ms (standalone: passed to the supervisor; external: "
+                                              "default the supervisor's own, from its status)")
+                                  ->capture_default_str();
+  given.clock_rate_bound = sub->add_option("--clock-rate-bound", a.clock_rate_bound,
+                                           "rho, dimensionless, 0..0.1 (external: default the supervisor's own, from its status)")
+                               ->capture_default_str();
+}
+
+/// The sweep: the pauses, how they are placed and frozen, the observers and the baseline.
+void add_sweep_options(CLI::App* sub, ProbeArgs& a, GivenOptions& given) {
+  sub->add_option("--steps", a.steps, "default sweep: this many steps from 0 to 2*ttl")->capture_default_str();
+  given.pauses = sub->add_option("--pauses", a.pauses, "pause lengths instead of the default sweep: e.g. 0,250,500ms,1.5s");
+  sub->add_option("--repeat", a.repeat, "trials per pause length")->capture_default_str();
+  sub->add_option("--phase", a.phase,
+                  "worst: drop refreshes at the probe's relay and freeze --guard-ms before valid_until (standalone; "
+                  "the default there); random: freeze at a random moment of the heartbeat cycle")
+      ->check(CLI::IsMember({"auto", "worst", "random"}));
+  given.standalone_only.push_back(sub->add_option("--guard-ms", a.guard_ms,
+                                                  "worst phase (standalone): start the freeze this long before "
+                                                  "valid_until, ms; below kill_after")
+                                      ->capture_default_str());
+  sub->add_option("--baseline-ms", a.baseline_ms,
+                  "before the sweep, run a named sandbox this long without pauses (clean lateness/RTT samples); 0 = none")
+      ->capture_default_str();
+  sub->add_option("--observer-priority", a.observer_priority,
+                  "SCHED_FIFO priority of the probe's observer threads (0: normal priority)")
+      ->capture_default_str()->check(CLI::Range(0, 98));
+  sub->add_option("--freeze", a.freeze, "auto | cgroup | sigstop")->check(CLI::IsMember({"auto", "cgroup", "sigstop"}))->capture_default_str();
+  sub->add_option("--contend-interval-ms", a.contend_interval_ms,
+                  "the contender's acquire attempts, one per this many ms")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub->add_option("--seed", a.seed, "random phase seed (default: from the clock)");
+}
+
+/// The stress load during the sweep.
+void add_stress_options(CLI::App* sub, ProbeArgs& a) {
+  sub->add_flag("--stress", a.stress, "run stress-ng during the sweep (bounded in time)");
+  sub->add_option("--stress-args", a.stress_args, "stress-ng arguments")->capture_default_str();
+  sub->add_option("--stress-timeout-s", a.stress_timeout_s, "stress-ng --timeout, s (default: the sweep's estimate)");
+}
+
+/// Where the results go and what is printed.
+void add_output_options(CLI::App* sub, ProbeArgs& a) {
+  sub->add_option("--out", a.out_dir,
+                  "output directory, created if missing (default ./pause-probe-<date>-<time>); an existing one is "
+                  "reused: the probe's files in it (CSV, JSON, plot, sandbox logs) are replaced");
+  sub->add_option("--csv", a.csv_path, "CSV path (default <out>/pause-probe.csv)");
+  sub->add_option("--plot", a.plot, "auto (PNG through gnuplot, else SVG) | png | svg")->check(CLI::IsMember({"auto", "png", "svg"}));
+  sub->add_flag("--json", a.json, "print the JSON summary on stdout (the table goes to stderr)");
+  sub->add_flag("--quiet", a.quiet, "no progress lines");
+}
+
 const Command kPauseProbe([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ProbeArgs>();
   auto* sub = app.add_subcommand(
@@ -473,66 +555,18 @@ const Command kPauseProbe([](CLI::App& app, int* exit_code) {
       "(cgroup v2 freeze, else SIGSTOP) that long, resume, and record whether the kill-switch fired "
       "before lockd's expiry, the margin, the mutex-violation window, recovery, and the sandbox's own "
       "check_deadline answers; writes a table, CSV, JSON and a plot (DESIGN.md \"Time\"; pause/README.md)");
-  sub->add_flag("--standalone", a->standalone,
-                "start lockd and a supervisor in a temp dir, with their own key; everything is removed on exit");
-  sub->add_option("--supervisor", a->supervisor_socket,
-                  std::string("control socket of a running supervisor (env ") + kSupervisorEnv + ")");
-  sub->add_option("--lockd", a->lockd, std::string("lockd address HOST:PORT of that deployment (env ") + kLockdEnv + ")");
-  sub->add_option("--key-file", a->key_file, std::string("its HMAC key file (env ") + kKeyFileEnv + ")");
-  std::vector<CLI::Option*> standalone_only;
-  standalone_only.push_back(sub->add_option("--lockd-bin", a->lockd_bin, "standalone: leasehold-lockd to run (default: next to this binary, or $PATH)"));
-  standalone_only.push_back(sub->add_option("--supervisor-bin", a->supervisor_bin, "standalone: leasehold-supervisor to run"));
-  standalone_only.push_back(sub->add_option("--ttl-ms", a->ttl_ms, "standalone: lease TTL, ms")->capture_default_str()->check(CLI::Range(100, 600'000)));
-  standalone_only.push_back(sub->add_option("--kill-after-ms", a->kill_after_ms,
-                                            "standalone: kill_after, ms; 0 = 70 % of the TTL (the default)")
-                                ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{600'000})));
-  standalone_only.push_back(sub->add_option("--heartbeat-interval-ms", a->heartbeat_interval_ms,
-                                            "standalone: heartbeat interval, ms; 0 = kill_after/7 (the default)")
-                                ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{600'000})));
-  auto* klb = sub->add_option("--kill-latency-budget-ms", a->kill_latency_budget_ms,
-                              "kill latency budget, ms (standalone: passed to the supervisor; external: default "
-                              "the supervisor's own, from its status)")
-                  ->capture_default_str();
-  auto* rho = sub->add_option("--clock-rate-bound", a->clock_rate_bound,
-                              "rho, dimensionless, 0..0.1 (external: default the supervisor's own, from its status)")
-                  ->capture_default_str();
-  sub->add_option("--steps", a->steps, "default sweep: this many steps from 0 to 2*ttl")->capture_default_str();
-  auto* pauses = sub->add_option("--pauses", a->pauses, "pause lengths instead of the default sweep: e.g. 0,250,500ms,1.5s");
-  sub->add_option("--repeat", a->repeat, "trials per pause length")->capture_default_str();
-  sub->add_option("--phase", a->phase,
-                  "worst: drop refreshes at the probe's relay and freeze --guard-ms before valid_until (standalone; "
-                  "the default there); random: freeze at a random moment of the heartbeat cycle")
-      ->check(CLI::IsMember({"auto", "worst", "random"}));
-  standalone_only.push_back(sub->add_option("--guard-ms", a->guard_ms,
-                                            "worst phase (standalone): start the freeze this long before valid_until, "
-                                            "ms; below kill_after")
-                                ->capture_default_str());
-  sub->add_option("--baseline-ms", a->baseline_ms,
-                  "before the sweep, run a named sandbox this long without pauses (clean lateness/RTT samples); 0 = none")
-      ->capture_default_str();
-  sub->add_option("--observer-priority", a->observer_priority,
-                  "SCHED_FIFO priority of the probe's observer threads (0: normal priority)")
-      ->capture_default_str()->check(CLI::Range(0, 98));
-  sub->add_option("--freeze", a->freeze, "auto | cgroup | sigstop")->check(CLI::IsMember({"auto", "cgroup", "sigstop"}))->capture_default_str();
-  sub->add_option("--contend-interval-ms", a->contend_interval_ms,
-                  "the contender's acquire attempts, one per this many ms")->capture_default_str()->check(CLI::Range(1, 1000));
-  sub->add_flag("--stress", a->stress, "run stress-ng during the sweep (bounded in time)");
-  sub->add_option("--stress-args", a->stress_args, "stress-ng arguments")->capture_default_str();
-  sub->add_option("--stress-timeout-s", a->stress_timeout_s, "stress-ng --timeout, s (default: the sweep's estimate)");
-  sub->add_option("--out", a->out_dir,
-                  "output directory, created if missing (default ./pause-probe-<date>-<time>); an existing one is "
-                  "reused: the probe's files in it (CSV, JSON, plot, sandbox logs) are replaced");
-  sub->add_option("--csv", a->csv_path, "CSV path (default <out>/pause-probe.csv)");
-  sub->add_option("--plot", a->plot, "auto (PNG through gnuplot, else SVG) | png | svg")->check(CLI::IsMember({"auto", "png", "svg"}));
-  sub->add_flag("--json", a->json, "print the JSON summary on stdout (the table goes to stderr)");
-  sub->add_flag("--quiet", a->quiet, "no progress lines");
-  sub->add_option("--seed", a->seed, "random phase seed (default: from the clock)");
-  sub->callback([a, klb, rho, pauses, standalone_only, exit_code] {
-    a->kill_latency_budget_set = klb->count() > 0;
-    a->clock_rate_bound_set = rho->count() > 0;
-    a->pauses_set = pauses->count() > 0;
+  GivenOptions given;
+  add_deployment_options(sub, *a, given);
+  add_timing_options(sub, *a, given);
+  add_sweep_options(sub, *a, given);
+  add_stress_options(sub, *a);
+  add_output_options(sub, *a);
+  sub->callback([a, given, exit_code] {
+    a->kill_latency_budget_set = given.kill_latency_budget->count() > 0;
+    a->clock_rate_bound_set = given.clock_rate_bound->count() > 0;
+    a->pauses_set = given.pauses->count() > 0;
     a->standalone_only_given.clear();
-    for (const CLI::Option* o : standalone_only)
+    for (const CLI::Option* o : given.standalone_only)
       if (o->count() > 0) a->standalone_only_given.push_back(o->get_name());
     *exit_code = run_probe(*a);
   });
