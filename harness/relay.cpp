@@ -36,10 +36,26 @@ UdpRelay::~UdpRelay() {
   if (back_ >= 0) ::close(back_);
 }
 
+void UdpRelay::set_answer_filter(AnswerFilter drop) {
+  const std::lock_guard<std::mutex> g(filter_mu_);
+  filter_ = std::move(drop);
+}
+
+Status UdpRelay::retarget(const SocketAddress& target) {
+  if (::connect(back_, target.sa(), target.length) != 0) return Status::from_errno(errno, "relay connect");
+  return {};
+}
+
+bool UdpRelay::drop_answer(std::span<const std::uint8_t> answer) {
+  if (cut_answers_.load(std::memory_order_acquire)) return true;
+  const std::lock_guard<std::mutex> g(filter_mu_);
+  return filter_ && filter_(answer);
+}
+
 void UdpRelay::loop() {
   sockaddr_storage client{};
   socklen_t client_len = 0;
-  char buf[kRelayDatagramMax];
+  std::uint8_t buf[kRelayDatagramMax];
   while (!stop_.load(std::memory_order_relaxed)) {
     pollfd fds[2] = {{front_, POLLIN, 0}, {back_, POLLIN, 0}};
     if (::poll(fds, 2, kRelayPollMs) <= 0) continue;
@@ -59,9 +75,13 @@ void UdpRelay::loop() {
     }
     if (fds[1].revents & POLLIN) {
       const ssize_t n = ::recv(back_, buf, sizeof buf, 0);
-      if (n >= 0 && client_len != 0)
-        ::sendto(front_, buf, static_cast<std::size_t>(n), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&client),
-                 client_len);
+      if (n >= 0 && client_len != 0) {
+        if (drop_answer(std::span<const std::uint8_t>(buf, static_cast<std::size_t>(n))))
+          answers_dropped_.fetch_add(1);
+        else
+          ::sendto(front_, buf, static_cast<std::size_t>(n), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&client),
+                   client_len);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
 // harness::UdpRelay on loopback sockets: datagrams pass both ways, a cut drops what the client
-// sends (and counts it) while answers still come back, and a target it cannot reach is an error.
+// sends (and counts it) while answers still come back, answers can be dropped (all, or by a
+// filter) while requests pass, a new target takes over, and a target it cannot reach is an error.
 #include "leasehold/harness/relay.hpp"
 #include "leasehold/harness/process.hpp"
 
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <optional>
+#include <span>
 #include <string>
 
 namespace leasehold::harness {
@@ -122,6 +124,45 @@ TEST(HarnessRelay, AnswersStillReachTheClientWhileCut) {
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->first, "grant");
   EXPECT_EQ(relay->dropped(), 0u);
+}
+
+TEST(HarnessRelay, DropsAnswersWhileTheyAreCutOrTheFilterSaysSo) {
+  Endpoint lockd, client;
+  auto relay = relay_to(lockd);
+  ASSERT_NE(relay, nullptr);
+  client.send_to(relay->port(), "acquire");
+  const auto got = lockd.receive();
+  ASSERT_TRUE(got.has_value());
+  relay->cut_answers(true);
+  lockd.send_to(got->second, "grant 1");
+  EXPECT_FALSE(client.receive().has_value());
+  client.send_to(relay->port(), "refresh");  // requests still pass
+  ASSERT_TRUE(lockd.receive().has_value());
+  relay->cut_answers(false);
+  relay->set_answer_filter([](std::span<const std::uint8_t> d) { return d.size() == 7; });  // "grant 2"
+  lockd.send_to(got->second, "grant 2");
+  lockd.send_to(got->second, "grant 33");
+  const auto back = client.receive();
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->first, "grant 33");
+  EXPECT_EQ(relay->answers_dropped(), 2u);
+  EXPECT_EQ(relay->dropped(), 0u);
+}
+
+TEST(HarnessRelay, ARetargetedRelaySendsToTheNewTarget) {
+  Endpoint old_lockd, new_lockd, client;
+  auto relay = relay_to(old_lockd);
+  ASSERT_NE(relay, nullptr);
+  ASSERT_TRUE(relay->retarget(new_lockd.address()).ok());
+  client.send_to(relay->port(), "refresh");
+  const auto got = new_lockd.receive();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->first, "refresh");
+  EXPECT_FALSE(old_lockd.receive().has_value());
+  new_lockd.send_to(got->second, "ack");
+  const auto back = client.receive();
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->first, "ack");
 }
 
 TEST(HarnessRelay, AnUnusableTargetIsAnErrorNamingTheCall) {
