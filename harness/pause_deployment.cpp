@@ -9,12 +9,14 @@
 
 #include <limits.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <sstream>
@@ -176,8 +178,25 @@ Status settle_lockd(const std::string& lockd, PauseDeployment& d) {
   return {};
 }
 
+TrialTarget trial_target(PauseDeployment& d, ControlRequest request, std::vector<std::string> sandbox_argv) {
+  TrialTarget t;
+  t.request = std::move(request);
+  t.lockd = d.lockd_addr;
+  t.key = *d.key;
+  t.relay = d.relay.get();
+  t.timing = d.timing;
+  t.sandbox_argv = std::move(sandbox_argv);
+  return t;
+}
+
 Status prepare_out_dir(std::string& out, std::string& log_dir) {
   namespace fs = std::filesystem;
+  if (out.empty()) {
+    char stamp[32];
+    const time_t now = ::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    out = std::string("pause-probe-") + stamp;
+  }
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::is_directory(out, ec)) return Status::invalid("--out " + out + " exists and is not a directory");
   fs::create_directories(out, ec);

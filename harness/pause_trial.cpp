@@ -523,6 +523,14 @@ void TrialRunner::close_rtt_window(const StatsSnapshot& now) {
   rtt_from_.reset();
 }
 
+void TrialRunner::judge(pause::SweepReport& rep, bool interrupted, std::size_t planned) const {
+  rep.measured.rt_lateness = clean_lateness_;
+  rep.measured.heartbeat_rtt = clean_rtt_;
+  pause::finish_measured(rep.measured, target_.timing);
+  rep.verdict = pause::sweep_verdict(rep.observations, rep.results, target_.timing);
+  if (interrupted) rep.verdict = pause::interrupted_verdict(rep.verdict, planned);
+}
+
 void TrialRunner::close_windows() {
   const StatsSnapshot last = snap_stats(table_);
   close_lateness_window(last);

@@ -41,7 +41,6 @@
 #include "leasehold/supervisor/config.hpp"
 
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -241,12 +240,6 @@ Failure prepare(ProbeRun& r) {
   }
 
   r.out = a.out_dir;
-  if (r.out.empty()) {
-    char stamp[32];
-    const time_t now = ::time(nullptr);
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-    r.out = std::string("pause-probe-") + stamp;
-  }
   if (Failure f = probe_failure(harness::prepare_out_dir(r.out, r.log_dir)); f.failed()) return f;
   if (!a.csv_path.empty()) {
     struct stat st {};
@@ -358,19 +351,14 @@ void baseline(ProbeRun& r) {
                                pp::ms_text(r.budget_ns) + "; " + std::to_string(r.plan.size()) + " trial(s)\n");
 
   r.priority.raise();  // this thread times the freeze against valid_until
-  harness::TrialTarget target;
   const std::string socket = d.socket;
-  target.request = [socket](const nlohmann::json& req, harness::milliseconds timeout) -> Result<nlohmann::json> {
+  auto request = [socket](const nlohmann::json& req, harness::milliseconds timeout) -> Result<nlohmann::json> {
     Failure f;
     auto answer = control(socket, req, f, static_cast<std::uint64_t>(timeout.count()));
     if (answer) return std::move(*answer);
     return Status{Errc::io_error, f.message.empty() ? std::string("no answer from ") + socket : f.message};
   };
-  target.lockd = d.lockd_addr;
-  target.key = *d.key;
-  target.relay = d.relay.get();
-  target.timing = d.timing;
-  target.sandbox_argv = {self_exe(), "pause-probe-sandbox"};
+  harness::TrialTarget target = harness::trial_target(d, std::move(request), {self_exe(), "pause-probe-sandbox"});
   harness::TrialSettings settings;
   settings.phase = r.phase;
   settings.tag = std::to_string(::getpid()) + "-" + std::to_string(now_ns() % 1'000'000'000);
@@ -392,7 +380,6 @@ void baseline(ProbeRun& r) {
 /// closed, the stress load and the freezer gone, and the verdict.
 void trials(ProbeRun& r) {
   const ProbeArgs& a = r.a;
-  const pp::Timing& timing = r.d.timing;
   r.interrupted = r.runner->sweep(r.plan, r.budget_ns, r.rep, [&a](const std::string& s) { stderr_progress(a.quiet, s); });
   r.runner->close_windows();
   r.stress.terminate(std::chrono::milliseconds(1000));
@@ -401,11 +388,7 @@ void trials(ProbeRun& r) {
   if (r.priority.refused())
     stderr_progress(a.quiet, "warning: SCHED_FIFO refused for the observer threads: under load, deaths and grants "
                              "may be seen late (the supervisor's own kill record still bounds the death)\n");
-  r.rep.measured.rt_lateness = r.runner->clean_lateness();
-  r.rep.measured.heartbeat_rtt = r.runner->clean_rtt();
-  pp::finish_measured(r.rep.measured, timing);
-  r.rep.verdict = pp::sweep_verdict(r.rep.observations, r.rep.results, timing);
-  if (r.interrupted) r.rep.verdict = pp::interrupted_verdict(r.rep.verdict, r.plan.size());
+  r.runner->judge(r.rep, r.interrupted, r.plan.size());
 }
 
 /// The CSV, the plot (gnuplot's PNG, else an SVG), the JSON and the table; the exit code.

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "leasehold/harness/deployment.hpp"
+#include "leasehold/harness/pause_trial.hpp"
 #include "leasehold/harness/process.hpp"
 #include "leasehold/harness/relay.hpp"
 #include "leasehold/lease/result.hpp"
@@ -125,7 +126,12 @@ Status load_deployment_key(const std::string& path, PauseDeployment& d);
 /// (no answer: not running there, or another key).
 Status settle_lockd(const std::string& lockd, PauseDeployment& d);
 
-/// Creates the output directory `out` (with its parents) and OUT/sandbox-logs, refuses a path
+/// The trials' view of `d`: its lockd, key, relay and timing, with the driver's `request` (to the
+/// supervisor's control socket) and `sandbox_argv` (TrialTarget). `d` must outlive the target.
+TrialTarget trial_target(PauseDeployment& d, ControlRequest request, std::vector<std::string> sandbox_argv);
+
+/// Creates the output directory `out` ("": pause-probe-YYYYmmdd-HHMMSS, local time, in the
+/// working directory) with its parents, and OUT/sandbox-logs, refuses a path
 /// that is not a directory or cannot be written, and removes what an earlier run of the probe
 /// left there (sandbox-* logs, at most kLogDirEntriesMax entries looked at; its plots and gnuplot
 /// files), so every file in it comes from this run. `out` becomes absolute; `log_dir` is set to

@@ -247,6 +247,10 @@ class TrialRunner {
   /// The clean rt lateness and heartbeat RTT samples so far (ns).
   const pause::HistogramSnapshot& clean_lateness() const noexcept { return clean_lateness_; }
   const pause::HistogramSnapshot& clean_rtt() const noexcept { return clean_rtt_; }
+  /// After close_windows(): the clean samples into rep.measured (pause::finish_measured) and the
+  /// sweep's verdict from its observations (pause::sweep_verdict with the target's timing; an
+  /// interrupted one when `interrupted`, `planned` trials having been planned).
+  void judge(pause::SweepReport& rep, bool interrupted, std::size_t planned) const;
 
  private:
   friend class Trial;
