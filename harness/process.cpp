@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +107,58 @@ void sleep_ms(std::int64_t ms) {
   const timespec ts{static_cast<time_t>(until / kNsPerS), static_cast<long>(until % kNsPerS)};
   while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
+}
+
+namespace {
+std::atomic<bool> g_interrupted{false};
+struct sigaction g_old_int {}, g_old_term {};
+void on_interrupt(int) { g_interrupted.store(true, std::memory_order_relaxed); }
+}  // namespace
+
+InterruptScope::InterruptScope() {
+  g_interrupted.store(false);
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &g_old_int);
+  ::sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+InterruptScope::~InterruptScope() {
+  ::sigaction(SIGINT, &g_old_int, nullptr);
+  ::sigaction(SIGTERM, &g_old_term, nullptr);
+}
+
+void InterruptScope::check() {
+  if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted{};
+}
+
+void sleep_until_ns(std::int64_t t_ns, const std::function<void()>& tick) {
+  for (;;) {
+    if (tick) tick();
+    const std::int64_t now = now_ns();
+    if (now >= t_ns) return;
+    const std::int64_t until = std::min(t_ns, now + kSleepTickNs);
+    const timespec ts{static_cast<time_t>(until / kNsPerS), static_cast<long>(until % kNsPerS)};
+    while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+}
+
+Status write_file(const fs::path& path, std::string_view text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) {
+    const int e = errno;
+    return Status(e != 0 ? errc_of_errno(e) : Errc::io_error, "cannot write " + path.string() + ": " + std::strerror(e));
+  }
+  return {};
+}
+
+std::string dir_of(const std::string& path) {
+  const auto p = path.rfind('/');
+  return p == std::string::npos ? "." : path.substr(0, p);
 }
 
 bool eventually(const std::function<bool()>& pred, milliseconds timeout, milliseconds interval,

@@ -96,6 +96,42 @@ TEST(HarnessClock, SleepMsSleepsOnBoottime) {
   EXPECT_LT(now_ns() - t1, 1'000 * kNsPerMs);
 }
 
+TEST(HarnessClock, SleepUntilTicksAtLeastEveryTenMilliseconds) {
+  const std::int64_t t0 = now_ns();
+  int ticks = 0;
+  sleep_until_ns(t0 + 55 * kNsPerMs, [&] { ++ticks; });
+  const std::int64_t took = now_ns() - t0;
+  EXPECT_GE(took, 55 * kNsPerMs);
+  EXPECT_LT(took, 5'000 * kNsPerMs);
+  EXPECT_GE(ticks, 6);  // 55 ms in slices of at most 10 ms, plus the first tick
+  int past_ticks = 0;
+  sleep_until_ns(t0, [&] { ++past_ticks; });  // already past: one tick, no sleep
+  EXPECT_EQ(past_ticks, 1);
+  EXPECT_THROW(sleep_until_ns(now_ns() + 10'000 * kNsPerMs, [] { throw std::runtime_error("stop"); }),
+               std::runtime_error);
+}
+
+TEST(HarnessFiles, WriteFileReplacesTheContentOrNamesThePath) {
+  TempDir dir("harness-test");
+  const fs::path f = dir.path() / "report.csv";
+  ASSERT_TRUE(write_file(f, "a much longer first content\n").ok());
+  ASSERT_TRUE(write_file(f, "short\n").ok());
+  EXPECT_EQ(slurp(f), "short\n");
+  const fs::path missing = dir.path() / "no-such-dir" / "x";
+  const Status st = write_file(missing, "x");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Errc::not_found) << st.message();
+  EXPECT_EQ(st.message(), "cannot write " + missing.string() + ": No such file or directory");
+}
+
+TEST(HarnessFiles, DirOfIsEverythingBeforeTheLastSlash) {
+  EXPECT_EQ(dir_of("/run/leasehold/supervisor.sock"), "/run/leasehold");
+  EXPECT_EQ(dir_of("out/pause-probe.csv"), "out");
+  EXPECT_EQ(dir_of("pause-probe.csv"), ".");
+  EXPECT_EQ(dir_of("/x"), "");
+  EXPECT_EQ(dir_of("a/b/"), "a/b");
+}
+
 TEST(HarnessProcess, RunsWithItsEnvironmentAndOutputsInFiles) {
   TempDir dir("harness-test");
   Spawn s = sh("echo out=$LH_HARNESS_X; echo err >&2; exit 3", dir);

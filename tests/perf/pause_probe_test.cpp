@@ -256,7 +256,7 @@ TEST_F(PauseProbe, ExternalMode) {
   }
 
   // A probe holds pause-probe-<supervisor pid>.lock beside the control socket for its whole run
-  // (tools/cmd_pause_probe.cpp, ProbeLock): while the test holds it, as another probe would,
+  // (harness/pause_trial.hpp, ProbeLock): while the test holds it, as another probe would,
   // a probe is refused and names the holder's pid. (Holding it here, rather than racing a
   // second probe against a running one, keeps the check independent of how fast either runs.)
   char real_dir[PATH_MAX];

@@ -6,6 +6,7 @@
 
 #include "leasehold/harness/log.hpp"
 #include "leasehold/harness/process.hpp"
+#include "leasehold/harness/relay.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/io/clock.hpp"
 #include "leasehold/io/udp.hpp"
@@ -248,86 +249,15 @@ struct Supervisor {
   }
 };
 
-/// A UDP relay on loopback between one client (a supervisor) and lockd: the supervisor is
-/// pointed at `address()`; its datagrams go to the current target (settable, so a restarted
-/// lockd on a new port takes over the same address), and lockd's datagrams come back unless
-/// `drop_answers` is set or the drop filter says so (then they are counted and dropped, as a
-/// lossy network would).
-class UdpRelay {
- public:
-  explicit UdpRelay(const SocketAddress& target) : target_(target) {
-    front_ = open_udp_socket_blocking(SocketAddress::loopback_v4(0));
-    back_ = open_udp_socket_blocking(SocketAddress::loopback_v4(0));
-    if (front_ < 0 || back_ < 0) throw std::runtime_error("UdpRelay: cannot open sockets");
-    address_ = *local_address(front_);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~UdpRelay() {
-    stop_ = true;
-    thread_.join();
-    ::close(front_);
-    ::close(back_);
-  }
-  UdpRelay(const UdpRelay&) = delete;
-  UdpRelay& operator=(const UdpRelay&) = delete;
-  std::string address() const { return address_.str(); }
-  void set_target(const SocketAddress& t) {
-    std::lock_guard<std::mutex> g(mu_);
-    target_ = t;
-  }
-  /// Drops lockd → supervisor datagrams for which `f(datagram bytes)` is true (empty: none).
-  void set_drop_filter(std::function<bool(std::span<const std::uint8_t>)> f) {
-    std::lock_guard<std::mutex> g(mu_);
-    filter_ = std::move(f);
-  }
-  std::atomic<bool> drop_answers{false};
-  std::atomic<std::uint64_t> answers_dropped{0};
-  std::atomic<std::uint64_t> requests_relayed{0};
-
- private:
-  void run() {
-    std::uint8_t buf[2048];
-    SocketAddress client;
-    while (!stop_) {
-      pollfd p[2] = {{front_, POLLIN, 0}, {back_, POLLIN, 0}};
-      if (::poll(p, 2, 10) <= 0) continue;
-      if (p[0].revents & POLLIN) {
-        SocketAddress from;
-        from.length = sizeof from.storage;
-        const ssize_t n = ::recvfrom(front_, buf, sizeof buf, 0, from.sa(), &from.length);
-        if (n > 0) {
-          client = from;
-          SocketAddress t;
-          {
-            std::lock_guard<std::mutex> g(mu_);
-            t = target_;
-          }
-          ::sendto(back_, buf, static_cast<std::size_t>(n), 0, t.sa(), t.length);
-          ++requests_relayed;
-        }
-      }
-      if (p[1].revents & POLLIN) {
-        const ssize_t n = ::recv(back_, buf, sizeof buf, 0);
-        bool drop = drop_answers;
-        if (n > 0 && !drop) {
-          std::lock_guard<std::mutex> g(mu_);
-          drop = filter_ && filter_(std::span<const std::uint8_t>(buf, static_cast<std::size_t>(n)));
-        }
-        if (n > 0 && client.is_set()) {
-          if (drop) ++answers_dropped;
-          else ::sendto(front_, buf, static_cast<std::size_t>(n), 0, client.sa(), client.length);
-        }
-      }
-    }
-  }
-  int front_ = -1, back_ = -1;
-  SocketAddress address_;
-  std::mutex mu_;
-  SocketAddress target_;
-  std::function<bool(std::span<const std::uint8_t>)> filter_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+/// A UDP relay on loopback between one client (a supervisor) and lockd (harness/relay.hpp): the
+/// supervisor is pointed at its address(); retarget() moves it to a restarted lockd on a new
+/// port, and cut_answers() / set_answer_filter() drop lockd's answers as a lossy network would.
+/// Throws when it cannot start (the test fails with the reason).
+inline std::unique_ptr<harness::UdpRelay> start_relay(const SocketAddress& target) {
+  auto r = harness::UdpRelay::start(target);
+  if (!r) throw std::runtime_error(r.message());
+  return std::move(r).value();
+}
 
 /// lockd's own log lines (logfmt: ts_boot_ns=... event=grant name=... epoch=...).
 inline std::vector<harness::LogFields> lockd_events(const std::string& text, const std::string& event) {

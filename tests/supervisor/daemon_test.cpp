@@ -64,7 +64,7 @@ class SupervisorProcess : public ::testing::Test {
     ASSERT_TRUE(s.start(dir_.path(), lockd_.address, key_, with(kSupTiming, extra), &err, tag)) << err;
   }
   // A supervisor that reaches lockd through `relay` (the relay then decides what gets through).
-  void start_sup_via(Supervisor& s, const UdpRelay& relay, std::vector<std::string> extra = {}) {
+  void start_sup_via(Supervisor& s, const harness::UdpRelay& relay, std::vector<std::string> extra = {}) {
     std::string err;
     extra.insert(extra.end(), {"--slots", "16"});
     ASSERT_TRUE(s.start(dir_.path(), relay.address(), key_, with(kSupTiming, extra), &err)) << err;
@@ -193,15 +193,15 @@ TEST_F(SupervisorProcess, LockdStoppedKillsBeforeLockdCouldExpire) {
 TEST_F(SupervisorProcess, GrantWhoseAnswerWasLostAcrossALockdRestartIsKept) {
   const std::vector<std::string> lockd_args = {"--ttl-ms", "3000"};
   start_lockd(lockd_args);
-  UdpRelay relay(lockd_.socket_address());
+  const auto relay = start_relay(lockd_.socket_address());
   Supervisor sup;
   std::string err;
-  ASSERT_TRUE(sup.start(dir_.path(), relay.address(), key_,
+  ASSERT_TRUE(sup.start(dir_.path(), relay->address(), key_,
                         {"--ttl-ms", "3000", "--kill-after-ms", "2400", "--heartbeat-interval-ms", "100",
                          "--kill-latency-budget-ms", "50", "--slots", "16"},
                         &err))
       << err;
-  relay.drop_answers = true;
+  relay->cut_answers(true);
   json a;
   std::thread t([&] { a = run_probe(sup, "lost-answer", "lost"); });
   std::string epoch;
@@ -211,16 +211,16 @@ TEST_F(SupervisorProcess, GrantWhoseAnswerWasLostAcrossALockdRestartIsKept) {
     return !epoch.empty();
   }, 2000);
   if (!durable) {
-    relay.drop_answers = false;
+    relay->cut_answers(false);
     t.join();
     FAIL() << "lockd logged no durable grant: " << lockd_.log_text();
   }
-  EXPECT_GE(relay.answers_dropped.load(), 1u);
+  EXPECT_GE(relay->answers_dropped(), 1u);
   lockd_.child.kill9();
   fs::remove(dir_.path() / "lockd.out");  // the restarted lockd prints its new port there
   start_lockd(lockd_args);
-  relay.set_target(lockd_.socket_address());
-  relay.drop_answers = false;
+  EXPECT_TRUE(relay->retarget(lockd_.socket_address()).ok());
+  relay->cut_answers(false);
   t.join();
   ASSERT_EQ(a["ok"], true) << a.dump() << "\n" << sup.log_text();
   EXPECT_EQ(std::to_string(a["epoch"].get<Epoch>()), epoch);
@@ -525,12 +525,12 @@ std::optional<wire::Body> peek(std::span<const std::uint8_t> d) {
 // order): the same scenario preempts the name while its Commit is in flight.
 void SupervisorProcess::commit_before_spawn_attack(bool defended) {
   start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
-  UdpRelay relay(lockd_.socket_address());
+  const auto relay = start_relay(lockd_.socket_address());
   Supervisor sup;
   if (!defended) sup.binary = LEASEHOLD_SUPERVISOR_ABLATE_COMMIT_BEFORE_SPAWN_BINARY;
-  start_sup_via(sup, relay, {"--mode", "preemptible"});
+  start_sup_via(sup, *relay, {"--mode", "preemptible"});
   std::atomic<bool> hold_commit{true};
-  relay.set_drop_filter([&](std::span<const std::uint8_t> d) {
+  relay->set_answer_filter([&](std::span<const std::uint8_t> d) {
     const auto b = peek(d);
     const auto* g = b ? std::get_if<wire::Grant>(&*b) : nullptr;
     return hold_commit && g != nullptr && g->state == LockPhase::held;
@@ -556,7 +556,7 @@ void SupervisorProcess::commit_before_spawn_attack(bool defended) {
   hold_commit = false;
   t.join();
   ASSERT_TRUE(committed) << lockd_.log_text();
-  EXPECT_GE(relay.answers_dropped.load(), 1u);
+  EXPECT_GE(relay->answers_dropped(), 1u);
   if (!defended) {
     // The sandbox did not run when lockd asked: "not running", and the name went to the other.
     EXPECT_GE(other_grants, 1) << "ablation: the name was not preempted\n" << lockd_.log_text() << sup.log_text();
@@ -597,9 +597,9 @@ TEST_F(SupervisorProcess, PreemptibleCommitBeforeSpawnLetsTheNameBePreemptedAbla
 // when the first answers that say so are lost: the next beat carries the name again.
 TEST_F(SupervisorProcess, PreemptibleWorkerBeatAnswerKillsANameTransferredAway) {
   start_lockd({"--ttl-ms", "1000", "--mode", "preemptible"});
-  UdpRelay relay(lockd_.socket_address());
+  const auto relay = start_relay(lockd_.socket_address());
   Supervisor sup;
-  start_sup_via(sup, relay, {"--mode", "preemptible"});
+  start_sup_via(sup, *relay, {"--mode", "preemptible"});
   const json a = run_probe(sup, "moved", "moved");
   ASSERT_EQ(a["ok"], true) << a.dump();
   const std::string sandbox = a["sandbox"];
@@ -608,7 +608,7 @@ TEST_F(SupervisorProcess, PreemptibleWorkerBeatAnswerKillsANameTransferredAway) 
   // lockd's Revoked push of the transfer is dropped throughout, so only the beat answer can
   // tell the worker.
   std::atomic<int> to_drop{2};
-  relay.set_drop_filter([&](std::span<const std::uint8_t> d) {
+  relay->set_answer_filter([&](std::span<const std::uint8_t> d) {
     const auto b = peek(d);
     if (b && std::holds_alternative<wire::Revoked>(*b)) return true;
     const auto* w = b ? std::get_if<wire::WorkerAck>(&*b) : nullptr;
@@ -632,7 +632,7 @@ TEST_F(SupervisorProcess, PreemptibleWorkerBeatAnswerKillsANameTransferredAway) 
   EXPECT_EQ((*k)["reason"], "\"heartbeat") << sup.log_text();  // "heartbeat answer lost", not the kill-switch
   EXPECT_NE(sup.log_text().find("reason=\"heartbeat answer lost\""), std::string::npos) << sup.log_text();
   EXPECT_EQ(sup.call({{"v", 1}, {"op", "status"}})["counters"]["worker_killswitch"], 0);
-  EXPECT_GE(relay.answers_dropped.load(), 2u);
+  EXPECT_GE(relay->answers_dropped(), 2u);
 }
 
 // Preemptible mode: a revoke reaches the holder. After revoke, acquire and commit by another
@@ -1568,9 +1568,9 @@ TEST_F(SupervisorProcess, RevokedNameIsGrantedAgainOnlyAfterTheOldHolderIsDead) 
 // bound (revoke + liveness TTL + lock-delay) is fixed: it only counts down.
 TEST_F(SupervisorProcess, PreemptibleRevokeEndsUnderOneWayLoss) {
   start_lockd({"--ttl-ms", "1000", "--mode", "preemptible", "--lock-delay-ms", "200"});
-  UdpRelay relay(lockd_.socket_address());
+  const auto relay = start_relay(lockd_.socket_address());
   Supervisor sup;
-  start_sup_via(sup, relay, {"--mode", "preemptible"});
+  start_sup_via(sup, *relay, {"--mode", "preemptible"});
   const json a = run_probe(sup, "ow", "ow");
   ASSERT_EQ(a["ok"], true) << a.dump();
   const pid_t pid = a["pid"];
@@ -1580,7 +1580,7 @@ TEST_F(SupervisorProcess, PreemptibleRevokeEndsUnderOneWayLoss) {
     const auto* i = sh.as<wire::NameInfo>();
     return i != nullptr && i->record.state == LockPhase::held;
   }, 5000));
-  relay.drop_answers = true;  // lockd -> worker lost from here on; worker -> lockd arrives
+  relay->cut_answers(true);  // lockd -> worker lost from here on; worker -> lockd arrives
   const lockd::Answer rv = ad.revoke(name_id_of("ow"));
   ASSERT_NE(rv.as<wire::Ok>(), nullptr) << rv.message();
   const lockd::Answer first = ad.show("ow");
@@ -1600,7 +1600,7 @@ TEST_F(SupervisorProcess, PreemptibleRevokeEndsUnderOneWayLoss) {
     last = rec.ttl_left_ms;
     return false;
   }, 10'000)) << sup.log_text();
-  EXPECT_GT(relay.answers_dropped.load(), 0u);
+  EXPECT_GT(relay->answers_dropped(), 0u);
   EXPECT_EQ(::kill(pid, 0), -1) << "the revoked sandbox still runs";
   // Killed by its kill-switch (it never heard of the revoke), then released: a confirmation.
   EXPECT_EQ(rec.revoke_ended, wire::RevokeEnd::kill_confirmed) << sup.log_text();

@@ -43,6 +43,41 @@ inline std::int64_t now_ns() noexcept { return boottime_ns(); }
 /// Sleeps `ms` milliseconds (CLOCK_BOOTTIME, restarted after a signal); `ms` <= 0 returns at once.
 void sleep_ms(std::int64_t ms);
 
+/// What a driver's `tick` throws to abandon a wait, a trial or a sweep (Ctrl-C). Not a
+/// std::exception: code that turns failures into messages does not swallow it; the harness
+/// cleans up and rethrows it.
+struct Interrupted {};
+
+/// Ctrl-C for a driver: while one lives, SIGINT and SIGTERM only set a process-wide flag, and
+/// check() - the driver's `tick` - throws Interrupted once one of them arrived. The flag is
+/// cleared on construction; the former handlers come back on destruction. One at a time per
+/// process; not thread-safe to construct, check() may run on any thread.
+class InterruptScope {
+ public:
+  InterruptScope();
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+  /// Throws Interrupted when SIGINT or SIGTERM arrived since the scope began.
+  static void check();
+};
+
+/// The most sleep_until_ns() sleeps between two calls of its `tick` (ns).
+inline constexpr std::int64_t kSleepTickNs = 10'000'000;
+
+/// Sleeps until `t_ns` (CLOCK_BOOTTIME ns, as now_ns()), calling `tick` (may throw, e.g. to honour
+/// Ctrl-C) first and then at least every kSleepTickNs (10 ms); a `t_ns` already past returns
+/// after one tick.
+void sleep_until_ns(std::int64_t t_ns, const std::function<void()>& tick = {});
+
+/// Writes `text` to `path`, created (mode 0666 less the umask) or truncated. Errors: the
+/// errno's Errc (io_error when the stream set none), "cannot write PATH: REASON".
+Status write_file(const fs::path& path, std::string_view text);
+
+/// The directory part of `path`: everything before its last '/' ("." when it has none, "" for
+/// a file right below the root, "/x").
+std::string dir_of(const std::string& path);
+
 /// Calls `tick` (may throw, e.g. to honour Ctrl-C) then `pred` every `interval` until `pred` is
 /// true (true) or `timeout` has passed (the last answer of `pred`).
 bool eventually(const std::function<bool()>& pred, milliseconds timeout = milliseconds(10'000),

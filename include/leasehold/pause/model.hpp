@@ -21,8 +21,8 @@
 // a kill (nearest rank).
 //
 // Everything here is pure (times are parameters, CLOCK_BOOTTIME ns as int64), so the verdicts are
-// unit-tested without processes. Header-only (library leasehold_pause): the `leasehold` CLI
-// (tools/cmd_pause_probe.cpp) and the tests link it.
+// unit-tested without processes. Header-only (library leasehold_pause): the trial runner
+// (harness/pause_trial.hpp), the `leasehold` CLI (tools/cmd_pause_probe.cpp) and the tests link it.
 #pragma once
 
 #include "leasehold/lease/result.hpp"

@@ -219,6 +219,45 @@ inline std::string to_csv(const SweepReport& rep) {
   return out;
 }
 
+/// A duration for progress lines and the summary: "12.3 ms" (`ns` in nanoseconds, one decimal).
+inline std::string ms_text(std::int64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(ns) / 1e6);
+  return b;
+}
+
+/// One trial's result as the probe's progress line says it: the outcome, then the margin, the
+/// violation window, the recovery, an accepted side effect and the note where there are any
+/// ("killed-in-time, margin 480.2 ms, recovery 3.1 ms").
+inline std::string trial_summary(const TrialResult& res) {
+  std::string line = std::string(to_string(res.outcome));
+  if (res.margin_ns) line += ", margin " + ms_text(*res.margin_ns);
+  if (res.violation) line += ", window " + ms_text(res.window_ns);
+  if (res.recovery_ns) line += ", recovery " + ms_text(*res.recovery_ns);
+  if (!res.side_effects_refused) line += ", SIDE EFFECT ACCEPTED";
+  if (!res.note.empty()) line += " (" + res.note + ")";
+  return line;
+}
+
+/// The lines after the budget text: the observed threshold (longest pause without a violation,
+/// shortest with one) and how far the largest window lies past the budget, where there are any.
+inline std::string threshold_text(const SweepReport& rep) {
+  std::string text;
+  const SweepVerdict& v = rep.verdict;
+  if (v.safe_pause_max_ms || v.violating_pause_min_ms) {
+    text += "observed threshold       longest pause without a violation " +
+            (v.safe_pause_max_ms ? std::to_string(*v.safe_pause_max_ms) + " ms" : std::string("-")) +
+            ", shortest with one " +
+            (v.violating_pause_min_ms ? std::to_string(*v.violating_pause_min_ms) + " ms" : std::string("-")) + "\n";
+  }
+  if (v.window_excess_max_ns) {
+    const std::int64_t c = *v.window_excess_max_ns;
+    text += "window past the budget   <= (pause - budget) " + std::string(c < 0 ? "- " : "+ ") + ms_text(c < 0 ? -c : c) +
+            " (largest window " + ms_text(v.window_max_ns.value_or(0)) + ")\n";
+  }
+  return text;
+}
+
 /// The terminal table, one row per pause.
 inline std::string to_table(const SweepReport& rep) {
   using namespace detail;
