@@ -45,23 +45,23 @@ char process_state(pid_t pid) {
   return stat_state(*text);
 }
 
-Result<std::unique_ptr<Freezer>> Freezer::make(pid_t pid, const std::string& want, std::string& why) {
+Result<std::unique_ptr<Freezer>> Freezer::make(pid_t pid, const std::string& want) {
   std::unique_ptr<Freezer> f(new Freezer());
   f->pid_ = pid;
   if (want == "sigstop") {
     f->kind_ = Kind::sigstop;
-    why = "SIGSTOP/SIGCONT (asked for)";
+    f->why_ = "SIGSTOP/SIGCONT (asked for)";
     return f;
   }
   const Status cgroup = f->setup_cgroup();
   if (cgroup.ok()) {
     f->kind_ = Kind::cgroup;
-    why = "cgroup v2 freeze of " + f->leaf_;
+    f->why_ = "cgroup v2 freeze of " + f->leaf_;
     return f;
   }
   if (want == "cgroup") return Status{Errc::unsupported, "--freeze cgroup: " + cgroup.message()};
   f->kind_ = Kind::sigstop;
-  why = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + cgroup.message() + ")";
+  f->why_ = "SIGSTOP/SIGCONT (cgroup v2 freeze unavailable: " + cgroup.message() + ")";
   return f;
 }
 
@@ -79,28 +79,38 @@ Freezer::~Freezer() {
 
 Status Freezer::thaw_if_frozen() {
   if (!frozen_) return {};
-  std::int64_t t = 0;
-  return thaw(t);
+  const Result<std::int64_t> thawed = thaw();
+  return thawed.status();
 }
 
-Status Freezer::freeze(std::int64_t& confirmed_ns) {
+Result<std::int64_t> Freezer::freeze() {
   frozen_ = true;
+  std::int64_t confirmed_ns = 0;
+  Status seen;
   if (kind_ == Kind::cgroup) {
     if (!write_text(leaf_ + "/cgroup.freeze", "1")) return Status::from_errno(errno, "cannot write " + leaf_ + "/cgroup.freeze");
-    return await_cgroup(1, confirmed_ns);
+    seen = await_cgroup(1, confirmed_ns);
+  } else {
+    if (::kill(pid_, SIGSTOP) != 0) return Status::from_errno(errno, "SIGSTOP");
+    seen = await_stopped(true, confirmed_ns);
   }
-  if (::kill(pid_, SIGSTOP) != 0) return Status::from_errno(errno, "SIGSTOP");
-  return await_stopped(true, confirmed_ns);
+  if (!seen.ok()) return seen;
+  return confirmed_ns;
 }
 
-Status Freezer::thaw(std::int64_t& confirmed_ns) {
+Result<std::int64_t> Freezer::thaw() {
   frozen_ = false;
+  std::int64_t confirmed_ns = 0;
+  Status seen;
   if (kind_ == Kind::cgroup) {
     if (!write_text(leaf_ + "/cgroup.freeze", "0")) return Status::from_errno(errno, "cannot write " + leaf_ + "/cgroup.freeze");
-    return await_cgroup(0, confirmed_ns);
+    seen = await_cgroup(0, confirmed_ns);
+  } else {
+    if (::kill(pid_, SIGCONT) != 0) return Status::from_errno(errno, "SIGCONT");
+    seen = await_stopped(false, confirmed_ns);
   }
-  if (::kill(pid_, SIGCONT) != 0) return Status::from_errno(errno, "SIGCONT");
-  return await_stopped(false, confirmed_ns);
+  if (!seen.ok()) return seen;
+  return confirmed_ns;
 }
 
 Status Freezer::setup_cgroup() {

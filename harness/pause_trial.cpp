@@ -359,7 +359,9 @@ void Trial::freeze_for_pause() {
   // The thaw is due at this CLOCK_BOOTTIME instant whatever else happens during the freeze;
   // thaw_ns records when it was really requested (leasehold/pause/model.hpp: measured_pause_ns).
   const std::int64_t thaw_due = o_.freeze_ns + static_cast<std::int64_t>(o_.pause_ms) * kNs;
-  if (const Status e = r_.freezer_.freeze(o_.frozen_ns); !e.ok()) throw std::runtime_error("freeze: " + e.message());
+  const Result<std::int64_t> frozen = r_.freezer_.freeze();
+  if (!frozen.ok()) throw std::runtime_error("freeze: " + frozen.message());
+  o_.frozen_ns = *frozen;
   if (r_.settings_.phase == pp::Phase::random && now_ns() + 3'000'000 < thaw_due) {
     expiry_reader_.th = std::thread([this, at = o_.freeze_ns + 2'000'000] {
       // 2 ms into the freeze: a refresh already in flight lands first.
@@ -372,7 +374,9 @@ void Trial::freeze_for_pause() {
   sleep_until(thaw_due);
   o_.thaw_ns = now_ns();
   if (r_.target_.relay != nullptr) r_.target_.relay->cut(false);
-  if (const Status e = r_.freezer_.thaw(o_.thawed_ns); !e.ok()) throw std::runtime_error("thaw: " + e.message());
+  const Result<std::int64_t> thawed = r_.freezer_.thaw();
+  if (!thawed.ok()) throw std::runtime_error("thaw: " + thawed.message());
+  o_.thawed_ns = *thawed;
   expiry_reader_.join();
 }
 

@@ -307,9 +307,10 @@ Failure arm(ProbeRun& r) {
     for (std::uint32_t i = 0; i < a.repeat; ++i) r.plan.push_back(p);
   if (r.plan.size() > pp::kPausesMax * 4) return {kUsage, "too many trials (pauses x --repeat)"};
 
-  auto freezer = Freezer::make(d.supervisor_pid, a.freeze, r.why);
+  auto freezer = Freezer::make(d.supervisor_pid, a.freeze);
   if (!freezer) return {kUsage, freezer.message()};
   r.freezer = std::move(freezer).value();
+  r.why = r.freezer->why();
 
   try {
     r.table.emplace(shm::TableReader::open(d.shm_path, shm::OpenOptions{2'000'000'000, 1'000'000}));

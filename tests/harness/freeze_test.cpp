@@ -38,22 +38,22 @@ TEST(HarnessFreeze, SigstopFreezesAndThawsAChild) {
   Process child = sleeper();
   ASSERT_GT(child.pid(), 0);
   ASSERT_TRUE(eventually([&] { return process_state(child.pid()) == 'S'; }));
-  std::string why;
-  auto made = Freezer::make(child.pid(), "sigstop", why);
+  auto made = Freezer::make(child.pid(), "sigstop");
   ASSERT_TRUE(made.ok()) << made.message();
   auto f = std::move(made).value();
   EXPECT_EQ(f->kind(), Freezer::Kind::sigstop);
   EXPECT_STREQ(f->name(), "sigstop");
-  EXPECT_EQ(why, "SIGSTOP/SIGCONT (asked for)");
+  EXPECT_EQ(f->why(), "SIGSTOP/SIGCONT (asked for)");
   EXPECT_EQ(f->home(), "");
 
-  std::int64_t frozen_ns = 0, thawed_ns = 0;
   const std::int64_t before = now_ns();
-  EXPECT_TRUE(f->freeze(frozen_ns).ok());
-  EXPECT_GE(frozen_ns, before);
+  const Result<std::int64_t> frozen_ns = f->freeze();
+  ASSERT_TRUE(frozen_ns.ok()) << frozen_ns.message();
+  EXPECT_GE(*frozen_ns, before);
   EXPECT_TRUE(stopped(child.pid()));
-  EXPECT_TRUE(f->thaw(thawed_ns).ok());
-  EXPECT_GE(thawed_ns, frozen_ns);
+  const Result<std::int64_t> thawed_ns = f->thaw();
+  ASSERT_TRUE(thawed_ns.ok()) << thawed_ns.message();
+  EXPECT_GE(*thawed_ns, *frozen_ns);
   EXPECT_FALSE(stopped(child.pid()));
   EXPECT_TRUE(child.running());
 }
@@ -62,12 +62,10 @@ TEST(HarnessFreeze, DestructionThawsAChildLeftFrozen) {
   Process child = sleeper();
   ASSERT_GT(child.pid(), 0);
   {
-    std::string why;
-    auto made = Freezer::make(child.pid(), "sigstop", why);
+    auto made = Freezer::make(child.pid(), "sigstop");
     ASSERT_TRUE(made.ok()) << made.message();
     auto f = std::move(made).value();
-    std::int64_t t = 0;
-    ASSERT_TRUE(f->freeze(t).ok());
+    ASSERT_TRUE(f->freeze().ok());
     ASSERT_TRUE(stopped(child.pid()));
   }
   EXPECT_TRUE(eventually([&] { return !stopped(child.pid()); }, 2'000ms));
@@ -76,8 +74,7 @@ TEST(HarnessFreeze, DestructionThawsAChildLeftFrozen) {
 
 TEST(HarnessFreeze, ThawIfFrozenIsANoOpWhenNotFrozen) {
   Process child = sleeper();
-  std::string why;
-  auto made = Freezer::make(child.pid(), "sigstop", why);
+  auto made = Freezer::make(child.pid(), "sigstop");
   ASSERT_TRUE(made.ok()) << made.message();
   auto f = std::move(made).value();
   EXPECT_TRUE(f->thaw_if_frozen().ok());
@@ -101,29 +98,27 @@ TEST(HarnessFreeze, CgroupFreezeMovesTheChildIntoALeafAndBack) {
   Process child = sleeper();
   ASSERT_GT(child.pid(), 0);
   const std::string home = cgroup_of(child.pid());
-  std::string why;
-  auto made = Freezer::make(child.pid(), "auto", why);
+  auto made = Freezer::make(child.pid(), "auto");
   ASSERT_TRUE(made.ok()) << made.message();
   auto f = std::move(made).value();
-  if (f->kind() != Freezer::Kind::cgroup) GTEST_SKIP() << "no cgroup v2 freeze here: " << why;
-  EXPECT_EQ(why, "cgroup v2 freeze of " + f->leaf());
+  if (f->kind() != Freezer::Kind::cgroup) GTEST_SKIP() << "no cgroup v2 freeze here: " << f->why();
+  EXPECT_EQ(f->why(), "cgroup v2 freeze of " + f->leaf());
   const std::string leaf_name = freeze_leaf_name(child.pid());
   EXPECT_EQ(f->leaf(), f->home() + "/" + leaf_name);
   const std::string in_leaf = cgroup_of(child.pid());
   EXPECT_EQ(in_leaf.substr(in_leaf.size() - leaf_name.size()), leaf_name);
 
-  std::int64_t t = 0;
-  ASSERT_TRUE(f->freeze(t).ok());
+  ASSERT_TRUE(f->freeze().ok());
   Result<std::string> events = read_small_file(f->leaf() + "/cgroup.events");
   ASSERT_TRUE(events.ok()) << events.message();
   EXPECT_EQ(parse_cgroup_keyed(*events, "frozen"), 1);
-  ASSERT_TRUE(f->thaw(t).ok());
+  ASSERT_TRUE(f->thaw().ok());
   events = read_small_file(f->leaf() + "/cgroup.events");
   ASSERT_TRUE(events.ok()) << events.message();
   EXPECT_EQ(parse_cgroup_keyed(*events, "frozen"), 0);
 
   // Frozen again and the freezer dropped: a driver that died would leave this; recovered here.
-  ASSERT_TRUE(f->freeze(t).ok());
+  ASSERT_TRUE(f->freeze().ok());
   const std::string leaf = f->leaf();
   f.reset();
   EXPECT_EQ(cgroup_of(child.pid()), home);

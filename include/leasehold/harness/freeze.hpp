@@ -40,13 +40,16 @@ class Freezer {
   enum class Kind { cgroup, sigstop };
 
   /// `want`: "auto" (cgroup where possible), "cgroup", "sigstop". Errc::unsupported when
-  /// "cgroup" was asked for and is impossible; `why` says what was chosen and why.
-  static Result<std::unique_ptr<Freezer>> make(pid_t pid, const std::string& want, std::string& why);
+  /// "cgroup" was asked for and is impossible; why() says what was chosen and why.
+  static Result<std::unique_ptr<Freezer>> make(pid_t pid, const std::string& want);
   ~Freezer();
   Freezer(const Freezer&) = delete;
   Freezer& operator=(const Freezer&) = delete;
 
   Kind kind() const noexcept { return kind_; }
+  /// How it freezes and why ("cgroup v2 freeze of <leaf>", "SIGSTOP/SIGCONT (asked for)", or
+  /// SIGSTOP with the reason cgroup v2 freeze was unavailable).
+  const std::string& why() const noexcept { return why_; }
   /// "cgroup" or "sigstop".
   const char* name() const noexcept { return kind_ == Kind::cgroup ? "cgroup" : "sigstop"; }
   /// The cgroup v2 directory the process was in at the start ("" with SIGSTOP).
@@ -54,11 +57,11 @@ class Freezer {
   /// The leaf the process was moved into ("" with SIGSTOP).
   const std::string& leaf() const noexcept { return leaf_; }
 
-  /// Freezes; `confirmed_ns` = when the freeze was seen complete. io_error (a cgroup file, a
-  /// signal) or timeout (not seen frozen within 2 s).
-  Status freeze(std::int64_t& confirmed_ns);
-  /// Thaws; `confirmed_ns` = when the process was seen running again. Errors as freeze().
-  Status thaw(std::int64_t& confirmed_ns);
+  /// Freezes; the boot-clock ns at which the freeze was seen complete. io_error (a cgroup
+  /// file, a signal) or timeout (not seen frozen within 2 s).
+  Result<std::int64_t> freeze();
+  /// Thaws; the boot-clock ns at which the process was seen running again. Errors as freeze().
+  Result<std::int64_t> thaw();
   /// Thaws if a freeze was requested and not undone. Safe to call at any time.
   Status thaw_if_frozen();
 
@@ -73,6 +76,7 @@ class Freezer {
   Kind kind_ = Kind::sigstop;
   pid_t pid_ = -1;
   std::string leaf_, home_;
+  std::string why_;
   bool frozen_ = false;
 };
 
