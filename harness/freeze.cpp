@@ -83,31 +83,21 @@ Status Freezer::thaw_if_frozen() {
   return thawed.status();
 }
 
-Result<std::int64_t> Freezer::freeze() {
-  frozen_ = true;
-  std::int64_t confirmed_ns = 0;
-  Status seen;
-  if (kind_ == Kind::cgroup) {
-    if (!write_text(leaf_ + "/cgroup.freeze", "1")) return Status::from_errno(errno, "cannot write " + leaf_ + "/cgroup.freeze");
-    seen = await_cgroup(1, confirmed_ns);
-  } else {
-    if (::kill(pid_, SIGSTOP) != 0) return Status::from_errno(errno, "SIGSTOP");
-    seen = await_stopped(true, confirmed_ns);
-  }
-  if (!seen.ok()) return seen;
-  return confirmed_ns;
-}
+Result<std::int64_t> Freezer::freeze() { return set_frozen(true); }
 
-Result<std::int64_t> Freezer::thaw() {
-  frozen_ = false;
+Result<std::int64_t> Freezer::thaw() { return set_frozen(false); }
+
+Result<std::int64_t> Freezer::set_frozen(bool frozen) {
+  frozen_ = frozen;
   std::int64_t confirmed_ns = 0;
   Status seen;
   if (kind_ == Kind::cgroup) {
-    if (!write_text(leaf_ + "/cgroup.freeze", "0")) return Status::from_errno(errno, "cannot write " + leaf_ + "/cgroup.freeze");
-    seen = await_cgroup(0, confirmed_ns);
+    const std::string file = leaf_ + "/cgroup.freeze";
+    if (!write_text(file, frozen ? "1" : "0")) return Status::from_errno(errno, "cannot write " + file);
+    seen = await_cgroup(frozen ? 1 : 0, confirmed_ns);
   } else {
-    if (::kill(pid_, SIGCONT) != 0) return Status::from_errno(errno, "SIGCONT");
-    seen = await_stopped(false, confirmed_ns);
+    if (::kill(pid_, frozen ? SIGSTOP : SIGCONT) != 0) return Status::from_errno(errno, frozen ? "SIGSTOP" : "SIGCONT");
+    seen = await_stopped(frozen, confirmed_ns);
   }
   if (!seen.ok()) return seen;
   return confirmed_ns;

@@ -71,6 +71,8 @@ class Freezer {
   /// cgroup2 mount, no cgroup v2 line, no cgroup.freeze), or the errno of a cgroup file or
   /// mkdir (errc_of_errno); the message names the file.
   Status setup_cgroup();
+  /// freeze() (true) or thaw() (false): the write or signal, then the wait for its effect.
+  Result<std::int64_t> set_frozen(bool frozen);
   Status await_cgroup(int want, std::int64_t& confirmed_ns);
   Status await_stopped(bool want, std::int64_t& confirmed_ns);
   Kind kind_ = Kind::sigstop;
