@@ -255,6 +255,26 @@ TEST(PauseClassify, AKillBeforeTheFreezeTookHoldIsMarked) {
   EXPECT_FALSE(v.safe_pause_max_ms);  // it says nothing about a 900 ms pause
 }
 
+// A sweep whose every trial was an error measured nothing: its line says FAIL, as its exit
+// status does (once it said PASS and exited 1).
+TEST(PauseClassify, ASweepOfErrorsOnlyFailsAndOneMeasuredPauseBesideAnErrorPasses) {
+  pp::TrialObservation o = base_observation(100);
+  pp::TrialResult err;
+  err.outcome = pp::Outcome::error;
+  pp::SweepVerdict v = pp::sweep_verdict({o}, {err}, timing());
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.line.rfind("FAIL: 0 pause(s) measured", 0), 0u) << v.line;
+  EXPECT_NE(v.line.find("errors: 1"), std::string::npos) << v.line;
+  EXPECT_FALSE(pp::sweep_verdict({}, {}, timing()).ok);
+
+  pp::TrialResult kept;  // a pause the lease survived: refreshed after it, nothing to kill
+  kept.outcome = pp::Outcome::kept;
+  kept.side_effects_refused = true;
+  v = pp::sweep_verdict({o, o}, {kept, err}, timing());
+  EXPECT_TRUE(v.ok) << v.line;
+  EXPECT_EQ(v.line.rfind("PASS: 1 pause(s) measured", 0), 0u) << v.line;
+}
+
 TEST(PauseClassify, ViolationUnderTheBudgetFails) {
   pp::TrialObservation o = base_observation(100);
   o.grant_send_ns = o.freeze_ns + 50 * kMs;

@@ -549,7 +549,8 @@ struct SweepVerdict {
 
 /// Sums up the trials. `ok` is false when a pause under the budget produced a violation, when a
 /// sandbox accepted a check it should have refused, or when a violation was not ended by
-/// recovery; errors alone do not fail the sweep but are counted in the line.
+/// recovery, or when no trial measured anything (every one an error, or none run); otherwise
+/// errors do not fail the sweep but are counted in the line.
 inline SweepVerdict sweep_verdict(const std::vector<TrialObservation>& obs,
                                   const std::vector<TrialResult>& res, const Timing& t) {
   SweepVerdict v;
@@ -578,7 +579,7 @@ inline SweepVerdict sweep_verdict(const std::vector<TrialObservation>& obs,
       v.safe_pause_max_ms = std::max(v.safe_pause_max_ms.value_or(0), pause_ms);
     }
   }
-  v.ok = v.violations_under_budget == 0 && v.side_effects_accepted == 0 && v.unbounded == 0;
+  v.ok = v.trials > v.errors && v.violations_under_budget == 0 && v.side_effects_accepted == 0 && v.unbounded == 0;
   auto ms = [](std::int64_t ns) {
     char b[32];
     std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(ns) / 1e6);
