@@ -209,6 +209,10 @@ Status prepare_out_dir(std::string& out, std::string& log_dir) {
   if (fs::exists(log_dir, ec) && !fs::is_directory(log_dir, ec)) return Status::invalid(log_dir + " exists and is not a directory");
   fs::create_directories(log_dir, ec);
   if (ec) return Status::invalid("cannot create " + log_dir + ": " + ec.message());
+  // A root supervisor with isolation runs the probe's sandbox as a uid of its range, which must
+  // be able to create its log here: world-writable with the sticky bit, as /tmp.
+  fs::permissions(log_dir, fs::perms::all | fs::perms::sticky_bit, fs::perm_options::replace, ec);
+  if (ec) return Status::invalid("cannot make " + log_dir + " writable for the sandbox's uid: " + ec.message());
   std::vector<fs::path> stale;
   std::size_t seen = 0;
   for (fs::directory_iterator it(log_dir, ec), end; !ec && it != end && seen < kLogDirEntriesMax; it.increment(ec), ++seen) {

@@ -102,6 +102,8 @@ TEST(HarnessPauseDeployment, PrepareOutDirMakesItAndClearsAnEarlierRunsFiles) {
   EXPECT_TRUE(fs::path(out).is_absolute());
   EXPECT_EQ(log_dir, out + "/sandbox-logs");
   ASSERT_TRUE(fs::is_directory(log_dir));
+  // Writable for the isolated sandbox's uid (a root supervisor's uid range), sticky as /tmp.
+  EXPECT_EQ(fs::status(log_dir).permissions(), fs::perms::all | fs::perms::sticky_bit);
 
   // An earlier run's sandbox log and plot go; a file of the user's stays.
   std::ofstream(log_dir + "/sandbox-1.log") << "old\n";

@@ -131,7 +131,8 @@ Status settle_lockd(const std::string& lockd, PauseDeployment& d);
 TrialTarget trial_target(PauseDeployment& d, ControlRequest request, std::vector<std::string> sandbox_argv);
 
 /// Creates the output directory `out` ("": pause-probe-YYYYmmdd-HHMMSS, local time, in the
-/// working directory) with its parents, and OUT/sandbox-logs, refuses a path
+/// working directory) with its parents, and OUT/sandbox-logs (mode 1777: an isolated sandbox runs
+/// as a uid of the supervisor's range and writes its log there), refuses a path
 /// that is not a directory or cannot be written, and removes what an earlier run of the probe
 /// left there (sandbox-* logs, at most kLogDirEntriesMax entries looked at; its plots and gnuplot
 /// files), so every file in it comes from this run. `out` becomes absolute; `log_dir` is set to
