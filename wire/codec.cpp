@@ -662,6 +662,7 @@ std::string_view to_string(ErrorCode c) noexcept {
     case ErrorCode::internal: return "internal";
     case ErrorCode::overloaded: return "overloaded";
     case ErrorCode::unsupported: return "unsupported";
+    case ErrorCode::not_leader: return "not_leader";
   }
   return "unknown";
 }

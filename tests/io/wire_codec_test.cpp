@@ -439,6 +439,7 @@ TEST(WireNames, ReasonsAndTypesHaveStableDistinctText) {
   EXPECT_EQ(to_string(DecodeError::length_mismatch), "length_mismatch");
   EXPECT_EQ(to_string(error_code_of(DecodeError::replayed)), "replayed");
   EXPECT_EQ(to_string(ErrorCode::overloaded), "overloaded");
+  EXPECT_EQ(to_string(ErrorCode::not_leader), "not_leader");
   EXPECT_EQ(to_string(MessageType::heartbeat_ack), "heartbeat_ack");
   EXPECT_TRUE(is_request(MessageType::is_running));
   EXPECT_FALSE(is_request(MessageType::error));

@@ -223,6 +223,11 @@ enum class ErrorCode : std::uint16_t {
   internal = 64,     ///< the service failed (store error); the request may be retried
   overloaded = 65,   ///< too many requests in flight; retry with backoff
   unsupported = 66,  ///< a well-formed request this service does not implement
+  /// this lockd does not lead the name's shard (lockd on etcd): `message` is the leader's
+  /// ADDR:PORT (wire/address.hpp SocketAddress text), or empty while no leader is known; the
+  /// request changed nothing here. A client retries at that address (if it is one of the
+  /// lockd addresses it was configured with) or at its next configured address.
+  not_leader = 67,
 };
 constexpr ErrorCode error_code_of(DecodeError e) noexcept { return static_cast<ErrorCode>(e); }
 std::string_view to_string(ErrorCode c) noexcept;
