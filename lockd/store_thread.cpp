@@ -16,7 +16,7 @@ std::uint64_t monotonic_ns() {
 
 }  // namespace
 
-StoreThread::StoreThread(std::unique_ptr<NameStore> store, std::function<void()> wake)
+StoreThread::StoreThread(std::unique_ptr<Store> store, std::function<void()> wake)
     : store_(std::move(store)), wake_(std::move(wake)) {
   samples_ns_.reserve(kCommitSamplesMax);
   thread_ = std::thread([this] { run(); });
@@ -68,14 +68,16 @@ void StoreThread::poll(std::vector<DurabilityVerdict>& out) {
   committed_.clear();
   if (!failed || failure_polled_) return;
   failure_polled_ = true;
-  if (failed_ranges_.empty()) out.push_back(DurabilityVerdict{last_seq_ + 1, DurabilityVerdict::Kind::failed, failure_});
+  const auto kind = rejected_ ? DurabilityVerdict::Kind::rejected : DurabilityVerdict::Kind::failed;
+  if (failed_ranges_.empty()) out.push_back(DurabilityVerdict{last_seq_ + 1, kind, failure_});
   for (const auto& [first, last] : failed_ranges_)
-    for (std::uint64_t s = first; s <= last; ++s) out.push_back(DurabilityVerdict{s, DurabilityVerdict::Kind::failed, failure_});
+    for (std::uint64_t s = first; s <= last; ++s) out.push_back(DurabilityVerdict{s, kind, failure_});
   failed_ranges_.clear();
 }
 
-void StoreThread::fail_locked(std::string why, const Batch* b) {
+void StoreThread::fail_locked(std::string why, const Batch* b, bool rejected) {
   failure_ = std::move(why);
+  rejected_ = rejected;
   if (b != nullptr) failed_ranges_.emplace_back(b->first_seq, b->last_seq);
   for (const Batch& q : queue_) failed_ranges_.emplace_back(q.first_seq, q.last_seq);
   queue_.clear();
@@ -168,8 +170,12 @@ void StoreThread::run() {
     }
     const std::uint64_t t0 = monotonic_ns();
     std::string error;
+    bool rejected = false;
     try {
       store_->commit(batch.changes, batch.epoch_high_water, batch.marks);
+    } catch (const StoreRejected& e) {
+      error = e.what();
+      rejected = true;
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -178,7 +184,7 @@ void StoreThread::run() {
       std::lock_guard lock(mu_);
       committing_ = false;
       if (!error.empty()) {
-        fail_locked(error, &batch);
+        fail_locked(error, &batch, rejected);
       } else {
         committed_.emplace_back(batch.first_seq, batch.last_seq);
         ++stats_.commits;

@@ -605,6 +605,44 @@ TEST(StoreThread, OneDurableVerdictPerSeqOfEachBatchInOrder) {
   EXPECT_EQ(t.stats().changes, 2u);
 }
 
+/// A Store that refuses every commit from the `refuse_from`-th on, as etcd refuses the writes of
+/// a lockd that no longer leads (a compare on the election key's revision that fails).
+class RefusingStore final : public Store {
+ public:
+  explicit RefusingStore(int refuse_from) : refuse_from_(refuse_from) {}
+  StoredTable load() const override { return {}; }
+  void commit(std::span<const StoredName>, Epoch, const StoreMarks&) override {
+    if (++commits_ >= refuse_from_) throw StoreRejected("test store: leadership moved on");
+  }
+  std::size_t compact(std::size_t) override { return 0; }
+  std::uint64_t log_rows() const noexcept override { return 0; }
+  std::uint64_t incarnation() const noexcept override { return 1; }
+  std::string describe() const override { return "refusing test store"; }
+
+ private:
+  int refuse_from_;
+  int commits_ = 0;
+};
+
+TEST(StoreThread, ARejectedCommitIsReportedRejectedWithTheBatchesBehindIt) {
+  StoreThread t(std::make_unique<RefusingStore>(2), nullptr);
+  ASSERT_TRUE(t.submit(DurableBatch{1, 2, {held(1, 1)}, {}, 1}));
+  t.drain();
+  ASSERT_TRUE(t.submit(DurableBatch{3, 3, {held(2, 1)}, {}, 1}));
+  t.drain();
+  EXPECT_TRUE(t.failed());
+  EXPECT_FALSE(t.submit(DurableBatch{4, 4, {held(3, 1)}, {}, 1}));
+  std::vector<DurabilityVerdict> v;
+  t.poll(v);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].kind, DurabilityVerdict::Kind::durable);
+  EXPECT_EQ(v[1].kind, DurabilityVerdict::Kind::durable);
+  EXPECT_EQ(v[2].seq, 3u);
+  EXPECT_EQ(v[2].kind, DurabilityVerdict::Kind::rejected);
+  EXPECT_EQ(v[2].why, "test store: leadership moved on");
+  EXPECT_EQ(t.durable_seq(), 2u);
+}
+
 
 // ---- the store's files are lockd's alone ----------------------------------------------------
 

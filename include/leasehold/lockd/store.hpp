@@ -95,6 +95,36 @@ class StoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A commit the store refused on purpose, with nothing of it written: a replicated store whose
+/// write is guarded on this lockd's leadership (EtcdStore: the election key's revision) after
+/// leadership moved on. The durability port reports it as `rejected` (durability.hpp).
+class StoreRejected : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+/// A durable name store, as the store thread (store_thread.hpp) drives it: SQLite (NameStore,
+/// below: one machine) or etcd (etcd_store.hpp: a lockd cluster). Used from one thread at a time.
+class Store {
+ public:
+  virtual ~Store() = default;
+  /// All rows, in name-id order, the high-water mark and the restart marks.
+  virtual StoredTable load() const = 0;
+  /// Makes `changes`, `epoch_high_water` and `marks` durable (see NameStore::commit); returns
+  /// when they are. Throws StoreRejected when the store refused the batch on purpose (nothing
+  /// of it written), StoreError when it could not write it (unknown whether it will be seen).
+  virtual void commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) = 0;
+  /// Background maintenance while idle (SQLite: folding the change log); the rows it folded.
+  virtual std::size_t compact(std::size_t rows_max) = 0;
+  /// Rows waiting for compact() (0 for a store that needs none).
+  virtual std::uint64_t log_rows() const noexcept = 0;
+  /// This lockd's incarnation for the restart rule (service.hpp): strictly above the
+  /// incarnation of every earlier lockd that wrote this store.
+  virtual std::uint64_t incarnation() const noexcept = 0;
+  /// What the store is, for logs and errors ("lockd.db", "etcd://h:p/prefix shard 0").
+  virtual std::string describe() const = 0;
+};
+
 /// SQLite `application_id` of a leasehold lockd store ("LHLD").
 inline constexpr std::uint32_t kStoreApplicationId = 0x4C484C44;
 /// Schema version (PRAGMA user_version). A store with a higher version is refused; a version 1
@@ -122,7 +152,7 @@ struct StoreOptions {
 /// files fixed ("PATH 0644->0600"); throws StoreError naming the file and the fix.
 std::vector<std::string> secure_store_files(const std::string& path, bool fix_modes);
 
-class NameStore {
+class NameStore final : public Store {
  public:
   /// Opens (creating when absent) the store at `path`. Checks, before any write: the file is
   /// empty or a SQLite database whose application_id is ours (or 0 with no tables, i.e. fresh)
@@ -135,12 +165,12 @@ class NameStore {
   /// process holds on the store is waited for at most options.busy_timeout_ms, then refused
   /// naming that process; once open, lockd holds the store's exclusive lock until it closes it.
   explicit NameStore(const std::string& path, const StoreOptions& options = {});
-  ~NameStore();
+  ~NameStore() override;
   NameStore(const NameStore&) = delete;
   NameStore& operator=(const NameStore&) = delete;
 
   /// All rows, in name-id order, and the high-water mark. Used at restart to rebuild the table.
-  StoredTable load() const;
+  StoredTable load() const override;
 
   /// Writes `changes` (upserts by id), raises the stored high-water mark to `epoch_high_water`
   /// (never lowers it) and records `marks` (never lowering a stored value) in one transaction;
@@ -151,17 +181,21 @@ class NameStore {
   /// above kStoreBatchChangesMax.
   /// Throws StoreError on an I/O error (disk full, read-only, ...); the transaction is then
   /// rolled back and nothing in the batch is durable.
-  void commit(std::span<const StoredName> changes, Epoch epoch_high_water = 0, const StoreMarks& marks = {});
+  void commit(std::span<const StoredName> changes, Epoch epoch_high_water = 0,
+              const StoreMarks& marks = {}) override;
 
   /// Folds up to `rows_max` of the oldest change-log rows into the names table (one
   /// transaction; random B-tree writes amortised over many commits) and returns how many were
   /// folded. Throws StoreError like commit().
-  std::size_t compact(std::size_t rows_max);
+  std::size_t compact(std::size_t rows_max) override;
   /// Change-log rows not yet folded into the names table.
-  std::uint64_t log_rows() const noexcept { return log_rows_; }
+  std::uint64_t log_rows() const noexcept override { return log_rows_; }
 
   /// How many times this store has been opened (1 on a fresh store). Durable.
   std::uint64_t open_count() const noexcept { return open_count_; }
+  /// The open count: each open of the file is one incarnation.
+  std::uint64_t incarnation() const noexcept override { return open_count_; }
+  std::string describe() const override { return path_; }
   const std::string& path() const noexcept { return path_; }
   /// Files whose mode the open made 0600 ("PATH 0644->0600"), for lockd's log.
   const std::vector<std::string>& modes_fixed() const noexcept { return modes_fixed_; }

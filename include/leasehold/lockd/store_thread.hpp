@@ -16,8 +16,10 @@
 // A commit that fails (disk full, I/O error) is fatal: nothing of that batch was answered, the
 // thread stops and reports the error; lockd exits and a restart recovers from the store.
 //
-// StoreThread is the production DurabilityPort (durability.hpp): a batch is all durable or all
-// failed; it never rejects.
+// StoreThread is the production DurabilityPort (durability.hpp), over either store (store.hpp
+// Store: SQLite or etcd). A batch is all durable, or all failed (StoreError: lockd cannot know
+// what was written), or all rejected (StoreRejected: etcd refused it because this lockd no
+// longer leads; nothing of it was written).
 #pragma once
 
 #include "leasehold/lockd/durability.hpp"
@@ -53,7 +55,7 @@ class StoreThread final : public DurabilityPort {
   /// Takes the opened store. `wake` runs on the store thread after every commit and on
   /// failure (lockd passes EventLoop::wake; empty = no wake, tests poll durable_seq()). It
   /// must be cheap and thread-safe.
-  StoreThread(std::unique_ptr<NameStore> store, std::function<void()> wake);
+  StoreThread(std::unique_ptr<Store> store, std::function<void()> wake);
   /// Commits what is queued, then stops and joins.
   ~StoreThread() override;
   StoreThread(const StoreThread&) = delete;
@@ -77,7 +79,8 @@ class StoreThread final : public DurabilityPort {
   /// One `durable` verdict per seq of every batch committed since the last poll; after a
   /// failure, one `failed` verdict (with failure()) per seq of the batch that failed and of the
   /// batches queued behind it, or a single one at the next unsubmitted seq when the store failed
-  /// between batches (a compaction).
+  /// between batches (a compaction). A batch the store rejected (StoreRejected) and the batches
+  /// behind it get `rejected` verdicts instead.
   void poll(std::vector<DurabilityVerdict>& out) override;
 
   /// Waits until every submitted batch is committed (or the thread failed).
@@ -94,14 +97,14 @@ class StoreThread final : public DurabilityPort {
 
  private:
   using Batch = DurableBatch;
-  /// Records `b` and the queued batches as failed with `why` (mu_ held).
-  void fail_locked(std::string why, const Batch* b);
+  /// Records `b` and the queued batches as failed (rejected: refused) with `why` (mu_ held).
+  void fail_locked(std::string why, const Batch* b, bool rejected = false);
   void run();
   /// Compacts one step if the log is over its bound, or over kLogRowsCompactAt when `idle`.
   void maybe_compact(bool idle);
   void wake() const noexcept;
 
-  std::unique_ptr<NameStore> store_;
+  std::unique_ptr<Store> store_;
   std::function<void()> wake_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -110,6 +113,7 @@ class StoreThread final : public DurabilityPort {
   bool committing_ = false;      // guarded by mu_
   bool stop_ = false;            // guarded by mu_
   std::string failure_;          // guarded by mu_
+  bool rejected_ = false;        // guarded by mu_: the failure was a StoreRejected
   std::vector<std::uint64_t> samples_ns_;  // guarded by mu_; ring of kCommitSamplesMax
   std::size_t sample_next_ = 0;  // guarded by mu_
   StoreStats stats_;             // guarded by mu_ (percentiles computed in stats())
