@@ -22,6 +22,10 @@ packages=(
   nftables                                      # the demo's loopback fallback cuts a worker off with nft
   python3                                       # specs/check drives Spin
   gnuplot-nox                                   # pause-probe plots
+  etcd-server                                   # the replicated store of lockd clusters (tests run a real one)
+  golang-etcd-server-dev                        # etcd's .proto files, compiled at build time
+  libgrpc++-dev protobuf-compiler-grpc          # gRPC: etcd's API (grpc++, grpc_cpp_plugin)
+  protobuf-compiler libprotobuf-dev             # protoc and protobuf for the generated stubs
 )
 
 missing=()

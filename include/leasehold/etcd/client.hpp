@@ -9,7 +9,8 @@
 // (lease/result.hpp); no call throws and none blocks past its deadline.
 //
 // Errors: Errc::timeout (the deadline passed: unknown whether a write took effect),
-// Errc::io_error (unavailable, connection refused or reset: unknown as well for a write),
+// Errc::io_error (unavailable, cancelled, connection refused or reset, or the deadline passed
+// before any endpoint could be connected: unknown as well for a write),
 // Errc::invalid_argument (etcd refused the request as malformed: too many operations in a
 // transaction, a request over its size limit, a key empty), Errc::not_found (a lease that
 // etcd no longer has), Errc::refused (any other gRPC status); the message names the endpoint
@@ -17,8 +18,11 @@
 // Txn with succeeded = false.
 //
 // Endpoints: "HOST:PORT[,HOST:PORT...]" (plain TCP; hosts are resolved with getaddrinfo when the
-// client connects). Any member serves every call (etcd forwards writes to its raft leader); the
-// channel moves to another endpoint when one fails (gRPC pick_first over the resolved list).
+// client is opened). Any member serves every call (etcd forwards writes to its raft leader); the
+// channel moves to another endpoint when one fails (gRPC pick_first over the resolved list). A call
+// waits for a connection within its deadline. A member that stops answering on an open connection
+// (frozen, partitioned) is given up by HTTP/2 keepalive pings while calls are outstanding (every
+// 10 s, 3 s to answer); until then calls to it time out.
 //
 // Thread safety: one client may be used by several threads at once (gRPC stubs are); a
 // KeepAlive stream belongs to the thread that opened it.
