@@ -1,11 +1,14 @@
 #include "leasehold/lockd/config.hpp"
 
+#include "leasehold/wire/address.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 
 
@@ -33,13 +36,79 @@ std::string signing_key_path(const LockdConfig& cfg) {
   return cfg.signing_key_file.empty() ? cfg.store_path + ".signing.key" : cfg.signing_key_file;
 }
 
+namespace {
+
+constexpr std::string_view kEtcdScheme = "etcd://";
+
+bool parse_port(std::string_view text, unsigned& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && end == text.data() + text.size() && !text.empty();
+}
+
+Status bad_url(std::string_view url, const std::string& why) {
+  return Status(Errc::invalid_argument, "--store \"" + std::string(url) + "\": " + why +
+                                            " (expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX])");
+}
+
+}  // namespace
+
+bool is_etcd_url(std::string_view store) noexcept { return store.substr(0, kEtcdScheme.size()) == kEtcdScheme; }
+
+Result<EtcdLocation> parse_etcd_url(std::string_view url) {
+  if (!is_etcd_url(url)) return bad_url(url, "not an etcd:// URL");
+  std::string_view rest = url.substr(kEtcdScheme.size());
+  EtcdLocation loc;
+  const std::size_t slash = rest.find('/');
+  if (slash != std::string_view::npos) {
+    loc.prefix = std::string(rest.substr(slash));
+    rest = rest.substr(0, slash);
+    if (loc.prefix.size() < 2) return bad_url(url, "an empty key prefix");
+    if (loc.prefix.back() == '/') return bad_url(url, "the key prefix ends with '/'");
+    if (loc.prefix.find("//") != std::string::npos) return bad_url(url, "the key prefix has an empty segment");
+  }
+  if (rest.empty()) return bad_url(url, "no etcd endpoint");
+  std::size_t start = 0;
+  while (start <= rest.size()) {
+    const std::size_t comma = std::min(rest.find(',', start), rest.size());
+    const std::string_view ep = rest.substr(start, comma - start);
+    const std::size_t colon = ep.rfind(':');
+    unsigned port = 0;
+    if (ep.empty()) return bad_url(url, "an empty endpoint");
+    if (colon == std::string_view::npos || colon == 0 || !parse_port(ep.substr(colon + 1), port) || port == 0 ||
+        port > 65535)
+      return bad_url(url, "endpoint \"" + std::string(ep) + "\" has no valid :PORT");
+    start = comma + 1;
+  }
+  loc.endpoints = std::string(rest);
+  return loc;
+}
+
+bool uses_etcd(const LockdConfig& cfg) noexcept { return is_etcd_url(cfg.store_path); }
+
+std::uint64_t failover_bound_ms(const LockdConfig& cfg) noexcept {
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(cfg.leader_lease_s, 0)) * 1000 + 1000;
+}
+
 void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
   app.add_option("--listen", cfg.listen,
                  "UDP address to serve on, ADDR:PORT (IPv4 or [IPv6]); port 0 picks a free port "
                  "and prints it as 'listening ADDR:PORT' on stdout")
       ->capture_default_str();
   app.add_option("--store", cfg.store_path,
-                 "SQLite file of the durable name table (created when absent; WAL files beside it)")
+                 "the durable name table: a SQLite file (created when absent; WAL files beside it), or "
+                 "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for a cluster of lockd processes sharing one "
+                 "etcd: one leads and serves, the others answer not_leader with its address and take "
+                 "over when it stops (PREFIX default /leasehold; needs --signing-key-file)")
+      ->capture_default_str();
+  app.add_option("--advertise", cfg.advertise,
+                 "etcd store: ADDR:PORT clients reach this lockd at, handed out by the others while "
+                 "it leads (default: the --listen address; required when listening on a wildcard)");
+  app.add_option("--leader-lease-s", cfg.leader_lease_s,
+                 "etcd store: TTL of the leadership lease in seconds; a leader that cannot renew it "
+                 "stops serving before it ends, and another takes over after it")
+      ->capture_default_str();
+  app.add_option("--etcd-txn-ops-max", cfg.etcd_txn_ops_max,
+                 "etcd store: operations per etcd transaction at most (etcd's --max-txn-ops)")
       ->capture_default_str();
   app.add_option("--key-file", cfg.key_files,
                  "a cluster key file; each worker's key is derived from it and the worker id "
@@ -196,6 +265,7 @@ Status read_ablations(LockdConfig& cfg, const char* env) {
     else if (a == "seq-unbounded") cfg.ablate_seq_limit = true;
     else if (a == "seq-jump") cfg.ablate_seq_jump = true;
     else if (a == "first-push-address") cfg.ablate_first_push_address = true;
+    else if (a == "self-fence") cfg.ablate_self_fence = true;
     else if (a == "no-seq-resync") continue;  // a sender's switch (wire/replay.hpp), not lockd's
     else return Status::invalid("LEASEHOLD_ABLATE: unknown ablation \"" + std::string(a) + "\"");
   }
@@ -237,6 +307,40 @@ Status validate(const LockdConfig& cfg) {
     return Status::invalid("--listen \"" + cfg.listen +
            "\" is not a numeric ADDR:PORT (e.g. 127.0.0.1:7400 or [::1]:7400)");
   if (cfg.store_path.empty()) return Status::invalid("--store must not be empty");
+  if (uses_etcd(cfg)) {
+    if (const auto loc = parse_etcd_url(cfg.store_path); !loc.ok()) return loc.status();
+    if (cfg.signing_key_file.empty())
+      return Status::invalid("--store " + cfg.store_path + " needs --signing-key-file: every lockd of a cluster "
+                             "signs tokens with the same key (create one with leasehold-lockd "
+                             "--generate-signing-key --out PATH, and give each lockd a copy)");
+    if (cfg.leader_lease_s < 1 || cfg.leader_lease_s > kLeaderLeaseSMax)
+      return Status::invalid("--leader-lease-s " + std::to_string(cfg.leader_lease_s) + " must be in 1.." +
+                             std::to_string(kLeaderLeaseSMax));
+    if (cfg.etcd_txn_ops_max < 4 || cfg.etcd_txn_ops_max > 65536)
+      return Status::invalid("--etcd-txn-ops-max must be in 4..65536");
+    const auto wildcard = [](std::string_view a) {
+      return a.substr(0, a.rfind(':')) == "0.0.0.0" || a.substr(0, a.rfind(':')) == "[::]";
+    };
+    if (!cfg.advertise.empty()) {
+      const auto a = SocketAddress::parse(cfg.advertise);
+      if (!a || a->port() == 0 || wildcard(cfg.advertise))
+        return Status::invalid("--advertise \"" + cfg.advertise + "\" is not a numeric ADDR:PORT that clients can reach");
+    }
+    if (cfg.advertise.empty()) {
+      if (wildcard(cfg.listen))
+        return Status::invalid("--listen " + cfg.listen + " is a wildcard address: give --advertise ADDR:PORT, "
+                               "the address the other lockd hand to clients");
+    }
+    // A failover must complete before supervisors' kill-switches fire, which they do before
+    // the TTL: a TTL at or below the failover bound kills every named sandbox at each failover.
+    if (cfg.ttl_ms <= failover_bound_ms(cfg))
+      return Status::invalid("--ttl-ms " + std::to_string(cfg.ttl_ms) + " must be above the failover bound " +
+                             std::to_string(failover_bound_ms(cfg)) + " ms (--leader-lease-s " +
+                             std::to_string(cfg.leader_lease_s) + " s + 1000 ms to elect and load): a failover "
+                             "would outlast every lease");
+  } else if (cfg.advertise.size() != 0) {
+    return Status::invalid("--advertise applies to an etcd store only (--store etcd://...)");
+  }
   if (cfg.ttl_ms == 0) return Status::invalid("--ttl-ms must be at least 1 (a lease needs a TTL)");
   if (cfg.ttl_ms > kTtlMsMax)
     return Status::invalid("--ttl-ms " + std::to_string(cfg.ttl_ms) + " exceeds " + std::to_string(kTtlMsMax) +

@@ -1,12 +1,16 @@
 #include "leasehold/lockd/daemon.hpp"
 
+#include "leasehold/etcd/client.hpp"
 #include "leasehold/io/log_writer.hpp"
+#include "leasehold/lockd/etcd_store.hpp"
+#include "leasehold/lockd/leadership.hpp"
 
 #include "leasehold/wire/replay.hpp"
 
 #include <openssl/rand.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -24,19 +28,50 @@ WorkerId random_instance_id() {
   return id;
 }
 
+/// lockd on etcd: the cluster side of the daemon.
+struct LockdDaemon::Cluster {
+  /// The store of a follower: it takes nothing (a follower changes nothing).
+  struct NoStore final : DurabilityPort {
+    bool submit(DurableBatch&&) override { return false; }
+    void poll(std::vector<DurabilityVerdict>&) override {}
+  };
+  EtcdLocation location;
+  std::string shard;  ///< the shard's key prefix (one shard: 0)
+  std::shared_ptr<etcd::Client> client;
+  std::unique_ptr<Leadership> leadership;
+  NoStore no_store;
+  std::int64_t leading = 0;        ///< the revision served as the leader (0: a follower)
+  std::int64_t refused = 0;        ///< a revision given up: not taken over again
+  std::string leader_seen;         ///< the hint the follower answers with
+  /// Store threads of services given up, destroyed once their last commit returned (a commit
+  /// to an unreachable etcd blocks until its deadline; the io thread never waits for it).
+  std::vector<std::unique_ptr<StoreThread>> retired;
+};
+
 LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, EventLoop& loop)
-    : loop_(loop) {
-  StoreOptions store_options;
-  store_options.private_files = !cfg.ablate_store_mode;
-  store_options.busy_timeout_ms = cfg.ablate_store_busy_timeout ? 0 : kStoreOpenBusyTimeoutMsDefault;
-  auto store = std::make_unique<NameStore>(cfg.store_path, store_options);  // throws StoreError
-  RestoredTable restored;
-  restored.incarnation = store->open_count();
+    : loop_(loop), cfg_(cfg), keys_(keys) {
   const std::int64_t now = loop.clock().now_ns();
-  for (const std::string& fixed : store->modes_fixed())
-    log_ += "ts_boot_ns=" + std::to_string(now) + " event=store_mode_fixed file=" + fixed + "\n";
-  restored.stored = store->load();
-  store_ = std::make_unique<StoreThread>(std::move(store), [&loop] { loop.wake(); });
+  RestoredTable restored;
+  if (uses_etcd(cfg)) {
+    cluster_ = std::make_unique<Cluster>();
+    auto loc = parse_etcd_url(cfg.store_path);
+    if (!loc.ok()) throw std::runtime_error(loc.status().message());
+    cluster_->location = std::move(*loc);
+    cluster_->shard = shard_prefix(cluster_->location.prefix, 0);
+    auto client = etcd::Client::open(cluster_->location.endpoints);
+    if (!client.ok()) throw std::runtime_error("--store " + cfg.store_path + ": " + client.status().message());
+    cluster_->client = std::move(*client);
+  } else {
+    StoreOptions store_options;
+    store_options.private_files = !cfg.ablate_store_mode;
+    store_options.busy_timeout_ms = cfg.ablate_store_busy_timeout ? 0 : kStoreOpenBusyTimeoutMsDefault;
+    auto store = std::make_unique<NameStore>(cfg.store_path, store_options);  // throws StoreError
+    restored.incarnation = store->open_count();
+    for (const std::string& fixed : store->modes_fixed())
+      log_ += "ts_boot_ns=" + std::to_string(now) + " event=store_mode_fixed file=" + fixed + "\n";
+    restored.stored = store->load();
+    store_ = std::make_unique<StoreThread>(std::move(store), [&loop] { loop.wake(); });
+  }
 
   const auto addr = SocketAddress::parse(cfg.listen);
   if (!addr) throw std::runtime_error("--listen \"" + cfg.listen + "\" is not a numeric ADDR:PORT");
@@ -48,14 +83,34 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
   local_ = leasehold::local_address(fd).value_or(*addr);
   socket_ = loop.add_udp_socket(UniqueFd(fd), [this](const Datagram& d) {
     // One clock reading per turn: every datagram of a turn is served at the same now_ns.
+    const std::int64_t turn_now = loop_.turn_now_ns();
+    // Self-fencing (leadership.hpp): a leader whose leadership lease may have run out serves no
+    // request any more, not even one already received.
+    if (fenced(turn_now)) become_follower(turn_now, "the leadership lease was not renewed in time (fenced)");
     service_->on_datagram(std::span(reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size()),
-                          d.source_address(), loop_.turn_now_ns());
+                          d.source_address(), turn_now);
   });
   if (!socket_.valid()) throw std::runtime_error("cannot register the UDP socket with the io loop");
   net_ = std::make_unique<UdpDatagramPort>(loop, socket_, local_);
   try {
-    service_ = std::make_unique<LockService>(cfg, keys, restored, *net_, *store_, now,
-                                             ServiceSeeds{random_instance_id(), wire::seq_seed(), {}});
+    if (cluster_ == nullptr) {
+      service_ = make_service(restored, *store_, now);
+    } else {
+      LeadershipConfig lc;
+      lc.shard_prefix = cluster_->shard;
+      lc.advertise = cfg.advertise.empty() ? local_.str() : cfg.advertise;
+      lc.lease_s = cfg.leader_lease_s;
+      auto leadership = Leadership::start(cluster_->client, lc, [&loop] { loop.wake(); });
+      if (!leadership.ok()) throw std::runtime_error(leadership.status().message());
+      cluster_->leadership = std::move(*leadership);
+      const std::int64_t window_ms = serve_until_ns(0, lc.lease_s, lc.clock_rate_bound, lc.margin_ns) / 1'000'000;
+      log_ += "ts_boot_ns=" + std::to_string(now) + " event=cluster store=etcd://" + cluster_->location.endpoints +
+              cluster_->location.prefix + " shard=0 advertise=" + lc.advertise +
+              " leader_lease_s=" + std::to_string(lc.lease_s) + " serve_window_ms=" + std::to_string(window_ms) +
+              " failover_bound_ms=" + std::to_string(failover_bound_ms(cfg)) + " ttl_ms=" + std::to_string(cfg.ttl_ms) +
+              "\n";
+      become_follower(now, "starting");
+    }
   } catch (...) {
     loop.close_socket(socket_);
     throw;
@@ -64,27 +119,125 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
   write_log();
 }
 
+bool LockdDaemon::fenced(std::int64_t now_ns) const {
+  if (cluster_ == nullptr || cluster_->leading == 0 || cfg_.ablate_self_fence) return false;
+  return !cluster_->leadership->serving(cluster_->leading, now_ns);
+}
+
+std::unique_ptr<LockService> LockdDaemon::make_service(const RestoredTable& restored, DurabilityPort& store,
+                                                       std::int64_t now_ns) {
+  auto s = std::make_unique<LockService>(cfg_, keys_, restored, *net_, store, now_ns,
+                                         ServiceSeeds{random_instance_id(), wire::seq_seed(), {}});
+  if (signer_) s->set_token_signer(signer_);
+  return s;
+}
+
+void LockdDaemon::set_token_signer(std::shared_ptr<const token::TokenSigner> signer) {
+  signer_ = std::move(signer);
+  service_->set_token_signer(signer_);
+}
+
+Status LockdDaemon::reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns) {
+  std::vector<wire::WireKey> ordered = keys;
+  std::stable_partition(ordered.begin(), ordered.end(),
+                        [](const wire::WireKey& k) { return k.kind == wire::KeyKind::cluster; });
+  if (Status err = service_->reload_keys(ordered, now_ns); !err.ok()) return err;
+  keys_ = std::move(ordered);
+  return Status{};
+}
+
+void LockdDaemon::become_follower(std::int64_t now_ns, const std::string& why) {
+  Cluster& c = *cluster_;
+  if (c.leading != 0) {
+    write_log();
+    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=step_down revision=" + std::to_string(c.leading) +
+            " why=\"" + why + "\"\n";
+    c.leadership->step_down(c.leading);
+    c.refused = c.leading;
+    c.leading = 0;
+  }
+  service_.reset();  // before its store: it holds a reference
+  if (store_ != nullptr) c.retired.push_back(std::move(store_));
+  service_ = make_service(RestoredTable{}, c.no_store, now_ns);
+  c.leader_seen = c.leadership != nullptr ? c.leadership->view().leader : std::string();
+  service_->set_not_leader(c.leader_seen);
+}
+
+std::int64_t LockdDaemon::take_over(std::int64_t revision, std::int64_t now_ns) {
+  Cluster& c = *cluster_;
+  try {
+    auto store = std::make_unique<EtcdStore>(c.client, c.shard, revision, cfg_.etcd_txn_ops_max);
+    RestoredTable restored;
+    restored.incarnation = store->incarnation();
+    restored.stored = store->load();  // a linearizable read after the election: every earlier write
+    auto thread = std::make_unique<StoreThread>(std::move(store), [this] { loop_.wake(); });
+    // The table is served as of now: every held lease refreshed now, within the restart rule.
+    const std::int64_t now = loop_.clock().now_ns();
+    auto leader = make_service(restored, *thread, now);
+    service_.reset();
+    store_ = std::move(thread);
+    service_ = std::move(leader);
+    c.leading = revision;
+    log_ += "ts_boot_ns=" + std::to_string(now) + " event=leading revision=" + std::to_string(revision) +
+            " names=" + std::to_string(restored.stored.names.size()) +
+            " load_ms=" + std::to_string((now - now_ns) / 1'000'000) + "\n";
+    return now;
+  } catch (const std::exception& e) {
+    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_failed revision=" + std::to_string(revision) +
+            " why=\"" + e.what() + "\"\n";
+    c.refused = revision;
+    c.leadership->step_down(revision);
+  }
+  return now_ns;
+}
+
+std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
+  Cluster& c = *cluster_;
+  // Store threads of earlier services go once nothing of theirs is committing.
+  std::erase_if(c.retired, [](const std::unique_ptr<StoreThread>& t) { return t->in_flight() == 0 || t->failed(); });
+  if (c.leading != 0) {
+    if (service_->failed()) become_follower(now_ns, service_->failure());
+    else if (fenced(now_ns)) become_follower(now_ns, "the leadership lease was not renewed in time (fenced)");
+    return now_ns;
+  }
+  const Leadership::View v = c.leadership->view();
+  if (v.leading && v.revision != c.refused && now_ns < v.serve_until_ns) return take_over(v.revision, now_ns);
+  if (v.leader != c.leader_seen) {
+    c.leader_seen = v.leader;
+    service_->set_not_leader(v.leader);
+    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leader leader=" + (v.leader.empty() ? "none" : v.leader) +
+            "\n";
+  }
+  return now_ns;
+}
+
 LockdDaemon::~LockdDaemon() {
   if (socket_.valid()) loop_.close_socket(socket_);
   // Let the store thread finish what it was handed, then log what became durable.
-  store_->drain();
+  if (store_ != nullptr) store_->drain();
   if (service_ != nullptr) {
     service_->tick(loop_.clock().now_ns());
     write_log();
   }
   service_.reset();
   store_.reset();
+  // Last: a leader revokes its leadership lease so that another lockd takes over at once.
+  cluster_.reset();
 }
 
 bool LockdDaemon::after_iteration() {
-  const std::int64_t now = loop_.turn_now_ns();
+  std::int64_t now = loop_.turn_now_ns();
+  // A leader built this turn was restored at a later clock reading (after its load): tick it there.
+  if (cluster_ != nullptr) now = follow_leadership(now);
   const std::int64_t next = service_->tick(now);
+  // A follower polls the leadership every turn, so it waits at most a tick.
   wait_ns_ = std::clamp<std::int64_t>(next - now, 0, kTickNs);
   write_log();
-  return !service_->failed();
+  return cluster_ != nullptr || !service_->failed();
 }
 
 bool LockdDaemon::drain_for_shutdown() {
+  if (store_ == nullptr) return true;  // a follower has nothing to make durable
   service_->begin_drain();
   for (;;) {
     service_->tick(loop_.clock().now_ns());

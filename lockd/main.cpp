@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   using namespace leasehold;
   CLI::App app{
       "leasehold-lockd: the lock service. Serves the name table over authenticated UDP and keeps "
-      "ownership changes durable in a SQLite store (WAL, group commit).\n"
+      "ownership changes durable in a SQLite store (WAL, group commit), or in etcd shared by a "
+      "cluster of lockd processes of which one leads (--store etcd://...).\n"
       "Logs one logfmt line per ownership change on stderr; prints 'listening ADDR:PORT' on "
       "stdout once it serves."};
   lockd::LockdConfig cfg;
@@ -209,7 +210,7 @@ int main(int argc, char** argv) {
                  token::key_id_text(signer->key_id()).c_str(), pub_note.c_str());
   }
 
-  service->service().set_token_signer(signer);
+  service->set_token_signer(signer);
   bool stopping = false;
   bool reload = false;
   loop->add_poll(sfd, POLLIN, PollMode::multishot, [&](int) {
@@ -232,7 +233,7 @@ int main(int argc, char** argv) {
       // A key rotation: the same flags, read again. A key set that does not load changes nothing.
       reload = false;
       const auto next = lockd::load_keys(cfg);
-      const Status err = next ? service->service().reload_keys(*next, loop->turn_now_ns()) : next.status();
+      const Status err = next ? service->reload_keys(*next, loop->turn_now_ns()) : next.status();
       if (!err.ok())
         leasehold::stderr_log().write("leasehold-lockd: key reload refused, the keys stay as they were: " +
                                       err.message() + "\n");

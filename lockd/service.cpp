@@ -312,6 +312,17 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
                            std::int64_t now_ns) {
   const auto rid = m.header.request_id;
   const auto type = m.header.type;
+  if (not_leader_) {
+    // A follower on etcd: nothing here is the table's truth. Not cached: the same request,
+    // resent once this lockd leads, must be served.
+    if (type == wire::MessageType::stats) {
+      send_now(from, rid, nullptr, stats_answer());
+    } else if (wire::is_request(type) && type != wire::MessageType::is_running) {
+      ++counters_.not_leader_answers;
+      send_now(from, rid, nullptr, wire::Error{wire::ErrorCode::not_leader, *not_leader_});
+    }
+    return;
+  }
   // Expiry first: a request that queued behind a stall (lockd paused, descheduled, a slow
   // store) sees the table as of the time it is served, not as of the last tick. Otherwise an
   // acquire of a name whose lease ran out during the stall is refused `expired` although the
@@ -1077,6 +1088,8 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("held", table_.held());
   add("epoch_high_water", table_.epoch_high_water());
   add("incarnation", incarnation_);
+  add("leading", not_leader_ ? 0 : 1);
+  add("not_leader_answers", counters_.not_leader_answers);
   add("log_lines_dropped", log_lines_dropped_);
   add("refreshes_per_s", counters_.refreshes_per_s);
   add("refresh_entries", counters_.refresh_entries);

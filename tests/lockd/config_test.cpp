@@ -129,6 +129,40 @@ TEST(LockdConfig, RefusesBadCombinations) {
   EXPECT_EQ(parse({"--key-file", k, "--listen", "[::1]:0"}), "");
 }
 
+TEST(LockdConfig, AnEtcdStoreNeedsASharedSigningKeyAReachableAddressAndATtlAboveTheFailoverBound) {
+  const std::string k = "/etc/hostname";
+  const std::string etcd = "etcd://127.0.0.1:2379,127.0.0.1:22379/lh";
+  const std::string sk = "/etc/hostname";  // validate() checks presence; the load checks the file
+  LockdConfig cfg;
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", sk}, &cfg), "");
+  EXPECT_TRUE(uses_etcd(cfg));
+  EXPECT_EQ(failover_bound_ms(cfg), 3000u);  // a 2 s leadership lease + 1 s to elect and load
+  EXPECT_NE(parse({"--key-file", k, "--store", etcd}).find("needs --signing-key-file"), std::string::npos);
+  EXPECT_NE(parse({"--key-file", k, "--store", "etcd://", "--signing-key-file", sk}).find("no etcd endpoint"),
+            std::string::npos);
+  EXPECT_NE(parse({"--key-file", k, "--store", "etcd://h1,h2:2379", "--signing-key-file", sk}).find("\"h1\" has no valid :PORT"),
+            std::string::npos);
+  EXPECT_NE(parse({"--key-file", k, "--store", "etcd://h:2379/", "--signing-key-file", sk}).find("empty key prefix"),
+            std::string::npos);
+  EXPECT_NE(parse({"--key-file", k, "--store", etcd, "--signing-key-file", sk, "--listen", "0.0.0.0:7400"})
+                .find("give --advertise"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", sk, "--listen", "0.0.0.0:7400",
+                   "--advertise", "10.0.0.5:7400"}),
+            "");
+  EXPECT_NE(parse({"--key-file", k, "--store", etcd, "--signing-key-file", sk, "--advertise", "0.0.0.0:7400"})
+                .find("clients can reach"),
+            std::string::npos);
+  EXPECT_NE(parse({"--key-file", k, "--store", etcd, "--signing-key-file", sk, "--ttl-ms", "3000"})
+                .find("above the failover bound 3000 ms"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", sk, "--ttl-ms", "3001"}), "");
+  EXPECT_NE(parse({"--key-file", k, "--store", etcd, "--signing-key-file", sk, "--leader-lease-s", "0"})
+                .find("--leader-lease-s 0 must be in 1..60"),
+            std::string::npos);
+  EXPECT_NE(parse({"--key-file", k, "--advertise", "127.0.0.1:7400"}).find("etcd store only"), std::string::npos);
+}
+
 TEST(LockdConfig, ReservationTtlDefaultsToAFewLeaseTtlsAndIsBounded) {
   const std::string k = "/etc/hostname";
   LockdConfig cfg;

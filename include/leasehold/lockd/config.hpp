@@ -37,10 +37,22 @@ inline constexpr std::uint64_t kReservationTtlMsMax = 86'400'000;
 inline constexpr std::uint64_t kReservationTtlsDefault = 3;
 inline constexpr std::uint64_t kMaxNamesLimit = 16'777'216;      ///< 2^24 names per lockd
 inline constexpr std::uint64_t kMaxWorkersLimit = kWorkersMax;  ///< the LeaseTable's worker bound
+/// --leader-lease-s upper bound: a longer lease only lengthens every failover.
+inline constexpr std::int64_t kLeaderLeaseSMax = 60;
 
 struct LockdConfig {
   std::string listen = "127.0.0.1:7400";  ///< ADDR:PORT; port 0 = ephemeral (printed on stdout)
-  std::string store_path = "lockd.db";    ///< SQLite file; relative to the working directory
+  /// SQLite file (relative to the working directory), or an etcd store
+  /// "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]" shared by a cluster of lockd (etcd_store.hpp).
+  std::string store_path = "lockd.db";
+  /// etcd store: the ADDR:PORT other lockd hand to clients when this one leads (the election
+  /// key's value). Empty: the bound --listen address (refused for a wildcard address).
+  std::string advertise;
+  /// etcd store: the TTL of the leadership lease, in s (leadership.hpp; etcd's smallest TTL is
+  /// 2 s with its default timing). A leader that cannot renew it stops serving within it.
+  std::int64_t leader_lease_s = 2;
+  /// etcd store: at most this many operations per etcd transaction (etcd's --max-txn-ops).
+  std::size_t etcd_txn_ops_max = 128;
   /// --key-file, repeatable: cluster keys (mode 0600). Two during a rotation window.
   std::vector<std::string> key_files;
   std::vector<std::string> admin_key_files;  ///< --admin-key-file: keys for admin requests
@@ -73,7 +85,8 @@ struct LockdConfig {
   /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
   /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers
   /// resent anywhere, unbounded), acquiring-unbound, admin-as-worker, transfer-unguarded,
-  /// store-mode, store-busy-timeout, reservation-unbound, seq-unbounded, seq-jump, first-push-address (below). Each switches
+  /// store-mode, store-busy-timeout, reservation-unbound, seq-unbounded, seq-jump, first-push-address,
+  /// self-fence (below). Each switches
   /// one defence off, to show the attack it stops.
   bool ablate_shared_worker_key = false;
   bool ablate_authz = false;
@@ -103,6 +116,9 @@ struct LockdConfig {
   /// first-push-address: a worker's address for revocation pushes is learned from its heartbeats
   /// only (a revoke before its first heartbeat is pushed only after it).
   bool ablate_first_push_address = false;
+  /// self-fence (etcd store): a leader keeps serving past its leadership lease, until a write of
+  /// its store is refused (as a lockd without the fence of leadership.hpp).
+  bool ablate_self_fence = false;
 
   /// The worker-liveness TTL in force (preemptible mode), in ms.
   std::uint64_t effective_worker_ttl_ms() const { return worker_ttl_ms.value_or(ttl_ms); }
@@ -114,6 +130,24 @@ struct LockdConfig {
 
 /// The signing key file in force: --signing-key-file, or `<store>.signing.key` beside the store.
 std::string signing_key_path(const LockdConfig& cfg);
+/// True when --store names an etcd store (a lockd cluster).
+bool uses_etcd(const LockdConfig& cfg) noexcept;
+
+/// The parts of an etcd store URL (--store etcd://..., lockd/etcd_store.hpp).
+struct EtcdLocation {
+  std::string endpoints;              ///< "HOST:PORT[,HOST:PORT...]"
+  std::string prefix = "/leasehold";  ///< key prefix of the cluster (no trailing '/')
+};
+/// True when `store` names an etcd store ("etcd://...").
+bool is_etcd_url(std::string_view store) noexcept;
+/// Parses "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]". Errors (invalid_argument) name the URL and
+/// the problem: no endpoint, an endpoint without a port, a prefix with a trailing '/' or "//".
+Result<EtcdLocation> parse_etcd_url(std::string_view url);
+/// etcd store: how long after a leader stops (crash, partition, pause) another lockd serves its
+/// names at the latest, in ms: the leadership lease, plus an allowance for a follower to see the
+/// key gone (its poll), win the election and load the table. Supervisors size their
+/// --lockd-failover-ms from it.
+std::uint64_t failover_bound_ms(const LockdConfig& cfg) noexcept;
 
 /// Adds lockd's flags to `app`, bound to `cfg`.
 void add_lockd_flags(CLI::App& app, LockdConfig& cfg);

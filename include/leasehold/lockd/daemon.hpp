@@ -5,6 +5,15 @@
 // io_uring EventLoop (UdpDatagramPort, the production DatagramPort), builds the LockService on
 // what it loaded, delivers every datagram with the loop turn's clock reading, ticks the service
 // after every turn and writes its log lines on stderr. Signals stay with leasehold-lockd's main.
+//
+// On an etcd store (--store etcd://...) the daemon is one of a cluster. It campaigns for the
+// leadership (leadership.hpp) and, until it wins, serves as a follower: a LockService with an
+// empty table that answers every request not_leader with the leader's address. When it wins
+// revision R it loads the table from etcd (EtcdStore, guarded on R) and serves it as the leader
+// - only while Leadership::serving(R, now) holds, checked before every datagram is delivered
+// (self-fencing). When the fence passes, or the store rejects or fails a write, it steps down:
+// the leader service is dropped with its unsent answers (clients retry and are redirected), a
+// follower takes its place and the campaign starts again. It never exits for a lost leadership.
 #pragma once
 
 #include "leasehold/io/loop.hpp"
@@ -14,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,13 +41,19 @@ class LockdDaemon {
   LockdDaemon(const LockdDaemon&) = delete;
   LockdDaemon& operator=(const LockdDaemon&) = delete;
 
+  /// The service serving now: the leader's, or a follower (etcd store, not leading).
   LockService& service() noexcept { return *service_; }
+  /// The token signer of every grant, for this service and the ones the daemon builds later.
+  void set_token_signer(std::shared_ptr<const token::TokenSigner> signer);
+  /// A key rotation (SIGHUP), for this service and the ones the daemon builds later.
+  Status reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns);
   /// The bound address (with the real port when cfg.listen asked for port 0).
   const SocketAddress& local_address() const noexcept { return local_; }
 
   /// Call after every EventLoop::run_once: ticks the service at the turn's clock reading and
-  /// writes its log. Returns false when lockd must stop because the store failed (failure()
-  /// says why; nothing of the failed batch was answered).
+  /// writes its log; on etcd, takes over or steps down as the leadership says. Returns false
+  /// when lockd must stop because the store failed (failure() says why; nothing of the failed
+  /// batch was answered) - on etcd never: a failed store makes this lockd step down instead.
   bool after_iteration();
   /// How long run_once may wait (ns): until the service's next tick.
   std::int64_t wait_ns() const noexcept { return wait_ns_; }
@@ -50,7 +66,26 @@ class LockdDaemon {
   void write_log();
 
  private:
+  struct Cluster;  ///< the etcd store's client, the leadership and the leader's revision
+  /// A service on `restored` over `store` (the signer and keys in force applied).
+  std::unique_ptr<LockService> make_service(const RestoredTable& restored, DurabilityPort& store, std::int64_t now_ns);
+  /// etcd: this lockd leads but must not serve at `now_ns` (its leadership lease may have run
+  /// out: leadership.hpp); false for the SQLite store, a follower, and the self-fence ablation.
+  bool fenced(std::int64_t now_ns) const;
+  /// etcd: the follower service (an empty table, a store that takes nothing).
+  void become_follower(std::int64_t now_ns, const std::string& why);
+  /// etcd: loads the table at revision `revision` and serves it as the leader, restored at a
+  /// clock reading taken after the load, which it returns (`now_ns` when it could not).
+  std::int64_t take_over(std::int64_t revision, std::int64_t now_ns);
+  /// etcd: the io-side checks of every turn (fence, store failure, a won election); the clock
+  /// reading the service now runs at (later than `now_ns` after a takeover).
+  std::int64_t follow_leadership(std::int64_t now_ns);
+
   EventLoop& loop_;
+  LockdConfig cfg_;
+  std::vector<wire::WireKey> keys_;
+  std::shared_ptr<const token::TokenSigner> signer_;
+  std::unique_ptr<Cluster> cluster_;  ///< null: the SQLite store
   std::unique_ptr<StoreThread> store_;
   SocketId socket_;
   SocketAddress local_;

@@ -84,6 +84,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -135,6 +136,7 @@ struct ServiceCounters {
   std::uint64_t revoke_ended_lease_expired = 0;   ///< pending revokes whose bound passed
   std::uint64_t kill_confirms_refused = 0;  ///< KillConfirmed from another worker / epoch
   std::uint64_t reservations_lapsed = 0;
+  std::uint64_t not_leader_answers = 0;     ///< requests answered not_leader (a follower on etcd)
   std::uint64_t tokens_signed = 0;          ///< grant answers carrying a signed token
   std::uint64_t token_sign_failures = 0;    ///< grants answered without one: OpenSSL failed
 };
@@ -175,6 +177,13 @@ class LockService {
   Status reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns);
   LockService(const LockService&) = delete;
   LockService& operator=(const LockService&) = delete;
+
+  /// lockd on etcd (leadership.hpp), a lockd that does not lead: from now on every request is
+  /// answered Error{not_leader, `leader`} (the leader's ADDR:PORT, "" while none is known) and
+  /// changes nothing; Stats is still answered (this lockd's own counters). The daemon builds a
+  /// follower as a service with an empty table and a store that takes nothing.
+  void set_not_leader(std::string leader) { not_leader_ = std::move(leader); }
+  bool follower() const noexcept { return not_leader_.has_value(); }
 
   /// The key that signs every grant's fencing token (wire/token.hpp); nullptr: grants carry no
   /// token. Set before serving.
@@ -351,6 +360,7 @@ class LockService {
   std::vector<DurabilityVerdict> verdicts_;  ///< scratch for poll()
   bool failed_ = false;
   std::string failure_;
+  std::optional<std::string> not_leader_;  ///< set: a follower (set_not_leader)
   std::deque<Deferred> deferred_;
 
   // The restart rule (see the top of this file).

@@ -1,0 +1,227 @@
+#include "leasehold/lockd/etcd_store.hpp"
+
+#include "leasehold/etcd/client.hpp"
+#include "leasehold/lease/assert.hpp"
+#include "leasehold/lease/clock.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace leasehold::lockd {
+namespace {
+
+template <class T>
+bool parse_number(std::string_view text, T& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && end == text.data() + text.size() && !text.empty();
+}
+
+/// The value of field `key` in a row's words, advancing `rest` past it (fields in order).
+std::optional<std::string_view> field(std::string_view& rest, std::string_view key) {
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  if (rest.size() < key.size() + 1 || rest.substr(0, key.size()) != key || rest[key.size()] != '=')
+    return std::nullopt;
+  rest.remove_prefix(key.size() + 1);
+  const std::size_t end = std::min(rest.find(' '), rest.size());
+  const std::string_view v = rest.substr(0, end);
+  rest.remove_prefix(end);
+  return v;
+}
+
+}  // namespace
+
+std::string shard_prefix(std::string_view prefix, unsigned shard) {
+  return std::string(prefix) + "/shard/" + std::to_string(shard) + "/";
+}
+
+std::string election_key(std::string_view shard_prefix) { return std::string(shard_prefix) + "election"; }
+
+std::string encode_row(const StoredName& n) {
+  std::string s;
+  s.reserve(256);
+  s += "v=1 name=";
+  s += n.name;
+  s += " state=";
+  s += to_string(n.state);
+  s += " epoch=" + std::to_string(n.epoch);
+  s += " old_epoch=" + std::to_string(n.old_epoch);
+  s += " owner=" + n.owner.str();
+  s += " peer=" + n.peer.str();
+  s += " worker=" + n.worker.str();
+  s += " peer_worker=" + n.peer_worker.str();
+  s += " ttl_ns=" + std::to_string(n.ttl_ns);
+  s += n.epoch_fresh ? " fresh=1" : " fresh=0";
+  return s;
+}
+
+Result<StoredName> decode_row(NameId id, std::string_view value) {
+  std::string_view rest = value;
+  StoredName n;
+  n.id = id;
+  auto bad = [&](std::string_view what) {
+    return Status(Errc::corrupt, "row of name " + id.str() + ": " + std::string(what) + " in \"" +
+                                     std::string(value.substr(0, 300)) + "\"");
+  };
+  const auto v = field(rest, "v");
+  if (!v || *v != "1") return bad("no version v=1");
+  const auto name = field(rest, "name");
+  if (!name || !validate_name(*name).ok()) return bad("no valid name");
+  if (name_id_of(*name) != id) return bad("a name that does not hash to the key's id");
+  n.name = std::string(*name);
+  const auto state = field(rest, "state");
+  std::optional<LockPhase> phase;
+  for (LockPhase p : kLockPhases)
+    if (state && to_string(p) == *state) phase = p;
+  if (!phase) return bad("no valid state");
+  n.state = *phase;
+  const auto epoch = field(rest, "epoch");
+  if (!epoch || !parse_number(*epoch, n.epoch) || n.epoch > kEpochMax) return bad("no valid epoch");
+  const auto old_epoch = field(rest, "old_epoch");
+  if (!old_epoch || !parse_number(*old_epoch, n.old_epoch) || n.old_epoch > kEpochMax) return bad("no valid old_epoch");
+  auto id_field = [&](std::string_view key, auto& out) {
+    const auto t = field(rest, key);
+    if (!t) return false;
+    const auto parsed = std::remove_reference_t<decltype(out)>::parse(*t);
+    if (!parsed) return false;
+    out = *parsed;
+    return true;
+  };
+  if (!id_field("owner", n.owner)) return bad("no valid owner");
+  if (!id_field("peer", n.peer)) return bad("no valid peer");
+  if (!id_field("worker", n.worker)) return bad("no valid worker");
+  if (!id_field("peer_worker", n.peer_worker)) return bad("no valid peer_worker");
+  const auto ttl = field(rest, "ttl_ns");
+  if (!ttl || !parse_number(*ttl, n.ttl_ns)) return bad("no valid ttl_ns");
+  const auto fresh = field(rest, "fresh");
+  if (!fresh || (*fresh != "0" && *fresh != "1")) return bad("no valid fresh");
+  n.epoch_fresh = *fresh == "1";
+  if (!rest.empty()) return bad("trailing text");
+  return n;
+}
+
+EtcdStore::EtcdStore(std::shared_ptr<etcd::Client> client, std::string shard_prefix, std::int64_t leader_revision,
+                     std::size_t txn_ops_max)
+    : client_(std::move(client)),
+      prefix_(std::move(shard_prefix)),
+      election_(election_key(prefix_)),
+      revision_(leader_revision),
+      txn_ops_max_(std::max<std::size_t>(txn_ops_max, 4)) {
+  LEASEHOLD_ASSERT(revision_ > 0);
+}
+
+std::string EtcdStore::describe() const {
+  return "etcd://" + client_->endpoints() + prefix_ + " (leader revision " + std::to_string(revision_) + ")";
+}
+
+StoredTable EtcdStore::load() const {
+  StoredTable t;
+  const std::string begin = prefix_;
+  const std::string end = etcd::prefix_end(prefix_);
+  constexpr std::int64_t kPage = 4096;
+  std::string from = begin;
+  std::int64_t at_revision = 0;  // the first page's revision: every page reads the same snapshot
+  for (;;) {
+    auto page = client_->range(from, end, boottime_ns() + kEtcdCallTimeoutNs * 10, kPage, at_revision);
+    if (!page.ok()) throw StoreError(describe() + ": cannot read the table: " + page.status().message());
+    if (at_revision == 0) at_revision = page->revision;
+    for (const etcd::KeyValue& kv : page->kvs) {
+      const std::string_view key = std::string_view(kv.key).substr(prefix_.size());
+      auto number = [&](std::string_view text, auto& out) {
+        if (!parse_number(text, out))
+          throw StoreError(describe() + ": key " + kv.key + ": \"" + kv.value.substr(0, 64) + "\" is not a number");
+      };
+      if (key.substr(0, 6) == "names/") {
+        const auto id = NameId::parse(key.substr(6));
+        if (!id) throw StoreError(describe() + ": key " + kv.key + " does not end in a name id");
+        auto row = decode_row(*id, kv.value);
+        if (!row.ok()) throw StoreError(describe() + ": key " + kv.key + ": " + row.status().message());
+        epochs_[row->id] = row->epoch;
+        t.names.push_back(std::move(*row));
+      } else if (key == "high_water") {
+        number(kv.value, t.epoch_high_water);
+        if (t.epoch_high_water > kEpochMax) throw StoreError(describe() + ": high_water above the epoch limit");
+      } else if (key.substr(0, 6) == "lived/") {
+        std::uint64_t inc = 0;
+        std::int64_t lived = 0;
+        number(key.substr(6), inc);
+        number(kv.value, lived);
+        t.lived_ns[inc] = lived;
+      } else if (key.substr(0, 5) == "seen/") {
+        const auto w = WorkerId::parse(key.substr(5));
+        if (!w) throw StoreError(describe() + ": key " + kv.key + " does not end in a worker id");
+        std::uint64_t inc = 0;
+        number(kv.value, inc);
+        t.seen[*w] = inc;
+      }
+      // Other keys (the election key) are not the table's.
+    }
+    if (!page->more || page->kvs.empty()) break;
+    from = page->kvs.back().key + '\0';
+  }
+  std::sort(t.names.begin(), t.names.end(), [](const StoredName& a, const StoredName& b) { return a.id < b.id; });
+  return t;
+}
+
+void EtcdStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) {
+  if (changes.empty() && epoch_high_water == 0 && marks.empty()) return;
+  if (changes.size() > kStoreBatchChangesMax)
+    throw StoreError(describe() + ": batch of " + std::to_string(changes.size()) +
+                     " changes exceeds kStoreBatchChangesMax");
+  // The never-lower check of NameStore::commit: a breach is lockd's own bug.
+  LEASEHOLD_ASSERT(epoch_high_water <= kEpochMax);
+  for (const StoredName& n : changes) {
+    LEASEHOLD_ASSERT(n.epoch <= kEpochMax);
+    const auto it = epochs_.find(n.id);
+    LEASEHOLD_ASSERT(it == epochs_.end() || n.epoch >= it->second);
+  }
+  // etcd refuses a transaction that puts one key twice: the last change of a name in the batch
+  // is its state (the rows are whole states, not deltas).
+  std::map<NameId, const StoredName*> last;
+  for (const StoredName& n : changes) last[n.id] = &n;
+  std::vector<etcd::Op> ops;
+  ops.reserve(last.size() + marks.seen.size() + 2);
+  // The high-water mark first: a crash after it and before a row burns epochs, never reuses one.
+  if (epoch_high_water != 0) ops.push_back(etcd::Op::put(prefix_ + "high_water", std::to_string(epoch_high_water)));
+  for (const auto& [id, n] : last) ops.push_back(etcd::Op::put(prefix_ + "names/" + id.str(), encode_row(*n)));
+  if (marks.lived_ns >= 0)
+    ops.push_back(etcd::Op::put(prefix_ + "lived/" + std::to_string(marks.incarnation), std::to_string(marks.lived_ns)));
+  for (const WorkerId& w : marks.seen)
+    ops.push_back(etcd::Op::put(prefix_ + "seen/" + w.str(), std::to_string(marks.incarnation)));
+
+  const std::vector<etcd::Compare> guard{
+      etcd::Compare{election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, revision_, {}}};
+  const std::int64_t give_up = boottime_ns() + kEtcdCommitDeadlineNs;
+  const std::size_t step = txn_ops_max_ - 1;  // room for nothing else: the guard is a compare, not an op
+  for (std::size_t at = 0; at < ops.size(); at += step) {
+    const std::vector<etcd::Op> chunk(ops.begin() + static_cast<std::ptrdiff_t>(at),
+                                      ops.begin() + static_cast<std::ptrdiff_t>(std::min(ops.size(), at + step)));
+    for (int attempt = 0;; ++attempt) {
+      const std::int64_t now = boottime_ns();
+      auto r = client_->txn(guard, chunk, {}, std::min(give_up, now + kEtcdCallTimeoutNs));
+      if (r.ok()) {
+        if (!r->succeeded) {
+          const std::string why = describe() + ": the election key's revision is no longer " +
+                                  std::to_string(revision_) + ": this lockd no longer leads";
+          // Refused with nothing written only when no earlier transaction of the batch (nor an
+          // attempt of this one that timed out) may have been applied.
+          if (at == 0 && attempt == 0) throw StoreRejected(why + "; nothing of the batch was written");
+          throw StoreError(why + "; a part of the batch may be durable");
+        }
+        break;
+      }
+      const Errc code = r.status().code();
+      const bool retry = (code == Errc::timeout || code == Errc::io_error || code == Errc::busy) && now < give_up;
+      if (!retry) throw StoreError(describe() + ": cannot commit: " + r.status().message());
+      // The same puts again: idempotent, and still guarded on the revision.
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 * (attempt + 1), 250)));
+    }
+  }
+  for (const auto& [id, n] : last) epochs_[id] = n->epoch;
+}
+
+}  // namespace leasehold::lockd

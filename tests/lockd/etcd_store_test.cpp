@@ -1,0 +1,243 @@
+// lockd on etcd: the store's URL and row format, the EtcdStore against a real etcd (guarded
+// writes, chunked batches, a load that sees them), and the leader election with its fence.
+#include "leasehold/etcd/client.hpp"
+#include "leasehold/harness/etcd.hpp"
+#include "leasehold/lease/clock.hpp"
+#include "leasehold/lockd/etcd_store.hpp"
+#include "leasehold/lockd/leadership.hpp"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+namespace leasehold::lockd {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+StoredName row(std::string name, LockPhase state, Epoch e) {
+  StoredName n;
+  n.name = std::move(name);
+  n.id = name_id_of(n.name);
+  n.state = state;
+  n.epoch = e;
+  n.owner = SandboxId{0, 7};
+  n.worker = WorkerId{3, 4};
+  n.ttl_ns = 10'000 * kMs;
+  return n;
+}
+
+TEST(EtcdUrl, ParsesEndpointsAndPrefixAndNamesWhatIsWrong) {
+  auto a = parse_etcd_url("etcd://127.0.0.1:2379");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->endpoints, "127.0.0.1:2379");
+  EXPECT_EQ(a->prefix, "/leasehold");
+  auto b = parse_etcd_url("etcd://h1:1,[::1]:2,h3:3/cluster/a");
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->endpoints, "h1:1,[::1]:2,h3:3");
+  EXPECT_EQ(b->prefix, "/cluster/a");
+  EXPECT_NE(parse_etcd_url("lockd.db").status().message().find("not an etcd:// URL"), std::string::npos);
+  EXPECT_NE(parse_etcd_url("etcd://h1:1,,h2:2").status().message().find("empty endpoint"), std::string::npos);
+  EXPECT_NE(parse_etcd_url("etcd://h1:0").status().message().find("\"h1:0\" has no valid :PORT"), std::string::npos);
+  EXPECT_NE(parse_etcd_url("etcd://h1:1/a//b").status().message().find("empty segment"), std::string::npos);
+  EXPECT_EQ(shard_prefix("/lh", 0), "/lh/shard/0/");
+  EXPECT_EQ(election_key(shard_prefix("/lh", 3)), "/lh/shard/3/election");
+}
+
+TEST(EtcdRow, RoundTripsEveryFieldAndRefusesCorruptRows) {
+  StoredName n = row("job/a-1", LockPhase::transferring, 9);
+  n.old_epoch = 8;
+  n.peer = SandboxId{1, 2};
+  n.peer_worker = WorkerId{5, 6};
+  n.epoch_fresh = true;
+  const std::string text = encode_row(n);
+  auto back = decode_row(n.id, text);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, n);
+  // Another name's key, a bad field, a truncated row, an epoch above the limit: refused, named.
+  EXPECT_NE(decode_row(name_id_of("job/b"), text).status().message().find("does not hash"), std::string::npos);
+  std::string bad_state = text;
+  bad_state.replace(bad_state.find("transferring"), 12, "flying");
+  EXPECT_NE(decode_row(n.id, bad_state).status().message().find("no valid state"), std::string::npos);
+  EXPECT_NE(decode_row(n.id, text.substr(0, text.size() - 8)).status().message().find("fresh"), std::string::npos);
+  std::string big = text;
+  big.replace(big.find("epoch=9"), 7, "epoch=9223372036854775808");
+  EXPECT_EQ(decode_row(n.id, big).status().code(), Errc::corrupt);
+  EXPECT_EQ(decode_row(n.id, text + " extra=1").status().code(), Errc::corrupt);
+}
+
+TEST(Leadership, TheServingWindowEndsBeforeTheLeaseCouldExpire) {
+  // L = 2 s, rho = 1 %, margin 100 ms: 1.98 s - 0.1 s after the keep-alive's send.
+  EXPECT_EQ(serve_until_ns(5 * kMs, 2, 0.01, 100 * kMs), 5 * kMs + 1'880 * kMs);
+  EXPECT_LT(serve_until_ns(0, 1, 0.0, 1), 1'000 * kMs);
+}
+
+// ---- against a real etcd -------------------------------------------------------------------
+
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (auto bin = harness::etcd_binary(); !bin.ok()) GTEST_SKIP() << bin.status().message();
+    dir_ = std::filesystem::temp_directory_path() / ("lh-etcd-store-" + std::to_string(::getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto c = harness::EtcdCluster::start(members(), dir_.string());
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    cluster_ = std::move(*c);
+    auto client = etcd::Client::open(cluster_->endpoints());
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    client_ = std::move(*client);
+  }
+  void TearDown() override {
+    cluster_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  virtual int members() const { return 1; }
+  std::int64_t deadline(std::int64_t ms) const { return boottime_ns() + ms * kMs; }
+  /// Wins the election key of `shard` the way Leadership::campaign does; the revision.
+  std::int64_t elect(const std::string& shard) {
+    auto lease = client_->lease_grant(30, deadline(2000));
+    EXPECT_TRUE(lease.ok());
+    auto t = client_->txn({etcd::Compare{election_key(shard), etcd::Compare::Target::create_revision,
+                                         etcd::Compare::Op::equal, 0, {}}},
+                          {etcd::Op::put(election_key(shard), "127.0.0.1:1", lease.ok() ? lease->id : 0)}, {},
+                          deadline(2000));
+    EXPECT_TRUE(t.ok() && t->succeeded);
+    return t.ok() ? t->revision : 0;
+  }
+  static bool wait_until(const std::function<bool()>& pred, std::int64_t ms) {
+    const std::int64_t end = boottime_ns() + ms * kMs;
+    while (boottime_ns() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return pred();
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<harness::EtcdCluster> cluster_;
+  std::shared_ptr<etcd::Client> client_;
+};
+
+TEST_F(EtcdTest, CommitsInGuardedChunksAndLoadsWhatItWrote) {
+  const std::string shard = shard_prefix("/t1", 0);
+  const std::int64_t r = elect(shard);
+  ASSERT_GT(r, 0);
+  EtcdStore store(client_, shard, r, /*txn_ops_max=*/4);  // 12 rows + marks: several transactions
+  EXPECT_EQ(store.incarnation(), static_cast<std::uint64_t>(r));
+  std::vector<StoredName> rows;
+  for (int i = 0; i < 12; ++i) rows.push_back(row("n/" + std::to_string(i), LockPhase::held, 3));
+  rows.push_back(row("n/0", LockPhase::free, 4));  // the same name twice: the last state counts
+  const WorkerId w{1, 1};
+  store.commit(rows, 40, StoreMarks{static_cast<std::uint64_t>(r), 1'500 * kMs, {w}});
+  const StoredTable t = store.load();
+  ASSERT_EQ(t.names.size(), 12u);
+  EXPECT_EQ(t.epoch_high_water, 40u);
+  const auto n0 = std::find_if(t.names.begin(), t.names.end(), [](const StoredName& n) { return n.name == "n/0"; });
+  ASSERT_NE(n0, t.names.end());
+  EXPECT_EQ(n0->state, LockPhase::free);
+  EXPECT_EQ(n0->epoch, 4u);
+  EXPECT_EQ(t.lived_ns.at(static_cast<std::uint64_t>(r)), 1'500 * kMs);
+  EXPECT_EQ(t.seen.at(w), static_cast<std::uint64_t>(r));
+  // Loaded in name-id order, as NameStore::load.
+  EXPECT_TRUE(std::is_sorted(t.names.begin(), t.names.end(),
+                             [](const StoredName& a, const StoredName& b) { return a.id < b.id; }));
+}
+
+TEST_F(EtcdTest, ADeposedLeadersWriteIsRejectedAndWritesNothing) {
+  const std::string shard = shard_prefix("/t2", 0);
+  const std::int64_t r1 = elect(shard);
+  EtcdStore old_leader(client_, shard, r1);
+  const StoredName a[] = {row("x", LockPhase::held, 1)};
+  old_leader.commit(a, 1, {});
+  // The leadership moves on: the key is deleted (its lease expired) and won again.
+  ASSERT_TRUE(client_->txn({}, {etcd::Op::del(election_key(shard))}, {}, deadline(2000)).ok());
+  const std::int64_t r2 = elect(shard);
+  ASSERT_GT(r2, r1);
+  const StoredName b[] = {row("x", LockPhase::held, 2)};
+  EXPECT_THROW(old_leader.commit(b, 2, {}), StoreRejected);
+  EtcdStore new_leader(client_, shard, r2);
+  const StoredTable t = new_leader.load();
+  ASSERT_EQ(t.names.size(), 1u);
+  EXPECT_EQ(t.names[0].epoch, 1u);  // the deposed leader's second write is not there
+  EXPECT_EQ(t.epoch_high_water, 1u);
+}
+
+TEST_F(EtcdTest, ACorruptRowIsRefusedAtLoadNamingItsKey) {
+  const std::string shard = shard_prefix("/t3", 0);
+  const std::int64_t r = elect(shard);
+  const std::string key = shard + "names/" + name_id_of("y").str();
+  ASSERT_TRUE(client_->put(key, "v=1 name=y state=held", deadline(2000)).ok());
+  EtcdStore store(client_, shard, r);
+  try {
+    (void)store.load();
+    FAIL() << "a corrupt row loaded";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(EtcdTest, OneOfTwoCandidatesLeadsTheOtherFollowsAndTakesOverWhenItStops) {
+  const std::string shard = shard_prefix("/t4", 0);
+  auto make = [&](const std::string& addr) {
+    LeadershipConfig c;
+    c.shard_prefix = shard;
+    c.advertise = addr;
+    c.lease_s = 1;
+    auto l = Leadership::start(client_, c, nullptr);
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    return l.ok() ? std::move(*l) : nullptr;
+  };
+  auto a = make("127.0.0.1:1001");
+  auto b = make("127.0.0.1:1002");
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(wait_until([&] { return a->view().leading != b->view().leading; }, 5000));
+  Leadership* leader = a->view().leading ? a.get() : b.get();
+  Leadership* follower = leader == a.get() ? b.get() : a.get();
+  const Leadership::View lv = leader->view();
+  EXPECT_TRUE(leader->serving(lv.revision, boottime_ns()));
+  EXPECT_FALSE(follower->serving(lv.revision, boottime_ns()));
+  ASSERT_TRUE(wait_until([&] { return follower->view().leader == lv.leader; }, 2000));
+  // The leader keeps its lease alive: still serving after several lease TTLs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_TRUE(leader->serving(lv.revision, boottime_ns()));
+  // Stopped, it revokes its lease: the follower wins at once, at a higher revision.
+  const std::int64_t stopped = boottime_ns();
+  if (leader == a.get()) a.reset();
+  else b.reset();
+  ASSERT_TRUE(wait_until([&] { return follower->view().leading; }, 3000));
+  EXPECT_GT(follower->view().revision, lv.revision);
+  EXPECT_LT(boottime_ns() - stopped, 1'000 * kMs);  // the poll interval, not the lease TTL
+}
+
+TEST_F(EtcdTest, ALeaderCutOffFromEtcdStopsServingBeforeItsLeaseCouldExpire) {
+  const std::string shard = shard_prefix("/t5", 0);
+  LeadershipConfig c;
+  c.shard_prefix = shard;
+  c.advertise = "127.0.0.1:1003";
+  c.lease_s = 1;
+  auto l = Leadership::start(client_, c, nullptr);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  ASSERT_TRUE(wait_until([&] { return (*l)->view().leading; }, 5000));
+  const std::int64_t rev = (*l)->view().revision;
+  ASSERT_TRUE(cluster_->stop(0).ok());  // etcd answers nothing: no keep-alive is acknowledged
+  const std::int64_t cut = boottime_ns();
+  // The fence in force at the cut is within the serving window of a keep-alive sent before it,
+  // and no later keep-alive moves it: the leader stops serving by then.
+  const std::int64_t fence = (*l)->view().serve_until_ns;
+  EXPECT_LE(fence, cut + serve_until_ns(0, 1, c.clock_rate_bound, c.margin_ns));
+  EXPECT_FALSE((*l)->serving(rev, fence));
+  ASSERT_TRUE(wait_until([&] { return !(*l)->serving(rev, boottime_ns()); }, 3000));
+  EXPECT_GE(boottime_ns(), fence);  // not before the fence either: the keep-alives were answered
+  ASSERT_TRUE(cluster_->cont(0).ok());
+  // Back in touch, it campaigns again and leads at a new revision (its old key went with its lease).
+  ASSERT_TRUE(wait_until([&] { return (*l)->view().leading && (*l)->view().revision > rev; }, 8000))
+      << (*l)->view().last_error;
+}
+
+}  // namespace
+}  // namespace leasehold::lockd
