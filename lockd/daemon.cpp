@@ -41,6 +41,10 @@ struct LockdDaemon::Cluster {
   std::unique_ptr<Leadership> leadership;
   NoStore no_store;
   std::int64_t leading = 0;        ///< the revision served as the leader (0: a follower)
+  /// While leading: the fence of `leading` as read at the start of this loop turn's checks
+  /// (Leadership::view() once per turn, not per datagram). The thread only moves a fence later
+  /// while the revision stays, so a turn-old copy can only stop serving earlier.
+  std::int64_t fence_ns = 0;
   std::int64_t refused = 0;        ///< a revision given up: not taken over again
   std::string leader_seen;         ///< the hint the follower answers with
   /// Store threads of services given up, destroyed once their last commit returned (a commit
@@ -121,7 +125,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
 
 bool LockdDaemon::fenced(std::int64_t now_ns) const {
   if (cluster_ == nullptr || cluster_->leading == 0 || cfg_.ablate_self_fence) return false;
-  return !cluster_->leadership->serving(cluster_->leading, now_ns);
+  return now_ns >= cluster_->fence_ns;
 }
 
 std::unique_ptr<LockService> LockdDaemon::make_service(const RestoredTable& restored, DurabilityPort& store,
@@ -178,6 +182,8 @@ std::int64_t LockdDaemon::take_over(std::int64_t revision, std::int64_t now_ns) 
     store_ = std::move(thread);
     service_ = std::move(leader);
     c.leading = revision;
+    const Leadership::View lv = c.leadership->view();
+    c.fence_ns = lv.leading && lv.revision == revision ? lv.serve_until_ns : 0;
     log_ += "ts_boot_ns=" + std::to_string(now) + " event=leading revision=" + std::to_string(revision) +
             " names=" + std::to_string(restored.stored.names.size()) +
             " load_ms=" + std::to_string((now - now_ns) / 1'000'000) + "\n";
@@ -196,6 +202,8 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
   // Store threads of earlier services go once nothing of theirs is committing.
   std::erase_if(c.retired, [](const std::unique_ptr<StoreThread>& t) { return t->in_flight() == 0 || t->failed(); });
   if (c.leading != 0) {
+    const Leadership::View lv = c.leadership->view();
+    c.fence_ns = lv.leading && lv.revision == c.leading ? lv.serve_until_ns : 0;
     if (service_->failed()) become_follower(now_ns, service_->failure());
     else if (fenced(now_ns)) become_follower(now_ns, "the leadership lease was not renewed in time (fenced)");
     return now_ns;
