@@ -53,6 +53,13 @@ std::int64_t backoff_delay_ns(const RetryPolicy& policy, std::uint32_t retry,
   return std::max<std::int64_t>(base + delta, 1);
 }
 
+std::int64_t longest_backoff_ns(const RetryPolicy& policy) noexcept {
+  const std::int64_t cap = std::max<std::int64_t>(policy.backoff_max_ns, 1);
+  const std::int64_t jitter = std::min<std::uint32_t>(policy.jitter_percent, 50);
+  // backoff_delay_ns's span is at most cap * j (rounded down there), so this is never below it.
+  return cap + cap / 100 * jitter + ((cap % 100) * jitter + 99) / 100;
+}
+
 const char* to_string(RequestStatus status) noexcept {
   switch (status) {
     case RequestStatus::answered: return "answered";
@@ -155,6 +162,7 @@ void RequestClient::send_attempt(Pending& p) {
   ++p.attempts;
   if (p.attempts > 1) {
     ++stats_.retries;
+    if (retarget_hook_) retarget_hook_(p.request_id, p.to);
     if (resend_hook_) resend_hook_({p.bytes, p.bytes_len});
   }
   if (observer_) observer_(p.request_id, p.attempts, now);
@@ -192,7 +200,8 @@ bool RequestClient::cancel(std::uint64_t request_id) {
   return true;
 }
 
-void RequestClient::finish(std::uint32_t index, RequestStatus status, std::span<const std::byte> answer) {
+void RequestClient::finish(std::uint32_t index, RequestStatus status, std::span<const std::byte> answer,
+                           const SocketAddress& from) {
   Pending& p = pending_[index];
   if (p.timer.valid()) loop_.cancel_timer(p.timer);
   RequestOutcome outcome;
@@ -202,6 +211,7 @@ void RequestClient::finish(std::uint32_t index, RequestStatus status, std::span<
   outcome.attempts = p.attempts;
   outcome.first_send_ns = p.first_send_ns;
   outcome.last_send_ns = p.last_send_ns;
+  outcome.from = from;
   AnswerHandler handler = std::move(p.on_done);
   p.on_done = nullptr;
   p.timer = {};
@@ -221,7 +231,7 @@ void RequestClient::on_datagram(const Datagram& d) {
       ++stats_.answers_forged;  // the real answer may still come: keep waiting for it
       return;
     }
-    finish(index, RequestStatus::answered, d.payload);
+    finish(index, RequestStatus::answered, d.payload, d.source_address());
     return;
   }
   if (unsolicited_) {

@@ -5,6 +5,7 @@ include_guard(GLOBAL)
 
 add_library(leasehold_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/udp.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/address_list.cpp
   ${CMAKE_CURRENT_LIST_DIR}/probe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/loop.cpp
   ${CMAKE_CURRENT_LIST_DIR}/client.cpp

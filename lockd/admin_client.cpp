@@ -1,17 +1,24 @@
 #include "leasehold/lockd/admin_client.hpp"
 
+#include "leasehold/io/address_list.hpp"
 #include "leasehold/io/client.hpp"
 #include "leasehold/io/clock.hpp"
 
 #include <openssl/rand.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <utility>
 #include <stdexcept>
 
 namespace leasehold::lockd {
 namespace {
+
+// The least time one address of several gets before the next is tried.
+constexpr std::int64_t kAdminVisitMinNs = 100'000'000;
 
 WorkerId random_id() {
   WorkerId id;
@@ -46,15 +53,28 @@ wire::WireKey signing_key(const wire::WireKey& key) {
 
 AdminClient::AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self,
                          std::int64_t timeout_ns)
-    : AdminClient(lockd, identity_of(key, self), signing_key(key), wire::key_text(key), timeout_ns) {}
+    : AdminClient(std::vector<SocketAddress>{lockd}, key, self, timeout_ns) {}
 
-AdminClient::AdminClient(const SocketAddress& lockd, WorkerId self, const wire::WireKey& signing,
+AdminClient::AdminClient(std::vector<SocketAddress> lockds, const wire::WireKey& key, WorkerId self,
+                         std::int64_t timeout_ns)
+    : AdminClient(std::move(lockds), identity_of(key, self), signing_key(key), wire::key_text(key), timeout_ns) {}
+
+AdminClient::AdminClient(std::vector<SocketAddress> lockds, WorkerId self, const wire::WireKey& signing,
                          std::string key_text, std::int64_t timeout_ns)
-    : lockd_(lockd),
+    : lockds_(std::move(lockds)),
       key_text_(std::move(key_text)),
       sender_(self, wire::seq_seed(), signing),
       auth_(signing),
-      timeout_ns_(timeout_ns) {
+      timeout_ns_(timeout_ns),
+      rng_(random_jitter_seed()) {
+  if (lockds_.empty()) throw std::invalid_argument("no lockd address");
+  for (std::size_t i = 0; i < lockds_.size(); ++i) {
+    if (!lockds_[i].is_set() || lockds_[i].family() != lockds_.front().family())
+      throw std::invalid_argument("lockd addresses " + address_list_text(lockds_) + " are not all of one family");
+    for (std::size_t j = 0; j < i; ++j)
+      if (lockds_[j] == lockds_[i]) throw std::invalid_argument("lockd address " + lockds_[i].str() + " is given twice");
+  }
+  const SocketAddress& lockd = lockds_.front();
   SocketAddress any = lockd.family() == AF_INET6 ? *SocketAddress::parse("[::]:0")
                                                  : *SocketAddress::parse("0.0.0.0:0");
   fd_ = open_udp_socket_blocking(any);
@@ -71,35 +91,53 @@ AdminClient::~AdminClient() {
 Answer AdminClient::request(const wire::Body& body) {
   Answer out;
   const std::uint64_t rid = next_request_id_++;
-  for (int resync = 0;; ++resync) {
+  const std::size_t n = lockds_.size();
+  const std::int64_t deadline = boottime_ns() + timeout_ns_;
+  // With several addresses, each visit gets a share of the timeout: one that does not answer
+  // (a lockd that is gone) leaves time for the others.
+  const std::int64_t visit_ns = n > 1 ? std::max<std::int64_t>(timeout_ns_ / static_cast<std::int64_t>(n), kAdminVisitMinNs)
+                                      : timeout_ns_;
+  std::vector<std::string> said(n);  // what each address last came to, for the no-leader message
+  bool not_leader_seen = false;
+  std::uint32_t resyncs = 0, replays = 0, redirects = 0, waits = 0;
+  RetryPolicy policy;
+  policy.first_backoff_ns = 20'000'000;
+  policy.backoff_max_ns = 250'000'000;
+  for (;;) {
+    const std::size_t at = current_;
+    const SocketAddress& to = lockds_[at];
     wire::Datagram req;
     if (const auto r = sender_.seal(rid, body, req); !r) {
       out.status = Status{Errc::invalid_argument, "cannot encode the request: " + std::string(wire::to_string(r.error))};
       return out;
     }
     std::array<std::byte, wire::kDatagramBytesMax> buf{};
-    RetryPolicy policy;
-    policy.first_backoff_ns = 20'000'000;
-    policy.backoff_max_ns = 250'000'000;
     // Only lockd's answer ends the wait: a datagram that guesses our request id, or our own
     // request sent back at us, is dropped.
     const auto authentic = [this](std::span<const std::byte> a) {
       return wire::is_answer_to(std::span(reinterpret_cast<const std::uint8_t*>(a.data()), a.size()), auth_,
                                 sender_.self());
     };
-    const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), lockd_, boottime_ns() + timeout_ns_,
+    const std::int64_t visit_deadline = std::min(deadline, boottime_ns() + visit_ns);
+    const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), to, visit_deadline,
                                                &wire::request_id_of, buf, policy, 0, authentic);
     out.attempts += o.attempts;
-    if (o.error != 0) {
-      out.status = Status{Errc::io_error, std::string("cannot send to lockd at ") + lockd_.str() + ": " + std::strerror(-o.error)};
-      return out;
+    const auto next = [&] { current_ = (at + 1) % n; };
+    if (o.error != 0 && !(o.error == -ETIMEDOUT && o.attempts == 0)) {
+      if (n == 1) {
+        out.status = Status{Errc::io_error, std::string("cannot send to lockd at ") + to.str() + ": " + std::strerror(-o.error)};
+        return out;
+      }
+      said[at] = std::string("cannot send: ") + std::strerror(-o.error);
+      if (boottime_ns() >= deadline) break;
+      next();
+      continue;
     }
     if (o.status != RequestStatus::answered) {
-      out.status = Status{Errc::timeout, "no answer from lockd at " + lockd_.str() + " within " +
-                                             std::to_string(timeout_ns_ / 1'000'000) + " ms (" +
-                                             std::to_string(o.attempts) + " attempts): is it running, and does it know this key (" +
-                                             key_text_ + ")? lockd drops datagrams it cannot authenticate"};
-      return out;
+      said[at] = "no answer";
+      if (boottime_ns() >= deadline) break;
+      next();
+      continue;
     }
     wire::DecodeResult d = wire::decode(
         std::span(reinterpret_cast<const std::uint8_t*>(buf.data()), o.answer_bytes), &auth_);
@@ -108,17 +146,46 @@ Answer AdminClient::request(const wire::Body& body) {
       return out;
     }
     if (const auto* e = std::get_if<wire::Error>(&d.body)) {
+      if (e->code == wire::ErrorCode::not_leader) {
+        // Authenticated, so a lockd's: it changed nothing and names the leader if it knows one.
+        not_leader_seen = true;
+        const std::optional<SocketAddress> hinted = e->message.empty() ? std::nullopt : SocketAddress::parse(e->message);
+        std::optional<std::size_t> named;
+        for (std::size_t i = 0; hinted && i < n; ++i)
+          if (lockds_[i] == *hinted) named = i;
+        said[at] = "not_leader, " + (e->message.empty() ? std::string("no leader known")
+                                                        : "leader \"" + e->message + "\"" +
+                                                              (named ? "" : " (not a configured address)"));
+        const std::int64_t now = boottime_ns();
+        if (now >= deadline) break;
+        if (named && *named != at && redirects < n) {
+          ++redirects;
+          current_ = *named;
+          continue;
+        }
+        redirects = 0;
+        next();
+        const std::int64_t wait = std::min(backoff_delay_ns(policy, ++waits, &rng_), deadline - now);
+        const timespec ts{static_cast<time_t>(wait / kNsPerS), static_cast<long>(wait % kNsPerS)};
+        ::clock_nanosleep(CLOCK_BOOTTIME, 0, &ts, nullptr);
+        if (boottime_ns() >= deadline) break;
+        continue;
+      }
       // Our seq started below lockd's window for this sender (a wall clock stepped back):
-      // nothing was executed; continue above the floor lockd gave, once.
-      if (resync == 0 && e->seq_floor != 0 && e->code == wire::error_code_of(wire::DecodeError::stale_seq) &&
+      // nothing was executed; continue above the floor lockd gave, once per lockd.
+      if (resyncs < n && e->seq_floor != 0 && e->code == wire::error_code_of(wire::DecodeError::stale_seq) &&
           !wire::seq_resync_ablated()) {
+        ++resyncs;
         sender_.advance_to(e->seq_floor);
         continue;
       }
       // A retry of ours (the same bytes) reached lockd after the first copy, whose answer is
       // not cached (a heartbeat's): lockd never executes a replayed seq, so send the request
       // again under a fresh one (it is idempotent, as every request is).
-      if (resync < 3 && e->code == wire::error_code_of(wire::DecodeError::replayed)) continue;
+      if (replays < 3 && e->code == wire::error_code_of(wire::DecodeError::replayed)) {
+        ++replays;
+        continue;
+      }
       out.status = Status{Errc::refused, "lockd answered error " + std::string(wire::to_string(e->code)) + ": " + e->message};
       out.body = std::move(d.body);
       return out;
@@ -126,6 +193,21 @@ Answer AdminClient::request(const wire::Body& body) {
     out.body = std::move(d.body);
     return out;
   }
+  // The deadline passed.
+  const std::string within = std::to_string(timeout_ns_ / 1'000'000) + " ms (" + std::to_string(out.attempts) + " attempts)";
+  if (not_leader_seen) {
+    std::string each;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!said[i].empty()) each += (each.empty() ? "" : "; ") + lockds_[i].str() + ": " + said[i];
+    out.no_leader = true;
+    out.status = Status{Errc::timeout, "no lockd among " + address_list_text(lockds_) + " leads: " + each + " (within " +
+                                           within + ")"};
+    return out;
+  }
+  out.status = Status{Errc::timeout, "no answer from lockd at " + address_list_text(lockds_) + " within " + within +
+                                         ": is it running, and does it know this key (" + key_text_ +
+                                         ")? lockd drops datagrams it cannot authenticate"};
+  return out;
 }
 
 Answer AdminClient::acquire(const std::string& name, SandboxId sandbox, WorkerId worker,

@@ -1,5 +1,6 @@
 #include "leasehold/supervisor/config.hpp"
 
+#include "leasehold/io/address_list.hpp"
 #include "leasehold/shm/table.hpp"
 
 #include <CLI/CLI.hpp>
@@ -23,8 +24,6 @@
 
 namespace leasehold {
 namespace {
-
-constexpr std::int64_t kNsPerMs = 1'000'000;
 
 std::string ms_text(double ns) {
   char buf[64];
@@ -55,7 +54,14 @@ Id random_uuid_v4() {
 Result<ConfigBudget> check_config(const SupervisorConfig& c) {
   ConfigBudget r;
   const auto refuse = [](std::string why) { return Status::invalid(std::move(why)); };
-  if (c.lockd_address.empty()) return refuse("--lockd is required (host:port of leasehold-lockd)");
+  if (c.lockd_address.empty())
+    return refuse("--lockd is required (host:port of leasehold-lockd, or several comma-separated)");
+  const Result<std::vector<AddressEntry>> lockds = split_address_list(c.lockd_address);
+  if (!lockds) return refuse("--lockd " + lockds.message());
+  r.lockd_addresses = static_cast<std::uint32_t>(lockds->size());
+  if (c.lockd_failover_ms == 0 || c.lockd_failover_ms > kTtlMsMax)
+    return refuse("--lockd-failover-ms " + std::to_string(c.lockd_failover_ms) + " is out of range 1.." +
+                  std::to_string(kTtlMsMax));
   if (c.key_file.empty()) return refuse("--key-file is required (this worker's key, derived by lockd --derive-worker-key)");
   if (c.ttl_ms == 0 || c.ttl_ms > kTtlMsMax)
     return refuse("--ttl-ms " + std::to_string(c.ttl_ms) + " is out of range 1.." +
@@ -108,7 +114,38 @@ Result<ConfigBudget> check_config(const SupervisorConfig& c) {
                   "(use an interval <= " +
                   std::to_string(c.kill_after_ms / kMinRefreshAttempts) + " ms)");
   }
+
+  // Several lockd addresses: a new leader must be reached before the kill-switch fires
+  // (config.hpp): failover + longest retry gap < kill_after − heartbeat_interval.
+  r.retry_gap_ns = longest_backoff_ns(lockd_retry_policy(c));
+  if (r.lockd_addresses > 1) {
+    const std::int64_t failover_ns = static_cast<std::int64_t>(c.lockd_failover_ms) * kNsPerMs;
+    const std::int64_t left_ns = failover_ns + r.retry_gap_ns;
+    const std::int64_t right_ns = static_cast<std::int64_t>(c.kill_after_ms) * kNsPerMs -
+                                  static_cast<std::int64_t>(c.heartbeat_interval_ms) * kNsPerMs;
+    r.failover_margin_ns = right_ns - left_ns;
+    if (r.failover_margin_ns <= 0) {
+      return refuse("unsafe failover (DESIGN.md \"Time\"): with " + std::to_string(r.lockd_addresses) +
+                    " lockd addresses the supervisor must reach a new leader before its kill-switch fires, but "
+                    "--lockd-failover-ms + the longest retry gap = " + ms_text(static_cast<double>(failover_ns)) +
+                    " + " + ms_text(static_cast<double>(r.retry_gap_ns)) + " = " +
+                    ms_text(static_cast<double>(left_ns)) + " is not below --kill-after-ms - --heartbeat-interval-ms = " +
+                    ms_text(static_cast<double>(c.kill_after_ms) * kNsPerMs) + " - " +
+                    ms_text(static_cast<double>(c.heartbeat_interval_ms) * kNsPerMs) + " = " +
+                    ms_text(static_cast<double>(right_ns)) +
+                    "; raise --kill-after-ms (with --ttl-ms and lockd's TTL), lower --heartbeat-interval-ms "
+                    "(the retry gap is 1.2 intervals), or shorten lockd's failover");
+    }
+  }
   return r;
+}
+
+RetryPolicy lockd_retry_policy(const SupervisorConfig& c) {
+  RetryPolicy retry;
+  const std::int64_t interval_ns = static_cast<std::int64_t>(c.heartbeat_interval_ms) * kNsPerMs;
+  retry.first_backoff_ns = std::max<std::int64_t>(5'000'000, interval_ns / 4);
+  retry.backoff_max_ns = interval_ns;
+  return retry;
 }
 
 std::string runtime_dir() {
@@ -145,7 +182,16 @@ WorkerId random_worker_id() { return random_uuid_v4<WorkerId>(); }
 SandboxId random_sandbox_id() { return random_uuid_v4<SandboxId>(); }
 
 void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
-  app.add_option("--lockd", c.lockd_address, "lockd address, HOST:PORT (UDP)")->required();
+  app.add_option("--lockd", c.lockd_address,
+                 "lockd address HOST:PORT (UDP; a numeric address or a host name, resolved at start), or a "
+                 "comma-separated list A,B,C of a replicated lockd's addresses (at most 16): the supervisor "
+                 "follows the leader")
+      ->required();
+  app.add_option("--lockd-failover-ms", c.lockd_failover_ms,
+                 "with several --lockd addresses: the longest time from the loss of lockd's leader to a new one "
+                 "serving (leadership lease + election), ms; checked at start: failover + 1.2 heartbeat "
+                 "intervals < kill_after - heartbeat interval")
+      ->capture_default_str();
   app.add_option("--key-file", c.key_file,
                  "this worker's key file (leasehold-lockd --derive-worker-key; mode 0600): it names "
                  "the worker id, and the supervisor speaks to lockd only as that worker")

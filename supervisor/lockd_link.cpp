@@ -1,5 +1,6 @@
 #include "leasehold/supervisor/lockd_link.hpp"
 
+#include "leasehold/io/address_list.hpp"
 #include "leasehold/io/clock.hpp"
 
 #include <openssl/crypto.h>
@@ -7,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -25,22 +27,46 @@ std::uint64_t random_u64() {
   return v;
 }
 
+// The local address (port 0) the kernel sends to `to` from; nullopt if it cannot tell.
+std::optional<SocketAddress> local_address_towards(const SocketAddress& to) {
+  const int probe = ::socket(to.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (probe < 0) return std::nullopt;
+  SocketAddress local{};
+  local.length = sizeof local.storage;
+  std::optional<SocketAddress> out;
+  if (::connect(probe, to.sa(), to.length) == 0 && ::getsockname(probe, local.sa(), &local.length) == 0 &&
+      local.family() == to.family()) {
+    if (local.family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&local.storage)->sin6_port = 0;
+    else reinterpret_cast<sockaddr_in*>(&local.storage)->sin_port = 0;
+    out = local;
+  }
+  ::close(probe);
+  return out;
+}
+
 }  // namespace
 
 struct LockdLink::Call {
   wire::Datagram datagram;
+  std::uint64_t request_id = 0;
   std::int64_t deadline_ns = 0;
   std::int64_t first_send_ns = 0;
   std::uint32_t attempts = 0;
   std::uint32_t resyncs = 0;
+  std::uint32_t redirects = 0;  ///< resent at once to a named leader since the last backoff
+  std::uint32_t waits = 0;      ///< not_leader backoffs so far
+  std::string redirected;       ///< the last not_leader answer, for the failure's text
+  TimerId wait_timer;           ///< while in waiting_
   bool probe = false;  ///< signed with the pending key (try_key)
   LockdCallback on_done;
 };
 
-LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
+LockdLink::LockdLink(EventLoop& loop, std::vector<SocketAddress> lockds, WorkerId self,
                      const wire::WireKey& key, const RetryPolicy& retry)
     : loop_(loop),
-      lockd_(lockd),
+      lockds_(std::move(lockds)),
+      retry_(retry),
+      rng_(random_jitter_seed()),
       sender_(self, wire::seq_seed(), key),
       keys_(nullptr),
       receiver_(
@@ -69,6 +95,13 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
     ++stats_.answers_forged;
     return false;
   });
+  // A retry means the previous attempt got no answer: if it went to the target, the target
+  // moves on (the lockd there may be gone, and another one lead); the retry goes to the target.
+  client_->set_retarget_hook([this](std::uint64_t, SocketAddress& to) {
+    if (lockds_.size() < 2) return;
+    if (to == lockds_[current_]) move_to((current_ + 1) % lockds_.size());
+    to = lockds_[current_];
+  });
   client_->set_resend_hook([this](std::span<std::byte> bytes) {
     const auto d = std::span(reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size());
     if (pending_ && d.size() >= wire::kHeaderBytes && key_id_in(d) == pending_->key.key_id)
@@ -78,7 +111,10 @@ LockdLink::LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self,
   });
 }
 
-LockdLink::~LockdLink() = default;
+LockdLink::~LockdLink() {
+  for (auto& [id, c] : waiting_)
+    if (c->wait_timer.valid()) loop_.cancel_timer(c->wait_timer);
+}
 
 LockdLink::PendingKey::~PendingKey() { OPENSSL_cleanse(key.bytes.data(), key.bytes.size()); }
 
@@ -123,8 +159,9 @@ bool LockdLink::try_pending_key(std::int64_t deadline_ns, KeyProbeDone done) {
   auto c = std::make_shared<Call>();
   c->deadline_ns = deadline_ns;
   c->probe = true;
+  c->request_id = next_request_id_++;
   const std::uint16_t id = pending_->key.key_id;
-  const wire::EncodeResult enc = sender_.seal_with(pending_->auth, id, next_request_id_++, wire::Stats{}, c->datagram);
+  const wire::EncodeResult enc = sender_.seal_with(pending_->auth, id, c->request_id, wire::Stats{}, c->datagram);
   if (!enc) return false;
   pending_->probing = true;
   c->on_done = [this, id, done = std::move(done)](LockdReply r) {
@@ -152,12 +189,25 @@ void LockdLink::restamp(Call& c) {
   else sender_.restamp(d);
 }
 
-Result<std::unique_ptr<LockdLink>> LockdLink::open(EventLoop& loop, const SocketAddress& lockd,
+Result<std::unique_ptr<LockdLink>> LockdLink::open(EventLoop& loop, std::vector<SocketAddress> lockds,
                                                    WorkerId self, const wire::WireKey& key,
                                                    const RetryPolicy& retry) {
-  std::unique_ptr<LockdLink> link(new LockdLink(loop, lockd, self, key, retry));
+  if (lockds.empty()) return Status::invalid("no lockd address");
+  for (const SocketAddress& a : lockds)
+    if (!a.is_set() || a.family() != lockds.front().family())
+      return Status::invalid("lockd addresses " + address_list_text(lockds) + " are not all of one family");
   // Bound to the local address the kernel routes to lockd from (not the wildcard): only
-  // datagrams to that address reach the socket. Found with a connected probe socket.
+  // datagrams to that address reach the socket. Found with a connected probe socket per lockd
+  // address; if they differ (lockds on different networks), the wildcard.
+  std::optional<SocketAddress> common;
+  bool differ = false;
+  for (const SocketAddress& a : lockds) {
+    const std::optional<SocketAddress> local = local_address_towards(a);
+    if (!local || (common && !(*common == *local))) differ = true;
+    if (local && !common) common = local;
+  }
+  const SocketAddress lockd = lockds.front();
+  std::unique_ptr<LockdLink> link(new LockdLink(loop, std::move(lockds), self, key, retry));
   SocketAddress any{};
   if (lockd.family() == AF_INET6) {
     auto* a = reinterpret_cast<sockaddr_in6*>(&any.storage);
@@ -170,17 +220,7 @@ Result<std::unique_ptr<LockdLink>> LockdLink::open(EventLoop& loop, const Socket
     a->sin_addr.s_addr = htonl(INADDR_ANY);
     any.length = sizeof(sockaddr_in);
   }
-  if (const int probe = ::socket(lockd.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0); probe >= 0) {
-    SocketAddress local{};
-    local.length = sizeof local.storage;
-    if (::connect(probe, lockd.sa(), lockd.length) == 0 &&
-        ::getsockname(probe, local.sa(), &local.length) == 0 && local.family() == lockd.family()) {
-      if (local.family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&local.storage)->sin6_port = 0;
-      else reinterpret_cast<sockaddr_in*>(&local.storage)->sin_port = 0;
-      any = local;
-    }
-    ::close(probe);
-  }
+  if (common && !differ) any = *common;
   const int rc = link->client_->open(any);
   if (rc != 0) return Status::from_errno(rc, "cannot open the UDP socket to lockd");
   set_socket_buffers(link->loop_.socket_fd(link->client_->socket()), 4 << 20, 4 << 20);
@@ -196,8 +236,8 @@ void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCall
     r.now_ns = boottime_ns();
     done(std::move(r));
   };
-  const std::uint64_t id = next_request_id_++;
-  const wire::EncodeResult enc = sender_.seal(id, body, c->datagram);
+  c->request_id = next_request_id_++;
+  const wire::EncodeResult enc = sender_.seal(c->request_id, body, c->datagram);
   if (!enc) {
     LockdReply r;
     r.problem = std::string("cannot encode ") + std::string(wire::to_string(wire::type_of(body))) +
@@ -209,33 +249,72 @@ void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCall
 }
 
 void LockdLink::start(std::shared_ptr<Call> c) {
-  const int rc = client_->start(std::as_bytes(c->datagram.view()), lockd_, c->deadline_ns,
+  const int rc = client_->start(std::as_bytes(c->datagram.view()), lockds_[current_], c->deadline_ns,
                                 [this, c](const RequestOutcome& o) { finish(c, o); });
   if (rc != 0) {
     LockdReply r;
     r.first_send_ns = c->first_send_ns;
     r.attempts = c->attempts;
-    r.problem = rc == -ETIMEDOUT ? "no answer from lockd before the deadline"
-                                 : std::string("cannot send to lockd: ") + std::strerror(-rc);
+    r.problem = rc != -ETIMEDOUT            ? std::string("cannot send to lockd: ") + std::strerror(-rc)
+                : !c->redirected.empty() ? no_leader_text(*c)
+                                         : "no answer from lockd before the deadline";
     c->on_done(std::move(r));
   }
+}
+
+void LockdLink::fail(const std::shared_ptr<Call>& c, std::string problem) {
+  LockdReply r;
+  r.status = RequestStatus::deadline_passed;
+  r.first_send_ns = c->first_send_ns;
+  r.attempts = c->attempts;
+  r.problem = std::move(problem);
+  c->on_done(std::move(r));
+}
+
+std::string LockdLink::no_leader_text(const Call& c) const {
+  return "no lockd among " + address_list_text(lockds_) + " leads (" + std::to_string(c.attempts) +
+         " attempt(s); last: " + c.redirected + ")";
+}
+
+std::optional<std::size_t> LockdLink::index_of(const SocketAddress& a) const {
+  for (std::size_t i = 0; i < lockds_.size(); ++i)
+    if (lockds_[i] == a) return i;
+  return std::nullopt;
+}
+
+void LockdLink::move_to(std::size_t index) {
+  if (index == current_ || index >= lockds_.size()) return;
+  current_ = index;
+  ++stats_.leader_switches;
 }
 
 void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) {
   if (c->first_send_ns == 0) c->first_send_ns = o.first_send_ns;  // the lease counts from here
   c->attempts += o.attempts;
-  LockdReply r;
-  r.status = o.status;
-  r.first_send_ns = c->first_send_ns;
-  r.attempts = c->attempts;
   if (o.status != RequestStatus::answered) {
-    r.problem = std::string("no answer from lockd (") + to_string(o.status) + ", " +
-                std::to_string(c->attempts) + " attempt(s))";
+    LockdReply r;
+    r.status = o.status;
+    r.first_send_ns = c->first_send_ns;
+    r.attempts = c->attempts;
+    r.problem = !c->redirected.empty() ? no_leader_text(*c)
+                : lockds_.size() > 1
+                    ? "no answer from lockd at " + address_list_text(lockds_) + " (" + to_string(o.status) + ", " +
+                          std::to_string(c->attempts) + " attempt(s))"
+                    : std::string("no answer from lockd (") + to_string(o.status) + ", " +
+                          std::to_string(c->attempts) + " attempt(s))";
     c->on_done(std::move(r));
     return;
   }
-  const auto span = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(o.answer.data()),
-                                                   o.answer.size());
+  on_answer(c, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(o.answer.data()), o.answer.size()),
+            o.from);
+}
+
+void LockdLink::on_answer(const std::shared_ptr<Call>& c, std::span<const std::uint8_t> span,
+                          const SocketAddress& from) {
+  LockdReply r;
+  r.status = RequestStatus::answered;
+  r.first_send_ns = c->first_send_ns;
+  r.attempts = c->attempts;
   const std::uint16_t answer_key_id = span.size() >= wire::kHeaderBytes ? key_id_in(span) : 0;
   const wire::Authenticator* verify = answer_key(span, c->probe);
   r.key_id = answer_key_id;
@@ -251,12 +330,19 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
     c->on_done(std::move(r));
     return;
   }
+  if (const auto* e = std::get_if<wire::Error>(&d.body); e != nullptr && e->code == wire::ErrorCode::not_leader) {
+    // Authenticated, so a lockd's: it changed nothing, and names the leader if it knows one.
+    ++stats_.not_leader_answers;
+    redirect(c, e->message, from);
+    return;
+  }
   if (const auto* e = std::get_if<wire::Error>(&d.body);
-      e != nullptr && e->seq_floor != 0 && c->resyncs < 2 && !wire::seq_resync_ablated() &&
+      e != nullptr && e->seq_floor != 0 && c->resyncs < lockds_.size() + 1 && !wire::seq_resync_ablated() &&
       (e->code == wire::error_code_of(wire::DecodeError::stale_seq) ||
        e->code == wire::error_code_of(wire::DecodeError::replayed))) {
     // Authenticated with our key, so lockd's: our seq restarted below its window (a restart
-    // after the wall clock stepped back). Continue above it; nothing was executed.
+    // after the wall clock stepped back). Continue above it; nothing was executed. Each lockd
+    // has a window of its own: at most one resync per lockd address (and one more) per call.
     ++stats_.seq_resyncs;
     ++c->resyncs;
     sender_.advance_to(e->seq_floor);
@@ -270,10 +356,76 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
   c->on_done(std::move(r));
 }
 
+void LockdLink::redirect(const std::shared_ptr<Call>& c, const std::string& hint, const SocketAddress& from) {
+  const std::optional<SocketAddress> hinted = hint.empty() ? std::nullopt : SocketAddress::parse(hint);
+  const std::optional<std::size_t> named = hinted ? index_of(*hinted) : std::nullopt;
+  const std::optional<std::size_t> answered_by = index_of(from);
+  c->redirected = "lockd at " + from.str() + " answered not_leader, " +
+                  (hint.empty() ? std::string("no leader known")
+                                : "leader \"" + hint + "\"" + (named ? "" : ", not a configured address"));
+  const std::int64_t now = boottime_ns();
+  if (now >= c->deadline_ns) {
+    fail(c, no_leader_text(*c));
+    return;
+  }
+  if (named && named != answered_by && c->redirects < lockds_.size()) {
+    ++c->redirects;
+    move_to(*named);
+    restamp(*c);
+    start(c);
+    return;
+  }
+  // No leader to go to by name: past the lockd that answered (if it is still the target), after
+  // a backoff that grows with every wait of this call.
+  if (!answered_by || *answered_by == current_) move_to((current_ + 1) % lockds_.size());
+  c->redirects = 0;
+  ++c->waits;
+  ++stats_.not_leader_waits;
+  const std::int64_t at = std::min(now + backoff_delay_ns(retry_, std::min<std::uint32_t>(c->waits, 64), &rng_),
+                                   c->deadline_ns);
+  c->wait_timer = loop_.add_timer_at(at, [this, id = c->request_id] { resume(id); });
+  if (!c->wait_timer.valid()) {
+    fail(c, no_leader_text(*c) + "; no timer left to wait for a leader");
+    return;
+  }
+  waiting_.emplace(c->request_id, c);
+}
+
+void LockdLink::resume(std::uint64_t request_id) {
+  const auto it = waiting_.find(request_id);
+  if (it == waiting_.end()) return;
+  std::shared_ptr<Call> c = std::move(it->second);
+  waiting_.erase(it);
+  c->wait_timer = {};
+  if (boottime_ns() >= c->deadline_ns) {
+    fail(c, no_leader_text(*c));
+    return;
+  }
+  restamp(*c);
+  start(std::move(c));
+}
+
 void LockdLink::on_unsolicited(const Datagram& d) {
   const auto span = std::span<const std::uint8_t>(
       reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size());
   const SocketAddress from = d.source_address();
+  // An answer to a call that waits out a not_leader backoff (it is in no RequestClient slot):
+  // a lockd's authentic answer ends it, as it would have ended the attempt in flight.
+  if (!waiting_.empty()) {
+    const std::optional<std::uint64_t> id = wire::request_id_of(d.payload);
+    const auto it = id ? waiting_.find(*id) : waiting_.end();
+    if (it != waiting_.end()) {
+      const wire::Authenticator* a = answer_key(span, true);
+      if (a != nullptr && wire::is_answer_to(span, *a, sender_.self())) {
+        std::shared_ptr<Call> c = std::move(it->second);
+        waiting_.erase(it);
+        if (c->wait_timer.valid()) loop_.cancel_timer(c->wait_timer);
+        c->wait_timer = {};
+        on_answer(c, span, from);
+        return;
+      }
+    }
+  }
   // Ours, sent back at us (it would pass the tag check: our key): lockd never speaks as us.
   if (const auto k = wire::key_ref_of(span); k && k->sender == sender_.self()) {
     ++stats_.is_running_rejected;

@@ -18,8 +18,11 @@ int main(int argc, char** argv) {
   CLI::App app{
       "leasehold-supervisor: runs sandboxes under named leases from leasehold-lockd, heartbeats\n"
       "them, and kills a sandbox before its lease can expire (DESIGN.md \"The supervisor\").\n"
+      "--lockd takes one address or a replicated lockd's list A,B,C; the supervisor follows the leader.\n"
       "Safety condition checked at start-up:\n"
-      "  kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho)"};
+      "  kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho)\n"
+      "and with several --lockd addresses (a new leader reached before the kill-switch fires):\n"
+      "  lockd_failover + 1.2*heartbeat_interval < kill_after - heartbeat_interval"};
   app.footer(
       "Exit codes: 0 clean shutdown; 1 runtime failure; 2 usage or refused configuration (unsafe timing,\n"
       "unreadable key, io_uring unavailable, live shm table, lockd unreachable or in another --mode at start-up).");

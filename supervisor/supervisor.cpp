@@ -1,6 +1,7 @@
 #include "leasehold/supervisor/supervisor.hpp"
 
 #include "leasehold/wire/auth.hpp"
+#include "leasehold/io/address_list.hpp"
 #include "leasehold/io/clock.hpp"
 #include "leasehold/io/log_writer.hpp"
 #include "leasehold/io/loop.hpp"
@@ -129,7 +130,7 @@ struct Supervisor::Impl {
   WorkerId worker;
   std::string shm_path;
   std::string control_path;
-  SocketAddress lockd_address;
+  std::vector<SocketAddress> lockd_addresses;  ///< --lockd, resolved; the link follows the leader among them
   std::optional<wire::WireKey> key;
 
   std::unique_ptr<EventLoop> loop;
@@ -312,14 +313,10 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   }
   if (Status started = output_pump.start(); !started.ok()) return started;
   control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
-  auto addr = SocketAddress::parse(cfg.lockd_address);
-  if (!addr) {
-    // Accept "localhost:PORT" as a convenience for 127.0.0.1.
-    if (cfg.lockd_address.rfind("localhost:", 0) == 0)
-      addr = SocketAddress::parse("127.0.0.1:" + cfg.lockd_address.substr(10));
-    if (!addr) return Status{Errc::invalid_argument, "--lockd \"" + cfg.lockd_address + "\" is not a numeric HOST:PORT (e.g. 127.0.0.1:7400)"};
-  }
-  lockd_address = *addr;
+  // Host names are resolved once, here ("localhost:PORT" is 127.0.0.1: IPv4 first).
+  Result<std::vector<SocketAddress>> lockds = resolve_address_list(cfg.lockd_address);
+  if (!lockds) return Status{lockds.code(), "--lockd " + lockds.message()};
+  lockd_addresses = std::move(lockds).value();
   std::optional<gid_t> gid;
   if (!cfg.group.empty()) {
     const Result<gid_t> resolved = resolve_group(cfg.group);
@@ -546,11 +543,9 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     hidden_paths.push_back(sandbox_log_dir);  // other sandboxes' output
   }
 
-  RetryPolicy retry;
-  retry.first_backoff_ns = std::max<std::int64_t>(
-      5'000'000, static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000 / 4);
-  retry.backoff_max_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
-  auto opened = LockdLink::open(*loop, lockd_address, worker, *key, retry);
+  // The retry gap check_config's failover condition counts with.
+  const RetryPolicy retry = lockd_retry_policy(cfg);
+  auto opened = LockdLink::open(*loop, lockd_addresses, worker, *key, retry);
   // The key now lives only in the link's OpenSSL contexts: wipe our copy.
   OPENSSL_cleanse(key->bytes.data(), key->bytes.size());
   key.reset();
@@ -636,7 +631,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
       return {};
     });
   if (!problem.empty())
-    return Status{Errc::refused, "lockd at " + lockd_address.str() + " is unreachable or refused us: " + problem};
+    return Status{Errc::refused, "lockd at " + address_list_text(lockd_addresses) + " is unreachable or refused us: " + problem};
 
   signal_poll = loop->add_poll(signal_fd, POLLIN, PollMode::multishot, [this](int) { on_signal(); });
   const std::int64_t interval_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
@@ -712,7 +707,8 @@ std::string Supervisor::Impl::summary() const {
   s += "leasehold-supervisor " + worker.str() + " (pid " + std::to_string(::getpid()) + ")\n";
   s += "  worker id        " + worker.str() + "\n";
   s += "  mode             " + std::string(to_string(cfg.mode)) + "\n";
-  s += "  lockd            " + lockd_address.str() + "\n";
+  s += "  lockd            " + address_list_text(lockd_addresses) +
+       (lockd_addresses.size() > 1 ? " (following the leader; now " + link->lockd().str() + ")" : std::string()) + "\n";
   s += "  shm table        " + shm_path + " (" + std::to_string(cfg.slots) + " slots)\n";
   s += "  control socket   " + control_path + "\n";
   s += "  cgroup           " + cgroups.reason() + "\n";
@@ -728,6 +724,14 @@ std::string Supervisor::Impl::summary() const {
        " attempts)\n";
   s += "  pause budget     " + std::string(budget) +
        " (a supervisor pause longer than this can break mutual exclusion)\n";
+  if (lockd_addresses.size() > 1) {
+    char margin[160];
+    std::snprintf(margin, sizeof margin, "%.3f ms (kill after %llu ms - heartbeat %llu ms - (failover %llu ms + retry gap %.3f ms))",
+                  static_cast<double>(check.failover_margin_ns) / 1e6, static_cast<unsigned long long>(cfg.kill_after_ms),
+                  static_cast<unsigned long long>(cfg.heartbeat_interval_ms),
+                  static_cast<unsigned long long>(cfg.lockd_failover_ms), static_cast<double>(check.retry_gap_ns) / 1e6);
+    s += "  failover margin  " + std::string(margin) + ": a new lockd leader is reached before the kill-switch fires\n";
+  }
   return s;
 }
 
@@ -946,7 +950,14 @@ json Supervisor::Impl::status_json() const {
       {"pending_key_id", link->pending_key_id()},
       {"pid", ::getpid()},
       {"mode", std::string(to_string(cfg.mode))},
-      {"lockd", lockd_address.str()},
+      {"lockd", link->lockd().str()},  // the lockd the link talks to now (the leader, as far as it knows)
+      {"lockd_addresses", [this] {
+         json a = json::array();
+         for (const SocketAddress& l : lockd_addresses) a.push_back(l.str());
+         return a;
+       }()},
+      {"lockd_failover_ms", cfg.lockd_failover_ms},
+      {"failover_margin_ms", static_cast<double>(check.failover_margin_ns) / 1e6},
       {"shm", shm_path},
       {"control_socket", control_path},
       {"cgroup", std::string(describe(cgroups.mode()))},
@@ -985,6 +996,9 @@ json Supervisor::Impl::status_json() const {
       {"lockd_answers_bad", link->stats().answers_bad},
       {"lockd_answers_forged", link->stats().answers_forged},
       {"lockd_retries", link->client_stats().retries},
+      {"lockd_not_leader_answers", link->stats().not_leader_answers},
+      {"lockd_not_leader_waits", link->stats().not_leader_waits},
+      {"lockd_leader_switches", link->stats().leader_switches},
       {"is_running_answered", link->stats().is_running_answered},
   });
   return j;

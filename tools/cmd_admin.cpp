@@ -127,7 +127,7 @@ const Command kCommit([](CLI::App& app, int* exit_code) {
                 "(through its next heartbeat, carrying its worker id) and starts the command only once "
                 "lockd granted it. With --worker, commit at lockd directly and start nothing.");
   add_supervisor_flags(sub, a->sup);
-  sub->add_option("--lockd", a->lockd.lockd, "with --worker: lockd address (env LEASEHOLD_LOCKD)");
+  sub->add_option("--lockd", a->lockd.lockd, "with --worker: lockd address HOST:PORT, or a replicated lockd's list A,B,C (env LEASEHOLD_LOCKD)");
   sub->add_option("--key-file", a->lockd.key_file, "with --worker: key file (env LEASEHOLD_KEY_FILE)");
   sub->add_option("name", a->name, "the name")->required();
   sub->add_option("--sandbox", a->sandbox, "the sandbox id given to `acquire`")->required();

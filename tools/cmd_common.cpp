@@ -3,6 +3,7 @@
 #include "tools/cmd_common.hpp"
 
 #include "leasehold/wire/auth.hpp"
+#include "leasehold/io/address_list.hpp"
 #include "leasehold/io/udp.hpp"
 #include "leasehold/supervisor/config.hpp"
 #include "leasehold/supervisor/control.hpp"
@@ -32,8 +33,9 @@ std::string env_or(const char* var, const char* fallback) {
 
 void add_lockd_flags(CLI::App* sub, LockdFlags& f) {
   sub->add_option("--lockd", f.lockd,
-                  std::string("lockd address HOST:PORT (UDP; env ") + kLockdEnv + ", default " +
-                      kLockdDefault + ")");
+                  std::string("lockd address HOST:PORT (UDP; a host name or a numeric address), or a replicated "
+                              "lockd's comma-separated list A,B,C, whose leader is followed (env ") +
+                      kLockdEnv + ", default " + kLockdDefault + ")");
   sub->add_option("--key-file", f.key_file,
                   std::string("key file, mode 0600: a worker key (act as that worker) or the cluster key (env ") +
                       kKeyFileEnv + ", default " + kKeyFileDefault + ")");
@@ -54,10 +56,10 @@ void resolve(LockdFlags& f) {
 
 std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& failure) {
   resolve(flags);
-  const auto addr = SocketAddress::parse(flags.lockd);
-  if (!addr) {
-    failure = {kUsage, "malformed lockd address \"" + flags.lockd +
-                           "\": expected numeric HOST:PORT such as 127.0.0.1:7400 or [::1]:7400"};
+  Result<std::vector<SocketAddress>> addrs = resolve_address_list(flags.lockd);
+  if (!addrs) {
+    failure = addrs.code() == Errc::not_found ? Failure{kNotFound, "lockd address " + addrs.message()}
+                                              : Failure{kUsage, "malformed lockd address " + addrs.message()};
     return nullptr;
   }
   const bool admin = !flags.admin_key_file.empty();
@@ -75,7 +77,7 @@ std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& fai
     return nullptr;
   }
   try {
-    return std::make_unique<lockd::AdminClient>(*addr, *key, WorkerId{},
+    return std::make_unique<lockd::AdminClient>(std::move(addrs).value(), *key, WorkerId{},
                                                 static_cast<std::int64_t>(flags.timeout_ms) * 1'000'000);
   } catch (const std::exception& e) {
     failure = {kUnreachable, std::string("cannot talk to lockd at ") + flags.lockd + ": " + e.what()};
@@ -105,6 +107,10 @@ Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std
   LockdFlags f = flags;
   resolve(f);
   const std::string w(what);
+  if (answer.no_leader)  // lockds answered, so they run and know the key: none of them leads
+    return {kUnreachable, w + ": " + answer.message() +
+                              ". A lockd answers not_leader while it does not lead; an election takes a few "
+                              "seconds (--timeout-ms waits longer), and a leader outside --lockd is not followed"};
   if (answer.code() == Errc::timeout || answer.code() == Errc::io_error) {
     const std::string& file = f.admin_key_file.empty() ? f.key_file : f.admin_key_file;
     const wire::KeyLoad key = wire::load_key_file(file);

@@ -1,7 +1,8 @@
 // leasehold CLI: what the lockd-facing and supervisor-facing subcommands share.
 //
 // Flags with environment defaults (flag > environment > built-in default):
-//   --lockd ADDR        $LEASEHOLD_LOCKD       (default 127.0.0.1:7400)
+//   --lockd ADDR[,ADDR] $LEASEHOLD_LOCKD       (default 127.0.0.1:7400; a replicated lockd's list:
+//                                               the client follows the leader)
 //   --key-file PATH     $LEASEHOLD_KEY_FILE    (default /etc/leasehold/key)
 //   --supervisor SOCKET $LEASEHOLD_SUPERVISOR  (default: the supervisor's own default,
 //                                               default_control_socket_path())
@@ -70,13 +71,15 @@ void add_lockd_flags(CLI::App* sub, LockdFlags& flags);
 /// Fills unset flags from the environment and the defaults.
 void resolve(LockdFlags& flags);
 
-/// An admin client to lockd, or a Failure: kUsage for a malformed address or an unusable key
-/// file (the key loader's message names the file and the fix).
+/// An admin client to lockd (to every address of the --lockd list, resolved), or a Failure:
+/// kUsage for a malformed address or an unusable key file (the key loader's message names the
+/// file and the fix), kNotFound for a host name that does not resolve.
 std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& failure);
 
 /// The failure for an answer without a body: no answer before the deadline or a send that
 /// failed (timeout, io_error) → kUnreachable ("lockd at ADDR did not answer ... is it running?
-/// same key?"); an Error answer (refused) → kRefused (failure_of); a bad answer → kInternal.
+/// same key?"; when lockds answered but none leads, "no lockd among A, B leads: ..."); an Error
+/// answer (refused) → kRefused (failure_of); a bad answer → kInternal.
 Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std::string_view what);
 /// The failure for a Deny: unknown_name → kNotFound, invalid_name → kUsage, else kRefused.
 /// The message names the name, the refusal, the holder and the epoch.

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -171,6 +172,48 @@ TEST(RequestClient, RetriesResendTheSameBytesUntilAnswered) {
   ASSERT_EQ(server.seen[77].size(), 3u);
   for (const auto& d : server.seen[77]) EXPECT_EQ(d, req);
   EXPECT_EQ(client.stats().retries, 2u);
+}
+
+// A client of several service addresses: the retarget hook moves a retry to another address,
+// and the outcome says where the answer came from.
+TEST(RequestClient, ARetargetedRetryGoesToTheNewAddressAndTheOutcomeNamesTheSource) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  auto loop = make_loop();
+  ToyServer silent(*loop, 0);
+  ToyServer answering(*loop, 1);
+  RetryPolicy p;
+  p.first_backoff_ns = 5 * kNsPerMs;
+  RequestClient client(*loop, toy_id_of, p, {}, 4321);
+  ASSERT_EQ(client.open(SocketAddress::loopback_v4(0)), 0);
+  std::vector<std::string> retargeted;  // the address each retry was about to go to
+  client.set_retarget_hook([&](std::uint64_t id, SocketAddress& to) {
+    EXPECT_EQ(id, 31u);
+    retargeted.push_back(to.str());
+    to = answering.addr;
+  });
+  std::vector<RequestOutcome> outcomes;
+  auto req = toy_message(31, "acquire");
+  ASSERT_EQ(client.start(req, silent.addr, boottime_ns() + 5 * kNsPerS,
+                         [&](const RequestOutcome& o) { outcomes.push_back(o); }), 0);
+  ASSERT_TRUE(run_until(*loop, [&] { return !outcomes.empty(); }));
+  EXPECT_EQ(outcomes[0].status, RequestStatus::answered);
+  EXPECT_EQ(outcomes[0].attempts, 2u);
+  EXPECT_EQ(outcomes[0].from.str(), answering.addr.str());
+  EXPECT_EQ(retargeted, (std::vector<std::string>{silent.addr.str()}));
+  EXPECT_EQ(silent.total, 1u);
+  EXPECT_EQ(answering.total, 1u);
+}
+
+TEST(Backoff, LongestBackoffBoundsEveryDelay) {
+  RetryPolicy p;
+  p.first_backoff_ns = 250 * kNsPerMs;
+  p.backoff_max_ns = 1000 * kNsPerMs + 7;  // not a multiple of 100: the bound rounds up
+  p.jitter_percent = 20;
+  EXPECT_EQ(longest_backoff_ns(p), 1200 * kNsPerMs + 9);
+  std::uint64_t rng = 5;
+  for (std::uint32_t k = 1; k <= 2000; ++k) ASSERT_LE(backoff_delay_ns(p, k % 12 + 1, &rng), longest_backoff_ns(p));
+  p.jitter_percent = 90;  // capped at 50 as backoff_delay_ns caps it
+  EXPECT_EQ(longest_backoff_ns(p), 1500 * kNsPerMs + 11);
 }
 
 TEST(RequestClient, NothingIsSentAtOrAfterTheDeadlineAndSpacingGrows) {

@@ -126,16 +126,71 @@ TEST(SupervisorConfig, RefusesOutOfRangeFields) {
   EXPECT_NE(check_config(c).message().find("--rt-command-poll-us 0 is out of range"), std::string::npos);
 }
 
+// Several lockd addresses: failover + longest retry gap < kill_after − heartbeat_interval
+// (config.hpp). valid(): kill_after 600 ms, heartbeat 100 ms, so the retry gap is 120 ms (the
+// interval + 20 % jitter) and the right side 500 ms.
+TEST(SupervisorConfig, RefusesAFailoverBoundTooLongForTheKillSwitch) {
+  SupervisorConfig c = valid();
+  c.lockd_address = "127.0.0.1:7000,127.0.0.1:7001";
+  c.lockd_failover_ms = 3000;
+  const auto r = check_config(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("unsafe failover"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("with 2 lockd addresses"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("3000.000 ms + 120.000 ms = 3120.000 ms is not below"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("600.000 ms - 100.000 ms = 500.000 ms"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("--lockd-failover-ms"), std::string::npos) << r.message();
+  // The boundary is strict: 380 + 120 = 500 is refused, 379 leaves a margin of 1 ms.
+  c.lockd_failover_ms = 380;
+  EXPECT_FALSE(check_config(c).ok());
+  c.lockd_failover_ms = 379;
+  const auto ok = check_config(c);
+  ASSERT_TRUE(ok.ok()) << ok.message();
+  EXPECT_EQ(ok->failover_margin_ns, 1'000'000);
+  EXPECT_EQ(ok->retry_gap_ns, 120'000'000);
+  EXPECT_EQ(ok->lockd_addresses, 2u);
+}
+
+TEST(SupervisorConfig, TheFailoverConditionHoldsOnlyForSeveralAddresses) {
+  SupervisorConfig c = valid();
+  c.lockd_failover_ms = 3000;  // far beyond kill_after: irrelevant with one lockd
+  const auto one = check_config(c);
+  ASSERT_TRUE(one.ok()) << one.message();
+  EXPECT_EQ(one->lockd_addresses, 1u);
+  EXPECT_EQ(one->failover_margin_ns, 0);
+  c.lockd_address = "127.0.0.1:7000, 127.0.0.1:7000";  // one address written twice
+  EXPECT_TRUE(check_config(c).ok());
+  // The defaults (ttl 10 s, kill after 7 s, heartbeat 1 s, failover 3 s) leave 1.8 s.
+  SupervisorConfig d;
+  d.lockd_address = "10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400";
+  d.key_file = "/k";
+  const auto defaults = check_config(d);
+  ASSERT_TRUE(defaults.ok()) << defaults.message();
+  EXPECT_EQ(defaults->failover_margin_ns, 1'800'000'000);
+  c.lockd_failover_ms = 0;
+  EXPECT_NE(check_config(c).message().find("--lockd-failover-ms 0 is out of range"), std::string::npos);
+}
+
+TEST(SupervisorConfig, RefusesAMalformedLockdListNamingTheEntry) {
+  SupervisorConfig c = valid();
+  c.lockd_address = "127.0.0.1:7000,lockd-2";
+  const auto r = check_config(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("--lockd \"lockd-2\" (entry 2 of 2): expected HOST:PORT"), std::string::npos)
+      << r.message();
+}
+
 TEST(SupervisorConfig, FlagsParse) {
   CLI::App app;
   SupervisorConfig c;
   add_supervisor_flags(app, c);
-  const char* argv[] = {"leasehold-supervisor", "--lockd", "127.0.0.1:9", "--key-file", "/k",
+  const char* argv[] = {"leasehold-supervisor", "--lockd", "127.0.0.1:9", "--key-file", "/k", "--lockd-failover-ms", "1500",
                         "--worker-id", "0f8fad5b-d9cb-469f-a165-70867728950e", "--mode",
                         "preemptible", "--on-shutdown", "keep", "--ttl-ms", "2000", "--slots", "7",
                         "--rt-command-poll-us", "2000"};
   app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
   EXPECT_EQ(c.lockd_address, "127.0.0.1:9");
+  EXPECT_EQ(c.lockd_failover_ms, 1500u);
   ASSERT_TRUE(c.worker_id.has_value());
   EXPECT_EQ(c.worker_id->str(), "0f8fad5b-d9cb-469f-a165-70867728950e");
   EXPECT_EQ(c.mode, SupervisorMode::preemptible);

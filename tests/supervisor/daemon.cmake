@@ -44,3 +44,6 @@ target_compile_definitions(supervisor_sim_ablation_kill_from_answer_test PRIVATE
 # The sandbox logic with fake ports (supervisor/supervisor_core.cpp).
 leasehold_test(supervisor_core_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/supervisor_core_test.cpp
                LIBS leasehold_supervisor)
+# LockdLink following a replicated lockd's leader, against fake lockd sockets on one loop.
+leasehold_test(supervisor_lockd_link_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/lockd_link_test.cpp
+               LIBS leasehold_supervisor)

@@ -127,6 +127,52 @@ TEST_F(SupervisorProcess, LeaseStaysAliveAcrossManyIntervals) {
   EXPECT_EQ(info->record.worker.str(), sup.worker);
 }
 
+// --lockd as a list (a replicated lockd's addresses): the first one is dead (a socket nobody
+// reads), so the start-up probe's retry moves on to the real lockd, which the supervisor then
+// uses for the lease; status and the start-up summary show the list, the switch and the
+// failover margin (kill_after 600 − heartbeat 100 − (failover 300 + retry gap 120) = 80 ms).
+TEST_F(SupervisorProcess, ADeadFirstLockdAddressIsPassedOver) {
+  start_lockd();
+  const int dead = open_udp_socket_blocking(SocketAddress::loopback_v4(0));
+  ASSERT_GE(dead, 0);
+  const std::string dead_addr = local_address(dead).value_or(SocketAddress{}).str();
+  Supervisor sup;
+  std::string err;
+  ASSERT_TRUE(sup.start(dir_.path(), dead_addr + "," + lockd_.address, key_,
+                        with(kSupTiming, {"--slots", "16", "--lockd-failover-ms", "300"}), &err))
+      << err;
+  const std::string out = sup.child.out();
+  EXPECT_NE(out.find("lockd            " + dead_addr + ", " + lockd_.address), std::string::npos) << out;
+  EXPECT_NE(out.find("failover margin  80.000 ms"), std::string::npos) << out;
+  const json a = run_probe(sup, "listed", "listed");
+  ASSERT_EQ(a["ok"], true) << a.dump() << sup.log_text();
+  sleep_ms(300);
+  const json st = sup.call({{"v", 1}, {"op", "status"}});
+  EXPECT_EQ(st["lockd_addresses"], json::array({dead_addr, lockd_.address})) << st.dump();
+  EXPECT_GE(st["counters"]["lockd_leader_switches"].get<int>(), 1) << st.dump();
+  EXPECT_EQ(st["counters"]["lockd_not_leader_answers"], 0) << st.dump();
+  EXPECT_EQ(st["failover_margin_ms"], 80.0) << st.dump();
+  EXPECT_EQ(st["counters"]["kills_deadline"], 0) << st.dump();
+  auto ad = admin();
+  const lockd::Answer show = ad.show("listed");
+  const auto* info = show.as<wire::NameInfo>();
+  ASSERT_NE(info, nullptr) << show.message();
+  EXPECT_EQ(info->record.state, LockPhase::held);
+  EXPECT_EQ(info->record.worker.str(), sup.worker);
+  ::close(dead);
+}
+
+// A failover bound the kill-switch cannot survive is refused at start, with the numbers.
+TEST_F(SupervisorProcess, SeveralLockdsWithTooLongAFailoverAreRefused) {
+  Supervisor sup;
+  std::string err;
+  EXPECT_FALSE(sup.start(dir_.path(), "127.0.0.1:9,127.0.0.1:10", key_,
+                         with(kSupTiming, {"--slots", "16", "--lockd-failover-ms", "3000"}), &err));
+  EXPECT_EQ(sup.child.wait(), 2);
+  EXPECT_NE(sup.child.err().find("unsafe failover"), std::string::npos) << sup.child.err();
+  EXPECT_NE(sup.child.err().find("3120.000 ms is not below"), std::string::npos) << sup.child.err();
+}
+
 TEST_F(SupervisorProcess, LockdStoppedKillsBeforeLockdCouldExpire) {
   start_lockd();
   Supervisor sup;

@@ -1,5 +1,6 @@
 // The CLI's reading of a supervisor's error answer (tools/cmd_common.cpp supervisor_failure):
-// the refusal in "reason" is read back through the one table of refusal texts.
+// the refusal in "reason" is read back through the one table of refusal texts. And of lockd's
+// missing answers (answer_failure).
 #include "tools/cmd_common.hpp"
 
 #include <gtest/gtest.h>
@@ -34,6 +35,26 @@ TEST(SupervisorFailure, OtherReasonsGetNoLockDelayHint) {
   nlohmann::json none = refused_answer("x");
   none.erase("reason");
   EXPECT_EQ(supervisor_failure(none, "run").message, "run: lockd refused the acquire");
+}
+
+// Every lockd answered, but none leads (a replicated lockd in an election): unreachable, with
+// the admin client's account of each, not the "is it running, same key?" guess of a silence.
+TEST(LockdFailure, NoLeaderSaysSoAndNotThatLockdIsSilent) {
+  lockd::Answer a;
+  a.status = Status{Errc::timeout, "no lockd among 10.0.0.1:7400, 10.0.0.2:7400 leads: 10.0.0.1:7400: not_leader, "
+                                   "no leader known (within 2000 ms (9 attempts))"};
+  a.no_leader = true;
+  LockdFlags flags;
+  flags.lockd = "10.0.0.1:7400,10.0.0.2:7400";
+  flags.key_file = "/nonexistent/key";
+  const Failure f = answer_failure(a, flags, "show \"orders\"");
+  EXPECT_EQ(f.code, kUnreachable);
+  EXPECT_TRUE(f.message.starts_with("show \"orders\": no lockd among 10.0.0.1:7400, 10.0.0.2:7400 leads: ")) << f.message;
+  EXPECT_NE(f.message.find("an election takes a few seconds"), std::string::npos) << f.message;
+  EXPECT_EQ(f.message.find("is unreachable: no answer"), std::string::npos) << f.message;
+  a.no_leader = false;  // silence: the old message
+  EXPECT_NE(answer_failure(a, flags, "show").message.find("lockd at 10.0.0.1:7400,10.0.0.2:7400 is unreachable"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -272,11 +272,36 @@ TEST_F(CliTest, NoAnswerNamesTheKeyAsItsFileDoes) {
 TEST_F(CliTest, BadLockdAddressOrKeyFileIsAUsageError) {
   const Result addr = cli({"names", "--lockd", "localhost", "--key-file", key_});
   EXPECT_ANSWER(addr, kUsage, "malformed lockd address \"localhost\"");
+  // A list names its bad entry; a host name that does not resolve is not found (.invalid never
+  // resolves, RFC 6761).
+  const Result entry = cli({"names", "--lockd", "127.0.0.1:9,lockd-2", "--key-file", key_});
+  EXPECT_ANSWER(entry, kUsage, "malformed lockd address \"lockd-2\" (entry 2 of 2): expected HOST:PORT");
+  const Result mixed = cli({"names", "--lockd", "127.0.0.1:9,[::1]:9", "--key-file", key_});
+  EXPECT_ANSWER(mixed, kUsage, "give addresses of one family");
+  const Result unknown = cli({"names", "--lockd", "127.0.0.1:9,lockd.invalid:7400", "--key-file", key_});
+  EXPECT_ANSWER(unknown, kNotFound, "cannot resolve host \"lockd.invalid\"");
   const Result key = cli({"show", "orders", "--lockd", kSilentLockd, "--key-file", (dir_ / "missing.key").string()});
   EXPECT_ANSWER(key, kUsage, "missing.key");
   ::chmod(key_.c_str(), 0644);
   const Result loose = cli(with({"show", "orders"}, lockd_flags(kSilentLockd)));
   EXPECT_ANSWER(loose, kUsage, "chmod 600");
+}
+
+// A replicated lockd's list: an address that does not answer is left (after its share of the
+// timeout) for the next, in the flag and in the environment; a host name works as well.
+TEST_F(CliTest, ALockdListPassesOverAnAddressThatDoesNotAnswer) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  const std::string list = std::string(kSilentLockd) + "," + addr;
+  const Result flag = cli({"names", "--lockd", list, "--key-file", key_, "--timeout-ms", "4000"});
+  EXPECT_EQ(flag.code, kOk) << flag.err;
+  const Result env = cli({"names", "--timeout-ms", "4000"}, {"LEASEHOLD_LOCKD=" + list, "LEASEHOLD_KEY_FILE=" + key_});
+  EXPECT_EQ(env.code, kOk) << env.err;
+  const Result name = cli({"names", "--lockd", "localhost:" + addr.substr(addr.rfind(':') + 1), "--key-file", key_});
+  EXPECT_EQ(name.code, kOk) << name.err;
+  // None of them answers: unreachable, naming the list.
+  const Result none = cli({"names", "--lockd", "127.0.0.1:9,127.0.0.1:7", "--key-file", key_, "--timeout-ms", "400"});
+  EXPECT_ANSWER(none, kUnreachable, "lockd at 127.0.0.1:9,127.0.0.1:7 is unreachable");
 }
 
 TEST_F(CliTest, NoSupervisorRunningNamesTheSocket) {

@@ -58,6 +58,10 @@ std::uint64_t random_jitter_seed() noexcept;
 std::int64_t backoff_delay_ns(const RetryPolicy& policy, std::uint32_t retry,
                               std::uint64_t* rng_state) noexcept;
 
+/// The longest delay backoff_delay_ns can return for `policy`: backoff_max_ns (at least 1)
+/// scaled by 1 + jitter, rounded up. The longest gap between two attempts of one request.
+std::int64_t longest_backoff_ns(const RetryPolicy& policy) noexcept;
+
 enum class RequestStatus : std::uint8_t {
   answered = 0,
   deadline_passed = 1,  ///< no answer before the deadline (also after attempts_max)
@@ -74,6 +78,7 @@ struct RequestOutcome {
   std::int64_t first_send_ns = 0;    ///< CLOCK_BOOTTIME of the first send: measure lease validity
                                      ///< from here (the answer may be to any attempt)
   std::int64_t last_send_ns = 0;
+  SocketAddress from;                ///< answered: where the answer came from (any address)
 };
 using AnswerHandler = std::function<void(const RequestOutcome&)>;
 /// Called right before each send (attempt 1 = the first), for RTT statistics and tests.
@@ -82,6 +87,10 @@ using SendObserver = std::function<void(std::uint64_t request_id, std::uint32_t 
 /// Called before every attempt after the first with the request's bytes, which it may rewrite
 /// in place (same length, same request id): e.g. a fresh sequence number and tag.
 using ResendHook = std::function<void(std::span<std::byte> request)>;
+/// Called before every attempt after the first, before the resend hook, with the address the
+/// previous attempt went to, which it may change: that attempt and the later ones go to the new
+/// one (a client of several service addresses moves on from one that did not answer).
+using RetargetHook = std::function<void(std::uint64_t request_id, SocketAddress& to)>;
 /// Decides whether a datagram whose request id matches an outstanding request is authentic
 /// (e.g. its HMAC checks under the key it names). Must not throw. An empty check accepts all.
 using AnswerCheck = std::function<bool(std::span<const std::byte> answer)>;
@@ -136,6 +145,7 @@ class RequestClient {
   void set_unsolicited_handler(RecvHandler handler) { unsolicited_ = std::move(handler); }
   void set_send_observer(SendObserver observer) { observer_ = std::move(observer); }
   void set_resend_hook(ResendHook hook) { resend_hook_ = std::move(hook); }
+  void set_retarget_hook(RetargetHook hook) { retarget_hook_ = std::move(hook); }
   /// Authenticates a matching answer before it ends its request (see the rules above).
   void set_answer_check(AnswerCheck check) { check_ = std::move(check); }
   const ClientStats& stats() const noexcept { return stats_; }
@@ -146,7 +156,8 @@ class RequestClient {
   void on_timer(std::uint32_t index, std::uint32_t gen);
   void send_attempt(Pending& p);
   void schedule(std::uint32_t index);
-  void finish(std::uint32_t index, RequestStatus status, std::span<const std::byte> answer);
+  void finish(std::uint32_t index, RequestStatus status, std::span<const std::byte> answer,
+              const SocketAddress& from = {});
   Pending* find(std::uint64_t request_id, std::uint32_t* index);
 
   EventLoop& loop_;
@@ -160,6 +171,7 @@ class RequestClient {
   RecvHandler unsolicited_;
   SendObserver observer_;
   ResendHook resend_hook_;
+  RetargetHook retarget_hook_;
   AnswerCheck check_;
   ClientStats stats_;
 };

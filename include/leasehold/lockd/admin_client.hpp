@@ -5,6 +5,13 @@
 // (io/client.hpp request_blocking), then authenticate and decode the answer. Not thread-safe:
 // one client per thread.
 //
+// Several lockd addresses (a replicated lockd, one leader at a time): the client sends to the
+// one it last saw lead (the first at the start). An Error{not_leader, hint} is followed, within
+// the request's timeout: to the hint at once if it is one of the addresses (at most as many times
+// in a row as there are addresses), else to the next address after a short backoff; an address
+// that does not answer within its share of the timeout (timeout / addresses, at least 100 ms)
+// is left for the next. With one address, a not_leader is asked again after the backoff.
+//
 // Every call returns an `Answer`: the decoded answer body (Grant, Deny, Ok, ...) or, when
 // there is none, a Status (lease/result.hpp): timeout (no answer before the deadline), io_error
 // (cannot send), corrupt (a bad answer), refused (Error{...} from lockd; the body holds it),
@@ -32,6 +39,9 @@ struct Answer {
   wire::Body body;  ///< valid when status is ok (and the Error{...} of a refused one)
   Status status;    ///< why there is no answer body (see the top of this file); ok on success
   std::uint32_t attempts = 0;
+  /// timeout because no configured lockd led before the deadline (one answered not_leader):
+  /// the message is "no lockd among A, B leads: ..." with what each said.
+  bool no_leader = false;
   bool ok() const noexcept { return status.ok(); }
   Errc code() const noexcept { return status.code(); }
   /// Empty on success.
@@ -54,11 +64,17 @@ class AdminClient {
   /// `self` (nil: a random one). `timeout_ns`: per request. Throws std::runtime_error if no UDP socket can be opened.
   AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self = {},
               std::int64_t timeout_ns = kAdminTimeoutNsDefault);
+  /// The same with a replicated lockd's addresses (at least one, all of one family, no
+  /// duplicates: io/address_list.hpp resolve_address_list); throws std::invalid_argument
+  /// otherwise. The client follows the leader among them (top of this file).
+  AdminClient(std::vector<SocketAddress> lockds, const wire::WireKey& key, WorkerId self = {},
+              std::int64_t timeout_ns = kAdminTimeoutNsDefault);
   ~AdminClient();
   AdminClient(const AdminClient&) = delete;
   AdminClient& operator=(const AdminClient&) = delete;
 
-  /// Any request body; the answer as decoded. Error{...} answers become `error`.
+  /// Any request body; the answer as decoded. Error{...} answers become `error`, except
+  /// Error{not_leader}, which is followed (top of this file) until the timeout.
   Answer request(const wire::Body& body);
 
   // Typed helpers (DESIGN.md "Lock states"); each is request() with the matching body.
@@ -89,17 +105,22 @@ class AdminClient {
   std::uint16_t key_id() const noexcept { return sender_.key_id(); }
   /// The id of the last request sent (tests replay it).
   std::uint64_t last_request_id() const noexcept { return next_request_id_ - 1; }
+  /// Where the next request goes first: the lockd last seen to lead (or not yet asked).
+  const SocketAddress& lockd() const noexcept { return lockds_[current_]; }
+  const std::vector<SocketAddress>& lockds() const noexcept { return lockds_; }
 
  private:
-  AdminClient(const SocketAddress& lockd, WorkerId self, const wire::WireKey& signing, std::string key_text,
+  AdminClient(std::vector<SocketAddress> lockds, WorkerId self, const wire::WireKey& signing, std::string key_text,
               std::int64_t timeout_ns);
-  SocketAddress lockd_;
+  std::vector<SocketAddress> lockds_;
+  std::size_t current_ = 0;
   std::string key_text_;  ///< the key as its file names it (wire::key_text), for messages
   wire::Sender sender_;
   wire::Authenticator auth_;
   std::int64_t timeout_ns_;
   int fd_ = -1;
   std::uint64_t next_request_id_ = 1;
+  std::uint64_t rng_ = 1;  ///< the not_leader backoff's jitter
 };
 
 }  // namespace leasehold::lockd

@@ -10,8 +10,19 @@
 // exclusion, after which recovery (the first heartbeat answer, `lost`/`unknown`) kills the
 // sandbox (EventualMutualExclusion). `check_config` refuses a configuration that breaks the
 // condition, with the numbers in the message.
+//
+// With several lockd addresses (a replicated lockd) a second condition: when the leader is lost,
+// the supervisor must reach the new one before its kill-switch fires. The last acknowledged
+// refresh was sent at most one heartbeat interval before the loss, a new leader serves within
+// the failover bound, and a call in flight tries again within the longest retry gap, so
+//
+//   failover + longest retry gap  <  kill_after − heartbeat_interval
+//
+// (the retry gap: backoff_max·(1 + jitter) of lockd_retry_policy; a not_leader backoff is no
+// longer). `kill_after − heartbeat_interval − (failover + gap)` is the failover margin.
 #pragma once
 
+#include "leasehold/io/client.hpp"
 #include "leasehold/lease/result.hpp"
 #include "leasehold/lease/timing.hpp"
 #include "leasehold/lease/types.hpp"
@@ -53,9 +64,17 @@ inline constexpr std::uint64_t kDefaultWheelGranularityNs = 1'000'000;
 /// and the idle cost (one wake-up per period). At most the wheel tick: a wake-up every tick.
 inline constexpr std::uint64_t kDefaultRtCommandPollNs = 5'000'000;
 
+/// Default --lockd-failover-ms: a lockd leadership lease plus an election.
+inline constexpr std::uint64_t kDefaultLockdFailoverMs = 3'000;
+
 /// The supervisor's configuration. All durations are milliseconds unless the suffix says so.
 struct SupervisorConfig {
-  std::string lockd_address;        ///< "host:port" of lockd (UDP); required
+  /// lockd's address "host:port" (UDP), or several comma-separated ones (a replicated lockd,
+  /// whose leader the supervisor follows; entries as io/address_list.hpp reads them); required
+  std::string lockd_address;
+  /// With several lockd addresses: the longest time from the loss of a leader to a new one
+  /// serving (the leadership lease plus an election); a term of the failover condition above.
+  std::uint64_t lockd_failover_ms = kDefaultLockdFailoverMs;
   std::string key_file;             ///< HMAC key file (mode 0600); required
   std::optional<WorkerId> worker_id;  ///< nullopt → a random UUIDv4 per start
   std::string shm_path;             ///< empty → default_shm_path(worker)
@@ -154,10 +173,23 @@ class UidRangeLock {
 struct ConfigBudget {
   std::int64_t pause_budget_ns = 0;  ///< timing::check_safety: ttl − (kill_after·(1+ρ) + granularity + kill budget), ns
   std::uint32_t refresh_attempts = 0;  ///< floor(kill_after / heartbeat_interval)
+  std::uint32_t lockd_addresses = 0;   ///< distinct --lockd entries
+  /// The longest gap between two attempts of a call to lockd (lockd_retry_policy), ns.
+  std::int64_t retry_gap_ns = 0;
+  /// Several lockd addresses: (kill_after − heartbeat_interval) − (failover + retry gap), ns,
+  /// > 0; 0 with one address (no failover to survive).
+  std::int64_t failover_margin_ns = 0;
 };
 
-/// Checks a configuration: field ranges, the safety condition of DESIGN.md "Time", and that
-/// the heartbeat interval leaves at least kMinRefreshAttempts refreshes within kill_after.
+/// How the supervisor's calls to lockd retry (LockdLink): the first retry a quarter heartbeat
+/// interval after the send (at least 5 ms), the gap doubling up to one heartbeat interval,
+/// 20 % jitter. A not_leader answer without a usable leader waits as long before the next try.
+RetryPolicy lockd_retry_policy(const SupervisorConfig& config);
+
+/// Checks a configuration: field ranges, the --lockd list's syntax (no name lookup), the
+/// safety condition of DESIGN.md "Time", that the heartbeat interval leaves at least
+/// kMinRefreshAttempts refreshes within kill_after, and with several lockd addresses the
+/// failover condition (top of this file).
 /// The budget, or invalid_argument naming the flag(s) with the numbers (an unsafe timing
 /// gives both sides of the inequality and which flags to change). Pure; never throws.
 Result<ConfigBudget> check_config(const SupervisorConfig& config);

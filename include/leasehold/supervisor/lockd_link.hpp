@@ -12,6 +12,25 @@
 //
 // lockd's own requests to this worker (IsRunning, preemptible mode; Revoked, a pushed
 // revocation) arrive on the same socket and go to their handlers; they pass a wire::Receiver (replay window + answer cache).
+// They are accepted from any source address (authenticated; each lockd process speaks under
+// its own instance id, so each has its own replay window here) and answered to that address.
+//
+// Several lockd addresses (a replicated lockd, one leader at a time). The link has one current
+// target, where every new call and every resend goes:
+//   - an authenticated Error{not_leader, hint} is a redirect, never a call's result before its
+//     deadline: a hint that is one of the configured addresses (and not the one that answered)
+//     becomes the target and the call is resent at once (same request id, fresh seq); at most
+//     as many times in a row as there are addresses, so two lockds naming each other cannot
+//     make it spin. Otherwise (no hint, an address not configured, the spin bound) the target
+//     moves past the lockd that answered (round robin) and the call is resent after a backoff
+//     (RetryPolicy's, growing per call), so while no lockd leads the link does not spin either;
+//   - an attempt that got no answer before its retry moves the target to the next address when
+//     it went to the current one, and the retry goes to the target;
+//   - answers from any lockd end the call they answer (also while it waits out a backoff).
+//   With one address nothing moves: a not_leader is resent to it after the backoff.
+// Each lockd keeps its own replay window for this worker; the seq only grows, so every lockd
+// sees it rise, and a stale_seq answer (a window left above us by an earlier run) moves the
+// seq above that lockd's floor, once per lockd and call at most.
 #pragma once
 
 #include "leasehold/io/client.hpp"
@@ -26,6 +45,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace leasehold {
 
@@ -38,22 +59,34 @@ struct LockdLinkStats {
   std::uint64_t revocations_pushed = 0;  ///< Revoked from lockd, answered
   std::uint64_t late_answers = 0;      ///< answers that arrived after their call gave up
   std::uint64_t seq_resyncs = 0;       ///< stale_seq answers that moved our seq to lockd's floor
+  std::uint64_t not_leader_answers = 0;  ///< Error{not_leader}: redirects (never a call's result)
+  std::uint64_t not_leader_waits = 0;    ///< of those, resent after a backoff (no usable leader named)
+  std::uint64_t leader_switches = 0;     ///< the target moved to another lockd address (any reason)
 };
 
 class LockdLink final : public LockdPort {
  public:
-  /// `lockd` is the address of lockd; `key` is this worker's key (kind worker, for `self`).
-  /// The socket binds to the local address that routes to lockd (the wildcard only if none is
-  /// found), so it receives nothing sent to the worker's other addresses.
-  /// The link, or a Status (from the errno of socket/bind, e.g. io_error, permission_denied)
+  /// `lockds` are lockd's addresses (at least one, of one family, no duplicates: see
+  /// io/address_list.hpp); the first is the first target. `key` is this worker's key (kind
+  /// worker, for `self`). The socket binds to the local address that routes to every lockd
+  /// address (the wildcard when none is found or they differ), so it receives nothing sent to
+  /// the worker's other addresses. The link, or a Status: invalid_argument (no address, or
+  /// mixed families), or from the errno of socket/bind (e.g. io_error, permission_denied)
   /// naming the UDP socket to lockd when it cannot be opened.
-  static Result<std::unique_ptr<LockdLink>> open(EventLoop& loop, const SocketAddress& lockd,
+  static Result<std::unique_ptr<LockdLink>> open(EventLoop& loop, std::vector<SocketAddress> lockds,
                                                  WorkerId self, const wire::WireKey& key,
                                                  const RetryPolicy& retry);
+  /// One lockd address.
+  static Result<std::unique_ptr<LockdLink>> open(EventLoop& loop, const SocketAddress& lockd,
+                                                 WorkerId self, const wire::WireKey& key,
+                                                 const RetryPolicy& retry) {
+    return open(loop, std::vector<SocketAddress>{lockd}, self, key, retry);
+  }
   ~LockdLink();
 
   /// Sends `body` (a request type) with a fresh request id; `on_done` runs exactly once
-  /// (also when the request cannot be sent: status deadline_passed with `problem`).
+  /// (also when the request cannot be sent: status deadline_passed with `problem`; and when
+  /// no lockd led before the deadline: deadline_passed, "no lockd among ... leads").
   /// Retries (RequestClient's policy) resend the same bytes; a retry that reaches lockd while
   /// the first attempt's answer waits for durability is dropped there (wire::Receiver in-flight
   /// set), and a later retry gets the real answer from lockd's response cache.
@@ -96,19 +129,33 @@ class LockdLink final : public LockdPort {
   std::uint16_t pending_key_id() const noexcept { return pending_ ? pending_->key.key_id : 0; }
   /// The key id requests are signed with.
   std::uint16_t key_id() const noexcept { return sender_.key_id(); }
-  std::size_t outstanding() const noexcept { return client_->outstanding(); }
+  /// Calls in flight, including those waiting out a not_leader backoff.
+  std::size_t outstanding() const noexcept { return client_->outstanding() + waiting_.size(); }
   const ClientStats& client_stats() const noexcept { return client_->stats(); }
   const LockdLinkStats& stats() const noexcept { return stats_; }
-  const SocketAddress& lockd() const noexcept { return lockd_; }
+  /// The current target: the lockd believed to lead.
+  const SocketAddress& lockd() const noexcept { return lockds_[current_]; }
+  /// Every configured lockd address, in the order given.
+  const std::vector<SocketAddress>& lockds() const noexcept { return lockds_; }
   /// The address the socket is bound to.
   SocketAddress local() const { return local_address(loop_.socket_fd(client_->socket())).value_or(SocketAddress{}); }
 
  private:
   struct Call;
-  LockdLink(EventLoop& loop, const SocketAddress& lockd, WorkerId self, const wire::WireKey& key,
+  LockdLink(EventLoop& loop, std::vector<SocketAddress> lockds, WorkerId self, const wire::WireKey& key,
             const RetryPolicy& retry);
   void start(std::shared_ptr<Call> c);
   void finish(const std::shared_ptr<Call>& c, const RequestOutcome& o);
+  /// An authentic answer to `c` (from `from`), at any time of the call.
+  void on_answer(const std::shared_ptr<Call>& c, std::span<const std::uint8_t> answer, const SocketAddress& from);
+  /// Error{not_leader, hint} answered `c` from `from`: resend now, later, or fail at the deadline.
+  void redirect(const std::shared_ptr<Call>& c, const std::string& hint, const SocketAddress& from);
+  /// A call's not_leader backoff ended.
+  void resume(std::uint64_t request_id);
+  void fail(const std::shared_ptr<Call>& c, std::string problem);
+  std::string no_leader_text(const Call& c) const;
+  std::optional<std::size_t> index_of(const SocketAddress& a) const;
+  void move_to(std::size_t index);
   void on_unsolicited(const Datagram& d);
   void restamp(Call& c);
   Status check_worker_key(const wire::WireKey& key) const;
@@ -124,7 +171,10 @@ class LockdLink final : public LockdPort {
   };
 
   EventLoop& loop_;
-  SocketAddress lockd_;
+  std::vector<SocketAddress> lockds_;
+  std::size_t current_ = 0;  ///< index of the target in lockds_
+  RetryPolicy retry_;        ///< also the not_leader backoff
+  std::uint64_t rng_;        ///< the not_leader backoff's jitter
   wire::Sender sender_;
   wire::SingleKeyring* keys_;  ///< owned by receiver_; also checks answers to our calls
   wire::Receiver receiver_;
@@ -135,6 +185,8 @@ class LockdLink final : public LockdPort {
   LateAnswerHandler late_answer_;
   LockdLinkStats stats_;
   std::unique_ptr<PendingKey> pending_;
+  /// Calls waiting out a not_leader backoff (not in the RequestClient), by request id.
+  std::unordered_map<std::uint64_t, std::shared_ptr<Call>> waiting_;
 };
 
 /// Short text of a wire answer for messages and logs ("deny held by <uuid> at epoch 4").
