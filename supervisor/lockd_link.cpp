@@ -368,7 +368,7 @@ void LockdLink::redirect(const std::shared_ptr<Call>& c, const std::string& hint
     fail(c, no_leader_text(*c));
     return;
   }
-  if (named && named != answered_by && c->redirects < lockds_.size()) {
+  if (named && (!answered_by || *named != *answered_by) && c->redirects < lockds_.size()) {
     ++c->redirects;
     move_to(*named);
     restamp(*c);
