@@ -86,10 +86,20 @@ bool Leadership::pause(std::int64_t ns) {
 
 bool Leadership::campaign() {
   const std::int64_t sent = boottime_ns();
+  View v = view();
+  // A linearizable read first: while a leader holds the key, a follower's poll is a read, not a
+  // transaction that etcd would put through raft every poll interval.
+  if (auto key = client_->range(election_, {}, sent + kNsPerS); key.ok() && !key->kvs.empty()) {
+    if (key->kvs.front().value != v.leader || !v.last_error.empty()) {
+      v.leader = key->kvs.front().value;
+      v.last_error.clear();
+      publish(v);
+    }
+    return false;
+  }
   auto r = client_->txn(
       {etcd::Compare{election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0, {}}},
       {etcd::Op::put(election_, cfg_.advertise, lease_id_)}, {etcd::Op::get(election_)}, sent + kNsPerS);
-  View v = view();
   if (!r.ok()) {
     v.last_error = "campaign: " + r.status().message();
     publish(v);
