@@ -16,9 +16,19 @@
 //      with one shared worker key (the shared-worker-key ablation: the cost before per-worker
 //      keys), --key-rounds of each; reports the ratio of their refreshes/s (target >= 0.95).
 //
+//   5. stores, same run (--etcd ENDPOINTS instead of 4.): the started lockd runs (1.-2.)
+//      alternately on its SQLite store and as the leader of a one-lockd cluster on etcd
+//      (--store etcd://ENDPOINTS/<fresh prefix>), --key-rounds of each; reports the ratio of their
+//      refreshes/s (target >= 0.9: refreshes stay in the leader's memory) and of their durable
+//      acquires/s; then etcd's own rate for one-put transactions from --etcd-clients threads
+//      (the etcd client of lockd, so the same gRPC path): what batching buys.
+//
 // The generator signs every datagram (HMAC-SHA256, fresh seq per worker) and checks every
 // answer's entries; it does not verify answer tags (that would only measure the generator).
 #include "leasehold/wire/auth.hpp"
+#include "leasehold/etcd/client.hpp"
+#include "leasehold/lease/clock.hpp"
+#include "leasehold/wire/token.hpp"
 #include "leasehold/io/clock.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/wire/replay.hpp"
@@ -70,6 +80,8 @@ struct Options {
   std::string store_dir = "/tmp";
   std::string lockd_binary = LEASEHOLD_LOCKD_BINARY;
   bool baseline = true;
+  std::string etcd;          ///< ENDPOINTS: compare the SQLite store with the etcd store ("" = no)
+  unsigned etcd_clients = 64;
 };
 
 std::uint64_t proc_cpu_ticks(pid_t pid) {
@@ -167,7 +179,8 @@ std::uint64_t percentile(std::vector<std::uint64_t> v, double p) {
 }
 
 /// Phase 1: every worker acquires its names; returns false on a refusal.
-bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const Options& o, pid_t lockd_pid) {
+bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const Options& o, pid_t lockd_pid,
+                 double* per_s = nullptr) {
   Pipe pipe(lockd);
   struct InFlight {
     std::int64_t sent_ns;
@@ -242,6 +255,7 @@ bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const
               total, secs, static_cast<double>(total) / secs, o.acquire_window,
               static_cast<double>(percentile(latencies_ns, 0.50)) / 1e6,
               static_cast<double>(percentile(latencies_ns, 0.99)) / 1e6, refused, cpu);
+  if (per_s != nullptr) *per_s = static_cast<double>(total) / secs;
   return refused == 0;
 }
 
@@ -433,7 +447,8 @@ struct StartedLockd {
 /// Starts lockd with a fresh cluster key (written to *key_file). `shared_keys`: under the
 /// shared-worker-key ablation (every worker signs with one key: the figure before per-worker
 /// keys). nullptr if it does not start.
-std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, std::string* key_file) {
+std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, std::string* key_file,
+                                          const std::string& etcd = {}) {
   auto l = std::make_unique<StartedLockd>();
   char tmpl[4096];
   std::snprintf(tmpl, sizeof tmpl, "%s/lockd-load-XXXXXX", o.store_dir.c_str());
@@ -447,6 +462,17 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, st
     std::fprintf(stderr, "%s\n", err.message().c_str());
     return nullptr;
   }
+  const std::string signing = (l->tmp / "signing.key").string();
+  if (!etcd.empty()) {
+    if (const Status err = token::generate_signing_key_file(signing); !err.ok()) {
+      std::fprintf(stderr, "%s\n", err.message().c_str());
+      return nullptr;
+    }
+  }
+  // A fresh key prefix per run: nothing of an earlier run is loaded.
+  const std::string store = etcd.empty() ? (l->tmp / "lockd.db").string()
+                                         : "etcd://" + etcd + "/lockd-load-" + std::to_string(::getpid()) + "-" +
+                                               l->tmp.filename().string();
   int out[2];
   if (::pipe(out) != 0) return nullptr;
   l->pid = ::fork();
@@ -456,11 +482,15 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, st
     ::dup2(devnull, 2);
     if (shared_keys) ::setenv("LEASEHOLD_ABLATE", "shared-worker-key", 1);
     else ::unsetenv("LEASEHOLD_ABLATE");
-    const std::string store = (l->tmp / "lockd.db").string();
     const std::string max_names = std::to_string(static_cast<std::uint64_t>(o.workers) * o.sandboxes * 2 + 1024);
-    ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--key-file", key_file->c_str(), "--store",
-            store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
-            static_cast<char*>(nullptr));
+    if (etcd.empty())
+      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--key-file", key_file->c_str(), "--store",
+              store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
+              static_cast<char*>(nullptr));
+    else
+      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--key-file", key_file->c_str(), "--store",
+              store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
+              "--signing-key-file", signing.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::close(out[1]);
@@ -479,8 +509,22 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, st
     return nullptr;
   }
   l->address = *a;
+  if (!etcd.empty()) {
+    // A cluster of one: it serves once it has won the election (bounded wait).
+    bool leading = false;
+    for (int i = 0; i < 300 && !leading; ++i) {
+      std::ifstream log(l->tmp / "lockd.log");
+      const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+      leading = text.find("event=leading") != std::string::npos;
+      if (!leading) ::usleep(50'000);
+    }
+    if (!leading) {
+      std::fprintf(stderr, "lockd on %s did not lead within 15 s; see %s\n", store.c_str(), (l->tmp / "lockd.log").c_str());
+      return nullptr;
+    }
+  }
   std::printf("started lockd pid %d on %s (%s), store %s\n", l->pid, l->address.str().c_str(),
-              shared_keys ? "one shared worker key: the ablation" : "per-worker keys", (l->tmp / "lockd.db").c_str());
+              shared_keys ? "one shared worker key: the ablation" : "per-worker keys", store.c_str());
   return l;
 }
 
@@ -507,8 +551,8 @@ std::vector<Worker> make_workers(const Options& o, const wire::WireKey& key, boo
 
 /// Acquires every name, then refreshes for o.seconds; the refresh result (per_s 0 on failure).
 RefreshRun run_against(std::vector<Worker>& workers, const SocketAddress& lockd_addr, const Options& o,
-                          pid_t pid, int* rc) {
-  if (!acquire_all(workers, lockd_addr, o, pid)) {
+                          pid_t pid, int* rc, double* acquires_per_s = nullptr) {
+  if (!acquire_all(workers, lockd_addr, o, pid, acquires_per_s)) {
     std::fprintf(stderr, "some acquires were refused\n");
     *rc = 1;
   }
@@ -539,6 +583,39 @@ RefreshRun run_against(std::vector<Worker>& workers, const SocketAddress& lockd_
   return r;
 }
 
+/// etcd's own rate: `clients` threads, each putting one key per transaction (unguarded, a fresh
+/// key each) for `seconds`; transactions per second, 0 on error.
+double etcd_put_rate(const std::string& endpoints, unsigned clients, double seconds) {
+  auto c = etcd::Client::open(endpoints);
+  if (!c.ok()) {
+    std::fprintf(stderr, "etcd: %s\n", c.status().message().c_str());
+    return 0;
+  }
+  std::shared_ptr<etcd::Client> client = std::move(*c);
+  std::atomic<std::uint64_t> done{0};
+  std::atomic<bool> failed{false};
+  const std::int64_t end = boottime_ns() + static_cast<std::int64_t>(seconds * 1e9);
+  const std::string prefix = "/lockd-load-raw-" + std::to_string(::getpid()) + "/";
+  std::vector<std::thread> threads;
+  const std::int64_t t0 = boottime_ns();
+  for (unsigned t = 0; t < clients; ++t)
+    threads.emplace_back([&, t] {
+      for (std::uint64_t n = 0; boottime_ns() < end && !failed; ++n) {
+        const std::string key = prefix + std::to_string(t) + "/" + std::to_string(n);
+        auto r = client->txn({}, {etcd::Op::put(key, std::string(110, 'x'))}, {}, boottime_ns() + 5'000'000'000);
+        if (!r.ok()) {
+          failed = true;
+          std::fprintf(stderr, "etcd put: %s\n", r.status().message().c_str());
+          return;
+        }
+        ++done;
+      }
+    });
+  for (auto& t : threads) t.join();
+  const double secs = static_cast<double>(boottime_ns() - t0) / 1e9;
+  return failed ? 0.0 : static_cast<double>(done.load()) / secs;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -560,6 +637,12 @@ int main(int argc, char** argv) {
                  "their refreshes/s (0: per-worker keys only)")
       ->capture_default_str();
   app.add_flag("!--no-baseline", o.baseline, "skip the UDP reflector baseline");
+  app.add_option("--etcd", o.etcd,
+                 "HOST:PORT[,...] of an etcd: compare the started lockd on SQLite with it as the leader of a "
+                 "one-lockd cluster on this etcd (--key-rounds of each, per-worker keys), then measure etcd's "
+                 "own one-put transaction rate");
+  app.add_option("--etcd-clients", o.etcd_clients, "--etcd: threads putting concurrently for etcd's own rate")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::printf("%u workers x %u sandboxes = %u leases; 2 cores shared by lockd and this generator\n", o.workers,
               o.sandboxes, o.workers * o.sandboxes);
@@ -583,10 +666,12 @@ int main(int argc, char** argv) {
   std::vector<double> per_worker, shared;
   std::vector<Worker> last;
   const unsigned runs = key_rounds == 0 ? 1 : 2 * key_rounds;
+  std::vector<double> acquires_sqlite, acquires_etcd;
   for (unsigned i = 0; i < runs; ++i) {
-    const bool shared_keys = key_rounds != 0 && i % 2 == 1;
+    const bool on_etcd = !o.etcd.empty() && key_rounds != 0 && i % 2 == 1;
+    const bool shared_keys = o.etcd.empty() && key_rounds != 0 && i % 2 == 1;
     std::string key_file;
-    auto l = start_lockd(o, shared_keys, &key_file);
+    auto l = start_lockd(o, shared_keys, &key_file, on_etcd ? o.etcd : std::string());
     if (!l) return 1;
     auto key = wire::load_key_file(key_file);
     if (!key) {
@@ -594,8 +679,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::vector<Worker> workers = make_workers(o, *key, shared_keys);
-    const RefreshRun r = run_against(workers, l->address, o, l->pid, &rc);
-    (shared_keys ? shared : per_worker).push_back(r.per_s);
+    double acquires = 0;
+    const RefreshRun r = run_against(workers, l->address, o, l->pid, &rc, &acquires);
+    (shared_keys || on_etcd ? shared : per_worker).push_back(r.per_s);
+    (on_etcd ? acquires_etcd : acquires_sqlite).push_back(acquires);
     if (i + 1 == runs) last = std::move(workers);
   }
   auto mean = [](const std::vector<double>& v) {
@@ -603,7 +690,17 @@ int main(int argc, char** argv) {
     for (double x : v) t += x;
     return v.empty() ? 0.0 : t / static_cast<double>(v.size());
   };
-  if (!shared.empty()) {
+  if (!shared.empty() && !o.etcd.empty()) {
+    std::printf("stores: SQLite %.0f refreshes/s, %.0f acquires/s; etcd leader %.0f refreshes/s, %.0f acquires/s; "
+                "etcd/SQLite refreshes = %.3f (target >= 0.9), acquires = %.3f\n",
+                mean(per_worker), mean(acquires_sqlite), mean(shared), mean(acquires_etcd),
+                mean(per_worker) > 0 ? mean(shared) / mean(per_worker) : 0.0,
+                mean(acquires_sqlite) > 0 ? mean(acquires_etcd) / mean(acquires_sqlite) : 0.0);
+    const double raw = etcd_put_rate(o.etcd, o.etcd_clients, 3.0);
+    std::printf("etcd's own rate: %.0f one-put transactions/s from %u client threads (lockd's etcd client); "
+                "lockd's durable acquires on etcd / etcd's own puts = %.2f (target >= 1)\n",
+                raw, o.etcd_clients, raw > 0 ? mean(acquires_etcd) / raw : 0.0);
+  } else if (!shared.empty()) {
     std::string pw, sh;
     for (double x : per_worker) pw += (pw.empty() ? "" : ", ") + std::to_string(static_cast<long long>(x));
     for (double x : shared) sh += (sh.empty() ? "" : ", ") + std::to_string(static_cast<long long>(x));
