@@ -218,7 +218,7 @@ TEST_F(LockdLinkTest, NotLeaderNamingAConfiguredAddressIsFollowedAtOnce) {
 // No leader named (no hint, or one that is not configured): round robin to the next address,
 // after a backoff, and the call completes where a leader answers.
 TEST_F(LockdLinkTest, NotLeaderWithoutAUsableHintGoesRoundRobinAfterABackoff) {
-  start(3, policy(100, 100));
+  start(3, policy(300, 300));  // long enough that no answer on loopback is late for a retry
   lockds_[0]->mode = FakeLockd::Mode::follower;  // no leader known
   lockds_[1]->mode = FakeLockd::Mode::follower;
   lockds_[1]->hint = "10.255.255.1:7400";  // a leader this worker was not given
@@ -228,10 +228,10 @@ TEST_F(LockdLinkTest, NotLeaderWithoutAUsableHintGoesRoundRobinAfterABackoff) {
   ASSERT_EQ(lockds_[0]->requests.size(), 1u);
   ASSERT_EQ(lockds_[1]->requests.size(), 1u);
   ASSERT_EQ(lockds_[2]->requests.size(), 1u);
-  // A backoff (100 ms, 20 % jitter) before each of the two resends: no spinning.
-  EXPECT_GE(lockds_[1]->requests[0] - lockds_[0]->requests[0], 80 * kNsPerMs);
-  EXPECT_GE(lockds_[2]->requests[0] - lockds_[1]->requests[0], 80 * kNsPerMs);
-  EXPECT_GE(took, 160 * kNsPerMs);
+  // A backoff (300 ms, 20 % jitter) before each of the two resends: no spinning.
+  EXPECT_GE(lockds_[1]->requests[0] - lockds_[0]->requests[0], 240 * kNsPerMs);
+  EXPECT_GE(lockds_[2]->requests[0] - lockds_[1]->requests[0], 240 * kNsPerMs);
+  EXPECT_GE(took, 480 * kNsPerMs);
   EXPECT_EQ(link_->stats().not_leader_answers, 2u);
   EXPECT_EQ(link_->stats().not_leader_waits, 2u);
   EXPECT_EQ(link_->stats().leader_switches, 2u);
@@ -241,7 +241,7 @@ TEST_F(LockdLinkTest, NotLeaderWithoutAUsableHintGoesRoundRobinAfterABackoff) {
 // A dead leader: the attempt that got no answer moves the call (and the link) to the next
 // address on its retry.
 TEST_F(LockdLinkTest, ATimedOutAttemptTriesTheNextAddress) {
-  start(2, policy(50, 50));
+  start(2, policy(200, 200));
   lockds_[0]->mode = FakeLockd::Mode::dead;
   const auto [reply, took] = stats_call(10 * kNsPerS);
   ASSERT_TRUE(reply.ok()) << reply.problem;
