@@ -140,35 +140,36 @@ byte rev[2];                    /* its leader revision R */
 byte fence[2];                  /* ticks its self-fence stays open: from the send of its last
                                    acknowledged keep-alive (or the lease grant) + L */
 byte held[2] = NOBODY;          /* its table: the name's holder */
-byte left[2];                   /* ticks until its table expires the name */
-byte up[2];                     /* ticks since it won (capped at TTL) */
-byte age[2];                    /* ticks since its last lived write (capped at CKPT) */
+byte expiry_in[2];                   /* ticks until its table expires the name */
+byte uptime[2];                     /* ticks since it won (capped at TTL) */
+byte ckpt_age[2];                    /* ticks since its last lived write (capped at CKPT) */
 byte noted[2];                  /* bit h: seen/h = R is durable (acknowledge h at once) */
 
 /* ---- holders ---- */
-byte st[2];
-byte valid[2];                  /* ticks until the kill-switch fires: send of the last
+byte life[2];
+byte kill_in[2];                  /* ticks until the kill-switch fires: send of the last
                                    acknowledged refresh (or the acquire) + KA */
 
 /* ---- ghosts: read by the properties only ---- */
-byte g_since;                   /* served ticks since the last refresh (or the grant) a lockd
-                                   applied for a holder that then died, while the name's row
-                                   stays Held by it (capped at B + 1) */
+byte g_since;                   /* served ticks while the name's row is Held by a holder that
+                                   stopped for good: since the refresh (or grant) right after
+                                   which its machine died, or since its sandbox exited or was
+                                   killed (capped at B + 1) */
 bool g_kept;                    /* a restored lease was refreshed by its new leader */
 bool g_short;                   /* a takeover restored a lease for less than a TTL */
 bool g_rejected;                /* a lockd's write was rejected */
 
 /* scratch within one atomic step, 0 between steps (Spin's `hidden` mis-restores them) */
-byte ok;                        /* the last commit was durable */
-byte serving;
-byte k;
-byte t;                         /* the lockd a holder's request goes to */
-byte j;
-byte sum;
+byte s_ok;                        /* the last commit was durable */
+byte s_serving;
+byte s_k;
+byte s_to;                         /* the lockd a holder's request goes to */
+byte s_j;
+byte s_sum;
 
 inline forget(i) {
-	cut[i] = false; rev[i] = 0; fence[i] = 0; held[i] = NOBODY; left[i] = 0; up[i] = 0;
-	age[i] = 0; noted[i] = 0
+	cut[i] = false; rev[i] = 0; fence[i] = 0; held[i] = NOBODY; expiry_in[i] = 0; uptime[i] = 0;
+	ckpt_age[i] = 0; noted[i] = 0
 }
 
 /* Forget what nothing reads any more, so that runs that differ only in it meet in one state
@@ -179,38 +180,39 @@ inline forget(i) {
 inline canon() {
 	if
 	:: elections == ELECTIONS ->
-		for (k : 1 .. ELECTIONS) { d_lived[k] = 0 };
-		up[0] = 0; up[1] = 0; d_seen[0] = 0; d_seen[1] = 0
+		for (s_k : 1 .. ELECTIONS) { d_lived[s_k] = 0 };
+		uptime[0] = 0; uptime[1] = 0; d_seen[0] = 0; d_seen[1] = 0
 	:: else
 	fi;
-	for (k : 0 .. 1) {
+	for (s_k : 0 .. 1) {
 		if
-		:: st[k] == DONE || st[k] == DEAD ->
-			noted[0] = noted[0] & ~(1 << k); noted[1] = noted[1] & ~(1 << k);
-			if :: d_holder != k -> d_seen[k] = 0 :: else fi
+		:: life[s_k] == DONE || life[s_k] == DEAD ->
+			kill_in[s_k] = 0;
+			noted[0] = noted[0] & ~(1 << s_k); noted[1] = noted[1] & ~(1 << s_k);
+			if :: d_holder != s_k -> d_seen[s_k] = 0 :: else fi
 		:: else
 		fi
 	};
-	for (k : 0 .. 1) {
-		if :: held[k] == NOBODY -> left[k] = 0 :: else fi;
-		if :: cut[k] && !FENCE_OPEN(k) -> forget(k); role[k] = FOLLOWER :: else fi
+	for (s_k : 0 .. 1) {
+		if :: held[s_k] == NOBODY -> expiry_in[s_k] = 0 :: else fi;
+		if :: cut[s_k] && !FENCE_OPEN(s_k) -> forget(s_k); role[s_k] = FOLLOWER :: else fi
 	};
-	if :: d_holder == NOBODY || st[d_holder] != DEAD -> g_since = 0 :: else fi;
-	k = 0
+	if :: d_holder == NOBODY || life[d_holder] == CRIT -> g_since = 0 :: else fi;
+	s_k = 0
 }
 
 /* EtcdStore::commit: one txn "if create_revision(election key) == R then <batch>", with
  * lived/R; sets ok when durable */
 inline commit(i) {
 	if
-	:: cut[i] -> ok = false                 /* never lands; its answers wait for ever */
+	:: cut[i] -> s_ok = false                 /* never lands; its answers wait for ever */
 	:: else ->
 		if
 		:: /*@G guarded*/ GUARD_HOLDS(i) ->
-			ok = true; /*@E lived_batch*/ d_lived[rev[i]] = up[i]; age[i] = 0
+			s_ok = true; /*@E lived_batch*/ d_lived[rev[i]] = uptime[i]; ckpt_age[i] = 0
 		:: else ->                          /* rejected: stop serving; lockd exits 1 and is
 			                                       restarted as a follower */
-			ok = false; forget(i); /*@E rejected_stops*/ role[i] = FOLLOWER; g_rejected = true
+			s_ok = false; forget(i); /*@E rejected_stops*/ role[i] = FOLLOWER; g_rejected = true
 		fi
 	fi
 }
@@ -221,40 +223,40 @@ proctype Clock()
 end_idle:
 	do
 	:: atomic {
-		serving = (key_rev != 0 && role[key_owner] == LEADER && !cut[key_owner] &&
+		s_serving = (key_rev != 0 && role[key_owner] == LEADER && !cut[key_owner] &&
 		           rev[key_owner] == key_rev);
 		/* the supervisors' kill-switches (DeadlineWheel: last acknowledged send + kill_after) */
-		for (k : 0 .. 1) {
+		for (s_k : 0 .. 1) {
 			if
-			:: st[k] == CRIT ->
-				/*@E killswitch_clock*/ valid[k]--;
-				if :: /*@G killswitch*/ valid[k] == 0 -> /*@E kill*/ st[k] = DONE :: else fi
+			:: life[s_k] == CRIT ->
+				if :: kill_in[s_k] > 0 -> /*@E killswitch_clock*/ kill_in[s_k] = kill_in[s_k] - 1 :: else fi;
+				if :: /*@G killswitch*/ kill_in[s_k] == 0 -> /*@E kill*/ life[s_k] = DONE :: else fi
 			:: else
 			fi
 		};
 		/* each lockd that believes it leads */
-		for (k : 0 .. 1) {
+		for (s_k : 0 .. 1) {
 			if
-			:: role[k] == LEADER ->
-				if :: !cut[k] && up[k] < TTL -> /*@E lived_clock*/ up[k]++ :: else fi;
-				if :: fence[k] > 0 -> /*@E fence_clock*/ fence[k]-- :: else fi;
+			:: role[s_k] == LEADER ->
+				if :: !cut[s_k] && uptime[s_k] < TTL -> /*@E lived_clock*/ uptime[s_k] = uptime[s_k] + 1 :: else fi;
+				if :: fence[s_k] > 0 -> /*@E fence_clock*/ fence[s_k] = fence[s_k] - 1 :: else fi;
 				if
-				:: held[k] != NOBODY ->
-					/*@E lease_clock*/ left[k]--;
+				:: held[s_k] != NOBODY ->
+					if :: expiry_in[s_k] > 0 -> /*@E lease_clock*/ expiry_in[s_k] = expiry_in[s_k] - 1 :: else fi;
 					if
-					:: /*@G expires*/ left[k] == 0 ->     /* LeaseTable::advance: expiry, written */
-						/*@E expire*/ held[k] = NOBODY;
-						commit(k);
-						if :: ok -> /*@E expire_durable*/ d_holder = NOBODY :: else fi
+					:: /*@G expires*/ expiry_in[s_k] == 0 ->     /* LeaseTable::advance: expiry, written */
+						/*@E expire*/ held[s_k] = NOBODY;
+						commit(s_k);
+						if :: s_ok -> /*@E expire_durable*/ d_holder = NOBODY :: else fi
 					:: else ->
 						if
-						:: !cut[k] ->                     /* the lived checkpoint */
-							age[k]++;
-							if :: /*@G checkpoint_due*/ age[k] >= CKPT -> commit(k) :: else fi
+						:: !cut[s_k] ->                     /* the lived checkpoint */
+							ckpt_age[s_k]++;
+							if :: /*@G checkpoint_due*/ ckpt_age[s_k] >= CKPT -> commit(s_k) :: else fi
 						:: else
 						fi
 					fi
-				:: else -> age[k] = 0
+				:: else -> ckpt_age[s_k] = 0
 				fi
 			:: else
 			fi
@@ -267,10 +269,10 @@ end_idle:
 		:: else
 		fi;
 		if
-		:: serving && d_holder != NOBODY && st[d_holder] == DEAD && g_since <= B -> g_since++
+		:: s_serving && d_holder != NOBODY && life[d_holder] >= DONE && g_since <= B -> g_since++
 		:: else
 		fi;
-		serving = false; ok = false;
+		s_serving = false; s_ok = false;
 		canon()
 	   }
 	od
@@ -281,19 +283,19 @@ inline takeover(i) {
 	/*@E restore_row*/ held[i] = d_holder;
 	if
 	:: held[i] != NOBODY ->
-		sum = 0;
+		s_sum = 0;
 #ifndef TAKEOVER_FULL_TTL
-		for (j : d_seen[held[i]] + 1 .. rev[i] - 1) { /*@E lived_sum*/ sum = sum + d_lived[j] };
+		for (s_j : d_seen[held[i]] + 1 .. rev[i] - 1) { /*@E lived_sum*/ s_sum = s_sum + d_lived[s_j] };
 #endif
 		if
-		:: /*@G nothing_left*/ sum >= TTL ->       /* expires at once */
+		:: /*@G nothing_left*/ s_sum >= TTL ->       /* expires at once */
 			held[i] = NOBODY; commit(i);
-			if :: ok -> /*@E restore_expire*/ d_holder = NOBODY :: else fi
-		:: else -> /*@E restore_left*/ left[i] = TTL - sum; g_short = g_short || sum > 0
+			if :: s_ok -> /*@E restore_expire*/ d_holder = NOBODY :: else fi
+		:: else -> /*@E restore_left*/ expiry_in[i] = TTL - s_sum; g_short = g_short || s_sum > 0
 		fi
 	:: else
 	fi;
-	sum = 0; j = 0; ok = false
+	s_sum = 0; s_j = 0; s_ok = false
 }
 
 /* ---- Lockd(i) ---- */
@@ -320,7 +322,7 @@ end_idle:
 		fi
 	   }
 	:: atomic {    /* partitioned from etcd while holding a lease: runs on, from memory */
-		role[i] == LEADER && !cut[i] && held[i] != NOBODY -> cut[i] = true; up[i] = 0; age[i] = 0
+		role[i] == LEADER && !cut[i] && held[i] != NOBODY -> cut[i] = true; uptime[i] = 0; ckpt_age[i] = 0
 	   }
 	:: atomic {    /* a cut lockd crashes and is restarted */
 		cut[i] -> forget(i); role[i] = FOLLOWER
@@ -332,23 +334,23 @@ end_idle:
 inline acquire(h, i) {
 	if
 	:: role[i] == LEADER && !cut[i] && /*@G acquire_free*/ held[i] == NOBODY ->
-		/*@E grant*/ held[i] = h; left[i] = TTL;
+		/*@E grant*/ held[i] = h; expiry_in[i] = TTL;
 		commit(i);
 		if
-		:: ok ->
+		:: s_ok ->
 			/*@E grant_durable*/ d_holder = h;
+			noted[i] = noted[i] | (1 << h);       /* seen/h = R is in this batch */
 			/*@E grant_seen*/ d_seen[h] = rev[i];
-			noted[i] = noted[i] | (1 << h);
 			if
-			:: /*@E granted*/ st[h] = CRIT; valid[h] = KA
-			:: UN -> st[h] = DONE                 /* the answer is lost: never starts */
-			:: st[h] = DEAD                       /* the machine dies right after */
+			:: /*@E granted*/ life[h] = CRIT; kill_in[h] = KA
+			:: UN -> life[h] = DONE                 /* the answer is lost: never starts */
+			:: life[h] = DEAD                       /* the machine dies right after */
 			fi
 		:: else                                   /* no answer */
 		fi
 	:: else                                       /* refused, not_leader, or no answer */
 	fi;
-	ok = false
+	s_ok = false
 }
 
 inline heartbeat(h, i) {
@@ -357,11 +359,11 @@ inline heartbeat(h, i) {
 		if
 		:: /*@G refresh_holds*/ held[i] == h ->
 			if
-			:: /*@G seen_known*/ (noted[i] & (1 << h)) != 0 -> ok = true
+			:: /*@G seen_known*/ (noted[i] & (1 << h)) != 0 -> s_ok = true
 			:: else ->                            /* first acknowledgement in this incarnation */
 				commit(i);
 				if
-				:: ok ->
+				:: s_ok ->
 					/*@E seen_mark*/ d_seen[h] = rev[i];
 					noted[i] = noted[i] | (1 << h);
 					g_kept = true
@@ -369,21 +371,21 @@ inline heartbeat(h, i) {
 				fi
 			fi;
 			if
-			:: ok ->
-				/*@E refresh*/ left[i] = TTL;
+			:: s_ok ->
+				/*@E refresh*/ expiry_in[i] = TTL;
 				if
-				:: /*@E refreshed*/ valid[h] = KA
+				:: /*@E refreshed*/ kill_in[h] = KA
 				:: UN -> skip                     /* the answer is lost */
-				:: st[h] = DEAD; valid[h] = 0     /* the machine dies right after */
+				:: life[h] = DEAD                     /* the machine dies right after */
 				fi
 			:: else                               /* no answer */
 			fi
 		:: else ->                                /* lost / unknown: kill at once */
-			/*@E recovery*/ st[h] = DONE; valid[h] = 0
+			/*@E recovery*/ life[h] = DONE
 		fi
 	:: else                                       /* not_leader, or silent past its fence */
 	fi;
-	ok = false
+	s_ok = false
 }
 
 inline release_at(h, i) {
@@ -391,26 +393,26 @@ inline release_at(h, i) {
 	:: role[i] == LEADER && !cut[i] && /*@G release_holds*/ held[i] == h ->
 		/*@E release*/ held[i] = NOBODY;
 		commit(i);
-		if :: ok -> /*@E release_durable*/ d_holder = NOBODY :: else fi
+		if :: s_ok -> /*@E release_durable*/ d_holder = NOBODY :: else fi
 	:: else
 	fi;
-	ok = false
+	s_ok = false
 }
 
 proctype Holder(byte h)
 {
 end_idle:
 	do
-	:: atomic { st[h] == IDLE -> if :: t = 0 :: t = 1 fi; acquire(h, t); t = 0; canon() }
-	:: atomic { st[h] == CRIT -> if :: t = 0 :: t = 1 fi; heartbeat(h, t); t = 0; canon() }
+	:: atomic { life[h] == IDLE -> if :: s_to = 0 :: s_to = 1 fi; acquire(h, s_to); s_to = 0; canon() }
+	:: atomic { life[h] == CRIT -> if :: s_to = 0 :: s_to = 1 fi; heartbeat(h, s_to); s_to = 0; canon() }
 	:: atomic {    /* the sandbox exits; the release goes to either lockd, or is lost */
-		st[h] == CRIT -> st[h] = DONE; valid[h] = 0;
+		life[h] == CRIT -> life[h] = DONE;
 		if
-		:: t = 0; release_at(h, t)
-		:: t = 1; release_at(h, t)
+		:: s_to = 0; release_at(h, s_to)
+		:: s_to = 1; release_at(h, s_to)
 		:: skip
 		fi;
-		t = 0; canon()
+		s_to = 0; canon()
 	   }
 	od
 }
@@ -422,14 +424,16 @@ init {
 /* ---- properties ---- */
 
 /* MutualExclusion: never two sandboxes in their critical sections (a killed one is DONE). */
-ltl MutualExclusion { [] !(st[0] == CRIT && st[1] == CRIT) }
+ltl MutualExclusion { [] !(life[0] == CRIT && life[1] == CRIT) }
 
-/* BoundedFreeing: a name whose holder's heartbeats stopped reaching lockd is Free (its row
- * written Free, so any leader may grant it) within B ticks of served leader time after the
- * last refresh a lockd applied, however many failovers happen (up to ELECTIONS leaders).  A
- * tick is served when the election key's owner runs, believes it leads and reaches etcd.
- * B = (TTL - 1) in the incarnation of that refresh + (TTL - 1) from the next takeover on,
- * + (CKPT - 1) of lived time lost per incarnation in between. */
+/* BoundedFreeing: a name whose holder stopped for good is Free (its row written Free, so any
+ * leader may grant it) within B ticks of served leader time, however many failovers happen (up
+ * to ELECTIONS leaders).  Counted from the last refresh a lockd applied when the holder's
+ * machine died right after it (DEAD), and from the stop when its sandbox exited or was killed
+ * (its supervisor sends nothing for it any more).  A tick is served when the election key's
+ * owner runs, believes it leads and reaches etcd.  B = (TTL - 1) in the incarnation of that
+ * refresh + (TTL - 1) from the next takeover on + (CKPT - 1) of lived time lost per
+ * incarnation in between; NeverAtBound shows that it is reached. */
 ltl BoundedFreeing { [] (g_since <= B) }
 
 /* FenceWithinLease: a lockd whose self-fence is open is the election key's owner (Leadership::
@@ -440,8 +444,8 @@ ltl FenceWithinLease {
 }
 
 /* Non-vacuity (expected to FAIL). */
-ltl NeverGranted { [] (st[0] != CRIT && st[1] != CRIT) }
-ltl NeverHandedOver { [] !((st[0] == CRIT && st[1] >= DONE) || (st[1] == CRIT && st[0] >= DONE)) }
+ltl NeverGranted { [] (life[0] != CRIT && life[1] != CRIT) }
+ltl NeverHandedOver { [] !((life[0] == CRIT && life[1] >= DONE) || (life[1] == CRIT && life[0] >= DONE)) }
 ltl NeverFailover { [] (elections < 2) }
 /* a live lease restored at a takeover is refreshed by the new leader */
 ltl NeverKeptAcrossFailover { [] !g_kept }
@@ -451,3 +455,8 @@ ltl NeverShortened { [] !g_short }
 ltl NeverRejected { [] !g_rejected }
 /* B is tight: a name is held for B served ticks after its last refresh */
 ltl NeverAtBound { [] (g_since < B) }
+/* a leader's fence is still open after it served L ticks: keep-alive answers extend it */
+ltl NeverRenewed {
+	[] !((role[0] == LEADER && !cut[0] && uptime[0] >= LL && fence[0] > 0) ||
+	     (role[1] == LEADER && !cut[1] && uptime[1] >= LL && fence[1] > 0))
+}
