@@ -151,10 +151,13 @@ byte kill_in[2];                  /* ticks until the kill-switch fires: send of 
                                    acknowledged refresh (or the acquire) + KA */
 
 /* ---- ghosts: read by the properties only ---- */
-byte g_since;                   /* served ticks while the name's row is Held by a holder that
-                                   stopped for good: since the refresh (or grant) right after
-                                   which its machine died, or since its sandbox exited or was
-                                   killed (capped at B + 1) */
+/* the name is not free although its holder stopped for good: its row, or the table of the
+ * election key's owner, holds it for a holder that is DONE or DEAD */
+#define STOPPED_IN(x) ((x) != NOBODY && life[x] >= DONE)
+#define UNFREE (STOPPED_IN(d_holder) || (key_rev != 0 && STOPPED_IN(held[key_owner])))
+byte g_since;                   /* served ticks while UNFREE: since the refresh (or grant)
+                                   right after which the holder's machine died, or since its
+                                   sandbox exited or was killed (capped at B + 1) */
 bool g_kept;                    /* a restored lease was refreshed by its new leader */
 bool g_short;                   /* a takeover restored a lease for less than a TTL */
 bool g_rejected;                /* a lockd's write was rejected */
@@ -197,7 +200,7 @@ inline canon() {
 		if :: held[s_k] == NOBODY -> expiry_in[s_k] = 0 :: else fi;
 		if :: cut[s_k] && !FENCE_OPEN(s_k) -> forget(s_k); role[s_k] = FOLLOWER :: else fi
 	};
-	if :: d_holder == NOBODY || life[d_holder] == CRIT -> g_since = 0 :: else fi;
+	if :: !UNFREE -> g_since = 0 :: else fi;
 	s_k = 0
 }
 
@@ -269,7 +272,7 @@ end_idle:
 		:: else
 		fi;
 		if
-		:: s_serving && d_holder != NOBODY && life[d_holder] >= DONE && g_since <= B -> g_since++
+		:: s_serving && UNFREE && g_since <= B -> g_since++
 		:: else
 		fi;
 		s_serving = false; s_ok = false;
@@ -426,8 +429,8 @@ init {
 /* MutualExclusion: never two sandboxes in their critical sections (a killed one is DONE). */
 ltl MutualExclusion { [] !(life[0] == CRIT && life[1] == CRIT) }
 
-/* BoundedFreeing: a name whose holder stopped for good is Free (its row written Free, so any
- * leader may grant it) within B ticks of served leader time, however many failovers happen (up
+/* BoundedFreeing: a name whose holder stopped for good is free (neither its row nor the
+ * serving leader's table holds it: that leader grants it) within B ticks of served leader time, however many failovers happen (up
  * to ELECTIONS leaders).  Counted from the last refresh a lockd applied when the holder's
  * machine died right after it (DEAD), and from the stop when its sandbox exited or was killed
  * (its supervisor sends nothing for it any more).  A tick is served when the election key's
