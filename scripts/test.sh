@@ -52,7 +52,7 @@ fi
 
 if [ -x specs/mutate ]; then
   stage "specs: mutation test (every guard and effect weakened; survivors must be explained)"
-  specs/mutate lease transfer preemptible
+  specs/mutate lease transfer preemptible failover
 fi
 
 if [ -x scripts/sim.sh ]; then
