@@ -140,14 +140,14 @@ byte rev[2];                    /* its leader revision R */
 byte fence[2];                  /* ticks its self-fence stays open: from the send of its last
                                    acknowledged keep-alive (or the lease grant) + L */
 byte held[2] = NOBODY;          /* its table: the name's holder */
-byte expiry_in[2];                   /* ticks until its table expires the name */
-byte uptime[2];                     /* ticks since it won (capped at TTL) */
-byte ckpt_age[2];                    /* ticks since its last lived write (capped at CKPT) */
+byte expiry_in[2];              /* ticks until its table expires the name */
+byte uptime[2];                 /* ticks since it won (capped at TTL) */
+byte ckpt_age[2];               /* ticks since its last lived write (capped at CKPT) */
 byte noted[2];                  /* bit h: seen/h = R is durable (acknowledge h at once) */
 
 /* ---- holders ---- */
 byte life[2];
-byte kill_in[2];                  /* ticks until the kill-switch fires: send of the last
+byte kill_in[2];                /* ticks until the kill-switch fires: send of the last
                                    acknowledged refresh (or the acquire) + KA */
 
 /* ---- ghosts: read by the properties only ---- */
@@ -162,11 +162,11 @@ bool g_kept;                    /* a restored lease was refreshed by its new lea
 bool g_short;                   /* a takeover restored a lease for less than a TTL */
 bool g_rejected;                /* a lockd's write was rejected */
 
-/* scratch within one atomic step, 0 between steps (Spin's `hidden` mis-restores them) */
-byte s_ok;                        /* the last commit was durable */
+/* scratch within one atomic step, 0 between steps (not `hidden`: pan read stale indexes) */
+byte s_ok;                      /* the last commit was durable */
 byte s_serving;
 byte s_k;
-byte s_to;                         /* the lockd a holder's request goes to */
+byte s_to;                      /* the lockd a holder's request goes to */
 byte s_j;
 byte s_sum;
 
@@ -205,16 +205,15 @@ inline canon() {
 }
 
 /* EtcdStore::commit: one txn "if create_revision(election key) == R then <batch>", with
- * lived/R; sets ok when durable */
+ * lived/R; s_ok when durable */
 inline commit(i) {
 	if
-	:: cut[i] -> s_ok = false                 /* never lands; its answers wait for ever */
+	:: cut[i] -> s_ok = false               /* never lands; its answers wait for ever */
 	:: else ->
 		if
 		:: /*@G guarded*/ GUARD_HOLDS(i) ->
 			s_ok = true; /*@E lived_batch*/ d_lived[rev[i]] = uptime[i]; ckpt_age[i] = 0
-		:: else ->                          /* rejected: stop serving; lockd exits 1 and is
-			                                       restarted as a follower */
+		:: else ->              /* rejected: stop serving; lockd exits 1, restarts a follower */
 			s_ok = false; forget(i); /*@E rejected_stops*/ role[i] = FOLLOWER; g_rejected = true
 		fi
 	fi
@@ -227,12 +226,15 @@ end_idle:
 	do
 	:: atomic {
 		s_serving = (key_rev != 0 && role[key_owner] == LEADER && !cut[key_owner] &&
-		           rev[key_owner] == key_rev);
+		             rev[key_owner] == key_rev);
 		/* the supervisors' kill-switches (DeadlineWheel: last acknowledged send + kill_after) */
 		for (s_k : 0 .. 1) {
 			if
 			:: life[s_k] == CRIT ->
-				if :: kill_in[s_k] > 0 -> /*@E killswitch_clock*/ kill_in[s_k] = kill_in[s_k] - 1 :: else fi;
+				if
+				:: kill_in[s_k] > 0 -> /*@E killswitch_clock*/ kill_in[s_k] = kill_in[s_k] - 1
+				:: else
+				fi;
 				if :: /*@G killswitch*/ kill_in[s_k] == 0 -> /*@E kill*/ life[s_k] = DONE :: else fi
 			:: else
 			fi
@@ -241,19 +243,26 @@ end_idle:
 		for (s_k : 0 .. 1) {
 			if
 			:: role[s_k] == LEADER ->
-				if :: !cut[s_k] && uptime[s_k] < TTL -> /*@E lived_clock*/ uptime[s_k] = uptime[s_k] + 1 :: else fi;
+				if
+				:: !cut[s_k] && uptime[s_k] < TTL -> /*@E lived_clock*/ uptime[s_k] = uptime[s_k] + 1
+				:: else
+				fi;
 				if :: fence[s_k] > 0 -> /*@E fence_clock*/ fence[s_k] = fence[s_k] - 1 :: else fi;
 				if
 				:: held[s_k] != NOBODY ->
-					if :: expiry_in[s_k] > 0 -> /*@E lease_clock*/ expiry_in[s_k] = expiry_in[s_k] - 1 :: else fi;
 					if
-					:: /*@G expires*/ expiry_in[s_k] == 0 ->     /* LeaseTable::advance: expiry, written */
+					:: expiry_in[s_k] > 0 ->
+						/*@E lease_clock*/ expiry_in[s_k] = expiry_in[s_k] - 1
+					:: else
+					fi;
+					if
+					:: /*@G expires*/ expiry_in[s_k] == 0 -> /* LeaseTable::advance: expiry, written */
 						/*@E expire*/ held[s_k] = NOBODY;
 						commit(s_k);
 						if :: s_ok -> /*@E expire_durable*/ d_holder = NOBODY :: else fi
 					:: else ->
 						if
-						:: !cut[s_k] ->                     /* the lived checkpoint */
+						:: !cut[s_k] ->                 /* the lived checkpoint */
 							ckpt_age[s_k]++;
 							if :: /*@G checkpoint_due*/ ckpt_age[s_k] >= CKPT -> commit(s_k) :: else fi
 						:: else
@@ -288,13 +297,17 @@ inline takeover(i) {
 	:: held[i] != NOBODY ->
 		s_sum = 0;
 #ifndef TAKEOVER_FULL_TTL
-		for (s_j : d_seen[held[i]] + 1 .. rev[i] - 1) { /*@E lived_sum*/ s_sum = s_sum + d_lived[s_j] };
+		for (s_j : d_seen[held[i]] + 1 .. rev[i] - 1) {
+			/*@E lived_sum*/ s_sum = s_sum + d_lived[s_j]
+		};
 #endif
 		if
-		:: /*@G nothing_left*/ s_sum >= TTL ->       /* expires at once */
+		:: /*@G nothing_left*/ s_sum >= TTL ->     /* expires at once */
 			held[i] = NOBODY; commit(i);
 			if :: s_ok -> /*@E restore_expire*/ d_holder = NOBODY :: else fi
-		:: else -> /*@E restore_left*/ expiry_in[i] = TTL - s_sum; g_short = g_short || s_sum > 0
+		:: else ->
+			/*@E restore_left*/ expiry_in[i] = TTL - s_sum;
+			g_short = g_short || s_sum > 0
 		fi
 	:: else
 	fi;
@@ -325,7 +338,8 @@ end_idle:
 		fi
 	   }
 	:: atomic {    /* partitioned from etcd while holding a lease: runs on, from memory */
-		role[i] == LEADER && !cut[i] && held[i] != NOBODY -> cut[i] = true; uptime[i] = 0; ckpt_age[i] = 0
+		role[i] == LEADER && !cut[i] && held[i] != NOBODY ->
+		cut[i] = true; uptime[i] = 0; ckpt_age[i] = 0
 	   }
 	:: atomic {    /* a cut lockd crashes and is restarted */
 		cut[i] -> forget(i); role[i] = FOLLOWER
@@ -346,8 +360,8 @@ inline acquire(h, i) {
 			/*@E grant_seen*/ d_seen[h] = rev[i];
 			if
 			:: /*@E granted*/ life[h] = CRIT; kill_in[h] = KA
-			:: UN -> life[h] = DONE                 /* the answer is lost: never starts */
-			:: life[h] = DEAD                       /* the machine dies right after */
+			:: UN -> life[h] = DONE               /* the answer is lost: never starts */
+			:: life[h] = DEAD                     /* the machine dies right after */
 			fi
 		:: else                                   /* no answer */
 		fi
@@ -379,7 +393,7 @@ inline heartbeat(h, i) {
 				if
 				:: /*@E refreshed*/ kill_in[h] = KA
 				:: UN -> skip                     /* the answer is lost */
-				:: life[h] = DEAD                     /* the machine dies right after */
+				:: life[h] = DEAD                 /* the machine dies right after */
 				fi
 			:: else                               /* no answer */
 			fi
@@ -406,8 +420,12 @@ proctype Holder(byte h)
 {
 end_idle:
 	do
-	:: atomic { life[h] == IDLE -> if :: s_to = 0 :: s_to = 1 fi; acquire(h, s_to); s_to = 0; canon() }
-	:: atomic { life[h] == CRIT -> if :: s_to = 0 :: s_to = 1 fi; heartbeat(h, s_to); s_to = 0; canon() }
+	:: atomic {
+		life[h] == IDLE -> if :: s_to = 0 :: s_to = 1 fi; acquire(h, s_to); s_to = 0; canon()
+	   }
+	:: atomic {
+		life[h] == CRIT -> if :: s_to = 0 :: s_to = 1 fi; heartbeat(h, s_to); s_to = 0; canon()
+	   }
 	:: atomic {    /* the sandbox exits; the release goes to either lockd, or is lost */
 		life[h] == CRIT -> life[h] = DONE;
 		if
@@ -430,13 +448,14 @@ init {
 ltl MutualExclusion { [] !(life[0] == CRIT && life[1] == CRIT) }
 
 /* BoundedFreeing: a name whose holder stopped for good is free (neither its row nor the
- * serving leader's table holds it: that leader grants it) within B ticks of served leader time, however many failovers happen (up
- * to ELECTIONS leaders).  Counted from the last refresh a lockd applied when the holder's
- * machine died right after it (DEAD), and from the stop when its sandbox exited or was killed
- * (its supervisor sends nothing for it any more).  A tick is served when the election key's
- * owner runs, believes it leads and reaches etcd.  B = (TTL - 1) in the incarnation of that
- * refresh + (TTL - 1) from the next takeover on + (CKPT - 1) of lived time lost per
- * incarnation in between; NeverAtBound shows that it is reached. */
+ * serving leader's table holds it: that leader grants it) within B ticks of served leader
+ * time, however many failovers happen (up to ELECTIONS leaders).  Counted from the last
+ * refresh a lockd applied when the holder's machine died right after it (DEAD), and from the
+ * stop when its sandbox exited or was killed (its supervisor sends nothing for it any more).
+ * A tick is served when the election key's owner runs, believes it leads and reaches etcd.
+ * B = (TTL - 1) in the incarnation of that refresh + (TTL - 1) from the next takeover on +
+ * (CKPT - 1) of lived time lost per incarnation in between; NeverAtBound shows that it is
+ * reached. */
 ltl BoundedFreeing { [] (g_since <= B) }
 
 /* FenceWithinLease: a lockd whose self-fence is open is the election key's owner (Leadership::
@@ -448,7 +467,9 @@ ltl FenceWithinLease {
 
 /* Non-vacuity (expected to FAIL). */
 ltl NeverGranted { [] (life[0] != CRIT && life[1] != CRIT) }
-ltl NeverHandedOver { [] !((life[0] == CRIT && life[1] >= DONE) || (life[1] == CRIT && life[0] >= DONE)) }
+ltl NeverHandedOver {
+	[] !((life[0] == CRIT && life[1] >= DONE) || (life[1] == CRIT && life[0] >= DONE))
+}
 ltl NeverFailover { [] (elections < 2) }
 /* a live lease restored at a takeover is refreshed by the new leader */
 ltl NeverKeptAcrossFailover { [] !g_kept }
