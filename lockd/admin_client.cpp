@@ -92,7 +92,9 @@ Answer AdminClient::request(const wire::Body& body) {
   Answer out;
   const std::uint64_t rid = next_request_id_++;
   const std::size_t n = lockds_.size();
-  const std::int64_t deadline = boottime_ns() + timeout_ns_;
+  // Following a leader happens within one timeout; a resync or a resend under a fresh seq (below)
+  // is a new exchange with the lockd that answered, with a timeout of its own, as it always was.
+  std::int64_t deadline = boottime_ns() + timeout_ns_;
   // With several addresses, each visit gets a share of the timeout: one that does not answer
   // (a lockd that is gone) leaves time for the others.
   const std::int64_t visit_ns = n > 1 ? std::max<std::int64_t>(timeout_ns_ / static_cast<std::int64_t>(n), kAdminVisitMinNs)
@@ -177,6 +179,7 @@ Answer AdminClient::request(const wire::Body& body) {
           !wire::seq_resync_ablated()) {
         ++resyncs;
         sender_.advance_to(e->seq_floor);
+        deadline = boottime_ns() + timeout_ns_;
         continue;
       }
       // A retry of ours (the same bytes) reached lockd after the first copy, whose answer is
@@ -184,6 +187,7 @@ Answer AdminClient::request(const wire::Body& body) {
       // again under a fresh one (it is idempotent, as every request is).
       if (replays < 3 && e->code == wire::error_code_of(wire::DecodeError::replayed)) {
         ++replays;
+        deadline = boottime_ns() + timeout_ns_;
         continue;
       }
       out.status = Status{Errc::refused, "lockd answered error " + std::string(wire::to_string(e->code)) + ": " + e->message};
