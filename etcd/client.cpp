@@ -45,6 +45,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <mutex>
 #include <utility>
 
 namespace leasehold::etcd {
@@ -363,30 +364,75 @@ Op Op::get(std::string k, std::string range_end) {
 }
 
 struct Client::Impl {
+  /// One channel and its stubs: the client's current connection (replaced by rotate()).
+  struct Conn {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<pb::KV::Stub> kv;
+    std::unique_ptr<pb::Lease::Stub> lease;
+    std::unique_ptr<pb::Maintenance::Stub> maintenance;
+  };
   std::string endpoints;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<pb::KV::Stub> kv;
-  std::unique_ptr<pb::Lease::Stub> lease;
-  std::unique_ptr<pb::Maintenance::Stub> maintenance;
+  std::string scheme;                   ///< "ipv4:" or "ipv6:"
+  std::vector<std::string> addresses;   ///< every resolved address, in the order given
+  grpc::ChannelArguments args;
+  std::mutex mu;
+  std::shared_ptr<Conn> conn;           // guarded by mu
+  std::size_t first = 0;                // guarded by mu: the address pick_first tries first
 
-  /// Runs one unary call `fn(ClientContext*)` with the deadline set; ok, or the mapped failure.
+  /// A channel whose pick_first list starts at addresses[first] (mu held).
+  std::shared_ptr<Conn> make_conn() {
+    std::string target = scheme;
+    for (std::size_t i = 0; i < addresses.size(); ++i) {
+      if (i != 0) target += ',';
+      target += addresses[(first + i) % addresses.size()];
+    }
+    auto c = std::make_shared<Conn>();
+    c->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    if (!c->channel) return nullptr;
+    c->kv = pb::KV::NewStub(c->channel);
+    c->lease = pb::Lease::NewStub(c->channel);
+    c->maintenance = pb::Maintenance::NewStub(c->channel);
+    return c;
+  }
+  std::shared_ptr<Conn> current() {
+    std::lock_guard lock(mu);
+    return conn;
+  }
+  /// Moves to the next address when `from` is still the current connection (several calls that
+  /// timed out on one member move once).
+  void rotate(const std::shared_ptr<Conn>& from) {
+    std::lock_guard lock(mu);
+    if (addresses.size() < 2 || (from != nullptr && conn != from)) return;
+    first = (first + 1) % addresses.size();
+    if (auto next = make_conn()) conn = std::move(next);
+  }
+
+  /// Runs one unary call `fn(ClientContext*, Conn&)` with the deadline set; ok, or the mapped
+  /// failure. A call that timed out on a connected member (it holds its connection but answers
+  /// nothing: stopped, or cut off from its peers) moves the client to the next address: gRPC's
+  /// pick_first would stay on that member until its keepalive pings time out (13 s), longer
+  /// than a leadership lease.
   template <class Fn>
   Status call(std::string_view what, std::int64_t deadline_ns, Fn&& fn) {
     if (deadline_ns <= boottime_ns())
       return Status{Errc::timeout, prefix(endpoints, what) + "the deadline passed before the call"};
+    const std::shared_ptr<Conn> c = current();
     grpc::ClientContext ctx;
     ctx.set_deadline(system_deadline(deadline_ns));
     ctx.set_wait_for_ready(true);
-    const grpc::Status st = fn(&ctx);
+    const grpc::Status st = fn(&ctx, *c);
     if (st.ok()) return {};
-    return failure(st, what);
+    Status out = failure(st, what, *c);
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && c->channel->GetState(false) == GRPC_CHANNEL_READY)
+      rotate(c);
+    return out;
   }
 
   /// The mapped failure; a deadline that passed with no endpoint connected is io_error.
-  Status failure(const grpc::Status& st, std::string_view what) {
+  Status failure(const grpc::Status& st, std::string_view what, Conn& c) {
     Status out = from_grpc(st, endpoints, what);
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-        channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE)
+        c.channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE)
       return Status{Errc::io_error, out.message() + " (no endpoint could be connected)"};
     return out;
   }
@@ -414,16 +460,23 @@ Result<std::unique_ptr<Client>> Client::open(std::string_view endpoints) {
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);     // connections of this client alone
   auto impl = std::make_unique<Impl>();
   impl->endpoints = all;
-  impl->channel = grpc::CreateCustomChannel(*target, grpc::InsecureChannelCredentials(), args);
-  if (!impl->channel)
+  impl->args = args;
+  const std::size_t colon = target->find(':');
+  impl->scheme = target->substr(0, colon + 1);
+  for (std::size_t at = colon + 1; at <= target->size();) {
+    const std::size_t comma = std::min(target->find(',', at), target->size());
+    impl->addresses.push_back(target->substr(at, comma - at));
+    at = comma + 1;
+  }
+  impl->conn = impl->make_conn();
+  if (!impl->conn)
     return Status{Errc::io_error, "etcd endpoints \"" + all + "\": gRPC made no channel for " + *target};
-  impl->kv = pb::KV::NewStub(impl->channel);
-  impl->lease = pb::Lease::NewStub(impl->channel);
-  impl->maintenance = pb::Maintenance::NewStub(impl->channel);
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
 const std::string& Client::endpoints() const noexcept { return impl_->endpoints; }
+
+void Client::next_endpoint() { impl_->rotate(nullptr); }
 
 Result<Range> Client::range(std::string_view key, std::string_view range_end, std::int64_t deadline_ns,
                             std::int64_t limit, std::int64_t revision) {
@@ -431,7 +484,7 @@ Result<Range> Client::range(std::string_view key, std::string_view range_end, st
   fill_range(&req, key, range_end, limit, revision);
   pb::RangeResponse resp;
   Status st = impl_->call("Range", deadline_ns,
-                          [&](grpc::ClientContext* ctx) { return impl_->kv->Range(ctx, req, &resp); });
+                          [&](grpc::ClientContext* ctx, Impl::Conn& c) { return c.kv->Range(ctx, req, &resp); });
   if (!st.ok()) return st;
   return from_pb(resp, resp.header().revision());
 }
@@ -444,7 +497,7 @@ Result<Txn> Client::txn(const std::vector<Compare>& compares, const std::vector<
   for (const Op& op : failure) fill_op(req.add_failure(), op);
   pb::TxnResponse resp;
   Status st = impl_->call("Txn", deadline_ns,
-                          [&](grpc::ClientContext* ctx) { return impl_->kv->Txn(ctx, req, &resp); });
+                          [&](grpc::ClientContext* ctx, Impl::Conn& c) { return c.kv->Txn(ctx, req, &resp); });
   if (!st.ok()) return st;
   Txn out;
   out.succeeded = resp.succeeded();
@@ -461,7 +514,7 @@ Status Client::put(std::string_view key, std::string_view value, std::int64_t de
   req.set_value(std::string(value));
   req.set_lease(lease);
   pb::PutResponse resp;
-  return impl_->call("Put", deadline_ns, [&](grpc::ClientContext* ctx) { return impl_->kv->Put(ctx, req, &resp); });
+  return impl_->call("Put", deadline_ns, [&](grpc::ClientContext* ctx, Impl::Conn& c) { return c.kv->Put(ctx, req, &resp); });
 }
 
 Result<LeaseGrant> Client::lease_grant(std::int64_t ttl_s, std::int64_t deadline_ns) {
@@ -470,7 +523,7 @@ Result<LeaseGrant> Client::lease_grant(std::int64_t ttl_s, std::int64_t deadline
   req.set_id(0);  // etcd picks the id
   pb::LeaseGrantResponse resp;
   Status st = impl_->call("LeaseGrant", deadline_ns,
-                          [&](grpc::ClientContext* ctx) { return impl_->lease->LeaseGrant(ctx, req, &resp); });
+                          [&](grpc::ClientContext* ctx, Impl::Conn& c) { return c.lease->LeaseGrant(ctx, req, &resp); });
   if (!st.ok()) return st;
   if (!resp.error().empty()) return Status{Errc::refused, prefix(impl_->endpoints, "LeaseGrant") + resp.error()};
   return LeaseGrant{resp.id(), resp.ttl()};
@@ -481,14 +534,14 @@ Status Client::lease_revoke(std::int64_t id, std::int64_t deadline_ns) {
   req.set_id(id);
   pb::LeaseRevokeResponse resp;
   return impl_->call("LeaseRevoke", deadline_ns,
-                     [&](grpc::ClientContext* ctx) { return impl_->lease->LeaseRevoke(ctx, req, &resp); });
+                     [&](grpc::ClientContext* ctx, Impl::Conn& c) { return c.lease->LeaseRevoke(ctx, req, &resp); });
 }
 
 Result<MemberStatus> Client::status(std::int64_t deadline_ns) {
   pb::StatusRequest req;
   pb::StatusResponse resp;
-  Status st = impl_->call("Status", deadline_ns, [&](grpc::ClientContext* ctx) {
-    return impl_->maintenance->Status(ctx, req, &resp);
+  Status st = impl_->call("Status", deadline_ns, [&](grpc::ClientContext* ctx, Impl::Conn& c) {
+    return c.maintenance->Status(ctx, req, &resp);
   });
   if (!st.ok()) return st;
   MemberStatus out;
@@ -594,9 +647,10 @@ Result<std::unique_ptr<KeepAlive>> Client::keep_alive(std::int64_t deadline_ns) 
     return Status{Errc::timeout, prefix(impl_->endpoints, kWhat) + "the deadline passed before the call"};
   auto ka = std::make_unique<KeepAlive::Impl>();
   ka->endpoints = impl_->endpoints;
-  ka->channel = impl_->channel;
+  const std::shared_ptr<Impl::Conn> conn = impl_->current();
+  ka->channel = conn->channel;
   ka->ctx.set_wait_for_ready(true);  // as the unary calls: wait (and poll) for a connection
-  ka->stream = impl_->lease->AsyncLeaseKeepAlive(&ka->ctx, &ka->cq, KeepAlive::Impl::tag(KeepAlive::Impl::kStart));
+  ka->stream = conn->lease->AsyncLeaseKeepAlive(&ka->ctx, &ka->cq, KeepAlive::Impl::tag(KeepAlive::Impl::kStart));
   switch (ka->wait(KeepAlive::Impl::kStart, deadline_ns)) {
     case KeepAlive::Impl::Wait::ok: break;
     case KeepAlive::Impl::Wait::failed: return ka->finish(kWhat);

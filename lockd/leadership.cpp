@@ -219,7 +219,10 @@ void Leadership::run() {
       resign({}, "the leadership lease expired in etcd");
     } else {
       note("keep-alive", r.status());
-      keep_alive.reset();  // a broken stream: open another, after a short pause
+      // A broken stream: open another, on the next member (this one may hold its connection
+      // and answer nothing), after a short pause.
+      if (r.status().code() == Errc::timeout) client_->next_endpoint();
+      keep_alive.reset();
       if (!pause(std::min<std::int64_t>(cfg_.poll_ns, 100'000'000))) break;
     }
   }

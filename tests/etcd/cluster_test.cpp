@@ -110,6 +110,39 @@ TEST(EtcdCluster, ATxnThroughEveryEndpointSucceedsAfterTheLeaderIsKilled) {
   EXPECT_EQ(caught_up->kvs[0].value, "kill");
 }
 
+// A member that stops answering but keeps its connection open (SIGSTOP: a hung process, a
+// member cut off by a firewall that drops) is left for the next endpoint after one timed-out
+// call, not after gRPC's keepalive pings give up on it (13 s, more than a leadership lease).
+TEST(EtcdCluster, AMemberThatStopsAnsweringIsLeftAfterOneTimedOutCall) {
+  SKIP_WITHOUT_ETCD();
+  harness::TempDir dir("leasehold-etcd-stalled");
+  auto cluster = harness::EtcdCluster::start(3, dir.path().string());
+  ASSERT_TRUE(cluster.ok()) << cluster.message();
+  auto& c = **cluster;
+  auto leader = c.leader(in_ms(kCallMs));
+  ASSERT_TRUE(leader.ok()) << leader.message();
+  const int stalled = (*leader + 1) % 3;  // a follower: the cluster keeps its quorum and leader
+  std::string endpoints = c.endpoint(stalled);
+  for (int i = 0; i < 3; ++i)
+    if (i != stalled) endpoints += "," + c.endpoint(i);
+  auto client = Client::open(endpoints);
+  ASSERT_TRUE(client.ok()) << client.message();
+  Client& etcd = **client;
+  auto first = etcd.status(in_ms(kCallMs));
+  ASSERT_TRUE(first.ok()) << first.message();
+  ASSERT_TRUE(c.stop(stalled).ok());
+  int failed = 0;
+  bool served = false;
+  for (int i = 0; i < 5 && !served; ++i) {
+    auto r = etcd.range("k", "", in_ms(500));
+    served = r.ok();
+    if (!served) ++failed;
+  }
+  ASSERT_TRUE(c.cont(stalled).ok());
+  EXPECT_TRUE(served);
+  EXPECT_EQ(failed, 1);  // the call that found the member stopped; the next went elsewhere
+}
+
 TEST(EtcdCluster, AKilledMemberRestartsWithWhatItAcknowledged) {
   SKIP_WITHOUT_ETCD();
   harness::TempDir dir("leasehold-etcd-cluster");

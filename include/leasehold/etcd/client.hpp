@@ -143,6 +143,12 @@ class Client {
   /// Opens a keep-alive stream (one per lease holder; the stream's calls are synchronous).
   Result<std::unique_ptr<KeepAlive>> keep_alive(std::int64_t deadline_ns);
 
+  /// Moves the client to the next endpoint (a new channel that tries it first): for a caller
+  /// whose keep-alive timed out on a member that keeps its connection but answers nothing. A
+  /// unary call that times out on a connected member does this itself. Calls in flight finish
+  /// on the old channel. No-op with one address.
+  void next_endpoint();
+
   /// The status of the member the channel is connected to.
   Result<MemberStatus> status(std::int64_t deadline_ns);
 
