@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
 
@@ -307,6 +308,19 @@ Status validate(const LockdConfig& cfg) {
     return Status::invalid("--listen \"" + cfg.listen +
            "\" is not a numeric ADDR:PORT (e.g. 127.0.0.1:7400 or [::1]:7400)");
   if (cfg.store_path.empty()) return Status::invalid("--store must not be empty");
+  {
+    // "etcd:host:port", "ETCD://..." or "etcd:/...": a mistyped etcd URL would otherwise open a
+    // SQLite file of that name and serve a table of its own beside the cluster.
+    const std::string& st = cfg.store_path;
+    const std::size_t colon = st.find(':');
+    const bool scheme = colon != std::string::npos && colon > 0 &&
+                        std::all_of(st.begin(), st.begin() + static_cast<std::ptrdiff_t>(colon), [](char ch) {
+                          return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '+' || ch == '-' || ch == '.';
+                        }) && std::isalpha(static_cast<unsigned char>(st[0])) != 0;
+    if (scheme && !uses_etcd(cfg))
+      return Status::invalid("--store \"" + st + "\" looks like a URL but is not etcd://HOST:PORT[,HOST:PORT...][/PREFIX] "
+                             "(a SQLite store is a file path; write ./" + st + " for a file of that name)");
+  }
   if (uses_etcd(cfg)) {
     if (const auto loc = parse_etcd_url(cfg.store_path); !loc.ok()) return loc.status();
     if (cfg.signing_key_file.empty())

@@ -161,6 +161,12 @@ TEST(LockdConfig, AnEtcdStoreNeedsASharedSigningKeyAReachableAddressAndATtlAbove
                 .find("--leader-lease-s 0 must be in 1..60"),
             std::string::npos);
   EXPECT_NE(parse({"--key-file", k, "--advertise", "127.0.0.1:7400"}).find("etcd store only"), std::string::npos);
+  // A mistyped etcd URL is not taken for a SQLite file name (a second, standalone table).
+  for (const char* typo : {"etcd:127.0.0.1:2379", "ETCD://127.0.0.1:2379", "etcd:/127.0.0.1:2379", "http://h:1"})
+    EXPECT_NE(parse({"--key-file", k, "--store", typo, "--signing-key-file", sk}).find("looks like a URL"),
+              std::string::npos)
+        << typo;
+  EXPECT_EQ(parse({"--key-file", k, "--store", "./etcd:127.0.0.1:2379"}), "");
 }
 
 TEST(LockdConfig, ReservationTtlDefaultsToAFewLeaseTtlsAndIsBounded) {
