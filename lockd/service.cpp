@@ -1088,8 +1088,11 @@ wire::StatsAnswer LockService::stats_answer() const {
   add("held", table_.held());
   add("epoch_high_water", table_.epoch_high_water());
   add("incarnation", incarnation_);
-  add("leading", not_leader_ ? 0 : 1);
-  add("not_leader_answers", counters_.not_leader_answers);
+  if (uses_etcd(cfg_)) {  // a cluster's (the answer is full: a standalone lockd's stays as it was)
+    add("leading", not_leader_ ? 0 : 1);
+    add("failover_bound_ms", failover_bound_ms(cfg_));
+    add("not_leader_answers", counters_.not_leader_answers);
+  }
   add("log_lines_dropped", log_lines_dropped_);
   add("refreshes_per_s", counters_.refreshes_per_s);
   add("refresh_entries", counters_.refresh_entries);

@@ -604,9 +604,11 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     const auto* st = std::get_if<wire::StatsAnswer>(&b);
     if (st == nullptr) return "lockd answered stats with " + describe_answer(b);
     std::optional<std::uint64_t> preemptible, ttl;
+    std::uint64_t failover_bound = 0;  // 0: a lockd of its own (SQLite), or one that does not say
     for (const auto& c : st->counters) {
       if (c.key == "mode_preemptible") preemptible = c.value;
       if (c.key == "ttl_ms") ttl = c.value;
+      if (c.key == "failover_bound_ms") failover_bound = c.value;
     }
     if (!preemptible || !ttl) return "lockd's stats do not report its mode and TTL (an older lockd?)";
     const bool want = cfg.mode == SupervisorMode::preemptible;
@@ -616,6 +618,12 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     if (!want && *ttl < cfg.ttl_ms)
       return "lockd's lease TTL is " + std::to_string(*ttl) + " ms, below --ttl-ms " + std::to_string(cfg.ttl_ms) +
              ": the kill-switch could fire after lockd's expiry; give both the same --ttl-ms";
+    // The start-up check of a failover (config.hpp) used --lockd-failover-ms: the cluster's own
+    // bound must not be longer, or a failover outlasts the kill-switch.
+    if (lockd_addresses.size() > 1 && failover_bound > cfg.lockd_failover_ms)
+      return "lockd's cluster fails over within " + std::to_string(failover_bound) + " ms, above --lockd-failover-ms " +
+             std::to_string(cfg.lockd_failover_ms) + ": a failover could outlast the kill-switch; give "
+             "--lockd-failover-ms " + std::to_string(failover_bound) + " (and a --kill-after-ms that leaves room for it)";
     core->set_lockd_ttl_ms(*ttl);
     return {};
   });

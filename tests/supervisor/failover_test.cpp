@@ -149,5 +149,15 @@ TEST_F(SupervisorFailover, ASupervisorThatKnowsOnlyTheKilledLeaderKillsItsSandbo
   }, 8'000)) << sup.log_text();
 }
 
+// A supervisor sized for a faster failover than the cluster's is refused at start, naming both.
+TEST_F(SupervisorFailover, ASupervisorExpectingAFasterFailoverThanTheClustersIsRefused) {
+  Supervisor sup;
+  std::string err;
+  std::vector<std::string> timing = kTiming;
+  *(std::find(timing.begin(), timing.end(), "--lockd-failover-ms") + 1) = "1000";
+  EXPECT_FALSE(sup.start(dir_.path(), addresses_, key_, timing, &err, "fast"));
+  EXPECT_NE(err.find("fails over within 2000 ms, above --lockd-failover-ms 1000"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace leasehold
