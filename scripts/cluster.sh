@@ -5,9 +5,13 @@
 #
 # Usage: scripts/cluster.sh [DIR]   (DIR: where keys, data and logs go; default a new temp dir)
 # Runs in the foreground and prints how to point a supervisor and the CLI at the cluster;
-# Ctrl-C (or SIGTERM) stops every process it started. Needs the release build (built if missing)
-# and etcd (scripts/setup.sh installs etcd-server).
+# Ctrl-C (or SIGTERM) stops every process it started. Builds the release binaries (incrementally)
+# and needs etcd (scripts/setup.sh installs etcd-server).
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "cluster: unknown option $1 (usage: scripts/cluster.sh [DIR])" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 root=$(pwd)
 dir=${1:-$(mktemp -d /tmp/leasehold-cluster.XXXXXX)}
@@ -16,11 +20,11 @@ dir=$(cd "$dir" && pwd)
 
 scripts/setup.sh >/dev/null
 b=$root/build/release
-if [ ! -x "$b/lockd/leasehold-lockd" ] || [ ! -x "$b/supervisor/leasehold-supervisor" ] || [ ! -x "$b/tools/leasehold" ]; then
-  echo "cluster: building the release binaries (cmake --preset release)..."
-  cmake --preset release >/dev/null
-  cmake --build --preset release -j"$(nproc)" --target leasehold-lockd leasehold-supervisor leasehold >/dev/null
-fi
+# Always brought up to date (a no-op when it is): binaries older than the tree would not take
+# the flags printed below.
+echo "cluster: building the release binaries (cmake --preset release)..."
+cmake --preset release >/dev/null
+cmake --build --preset release -j"$(nproc)" --target leasehold-lockd leasehold-supervisor leasehold >/dev/null
 etcd_bin=$(command -v etcd || true)
 [ -n "$etcd_bin" ] || { echo "cluster: etcd is not installed (apt-get install etcd-server)" >&2; exit 1; }
 
