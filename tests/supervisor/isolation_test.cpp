@@ -289,11 +289,21 @@ TEST_F(Isolated, DiesWithItsSupervisorAfterDroppingPrivileges) {
     for (;;) ::pause();
   }
   ::close(pids[1]);
+  // Whatever fails below, the stand-in supervisor (it pauses for ever, holding this test's
+  // output) goes with the test.
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reap_on_failure{supervisor};
   pid_t sandbox = -1;
   ASSERT_EQ(::read(pids[0], &sandbox, sizeof sandbox), static_cast<ssize_t>(sizeof sandbox));
   ::close(pids[0]);
   ASSERT_GT(sandbox, 0) << "the stand-in supervisor could not start the sandbox";
   ASSERT_TRUE(await_output("started"));
+  // "started" is echoed before the shell execs `sleep MARK`: wait for the exec.
+  for (int i = 0; i < 3000 && marked().empty(); ++i) ::usleep(10'000);
   ASSERT_EQ(marked().size(), 1u) << "the sandbox runs";
   ASSERT_EQ(::kill(supervisor, SIGKILL), 0);
   int status = 0;
