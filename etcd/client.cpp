@@ -325,6 +325,21 @@ Result<std::string> channel_target(const std::vector<Endpoint>& eps, const std::
 
 }  // namespace
 
+Compare Compare::of(std::string key, Target target, Op op, std::int64_t number) {
+  Compare c;
+  c.key = std::move(key);
+  c.target = target;
+  c.op = op;
+  c.number = number;
+  return c;
+}
+
+Compare Compare::of_value(std::string key, Op op, std::string value) {
+  Compare c = of(std::move(key), Target::value, op, 0);
+  c.value = std::move(value);
+  return c;
+}
+
 std::string prefix_end(std::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {

@@ -194,7 +194,7 @@ void EtcdStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
     ops.push_back(etcd::Op::put(prefix_ + "seen/" + w.str(), std::to_string(marks.incarnation)));
 
   const std::vector<etcd::Compare> guard{
-      etcd::Compare{election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, revision_, {}}};
+      etcd::Compare::of(election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, revision_)};
   const std::int64_t give_up = boottime_ns() + kEtcdCommitDeadlineNs;
   const std::size_t step = txn_ops_max_ - 1;  // room for nothing else: the guard is a compare, not an op
   for (std::size_t at = 0; at < ops.size(); at += step) {

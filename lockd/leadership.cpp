@@ -98,7 +98,7 @@ bool Leadership::campaign() {
     return false;
   }
   auto r = client_->txn(
-      {etcd::Compare{election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0, {}}},
+      {etcd::Compare::of(election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0)},
       {etcd::Op::put(election_, cfg_.advertise, lease_id_)}, {etcd::Op::get(election_)}, sent + kNsPerS);
   if (!r.ok()) {
     v.last_error = "campaign: " + r.status().message();

@@ -20,23 +20,6 @@ constexpr std::int64_t kMs = 1'000'000;
 /// A deadline `ms` from now (CLOCK_BOOTTIME).
 std::int64_t in_ms(std::int64_t ms) { return boottime_ns() + ms * kMs; }
 
-/// One compare of `target` against a number (designated initialisers would leave `value` out,
-/// which -Wextra reports).
-Compare cmp(std::string key, Compare::Target target, Compare::Op op, std::int64_t number) {
-  Compare c;
-  c.key = std::move(key);
-  c.target = target;
-  c.op = op;
-  c.number = number;
-  return c;
-}
-
-Compare cmp_value(std::string key, Compare::Op op, std::string value) {
-  Compare c = cmp(std::move(key), Compare::Target::value, op, 0);
-  c.value = std::move(value);
-  return c;
-}
-
 /// Generous: the debug build runs under ASan on a loaded machine, and etcd fsyncs every write.
 constexpr std::int64_t kCallMs = 10'000;
 
@@ -123,7 +106,7 @@ TEST_F(EtcdClient, PutThenRangeOneKeyAPrefixALimitAndARevision) {
 
 TEST_F(EtcdClient, TxnRunsTheSuccessBranchWhenTheCompareHoldsAndTheFailureBranchOtherwise) {
   // "create the key if it does not exist": create_revision == 0.
-  const std::vector<Compare> absent{cmp("lock/x", Compare::Target::create_revision, Compare::Op::equal, 0)};
+  const std::vector<Compare> absent{Compare::of("lock/x", Compare::Target::create_revision, Compare::Op::equal, 0)};
   const std::vector<Op> create{Op::put("lock/x", "holder-1"), Op::get("lock/x")};
   const std::vector<Op> read{Op::get("lock/", prefix_end("lock/"))};
 
@@ -148,14 +131,14 @@ TEST_F(EtcdClient, TxnRunsTheSuccessBranchWhenTheCompareHoldsAndTheFailureBranch
   EXPECT_EQ(second->ranges[0].kvs[0].value, "holder-1");
 
   // Guarded by the revision that created it: the holder may update and then delete it.
-  const std::vector<Compare> mine{cmp("lock/x", Compare::Target::create_revision, Compare::Op::equal, created)};
+  const std::vector<Compare> mine{Compare::of("lock/x", Compare::Target::create_revision, Compare::Op::equal, created)};
   auto update = client_->txn(mine, {Op::put("lock/x", "holder-1, again")}, {}, in_ms(kCallMs));
   ASSERT_TRUE(update.ok()) << update.message();
   EXPECT_TRUE(update->succeeded);
   EXPECT_GT(update->revision, first->revision);
   EXPECT_TRUE(update->ranges.empty());
 
-  const std::vector<Compare> value_is{cmp_value("lock/x", Compare::Op::equal, "holder-1, again")};
+  const std::vector<Compare> value_is{Compare::of_value("lock/x", Compare::Op::equal, "holder-1, again")};
   auto del = client_->txn(value_is, {Op::del("lock/x")}, {}, in_ms(kCallMs));
   ASSERT_TRUE(del.ok()) << del.message();
   EXPECT_TRUE(del->succeeded);
@@ -165,16 +148,16 @@ TEST_F(EtcdClient, TxnRunsTheSuccessBranchWhenTheCompareHoldsAndTheFailureBranch
 
   // The other targets and ops. An absent key compares as a key of zeroes (value: never).
   const std::vector<Compare> hold{
-      cmp("lock/x", Compare::Target::version, Compare::Op::less, 1),
-      cmp("lock/x", Compare::Target::mod_revision, Compare::Op::not_equal, 5),
-      cmp("lock/x", Compare::Target::lease, Compare::Op::equal, 0)};
+      Compare::of("lock/x", Compare::Target::version, Compare::Op::less, 1),
+      Compare::of("lock/x", Compare::Target::mod_revision, Compare::Op::not_equal, 5),
+      Compare::of("lock/x", Compare::Target::lease, Compare::Op::equal, 0)};
   auto held = client_->txn(hold, {Op::get("lock/x")}, {}, in_ms(kCallMs));
   ASSERT_TRUE(held.ok()) << held.message();
   EXPECT_TRUE(held->succeeded);
   ASSERT_EQ(held->ranges.size(), 1u);
   EXPECT_TRUE(held->ranges[0].kvs.empty());
   std::vector<Compare> one_fails = hold;
-  one_fails.push_back(cmp("lock/x", Compare::Target::create_revision, Compare::Op::greater, 0));
+  one_fails.push_back(Compare::of("lock/x", Compare::Target::create_revision, Compare::Op::greater, 0));
   auto failed = client_->txn(one_fails, {Op::put("lock/x", "no")}, {}, in_ms(kCallMs));
   ASSERT_TRUE(failed.ok()) << failed.message();
   EXPECT_FALSE(failed->succeeded);

@@ -19,16 +19,6 @@ namespace {
 constexpr std::int64_t kMs = 1'000'000;
 std::int64_t in_ms(std::int64_t ms) { return boottime_ns() + ms * kMs; }
 
-/// One compare of `target` against a number (designated initialisers would leave `value` out,
-/// which -Wextra reports).
-Compare cmp(std::string key, Compare::Target target, Compare::Op op, std::int64_t number) {
-  Compare c;
-  c.key = std::move(key);
-  c.target = target;
-  c.op = op;
-  c.number = number;
-  return c;
-}
 constexpr std::int64_t kCallMs = 10'000;
 
 #define SKIP_WITHOUT_ETCD()                                \
@@ -66,7 +56,7 @@ TEST(EtcdCluster, ATxnThroughEveryEndpointSucceedsAfterTheLeaderIsKilled) {
 
   // Create "after" once; a try that timed out may have taken effect, so a failed compare whose
   // read shows our value counts too. Bounded: an election takes about a second here.
-  const std::vector<Compare> absent{cmp("after", Compare::Target::create_revision, Compare::Op::equal, 0)};
+  const std::vector<Compare> absent{Compare::of("after", Compare::Target::create_revision, Compare::Op::equal, 0)};
   const std::int64_t give_up = in_ms(20'000);
   std::string last = "never tried";
   bool done = false;

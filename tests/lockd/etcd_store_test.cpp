@@ -103,8 +103,8 @@ class EtcdTest : public ::testing::Test {
   std::int64_t elect(const std::string& shard) {
     auto lease = client_->lease_grant(30, deadline(2000));
     EXPECT_TRUE(lease.ok());
-    auto t = client_->txn({etcd::Compare{election_key(shard), etcd::Compare::Target::create_revision,
-                                         etcd::Compare::Op::equal, 0, {}}},
+    auto t = client_->txn({etcd::Compare::of(election_key(shard), etcd::Compare::Target::create_revision,
+                                         etcd::Compare::Op::equal, 0)},
                           {etcd::Op::put(election_key(shard), "127.0.0.1:1", lease.ok() ? lease->id : 0)}, {},
                           deadline(2000));
     EXPECT_TRUE(t.ok() && t->succeeded);

@@ -66,6 +66,11 @@ struct Compare {
   Op op = Op::equal;
   std::int64_t number = 0;  ///< for every target but value
   std::string value;        ///< for Target::value
+  /// `key`'s `target` (not value) compared with `number`, e.g. of(k, Target::create_revision,
+  /// Op::equal, 0): "k does not exist".
+  static Compare of(std::string key, Target target, Op op, std::int64_t number);
+  /// `key`'s value compared with `value`.
+  static Compare of_value(std::string key, Op op, std::string value);
 };
 
 /// One operation of a transaction branch: a put, a delete of one key or a range
