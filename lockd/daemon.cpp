@@ -2,6 +2,7 @@
 
 #include "leasehold/etcd/client.hpp"
 #include "leasehold/io/log_writer.hpp"
+#include "leasehold/lease/clock.hpp"
 #include "leasehold/lockd/etcd_store.hpp"
 #include "leasehold/lockd/leadership.hpp"
 
@@ -47,6 +48,7 @@ struct LockdDaemon::Cluster {
   std::int64_t fence_ns = 0;
   std::int64_t refused = 0;        ///< a revision given up: not taken over again
   std::string leader_seen;         ///< the hint the follower answers with
+  std::string error_seen;          ///< the leadership's last error, as last logged
   /// Store threads of services given up, destroyed once their last commit returned (a commit
   /// to an unreachable etcd blocks until its deadline; the io thread never waits for it).
   std::vector<std::unique_ptr<StoreThread>> retired;
@@ -65,6 +67,17 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
     auto client = etcd::Client::open(cluster_->location.endpoints);
     if (!client.ok()) throw std::runtime_error("--store " + cfg.store_path + ": " + client.status().message());
     cluster_->client = std::move(*client);
+    // The cluster's key record (etcd_store.hpp): a lockd with none of the keys the cluster
+    // accepts is another cluster's and must not start; one that lacks a key added by a rotation
+    // starts, and campaigns once it has it. An unreachable etcd is no refusal: the campaign
+    // checks again before every election.
+    std::string note;
+    const Status keys_ok = check_cluster_keys(*cluster_->client, cluster_->location.prefix, cluster_keys_value(keys_),
+                                              boottime_ns() + 2'000'000'000, &note);
+    if (keys_ok.code() == Errc::permission_denied)
+      throw std::runtime_error("--store " + cfg.store_path + ": refusing to start: " + keys_ok.message());
+    log_ += "ts_boot_ns=" + std::to_string(now) + " event=cluster_keys keys=\"" + cluster_keys_value(keys_) +
+            "\" record=\"" + (keys_ok.ok() ? note : "unread: " + keys_ok.message()) + "\"\n";
   } else {
     StoreOptions store_options;
     store_options.private_files = !cfg.ablate_store_mode;
@@ -104,6 +117,8 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
       lc.shard_prefix = cluster_->shard;
       lc.advertise = cfg.advertise.empty() ? local_.str() : cfg.advertise;
       lc.lease_s = cfg.leader_lease_s;
+      lc.cluster_key_path = cluster_key_key(cluster_->location.prefix);
+      lc.cluster_keys = cluster_keys_value(keys_);
       auto leadership = Leadership::start(cluster_->client, lc, [&loop] { loop.wake(); });
       if (!leadership.ok()) throw std::runtime_error(leadership.status().message());
       cluster_->leadership = std::move(*leadership);
@@ -147,6 +162,7 @@ Status LockdDaemon::reload_keys(const std::vector<wire::WireKey>& keys, std::int
                         [](const wire::WireKey& k) { return k.kind == wire::KeyKind::cluster; });
   if (Status err = service_->reload_keys(ordered, now_ns); !err.ok()) return err;
   keys_ = std::move(ordered);
+  if (cluster_ != nullptr) cluster_->leadership->set_cluster_keys(cluster_keys_value(keys_));
   return Status{};
 }
 
@@ -209,6 +225,11 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
     return now_ns;
   }
   const Leadership::View v = c.leadership->view();
+  if (v.last_error != c.error_seen) {
+    c.error_seen = v.last_error;
+    if (!v.last_error.empty())
+      log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leadership_error why=\"" + v.last_error + "\"\n";
+  }
   if (v.leading && v.revision != c.refused && now_ns < v.serve_until_ns) return take_over(v.revision, now_ns);
   if (v.leader != c.leader_seen) {
     c.leader_seen = v.leader;

@@ -38,6 +38,7 @@ Result<std::unique_ptr<Leadership>> Leadership::start(std::shared_ptr<etcd::Clie
 
 Leadership::Leadership(std::shared_ptr<etcd::Client> client, LeadershipConfig cfg, std::function<void()> wake)
     : client_(std::move(client)), cfg_(std::move(cfg)), election_(election_key(cfg_.shard_prefix)), wake_(std::move(wake)) {
+  cluster_keys_ = cfg_.cluster_keys;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -69,6 +70,16 @@ void Leadership::step_down(std::int64_t revision) {
   cv_.notify_all();
 }
 
+void Leadership::set_cluster_keys(std::string value) {
+  {
+    std::lock_guard lock(mu_);
+    if (value == cluster_keys_) return;
+    cluster_keys_ = std::move(value);
+    keys_dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
 void Leadership::publish(const View& v) {
   {
     std::lock_guard lock(mu_);
@@ -80,7 +91,7 @@ void Leadership::publish(const View& v) {
 bool Leadership::pause(std::int64_t ns) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, std::chrono::nanoseconds(std::max<std::int64_t>(ns, 0)),
-               [&] { return stop_ || (step_down_ != 0 && step_down_ == view_.revision); });
+               [&] { return stop_ || (step_down_ != 0 && step_down_ == view_.revision) || (keys_dirty_ && view_.leading); });
   return !stop_;
 }
 
@@ -97,9 +108,41 @@ bool Leadership::campaign() {
     }
     return false;
   }
-  auto r = client_->txn(
-      {etcd::Compare::of(election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0)},
-      {etcd::Op::put(election_, cfg_.advertise, lease_id_)}, {etcd::Op::get(election_)}, sent + kNsPerS);
+  std::vector<etcd::Compare> compares{
+      etcd::Compare::of(election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0)};
+  std::vector<etcd::Op> ops{etcd::Op::put(election_, cfg_.advertise, lease_id_)};
+  if (!cfg_.cluster_key_path.empty()) {
+    // Only a lockd holding every key the cluster accepts may lead (etcd_store.hpp): checked on
+    // the record as read, and the election compares the record's revision with it, so a record
+    // changed in between makes this round lose. The winner records its own set.
+    std::string mine;
+    {
+      std::lock_guard lock(mu_);
+      mine = cluster_keys_;
+    }
+    auto rec = client_->range(cfg_.cluster_key_path, {}, sent + kNsPerS);
+    if (!rec.ok()) {
+      v.last_error = "campaign: " + rec.status().message();
+      publish(v);
+      return false;
+    }
+    const std::string recorded = rec->kvs.empty() ? std::string() : rec->kvs.front().value;
+    if (!rec->kvs.empty()) {
+      if (std::string why = cluster_keys_mismatch(mine, recorded); !why.empty()) {
+        why = "refusing to campaign: " + why;
+        if (why != v.last_error || !v.leader.empty()) {
+          v.leader.clear();
+          v.last_error = std::move(why);
+          publish(v);
+        }
+        return false;
+      }
+    }
+    compares.push_back(etcd::Compare::of(cfg_.cluster_key_path, etcd::Compare::Target::mod_revision,
+                                         etcd::Compare::Op::equal, rec->kvs.empty() ? 0 : rec->kvs.front().mod_revision));
+    if (recorded != mine) ops.push_back(etcd::Op::put(cfg_.cluster_key_path, mine));
+  }
+  auto r = client_->txn(compares, ops, {etcd::Op::get(election_)}, sent + kNsPerS);
   if (!r.ok()) {
     v.last_error = "campaign: " + r.status().message();
     publish(v);
@@ -190,6 +233,24 @@ void Leadership::run() {
     if (v.leading && asked == v.revision) {
       resign({}, "stepped down: the store refused or failed a write");
       continue;
+    }
+    if (v.leading && !cfg_.cluster_key_path.empty()) {
+      // A rotation while leading: the cluster's record follows the leader's keys.
+      std::string keys;
+      {
+        std::lock_guard lock(mu_);
+        if (keys_dirty_) keys = cluster_keys_;
+        keys_dirty_ = false;
+      }
+      if (!keys.empty()) {
+        auto w = client_->txn(
+            {etcd::Compare::of(election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, v.revision)},
+            {etcd::Op::put(cfg_.cluster_key_path, keys)}, {}, boottime_ns() + kNsPerS);
+        if (!w.ok()) {
+          std::lock_guard lock(mu_);
+          keys_dirty_ = true;  // again at the next keep-alive
+        }
+      }
     }
     if (v.leading && boottime_ns() >= v.serve_until_ns) {
       resign({}, "stepped down: no keep-alive acknowledged within the leadership lease (fenced)");

@@ -71,6 +71,39 @@ TEST(EtcdRow, RoundTripsEveryFieldAndRefusesCorruptRows) {
   EXPECT_EQ(decode_row(n.id, text + " extra=1").status().code(), Errc::corrupt);
 }
 
+wire::WireKey cluster_key(std::uint8_t fill, std::uint16_t id) {
+  return wire::WireKey(std::vector<std::uint8_t>(32, fill), wire::KeyKind::cluster, id);
+}
+
+TEST(ClusterKeys, FingerprintsNameAKeyWithoutRevealingItAndTheRecordComparesSets) {
+  const wire::WireKey k1 = cluster_key(0x11, 1), k1b = cluster_key(0x22, 1), k2 = cluster_key(0x33, 2);
+  const std::string fp = cluster_key_fingerprint(k1);
+  EXPECT_EQ(fp.size(), 16u);
+  EXPECT_EQ(fp, cluster_key_fingerprint(cluster_key(0x11, 1)));  // stable
+  EXPECT_NE(fp, cluster_key_fingerprint(k1b));                   // another key, same id
+  EXPECT_NE(fp, cluster_key_fingerprint(cluster_key(0x11, 3)));  // the same bytes, another id
+  EXPECT_EQ(fp.find("1111"), std::string::npos);
+  // Admin keys are not the cluster's: left out; ids in order.
+  const std::string one = cluster_keys_value({k1, wire::WireKey(std::vector<std::uint8_t>(32, 9), wire::KeyKind::admin, 7)});
+  EXPECT_EQ(one, "v=1 keys=1:" + fp);
+  const std::string both = cluster_keys_value({k2, k1});
+  EXPECT_EQ(both, "v=1 keys=1:" + fp + ",2:" + cluster_key_fingerprint(k2));
+  // May lead: holding every recorded key (a superset: a rotation adding a key).
+  EXPECT_EQ(cluster_keys_mismatch(one, one), "");
+  EXPECT_EQ(cluster_keys_mismatch(both, one), "");
+  // May not: a recorded key missing, or another key under a recorded id; both sets named.
+  const std::string lacks = cluster_keys_mismatch(one, both);
+  EXPECT_NE(lacks.find("lacks cluster key 2"), std::string::npos) << lacks;
+  EXPECT_NE(lacks.find(one), std::string::npos) << lacks;
+  EXPECT_NE(lacks.find(both), std::string::npos) << lacks;
+  const std::string other = cluster_keys_mismatch(cluster_keys_value({k1b}), one);
+  EXPECT_NE(other.find("cluster key 1 is another key (fingerprint " + cluster_key_fingerprint(k1b) + ", the cluster's " +
+                       fp + ")"),
+            std::string::npos)
+      << other;
+  EXPECT_NE(cluster_keys_mismatch(one, "junk").find("does not parse"), std::string::npos);
+}
+
 TEST(Leadership, TheServingWindowEndsBeforeTheLeaseCouldExpire) {
   // L = 2 s, rho = 1 %, margin 100 ms: 1.98 s - 0.1 s after the keep-alive's send.
   EXPECT_EQ(serve_until_ns(5 * kMs, 2, 0.01, 100 * kMs), 5 * kMs + 1'880 * kMs);
@@ -237,6 +270,68 @@ TEST_F(EtcdTest, ALeaderCutOffFromEtcdStopsServingBeforeItsLeaseCouldExpire) {
   // Back in touch, it campaigns again and leads at a new revision (its old key went with its lease).
   ASSERT_TRUE(wait_until([&] { return (*l)->view().leading && (*l)->view().revision > rev; }, 8000))
       << (*l)->view().last_error;
+}
+
+TEST_F(EtcdTest, TheClusterKeyRecordIsCreatedOnceAndRefusesAnotherClustersKey) {
+  const std::string mine = cluster_keys_value({cluster_key(0x11, 1)});
+  std::string note;
+  ASSERT_TRUE(check_cluster_keys(*client_, "/t6", mine, deadline(2000), &note).ok());
+  EXPECT_EQ(note, "created");
+  ASSERT_TRUE(check_cluster_keys(*client_, "/t6", mine, deadline(2000), &note).ok());
+  EXPECT_EQ(note, "matches");
+  // Another cluster's key: refused, naming both records; the record stays the first one's.
+  const std::string other = cluster_keys_value({cluster_key(0x22, 1)});
+  const Status refused = check_cluster_keys(*client_, "/t6", other, deadline(2000));
+  EXPECT_EQ(refused.code(), Errc::permission_denied);
+  EXPECT_NE(refused.message().find(other), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find(mine), std::string::npos) << refused.message();
+  auto rec = client_->range(cluster_key_key("/t6"), {}, deadline(2000));
+  ASSERT_TRUE(rec.ok() && rec->kvs.size() == 1);
+  EXPECT_EQ(rec->kvs[0].value, mine);
+  // One key in common (a rotation not yet given to this lockd): it may start, and waits.
+  EXPECT_TRUE(check_cluster_keys(*client_, "/t6", cluster_keys_value({cluster_key(0x11, 1), cluster_key(0x33, 2)}),
+                                 deadline(2000))
+                  .ok());
+}
+
+TEST_F(EtcdTest, OnlyALockdHoldingEveryRecordedClusterKeyWinsAndTheRecordFollowsRotations) {
+  const std::string shard = shard_prefix("/t7", 0);
+  const wire::WireKey k1 = cluster_key(0x11, 1), k2 = cluster_key(0x33, 2), stranger = cluster_key(0x22, 1);
+  auto make = [&](const std::string& addr, std::vector<wire::WireKey> keys) {
+    LeadershipConfig c;
+    c.shard_prefix = shard;
+    c.advertise = addr;
+    c.lease_s = 1;
+    c.cluster_key_path = cluster_key_key("/t7");
+    c.cluster_keys = cluster_keys_value(keys);
+    auto l = Leadership::start(client_, c, nullptr);
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    return l.ok() ? std::move(*l) : nullptr;
+  };
+  auto record = [&] {
+    auto rec = client_->range(cluster_key_key("/t7"), {}, deadline(2000));
+    return rec.ok() && !rec->kvs.empty() ? rec->kvs[0].value : std::string();
+  };
+  auto a = make("127.0.0.1:2001", {k1});
+  ASSERT_TRUE(wait_until([&] { return a->view().leading; }, 5000)) << a->view().last_error;
+  EXPECT_EQ(record(), cluster_keys_value({k1}));  // the first election records the winner's keys
+  auto b = make("127.0.0.1:2002", {stranger});
+  // The leader stops: the lockd with another cluster key never wins, and says why.
+  a.reset();
+  ASSERT_TRUE(wait_until([&] { return b->view().last_error.find("refusing to campaign") != std::string::npos; }, 3000))
+      << b->view().last_error;
+  EXPECT_NE(b->view().last_error.find(cluster_key_fingerprint(stranger)), std::string::npos) << b->view().last_error;
+  EXPECT_NE(b->view().last_error.find(cluster_key_fingerprint(k1)), std::string::npos) << b->view().last_error;
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // several polls
+  EXPECT_FALSE(b->view().leading);
+  // A lockd with the recorded key and a new one wins, and its election records both.
+  auto c = make("127.0.0.1:2003", {k1, k2});
+  ASSERT_TRUE(wait_until([&] { return c->view().leading; }, 5000)) << c->view().last_error;
+  EXPECT_EQ(record(), cluster_keys_value({k1, k2}));
+  EXPECT_FALSE(b->view().leading);
+  // The old key removed at the leader (SIGHUP): the record follows it.
+  c->set_cluster_keys(cluster_keys_value({k2}));
+  EXPECT_TRUE(wait_until([&] { return record() == cluster_keys_value({k2}); }, 3000)) << record();
 }
 
 }  // namespace

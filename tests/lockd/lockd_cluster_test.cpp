@@ -6,6 +6,7 @@
 #include "leasehold/io/probe.hpp"
 #include "leasehold/lease/clock.hpp"
 #include "leasehold/lockd/admin_client.hpp"
+#include "leasehold/lockd/etcd_store.hpp"
 #include "leasehold/wire/token.hpp"
 #include "lockd_process.hpp"
 
@@ -152,6 +153,23 @@ TEST_F(LockdClusterTest, OneLeadsTheOthersRedirectAndAKilledLeaderIsReplacedWith
     hint = r2.message();
   }
   EXPECT_NE(hint.find(want), std::string::npos) << hint;
+}
+
+TEST_F(LockdClusterTest, ALockdWithAnotherClustersKeyRefusesToStartNamingBothKeys) {
+  ASSERT_GE(wait_leader(10'000), 0) << all_logs();
+  const fs::path other = dir_.path() / "other";
+  fs::create_directories(other);
+  fs::permissions(other, fs::perms::owner_all, fs::perm_options::replace);
+  const wire::WireKey stranger = make_key(other);
+  const ExitResult r = run_lockd_to_exit({"--key-file", (other / "lockd.key").string(), "--store",
+                                          "etcd://" + etcd_->endpoints() + "/cluster-test", "--signing-key-file",
+                                          signing_, "--leader-lease-s", "1", "--ttl-ms", "6000", "--listen",
+                                          "127.0.0.1:0"},
+                                         other);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("refusing to start"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(cluster_key_fingerprint(stranger)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(cluster_key_fingerprint(key_)), std::string::npos) << r.err;
 }
 
 /// A leader stopped (SIGSTOP) past its leadership lease while another takes over; resumed, it

@@ -53,6 +53,12 @@ struct LeadershipConfig {
   double clock_rate_bound = 0.01;               ///< ρ between this host and etcd's
   std::int64_t margin_ns = 100'000'000;         ///< for the send of an answer after the check
   std::int64_t poll_ns = kLeaderPollNsDefault;
+  /// The cluster's key record (etcd_store.hpp cluster_key_key) and this lockd's own
+  /// (cluster_keys_value). A lockd campaigns only while its keys include every recorded one;
+  /// its election records its own set, and a leader records a reloaded one (set_cluster_keys).
+  /// Empty path: no check (tests of the election alone).
+  std::string cluster_key_path;
+  std::string cluster_keys;
 };
 
 /// The serving window of a lease whose last acknowledged keep-alive (or grant) was sent at
@@ -87,6 +93,9 @@ class Leadership {
   /// The io thread gives up revision `revision` (its store rejected or failed a write, or the
   /// fence passed): the thread revokes the lease and campaigns again. No-op for another revision.
   void step_down(std::int64_t revision);
+  /// A key rotation (SIGHUP): this lockd's cluster key record from now on (the campaign
+  /// checks it; a leader writes it to the cluster's record, guarded on its revision).
+  void set_cluster_keys(std::string value);
   /// The etcd lease TTL in force (s): what etcd granted, at least what was asked.
   std::int64_t lease_s() const noexcept { return cfg_.lease_s; }
   const LeadershipConfig& config() const noexcept { return cfg_; }
@@ -109,6 +118,8 @@ class Leadership {
   View view_;                  // guarded by mu_
   bool stop_ = false;          // guarded by mu_
   std::int64_t step_down_ = 0; // guarded by mu_: a revision the io thread gave up
+  std::string cluster_keys_;   // guarded by mu_: this lockd's key record (cfg_.cluster_keys, reloaded)
+  bool keys_dirty_ = false;    // guarded by mu_: a leader has a reloaded record to write
   // Leadership thread only:
   std::int64_t lease_id_ = 0;
   std::int64_t last_ack_sent_ns_ = 0;
