@@ -103,7 +103,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
     const std::int64_t turn_now = loop_.turn_now_ns();
     // Self-fencing (leadership.hpp): a leader whose leadership lease may have run out serves no
     // request any more, not even one already received.
-    if (fenced(turn_now)) become_follower(turn_now, "the leadership lease was not renewed in time (fenced)");
+    if (fenced(turn_now)) become_follower(turn_now, "the leadership lease was not renewed in time (fenced)", true);
     service_->on_datagram(std::span(reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size()),
                           d.source_address(), turn_now);
   });
@@ -128,7 +128,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
               " leader_lease_s=" + std::to_string(lc.lease_s) + " serve_window_ms=" + std::to_string(window_ms) +
               " failover_bound_ms=" + std::to_string(failover_bound_ms(cfg)) + " ttl_ms=" + std::to_string(cfg.ttl_ms) +
               "\n";
-      become_follower(now, "starting");
+      become_follower(now, "starting", false);
     }
   } catch (...) {
     loop.close_socket(socket_);
@@ -166,13 +166,13 @@ Status LockdDaemon::reload_keys(const std::vector<wire::WireKey>& keys, std::int
   return Status{};
 }
 
-void LockdDaemon::become_follower(std::int64_t now_ns, const std::string& why) {
+void LockdDaemon::become_follower(std::int64_t now_ns, const std::string& why, bool fence) {
   Cluster& c = *cluster_;
   if (c.leading != 0) {
     write_log();
     log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=step_down revision=" + std::to_string(c.leading) +
             " why=\"" + why + "\"\n";
-    c.leadership->step_down(c.leading);
+    c.leadership->step_down(c.leading, fence ? Leadership::StepDown::fenced : Leadership::StepDown::failed);
     c.refused = c.leading;
     c.leading = 0;
   }
@@ -203,12 +203,19 @@ std::int64_t LockdDaemon::take_over(std::int64_t revision, std::int64_t now_ns) 
     log_ += "ts_boot_ns=" + std::to_string(now) + " event=leading revision=" + std::to_string(revision) +
             " names=" + std::to_string(restored.stored.names.size()) +
             " load_ms=" + std::to_string((now - now_ns) / 1'000'000) + "\n";
+    if (restored.stored.foreign_keys != 0) {
+      std::string keys;
+      for (const std::string& k : restored.stored.foreign_key_samples) keys += (keys.empty() ? "" : ",") + k;
+      log_ += "ts_boot_ns=" + std::to_string(now) + " event=foreign_keys count=" +
+              std::to_string(restored.stored.foreign_keys) + " keys=\"" + keys +
+              "\" why=\"keys under names/ that are not names/<name-id>: not rows, skipped\"\n";
+    }
     return now;
   } catch (const std::exception& e) {
     log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_failed revision=" + std::to_string(revision) +
             " why=\"" + e.what() + "\"\n";
     c.refused = revision;
-    c.leadership->step_down(revision);
+    c.leadership->step_down(revision, Leadership::StepDown::failed);
   }
   return now_ns;
 }
@@ -220,8 +227,8 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
   if (c.leading != 0) {
     const Leadership::View lv = c.leadership->view();
     c.fence_ns = lv.leading && lv.revision == c.leading ? lv.serve_until_ns : 0;
-    if (service_->failed()) become_follower(now_ns, service_->failure());
-    else if (fenced(now_ns)) become_follower(now_ns, "the leadership lease was not renewed in time (fenced)");
+    if (service_->failed()) become_follower(now_ns, service_->failure(), false);
+    else if (fenced(now_ns)) become_follower(now_ns, "the leadership lease was not renewed in time (fenced)", true);
     return now_ns;
   }
   const Leadership::View v = c.leadership->view();

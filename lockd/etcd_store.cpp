@@ -245,10 +245,20 @@ StoredTable EtcdStore::load() const {
           throw StoreError(describe() + ": key " + kv.key + ": \"" + kv.value.substr(0, 64) + "\" is not a number");
       };
       if (key.substr(0, 6) == "names/") {
+        // A row is exactly names/<name-id>, the only key lockd writes there; anything else
+        // under names/ (names/x/y, names/junk) was put there by hand: not a row, skipped and
+        // reported. A row that does not decode is corruption: the table cannot be served
+        // without it (its epoch, its holder), so the load fails naming the key.
         const auto id = NameId::parse(key.substr(6));
-        if (!id) throw StoreError(describe() + ": key " + kv.key + " does not end in a name id");
+        if (!id) {
+          ++t.foreign_keys;
+          if (t.foreign_key_samples.size() < kForeignKeySamplesMax) t.foreign_key_samples.push_back(kv.key);
+          continue;
+        }
         auto row = decode_row(*id, kv.value);
-        if (!row.ok()) throw StoreError(describe() + ": key " + kv.key + ": " + row.status().message());
+        if (!row.ok())
+          throw StoreError(describe() + ": the row at key " + kv.key + " does not decode (" + row.status().message() +
+                           "); the table cannot be served without it: repair or delete the key");
         epochs_[row->id] = row->epoch;
         t.names.push_back(std::move(*row));
       } else if (key == "high_water") {

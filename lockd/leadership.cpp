@@ -19,6 +19,14 @@ std::int64_t serve_until_ns(std::int64_t sent_ns, std::int64_t lease_s, double c
   return sent_ns + static_cast<std::int64_t>(std::floor(lease_ns * (1.0 - clock_rate_bound))) - margin_ns;
 }
 
+std::int64_t step_down_backoff_ns(unsigned n, std::uint64_t random) noexcept {
+  std::int64_t base = kStepDownBackoffMinNs;
+  for (unsigned i = 1; i < n && base < kStepDownBackoffMaxNs; ++i) base *= 2;
+  base = std::min(base, kStepDownBackoffMaxNs);
+  const std::int64_t half = base / 2;
+  return base - static_cast<std::int64_t>(random % static_cast<std::uint64_t>(half + 1));
+}
+
 Result<std::unique_ptr<Leadership>> Leadership::start(std::shared_ptr<etcd::Client> client, LeadershipConfig cfg,
                                                       std::function<void()> wake) {
   if (cfg.lease_s <= 0 || cfg.lease_s > kLeaderLeaseSMax)
@@ -39,6 +47,7 @@ Result<std::unique_ptr<Leadership>> Leadership::start(std::shared_ptr<etcd::Clie
 Leadership::Leadership(std::shared_ptr<etcd::Client> client, LeadershipConfig cfg, std::function<void()> wake)
     : client_(std::move(client)), cfg_(std::move(cfg)), election_(election_key(cfg_.shard_prefix)), wake_(std::move(wake)) {
   cluster_keys_ = cfg_.cluster_keys;
+  jitter_state_ = static_cast<std::uint64_t>(boottime_ns()) ^ std::hash<std::string>{}(cfg_.advertise);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -61,11 +70,12 @@ bool Leadership::serving(std::int64_t revision, std::int64_t now_ns) const {
   return view_.leading && view_.revision == revision && now_ns < view_.serve_until_ns;
 }
 
-void Leadership::step_down(std::int64_t revision) {
+void Leadership::step_down(std::int64_t revision, StepDown why) {
   {
     std::lock_guard lock(mu_);
     if (!view_.leading || view_.revision != revision) return;
     step_down_ = revision;
+    step_down_why_ = why;
   }
   cv_.notify_all();
 }
@@ -149,6 +159,7 @@ bool Leadership::campaign() {
     return false;
   }
   if (r->succeeded) {
+    won_ns_ = boottime_ns();
     v.leading = true;
     v.revision = r->revision;  // the transaction's one put created the key at this revision
     v.serve_until_ns = serve_until_ns(last_ack_sent_ns_, cfg_.lease_s, cfg_.clock_rate_bound, cfg_.margin_ns);
@@ -177,8 +188,12 @@ void Leadership::run() {
   };
   // Leaves the leadership (if held) and the lease: a lease etcd still has is revoked (best
   // effort), and with it the election key goes at once.
-  auto resign = [&](std::string leader, std::string why) {
+  auto resign = [&](std::string leader, std::string why, std::int64_t campaign_after_ns = -1, unsigned failed = 0) {
     View v = view();
+    if (campaign_after_ns >= 0) {
+      v.campaign_after_ns = campaign_after_ns;
+      v.failed_in_a_row = failed;
+    }
     v.leading = false;
     v.revision = 0;
     v.serve_until_ns = 0;
@@ -214,7 +229,20 @@ void Leadership::run() {
       }
       keep_alive = std::move(*ka);
     }
-    if (!view().leading) campaign();
+    if (!view().leading) {
+      const View now_view = view();
+      if (boottime_ns() >= now_view.campaign_after_ns) {
+        campaign();
+      } else if (auto key = client_->range(election_, {}, boottime_ns() + kNsPerS); key.ok()) {
+        // Backing off: no campaign, but the hint stays current.
+        const std::string leader = key->kvs.empty() ? std::string() : key->kvs.front().value;
+        if (leader != now_view.leader) {
+          View v = now_view;
+          v.leader = leader;
+          publish(v);
+        }
+      }
+    }
 
     // Sleep until the next keep-alive is due (a follower: at most a poll interval, to find a
     // free key quickly), or until the io thread steps down.
@@ -225,13 +253,30 @@ void Leadership::run() {
 
     View v = view();
     std::int64_t asked = 0;
+    StepDown why = StepDown::failed;
     {
       std::lock_guard lock(mu_);
       asked = step_down_;
+      why = step_down_why_;
       step_down_ = 0;
     }
     if (v.leading && asked == v.revision) {
-      resign({}, "stepped down: the store refused or failed a write");
+      if (why == StepDown::fenced) {
+        resign({}, "stepped down: no keep-alive acknowledged within the leadership lease (fenced)");
+        continue;
+      }
+      // Its own store failed: winning again at once would fail again. Back off, longer after
+      // each failed leadership in a row; another lockd may take over meanwhile.
+      const std::int64_t now = boottime_ns();
+      const unsigned n = now - won_ns_ >= kStepDownBackoffResetNs ? 1 : v.failed_in_a_row + 1;
+      jitter_state_ += 0x9e3779b97f4a7c15ULL;
+      std::uint64_t z = jitter_state_;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      const std::int64_t wait = step_down_backoff_ns(n, z ^ (z >> 31));
+      resign({}, "stepped down: the store refused or failed a write, or the takeover failed; no campaign for " +
+                     std::to_string(wait / 1'000'000) + " ms (" + std::to_string(n) + " in a row)",
+             now + wait, n);
       continue;
     }
     if (v.leading && !cfg_.cluster_key_path.empty()) {

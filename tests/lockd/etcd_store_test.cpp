@@ -104,6 +104,22 @@ TEST(ClusterKeys, FingerprintsNameAKeyWithoutRevealingItAndTheRecordComparesSets
   EXPECT_NE(cluster_keys_mismatch(one, "junk").find("does not parse"), std::string::npos);
 }
 
+TEST(Leadership, AFailedLeadershipBacksOffGrowingJitteredAndCapped) {
+  // n-th failure in a row: 250 ms · 2^(n-1), capped at 10 s, jittered down by up to half.
+  EXPECT_EQ(step_down_backoff_ns(1, 0), 250 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(2, 0), 500 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(3, 0), 1'000 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(7, 0), 10'000 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(60, 0), 10'000 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(1, 125 * kMs), 125 * kMs);  // the most jitter: half
+  EXPECT_EQ(step_down_backoff_ns(1, 125 * kMs + 1), 250 * kMs);  // wraps: never below half
+  for (std::uint64_t r : {1ull, 77ull, 123'456'789ull, ~0ull}) {
+    const std::int64_t b = step_down_backoff_ns(4, r);
+    EXPECT_GE(b, 1'000 * kMs);
+    EXPECT_LE(b, 2'000 * kMs);
+  }
+}
+
 TEST(Leadership, TheServingWindowEndsBeforeTheLeaseCouldExpire) {
   // L = 2 s, rho = 1 %, margin 100 ms: 1.98 s - 0.1 s after the keep-alive's send.
   EXPECT_EQ(serve_until_ns(5 * kMs, 2, 0.01, 100 * kMs), 5 * kMs + 1'880 * kMs);
@@ -212,6 +228,63 @@ TEST_F(EtcdTest, ACorruptRowIsRefusedAtLoadNamingItsKey) {
   } catch (const StoreError& e) {
     EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
   }
+}
+
+TEST_F(EtcdTest, KeysUnderNamesThatAreNoRowsAreSkippedAndCounted) {
+  const std::string shard = shard_prefix("/t8", 0);
+  const std::int64_t r = elect(shard);
+  EtcdStore store(client_, shard, r);
+  const StoredName a[] = {row("z", LockPhase::held, 3)};
+  store.commit(a, 3, {});
+  // Put there by hand (etcdctl): not names/<name-id>, so not rows.
+  ASSERT_TRUE(client_->put(shard + "names/x/y", "anything", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "names/" + name_id_of("z").str() + "/backup", "v=1", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "names/junk", "v=1 name=junk", deadline(2000)).ok());
+  const StoredTable t = store.load();
+  ASSERT_EQ(t.names.size(), 1u);
+  EXPECT_EQ(t.names[0].name, "z");
+  EXPECT_EQ(t.names[0].epoch, 3u);
+  EXPECT_EQ(t.foreign_keys, 3u);
+  ASSERT_EQ(t.foreign_key_samples.size(), 3u);
+  EXPECT_EQ(t.foreign_key_samples[0], shard + "names/" + name_id_of("z").str() + "/backup");
+  EXPECT_EQ(t.foreign_key_samples[2], shard + "names/x/y");
+}
+
+TEST_F(EtcdTest, ALeaderWhoseStoreFailedBacksOffBeforeCampaigningAgain) {
+  const std::string shard = shard_prefix("/t9", 0);
+  LeadershipConfig c;
+  c.shard_prefix = shard;
+  c.advertise = "127.0.0.1:1009";
+  c.lease_s = 1;
+  auto made = Leadership::start(client_, c, nullptr);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Leadership& l = **made;
+  std::int64_t last_wait = 0;
+  for (unsigned n = 1; n <= 3; ++n) {
+    ASSERT_TRUE(wait_until([&] { return l.view().leading; }, 8000)) << l.view().last_error;
+    const std::int64_t rev = l.view().revision;
+    const std::int64_t asked = boottime_ns();
+    l.step_down(rev, Leadership::StepDown::failed);
+    ASSERT_TRUE(wait_until([&] { return !l.view().leading; }, 2000));
+    const Leadership::View v = l.view();
+    EXPECT_EQ(v.failed_in_a_row, n);
+    EXPECT_NE(v.last_error.find(std::to_string(n) + " in a row"), std::string::npos) << v.last_error;
+    const std::int64_t wait = v.campaign_after_ns - asked;
+    EXPECT_GE(wait, step_down_backoff_ns(n, ~0ull) - 100 * kMs);  // at least half the step
+    EXPECT_LE(wait, step_down_backoff_ns(n, 0) + 1'000 * kMs);
+    EXPECT_GT(v.campaign_after_ns - asked, last_wait / 2);
+    last_wait = wait;
+    // It does not win again before the backoff ends (nobody else campaigns: it is alone).
+    ASSERT_TRUE(wait_until([&] { return l.view().leading; }, 8000));
+    EXPECT_GE(boottime_ns(), v.campaign_after_ns);
+    EXPECT_GT(l.view().revision, rev);
+  }
+  // A fenced step-down is no failure of its own: it campaigns again at once, no backoff.
+  const std::int64_t rev = l.view().revision;
+  const unsigned before = l.view().failed_in_a_row;
+  l.step_down(rev, Leadership::StepDown::fenced);
+  ASSERT_TRUE(wait_until([&] { return l.view().leading && l.view().revision > rev; }, 3000));
+  EXPECT_EQ(l.view().failed_in_a_row, before);
 }
 
 TEST_F(EtcdTest, OneOfTwoCandidatesLeadsTheOtherFollowsAndTakesOverWhenItStops) {

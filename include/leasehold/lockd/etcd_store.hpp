@@ -82,6 +82,8 @@ std::string encode_row(const StoredName& n);
 /// range, when the name text is invalid or does not hash to `id`.
 Result<StoredName> decode_row(NameId id, std::string_view value);
 
+/// How many keys that are not rows (StoredTable::foreign_key_samples) a load names.
+inline constexpr std::size_t kForeignKeySamplesMax = 8;
 /// Default bound on the operations of one etcd transaction (etcd's --max-txn-ops default).
 inline constexpr std::size_t kEtcdTxnOpsMaxDefault = 128;
 /// How long a commit keeps retrying a transaction that timed out or found no member, in ns.
@@ -96,8 +98,9 @@ class EtcdStore final : public Store {
   EtcdStore(std::shared_ptr<etcd::Client> client, std::string shard_prefix, std::int64_t leader_revision,
             std::size_t txn_ops_max = kEtcdTxnOpsMaxDefault);
 
-  /// Every row of the shard, read at one revision (paged), and the marks. Throws StoreError
-  /// naming the key on a corrupt row or a read that fails.
+  /// Every row of the shard, read at one revision (paged), and the marks. A key under names/
+  /// that is not names/<name-id> is not a row: skipped and counted (foreign_keys). Throws
+  /// StoreError naming the key on a row that does not decode or a read that fails.
   StoredTable load() const override;
   void commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) override;
   std::size_t compact(std::size_t) override { return 0; }
