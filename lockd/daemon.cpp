@@ -47,7 +47,12 @@ struct LockdDaemon::Cluster {
   /// while the revision stays, so a turn-old copy can only stop serving earlier.
   std::int64_t fence_ns = 0;
   std::int64_t refused = 0;        ///< a revision given up: not taken over again
+  std::string advertise;           ///< this lockd's own address in the election key
   std::string leader_seen;         ///< the hint the follower answers with
+  /// The hint a follower answers with for the leader `leader` (the election key's value): never
+  /// this lockd's own address - its key may outlive it (a restart within the lease), or it won
+  /// and does not serve yet - a client sent back to the lockd that refused it would loop.
+  std::string hint(const std::string& leader) const { return leader == advertise ? std::string() : leader; }
   std::string error_seen;          ///< the leadership's last error, as last logged
   /// Store threads of services given up, destroyed once their last commit returned (a commit
   /// to an unreachable etcd blocks until its deadline; the io thread never waits for it).
@@ -116,6 +121,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
       LeadershipConfig lc;
       lc.shard_prefix = cluster_->shard;
       lc.advertise = cfg.advertise.empty() ? local_.str() : cfg.advertise;
+      cluster_->advertise = lc.advertise;
       lc.lease_s = cfg.leader_lease_s;
       lc.cluster_key_path = cluster_key_key(cluster_->location.prefix);
       lc.cluster_keys = cluster_keys_value(keys_);
@@ -179,7 +185,7 @@ void LockdDaemon::become_follower(std::int64_t now_ns, const std::string& why, b
   service_.reset();  // before its store: it holds a reference
   if (store_ != nullptr) c.retired.push_back(std::move(store_));
   service_ = make_service(RestoredTable{}, c.no_store, now_ns);
-  c.leader_seen = c.leadership != nullptr ? c.leadership->view().leader : std::string();
+  c.leader_seen = c.leadership != nullptr ? c.hint(c.leadership->view().leader) : std::string();
   service_->set_not_leader(c.leader_seen);
 }
 
@@ -238,11 +244,10 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
       log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leadership_error why=\"" + v.last_error + "\"\n";
   }
   if (v.leading && v.revision != c.refused && now_ns < v.serve_until_ns) return take_over(v.revision, now_ns);
-  if (v.leader != c.leader_seen) {
-    c.leader_seen = v.leader;
-    service_->set_not_leader(v.leader);
-    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leader leader=" + (v.leader.empty() ? "none" : v.leader) +
-            "\n";
+  if (const std::string h = c.hint(v.leader); h != c.leader_seen) {
+    c.leader_seen = h;
+    service_->set_not_leader(h);
+    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leader leader=" + (h.empty() ? "none" : h) + "\n";
   }
   return now_ns;
 }

@@ -208,6 +208,39 @@ TEST_F(LockdClusterTest, ARowThatDoesNotDecodeIsNotServedAndTheTakeoverBacksOffU
       << lockd_[n].log();
 }
 
+TEST_F(LockdClusterTest, AFollowerNeverNamesItselfAsTheLeader) {
+  // A lockd killed while it leads and restarted at once, on the same address: its election key
+  // (with that address) lives on until its lease expires, and it reads it as the leader's.
+  LockdProcess solo;
+  const std::vector<std::string> args{"--key-file", (dir_.path() / "lockd.key").string(), "--store",
+                                      "etcd://" + etcd_->endpoints() + "/self-hint", "--signing-key-file", signing_,
+                                      "--leader-lease-s", "6", "--ttl-ms", "12000"};
+  std::string err;
+  ASSERT_TRUE(solo.start(args, dir_.path() / "solo.log", &err)) << err;
+  const std::string self = solo.address().str();
+  auto leads = [&] {
+    AdminClient c(solo.address(), key_, {}, 300 * kMs);
+    const auto all = c.counters();
+    if (!all) return false;
+    for (const auto& k : *all)
+      if (k.key == "leading") return k.value == 1;
+    return false;
+  };
+  const std::int64_t end = boottime_ns() + 10'000 * kMs;
+  while (!leads() && boottime_ns() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(leads()) << solo.log();
+  solo.kill9();
+  std::vector<std::string> again = args;
+  again.insert(again.end(), {"--listen", self});
+  ASSERT_TRUE(solo.start(again, dir_.path() / "solo.log", &err)) << err;
+  ASSERT_EQ(solo.address().str(), self);
+  AdminClient to_it(solo.address(), key_, W1, 500 * kMs);
+  const Answer a = to_it.acquire("cl/self", S1, W1);
+  ASSERT_TRUE(a.no_leader) << a.message() << "\n" << solo.log();
+  EXPECT_EQ(a.message().find("leader \"" + self + "\""), std::string::npos) << a.message();
+  EXPECT_NE(a.message().find("no leader known"), std::string::npos) << a.message();
+}
+
 /// A leader stopped (SIGSTOP) past its leadership lease while another takes over; resumed, it
 /// is asked to refresh the lease it granted. Returns its answer.
 Answer refresh_at_a_resumed_leader(LockdClusterTest& t, std::array<LockdProcess, 3>& lockd, const wire::WireKey& key,
