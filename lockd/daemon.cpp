@@ -243,7 +243,8 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
     if (!v.last_error.empty())
       log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leadership_error why=\"" + v.last_error + "\"\n";
   }
-  if (v.leading && v.revision != c.refused && now_ns < v.serve_until_ns) return take_over(v.revision, now_ns);
+  if (v.leading && v.revision != c.refused && now_ns >= v.serve_from_ns && now_ns < v.serve_until_ns)
+    return take_over(v.revision, now_ns);
   if (const std::string h = c.hint(v.leader); h != c.leader_seen) {
     c.leader_seen = h;
     service_->set_not_leader(h);

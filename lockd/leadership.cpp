@@ -67,7 +67,7 @@ Leadership::View Leadership::view() const {
 
 bool Leadership::serving(std::int64_t revision, std::int64_t now_ns) const {
   std::lock_guard lock(mu_);
-  return view_.leading && view_.revision == revision && now_ns < view_.serve_until_ns;
+  return view_.leading && view_.revision == revision && now_ns >= view_.serve_from_ns && now_ns < view_.serve_until_ns;
 }
 
 void Leadership::step_down(std::int64_t revision, StepDown why) {
@@ -160,6 +160,10 @@ bool Leadership::campaign() {
   }
   if (r->succeeded) {
     won_ns_ = boottime_ns();
+    last_key_check_ns_ = won_ns_;
+    // The previous leader's key may have been deleted by hand rather than have expired: that
+    // leader learns it at its next key check (every key_check_ns). Serving starts after that.
+    v.serve_from_ns = won_ns_ + cfg_.key_check_ns + cfg_.margin_ns;
     v.leading = true;
     v.revision = r->revision;  // the transaction's one put created the key at this revision
     v.serve_until_ns = serve_until_ns(last_ack_sent_ns_, cfg_.lease_s, cfg_.clock_rate_bound, cfg_.margin_ns);
@@ -249,6 +253,7 @@ void Leadership::run() {
     const bool leading = view().leading;
     std::int64_t due = last_ack_sent_ns_ + beat_ns;
     if (!leading) due = std::min(due, boottime_ns() + cfg_.poll_ns);
+    else due = std::min(due, last_key_check_ns_ + cfg_.key_check_ns);
     if (!pause(due - boottime_ns())) break;
 
     View v = view();
@@ -299,6 +304,19 @@ void Leadership::run() {
     }
     if (v.leading && boottime_ns() >= v.serve_until_ns) {
       resign({}, "stepped down: no keep-alive acknowledged within the leadership lease (fenced)");
+      continue;
+    }
+    if (v.leading && boottime_ns() >= last_key_check_ns_ + cfg_.key_check_ns &&
+        boottime_ns() < last_ack_sent_ns_ + beat_ns) {
+      // Between keep-alives: is the election key still this leadership's? Only the lease's
+      // expiry or an operator (etcdctl del) removes it; deleted by hand, another lockd can win
+      // at its next poll while this one still answers from memory. Fenced at once instead.
+      last_key_check_ns_ = boottime_ns();
+      auto key = client_->range(election_, {}, last_key_check_ns_ + kNsPerS);
+      if (key.ok() && (key->kvs.empty() || key->kvs.front().create_revision != v.revision)) {
+        resign(key->kvs.empty() ? std::string() : key->kvs.front().value,
+               "stepped down: the election key is gone or no longer this lockd's (deleted by hand?)");
+      }
       continue;
     }
     if (boottime_ns() < last_ack_sent_ns_ + beat_ns) continue;  // a follower's poll: campaign again

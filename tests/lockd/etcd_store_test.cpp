@@ -287,6 +287,31 @@ TEST_F(EtcdTest, ALeaderWhoseStoreFailedBacksOffBeforeCampaigningAgain) {
   EXPECT_EQ(l.view().failed_in_a_row, before);
 }
 
+TEST_F(EtcdTest, ALeaderWhoseElectionKeyIsDeletedByHandStopsServingAtOnce) {
+  const std::string shard = shard_prefix("/t10", 0);
+  LeadershipConfig c;
+  c.shard_prefix = shard;
+  c.advertise = "127.0.0.1:1010";
+  c.lease_s = 20;  // a keep-alive every 5 s: not what notices it
+  auto made = Leadership::start(client_, c, nullptr);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Leadership& l = **made;
+  ASSERT_TRUE(wait_until([&] { return l.view().leading; }, 5000)) << l.view().last_error;
+  const Leadership::View won = l.view();
+  // A new leader serves only once the one before it has checked its key.
+  EXPECT_GE(won.serve_from_ns, won.serve_until_ns - serve_until_ns(0, 20, c.clock_rate_bound, c.margin_ns) +
+                                   c.key_check_ns + c.margin_ns);
+  EXPECT_FALSE(l.serving(won.revision, won.serve_from_ns - 1));
+  ASSERT_TRUE(wait_until([&] { return l.serving(won.revision, boottime_ns()); }, 2000));
+  // An operator deletes the key (etcdctl del): another lockd could win it at its next poll.
+  ASSERT_TRUE(client_->txn({}, {etcd::Op::del(election_key(shard))}, {}, deadline(2000)).ok());
+  const std::int64_t deleted = boottime_ns();
+  ASSERT_TRUE(wait_until([&] { return !l.serving(won.revision, boottime_ns()); }, 2000)) << l.view().last_error;
+  EXPECT_LT(boottime_ns(), won.serve_until_ns);  // long before its lease could have run out
+  EXPECT_LT(boottime_ns() - deleted, 5'000 * kMs);  // and before its next keep-alive
+  EXPECT_NE(l.view().last_error.find("deleted by hand"), std::string::npos) << l.view().last_error;
+}
+
 TEST_F(EtcdTest, OneOfTwoCandidatesLeadsTheOtherFollowsAndTakesOverWhenItStops) {
   const std::string shard = shard_prefix("/t4", 0);
   auto make = [&](const std::string& addr) {
@@ -305,7 +330,7 @@ TEST_F(EtcdTest, OneOfTwoCandidatesLeadsTheOtherFollowsAndTakesOverWhenItStops) 
   Leadership* leader = a->view().leading ? a.get() : b.get();
   Leadership* follower = leader == a.get() ? b.get() : a.get();
   const Leadership::View lv = leader->view();
-  EXPECT_TRUE(leader->serving(lv.revision, boottime_ns()));
+  EXPECT_TRUE(wait_until([&] { return leader->serving(lv.revision, boottime_ns()); }, 1000));
   EXPECT_FALSE(follower->serving(lv.revision, boottime_ns()));
   ASSERT_TRUE(wait_until([&] { return follower->view().leader == lv.leader; }, 2000));
   // The leader keeps its lease alive: still serving after several lease TTLs.
@@ -330,6 +355,7 @@ TEST_F(EtcdTest, ALeaderCutOffFromEtcdStopsServingBeforeItsLeaseCouldExpire) {
   ASSERT_TRUE(l.ok()) << l.status().message();
   ASSERT_TRUE(wait_until([&] { return (*l)->view().leading; }, 5000));
   const std::int64_t rev = (*l)->view().revision;
+  ASSERT_TRUE(wait_until([&] { return (*l)->serving(rev, boottime_ns()); }, 1000));
   ASSERT_TRUE(cluster_->stop(0).ok());  // etcd answers nothing: no keep-alive is acknowledged
   const std::int64_t cut = boottime_ns();
   // The fence in force at the cut is within the serving window of a keep-alive sent before it,

@@ -45,6 +45,7 @@ namespace leasehold::lockd {
 /// Defaults and bounds of the election timing.
 inline constexpr std::int64_t kLeaderLeaseSDefault = 2;   ///< etcd's smallest TTL with its default timing
 inline constexpr std::int64_t kLeaderPollNsDefault = 200'000'000;  ///< a follower reads the key this often
+inline constexpr std::int64_t kLeaderKeyCheckNsDefault = 100'000'000;  ///< a leader reads its key this often
 
 /// A leader that gave up its leadership because its own store failed (a write refused or
 /// failed, the takeover's load failed: a row that does not decode) does not campaign again at
@@ -65,6 +66,10 @@ struct LeadershipConfig {
   double clock_rate_bound = 0.01;               ///< ρ between this host and etcd's
   std::int64_t margin_ns = 100'000'000;         ///< for the send of an answer after the check
   std::int64_t poll_ns = kLeaderPollNsDefault;
+  /// A leader reads its election key this often between keep-alives, and steps down at once
+  /// when it is gone or another's (deleted by hand); a new leader serves only this long (plus
+  /// the margin) after its election, by when the previous one has checked.
+  std::int64_t key_check_ns = kLeaderKeyCheckNsDefault;
   /// The cluster's key record (etcd_store.hpp cluster_key_key) and this lockd's own
   /// (cluster_keys_value). A lockd campaigns only while its keys include every recorded one;
   /// its election records its own set, and a leader records a reloaded one (set_cluster_keys).
@@ -85,6 +90,7 @@ class Leadership {
     bool leading = false;
     std::int64_t revision = 0;       ///< R while leading (0 otherwise)
     std::int64_t serve_until_ns = 0; ///< while leading: the fence (CLOCK_BOOTTIME)
+    std::int64_t serve_from_ns = 0;  ///< while leading: serving starts (its election + key check)
     std::string leader;              ///< the leader's advertised address ("" = none known)
     std::string last_error;          ///< the last etcd failure, for logs ("" = none)
     /// After a failed leadership: no campaign before this (CLOCK_BOOTTIME; 0 = none), and how
@@ -109,7 +115,8 @@ class Leadership {
   Leadership& operator=(const Leadership&) = delete;
 
   View view() const;
-  /// True while this lockd leads with revision `revision` and `now_ns` is inside the fence.
+  /// True while this lockd leads with revision `revision` and `now_ns` is inside the fence
+  /// (and past serve_from_ns).
   bool serving(std::int64_t revision, std::int64_t now_ns) const;
   /// The io thread gives up revision `revision` (its store rejected or failed a write, the
   /// takeover failed, or the fence passed): the thread revokes the lease and campaigns again,
@@ -147,6 +154,7 @@ class Leadership {
   std::int64_t lease_id_ = 0;
   std::int64_t last_ack_sent_ns_ = 0;
   std::int64_t won_ns_ = 0;     ///< when the current (or last) leadership was won
+  std::int64_t last_key_check_ns_ = 0;  ///< a leader's last read of its election key
   std::uint64_t jitter_state_;  ///< the backoff's jitter (splitmix64)
   std::thread thread_;
 };
