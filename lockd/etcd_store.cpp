@@ -273,9 +273,20 @@ StoredTable EtcdStore::load() const {
       } else if (key.substr(0, 5) == "seen/") {
         const auto w = WorkerId::parse(key.substr(5));
         if (!w) throw StoreError(describe() + ": key " + kv.key + " does not end in a worker id");
+        // "R" or "R seq=N": the incarnation, and the worker's replay floor (StoreMarks).
+        std::string_view v = kv.value;
+        const std::size_t space = v.find(' ');
         std::uint64_t inc = 0;
-        number(kv.value, inc);
+        number(v.substr(0, space), inc);
         t.seen[*w] = inc;
+        if (space != std::string_view::npos) {
+          const std::string_view floor = v.substr(space + 1);
+          std::uint64_t seq = 0;
+          if (floor.substr(0, 4) != "seq=")
+            throw StoreError(describe() + ": key " + kv.key + ": \"" + kv.value.substr(0, 64) + "\" is not \"R seq=N\"");
+          number(floor.substr(4), seq);
+          t.replay_floor[*w] = seq;
+        }
       }
       // Other keys (the election key) are not the table's.
     }
@@ -309,8 +320,13 @@ void EtcdStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
   for (const auto& [id, n] : last) ops.push_back(etcd::Op::put(prefix_ + "names/" + id.str(), encode_row(*n)));
   if (marks.lived_ns >= 0)
     ops.push_back(etcd::Op::put(prefix_ + "lived/" + std::to_string(marks.incarnation), std::to_string(marks.lived_ns)));
-  for (const WorkerId& w : marks.seen)
-    ops.push_back(etcd::Op::put(prefix_ + "seen/" + w.str(), std::to_string(marks.incarnation)));
+  for (const WorkerId& w : marks.seen) {
+    const auto floor = marks.replay_floor.find(w);
+    ops.push_back(etcd::Op::put(prefix_ + "seen/" + w.str(),
+                                std::to_string(marks.incarnation) +
+                                    (floor == marks.replay_floor.end() ? std::string()
+                                                                       : " seq=" + std::to_string(floor->second))));
+  }
 
   const std::vector<etcd::Compare> guard{
       etcd::Compare::of(election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, revision_)};

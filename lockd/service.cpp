@@ -166,6 +166,8 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
                   now, snap.records.size(), held, table_.epoch_high_water(), incarnation_, shortened, expired,
                   cfg.store_path.c_str());
     log_ += line;
+    // Every worker's replay window starts where an earlier incarnation left it (durably).
+    for (const auto& [w, floor] : stored.replay_floor) receiver_.raise_floor(w, floor);
     // Pending revokes are pushed again once their worker's heartbeats show its address.
     table_.for_each([&](NameId id, const LockState& s) { push_revoke(id, s, now); });
   }
@@ -1287,6 +1289,12 @@ void LockService::submit_pending(std::int64_t now_ns, bool checkpoint) {
   b.changes = std::move(pending_);
   marks_.incarnation = incarnation_;
   marks_.lived_ns = now_ns - started_ns_;
+  // With each worker's seen mark, the highest seq taken from it so far: the next incarnation
+  // (a restart, a new leader) refuses what it sent up to there (a captured heartbeat replayed
+  // there would refresh its leases once more, and move its seen mark).
+  marks_.replay_floor.clear();
+  for (const WorkerId& w : marks_.seen)
+    if (const std::uint64_t h = receiver_.highest_seq(w); h != 0) marks_.replay_floor[w] = h;
   b.marks = marks_;
   b.epoch_high_water = table_.epoch_high_water();
   if (!store_.submit(std::move(b))) {
@@ -1297,6 +1305,7 @@ void LockService::submit_pending(std::int64_t now_ns, bool checkpoint) {
   submitted_seq_ = b.last_seq;
   in_flight_.push_back(b.last_seq);
   marks_.seen.clear();
+  marks_.replay_floor.clear();
   next_lived_ns_ = now_ns + lived_interval_ns_;
 }
 

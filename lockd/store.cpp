@@ -462,7 +462,8 @@ StoredTable NameStore::load() const {
   if (sqlite3_step(q) == SQLITE_ROW) table.epoch_high_water = static_cast<Epoch>(sqlite3_column_int64(q, 0));
   sqlite3_finalize(q);
   q = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT k, v FROM meta WHERE k LIKE 'lived/%' OR k LIKE 'seen/%'", -1, &q, nullptr) !=
+  if (sqlite3_prepare_v2(db_, "SELECT k, v FROM meta WHERE k LIKE 'lived/%' OR k LIKE 'seen/%' OR k LIKE 'floor/%'", -1,
+                         &q, nullptr) !=
       SQLITE_OK)
     fail("cannot read the restart marks");
   while (sqlite3_step(q) == SQLITE_ROW) {
@@ -471,6 +472,9 @@ StoredTable NameStore::load() const {
     const std::int64_t v = sqlite3_column_int64(q, 1);
     if (key.rfind("lived/", 0) == 0) {
       table.lived_ns[std::strtoull(key.c_str() + 6, nullptr, 10)] = v;
+    } else if (key.rfind("floor/", 0) == 0) {
+      if (auto w = WorkerId::parse(std::string_view(key).substr(6)); w && v > 0)
+        table.replay_floor[*w] = static_cast<std::uint64_t>(v);
     } else if (auto w = WorkerId::parse(std::string_view(key).substr(5)); w && v >= 0) {
       table.seen[*w] = static_cast<std::uint64_t>(v);
     }
@@ -600,6 +604,8 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
     };
     if (marks.lived_ns >= 0) raise_mark("lived/" + std::to_string(marks.incarnation), marks.lived_ns);
     for (const WorkerId& w : marks.seen) raise_mark("seen/" + w.str(), static_cast<std::int64_t>(marks.incarnation));
+    for (const auto& [w, seq] : marks.replay_floor)
+      if (static_cast<std::int64_t>(seq) > 0) raise_mark("floor/" + w.str(), static_cast<std::int64_t>(seq));
     exec("COMMIT");
     if (log_rows_ == 0) log_first_seq_ = sqlite3_last_insert_rowid(db_) - static_cast<std::int64_t>(changes.size()) + 1;
     log_rows_ += changes.size();

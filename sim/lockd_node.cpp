@@ -78,6 +78,7 @@ void SimDisk::complete() {
   epoch_high_water_ = std::max(epoch_high_water_, b.epoch_high_water);
   if (b.marks.lived_ns >= 0) lived_[b.marks.incarnation] = b.marks.lived_ns;
   for (const WorkerId& w : b.marks.seen) seen_[w] = b.marks.incarnation;
+  for (const auto& [w, seq] : b.marks.replay_floor) replay_floor_[w] = std::max(replay_floor_[w], seq);
   for (std::uint64_t s = b.first_seq; s <= b.last_seq && s != 0; ++s)
     ready_.push_back(lockd::DurabilityVerdict{s, lockd::DurabilityVerdict::Kind::durable, {}});
   in_flight_.reset();
@@ -104,6 +105,7 @@ lockd::RestoredTable SimDisk::open() {
   r.stored.epoch_high_water = epoch_high_water_;
   r.stored.lived_ns = lived_;
   r.stored.seen = seen_;
+  r.stored.replay_floor = replay_floor_;
   r.incarnation = ++opens_;
   return r;
 }

@@ -37,6 +37,12 @@ void ReplayWindow::record(std::uint64_t seq) noexcept {
   }
 }
 
+void ReplayWindow::raise_floor(std::uint64_t seq) noexcept {
+  if (seq <= highest_ || seq >= kSeqLimit) return;
+  highest_ = seq;
+  bitmap_ = ~std::uint64_t{0};
+}
+
 std::uint64_t seq_seed() noexcept {
   // Test hook: a seed as if the wall clock had been stepped (tests of restarts after a step).
   if (const char* forced = std::getenv("LEASEHOLD_TEST_SEQ_SEED"); forced != nullptr && *forced != '\0') {
@@ -473,6 +479,15 @@ void Receiver::abandon(const RequestKey& request) noexcept {
 
 const DecodeStats& Receiver::stats() const noexcept { return state_->stats; }
 std::size_t Receiver::senders() const noexcept { return state_->windows.size(); }
+
+std::uint64_t Receiver::highest_seq(const WorkerId& sender) const noexcept {
+  const auto it = state_->windows.find(State::WindowKey{sender, false});
+  return it == state_->windows.end() ? 0 : it->second->window.highest();
+}
+
+void Receiver::raise_floor(const WorkerId& sender, std::uint64_t seq) {
+  state_->window_of(State::WindowKey{sender, false}).window.raise_floor(seq);
+}
 std::size_t Receiver::cached_answers() const noexcept { return state_->cache.size(); }
 std::size_t Receiver::in_flight() const noexcept { return state_->in_flight.size(); }
 Keyring& Receiver::keyring() noexcept { return *state_->keys; }

@@ -56,6 +56,45 @@ TEST(ReplayWindow, AcceptsNewRejectsSeenAndStale) {
   EXPECT_EQ(w.check(1000), DecodeError::replayed);
 }
 
+TEST(ReplayWindow, AFloorRefusesEverySeqUpToItAndNothingAbove) {
+  ReplayWindow w;
+  w.raise_floor(500);
+  EXPECT_EQ(w.highest(), 500u);
+  EXPECT_EQ(w.check(500), DecodeError::replayed);
+  EXPECT_EQ(w.check(437), DecodeError::replayed);
+  EXPECT_EQ(w.check(436), DecodeError::stale_seq);
+  EXPECT_EQ(w.check(501), DecodeError::none);
+  w.record(501);
+  w.raise_floor(400);  // below the window: no effect
+  EXPECT_EQ(w.highest(), 501u);
+  EXPECT_EQ(w.check(502), DecodeError::none);
+}
+
+// A lockd taking over from another (or restarted) seeds a worker's window with the floor the
+// other recorded: a datagram of that worker captured before is not executed again.
+TEST(WireReceiverFloor, AWorkersFloorRefusesItsOlderDatagramsAndKeepsOthersApart) {
+  const WireKey worker_key(Bytes(kKeyBytesMin, 0x51), KeyKind::worker, 1, samples::wid(1));
+  Sender w{samples::wid(1), 1000, worker_key};
+  Receiver before{worker_key};
+  Datagram d;
+  ASSERT_TRUE(w.seal(1, Stats{}, d));
+  const Bytes captured = bytes_of(d);  // seq 1000
+  ASSERT_EQ(before.admit(captured, boottime_ns()).verdict, Verdict::deliver);
+  EXPECT_EQ(before.highest_seq(samples::wid(1)), 1000u);
+  EXPECT_EQ(before.highest_seq(samples::wid(2)), 0u);
+
+  Receiver after{worker_key};
+  after.raise_floor(samples::wid(1), before.highest_seq(samples::wid(1)));
+  const Admission a = after.admit(captured, boottime_ns());
+  EXPECT_NE(a.verdict, Verdict::deliver);
+  EXPECT_EQ(a.reason, DecodeError::replayed);
+  ASSERT_TRUE(w.seal(2, Stats{}, d));  // the worker's next datagram: seq 1001
+  EXPECT_EQ(after.admit(bytes_of(d), boottime_ns()).verdict, Verdict::deliver);
+  // Without the floor (a receiver that knows nothing) the captured copy is executed again.
+  Receiver fresh{worker_key};
+  EXPECT_EQ(fresh.admit(captured, boottime_ns()).verdict, Verdict::deliver);
+}
+
 class WireReceiver : public ::testing::Test {
  protected:
   Sender client{samples::wid(1), 1000, kKey};

@@ -182,7 +182,8 @@ TEST_F(EtcdTest, CommitsInGuardedChunksAndLoadsWhatItWrote) {
   for (int i = 0; i < 12; ++i) rows.push_back(row("n/" + std::to_string(i), LockPhase::held, 3));
   rows.push_back(row("n/0", LockPhase::free, 4));  // the same name twice: the last state counts
   const WorkerId w{1, 1};
-  store.commit(rows, 40, StoreMarks{static_cast<std::uint64_t>(r), 1'500 * kMs, {w}});
+  const WorkerId w2{1, 2};
+  store.commit(rows, 40, StoreMarks{static_cast<std::uint64_t>(r), 1'500 * kMs, {w, w2}, {{w, 12'345}}});
   const StoredTable t = store.load();
   ASSERT_EQ(t.names.size(), 12u);
   EXPECT_EQ(t.epoch_high_water, 40u);
@@ -192,6 +193,9 @@ TEST_F(EtcdTest, CommitsInGuardedChunksAndLoadsWhatItWrote) {
   EXPECT_EQ(n0->epoch, 4u);
   EXPECT_EQ(t.lived_ns.at(static_cast<std::uint64_t>(r)), 1'500 * kMs);
   EXPECT_EQ(t.seen.at(w), static_cast<std::uint64_t>(r));
+  EXPECT_EQ(t.seen.at(w2), static_cast<std::uint64_t>(r));
+  EXPECT_EQ(t.replay_floor.at(w), 12'345u);  // "R seq=12345"
+  EXPECT_EQ(t.replay_floor.count(w2), 0u);   // "R": none recorded
   // Loaded in name-id order, as NameStore::load.
   EXPECT_TRUE(std::is_sorted(t.names.begin(), t.names.end(),
                              [](const StoredName& a, const StoredName& b) { return a.id < b.id; }));

@@ -161,6 +161,7 @@ TEST(ServiceCore, RestartFromARestoredTableKeepsTheGrantAndItsEpoch) {
   ASSERT_EQ(stored.names.size(), 1u);
   ASSERT_EQ(stored.seen.size(), 1u);
   CoreRig rig2(kT0 + kNsPerS, stored, 2);
+  rig2.client.advance_to(1'000);  // the same worker's supervisor: its seqs go on above the floor
   const LockState s = rig2.service->table().state(name_id_of("jobs/a"));
   ASSERT_TRUE(s.known);
   EXPECT_EQ(s.phase, LockPhase::held);
@@ -176,6 +177,39 @@ TEST(ServiceCore, RestartFromARestoredTableKeepsTheGrantAndItsEpoch) {
   EXPECT_EQ(std::get<wire::Deny>(answer).refusal, Refusal::held);
   EXPECT_EQ(std::get<wire::Deny>(answer).epoch, 1u);
   EXPECT_EQ(std::get<wire::Deny>(answer).holder, sb);
+}
+
+// A heartbeat captured on the wire and replayed to the next incarnation (a restart, a new
+// leader on etcd): its replay window there starts at the floor the one before recorded with
+// the worker's seen mark, so the copy refreshes nothing (without the floor it refreshed the
+// lease once more at every new leader, and moved the worker's seen mark each time).
+TEST(ServiceCore, AHeartbeatReplayedToTheNextIncarnationRefreshesNothing) {
+  StoredTable stored;
+  const SandboxId sb = sandbox(11);
+  std::vector<std::uint8_t> captured, later;
+  std::unique_ptr<CoreRig> first = std::make_unique<CoreRig>(kT0);
+  CoreRig& rig = *first;
+  rig.deliver(rig.acquire("jobs/r", sb), kT0);
+  wire::Heartbeat hb;
+  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("jobs/r"), sb, 1});
+  captured = rig.seal(hb);
+  rig.deliver(captured, kT0 + 1);
+  rig.settle(kT0 + 2);
+  ASSERT_EQ(rig.service->counters().refresh_refreshed, 1u);
+  stored = rig.disk.apply_durable();
+  ASSERT_EQ(stored.replay_floor.count(rig.worker), 1u);
+  EXPECT_EQ(stored.replay_floor.at(rig.worker), rig.client.next_seq() - 1);  // the heartbeat's seq
+  later = rig.seal(hb);  // the supervisor's next heartbeat, sent after the takeover
+
+  CoreRig rig2(kT0 + kNsPerS, stored, 2);
+  rig2.deliver(captured, kT0 + kNsPerS);
+  rig2.settle(kT0 + kNsPerS + 1);
+  EXPECT_EQ(rig2.service->counters().refresh_refreshed, 0u);
+  for (const auto& sent : rig2.net.sent) EXPECT_FALSE(std::holds_alternative<wire::HeartbeatAck>(rig2.decode(sent.bytes)));
+  // The supervisor itself continues above the floor: refreshed.
+  rig2.deliver(later, kT0 + kNsPerS + 2);
+  rig2.settle(kT0 + kNsPerS + 3);
+  EXPECT_EQ(rig2.service->counters().refresh_refreshed, 1u);
 }
 
 // The service's end of "now is monotone": a clock reading earlier than the last one served,

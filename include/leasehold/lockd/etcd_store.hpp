@@ -8,7 +8,8 @@
 //   names/<name-id>  one row per name (encode_row: `key=value` words, readable with etcdctl)
 //   high_water       the table's epoch high-water mark (decimal)
 //   lived/<R>        the restart rule's "lived" mark of the incarnation R (decimal ns)
-//   seen/<worker>    the last incarnation that acknowledged the worker (decimal)
+//   seen/<worker>    the last incarnation that acknowledged the worker, and the highest seq taken
+//                    from it when that was recorded: "R seq=N" (the next leader's replay floor)
 // One key above the shards, `PREFIX/cluster_key`: the fingerprints of the cluster keys the
 // leader accepts (cluster_keys_value: "v=1 keys=ID:FP,..."; FP = cluster_key_fingerprint, never
 // the key). A lockd campaigns only while its own cluster keys include every key recorded there

@@ -77,6 +77,9 @@ struct StoreMarks {
   std::uint64_t incarnation = 0;  ///< the writing lockd's incarnation (open_count())
   std::int64_t lived_ns = -1;     ///< a lower bound of how long it has served; -1: not written
   std::vector<WorkerId> seen;     ///< workers acknowledged in `incarnation`
+  /// Of the workers in `seen`: the highest seq lockd had taken from each when the batch was cut
+  /// (its replay window's), the floor a later incarnation starts that worker's window at.
+  std::unordered_map<WorkerId, std::uint64_t> replay_floor;
   bool empty() const noexcept { return lived_ns < 0 && seen.empty(); }
 };
 
@@ -87,6 +90,7 @@ struct StoredTable {
   Epoch epoch_high_water = 0;
   std::map<std::uint64_t, std::int64_t> lived_ns;         ///< by incarnation
   std::unordered_map<WorkerId, std::uint64_t> seen;       ///< worker -> last incarnation
+  std::unordered_map<WorkerId, std::uint64_t> replay_floor;  ///< worker -> seq floor (StoreMarks)
   /// Keys in the store's space that are not its own and were skipped (etcd: a key under
   /// names/ that is not names/<name-id>, put there by hand): how many, and the first few.
   std::uint64_t foreign_keys = 0;

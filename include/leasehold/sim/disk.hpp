@@ -50,6 +50,7 @@ class SimDisk final : public lockd::DurabilityPort {
   Epoch epoch_high_water_ = 0;
   std::map<std::uint64_t, std::int64_t> lived_;
   std::unordered_map<WorkerId, std::uint64_t> seen_;
+  std::unordered_map<WorkerId, std::uint64_t> replay_floor_;
   std::uint64_t opens_ = 0;
 };
 

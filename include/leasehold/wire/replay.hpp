@@ -101,6 +101,9 @@ class ReplayWindow {
   DecodeError check(std::uint64_t seq) const noexcept;
   /// Records `seq` (which check() accepted).
   void record(std::uint64_t seq) noexcept;
+  /// Every seq up to `seq` counts as seen (a floor carried over from elsewhere: a lockd taking
+  /// over from another). No effect when the window is already at or above it.
+  void raise_floor(std::uint64_t seq) noexcept;
   std::uint64_t highest() const noexcept { return highest_; }
 
  private:
@@ -266,6 +269,13 @@ class Receiver {
   /// `to`: where the answer goes (the request's source); resends go only there.
   void remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer,
                        const SocketAddress& to = {});
+
+  /// The highest seq taken from worker `sender` (its own key's window), 0 when none is known.
+  std::uint64_t highest_seq(const WorkerId& sender) const noexcept;
+  /// Worker `sender`'s seqs up to `seq` count as seen: a datagram of it at or below `seq` is
+  /// refused as replayed or stale (a lockd that takes over from another seeds the floors the
+  /// other recorded durably, so a datagram captured there is not executed again here).
+  void raise_floor(const WorkerId& sender, std::uint64_t seq);
 
   const DecodeStats& stats() const noexcept;
   std::size_t senders() const noexcept;
