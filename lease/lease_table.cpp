@@ -1252,7 +1252,7 @@ Status LeaseTable::restore(const DurableSnapshot& snap, std::int64_t now_ns) {
                                                         : std::min(r.restore_left_ns, m.config.worker_liveness_ttl_ns);
         WorkerEntry& w = m.workers[widx];
         w.alive_until_ns = std::max(w.alive_until_ns, add_sat(now_ns, live));
-        m.enter_held(*s, r.owner, widx, r.epoch, m.expiry_at(now_ns, ttl));
+        m.enter_held(*s, r.owner, widx, r.epoch, m.expiry_at(now_ns, add_sat(ttl, std::max<std::int64_t>(r.restore_spread_ns, 0))));
         break;
       }
       case LockPhase::transferring: {

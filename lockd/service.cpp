@@ -81,6 +81,17 @@ bool is_admin_operation(wire::MessageType t) noexcept {
 
 }  // namespace
 
+std::int64_t restored_expiry_spread_ns(NameId name, std::int64_t ttl_ns) noexcept {
+  if (ttl_ns <= 0) return 0;
+  // The id is a UUIDv5 (SHA-1 of the name): its low bits are as good as random, and the same
+  // name spreads the same way at every takeover.
+  constexpr std::uint64_t kSteps = 4096;
+  const std::uint64_t step = (name.lo ^ (name.hi >> 7)) % kSteps;
+  const std::int64_t range = ttl_ns / kRestoreSpreadDivisor;
+  const auto r = static_cast<std::uint64_t>(range);
+  return static_cast<std::int64_t>(r / kSteps * step + r % kSteps * step / kSteps);
+}
+
 LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys,
                          const RestoredTable& restored, DatagramPort& net, DurabilityPort& store,
                          std::int64_t now_ns, const ServiceSeeds& seeds)
@@ -150,6 +161,7 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
       if (n.state == LockPhase::held) {
         ++held;
         r.restore_left_ns = restore_left_ns(n.worker);
+        if (cfg.mode == LockMode::lease) r.restore_spread_ns = restored_expiry_spread_ns(n.id, base_ttl_ns);
         if (r.restore_left_ns == 0) ++expired;
         else if (r.restore_left_ns > 0) ++shortened;
       }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace leasehold::lockd {
 namespace {
 
@@ -210,6 +212,38 @@ TEST(ServiceCore, AHeartbeatReplayedToTheNextIncarnationRefreshesNothing) {
   rig2.deliver(later, kT0 + kNsPerS + 2);
   rig2.settle(kT0 + kNsPerS + 3);
   EXPECT_EQ(rig2.service->counters().refresh_refreshed, 1u);
+}
+
+// Every lease a takeover (or restart) restores counts as refreshed at one instant; spread, they
+// do not all fall due together - and none falls due before the restart rule's expiry.
+TEST(ServiceCore, RestoredExpiriesAreSpreadAndNeverShortened) {
+  StoredTable stored;
+  const WorkerId w{0x77, 1};
+  for (int i = 0; i < 64; ++i) {
+    StoredName n;
+    n.name = "spread/" + std::to_string(i);
+    n.id = name_id_of(n.name);
+    n.state = LockPhase::held;
+    n.epoch = 1;
+    n.owner = sandbox(100 + i);
+    n.worker = w;
+    stored.names.push_back(n);
+  }
+  LockdConfig cfg;
+  cfg.ttl_ms = 8'000;
+  const std::int64_t ttl = 8'000 * 1'000'000LL;
+  CoreRig rig(kT0, stored, 2, cfg);
+  std::set<std::int64_t> expiries;
+  for (const StoredName& n : stored.names) {
+    const LockState s = rig.service->table().state(n.id);
+    ASSERT_EQ(s.phase, LockPhase::held);
+    EXPECT_GE(s.expiry_ns, kT0 + ttl);               // the rule's expiry (a full TTL: no marks)
+    EXPECT_LT(s.expiry_ns, kT0 + ttl + ttl / 8);     // at most an eighth of a TTL later
+    EXPECT_EQ(s.expiry_ns, kT0 + ttl + restored_expiry_spread_ns(n.id, ttl));  // by the name alone
+    expiries.insert(s.expiry_ns);
+  }
+  EXPECT_GE(expiries.size(), 60u);  // 64 names, 4096 steps: spread, not one instant
+  EXPECT_EQ(restored_expiry_spread_ns(name_id_of("x"), 0), 0);
 }
 
 // The service's end of "now is monotone": a clock reading earlier than the last one served,

@@ -232,6 +232,10 @@ struct DurableRecord {
   /// run from the restart, capped at the TTL; -1 = a full TTL; 0 = it expires at once. Not
   /// durable itself: lockd derives it from its restart marks (lockd/service.hpp, restart rule).
   std::int64_t restore_left_ns = -1;
+  /// Held, restore only, lease mode: added to the restored expiry (never taken from it), so
+  /// that the leases a restart or a takeover restores do not all fall due at one instant
+  /// (lockd/service.hpp, restored_expiry_spread_ns). 0: none; a negative value counts as 0.
+  std::int64_t restore_spread_ns = 0;
   /// Free: non-zero while a revoke is pending (the revoked grant's epoch). Its bound is not
   /// durable: a restored pending revoke waits a full max_ttl_ns (+ lock_delay_ns) from the
   /// restart (preemptible mode, with a worker: worker_liveness_ttl_ns + lock_delay_ns), or

@@ -101,6 +101,16 @@ inline constexpr std::size_t kExpiriesPerTickMax = 4096;
 inline constexpr std::int64_t kRevokePushRetryNs = 100'000'000;  ///< Revoked resent this often
 inline constexpr std::size_t kRevokePushesMax = 65'536;          ///< revocations being pushed
 
+/// Restored expiries are spread over this fraction of the TTL (1/8): a restart or a takeover
+/// restores every Held lease at one instant, and without it all of them would expire (or be
+/// refreshed) together.
+inline constexpr std::int64_t kRestoreSpreadDivisor = 8;
+/// How much later than the restart rule's expiry the restored lease of `name` expires: a
+/// deterministic fraction of [0, ttl_ns / kRestoreSpreadDivisor) by the name's id. Only ever
+/// added: a restored lease is never shorter than the rule makes it, so no holder loses time
+/// it relies on; a dead holder's name is freed at most ttl_ns / kRestoreSpreadDivisor later.
+std::int64_t restored_expiry_spread_ns(NameId name, std::int64_t ttl_ns) noexcept;
+
 /// Counters of one lockd (stats answer, tests). Monotonic since start unless noted.
 struct ServiceCounters {
   std::array<std::uint64_t, 32> refusals{};  ///< by Refusal value
