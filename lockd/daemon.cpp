@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace leasehold::lockd {
 
@@ -57,6 +59,22 @@ struct LockdDaemon::Cluster {
   /// Store threads of services given up, destroyed once their last commit returned (a commit
   /// to an unreachable etcd blocks until its deadline; the io thread never waits for it).
   std::vector<std::unique_ptr<StoreThread>> retired;
+  /// A takeover's load of the table, on a thread of its own: the io thread goes on answering
+  /// (not_leader, as the follower it still is) while etcd's range reads run.
+  struct Load {
+    std::int64_t revision = 0;
+    std::int64_t started_ns = 0;
+    std::mutex mu;
+    bool done = false;                  // guarded by mu
+    std::unique_ptr<EtcdStore> store;   // guarded by mu: the store, once loaded
+    StoredTable table;                  // guarded by mu
+    std::string error;                  // guarded by mu: why the load failed ("" = it did not)
+    std::thread thread;
+    ~Load() {
+      if (thread.joinable()) thread.join();
+    }
+  };
+  std::unique_ptr<Load> load;
 };
 
 LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey>& keys, EventLoop& loop)
@@ -189,41 +207,85 @@ void LockdDaemon::become_follower(std::int64_t now_ns, const std::string& why, b
   service_->set_not_leader(c.leader_seen);
 }
 
-std::int64_t LockdDaemon::take_over(std::int64_t revision, std::int64_t now_ns) {
+void LockdDaemon::start_load(std::int64_t revision, std::int64_t now_ns) {
   Cluster& c = *cluster_;
-  try {
-    auto store = std::make_unique<EtcdStore>(c.client, c.shard, revision, cfg_.etcd_txn_ops_max);
-    RestoredTable restored;
-    restored.incarnation = store->incarnation();
-    restored.stored = store->load();  // a linearizable read after the election: every earlier write
-    auto thread = std::make_unique<StoreThread>(std::move(store), [this] { loop_.wake(); });
-    // The table is served as of now: every held lease refreshed now, within the restart rule.
-    const std::int64_t now = loop_.clock().now_ns();
-    auto leader = make_service(restored, *thread, now);
-    service_.reset();
-    store_ = std::move(thread);
-    service_ = std::move(leader);
-    c.leading = revision;
-    const Leadership::View lv = c.leadership->view();
-    c.fence_ns = lv.leading && lv.revision == revision ? lv.serve_until_ns : 0;
-    log_ += "ts_boot_ns=" + std::to_string(now) + " event=leading revision=" + std::to_string(revision) +
-            " names=" + std::to_string(restored.stored.names.size()) +
-            " load_ms=" + std::to_string((now - now_ns) / 1'000'000) + "\n";
-    if (restored.stored.foreign_keys != 0) {
-      std::string keys;
-      for (const std::string& k : restored.stored.foreign_key_samples) keys += (keys.empty() ? "" : ",") + k;
-      log_ += "ts_boot_ns=" + std::to_string(now) + " event=foreign_keys count=" +
-              std::to_string(restored.stored.foreign_keys) + " keys=\"" + keys +
-              "\" why=\"keys under names/ that are not names/<name-id>: not rows, skipped\"\n";
+  auto load = std::make_unique<Cluster::Load>();
+  load->revision = revision;
+  load->started_ns = now_ns;
+  Cluster::Load* l = load.get();
+  load->thread = std::thread([l, client = c.client, shard = c.shard, ops = cfg_.etcd_txn_ops_max, &loop = loop_] {
+    std::unique_ptr<EtcdStore> store;
+    StoredTable table;
+    std::string error;
+    try {
+      store = std::make_unique<EtcdStore>(client, shard, l->revision, ops);
+      table = store->load();  // a linearizable read after the election: every earlier write
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    return now;
-  } catch (const std::exception& e) {
+    {
+      std::lock_guard lock(l->mu);
+      l->store = std::move(store);
+      l->table = std::move(table);
+      l->error = std::move(error);
+      l->done = true;
+    }
+    loop.wake();
+  });
+  c.load = std::move(load);
+  service_->set_loading(true);
+  log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_loading revision=" + std::to_string(revision) +
+          "\n";
+}
+
+std::int64_t LockdDaemon::finish_load(const Leadership::View& v, std::int64_t now_ns) {
+  Cluster& c = *cluster_;
+  {
+    std::lock_guard lock(c.load->mu);
+    if (!c.load->done) return now_ns;  // still loading: a follower meanwhile
+  }
+  std::unique_ptr<Cluster::Load> load = std::move(c.load);
+  load->thread.join();
+  service_->set_loading(false);
+  const std::int64_t revision = load->revision;
+  if (!load->error.empty()) {
     log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_failed revision=" + std::to_string(revision) +
-            " why=\"" + e.what() + "\"\n";
+            " why=\"" + load->error + "\"\n";
     c.refused = revision;
     c.leadership->step_down(revision, Leadership::StepDown::failed);
+    return now_ns;
   }
-  return now_ns;
+  // The leadership may have moved on (or its fence passed) while the table loaded: the load
+  // is then of no use, and the guard would refuse every write of it anyway.
+  if (!v.leading || v.revision != revision || now_ns >= v.serve_until_ns) {
+    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_dropped revision=" + std::to_string(revision) +
+            " why=\"the leadership ended while the table loaded\"\n";
+    return now_ns;
+  }
+  RestoredTable restored;
+  restored.incarnation = load->store->incarnation();
+  restored.stored = std::move(load->table);
+  auto thread = std::make_unique<StoreThread>(std::move(load->store), [this] { loop_.wake(); });
+  // The table is served as of now: every held lease refreshed now, within the restart rule.
+  const std::int64_t now = loop_.clock().now_ns();
+  auto leader = make_service(restored, *thread, now);
+  service_.reset();
+  store_ = std::move(thread);
+  service_ = std::move(leader);
+  c.leading = revision;
+  const Leadership::View lv = c.leadership->view();
+  c.fence_ns = lv.leading && lv.revision == revision ? lv.serve_until_ns : 0;
+  log_ += "ts_boot_ns=" + std::to_string(now) + " event=leading revision=" + std::to_string(revision) +
+          " names=" + std::to_string(restored.stored.names.size()) +
+          " load_ms=" + std::to_string((now - load->started_ns) / 1'000'000) + "\n";
+  if (restored.stored.foreign_keys != 0) {
+    std::string keys;
+    for (const std::string& k : restored.stored.foreign_key_samples) keys += (keys.empty() ? "" : ",") + k;
+    log_ += "ts_boot_ns=" + std::to_string(now) + " event=foreign_keys count=" +
+            std::to_string(restored.stored.foreign_keys) + " keys=\"" + keys +
+            "\" why=\"keys under names/ that are not names/<name-id>: not rows, skipped\"\n";
+  }
+  return now;
 }
 
 std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
@@ -243,8 +305,14 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
     if (!v.last_error.empty())
       log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leadership_error why=\"" + v.last_error + "\"\n";
   }
-  if (v.leading && v.revision != c.refused && now_ns >= v.serve_from_ns && now_ns < v.serve_until_ns)
-    return take_over(v.revision, now_ns);
+  if (c.load != nullptr) {
+    const std::int64_t now = finish_load(v, now_ns);
+    if (c.leading != 0 || c.load != nullptr) return now;  // leading now, or still loading
+  }
+  if (v.leading && v.revision != c.refused && now_ns >= v.serve_from_ns && now_ns < v.serve_until_ns) {
+    start_load(v.revision, now_ns);
+    return now_ns;
+  }
   if (const std::string h = c.hint(v.leader); h != c.leader_seen) {
     c.leader_seen = h;
     service_->set_not_leader(h);

@@ -1106,6 +1106,7 @@ wire::StatsAnswer LockService::stats_answer() const {
     add("leading", not_leader_ ? 0 : 1);
     add("failover_bound_ms", failover_bound_ms(cfg_));
     add("not_leader_answers", counters_.not_leader_answers);
+    add("takeover_loading", loading_ ? 1 : 0);
   }
   add("log_lines_dropped", log_lines_dropped_);
   add("refreshes_per_s", counters_.refreshes_per_s);

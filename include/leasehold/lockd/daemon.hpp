@@ -18,6 +18,7 @@
 
 #include "leasehold/io/loop.hpp"
 #include "leasehold/lockd/config.hpp"
+#include "leasehold/lockd/leadership.hpp"
 #include "leasehold/lockd/service.hpp"
 #include "leasehold/lockd/store_thread.hpp"
 
@@ -76,9 +77,13 @@ class LockdDaemon {
   /// down: `fence` (the fence passed) campaigns again at once, otherwise (its store failed)
   /// after a backoff (Leadership::StepDown).
   void become_follower(std::int64_t now_ns, const std::string& why, bool fence);
-  /// etcd: loads the table at revision `revision` and serves it as the leader, restored at a
-  /// clock reading taken after the load, which it returns (`now_ns` when it could not).
-  std::int64_t take_over(std::int64_t revision, std::int64_t now_ns);
+  /// etcd: starts loading the table at revision `revision` on a thread of its own (the io
+  /// thread goes on answering not_leader meanwhile).
+  void start_load(std::int64_t revision, std::int64_t now_ns);
+  /// etcd: once the load is done, serves the table as the leader if `v` (the leadership now)
+  /// still leads that revision within its fence, restored at a clock reading taken then, which
+  /// it returns (`now_ns` when it did not take over); a failed load steps down.
+  std::int64_t finish_load(const Leadership::View& v, std::int64_t now_ns);
   /// etcd: the io-side checks of every turn (fence, store failure, a won election); the clock
   /// reading the service now runs at (later than `now_ns` after a takeover).
   std::int64_t follow_leadership(std::int64_t now_ns);

@@ -193,6 +193,9 @@ class LockService {
   /// changes nothing; Stats is still answered (this lockd's own counters). The daemon builds a
   /// follower as a service with an empty table and a store that takes nothing.
   void set_not_leader(std::string leader) { not_leader_ = std::move(leader); }
+  /// lockd on etcd: a follower that won the election and is loading the table (Stats shows
+  /// `takeover_loading` 1); it answers not_leader meanwhile.
+  void set_loading(bool loading) noexcept { loading_ = loading; }
   bool follower() const noexcept { return not_leader_.has_value(); }
 
   /// The key that signs every grant's fencing token (wire/token.hpp); nullptr: grants carry no
@@ -371,6 +374,7 @@ class LockService {
   bool failed_ = false;
   std::string failure_;
   std::optional<std::string> not_leader_;  ///< set: a follower (set_not_leader)
+  bool loading_ = false;                   ///< set_loading
   std::deque<Deferred> deferred_;
 
   // The restart rule (see the top of this file).
