@@ -320,6 +320,10 @@ void EtcdStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
   for (const auto& [id, n] : last) ops.push_back(etcd::Op::put(prefix_ + "names/" + id.str(), encode_row(*n)));
   if (marks.lived_ns >= 0)
     ops.push_back(etcd::Op::put(prefix_ + "lived/" + std::to_string(marks.incarnation), std::to_string(marks.lived_ns)));
+  // Lived marks no restart needs any more, deleted under the same guard (a deposed leader's
+  // view of which are needed is as stale as its table).
+  for (const std::uint64_t j : marks.drop_lived)
+    if (j != marks.incarnation) ops.push_back(etcd::Op::del(prefix_ + "lived/" + std::to_string(j)));
   for (const WorkerId& w : marks.seen) {
     const auto floor = marks.replay_floor.find(w);
     ops.push_back(etcd::Op::put(prefix_ + "seen/" + w.str(),

@@ -143,6 +143,17 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
       if (after == served_from.end() || after->second <= 0) return -1;
       return std::max<std::int64_t>(0, base_ttl_ns - after->second);
     };
+    // The oldest seen mark of a worker holding a lease: the rule sums lived/j only for j above
+    // some held lease's worker's mark, and every later grant marks its worker with this
+    // incarnation, so the lived marks at or below it are needed by no restart to come.
+    std::uint64_t oldest_needed = incarnation_;
+    for (const StoredName& n : stored.names) {
+      if (n.state != LockPhase::held) continue;
+      const auto seen = stored.seen.find(n.worker);
+      if (seen != stored.seen.end()) oldest_needed = std::min(oldest_needed, seen->second);
+    }
+    for (const auto& [j, lived] : stored.lived_ns)
+      if (j <= oldest_needed && j < incarnation_) marks_.drop_lived.push_back(j);
     for (const StoredName& n : stored.names) {
       snap.epoch_high_water = std::max(snap.epoch_high_water, n.epoch);
       // Acquiring records are dropped at restart (their epochs stay burned via the high-water
@@ -1319,6 +1330,7 @@ void LockService::submit_pending(std::int64_t now_ns, bool checkpoint) {
   in_flight_.push_back(b.last_seq);
   marks_.seen.clear();
   marks_.replay_floor.clear();
+  marks_.drop_lived.clear();
   next_lived_ns_ = now_ns + lived_interval_ns_;
 }
 

@@ -604,6 +604,8 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
     };
     if (marks.lived_ns >= 0) raise_mark("lived/" + std::to_string(marks.incarnation), marks.lived_ns);
     for (const WorkerId& w : marks.seen) raise_mark("seen/" + w.str(), static_cast<std::int64_t>(marks.incarnation));
+    for (const std::uint64_t j : marks.drop_lived)
+      if (j != marks.incarnation) exec(("DELETE FROM meta WHERE k = 'lived/" + std::to_string(j) + "'").c_str());
     for (const auto& [w, seq] : marks.replay_floor)
       if (static_cast<std::int64_t>(seq) > 0) raise_mark("floor/" + w.str(), static_cast<std::int64_t>(seq));
     exec("COMMIT");

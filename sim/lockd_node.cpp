@@ -77,6 +77,8 @@ void SimDisk::complete() {
   for (const lockd::StoredName& n : b.changes) rows_[n.id] = n;
   epoch_high_water_ = std::max(epoch_high_water_, b.epoch_high_water);
   if (b.marks.lived_ns >= 0) lived_[b.marks.incarnation] = b.marks.lived_ns;
+  for (const std::uint64_t j : b.marks.drop_lived)
+    if (j != b.marks.incarnation) lived_.erase(j);
   for (const WorkerId& w : b.marks.seen) seen_[w] = b.marks.incarnation;
   for (const auto& [w, seq] : b.marks.replay_floor) replay_floor_[w] = std::max(replay_floor_[w], seq);
   for (std::uint64_t s = b.first_seq; s <= b.last_seq && s != 0; ++s)

@@ -183,7 +183,7 @@ TEST_F(EtcdTest, CommitsInGuardedChunksAndLoadsWhatItWrote) {
   rows.push_back(row("n/0", LockPhase::free, 4));  // the same name twice: the last state counts
   const WorkerId w{1, 1};
   const WorkerId w2{1, 2};
-  store.commit(rows, 40, StoreMarks{static_cast<std::uint64_t>(r), 1'500 * kMs, {w, w2}, {{w, 12'345}}});
+  store.commit(rows, 40, StoreMarks{static_cast<std::uint64_t>(r), 1'500 * kMs, {w, w2}, {{w, 12'345}}, {}});
   const StoredTable t = store.load();
   ASSERT_EQ(t.names.size(), 12u);
   EXPECT_EQ(t.epoch_high_water, 40u);
@@ -196,6 +196,11 @@ TEST_F(EtcdTest, CommitsInGuardedChunksAndLoadsWhatItWrote) {
   EXPECT_EQ(t.seen.at(w2), static_cast<std::uint64_t>(r));
   EXPECT_EQ(t.replay_floor.at(w), 12'345u);  // "R seq=12345"
   EXPECT_EQ(t.replay_floor.count(w2), 0u);   // "R": none recorded
+  // Lived marks no restart needs are deleted in the guarded transactions of a later batch.
+  ASSERT_TRUE(client_->put(shard + "lived/3", "7", deadline(2000)).ok());
+  StoreMarks prune{static_cast<std::uint64_t>(r), 1'600 * kMs, {}, {}, {3}};
+  store.commit({}, 0, prune);
+  EXPECT_EQ(store.load().lived_ns, (std::map<std::uint64_t, std::int64_t>{{static_cast<std::uint64_t>(r), 1'600 * kMs}}));
   // Loaded in name-id order, as NameStore::load.
   EXPECT_TRUE(std::is_sorted(t.names.begin(), t.names.end(),
                              [](const StoredName& a, const StoredName& b) { return a.id < b.id; }));

@@ -68,6 +68,7 @@ struct FakeDisk final : DurabilityPort {
       for (const StoredName& n : b.changes) rows[n.id] = n;
       t.epoch_high_water = std::max(t.epoch_high_water, b.epoch_high_water);
       if (b.marks.lived_ns >= 0) t.lived_ns[b.marks.incarnation] = b.marks.lived_ns;
+      for (const std::uint64_t j : b.marks.drop_lived) t.lived_ns.erase(j);
       for (const WorkerId& w : b.marks.seen) t.seen[w] = b.marks.incarnation;
       for (const auto& [w, seq] : b.marks.replay_floor) t.replay_floor[w] = std::max(t.replay_floor[w], seq);
     }

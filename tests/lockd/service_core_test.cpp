@@ -246,6 +246,54 @@ TEST(ServiceCore, RestoredExpiriesAreSpreadAndNeverShortened) {
   EXPECT_EQ(restored_expiry_spread_ns(name_id_of("x"), 0), 0);
 }
 
+// The lived marks a restart needs are those above the oldest seen mark of a worker holding a
+// lease; the first batch of the next incarnation deletes the others (they grew by one per
+// restart or takeover for ever), and the restored leases are what they were with them.
+TEST(ServiceCore, LivedMarksNoRestartNeedsArePrunedWithTheFirstBatch) {
+  const WorkerId w1{0x77, 1}, w2{0x77, 2};
+  StoredTable stored;
+  StoredName held;
+  held.name = "prune/held";
+  held.id = name_id_of(held.name);
+  held.state = LockPhase::held;
+  held.epoch = 1;
+  held.owner = sandbox(50);
+  held.worker = w1;
+  StoredName freed = held;
+  freed.name = "prune/free";
+  freed.id = name_id_of(freed.name);
+  freed.state = LockPhase::free;
+  freed.owner = {};
+  freed.worker = w2;
+  stored.names = {held, freed};
+  stored.epoch_high_water = 1;
+  stored.lived_ns = {{1, 100'000'000}, {2, 200'000'000}, {3, 300'000'000}, {5, 50'000'000}};
+  stored.seen = {{w1, 3}, {w2, 1}};  // w2 holds nothing: its old mark keeps nothing alive
+  const std::int64_t ttl = 10'000 * 1'000'000LL;
+  CoreRig rig(kT0, stored, 6);
+  // The rule as before: w1's lease less lived/5, the only incarnation after its mark.
+  const LockState s = rig.service->table().state(held.id);
+  EXPECT_EQ(s.expiry_ns, kT0 + ttl - 50'000'000 + restored_expiry_spread_ns(held.id, ttl));
+  rig.settle(kT0 + 1);  // the lived checkpoint (a lease is held): the first batch
+  ASSERT_FALSE(rig.disk.submitted.empty());
+  EXPECT_EQ(rig.disk.submitted[0].marks.drop_lived, (std::vector<std::uint64_t>{1, 2, 3}));
+  const StoredTable after = rig.disk.apply_durable();
+  stored.lived_ns = {{5, 50'000'000}};
+  for (const auto& [j, v] : after.lived_ns) stored.lived_ns[j] = v;
+  // The next incarnation restores the same lease from the pruned marks (plus what 6 lived).
+  CoreRig rig2(kT0 + 2, stored, 7);
+  EXPECT_EQ(rig2.service->table().state(held.id).expiry_ns,
+            kT0 + 2 + ttl - 50'000'000 - stored.lived_ns.at(6) + restored_expiry_spread_ns(held.id, ttl));
+  // Nobody holds anything: every earlier mark goes.
+  StoredTable idle;
+  idle.lived_ns = {{1, 1}, {4, 1}};
+  CoreRig rig3(kT0, idle, 9);
+  rig3.deliver(rig3.acquire("prune/x", sandbox(51)), kT0);
+  rig3.settle(kT0 + 1);
+  ASSERT_FALSE(rig3.disk.submitted.empty());
+  EXPECT_EQ(rig3.disk.submitted[0].marks.drop_lived, (std::vector<std::uint64_t>{1, 4}));
+}
+
 // The service's end of "now is monotone": a clock reading earlier than the last one served,
 // in a datagram or a tick, aborts (the table would otherwise order deadlines by it).
 TEST(ServiceCoreDeathTest, AClockThatGoesBackwardsAborts) {

@@ -114,8 +114,8 @@ TEST(NameStore, RestartMarksRoundTripAndNeverGoDown) {
   const WorkerId w1{0x77, 1}, w2{0x77, 2};
   {
     NameStore s(p.string());
-    s.commit({}, 0, StoreMarks{1, 300'000'000, {w1}, {}});
-    s.commit({}, 0, StoreMarks{1, 200'000'000, {w2}, {}});  // a lower lived is not stored
+    s.commit({}, 0, StoreMarks{1, 300'000'000, {w1}, {}, {}});
+    s.commit({}, 0, StoreMarks{1, 200'000'000, {w2}, {}, {}});  // a lower lived is not stored
   }
   {
     NameStore s(p.string());
@@ -125,8 +125,8 @@ TEST(NameStore, RestartMarksRoundTripAndNeverGoDown) {
     EXPECT_EQ(t.lived_ns.at(1), 300'000'000);
     EXPECT_EQ(t.seen.at(w1), 1u);
     EXPECT_EQ(t.seen.at(w2), 1u);
-    s.commit({}, 0, StoreMarks{2, 50'000'000, {w2}, {{w2, 9'000}}});
-    s.commit({}, 0, StoreMarks{2, 60'000'000, {w2}, {{w2, 8'000}}});  // a lower floor is not stored
+    s.commit({}, 0, StoreMarks{2, 50'000'000, {w2}, {{w2, 9'000}}, {}});
+    s.commit({}, 0, StoreMarks{2, 60'000'000, {w2}, {{w2, 8'000}}, {}});  // a lower floor is not stored
   }
   NameStore s(p.string());
   const StoredTable t = s.load();
@@ -136,6 +136,13 @@ TEST(NameStore, RestartMarksRoundTripAndNeverGoDown) {
   EXPECT_EQ(t.seen.at(w2), 2u);
   EXPECT_EQ(t.replay_floor.count(w1), 0u);
   EXPECT_EQ(t.replay_floor.at(w2), 9'000u);
+  // Pruned: lived marks the restart rule no longer needs are deleted with a batch.
+  StoreMarks prune{3, 10'000'000, {}, {}, {1}};
+  s.commit({}, 0, prune);
+  const StoredTable p2 = s.load();
+  EXPECT_EQ(p2.lived_ns.count(1), 0u);
+  EXPECT_EQ(p2.lived_ns.at(2), 60'000'000);
+  EXPECT_EQ(p2.lived_ns.at(3), 10'000'000);
 }
 
 TEST(NameStore, EpochMayStayTheSame) {
@@ -589,9 +596,9 @@ TEST(StoreThread, OneDurableVerdictPerSeqOfEachBatchInOrder) {
   TempDir dir;
   StoreThread t(std::make_unique<NameStore>((dir.path() / "lockd.db").string()), nullptr);
   // Seqs 1..3: two changes and a mark-only seq; seqs 4..4: a lived checkpoint (no change).
-  DurableBatch a{1, 3, {held(1, 1), held(2, 1)}, StoreMarks{1, 5, {WorkerId{0, 9}}, {}}, 1};
+  DurableBatch a{1, 3, {held(1, 1), held(2, 1)}, StoreMarks{1, 5, {WorkerId{0, 9}}, {}, {}}, 1};
   ASSERT_TRUE(t.submit(std::move(a)));
-  DurableBatch b{4, 4, {}, StoreMarks{1, 7, {}, {}}, 1};
+  DurableBatch b{4, 4, {}, StoreMarks{1, 7, {}, {}, {}}, 1};
   ASSERT_TRUE(t.submit(std::move(b)));
   std::vector<DurabilityVerdict> v;
   while (v.size() < 4) {

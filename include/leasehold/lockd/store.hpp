@@ -80,7 +80,10 @@ struct StoreMarks {
   /// Of the workers in `seen`: the highest seq lockd had taken from each when the batch was cut
   /// (its replay window's), the floor a later incarnation starts that worker's window at.
   std::unordered_map<WorkerId, std::uint64_t> replay_floor;
-  bool empty() const noexcept { return lived_ns < 0 && seen.empty(); }
+  /// Incarnations whose lived marks the restart rule no longer needs: deleted with this batch
+  /// (LockService: at or below the oldest seen mark of a worker that holds a lease).
+  std::vector<std::uint64_t> drop_lived;
+  bool empty() const noexcept { return lived_ns < 0 && seen.empty() && drop_lived.empty(); }
 };
 
 /// Everything load() returns: the rows and the table-wide epoch high-water mark (the largest
