@@ -259,7 +259,7 @@ StoredTable EtcdStore::load() const {
         if (!row.ok())
           throw StoreError(describe() + ": the row at key " + kv.key + " does not decode (" + row.status().message() +
                            "); the table cannot be served without it: repair or delete the key");
-        epochs_[row->id] = row->epoch;
+        epochs_.note(row->id, row->epoch);
         t.names.push_back(std::move(*row));
       } else if (key == "high_water") {
         number(kv.value, t.epoch_high_water);
@@ -302,13 +302,8 @@ void EtcdStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
   if (changes.size() > kStoreBatchChangesMax)
     throw StoreError(describe() + ": batch of " + std::to_string(changes.size()) +
                      " changes exceeds kStoreBatchChangesMax");
-  // The never-lower check of NameStore::commit: a breach is lockd's own bug.
-  LEASEHOLD_ASSERT(epoch_high_water <= kEpochMax);
-  for (const StoredName& n : changes) {
-    LEASEHOLD_ASSERT(n.epoch <= kEpochMax);
-    const auto it = epochs_.find(n.id);
-    LEASEHOLD_ASSERT(it == epochs_.end() || n.epoch >= it->second);
-  }
+  // The never-lower check of every store (DurableEpochs): a breach is lockd's own bug.
+  epochs_.check(changes, epoch_high_water);
   // etcd refuses a transaction that puts one key twice: the last change of a name in the batch
   // is its state (the rows are whole states, not deltas).
   std::map<NameId, const StoredName*> last;
@@ -360,7 +355,7 @@ void EtcdStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 * (attempt + 1), 250)));
     }
   }
-  for (const auto& [id, n] : last) epochs_[id] = n->epoch;
+  for (const auto& [id, n] : last) epochs_.note(id, n->epoch);
 }
 
 }  // namespace leasehold::lockd

@@ -423,7 +423,7 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
       sqlite3_finalize(q);
     }
     // The durable epoch of every name, for the never-lower check at append time.
-    for (const StoredName& n : load().names) epochs_[n.id] = n.epoch;
+    for (const StoredName& n : load().names) epochs_.note(n.id, n.epoch);
     if (sqlite3_prepare_v2(db_,
                            "UPDATE meta SET v = ?1 WHERE k = 'epoch_high_water' AND v < ?1", -1,
                            &raise_high_water_, nullptr) != SQLITE_OK)
@@ -549,23 +549,28 @@ std::size_t NameStore::compact(std::size_t rows_max) {
   }
 }
 
+void DurableEpochs::check(std::span<const StoredName> changes, Epoch epoch_high_water) const {
+  LEASEHOLD_ASSERT(epoch_high_water <= kEpochMax);
+  for (const StoredName& n : changes) {
+    LEASEHOLD_ASSERT(n.epoch <= kEpochMax);
+    const auto it = by_name_.find(n.id);
+    LEASEHOLD_ASSERT(it == by_name_.end() || n.epoch >= it->second);
+  }
+}
+
+void DurableEpochs::written(std::span<const StoredName> changes) {
+  for (const StoredName& n : changes) by_name_[n.id] = n.epoch;
+}
+
 void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) {
   if (changes.empty() && epoch_high_water == 0 && marks.empty()) return;
   if (changes.size() > kStoreBatchChangesMax)
     throw StoreError("store " + path_ + ": batch of " + std::to_string(changes.size()) +
                      " changes exceeds kStoreBatchChangesMax");
-  // Epochs never decrease (DESIGN.md "Vocabulary") and fit the int64 columns. Checked before
-  // anything is written. Not a property of the file: epochs_ and the LeaseTable that made
-  // `changes` were both loaded from it (under the exclusive lock, so nothing changed it in
-  // between), the table grants only above every epoch it loaded (its high-water mark covers
-  // the rows it drops too), and a file epoch above 2^63-1 fails LeaseTable::restore. A breach
-  // is lockd's own bug: written, the next start would grant an epoch already handed out.
-  LEASEHOLD_ASSERT(epoch_high_water <= kEpochMax);
-  for (const StoredName& n : changes) {
-    LEASEHOLD_ASSERT(n.epoch <= kEpochMax);
-    const auto it = epochs_.find(n.id);
-    LEASEHOLD_ASSERT(it == epochs_.end() || n.epoch >= it->second);
-  }
+  // Epochs never decrease (DESIGN.md "Vocabulary") and fit the int64 columns, checked before
+  // anything is written (DurableEpochs; the file is lockd's under the exclusive lock, so
+  // nothing changed it since the load, and a file epoch above 2^63-1 fails LeaseTable::restore).
+  epochs_.check(changes, epoch_high_water);
   exec("BEGIN IMMEDIATE");
   try {
     for (const StoredName& n : changes) {
@@ -611,7 +616,7 @@ void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_wat
     exec("COMMIT");
     if (log_rows_ == 0) log_first_seq_ = sqlite3_last_insert_rowid(db_) - static_cast<std::int64_t>(changes.size()) + 1;
     log_rows_ += changes.size();
-    for (const StoredName& n : changes) epochs_[n.id] = n.epoch;
+    epochs_.written(changes);
   } catch (...) {
     sqlite3_reset(upsert_);
     sqlite3_reset(raise_high_water_);

@@ -163,6 +163,21 @@ TEST(NameStore, EpochMayStayTheSame) {
 // epoch the int64 columns cannot hold, is lockd's own bug (its name table and the store's
 // epochs come from the same load), so it aborts, before the batch's transaction begins. The
 // durable epochs are those loaded at open too, not only those this process wrote.
+// The check itself, as every store's commit runs it (NameStore above, EtcdStore on etcd).
+TEST(DurableEpochsDeathTest, OneCheckForEveryStore) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DurableEpochs e;
+  e.note(held(1, 0).id, 42);
+  std::vector<StoredName> same{held(1, 42), held(2, 1)};
+  e.check(same, 42);  // equal is fine, a new name is fine
+  std::vector<StoredName> lower{held(1, 41)};
+  EXPECT_DEATH(e.check(lower, 0), "LEASEHOLD_ASSERT\\(it == by_name_.end\\(\\) \\|\\| n.epoch >= it->second\\) failed");
+  e.written(lower = {held(1, 50)});
+  std::vector<StoredName> below_written{held(1, 49)};
+  EXPECT_DEATH(e.check(below_written, 0), "n.epoch >= it->second");
+  EXPECT_DEATH(e.check({}, kEpochMax + 1), "LEASEHOLD_ASSERT\\(epoch_high_water <= kEpochMax\\) failed");
+}
+
 TEST(NameStoreDeathTest, LoweringAnEpochOrPassingTheLimitAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   TempDir dir;
@@ -172,7 +187,7 @@ TEST(NameStoreDeathTest, LoweringAnEpochOrPassingTheLimitAborts) {
     std::vector<StoredName> a{held(1, 42)};
     s.commit(a, 42);
     std::vector<StoredName> lower{held(2, 5), held(1, 41)};  // the first change is fine
-    EXPECT_DEATH(s.commit(lower), "LEASEHOLD_ASSERT\\(it == epochs_.end\\(\\) \\|\\| n.epoch >= it->second\\) failed");
+    EXPECT_DEATH(s.commit(lower), "LEASEHOLD_ASSERT\\(it == by_name_.end\\(\\) \\|\\| n.epoch >= it->second\\) failed");
     std::vector<StoredName> too_high{held(3, kEpochMax + 1)};
     EXPECT_DEATH(s.commit(too_high), "LEASEHOLD_ASSERT\\(n.epoch <= kEpochMax\\) failed");
     EXPECT_DEATH(s.commit({}, kEpochMax + 1), "LEASEHOLD_ASSERT\\(epoch_high_water <= kEpochMax\\) failed");
@@ -181,7 +196,7 @@ TEST(NameStoreDeathTest, LoweringAnEpochOrPassingTheLimitAborts) {
   }
   NameStore s(p.string());  // reopened: the durable epochs come from the file
   std::vector<StoredName> lower{held(1, 41)};
-  EXPECT_DEATH(s.commit(lower), "LEASEHOLD_ASSERT\\(it == epochs_.end\\(\\) \\|\\| n.epoch >= it->second\\) failed");
+  EXPECT_DEATH(s.commit(lower), "LEASEHOLD_ASSERT\\(it == by_name_.end\\(\\) \\|\\| n.epoch >= it->second\\) failed");
   const StoredTable t = s.load();
   ASSERT_EQ(t.names.size(), 2u);
   for (const StoredName& n : t.names) EXPECT_EQ(n.epoch, n.id == held(1, 0).id ? 42u : kEpochMax);

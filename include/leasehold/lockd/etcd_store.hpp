@@ -116,7 +116,7 @@ class EtcdStore final : public Store {
   std::int64_t revision_;
   std::size_t txn_ops_max_;
   /// Durable epoch per name (the never-lower check, as NameStore's), filled by load().
-  mutable std::unordered_map<NameId, Epoch> epochs_;
+  mutable DurableEpochs epochs_;
 };
 
 }  // namespace leasehold::lockd

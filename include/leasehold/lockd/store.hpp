@@ -100,6 +100,26 @@ struct StoredTable {
   std::vector<std::string> foreign_key_samples;
 };
 
+/// The durable epoch of every name a store holds, and the check every store's commit makes
+/// before it writes anything (NameStore, EtcdStore): no change lowers a name's durable epoch,
+/// and no epoch (nor the high-water mark) exceeds kEpochMax. Not a property of the store's
+/// contents: these epochs and the LeaseTable that made the changes were loaded from the same
+/// rows, and the table grants only above every epoch it loaded (its high-water mark covers the
+/// rows it drops too); a breach is lockd's own bug - written, the next start or takeover would
+/// grant an epoch already handed out - so it aborts (LEASEHOLD_ASSERT) with nothing written.
+class DurableEpochs {
+ public:
+  /// A name's epoch as loaded or written.
+  void note(NameId id, Epoch epoch) { by_name_[id] = epoch; }
+  /// Aborts if a change lowers its name's durable epoch or an epoch exceeds kEpochMax.
+  void check(std::span<const StoredName> changes, Epoch epoch_high_water) const;
+  /// The changes are durable: their epochs are the names' durable epochs from now on.
+  void written(std::span<const StoredName> changes);
+
+ private:
+  std::unordered_map<NameId, Epoch> by_name_;
+};
+
 /// Why the store refused to open or to commit. `what()` names the file and the problem.
 class StoreError : public std::runtime_error {
  public:
@@ -226,7 +246,7 @@ class NameStore final : public Store {
   sqlite3_stmt* trim_ = nullptr;
   std::uint64_t log_rows_ = 0;
   std::int64_t log_first_seq_ = 0;                 ///< lowest seq in the log (when log_rows_ > 0)
-  std::unordered_map<NameId, Epoch> epochs_;       ///< durable epoch per name (never-lower check)
+  DurableEpochs epochs_;  ///< durable epoch per name (the never-lower check)
   std::uint64_t open_count_ = 0;
 };
 
