@@ -5,6 +5,7 @@
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/io/address_list.hpp"
 #include "leasehold/io/udp.hpp"
+#include "leasehold/lockd/config.hpp"
 #include "leasehold/supervisor/config.hpp"
 #include "leasehold/supervisor/control.hpp"
 
@@ -44,14 +45,25 @@ void add_lockd_flags(CLI::App* sub, LockdFlags& f) {
                               "names and show of any name; used instead of --key-file (env ") +
                       kAdminKeyFileEnv + ")");
   sub->add_option("--timeout-ms", f.timeout_ms,
-                  "give up on lockd after this many milliseconds (retries inside it)")
+                  "give up on lockd after this many milliseconds (retries inside it; default " +
+                      std::to_string(lockd_timeout_ms_default(1)) + " for one --lockd address, " +
+                      std::to_string(lockd_timeout_ms_default(2)) +
+                      " for several: a replicated lockd's default failover bound plus " +
+                      std::to_string(kLockdTimeoutMsDefault) + ")")
       ->check(CLI::Range(1, 600'000));
+}
+
+std::uint64_t lockd_timeout_ms_default(std::size_t addresses) {
+  if (addresses <= 1) return kLockdTimeoutMsDefault;
+  return lockd::failover_bound_ms(lockd::LockdConfig{}) + kLockdTimeoutMsDefault;
 }
 
 void resolve(LockdFlags& f) {
   if (f.lockd.empty()) f.lockd = env_or(kLockdEnv, kLockdDefault);
   if (f.key_file.empty()) f.key_file = env_or(kKeyFileEnv, kKeyFileDefault);
   if (f.admin_key_file.empty()) f.admin_key_file = env_or(kAdminKeyFileEnv, "");
+  if (f.timeout_ms == 0)
+    f.timeout_ms = lockd_timeout_ms_default(1 + static_cast<std::size_t>(std::count(f.lockd.begin(), f.lockd.end(), ',')));
 }
 
 std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& failure) {

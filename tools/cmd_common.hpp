@@ -36,8 +36,12 @@ inline constexpr const char* kKeyFileEnv = "LEASEHOLD_KEY_FILE";
 inline constexpr const char* kSupervisorEnv = "LEASEHOLD_SUPERVISOR";
 inline constexpr const char* kLockdDefault = "127.0.0.1:7400";
 inline constexpr const char* kKeyFileDefault = "/etc/leasehold/key";
-/// Per-request deadline towards lockd (retries with backoff inside it).
+/// Per-request deadline towards lockd (retries with backoff inside it), one address.
 inline constexpr std::uint64_t kLockdTimeoutMsDefault = 2'000;
+/// The deadline when --timeout-ms is not given: kLockdTimeoutMsDefault for one lockd address;
+/// for several (a replicated lockd) the cluster's default failover bound plus that, so that a
+/// command run while a leader dies outlasts the failover (5000 ms at lockd's defaults).
+std::uint64_t lockd_timeout_ms_default(std::size_t addresses);
 /// Per-request deadline towards the supervisor (a `run` includes lockd's acquire).
 inline constexpr std::uint64_t kSupervisorTimeoutMsDefault = 10'000;
 
@@ -63,7 +67,7 @@ struct LockdFlags {
   std::string lockd;
   std::string key_file;
   std::string admin_key_file;  ///< --admin-key-file / $LEASEHOLD_ADMIN_KEY_FILE: used instead of key_file
-  std::uint64_t timeout_ms = kLockdTimeoutMsDefault;
+  std::uint64_t timeout_ms = 0;  ///< 0: not given; resolve() sets lockd_timeout_ms_default
 };
 inline constexpr const char* kAdminKeyFileEnv = "LEASEHOLD_ADMIN_KEY_FILE";
 /// Adds --lockd, --key-file, --admin-key-file, --timeout-ms with their environment defaults.

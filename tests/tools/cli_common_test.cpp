@@ -3,6 +3,8 @@
 // missing answers (answer_failure).
 #include "tools/cmd_common.hpp"
 
+#include "leasehold/lockd/config.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -39,6 +41,27 @@ TEST(SupervisorFailure, OtherReasonsGetNoLockDelayHint) {
 
 // Every lockd answered, but none leads (a replicated lockd in an election): unreachable, with
 // the admin client's account of each, not the "is it running, same key?" guess of a silence.
+// A command given a replicated lockd's addresses must outlast a failover: its default timeout
+// is above the cluster's failover bound (a leader killed mid-command is replaced within it).
+TEST(LockdTimeout, TheDefaultOutlastsAFailoverWhenSeveralAddressesAreGiven) {
+  const std::uint64_t bound = lockd::failover_bound_ms(lockd::LockdConfig{});
+  LockdFlags cluster;
+  cluster.lockd = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
+  resolve(cluster);
+  EXPECT_EQ(cluster.timeout_ms, bound + kLockdTimeoutMsDefault);
+  EXPECT_GT(cluster.timeout_ms, bound);
+  EXPECT_EQ(cluster.timeout_ms, 5'000u);  // at lockd's defaults: a 2 s lease, a 3 s bound
+  LockdFlags one;
+  one.lockd = "127.0.0.1:7400";
+  resolve(one);
+  EXPECT_EQ(one.timeout_ms, kLockdTimeoutMsDefault);
+  LockdFlags given;
+  given.lockd = cluster.lockd;
+  given.timeout_ms = 700;  // --timeout-ms wins
+  resolve(given);
+  EXPECT_EQ(given.timeout_ms, 700u);
+}
+
 TEST(LockdFailure, NoLeaderSaysSoAndNotThatLockdIsSilent) {
   lockd::Answer a;
   a.status = Status{Errc::timeout, "no lockd among 10.0.0.1:7400, 10.0.0.2:7400 leads: 10.0.0.1:7400: not_leader, "
