@@ -295,7 +295,8 @@ void Leadership::run() {
       if (!keys.empty()) {
         auto w = client_->txn(
             {etcd::Compare::of(election_, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, v.revision)},
-            {etcd::Op::put(cfg_.cluster_key_path, keys)}, {}, boottime_ns() + kNsPerS);
+            {etcd::Op::put(cfg_.cluster_key_path, keys)}, {},
+            std::max(boottime_ns() + 100'000'000, std::min(boottime_ns() + kNsPerS, last_ack_sent_ns_ + beat_ns)));
         if (!w.ok()) {
           std::lock_guard lock(mu_);
           keys_dirty_ = true;  // again at the next keep-alive
@@ -312,7 +313,8 @@ void Leadership::run() {
       // expiry or an operator (etcdctl del) removes it; deleted by hand, another lockd can win
       // at its next poll while this one still answers from memory. Fenced at once instead.
       last_key_check_ns_ = boottime_ns();
-      auto key = client_->range(election_, {}, last_key_check_ns_ + kNsPerS);
+      // Never past the next keep-alive: a slow read must not delay what keeps the fence open.
+      auto key = client_->range(election_, {}, std::min(last_key_check_ns_ + kNsPerS, last_ack_sent_ns_ + beat_ns));
       if (key.ok() && (key->kvs.empty() || key->kvs.front().create_revision != v.revision)) {
         resign(key->kvs.empty() ? std::string() : key->kvs.front().value,
                "stepped down: the election key is gone or no longer this lockd's (deleted by hand?)");
