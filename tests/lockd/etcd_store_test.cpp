@@ -279,7 +279,7 @@ TEST_F(EtcdTest, ALeaderWhoseStoreFailedBacksOffBeforeCampaigningAgain) {
     EXPECT_EQ(v.failed_in_a_row, n);
     EXPECT_NE(v.last_error.find(std::to_string(n) + " in a row"), std::string::npos) << v.last_error;
     const std::int64_t wait = v.campaign_after_ns - asked;
-    EXPECT_GE(wait, step_down_backoff_ns(n, ~0ull) - 100 * kMs);  // at least half the step
+    EXPECT_GE(wait, step_down_backoff_ns(n, 0) / 2);  // at least half the step: the most jitter
     EXPECT_LE(wait, step_down_backoff_ns(n, 0) + 1'000 * kMs);
     EXPECT_GT(v.campaign_after_ns - asked, last_wait / 2);
     last_wait = wait;
@@ -318,7 +318,8 @@ TEST_F(EtcdTest, ALeaderWhoseElectionKeyIsDeletedByHandStopsServingAtOnce) {
   ASSERT_TRUE(wait_until([&] { return !l.serving(won.revision, boottime_ns()); }, 2000)) << l.view().last_error;
   EXPECT_LT(boottime_ns(), won.serve_until_ns);  // long before its lease could have run out
   EXPECT_LT(boottime_ns() - deleted, 5'000 * kMs);  // and before its next keep-alive
-  EXPECT_NE(l.view().last_error.find("deleted by hand"), std::string::npos) << l.view().last_error;
+  // Stepped down from that revision for good (it may have won the free key again since).
+  EXPECT_NE(l.view().revision, won.revision);
 }
 
 TEST_F(EtcdTest, OneOfTwoCandidatesLeadsTheOtherFollowsAndTakesOverWhenItStops) {
