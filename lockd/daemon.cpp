@@ -234,6 +234,10 @@ void LockdDaemon::start_load(std::int64_t revision, std::int64_t now_ns) {
   });
   c.load = std::move(load);
   service_->set_loading(true);
+  // The key is this lockd's now: no other leader to name while it loads (the hint it had may
+  // name the leader whose key just expired).
+  c.leader_seen.clear();
+  service_->set_not_leader({});
   log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_loading revision=" + std::to_string(revision) +
           "\n";
 }
