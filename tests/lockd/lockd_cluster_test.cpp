@@ -3,17 +3,14 @@
 // lease is replaced, the new leader serves the grants the old one acknowledged (same epochs,
 // leases counted as refreshed at takeover), and a stopped leader that comes back serves nothing.
 #include "leasehold/harness/etcd.hpp"
+#include "leasehold/harness/lockd_cluster.hpp"
 #include "leasehold/io/probe.hpp"
 #include "leasehold/lease/clock.hpp"
 #include "leasehold/lockd/admin_client.hpp"
-#include "leasehold/wire/token.hpp"
 #include "lockd_process.hpp"
 
 #include <gtest/gtest.h>
 
-#include <signal.h>
-
-#include <array>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -36,63 +33,37 @@ class LockdClusterTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status().message();
     etcd_ = std::move(*c);
     key_ = make_key(dir_.path());
-    signing_ = (dir_.path() / "signing.key").string();
-    ASSERT_TRUE(token::generate_signing_key_file(signing_).ok());
-    for (std::size_t i = 0; i < lockd_.size(); ++i) start(i);
-  }
-  void start(std::size_t i) {
-    std::string err;
-    if (!ablate_.empty()) ::setenv("LEASEHOLD_ABLATE", ablate_.c_str(), 1);  // lockd reads it at start
-    ASSERT_TRUE(lockd_[i].start({"--key-file", (dir_.path() / "lockd.key").string(), "--store",
-                                 "etcd://" + etcd_->endpoints() + "/cluster-test", "--signing-key-file", signing_,
-                                 "--leader-lease-s", "1", "--ttl-ms", "6000"},
-                                dir_.path() / ("lockd-" + std::to_string(i) + ".log"), &err))
-        << err;
-    ::unsetenv("LEASEHOLD_ABLATE");
-  }
-  /// Whether lockd `i` says it leads (its stats), nullopt when it does not answer.
-  std::optional<bool> leading(std::size_t i) {
-    if (!lockd_[i].running()) return std::nullopt;
-    AdminClient c(lockd_[i].address(), key_, {}, 300 * kMs);
-    const auto all = c.counters();
-    if (!all) return std::nullopt;
-    for (const auto& k : *all)
-      if (k.key == "leading") return k.value == 1;
-    return std::nullopt;
+    harness::LockdClusterSpec spec;
+    spec.bin = LEASEHOLD_LOCKD_BINARY;
+    spec.dir = dir_.path();
+    spec.key_file = dir_.path() / "lockd.key";
+    spec.etcd = {etcd_->endpoints()};
+    spec.prefix = "/cluster-test";
+    spec.leader_lease_s = 1;
+    spec.ttl_ms = 6000;
+    if (!ablate_.empty()) spec.env = {{"LEASEHOLD_ABLATE", ablate_}};  // lockd reads it at start
+    auto lockd = harness::LockdCluster::start(spec);
+    ASSERT_TRUE(lockd.ok()) << lockd.message();
+    lockd_ = std::move(*lockd);
   }
   /// The index of the one lockd that leads, waiting up to `ms`; -1 if none (or two) by then.
   int wait_leader(std::int64_t ms, int except = -1) {
-    const std::int64_t end = boottime_ns() + ms * kMs;
-    while (boottime_ns() < end) {
-      int found = -1, count = 0;
-      for (std::size_t i = 0; i < lockd_.size(); ++i)
-        if (static_cast<int>(i) != except && leading(i).value_or(false)) {
-          found = static_cast<int>(i);
-          ++count;
-        }
-      if (count == 1) return found;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return -1;
+    const auto l = lockd_->wait_leader(std::chrono::milliseconds(ms), except);
+    return l.ok() ? *l : -1;
   }
-  std::string all_logs() {
-    std::string s;
-    for (std::size_t i = 0; i < lockd_.size(); ++i) s += "--- lockd " + std::to_string(i) + ":\n" + lockd_[i].log();
-    return s;
-  }
+  std::string all_logs() { return lockd_->logs(); }
 
   std::string ablate_;  ///< LEASEHOLD_ABLATE for the lockd processes (set before SetUp)
   TempDir dir_;
   std::unique_ptr<harness::EtcdCluster> etcd_;
   wire::WireKey key_;
-  std::string signing_;
-  std::array<LockdProcess, 3> lockd_;
+  std::unique_ptr<harness::LockdCluster> lockd_;
 };
 
 TEST_F(LockdClusterTest, OneLeadsTheOthersRedirectAndAKilledLeaderIsReplacedWithItsGrants) {
   const int l = wait_leader(10'000);
   ASSERT_GE(l, 0) << all_logs();
-  AdminClient leader(lockd_[l].address(), key_, W1);
+  AdminClient leader(lockd_->address(l), key_, W1);
   const Answer g = leader.acquire("cl/one", S1, W1);
   ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
   const Epoch e1 = g.as<wire::Grant>()->epoch;
@@ -100,18 +71,18 @@ TEST_F(LockdClusterTest, OneLeadsTheOthersRedirectAndAKilledLeaderIsReplacedWith
   // A follower changes nothing and names the leader (a client that knows only the follower
   // cannot follow it: the leader is not one of its addresses).
   const int f = (l + 1) % 3;
-  AdminClient follower(lockd_[f].address(), key_, W1, 500 * kMs);
+  AdminClient follower(lockd_->address(f), key_, W1, 500 * kMs);
   const Answer redirected = follower.acquire("cl/one", S2, W1);
   EXPECT_TRUE(redirected.no_leader) << redirected.message();
-  EXPECT_NE(redirected.message().find("not_leader, leader \"" + lockd_[l].address().str() + "\""), std::string::npos)
+  EXPECT_NE(redirected.message().find("not_leader, leader \"" + lockd_->address(l).str() + "\""), std::string::npos)
       << redirected.message();
   // A client given every address follows the follower's hint to the leader.
-  AdminClient all({lockd_[f].address(), lockd_[l].address()}, key_, W1);
+  AdminClient all({lockd_->address(f), lockd_->address(l)}, key_, W1);
   const Answer followed = all.acquire("cl/one", S2, W1);
   ASSERT_NE(followed.as<wire::Deny>(), nullptr) << followed.message();
   EXPECT_EQ(followed.as<wire::Deny>()->refusal, Refusal::held);
 
-  lockd_[l].kill9();
+  lockd_->kill9(l);
   const std::int64_t killed = boottime_ns();
   const int n = wait_leader(10'000, l);
   ASSERT_GE(n, 0) << all_logs();
@@ -120,7 +91,7 @@ TEST_F(LockdClusterTest, OneLeadsTheOthersRedirectAndAKilledLeaderIsReplacedWith
   EXPECT_LT(took_ms, 6000) << all_logs();
   std::printf("failover (kill -9 -> a new leader answers stats): %lld ms\n", static_cast<long long>(took_ms));
 
-  AdminClient next(lockd_[n].address(), key_, W1);
+  AdminClient next(lockd_->address(n), key_, W1);
   // The acknowledged grant is there, at its epoch, and still held (refreshed at takeover).
   const Answer shown = next.show("cl/one");
   const auto* info = shown.as<wire::NameInfo>();
@@ -143,9 +114,9 @@ TEST_F(LockdClusterTest, OneLeadsTheOthersRedirectAndAKilledLeaderIsReplacedWith
   EXPECT_GT(g2.as<wire::Grant>()->epoch, e1);
   // The remaining follower names the new leader once it has read the key (it polls it).
   const int other_follower = 3 - l - n;
-  AdminClient f2(lockd_[other_follower].address(), key_, W1, 300 * kMs);
+  AdminClient f2(lockd_->address(other_follower), key_, W1, 300 * kMs);
   std::string hint;
-  const std::string want = "leader \"" + lockd_[n].address().str() + "\"";
+  const std::string want = "leader \"" + lockd_->address(n).str() + "\"";
   for (int i = 0; i < 40 && hint.find(want) == std::string::npos; ++i) {
     const Answer r2 = f2.acquire("cl/two", S1, W1);
     ASSERT_TRUE(r2.no_leader) << r2.message();
@@ -156,17 +127,17 @@ TEST_F(LockdClusterTest, OneLeadsTheOthersRedirectAndAKilledLeaderIsReplacedWith
 
 /// A leader stopped (SIGSTOP) past its leadership lease while another takes over; resumed, it
 /// is asked to refresh the lease it granted. Returns its answer.
-Answer refresh_at_a_resumed_leader(LockdClusterTest& t, std::array<LockdProcess, 3>& lockd, const wire::WireKey& key,
+Answer refresh_at_a_resumed_leader(LockdClusterTest& t, harness::LockdCluster& lockd, const wire::WireKey& key,
                                    int* new_leader, Epoch* epoch) {
   const int l = t.wait_leader(10'000);
   if (l < 0) return Answer{{}, Status(Errc::timeout, "no leader"), 0};
-  AdminClient old_leader(lockd[l].address(), key, W1, 1000 * kMs);
+  AdminClient old_leader(lockd.address(l), key, W1, 1000 * kMs);
   const Answer g = old_leader.acquire("cl/stop", S1, W1);
   if (g.as<wire::Grant>() == nullptr) return g;
   *epoch = g.as<wire::Grant>()->epoch;
-  ::kill(lockd[l].pid(), SIGSTOP);
+  if (!lockd.stop(l).ok()) return Answer{{}, Status(Errc::invalid_argument, "the leader is gone"), 0};
   *new_leader = t.wait_leader(10'000, l);
-  ::kill(lockd[l].pid(), SIGCONT);
+  (void)lockd.cont(l);
   const wire::HeartbeatEntry beat[] = {{name_id_of("cl/stop"), S1, *epoch}};
   return old_leader.heartbeat(beat);
 }
@@ -174,13 +145,13 @@ Answer refresh_at_a_resumed_leader(LockdClusterTest& t, std::array<LockdProcess,
 TEST_F(LockdClusterTest, ALeaderStoppedPastItsLeaseIsReplacedAndServesNothingWhenItResumes) {
   int n = -1;
   Epoch e1 = 0;
-  const Answer stale = refresh_at_a_resumed_leader(*this, lockd_, key_, &n, &e1);
+  const Answer stale = refresh_at_a_resumed_leader(*this, *lockd_, key_, &n, &e1);
   ASSERT_GE(n, 0) << all_logs();
   // Its fence passed while it was stopped: it refreshes nothing, not even for a request that
   // waited in its socket; a refresh there would be a second lockd keeping the lease alive.
   EXPECT_EQ(stale.as<wire::HeartbeatAck>(), nullptr) << all_logs();
   EXPECT_TRUE(stale.no_leader) << stale.message() << "\n" << all_logs();
-  AdminClient next(lockd_[n].address(), key_, W1);
+  AdminClient next(lockd_->address(n), key_, W1);
   const Answer shown = next.show("cl/stop");
   ASSERT_NE(shown.as<wire::NameInfo>(), nullptr) << shown.message();
   EXPECT_EQ(shown.as<wire::NameInfo>()->record.epoch, e1);
@@ -200,7 +171,7 @@ class LockdClusterWithoutFenceTest : public LockdClusterTest {
 TEST_F(LockdClusterWithoutFenceTest, AResumedLeaderStillRefreshes) {
   int n = -1;
   Epoch e1 = 0;
-  const Answer stale = refresh_at_a_resumed_leader(*this, lockd_, key_, &n, &e1);
+  const Answer stale = refresh_at_a_resumed_leader(*this, *lockd_, key_, &n, &e1);
   ASSERT_GE(n, 0) << all_logs();
   ASSERT_NE(stale.as<wire::HeartbeatAck>(), nullptr) << stale.message();
   EXPECT_EQ(stale.as<wire::HeartbeatAck>()->entries.at(0).status, RefreshStatus::refreshed);
