@@ -22,7 +22,7 @@ using namespace testing;
 
 constexpr std::int64_t kMs = 1'000'000;
 const SandboxId S1{0xc1, 1}, S2{0xc1, 2};
-const WorkerId W1{0xc7, 1};
+const WorkerId W1{0xc7, 1}, W2{0xc7, 2};
 
 class LockdClusterTest : public ::testing::Test {
  public:
@@ -40,7 +40,7 @@ class LockdClusterTest : public ::testing::Test {
     spec.etcd = {etcd_->endpoints()};
     spec.prefix = "/cluster-test";
     spec.leader_lease_s = 1;
-    spec.ttl_ms = 6000;
+    spec.ttl_ms = ttl_ms_;
     if (!ablate_.empty()) spec.env = {{"LEASEHOLD_ABLATE", ablate_}};  // lockd reads it at start
     auto lockd = harness::LockdCluster::start(spec);
     ASSERT_TRUE(lockd.ok()) << lockd.message();
@@ -54,6 +54,7 @@ class LockdClusterTest : public ::testing::Test {
   std::string all_logs() { return lockd_->logs(); }
 
   std::string ablate_;  ///< LEASEHOLD_ABLATE for the lockd processes (set before SetUp)
+  std::uint64_t ttl_ms_ = 6000;  ///< their --ttl-ms (set before SetUp)
   TempDir dir_;
   std::unique_ptr<harness::EtcdCluster> etcd_;
   wire::WireKey key_;
@@ -175,6 +176,133 @@ TEST_F(LockdClusterWithoutFenceTest, AResumedLeaderStillRefreshes) {
   ASSERT_GE(n, 0) << all_logs();
   ASSERT_NE(stale.as<wire::HeartbeatAck>(), nullptr) << stale.message();
   EXPECT_EQ(stale.as<wire::HeartbeatAck>()->entries.at(0).status, RefreshStatus::refreshed);
+}
+
+class LockdClusterShortTtlTest : public LockdClusterTest {
+ protected:
+  void SetUp() override {
+    ttl_ms_ = 3000;  // the shortest above the failover bound (2000 ms): the test lasts a few TTLs
+    LockdClusterTest::SetUp();
+  }
+};
+
+// Repeated failovers do not keep a dead holder's name alive (DESIGN.md §4.1, §11: the restart
+// rule). The holder's worker stops heartbeating (its supervisor died); from then on the leader
+// is killed (-9) or stopped (SIGSTOP, past its leadership lease) each time it has served TTL/2,
+// and each new leader restores the lease as refreshed at its takeover, less the `lived` marks of
+// the incarnations since the one that last acknowledged the worker (incarnation a). The bound
+// the code gives: the name is free once the leaders after a have served one TTL in total, plus,
+// per leader that crashed, what its last durable lived mark missed: at most one lived-checkpoint
+// interval (TTL/4 here) and the commit of that checkpoint. The failovers go on until the name is
+// seen free or that bound falls within the current leader's TTL/2; by then another worker must
+// be able to acquire the name. Meanwhile nothing may free it before the holder's last refresh
+// ran out (a TTL from its send).
+TEST_F(LockdClusterShortTtlTest, ADeadHoldersNameIsFreedWithinTheBoundWhileTheLeaderFailsOverEveryHalfTtl) {
+  constexpr std::int64_t kTtlNs = 3000 * kMs;
+  constexpr std::int64_t kLivedIntervalNs = kTtlNs / 4;  // service.cpp: TTL/4 clamped to [100 ms, 2 s]
+  // The commit of a lived checkpoint (an etcd transaction): a crash before it is durable loses
+  // the interval before it too. Generous for a loaded machine (DESIGN.md says "about").
+  constexpr std::int64_t kCheckpointCommitNs = 250 * kMs;
+  // An expiry runs at lockd's next tick (2 ms), on a loaded machine a little later.
+  constexpr std::int64_t kExpiryTickNs = 100 * kMs;
+  const std::string name = "cl/dead";
+
+  const int a = wait_leader(10'000);
+  ASSERT_GE(a, 0) << all_logs();
+  AdminClient holder(lockd_->socket_addresses(), key_, W1, 2000 * kMs);
+  const Answer g = holder.acquire(name, S1, W1);
+  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
+  const Epoch e1 = g.as<wire::Grant>()->epoch;
+  const wire::HeartbeatEntry beat[] = {{name_id_of(name), S1, e1}};
+  std::int64_t last_sent_ns = 0;
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    last_sent_ns = boottime_ns();
+    const Answer hb = holder.heartbeat(beat);
+    ASSERT_NE(hb.as<wire::HeartbeatAck>(), nullptr) << hb.message();
+    ASSERT_EQ(hb.as<wire::HeartbeatAck>()->entries.at(0).status, RefreshStatus::refreshed);
+  }
+  const std::int64_t last_beat_ns = boottime_ns();  // the holder stops here
+  ASSERT_EQ(wait_leader(1'000), a) << "incarnation a must be the one that acknowledged the holder\n" << all_logs();
+
+  // Watching the name at whoever leads: held until the last refresh ran out, then free.
+  AdminClient watcher(lockd_->socket_addresses(), key_, {}, 300 * kMs);
+  std::optional<std::int64_t> seen_free;
+  auto look = [&] {
+    const Answer shown = watcher.show(name);
+    const std::int64_t answered_ns = boottime_ns();
+    const auto* info = shown.as<wire::NameInfo>();
+    const auto* deny = shown.as<wire::Deny>();  // a free name is forgotten: unknown_name
+    if (info == nullptr && (deny == nullptr || deny->refusal != Refusal::unknown_name)) return;  // no leader now
+    const bool held = info != nullptr && info->record.state == LockPhase::held;
+    if (answered_ns < last_sent_ns + kTtlNs) {
+      EXPECT_TRUE(held) << "freed before the holder's last refresh ran out";
+    }
+    if (!held && !seen_free) seen_free = answered_ns;
+  };
+
+  std::string timeline;
+  auto at = [&](std::int64_t t) { return "+" + std::to_string((t - last_beat_ns) / kMs) + " ms"; };
+  int leader = a;
+  std::int64_t since_ns = last_beat_ns;  // a serves TTL/2 after the holder's last heartbeat
+  std::int64_t counted_ns = 0;           // the uptime of the leaders after a that surely counts
+  std::size_t failovers = 0;
+  bool stop_next = false;
+  std::optional<std::int64_t> bound;
+  const std::int64_t give_up_ns = boottime_ns() + 60'000 * kMs;
+  while (!seen_free && boottime_ns() < give_up_ns) {
+    const std::int64_t fault_at = since_ns + kTtlNs / 2;
+    if (leader != a) {
+      // This leader restored the lease with at most TTL - counted left: it must free the name
+      // by then, unless it is failed over first.
+      const std::int64_t due = since_ns + std::max<std::int64_t>(0, kTtlNs - counted_ns);
+      if (due <= fault_at) {
+        bound = due + kExpiryTickNs;
+        break;
+      }
+    }
+    while (boottime_ns() < fault_at && !seen_free) {
+      look();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (seen_free) break;
+    const std::int64_t fault_ns = boottime_ns();
+    if (stop_next) {
+      ASSERT_TRUE(lockd_->stop(static_cast<std::size_t>(leader)).ok());
+    } else {
+      lockd_->kill9(static_cast<std::size_t>(leader));
+    }
+    if (leader != a)
+      counted_ns += std::max<std::int64_t>(0, fault_ns - since_ns - kLivedIntervalNs - kCheckpointCommitNs);
+    const auto t = lockd_->wait_takeover(fault_ns, std::chrono::milliseconds(15'000), leader);
+    ASSERT_TRUE(t.ok()) << t.message();
+    ++failovers;
+    timeline += std::string(stop_next ? "stopped" : "killed") + " lockd " + std::to_string(leader) + " at " +
+                at(fault_ns) + ", lockd " + std::to_string(t->index) + " took over at " + at(t->at_ns) + "\n";
+    if (stop_next) {
+      ASSERT_TRUE(lockd_->cont(static_cast<std::size_t>(leader)).ok());
+    } else {
+      const Status restarted = lockd_->restart(static_cast<std::size_t>(leader));
+      ASSERT_TRUE(restarted.ok()) << restarted.message();
+    }
+    leader = t->index;
+    since_ns = t->at_ns;
+    stop_next = !stop_next;
+  }
+  while (bound && boottime_ns() < *bound && !seen_free) {
+    look();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(seen_free || bound) << "neither freed nor at the bound after 60 s\n" << timeline << all_logs();
+  std::printf("%s%s after the holder's last heartbeat, %zu failovers\n", timeline.c_str(),
+              seen_free ? ("seen free at " + at(*seen_free)).c_str() : ("the bound passed at " + at(*bound)).c_str(),
+              failovers);
+
+  // Free: another worker's sandbox acquires it at a higher epoch (at the bound at the latest).
+  AdminClient other(lockd_->socket_addresses(), key_, W2, 5000 * kMs);
+  const Answer taken = other.acquire(name, S2, W2);
+  ASSERT_NE(taken.as<wire::Grant>(), nullptr) << taken.message() << "\n" << timeline << all_logs();
+  EXPECT_GT(taken.as<wire::Grant>()->epoch, e1);
 }
 
 }  // namespace
