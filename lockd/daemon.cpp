@@ -2,6 +2,7 @@
 
 #include "leasehold/etcd/client.hpp"
 #include "leasehold/io/log_writer.hpp"
+#include "leasehold/lease/clock.hpp"
 #include "leasehold/lockd/etcd_store.hpp"
 #include "leasehold/lockd/leadership.hpp"
 
@@ -46,7 +47,13 @@ struct LockdDaemon::Cluster {
   /// while the revision stays, so a turn-old copy can only stop serving earlier.
   std::int64_t fence_ns = 0;
   std::int64_t refused = 0;        ///< a revision given up: not taken over again
+  std::string advertise;           ///< this lockd's own address in the election key
   std::string leader_seen;         ///< the hint the follower answers with
+  /// The hint a follower answers with for the leader `leader` (the election key's value): never
+  /// this lockd's own address - its key may outlive it (a restart within the lease), or it won
+  /// and does not serve yet - a client sent back to the lockd that refused it would loop.
+  std::string hint(const std::string& leader) const { return leader == advertise ? std::string() : leader; }
+  std::string error_seen;          ///< the leadership's last error, as last logged
   /// Store threads of services given up, destroyed once their last commit returned (a commit
   /// to an unreachable etcd blocks until its deadline; the io thread never waits for it).
   std::vector<std::unique_ptr<StoreThread>> retired;
@@ -65,6 +72,17 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
     auto client = etcd::Client::open(cluster_->location.endpoints);
     if (!client.ok()) throw std::runtime_error("--store " + cfg.store_path + ": " + client.status().message());
     cluster_->client = std::move(*client);
+    // The cluster's key record (etcd_store.hpp): a lockd with none of the keys the cluster
+    // accepts is another cluster's and must not start; one that lacks a key added by a rotation
+    // starts, and campaigns once it has it. An unreachable etcd is no refusal: the campaign
+    // checks again before every election.
+    std::string note;
+    const Status keys_ok = check_cluster_keys(*cluster_->client, cluster_->location.prefix, cluster_keys_value(keys_),
+                                              boottime_ns() + 2'000'000'000, &note);
+    if (keys_ok.code() == Errc::permission_denied)
+      throw std::runtime_error("--store " + cfg.store_path + ": refusing to start: " + keys_ok.message());
+    log_ += "ts_boot_ns=" + std::to_string(now) + " event=cluster_keys keys=\"" + cluster_keys_value(keys_) +
+            "\" record=\"" + (keys_ok.ok() ? note : "unread: " + keys_ok.message()) + "\"\n";
   } else {
     StoreOptions store_options;
     store_options.private_files = !cfg.ablate_store_mode;
@@ -90,7 +108,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
     const std::int64_t turn_now = loop_.turn_now_ns();
     // Self-fencing (leadership.hpp): a leader whose leadership lease may have run out serves no
     // request any more, not even one already received.
-    if (fenced(turn_now)) become_follower(turn_now, "the leadership lease was not renewed in time (fenced)");
+    if (fenced(turn_now)) become_follower(turn_now, "the leadership lease was not renewed in time (fenced)", true);
     service_->on_datagram(std::span(reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size()),
                           d.source_address(), turn_now);
   });
@@ -103,7 +121,10 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
       LeadershipConfig lc;
       lc.shard_prefix = cluster_->shard;
       lc.advertise = cfg.advertise.empty() ? local_.str() : cfg.advertise;
+      cluster_->advertise = lc.advertise;
       lc.lease_s = cfg.leader_lease_s;
+      lc.cluster_key_path = cluster_key_key(cluster_->location.prefix);
+      lc.cluster_keys = cluster_keys_value(keys_);
       auto leadership = Leadership::start(cluster_->client, lc, [&loop] { loop.wake(); });
       if (!leadership.ok()) throw std::runtime_error(leadership.status().message());
       cluster_->leadership = std::move(*leadership);
@@ -113,7 +134,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
               " leader_lease_s=" + std::to_string(lc.lease_s) + " serve_window_ms=" + std::to_string(window_ms) +
               " failover_bound_ms=" + std::to_string(failover_bound_ms(cfg)) + " ttl_ms=" + std::to_string(cfg.ttl_ms) +
               "\n";
-      become_follower(now, "starting");
+      become_follower(now, "starting", false);
     }
   } catch (...) {
     loop.close_socket(socket_);
@@ -147,23 +168,24 @@ Status LockdDaemon::reload_keys(const std::vector<wire::WireKey>& keys, std::int
                         [](const wire::WireKey& k) { return k.kind == wire::KeyKind::cluster; });
   if (Status err = service_->reload_keys(ordered, now_ns); !err.ok()) return err;
   keys_ = std::move(ordered);
+  if (cluster_ != nullptr) cluster_->leadership->set_cluster_keys(cluster_keys_value(keys_));
   return Status{};
 }
 
-void LockdDaemon::become_follower(std::int64_t now_ns, const std::string& why) {
+void LockdDaemon::become_follower(std::int64_t now_ns, const std::string& why, bool fence) {
   Cluster& c = *cluster_;
   if (c.leading != 0) {
     write_log();
     log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=step_down revision=" + std::to_string(c.leading) +
             " why=\"" + why + "\"\n";
-    c.leadership->step_down(c.leading);
+    c.leadership->step_down(c.leading, fence ? Leadership::StepDown::fenced : Leadership::StepDown::failed);
     c.refused = c.leading;
     c.leading = 0;
   }
   service_.reset();  // before its store: it holds a reference
   if (store_ != nullptr) c.retired.push_back(std::move(store_));
   service_ = make_service(RestoredTable{}, c.no_store, now_ns);
-  c.leader_seen = c.leadership != nullptr ? c.leadership->view().leader : std::string();
+  c.leader_seen = c.leadership != nullptr ? c.hint(c.leadership->view().leader) : std::string();
   service_->set_not_leader(c.leader_seen);
 }
 
@@ -187,12 +209,19 @@ std::int64_t LockdDaemon::take_over(std::int64_t revision, std::int64_t now_ns) 
     log_ += "ts_boot_ns=" + std::to_string(now) + " event=leading revision=" + std::to_string(revision) +
             " names=" + std::to_string(restored.stored.names.size()) +
             " load_ms=" + std::to_string((now - now_ns) / 1'000'000) + "\n";
+    if (restored.stored.foreign_keys != 0) {
+      std::string keys;
+      for (const std::string& k : restored.stored.foreign_key_samples) keys += (keys.empty() ? "" : ",") + k;
+      log_ += "ts_boot_ns=" + std::to_string(now) + " event=foreign_keys count=" +
+              std::to_string(restored.stored.foreign_keys) + " keys=\"" + keys +
+              "\" why=\"keys under names/ that are not names/<name-id>: not rows, skipped\"\n";
+    }
     return now;
   } catch (const std::exception& e) {
     log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_failed revision=" + std::to_string(revision) +
             " why=\"" + e.what() + "\"\n";
     c.refused = revision;
-    c.leadership->step_down(revision);
+    c.leadership->step_down(revision, Leadership::StepDown::failed);
   }
   return now_ns;
 }
@@ -204,17 +233,22 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
   if (c.leading != 0) {
     const Leadership::View lv = c.leadership->view();
     c.fence_ns = lv.leading && lv.revision == c.leading ? lv.serve_until_ns : 0;
-    if (service_->failed()) become_follower(now_ns, service_->failure());
-    else if (fenced(now_ns)) become_follower(now_ns, "the leadership lease was not renewed in time (fenced)");
+    if (service_->failed()) become_follower(now_ns, service_->failure(), false);
+    else if (fenced(now_ns)) become_follower(now_ns, "the leadership lease was not renewed in time (fenced)", true);
     return now_ns;
   }
   const Leadership::View v = c.leadership->view();
-  if (v.leading && v.revision != c.refused && now_ns < v.serve_until_ns) return take_over(v.revision, now_ns);
-  if (v.leader != c.leader_seen) {
-    c.leader_seen = v.leader;
-    service_->set_not_leader(v.leader);
-    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leader leader=" + (v.leader.empty() ? "none" : v.leader) +
-            "\n";
+  if (v.last_error != c.error_seen) {
+    c.error_seen = v.last_error;
+    if (!v.last_error.empty())
+      log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leadership_error why=\"" + v.last_error + "\"\n";
+  }
+  if (v.leading && v.revision != c.refused && now_ns >= v.serve_from_ns && now_ns < v.serve_until_ns)
+    return take_over(v.revision, now_ns);
+  if (const std::string h = c.hint(v.leader); h != c.leader_seen) {
+    c.leader_seen = h;
+    service_->set_not_leader(h);
+    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leader leader=" + (h.empty() ? "none" : h) + "\n";
   }
   return now_ns;
 }

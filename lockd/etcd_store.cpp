@@ -4,10 +4,15 @@
 #include "leasehold/lease/assert.hpp"
 #include "leasehold/lease/clock.hpp"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <map>
+#include <optional>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -40,6 +45,110 @@ std::string shard_prefix(std::string_view prefix, unsigned shard) {
 }
 
 std::string election_key(std::string_view shard_prefix) { return std::string(shard_prefix) + "election"; }
+
+std::string cluster_key_key(std::string_view prefix) { return std::string(prefix) + "/cluster_key"; }
+
+std::string cluster_key_fingerprint(const wire::WireKey& key) {
+  static constexpr std::string_view kDomain = "leasehold cluster key v1";
+  std::vector<unsigned char> in(kDomain.begin(), kDomain.end());
+  in.push_back(0);
+  in.push_back(static_cast<unsigned char>(key.key_id >> 8));
+  in.push_back(static_cast<unsigned char>(key.key_id & 0xff));
+  in.insert(in.end(), key.bytes.begin(), key.bytes.end());
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(in.data(), in.size(), md, &len, EVP_sha256(), nullptr) != 1 || len < 8)
+    throw std::runtime_error("cannot hash a cluster key (OpenSSL SHA-256 failed)");
+  OPENSSL_cleanse(in.data(), in.size());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < 8; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 0xf];
+  }
+  return out;
+}
+
+std::string cluster_keys_value(const std::vector<wire::WireKey>& keys) {
+  std::map<std::uint16_t, std::string> by_id;
+  for (const wire::WireKey& k : keys)
+    if (k.kind == wire::KeyKind::cluster) by_id[k.key_id] = cluster_key_fingerprint(k);
+  std::string s = "v=1 keys=";
+  bool first = true;
+  for (const auto& [id, fp] : by_id) {
+    if (!first) s += ',';
+    first = false;
+    s += std::to_string(id) + ":" + fp;
+  }
+  return s;
+}
+
+namespace {
+
+/// The keys of a cluster_keys_value record (id -> fingerprint); nullopt when it does not parse.
+std::optional<std::map<std::uint16_t, std::string>> parse_cluster_keys(std::string_view v) {
+  static constexpr std::string_view kHead = "v=1 keys=";
+  if (v.substr(0, kHead.size()) != kHead) return std::nullopt;
+  v.remove_prefix(kHead.size());
+  std::map<std::uint16_t, std::string> out;
+  while (!v.empty()) {
+    const std::size_t comma = std::min(v.find(','), v.size());
+    const std::string_view item = v.substr(0, comma);
+    v.remove_prefix(std::min(comma + 1, v.size()));
+    const std::size_t colon = item.find(':');
+    std::uint16_t id = 0;
+    if (colon == std::string_view::npos || !parse_number(item.substr(0, colon), id) || item.size() - colon - 1 != 16)
+      return std::nullopt;
+    out[id] = std::string(item.substr(colon + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string cluster_keys_mismatch(std::string_view mine, std::string_view recorded) {
+  const auto have = parse_cluster_keys(mine);
+  const auto want = parse_cluster_keys(recorded);
+  const std::string both = " (this lockd's cluster keys: \"" + std::string(mine) + "\"; the cluster's, recorded in etcd: \"" +
+                           std::string(recorded.substr(0, 300)) + "\")";
+  if (!want) return "the cluster's key record does not parse" + both;
+  if (!have) return "this lockd's key record does not parse" + both;
+  for (const auto& [id, fp] : *want) {
+    const auto it = have->find(id);
+    if (it == have->end()) return "this lockd lacks cluster key " + std::to_string(id) + both;
+    if (it->second != fp)
+      return "this lockd's cluster key " + std::to_string(id) + " is another key (fingerprint " + it->second +
+             ", the cluster's " + fp + ")" + both;
+  }
+  return {};
+}
+
+Status check_cluster_keys(etcd::Client& client, std::string_view prefix, std::string_view mine,
+                          std::int64_t deadline_ns, std::string* note) {
+  const std::string key = cluster_key_key(prefix);
+  // Created only where there is none: a lockd never overwrites another cluster's record here.
+  auto r = client.txn({etcd::Compare::of(key, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0)},
+                      {etcd::Op::put(key, std::string(mine))}, {etcd::Op::get(key)}, deadline_ns);
+  if (!r.ok()) return r.status();
+  if (r->succeeded) {
+    if (note != nullptr) *note = "created";
+    return Status{};
+  }
+  const std::string recorded =
+      !r->ranges.empty() && !r->ranges.front().kvs.empty() ? r->ranges.front().kvs.front().value : std::string();
+  const std::string why = cluster_keys_mismatch(mine, recorded);
+  if (note != nullptr) *note = why.empty() ? "matches" : why;
+  if (why.empty()) return Status{};
+  // None of the recorded keys at all: another cluster's key (or a wrong --key-file). One of
+  // them but not every one: a rotation this lockd was not given yet; it starts and waits.
+  const auto have = parse_cluster_keys(mine);
+  const auto want = parse_cluster_keys(recorded);
+  bool shared = false;
+  if (have && want)
+    for (const auto& [id, fp] : *want) shared = shared || (have->count(id) != 0 && have->at(id) == fp);
+  if (shared) return Status{};
+  return Status(Errc::permission_denied, key + ": " + why);
+}
 
 std::string encode_row(const StoredName& n) {
   std::string s;
@@ -136,10 +245,20 @@ StoredTable EtcdStore::load() const {
           throw StoreError(describe() + ": key " + kv.key + ": \"" + kv.value.substr(0, 64) + "\" is not a number");
       };
       if (key.substr(0, 6) == "names/") {
+        // A row is exactly names/<name-id>, the only key lockd writes there; anything else
+        // under names/ (names/x/y, names/junk) was put there by hand: not a row, skipped and
+        // reported. A row that does not decode is corruption: the table cannot be served
+        // without it (its epoch, its holder), so the load fails naming the key.
         const auto id = NameId::parse(key.substr(6));
-        if (!id) throw StoreError(describe() + ": key " + kv.key + " does not end in a name id");
+        if (!id) {
+          ++t.foreign_keys;
+          if (t.foreign_key_samples.size() < kForeignKeySamplesMax) t.foreign_key_samples.push_back(kv.key);
+          continue;
+        }
         auto row = decode_row(*id, kv.value);
-        if (!row.ok()) throw StoreError(describe() + ": key " + kv.key + ": " + row.status().message());
+        if (!row.ok())
+          throw StoreError(describe() + ": the row at key " + kv.key + " does not decode (" + row.status().message() +
+                           "); the table cannot be served without it: repair or delete the key");
         epochs_[row->id] = row->epoch;
         t.names.push_back(std::move(*row));
       } else if (key == "high_water") {

@@ -71,6 +71,55 @@ TEST(EtcdRow, RoundTripsEveryFieldAndRefusesCorruptRows) {
   EXPECT_EQ(decode_row(n.id, text + " extra=1").status().code(), Errc::corrupt);
 }
 
+wire::WireKey cluster_key(std::uint8_t fill, std::uint16_t id) {
+  return wire::WireKey(std::vector<std::uint8_t>(32, fill), wire::KeyKind::cluster, id);
+}
+
+TEST(ClusterKeys, FingerprintsNameAKeyWithoutRevealingItAndTheRecordComparesSets) {
+  const wire::WireKey k1 = cluster_key(0x11, 1), k1b = cluster_key(0x22, 1), k2 = cluster_key(0x33, 2);
+  const std::string fp = cluster_key_fingerprint(k1);
+  EXPECT_EQ(fp.size(), 16u);
+  EXPECT_EQ(fp, cluster_key_fingerprint(cluster_key(0x11, 1)));  // stable
+  EXPECT_NE(fp, cluster_key_fingerprint(k1b));                   // another key, same id
+  EXPECT_NE(fp, cluster_key_fingerprint(cluster_key(0x11, 3)));  // the same bytes, another id
+  EXPECT_EQ(fp.find("1111"), std::string::npos);
+  // Admin keys are not the cluster's: left out; ids in order.
+  const std::string one = cluster_keys_value({k1, wire::WireKey(std::vector<std::uint8_t>(32, 9), wire::KeyKind::admin, 7)});
+  EXPECT_EQ(one, "v=1 keys=1:" + fp);
+  const std::string both = cluster_keys_value({k2, k1});
+  EXPECT_EQ(both, "v=1 keys=1:" + fp + ",2:" + cluster_key_fingerprint(k2));
+  // May lead: holding every recorded key (a superset: a rotation adding a key).
+  EXPECT_EQ(cluster_keys_mismatch(one, one), "");
+  EXPECT_EQ(cluster_keys_mismatch(both, one), "");
+  // May not: a recorded key missing, or another key under a recorded id; both sets named.
+  const std::string lacks = cluster_keys_mismatch(one, both);
+  EXPECT_NE(lacks.find("lacks cluster key 2"), std::string::npos) << lacks;
+  EXPECT_NE(lacks.find(one), std::string::npos) << lacks;
+  EXPECT_NE(lacks.find(both), std::string::npos) << lacks;
+  const std::string other = cluster_keys_mismatch(cluster_keys_value({k1b}), one);
+  EXPECT_NE(other.find("cluster key 1 is another key (fingerprint " + cluster_key_fingerprint(k1b) + ", the cluster's " +
+                       fp + ")"),
+            std::string::npos)
+      << other;
+  EXPECT_NE(cluster_keys_mismatch(one, "junk").find("does not parse"), std::string::npos);
+}
+
+TEST(Leadership, AFailedLeadershipBacksOffGrowingJitteredAndCapped) {
+  // n-th failure in a row: 250 ms · 2^(n-1), capped at 10 s, jittered down by up to half.
+  EXPECT_EQ(step_down_backoff_ns(1, 0), 250 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(2, 0), 500 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(3, 0), 1'000 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(7, 0), 10'000 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(60, 0), 10'000 * kMs);
+  EXPECT_EQ(step_down_backoff_ns(1, 125 * kMs), 125 * kMs);  // the most jitter: half
+  EXPECT_EQ(step_down_backoff_ns(1, 125 * kMs + 1), 250 * kMs);  // wraps: never below half
+  for (std::uint64_t r : {1ull, 77ull, 123'456'789ull, ~0ull}) {
+    const std::int64_t b = step_down_backoff_ns(4, r);
+    EXPECT_GE(b, 1'000 * kMs);
+    EXPECT_LE(b, 2'000 * kMs);
+  }
+}
+
 TEST(Leadership, TheServingWindowEndsBeforeTheLeaseCouldExpire) {
   // L = 2 s, rho = 1 %, margin 100 ms: 1.98 s - 0.1 s after the keep-alive's send.
   EXPECT_EQ(serve_until_ns(5 * kMs, 2, 0.01, 100 * kMs), 5 * kMs + 1'880 * kMs);
@@ -181,6 +230,88 @@ TEST_F(EtcdTest, ACorruptRowIsRefusedAtLoadNamingItsKey) {
   }
 }
 
+TEST_F(EtcdTest, KeysUnderNamesThatAreNoRowsAreSkippedAndCounted) {
+  const std::string shard = shard_prefix("/t8", 0);
+  const std::int64_t r = elect(shard);
+  EtcdStore store(client_, shard, r);
+  const StoredName a[] = {row("z", LockPhase::held, 3)};
+  store.commit(a, 3, {});
+  // Put there by hand (etcdctl): not names/<name-id>, so not rows.
+  ASSERT_TRUE(client_->put(shard + "names/x/y", "anything", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "names/" + name_id_of("z").str() + "/backup", "v=1", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "names/junk", "v=1 name=junk", deadline(2000)).ok());
+  const StoredTable t = store.load();
+  ASSERT_EQ(t.names.size(), 1u);
+  EXPECT_EQ(t.names[0].name, "z");
+  EXPECT_EQ(t.names[0].epoch, 3u);
+  EXPECT_EQ(t.foreign_keys, 3u);
+  ASSERT_EQ(t.foreign_key_samples.size(), 3u);
+  EXPECT_EQ(t.foreign_key_samples[0], shard + "names/" + name_id_of("z").str() + "/backup");
+  EXPECT_EQ(t.foreign_key_samples[2], shard + "names/x/y");
+}
+
+TEST_F(EtcdTest, ALeaderWhoseStoreFailedBacksOffBeforeCampaigningAgain) {
+  const std::string shard = shard_prefix("/t9", 0);
+  LeadershipConfig c;
+  c.shard_prefix = shard;
+  c.advertise = "127.0.0.1:1009";
+  c.lease_s = 1;
+  auto made = Leadership::start(client_, c, nullptr);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Leadership& l = **made;
+  std::int64_t last_wait = 0;
+  for (unsigned n = 1; n <= 3; ++n) {
+    ASSERT_TRUE(wait_until([&] { return l.view().leading; }, 8000)) << l.view().last_error;
+    const std::int64_t rev = l.view().revision;
+    const std::int64_t asked = boottime_ns();
+    l.step_down(rev, Leadership::StepDown::failed);
+    ASSERT_TRUE(wait_until([&] { return !l.view().leading; }, 2000));
+    const Leadership::View v = l.view();
+    EXPECT_EQ(v.failed_in_a_row, n);
+    EXPECT_NE(v.last_error.find(std::to_string(n) + " in a row"), std::string::npos) << v.last_error;
+    const std::int64_t wait = v.campaign_after_ns - asked;
+    EXPECT_GE(wait, step_down_backoff_ns(n, ~0ull) - 100 * kMs);  // at least half the step
+    EXPECT_LE(wait, step_down_backoff_ns(n, 0) + 1'000 * kMs);
+    EXPECT_GT(v.campaign_after_ns - asked, last_wait / 2);
+    last_wait = wait;
+    // It does not win again before the backoff ends (nobody else campaigns: it is alone).
+    ASSERT_TRUE(wait_until([&] { return l.view().leading; }, 8000));
+    EXPECT_GE(boottime_ns(), v.campaign_after_ns);
+    EXPECT_GT(l.view().revision, rev);
+  }
+  // A fenced step-down is no failure of its own: it campaigns again at once, no backoff.
+  const std::int64_t rev = l.view().revision;
+  const unsigned before = l.view().failed_in_a_row;
+  l.step_down(rev, Leadership::StepDown::fenced);
+  ASSERT_TRUE(wait_until([&] { return l.view().leading && l.view().revision > rev; }, 3000));
+  EXPECT_EQ(l.view().failed_in_a_row, before);
+}
+
+TEST_F(EtcdTest, ALeaderWhoseElectionKeyIsDeletedByHandStopsServingAtOnce) {
+  const std::string shard = shard_prefix("/t10", 0);
+  LeadershipConfig c;
+  c.shard_prefix = shard;
+  c.advertise = "127.0.0.1:1010";
+  c.lease_s = 20;  // a keep-alive every 5 s: not what notices it
+  auto made = Leadership::start(client_, c, nullptr);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Leadership& l = **made;
+  ASSERT_TRUE(wait_until([&] { return l.view().leading; }, 5000)) << l.view().last_error;
+  const Leadership::View won = l.view();
+  // A new leader serves only once the one before it has checked its key.
+  EXPECT_GE(won.serve_from_ns, won.serve_until_ns - serve_until_ns(0, 20, c.clock_rate_bound, c.margin_ns) +
+                                   c.key_check_ns + c.margin_ns);
+  EXPECT_FALSE(l.serving(won.revision, won.serve_from_ns - 1));
+  ASSERT_TRUE(wait_until([&] { return l.serving(won.revision, boottime_ns()); }, 2000));
+  // An operator deletes the key (etcdctl del): another lockd could win it at its next poll.
+  ASSERT_TRUE(client_->txn({}, {etcd::Op::del(election_key(shard))}, {}, deadline(2000)).ok());
+  const std::int64_t deleted = boottime_ns();
+  ASSERT_TRUE(wait_until([&] { return !l.serving(won.revision, boottime_ns()); }, 2000)) << l.view().last_error;
+  EXPECT_LT(boottime_ns(), won.serve_until_ns);  // long before its lease could have run out
+  EXPECT_LT(boottime_ns() - deleted, 5'000 * kMs);  // and before its next keep-alive
+  EXPECT_NE(l.view().last_error.find("deleted by hand"), std::string::npos) << l.view().last_error;
+}
+
 TEST_F(EtcdTest, OneOfTwoCandidatesLeadsTheOtherFollowsAndTakesOverWhenItStops) {
   const std::string shard = shard_prefix("/t4", 0);
   auto make = [&](const std::string& addr) {
@@ -199,7 +330,7 @@ TEST_F(EtcdTest, OneOfTwoCandidatesLeadsTheOtherFollowsAndTakesOverWhenItStops) 
   Leadership* leader = a->view().leading ? a.get() : b.get();
   Leadership* follower = leader == a.get() ? b.get() : a.get();
   const Leadership::View lv = leader->view();
-  EXPECT_TRUE(leader->serving(lv.revision, boottime_ns()));
+  EXPECT_TRUE(wait_until([&] { return leader->serving(lv.revision, boottime_ns()); }, 1000));
   EXPECT_FALSE(follower->serving(lv.revision, boottime_ns()));
   ASSERT_TRUE(wait_until([&] { return follower->view().leader == lv.leader; }, 2000));
   // The leader keeps its lease alive: still serving after several lease TTLs.
@@ -224,6 +355,7 @@ TEST_F(EtcdTest, ALeaderCutOffFromEtcdStopsServingBeforeItsLeaseCouldExpire) {
   ASSERT_TRUE(l.ok()) << l.status().message();
   ASSERT_TRUE(wait_until([&] { return (*l)->view().leading; }, 5000));
   const std::int64_t rev = (*l)->view().revision;
+  ASSERT_TRUE(wait_until([&] { return (*l)->serving(rev, boottime_ns()); }, 1000));
   ASSERT_TRUE(cluster_->stop(0).ok());  // etcd answers nothing: no keep-alive is acknowledged
   const std::int64_t cut = boottime_ns();
   // The fence in force at the cut is within the serving window of a keep-alive sent before it,
@@ -237,6 +369,68 @@ TEST_F(EtcdTest, ALeaderCutOffFromEtcdStopsServingBeforeItsLeaseCouldExpire) {
   // Back in touch, it campaigns again and leads at a new revision (its old key went with its lease).
   ASSERT_TRUE(wait_until([&] { return (*l)->view().leading && (*l)->view().revision > rev; }, 8000))
       << (*l)->view().last_error;
+}
+
+TEST_F(EtcdTest, TheClusterKeyRecordIsCreatedOnceAndRefusesAnotherClustersKey) {
+  const std::string mine = cluster_keys_value({cluster_key(0x11, 1)});
+  std::string note;
+  ASSERT_TRUE(check_cluster_keys(*client_, "/t6", mine, deadline(2000), &note).ok());
+  EXPECT_EQ(note, "created");
+  ASSERT_TRUE(check_cluster_keys(*client_, "/t6", mine, deadline(2000), &note).ok());
+  EXPECT_EQ(note, "matches");
+  // Another cluster's key: refused, naming both records; the record stays the first one's.
+  const std::string other = cluster_keys_value({cluster_key(0x22, 1)});
+  const Status refused = check_cluster_keys(*client_, "/t6", other, deadline(2000));
+  EXPECT_EQ(refused.code(), Errc::permission_denied);
+  EXPECT_NE(refused.message().find(other), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find(mine), std::string::npos) << refused.message();
+  auto rec = client_->range(cluster_key_key("/t6"), {}, deadline(2000));
+  ASSERT_TRUE(rec.ok() && rec->kvs.size() == 1);
+  EXPECT_EQ(rec->kvs[0].value, mine);
+  // One key in common (a rotation not yet given to this lockd): it may start, and waits.
+  EXPECT_TRUE(check_cluster_keys(*client_, "/t6", cluster_keys_value({cluster_key(0x11, 1), cluster_key(0x33, 2)}),
+                                 deadline(2000))
+                  .ok());
+}
+
+TEST_F(EtcdTest, OnlyALockdHoldingEveryRecordedClusterKeyWinsAndTheRecordFollowsRotations) {
+  const std::string shard = shard_prefix("/t7", 0);
+  const wire::WireKey k1 = cluster_key(0x11, 1), k2 = cluster_key(0x33, 2), stranger = cluster_key(0x22, 1);
+  auto make = [&](const std::string& addr, std::vector<wire::WireKey> keys) {
+    LeadershipConfig c;
+    c.shard_prefix = shard;
+    c.advertise = addr;
+    c.lease_s = 1;
+    c.cluster_key_path = cluster_key_key("/t7");
+    c.cluster_keys = cluster_keys_value(keys);
+    auto l = Leadership::start(client_, c, nullptr);
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    return l.ok() ? std::move(*l) : nullptr;
+  };
+  auto record = [&] {
+    auto rec = client_->range(cluster_key_key("/t7"), {}, deadline(2000));
+    return rec.ok() && !rec->kvs.empty() ? rec->kvs[0].value : std::string();
+  };
+  auto a = make("127.0.0.1:2001", {k1});
+  ASSERT_TRUE(wait_until([&] { return a->view().leading; }, 5000)) << a->view().last_error;
+  EXPECT_EQ(record(), cluster_keys_value({k1}));  // the first election records the winner's keys
+  auto b = make("127.0.0.1:2002", {stranger});
+  // The leader stops: the lockd with another cluster key never wins, and says why.
+  a.reset();
+  ASSERT_TRUE(wait_until([&] { return b->view().last_error.find("refusing to campaign") != std::string::npos; }, 3000))
+      << b->view().last_error;
+  EXPECT_NE(b->view().last_error.find(cluster_key_fingerprint(stranger)), std::string::npos) << b->view().last_error;
+  EXPECT_NE(b->view().last_error.find(cluster_key_fingerprint(k1)), std::string::npos) << b->view().last_error;
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // several polls
+  EXPECT_FALSE(b->view().leading);
+  // A lockd with the recorded key and a new one wins, and its election records both.
+  auto c = make("127.0.0.1:2003", {k1, k2});
+  ASSERT_TRUE(wait_until([&] { return c->view().leading; }, 5000)) << c->view().last_error;
+  EXPECT_EQ(record(), cluster_keys_value({k1, k2}));
+  EXPECT_FALSE(b->view().leading);
+  // The old key removed at the leader (SIGHUP): the record follows it.
+  c->set_cluster_keys(cluster_keys_value({k2}));
+  EXPECT_TRUE(wait_until([&] { return record() == cluster_keys_value({k2}); }, 3000)) << record();
 }
 
 }  // namespace

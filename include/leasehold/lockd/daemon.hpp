@@ -72,8 +72,10 @@ class LockdDaemon {
   /// etcd: this lockd leads but must not serve at `now_ns` (its leadership lease may have run
   /// out: leadership.hpp); false for the SQLite store, a follower, and the self-fence ablation.
   bool fenced(std::int64_t now_ns) const;
-  /// etcd: the follower service (an empty table, a store that takes nothing).
-  void become_follower(std::int64_t now_ns, const std::string& why);
+  /// etcd: the follower service (an empty table, a store that takes nothing). A leader steps
+  /// down: `fence` (the fence passed) campaigns again at once, otherwise (its store failed)
+  /// after a backoff (Leadership::StepDown).
+  void become_follower(std::int64_t now_ns, const std::string& why, bool fence);
   /// etcd: loads the table at revision `revision` and serves it as the leader, restored at a
   /// clock reading taken after the load, which it returns (`now_ns` when it could not).
   std::int64_t take_over(std::int64_t revision, std::int64_t now_ns);

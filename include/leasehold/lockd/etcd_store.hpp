@@ -9,6 +9,17 @@
 //   high_water       the table's epoch high-water mark (decimal)
 //   lived/<R>        the restart rule's "lived" mark of the incarnation R (decimal ns)
 //   seen/<worker>    the last incarnation that acknowledged the worker (decimal)
+// One key above the shards, `PREFIX/cluster_key`: the fingerprints of the cluster keys the
+// leader accepts (cluster_keys_value: "v=1 keys=ID:FP,..."; FP = cluster_key_fingerprint, never
+// the key). A lockd campaigns only while its own cluster keys include every key recorded there
+// (cluster_keys_mismatch), and the election's transaction compares the record's mod_revision with
+// the one it checked and records the winner's own set: so no lockd whose keys the supervisors'
+// keys were not derived from can lead and answer them with tags they cannot check. Rotation:
+// adding a key (SIGHUP) grows the record once the lockd that has it leads (at its election or at
+// its reload while leading); removing one shrinks it when the leader reloads. A lockd that lacks
+// a recorded key waits (it logs both sets) until it is given the key; started without any
+// recorded key it refuses to start.
+//
 // The incarnation of a leader is its revision R: strictly above every earlier leader's, so the
 // restart rule (service.hpp) serves a failover exactly as it serves a restart.
 //
@@ -24,12 +35,14 @@
 #include "leasehold/lease/result.hpp"
 #include "leasehold/lockd/config.hpp"
 #include "leasehold/lockd/store.hpp"
+#include "leasehold/wire/auth.hpp"
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace leasehold::etcd {
 class Client;
@@ -42,6 +55,26 @@ std::string shard_prefix(std::string_view prefix, unsigned shard);
 /// The shard's election key: shard_prefix + "election".
 std::string election_key(std::string_view shard_prefix);
 
+/// The cluster-wide record of the accepted cluster keys: "PREFIX/cluster_key".
+std::string cluster_key_key(std::string_view prefix);
+/// A cluster key's fingerprint: the first 8 bytes of SHA-256("leasehold cluster key v1", key
+/// id, key bytes), in hex. Names a key in etcd and in logs without revealing it.
+std::string cluster_key_fingerprint(const wire::WireKey& key);
+/// The record of `keys`' cluster keys (admin and worker keys are left out), by key id:
+/// "v=1 keys=1:0123456789abcdef,2:...".
+std::string cluster_keys_value(const std::vector<wire::WireKey>& keys);
+/// Why a lockd holding the keys recorded as `mine` must not lead a cluster whose record is
+/// `recorded` ("" = it may): a recorded key (id and fingerprint) it does not hold, or a record
+/// that does not parse. The message names both sets.
+std::string cluster_keys_mismatch(std::string_view mine, std::string_view recorded);
+/// At start: reads the record under `prefix` and creates it holding `mine` when there is none.
+/// Ok when it was created or `mine` may lead (cluster_keys_mismatch); permission_denied naming
+/// both sets when this lockd has none of the recorded keys (another cluster's key: it must not
+/// start); an etcd error as it came (the caller starts anyway: the campaign checks again).
+/// `*note` (when not null): what was found, for the log.
+Status check_cluster_keys(etcd::Client& client, std::string_view prefix, std::string_view mine,
+                          std::int64_t deadline_ns, std::string* note = nullptr);
+
 /// A row as stored in etcd: "v=1 name=TEXT state=held epoch=5 old_epoch=0 owner=UUID peer=UUID
 /// worker=UUID peer_worker=UUID ttl_ns=N fresh=0" (every field present, in that order).
 std::string encode_row(const StoredName& n);
@@ -49,6 +82,8 @@ std::string encode_row(const StoredName& n);
 /// range, when the name text is invalid or does not hash to `id`.
 Result<StoredName> decode_row(NameId id, std::string_view value);
 
+/// How many keys that are not rows (StoredTable::foreign_key_samples) a load names.
+inline constexpr std::size_t kForeignKeySamplesMax = 8;
 /// Default bound on the operations of one etcd transaction (etcd's --max-txn-ops default).
 inline constexpr std::size_t kEtcdTxnOpsMaxDefault = 128;
 /// How long a commit keeps retrying a transaction that timed out or found no member, in ns.
@@ -63,8 +98,9 @@ class EtcdStore final : public Store {
   EtcdStore(std::shared_ptr<etcd::Client> client, std::string shard_prefix, std::int64_t leader_revision,
             std::size_t txn_ops_max = kEtcdTxnOpsMaxDefault);
 
-  /// Every row of the shard, read at one revision (paged), and the marks. Throws StoreError
-  /// naming the key on a corrupt row or a read that fails.
+  /// Every row of the shard, read at one revision (paged), and the marks. A key under names/
+  /// that is not names/<name-id> is not a row: skipped and counted (foreign_keys). Throws
+  /// StoreError naming the key on a row that does not decode or a read that fails.
   StoredTable load() const override;
   void commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) override;
   std::size_t compact(std::size_t) override { return 0; }

@@ -87,6 +87,10 @@ struct StoredTable {
   Epoch epoch_high_water = 0;
   std::map<std::uint64_t, std::int64_t> lived_ns;         ///< by incarnation
   std::unordered_map<WorkerId, std::uint64_t> seen;       ///< worker -> last incarnation
+  /// Keys in the store's space that are not its own and were skipped (etcd: a key under
+  /// names/ that is not names/<name-id>, put there by hand): how many, and the first few.
+  std::uint64_t foreign_keys = 0;
+  std::vector<std::string> foreign_key_samples;
 };
 
 /// Why the store refused to open or to commit. `what()` names the file and the problem.
