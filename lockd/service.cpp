@@ -197,7 +197,7 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
   next_tick_ns_ = now;
   rate_window_start_ns_ = now;
   started_ns_ = now;
-  lived_interval_ns_ = std::clamp<std::int64_t>(table_.config().max_ttl_ns / 4, 100'000'000, 2'000'000'000);
+  lived_interval_ns_ = lived_checkpoint_interval_ns(table_.config().max_ttl_ns);
   next_lived_ns_ = now;
 }
 

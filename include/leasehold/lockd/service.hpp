@@ -35,8 +35,8 @@
 // TTL counted from the incarnation after the one in which lockd last acknowledged the lease's
 // worker. Durable facts (StoreMarks, O(workers) + O(restarts) rows, never O(refreshes)):
 //   lived/<n>  a lower bound of how long incarnation n served (written with every store batch,
-//              and while leases are held at least every lived-checkpoint interval, ttl/4
-//              clamped to [100 ms, 2 s]);
+//              and while leases are held at least every lived-checkpoint interval,
+//              lived_checkpoint_interval_ns: ttl/4 clamped to [10 ms, 100 ms]);
 //   seen/<w>   the last incarnation that acknowledged worker w: a refreshed heartbeat entry or a
 //              worker heartbeat answered to w, or a grant / commit / transfer accept to w.
 //              The first such answer to w in an incarnation is held back until its mark is
@@ -52,8 +52,12 @@
 // now + TTL - sum(lived) >= s + TTL: no earlier than the expiry of an ordinary refresh that
 // lockd received at s. The bound for a holder that died: its name is free once lockd has
 // served a TTL in total since the incarnation after the worker's last acknowledgement, plus
-// at most one lived-checkpoint interval lost per crash; so a lockd restarting more often than
-// the TTL frees it too, as long as each incarnation lives longer than that interval. The same
+// at most one lived-checkpoint interval (and that checkpoint's commit) lost per crash; so a
+// lockd restarting more often than the TTL frees it too, as long as each incarnation serves
+// longer than that. The interval is short (at most 100 ms) because a crash loses it whole: with
+// ttl/4, leaders failing over every 600 ms under a 3 s TTL added nothing each and kept a dead
+// holder's name for ever; 100 ms costs at most ten small commits a second, and only while
+// leases are held and no batch of changes carried the mark anyway. The same
 // rule serves a failover: the new lockd sums durations measured by the old ones, never
 // compares their clocks.
 //
@@ -110,6 +114,16 @@ inline constexpr std::int64_t kRestoreSpreadDivisor = 8;
 /// added: a restored lease is never shorter than the rule makes it, so no holder loses time
 /// it relies on; a dead holder's name is freed at most ttl_ns / kRestoreSpreadDivisor later.
 std::int64_t restored_expiry_spread_ns(NameId name, std::int64_t ttl_ns) noexcept;
+
+/// The restart rule's lived-checkpoint interval for a TTL (ns): how often, while leases are held
+/// and no batch of changes carried one, lockd makes a `lived/<incarnation>` mark durable.
+/// ttl_ns / 4 clamped to [10 ms, 100 ms]: a crash (or a lost leadership) loses at most this and
+/// the checkpoint's commit of the served time a dead holder's name is freed after.
+constexpr std::int64_t lived_checkpoint_interval_ns(std::int64_t ttl_ns) noexcept {
+  constexpr std::int64_t kMin = 10'000'000, kMax = 100'000'000;
+  const std::int64_t q = ttl_ns / 4;
+  return q < kMin ? kMin : (q > kMax ? kMax : q);
+}
 
 /// Counters of one lockd (stats answer, tests). Monotonic since start unless noted.
 struct ServiceCounters {
