@@ -1117,9 +1117,9 @@ wire::StatsAnswer LockService::stats_answer() const {
     add("leading", not_leader_ ? 0 : 1);
     add("failover_bound_ms", failover_bound_ms(cfg_));
     add("not_leader_answers", counters_.not_leader_answers);
-    add("shard", cfg_.shard);
-    add("shards", cfg_.shards);
-    if (cfg_.shards > 1) {
+    if (cfg_.shards > 1) {  // one shard's cluster answers as before (a client reads no "shards" as 1)
+      add("shard", cfg_.shard);
+      add("shards", cfg_.shards);
       add("other_shard_answers", counters_.other_shard_answers);
       add("mixed_shard_refused", counters_.mixed_shard_refused);
     }
