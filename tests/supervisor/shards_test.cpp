@@ -2,7 +2,8 @@
 // shard: names land on both shards, a request for a name of the other shard is redirected to
 // that shard's leader, one supervisor heartbeats the names of both shards to their two leaders,
 // and one shard's leader killed (-9) fails over that shard alone: no sandbox is killed and the
-// other shard's leader goes on leading. The CLI's `names` lists the names of both shards.
+// other shard's leader goes on leading. The CLI's `names` lists the names of both shards, and a
+// revocation is pushed to the supervisor by the leader of the name's shard.
 //   lockd: --shards 2, --ttl-ms 6000, --leader-lease-s 1 (failover bound 2000 ms)
 //   supervisor: --ttl-ms 6000 --kill-after-ms 4500 --heartbeat-interval-ms 200
 //               --lockd-failover-ms 2000
@@ -179,6 +180,34 @@ TEST_F(LockdShards, NamesOfBothShardsAreServedByTheirLeadersAndOneShardFailsOver
     EXPECT_EQ(shown.as<wire::NameInfo>()->record.state, LockPhase::held) << name;
     EXPECT_EQ(shown.as<wire::NameInfo>()->record.epoch, epoch) << name;
   }
+
+  // A revoke of one name of each shard: each shard's leader (shard 1's the new one) pushes the
+  // revocation to the supervisor, which kills the sandbox and confirms the kill to that leader.
+  std::map<unsigned, std::string> revoked;
+  for (const auto& [name, shard] : names_) revoked.emplace(shard, name);
+  for (const auto& [shard, name] : revoked) {
+    const lockd::Answer r = cluster.revoke(name_id_of(name), epochs[name]);
+    ASSERT_NE(r.as<wire::Ok>(), nullptr) << name << ": " << r.message();
+    EXPECT_EQ(r.as<wire::Ok>()->epoch, epochs[name] + 1) << name;
+  }
+  for (const auto& [shard, name] : revoked) {
+    EXPECT_TRUE(eventually([&, n = name] {
+      const lockd::Answer shown = cluster.show(n);
+      const auto* info = shown.as<wire::NameInfo>();
+      return info != nullptr && info->record.revoke_ended == wire::RevokeEnd::kill_confirmed;
+    }, 5'000)) << name << " (shard " << shard << ")" << sup.log_text() << logs();
+  }
+  EXPECT_EQ(counter(leaders[0], "revoke_ended_kill_confirmed"), 1u);
+  EXPECT_EQ(counter(next1, "revoke_ended_kill_confirmed"), 1u);
+  // The revoked ones are gone, the other two run on.
+  std::size_t running = 0;
+  EXPECT_TRUE(eventually([&] {
+    const json left = sup.call({{"v", 1}, {"op", "list"}});
+    running = 0;
+    for (const auto& sb : left["sandboxes"]) running += sb["state"] == "running" ? 1 : 0;
+    return left["sandboxes"].size() == names_.size() - revoked.size();
+  }, 3'000)) << sup.log_text();
+  EXPECT_EQ(running, names_.size() - revoked.size());
 }
 
 // A lockd started with another shard count than the cluster's refuses to start, naming both.
