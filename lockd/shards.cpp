@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 namespace leasehold::lockd {
@@ -47,12 +48,36 @@ Status ensure_shard_count(etcd::Client& client, std::string_view prefix, unsigne
     const std::int64_t call_deadline = std::min(deadline_ns, now + kCallNs);
     auto current = client.range(key, {}, call_deadline);
     if (current.ok() && !current->kvs.empty()) return compare(current->kvs.front().value);
-    if (current.ok() && shards != 1) {
-      // No count recorded: a new cluster, or one made before counts were (one shard).
+    if (current.ok()) {
+      // No count recorded: a new cluster, or one made before counts were, which had one shard
+      // and keys under shard/0/ only. Keys of any other shard mean a count was recorded and
+      // then removed (by hand): no count can be trusted then, not even 1 - a lockd of one shard
+      // would serve names that other shards' leaders hold.
       const std::string shard_keys = std::string(prefix) + "/shard/";
-      auto any = client.range(shard_keys, etcd::prefix_end(shard_keys), call_deadline, 1);
+      const std::string shard0 = shard_prefix(prefix, 0);
+      // Any key of a shard other than 0 (below shard/0/ or above it), then any of shard 0.
+      auto any = client.range(shard_keys, shard0, call_deadline, 1);
+      if (any.ok() && any->kvs.empty())
+        any = client.range(etcd::prefix_end(shard0), etcd::prefix_end(shard_keys), call_deadline, 1);
+      // A lockd writes a shard's keys only after the count exists: one that started meanwhile
+      // may have recorded it since our read, and then its count is the cluster's.
+      const auto recorded_since = [&]() -> std::optional<std::string> {
+        auto again = client.range(key, {}, call_deadline);
+        if (again.ok() && !again->kvs.empty()) return again->kvs.front().value;
+        return std::nullopt;
+      };
       if (any.ok() && !any->kvs.empty())
-        return Status::invalid("the cluster at " + std::string(prefix) + " has keys of shards (" + any->kvs.front().key +
+        if (const auto since = recorded_since()) return compare(*since);
+      if (any.ok() && !any->kvs.empty())
+        return Status::invalid("the cluster at " + std::string(prefix) + " has keys of shards other than 0 (" +
+                               any->kvs.front().key + ") but no shard count (etcd key " + key +
+                               "): it was removed; put the count the cluster was made with back (etcdctl put " +
+                               key + " S) before starting a lockd");
+      if (any.ok() && shards != 1) any = client.range(shard0, etcd::prefix_end(shard0), call_deadline, 1);
+      if (any.ok() && !any->kvs.empty() && shards != 1)
+        if (const auto since = recorded_since()) return compare(*since);
+      if (any.ok() && !any->kvs.empty() && shards != 1)
+        return Status::invalid("the cluster at " + std::string(prefix) + " has keys of shard 0 (" + any->kvs.front().key +
                                ") but no shard count (etcd key " + key + "): it was made with one shard; this lockd "
                                "was started with --shards " + mine + ", under which its names would belong to other "
                                "leaders");

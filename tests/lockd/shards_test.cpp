@@ -64,11 +64,28 @@ TEST_F(ShardsTest, AClusterMadeWithOneShardBeforeCountsWereRecordedKeepsOne) {
   ASSERT_TRUE(client_->put(shard_prefix("/old", 0) + "high_water", "7", deadline(2000)).ok());
   const Status two = ensure_shard_count(*client_, "/old", 2, deadline(5000));
   EXPECT_EQ(two.code(), Errc::invalid_argument);
-  EXPECT_NE(two.message().find("has keys of shards (/old/shard/0/high_water) but no shard count"), std::string::npos)
+  EXPECT_NE(two.message().find("has keys of shard 0 (/old/shard/0/high_water) but no shard count"), std::string::npos)
       << two.message();
   EXPECT_TRUE(client_->range("/old/shards", {}, deadline(2000))->kvs.empty());  // nothing recorded
   EXPECT_TRUE(ensure_shard_count(*client_, "/old", 1, deadline(5000)).ok());
   EXPECT_EQ(client_->range("/old/shards", {}, deadline(2000))->kvs.front().value, "1");
+}
+
+TEST_F(ShardsTest, KeysOfAnotherShardThanZeroWithoutACountRefuseEveryCount) {
+  // A cluster of two shards whose count was removed by hand: a lockd of one shard (the
+  // default) would serve shard 1's names beside shard 1's leader.
+  ASSERT_TRUE(client_->put(shard_prefix("/lost", 0) + "high_water", "3", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard_prefix("/lost", 1) + "high_water", "4", deadline(2000)).ok());
+  for (unsigned shards : {1u, 2u}) {
+    const Status s = ensure_shard_count(*client_, "/lost", shards, deadline(5000));
+    EXPECT_EQ(s.code(), Errc::invalid_argument) << shards;
+    EXPECT_NE(s.message().find("has keys of shards other than 0 (/lost/shard/1/high_water)"), std::string::npos) << s.message();
+  }
+  // Only shard 1's keys, and a count of 1: refused too.
+  ASSERT_TRUE(client_->put(shard_prefix("/lost1", 1) + "high_water", "4", deadline(2000)).ok());
+  EXPECT_NE(ensure_shard_count(*client_, "/lost1", 1, deadline(5000)).message().find("(/lost1/shard/1/high_water)"),
+            std::string::npos);
+  EXPECT_TRUE(client_->range("/lost/shards", {}, deadline(2000))->kvs.empty());  // nothing recorded
 }
 
 TEST_F(ShardsTest, AShardCountThatIsNoNumberIsCorrupt) {

@@ -39,10 +39,12 @@ std::string shard_count_key(std::string_view prefix);
 
 /// Records `shards` at PREFIX/shards when no lockd has (one transaction: create if absent), or
 /// compares it with what is there. Ok when they agree. Errors: invalid_argument naming both
-/// counts when they differ, or when the key is absent, `shards` is not 1 and the cluster already
-/// has keys of a shard (a cluster made before shard counts were recorded had one shard: its
-/// names would be under the wrong leaders); corrupt for a value that is no count; timeout when
-/// etcd did not answer before `deadline_ns` (each failed call is retried after a short pause).
+/// counts when they differ, or when the key is absent and the cluster already has keys of a
+/// shard that `shards` cannot account for: of shard 0 with `shards` not 1 (a cluster made before
+/// shard counts were recorded had one shard: its names would be under the wrong leaders), of
+/// any other shard whatever `shards` is (the count was removed by hand); corrupt for a value
+/// that is no count; timeout when etcd did not answer before `deadline_ns` (each failed call is
+/// retried after a short pause).
 Status ensure_shard_count(etcd::Client& client, std::string_view prefix, unsigned shards, std::int64_t deadline_ns);
 
 /// Every shard's leader, as its election key says, refreshed every poll interval by a thread.
