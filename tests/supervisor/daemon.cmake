@@ -37,6 +37,16 @@ if(TARGET leasehold-lockd AND TARGET leasehold-supervisor AND TARGET leasehold_l
       LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
       LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>"
       LEASEHOLD_CLI_BINARY="$<TARGET_FILE:leasehold>")
+    # Supervisors against a lockd cluster of two shards on a real etcd: routing by name,
+    # a heartbeat batch per shard, one shard failing over alone, the CLI listing every shard.
+    leasehold_test(supervisor_shards_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/shards_test.cpp
+                   LIBS leasehold_supervisor leasehold_lockd leasehold_etcd leasehold_harness leasehold_harness_etcd
+                   LABELS etcd)
+    add_dependencies(supervisor_shards_test leasehold-lockd leasehold-supervisor leasehold)
+    target_compile_definitions(supervisor_shards_test PRIVATE
+      LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
+      LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>"
+      LEASEHOLD_CLI_BINARY="$<TARGET_FILE:leasehold>")
   endif()
   # `leasehold revoke --wait` against the real services.
   if(TARGET leasehold)

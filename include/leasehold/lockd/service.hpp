@@ -161,6 +161,8 @@ struct ServiceCounters {
   std::uint64_t kill_confirms_refused = 0;  ///< KillConfirmed from another worker / epoch
   std::uint64_t reservations_lapsed = 0;
   std::uint64_t not_leader_answers = 0;     ///< requests answered not_leader (a follower on etcd)
+  std::uint64_t other_shard_answers = 0;    ///< of those, for a name of another shard (--shards > 1)
+  std::uint64_t mixed_shard_refused = 0;    ///< heartbeats refused: their names were of several shards
   std::uint64_t tokens_signed = 0;          ///< grant answers carrying a signed token
   std::uint64_t token_sign_failures = 0;    ///< grants answered without one: OpenSSL failed
 };
@@ -211,6 +213,16 @@ class LockService {
   /// `takeover_loading` 1); it answers not_leader meanwhile.
   void set_loading(bool loading) noexcept { loading_ = loading; }
   bool follower() const noexcept { return not_leader_.has_value(); }
+  /// lockd on etcd with several shards (cfg.shards > 1): the advertised addresses of every
+  /// shard's leader ("" = none known; one per shard; ShardLeaders). A request for a name of
+  /// another shard than cfg.shard is answered Error{not_leader, that shard's leader} (never
+  /// `self`, this lockd's own advertised address: then no hint), before anything else, by a
+  /// leader and a follower alike; it changes nothing and is not cached. A heartbeat whose names
+  /// are of several shards is refused whole with Error{unsupported} (wire/shard_route.hpp).
+  void set_shard_leaders(std::vector<std::string> leaders, std::string self) {
+    shard_leaders_ = std::move(leaders);
+    self_address_ = std::move(self);
+  }
 
   /// The key that signs every grant's fencing token (wire/token.hpp); nullptr: grants carry no
   /// token. Set before serving.
@@ -389,6 +401,8 @@ class LockService {
   std::string failure_;
   std::optional<std::string> not_leader_;  ///< set: a follower (set_not_leader)
   bool loading_ = false;                   ///< set_loading
+  std::vector<std::string> shard_leaders_;  ///< set_shard_leaders
+  std::string self_address_;                ///< set_shard_leaders
   std::deque<Deferred> deferred_;
 
   // The restart rule (see the top of this file).
