@@ -3,6 +3,7 @@
 #include "leasehold/io/address_list.hpp"
 #include "leasehold/io/client.hpp"
 #include "leasehold/io/clock.hpp"
+#include "leasehold/lease/shard.hpp"
 
 #include <openssl/rand.h>
 #include <time.h>
@@ -148,6 +149,12 @@ Answer AdminClient::request(const wire::Body& body) {
       return out;
     }
     if (const auto* e = std::get_if<wire::Error>(&d.body)) {
+      if (e->code == wire::ErrorCode::not_leader && no_follow_) {
+        out.status = Status{Errc::refused, "lockd at " + to.str() + " does not lead" +
+                                               (e->message.empty() ? std::string() : " (the leader: " + e->message + ")")};
+        out.body = std::move(d.body);
+        return out;
+      }
       if (e->code == wire::ErrorCode::not_leader) {
         // Authenticated, so a lockd's: it changed nothing and names the leader if it knows one.
         not_leader_seen = true;
@@ -266,6 +273,106 @@ Result<std::vector<wire::NameRecord>> AdminClient::list_all(std::size_t names_ma
       return Status{Errc::corrupt, "list cursor did not advance"};
     cursor = page->next_cursor;
   } while (cursor != 0 && all.size() < names_max);
+  return all;
+}
+
+Answer AdminClient::request_at(std::size_t index, const wire::Body& body) {
+  if (index >= lockds_.size()) {
+    Answer out;
+    out.status = Status::invalid("no lockd address number " + std::to_string(index));
+    return out;
+  }
+  // This address alone: a client of one address never moves, and a not_leader is waited out
+  // to the deadline there; so it is ended at once instead, as the refusal it is here.
+  std::vector<SocketAddress> all = std::exchange(lockds_, std::vector<SocketAddress>{lockds_[index]});
+  const std::size_t current = std::exchange(current_, 0);
+  no_follow_ = true;
+  Answer a = request(body);
+  no_follow_ = false;
+  lockds_ = std::move(all);
+  current_ = current;
+  return a;
+}
+
+Result<AdminClient::ShardLeaders> AdminClient::shard_leaders() {
+  ShardLeaders out;
+  out.said.resize(lockds_.size());
+  std::vector<std::pair<unsigned, bool>> seen(lockds_.size(), {0, false});  // (shard, leading)
+  std::optional<unsigned> shards;
+  bool any = false;
+  // Each address within its share of the timeout: one that is gone leaves time for the others.
+  const std::int64_t timeout = timeout_ns_;
+  timeout_ns_ = std::max<std::int64_t>(timeout / static_cast<std::int64_t>(lockds_.size()), kAdminVisitMinNs);
+  for (std::size_t i = 0; i < lockds_.size(); ++i) {
+    const Answer a = request_at(i, wire::Stats{});
+    const auto* st = a.as<wire::StatsAnswer>();
+    if (st == nullptr) {
+      out.said[i] = a.ok() ? "not a stats answer" : a.message();
+      continue;
+    }
+    any = true;
+    std::uint64_t shard = 0, count = 1, leading = 1;
+    for (const wire::Counter& c : st->counters) {
+      if (c.key == "shard") shard = c.value;
+      if (c.key == "shards") count = c.value;
+      if (c.key == "leading") leading = c.value;
+    }
+    if (count < 1 || count > kShardsMax || shard >= count) {
+      out.said[i] = "shard " + std::to_string(shard) + " of " + std::to_string(count) + ": not a valid shard";
+      continue;
+    }
+    if (shards && *shards != count) {
+      timeout_ns_ = timeout;
+      return Status(Errc::corrupt, "lockd at " + lockds_[i].str() + " reports " + std::to_string(count) +
+                                       " shards, another " + std::to_string(*shards) + ": one cluster per --lockd list");
+    }
+    shards = static_cast<unsigned>(count);
+    seen[i] = {static_cast<unsigned>(shard), leading != 0};
+    out.said[i] = "shard " + std::to_string(shard) + (leading != 0 ? ", leading" : ", not leading");
+  }
+  timeout_ns_ = timeout;
+  if (!any) return Status(Errc::timeout, "no lockd among " + address_list_text(lockds_) + " answered");
+  out.shards = shards.value_or(1);
+  out.leader.resize(out.shards);
+  for (std::size_t i = 0; i < lockds_.size(); ++i)
+    if (seen[i].second && seen[i].first < out.shards && !out.leader[seen[i].first])
+      out.leader[seen[i].first] = i;
+  return out;
+}
+
+Result<std::vector<wire::NameRecord>> AdminClient::list_cluster(std::size_t names_max) {
+  auto stats = counters();
+  if (!stats.ok()) return stats.status();
+  std::uint64_t count = 1;
+  for (const wire::Counter& c : *stats)
+    if (c.key == "shards") count = c.value;
+  if (count <= 1) return list_all(names_max);
+  auto where = shard_leaders();
+  if (!where.ok()) return where.status();
+  std::vector<wire::NameRecord> all;
+  for (unsigned k = 0; k < where->shards && all.size() < names_max; ++k) {
+    if (!where->leader[k]) {
+      std::string each;
+      for (std::size_t i = 0; i < lockds_.size(); ++i)
+        each += (each.empty() ? "" : "; ") + lockds_[i].str() + ": " + where->said[i];
+      return Status(Errc::timeout, "shard " + std::to_string(k) + " of " + std::to_string(where->shards) +
+                                       " has no leader among " + address_list_text(lockds_) + " (" + each + ")");
+    }
+    const std::size_t at = *where->leader[k];
+    std::uint64_t cursor = 0;
+    do {
+      Answer a = request_at(at, wire::List{cursor, 0});
+      const auto* page = a.as<wire::ListPage>();
+      if (page == nullptr)
+        return a.ok() ? Status{Errc::corrupt, "unexpected answer to list from " + lockds_[at].str()}
+                      : Status{a.code(), "shard " + std::to_string(k) + " at " + lockds_[at].str() + ": " + a.message()};
+      all.insert(all.end(), page->entries.begin(), page->entries.end());
+      if (page->next_cursor != 0 && page->next_cursor <= cursor)
+        return Status{Errc::corrupt, "list cursor did not advance"};
+      cursor = page->next_cursor;
+    } while (cursor != 0 && all.size() < names_max);
+  }
+  if (all.size() > names_max) all.resize(names_max);
   return all;
 }
 

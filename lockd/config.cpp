@@ -1,5 +1,6 @@
 #include "leasehold/lockd/config.hpp"
 
+#include "leasehold/lease/shard.hpp"
 #include "leasehold/wire/address.hpp"
 
 #include <CLI/CLI.hpp>
@@ -110,6 +111,15 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
       ->capture_default_str();
   app.add_option("--etcd-txn-ops-max", cfg.etcd_txn_ops_max,
                  "etcd store: operations per etcd transaction at most (etcd's --max-txn-ops)")
+      ->capture_default_str();
+  app.add_option("--shard", cfg.shard,
+                 "etcd store: the shard this lockd is a replica of, 0..--shards-1 (each shard's leader is "
+                 "a process of its own: run R replicas of each shard)")
+      ->capture_default_str();
+  app.add_option("--shards", cfg.shards,
+                 "etcd store: the cluster's number of shards, 1.." + std::to_string(kShardsMax) +
+                     "; names hash to shards (FNV-1a of the name id, mod this). Fixed when the cluster is "
+                     "first started: a lockd started with another count refuses to start")
       ->capture_default_str();
   app.add_option("--key-file", cfg.key_files,
                  "a cluster key file; each worker's key is derived from it and the worker id "
@@ -332,6 +342,17 @@ Status validate(const LockdConfig& cfg) {
                              std::to_string(kLeaderLeaseSMax));
     if (cfg.etcd_txn_ops_max < 4 || cfg.etcd_txn_ops_max > 65536)
       return Status::invalid("--etcd-txn-ops-max must be in 4..65536");
+    if (cfg.shards < 1 || cfg.shards > kShardsMax)
+      return Status::invalid("--shards " + std::to_string(cfg.shards) + " must be in 1.." + std::to_string(kShardsMax));
+    if (cfg.shard >= cfg.shards)
+      return Status::invalid("--shard " + std::to_string(cfg.shard) + " is not a shard of a cluster of --shards " +
+                             std::to_string(cfg.shards) + " (shards are numbered 0.." +
+                             std::to_string(cfg.shards - 1) + ")");
+    // A supervisor keeps one worker liveness, which one lockd leader tracks: with several
+    // shards each leader would need its own, and a worker beat its own per shard.
+    if (cfg.shards > 1 && cfg.mode == LockMode::preemptible)
+      return Status::invalid("--mode preemptible runs on one shard only (--shards 1): worker liveness is kept by "
+                             "one leader");
     const auto wildcard = [](std::string_view a) {
       return a.substr(0, a.rfind(':')) == "0.0.0.0" || a.substr(0, a.rfind(':')) == "[::]";
     };
@@ -354,6 +375,9 @@ Status validate(const LockdConfig& cfg) {
                              "would outlast every lease");
   } else if (cfg.advertise.size() != 0) {
     return Status::invalid("--advertise applies to an etcd store only (--store etcd://...)");
+  } else if (cfg.shards != 1 || cfg.shard != 0) {
+    return Status::invalid("--shard and --shards apply to an etcd store only (--store etcd://...): a SQLite "
+                           "store is one lockd, one shard");
   }
   if (cfg.ttl_ms == 0) return Status::invalid("--ttl-ms must be at least 1 (a lease needs a TTL)");
   if (cfg.ttl_ms > kTtlMsMax)

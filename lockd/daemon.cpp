@@ -5,6 +5,7 @@
 #include "leasehold/lease/clock.hpp"
 #include "leasehold/lockd/etcd_store.hpp"
 #include "leasehold/lockd/leadership.hpp"
+#include "leasehold/lockd/shards.hpp"
 
 #include "leasehold/wire/replay.hpp"
 
@@ -39,9 +40,12 @@ struct LockdDaemon::Cluster {
     void poll(std::vector<DurabilityVerdict>&) override {}
   };
   EtcdLocation location;
-  std::string shard;  ///< the shard's key prefix (one shard: 0)
+  std::string shard;  ///< the key prefix of the shard this lockd is a replica of (--shard)
   std::shared_ptr<etcd::Client> client;
   std::unique_ptr<Leadership> leadership;
+  /// Every shard's leader (--shards > 1), and the version of them the service was given.
+  std::unique_ptr<ShardLeaders> shard_leaders;
+  std::uint64_t shard_leaders_seen = 0;
   NoStore no_store;
   std::int64_t leading = 0;        ///< the revision served as the leader (0: a follower)
   /// While leading: the fence of `leading` as read at the start of this loop turn's checks
@@ -86,10 +90,16 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
     auto loc = parse_etcd_url(cfg.store_path);
     if (!loc.ok()) throw std::runtime_error(loc.status().message());
     cluster_->location = std::move(*loc);
-    cluster_->shard = shard_prefix(cluster_->location.prefix, 0);
+    cluster_->shard = shard_prefix(cluster_->location.prefix, cfg.shard);
     auto client = etcd::Client::open(cluster_->location.endpoints);
     if (!client.ok()) throw std::runtime_error("--store " + cfg.store_path + ": " + client.status().message());
     cluster_->client = std::move(*client);
+    // The cluster's shard count before anything of a shard: a lockd with another count would
+    // serve names that another shard's leader serves too.
+    if (Status s = ensure_shard_count(*cluster_->client, cluster_->location.prefix, cfg.shards,
+                                      boottime_ns() + kShardCountWaitNs);
+        !s.ok())
+      throw std::runtime_error("--shards " + std::to_string(cfg.shards) + ": " + s.message());
     // The cluster's key record (etcd_store.hpp): a lockd with none of the keys the cluster
     // accepts is another cluster's and must not start; one that lacks a key added by a rotation
     // starts, and campaigns once it has it. An unreachable etcd is no refusal: the campaign
@@ -143,12 +153,17 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
       lc.lease_s = cfg.leader_lease_s;
       lc.cluster_key_path = cluster_key_key(cluster_->location.prefix);
       lc.cluster_keys = cluster_keys_value(keys_);
+      if (cfg.shards > 1)
+        cluster_->shard_leaders =
+            std::make_unique<ShardLeaders>(cluster_->client, cluster_->location.prefix, cfg.shards,
+                                           cfg.etcd_txn_ops_max, lc.poll_ns, [&loop] { loop.wake(); });
       auto leadership = Leadership::start(cluster_->client, lc, [&loop] { loop.wake(); });
       if (!leadership.ok()) throw std::runtime_error(leadership.status().message());
       cluster_->leadership = std::move(*leadership);
       const std::int64_t window_ms = serve_until_ns(0, lc.lease_s, lc.clock_rate_bound, lc.margin_ns) / 1'000'000;
       log_ += "ts_boot_ns=" + std::to_string(now) + " event=cluster store=etcd://" + cluster_->location.endpoints +
-              cluster_->location.prefix + " shard=0 advertise=" + lc.advertise +
+              cluster_->location.prefix + " shard=" + std::to_string(cfg.shard) +
+              " shards=" + std::to_string(cfg.shards) + " advertise=" + lc.advertise +
               " leader_lease_s=" + std::to_string(lc.lease_s) + " serve_window_ms=" + std::to_string(window_ms) +
               " failover_bound_ms=" + std::to_string(failover_bound_ms(cfg)) + " ttl_ms=" + std::to_string(cfg.ttl_ms) +
               "\n";
@@ -172,6 +187,8 @@ std::unique_ptr<LockService> LockdDaemon::make_service(const RestoredTable& rest
   auto s = std::make_unique<LockService>(cfg_, keys_, restored, *net_, store, now_ns,
                                          ServiceSeeds{random_instance_id(), wire::seq_seed(), {}});
   if (signer_) s->set_token_signer(signer_);
+  if (cluster_ != nullptr && cluster_->shard_leaders != nullptr)
+    s->set_shard_leaders(cluster_->shard_leaders->leaders(), cluster_->advertise);
   return s;
 }
 
@@ -294,6 +311,12 @@ std::int64_t LockdDaemon::finish_load(const Leadership::View& v, std::int64_t no
 
 std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
   Cluster& c = *cluster_;
+  if (c.shard_leaders != nullptr) {
+    if (const std::uint64_t v = c.shard_leaders->version(); v != c.shard_leaders_seen) {
+      c.shard_leaders_seen = v;
+      service_->set_shard_leaders(c.shard_leaders->leaders(), c.advertise);
+    }
+  }
   // Store threads of earlier services go once nothing of theirs is committing.
   std::erase_if(c.retired, [](const std::unique_ptr<StoreThread>& t) { return t->in_flight() == 0 || t->failed(); });
   if (c.leading != 0) {

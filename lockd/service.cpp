@@ -2,6 +2,7 @@
 
 #include "leasehold/io/clock.hpp"
 #include "leasehold/lease/assert.hpp"
+#include "leasehold/wire/shard_route.hpp"
 
 #include <algorithm>
 #include <cinttypes>
@@ -197,7 +198,7 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
   next_tick_ns_ = now;
   rate_window_start_ns_ = now;
   started_ns_ = now;
-  lived_interval_ns_ = std::clamp<std::int64_t>(table_.config().max_ttl_ns / 4, 100'000'000, 2'000'000'000);
+  lived_interval_ns_ = lived_checkpoint_interval_ns(table_.config().max_ttl_ns);
   next_lived_ns_ = now;
 }
 
@@ -337,6 +338,30 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
                            std::int64_t now_ns) {
   const auto rid = m.header.request_id;
   const auto type = m.header.type;
+  if (cfg_.shards > 1 && wire::is_request(type)) {
+    // A cluster of several shards: only the name's shard may answer for it (lease/shard.hpp).
+    // Decided on the request alone, before the table is looked at: nothing changes, nothing is
+    // cached (the same request, resent to the right leader, must be served there).
+    if (const auto rs = wire::shard_of_request(m.body, cfg_.shards)) {
+      if (rs->mixed) {
+        ++counters_.mixed_shard_refused;
+        send_now(from, rid, nullptr,
+                 wire::Error{wire::ErrorCode::unsupported,
+                             "a heartbeat of names of shards " + std::to_string(rs->shard) + " and " +
+                                 std::to_string(rs->other) + " (of " + std::to_string(cfg_.shards) +
+                                 "): send one heartbeat per shard, each to its shard's leader"});
+        return;
+      }
+      if (rs->shard != cfg_.shard) {
+        ++counters_.not_leader_answers;
+        ++counters_.other_shard_answers;
+        std::string hint = rs->shard < shard_leaders_.size() ? shard_leaders_[rs->shard] : std::string();
+        if (hint == self_address_) hint.clear();  // never names itself: the client would loop here
+        send_now(from, rid, nullptr, wire::Error{wire::ErrorCode::not_leader, std::move(hint)});
+        return;
+      }
+    }
+  }
   if (not_leader_) {
     // A follower on etcd: nothing here is the table's truth. Not cached: the same request,
     // resent once this lockd leads, must be served.
@@ -1118,6 +1143,12 @@ wire::StatsAnswer LockService::stats_answer() const {
     add("failover_bound_ms", failover_bound_ms(cfg_));
     add("not_leader_answers", counters_.not_leader_answers);
     add("takeover_loading", loading_ ? 1 : 0);
+    if (cfg_.shards > 1) {  // one shard's cluster answers as before (a client reads no "shards" as 1)
+      add("shard", cfg_.shard);
+      add("shards", cfg_.shards);
+      add("other_shard_answers", counters_.other_shard_answers);
+      add("mixed_shard_refused", counters_.mixed_shard_refused);
+    }
   }
   add("log_lines_dropped", log_lines_dropped_);
   add("refreshes_per_s", counters_.refreshes_per_s);

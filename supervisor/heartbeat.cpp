@@ -91,28 +91,37 @@ const HeartbeatLease* HeartbeatSchedule::find(const SandboxId& sandbox) const {
   return it == leases_.end() ? nullptr : &it->second;
 }
 
+void HeartbeatSchedule::set_shards(unsigned shards) {
+  if (shards >= 1 && shards <= kShardsMax) shards_ = shards;
+}
+
 HeartbeatRound HeartbeatSchedule::begin_round(std::uint64_t now_ns,
                                               std::size_t entries_per_request) {
   if (entries_per_request == 0)
     throw std::invalid_argument("HeartbeatSchedule::begin_round: entries_per_request must be > 0");
   observe_now(now_ns);
   HeartbeatRound round;
-  RefreshRequest current;
-  current.send_ns = now_ns;
-  current.deadline_ns = UINT64_MAX;
+  // One request per shard at a time: lockd answers a batch only at its shard's leader.
+  std::vector<RefreshRequest> current(shards_);
+  for (RefreshRequest& r : current) {
+    r.send_ns = now_ns;
+    r.deadline_ns = UINT64_MAX;
+  }
   for (const auto& [id, l] : leases_) {
     if (l.worker_refreshed) continue;        // carried by worker liveness
     if (l.valid_until_ns <= now_ns) continue;  // lapsed: being killed, nothing to refresh
-    current.entries.push_back(RefreshEntry{l.name, l.sandbox, l.epoch});
-    current.deadline_ns = std::min(current.deadline_ns, l.valid_until_ns);
-    if (current.entries.size() == entries_per_request) {
-      round.requests.push_back(std::move(current));
-      current = RefreshRequest{};
-      current.send_ns = now_ns;
-      current.deadline_ns = UINT64_MAX;
+    RefreshRequest& r = current[shard_of(l.name, shards_)];
+    r.entries.push_back(RefreshEntry{l.name, l.sandbox, l.epoch});
+    r.deadline_ns = std::min(r.deadline_ns, l.valid_until_ns);
+    if (r.entries.size() == entries_per_request) {
+      round.requests.push_back(std::move(r));
+      r = RefreshRequest{};
+      r.send_ns = now_ns;
+      r.deadline_ns = UINT64_MAX;
     }
   }
-  if (!current.entries.empty()) round.requests.push_back(std::move(current));
+  for (RefreshRequest& r : current)
+    if (!r.entries.empty()) round.requests.push_back(std::move(r));
   if (preemptible_) {
     std::vector<const HeartbeatLease*> held;
     for (const auto& [id, l] : leases_)

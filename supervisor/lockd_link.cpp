@@ -2,6 +2,7 @@
 
 #include "leasehold/io/address_list.hpp"
 #include "leasehold/io/clock.hpp"
+#include "leasehold/wire/shard_route.hpp"
 
 #include <openssl/crypto.h>
 #include <sys/random.h>
@@ -56,6 +57,7 @@ struct LockdLink::Call {
   std::uint32_t redirects = 0;  ///< resent at once to a named leader since the last backoff
   std::uint32_t waits = 0;      ///< not_leader backoffs so far
   std::string redirected;       ///< the last not_leader answer, for the failure's text
+  unsigned shard = 0;           ///< the shard its target is kept for (wire::shard_of_request)
   TimerId wait_timer;           ///< while in waiting_
   bool probe = false;  ///< signed with the pending key (try_key)
   LockdCallback on_done;
@@ -97,10 +99,13 @@ LockdLink::LockdLink(EventLoop& loop, std::vector<SocketAddress> lockds, WorkerI
   });
   // A retry means the previous attempt got no answer: if it went to the target, the target
   // moves on (the lockd there may be gone, and another one lead); the retry goes to the target.
-  client_->set_retarget_hook([this](std::uint64_t, SocketAddress& to) {
+  client_->set_retarget_hook([this](std::uint64_t request_id, SocketAddress& to) {
     if (lockds_.size() < 2) return;
-    if (to == lockds_[current_]) move_to((current_ + 1) % lockds_.size());
-    to = lockds_[current_];
+    const auto it = call_shards_.find(request_id);
+    const unsigned shard = it != call_shards_.end() ? it->second : 0;
+    std::size_t& current = target_of(shard);
+    if (to == lockds_[current]) move_to(shard, (current + 1) % lockds_.size());
+    to = lockds_[target_of(shard)];
   });
   client_->set_resend_hook([this](std::span<std::byte> bytes) {
     const auto d = std::span(reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size());
@@ -237,6 +242,9 @@ void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCall
     done(std::move(r));
   };
   c->request_id = next_request_id_++;
+  // Routed by name (wire/shard_route.hpp); a request about no name (Stats, List) goes to
+  // shard 0's target, which any lockd of the cluster answers for itself.
+  if (const auto rs = wire::shard_of_request(body, shards())) c->shard = rs->shard;
   const wire::EncodeResult enc = sender_.seal(c->request_id, body, c->datagram);
   if (!enc) {
     LockdReply r;
@@ -249,9 +257,11 @@ void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCall
 }
 
 void LockdLink::start(std::shared_ptr<Call> c) {
-  const int rc = client_->start(std::as_bytes(c->datagram.view()), lockds_[current_], c->deadline_ns,
+  call_shards_[c->request_id] = c->shard;
+  const int rc = client_->start(std::as_bytes(c->datagram.view()), lockds_[target_of(c->shard)], c->deadline_ns,
                                 [this, c](const RequestOutcome& o) { finish(c, o); });
   if (rc != 0) {
+    call_shards_.erase(c->request_id);
     LockdReply r;
     r.first_send_ns = c->first_send_ns;
     r.attempts = c->attempts;
@@ -282,13 +292,23 @@ std::optional<std::size_t> LockdLink::index_of(const SocketAddress& a) const {
   return std::nullopt;
 }
 
-void LockdLink::move_to(std::size_t index) {
-  if (index == current_ || index >= lockds_.size()) return;
-  current_ = index;
+void LockdLink::move_to(unsigned shard, std::size_t index) {
+  std::size_t& current = target_of(shard);
+  if (index == current || index >= lockds_.size()) return;
+  current = index;
   ++stats_.leader_switches;
 }
 
+std::size_t& LockdLink::target_of(unsigned shard) { return current_[shard < current_.size() ? shard : 0]; }
+
+void LockdLink::set_shards(unsigned shards) {
+  if (shards < 1 || shards > kShardsMax || shards == current_.size()) return;
+  // A shard's first target: shard 0's (the lockd that answered so far); hints move it.
+  current_.resize(shards, current_.front());
+}
+
 void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) {
+  call_shards_.erase(c->request_id);
   if (c->first_send_ns == 0) c->first_send_ns = o.first_send_ns;  // the lease counts from here
   c->attempts += o.attempts;
   if (o.status != RequestStatus::answered) {
@@ -373,14 +393,15 @@ void LockdLink::redirect(const std::shared_ptr<Call>& c, const std::string& hint
   }
   if (named != kNone && named != answered_by && c->redirects < lockds_.size()) {
     ++c->redirects;
-    move_to(named);
+    move_to(c->shard, named);
     restamp(*c);
     start(c);
     return;
   }
   // No leader to go to by name: past the lockd that answered (if it is still the target), after
   // a backoff that grows with every wait of this call.
-  if (answered_by == kNone || answered_by == current_) move_to((current_ + 1) % lockds_.size());
+  if (answered_by == kNone || answered_by == target_of(c->shard))
+    move_to(c->shard, (target_of(c->shard) + 1) % lockds_.size());
   c->redirects = 0;
   ++c->waits;
   ++stats_.not_leader_waits;

@@ -11,6 +11,7 @@
 #include "leasehold/supervisor/heartbeat.hpp"
 #include "leasehold/supervisor/cgroup.hpp"
 #include "leasehold/supervisor/kill_switch.hpp"
+#include "leasehold/lease/shard.hpp"
 #include "leasehold/supervisor/lockd_link.hpp"
 #include "leasehold/supervisor/os_sandbox_host.hpp"
 #include "leasehold/supervisor/output_pump.hpp"
@@ -605,11 +606,15 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     if (st == nullptr) return "lockd answered stats with " + describe_answer(b);
     std::optional<std::uint64_t> preemptible, ttl;
     std::uint64_t failover_bound = 0;  // 0: a lockd of its own (SQLite), or one that does not say
+    std::uint64_t shards = 1;          // a cluster's shard count (lease/shard.hpp); 1 unless it says
     for (const auto& c : st->counters) {
       if (c.key == "mode_preemptible") preemptible = c.value;
       if (c.key == "ttl_ms") ttl = c.value;
       if (c.key == "failover_bound_ms") failover_bound = c.value;
+      if (c.key == "shards") shards = c.value;
     }
+    if (shards < 1 || shards > kShardsMax)
+      return "lockd's cluster reports " + std::to_string(shards) + " shards, outside 1.." + std::to_string(kShardsMax);
     if (!preemptible || !ttl) return "lockd's stats do not report its mode and TTL (an older lockd?)";
     const bool want = cfg.mode == SupervisorMode::preemptible;
     if ((*preemptible != 0) != want)
@@ -625,6 +630,9 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
              std::to_string(cfg.lockd_failover_ms) + ": a failover could outlast the kill-switch; give "
              "--lockd-failover-ms " + std::to_string(failover_bound) + " (and a --kill-after-ms that leaves room for it)";
     core->set_lockd_ttl_ms(*ttl);
+    // Each shard's names go to that shard's leader: one target, and one heartbeat batch, per shard.
+    link->set_shards(static_cast<unsigned>(shards));
+    core->heartbeat().set_shards(static_cast<unsigned>(shards));
     return {};
   });
   if (problem.empty() && cfg.mode == SupervisorMode::preemptible)
@@ -715,8 +723,14 @@ std::string Supervisor::Impl::summary() const {
   s += "leasehold-supervisor " + worker.str() + " (pid " + std::to_string(::getpid()) + ")\n";
   s += "  worker id        " + worker.str() + "\n";
   s += "  mode             " + std::string(to_string(cfg.mode)) + "\n";
+  std::string now_at = link->lockd().str();
+  for (unsigned k = 1; k < link->shards(); ++k) now_at += ", " + link->lockd(k).str();
   s += "  lockd            " + address_list_text(lockd_addresses) +
-       (lockd_addresses.size() > 1 ? " (following the leader; now " + link->lockd().str() + ")" : std::string()) + "\n";
+       (lockd_addresses.size() > 1
+            ? std::string(link->shards() > 1 ? " (following each shard's leader; now " : " (following the leader; now ") +
+                  now_at + ")"
+            : std::string()) +
+       "\n";
   s += "  shm table        " + shm_path + " (" + std::to_string(cfg.slots) + " slots)\n";
   s += "  control socket   " + control_path + "\n";
   s += "  cgroup           " + cgroups.reason() + "\n";
@@ -959,6 +973,12 @@ json Supervisor::Impl::status_json() const {
       {"pid", ::getpid()},
       {"mode", std::string(to_string(cfg.mode))},
       {"lockd", link->lockd().str()},  // the lockd the link talks to now (the leader, as far as it knows)
+      {"lockd_shards", link->shards()},
+      {"lockd_leaders", [this] {  // per shard, the lockd the link sends that shard's names to
+         json a = json::array();
+         for (unsigned k = 0; k < link->shards(); ++k) a.push_back(link->lockd(k).str());
+         return a;
+       }()},
       {"lockd_addresses", [this] {
          json a = json::array();
          for (const SocketAddress& l : lockd_addresses) a.push_back(l.str());

@@ -25,6 +25,15 @@ std::vector<std::string> record_row(const wire::NameRecord& r) {
 
 const std::vector<std::string> kHeader{"NAME", "STATE", "EPOCH", "HOLDER", "WORKER", "TTL_LEFT", "RESERVED_FOR"};
 
+// True when lockd reports a cluster of several shards (its Stats' "shards").
+bool sharded(lockd::AdminClient& client) {
+  const auto counters = client.counters();
+  if (!counters.ok()) return false;  // the listing below reports why lockd did not answer
+  for (const wire::Counter& c : *counters)
+    if (c.key == "shards") return c.value > 1;
+  return false;
+}
+
 struct NamesArgs {
   LockdFlags lockd;
   bool json = false;
@@ -33,7 +42,7 @@ struct NamesArgs {
 
 const Command kNames([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<NamesArgs>();
-  auto* sub = app.add_subcommand("names", "List lockd's names (paged through the whole table)");
+  auto* sub = app.add_subcommand("names", "List lockd's names (paged through the whole table; of a cluster of several shards, every shard's from its leader)");
   add_lockd_flags(sub, a->lockd);
   sub->add_flag("--json", a->json, "print a JSON array");
   sub->add_option("--max", a->names_max, "stop after this many names")->check(CLI::Range(1, 1 << 24));
@@ -44,11 +53,21 @@ const Command kNames([](CLI::App& app, int* exit_code) {
       *exit_code = report("names", f);
       return;
     }
+    // A cluster of several shards: every shard's names, each from its own leader.
+    std::vector<wire::NameRecord> all;
+    const bool of_shards = sharded(*client);
+    if (of_shards) {
+      auto names = client->list_cluster(a->names_max);
+      if (!names.ok()) {
+        *exit_code = report("names", failure_of(names.status(), "list names"));
+        return;
+      }
+      all = std::move(*names);
+    }
     // Paged here rather than with AdminClient::list_all, so a page without an answer keeps its
     // Answer (attempts made, the error) for the message.
-    std::vector<wire::NameRecord> all;
     std::uint64_t cursor = 0;
-    do {
+    if (!of_shards) do {
       const lockd::Answer ans = client->list(cursor);
       const auto* page = ans.as<wire::ListPage>();
       if (page == nullptr) {

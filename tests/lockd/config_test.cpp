@@ -169,6 +169,34 @@ TEST(LockdConfig, AnEtcdStoreNeedsASharedSigningKeyAReachableAddressAndATtlAbove
   EXPECT_EQ(parse({"--key-file", k, "--store", "./etcd:127.0.0.1:2379"}), "");
 }
 
+TEST(LockdConfig, AShardIsOneOfTheClustersShardsOnAnEtcdStoreInLeaseMode) {
+  const std::string k = "/etc/hostname";
+  const std::string etcd = "etcd://127.0.0.1:2379";
+  LockdConfig cfg;
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", k}, &cfg), "");
+  EXPECT_EQ(cfg.shard, 0u);  // one shard by default: the cluster as it was
+  EXPECT_EQ(cfg.shards, 1u);
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", k, "--shard", "3", "--shards", "4"}, &cfg),
+            "");
+  EXPECT_EQ(cfg.shard, 3u);
+  EXPECT_EQ(cfg.shards, 4u);
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", k, "--shards", "1024"}), "");
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", k, "--shard", "4", "--shards", "4"}),
+            "--shard 4 is not a shard of a cluster of --shards 4 (shards are numbered 0..3)");
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", k, "--shards", "0"}),
+            "--shards 0 must be in 1..1024");
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", k, "--shards", "1025"}),
+            "--shards 1025 must be in 1..1024");
+  EXPECT_EQ(parse({"--key-file", k, "--shards", "2"}),
+            "--shard and --shards apply to an etcd store only (--store etcd://...): a SQLite store is one lockd, "
+            "one shard");
+  EXPECT_EQ(parse({"--key-file", k, "--shard", "1"}),
+            "--shard and --shards apply to an etcd store only (--store etcd://...): a SQLite store is one lockd, "
+            "one shard");
+  EXPECT_EQ(parse({"--key-file", k, "--store", etcd, "--signing-key-file", k, "--shards", "2", "--mode", "preemptible"}),
+            "--mode preemptible runs on one shard only (--shards 1): worker liveness is kept by one leader");
+}
+
 TEST(LockdConfig, ReservationTtlDefaultsToAFewLeaseTtlsAndIsBounded) {
   const std::string k = "/etc/hostname";
   LockdConfig cfg;

@@ -2,6 +2,7 @@
 // refreshed at restart, acquiring records are dropped, and no epoch is ever issued twice.
 #include "leasehold/io/probe.hpp"
 #include "leasehold/lockd/admin_client.hpp"
+#include "leasehold/lockd/service.hpp"
 #include "lockd_process.hpp"
 
 #include <gtest/gtest.h>
@@ -182,15 +183,18 @@ TEST_F(LockdRestartTest, StateSurvivesKillNine) {
 // after about one TTL of uptime, while a holder that refreshes after every restart (the first
 // refresh of each incarnation may come late: it is sent only once the new lockd is up) keeps
 // its lease throughout, at the same epoch.
-// Each incarnation is killed once lockd has made a lived mark of at least one checkpoint
-// interval (500 ms) durable - its fourth store commit; the store says so afterwards - not after
+// Each incarnation is killed once lockd has made a lived mark of at least five checkpoint
+// intervals (500 ms) durable - its eighth store commit; the store says so afterwards - not after
 // a fixed time, so a loaded machine changes only how long the test takes: the name must be freed by the restart at which the durable
 // lived marks since the dead worker's last acknowledgement sum to a TTL, and never before the
 // incarnations since then can have served a TTL (each one's wall-clock time, from the start
 // request to the kill, bounds what it served from above).
 TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
   constexpr std::int64_t kTtlMs = 2000;  // a heartbeat may be this late before the live lease lapses
-  constexpr std::int64_t kLivedIntervalNs = kTtlMs * 1'000'000 / 4;  // service.hpp: ttl/4, >= 100 ms
+  constexpr std::int64_t kLivedIntervalNs = lived_checkpoint_interval_ns(kTtlMs * 1'000'000);  // 100 ms
+  // Store commits per incarnation: the first acknowledgement's seen mark, then lived checkpoints
+  // an interval apart, so the last one's lived mark is at least kCommits - 3 intervals.
+  constexpr int kCommits = 8;
   const WorkerId dead_worker{0x77, 0xdead}, live_worker{0x77, 0x11fe};
   const SandboxId dead{0x51, 0xdead}, live{0x51, 0x11fe};
   const std::string store = (dir_.path() / "lockd.db").string();
@@ -221,10 +225,10 @@ TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
     const auto incarnation = counter(c, "incarnation");
     ASSERT_TRUE(incarnation) << p.log();
     const std::string lived_key = "lived/" + std::to_string(*incarnation);
-    // Four store commits: nothing changes here but the first acknowledgement's seen mark, so
-    // the last two are lived checkpoints, a checkpoint interval apart: the fourth's lived mark
-    // is at least that interval (checked below, from the store, once lockd is gone).
-    while (freed_at == 0 && counter(c, "store_commits").value_or(0) < 4) {
+    // kCommits store commits: nothing changes here but the first acknowledgement's seen mark,
+    // so the rest are lived checkpoints, a checkpoint interval apart (checked below, from the
+    // store, once lockd is gone).
+    while (freed_at == 0 && counter(c, "store_commits").value_or(0) < kCommits) {
       // A heartbeat a loaded machine leaves unanswered (the client gives up after its retries)
       // is sent again next time round; every answer must be `refreshed`, and the live holder's
       // lease is checked below at every restart.
@@ -257,7 +261,7 @@ TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
     }
     p.kill9();
     const std::int64_t lived_here = meta_value(store, lived_key);
-    EXPECT_GE(lived_here, kLivedIntervalNs) << lived_key << " after 4 store commits";
+    EXPECT_GE(lived_here, (kCommits - 3) * kLivedIntervalNs) << lived_key << " after " << kCommits << " store commits";
     lived_ns += std::max<std::int64_t>(0, lived_here);
   }
   ASSERT_NE(freed_at, 0) << "12 restarts, each past a lived checkpoint, never freed the dead holder's name";
@@ -267,7 +271,8 @@ TEST_F(LockdRestartTest, RestartsMoreOftenThanTheTtlStillFreeADeadHoldersName) {
   if (must_free_by != 0) {
     EXPECT_LE(freed_at, must_free_by) << "the dead holder's name outlived a TTL of lived marks";
   }
-  EXPECT_LE(freed_at, 5) << "each restart counts >= " << kLivedIntervalNs / 1'000'000 << " ms, so 4 of them make a TTL";
+  EXPECT_LE(freed_at, 5) << "each restart counts >= " << (kCommits - 3) * kLivedIntervalNs / 1'000'000
+                         << " ms, so 4 of them make a TTL";
 }
 
 // A client acquires, releases and revokes names as fast as it can while lockd is killed -9 at

@@ -296,6 +296,56 @@ TEST(ServiceCore, LivedMarksNoRestartNeedsArePrunedWithTheFirstBatch) {
 
 // The service's end of "now is monotone": a clock reading earlier than the last one served,
 // in a datagram or a tick, aborts (the table would otherwise order deadlines by it).
+TEST(ServiceCore, ANameOfAnotherShardIsAnsweredWithThatShardsLeaderAndChangesNothing) {
+  LockdConfig c;
+  c.shard = 0;
+  c.shards = 2;
+  CoreRig rig(kT0, {}, 1, c);
+  rig.service->set_shard_leaders({"127.0.0.1:7400", "127.0.0.1:7401"}, "127.0.0.1:7400");
+  // "agent-1" is in shard 1 of 2, "db/primary" in shard 0 (tests/lease/shard_test.cpp).
+  rig.deliver(rig.acquire("agent-1", sandbox(1)), kT0);
+  rig.settle(kT0);
+  EXPECT_TRUE(rig.disk.submitted.empty());
+  ASSERT_EQ(rig.net.sent.size(), 1u);
+  EXPECT_EQ(std::get<wire::Error>(rig.decode(rig.net.sent[0].bytes)),
+            (wire::Error{wire::ErrorCode::not_leader, "127.0.0.1:7401", 0}));
+  rig.deliver(rig.acquire("db/primary", sandbox(2)), kT0 + 10);
+  rig.settle(kT0 + 10);
+  ASSERT_EQ(rig.net.sent.size(), 2u);
+  const auto grant = std::get<wire::Grant>(rig.decode(rig.net.sent[1].bytes));
+  EXPECT_EQ(grant.name_id, name_id_of("db/primary"));
+
+  // A heartbeat of shard 1 goes to shard 1's leader; one of both shards is refused whole.
+  wire::Heartbeat other;
+  other.entries.push_back({name_id_of("agent-1"), sandbox(1), 1});
+  rig.deliver(rig.seal(other), kT0 + 20);
+  ASSERT_EQ(rig.net.sent.size(), 3u);
+  EXPECT_EQ(std::get<wire::Error>(rig.decode(rig.net.sent[2].bytes)).message, "127.0.0.1:7401");
+  wire::Heartbeat mixed;
+  mixed.entries.push_back({name_id_of("db/primary"), sandbox(2), grant.epoch});
+  mixed.entries.push_back({name_id_of("agent-1"), sandbox(1), 1});
+  rig.deliver(rig.seal(mixed), kT0 + 30);
+  ASSERT_EQ(rig.net.sent.size(), 4u);
+  EXPECT_EQ(std::get<wire::Error>(rig.decode(rig.net.sent[3].bytes)),
+            (wire::Error{wire::ErrorCode::unsupported,
+                         "a heartbeat of names of shards 0 and 1 (of 2): send one heartbeat per shard, each to its "
+                         "shard's leader",
+                         0}));
+  wire::Heartbeat mine;
+  mine.entries.push_back({name_id_of("db/primary"), sandbox(2), grant.epoch});
+  rig.deliver(rig.seal(mine), kT0 + 40);
+  ASSERT_EQ(rig.net.sent.size(), 5u);
+  EXPECT_EQ(std::get<wire::HeartbeatAck>(rig.decode(rig.net.sent[4].bytes)).entries.at(0).status,
+            RefreshStatus::refreshed);
+
+  // Never itself as the hint (a stale election key naming this process): no hint at all.
+  rig.service->set_shard_leaders({"127.0.0.1:7400", "127.0.0.1:7400"}, "127.0.0.1:7400");
+  rig.deliver(rig.acquire("agent-1", sandbox(1)), kT0 + 50);
+  ASSERT_EQ(rig.net.sent.size(), 6u);
+  EXPECT_EQ(std::get<wire::Error>(rig.decode(rig.net.sent[5].bytes)), (wire::Error{wire::ErrorCode::not_leader, "", 0}));
+  EXPECT_EQ(rig.disk.submitted.size(), 1u);  // the one grant of its own shard
+}
+
 TEST(ServiceCoreDeathTest, AClockThatGoesBackwardsAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   CoreRig rig(kT0);

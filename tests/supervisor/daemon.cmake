@@ -26,13 +26,28 @@ if(TARGET leasehold-lockd AND TARGET leasehold-supervisor AND TARGET leasehold_l
   target_compile_definitions(supervisor_daemon_test PRIVATE
     LEASEHOLD_SUPERVISOR_ABLATE_COMMIT_BEFORE_SPAWN_BINARY="$<TARGET_FILE:leasehold-supervisor-ablate-commit-before-spawn>")
   # Supervisors against a lockd cluster on a real etcd (started by the test, skipped where etcd
-  # is not installed): named sandboxes survive failovers.
-  leasehold_test(supervisor_failover_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/failover_test.cpp
-                 LIBS leasehold_supervisor leasehold_lockd leasehold_harness leasehold_harness_etcd LABELS etcd)
-  add_dependencies(supervisor_failover_test leasehold-lockd leasehold-supervisor)
-  target_compile_definitions(supervisor_failover_test PRIVATE
-    LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
-    LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>")
+  # is not installed): named sandboxes writing to a fenced resource (the CLI's agent) survive
+  # failovers and etcd faults.
+  if(TARGET leasehold)
+    leasehold_test(supervisor_failover_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/failover_test.cpp
+                   LIBS leasehold_supervisor leasehold_lockd leasehold_resource leasehold_harness
+                        leasehold_harness_etcd LABELS etcd)
+    add_dependencies(supervisor_failover_test leasehold-lockd leasehold-supervisor leasehold)
+    target_compile_definitions(supervisor_failover_test PRIVATE
+      LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
+      LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>"
+      LEASEHOLD_CLI_BINARY="$<TARGET_FILE:leasehold>")
+    # Supervisors against a lockd cluster of two shards on a real etcd: routing by name,
+    # a heartbeat batch per shard, one shard failing over alone, the CLI listing every shard.
+    leasehold_test(supervisor_shards_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/shards_test.cpp
+                   LIBS leasehold_supervisor leasehold_lockd leasehold_etcd leasehold_harness leasehold_harness_etcd
+                   LABELS etcd)
+    add_dependencies(supervisor_shards_test leasehold-lockd leasehold-supervisor leasehold)
+    target_compile_definitions(supervisor_shards_test PRIVATE
+      LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
+      LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>"
+      LEASEHOLD_CLI_BINARY="$<TARGET_FILE:leasehold>")
+  endif()
   # `leasehold revoke --wait` against the real services.
   if(TARGET leasehold)
     add_dependencies(supervisor_daemon_test leasehold)

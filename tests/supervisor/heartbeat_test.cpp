@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
 
 namespace leasehold {
 namespace {
@@ -46,6 +47,31 @@ TEST(HeartbeatSchedule, RoundSplitsAtTheDatagramLimit) {
   EXPECT_EQ(r.requests[0].entries.size(), 64u);
   EXPECT_EQ(r.requests[1].entries.size(), 64u);
   EXPECT_EQ(r.requests[2].entries.size(), 2u);
+}
+
+TEST(HeartbeatSchedule, EachRequestOfARoundHoldsNamesOfOneShard) {
+  HeartbeatSchedule h(kKillAfter, kInterval, 64, false);
+  h.set_shards(2);
+  EXPECT_EQ(h.shards(), 2u);
+  // Shards of 2 (tests/lease/shard_test.cpp): "db/primary" 0; "agent-1", "agent-2", "job:42" 1.
+  const std::map<std::string, unsigned> shard{{"db/primary", 0}, {"agent-1", 1}, {"agent-2", 1}, {"job:42", 1}};
+  std::uint64_t n = 0;
+  for (const auto& [name, s] : shard) {
+    ++n;
+    h.add(name_id_of(name), sb(n), 1, static_cast<std::uint32_t>(n), 1000 * kMs);
+  }
+  const HeartbeatRound r = h.begin_round(1100 * kMs, 2);  // at most 2 entries a request
+  // Shard 1's three names take two requests, shard 0's one name one: three, none mixed.
+  ASSERT_EQ(r.requests.size(), 3u);
+  std::map<unsigned, std::size_t> entries_of;
+  for (const RefreshRequest& q : r.requests) {
+    const unsigned first = shard_of(q.entries.at(0).name, 2);
+    for (const RefreshEntry& e : q.entries) EXPECT_EQ(shard_of(e.name, 2), first);
+    entries_of[first] += q.entries.size();
+  }
+  EXPECT_EQ(entries_of[0], 1u);
+  EXPECT_EQ(entries_of[1], 3u);
+  for (const auto& [name, s] : shard) EXPECT_EQ(shard_of_name(name, 2), s) << name;
 }
 
 TEST(HeartbeatSchedule, LapsedLeaseIsNotRefreshed) {

@@ -4,6 +4,7 @@
 // Error{not_leader, hint} as a follower would, or stay silent as a dead one would.
 #include "leasehold/io/clock.hpp"
 #include "leasehold/io/loop.hpp"
+#include "leasehold/lease/shard.hpp"
 #include "leasehold/supervisor/lockd_link.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/protocol.hpp"
@@ -53,6 +54,9 @@ struct FakeLockd {
   SocketAddress addr;
   Mode mode = Mode::leader;
   std::string hint;  ///< a follower's Error{not_leader} message
+  /// A lockd of one shard of several: a request this returns a hint for is answered
+  /// Error{not_leader, hint} whatever the mode (a name of another shard).
+  std::function<std::optional<std::string>(const wire::Body&)> other_shard;
   std::uint64_t datagrams = 0;         ///< every datagram received
   std::vector<std::int64_t> requests;  ///< receive times of the requests delivered
   std::uint64_t errors_sent = 0;       ///< replay-window errors (stale_seq, replayed)
@@ -108,6 +112,11 @@ struct FakeLockd {
     requests.push_back(boottime_ns());
     worker = from;
     last_request_id = a.message.header.request_id;
+    if (other_shard)
+      if (const std::optional<std::string> h = other_shard(a.message.body)) {
+        answer(a.message.header.request_id, wire::Error{wire::ErrorCode::not_leader, *h});
+        return;
+      }
     switch (mode) {
       case Mode::dead:
         return;
@@ -213,6 +222,43 @@ TEST_F(LockdLinkTest, NotLeaderNamingAConfiguredAddressIsFollowedAtOnce) {
   EXPECT_EQ(link_->stats().not_leader_answers, 2u);
   EXPECT_EQ(lockds_[0]->errors_sent + lockds_[1]->errors_sent, 0u);
   EXPECT_EQ(link_->stats().seq_resyncs, 0u);
+}
+
+// Two shards, each led by its own lockd: a call goes to its name's shard's target; the first call
+// of shard 1 goes where shard 0's did, is redirected by that lockd to shard 1's leader, and from
+// then on each shard's calls go straight to their own leader.
+TEST_F(LockdLinkTest, EachShardHasItsOwnTargetLearnedFromTheOtherShardsRedirect) {
+  start(2, policy(2000, 2000));
+  // "db/primary" is in shard 0 of 2, "agent-1" in shard 1 (tests/lease/shard_test.cpp).
+  const NameId of0 = name_id_of("db/primary"), of1 = name_id_of("agent-1");
+  for (unsigned k = 0; k < 2; ++k)
+    lockds_[k]->other_shard = [this, k](const wire::Body& b) -> std::optional<std::string> {
+      const auto* r = std::get_if<wire::Release>(&b);
+      if (r == nullptr || shard_of(r->name_id, 2) == k) return std::nullopt;
+      return lockds_[1 - k]->addr.str();
+    };
+  link_->set_shards(2);
+  EXPECT_EQ(link_->shards(), 2u);
+  const auto release = [&](const NameId& name) {
+    std::optional<LockdReply> reply;
+    link_->call(wire::Release{name, sid(1), 1}, boottime_ns() + 10 * kNsPerS, [&](LockdReply r) { reply = std::move(r); });
+    EXPECT_TRUE(run_until(*loop_, [&] { return reply.has_value(); }));
+    return served_by(reply.value_or(LockdReply{}));
+  };
+  EXPECT_EQ(release(of1), 1);  // via lockd 0's redirect
+  EXPECT_EQ(lockds_[0]->requests.size(), 1u);
+  EXPECT_EQ(lockds_[1]->requests.size(), 1u);
+  EXPECT_EQ(link_->lockd(0), lockds_[0]->addr);
+  EXPECT_EQ(link_->lockd(1), lockds_[1]->addr);
+  EXPECT_EQ(release(of0), 0);
+  EXPECT_EQ(release(of1), 1);
+  EXPECT_EQ(release(of0), 0);
+  EXPECT_EQ(lockds_[0]->requests.size(), 3u);  // the redirect, then shard 0's two
+  EXPECT_EQ(lockds_[1]->requests.size(), 2u);  // shard 1's two, each straight there
+  EXPECT_EQ(link_->stats().not_leader_answers, 1u);
+  EXPECT_EQ(link_->stats().not_leader_waits, 0u);
+  EXPECT_EQ(link_->stats().leader_switches, 1u);
+  EXPECT_EQ(lockds_[0]->errors_sent + lockds_[1]->errors_sent, 0u);  // one seq stream, two windows
 }
 
 // No leader named (no hint, or one that is not configured): round robin to the next address,

@@ -12,6 +12,11 @@
 // that does not answer within its share of the timeout (timeout / addresses, at least 100 ms)
 // is left for the next. With one address, a not_leader is asked again after the backoff.
 //
+// Shards (a cluster of several, lease/shard.hpp): a request about a name is followed to its
+// shard's leader by the same not_leader hints (a process of another shard names that shard's
+// leader). A listing of the whole cluster (list_cluster) asks every configured address which
+// shard it serves and whether it leads (Stats), then pages through each shard at its leader.
+//
 // Every call returns an `Answer`: the decoded answer body (Grant, Deny, Ok, ...) or, when
 // there is none, a Status (lease/result.hpp): timeout (no answer before the deadline), io_error
 // (cannot send), corrupt (a bad answer), refused (Error{...} from lockd; the body holds it),
@@ -101,6 +106,26 @@ class AdminClient {
   /// stats() as key → value. Errors: as request(), or corrupt (an answer that is not stats).
   Result<std::vector<wire::Counter>> counters();
 
+  /// `body` sent to the configured address `index` alone (no leader followed; a not_leader is
+  /// the Error it is, status refused), within the timeout.
+  Answer request_at(std::size_t index, const wire::Body& body);
+  /// Where each shard of the cluster is led: `leader[k]`, the index in lockds() of shard k's
+  /// leader (nullopt when no configured address leads it); `said` what each address answered.
+  struct ShardLeaders {
+    unsigned shards = 1;
+    std::vector<std::optional<std::size_t>> leader;
+    std::vector<std::string> said;
+  };
+  /// Asks every configured address for its Stats (shard, shards, leading), each within a share
+  /// of the timeout. Errors: timeout when no address answered; corrupt when two addresses report
+  /// different shard counts.
+  Result<ShardLeaders> shard_leaders();
+  /// Every name of the cluster: list_all() for one shard (or a lockd that reports none); with
+  /// several, each shard's pages from that shard's leader, one after the other, at most
+  /// `names_max` names in all. Errors: as list_all and shard_leaders; timeout naming the shard
+  /// and what each address said when a shard has no leader among the configured addresses.
+  Result<std::vector<wire::NameRecord>> list_cluster(std::size_t names_max = 1u << 20);
+
   WorkerId self() const noexcept { return sender_.self(); }
   std::uint16_t key_id() const noexcept { return sender_.key_id(); }
   /// The id of the last request sent (tests replay it).
@@ -121,6 +146,7 @@ class AdminClient {
   int fd_ = -1;
   std::uint64_t next_request_id_ = 1;
   std::uint64_t rng_ = 1;  ///< the not_leader backoff's jitter
+  bool no_follow_ = false;  ///< request_at: a not_leader ends the request
 };
 
 }  // namespace leasehold::lockd

@@ -53,6 +53,11 @@ struct LockdConfig {
   std::int64_t leader_lease_s = 2;
   /// etcd store: at most this many operations per etcd transaction (etcd's --max-txn-ops).
   std::size_t etcd_txn_ops_max = 128;
+  /// etcd store: the shard this process is a replica of (0..shards-1), and the cluster's shard
+  /// count (1..kShardsMax, fixed per cluster: etcd_store.hpp `PREFIX/shards`). Each shard has
+  /// its own leader among its replicas; a name belongs to shard_of(name) (lease/shard.hpp).
+  unsigned shard = 0;
+  unsigned shards = 1;
   /// --key-file, repeatable: cluster keys (mode 0600). Two during a rotation window.
   std::vector<std::string> key_files;
   std::vector<std::string> admin_key_files;  ///< --admin-key-file: keys for admin requests

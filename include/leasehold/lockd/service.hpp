@@ -35,8 +35,8 @@
 // TTL counted from the incarnation after the one in which lockd last acknowledged the lease's
 // worker. Durable facts (StoreMarks, O(workers) + O(restarts) rows, never O(refreshes)):
 //   lived/<n>  a lower bound of how long incarnation n served (written with every store batch,
-//              and while leases are held at least every lived-checkpoint interval, ttl/4
-//              clamped to [100 ms, 2 s]);
+//              and while leases are held at least every lived-checkpoint interval,
+//              lived_checkpoint_interval_ns: ttl/4 clamped to [10 ms, 100 ms]);
 //   seen/<w>   the last incarnation that acknowledged worker w: a refreshed heartbeat entry or a
 //              worker heartbeat answered to w, or a grant / commit / transfer accept to w.
 //              The first such answer to w in an incarnation is held back until its mark is
@@ -52,8 +52,12 @@
 // now + TTL - sum(lived) >= s + TTL: no earlier than the expiry of an ordinary refresh that
 // lockd received at s. The bound for a holder that died: its name is free once lockd has
 // served a TTL in total since the incarnation after the worker's last acknowledgement, plus
-// at most one lived-checkpoint interval lost per crash; so a lockd restarting more often than
-// the TTL frees it too, as long as each incarnation lives longer than that interval. The same
+// at most one lived-checkpoint interval (and that checkpoint's commit) lost per crash; so a
+// lockd restarting more often than the TTL frees it too, as long as each incarnation serves
+// longer than that. The interval is short (at most 100 ms) because a crash loses it whole: with
+// ttl/4, leaders failing over every 600 ms under a 3 s TTL added nothing each and kept a dead
+// holder's name for ever; 100 ms costs at most ten small commits a second, and only while
+// leases are held and no batch of changes carried the mark anyway. The same
 // rule serves a failover: the new lockd sums durations measured by the old ones, never
 // compares their clocks.
 //
@@ -111,6 +115,16 @@ inline constexpr std::int64_t kRestoreSpreadDivisor = 8;
 /// it relies on; a dead holder's name is freed at most ttl_ns / kRestoreSpreadDivisor later.
 std::int64_t restored_expiry_spread_ns(NameId name, std::int64_t ttl_ns) noexcept;
 
+/// The restart rule's lived-checkpoint interval for a TTL (ns): how often, while leases are held
+/// and no batch of changes carried one, lockd makes a `lived/<incarnation>` mark durable.
+/// ttl_ns / 4 clamped to [10 ms, 100 ms]: a crash (or a lost leadership) loses at most this and
+/// the checkpoint's commit of the served time a dead holder's name is freed after.
+constexpr std::int64_t lived_checkpoint_interval_ns(std::int64_t ttl_ns) noexcept {
+  constexpr std::int64_t kMin = 10'000'000, kMax = 100'000'000;
+  const std::int64_t q = ttl_ns / 4;
+  return q < kMin ? kMin : (q > kMax ? kMax : q);
+}
+
 /// Counters of one lockd (stats answer, tests). Monotonic since start unless noted.
 struct ServiceCounters {
   std::array<std::uint64_t, 32> refusals{};  ///< by Refusal value
@@ -147,6 +161,8 @@ struct ServiceCounters {
   std::uint64_t kill_confirms_refused = 0;  ///< KillConfirmed from another worker / epoch
   std::uint64_t reservations_lapsed = 0;
   std::uint64_t not_leader_answers = 0;     ///< requests answered not_leader (a follower on etcd)
+  std::uint64_t other_shard_answers = 0;    ///< of those, for a name of another shard (--shards > 1)
+  std::uint64_t mixed_shard_refused = 0;    ///< heartbeats refused: their names were of several shards
   std::uint64_t tokens_signed = 0;          ///< grant answers carrying a signed token
   std::uint64_t token_sign_failures = 0;    ///< grants answered without one: OpenSSL failed
 };
@@ -197,6 +213,16 @@ class LockService {
   /// `takeover_loading` 1); it answers not_leader meanwhile.
   void set_loading(bool loading) noexcept { loading_ = loading; }
   bool follower() const noexcept { return not_leader_.has_value(); }
+  /// lockd on etcd with several shards (cfg.shards > 1): the advertised addresses of every
+  /// shard's leader ("" = none known; one per shard; ShardLeaders). A request for a name of
+  /// another shard than cfg.shard is answered Error{not_leader, that shard's leader} (never
+  /// `self`, this lockd's own advertised address: then no hint), before anything else, by a
+  /// leader and a follower alike; it changes nothing and is not cached. A heartbeat whose names
+  /// are of several shards is refused whole with Error{unsupported} (wire/shard_route.hpp).
+  void set_shard_leaders(std::vector<std::string> leaders, std::string self) {
+    shard_leaders_ = std::move(leaders);
+    self_address_ = std::move(self);
+  }
 
   /// The key that signs every grant's fencing token (wire/token.hpp); nullptr: grants carry no
   /// token. Set before serving.
@@ -375,6 +401,8 @@ class LockService {
   std::string failure_;
   std::optional<std::string> not_leader_;  ///< set: a follower (set_not_leader)
   bool loading_ = false;                   ///< set_loading
+  std::vector<std::string> shard_leaders_;  ///< set_shard_leaders
+  std::string self_address_;                ///< set_shard_leaders
   std::deque<Deferred> deferred_;
 
   // The restart rule (see the top of this file).

@@ -30,6 +30,7 @@
 // Bounds: at most `leases_max` leases (the shm slot count); one round per interval.
 #pragma once
 
+#include "leasehold/lease/shard.hpp"
 #include "leasehold/lease/types.hpp"
 
 #include <cstdint>
@@ -121,8 +122,12 @@ class HeartbeatSchedule {
 
   /// When the next round is due (0 before the first round: due at once).
   std::uint64_t next_round_ns() const noexcept { return next_round_ns_; }
+  /// A cluster of `shards` shards (1..kShardsMax; lease/shard.hpp): from now on each refresh
+  /// request of a round holds names of one shard only, since only that shard's leader answers it.
+  void set_shards(unsigned shards);
+  unsigned shards() const noexcept { return shards_; }
   /// Builds the round due at `now_ns`: every live per-sandbox lease, split into requests of at
-  /// most `entries_per_request` (> 0) entries, and in preemptible mode the worker beat's window
+  /// most `entries_per_request` (> 0) entries, each of one shard, and in preemptible mode the worker beat's window
   /// of committed names (HeartbeatRound::worker_held); the next round is due at now + interval.
   HeartbeatRound begin_round(std::uint64_t now_ns, std::size_t entries_per_request);
 
@@ -168,6 +173,7 @@ class HeartbeatSchedule {
   std::uint64_t interval_ns_;
   std::uint32_t leases_max_;
   bool preemptible_;
+  unsigned shards_ = 1;
   std::uint64_t next_round_ns_ = 0;
   std::uint64_t last_now_ns_ = 0;  ///< the latest `now_ns` passed in (observe_now)
   std::unordered_map<SandboxId, HeartbeatLease> leases_;

@@ -28,6 +28,11 @@
 //     it went to the current one, and the retry goes to the target;
 //   - answers from any lockd end the call they answer (also while it waits out a backoff).
 //   With one address nothing moves: a not_leader is resent to it after the backoff.
+// Shards (a cluster of S shards, lease/shard.hpp): the link keeps one current target per shard,
+// and a call goes to the target of its request's shard (wire::shard_of_request; shard 0's for a
+// request about no name). Each target moves as above, on its own: a not_leader from a process
+// of another shard names that shard's leader. S is 1 until set_shards() (the supervisor reads it
+// from lockd's Stats at start); every shard's target starts at shard 0's.
 // Each lockd keeps its own replay window for this worker; the seq only grows, so every lockd
 // sees it rise, and a stale_seq answer (a window left above us by an earlier run) moves the
 // seq above that lockd's floor, once per lockd and call at most.
@@ -133,8 +138,16 @@ class LockdLink final : public LockdPort {
   std::size_t outstanding() const noexcept { return client_->outstanding() + waiting_.size(); }
   const ClientStats& client_stats() const noexcept { return client_->stats(); }
   const LockdLinkStats& stats() const noexcept { return stats_; }
-  /// The current target: the lockd believed to lead.
-  const SocketAddress& lockd() const noexcept { return lockds_[current_]; }
+  /// The current target: the lockd believed to lead (shard 0's).
+  const SocketAddress& lockd() const noexcept { return lockds_[current_.front()]; }
+  /// The current target of shard `shard` (shard 0's for a shard beyond shards()).
+  const SocketAddress& lockd(unsigned shard) const noexcept {
+    return lockds_[current_[shard < current_.size() ? shard : 0]];
+  }
+  /// The cluster's shard count (1 until set_shards).
+  unsigned shards() const noexcept { return static_cast<unsigned>(current_.size()); }
+  /// Keeps a target per shard from now on (1..kShardsMax; anything else is ignored).
+  void set_shards(unsigned shards);
   /// Every configured lockd address, in the order given.
   const std::vector<SocketAddress>& lockds() const noexcept { return lockds_; }
   /// The address the socket is bound to.
@@ -155,7 +168,8 @@ class LockdLink final : public LockdPort {
   void fail(const std::shared_ptr<Call>& c, std::string problem);
   std::string no_leader_text(const Call& c) const;
   std::optional<std::size_t> index_of(const SocketAddress& a) const;
-  void move_to(std::size_t index);
+  void move_to(unsigned shard, std::size_t index);
+  std::size_t& target_of(unsigned shard);
   void on_unsolicited(const Datagram& d);
   void restamp(Call& c);
   Status check_worker_key(const wire::WireKey& key) const;
@@ -172,7 +186,9 @@ class LockdLink final : public LockdPort {
 
   EventLoop& loop_;
   std::vector<SocketAddress> lockds_;
-  std::size_t current_ = 0;  ///< index of the target in lockds_
+  std::vector<std::size_t> current_{0};  ///< per shard: index of its target in lockds_
+  /// The shard of each call the RequestClient holds, for its retarget hook.
+  std::unordered_map<std::uint64_t, unsigned> call_shards_;
   RetryPolicy retry_;        ///< also the not_leader backoff
   std::uint64_t rng_;        ///< the not_leader backoff's jitter
   wire::Sender sender_;
