@@ -227,6 +227,37 @@ std::string EtcdStore::describe() const {
   return "etcd://" + client_->endpoints() + prefix_ + " (leader revision " + std::to_string(revision_) + ")";
 }
 
+namespace {
+
+/// A restart-rule mark (`key` below the shard prefix: lived/<R> = ns, or seen/<worker> = "R" or
+/// "R seq=N") into `t`; false (and `t` unchanged) when the key or the value does not parse.
+bool load_mark(std::string_view key, std::string_view value, StoredTable& t) {
+  if (key.substr(0, 6) == "lived/") {
+    std::uint64_t inc = 0;
+    std::int64_t lived = 0;
+    if (!parse_number(key.substr(6), inc) || !parse_number(value, lived)) return false;
+    t.lived_ns[inc] = lived;
+    return true;
+  }
+  const auto w = WorkerId::parse(key.substr(5));
+  if (!w) return false;
+  const std::size_t space = value.find(' ');
+  std::uint64_t inc = 0;
+  if (!parse_number(value.substr(0, space), inc)) return false;
+  std::optional<std::uint64_t> floor;
+  if (space != std::string_view::npos) {
+    const std::string_view f = value.substr(space + 1);
+    std::uint64_t seq = 0;
+    if (f.substr(0, 4) != "seq=" || !parse_number(f.substr(4), seq)) return false;
+    floor = seq;
+  }
+  t.seen[*w] = inc;
+  if (floor) t.replay_floor[*w] = *floor;
+  return true;
+}
+
+}  // namespace
+
 StoredTable EtcdStore::load() const {
   StoredTable t;
   const std::string begin = prefix_;
@@ -264,28 +295,16 @@ StoredTable EtcdStore::load() const {
       } else if (key == "high_water") {
         number(kv.value, t.epoch_high_water);
         if (t.epoch_high_water > kEpochMax) throw StoreError(describe() + ": high_water above the epoch limit");
-      } else if (key.substr(0, 6) == "lived/") {
-        std::uint64_t inc = 0;
-        std::int64_t lived = 0;
-        number(key.substr(6), inc);
-        number(kv.value, lived);
-        t.lived_ns[inc] = lived;
-      } else if (key.substr(0, 5) == "seen/") {
-        const auto w = WorkerId::parse(key.substr(5));
-        if (!w) throw StoreError(describe() + ": key " + kv.key + " does not end in a worker id");
-        // "R" or "R seq=N": the incarnation, and the worker's replay floor (StoreMarks).
-        std::string_view v = kv.value;
-        const std::size_t space = v.find(' ');
-        std::uint64_t inc = 0;
-        number(v.substr(0, space), inc);
-        t.seen[*w] = inc;
-        if (space != std::string_view::npos) {
-          const std::string_view floor = v.substr(space + 1);
-          std::uint64_t seq = 0;
-          if (floor.substr(0, 4) != "seq=")
-            throw StoreError(describe() + ": key " + kv.key + ": \"" + kv.value.substr(0, 64) + "\" is not \"R seq=N\"");
-          number(floor.substr(4), seq);
-          t.replay_floor[*w] = seq;
+      } else if (key.substr(0, 6) == "lived/" || key.substr(0, 5) == "seen/") {
+        // The restart rule's marks. One that does not parse was not written by lockd: it is
+        // skipped and reported like a stray key under names/, never a reason to refuse the
+        // takeover (a shard whose every replica refused would have no leader until someone
+        // deleted the key). Skipping is safe: without lived/<R> the rule subtracts less, and
+        // without seen/<w> it gives w's leases a full TTL - restored leases only get longer;
+        // without a replay floor a captured datagram of w may execute once more here (§9.2).
+        if (!load_mark(key, kv.value, t)) {
+          ++t.foreign_keys;
+          if (t.foreign_key_samples.size() < kForeignKeySamplesMax) t.foreign_key_samples.push_back(kv.key);
         }
       }
       // Other keys (the election key) are not the table's.

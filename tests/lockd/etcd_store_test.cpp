@@ -259,6 +259,31 @@ TEST_F(EtcdTest, KeysUnderNamesThatAreNoRowsAreSkippedAndCounted) {
   EXPECT_EQ(t.foreign_key_samples[2], shard + "names/x/y");
 }
 
+// A restart-rule mark that does not parse (put by hand) is no mark: skipped and counted, not a
+// reason to refuse the load - a shard whose every replica refused it would have no leader.
+TEST_F(EtcdTest, MarksThatDoNotParseAreSkippedAndCounted) {
+  const std::string shard = shard_prefix("/t10", 0);
+  const std::int64_t r = elect(shard);
+  EtcdStore store(client_, shard, r);
+  const WorkerId w{0x10, 0x20}, junk_value{0x10, 0x21};
+  ASSERT_TRUE(client_->put(shard + "lived/5", "100", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "seen/" + w.str(), "3 seq=9", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "lived/abc", "1", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "lived/7", "zz", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "seen/not-a-uuid", "1", deadline(2000)).ok());
+  ASSERT_TRUE(client_->put(shard + "seen/" + junk_value.str(), "4 floor=2", deadline(2000)).ok());
+  const StoredTable t = store.load();
+  EXPECT_EQ(t.lived_ns, (std::map<std::uint64_t, std::int64_t>{{5, 100}}));
+  ASSERT_EQ(t.seen.size(), 1u);
+  EXPECT_EQ(t.seen.at(w), 3u);
+  EXPECT_EQ(t.replay_floor.at(w), 9u);
+  EXPECT_EQ(t.replay_floor.count(junk_value), 0u);
+  EXPECT_EQ(t.foreign_keys, 4u);
+  ASSERT_EQ(t.foreign_key_samples.size(), 4u);
+  EXPECT_EQ(t.foreign_key_samples[0], shard + "lived/7");
+  EXPECT_EQ(t.foreign_key_samples[1], shard + "lived/abc");
+}
+
 TEST_F(EtcdTest, ALeaderWhoseStoreFailedBacksOffBeforeCampaigningAgain) {
   const std::string shard = shard_prefix("/t9", 0);
   LeadershipConfig c;

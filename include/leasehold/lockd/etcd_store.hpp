@@ -100,8 +100,10 @@ class EtcdStore final : public Store {
             std::size_t txn_ops_max = kEtcdTxnOpsMaxDefault);
 
   /// Every row of the shard, read at one revision (paged), and the marks. A key under names/
-  /// that is not names/<name-id> is not a row: skipped and counted (foreign_keys). Throws
-  /// StoreError naming the key on a row that does not decode or a read that fails.
+  /// that is not names/<name-id> is not a row, and a lived/ or seen/ mark that does not parse is
+  /// no mark: skipped and counted (foreign_keys; a restored lease only gets longer without a
+  /// mark). Throws StoreError naming the key on a row that does not decode, a high_water that
+  /// is not a number, or a read that fails.
   StoredTable load() const override;
   void commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) override;
   std::size_t compact(std::size_t) override { return 0; }
