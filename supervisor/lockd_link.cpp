@@ -386,6 +386,13 @@ void LockdLink::redirect(const std::shared_ptr<Call>& c, const std::string& hint
   c->redirected = "lockd at " + from.str() + " answered not_leader, " +
                   (hint.empty() ? std::string("no leader known")
                                 : "leader \"" + hint + "\"" + (named != kNone ? "" : ", not a configured address"));
+  if (hinted && named == kNone) {
+    ++stats_.unconfigured_leader_hints;
+    if (hint != last_unconfigured_hint_) {
+      last_unconfigured_hint_ = hint;
+      if (unconfigured_leader_) unconfigured_leader_(hint, from);
+    }
+  }
   const std::int64_t now = boottime_ns();
   if (now >= c->deadline_ns) {
     fail(c, no_leader_text(*c));

@@ -583,6 +583,12 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   link->set_is_running_handler([this](const wire::IsRunning& q) { return core->is_running(q); });
   link->set_revoked_handler([this](const wire::Revoked& q) { return core->on_revoked(q, now_ns()); });
   link->set_late_answer_handler([this](const wire::Body& b) { core->on_late_answer(b, now_ns()); });
+  link->set_unconfigured_leader_handler([this](const std::string& hint, const SocketAddress& from) {
+    log_event("event=leader_not_configured leader=%s answered_by=%s lockd=%s error=\"lockd names a leader this "
+              "supervisor was not given (--lockd): its names' heartbeats cannot reach it, and their sandboxes "
+              "are killed when their kill-switch is due unless a configured lockd leads again\"",
+              hint.c_str(), from.str().c_str(), address_list_text(link->lockds()).c_str());
+  });
 
   loop->set_wake_handler([this] { on_rt_events(); });
   // lockd must answer now; a supervisor that cannot reach it would only refuse every create.
@@ -723,12 +729,12 @@ std::string Supervisor::Impl::summary() const {
   s += "leasehold-supervisor " + worker.str() + " (pid " + std::to_string(::getpid()) + ")\n";
   s += "  worker id        " + worker.str() + "\n";
   s += "  mode             " + std::string(to_string(cfg.mode)) + "\n";
-  std::string now_at = link->lockd().str();
-  for (unsigned k = 1; k < link->shards(); ++k) now_at += ", " + link->lockd(k).str();
+  // The leaders are learned from lockd's answers after this is written: not named here.
   s += "  lockd            " + address_list_text(lockd_addresses) +
        (lockd_addresses.size() > 1
-            ? std::string(link->shards() > 1 ? " (following each shard's leader; now " : " (following the leader; now ") +
-                  now_at + ")"
+            ? std::string(link->shards() > 1 ? " (" + std::to_string(link->shards()) +
+                                                   " shards; each shard's leader followed)"
+                                             : " (the leader followed)")
             : std::string()) +
        "\n";
   s += "  shm table        " + shm_path + " (" + std::to_string(cfg.slots) + " slots)\n";

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace leasehold {
@@ -268,6 +269,9 @@ TEST_F(LockdLinkTest, NotLeaderWithoutAUsableHintGoesRoundRobinAfterABackoff) {
   lockds_[0]->mode = FakeLockd::Mode::follower;  // no leader known
   lockds_[1]->mode = FakeLockd::Mode::follower;
   lockds_[1]->hint = "10.255.255.1:7400";  // a leader this worker was not given
+  std::vector<std::pair<std::string, SocketAddress>> unconfigured;
+  link_->set_unconfigured_leader_handler(
+      [&](const std::string& hint, const SocketAddress& from) { unconfigured.emplace_back(hint, from); });
   const auto [reply, took] = stats_call(10 * kNsPerS);
   ASSERT_TRUE(reply.ok()) << reply.problem;
   EXPECT_EQ(served_by(reply), 2);
@@ -282,6 +286,11 @@ TEST_F(LockdLinkTest, NotLeaderWithoutAUsableHintGoesRoundRobinAfterABackoff) {
   EXPECT_EQ(link_->stats().not_leader_waits, 2u);
   EXPECT_EQ(link_->stats().leader_switches, 2u);
   EXPECT_EQ(link_->lockd(), lockds_[2]->addr);
+  // Not followed, but said once: the supervisor logs it long before a kill-switch is due.
+  EXPECT_EQ(link_->stats().unconfigured_leader_hints, 1u);
+  ASSERT_EQ(unconfigured.size(), 1u);
+  EXPECT_EQ(unconfigured[0].first, "10.255.255.1:7400");
+  EXPECT_EQ(unconfigured[0].second, lockds_[1]->addr);
 }
 
 // A dead leader: the attempt that got no answer moves the call (and the link) to the next

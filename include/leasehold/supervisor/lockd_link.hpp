@@ -67,6 +67,7 @@ struct LockdLinkStats {
   std::uint64_t not_leader_answers = 0;  ///< Error{not_leader}: redirects (never a call's result)
   std::uint64_t not_leader_waits = 0;    ///< of those, resent after a backoff (no usable leader named)
   std::uint64_t leader_switches = 0;     ///< the target moved to another lockd address (any reason)
+  std::uint64_t unconfigured_leader_hints = 0;  ///< not_leader hints naming an address not configured
 };
 
 class LockdLink final : public LockdPort {
@@ -111,6 +112,15 @@ class LockdLink final : public LockdPort {
   /// decides whether to undo it; answers are never answered back.
   using LateAnswerHandler = std::function<void(const wire::Body&)>;
   void set_late_answer_handler(LateAnswerHandler h) { late_answer_ = std::move(h); }
+
+  /// A not_leader answer named as the leader an address that is not one of `lockds()`: the
+  /// link does not go there (the configured list is the operator's), so the calls of that
+  /// shard wait for a leader they can reach and the kill-switch fires if none comes. The handler
+  /// runs (on the loop thread) once per hinted address in a row - again only after another
+  /// one was hinted - with the hint and the lockd that answered, so the supervisor can say so
+  /// long before the kill.
+  using UnconfiguredLeaderHandler = std::function<void(const std::string& hint, const SocketAddress& from)>;
+  void set_unconfigured_leader_handler(UnconfiguredLeaderHandler h) { unconfigured_leader_ = std::move(h); }
 
   /// A rotated worker key (SIGHUP): requests are signed with `key` from now on (retries too);
   /// answers and lockd's requests under the previous key id still check until the next
@@ -199,6 +209,8 @@ class LockdLink final : public LockdPort {
   IsRunningHandler is_running_;
   RevokedHandler revoked_;
   LateAnswerHandler late_answer_;
+  UnconfiguredLeaderHandler unconfigured_leader_;
+  std::string last_unconfigured_hint_;  ///< the last hint the handler ran for
   LockdLinkStats stats_;
   std::unique_ptr<PendingKey> pending_;
   /// Calls waiting out a not_leader backoff (not in the RequestClient), by request id.
