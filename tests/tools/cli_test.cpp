@@ -790,7 +790,9 @@ TEST_F(CliTest, RevokeFenceDbAnnouncesTheNewEpochBeforeTheRevoke) {
 TEST_F(CliTest, TransferReservationLapsesAfterItsTtl) {
   // A transfer to a sandbox that never comes: the reservation lapses and anyone may acquire,
   // at the transfer's (fresh) epoch.
-  const std::string addr = start_lockd({"--reservation-ttl-ms", "3000", "--ttl-ms", "2000"});
+  // A TTL long enough for the CLI calls below on a loaded machine (under ASan each takes a
+  // fraction of a second): the transfer must find the lease still held.
+  const std::string addr = start_lockd({"--reservation-ttl-ms", "6000", "--ttl-ms", "4000"});
   const auto lf = patient_lockd_flags(addr);
   const std::uint64_t e = held_at_lockd("moved", lf);
   ASSERT_NE(e, 0u);
@@ -818,7 +820,7 @@ TEST_F(CliTest, TransferReservationLapsesAfterItsTtl) {
   const auto j = nlohmann::json::parse(shown.out);
   EXPECT_EQ(j["reserved_for"], nobody);
   ASSERT_TRUE(j["reservation_left_ms"].is_number()) << shown.out;
-  EXPECT_LE(j["reservation_left_ms"].get<std::uint64_t>(), 3000u);
+  EXPECT_LE(j["reservation_left_ms"].get<std::uint64_t>(), 6000u);
   // Wait for the lapse (an event lockd reports), not for a fixed time.
   nlohmann::json after;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
