@@ -161,7 +161,7 @@ TEST(SimWorld, TtlRhoAndGranularityAreDrawnPerSeed) {
 
 TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
   // The catching seeds of tests/sim/CMakeLists.txt.
-  for (const std::uint64_t s : {1u, 2u, 3u, 6u, 11u, 20u}) {
+  for (const std::uint64_t s : {1u, 2u, 4u, 6u, 11u, 14u}) {
     SimConfig c;
     c.seed = s;
     const RunResult r = run_seed(c);
