@@ -5,6 +5,7 @@
 #include "leasehold/lease/clock.hpp"
 #include "leasehold/lockd/etcd_store.hpp"
 #include "leasehold/lockd/leadership.hpp"
+#include "etcd_fixture.hpp"
 
 #include <gtest/gtest.h>
 
@@ -128,26 +129,8 @@ TEST(Leadership, TheServingWindowEndsBeforeTheLeaseCouldExpire) {
 
 // ---- against a real etcd -------------------------------------------------------------------
 
-class EtcdTest : public ::testing::Test {
+class EtcdTest : public testing::EtcdFixture {
  protected:
-  void SetUp() override {
-    if (auto bin = harness::etcd_binary(); !bin.ok()) GTEST_SKIP() << bin.status().message();
-    dir_ = std::filesystem::temp_directory_path() / ("lh-etcd-store-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto c = harness::EtcdCluster::start(members(), dir_.string());
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    cluster_ = std::move(*c);
-    auto client = etcd::Client::open(cluster_->endpoints());
-    ASSERT_TRUE(client.ok()) << client.status().message();
-    client_ = std::move(*client);
-  }
-  void TearDown() override {
-    cluster_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  virtual int members() const { return 1; }
-  std::int64_t deadline(std::int64_t ms) const { return boottime_ns() + ms * kMs; }
   /// Wins the election key of `shard` the way Leadership::campaign does; the revision.
   std::int64_t elect(const std::string& shard) {
     auto lease = client_->lease_grant(30, deadline(2000));
@@ -167,9 +150,6 @@ class EtcdTest : public ::testing::Test {
     }
     return pred();
   }
-  std::filesystem::path dir_;
-  std::unique_ptr<harness::EtcdCluster> cluster_;
-  std::shared_ptr<etcd::Client> client_;
 };
 
 TEST_F(EtcdTest, CommitsInGuardedChunksAndLoadsWhatItWrote) {

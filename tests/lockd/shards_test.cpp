@@ -5,6 +5,7 @@
 #include "leasehold/lease/clock.hpp"
 #include "leasehold/lockd/etcd_store.hpp"
 #include "leasehold/lockd/shards.hpp"
+#include "etcd_fixture.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,29 +20,7 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
-class ShardsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (auto bin = harness::etcd_binary(); !bin.ok()) GTEST_SKIP() << bin.status().message();
-    dir_ = std::filesystem::temp_directory_path() / ("lh-shards-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto c = harness::EtcdCluster::start(1, dir_.string());
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    cluster_ = std::move(*c);
-    auto client = etcd::Client::open(cluster_->endpoints());
-    ASSERT_TRUE(client.ok()) << client.status().message();
-    client_ = std::move(*client);
-  }
-  void TearDown() override {
-    cluster_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  std::int64_t deadline(std::int64_t ms) const { return boottime_ns() + ms * kMs; }
-  std::filesystem::path dir_;
-  std::unique_ptr<harness::EtcdCluster> cluster_;
-  std::shared_ptr<etcd::Client> client_;
-};
+class ShardsTest : public testing::EtcdFixture {};
 
 TEST_F(ShardsTest, TheFirstLockdRecordsTheShardCountAndALockdWithAnotherIsRefused) {
   ASSERT_TRUE(ensure_shard_count(*client_, "/c1", 4, deadline(5000)).ok());
