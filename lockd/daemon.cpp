@@ -278,7 +278,7 @@ std::int64_t LockdDaemon::finish_load(const Leadership::View& v, std::int64_t no
   }
   // The leadership may have moved on (or its fence passed) while the table loaded: the load
   // is then of no use, and the guard would refuse every write of it anyway.
-  if (!v.leading || v.revision != revision || now_ns >= v.serve_until_ns) {
+  if (!load_still_leads(v, revision, now_ns)) {
     log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_dropped revision=" + std::to_string(revision) +
             " why=\"the leadership ended while the table loaded\"\n";
     return now_ns;
@@ -294,8 +294,7 @@ std::int64_t LockdDaemon::finish_load(const Leadership::View& v, std::int64_t no
   store_ = std::move(thread);
   service_ = std::move(leader);
   c.leading = revision;
-  const Leadership::View lv = c.leadership->view();
-  c.fence_ns = lv.leading && lv.revision == revision ? lv.serve_until_ns : 0;
+  c.fence_ns = fence_of(c.leadership->view(), revision);
   log_ += "ts_boot_ns=" + std::to_string(now) + " event=leading revision=" + std::to_string(revision) +
           " names=" + std::to_string(restored.stored.names.size()) +
           " load_ms=" + std::to_string((now - load->started_ns) / 1'000'000) + "\n";
@@ -320,8 +319,7 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
   // Store threads of earlier services go once nothing of theirs is committing.
   std::erase_if(c.retired, [](const std::unique_ptr<StoreThread>& t) { return t->in_flight() == 0 || t->failed(); });
   if (c.leading != 0) {
-    const Leadership::View lv = c.leadership->view();
-    c.fence_ns = lv.leading && lv.revision == c.leading ? lv.serve_until_ns : 0;
+    c.fence_ns = fence_of(c.leadership->view(), c.leading);
     if (service_->failed()) become_follower(now_ns, service_->failure(), false);
     else if (fenced(now_ns)) become_follower(now_ns, "the leadership lease was not renewed in time (fenced)", true);
     return now_ns;
@@ -336,7 +334,7 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
     const std::int64_t now = finish_load(v, now_ns);
     if (c.leading != 0 || c.load != nullptr) return now;  // leading now, or still loading
   }
-  if (v.leading && v.revision != c.refused && now_ns >= v.serve_from_ns && now_ns < v.serve_until_ns) {
+  if (may_take_over(v, c.refused, now_ns)) {
     start_load(v.revision, now_ns);
     return now_ns;
   }

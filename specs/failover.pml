@@ -319,7 +319,7 @@ proctype Lockd(byte i)
 {
 end_idle:
 	do
-	:: atomic {    /* Leadership::campaign: lease grant, then create the key iff absent */
+	:: atomic {    /* LeadershipCore::campaign: lease grant, then create the key iff absent */
 		role[i] == FOLLOWER && elections < ELECTIONS && (elections > 0 || i == 0) &&
 		/*@G campaign_free*/ key_rev == 0 ->
 		elections++;
@@ -329,7 +329,7 @@ end_idle:
 		takeover(i);
 		canon()
 	   }
-	:: atomic {    /* a keep-alive of the leadership lease (Leadership::serving's clock) */
+	:: atomic {    /* a keep-alive of the leadership lease (LeadershipCore::serving's clock) */
 		role[i] == LEADER && !cut[i] && key_rev == rev[i] ->
 		key_left = LL;
 		if

@@ -131,7 +131,7 @@ TEST(Leadership, TheServingWindowEndsBeforeTheLeaseCouldExpire) {
 
 class EtcdTest : public testing::EtcdFixture {
  protected:
-  /// Wins the election key of `shard` the way Leadership::campaign does; the revision.
+  /// Wins the election key of `shard` the way LeadershipCore::campaign does; the revision.
   std::int64_t elect(const std::string& shard) {
     auto lease = client_->lease_grant(30, deadline(2000));
     EXPECT_TRUE(lease.ok());
