@@ -5,11 +5,15 @@
 #      find no violation, on every core;
 #   2. each ablated build (leasehold-sim-<ablation>) over seeds 1..ABLATION_SEEDS (default 300),
 #      which must find a violation (exit 1): an ablation the sweep cannot catch fails CI.
-# Usage: scripts/sim.sh [SEEDS] [ABLATION_SEEDS]. Exits non-zero on the first failing check.
+#   3. a sweep of CLUSTER_SEEDS seeds (default 1,000) of lockd on etcd: three lockd replicas on a
+#      simulated etcd with their failovers (--lockd-replicas 3), which must find no violation.
+# Usage: scripts/sim.sh [SEEDS] [ABLATION_SEEDS] [CLUSTER_SEEDS]. Exits non-zero on the first
+# failing check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-10000}
 ablation_seeds=${2:-300}
+cluster_seeds=${3:-1000}
 jobs=$(nproc)
 build=build/release/sim
 
@@ -23,6 +27,10 @@ cmake --build --preset release -j"$jobs" --target $targets
 start=$(date +%s)
 "$build/leasehold-sim" --seeds "1..$seeds" --jobs "$jobs"
 echo "sim: $seeds seeds clean in $(( $(date +%s) - start )) s"
+
+start=$(date +%s)
+"$build/leasehold-sim" --seeds "1..$cluster_seeds" --jobs "$jobs" --lockd-replicas 3
+echo "sim: $cluster_seeds seeds of three lockd on etcd clean in $(( $(date +%s) - start )) s"
 
 for a in $ablations; do
   set +e

@@ -59,6 +59,27 @@ SocketAddress worker_address(std::uint32_t worker) {
 
 // ---- SimDisk ------------------------------------------------------------------------------------
 
+void DurableTable::apply(const lockd::DurableBatch& b) {
+  for (const lockd::StoredName& n : b.changes) rows_[n.id] = n;
+  epoch_high_water_ = std::max(epoch_high_water_, b.epoch_high_water);
+  if (b.marks.lived_ns >= 0) lived_[b.marks.incarnation] = b.marks.lived_ns;
+  for (const std::uint64_t j : b.marks.drop_lived)
+    if (j != b.marks.incarnation) lived_.erase(j);
+  for (const WorkerId& w : b.marks.seen) seen_[w] = b.marks.incarnation;
+  for (const auto& [w, seq] : b.marks.replay_floor) replay_floor_[w] = std::max(replay_floor_[w], seq);
+}
+
+lockd::RestoredTable DurableTable::open() {
+  lockd::RestoredTable r;
+  for (const auto& [id, n] : rows_) r.stored.names.push_back(n);
+  r.stored.epoch_high_water = epoch_high_water_;
+  r.stored.lived_ns = lived_;
+  r.stored.seen = seen_;
+  r.stored.replay_floor = replay_floor_;
+  r.incarnation = ++opens_;
+  return r;
+}
+
 bool SimDisk::submit(lockd::DurableBatch&& b) {
   if (in_flight_) return false;
   in_flight_ = std::move(b);
@@ -71,24 +92,23 @@ void SimDisk::poll(std::vector<lockd::DurabilityVerdict>& out) {
   ready_.clear();
 }
 
-void SimDisk::complete() {
-  if (!in_flight_) return;
+bool SimDisk::complete() {
+  if (!in_flight_) return true;
   const lockd::DurableBatch& b = *in_flight_;
-  for (const lockd::StoredName& n : b.changes) rows_[n.id] = n;
-  epoch_high_water_ = std::max(epoch_high_water_, b.epoch_high_water);
-  if (b.marks.lived_ns >= 0) lived_[b.marks.incarnation] = b.marks.lived_ns;
-  for (const std::uint64_t j : b.marks.drop_lived)
-    if (j != b.marks.incarnation) lived_.erase(j);
-  for (const WorkerId& w : b.marks.seen) seen_[w] = b.marks.incarnation;
-  for (const auto& [w, seq] : b.marks.replay_floor) replay_floor_[w] = std::max(replay_floor_[w], seq);
+  const bool accepted = !guard_ || guard_();
+  if (accepted) table_.apply(b);
   for (std::uint64_t s = b.first_seq; s <= b.last_seq && s != 0; ++s)
-    ready_.push_back(lockd::DurabilityVerdict{s, lockd::DurabilityVerdict::Kind::durable, {}});
+    ready_.push_back(accepted ? lockd::DurabilityVerdict{s, lockd::DurabilityVerdict::Kind::durable, {}}
+                              : lockd::DurabilityVerdict{s, lockd::DurabilityVerdict::Kind::rejected,
+                                                         "simulated etcd: the election key is no longer this leader's"});
   in_flight_.reset();
+  return accepted;
 }
 
-void SimDisk::fail() {
+void SimDisk::fail(bool written) {
   if (!in_flight_) return;
   const lockd::DurableBatch& b = *in_flight_;
+  if (written && (!guard_ || guard_())) table_.apply(b);
   for (std::uint64_t s = b.first_seq; s <= b.last_seq && s != 0; ++s)
     ready_.push_back(lockd::DurabilityVerdict{s, lockd::DurabilityVerdict::Kind::failed, "simulated disk failure"});
   in_flight_.reset();
@@ -101,26 +121,16 @@ bool SimDisk::crash() {
   return lost;
 }
 
-lockd::RestoredTable SimDisk::open() {
-  lockd::RestoredTable r;
-  for (const auto& [id, n] : rows_) r.stored.names.push_back(n);
-  r.stored.epoch_high_water = epoch_high_water_;
-  r.stored.lived_ns = lived_;
-  r.stored.seen = seen_;
-  r.stored.replay_floor = replay_floor_;
-  r.incarnation = ++opens_;
-  return r;
-}
-
 // ---- LockdNode ----------------------------------------------------------------------------------
 
 struct LockdNode::Impl {
-  Impl(const SimConfig& c, const wire::WireKey& cluster, LockdEnv& e, SimDisk& d, std::int64_t now)
+  Impl(const SimConfig& c, const wire::WireKey& cluster, LockdEnv& e, lockd::RestoredTable r,
+       lockd::DurabilityPort& store, std::int64_t now, std::uint64_t instance)
       : last_now_ns(now),
-        restored(d.open()),
+        restored(std::move(r)),
         net(e),
-        service(lockd_config_of(c), std::vector<wire::WireKey>{cluster}, restored, net, d, now,
-                lockd::ServiceSeeds{WorkerId{0x10cd, restored.incarnation}, 1,
+        service(lockd_config_of(c), std::vector<wire::WireKey>{cluster}, restored, net, store, now,
+                lockd::ServiceSeeds{WorkerId{0x10cd, instance}, 1,
                                     // The wall clock of grant tokens' issued_at: lockd's own
                                     // simulated clock on a fixed base, never the host's.
                                     [this] { return kWallBaseNs + last_now_ns; }}) {}
@@ -133,8 +143,20 @@ struct LockdNode::Impl {
 };
 
 LockdNode::LockdNode(const SimConfig& cfg, const wire::WireKey& cluster_key, LockdEnv& env, SimDisk& disk,
-                     std::int64_t now_ns)
-    : impl_(std::make_unique<Impl>(cfg, cluster_key, env, disk, now_ns)) {}
+                     std::int64_t now_ns) {
+  lockd::RestoredTable r = disk.open();
+  const std::uint64_t incarnation = r.incarnation;
+  impl_ = std::make_unique<Impl>(cfg, cluster_key, env, std::move(r), disk, now_ns, incarnation);
+}
+
+LockdNode::LockdNode(const SimConfig& cfg, const wire::WireKey& cluster_key, LockdEnv& env,
+                     lockd::RestoredTable restored, lockd::DurabilityPort& store, std::int64_t now_ns,
+                     std::uint64_t instance)
+    : impl_(std::make_unique<Impl>(cfg, cluster_key, env, std::move(restored), store, now_ns, instance)) {}
+
+void LockdNode::set_not_leader(const std::string& hint) { impl_->service.set_not_leader(hint); }
+
+void LockdNode::set_loading(bool loading) { impl_->service.set_loading(loading); }
 
 LockdNode::~LockdNode() = default;
 

@@ -192,6 +192,11 @@ int main(int argc, char** argv) {
   app.add_option("--duration-s", duration_s, "simulated seconds per run (default 120; faults heal 30 s before the end)")
       ->check(CLI::Range(40.0, 86400.0));
   app.add_flag("--no-faults", no_faults, "a reliable network, no pauses, crashes or clock skew");
+  unsigned replicas = 0;
+  app.add_option("--lockd-replicas", replicas,
+                 "lockd on etcd: this many lockd replicas of one shard on a simulated etcd, with failovers "
+                 "(2..5; default 1: one lockd on its disk, 3 in the builds of the cluster's ablations)")
+      ->check(CLI::Range(1u, 5u));
   std::string mode = "mixed";
   app.add_option("--mode", mode,
                  "lock mode of lockd and the supervisors: lease, preemptible, or mixed (default: each seed draws "
@@ -239,12 +244,18 @@ int main(int argc, char** argv) {
     replay_extra += d;
   }
   if (no_faults) replay_extra += " --no-faults";
+  if (replicas != 0) replay_extra += " --lockd-replicas " + std::to_string(replicas);
   SimConfig base;
   if (duration_s > 0) {
     base.duration_ns = static_cast<std::int64_t>(duration_s * 1e9);
     base.heal_ns = base.duration_ns - 30 * leasehold::sim::kS;
   }
   base.faults = !no_faults;
+  // The cluster's ablations (a leader serving past its leadership lease, writes not guarded on
+  // the leader's revision) exist only with several lockd.
+  const std::string_view ablation = leasehold::sim::ablation_name();
+  if (replicas == 0) replicas = ablation == "no-self-fence" || ablation == "unguarded-writes" ? 3 : 1;
+  base.lockd_replicas = replicas;
   if (mode == "lease") base.preemptible_share = 0;
   if (mode == "preemptible") base.preemptible_share = 1;
   if (const leasehold::Status why = base.validate(); !why.ok()) {

@@ -341,6 +341,12 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     calls.emplace(rid, std::move(c));
   }
   void on_answer(std::uint64_t rid, wire::Body body) {
+    if (const auto* e = std::get_if<wire::Error>(&body); e != nullptr && e->code == wire::ErrorCode::not_leader) {
+      // Authenticated, so a lockd's: it changed nothing. The call stays and its next retry goes
+      // to the lockd named.
+      env.redirect(index, e->message);
+      return;
+    }
     const auto it = calls.find(rid);
     if (it == calls.end()) {
       if ((rid & kControlPlaneBit) == 0) core->on_late_answer(body, static_cast<std::uint64_t>(now_ns));

@@ -7,6 +7,8 @@
 #include "leasehold/lease/fence.hpp"
 #include "leasehold/sim/disk.hpp"
 #include "leasehold/sim/invariants.hpp"
+#include "leasehold/lockd/etcd_store.hpp"
+#include "leasehold/sim/cluster.hpp"
 #include "leasehold/sim/lockd_node.hpp"
 #include "leasehold/sim/rng.hpp"
 #include "leasehold/sim/supervisor_node.hpp"
@@ -79,6 +81,10 @@ Status SimConfig::validate() const {
   if (timing.ttl_ns < 10 * kMs || timing.kill_after_ns <= 0 || heartbeat_interval_ns <= 0 || retry_interval_ns <= 0 ||
       timing.wheel_granularity_ns <= 0 || timing.kill_latency_budget_ns < 0 || sandbox_tick_ns <= 0 || write_interval_ns <= 0)
     return Status::invalid("durations must be > 0 (ttl at least 10 ms)");
+  if (lockd_replicas == 0 || lockd_replicas > 5)
+    return Status::invalid("lockd_replicas must be in 1..5, not " + std::to_string(lockd_replicas));
+  if (leader_lease_s < 1 || leader_lease_s > 10)
+    return Status::invalid("leader_lease_s must be in 1..10, not " + std::to_string(leader_lease_s));
   if (!(preemptible_share >= 0 && preemptible_share <= 1))
     return Status::invalid("preemptible_share must be in 0..1, not " + std::to_string(preemptible_share));
   if (lock_delay_ns < 0 || lock_delay_ns % kMs != 0)
@@ -187,7 +193,7 @@ std::string short_id(std::uint64_t lo) {
   return b;
 }
 
-class World final : public SupervisorEnv, public LockdEnv {
+class World final : public SupervisorEnv, public LockdReplica::Env {
  public:
   World(const SimConfig& cfg, const TraceFn& trace) : cfg_(with_drawn_timing(cfg)), trace_(trace), rng_(cfg.seed) {
     Rng setup = rng_.fork(1);
@@ -202,7 +208,7 @@ class World final : public SupervisorEnv, public LockdEnv {
       first_grant_after_heal_[name_ids_.back()] = -1;
     }
 
-    const std::uint32_t n_nodes = cfg_.supervisors + 1;
+    const std::uint32_t n_nodes = cfg_.supervisors + cfg_.lockd_replicas;
     clocks_.resize(n_nodes);
     paused_until_.assign(n_nodes, 0);
     last_step_pause_end_.assign(n_nodes, 0);
@@ -237,8 +243,28 @@ class World final : public SupervisorEnv, public LockdEnv {
     // A killed sandbox dies within the kill-latency budget, at worst at its end.
     kill_ticks_max_ = std::max<std::int64_t>(0, cfg_.timing.kill_latency_budget_ns / cfg_.sandbox_tick_ns);
 
-    disk_.on_submit([this] { disk_submitted(); });
-    lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
+    if (replicated()) {
+      etcd_ = std::make_unique<SimEtcd>([this] { return now_; });
+      replicas_.resize(cfg_.lockd_replicas);
+      replica_inc_.assign(cfg_.lockd_replicas, 0);
+      call_seq_.assign(cfg_.lockd_replicas, 0);
+      target_.assign(cfg_.supervisors + 1, 0);
+      etcd_rng_ = Rng(cfg_.seed ^ 0xe7cde7cde7cde7cdULL);
+      for (std::uint32_t k = 0; k < cfg_.lockd_replicas; ++k) {
+        EtcdPath e;
+        e.base_delay_ns = etcd_rng_.range(100'000, 3 * kMs);
+        e.jitter_ns = etcd_rng_.range(100'000, 5 * kMs);
+        if (cfg_.faults) {
+          e.loss = static_cast<double>(etcd_rng_.range(0, 300)) / 10'000.0;  // 0..3 %
+          e.tail = static_cast<double>(etcd_rng_.range(0, 200)) / 10'000.0;  // 0..2 %
+        }
+        etcd_paths_.push_back(e);
+      }
+      for (std::uint32_t k = 0; k < cfg_.lockd_replicas; ++k) start_replica(k);
+    } else {
+      disk_.on_submit([this] { disk_submitted(); });
+      lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
+    }
     for (std::uint32_t w = 0; w < cfg_.supervisors; ++w) {
       const WorkerId id{0x5000 + w, setup.next()};
       worker_ids_.push_back(id);
@@ -281,6 +307,7 @@ class World final : public SupervisorEnv, public LockdEnv {
     record(kWorldNode, "safety_margin_us", 0, static_cast<std::uint64_t>(cfg_.safety_margin_ns() / 1000));
     record(kWorldNode, "lock_delay_ms", 0, static_cast<std::uint64_t>(cfg_.lock_delay_ns / kMs));
     if (cfg_.faults) plan_faults(setup);
+    if (replicated() && cfg_.faults) plan_cluster_faults();
     for (int n = 0; n < static_cast<int>(n_nodes); ++n) tick_node(n);
   }
 
@@ -319,6 +346,12 @@ class World final : public SupervisorEnv, public LockdEnv {
   // ---- SupervisorEnv -------------------------------------------------------------------------
   void send_to_lockd(std::uint32_t worker, std::span<const std::uint8_t> bytes) override {
     transmit(up_[worker], worker, true, bytes);
+  }
+  void redirect(std::uint32_t worker, std::string_view leader) override {
+    if (!replicated()) return;
+    const std::optional<std::uint32_t> k = replica_of(leader);
+    target_[worker] = k && *k < cfg_.lockd_replicas ? *k : (target_[worker] + 1) % cfg_.lockd_replicas;
+    record(1 + static_cast<int>(worker), "redirect", target_[worker], leader.empty() ? 0 : 1);
   }
   void spawn(std::uint32_t worker, SandboxId sb, NameId name, Epoch epoch) override {
     Sandbox s;
@@ -379,7 +412,290 @@ class World final : public SupervisorEnv, public LockdEnv {
     });
   }
 
+  // ---- LockdReplica::Env (lockd on etcd) ------------------------------------------------------
+  void election_call(std::uint32_t k) override { issue(k); }
+
+  void load_table(std::uint32_t k, std::int64_t revision) override {
+    const std::uint64_t inc = replica_inc_[k];
+    const int node = replica_node(k);
+    // The load's range reads: a round trip to etcd, read there (linearizable, after the
+    // election); a cut path or a lost answer fails the load after the call timeout.
+    if (etcd_lost(k) || etcd_lost(k)) {
+      push(now_ + kS, node, [this, k, inc, node, revision] {
+        if (replica_inc_[k] != inc || !replicas_[k]) return;
+        run_replica(k, [&] {
+          replicas_[k]->load_failed(revision);
+          return replicas_[k]->tick(local(node));
+        });
+      });
+      return;
+    }
+    push(now_ + etcd_delay(k), kWorldNode, [this, k, inc, node, revision] {
+      auto table = std::make_shared<lockd::RestoredTable>(etcd_->table().open());
+      push(now_ + etcd_delay(k), node, [this, k, inc, node, revision, table] {
+        if (replica_inc_[k] != inc || !replicas_[k]) return;
+        run_replica(k, [&] {
+          replicas_[k]->load_done(revision, std::move(*table));
+          return replicas_[k]->tick(local(node));
+        });
+      });
+    });
+  }
+
+  void store_submitted(std::uint32_t k) override {
+    const bool fails = now_ < cfg_.heal_ns && disk_fail_rng_.chance(disk_fail_);
+    store_attempt(k, replica_inc_[k], replicas_[k]->store(), now_ + lockd::kEtcdCommitDeadlineNs, fails);
+  }
+
+  /// One attempt of a leader's guarded transaction (EtcdStore::commit): it reaches etcd after
+  /// the path's delay and is decided there (the guard read at that moment). Cut off etcd, the
+  /// attempt times out and is made again (the same puts, still guarded) until the commit's
+  /// deadline, when the batch fails unwritten; `fails`: etcd refuses it (failed, unwritten).
+  void store_attempt(std::uint32_t k, std::uint64_t inc, std::shared_ptr<SimDisk> store, std::int64_t give_up,
+                     bool fails) {
+    const int node = replica_node(k);
+    if (fails || etcd_lost(k)) {
+      const std::int64_t next = now_ + (fails ? etcd_delay(k) : kS + 50 * kMs);
+      if (fails || next >= give_up) {
+        push(std::min(next, give_up), kWorldNode, [this, store, k, inc, node] {
+          store->fail(false);
+          ++counts_.disk_failures;
+          wake_replica(k, inc, node);
+        });
+        return;
+      }
+      push(next, kWorldNode, [this, k, inc, store, give_up] { store_attempt(k, inc, store, give_up, false); });
+      return;
+    }
+    push(now_ + etcd_delay(k), kWorldNode, [this, store, k, inc, node] {
+      if (store->complete()) ++counts_.batches_durable;
+      else ++counts_.batches_rejected;
+      push(now_ + etcd_delay(k), node, [this, k, inc, node] { wake_replica(k, inc, node); });
+    });
+  }
+
  private:
+  // ---- lockd on etcd ---------------------------------------------------------------------------
+  /// One replica's path to etcd (both ways).
+  struct EtcdPath {
+    std::int64_t base_delay_ns = 0;
+    std::int64_t jitter_ns = 0;
+    double loss = 0;  ///< a segment lost: its retransmission 200 ms .. 1 s later
+    double tail = 0;  ///< a slow answer (100 ms .. 1.5 s): a slow etcd, a stalled raft round
+  };
+  struct EtcdCut {
+    std::uint32_t replica = 0;
+    std::int64_t start_ns = 0;
+    std::int64_t end_ns = 0;
+  };
+
+  bool replicated() const noexcept { return cfg_.lockd_replicas > 1; }
+  /// Replica 0 is node 0 (lockd's); replica k > 0 is node supervisors + k.
+  int replica_node(std::uint32_t k) const noexcept {
+    return k == 0 ? kLockd : static_cast<int>(cfg_.supervisors + k);
+  }
+  bool etcd_cut(std::uint32_t k) const {
+    for (const EtcdCut& c : etcd_cuts_)
+      if (c.replica == k && now_ >= c.start_ns && now_ < c.end_ns) return true;
+    return false;
+  }
+  /// A call or answer that the path to etcd loses: cut off etcd (gRPC runs over TCP, so a lost
+  /// segment is a retransmission: etcd_delay).
+  bool etcd_lost(std::uint32_t k) {
+    if (!cfg_.faults || now_ >= cfg_.heal_ns || !etcd_cut(k)) return false;
+    ++counts_.etcd_calls_lost;
+    return true;
+  }
+  std::int64_t etcd_delay(std::uint32_t k) {
+    const EtcdPath& e = etcd_paths_[k];
+    std::int64_t d = e.base_delay_ns + etcd_rng_.range(0, e.jitter_ns);
+    if (cfg_.faults && now_ < cfg_.heal_ns) {
+      if (etcd_rng_.chance(e.loss)) d += etcd_rng_.range(200 * kMs, 1000 * kMs);  // TCP retransmission
+      if (etcd_rng_.chance(e.tail)) d += etcd_rng_.range(100 * kMs, 1500 * kMs);  // a slow raft round
+    }
+    return d;
+  }
+
+  void start_replica(std::uint32_t k) {
+    const int node = replica_node(k);
+    ++replica_inc_[k];
+    replicas_[k] = std::make_unique<LockdReplica>(cfg_, cluster_, *this, *etcd_, k, (std::uint64_t{k} << 32) | replica_inc_[k],
+                                                  [this, node] { return local(node); });
+    issue(k);
+  }
+
+  /// Makes the pending call of replica k's election (or schedules its wait).
+  void issue(std::uint32_t k) {
+    LockdReplica& r = *replicas_[k];
+    const lockd::ElectionCall& c = r.core().pending();
+    const std::uint64_t seq = ++call_seq_[k];
+    const std::uint64_t inc = replica_inc_[k];
+    const int node = replica_node(k);
+    using Kind = lockd::ElectionCall::Kind;
+    switch (c.kind) {
+      case Kind::done:
+        return;
+      case Kind::wait: {
+        const std::int64_t at = r.take_interrupt() ? now_ : clocks_[static_cast<std::size_t>(node)].true_at(c.until_ns);
+        push(at, node, [this, k, seq, inc] { answer(k, seq, inc, lockd::ElectionReply{}); });
+        return;
+      }
+      case Kind::next_endpoint:
+        push(now_, node, [this, k, seq, inc] { answer(k, seq, inc, lockd::ElectionReply{}); });
+        return;
+      default:
+        break;
+    }
+    // The call's deadline: its timeout answers unless the reply came first.
+    lockd::ElectionReply timeout;
+    timeout.status = Status(Errc::timeout, "simulated etcd: no answer before the deadline");
+    push(clocks_[static_cast<std::size_t>(node)].true_at(c.until_ns), node,
+         [this, k, seq, inc, timeout] { answer(k, seq, inc, timeout); });
+    if (etcd_lost(k)) return;
+    auto call = std::make_shared<lockd::ElectionCall>(c);
+    push(now_ + etcd_delay(k), kWorldNode, [this, k, seq, inc, node, call] {
+      lockd::ElectionReply reply = etcd_->handle(*call);
+      counts_.leases_expired = etcd_->leases_expired();
+      if (etcd_lost(k)) return;
+      push(now_ + etcd_delay(k), node, [this, k, seq, inc, node, call, reply = std::move(reply)]() mutable {
+        if (local(node) >= call->until_ns) return;  // the timeout answers
+        answer(k, seq, inc, std::move(reply));
+      });
+    });
+  }
+
+  /// Resumes replica k's election with the reply to its call `seq`, then runs its io side.
+  void answer(std::uint32_t k, std::uint64_t seq, std::uint64_t inc, lockd::ElectionReply reply) {
+    if (replica_inc_[k] != inc || !replicas_[k] || call_seq_[k] != seq) return;
+    const int node = replica_node(k);
+    run_replica(k, [&] {
+      LockdReplica& r = *replicas_[k];
+      r.core().resume(std::move(reply));
+      issue(k);
+      return r.tick(local(node));
+    });
+  }
+
+  void wake_replica(std::uint32_t k, std::uint64_t inc, int node) {
+    if (replica_inc_[k] != inc || !replicas_[k]) return;
+    run_replica(k, [&] { return replicas_[k]->tick(local(node)); });
+  }
+
+  /// Runs a step of replica k, then ends its election's wait if its io side stepped down, and
+  /// checks the invariants that read the authority's table.
+  template <class Step>
+  void run_replica(std::uint32_t k, Step&& step) {
+    if (!replicas_[k]) return;
+    run_node(replica_node(k), step);
+    if (replicas_[k] && replicas_[k]->core().pending().kind == lockd::ElectionCall::Kind::wait &&
+        replicas_[k]->take_interrupt()) {
+      const std::uint64_t s2 = ++call_seq_[k];
+      const std::uint64_t inc = replica_inc_[k];
+      push(now_, replica_node(k), [this, k, s2, inc] { answer(k, s2, inc, lockd::ElectionReply{}); });
+    }
+    if (replicas_[k] && replicas_[k]->leading() > authority_rev_) {
+      authority_rev_ = replicas_[k]->leading();
+      ++counts_.takeovers;
+      record(replica_node(k), "take_over", static_cast<std::uint64_t>(authority_rev_), 0);
+      const LockdNode* a = authority();
+      // A new authority: every acknowledged grant current at the last one must be in its table.
+      const LeaseTable& t = a->table();
+      if (auto v = inv_.no_lost_grant(std::span<const Invariants::AckedGrant>(authority_current_),
+                                      [&](NameId id) {
+                                        const LockState s = t.state(id);
+                                        return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
+                                      },
+                                      now_)) {
+        fail(*v);
+        return;
+      }
+    }
+    const LockdNode* a = authority();
+    if (a == nullptr) return;
+    check_grants_kept();
+    authority_current_ = current_acked(*a);
+  }
+
+  /// The acknowledged grants still current in `n`'s table.
+  std::vector<Invariants::AckedGrant> current_acked(const LockdNode& n) const {
+    std::vector<Invariants::AckedGrant> out;
+    for (const auto& [id, g] : acked_) {
+      const LockState s = n.table().state(id);
+      if (s.phase == LockPhase::held && s.owner == g.holder && s.epoch == g.epoch) out.push_back(g);
+    }
+    return out;
+  }
+
+  /// The replica serving the newest leadership taken over (its table is the name table of
+  /// record); null while it is down or stepped down (a deposed leader with an older revision
+  /// never is). One lockd: lockd_.
+  const LockdReplica* authority_replica() const {
+    for (const auto& r : replicas_)
+      if (r && authority_rev_ != 0 && r->leading() == authority_rev_) return r.get();
+    return nullptr;
+  }
+  const LockdNode* authority() const {
+    if (!replicated()) return lockd_.get();
+    const LockdReplica* r = authority_replica();
+    return r == nullptr ? nullptr : &r->node();
+  }
+  /// The node whose clock the authority's expiries are on.
+  int authority_node() const {
+    const LockdReplica* r = replicated() ? authority_replica() : nullptr;
+    return r == nullptr ? kLockd : replica_node(r->index());
+  }
+
+  void crash_replica(std::uint32_t k, std::int64_t down_ns) {
+    if (!replicas_[k]) return;
+    ++counts_.replica_crashes;
+    replicas_[k].reset();
+    ++replica_inc_[k];
+    const int node = replica_node(k);
+    wake_gen_[static_cast<std::size_t>(node)]++;
+    wake_at_[static_cast<std::size_t>(node)] = kNever;
+    record(node, "crash", static_cast<std::uint64_t>(down_ns), 0);
+    push(now_ + down_ns, kWorldNode, [this, k] {
+      ++counts_.lockd_restarts;
+      start_replica(k);
+      record(replica_node(k), "restart", replica_inc_[k], 0);
+      run_replica(k, [&] { return replicas_[k]->tick(local(replica_node(k))); });
+    });
+  }
+
+  /// The cluster's own faults (after the others, from a stream of its own).
+  void plan_cluster_faults() {
+    Rng& r = etcd_rng_;
+    const std::int64_t last_start = std::max<std::int64_t>(kS, cfg_.heal_ns - 5 * kS);
+    const std::int64_t lease = cfg_.leader_lease_s * kS;
+    for (std::int64_t i = 0, n = r.range(1, 4); i < n; ++i) {
+      const auto k = static_cast<std::uint32_t>(r.below(cfg_.lockd_replicas));
+      const std::int64_t at = r.range(kS, last_start);
+      const std::int64_t down = r.range(20 * kMs, 3 * lease);
+      push(at, kWorldNode, [this, k, down] { crash_replica(k, down); });
+    }
+    // Paused past the leadership lease (SIGSTOP, a VM stall): it resumes as a deposed leader
+    // that must fence itself before it answers anything.
+    for (std::int64_t i = 0, n = r.range(0, 3); i < n; ++i) {
+      Pause p;
+      p.node = replica_node(static_cast<std::uint32_t>(r.below(cfg_.lockd_replicas)));
+      p.start_ns = r.range(kS, last_start);
+      p.end_ns = p.start_ns + r.range(lease / 2, 3 * lease);
+      schedule_pause(p);
+      ++counts_.replica_long_pauses;
+    }
+    for (std::int64_t i = 0, n = r.range(0, 3); i < n; ++i) {
+      EtcdCut c;
+      c.replica = static_cast<std::uint32_t>(r.below(cfg_.lockd_replicas));
+      c.start_ns = r.range(kS, last_start);
+      c.end_ns = c.start_ns + r.range(100 * kMs, 3 * lease + lockd::kEtcdCommitDeadlineNs);
+      etcd_cuts_.push_back(c);
+      push(c.start_ns, kWorldNode, [this, c] {
+        ++counts_.etcd_cuts;
+        record(replica_node(c.replica), "etcd_cut", static_cast<std::uint64_t>((c.end_ns - c.start_ns) / kMs), 0);
+      });
+    }
+  }
+
   // ---- set-up ----------------------------------------------------------------------------------
   void draw_path(Rng& r, Path& p) {
     p.base_delay_ns = r.range(50'000, 2 * kMs);
@@ -529,7 +845,19 @@ class World final : public SupervisorEnv, public LockdEnv {
     run_node(kLockd, step);
     check_grants_kept();
   }
+  /// The replica a node is (-1: none).
+  int replica_at(int node) const noexcept {
+    if (!replicated()) return -1;
+    if (node == kLockd) return 0;
+    if (node > static_cast<int>(cfg_.supervisors)) return node - static_cast<int>(cfg_.supervisors);
+    return -1;
+  }
   void tick_node(int node) {
+    if (const int k = replica_at(node); k >= 0) {
+      const auto kk = static_cast<std::uint32_t>(k);
+      if (replicas_[kk]) run_replica(kk, [&] { return replicas_[kk]->tick(local(node)); });
+      return;
+    }
     if (node == kLockd) {
       run_lockd([&] { return lockd_->tick(local(kLockd)); });
     } else {
@@ -574,7 +902,8 @@ class World final : public SupervisorEnv, public LockdEnv {
       record(kWorldNode, to_lockd ? "dup_up" : "dup_down", worker, bytes.size());
     }
     auto data = std::make_shared<std::vector<std::uint8_t>>(bytes.begin(), bytes.end());
-    if (faulty) attack(path, worker, to_lockd, data);
+    const std::uint32_t replica = to_lockd ? replica_for(worker) : 0;
+    if (faulty) attack(path, worker, to_lockd, data, replica);
     const std::uint64_t index = ++path.sent;
     for (int c = 0; c < copies; ++c) {
       const auto j = static_cast<std::uint64_t>(path.jitter_ns);
@@ -583,18 +912,19 @@ class World final : public SupervisorEnv, public LockdEnv {
         delay += net_rng_.range(path.tail_max_ns / 10, path.tail_max_ns);
         ++counts_.datagrams_delayed;
       }
-      const int to_node = to_lockd ? kLockd : worker < sups_.size() ? 1 + static_cast<int>(worker) : kWorldNode;
-      push(now_ + effects_delay_ns_ + delay, to_node, [this, &path, data, index, worker, to_lockd] {
+      const int to_node = to_lockd ? replica_node(replica) : worker < sups_.size() ? 1 + static_cast<int>(worker) : kWorldNode;
+      push(now_ + effects_delay_ns_ + delay, to_node, [this, &path, data, index, worker, to_lockd, replica] {
         if (index < path.highest_delivered) ++counts_.datagrams_reordered;
         path.highest_delivered = std::max(path.highest_delivered, index);
-        deliver(worker, to_lockd, *data);
+        deliver(worker, to_lockd, *data, replica);
       });
     }
   }
 
   /// The on-path attacker (Path::replay, Path::tamper): remembers `data`, and may inject an old
   /// capture or a tampered copy of it, delivered like any datagram on the path.
-  void attack(Path& path, std::uint32_t worker, bool to_lockd, const std::shared_ptr<std::vector<std::uint8_t>>& data) {
+  void attack(Path& path, std::uint32_t worker, bool to_lockd, const std::shared_ptr<std::vector<std::uint8_t>>& data,
+              std::uint32_t replica) {
     if (path.replay == 0 && path.tamper == 0) return;
     std::shared_ptr<const std::vector<std::uint8_t>> inject;
     if (!path.captured.empty() && attack_rng_.chance(path.replay)) {
@@ -612,12 +942,35 @@ class World final : public SupervisorEnv, public LockdEnv {
     path.captured.push_back(data);
     if (path.captured.size() > kCapturedMax) path.captured.pop_front();
     if (!inject) return;
-    const int to_node = to_lockd ? kLockd : worker < sups_.size() ? 1 + static_cast<int>(worker) : kWorldNode;
+    const int to_node = to_lockd ? replica_node(replica) : worker < sups_.size() ? 1 + static_cast<int>(worker) : kWorldNode;
     push(now_ + effects_delay_ns_ + path.base_delay_ns + attack_rng_.range(0, path.jitter_ns), to_node,
-         [this, inject, worker, to_lockd] { deliver(worker, to_lockd, *inject); });
+         [this, inject, worker, to_lockd, replica] { deliver(worker, to_lockd, *inject, replica); });
   }
 
-  void deliver(std::uint32_t worker, bool to_lockd, const std::vector<std::uint8_t>& bytes) {
+  /// The replica a datagram of `worker` goes to: the one its link targets (redirect()); the
+  /// operator and the hostile worker (the last path) go to the leader as etcd names it.
+  std::uint32_t replica_for(std::uint32_t worker) {
+    if (!replicated()) return 0;
+    if (worker < cfg_.supervisors) return target_[worker];
+    const std::optional<std::uint32_t> k = replica_of(etcd_->election_value());
+    return k && *k < cfg_.lockd_replicas ? *k : 0;
+  }
+
+  void deliver(std::uint32_t worker, bool to_lockd, const std::vector<std::uint8_t>& bytes, std::uint32_t replica = 0) {
+    if (to_lockd && replicated()) {
+      if (!replicas_[replica]) {
+        ++counts_.datagrams_to_down_lockd;
+        return;
+      }
+      ++counts_.datagrams_delivered;
+      const int node = replica_node(replica);
+      run_replica(replica, [&] {
+        const std::int64_t t = local(node);
+        replicas_[replica]->on_datagram(bytes, worker, t);
+        return replicas_[replica]->tick(t);
+      });
+      return;
+    }
     if (to_lockd) {
       if (!lockd_) {
         ++counts_.datagrams_to_down_lockd;
@@ -757,7 +1110,7 @@ class World final : public SupervisorEnv, public LockdEnv {
   void operator_transfer() {
     if (now_ >= cfg_.heal_ns) return;
     push(now_ + transfer_rng_.range(3 * kS, 12 * kS), kWorldNode, [this] { operator_transfer(); });
-    if (transfer_ || !lockd_) return;
+    if (transfer_ || authority() == nullptr) return;
     // What `leasehold show` would tell the operator: the held names, their holders and epochs.
     const std::map<NameId, HeldView> held = held_now();
     if (held.empty()) return;
@@ -812,13 +1165,22 @@ class World final : public SupervisorEnv, public LockdEnv {
 
   void operator_transfer_answer(const wire::Body& body) {
     OperatorTransfer& t = *transfer_;
+    // lockd on etcd: a lockd that does not lead (or still loads) changed nothing; the retry
+    // armed goes to the leader (replica_for), as the CLI follows not_leader.
+    if (const auto* e = std::get_if<wire::Error>(&body); e != nullptr && e->code == wire::ErrorCode::not_leader) return;
+    // A new leader's replay window is above the operator's seq (stale_seq / replayed, nothing
+    // executed): continue above it, as the CLI does; the armed retry carries the new seq.
+    if (const auto* e = std::get_if<wire::Error>(&body); e != nullptr && e->seq_floor != 0) {
+      operator_->advance_to(e->seq_floor);
+      return;
+    }
     const auto* st = std::get_if<wire::TransferState>(&body);
     const auto* d = std::get_if<wire::Deny>(&body);
     if (!t.begun) {
       if (st != nullptr && st->state == LockPhase::transferring && st->to == t.to) {
         t.begun = true;
         t.new_epoch = st->new_epoch;
-      } else if (const LockState s = lockd_ ? lockd_->table().state(t.name) : LockState{};
+      } else if (const LockState s = authority() != nullptr ? authority()->table().state(t.name) : LockState{};
                  d != nullptr && s.phase == LockPhase::transferring && s.to == t.to) {
         // Its answer was lost with a lockd restart (the retry is refused: transferring): resume
         // it, as `leasehold transfer` does for a name left transferring to its sandbox.
@@ -896,14 +1258,17 @@ class World final : public SupervisorEnv, public LockdEnv {
     SandboxId owner;
     Epoch epoch = 0;
     std::int64_t expiry_ns = 0;  ///< lockd's clock; kNoExpiry in preemptible mode
+    int node = kLockd;           ///< the lockd (replica) whose clock expiry_ns is on
     /// The same grant (a refresh moves only expiry_ns).
     bool same_grant(const HeldView& o) const noexcept { return owner == o.owner && epoch == o.epoch; }
   };
   std::map<NameId, HeldView> held_now() const {
     std::map<NameId, HeldView> out;
-    if (!lockd_) return out;
-    lockd_->table().for_each([&](NameId id, const LockState& s) {
-      if (s.phase == LockPhase::held) out.emplace(id, HeldView{s.owner, s.epoch, s.expiry_ns});
+    const LockdNode* a = authority();
+    if (a == nullptr) return out;
+    const int node = authority_node();
+    a->table().for_each([&](NameId id, const LockState& s) {
+      if (s.phase == LockPhase::held) out.emplace(id, HeldView{s.owner, s.epoch, s.expiry_ns, node});
     });
     return out;
   }
@@ -923,8 +1288,9 @@ class World final : public SupervisorEnv, public LockdEnv {
   /// True while lockd guards the revoked (or transferred-away) grant `epoch` of `id`: nobody can
   /// be granted the name until its worker confirms the kill or the revoke's bound passes.
   bool revoke_guards(NameId id, Epoch epoch) const {
-    if (!lockd_) return false;
-    const LockState s = lockd_->table().state(id);
+    const LockdNode* a = authority();
+    if (a == nullptr) return false;
+    const LockState s = a->table().state(id);
     return s.revoke_pending && s.revoked_epoch == epoch &&
            (s.phase == LockPhase::free || s.phase == LockPhase::transferring);
   }
@@ -944,7 +1310,7 @@ class World final : public SupervisorEnv, public LockdEnv {
       // notices an expiry only at its next tick, and the sandbox must be dead by the deadline.
       std::int64_t end_ns = now_;
       if (h.expiry_ns > 0 && h.expiry_ns < kNoExpiry)
-        end_ns = std::min(end_ns, clocks_[static_cast<std::size_t>(kLockd)].true_at(h.expiry_ns));
+        end_ns = std::min(end_ns, clocks_[static_cast<std::size_t>(h.node)].true_at(h.expiry_ns));
       // Held in memory but never answered (its batch not yet durable): nobody was told.
       if (acknowledged_.count(std::pair{id, h.epoch}) == 0) continue;
       const auto sb = sandboxes_.find(h.owner);
@@ -1066,8 +1432,8 @@ class World final : public SupervisorEnv, public LockdEnv {
       fail(*v);
       return;
     }
-    if (lockd_) {
-      const LeaseTable& t = lockd_->table();
+    if (const LockdNode* a = authority()) {
+      const LeaseTable& t = a->table();
       if (auto v = inv_.current_grant(std::span<const Passing>(passing_),
                                       [&](NameId id) {
                                         const LockState s = t.state(id);
@@ -1108,7 +1474,10 @@ class World final : public SupervisorEnv, public LockdEnv {
     char line[160];
     const char* who = node == kWorldNode ? "world" : node == kLockd ? "lockd" : "sup";
     char who_buf[16];
-    if (node > 0) {
+    if (const int k = replica_at(node); k >= 0) {
+      std::snprintf(who_buf, sizeof who_buf, "lockd%d", k);
+      who = who_buf;
+    } else if (node > 0) {
       std::snprintf(who_buf, sizeof who_buf, "sup%d", node - 1);
       who = who_buf;
     }
@@ -1153,12 +1522,27 @@ class World final : public SupervisorEnv, public LockdEnv {
   /// intra-step pause); 0 otherwise.
   std::int64_t effects_delay_ns_ = 0;
 
-  SimDisk disk_;
+  DurableTable table_;
+  SimDisk disk_{table_};
   std::int64_t disk_base_ns_ = 0;
   double disk_slow_ = 0;
   Rng disk_fail_rng_{0};
   double disk_fail_ = 0;  ///< per batch, before heal_ns (half the seeds with faults: 0.01%..0.4%)
   std::unique_ptr<LockdNode> lockd_;
+  // lockd on etcd (SimConfig::lockd_replicas > 1): the replicas (null while one is down), their
+  // incarnations and election call sequence numbers, the replica each worker's link targets.
+  std::unique_ptr<SimEtcd> etcd_;
+  std::vector<std::unique_ptr<LockdReplica>> replicas_;
+  std::vector<std::uint64_t> replica_inc_;
+  std::vector<std::uint64_t> call_seq_;
+  std::vector<std::uint32_t> target_;
+  Rng etcd_rng_{0};
+  std::vector<EtcdPath> etcd_paths_;
+  std::vector<EtcdCut> etcd_cuts_;
+  /// The acknowledged grants current at the authority after its last step (a takeover must
+  /// have every one of them).
+  std::vector<Invariants::AckedGrant> authority_current_;
+  std::int64_t authority_rev_ = 0;  ///< the newest leadership taken over (its revision)
   std::uint64_t incarnation_ = 1;
   std::vector<std::unique_ptr<SupervisorNode>> sups_;
   std::unique_ptr<wire::Sender> hostile_;

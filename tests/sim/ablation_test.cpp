@@ -16,6 +16,7 @@ TEST(SimAblation, TheAblatedBuildViolatesAnInvariantAtItsCatchingSeed) {
   ASSERT_FALSE(ablation_name().empty()) << "this test must link an ablated simulator library";
   SimConfig c;
   c.seed = LEASEHOLD_SIM_CATCHING_SEED;
+  c.lockd_replicas = LEASEHOLD_SIM_REPLICAS;  // the cluster's ablations: 3 (leasehold-sim's default for them)
   const RunResult r = run_seed(c);
   ASSERT_TRUE(r.violation) << "ablation " << ablation_name() << " no longer caught at seed " << c.seed
                            << " (find its new first seed with leasehold-sim-<ablation> --stop-at-first)";

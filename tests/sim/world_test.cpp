@@ -167,6 +167,80 @@ TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
     const RunResult r = run_seed(c);
     EXPECT_FALSE(r.violation) << "seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
   }
+  // The cluster's ablations' (three replicas).
+  for (const std::uint64_t s : {2u, 69u}) {
+    SimConfig c;
+    c.seed = s;
+    c.lockd_replicas = 3;
+    const RunResult r = run_seed(c);
+    EXPECT_FALSE(r.violation) << "3 replicas, seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
+  }
+}
+
+SimConfig cluster_run(std::uint64_t seed, std::uint32_t replicas = 3) {
+  SimConfig c;
+  c.seed = seed;
+  c.lockd_replicas = replicas;
+  c.duration_ns = 70 * kS;
+  c.heal_ns = 40 * kS;
+  return c;
+}
+
+// lockd on etcd: three replicas fail over under every fault of the cluster (a replica killed,
+// paused past its leadership lease, cut off etcd past the commit deadline; slow and
+// retransmitted etcd calls) and violate nothing; each fault and each outcome it must provoke
+// (takeovers, a deposed leader's writes refused by the guard, leadership leases expiring in
+// etcd) happens.
+TEST(SimCluster, ReplicasFailOverUnderEveryClusterFaultAndViolateNothing) {
+  FaultCounts sum;
+  for (std::uint64_t s = 1; s <= 8; ++s) {
+    const RunResult r = run_seed(cluster_run(s));
+    ASSERT_FALSE(r.violation) << "seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
+    sum += r.counts;
+  }
+  EXPECT_GT(sum.replica_crashes, 0u);
+  EXPECT_GT(sum.replica_long_pauses, 0u);
+  EXPECT_GT(sum.etcd_cuts, 0u);
+  EXPECT_GT(sum.etcd_calls_lost, 0u);
+  EXPECT_GT(sum.leases_expired, 0u);
+  EXPECT_GT(sum.batches_rejected, 0u);
+  // More leaderships taken over than the one at the start in every run.
+  EXPECT_GT(sum.takeovers, 8u * 2);
+  EXPECT_EQ(sum.lockd_restarts, sum.replica_crashes);
+  EXPECT_GT(sum.grants, 200u);
+  EXPECT_GT(sum.writes_accepted, 10'000u);
+  EXPECT_EQ(sum.lockd_crashes, 0u);  // the one-lockd crash is not a fault of a cluster
+}
+
+TEST(SimCluster, TheSameSeedGivesTheIdenticalTraceTwice) {
+  std::string first, second;
+  const RunResult a = run_seed(cluster_run(5), [&](std::string_view l) { first.append(l).push_back('\n'); });
+  const RunResult b = run_seed(cluster_run(5), [&](std::string_view l) { second.append(l).push_back('\n'); });
+  EXPECT_EQ(a.trace_hash, b.trace_hash);
+  EXPECT_EQ(first, second);
+  EXPECT_NE(first.find("lockd2 "), std::string::npos);
+  EXPECT_NE(first.find("take_over"), std::string::npos);
+}
+
+TEST(SimCluster, TwoAndFiveReplicasViolateNothing) {
+  for (const std::uint32_t n : {2u, 5u})
+    for (std::uint64_t s = 1; s <= 2; ++s) {
+      const RunResult r = run_seed(cluster_run(s, n));
+      EXPECT_FALSE(r.violation) << n << " replicas, seed " << s << ": " << r.violation->invariant << ": "
+                                << r.violation->detail;
+      EXPECT_GT(r.counts.takeovers, 1u) << n << " replicas, seed " << s;
+    }
+}
+
+TEST(SimCluster, ABadReplicaCountIsRefused) {
+  SimConfig c;
+  c.lockd_replicas = 0;
+  EXPECT_NE(c.validate().message().find("lockd_replicas must be in 1..5"), std::string::npos);
+  c.lockd_replicas = 6;
+  EXPECT_FALSE(c.validate().ok());
+  c.lockd_replicas = 3;
+  c.leader_lease_s = 0;
+  EXPECT_NE(c.validate().message().find("leader_lease_s"), std::string::npos);
 }
 
 // A seed drawn preemptible, run with its defaults: it must violate nothing.

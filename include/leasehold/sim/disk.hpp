@@ -1,4 +1,5 @@
-// leasehold/sim: the simulated disk behind lockd's durability port (lockd/durability.hpp).
+// leasehold/sim: the simulated disk behind lockd's durability port (lockd/durability.hpp), and
+// the guarded store of a leader of lockd on (simulated) etcd.
 //
 // One batch at a time (StoreThread's group commit): a batch submitted at t becomes durable at
 // t + latency, when the world calls complete(); then its per-change verdicts are ready for
@@ -22,8 +23,31 @@
 
 namespace leasehold::sim {
 
+/// What a store made durable (the SQLite file, or a shard's keys in etcd): the latest row of
+/// every name, the epoch high-water mark, the lived / seen marks and replay floors. open() gives
+/// a new incarnation what NameStore::load (or EtcdStore::load) would, and counts the open.
+class DurableTable {
+ public:
+  void apply(const lockd::DurableBatch& b);
+  lockd::RestoredTable open();
+  std::uint64_t opens() const noexcept { return opens_; }
+
+ private:
+  std::map<NameId, lockd::StoredName> rows_;
+  Epoch epoch_high_water_ = 0;
+  std::map<std::uint64_t, std::int64_t> lived_;
+  std::unordered_map<WorkerId, std::uint64_t> seen_;
+  std::unordered_map<WorkerId, std::uint64_t> replay_floor_;
+  std::uint64_t opens_ = 0;
+};
+
 class SimDisk final : public lockd::DurabilityPort {
  public:
+  /// A store of `table`. With a `guard` (lockd on etcd: "the election key is still this
+  /// leader's"), a batch is written only if the guard holds when it completes, and rejected
+  /// otherwise, as EtcdStore's guarded transaction.
+  explicit SimDisk(DurableTable& table, std::function<bool()> guard = {})
+      : table_(table), guard_(std::move(guard)) {}
   /// Called when a batch was taken (the world schedules its completion).
   void on_submit(std::function<void()> fn) { on_submit_ = std::move(fn); }
 
@@ -31,27 +55,26 @@ class SimDisk final : public lockd::DurabilityPort {
   void poll(std::vector<lockd::DurabilityVerdict>& out) override;
 
   bool busy() const noexcept { return in_flight_.has_value(); }
-  /// The in-flight batch is on disk; its verdicts are ready.
-  void complete();
-  /// The in-flight batch failed: nothing of it is on disk; its verdicts (failed) are ready.
-  void fail();
+  /// The in-flight batch reached the store: durable (its verdicts are ready), or rejected by
+  /// the guard. Returns false when the guard rejected it.
+  bool complete();
+  /// The in-flight batch failed: nothing of it is written; its verdicts (failed) are ready.
+  /// `written` (lockd on etcd: the transaction committed but its answer was lost) writes it
+  /// all the same if the guard holds: `failed` means "unknown", not "not written".
+  void fail(bool written = false);
   /// lockd crashed: the batch not yet durable is lost (and verdicts nobody polled). Returns
   /// whether there was a batch in flight.
   bool crash();
   /// What the next incarnation loads; counts one store open.
-  lockd::RestoredTable open();
-  std::uint64_t opens() const noexcept { return opens_; }
+  lockd::RestoredTable open() { return table_.open(); }
+  std::uint64_t opens() const noexcept { return table_.opens(); }
 
  private:
+  DurableTable& table_;
+  std::function<bool()> guard_;
   std::function<void()> on_submit_;
   std::optional<lockd::DurableBatch> in_flight_;
   std::vector<lockd::DurabilityVerdict> ready_;
-  std::map<NameId, lockd::StoredName> rows_;
-  Epoch epoch_high_water_ = 0;
-  std::map<std::uint64_t, std::int64_t> lived_;
-  std::unordered_map<WorkerId, std::uint64_t> seen_;
-  std::unordered_map<WorkerId, std::uint64_t> replay_floor_;
-  std::uint64_t opens_ = 0;
 };
 
 }  // namespace leasehold::sim

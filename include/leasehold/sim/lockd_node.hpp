@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 namespace leasehold::sim {
 
@@ -32,7 +33,17 @@ class LockdNode {
   /// (lockd's clock). Throws std::runtime_error if the store does not rebuild a table.
   LockdNode(const SimConfig& cfg, const wire::WireKey& cluster_key, LockdEnv& env, SimDisk& disk,
             std::int64_t now_ns);
+  /// lockd on etcd (sim/cluster.hpp): one replica's service at `now_ns` - a leader's, on the
+  /// table `restored` loaded from the store and over `store` (its guarded writes), or a
+  /// follower's (an empty table and a store that takes nothing; set_not_leader). `instance`
+  /// tells the replica's incarnations apart (lockd's instance id).
+  LockdNode(const SimConfig& cfg, const wire::WireKey& cluster_key, LockdEnv& env, lockd::RestoredTable restored,
+            lockd::DurabilityPort& store, std::int64_t now_ns, std::uint64_t instance);
   ~LockdNode();
+  /// LockService::set_not_leader: a follower answers every request not_leader naming `hint`.
+  void set_not_leader(const std::string& hint);
+  /// LockService::set_loading: a won election whose table is loading.
+  void set_loading(bool loading);
   LockdNode(const LockdNode&) = delete;
   LockdNode& operator=(const LockdNode&) = delete;
 

@@ -46,6 +46,10 @@ class SupervisorEnv {
   virtual void kill(std::uint32_t worker, SandboxId sandbox, std::string_view why) = 0;
   /// A line for the trace: what happened, with two numbers.
   virtual void note(std::uint32_t worker, std::string_view what, std::uint64_t a, std::uint64_t b) = 0;
+  /// lockd on etcd: a lockd answered not_leader naming `leader` ("" = none known); the worker's
+  /// next datagrams go to that lockd (or, with none named, the next one), as LockdLink follows
+  /// the hint. One lockd: never called.
+  virtual void redirect(std::uint32_t worker, std::string_view leader) = 0;
 };
 
 class SupervisorNode {

@@ -73,6 +73,15 @@ struct SimConfig {
   /// long. With draw_timing, half the seeds draw one (whole ms, up to the TTL).
   std::int64_t lock_delay_ns = 0;
 
+  /// lockd on etcd (sim/cluster.hpp): this many lockd replicas of one shard on a simulated
+  /// etcd, each running the production election (LeadershipCore) and the daemon's takeover
+  /// and self-fencing rules, with their own faults: a replica killed and restarted, paused past
+  /// its leadership lease and resumed (a deposed leader that keeps running), cut off etcd, and
+  /// etcd's answers lost or slow. 1: one lockd on its disk.
+  std::uint32_t lockd_replicas = 1;
+  /// The replicas' leadership lease L (lockd's --leader-lease-s), whole seconds.
+  std::int64_t leader_lease_s = 1;
+
   bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
   /// With faults, each seed draws its timing (own streams, with_drawn_timing): the TTL from
   /// timing.ttl_ns up to twice it, ρ from 0 up to 5x timing.rho_ppb, the wheel granularity up
@@ -135,7 +144,14 @@ struct SimConfig {
   X(sandboxes_started, "sandboxes started")                                                 \
   X(kills, "kill-switch kills (lapsed lease, lost / unknown answer)")                       \
   X(writes_accepted, "writes the fenced resource accepted")                                 \
-  X(writes_rejected, "writes the fenced resource rejected (stale epoch)")
+  X(writes_rejected, "writes the fenced resource rejected (stale epoch)")                   \
+  X(replica_crashes, "lockd replicas killed (lockd on etcd)")                               \
+  X(replica_long_pauses, "lockd replicas paused past their leadership lease")                \
+  X(etcd_cuts, "lockd replicas cut off etcd for a while")                                  \
+  X(etcd_calls_lost, "election calls or their answers etcd's path lost")                  \
+  X(takeovers, "leaderships taken over (a won election whose table loaded)")               \
+  X(batches_rejected, "leader writes etcd refused: the election key had moved on")          \
+  X(leases_expired, "leadership leases etcd expired")
 
 struct FaultCounts {
 #define LEASEHOLD_SIM_FIELD(name, text) std::uint64_t name = 0;
