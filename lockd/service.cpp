@@ -1367,7 +1367,15 @@ void LockService::submit_pending(std::int64_t now_ns, bool checkpoint) {
 
 void LockService::begin_drain() {
   // A last batch with how long this incarnation served, whatever else is pending.
-  if (!failed_) ++change_seq_;
+  if (failed_) return;
+  ++change_seq_;
+  // An orderly stop (a rolling restart, a handover): the seen mark of every worker acknowledged
+  // here is written again with the highest seq taken from it by now, so the next incarnation
+  // refuses every datagram this one saw (a crash leaves the floors of the first marks).
+  // Once per worker, at the stop: the writes stay O(workers).
+  std::unordered_set<WorkerId> queued(marks_.seen.begin(), marks_.seen.end());
+  for (const auto& [w, seq] : seen_seq_)
+    if (queued.insert(w).second) marks_.seen.push_back(w);
 }
 
 bool LockService::drained() const noexcept {

@@ -294,6 +294,34 @@ TEST(ServiceCore, LivedMarksNoRestartNeedsArePrunedWithTheFirstBatch) {
   EXPECT_EQ(rig3.disk.submitted[0].marks.drop_lived, (std::vector<std::uint64_t>{1, 4}));
 }
 
+// An orderly stop records each acknowledged worker's floor as it is then: a heartbeat sent after
+// the worker's first acknowledgement (above the floor its first mark carried) is refused by the
+// next incarnation too.
+TEST(ServiceCore, AnOrderlyStopRecordsTheFloorOfEveryWorkerSeen) {
+  const SandboxId sb = sandbox(12);
+  CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/d", sb), kT0);
+  rig.settle(kT0 + 1);  // the grant's batch: the first mark, floor = the acquire's seq
+  wire::Heartbeat hb;
+  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("jobs/d"), sb, 1});
+  const std::vector<std::uint8_t> captured = rig.seal(hb);
+  rig.deliver(captured, kT0 + 2);
+  rig.settle(kT0 + 3);
+  ASSERT_EQ(rig.service->counters().refresh_refreshed, 1u);
+  ASSERT_LT(rig.disk.apply_durable().replay_floor.at(rig.worker), rig.client.next_seq() - 1);
+  rig.service->begin_drain();
+  rig.settle(kT0 + 4);
+  ASSERT_TRUE(rig.service->drained());
+  const StoredTable stored = rig.disk.apply_durable();
+  EXPECT_EQ(stored.replay_floor.at(rig.worker), rig.client.next_seq() - 1);  // the heartbeat's
+  EXPECT_EQ(stored.seen.at(rig.worker), 1u);
+
+  CoreRig rig2(kT0 + kNsPerS, stored, 2);
+  rig2.deliver(captured, kT0 + kNsPerS);
+  rig2.settle(kT0 + kNsPerS + 1);
+  EXPECT_EQ(rig2.service->counters().refresh_refreshed, 0u);
+}
+
 // The service's end of "now is monotone": a clock reading earlier than the last one served,
 // in a datagram or a tick, aborts (the table would otherwise order deadlines by it).
 TEST(ServiceCore, ANameOfAnotherShardIsAnsweredWithThatShardsLeaderAndChangesNothing) {
