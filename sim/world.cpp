@@ -597,18 +597,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       authority_rev_ = replicas_[k]->leading();
       ++counts_.takeovers;
       record(replica_node(k), "take_over", static_cast<std::uint64_t>(authority_rev_), 0);
-      const LockdNode* a = authority();
       // A new authority: every acknowledged grant current at the last one must be in its table.
-      const LeaseTable& t = a->table();
-      if (auto v = inv_.no_lost_grant(std::span<const Invariants::AckedGrant>(authority_current_),
-                                      [&](NameId id) {
-                                        const LockState s = t.state(id);
-                                        return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
-                                      },
-                                      now_)) {
-        fail(*v);
-        return;
-      }
+      if (!grants_kept_by(authority()->table(), authority_current_)) return;
     }
     const LockdNode* a = authority();
     if (a == nullptr) return;
@@ -1348,20 +1338,26 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     push(now_ + down_ns, kWorldNode, [this] { restart_lockd(); });
   }
 
-  void restart_lockd() {
-    ++counts_.lockd_restarts;
-    lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
-    record(kLockd, "restart", incarnation_, 0);
-    const LeaseTable& t = lockd_->table();
-    if (auto v = inv_.no_lost_grant(std::span<const Invariants::AckedGrant>(crash_current_),
+  /// no_lost_grant: `t` (a restarted lockd's, a new leader's) has every grant of `current`
+  /// held; false (the run failed) when it lacks one.
+  bool grants_kept_by(const LeaseTable& t, const std::vector<Invariants::AckedGrant>& current) {
+    if (auto v = inv_.no_lost_grant(std::span<const Invariants::AckedGrant>(current),
                                     [&](NameId id) {
                                       const LockState s = t.state(id);
                                       return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
                                     },
                                     now_)) {
       fail(*v);
-      return;
+      return false;
     }
+    return true;
+  }
+
+  void restart_lockd() {
+    ++counts_.lockd_restarts;
+    lockd_ = std::make_unique<LockdNode>(cfg_, cluster_, *this, disk_, local(kLockd));
+    record(kLockd, "restart", incarnation_, 0);
+    if (!grants_kept_by(lockd_->table(), crash_current_)) return;
     run_lockd([&] { return lockd_->tick(local(kLockd)); });
   }
 
