@@ -8,6 +8,7 @@
 #include "leasehold/lockd/shards.hpp"
 
 #include "leasehold/wire/replay.hpp"
+#include "leasehold/wire/token.hpp"
 
 #include <openssl/rand.h>
 #include <unistd.h>
@@ -192,9 +193,20 @@ std::unique_ptr<LockService> LockdDaemon::make_service(const RestoredTable& rest
   return s;
 }
 
-void LockdDaemon::set_token_signer(std::shared_ptr<const token::TokenSigner> signer) {
+Status LockdDaemon::set_token_signer(std::shared_ptr<const token::TokenSigner> signer) {
+  if (cluster_ != nullptr && signer != nullptr) {
+    std::string note;
+    const Status ok = check_signing_key(*cluster_->client, cluster_->location.prefix,
+                                        signing_key_value(signer->public_key(), signer->key_id()),
+                                        boottime_ns() + 2'000'000'000, &note);
+    if (ok.code() == Errc::permission_denied) return ok;
+    log_ += "ts_boot_ns=" + std::to_string(loop_.clock().now_ns()) + " event=signing_key key_id=" +
+            token::key_id_text(signer->key_id()) + " record=\"" + (ok.ok() ? note : "unread: " + ok.message()) + "\"\n";
+    write_log();
+  }
   signer_ = std::move(signer);
   service_->set_token_signer(signer_);
+  return Status{};
 }
 
 Status LockdDaemon::reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns) {

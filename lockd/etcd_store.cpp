@@ -3,6 +3,7 @@
 #include "leasehold/etcd/client.hpp"
 #include "leasehold/lease/assert.hpp"
 #include "leasehold/lease/clock.hpp"
+#include "leasehold/wire/token.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -121,6 +122,46 @@ std::string cluster_keys_mismatch(std::string_view mine, std::string_view record
              ", the cluster's " + fp + ")" + both;
   }
   return {};
+}
+
+std::string signing_key_key(std::string_view prefix) { return std::string(prefix) + "/signing_key"; }
+
+std::string signing_key_value(std::span<const std::uint8_t> public_key, std::uint32_t key_id) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (const std::uint8_t b : public_key) {
+    hex.push_back(kHex[b >> 4]);
+    hex.push_back(kHex[b & 15]);
+  }
+  return "v=1 key_id=" + token::key_id_text(key_id) + " public=" + hex;
+}
+
+Status check_signing_key(etcd::Client& client, std::string_view prefix, std::string_view mine, std::int64_t deadline_ns,
+                         std::string* note) {
+  const std::string key = signing_key_key(prefix);
+  // Created only where there is none: a lockd never overwrites the cluster's record.
+  auto r = client.txn({etcd::Compare::of(key, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0)},
+                      {etcd::Op::put(key, std::string(mine))}, {etcd::Op::get(key)}, deadline_ns);
+  if (!r.ok()) return r.status();
+  if (r->succeeded) {
+    if (note != nullptr) *note = "created";
+    return Status{};
+  }
+  const std::string recorded =
+      !r->ranges.empty() && !r->ranges.front().kvs.empty() ? r->ranges.front().kvs.front().value : std::string();
+  if (recorded == mine) {
+    if (note != nullptr) *note = "matches";
+    return Status{};
+  }
+  const auto id_of = [](std::string_view v) {
+    const std::size_t at = v.find("key_id=");
+    return at == std::string_view::npos ? std::string("?") : std::string(v.substr(at + 7, v.find(' ', at) - at - 7));
+  };
+  return Status(Errc::permission_denied,
+                key + " records token signing key id " + id_of(recorded) + ", this lockd's --signing-key-file is key id " +
+                    id_of(mine) + ": resources keep the cluster's one public key and would refuse every token this " +
+                    "lockd signs as unknown_key; give it the cluster's signing key (to rotate the key, stop every " +
+                    "lockd, delete " + key + " with etcdctl, and start them with the new key)");
 }
 
 Status check_cluster_keys(etcd::Client& client, std::string_view prefix, std::string_view mine,

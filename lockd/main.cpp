@@ -210,7 +210,12 @@ int main(int argc, char** argv) {
                  token::key_id_text(signer->key_id()).c_str(), pub_note.c_str());
   }
 
-  service->set_token_signer(signer);
+  if (const Status err = service->set_token_signer(signer); !err.ok()) {
+    std::fprintf(stderr, "leasehold-lockd: --signing-key-file %s: refusing to start: %s\n",
+                 lockd::signing_key_path(cfg).c_str(), err.message().c_str());
+    service.reset();
+    return 1;
+  }
   bool stopping = false;
   bool reload = false;
   loop->add_poll(sfd, POLLIN, PollMode::multishot, [&](int) {

@@ -151,6 +151,35 @@ TEST_F(LockdClusterTest, ALockdWithAnotherClustersKeyRefusesToStartNamingBothKey
   EXPECT_NE(r.err.find(cluster_key_fingerprint(key_)), std::string::npos) << r.err;
 }
 
+TEST_F(LockdClusterTest, ALockdWithAnotherSigningKeyRefusesToStartNamingBothKeyIds) {
+  ASSERT_GE(wait_leader(10'000), 0) << all_logs();
+  // The cluster's record holds the key every running lockd signs with.
+  const auto signer = token::TokenSigner::load(signing_);
+  ASSERT_TRUE(signer) << signer.message();
+  auto client = etcd::Client::open(etcd_->endpoints());
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  const auto rec = (*client)->range(signing_key_key("/cluster-test"), {}, boottime_ns() + 2 * kMs * 1000);
+  ASSERT_TRUE(rec.ok()) << rec.status().message();
+  ASSERT_EQ(rec->kvs.size(), 1u);
+  EXPECT_EQ(rec->kvs.front().value, signing_key_value((*signer)->public_key(), (*signer)->key_id()));
+  // A lockd of the same cluster (its cluster key) with another signing key: it would lead and
+  // sign tokens every resource refuses.
+  const std::string other = (dir_.path() / "other-signing.key").string();
+  ASSERT_TRUE(token::generate_signing_key_file(other).ok());
+  const auto other_signer = token::TokenSigner::load(other);
+  ASSERT_TRUE(other_signer) << other_signer.message();
+  const ExitResult r = run_lockd_to_exit({"--key-file", (dir_.path() / "lockd.key").string(), "--store",
+                                          "etcd://" + etcd_->endpoints() + "/cluster-test", "--signing-key-file",
+                                          other, "--leader-lease-s", "1", "--ttl-ms", "6000", "--listen",
+                                          "127.0.0.1:0"},
+                                         dir_.path());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("refusing to start"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(token::key_id_text((*signer)->key_id())), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(token::key_id_text((*other_signer)->key_id())), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
+}
+
 std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;

@@ -45,7 +45,10 @@ class LockdDaemon {
   /// The service serving now: the leader's, or a follower (etcd store, not leading).
   LockService& service() noexcept { return *service_; }
   /// The token signer of every grant, for this service and the ones the daemon builds later.
-  void set_token_signer(std::shared_ptr<const token::TokenSigner> signer);
+  /// On etcd, first checks it against the cluster's signing key record (check_signing_key):
+  /// permission_denied when the cluster signs with another key (lockd must not start); an etcd
+  /// that does not answer is no refusal (logged).
+  Status set_token_signer(std::shared_ptr<const token::TokenSigner> signer);
   /// A key rotation (SIGHUP), for this service and the ones the daemon builds later.
   Status reload_keys(const std::vector<wire::WireKey>& keys, std::int64_t now_ns);
   /// The bound address (with the real port when cfg.listen asked for port 0).

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -75,6 +76,19 @@ std::string cluster_keys_mismatch(std::string_view mine, std::string_view record
 /// `*note` (when not null): what was found, for the log.
 Status check_cluster_keys(etcd::Client& client, std::string_view prefix, std::string_view mine,
                           std::int64_t deadline_ns, std::string* note = nullptr);
+
+/// The cluster's token signing key record: PREFIX/signing_key, "v=1 key_id=XXXXXXXX
+/// public=<hex of the Ed25519 public key>". Resources keep one public key (F.pub), so every
+/// leader of every shard must sign with the same key: a lockd with another key would lead and
+/// have every token it signs refused as unknown_key.
+std::string signing_key_key(std::string_view prefix);
+/// The record of the signing key whose public key is `public_key` and key id `key_id`.
+std::string signing_key_value(std::span<const std::uint8_t> public_key, std::uint32_t key_id);
+/// At start: creates the record holding `mine` when there is none. Ok when it was created or
+/// holds `mine`; permission_denied naming both key ids (and how to rotate) when it holds another
+/// key; an etcd error as it came. `*note` (when not null): "created" or "matches".
+Status check_signing_key(etcd::Client& client, std::string_view prefix, std::string_view mine, std::int64_t deadline_ns,
+                         std::string* note = nullptr);
 
 /// A row as stored in etcd: "v=1 name=TEXT state=held epoch=5 old_epoch=0 owner=UUID peer=UUID
 /// worker=UUID peer_worker=UUID ttl_ns=N fresh=0" (every field present, in that order).
