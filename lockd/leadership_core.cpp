@@ -249,6 +249,11 @@ LeadershipCore::Task LeadershipCore::campaign(bool& won) {
   if (!r.status.ok()) {
     v.last_error = "campaign: " + r.status.message();
     publish(v);
+    // Unless etcd said no (not_found: no such lease), the transaction may have been applied with
+    // its answer lost or late: the key would then be this lockd's, attached to the lease it keeps
+    // alive as a follower, and every later poll would read it as another leader's - a shard with
+    // no leader for as long as this lockd runs. run() gives that lease up.
+    if (r.status.code() != Errc::not_found) campaign_outcome_unknown_ = true;
     co_return;
   }
   if (r.won) {
@@ -365,6 +370,14 @@ LeadershipCore::Task LeadershipCore::run() {
       if (now_() >= now_view.campaign_after_ns) {
         bool won = false;
         co_await campaign(won);
+        if (std::exchange(campaign_outcome_unknown_, false)) {
+          // Revoked, the key goes with the lease if the election was applied; a revoke that
+          // fails leaves the lease to expire within L (it is no longer kept alive).
+          if (lease_id_ != 0) (void)co_await revoke();
+          lease_id_ = 0;
+          keep_alive_open = false;
+          continue;
+        }
       } else if (ElectionReply key = co_await read_election_key(now_() + cfg_.call_timeout_ns); key.status.ok()) {
         // Backing off: no campaign, but the hint stays current.
         const std::string leader = key.found ? key.value : std::string();

@@ -197,6 +197,10 @@ int main(int argc, char** argv) {
                  "lockd on etcd: this many lockd replicas of one shard on a simulated etcd, with failovers "
                  "(2..5; default 1: one lockd on its disk, 3 in the builds of the cluster's ablations)")
       ->check(CLI::Range(1u, 5u));
+  std::int64_t leader_lease_s = 0;
+  app.add_option("--leader-lease-s", leader_lease_s,
+                 "lockd on etcd: the replicas' leadership lease L in s (default 1; lockd's own default is 2)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{10}));
   std::string mode = "mixed";
   app.add_option("--mode", mode,
                  "lock mode of lockd and the supervisors: lease, preemptible, or mixed (default: each seed draws "
@@ -245,6 +249,7 @@ int main(int argc, char** argv) {
   }
   if (no_faults) replay_extra += " --no-faults";
   if (replicas != 0) replay_extra += " --lockd-replicas " + std::to_string(replicas);
+  if (leader_lease_s != 0) replay_extra += " --leader-lease-s " + std::to_string(leader_lease_s);
   SimConfig base;
   if (duration_s > 0) {
     base.duration_ns = static_cast<std::int64_t>(duration_s * 1e9);
@@ -256,6 +261,7 @@ int main(int argc, char** argv) {
   const std::string_view ablation = leasehold::sim::ablation_name();
   if (replicas == 0) replicas = ablation == "no-self-fence" || ablation == "unguarded-writes" ? 3 : 1;
   base.lockd_replicas = replicas;
+  if (leader_lease_s != 0) base.leader_lease_s = leader_lease_s;
   if (mode == "lease") base.preemptible_share = 0;
   if (mode == "preemptible") base.preemptible_share = 1;
   if (const leasehold::Status why = base.validate(); !why.ok()) {

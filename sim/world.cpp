@@ -593,6 +593,21 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       const std::uint64_t inc = replica_inc_[k];
       push(now_, replica_node(k), [this, k, s2, inc] { answer(k, s2, inc, lockd::ElectionReply{}); });
     }
+    // one_leader: a replica that still serves revision R after its step (its fence checked on its
+    // own clock at this instant) holds etcd's election key of revision R now - the self-fence's
+    // promise that no lockd answers once another can win. (The other invariants see a deposed
+    // leader only through its refreshes' effect on a later leader's expiries, so they miss one
+    // that serves up to about a TTL too long.)
+    if (replicas_[k] && replicas_[k]->leading() != 0) {
+      const std::int64_t held = etcd_->election_revision();
+      if (held != replicas_[k]->leading()) {
+        fail(Violation{"one_leader", now_,
+                       "lockd" + std::to_string(k) + " serves revision " + std::to_string(replicas_[k]->leading()) +
+                           " while etcd's election key is " +
+                           (held == 0 ? std::string("gone") : "of revision " + std::to_string(held))});
+        return;
+      }
+    }
     if (replicas_[k] && replicas_[k]->leading() > authority_rev_) {
       authority_rev_ = replicas_[k]->leading();
       ++counts_.takeovers;

@@ -229,6 +229,7 @@ class LeadershipCore {
   std::int64_t won_ns_ = 0;             ///< when the current (or last) leadership was won
   std::int64_t last_key_check_ns_ = 0;  ///< a leader's last read of its election key
   std::uint64_t jitter_state_;          ///< the backoff's jitter (splitmix64)
+  bool campaign_outcome_unknown_ = false;  ///< the last campaign's transaction may have been applied
   // Shared with the io side.
   mutable std::mutex mu_;
   LeadershipView view_;                        // guarded by mu_
