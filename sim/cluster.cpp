@@ -198,6 +198,8 @@ void LockdReplica::load_done(std::int64_t revision, lockd::RestoredTable table) 
   node_->set_loading(false);
   // The election may have moved on (or its fence passed) while the table loaded.
   if (!lockd::load_still_leads(core_->view(), revision, now)) return;
+  // The incarnation is the election's revision, as EtcdStore::incarnation().
+  table.incarnation = static_cast<std::uint64_t>(revision);
   const std::int64_t rev = revision;
   SimEtcd* etcd = &etcd_;
   const bool guarded = ablation_name() != "unguarded-writes";

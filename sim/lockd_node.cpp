@@ -60,7 +60,13 @@ SocketAddress worker_address(std::uint32_t worker) {
 // ---- SimDisk ------------------------------------------------------------------------------------
 
 void DurableTable::apply(const lockd::DurableBatch& b) {
-  for (const lockd::StoredName& n : b.changes) rows_[n.id] = n;
+  for (const lockd::StoredName& n : b.changes) {
+    lockd::StoredName& row = rows_[n.id];
+    if (row.epoch > n.epoch && regression_.empty())
+      regression_ = "name " + n.id.str() + ": a write put its row back from epoch " + std::to_string(row.epoch) + " to " +
+                    std::to_string(n.epoch);
+    row = n;
+  }
   epoch_high_water_ = std::max(epoch_high_water_, b.epoch_high_water);
   if (b.marks.lived_ns >= 0) lived_[b.marks.incarnation] = b.marks.lived_ns;
   for (const std::uint64_t j : b.marks.drop_lived)
@@ -105,10 +111,13 @@ bool SimDisk::complete() {
   return accepted;
 }
 
-void SimDisk::fail(bool written) {
+void SimDisk::write_unanswered() {
+  if (in_flight_ && (!guard_ || guard_())) table_.apply(*in_flight_);
+}
+
+void SimDisk::fail() {
   if (!in_flight_) return;
   const lockd::DurableBatch& b = *in_flight_;
-  if (written && (!guard_ || guard_())) table_.apply(b);
   for (std::uint64_t s = b.first_seq; s <= b.last_seq && s != 0; ++s)
     ready_.push_back(lockd::DurabilityVerdict{s, lockd::DurabilityVerdict::Kind::failed, "simulated disk failure"});
   in_flight_.reset();

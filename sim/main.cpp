@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 5u));
   std::int64_t leader_lease_s = 0;
   app.add_option("--leader-lease-s", leader_lease_s,
-                 "lockd on etcd: the replicas' leadership lease L in s (default 1; lockd's own default is 2)")
+                 "lockd on etcd: the replicas' leadership lease L in s (default: each seed draws 1 or 2, lockd's own default)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{10}));
   std::string mode = "mixed";
   app.add_option("--mode", mode,

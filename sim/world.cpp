@@ -32,6 +32,10 @@ namespace leasehold::sim {
 std::int64_t SimConfig::safety_margin_ns() const noexcept { return timing::check_safety(timing).margin_ns; }
 
 SimConfig with_drawn_timing(SimConfig cfg) {
+  if (cfg.leader_lease_s == 0) {
+    Rng l(cfg.seed ^ 0x1ea5e1ea5e1ea5e1ULL);
+    cfg.leader_lease_s = cfg.faults && cfg.draw_timing && l.chance(0.5) ? 2 : 1;
+  }
   if (!cfg.faults || !cfg.draw_timing) return cfg;
   // The inequality's other terms first (their own stream): the lease TTL up to twice the
   // configured one (whole ms, as lockd takes it), the clock-rate bound up to 5x, the wheel's
@@ -83,8 +87,8 @@ Status SimConfig::validate() const {
     return Status::invalid("durations must be > 0 (ttl at least 10 ms)");
   if (lockd_replicas == 0 || lockd_replicas > 5)
     return Status::invalid("lockd_replicas must be in 1..5, not " + std::to_string(lockd_replicas));
-  if (leader_lease_s < 1 || leader_lease_s > 10)
-    return Status::invalid("leader_lease_s must be in 1..10, not " + std::to_string(leader_lease_s));
+  if (leader_lease_s < 0 || leader_lease_s > 10)
+    return Status::invalid("leader_lease_s must be in 0 (drawn) ..10, not " + std::to_string(leader_lease_s));
   if (!(preemptible_share >= 0 && preemptible_share <= 1))
     return Status::invalid("preemptible_share must be in 0..1, not " + std::to_string(preemptible_share));
   if (lock_delay_ns < 0 || lock_delay_ns % kMs != 0)
@@ -306,6 +310,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     record(kWorldNode, "kill_after_ms", 0, static_cast<std::uint64_t>(cfg_.timing.kill_after_ns / kMs));
     record(kWorldNode, "safety_margin_us", 0, static_cast<std::uint64_t>(cfg_.safety_margin_ns() / 1000));
     record(kWorldNode, "lock_delay_ms", 0, static_cast<std::uint64_t>(cfg_.lock_delay_ns / kMs));
+    if (replicated()) record(kWorldNode, "leader_lease_s", 0, static_cast<std::uint64_t>(cfg_.leader_lease_s));
     if (cfg_.faults) plan_faults(setup);
     if (replicated() && cfg_.faults) plan_cluster_faults();
     for (int n = 0; n < static_cast<int>(n_nodes); ++n) tick_node(n);
@@ -404,6 +409,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       } else {
         disk_.complete();
         ++counts_.batches_durable;
+        if (!table_.regression().empty()) fail(Violation{"stored_epoch_monotone", now_, table_.regression()});
       }
       run_lockd([&] { return lockd_->tick(local(kLockd)); });
       // lockd exits on a failed store (production: the process exits, its service manager
@@ -458,7 +464,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       const std::int64_t next = now_ + (fails ? etcd_delay(k) : kS + 50 * kMs);
       if (fails || next >= give_up) {
         push(std::min(next, give_up), kWorldNode, [this, store, k, inc, node] {
-          store->fail(false);
+          store->fail();
           ++counts_.disk_failures;
           wake_replica(k, inc, node);
         });
@@ -467,9 +473,19 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       push(next, kWorldNode, [this, k, inc, store, give_up] { store_attempt(k, inc, store, give_up, false); });
       return;
     }
-    push(now_ + etcd_delay(k), kWorldNode, [this, store, k, inc, node] {
+    push(now_ + etcd_delay(k), kWorldNode, [this, store, k, inc, node, give_up] {
+      if (etcd_lost(k)) {
+        // Decided at etcd, its answer cut off: the attempt times out and the next one (the same
+        // puts, still guarded) brings the verdict, or the commit deadline fails it.
+        store->write_unanswered();
+        ++counts_.batches_unanswered;
+        if (!etcd_->table().regression().empty()) fail(Violation{"stored_epoch_monotone", now_, etcd_->table().regression()});
+        store_attempt(k, inc, store, give_up, false);
+        return;
+      }
       if (store->complete()) ++counts_.batches_durable;
       else ++counts_.batches_rejected;
+      if (!etcd_->table().regression().empty()) fail(Violation{"stored_epoch_monotone", now_, etcd_->table().regression()});
       push(now_ + etcd_delay(k), node, [this, k, inc, node] { wake_replica(k, inc, node); });
     });
   }

@@ -168,7 +168,7 @@ TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
     EXPECT_FALSE(r.violation) << "seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
   }
   // The cluster's ablations' (three replicas).
-  for (const std::uint64_t s : {1u, 2u, 69u}) {
+  for (const std::uint64_t s : {1u, 127u}) {
     SimConfig c;
     c.seed = s;
     c.lockd_replicas = 3;
@@ -204,6 +204,7 @@ TEST(SimCluster, ReplicasFailOverUnderEveryClusterFaultAndViolateNothing) {
   EXPECT_GT(sum.etcd_calls_lost, 0u);
   EXPECT_GT(sum.leases_expired, 0u);
   EXPECT_GT(sum.batches_rejected, 0u);
+  EXPECT_GT(sum.batches_unanswered, 0u);
   // More leaderships taken over than the one at the start in every run.
   EXPECT_GT(sum.takeovers, 8u * 2);
   EXPECT_EQ(sum.lockd_restarts, sum.replica_crashes);
@@ -223,13 +224,16 @@ TEST(SimCluster, TheSameSeedGivesTheIdenticalTraceTwice) {
 }
 
 TEST(SimCluster, TwoAndFiveReplicasViolateNothing) {
-  for (const std::uint32_t n : {2u, 5u})
+  for (const std::uint32_t n : {2u, 5u}) {
+    std::uint64_t takeovers = 0;
     for (std::uint64_t s = 1; s <= 2; ++s) {
       const RunResult r = run_seed(cluster_run(s, n));
       EXPECT_FALSE(r.violation) << n << " replicas, seed " << s << ": " << r.violation->invariant << ": "
                                 << r.violation->detail;
-      EXPECT_GT(r.counts.takeovers, 1u) << n << " replicas, seed " << s;
+      takeovers += r.counts.takeovers;
     }
+    EXPECT_GT(takeovers, 2u) << n << " replicas: no failover after the first election";
+  }
 }
 
 // lockd's default leadership lease (2 s) outlives a campaign's 1 s call timeout: an election that
@@ -254,7 +258,7 @@ TEST(SimCluster, ABadReplicaCountIsRefused) {
   c.lockd_replicas = 6;
   EXPECT_FALSE(c.validate().ok());
   c.lockd_replicas = 3;
-  c.leader_lease_s = 0;
+  c.leader_lease_s = 11;
   EXPECT_NE(c.validate().message().find("leader_lease_s"), std::string::npos);
 }
 

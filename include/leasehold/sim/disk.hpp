@@ -29,6 +29,10 @@ namespace leasehold::sim {
 class DurableTable {
  public:
   void apply(const lockd::DurableBatch& b);
+  /// stored_epoch_monotone: the first write that put a name's row at a lower epoch than it had
+  /// (a stale writer overwrote newer state: a deposed leader's write that no guard stopped),
+  /// described; "" while none did. Epochs only grow, so no correct store ever does.
+  const std::string& regression() const noexcept { return regression_; }
   lockd::RestoredTable open();
   std::uint64_t opens() const noexcept { return opens_; }
 
@@ -39,6 +43,7 @@ class DurableTable {
   std::unordered_map<WorkerId, std::uint64_t> seen_;
   std::unordered_map<WorkerId, std::uint64_t> replay_floor_;
   std::uint64_t opens_ = 0;
+  std::string regression_;
 };
 
 class SimDisk final : public lockd::DurabilityPort {
@@ -58,10 +63,12 @@ class SimDisk final : public lockd::DurabilityPort {
   /// The in-flight batch reached the store: durable (its verdicts are ready), or rejected by
   /// the guard. Returns false when the guard rejected it.
   bool complete();
-  /// The in-flight batch failed: nothing of it is written; its verdicts (failed) are ready.
-  /// `written` (lockd on etcd: the transaction committed but its answer was lost) writes it
-  /// all the same if the guard holds: `failed` means "unknown", not "not written".
-  void fail(bool written = false);
+  /// The in-flight batch failed: nothing more of it is written; its verdicts (failed) are ready.
+  void fail();
+  /// lockd on etcd: the batch reached etcd (written if the guard holds) but its answer was lost;
+  /// it stays in flight, for the retry's verdict (complete(), whose guarded write is the same
+  /// puts again) or fail() at the commit deadline - `failed` then means "maybe written".
+  void write_unanswered();
   /// lockd crashed: the batch not yet durable is lost (and verdicts nobody polled). Returns
   /// whether there was a batch in flight.
   bool crash();

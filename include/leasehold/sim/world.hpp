@@ -79,8 +79,9 @@ struct SimConfig {
   /// its leadership lease and resumed (a deposed leader that keeps running), cut off etcd, and
   /// etcd's answers lost or slow. 1: one lockd on its disk.
   std::uint32_t lockd_replicas = 1;
-  /// The replicas' leadership lease L (lockd's --leader-lease-s), whole seconds.
-  std::int64_t leader_lease_s = 1;
+  /// The replicas' leadership lease L (lockd's --leader-lease-s), whole seconds; 0: drawn per
+  /// seed, 1 s or 2 s (lockd's default), from a stream of its own (with_drawn_timing).
+  std::int64_t leader_lease_s = 0;
 
   bool faults = true;             ///< false: a reliable network, no pauses, crashes or skew
   /// With faults, each seed draws its timing (own streams, with_drawn_timing): the TTL from
@@ -151,6 +152,7 @@ struct SimConfig {
   X(etcd_calls_lost, "election calls or their answers etcd's path lost")                  \
   X(takeovers, "leaderships taken over (a won election whose table loaded)")               \
   X(batches_rejected, "leader writes etcd refused: the election key had moved on")          \
+  X(batches_unanswered, "leader writes etcd decided whose answer a cut lost (then retried)") \
   X(leases_expired, "leadership leases etcd expired")
 
 struct FaultCounts {
