@@ -153,6 +153,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
       cluster_->advertise = lc.advertise;
       lc.lease_s = cfg.leader_lease_s;
       lc.cluster_key_path = cluster_key_key(cluster_->location.prefix);
+      lc.signing_key_path = signing_key_key(cluster_->location.prefix);
       lc.cluster_keys = cluster_keys_value(keys_);
       if (cfg.shards > 1)
         cluster_->shard_leaders =
@@ -200,6 +201,8 @@ Status LockdDaemon::set_token_signer(std::shared_ptr<const token::TokenSigner> s
                                         signing_key_value(signer->public_key(), signer->key_id()),
                                         boottime_ns() + 2'000'000'000, &note);
     if (ok.code() == Errc::permission_denied) return ok;
+    // Unread (etcd did not answer): the election checks the record again before every campaign.
+    cluster_->leadership->set_signing_key(signing_key_value(signer->public_key(), signer->key_id()));
     log_ += "ts_boot_ns=" + std::to_string(loop_.clock().now_ns()) + " event=signing_key key_id=" +
             token::key_id_text(signer->key_id()) + " record=\"" + (ok.ok() ? note : "unread: " + ok.message()) + "\"\n";
     write_log();

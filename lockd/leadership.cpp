@@ -92,9 +92,9 @@ void Leadership::run() {
         using etcd::Compare;
         std::vector<Compare> compares{Compare::of(c.key, Compare::Target::create_revision, Compare::Op::equal, 0)};
         std::vector<etcd::Op> ops{etcd::Op::put(c.key, c.value, c.lease_id)};
-        if (!c.record_key.empty()) {
-          compares.push_back(Compare::of(c.record_key, Compare::Target::mod_revision, Compare::Op::equal, c.record_revision));
-          if (!c.record_value.empty()) ops.push_back(etcd::Op::put(c.record_key, c.record_value));
+        for (const ElectionRecord& rec : c.records) {
+          compares.push_back(Compare::of(rec.key, Compare::Target::mod_revision, Compare::Op::equal, rec.mod_revision));
+          if (!rec.value.empty()) ops.push_back(etcd::Op::put(rec.key, rec.value));
         }
         auto t = client_->txn(compares, ops, {etcd::Op::get(c.key)}, c.until_ns);
         if (!t.ok()) {
@@ -113,7 +113,7 @@ void Leadership::run() {
       case ElectionCall::Kind::write_record: {
         using etcd::Compare;
         auto t = client_->txn({Compare::of(c.key, Compare::Target::create_revision, Compare::Op::equal, c.guard_revision)},
-                              {etcd::Op::put(c.record_key, c.record_value)}, {}, c.until_ns);
+                              {etcd::Op::put(c.records.at(0).key, c.records.at(0).value)}, {}, c.until_ns);
         if (!t.ok()) r.status = t.status();  // not succeeded: no longer the leader, which its key check finds
         break;
       }

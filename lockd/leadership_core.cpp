@@ -169,6 +169,11 @@ void LeadershipCore::set_cluster_keys(std::string value) {
   interrupt();
 }
 
+void LeadershipCore::set_signing_key(std::string value) {
+  std::lock_guard lock(mu_);
+  signing_key_ = std::move(value);
+}
+
 void LeadershipCore::stop() {
   {
     std::lock_guard lock(mu_);
@@ -241,9 +246,46 @@ LeadershipCore::Task LeadershipCore::campaign(bool& won) {
         co_return;
       }
     }
-    c.record_key = cfg_.cluster_key_path;
-    c.record_revision = rec.found ? rec.mod_revision : 0;
-    if (!rec.found || rec.value != mine) c.record_value = mine;
+    c.records.push_back(ElectionRecord{cfg_.cluster_key_path, rec.found ? rec.mod_revision : 0,
+                                       !rec.found || rec.value != mine ? mine : std::string()});
+  }
+  if (!cfg_.signing_key_path.empty()) {
+    // Every leader signs with the key the cluster's resources keep (etcd_store.hpp): checked on
+    // the record as read, compared in the election's transaction, created by the first winner.
+    std::string mine;
+    {
+      std::lock_guard lock(mu_);
+      mine = signing_key_;
+    }
+    if (mine.empty()) co_return;  // its signer is not loaded yet (the daemon sets it at start)
+    ElectionCall sc;
+    sc.kind = ElectionCall::Kind::read_key;
+    sc.key = cfg_.signing_key_path;
+    sc.until_ns = sent + cfg_.call_timeout_ns;
+    ElectionReply rec = co_await call(std::move(sc));
+    if (!rec.status.ok()) {
+      v.last_error = "campaign: " + rec.status.message();
+      publish(v);
+      co_return;
+    }
+    if (rec.found && rec.value != mine) {
+      const auto id_of = [](std::string_view text) {
+        const std::size_t at = text.find("key_id=");
+        return at == std::string_view::npos ? std::string("?")
+                                            : std::string(text.substr(at + 7, text.find(' ', at) - at - 7));
+      };
+      std::string why = "refusing to campaign: " + cfg_.signing_key_path + " records token signing key id " +
+                        id_of(rec.value) + ", this lockd signs with key id " + id_of(mine) +
+                        " (resources would refuse its tokens as unknown_key)";
+      if (why != v.last_error || !v.leader.empty()) {
+        v.leader.clear();
+        v.last_error = std::move(why);
+        publish(v);
+      }
+      co_return;
+    }
+    c.records.push_back(ElectionRecord{cfg_.signing_key_path, rec.found ? rec.mod_revision : 0,
+                                       rec.found ? std::string() : mine});
   }
   ElectionReply r = co_await call(std::move(c));
   if (!r.status.ok()) {
@@ -440,8 +482,7 @@ LeadershipCore::Task LeadershipCore::run() {
         w.kind = ElectionCall::Kind::write_record;
         w.key = election_;
         w.guard_revision = v.revision;
-        w.record_key = cfg_.cluster_key_path;
-        w.record_value = keys;
+        w.records.push_back(ElectionRecord{cfg_.cluster_key_path, 0, keys});
         w.until_ns = std::max(now_() + cfg_.call_timeout_ns / 10,
                               std::min(now_() + cfg_.call_timeout_ns, last_ack_sent_ns_ + beat_ns));
         if (ElectionReply written = co_await call(std::move(w)); !written.status.ok()) {

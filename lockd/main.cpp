@@ -205,16 +205,16 @@ int main(int argc, char** argv) {
     } else {
       pub_note = "no public key file " + pub_path + " (`--print-public-key` prints it)";
     }
+    // On etcd, the cluster's record first: a lockd it refuses says so, not that it signs.
+    if (const Status err = service->set_token_signer(signer); !err.ok()) {
+      std::fprintf(stderr, "leasehold-lockd: --signing-key-file %s: refusing to start: %s\n", path.c_str(),
+                   err.message().c_str());
+      service.reset();
+      return 1;
+    }
     std::fprintf(stderr, "leasehold-lockd: %s token signing key %s (key id %s); %s\n",
                  generated ? "generated the" : "signing tokens with", path.c_str(),
                  token::key_id_text(signer->key_id()).c_str(), pub_note.c_str());
-  }
-
-  if (const Status err = service->set_token_signer(signer); !err.ok()) {
-    std::fprintf(stderr, "leasehold-lockd: --signing-key-file %s: refusing to start: %s\n",
-                 lockd::signing_key_path(cfg).c_str(), err.message().c_str());
-    service.reset();
-    return 1;
   }
   bool stopping = false;
   bool reload = false;

@@ -67,7 +67,6 @@ void SimEtcd::expire() {
 }
 
 void SimEtcd::put(const std::string& key, const std::string& value, std::int64_t lease) {
-  ++revision_;
   Kv& kv = kv_[key];
   if (kv.create_revision == 0) kv.create_revision = revision_;
   kv.mod_revision = revision_;
@@ -119,9 +118,9 @@ lockd::ElectionReply SimEtcd::handle(const lockd::ElectionCall& c) {
       break;
     case Kind::campaign: {
       bool holds = kv_.count(c.key) == 0;
-      if (!c.record_key.empty()) {
-        const auto rec = kv_.find(c.record_key);
-        holds = holds && (rec == kv_.end() ? 0 : rec->second.mod_revision) == c.record_revision;
+      for (const lockd::ElectionRecord& want : c.records) {
+        const auto rec = kv_.find(want.key);
+        holds = holds && (rec == kv_.end() ? 0 : rec->second.mod_revision) == want.mod_revision;
       }
       if (holds && c.lease_id != 0 && leases_.count(c.lease_id) == 0) {
         // etcd refuses a put on a lease it does not have (requested lease not found).
@@ -129,8 +128,10 @@ lockd::ElectionReply SimEtcd::handle(const lockd::ElectionCall& c) {
         break;
       }
       if (holds) {
+        ++revision_;  // one revision for every put of the transaction, as etcd's
         put(c.key, c.value, c.lease_id);
-        if (!c.record_key.empty() && !c.record_value.empty()) put(c.record_key, c.record_value, 0);
+        for (const lockd::ElectionRecord& want : c.records)
+          if (!want.value.empty()) put(want.key, want.value, 0);
         r.won = true;
         r.revision = kv_[c.key].create_revision;
       } else {
@@ -140,8 +141,10 @@ lockd::ElectionReply SimEtcd::handle(const lockd::ElectionCall& c) {
       break;
     }
     case Kind::write_record:
-      if (const auto it = kv_.find(c.key); it != kv_.end() && it->second.create_revision == c.guard_revision)
-        put(c.record_key, c.record_value, 0);
+      if (const auto it = kv_.find(c.key); it != kv_.end() && it->second.create_revision == c.guard_revision) {
+        ++revision_;
+        put(c.records.at(0).key, c.records.at(0).value, 0);
+      }
       break;
     case Kind::wait:
     case Kind::next_endpoint:

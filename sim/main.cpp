@@ -261,6 +261,10 @@ int main(int argc, char** argv) {
   const std::string_view ablation = leasehold::sim::ablation_name();
   if (replicas == 0) replicas = ablation == "no-self-fence" || ablation == "unguarded-writes" ? 3 : 1;
   base.lockd_replicas = replicas;
+  if (leader_lease_s != 0 && replicas < 2) {
+    std::fprintf(stderr, "leasehold-sim: --leader-lease-s is the lease of several lockd replicas: give --lockd-replicas 2..5 too\n");
+    return kUsage;
+  }
   if (leader_lease_s != 0) base.leader_lease_s = leader_lease_s;
   if (mode == "lease") base.preemptible_share = 0;
   if (mode == "preemptible") base.preemptible_share = 1;

@@ -180,6 +180,38 @@ TEST_F(LockdClusterTest, ALockdWithAnotherSigningKeyRefusesToStartNamingBothKeyI
   EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
 }
 
+// The start-up check is not the only one: a lockd that started while etcd did not answer, or
+// whose cluster's record changed while it ran, must not lead under another key. The election
+// reads the record before every campaign and compares it in its transaction.
+TEST_F(LockdClusterTest, NoLockdCampaignsWhileTheSigningKeyRecordHoldsAnotherKey) {
+  const int l = wait_leader(10'000);
+  ASSERT_GE(l, 0) << all_logs();
+  const std::string other = (dir_.path() / "other-signing.key").string();
+  ASSERT_TRUE(token::generate_signing_key_file(other).ok());
+  const auto other_signer = token::TokenSigner::load(other);
+  ASSERT_TRUE(other_signer) << other_signer.message();
+  auto client = etcd::Client::open(etcd_->endpoints());
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  const std::string record = signing_key_key("/cluster-test");
+  const auto before = (*client)->range(record, {}, boottime_ns() + 2'000 * kMs);
+  ASSERT_TRUE(before.ok() && before->kvs.size() == 1u);
+  // The record as another lockd of the cluster would have created it.
+  ASSERT_TRUE((*client)->put(record, signing_key_value((*other_signer)->public_key(), (*other_signer)->key_id()),
+                             boottime_ns() + 2'000 * kMs)
+                  .ok());
+  lockd_->kill9(static_cast<std::size_t>(l));
+  // The leader's lease (1 s) runs out; the other two poll, read the record and refuse.
+  EXPECT_FALSE(lockd_->wait_leader(std::chrono::milliseconds(5'000), l).ok()) << all_logs();
+  const std::string want = "records token signing key id " + token::key_id_text((*other_signer)->key_id());
+  for (int i = 0; i < 3; ++i) {
+    if (i == l) continue;
+    EXPECT_NE(lockd_->log(static_cast<std::size_t>(i)).find(want), std::string::npos) << lockd_->log(i);
+  }
+  // The cluster's own key back: one of them leads again.
+  ASSERT_TRUE((*client)->put(record, before->kvs.front().value, boottime_ns() + 2'000 * kMs).ok());
+  EXPECT_GE(wait_leader(10'000, l), 0) << all_logs();
+}
+
 std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;

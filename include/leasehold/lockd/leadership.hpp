@@ -46,6 +46,8 @@ class Leadership {
   void step_down(std::int64_t revision, StepDown why) { core_->step_down(revision, why); }
   /// A key rotation (SIGHUP): LeadershipCore::set_cluster_keys.
   void set_cluster_keys(std::string value) { core_->set_cluster_keys(std::move(value)); }
+  /// This lockd's token signing key record: LeadershipCore::set_signing_key.
+  void set_signing_key(std::string value) { core_->set_signing_key(std::move(value)); }
   /// The etcd lease TTL in force (s).
   std::int64_t lease_s() const noexcept { return core_->config().lease_s; }
   const LeadershipConfig& config() const noexcept { return core_->config(); }

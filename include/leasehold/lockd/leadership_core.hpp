@@ -36,6 +36,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace leasehold::lockd {
 
@@ -79,6 +80,11 @@ struct LeadershipConfig {
   /// Why `mine` may not lead a cluster whose record is `recorded` ("" = it may):
   /// etcd_store.hpp cluster_keys_mismatch. Needed with a cluster_key_path.
   std::string (*keys_mismatch)(std::string_view mine, std::string_view recorded) = nullptr;
+  /// The cluster's token signing key record (etcd_store.hpp signing_key_key; empty: no check).
+  /// With it, a lockd campaigns only once it has its own (set_signing_key) and only while the
+  /// record is absent (its election creates it) or holds the same key: every leader of the
+  /// cluster signs with the key its resources keep.
+  std::string signing_key_path;
   /// The longest a single call may take (ns): every call's deadline is at most this far away.
   std::int64_t call_timeout_ns = 1'000'000'000;
 };
@@ -124,6 +130,14 @@ bool load_still_leads(const LeadershipView& v, std::int64_t revision, std::int64
 ///   revision, 0 (fenced at once) once it does not. A leader answers nothing at or past it.
 std::int64_t fence_of(const LeadershipView& v, std::int64_t leading) noexcept;
 
+/// A record the campaign's transaction compares (its mod revision, 0 = absent) and, with a
+/// value, writes.
+struct ElectionRecord {
+  std::string key;
+  std::int64_t mod_revision = 0;
+  std::string value;  ///< "" = leave it
+};
+
 /// One call the core asks its driver to make. Every call but wait has a deadline (`until_ns`):
 /// the driver answers timeout past it.
 struct ElectionCall {
@@ -134,12 +148,11 @@ struct ElectionCall {
     keep_alive,       ///< refresh lease_id on the stream -> ok, not_found (expired), or an error
     lease_revoke,     ///< revoke lease_id (best effort; its keys go with it)
     read_key,         ///< a linearizable read of `key` -> found, value, create / mod revision
-    /// The election: if `key` does not exist (and, with a record_key, the record's mod revision
-    /// is still record_revision, 0 = absent), put `key` = value attached to lease_id (and, with
-    /// a record_value, the record = record_value); else read `key`. -> won, revision (the
-    /// transaction's), and the key as read when lost.
+    /// The election: if `key` does not exist and every record's mod revision is still the one
+    /// given, put `key` = value attached to lease_id (and every record that has a value);
+    /// else read `key`. -> won, revision (the transaction's), and the key as read when lost.
     campaign,
-    /// If `key`'s create revision is guard_revision, put record_key = record_value.
+    /// If `key`'s create revision is guard_revision, put records[0].key = records[0].value.
     write_record,
     next_endpoint,    ///< move the client to the next member (no reply)
     done,             ///< the core has stopped (after stop(): its last call was the revoke)
@@ -150,9 +163,7 @@ struct ElectionCall {
   std::string value;
   std::int64_t lease_id = 0;
   std::int64_t ttl_s = 0;
-  std::string record_key;
-  std::int64_t record_revision = 0;
-  std::string record_value;
+  std::vector<ElectionRecord> records;
   std::int64_t guard_revision = 0;
 };
 
@@ -200,6 +211,9 @@ class LeadershipCore {
   void step_down(std::int64_t revision, StepDown why);
   /// A key rotation (SIGHUP): this lockd's cluster key record from now on.
   void set_cluster_keys(std::string value);
+  /// This lockd's token signing key record (etcd_store.hpp signing_key_value): with a
+  /// signing_key_path, no campaign before it is set.
+  void set_signing_key(std::string value);
   /// Stops at the next wait: a leader revokes its lease so that another lockd takes over at once.
   void stop();
   const LeadershipConfig& config() const noexcept { return cfg_; }
@@ -237,6 +251,7 @@ class LeadershipCore {
   std::int64_t step_down_ = 0;                 // guarded by mu_: a revision the io side gave up
   StepDown step_down_why_ = StepDown::failed;  // guarded by mu_
   std::string cluster_keys_;                   // guarded by mu_
+  std::string signing_key_;                    // guarded by mu_
   bool keys_dirty_ = false;                    // guarded by mu_: a leader has a reloaded record to write
 };
 

@@ -56,6 +56,7 @@ class SimEtcd {
     std::int64_t expiry_ns = 0;
   };
   void expire();
+  /// Puts at the current revision (the caller moved it: one revision per transaction).
   void put(const std::string& key, const std::string& value, std::int64_t lease);
   void drop_lease(std::int64_t id);
 
