@@ -1,5 +1,7 @@
 #include "leasehold/lockd/etcd_store.hpp"
 
+#include "leasehold/lockd/leadership_core.hpp"
+
 #include "leasehold/etcd/client.hpp"
 #include "leasehold/lease/assert.hpp"
 #include "leasehold/lease/clock.hpp"
@@ -136,30 +138,35 @@ std::string signing_key_value(std::span<const std::uint8_t> public_key, std::uin
   return "v=1 key_id=" + token::key_id_text(key_id) + " public=" + hex;
 }
 
-Status check_signing_key(etcd::Client& client, std::string_view prefix, std::string_view mine, std::int64_t deadline_ns,
-                         std::string* note) {
-  const std::string key = signing_key_key(prefix);
-  // Created only where there is none: a lockd never overwrites the cluster's record.
+namespace {
+
+/// Creates `key` holding `mine` where there is none (a lockd never overwrites a cluster's
+/// record); the value it holds otherwise. nullopt: created.
+Result<std::optional<std::string>> create_record_if_absent(etcd::Client& client, const std::string& key,
+                                                           std::string_view mine, std::int64_t deadline_ns) {
   auto r = client.txn({etcd::Compare::of(key, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0)},
                       {etcd::Op::put(key, std::string(mine))}, {etcd::Op::get(key)}, deadline_ns);
   if (!r.ok()) return r.status();
-  if (r->succeeded) {
-    if (note != nullptr) *note = "created";
+  if (r->succeeded) return std::optional<std::string>();
+  return std::optional<std::string>(
+      !r->ranges.empty() && !r->ranges.front().kvs.empty() ? r->ranges.front().kvs.front().value : std::string());
+}
+
+}  // namespace
+
+Status check_signing_key(etcd::Client& client, std::string_view prefix, std::string_view mine, std::int64_t deadline_ns,
+                         std::string* note) {
+  const std::string key = signing_key_key(prefix);
+  auto r = create_record_if_absent(client, key, mine, deadline_ns);
+  if (!r.ok()) return r.status();
+  if (!r->has_value() || **r == mine) {
+    if (note != nullptr) *note = r->has_value() ? "matches" : "created";
     return Status{};
   }
-  const std::string recorded =
-      !r->ranges.empty() && !r->ranges.front().kvs.empty() ? r->ranges.front().kvs.front().value : std::string();
-  if (recorded == mine) {
-    if (note != nullptr) *note = "matches";
-    return Status{};
-  }
-  const auto id_of = [](std::string_view v) {
-    const std::size_t at = v.find("key_id=");
-    return at == std::string_view::npos ? std::string("?") : std::string(v.substr(at + 7, v.find(' ', at) - at - 7));
-  };
   return Status(Errc::permission_denied,
-                key + " records token signing key id " + id_of(recorded) + ", this lockd's --signing-key-file is key id " +
-                    id_of(mine) + ": resources keep the cluster's one public key and would refuse every token this " +
+                key + " records token signing key id " + signing_key_id_of(**r) +
+                    ", this lockd's --signing-key-file is key id " + signing_key_id_of(mine) +
+                    ": resources keep the cluster's one public key and would refuse every token this " +
                     "lockd signs as unknown_key; give it the cluster's signing key (to rotate the key, stop every " +
                     "lockd, delete " + key + " with etcdctl, and start them with the new key)");
 }
@@ -167,16 +174,13 @@ Status check_signing_key(etcd::Client& client, std::string_view prefix, std::str
 Status check_cluster_keys(etcd::Client& client, std::string_view prefix, std::string_view mine,
                           std::int64_t deadline_ns, std::string* note) {
   const std::string key = cluster_key_key(prefix);
-  // Created only where there is none: a lockd never overwrites another cluster's record here.
-  auto r = client.txn({etcd::Compare::of(key, etcd::Compare::Target::create_revision, etcd::Compare::Op::equal, 0)},
-                      {etcd::Op::put(key, std::string(mine))}, {etcd::Op::get(key)}, deadline_ns);
+  auto r = create_record_if_absent(client, key, mine, deadline_ns);
   if (!r.ok()) return r.status();
-  if (r->succeeded) {
+  if (!r->has_value()) {
     if (note != nullptr) *note = "created";
     return Status{};
   }
-  const std::string recorded =
-      !r->ranges.empty() && !r->ranges.front().kvs.empty() ? r->ranges.front().kvs.front().value : std::string();
+  const std::string recorded = **r;
   const std::string why = cluster_keys_mismatch(mine, recorded);
   if (note != nullptr) *note = why.empty() ? "matches" : why;
   if (why.empty()) return Status{};

@@ -43,6 +43,13 @@ Status validate(const LeadershipConfig& cfg) {
   return Status{};
 }
 
+std::string signing_key_id_of(std::string_view record) {
+  const std::size_t at = record.find("key_id=");
+  if (at == std::string_view::npos) return "?";
+  const std::size_t end = record.find(' ', at);
+  return std::string(record.substr(at + 7, end == std::string_view::npos ? std::string_view::npos : end - at - 7));
+}
+
 bool may_take_over(const LeadershipView& v, std::int64_t refused_revision, std::int64_t now_ns) noexcept {
   return v.leading && v.revision != refused_revision && now_ns >= v.serve_from_ns && now_ns < v.serve_until_ns;
 }
@@ -269,13 +276,8 @@ LeadershipCore::Task LeadershipCore::campaign(bool& won) {
       co_return;
     }
     if (rec.found && rec.value != mine) {
-      const auto id_of = [](std::string_view text) {
-        const std::size_t at = text.find("key_id=");
-        return at == std::string_view::npos ? std::string("?")
-                                            : std::string(text.substr(at + 7, text.find(' ', at) - at - 7));
-      };
       std::string why = "refusing to campaign: " + cfg_.signing_key_path + " records token signing key id " +
-                        id_of(rec.value) + ", this lockd signs with key id " + id_of(mine) +
+                        signing_key_id_of(rec.value) + ", this lockd signs with key id " + signing_key_id_of(mine) +
                         " (resources would refuse its tokens as unknown_key)";
       if (why != v.last_error || !v.leader.empty()) {
         v.leader.clear();

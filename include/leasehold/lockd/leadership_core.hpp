@@ -94,6 +94,10 @@ struct LeadershipConfig {
 /// half the lease, which leaves the keep-alive period L/4 room for three misses), no address.
 Status validate(const LeadershipConfig& cfg);
 
+/// The key id in a signing key record ("v=1 key_id=ID public=HEX": etcd_store.hpp
+/// signing_key_value), "?" when it has none.
+std::string signing_key_id_of(std::string_view record);
+
 /// The serving window of a lease whose last acknowledged keep-alive (or grant) was sent at
 /// `sent_ns`: the leader answers while now < this. (The inequality above, in one place.)
 std::int64_t serve_until_ns(std::int64_t sent_ns, std::int64_t lease_s, double clock_rate_bound,
