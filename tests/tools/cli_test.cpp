@@ -739,6 +739,37 @@ TEST_F(CliTest, TransferChecksTheReceiverBeforeAnythingMoves) {
   EXPECT_EQ(std::to_string(j["epoch"].get<std::uint64_t>()), epoch) << "nothing moved";
 }
 
+TEST_F(CliTest, StatsPrintsEachLockdsCountersAndNamesOneThatDoesNotAnswer) {
+  const std::string addr = start_lockd();
+  const auto lf = patient_lockd_flags(addr);
+  ASSERT_EQ(cli(with({"acquire", "counted", "--sandbox", kSandbox}, lf)).code, kOk);
+  const Result text = cli(with({"stats"}, lf));
+  ASSERT_EQ(text.code, kOk) << text.err;
+  EXPECT_NE(text.out.find("lockd " + addr + "\n"), std::string::npos) << text.out;
+  const Result json = cli(with({"stats", "--json"}, lf));
+  ASSERT_EQ(json.code, kOk) << json.err;
+  const auto doc = nlohmann::json::parse(json.out);
+  ASSERT_EQ(doc["lockd"].size(), 1u) << json.out;
+  EXPECT_EQ(doc["lockd"][0]["address"], addr);
+  const auto& counters = doc["lockd"][0]["counters"];
+  // Real values: the one acquire above, and the text form says the same.
+  ASSERT_TRUE(counters.contains("grants")) << json.out;
+  EXPECT_GE(counters["grants"].get<std::uint64_t>(), 1u);
+  EXPECT_NE(text.out.find("  grants " + std::to_string(counters["grants"].get<std::uint64_t>()) + "\n"),
+            std::string::npos)
+      << text.out;
+  // A second address that nobody answers: the first lockd's counters still print, the silent one
+  // is named, and the exit code is lockd unreachable.
+  const Result both = cli({"stats", "--json", "--lockd", addr + "," + kSilentLockd, "--key-file", key_,
+                           "--timeout-ms", "300"});
+  EXPECT_EQ(both.code, kUnreachable) << both.err;
+  const auto two = nlohmann::json::parse(both.out);
+  ASSERT_EQ(two["lockd"].size(), 2u) << both.out;
+  EXPECT_TRUE(two["lockd"][0].contains("counters")) << both.out;
+  EXPECT_EQ(two["lockd"][1]["address"], kSilentLockd);
+  EXPECT_NE(both.err.find(kSilentLockd), std::string::npos) << both.err;
+}
+
 TEST_F(CliTest, RevokeOfAFreeNameIsNotHeldUnlessForced) {
   const std::string addr = start_lockd();
   const auto lf = patient_lockd_flags(addr);
