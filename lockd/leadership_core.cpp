@@ -223,71 +223,38 @@ LeadershipCore::Task LeadershipCore::campaign(bool& won) {
   c.value = cfg_.advertise;
   c.lease_id = lease_id_;
   c.until_ns = sent + cfg_.call_timeout_ns;
+  // Only a lockd holding every key the cluster accepts may lead, and every leader signs with the
+  // key the cluster's resources keep (etcd_store.hpp): each record is checked as read, and the
+  // election compares its revision, so a record changed in between makes this round lose.
+  bool may_lead = true;
   if (!cfg_.cluster_key_path.empty()) {
-    // Only a lockd holding every key the cluster accepts may lead (etcd_store.hpp): checked on
-    // the record as read, and the election compares the record's revision with it, so a record
-    // changed in between makes this round lose. The winner records its own set.
     std::string mine;
     {
       std::lock_guard lock(mu_);
       mine = cluster_keys_;
     }
-    ElectionCall rc;
-    rc.kind = ElectionCall::Kind::read_key;
-    rc.key = cfg_.cluster_key_path;
-    rc.until_ns = sent + cfg_.call_timeout_ns;
-    ElectionReply rec = co_await call(std::move(rc));
-    if (!rec.status.ok()) {
-      v.last_error = "campaign: " + rec.status.message();
-      publish(v);
-      co_return;
-    }
-    if (rec.found) {
-      if (std::string why = cfg_.keys_mismatch(mine, rec.value); !why.empty()) {
-        why = "refusing to campaign: " + why;
-        if (why != v.last_error || !v.leader.empty()) {
-          v.leader.clear();
-          v.last_error = std::move(why);
-          publish(v);
-        }
-        co_return;
-      }
-    }
-    c.records.push_back(ElectionRecord{cfg_.cluster_key_path, rec.found ? rec.mod_revision : 0,
-                                       !rec.found || rec.value != mine ? mine : std::string()});
+    co_await campaign_record(cfg_.cluster_key_path, mine,
+                             [&](std::string_view recorded) { return cfg_.keys_mismatch(mine, recorded); }, v,
+                             c, may_lead);
+    if (!may_lead) co_return;
   }
   if (!cfg_.signing_key_path.empty()) {
-    // Every leader signs with the key the cluster's resources keep (etcd_store.hpp): checked on
-    // the record as read, compared in the election's transaction, created by the first winner.
     std::string mine;
     {
       std::lock_guard lock(mu_);
       mine = signing_key_;
     }
     if (mine.empty()) co_return;  // its signer is not loaded yet (the daemon sets it at start)
-    ElectionCall sc;
-    sc.kind = ElectionCall::Kind::read_key;
-    sc.key = cfg_.signing_key_path;
-    sc.until_ns = sent + cfg_.call_timeout_ns;
-    ElectionReply rec = co_await call(std::move(sc));
-    if (!rec.status.ok()) {
-      v.last_error = "campaign: " + rec.status.message();
-      publish(v);
-      co_return;
-    }
-    if (rec.found && rec.value != mine) {
-      std::string why = "refusing to campaign: " + cfg_.signing_key_path + " records token signing key id " +
-                        signing_key_id_of(rec.value) + ", this lockd signs with key id " + signing_key_id_of(mine) +
-                        " (resources would refuse its tokens as unknown_key)";
-      if (why != v.last_error || !v.leader.empty()) {
-        v.leader.clear();
-        v.last_error = std::move(why);
-        publish(v);
-      }
-      co_return;
-    }
-    c.records.push_back(ElectionRecord{cfg_.signing_key_path, rec.found ? rec.mod_revision : 0,
-                                       rec.found ? std::string() : mine});
+    co_await campaign_record(
+        cfg_.signing_key_path, mine,
+        [&](std::string_view recorded) {
+          return recorded == mine ? std::string()
+                                  : cfg_.signing_key_path + " records token signing key id " +
+                                        signing_key_id_of(recorded) + ", this lockd signs with key id " +
+                                        signing_key_id_of(mine) + " (resources would refuse its tokens as unknown_key)";
+        },
+        v, c, may_lead);
+    if (!may_lead) co_return;
   }
   ElectionReply r = co_await call(std::move(c));
   if (!r.status.ok()) {
@@ -321,6 +288,37 @@ LeadershipCore::Task LeadershipCore::campaign(bool& won) {
     v.last_error.clear();
     publish(v);
   }
+}
+
+LeadershipCore::Task LeadershipCore::campaign_record(const std::string& path, const std::string& mine,
+                                                     std::function<std::string(std::string_view)> why_not,
+                                                     LeadershipView& v, ElectionCall& election, bool& may_lead) {
+  ElectionCall read;
+  read.kind = ElectionCall::Kind::read_key;
+  read.key = path;
+  read.until_ns = election.until_ns;
+  ElectionReply rec = co_await call(std::move(read));
+  if (!rec.status.ok()) {
+    v.last_error = "campaign: " + rec.status.message();
+    publish(v);
+    may_lead = false;
+    co_return;
+  }
+  if (rec.found) {
+    if (std::string why = why_not(rec.value); !why.empty()) {
+      why = "refusing to campaign: " + why;
+      if (why != v.last_error || !v.leader.empty()) {
+        v.leader.clear();
+        v.last_error = std::move(why);
+        publish(v);
+      }
+      may_lead = false;
+      co_return;
+    }
+  }
+  // The winner records its own (a record absent, or one this lockd may lead but does not match).
+  election.records.push_back(ElectionRecord{path, rec.found ? rec.mod_revision : 0,
+                                            !rec.found || rec.value != mine ? mine : std::string()});
 }
 
 LeadershipCore::Task LeadershipCore::run() {

@@ -228,6 +228,13 @@ class LeadershipCore {
   struct Await;
   Task run();
   Task campaign(bool& won);
+  /// One record the campaign holds to (the cluster keys, the signing key) at `path`: read; a
+  /// refusal (`why_not` of the value as recorded, "" = none) or a failed read is published and
+  /// clears `may_lead`; otherwise `election` compares the record's revision and writes `mine`
+  /// where the record is absent or differs.
+  Task campaign_record(const std::string& path, const std::string& mine,
+                       std::function<std::string(std::string_view)> why_not, LeadershipView& v,
+                       ElectionCall& election, bool& may_lead);
   Await call(ElectionCall c);
   void publish(const LeadershipView& v);
   void interrupt();
