@@ -2,25 +2,33 @@
 # the start-up safety check, the control socket, the heartbeat schedule, the production ports
 # (OsSandboxHost, RtThreadPort; library leasehold_supervisor), and the program that assembles
 # them with the shm table, the io_uring loop and the rt thread of supervisor/core.cmake.
-set(LEASEHOLD_SUPERVISOR_SOURCES
+# The sources no simulator ablation changes (no #if LEASEHOLD_SIM_ABLATE_<X>): compiled once, in
+# leasehold_supervisor_objects, for the library and every ablated build of it below.
+add_library(leasehold_supervisor_objects OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/control.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/heartbeat.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lockd_link.cpp
   ${CMAKE_CURRENT_LIST_DIR}/os_sandbox_host.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rt_thread_port.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sandbox_table.cpp
   ${CMAKE_CURRENT_LIST_DIR}/status.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/supervisor_core.cpp
 )
-# leasehold_supervisor_library(<target> [EXCLUDE_FROM_ALL]): the library from these sources.
+set(LEASEHOLD_SUPERVISOR_DEPS leasehold_lease leasehold_wire leasehold_io leasehold_shm
+    leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
+leasehold_target(leasehold_supervisor_objects)
+leasehold_module(leasehold_supervisor_objects supervisor)
+target_link_libraries(leasehold_supervisor_objects PUBLIC ${LEASEHOLD_SUPERVISOR_DEPS})
+# leasehold_supervisor_library(<target> [EXCLUDE_FROM_ALL]): the library, from those objects and
+# the sources an ablation changes (compiled per library).
 function(leasehold_supervisor_library tgt)
-  add_library(${tgt} STATIC ${ARGN} ${LEASEHOLD_SUPERVISOR_SOURCES})
+  add_library(${tgt} STATIC ${ARGN}
+              ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/heartbeat.cpp
+              ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/supervisor_core.cpp
+              $<TARGET_OBJECTS:leasehold_supervisor_objects>)
   leasehold_target(${tgt})
   leasehold_module(${tgt} supervisor)
-  target_link_libraries(${tgt} PUBLIC leasehold_lease leasehold_wire leasehold_io
-                        leasehold_shm leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
+  target_link_libraries(${tgt} PUBLIC ${LEASEHOLD_SUPERVISOR_DEPS})
 endfunction()
 leasehold_supervisor_library(leasehold_supervisor)
 
