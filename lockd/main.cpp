@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
       "Logs one logfmt line per ownership change on stderr; prints 'listening ADDR:PORT' on "
       "stdout once it serves."};
   lockd::LockdConfig cfg;
+  app.set_version_flag("--version", "leasehold-lockd " LEASEHOLD_VERSION);
   lockd::add_lockd_flags(app, cfg);
   try {
     app.parse(argc, argv);

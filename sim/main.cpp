@@ -175,6 +175,7 @@ int main(int argc, char** argv) {
       "One seed drives the network, the clocks, the disk and the processes, so a failure replays exactly.\n"
       "Exit codes: 0 no invariant violated, 1 a violation (each failing seed printed with the first\n"
       "invariant it broke), 2 usage, 70 internal error."};
+  app.set_version_flag("--version", "leasehold-sim " LEASEHOLD_VERSION);
   std::optional<std::uint64_t> seed;
   std::string seed_text;
   std::string seeds_text;

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   // kernel then owns /proc/<pid> by root. Sandboxes get back a dumpable state at execve.
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   SupervisorConfig config;
+  app.set_version_flag("--version", "leasehold-supervisor " LEASEHOLD_VERSION);
   add_supervisor_flags(app, config);
   try {
     app.parse(argc, argv);

@@ -8,7 +8,7 @@ namespace {
 const Command kVersion([](CLI::App& app, int* exit_code) {
   auto* sub = app.add_subcommand("version", "Print the leasehold version");
   sub->callback([exit_code] {
-    std::printf("leasehold 0.1.0\n");
+    std::printf("leasehold %s\n", LEASEHOLD_VERSION);
     *exit_code = kOk;
   });
 });
