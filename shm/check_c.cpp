@@ -107,6 +107,13 @@ int leasehold_open(const char* location, uint32_t wait_ms, leasehold_table** out
 
 void leasehold_close(leasehold_table* table) { delete table; }
 
+#define LEASEHOLD_CHECK_STR2(x) #x
+#define LEASEHOLD_CHECK_STR(x) LEASEHOLD_CHECK_STR2(x)
+const char* leasehold_check_version(void) {
+  return LEASEHOLD_CHECK_STR(LEASEHOLD_CHECK_ABI_VERSION) "." LEASEHOLD_CHECK_STR(
+      LEASEHOLD_CHECK_VERSION_MINOR) "." LEASEHOLD_CHECK_STR(LEASEHOLD_CHECK_VERSION_PATCH);
+}
+
 const leasehold_slot* leasehold_slot_at(const leasehold_table* table, uint32_t index) {
   if (table == nullptr) return nullptr;
   return reinterpret_cast<const leasehold_slot*>(table->reader.slot(index));

@@ -32,7 +32,13 @@
 extern "C" {
 #endif
 
-#define LEASEHOLD_CHECK_ABI_VERSION 1   /* soname major of libleasehold-check */
+/* The library's version, MAJOR.MINOR.PATCH: the major is the ABI (the soname,
+ * libleasehold-check.so.1), the minor counts functions added within it (1.1:
+ * leasehold_check_version), the patch fixes. The build reads these lines for the library's file
+ * version, soname and pkg-config version; leasehold_check_version() gives the same at run time. */
+#define LEASEHOLD_CHECK_ABI_VERSION 1
+#define LEASEHOLD_CHECK_VERSION_MINOR 1
+#define LEASEHOLD_CHECK_VERSION_PATCH 0
 #define LEASEHOLD_LAYOUT_MAJOR 3        /* table layout this header understands */
 
 /* Error codes (negative return values). */
@@ -89,6 +95,12 @@ typedef struct leasehold_slot_info {
   uint32_t name_bytes;        /* full length of the name */
   char name_prefix[8];        /* first bytes of the name, NUL-terminated */
 } leasehold_slot_info;
+
+/* The version of the library loaded at run time, "MAJOR.MINOR.PATCH" (a static string, never
+ * NULL). A runtime built against this header needs MAJOR == LEASEHOLD_CHECK_ABI_VERSION (the
+ * dynamic loader already enforces it through the soname) and MINOR >= the minor of the newest
+ * function it calls. Since 1.1. */
+const char* leasehold_check_version(void);
 
 /* Opens the table at `location` (a shm name such as "leasehold-w1", or an absolute path with
  * a directory, such as "/dev/shm/leasehold-w1"); NULL means $LEASEHOLD_SHM. Waits up to

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -20,6 +21,25 @@ namespace {
 using test::options_for;
 using test::sandbox;
 using test::TempTable;
+
+// One version everywhere: the header's macros, the loaded library's answer, its soname (the
+// file the loader opened) and its file name (the soname link's target).
+TEST(CheckAbi, TheVersionAtRunTimeIsTheHeadersAndTheLibraryFilesName) {
+  const std::string header = std::to_string(LEASEHOLD_CHECK_ABI_VERSION) + "." +
+                             std::to_string(LEASEHOLD_CHECK_VERSION_MINOR) + "." +
+                             std::to_string(LEASEHOLD_CHECK_VERSION_PATCH);
+  EXPECT_EQ(std::string(leasehold_check_version()), header);
+  EXPECT_EQ(std::string(leasehold_check_version()), "1.1.0");
+  Dl_info info{};
+  ASSERT_NE(::dladdr(reinterpret_cast<void*>(&leasehold_check_version), &info), 0);
+  const std::string loaded = info.dli_fname;
+  const std::string soname = "libleasehold-check.so." + std::to_string(LEASEHOLD_CHECK_ABI_VERSION);
+  EXPECT_EQ(loaded.substr(loaded.rfind('/') + 1), soname) << loaded;
+  char real[4096] = {};
+  ASSERT_NE(::realpath(loaded.c_str(), real), nullptr) << loaded;
+  const std::string file = real;
+  EXPECT_EQ(file.substr(file.rfind('/') + 1), "libleasehold-check.so." + header) << file;
+}
 
 TEST(CheckAbi, OpenCheckSnapshotFind) {
   TempTable t;

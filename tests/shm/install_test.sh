@@ -17,6 +17,11 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 flags=$(pkg-config --cflags --libs leasehold-check)
 libdir=$(pkg-config --variable=libdir leasehold-check)
 echo "pkg-config: $flags"
+# The .pc's version is the header's (LEASEHOLD_CHECK_ABI_VERSION.MINOR.PATCH).
+hdr="$tmp/prefix/include/leasehold/check.h"
+want=$(sed -n 's/^#define LEASEHOLD_CHECK_\(ABI_VERSION\|VERSION_MINOR\|VERSION_PATCH\) \([0-9]*\)$/\2/p' "$hdr" | paste -sd.)
+got=$(pkg-config --modversion leasehold-check)
+[ "$got" = "$want" ] || { echo "FAIL: leasehold-check.pc says version $got, check.h says $want"; exit 1; }
 # Only the installed header and library: no source-tree include paths.
 cc -std=c11 -Wall -Wextra -Werror $extra "$example" $flags -Wl,-rpath,"$libdir" -o "$tmp/check"
 ldd "$tmp/check" | grep -q "$libdir/libleasehold-check.so.1" || { echo "FAIL: not linked to the installed library"; ldd "$tmp/check"; exit 1; }
