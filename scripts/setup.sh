@@ -26,6 +26,8 @@ packages=(
   golang-etcd-server-dev                        # etcd's .proto files, compiled at build time
   libgrpc++-dev protobuf-compiler-grpc          # gRPC: etcd's API (grpc++, grpc_cpp_plugin)
   protobuf-compiler libprotobuf-dev             # protoc and protobuf for the generated stubs
+  help2man                                      # man pages made from --help (packaging/)
+  dpkg-dev file                                 # .deb packages: dpkg-shlibdeps (Depends), the package test
 )
 
 missing=()

@@ -37,7 +37,7 @@ leasehold_target(leasehold-supervisor)
 leasehold_version(leasehold-supervisor)
 target_link_libraries(leasehold-supervisor PRIVATE leasehold_supervisor)
 leasehold_link_allocator(leasehold-supervisor)
-install(TARGETS leasehold-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS leasehold-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT supervisor)
 
 # Simulator ablations: leasehold_supervisor built again with one LEASEHOLD_SIM_ABLATE_<X> set,
 # which puts back a known bug class in the real code path (see the #if in the sources). Only the

@@ -10,6 +10,7 @@ cleanup() { [ -n "${wpid:-}" ] && kill "$wpid" 2>/dev/null; wait 2>/dev/null; rm
 trap cleanup EXIT
 
 cmake --install "$build" --prefix "$tmp/prefix" --component leasehold-check >/dev/null
+cmake --install "$build" --prefix "$tmp/prefix" --component leasehold-check-dev >/dev/null
 pc=$(find "$tmp/prefix" -name leasehold-check.pc)
 [ -n "$pc" ] || { echo "FAIL: leasehold-check.pc not installed"; exit 1; }
 [ -f "$tmp/prefix/include/leasehold/check.h" ] || { echo "FAIL: check.h not installed"; exit 1; }
