@@ -6,19 +6,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 namespace leasehold::harness {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 /// The PNG through gnuplot: its path, or "" when gnuplot wrote nothing (no empty PNG is left).
 Result<std::string> gnuplot_png(const pause::SweepReport& rep, const std::string& gnuplot, const std::string& out,
                                 const std::string& csv_path, const std::function<void(const std::string&)>& warn) {
   const std::string plot_path = out + "/pause-probe.png";
   const std::string script = out + "/pause-probe.gp";
-  if (const Status w = write_file(script, pause::gnuplot_script(rep, csv_path, plot_path)); !w.ok()) return w;
+  // The script names its files relative to `out`, where gnuplot runs (`cd` before the script),
+  // so the directory can be moved or shared and the script still runs there.
+  std::error_code ec;
+  const fs::path dir = fs::absolute(out, ec);
+  fs::path csv = fs::absolute(csv_path, ec).lexically_relative(dir);
+  if (csv.empty()) csv = fs::path(csv_path).filename();
+  if (const Status w = write_file(script, pause::gnuplot_script(rep, csv.string(), "pause-probe.png")); !w.ok())
+    return w;
   Process gp;
   Spawn spec;
-  spec.argv = {gnuplot, script};
+  spec.argv = {gnuplot, "-e", "cd " + pause::detail::gp_quote(dir.string()), fs::absolute(script, ec).string()};
   spec.stdout_path = out + "/gnuplot.log";
   spec.stderr_path = spec.stdout_path;
   spec.label = "gnuplot";

@@ -170,5 +170,35 @@ TEST(HarnessPausePlot, SvgModeWritesTheSelfDrawnPlot) {
   EXPECT_EQ(nowhere.message(), "cannot write " + dir.path().string() + "/missing/pause-probe.svg: No such file or directory");
 }
 
+// With gnuplot: the PNG is drawn, and the script it ran names no absolute path (it runs in the
+// output directory), so the directory can be moved and the script run again there.
+TEST(HarnessPausePlot, PngModeRunsAScriptWithoutAbsolutePaths) {
+  if (find_program("gnuplot").empty()) GTEST_SKIP() << "gnuplot is not installed";
+  TempDir dir("harness-pause-png");
+  pause::SweepReport rep;
+  rep.timing.ttl_ms = 2000;
+  rep.timing.kill_after_ms = 1400;
+  rep.timing.heartbeat_interval_ms = 200;
+  pause::TrialObservation o;
+  o.pause_ms = 100;
+  o.freeze_ns = 1'000'000'000;
+  o.thaw_ns = o.freeze_ns + 100'000'000;
+  rep.observations = {o};
+  pause::TrialResult r;
+  r.outcome = pause::Outcome::kept;
+  rep.results = {r};
+  const std::string csv = dir.path().string() + "/pause-probe.csv";
+  ASSERT_TRUE(write_file(csv, pause::to_csv(rep)).ok());
+  std::string warned;
+  const auto plot = write_plot(rep, dir.path().string(), csv, "png", [&](const std::string& w) { warned += w; });
+  ASSERT_TRUE(plot.ok()) << plot.message();
+  EXPECT_EQ(*plot, dir.path().string() + "/pause-probe.png") << warned;
+  const std::string gp = slurp(dir.path() / "pause-probe.gp");
+  EXPECT_NE(gp.find("set output 'pause-probe.png'"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("'pause-probe.csv' every ::1"), std::string::npos) << gp;
+  EXPECT_EQ(gp.find("'/"), std::string::npos) << gp;  // no quoted absolute path
+  EXPECT_EQ(gp.find(dir.path().string()), std::string::npos) << gp;
+}
+
 }  // namespace
 }  // namespace leasehold::harness

@@ -402,6 +402,56 @@ TEST(PauseReport, PlotsDrawTheConfiguredBudget) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
 }
 
+// The plot's script: a series (and a legend entry) only for outcomes that occurred, the window's
+// right axis with its zero level with the margin's, a note at a trial that lost heartbeat
+// answers, the TTL and budget in the title, the legend right of the plot (clear of the x label).
+TEST(PauseReport, ThePlotDrawsOnlyWhatOccurredOnAxesWithAlignedZeros) {
+  auto range = [](const std::string& gp, const std::string& axis) {
+    const std::size_t at = gp.find("set " + axis + " [");
+    EXPECT_NE(at, std::string::npos) << axis << "\n" << gp;
+    if (at == std::string::npos) return std::pair<double, double>{0, 0};
+    const std::size_t open = gp.find('[', at), colon = gp.find(':', open), close = gp.find(']', colon);
+    return std::pair<double, double>{std::stod(gp.substr(open + 1, colon - open - 1)),
+                                     std::stod(gp.substr(colon + 1, close - colon - 1))};
+  };
+  pp::SweepReport rep;
+  rep.timing = timing();
+  pp::TrialObservation killed = base_observation(100);
+  pp::TrialResult kr;
+  kr.outcome = pp::Outcome::killed_before_expiry;
+  kr.margin_ns = 50 * kMs;
+  pp::TrialObservation overlap = base_observation(600);
+  overlap.recovery_answers = 3;
+  pp::TrialResult vr;
+  vr.outcome = pp::Outcome::violation;
+  vr.violation = true;
+  vr.margin_ns = -20 * kMs;
+  vr.window_ns = 30 * kMs;
+  rep.observations = {killed, overlap};
+  rep.results = {kr, vr};
+  const std::string gp = pp::gnuplot_script(rep, "pause-probe.csv", "pause-probe.png");
+  EXPECT_NE(gp.find("ttl 1000 ms, kill_after 600 ms, pause budget 348.4 ms"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("title 'killed before lockd expiry"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("title 'violation: another holder"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("title 'violation window, right axis'"), std::string::npos) << gp;
+  EXPECT_EQ(gp.find("title 'kept"), std::string::npos) << gp;            // no kept trial
+  EXPECT_EQ(gp.find("title 'killed after"), std::string::npos) << gp;     // none after expiry
+  EXPECT_NE(gp.find("set key outside right"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("'3 hb lost' at 600, -20"), std::string::npos) << gp;
+  const auto y = range(gp, "yrange"), y2 = range(gp, "y2range");
+  ASSERT_LT(y.first, 0);
+  ASSERT_GT(y.second, 0);
+  EXPECT_NEAR(y.first / y.second, y2.first / y2.second, 1e-9) << gp;  // 0 at one height on both axes
+  EXPECT_GE(y2.second, 30.0);                                          // the window fits its axis
+
+  // Without a violation there is one quantity and one y axis.
+  rep.observations = {killed};
+  rep.results = {kr};
+  const std::string one = pp::gnuplot_script(rep, "pause-probe.csv", "pause-probe.png");
+  EXPECT_EQ(one.find("y2"), std::string::npos) << one;
+  EXPECT_EQ(one.find("hb lost"), std::string::npos) << one;
+}
+
 TEST(PauseClassify, ADeathWithoutAnyAnswerFromLockdIsAnError) {
   // Neither Show nor the contender got an answer from lockd (wrong address or key): nothing
   // says whether the death came before lockd's expiry.
@@ -454,7 +504,7 @@ TEST(PauseClassify, KilledAfterTheExpiryWithoutAnotherHolderHasItsOwnOutcome) {
   EXPECT_NE(pp::to_table(rep).find("after expiry"), std::string::npos);
   const std::string gp = pp::gnuplot_script(rep, "/tmp/x.csv", "/tmp/x.png");
   EXPECT_NE(gp.find("$4==5 ? $9"), std::string::npos) << gp;   // its own series
-  EXPECT_NE(gp.find("$4==1 ? $9"), std::string::npos);         // not drawn as "before expiry"
+  EXPECT_EQ(gp.find("$4==1 ? $9"), std::string::npos);         // not drawn as "before expiry"
   const std::string svg = pp::svg_plot(rep);
   EXPECT_NE(svg.find("fill=\"#ff7f0e\""), std::string::npos);
   EXPECT_EQ(svg.find("fill=\"#1f77b4\""), std::string::npos);

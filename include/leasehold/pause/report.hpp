@@ -402,29 +402,72 @@ inline std::string gp_quote(const std::string& s) {
 }
 }  // namespace detail
 
-/// A gnuplot script that reads `csv_path` and writes `png_path` (pngcairo): margin against pause
-/// length per outcome, the violation windows on the right axis, and the configured (solid) and
-/// measured (dashed) pause budgets as vertical lines.
+/// A gnuplot script that reads `csv_path` and writes `png_path` (pngcairo), both named as the
+/// script should name them: relative to the directory gnuplot runs in (harness/pause_output.cpp
+/// runs it in the output directory), so the script holds no absolute path. It draws the margin
+/// against the pause length per outcome (a series, and its legend entry, only for outcomes that
+/// occurred), the violation windows on a right axis of their own (only when there was a
+/// violation; its zero level with the margin's zero), the configured (solid) and measured
+/// (dashed) pause budgets as vertical lines, and a note at each trial that lost heartbeat answers.
+/// The legend sits right of the plot, clear of the x label; the title carries the TTL and budget.
 inline std::string gnuplot_script(const SweepReport& rep, const std::string& csv_path,
                                   const std::string& png_path) {
   using detail::gp_quote;
   const double budget = static_cast<double>(configured_budget_ns(rep.timing)) / 1e6;
   std::ostringstream s;
   s << "# leasehold pause-probe: outcome and margin against the supervisor pause length.\n"
-    << "set terminal pngcairo noenhanced size 1200,700 font ',10'\n"
+    << "set terminal pngcairo noenhanced size 1300,700 font ',10'\n"
     << "set output " << gp_quote(png_path) << "\n"
     << "set datafile separator ','\n"
     << "set title " << gp_quote("leasehold pause-probe: ttl " + std::to_string(rep.timing.ttl_ms) +
-                                " ms, kill_after " + std::to_string(rep.timing.kill_after_ms) + " ms, phase " +
-                                std::string(to_string(rep.phase)) + ", freeze " + rep.freeze +
+                                " ms, kill_after " + std::to_string(rep.timing.kill_after_ms) +
+                                " ms, pause budget " + detail::ms1(configured_budget_ns(rep.timing)) +
+                                " ms; phase " + std::string(to_string(rep.phase)) + ", freeze " + rep.freeze +
                                 (rep.stress.empty() ? "" : ", under stress")) << "\n"
     << "set xlabel 'supervisor pause (ms)'\n"
     << "set ylabel 'margin = lockd expiry - sandbox death (ms)'\n"
-    << "set y2label 'mutex-violation window (ms)'\n"
-    << "set ytics nomirror\nset y2tics\nset grid\nset xzeroaxis lt -1\n"
-    << "set key outside below\n"
-    << "set y2range [0:*]\n"
-    << "set arrow 1 from " << budget << ", graph 0 to " << budget << ", graph 1 nohead lw 2 lc rgb '#333333'\n"
+    << "set grid\nset xzeroaxis lt -1\n"
+    << "set key outside right top vertical Left reverse\n";
+  // What occurred: a series per outcome class, the axes' extent.
+  bool kept = false, before = false, after = false, violation = false, window = false;
+  double ymin = 0, ymax = 0, wmax = 0;
+  std::uint64_t xmax = 1;
+  for (std::size_t i = 0; i < rep.results.size() && i < rep.observations.size(); ++i) {
+    const TrialResult& r = rep.results[i];
+    kept = kept || r.outcome == Outcome::kept;
+    if (r.margin_ns) {
+      const double m = static_cast<double>(*r.margin_ns) / 1e6;
+      ymin = std::min(ymin, m);
+      ymax = std::max(ymax, m);
+      before = before || r.outcome == Outcome::killed_before_expiry;
+      after = after || r.outcome == Outcome::killed_after_expiry;
+      violation = violation || r.violation;
+    }
+    if (r.violation) {
+      window = true;
+      wmax = std::max(wmax, static_cast<double>(r.window_ns) / 1e6);
+    }
+    xmax = std::max(xmax, static_cast<std::uint64_t>(
+                              std::max<std::int64_t>(0, effective_pause_ns(rep.observations[i])) / 1'000'000 + 1));
+  }
+  xmax = std::max<std::uint64_t>(xmax, static_cast<std::uint64_t>(std::max(0.0, budget)) + 1);
+  s << "set xrange [" << -static_cast<double>(xmax) * 0.03 << ":" << static_cast<double>(xmax) * 1.03 << "]\n";
+  const double pad = std::max(1.0, (ymax - ymin) * 0.08);
+  ymin -= pad;
+  ymax += pad;
+  char range[96];
+  std::snprintf(range, sizeof range, "set yrange [%.9g:%.9g]\n", ymin, ymax);
+  s << range;
+  if (window) {
+    // The window's axis scaled so that its 0 is level with the margin's 0 (ymin < 0 < ymax).
+    const double k = std::max(wmax, 1.0) * 1.1 / ymax;
+    std::snprintf(range, sizeof range, "set y2range [%.9g:%.9g]\n", ymin * k, ymax * k);
+    // Ticks from 0 up only (a window is never negative), about four, at a 1-2-5 step.
+    const double raw = ymax * k / 4, decade = std::pow(10.0, std::floor(std::log10(raw)));
+    const double step = raw / decade < 2 ? decade : raw / decade < 5 ? 2 * decade : 5 * decade;
+    s << "set y2label 'mutex-violation window (ms)'\nset ytics nomirror\nset y2tics 0, " << step << "\n" << range;
+  }
+  s << "set arrow 1 from " << budget << ", graph 0 to " << budget << ", graph 1 nohead lw 2 lc rgb '#333333'\n"
     << "set label 1 " << gp_quote(" configured budget " + detail::ms1(configured_budget_ns(rep.timing)) + " ms")
     << " at " << budget << ", graph 0.96 left\n";
   if (rep.measured.budget_max_ns) {
@@ -433,14 +476,22 @@ inline std::string gnuplot_script(const SweepReport& rep, const std::string& csv
       << "set label 2 " << gp_quote(" measured budget (max) " + detail::ms1(*rep.measured.budget_max_ns) + " ms")
       << " at " << mb << ", graph 0.90 left tc rgb '#9467bd'\n";
   }
-  bool any_violation = false;
-  std::uint64_t xmax = 1;
-  for (const auto& r : rep.results) any_violation = any_violation || r.violation;
-  for (const auto& o : rep.observations)
-    xmax = std::max(xmax, static_cast<std::uint64_t>(std::max<std::int64_t>(0, effective_pause_ns(o)) / 1'000'000 + 1));
-  xmax = std::max<std::uint64_t>(xmax, static_cast<std::uint64_t>(std::max(0.0, budget)) + 1);
-  s << "set xrange [" << -static_cast<double>(xmax) * 0.03 << ":" << static_cast<double>(xmax) * 1.03 << "]\n";
-  if (!any_violation) s << "set y2range [0:1]\n";  // gnuplot refuses a y2 series with no point
+  // A note at each trial whose heartbeat answers were lost (the probe's cut, or the network).
+  int label = 10;
+  bool lost_notes = false;
+  for (std::size_t i = 0; i < rep.results.size() && i < rep.observations.size(); ++i) {
+    const TrialObservation& o = rep.observations[i];
+    if (o.recovery_answers == 0 || !o.error.empty()) continue;
+    const TrialResult& r = rep.results[i];
+    const double x = static_cast<double>(std::max<std::int64_t>(0, effective_pause_ns(o))) / 1e6;
+    const double y = r.margin_ns ? static_cast<double>(*r.margin_ns) / 1e6 : 0.0;
+    s << "set label " << label++ << " " << gp_quote(std::to_string(o.recovery_answers) + " hb lost") << " at " << x
+      << ", " << y << " offset 1,1 font ',8' tc rgb '#555555'\n";
+    lost_notes = true;
+  }
+  if (lost_notes)
+    s << "set label 3 'n hb lost: heartbeat answers lost or unknown in that trial' at graph 0.01, graph 0.03 left "
+         "font ',8' tc rgb '#555555'\n";
   const std::string f = gp_quote(csv_path);
   const int oc = kColOutcomeCode, mg = kColMargin, w = kColWindow;
   // x: the pause the trial stands for (effective_pause_ns): the measured one when it differs.
@@ -448,14 +499,32 @@ inline std::string gnuplot_script(const SweepReport& rep, const std::string& csv
   std::snprintf(x, sizeof x, "(abs($%d-$%d) > %g ? $%d : $%d)", kColPaused, kColPause,
                 static_cast<double>(kPauseToleranceNs) / 1e6, kColPaused, kColPause);
   const std::string p = x;
+  std::vector<std::string> series;
+  if (window)  // the bars first, so the markers stay on top
+    series.push_back(f + " every ::1 using " + p + ":(($" + std::to_string(oc) + "==2 || $" + std::to_string(oc) +
+                     "==3) ? $" + std::to_string(w) +
+                     " : 1/0) axes x1y2 with impulses lw 6 lc rgb '#ff9896' title 'violation window, right axis'");
+  auto points = [&](const std::string& when, int column, const std::string& style, const std::string& title) {
+    series.push_back(f + " every ::1 using " + p + ":(" + when + " ? " +
+                     (column == 0 ? std::string("0") : "$" + std::to_string(column)) + " : 1/0) with points " +
+                     style + " title " + gp_quote(title));
+  };
+  const std::string code = "$" + std::to_string(oc);
+  if (kept) points(code + "==0", 0, "pt 6 ps 1.6 lc rgb '#2ca02c'", "kept: lease refreshed, no kill needed (drawn at 0)");
+  if (before) points(code + "==1", mg, "pt 7 ps 1.6 lc rgb '#1f77b4'", "killed before lockd expiry (margin > 0)");
+  if (after)
+    points(code + "==5", mg, "pt 9 ps 1.6 lc rgb '#ff7f0e'", "killed after lockd expiry, no other holder granted (margin < 0)");
+  if (violation)
+    points("(" + code + "==2 || " + code + "==3)", mg, "pt 5 ps 1.6 lc rgb '#d62728'",
+           "violation: another holder acquired first (margin < 0)");
+  if (series.empty()) {  // no trial with an outcome to draw: an empty frame, not a gnuplot error
+    s << "set label 4 'no trial with a drawable outcome (see the table)' at graph 0.5, graph 0.5 center\n"
+      << "plot 1/0 notitle\n";
+    return s.str();
+  }
   s << "plot ";
-  if (any_violation)  // the bars first, so the markers stay on top
-    s << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << w
-      << " : 1/0) axes x1y2 with impulses lw 6 lc rgb '#ff9896' title 'violation window, right axis', \\\n     ";
-  s << f << " every ::1 using " << p << ":($" << oc << "==0 ? 0 : 1/0) with points pt 6 ps 1.6 lc rgb '#2ca02c' title 'kept: lease refreshed, no kill needed (drawn at 0)', \\\n"
-    << "     " << f << " every ::1 using " << p << ":($" << oc << "==1 ? $" << mg << " : 1/0) with points pt 7 ps 1.6 lc rgb '#1f77b4' title 'killed before lockd expiry (margin > 0)', \\\n"
-    << "     " << f << " every ::1 using " << p << ":($" << oc << "==5 ? $" << mg << " : 1/0) with points pt 9 ps 1.6 lc rgb '#ff7f0e' title 'killed after lockd expiry, no other holder granted (margin < 0)', \\\n"
-    << "     " << f << " every ::1 using " << p << ":(($" << oc << "==2 || $" << oc << "==3) ? $" << mg << " : 1/0) with points pt 5 ps 1.6 lc rgb '#d62728' title 'violation: another holder acquired first (margin < 0)'\n";
+  for (std::size_t i = 0; i < series.size(); ++i) s << (i == 0 ? "" : ", \\\n     ") << series[i];
+  s << "\n";
   return s.str();
 }
 
@@ -480,7 +549,10 @@ inline std::string svg_plot(const SweepReport& rep) {
   ymax += pad;
   auto X = [&](double v) { return L + (W - L - R) * v / xmax; };
   auto Y = [&](double v) { return T + (H - T - B) * (ymax - v) / (ymax - ymin); };
-  auto Y2 = [&](double v) { return T + (H - T - B) * (1.0 - v / (wmax * 1.1)); };
+  // The window's axis shares the margin's zero level (as in the gnuplot script): 0..wmax*1.1 spans
+  // 0..ymax.
+  const double k = wmax * 1.1 / ymax;
+  auto Y2 = [&](double v) { return Y(v / k); };
   std::ostringstream s;
   char b[256];
   s << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -488,8 +560,8 @@ inline std::string svg_plot(const SweepReport& rep) {
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     << "<text x=\"" << W / 2 << "\" y=\"25\" text-anchor=\"middle\" font-size=\"14\">leasehold pause-probe: ttl "
-    << rep.timing.ttl_ms << " ms, kill_after " << rep.timing.kill_after_ms << " ms, phase " << to_string(rep.phase)
-    << "</text>\n";
+    << rep.timing.ttl_ms << " ms, kill_after " << rep.timing.kill_after_ms << " ms, pause budget "
+    << detail::ms1(configured_budget_ns(rep.timing)) << " ms; phase " << to_string(rep.phase) << "</text>\n";
   std::snprintf(b, sizeof b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n",
                 L, T, W - L - R, H - T - B);
   s << b;
