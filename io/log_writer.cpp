@@ -1,5 +1,7 @@
 #include "leasehold/io/log_writer.hpp"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,7 +54,14 @@ LogWriter::LogWriter(int fd, std::size_t capacity_bytes) : state_(std::make_shar
   state_->fd = fd;
   state_->capacity = std::max<std::size_t>(capacity_bytes, 1);
   state_->queue.reserve(state_->capacity);
+  // The writer thread takes no signal: a daemon blocks SIGTERM/SIGHUP in every thread to read
+  // them from a signalfd, and a LogWriter may start before it does (at the first log line).
+  // Started with every signal blocked, the thread keeps that mask; this thread's is restored.
+  sigset_t all, before;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
   std::thread([s = state_] { s->run(); }).detach();
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 LogWriter::~LogWriter() {

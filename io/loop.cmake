@@ -10,6 +10,7 @@ add_library(leasehold_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/loop.cpp
   ${CMAKE_CURRENT_LIST_DIR}/client.cpp
   ${CMAKE_CURRENT_LIST_DIR}/log_writer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/event_log.cpp
 )
 leasehold_target(leasehold_io)
 leasehold_module(leasehold_io io)
