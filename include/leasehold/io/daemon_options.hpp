@@ -1,0 +1,42 @@
+// leasehold/io: the command-line conventions both daemons share: the log flags and the config
+// file (README "Running as a service").
+//
+// The config file is CLI11's: a TOML file of `flag-name = value` lines (`ttl-ms = 10000`,
+// `key-file = ["a.key", "b.key"]`, `bwrap = true`), one key per long flag, so every flag is a
+// config key without code of its own. A flag on the command line overrides the file. The
+// default file (/etc/leasehold/<daemon>.toml) may be missing; a file given with --config must
+// exist; an unknown key, a [section] or a bad value is an error naming the file and the key.
+#pragma once
+
+#include "leasehold/io/event_log.hpp"
+
+#include <string>
+
+namespace CLI {
+class App;
+class ParseError;
+}  // namespace CLI
+
+namespace leasehold {
+
+/// Where a daemon's config file is when --config is not given (FHS: /etc/leasehold/).
+inline constexpr const char* kLockdConfigDefault = "/etc/leasehold/lockd.toml";
+inline constexpr const char* kSupervisorConfigDefault = "/etc/leasehold/supervisor.toml";
+
+struct LogOptions {
+  LogFormat format = LogFormat::logfmt;
+  LogLevel level = LogLevel::info;
+};
+
+/// --log-format logfmt|json and --log-level debug|info|warn|error, into `out`.
+void add_log_flags(CLI::App& app, LogOptions& out);
+
+/// --config FILE, default `default_path`; unknown keys in it are errors.
+void add_config_file(CLI::App& app, const std::string& default_path);
+
+/// The message for a failed parse when the config file caused it ("config file F: key K: ..."):
+/// an unreadable file, an unknown key or section, or a bad value of a key the command line did
+/// not give. Empty when the error is the command line's (CLI::App::exit then prints it).
+std::string config_file_error(const CLI::App& app, const CLI::ParseError& e, int argc, const char* const* argv);
+
+}  // namespace leasehold

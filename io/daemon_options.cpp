@@ -1,0 +1,73 @@
+#include "leasehold/io/daemon_options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <string_view>
+
+namespace leasehold {
+
+void add_log_flags(CLI::App& app, LogOptions& out) {
+  app.add_option("--log-format", "log line format on stderr: logfmt | json (default: logfmt); each line has "
+                                 "time (RFC 3339 UTC, ms), ts_boot_ns (CLOCK_BOOTTIME) and level")
+      ->check(CLI::IsMember({"logfmt", "json"}))
+      ->each([&out](const std::string& v) { out.format = parse_log_format(v).value_or(LogFormat::logfmt); });
+  app.add_option("--log-level", "lowest level logged: debug | info | warn | error (default: info); "
+                                "re-read from the config file on SIGHUP")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+      ->each([&out](const std::string& v) { out.level = parse_log_level(v).value_or(LogLevel::info); });
+}
+
+void add_config_file(CLI::App& app, const std::string& default_path) {
+  app.set_config("--config", default_path,
+                 "TOML config file of flag-name = value lines (every long flag is a key, e.g. ttl-ms = 10000); "
+                 "flags on the command line override it; the default file may be missing");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+}
+
+namespace {
+
+bool given_on_command_line(std::string_view flag, int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == flag || (a.size() > flag.size() && a.substr(0, flag.size()) == flag && a[flag.size()] == '='))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string config_file_error(const CLI::App& app, const CLI::ParseError& e, int argc, const char* const* argv) {
+  const CLI::Option* config = app.get_config_ptr();
+  if (config == nullptr) return {};
+  const std::string path = config->as<std::string>();
+  const std::string what = e.what();
+  const std::string name = e.get_name();
+  if (name == "FileError") return "config file " + path + ": cannot read it: " + what;
+  if (name == "ConfigError") {
+    constexpr std::string_view kExtras = "INI was not able to parse ";
+    if (what.rfind(kExtras, 0) == 0) {
+      std::string key = what.substr(kExtras.size());
+      if (key.size() > 3 && key.compare(key.size() - 3, 3, ".++") == 0)
+        return "config file " + path + ": section [" + key.substr(0, key.size() - 3) +
+               "]: sections are not used, every key is a top-level flag name";
+      return "config file " + path + ": unknown key \"" + key + "\" (keys are the long flag names without --, see --help)";
+    }
+    return "config file " + path + ": " + what;
+  }
+  if (name == "ConversionError" || name == "ValidationError") {
+    // "--ttl-ms: ..." or "Could not convert: --ttl-ms = abc": the flag the value was for.
+    const std::size_t at = what.find("--");
+    if (at == std::string::npos) return {};
+    std::size_t end = at + 2;
+    while (end < what.size() && (std::isalnum(static_cast<unsigned char>(what[end])) != 0 || what[end] == '-')) ++end;
+    const std::string flag = what.substr(at, end - at);
+    if (given_on_command_line(flag, argc, argv)) return {};
+    return "config file " + path + ": key \"" + flag.substr(2) + "\": " + what;
+  }
+  return {};
+}
+
+}  // namespace leasehold
