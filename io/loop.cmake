@@ -12,7 +12,8 @@ add_library(leasehold_io STATIC
   ${CMAKE_CURRENT_LIST_DIR}/log_writer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/event_log.cpp
   ${CMAKE_CURRENT_LIST_DIR}/daemon_options.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/service_notify.cpp
 )
 leasehold_target(leasehold_io)
 leasehold_module(leasehold_io io)
-target_link_libraries(leasehold_io PUBLIC leasehold_wire PkgConfig::URING Threads::Threads PRIVATE CLI11::CLI11)
+target_link_libraries(leasehold_io PUBLIC leasehold_wire PkgConfig::URING Threads::Threads PRIVATE CLI11::CLI11 PkgConfig::LIBSYSTEMD)
