@@ -92,6 +92,8 @@ std::uint64_t failover_bound_ms(const LockdConfig& cfg) noexcept {
 }
 
 void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
+  add_config_file(app, kLockdConfigDefault);
+  add_log_flags(app, cfg.log);
   app.add_option("--listen", cfg.listen,
                  "UDP address to serve on, ADDR:PORT (IPv4 or [IPv6]); port 0 picks a free port "
                  "and prints it as 'listening ADDR:PORT' on stdout")
@@ -195,6 +197,11 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
                  "preemptible mode: worker-liveness table capacity, workers (1.." +
                      std::to_string(kMaxWorkersLimit) + ")")
       ->capture_default_str();
+  // The one-shot actions (write a key and exit) are command-line only: a config file that held
+  // one would turn every start of the service into that action.
+  for (const char* name : {"--generate-key", "--kind", "--key-id", "--derive-worker-key", "--worker-id", "--out",
+                           "--generate-signing-key", "--print-public-key"})
+    app.get_option(name)->configurable(false);
 }
 
 namespace {

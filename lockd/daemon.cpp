@@ -1,7 +1,7 @@
 #include "leasehold/lockd/daemon.hpp"
 
 #include "leasehold/etcd/client.hpp"
-#include "leasehold/io/log_writer.hpp"
+#include "leasehold/io/event_log.hpp"
 #include "leasehold/lease/clock.hpp"
 #include "leasehold/lockd/etcd_store.hpp"
 #include "leasehold/lockd/leadership.hpp"
@@ -119,7 +119,7 @@ LockdDaemon::LockdDaemon(const LockdConfig& cfg, const std::vector<wire::WireKey
     auto store = std::make_unique<NameStore>(cfg.store_path, store_options);  // throws StoreError
     restored.incarnation = store->open_count();
     for (const std::string& fixed : store->modes_fixed())
-      log_ += "ts_boot_ns=" + std::to_string(now) + " event=store_mode_fixed file=" + fixed + "\n";
+      log_ += "ts_boot_ns=" + std::to_string(now) + " level=warn event=store_mode_fixed file=" + fixed + "\n";
     restored.stored = store->load();
     store_ = std::make_unique<StoreThread>(std::move(store), [&loop] { loop.wake(); });
   }
@@ -226,7 +226,7 @@ void LockdDaemon::become_follower(std::int64_t now_ns, const std::string& why, b
   Cluster& c = *cluster_;
   if (c.leading != 0) {
     write_log();
-    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=step_down revision=" + std::to_string(c.leading) +
+    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " level=warn event=step_down revision=" + std::to_string(c.leading) +
             " why=\"" + why + "\"\n";
     c.leadership->step_down(c.leading, fence ? Leadership::StepDown::fenced : Leadership::StepDown::failed);
     c.refused = c.leading;
@@ -285,7 +285,7 @@ std::int64_t LockdDaemon::finish_load(const Leadership::View& v, std::int64_t no
   service_->set_loading(false);
   const std::int64_t revision = load->revision;
   if (!load->error.empty()) {
-    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=take_over_failed revision=" + std::to_string(revision) +
+    log_ += "ts_boot_ns=" + std::to_string(now_ns) + " level=warn event=take_over_failed revision=" + std::to_string(revision) +
             " why=\"" + load->error + "\"\n";
     c.refused = revision;
     c.leadership->step_down(revision, Leadership::StepDown::failed);
@@ -316,7 +316,7 @@ std::int64_t LockdDaemon::finish_load(const Leadership::View& v, std::int64_t no
   if (restored.stored.foreign_keys != 0) {
     std::string keys;
     for (const std::string& k : restored.stored.foreign_key_samples) keys += (keys.empty() ? "" : ",") + k;
-    log_ += "ts_boot_ns=" + std::to_string(now) + " event=foreign_keys count=" +
+    log_ += "ts_boot_ns=" + std::to_string(now) + " level=warn event=foreign_keys count=" +
             std::to_string(restored.stored.foreign_keys) + " keys=\"" + keys +
             "\" why=\"keys under names/ that are not names/<name-id>: not rows, skipped\"\n";
   }
@@ -343,7 +343,7 @@ std::int64_t LockdDaemon::follow_leadership(std::int64_t now_ns) {
   if (v.last_error != c.error_seen) {
     c.error_seen = v.last_error;
     if (!v.last_error.empty())
-      log_ += "ts_boot_ns=" + std::to_string(now_ns) + " event=leadership_error why=\"" + v.last_error + "\"\n";
+      log_ += "ts_boot_ns=" + std::to_string(now_ns) + " level=warn event=leadership_error why=\"" + v.last_error + "\"\n";
   }
   if (c.load != nullptr) {
     const std::int64_t now = finish_load(v, now_ns);
@@ -401,10 +401,11 @@ bool LockdDaemon::drain_for_shutdown() {
 void LockdDaemon::write_log() {
   service_->take_log(log_);
   if (log_.empty()) return;
-  // Bounded and non-blocking (io/log_writer.hpp): a full stderr drops lines, never answers.
-  stderr_log().write(log_);
+  // Bounded and non-blocking (io/event_log.hpp over io/log_writer.hpp): a full stderr drops
+  // lines, never answers.
+  daemon_log().emit_lines(log_);
   log_.clear();
-  service_->set_log_lines_dropped(stderr_log().dropped());
+  service_->set_log_lines_dropped(daemon_log().dropped());
 }
 
 }  // namespace leasehold::lockd

@@ -1,10 +1,16 @@
 // leasehold-lockd: the lock service (DESIGN.md "lockd"). See lockd/service.hpp.
 //
 // Exit codes: 0 after SIGTERM/SIGINT; 1 when it cannot start or its store fails (the message on
-// stderr names the cause); 2 for a bad command line.
+// stderr names the cause); 2 for a bad command line or config file.
+// Signals: SIGTERM/SIGINT stop it (pending changes made durable first); SIGHUP reloads the key
+// files and the log level (the config file and flags read again; nothing else changes).
 #include "leasehold/wire/auth.hpp"
-#include "leasehold/io/log_writer.hpp"
+#include "leasehold/io/daemon_options.hpp"
+#include "leasehold/io/clock.hpp"
+#include "leasehold/io/event_log.hpp"
 #include "leasehold/io/loop.hpp"
+#include "leasehold/io/service_notify.hpp"
+#include "leasehold/lease/clock.hpp"
 #include "leasehold/wire/token.hpp"
 #include "leasehold/lockd/config.hpp"
 #include "leasehold/lockd/daemon.hpp"
@@ -22,24 +28,48 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 
-int main(int argc, char** argv) {
-  using namespace leasehold;
-  CLI::App app{
-      "leasehold-lockd: the lock service. Serves the name table over authenticated UDP and keeps "
-      "ownership changes durable in a SQLite store (WAL, group commit), or in etcd shared by a "
-      "cluster of lockd processes of which one leads (--store etcd://...).\n"
-      "Logs one logfmt line per ownership change on stderr; prints 'listening ADDR:PORT' on "
-      "stdout once it serves."};
-  lockd::LockdConfig cfg;
-  app.set_version_flag("--version", "leasehold-lockd " LEASEHOLD_VERSION);
-  lockd::add_lockd_flags(app, cfg);
+namespace {
+
+constexpr const char* kDescription =
+    "leasehold-lockd: the lock service. Serves the name table over authenticated UDP and keeps "
+    "ownership changes durable in a SQLite store (WAL, group commit), or in etcd shared by a "
+    "cluster of lockd processes of which one leads (--store etcd://...).\n"
+    "Logs one line per event on stderr (logfmt or JSON: time, ts_boot_ns, level, event, ...); prints "
+    "'listening ADDR:PORT' on stdout once it serves, and tells systemd (Type=notify) when it serves.\n"
+    "Flags may also come from a TOML config file (--config, default /etc/leasehold/lockd.toml: "
+    "flag-name = value lines); flags on the command line override it.\n"
+    "SIGTERM/SIGINT: stop (pending changes made durable first). SIGHUP: reload the key files and "
+    "the log level.";
+
+/// Parses the command line (and the config file it names); the exit code on failure.
+std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (const std::string why = leasehold::config_file_error(app, e, argc, argv); !why.empty()) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", why.c_str());
+      return 2;
+    }
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace leasehold;
+  CLI::App app{kDescription};
+  app.set_version_flag("--version", "leasehold-lockd " LEASEHOLD_VERSION);
+  lockd::LockdConfig cfg;
+  lockd::add_lockd_flags(app, cfg);
+  if (const auto rc = parse(app, argc, argv)) return *rc;
+  daemon_log().set_format(cfg.log.format);
+  daemon_log().set_level(cfg.log.level);
   if (cfg.generate_key_path) {
     if (const Status why = lockd::validate(cfg); !why.ok()) {
       std::fprintf(stderr, "leasehold-lockd: %s\n", why.message().c_str());
@@ -213,9 +243,9 @@ int main(int argc, char** argv) {
       service.reset();
       return 1;
     }
-    std::fprintf(stderr, "leasehold-lockd: %s token signing key %s (key id %s); %s\n",
-                 generated ? "generated the" : "signing tokens with", path.c_str(),
-                 token::key_id_text(signer->key_id()).c_str(), pub_note.c_str());
+    daemon_log().emit(boottime_ns(), "event=token_signing_key action=" + std::string(generated ? "generated" : "loaded") +
+                                         " path=" + path + " key_id=" + token::key_id_text(signer->key_id()) +
+                                         " note=\"" + pub_note + "\"");
   }
   bool stopping = false;
   bool reload = false;
@@ -228,38 +258,68 @@ int main(int argc, char** argv) {
   });
   std::printf("listening %s\n", service->local_address().str().c_str());
   std::fflush(stdout);
+  ServiceNotifier notifier;  // before the loop's first turn: its wait is bounded by the pings
+  notifier.ready("serving on " + service->local_address().str() + ", store " + cfg.store_path);
+  daemon_log().emit(boottime_ns(), "event=serving listen=" + service->local_address().str() + " store=" +
+                                       cfg.store_path + " log_level=" + std::string(to_string(cfg.log.level)) +
+                                       " watchdog_ms=" + std::to_string(notifier.watchdog_interval_ns() / kNsPerMs));
 
   while (!stopping) {
-    const int rc = loop->run_once(service->wait_ns());
+    // An idle lockd sleeps until its next expiry; a watchdog ping may be due before that.
+    const int rc = loop->run_once(std::min(service->wait_ns(), notifier.wait_ns(boottime_ns())));
     if (rc < 0) {
-      leasehold::stderr_log().write(std::string("leasehold-lockd: io_uring_enter failed: ") + std::strerror(-rc) + "\n");
+      daemon_log().emit(boottime_ns(), "level=error event=loop_failed error=\"io_uring_enter: " +
+                                           std::string(std::strerror(-rc)) + "\"");
       return 1;
     }
+    notifier.watchdog(loop->turn_now_ns());
     if (reload) {
-      // A key rotation: the same flags, read again. A key set that does not load changes nothing.
       reload = false;
+      // A key rotation: the key flags, read again. A key set that does not load changes nothing.
       const auto next = lockd::load_keys(cfg);
       const Status err = next ? service->reload_keys(*next, loop->turn_now_ns()) : next.status();
       if (!err.ok())
-        leasehold::stderr_log().write("leasehold-lockd: key reload refused, the keys stay as they were: " +
-                                      err.message() + "\n");
+        daemon_log().emit(boottime_ns(), "level=warn event=key_reload_refused error=\"the keys stay as they were: " +
+                                             err.message() + "\"");
+      // The log level: the config file and the flags read again (flags still override the
+      // file); nothing else of them changes without a restart.
+      CLI::App again{kDescription};
+      lockd::LockdConfig fresh;
+      lockd::add_lockd_flags(again, fresh);
+      try {
+        again.parse(argc, argv);
+        const LogLevel before = daemon_log().level();
+        daemon_log().set_level(fresh.log.level);
+        daemon_log().emit(boottime_ns(), "event=reloaded log_level=" + std::string(to_string(fresh.log.level)) +
+                                             " log_level_before=" + std::string(to_string(before)) +
+                                             " keys=" + (err.ok() ? "reloaded" : "unchanged"));
+      } catch (const CLI::ParseError& e) {
+        std::string why = config_file_error(again, e, argc, argv);
+        if (why.empty()) why = e.what();
+        daemon_log().emit(boottime_ns(), "level=warn event=config_reload_refused error=\"the log level stays " +
+                                             std::string(to_string(daemon_log().level())) + ": " + why + "\"");
+      }
     }
     if (!service->after_iteration()) {
       // Through the log queue, after the lines it holds (and never blocking on a full stderr):
       // it is flushed, with a bound, at exit.
-      leasehold::stderr_log().write("leasehold-lockd: stopping: the store failed, nothing of the failed batch "
-                                    "was acknowledged: " + service->failure() + "\n");
+      daemon_log().emit(boottime_ns(), "level=error event=store_failed action=stopping error=\"nothing of the failed "
+                                           "batch was acknowledged: " + service->failure() + "\"");
+      notifier.stopping("the store failed: " + service->failure());
       return 1;
     }
   }
   // Orderly stop: make the pending changes durable and send the answers that waited for them.
+  notifier.stopping("stopping: making pending changes durable");
   const bool drained = service->drain_for_shutdown();
   loop->run_once(0);
   service.reset();
   ::close(sfd);
   if (!drained) {
-    leasehold::stderr_log().write("leasehold-lockd: the store failed while stopping\n");
+    daemon_log().emit(boottime_ns(), "level=error event=store_failed action=stopped error=\"the store failed while "
+                                         "stopping\"");
     return 1;
   }
+  daemon_log().emit(boottime_ns(), "event=stopped");
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifndef LEASEHOLD_LOCKD_BINARY
@@ -88,8 +89,9 @@ class LockdProcess {
   /// for its "listening" line. On failure returns false and fills *error with its stderr.
   /// Its stderr is appended to `log_path` (kept across restarts), its stdout goes to
   /// `log_path`.stdout; `stderr_fd` >= 0: lockd's stderr is that fd instead of `log_path`.
+  /// `env`: NAME, value pairs set in lockd's environment (NOTIFY_SOCKET, WATCHDOG_USEC).
   bool start(const std::vector<std::string>& args, const fs::path& log_path, std::string* error,
-             int stderr_fd = -1) {
+             int stderr_fd = -1, const std::vector<std::pair<std::string, std::string>>& env = {}) {
     std::vector<std::string> all = args;
     bool has_listen = false;
     for (const auto& a : args) has_listen |= a == "--listen";
@@ -100,6 +102,7 @@ class LockdProcess {
     s.stderr_path = log_path;
     s.append_stderr = true;
     s.stderr_fd = stderr_fd;
+    s.env = env;
     if (const Status started = proc_.start(s); !started.ok()) {
       if (error != nullptr) *error = started.message();
       return false;
@@ -133,6 +136,8 @@ class LockdProcess {
     return proc_.exit_code().value_or(-1);
   }
 
+  /// Sends `sig` (SIGHUP: a reload).
+  void signal(int sig) { proc_.signal(sig); }
   bool running() const { return proc_.running(); }
   pid_t pid() const { return proc_.pid(); }
   const SocketAddress& address() const { return address_; }

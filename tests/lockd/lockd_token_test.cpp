@@ -65,7 +65,8 @@ TEST_F(LockdTokenTest, EveryGrantPathCarriesATokenTheDefaultPublicKeyVerifies) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(::stat((key_path + ".pub").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);
-  EXPECT_NE(lockd_.log().find("generated the token signing key " + key_path), std::string::npos) << lockd_.log();
+  EXPECT_NE(lockd_.log().find("event=token_signing_key action=generated path=" + key_path + " "), std::string::npos)
+      << lockd_.log();
   token::TokenVerifier v;
   ASSERT_EQ(v.add_public_key_file(key_path + ".pub").message(), "");
 

@@ -4,6 +4,7 @@
 // combinations that cannot work and says why (DESIGN.md "lockd", "Time").
 #pragma once
 
+#include "leasehold/io/daemon_options.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/lease/lease_table.hpp"
 
@@ -86,6 +87,8 @@ struct LockdConfig {
   std::string signing_key_file;
   bool generate_signing_key = false;  ///< --generate-signing-key: write --out and --out.pub, exit
   bool print_public_key = false;      ///< --print-public-key: print the signing key's public key, exit
+  /// --log-format, --log-level (io/daemon_options.hpp); the level is re-read on SIGHUP.
+  LogOptions log;
   /// Ablations for the attack tests (LEASEHOLD_ABLATE, comma-separated; never a flag):
   /// shared-worker-key (one key for every worker), no-authz (a worker's key may act on any name),
   /// replay-heartbeats (a replayed heartbeat is executed again), reflection (cached answers

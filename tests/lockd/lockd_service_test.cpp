@@ -1,0 +1,172 @@
+// leasehold-lockd as a service (README "Running as a service"): systemd's notifications
+// (READY=1, WATCHDOG=1 pings, STOPPING=1), SIGHUP reloading the log level from the config file
+// without stopping, a config file's errors, and the JSON log format.
+#include "leasehold/io/probe.hpp"
+#include "leasehold/lockd/admin_client.hpp"
+#include "lockd_process.hpp"
+#include "tests/common/notify_socket.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+namespace leasehold::lockd {
+namespace {
+
+using namespace testing;
+using testing_common::NotifySocket;
+using std::chrono::milliseconds;
+
+void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+TEST(LockdService, TellsSystemdReadyWatchdogAndStopping) {
+  if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
+  TempDir dir;
+  make_key(dir.path());
+  NotifySocket notify(dir.path() / "notify");
+  ASSERT_TRUE(notify.ok()) << std::strerror(errno);
+  LockdProcess lockd;
+  std::string err;
+  ASSERT_TRUE(lockd.start({"--key-file", (dir.path() / "lockd.key").string(), "--store", (dir.path() / "l.db").string()},
+                          dir.path() / "lockd.log", &err, -1,
+                          {{"NOTIFY_SOCKET", notify.path()}, {"WATCHDOG_USEC", "200000"}}))
+      << err;
+  const auto ready = notify.wait_for("READY=1", milliseconds(20'000));
+  ASSERT_TRUE(ready) << lockd.log();
+  EXPECT_NE(ready->find("STATUS=serving on " + lockd.address().str()), std::string::npos) << *ready;
+  // Pings come from the main loop while it turns: two of them, the second one after READY.
+  ASSERT_TRUE(notify.wait_for("WATCHDOG=1", milliseconds(20'000))) << lockd.log();
+  ASSERT_TRUE(notify.wait_for("WATCHDOG=1", milliseconds(20'000))) << lockd.log();
+  EXPECT_NE(lockd.log().find("event=serving listen=" + lockd.address().str() + " "), std::string::npos) << lockd.log();
+  EXPECT_NE(lockd.log().find(" watchdog_ms=200\n"), std::string::npos) << lockd.log();
+  lockd.signal(SIGTERM);
+  const auto stopping = notify.wait_for("STOPPING=1", milliseconds(20'000));
+  ASSERT_TRUE(stopping) << lockd.log();
+  EXPECT_NE(stopping->find("STATUS=stopping"), std::string::npos) << *stopping;
+  EXPECT_EQ(lockd.terminate(), 0);
+}
+
+TEST(LockdService, NoWatchdogPingsUnlessSystemdAsks) {
+  if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
+  TempDir dir;
+  make_key(dir.path());
+  NotifySocket notify(dir.path() / "notify");
+  ASSERT_TRUE(notify.ok());
+  LockdProcess lockd;
+  std::string err;
+  ASSERT_TRUE(lockd.start({"--key-file", (dir.path() / "lockd.key").string(), "--store", (dir.path() / "l.db").string()},
+                          dir.path() / "lockd.log", &err, -1, {{"NOTIFY_SOCKET", notify.path()}}))
+      << err;
+  ASSERT_TRUE(notify.wait_for("READY=1", milliseconds(20'000))) << lockd.log();
+  lockd.signal(SIGTERM);
+  ASSERT_TRUE(notify.wait_for("STOPPING=1", milliseconds(20'000))) << lockd.log();
+  EXPECT_EQ(notify.count("WATCHDOG=1"), 0u);
+  EXPECT_EQ(lockd.terminate(), 0);
+}
+
+TEST(LockdService, SighupReloadsTheLogLevelFromTheConfigFileAndKeepsServing) {
+  if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
+  TempDir dir;
+  const wire::WireKey key = make_key(dir.path());
+  const fs::path config = dir.path() / "lockd.toml";
+  const std::string common = "key-file = [\"" + (dir.path() / "lockd.key").string() + "\"]\nstore = \"" +
+                             (dir.path() / "l.db").string() + "\"\n";
+  write_text(config, "# started quiet\n" + common + "log-level = \"warn\"\n");
+  LockdProcess lockd;
+  std::string err;
+  ASSERT_TRUE(lockd.start({"--config", config.string()}, dir.path() / "lockd.log", &err)) << err;
+  const WorkerId w{0x77, 1};
+  AdminClient client(lockd.address(), key, w);
+  const Answer quiet = client.acquire("before", SandboxId{0x51, 1}, w);
+  ASSERT_NE(quiet.as<wire::Grant>(), nullptr) << quiet.message();
+
+  write_text(config, common + "log-level = \"info\"\n");
+  lockd.signal(SIGHUP);
+  ASSERT_TRUE(harness::wait_for_log_line(dir.path() / "lockd.log", "event=reloaded log_level=info log_level_before=warn",
+                                         milliseconds(20'000)))
+      << lockd.log();
+  const Answer loud = client.acquire("after", SandboxId{0x51, 2}, w);
+  ASSERT_NE(loud.as<wire::Grant>(), nullptr) << loud.message();
+  ASSERT_TRUE(harness::wait_for_log_line(dir.path() / "lockd.log", "event=grant name=after ", milliseconds(20'000)))
+      << lockd.log();
+  // Lines reach the file in order: the first grant, had it been logged, would be above.
+  EXPECT_EQ(lockd.log().find("name=before "), std::string::npos) << lockd.log();
+  EXPECT_TRUE(lockd.running());
+
+  // A file that no longer parses changes nothing, and says why.
+  write_text(config, common + "log-level = \"info\"\nlog-levle = \"debug\"\n");
+  lockd.signal(SIGHUP);
+  const auto refused = harness::wait_for_log_line(dir.path() / "lockd.log", "event=config_reload_refused",
+                                                  milliseconds(20'000));
+  ASSERT_TRUE(refused) << lockd.log();
+  EXPECT_NE(refused->find("level=warn "), std::string::npos) << *refused;
+  EXPECT_NE(refused->find("the log level stays info: config file " + config.string() + ": unknown key \"log-levle\""),
+            std::string::npos)
+      << *refused;
+  EXPECT_TRUE(lockd.running());
+  EXPECT_TRUE(client.counters().ok());
+  EXPECT_EQ(lockd.terminate(), 0);
+}
+
+TEST(LockdService, ConfigFileErrorsNameTheFileAndTheKey) {
+  TempDir dir;
+  make_key(dir.path());
+  const fs::path config = dir.path() / "lockd.toml";
+  write_text(config, "ttl-ms = 5000\nttl_ms = 5000\n");
+  ExitResult r = run_lockd_to_exit({"--config", config.string()}, dir.path());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "leasehold-lockd: config file " + config.string() +
+                       ": unknown key \"ttl_ms\" (keys are the long flag names without --, see --help)\n");
+  write_text(config, "ttl-ms = \"ten seconds\"\n");
+  r = run_lockd_to_exit({"--config", config.string()}, dir.path());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("leasehold-lockd: config file " + config.string() + ": key \"ttl-ms\": ", 0), 0u) << r.err;
+  r = run_lockd_to_exit({"--config", (dir.path() / "absent.toml").string()}, dir.path());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("config file " + (dir.path() / "absent.toml").string() + ": cannot read it"), std::string::npos)
+      << r.err;
+  // A one-shot action is no setting of a service.
+  write_text(config, "generate-key = \"" + (dir.path() / "k").string() + "\"\n");
+  r = run_lockd_to_exit({"--config", config.string()}, dir.path());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("not allowed in a configuration file"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "k"));
+}
+
+TEST(LockdService, JsonLogLinesAreObjectsWithTimeStampLevelAndEvent) {
+  if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
+  TempDir dir;
+  const wire::WireKey key = make_key(dir.path());
+  LockdProcess lockd;
+  std::string err;
+  ASSERT_TRUE(lockd.start({"--key-file", (dir.path() / "lockd.key").string(), "--store", (dir.path() / "l.db").string(),
+                           "--log-format", "json"},
+                          dir.path() / "lockd.log", &err))
+      << err;
+  const WorkerId w{0x77, 1};
+  AdminClient client(lockd.address(), key, w);
+  const Answer granted = client.acquire("json/1", SandboxId{0x51, 1}, w);
+  ASSERT_NE(granted.as<wire::Grant>(), nullptr) << granted.message();
+  ASSERT_TRUE(harness::wait_for_log_line(dir.path() / "lockd.log", "\"name\":\"json/1\"", milliseconds(20'000)))
+      << lockd.log();
+  EXPECT_EQ(lockd.terminate(), 0);
+  std::istringstream in(lockd.log());
+  std::size_t lines = 0;
+  bool grant = false;
+  for (std::string line; std::getline(in, line); ++lines) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    EXPECT_TRUE(j["time"].is_string() && j["time"].get<std::string>().size() == 24) << line;
+    EXPECT_TRUE(j["ts_boot_ns"].is_number_integer()) << line;
+    EXPECT_TRUE(j["level"] == "info" || j["level"] == "warn") << line;
+    EXPECT_TRUE(j["event"].is_string()) << line;
+    grant |= j["event"] == "grant" && j["name"] == "json/1" && j["epoch"] == "1";
+  }
+  EXPECT_GE(lines, 4u);  // restore, signing key, serving, grant, stopped
+  EXPECT_TRUE(grant) << lockd.log();
+}
+
+}  // namespace
+}  // namespace leasehold::lockd
