@@ -182,6 +182,8 @@ WorkerId random_worker_id() { return random_uuid_v4<WorkerId>(); }
 SandboxId random_sandbox_id() { return random_uuid_v4<SandboxId>(); }
 
 void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
+  add_config_file(app, kSupervisorConfigDefault);
+  add_log_flags(app, c.log);
   app.add_option("--lockd", c.lockd_address,
                  "lockd address HOST:PORT (UDP; a numeric address or a host name, resolved at start), or a "
                  "comma-separated list A,B,C of a replicated lockd's addresses (at most 16): the supervisor "
@@ -320,6 +322,7 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
       ->capture_default_str();
   app.add_flag("--synthetic", c.synthetic,
                "performance measurement only: `run` registers a lease without starting a process");
+  app.get_option("--synthetic")->configurable(false);  // a measurement, never a service's setting
 }
 
 UidRangeLock::UidRangeLock(UidRangeLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }

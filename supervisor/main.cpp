@@ -2,7 +2,13 @@
 //
 // Exit codes: 0 clean shutdown; 1 runtime failure; 2 bad command line or refused configuration
 // (unsafe timing, unreadable key, io_uring unavailable, shm table owned by a live writer,
-// lockd unreachable at start-up or running in the other lock mode or with a shorter TTL).
+// lockd unreachable at start-up or running in the other lock mode or with a shorter TTL, or a
+// bad config file).
+// Signals: SIGTERM/SIGINT shut down (supervisor.hpp); SIGHUP reloads the worker key and the log
+// level (the config file and the flags read again; nothing else changes without a restart).
+#include "leasehold/io/daemon_options.hpp"
+#include "leasehold/io/event_log.hpp"
+#include "leasehold/lease/clock.hpp"
 #include "leasehold/supervisor/config.hpp"
 #include "leasehold/supervisor/supervisor.hpp"
 
@@ -12,20 +18,33 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
+
+namespace {
+
+constexpr const char* kDescription =
+    "leasehold-supervisor: runs sandboxes under named leases from leasehold-lockd, heartbeats\n"
+    "them, and kills a sandbox before its lease can expire (DESIGN.md \"The supervisor\").\n"
+    "--lockd takes one address or a replicated lockd's list A,B,C; the supervisor follows the leader.\n"
+    "Safety condition checked at start-up:\n"
+    "  kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho)\n"
+    "and with several --lockd addresses (a new leader reached before the kill-switch fires):\n"
+    "  lockd_failover + 1.2*heartbeat_interval < kill_after - heartbeat_interval\n"
+    "Logs one line per event on stderr (logfmt or JSON: time, ts_boot_ns, level, event, ...) and tells\n"
+    "systemd (Type=notify) when it serves. Flags may also come from a TOML config file (--config,\n"
+    "default /etc/leasehold/supervisor.toml: flag-name = value lines); the command line overrides it.";
+constexpr const char* kFooter =
+    "Exit codes: 0 clean shutdown; 1 runtime failure; 2 usage, bad config file or refused configuration\n"
+    "(unsafe timing, unreadable key, io_uring unavailable, live shm table, lockd unreachable or in another\n"
+    "--mode at start-up).\n"
+    "Signals: SIGTERM/SIGINT shut down; SIGHUP reloads the worker key and the log level.";
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace leasehold;
-  CLI::App app{
-      "leasehold-supervisor: runs sandboxes under named leases from leasehold-lockd, heartbeats\n"
-      "them, and kills a sandbox before its lease can expire (DESIGN.md \"The supervisor\").\n"
-      "--lockd takes one address or a replicated lockd's list A,B,C; the supervisor follows the leader.\n"
-      "Safety condition checked at start-up:\n"
-      "  kill_after*(1+rho) + wheel_granularity + kill_latency_budget < ttl*(1-rho)\n"
-      "and with several --lockd addresses (a new leader reached before the kill-switch fires):\n"
-      "  lockd_failover + 1.2*heartbeat_interval < kill_after - heartbeat_interval"};
-  app.footer(
-      "Exit codes: 0 clean shutdown; 1 runtime failure; 2 usage or refused configuration (unsafe timing,\n"
-      "unreadable key, io_uring unavailable, live shm table, lockd unreachable or in another --mode at start-up).");
+  CLI::App app{kDescription};
+  app.footer(kFooter);
   // The key (and the shm table's writable mapping) are the supervisor's alone: no core dump,
   // no ptrace and no /proc/<pid>/{mem,environ,fd,root} for processes of the same uid; the
   // kernel then owns /proc/<pid> by root. Sandboxes get back a dumpable state at execve.
@@ -36,9 +55,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (const std::string why = config_file_error(app, e, argc, argv); !why.empty()) {
+      std::fprintf(stderr, "leasehold-supervisor: %s\n", why.c_str());
+      return 2;
+    }
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  daemon_log().set_format(config.log.format);
+  daemon_log().set_level(config.log.level);
   std::unique_ptr<Supervisor> sup;
   std::string error;
   try {
@@ -52,6 +77,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "leasehold-supervisor: %s\n", error.c_str());
     return 2;
   }
+  // SIGHUP: the log level from the config file and the flags, read again (the key is the
+  // supervisor's own reload). A file that no longer parses changes nothing.
+  sup->set_reload_hook([argc, argv] {
+    CLI::App again{kDescription};
+    SupervisorConfig fresh;
+    add_supervisor_flags(again, fresh);
+    try {
+      again.parse(argc, argv);
+      const LogLevel before = daemon_log().level();
+      daemon_log().set_level(fresh.log.level);
+      daemon_log().emit(boottime_ns(), "event=reloaded log_level=" + std::string(to_string(fresh.log.level)) +
+                                           " log_level_before=" + std::string(to_string(before)));
+    } catch (const CLI::ParseError& e) {
+      std::string why = config_file_error(again, e, argc, argv);
+      if (why.empty()) why = e.what();
+      daemon_log().emit(boottime_ns(), "level=warn event=config_reload_refused error=\"the log level stays " +
+                                           std::string(to_string(daemon_log().level())) + ": " + why + "\"");
+    }
+  });
   std::fputs(sup->summary().c_str(), stdout);
   std::fputs("ready\n", stdout);
   std::fflush(stdout);

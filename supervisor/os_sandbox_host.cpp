@@ -79,7 +79,7 @@ std::optional<PortError> OsSandboxHost::create(const SandboxSpec& spec, HostedSa
   const std::string idstr = spec.id.str();
   // Whatever fails below leaves no leaf behind.
   auto fail = [&](PortError e) -> std::optional<PortError> {
-    if (r.leaf.valid() && !r.leaf.remove().ok()) log("event=cgroup_leak path=" + r.leaf.path());
+    if (r.leaf.valid() && !r.leaf.remove().ok()) log("level=warn event=cgroup_leak path=" + r.leaf.path());
     r.leaf = CgroupLeaf{};
     return e;
   };
@@ -229,7 +229,7 @@ ReapedSandbox OsSandboxHost::reap(const SandboxId& id) {
       ::usleep(1000);
       removed = r.leaf.remove();
     }
-    if (!removed.ok()) log("event=cgroup_leak path=" + r.leaf.path() + " error=\"" + removed.message() + "\"");
+    if (!removed.ok()) log("level=warn event=cgroup_leak path=" + r.leaf.path() + " error=\"" + removed.message() + "\"");
     // Dead means the pidfd reported the exit *and* the leaf is empty.
     out.still_populated = r.leaf.valid() && r.leaf.populated() == 1;
   }

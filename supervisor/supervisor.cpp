@@ -3,7 +3,8 @@
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/io/address_list.hpp"
 #include "leasehold/io/clock.hpp"
-#include "leasehold/io/log_writer.hpp"
+#include "leasehold/io/event_log.hpp"
+#include "leasehold/io/service_notify.hpp"
 #include "leasehold/io/loop.hpp"
 #include "leasehold/wire/protocol.hpp"
 #include "leasehold/shm/table.hpp"
@@ -69,18 +70,18 @@ bool sanitized_build() {
 
 std::uint64_t now_ns() { return static_cast<std::uint64_t>(boottime_ns()); }
 
-// One structured line per event on stderr: "leasehold-supervisor: t=<boottime ns> event=... k=v".
+// One structured line per event on stderr (io/event_log.hpp: time, ts_boot_ns, level, then the
+// fields `[level=L] event=... k=v`). Bounded and non-blocking (io/log_writer.hpp): a full stderr
+// drops lines, never answers.
 void log_event(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_event(const char* fmt, ...) {
-  char buf[1024];
+  char buf[2048];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  // Bounded and non-blocking (io/log_writer.hpp): a full stderr drops lines, never answers.
-  char line[2200];
-  const int n = std::snprintf(line, sizeof line, "leasehold-supervisor: t=%" PRIu64 " %s\n", now_ns(), buf);
-  if (n > 0) stderr_log().write(std::string_view(line, std::min(static_cast<std::size_t>(n), sizeof line - 1)));
+  if (n < 0) return;
+  daemon_log().emit(boottime_ns(), std::string_view(buf, std::min(static_cast<std::size_t>(n), sizeof buf - 1)));
 }
 
 // Whether argv[0] resolves to an executable, with the PATH the sandbox will have.
@@ -198,6 +199,11 @@ struct Supervisor::Impl {
 
   std::int64_t shutdown_deadline_ns = 0;
   int exit_code = 0;
+  /// systemd's notifications (Type=notify): READY=1 in run(), WATCHDOG=1 from the housekeeping
+  /// timer, STOPPING=1 at the shutdown's start. Does nothing outside systemd.
+  ServiceNotifier notifier;
+  /// SIGHUP, after the key: the main program's re-read of the config file (the log level).
+  std::function<void()> reload_hook;
 
   /// The daemon's own counters (the sandbox logic's are SupervisorCore::Counters).
   struct Counters {
@@ -392,7 +398,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   // Leaves of an earlier supervisor of this worker (crashed, or stopped with --on-shutdown
   // keep): their sandboxes' leases are watched by nobody now, so they do not run on.
   for (const auto& l : cgroups.sweep_leaves())
-    log_event("event=stale_leaf_swept path=%s had_processes=%d result=%s", l.path.c_str(), l.had_processes ? 1 : 0,
+    log_event("level=warn event=stale_leaf_swept path=%s had_processes=%d result=%s", l.path.c_str(), l.had_processes ? 1 : 0,
               l.error == 0 ? "removed" : std::strerror(-l.error));
 
   if (cfg.bwrap) {
@@ -487,8 +493,12 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   rt_text += ", tick " + std::to_string(cfg.wheel_granularity_ns / 1000) + " us, command poll " +
              std::to_string(rt_config.command_poll_ns / 1000) + " us";
   if (std::string w = rt_status.warnings(rt_config); !w.empty()) {
-    std::fputs(w.c_str(), stderr);
     while (!w.empty() && w.back() == '\n') w.pop_back();
+    for (std::size_t at = 0; at <= w.size();) {
+      const std::size_t eol = std::min(w.find('\n', at), w.size());
+      log_event("level=warn event=rt_thread_warning note=\"%s\"", w.substr(at, eol - at).c_str());
+      at = eol + 1;
+    }
     rt_text += " (" + w + ")";
   }
   OsSandboxHostConfig hc;
@@ -584,7 +594,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   link->set_revoked_handler([this](const wire::Revoked& q) { return core->on_revoked(q, now_ns()); });
   link->set_late_answer_handler([this](const wire::Body& b) { core->on_late_answer(b, now_ns()); });
   link->set_unconfigured_leader_handler([this](const std::string& hint, const SocketAddress& from) {
-    log_event("event=leader_not_configured leader=%s answered_by=%s lockd=%s error=\"lockd names a leader this "
+    log_event("level=warn event=leader_not_configured leader=%s answered_by=%s lockd=%s error=\"lockd names a leader this "
               "supervisor was not given (--lockd): its names' heartbeats cannot reach it, and their sandboxes "
               "are killed when their kill-switch is due unless a configured lockd leads again\"",
               hint.c_str(), from.str().c_str(), address_list_text(link->lockds()).c_str());
@@ -660,6 +670,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   heartbeat_timer = loop->add_periodic(interval_ns, boottime_ns() + interval_ns,
                                        [this] { core->on_heartbeat_tick(now_ns()); });
   housekeeping_timer = loop->add_periodic(100'000'000, boottime_ns() + 100'000'000, [this] {
+    notifier.watchdog(boottime_ns());  // the io loop turns: tell systemd's watchdog
     check_rt_lateness();
     control->tick(now_ns() / 1'000'000);
     sync_control_polls();
@@ -829,7 +840,7 @@ void Supervisor::Impl::check_rt_lateness() {
   const std::uint64_t now = now_ns();
   if (rt_late_logged_ns != 0 && now - rt_late_logged_ns < kRtLateLogIntervalNs) return;
   rt_late_logged_ns = now;
-  log_event("event=rt_late lateness_ms=%.3f kill_latency_budget_ms=%" PRIu64
+  log_event("level=warn event=rt_late lateness_ms=%.3f kill_latency_budget_ms=%" PRIu64
             " note=\"the rt thread woke later than the kill-latency budget the pause budget assumes; "
             "isolate its CPU or raise --kill-latency-budget-ms\"",
             static_cast<double>(late) / 1e6, cfg.kill_latency_budget_ms);
@@ -1024,7 +1035,7 @@ json Supervisor::Impl::status_json() const {
       {"key_reloads_refused", counters.key_reloads_refused},
       {"key_not_accepted", counters.key_not_accepted},
       {"sandbox_output_discarded_bytes", output_pump.discarded_bytes()},
-      {"log_lines_dropped", stderr_log().dropped()},
+      {"log_lines_dropped", daemon_log().dropped()},
       {"control_bad_requests", control->bad_requests()},
       {"control_unauthorized", control->rejected_unauthorized()},
       {"lockd_answers_bad", link->stats().answers_bad},
@@ -1081,6 +1092,7 @@ void Supervisor::Impl::on_signal() {
       begin_shutdown(si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
     } else if (si.ssi_signo == SIGHUP) {
       reload_key();
+      if (reload_hook) reload_hook();
     }
   }
 }
@@ -1100,7 +1112,7 @@ void Supervisor::Impl::reload_key() {
   if (kl) OPENSSL_cleanse(kl->bytes.data(), kl->bytes.size());
   if (!err.ok()) {
     ++counters.key_reloads_refused;
-    log_event("event=key_reload_refused key_file=%s error=\"%s\"", cfg.key_file.c_str(), err.message().c_str());
+    log_event("level=warn event=key_reload_refused key_file=%s error=\"%s\"", cfg.key_file.c_str(), err.message().c_str());
     return;
   }
   if (link->pending_key_id() == 0 && link->key_id() == id) {  // the same key id: in use at once
@@ -1117,7 +1129,7 @@ void Supervisor::Impl::on_key_probe(std::uint16_t key_id, const Status& accepted
   }
   ++counters.key_not_accepted;
   next_key_probe_ns = boottime_ns() + kKeyProbeIntervalNs;
-  log_event("event=key_not_accepted key_file=%s key_id=%u in_use_key_id=%u error=\"lockd does not know key id %u "
+  log_event("level=warn event=key_not_accepted key_file=%s key_id=%u in_use_key_id=%u error=\"lockd does not know key id %u "
             "(%s): still signing with key id %u; load the new cluster key into lockd (its key directory, then "
             "SIGHUP), tried again every %lld s\"",
             cfg.key_file.c_str(), static_cast<unsigned>(key_id), static_cast<unsigned>(link->key_id()),
@@ -1136,6 +1148,8 @@ void Supervisor::Impl::probe_pending_key() {
 void Supervisor::Impl::begin_shutdown(const char* why) {
   if (shutting_down()) return;
   shutdown_deadline_ns = boottime_ns() + kShutdownKillWaitNs;
+  notifier.stopping(std::string("stopping on ") + why + ": " + std::to_string(core->sandboxes().size()) +
+                    " sandbox(es), policy " + std::string(to_string(cfg.on_shutdown)));
   core->begin_shutdown(why, now_ns());
   maybe_finish_shutdown();
 }
@@ -1146,14 +1160,19 @@ void Supervisor::Impl::maybe_finish_shutdown() {
   bool busy = false;
   for (const auto& [id, s] : core->sandboxes())
     if (!never_started(s.phase)) busy = true;
-  if (busy) log_event("event=shutdown_timeout sandboxes=%zu", core->sandboxes().size());
+  if (busy) log_event("level=warn event=shutdown_timeout sandboxes=%zu", core->sandboxes().size());
   loop->stop();
 }
 
 int Supervisor::Impl::run() {
+  notifier.ready("worker " + worker.str() + ", lockd " + address_list_text(lockd_addresses) + ", " +
+                 std::to_string(cfg.slots) + " slots, control socket " + control_path);
+  log_event("event=serving worker=%s lockd=%s log_level=%s watchdog_ms=%lld", worker.str().c_str(),
+            address_list_text(lockd_addresses).c_str(), std::string(to_string(daemon_log().level())).c_str(),
+            static_cast<long long>(notifier.watchdog_interval_ns() / 1'000'000));
   int rc = loop->run();
   if (rc < 0) {
-    log_event("event=loop_failed error=\"%s\"", std::strerror(-rc));
+    log_event("level=error event=loop_failed error=\"%s\"", std::strerror(-rc));
     exit_code = 1;
   }
   // Finish: close the table (every check fails from now on), stop the rt thread, clean up.
@@ -1186,6 +1205,7 @@ Result<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorConfig config) 
 }
 
 int Supervisor::run() { return impl_->run(); }
+void Supervisor::set_reload_hook(std::function<void()> hook) { impl_->reload_hook = std::move(hook); }
 std::string Supervisor::summary() const { return impl_->summary(); }
 
 }  // namespace leasehold

@@ -268,7 +268,7 @@ void SupervisorCore::on_granted(const SandboxId& sb, ControlClientId client, Con
       }
       lease_send_ns -= shortfall_ns;
       valid_until = timing::kill_deadline_ns(lease_send_ns, hb_.kill_after_ns());
-      log_event("event=short_grant name=%s sandbox=%s epoch=%" PRIu64 " ttl_left_ms=%u ttl_ms=%" PRIu64
+      log_event("level=warn event=short_grant name=%s sandbox=%s epoch=%" PRIu64 " ttl_left_ms=%u ttl_ms=%" PRIu64
                 " valid_until_ns=%" PRIu64,
                 name.c_str(), sb.str().c_str(), g.epoch, g.ttl_ms, cfg_.ttl_ms, valid_until);
     }
@@ -360,7 +360,7 @@ void SupervisorCore::on_late_answer(const wire::Body& answer, std::uint64_t now_
       if (holder == g->holder && name_id_of(name) == g->name_id) return;
   }
   ++counters_.late_grants_released;
-  log_event("event=late_grant name_id=%s sandbox=%s epoch=%" PRIu64 " action=release", g->name_id.str().c_str(),
+  log_event("level=warn event=late_grant name_id=%s sandbox=%s epoch=%" PRIu64 " action=release", g->name_id.str().c_str(),
             g->holder.str().c_str(), g->epoch);
   release_to_lockd(g->name_id, g->name_id.str(), g->holder, g->epoch, [](bool, std::string) {});
 }
@@ -375,7 +375,7 @@ void SupervisorCore::spawn(Sandbox& s, ControlClientId client, const ControlRequ
       hb_.remove(id);
       release_to_lockd(s.name_id, s.name ? *s.name : *s.pending_name, id, s.epoch, [](bool, std::string) {});
     }
-    log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
+    log_event("level=warn event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
               s.name ? s.name->c_str() : "-", e.message.c_str());
     abandon(id, client, req.id, e.code, e.message);
   };
@@ -456,7 +456,7 @@ void SupervisorCore::spawn(Sandbox& s, ControlClientId client, const ControlRequ
     if (!s.armed) host_.kill(id, now_);
     advance(s.phase, SandboxPhase::aborted);
     ++counters_.spawn_failures;
-    log_event("event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
+    log_event("level=warn event=spawn_failed sandbox=%s name=%s error=\"%s\"", id.str().c_str(),
               s.name ? s.name->c_str() : s.pending_name.value_or("-").c_str(), start_error->message.c_str());
     s.waiter_error = start_error->code;
     s.waiter_message = start_error->message;
@@ -895,7 +895,7 @@ void SupervisorCore::exited(const SandboxId& id) {
     }
     // Queue full: the rt thread may still hold the target (finish_exit reaps it anyway; the
     // kill switch's pidfd keeps the pid from reuse). Stopped (a shutdown): it holds nothing.
-    if (d.refusal != RtRefusal::stopped) log_event("event=disarm_refused sandbox=%s", id.str().c_str());
+    if (d.refusal != RtRefusal::stopped) log_event("level=warn event=disarm_refused sandbox=%s", id.str().c_str());
   }
   finish_exit(id);
 }
@@ -970,7 +970,7 @@ void SupervisorCore::finish_exit(SandboxId id) {
     table_.revoke(s->slot);
     quarantined_.push_back(Quarantined{id, s->slot, s->name || s->pending_name ? s->name_id : NameId{}, s->epoch});
     ++counters_.slots_quarantined;
-    log_event("event=slot_quarantined sandbox=%s slot=%u reason=leaf_still_populated", id.str().c_str(), s->slot);
+    log_event("level=warn event=slot_quarantined sandbox=%s slot=%u reason=leaf_still_populated", id.str().c_str(), s->slot);
   } else {
     table_.free(s->slot, now_);
   }
@@ -978,7 +978,7 @@ void SupervisorCore::finish_exit(SandboxId id) {
   // still runs, the name is not given back (lockd expires it after its TTL; nothing refreshes it).
   const bool leave_to_expire = (s->name || s->pending_name) && reaped.still_populated;
   if (leave_to_expire)
-    log_event("event=leaf_still_populated sandbox=%s name=%s epoch=%" PRIu64 " action=name_left_to_expire",
+    log_event("level=warn event=leaf_still_populated sandbox=%s name=%s epoch=%" PRIu64 " action=name_left_to_expire",
               id.str().c_str(), s->name ? s->name->c_str() : s->pending_name->c_str(), s->epoch);
   auto answer_waiters = [this](std::vector<std::pair<ControlClientId, json>> waiters,
                                std::optional<ControlError> err, std::string msg, json fields) {
@@ -1031,7 +1031,7 @@ void SupervisorCore::on_rt_kill(const RtKillEvent& e, std::uint64_t now_ns) {
     const SandboxId id = s != nullptr ? s->id : SandboxId{};
     if (s == nullptr || e.record.error == -ECANCELED) {
       // A kill the rt thread gave up on because its sandbox was disarmed (it exited first).
-      log_event("event=kill_record slot=%u error=%d", e.slot, e.record.error);
+      log_event("level=warn event=kill_record slot=%u error=%d", e.slot, e.record.error);
       return;
     }
     // A kill request sets kill_reason first (kill_sandbox); a deadline kill's reason is set here.
@@ -1043,7 +1043,7 @@ void SupervisorCore::on_rt_kill(const RtKillEvent& e, std::uint64_t now_ns) {
       if (s->kill_reason.empty()) s->kill_reason = "kill-switch: lease not refreshed in time";
     }
     const KillRecord& r = e.record;
-    log_event("event=killed sandbox=%s slot=%u cause=%s deadline_ns=%" PRIu64 " issued_ns=%" PRIu64
+    log_event("level=warn event=killed sandbox=%s slot=%u cause=%s deadline_ns=%" PRIu64 " issued_ns=%" PRIu64
               " confirmed_ns=%" PRIu64 " path=%s error=%d name=%s epoch=%" PRIu64 " reason=\"%s\"",
               id.str().c_str(), e.slot, requested ? "request" : "deadline", r.deadline_ns, r.issued_ns,
               r.confirmed_ns,
@@ -1165,7 +1165,7 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
     auto kills = hb_.check_worker_liveness(now);
     if (!kills.empty()) {
       ++counters_.worker_killswitch;
-      log_event("event=worker_killswitch sandboxes=%zu", kills.size());
+      log_event("level=warn event=worker_killswitch sandboxes=%zu", kills.size());
     }
     for (const auto& a : kills) apply(a);
   }
@@ -1188,7 +1188,7 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
       if (ack == nullptr || ack->entries.size() != entries->size()) {
         ++counters_.heartbeat_failures;
         table_.record_heartbeat_failure();
-        log_event("event=heartbeat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
+        log_event("level=warn event=heartbeat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
         return;
       }
       table_.record_heartbeat_rtt_ns(at - static_cast<std::uint64_t>(r.first_send_ns));
@@ -1202,7 +1202,7 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
           // lockd refreshes for less than --ttl-ms: the safety condition does not hold for this
           // lease. Do not extend it; stop the sandbox.
           if (Sandbox* s = find(e.sandbox)) {
-            log_event("event=ttl_mismatch sandbox=%s ttl_left_ms=%u ttl_ms=%" PRIu64, e.sandbox.str().c_str(),
+            log_event("level=warn event=ttl_mismatch sandbox=%s ttl_left_ms=%u ttl_ms=%" PRIu64, e.sandbox.str().c_str(),
                       a.ttl_left_ms, cfg_.ttl_ms);
             kill_sandbox(*s, "lockd refreshed for " + std::to_string(a.ttl_left_ms) + " ms, below --ttl-ms " +
                                  std::to_string(cfg_.ttl_ms));
@@ -1237,7 +1237,7 @@ void SupervisorCore::send_worker_beat(std::uint64_t deadline_ns, std::vector<Ref
                const auto* w = std::get_if<wire::WorkerAck>(&*r.body);
                if (w == nullptr) {
                  ++counters_.heartbeat_failures;
-                 log_event("event=worker_beat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
+                 log_event("level=warn event=worker_beat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
                  return;
                }
                // Names lockd no longer has as ours (revoked, preempted, transferred away): kill
@@ -1253,7 +1253,7 @@ void SupervisorCore::send_worker_beat(std::uint64_t deadline_ns, std::vector<Ref
                }
                if (w->liveness_ttl_ms < cfg_.ttl_ms) {
                  ++counters_.heartbeat_failures;
-                 log_event("event=worker_ttl_too_short liveness_ttl_ms=%u ttl_ms=%" PRIu64, w->liveness_ttl_ms, cfg_.ttl_ms);
+                 log_event("level=warn event=worker_ttl_too_short liveness_ttl_ms=%u ttl_ms=%" PRIu64, w->liveness_ttl_ms, cfg_.ttl_ms);
                  return;  // not counted as liveness: the kill-switch will fire in time
                }
                ++counters_.worker_beats_acked;
@@ -1281,7 +1281,7 @@ bool SupervisorCore::on_revoked(const wire::Revoked& q, std::uint64_t now_ns) {
     const std::optional<std::string>& held = s.name ? s.name : s.pending_name;
     if (s.phase == SandboxPhase::exited || !held || s.name_id != q.name_id || s.epoch != q.epoch) continue;
     if (!s.revoked)
-      log_event("event=revoked sandbox=%s name=%s epoch=%" PRIu64 " new_epoch=%" PRIu64 " action=kill",
+      log_event("level=warn event=revoked sandbox=%s name=%s epoch=%" PRIu64 " new_epoch=%" PRIu64 " action=kill",
                 id.str().c_str(), held->c_str(), q.epoch, q.new_epoch);
 #if LEASEHOLD_SIM_ABLATE_CONFIRM_BEFORE_EXIT
     // Ablation (simulator only): confirmed as soon as the kill is asked, not once it is dead.

@@ -1036,8 +1036,8 @@ void Demo::transfer_act() {
   std::int64_t t_old_gone = pidfd2_ >= 0 ? wait_exit(pidfd2_, t_.ttl_ms + 2000) : -1;
   if (t_old_gone < 0) abort("the old holder did not stop within its lease TTL after the transfer began");
   const std::string exit_line = await_sup_line(1, {"event=exited", "sandbox=" + sb2_});
-  if (const auto pos = exit_line.find(" t="); pos != std::string::npos)
-    t_old_gone = std::min<std::int64_t>(t_old_gone, std::stoll(exit_line.substr(pos + 3)));
+  if (const auto pos = exit_line.find(" ts_boot_ns="); pos != std::string::npos)
+    t_old_gone = std::min<std::int64_t>(t_old_gone, std::stoll(exit_line.substr(pos + 12)));
   const auto reason_at = exit_line.find("reason=");
   const std::string how = field(exit_line, "status") == "3"
                               ? "its next write was rejected as stale, so it stopped itself"

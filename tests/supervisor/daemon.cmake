@@ -70,3 +70,15 @@ leasehold_test(supervisor_core_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/supervisor
 # LockdLink following a replicated lockd's leader, against fake lockd sockets on one loop.
 leasehold_test(supervisor_lockd_link_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/lockd_link_test.cpp
                LIBS leasehold_supervisor)
+
+# The service conventions (systemd notifications, SIGHUP's log level, the config file) on the
+# real supervisor and lockd.
+if(TARGET leasehold-lockd AND TARGET leasehold-supervisor)
+  leasehold_test(supervisor_service_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/service_test.cpp
+                 LIBS leasehold_supervisor leasehold_harness)
+  leasehold_tree_headers(supervisor_service_test tests)
+  add_dependencies(supervisor_service_test leasehold-lockd leasehold-supervisor)
+  target_compile_definitions(supervisor_service_test PRIVATE
+    LEASEHOLD_LOCKD_BINARY="$<TARGET_FILE:leasehold-lockd>"
+    LEASEHOLD_SUPERVISOR_BINARY="$<TARGET_FILE:leasehold-supervisor>")
+endif()

@@ -80,6 +80,7 @@ class Child {
     s.stdout_path = out;
     s.stderr_path = err;
     s.append_stdout = s.append_stderr = true;
+    s.env = env;
     s.own_process_group = false;
     s.die_with_parent = false;
     if (const Status started = proc_.start(s); !started.ok()) throw std::runtime_error(started.message());
@@ -95,6 +96,8 @@ class Child {
   int wait(int timeout_ms = 20'000) { return proc_.wait(std::chrono::milliseconds(timeout_ms)); }
   void signal(int sig) { proc_.signal(sig); }
   void kill9() { proc_.kill9(); }
+  /// NAME, value pairs set in the next start's environment (NOTIFY_SOCKET, WATCHDOG_USEC).
+  std::vector<std::pair<std::string, std::string>> env;
   pid_t pid() const { return proc_.pid(); }
   std::string out() const { return proc_.out(); }
   std::string err() const { return proc_.err(); }

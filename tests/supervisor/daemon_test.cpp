@@ -635,7 +635,7 @@ void SupervisorProcess::commit_before_spawn_attack(bool defended) {
   ASSERT_EQ(started.size(), 1u) << sup.log_text();
   ASSERT_EQ(commit.size(), 1u);
   EXPECT_EQ(started[0].at("commit"), "pending");
-  EXPECT_LT(std::stoll(started[0].at("t")), std::stoll(commit[0].at("ts_boot_ns")));
+  EXPECT_LT(std::stoll(started[0].at("ts_boot_ns")), std::stoll(commit[0].at("ts_boot_ns")));
 }
 TEST_F(SupervisorProcess, PreemptibleCommitsOnlyASandboxThatAlreadyRuns) { commit_before_spawn_attack(true); }
 TEST_F(SupervisorProcess, PreemptibleCommitBeforeSpawnLetsTheNameBePreemptedAblated) {
@@ -2238,7 +2238,7 @@ TEST_P(ArmBeforeExec, AStartStalledPastTheDeadlineNeverRunsUnwatched) {
   eventually([&] { return !s1.events("test_stall_end").empty(); }, 10'000);
   const auto stall_end = s1.events("test_stall_end");
   ASSERT_EQ(stall_end.size(), 1u) << s1.log_text();
-  const std::uint64_t t_resumed = field(stall_end[0], "t");
+  const std::uint64_t t_resumed = field(stall_end[0], "ts_boot_ns");
   ASSERT_TRUE(a1.contains("sandbox")) << a1.dump();
   auto k = killed(s1, a1["sandbox"]);
   ASSERT_TRUE(k.has_value()) << a1.dump() << s1.log_text();
@@ -2296,7 +2296,7 @@ TEST_P(ArmBeforeExec, APreemptibleStartStalledPastTheWorkersDeadlineNeverRunsUnw
   eventually([&] { return !s1.events("test_stall_end").empty(); }, 10'000);
   const auto stall_end = s1.events("test_stall_end");
   ASSERT_EQ(stall_end.size(), 1u) << a1.dump() << s1.log_text();
-  const std::uint64_t t_resumed = field(stall_end[0], "t");
+  const std::uint64_t t_resumed = field(stall_end[0], "ts_boot_ns");
   const auto started = s1.events(defended() ? "spawn_failed" : "started");
   ASSERT_EQ(started.size(), 1u) << s1.log_text();
   auto k = killed(s1, started[0].at("sandbox"));

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "leasehold/io/client.hpp"
+#include "leasehold/io/daemon_options.hpp"
 #include "leasehold/lease/result.hpp"
 #include "leasehold/lease/timing.hpp"
 #include "leasehold/lease/types.hpp"
@@ -117,6 +118,8 @@ struct SupervisorConfig {
   bool no_cgroup = false;  ///< never use cgroup v2 leaves (the process-group kill), even where delegated
   std::uint32_t slots = 1024;       ///< shm table slots = sandboxes at once
   bool synthetic = false;           ///< perf only: leases without processes (see --synthetic)
+  /// --log-format, --log-level (io/daemon_options.hpp); the level is re-read on SIGHUP.
+  LogOptions log;
 };
 
 /// Sandbox uids of a root supervisor without /etc/subuid range for root (and --sandbox-uids).

@@ -63,6 +63,7 @@
 #include "leasehold/lease/result.hpp"
 #include "leasehold/supervisor/config.hpp"
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -81,7 +82,12 @@ class Supervisor {
   ~Supervisor();
 
   /// Runs until SIGTERM/SIGINT (then a clean shutdown). Returns the process exit code.
+  /// Tells systemd READY=1 when it starts serving (and STOPPING=1, WATCHDOG=1: io/service_notify.hpp).
   int run();
+
+  /// Called on the io thread at each SIGHUP, after the key file was read again: the program's
+  /// re-read of its configuration (supervisor/main.cpp: the log level). Set it before run().
+  void set_reload_hook(std::function<void()> hook);
 
   /// The start-up summary (worker id, shm path, control socket, cgroup mode, rt mode, pause
   /// budget, ...), several lines.
