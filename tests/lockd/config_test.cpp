@@ -35,6 +35,25 @@ TEST(LockdConfig, DefaultsWithKeyAreValid) {
   EXPECT_EQ(cfg.mode, LockMode::lease);
 }
 
+TEST(LockdConfig, TheShippedExampleConfigFileIsValid) {
+  // packaging/lockd.toml, what /etc/leasehold/lockd.toml starts as: it parses, and as a service
+  // the store is in the state directory, while the command line keeps its relative default.
+  LockdConfig cfg;
+  EXPECT_EQ(parse({"--config", LEASEHOLD_SOURCE_DIR "/packaging/lockd.toml"}, &cfg), "");
+  EXPECT_EQ(cfg.store_path, "/var/lib/leasehold/lockd.db");
+  EXPECT_EQ(cfg.key_files, std::vector<std::string>{"/etc/leasehold/cluster.key"});
+  EXPECT_EQ(cfg.ttl_ms, 10'000u);
+  EXPECT_EQ(cfg.log.level, LogLevel::info);
+  LockdConfig plain;
+  EXPECT_EQ(parse({"--key-file", "/etc/hostname", "--config", "/nonexistent/default-only.toml"}, &plain).rfind("parse: ", 0),
+            0u)
+      << "a config file given by name must exist";
+  EXPECT_EQ(parse({"--key-file", "/etc/hostname", "--log-level", "warn", "--log-format", "json"}, &plain), "");
+  EXPECT_EQ(plain.store_path, "lockd.db");
+  EXPECT_EQ(plain.log.level, LogLevel::warn);
+  EXPECT_EQ(plain.log.format, LogFormat::json);
+}
+
 TEST(LockdConfig, KeyFileRequired) {
   EXPECT_NE(parse({}).find("--key-file or --key-dir is required"), std::string::npos);
 }

@@ -180,6 +180,21 @@ TEST(SupervisorConfig, RefusesAMalformedLockdListNamingTheEntry) {
       << r.message();
 }
 
+TEST(SupervisorConfig, TheShippedExampleConfigFileIsValid) {
+  // packaging/supervisor.toml, what /etc/leasehold/supervisor.toml starts as.
+  CLI::App app;
+  SupervisorConfig c;
+  add_supervisor_flags(app, c);
+  const char* argv[] = {"leasehold-supervisor", "--config", LEASEHOLD_SOURCE_DIR "/packaging/supervisor.toml",
+                        "--log-level", "debug"};
+  app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
+  EXPECT_EQ(c.lockd_address, "127.0.0.1:7400");
+  EXPECT_EQ(c.key_file, "/etc/leasehold/worker.key");
+  EXPECT_FALSE(c.worker_id.has_value()) << "the worker id is the key's";
+  EXPECT_EQ(c.log.level, LogLevel::debug) << "the command line overrides the file";
+  EXPECT_EQ(c.ttl_ms, 10'000u);
+}
+
 TEST(SupervisorConfig, FlagsParse) {
   CLI::App app;
   SupervisorConfig c;

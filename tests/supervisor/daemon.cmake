@@ -1,6 +1,7 @@
 # Tests of leasehold-supervisor's own parts (supervisor/daemon.cmake).
 leasehold_test(supervisor_config_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/config_test.cpp
                LIBS leasehold_supervisor)
+target_compile_definitions(supervisor_config_test PRIVATE LEASEHOLD_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # packaging/
 leasehold_test(supervisor_heartbeat_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/heartbeat_test.cpp
                LIBS leasehold_supervisor)
 leasehold_test(supervisor_sandbox_table_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sandbox_table_test.cpp
