@@ -46,6 +46,16 @@ holds leasehold usr/share/man/man1/leasehold.1.gz
 holds leasehold usr/share/bash-completion/completions/leasehold
 holds leasehold usr/share/zsh/vendor-completions/_leasehold
 holds libleasehold-check-dev usr/include/leasehold/check.h
+holds leasehold-lockd usr/lib/systemd/system/leasehold-lockd.service
+holds leasehold-lockd usr/lib/sysusers.d/leasehold.conf
+holds leasehold-lockd etc/leasehold/lockd.toml
+holds leasehold-supervisor usr/lib/systemd/system/leasehold-supervisor.service
+holds leasehold-supervisor etc/leasehold/supervisor.toml
+holds leasehold usr/share/doc/leasehold/README.md
+for d in lockd supervisor; do  # an operator's edits survive an upgrade
+  dpkg-deb -I "$(deb leasehold-$d)" conffiles | grep -qx "/etc/leasehold/$d.toml" ||
+    fail "leasehold-$d: /etc/leasehold/$d.toml is not a conffile"
+done
 dpkg-deb -f "$(deb libleasehold-check-dev)" Depends | grep -q "libleasehold-check1 (= " ||
   fail "libleasehold-check-dev does not depend on its library's exact version"
 dpkg-deb -f "$(deb leasehold-lockd)" Depends | grep -q "liburing2" || fail "leasehold-lockd does not depend on liburing2"
@@ -63,6 +73,10 @@ dpkg --root="$root" --log=/dev/null --force-script-chrootless -i "$tmp"/out/*.de
 for p in leasehold-lockd leasehold-supervisor leasehold libleasehold-check1 libleasehold-check-dev; do
   dpkg --root="$root" -s "$p" 2>/dev/null | grep -q "^Status: install ok installed" || fail "$p is not installed"
 done
+# lockd's postinst made the system user its unit runs as (systemd-sysusers, in the root).
+if command -v systemd-sysusers >/dev/null; then
+  grep -q "^leasehold:" "$root/etc/passwd" 2>/dev/null || fail "leasehold-lockd's postinst made no leasehold user"
+fi
 bin=$root/usr/bin
 for prog in leasehold-lockd leasehold-supervisor leasehold; do
   file -L "$bin/$prog" | grep -q ", stripped" || fail "$prog is not stripped: $(file -L "$bin/$prog")"
@@ -80,7 +94,9 @@ readelf -d "$lib" | grep -q "SONAME.*libleasehold-check.so.1" || fail "wrong son
 worker=$(cat /proc/sys/kernel/random/uuid)
 "$bin/leasehold-lockd" --derive-worker-key --worker-id "$worker" --key-file "$tmp/cluster.key" \
   --out "$tmp/worker.key" >/dev/null
-"$bin/leasehold-lockd" --listen 127.0.0.1:0 --store "$tmp/lockd.db" --key-file "$tmp/cluster.key" \
+# The shipped config file, with the command line overriding its store and key (flags win).
+"$bin/leasehold-lockd" --config "$root/etc/leasehold/lockd.toml" \
+  --listen 127.0.0.1:0 --store "$tmp/lockd.db" --key-file "$tmp/cluster.key" \
   >"$tmp/lockd.out" 2>"$tmp/lockd.err" &
 pids="$pids $!"
 wait_line() {  # FILE TEXT: until FILE has a line with TEXT (20 s)
