@@ -17,9 +17,55 @@
 
 namespace leasehold::cli {
 
+namespace {
+bool g_json_errors = false;
+}  // namespace
+
+void set_json_errors(bool on) noexcept { g_json_errors = on; }
+bool json_errors() noexcept { return g_json_errors; }
+
+bool wants_json(int argc, const char* const* argv) noexcept {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") return false;
+    if (a == "--json") return true;
+  }
+  return false;
+}
+
+std::string_view error_word(int code) noexcept {
+  switch (code) {
+    case kOk: return "ok";
+    case kFailure: return "failure";
+    case kUsage: return "usage";
+    case kRefused: return "refused";
+    case kNotFound: return "not_found";
+    case kUnreachable: return "unreachable";
+    case kTableError: return "table_error";
+    case kNoSupervisor: return "no_supervisor";
+    default: return "internal";
+  }
+}
+
+nlohmann::json error_json(const Failure& f) {
+  nlohmann::json j = {{"error", std::string(error_word(f.code))}, {"exit_code", f.code}, {"message", f.message}};
+  if (f.detail.is_object())
+    for (const auto& [k, v] : f.detail.items())
+      if (!j.contains(k)) j[k] = v;
+  return j;
+}
+
+void note(std::string_view command, const Failure& f) {
+  std::fprintf(stderr, "leasehold%s%.*s: %s\n", command.empty() ? "" : " ", static_cast<int>(command.size()),
+               command.data(), f.message.c_str());
+}
+
 int report(std::string_view command, const Failure& f) {
-  std::fprintf(stderr, "leasehold %.*s: %s\n", static_cast<int>(command.size()), command.data(),
-               f.message.c_str());
+  note(command, f);
+  if (g_json_errors) {
+    std::printf("%s\n", error_json(f).dump().c_str());
+    std::fflush(stdout);
+  }
   return f.code;
 }
 

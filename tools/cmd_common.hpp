@@ -48,8 +48,24 @@ inline constexpr std::uint64_t kSupervisorTimeoutMsDefault = 10'000;
 struct Failure {
   int code = kOk;
   std::string message;
+  /// Fields the JSON error object carries besides "error", "exit_code" and "message" (e.g. a
+  /// refusal's "reason", "holder", "epoch"); null or an object.
+  nlohmann::json detail = nullptr;
   bool failed() const noexcept { return code != kOk; }
 };
+
+/// The word of an exit code in a JSON error's "error" field: "failure", "usage", "refused",
+/// "not_found", "unreachable", "table_error", "no_supervisor", "internal" ("ok" for 0).
+std::string_view error_word(int code) noexcept;
+/// The JSON error object of a failure: {"error": error_word, "exit_code": N, "message": TEXT,
+/// ...detail}.
+nlohmann::json error_json(const Failure& f);
+/// Whether failures are also printed as JSON on stdout: the command line has --json (before
+/// any `--`, after which the words are a sandbox's command). main() sets it before parsing.
+void set_json_errors(bool on) noexcept;
+bool json_errors() noexcept;
+/// True when `--json` is one of argv's options (before a `--`).
+bool wants_json(int argc, const char* const* argv) noexcept;
 
 /// The Failure of a module's Status (lease/result.hpp), "<what>: <message>" (the message alone
 /// when `what` is empty), with the exit code of its Errc: invalid_argument, permission_denied,
@@ -58,8 +74,13 @@ struct Failure {
 /// with a more specific code for their context (a key file that is missing is kUsage) say so.
 Failure failure_of(const Status& status, std::string_view what = {});
 
-/// Prints "leasehold <command>: <message>" on stderr and returns the code.
+/// Prints "leasehold <command>: <message>" on stderr and returns the code; with --json
+/// (json_errors()) also error_json(f) as one line on stdout, so a caller parsing stdout learns
+/// why there is no answer. A command prints one JSON document: either its answer or this.
 int report(std::string_view command, const Failure& f);
+/// Only the stderr line of report(), for a failure that is part of a JSON answer printed anyway
+/// (one lockd of several that did not answer `stats`).
+void note(std::string_view command, const Failure& f);
 
 // ---- lockd ----------------------------------------------------------------------------------
 

@@ -214,6 +214,40 @@ TEST_F(CliTest, ExitCodesAreDistinct) {
   EXPECT_NE(help.out.find("4 not found"), std::string::npos);
 }
 
+// The first word: a misspelt command is named with the closest one; `help` prints the help (of a
+// command too); `--version` and `version --json` print the version.
+TEST_F(CliTest, UnknownCommandHelpAndVersion) {
+  const Result typo = cli({"nmes"});
+  EXPECT_EQ(typo.code, kUsage) << typo.err;
+  EXPECT_NE(typo.err.find("unknown command \"nmes\"; did you mean \"names\"?"), std::string::npos) << typo.err;
+  EXPECT_EQ(typo.err.find("A subcommand is required"), std::string::npos) << typo.err;
+  const Result far = cli({"frobnicate"});
+  EXPECT_EQ(far.code, kUsage);
+  EXPECT_NE(far.err.find("unknown command \"frobnicate\""), std::string::npos) << far.err;
+  EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
+  const Result help = cli({"help"});
+  EXPECT_EQ(help.code, kOk) << help.err;
+  EXPECT_NE(help.out.find("Usage: leasehold"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("5 lockd unreachable"), std::string::npos) << help.out;
+  const Result help_names = cli({"help", "names"});
+  EXPECT_EQ(help_names.code, kOk) << help_names.err;
+  EXPECT_NE(help_names.out.find("List lockd's names"), std::string::npos) << help_names.out;
+  const Result help_typo = cli({"help", "nmes"});
+  EXPECT_EQ(help_typo.code, kUsage);
+  EXPECT_NE(help_typo.err.find("did you mean \"names\"?"), std::string::npos) << help_typo.err;
+  const Result version = cli({"--version"});
+  EXPECT_EQ(version.code, kOk) << version.err;
+  EXPECT_EQ(version.out.rfind("leasehold 0.1.0 (wire ", 0), 0u) << version.out;
+  const Result json = cli({"version", "--json"});
+  ASSERT_EQ(json.code, kOk) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["version"], "0.1.0");
+  EXPECT_EQ(j["wire_version"], wire::kVersion);
+  EXPECT_EQ(j["shm_layout"], std::to_string(shm::kLayoutMajor) + "." + std::to_string(shm::kLayoutMinor));
+  const Result plain = cli({"version"});
+  EXPECT_EQ(plain.out, version.out);
+}
+
 TEST_F(CliTest, MalformedNameIsAUsageErrorEverywhere) {
   const std::string bad = "orders db!";
   const auto lf = lockd_flags(kSilentLockd);
