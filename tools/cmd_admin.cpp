@@ -95,7 +95,7 @@ const Command kAcquire([](CLI::App& app, int* exit_code) {
                                          {"sandbox", sb.str()},
                                          {"epoch", g->epoch},
                                          {"state", std::string(leasehold::to_string(g->state))},
-                                         {"commit_within_ms", g->ttl_ms}}
+                                         {"ttl_left_ms", g->ttl_ms}}
                               .dump()
                               .c_str());
     } else {
@@ -163,8 +163,15 @@ const Command kCommit([](CLI::App& app, int* exit_code) {
         *exit_code = report("commit", f);
         return;
       }
-      std::printf("\"%s\" held by %s at epoch %llu on worker %s (lease %u ms)\n", a->name.c_str(),
-                  sb->str().c_str(), static_cast<unsigned long long>(g->epoch), w->str().c_str(), g->ttl_ms);
+      if (a->json)
+        std::printf("%s\n", nlohmann::json{{"name", a->name}, {"sandbox", sb->str()}, {"epoch", g->epoch},
+                                           {"worker", w->str()}, {"state", std::string(leasehold::to_string(g->state))},
+                                           {"ttl_left_ms", g->ttl_ms}}
+                                .dump()
+                                .c_str());
+      else
+        std::printf("\"%s\" held by %s at epoch %llu on worker %s (lease %u ms)\n", a->name.c_str(),
+                    sb->str().c_str(), static_cast<unsigned long long>(g->epoch), w->str().c_str(), g->ttl_ms);
       *exit_code = kOk;
       return;
     }
@@ -187,7 +194,7 @@ const Command kCommit([](CLI::App& app, int* exit_code) {
       *exit_code = report("commit", supervisor_failure(*ans, "commit \"" + a->name + "\""));
       return;
     }
-    if (a->json) std::printf("%s\n", ans->dump().c_str());
+    if (a->json) std::printf("%s\n", output_json(*ans).dump().c_str());
     else
       std::printf("committed \"%s\" at epoch %llu: sandbox %s started (pid %d)\n", a->name.c_str(),
                   static_cast<unsigned long long>(ans->value("epoch", 0ull)),
@@ -427,7 +434,6 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
         const std::optional<wire::NameRecord> g = guard();
         out["waited_ms"] = (boottime_ns() - start) / 1'000'000;
         out["ended_by"] = nullptr;
-        if (a->json) std::printf("%s\n", out.dump().c_str());
         *exit_code = report(
             "transfer",
             {kFailure, what + ": not completed after " + std::to_string(wait_ms) +
@@ -435,7 +441,8 @@ const Command kTransfer([](CLI::App& app, int* exit_code) {
                            (g ? id_text(g->worker) : std::string("?")) + " has not confirmed its kill; its lease + "
                            "lock-delay end in " + (g ? std::to_string(g->ttl_left_ms) : std::string("?")) +
                            " ms). The name stays transferring (nobody can be granted it); run the same command "
-                           "again to complete it"});
+                           "again to complete it",
+             out});
         return;
       }
       std::this_thread::sleep_for(std::chrono::nanoseconds(kTransferWaitPollNs));
@@ -631,10 +638,11 @@ const Command kRevoke([](CLI::App& app, int* exit_code) {
       if (boottime_ns() >= until) {
         out["waited_ms"] = (boottime_ns() - start) / 1'000'000;
         out["ended_by"] = nullptr;
-        if (a->json) std::printf("%s\n", out.dump().c_str());
-        *exit_code = report("revoke", {kFailure, what + ": still not grantable after " + std::to_string(wait_ms) +
-                                                     " ms (the revoke is pending; its bound is " +
-                                                     std::to_string(info->ttl_left_ms) + " ms away)"});
+        *exit_code = report("revoke", {kFailure,
+                                       what + ": still not grantable after " + std::to_string(wait_ms) +
+                                           " ms (the revoke is pending; its bound is " +
+                                           std::to_string(info->ttl_left_ms) + " ms away)",
+                                       out});
         return;
       }
       std::this_thread::sleep_for(std::chrono::nanoseconds(kRevokeWaitPollNs));

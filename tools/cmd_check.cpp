@@ -4,6 +4,7 @@
 // The grant's signed token comes from the sandbox's own token channel (LEASEHOLD_TOKENS), never
 // from the table: a sandbox reads its own grants' tokens only.
 // Exit 0: valid (check_deadline passes); 1: not valid (the reason is printed); 6: no usable
+// table, or its writer (the supervisor) is dead or closed it - as `dump` exits for the same
 // table; 2: missing or malformed slot/epoch.
 #include "tools/cmd_common.hpp"
 
@@ -48,7 +49,8 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<CheckArgs>();
   auto* sub = app.add_subcommand(
       "check", "Check a sandbox's own lease in the shm table (epoch, deadline, writer liveness); "
-               "exit 0 if valid, 1 if not");
+               "exit 0 if valid, 1 if not, 6 if the table is unusable or its supervisor is dead or gone "
+               "(as `dump`)");
   sub->add_option("--shm", a->shm, "table location (env LEASEHOLD_SHM)");
   sub->add_option("--slot", a->slot, "slot index (env LEASEHOLD_SLOT)");
   sub->add_option("--epoch", a->epoch, "the epoch the sandbox was granted (env LEASEHOLD_EPOCH)");
@@ -136,7 +138,7 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
                           {"revoked", snap.revoked}, {"sandbox", snap.sandbox.str()},
                           {"writer_alive", live.alive}};
       // null when the slot holds no deadline (freed, or never published)
-      j["valid_for_ms"] = snap.valid_until_ns == 0 ? nlohmann::json(nullptr) : nlohmann::json(left_ns / 1'000'000);
+      j["ttl_left_ms"] = snap.valid_until_ns == 0 ? nlohmann::json(nullptr) : nlohmann::json(left_ns / 1'000'000);
       if (!valid) j["reason"] = reason;
       // null: no signed token for this epoch (lockd signs none, or the slot holds another grant)
       j["token"] = token_hex.empty() ? nlohmann::json(nullptr) : nlohmann::json(token_hex);
@@ -153,7 +155,8 @@ const Command kCheck([](CLI::App& app, int* exit_code) {
     } else {
       std::printf("NOT valid: slot %u epoch %s: %s\n", slot, etext.c_str(), reason.c_str());
     }
-    *exit_code = valid ? kOk : kFailure;
+    // A dead or closed writer makes the table unusable for every slot: kTableError, as `dump`.
+    *exit_code = valid ? kOk : (!live.alive || live.closed) ? kTableError : kFailure;
   });
 });
 

@@ -284,19 +284,23 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
   if (lock_delay)
     msg += " (the name is grantable once the old holder's kill is confirmed or its lease would have expired; "
            "`leasehold show` with an admin key says when)";
+  // With --json: the supervisor's own code and what it said of the holder.
+  nlohmann::json detail = {{"reason", code}};
+  for (const char* field : {"holder", "epoch"})
+    if (a.contains(field)) detail[field] = a[field];
   const std::optional<ControlError> known = control_error_of(code);
-  if (!known) return {kFailure, msg + " (error \"" + code + "\", a code this leasehold does not know)"};
+  if (!known) return {kFailure, msg + " (error \"" + code + "\", a code this leasehold does not know)", detail};
   switch (class_of(*known)) {
-    case ControlErrorClass::refused: return {kRefused, msg};
+    case ControlErrorClass::refused: return {kRefused, msg, detail};
     // The socket lets this user in only to tell it that it may not use it (not root, the
     // supervisor's uid or a member of its --group): as a connect(2) refused by the socket's mode.
-    case ControlErrorClass::no_supervisor: return {kNoSupervisor, msg};
-    case ControlErrorClass::not_found: return {kNotFound, msg};
-    case ControlErrorClass::usage: return {kUsage, msg};
-    case ControlErrorClass::unreachable: return {kUnreachable, msg + " (the supervisor could not reach lockd)"};
+    case ControlErrorClass::no_supervisor: return {kNoSupervisor, msg, detail};
+    case ControlErrorClass::not_found: return {kNotFound, msg, detail};
+    case ControlErrorClass::usage: return {kUsage, msg, detail};
+    case ControlErrorClass::unreachable: return {kUnreachable, msg + " (the supervisor could not reach lockd)", detail};
     case ControlErrorClass::failure: break;
   }
-  return {kFailure, msg + " (" + code + ")"};
+  return {kFailure, msg + " (" + code + ")", detail};
 }
 
 // ---- arguments ----------------------------------------------------------------------------------
@@ -339,6 +343,16 @@ nlohmann::json record_json(const wire::NameRecord& r) {
   j["revoke_ended"] = r.revoke_ended == wire::RevokeEnd::none ? nlohmann::json(nullptr)
                                                                 : nlohmann::json(std::string(wire::to_string(r.revoke_ended)));
   return j;
+}
+
+nlohmann::json output_json(const nlohmann::json& answer) {
+  if (!answer.is_object()) return answer;
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [k, v] : answer.items()) {
+    if (k == "v" || k == "id" || k == "ok") continue;
+    out[k == "valid_until_ms" ? std::string("ttl_left_ms") : k] = v;
+  }
+  return out;
 }
 
 std::string duration_text(std::int64_t ns) {

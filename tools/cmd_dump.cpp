@@ -3,11 +3,25 @@
 // Reads the table read-only (shm::TableReader; DESIGN.md "The shared-memory epoch table"),
 // like Aeron's `AeronStat`: header, writer liveness, stats and the live slots, as a table or
 // JSON; `--watch` (and `top`) redraws it. A dead or closed writer is reported, and the exit
-// code is then kTableError, as for a missing or corrupt table.
-#include "tools/command.hpp"
+// code is then kTableError, as for a missing or corrupt table (and as `check` exits).
+//
+// A slot keeps only the first kNamePrefixBytes of its name (and the name's id): the full names
+// come from the table's supervisor (its `list` over the control socket, --supervisor), each
+// checked against the slot's name id, so a name printed is the slot's. Without an answer the
+// prefix is printed with "..." and the name's length.
+//
+// Redraws clear the screen only on a terminal that can (stdout a tty, TERM not "dumb", NO_COLOR
+// unset); otherwise each refresh is printed after a blank line, without control codes.
+#include "tools/cmd_common.hpp"
 
 #include "leasehold/lease/clock.hpp"
 #include "leasehold/shm/table.hpp"
+#include "leasehold/supervisor/config.hpp"
+
+#include <unistd.h>
+
+#include <map>
+#include <set>
 
 #include <algorithm>
 #include <atomic>
@@ -33,14 +47,72 @@ inline constexpr double kWatchIntervalMinS = 0.05;
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted.store(true); }
 
+/// The longest wait for the supervisor's list of names (a dump must not hang on a silent socket).
+inline constexpr std::uint64_t kNamesTimeoutMs = 500;
+
 struct DumpArgs {
+  std::string command = "dump";  ///< "dump" or "top": the name errors are reported under
   std::string location;
+  std::string supervisor;        ///< --supervisor: where the full names come from
   bool json = false;
   bool all = false;
   bool watch = false;
   double interval_s = 1.0;
   std::uint64_t count = 0;  // 0: until interrupted
 };
+
+/// Whether redraws may clear the screen: stdout is a terminal that understands it, and the user
+/// did not ask for plain output (NO_COLOR, TERM=dumb).
+bool may_clear_screen() {
+  if (::isatty(STDOUT_FILENO) != 1) return false;
+  const char* no_color = std::getenv("NO_COLOR");
+  if (no_color != nullptr && *no_color != '\0') return false;
+  const char* term = std::getenv("TERM");
+  return term != nullptr && *term != '\0' && std::string_view(term) != "dumb";
+}
+
+/// Full names by sandbox id, from the supervisor's `list`, each kept only when its name id is
+/// the slot's. Asked again only when a slot shows a sandbox it has not seen.
+class FullNames {
+ public:
+  explicit FullNames(std::string socket) : socket_(std::move(socket)) {}
+  /// The full name of the slot's sandbox, or "" when the supervisor did not tell it.
+  std::string of(const SlotSnapshot& s) {
+    if (s.name_bytes <= shm::kNamePrefixBytes) return s.name_prefix;  // the prefix is the name
+    auto it = names_.find(s.sandbox.str());
+    if (it == names_.end() && asked_.insert(s.sandbox.str()).second) {
+      refresh();
+      it = names_.find(s.sandbox.str());
+    }
+    if (it == names_.end() || name_id_of(it->second) != s.name) return {};
+    return it->second;
+  }
+
+ private:
+  void refresh() {
+    SupervisorFlags flags;
+    flags.socket = socket_;
+    flags.timeout_ms = kNamesTimeoutMs;
+    Failure ignored;  // no supervisor: the prefixes are printed, and say so
+    const auto ans = supervisor_call(flags, {{"v", 1}, {"op", "list"}}, ignored);
+    if (!ans || !ans->value("ok", false)) return;
+    for (const auto& sb : ans->value("sandboxes", nlohmann::json::array()))
+      if (sb.contains("name") && sb["name"].is_string() && sb.contains("sandbox") && sb["sandbox"].is_string())
+        names_[sb["sandbox"].get<std::string>()] = sb["name"].get<std::string>();
+  }
+  std::string socket_;
+  std::map<std::string, std::string> names_;
+  std::set<std::string> asked_;
+};
+
+/// The name column: the full name, or the prefix + "..." and the length when only that is known.
+std::string name_text(const SlotSnapshot& s, FullNames& names, bool& cut) {
+  if (s.name_bytes == 0) return "-";
+  std::string full = names.of(s);
+  if (!full.empty()) return full;
+  cut = true;
+  return std::string(s.name_prefix) + "... (" + std::to_string(s.name_bytes) + " B)";
+}
 
 std::string duration_text(std::uint64_t ns) {
   char buf[64];
@@ -84,16 +156,6 @@ HistView view_of(const Histogram& h) {
   return v;
 }
 
-std::string json_escape(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '"' || c == '\\') { out += '\\'; out += c; }
-    else if (static_cast<unsigned char>(c) < 0x20) out += '?';
-    else out += c;
-  }
-  return out;
-}
-
 struct Census {
   std::uint32_t published = 0, claimed = 0, revoked = 0, cooling = 0, free = 0, busy = 0;
 };
@@ -133,7 +195,7 @@ std::string ago_text(std::uint64_t age_ns) {
   return age_ns == UINT64_MAX ? std::string("none") : duration_text(age_ns) + " ago";
 }
 
-void print_text(const TableReader& r, const DumpArgs& a) {
+void print_text(const TableReader& r, const DumpArgs& a, FullNames& names) {
   const shm::Header& h = r.header();
   const std::uint64_t now = static_cast<std::uint64_t>(boottime_ns());
   const shm::Liveness l = r.writer_liveness(now);
@@ -168,110 +230,123 @@ void print_text(const TableReader& r, const DumpArgs& a) {
   const auto slots = collect(r, a.all, cen, busy);
   std::printf("slots: %u published (%u revoked), %u claimed, %u cooling, %u free, %u busy\n",
               cen.published, cen.revoked, cen.claimed, cen.cooling, cen.free, cen.busy);
-  std::printf("%6s %6s %-10s %-8s %20s  %-36s  %-12s %s\n", "SLOT", "GEN", "STATE", "CHECK", "EPOCH",
-              "SANDBOX", "NAME", "VALID FOR");
+  Table t({"SLOT", "GEN", "STATE", "CHECK", "EPOCH", "SANDBOX", "TTL_LEFT", "NAME"});
+  bool cut = false;
   for (const auto& s : slots) {
     const bool valid = s.state == SlotState::published && !s.revoked && s.epoch != 0 && l.alive &&
                        now < s.valid_until_ns;
-    std::string name = s.name_prefix;
-    if (s.name_bytes > shm::kNamePrefixBytes) name += "...";
     std::string left = s.valid_until_ns == 0 ? "-"
                        : now < s.valid_until_ns ? duration_text(s.valid_until_ns - now)
                                                 : "expired";
-    std::printf("%6u %6u %-10s %-8s %20llu  %-36s  %-12s %s\n", s.index, s.generation,
-                std::string(shm::to_string(s.state)).c_str(),
-                s.revoked ? "revoked" : (valid ? "valid" : "invalid"),
-                static_cast<unsigned long long>(s.epoch), s.sandbox.str().c_str(), name.c_str(),
-                left.c_str());
+    t.add({std::to_string(s.index), std::to_string(s.generation), std::string(shm::to_string(s.state)),
+           s.revoked ? "revoked" : (valid ? "valid" : "invalid"), std::to_string(s.epoch), s.sandbox.str(), left,
+           name_text(s, names, cut)});
   }
+  std::fputs(t.str().c_str(), stdout);
   for (const auto i : busy) std::printf("%6u  (busy: the writer kept updating it; retry)\n", i);
+  if (cut)
+    std::printf("names cut to their first %zu bytes: the table keeps no more, and the supervisor at %s did not "
+                "list them (--supervisor SOCKET)\n",
+                shm::kNamePrefixBytes, a.supervisor.c_str());
 }
 
-void print_json(const TableReader& r, const DumpArgs& a) {
+/// One refresh as a JSON object (times: CLOCK_BOOTTIME ns, durations *_ns; "name" is the full
+/// name, or null when only "name_prefix" is known).
+nlohmann::json table_json(const TableReader& r, const DumpArgs& a, FullNames& names) {
+  using nlohmann::json;
   const shm::Header& h = r.header();
   const std::uint64_t now = static_cast<std::uint64_t>(boottime_ns());
   const shm::Liveness l = r.writer_liveness(now);
   const auto& st = r.stats();
   const auto& c = st.counters;
-  auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
-  std::printf("{\"location\":\"%s\",\"layout_major\":%u,\"layout_minor\":%u,\"incarnation\":%llu,"
-              "\"slot_count\":%u,\"total_bytes\":%llu,\"now_ns\":%llu,",
-              json_escape(r.location().text).c_str(), h.layout_major, h.layout_minor,
-              u(h.incarnation), h.slot_count, u(h.total_bytes), u(now));
-  std::printf("\"writer\":{\"pid\":%d,\"start_ns\":%llu,\"heartbeat_ns\":%llu,\"age_ns\":%s,"
-              "\"liveness_timeout_ns\":%llu,\"alive\":%s,\"closed\":%s},",
-              h.writer_pid, u(h.writer_start_ns),
-              u(r.liveness().heartbeat_ns.load(std::memory_order_acquire)),
-              l.age_ns == UINT64_MAX ? "null" : std::to_string(l.age_ns).c_str(),
-              u(h.liveness_timeout_ns), l.alive ? "true" : "false", l.closed ? "true" : "false");
-  std::printf("\"stats\":{\"kills\":%llu,\"heartbeat_failures\":%llu,\"revokes\":%llu,"
-              "\"publishes\":%llu,\"claims_refused_full\":%llu",
-              u(c.kills.load()), u(c.heartbeat_failures.load()), u(c.revokes.load()),
-              u(c.publishes.load()), u(c.claims_refused_full.load()));
+  json j = {{"location", r.location().text}, {"layout_major", h.layout_major}, {"layout_minor", h.layout_minor},
+            {"incarnation", h.incarnation},  {"slot_count", h.slot_count},      {"total_bytes", h.total_bytes},
+            {"now_ns", now}};
+  j["writer"] = {{"pid", h.writer_pid},
+                 {"start_ns", h.writer_start_ns},
+                 {"heartbeat_ns", r.liveness().heartbeat_ns.load(std::memory_order_acquire)},
+                 {"age_ns", l.age_ns == UINT64_MAX ? json(nullptr) : json(l.age_ns)},
+                 {"liveness_timeout_ns", h.liveness_timeout_ns},
+                 {"alive", l.alive},
+                 {"closed", l.closed}};
+  json stats = {{"kills", c.kills.load(std::memory_order_relaxed)},
+                {"heartbeat_failures", c.heartbeat_failures.load(std::memory_order_relaxed)},
+                {"revokes", c.revokes.load(std::memory_order_relaxed)},
+                {"publishes", c.publishes.load(std::memory_order_relaxed)},
+                {"claims_refused_full", c.claims_refused_full.load(std::memory_order_relaxed)}};
   const std::pair<const char*, const Histogram*> hists[] = {
       {"rt_lateness_ns", &st.rt_lateness_ns}, {"heartbeat_rtt_ns", &st.heartbeat_rtt_ns},
       {"kill_latency_ns", &st.kill_latency_ns}};
   for (const auto& [label, hist] : hists) {
     const HistView v = view_of(*hist);
-    std::printf(",\"%s\":{\"count\":%llu,\"sum\":%llu,\"max\":%llu,\"p50_le\":%llu,\"p99_le\":%llu,"
-                "\"log2_buckets\":[",
-                label, u(v.count), u(v.sum), u(v.max), u(v.p50), u(v.p99));
-    for (std::size_t b = 0; b < shm::kHistogramBuckets; ++b)
-      std::printf("%s%llu", b ? "," : "", u(hist->buckets[b].load(std::memory_order_relaxed)));
-    std::printf("]}");
+    json buckets = json::array();
+    for (std::size_t b = 0; b < shm::kHistogramBuckets; ++b) buckets.push_back(hist->buckets[b].load(std::memory_order_relaxed));
+    stats[label] = {{"count", v.count}, {"sum", v.sum},   {"max", v.max},
+                    {"p50_le", v.p50},  {"p99_le", v.p99}, {"log2_buckets", std::move(buckets)}};
   }
+  j["stats"] = std::move(stats);
   Census cen;
   std::vector<std::uint32_t> busy;
   const auto slots = collect(r, a.all, cen, busy);
-  std::printf("},\"census\":{\"published\":%u,\"revoked\":%u,\"claimed\":%u,\"cooling\":%u,"
-              "\"free\":%u,\"busy\":%u},\"slots\":[",
-              cen.published, cen.revoked, cen.claimed, cen.cooling, cen.free, cen.busy);
-  bool first = true;
+  j["census"] = {{"published", cen.published}, {"revoked", cen.revoked}, {"claimed", cen.claimed},
+                 {"cooling", cen.cooling},     {"free", cen.free},       {"busy", cen.busy}};
+  json out = json::array();
   for (const auto& s : slots) {
-    std::printf("%s{\"slot\":%u,\"generation\":%u,\"state\":\"%s\",\"revoked\":%s,\"epoch\":%llu,"
-                "\"sandbox\":\"%s\",\"name_id\":\"%s\",\"name_prefix\":\"%s\",\"name_bytes\":%u,"
-                "\"valid_until_ns\":%llu}",
-                first ? "" : ",", s.index, s.generation, std::string(shm::to_string(s.state)).c_str(),
-                s.revoked ? "true" : "false", u(s.epoch), s.sandbox.str().c_str(),
-                s.name.str().c_str(), json_escape(s.name_prefix).c_str(), s.name_bytes,
-                u(s.valid_until_ns));
-    first = false;
+    const std::string full = s.name_bytes == 0 ? std::string() : names.of(s);
+    out.push_back({{"slot", s.index},
+                   {"generation", s.generation},
+                   {"state", std::string(shm::to_string(s.state))},
+                   {"revoked", s.revoked},
+                   {"epoch", s.epoch},
+                   {"sandbox", s.sandbox.str()},
+                   {"name_id", s.name.str()},
+                   {"name", full.empty() ? json(nullptr) : json(full)},
+                   {"name_prefix", std::string(s.name_prefix)},
+                   {"name_bytes", s.name_bytes},
+                   {"valid_until_ns", s.valid_until_ns},
+                   {"ttl_left_ms", s.valid_until_ns == 0 ? json(nullptr)
+                                   : now < s.valid_until_ns ? json((s.valid_until_ns - now) / 1'000'000)
+                                                            : json(0)}});
   }
-  std::printf("],\"busy_slots\":[");
-  for (std::size_t i = 0; i < busy.size(); ++i) std::printf("%s%u", i ? "," : "", busy[i]);
-  std::printf("]}\n");
+  j["slots"] = std::move(out);
+  j["busy_slots"] = busy;
+  return j;
 }
 
 int run_dump(DumpArgs a) {
+  const std::string& cmd = a.command;
   if (a.location.empty()) {
     const char* env = std::getenv(shm::kLocationEnv);
-    if (env == nullptr || *env == '\0') {
-      std::fprintf(stderr, "leasehold dump: no table: pass --shm LOCATION or set %s\n", shm::kLocationEnv);
-      return kUsage;
-    }
+    if (env == nullptr || *env == '\0')
+      return report(cmd, {kUsage, std::string("no table: pass --shm LOCATION or set ") + shm::kLocationEnv});
     a.location = env;
   }
-  if (!a.watch && a.count != 0) {
-    std::fprintf(stderr, "leasehold dump: --count %llu needs --watch (a plain dump draws once)\n",
-                 static_cast<unsigned long long>(a.count));
-    return kUsage;
+  if (!a.watch && a.count != 0)
+    return report(cmd, {kUsage, "--count " + std::to_string(a.count) + " needs --watch (a plain dump draws once)"});
+  if (a.watch && !(a.interval_s >= kWatchIntervalMinS)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s %.3f s is below %.2f s", cmd == "top" ? "--interval" : "--watch interval",
+                  a.interval_s, kWatchIntervalMinS);
+    return report(cmd, {kUsage, buf});
   }
-  if (a.watch && a.interval_s < kWatchIntervalMinS) {
-    std::fprintf(stderr, "leasehold dump: --watch interval %.3f s is below %.2f s\n", a.interval_s,
-                 kWatchIntervalMinS);
-    return kUsage;
-  }
+  SupervisorFlags sup;
+  sup.socket = a.supervisor;
+  resolve(sup);
+  a.supervisor = sup.socket;
+  FullNames names(a.supervisor);
   try {
     const TableReader r = TableReader::open(a.location);
     if (a.watch) {
       g_interrupted.store(false);
       std::signal(SIGINT, on_sigint);
     }
+    const bool clear = a.watch && !a.json && may_clear_screen();
     const std::uint64_t rounds = a.watch ? (a.count == 0 ? kWatchCountMax : std::min(a.count, kWatchCountMax)) : 1;
     for (std::uint64_t n = 0; n < rounds && !g_interrupted.load(); ++n) {
-      if (a.watch && !a.json) std::printf("\x1b[H\x1b[2J");
-      if (a.json) print_json(r, a);
-      else print_text(r, a);
+      if (clear) std::fputs("\x1b[H\x1b[2J", stdout);
+      else if (n > 0 && !a.json) std::fputs("\n", stdout);
+      if (a.json) std::printf("%s\n", table_json(r, a, names).dump().c_str());
+      else print_text(r, a, names);
       std::fflush(stdout);
       if (n + 1 == rounds) break;
       // Sleep in short steps so ctrl-c ends the watch promptly.
@@ -284,14 +359,15 @@ int run_dump(DumpArgs a) {
     if (a.watch) std::signal(SIGINT, SIG_DFL);
     const shm::Liveness l = r.writer_liveness();
     if (!l.alive) {
-      std::fprintf(stderr, "leasehold dump: shm table '%s': writer pid %d is %s\n", a.location.c_str(),
-                   r.header().writer_pid, l.closed ? "gone (table closed)" : "dead (stale heartbeat)");
-      return kTableError;
+      // A JSON dump already said so in "writer"; the error object would be a second document.
+      const Failure f{kTableError, "shm table '" + a.location + "': writer pid " + std::to_string(r.header().writer_pid) +
+                                       " is " + (l.closed ? "gone (table closed)" : "dead (stale heartbeat)")};
+      if (a.json) note(cmd, f);
+      return a.json ? f.code : report(cmd, f);
     }
     return kOk;
   } catch (const shm::TableError& e) {
-    std::fprintf(stderr, "leasehold dump: %s\n", e.what());
-    return e.code() == shm::TableErrc::bad_argument ? kUsage : kTableError;
+    return report(cmd, {e.code() == shm::TableErrc::bad_argument ? kUsage : kTableError, e.what()});
   }
 }
 
@@ -301,11 +377,16 @@ void add_common(CLI::App* sub, DumpArgs& a) {
   sub->add_flag("--json", a.json, "One JSON object per refresh");
   sub->add_flag("--all", a.all, "Also list free and cooling slots");
   sub->add_option("--count", a.count, "With --watch: stop after N refreshes (default: until ctrl-c)");
+  sub->add_option("--supervisor", a.supervisor,
+                  std::string("the table's supervisor's control socket, asked for the full names (a slot keeps ") +
+                      std::to_string(shm::kNamePrefixBytes) + " bytes; env " + kSupervisorEnv + ", default " +
+                      default_control_socket_path() + ")");
 }
 
 const Command kDump([](CLI::App& app, int* exit_code) {
   static DumpArgs dump_args;
-  auto* dump = app.add_subcommand("dump", "Show a supervisor's shm epoch table (header, writer, stats, slots)");
+  auto* dump = app.add_subcommand("dump", "Show a supervisor's shm epoch table (header, writer, stats, slots); "
+                                          "exit 6 when it is missing or corrupt or its writer is dead or gone");
   add_common(dump, dump_args);
   dump->add_option("--watch", dump_args.interval_s, "Refresh every SECONDS (default 1) like top")
       ->expected(0, 1)
@@ -316,7 +397,9 @@ const Command kDump([](CLI::App& app, int* exit_code) {
   });
 
   static DumpArgs top_args;
-  auto* top = app.add_subcommand("top", "Same as `dump --watch`");
+  top_args.command = "top";
+  auto* top = app.add_subcommand("top", "Same as `dump --watch`: redraws on a terminal (not with NO_COLOR or "
+                                        "TERM=dumb); into a pipe, one refresh after another");
   add_common(top, top_args);
   top->add_option("--interval", top_args.interval_s, "Refresh every SECONDS (default 1)");
   top->callback([exit_code] {

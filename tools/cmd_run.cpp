@@ -16,17 +16,17 @@
 namespace leasehold::cli {
 namespace {
 
-/// A supervisor's refusal: with --json its answer (error code, message, holder, epoch) also goes
-/// to stdout, so a caller parsing JSON learns who holds the name; the message goes to stderr.
-int refused(const char* command, const nlohmann::json& ans, std::string_view what, bool json) {
-  if (json) std::printf("%s\n", ans.dump().c_str());
+/// A supervisor's refusal: the message on stderr; with --json also the error object on stdout
+/// (report), whose "reason", "holder" and "epoch" tell a caller parsing JSON who holds the name.
+int refused(const char* command, const nlohmann::json& ans, std::string_view what) {
   return report(command, supervisor_failure(ans, what));
 }
 
-/// Prints a sandbox answer (run / name) as text or JSON; returns kOk.
+/// Prints a sandbox answer (run / name) as text or JSON (output_json: without the control
+/// socket's envelope); returns kOk.
 int print_started(const nlohmann::json& a, bool json) {
   if (json) {
-    std::printf("%s\n", a.dump().c_str());
+    std::printf("%s\n", output_json(a).dump().c_str());
     return kOk;
   }
   const std::string name = a.contains("name") && a["name"].is_string() ? a["name"].get<std::string>() : "-";
@@ -38,7 +38,7 @@ int print_started(const nlohmann::json& a, bool json) {
   if (a.contains("slot")) fields.add({"slot", std::to_string(a.value("slot", -1))});
   if (a.contains("pid")) fields.add({"pid", std::to_string(a.value("pid", -1))});
   if (a.contains("valid_until_ms"))
-    fields.add({"lease", "valid for " + std::to_string(a.value("valid_until_ms", 0ll)) + " ms (refreshed by heartbeats)"});
+    fields.add({"lease", std::to_string(a.value("valid_until_ms", 0ll)) + " ms left (refreshed by heartbeats)"});
   if (a.contains("cgroup")) fields.add({"cgroup", a.value("cgroup", std::string())});
   std::fputs(fields.str().c_str(), stdout);
   return kOk;
@@ -49,7 +49,7 @@ int start(const char* command, const SupervisorFlags& sup, const nlohmann::json&
   Failure f;
   auto ans = supervisor_call(sup, req, f);
   if (!ans) return report(command, f);
-  if (!ans->value("ok", false)) return refused(command, *ans, what, json);
+  if (!ans->value("ok", false)) return refused(command, *ans, what);
   return print_started(*ans, json);
 }
 
@@ -160,10 +160,10 @@ const Command kRelease([](CLI::App& app, int* exit_code) {
       return;
     }
     if (!ans->value("ok", false)) {
-      *exit_code = refused("release", *ans, "release \"" + a->name + "\"", a->json);
+      *exit_code = refused("release", *ans, "release \"" + a->name + "\"");
       return;
     }
-    if (a->json) std::printf("%s\n", ans->dump().c_str());
+    if (a->json) std::printf("%s\n", output_json(*ans).dump().c_str());
     else std::printf("released \"%s\"\n", a->name.c_str());
     *exit_code = kOk;
   });
@@ -205,11 +205,11 @@ const Command kLogs([](CLI::App& app, int* exit_code) {
       return;
     }
     if (!ans->value("ok", false)) {
-      *exit_code = refused("logs", *ans, "logs of " + a->target, a->json);
+      *exit_code = refused("logs", *ans, "logs of " + a->target);
       return;
     }
     if (a->json) {
-      std::printf("%s\n", ans->dump().c_str());
+      std::printf("%s\n", output_json(*ans).dump().c_str());
     } else {
       const std::string out = ans->value("output", std::string());
       std::fwrite(out.data(), 1, out.size(), stdout);
@@ -241,7 +241,9 @@ const Command kSandboxes([](CLI::App& app, int* exit_code) {
     }
     const nlohmann::json list = ans->value("sandboxes", nlohmann::json::array());
     if (a->json) {
-      std::printf("%s\n", list.dump().c_str());
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& s : list) out.push_back(output_json(s));
+      std::printf("%s\n", out.dump().c_str());
       *exit_code = kOk;
       return;
     }
@@ -253,7 +255,7 @@ const Command kSandboxes([](CLI::App& app, int* exit_code) {
                       std::to_string(s.value("pid", -1)), s.value("state", std::string("?")),
                       s.contains("valid_until_ms") ? std::to_string(s.value("valid_until_ms", 0ll)) + " ms" : "-"});
     }
-    std::fputs(format_table({"SANDBOX", "NAME", "EPOCH", "SLOT", "PID", "STATE", "VALID_FOR"}, rows).c_str(),
+    std::fputs(format_table({"SANDBOX", "NAME", "EPOCH", "SLOT", "PID", "STATE", "TTL_LEFT"}, rows).c_str(),
                stdout);
     *exit_code = kOk;
   });

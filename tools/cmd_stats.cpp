@@ -60,7 +60,8 @@ const Command kStats([](CLI::App& app, int* exit_code) {
       }
       // One lockd that does not answer does not hide the others': its error is printed and the
       // exit code is its failure's.
-      *exit_code = report("stats", f);
+      note("stats", f);  // its error is part of the answer below, with --json too
+      *exit_code = f.code;
       all.push_back({{"address", address}, {"error", f.message}});
     }
     if (a->json) std::printf("%s\n", nlohmann::json{{"lockd", std::move(all)}}.dump(2).c_str());

@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -499,6 +500,62 @@ class FakeSupervisor {
   std::vector<int> held_;
 };
 
+// --json output speaks one convention: a duration left is "ttl_left_ms" (never "valid_until_ms"
+// or "valid_for_ms"), a supervisor's answer comes without the control socket's envelope, and
+// every command prints its failure as one JSON object on stdout as well.
+TEST_F(CliTest, JsonOutputHasOneConventionAndErrorsAreJsonToo) {
+  const std::string sock = (dir_ / "fake-json.sock").string();
+  {
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"id", 3}, {"ok", true}, {"sandbox", kSandbox}, {"name", "orders"},
+                                           {"epoch", 7}, {"slot", 2}, {"pid", 42}, {"valid_until_ms", 6970}})
+                               .dump());
+    const Result r = cli({"run", "--json", "--supervisor", sock, "--name", "orders", "--", "/bin/true"});
+    ASSERT_EQ(r.code, kOk) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j, nlohmann::json({{"sandbox", kSandbox}, {"name", "orders"}, {"epoch", 7}, {"slot", 2}, {"pid", 42},
+                                 {"ttl_left_ms", 6970}}))
+        << r.out;
+    const Result text = cli({"run", "--supervisor", sock, "--name", "orders", "--", "/bin/true"});
+    EXPECT_NE(text.out.find("6970 ms left"), std::string::npos) << text.out;
+  }
+  {
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", true},
+                                           {"sandboxes", {{{"sandbox", kSandbox}, {"valid_until_ms", 500}, {"state", "running"}}}}})
+                               .dump());
+    const Result r = cli({"sandboxes", "--json", "--supervisor", sock});
+    ASSERT_EQ(r.code, kOk) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 1u) << r.out;
+    EXPECT_EQ(j[0]["ttl_left_ms"], 500) << r.out;
+    EXPECT_FALSE(j[0].contains("valid_until_ms")) << r.out;
+    const Result text = cli({"sandboxes", "--supervisor", sock});
+    EXPECT_NE(text.out.find("TTL_LEFT"), std::string::npos) << text.out;
+  }
+  // Failures, each one JSON object on stdout with the exit code's word and the message.
+  const std::vector<std::pair<std::vector<std::string>, int>> failing = {
+      {{"sandboxes", "--json", "--supervisor", no_socket_}, kNoSupervisor},
+      {with({"names", "--json"}, lockd_flags(kSilentLockd)), kUnreachable},
+      {with({"show", "bad name!", "--json"}, lockd_flags(kSilentLockd)), kUsage},
+      {{"check", "--json", "--shm", (dir_ / "no-table").string(), "--slot", "0", "--epoch", "1"}, kTableError},
+      {{"dump", "--json", "--shm", (dir_ / "no-table").string()}, kTableError},
+      {{"audit", "--json", "--db", (dir_ / "no.db").string()}, kNotFound},
+      {{"names", "--json", "--no-such-flag"}, kUsage},
+  };
+  for (const auto& [args, code] : failing) {
+    SCOPED_TRACE(args[0]);
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, code) << r.err;
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << "stdout: " << r.out;
+    EXPECT_EQ(j["exit_code"], code) << r.out;
+    EXPECT_TRUE(j["error"].is_string()) << r.out;
+    EXPECT_FALSE(j["message"].get<std::string>().empty()) << r.out;
+    EXPECT_NE(r.err.find(j["message"].get<std::string>()), std::string::npos) << "the same message on stderr: " << r.err;
+  }
+  const Result unreachable = cli(with({"names", "--json"}, lockd_flags(kSilentLockd)));
+  EXPECT_EQ(nlohmann::json::parse(unreachable.out)["error"], "unreachable");
+}
+
 TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
   const std::string sock = (dir_ / "fake.sock").string();
   for (const char* code : {"table_full", "busy", "held"}) {
@@ -514,9 +571,13 @@ TEST_F(CliTest, SupervisorRefusalsAndSilenceHaveTheirExitCodes) {
     const Result r = cli({"run", "--json", "--supervisor", sock, "--name", "orders", "--", "/bin/true"});
     EXPECT_ANSWER(r, kRefused, "held elsewhere");
     const auto j = nlohmann::json::parse(r.out);
-    EXPECT_EQ(j["error"], "held");
+    EXPECT_EQ(j["error"], "refused");
+    EXPECT_EQ(j["exit_code"], kRefused);
+    EXPECT_EQ(j["reason"], "held");
     EXPECT_EQ(j["holder"], kSandbox);
     EXPECT_EQ(j["epoch"], 41);
+    EXPECT_NE(j["message"].get<std::string>().find("held elsewhere"), std::string::npos) << r.out;
+    EXPECT_FALSE(j.contains("ok")) << "no control-socket envelope: " << r.out;
   }
   {  // refused before the request is read: the answer still reaches the caller (exit 3, not 7)
     FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", "busy"}, {"message", "too many"}}).dump(),
@@ -1036,10 +1097,160 @@ TEST_F(CliTest, CheckFollowsTheSlot) {
   EXPECT_NE(gone.out.find("the slot's sandbox is gone (slot cooling)"), std::string::npos) << gone.out;
   const Result gone_json = cli({"check", "--json"}, env);
   EXPECT_EQ(gone_json.code, kFailure);
-  EXPECT_TRUE(nlohmann::json::parse(gone_json.out)["valid_for_ms"].is_null()) << gone_json.out;
+  EXPECT_TRUE(nlohmann::json::parse(gone_json.out)["ttl_left_ms"].is_null()) << gone_json.out;
   stop.store(true);
   beats.join();
   w.remove();
+}
+
+// A live table for `dump` and `top`: slot 0 "agent-1" (7 bytes, longer than a slot's prefix), slot 1
+// "ab", at a location whose name JSON must escape; its heartbeat kept until stop().
+class LiveTable {
+ public:
+  LiveTable(const std::string& location, std::uint64_t liveness_timeout_ns = 1'000'000'000) {
+    shm::TableOptions o;
+    o.location = location;
+    o.slot_count = 8;
+    o.liveness_timeout_ns = liveness_timeout_ns;
+    w_.emplace(shm::TableWriter::create(o));
+    const std::uint64_t now = boottime_ns();
+    w_->heartbeat(now);
+    for (const auto& [sandbox, name] : {std::pair{kSandbox, "agent-1"}, std::pair{kOtherSandbox, "ab"}}) {
+      const auto claimed = w_->claim(*SandboxId::parse(sandbox), now);
+      EXPECT_TRUE(claimed.ok()) << claimed.message();
+      EXPECT_EQ(w_->publish(claimed->slot, name_id_of(name), name, 7, now + 600'000'000'000), shm::TableErrc::ok);
+    }
+    beats_ = std::thread([this] {
+      while (!stop_.load()) {
+        w_->heartbeat(boottime_ns());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+  ~LiveTable() {
+    stop();
+    w_->remove();
+  }
+  void stop() {
+    stop_.store(true);
+    if (beats_.joinable()) beats_.join();
+  }
+  shm::TableWriter& writer() { return *w_; }
+  static constexpr const char* kOtherSandbox = "11111111-2222-4333-8444-555555555555";
+
+ private:
+  std::optional<shm::TableWriter> w_;
+  std::atomic<bool> stop_{false};
+  std::thread beats_;
+};
+
+// A slot keeps 6 bytes of its name: `dump` prints the full name from the table's supervisor (only
+// one whose name id is the slot's), else the prefix with its length; JSON from nlohmann, exact.
+TEST_F(CliTest, DumpPrintsFullNamesAndExactJson) {
+  const std::string loc = (dir_ / "ta\"b\\le\tx").string();
+  LiveTable t(loc);
+  const std::string sock = (dir_ / "fake-list.sock").string();
+  {
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", true},
+                                           {"sandboxes", {{{"sandbox", kSandbox}, {"name", "agent-1"}},
+                                                          {{"sandbox", LiveTable::kOtherSandbox}, {"name", "ab"}}}}})
+                               .dump());
+    const Result r = cli({"dump", "--shm", loc, "--supervisor", sock});
+    EXPECT_EQ(r.code, kOk) << r.err;
+    EXPECT_NE(r.out.find("agent-1\n"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("agent-..."), std::string::npos) << r.out;
+    const Result j = cli({"dump", "--json", "--shm", loc, "--supervisor", sock});
+    ASSERT_EQ(j.code, kOk) << j.err;
+    const auto d = nlohmann::json::parse(j.out);
+    EXPECT_EQ(d["location"], loc) << j.out;
+    ASSERT_EQ(d["slots"].size(), 2u) << j.out;
+    EXPECT_EQ(d["slots"][0]["name"], "agent-1");
+    EXPECT_EQ(d["slots"][0]["name_bytes"], 7);
+    EXPECT_EQ(d["slots"][1]["name"], "ab");
+    EXPECT_GT(d["slots"][0]["ttl_left_ms"].get<std::int64_t>(), 500'000);
+  }
+  {  // a supervisor that names another name for the sandbox is not believed
+    FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", true}, {"sandboxes", {{{"sandbox", kSandbox}, {"name", "agent-2"}}}}}).dump());
+    const Result r = cli({"dump", "--shm", loc, "--supervisor", sock});
+    EXPECT_EQ(r.out.find("agent-2"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("agent-... (7 B)"), std::string::npos) << r.out;
+  }
+  const Result alone = cli({"dump", "--shm", loc, "--supervisor", no_socket_});
+  EXPECT_EQ(alone.code, kOk) << alone.err;
+  EXPECT_NE(alone.out.find("agent-... (7 B)"), std::string::npos) << alone.out;
+  EXPECT_NE(alone.out.find("ab\n"), std::string::npos) << "a short name is whole: " << alone.out;
+  EXPECT_NE(alone.out.find("names cut to their first 6 bytes"), std::string::npos) << alone.out;
+  const auto d = nlohmann::json::parse(cli({"dump", "--json", "--shm", loc, "--supervisor", no_socket_}).out);
+  EXPECT_TRUE(d["slots"][0]["name"].is_null());
+  EXPECT_EQ(d["slots"][0]["name_prefix"], "agent-");
+}
+
+// `top` and `dump --watch` clear the screen only on a terminal that can; into a pipe or file, and
+// with NO_COLOR or TERM=dumb, they print refreshes one after another without control codes.
+TEST_F(CliTest, WatchWritesNoControlCodesUnlessToATerminal) {
+  const std::string loc = (dir_ / "table").string();
+  LiveTable t(loc);
+  const std::vector<std::string> top{"top", "--shm", loc, "--interval", "0.05", "--count", "2", "--supervisor", no_socket_};
+  const Result piped = cli(top, {"TERM=xterm"});
+  EXPECT_EQ(piped.code, kOk) << piped.err;
+  EXPECT_EQ(piped.out.find('\x1b'), std::string::npos) << piped.out;
+  EXPECT_EQ(std::count(piped.out.begin(), piped.out.end(), '\n') > 10, true);
+  std::size_t headers = 0;
+  for (std::size_t p = 0; (p = piped.out.find("shm table '", p)) != std::string::npos; ++p) ++headers;
+  EXPECT_EQ(headers, 2u) << piped.out;
+  const Result dump = cli({"dump", "--shm", loc, "--watch", "0.05", "--count", "2", "--supervisor", no_socket_});
+  EXPECT_EQ(dump.out.find('\x1b'), std::string::npos) << dump.out;
+  // On a terminal (a pty): escapes with TERM=xterm (so this test can see them), none with
+  // NO_COLOR or TERM=dumb.
+  auto on_tty = [&](const std::vector<std::string>& env) {
+    const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+    EXPECT_GE(master, 0);
+    EXPECT_EQ(::grantpt(master), 0);
+    EXPECT_EQ(::unlockpt(master), 0);
+    const std::string slave = ::ptsname(master);
+    std::string got;
+    std::thread reader([&] {
+      char buf[4096];
+      for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+    });
+    const Result r = cli(top, env, [&] {
+      const int fd = ::open(slave.c_str(), O_RDWR | O_NOCTTY);
+      return fd >= 0 && ::dup2(fd, 1) == 1;
+    });
+    EXPECT_EQ(r.code, kOk) << r.err;
+    ::close(master);  // the child is gone: read() ends with EIO
+    reader.join();
+    return got;
+  };
+  EXPECT_NE(on_tty({"TERM=xterm"}).find("\x1b[2J"), std::string::npos);
+  EXPECT_EQ(on_tty({"TERM=xterm", "NO_COLOR=1"}).find('\x1b'), std::string::npos);
+  EXPECT_EQ(on_tty({"TERM=dumb"}).find('\x1b'), std::string::npos);
+  // `top`'s own flag is named in its error, not `dump --watch`'s.
+  const Result zero = cli({"top", "--shm", loc, "--interval", "0"});
+  EXPECT_ANSWER(zero, kUsage, "leasehold top: --interval 0.000 s is below 0.05 s");
+  EXPECT_EQ(zero.err.find("--watch"), std::string::npos) << zero.err;
+}
+
+// The same dead writer: `check` exits 6 as `dump` does (it used to exit 1), closed or silent.
+TEST_F(CliTest, CheckAndDumpAgreeOnADeadWriter) {
+  const std::string loc = (dir_ / "table").string();
+  LiveTable t(loc, 100'000'000);
+  const std::vector<std::string> check{"check", "--shm", loc, "--slot", "0", "--epoch", "7"};
+  const Result alive = cli(check);
+  EXPECT_EQ(alive.code, kOk) << alive.err << alive.out;
+  t.stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const Result dead = cli(check);
+  EXPECT_EQ(dead.code, kTableError) << dead.out;
+  EXPECT_NE(dead.out.find("heartbeat is stale"), std::string::npos) << dead.out;
+  const Result dump = cli({"dump", "--shm", loc, "--supervisor", no_socket_});
+  EXPECT_EQ(dump.code, kTableError) << dump.err;
+  EXPECT_EQ(cli(with(check, {"--json"})).code, kTableError);
+  t.writer().close(boottime_ns());
+  const Result closed = cli(check);
+  EXPECT_EQ(closed.code, kTableError) << closed.out;
+  EXPECT_NE(closed.out.find("closed the table"), std::string::npos) << closed.out;
+  EXPECT_EQ(cli({"dump", "--shm", loc, "--supervisor", no_socket_}).code, kTableError);
 }
 
 TEST_F(CliTest, AuditOfAMissingOrForeignDatabase) {
