@@ -151,7 +151,7 @@ Status load_deployment_key(const std::string& path, PauseDeployment& d) {
   }
   std::string msg = kl.message();
   // The loader's own hint names lockd's flag; from here the fix is the deployment's key.
-  if (const auto p = msg.find("; create one with --generate-key"); p != std::string::npos) msg.resize(p);
+  if (const auto p = msg.find("; create one with `leasehold-lockd --generate-key"); p != std::string::npos) msg.resize(p);
   return Status::invalid(msg + "; pass the key file this deployment's lockd and supervisor use (--key-file or "
                                "$LEASEHOLD_KEY_FILE); a new key is made with `leasehold-lockd --generate-key PATH`");
 }

@@ -117,7 +117,10 @@ std::string parse_key_header(std::string_view line, WireKey& key) {
 }  // namespace
 
 KeyLoad parse_key_file_text(const std::string& path, std::string_view text) {
-  const std::string fix_new = "; create one with --generate-key " + path;
+  // The fix names the program that makes keys: the CLI and the supervisor have no such flag.
+  const std::string fix_new = "; create one with `leasehold-lockd --generate-key " + path +
+                              "` (a cluster key) or `leasehold-lockd --derive-worker-key --worker-id W "
+                              "--key-file CLUSTER_KEY --out " + path + "` (a worker's)";
   WireKey meta;
   if (text.rfind("leasehold-key", 0) == 0) {
     const std::size_t nl = text.find('\n');
@@ -201,7 +204,10 @@ Status read_private_file(const std::string& path, std::span<char> buf, std::size
 }
 
 KeyLoad load_key_file(const std::string& path) {
-  const std::string fix_new = "; create one with --generate-key " + path;
+  // The fix names the program that makes keys: the CLI and the supervisor have no such flag.
+  const std::string fix_new = "; create one with `leasehold-lockd --generate-key " + path +
+                              "` (a cluster key) or `leasehold-lockd --derive-worker-key --worker-id W "
+                              "--key-file CLUSTER_KEY --out " + path + "` (a worker's)";
   char buf[kKeyFileBytesMax + 1];
   // The hex text is a copy of the key: it is wiped on every way out of this function.
   struct Wipe {

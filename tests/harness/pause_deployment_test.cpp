@@ -89,7 +89,7 @@ TEST(HarnessPauseDeployment, AMissingKeyFileIsNamedWithTheFix) {
   EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("pass the key file this deployment's lockd and supervisor use"), std::string::npos)
       << s.message();
-  EXPECT_EQ(s.message().find("create one with --generate-key"), std::string::npos)
+  EXPECT_EQ(s.message().find("create one with `leasehold-lockd --generate-key"), std::string::npos)
       << "lockd's own hint is replaced by the deployment's: " << s.message();
   EXPECT_FALSE(d.key.has_value());
 }

@@ -89,7 +89,7 @@ TEST_F(KeyFile, RefusesMissingEmptyShortAndMalformedKeys) {
   EXPECT_EQ(k.code(), Errc::not_found);
   EXPECT_TRUE(contains(k.message(), missing)) << k.message();
   EXPECT_TRUE(contains(k.message(), "No such file")) << k.message();
-  EXPECT_TRUE(contains(k.message(), "--generate-key")) << k.message();
+  EXPECT_TRUE(contains(k.message(), "`leasehold-lockd --generate-key " + missing + "`")) << k.message();
 
   k = load_key_file(write("empty", "", 0600));
   EXPECT_FALSE(k);

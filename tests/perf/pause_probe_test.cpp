@@ -420,7 +420,7 @@ TEST_F(PauseProbe, BadInputIsRefusedWithAReason) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("key file " + dir_ + "/no-key: cannot open"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("`leasehold-lockd --generate-key PATH`"), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("create one with --generate-key"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("create one with `leasehold-lockd --generate-key"), std::string::npos) << r.err;
 }
 
 }  // namespace
