@@ -611,7 +611,7 @@ const LeaseConfig& LeaseTable::config() const noexcept { return impl_->config; }
 Outcome LeaseTable::Impl::acquire(std::string_view text, SandboxId sandbox, WorkerId worker,
                                   std::int64_t now_ns, std::int64_t ttl_ns, bool two_phase) {
   clock(now_ns);
-  if (!validate_name(text).ok()) return Outcome{Refusal::invalid_name, {}, absent(), {}};
+  if (!validate_new_name(text).ok()) return Outcome{Refusal::invalid_name, {}, absent(), {}};
   const NameId name = name_id_of(text);
   Slot* s = find(name);
   if (sandbox.is_nil() || (!two_phase && worker.is_nil()) || now_ns < 0 ||
@@ -1047,7 +1047,7 @@ Outcome LeaseTable::confirm_kill(NameId name, WorkerId worker, Epoch epoch, std:
 Outcome LeaseTable::reassign(std::string_view text, SandboxId to, std::int64_t now_ns, WorkerId worker) {
   impl_->clock(now_ns);
   Impl& m = *impl_;
-  if (!validate_name(text).ok()) return Outcome{Refusal::invalid_name, {}, m.absent(), {}};
+  if (!validate_new_name(text).ok()) return Outcome{Refusal::invalid_name, {}, m.absent(), {}};
   const NameId name = name_id_of(text);
   Slot* s = m.find(name);
   if (to.is_nil() || now_ns < 0) return m.refuse(Refusal::bad_request, name, s);

@@ -94,6 +94,14 @@ Status validate_name(std::string_view name) {
   return {};
 }
 
+Status validate_new_name(std::string_view name) {
+  if (Status why = validate_name(name); !why.ok()) return why;
+  if (name.front() == '-')
+    return Status::invalid("name begins with '-': it would read as an option, and \"-\" means none in listings; "
+                           "begin it with A-Z a-z 0-9 . _ : or /");
+  return {};
+}
+
 NameId name_id_of(std::string_view name) {
   boost::uuids::name_generator_sha1 gen(kNameNamespace);
   const boost::uuids::uuid u = gen(name.data(), name.size());

@@ -71,6 +71,14 @@ std::string get_name(const json& j, const char* field) {
   return s;
 }
 
+/// A name to acquire (run, name): validate_new_name's rule too.
+std::string get_new_name(const json& j, const char* field) {
+  const std::string s = get_name(j, field);
+  const Status why = validate_new_name(s);
+  if (!why.ok()) throw FieldError{std::string("field \"") + field + "\": " + why.message()};
+  return s;
+}
+
 void read_command(const json& j, ControlRequest& r) {
   if (!j.contains("argv")) throw FieldError{"field \"argv\" is required (the command to run)"};
   const auto& argv = j.at("argv");
@@ -193,7 +201,7 @@ ControlParse parse_control_request(std::string_view line) {
   try {
     switch (r.op) {
       case ControlOp::run:
-        if (j.contains("name") && !j.at("name").is_null()) r.name = get_name(j, "name");
+        if (j.contains("name") && !j.at("name").is_null()) r.name = get_new_name(j, "name");
         read_command(j, r);
         if (j.contains("ttl_ms")) r.ttl_ms = get_u64(j, "ttl_ms");
         break;
@@ -201,7 +209,7 @@ ControlParse parse_control_request(std::string_view line) {
         if (!j.contains("sandbox")) throw FieldError{"field \"sandbox\" is required"};
         if (!j.contains("name")) throw FieldError{"field \"name\" is required"};
         r.sandbox = get_sandbox(j, "sandbox");
-        r.name = get_name(j, "name");
+        r.name = get_new_name(j, "name");
         if (j.contains("ttl_ms")) r.ttl_ms = get_u64(j, "ttl_ms");
         break;
       case ControlOp::expect_commit:

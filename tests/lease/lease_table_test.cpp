@@ -731,6 +731,10 @@ TEST_F(LeaseTableTest, RefusesInvalidName) {
   EXPECT_EQ(table.acquire("has space", kA, kW1, kT0).refusal, Refusal::invalid_name);
   EXPECT_EQ(table.acquire_2pc(std::string(129, 'x'), kA, kT0).refusal, Refusal::invalid_name);
   EXPECT_EQ(table.reassign("é", kA, kT0).refusal, Refusal::invalid_name);
+  // A new name does not begin with '-' (validate_new_name): "-" means none in listings.
+  EXPECT_EQ(table.acquire("-", kA, kW1, kT0).refusal, Refusal::invalid_name);
+  EXPECT_EQ(table.acquire_2pc("-x", kA, kT0).refusal, Refusal::invalid_name);
+  EXPECT_EQ(table.reassign("-", kA, kT0).refusal, Refusal::invalid_name);
   EXPECT_EQ(table.size(), 0u);
 }
 

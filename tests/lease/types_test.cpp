@@ -42,6 +42,14 @@ TEST(Name, ErrorsSayWhatIsWrong) {
   EXPECT_EQ(bad.code(), Errc::invalid_argument);
   EXPECT_NE(bad.message().find("' ' (0x20) at byte 2"), std::string::npos) << bad.message();
   EXPECT_NE(validate_name(std::string("a\xff", 2)).message().find("byte 0xff at byte 1"), std::string::npos);
+  // A new name does not begin with '-' (an option on a command line; "-" is "none" in listings);
+  // validate_name still takes one, so a name held before the rule is still decoded and restored.
+  EXPECT_TRUE(validate_name("-").ok());
+  EXPECT_EQ(validate_new_name("-").code(), Errc::invalid_argument);
+  EXPECT_NE(validate_new_name("-x").message().find("begins with '-'"), std::string::npos);
+  EXPECT_TRUE(validate_new_name("x-").ok());
+  EXPECT_TRUE(validate_new_name("agent-7/db:main_v1.2").ok());
+  EXPECT_EQ(validate_new_name("a b").message(), validate_name("a b").message());
 }
 
 TEST(Name, IdIsDeterministicAndDistinct) {

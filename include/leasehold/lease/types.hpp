@@ -66,6 +66,12 @@ inline constexpr std::size_t kNameBytesMax = 128;
 /// message that says what is wrong and where (byte offset, the bad byte).
 Status validate_name(std::string_view name);
 
+/// validate_name, and the rule for a name that is acquired anew: it does not begin with '-'.
+/// Such a name would read as an option on every command line, and "-" is what listings print
+/// for "none". Names already held (a store written before this rule) stay valid for
+/// validate_name, so they are still decoded, restored, refreshed and released.
+Status validate_new_name(std::string_view name);
+
 /// The NameId of a *valid* name (deterministic; the same on every host).
 NameId name_id_of(std::string_view name);
 
