@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 namespace leasehold::cli {
 namespace {
@@ -38,7 +39,44 @@ struct NamesArgs {
   LockdFlags lockd;
   bool json = false;
   std::size_t names_max = 1u << 20;
+  std::string state;   ///< --state: "" or a LockPhase's text
+  std::string worker;  ///< --worker: "" or a worker id
+  std::string prefix;  ///< --prefix: names that begin with it
 };
+
+/// The filters of `names`, checked: a LockPhase, a worker id. kUsage naming the flag otherwise.
+struct NamesFilter {
+  std::optional<LockPhase> state;
+  std::optional<WorkerId> worker;
+  std::string prefix;
+  bool keeps(const wire::NameRecord& r) const {
+    return (!state || r.state == *state) && (!worker || r.worker == *worker) && r.name.rfind(prefix, 0) == 0;
+  }
+};
+
+std::optional<NamesFilter> names_filter(const NamesArgs& a, Failure& f) {
+  NamesFilter nf;
+  nf.prefix = a.prefix;
+  if (!a.state.empty()) {
+    std::string known;
+    for (const LockPhase p : kLockPhases) {
+      known += (known.empty() ? "" : ", ") + std::string(leasehold::to_string(p));
+      if (leasehold::to_string(p) == a.state) nf.state = p;
+    }
+    if (!nf.state) {
+      f = {kUsage, "--state \"" + a.state + "\" is not a state; the states are " + known};
+      return std::nullopt;
+    }
+  }
+  if (!a.worker.empty()) {
+    nf.worker = WorkerId::parse(a.worker);
+    if (!nf.worker || nf.worker->is_nil()) {
+      f = {kUsage, "--worker \"" + a.worker + "\" is not a worker id (a UUID)"};
+      return std::nullopt;
+    }
+  }
+  return nf;
+}
 
 const Command kNames([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<NamesArgs>();
@@ -46,8 +84,18 @@ const Command kNames([](CLI::App& app, int* exit_code) {
   add_lockd_flags(sub, a->lockd);
   sub->add_flag("--json", a->json, "print a JSON array");
   sub->add_option("--max", a->names_max, "stop after this many names")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--state", a->state, "only names in this state: free, acquiring, held or transferring");
+  sub->add_option("--worker", a->worker, "only names whose holder (or reservation) is on this worker (UUID)");
+  sub->add_option("--prefix", a->prefix, "only names that begin with this text");
+  sub->footer("The filters apply to the listing lockd pages out (--max names at most), in the CLI; they combine "
+              "(all must hold).");
   sub->callback([a, exit_code] {
     Failure f;
+    const std::optional<NamesFilter> filter = names_filter(*a, f);
+    if (!filter) {
+      *exit_code = report("names", f);
+      return;
+    }
     auto client = connect_lockd(a->lockd, f);
     if (!client) {
       *exit_code = report("names", f);
@@ -70,6 +118,14 @@ const Command kNames([](CLI::App& app, int* exit_code) {
     if (!of_shards) do {
       const lockd::Answer ans = client->list(cursor);
       const auto* page = ans.as<wire::ListPage>();
+      if (const auto* d = ans.as<wire::Deny>()) {  // a worker key may not list: forbidden
+        *exit_code = report("names", d->refusal == Refusal::forbidden
+                                         ? Failure{kRefused, "list names refused by lockd: forbidden: this key may not "
+                                                             "list names (a worker key acts only on its own names); "
+                                                             "give an admin key (--admin-key-file) or the cluster key"}
+                                         : deny_failure(*d, "list names"));
+        return;
+      }
       if (page == nullptr) {
         *exit_code = report("names", answer_failure(ans, a->lockd, "list names"));
         return;
@@ -84,6 +140,7 @@ const Command kNames([](CLI::App& app, int* exit_code) {
       cursor = page->next_cursor;
     } while (cursor != 0 && all.size() < a->names_max);
     if (all.size() > a->names_max) all.resize(a->names_max);
+    std::erase_if(all, [&](const wire::NameRecord& r) { return !filter->keeps(r); });
     std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
     if (a->json) {
       nlohmann::json arr = nlohmann::json::array();
