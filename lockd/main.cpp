@@ -182,10 +182,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "leasehold-lockd: io_uring: %s\n", probe.message.c_str());
     return 1;
   }
+  // A lockd that cannot start (its port busy, ...) leaves no store behind that it created: the
+  // SQLite files that are not there now are removed again if the start fails.
+  std::vector<std::string> created_files;
+  if (!lockd::is_etcd_url(cfg.store_path))
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+      if (const std::string f = cfg.store_path + suffix; ::access(f.c_str(), F_OK) != 0 && errno == ENOENT)
+        created_files.push_back(f);
   std::unique_ptr<lockd::LockdDaemon> service;
   try {
     service = std::make_unique<lockd::LockdDaemon>(cfg, keys, *loop);
   } catch (const std::exception& e) {
+    for (const std::string& f : created_files) ::unlink(f.c_str());
     std::fprintf(stderr, "leasehold-lockd: %s\n", e.what());
     return 1;
   }
