@@ -605,11 +605,15 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   // Its stats carry its mode and TTL: a preemptible supervisor on a lease-mode lockd would keep
   // sandboxes whose names expire there (two holders), and a lockd TTL below ours would let the
   // kill-switch fire after lockd's expiry (DESIGN.md "Time").
+  // Whether lockd answered at all: a disagreement it answered with (its TTL, its mode) is a
+  // misconfiguration, not an unreachable lockd, and is reported as one.
+  bool unanswered = false;
   auto ask = [&](const wire::Body& req, auto&& on_answer) -> std::string {
     bool answered = false;
     std::string problem;
     link->call(req, boottime_ns() + kStartupProbeTimeoutNs, [&](LockdReply r) {
       answered = true;
+      unanswered = !r.ok();
       if (!r.ok()) problem = r.problem;
       else if (std::holds_alternative<wire::Error>(*r.body)) problem = "lockd answered " + describe_answer(*r.body);
       else problem = on_answer(*r.body, r.first_send_ns);
@@ -663,7 +667,9 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
       return {};
     });
   if (!problem.empty())
-    return Status{Errc::refused, "lockd at " + address_list_text(lockd_addresses) + " is unreachable or refused us: " + problem};
+    return Status{Errc::refused, "lockd at " + address_list_text(lockd_addresses) +
+                                     (unanswered ? " is unreachable: " : " answered, but this supervisor cannot work with it: ") +
+                                     problem};
 
   signal_poll = loop->add_poll(signal_fd, POLLIN, PollMode::multishot, [this](int) { on_signal(); });
   const std::int64_t interval_ns = static_cast<std::int64_t>(cfg.heartbeat_interval_ms) * 1'000'000;
