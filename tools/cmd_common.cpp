@@ -194,7 +194,7 @@ Failure deny_failure(const wire::Deny& d, std::string_view name) {
       return {kNotFound, "unknown name " + n + ": lockd has no record of it (never acquired, released, "
                          "or its lease expired; `leasehold names` lists the known ones)"};
     case Refusal::invalid_name:
-      return {kUsage, "malformed name " + n + ": " + validate_name(name).message()};
+      return {kUsage, "malformed name " + n + ": " + validate_new_name(name).message()};
     case Refusal::forbidden:
       // lockd tells nothing of a name that is not the key's: no state or epoch to print.
       return {kRefused, n + " refused by lockd: forbidden: this key may not do that: a worker key acts only on "
@@ -245,7 +245,10 @@ std::optional<nlohmann::json> supervisor_call(SupervisorFlags flags, const nlohm
     case ControlCallError::garbled:
     case ControlCallError::internal:
     case ControlCallError::none: failure = {kInternal, why.message}; break;
-    default: failure = {kNoSupervisor, why.message}; break;  // not permitted, foreign, silent, closed
+    // A supervisor runs there, but this user may not use it: a refusal (as the supervisor's
+    // own "unauthorized"), not a missing supervisor - starting one would not help.
+    case ControlCallError::not_permitted: failure = {kRefused, "permission denied: " + why.message}; break;
+    default: failure = {kNoSupervisor, why.message}; break;  // foreign, silent, closed
   }
   return std::nullopt;
 }
@@ -292,8 +295,6 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
   if (!known) return {kFailure, msg + " (error \"" + code + "\", a code this leasehold does not know)", detail};
   switch (class_of(*known)) {
     case ControlErrorClass::refused: return {kRefused, msg, detail};
-    // The socket lets this user in only to tell it that it may not use it (not root, the
-    // supervisor's uid or a member of its --group): as a connect(2) refused by the socket's mode.
     case ControlErrorClass::no_supervisor: return {kNoSupervisor, msg, detail};
     case ControlErrorClass::not_found: return {kNotFound, msg, detail};
     case ControlErrorClass::usage: return {kUsage, msg, detail};
@@ -306,7 +307,7 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
 // ---- arguments ----------------------------------------------------------------------------------
 
 bool check_name(std::string_view name, Failure& failure) {
-  const Status why = validate_name(name);
+  const Status why = validate_new_name(name);
   if (why.ok()) return true;
   failure = {kUsage, "malformed name \"" + std::string(name) + "\": " + why.message()};
   return false;

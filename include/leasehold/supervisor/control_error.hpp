@@ -39,7 +39,7 @@ enum class ControlError : std::uint8_t {
 /// What a failure means to the caller; the CLI's exit code follows from it.
 enum class ControlErrorClass : std::uint8_t {
   refused,       ///< a well-formed request refused (exit kRefused)
-  no_supervisor, ///< not allowed to use this supervisor (exit kNoSupervisor)
+  no_supervisor, ///< no supervisor to talk to (exit kNoSupervisor); no code of the table has it today
   not_found,     ///< nothing of that id/name (exit kNotFound)
   usage,         ///< the request itself is wrong (exit kUsage)
   unreachable,   ///< lockd unreachable (exit kUnreachable)
@@ -58,7 +58,10 @@ inline constexpr std::array<ControlErrorRow, 19> kControlErrors{{
     {ControlError::bad_request, "bad_request", ControlErrorClass::usage},
     {ControlError::unknown_op, "unknown_op", ControlErrorClass::failure},
     {ControlError::too_long, "too_long", ControlErrorClass::usage},
-    {ControlError::unauthorized, "unauthorized", ControlErrorClass::no_supervisor},
+    // The socket lets this user in only to tell it that it may not use it (not root, the
+    // supervisor's uid or a member of its --group): refused, as a connect(2) that the socket's
+    // mode refuses (EACCES), not "no supervisor" - one runs, and starting another would not help.
+    {ControlError::unauthorized, "unauthorized", ControlErrorClass::refused},
     {ControlError::busy, "busy", ControlErrorClass::refused},
     {ControlError::idle, "idle", ControlErrorClass::failure},
     {ControlError::timeout, "timeout", ControlErrorClass::failure},
