@@ -112,18 +112,29 @@ Result<std::unique_ptr<FencedStore>> FencedStore::open_impl(const std::string& p
   sqlite3_busy_timeout(db, std::clamp(options.busy_timeout_ms, 1, 600'000));
   sqlite3_extended_result_codes(db, 1);
 
+  int last_rc = SQLITE_OK;  // of the last scalar() that failed: a lock is not a foreign file
   auto scalar = [&](const char* sql, std::int64_t& out) -> bool {
     sqlite3_stmt* s = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) != SQLITE_OK) return false;
+    if (const int prc = sqlite3_prepare_v2(db, sql, -1, &s, nullptr); prc != SQLITE_OK) {
+      last_rc = prc;
+      return false;
+    }
     const int step = sqlite3_step(s);
     out = step == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
     sqlite3_finalize(s);
+    if (step != SQLITE_ROW && step != SQLITE_DONE) last_rc = step;
     return step == SQLITE_ROW || step == SQLITE_DONE;
   };
+  auto locked = [&] { return (last_rc & 0xFF) == SQLITE_BUSY || (last_rc & 0xFF) == SQLITE_LOCKED; };
   const std::string not_fenced = read_only ? "not a fenced store: " : "";
   std::int64_t app_id = 0;
-  if (!scalar("PRAGMA application_id", app_id))
+  if (!scalar("PRAGMA application_id", app_id)) {
+    if (locked())
+      return fail(Errc::busy, "locked by another connection for longer than " +
+                                  std::to_string(std::clamp(options.busy_timeout_ms, 1, 600'000)) + " ms (" +
+                                  errmsg(db) + "); retry once it lets go, or check a copy");
     return fail(Errc::corrupt, not_fenced + "not a SQLite database (" + errmsg(db) + ")");
+  }
   std::int64_t tables = 0;
   if (!scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", tables))
     return fail(Errc::corrupt, "cannot read the schema: " + errmsg(db));

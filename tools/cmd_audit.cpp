@@ -4,7 +4,8 @@
 // checks a copy kept as evidence on a read-only file or mount.
 // Exit 0 when the audit shows exclusive epochs, 1 when a rule is broken or a write with a forged
 // token was refused (someone wrote without a grant: "ATTACKED"), 2 for a file that is not a
-// fenced store or a malformed --name, 4 for a missing file or a name without audit rows. Accepted
+// fenced store or a malformed --name, 3 for a store another connection keeps locked, 4 for a
+// missing file or a name without audit rows. Accepted
 // writes whose token nobody verified (a store opened without lockd's public key) are reported as
 // "unverified" (exit 0: the rules hold, but their epochs are unproven).
 #include "tools/cmd_common.hpp"
@@ -48,7 +49,8 @@ const Command kAudit([](CLI::App& app, int* exit_code) {
     }
     auto opened = resource::FencedStore::open_read_only(a->db);
     if (!opened) {
-      *exit_code = report("audit", {kUsage, opened.message()});
+      // Locked by a writer: refused for now (exit 3, as "busy"); anything else: not a fenced store.
+      *exit_code = report("audit", {opened.code() == Errc::busy ? kRefused : kUsage, opened.message()});
       return;
     }
     const auto store = std::move(opened).value();
