@@ -317,6 +317,10 @@ TEST_F(CliTest, BadLockdAddressOrKeyFileIsAUsageError) {
   EXPECT_ANSWER(unknown, kNotFound, "cannot resolve host \"lockd.invalid\"");
   const Result key = cli({"show", "orders", "--lockd", kSilentLockd, "--key-file", (dir_ / "missing.key").string()});
   EXPECT_ANSWER(key, kUsage, "missing.key");
+  // The fix names the program that has the flag: the CLI has no --generate-key.
+  EXPECT_NE(key.err.find("create one with `leasehold-lockd --generate-key " + (dir_ / "missing.key").string() + "`"),
+            std::string::npos) << key.err;
+  EXPECT_EQ(key.err.find("create one with --generate-key"), std::string::npos) << key.err;
   ::chmod(key_.c_str(), 0644);
   const Result loose = cli(with({"show", "orders"}, lockd_flags(kSilentLockd)));
   EXPECT_ANSWER(loose, kUsage, "chmod 600");
@@ -425,6 +429,118 @@ TEST_F(CliTest, UnknownNameIsNotFoundAndKnownNamesAreListed) {
   EXPECT_NE(audit.out.find("\"fences\":1"), std::string::npos) << audit.out;
 }
 
+// `names --state/--worker/--prefix` keep the names that match all given filters; a bad filter is
+// a usage error naming it; a worker key's listing is refused (exit 3), not an internal error.
+TEST_F(CliTest, NamesFiltersAndAWorkerKeysListing) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  const auto lf = patient_lockd_flags(addr);
+  ASSERT_NE(held_at_lockd("orders", lf), 0u);  // held on worker 6a1e0c4e-...
+  ASSERT_EQ(cli(with({"acquire", "orders-eu", "--sandbox", kSandbox}, lf)).code, kOk);  // acquiring
+  ASSERT_EQ(cli(with({"acquire", "billing", "--sandbox", kSandbox}, lf)).code, kOk);
+  auto listed = [&](const std::vector<std::string>& filters) {
+    const Result r = cli(with(with({"names", "--json"}, filters), lf));
+    EXPECT_EQ(r.code, kOk) << r.err;
+    std::vector<std::string> names;
+    for (const auto& e : nlohmann::json::parse(r.out)) names.push_back(e["name"]);
+    return names;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(listed({}), (V{"billing", "orders", "orders-eu"}));
+  EXPECT_EQ(listed({"--prefix", "orders"}), (V{"orders", "orders-eu"}));
+  EXPECT_EQ(listed({"--state", "held"}), (V{"orders"}));
+  EXPECT_EQ(listed({"--state", "acquiring", "--prefix", "orders"}), (V{"orders-eu"}));
+  EXPECT_EQ(listed({"--worker", "6a1e0c4e-5a55-4d3e-9a5b-1b2c3d4e5f60"}), (V{"orders"}));
+  EXPECT_EQ(listed({"--prefix", "nothing"}), V{});
+  const Result text = cli(with({"names", "--state", "held"}, lf));
+  EXPECT_NE(text.out.find("1 name(s)"), std::string::npos) << text.out;
+  EXPECT_ANSWER(cli(with({"names", "--state", "taken"}, lf)), kUsage,
+                "--state \"taken\" is not a state; the states are free, acquiring, held, transferring");
+  EXPECT_ANSWER(cli(with({"names", "--worker", "w1"}, lf)), kUsage, "--worker \"w1\" is not a worker id");
+  const std::string worker_key = (dir_ / "worker.key").string();
+  auto cluster = wire::load_key_file(key_);
+  ASSERT_TRUE(cluster) << cluster.message();
+  ASSERT_EQ(wire::write_key_file(worker_key, wire::derive_worker_key(*cluster, WorkerId{0x77, 0x77})).message(), "");
+  const Result forbidden = cli({"names", "--lockd", addr, "--key-file", worker_key, "--timeout-ms", "10000"});
+  EXPECT_ANSWER(forbidden, kRefused, "list names refused by lockd: forbidden");
+}
+
+// A lockd whose port is busy exits 1 naming it, and leaves no store file it created (nor a
+// signing key); a store that was there stays.
+TEST_F(CliTest, LockdOnABusyPortLeavesNoStoreBehind) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  auto second = [&](const std::string& store) {
+    const fs::path out = dir_ / "lockd2.out";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(o, 1);
+      ::dup2(o, 2);
+      ::execl(LEASEHOLD_LOCKD_BINARY, LEASEHOLD_LOCKD_BINARY, "--listen", addr.c_str(), "--store", store.c_str(),
+              "--key-file", key_.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return std::pair{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out)};
+  };
+  const fs::path fresh = dir_ / "fresh.db";
+  const auto [code, err] = second(fresh.string());
+  EXPECT_EQ(code, 1) << err;
+  EXPECT_NE(err.find("Address already in use"), std::string::npos) << err;
+  for (const char* suffix : {"", "-wal", "-shm", "-journal", ".signing.key", ".signing.key.pub"})
+    EXPECT_FALSE(fs::exists(fresh.string() + suffix)) << fresh.string() + suffix << " left behind";
+  // An existing store is kept as it was.
+  const fs::path kept = dir_ / "lockd.db";
+  ASSERT_TRUE(fs::exists(kept));
+  const auto size = fs::file_size(kept);
+  EXPECT_EQ(second(kept.string()).first, 1);
+  EXPECT_TRUE(fs::exists(kept));
+  EXPECT_EQ(fs::file_size(kept), size);
+}
+
+#ifdef LEASEHOLD_SUPERVISOR_BINARY
+// A supervisor whose --ttl-ms is above lockd's: lockd answered, so the start-up refusal says the
+// two disagree (exit 2) and names both TTLs; it is not reported as lockd unreachable.
+TEST_F(CliTest, SupervisorTtlAboveLockdsIsAMisconfigurationNotUnreachable) {
+  const std::string addr = start_lockd({"--ttl-ms", "5000"});
+  ASSERT_FALSE(addr.empty());
+  auto cluster = wire::load_key_file(key_);
+  ASSERT_TRUE(cluster) << cluster.message();
+  const std::string worker_key = (dir_ / "worker.key").string();
+  ASSERT_EQ(wire::write_key_file(worker_key, wire::derive_worker_key(*cluster, WorkerId{0x51, 0x52})).message(), "");
+  auto supervisor = [&](const std::string& lockd) {
+    const fs::path out = dir_ / "supervisor.out";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(o, 1);
+      ::dup2(o, 2);
+      const std::string sock = (dir_ / "sup.sock").string(), shm = (dir_ / "sup.shm").string();
+      ::execl(LEASEHOLD_SUPERVISOR_BINARY, LEASEHOLD_SUPERVISOR_BINARY, "--lockd", lockd.c_str(), "--key-file",
+              worker_key.c_str(), "--ttl-ms", "10000", "--control-socket", sock.c_str(), "--shm", shm.c_str(),
+              "--slots", "4", "--isolation", "off", "--no-cgroup", "--allow-unsafe-kill", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return std::pair{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out)};
+  };
+  const auto [code, err] = supervisor(addr);
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("lockd at " + addr + " answered, but this supervisor cannot work with it: lockd's lease TTL is "
+                     "5000 ms, below --ttl-ms 10000"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("unreachable"), std::string::npos) << err;
+  // Nobody there: that one is unreachable.
+  const auto [silent_code, silent_err] = supervisor(kSilentLockd);
+  EXPECT_EQ(silent_code, 2) << silent_err;
+  EXPECT_NE(silent_err.find(std::string("lockd at ") + kSilentLockd + " is unreachable"), std::string::npos) << silent_err;
+}
+#endif
+
 TEST_F(CliTest, CheckWithoutATableOrArguments) {
   const Result none = cli({"check"});
   EXPECT_ANSWER(none, kUsage, "LEASEHOLD_SHM");
@@ -499,6 +615,23 @@ class FakeSupervisor {
   std::thread thread_;
   std::vector<int> held_;
 };
+
+// The name "-" (or any beginning with '-') is refused: listings print "-" for none, and on a
+// command line it reads as an option. Refused before anything is sent.
+TEST_F(CliTest, ANameBeginningWithADashIsRefused) {
+  const std::string sock = (dir_ / "fake-dash.sock").string();
+  FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", true}, {"sandbox", kSandbox}}).dump());
+  for (const std::string name : {"-", "-x"}) {
+    SCOPED_TRACE(name);
+    const Result run = cli({"run", "--supervisor", sock, "--name=" + name, "--", "/bin/true"});
+    EXPECT_ANSWER(run, kUsage, "malformed name \"" + name + "\": name begins with '-'");
+    const Result acq = cli(with(with({"acquire", "--sandbox", kSandbox}, lockd_flags(kSilentLockd)), {"--", name}));
+    EXPECT_ANSWER(acq, kUsage, "begins with '-'");
+  }
+  EXPECT_TRUE(f.requests().empty());
+  const Result ok = cli({"run", "--supervisor", sock, "--name", "x-", "--", "/bin/true"});
+  EXPECT_EQ(ok.code, kOk) << ok.err;
+}
 
 // --json output speaks one convention: a duration left is "ttl_left_ms" (never "valid_until_ms"
 // or "valid_for_ms"), a supervisor's answer comes without the control socket's envelope, and
@@ -599,7 +732,7 @@ TEST_F(CliTest, EveryControlErrorHasItsDocumentedExitCode) {
   const std::pair<ControlError, int> documented[] = {
       {ControlError::bad_json, kUsage},          {ControlError::bad_version, kFailure},
       {ControlError::bad_request, kUsage},       {ControlError::unknown_op, kFailure},
-      {ControlError::too_long, kUsage},          {ControlError::unauthorized, kNoSupervisor},
+      {ControlError::too_long, kUsage},          {ControlError::unauthorized, kRefused},
       {ControlError::busy, kRefused},            {ControlError::idle, kFailure},
       {ControlError::timeout, kFailure},         {ControlError::shutting_down, kRefused},
       {ControlError::held, kRefused},            {ControlError::refused, kRefused},
@@ -635,9 +768,9 @@ TEST_F(CliTest, UnknownControlErrorIsAFailureNamingTheCode) {
 }
 
 // An ownership refusal ("forbidden": another caller's sandbox) is a refusal, exit 3 as the README
-// says; "unauthorized" (this user may not use the socket at all) is exit 7, as a connect(2)
-// that the socket's mode refuses.
-TEST_F(CliTest, ForbiddenSandboxIsARefusalAndAnUnauthorizedCallerHasNoSupervisor) {
+// says; so is "unauthorized" (this user may not use the socket at all) and a connect(2) that the
+// socket's mode refuses: a supervisor runs there (exit 7 would say none does).
+TEST_F(CliTest, ForbiddenSandboxAndAnUnauthorizedCallerAreRefusals) {
   const std::string sock = (dir_ / "fake-owner.sock").string();
   {
     FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", false}, {"error", "forbidden"},
@@ -656,7 +789,15 @@ TEST_F(CliTest, ForbiddenSandboxIsARefusalAndAnUnauthorizedCallerHasNoSupervisor
                              .dump(),
                    true);
   const Result r = cli({"sandboxes", "--supervisor", sock});
-  EXPECT_ANSWER(r, kNoSupervisor, "may not use this control socket");
+  EXPECT_ANSWER(r, kRefused, "may not use this control socket");
+  // EACCES from connect(2): the CLI as uid 65534, the socket in a directory only root may search.
+  if (::geteuid() == 0) {
+    const auto as_nobody = [] { return ::setgroups(0, nullptr) == 0 && ::setgid(65534) == 0 && ::setuid(65534) == 0; };
+    const Result denied = cli({"sandboxes", "--supervisor", sock}, {}, as_nobody);
+    EXPECT_ANSWER(denied, kRefused, "permission denied: not allowed to connect to the supervisor at " + sock);
+    const Result none = cli({"sandboxes", "--supervisor", (dir_ / "nobody-here.sock").string()}, {}, as_nobody);
+    EXPECT_NE(none.code, kNoSupervisor) << "a path it may not search is not 'no supervisor': " << none.err;
+  }
 }
 
 // `run --env K=V -- CMD...`: one value per --env (repeatable), and everything after `--` is the
@@ -1251,6 +1392,48 @@ TEST_F(CliTest, CheckAndDumpAgreeOnADeadWriter) {
   EXPECT_EQ(closed.code, kTableError) << closed.out;
   EXPECT_NE(closed.out.find("closed the table"), std::string::npos) << closed.out;
   EXPECT_EQ(cli({"dump", "--shm", loc, "--supervisor", no_socket_}).code, kTableError);
+}
+
+// A fenced store another connection keeps locked is said to be locked (exit 3), not "not a SQLite
+// database"; once it lets go the same audit passes.
+TEST_F(CliTest, AuditOfALockedStoreSaysLocked) {
+  if (std::system("python3 -c 'import sqlite3' 2>/dev/null") != 0) GTEST_SKIP() << "needs python3's sqlite3";
+  const std::string db = (dir_ / "locked.db").string();
+  {
+    auto store = resource::FencedStore::open(db);
+    ASSERT_TRUE(store) << store.message();
+    ASSERT_TRUE((*store)->write({"orders", 1, *SandboxId::parse(kSandbox)}, "x").accepted());
+  }
+  const std::string script = "import sqlite3,sys,time\n"
+                             "c=sqlite3.connect(sys.argv[1],isolation_level=None)\n"
+                             "c.execute('INSERT INTO fence(name,epoch) VALUES(\"logged\",1)')\n"
+                             "c.execute('PRAGMA locking_mode=EXCLUSIVE')\n"
+                             "c.execute('BEGIN EXCLUSIVE')\n"
+                             "c.execute('INSERT INTO fence(name,epoch) VALUES(\"held\",1)')\n"
+                             "print('locked',flush=True)\n"
+                             "time.sleep(float(sys.argv[2]))\n";
+  std::ofstream(dir_ / "lock.py") << script;
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const std::string py = (dir_ / "lock.py").string();
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    ::dup2(out[1], 1);
+    ::execlp("python3", "python3", py.c_str(), db.c_str(), "30", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  char line[16] = {};
+  ASSERT_EQ(::read(out[0], line, 7), 7);
+  ASSERT_EQ(std::string(line), "locked\n");
+  const Result r = cli({"audit", "--db", db});
+  EXPECT_ANSWER(r, kRefused, "locked by another connection");
+  EXPECT_EQ(r.err.find("not a SQLite database"), std::string::npos) << r.err;
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  ::close(out[0]);
+  const Result after = cli({"audit", "--db", db});
+  EXPECT_EQ(after.code, kOk) << after.err;
 }
 
 TEST_F(CliTest, AuditOfAMissingOrForeignDatabase) {
