@@ -13,6 +13,7 @@ packages=(
   libssl-dev                                    # HMAC-SHA256 (libcrypto)
   libcli11-dev                                  # command lines
   nlohmann-json3-dev                            # JSON output and the supervisor control socket
+  libcpp-httplib-dev                            # the daemons' /metrics and /healthz endpoint
   clang libclang-rt-14-dev                      # libFuzzer
   spin                                          # model checker for specs/
   rt-tests                                      # cyclictest (perf baseline)
