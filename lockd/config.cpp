@@ -98,6 +98,9 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
                  "UDP address to serve on, ADDR:PORT (IPv4 or [IPv6]); port 0 picks a free port "
                  "and prints it as 'listening ADDR:PORT' on stdout")
       ->capture_default_str();
+  app.add_option("--metrics-listen", cfg.metrics_listen,
+                 "serve Prometheus /metrics and /healthz over HTTP on ADDR:PORT (conventionally port 9740; "
+                 "port 0 picks a free port, printed as 'metrics listening ADDR:PORT' on stdout); default: off");
   app.add_option("--store", cfg.store_path,
                  "the durable name table: a SQLite file (created when absent; WAL files beside it), or "
                  "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for a cluster of lockd processes sharing one "
@@ -324,6 +327,9 @@ Status validate(const LockdConfig& cfg) {
   if (!listen_address_ok(cfg.listen))
     return Status::invalid("--listen \"" + cfg.listen +
            "\" is not a numeric ADDR:PORT (e.g. 127.0.0.1:7400 or [::1]:7400)");
+  if (!cfg.metrics_listen.empty() && !listen_address_ok(cfg.metrics_listen))
+    return Status::invalid("--metrics-listen \"" + cfg.metrics_listen +
+           "\" is not a numeric ADDR:PORT (e.g. 127.0.0.1:9740 or [::1]:9740)");
   if (cfg.store_path.empty()) return Status::invalid("--store must not be empty");
   {
     // "etcd:host:port", "ETCD://..." or "etcd:/...": a mistyped etcd URL would otherwise open a

@@ -14,6 +14,8 @@
 #include "leasehold/wire/token.hpp"
 #include "leasehold/lockd/config.hpp"
 #include "leasehold/lockd/daemon.hpp"
+#include "leasehold/metrics/exchange.hpp"
+#include "leasehold/metrics/http_endpoint.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -32,6 +34,18 @@
 #include <string>
 
 namespace {
+
+/// What /metrics and /healthz show of `service`, built on the io thread.
+leasehold::metrics::Snapshot snapshot_of(const leasehold::lockd::LockService& service) {
+  leasehold::metrics::Snapshot snap;
+  service.metric_samples(snap.samples);
+  snap.healthy = service.serving(&snap.health);
+  return snap;
+}
+
+/// How long the HTTP thread waits for the io thread's snapshot (the io thread takes at most a
+/// turn, kTickNs when idle; a stalled one makes /metrics and /healthz answer 503).
+constexpr std::int64_t kSnapshotWaitNs = 1'000'000'000;
 
 constexpr const char* kDescription =
     "leasehold-lockd: the lock service. Serves the name table over authenticated UDP and keeps "
@@ -264,6 +278,37 @@ int main(int argc, char** argv) {
       else stopping = true;
     }
   });
+  // The HTTP endpoint (--metrics-listen) on threads of its own: it asks the io thread for a
+  // snapshot through an eventfd this loop polls, and formats it there.
+  std::unique_ptr<metrics::SnapshotExchange> exchange;
+  std::unique_ptr<metrics::HttpEndpoint> http;
+  if (!cfg.metrics_listen.empty()) {
+    exchange = std::make_unique<metrics::SnapshotExchange>();
+    loop->add_poll(exchange->wake_fd(), POLLIN, PollMode::multishot, [&](int) {
+      if (exchange->take_request()) exchange->publish(snapshot_of(service->service()));
+    });
+    metrics::SnapshotExchange* x = exchange.get();
+    auto started = metrics::HttpEndpoint::start(
+        cfg.metrics_listen,
+        [x] {
+          const auto snap = x->get(kSnapshotWaitNs);
+          if (!snap) return metrics::HttpAnswer{503, "lockd's io thread did not answer within 1 s\n"};
+          return metrics::HttpAnswer{200, metrics::format_text("leasehold_lockd_", *snap),
+                                     metrics::kPrometheusContentType};
+        },
+        [x] {
+          const auto snap = x->get(kSnapshotWaitNs);
+          if (!snap) return metrics::HttpAnswer{503, "lockd's io thread did not answer within 1 s\n"};
+          return metrics::HttpAnswer{snap->healthy ? 200 : 503, snap->health + "\n"};
+        });
+    if (!started) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", started.message().c_str());
+      service.reset();
+      return 1;
+    }
+    http = std::move(started).value();
+    std::printf("metrics listening %s\n", http->address().c_str());
+  }
   std::printf("listening %s\n", service->local_address().str().c_str());
   std::fflush(stdout);
   ServiceNotifier notifier;  // before the loop's first turn: its wait is bounded by the pings
@@ -317,6 +362,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  http.reset();  // no scrape waits for this loop from here on
   // Orderly stop: make the pending changes durable and send the answers that waited for them.
   notifier.stopping("stopping: making pending changes durable");
   const bool drained = service->drain_for_shutdown();

@@ -1123,91 +1123,129 @@ wire::Body LockService::on_show(const wire::Show& s, std::int64_t now_ns) const 
   return wire::NameInfo{record_of(id, st, now_ns)};
 }
 
-wire::StatsAnswer LockService::stats_answer() const {
-  wire::StatsAnswer a;
-  auto add = [&](std::string key, std::uint64_t v) {
-    if (a.counters.size() >= wire::kCountersMax) return;
-    a.counters.push_back(wire::Counter{std::move(key), v});
-    if (wire::payload_bytes(a) > wire::kPayloadBytesMax) a.counters.pop_back();
+void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
+  using metrics::Kind;
+  auto counter = [&](std::string_view name, std::uint64_t v, std::string_view help) {
+    out.push_back(metrics::Sample{name, Kind::counter, v, {}, help});
+  };
+  auto gauge = [&](std::string_view name, std::uint64_t v, std::string_view help) {
+    out.push_back(metrics::Sample{name, Kind::gauge, v, {}, help});
   };
   const StoreStats st = store_.stats();
+  const wire::DecodeStats& rs = receiver_.stats();
   // Configuration first (always within the datagram): a supervisor checks it at start-up.
-  add("mode_preemptible", cfg_.mode == LockMode::preemptible ? 1 : 0);
-  add("ttl_ms", cfg_.ttl_ms);
-  add("names", table_.size());
-  add("held", table_.held());
-  add("epoch_high_water", table_.epoch_high_water());
-  add("incarnation", incarnation_);
+  gauge("mode_preemptible", cfg_.mode == LockMode::preemptible ? 1 : 0, "1 when lockd runs --mode preemptible, 0 in lease mode");
+  gauge("ttl_ms", cfg_.ttl_ms, "the lease TTL (--ttl-ms)");
+  gauge("names", table_.size(), "names in the table (held, acquiring, transferring, reserved, revoked)");
+  gauge("held", table_.held(), "names held now");
+  gauge("epoch_high_water", table_.epoch_high_water(), "the highest epoch ever granted");
+  gauge("incarnation", incarnation_, "the store's open count (1: a fresh store)");
   if (uses_etcd(cfg_)) {  // a cluster's (the answer is full: a standalone lockd's stays as it was)
-    add("leading", not_leader_ ? 0 : 1);
-    add("failover_bound_ms", failover_bound_ms(cfg_));
-    add("not_leader_answers", counters_.not_leader_answers);
-    add("takeover_loading", loading_ ? 1 : 0);
+    gauge("leading", not_leader_ ? 0 : 1, "1 while this lockd leads its shard and serves, 0 as a follower");
+    gauge("failover_bound_ms", failover_bound_ms(cfg_), "the longest a failover to another lockd takes");
+    counter("not_leader_answers", counters_.not_leader_answers, "requests answered not_leader");
+    gauge("takeover_loading", loading_ ? 1 : 0, "1 while a won election loads the table");
     if (cfg_.shards > 1) {  // one shard's cluster answers as before (a client reads no "shards" as 1)
-      add("shard", cfg_.shard);
-      add("shards", cfg_.shards);
-      add("other_shard_answers", counters_.other_shard_answers);
-      add("mixed_shard_refused", counters_.mixed_shard_refused);
+      gauge("shard", cfg_.shard, "the shard this lockd serves");
+      gauge("shards", cfg_.shards, "the cluster's shard count");
+      counter("other_shard_answers", counters_.other_shard_answers, "requests for a name of another shard");
+      counter("mixed_shard_refused", counters_.mixed_shard_refused, "heartbeats refused: names of several shards");
     }
   }
-  add("log_lines_dropped", log_lines_dropped_);
-  add("refreshes_per_s", counters_.refreshes_per_s);
-  add("refresh_entries", counters_.refresh_entries);
-  add("refresh_lost", counters_.refresh_lost);
-  add("refresh_unknown", counters_.refresh_unknown);
-  add("grants", counters_.grants);
-  add("expiries", counters_.expiries);
-  add("preemptions", counters_.preemptions);
-  add("store_commits", st.commits);
-  add("store_changes", st.changes);
-  add("store_commit_us_p50", st.commit_ns_p50 / 1000);
-  add("store_commit_us_p99", st.commit_ns_p99 / 1000);
-  add("store_batch_changes_max", st.batch_changes_max);
-  add("store_batch_changes_mean", st.commits == 0 ? 0 : st.changes / st.commits);
-  add("store_log_rows", st.log_rows);
-  add("store_compactions", st.compactions);
-  add("store_compact_ms_max", st.compact_ns_max / 1'000'000);
-  add("overloaded", counters_.overloaded);
-  add("answers_deferred", counters_.answers_deferred);
-  add("retries_while_pending", receiver_.stats().in_flight_retries);
-  add("decode_accepted", receiver_.stats().accepted);
-  add("answers_resent", receiver_.stats().resent);
-  add("is_running_sent", counters_.is_running_sent);
-  add("worker_beat_names", counters_.worker_beat_names);
-  add("worker_beat_not_held", counters_.worker_beat_not_held);
-  add("revokes", counters_.revokes);
-  add("revoke_pushes_sent", counters_.revoke_pushes_sent);
-  add("revoke_pushes_acked", counters_.revoke_pushes_acked);
-  add("revoke_ended_kill_confirmed", counters_.revoke_ended_kill_confirmed);
-  add("revoke_ended_lease_expired", counters_.revoke_ended_lease_expired);
-  add("kill_confirms_refused", counters_.kill_confirms_refused);
-  add("reservations_lapsed", counters_.reservations_lapsed);
-  add("unexpected_messages", counters_.unexpected_messages);
-  add("forbidden", counters_.forbidden);
-  add("resends_refused_source", receiver_.stats().resends_refused_source);
-  add("resends_refused_rate", receiver_.stats().resends_refused_rate);
-  add("error_answers_suppressed", receiver_.stats().error_answers_suppressed);
-  add("error_answers_refused_source", receiver_.stats().error_answers_refused_source);
-  add("derived_keys", keys_->derived());
-  add("cluster_keys", keys_->key_ids(wire::KeyKind::cluster).size());
-  add("admin_keys", keys_->key_ids(wire::KeyKind::admin).size());
-  add("key_reloads", counters_.key_reloads);
-  add("key_reloads_refused", counters_.key_reloads_refused);
-  // Refusal and rejection reasons: only those that occurred (the answer must fit a datagram).
-  for (std::size_t r = 1; r < counters_.refusals.size(); ++r)
-    if (counters_.refusals[r] != 0)
-      add("refusal_" + std::string(to_string(static_cast<Refusal>(r))), counters_.refusals[r]);
+  counter("log_lines_dropped", log_lines_dropped_, "log lines dropped: stderr was not read");
+  gauge("refreshes_per_s", counters_.refreshes_per_s, "lease refreshes over the last full second");
+  counter("refresh_entries", counters_.refresh_entries, "heartbeat entries (one per name refreshed or asked)");
+  counter("refresh_lost", counters_.refresh_lost, "heartbeat entries answered lost");
+  counter("refresh_unknown", counters_.refresh_unknown, "heartbeat entries answered unknown");
+  counter("grants", counters_.grants, "names granted");
+  counter("expiries", counters_.expiries, "leases and 2-phase acquires expired");
+  counter("preemptions", counters_.preemptions, "names preempted (preemptible mode)");
+  counter("store_commits", st.commits, "store transactions committed");
+  counter("store_changes", st.changes, "ownership changes committed");
+  gauge("store_commit_us_p50", st.commit_ns_p50 / 1000, "median commit time over the last commits (us)");
+  gauge("store_commit_us_p99", st.commit_ns_p99 / 1000, "99th percentile commit time over the last commits (us)");
+  gauge("store_batch_changes_max", st.batch_changes_max, "the largest batch of changes in one commit");
+  gauge("store_batch_changes_mean", st.commits == 0 ? 0 : st.changes / st.commits, "changes per commit, on average");
+  gauge("store_log_rows", st.log_rows, "change-log rows not yet compacted");
+  counter("store_compactions", st.compactions, "change-log compactions");
+  gauge("store_compact_ms_max", st.compact_ns_max / 1'000'000, "the longest compaction (ms)");
+  counter("overloaded", counters_.overloaded, "requests answered overloaded (the store is behind)");
+  counter("answers_deferred", counters_.answers_deferred, "answers that waited for their change to be durable");
+  counter("retries_while_pending", rs.in_flight_retries, "retries of a request whose answer was not durable yet");
+  counter("decode_accepted", rs.accepted, "datagrams accepted");
+  counter("answers_resent", rs.resent, "cached answers resent to a retry");
+  counter("is_running_sent", counters_.is_running_sent, "IsRunning questions sent (preemptible mode)");
+  counter("worker_beat_names", counters_.worker_beat_names, "names carried by worker heartbeats");
+  counter("worker_beat_not_held", counters_.worker_beat_not_held, "of those, answered no longer yours");
+  counter("revokes", counters_.revokes, "revokes applied");
+  counter("revoke_pushes_sent", counters_.revoke_pushes_sent, "Revoked datagrams sent (with retries)");
+  counter("revoke_pushes_acked", counters_.revoke_pushes_acked, "Revoked datagrams answered by the worker");
+  counter("revoke_ended_kill_confirmed", counters_.revoke_ended_kill_confirmed,
+          "pending revokes and transfer guards lifted by the worker's kill confirmation");
+  counter("revoke_ended_lease_expired", counters_.revoke_ended_lease_expired, "pending revokes whose bound passed");
+  counter("kill_confirms_refused", counters_.kill_confirms_refused, "kill confirmations from another worker or epoch");
+  counter("reservations_lapsed", counters_.reservations_lapsed, "transfer reservations that lapsed");
+  counter("unexpected_messages", counters_.unexpected_messages, "answers nobody asked for, IsRunning sent to lockd");
+  counter("forbidden", counters_.forbidden, "requests refused: the key gives no power over them");
+  counter("resends_refused_source", rs.resends_refused_source, "retries from another address than the request's");
+  counter("resends_refused_rate", rs.resends_refused_rate, "retries past the resend bound");
+  counter("error_answers_suppressed", rs.error_answers_suppressed, "error answers not sent (rate bound)");
+  counter("error_answers_refused_source", rs.error_answers_refused_source, "error answers not sent (another address)");
+  gauge("derived_keys", keys_->derived(), "worker keys derived so far");
+  gauge("cluster_keys", keys_->key_ids(wire::KeyKind::cluster).size(), "cluster keys loaded");
+  gauge("admin_keys", keys_->key_ids(wire::KeyKind::admin).size(), "admin keys loaded");
+  counter("key_reloads", counters_.key_reloads, "key sets loaded on SIGHUP");
+  counter("key_reloads_refused", counters_.key_reloads_refused, "key sets refused on SIGHUP (the old ones stay)");
+  // Refusal and rejection reasons, one family each (the datagram keeps only those that occurred).
+  for (const Refusal r : kRefusals) {
+    if (r == Refusal::none) continue;
+    out.push_back(metrics::Sample{"refusal", Kind::counter, counters_.refusals[static_cast<std::size_t>(r)],
+                                  to_string(r), "requests refused (Deny), by reason", true});
+  }
   for (std::size_t r = 1; r < wire::kDecodeErrorCount; ++r)
-    if (receiver_.stats().rejected[r] != 0)
-      add("reject_" + std::string(wire::to_string(static_cast<wire::DecodeError>(r))),
-          receiver_.stats().rejected[r]);
+    out.push_back(metrics::Sample{"reject", Kind::counter, rs.rejected[r], wire::to_string(static_cast<wire::DecodeError>(r)),
+                                  "datagrams rejected by the receiver, by reason", true});
   const DatagramPortStats ls = net_.stats();
-  add("kernel_drops", ls.kernel_drops);
-  add("reject_oversized_datagram", ls.truncated);  // larger than a receive buffer
-  add("sends_failed", counters_.sends_failed + ls.send_errors);
-  add("tokens_signed", counters_.tokens_signed);
-  if (counters_.token_sign_failures != 0) add("token_sign_failures", counters_.token_sign_failures);
+  counter("kernel_drops", ls.kernel_drops, "datagrams lost on a full receive queue");
+  out.push_back(metrics::Sample{"reject", Kind::counter, ls.truncated, "oversized_datagram",
+                                "datagrams rejected by the receiver, by reason", true});  // larger than a buffer
+  counter("sends_failed", counters_.sends_failed + ls.send_errors, "sends that failed");
+  counter("tokens_signed", counters_.tokens_signed, "grant answers carrying a signed token");
+  out.push_back(metrics::Sample{"token_sign_failures", Kind::counter, counters_.token_sign_failures, {},
+                                "grants answered without a token: OpenSSL failed", true});
+  // Past what one datagram holds: /metrics has them, the Stats answer when room is left.
+  counter("heartbeats", counters_.heartbeats, "heartbeat datagrams");
+  counter("refresh_refreshed", counters_.refresh_refreshed, "heartbeat entries answered refreshed");
+  counter("is_running_answers", counters_.is_running_answers, "IsRunning answers received");
+  counter("encode_failed", counters_.encode_failed, "answers that could not be encoded");
+  counter("answers_unsigned", counters_.answers_unsigned, "answers dropped: no key to sign them with");
+  gauge("store_commit_us_max", st.commit_ns_max / 1000, "the longest commit over the last commits (us)");
+}
+
+wire::StatsAnswer LockService::stats_answer() const {
+  std::vector<metrics::Sample> all;
+  metric_samples(all);
+  wire::StatsAnswer a;
+  // In the list's order, while it fits one datagram (a key that does not fit is passed over, a
+  // shorter one after it may still); a sparse series only when it is not zero.
+  for (const metrics::Sample& m : all) {
+    if (m.sparse && m.value == 0) continue;
+    if (a.counters.size() >= wire::kCountersMax) break;
+    std::string key(m.name);
+    if (!m.reason.empty()) key += "_" + std::string(m.reason);
+    a.counters.push_back(wire::Counter{std::move(key), m.value});
+    if (wire::payload_bytes(a) > wire::kPayloadBytesMax) a.counters.pop_back();
+  }
   return a;
+}
+
+bool LockService::serving(std::string* why) const {
+  std::string text;
+  if (failed_) text = "the store failed: " + failure_;
+  else if (loading_) text = "taking over: loading the table";
+  else if (not_leader_) text = not_leader_->empty() ? "not leading (no leader known)" : "not leading (the leader is " + *not_leader_ + ")";
+  if (why != nullptr) *why = text.empty() ? "serving" : text;
+  return text.empty();
 }
 
 // ---- the turn of the loop ------------------------------------------------------------------

@@ -401,5 +401,47 @@ TEST(ServiceCoreDeathTest, AVerdictForAChangeNeverSubmittedAborts) {
   EXPECT_EQ(rig.net.sent.size(), 1u) << "the real verdict still releases the grant";
 }
 
+
+// The Stats answer is the metric list: its keys are the list's in order (a reason as
+// <name>_<reason>, only when not zero), as many as fit one datagram; nothing is named twice.
+TEST(ServiceCore, TheStatsAnswerIsTheMetricListInOrder) {
+  CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/a", sandbox(1)), kT0);
+  rig.settle(kT0);
+  rig.deliver(rig.acquire("jobs/a", sandbox(2)), kT0 + 10);  // refused: held
+  rig.settle(kT0 + 10);
+  std::vector<metrics::Sample> all;
+  rig.service->metric_samples(all);
+  std::set<std::string> seen;
+  std::map<std::string, metrics::Kind> kinds;
+  std::vector<std::pair<std::string, std::uint64_t>> expected;
+  for (const metrics::Sample& m : all) {
+    const std::string key = m.reason.empty() ? std::string(m.name) : std::string(m.name) + "_" + std::string(m.reason);
+    EXPECT_TRUE(seen.insert(key).second) << key << " is listed twice";
+    const auto [k, fresh] = kinds.try_emplace(std::string(m.name), m.kind);
+    EXPECT_TRUE(fresh || k->second == m.kind) << m.name << " is both a counter and a gauge";
+    EXPECT_FALSE(m.help.empty()) << m.name;
+    if (!(m.sparse && m.value == 0)) expected.emplace_back(key, m.value);
+  }
+  EXPECT_EQ(kinds.at("grants"), metrics::Kind::counter);
+  EXPECT_EQ(kinds.at("held"), metrics::Kind::gauge);
+  const wire::StatsAnswer a = rig.service->stats_answer();
+  ASSERT_GT(a.counters.size(), 40u);
+  EXPECT_LE(wire::payload_bytes(a), wire::kPayloadBytesMax);
+  std::size_t at = 0;  // every key of the answer, in the list's order (a key that did not fit is passed over)
+  for (const wire::Counter& c : a.counters) {
+    while (at < expected.size() && expected[at].first != c.key) ++at;
+    ASSERT_LT(at, expected.size()) << c.key << " is not in the list, or out of its order";
+    EXPECT_EQ(c.value, expected[at].second) << c.key;
+  }
+  std::map<std::string, std::uint64_t> c;
+  for (const wire::Counter& k : a.counters) c[k.key] = k.value;
+  EXPECT_EQ(c.at("grants"), 1u);
+  EXPECT_EQ(c.at("held"), 1u);
+  EXPECT_EQ(c.at("refusal_held"), 1u);
+  EXPECT_EQ(c.count("refusal_lock_delay"), 0u);  // zero: left out of the datagram
+  EXPECT_EQ(seen.count("refusal_lock_delay"), 1u);  // but in the list /metrics exports
+}
+
 }  // namespace
 }  // namespace leasehold::lockd

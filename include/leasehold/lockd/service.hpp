@@ -81,6 +81,7 @@
 #include "leasehold/lockd/config.hpp"
 #include "leasehold/lockd/durability.hpp"
 #include "leasehold/lockd/store.hpp"
+#include "leasehold/metrics/exposition.hpp"
 
 #include <array>
 #include <cstdint>
@@ -259,8 +260,16 @@ class LockService {
   void set_log_lines_dropped(std::uint64_t n) noexcept { log_lines_dropped_ = n; }
 
   const ServiceCounters& counters() const noexcept { return counters_; }
-  /// The counters as sent in a StatsAnswer (at most what fits one datagram).
+  /// Every counter and gauge of this lockd, named once (DESIGN.md "Observability"): appended to
+  /// `out` in the order the Stats answer gives them (configuration first). /metrics exports
+  /// them all; the Stats answer is built from the same list (stats_answer).
+  void metric_samples(std::vector<metrics::Sample>& out) const;
+  /// metric_samples() as a StatsAnswer: in order, a reason as key "<name>_<reason>" and only
+  /// when not zero, as many as fit one datagram (a key that does not fit is passed over).
   wire::StatsAnswer stats_answer() const;
+  /// Whether this lockd serves requests now: not when its store failed, while it loads the table
+  /// of a won election, or as a follower of a cluster. `why` (if given): "serving", or the reason.
+  bool serving(std::string* why = nullptr) const;
   const LeaseTable& table() const noexcept { return table_; }
   /// Store open count (1 = fresh store): an incarnation number for logs and tests.
   std::uint64_t incarnation() const noexcept { return incarnation_; }
