@@ -261,7 +261,10 @@ void LockService::on_datagram(std::span<const std::uint8_t> bytes, const SocketA
   }
   switch (a.verdict) {
     case wire::Verdict::drop:
-      return;  // counted by the receiver (receiver_.stats())
+      // Counted by the receiver (receiver_.stats()); a wrong key is also logged, rate-limited.
+      if (a.reason == wire::DecodeError::unknown_key || a.reason == wire::DecodeError::bad_tag)
+        log_key_reject(a.reason, bytes, from, now);
+      return;
     case wire::Verdict::resend:
       ++counters_.answers_resent;
       if (!net_.send(from, a.cached_answer)) ++counters_.sends_failed;
@@ -275,6 +278,25 @@ void LockService::on_datagram(std::span<const std::uint8_t> bytes, const SocketA
       dispatch(a.message, a.key, from, now);
       return;
   }
+}
+
+void LockService::log_key_reject(wire::DecodeError reason, std::span<const std::uint8_t> bytes,
+                                 const SocketAddress& from, std::int64_t now_ns) {
+  if (key_reject_logged_ns_ != 0 && now_ns - key_reject_logged_ns_ < kKeyRejectLogIntervalNs) {
+    ++key_rejects_unlogged_;
+    return;
+  }
+  key_reject_logged_ns_ = now_ns;
+  const std::optional<wire::KeyRef> ref = wire::key_ref_of(bytes);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "ts_boot_ns=%" PRId64 " event=datagram_rejected reason=%s from=%s sender=%s key_id=%u"
+                " unlogged_since_last=%" PRIu64 "\n",
+                now_ns, std::string(wire::to_string(reason)).c_str(), from.str().c_str(),
+                ref ? ref->sender.str().c_str() : "?", ref ? static_cast<unsigned>(ref->key_id) : 0u,
+                key_rejects_unlogged_);
+  key_rejects_unlogged_ = 0;
+  log_ += line;
 }
 
 Refusal LockService::authorize(const Caller& caller, const wire::Message& m) const {

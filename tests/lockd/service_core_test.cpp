@@ -402,6 +402,67 @@ TEST(ServiceCoreDeathTest, AVerdictForAChangeNeverSubmittedAborts) {
 }
 
 
+/// The lines of `log` that contain `what`.
+std::vector<std::string> lines_with(const std::string& log, const std::string& what) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  while (from < log.size()) {
+    const std::size_t nl = log.find('\n', from);
+    const std::string line = log.substr(from, nl == std::string::npos ? std::string::npos : nl - from);
+    if (line.find(what) != std::string::npos) out.push_back(line);
+    if (nl == std::string::npos) break;
+    from = nl + 1;
+  }
+  return out;
+}
+
+// A datagram under a wrong key is counted by reason and logged with where it came from and the
+// key it claims, at most one line a second; the next line says how many went unlogged.
+TEST(ServiceCore, AWrongKeyIsCountedAndLoggedAtMostOncePerInterval) {
+  CoreRig rig(kT0);
+  std::string log;
+  rig.service->take_log(log);  // the start-up lines
+  // The worker's id and key id, but a key derived from another cluster key: the tag fails.
+  wire::Sender forger(rig.worker, 1, wire::derive_worker_key(wire::WireKey(std::vector<std::uint8_t>(32, 0x43)), rig.worker));
+  auto forged = [&](std::uint64_t request_id) {
+    wire::Datagram dg;
+    EXPECT_TRUE(forger.seal(request_id, wire::Stats{}, dg));
+    const auto v = dg.view();
+    return std::vector<std::uint8_t>(v.begin(), v.end());
+  };
+  rig.deliver(forged(1), kT0);
+  log.clear();
+  rig.service->take_log(log);
+  const std::string who = "from=127.0.0.1:40001 sender=" + rig.worker.str();
+  EXPECT_EQ(lines_with(log, "event=datagram_rejected"),
+            std::vector<std::string>{"ts_boot_ns=" + std::to_string(kT0) + " event=datagram_rejected reason=bad_tag " +
+                                     who + " key_id=1 unlogged_since_last=0"});
+  rig.deliver(forged(2), kT0 + 1'000'000);
+  rig.deliver(forged(3), kT0 + 2'000'000);
+  log.clear();
+  rig.service->take_log(log);
+  EXPECT_TRUE(lines_with(log, "event=datagram_rejected").empty()) << log;
+  // A key id lockd does not have for this worker, a second later: logged, with the two before.
+  wire::WireKey other_id = rig.worker_key;
+  other_id.key_id = 9;
+  wire::Sender stranger(rig.worker, 1, other_id);
+  wire::Datagram dg;
+  ASSERT_TRUE(stranger.seal(4, wire::Stats{}, dg));
+  const auto v = dg.view();
+  rig.deliver(std::vector<std::uint8_t>(v.begin(), v.end()), kT0 + LockService::kKeyRejectLogIntervalNs);
+  log.clear();
+  rig.service->take_log(log);
+  EXPECT_EQ(lines_with(log, "event=datagram_rejected"),
+            std::vector<std::string>{"ts_boot_ns=" + std::to_string(kT0 + LockService::kKeyRejectLogIntervalNs) +
+                                     " event=datagram_rejected reason=unknown_key " + who +
+                                     " key_id=9 unlogged_since_last=2"});
+  EXPECT_TRUE(rig.net.sent.empty());  // none of them is answered
+  std::map<std::string, std::uint64_t> c;
+  for (const wire::Counter& k : rig.service->stats_answer().counters) c[k.key] = k.value;
+  EXPECT_EQ(c["reject_bad_tag"], 3u);
+  EXPECT_EQ(c["reject_unknown_key"], 1u);
+}
+
 // The Stats answer is the metric list: its keys are the list's in order (a reason as
 // <name>_<reason>, only when not zero), as many as fit one datagram; nothing is named twice.
 TEST(ServiceCore, TheStatsAnswerIsTheMetricListInOrder) {

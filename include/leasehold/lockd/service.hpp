@@ -270,6 +270,8 @@ class LockService {
   /// Whether this lockd serves requests now: not when its store failed, while it loads the table
   /// of a won election, or as a follower of a cluster. `why` (if given): "serving", or the reason.
   bool serving(std::string* why = nullptr) const;
+  /// At most one log line event=datagram_rejected (a datagram under a wrong key) per this long.
+  static constexpr std::int64_t kKeyRejectLogIntervalNs = 1'000'000'000;
   const LeaseTable& table() const noexcept { return table_; }
   /// Store open count (1 = fresh store): an incarnation number for logs and tests.
   std::uint64_t incarnation() const noexcept { return incarnation_; }
@@ -408,6 +410,14 @@ class LockService {
   std::vector<DurabilityVerdict> verdicts_;  ///< scratch for poll()
   bool failed_ = false;
   std::string failure_;
+  /// A datagram dropped for its key (unknown_key: no such key id for its sender; bad_tag: the
+  /// tag does not check, a wrong key or altered bytes): one log line event=datagram_rejected
+  /// naming the source address, the sender and the key id it claims, at most one per
+  /// kKeyRejectLogIntervalNs; the line says how many went unlogged since the previous one.
+  void log_key_reject(wire::DecodeError reason, std::span<const std::uint8_t> bytes, const SocketAddress& from,
+                      std::int64_t now_ns);
+  std::int64_t key_reject_logged_ns_ = 0;   ///< when the last such line was written (0: never)
+  std::uint64_t key_rejects_unlogged_ = 0;  ///< rejections for a key since that line, not logged
   std::optional<std::string> not_leader_;  ///< set: a follower (set_not_leader)
   bool loading_ = false;                   ///< set_loading
   std::vector<std::string> shard_leaders_;  ///< set_shard_leaders
