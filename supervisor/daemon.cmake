@@ -15,7 +15,7 @@ add_library(leasehold_supervisor_objects OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
 )
 set(LEASEHOLD_SUPERVISOR_DEPS leasehold_lease leasehold_wire leasehold_io leasehold_shm
-    leasehold_supervisor_core CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
+    leasehold_supervisor_core leasehold_metrics CLI11::CLI11 nlohmann_json::nlohmann_json Threads::Threads)
 leasehold_target(leasehold_supervisor_objects)
 leasehold_module(leasehold_supervisor_objects supervisor)
 target_link_libraries(leasehold_supervisor_objects PUBLIC ${LEASEHOLD_SUPERVISOR_DEPS})
@@ -35,7 +35,7 @@ leasehold_supervisor_library(leasehold_supervisor)
 add_executable(leasehold-supervisor ${CMAKE_CURRENT_LIST_DIR}/main.cpp)
 leasehold_target(leasehold-supervisor)
 leasehold_version(leasehold-supervisor)
-target_link_libraries(leasehold-supervisor PRIVATE leasehold_supervisor)
+target_link_libraries(leasehold-supervisor PRIVATE leasehold_supervisor leasehold_metrics_http)
 leasehold_link_allocator(leasehold-supervisor)
 install(TARGETS leasehold-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT supervisor)
 

@@ -273,6 +273,8 @@ void LockdLink::start(std::shared_ptr<Call> c) {
 }
 
 void LockdLink::fail(const std::shared_ptr<Call>& c, std::string problem) {
+  ++stats_.calls_unanswered;
+  stats_.last_unanswered_ns = loop_.turn_now_ns();
   LockdReply r;
   r.status = RequestStatus::deadline_passed;
   r.first_send_ns = c->first_send_ns;
@@ -312,6 +314,8 @@ void LockdLink::finish(const std::shared_ptr<Call>& c, const RequestOutcome& o) 
   if (c->first_send_ns == 0) c->first_send_ns = o.first_send_ns;  // the lease counts from here
   c->attempts += o.attempts;
   if (o.status != RequestStatus::answered) {
+    ++stats_.calls_unanswered;
+    stats_.last_unanswered_ns = loop_.turn_now_ns();
     LockdReply r;
     r.status = o.status;
     r.first_send_ns = c->first_send_ns;
@@ -350,6 +354,8 @@ void LockdLink::on_answer(const std::shared_ptr<Call>& c, std::span<const std::u
     c->on_done(std::move(r));
     return;
   }
+  ++stats_.calls_answered;  // authentic: lockd is reachable, whatever it answered
+  stats_.last_answer_ns = loop_.turn_now_ns();
   if (const auto* e = std::get_if<wire::Error>(&d.body); e != nullptr && e->code == wire::ErrorCode::not_leader) {
     // Authenticated, so a lockd's: it changed nothing, and names the leader if it knows one.
     ++stats_.not_leader_answers;

@@ -9,15 +9,19 @@
 #include "leasehold/io/daemon_options.hpp"
 #include "leasehold/io/event_log.hpp"
 #include "leasehold/lease/clock.hpp"
+#include "leasehold/metrics/exchange.hpp"
+#include "leasehold/metrics/http_endpoint.hpp"
 #include "leasehold/supervisor/config.hpp"
 #include "leasehold/supervisor/supervisor.hpp"
 
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
 #include <sys/prctl.h>
 
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 
 namespace {
@@ -64,6 +68,40 @@ int main(int argc, char** argv) {
   }
   daemon_log().set_format(config.log.format);
   daemon_log().set_level(config.log.level);
+  // The HTTP endpoint (--metrics-listen) first: a busy port is refused before anything is set
+  // up. Its threads must not take the signals the io thread reads from its signalfd, so they
+  // are blocked here, before the threads start (Supervisor::create blocks the same set).
+  std::unique_ptr<metrics::SnapshotExchange> exchange;
+  std::unique_ptr<metrics::HttpEndpoint> http;
+  if (!config.metrics_listen.empty()) {
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    for (const int sig : {SIGTERM, SIGINT, SIGCHLD, SIGHUP}) sigaddset(&blocked, sig);
+    ::pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+    exchange = std::make_unique<metrics::SnapshotExchange>();
+    metrics::SnapshotExchange* x = exchange.get();
+    // The io thread answers within a turn; 1 s without a snapshot means it is stalled (or still
+    // starting): 503.
+    constexpr std::int64_t kSnapshotWaitNs = 1'000'000'000;
+    auto started = metrics::HttpEndpoint::start(
+        config.metrics_listen,
+        [x] {
+          const auto snap = x->get(kSnapshotWaitNs);
+          if (!snap) return metrics::HttpAnswer{503, "the supervisor's io thread did not answer within 1 s\n"};
+          return metrics::HttpAnswer{200, metrics::format_text("leasehold_supervisor_", *snap),
+                                     metrics::kPrometheusContentType};
+        },
+        [x] {
+          const auto snap = x->get(kSnapshotWaitNs);
+          if (!snap) return metrics::HttpAnswer{503, "the supervisor's io thread did not answer within 1 s\n"};
+          return metrics::HttpAnswer{snap->healthy ? 200 : 503, snap->health + "\n"};
+        });
+    if (!started) {
+      std::fprintf(stderr, "leasehold-supervisor: %s\n", started.message().c_str());
+      return 2;
+    }
+    http = std::move(started).value();
+  }
   std::unique_ptr<Supervisor> sup;
   std::string error;
   try {
@@ -96,8 +134,14 @@ int main(int argc, char** argv) {
                                            std::string(to_string(daemon_log().level())) + ": " + why + "\"");
     }
   });
+  if (exchange) {
+    sup->serve_metrics(*exchange);
+    std::printf("metrics listening %s\n", http->address().c_str());
+  }
   std::fputs(sup->summary().c_str(), stdout);
   std::fputs("ready\n", stdout);
   std::fflush(stdout);
-  return sup->run();
+  const int rc = sup->run();
+  http.reset();  // no scrape waits for the stopped loop
+  return rc;
 }

@@ -37,36 +37,58 @@ json sandbox_list_json(const SupervisorCore& core, uid_t caller, std::uint64_t n
   return arr;
 }
 
-json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {
+void core_metric_samples(const SupervisorCore& core, std::uint64_t now_ns, std::vector<metrics::Sample>& out) {
+  using metrics::Kind;
   std::size_t named = 0;
   for (const auto& [id, s] : core.sandboxes()) named += s.name ? 1 : 0;
   const SupervisorCore::Counters& cc = core.counters();
+  const HeartbeatSchedule& hb = core.heartbeat();
+  auto gauge = [&](std::string_view name, std::uint64_t v, std::string_view help) {
+    out.push_back(metrics::Sample{name, Kind::gauge, v, {}, help});
+  };
+  auto counter = [&](std::string_view name, std::uint64_t v, std::string_view help) {
+    out.push_back(metrics::Sample{name, Kind::counter, v, {}, help});
+  };
+  gauge("sandboxes", core.sandboxes().size(), "sandboxes on this worker");
+  gauge("named", named, "of those, holding a name");
+  gauge("may_create_named", hb.may_create_named(now_ns) ? 1 : 0, "1 while a named sandbox may be created");
+  gauge("killswitch_engaged", hb.killswitch_engaged() ? 1 : 0, "1 while the worker kill-switch is engaged (preemptible)");
+  counter("heartbeat_datagrams", cc.heartbeat_datagrams, "heartbeat datagrams sent");
+  counter("heartbeat_failures", cc.heartbeat_failures, "heartbeats that got no answer");
+  counter("refreshed", cc.refreshed, "leases refreshed by lockd");
+  counter("lost", cc.lost, "leases answered lost (killed)");
+  counter("unknown", cc.unknown, "leases answered unknown (killed)");
+  counter("kills_deadline", cc.kills_deadline, "sandboxes killed by the kill-switch (their deadline passed)");
+  counter("kills_request", cc.kills_request, "sandboxes killed on request (kill, release, revoke, lost)");
+  counter("worker_killswitch", cc.worker_killswitch, "worker kill-switch engagements (preemptible)");
+  counter("spawned", cc.spawned, "sandboxes started");
+  counter("spawn_failures", cc.spawn_failures, "sandboxes that failed to start");
+  counter("exited", cc.exited, "sandboxes exited");
+  counter("acquire_refused", cc.acquire_refused, "acquires refused by lockd");
+  counter("creates_refused_killswitch", cc.creates_refused_killswitch, "named creates refused: kill-switch engaged");
+  counter("names_released", cc.names_released, "names released to lockd");
+  counter("late_grants_released", cc.late_grants_released, "grants that arrived after their call gave up, released");
+  counter("worker_beats_acked", cc.worker_beats_acked, "worker heartbeats acknowledged (preemptible)");
+  counter("reused_ids_refused", cc.reused_ids_refused, "expect-commits of a sandbox id that ran here recently");
+  counter("tombstones_evicted", cc.tombstones_evicted, "used sandbox ids forgotten early (bound reached)");
+  counter("slots_quarantined", cc.slots_quarantined, "slots kept revoked: a process outlived its sandbox");
+  counter("slots_released_from_quarantine", cc.slots_released_from_quarantine, "quarantined slots freed");
+}
+
+json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {
+  std::vector<metrics::Sample> samples;
+  core_metric_samples(core, now_ns, samples);
+  json counters = json::object();
+  for (const metrics::Sample& m : samples)
+    if (m.kind == metrics::Kind::counter) counters[std::string(m.name)] = m.value;
+  std::size_t named = 0;
+  for (const auto& [id, s] : core.sandboxes()) named += s.name ? 1 : 0;
   const HeartbeatSchedule& hb = core.heartbeat();
   json j = {{"sandboxes", core.sandboxes().size()},
             {"named", named},
             {"may_create_named", hb.may_create_named(now_ns)},
             {"killswitch_engaged", hb.killswitch_engaged()},
-            {"counters",
-             {{"heartbeat_datagrams", cc.heartbeat_datagrams},
-              {"heartbeat_failures", cc.heartbeat_failures},
-              {"refreshed", cc.refreshed},
-              {"lost", cc.lost},
-              {"unknown", cc.unknown},
-              {"kills_deadline", cc.kills_deadline},
-              {"kills_request", cc.kills_request},
-              {"worker_killswitch", cc.worker_killswitch},
-              {"spawned", cc.spawned},
-              {"spawn_failures", cc.spawn_failures},
-              {"exited", cc.exited},
-              {"acquire_refused", cc.acquire_refused},
-              {"creates_refused_killswitch", cc.creates_refused_killswitch},
-              {"names_released", cc.names_released},
-              {"late_grants_released", cc.late_grants_released},
-              {"worker_beats_acked", cc.worker_beats_acked},
-              {"reused_ids_refused", cc.reused_ids_refused},
-              {"tombstones_evicted", cc.tombstones_evicted},
-              {"slots_quarantined", cc.slots_quarantined},
-              {"slots_released_from_quarantine", cc.slots_released_from_quarantine}}}};
+            {"counters", std::move(counters)}};
   if (core.config().mode == SupervisorMode::preemptible)
     j["worker_valid_until_ms"] = ms_from(hb.worker_valid_until_ns(), now_ns);
   return j;

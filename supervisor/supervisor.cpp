@@ -13,6 +13,7 @@
 #include "leasehold/supervisor/cgroup.hpp"
 #include "leasehold/supervisor/kill_switch.hpp"
 #include "leasehold/lease/shard.hpp"
+#include "leasehold/metrics/exchange.hpp"
 #include "leasehold/supervisor/lockd_link.hpp"
 #include "leasehold/supervisor/os_sandbox_host.hpp"
 #include "leasehold/supervisor/output_pump.hpp"
@@ -242,6 +243,16 @@ struct Supervisor::Impl {
   Isolation isolation_for(uid_t caller_uid, gid_t caller_gid, std::uint32_t slot) const;
   std::string isolation_text() const;
   json status_json() const;
+  /// Every value of this supervisor for /metrics (the core's, the daemon's, the rt thread's, the
+  /// lockd link's, the shm table's counters), in one list; `status` takes its counters from it.
+  void metric_samples(std::vector<metrics::Sample>& out) const;
+  /// Whether this supervisor works as it should now: not while it shuts down, while the worker
+  /// kill-switch is engaged, or when its last lockd call ended unanswered after lockd's last
+  /// answer. `why`: "serving" or the reason.
+  bool healthy(std::string* why) const;
+  /// /metrics and /healthz: built on the io thread when the HTTP thread asks (serve_metrics).
+  metrics::Snapshot metrics_snapshot() const;
+  void serve_metrics(metrics::SnapshotExchange& exchange);
 
   /// Logs (rate-limited) an rt wake-up later than kill_latency_budget_ms: the safety margin the
   /// pause budget relies on was eaten by the host (DESIGN.md "Time").
@@ -986,6 +997,110 @@ void Supervisor::Impl::do_logs(ControlClientId client, const ControlRequest& req
 
 json Supervisor::Impl::list_json(uid_t caller) const { return sandbox_list_json(*core, caller, now_ns()); }
 
+void Supervisor::Impl::metric_samples(std::vector<metrics::Sample>& out) const {
+  using metrics::Kind;
+  const std::uint64_t now = now_ns();
+  core_metric_samples(*core, now, out);
+  auto gauge = [&](std::string_view name, std::uint64_t v, std::string_view help, std::uint64_t scale = 1) {
+    out.push_back(metrics::Sample{name, Kind::gauge, v, {}, help, false, scale});
+  };
+  auto counter = [&](std::string_view name, std::uint64_t v, std::string_view help) {
+    out.push_back(metrics::Sample{name, Kind::counter, v, {}, help});
+  };
+  const RtCounters rc = rt->counters();
+  const LockdLinkStats& ls = link->stats();
+  std::string why;
+  gauge("healthy", healthy(&why) ? 1 : 0, "1 while /healthz answers 200");
+  gauge("shutting_down", shutting_down() ? 1 : 0, "1 while the supervisor shuts down");
+  gauge("slots", cfg.slots, "slots of the shm table (--slots)");
+  gauge("ttl_ms", cfg.ttl_ms, "lockd's lease TTL this supervisor is configured with");
+  gauge("kill_after_ms", cfg.kill_after_ms, "the kill-switch fires this long after the last acknowledged heartbeat");
+  gauge("heartbeat_interval_ms", cfg.heartbeat_interval_ms, "heartbeat interval");
+  gauge("kill_latency_budget_ms", cfg.kill_latency_budget_ms, "the rt thread's kill latency budget");
+  gauge("pause_budget_seconds", static_cast<std::uint64_t>(std::max<std::int64_t>(check.pause_budget_ns, 0)),
+        "the longest stall of this host the timing rule tolerates", 1'000'000'000);
+  gauge("lockd_shards", link->shards(), "shards of the lockd cluster");
+  gauge("rt_sched_fifo", rt_status.fifo ? 1 : 0, "1 when the rt thread runs SCHED_FIFO");
+  gauge("rt_kill_issue_latency_seconds_max", rc.kill_issue_latency_ns_max,
+        "the longest time from a deadline to its kill being issued", 1'000'000'000);
+  counter("rt_ticks", rc.ticks, "rt thread wake-ups");
+  counter("rt_rearms", rc.rearms, "deadlines re-armed on the rt thread");
+  counter("rt_kills_issued", rc.kills_issued, "kills issued by the rt thread");
+  counter("rt_kills_confirmed", rc.kills_confirmed, "kills confirmed (the sandbox is dead)");
+  counter("rt_late_over_budget", rt_late_events, "rt wake-ups later than the kill latency budget");
+  counter("rt_kill_records_dropped", rt->kill_events_dropped(), "kill records the io thread did not get (queue full)");
+  counter("orphans_reaped", counters.orphans_reaped, "re-parented descendants reaped");
+  counter("key_reloads", counters.key_reloads, "worker key loaded again on SIGHUP");
+  counter("key_reloads_refused", counters.key_reloads_refused, "worker key reloads refused (the old key stays)");
+  counter("key_not_accepted", counters.key_not_accepted, "probes of a reloaded key lockd did not answer");
+  counter("sandbox_output_discarded_bytes", output_pump.discarded_bytes(), "sandbox output past --sandbox-log-max-bytes");
+  counter("log_lines_dropped", daemon_log().dropped(), "log lines dropped: stderr was not read");
+  counter("control_bad_requests", control->bad_requests(), "malformed control requests");
+  counter("control_unauthorized", control->rejected_unauthorized(), "control connections refused");
+  counter("lockd_calls_answered", ls.calls_answered, "lockd calls that got an authentic answer");
+  counter("lockd_calls_unanswered", ls.calls_unanswered, "lockd calls that ended with no answer");
+  counter("lockd_answers_bad", ls.answers_bad, "lockd answers that failed to decode");
+  counter("lockd_answers_forged", ls.answers_forged, "answers to an outstanding call that failed authentication");
+  counter("lockd_retries", link->client_stats().retries, "lockd requests resent");
+  counter("lockd_not_leader_answers", ls.not_leader_answers, "not_leader answers (redirects)");
+  counter("lockd_not_leader_waits", ls.not_leader_waits, "redirects resent after a backoff");
+  counter("lockd_leader_switches", ls.leader_switches, "moves to another lockd address");
+  counter("lockd_unconfigured_leader_hints", ls.unconfigured_leader_hints, "leader hints naming an address not configured");
+  counter("lockd_late_answers", ls.late_answers, "answers after their call gave up");
+  counter("lockd_seq_resyncs", ls.seq_resyncs, "stale_seq answers that moved the seq");
+  counter("lockd_revocations_pushed", ls.revocations_pushed, "revocations pushed by lockd");
+  counter("is_running_answered", ls.is_running_answered, "IsRunning questions answered");
+  counter("is_running_rejected", ls.is_running_rejected, "IsRunning questions rejected");
+  const shm::Stats& st = table->statistics();
+  counter("shm_kills", st.counters.kills.load(std::memory_order_relaxed), "kills recorded in the shm table");
+  counter("shm_heartbeat_failures", st.counters.heartbeat_failures.load(std::memory_order_relaxed),
+          "heartbeat failures recorded in the shm table");
+  counter("shm_revokes", st.counters.revokes.load(std::memory_order_relaxed), "slot revocations");
+  counter("shm_publishes", st.counters.publishes.load(std::memory_order_relaxed), "epochs published");
+  counter("shm_claims_refused_full", st.counters.claims_refused_full.load(std::memory_order_relaxed),
+          "slot claims refused: the table was full");
+}
+
+bool Supervisor::Impl::healthy(std::string* why) const {
+  const LockdLinkStats& ls = link->stats();
+  std::string text;
+  if (shutting_down()) text = "shutting down";
+  else if (core->heartbeat().killswitch_engaged())
+    text = "the worker kill-switch is engaged: lockd did not acknowledge the worker's heartbeats in time";
+  else if (ls.last_unanswered_ns > ls.last_answer_ns)
+    text = "no lockd contact: the last call to lockd (" + link->lockd().str() + ") ended unanswered, " +
+           std::to_string(ls.calls_unanswered) + " unanswered so far";
+  if (why != nullptr) *why = text.empty() ? "serving" : text;
+  return text.empty();
+}
+
+metrics::Snapshot Supervisor::Impl::metrics_snapshot() const {
+  static_assert(shm::kHistogramBuckets == metrics::kLog2Buckets, "the exposition's buckets are the shm table's");
+  metrics::Snapshot snap;
+  metric_samples(snap.samples);
+  snap.healthy = healthy(&snap.health);
+  const shm::Stats& st = table->statistics();
+  auto histogram = [&](std::string_view name, std::string_view help, const shm::Histogram& h) {
+    metrics::HistogramSample hs;
+    hs.name = name;
+    hs.help = help;
+    hs.scale = 1'000'000'000;  // recorded in ns, exported in seconds
+    hs.sum = h.sum.load(std::memory_order_relaxed);
+    for (std::size_t b = 0; b < metrics::kLog2Buckets; ++b) hs.buckets[b] = h.buckets[b].load(std::memory_order_relaxed);
+    snap.histograms.push_back(hs);
+  };
+  histogram("rt_lateness_seconds", "rt thread wake-up lateness", st.rt_lateness_ns);
+  histogram("heartbeat_rtt_seconds", "heartbeat round-trip time to lockd", st.heartbeat_rtt_ns);
+  histogram("kill_latency_seconds", "kill deadline to the sandbox's death confirmed", st.kill_latency_ns);
+  return snap;
+}
+
+void Supervisor::Impl::serve_metrics(metrics::SnapshotExchange& exchange) {
+  loop->add_poll(exchange.wake_fd(), POLLIN, PollMode::multishot, [this, &exchange](int) {
+    if (exchange.take_request()) exchange.publish(metrics_snapshot());
+  });
+}
+
 json Supervisor::Impl::status_json() const {
   const RtCounters rc = rt->counters();
   json j = core_status_json(*core, now_ns());
@@ -1033,25 +1148,28 @@ json Supervisor::Impl::status_json() const {
       {"unsafe_kill", unsafe_kill},
       {"allow_unsafe_kill", cfg.allow_unsafe_kill},
   });
-  j["counters"].update({
-      {"rt_late_over_budget", rt_late_events},
-      {"rt_kill_records_dropped", rt->kill_events_dropped()},
-      {"orphans_reaped", counters.orphans_reaped},
-      {"key_reloads", counters.key_reloads},
-      {"key_reloads_refused", counters.key_reloads_refused},
-      {"key_not_accepted", counters.key_not_accepted},
-      {"sandbox_output_discarded_bytes", output_pump.discarded_bytes()},
-      {"log_lines_dropped", daemon_log().dropped()},
-      {"control_bad_requests", control->bad_requests()},
-      {"control_unauthorized", control->rejected_unauthorized()},
-      {"lockd_answers_bad", link->stats().answers_bad},
-      {"lockd_answers_forged", link->stats().answers_forged},
-      {"lockd_retries", link->client_stats().retries},
-      {"lockd_not_leader_answers", link->stats().not_leader_answers},
-      {"lockd_not_leader_waits", link->stats().not_leader_waits},
-      {"lockd_leader_switches", link->stats().leader_switches},
-      {"is_running_answered", link->stats().is_running_answered},
-  });
+  std::vector<metrics::Sample> samples;
+  metric_samples(samples);
+  for (const metrics::Sample& m : samples)
+    if (m.kind == metrics::Kind::counter) j["counters"][std::string(m.name)] = m.value;
+  std::string why;
+  j["healthy"] = healthy(&why);
+  j["health"] = why;
+  const LockdLinkStats& ls = link->stats();
+  j["lockd_last_answer_ms_ago"] = ls.last_answer_ns == 0 ? json(nullptr)
+                                                         : json((static_cast<std::int64_t>(now_ns()) - ls.last_answer_ns) / 1'000'000);
+  // The shm histograms in brief: how many, their mean and their largest (ms).
+  const shm::Stats& st = table->statistics();
+  auto brief = [](const shm::Histogram& h) {
+    const std::uint64_t n = h.count.load(std::memory_order_relaxed);
+    const std::uint64_t sum = h.sum.load(std::memory_order_relaxed);
+    return json{{"count", n},
+                {"mean_ms", n == 0 ? 0.0 : static_cast<double>(sum) / static_cast<double>(n) / 1e6},
+                {"max_ms", static_cast<double>(h.max.load(std::memory_order_relaxed)) / 1e6}};
+  };
+  j["heartbeat_rtt"] = brief(st.heartbeat_rtt_ns);
+  j["rt_lateness"] = brief(st.rt_lateness_ns);
+  j["kill_latency"] = brief(st.kill_latency_ns);
   return j;
 }
 
@@ -1212,6 +1330,7 @@ Result<std::unique_ptr<Supervisor>> Supervisor::create(SupervisorConfig config) 
 
 int Supervisor::run() { return impl_->run(); }
 void Supervisor::set_reload_hook(std::function<void()> hook) { impl_->reload_hook = std::move(hook); }
+void Supervisor::serve_metrics(metrics::SnapshotExchange& exchange) { impl_->serve_metrics(exchange); }
 std::string Supervisor::summary() const { return impl_->summary(); }
 
 }  // namespace leasehold

@@ -264,6 +264,9 @@ class TableWriter {
   void record_heartbeat_rtt_ns(std::uint64_t ns) noexcept;   ///< io thread
   void record_heartbeat_failure() noexcept;                   ///< io thread
   void record_kill(std::uint64_t kill_latency_ns) noexcept;
+  /// The histograms and counters as the record_* calls leave them, for a reader in the writer's
+  /// process (the supervisor's /metrics and status): relaxed loads only, from any thread.
+  const Stats& statistics() const noexcept { return stats(); }
 
   const Header& header() const noexcept;
   std::uint32_t slot_count() const noexcept { return slot_count_; }

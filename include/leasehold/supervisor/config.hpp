@@ -80,6 +80,9 @@ struct SupervisorConfig {
   std::optional<WorkerId> worker_id;  ///< nullopt → a random UUIDv4 per start
   std::string shm_path;             ///< empty → default_shm_path(worker)
   std::string control_socket_path;  ///< empty → default_control_socket_path()
+  /// ADDR:PORT of the HTTP endpoint (/metrics, /healthz; conventionally port 9741); empty: none.
+  /// Served by leasehold-supervisor's main (metrics/http_endpoint.hpp), not by Supervisor.
+  std::string metrics_listen;
   /// Each sandbox's stdout and stderr go to <dir>/<sandbox id>.log (0600), never to the
   /// supervisor's own; empty → <runtime_dir>/sandbox-logs-<worker id>. Read with `leasehold logs`.
   std::string sandbox_log_dir;

@@ -68,6 +68,10 @@ struct LockdLinkStats {
   std::uint64_t not_leader_waits = 0;    ///< of those, resent after a backoff (no usable leader named)
   std::uint64_t leader_switches = 0;     ///< the target moved to another lockd address (any reason)
   std::uint64_t unconfigured_leader_hints = 0;  ///< not_leader hints naming an address not configured
+  std::uint64_t calls_answered = 0;    ///< calls that got an authentic answer (not_leader included)
+  std::uint64_t calls_unanswered = 0;  ///< calls that ended with no answer (deadline, no leader)
+  std::int64_t last_answer_ns = 0;     ///< loop time of the last authentic answer to a call (0: none)
+  std::int64_t last_unanswered_ns = 0; ///< loop time the last call ended unanswered (0: none)
 };
 
 class LockdLink final : public LockdPort {

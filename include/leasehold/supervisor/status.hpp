@@ -4,6 +4,7 @@
 // knows (addresses, the rt thread, keys, the control socket).
 #pragma once
 
+#include "leasehold/metrics/exposition.hpp"
 #include "leasehold/supervisor/supervisor_core.hpp"
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace leasehold {
 
@@ -18,6 +20,10 @@ namespace leasehold {
 /// unnamed), "committing", "valid_until_ms" (named), "kill_reason", "synthetic", "owner", "uid",
 /// "log", "unsafe_kill"). A caller other than root (uid 0) sees only the sandboxes it owns.
 nlohmann::json sandbox_list_json(const SupervisorCore& core, uid_t caller, std::uint64_t now_ns);
+
+/// The core's values for /metrics and `status` (every SupervisorCore counter, the sandbox
+/// counts, the kill-switch), appended to `out`: the one list both are made from.
+void core_metric_samples(const SupervisorCore& core, std::uint64_t now_ns, std::vector<metrics::Sample>& out);
 
 /// The core's part of `status`: "sandboxes", "named", "may_create_named", "killswitch_engaged",
 /// "worker_valid_until_ms" (preemptible mode), and "counters" with every SupervisorCore counter.

@@ -61,6 +61,7 @@
 #pragma once
 
 #include "leasehold/lease/result.hpp"
+#include "leasehold/metrics/exchange.hpp"
 #include "leasehold/supervisor/config.hpp"
 
 #include <functional>
@@ -88,6 +89,11 @@ class Supervisor {
   /// Called on the io thread at each SIGHUP, after the key file was read again: the program's
   /// re-read of its configuration (supervisor/main.cpp: the log level). Set it before run().
   void set_reload_hook(std::function<void()> hook);
+
+  /// Publishes a snapshot for /metrics and /healthz into `exchange` whenever its HTTP side asks
+  /// (the io loop polls its eventfd; DESIGN.md "Observability"). Before run(); `exchange`
+  /// outlives the supervisor.
+  void serve_metrics(metrics::SnapshotExchange& exchange);
 
   /// The start-up summary (worker id, shm path, control socket, cgroup mode, rt mode, pause
   /// budget, ...), several lines.
