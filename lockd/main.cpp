@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     http = std::move(started).value();
-    std::printf("metrics listening %s\n", http->address().c_str());
+    std::printf("metrics http://%s/metrics\n", http->address().c_str());
   }
   std::printf("listening %s\n", service->local_address().str().c_str());
   std::fflush(stdout);

@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   });
   if (exchange) {
     sup->serve_metrics(*exchange);
-    std::printf("metrics listening %s\n", http->address().c_str());
+    std::printf("metrics http://%s/metrics\n", http->address().c_str());
   }
   std::fputs(sup->summary().c_str(), stdout);
   std::fputs("ready\n", stdout);

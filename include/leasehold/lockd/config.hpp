@@ -44,7 +44,7 @@ inline constexpr std::int64_t kLeaderLeaseSMax = 60;
 struct LockdConfig {
   std::string listen = "127.0.0.1:7400";  ///< ADDR:PORT; port 0 = ephemeral (printed on stdout)
   /// ADDR:PORT of the HTTP endpoint (/metrics, /healthz; conventionally port 9740); empty: none.
-  /// Port 0 picks a free one, printed as "metrics listening ADDR:PORT" on stdout.
+  /// Port 0 picks a free one, printed as "metrics http://ADDR:PORT/metrics" on stdout (a line that a reader of "listening ADDR:PORT" does not take for it).
   std::string metrics_listen;
   /// SQLite file (relative to the working directory), or an etcd store
   /// "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]" shared by a cluster of lockd (etcd_store.hpp).
