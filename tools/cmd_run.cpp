@@ -261,5 +261,74 @@ const Command kSandboxes([](CLI::App& app, int* exit_code) {
   });
 });
 
+struct StatusArgs {
+  SupervisorFlags sup;
+  bool json = false;
+};
+
+/// The status answer as text: health, sandboxes, timing and pause budget, heartbeat RTT, kills,
+/// rt lateness.
+std::string status_text(const nlohmann::json& st) {
+  auto num = [&](const nlohmann::json& j, const char* key) { return j.contains(key) ? j[key].dump() : std::string("?"); };
+  auto ms = [](const nlohmann::json& v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f ms", v.is_number() ? v.get<double>() : 0.0);
+    return std::string(b);
+  };
+  const nlohmann::json& c = st.contains("counters") ? st["counters"] : nlohmann::json::object();
+  const nlohmann::json hb = st.value("heartbeat_rtt", nlohmann::json::object());
+  const nlohmann::json late = st.value("rt_lateness", nlohmann::json::object());
+  const nlohmann::json kill = st.value("kill_latency", nlohmann::json::object());
+  std::string t;
+  t += "supervisor " + st.value("worker", std::string("?")) + " (pid " + num(st, "pid") + "), mode " +
+       st.value("mode", std::string("?")) + ", lockd " + st.value("lockd", std::string("?")) + ": " +
+       (st.value("healthy", false) ? "healthy" : "unhealthy") + " (" + st.value("health", std::string("?")) + ")\n";
+  t += "  sandboxes    " + num(st, "sandboxes") + " (" + num(st, "named") + " named) of " + num(st, "slots") + " slots\n";
+  t += "  pause budget " + ms(st.value("pause_budget_ms", nlohmann::json(0.0))) + " (ttl " + num(st, "ttl_ms") +
+       " ms, kill after " + num(st, "kill_after_ms") + " ms, heartbeat every " + num(st, "heartbeat_interval_ms") + " ms)\n";
+  t += "  heartbeats   " + num(c, "heartbeat_datagrams") + " sent, " + num(c, "heartbeat_failures") + " unanswered; rtt " +
+       num(hb, "count") + " measured, mean " + ms(hb.value("mean_ms", nlohmann::json(0.0))) + ", max " +
+       ms(hb.value("max_ms", nlohmann::json(0.0))) + "; last lockd answer " +
+       (st.contains("lockd_last_answer_ms_ago") && st["lockd_last_answer_ms_ago"].is_number()
+            ? st["lockd_last_answer_ms_ago"].dump() + " ms ago"
+            : std::string("never")) + "\n";
+  t += "  kills        " + num(c, "kills_deadline") + " by the kill-switch, " + num(c, "kills_request") +
+       " on request, " + num(c, "worker_killswitch") + " worker kill-switch; kill latency max " +
+       ms(kill.value("max_ms", nlohmann::json(0.0))) + "\n";
+  t += "  rt thread    lateness max " + ms(late.value("max_ms", nlohmann::json(0.0))) + " over " + num(late, "count") +
+       " wake-ups, " + num(c, "rt_late_over_budget") + " over the " + num(st, "kill_latency_budget_ms") + " ms budget\n";
+  return t;
+}
+
+const Command kStatus([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<StatusArgs>();
+  auto* sub = app.add_subcommand(
+      "status",
+      "Show the local supervisor: health, sandboxes, pause budget, heartbeat RTT, kills, rt lateness. Exit 0 when "
+      "it is healthy, 1 when not (shutting down, kill-switch engaged, no lockd contact), 7 when no supervisor answers");
+  add_supervisor_flags(sub, a->sup);
+  sub->add_flag("--json", a->json,
+                "print the supervisor's status object (\"healthy\", \"health\", \"sandboxes\", \"named\", "
+                "\"pause_budget_ms\", \"heartbeat_rtt\": {\"count\", \"mean_ms\", \"max_ms\"}, \"rt_lateness\", "
+                "\"kill_latency\", \"counters\": {...}, the configuration, ...)");
+  sub->callback([a, exit_code] {
+    Failure f;
+    auto ans = supervisor_call(a->sup, {{"v", 1}, {"op", "status"}}, f);
+    if (!ans) {
+      *exit_code = report("status", f);
+      return;
+    }
+    if (!ans->value("ok", false)) {
+      *exit_code = report("status", supervisor_failure(*ans, "status"));
+      return;
+    }
+    nlohmann::json st = *ans;
+    for (const char* envelope : {"ok", "id", "v"}) st.erase(envelope);
+    *exit_code = st.value("healthy", false) ? kOk : kFailure;
+    if (a->json) std::printf("%s\n", st.dump(2).c_str());
+    else std::fputs(status_text(st).c_str(), stdout);
+  });
+});
+
 }  // namespace
 }  // namespace leasehold::cli

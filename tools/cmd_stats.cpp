@@ -1,7 +1,10 @@
 // `leasehold stats`: each lockd's counters, as its Stats answer gives them (DESIGN.md "lockd").
+// `leasehold health`: whether lockd serves, from the same answer: its role, its store's commit
+// latency, its refresh rate; exit 0 healthy, 1 not (DESIGN.md "Observability").
 #include "tools/cmd_common.hpp"
 
 #include <cstdio>
+#include <map>
 #include <memory>
 
 namespace leasehold::cli {
@@ -66,6 +69,119 @@ const Command kStats([](CLI::App& app, int* exit_code) {
     }
     if (a->json) std::printf("%s\n", nlohmann::json{{"lockd", std::move(all)}}.dump(2).c_str());
     else std::fputs(text.c_str(), stdout);
+  });
+});
+
+struct HealthArgs {
+  LockdFlags lockd;
+  bool json = false;
+};
+
+/// One lockd's health from its Stats answer: serving (standalone, or the leader of its shard
+/// and not loading) and the figures an operator looks at first.
+nlohmann::json health_of(const std::string& address, const wire::StatsAnswer& s) {
+  std::map<std::string, std::uint64_t> c;
+  for (const wire::Counter& k : s.counters) c[k.key] = k.value;
+  auto get = [&](const char* key) -> nlohmann::json {
+    const auto it = c.find(key);
+    return it == c.end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
+  };
+  const bool cluster = c.count("leading") != 0;
+  const bool loading = c.count("takeover_loading") != 0 && c["takeover_loading"] != 0;
+  const bool leading = !cluster || c["leading"] != 0;
+  const std::string role = !cluster ? "standalone" : loading ? "loading" : leading ? "leader" : "follower";
+  const bool serving = leading && !loading;
+  return {{"address", address},
+          {"answered", true},
+          {"role", role},
+          {"serving", serving},
+          {"shard", c.count("shard") != 0 ? get("shard") : nlohmann::json(0)},
+          {"shards", c.count("shards") != 0 ? get("shards") : nlohmann::json(1)},
+          {"names", get("names")},
+          {"held", get("held")},
+          {"refreshes_per_s", get("refreshes_per_s")},
+          {"grants", get("grants")},
+          {"overloaded", get("overloaded")},
+          {"store", {{"commits", get("store_commits")},
+                     {"commit_us_p50", get("store_commit_us_p50")},
+                     {"commit_us_p99", get("store_commit_us_p99")},
+                     {"log_rows", get("store_log_rows")}}}};
+}
+
+const Command kHealth([](CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<HealthArgs>();
+  auto* sub = app.add_subcommand(
+      "health",
+      "Whether lockd serves: each --lockd address's role (standalone, leader, follower, loading), its store's "
+      "commit latency and its refresh rate. Exit 0 when healthy: one address that serves, or a list of a "
+      "cluster's addresses that all answer with a serving leader for every shard; 1 when not; 5 when no "
+      "lockd answers");
+  add_lockd_flags(sub, a->lockd);
+  sub->add_flag("--json", a->json,
+                "print {\"healthy\": B, \"reasons\": [TEXT...], \"lockd\": [{\"address\", \"answered\", \"role\", "
+                "\"serving\", \"shard\", \"shards\", \"names\", \"held\", \"refreshes_per_s\", \"grants\", "
+                "\"overloaded\", \"store\": {\"commits\", \"commit_us_p50\", \"commit_us_p99\", \"log_rows\"}} or "
+                "{\"address\", \"answered\": false, \"error\"}, ...]}");
+  sub->callback([a, exit_code] {
+    resolve(a->lockd);
+    const std::vector<std::string> addresses = split_addresses(a->lockd.lockd);
+    nlohmann::json all = nlohmann::json::array();
+    std::vector<std::string> reasons;
+    std::map<std::uint64_t, unsigned> serving_by_shard;
+    std::uint64_t shards = 1;
+    std::size_t answered = 0;
+    Failure last;
+    for (const std::string& address : addresses) {
+      LockdFlags one = a->lockd;
+      one.lockd = address;
+      Failure f;
+      auto client = connect_lockd(one, f);
+      if (client) {
+        const lockd::Answer ans = client->stats();
+        if (const auto* s = ans.as<wire::StatsAnswer>()) {
+          nlohmann::json h = health_of(address, *s);
+          ++answered;
+          shards = std::max<std::uint64_t>(shards, h["shards"].get<std::uint64_t>());
+          if (h["serving"].get<bool>()) ++serving_by_shard[h["shard"].get<std::uint64_t>()];
+          else if (addresses.size() == 1) reasons.push_back(address + " does not serve: it is a " + h["role"].get<std::string>());
+          all.push_back(std::move(h));
+          continue;
+        }
+        f = answer_failure(ans, one, "health");
+      }
+      last = f;
+      reasons.push_back(address + " does not answer: " + f.message);
+      all.push_back({{"address", address}, {"answered", false}, {"error", f.message}});
+    }
+    if (answered == 0) {
+      *exit_code = report("health", last);
+      if (a->json)
+        std::printf("%s\n", nlohmann::json{{"healthy", false}, {"reasons", reasons}, {"lockd", std::move(all)}}.dump(2).c_str());
+      return;
+    }
+    if (addresses.size() > 1)
+      for (std::uint64_t k = 0; k < shards; ++k) {
+        if (serving_by_shard[k] == 0) reasons.push_back("shard " + std::to_string(k) + " has no serving leader among the addresses given");
+        if (serving_by_shard[k] > 1) reasons.push_back("shard " + std::to_string(k) + " has " + std::to_string(serving_by_shard[k]) + " lockd that say they lead");
+      }
+    const bool healthy = reasons.empty();
+    *exit_code = healthy ? kOk : kFailure;
+    if (a->json) {
+      std::printf("%s\n", nlohmann::json{{"healthy", healthy}, {"reasons", reasons}, {"lockd", std::move(all)}}.dump(2).c_str());
+      return;
+    }
+    std::string text = healthy ? "healthy\n" : "unhealthy\n";
+    for (const std::string& r : reasons) text += "  " + r + "\n";
+    for (const auto& h : all) {
+      if (!h["answered"].get<bool>()) continue;
+      auto num = [&](const nlohmann::json& v) { return v.is_null() ? std::string("?") : v.dump(); };
+      text += "lockd " + h["address"].get<std::string>() + ": " + h["role"].get<std::string>() +
+              (h["serving"].get<bool>() ? ", serving" : ", not serving") + "; " + num(h["names"]) + " names, " +
+              num(h["held"]) + " held; " + num(h["refreshes_per_s"]) + " refreshes/s; store commit p50 " +
+              num(h["store"]["commit_us_p50"]) + " us, p99 " + num(h["store"]["commit_us_p99"]) + " us over " +
+              num(h["store"]["commits"]) + " commits\n";
+    }
+    std::fputs(text.c_str(), stdout);
   });
 });
 
