@@ -23,6 +23,7 @@ packages=(
   iproute2                                      # network namespaces for the demo
   nftables                                      # the demo's loopback fallback cuts a worker off with nft
   python3                                       # specs/check drives Spin
+  python3-prometheus-client                     # tests parse /metrics with the Prometheus client parser
   gnuplot-nox                                   # pause-probe plots
   etcd-server                                   # the replicated store of lockd clusters (tests run a real one)
   golang-etcd-server-dev                        # etcd's .proto files, compiled at build time
