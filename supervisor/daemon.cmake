@@ -64,4 +64,5 @@ leasehold_supervisor_ablation(confirm_before_exit LEASEHOLD_SIM_ABLATE_CONFIRM_B
 add_executable(leasehold-supervisor-ablate-commit-before-spawn EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/main.cpp)
 leasehold_target(leasehold-supervisor-ablate-commit-before-spawn)
 leasehold_version(leasehold-supervisor-ablate-commit-before-spawn)
-target_link_libraries(leasehold-supervisor-ablate-commit-before-spawn PRIVATE leasehold_supervisor_ablate_commit_before_spawn)
+target_link_libraries(leasehold-supervisor-ablate-commit-before-spawn PRIVATE leasehold_supervisor_ablate_commit_before_spawn
+                      leasehold_metrics_http)
