@@ -327,21 +327,24 @@ TEST_F(Observability, SupervisorMetricsStatusAndHealth) {
   EXPECT_EQ(text.code, cli::kOk);
   EXPECT_NE(text.out.find(": healthy (serving)\n  sandboxes    1 (1 named) of "), std::string::npos) << text.out;
 
+  // /metrics as prometheus_client reads it (without it, the rest still runs; the test then
+  // says it skipped the scrape).
   const json fams = scrape(sup_metrics);
-  SKIP_IF_NO_PARSER(fams);
-  ASSERT_TRUE(fams.is_object());
-  EXPECT_EQ(value(fams, "leasehold_supervisor_spawned", "leasehold_supervisor_spawned_total"), 1);
-  EXPECT_EQ(value(fams, "leasehold_supervisor_named", "leasehold_supervisor_named"), 1);
-  EXPECT_EQ(value(fams, "leasehold_supervisor_healthy", "leasehold_supervisor_healthy"), 1);
-  EXPECT_GE(value(fams, "leasehold_supervisor_lockd_calls_answered", "leasehold_supervisor_lockd_calls_answered_total"), 2);
-  EXPECT_GE(check_histogram(fams, "leasehold_supervisor_heartbeat_rtt_seconds"), 1);
-  EXPECT_GE(check_histogram(fams, "leasehold_supervisor_rt_lateness_seconds"), 1);
-  check_histogram(fams, "leasehold_supervisor_kill_latency_seconds");
-  for (const auto& [name, f] : fams.items()) EXPECT_NE(f["type"], "unknown") << name;
-  // lockd counted the supervisor's grant.
-  const json lf = scrape(lockd_metrics_);
-  EXPECT_EQ(value(lf, "leasehold_lockd_grants", "leasehold_lockd_grants_total"), 1);
-  EXPECT_GE(value(lf, "leasehold_lockd_heartbeats", "leasehold_lockd_heartbeats_total"), 1);
+  if (!fams.is_null() || skip_reason_.empty()) {
+    ASSERT_TRUE(fams.is_object());
+    EXPECT_EQ(value(fams, "leasehold_supervisor_spawned", "leasehold_supervisor_spawned_total"), 1);
+    EXPECT_EQ(value(fams, "leasehold_supervisor_named", "leasehold_supervisor_named"), 1);
+    EXPECT_EQ(value(fams, "leasehold_supervisor_healthy", "leasehold_supervisor_healthy"), 1);
+    EXPECT_GE(value(fams, "leasehold_supervisor_lockd_calls_answered", "leasehold_supervisor_lockd_calls_answered_total"), 2);
+    EXPECT_GE(check_histogram(fams, "leasehold_supervisor_heartbeat_rtt_seconds"), 1);
+    EXPECT_GE(check_histogram(fams, "leasehold_supervisor_rt_lateness_seconds"), 1);
+    check_histogram(fams, "leasehold_supervisor_kill_latency_seconds");
+    for (const auto& [name, f] : fams.items()) EXPECT_NE(f["type"], "unknown") << name;
+    // lockd counted the supervisor's grant.
+    const json lf = scrape(lockd_metrics_);
+    EXPECT_EQ(value(lf, "leasehold_lockd_grants", "leasehold_lockd_grants_total"), 1);
+    EXPECT_GE(value(lf, "leasehold_lockd_heartbeats", "leasehold_lockd_heartbeats_total"), 1);
+  }
 
   // lockd stopped: the heartbeats go unanswered, the supervisor says it has no lockd contact.
   lockd_.child.signal(SIGSTOP);
@@ -369,6 +372,7 @@ TEST_F(Observability, SupervisorMetricsStatusAndHealth) {
   }
   EXPECT_EQ(up.code, cli::kOk) << up.out << up.err;
   EXPECT_EQ(http_get(sup_metrics, "/healthz").status, 200);
+  if (!skip_reason_.empty()) GTEST_SKIP() << "the /metrics parse was skipped: " << skip_reason_;
 }
 
 }  // namespace
