@@ -31,6 +31,7 @@ packages=(
   protobuf-compiler libprotobuf-dev             # protoc and protobuf for the generated stubs
   help2man                                      # man pages made from --help (packaging/)
   dpkg-dev file                                 # .deb packages: dpkg-shlibdeps (Depends), the package test
+  golang-go                                     # the Go binding's tests build it with cgo (bindings/go)
 )
 
 missing=()

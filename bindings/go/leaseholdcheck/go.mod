@@ -1,0 +1,3 @@
+module leasehold.dev/leaseholdcheck
+
+go 1.19
