@@ -5,7 +5,7 @@
 # a missing or misnamed dependency fails the install), and then the installed programs run from
 # that root: lockd serves, a supervisor joins it, the CLI runs a named sandbox through the
 # supervisor and reads the name back from lockd. It also checks what the packages carry: stripped
-# programs, man pages, completion, the library's soname link, the -dev files.
+# programs, man pages, completion, the library's soname link, the -dev files, the bindings.
 # Usage: deb_test.sh BUILD_DIR. Exit 77 (skipped) when dpkg or cpack is missing, or when not root
 # (the supervisor needs root for its sandboxes' cgroups and uids).
 set -eu
@@ -26,7 +26,7 @@ trap cleanup EXIT
 cpack --config "$build/CPackConfig.cmake" -B "$tmp/out" -D CPACK_DEBIAN_COMPRESSION_TYPE=none >"$tmp/cpack.log" 2>&1 ||
   { cat "$tmp/cpack.log"; fail "cpack"; }
 deb() { ls "$tmp/out/$1"_*.deb 2>/dev/null | head -1; }
-for p in leasehold-lockd leasehold-supervisor leasehold libleasehold-check1 libleasehold-check-dev; do
+for p in leasehold-lockd leasehold-supervisor leasehold libleasehold-check1 libleasehold-check-dev python3-leasehold-check; do
   [ -n "$(deb "$p")" ] || fail "no package $p (made: $(ls "$tmp/out"))"
   [ "$(dpkg-deb -f "$(deb "$p")" Package)" = "$p" ] || fail "$p: wrong Package field"
 done
@@ -58,6 +58,13 @@ for d in lockd supervisor; do  # an operator's edits survive an upgrade
 done
 dpkg-deb -f "$(deb libleasehold-check-dev)" Depends | grep -q "libleasehold-check1 (= " ||
   fail "libleasehold-check-dev does not depend on its library's exact version"
+holds libleasehold-check-dev usr/share/gocode/src/leasehold.dev/leaseholdcheck/check.go
+holds libleasehold-check-dev usr/share/gocode/src/leasehold.dev/leaseholdcheck/go.mod
+holds python3-leasehold-check usr/lib/python3/dist-packages/leasehold_check.py
+dpkg-deb -f "$(deb python3-leasehold-check)" Depends | grep -q "libleasehold-check1 (= " ||
+  fail "python3-leasehold-check does not depend on its library's exact version"
+dpkg-deb -f "$(deb python3-leasehold-check)" Depends | grep -q "python3" || fail "python3-leasehold-check does not depend on python3"
+[ "$(dpkg-deb -f "$(deb python3-leasehold-check)" Architecture)" = all ] || fail "python3-leasehold-check is not Architecture: all"
 dpkg-deb -f "$(deb leasehold-lockd)" Depends | grep -q "liburing2" || fail "leasehold-lockd does not depend on liburing2"
 dpkg-deb -f "$(deb leasehold-supervisor)" Depends | grep -q "libseccomp2" ||
   fail "leasehold-supervisor does not depend on libseccomp2"
@@ -70,7 +77,7 @@ touch "$root/var/lib/dpkg/available"
 # The maintainer scripts (the library's ldconfig) run outside the root: it has no shell of its own.
 dpkg --root="$root" --log=/dev/null --force-script-chrootless -i "$tmp"/out/*.deb >"$tmp/dpkg.log" 2>&1 ||
   { cat "$tmp/dpkg.log"; fail "dpkg -i refused the packages (a dependency this machine does not satisfy?)"; }
-for p in leasehold-lockd leasehold-supervisor leasehold libleasehold-check1 libleasehold-check-dev; do
+for p in leasehold-lockd leasehold-supervisor leasehold libleasehold-check1 libleasehold-check-dev python3-leasehold-check; do
   dpkg --root="$root" -s "$p" 2>/dev/null | grep -q "^Status: install ok installed" || fail "$p is not installed"
 done
 # lockd's postinst made the system user its unit runs as (systemd-sysusers, in the root).
