@@ -503,7 +503,7 @@ class Verifier:
         tok = bytes(token)
         buf = (ctypes.c_uint8 * max(len(tok), 1)).from_buffer_copy(tok.ljust(1, b"\0"))
         if not _in_range(epoch, _U64_MAX):
-            raise LeaseholdError(E_TOKEN_WRONG_EPOCH, f"epoch {epoch} is no epoch lockd grants")
+            raise LeaseholdError(E_ARG, f"leasehold_verify: epoch {epoch} outside [0, 2**64)")
         err = ctypes.create_string_buffer(_ERR_BYTES)
         rc = self._lib.leasehold_verify(self._h(), buf, len(tok), _text(name, "name"), epoch,
                                         _uuid_text(holder_uuid), err, _ERR_BYTES)

@@ -263,7 +263,8 @@ class ErrorsTest(unittest.TestCase):
                      (lambda: v.verify(b"", "orders", 3, holder), lh.E_TOKEN_UNSIGNED),
                      (lambda: v.verify(bytes(lh.TOKEN_BYTES), "orders", 3, holder), lh.E_TOKEN_MALFORMED),
                      (lambda: v.verify(bytes(lh.TOKEN_BYTES), "bad name!", 3, holder), lh.E_ARG),
-                     (lambda: v.verify(bytes(lh.TOKEN_BYTES), "orders", 3, "nope"), lh.E_ARG))
+                     (lambda: v.verify(bytes(lh.TOKEN_BYTES), "orders", 3, "nope"), lh.E_ARG),
+                     (lambda: v.verify(bytes(lh.TOKEN_BYTES), "orders", -1, holder), lh.E_ARG))
             for call, code in cases:
                 with self.assertRaises(lh.LeaseholdError) as e:
                     call()
