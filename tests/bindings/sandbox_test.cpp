@@ -91,7 +91,7 @@ class BindingInSandbox : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << "needs root: the supervisor runs root's isolated sandboxes as uids of its range";
     if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
     go_ = GetParam() == "go";
-    if (go_ && harness::find_program("go").empty())
+    if (go_ && (go_program_ = harness::find_program("go")).empty())
       GTEST_SKIP() << "go is not installed (scripts/setup.sh installs golang-go)";
     key_ = make_key(dir_.path());
     // What the sandbox runs, where its uid can read it (the test directory is 0711, its
@@ -143,18 +143,18 @@ class BindingInSandbox : public ::testing::TestWithParam<std::string> {
     return code;
   }
 
-  /// goprobe, built with cgo against the installed library through pkg-config alone, offline.
+  /// goprobe, built with cgo (and this build's C compiler) against the installed library through
+  /// pkg-config alone, offline.
   void build_go_probe() {
     const fs::path pc = find_below(prefix_, "leasehold-check.pc").parent_path();
     const std::string cache = LEASEHOLD_GO_CACHE_DIR;
     const std::vector<std::pair<std::string, std::string>> env = {
         {"PKG_CONFIG_PATH", pc.string()}, {"GOTOOLCHAIN", "local"}, {"GOPROXY", "off"}, {"GOFLAGS", "-mod=readonly"},
         {"GO111MODULE", "on"}, {"CGO_ENABLED", "1"}, {"GOCACHE", cache + "/build"}, {"GOPATH", cache + "/path"},
-        {"CGO_LDFLAGS", "-Wl,-rpath," + library_.parent_path().string()}};
+        {"CGO_LDFLAGS", "-Wl,-rpath," + library_.parent_path().string()}, {"CC", LEASEHOLD_C_COMPILER}};
     const std::string src = std::string(LEASEHOLD_SOURCE_DIR) + "/tests/bindings/goprobe";
-    ASSERT_EQ(run_logged({"/bin/sh", "-c", "cd '" + src + "' && exec go build -o '" + (bin_ / "goprobe").string() + "' ."},
-                         env, "go-build", kGoBuildWait),
-              0);
+    const std::string build = "cd '" + src + "' && exec '" + go_program_ + "' build -o '" + (bin_ / "goprobe").string() + "' .";
+    ASSERT_EQ(run_logged({"/bin/sh", "-c", build}, env, "go-build", kGoBuildWait), 0);
   }
 
   /// `leasehold ARGS... --supervisor SOCKET`.
@@ -233,6 +233,7 @@ class BindingInSandbox : public ::testing::TestWithParam<std::string> {
   }
 
   bool go_ = false;
+  std::string go_program_;  ///< the go found on PATH or in the system directories
   TempDir dir_;
   std::string key_;
   fs::path prefix_, library_, python_dir_, bin_;
