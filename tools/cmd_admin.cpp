@@ -66,7 +66,7 @@ const Command kAcquire([](CLI::App& app, int* exit_code) {
   sub->add_flag("--json", a->json, "print the grant as JSON");
   sub->callback([a, exit_code] {
     Failure f;
-    if (!check_name(a->name, f)) {
+    if (!check_new_name(a->name, f)) {
       *exit_code = report("acquire", f);
       return;
     }
@@ -138,7 +138,7 @@ const Command kCommit([](CLI::App& app, int* exit_code) {
   sub->callback([a, exit_code] {
     Failure f;
     const auto sb = parse_sandbox(a->sandbox, f);
-    if (!sb || !check_name(a->name, f)) {
+    if (!sb || !check_new_name(a->name, f)) {
       *exit_code = report("commit", f);
       return;
     }

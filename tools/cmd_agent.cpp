@@ -314,7 +314,7 @@ const Command kAgent([](CLI::App& app, int* exit_code) {
                   "store then admits only writes whose signed token verifies; repeatable (rotation)");
   sub->callback([a, exit_code] {
     Failure f;
-    if (!check_name(a->name, f)) {
+    if (!check_new_name(a->name, f)) {
       *exit_code = report("agent", f);
       return;
     }

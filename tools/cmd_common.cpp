@@ -306,11 +306,18 @@ Failure supervisor_failure(const nlohmann::json& a, std::string_view what) {
 
 // ---- arguments ----------------------------------------------------------------------------------
 
-bool check_name(std::string_view name, Failure& failure) {
-  const Status why = validate_new_name(name);
+namespace {
+bool check_name_by(const Status& why, std::string_view name, Failure& failure) {
   if (why.ok()) return true;
   failure = {kUsage, "malformed name \"" + std::string(name) + "\": " + why.message()};
   return false;
+}
+}  // namespace
+
+bool check_name(std::string_view name, Failure& failure) { return check_name_by(validate_name(name), name, failure); }
+
+bool check_new_name(std::string_view name, Failure& failure) {
+  return check_name_by(validate_new_name(name), name, failure);
 }
 
 std::optional<SandboxId> parse_sandbox(std::string_view text, Failure& failure) {

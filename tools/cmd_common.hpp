@@ -157,8 +157,13 @@ std::optional<std::string> supervisor_worker(const std::string& socket, Failure&
 
 // ---- arguments --------------------------------------------------------------------------------
 
-/// kUsage with validate_name's message (which byte, where) when the name is malformed.
+/// kUsage with validate_name's message (which byte, where) when the name is malformed: for a
+/// name that exists (show, release, revoke, transfer, logs, audit), so one stored before the
+/// rule against a leading '-' can still be managed (after `--`).
 bool check_name(std::string_view name, Failure& failure);
+/// The same for a name about to be acquired (acquire, commit, run --name, name): also
+/// validate_new_name's rule (no leading '-': it reads as a flag, and "-" as "none" in tables).
+bool check_new_name(std::string_view name, Failure& failure);
 /// Parses a sandbox id (UUID text); kUsage naming the text when malformed.
 std::optional<SandboxId> parse_sandbox(std::string_view text, Failure& failure);
 

@@ -621,7 +621,7 @@ void Demo::body() {
                static_cast<unsigned long long>(t_.kill_after_ms), static_cast<unsigned long long>(t_.heartbeat_ms),
                static_cast<unsigned long long>(t_.agent_interval_ms));
   Failure f;
-  if (!check_name(args_.name, f)) abort(f.message);
+  if (!check_new_name(args_.name, f)) abort(f.message);
   for (const Step& step : kSteps) {
     const bool numbered = std::isdigit(static_cast<unsigned char>(step.label[0])) != 0;
     std::fprintf(out_, "\n%s%s: %s\n", numbered ? "step " : "", step.label, step.title);
@@ -1258,7 +1258,7 @@ const Command kDemo([](CLI::App& app, int* exit_code) {
       *exit_code = report("demo", {kUsage, "--network must be auto, netns or loopback (got \"" + a->network + "\")"});
       return;
     }
-    if (!check_name(a->name, f)) {
+    if (!check_new_name(a->name, f)) {
       *exit_code = report("demo", f);
       return;
     }

@@ -83,7 +83,7 @@ const Command kRun([](CLI::App& app, int* exit_code) {
     // A --name that is given must be valid, also when it is empty: `--name ""` is not `run`
     // without a name.
     const bool named = name_opt->count() > 0;
-    if (named && !check_name(a->name, f)) {
+    if (named && !check_new_name(a->name, f)) {
       *exit_code = report("run", f);
       return;
     }
@@ -125,7 +125,7 @@ const Command kName([](CLI::App& app, int* exit_code) {
   sub->callback([a, exit_code] {
     Failure f;
     const auto sb = parse_sandbox(a->sandbox, f);
-    if (!sb || !check_name(a->name, f)) {
+    if (!sb || !check_new_name(a->name, f)) {
       *exit_code = report("name", f);
       return;
     }

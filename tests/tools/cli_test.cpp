@@ -631,6 +631,12 @@ TEST_F(CliTest, ANameBeginningWithADashIsRefused) {
   EXPECT_TRUE(f.requests().empty());
   const Result ok = cli({"run", "--supervisor", sock, "--name", "x-", "--", "/bin/true"});
   EXPECT_EQ(ok.code, kOk) << ok.err;
+  // A name stored before the rule can still be managed: release (like show, revoke, logs)
+  // checks only that the name is well-formed.
+  const std::size_t before = f.requests().size();
+  const Result release = cli({"release", "--supervisor", sock, "--", "-x"});
+  EXPECT_EQ(release.code, kOk) << release.out << release.err;
+  EXPECT_EQ(f.requests().size(), before + 1);
 }
 
 // --json output speaks one convention: a duration left is "ttl_left_ms" (never "valid_until_ms"
@@ -1620,7 +1626,15 @@ TEST_F(CliTest, DemoStepsRefuseTheOptionsOfARun) {
     SCOPED_TRACE(args[2]);
     const Result r = cli(args);
     EXPECT_EQ(r.code, kUsage) << r.out << r.err;
-    EXPECT_EQ(r.out, "");  // no table, no JSON
+    if (std::find(args.begin(), args.end(), "--json") == args.end()) {
+      EXPECT_EQ(r.out, "");  // no table
+    } else {  // with --json the failure itself is JSON, and nothing else is printed
+      const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+      ASSERT_TRUE(j.is_object()) << r.out;
+      EXPECT_EQ(j.value("error", ""), "usage") << r.out;
+      EXPECT_EQ(j.value("exit_code", 0), kUsage) << r.out;
+      EXPECT_NE(j.value("message", "").find("--list-steps excludes " + flag), std::string::npos) << r.out;
+    }
     EXPECT_NE(r.err.find("--list-steps excludes " + flag), std::string::npos) << r.err;
   }
 }
