@@ -33,7 +33,7 @@ namespace {
 enum class ChildStep : int {
   setsid = 1, pdeathsig, parent_gone, stdio, signals, exec, chdir,
   // isolation
-  dumpable, mount_private, mount_proc, hide, cgroup_ns, nproc, capabilities, setgroups, setgid, setuid,
+  dumpable, mount_private, mount_proc, hide, cgroup_ns, nproc, rt_limits, capabilities, setgroups, setgid, setuid,
   no_new_privs, seccomp,
   gate  // waiting at the gate (prepare_sandbox) for the byte that lets it exec
 };
@@ -80,6 +80,7 @@ struct ChildPlan {
   const char* const* hide_dirs;   // nullptr-terminated
   const char* const* hide_files;  // nullptr-terminated
   std::uint64_t nproc_max;
+  bool zero_rt_limits;            // RLIMIT_RTPRIO and RLIMIT_NICE to 0
   const sock_fprog* seccomp;      // nullptr: none
 };
 
@@ -128,6 +129,12 @@ void child_isolate(const ChildPlan& p) {
   if (p.nproc_max != 0) {
     const rlimit lim{p.nproc_max, p.nproc_max};
     if (syscall(SYS_prlimit64, 0, RLIMIT_NPROC, &lim, nullptr) < 0) child_fail(p, ChildStep::nproc, errno);
+  }
+  if (p.zero_rt_limits) {
+    const rlimit none{0, 0};
+    if (syscall(SYS_prlimit64, 0, RLIMIT_RTPRIO, &none, nullptr) < 0 ||
+        syscall(SYS_prlimit64, 0, RLIMIT_NICE, &none, nullptr) < 0)
+      child_fail(p, ChildStep::rt_limits, errno);
   }
   for (int cap = 0; cap < 64; ++cap) {
     if (syscall(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
@@ -253,6 +260,7 @@ const char* step_name(int step) {
     case ChildStep::hide: return "covering a hidden path";
     case ChildStep::cgroup_ns: return "unshare(CLONE_NEWCGROUP)";
     case ChildStep::nproc: return "setrlimit(RLIMIT_NPROC)";
+    case ChildStep::rt_limits: return "setrlimit(RLIMIT_RTPRIO, RLIMIT_NICE)";
     case ChildStep::capabilities: return "dropping capabilities";
     case ChildStep::setgroups: return "setgroups";
     case ChildStep::setgid: return "setresgid";
@@ -610,6 +618,7 @@ std::optional<ChildStart> start_child(const SpawnRequest& request, bool gated, S
                        iso != nullptr ? iso->uid : 0, iso != nullptr ? iso->gid : 0,
                        hide_dir_ptrs.data(), hide_file_ptrs.data(),
                        iso != nullptr ? iso->nproc_max : 0,
+                       iso != nullptr && iso->zero_rt_limits,
                        iso != nullptr && iso->seccomp != nullptr ? &fprog : nullptr};
   int pidfd = -1;
   clone_args args{};

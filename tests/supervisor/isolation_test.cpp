@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -323,6 +324,29 @@ TEST_F(Isolated, ASandboxThatIgnoresSigtermStillDies) {
   EXPECT_EQ(rec.error, 0);
   EXPECT_EQ(finish(*p).status, -SIGKILL);
   EXPECT_TRUE(marked().empty());
+}
+
+// A sandbox cannot take a real-time scheduling class (SCHED_FIFO above the rt thread's priority
+// on every core would keep the kill-switch from running), even where the supervisor runs with a
+// high RLIMIT_RTPRIO (a unit's LimitRTPRIO=, limits.conf): its limits are zeroed at spawn. The
+// ablation keeps the inherited limit, and the sandbox gets SCHED_FIFO.
+TEST_F(Isolated, ASandboxCannotTakeARealTimePriority) {
+  if (::access("/usr/bin/chrt", X_OK) != 0) GTEST_SKIP() << "chrt (util-linux) is not installed";
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_RTPRIO, &before), 0);
+  const rlimit high{99, 99};
+  if (::setrlimit(RLIMIT_RTPRIO, &high) != 0) GTEST_SKIP() << "cannot raise RLIMIT_RTPRIO here: " << std::strerror(errno);
+  const std::string script = "if /usr/bin/chrt -f 10 /bin/true 2>/dev/null; then echo rt-granted; else echo rt-refused; fi";
+  for (const bool defended : {true, false}) {
+    SCOPED_TRACE(defended ? "limits zeroed" : "ablation: the supervisor's limit inherited");
+    Isolation iso = isolation();
+    iso.zero_rt_limits = defended;
+    auto p = start(&iso, script);
+    ASSERT_TRUE(p.has_value());
+    ASSERT_TRUE(await_output(defended ? "rt-refused" : "rt-granted")) << output();
+    EXPECT_EQ(finish(*p).status, 0);
+  }
+  ::setrlimit(RLIMIT_RTPRIO, &before);
 }
 
 // A fork bomb stops at RLIMIT_NPROC of the sandbox's own user namespace (per sandbox, also where

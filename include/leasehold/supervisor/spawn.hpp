@@ -139,6 +139,11 @@ struct Isolation {
   std::vector<std::string> hide;
   const SeccompFilter* seccomp = nullptr;  ///< nullptr: no filter (tests of the other layers)
   std::uint64_t nproc_max = 0;             ///< RLIMIT_NPROC in its user namespace; 0 = unchanged
+  /// RLIMIT_RTPRIO and RLIMIT_NICE set to 0: no real-time scheduling and no raised priority,
+  /// whatever limits the supervisor runs with. A sandbox allowed SCHED_FIFO above the rt
+  /// thread's priority could keep the kill-switch from running on every core. Off only in tests
+  /// (the ablation).
+  bool zero_rt_limits = true;
 };
 
 /// Ok when `dir` is a directory of its own that a sandbox's mount namespace may cover with an
