@@ -328,29 +328,41 @@ int main(int argc, char** argv) {
     notifier.watchdog(loop->turn_now_ns());
     if (reload) {
       reload = false;
-      // A key rotation: the key flags, read again. A key set that does not load changes nothing.
+      // The config file and the flags, read again (flags still override the file): the key
+      // files they name now (a rotation adds a key-file to the file's list, or a file to
+      // --key-dir) and the log level; nothing else of them changes without a restart. A file
+      // that no longer parses changes neither: the keys named before are read again, the level
+      // stays. A key set that does not load changes nothing.
+      CLI::App again{kDescription};
+      lockd::LockdConfig fresh;
+      lockd::add_lockd_flags(again, fresh);
+      std::string parse_error;
+      try {
+        again.parse(argc, argv);
+      } catch (const CLI::ParseError& e) {
+        parse_error = config_file_error(again, e, argc, argv);
+        if (parse_error.empty()) parse_error = e.what();
+      }
+      if (parse_error.empty()) {
+        cfg.key_files = fresh.key_files;
+        cfg.admin_key_files = fresh.admin_key_files;
+        cfg.key_dir = fresh.key_dir;
+      }
       const auto next = lockd::load_keys(cfg);
       const Status err = next ? service->reload_keys(*next, loop->turn_now_ns()) : next.status();
       if (!err.ok())
         daemon_log().emit(boottime_ns(), "level=warn event=key_reload_refused error=\"the keys stay as they were: " +
                                              err.message() + "\"");
-      // The log level: the config file and the flags read again (flags still override the
-      // file); nothing else of them changes without a restart.
-      CLI::App again{kDescription};
-      lockd::LockdConfig fresh;
-      lockd::add_lockd_flags(again, fresh);
-      try {
-        again.parse(argc, argv);
+      if (parse_error.empty()) {
         const LogLevel before = daemon_log().level();
         daemon_log().set_level(fresh.log.level);
         daemon_log().emit(boottime_ns(), "event=reloaded log_level=" + std::string(to_string(fresh.log.level)) +
                                              " log_level_before=" + std::string(to_string(before)) +
                                              " keys=" + (err.ok() ? "reloaded" : "unchanged"));
-      } catch (const CLI::ParseError& e) {
-        std::string why = config_file_error(again, e, argc, argv);
-        if (why.empty()) why = e.what();
+      } else {
         daemon_log().emit(boottime_ns(), "level=warn event=config_reload_refused error=\"the log level stays " +
-                                             std::string(to_string(daemon_log().level())) + ": " + why + "\"");
+                                             std::string(to_string(daemon_log().level())) + ": " + parse_error +
+                                             " (the key files named before were read again)\"");
       }
     }
     if (!service->after_iteration()) {

@@ -66,6 +66,45 @@ TEST(LockdService, NoWatchdogPingsUnlessSystemdAsks) {
   EXPECT_EQ(lockd.terminate(), 0);
 }
 
+// A key rotation by the config file: a key file added to its key-file list is taken on SIGHUP,
+// not only the files named at start read again.
+TEST(LockdService, SighupTakesTheKeyFilesTheConfigFileNamesNow) {
+  if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
+  TempDir dir;
+  const wire::WireKey first = make_key(dir.path());
+  const fs::path second_path = dir.path() / "cluster-2.key";
+  ASSERT_TRUE(wire::generate_key_file(second_path.string(), wire::KeyKind::cluster, 2).ok());
+  const auto second = wire::load_key_file(second_path.string());
+  ASSERT_TRUE(second) << second.message();
+  const fs::path config = dir.path() / "lockd.toml";
+  const std::string store = "store = \"" + (dir.path() / "l.db").string() + "\"\n";
+  const std::string first_file = "\"" + (dir.path() / "lockd.key").string() + "\"";
+  write_text(config, store + "key-file = [" + first_file + "]\n");
+  LockdProcess lockd;
+  std::string err;
+  ASSERT_TRUE(lockd.start({"--config", config.string()}, dir.path() / "lockd.log", &err)) << err;
+  const WorkerId w{0x78, 1};
+  AdminClient old_key(lockd.address(), first, w);
+  const Answer a = old_key.acquire("rotated/a", SandboxId{0x52, 1}, w);
+  ASSERT_NE(a.as<wire::Grant>(), nullptr) << a.message();
+  {  // Not yet one of lockd's keys: its datagrams go unanswered.
+    AdminClient new_key(lockd.address(), *second, w, 500'000'000);
+    const Answer unanswered = new_key.acquire("rotated/b", SandboxId{0x52, 2}, w);
+    EXPECT_EQ(unanswered.as<wire::Grant>(), nullptr) << unanswered.message();
+  }
+  write_text(config, store + "key-file = [" + first_file + ", \"" + second_path.string() + "\"]\n");
+  lockd.signal(SIGHUP);
+  ASSERT_TRUE(harness::wait_for_log_line(dir.path() / "lockd.log", "event=reloaded ", milliseconds(20'000)))
+      << lockd.log();
+  EXPECT_NE(lockd.log().find(" keys=reloaded"), std::string::npos) << lockd.log();
+  AdminClient new_key(lockd.address(), *second, w);
+  const Answer g = new_key.acquire("rotated/b", SandboxId{0x52, 2}, w);
+  EXPECT_NE(g.as<wire::Grant>(), nullptr) << g.message();
+  const Answer c = old_key.acquire("rotated/c", SandboxId{0x52, 3}, w);  // both keys now
+  EXPECT_NE(c.as<wire::Grant>(), nullptr) << c.message();
+  EXPECT_EQ(lockd.terminate(), 0);
+}
+
 TEST(LockdService, SighupReloadsTheLogLevelFromTheConfigFileAndKeepsServing) {
   if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
   TempDir dir;
