@@ -3,8 +3,10 @@
 // loop when the unit sets WatchdogSec= (systemd then restarts a daemon whose loop stopped turning).
 //
 // Without $NOTIFY_SOCKET (not started by systemd with Type=notify) every call does nothing.
-// A message is one datagram to systemd's socket; a ping goes out at most every half watchdog
-// interval (sd_watchdog_enabled(3)), so the cost on the io thread is one sendmsg per few seconds.
+// A message is one datagram to systemd's socket, sent without blocking (sd_notify(3) would block
+// the io thread while PID 1's queue is full; a message that does not fit is dropped, as a log
+// line would be); a ping goes out at most every half watchdog interval (sd_watchdog_enabled(3)),
+// so the cost on the io thread is one sendto per few seconds.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,9 @@ class ServiceNotifier {
  public:
   /// Reads $NOTIFY_SOCKET and $WATCHDOG_USEC/$WATCHDOG_PID once (the environment is left as it is).
   ServiceNotifier();
+  ~ServiceNotifier();
+  ServiceNotifier(const ServiceNotifier&) = delete;
+  ServiceNotifier& operator=(const ServiceNotifier&) = delete;
 
   /// True when systemd listens ($NOTIFY_SOCKET set).
   bool enabled() const noexcept { return enabled_; }
@@ -37,11 +42,16 @@ class ServiceNotifier {
   std::int64_t wait_ns(std::int64_t now_ns) const noexcept;
   /// WATCHDOG=1 pings sent so far.
   std::uint64_t pings() const noexcept { return pings_; }
+  /// Messages dropped because systemd's socket did not take them at once (or failed).
+  std::uint64_t dropped() const noexcept { return dropped_; }
 
  private:
   void send(const std::string& message);
 
   bool enabled_ = false;
+  int fd_ = -1;                ///< a non-blocking AF_UNIX datagram socket
+  std::string address_;        ///< sockaddr_un of $NOTIFY_SOCKET ('@' = abstract)
+  std::uint64_t dropped_ = 0;
   std::int64_t watchdog_ns_ = 0;
   std::int64_t last_ping_ns_ = -1;
   std::uint64_t pings_ = 0;
