@@ -28,6 +28,27 @@ std::vector<std::string> split_addresses(const std::string& list) {
   }
 }
 
+/// Asks each lockd of `flags.lockd` (one address at a time) for its Stats answer, in order:
+/// `on_answer(address, stats)` when it answered, `on_failure(address, failure)` otherwise (`what`
+/// names the command in the failure's message).
+template <typename OnAnswer, typename OnFailure>
+void each_lockd_stats(const LockdFlags& flags, const char* what, OnAnswer on_answer, OnFailure on_failure) {
+  for (const std::string& address : split_addresses(flags.lockd)) {
+    LockdFlags one = flags;
+    one.lockd = address;
+    Failure f;
+    if (auto client = connect_lockd(one, f)) {
+      const lockd::Answer ans = client->stats();
+      if (const auto* s = ans.as<wire::StatsAnswer>()) {
+        on_answer(address, *s);
+        continue;
+      }
+      f = answer_failure(ans, one, what);
+    }
+    on_failure(address, f);
+  }
+}
+
 const Command kStats([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<StatsArgs>();
   auto* sub = app.add_subcommand(
@@ -42,31 +63,24 @@ const Command kStats([](CLI::App& app, int* exit_code) {
     resolve(a->lockd);
     nlohmann::json all = nlohmann::json::array();
     std::string text;
-    for (const std::string& address : split_addresses(a->lockd.lockd)) {
-      LockdFlags one = a->lockd;
-      one.lockd = address;
-      Failure f;
-      auto client = connect_lockd(one, f);
-      if (client) {
-        const lockd::Answer ans = client->stats();
-        if (const auto* s = ans.as<wire::StatsAnswer>()) {
+    each_lockd_stats(
+        a->lockd, "stats",
+        [&](const std::string& address, const wire::StatsAnswer& s) {
           nlohmann::json counters = nlohmann::json::object();
           text += "lockd " + address + "\n";
-          for (const wire::Counter& c : s->counters) {
+          for (const wire::Counter& c : s.counters) {
             counters[c.key] = c.value;
             text += "  " + c.key + " " + std::to_string(c.value) + "\n";
           }
           all.push_back({{"address", address}, {"counters", std::move(counters)}});
-          continue;
-        }
-        f = answer_failure(ans, one, "stats");
-      }
-      // One lockd that does not answer does not hide the others': its error is printed and the
-      // exit code is its failure's.
-      note("stats", f);  // its error is part of the answer below, with --json too
-      *exit_code = f.code;
-      all.push_back({{"address", address}, {"error", f.message}});
-    }
+        },
+        // One lockd that does not answer does not hide the others': its error is printed and the
+        // exit code is its failure's.
+        [&](const std::string& address, const Failure& f) {
+          note("stats", f);  // its error is part of the answer below, with --json too
+          *exit_code = f.code;
+          all.push_back({{"address", address}, {"error", f.message}});
+        });
     if (a->json) std::printf("%s\n", nlohmann::json{{"lockd", std::move(all)}}.dump(2).c_str());
     else std::fputs(text.c_str(), stdout);
   });
@@ -131,28 +145,21 @@ const Command kHealth([](CLI::App& app, int* exit_code) {
     std::uint64_t shards = 1;
     std::size_t answered = 0;
     Failure last;
-    for (const std::string& address : addresses) {
-      LockdFlags one = a->lockd;
-      one.lockd = address;
-      Failure f;
-      auto client = connect_lockd(one, f);
-      if (client) {
-        const lockd::Answer ans = client->stats();
-        if (const auto* s = ans.as<wire::StatsAnswer>()) {
-          nlohmann::json h = health_of(address, *s);
+    each_lockd_stats(
+        a->lockd, "health",
+        [&](const std::string& address, const wire::StatsAnswer& s) {
+          nlohmann::json h = health_of(address, s);
           ++answered;
           shards = std::max<std::uint64_t>(shards, h["shards"].get<std::uint64_t>());
           if (h["serving"].get<bool>()) ++serving_by_shard[h["shard"].get<std::uint64_t>()];
           else if (addresses.size() == 1) reasons.push_back(address + " does not serve: it is a " + h["role"].get<std::string>());
           all.push_back(std::move(h));
-          continue;
-        }
-        f = answer_failure(ans, one, "health");
-      }
-      last = f;
-      reasons.push_back(address + " does not answer: " + f.message);
-      all.push_back({{"address", address}, {"answered", false}, {"error", f.message}});
-    }
+        },
+        [&](const std::string& address, const Failure& f) {
+          last = f;
+          reasons.push_back(address + " does not answer: " + f.message);
+          all.push_back({{"address", address}, {"answered", false}, {"error", f.message}});
+        });
     if (answered == 0) {
       *exit_code = report("health", last);
       if (a->json)

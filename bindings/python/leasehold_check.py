@@ -287,13 +287,48 @@ class SlotSnapshot:
         return self.state == SLOT_PUBLISHED and not self.revoked and self.epoch > 0
 
 
-class Table:
+class _Handle:
+    """A library object owned by a Python object: close() frees it once (`_free` names the C
+    function), a context manager closes it, and so does garbage collection. `_h()` is the handle,
+    or LeaseholdError E_ARG once closed (`_what` names the object in that message)."""
+
+    _free = ""
+    _what = ""
+
+    def __init__(self, handle) -> None:
+        self._lib = _library()
+        self._handle = handle
+
+    def close(self) -> None:
+        if self._handle:
+            getattr(self._lib, self._free)(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None):
+            self.close()
+
+    def _h(self):
+        if not self._handle:
+            raise LeaseholdError(E_ARG, f"the {self._what} is closed")
+        return self._handle
+
+
+class Table(_Handle):
     """A read-only mapping of a supervisor's shm epoch table (leasehold_open). A context manager;
     close() unmaps it (later calls raise LeaseholdError E_ARG)."""
 
+    _free = "leasehold_close"
+    _what = "table"
+
     def __init__(self, handle: ctypes.c_void_p, location: Optional[str]):
-        self._handle: Optional[ctypes.c_void_p] = handle
-        self._lib = _library()
+        super().__init__(handle)
         self.location = location
 
     @classmethod
@@ -311,25 +346,6 @@ class Table:
             raise _fail(rc, err, "leasehold_open")
         return cls(handle, None if location is None else os.fsdecode(location))
 
-    def close(self) -> None:
-        if self._handle is not None:
-            self._lib.leasehold_close(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Table":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
-    def _h(self) -> ctypes.c_void_p:
-        if self._handle is None:
-            raise LeaseholdError(E_ARG, "the table is closed")
-        return self._handle
 
     @property
     def slot_count(self) -> int:
@@ -403,13 +419,12 @@ class Table:
 # ---- tokens and their verification -----------------------------------------------------------
 
 
-class Tokens:
+class Tokens(_Handle):
     """The sandbox's own token channel (leasehold_tokens_open): the signed tokens of its grants.
     A context manager."""
 
-    def __init__(self, handle: ctypes.c_void_p):
-        self._handle: Optional[ctypes.c_void_p] = handle
-        self._lib = _library()
+    _free = "leasehold_tokens_close"
+    _what = "token channel"
 
     @classmethod
     def open(cls, location: Optional[str] = None) -> "Tokens":
@@ -423,63 +438,29 @@ class Tokens:
             raise _fail(rc, err, "leasehold_tokens_open")
         return cls(handle)
 
-    def close(self) -> None:
-        if self._handle is not None:
-            self._lib.leasehold_tokens_close(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Tokens":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
     def token(self, epoch: int) -> bytes:
         """The signed token of this sandbox's grant at `epoch` (TOKEN_BYTES bytes). Raises
         LeaseholdError E_NOT_FOUND (no token for that epoch), E_BUSY, E_ARG."""
-        if self._handle is None:
-            raise LeaseholdError(E_ARG, "the token channel is closed")
+        h = self._h()
         if not _in_range(epoch, _U64_MAX):
             raise LeaseholdError(E_NOT_FOUND, f"no token for epoch {epoch}")
         buf = (ctypes.c_uint8 * TOKEN_BYTES)()
-        rc = self._lib.leasehold_token(self._handle, epoch, buf, TOKEN_BYTES)
+        rc = self._lib.leasehold_token(h, epoch, buf, TOKEN_BYTES)
         if rc < 0:
             raise _fail(rc, None, f"leasehold_token(epoch {epoch})")
         return bytes(buf[:rc])
 
 
-class Verifier:
+class Verifier(_Handle):
     """A resource's token verifier: lockd's public key(s) alone. A context manager."""
 
+    _free = "leasehold_verifier_free"
+    _what = "verifier"
+
     def __init__(self) -> None:
-        self._lib = _library()
-        self._handle: Optional[int] = self._lib.leasehold_verifier_new()
+        super().__init__(_library().leasehold_verifier_new())
         if not self._handle:
             raise MemoryError("leasehold_verifier_new")
-
-    def close(self) -> None:
-        if self._handle:
-            self._lib.leasehold_verifier_free(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Verifier":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None):
-            self.close()
-
-    def _h(self) -> int:
-        if not self._handle:
-            raise LeaseholdError(E_ARG, "the verifier is closed")
-        return self._handle
 
     def add_key_file(self, path: Union[str, os.PathLike]) -> None:
         """Adds a public key file (PEM as lockd writes STORE.signing.key.pub, 32 raw bytes, or 64
