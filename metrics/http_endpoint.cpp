@@ -52,13 +52,15 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(const std::string& lis
   std::unique_ptr<HttpEndpoint> ep(new HttpEndpoint());
   ep->server_ = std::make_unique<Server>();
   httplib::Server& http = ep->server_->http;
-  // One thread answers (the scrapes of one Prometheus, a health check now and then); a slow or
-  // idle client is cut off after a few seconds and never holds it for long.
-  http.new_task_queue = [] { return new httplib::ThreadPool(1); };
-  http.set_keep_alive_max_count(16);
-  http.set_keep_alive_timeout(5);
-  http.set_read_timeout(5, 0);
-  http.set_write_timeout(5, 0);
+  // Two threads answer (the scrapes of one Prometheus, a health check now and then). A client
+  // that sends nothing is cut off after 1 s and a connection serves at most 4 requests, so an
+  // idle or slow client (a sandbox that reaches the supervisor's address: README "Metrics and
+  // health") holds a thread for about a second, not for minutes.
+  http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  http.set_keep_alive_max_count(4);
+  http.set_keep_alive_timeout(1);
+  http.set_read_timeout(1, 0);
+  http.set_write_timeout(2, 0);
   http.set_payload_max_length(4096);  // GETs only
   http.Get("/metrics", [metrics = std::move(metrics)](const httplib::Request&, httplib::Response& res) {
     answer(res, metrics());
