@@ -19,7 +19,7 @@ packages=(
   rt-tests                                      # cyclictest (perf baseline)
   bubblewrap                                    # optional sandbox wrapping
   libseccomp-dev                                # the isolated sandbox's system-call filter
-  libsystemd-dev                                # sd_notify: Type=notify units, the watchdog
+  libsystemd-dev                                # Type=notify units: the watchdog interval (sd_watchdog_enabled)
   iproute2                                      # network namespaces for the demo
   nftables                                      # the demo's loopback fallback cuts a worker off with nft
   python3                                       # specs/check drives Spin
