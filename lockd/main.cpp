@@ -43,10 +43,6 @@ leasehold::metrics::Snapshot snapshot_of(const leasehold::lockd::LockService& se
   return snap;
 }
 
-/// How long the HTTP thread waits for the io thread's snapshot (the io thread takes at most a
-/// turn, kTickNs when idle; a stalled one makes /metrics and /healthz answer 503).
-constexpr std::int64_t kSnapshotWaitNs = 1'000'000'000;
-
 constexpr const char* kDescription =
     "leasehold-lockd: the lock service. Serves the name table over authenticated UDP and keeps "
     "ownership changes durable in a SQLite store (WAL, group commit), or in etcd shared by a "
@@ -287,20 +283,7 @@ int main(int argc, char** argv) {
     loop->add_poll(exchange->wake_fd(), POLLIN, PollMode::multishot, [&](int) {
       if (exchange->take_request()) exchange->publish(snapshot_of(service->service()));
     });
-    metrics::SnapshotExchange* x = exchange.get();
-    auto started = metrics::HttpEndpoint::start(
-        cfg.metrics_listen,
-        [x] {
-          const auto snap = x->get(kSnapshotWaitNs);
-          if (!snap) return metrics::HttpAnswer{503, "lockd's io thread did not answer within 1 s\n"};
-          return metrics::HttpAnswer{200, metrics::format_text("leasehold_lockd_", *snap),
-                                     metrics::kPrometheusContentType};
-        },
-        [x] {
-          const auto snap = x->get(kSnapshotWaitNs);
-          if (!snap) return metrics::HttpAnswer{503, "lockd's io thread did not answer within 1 s\n"};
-          return metrics::HttpAnswer{snap->healthy ? 200 : 503, snap->health + "\n"};
-        });
+    auto started = metrics::HttpEndpoint::serve(cfg.metrics_listen, *exchange, "leasehold_lockd_", "lockd");
     if (!started) {
       std::fprintf(stderr, "leasehold-lockd: %s\n", started.message().c_str());
       service.reset();

@@ -2,6 +2,9 @@
 // daemons' other code compiles without it.
 #include "leasehold/metrics/http_endpoint.hpp"
 
+#include "leasehold/metrics/exchange.hpp"
+#include "leasehold/metrics/exposition.hpp"
+
 #include <httplib.h>
 
 #include <cerrno>
@@ -77,6 +80,23 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(const std::string& lis
   Server* s = ep->server_.get();
   ep->server_->thread = std::thread([s] { s->http.listen_after_bind(); });
   return ep;
+}
+
+Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::serve(const std::string& listen, SnapshotExchange& exchange,
+                                                          std::string prefix, std::string who) {
+  const std::string stalled = who + "'s io thread did not answer within 1 s\n";
+  return start(
+      listen,
+      [&exchange, prefix = std::move(prefix), stalled] {
+        const auto snap = exchange.get(kSnapshotWaitNs);
+        if (!snap) return HttpAnswer{503, stalled};
+        return HttpAnswer{200, format_text(prefix, *snap), kPrometheusContentType};
+      },
+      [&exchange, stalled] {
+        const auto snap = exchange.get(kSnapshotWaitNs);
+        if (!snap) return HttpAnswer{503, stalled};
+        return HttpAnswer{snap->healthy ? 200 : 503, snap->health + "\n"};
+      });
 }
 
 HttpEndpoint::~HttpEndpoint() {

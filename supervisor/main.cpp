@@ -79,23 +79,8 @@ int main(int argc, char** argv) {
     for (const int sig : {SIGTERM, SIGINT, SIGCHLD, SIGHUP}) sigaddset(&blocked, sig);
     ::pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
     exchange = std::make_unique<metrics::SnapshotExchange>();
-    metrics::SnapshotExchange* x = exchange.get();
-    // The io thread answers within a turn; 1 s without a snapshot means it is stalled (or still
-    // starting): 503.
-    constexpr std::int64_t kSnapshotWaitNs = 1'000'000'000;
-    auto started = metrics::HttpEndpoint::start(
-        config.metrics_listen,
-        [x] {
-          const auto snap = x->get(kSnapshotWaitNs);
-          if (!snap) return metrics::HttpAnswer{503, "the supervisor's io thread did not answer within 1 s\n"};
-          return metrics::HttpAnswer{200, metrics::format_text("leasehold_supervisor_", *snap),
-                                     metrics::kPrometheusContentType};
-        },
-        [x] {
-          const auto snap = x->get(kSnapshotWaitNs);
-          if (!snap) return metrics::HttpAnswer{503, "the supervisor's io thread did not answer within 1 s\n"};
-          return metrics::HttpAnswer{snap->healthy ? 200 : 503, snap->health + "\n"};
-        });
+    auto started = metrics::HttpEndpoint::serve(config.metrics_listen, *exchange, "leasehold_supervisor_",
+                                                "the supervisor");
     if (!started) {
       std::fprintf(stderr, "leasehold-supervisor: %s\n", started.message().c_str());
       return 2;

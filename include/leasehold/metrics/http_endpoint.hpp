@@ -6,6 +6,7 @@
 
 #include "leasehold/lease/result.hpp"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +20,12 @@ struct HttpAnswer {
   std::string content_type = "text/plain; charset=utf-8";
 };
 
+class SnapshotExchange;  // leasehold/metrics/exchange.hpp
+
+/// How long an answer waits for the io thread's snapshot: the io thread answers within a turn,
+/// so a second without one means it is stalled (or still starting).
+inline constexpr std::int64_t kSnapshotWaitNs = 1'000'000'000;
+
 /// The Prometheus text format's content type.
 inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -30,6 +37,12 @@ class HttpEndpoint {
   /// on the endpoint's thread. Errors: invalid_argument for a malformed address, io_error
   /// naming the address when it cannot be bound.
   static Result<std::unique_ptr<HttpEndpoint>> start(const std::string& listen, Handler metrics, Handler healthz);
+  /// start() with the handlers every daemon uses: each answer from a snapshot of `exchange`
+  /// (which must outlive the endpoint), waited for up to kSnapshotWaitNs (503 naming `who`'s io
+  /// thread when none comes); /metrics in the text format with names prefixed `prefix`
+  /// ("leasehold_lockd_"), /healthz 200 or 503 with the snapshot's health text.
+  static Result<std::unique_ptr<HttpEndpoint>> serve(const std::string& listen, SnapshotExchange& exchange,
+                                                     std::string prefix, std::string who);
   /// Stops serving and joins the threads.
   ~HttpEndpoint();
   HttpEndpoint(const HttpEndpoint&) = delete;
