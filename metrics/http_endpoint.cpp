@@ -7,6 +7,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <thread>
@@ -65,6 +67,12 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::start(const std::string& lis
   http.set_read_timeout(1, 0);
   http.set_write_timeout(2, 0);
   http.set_payload_max_length(4096);  // GETs only
+  // SO_REUSEADDR alone: httplib's default adds SO_REUSEPORT, with which a second daemon given the
+  // same port binds it too and scrapes alternate between the two.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   http.Get("/metrics", [metrics = std::move(metrics)](const httplib::Request&, httplib::Response& res) {
     answer(res, metrics());
   });
