@@ -167,6 +167,15 @@ std::string rfc3339_ms(std::int64_t wall_ns) {
   return buf;
 }
 
+std::string quoted_value(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += (c == '\n' || c == '\r') ? ' ' : c;
+  }
+  return out + "\"";
+}
+
 LogLevel level_of(std::string_view fields, LogLevel fallback) noexcept {
   std::optional<LogLevel> level;
   strip_level(fields, level);

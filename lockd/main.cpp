@@ -343,9 +343,10 @@ int main(int argc, char** argv) {
                                              " log_level_before=" + std::string(to_string(before)) +
                                              " keys=" + (err.ok() ? "reloaded" : "unchanged"));
       } else {
-        daemon_log().emit(boottime_ns(), "level=warn event=config_reload_refused error=\"the log level stays " +
-                                             std::string(to_string(daemon_log().level())) + ": " + parse_error +
-                                             " (the key files named before were read again)\"");
+        daemon_log().emit(boottime_ns(), "level=warn event=config_reload_refused error=" +
+                                             quoted_value("the log level stays " +
+                                                          std::string(to_string(daemon_log().level())) + ": " +
+                                                          parse_error + " (the key files named before were read again)"));
       }
     }
     if (!service->after_iteration()) {

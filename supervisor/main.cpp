@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       std::string why = config_file_error(again, e, argc, argv);
       if (why.empty()) why = e.what();
-      daemon_log().emit(boottime_ns(), "level=warn event=config_reload_refused error=\"the log level stays " +
-                                           std::string(to_string(daemon_log().level())) + ": " + why + "\"");
+      daemon_log().emit(boottime_ns(), "level=warn event=config_reload_refused error=" +
+                                           quoted_value("the log level stays " +
+                                                        std::string(to_string(daemon_log().level())) + ": " + why));
     }
   });
   if (exchange) {

@@ -50,6 +50,9 @@ std::string rfc3339_ms(std::int64_t wall_ns);
 void format_event(LogFormat format, LogLevel level, std::int64_t boot_ns, std::int64_t wall_ns,
                   std::string_view fields, std::string& out);
 
+/// `text` as a double-quoted logfmt value: `"` and `\` escaped, line breaks as spaces.
+std::string quoted_value(std::string_view text);
+
 /// The level of `fields`: its leading `level=L`, or `fallback`.
 LogLevel level_of(std::string_view fields, LogLevel fallback = LogLevel::info) noexcept;
 
