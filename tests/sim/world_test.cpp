@@ -159,24 +159,6 @@ TEST(SimWorld, TtlRhoAndGranularityAreDrawnPerSeed) {
   }
 }
 
-TEST(SimWorld, TheUnablatedBuildViolatesNothingInTheSeedsTheAblationsFailOn) {
-  // The catching seeds of tests/sim/CMakeLists.txt.
-  for (const std::uint64_t s : {1u, 2u, 4u, 6u, 11u, 14u}) {
-    SimConfig c;
-    c.seed = s;
-    const RunResult r = run_seed(c);
-    EXPECT_FALSE(r.violation) << "seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
-  }
-  // The cluster's ablations' (three replicas).
-  for (const std::uint64_t s : {1u, 127u}) {
-    SimConfig c;
-    c.seed = s;
-    c.lockd_replicas = 3;
-    const RunResult r = run_seed(c);
-    EXPECT_FALSE(r.violation) << "3 replicas, seed " << s << ": " << r.violation->invariant << ": " << r.violation->detail;
-  }
-}
-
 SimConfig cluster_run(std::uint64_t seed, std::uint32_t replicas = 3) {
   SimConfig c;
   c.seed = seed;
