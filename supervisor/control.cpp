@@ -137,6 +137,7 @@ std::optional<ControlOp> op_of(std::string_view s) {
   if (s == "list") return ControlOp::list;
   if (s == "status") return ControlOp::status;
   if (s == "logs") return ControlOp::logs;
+  if (s == "wait") return ControlOp::wait;
   return std::nullopt;
 }
 
@@ -152,6 +153,7 @@ std::string_view to_string(ControlOp op) noexcept {
     case ControlOp::list: return "list";
     case ControlOp::status: return "status";
     case ControlOp::logs: return "logs";
+    case ControlOp::wait: return "wait";
   }
   return "?";
 }
@@ -184,7 +186,7 @@ ControlParse parse_control_request(std::string_view line) {
   }
   if (!j.contains("op") || !j.at("op").is_string()) {
     p.error = ControlError::bad_request;
-    p.message = "field \"op\" (string) is required: run, name, expect-commit, release, kill, list, status, logs";
+    p.message = "field \"op\" (string) is required: run, name, expect-commit, release, kill, list, status, logs, wait";
     return p;
   }
   const std::string op_text = j.at("op").get<std::string>();
@@ -192,7 +194,7 @@ ControlParse parse_control_request(std::string_view line) {
   if (!op) {
     p.error = ControlError::unknown_op;
     p.message = "unknown op \"" + op_text.substr(0, 64) +
-                "\"; known: run, name, expect-commit, release, kill, list, status, logs";
+                "\"; known: run, name, expect-commit, release, kill, list, status, logs, wait";
     return p;
   }
   ControlRequest r;
@@ -225,8 +227,14 @@ ControlParse parse_control_request(std::string_view line) {
       case ControlOp::release:
         if (!j.contains("name")) throw FieldError{"field \"name\" is required"};
         r.name = get_name(j, "name");
+        if (j.contains("grace_ms")) r.grace_ms = get_u64(j, "grace_ms");
         break;
       case ControlOp::kill:
+        if (!j.contains("sandbox")) throw FieldError{"field \"sandbox\" is required"};
+        r.sandbox = get_sandbox(j, "sandbox");
+        if (j.contains("grace_ms")) r.grace_ms = get_u64(j, "grace_ms");
+        break;
+      case ControlOp::wait:
         if (!j.contains("sandbox")) throw FieldError{"field \"sandbox\" is required"};
         r.sandbox = get_sandbox(j, "sandbox");
         break;
@@ -479,8 +487,11 @@ void ControlServer::on_ready(int fd, short revents, std::uint64_t now_ms) {
 void ControlServer::drop(int fd) {
   auto it = clients_.find(fd);
   if (it == clients_.end()) return;
+  const ControlClientId id = it->second.id;
+  const bool owed = it->second.busy;
   ::close(fd);
   clients_.erase(it);
+  if (owed && on_close_) on_close_(id);
 }
 
 void ControlServer::send_and_close(Client& c, const std::string& line) {

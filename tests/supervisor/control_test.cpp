@@ -15,7 +15,9 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
+#include <vector>
 
 namespace leasehold {
 namespace {
@@ -58,6 +60,19 @@ TEST(ControlParse, ExpectCommitNeedsSandboxEpochAndCommand) {
   EXPECT_NE(no_epoch.message.find("\"epoch\""), std::string::npos);
 }
 
+TEST(ControlParse, WaitTakesASandboxAndStopsTakeAGrace) {
+  const ControlParse w = parse_control_request(R"({"v":1,"op":"wait","sandbox":"0f8fad5b-d9cb-469f-a165-70867728950e"})");
+  ASSERT_TRUE(w.request) << w.message;
+  EXPECT_EQ(w.request->op, ControlOp::wait);
+  EXPECT_EQ(w.request->sandbox->str(), "0f8fad5b-d9cb-469f-a165-70867728950e");
+  const ControlParse r = parse_control_request(R"({"v":1,"op":"release","name":"n","grace_ms":250})");
+  ASSERT_TRUE(r.request) << r.message;
+  EXPECT_EQ(r.request->grace_ms, std::optional<std::uint64_t>(250));
+  const ControlParse k = parse_control_request(R"({"v":1,"op":"kill","sandbox":"0f8fad5b-d9cb-469f-a165-70867728950e"})");
+  ASSERT_TRUE(k.request) << k.message;
+  EXPECT_FALSE(k.request->grace_ms.has_value()) << "absent: the supervisor's --stop-grace-ms";
+}
+
 TEST(ControlParse, ErrorsNameTheProblem) {
   struct Case {
     const char* line;
@@ -81,6 +96,11 @@ TEST(ControlParse, ErrorsNameTheProblem) {
       {R"({"v":1,"op":"name","sandbox":"zz","name":"a"})", ControlError::bad_request, "sandbox id"},
       {R"({"v":1,"op":"release"})", ControlError::bad_request, "\"name\""},
       {R"({"v":1,"op":"kill","sandbox":"00000000-0000-0000-0000-000000000000"})", ControlError::bad_request, "sandbox id"},
+      {R"({"v":1,"op":"wait"})", ControlError::bad_request, "wait: field \"sandbox\" is required"},
+      {R"({"v":1,"op":"wait","sandbox":"zz"})", ControlError::bad_request, "sandbox id"},
+      {R"({"v":1,"op":"release","name":"a","grace_ms":-1})", ControlError::bad_request, "\"grace_ms\" must be a non-negative"},
+      {R"({"v":1,"op":"kill","sandbox":"0f8fad5b-d9cb-469f-a165-70867728950e","grace_ms":"2s"})",
+       ControlError::bad_request, "grace_ms"},
   };
   for (const auto& c : cases) {
     const ControlParse p = parse_control_request(c.line);
@@ -296,6 +316,41 @@ TEST(ControlServer, RequestsOfAClientThatAlreadyLeftAreNotCarriedOut) {
   serve();
   EXPECT_EQ(handled, 1);
   ::close(here);
+  s.close_all();
+}
+
+// A connection closed while its request is still being served (a `wait`) is reported, so the
+// answer owed to it is dropped; one closed with nothing owed is not.
+TEST(ControlServer, AClientClosingWhileItsRequestIsServedIsReported) {
+  const std::string path = temp_socket_path("owed");
+  std::vector<ControlClientId> closed;
+  ControlClientId waiting = 0;
+  ControlServer s(ControlAccess{getuid(), std::nullopt}, [&](ControlClientId c, ControlRequest r) {
+    if (r.op == ControlOp::wait) waiting = c;  // answered later: never, here
+    else s.reply(c, control_ok(r.id, {}));
+  });
+  s.set_close_handler([&](ControlClientId c) { closed.push_back(c); });
+  ASSERT_TRUE(s.open(path).ok());
+  auto serve = [&] {
+    for (int round = 0; round < 3; ++round)
+      for (const auto& w : s.watch_fds()) s.on_ready(w.fd, POLLIN, now_ms());
+  };
+  auto send = [&](const json& req) {
+    const int fd = connect_unix(path);
+    const std::string line = req.dump() + "\n";
+    EXPECT_EQ(::send(fd, line.data(), line.size(), 0), static_cast<ssize_t>(line.size()));
+    return fd;
+  };
+  const int listing = send({{"v", 1}, {"op", "list"}});
+  const int waiter = send({{"v", 1}, {"op", "wait"}, {"sandbox", "0f8fad5b-d9cb-469f-a165-70867728950e"}});
+  serve();
+  ASSERT_NE(waiting, 0u);
+  ::close(listing);
+  serve();
+  EXPECT_TRUE(closed.empty()) << "nothing was owed to the listing client";
+  ::close(waiter);
+  serve();
+  EXPECT_EQ(closed, std::vector<ControlClientId>{waiting});
   s.close_all();
 }
 

@@ -15,13 +15,20 @@
 //   name           {sandbox, name, ttl_ms?}            name a running unnamed sandbox
 //   expect-commit  {name, sandbox, epoch, argv, env?, cwd?}  2-phase: commit a name a control
 //                  plane acquired (Acquiring) through this worker's next heartbeat; spawn on success
-//   release        {name}                             kill the holder, release the name
-//   kill           {sandbox}                          kill a sandbox (named or not)
+//   release        {name, grace_ms?}                  stop the holder, release the name
+//   kill           {sandbox, grace_ms?}               stop a sandbox (named or not); grace_ms:
+//                                                     SIGTERM first, cgroup.kill after at most that
+//                                                     long (capped by --stop-grace-ms, its default)
 //   list           {}                                 sandboxes
 //   status         {}                                 worker, modes, budgets, counters
 //   logs           {sandbox} or {name}, bytes?        sandbox, log, output (the last `bytes`,
 //                                                     default and at most kControlLogBytesMax),
 //                                                     truncated, running
+//   wait           {sandbox}                          answered when the sandbox is gone: its
+//                                                     exit_status, exit_code, reason; also for one
+//                                                     gone recently (the `logs` record). At most
+//                                                     kControlWaitsMax at once (kControlWaitsPerUidMax
+//                                                     per uid other than root)
 // Error codes: the ControlError texts (control_error.hpp), among them unauthorized (the caller
 // may not use this socket at all: not root, the supervisor's uid or a member of its --group) and
 // forbidden (the sandbox is another caller's: only its owner and root may act on it).
@@ -66,8 +73,13 @@ inline constexpr std::size_t kControlArgvMax = 1024;
 /// Most bytes of a sandbox's output one `logs` answer carries (its tail).
 inline constexpr std::uint64_t kControlLogBytesMax = 1u << 20;
 inline constexpr std::size_t kControlEnvMax = 1024;
+/// `wait` requests answered later, at most, in total and per caller uid other than root: a
+/// waiting connection is busy (never idle, never evicted), so waits alone must not take all
+/// kControlClientsMax connections.
+inline constexpr std::size_t kControlWaitsMax = kControlClientsMax / 2;
+inline constexpr std::size_t kControlWaitsPerUidMax = 8;
 
-enum class ControlOp : std::uint8_t { run, name, expect_commit, release, kill, list, status, logs };
+enum class ControlOp : std::uint8_t { run, name, expect_commit, release, kill, list, status, logs, wait };
 std::string_view to_string(ControlOp op) noexcept;
 
 /// A parsed, validated control request. Fields not used by `op` stay empty.
@@ -79,7 +91,10 @@ struct ControlRequest {
   std::vector<std::string> env;          ///< "KEY=VALUE" entries
   std::string cwd = "/";
   std::optional<std::uint64_t> ttl_ms;   ///< run, name
-  std::optional<SandboxId> sandbox;      ///< name, expect-commit, kill, logs (or `name`)
+  std::optional<SandboxId> sandbox;      ///< name, expect-commit, kill, wait, logs (or `name`)
+  /// release, kill: how long the sandbox may take to exit after SIGTERM before cgroup.kill
+  /// (nullopt: the supervisor's --stop-grace-ms; larger values are capped by it).
+  std::optional<std::uint64_t> grace_ms;
   std::uint64_t bytes = 0;               ///< logs: tail length; 0 = kControlLogBytesMax
   Epoch epoch = 0;                       ///< expect-commit
   /// Who sent it (SO_PEERCRED at connect), set by ControlServer; (uid_t)-1 when unknown. A
@@ -122,6 +137,9 @@ class ControlServer final : public ControlPort {
  public:
   /// Called for every parsed request; the handler answers with `reply` now or later.
   using Handler = std::function<void(ControlClientId, ControlRequest)>;
+  /// Called when a connection closes (the peer hung up, an error, eviction): an answer still
+  /// owed to it (a `wait`) is dropped.
+  using CloseHandler = std::function<void(ControlClientId)>;
 
   ControlServer(ControlAccess access, Handler handler);
   ~ControlServer();
@@ -136,6 +154,7 @@ class ControlServer final : public ControlPort {
   /// of the failed step (errc_of_errno).
   Status open(const std::string& path);
   void close_all();
+  void set_close_handler(CloseHandler h) { on_close_ = std::move(h); }
 
   struct Watch {
     int fd;
@@ -191,6 +210,7 @@ class ControlServer final : public ControlPort {
 
   ControlAccess access_;
   Handler handler_;
+  CloseHandler on_close_;
   std::string path_;
   int listen_fd_ = -1;
   ControlClientId next_id_ = 1;
