@@ -111,6 +111,7 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     sc.slots = kSlots;
     sc.rt_command_poll_ns = kDefaultRtCommandPollNs;  // the latency rt_step gives its commands
     sc.lockd_ttl_ms = sc.ttl_ms;
+    sc.stop_grace_ms = kDefaultStopGraceMs;  // as the daemon's default (a stop sends SIGTERM first)
     SupervisorCoreHooks hk;
     hk.log = [this](const std::string& line) { env.note(index, event_of(line), 0, 0); };
     hk.new_sandbox_id = [this] { return SandboxId{rng.next() | 1, rng.next()}; };
@@ -217,6 +218,10 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     gone_at_gate(it->second);
   }
   void kill(const SandboxId& id, std::uint64_t) override { kill_hosted(id, "host_kill"); }
+  void terminate(const SandboxId& id) override {
+    const auto it = hosted.find(id);
+    if (it != hosted.end() && it->second.state == Hosted::State::running) env.terminate(index, id);
+  }
   ReapedSandbox reap(const SandboxId& id) override {
     hosted.erase(id);
     return ReapedSandbox{0, false};

@@ -383,6 +383,15 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     push(now_ + effects_delay_ns_ + k * cfg_.sandbox_tick_ns, kWorldNode, [this, sb] { sandbox_exit(sb, true); });
     record(1 + static_cast<int>(worker), why, sb.lo, static_cast<std::uint64_t>(k));
   }
+  void terminate(std::uint32_t worker, SandboxId sb) override {
+    // Half of the simulated commands handle SIGTERM and exit within 0..3 s (before or after a
+    // grace deadline); the others ignore it and are killed at the deadline.
+    const auto it = sandboxes_.find(sb);
+    if (it == sandboxes_.end() || it->second.fate.exited || it->second.fate.killed) return;
+    record(1 + static_cast<int>(worker), "sigterm", sb.lo, 0);
+    if (!proc_rng_.chance(0.5)) return;
+    push(now_ + effects_delay_ns_ + proc_rng_.range(0, 3 * kS), kWorldNode, [this, sb] { sandbox_exit(sb, false); });
+  }
   void note(std::uint32_t worker, std::string_view what, std::uint64_t a, std::uint64_t b) override {
     if (what == "refused_lock_delay") ++counts_.lock_delay_refusals;
     record(1 + static_cast<int>(worker), what, a, b);

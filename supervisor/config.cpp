@@ -278,6 +278,14 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
          "before their names are released. Kept sandboxes run until this worker's supervisor starts again, "
          "which stops them; under keep a sandbox started unnamed cannot be named later")
       ->check(CLI::IsMember({"kill", "keep"}));
+  app.add_option("--stop-grace-ms", c.stop_grace_ms,
+                 "on release, kill and shutdown: SIGTERM to every process of the sandbox first, and cgroup.kill "
+                 "only if it is still running this many milliseconds later (0: cgroup.kill at once; at most " +
+                     std::to_string(kStopGraceMsMax) +
+                     "). Meanwhile it keeps its name and its lease is refreshed; the kill-switch never waits. A "
+                     "request's grace_ms may shorten it")
+      ->check(CLI::Range(std::uint64_t{0}, kStopGraceMsMax))
+      ->capture_default_str();
   app.add_flag("--bwrap", c.bwrap, "run every sandbox inside bubblewrap (bwrap); needs --isolation off");
   app.add_option_function<std::string>(
          "--isolation",

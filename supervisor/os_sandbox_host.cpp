@@ -5,11 +5,15 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace leasehold {
@@ -209,6 +213,56 @@ void OsSandboxHost::abandon(const SandboxId& id) {
 void OsSandboxHost::kill(const SandboxId& id, std::uint64_t now_ns) {
   const Record* r = find(id);
   if (r != nullptr && (r->process.valid() || r->leaf.valid())) KillSwitch::kill(kill_target(id), now_ns);
+}
+
+void OsSandboxHost::terminate(const SandboxId& id) {
+  const Record* r = find(id);
+  if (r == nullptr) return;
+  if (!r->leaf.valid()) {  // no leaf: its first process and its process group
+    if (r->process.valid()) {
+      (void)::syscall(SYS_pidfd_send_signal, r->process.pidfd(), SIGTERM, nullptr, 0);
+      (void)::kill(-r->process.pgid(), SIGTERM);
+    }
+    return;
+  }
+  // Every pid of the leaf. A pid read here may exit and be reused before it is signalled, so
+  // each is pinned with a pidfd first and checked to be in the leaf still (/proc/PID/cgroup):
+  // a pidfd of a process that exited meanwhile signals nothing (ESRCH).
+  const int fd = ::openat(r->leaf.dir_fd(), "cgroup.procs", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  std::string procs;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) procs.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const std::string& leaf = r->leaf.path();
+  std::size_t pos = 0;
+  int signalled = 0;
+  while (pos < procs.size()) {
+    const std::size_t nl = procs.find('\n', pos);
+    const std::string line = procs.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? procs.size() : nl + 1;
+    const long pid = std::strtol(line.c_str(), nullptr, 10);
+    if (pid <= 0) continue;
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    if (pidfd < 0) continue;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%ld/cgroup", pid);
+    const int cg = ::open(path, O_RDONLY | O_CLOEXEC);
+    char text[4096];
+    const ssize_t n = cg >= 0 ? ::read(cg, text, sizeof text - 1) : -1;
+    if (cg >= 0) ::close(cg);
+    if (n > 0) {
+      std::string own(text, static_cast<std::size_t>(n));  // "0::/parent/leaf\n" (cgroup v2)
+      const std::size_t sep = own.rfind("::");
+      own = sep == std::string::npos ? std::string() : own.substr(sep + 2);
+      while (!own.empty() && own.back() == '\n') own.pop_back();
+      if (!own.empty() && leaf.size() >= own.size() && leaf.compare(leaf.size() - own.size(), own.size(), own) == 0 &&
+          ::syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, nullptr, 0) == 0)
+        ++signalled;
+    }
+    ::close(pidfd);
+  }
+  log("event=terminate sandbox=" + id.str() + " signalled=" + std::to_string(signalled));
 }
 
 ReapedSandbox OsSandboxHost::reap(const SandboxId& id) {

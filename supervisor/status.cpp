@@ -27,6 +27,11 @@ json sandbox_list_json(const SupervisorCore& core, uid_t caller, std::uint64_t n
       j["valid_until_ms"] = ms_from(l ? l->valid_until_ns : s.valid_until_ns, now_ns);
     }
     if (!s.kill_reason.empty()) j["kill_reason"] = s.kill_reason;
+    if (s.stop_deadline_ns != 0 && runs_unkilled(s.phase)) {  // SIGTERM sent, killed at the deadline
+      j["state"] = "stopping";
+      j["stop_reason"] = s.stop_reason;
+      j["grace_left_ms"] = ms_from(s.stop_deadline_ns, now_ns);
+    }
     if (s.synthetic) j["synthetic"] = true;
     j["owner"] = s.owner;
     if (s.uid != static_cast<uid_t>(-1)) j["uid"] = s.uid;
@@ -73,6 +78,9 @@ void core_metric_samples(const SupervisorCore& core, std::uint64_t now_ns, std::
   counter("tombstones_evicted", cc.tombstones_evicted, "used sandbox ids forgotten early (bound reached)");
   counter("slots_quarantined", cc.slots_quarantined, "slots kept revoked: a process outlived its sandbox");
   counter("slots_released_from_quarantine", cc.slots_released_from_quarantine, "quarantined slots freed");
+  counter("stops_graceful", cc.stops_graceful, "sandboxes asked to stop (SIGTERM) that exited within the grace period");
+  counter("stops_grace_expired", cc.stops_grace_expired,
+          "sandboxes asked to stop (SIGTERM) still running at the grace deadline, then killed");
 }
 
 json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {

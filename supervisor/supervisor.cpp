@@ -591,6 +591,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     sc.operator_uid = ::geteuid();
     sc.cgroup_reason = cgroups.reason();
     sc.on_shutdown = cfg.on_shutdown;
+    sc.stop_grace_ms = cfg.stop_grace_ms;
     sc.shared_tokens = shared_tokens;
     SupervisorCoreHooks hooks;
     hooks.log = [](const std::string& line) { log_event("%s", line.c_str()); };
@@ -693,6 +694,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     sync_control_polls();
     reap_orphans();
     probe_pending_key();
+    core->check_stops(now_ns());  // grace periods end within 100 ms of their deadline
     if (shutting_down()) maybe_finish_shutdown();
   });
   sync_control_polls();
@@ -1271,7 +1273,8 @@ void Supervisor::Impl::probe_pending_key() {
 
 void Supervisor::Impl::begin_shutdown(const char* why) {
   if (shutting_down()) return;
-  shutdown_deadline_ns = boottime_ns() + kShutdownKillWaitNs;
+  // The sandboxes' grace period (SIGTERM, then cgroup.kill), then the wait for the kills.
+  shutdown_deadline_ns = boottime_ns() + kShutdownKillWaitNs + static_cast<std::int64_t>(cfg.stop_grace_ms) * 1'000'000;
   notifier.stopping(std::string("stopping on ") + why + ": " + std::to_string(core->sandboxes().size()) +
                     " sandbox(es), policy " + std::string(to_string(cfg.on_shutdown)));
   core->begin_shutdown(why, now_ns());

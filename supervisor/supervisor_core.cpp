@@ -512,6 +512,12 @@ void SupervisorCore::do_name(ControlClientId client, ControlRequest req) {
     return;
   }
   if (!may_act_on(client, req, *s)) return;
+  if (s->stop_deadline_ns != 0) {
+    reply(client, control_error(req.id, ControlError::refused,
+                                "sandbox " + req.sandbox->str() + " is being stopped (" + s->stop_reason +
+                                    "): SIGTERM was sent, it is killed if it has not exited by its grace deadline"));
+    return;
+  }
   if (s->name || s->epoch != 0) {
     // A well-formed request this sandbox's state refuses (a usage error would be "bad_request").
     reply(client, control_error(req.id, ControlError::refused, "sandbox " + req.sandbox->str() + " already has the name \"" +
@@ -819,7 +825,7 @@ void SupervisorCore::do_release(ControlClientId client, const ControlRequest& re
   }
   if (!may_act_on(client, req, *s)) return;
   s->waiters.emplace_back(client, req.id);
-  kill_sandbox(*s, "released");
+  stop_sandbox(*s, "released", grace_of(req));
 }
 
 void SupervisorCore::do_kill(ControlClientId client, const ControlRequest& req) {
@@ -830,7 +836,47 @@ void SupervisorCore::do_kill(ControlClientId client, const ControlRequest& req) 
   }
   if (!may_act_on(client, req, *s)) return;
   s->waiters.emplace_back(client, req.id);
-  kill_sandbox(*s, "killed on request");
+  stop_sandbox(*s, "killed on request", grace_of(req));
+}
+
+std::uint64_t SupervisorCore::grace_of(const ControlRequest& req) const noexcept {
+  return req.grace_ms ? std::min(*req.grace_ms, cfg_.stop_grace_ms) : cfg_.stop_grace_ms;
+}
+
+void SupervisorCore::stop_sandbox(Sandbox& s, const std::string& reason, std::uint64_t grace_ms) {
+  if (kill_asked_or_gone(s.phase)) return;
+  // Only a command that runs gets a chance to stop by itself: one not started yet, a synthetic
+  // one or a stop without grace is killed as before.
+  if (grace_ms == 0 || s.synthetic || !runs_unkilled(s.phase)) {
+    kill_sandbox(s, reason);
+    return;
+  }
+  const std::uint64_t deadline = now_ + grace_ms * 1'000'000;
+  if (s.stop_deadline_ns != 0 && s.stop_deadline_ns <= deadline) return;  // stopping already, no later
+  const bool again = s.stop_deadline_ns != 0;
+  s.stop_deadline_ns = deadline;
+  if (again) return;
+  s.stop_reason = reason;
+  // Its slot, lease, heartbeats and rt deadline stay as they are: it still holds its name, and
+  // if its lease is not refreshed the kill-switch fires as always.
+  log_event("event=stopping sandbox=%s name=%s reason=\"%s\" grace_ms=%" PRIu64, s.id.str().c_str(),
+            s.name ? s.name->c_str() : "-", reason.c_str(), grace_ms);
+  host_.terminate(s.id);
+}
+
+void SupervisorCore::check_stops(std::uint64_t now_ns) {
+  now_ = now_ns;
+  std::vector<SandboxId> due;
+  for (auto& [id, s] : sandboxes_)
+    if (s.stop_deadline_ns != 0 && s.stop_deadline_ns <= now_ && runs_unkilled(s.phase)) due.push_back(id);
+  for (const SandboxId& id : due) {
+    Sandbox* s = find(id);
+    if (s == nullptr || !runs_unkilled(s->phase)) continue;
+    ++counters_.stops_grace_expired;
+    log_event("level=warn event=grace_expired sandbox=%s name=%s reason=\"%s\"", id.str().c_str(),
+              s->name ? s->name->c_str() : "-", s->stop_reason.c_str());
+    kill_sandbox(*s, s->stop_reason + " (still running at the end of its grace period after SIGTERM)");
+  }
 }
 
 void SupervisorCore::release_to_lockd(const NameId& name_id, const std::string& name,
@@ -955,6 +1001,10 @@ void SupervisorCore::finish_exit(SandboxId id) {
   // Reaped (its pid and process group may be reused from now on), its leaf removed.
   const ReapedSandbox reaped = host_.reap(id);
   s->exit_code = reaped.exit_code;
+  if (s->kill_reason.empty() && s->stop_deadline_ns != 0) {  // it exited within its grace period
+    ++counters_.stops_graceful;
+    s->kill_reason = s->stop_reason + " (exited after SIGTERM)";
+  }
   if (s->name || s->pending_name) bury(id);  // before any release of its grant goes out
   log_event("event=exited sandbox=%s slot=%u pid=%d name=%s epoch=%" PRIu64 " status=%d reason=\"%s\"",
             id.str().c_str(), s->slot, s->pid, s->name ? s->name->c_str() : "-", s->epoch, s->exit_code,
@@ -987,7 +1037,8 @@ void SupervisorCore::finish_exit(SandboxId id) {
       else reply(c, control_ok(rid, fields));
     }
   };
-  json fields = {{"sandbox", id.str()}, {"exit_status", s->exit_code}};
+  json fields = {{"sandbox", id.str()}, {"exit_status", s->exit_code}, {"exit_code", shell_exit_code(s->exit_code)},
+                 {"reason", s->kill_reason.empty() ? std::string("exited") : s->kill_reason}};
   if (s->name) fields["name"] = *s->name;
   auto waiters = std::move(s->waiters);
   auto err = s->waiter_error;
@@ -1069,7 +1120,7 @@ void SupervisorCore::begin_shutdown(const char* why, std::uint64_t now_ns) {
   for (auto& [id, s] : sandboxes_) ids.push_back(id);
   if (cfg_.on_shutdown == ShutdownPolicy::kill) {
     for (const auto& id : ids)
-      if (Sandbox* s = find(id); s && !never_started(s->phase)) kill_sandbox(*s, "shutdown");
+      if (Sandbox* s = find(id); s && !never_started(s->phase)) stop_sandbox(*s, "shutdown", cfg_.stop_grace_ms);
   } else {
     // keep: unnamed processes go on. A named one is killed as under `kill`, and its name
     // released once it is dead: kept, it would run beside the name's next holder with nothing
@@ -1151,6 +1202,7 @@ void SupervisorCore::release_quarantined() {
 
 void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   now_ = now_ns;
+  check_stops(now_ns);
   release_quarantined();
   // 2-phase commits ride on this tick.
   while (!pending_commits_.empty()) {

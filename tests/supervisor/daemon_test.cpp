@@ -1290,6 +1290,106 @@ TEST_F(SupervisorProcess, SigtermKillsReleasesAndCleansUp) {
 }
 
 
+// ---- stopping with a grace period, and wait ------------------------------------------------
+
+// A command that traps SIGTERM (sh, the init of its pid namespace, with a handler) to a file in
+// `dir`, then runs until stopped; `ready` is written once the trap is set. `on_term` "" ignores it.
+std::vector<std::string> trapping(const fs::path& dir, const std::string& on_term) {
+  const std::string ready = (dir / "ready").string();
+  return {"sh", "-c", "trap '" + on_term + "' TERM; : > " + ready + "; while :; do sleep 0.05; done"};
+}
+
+// A release sends SIGTERM to every process of the sandbox; one that handles it (writes a marker,
+// exits 7) ends by itself, and the release is answered only after that, with its exit status.
+TEST_F(SupervisorProcess, ReleaseSendsSigtermAndIsAnsweredAfterATrappingSandboxExits) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup, {"--stop-grace-ms", "20000"});
+  const fs::path marker = dir_.sandbox_dir() / "marker";
+  const json a = sup.call(run_req("graceful", trapping(dir_.sandbox_dir(), "echo bye > " + marker.string() + "; exit 7")));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  ASSERT_TRUE(eventually([&] { return fs::exists(dir_.sandbox_dir() / "ready"); })) << sup.log_text();
+  EXPECT_FALSE(fs::exists(marker));
+  const json r = sup.call({{"v", 1}, {"op", "release"}, {"name", "graceful"}}, 30'000);
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  EXPECT_TRUE(fs::exists(marker)) << "the release was answered before the sandbox's handler ran";
+  EXPECT_EQ(slurp(marker.string()), "bye\n");
+  EXPECT_EQ(r["exit_status"], 7) << r.dump();
+  EXPECT_EQ(r["exit_code"], 7);
+  EXPECT_EQ(r["reason"], "released (exited after SIGTERM)");
+  EXPECT_EQ(r["released"], true) << r.dump();
+  EXPECT_EQ(::kill(a["pid"].get<pid_t>(), 0), -1);
+  EXPECT_TRUE(sup.events("grace_expired").empty()) << sup.log_text();
+  const json st = sup.call({{"v", 1}, {"op", "status"}});
+  EXPECT_EQ(st["counters"]["stops_graceful"], 1) << st.dump();
+  // The name is free at lockd: the next holder gets the next epoch.
+  auto ad = admin();
+  const lockd::Answer g = ad.acquire("graceful", SandboxId{0x71, 0x72}, WorkerId{0x73, 0x74});
+  ASSERT_NE(g.as<wire::Grant>(), nullptr) << g.message();
+  EXPECT_EQ(g.as<wire::Grant>()->epoch, a["epoch"].get<Epoch>() + 1);
+}
+
+// One that ignores SIGTERM is killed (cgroup.kill where there is a leaf) at the grace deadline.
+TEST_F(SupervisorProcess, ASandboxIgnoringSigtermIsKilledAtTheGraceDeadline) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup, {"--stop-grace-ms", "300"});
+  const json a = sup.call(run_req("stubborn", trapping(dir_.sandbox_dir(), "")));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  ASSERT_TRUE(eventually([&] { return fs::exists(dir_.sandbox_dir() / "ready"); })) << sup.log_text();
+  const json r = sup.call({{"v", 1}, {"op", "release"}, {"name", "stubborn"}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  EXPECT_EQ(r["exit_status"], -SIGKILL) << r.dump();
+  EXPECT_EQ(r["exit_code"], 128 + SIGKILL);
+  EXPECT_EQ(r["reason"], "released (still running at the end of its grace period after SIGTERM)");
+  EXPECT_EQ(r["released"], true);
+  EXPECT_EQ(::kill(a["pid"].get<pid_t>(), 0), -1);
+  // SIGTERM first, the kill after the deadline, through the rt thread as any requested kill.
+  const auto stopping = sup.events("stopping");
+  ASSERT_EQ(stopping.size(), 1u) << sup.log_text();
+  EXPECT_EQ(stopping[0].at("grace_ms"), "300");
+  ASSERT_EQ(sup.events("grace_expired").size(), 1u) << sup.log_text();
+  auto k = killed(sup, a["sandbox"]);
+  ASSERT_TRUE(k.has_value()) << sup.log_text();
+  EXPECT_EQ((*k)["cause"], "request");
+  const json st = sup.call({{"v", 1}, {"op", "status"}});
+  if (!st.value("cgroup_parent", std::string()).empty()) {
+    EXPECT_EQ((*k)["path"], "cgroup.kill");
+  }
+  EXPECT_EQ(st["counters"]["stops_grace_expired"], 1) << st.dump();
+}
+
+// The grace period never holds the kill-switch back: lockd stops answering while a sandbox that
+// ignores SIGTERM has 20 s of grace, and its kill-switch fires at its lease's deadline as always.
+TEST_F(SupervisorProcess, AHeartbeatLossDuringTheGracePeriodStillFiresTheKillSwitch) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup, {"--stop-grace-ms", "20000"});
+  const json a = sup.call(run_req("cutoff", trapping(dir_.sandbox_dir(), "")));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const std::string sandbox = a["sandbox"];
+  ASSERT_TRUE(eventually([&] { return fs::exists(dir_.sandbox_dir() / "ready"); })) << sup.log_text();
+  json r;
+  std::thread releaser([&] { r = sup.call({{"v", 1}, {"op", "release"}, {"name", "cutoff"}}, 60'000); });
+  const bool stopping = eventually([&] {
+    const json l = sup.call({{"v", 1}, {"op", "list"}});
+    return l["sandboxes"].size() == 1 && l["sandboxes"][0]["state"] == "stopping";
+  });
+  if (stopping) lockd_.child.signal(SIGSTOP);
+  auto k = stopping ? killed(sup, sandbox, 10'000) : std::nullopt;
+  releaser.join();
+  lockd_.child.signal(SIGCONT);
+  ASSERT_TRUE(stopping) << sup.log_text();
+  ASSERT_TRUE(k.has_value()) << sup.log_text();
+  EXPECT_EQ((*k)["cause"], "deadline");
+  EXPECT_NE((*k)["reason"].find("kill-switch"), std::string::npos) << (*k)["reason"];
+  EXPECT_TRUE(sup.events("grace_expired").empty()) << sup.log_text();
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  EXPECT_EQ(r["exit_status"], -SIGKILL);
+  EXPECT_EQ(r["reason"], "kill-switch: lease not refreshed in time");
+  EXPECT_EQ(::kill(a["pid"].get<pid_t>(), 0), -1);
+}
+
 // Under keep only unnamed processes outlive the supervisor: a named one would outlive the
 // kill-switch of its lease and run beside the name's next holder, so it is killed first and its
 // name given back once it is dead.

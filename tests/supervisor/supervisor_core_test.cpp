@@ -60,10 +60,14 @@ class FakeHost final : public SandboxHost {
     killed.push_back(id);
     ev_.push_back("host_kill");
   }
+  void terminate(const SandboxId& id) override {
+    terminated.push_back(id);
+    ev_.push_back("sigterm");
+  }
   ReapedSandbox reap(const SandboxId& id) override {
     reaped.push_back(id);
     ev_.push_back("reap");
-    return ReapedSandbox{0, populated_on_reap};
+    return ReapedSandbox{exit_code, populated_on_reap};
   }
   bool leaf_emptied(const SandboxId&) override { return !populated_on_reap; }
   void forget(const SandboxId&) override { ev_.push_back("forget"); }
@@ -71,8 +75,10 @@ class FakeHost final : public SandboxHost {
   std::vector<SandboxSpec> created;
   std::vector<std::pair<SandboxId, std::uint64_t>> released;
   std::vector<SandboxId> killed;
+  std::vector<SandboxId> terminated;
   std::vector<SandboxId> reaped;
   bool populated_on_reap = false;  ///< a process of it outlives the kill (cgroup.kill failed)
+  int exit_code = 0;               ///< what reap() reports
 
  private:
   Events& ev_;
@@ -229,9 +235,10 @@ class FakeControl final : public ControlPort {
 
 class SupervisorCoreTest : public ::testing::Test {
  protected:
-  void make(SupervisorMode mode, ShutdownPolicy on_shutdown = ShutdownPolicy::kill) {
+  void make(SupervisorMode mode, ShutdownPolicy on_shutdown = ShutdownPolicy::kill, std::uint64_t stop_grace_ms = 0) {
     SupervisorCoreConfig c;
     c.on_shutdown = on_shutdown;
+    c.stop_grace_ms = stop_grace_ms;
     c.worker = WorkerId{0x77, 0x1};
     c.mode = mode;
     c.ttl_ms = kTtlMs;
@@ -265,6 +272,29 @@ class SupervisorCoreTest : public ::testing::Test {
     return r;
   }
   const json& last_answer() const { return control.answers.back().second; }
+  static ControlRequest op_on(ControlOp op, const SandboxId& sb, uid_t caller = 1000) {
+    ControlRequest r;
+    r.op = op;
+    r.id = 3;
+    r.sandbox = sb;
+    r.caller_uid = caller;
+    return r;
+  }
+  static ControlRequest release_of(const std::string& name, std::optional<std::uint64_t> grace_ms = std::nullopt) {
+    ControlRequest r;
+    r.op = ControlOp::release;
+    r.id = 2;
+    r.name = name;
+    r.grace_ms = grace_ms;
+    r.caller_uid = 1000;
+    return r;
+  }
+  /// The sandbox exits (its pidfd) and the rt thread applied its disarm: it is reaped.
+  void exits(const SandboxId& sb, std::uint64_t now) {
+    core->on_exit(sb, now);
+    rt.applied_upto = 1'000'000;
+    core->check_disarms(now + kMs);
+  }
   std::size_t index_of(const std::string& prefix) const {
     for (std::size_t i = 0; i < events.size(); ++i)
       if (events[i].rfind(prefix, 0) == 0) return i;
@@ -911,6 +941,142 @@ TEST_F(SupervisorCoreDeathTest, ASlotTheShmTableDidNotFreeAborts) {
   core->check_disarms(kT0 + 31 * kMs);
   EXPECT_EQ(table.freed, std::vector<std::uint32_t>{0});
   EXPECT_EQ(core->sandboxes().find(sb), nullptr);
+}
+
+// ---- stopping with a grace period (--stop-grace-ms) ----------------------------------------
+
+// A release with a grace period asks the sandbox to stop (SIGTERM) and changes nothing else: its
+// slot stays valid, its lease is still heartbeated, its kill-switch stays armed. It exits by
+// itself: only then (its leaf empty) is the name given back and the release answered.
+TEST_F(SupervisorCoreTest, ReleaseWithGraceSendsSigtermAndGivesTheNameBackOnlyAfterTheExit) {
+  make(SupervisorMode::lease, ShutdownPolicy::kill, 2000);
+  const SandboxId sb = granted_run(5);
+  const std::size_t before = events.size();
+  core->on_request(9, release_of("job"), kT0 + 20 * kMs);
+  EXPECT_EQ(host.terminated, std::vector<SandboxId>{sb});
+  EXPECT_TRUE(rt.kills.empty());
+  EXPECT_TRUE(host.killed.empty());
+  EXPECT_EQ(std::find(events.begin() + static_cast<std::ptrdiff_t>(before), events.end(), "revoke slot=0"), events.end());
+  const Sandbox* s = core->sandboxes().find(sb);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->phase, SandboxPhase::running);
+  EXPECT_EQ(s->stop_deadline_ns, kT0 + 20 * kMs + 2000 * kMs);
+  EXPECT_EQ(s->stop_reason, "released");
+  EXPECT_TRUE(s->kill_reason.empty());
+  // Its lease is still refreshed meanwhile.
+  const std::uint64_t tick = kT0 + 100 * kMs;
+  core->on_heartbeat_tick(tick);
+  const auto* h = lockd.body<wire::Heartbeat>(lockd.calls.size() - 1);
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->entries.size(), 1u);
+  EXPECT_EQ(h->entries[0].epoch, 5u);
+  wire::HeartbeatAck ack;
+  ack.entries.push_back(wire::HeartbeatAckEntry{name_id_of("job"), RefreshStatus::refreshed, {}, 5, kTtlMs});
+  lockd.answer(lockd.calls.size() - 1, ack, tick, tick + kMs);
+  EXPECT_EQ(rt.deadline[0], tick + kKillAfterMs * kMs);
+  EXPECT_EQ(lockd.count<wire::Release>(), 0u);
+  // A second release while it stops is answered with the first.
+  core->on_request(10, release_of("job"), kT0 + 150 * kMs);
+  EXPECT_EQ(host.terminated.size(), 1u);
+  EXPECT_TRUE(control.answers.empty() || control.answers.back().first == 7u);
+  host.exit_code = 15;  // it handled SIGTERM: exit(15)
+  exits(sb, kT0 + 200 * kMs);
+  EXPECT_TRUE(rt.kills.empty());
+  const auto* r = lockd.body<wire::Release>(lockd.calls.size() - 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->epoch, 5u);
+  const std::size_t answers = control.answers.size();
+  lockd.answer(lockd.calls.size() - 1, wire::Ok{}, kT0 + 201 * kMs, kT0 + 202 * kMs);
+  ASSERT_EQ(control.answers.size(), answers + 2);
+  for (std::size_t i = answers; i < control.answers.size(); ++i) {
+    const json& a = control.answers[i].second;
+    EXPECT_EQ(a["ok"], true);
+    EXPECT_EQ(a["released"], true);
+    EXPECT_EQ(a["exit_status"], 15);
+    EXPECT_EQ(a["exit_code"], 15);
+    EXPECT_EQ(a["reason"], "released (exited after SIGTERM)");
+  }
+  EXPECT_EQ(core->counters().stops_graceful, 1u);
+  EXPECT_EQ(core->counters().stops_grace_expired, 0u);
+}
+
+// One that does not exit is killed at the grace deadline, as a release without grace kills it.
+TEST_F(SupervisorCoreTest, ASandboxStillRunningAtItsGraceDeadlineIsKilled) {
+  make(SupervisorMode::lease, ShutdownPolicy::kill, 2000);
+  const SandboxId sb = granted_run(5);
+  const std::uint64_t asked = kT0 + 20 * kMs;
+  core->on_request(9, release_of("job", 500), asked);  // its own grace, below the supervisor's
+  core->check_stops(asked + 499 * kMs);
+  EXPECT_TRUE(rt.kills.empty());
+  core->check_stops(asked + 500 * kMs);
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  EXPECT_LT(index_of("sigterm"), index_of("revoke slot=0"));
+  EXPECT_LT(index_of("revoke slot=0"), index_of("rt_kill slot=0"));
+  const Sandbox* s = core->sandboxes().find(sb);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->phase, SandboxPhase::killing);
+  EXPECT_EQ(s->kill_reason, "released (still running at the end of its grace period after SIGTERM)");
+  EXPECT_EQ(core->counters().stops_grace_expired, 1u);
+  host.exit_code = -9;
+  exits(sb, asked + 510 * kMs);
+  lockd.answer(lockd.calls.size() - 1, wire::Ok{}, asked + 511 * kMs, asked + 512 * kMs);
+  EXPECT_EQ(last_answer()["exit_status"], -9);
+  EXPECT_EQ(last_answer()["exit_code"], 137);
+  EXPECT_EQ(core->counters().stops_graceful, 0u);
+}
+
+// The grace period never delays the kill-switch: a heartbeat answered "lost" meanwhile kills at
+// once, and the kill is the heartbeat's, not the release's.
+TEST_F(SupervisorCoreTest, AHeartbeatLossDuringTheGracePeriodKillsAtOnce) {
+  make(SupervisorMode::lease, ShutdownPolicy::kill, 2000);
+  const SandboxId sb = granted_run(5);
+  core->on_request(9, release_of("job"), kT0 + 20 * kMs);
+  ASSERT_TRUE(rt.kills.empty());
+  const std::uint64_t tick = kT0 + 100 * kMs;
+  core->on_heartbeat_tick(tick);
+  wire::HeartbeatAck ack;
+  ack.entries.push_back(wire::HeartbeatAckEntry{name_id_of("job"), RefreshStatus::lost, SandboxId{0x99, 1}, 6, 0});
+  lockd.answer(lockd.calls.size() - 1, ack, tick, tick + kMs);
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  const Sandbox* s = core->sandboxes().find(sb);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->phase, SandboxPhase::killing);
+  EXPECT_NE(s->kill_reason.find("heartbeat answer lost"), std::string::npos) << s->kill_reason;
+  core->check_stops(kT0 + 5000 * kMs);  // the grace deadline passing changes nothing more
+  EXPECT_EQ(rt.kills.size(), 1u);
+  EXPECT_EQ(core->counters().stops_grace_expired, 0u);
+}
+
+// grace_ms 0 on a request kills at once; a larger one than --stop-grace-ms is capped by it.
+TEST_F(SupervisorCoreTest, ARequestsGraceIsCappedByTheSupervisorsAndZeroKillsAtOnce) {
+  make(SupervisorMode::lease, ShutdownPolicy::kill, 2000);
+  core->on_request(3, run(std::nullopt), kT0);
+  const SandboxId a{0x5b, ids};
+  core->on_request(4, run(std::nullopt), kT0);
+  const SandboxId b{0x5b, ids};
+  ControlRequest now = op_on(ControlOp::kill, a);
+  now.grace_ms = 0;
+  core->on_request(5, now, kT0 + kMs);
+  EXPECT_TRUE(host.terminated.empty());
+  EXPECT_EQ(rt.kills.size(), 1u);
+  ControlRequest capped = op_on(ControlOp::kill, b);
+  capped.grace_ms = 60'000;
+  core->on_request(6, capped, kT0 + kMs);
+  EXPECT_EQ(host.terminated, std::vector<SandboxId>{b});
+  EXPECT_EQ(core->sandboxes().find(b)->stop_deadline_ns, kT0 + kMs + 2000 * kMs);
+}
+
+// A shutdown stops sandboxes with the grace period too, and is quiescent only once they are gone.
+TEST_F(SupervisorCoreTest, ShutdownSendsSigtermAndKillsWhatIsLeftAtTheGraceDeadline) {
+  make(SupervisorMode::lease, ShutdownPolicy::kill, 1000);
+  const SandboxId sb = granted_run(5);
+  core->begin_shutdown("SIGTERM", kT0 + 50 * kMs);
+  EXPECT_EQ(host.terminated, std::vector<SandboxId>{sb});
+  EXPECT_TRUE(rt.kills.empty());
+  EXPECT_FALSE(core->quiescent());
+  core->on_heartbeat_tick(kT0 + 1050 * kMs);  // the tick checks the grace deadlines too
+  EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(core->sandboxes().find(sb)->kill_reason, "shutdown (still running at the end of its grace period after SIGTERM)");
 }
 
 }  // namespace

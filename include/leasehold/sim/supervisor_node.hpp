@@ -44,6 +44,9 @@ class SupervisorEnv {
   virtual void spawn(std::uint32_t worker, SandboxId sandbox, NameId name, Epoch epoch) = 0;
   /// Kills the sandbox process (its slot was revoked before this call); `why` for the trace.
   virtual void kill(std::uint32_t worker, SandboxId sandbox, std::string_view why) = 0;
+  /// SIGTERM to the sandbox process (release, kill or shutdown with a grace period): its slot
+  /// stays valid; it may exit by itself, or be killed at the grace deadline.
+  virtual void terminate(std::uint32_t worker, SandboxId sandbox) = 0;
   /// A line for the trace: what happened, with two numbers.
   virtual void note(std::uint32_t worker, std::string_view what, std::uint64_t a, std::uint64_t b) = 0;
   /// lockd on etcd: a lockd answered not_leader naming `leader` ("" = none known); the worker's

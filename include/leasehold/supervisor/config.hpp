@@ -69,6 +69,14 @@ inline constexpr std::uint64_t kDefaultRtCommandPollNs = 5'000'000;
 inline constexpr std::uint64_t kDefaultLockdFailoverMs = 3'000;
 
 /// The supervisor's configuration. All durations are milliseconds unless the suffix says so.
+/// --stop-grace-ms default: long enough for a process to flush and close what it writes, short
+/// enough not to hold up a name's next holder (a release answers, and frees the name, only
+/// once the sandbox is gone).
+inline constexpr std::uint64_t kDefaultStopGraceMs = 2'000;
+/// Its maximum: a shutdown waits up to 5 s + the grace, and the systemd unit's TimeoutStopSec
+/// (30 s) must cover that before SIGKILL reaches the supervisor.
+inline constexpr std::uint64_t kStopGraceMsMax = 20'000;
+
 struct SupervisorConfig {
   /// lockd's address "host:port" (UDP), or several comma-separated ones (a replicated lockd,
   /// whose leader the supervisor follows; entries as io/address_list.hpp reads them); required
@@ -101,6 +109,9 @@ struct SupervisorConfig {
   int rt_cpu = -1;                  ///< CPU to pin the rt thread to; -1 = last online CPU
   SupervisorMode mode = SupervisorMode::lease;
   ShutdownPolicy on_shutdown = ShutdownPolicy::kill;
+  /// --stop-grace-ms: SIGTERM, then this long before cgroup.kill on release, kill on request and
+  /// shutdown (0: at once). At most kStopGraceMsMax.
+  std::uint64_t stop_grace_ms = kDefaultStopGraceMs;
   bool bwrap = false;               ///< wrap every sandbox in bubblewrap (needs isolation off)
   /// Isolated spawn (supervisor/spawn.hpp "Isolation"); false is the legacy spawn, where a
   /// sandbox runs as the supervisor's uid in its namespaces.

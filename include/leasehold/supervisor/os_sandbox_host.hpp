@@ -65,6 +65,7 @@ class OsSandboxHost final : public SandboxHost {
   std::optional<PortError> release(const SandboxId& id, std::uint64_t exec_by_ns) override;
   void abandon(const SandboxId& id) override;
   void kill(const SandboxId& id, std::uint64_t now_ns) override;
+  void terminate(const SandboxId& id) override;
   ReapedSandbox reap(const SandboxId& id) override;
   bool leaf_emptied(const SandboxId& id) override;
   void forget(const SandboxId& id) override;

@@ -111,6 +111,11 @@ class SandboxHost {
   virtual void abandon(const SandboxId& id) = 0;
   /// Kills it from the calling thread (the rt thread did not or cannot).
   virtual void kill(const SandboxId& id, std::uint64_t now_ns) = 0;
+  /// Asks it to stop: SIGTERM to every process of it (every pid in its cgroup leaf, not just the
+  /// first: a PID namespace's init gets a signal from outside its namespace only if it handles
+  /// it, so a command run as that init without a handler would otherwise never hear of it).
+  /// Nothing is revoked or disarmed: a kill follows if it has not exited in time.
+  virtual void terminate(const SandboxId& id) = 0;
   /// Reaps its first process, removes its leaf and forgets it - unless the leaf is still
   /// populated (ReapedSandbox::still_populated): then the leaf is kept (killed again) until
   /// leaf_emptied() sees it empty.

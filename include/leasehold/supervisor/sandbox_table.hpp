@@ -52,6 +52,12 @@ struct Sandbox {
   /// Why it was killed ("" = it exited on its own): set by the first kill request or by the rt
   /// thread's kill record, whichever came first.
   std::string kill_reason;
+  /// Asked to stop with a grace period (release, kill or shutdown with --stop-grace-ms): SIGTERM
+  /// was sent and, unless it exits first, it is killed at stop_deadline_ns (0: not stopping).
+  /// Until then it is running as before: its slot valid, its lease heartbeated, its kill-switch
+  /// armed.
+  std::uint64_t stop_deadline_ns = 0;
+  std::string stop_reason;  ///< why it is being stopped ("released", "shutdown", ...)
   std::uint64_t valid_until_ns = 0;
   std::uint64_t started_ns = 0;
   int exit_code = -1;  ///< exit status, or -signal

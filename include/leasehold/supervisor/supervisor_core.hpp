@@ -64,9 +64,17 @@ struct SupervisorCoreConfig {
   uid_t operator_uid = 0;
   std::string cgroup_reason;      ///< why the kill is what it is (named in the unsafe-kill refusal)
   ShutdownPolicy on_shutdown = ShutdownPolicy::kill;
+  /// --stop-grace-ms: a release, a kill on request and a shutdown send SIGTERM first and kill
+  /// (revoke + cgroup.kill) only if the sandbox has not exited this long after (0: at once). The
+  /// kill-switch, lockd's revocations and the other kills never wait.
+  std::uint64_t stop_grace_ms = 0;
   /// LEASEHOLD_ABLATE=shared-tokens (attack tests only): every grant's token to every sandbox.
   bool shared_tokens = false;
 };
+
+/// The shell's exit code for a sandbox's exit status (Sandbox::exit_code: an exit code 0..255,
+/// or -N when killed by signal N): the code itself, or 128 + N.
+constexpr int shell_exit_code(int exit_status) noexcept { return exit_status >= 0 ? exit_status : 128 - exit_status; }
 
 /// What the core asks of its owner that is not a port.
 struct SupervisorCoreHooks {
@@ -77,7 +85,8 @@ struct SupervisorCoreHooks {
   /// Whether argv[0] of a run or expect-commit resolves to an executable: ok, or why not (the
   /// message goes to the client as exec_failed). Null: every command resolves.
   std::function<Status(const ControlRequest&)> command_resolves;
-  /// A sandbox is forgotten after its exit (its log file may be kept for `logs`).
+  /// A sandbox is forgotten after its exit (its log file may be kept for `logs`). Its
+  /// exit_code and kill_reason are final then.
   std::function<void(const Sandbox&)> gone;
   /// Disarms are pending: call check_disarms() again soon (the rt thread applies commands every
   /// tick). Null: the owner polls disarms_pending().
@@ -109,6 +118,8 @@ class SupervisorCore {
     std::uint64_t tombstones_evicted = 0;  ///< dropped before their time: kTombstonesMax reached
     std::uint64_t slots_quarantined = 0;   ///< kept revoked: a process of the sandbox outlived it
     std::uint64_t slots_released_from_quarantine = 0;  ///< freed once their leaf was empty
+    std::uint64_t stops_graceful = 0;       ///< asked to stop with SIGTERM, and exited within the grace period
+    std::uint64_t stops_grace_expired = 0;  ///< still running at the grace deadline: killed
   };
   /// Deadline of an armed sandbox that has no lease (unnamed): never due.
   static constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
@@ -145,6 +156,9 @@ class SupervisorCore {
   void on_exit(const SandboxId& id, std::uint64_t now_ns);
   /// One kill record of the rt thread.
   void on_rt_kill(const RtKillEvent& e, std::uint64_t now_ns);
+  /// Kills the sandboxes asked to stop whose grace period is over (also from on_heartbeat_tick;
+  /// an owner with a finer timer calls it more often).
+  void check_stops(std::uint64_t now_ns);
   /// Reaps the exited sandboxes whose disarm the rt thread applied.
   void check_disarms(std::uint64_t now_ns);
   bool disarms_pending() const noexcept { return !disarming_.empty(); }
@@ -184,6 +198,11 @@ class SupervisorCore {
   void do_expect_commit(ControlClientId client, ControlRequest req);
   void do_release(ControlClientId client, const ControlRequest& req);
   void do_kill(ControlClientId client, const ControlRequest& req);
+  /// A release, kill request or shutdown: SIGTERM and a grace period of `grace_ms` (capped by
+  /// --stop-grace-ms) when it runs its command and has a process, else kill_sandbox at once.
+  void stop_sandbox(Sandbox& s, const std::string& reason, std::uint64_t grace_ms);
+  /// The grace a request asks for: its grace_ms, at most --stop-grace-ms (the default).
+  std::uint64_t grace_of(const ControlRequest& req) const noexcept;
   bool may_act_on(ControlClientId client, const ControlRequest& req, const Sandbox& s);
   bool may_act_on(ControlClientId client, const ControlRequest& req, uid_t owner, const SandboxId& id);
   bool refuse_unsafe_kill(ControlClientId client, const ControlRequest& req);
