@@ -56,6 +56,7 @@ void core_metric_samples(const SupervisorCore& core, std::uint64_t now_ns, std::
   };
   gauge("sandboxes", core.sandboxes().size(), "sandboxes on this worker");
   gauge("named", named, "of those, holding a name");
+  gauge("waits", core.waits(), "control wait requests not answered yet (their sandboxes run)");
   gauge("may_create_named", hb.may_create_named(now_ns) ? 1 : 0, "1 while a named sandbox may be created");
   gauge("killswitch_engaged", hb.killswitch_engaged() ? 1 : 0, "1 while the worker kill-switch is engaged (preemptible)");
   counter("heartbeat_datagrams", cc.heartbeat_datagrams, "heartbeat datagrams sent");
@@ -81,6 +82,7 @@ void core_metric_samples(const SupervisorCore& core, std::uint64_t now_ns, std::
   counter("stops_graceful", cc.stops_graceful, "sandboxes asked to stop (SIGTERM) that exited within the grace period");
   counter("stops_grace_expired", cc.stops_grace_expired,
           "sandboxes asked to stop (SIGTERM) still running at the grace deadline, then killed");
+  counter("waits_refused", cc.waits_refused, "control wait requests refused: too many waits at once");
 }
 
 json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {
@@ -94,6 +96,7 @@ json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {
   const HeartbeatSchedule& hb = core.heartbeat();
   json j = {{"sandboxes", core.sandboxes().size()},
             {"named", named},
+            {"waits", core.waits()},
             {"may_create_named", hb.may_create_named(now_ns)},
             {"killswitch_engaged", hb.killswitch_engaged()},
             {"counters", std::move(counters)}};

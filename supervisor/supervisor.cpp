@@ -186,6 +186,8 @@ struct Supervisor::Impl {
     std::optional<std::string> name;
     uid_t owner = static_cast<uid_t>(-1);
     std::string path;
+    int exit_status = -1;  ///< as Sandbox::exit_code (a `wait` after its exit reads it here)
+    std::string reason;    ///< why it ended: "exited", or its kill reason
   };
   std::string sandbox_log_dir;
   bool default_log_dir = false;  // sandbox_log_dir is this worker's default one, created or checked
@@ -543,6 +545,9 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   control = std::make_unique<ControlServer>(
       ControlAccess{::geteuid(), gid},
       [this](ControlClientId c, ControlRequest r) { on_request(c, std::move(r)); });
+  control->set_close_handler([this](ControlClientId c) {
+    if (core) core->on_client_closed(c);
+  });
   if (Status opened = control->open(control_path); !opened.ok()) return opened;
   if (cfg.isolation) {
     hidden_paths.push_back(control_path);
@@ -598,6 +603,11 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
     hooks.new_sandbox_id = [] { return random_sandbox_id(); };
     hooks.command_resolves = [](const ControlRequest& req) { return command_resolves(req); };
     hooks.gone = [this](const Sandbox& s) { remember_log(s); };
+    hooks.recently_gone = [this](const SandboxId& id) -> std::optional<GoneSandbox> {
+      for (auto it = exited_logs.rbegin(); it != exited_logs.rend(); ++it)
+        if (it->id == id) return GoneSandbox{it->id, it->name, it->owner, it->exit_status, it->reason};
+      return std::nullopt;
+    };
     hooks.disarm_pending = [this] { schedule_disarm_check(); };
     hooks.shutdown_progress = [this] { maybe_finish_shutdown(); };
     core = std::make_unique<SupervisorCore>(std::move(sc), std::move(hooks), *host, *link, *rt, *replies, *slot_table);
@@ -947,7 +957,8 @@ bool Supervisor::Impl::may_act_on(ControlClientId client, const ControlRequest& 
 
 void Supervisor::Impl::remember_log(const Sandbox& s) {
   if (s.log_path.empty()) return;
-  exited_logs.push_back({s.id, s.name ? s.name : s.pending_name, s.owner, s.log_path});
+  exited_logs.push_back({s.id, s.name ? s.name : s.pending_name, s.owner, s.log_path, s.exit_code,
+                         s.kill_reason.empty() ? std::string("exited") : s.kill_reason});
   while (exited_logs.size() > kExitedLogsMax) {
     ::unlink(exited_logs.front().path.c_str());
     exited_logs.pop_front();

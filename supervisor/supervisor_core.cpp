@@ -67,6 +67,9 @@ void SupervisorCore::on_request(ControlClientId client, ControlRequest req, std:
     case ControlOp::kill:
       do_kill(client, req);
       return;
+    case ControlOp::wait:
+      do_wait(client, req);
+      return;
     case ControlOp::run:
     case ControlOp::name:
     case ControlOp::expect_commit:
@@ -839,6 +842,59 @@ void SupervisorCore::do_kill(ControlClientId client, const ControlRequest& req) 
   stop_sandbox(*s, "killed on request", grace_of(req));
 }
 
+void SupervisorCore::do_wait(ControlClientId client, const ControlRequest& req) {
+  const SandboxId id = *req.sandbox;
+  Sandbox* s = find(id);
+  std::optional<GoneSandbox> gone;
+  if (s == nullptr && !releasing_.contains(id) && hooks_.recently_gone) gone = hooks_.recently_gone(id);
+  if (s == nullptr && !releasing_.contains(id) && !gone) {
+    reply(client, control_error(req.id, ControlError::not_found,
+                                "no sandbox " + id.str() + " on this supervisor, running or gone recently"));
+    return;
+  }
+  if (s != nullptr && before_spawn(s->phase)) {
+    reply(client, control_error(req.id, ControlError::not_found,
+                                "sandbox " + id.str() + " has not started (its name is still being acquired)"));
+    return;
+  }
+  if (gone) {  // gone before the wait came: its record says how
+    if (!may_act_on(client, req, gone->owner, id)) return;
+    json fields = {{"sandbox", id.str()}, {"exit_status", gone->exit_status},
+                   {"exit_code", shell_exit_code(gone->exit_status)}, {"reason", gone->reason}};
+    if (gone->name) fields["name"] = *gone->name;
+    reply(client, control_ok(req.id, fields));
+    return;
+  }
+  // Answered later: bounded, since a waiting connection is never idle and cannot be evicted.
+  const auto releasing = releasing_.find(id);
+  if (!may_act_on(client, req, s != nullptr ? s->owner : releasing->second.owner, id)) return;
+  std::size_t same_uid = 0;
+  for (const auto& [c, uid] : waits_) same_uid += uid == req.caller_uid ? 1 : 0;
+  if (waits_.size() >= kControlWaitsMax || (req.caller_uid != 0 && same_uid >= kControlWaitsPerUidMax)) {
+    ++counters_.waits_refused;
+    reply(client, control_error(req.id, ControlError::busy,
+                                waits_.size() >= kControlWaitsMax
+                                    ? "too many waits: " + std::to_string(waits_.size()) + " connections wait already (at most " +
+                                          std::to_string(kControlWaitsMax) + ")"
+                                    : "too many waits for uid " + std::to_string(req.caller_uid) + ": " +
+                                          std::to_string(same_uid) + " of its connections wait already (at most " +
+                                          std::to_string(kControlWaitsPerUidMax) + " per uid)"));
+    return;
+  }
+  if (s != nullptr) s->waiters.emplace_back(client, req.id);
+  else releasing->second.waiters.emplace_back(client, req.id);
+  waits_[client] = req.caller_uid;
+}
+
+void SupervisorCore::on_client_closed(ControlClientId client) {
+  if (waits_.erase(client) == 0) return;
+  auto drop = [client](std::vector<std::pair<ControlClientId, json>>& v) {
+    std::erase_if(v, [client](const auto& w) { return w.first == client; });
+  };
+  for (auto& [id, s] : sandboxes_) drop(s.waiters);
+  for (auto& [id, r] : releasing_) drop(r.waiters);
+}
+
 std::uint64_t SupervisorCore::grace_of(const ControlRequest& req) const noexcept {
   return req.grace_ms ? std::min(*req.grace_ms, cfg_.stop_grace_ms) : cfg_.stop_grace_ms;
 }
@@ -1060,11 +1116,17 @@ void SupervisorCore::finish_exit(SandboxId id) {
     const std::string name = s->name ? *s->name : *s->pending_name;
     const NameId nid = s->name_id;
     const Epoch epoch = s->epoch;
+    releasing_[id].owner = s->owner;  // a wait that comes before lockd answers joins these
     sandboxes_.erase(id);
     release_to_lockd(nid, name, id, epoch,
-                     [answer_waiters, waiters = std::move(waiters), err, msg, fields](bool ok, std::string text) mutable {
+                     [this, id, answer_waiters, waiters = std::move(waiters), err, msg, fields](bool ok, std::string text) mutable {
                        fields["released"] = ok;
                        fields["release"] = text;
+                       if (auto it = releasing_.find(id); it != releasing_.end()) {
+                         auto later = std::move(it->second.waiters);
+                         releasing_.erase(it);
+                         answer_waiters(std::move(later), std::nullopt, "", fields);
+                       }
                        answer_waiters(std::move(waiters), err, msg, fields);
                      });
   } else {

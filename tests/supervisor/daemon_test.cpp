@@ -1390,6 +1390,39 @@ TEST_F(SupervisorProcess, AHeartbeatLossDuringTheGracePeriodStillFiresTheKillSwi
   EXPECT_EQ(::kill(a["pid"].get<pid_t>(), 0), -1);
 }
 
+// `wait` answers when the sandbox is gone with its exit status and why it ended; once it is
+// gone, from the record `logs` keeps; an unknown sandbox is not_found.
+TEST_F(SupervisorProcess, WaitAnswersWithTheExitStatusBeforeAndAfterTheExit) {
+  start_lockd();
+  Supervisor sup;
+  start_sup(sup);
+  const json a = sup.call(run_req("", {"sh", "-c", "sleep 0.3; exit 3"}));
+  ASSERT_EQ(a["ok"], true) << a.dump();
+  const json w = sup.call({{"v", 1}, {"op", "wait"}, {"sandbox", a["sandbox"]}, {"id", 5}}, 30'000);
+  ASSERT_EQ(w["ok"], true) << w.dump();
+  EXPECT_EQ(w["id"], 5);
+  EXPECT_EQ(w["exit_status"], 3);
+  EXPECT_EQ(w["exit_code"], 3);
+  EXPECT_EQ(w["reason"], "exited");
+  const json again = sup.call({{"v", 1}, {"op", "wait"}, {"sandbox", a["sandbox"]}});
+  EXPECT_EQ(again["exit_status"], 3) << again.dump();
+  EXPECT_EQ(again["reason"], "exited");
+  const json none = sup.call({{"v", 1}, {"op", "wait"}, {"sandbox", SandboxId{0x5, 0x6}.str()}});
+  EXPECT_EQ(none["error"], "not_found") << none.dump();
+  // Killed on request meanwhile: the wait says so.
+  const json b = sup.call(run_req("", {"sleep", "30"}));
+  ASSERT_EQ(b["ok"], true) << b.dump();
+  json killed_wait;
+  std::thread waiter([&] { killed_wait = sup.call({{"v", 1}, {"op", "wait"}, {"sandbox", b["sandbox"]}}, 60'000); });
+  ASSERT_TRUE(eventually([&] { return sup.call({{"v", 1}, {"op", "status"}}).dump().find("\"waits\":1") != std::string::npos; }))
+      << sup.log_text();
+  const json k = sup.call({{"v", 1}, {"op", "kill"}, {"sandbox", b["sandbox"]}, {"grace_ms", 0}});
+  waiter.join();
+  ASSERT_EQ(k["ok"], true) << k.dump();
+  EXPECT_EQ(killed_wait["exit_status"], -SIGKILL) << killed_wait.dump();
+  EXPECT_EQ(killed_wait["reason"], "killed on request");
+}
+
 // Under keep only unnamed processes outlive the supervisor: a named one would outlive the
 // kill-switch of its lease and run beside the name's next holder, so it is killed first and its
 // name given back once it is dead.

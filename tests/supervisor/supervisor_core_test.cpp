@@ -249,6 +249,14 @@ class SupervisorCoreTest : public ::testing::Test {
     SupervisorCoreHooks h;
     h.new_sandbox_id = [this] { return SandboxId{0x5b, ++ids}; };
     h.log = [this](const std::string& line) { log.push_back(line); };
+    h.recently_gone = [this](const SandboxId& id) -> std::optional<GoneSandbox> {
+      for (const GoneSandbox& g : gone)
+        if (g.id == id) return g;
+      return std::nullopt;
+    };
+    h.gone = [this](const Sandbox& s) {
+      gone.push_back(GoneSandbox{s.id, s.name, s.owner, s.exit_code, s.kill_reason.empty() ? "exited" : s.kill_reason});
+    };
     core = std::make_unique<SupervisorCore>(std::move(c), std::move(h), host, lockd, rt, control, table);
   }
   ControlRequest run(std::optional<std::string> name) {
@@ -317,6 +325,7 @@ class SupervisorCoreTest : public ::testing::Test {
   FakeTable table{events};
   FakeControl control;
   std::vector<std::string> log;
+  std::vector<GoneSandbox> gone;
   std::uint64_t ids = 0;
   std::unique_ptr<SupervisorCore> core;
 };
@@ -1077,6 +1086,94 @@ TEST_F(SupervisorCoreTest, ShutdownSendsSigtermAndKillsWhatIsLeftAtTheGraceDeadl
   core->on_heartbeat_tick(kT0 + 1050 * kMs);  // the tick checks the grace deadlines too
   EXPECT_EQ(rt.kills, std::vector<std::uint32_t>{0});
   EXPECT_EQ(core->sandboxes().find(sb)->kill_reason, "shutdown (still running at the end of its grace period after SIGTERM)");
+}
+
+// ---- wait ----------------------------------------------------------------------------------
+
+TEST_F(SupervisorCoreTest, WaitIsAnsweredWhenTheSandboxIsGoneWithItsExitStatusAndReason) {
+  make(SupervisorMode::lease);
+  core->on_request(3, run(std::nullopt), kT0);
+  const SandboxId sb{0x5b, ids};
+  const std::size_t answers = control.answers.size();
+  core->on_request(11, op_on(ControlOp::wait, sb), kT0 + kMs);
+  EXPECT_EQ(control.answers.size(), answers);
+  EXPECT_EQ(core->waits(), 1u);
+  host.exit_code = 3;
+  exits(sb, kT0 + 10 * kMs);
+  ASSERT_EQ(control.answers.size(), answers + 1);
+  EXPECT_EQ(control.answers.back().first, 11u);
+  EXPECT_EQ(last_answer()["ok"], true);
+  EXPECT_EQ(last_answer()["id"], 3);
+  EXPECT_EQ(last_answer()["sandbox"], sb.str());
+  EXPECT_EQ(last_answer()["exit_status"], 3);
+  EXPECT_EQ(last_answer()["exit_code"], 3);
+  EXPECT_EQ(last_answer()["reason"], "exited");
+  EXPECT_EQ(core->waits(), 0u);
+  // Asked again after it is gone: its owner's record answers at once.
+  core->on_request(12, op_on(ControlOp::wait, sb), kT0 + 20 * kMs);
+  EXPECT_EQ(control.answers.back().first, 12u);
+  EXPECT_EQ(last_answer()["exit_status"], 3);
+  EXPECT_EQ(last_answer()["reason"], "exited");
+  // By another uid: forbidden, as logs and kill are.
+  core->on_request(13, op_on(ControlOp::wait, sb, 2000), kT0 + 21 * kMs);
+  EXPECT_EQ(last_answer()["error"], "forbidden");
+  // Never here: not_found.
+  core->on_request(14, op_on(ControlOp::wait, SandboxId{0x1, 0x2}), kT0 + 22 * kMs);
+  EXPECT_EQ(last_answer()["error"], "not_found");
+}
+
+// A named sandbox's wait ends once its name is given back, also when the wait came after the
+// exit but before lockd answered the Release; a kill's reason comes with it.
+TEST_F(SupervisorCoreTest, WaitForANamedSandboxEndsAfterItsReleaseWithTheKillReason) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  core->on_request(11, op_on(ControlOp::wait, sb), kT0 + kMs);
+  core->on_request(9, release_of("job"), kT0 + 20 * kMs);
+  host.exit_code = -9;
+  exits(sb, kT0 + 30 * kMs);
+  ASSERT_NE(lockd.body<wire::Release>(lockd.calls.size() - 1), nullptr);
+  const std::size_t answers = control.answers.size();
+  core->on_request(12, op_on(ControlOp::wait, sb), kT0 + 31 * kMs);  // gone, its Release in flight
+  EXPECT_EQ(control.answers.size(), answers);
+  lockd.answer(lockd.calls.size() - 1, wire::Ok{}, kT0 + 31 * kMs, kT0 + 32 * kMs);
+  ASSERT_EQ(control.answers.size(), answers + 3);
+  std::vector<ControlClientId> who;
+  for (std::size_t i = answers; i < control.answers.size(); ++i) {
+    who.push_back(control.answers[i].first);
+    EXPECT_EQ(control.answers[i].second["reason"], "released");
+    EXPECT_EQ(control.answers[i].second["exit_code"], 137);
+    EXPECT_EQ(control.answers[i].second["released"], true);
+  }
+  std::sort(who.begin(), who.end());
+  EXPECT_EQ(who, (std::vector<ControlClientId>{9, 11, 12}));
+  EXPECT_EQ(core->waits(), 0u);
+}
+
+// Waits are bounded per uid (and in total): the one over is refused busy, naming the bound; a
+// waiting client that hangs up no longer counts.
+TEST_F(SupervisorCoreTest, WaitsAreBoundedPerUidAndAClosedClientsWaitIsDropped) {
+  make(SupervisorMode::lease);
+  core->on_request(3, run(std::nullopt), kT0);
+  const SandboxId sb{0x5b, ids};
+  for (ControlClientId c = 100; c < 100 + kControlWaitsPerUidMax; ++c) core->on_request(c, op_on(ControlOp::wait, sb), kT0);
+  EXPECT_EQ(core->waits(), kControlWaitsPerUidMax);
+  const std::size_t answers = control.answers.size();
+  core->on_request(200, op_on(ControlOp::wait, sb), kT0);
+  ASSERT_EQ(control.answers.size(), answers + 1);
+  EXPECT_EQ(last_answer()["error"], "busy");
+  EXPECT_NE(last_answer()["message"].get<std::string>().find("per uid"), std::string::npos);
+  EXPECT_EQ(core->counters().waits_refused, 1u);
+  core->on_client_closed(100);
+  EXPECT_EQ(core->waits(), kControlWaitsPerUidMax - 1);
+  core->on_request(201, op_on(ControlOp::wait, sb), kT0);
+  EXPECT_EQ(core->waits(), kControlWaitsPerUidMax);
+  exits(sb, kT0 + 10 * kMs);
+  // Every wait still open is answered; the closed client's is not.
+  std::size_t to_closed = 0;
+  for (const auto& [c, a] : control.answers) to_closed += c == 100 ? 1 : 0;
+  EXPECT_EQ(to_closed, 0u);
+  EXPECT_EQ(control.answers.size(), answers + 1 + kControlWaitsPerUidMax);
+  EXPECT_EQ(core->waits(), 0u);
 }
 
 }  // namespace

@@ -72,6 +72,15 @@ struct SupervisorCoreConfig {
   bool shared_tokens = false;
 };
 
+/// A sandbox gone recently, as its owner remembers it (the record `logs` reads).
+struct GoneSandbox {
+  SandboxId id;
+  std::optional<std::string> name;
+  uid_t owner = static_cast<uid_t>(-1);
+  int exit_status = -1;  ///< as Sandbox::exit_code
+  std::string reason;    ///< why it ended ("exited", or what killed or stopped it)
+};
+
 /// The shell's exit code for a sandbox's exit status (Sandbox::exit_code: an exit code 0..255,
 /// or -N when killed by signal N): the code itself, or 128 + N.
 constexpr int shell_exit_code(int exit_status) noexcept { return exit_status >= 0 ? exit_status : 128 - exit_status; }
@@ -88,6 +97,9 @@ struct SupervisorCoreHooks {
   /// A sandbox is forgotten after its exit (its log file may be kept for `logs`). Its
   /// exit_code and kill_reason are final then.
   std::function<void(const Sandbox&)> gone;
+  /// The record of a sandbox gone recently (what `gone` kept), for a `wait` that came after its
+  /// exit. Null, or nullopt: not known (a `wait` for it is answered not_found).
+  std::function<std::optional<GoneSandbox>(const SandboxId&)> recently_gone;
   /// Disarms are pending: call check_disarms() again soon (the rt thread applies commands every
   /// tick). Null: the owner polls disarms_pending().
   std::function<void()> disarm_pending;
@@ -120,6 +132,7 @@ class SupervisorCore {
     std::uint64_t slots_released_from_quarantine = 0;  ///< freed once their leaf was empty
     std::uint64_t stops_graceful = 0;       ///< asked to stop with SIGTERM, and exited within the grace period
     std::uint64_t stops_grace_expired = 0;  ///< still running at the grace deadline: killed
+    std::uint64_t waits_refused = 0;        ///< `wait` refused busy: kControlWaitsMax (per uid) reached
   };
   /// Deadline of an armed sandbox that has no lease (unnamed): never due.
   static constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
@@ -147,7 +160,8 @@ class SupervisorCore {
   const SupervisorCoreConfig& config() const noexcept { return cfg_; }
 
   // ---- events ------------------------------------------------------------------------------
-  /// A control request: run, name, expect-commit (refused while shutting down), release, kill.
+  /// A control request: run, name, expect-commit (refused while shutting down), release, kill,
+  /// wait.
   /// Other ops (list, status, logs) are the owner's: answered `internal` here.
   void on_request(ControlClientId client, ControlRequest req, std::uint64_t now_ns);
   /// The heartbeat cadence: pending commits, the worker-wide kill-switch, heartbeats, worker beat.
@@ -159,6 +173,11 @@ class SupervisorCore {
   /// Kills the sandboxes asked to stop whose grace period is over (also from on_heartbeat_tick;
   /// an owner with a finer timer calls it more often).
   void check_stops(std::uint64_t now_ns);
+  /// A control connection closed: an answer owed to it by `wait` is dropped (and its wait no
+  /// longer counts against kControlWaitsMax).
+  void on_client_closed(ControlClientId client);
+  /// `wait` requests not answered yet.
+  std::size_t waits() const noexcept { return waits_.size(); }
   /// Reaps the exited sandboxes whose disarm the rt thread applied.
   void check_disarms(std::uint64_t now_ns);
   bool disarms_pending() const noexcept { return !disarming_.empty(); }
@@ -191,13 +210,17 @@ class SupervisorCore {
   };
   void log_event(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   Sandbox* find(const SandboxId& id) { return sandboxes_.find(id); }
-  void reply(ControlClientId c, const std::string& line) { control_.reply(c, line); }
+  void reply(ControlClientId c, const std::string& line) {
+    waits_.erase(c);  // one request in progress per connection: any answer ends its wait
+    control_.reply(c, line);
+  }
   void progress();  // shutting down: tell the owner something finished
   void do_run(ControlClientId client, ControlRequest req);
   void do_name(ControlClientId client, ControlRequest req);
   void do_expect_commit(ControlClientId client, ControlRequest req);
   void do_release(ControlClientId client, const ControlRequest& req);
   void do_kill(ControlClientId client, const ControlRequest& req);
+  void do_wait(ControlClientId client, const ControlRequest& req);
   /// A release, kill request or shutdown: SIGTERM and a grace period of `grace_ms` (capped by
   /// --stop-grace-ms) when it runs its command and has a process, else kill_sandbox at once.
   void stop_sandbox(Sandbox& s, const std::string& reason, std::uint64_t grace_ms);
@@ -268,6 +291,15 @@ class SupervisorCore {
   };
   std::vector<Quarantined> quarantined_;
   std::vector<SandboxId> disarming_;
+  /// Unanswered `wait` requests: the client and its uid (to bound them per uid).
+  std::unordered_map<ControlClientId, uid_t> waits_;
+  /// Gone named sandboxes whose Release is in flight, and the `wait`s that came meanwhile:
+  /// answered with the others when lockd answers (a wait ends once the name is given back).
+  struct Releasing {
+    uid_t owner = static_cast<uid_t>(-1);
+    std::vector<std::pair<ControlClientId, nlohmann::json>> waiters;
+  };
+  std::unordered_map<SandboxId, Releasing> releasing_;
   bool shutting_down_ = false;
   std::size_t releases_in_flight_ = 0;
   Counters counters_;
