@@ -37,8 +37,11 @@ int print_started(const nlohmann::json& a, bool json) {
   if (a.contains("epoch")) fields.add({"epoch", std::to_string(a.value("epoch", 0ull))});
   if (a.contains("slot")) fields.add({"slot", std::to_string(a.value("slot", -1))});
   if (a.contains("pid")) fields.add({"pid", std::to_string(a.value("pid", -1))});
+  // valid_until_ms is when the kill-switch fires unless a heartbeat moves it (kill-after), not
+  // lockd's lease expiry, which is later.
   if (a.contains("valid_until_ms"))
-    fields.add({"lease", std::to_string(a.value("valid_until_ms", 0ll)) + " ms left (refreshed by heartbeats)"});
+    fields.add({"kill-switch", "in " + std::to_string(a.value("valid_until_ms", 0ll)) +
+                                   " ms unless heartbeats refresh the lease (ttl_left_ms)"});
   if (a.contains("cgroup")) fields.add({"cgroup", a.value("cgroup", std::string())});
   std::fputs(fields.str().c_str(), stdout);
   return kOk;

@@ -655,7 +655,7 @@ TEST_F(CliTest, JsonOutputHasOneConventionAndErrorsAreJsonToo) {
                                  {"ttl_left_ms", 6970}}))
         << r.out;
     const Result text = cli({"run", "--supervisor", sock, "--name", "orders", "--", "/bin/true"});
-    EXPECT_NE(text.out.find("6970 ms left"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("kill-switch  in 6970 ms unless heartbeats refresh the lease"), std::string::npos) << text.out;
   }
   {
     FakeSupervisor f(sock, nlohmann::json({{"v", 1}, {"ok", true},
