@@ -3,15 +3,25 @@
 //
 //   leasehold run --name orders -- /usr/bin/my-agent --flag   acquire "orders", then start it
 //   leasehold run -- /usr/bin/worker                          an unnamed sandbox
+//   leasehold run --wait --name orders -- /usr/bin/job        stay until it exits; its exit code
 //   leasehold name SANDBOX orders                             name a running unnamed sandbox
 //   leasehold release orders                                  stop the holder, release the name
 //   leasehold sandboxes                                       what runs on this worker
 //   leasehold logs orders                                     the output of the sandbox named orders
 #include "tools/cmd_common.hpp"
 
+#include "leasehold/supervisor/control.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 namespace leasehold::cli {
 namespace {
@@ -47,6 +57,119 @@ int print_started(const nlohmann::json& a, bool json) {
   return kOk;
 }
 
+// ---- run --wait ------------------------------------------------------------------------------
+
+/// SIGINT or SIGTERM received while `run --wait` is attached (0: none).
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+/// Catches SIGINT and SIGTERM (no SA_RESTART: a blocking poll returns EINTR) from before the
+/// run request on, so a signal never leaves the sandbox running without this process.
+void catch_stop_signals() {
+  struct sigaction sa{};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+/// Sends `wait` for `sandbox` and reads its answer, which comes when the sandbox is gone. No
+/// deadline; returns early (nullopt, failure unset) when a stop signal arrives.
+std::optional<nlohmann::json> wait_for_exit(SupervisorFlags sup, const std::string& sandbox, Failure& failure) {
+  resolve(sup);
+  ControlCallFailure why;
+  const ControlConnection conn = control_connect(sup.socket, why);
+  if (!conn) {
+    failure = {kNoSupervisor, why.message};
+    return std::nullopt;
+  }
+  const std::string line = nlohmann::json({{"v", 1}, {"op", "wait"}, {"sandbox", sandbox}}).dump() + "\n";
+  for (std::size_t sent = 0; sent < line.size();) {
+    const ssize_t n = ::send(conn.fd(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) {
+      if (g_stop_signal != 0) return std::nullopt;
+      continue;
+    }
+    if (n <= 0) {
+      failure = {kNoSupervisor, "the supervisor at " + sup.socket + " closed the connection while `wait` was sent"};
+      return std::nullopt;
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string in;
+  for (;;) {
+    if (const auto nl = in.find('\n'); nl != std::string::npos) {
+      nlohmann::json j = nlohmann::json::parse(in.substr(0, nl), nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("ok")) {
+        failure = {kInternal, "the supervisor at " + sup.socket + " answered `wait` with something that is not a control answer"};
+        return std::nullopt;
+      }
+      return j;
+    }
+    if (g_stop_signal != 0) return std::nullopt;
+    pollfd p{conn.fd(), POLLIN, 0};
+    const int rc = ::poll(&p, 1, -1);
+    if (rc <= 0) continue;  // EINTR: the signal is checked above
+    char buf[65536];
+    const ssize_t n = ::recv(conn.fd(), buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      failure = {kNoSupervisor, "the supervisor at " + sup.socket +
+                                    " closed the connection before the sandbox exited (did it stop or restart?); "
+                                    "`leasehold logs " + sandbox + "` may still show its output"};
+      return std::nullopt;
+    }
+    in.append(buf, static_cast<std::size_t>(n));
+    if (in.size() > kControlAnswerBytesMax) {
+      failure = {kInternal, "the supervisor's answer to `wait` is longer than " + std::to_string(kControlAnswerBytesMax) + " bytes"};
+      return std::nullopt;
+    }
+  }
+}
+
+/// The ended sandbox: with --json one line (the answer without its envelope), else, when the
+/// supervisor ended it, why on stderr. Returns its shell exit code.
+int print_ended(const nlohmann::json& ans, bool json) {
+  const int code = ans.value("exit_code", 1);
+  const std::string reason = ans.value("reason", std::string("exited"));
+  if (json) std::printf("%s\n", output_json(ans).dump().c_str());
+  if (reason != "exited")
+    std::fprintf(stderr, "leasehold run: sandbox %s ended: %s (exit status %d)\n",
+                 ans.value("sandbox", std::string("?")).c_str(), reason.c_str(), ans.value("exit_status", -1));
+  std::fflush(stdout);
+  return code;
+}
+
+/// `run --wait` after the sandbox started: wait for its exit and return its exit code; on SIGINT
+/// or SIGTERM stop it (release a named one, kill an unnamed one), wait for that, return 128+signal.
+int stay_attached(const SupervisorFlags& sup, const nlohmann::json& started, bool json) {
+  const std::string sandbox = started.value("sandbox", std::string());
+  Failure f;
+  auto ans = g_stop_signal == 0 ? wait_for_exit(sup, sandbox, f) : std::nullopt;
+  if (!ans && f.failed()) return report("run", f);
+  if (ans) {
+    if (!ans->value("ok", false)) return refused("run", *ans, "wait for sandbox " + sandbox);
+    return print_ended(*ans, json);
+  }
+  const int sig = g_stop_signal;
+  const bool named = started.contains("name") && started["name"].is_string();
+  const nlohmann::json req = named ? nlohmann::json{{"v", 1}, {"op", "release"}, {"name", started["name"]}}
+                                   : nlohmann::json{{"v", 1}, {"op", "kill"}, {"sandbox", sandbox}};
+  const std::string how = named ? "releasing \"" + started["name"].get<std::string>() + "\"" : std::string("kill");
+  std::fprintf(stderr, "leasehold run: %s: stopping sandbox %s (%s)\n", sig == SIGINT ? "interrupted" : "terminated",
+               sandbox.c_str(), how.c_str());
+  SupervisorFlags stop = sup;
+  stop.timeout_ms = std::max<std::uint64_t>(sup.timeout_ms, 60'000);  // answered once it is gone (grace included)
+  auto stopped = supervisor_call(stop, req, f);
+  if (!stopped) return report("run", f);
+  // not_found: it ended meanwhile (its exit code is lost to this signal, as a shell's would be).
+  if (!stopped->value("ok", false) && stopped->value("error", std::string()) != "not_found")
+    return refused("run", *stopped, "stop sandbox " + sandbox);
+  if (stopped->value("ok", false) && json) std::printf("%s\n", output_json(*stopped).dump().c_str());
+  std::fflush(stdout);
+  return 128 + sig;
+}
+
 /// Sends a run/name request to the supervisor and prints the started sandbox, or reports why not.
 int start(const char* command, const SupervisorFlags& sup, const nlohmann::json& req, const std::string& what, bool json) {
   Failure f;
@@ -64,6 +187,7 @@ struct RunArgs {
   std::string cwd;
   std::uint64_t ttl_ms = 0;
   bool json = false;
+  bool wait = false;
 };
 
 const Command kRun([](CLI::App& app, int* exit_code) {
@@ -79,7 +203,13 @@ const Command kRun([](CLI::App& app, int* exit_code) {
       ->allow_extra_args(false);
   sub->add_option("--cwd", a->cwd, "working directory of the sandbox (default /)");
   sub->add_option("--ttl-ms", a->ttl_ms, "lease TTL to ask lockd for, milliseconds (default: the supervisor's)");
-  sub->add_flag("--json", a->json, "print the answer as JSON");
+  sub->add_flag("--json", a->json,
+                "print the answer as JSON; with --wait also the ended sandbox, one JSON object per line (sandbox, "
+                "exit_status, exit_code, reason, name, released)");
+  sub->add_flag("--wait", a->wait,
+                "stay attached: wait for the command to exit, and return its exit code (128+N when killed by signal "
+                "N; the reason on stderr when the supervisor ended it). SIGINT/SIGTERM stop the sandbox (release "
+                "its name, or kill it), then exit 130/143. A held name is still refused at once");
   sub->add_option("command", a->argv, "the command and its arguments, after --")->required();
   sub->callback([a, exit_code, name_opt] {
     Failure f;
@@ -105,7 +235,24 @@ const Command kRun([](CLI::App& app, int* exit_code) {
     req["env"] = env;
     if (!a->cwd.empty()) req["cwd"] = a->cwd;
     if (a->ttl_ms != 0) req["ttl_ms"] = a->ttl_ms;
-    *exit_code = start("run", a->sup, req, named ? "run \"" + a->name + "\"" : "run", a->json);
+    const std::string what = named ? "run \"" + a->name + "\"" : "run";
+    if (!a->wait) {
+      *exit_code = start("run", a->sup, req, what, a->json);
+      return;
+    }
+    catch_stop_signals();
+    auto ans = supervisor_call(a->sup, req, f);
+    if (!ans) {
+      *exit_code = report("run", f);
+      return;
+    }
+    if (!ans->value("ok", false)) {
+      *exit_code = refused("run", *ans, what);
+      return;
+    }
+    print_started(*ans, a->json);
+    std::fflush(stdout);
+    *exit_code = stay_attached(a->sup, *ans, a->json);
   });
 });
 
@@ -141,6 +288,7 @@ const Command kName([](CLI::App& app, int* exit_code) {
 struct ReleaseArgs {
   SupervisorFlags sup;
   std::string name;
+  std::optional<std::uint64_t> grace_ms;
   bool json = false;
 };
 
@@ -150,6 +298,9 @@ const Command kRelease([](CLI::App& app, int* exit_code) {
       "release", "Stop the sandbox holding a name on this worker and release the name to lockd");
   add_supervisor_flags(sub, a->sup);
   sub->add_option("name", a->name, "the name")->required();
+  sub->add_option("--grace-ms", a->grace_ms,
+                  "how long the sandbox may take to exit after SIGTERM before it is killed (default and at most the "
+                  "supervisor's --stop-grace-ms; 0: kill at once)");
   sub->add_flag("--json", a->json, "print the answer as JSON");
   sub->callback([a, exit_code] {
     Failure f;
@@ -157,7 +308,12 @@ const Command kRelease([](CLI::App& app, int* exit_code) {
       *exit_code = report("release", f);
       return;
     }
-    auto ans = supervisor_call(a->sup, {{"v", 1}, {"op", "release"}, {"name", a->name}}, f);
+    nlohmann::json req = {{"v", 1}, {"op", "release"}, {"name", a->name}};
+    if (a->grace_ms) req["grace_ms"] = *a->grace_ms;
+    // Answered once the sandbox is gone: its grace period (at most 20 s) comes on top.
+    SupervisorFlags sup = a->sup;
+    sup.timeout_ms += a->grace_ms.value_or(20'000);
+    auto ans = supervisor_call(sup, req, f);
     if (!ans) {
       *exit_code = report("release", f);
       return;

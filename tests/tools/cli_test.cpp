@@ -559,6 +559,12 @@ class FakeSupervisor {
  public:
   /// `answer_first`: answer and close at once, without reading the request (as the supervisor
   /// refuses a connection when busy).
+  /// The answer for each request line ("": stay silent on that connection).
+  using Answerer = std::function<std::string(const nlohmann::json& request)>;
+  FakeSupervisor(const std::string& path, Answerer answerer) : FakeSupervisor(path, std::string(" ")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    answerer_ = std::move(answerer);
+  }
   FakeSupervisor(const std::string& path, std::string answer, bool answer_first = false)
       : path_(path), answer_(std::move(answer)), answer_first_(answer_first) {
     fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -578,12 +584,14 @@ class FakeSupervisor {
           if (n <= 0) break;
           in.append(buf, static_cast<std::size_t>(n));
         }
+        std::string reply = answer_;
         {
           std::lock_guard<std::mutex> lock(mu_);
           requests_.push_back(in.substr(0, in.find('\n')));
+          if (answerer_) reply = answerer_(nlohmann::json::parse(requests_.back(), nullptr, false));
         }
-        if (!answer_.empty()) {
-          const std::string line = answer_ + "\n";
+        if (!reply.empty()) {
+          const std::string line = reply + "\n";
           [[maybe_unused]] const ssize_t n = ::send(c, line.data(), line.size(), MSG_NOSIGNAL);
           ::close(c);
         } else {
@@ -610,6 +618,7 @@ class FakeSupervisor {
   std::vector<std::string> requests_;  // guarded by mu_
   std::string path_;
   std::string answer_;
+  Answerer answerer_;  // guarded by mu_ (set before the first connection)
   bool answer_first_ = false;
   int fd_ = -1;
   std::thread thread_;
@@ -1763,6 +1772,110 @@ TEST_F(CliTest, DemoWhenTheOldHolderReleasesBeforeTheTransferBegins) {
 INSTANTIATE_TEST_SUITE_P(Signals, DemoInterruptTest, ::testing::Values(SIGHUP, SIGINT, SIGTERM),
                          [](const ::testing::TestParamInfo<int>& i) { return std::string(sigabbrev_np(i.param)); });
 #endif
+
+// ---- run --wait, against a supervisor that answers each op as the real one does ------------
+
+namespace {
+std::string run_answer(bool named) {
+  nlohmann::json a = {{"v", 1}, {"id", nullptr}, {"ok", true}, {"sandbox", kSandbox}, {"slot", 3}, {"pid", 4321},
+                      {"epoch", named ? 7 : 0}};
+  if (named) {
+    a["name"] = "orders";
+    a["valid_until_ms"] = 6995;
+  }
+  return a.dump();
+}
+std::string ended_answer(int exit_status, const std::string& reason) {
+  return nlohmann::json({{"v", 1}, {"id", nullptr}, {"ok", true}, {"sandbox", kSandbox}, {"exit_status", exit_status},
+                         {"exit_code", exit_status >= 0 ? exit_status : 128 - exit_status}, {"reason", reason}})
+      .dump();
+}
+}  // namespace
+
+TEST_F(CliTest, RunWaitExitsWithTheCommandsExitCode) {
+  const std::string sock = (dir_ / "fake-wait.sock").string();
+  FakeSupervisor f(sock, [](const nlohmann::json& req) {
+    return req["op"] == "run" ? run_answer(true) : ended_answer(3, "exited");
+  });
+  const Result r = cli({"run", "--supervisor", sock, "--wait", "--name", "orders", "--", "/bin/job"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.out.find(std::string("sandbox ") + kSandbox), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kill-switch  in 6995 ms unless heartbeats refresh the lease"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "") << "an exit of its own is not explained";
+  const auto reqs = f.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(reqs[0])["op"], "run");
+  const auto wait = nlohmann::json::parse(reqs[1]);
+  EXPECT_EQ(wait["op"], "wait");
+  EXPECT_EQ(wait["sandbox"], kSandbox);
+}
+
+TEST_F(CliTest, RunWaitJsonPrintsTheStartedThenTheEndedObjectAndWhyTheSupervisorEndedIt) {
+  const std::string sock = (dir_ / "fake-wait-json.sock").string();
+  FakeSupervisor f(sock, [](const nlohmann::json& req) {
+    return req["op"] == "run" ? run_answer(true) : ended_answer(-9, "kill-switch: lease not refreshed in time");
+  });
+  const Result r = cli({"run", "--supervisor", sock, "--wait", "--json", "--name", "orders", "--", "/bin/job"});
+  EXPECT_EQ(r.code, 128 + 9) << r.err;
+  const auto nl = r.out.find('\n');
+  ASSERT_NE(nl, std::string::npos) << r.out;
+  const auto started = nlohmann::json::parse(r.out.substr(0, nl));
+  const auto ended = nlohmann::json::parse(r.out.substr(nl + 1));
+  EXPECT_EQ(started["sandbox"], kSandbox);
+  EXPECT_EQ(started["ttl_left_ms"], 6995);  // the name `sandboxes --json` uses
+  EXPECT_FALSE(started.contains("ok"));
+  EXPECT_EQ(ended["exit_status"], -9);
+  EXPECT_EQ(ended["exit_code"], 137);
+  EXPECT_EQ(ended["reason"], "kill-switch: lease not refreshed in time");
+  EXPECT_NE(r.err.find("ended: kill-switch: lease not refreshed in time (exit status -9)"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, RunWaitOfAnUnknownSandboxIsNotFound) {
+  const std::string sock = (dir_ / "fake-wait-nf.sock").string();
+  FakeSupervisor f(sock, [](const nlohmann::json& req) {
+    return req["op"] == "run" ? run_answer(false)
+                              : std::string(R"({"v":1,"id":null,"ok":false,"error":"not_found","message":"no sandbox here"})");
+  });
+  const Result r = cli({"run", "--supervisor", sock, "--wait", "--", "/bin/job"});
+  EXPECT_ANSWER(r, kNotFound, "no sandbox here");
+}
+
+// SIGINT or SIGTERM while attached: the sandbox is stopped (a named one released, an unnamed one
+// killed), that answer awaited, and the exit code is the shell's for the signal.
+TEST_F(CliTest, RunWaitInterruptedStopsTheSandboxAndExitsWithTheSignalsCode) {
+  for (const bool named : {true, false}) {
+    const int sig = named ? SIGTERM : SIGINT;
+    const std::string sock = (dir_ / (named ? "fake-wait-term.sock" : "fake-wait-int.sock")).string();
+    FakeSupervisor f(sock, [named](const nlohmann::json& req) -> std::string {
+      if (req["op"] == "run") return run_answer(named);
+      if (req["op"] == "wait") return "";  // still running
+      return ended_answer(-9, named ? "released" : "killed on request");
+    });
+    std::vector<std::string> args = {"run", "--supervisor", sock, "--wait"};
+    if (named) args.insert(args.end(), {"--name", "orders"});
+    args.insert(args.end(), {"--", "/bin/job"});
+    const pid_t pid = spawn_cli(args);
+    // Once it waits (its wait request arrived), interrupt it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (f.requests().size() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(f.requests().size(), 2u);
+    ::kill(pid, sig);
+    const Result r = wait_cli(pid);
+    EXPECT_EQ(r.code, 128 + sig) << r.err;
+    EXPECT_NE(r.err.find("stopping sandbox"), std::string::npos) << r.err;
+    const auto reqs = f.requests();
+    ASSERT_EQ(reqs.size(), 3u);
+    const auto stop = nlohmann::json::parse(reqs[2]);
+    if (named) {
+      EXPECT_EQ(stop["op"], "release");
+      EXPECT_EQ(stop["name"], "orders");
+    } else {
+      EXPECT_EQ(stop["op"], "kill");
+      EXPECT_EQ(stop["sandbox"], kSandbox);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace leasehold::cli
