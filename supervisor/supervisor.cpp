@@ -31,6 +31,7 @@
 #include <poll.h>
 #include <sys/stat.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -265,6 +266,10 @@ struct Supervisor::Impl {
   /// At exit: this run's sandbox log files that stayed empty, then the default log directory if
   /// nothing is left in it (a file with output stays for whoever reads it). Stops the output pump.
   void remove_empty_logs();
+  /// At start, in this worker's default log directory: the log files an earlier supervisor left
+  /// (it was killed before its own remove_empty_logs): empty ones are removed, the others kept
+  /// for `logs` by sandbox id as the newest gone ones are (the last kExitedLogsMax of them).
+  void adopt_old_logs();
   // ---- lifecycle ---------------------------------------------------------------------------
   void on_rt_events();
   /// Runs the core's check_disarms every kDisarmPollNs while it has disarms pending.
@@ -331,6 +336,7 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
              " that neither group nor others may write"};
     default_log_dir = cfg.sandbox_log_dir.empty();  // the worker lock makes it this process's alone
   }
+  if (default_log_dir) adopt_old_logs();  // a --sandbox-log-dir may be shared: it is the operator's
   if (Status started = output_pump.start(); !started.ok()) return started;
   control_path = cfg.control_socket_path.empty() ? default_control_socket_path() : cfg.control_socket_path;
   // Host names are resolved once, here ("localhost:PORT" is 127.0.0.1: IPv4 first).
@@ -745,6 +751,47 @@ void Supervisor::Impl::remove_empty_logs() {
   // is the operator's. rmdir fails (ENOTEMPTY) where output is kept.
   if (default_log_dir) ::rmdir(sandbox_log_dir.c_str());
   default_log_dir = false;
+}
+
+void Supervisor::Impl::adopt_old_logs() {
+  // Under the worker lock no sandbox of this worker runs or writes here: every file is a gone
+  // sandbox's.
+  DIR* dir = ::opendir(sandbox_log_dir.c_str());
+  if (dir == nullptr) return;
+  struct Old {
+    std::int64_t mtime_ns;
+    SandboxId id;
+    std::string path;
+  };
+  std::vector<Old> kept;
+  std::size_t removed = 0;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string file = e->d_name;
+    if (file.size() <= 4 || file.compare(file.size() - 4, 4, ".log") != 0) continue;
+    const auto id = SandboxId::parse(file.substr(0, file.size() - 4));
+    if (!id) continue;
+    const std::string path = sandbox_log_dir + "/" + file;
+    struct stat st{};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (st.st_size == 0) {
+      if (::unlink(path.c_str()) == 0) ++removed;
+      continue;
+    }
+    kept.push_back({static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec, *id, path});
+  }
+  ::closedir(dir);
+  std::sort(kept.begin(), kept.end(), [](const Old& a, const Old& b) { return a.mtime_ns < b.mtime_ns; });
+  for (const Old& o : kept) {  // oldest first, as remember_log keeps them (the oldest leave first)
+    exited_logs.push_back({o.id, std::nullopt, ::geteuid(), o.path, -1,
+                           "unknown: it ran under an earlier supervisor process"});
+    while (exited_logs.size() > kExitedLogsMax) {
+      ::unlink(exited_logs.front().path.c_str());
+      exited_logs.pop_front();
+    }
+  }
+  if (removed != 0 || !kept.empty())
+    log_event("event=old_sandbox_logs dir=%s removed_empty=%zu kept=%zu", sandbox_log_dir.c_str(), removed,
+              exited_logs.size());
 }
 
 void Supervisor::Impl::close_worker_lock() {

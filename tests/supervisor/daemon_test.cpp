@@ -1423,6 +1423,48 @@ TEST_F(SupervisorProcess, WaitAnswersWithTheExitStatusBeforeAndAfterTheExit) {
   EXPECT_EQ(killed_wait["reason"], "killed on request");
 }
 
+// A supervisor killed with SIGKILL leaves its sandboxes' log files behind; the next one of the
+// worker removes the empty ones at start and keeps the others for `logs`.
+TEST_F(SupervisorProcess, AKilledSupervisorsEmptySandboxLogsAreRemovedAtTheNextStart) {
+  start_lockd();
+  const std::string worker = WorkerId{0x1c9e5d7b, std::uint64_t(::getpid()) << 8 | 2}.str();
+  const fs::path logs = fs::path(runtime_dir()) / ("sandbox-logs-" + worker);
+  fs::remove_all(logs);
+  const std::vector<std::string> flags = {"--worker-id", worker, "--sandbox-log-dir", ""};  // "": the default
+  std::string quiet_log, chatty_log, chatty_id;
+  {
+    Supervisor sup;
+    start_sup(sup, flags, "killed");
+    const json quiet = sup.call(run_req("", {"true"}));
+    const json chatty = sup.call(run_req("", {"sh", "-c", "echo kept"}));
+    ASSERT_EQ(quiet["ok"], true) << quiet.dump();
+    ASSERT_EQ(chatty["ok"], true) << chatty.dump();
+    quiet_log = quiet["log"];
+    chatty_log = chatty["log"];
+    chatty_id = chatty["sandbox"];
+    EXPECT_TRUE(eventually([&] {
+      for (const json& a : {quiet, chatty})
+        if (sup.call({{"v", 1}, {"op", "logs"}, {"sandbox", a["sandbox"]}}).value("running", true)) return false;
+      return true;
+    }, 10'000));
+    sup.child.signal(SIGKILL);
+    sup.child.wait();
+  }
+  EXPECT_TRUE(fs::exists(quiet_log)) << "a killed supervisor cleans nothing up";
+  {
+    Supervisor sup;
+    start_sup(sup, flags, "next");
+    EXPECT_FALSE(fs::exists(quiet_log)) << "the empty log of a gone sandbox outlived the next start";
+    EXPECT_EQ(slurp(chatty_log), "kept\n");
+    const json l = sup.call({{"v", 1}, {"op", "logs"}, {"sandbox", chatty_id}});
+    EXPECT_EQ(l["output"], "kept\n") << l.dump();
+    EXPECT_EQ(l["running"], false);
+    sup.child.signal(SIGTERM);
+    EXPECT_EQ(sup.child.wait(), 0) << sup.log_text();
+  }
+  fs::remove_all(logs);
+}
+
 // Under keep only unnamed processes outlive the supervisor: a named one would outlive the
 // kill-switch of its lease and run beside the name's next holder, so it is killed first and its
 // name given back once it is dead.
