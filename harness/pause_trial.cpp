@@ -433,7 +433,7 @@ void Trial::collect(const StatsSnapshot& s1) {
 void Trial::end_sandbox() {
   if (contender_) contender_->stop();
   if (monitor_ && monitor_->death_ns() == 0) {
-    (void)r_.target_.request({{"op", "kill"}, {"sandbox", sandbox_}}, milliseconds(5'000));
+    (void)r_.target_.request({{"op", "kill"}, {"sandbox", sandbox_}, {"grace_ms", 0}}, milliseconds(5'000));
     const std::int64_t until = now_ns() + static_cast<std::int64_t>(kDeathWaitMs) * kNs;
     while (monitor_->death_ns() == 0 && now_ns() < until) ::usleep(2000);
   }
@@ -552,7 +552,7 @@ Status TrialRunner::baseline(std::uint64_t ms) {
   if (!ans) return ans.status();
   if (!ans->value("ok", false)) return Status{Errc::refused, ans->value("message", std::string("run refused"))};
   sleep_until_ns(now_ns() + static_cast<std::int64_t>(ms) * kNs, settings_.tick);
-  (void)target_.request({{"op", "release"}, {"name", name}}, milliseconds(5'000));
+  (void)target_.request({{"op", "release"}, {"name", name}, {"grace_ms", 0}}, milliseconds(5'000));
   return {};
 }
 

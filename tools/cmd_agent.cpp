@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,10 @@
 
 namespace leasehold::cli {
 namespace {
+
+/// SIGTERM (a release or kill with a grace period): finish the write in progress, then exit.
+volatile std::sig_atomic_t g_agent_terminated = 0;
+extern "C" void on_agent_sigterm(int) { g_agent_terminated = 1; }
 
 /// The exit code of an agent whose token the resource rejected as stale.
 constexpr int kAgentFencedOut = 3;
@@ -207,7 +212,13 @@ int run_agent(const AgentArgs& a) {
   const SchedClock sched;
   std::int64_t last_write_end_ns = 0;  // 0: no write yet at this epoch
   SchedTimes last_write_sched;
-  while (std::chrono::steady_clock::now() < end) {
+  // As the init of its pid namespace it would ignore SIGTERM without a handler, and be killed
+  // mid-write at the end of the grace period.
+  struct sigaction term{};
+  term.sa_handler = on_agent_sigterm;
+  sigemptyset(&term.sa_mask);
+  ::sigaction(SIGTERM, &term, nullptr);
+  while (std::chrono::steady_clock::now() < end && g_agent_terminated == 0) {
     shm::SlotSnapshot snap;
     if (table->snapshot(slot, snap) == shm::TableErrc::ok && snap.sandbox == *sandbox &&
         snap.state == shm::SlotState::published && !snap.revoked && snap.name == name_id && snap.epoch != epoch &&
@@ -285,6 +296,11 @@ int run_agent(const AgentArgs& a) {
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(a.interval_ms));
+  }
+  if (g_agent_terminated != 0) {
+    std::printf("agent: SIGTERM (accepted=%llu, skipped=%llu); exiting\n", static_cast<unsigned long long>(accepted),
+                static_cast<unsigned long long>(skipped));
+    return kOk;
   }
   std::printf("agent: ran for %llu s (accepted=%llu, skipped=%llu); exiting\n",
               static_cast<unsigned long long>(a.max_seconds), static_cast<unsigned long long>(accepted),
