@@ -913,6 +913,7 @@ void SupervisorCore::stop_sandbox(Sandbox& s, const std::string& reason, std::ui
   s.stop_deadline_ns = deadline;
   if (again) return;
   s.stop_reason = reason;
+  stopping_.push_back(s.id);
   // Its slot, lease, heartbeats and rt deadline stay as they are: it still holds its name, and
   // if its lease is not refreshed the kill-switch fires as always.
   log_event("event=stopping sandbox=%s name=%s reason=\"%s\" grace_ms=%" PRIu64, s.id.str().c_str(),
@@ -922,9 +923,18 @@ void SupervisorCore::stop_sandbox(Sandbox& s, const std::string& reason, std::ui
 
 void SupervisorCore::check_stops(std::uint64_t now_ns) {
   now_ = now_ns;
+  // Only the sandboxes being stopped are looked at: this runs on every heartbeat tick.
   std::vector<SandboxId> due;
-  for (auto& [id, s] : sandboxes_)
-    if (s.stop_deadline_ns != 0 && s.stop_deadline_ns <= now_ && runs_unkilled(s.phase)) due.push_back(id);
+  for (std::size_t i = 0; i < stopping_.size();) {
+    const Sandbox* s = find(stopping_[i]);
+    if (s == nullptr || !runs_unkilled(s->phase)) {  // exited or killed meanwhile: no longer ours to time
+      stopping_[i] = stopping_.back();
+      stopping_.pop_back();
+      continue;
+    }
+    if (s->stop_deadline_ns <= now_) due.push_back(stopping_[i]);
+    ++i;
+  }
   for (const SandboxId& id : due) {
     Sandbox* s = find(id);
     if (s == nullptr || !runs_unkilled(s->phase)) continue;

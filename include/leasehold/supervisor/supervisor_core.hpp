@@ -291,6 +291,7 @@ class SupervisorCore {
   };
   std::vector<Quarantined> quarantined_;
   std::vector<SandboxId> disarming_;
+  std::vector<SandboxId> stopping_;  ///< sent SIGTERM, killed at their stop_deadline_ns (check_stops)
   /// Unanswered `wait` requests: the client and its uid (to bound them per uid).
   std::unordered_map<ControlClientId, uid_t> waits_;
   /// Gone named sandboxes whose Release is in flight, and the `wait`s that came meanwhile:
