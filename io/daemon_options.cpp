@@ -25,6 +25,25 @@ void add_config_file(CLI::App& app, const std::string& default_path) {
   app.allow_config_extras(CLI::config_extras_mode::error);
 }
 
+void add_metrics_flags(CLI::App& app, std::string& listen, std::string& allow, int conventional_port) {
+  app.add_option("--metrics-listen", listen,
+                 "serve Prometheus /metrics and /healthz over HTTP on ADDR:PORT (conventionally port " +
+                     std::to_string(conventional_port) +
+                     "; port 0 picks a free port, printed as 'metrics http://ADDR:PORT/metrics' on stdout); "
+                     "default: off (the flag, or the config key, absent)")
+      // Off is the flag left out: an empty value (a template's `metrics-listen = ""`, an unset
+      // shell variable) is a mistake, not a way to turn the endpoint off without a word.
+      ->check([](const std::string& v) {
+        return v.empty() ? std::string("empty: give ADDR:PORT, or leave it out for no HTTP endpoint") : std::string();
+      });
+  app.add_option("--metrics-allow", allow,
+                 "with --metrics-listen: only peers in these networks, CIDR[,CIDR...] (e.g. 10.0.0.0/8,127.0.0.1); a "
+                 "connection from any other address is closed at once; default: every peer")
+      ->check([](const std::string& v) {
+        return v.empty() ? std::string("empty: give CIDR[,CIDR...], or leave it out to admit every peer") : std::string();
+      });
+}
+
 namespace {
 
 bool given_on_command_line(std::string_view flag, int argc, const char* const* argv) {

@@ -98,9 +98,7 @@ void add_lockd_flags(CLI::App& app, LockdConfig& cfg) {
                  "UDP address to serve on, ADDR:PORT (IPv4 or [IPv6]); port 0 picks a free port "
                  "and prints it as 'listening ADDR:PORT' on stdout")
       ->capture_default_str();
-  app.add_option("--metrics-listen", cfg.metrics_listen,
-                 "serve Prometheus /metrics and /healthz over HTTP on ADDR:PORT (conventionally port 9740; "
-                 "port 0 picks a free port, printed as 'metrics http://ADDR:PORT/metrics' on stdout); default: off");
+  add_metrics_flags(app, cfg.metrics_listen, cfg.metrics_allow, 9740);
   app.add_option("--store", cfg.store_path,
                  "the durable name table: a SQLite file (created when absent; WAL files beside it), or "
                  "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for a cluster of lockd processes sharing one "

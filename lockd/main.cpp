@@ -283,11 +283,15 @@ int main(int argc, char** argv) {
     loop->add_poll(exchange->wake_fd(), POLLIN, PollMode::multishot, [&](int) {
       if (exchange->take_request()) exchange->publish(snapshot_of(service->service()));
     });
-    auto started = metrics::HttpEndpoint::serve(cfg.metrics_listen, *exchange, "leasehold_lockd_", "lockd");
+    metrics::HttpLimits limits;
+    limits.allow = cfg.metrics_allow;
+    auto started = metrics::HttpEndpoint::serve(cfg.metrics_listen, *exchange, "leasehold_lockd_", "lockd", limits);
     if (!started) {
       std::fprintf(stderr, "leasehold-lockd: %s\n", started.message().c_str());
       service.reset();
-      return 1;
+      // A malformed allow list is a bad command line (2); a busy port, like a busy --listen
+      // port, a start that failed (1).
+      return started.code() == Errc::invalid_argument ? 2 : 1;
     }
     http = std::move(started).value();
     std::printf("metrics http://%s/metrics\n", http->address().c_str());

@@ -211,9 +211,7 @@ void add_supervisor_flags(CLI::App& app, SupervisorConfig& c) {
                  "write, grow or shrink; root reads it from outside at /proc/<supervisor pid>/fd/<N>, printed at "
                  "start). A path or shm name makes a 0640 file external readers can open; a non-root supervisor "
                  "with isolation refuses one (its sandboxes share its uid and could truncate it)");
-  app.add_option("--metrics-listen", c.metrics_listen,
-                 "serve Prometheus /metrics and /healthz over HTTP on ADDR:PORT (conventionally port 9741; "
-                 "port 0 picks a free port, printed as 'metrics http://ADDR:PORT/metrics' on stdout); default: off");
+  add_metrics_flags(app, c.metrics_listen, c.metrics_allow, 9741);
   app.add_option("--control-socket", c.control_socket_path,
                  "control socket path (default: /run/leasehold/supervisor.sock as root, else "
                  "$XDG_RUNTIME_DIR/leasehold/supervisor.sock or $HOME/.leasehold/supervisor.sock, a directory that must be "

@@ -79,8 +79,10 @@ int main(int argc, char** argv) {
     for (const int sig : {SIGTERM, SIGINT, SIGCHLD, SIGHUP}) sigaddset(&blocked, sig);
     ::pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
     exchange = std::make_unique<metrics::SnapshotExchange>();
+    metrics::HttpLimits limits;
+    limits.allow = config.metrics_allow;
     auto started = metrics::HttpEndpoint::serve(config.metrics_listen, *exchange, "leasehold_supervisor_",
-                                                "the supervisor");
+                                                "the supervisor", limits);
     if (!started) {
       std::fprintf(stderr, "leasehold-supervisor: %s\n", started.message().c_str());
       return 2;

@@ -22,6 +22,8 @@ struct Parsed {
   std::vector<std::string> key_files;
   bool bwrap = false;
   LogOptions log;
+  std::string metrics_listen;
+  std::string metrics_allow;
   std::optional<std::string> error;  ///< config_file_error's message, or "cli: ..." for the command line's
 };
 
@@ -33,6 +35,7 @@ Parsed parse(const std::string& default_config, std::vector<std::string> args) {
   app.add_option("--ttl-ms", p.ttl_ms);
   app.add_option("--key-file", p.key_files);
   app.add_flag("--bwrap", p.bwrap);
+  add_metrics_flags(app, p.metrics_listen, p.metrics_allow, 9740);
   std::vector<const char*> argv = {"daemon"};
   for (const auto& a : args) argv.push_back(a.c_str());
   try {
@@ -117,6 +120,26 @@ TEST_F(DaemonOptions, ABadValueInTheFileNamesFileAndKey) {
   p = parse((dir_ / "absent.toml").string(), {"--log-level", "loud"});
   ASSERT_TRUE(p.error);
   EXPECT_EQ(p.error->rfind("cli: ", 0), 0u) << *p.error;
+}
+
+// Off is the flag left out; an empty value is a mistake (an unset variable, a template's
+// placeholder), refused naming the flag, or the file and the key.
+TEST_F(DaemonOptions, AnEmptyMetricsListenIsAnErrorNamingTheFlag) {
+  const std::string absent = (dir_ / "absent.toml").string();
+  Parsed p = parse(absent, {"--metrics-listen", ""});
+  ASSERT_TRUE(p.error);
+  EXPECT_EQ(*p.error, "cli: --metrics-listen: empty: give ADDR:PORT, or leave it out for no HTTP endpoint");
+  const std::string cfg = file("m.toml", "metrics-listen = \"\"\n");
+  p = parse(absent, {"--config", cfg});
+  ASSERT_TRUE(p.error);
+  EXPECT_EQ(*p.error, "config file " + cfg + ": key \"metrics-listen\": --metrics-listen: empty: give ADDR:PORT, or "
+                      "leave it out for no HTTP endpoint");
+  p = parse(absent, {});
+  ASSERT_FALSE(p.error) << *p.error;
+  EXPECT_EQ(p.metrics_listen, "");
+  p = parse(absent, {"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_FALSE(p.error) << *p.error;
+  EXPECT_EQ(p.metrics_listen, "127.0.0.1:0");
 }
 
 }  // namespace

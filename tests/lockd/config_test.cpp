@@ -54,6 +54,18 @@ TEST(LockdConfig, TheShippedExampleConfigFileIsValid) {
   EXPECT_EQ(plain.log.format, LogFormat::json);
 }
 
+// Off is the flag left out: an empty --metrics-listen is refused, naming the flag.
+TEST(LockdConfig, AnEmptyMetricsListenIsRefused) {
+  EXPECT_EQ(parse({"--key-file", "/etc/hostname", "--metrics-listen", ""}),
+            "parse: --metrics-listen: empty: give ADDR:PORT, or leave it out for no HTTP endpoint");
+  EXPECT_EQ(parse({"--key-file", "/etc/hostname", "--metrics-allow", ""}),
+            "parse: --metrics-allow: empty: give CIDR[,CIDR...], or leave it out to admit every peer");
+  LockdConfig cfg;
+  EXPECT_EQ(parse({"--key-file", "/etc/hostname", "--metrics-listen", "127.0.0.1:0", "--metrics-allow", "10.0.0.0/8"}, &cfg), "");
+  EXPECT_EQ(cfg.metrics_listen, "127.0.0.1:0");
+  EXPECT_EQ(cfg.metrics_allow, "10.0.0.0/8");
+}
+
 TEST(LockdConfig, KeyFileRequired) {
   EXPECT_NE(parse({}).find("--key-file or --key-dir is required"), std::string::npos);
 }

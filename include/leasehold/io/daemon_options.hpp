@@ -34,6 +34,11 @@ void add_log_flags(CLI::App& app, LogOptions& out);
 /// --config FILE, default `default_path`; unknown keys in it are errors.
 void add_config_file(CLI::App& app, const std::string& default_path);
 
+/// --metrics-listen ADDR:PORT into `listen` and --metrics-allow CIDR[,CIDR...] into `allow`:
+/// absent means no endpoint (every peer); an empty value (on the command line or in the file)
+/// is an error naming the flag. Their syntax is checked where the endpoint starts.
+void add_metrics_flags(CLI::App& app, std::string& listen, std::string& allow, int conventional_port);
+
 /// The message for a failed parse when the config file caused it ("config file F: key K: ..."):
 /// an unreadable file, an unknown key or section, or a bad value of a key the command line did
 /// not give. Empty when the error is the command line's (CLI::App::exit then prints it).

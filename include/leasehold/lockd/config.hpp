@@ -46,6 +46,8 @@ struct LockdConfig {
   /// ADDR:PORT of the HTTP endpoint (/metrics, /healthz; conventionally port 9740); empty: none.
   /// Port 0 picks a free one, printed as "metrics http://ADDR:PORT/metrics" on stdout (a line that a reader of "listening ADDR:PORT" does not take for it).
   std::string metrics_listen;
+  /// --metrics-allow: CIDR[,CIDR...] of the peers the HTTP endpoint admits; empty: every peer.
+  std::string metrics_allow;
   /// SQLite file (relative to the working directory), or an etcd store
   /// "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]" shared by a cluster of lockd (etcd_store.hpp).
   std::string store_path = "lockd.db";

@@ -91,6 +91,8 @@ struct SupervisorConfig {
   /// ADDR:PORT of the HTTP endpoint (/metrics, /healthz; conventionally port 9741); empty: none.
   /// Served by leasehold-supervisor's main (metrics/http_endpoint.hpp), not by Supervisor.
   std::string metrics_listen;
+  /// --metrics-allow: CIDR[,CIDR...] of the peers the HTTP endpoint admits; empty: every peer.
+  std::string metrics_allow;
   /// Each sandbox's stdout and stderr go to <dir>/<sandbox id>.log (0600), never to the
   /// supervisor's own; empty → <runtime_dir>/sandbox-logs-<worker id>. Read with `leasehold logs`.
   std::string sandbox_log_dir;
