@@ -31,7 +31,8 @@ Status Deployment::make_worker_key(const std::string& file, const WorkerId& work
 
 Started Deployment::start_lockd(const LockdSpec& spec, const std::function<void()>& tick) {
   Spawn s;
-  s.argv = {spec.bin, "--listen", spec.listen, "--store", (dir_ / "lockd.db").string(), "--key-file",
+  // --no-config: a deployment is the flags it is given, never the host's /etc/leasehold file.
+  s.argv = {spec.bin, "--no-config", "--listen", spec.listen, "--store", (dir_ / "lockd.db").string(), "--key-file",
             cluster_key_file().string()};
   if (spec.ttl_ms != 0) s.argv.insert(s.argv.end(), {"--ttl-ms", std::to_string(spec.ttl_ms)});
   s.argv.insert(s.argv.end(), spec.extra_args.begin(), spec.extra_args.end());
@@ -51,7 +52,7 @@ Started Deployment::start_lockd(const LockdSpec& spec, const std::function<void(
 Started Deployment::start_supervisor(const SupervisorSpec& spec, std::size_t* index,
                                      const std::function<void()>& tick) {
   Spawn s;
-  s.argv = {spec.bin, "--lockd", spec.lockd.empty() ? lockd_text_ : spec.lockd, "--key-file", spec.key_file.string()};
+  s.argv = {spec.bin, "--no-config", "--lockd", spec.lockd.empty() ? lockd_text_ : spec.lockd, "--key-file", spec.key_file.string()};
   const auto flag = [&s](const char* name, std::uint64_t ms) {
     if (ms != 0) s.argv.insert(s.argv.end(), {name, std::to_string(ms)});
   };

@@ -65,6 +65,7 @@ Status LockdCluster::launch(std::size_t i, const std::string& listen) {
   const std::string& endpoints = spec_.etcd.size() == 1 ? spec_.etcd.front() : spec_.etcd.at(i);
   Spawn s;
   s.argv = {spec_.bin,
+            "--no-config",  // the flags given here, never the host's /etc/leasehold/lockd.toml
             "--listen",
             listen,
             "--key-file",

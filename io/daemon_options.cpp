@@ -19,10 +19,35 @@ void add_log_flags(CLI::App& app, LogOptions& out) {
 }
 
 void add_config_file(CLI::App& app, const std::string& default_path) {
-  app.set_config("--config", default_path,
-                 "TOML config file of flag-name = value lines (every long flag is a key, e.g. ttl-ms = 10000); "
-                 "flags on the command line override it; the default file may be missing");
+  CLI::Option* config = app.set_config(
+      "--config", default_path,
+      "TOML config file of flag-name = value lines (every long flag is a key, e.g. ttl-ms = 10000); flags on the "
+      "command line override it. Default: " + default_path + ", read when it exists (the start line's config= "
+      "says which file was read); --no-config reads none");
+  // An empty name would read no file without saying so (CLI11 skips it): --no-config says that.
+  config->check(
+      [](const std::string& v) { return v.empty() ? std::string("empty: name a file, or give --no-config to read none") : std::string(); },
+      "FILE");
+  // Before the file is read (trigger_on_parse: while the command line is parsed), so the default
+  // file is not even looked at: what tests and hand runs that must not pick up /etc give.
+  app.add_flag_callback("--no-config", [config] { config->default_str(""); },
+                        "read no config file, not even the default " + default_path)
+      ->trigger_on_parse()
+      ->configurable(false)
+      ->excludes(config);
   app.allow_config_extras(CLI::config_extras_mode::error);
+}
+
+std::string config_file_read(const CLI::App& app) {
+  // CLI11 records the default file as the option's result once it has read it.
+  const CLI::Option* config = app.get_config_ptr();
+  if (config == nullptr || config->count() == 0) return "none";
+  try {
+    const std::string path = config->as<std::string>();
+    return path.empty() ? "none" : path;
+  } catch (const CLI::Error&) {
+    return "none";
+  }
 }
 
 void add_metrics_flags(CLI::App& app, std::string& listen, std::string& allow, int conventional_port) {
@@ -61,7 +86,11 @@ bool given_on_command_line(std::string_view flag, int argc, const char* const* a
 std::string config_file_error(const CLI::App& app, const CLI::ParseError& e, int argc, const char* const* argv) {
   const CLI::Option* config = app.get_config_ptr();
   if (config == nullptr) return {};
-  const std::string path = config->as<std::string>();
+  std::string path;
+  try {
+    path = config->as<std::string>();
+  } catch (const CLI::Error&) {  // --config "" itself: its value fails its check again here
+  }
   const std::string what = e.what();
   const std::string name = e.get_name();
   if (name == "FileError") return "config file " + path + ": cannot read it: " + what;

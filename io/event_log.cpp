@@ -2,6 +2,7 @@
 
 #include "leasehold/lease/clock.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cinttypes>
 #include <cstdio>
@@ -174,6 +175,13 @@ std::string quoted_value(std::string_view text) {
     out += (c == '\n' || c == '\r') ? ' ' : c;
   }
   return out + "\"";
+}
+
+std::string logfmt_value(std::string_view text) {
+  const bool bare = !text.empty() && std::none_of(text.begin(), text.end(), [](char c) {
+    return c == ' ' || c == '"' || c == '=' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  });
+  return bare ? std::string(text) : quoted_value(text);
 }
 
 LogLevel level_of(std::string_view fields, LogLevel fallback) noexcept {

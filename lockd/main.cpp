@@ -49,8 +49,10 @@ constexpr const char* kDescription =
     "cluster of lockd processes of which one leads (--store etcd://...).\n"
     "Logs one line per event on stderr (logfmt or JSON: time, ts_boot_ns, level, event, ...); prints "
     "'listening ADDR:PORT' on stdout once it serves, and tells systemd (Type=notify) when it serves.\n"
-    "Flags may also come from a TOML config file (--config, default /etc/leasehold/lockd.toml: "
-    "flag-name = value lines); flags on the command line override it.\n"
+    "Flags may also come from a TOML config file (--config, default /etc/leasehold/lockd.toml, read "
+    "whenever it exists, also by a daemon started by hand; --no-config reads none): flag-name = value "
+    "lines; flags on the command line override it. The start line (event=serving) names the file read: "
+    "config=PATH or config=none.\n"
     "SIGTERM/SIGINT: stop (pending changes made durable first). SIGHUP: reload the key files and "
     "the log level.";
 
@@ -301,7 +303,8 @@ int main(int argc, char** argv) {
   ServiceNotifier notifier;  // before the loop's first turn: its wait is bounded by the pings
   notifier.ready("serving on " + service->local_address().str() + ", store " + cfg.store_path);
   daemon_log().emit(boottime_ns(), "event=serving listen=" + service->local_address().str() + " store=" +
-                                       cfg.store_path + " log_level=" + std::string(to_string(cfg.log.level)) +
+                                       cfg.store_path + " config=" + logfmt_value(config_file_read(app)) +
+                                       " log_level=" + std::string(to_string(cfg.log.level)) +
                                        " watchdog_ms=" + std::to_string(notifier.watchdog_interval_ns() / kNsPerMs));
 
   while (!stopping) {

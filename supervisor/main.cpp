@@ -36,7 +36,9 @@ constexpr const char* kDescription =
     "  lockd_failover + 1.2*heartbeat_interval < kill_after - heartbeat_interval\n"
     "Logs one line per event on stderr (logfmt or JSON: time, ts_boot_ns, level, event, ...) and tells\n"
     "systemd (Type=notify) when it serves. Flags may also come from a TOML config file (--config,\n"
-    "default /etc/leasehold/supervisor.toml: flag-name = value lines); the command line overrides it.";
+    "default /etc/leasehold/supervisor.toml, read whenever it exists, also by a supervisor started by\n"
+    "hand; --no-config reads none): flag-name = value lines; the command line overrides it. The start\n"
+    "line (event=serving) names the file read: config=PATH or config=none.";
 constexpr const char* kFooter =
     "Exit codes: 0 clean shutdown; 1 runtime failure; 2 usage, bad config file or refused configuration\n"
     "(unsafe timing, unreadable key, io_uring unavailable, live shm table, lockd unreachable or in another\n"
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  config.config_file = config_file_read(app);
   daemon_log().set_format(config.log.format);
   daemon_log().set_level(config.log.level);
   // The HTTP endpoint (--metrics-listen) first: a busy port is refused before anything is set

@@ -1352,8 +1352,9 @@ void Supervisor::Impl::maybe_finish_shutdown() {
 int Supervisor::Impl::run() {
   notifier.ready("worker " + worker.str() + ", lockd " + address_list_text(lockd_addresses) + ", " +
                  std::to_string(cfg.slots) + " slots, control socket " + control_path);
-  log_event("event=serving worker=%s lockd=%s log_level=%s watchdog_ms=%lld", worker.str().c_str(),
-            address_list_text(lockd_addresses).c_str(), std::string(to_string(daemon_log().level())).c_str(),
+  log_event("event=serving worker=%s lockd=%s config=%s log_level=%s watchdog_ms=%lld", worker.str().c_str(),
+            address_list_text(lockd_addresses).c_str(), logfmt_value(cfg.config_file).c_str(),
+            std::string(to_string(daemon_log().level())).c_str(),
             static_cast<long long>(notifier.watchdog_interval_ns() / 1'000'000));
   int rc = loop->run();
   if (rc < 0) {

@@ -484,11 +484,11 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, st
     else ::unsetenv("LEASEHOLD_ABLATE");
     const std::string max_names = std::to_string(static_cast<std::uint64_t>(o.workers) * o.sandboxes * 2 + 1024);
     if (etcd.empty())
-      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--key-file", key_file->c_str(), "--store",
+      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--no-config", "--key-file", key_file->c_str(), "--store",
               store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
               static_cast<char*>(nullptr));
     else
-      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--key-file", key_file->c_str(), "--store",
+      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--no-config", "--key-file", key_file->c_str(), "--store",
               store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
               "--signing-key-file", signing.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);

@@ -24,6 +24,7 @@ struct Parsed {
   LogOptions log;
   std::string metrics_listen;
   std::string metrics_allow;
+  std::string config_read;  ///< config_file_read after a successful parse
   std::optional<std::string> error;  ///< config_file_error's message, or "cli: ..." for the command line's
 };
 
@@ -40,6 +41,7 @@ Parsed parse(const std::string& default_config, std::vector<std::string> args) {
   for (const auto& a : args) argv.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+    p.config_read = config_file_read(app);
   } catch (const CLI::ParseError& e) {
     const std::string why = config_file_error(app, e, static_cast<int>(argv.size()), argv.data());
     p.error = why.empty() ? "cli: " + std::string(e.what()) : why;
@@ -140,6 +142,35 @@ TEST_F(DaemonOptions, AnEmptyMetricsListenIsAnErrorNamingTheFlag) {
   p = parse(absent, {"--metrics-listen", "127.0.0.1:0"});
   ASSERT_FALSE(p.error) << *p.error;
   EXPECT_EQ(p.metrics_listen, "127.0.0.1:0");
+}
+
+// The file that was read is known (for the start line), and --no-config reads none, not even a
+// default file that exists: what a run that must not pick up the host's /etc/leasehold gives.
+TEST_F(DaemonOptions, TheFileReadIsKnownAndNoConfigReadsNone) {
+  const std::string def = file("default.toml", "ttl-ms = 7000\n");
+  Parsed p = parse(def, {});
+  ASSERT_FALSE(p.error) << *p.error;
+  EXPECT_EQ(p.config_read, def);
+  EXPECT_EQ(p.ttl_ms, 7000u);
+  p = parse(def, {"--no-config"});
+  ASSERT_FALSE(p.error) << *p.error;
+  EXPECT_EQ(p.config_read, "none");
+  EXPECT_EQ(p.ttl_ms, 10'000u);
+  p = parse((dir_ / "absent.toml").string(), {});
+  ASSERT_FALSE(p.error) << *p.error;
+  EXPECT_EQ(p.config_read, "none");
+  const std::string given = file("given.toml", "ttl-ms = 8000\n");
+  p = parse(def, {"--config", given});
+  ASSERT_FALSE(p.error) << *p.error;
+  EXPECT_EQ(p.config_read, given);
+  EXPECT_EQ(p.ttl_ms, 8000u);
+  // An empty name is not a quiet way to read none, and --no-config with a file is a contradiction.
+  p = parse(def, {"--config", ""});
+  ASSERT_TRUE(p.error);
+  EXPECT_NE(p.error->find("--config: empty: name a file, or give --no-config to read none"), std::string::npos) << *p.error;
+  p = parse(def, {"--no-config", "--config", given});
+  ASSERT_TRUE(p.error);
+  EXPECT_NE(p.error->find("excludes"), std::string::npos) << *p.error;
 }
 
 }  // namespace

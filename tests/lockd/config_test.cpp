@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace leasehold::lockd {
@@ -17,6 +18,8 @@ std::string parse(std::vector<std::string> args, LockdConfig* out = nullptr) {
   LockdConfig cfg;
   add_lockd_flags(app, cfg);
   std::vector<const char*> argv{"leasehold-lockd"};
+  // The flags given, never the host's /etc/leasehold/lockd.toml, unless a test names a file.
+  if (std::find(args.begin(), args.end(), "--config") == args.end()) argv.push_back("--no-config");
   for (auto& a : args) argv.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());

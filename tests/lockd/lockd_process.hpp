@@ -9,6 +9,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <stdexcept>
@@ -47,6 +48,11 @@ inline wire::WireKey make_key(const fs::path& dir) {
 inline harness::Spawn lockd_spawn(std::vector<std::string> args) {
   harness::Spawn s;
   s.argv = {LEASEHOLD_LOCKD_BINARY};
+  // The test's flags alone, never a config file of the host (/etc/leasehold/lockd.toml), unless
+  // the test names one.
+  if (std::find(args.begin(), args.end(), "--config") == args.end() &&
+      std::find(args.begin(), args.end(), "--no-config") == args.end())
+    s.argv.push_back("--no-config");
   s.argv.insert(s.argv.end(), args.begin(), args.end());
   s.label = "lockd";
   s.own_process_group = false;

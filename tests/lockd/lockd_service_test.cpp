@@ -9,8 +9,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace leasehold::lockd {
 namespace {
@@ -205,6 +212,29 @@ TEST(LockdService, JsonLogLinesAreObjectsWithTimeStampLevelAndEvent) {
   }
   EXPECT_GE(lines, 4u);  // restore, signing key, serving, grant, stopped
   EXPECT_TRUE(grant) << lockd.log();
+}
+
+// A hand-run lockd says which config file it read: the one given, or none.
+TEST(LockdService, TheStartLineNamesTheConfigFileRead) {
+  if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
+  TempDir dir;
+  make_key(dir.path());
+  const fs::path config = dir.path() / "lockd.toml";
+  write_text(config, "store = \"" + (dir.path() / "l.db").string() + "\"\n");
+  for (const bool given : {true, false}) {
+    LockdProcess lockd;
+    std::string err;
+    std::vector<std::string> args{"--key-file", (dir.path() / "lockd.key").string()};
+    if (given) args.insert(args.end(), {"--config", config.string()});
+    else args.insert(args.end(), {"--no-config", "--store", (dir.path() / "l.db").string()});
+    const fs::path log = dir.path() / (given ? "given.log" : "none.log");
+    ASSERT_TRUE(lockd.start(args, log, &err)) << err;
+    const auto serving = harness::wait_for_log_line(log, "event=serving ", milliseconds(20'000));
+    ASSERT_TRUE(serving) << lockd.log();
+    EXPECT_NE(serving->find(" config=" + (given ? config.string() : std::string("none")) + " "), std::string::npos)
+        << *serving;
+    EXPECT_EQ(lockd.terminate(), 0);
+  }
 }
 
 }  // namespace

@@ -206,7 +206,7 @@ TEST_F(PauseProbe, ExternalMode) {
             0);
   // Both services in the background; their pids in files so TearDown-like cleanup can stop them.
   const std::string start =
-      "cd " + dir_ + " && (" + LEASEHOLD_LOCKD_BINARY + " --listen 127.0.0.1:0 --key-file " + key +
+      "cd " + dir_ + " && (" + LEASEHOLD_LOCKD_BINARY + " --no-config --listen 127.0.0.1:0 --key-file " + key +
       " --store lockd.db --ttl-ms 4000 >lockd.out 2>lockd.err & echo $! >lockd.pid)";
   ASSERT_EQ(std::system(start.c_str()), 0);
   std::string addr;
@@ -225,7 +225,7 @@ TEST_F(PauseProbe, ExternalMode) {
     }
   } stop{dir_};
   ASSERT_FALSE(addr.empty()) << slurp(dir_ + "/lockd.err");
- const std::string sup = "cd " + dir_ + " && (" + LEASEHOLD_SUPERVISOR_BINARY + " --lockd " + addr + " --key-file " +
+ const std::string sup = "cd " + dir_ + " && (" + LEASEHOLD_SUPERVISOR_BINARY + " --no-config --lockd " + addr + " --key-file " +
                           worker_key + " --control-socket " + ctl + " --shm " + table +
                           " --ttl-ms 4000 --kill-after-ms 2400 --heartbeat-interval-ms 600"
                           " --kill-latency-budget-ms 40 --clock-rate-bound 0.002 --isolation off >sup.out 2>sup.err & echo $! >sup.pid)";

@@ -199,7 +199,7 @@ TEST(SupervisorConfig, FlagsParse) {
   CLI::App app;
   SupervisorConfig c;
   add_supervisor_flags(app, c);
-  const char* argv[] = {"leasehold-supervisor", "--lockd", "127.0.0.1:9", "--key-file", "/k", "--lockd-failover-ms", "1500",
+  const char* argv[] = {"leasehold-supervisor", "--no-config", "--lockd", "127.0.0.1:9", "--key-file", "/k", "--lockd-failover-ms", "1500",
                         "--worker-id", "0f8fad5b-d9cb-469f-a165-70867728950e", "--mode",
                         "preemptible", "--on-shutdown", "keep", "--ttl-ms", "2000", "--slots", "7",
                         "--rt-command-poll-us", "2000"};
@@ -220,7 +220,7 @@ TEST(SupervisorConfig, FlagsRejectBadWorkerIdAndMode) {
     CLI::App app;
     SupervisorConfig c;
     add_supervisor_flags(app, c);
-    const char* argv[] = {"s", "--lockd", "a:1", "--key-file", "/k", "--worker-id", "nope"};
+    const char* argv[] = {"s", "--no-config", "--lockd", "a:1", "--key-file", "/k", "--worker-id", "nope"};
     EXPECT_THROW(app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv)),
                  CLI::ParseError);
   }

@@ -144,6 +144,7 @@ struct Lockd {
              const std::string& tag = "lockd") {
     log = dir / (tag + ".err");
     std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--store", (dir / (tag + ".db")).string()};
+    if (std::find(extra.begin(), extra.end(), "--config") == extra.end()) args.push_back("--no-config");
     if (!key.empty()) args.insert(args.end(), {"--key-file", key});  // empty: the keys come in `extra`
     args.insert(args.end(), extra.begin(), extra.end());
     child.start(LEASEHOLD_LOCKD_BINARY, args, dir / (tag + ".out"), log);
@@ -210,6 +211,8 @@ struct Supervisor {
       key_file = make_worker_key(dir, key, id);
     }
     std::vector<std::string> args = {"--lockd", lockd, "--key-file", key_file, "--control-socket", socket.string()};
+    // The test's flags alone, never the host's /etc/leasehold/supervisor.toml, unless it names one.
+    if (std::find(extra.begin(), extra.end(), "--config") == extra.end()) args.push_back("--no-config");
     // Root's supervisors on one host need disjoint sandbox uid ranges (tests run in parallel):
     // one of its own per test process and supervisor, unless the test chose one.
     if (::geteuid() == 0 && std::find(extra.begin(), extra.end(), "--uid-range") == extra.end()) {

@@ -2047,7 +2047,7 @@ struct NobodySupervisor {
     socket = sock;
     std::vector<std::string> args = {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/env"};
     args.insert(args.end(), env.begin(), env.end());
-    args.insert(args.end(), {LEASEHOLD_SUPERVISOR_BINARY, "--lockd", lockd, "--key-file", key.string(),
+    args.insert(args.end(), {LEASEHOLD_SUPERVISOR_BINARY, "--no-config", "--lockd", lockd, "--key-file", key.string(),
                              "--control-socket", sock.string(), "--slots", "16"});
     args.insert(args.end(), kSupTiming.begin(), kSupTiming.end());
     child.start("/usr/bin/setpriv", args, dir / (tag + ".out"), dir / (tag + ".err"));

@@ -46,7 +46,7 @@ class LockdShards : public ::testing::Test {
       const std::string tag = "lockd" + std::to_string(i);
       lockd_[i].log = dir_.path() / (tag + ".err");
       lockd_[i].child.start(LEASEHOLD_LOCKD_BINARY,
-                            {"--listen", "127.0.0.1:0", "--key-file", key_, "--store",
+                            {"--no-config", "--listen", "127.0.0.1:0", "--key-file", key_, "--store",
                              "etcd://" + etcd_->endpoints() + "/shards", "--signing-key-file", signing,
                              "--leader-lease-s", "1", "--ttl-ms", "6000", "--shards", std::to_string(kShards),
                              "--shard", std::to_string(i % kShards)},
@@ -235,7 +235,7 @@ TEST(LockdShardCount, ALockdWithAnotherShardCountThanTheClustersIsRefused) {
   ASSERT_TRUE(token::generate_signing_key_file(signing).ok());
   Child other;
   other.start(LEASEHOLD_LOCKD_BINARY,
-              {"--listen", "127.0.0.1:0", "--key-file", key, "--store", "etcd://" + (*etcd)->endpoints() + "/shards",
+              {"--no-config", "--listen", "127.0.0.1:0", "--key-file", key, "--store", "etcd://" + (*etcd)->endpoints() + "/shards",
                "--signing-key-file", signing, "--leader-lease-s", "1", "--ttl-ms", "6000", "--shards", "3", "--shard",
                "2"},
               dir.path() / "other.out", dir.path() / "other.err");

@@ -142,7 +142,7 @@ class CliTest : public ::testing::Test {
       ::dup2(o, 1);
       ::dup2(o, 2);
       const std::string store = (dir_ / "lockd.db").string();
-      std::vector<const char*> argv{LEASEHOLD_LOCKD_BINARY, "--listen", "127.0.0.1:0", "--store", store.c_str(),
+      std::vector<const char*> argv{LEASEHOLD_LOCKD_BINARY, "--no-config", "--listen", "127.0.0.1:0", "--store", store.c_str(),
                                     "--key-file", key_.c_str()};
       for (const auto& a : extra) argv.push_back(a.c_str());
       argv.push_back(nullptr);
@@ -477,7 +477,7 @@ TEST_F(CliTest, LockdOnABusyPortLeavesNoStoreBehind) {
       const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(o, 1);
       ::dup2(o, 2);
-      ::execl(LEASEHOLD_LOCKD_BINARY, LEASEHOLD_LOCKD_BINARY, "--listen", addr.c_str(), "--store", store.c_str(),
+      ::execl(LEASEHOLD_LOCKD_BINARY, LEASEHOLD_LOCKD_BINARY, "--no-config", "--listen", addr.c_str(), "--store", store.c_str(),
               "--key-file", key_.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -518,7 +518,7 @@ TEST_F(CliTest, SupervisorTtlAboveLockdsIsAMisconfigurationNotUnreachable) {
       ::dup2(o, 1);
       ::dup2(o, 2);
       const std::string sock = (dir_ / "sup.sock").string(), shm = (dir_ / "sup.shm").string();
-      ::execl(LEASEHOLD_SUPERVISOR_BINARY, LEASEHOLD_SUPERVISOR_BINARY, "--lockd", lockd.c_str(), "--key-file",
+      ::execl(LEASEHOLD_SUPERVISOR_BINARY, LEASEHOLD_SUPERVISOR_BINARY, "--no-config", "--lockd", lockd.c_str(), "--key-file",
               worker_key.c_str(), "--ttl-ms", "10000", "--control-socket", sock.c_str(), "--shm", shm.c_str(),
               "--slots", "4", "--isolation", "off", "--no-cgroup", "--allow-unsafe-kill", static_cast<char*>(nullptr));
       ::_exit(127);

@@ -5,7 +5,9 @@
 // `key-file = ["a.key", "b.key"]`, `bwrap = true`), one key per long flag, so every flag is a
 // config key without code of its own. A flag on the command line overrides the file. The
 // default file (/etc/leasehold/<daemon>.toml) may be missing; a file given with --config must
-// exist; an unknown key, a [section] or a bad value is an error naming the file and the key.
+// exist; --no-config reads none (tests and hand runs that must not pick up the host's file); an
+// unknown key, a [section] or a bad value is an error naming the file and the key. The daemons
+// log the file they read in their start line (config=PATH or config=none).
 #pragma once
 
 #include "leasehold/io/event_log.hpp"
@@ -31,8 +33,13 @@ struct LogOptions {
 /// --log-format logfmt|json and --log-level debug|info|warn|error, into `out`.
 void add_log_flags(CLI::App& app, LogOptions& out);
 
-/// --config FILE, default `default_path`; unknown keys in it are errors.
+/// --config FILE, default `default_path` (read when it exists); unknown keys in it are errors.
+/// --no-config reads no file at all; an empty --config is an error.
 void add_config_file(CLI::App& app, const std::string& default_path);
+
+/// After a successful parse: the config file that was read (given, or the default because it
+/// exists), or "none". For the daemon's start line (config=...).
+std::string config_file_read(const CLI::App& app);
 
 /// --metrics-listen ADDR:PORT into `listen` and --metrics-allow CIDR[,CIDR...] into `allow`:
 /// absent means no endpoint (every peer); an empty value (on the command line or in the file)

@@ -52,6 +52,9 @@ void format_event(LogFormat format, LogLevel level, std::int64_t boot_ns, std::i
 
 /// `text` as a double-quoted logfmt value: `"` and `\` escaped, line breaks as spaces.
 std::string quoted_value(std::string_view text);
+/// `text` as one logfmt value: as it is when it has no space, quote, '=', backslash or control
+/// character (and is not empty), else quoted_value(text).
+std::string logfmt_value(std::string_view text);
 
 /// The level of `fields`: its leading `level=L`, or `fallback`.
 LogLevel level_of(std::string_view fields, LogLevel fallback = LogLevel::info) noexcept;

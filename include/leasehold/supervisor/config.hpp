@@ -93,6 +93,9 @@ struct SupervisorConfig {
   std::string metrics_listen;
   /// --metrics-allow: CIDR[,CIDR...] of the peers the HTTP endpoint admits; empty: every peer.
   std::string metrics_allow;
+  /// The config file that was read (io/daemon_options.hpp config_file_read), or "none": named in
+  /// the start line (event=serving config=...). Set by leasehold-supervisor's main, not a flag.
+  std::string config_file = "none";
   /// Each sandbox's stdout and stderr go to <dir>/<sandbox id>.log (0600), never to the
   /// supervisor's own; empty → <runtime_dir>/sandbox-logs-<worker id>. Read with `leasehold logs`.
   std::string sandbox_log_dir;
