@@ -181,6 +181,27 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // The HTTP endpoint (--metrics-listen) first, before anything is created on disk: a busy port
+  // is refused as the busy --listen port is (exit 1) and leaves no store behind. On threads of
+  // its own, started after the signals above are blocked (they inherit the mask: SIGTERM stays
+  // the signalfd's); it asks the io thread for a snapshot through an eventfd the loop polls
+  // once the service exists (until then an answer waits its second and is 503 "did not answer").
+  std::unique_ptr<metrics::SnapshotExchange> exchange;
+  std::unique_ptr<metrics::HttpEndpoint> http;
+  if (!cfg.metrics_listen.empty()) {
+    exchange = std::make_unique<metrics::SnapshotExchange>();
+    metrics::HttpLimits limits;
+    limits.allow = cfg.metrics_allow;
+    auto started = metrics::HttpEndpoint::serve(cfg.metrics_listen, *exchange, "leasehold_lockd_", "lockd", limits);
+    if (!started) {
+      std::fprintf(stderr, "leasehold-lockd: %s\n", started.message().c_str());
+      // A malformed address or allow list is a bad command line (2); a busy port, like a busy
+      // --listen port, a start that failed (1).
+      return started.code() == Errc::invalid_argument ? 2 : 1;
+    }
+    http = std::move(started).value();
+  }
+
   LoopConfig lc;
   lc.sq_entries = 1024;
   lc.recv_buffer_count = 2048;
@@ -276,26 +297,11 @@ int main(int argc, char** argv) {
       else stopping = true;
     }
   });
-  // The HTTP endpoint (--metrics-listen) on threads of its own: it asks the io thread for a
-  // snapshot through an eventfd this loop polls, and formats it there.
-  std::unique_ptr<metrics::SnapshotExchange> exchange;
-  std::unique_ptr<metrics::HttpEndpoint> http;
-  if (!cfg.metrics_listen.empty()) {
-    exchange = std::make_unique<metrics::SnapshotExchange>();
+  if (http) {
+    // From here on the endpoint's snapshots come from the service.
     loop->add_poll(exchange->wake_fd(), POLLIN, PollMode::multishot, [&](int) {
       if (exchange->take_request()) exchange->publish(snapshot_of(service->service()));
     });
-    metrics::HttpLimits limits;
-    limits.allow = cfg.metrics_allow;
-    auto started = metrics::HttpEndpoint::serve(cfg.metrics_listen, *exchange, "leasehold_lockd_", "lockd", limits);
-    if (!started) {
-      std::fprintf(stderr, "leasehold-lockd: %s\n", started.message().c_str());
-      service.reset();
-      // A malformed allow list is a bad command line (2); a busy port, like a busy --listen
-      // port, a start that failed (1).
-      return started.code() == Errc::invalid_argument ? 2 : 1;
-    }
-    http = std::move(started).value();
     std::printf("metrics http://%s/metrics\n", http->address().c_str());
   }
   std::printf("listening %s\n", service->local_address().str().c_str());

@@ -214,6 +214,42 @@ TEST(LockdService, JsonLogLinesAreObjectsWithTimeStampLevelAndEvent) {
   EXPECT_TRUE(grant) << lockd.log();
 }
 
+// The HTTP endpoint is bound before the store is created: a busy metrics port refuses the start
+// as a busy --listen port does (exit 1, naming it) and leaves no store file or signing key; an
+// empty --metrics-listen is a bad command line (exit 2), not "off".
+TEST(LockdService, ABusyMetricsPortLeavesNoStoreBehind) {
+  TempDir dir;
+  make_key(dir.path());
+  const int busy = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(busy, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(busy, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(busy, 4), 0);
+  socklen_t len = sizeof sa;
+  ASSERT_EQ(::getsockname(busy, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  const std::string port = std::to_string(ntohs(sa.sin_port));
+  const fs::path store = dir.path() / "fresh.db";
+  ExitResult r = run_lockd_to_exit({"--no-config", "--key-file", (dir.path() / "lockd.key").string(), "--store",
+                                    store.string(), "--metrics-listen", "127.0.0.1:" + port},
+                                   dir.path());
+  ::close(busy);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.err, "leasehold-lockd: --metrics-listen 127.0.0.1:" + port +
+                       ": cannot bind (in use, or not an address of this host)\n");
+  for (const char* suffix : {"", "-wal", "-shm", "-journal", ".signing.key", ".signing.key.pub"})
+    EXPECT_FALSE(fs::exists(store.string() + suffix)) << store.string() + suffix << " left behind";
+  r = run_lockd_to_exit({"--no-config", "--key-file", (dir.path() / "lockd.key").string(), "--store", store.string(),
+                         "--metrics-listen", ""},
+                        dir.path());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--metrics-listen: empty: give ADDR:PORT, or leave it out for no HTTP endpoint"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(store));
+}
+
 // A hand-run lockd says which config file it read: the one given, or none.
 TEST(LockdService, TheStartLineNamesTheConfigFileRead) {
   if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
