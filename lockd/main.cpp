@@ -284,6 +284,7 @@ int main(int argc, char** argv) {
       service.reset();
       return 1;
     }
+    service->write_log();  // one log, in time order: the lines the start buffered first
     daemon_log().emit(boottime_ns(), "event=token_signing_key action=" + std::string(generated ? "generated" : "loaded") +
                                          " path=" + path + " key_id=" + token::key_id_text(signer->key_id()) +
                                          " note=\"" + pub_note + "\"");
@@ -308,6 +309,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   ServiceNotifier notifier;  // before the loop's first turn: its wait is bounded by the pings
   notifier.ready("serving on " + service->local_address().str() + ", store " + cfg.store_path);
+  service->write_log();  // the lines the start buffered (cluster_keys, signing_key, ...) come first
   daemon_log().emit(boottime_ns(), "event=serving listen=" + service->local_address().str() + " store=" +
                                        cfg.store_path + " config=" + logfmt_value(config_file_read(app)) +
                                        " log_level=" + std::string(to_string(cfg.log.level)) +
@@ -346,6 +348,9 @@ int main(int argc, char** argv) {
       }
       const auto next = lockd::load_keys(cfg);
       const Status err = next ? service->reload_keys(*next, loop->turn_now_ns()) : next.status();
+      // The service's lines (keys_reloaded) are buffered until the end of the turn: written now,
+      // so the log stays in time order, keys_reloaded before reloaded.
+      service->write_log();
       if (!err.ok())
         daemon_log().emit(boottime_ns(), "level=warn event=key_reload_refused error=\"the keys stay as they were: " +
                                              err.message() + "\"");

@@ -214,6 +214,44 @@ TEST(LockdService, JsonLogLinesAreObjectsWithTimeStampLevelAndEvent) {
   EXPECT_TRUE(grant) << lockd.log();
 }
 
+// One log in time order: the key reload's own line (keys_reloaded, written by the service) comes
+// before the reload's summary (reloaded), and ts_boot_ns never goes back from one line to the
+// next (the start's buffered lines too).
+TEST(LockdService, LogLinesAreInTimeOrderAcrossAStartAndASighup) {
+  if (const Status why = io_uring_usable(); !why.ok()) GTEST_SKIP() << why.message();
+  TempDir dir;
+  make_key(dir.path());
+  LockdProcess lockd;
+  std::string err;
+  ASSERT_TRUE(lockd.start({"--no-config", "--key-file", (dir.path() / "lockd.key").string(), "--store",
+                           (dir.path() / "l.db").string()},
+                          dir.path() / "lockd.log", &err))
+      << err;
+  lockd.signal(SIGHUP);
+  ASSERT_TRUE(harness::wait_for_log_line(dir.path() / "lockd.log", "event=reloaded ", milliseconds(20'000)))
+      << lockd.log();
+  EXPECT_EQ(lockd.terminate(), 0);
+  std::istringstream in(lockd.log());
+  std::vector<std::string> events;
+  long long last_ts = 0;
+  for (std::string line; std::getline(in, line);) {
+    const std::size_t ts = line.find(" ts_boot_ns=");
+    const std::size_t ev = line.find(" event=");
+    ASSERT_NE(ts, std::string::npos) << line;
+    ASSERT_NE(ev, std::string::npos) << line;
+    const long long t = std::stoll(line.substr(ts + 12));
+    EXPECT_GE(t, last_ts) << "out of time order: " << line << "\n" << lockd.log();
+    last_ts = t;
+    events.push_back(line.substr(ev + 7, line.find(' ', ev + 7) - (ev + 7)));
+  }
+  auto at = [&](const std::string& e) {
+    return static_cast<std::size_t>(std::find(events.begin(), events.end(), e) - events.begin());
+  };
+  ASSERT_LT(at("keys_reloaded"), events.size()) << lockd.log();
+  ASSERT_LT(at("reloaded"), events.size()) << lockd.log();
+  EXPECT_LT(at("keys_reloaded"), at("reloaded")) << lockd.log();
+}
+
 // The HTTP endpoint is bound before the store is created: a busy metrics port refuses the start
 // as a busy --listen port does (exit 1, naming it) and leaves no store file or signing key; an
 // empty --metrics-listen is a bad command line (exit 2), not "off".
