@@ -166,6 +166,52 @@ std::string default_control_socket_path() {
 
 std::string worker_lock_path(const WorkerId& worker) { return runtime_dir() + "/worker-" + worker.str() + ".lock"; }
 
+std::vector<SweptWorker> sweep_stale_workers(const std::string& lock_dir, const std::string& shm_dir,
+                                             const WorkerId& self) {
+  std::vector<SweptWorker> swept;
+  DIR* d = ::opendir(lock_dir.c_str());
+  if (d == nullptr) return swept;
+  constexpr std::string_view kPrefix = "worker-", kSuffix = ".lock";
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  for (const std::string& name : names) {
+    if (name.size() <= kPrefix.size() + kSuffix.size() || name.rfind(kPrefix, 0) != 0 ||
+        name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+      continue;
+    const auto worker = WorkerId::parse(name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size()));
+    // Only names this code makes: worker-<canonical uuid>.lock, never our own.
+    if (!worker || worker->is_nil() || *worker == self || std::string(kPrefix) + worker->str() + std::string(kSuffix) != name)
+      continue;
+    const std::string path = lock_dir + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat held {}, named {};
+    // Held: a live supervisor's. Not held: taken now, so a supervisor of that worker that starts
+    // meanwhile waits, then finds the file gone and makes its own.
+    if (::fstat(fd, &held) != 0 || !S_ISREG(held.st_mode) || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      continue;
+    }
+    // Still the file at that name (a departing holder unlinks before it unlocks)?
+    if (::lstat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino || named.st_dev != held.st_dev) {
+      ::close(fd);
+      continue;
+    }
+    SweptWorker w{*worker, {}};
+    const std::string shm = shm_dir + "/leasehold-" + worker->str();
+    struct stat st {};
+    if (::lstat(shm.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && ::unlink(shm.c_str()) == 0)
+      w.removed.push_back(shm);
+    const std::string logs = lock_dir + "/sandbox-logs-" + worker->str();
+    if (::rmdir(logs.c_str()) == 0) w.removed.push_back(logs);  // only when empty: output is kept
+    if (::unlink(path.c_str()) == 0) w.removed.push_back(path);  // still holding the lock
+    ::close(fd);
+    swept.push_back(std::move(w));
+  }
+  return swept;
+}
+
 std::string default_shm_path(const WorkerId& worker) {
   return std::string(shm::kMemfdPrefix) + "leasehold-" + worker.str();
 }

@@ -27,6 +27,7 @@
 
 #include <openssl/crypto.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -41,6 +42,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <climits>
 #include <cstdarg>
@@ -48,6 +50,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <thread>
 #include <unordered_map>
 
 namespace leasehold {
@@ -152,6 +155,7 @@ struct Supervisor::Impl {
   TimerId disarm_timer;  // check_disarms while the core has disarms pending
   int dev_null = -1;
   int table_ro_fd = -1;  ///< O_RDONLY descriptor of the shm table, inherited by every sandbox
+  std::vector<SweptWorker> stale_workers;  ///< swept at start (their cgroup parents too, once found)
   int worker_lock_fd = -1;  ///< held (flock) for the process's lifetime
   UidRangeLock uid_range_lock;  ///< root with isolation: this host's claim on the sandbox uid range
   std::string worker_lock_path_held;
@@ -323,6 +327,18 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   // One live supervisor per worker id: a second one would sweep the first one's cgroup leaves
   // (killing its sandboxes), share its replay window at lockd and remove its cgroup parent.
   if (std::string err = lock_worker(); !err.empty()) return Status{Errc::busy, err};
+  // Supervisors that died without removing their worker lock (a random worker id is never
+  // started again): their lock files and what is named after them. Held locks are not touched.
+  {
+    const std::string lock = worker_lock_path(worker);
+    stale_workers = sweep_stale_workers(lock.substr(0, lock.rfind('/')), "/dev/shm", worker);
+    for (const SweptWorker& w : stale_workers) {
+      std::string removed;
+      for (const std::string& r : w.removed) removed += (removed.empty() ? "" : ",") + r;
+      log_event("level=warn event=stale_worker_swept worker=%s removed=%s", w.worker.str().c_str(),
+                logfmt_value(removed.empty() ? "none" : removed).c_str());
+    }
+  }
   shm_path = cfg.shm_path.empty() ? default_shm_path(worker) : cfg.shm_path;
   sandbox_log_dir = cfg.sandbox_log_dir.empty() ? runtime_dir() + "/sandbox-logs-" + worker.str() : cfg.sandbox_log_dir;
   {
@@ -414,6 +430,24 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
   cc.pids_max = cfg.sandbox_pids_max;
   cgroups = CgroupTree::discover(cc);
   if (cgroups.mode() != KillMode::cgroup_v2_delegated) cgroup_parent_created = false;
+  // The cgroup parents of the swept workers, beside ours: removed when empty (their leaves
+  // first). One whose sandboxes still run stays, and says so: nobody watches their leases.
+  if (cgroups.mode() == KillMode::cgroup_v2_delegated && !cgroups.parent_path().empty()) {
+    const std::string base = cgroups.parent_path().substr(0, cgroups.parent_path().rfind('/'));
+    for (const SweptWorker& w : stale_workers) {
+      const std::string parent = base + "/leasehold-" + w.worker.str();
+      if (DIR* d = ::opendir(parent.c_str())) {
+        while (const dirent* e = ::readdir(d))
+          if (e->d_type == DT_DIR && e->d_name[0] != '.') ::rmdir((parent + "/" + e->d_name).c_str());
+        ::closedir(d);
+        if (::rmdir(parent.c_str()) == 0)
+          log_event("level=warn event=stale_worker_swept worker=%s removed=%s", w.worker.str().c_str(), parent.c_str());
+        else
+          log_event("level=warn event=stale_worker_cgroup_kept worker=%s path=%s error=\"%s\"", w.worker.str().c_str(),
+                    parent.c_str(), std::strerror(errno));
+      }
+    }
+  }
   // Leaves of an earlier supervisor of this worker (crashed, or stopped with --on-shutdown
   // keep): their sandboxes' leases are watched by nobody now, so they do not run on.
   for (const auto& l : cgroups.sweep_leaves())
@@ -930,6 +964,10 @@ std::string Supervisor::Impl::lock_worker() {
     return "cannot create " + dir + " for the worker lock: " + std::strerror(errno);
   // The holder unlinks the file before it unlocks (close_worker_lock), so a lock taken on an
   // inode that is no longer at `path` was a departing holder's: open again.
+  // Another supervisor's start-up sweep (sweep_stale_workers) holds a stale lock for a moment
+  // before it unlinks it: a lock found held is tried again for up to half a second before its
+  // holder is called live.
+  int busy_waits = 50;
   for (int attempt = 0; attempt < 8; ++attempt) {
     // 0600: flock needs only a read-only descriptor, so a file others may open lets anyone
     // hold the lock and keep this worker's supervisor from restarting (the restart is what
@@ -939,6 +977,13 @@ std::string Supervisor::Impl::lock_worker() {
     (void)::fchmod(worker_lock_fd, 0600);  // one left by an older version may be 0644
     if (::flock(worker_lock_fd, LOCK_EX | LOCK_NB) != 0) {
       const int e = errno;
+      if (e == EWOULDBLOCK && busy_waits-- > 0) {
+        ::close(worker_lock_fd);
+        worker_lock_fd = -1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        --attempt;  // a wait, not an attempt on a replaced file
+        continue;
+      }
       char pid[32] = {};
       [[maybe_unused]] const ssize_t n = ::pread(worker_lock_fd, pid, sizeof pid - 1, 0);
       ::close(worker_lock_fd);

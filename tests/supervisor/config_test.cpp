@@ -6,12 +6,17 @@
 
 #include <grp.h>
 #include <pwd.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <fstream>
+#include <string>
+#include <vector>
 
 namespace leasehold {
 namespace {
@@ -228,7 +233,7 @@ TEST(SupervisorConfig, FlagsRejectBadWorkerIdAndMode) {
     CLI::App app;
     SupervisorConfig c;
     add_supervisor_flags(app, c);
-    const char* argv[] = {"s", "--lockd", "a:1", "--key-file", "/k", "--mode", "eventual"};
+    const char* argv[] = {"s", "--no-config", "--lockd", "a:1", "--key-file", "/k", "--mode", "eventual"};
     EXPECT_THROW(app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv)),
                  CLI::ParseError);
   }
@@ -267,6 +272,54 @@ TEST(UidRangeLock, RefusesAnOverlapWithALiveHolder) {
   const Status open_dir = d.claim(dir, 7000, 1, "D");
   EXPECT_EQ(open_dir.code(), Errc::permission_denied);
   EXPECT_NE(open_dir.message().find("neither group nor others may write"), std::string::npos) << open_dir.message();
+  std::filesystem::remove_all(tmpl);
+}
+
+// A supervisor that died leaves its worker lock (and maybe a file-backed table and an empty log
+// directory): the next supervisor to start sweeps them. A lock someone holds is kept with all of
+// its worker's files, and so are our own lock and files that only look like locks.
+TEST(StaleWorkers, LocksNobodyHoldsAreSweptWithTheirFilesHeldOnesAreKept) {
+  char tmpl[] = "/tmp/leasehold-stale-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, locks = dir + "/run", shm = dir + "/shm";
+  std::filesystem::create_directories(locks);
+  std::filesystem::create_directories(shm);
+  const WorkerId dead = random_worker_id(), live = random_worker_id(), self = random_worker_id();
+  auto touch = [](const std::string& p) { std::ofstream(p) << "x\n"; };
+  for (const WorkerId& w : {dead, live, self}) {
+    touch(locks + "/worker-" + w.str() + ".lock");
+    touch(shm + "/leasehold-" + w.str());
+    std::filesystem::create_directories(locks + "/sandbox-logs-" + w.str());
+  }
+  touch(locks + "/sandbox-logs-" + live.str() + "/kept.log");
+  touch(locks + "/worker-not-a-uuid.lock");
+  touch(locks + "/worker-" + dead.str() + ".lock.bak");
+  // The live one's lock is held (as its supervisor holds it, by flock on an open descriptor).
+  const int held = ::open((locks + "/worker-" + live.str() + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+
+  const std::vector<SweptWorker> swept = sweep_stale_workers(locks, shm, self);
+  ASSERT_EQ(swept.size(), 1u);
+  EXPECT_EQ(swept[0].worker, dead);
+  EXPECT_EQ(swept[0].removed, (std::vector<std::string>{shm + "/leasehold-" + dead.str(),
+                                                        locks + "/sandbox-logs-" + dead.str(),
+                                                        locks + "/worker-" + dead.str() + ".lock"}));
+  for (const std::string& gone : swept[0].removed) EXPECT_FALSE(std::filesystem::exists(gone)) << gone;
+  for (const WorkerId& w : {live, self}) {
+    EXPECT_TRUE(std::filesystem::exists(locks + "/worker-" + w.str() + ".lock")) << w.str();
+    EXPECT_TRUE(std::filesystem::exists(shm + "/leasehold-" + w.str())) << w.str();
+    EXPECT_TRUE(std::filesystem::exists(locks + "/sandbox-logs-" + w.str())) << w.str();
+  }
+  EXPECT_TRUE(std::filesystem::exists(locks + "/worker-not-a-uuid.lock"));
+  EXPECT_TRUE(std::filesystem::exists(locks + "/worker-" + dead.str() + ".lock.bak"));
+  // Once its holder lets go (dies), the live one's are stale too; a sandbox's output is kept.
+  ::close(held);
+  const std::vector<SweptWorker> later = sweep_stale_workers(locks, shm, self);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].worker, live);
+  EXPECT_FALSE(std::filesystem::exists(locks + "/worker-" + live.str() + ".lock"));
+  EXPECT_TRUE(std::filesystem::exists(locks + "/sandbox-logs-" + live.str() + "/kept.log"));
   std::filesystem::remove_all(tmpl);
 }
 

@@ -17,6 +17,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+
 #include <fstream>
 
 #include <grp.h>
@@ -125,6 +128,39 @@ TEST_F(SupervisorProcess, LeaseStaysAliveAcrossManyIntervals) {
   EXPECT_EQ(info->record.epoch, epoch);
   EXPECT_EQ(info->record.holder.str(), a["sandbox"].get<std::string>());
   EXPECT_EQ(info->record.worker.str(), sup.worker);
+}
+
+// A supervisor that died under a random worker id leaves its worker lock (and, from an older
+// version or with --shm leasehold-<id>, its table file in /dev/shm) for ever: nobody starts that
+// worker again. The next supervisor to start removes them, and keeps a lock that is held.
+TEST_F(SupervisorProcess, StaleWorkerLocksAreSweptAtStartAndHeldOnesKept) {
+  if (::geteuid() != 0) GTEST_SKIP() << "root's runtime directory (/run/leasehold) is where the locks are";
+  start_lockd();
+  std::random_device rd;
+  auto random_id = [&] { return WorkerId{(std::uint64_t{rd()} << 32) | rd(), (std::uint64_t{rd()} << 32) | rd() | 1}; };
+  const WorkerId dead = random_id(), live = random_id();
+  const std::string dead_lock = "/run/leasehold/worker-" + dead.str() + ".lock";
+  const std::string dead_shm = "/dev/shm/leasehold-" + dead.str();
+  const std::string live_lock = "/run/leasehold/worker-" + live.str() + ".lock";
+  const std::string live_shm = "/dev/shm/leasehold-" + live.str();
+  fs::create_directories("/run/leasehold");
+  for (const std::string& p : {dead_lock, dead_shm, live_lock, live_shm}) std::ofstream(p) << "4242\n";
+  const int held = ::open(live_lock.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+  Supervisor sup;
+  start_sup(sup);
+  EXPECT_FALSE(fs::exists(dead_lock));
+  EXPECT_FALSE(fs::exists(dead_shm));
+  EXPECT_TRUE(fs::exists(live_lock));
+  EXPECT_TRUE(fs::exists(live_shm));
+  bool logged = false;
+  for (auto& e : sup.events("stale_worker_swept"))
+    logged |= e["worker"] == dead.str() && e["removed"] == dead_shm + "," + dead_lock;
+  EXPECT_TRUE(logged) << sup.log_text();
+  ::close(held);
+  fs::remove(live_shm);
+  fs::remove(live_lock);
 }
 
 // --lockd as a list (a replicated lockd's addresses): the first one is dead (a socket nobody

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 #include <utility>
 
@@ -222,7 +223,8 @@ Result<ConfigBudget> check_config(const SupervisorConfig& config);
 /// CLI's variable) overrides it.
 std::string default_control_socket_path();
 
-/// Default shm table path: /dev/shm/leasehold-<worker id>.
+/// Default shm table location: memfd:leasehold-<worker id> (a sealed memfd, gone with its
+/// process; older versions made /dev/shm/leasehold-<worker id>, which sweep_stale_workers removes).
 std::string default_shm_path(const WorkerId& worker);
 
 /// The per-user runtime directory: /run/leasehold for root, else $XDG_RUNTIME_DIR/leasehold,
@@ -233,6 +235,24 @@ std::string runtime_dir();
 /// The lock one live supervisor per worker id holds (flock, released by the kernel when the
 /// process dies, even by SIGKILL): <runtime_dir>/worker-<id>.lock.
 std::string worker_lock_path(const WorkerId& worker);
+
+/// What sweep_stale_workers removed for one worker whose supervisor is gone.
+struct SweptWorker {
+  WorkerId worker;
+  std::vector<std::string> removed;  ///< the paths removed, the lock file last
+};
+
+/// At a supervisor's start: the worker locks in `lock_dir` (worker-<id>.lock) that no process
+/// holds, other than `self`'s, are of supervisors that died (a worker id that was random is never
+/// started again, so nobody else would remove them). For each such worker, removes what is named
+/// after it: `shm_dir`/leasehold-<id> (a file-backed table: an older version's default, or
+/// --shm leasehold-<id>; only one of this uid's), `lock_dir`/sandbox-logs-<id> when it is empty,
+/// and the lock file itself. A lock that is held is never touched. Race-free against a
+/// supervisor of that worker starting at the same moment: the lock is taken (flock) before
+/// anything is removed and the file unlinked before it is let go, and a starter re-checks
+/// after its flock that the inode it locked is still the one at the path (lock_worker).
+std::vector<SweptWorker> sweep_stale_workers(const std::string& lock_dir, const std::string& shm_dir,
+                                             const WorkerId& self);
 
 /// Adds the supervisor's flags (units in --help) to `app`, writing into `config`.
 /// `--worker-id` is validated as a UUID by CLI11.
