@@ -1175,7 +1175,7 @@ void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
     }
   }
   counter("log_lines_dropped", log_lines_dropped_, "log lines dropped: stderr was not read");
-  gauge("refreshes_per_s", counters_.refreshes_per_s, "lease refreshes over the last full second");
+  gauge("refreshes_per_s", counters_.refreshes_per_s, "lease refreshes per second over the last 10 s, rounded up");
   counter("refresh_entries", counters_.refresh_entries, "heartbeat entries (one per name refreshed or asked)");
   counter("refresh_lost", counters_.refresh_lost, "heartbeat entries answered lost");
   counter("refresh_unknown", counters_.refresh_unknown, "heartbeat entries answered unknown");
@@ -1325,9 +1325,18 @@ void LockService::housekeeping(std::int64_t now_ns) {
       it = table_.state(it->first).known ? std::next(it) : names_.erase(it);
   }
   if (now_ns - rate_window_start_ns_ >= kNsPerS) {
-    const std::uint64_t done = counters_.refresh_entries - rate_window_refreshes_;
-    counters_.refreshes_per_s =
-        done * static_cast<std::uint64_t>(kNsPerS) / static_cast<std::uint64_t>(now_ns - rate_window_start_ns_);
+    // Over the last kRateWindows windows, rounded up: a supervisor refreshes a name every few
+    // seconds, so one second's count truncated (1 refresh in 1.002 s is 0.998) read as 0 while
+    // refresh_entries grew.
+    rate_refreshes_[rate_next_] = counters_.refresh_entries - rate_window_refreshes_;
+    rate_spans_ns_[rate_next_] = now_ns - rate_window_start_ns_;
+    rate_next_ = (rate_next_ + 1) % kRateWindows;
+    std::uint64_t done = 0, span = 0;
+    for (std::size_t i = 0; i < kRateWindows; ++i) {
+      done += rate_refreshes_[i];
+      span += static_cast<std::uint64_t>(rate_spans_ns_[i]);
+    }
+    counters_.refreshes_per_s = (done * static_cast<std::uint64_t>(kNsPerS) + span - 1) / span;
     rate_window_start_ns_ = now_ns;
     rate_window_refreshes_ = counters_.refresh_entries;
   }

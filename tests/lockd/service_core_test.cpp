@@ -463,6 +463,37 @@ TEST(ServiceCore, AWrongKeyIsCountedAndLoggedAtMostOncePerInterval) {
   EXPECT_EQ(c["reject_unknown_key"], 1u);
 }
 
+// refreshes_per_s: the refreshes of the last 10 s per second, rounded up. Under 10 heartbeats a
+// second it is 10; under one heartbeat every 3 s (a supervisor's cadence for one name) it is 1,
+// not 0 (a one-second window truncated 1 refresh in 1.002 s to 0 and saw none in most seconds).
+TEST(ServiceCore, TheRefreshRateFollowsTheHeartbeats) {
+  CoreRig rig(kT0);
+  const SandboxId sb = sandbox(12);
+  rig.deliver(rig.acquire("jobs/rate", sb), kT0);
+  rig.settle(kT0 + 1);
+  wire::Heartbeat hb;
+  hb.entries.push_back(wire::HeartbeatEntry{name_id_of("jobs/rate"), sb, 1});
+  auto rate = [&] { return rig.service->counters().refreshes_per_s; };
+  EXPECT_EQ(rate(), 0u);
+  // Ten heartbeats a second for three seconds, the loop's ticks between them.
+  std::int64_t now = kT0 + 2;
+  for (int i = 0; i < 30; ++i) {
+    now += 100'000'000;
+    rig.deliver(rig.seal(hb), now);
+    rig.settle(now + 1);
+  }
+  EXPECT_EQ(rig.service->counters().refresh_entries, 30u);
+  EXPECT_EQ(rate(), 10u);
+  // Then one every 3 s, ticks every 100 ms, for 30 s: the 10/s seconds leave the window.
+  for (int i = 1; i <= 300; ++i) {
+    now += 100'000'000;
+    if (i % 30 == 0) rig.deliver(rig.seal(hb), now);
+    rig.settle(now + 1);
+  }
+  EXPECT_EQ(rig.service->counters().refresh_entries, 40u);
+  EXPECT_EQ(rate(), 1u);
+}
+
 // The Stats answer is the metric list: its keys are the list's in order (a reason as
 // <name>_<reason>, only when not zero), as many as fit one datagram; nothing is named twice.
 TEST(ServiceCore, TheStatsAnswerIsTheMetricListInOrder) {

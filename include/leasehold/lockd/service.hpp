@@ -152,7 +152,7 @@ struct ServiceCounters {
   std::uint64_t key_reloads = 0;              ///< SIGHUP: a new key set in force
   std::uint64_t key_reloads_refused = 0;   ///< SIGHUP: the key set did not load; the old one stays
   std::uint64_t answers_unsigned = 0;       ///< answers dropped: no key to sign them with
-  std::uint64_t refreshes_per_s = 0;        ///< over the last full second (gauge)
+  std::uint64_t refreshes_per_s = 0;        ///< per second over the last 10 s, rounded up (gauge)
   std::uint64_t revokes = 0;                ///< revokes applied
   std::uint64_t revoke_pushes_sent = 0;     ///< Revoked datagrams sent (with retries)
   std::uint64_t revoke_pushes_acked = 0;    ///< Revoked answered by the worker
@@ -451,6 +451,11 @@ class LockService {
   std::int64_t next_tick_ns_ = 0;      ///< expiry and housekeeping not before (kTickNs cadence)
   std::int64_t next_push_ns_ = kNoExpiry;      ///< earliest Revoked push due
   std::int64_t next_question_ns_ = kNoExpiry;  ///< earliest IsRunning deadline
+  /// refreshes_per_s over the last kRateWindows one-second windows (refreshes, window length).
+  static constexpr std::size_t kRateWindows = 10;
+  std::array<std::uint64_t, kRateWindows> rate_refreshes_{};
+  std::array<std::int64_t, kRateWindows> rate_spans_ns_{};
+  std::size_t rate_next_ = 0;
   std::int64_t rate_window_start_ns_ = 0;
   std::uint64_t rate_window_refreshes_ = 0;
   std::string log_;  ///< lines ready to write (durable changes)
