@@ -261,6 +261,36 @@ Answer AdminClient::list(std::uint64_t cursor, std::uint16_t limit) {
 }
 Answer AdminClient::stats() { return request(wire::Stats{}); }
 
+Answer AdminClient::stats_all() {
+  wire::StatsAnswer all;
+  std::uint32_t attempts = 0;
+  for (;;) {
+    if (all.counters.size() > UINT16_MAX) {
+      Answer out;
+      out.status = Status{Errc::corrupt, "lockd's stats pages did not end after " + std::to_string(all.counters.size()) + " counters"};
+      return out;
+    }
+    wire::Stats page_request;
+    page_request.first = static_cast<std::uint16_t>(all.counters.size());
+    Answer a = request(page_request);
+    attempts += a.attempts;
+    const auto* e = a.code() == Errc::refused ? std::get_if<wire::Error>(&a.body) : nullptr;
+    if (e != nullptr && all.counters.empty() && e->code == wire::error_code_of(wire::DecodeError::trailing_bytes))
+      return stats();  // an older lockd: no paging
+    const auto* page = a.as<wire::StatsAnswer>();
+    if (page == nullptr) {
+      a.attempts = attempts;
+      return a;
+    }
+    if (page->counters.empty()) break;
+    all.counters.insert(all.counters.end(), page->counters.begin(), page->counters.end());
+  }
+  Answer out;
+  out.body = std::move(all);
+  out.attempts = attempts;
+  return out;
+}
+
 Result<std::vector<wire::NameRecord>> AdminClient::list_all(std::size_t names_max) {
   std::vector<wire::NameRecord> all;
   std::uint64_t cursor = 0;
@@ -377,7 +407,7 @@ Result<std::vector<wire::NameRecord>> AdminClient::list_cluster(std::size_t name
 }
 
 Result<std::vector<wire::Counter>> AdminClient::counters() {
-  Answer a = stats();
+  Answer a = stats_all();
   const auto* s = a.as<wire::StatsAnswer>();
   if (s == nullptr) return a.ok() ? Status{Errc::corrupt, "unexpected answer to stats"} : a.status;
   return s->counters;

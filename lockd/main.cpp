@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription};
   app.set_version_flag("--version", "leasehold-lockd " LEASEHOLD_VERSION);
   lockd::LockdConfig cfg;
+  cfg.version = LEASEHOLD_VERSION;
   lockd::add_lockd_flags(app, cfg);
   if (const auto rc = parse(app, argc, argv)) return *rc;
   daemon_log().set_format(cfg.log.format);
@@ -333,6 +334,7 @@ int main(int argc, char** argv) {
       // stays. A key set that does not load changes nothing.
       CLI::App again{kDescription};
       lockd::LockdConfig fresh;
+      fresh.version = LEASEHOLD_VERSION;
       lockd::add_lockd_flags(again, fresh);
       std::string parse_error;
       try {

@@ -388,7 +388,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     // A follower on etcd: nothing here is the table's truth. Not cached: the same request,
     // resent once this lockd leads, must be served.
     if (type == wire::MessageType::stats) {
-      send_now(from, rid, nullptr, stats_answer());
+      send_now(from, rid, nullptr, stats_answer(std::get<wire::Stats>(m.body).first));
     } else if (wire::is_request(type) && type != wire::MessageType::is_running) {
       ++counters_.not_leader_answers;
       send_now(from, rid, nullptr, wire::Error{wire::ErrorCode::not_leader, *not_leader_});
@@ -533,7 +533,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       break;
     case wire::MessageType::list: answer = on_list(std::get<wire::List>(m.body), now_ns); break;
     case wire::MessageType::show: answer = on_show(std::get<wire::Show>(m.body), now_ns); break;
-    case wire::MessageType::stats: answer = stats_answer(); break;
+    case wire::MessageType::stats: answer = stats_answer(std::get<wire::Stats>(m.body).first); break;
     default:
       answer = wire::Error{wire::ErrorCode::unsupported, "lockd does not serve this request type"};
       break;
@@ -1156,6 +1156,24 @@ void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
   const StoreStats st = store_.stats();
   const wire::DecodeStats& rs = receiver_.stats();
   // Configuration first (always within the datagram): a supervisor checks it at start-up.
+  {
+    // The version first of all: "0.1.0" as 0, 1, 0 (a part that is not a number: 0).
+    std::uint64_t part[3] = {0, 0, 0};
+    std::size_t k = 0;
+    for (const char ch : cfg_.version) {
+      if (ch == '.') {
+        if (++k == 3) break;
+      } else if (ch >= '0' && ch <= '9') {
+        part[k] = part[k] * 10 + static_cast<std::uint64_t>(ch - '0');
+      } else {
+        break;
+      }
+    }
+    gauge("version_major", part[0], "lockd's version, major part");
+    gauge("version_minor", part[1], "lockd's version, minor part");
+    gauge("version_patch", part[2], "lockd's version, patch part");
+    gauge("wire_version", wire::kVersion, "the wire protocol version lockd speaks");
+  }
   gauge("mode_preemptible", cfg_.mode == LockMode::preemptible ? 1 : 0, "1 when lockd runs --mode preemptible, 0 in lease mode");
   gauge("ttl_ms", cfg_.ttl_ms, "the lease TTL (--ttl-ms)");
   gauge("names", table_.size(), "names in the table (held, acquiring, transferring, reserved, revoked)");
@@ -1244,10 +1262,28 @@ void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
   gauge("store_commit_us_max", st.commit_ns_max / 1000, "the longest commit over the last commits (us)");
 }
 
-wire::StatsAnswer LockService::stats_answer() const {
+wire::StatsAnswer LockService::stats_answer(std::optional<std::uint16_t> first) const {
   std::vector<metrics::Sample> all;
   metric_samples(all);
   wire::StatsAnswer a;
+  if (first) {
+    // A page: the exported list (sparse zeros left out) from index `first`, in a row, so the
+    // next page starts where this one stopped.
+    std::size_t index = 0;
+    for (const metrics::Sample& m : all) {
+      if (m.sparse && m.value == 0) continue;
+      if (index++ < *first) continue;
+      if (a.counters.size() >= wire::kCountersMax) break;
+      std::string key(m.name);
+      if (!m.reason.empty()) key += "_" + std::string(m.reason);
+      a.counters.push_back(wire::Counter{std::move(key), m.value});
+      if (wire::payload_bytes(a) > wire::kPayloadBytesMax) {
+        a.counters.pop_back();
+        break;
+      }
+    }
+    return a;
+  }
   // In the list's order, while it fits one datagram (a key that does not fit is passed over, a
   // shorter one after it may still); a sparse series only when it is not zero.
   for (const metrics::Sample& m : all) {

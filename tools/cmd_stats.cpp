@@ -38,7 +38,7 @@ void each_lockd_stats(const LockdFlags& flags, const char* what, OnAnswer on_ans
     one.lockd = address;
     Failure f;
     if (auto client = connect_lockd(one, f)) {
-      const lockd::Answer ans = client->stats();
+      const lockd::Answer ans = client->stats_all();
       if (const auto* s = ans.as<wire::StatsAnswer>()) {
         on_answer(address, *s);
         continue;
@@ -53,8 +53,8 @@ const Command kStats([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<StatsArgs>();
   auto* sub = app.add_subcommand(
       "stats",
-      "Print each lockd's counters (its Stats answer: grants, refusals by reason, refreshes, commits, "
-      "leadership), one block per --lockd address");
+      "Print each lockd's counters, every one of them (paged Stats answers: version, grants, refusals by "
+      "reason, refreshes, commits, leadership; the same set as its /metrics), one block per --lockd address");
   add_lockd_flags(sub, a->lockd);
   sub->add_flag("--json", a->json,
                 "print {\"lockd\": [{\"address\": A, \"counters\": {KEY: VALUE, ...}} or {\"address\": A, "
@@ -105,8 +105,14 @@ nlohmann::json health_of(const std::string& address, const wire::StatsAnswer& s)
   const bool leading = !cluster || c["leading"] != 0;
   const std::string role = !cluster ? "standalone" : loading ? "loading" : leading ? "leader" : "follower";
   const bool serving = leading && !loading;
+  // "0.1.0", null from a lockd that does not say (older).
+  const nlohmann::json version =
+      c.count("version_major") == 0 ? nlohmann::json(nullptr)
+                                    : nlohmann::json(std::to_string(c["version_major"]) + "." + std::to_string(c["version_minor"]) +
+                                                     "." + std::to_string(c["version_patch"]));
   return {{"address", address},
           {"answered", true},
+          {"version", version},
           {"role", role},
           {"serving", serving},
           {"shard", c.count("shard") != 0 ? get("shard") : nlohmann::json(0)},
@@ -132,7 +138,7 @@ const Command kHealth([](CLI::App& app, int* exit_code) {
       "lockd answers");
   add_lockd_flags(sub, a->lockd);
   sub->add_flag("--json", a->json,
-                "print {\"healthy\": B, \"reasons\": [TEXT...], \"lockd\": [{\"address\", \"answered\", \"role\", "
+                "print {\"healthy\": B, \"reasons\": [TEXT...], \"lockd\": [{\"address\", \"answered\", \"version\", \"role\", "
                 "\"serving\", \"shard\", \"shards\", \"names\", \"held\", \"refreshes_per_s\", \"grants\", "
                 "\"overloaded\", \"store\": {\"commits\", \"commit_us_p50\", \"commit_us_p99\", \"log_rows\"}} or "
                 "{\"address\", \"answered\": false, \"error\"}, ...]}");
@@ -182,7 +188,9 @@ const Command kHealth([](CLI::App& app, int* exit_code) {
     for (const auto& h : all) {
       if (!h["answered"].get<bool>()) continue;
       auto num = [&](const nlohmann::json& v) { return v.is_null() ? std::string("?") : v.dump(); };
-      text += "lockd " + h["address"].get<std::string>() + ": " + h["role"].get<std::string>() +
+      text += "lockd " + h["address"].get<std::string>() +
+              (h["version"].is_string() ? " (" + h["version"].get<std::string>() + ")" : std::string()) + ": " +
+              h["role"].get<std::string>() +
               (h["serving"].get<bool>() ? ", serving" : ", not serving") + "; " + num(h["names"]) + " names, " +
               num(h["held"]) + " held; " + num(h["refreshes_per_s"]) + " refreshes/s; store commit p50 " +
               num(h["store"]["commit_us_p50"]) + " us, p99 " + num(h["store"]["commit_us_p99"]) + " us over " +

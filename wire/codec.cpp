@@ -86,7 +86,7 @@ std::size_t size_of(const WorkerHeartbeat& m) noexcept { return kIdBytes + 2 + m
 std::size_t size_of(const IsRunning&) noexcept { return 2 * kIdBytes + 8; }
 std::size_t size_of(const List&) noexcept { return 8 + 2; }
 std::size_t size_of(const Show& m) noexcept { return 1 + (m.name.empty() ? kIdBytes : 1 + m.name.size()); }
-std::size_t size_of(const Stats&) noexcept { return 0; }
+std::size_t size_of(const Stats& m) noexcept { return m.first ? 2 : 0; }
 std::size_t size_of(const Grant& m) noexcept { return 3 * kIdBytes + 8 + 1 + 4 + 1 + m.token.size(); }
 std::size_t size_of(const Deny&) noexcept { return 3 * kIdBytes + 1 + 8 + 1; }
 std::size_t size_of(const HeartbeatAck& m) noexcept { return 2 + m.entries.size() * kHeartbeatAckEntryBytes; }
@@ -179,7 +179,9 @@ void put(Writer& w, const Show& m) {
   if (m.name.empty()) { w.u8(0); w.id(m.name_id); }
   else { w.u8(1); w.text8(m.name); }
 }
-void put(Writer&, const Stats&) {}
+void put(Writer& w, const Stats& m) {
+  if (m.first) w.u16(*m.first);
+}
 void put(Writer& w, const Grant& m) {
   w.id(m.name_id); w.u64(m.epoch); w.id(m.holder); w.id(m.worker);
   w.u8(kLockPhaseCodes.encode(m.state, kBadCode)); w.u32(m.ttl_ms);
@@ -446,7 +448,13 @@ bool get(Reader& r, Show& m) {
   if (by == 1) return r.name(m.name, "show.name");
   return r.bad_value("show.by", by);
 }
-bool get(Reader&, Stats&) { return true; }
+bool get(Reader& r, Stats& m) {
+  if (r.left() == 0) return true;  // the unpaged request, as every version sends it
+  std::uint16_t first = 0;
+  if (!r.u16(first, "stats.first")) return false;
+  m.first = first;
+  return true;
+}
 bool get(Reader& r, Grant& m) {
   if (!(r.id(m.name_id, "grant.name_id") && r.u64(m.epoch, "grant.epoch") && r.id(m.holder, "grant.holder") &&
         r.id(m.worker, "grant.worker") && r.lock_state(m.state, "grant.state") && r.u32(m.ttl_ms, "grant.ttl_ms")))

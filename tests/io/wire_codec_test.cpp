@@ -86,6 +86,25 @@ TEST_F(WireCodec, EveryMessageTypeRoundTripsWithAuthentication) {
   EXPECT_EQ(known, std::variant_size_v<Body>);
 }
 
+// Stats: an empty payload (every version's request) has no `first`; a u16 payload is a page
+// request; one byte, or three, is refused.
+TEST_F(WireCodec, StatsTakesAnOptionalFirstIndex) {
+  const Bytes plain = encode_bytes(Stats{}, &auth, header(1, 2));
+  EXPECT_EQ(payload_of(plain).size(), 0u);
+  const DecodeResult p = decode(plain, &auth);
+  ASSERT_TRUE(p) << p.detail;
+  EXPECT_FALSE(std::get<Stats>(p.body).first);
+  Stats paged;
+  paged.first = 0x1234;
+  const Bytes d = encode_bytes(paged, &auth, header(3, 4));
+  EXPECT_EQ(payload_of(d), (Bytes{0x34, 0x12}));
+  const DecodeResult r = decode(d, &auth);
+  ASSERT_TRUE(r) << r.detail;
+  EXPECT_EQ(std::get<Stats>(r.body).first, std::optional<std::uint16_t>(0x1234));
+  EXPECT_EQ(decode(with_payload(d, Bytes{0x01}, auth), &auth).error, DecodeError::short_payload);
+  EXPECT_EQ(decode(with_payload(d, Bytes{1, 2, 3}, auth), &auth).error, DecodeError::trailing_bytes);
+}
+
 TEST_F(WireCodec, HeaderLayoutIsLittleEndianAtDocumentedOffsets) {
   Header h;
   h.sender = WorkerId{0x0102030405060708ULL, 0x1112131415161718ULL};

@@ -494,6 +494,34 @@ TEST(ServiceCore, TheRefreshRateFollowsTheHeartbeats) {
   EXPECT_EQ(rate(), 1u);
 }
 
+// The Stats answer's pages hold every counter of the metric list (what /metrics exports), each
+// once, in the list's order: more than one datagram holds.
+TEST(ServiceCore, TheStatsPagesHoldEveryCounter) {
+  CoreRig rig(kT0);
+  rig.deliver(rig.acquire("jobs/a", sandbox(1)), kT0);
+  rig.settle(kT0 + 1);
+  std::vector<metrics::Sample> samples;
+  rig.service->metric_samples(samples);
+  std::vector<std::string> expected;
+  for (const metrics::Sample& m : samples)
+    if (!(m.sparse && m.value == 0))
+      expected.push_back(std::string(m.name) + (m.reason.empty() ? "" : "_" + std::string(m.reason)));
+  std::vector<std::string> paged;
+  std::size_t pages = 0;
+  for (std::uint16_t first = 0;;) {
+    const wire::StatsAnswer page = rig.service->stats_answer(first);
+    if (page.counters.empty()) break;
+    ++pages;
+    EXPECT_LE(wire::payload_bytes(page), wire::kPayloadBytesMax);
+    for (const wire::Counter& c : page.counters) paged.push_back(c.key);
+    first = static_cast<std::uint16_t>(first + page.counters.size());
+  }
+  EXPECT_EQ(paged, expected);
+  EXPECT_GE(pages, 2u);
+  EXPECT_LT(rig.service->stats_answer().counters.size(), expected.size());  // one datagram's worth
+  EXPECT_EQ(paged.front(), "version_major");
+}
+
 // The Stats answer is the metric list: its keys are the list's in order (a reason as
 // <name>_<reason>, only when not zero), as many as fit one datagram; nothing is named twice.
 TEST(ServiceCore, TheStatsAnswerIsTheMetricListInOrder) {

@@ -1877,5 +1877,31 @@ TEST_F(CliTest, RunWaitInterruptedStopsTheSandboxAndExitsWithTheSignalsCode) {
   }
 }
 
+// `stats` pages through lockd's Stats answers: every counter, past what one datagram holds (the
+// list's last entry, store_commit_us_max, included), each once; and lockd's version. `health`
+// shows the version, the refresh rate and the store's commit latency.
+TEST_F(CliTest, StatsShowsEveryCounterAndTheVersion) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  const Result r = cli({"stats", "--json", "--lockd", addr, "--key-file", key_});
+  ASSERT_EQ(r.code, kOk) << r.err;
+  const auto c = nlohmann::json::parse(r.out)["lockd"][0]["counters"];
+  for (const char* key : {"version_major", "version_minor", "version_patch", "wire_version", "refreshes_per_s",
+                          "refresh_refreshed", "answers_unsigned", "store_commit_us_max"})
+    EXPECT_TRUE(c.contains(key)) << key << " in " << r.out;
+  EXPECT_EQ(c["wire_version"], 4);
+  const Result text = cli({"stats", "--lockd", addr, "--key-file", key_});
+  ASSERT_EQ(text.code, kOk) << text.err;
+  EXPECT_EQ(static_cast<std::size_t>(std::count(text.out.begin(), text.out.end(), '\n')), c.size() + 1) << text.out;
+  const Result h = cli({"health", "--json", "--lockd", addr, "--key-file", key_});
+  ASSERT_EQ(h.code, kOk) << h.err;
+  const auto hl = nlohmann::json::parse(h.out)["lockd"][0];
+  EXPECT_EQ(hl["version"], std::to_string(c["version_major"].get<int>()) + "." +
+                               std::to_string(c["version_minor"].get<int>()) + "." +
+                               std::to_string(c["version_patch"].get<int>()));
+  EXPECT_TRUE(hl["refreshes_per_s"].is_number());
+  EXPECT_TRUE(hl["store"]["commit_us_p99"].is_number());
+}
+
 }  // namespace
 }  // namespace leasehold::cli

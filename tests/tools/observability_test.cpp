@@ -256,10 +256,15 @@ TEST_F(Observability, HealthSaysWhetherLockdServes) {
   EXPECT_GE(l["store"]["commits"].get<std::uint64_t>(), 1u);  // two grants, one or two batches
   EXPECT_TRUE(l["store"]["commit_us_p99"].is_number());
   EXPECT_TRUE(l["refreshes_per_s"].is_number());
+  ASSERT_TRUE(l["version"].is_string()) << l.dump();  // lockd's, e.g. "0.1.0"
+  const std::string version = l["version"].get<std::string>();
+  EXPECT_EQ(std::count(version.begin(), version.end(), '.'), 2) << version;
 
   const CliResult text = cli({"health", "--lockd", lockd_.address, "--key-file", key_});
   EXPECT_EQ(text.code, cli::kOk);
-  EXPECT_EQ(text.out.rfind("healthy\nlockd " + lockd_.address + ": standalone, serving; 2 names, 2 held;", 0), 0u)
+  EXPECT_EQ(text.out.rfind("healthy\nlockd " + lockd_.address + " (" + version + "): standalone, serving; 2 names, 2 held;",
+                           0),
+            0u)
       << text.out;
 
   // A port nobody serves: unreachable. In a list with a lockd that serves: unhealthy, named.

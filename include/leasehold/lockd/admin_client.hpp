@@ -103,7 +103,13 @@ class AdminClient {
   /// (an answer that is not a page, a cursor that does not advance).
   Result<std::vector<wire::NameRecord>> list_all(std::size_t names_max = 1u << 20);
   Answer stats();
-  /// stats() as key → value. Errors: as request(), or corrupt (an answer that is not stats).
+  /// Every counter: paged Stats requests (first = 0, then the count so far) until an empty page,
+  /// as one StatsAnswer (its counters may exceed one datagram's kCountersMax). A lockd that does
+  /// not page (Error{trailing_bytes}: older) is asked the unpaged way: one datagram's worth.
+  /// Errors as request(); corrupt when the pages never end.
+  Answer stats_all();
+  /// stats_all() as key → value: every counter (one datagram's worth from a lockd that does not
+  /// page). Errors: as request(), or corrupt (an answer that is not stats).
   Result<std::vector<wire::Counter>> counters();
 
   /// `body` sent to the configured address `index` alone (no leader followed; a not_leader is

@@ -42,6 +42,9 @@ inline constexpr std::uint64_t kMaxWorkersLimit = kWorkersMax;  ///< the LeaseTa
 inline constexpr std::int64_t kLeaderLeaseSMax = 60;
 
 struct LockdConfig {
+  /// The program's version ("0.1.0"), set by main() from the build (LEASEHOLD_VERSION; the
+  /// libraries do not see it): lockd's Stats and /metrics give it as version_major/minor/patch.
+  std::string version;
   std::string listen = "127.0.0.1:7400";  ///< ADDR:PORT; port 0 = ephemeral (printed on stdout)
   /// ADDR:PORT of the HTTP endpoint (/metrics, /healthz; conventionally port 9740); empty: none.
   /// Port 0 picks a free one, printed as "metrics http://ADDR:PORT/metrics" on stdout (a line that a reader of "listening ADDR:PORT" does not take for it).

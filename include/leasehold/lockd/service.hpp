@@ -266,7 +266,9 @@ class LockService {
   void metric_samples(std::vector<metrics::Sample>& out) const;
   /// metric_samples() as a StatsAnswer: in order, a reason as key "<name>_<reason>" and only
   /// when not zero, as many as fit one datagram (a key that does not fit is passed over).
-  wire::StatsAnswer stats_answer() const;
+  /// With `first` (a paged Stats request): the counters of that list from index `first` on, in
+  /// a row, as many as fit; empty past the end.
+  wire::StatsAnswer stats_answer(std::optional<std::uint16_t> first = std::nullopt) const;
   /// Whether this lockd serves requests now: not when its store failed, while it loads the table
   /// of a won election, or as a follower of a cluster. `why` (if given): "serving", or the reason.
   bool serving(std::string* why = nullptr) const;

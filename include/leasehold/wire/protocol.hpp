@@ -417,8 +417,13 @@ struct Show {
   friend bool operator==(const Show&, const Show&) = default;
 };
 
-/// Service counters. Answer: StatsAnswer.
+/// Service counters. Answer: StatsAnswer. Without `first` (an empty payload, as every version
+/// sends) the answer is what fits one datagram of the counter list. With `first` (a u16 payload;
+/// a lockd from before paging refuses it, Error{trailing_bytes}) it is the
+/// page of the list that starts at index `first`, as many counters in a row as fit; an empty page
+/// is the end. A client pages with first = 0, then first = the count it has so far.
 struct Stats {
+  std::optional<std::uint16_t> first;
   friend bool operator==(const Stats&, const Stats&) = default;
 };
 
