@@ -6,6 +6,9 @@
 // 2. decode() with authentication rejects every input whose tag does not match.
 // 3. The same bytes, signed with the fuzz key, go through Receiver::admit() (authenticated path:
 //    replay window, response cache, payload decoder) and every verdict is consistent.
+// 4. decode_key_rejected() (the unauthenticated notice) is total and canonical: what it accepts
+//    is exactly what encode_key_rejected() writes for the decoded notice, and no notice is a
+//    datagram decode() accepts.
 #include "fuzz/wire_fuzz_key.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/protocol.hpp"
@@ -40,6 +43,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!e || e.bytes != size || std::memcmp(again, data, size - kTagBytes) != 0) property_failed();
   } else if (plain.detail.empty()) {
     property_failed();  // every rejection says why
+  }
+
+  // 4. The key-rejected notice.
+  if (const auto notice = decode_key_rejected(input)) {
+    const auto again = encode_key_rejected(*notice);
+    if (size != again.size() || std::memcmp(again.data(), data, size) != 0 || plain) property_failed();
   }
 
   // 2. Authenticated decode of the raw input.

@@ -3,6 +3,8 @@
 
 #include "leasehold/io/clock.hpp"
 
+#include <linux/errqueue.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -27,6 +29,40 @@ std::uint64_t splitmix64(std::uint64_t* state) noexcept {
 std::uint64_t seed_or_default(std::uint64_t seed) noexcept { return seed != 0 ? seed : random_jitter_seed(); }
 
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+
+// Reads the socket's error queue (IP_RECVERR); returns how many entries were ICMP port
+// unreachable for a datagram sent to `to`. Other entries are dropped.
+std::uint32_t drain_port_unreachable(int fd, const SocketAddress& to) noexcept {
+  std::uint32_t found = 0;
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_storage dest{};
+    char payload[64];
+    alignas(cmsghdr) char control[512];
+    iovec iov{payload, sizeof payload};
+    msghdr msg{};
+    msg.msg_name = &dest;
+    msg.msg_namelen = sizeof dest;
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    if (::recvmsg(fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;
+    const std::optional<SocketAddress> where =
+        SocketAddress::from(reinterpret_cast<const sockaddr*>(&dest), msg.msg_namelen);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      const bool v4 = c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_RECVERR;
+      const bool v6 = c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_RECVERR;
+      if (!v4 && !v6) continue;
+      sock_extended_err ee{};
+      std::memcpy(&ee, CMSG_DATA(c), sizeof ee);
+      const bool port_unreachable =
+          (ee.ee_origin == SO_EE_ORIGIN_ICMP && ee.ee_type == 3 && ee.ee_code == 3) ||   // ICMP
+          (ee.ee_origin == SO_EE_ORIGIN_ICMP6 && ee.ee_type == 1 && ee.ee_code == 4);   // ICMPv6
+      if (port_unreachable && ee.ee_errno == ECONNREFUSED && where && *where == to) ++found;
+    }
+  }
+  return found;
+}
 
 }  // namespace
 
@@ -244,7 +280,8 @@ void RequestClient::on_datagram(const Datagram& d) {
 BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, const SocketAddress& to,
                                  std::int64_t deadline_boottime_ns, RequestIdOf id_of,
                                  std::span<std::byte> answer_out, const RetryPolicy& policy,
-                                 std::uint64_t jitter_seed, const AnswerCheck& check) {
+                                 std::uint64_t jitter_seed, const AnswerCheck& check,
+                                 const DatagramObserver& others) {
   BlockingOutcome out;
   const std::optional<std::uint64_t> id = request.empty() ? std::nullopt : id_of(request);
   if (!id || !to.is_set() || fd < 0) {
@@ -258,6 +295,7 @@ BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, con
   std::uint64_t rng = seed_or_default(jitter_seed);
   std::int64_t next_send = boottime_ns();
   std::byte buf[kUdpPayloadBytesMax];
+  drain_port_unreachable(fd, SocketAddress{});  // reports of earlier requests are not this one's
   for (;;) {
     std::int64_t now = boottime_ns();
     if (now >= deadline_boottime_ns) {
@@ -266,7 +304,9 @@ BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, con
     }
     if (out.attempts < policy.attempts_max && now >= next_send) {
       ssize_t n = ::sendto(fd, request.data(), request.size(), MSG_DONTWAIT, to.sa(), to.length);
-      if (n < 0 && out.attempts == 0 && errno != EAGAIN && errno != ENOBUFS && errno != EINTR) {
+      // ECONNREFUSED: an ICMP error of an earlier datagram, reported on this send (IP_RECVERR).
+      if (n < 0 && out.attempts == 0 && errno != EAGAIN && errno != ENOBUFS && errno != EINTR &&
+          errno != ECONNREFUSED) {
         out.error = -errno;  // unsendable (bad address, ...): retrying will not help
         return out;
       }
@@ -280,14 +320,18 @@ BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, con
     pollfd pfd{fd, POLLIN, 0};
     timespec ts{static_cast<time_t>(wait_ns / kNsPerS), static_cast<long>(wait_ns % kNsPerS)};
     if (::ppoll(&pfd, 1, &ts, nullptr) <= 0) continue;  // timeout or EINTR: re-check the clock
+    if ((pfd.revents & POLLERR) != 0) out.port_unreachable += drain_port_unreachable(fd, to);
     for (int drained = 0; drained < 64; ++drained) {    // bounded drain per wake-up
       ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
       if (n < 0) break;
       if (static_cast<std::size_t>(n) > sizeof buf) continue;  // truncated: not ours
       std::span<const std::byte> answer{buf, static_cast<std::size_t>(n)};
       const std::optional<std::uint64_t> answer_id = id_of(answer);
-      if (!answer_id || *answer_id != *id) continue;
-      if (check && !check(answer)) continue;  // a forgery naming our id: the real answer may follow
+      if (!answer_id || *answer_id != *id || (check && !check(answer))) {
+        // Another request's, or a forgery (or notice) naming our id: the real answer may follow.
+        if (others) others(answer);
+        continue;
+      }
       out.status = RequestStatus::answered;
       if (answer.size() > answer_out.size()) {
         out.error = -EMSGSIZE;

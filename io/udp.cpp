@@ -2,6 +2,7 @@
 #include "leasehold/io/udp.hpp"
 
 #include <cerrno>
+#include <netinet/in.h>
 #include <unistd.h>
 
 namespace leasehold {
@@ -38,6 +39,15 @@ int open_udp(const SocketAddress& bind_to, int extra_flags) noexcept {
 int open_udp_socket(const SocketAddress& bind_to) noexcept { return open_udp(bind_to, SOCK_NONBLOCK); }
 
 int open_udp_socket_blocking(const SocketAddress& bind_to) noexcept { return open_udp(bind_to, 0); }
+
+int enable_recv_errors(int fd) noexcept {
+  const std::optional<SocketAddress> self = local_address(fd);
+  if (!self) return -errno;
+  int one = 1;
+  const int rc = self->family() == AF_INET6 ? ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof one)
+                                            : ::setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one);
+  return rc == 0 ? 0 : -errno;
+}
 
 std::optional<SocketAddress> local_address(int fd) noexcept {
   SocketAddress a;

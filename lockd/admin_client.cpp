@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -50,7 +51,21 @@ wire::WireKey signing_key(const wire::WireKey& key) {
   return k;
 }
 
+// The request id of an answer, or of a key-rejected notice (which request_id_of does not
+// read: it is shorter than any authenticated datagram), so that a notice naming our request
+// reaches the answer check, which refuses it, and the observer, which records it.
+std::optional<std::uint64_t> answer_or_notice_id_of(std::span<const std::byte> d) noexcept {
+  const auto bytes = std::span(reinterpret_cast<const std::uint8_t*>(d.data()), d.size());
+  if (const auto n = wire::decode_key_rejected(bytes)) return n->request_id;
+  return wire::request_id_of(d);
+}
+
 }  // namespace
+
+bool notice_as_answer_ablated() noexcept {
+  const char* a = std::getenv("LEASEHOLD_ABLATE");
+  return a != nullptr && std::strstr(a, "notice-as-answer") != nullptr;
+}
 
 AdminClient::AdminClient(const SocketAddress& lockd, const wire::WireKey& key, WorkerId self,
                          std::int64_t timeout_ns)
@@ -80,6 +95,9 @@ AdminClient::AdminClient(std::vector<SocketAddress> lockds, WorkerId self, const
                                                  : *SocketAddress::parse("0.0.0.0:0");
   fd_ = open_udp_socket_blocking(any);
   if (fd_ < 0) throw std::runtime_error(std::string("cannot open a UDP socket: ") + std::strerror(-fd_));
+  // "Nothing listens at ADDR" (ICMP port unreachable) told apart from silence; without it (a
+  // kernel that refuses the option) a dead address is only silent.
+  (void)enable_recv_errors(fd_);
   // A random first request id: answers to an earlier client on a recycled port do not match.
   unsigned char b[4];
   if (RAND_bytes(b, sizeof b) == 1) next_request_id_ = (std::uint64_t{b[0]} << 24 | b[1] << 16 | b[2] << 8 | b[3]) << 16 | 1;
@@ -101,6 +119,7 @@ Answer AdminClient::request(const wire::Body& body) {
   const std::int64_t visit_ns = n > 1 ? std::max<std::int64_t>(timeout_ns_ / static_cast<std::int64_t>(n), kAdminVisitMinNs)
                                       : timeout_ns_;
   std::vector<std::string> said(n);  // what each address last came to, for the no-leader message
+  std::vector<bool> unreachable(n);  // ICMP port unreachable seen from each address
   bool not_leader_seen = false;
   std::uint32_t resyncs = 0, replays = 0, redirects = 0, waits = 0;
   RetryPolicy policy;
@@ -117,14 +136,26 @@ Answer AdminClient::request(const wire::Body& body) {
     std::array<std::byte, wire::kDatagramBytesMax> buf{};
     // Only lockd's answer ends the wait: a datagram that guesses our request id, or our own
     // request sent back at us, is dropped.
-    const auto authentic = [this](std::span<const std::byte> a) {
-      return wire::is_answer_to(std::span(reinterpret_cast<const std::uint8_t*>(a.data()), a.size()), auth_,
-                                sender_.self());
+    // A key-rejected notice is not an answer (it carries no tag): it is recorded, and the wait
+    // for the authentic answer goes on. The ablation lets it end the request, as an answer.
+    const bool notice_ends = notice_as_answer_ablated();
+    const auto authentic = [this, notice_ends](std::span<const std::byte> a) {
+      const auto bytes = std::span(reinterpret_cast<const std::uint8_t*>(a.data()), a.size());
+      if (notice_ends && wire::decode_key_rejected(bytes)) return true;
+      return wire::is_answer_to(bytes, auth_, sender_.self());
+    };
+    const auto observe = [&](std::span<const std::byte> d) {
+      const auto notice = wire::decode_key_rejected(std::span(reinterpret_cast<const std::uint8_t*>(d.data()), d.size()));
+      if (notice && notice->request_id == rid) {
+        out.key_rejected = *notice;
+        out.rejected_by = to.str();
+      }
     };
     const std::int64_t visit_deadline = std::min(deadline, boottime_ns() + visit_ns);
     const BlockingOutcome o = request_blocking(fd_, std::as_bytes(req.view()), to, visit_deadline,
-                                               &wire::request_id_of, buf, policy, 0, authentic);
+                                               &answer_or_notice_id_of, buf, policy, 0, authentic, observe);
     out.attempts += o.attempts;
+    if (o.port_unreachable > 0) unreachable[at] = true;
     const auto next = [&] { current_ = (at + 1) % n; };
     if (o.error != 0 && !(o.error == -ETIMEDOUT && o.attempts == 0)) {
       if (n == 1) {
@@ -137,10 +168,16 @@ Answer AdminClient::request(const wire::Body& body) {
       continue;
     }
     if (o.status != RequestStatus::answered) {
-      said[at] = "no answer";
+      said[at] = unreachable[at] ? "nothing listens (ICMP port unreachable)" : "no answer";
       if (boottime_ns() >= deadline) break;
       next();
       continue;
+    }
+    if (const auto notice = wire::decode_key_rejected(
+            std::span(reinterpret_cast<const std::uint8_t*>(buf.data()), o.answer_bytes))) {
+      out.key_rejected = *notice;  // the ablation only: a notice taken for lockd's answer
+      out.rejected_by = to.str();
+      break;
     }
     wire::DecodeResult d = wire::decode(
         std::span(reinterpret_cast<const std::uint8_t*>(buf.data()), o.answer_bytes), &auth_);
@@ -206,6 +243,16 @@ Answer AdminClient::request(const wire::Body& body) {
   }
   // The deadline passed.
   const std::string within = std::to_string(timeout_ns_ / 1'000'000) + " ms (" + std::to_string(out.attempts) + " attempts)";
+  if (out.key_rejected) {
+    out.status = Status{Errc::permission_denied,
+                        "lockd at " + out.rejected_by + " rejected our key (key id " +
+                            std::to_string(out.key_rejected->key_id) + ", " +
+                            std::string(wire::to_string(out.key_rejected->reason)) + "; " + key_text_ +
+                            "): no authentic answer within " + within +
+                            ". Check the key file, and that the key was derived for this worker from a cluster key "
+                            "lockd has loaded (the notice is unauthenticated: it only explains the missing answer)"};
+    return out;
+  }
   if (not_leader_seen) {
     std::string each;
     for (std::size_t i = 0; i < n; ++i)
@@ -213,6 +260,13 @@ Answer AdminClient::request(const wire::Body& body) {
     out.no_leader = true;
     out.status = Status{Errc::timeout, "no lockd among " + address_list_text(lockds_) + " leads: " + each + " (within " +
                                            within + ")"};
+    return out;
+  }
+  if (std::all_of(unreachable.begin(), unreachable.end(), [](bool u) { return u; })) {
+    out.nothing_listens = true;
+    out.status = Status{Errc::timeout, "nothing listens at " + address_list_text(lockds_) +
+                                           " (ICMP port unreachable; no answer within " + within +
+                                           "): is leasehold-lockd running there, on that port?"};
     return out;
   }
   out.status = Status{Errc::timeout, "no answer from lockd at " + address_list_text(lockds_) + " within " + within +

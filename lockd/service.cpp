@@ -288,6 +288,17 @@ void LockService::log_key_reject(wire::DecodeError reason, std::span<const std::
   }
   key_reject_logged_ns_ = now_ns;
   const std::optional<wire::KeyRef> ref = wire::key_ref_of(bytes);
+  // The notice: only to a request (an answer or push dropped here asked for nothing), and
+  // never larger than what caused it (kKeyRejectedBytes < kDatagramBytesMin <= bytes).
+  const std::optional<std::uint64_t> rid = wire::request_id_of(std::as_bytes(bytes));
+  if (ref && rid && bytes.size() >= wire::kKeyRejectedBytes && wire::is_request(static_cast<wire::MessageType>(bytes[5]))) {
+    const auto notice = wire::encode_key_rejected(
+        wire::KeyRejected{*rid, ref->key_id,
+                          reason == wire::DecodeError::unknown_key ? wire::KeyRejectReason::unknown_key
+                                                                   : wire::KeyRejectReason::bad_mac});
+    if (net_.send(from, notice)) ++counters_.key_rejected_notices;
+    else ++counters_.sends_failed;
+  }
   char line[256];
   std::snprintf(line, sizeof line,
                 "ts_boot_ns=%" PRId64 " event=datagram_rejected reason=%s from=%s sender=%s key_id=%u"
@@ -1225,6 +1236,8 @@ void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
   counter("revoke_ended_lease_expired", counters_.revoke_ended_lease_expired, "pending revokes whose bound passed");
   counter("kill_confirms_refused", counters_.kill_confirms_refused, "kill confirmations from another worker or epoch");
   counter("reservations_lapsed", counters_.reservations_lapsed, "transfer reservations that lapsed");
+  counter("key_rejected_notices", counters_.key_rejected_notices,
+          "key-rejected notices sent to the source of a request under a wrong key (rate-limited)");
   counter("unexpected_messages", counters_.unexpected_messages, "answers nobody asked for, IsRunning sent to lockd");
   counter("forbidden", counters_.forbidden, "requests refused: the key gives no power over them");
   counter("resends_refused_source", rs.resends_refused_source, "retries from another address than the request's");

@@ -169,6 +169,32 @@ Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std
     return {kUnreachable, w + ": " + answer.message() +
                               ". A lockd answers not_leader while it does not lead; an election takes a few "
                               "seconds (--timeout-ms waits longer), and a leader outside --lockd is not followed"};
+  if (answer.key_rejected) {
+    // lockd runs and answered, unauthenticated, that it does not accept this key: a refusal
+    // (the permission class), not an unreachable lockd.
+    const std::string& file = f.admin_key_file.empty() ? f.key_file : f.admin_key_file;
+    const wire::KeyLoad key = wire::load_key_file(file);
+    // The key id as the file names it (a cluster key used directly carries id | 0x8000 on the wire).
+    const std::uint16_t id = key ? key->key_id : static_cast<std::uint16_t>(answer.key_rejected->key_id & 0x7fff);
+    return {kRefused,
+            w + ": lockd at " + answer.rejected_by + " rejected our key (key id " + std::to_string(id) + ", " +
+                std::string(wire::to_string(answer.key_rejected->reason)) + "): check the key file " + file +
+                (key ? " (" + wire::key_text(*key) + ")" : std::string()) +
+                " / that the key was derived for this worker from a cluster key lockd has loaded (" +
+                (answer.key_rejected->reason == wire::KeyRejectReason::unknown_key
+                     ? "unknown_key: lockd has no key of that key id; a rotation may have removed it"
+                     : "bad_mac: lockd has that key id, but the tag does not verify: another key") +
+                ")",
+            nlohmann::json{{"reason", "key_rejected"},
+                           {"key_id", id},
+                           {"key_reject_reason", std::string(wire::to_string(answer.key_rejected->reason))},
+                           {"lockd", answer.rejected_by}}};
+  }
+  if (answer.nothing_listens)
+    return {kUnreachable, w + ": nothing listens at " + f.lockd + ": ICMP port unreachable, no answer within " +
+                              std::to_string(f.timeout_ms) + " ms (" + std::to_string(answer.attempts) +
+                              " attempts). Is leasehold-lockd running there, and on that port (--listen)?",
+            nlohmann::json{{"reason", "nothing_listens"}}};
   if (answer.code() == Errc::timeout || answer.code() == Errc::io_error) {
     const std::string& file = f.admin_key_file.empty() ? f.key_file : f.admin_key_file;
     const wire::KeyLoad key = wire::load_key_file(file);
@@ -177,9 +203,8 @@ Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std
                               std::to_string(f.timeout_ms) + " ms (" +
                               std::to_string(answer.attempts) +
                               " attempts). Is leasehold-lockd running there, and does it have the key of " +
-                              file + " (" + which + ")? A wrong key, or one a key rotation removed, is "
-                              "dropped without an answer like any unauthenticated request (lockd counts "
-                              "it as reject_unknown_key or reject_bad_tag)."};
+                              file + " (" + which + ")? lockd answers a wrong key with a key-rejected "
+                              "notice (rate-limited to one a second), which may have been suppressed or lost."};
   }
   if (answer.code() == Errc::refused) return failure_of(answer.status, what);
   if (!answer.ok()) return {kInternal, w + ": " + answer.message()};  // a bad answer, an unencodable request

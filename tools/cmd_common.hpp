@@ -103,7 +103,10 @@ std::unique_ptr<lockd::AdminClient> connect_lockd(LockdFlags flags, Failure& fai
 
 /// The failure for an answer without a body: no answer before the deadline or a send that
 /// failed (timeout, io_error) → kUnreachable ("lockd at ADDR did not answer ... is it running?
-/// same key?"; when lockds answered but none leads, "no lockd among A, B leads: ..."); an Error
+/// same key?"; when lockds answered but none leads, "no lockd among A, B leads: ..."; when the
+/// kernel reported ICMP port unreachable, "nothing listens at ADDR"); no answer but a
+/// key-rejected notice → kRefused ("lockd at ADDR rejected our key (key id N, reason): check the
+/// key file / that the key was derived for this worker"); an Error
 /// answer (refused) → kRefused (failure_of); a bad answer → kInternal.
 Failure answer_failure(const lockd::Answer& answer, const LockdFlags& flags, std::string_view what);
 /// The failure for a Deny: unknown_name → kNotFound, invalid_name → kUsage, else kRefused.

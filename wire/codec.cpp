@@ -815,6 +815,43 @@ std::optional<KeyRef> key_ref_of(std::span<const std::uint8_t> datagram) noexcep
   return k;
 }
 
+std::string_view to_string(KeyRejectReason r) noexcept {
+  switch (r) {
+    case KeyRejectReason::unknown_key: return "unknown_key";
+    case KeyRejectReason::bad_mac: return "bad_mac";
+  }
+  return "unknown";
+}
+
+std::array<std::uint8_t, kKeyRejectedBytes> encode_key_rejected(const KeyRejected& n) noexcept {
+  std::array<std::uint8_t, kKeyRejectedBytes> out{};
+  std::uint8_t* p = out.data();
+  store_u32(p + kOffMagic, kMagic);
+  p[kOffVersion] = kVersion;
+  p[kOffType] = kKeyRejectedType;
+  store_u64(p + kOffRequestId, n.request_id);
+  store_u16(p + kOffPayloadLen, 3);
+  store_u16(p + kHeaderBytes, n.key_id);
+  p[kHeaderBytes + 2] = static_cast<std::uint8_t>(n.reason);
+  return out;
+}
+
+std::optional<KeyRejected> decode_key_rejected(std::span<const std::uint8_t> datagram) noexcept {
+  if (datagram.size() != kKeyRejectedBytes) return std::nullopt;
+  const std::uint8_t* p = datagram.data();
+  if (load_u32(p + kOffMagic) != kMagic || p[kOffVersion] != kVersion || p[kOffType] != kKeyRejectedType ||
+      load_u16(p + kOffFlags) != 0 || load_u64(p + kOffSeq) != 0 || load_u16(p + kOffPayloadLen) != 3 ||
+      load_u16(p + kOffKeyId) != 0)
+    return std::nullopt;
+  for (std::size_t i = kOffSender; i < kOffSeq; ++i)
+    if (p[i] != 0) return std::nullopt;
+  const std::uint8_t reason = p[kHeaderBytes + 2];
+  if (reason != static_cast<std::uint8_t>(KeyRejectReason::unknown_key) &&
+      reason != static_cast<std::uint8_t>(KeyRejectReason::bad_mac))
+    return std::nullopt;
+  return KeyRejected{load_u64(p + kOffRequestId), load_u16(p + kHeaderBytes), static_cast<KeyRejectReason>(reason)};
+}
+
 DecodeResult decode_payload(const Header& header, std::span<const std::uint8_t> datagram) {
   DecodeResult res;
   res.header = header;

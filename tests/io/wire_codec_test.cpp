@@ -105,6 +105,39 @@ TEST_F(WireCodec, StatsTakesAnOptionalFirstIndex) {
   EXPECT_EQ(decode(with_payload(d, Bytes{1, 2, 3}, auth), &auth).error, DecodeError::trailing_bytes);
 }
 
+// The key-rejected notice: 47 bytes at documented offsets, no tag; the decoder takes exactly
+// what the encoder writes and refuses any other byte; decode() refuses it (too short).
+TEST_F(WireCodec, KeyRejectedNoticeLayoutAndStrictDecoding) {
+  const KeyRejected n{0x0102030405060708ULL, 0x8001, KeyRejectReason::unknown_key};
+  const auto b = encode_key_rejected(n);
+  ASSERT_EQ(b.size(), 47u);
+  EXPECT_EQ(Bytes(b.begin(), b.begin() + 4), (Bytes{'L', 'H', 'W', '1'}));
+  EXPECT_EQ(b[4], kVersion);
+  EXPECT_EQ(b[5], 0xFE);
+  EXPECT_EQ(b[32], 0x08);
+  EXPECT_EQ(b[39], 0x01);
+  EXPECT_EQ(b[40], 3);
+  EXPECT_EQ(b[44], 0x01);
+  EXPECT_EQ(b[45], 0x80);
+  EXPECT_EQ(b[46], 1);
+  EXPECT_EQ(decode_key_rejected(b), n);
+  EXPECT_EQ(request_id_of(std::as_bytes(std::span(b))), std::nullopt);  // never matched as an answer
+  EXPECT_EQ(decode(b, nullptr).error, DecodeError::truncated);
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (i >= 32 && i < 40) continue;  // the request id: any value
+    if (i == 44 || i == 45) continue;  // the key id: any value
+    auto bad = b;
+    bad[i] ^= 0x40;
+    EXPECT_EQ(decode_key_rejected(bad), std::nullopt) << "byte " << i;
+  }
+  auto reason = b;
+  reason[46] = 3;
+  EXPECT_EQ(decode_key_rejected(reason), std::nullopt);
+  Bytes longer(b.begin(), b.end());
+  longer.push_back(0);
+  EXPECT_EQ(decode_key_rejected(longer), std::nullopt);
+}
+
 TEST_F(WireCodec, HeaderLayoutIsLittleEndianAtDocumentedOffsets) {
   Header h;
   h.sender = WorkerId{0x0102030405060708ULL, 0x1112131415161718ULL};

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -35,7 +36,10 @@ wire::WireKey worker_key() {
 
 class FakeLockd {
  public:
-  enum class Mode { leader, follower, dead };
+  /// notice_first: answers as a leader, each answer preceded by a forged key-rejected notice for
+  /// the same request id (what anyone on the path can send); notice_only: sends only the notice
+  /// (as lockd does for a key it rejects).
+  enum class Mode { leader, follower, dead, notice_first, notice_only };
 
   FakeLockd(std::uint64_t index, const wire::WireKey& key, Mode mode, std::string hint = {})
       : index_(index), mode_(mode), hint_(std::move(hint)), receiver_(key),
@@ -76,6 +80,12 @@ class FakeLockd {
       wire::Admission a = receiver_.admit(std::span<const std::uint8_t>(buf, static_cast<std::size_t>(n)), &from, boottime_ns());
       if (a.verdict != wire::Verdict::deliver || !wire::is_request(a.message.header.type)) continue;
       ++requests_;
+      if (mode_ == Mode::notice_first || mode_ == Mode::notice_only) {
+        const auto notice = wire::encode_key_rejected(
+            wire::KeyRejected{a.message.header.request_id, a.key_id, wire::KeyRejectReason::bad_mac});
+        ::sendto(fd_, notice.data(), notice.size(), 0, from.sa(), from.length);
+        if (mode_ == Mode::notice_only) continue;
+      }
       wire::Body answer;
       {
         std::lock_guard lock(mu_);
@@ -193,6 +203,83 @@ TEST(AdminClientLeader, LockdsNamingEachOtherDoNotMakeItSpin) {
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(r.no_leader);
   EXPECT_LE(a.requests() + b.requests(), 40u);
+}
+
+// The key-rejected notice is unauthenticated: it never ends a request. A forged one naming the
+// request id, sent before lockd's real answer, changes nothing: the real answer is returned.
+TEST(AdminClientKeyRejected, AForgedNoticeFollowedByTheRealAnswerReturnsTheAnswer) {
+  const wire::WireKey key = worker_key();
+  FakeLockd lockd(3, key, FakeLockd::Mode::notice_first);
+  AdminClient client(lockd.addr(), key, {}, 5000 * kMs);
+  for (int i = 0; i < 3; ++i) {
+    const Answer a = client.stats();
+    ASSERT_TRUE(a.ok()) << a.message();
+    EXPECT_EQ(served_by(a), 3);
+    EXPECT_TRUE(a.key_rejected);  // seen, and not taken for the answer
+  }
+  EXPECT_EQ(lockd.requests(), 3u);
+}
+
+// The attack, with the rule ablated (LEASEHOLD_ABLATE=notice-as-answer): the notice taken for an
+// answer lets anyone who can send one datagram fail the call that lockd was about to answer.
+TEST(AdminClientKeyRejected, AblatedAForgedNoticeFailsTheCall) {
+  const wire::WireKey key = worker_key();
+  FakeLockd lockd(3, key, FakeLockd::Mode::notice_first);
+  AdminClient client(lockd.addr(), key, {}, 5000 * kMs);
+  ASSERT_EQ(::setenv("LEASEHOLD_ABLATE", "notice-as-answer", 1), 0);
+  const Answer a = client.stats();
+  ::unsetenv("LEASEHOLD_ABLATE");
+  EXPECT_FALSE(a.ok());
+  EXPECT_EQ(a.code(), Errc::permission_denied) << a.message();
+  ASSERT_TRUE(a.key_rejected);
+  EXPECT_EQ(a.key_rejected->request_id, client.last_request_id());
+  // The same client, the rule in place: the next call gets lockd's answer.
+  const Answer b = client.stats();
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(served_by(b), 3);
+}
+
+// Only notices, no answer: at the deadline the call fails as a rejected key (permission), naming
+// the address, the key id and the reason, not as silence.
+TEST(AdminClientKeyRejected, OnlyNoticesIsARejectedKeyAtTheDeadline) {
+  const wire::WireKey key = worker_key();
+  FakeLockd lockd(0, key, FakeLockd::Mode::notice_only);
+  AdminClient client(lockd.addr(), key, {}, 300 * kMs);
+  const Answer a = client.stats();
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.code(), Errc::permission_denied);
+  ASSERT_TRUE(a.key_rejected);
+  EXPECT_EQ(a.key_rejected->key_id, key.key_id);
+  EXPECT_EQ(a.key_rejected->reason, wire::KeyRejectReason::bad_mac);
+  EXPECT_EQ(a.rejected_by, lockd.text());
+  EXPECT_NE(a.message().find("lockd at " + lockd.text() + " rejected our key (key id " + std::to_string(key.key_id) +
+                             ", bad_mac"),
+            std::string::npos)
+      << a.message();
+  EXPECT_GE(lockd.requests(), 1u);
+}
+
+// Nothing listens at the address (a port bound a moment ago and closed): the kernel's ICMP port
+// unreachable is reported as such, not as silence.
+TEST(AdminClientKeyRejected, NothingListeningIsToldApartFromSilence) {
+  const wire::WireKey key = worker_key();
+  const int fd = open_udp_socket_blocking(SocketAddress::loopback_v4(0));
+  ASSERT_GE(fd, 0);
+  const SocketAddress closed = local_address(fd).value();
+  ::close(fd);
+  AdminClient client(closed, key, {}, 300 * kMs);
+  const Answer a = client.stats();
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.code(), Errc::timeout);
+  EXPECT_TRUE(a.nothing_listens) << a.message();
+  EXPECT_NE(a.message().find("nothing listens at " + closed.str()), std::string::npos) << a.message();
+  // A bound socket that never answers is silence.
+  FakeLockd dead(0, key, FakeLockd::Mode::dead);
+  AdminClient quiet(dead.addr(), key, {}, 300 * kMs);
+  const Answer b = quiet.stats();
+  EXPECT_EQ(b.code(), Errc::timeout);
+  EXPECT_FALSE(b.nothing_listens) << b.message();
+  EXPECT_NE(b.message().find("no answer from lockd at " + dead.text()), std::string::npos) << b.message();
 }
 
 }  // namespace

@@ -44,16 +44,27 @@ class RawSocket {
   void send(std::span<const std::uint8_t> d, const SocketAddress& to) const {
     ::sendto(fd_, d.data(), d.size(), 0, to.sa(), to.length);
   }
-  /// The next datagram within `timeout_ms`, or empty.
+  /// The next datagram within `timeout_ms`, or empty. A key-rejected notice (lockd's
+  /// unauthenticated word on a datagram it dropped for its key) is not an answer: it is counted
+  /// in notices() and passed over, as every client does.
   std::vector<std::uint8_t> receive(int timeout_ms) const {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return {};
-    std::vector<std::uint8_t> buf(wire::kDatagramBytesMax);
-    const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
-    if (n <= 0) return {};
-    buf.resize(static_cast<std::size_t>(n));
-    return buf;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() < 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return {};
+      std::vector<std::uint8_t> buf(wire::kDatagramBytesMax);
+      const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+      if (n <= 0) return {};
+      buf.resize(static_cast<std::size_t>(n));
+      if (wire::decode_key_rejected(buf)) {
+        ++notices_;
+        continue;
+      }
+      return buf;
+    }
   }
+  std::size_t notices() const { return notices_; }
   /// Datagrams that arrive within `timeout_ms` (stops at the first quiet `timeout_ms`).
   std::size_t drain(int timeout_ms) const {
     std::size_t n = 0;
@@ -63,6 +74,7 @@ class RawSocket {
 
  private:
   int fd_ = -1;
+  mutable std::size_t notices_ = 0;
 };
 
 std::vector<std::uint8_t> seal(wire::Sender& s, std::uint64_t request_id, const wire::Body& body) {

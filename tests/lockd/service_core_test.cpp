@@ -402,6 +402,18 @@ TEST(ServiceCoreDeathTest, AVerdictForAChangeNeverSubmittedAborts) {
 }
 
 
+/// Every counter of the Stats answer's pages (first = 0, then the count so far, to an empty page).
+std::map<std::string, std::uint64_t> every_counter(const LockService& service) {
+  std::map<std::string, std::uint64_t> out;
+  std::uint16_t first = 0;
+  for (;;) {
+    const wire::StatsAnswer page = service.stats_answer(first);
+    if (page.counters.empty()) return out;
+    for (const wire::Counter& k : page.counters) EXPECT_TRUE(out.emplace(k.key, k.value).second) << k.key;
+    first = static_cast<std::uint16_t>(first + page.counters.size());
+  }
+}
+
 /// The lines of `log` that contain `what`.
 std::vector<std::string> lines_with(const std::string& log, const std::string& what) {
   std::vector<std::string> out;
@@ -456,11 +468,50 @@ TEST(ServiceCore, AWrongKeyIsCountedAndLoggedAtMostOncePerInterval) {
             std::vector<std::string>{"ts_boot_ns=" + std::to_string(kT0 + LockService::kKeyRejectLogIntervalNs) +
                                      " event=datagram_rejected reason=unknown_key " + who +
                                      " key_id=9 unlogged_since_last=2"});
-  EXPECT_TRUE(rig.net.sent.empty());  // none of them is answered
-  std::map<std::string, std::uint64_t> c;
-  for (const wire::Counter& k : rig.service->stats_answer().counters) c[k.key] = k.value;
+  // None is answered; the two that were logged got the key-rejected notice, to their source,
+  // naming the request, the key id and the reason, and no larger than the datagram.
+  ASSERT_EQ(rig.net.sent.size(), 2u);
+  EXPECT_EQ(wire::decode_key_rejected(rig.net.sent[0].bytes),
+            (wire::KeyRejected{1, 1, wire::KeyRejectReason::bad_mac}));
+  EXPECT_EQ(wire::decode_key_rejected(rig.net.sent[1].bytes),
+            (wire::KeyRejected{4, 9, wire::KeyRejectReason::unknown_key}));
+  for (const auto& sent : rig.net.sent) {
+    EXPECT_EQ(sent.to.str(), "127.0.0.1:40001");
+    EXPECT_LE(sent.bytes.size(), v.size());
+  }
+  std::map<std::string, std::uint64_t> c = every_counter(*rig.service);
   EXPECT_EQ(c["reject_bad_tag"], 3u);
   EXPECT_EQ(c["reject_unknown_key"], 1u);
+  EXPECT_EQ(c["key_rejected_notices"], 2u);
+}
+
+// A flood of datagrams under a wrong key gets the notice under the log's limiter: one per
+// interval, whatever the count; an answer (not a request) under a wrong key gets none.
+TEST(ServiceCore, KeyRejectedNoticesAreRateLimitedLikeTheLog) {
+  CoreRig rig(kT0);
+  wire::Sender forger(rig.worker, 1, wire::derive_worker_key(wire::WireKey(std::vector<std::uint8_t>(32, 0x43)), rig.worker));
+  auto forged = [&](std::uint64_t request_id, const wire::Body& body) {
+    wire::Datagram dg;
+    EXPECT_TRUE(forger.seal(request_id, body, dg));
+    const auto v = dg.view();
+    return std::vector<std::uint8_t>(v.begin(), v.end());
+  };
+  constexpr int kFlood = 200;
+  for (int i = 0; i < kFlood; ++i)
+    rig.deliver(forged(100 + static_cast<std::uint64_t>(i), wire::Stats{}), kT0 + i * 1'000'000LL / kFlood);
+  EXPECT_EQ(rig.net.sent.size(), 1u);
+  // The next interval: one more (the first datagram of it).
+  for (int i = 0; i < kFlood; ++i)
+    rig.deliver(forged(1000 + static_cast<std::uint64_t>(i), wire::Stats{}),
+                kT0 + LockService::kKeyRejectLogIntervalNs + i);
+  ASSERT_EQ(rig.net.sent.size(), 2u);
+  EXPECT_EQ(wire::decode_key_rejected(rig.net.sent[1].bytes)->request_id, 1000u);
+  // An answer under a wrong key, in a later interval: logged, never answered.
+  rig.deliver(forged(5000, wire::StatsAnswer{{{"x", 1}}}), kT0 + 3 * LockService::kKeyRejectLogIntervalNs);
+  EXPECT_EQ(rig.net.sent.size(), 2u);
+  std::map<std::string, std::uint64_t> c = every_counter(*rig.service);
+  EXPECT_EQ(c["key_rejected_notices"], 2u);
+  EXPECT_EQ(c["reject_bad_tag"], 2u * kFlood + 1);
 }
 
 // refreshes_per_s: the refreshes of the last 10 s per second, rounded up. Under 10 heartbeats a

@@ -3,6 +3,7 @@
 // a distinct exit code (tools/command.hpp) for each of: malformed name, unknown name, lockd
 // unreachable, no supervisor running.
 #include "leasehold/harness/process.hpp"
+#include "leasehold/io/udp.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/token.hpp"
 #include "leasehold/resource/fenced_store.hpp"
@@ -282,26 +283,61 @@ TEST_F(CliTest, LockdUnreachableNamesTheAddress) {
        }) {
     const Result r = cli(args);
     SCOPED_TRACE(args[0]);
-    EXPECT_ANSWER(r, kUnreachable, "lockd at 127.0.0.1:9 is unreachable");
+    EXPECT_ANSWER(r, kUnreachable, "nothing listens at 127.0.0.1:9: ICMP port unreachable");
   }
   // The environment supplies the address and the key file.
   const Result env = cli({"show", "orders", "--timeout-ms", "300"},
                          {"LEASEHOLD_LOCKD=127.0.0.1:9", "LEASEHOLD_KEY_FILE=" + key_});
-  EXPECT_ANSWER(env, kUnreachable, "lockd at 127.0.0.1:9 is unreachable");
+  EXPECT_ANSWER(env, kUnreachable, "nothing listens at 127.0.0.1:9");
 }
 
 // The "no answer" hint names the key as its file does ("leasehold-key kind=cluster key-id=1"),
 // never by the wire key id a cluster key used directly carries (1 | 0x8000 = 32769).
 TEST_F(CliTest, NoAnswerNamesTheKeyAsItsFileDoes) {
-  const Result cluster = cli(with({"show", "orders"}, lockd_flags(kSilentLockd)));
+  // A bound socket that never answers: silence (not "nothing listens").
+  const int silent_fd = open_udp_socket_blocking(SocketAddress::loopback_v4(0));
+  ASSERT_GE(silent_fd, 0);
+  const std::string silent = local_address(silent_fd)->str();
+  const Result cluster = cli(with({"show", "orders"}, lockd_flags(silent)));
+  EXPECT_ANSWER(cluster, kUnreachable, "lockd at " + silent + " is unreachable");
   EXPECT_ANSWER(cluster, kUnreachable, "(cluster key 1)");
   EXPECT_EQ(cluster.err.find("32769"), std::string::npos) << cluster.err;
   EXPECT_EQ(cluster.err.find("key id"), std::string::npos) << cluster.err;
   const std::string admin = (dir_ / "admin.key").string();
   ASSERT_EQ(wire::generate_key_file(admin, wire::KeyKind::admin, 7).message(), "");
-  const Result a = cli({"names", "--lockd", kSilentLockd, "--admin-key-file", admin, "--timeout-ms", "300"});
+  const Result a = cli({"names", "--lockd", silent, "--admin-key-file", admin, "--timeout-ms", "300"});
   EXPECT_ANSWER(a, kUnreachable, "(admin key 7)");
   EXPECT_EQ(a.err.find("key id"), std::string::npos) << a.err;
+  ::close(silent_fd);
+}
+
+// A key lockd does not accept is not "lockd down": lockd answers it with a key-rejected notice,
+// and the CLI, having no authentic answer at the deadline, says lockd rejected the key, naming
+// the address, the key id, the reason and the file, with the permission class (refused, 3).
+TEST_F(CliTest, AWrongKeyIsARejectedKeyNotAnUnreachableLockd) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  // Another cluster key with lockd's key id: the tag does not verify (bad_mac).
+  const std::string other = (dir_ / "other.key").string();
+  ASSERT_EQ(wire::generate_key_file(other).message(), "");
+  const Result bad = cli({"show", "orders", "--lockd", addr, "--key-file", other, "--timeout-ms", "400"});
+  EXPECT_ANSWER(bad, kRefused, "lockd at " + addr + " rejected our key (key id 1, bad_mac): check the key file " + other);
+  EXPECT_EQ(bad.err.find("unreachable"), std::string::npos) << bad.err;
+  // A key id lockd has no key for (unknown_key), as JSON too. The notices are rate-limited to one
+  // a second, so this request may get none at first: a later one (retries go on) does.
+  const std::string stranger = (dir_ / "stranger.key").string();
+  ASSERT_EQ(wire::generate_key_file(stranger, wire::KeyKind::admin, 9).message(), "");
+  const Result unknown = cli({"names", "--json", "--lockd", addr, "--admin-key-file", stranger, "--timeout-ms", "2500"});
+  EXPECT_ANSWER(unknown, kRefused, "rejected our key (key id 9, unknown_key)");
+  const auto j = nlohmann::json::parse(unknown.out);
+  EXPECT_EQ(j["error"], "refused");
+  EXPECT_EQ(j["reason"], "key_rejected");
+  EXPECT_EQ(j["key_id"], 9);
+  EXPECT_EQ(j["key_reject_reason"], "unknown_key");
+  EXPECT_EQ(j["lockd"], addr);
+  // lockd's right key still works.
+  const Result good = cli(with({"names"}, lockd_flags(addr)));
+  EXPECT_EQ(good.code, kOk) << good.err;
 }
 
 TEST_F(CliTest, BadLockdAddressOrKeyFileIsAUsageError) {
@@ -340,7 +376,7 @@ TEST_F(CliTest, ALockdListPassesOverAnAddressThatDoesNotAnswer) {
   EXPECT_EQ(name.code, kOk) << name.err;
   // None of them answers: unreachable, naming the list.
   const Result none = cli({"names", "--lockd", "127.0.0.1:9,127.0.0.1:7", "--key-file", key_, "--timeout-ms", "400"});
-  EXPECT_ANSWER(none, kUnreachable, "lockd at 127.0.0.1:9,127.0.0.1:7 is unreachable");
+  EXPECT_ANSWER(none, kUnreachable, "nothing listens at 127.0.0.1:9,127.0.0.1:7");
 }
 
 TEST_F(CliTest, NoSupervisorRunningNamesTheSocket) {
@@ -1887,7 +1923,7 @@ TEST_F(CliTest, StatsShowsEveryCounterAndTheVersion) {
   ASSERT_EQ(r.code, kOk) << r.err;
   const auto c = nlohmann::json::parse(r.out)["lockd"][0]["counters"];
   for (const char* key : {"version_major", "version_minor", "version_patch", "wire_version", "refreshes_per_s",
-                          "refresh_refreshed", "answers_unsigned", "store_commit_us_max"})
+                          "key_rejected_notices", "refresh_refreshed", "answers_unsigned", "store_commit_us_max"})
     EXPECT_TRUE(c.contains(key)) << key << " in " << r.out;
   EXPECT_EQ(c["wire_version"], 4);
   const Result text = cli({"stats", "--lockd", addr, "--key-file", key_});

@@ -183,15 +183,27 @@ struct BlockingOutcome {
   std::size_t answer_bytes = 0;      ///< bytes written to `answer_out`
   std::uint32_t attempts = 0;
   std::int64_t first_send_ns = 0;
+  /// ICMP port-unreachable reports for `to` read from the socket's error queue (only with
+  /// enable_recv_errors on it): nothing listened at `to` when a datagram arrived there. Like
+  /// any unauthenticated datagram it ends nothing; the caller words a deadline with it.
+  std::uint32_t port_unreachable = 0;
 };
+
+/// Sees every datagram that arrives while request_blocking waits and does not end the request
+/// (another request id, or one `check` refuses): e.g. an unauthenticated notice that the caller
+/// records and that must never count as the answer. Must not throw.
+using DatagramObserver = std::function<void(std::span<const std::byte> datagram)>;
 
 /// Sends `request` from `fd` (a UDP socket, blocking or not) to `to`, retrying per `policy`,
 /// until an answer with the same request id that `check` accepts arrives or the deadline
 /// passes. Other datagrams (and matching ones the check refuses) are discarded. An answer
-/// longer than `answer_out` yields error -EMSGSIZE.
+/// longer than `answer_out` yields error -EMSGSIZE. `others` sees the datagrams that do not end
+/// the request. With enable_recv_errors on `fd`, ICMP port-unreachable reports for `to` are
+/// counted (port_unreachable) and the request goes on until the deadline.
 BlockingOutcome request_blocking(int fd, std::span<const std::byte> request, const SocketAddress& to,
                                  std::int64_t deadline_boottime_ns, RequestIdOf id_of,
                                  std::span<std::byte> answer_out, const RetryPolicy& policy = {},
-                                 std::uint64_t jitter_seed = 0, const AnswerCheck& check = {});
+                                 std::uint64_t jitter_seed = 0, const AnswerCheck& check = {},
+                                 const DatagramObserver& others = {});
 
 }  // namespace leasehold

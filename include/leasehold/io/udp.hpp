@@ -53,6 +53,11 @@ int open_udp_socket(const SocketAddress& bind_to) noexcept;
 /// Same, but blocking (for the blocking request client and baselines).
 int open_udp_socket_blocking(const SocketAddress& bind_to) noexcept;
 
+/// Sets IP_RECVERR (IPV6_RECVERR for an IPv6 socket): the kernel queues ICMP errors for the
+/// socket's datagrams (port unreachable: nothing listens there) on its error queue, where
+/// request_blocking reads them, instead of dropping them for an unconnected socket. 0 or -errno.
+int enable_recv_errors(int fd) noexcept;
+
 /// The address a socket is bound to (getsockname); nullopt on error.
 std::optional<SocketAddress> local_address(int fd) noexcept;
 

@@ -20,7 +20,8 @@
 // Every call returns an `Answer`: the decoded answer body (Grant, Deny, Ok, ...) or, when
 // there is none, a Status (lease/result.hpp): timeout (no answer before the deadline), io_error
 // (cannot send), corrupt (a bad answer), refused (Error{...} from lockd; the body holds it),
-// invalid_argument (the request cannot be encoded). A Deny is an answer, not an error: the
+// invalid_argument (the request cannot be encoded), permission_denied (no answer, but lockd sent
+// a key-rejected notice: it does not accept this key; Answer::key_rejected). A Deny is an answer, not an error: the
 // caller looks at `refusal`.
 #pragma once
 
@@ -47,6 +48,16 @@ struct Answer {
   /// timeout because no configured lockd led before the deadline (one answered not_leader):
   /// the message is "no lockd among A, B leads: ..." with what each said.
   bool no_leader = false;
+  /// An unauthenticated key-rejected notice naming this request (wire::KeyRejected) arrived from
+  /// while `rejected_by` was asked. With no authentic answer before the deadline the status is
+  /// permission_denied (lockd dropped the request for its key); with one, the answer stands: a
+  /// notice never ends a request early (anyone can forge one), it only says why a request that
+  /// got no answer got none.
+  std::optional<wire::KeyRejected> key_rejected;
+  std::string rejected_by;
+  /// Set with status timeout: the kernel reported ICMP port unreachable for the address(es)
+  /// asked (nothing listens there), instead of silence. The message says so.
+  bool nothing_listens = false;
   bool ok() const noexcept { return status.ok(); }
   Errc code() const noexcept { return status.code(); }
   /// Empty on success.
@@ -60,6 +71,10 @@ struct Answer {
   template <class T>
   const T* as() const&& = delete;
 };
+
+/// Ablation for the attack test (LEASEHOLD_ABLATE contains "notice-as-answer"): a key-rejected
+/// notice ends the request as if it were lockd's answer, so a forged one fails the call.
+bool notice_as_answer_ablated() noexcept;
 
 class AdminClient {
  public:

@@ -147,6 +147,7 @@ struct ServiceCounters {
   std::uint64_t answers_resent = 0;
   std::uint64_t sends_failed = 0;
   std::uint64_t encode_failed = 0;
+  std::uint64_t key_rejected_notices = 0;   ///< key-rejected notices sent (rate-limited)
   std::uint64_t unexpected_messages = 0;    ///< answers nobody asked for, is_running to lockd
   std::uint64_t forbidden = 0;              ///< requests refused: the key gives no power over it
   std::uint64_t key_reloads = 0;              ///< SIGHUP: a new key set in force
@@ -416,6 +417,9 @@ class LockService {
   /// tag does not check, a wrong key or altered bytes): one log line event=datagram_rejected
   /// naming the source address, the sender and the key id it claims, at most one per
   /// kKeyRejectLogIntervalNs; the line says how many went unlogged since the previous one.
+  /// Under the same bound (one limiter: a flood of forgeries gets one line and one notice a
+  /// second), a request is also answered with the unauthenticated key-rejected notice
+  /// (wire::KeyRejected, 47 bytes, never more than the datagram that caused it) to its source.
   void log_key_reject(wire::DecodeError reason, std::span<const std::uint8_t> bytes, const SocketAddress& from,
                       std::int64_t now_ns);
   std::int64_t key_reject_logged_ns_ = 0;   ///< when the last such line was written (0: never)

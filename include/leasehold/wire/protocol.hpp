@@ -681,6 +681,37 @@ struct KeyRef {
 };
 std::optional<KeyRef> key_ref_of(std::span<const std::uint8_t> datagram) noexcept;
 
+/// The key-rejected notice (PROTOCOL.md "A wrong key"): what lockd sends, rate-limited, to the
+/// source of a request it dropped for its key (a key id it does not have for that sender, or a
+/// tag that does not verify). It is NOT a message of Body and carries no tag: lockd cannot
+/// authenticate anything to a sender whose key it does not share, so anyone on the path can
+/// forge one. A client therefore never lets it end a request; it only changes the wording of a
+/// request that ends without an authentic answer ("lockd rejected our key" instead of "no
+/// answer"). Layout: the 44-byte header (magic, version kVersion, type kKeyRejectedType, flags 0,
+/// sender nil, seq 0, the dropped request's request id, payload_len 3, key_id 0), then the key id
+/// the dropped datagram named (u16) and the reason (u8). 47 bytes: shorter than any datagram that
+/// can be dropped for its key (kDatagramBytesMin), so a notice never amplifies, and a notice that
+/// reaches a lockd is dropped there as truncated (never answered by another notice).
+inline constexpr std::uint8_t kKeyRejectedType = 0xFE;
+inline constexpr std::size_t kKeyRejectedBytes = kHeaderBytes + 3;
+static_assert(kKeyRejectedBytes < kDatagramBytesMin);
+enum class KeyRejectReason : std::uint8_t {
+  unknown_key = 1,  ///< lockd has no key of that key id for the sender (rotated out, never loaded)
+  bad_mac = 2,      ///< lockd has that key id, and the tag does not verify under it (another key)
+};
+std::string_view to_string(KeyRejectReason r) noexcept;
+struct KeyRejected {
+  std::uint64_t request_id = 0;
+  std::uint16_t key_id = 0;  ///< the key id the dropped datagram named
+  KeyRejectReason reason = KeyRejectReason::bad_mac;
+  friend bool operator==(const KeyRejected&, const KeyRejected&) = default;
+};
+std::array<std::uint8_t, kKeyRejectedBytes> encode_key_rejected(const KeyRejected& n) noexcept;
+/// The notice in `datagram`, or nullopt unless it is exactly one as encode_key_rejected writes
+/// it (length, magic, version, type, zero flags, sender, seq and header key id, payload_len 3,
+/// a known reason).
+std::optional<KeyRejected> decode_key_rejected(std::span<const std::uint8_t> datagram) noexcept;
+
 /// Parses the payload of a datagram whose header passed decode_header().
 DecodeResult decode_payload(const Header& header, std::span<const std::uint8_t> datagram);
 
