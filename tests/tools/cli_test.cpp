@@ -4,6 +4,7 @@
 // unreachable, no supervisor running.
 #include "leasehold/harness/process.hpp"
 #include "leasehold/io/udp.hpp"
+#include "leasehold/lockd/admin_client.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/wire/token.hpp"
 #include "leasehold/resource/fenced_store.hpp"
@@ -1937,6 +1938,81 @@ TEST_F(CliTest, StatsShowsEveryCounterAndTheVersion) {
                                std::to_string(c["version_patch"].get<int>()));
   EXPECT_TRUE(hl["refreshes_per_s"].is_number());
   EXPECT_TRUE(hl["store"]["commit_us_p99"].is_number());
+}
+
+// `watch` streams ownership changes: the current state first, then acquire, release and
+// re-acquire at epoch + 1 as lines, in order, with their epochs; SIGINT ends it with 0.
+TEST_F(CliTest, WatchStreamsAcquireReleaseAndReacquireInOrder) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  const wire::KeyLoad key = wire::load_key_file(key_);
+  ASSERT_TRUE(key) << key.message();
+  lockd::AdminClient admin(*SocketAddress::parse(addr), *key, {}, 10'000'000'000);
+  const SandboxId sb = *SandboxId::parse(kSandbox);
+  const WorkerId worker = *WorkerId::parse("6a1e0c4e-5a55-4d3e-9a5b-1b2c3d4e5f60");
+  const lockd::Answer before = admin.acquire("watch/before", sb, worker);
+  ASSERT_NE(before.as<wire::Grant>(), nullptr) << before.message();
+  const Epoch before_epoch = before.as<wire::Grant>()->epoch;
+  const pid_t pid = spawn_cli({"watch", "--prefix", "watch/", "--json", "--interval-ms", "20", "--lockd", addr,
+                               "--key-file", key_, "--timeout-ms", "5000"});
+  auto lines = [&](const std::string& text) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+      if (!l.empty()) out.push_back(nlohmann::json::parse(l, nullptr, false));
+    return out;
+  };
+  // Waits (bounded) until a line has this event, name and epoch.
+  auto wait_for = [&](const std::string& event, const std::string& name, Epoch epoch) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (const auto& j : lines(slurp(dir_ / "cli.out")))
+        if (j.is_object() && j["event"] == event && j["name"] == name && j["epoch"] == epoch) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for("current", "watch/before", before_epoch)) << slurp(dir_ / "cli.out") << slurp(dir_ / "cli.err");
+  const lockd::Answer g1 = admin.acquire("watch/w", sb, worker);
+  ASSERT_NE(g1.as<wire::Grant>(), nullptr) << g1.message();
+  const Epoch e1 = g1.as<wire::Grant>()->epoch;
+  ASSERT_TRUE(wait_for("acquired", "watch/w", e1)) << slurp(dir_ / "cli.out");
+  const lockd::Answer rel = admin.release(name_id_of("watch/w"), sb, e1);
+  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.message();
+  ASSERT_TRUE(wait_for("released", "watch/w", e1)) << slurp(dir_ / "cli.out");
+  const lockd::Answer g2 = admin.acquire("watch/w", sb, worker);
+  ASSERT_NE(g2.as<wire::Grant>(), nullptr) << g2.message();
+  const Epoch e2 = g2.as<wire::Grant>()->epoch;
+  EXPECT_EQ(e2, e1 + 1);
+  ASSERT_TRUE(wait_for("acquired", "watch/w", e2)) << slurp(dir_ / "cli.out");
+  ::kill(pid, SIGINT);
+  const Result r = wait_cli(pid);
+  EXPECT_EQ(r.code, kOk) << r.err;
+  // Exactly these lines, in this order, each with its wall-clock time.
+  std::vector<std::string> seen;
+  for (const auto& j : lines(r.out)) {
+    ASSERT_TRUE(j.is_object()) << r.out;
+    seen.push_back(j["event"].get<std::string>() + " " + j["name"].get<std::string>() + " " +
+                   std::to_string(j["epoch"].get<Epoch>()));
+    EXPECT_TRUE(j["time"].is_string());
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"current watch/before " + std::to_string(before_epoch),
+                                            "acquired watch/w " + std::to_string(e1),
+                                            "released watch/w " + std::to_string(e1),
+                                            "acquired watch/w " + std::to_string(e2)}))
+      << r.out;
+}
+
+// Bad input to watch is a usage error naming the problem.
+TEST_F(CliTest, WatchRefusesBadInput) {
+  const Result both = cli({"watch", "jobs/a", "--prefix", "jobs/", "--lockd", kSilentLockd, "--key-file", key_});
+  EXPECT_EQ(both.code, kUsage) << both.err;
+  EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
+  const Result fast = cli({"watch", "--interval-ms", "1", "--lockd", kSilentLockd, "--key-file", key_});
+  EXPECT_EQ(fast.code, kUsage) << fast.err;
+  EXPECT_NE(fast.err.find("--interval-ms"), std::string::npos) << fast.err;
+  const Result bad = cli({"watch", "bad name!", "--lockd", kSilentLockd, "--key-file", key_});
+  EXPECT_ANSWER(bad, kUsage, "malformed name \"bad name!\"");
 }
 
 }  // namespace
