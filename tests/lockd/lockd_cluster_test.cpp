@@ -341,17 +341,24 @@ TEST_F(LockdClusterTest, ANewLeaderAnswersWhileItLoadsTheTableAndServesItOnceLoa
   EXPECT_EQ(shown.as<wire::NameInfo>()->record.state, LockPhase::held);
 }
 
+/// An Answer that never came, for `why`.
+Answer unanswered(Status why) {
+  Answer a;
+  a.status = std::move(why);
+  return a;
+}
+
 /// A leader stopped (SIGSTOP) past its leadership lease while another takes over; resumed, it
 /// is asked to refresh the lease it granted. Returns its answer.
 Answer refresh_at_a_resumed_leader(LockdClusterTest& t, harness::LockdCluster& lockd, const wire::WireKey& key,
                                    int* new_leader, Epoch* epoch) {
   const int l = t.wait_leader(10'000);
-  if (l < 0) return Answer{{}, Status(Errc::timeout, "no leader"), 0};
+  if (l < 0) return unanswered(Status(Errc::timeout, "no leader"));
   AdminClient old_leader(lockd.address(l), key, W1, 1000 * kMs);
   const Answer g = old_leader.acquire("cl/stop", S1, W1);
   if (g.as<wire::Grant>() == nullptr) return g;
   *epoch = g.as<wire::Grant>()->epoch;
-  if (!lockd.stop(l).ok()) return Answer{{}, Status(Errc::invalid_argument, "the leader is gone"), 0};
+  if (!lockd.stop(l).ok()) return unanswered(Status(Errc::invalid_argument, "the leader is gone"));
   *new_leader = t.wait_leader(10'000, l);
   (void)lockd.cont(l);
   const wire::HeartbeatEntry beat[] = {{name_id_of("cl/stop"), S1, *epoch}};
