@@ -446,6 +446,14 @@ void LockdLink::on_unsolicited(const Datagram& d) {
   const auto span = std::span<const std::uint8_t>(
       reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size());
   const SocketAddress from = d.source_address();
+  // lockd dropped one of our datagrams for its key. Unauthenticated, so it ends nothing: it
+  // only lets the health text name the likely cause when calls then go unanswered.
+  if (const auto notice = wire::decode_key_rejected(span)) {
+    ++stats_.key_rejected_notices;
+    stats_.last_key_rejected_ns = loop_.turn_now_ns();
+    stats_.last_key_rejected = *notice;
+    return;
+  }
   // An answer to a call that waits out a not_leader backoff (it is in no RequestClient slot):
   // a lockd's authentic answer ends it, as it would have ended the attempt in flight.
   if (!waiting_.empty()) {

@@ -1154,6 +1154,8 @@ void Supervisor::Impl::metric_samples(std::vector<metrics::Sample>& out) const {
   counter("lockd_late_answers", ls.late_answers, "answers after their call gave up");
   counter("lockd_seq_resyncs", ls.seq_resyncs, "stale_seq answers that moved the seq");
   counter("lockd_revocations_pushed", ls.revocations_pushed, "revocations pushed by lockd");
+  counter("lockd_key_rejected_notices", ls.key_rejected_notices,
+          "lockd's unauthenticated notices that it dropped a datagram of ours for its key");
   counter("is_running_answered", ls.is_running_answered, "IsRunning questions answered");
   counter("is_running_rejected", ls.is_running_rejected, "IsRunning questions rejected");
   const shm::Stats& st = table->statistics();
@@ -1175,6 +1177,12 @@ bool Supervisor::Impl::healthy(std::string* why) const {
   else if (ls.last_unanswered_ns > ls.last_answer_ns)
     text = "no lockd contact: the last call to lockd (" + link->lockd().str() + ") ended unanswered, " +
            std::to_string(ls.calls_unanswered) + " unanswered so far";
+  // A key-rejected notice since the last authentic answer: the likely cause, stated as a claim
+  // nobody authenticated (anyone on the path can send one).
+  if (!text.empty() && ls.last_unanswered_ns > ls.last_answer_ns && ls.last_key_rejected_ns > ls.last_answer_ns)
+    text += "; lockd says it rejected our key (key id " + std::to_string(ls.last_key_rejected.key_id) + ", " +
+            std::string(wire::to_string(ls.last_key_rejected.reason)) +
+            ", an unauthenticated notice): check the worker key was derived for this worker from lockd's cluster key";
   if (why != nullptr) *why = text.empty() ? "serving" : text;
   return text.empty();
 }

@@ -46,7 +46,7 @@ bool run_until(EventLoop& loop, const std::function<bool()>& done) {
 /// One lockd process as the link sees it: its own socket, instance id (sender) and replay
 /// window; answers with the worker's key, as lockd does.
 struct FakeLockd {
-  enum class Mode { leader, follower, dead };
+  enum class Mode { leader, follower, dead, rejects_key };
   EventLoop& loop;
   std::uint64_t index;
   wire::Receiver receiver;
@@ -64,6 +64,7 @@ struct FakeLockd {
   std::vector<wire::Message> answers;  ///< the worker's answers to our own requests
   SocketAddress worker;                ///< where the last request came from
   std::uint64_t last_request_id = 0;
+  bool notice_first = false;  ///< send a key-rejected notice (anyone can) before answering
 
   FakeLockd(EventLoop& l, std::uint64_t i, const wire::WireKey& key)
       : loop(l), index(i), receiver(key), sender(wid(700 + i), wire::seq_seed(), key) {
@@ -118,8 +119,13 @@ struct FakeLockd {
         answer(a.message.header.request_id, wire::Error{wire::ErrorCode::not_leader, *h});
         return;
       }
+    if (mode == Mode::rejects_key || notice_first) {
+      const auto notice = wire::encode_key_rejected({a.message.header.request_id, 7, wire::KeyRejectReason::bad_mac});
+      EXPECT_EQ(loop.send_to(sock, std::as_bytes(std::span(notice)), &from), 0);
+    }
     switch (mode) {
       case Mode::dead:
+      case Mode::rejects_key:
         return;
       case Mode::follower:
         answer(a.message.header.request_id, wire::Error{wire::ErrorCode::not_leader, hint});
@@ -306,6 +312,30 @@ TEST_F(LockdLinkTest, ATimedOutAttemptTriesTheNextAddress) {
   EXPECT_EQ(lockds_[1]->requests.size(), 1u);
   EXPECT_EQ(link_->stats().leader_switches, 1u);
   EXPECT_EQ(link_->lockd(), lockds_[1]->addr);
+}
+
+// lockd's key-rejected notice carries no tag, so it never ends a call: a call to a lockd that
+// only sends notices ends unanswered at its deadline, having counted them (the health text then
+// names the likely cause), and a notice followed by lockd's authentic answer ends with the answer.
+TEST_F(LockdLinkTest, AKeyRejectedNoticeIsCountedAndNeverEndsACall) {
+  start(1, policy(100, 100));
+  lockds_[0]->mode = FakeLockd::Mode::rejects_key;
+  const auto [reply, took] = stats_call(400 * kNsPerMs);
+  EXPECT_FALSE(reply.ok());
+  EXPECT_GE(took, 400 * kNsPerMs);
+  EXPECT_GE(link_->stats().key_rejected_notices, 1u);
+  EXPECT_EQ(link_->stats().last_key_rejected.key_id, 7u);
+  EXPECT_EQ(link_->stats().last_key_rejected.reason, wire::KeyRejectReason::bad_mac);
+  EXPECT_GT(link_->stats().last_key_rejected_ns, 0);
+  EXPECT_EQ(link_->stats().calls_unanswered, 1u);
+
+  lockds_[0]->mode = FakeLockd::Mode::leader;
+  lockds_[0]->notice_first = true;
+  const std::uint64_t before = link_->stats().key_rejected_notices;
+  const auto [answered, took2] = stats_call(10 * kNsPerS);
+  ASSERT_TRUE(answered.ok()) << answered.problem;
+  EXPECT_EQ(served_by(answered), 0);
+  EXPECT_EQ(link_->stats().key_rejected_notices, before + 1);
 }
 
 // With one address nothing moves: the retry goes to the same lockd.

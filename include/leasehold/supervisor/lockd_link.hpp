@@ -72,6 +72,11 @@ struct LockdLinkStats {
   std::uint64_t calls_unanswered = 0;  ///< calls that ended with no answer (deadline, no leader)
   std::int64_t last_answer_ns = 0;     ///< loop time of the last authentic answer to a call (0: none)
   std::int64_t last_unanswered_ns = 0; ///< loop time the last call ended unanswered (0: none)
+  /// lockd's unauthenticated key-rejected notices (wire::KeyRejected): never an answer, only
+  /// what the health text says when calls go unanswered ("lockd rejected our key").
+  std::uint64_t key_rejected_notices = 0;
+  std::int64_t last_key_rejected_ns = 0;  ///< loop time of the last notice (0: none)
+  wire::KeyRejected last_key_rejected{};  ///< the last notice (its key id and reason)
 };
 
 class LockdLink final : public LockdPort {
