@@ -447,8 +447,14 @@ void LockdLink::on_unsolicited(const Datagram& d) {
       reinterpret_cast<const std::uint8_t*>(d.payload.data()), d.payload.size());
   const SocketAddress from = d.source_address();
   // lockd dropped one of our datagrams for its key. Unauthenticated, so it ends nothing: it
-  // only lets the health text name the likely cause when calls then go unanswered.
+  // only lets the health text name the likely cause when calls then go unanswered. Only from a
+  // configured lockd address: a sandbox on this host can send datagrams to our port, but not
+  // from lockd's address and port.
   if (const auto notice = wire::decode_key_rejected(span)) {
+    if (!index_of(from)) {
+      ++stats_.is_running_rejected;
+      return;
+    }
     ++stats_.key_rejected_notices;
     stats_.last_key_rejected_ns = loop_.turn_now_ns();
     stats_.last_key_rejected = *notice;

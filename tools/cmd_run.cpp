@@ -140,34 +140,46 @@ int print_ended(const nlohmann::json& ans, bool json) {
   return code;
 }
 
-/// `run --wait` after the sandbox started: wait for its exit and return its exit code; on SIGINT
-/// or SIGTERM stop it (release a named one, kill an unnamed one), wait for that, return 128+signal.
-int stay_attached(const SupervisorFlags& sup, const nlohmann::json& started, bool json) {
+/// Stops a sandbox `run --wait` started and can no longer stay attached to (release a named
+/// one, kill an unnamed one) and waits for that answer. `why` heads the stderr line. Returns 0,
+/// or the exit code of a failure to stop it (reported).
+int stop_started(const SupervisorFlags& sup, const nlohmann::json& started, bool json, const std::string& why) {
   const std::string sandbox = started.value("sandbox", std::string());
-  Failure f;
-  auto ans = g_stop_signal == 0 ? wait_for_exit(sup, sandbox, f) : std::nullopt;
-  if (!ans && f.failed()) return report("run", f);
-  if (ans) {
-    if (!ans->value("ok", false)) return refused("run", *ans, "wait for sandbox " + sandbox);
-    return print_ended(*ans, json);
-  }
-  const int sig = g_stop_signal;
   const bool named = started.contains("name") && started["name"].is_string();
   const nlohmann::json req = named ? nlohmann::json{{"v", 1}, {"op", "release"}, {"name", started["name"]}}
                                    : nlohmann::json{{"v", 1}, {"op", "kill"}, {"sandbox", sandbox}};
   const std::string how = named ? "releasing \"" + started["name"].get<std::string>() + "\"" : std::string("kill");
-  std::fprintf(stderr, "leasehold run: %s: stopping sandbox %s (%s)\n", sig == SIGINT ? "interrupted" : "terminated",
-               sandbox.c_str(), how.c_str());
+  std::fprintf(stderr, "leasehold run: %s: stopping sandbox %s (%s)\n", why.c_str(), sandbox.c_str(), how.c_str());
   SupervisorFlags stop = sup;
   stop.timeout_ms = std::max<std::uint64_t>(sup.timeout_ms, 60'000);  // answered once it is gone (grace included)
+  Failure f;
   auto stopped = supervisor_call(stop, req, f);
   if (!stopped) return report("run", f);
-  // not_found: it ended meanwhile (its exit code is lost to this signal, as a shell's would be).
+  // not_found: it ended meanwhile (its exit code is lost, as a shell's would be to a signal).
   if (!stopped->value("ok", false) && stopped->value("error", std::string()) != "not_found")
     return refused("run", *stopped, "stop sandbox " + sandbox);
   if (stopped->value("ok", false) && json) std::printf("%s\n", output_json(*stopped).dump().c_str());
   std::fflush(stdout);
-  return 128 + sig;
+  return 0;
+}
+
+/// `run --wait` after the sandbox started: wait for its exit and return its exit code; on SIGINT
+/// or SIGTERM stop it (release a named one, kill an unnamed one), wait for that, return 128+signal.
+/// A wait the supervisor refuses (too many waits) or cannot answer stops the sandbox too: the
+/// caller was promised the command's exit code, so nothing it started is left running unwatched.
+int stay_attached(const SupervisorFlags& sup, const nlohmann::json& started, bool json) {
+  const std::string sandbox = started.value("sandbox", std::string());
+  Failure f;
+  auto ans = g_stop_signal == 0 ? wait_for_exit(sup, sandbox, f) : std::nullopt;
+  if (ans && ans->value("ok", false)) return print_ended(*ans, json);
+  if (ans || f.failed()) {
+    const int code = ans ? refused("run", *ans, "wait for sandbox " + sandbox) : report("run", f);
+    const int stop = stop_started(sup, started, json, "cannot stay attached");
+    return stop != 0 ? stop : code;
+  }
+  const int sig = g_stop_signal;
+  const int stop = stop_started(sup, started, json, sig == SIGINT ? "interrupted" : "terminated");
+  return stop != 0 ? stop : 128 + sig;
 }
 
 /// Sends a run/name request to the supervisor and prints the started sandbox, or reports why not.

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -336,6 +338,18 @@ TEST_F(LockdLinkTest, AKeyRejectedNoticeIsCountedAndNeverEndsACall) {
   ASSERT_TRUE(answered.ok()) << answered.problem;
   EXPECT_EQ(served_by(answered), 0);
   EXPECT_EQ(link_->stats().key_rejected_notices, before + 1);
+
+  // A notice from anywhere but a configured lockd (a sandbox on this host) is not counted.
+  UniqueFd other(open_udp_socket(SocketAddress::loopback_v4(0)));
+  ASSERT_TRUE(other.valid());
+  const SocketAddress link_addr = lockds_[0]->worker;
+  const auto forged = wire::encode_key_rejected({1, 9, wire::KeyRejectReason::unknown_key});
+  ASSERT_EQ(::sendto(other.get(), forged.data(), forged.size(), 0, link_addr.sa(), link_addr.length),
+            static_cast<ssize_t>(forged.size()));
+  const auto [again, took3] = stats_call(10 * kNsPerS);  // the loop has read the forged notice by its end
+  ASSERT_TRUE(again.ok()) << again.problem;
+  EXPECT_EQ(link_->stats().key_rejected_notices, before + 2);  // this call's notice, not the forged one
+  EXPECT_EQ(link_->stats().last_key_rejected.key_id, 7u);
 }
 
 // With one address nothing moves: the retry goes to the same lockd.

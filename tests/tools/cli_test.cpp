@@ -1877,6 +1877,27 @@ TEST_F(CliTest, RunWaitOfAnUnknownSandboxIsNotFound) {
   EXPECT_ANSWER(r, kNotFound, "no sandbox here");
 }
 
+// A wait the supervisor refuses (its bound on waits is reached): the sandbox `run --wait` started
+// is released, not left running with its name held while the caller is told it was refused.
+TEST_F(CliTest, RunWaitRefusedStopsTheSandboxItStarted) {
+  const std::string sock = (dir_ / "fake-wait-busy.sock").string();
+  FakeSupervisor f(sock, [](const nlohmann::json& req) -> std::string {
+    if (req["op"] == "run") return run_answer(true);
+    if (req["op"] == "wait")
+      return R"j({"v":1,"id":null,"ok":false,"error":"busy","message":"too many waits: 32 connections wait already (at most 32)"})j";
+    return ended_answer(-15, "released (exited after SIGTERM)");
+  });
+  const Result r = cli({"run", "--supervisor", sock, "--wait", "--name", "orders", "--", "/bin/job"});
+  EXPECT_NE(r.code, kOk) << r.err;
+  EXPECT_NE(r.err.find("too many waits"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot stay attached: stopping sandbox"), std::string::npos) << r.err;
+  const auto reqs = f.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  const auto stop = nlohmann::json::parse(reqs[2]);
+  EXPECT_EQ(stop["op"], "release");
+  EXPECT_EQ(stop["name"], "orders");
+}
+
 // SIGINT or SIGTERM while attached: the sandbox is stopped (a named one released, an unnamed one
 // killed), that answer awaited, and the exit code is the shell's for the signal.
 TEST_F(CliTest, RunWaitInterruptedStopsTheSandboxAndExitsWithTheSignalsCode) {
