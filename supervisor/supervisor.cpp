@@ -728,6 +728,16 @@ Status Supervisor::Impl::init(SupervisorConfig config) {
       ++core->counters().worker_beats_acked;
       return {};
     });
+  // Unanswered after lockd's key-rejected notice (unauthenticated, from a configured lockd
+  // address): most likely a worker key lockd does not accept, not a lockd that is down.
+  const LockdLinkStats& ls = link->stats();
+  if (!problem.empty() && unanswered && ls.key_rejected_notices > 0)
+    return Status{Errc::permission_denied,
+                  "lockd at " + address_list_text(lockd_addresses) + " rejected this worker's key (key id " +
+                      std::to_string(ls.last_key_rejected.key_id) + ", " +
+                      std::string(wire::to_string(ls.last_key_rejected.reason)) +
+                      "; an unauthenticated notice): check that the worker key was derived for worker " +
+                      worker.str() + " from a cluster key lockd has loaded (" + problem + ")"};
   if (!problem.empty())
     return Status{Errc::refused, "lockd at " + address_list_text(lockd_addresses) +
                                      (unanswered ? " is unreachable: " : " answered, but this supervisor cannot work with it: ") +

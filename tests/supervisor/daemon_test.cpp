@@ -2626,6 +2626,24 @@ TEST_F(SupervisorProcess, ASandboxCannotReadASiblingsToken) {
 #endif
 }
 
+// A worker key lockd does not accept is not reported as an unreachable lockd: lockd's
+// key-rejected notice (from lockd's own address) names the key and the reason at start-up.
+TEST_F(SupervisorProcess, AWorkerKeyLockdRejectsIsNamedAtStartNotUnreachable) {
+  start_lockd();
+  std::string err;
+  const fs::path other = dir_.path() / "other-cluster.key";
+  ASSERT_EQ(lockd_tool(dir_.path(), {"--generate-key", "--out", other.string()}, &err), 0) << err;
+  const fs::path wrong = dir_.path() / "wrong-worker.key";
+  ASSERT_EQ(lockd_tool(dir_.path(), {"--derive-worker-key", "--worker-id", WorkerId{0x3E2, 7}.str(), "--key-file",
+                                     other.string(), "--out", wrong.string()}, &err), 0) << err;
+  Supervisor sup;
+  EXPECT_FALSE(sup.start(dir_.path(), lockd_.address, wrong.string(), kSupTiming, &err, "wrong-key"));
+  EXPECT_EQ(sup.child.wait(), 2);
+  EXPECT_NE(sup.child.err().find("rejected this worker's key (key id "), std::string::npos)
+      << sup.child.err();
+  EXPECT_EQ(sup.child.err().find("unreachable"), std::string::npos) << sup.child.err();
+}
+
 // M1. A reload (SIGHUP) onto a worker key derived from a cluster key lockd has not loaded
 // (README's steps 3-4 before step 2; lab repro_rotation_unknown_key.sh) switched at once: lockd
 // dropped every datagram (unknown key) and each named sandbox died by the kill-switch, the
