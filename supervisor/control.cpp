@@ -440,11 +440,9 @@ void ControlServer::accept_ready() {
       ::close(fd);
       continue;
     }
-    if (clients_.size() >= kControlClientsMax && !evict_idle()) {
+    if (const std::string why = admit(caller->uid); !why.empty()) {
       ++rejected_busy_;
-      const std::string line =
-          control_error(nullptr, ControlError::busy,
-                        "too many control connections (limit " + std::to_string(kControlClientsMax) + ")");
+      const std::string line = control_error(nullptr, ControlError::busy, why);
       [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(fd);
       continue;
@@ -459,10 +457,34 @@ void ControlServer::accept_ready() {
   }
 }
 
-bool ControlServer::evict_idle() {
+std::string ControlServer::admit(uid_t uid) {
+  // The LEASEHOLD_ABLATE switch of the attack test: without the per-uid bounds, one member of
+  // --group holding partial lines on every connection locks root out.
+  if (!privileged(uid) && !ablated("control-uid-cap")) {
+    std::size_t mine = 0, members = 0;
+    for (const auto& [fd, c] : clients_) {
+      if (privileged(c.uid)) continue;
+      ++members;
+      mine += c.uid == uid;
+    }
+    if (mine >= kControlClientsPerUidMax && !evict_idle([uid](uid_t u) { return u == uid; }))
+      return "too many control connections of uid " + std::to_string(uid) + " (limit " +
+             std::to_string(kControlClientsPerUidMax) + " per uid other than root's and the supervisor's)";
+    if (mine < kControlClientsPerUidMax && members >= kControlClientsMax - kControlClientsReserved &&
+        !evict_idle([this](uid_t u) { return !privileged(u); }))
+      return "too many control connections of --group members (limit " +
+             std::to_string(kControlClientsMax - kControlClientsReserved) + "; the other " +
+             std::to_string(kControlClientsReserved) + " are kept for root and the supervisor's user)";
+  }
+  if (clients_.size() >= kControlClientsMax && !evict_idle())
+    return "too many control connections (limit " + std::to_string(kControlClientsMax) + ")";
+  return {};
+}
+
+bool ControlServer::evict_idle(const std::function<bool(uid_t)>& of) {
   Client* oldest = nullptr;
   for (auto& [fd, c] : clients_)
-    if (c.idle() && (oldest == nullptr || c.active_ms < oldest->active_ms)) oldest = &c;
+    if (c.idle() && (!of || of(c.uid)) && (oldest == nullptr || c.active_ms < oldest->active_ms)) oldest = &c;
   if (oldest == nullptr) return false;
   ++closed_idle_;
   const std::string line = control_error(nullptr, ControlError::idle, "idle connection closed to make room for another");

@@ -421,6 +421,92 @@ TEST(ControlServer, RejectsAnUnauthorizedPeer) {
   s.close_all();
 }
 
+// A member of --group opens every connection it can and keeps a partial line on each (never
+// idle, so never evicted): it gets kControlClientsPerUidMax of them, and root's request is still
+// answered. With the bound ablated, the member holds all kControlClientsMax and root is refused.
+void member_floods_connections(bool defended) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  constexpr gid_t kGroup = 4242;
+  constexpr uid_t kMember = 4243;
+  if (defended) ::unsetenv("LEASEHOLD_ABLATE");
+  else ::setenv("LEASEHOLD_ABLATE", "control-uid-cap", 1);
+  const std::string path = temp_socket_path(defended ? "flood" : "flood-ab");
+  ControlServer s(ControlAccess{0, kGroup}, [&](ControlClientId c, ControlRequest r) {
+    s.reply(c, control_ok(r.id, {{"op", std::string(to_string(r.op))}}));
+  });
+  ASSERT_TRUE(s.open(path).ok());
+  ::chmod(path.c_str(), 0666);
+  int report[2], hold[2];
+  ASSERT_EQ(::pipe(report), 0);
+  ASSERT_EQ(::pipe(hold), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only async-signal-safe calls from here on.
+    ::close(hold[1]);
+    ::close(report[0]);
+    if (::setgid(kGroup) != 0 || ::setuid(kMember) != 0) _exit(10);
+    int fds[kControlClientsMax + 8];
+    for (int& fd : fds) {
+      fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path, path.c_str(), path.size());
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(11);
+      [[maybe_unused]] ssize_t w = ::send(fd, "{\"v\":1,", 7, MSG_NOSIGNAL);
+    }
+    ::usleep(500'000);  // the server accepts and refuses meanwhile
+    unsigned char held = 0;
+    for (int fd : fds) {
+      char buf[256];
+      held += ::recv(fd, buf, sizeof buf, MSG_DONTWAIT) < 0 && errno == EAGAIN;  // no "busy" line, not closed
+    }
+    [[maybe_unused]] ssize_t w = ::write(report[1], &held, 1);
+    char c;
+    [[maybe_unused]] ssize_t r = ::read(hold[0], &c, 1);  // keeps every connection until told
+    _exit(0);
+  }
+  ::close(report[1]);
+  ::close(hold[0]);
+  std::atomic<bool> stop{false};
+  std::thread loop([&] {
+    while (!stop.load()) {
+      auto w = s.watch_fds();
+      std::vector<pollfd> fds;
+      for (auto& x : w) fds.push_back({x.fd, x.events, 0});
+      ::poll(fds.data(), fds.size(), 10);
+      for (auto& f : fds)
+        if (f.revents) s.on_ready(f.fd, f.revents, now_ms());
+      s.tick(now_ms());
+    }
+  });
+  unsigned char held = 0;
+  ASSERT_EQ(::read(report[0], &held, 1), 1);
+  const auto root = control_call(path, {{"v", 1}, {"op", "status"}}, 2000);
+  ::close(hold[1]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  stop = true;
+  loop.join();
+  s.close_all();
+  ::close(report[0]);
+  ::unsetenv("LEASEHOLD_ABLATE");
+  if (defended) {
+    EXPECT_EQ(held, kControlClientsPerUidMax);
+    ASSERT_TRUE(root.ok()) << root.message();
+    EXPECT_EQ((*root)["ok"], true) << root->dump();
+    // Refused, or closed as idle when a later one arrived before its partial line.
+    EXPECT_EQ(s.rejected_busy() + s.closed_idle(), kControlClientsMax + 8 - kControlClientsPerUidMax);
+  } else {
+    EXPECT_EQ(held, kControlClientsMax);
+    const bool refused = !root.ok() || (*root)["error"] == "busy";
+    EXPECT_TRUE(refused) << (root.ok() ? root->dump() : root.message());
+  }
+}
+
+TEST(ControlServer, AGroupMemberCannotTakeEveryConnection) { member_floods_connections(true); }
+TEST(ControlServer, AGroupMemberTakesEveryConnectionWithThePerUidBoundAblated) { member_floods_connections(false); }
+
 // The CLI side: a request carries a command line and an environment, so control_call sends it
 // only to a server run by root or by the caller's own uid. Here a server of uid 65534 listens on
 // a socket anyone may connect to; root's control_call refuses before sending a byte.

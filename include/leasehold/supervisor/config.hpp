@@ -154,7 +154,8 @@ std::optional<std::pair<std::uint32_t, std::uint32_t>> root_subuid_range(std::st
 /// `ablation`: one defence is switched off to show the attack it stops. The supervisor's and
 /// its clients': unsealed-table (the shm memfd unsealed), arm-after-exec (a new sandbox's
 /// deadline armed only after its exec), uid-range-accounts (a --uid-range over existing accounts
-/// accepted), unchecked-control-server (a control client sends its request to a server of any uid).
+/// accepted), unchecked-control-server (a control client sends its request to a server of any uid),
+/// control-uid-cap (no per-uid bound on control connections and no reserve for root).
 bool ablated(std::string_view ablation);
 
 /// Ok when the sandbox uid range [first, first + count) may be used. Errors: exists when it holds

@@ -33,7 +33,8 @@
 // may not use this socket at all: not root, the supervisor's uid or a member of its --group) and
 // forbidden (the sandbox is another caller's: only its owner and root may act on it).
 //
-// Bounds: kControlClientsMax connections, kControlLineBytesMax per line, one request in
+// Bounds: kControlClientsMax connections (kControlClientsPerUidMax per --group uid, and
+// kControlClientsReserved of them for root and the supervisor's user), kControlLineBytesMax per line, one request in
 // progress per connection (later lines wait), kControlOutBytesMax of unsent answers, a partial
 // line older than kControlLineTimeoutMs closes the connection, and so does kControlIdleTimeoutMs
 // without a request (or a new connection arriving while all kControlClientsMax are taken: the
@@ -63,6 +64,12 @@ namespace leasehold {
 inline constexpr int kControlProtocolVersion = 1;
 inline constexpr std::size_t kControlLineBytesMax = 64 * 1024;
 inline constexpr std::size_t kControlClientsMax = 64;
+/// Connections of callers other than root and the supervisor's own user (members of --group):
+/// at most kControlClientsPerUidMax of one uid, and at most kControlClientsMax −
+/// kControlClientsReserved of all such uids together, so that one member cannot take every
+/// connection (with partial lines, which are never idle) and root always finds one.
+inline constexpr std::size_t kControlClientsPerUidMax = 16;
+inline constexpr std::size_t kControlClientsReserved = 16;
 inline constexpr std::size_t kControlOutBytesMax = 16 * 1024 * 1024;
 inline constexpr std::uint64_t kControlLineTimeoutMs = 5'000;
 /// A connection with nothing in progress (no partial line, no request, no unsent answer) is
@@ -197,8 +204,14 @@ class ControlServer final : public ControlPort {
     bool idle() const noexcept { return in.empty() && out.empty() && !busy && !closing; }
   };
   void accept_ready();
-  /// Closes the least recently active idle connection, if any (with an "idle" error line).
-  bool evict_idle();
+  /// Closes the least recently active idle connection of a uid `of` accepts (any when empty),
+  /// if there is one (with an "idle" error line).
+  bool evict_idle(const std::function<bool(uid_t)>& of = {});
+  /// Root and the supervisor's own user: never counted against the per-uid bounds.
+  bool privileged(uid_t uid) const noexcept { return uid == 0 || uid == access_.owner_uid; }
+  /// Why a connection of `uid` cannot be accepted now, after closing an idle one to make room
+  /// where it can; "" when it can.
+  std::string admit(uid_t uid);
   void read_ready(Client& c, std::uint64_t now_ms);
   void write_ready(Client& c);
   void dispatch(Client& c, std::uint64_t now_ms);
