@@ -22,13 +22,17 @@
  *
  * Transitions (each guarded on the liveness of the nodes it makes act, and on no other):
  *   Request(n)          n wants its critical section: n joins its own queue
- *   SendRequest(n)      Raymond's MAKE_REQUEST: n does not believe it holds, has a queue and
- *                       has not asked: REQUEST to holder[n]
+ *   MAKE_REQUEST        run by n after each event at n (Raymond): n does not believe it
+ *                       holds, has a queue and has not asked: REQUEST to holder[n], tagged
+ *                       with gcnt[n], the number of grants n has received
  *   ReceiveRequest(n)   a REQUEST addressed to n arrives: the sender joins n's queue (once)
  *   PassToken(n)        Raymond's ASSIGN_PRIVILEGE to another node: n is live, believes it
  *                       holds, really holds (lockd hands over only the current grant), is not
  *                       in its critical section; the head of its queue is live (it records
  *                       the privilege) and gets it at a new epoch
+ *   Discard(n)          the holder drops a head entry whose REQUEST predates that node's
+ *                       latest grant: a seizure for it, or a grant while its REQUEST was
+ *                       still queued elsewhere, answered it already (Suzuki-Kasami's test)
  *   EnterCS / ExitCS    ASSIGN_PRIVILEGE to itself, and the release: a live node that
  *                       believes it holds and owes no reconciliation
  *   Crash(n)            n stops taking part; its state stays as it was (a node that comes
@@ -43,6 +47,11 @@
  *                       its mark.  It may fire while n is down (it is the boundary step of
  *                       coming back), and while n is live (a wrongly suspected node).
  *   A grant (pass or seizure) clears the recipient's mark: it now believes what is true.
+ *   It also counts the grant and clears the recipient's `asked`: a REQUEST of it still
+ *   queued anywhere is answered.  Without the tags, a REQUEST that a seizure answered stays
+ *   queued upstream, and such orphans kept the privilege circulating for ever between two
+ *   nodes that did not wait (or, with `asked` left set, deadlocked two REQUESTs queued at
+ *   each other).
  *
  * The coordinator seizes from a holder it suspects: one that is down, one that hangs in its
  * critical section (live, never releasing, never passing), or, once per run, a healthy one
