@@ -228,6 +228,7 @@ end_idle:
 		        * asks for nothing any more */
 		(/*@G discard_live*/ live[n]) && holder[n] == n && tok == n && qlen[n] > 0 && HEAD(n) != n &&
 		(/*@G discard_stale*/ !HEAD_CURRENT(n)) ->
+		g_down_edit = g_down_edit || !live[n];
 		/*@E discard*/ dequeue(n)
 	   }
 	:: atomic {    /* EnterCS (ASSIGN_PRIVILEGE to itself) */
