@@ -108,6 +108,7 @@ byte wrong_left = WRONG_MAX;
 bool hung[N];               /* n's critical section never ends by itself */
 
 /* ghosts (read by no transition's guard) */
+bool g_ready;               /* init has set the initial state */
 bool g_waiting[N];          /* n asked for its critical section and has not entered it */
 bool g_cs_stale;            /* a node entered its critical section not holding the privilege */
 bool g_down_edit;           /* a step changed the state of a node that was down */
@@ -152,6 +153,7 @@ inline make_request(mn) {
 	if
 	:: (/*@G send_live*/ live[mn]) && (/*@G send_not_holder*/ holder[mn] != mn) && qlen[mn] > 0 &&
 	   (/*@G send_once*/ !asked[mn]) ->
+		g_down_edit = g_down_edit || !live[mn];
 		/*@E send_req*/ req[mn] = holder[mn]; reqtag[mn] = gcnt[mn]; /*@E send_asked*/ asked[mn] = true
 	:: else
 	fi
@@ -320,12 +322,16 @@ init {
 		}
 		holder[0] = 0; holder[1] = 0; holder[2] = 1;
 		issued[0] = 2;                       /* token {0, 1}: node 0 holds at epoch 1 */
+		g_ready = true;
 		i = 0;
 		run Node(0); run Node(1); run Node(2); run Coordinator()
 	}
 }
 
 #define STALE_OWES(n)  (!(holder[n] == n && tok != n) || seized[n])
+
+/* The true holder holds the token of the current epoch (no authority without a token). */
+ltl HolderHasToken { [] (!g_ready || HAS(tok, cur)) }
 
 /* One mutator per epoch: no two nodes ever have a write admitted at the same epoch, i.e.
  * never two nodes hold a token of one epoch that the gate would still admit. */
