@@ -347,6 +347,10 @@ ltl StaleTokenRejected { [] !(STALE_PASSES(0) || STALE_PASSES(1) || STALE_PASSES
  * critical section only while it really holds the privilege. */
 ltl NoCSOnStaleBelief { [] !g_cs_stale }
 
+/* A node in its critical section believes it holds (a reconciliation ends the critical
+ * section it drops the belief of). */
+ltl CSOnlyWithBelief { [] ((!in_cs[0] || holder[0] == 0) && (!in_cs[1] || holder[1] == 1) && (!in_cs[2] || holder[2] == 2)) }
+
 /* Every stale holder (believes it holds, does not) owes a reconciliation. */
 ltl StaleHolderOwesReconcile { [] (STALE_OWES(0) && STALE_OWES(1) && STALE_OWES(2)) }
 
