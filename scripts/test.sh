@@ -55,6 +55,7 @@ if [ -x specs/mutate ]; then
   stage "specs: mutation test (every guard and effect weakened; survivors must be explained)"
   specs/mutate --verified specs/mutate.verified lease transfer preemptible
   specs/mutate --verified specs/mutate.verified failover
+  specs/mutate --verified specs/mutate.verified token
 fi
 
 if [ -x scripts/sim.sh ]; then
