@@ -337,6 +337,10 @@ Refusal LockService::authorize(const Caller& caller, const wire::Message& m) con
       const auto& a = std::get<wire::Acquire>(m.body);
       return a.worker.is_nil() || a.worker == self ? Refusal::none : Refusal::forbidden;
     }
+    case wire::MessageType::wait: {
+      const auto& w = std::get<wire::Wait>(m.body);
+      return w.worker.is_nil() || w.worker == self ? Refusal::none : Refusal::forbidden;
+    }
     case wire::MessageType::commit: {
       // The commit must name this worker, and an Acquiring record bound to another worker
       // (its 2-phase acquire came from that worker) is not this worker's to commit.
@@ -344,8 +348,12 @@ Refusal LockService::authorize(const Caller& caller, const wire::Message& m) con
       if (c.worker != self) return Refusal::forbidden;
       return !cfg_.ablate_acquiring_unbound && others(c.name_id) ? Refusal::forbidden : Refusal::none;
     }
-    case wire::MessageType::release:  // also the abort of a 2-phase acquire: bound the same way
-      return others(std::get<wire::Release>(m.body).name_id) ? Refusal::forbidden : Refusal::none;
+    case wire::MessageType::release: {  // also the abort of a 2-phase acquire: bound the same way
+      const auto& r = std::get<wire::Release>(m.body);
+      // Epoch 0 leaves a FIFO of waiters: leave_queue checks that the waiter is this worker's.
+      if (r.epoch == 0) return Refusal::none;
+      return others(r.name_id) ? Refusal::forbidden : Refusal::none;
+    }
     // Admin operations: a worker's key gives no power over names it does not hold, nor to
     // see the whole table.
     case wire::MessageType::transfer_begin:
@@ -418,6 +426,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
     o.refusal = Refusal::forbidden;
     switch (type) {
       case wire::MessageType::acquire: o.name = name_id_of(std::get<wire::Acquire>(m.body).name); break;
+      case wire::MessageType::wait: o.name = name_id_of(std::get<wire::Wait>(m.body).name); break;
       case wire::MessageType::commit: o.name = std::get<wire::Commit>(m.body).name_id; break;
       case wire::MessageType::release: o.name = std::get<wire::Release>(m.body).name_id; break;
       case wire::MessageType::transfer_begin: o.name = std::get<wire::TransferBegin>(m.body).name_id; break;
@@ -443,7 +452,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   // `lost` answer, not on the push. Only a first address: heartbeats keep naming the current one
   // (a CLI acquiring with the worker's key does not move an address already known).
   if (caller_.authority == wire::Authority::worker && !cfg_.ablate_first_push_address &&
-      (type == wire::MessageType::acquire || type == wire::MessageType::commit) &&
+      (type == wire::MessageType::acquire || type == wire::MessageType::wait || type == wire::MessageType::commit) &&
       worker_addresses_.count(caller_.id) == 0 && worker_addresses_.size() < cfg_.max_workers)
     worker_addresses_[caller_.id] = from;
   // Heartbeats: the hot path, answered at once and not cached (they are idempotent, and
@@ -483,6 +492,8 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       return;
     }
     on_running_answer(std::get<wire::RunningAnswer>(m.body), rid, now_ns);
+    // "Not running" preempted the name: its first waiter may have it now.
+    if (!queues_.empty()) serve_queue(std::get<wire::RunningAnswer>(m.body).name_id, now_ns);
     return;
   }
   if (type == wire::MessageType::revoked_ack) {
@@ -515,6 +526,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   wire::Body answer;
   switch (type) {
     case wire::MessageType::acquire: answer = on_acquire(std::get<wire::Acquire>(m.body), now_ns); break;
+    case wire::MessageType::wait: answer = on_wait(std::get<wire::Wait>(m.body), from, rid, now_ns); break;
     case wire::MessageType::commit: answer = on_commit(std::get<wire::Commit>(m.body), now_ns); break;
     case wire::MessageType::release:
       // The worker it speaks for: its own key's, or the one the root key names (as for a
@@ -550,6 +562,19 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       break;
   }
   answer_gated(from, rid, key, std::move(answer));
+  // A change to a name others wait for (a release, a revoke's confirmation, an abort) may let
+  // the first of them have it now; its grant is a change of its own, durable before it is sent.
+  if (!queues_.empty() && mutating) {
+    std::optional<NameId> name;
+    std::visit(
+        [&](const auto& b) {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, wire::Acquire> || std::is_same_v<T, wire::Wait>) name = name_id_of(b.name);
+          else if constexpr (requires { b.name_id; }) name = b.name_id;
+        },
+        m.body);
+    if (name) serve_queue(*name, now_ns);
+  }
 }
 
 // ---- answers -------------------------------------------------------------------------------
@@ -731,6 +756,9 @@ void LockService::record_change(NameId id, const LockState& s, const char* event
 
 wire::Body LockService::on_acquire(const wire::Acquire& a, std::int64_t now_ns) {
   const NameId id = name_id_of(a.name);
+  // Waiters first: a name that became grantable since the last event goes to the first of
+  // them, never to an acquire that did not wait.
+  if (!queues_.empty()) serve_queue(id, now_ns);
   const LockState before = table_.state(id);
   std::int64_t ttl_ns = static_cast<std::int64_t>(a.ttl_ms) * kNsPerMs;
   ttl_ns = std::min(ttl_ns, table_.config().max_ttl_ns);  // clamped; the Grant says what was given
@@ -751,6 +779,216 @@ wire::Body LockService::on_acquire(const wire::Acquire& a, std::int64_t now_ns) 
     record_change(id, o.state, a.two_phase ? "acquire_2pc" : "grant", now_ns);
   }
   return grant(o, now_ns);
+}
+
+// ---- waiters (DESIGN.md "Waiters") ----------------------------------------------------------
+
+namespace {
+/// Refusals of a 2-phase acquire that only say "not now": the name is someone else's, being
+/// handed over, or in a lock-delay. A Wait meeting one joins the FIFO; a waiter meeting one
+/// keeps its place.
+bool waits_for(Refusal r) noexcept {
+  switch (r) {
+    case Refusal::held:
+    case Refusal::acquiring:
+    case Refusal::transferring:
+    case Refusal::reserved:
+    case Refusal::lock_delay:
+    case Refusal::expired:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
+wire::Queued LockService::queued_answer(NameId name, std::size_t position, const WaitQueue& q,
+                                        std::int64_t now_ns) const {
+  const LockState st = table_.state(name);
+  wire::Queued a;
+  a.name_id = name;
+  a.position = static_cast<std::uint32_t>(position);
+  a.waiters = static_cast<std::uint32_t>(q.waiters.size());
+  a.holder = st.owner;
+  a.worker = st.worker;
+  a.epoch = st.epoch;
+  a.state = st.phase;
+  a.ttl_ms = ms_left(q.waiters[position - 1].lapse_ns, now_ns);
+  return a;
+}
+
+wire::Body LockService::on_wait(const wire::Wait& w, const SocketAddress& from, std::uint64_t request_id,
+                                std::int64_t now_ns) {
+  const NameId id = name_id_of(w.name);
+  // As a 2-phase Acquire: bound to the worker named, else to the sender's.
+  const WorkerId bound = !w.worker.is_nil() || caller_.authority != wire::Authority::worker ? w.worker : caller_.id;
+  Outcome refused;
+  refused.name = id;
+  if (w.sandbox.is_nil() || bound.is_nil()) {  // a grant must be bound to the worker it runs on
+    refused.refusal = Refusal::bad_request;
+    refused.state = table_.state(id);
+    return deny(refused);
+  }
+  const std::int64_t ttl_ns = w.ttl_ms == 0 ? static_cast<std::int64_t>(cfg_.ttl_ms) * kNsPerMs
+                                            : std::min(static_cast<std::int64_t>(w.ttl_ms) * kNsPerMs,
+                                                       table_.config().max_ttl_ns);
+  serve_queue(id, now_ns);  // a name grantable since the last event goes to the first waiter
+  auto q = queues_.find(id);
+  if (q != queues_.end()) {
+    auto& ws = q->second.waiters;
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      if (ws[i].sandbox != w.sandbox) continue;
+      if (ws[i].worker != bound) {  // a sandbox id is no secret: its worker is the check
+        refused.refusal = Refusal::forbidden;
+        return deny(refused);
+      }
+      ws[i].lapse_ns = now_ns + ttl_ns;
+      ws[i].from = from;
+      ws[i].request_id = request_id;
+      ws[i].caller = caller_;
+      return queued_answer(id, i + 1, q->second, now_ns);
+    }
+  }
+  // Not waiting. With nobody ahead (or granted from the FIFO already: the 2-phase acquire is
+  // idempotent for it), try the name; with waiters ahead, join behind them.
+  const LockState before = table_.state(id);
+  const bool granted_to_it = before.phase == LockPhase::acquiring && before.owner == w.sandbox;
+  if (q == queues_.end() || granted_to_it) {
+    const Outcome o = table_.acquire_2pc(w.name, w.sandbox, now_ns, bound);
+    if (o.ok()) {
+      if (!(before == o.state)) {
+        names_.emplace(id, w.name);
+        ++counters_.grants;
+        record_change(id, o.state, "acquire_2pc", now_ns);
+      }
+      return grant(o, now_ns);
+    }
+    // Its own grant is no reason to wait (a late duplicate of a Wait it was granted by).
+    if (!waits_for(o.refusal) || o.state.owner == w.sandbox) return deny(o);
+  }
+  if (q != queues_.end() && q->second.waiters.size() >= kWaitersPerNameMax) {
+    // Lapsed places count until they reach the head: drop them before refusing.
+    auto& ws = q->second.waiters;
+    const std::size_t was = ws.size();
+    std::erase_if(ws, [&](const Waiter& x) { return x.lapse_ns <= now_ns; });
+    counters_.waiters_lapsed += was - ws.size();
+    waiters_ -= was - ws.size();
+  }
+  const std::size_t in_queue = q == queues_.end() ? 0 : q->second.waiters.size();
+  if (in_queue >= kWaitersPerNameMax || waiters_ >= kWaitersMax) {
+    ++counters_.waits_refused_full;
+    return wire::Error{wire::ErrorCode::overloaded,
+                       in_queue >= kWaitersPerNameMax
+                           ? "the queue for " + w.name + " is full (" + std::to_string(kWaitersPerNameMax) + " waiters)"
+                           : "lockd holds " + std::to_string(kWaitersMax) + " waiters, its bound"};
+  }
+  if (q == queues_.end()) q = queues_.emplace(id, WaitQueue{w.name, {}, 0}).first;
+  q->second.waiters.push_back(Waiter{w.sandbox, bound, caller_, from, request_id, now_ns + ttl_ns});
+  ++waiters_;
+  ++counters_.waits_queued;
+  serve_queue(id, now_ns);  // arms its wake-up (a first waiter behind a lock-delay)
+  q = queues_.find(id);
+  return queued_answer(id, q->second.waiters.size(), q->second, now_ns);
+}
+
+wire::Body LockService::leave_queue(const wire::Release& r, WorkerId worker, std::int64_t now_ns) {
+  Outcome o;
+  o.name = r.name_id;
+  o.state = table_.state(r.name_id);
+  if (worker.is_nil() || r.sandbox.is_nil()) {
+    o.refusal = Refusal::bad_request;
+    return deny(o);
+  }
+  if (auto q = queues_.find(r.name_id); q != queues_.end()) {
+    auto& ws = q->second.waiters;
+    const auto it = std::find_if(ws.begin(), ws.end(), [&](const Waiter& x) { return x.sandbox == r.sandbox; });
+    if (it != ws.end()) {
+      if (it->worker != worker) {
+        o.refusal = Refusal::forbidden;
+        return deny(o);
+      }
+      ws.erase(it);
+      --waiters_;
+      ++counters_.waiters_left;
+      if (ws.empty()) queues_.erase(q);
+      return wire::Ok{r.name_id, o.state.epoch};
+    }
+  }
+  // Granted from the FIFO and not committed: the grant goes back (its epoch stays burned).
+  if (o.state.phase == LockPhase::acquiring && o.state.owner == r.sandbox && o.state.worker == worker) {
+    const LockState before = o.state;
+    const Outcome back = table_.release(r.name_id, r.sandbox, before.epoch, now_ns);
+    if (!back.ok()) return deny(back);
+    record_change(r.name_id, back.state, "release", now_ns);
+    ++counters_.waiters_left;
+    return wire::Ok{r.name_id, back.state.epoch};
+  }
+  return wire::Ok{r.name_id, o.state.epoch};  // not waiting (any more): nothing to leave
+}
+
+void LockService::serve_queue(NameId name, std::int64_t now_ns) {
+  const auto q = queues_.find(name);
+  if (q == queues_.end()) return;
+  auto& ws = q->second.waiters;
+  while (!ws.empty()) {
+    Waiter& head = ws.front();
+    if (head.lapse_ns <= now_ns) {  // its worker stopped asking: gone, never granted
+      ++counters_.waiters_lapsed;
+      --waiters_;
+      ws.pop_front();
+      continue;
+    }
+    const LockState before = table_.state(name);
+    Outcome o = table_.acquire_2pc(q->second.name, head.sandbox, now_ns, head.worker);
+    // Preemptible mode: a holder on a lapsed worker is preempted, a live one asked, as for an
+    // acquire (names there do not expire).
+    if (!o.ok() && o.refusal == Refusal::held && cfg_.mode == LockMode::preemptible && try_preempt(name, o.state, now_ns))
+      o = table_.acquire_2pc(q->second.name, head.sandbox, now_ns, head.worker);
+    if (!o.ok()) {
+      if (waits_for(o.refusal) && o.state.owner != head.sandbox) break;  // not yet
+      ++counters_.waiters_refused;  // this waiter cannot have it (its sandbox holds it elsewhere, ...)
+      --waiters_;
+      ws.pop_front();
+      continue;
+    }
+    if (!(before == o.state)) {
+      names_.emplace(name, q->second.name);
+      ++counters_.grants;
+      ++counters_.waiters_granted;
+      record_change(name, o.state, "grant_waiter", now_ns);
+    }
+    // Once durable, as the answer to its latest Wait; a lost one is answered again by its next
+    // Wait (the 2-phase acquire is idempotent for it).
+    answer_as_after(head.caller, depend_seq_, head.from, head.request_id, grant(o, now_ns));
+    --waiters_;
+    ws.pop_front();
+    break;
+  }
+  if (ws.empty()) {
+    queues_.erase(q);
+    return;
+  }
+  // When to look again without an event: the head's place lapsing, or a lock-delay (an
+  // expiry's, or a revoke's bound) ending, which the table does not report.
+  const LockState st = table_.state(name);
+  std::int64_t wake = ws.front().lapse_ns;
+  if (st.lock_delay_until_ns > now_ns) wake = std::min(wake, st.lock_delay_until_ns);
+  if (q->second.wake_ns <= now_ns || wake < q->second.wake_ns) {
+    q->second.wake_ns = wake;
+    queue_wakes_.emplace(wake, name);
+  }
+}
+
+void LockService::serve_due_queues(std::int64_t now_ns) {
+  while (!queue_wakes_.empty() && queue_wakes_.top().first <= now_ns &&
+         pending_.size() + kChangesPerRequestMax <= kStoreBatchChangesMax) {
+    const auto [at, name] = queue_wakes_.top();
+    queue_wakes_.pop();
+    const auto q = queues_.find(name);
+    if (q == queues_.end() || q->second.wake_ns != at) continue;  // stale
+    q->second.wake_ns = 0;
+    serve_queue(name, now_ns);
+  }
 }
 
 wire::Body LockService::on_commit(const wire::Commit& c, std::int64_t now_ns) {
@@ -827,15 +1065,23 @@ std::uint64_t LockService::note_seen(WorkerId worker) {
 
 void LockService::answer_after(std::uint64_t seq, const SocketAddress& to, std::uint64_t request_id,
                                wire::Body body) {
+  answer_as_after(caller_, seq, to, request_id, std::move(body));
+}
+
+void LockService::answer_as_after(const Caller& as, std::uint64_t seq, const SocketAddress& to,
+                                  std::uint64_t request_id, wire::Body body) {
   if (seq <= durable_seq_) {
+    const Caller serving = caller_;
+    caller_ = as;
     send_now(to, request_id, nullptr, body);
+    caller_ = serving;
     return;
   }
   ++counters_.answers_deferred;
   Deferred d;
   d.seq = seq;
   d.to = to;
-  d.caller = caller_;
+  d.caller = as;
   d.request_id = request_id;
   d.body = std::move(body);
   d.cache = false;
@@ -866,6 +1112,7 @@ wire::WorkerAck LockService::worker_ack(const wire::WorkerHeartbeat& w, std::int
 }
 
 wire::Body LockService::on_release(const wire::Release& r, WorkerId worker, std::int64_t now_ns) {
+  if (r.epoch == 0) return leave_queue(r, worker, now_ns);
   const LockState before = table_.state(r.name_id);
   const Outcome o = table_.release(r.name_id, r.sandbox, r.epoch, now_ns);
   if (!o.ok() && before.revoke_pending && !worker.is_nil() && before.revoked_worker == worker &&
@@ -1273,6 +1520,14 @@ void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
   counter("encode_failed", counters_.encode_failed, "answers that could not be encoded");
   counter("answers_unsigned", counters_.answers_unsigned, "answers dropped: no key to sign them with");
   gauge("store_commit_us_max", st.commit_ns_max / 1000, "the longest commit over the last commits (us)");
+  gauge("waiters", waiters_, "sandboxes waiting in a FIFO of waiters (Wait)");
+  gauge("waited_names", queues_.size(), "names with at least one waiter");
+  counter("waits_queued", counters_.waits_queued, "Waits that joined a FIFO of waiters");
+  counter("waiters_granted", counters_.waiters_granted, "waiters granted the name from a FIFO");
+  counter("waiters_lapsed", counters_.waiters_lapsed, "waiters dropped: no Wait re-sent within their TTL");
+  counter("waiters_left", counters_.waiters_left, "waiters that left their FIFO (Release with epoch 0)");
+  counter("waiters_refused", counters_.waiters_refused, "waiters passed over: the table refused them the name");
+  counter("waits_refused_full", counters_.waits_refused_full, "Waits refused: a FIFO or all of them full");
 }
 
 wire::StatsAnswer LockService::stats_answer(std::optional<std::uint16_t> first) const {
@@ -1324,7 +1579,8 @@ bool LockService::serving(std::string* why) const {
 void LockService::expire(std::int64_t now_ns) {
   // Late expiry is safe (the supervisor kills before lockd expires); so past the batch bound
   // the rest waits for the next tick.
-  while (pending_.size() + kExpiriesPerTickMax <= kStoreBatchChangesMax) {
+  // Each expiry may be followed by a grant to the name's first waiter.
+  while (pending_.size() + 2 * kExpiriesPerTickMax <= kStoreBatchChangesMax) {
     expired_.clear();
     const std::size_t n = table_.advance(now_ns, expired_, kExpiriesPerTickMax);
     for (const Expiry& e : expired_) {
@@ -1351,6 +1607,7 @@ void LockService::expire(std::int64_t now_ns) {
       }
       record_change(e.name, s, event, now_ns, extra);
       if (!s.known) names_.erase(e.name);
+      if (!queues_.empty()) serve_queue(e.name, now_ns);
     }
     if (n < kExpiriesPerTickMax) break;
   }
@@ -1358,6 +1615,7 @@ void LockService::expire(std::int64_t now_ns) {
 
 void LockService::housekeeping(std::int64_t now_ns) {
   send_pushes(now_ns);
+  serve_due_queues(now_ns);
   next_question_ns_ = kNoExpiry;
   for (auto it = questions_.begin(); it != questions_.end();) {
     if (it->second.deadline_ns <= now_ns) {
@@ -1448,7 +1706,8 @@ std::int64_t LockService::next_tick_wanted_ns() const noexcept {
   // rule's lived checkpoint, the rate gauge's window. Expiry and housekeeping run at most once
   // per kTickNs (next_tick_ns_), so nothing is handled before that.
   std::int64_t t = std::min({table_.next_due_ns(), next_push_ns_, next_question_ns_,
-                             rate_window_start_ns_ + kNsPerS});
+                             rate_window_start_ns_ + kNsPerS,
+                             queue_wakes_.empty() ? kNoExpiry : queue_wakes_.top().first});
   if (table_.held() > 0) t = std::min(t, next_lived_ns_);
   return std::max(next_tick_ns_, t);
 }

@@ -71,6 +71,8 @@ struct Writer {
 
 // Per-type payload size (no validation) ...
 std::size_t size_of(const Acquire& m) noexcept { return 2 * kIdBytes + 4 + 1 + 1 + m.name.size(); }
+std::size_t size_of(const Wait& m) noexcept { return 2 * kIdBytes + 4 + 1 + m.name.size(); }
+std::size_t size_of(const Queued&) noexcept { return 3 * kIdBytes + 4 + 4 + 8 + 1 + 4; }
 std::size_t size_of(const Commit&) noexcept { return 3 * kIdBytes + 8; }
 std::size_t size_of(const Heartbeat& m) noexcept { return 4 + 2 + m.entries.size() * kHeartbeatEntryBytes; }
 std::size_t size_of(const Release&) noexcept { return 2 * kIdBytes + 8; }
@@ -117,6 +119,7 @@ EncodeError check_name(std::string_view name) {
 template <class M>
 EncodeError check(const M&) { return EncodeError::none; }
 EncodeError check(const Acquire& m) { return check_name(m.name); }
+EncodeError check(const Wait& m) { return check_name(m.name); }
 EncodeError check(const Show& m) { return m.name.empty() ? EncodeError::none : check_name(m.name); }
 EncodeError check(const NameRecord& r) { return check_name(r.name); }
 EncodeError check(const NameInfo& m) { return check(m.record); }
@@ -139,6 +142,11 @@ EncodeError check(const Error& m) {
 // ... and the writers.
 void put(Writer& w, const Acquire& m) {
   w.id(m.sandbox); w.id(m.worker); w.u32(m.ttl_ms); w.boolean(m.two_phase); w.text8(m.name);
+}
+void put(Writer& w, const Wait& m) { w.id(m.sandbox); w.id(m.worker); w.u32(m.ttl_ms); w.text8(m.name); }
+void put(Writer& w, const Queued& m) {
+  w.id(m.name_id); w.u32(m.position); w.u32(m.waiters); w.id(m.holder); w.id(m.worker); w.u64(m.epoch);
+  w.u8(kLockPhaseCodes.encode(m.state, kBadCode)); w.u32(m.ttl_ms);
 }
 void put(Writer& w, const Commit& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); w.id(m.worker); }
 template <class Entries>
@@ -354,6 +362,10 @@ bool get(Reader& r, Acquire& m) {
          r.u32(m.ttl_ms, "acquire.ttl_ms") && r.boolean(m.two_phase, "acquire.two_phase") &&
          r.name(m.name, "acquire.name");
 }
+bool get(Reader& r, Wait& m) {
+  return r.id(m.sandbox, "wait.sandbox") && r.id(m.worker, "wait.worker") && r.u32(m.ttl_ms, "wait.ttl_ms") &&
+         r.name(m.name, "wait.name");
+}
 bool get(Reader& r, Commit& m) {
   return r.id(m.name_id, "commit.name_id") && r.id(m.sandbox, "commit.sandbox") &&
          r.u64(m.epoch, "commit.epoch") && r.id(m.worker, "commit.worker");
@@ -469,6 +481,11 @@ bool get(Reader& r, Deny& m) {
   return r.id(m.name_id, "deny.name_id") && r.refusal(m.refusal, "deny.refusal") && r.id(m.holder, "deny.holder") &&
          r.id(m.worker, "deny.worker") && r.u64(m.epoch, "deny.epoch") && r.lock_state(m.state, "deny.state");
 }
+bool get(Reader& r, Queued& m) {
+  return r.id(m.name_id, "queued.name_id") && r.u32(m.position, "queued.position") &&
+         r.u32(m.waiters, "queued.waiters") && r.id(m.holder, "queued.holder") && r.id(m.worker, "queued.worker") &&
+         r.u64(m.epoch, "queued.epoch") && r.lock_state(m.state, "queued.state") && r.u32(m.ttl_ms, "queued.ttl_ms");
+}
 bool get(Reader& r, HeartbeatAck& m) { return get_ack_entries(r, m.entries, kHeartbeatAckFields); }
 bool get(Reader& r, Ok& m) { return r.id(m.name_id, "ok.name_id") && r.u64(m.epoch, "ok.epoch"); }
 bool get(Reader& r, TransferState& m) {
@@ -553,6 +570,8 @@ LEASEHOLD_WIRE_TYPE(Error, error)
 LEASEHOLD_WIRE_TYPE(Revoked, revoked)
 LEASEHOLD_WIRE_TYPE(KillConfirmed, kill_confirmed)
 LEASEHOLD_WIRE_TYPE(RevokedAck, revoked_ack)
+LEASEHOLD_WIRE_TYPE(Wait, wait)
+LEASEHOLD_WIRE_TYPE(Queued, queued)
 #undef LEASEHOLD_WIRE_TYPE
 
 // Emplaces the alternative for `type` and parses it; false if the type is unknown.
@@ -610,6 +629,7 @@ std::string_view to_string(MessageType t) noexcept {
     case MessageType::stats: return "stats";
     case MessageType::revoked: return "revoked";
     case MessageType::kill_confirmed: return "kill_confirmed";
+    case MessageType::wait: return "wait";
     case MessageType::grant: return "grant";
     case MessageType::deny: return "deny";
     case MessageType::heartbeat_ack: return "heartbeat_ack";
@@ -621,6 +641,7 @@ std::string_view to_string(MessageType t) noexcept {
     case MessageType::name_info: return "name_info";
     case MessageType::stats_answer: return "stats_answer";
     case MessageType::revoked_ack: return "revoked_ack";
+    case MessageType::queued: return "queued";
     case MessageType::error: return "error";
   }
   return "unknown";

@@ -27,7 +27,7 @@ std::optional<RequestShard> shard_of_request(const Body& body, unsigned shards) 
   return std::visit(
       [&](const auto& m) -> std::optional<RequestShard> {
         using T = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<T, Acquire>) {
+        if constexpr (std::is_same_v<T, Acquire> || std::is_same_v<T, Wait>) {
           return of(name_id_of(m.name));
         } else if constexpr (std::is_same_v<T, Show>) {
           return of(m.name.empty() ? m.name_id : name_id_of(m.name));

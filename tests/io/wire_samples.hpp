@@ -55,6 +55,7 @@ inline std::vector<Body> every_type() {
   v.push_back(Stats{});
   v.push_back(Revoked{nid(20), 60, 61});
   v.push_back(KillConfirmed{nid(21), sid(21), 62});
+  v.push_back(Wait{"queue/game-server-3", sid(23), wid(23), 4000});
   v.push_back(Grant{nid(13), 53, sid(13), wid(13), LockPhase::acquiring, 1500, {}});
   {
     // A grant carrying a token (the bytes need not be a valid signature for the codec).
@@ -78,6 +79,7 @@ inline std::vector<Body> every_type() {
   v.push_back(NameInfo{record(19)});
   v.push_back(StatsAnswer{{{"refusal_held", 12}, {"refreshes_per_s", 34000}, {"store_commit_ns_p99", 81234}}});
   v.push_back(RevokedAck{nid(22), 63, true});
+  v.push_back(Queued{nid(23), 2, 5, sid(24), wid(24), 64, LockPhase::held, 3500});
   v.push_back(Error{ErrorCode::unsupported, "list is not served by this lockd"});
   return v;
 }

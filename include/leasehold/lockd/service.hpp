@@ -90,6 +90,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -105,6 +106,10 @@ inline constexpr std::int64_t kIsRunningTimeoutNs = 1'000'000'000;
 inline constexpr std::size_t kExpiriesPerTickMax = 4096;
 inline constexpr std::int64_t kRevokePushRetryNs = 100'000'000;  ///< Revoked resent this often
 inline constexpr std::size_t kRevokePushesMax = 65'536;          ///< revocations being pushed
+/// Waiters (wire::Wait): at most this many in one name's FIFO, and in all FIFOs together; a
+/// Wait past either bound is answered Error{overloaded} naming it.
+inline constexpr std::size_t kWaitersPerNameMax = 1024;
+inline constexpr std::size_t kWaitersMax = 65'536;
 
 /// Restored expiries are spread over this fraction of the TTL (1/8): a restart or a takeover
 /// restores every Held lease at one instant, and without it all of them would expire (or be
@@ -167,6 +172,12 @@ struct ServiceCounters {
   std::uint64_t mixed_shard_refused = 0;    ///< heartbeats refused: their names were of several shards
   std::uint64_t tokens_signed = 0;          ///< grant answers carrying a signed token
   std::uint64_t token_sign_failures = 0;    ///< grants answered without one: OpenSSL failed
+  std::uint64_t waits_queued = 0;           ///< Waits that joined a FIFO of waiters
+  std::uint64_t waiters_granted = 0;        ///< waiters granted the name (2-phase) from a FIFO
+  std::uint64_t waiters_lapsed = 0;         ///< waiters dropped: no Wait re-sent within their TTL
+  std::uint64_t waiters_left = 0;           ///< waiters that left (Release with epoch 0)
+  std::uint64_t waiters_refused = 0;        ///< waiters passed over: the table refused them the name
+  std::uint64_t waits_refused_full = 0;     ///< Waits refused: a FIFO or all of them at their bound
 };
 
 /// What the daemon read from the store before the service starts (Store::load()).
@@ -304,6 +315,20 @@ class LockService {
     std::uint64_t request_id = 0;
     std::int64_t next_send_ns = 0;
   };
+  /// One sandbox waiting for a name (wire::Wait), in its name's FIFO.
+  struct Waiter {
+    SandboxId sandbox;
+    WorkerId worker;              ///< the worker it will run on; the grant is bound to it
+    Caller caller;                ///< whose key seals the Grant pushed to it
+    SocketAddress from;           ///< its latest Wait's source address
+    std::uint64_t request_id = 0; ///< its latest Wait's request id (the pushed Grant answers it)
+    std::int64_t lapse_ns = 0;    ///< its place is dropped at this time unless a Wait is re-sent
+  };
+  struct WaitQueue {
+    std::string name;              ///< the name's text (a grant creates the record from it)
+    std::deque<Waiter> waiters;    ///< first = next to be granted
+    std::int64_t wake_ns = 0;      ///< armed in queue_wakes_ for this time (0: none)
+  };
   struct Question {  ///< an IsRunning sent to a worker
     NameId name;
     SandboxId sandbox;
@@ -335,6 +360,20 @@ class LockService {
   // request handlers: return the answer body
   wire::Body on_acquire(const wire::Acquire& a, std::int64_t now_ns);
   wire::Body on_commit(const wire::Commit& c, std::int64_t now_ns);
+  /// A Wait: granted now (2-phase) when the name is grantable and nobody waits; else the
+  /// sandbox joins (or keeps its place in) the name's FIFO and the answer is Queued.
+  wire::Body on_wait(const wire::Wait& w, const SocketAddress& from, std::uint64_t request_id,
+                     std::int64_t now_ns);
+  /// A Release with epoch 0: `sandbox` leaves the FIFO of `name` (and gives back a grant it
+  /// got from it and has not committed). Only the waiter's own worker may.
+  wire::Body leave_queue(const wire::Release& r, WorkerId worker, std::int64_t now_ns);
+  /// Grants `name` to the first waiter whose place has not lapsed, if the table lets it have
+  /// the name now (2-phase: Acquiring, a new epoch), and pushes that Grant to it once durable;
+  /// drops lapsed waiters met on the way; arms a wake-up for when it may succeed.
+  void serve_queue(NameId name, std::int64_t now_ns);
+  /// serve_queue for every FIFO whose wake-up is due.
+  void serve_due_queues(std::int64_t now_ns);
+  wire::Queued queued_answer(NameId name, std::size_t position, const WaitQueue& q, std::int64_t now_ns) const;
   void on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const SocketAddress& from,
                     std::uint64_t request_id, std::int64_t now_ns);
   /// Preemptible mode: the answer to a worker heartbeat (liveness already counted), listing the
@@ -378,6 +417,9 @@ class LockService {
   std::uint64_t note_seen(WorkerId worker);
   /// Sends a heartbeat or worker heartbeat answer now, or once `seq` is durable.
   void answer_after(std::uint64_t seq, const SocketAddress& to, std::uint64_t request_id, wire::Body body);
+  /// As answer_after, sealed for `as` instead of the request being served (a pushed Grant).
+  void answer_as_after(const Caller& as, std::uint64_t seq, const SocketAddress& to, std::uint64_t request_id,
+                       wire::Body body);
   /// Hands the pending changes and marks to the store thread (if it takes them); with
   /// `checkpoint` also when nothing changed (then only how long this incarnation served).
   void submit_pending(std::int64_t now_ns, bool checkpoint);
@@ -452,6 +494,12 @@ class LockService {
   /// (informational, for `show` / `revoke --wait`; cleared past kRevokePushesMax entries).
   std::unordered_map<NameId, std::pair<Epoch, wire::RevokeEnd>> revoke_ended_;
   std::uint64_t next_request_id_ = 1;
+  /// FIFOs of waiters by name (only names someone waits for), their wake-ups (time, name; an
+  /// entry whose time is not its queue's wake_ns is stale) and the number of waiters in all.
+  std::unordered_map<NameId, WaitQueue> queues_;
+  std::priority_queue<std::pair<std::int64_t, NameId>, std::vector<std::pair<std::int64_t, NameId>>,
+                      std::greater<>> queue_wakes_;
+  std::size_t waiters_ = 0;
 
   std::vector<Expiry> expired_;
   std::int64_t next_tick_ns_ = 0;      ///< expiry and housekeeping not before (kTickNs cadence)

@@ -97,6 +97,7 @@ enum class MessageType : std::uint8_t {
   stats = 14,
   revoked = 15,         ///< lockd → supervisor: a grant of yours was revoked; kill it
   kill_confirmed = 16,  ///< supervisor → lockd: the revoked grant's sandbox is dead
+  wait = 17,            ///< an acquire that joins the name's FIFO of waiters when it is taken
   // answers
   grant = 0x81,
   deny = 0x82,
@@ -109,6 +110,7 @@ enum class MessageType : std::uint8_t {
   name_info = 0x89,
   stats_answer = 0x8A,
   revoked_ack = 0x8B,
+  queued = 0x8C,
   error = 0xFF,
 };
 
@@ -257,6 +259,39 @@ struct Acquire {
   std::uint32_t ttl_ms = 0;  ///< requested lease TTL; 0 = lockd default
   bool two_phase = false;    ///< Free → Acquiring (commit later) instead of Free → Held
   friend bool operator==(const Acquire&, const Acquire&) = default;
+};
+
+/// A 2-phase acquire that waits its turn (DESIGN.md "Waiters"). A grantable name with nobody
+/// waiting is granted at once (Grant, state acquiring: the caller then commits, as after a
+/// 2-phase Acquire). Otherwise the sandbox joins the name's FIFO of waiters and the answer is
+/// Queued; re-sending the same Wait (a new request id) keeps its place for another `ttl_ms`
+/// and answers its position, or the Grant once it has been granted. When the name is released,
+/// expires, or its revoke or lock-delay ends, lockd grants it (2-phase, a new epoch) to the
+/// first waiter whose place has not lapsed, and sends that Grant, once durable, to the address
+/// and request id of the waiter's latest Wait. A waiter leaves the queue with a Release of
+/// {name_id, sandbox, epoch 0}, or by not re-sending for `ttl_ms`. Refusals as a 2-phase
+/// Acquire's, except that a taken name queues; a full queue is Error{overloaded} naming the
+/// bound.
+struct Wait {
+  std::string name;          ///< the name text (validated at encode and decode)
+  SandboxId sandbox;         ///< the sandbox that will hold it; nil is refused (bad_request)
+  WorkerId worker;           ///< the worker it will run on; nil: the sender's
+  std::uint32_t ttl_ms = 0;  ///< how long the place is kept without a re-send; 0 = lockd's TTL
+  friend bool operator==(const Wait&, const Wait&) = default;
+};
+
+/// Answer to Wait: the sandbox waits at `position` (1 = next) of `waiters`, behind the state
+/// the name is in (its holder, worker, epoch); its place is kept for `ttl_ms` more.
+struct Queued {
+  NameId name_id;
+  std::uint32_t position = 0;
+  std::uint32_t waiters = 0;
+  SandboxId holder;
+  WorkerId worker;
+  Epoch epoch = 0;
+  LockPhase state = LockPhase::free;
+  std::uint32_t ttl_ms = 0;
+  friend bool operator==(const Queued&, const Queued&) = default;
 };
 
 /// Second phase of a 2-phase acquire: Acquiring → Held. Answer: Grant or Deny.
@@ -573,7 +608,7 @@ using Body = std::variant<Acquire, Commit, Heartbeat, Release, TransferBegin, Tr
                           TransferAccept, Revoke, Reassign, WorkerHeartbeat, IsRunning, List, Show,
                           Stats, Grant, Deny, HeartbeatAck, Ok, TransferState, WorkerAck,
                           RunningAnswer, ListPage, NameInfo, StatsAnswer, Error, Revoked,
-                          KillConfirmed, RevokedAck>;
+                          KillConfirmed, RevokedAck, Wait, Queued>;
 
 /// The MessageType of a body.
 MessageType type_of(const Body& body) noexcept;

@@ -1,7 +1,7 @@
 // leasehold/wire: which shard of a lockd cluster a request is for (lease/shard.hpp says which
 // shard a name is in; this says which name a request is about).
 //
-// Routed by name: Acquire (its text), Commit, Release, KillConfirmed, Show, the transfer
+// Routed by name: Acquire and Wait (their text), Commit, Release, KillConfirmed, Show, the transfer
 // requests, Revoke, Reassign (their name id), a Heartbeat and a WorkerHeartbeat (their entries).
 // A heartbeat's entries must all be of one shard: a supervisor builds one batch per shard, and
 // lockd refuses a batch that mixes shards as a whole (it cannot answer part of one: an entry

@@ -1,0 +1,301 @@
+// The FIFO of waiters (wire::Wait) in LockService, driven as a core (service_core_fakes.hpp):
+// order, new epochs, durability before the pushed grant, lapsed and departed waiters, the
+// hand-over on release, expiry, lock-delay and a confirmed revoke, and the bounds.
+#include "service_core_fakes.hpp"
+
+#include <gtest/gtest.h>
+
+namespace leasehold::lockd {
+namespace {
+
+using test::CoreRig;
+using test::sandbox;
+
+constexpr std::int64_t kT0 = 1'000'000'000'000;
+constexpr std::int64_t kMs = 1'000'000;
+
+/// Another party speaking to the rig's lockd: a worker with its derived key, or root with the
+/// cluster key.
+struct Peer {
+  Peer(WorkerId who, wire::WireKey with, std::uint16_t port)
+      : id(who), key(std::move(with)), client(who, 1, key), auth(key), address(SocketAddress::loopback_v4(port)) {}
+  static Peer worker(WorkerId id, std::uint16_t port) {
+    return Peer(id, wire::derive_worker_key(test::cluster_key(), id), port);
+  }
+  std::uint64_t send(CoreRig& rig, const wire::Body& body, std::int64_t now_ns) {
+    wire::Datagram dg;
+    const std::uint64_t rid = next_rid++;
+    EXPECT_TRUE(client.seal(rid, body, dg));
+    const auto v = dg.view();
+    rig.service->on_datagram(std::vector<std::uint8_t>(v.begin(), v.end()), address, now_ns);
+    return rid;
+  }
+  std::uint64_t wait(CoreRig& rig, const std::string& name, SandboxId sb, std::int64_t now_ns, std::uint32_t ttl_ms = 0) {
+    return send(rig, wire::Wait{name, sb, id, ttl_ms}, now_ns);
+  }
+  /// The answers lockd sent to this peer since the last call, with their request ids.
+  std::vector<std::pair<std::uint64_t, wire::Body>> answers(CoreRig& rig) {
+    std::vector<std::pair<std::uint64_t, wire::Body>> out;
+    for (; seen < rig.net.sent.size(); ++seen) {
+      if (!(rig.net.sent[seen].to == address)) continue;
+      wire::DecodeResult r = wire::decode(rig.net.sent[seen].bytes, &auth);
+      EXPECT_TRUE(r) << r.detail;
+      if (r) out.emplace_back(r.header.request_id, r.body);
+    }
+    return out;
+  }
+  /// The one answer since the last call (a test failure otherwise).
+  wire::Body answer(CoreRig& rig) {
+    auto a = answers(rig);
+    EXPECT_EQ(a.size(), 1u);
+    return a.empty() ? wire::Body{wire::Error{}} : a.back().second;
+  }
+
+  WorkerId id;
+  wire::WireKey key;
+  wire::Sender client;
+  wire::Authenticator auth;
+  SocketAddress address;
+  std::uint64_t next_rid = 1;
+  std::size_t seen = 0;
+};
+
+const wire::Grant& as_grant(const wire::Body& b) {
+  static const wire::Grant none{};
+  const auto* g = std::get_if<wire::Grant>(&b);
+  EXPECT_NE(g, nullptr) << "not a grant: " << wire::to_string(wire::type_of(b));
+  return g != nullptr ? *g : none;
+}
+const wire::Queued& as_queued(const wire::Body& b) {
+  static const wire::Queued none{};
+  const auto* q = std::get_if<wire::Queued>(&b);
+  EXPECT_NE(q, nullptr) << "not queued: " << wire::to_string(wire::type_of(b));
+  return q != nullptr ? *q : none;
+}
+
+// A holds; B and C wait and are told their places; each release hands the name to the next
+// waiter at a new epoch, pushed as the answer to its latest Wait, and only once durable.
+TEST(Waiters, AreServedInOrderEachAtANewEpochOnceDurable) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       c = Peer::worker(WorkerId{0xc, 1}, 41003);
+  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
+  rig.settle(kT0);
+  const wire::Grant ga = as_grant(a.answer(rig));
+  ASSERT_EQ(ga.epoch, 1u);
+
+  b.wait(rig, "res", sandbox(2), kT0 + kMs);
+  rig.settle(kT0 + kMs);
+  const wire::Queued qb = as_queued(b.answer(rig));
+  EXPECT_EQ(qb.position, 1u);
+  EXPECT_EQ(qb.waiters, 1u);
+  EXPECT_EQ(qb.holder, sandbox(1));
+  EXPECT_EQ(qb.state, LockPhase::held);
+  c.wait(rig, "res", sandbox(3), kT0 + 2 * kMs);
+  rig.settle(kT0 + 2 * kMs);
+  EXPECT_EQ(as_queued(c.answer(rig)).position, 2u);
+  // B asks again (its heartbeat of the place): still first, under its new request id.
+  const std::uint64_t b_latest = b.wait(rig, "res", sandbox(2), kT0 + 3 * kMs);
+  rig.settle(kT0 + 3 * kMs);
+  EXPECT_EQ(as_queued(b.answer(rig)).position, 1u);
+
+  // A releases: B is granted (2-phase, epoch 2); the push waits for the grant's batch.
+  a.send(rig, wire::Release{ga.name_id, sandbox(1), 1}, kT0 + 4 * kMs);
+  EXPECT_TRUE(b.answers(rig).empty());
+  rig.service->tick(kT0 + 4 * kMs);
+  EXPECT_TRUE(b.answers(rig).empty()) << "pushed before the grant was durable";
+  rig.settle(kT0 + 4 * kMs);
+  auto pushed = b.answers(rig);
+  ASSERT_EQ(pushed.size(), 1u);
+  EXPECT_EQ(pushed[0].first, b_latest);
+  const wire::Grant gb = as_grant(pushed[0].second);
+  EXPECT_EQ(gb.epoch, 2u);
+  EXPECT_EQ(gb.holder, sandbox(2));
+  EXPECT_EQ(gb.worker, b.id);
+  EXPECT_EQ(gb.state, LockPhase::acquiring);
+  EXPECT_TRUE(c.answers(rig).empty());
+
+  // B commits, runs, releases: C is granted at epoch 3.
+  b.send(rig, wire::Commit{gb.name_id, sandbox(2), gb.epoch, b.id}, kT0 + 5 * kMs);
+  rig.settle(kT0 + 5 * kMs);
+  EXPECT_EQ(as_grant(b.answer(rig)).state, LockPhase::held);
+  b.send(rig, wire::Release{gb.name_id, sandbox(2), gb.epoch}, kT0 + 6 * kMs);
+  rig.settle(kT0 + 6 * kMs);
+  const wire::Grant gc = as_grant(c.answer(rig));
+  EXPECT_EQ(gc.epoch, 3u);
+  EXPECT_EQ(gc.holder, sandbox(3));
+  const ServiceCounters& n = rig.service->counters();
+  EXPECT_EQ(n.waits_queued, 2u);
+  EXPECT_EQ(n.waiters_granted, 2u);
+}
+
+// A waiter whose worker stops re-sending its Wait lapses and is never granted; the next one is.
+TEST(Waiters, AWaiterThatStopsAskingIsSkipped) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       c = Peer::worker(WorkerId{0xc, 1}, 41003);
+  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
+  rig.settle(kT0);
+  const wire::Grant ga = as_grant(a.answer(rig));
+  b.wait(rig, "res", sandbox(2), kT0, 100);     // its place is kept 100 ms
+  c.wait(rig, "res", sandbox(3), kT0, 10'000);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  (void)c.answers(rig);
+  rig.settle(kT0 + 200 * kMs);  // B's worker went silent
+  a.send(rig, wire::Release{ga.name_id, sandbox(1), 1}, kT0 + 200 * kMs);
+  rig.settle(kT0 + 200 * kMs);
+  EXPECT_TRUE(b.answers(rig).empty());
+  EXPECT_EQ(as_grant(c.answer(rig)).holder, sandbox(3));
+  EXPECT_EQ(rig.service->counters().waiters_lapsed, 1u);
+  EXPECT_EQ(rig.service->table().state(ga.name_id).owner, sandbox(3));
+}
+
+// An expired lease hands the name over at the tick that expires it; with a lock-delay, only
+// once the lock-delay ends (the table does not report that end: the FIFO's wake-up does).
+TEST(Waiters, AnExpiryHandsOverAfterTheLockDelay) {
+  LockdConfig cfg;
+  cfg.lock_delay_ms = 500;
+  CoreRig rig(kT0, {}, 1, cfg);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002);
+  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 1'000, false}, kT0);
+  rig.settle(kT0);
+  const wire::Grant ga = as_grant(a.answer(rig));
+  b.wait(rig, "res", sandbox(2), kT0, 60'000);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  rig.settle(kT0 + 1'100 * kMs);  // expired, in its lock-delay until 1,500 ms
+  EXPECT_TRUE(b.answers(rig).empty());
+  EXPECT_EQ(rig.service->table().state(ga.name_id).phase, LockPhase::free);
+  EXPECT_LE(rig.service->tick(kT0 + 1'100 * kMs), kT0 + 1'500 * kMs) << "no wake-up at the lock-delay's end";
+  rig.settle(kT0 + 1'501 * kMs);
+  const wire::Grant gb = as_grant(b.answer(rig));
+  EXPECT_EQ(gb.epoch, 2u);
+  EXPECT_EQ(gb.holder, sandbox(2));
+}
+
+// With waiters queued, a plain acquire (or a Wait from a newcomer) never takes the name first.
+TEST(Waiters, NobodyJumpsTheQueue) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       d = Peer::worker(WorkerId{0xd, 1}, 41004);
+  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
+  rig.settle(kT0);
+  const wire::Grant ga = as_grant(a.answer(rig));
+  b.wait(rig, "res", sandbox(2), kT0);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  a.send(rig, wire::Release{ga.name_id, sandbox(1), 1}, kT0 + kMs);
+  d.send(rig, wire::Acquire{"res", sandbox(4), d.id, 0, false}, kT0 + kMs);
+  rig.settle(kT0 + kMs);
+  const wire::Body to_d = d.answer(rig);
+  const auto* refused = std::get_if<wire::Deny>(&to_d);
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->refusal, Refusal::acquiring);
+  EXPECT_EQ(refused->holder, sandbox(2));
+  EXPECT_EQ(as_grant(b.answer(rig)).holder, sandbox(2));
+}
+
+// The pushed grant may be lost: the waiter's next Wait is answered with the same grant.
+TEST(Waiters, ALostPushIsAnsweredByTheNextWait) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002);
+  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
+  rig.settle(kT0);
+  const wire::Grant ga = as_grant(a.answer(rig));
+  b.wait(rig, "res", sandbox(2), kT0);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  a.send(rig, wire::Release{ga.name_id, sandbox(1), 1}, kT0 + kMs);
+  rig.settle(kT0 + kMs);
+  const wire::Grant pushed = as_grant(b.answer(rig));  // say it was lost on the way
+  b.wait(rig, "res", sandbox(2), kT0 + 2 * kMs);
+  rig.settle(kT0 + 2 * kMs);
+  EXPECT_EQ(as_grant(b.answer(rig)).epoch, pushed.epoch);
+  EXPECT_EQ(rig.service->counters().grants, 2u);  // A's and B's: nothing granted twice
+}
+
+// A waiter leaves with a Release of epoch 0; only its own worker can take it out, or take its
+// place by naming its sandbox.
+TEST(Waiters, OnlyTheWaitersWorkerCanMoveIt) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       c = Peer::worker(WorkerId{0xc, 1}, 41003);
+  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
+  rig.settle(kT0);
+  const wire::Grant ga = as_grant(a.answer(rig));
+  b.wait(rig, "res", sandbox(2), kT0);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  c.wait(rig, "res", sandbox(2), kT0 + kMs);  // B's sandbox id, from C's worker
+  c.send(rig, wire::Release{ga.name_id, sandbox(2), 0}, kT0 + kMs);
+  rig.settle(kT0 + kMs);
+  auto got = c.answers(rig);
+  ASSERT_EQ(got.size(), 2u);
+  for (auto& [rid, body] : got) {
+    const auto* d = std::get_if<wire::Deny>(&body);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->refusal, Refusal::forbidden);
+  }
+  EXPECT_EQ(rig.service->counters().waits_queued, 1u);
+  // B leaves: the release of A's grant then hands the name to nobody.
+  b.send(rig, wire::Release{ga.name_id, sandbox(2), 0}, kT0 + 2 * kMs);
+  rig.settle(kT0 + 2 * kMs);
+  EXPECT_TRUE(std::holds_alternative<wire::Ok>(b.answer(rig)));
+  a.send(rig, wire::Release{ga.name_id, sandbox(1), 1}, kT0 + 3 * kMs);
+  rig.settle(kT0 + 3 * kMs);
+  EXPECT_TRUE(b.answers(rig).empty());
+  EXPECT_EQ(rig.service->table().state(ga.name_id).phase, LockPhase::free);
+  EXPECT_EQ(rig.service->counters().waiters_left, 1u);
+}
+
+// A revoked name goes to the first waiter only once the revoked holder's kill is confirmed.
+TEST(Waiters, ARevokeHandsOverOnceTheKillIsConfirmed) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002);
+  wire::WireKey root_key = test::cluster_key();  // the cluster key itself (wire/auth.hpp)
+  root_key.key_id |= wire::kAdminKeyIdBit;
+  Peer root(WorkerId{0x1d, 1}, root_key, 41009);
+  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 10'000, false}, kT0);
+  rig.settle(kT0);
+  const wire::Grant ga = as_grant(a.answer(rig));
+  b.wait(rig, "res", sandbox(2), kT0);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  root.send(rig, wire::Revoke{ga.name_id, ga.epoch, false}, kT0 + kMs);
+  rig.settle(kT0 + kMs);
+  EXPECT_TRUE(std::holds_alternative<wire::Ok>(root.answer(rig)));
+  EXPECT_TRUE(b.answers(rig).empty()) << "granted while the revoked holder may still run";
+  a.send(rig, wire::KillConfirmed{ga.name_id, sandbox(1), ga.epoch}, kT0 + 2 * kMs);
+  rig.settle(kT0 + 2 * kMs);
+  const wire::Grant gb = as_grant(b.answer(rig));
+  EXPECT_EQ(gb.epoch, 2u);  // the revoke's fresh epoch
+  EXPECT_EQ(gb.holder, sandbox(2));
+}
+
+// At the per-name bound a Wait is refused, naming it; a place that lapsed is made room of.
+TEST(Waiters, AFullQueueRefusesWithItsBound) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002);
+  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 60'000, false}, kT0);
+  rig.settle(kT0);
+  (void)a.answers(rig);
+  for (std::uint64_t i = 0; i < kWaitersPerNameMax; ++i) b.wait(rig, "res", sandbox(100 + i), kT0, i == 0 ? 50 : 0);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  b.wait(rig, "res", sandbox(99), kT0 + kMs);
+  rig.settle(kT0 + kMs);
+  const wire::Body full = b.answer(rig);
+  const auto* e = std::get_if<wire::Error>(&full);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->code, wire::ErrorCode::overloaded);
+  EXPECT_NE(e->message.find("queue for res is full (1024 waiters)"), std::string::npos) << e->message;
+  // The first place lapses after 50 ms: a Wait then gets in, last.
+  b.wait(rig, "res", sandbox(99), kT0 + 60 * kMs);
+  rig.settle(kT0 + 60 * kMs);
+  EXPECT_EQ(as_queued(b.answer(rig)).position, kWaitersPerNameMax);
+  EXPECT_EQ(rig.service->counters().waits_refused_full, 1u);
+}
+
+}  // namespace
+}  // namespace leasehold::lockd
