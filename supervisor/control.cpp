@@ -206,6 +206,13 @@ ControlParse parse_control_request(std::string_view line) {
         if (j.contains("name") && !j.at("name").is_null()) r.name = get_new_name(j, "name");
         read_command(j, r);
         if (j.contains("ttl_ms")) r.ttl_ms = get_u64(j, "ttl_ms");
+        if (j.contains("queue")) {
+          if (!j.at("queue").is_boolean()) throw FieldError{"field \"queue\" must be true or false"};
+          r.queue = j.at("queue").get<bool>();
+        }
+        if (j.contains("queue_timeout_ms")) r.queue_timeout_ms = get_u64(j, "queue_timeout_ms");
+        if (r.queue && !r.name) throw FieldError{"field \"queue\" needs a \"name\" to wait for"};
+        if (r.queue_timeout_ms && !r.queue) throw FieldError{"field \"queue_timeout_ms\" needs \"queue\": true"};
         break;
       case ControlOp::name:
         if (!j.contains("sandbox")) throw FieldError{"field \"sandbox\" is required"};

@@ -83,6 +83,9 @@ void core_metric_samples(const SupervisorCore& core, std::uint64_t now_ns, std::
   counter("stops_grace_expired", cc.stops_grace_expired,
           "sandboxes asked to stop (SIGTERM) still running at the grace deadline, then killed");
   counter("waits_refused", cc.waits_refused, "control wait requests refused: too many waits at once");
+  counter("runs_queued", cc.runs_queued, "runs that waited in lockd's FIFO of waiters for their name");
+  counter("queue_grants", cc.queue_grants, "queued runs granted their name by lockd");
+  counter("queue_timeouts", cc.queue_timeouts, "queued runs that gave up at their queue_timeout_ms");
 }
 
 json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {

@@ -34,6 +34,23 @@ SupervisorCore::SupervisorCore(SupervisorCoreConfig config, SupervisorCoreHooks 
 
 SupervisorCore::~SupervisorCore() = default;
 
+void SupervisorCore::reply(ControlClientId c, const std::string& line) {
+  waits_.erase(c);
+  if (const auto it = starting_.find(c); it != starting_.end()) {
+    const auto [sb, left] = it->second;
+    starting_.erase(it);
+    if (left) {
+      // Nobody waits for it (its `run --wait` was interrupted): it must not hold the name alone.
+      if (Sandbox* s = find(sb); s != nullptr && !never_started(s->phase) && !kill_asked_or_gone(s->phase)) {
+        log_event("event=queued_run_orphaned sandbox=%s action=stop", sb.str().c_str());
+        stop_sandbox(*s, "its client left while it was starting", 0);
+      }
+      return;
+    }
+  }
+  control_.reply(c, line);
+}
+
 void SupervisorCore::log_event(const char* fmt, ...) {
   if (!hooks_.log) return;
   char buf[1024];
@@ -134,7 +151,8 @@ bool SupervisorCore::refuse_name_here(ControlClientId client, const ControlReque
     return true;
   }
   const SandboxId* holder = sandboxes_.holder_of(*req.name);
-  if (holder == nullptr) return false;
+  // A queued run waits behind a holder of this worker as behind any other.
+  if (holder == nullptr || (req.queue && req.op == ControlOp::run)) return false;
   const Sandbox* h = find(*holder);
   reply(client, control_error(req.id, ControlError::held, "\"" + *req.name + "\" is held on this worker",
                               {{"holder", holder->str()}, {"epoch", h ? h->epoch : 0}}));
@@ -171,11 +189,39 @@ void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
     spawn(added, client, req);
     return;
   }
-  sandboxes_.bind_name(*req.name, id);
+  // A queued run is bound to its name once granted (on_queue_grant): another sandbox of this
+  // worker may hold it, or wait for it, until then.
+  if (!req.queue) sandboxes_.bind_name(*req.name, id);
   acquire_name(id, client, std::move(req));
 }
 
 void SupervisorCore::acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req) {
+  if (req.queue && req.op == ControlOp::run) {
+    // Answered once it runs, which may be long: a waiting connection is never idle, so it counts
+    // against the bounds of `wait`.
+    std::size_t same_uid = 0;
+    for (const auto& [c, uid] : waits_) same_uid += uid == req.caller_uid ? 1 : 0;
+    if (waits_.size() >= kControlWaitsMax || (req.caller_uid != 0 && same_uid >= kControlWaitsPerUidMax)) {
+      ++counters_.waits_refused;
+      abandon(sb, client, req.id, ControlError::busy,
+              "too many waiting connections to queue for \"" + *req.name + "\" (at most " +
+                  std::to_string(kControlWaitsMax) + ", " + std::to_string(kControlWaitsPerUidMax) + " per uid)");
+      return;
+    }
+    if (Sandbox* s = find(sb); s != nullptr && s->phase == SandboxPhase::reserved)
+      advance(s->phase, SandboxPhase::acquiring);
+    waits_[client] = req.caller_uid;
+    ++counters_.runs_queued;
+    QueuedRun q;
+    q.sandbox = sb;
+    q.client = client;
+    q.joined_ns = now_;
+    q.deadline_ns = req.queue_timeout_ms ? now_ + *req.queue_timeout_ms * 1'000'000 : 0;
+    q.request = std::move(req);
+    queued_.push_back(std::move(q));
+    send_wait(sb);
+    return;
+  }
   wire::Acquire a;
   a.name = *req.name;
   a.sandbox = sb;
@@ -215,6 +261,135 @@ void SupervisorCore::acquire_name(const SandboxId& sb, ControlClientId client, C
       on_acquiring(sb, client, std::move(req), g->epoch, r.first_send_ns);
       return;
     }
+    on_granted(sb, client, std::move(req), *g, r.first_send_ns);
+  });
+}
+
+// ---- waiting for a name in lockd's FIFO (ControlRequest::queue) -----------------------------
+
+void SupervisorCore::send_wait(const SandboxId& sb) {
+  const auto it = std::find_if(queued_.begin(), queued_.end(), [&](const QueuedRun& q) { return q.sandbox == sb; });
+  if (it == queued_.end() || it->in_flight) return;
+  wire::Wait w;
+  w.name = *it->request.name;
+  w.sandbox = sb;
+  w.worker = cfg_.worker;
+  // The place lapses one TTL after the last Wait: re-sent every heartbeat tick, a waiter on a
+  // live worker keeps it; on a dead or cut-off one it is passed over.
+  w.ttl_ms = static_cast<std::uint32_t>(cfg_.ttl_ms);
+  it->in_flight = true;
+  const bool first = it->position == 0;
+  lockd_.call(w, now_i() + kAcquireTimeoutNs, [this, sb, first](LockdReply r) {
+    now_ = static_cast<std::uint64_t>(r.now_ns);
+    const auto q = std::find_if(queued_.begin(), queued_.end(), [&](const QueuedRun& x) { return x.sandbox == sb; });
+    const auto* g = r.ok() ? std::get_if<wire::Grant>(&*r.body) : nullptr;
+    if (q == queued_.end()) {
+      // Given up meanwhile (timeout, closed client, shutdown): a grant that came anyway goes back.
+      if (g != nullptr && g->holder == sb) release_to_lockd(g->name_id, g->name_id.str(), sb, g->epoch, [](bool, std::string) {});
+      return;
+    }
+    q->in_flight = false;
+    if (!r.ok()) {
+      if (!first) return;  // lockd out of reach for a while: the next tick asks again
+      const ControlClientId client = q->client;
+      const ControlRequest req = q->request;
+      queued_.erase(q);
+      abandon(sb, client, req.id, ControlError::unreachable, "wait for \"" + *req.name + "\": " + r.problem);
+      return;
+    }
+    q->last_send_ns = r.first_send_ns;
+    if (const auto* p = std::get_if<wire::Queued>(&*r.body)) {
+      if (first || p->position != q->position)
+        log_event("event=queued name=%s sandbox=%s position=%u waiters=%u holder=%s epoch=%" PRIu64,
+                  q->request.name->c_str(), sb.str().c_str(), p->position, p->waiters, p->holder.str().c_str(), p->epoch);
+      q->position = p->position;
+      q->waiters = p->waiters;
+      return;
+    }
+    if (g != nullptr && g->state == LockPhase::acquiring && g->holder == sb) {
+      on_queue_grant(sb, *g, r.first_send_ns);
+      return;
+    }
+    // A refusal (another worker's sandbox id, a full queue, a bad name): not worth waiting for.
+    const ControlClientId client = q->client;
+    const ControlRequest req = q->request;
+    queued_.erase(q);
+    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
+      ++counters_.acquire_refused;
+      abandon(sb, client, req.id, ControlError::refused, "wait for \"" + *req.name + "\" " + describe_answer(*r.body),
+              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
+      return;
+    }
+    const auto* e = std::get_if<wire::Error>(&*r.body);
+    abandon(sb, client, req.id, e != nullptr && e->code == wire::ErrorCode::overloaded ? ControlError::busy : ControlError::refused,
+            "wait for \"" + *req.name + "\": " + describe_answer(*r.body));
+  });
+}
+
+void SupervisorCore::on_queue_grant(const SandboxId& sb, const wire::Grant& g, std::int64_t send_ns) {
+  const auto q = std::find_if(queued_.begin(), queued_.end(), [&](const QueuedRun& x) { return x.sandbox == sb; });
+  if (q == queued_.end()) return;
+  const ControlClientId client = q->client;
+  ControlRequest req = std::move(q->request);
+  const std::uint64_t waited_ms = (now_ - std::min(now_, q->joined_ns)) / 1'000'000;
+  queued_.erase(q);
+  if (const SandboxId* holder = sandboxes_.holder_of(*req.name); holder != nullptr && *holder != sb) {
+    // lockd granted it while a sandbox here still has it bound (its release overtook its exit's
+    // bookkeeping): never two local bindings of one name. Give the grant back; the run fails.
+    release_to_lockd(g.name_id, *req.name, sb, g.epoch, [](bool, std::string) {});
+    abandon(sb, client, req.id, ControlError::internal,
+            "\"" + *req.name + "\" was granted while sandbox " + holder->str() + " of this worker still had it");
+    return;
+  }
+  sandboxes_.bind_name(*req.name, sb);
+  starting_[client] = {sb, false};
+  ++counters_.queue_grants;
+  log_event("event=queue_granted name=%s sandbox=%s epoch=%" PRIu64 " waited_ms=%" PRIu64, req.name->c_str(),
+            sb.str().c_str(), g.epoch, waited_ms);
+  if (cfg_.mode == SupervisorMode::preemptible) {
+    on_acquiring(sb, client, std::move(req), g.epoch, send_ns);
+    return;
+  }
+  commit_then_start(sb, client, std::move(req), g.epoch);
+}
+
+void SupervisorCore::leave_queue(std::vector<QueuedRun>::iterator it) {
+  wire::Release leave;
+  leave.name_id = name_id_of(*it->request.name);
+  leave.sandbox = it->sandbox;
+  leave.epoch = 0;  // leaves the FIFO, and gives back a grant from it not yet committed
+  lockd_.call(leave, now_i() + kReleaseTimeoutNs, [](LockdReply) {});
+  queued_.erase(it);
+}
+
+void SupervisorCore::commit_then_start(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch) {
+  // Lease mode: the committed lease has a TTL from the commit on; it is heartbeated and the
+  // sandbox starts once it is granted, as for an acquire.
+  wire::Commit c;
+  c.name_id = name_id_of(*req.name);
+  c.sandbox = sb;
+  c.epoch = epoch;
+  c.worker = cfg_.worker;
+  if (Sandbox* s = find(sb); s != nullptr && s->phase == SandboxPhase::reserved) advance(s->phase, SandboxPhase::acquiring);
+  lockd_.call(c, now_i() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) mutable {
+    now_ = static_cast<std::uint64_t>(r.now_ns);
+    if (!r.ok()) {
+      // Its answer may have been lost after lockd committed: give back whatever lockd has.
+      release_to_lockd(name_id_of(*req.name), *req.name, sb, epoch, [](bool, std::string) {});
+      abandon(sb, client, req.id, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);
+      return;
+    }
+    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
+      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\" " + describe_answer(*r.body),
+              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
+      return;
+    }
+    const auto* g = std::get_if<wire::Grant>(&*r.body);
+    if (g == nullptr || g->state != LockPhase::held || g->epoch != epoch) {
+      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\": " + describe_answer(*r.body));
+      return;
+    }
+    req.ttl_ms = std::nullopt;
     on_granted(sb, client, std::move(req), *g, r.first_send_ns);
   });
 }
@@ -357,6 +532,21 @@ void SupervisorCore::on_late_answer(const wire::Body& answer, std::uint64_t now_
   // create refused) for a whole TTL.
   const auto* g = std::get_if<wire::Grant>(&answer);
   if (g == nullptr) return;
+  // The grant lockd pushes to a waiter, as the answer to its latest Wait (docs/PROTOCOL.md
+  // "Waiters"): that call has ended with a Queued answer.
+  if (g->state == LockPhase::acquiring) {
+    const auto q = std::find_if(queued_.begin(), queued_.end(), [&](const QueuedRun& x) {
+      return x.sandbox == g->holder && name_id_of(*x.request.name) == g->name_id;
+    });
+    if (q != queued_.end()) {
+      if (q->in_flight) {
+        // A Wait is on its way: its answer is this grant again (idempotent); take that one.
+        return;
+      }
+      on_queue_grant(g->holder, *g, q->last_send_ns);
+      return;
+    }
+  }
   if (const Sandbox* s = find(g->holder); s != nullptr) {
     if (s->name && s->name_id == g->name_id) return;
     for (const auto& [name, holder] : sandboxes_.names())
@@ -609,33 +799,7 @@ void SupervisorCore::commit_now(const PendingCommit& pc) {
     on_acquiring(sb, client, req, req.epoch, now_i());
     return;
   }
-  // Lease mode: the committed lease has a TTL from the commit on; it is heartbeated and the
-  // sandbox starts once it is granted, as for an acquire.
-  wire::Commit c;
-  c.name_id = name_id_of(*req.name);
-  c.sandbox = sb;
-  c.epoch = req.epoch;
-  c.worker = cfg_.worker;
-  advance(find(sb)->phase, SandboxPhase::acquiring);
-  lockd_.call(c, now_i() + kAcquireTimeoutNs, [this, sb, client, req](LockdReply r) mutable {
-    now_ = static_cast<std::uint64_t>(r.now_ns);
-    if (!r.ok()) {
-      abandon(sb, client, req.id, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);
-      return;
-    }
-    if (const auto* d = std::get_if<wire::Deny>(&*r.body)) {
-      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\" " + describe_answer(*r.body),
-              {{"holder", d->holder.str()}, {"epoch", d->epoch}, {"reason", std::string(to_string(d->refusal))}});
-      return;
-    }
-    const auto* g = std::get_if<wire::Grant>(&*r.body);
-    if (g == nullptr || g->state != LockPhase::held || g->epoch != req.epoch) {
-      abandon(sb, client, req.id, ControlError::refused, "commit \"" + *req.name + "\": " + describe_answer(*r.body));
-      return;
-    }
-    req.ttl_ms = std::nullopt;
-    on_granted(sb, client, std::move(req), *g, r.first_send_ns);
-  });
+  commit_then_start(sb, client, req, req.epoch);
 }
 
 void SupervisorCore::on_acquiring(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch,
@@ -887,7 +1051,19 @@ void SupervisorCore::do_wait(ControlClientId client, const ControlRequest& req) 
 }
 
 void SupervisorCore::on_client_closed(ControlClientId client) {
+  if (const auto it = starting_.find(client); it != starting_.end()) it->second.second = true;
   if (waits_.erase(client) == 0) return;
+  // A run waiting for its name whose client left: nobody would learn it ran; leave the FIFO.
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    if (it->client != client) {
+      ++it;
+      continue;
+    }
+    const SandboxId sb = it->sandbox;
+    leave_queue(it);
+    abandon(sb, client, nullptr, ControlError::internal, "the client closed its connection");
+    it = queued_.begin();
+  }
   auto drop = [client](std::vector<std::pair<ControlClientId, json>>& v) {
     std::erase_if(v, [client](const auto& w) { return w.first == client; });
   };
@@ -1182,6 +1358,14 @@ void SupervisorCore::begin_shutdown(const char* why, std::uint64_t now_ns) {
   shutting_down_ = true;
   log_event("event=shutdown signal=%s policy=%s sandboxes=%zu", why, std::string(to_string(cfg_.on_shutdown)).c_str(),
             sandboxes_.size());
+  // Runs waiting for their name give up their places.
+  while (!queued_.empty()) {
+    const ControlClientId client = queued_.back().client;
+    const ControlRequest req = queued_.back().request;
+    const SandboxId sb = queued_.back().sandbox;
+    leave_queue(queued_.end() - 1);
+    abandon(sb, client, req.id, ControlError::shutting_down, "the supervisor is shutting down");
+  }
   // Commits not yet sent will not be: answer them.
   while (!pending_commits_.empty()) {
     PendingCommit pc = std::move(pending_commits_.front());
@@ -1276,6 +1460,25 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   now_ = now_ns;
   check_stops(now_ns);
   release_quarantined();
+  // Runs waiting for their name: given up at their deadline, else their place kept.
+  for (std::size_t i = 0; i < queued_.size();) {
+    QueuedRun& q = queued_[i];
+    if (q.deadline_ns != 0 && now_ >= q.deadline_ns) {
+      ++counters_.queue_timeouts;
+      const ControlClientId client = q.client;
+      const ControlRequest req = q.request;
+      const SandboxId sb = q.sandbox;
+      const std::string where = q.position == 0 ? std::string("before lockd placed it")
+                                                : "at position " + std::to_string(q.position) + " of " + std::to_string(q.waiters);
+      leave_queue(queued_.begin() + static_cast<std::ptrdiff_t>(i));
+      abandon(sb, client, req.id, ControlError::timeout,
+              "waited " + std::to_string(*req.queue_timeout_ms) + " ms for \"" + *req.name + "\" (" + where + "); gave up");
+      continue;
+    }
+    const SandboxId sb = q.sandbox;
+    ++i;
+    send_wait(sb);  // may erase queued_ entries via an answer delivered at once
+  }
   // 2-phase commits ride on this tick.
   while (!pending_commits_.empty()) {
     PendingCommit pc = std::move(pending_commits_.front());

@@ -73,9 +73,12 @@ void catch_stop_signals() {
   ::sigaction(SIGTERM, &sa, nullptr);
 }
 
-/// Sends `wait` for `sandbox` and reads its answer, which comes when the sandbox is gone. No
-/// deadline; returns early (nullopt, failure unset) when a stop signal arrives.
-std::optional<nlohmann::json> wait_for_exit(SupervisorFlags sup, const std::string& sandbox, Failure& failure) {
+/// Sends `request` on a connection of its own and reads its one answer, however long it takes
+/// (`wait`: until the sandbox is gone; a queued `run`: until it runs). No deadline; returns early
+/// (nullopt, failure unset) when a stop signal arrives, closing the connection (a queued run
+/// then leaves lockd's FIFO). `op` and `gone` word the failures.
+std::optional<nlohmann::json> call_until_answered(SupervisorFlags sup, const nlohmann::json& request,
+                                                  const std::string& op, const std::string& gone, Failure& failure) {
   resolve(sup);
   ControlCallFailure why;
   const ControlConnection conn = control_connect(sup.socket, why);
@@ -83,7 +86,7 @@ std::optional<nlohmann::json> wait_for_exit(SupervisorFlags sup, const std::stri
     failure = {kNoSupervisor, why.message};
     return std::nullopt;
   }
-  const std::string line = nlohmann::json({{"v", 1}, {"op", "wait"}, {"sandbox", sandbox}}).dump() + "\n";
+  const std::string line = request.dump() + "\n";
   for (std::size_t sent = 0; sent < line.size();) {
     const ssize_t n = ::send(conn.fd(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) {
@@ -91,7 +94,7 @@ std::optional<nlohmann::json> wait_for_exit(SupervisorFlags sup, const std::stri
       continue;
     }
     if (n <= 0) {
-      failure = {kNoSupervisor, "the supervisor at " + sup.socket + " closed the connection while `wait` was sent"};
+      failure = {kNoSupervisor, "the supervisor at " + sup.socket + " closed the connection while `" + op + "` was sent"};
       return std::nullopt;
     }
     sent += static_cast<std::size_t>(n);
@@ -101,7 +104,7 @@ std::optional<nlohmann::json> wait_for_exit(SupervisorFlags sup, const std::stri
     if (const auto nl = in.find('\n'); nl != std::string::npos) {
       nlohmann::json j = nlohmann::json::parse(in.substr(0, nl), nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("ok")) {
-        failure = {kInternal, "the supervisor at " + sup.socket + " answered `wait` with something that is not a control answer"};
+        failure = {kInternal, "the supervisor at " + sup.socket + " answered `" + op + "` with something that is not a control answer"};
         return std::nullopt;
       }
       return j;
@@ -114,17 +117,23 @@ std::optional<nlohmann::json> wait_for_exit(SupervisorFlags sup, const std::stri
     const ssize_t n = ::recv(conn.fd(), buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      failure = {kNoSupervisor, "the supervisor at " + sup.socket +
-                                    " closed the connection before the sandbox exited (did it stop or restart?); "
-                                    "`leasehold logs " + sandbox + "` may still show its output"};
+      failure = {kNoSupervisor, "the supervisor at " + sup.socket + " closed the connection " + gone};
       return std::nullopt;
     }
     in.append(buf, static_cast<std::size_t>(n));
     if (in.size() > kControlAnswerBytesMax) {
-      failure = {kInternal, "the supervisor's answer to `wait` is longer than " + std::to_string(kControlAnswerBytesMax) + " bytes"};
+      failure = {kInternal, "the supervisor's answer to `" + op + "` is longer than " + std::to_string(kControlAnswerBytesMax) + " bytes"};
       return std::nullopt;
     }
   }
+}
+
+/// Sends `wait` for `sandbox` and reads its answer, which comes when the sandbox is gone.
+std::optional<nlohmann::json> wait_for_exit(SupervisorFlags sup, const std::string& sandbox, Failure& failure) {
+  return call_until_answered(sup, {{"v", 1}, {"op", "wait"}, {"sandbox", sandbox}}, "wait",
+                             "before the sandbox exited (did it stop or restart?); `leasehold logs " + sandbox +
+                                 "` may still show its output",
+                             failure);
 }
 
 /// The ended sandbox: with --json one line (the answer without its envelope), else, when the
@@ -200,13 +209,14 @@ struct RunArgs {
   std::uint64_t ttl_ms = 0;
   bool json = false;
   bool wait = false;
+  std::optional<std::uint64_t> wait_timeout_ms;
 };
 
 const Command kRun([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<RunArgs>();
   auto* sub = app.add_subcommand(
       "run", "Start a sandbox through the local supervisor; with --name, acquire the name first "
-             "(nothing starts if it is held: the holder and epoch are printed)");
+             "(nothing starts if it is held: the holder and epoch are printed; with --wait, wait for it in turn)");
   add_supervisor_flags(sub, a->sup);
   auto* name_opt = sub->add_option("--name", a->name, "the name to hold (1..128 bytes of [A-Za-z0-9._:/-])");
   // One value per --env (repeat the flag for more): a list option would take every word up to
@@ -221,10 +231,19 @@ const Command kRun([](CLI::App& app, int* exit_code) {
   sub->add_flag("--wait", a->wait,
                 "stay attached: wait for the command to exit, and return its exit code (128+N when killed by signal "
                 "N; the reason on stderr when the supervisor ended it). SIGINT/SIGTERM stop the sandbox (release "
-                "its name, or kill it), then exit 130/143. A held name is still refused at once");
+                "its name, or kill it), then exit 130/143. With --name, a held name is waited for in lockd's FIFO "
+                "of waiters (first come, first served; each holder at a new epoch) instead of refused");
+  auto* wait_timeout = sub->add_option("--wait-timeout-ms", a->wait_timeout_ms,
+                                       "with --wait --name: give up waiting for the name after this long (error timeout, exit 1; "
+                                       "nothing started); default: no limit")
+                           ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{86'400'000}));
   sub->add_option("command", a->argv, "the command and its arguments, after --")->required();
-  sub->callback([a, exit_code, name_opt] {
+  sub->callback([a, exit_code, name_opt, wait_timeout] {
     Failure f;
+    if (wait_timeout->count() > 0 && (!a->wait || name_opt->count() == 0)) {
+      *exit_code = report("run", {kUsage, "--wait-timeout-ms needs --wait and --name (it bounds the wait for a held name)"});
+      return;
+    }
     // A --name that is given must be valid, also when it is empty: `--name ""` is not `run`
     // without a name.
     const bool named = name_opt->count() > 0;
@@ -253,7 +272,19 @@ const Command kRun([](CLI::App& app, int* exit_code) {
       return;
     }
     catch_stop_signals();
-    auto ans = supervisor_call(a->sup, req, f);
+    std::optional<nlohmann::json> ans;
+    if (named) {
+      // Queued behind the name's holder and earlier waiters: answered once it runs.
+      req["queue"] = true;
+      if (a->wait_timeout_ms) req["queue_timeout_ms"] = *a->wait_timeout_ms;
+      ans = call_until_answered(a->sup, req, "run", "while \"" + a->name + "\" was waited for (did it stop or restart?)", f);
+      if (!ans && !f.failed()) {  // a stop signal while queued: closing the connection left the FIFO
+        *exit_code = 128 + g_stop_signal;
+        return;
+      }
+    } else {
+      ans = supervisor_call(a->sup, req, f);
+    }
     if (!ans) {
       *exit_code = report("run", f);
       return;

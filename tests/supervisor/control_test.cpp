@@ -47,6 +47,23 @@ TEST(ControlParse, RunWithoutNameIsUnnamed) {
   EXPECT_TRUE(p.request->id.is_null());
 }
 
+TEST(ControlParse, AQueuedRunNeedsANameAndATimeoutNeedsTheQueue) {
+  const ControlParse ok =
+      parse_control_request(R"({"v":1,"op":"run","name":"n","argv":["true"],"queue":true,"queue_timeout_ms":500})");
+  ASSERT_TRUE(ok.request) << ok.message;
+  EXPECT_TRUE(ok.request->queue);
+  EXPECT_EQ(ok.request->queue_timeout_ms, std::optional<std::uint64_t>(500));
+  const ControlParse unnamed = parse_control_request(R"({"v":1,"op":"run","argv":["true"],"queue":true})");
+  EXPECT_FALSE(unnamed.request);
+  EXPECT_NE(unnamed.message.find("\"queue\" needs a \"name\""), std::string::npos) << unnamed.message;
+  const ControlParse lone = parse_control_request(R"({"v":1,"op":"run","name":"n","argv":["true"],"queue_timeout_ms":5})");
+  EXPECT_FALSE(lone.request);
+  EXPECT_NE(lone.message.find("needs \"queue\": true"), std::string::npos) << lone.message;
+  const ControlParse not_bool = parse_control_request(R"({"v":1,"op":"run","name":"n","argv":["true"],"queue":1})");
+  EXPECT_FALSE(not_bool.request);
+  EXPECT_EQ(not_bool.error, ControlError::bad_request);
+}
+
 TEST(ControlParse, ExpectCommitNeedsSandboxEpochAndCommand) {
   const ControlParse ok = parse_control_request(
       R"({"v":1,"op":"expect-commit","name":"n","sandbox":"0f8fad5b-d9cb-469f-a165-70867728950e","epoch":4,"argv":["true"]})");

@@ -464,6 +464,85 @@ TEST_F(SupervisorProcess, ExitReleasesTheNameForTheNextEpoch) {
   EXPECT_NE(again["slot"], a["slot"]) << "a freed slot cools down before reuse";
 }
 
+// Three sandboxes on two workers take turns at one name through lockd's FIFO of waiters: each
+// runs at a new epoch, in the order it asked, and the shared file each appends to while it holds
+// the name shows no overlap (every "start" is followed by its own "end" before the next start).
+TEST_F(SupervisorProcess, QueuedRunsOnTwoWorkersAreServedInOrderWithoutOverlap) {
+  start_lockd();
+  Supervisor s1, s2;
+  start_sup(s1, {}, "s1");
+  start_sup(s2, {}, "s2");
+  const std::string audit = (dir_.sandbox_dir() / "turns").string();
+  std::ofstream(audit).close();
+  ::chmod(audit.c_str(), 0666);  // the sandboxes run as different uids
+  auto turn = [&](const std::string& who) {
+    json r = run_req("turns", {"/bin/sh", "-c",
+                               "echo start " + who + " $LEASEHOLD_EPOCH >> " + audit + "; sleep 0.4; echo end " + who +
+                                   " $LEASEHOLD_EPOCH >> " + audit});
+    r["queue"] = true;
+    return r;
+  };
+  const json first = s1.call(turn("a"));
+  ASSERT_EQ(first["ok"], true) << first.dump();
+  json second, third;
+  std::thread t2([&] { second = s2.call(turn("b"), 20'000); });
+  ASSERT_TRUE(eventually([&] { return !s2.events("queued").empty(); }, 5000)) << s2.log_text();
+  std::thread t3([&] { third = s1.call(turn("c"), 20'000); });
+  t2.join();
+  t3.join();
+  ASSERT_EQ(second["ok"], true) << second.dump() << s2.log_text();
+  ASSERT_EQ(third["ok"], true) << third.dump() << s1.log_text();
+  const Epoch e1 = first["epoch"], e2 = second["epoch"], e3 = third["epoch"];
+  EXPECT_LT(e1, e2);
+  EXPECT_LT(e2, e3);
+  ASSERT_TRUE(eventually([&] { return slurp(audit).find("end c") != std::string::npos; }, 5000)) << slurp(audit);
+  const std::string want = "start a " + std::to_string(e1) + "\nend a " + std::to_string(e1) + "\nstart b " +
+                           std::to_string(e2) + "\nend b " + std::to_string(e2) + "\nstart c " + std::to_string(e3) +
+                           "\nend c " + std::to_string(e3) + "\n";
+  EXPECT_EQ(slurp(audit), want);
+  EXPECT_EQ(s2.call({{"v", 1}, {"op", "status"}})["counters"]["queue_grants"], 1) ;
+}
+
+// A queued run whose worker is cut off from lockd loses its place: the next waiter is served.
+// Here its supervisor is frozen (SIGSTOP) while it waits, so its Wait is not re-sent.
+TEST_F(SupervisorProcess, AWaiterWhoseWorkerGoesSilentIsSkipped) {
+  start_lockd();
+  Supervisor s1, s2, s3;
+  start_sup(s1, {}, "s1");
+  start_sup(s2, {}, "s2");
+  start_sup(s3, {}, "s3");
+  const json held = s1.call(run_req("skip", {"sleep", "30"}));
+  ASSERT_EQ(held["ok"], true) << held.dump();
+  json silent, next;
+  std::thread t2([&] {
+    json r = run_req("skip", {"sleep", "30"});
+    r["queue"] = true;
+    silent = s2.call(r, 15'000);
+  });
+  ASSERT_TRUE(eventually([&] { return !s2.events("queued").empty(); }, 5000)) << s2.log_text();
+  std::thread t3([&] {
+    json r = run_req("skip", {"sleep", "30"});
+    r["queue"] = true;
+    next = s3.call(r, 15'000);
+  });
+  ASSERT_TRUE(eventually([&] { return !s3.events("queued").empty(); }, 5000)) << s3.log_text();
+  s2.child.signal(SIGSTOP);
+  sleep_ms(1500);  // more than lockd's TTL (1 s): s2's place lapses
+  const json rel = s1.call({{"v", 1}, {"op", "release"}, {"name", "skip"}});
+  EXPECT_EQ(rel["ok"], true) << rel.dump();
+  t3.join();
+  ASSERT_EQ(next["ok"], true) << next.dump() << s3.log_text();
+  EXPECT_EQ(next["epoch"], held["epoch"].get<Epoch>() + 1);
+  // s2, resumed, asks again and joins behind s3: served once s3 lets go, at the next epoch.
+  s2.child.signal(SIGCONT);
+  sleep_ms(300);
+  const json rel3 = s3.call({{"v", 1}, {"op", "release"}, {"name", "skip"}});
+  EXPECT_EQ(rel3["ok"], true) << rel3.dump();
+  t2.join();
+  ASSERT_EQ(silent["ok"], true) << silent.dump() << s2.log_text();
+  EXPECT_EQ(silent["epoch"], held["epoch"].get<Epoch>() + 2);
+}
+
 TEST_F(SupervisorProcess, ReleaseKillsTheHolderAndFreesTheName) {
   start_lockd();
   Supervisor sup;

@@ -1178,3 +1178,116 @@ TEST_F(SupervisorCoreTest, WaitsAreBoundedPerUidAndAClosedClientsWaitIsDropped) 
 
 }  // namespace
 }  // namespace leasehold
+
+// ---- a run that waits its turn for its name (ControlRequest::queue) ----------------------------
+
+namespace {
+ControlRequest queued_run(const std::string& name, std::optional<std::uint64_t> timeout_ms = std::nullopt) {
+  ControlRequest r;
+  r.op = ControlOp::run;
+  r.id = 9;
+  r.name = name;
+  r.argv = {"/bin/sleep", "60"};
+  r.caller_uid = 1000;
+  r.queue = true;
+  r.queue_timeout_ms = timeout_ms;
+  return r;
+}
+}  // namespace
+
+// Lease mode: Wait → Queued (nothing starts, the place is renewed each tick) → lockd's pushed
+// 2-phase grant → Commit → Held → the sandbox starts and the run is answered.
+TEST_F(SupervisorCoreTest, AQueuedRunWaitsItsTurnThenCommitsAndStarts) {
+  make(SupervisorMode::lease);
+  core->on_request(7, queued_run("job"), kT0);
+  ASSERT_EQ(lockd.calls.size(), 1u);
+  const auto* w = lockd.body<wire::Wait>(0);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->name, "job");
+  EXPECT_EQ(w->worker, (WorkerId{0x77, 0x1}));
+  EXPECT_EQ(w->ttl_ms, kTtlMs);
+  const SandboxId sb = w->sandbox;
+  lockd.answer(0, wire::Queued{name_id_of("job"), 2, 2, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
+               kT0, kT0 + kMs);
+  EXPECT_TRUE(host.created.empty());
+  EXPECT_TRUE(control.answers.empty());
+  EXPECT_EQ(core->waits(), 1u);  // a waiting connection counts against the bound of `wait`
+  // Each heartbeat tick renews the place.
+  core->on_heartbeat_tick(kT0 + kIntervalMs * kMs);
+  ASSERT_EQ(lockd.count<wire::Wait>(), 2u);
+  const std::size_t again = lockd.calls.size() - 1;
+  ASSERT_NE(lockd.body<wire::Wait>(again), nullptr);
+  lockd.answer(again, wire::Queued{name_id_of("job"), 1, 1, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
+               kT0 + kIntervalMs * kMs, kT0 + kIntervalMs * kMs + kMs);
+  // lockd pushes the grant as a late answer to that Wait.
+  const std::uint64_t t = kT0 + 2 * kIntervalMs * kMs;
+  core->on_late_answer(wire::Grant{name_id_of("job"), 8, sb, WorkerId{0x77, 0x1}, LockPhase::acquiring, 5000, {}}, t);
+  const std::size_t commit = lockd.calls.size() - 1;
+  const auto* c = lockd.body<wire::Commit>(commit);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->epoch, 8u);
+  EXPECT_EQ(c->sandbox, sb);
+  EXPECT_TRUE(host.created.empty()) << "lease mode starts only once the name is Held";
+  lockd.answer(commit, wire::Grant{name_id_of("job"), 8, sb, WorkerId{0x77, 0x1}, LockPhase::held, kTtlMs, {}}, t, t + kMs);
+  ASSERT_EQ(host.created.size(), 1u);
+  EXPECT_EQ(host.created[0].epoch, 8u);
+  ASSERT_EQ(control.answers.size(), 1u);
+  EXPECT_EQ(control.answers[0].first, 7u);
+  EXPECT_EQ(last_answer()["ok"], true);
+  EXPECT_EQ(last_answer()["epoch"], 8);
+  EXPECT_EQ(core->waits(), 0u);
+  EXPECT_EQ(core->counters().queue_grants, 1u);
+  // No more Waits once granted.
+  core->on_heartbeat_tick(t + kIntervalMs * kMs);
+  EXPECT_EQ(lockd.count<wire::Wait>(), 2u);
+}
+
+// A queued run that reaches its deadline leaves lockd's FIFO (Release with epoch 0) and is
+// answered `timeout`, naming its place; nothing started.
+TEST_F(SupervisorCoreTest, AQueuedRunGivesUpAtItsTimeoutAndLeavesTheQueue) {
+  make(SupervisorMode::lease);
+  core->on_request(7, queued_run("job", 150), kT0);
+  lockd.answer(0, wire::Queued{name_id_of("job"), 3, 3, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
+               kT0, kT0 + kMs);
+  core->on_heartbeat_tick(kT0 + 200 * kMs);
+  const auto* leave = lockd.body<wire::Release>(lockd.calls.size() - 1);
+  ASSERT_NE(leave, nullptr);
+  EXPECT_EQ(leave->epoch, 0u);
+  EXPECT_EQ(leave->name_id, name_id_of("job"));
+  ASSERT_EQ(control.answers.size(), 1u);
+  EXPECT_EQ(last_answer()["error"], "timeout");
+  EXPECT_NE(last_answer()["message"].get<std::string>().find("at position 3 of 3"), std::string::npos) << last_answer();
+  EXPECT_TRUE(host.created.empty());
+  EXPECT_EQ(core->sandboxes().size(), 0u);
+  EXPECT_EQ(core->counters().queue_timeouts, 1u);
+  EXPECT_EQ(core->waits(), 0u);
+}
+
+// The client of a queued run goes away: its place is given up. If it goes away after the grant,
+// the sandbox is stopped as soon as it has started (nobody would watch it hold the name).
+TEST_F(SupervisorCoreTest, AQueuedRunWhoseClientLeftIsNotLeftRunning) {
+  make(SupervisorMode::lease);
+  core->on_request(7, queued_run("job"), kT0);
+  lockd.answer(0, wire::Queued{name_id_of("job"), 1, 1, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
+               kT0, kT0 + kMs);
+  core->on_client_closed(7);
+  ASSERT_NE(lockd.body<wire::Release>(lockd.calls.size() - 1), nullptr);
+  EXPECT_EQ(lockd.body<wire::Release>(lockd.calls.size() - 1)->epoch, 0u);
+  EXPECT_EQ(core->sandboxes().size(), 0u);
+
+  // Second run: the client leaves between the grant and the start.
+  core->on_request(8, queued_run("job"), kT0 + 10 * kMs);
+  const std::size_t wait = lockd.calls.size() - 1;
+  const SandboxId sb = lockd.body<wire::Wait>(wait)->sandbox;
+  lockd.answer(wait, wire::Grant{name_id_of("job"), 9, sb, WorkerId{0x77, 0x1}, LockPhase::acquiring, 5000, {}},
+               kT0 + 10 * kMs, kT0 + 11 * kMs);
+  core->on_client_closed(8);
+  const std::size_t commit = lockd.calls.size() - 1;
+  ASSERT_NE(lockd.body<wire::Commit>(commit), nullptr);
+  lockd.answer(commit, wire::Grant{name_id_of("job"), 9, sb, WorkerId{0x77, 0x1}, LockPhase::held, kTtlMs, {}},
+               kT0 + 11 * kMs, kT0 + 12 * kMs);
+  ASSERT_EQ(host.created.size(), 1u);
+  EXPECT_TRUE(core->sandboxes().find(sb) == nullptr || kill_asked_or_gone(core->sandboxes().find(sb)->phase))
+      << "started for a client that left, and left running";
+  for (const auto& [client, answer] : control.answers) EXPECT_NE(client, 8u) << answer;
+}

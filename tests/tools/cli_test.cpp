@@ -1935,6 +1935,49 @@ TEST_F(CliTest, RunWaitInterruptedStopsTheSandboxAndExitsWithTheSignalsCode) {
   }
 }
 
+// `run --wait --name` waits for a held name in lockd's FIFO: the run asks the supervisor to queue
+// (with --wait-timeout-ms, for at most that long), and a timeout is reported as the supervisor
+// words it, with nothing started and no wait sent.
+TEST_F(CliTest, RunWaitOfANameQueuesForItAndAQueueTimeoutIsReported) {
+  const std::string sock = (dir_ / "fake-queue.sock").string();
+  FakeSupervisor f(sock, [](const nlohmann::json& req) -> std::string {
+    if (req["op"] == "run")
+      return R"j({"v":1,"id":null,"ok":false,"error":"timeout","message":"waited 250 ms for \"orders\" (at position 2 of 2); gave up"})j";
+    return ended_answer(0, "exited");
+  });
+  const Result r = cli({"run", "--supervisor", sock, "--wait", "--wait-timeout-ms", "250", "--name", "orders", "--", "/bin/job"});
+  EXPECT_ANSWER(r, kFailure, "at position 2 of 2");
+  const auto reqs = f.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  const auto run = nlohmann::json::parse(reqs[0]);
+  EXPECT_EQ(run["queue"], true);
+  EXPECT_EQ(run["queue_timeout_ms"], 250);
+  // Without --wait (or --name) the bound means nothing: refused before anything is sent.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"run", "--supervisor", sock, "--wait-timeout-ms", "250", "--name", "orders", "--", "/bin/job"},
+        std::vector<std::string>{"run", "--supervisor", sock, "--wait", "--wait-timeout-ms", "250", "--", "/bin/job"}}) {
+    const Result u = cli(args);
+    EXPECT_ANSWER(u, kUsage, "--wait-timeout-ms needs --wait and --name");
+  }
+  EXPECT_EQ(f.requests().size(), 1u);
+}
+
+// SIGINT while the run waits its turn: the CLI closes its connection (the supervisor then leaves
+// lockd's FIFO) and exits 130 without sending anything else: nothing started to stop.
+TEST_F(CliTest, RunWaitInterruptedWhileQueuedLeavesWithTheSignalsCode) {
+  const std::string sock = (dir_ / "fake-queue-int.sock").string();
+  FakeSupervisor f(sock, [](const nlohmann::json&) -> std::string { return ""; });  // still waiting
+  const pid_t pid = spawn_cli({"run", "--supervisor", sock, "--wait", "--name", "orders", "--", "/bin/job"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (f.requests().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(f.requests().size(), 1u);
+  ::kill(pid, SIGINT);
+  const Result r = wait_cli(pid);
+  EXPECT_EQ(r.code, 128 + SIGINT) << r.err;
+  EXPECT_EQ(f.requests().size(), 1u);
+}
+
 // `stats` pages through lockd's Stats answers: every counter, past what one datagram holds (the
 // list's last entry, store_commit_us_max, included), each once; and lockd's version. `health`
 // shows the version, the refresh rate and the store's commit latency.

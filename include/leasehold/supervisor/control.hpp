@@ -98,6 +98,11 @@ struct ControlRequest {
   std::vector<std::string> env;          ///< "KEY=VALUE" entries
   std::string cwd = "/";
   std::optional<std::uint64_t> ttl_ms;   ///< run, name
+  /// run with a name: a held name is waited for in lockd's FIFO of waiters (wire::Wait)
+  /// instead of refused; answered once the sandbox runs under it, or after
+  /// queue_timeout_ms (nullopt: no limit) with `timeout`.
+  bool queue = false;
+  std::optional<std::uint64_t> queue_timeout_ms;
   std::optional<SandboxId> sandbox;      ///< name, expect-commit, kill, wait, logs (or `name`)
   /// release, kill: how long the sandbox may take to exit after SIGTERM before cgroup.kill
   /// (nullopt: the supervisor's --stop-grace-ms; larger values are capped by it).

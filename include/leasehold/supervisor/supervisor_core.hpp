@@ -133,6 +133,9 @@ class SupervisorCore {
     std::uint64_t stops_graceful = 0;       ///< asked to stop with SIGTERM, and exited within the grace period
     std::uint64_t stops_grace_expired = 0;  ///< still running at the grace deadline: killed
     std::uint64_t waits_refused = 0;        ///< `wait` refused busy: kControlWaitsMax (per uid) reached
+    std::uint64_t runs_queued = 0;          ///< runs that waited in lockd's FIFO for their name
+    std::uint64_t queue_grants = 0;         ///< of those, granted the name (then started)
+    std::uint64_t queue_timeouts = 0;       ///< of those, given up at their queue_timeout_ms
   };
   /// Deadline of an armed sandbox that has no lease (unnamed): never due.
   static constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
@@ -210,10 +213,9 @@ class SupervisorCore {
   };
   void log_event(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   Sandbox* find(const SandboxId& id) { return sandboxes_.find(id); }
-  void reply(ControlClientId c, const std::string& line) {
-    waits_.erase(c);  // one request in progress per connection: any answer ends its wait
-    control_.reply(c, line);
-  }
+  /// Answers client `c` (one request in progress per connection: any answer ends its wait). A
+  /// queued run whose client left after lockd granted its name is stopped once it has started.
+  void reply(ControlClientId c, const std::string& line);
   void progress();  // shutting down: tell the owner something finished
   void do_run(ControlClientId client, ControlRequest req);
   void do_name(ControlClientId client, ControlRequest req);
@@ -239,6 +241,27 @@ class SupervisorCore {
   void acquire_name(const SandboxId& sb, ControlClientId client, ControlRequest req);
   void on_granted(const SandboxId& sb, ControlClientId client, ControlRequest req, const wire::Grant& g,
                   std::int64_t send_ns);
+  /// A run waiting in lockd's FIFO for its name (ControlRequest::queue).
+  struct QueuedRun {
+    SandboxId sandbox;
+    ControlClientId client = 0;
+    ControlRequest request;
+    std::uint64_t deadline_ns = 0;   ///< give up then (0: never)
+    std::uint64_t joined_ns = 0;
+    std::int64_t last_send_ns = 0;   ///< the latest Wait's first send: a pushed grant's lease counts from it
+    bool in_flight = false;          ///< a Wait is outstanding
+    std::uint32_t position = 0;      ///< lockd's last Queued answer
+    std::uint32_t waiters = 0;
+  };
+  /// Sends (again) the Wait of a queued run; its answer is a place, or the 2-phase grant.
+  void send_wait(const SandboxId& sb);
+  /// lockd granted a queued run its name (2-phase, Acquiring): start it as a 2-phase acquire does
+  /// in this mode (preemptible: start, then commit; lease: commit, then start).
+  void on_queue_grant(const SandboxId& sb, const wire::Grant& g, std::int64_t send_ns);
+  /// Leaves lockd's FIFO for a queued run given up (Release with epoch 0) and forgets it.
+  void leave_queue(std::vector<QueuedRun>::iterator it);
+  /// Lease mode: Commit the Acquiring grant of `req.name` at `epoch`, then on_granted (start).
+  void commit_then_start(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch);
   void commit_now(const PendingCommit& pc);
   void on_acquiring(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch,
                     std::int64_t acquire_send_ns);
@@ -281,6 +304,10 @@ class SupervisorCore {
   SandboxTable sandboxes_;  // by id, by slot and by name
   HeartbeatSchedule hb_;
   std::deque<PendingCommit> pending_commits_;
+  std::vector<QueuedRun> queued_;  ///< runs waiting in lockd's FIFO (each also counts in waits_)
+  /// Queued runs granted their name and not answered yet, by client; `true` once that client
+  /// left (the run is then stopped as soon as its answer says it started).
+  std::unordered_map<ControlClientId, std::pair<SandboxId, bool>> starting_;
   std::unordered_map<SandboxId, std::uint64_t> tombstones_;           ///< id -> refused until (ns)
   std::deque<std::pair<SandboxId, std::uint64_t>> tombstone_order_;  ///< oldest first
   struct Quarantined {  ///< a slot held for a populated leaf, and the grant its survivor ran under
