@@ -137,6 +137,8 @@ wire::Body answer_for(const wire::Body& b, std::uint64_t stats_served) {
   }
   if (const auto* q = std::get_if<Revoked>(&b)) return RevokedAck{q->name_id, q->epoch, true};
   if (const auto* q = std::get_if<KillConfirmed>(&b)) return Ok{q->name_id, q->epoch + 1};
+  if (const auto* q = std::get_if<Wait>(&b))
+    return Queued{name_id_of(q->name), 2, 3, sid(901), wid(901), 70, LockPhase::held, q->ttl_ms};
   if (std::get_if<Stats>(&b) != nullptr)
     return StatsAnswer{{{"refusal_held", 12}, {"stats_served", stats_served}}};
   return Error{ErrorCode::unsupported, "not a request"};
@@ -320,7 +322,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   std::vector<Body> requests;
   for (const Body& b : every_type())
     if (is_request(type_of(b))) requests.push_back(b);
-  ASSERT_EQ(requests.size(), 17u);
+  ASSERT_EQ(requests.size(), 18u);
 
   // The answers, written out from the sample values of wire_samples.hpp.
   HeartbeatAck hb_ack;
@@ -352,6 +354,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
       StatsAnswer{{{"refusal_held", 12}, {"stats_served", 1}}},
       RevokedAck{nid(20), 60, true},
       Ok{nid(21), 63},
+      Queued{name_id_of("queue/game-server-3"), 2, 3, sid(901), wid(901), 70, LockPhase::held, 4000},
   };
   ASSERT_EQ(expected.size(), requests.size());
 
@@ -491,7 +494,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
     if (count > 0) crossed.insert(type);
   for (const Message& m : lockd_->answers) crossed.insert(type_of(m.body));
   EXPECT_EQ(crossed, all_types());
-  EXPECT_EQ(all_types().size(), 28u);
+  EXPECT_EQ(all_types().size(), 30u);
 }
 
 TEST_F(WireBridgeTest, AForgedAnswerRacingLockdsDoesNotEndTheCall) {
