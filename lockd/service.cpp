@@ -870,21 +870,29 @@ wire::Body LockService::on_wait(const wire::Wait& w, const SocketAddress& from, 
     // Lapsed places count until they reach the head: drop them before refusing.
     auto& ws = q->second.waiters;
     const std::size_t was = ws.size();
-    std::erase_if(ws, [&](const Waiter& x) { return x.lapse_ns <= now_ns; });
+    std::erase_if(ws, [&](const Waiter& x) {
+      if (x.lapse_ns > now_ns) return false;
+      forget_waiter(x);
+      return true;
+    });
     counters_.waiters_lapsed += was - ws.size();
-    waiters_ -= was - ws.size();
   }
   const std::size_t in_queue = q == queues_.end() ? 0 : q->second.waiters.size();
-  if (in_queue >= kWaitersPerNameMax || waiters_ >= kWaitersMax) {
+  const auto mine = waiters_of_.find(bound);
+  const std::size_t of_worker = mine == waiters_of_.end() ? 0 : mine->second;
+  if (in_queue >= kWaitersPerNameMax || of_worker >= kWaitersPerWorkerMax || waiters_ >= kWaitersMax) {
     ++counters_.waits_refused_full;
     return wire::Error{wire::ErrorCode::overloaded,
                        in_queue >= kWaitersPerNameMax
                            ? "the queue for " + w.name + " is full (" + std::to_string(kWaitersPerNameMax) + " waiters)"
+                       : of_worker >= kWaitersPerWorkerMax
+                           ? "worker " + bound.str() + " has " + std::to_string(kWaitersPerWorkerMax) + " waiters, its bound"
                            : "lockd holds " + std::to_string(kWaitersMax) + " waiters, its bound"};
   }
   if (q == queues_.end()) q = queues_.emplace(id, WaitQueue{w.name, {}, 0}).first;
   q->second.waiters.push_back(Waiter{w.sandbox, bound, caller_, from, request_id, now_ns + ttl_ns});
   ++waiters_;
+  ++waiters_of_[bound];
   ++counters_.waits_queued;
   serve_queue(id, now_ns);  // arms its wake-up (a first waiter behind a lock-delay)
   q = queues_.find(id);
@@ -907,8 +915,8 @@ wire::Body LockService::leave_queue(const wire::Release& r, WorkerId worker, std
         o.refusal = Refusal::forbidden;
         return deny(o);
       }
+      forget_waiter(*it);
       ws.erase(it);
-      --waiters_;
       ++counters_.waiters_left;
       if (ws.empty()) queues_.erase(q);
       return wire::Ok{r.name_id, o.state.epoch};
@@ -926,6 +934,11 @@ wire::Body LockService::leave_queue(const wire::Release& r, WorkerId worker, std
   return wire::Ok{r.name_id, o.state.epoch};  // not waiting (any more): nothing to leave
 }
 
+void LockService::forget_waiter(const Waiter& w) {
+  --waiters_;
+  if (const auto it = waiters_of_.find(w.worker); it != waiters_of_.end() && --it->second == 0) waiters_of_.erase(it);
+}
+
 void LockService::serve_queue(NameId name, std::int64_t now_ns) {
   const auto q = queues_.find(name);
   if (q == queues_.end()) return;
@@ -934,7 +947,7 @@ void LockService::serve_queue(NameId name, std::int64_t now_ns) {
     Waiter& head = ws.front();
     if (head.lapse_ns <= now_ns) {  // its worker stopped asking: gone, never granted
       ++counters_.waiters_lapsed;
-      --waiters_;
+      forget_waiter(head);
       ws.pop_front();
       continue;
     }
@@ -947,7 +960,7 @@ void LockService::serve_queue(NameId name, std::int64_t now_ns) {
     if (!o.ok()) {
       if (waits_for(o.refusal) && o.state.owner != head.sandbox) break;  // not yet
       ++counters_.waiters_refused;  // this waiter cannot have it (its sandbox holds it elsewhere, ...)
-      --waiters_;
+      forget_waiter(head);
       ws.pop_front();
       continue;
     }
@@ -960,7 +973,7 @@ void LockService::serve_queue(NameId name, std::int64_t now_ns) {
     // Once durable, as the answer to its latest Wait; a lost one is answered again by its next
     // Wait (the 2-phase acquire is idempotent for it).
     answer_as_after(head.caller, depend_seq_, head.from, head.request_id, grant(o, now_ns));
-    --waiters_;
+    forget_waiter(head);
     ws.pop_front();
     break;
   }

@@ -297,5 +297,32 @@ TEST(Waiters, AFullQueueRefusesWithItsBound) {
   EXPECT_EQ(rig.service->counters().waits_refused_full, 1u);
 }
 
+// One worker's key cannot take every place: past kWaitersPerWorkerMax its Waits are refused,
+// naming the bound, and another worker still gets in.
+TEST(Waiters, OneWorkerCannotTakeEveryPlace) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       c = Peer::worker(WorkerId{0xc, 1}, 41003);
+  const std::size_t names = kWaitersPerWorkerMax / kWaitersPerNameMax + 1;
+  for (std::size_t n = 0; n < names; ++n)
+    a.send(rig, wire::Acquire{"res" + std::to_string(n), sandbox(1 + n), a.id, 60'000, false}, kT0);
+  rig.settle(kT0);
+  (void)a.answers(rig);
+  std::uint64_t sb = 1000;
+  for (std::size_t i = 0; i < kWaitersPerWorkerMax; ++i) b.wait(rig, "res" + std::to_string(i / kWaitersPerNameMax), sandbox(sb++), kT0);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  b.wait(rig, "res" + std::to_string(names - 1), sandbox(sb++), kT0 + kMs);
+  rig.settle(kT0 + kMs);
+  const wire::Body refused = b.answer(rig);
+  const auto* e = std::get_if<wire::Error>(&refused);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->code, wire::ErrorCode::overloaded);
+  EXPECT_NE(e->message.find("has 4096 waiters, its bound"), std::string::npos) << e->message;
+  c.wait(rig, "res" + std::to_string(names - 1), sandbox(sb++), kT0 + kMs);
+  rig.settle(kT0 + kMs);
+  EXPECT_EQ(as_queued(c.answer(rig)).position, 1u);
+}
+
 }  // namespace
 }  // namespace leasehold::lockd

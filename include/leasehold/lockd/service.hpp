@@ -106,9 +106,11 @@ inline constexpr std::int64_t kIsRunningTimeoutNs = 1'000'000'000;
 inline constexpr std::size_t kExpiriesPerTickMax = 4096;
 inline constexpr std::int64_t kRevokePushRetryNs = 100'000'000;  ///< Revoked resent this often
 inline constexpr std::size_t kRevokePushesMax = 65'536;          ///< revocations being pushed
-/// Waiters (wire::Wait): at most this many in one name's FIFO, and in all FIFOs together; a
-/// Wait past either bound is answered Error{overloaded} naming it.
+/// Waiters (wire::Wait): at most this many in one name's FIFO, of one worker (so that one
+/// worker's key cannot take every place), and in all FIFOs together; a Wait past a bound is
+/// answered Error{overloaded} naming it.
 inline constexpr std::size_t kWaitersPerNameMax = 1024;
+inline constexpr std::size_t kWaitersPerWorkerMax = 4096;
 inline constexpr std::size_t kWaitersMax = 65'536;
 
 /// Restored expiries are spread over this fraction of the TTL (1/8): a restart or a takeover
@@ -373,6 +375,8 @@ class LockService {
   void serve_queue(NameId name, std::int64_t now_ns);
   /// serve_queue for every FIFO whose wake-up is due.
   void serve_due_queues(std::int64_t now_ns);
+  /// Counts `w` out of waiters_ and waiters_of_ (it is leaving its FIFO).
+  void forget_waiter(const Waiter& w);
   wire::Queued queued_answer(NameId name, std::size_t position, const WaitQueue& q, std::int64_t now_ns) const;
   void on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const SocketAddress& from,
                     std::uint64_t request_id, std::int64_t now_ns);
@@ -500,6 +504,7 @@ class LockService {
   std::priority_queue<std::pair<std::int64_t, NameId>, std::vector<std::pair<std::int64_t, NameId>>,
                       std::greater<>> queue_wakes_;
   std::size_t waiters_ = 0;
+  std::unordered_map<WorkerId, std::size_t> waiters_of_;  ///< waiters by the worker they run on
 
   std::vector<Expiry> expired_;
   std::int64_t next_tick_ns_ = 0;      ///< expiry and housekeeping not before (kTickNs cadence)
