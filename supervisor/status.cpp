@@ -22,6 +22,12 @@ json sandbox_list_json(const SupervisorCore& core, uid_t caller, std::uint64_t n
               {"epoch", s.epoch}};
     j["name"] = s.name ? json(*s.name) : json(nullptr);
     if (s.pending_name) j["committing"] = *s.pending_name;
+    if (const auto place = core.queue_place(id)) {  // waiting its turn in lockd's FIFO
+      j["state"] = "queued";
+      j["queued_for"] = place->name;
+      j["queue_position"] = place->position;
+      j["queue_waiters"] = place->waiters;
+    }
     if (s.name) {
       const HeartbeatLease* l = core.heartbeat().find(id);
       j["valid_until_ms"] = ms_from(l ? l->valid_until_ns : s.valid_until_ns, now_ns);

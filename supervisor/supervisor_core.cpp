@@ -267,6 +267,12 @@ void SupervisorCore::acquire_name(const SandboxId& sb, ControlClientId client, C
 
 // ---- waiting for a name in lockd's FIFO (ControlRequest::queue) -----------------------------
 
+std::optional<SupervisorCore::QueuePlace> SupervisorCore::queue_place(const SandboxId& id) const {
+  for (const QueuedRun& q : queued_)
+    if (q.sandbox == id) return QueuePlace{*q.request.name, q.position, q.waiters};
+  return std::nullopt;
+}
+
 void SupervisorCore::send_wait(const SandboxId& sb) {
   const auto it = std::find_if(queued_.begin(), queued_.end(), [&](const QueuedRun& q) { return q.sandbox == sb; });
   if (it == queued_.end() || it->in_flight) return;

@@ -451,10 +451,16 @@ const Command kSandboxes([](CLI::App& app, int* exit_code) {
     }
     std::vector<std::vector<std::string>> rows;
     for (const auto& s : list) {
+      const bool queued = s.value("state", std::string()) == "queued";  // waiting in lockd's FIFO
       rows.push_back({s.value("sandbox", std::string("?")),
-                      s.contains("name") && s["name"].is_string() ? s["name"].get<std::string>() : "-",
+                      s.contains("name") && s["name"].is_string() ? s["name"].get<std::string>()
+                      : queued ? s.value("queued_for", std::string("-"))
+                               : "-",
                       std::to_string(s.value("epoch", 0ull)), std::to_string(s.value("slot", -1)),
-                      std::to_string(s.value("pid", -1)), s.value("state", std::string("?")),
+                      std::to_string(s.value("pid", -1)),
+                      queued ? "queued " + std::to_string(s.value("queue_position", 0)) + "/" +
+                                   std::to_string(s.value("queue_waiters", 0))
+                             : s.value("state", std::string("?")),
                       s.contains("valid_until_ms") ? std::to_string(s.value("valid_until_ms", 0ll)) + " ms" : "-"});
     }
     std::fputs(format_table({"SANDBOX", "NAME", "EPOCH", "SLOT", "PID", "STATE", "TTL_LEFT"}, rows).c_str(),

@@ -1212,6 +1212,12 @@ TEST_F(SupervisorCoreTest, AQueuedRunWaitsItsTurnThenCommitsAndStarts) {
   EXPECT_TRUE(host.created.empty());
   EXPECT_TRUE(control.answers.empty());
   EXPECT_EQ(core->waits(), 1u);  // a waiting connection counts against the bound of `wait`
+  const json listed = sandbox_list_json(*core, 0, kT0 + kMs);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["state"], "queued");
+  EXPECT_EQ(listed[0]["queued_for"], "job");
+  EXPECT_EQ(listed[0]["queue_position"], 2);
+  EXPECT_EQ(listed[0]["queue_waiters"], 2);
   // Each heartbeat tick renews the place.
   core->on_heartbeat_tick(kT0 + kIntervalMs * kMs);
   ASSERT_EQ(lockd.count<wire::Wait>(), 2u);

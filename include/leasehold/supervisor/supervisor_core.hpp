@@ -205,6 +205,14 @@ class SupervisorCore {
   Counters& counters() noexcept { return counters_; }
   const Counters& counters() const noexcept { return counters_; }
   std::size_t pending_commits() const noexcept { return pending_commits_.size(); }
+  /// A run waiting in lockd's FIFO: the name, and its place as lockd last answered it (position,
+  /// waiters; 0, 0 before the first answer). nullopt: `id` is not waiting.
+  struct QueuePlace {
+    std::string name;
+    std::uint32_t position = 0;
+    std::uint32_t waiters = 0;
+  };
+  std::optional<QueuePlace> queue_place(const SandboxId& id) const;
 
  private:
   struct PendingCommit {
