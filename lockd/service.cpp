@@ -922,8 +922,13 @@ wire::Body LockService::leave_queue(const wire::Release& r, WorkerId worker, std
       return wire::Ok{r.name_id, o.state.epoch};
     }
   }
-  // Granted from the FIFO and not committed: the grant goes back (its epoch stays burned).
-  if (o.state.phase == LockPhase::acquiring && o.state.owner == r.sandbox && o.state.worker == worker) {
+  // Granted from the FIFO and not committed: the grant goes back (its epoch stays burned), only
+  // by its own worker.
+  if (o.state.phase == LockPhase::acquiring && o.state.owner == r.sandbox && o.state.worker != worker) {
+    o.refusal = Refusal::forbidden;
+    return deny(o);
+  }
+  if (o.state.phase == LockPhase::acquiring && o.state.owner == r.sandbox) {
     const LockState before = o.state;
     const Outcome back = table_.release(r.name_id, r.sandbox, before.epoch, now_ns);
     if (!back.ok()) return deny(back);

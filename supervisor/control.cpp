@@ -211,6 +211,10 @@ ControlParse parse_control_request(std::string_view line) {
           r.queue = j.at("queue").get<bool>();
         }
         if (j.contains("queue_timeout_ms")) r.queue_timeout_ms = get_u64(j, "queue_timeout_ms");
+        if (j.contains("attach")) {
+          if (!j.at("attach").is_boolean()) throw FieldError{"field \"attach\" must be true or false"};
+          r.attach = j.at("attach").get<bool>();
+        }
         if (r.queue && !r.name) throw FieldError{"field \"queue\" needs a \"name\" to wait for"};
         if (r.queue_timeout_ms && !r.queue) throw FieldError{"field \"queue_timeout_ms\" needs \"queue\": true"};
         break;
@@ -645,6 +649,16 @@ void ControlServer::reply(ControlClientId client, const std::string& line) {
   }
 }
 
+void ControlServer::progress(ControlClientId client, const std::string& line) {
+  for (auto& [fd, c] : clients_) {
+    if (c.id != client) continue;
+    if (c.out.size() + line.size() > kControlOutBytesMax) return;  // the answer matters, not this
+    c.out += line;
+    write_ready(c);
+    return;
+  }
+}
+
 void ControlServer::tick(std::uint64_t now_ms) {
   std::vector<int> expired;
   for (auto& [fd, c] : clients_)
@@ -757,6 +771,8 @@ std::optional<json> control_call(const std::string& socket_path, const json& req
   for (;;) {
     if (const auto nl = in.find('\n'); nl != std::string::npos) {
       json j = json::parse(in.substr(0, nl), nullptr, false);
+      in.erase(0, nl + 1);
+      if (!j.is_discarded() && is_control_progress(j)) continue;  // a queued run's place: not its answer
       if (j.is_discarded() || !j.is_object() || !j.contains("ok")) {
         failure = {ControlCallError::garbled,
                    "the supervisor at " + socket_path + " answered something that is not a control answer"};
@@ -790,6 +806,10 @@ std::optional<json> control_call(const std::string& socket_path, const json& req
     }
     in.append(buf, static_cast<std::size_t>(n));
   }
+}
+
+bool is_control_progress(const json& line) {
+  return line.is_object() && line.contains("progress") && !line.contains("ok");
 }
 
 Status control_call_status(const ControlCallFailure& failure) {

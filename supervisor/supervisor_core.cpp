@@ -160,6 +160,15 @@ bool SupervisorCore::refuse_name_here(ControlClientId client, const ControlReque
 }
 
 void SupervisorCore::do_run(ControlClientId client, ControlRequest req) {
+  // `run --wait` waits for the exit next: refused now, before anything starts, when it could
+  // not (a queued run counts as a wait itself while it waits, and is checked there).
+  if (req.attach && !req.queue) {
+    if (const std::string why = wait_refusal(req.caller_uid); !why.empty()) {
+      ++counters_.waits_refused;
+      reply(client, control_error(req.id, ControlError::busy, "nothing started: the exit could not be waited for: " + why));
+      return;
+    }
+  }
   if (!cfg_.synthetic && hooks_.command_resolves) {
     if (const Status resolves = hooks_.command_resolves(req); !resolves.ok()) {
       ++counters_.spawn_failures;
@@ -199,13 +208,9 @@ void SupervisorCore::acquire_name(const SandboxId& sb, ControlClientId client, C
   if (req.queue && req.op == ControlOp::run) {
     // Answered once it runs, which may be long: a waiting connection is never idle, so it counts
     // against the bounds of `wait`.
-    std::size_t same_uid = 0;
-    for (const auto& [c, uid] : waits_) same_uid += uid == req.caller_uid ? 1 : 0;
-    if (waits_.size() >= kControlWaitsMax || (req.caller_uid != 0 && same_uid >= kControlWaitsPerUidMax)) {
+    if (const std::string why = wait_refusal(req.caller_uid); !why.empty()) {
       ++counters_.waits_refused;
-      abandon(sb, client, req.id, ControlError::busy,
-              "too many waiting connections to queue for \"" + *req.name + "\" (at most " +
-                  std::to_string(kControlWaitsMax) + ", " + std::to_string(kControlWaitsPerUidMax) + " per uid)");
+      abandon(sb, client, req.id, ControlError::busy, "cannot wait for \"" + *req.name + "\": " + why);
       return;
     }
     if (Sandbox* s = find(sb); s != nullptr && s->phase == SandboxPhase::reserved)
@@ -305,9 +310,16 @@ void SupervisorCore::send_wait(const SandboxId& sb) {
     }
     q->last_send_ns = r.first_send_ns;
     if (const auto* p = std::get_if<wire::Queued>(&*r.body)) {
-      if (first || p->position != q->position)
+      if (first || p->position != q->position || p->waiters != q->waiters) {
         log_event("event=queued name=%s sandbox=%s position=%u waiters=%u holder=%s epoch=%" PRIu64,
                   q->request.name->c_str(), sb.str().c_str(), p->position, p->waiters, p->holder.str().c_str(), p->epoch);
+        // Its client learns its place before the answer (a line control_call passes over).
+        nlohmann::json line = {{"v", kControlProtocolVersion}, {"id", q->request.id}, {"progress", "queued"},
+                               {"sandbox", sb.str()}, {"name", *q->request.name}, {"position", p->position},
+                               {"waiters", p->waiters}, {"state", std::string(to_string(p->state))},
+                               {"holder", p->holder.str()}, {"epoch", p->epoch}};
+        control_.progress(q->client, line.dump() + "\n");
+      }
       q->position = p->position;
       q->waiters = p->waiters;
       return;
@@ -1038,22 +1050,35 @@ void SupervisorCore::do_wait(ControlClientId client, const ControlRequest& req) 
   // Answered later: bounded, since a waiting connection is never idle and cannot be evicted.
   const auto releasing = releasing_.find(id);
   if (!may_act_on(client, req, s != nullptr ? s->owner : releasing->second.owner, id)) return;
-  std::size_t same_uid = 0;
-  for (const auto& [c, uid] : waits_) same_uid += uid == req.caller_uid ? 1 : 0;
-  if (waits_.size() >= kControlWaitsMax || (req.caller_uid != 0 && same_uid >= kControlWaitsPerUidMax)) {
+  if (const std::string why = wait_refusal(req.caller_uid); !why.empty()) {
     ++counters_.waits_refused;
-    reply(client, control_error(req.id, ControlError::busy,
-                                waits_.size() >= kControlWaitsMax
-                                    ? "too many waits: " + std::to_string(waits_.size()) + " connections wait already (at most " +
-                                          std::to_string(kControlWaitsMax) + ")"
-                                    : "too many waits for uid " + std::to_string(req.caller_uid) + ": " +
-                                          std::to_string(same_uid) + " of its connections wait already (at most " +
-                                          std::to_string(kControlWaitsPerUidMax) + " per uid)"));
+    reply(client, control_error(req.id, ControlError::busy, why));
     return;
   }
   if (s != nullptr) s->waiters.emplace_back(client, req.id);
   else releasing->second.waiters.emplace_back(client, req.id);
   waits_[client] = req.caller_uid;
+}
+
+std::string SupervisorCore::wait_refusal(uid_t uid) const {
+  auto privileged = [this](uid_t u) { return u == 0 || u == cfg_.operator_uid; };
+  std::size_t same = 0, others = 0;
+  for (const auto& [c, u] : waits_) {
+    same += u == uid ? 1 : 0;
+    others += privileged(u) ? 0 : 1;
+  }
+  if (waits_.size() >= kControlWaitsMax)
+    return "too many waits: " + std::to_string(waits_.size()) + " connections wait already (at most " +
+           std::to_string(kControlWaitsMax) + ")";
+  if (privileged(uid)) return {};
+  if (same >= kControlWaitsPerUidMax)
+    return "too many waits for uid " + std::to_string(uid) + ": " + std::to_string(same) +
+           " of its connections wait already (at most " + std::to_string(kControlWaitsPerUidMax) + " per uid)";
+  if (others >= kControlWaitsMax - kControlWaitsReserved)
+    return "too many waits of users other than root and uid " + std::to_string(cfg_.operator_uid) + ": " +
+           std::to_string(others) + " wait already (at most " + std::to_string(kControlWaitsMax - kControlWaitsReserved) +
+           "; " + std::to_string(kControlWaitsReserved) + " are kept for root and the supervisor's user)";
+  return {};
 }
 
 void SupervisorCore::on_client_closed(ControlClientId client) {

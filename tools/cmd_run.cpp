@@ -103,6 +103,16 @@ std::optional<nlohmann::json> call_until_answered(SupervisorFlags sup, const nlo
   for (;;) {
     if (const auto nl = in.find('\n'); nl != std::string::npos) {
       nlohmann::json j = nlohmann::json::parse(in.substr(0, nl), nullptr, false);
+      in.erase(0, nl + 1);
+      if (!j.is_discarded() && is_control_progress(j)) {  // a queued run's place in lockd's FIFO
+        const std::string holder = j.value("holder", std::string());
+        std::fprintf(stderr, "leasehold run: waiting for \"%s\": %u of %u in line (%s%s, epoch %llu)\n",
+                     j.value("name", std::string("?")).c_str(), j.value("position", 0u), j.value("waiters", 0u),
+                     j.value("state", std::string("?")).c_str(),
+                     holder.empty() || holder == SandboxId{}.str() ? "" : (" by sandbox " + holder).c_str(),
+                     static_cast<unsigned long long>(j.value("epoch", 0ull)));
+        continue;
+      }
       if (j.is_discarded() || !j.is_object() || !j.contains("ok")) {
         failure = {kInternal, "the supervisor at " + sup.socket + " answered `" + op + "` with something that is not a control answer"};
         return std::nullopt;
@@ -268,9 +278,21 @@ const Command kRun([](CLI::App& app, int* exit_code) {
     if (a->ttl_ms != 0) req["ttl_ms"] = a->ttl_ms;
     const std::string what = named ? "run \"" + a->name + "\"" : "run";
     if (!a->wait) {
-      *exit_code = start("run", a->sup, req, what, a->json);
+      auto started = supervisor_call(a->sup, req, f);
+      if (!started) {
+        *exit_code = report("run", f);
+        return;
+      }
+      if (!started->value("ok", false)) {
+        *exit_code = refused("run", *started, what);
+        if (started->value("error", std::string()) == "held" && !a->json)
+          std::fprintf(stderr, "leasehold run: `run --wait --name %s` waits for it in turn\n", a->name.c_str());
+        return;
+      }
+      *exit_code = print_started(*started, a->json);
       return;
     }
+    req["attach"] = true;  // refused before anything starts if its exit could not be waited for
     catch_stop_signals();
     std::optional<nlohmann::json> ans;
     if (named) {
@@ -279,6 +301,8 @@ const Command kRun([](CLI::App& app, int* exit_code) {
       if (a->wait_timeout_ms) req["queue_timeout_ms"] = *a->wait_timeout_ms;
       ans = call_until_answered(a->sup, req, "run", "while \"" + a->name + "\" was waited for (did it stop or restart?)", f);
       if (!ans && !f.failed()) {  // a stop signal while queued: closing the connection left the FIFO
+        std::fprintf(stderr, "leasehold run: %s while waiting for \"%s\": left the queue, nothing started\n",
+                     g_stop_signal == SIGINT ? "interrupted" : "terminated", a->name.c_str());
         *exit_code = 128 + g_stop_signal;
         return;
       }

@@ -239,6 +239,7 @@ TEST(Waiters, OnlyTheWaitersWorkerCanMoveIt) {
   }
   EXPECT_EQ(rig.service->counters().waits_queued, 1u);
   // B leaves: the release of A's grant then hands the name to nobody.
+  // (Below, once more with B granted: C cannot give B's grant back either.)
   b.send(rig, wire::Release{ga.name_id, sandbox(2), 0}, kT0 + 2 * kMs);
   rig.settle(kT0 + 2 * kMs);
   EXPECT_TRUE(std::holds_alternative<wire::Ok>(b.answer(rig)));
@@ -247,6 +248,24 @@ TEST(Waiters, OnlyTheWaitersWorkerCanMoveIt) {
   EXPECT_TRUE(b.answers(rig).empty());
   EXPECT_EQ(rig.service->table().state(ga.name_id).phase, LockPhase::free);
   EXPECT_EQ(rig.service->counters().waiters_left, 1u);
+
+  // B waits again and is granted (Acquiring, bound to B): C's leave for B's sandbox is refused.
+  a.send(rig, wire::Acquire{"res", sandbox(5), a.id, 0, false}, kT0 + 4 * kMs);
+  rig.settle(kT0 + 4 * kMs);
+  const wire::Grant again = as_grant(a.answer(rig));
+  b.wait(rig, "res", sandbox(6), kT0 + 5 * kMs);
+  rig.settle(kT0 + 5 * kMs);
+  (void)b.answers(rig);
+  a.send(rig, wire::Release{again.name_id, sandbox(5), again.epoch}, kT0 + 6 * kMs);
+  rig.settle(kT0 + 6 * kMs);
+  EXPECT_EQ(as_grant(b.answer(rig)).state, LockPhase::acquiring);
+  c.send(rig, wire::Release{again.name_id, sandbox(6), 0}, kT0 + 7 * kMs);
+  rig.settle(kT0 + 7 * kMs);
+  const wire::Body foreign = c.answer(rig);
+  const auto* d = std::get_if<wire::Deny>(&foreign);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->refusal, Refusal::forbidden);
+  EXPECT_EQ(rig.service->table().state(again.name_id).owner, sandbox(6));
 }
 
 // A revoked name goes to the first waiter only once the revoked holder's kill is confirmed.

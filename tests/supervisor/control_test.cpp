@@ -230,6 +230,31 @@ TEST_F(ServerFixture, AnswersAndEchoesTheId) {
   EXPECT_EQ(handled_.load(), 1);
 }
 
+// A progress line before the answer (a queued run's place) is passed over by control_call.
+TEST_F(ServerFixture, ProgressLinesComeBeforeTheAnswerAndAreNotTakenForIt) {
+  path_ = temp_socket_path("progress");
+  server_ = std::make_unique<ControlServer>(ControlAccess{getuid(), std::nullopt}, [this](ControlClientId c, ControlRequest r) {
+    server_->progress(c, json({{"v", 1}, {"id", r.id}, {"progress", "queued"}, {"position", 2}}).dump() + "\n");
+    server_->reply(c, control_ok(r.id, {{"op", std::string(to_string(r.op))}}));
+  });
+  ASSERT_TRUE(server_->open(path_).ok());
+  thread_ = std::thread([this] {
+    while (!stop_.load()) {
+      auto w = server_->watch_fds();
+      std::vector<pollfd> fds;
+      for (auto& x : w) fds.push_back({x.fd, x.events, 0});
+      ::poll(fds.data(), fds.size(), 20);
+      for (auto& f : fds)
+        if (f.revents) server_->on_ready(f.fd, f.revents, now_ms());
+      server_->tick(now_ms());
+    }
+  });
+  const json a = call({{"v", 1}, {"id", 5}, {"op", "list"}});
+  EXPECT_EQ(a["ok"], true) << a.dump();
+  EXPECT_EQ(a["op"], "list");
+  EXPECT_EQ(json::parse(raw(R"({"v":1,"id":6,"op":"list"})" "\n"))["progress"], "queued");  // the first line on the wire
+}
+
 TEST_F(ServerFixture, GarbageUnknownAndOversizeGetClearErrors) {
   start("bad");
   json a = json::parse(raw("this is not json\n"));

@@ -230,7 +230,11 @@ class FakeControl final : public ControlPort {
   void reply(ControlClientId client, const std::string& line) override {
     answers.emplace_back(client, json::parse(line));
   }
+  void progress(ControlClientId client, const std::string& line) override {
+    progress_lines.emplace_back(client, json::parse(line));
+  }
   std::vector<std::pair<ControlClientId, json>> answers;
+  std::vector<std::pair<ControlClientId, json>> progress_lines;
 };
 
 class SupervisorCoreTest : public ::testing::Test {
@@ -1218,6 +1222,13 @@ TEST_F(SupervisorCoreTest, AQueuedRunWaitsItsTurnThenCommitsAndStarts) {
   EXPECT_EQ(listed[0]["queued_for"], "job");
   EXPECT_EQ(listed[0]["queue_position"], 2);
   EXPECT_EQ(listed[0]["queue_waiters"], 2);
+  // Its client learns the place before the answer.
+  ASSERT_EQ(control.progress_lines.size(), 1u);
+  EXPECT_EQ(control.progress_lines[0].first, 7u);
+  EXPECT_EQ(control.progress_lines[0].second["progress"], "queued");
+  EXPECT_EQ(control.progress_lines[0].second["position"], 2);
+  EXPECT_EQ(control.progress_lines[0].second["holder"], (SandboxId{0x99, 1}).str());
+  EXPECT_TRUE(is_control_progress(control.progress_lines[0].second));
   // Each heartbeat tick renews the place.
   core->on_heartbeat_tick(kT0 + kIntervalMs * kMs);
   ASSERT_EQ(lockd.count<wire::Wait>(), 2u);
@@ -1225,6 +1236,8 @@ TEST_F(SupervisorCoreTest, AQueuedRunWaitsItsTurnThenCommitsAndStarts) {
   ASSERT_NE(lockd.body<wire::Wait>(again), nullptr);
   lockd.answer(again, wire::Queued{name_id_of("job"), 1, 1, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
                kT0 + kIntervalMs * kMs, kT0 + kIntervalMs * kMs + kMs);
+  ASSERT_EQ(control.progress_lines.size(), 2u);  // moved up: told again
+  EXPECT_EQ(control.progress_lines[1].second["position"], 1);
   // lockd pushes the grant as a late answer to that Wait.
   const std::uint64_t t = kT0 + 2 * kIntervalMs * kMs;
   core->on_late_answer(wire::Grant{name_id_of("job"), 8, sb, WorkerId{0x77, 0x1}, LockPhase::acquiring, 5000, {}}, t);
@@ -1296,4 +1309,43 @@ TEST_F(SupervisorCoreTest, AQueuedRunWhoseClientLeftIsNotLeftRunning) {
   EXPECT_TRUE(core->sandboxes().find(sb) == nullptr || kill_asked_or_gone(core->sandboxes().find(sb)->phase))
       << "started for a client that left, and left running";
   for (const auto& [client, answer] : control.answers) EXPECT_NE(client, 8u) << answer;
+}
+
+// Members of --group (uids other than root and the supervisor's) wait on at most
+// kControlWaitsMax - kControlWaitsReserved places together: root still waits. And a run that will
+// be waited for (`attach`) is refused before it starts when its caller could not wait now.
+TEST_F(SupervisorCoreTest, WaitPlacesAreKeptForRootAndARunThatCouldNotBeWaitedForStartsNothing) {
+  make(SupervisorMode::lease);
+  // One sandbox of each member (a caller waits on its own sandboxes), and one of uid 2999.
+  auto own = [&](uid_t uid) {
+    ControlRequest r = run(std::nullopt);
+    r.caller_uid = uid;
+    core->on_request(3, r, kT0);
+    return SandboxId{0x5b, ids};
+  };
+  const std::size_t members = (kControlWaitsMax - kControlWaitsReserved) / kControlWaitsPerUidMax;
+  ControlClientId c = 100;
+  for (std::size_t m = 0; m < members; ++m) {
+    const uid_t uid = static_cast<uid_t>(2000 + m);
+    const SandboxId sb = own(uid);
+    for (std::size_t i = 0; i < kControlWaitsPerUidMax; ++i) core->on_request(c++, op_on(ControlOp::wait, sb, uid), kT0);
+  }
+  ASSERT_EQ(core->waits(), kControlWaitsMax - kControlWaitsReserved);
+  const SandboxId late = own(2999);
+  core->on_request(c++, op_on(ControlOp::wait, late, 2999), kT0);
+  EXPECT_EQ(last_answer()["error"], "busy");
+  EXPECT_NE(last_answer()["message"].get<std::string>().find("are kept for root and the supervisor's user"), std::string::npos)
+      << last_answer();
+  EXPECT_EQ(core->waits(), kControlWaitsMax - kControlWaitsReserved);
+  core->on_request(c++, op_on(ControlOp::wait, late, 0), kT0);  // root
+  EXPECT_EQ(core->waits(), kControlWaitsMax - kControlWaitsReserved + 1);
+
+  ControlRequest attached = run(std::nullopt);
+  attached.caller_uid = 2999;
+  attached.attach = true;
+  const std::size_t sandboxes = core->sandboxes().size();
+  core->on_request(c++, attached, kT0);
+  EXPECT_EQ(last_answer()["error"], "busy");
+  EXPECT_NE(last_answer()["message"].get<std::string>().find("nothing started"), std::string::npos) << last_answer();
+  EXPECT_EQ(core->sandboxes().size(), sandboxes);
 }

@@ -1941,12 +1941,16 @@ TEST_F(CliTest, RunWaitInterruptedStopsTheSandboxAndExitsWithTheSignalsCode) {
 TEST_F(CliTest, RunWaitOfANameQueuesForItAndAQueueTimeoutIsReported) {
   const std::string sock = (dir_ / "fake-queue.sock").string();
   FakeSupervisor f(sock, [](const nlohmann::json& req) -> std::string {
-    if (req["op"] == "run")
-      return R"j({"v":1,"id":null,"ok":false,"error":"timeout","message":"waited 250 ms for \"orders\" (at position 2 of 2); gave up"})j";
+    if (req["op"] == "run")  // its place first (a progress line), then the answer
+      return R"j({"v":1,"id":null,"progress":"queued","name":"orders","position":2,"waiters":2,"state":"held","holder":"0f8fad5b-d9cb-469f-a165-70867728950e","epoch":7})j"
+             "\n"
+             R"j({"v":1,"id":null,"ok":false,"error":"timeout","message":"waited 250 ms for \"orders\" (at position 2 of 2); gave up"})j";
     return ended_answer(0, "exited");
   });
   const Result r = cli({"run", "--supervisor", sock, "--wait", "--wait-timeout-ms", "250", "--name", "orders", "--", "/bin/job"});
   EXPECT_ANSWER(r, kFailure, "at position 2 of 2");
+  EXPECT_NE(r.err.find("waiting for \"orders\": 2 of 2 in line (held by sandbox 0f8fad5b-d9cb-469f-a165-70867728950e, epoch 7)"),
+            std::string::npos) << r.err;
   const auto reqs = f.requests();
   ASSERT_EQ(reqs.size(), 1u);
   const auto run = nlohmann::json::parse(reqs[0]);
@@ -1975,6 +1979,7 @@ TEST_F(CliTest, RunWaitInterruptedWhileQueuedLeavesWithTheSignalsCode) {
   ::kill(pid, SIGINT);
   const Result r = wait_cli(pid);
   EXPECT_EQ(r.code, 128 + SIGINT) << r.err;
+  EXPECT_NE(r.err.find("interrupted while waiting for \"orders\": left the queue, nothing started"), std::string::npos) << r.err;
   EXPECT_EQ(f.requests().size(), 1u);
 }
 

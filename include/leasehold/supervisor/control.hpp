@@ -85,6 +85,12 @@ inline constexpr std::size_t kControlEnvMax = 1024;
 /// kControlClientsMax connections.
 inline constexpr std::size_t kControlWaitsMax = kControlClientsMax / 2;
 inline constexpr std::size_t kControlWaitsPerUidMax = 8;
+/// Of kControlWaitsMax, this many are kept for root and the supervisor's own user: callers of
+/// other uids (members of --group) together wait on at most kControlWaitsMax − this.
+inline constexpr std::size_t kControlWaitsReserved = 8;
+/// A line a request with `"queue": true` may get before its answer: `"progress"` and no `"ok"`
+/// (control_call skips such lines; docs/PROTOCOL.md "A run that waits for its name").
+bool is_control_progress(const nlohmann::json& line);
 
 enum class ControlOp : std::uint8_t { run, name, expect_commit, release, kill, list, status, logs, wait };
 std::string_view to_string(ControlOp op) noexcept;
@@ -103,6 +109,9 @@ struct ControlRequest {
   /// queue_timeout_ms (nullopt: no limit) with `timeout`.
   bool queue = false;
   std::optional<std::uint64_t> queue_timeout_ms;
+  /// run: the client will `wait` for the sandbox's exit (`run --wait`): refused `busy` before
+  /// anything starts when the caller could not wait now (the bounds of `wait`).
+  bool attach = false;
   std::optional<SandboxId> sandbox;      ///< name, expect-commit, kill, wait, logs (or `name`)
   /// release, kill: how long the sandbox may take to exit after SIGTERM before cgroup.kill
   /// (nullopt: the supervisor's --stop-grace-ms; larger values are capped by it).
@@ -182,6 +191,8 @@ class ControlServer final : public ControlPort {
   /// Sends an answer line (from control_ok / control_error) to a client; dropped if the client
   /// is gone. Unblocks the client's next request.
   void reply(ControlClientId client, const std::string& line) override;
+  /// A progress line before the answer: written now, the request stays in progress.
+  void progress(ControlClientId client, const std::string& line) override;
 
   int listen_fd() const noexcept { return listen_fd_; }
   std::size_t clients() const noexcept { return clients_.size(); }

@@ -188,6 +188,9 @@ class ControlPort {
   virtual ~ControlPort() = default;
   /// Sends one answer line (control_ok / control_error) to `client`; dropped if it is gone.
   virtual void reply(ControlClientId client, const std::string& line) = 0;
+  /// Sends a progress line (is_control_progress) to `client` before its answer; the request
+  /// stays in progress. Dropped if the client is gone, or by a port that has no such lines.
+  virtual void progress(ControlClientId, const std::string&) {}
 };
 
 // ---- SlotTable ---------------------------------------------------------------------------

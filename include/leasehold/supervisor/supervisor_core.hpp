@@ -261,6 +261,10 @@ class SupervisorCore {
     std::uint32_t position = 0;      ///< lockd's last Queued answer
     std::uint32_t waiters = 0;
   };
+  /// Why a `wait` (or a queued run, or a run to be waited for) of `uid` cannot be taken now
+  /// (kControlWaitsMax in all, kControlWaitsPerUidMax per uid and kControlWaitsMax −
+  /// kControlWaitsReserved for all uids but root and the supervisor's); "" when it can.
+  std::string wait_refusal(uid_t uid) const;
   /// Sends (again) the Wait of a queued run; its answer is a place, or the 2-phase grant.
   void send_wait(const SandboxId& sb);
   /// lockd granted a queued run its name (2-phase, Acquiring): start it as a 2-phase acquire does
