@@ -250,6 +250,7 @@ TEST(Waiters, OnlyTheWaitersWorkerCanMoveIt) {
   EXPECT_EQ(rig.service->counters().waiters_left, 1u);
 
   // B waits again and is granted (Acquiring, bound to B): C's leave for B's sandbox is refused.
+  (void)a.answers(rig);
   a.send(rig, wire::Acquire{"res", sandbox(5), a.id, 0, false}, kT0 + 4 * kMs);
   rig.settle(kT0 + 4 * kMs);
   const wire::Grant again = as_grant(a.answer(rig));

@@ -1180,8 +1180,6 @@ TEST_F(SupervisorCoreTest, WaitsAreBoundedPerUidAndAClosedClientsWaitIsDropped) 
   EXPECT_EQ(core->waits(), 0u);
 }
 
-}  // namespace
-}  // namespace leasehold
 
 // ---- a run that waits its turn for its name (ControlRequest::queue) ----------------------------
 
@@ -1349,3 +1347,6 @@ TEST_F(SupervisorCoreTest, WaitPlacesAreKeptForRootAndARunThatCouldNotBeWaitedFo
   EXPECT_NE(last_answer()["message"].get<std::string>().find("nothing started"), std::string::npos) << last_answer();
   EXPECT_EQ(core->sandboxes().size(), sandboxes);
 }
+
+}  // namespace
+}  // namespace leasehold
