@@ -383,13 +383,8 @@ void SupervisorCore::leave_queue(std::vector<QueuedRun>::iterator it) {
 void SupervisorCore::commit_then_start(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch) {
   // Lease mode: the committed lease has a TTL from the commit on; it is heartbeated and the
   // sandbox starts once it is granted, as for an acquire.
-  wire::Commit c;
-  c.name_id = name_id_of(*req.name);
-  c.sandbox = sb;
-  c.epoch = epoch;
-  c.worker = cfg_.worker;
   if (Sandbox* s = find(sb); s != nullptr && s->phase == SandboxPhase::reserved) advance(s->phase, SandboxPhase::acquiring);
-  lockd_.call(c, now_i() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) mutable {
+  lockd_.call(wire::Commit{name_id_of(*req.name), sb, epoch, cfg_.worker}, now_i() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) mutable {
     now_ = static_cast<std::uint64_t>(r.now_ns);
     if (!r.ok()) {
       // Its answer may have been lost after lockd committed: give back whatever lockd has.
@@ -881,12 +876,7 @@ void SupervisorCore::on_acquiring(const SandboxId& sb, ControlClientId client, C
 }
 
 void SupervisorCore::send_commit(const SandboxId& sb, ControlClientId client, ControlRequest req, Epoch epoch) {
-  wire::Commit c;
-  c.name_id = name_id_of(*req.name);
-  c.sandbox = sb;
-  c.epoch = epoch;
-  c.worker = cfg_.worker;
-  lockd_.call(c, now_i() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) {
+  lockd_.call(wire::Commit{name_id_of(*req.name), sb, epoch, cfg_.worker}, now_i() + kAcquireTimeoutNs, [this, sb, client, req, epoch](LockdReply r) {
     now_ = static_cast<std::uint64_t>(r.now_ns);
     if (!r.ok()) {
       commit_failed(sb, client, req, epoch, ControlError::unreachable, "commit \"" + *req.name + "\": " + r.problem);

@@ -44,6 +44,14 @@ struct Peer {
     }
     return out;
   }
+  /// Acquires `name` for `sb` (lease mode, 1-phase) and returns the grant, made durable.
+  wire::Grant hold(CoreRig& rig, const std::string& name, SandboxId sb, std::int64_t now_ns, std::uint32_t ttl_ms = 0);
+  /// Joins the FIFO of `name` with `sb`; the Queued answer is read and dropped.
+  void queue(CoreRig& rig, const std::string& name, SandboxId sb, std::int64_t now_ns, std::uint32_t ttl_ms = 0) {
+    wait(rig, name, sb, now_ns, ttl_ms);
+    rig.settle(now_ns);
+    (void)answers(rig);
+  }
   /// The one answer since the last call (a test failure otherwise).
   wire::Body answer(CoreRig& rig) {
     auto a = answers(rig);
@@ -66,6 +74,12 @@ const wire::Grant& as_grant(const wire::Body& b) {
   EXPECT_NE(g, nullptr) << "not a grant: " << wire::to_string(wire::type_of(b));
   return g != nullptr ? *g : none;
 }
+wire::Grant Peer::hold(CoreRig& rig, const std::string& name, SandboxId sb, std::int64_t now_ns, std::uint32_t ttl_ms) {
+  send(rig, wire::Acquire{name, sb, id, ttl_ms, false}, now_ns);
+  rig.settle(now_ns);
+  return as_grant(answer(rig));
+}
+
 const wire::Queued& as_queued(const wire::Body& b) {
   static const wire::Queued none{};
   const auto* q = std::get_if<wire::Queued>(&b);
@@ -79,9 +93,7 @@ TEST(Waiters, AreServedInOrderEachAtANewEpochOnceDurable) {
   CoreRig rig(kT0);
   Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
        c = Peer::worker(WorkerId{0xc, 1}, 41003);
-  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
-  rig.settle(kT0);
-  const wire::Grant ga = as_grant(a.answer(rig));
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 0);
   ASSERT_EQ(ga.epoch, 1u);
 
   b.wait(rig, "res", sandbox(2), kT0 + kMs);
@@ -134,9 +146,7 @@ TEST(Waiters, AWaiterThatStopsAskingIsSkipped) {
   CoreRig rig(kT0);
   Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
        c = Peer::worker(WorkerId{0xc, 1}, 41003);
-  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
-  rig.settle(kT0);
-  const wire::Grant ga = as_grant(a.answer(rig));
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 0);
   b.wait(rig, "res", sandbox(2), kT0, 100);     // its place is kept 100 ms
   c.wait(rig, "res", sandbox(3), kT0, 10'000);
   rig.settle(kT0);
@@ -158,12 +168,8 @@ TEST(Waiters, AnExpiryHandsOverAfterTheLockDelay) {
   cfg.lock_delay_ms = 500;
   CoreRig rig(kT0, {}, 1, cfg);
   Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002);
-  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 1'000, false}, kT0);
-  rig.settle(kT0);
-  const wire::Grant ga = as_grant(a.answer(rig));
-  b.wait(rig, "res", sandbox(2), kT0, 60'000);
-  rig.settle(kT0);
-  (void)b.answers(rig);
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 1'000);
+  b.queue(rig, "res", sandbox(2), kT0, 60'000);
   rig.settle(kT0 + 1'100 * kMs);  // expired, in its lock-delay until 1,500 ms
   EXPECT_TRUE(b.answers(rig).empty());
   EXPECT_EQ(rig.service->table().state(ga.name_id).phase, LockPhase::free);
@@ -179,12 +185,8 @@ TEST(Waiters, NobodyJumpsTheQueue) {
   CoreRig rig(kT0);
   Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
        d = Peer::worker(WorkerId{0xd, 1}, 41004);
-  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
-  rig.settle(kT0);
-  const wire::Grant ga = as_grant(a.answer(rig));
-  b.wait(rig, "res", sandbox(2), kT0);
-  rig.settle(kT0);
-  (void)b.answers(rig);
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 0);
+  b.queue(rig, "res", sandbox(2), kT0);
   a.send(rig, wire::Release{ga.name_id, sandbox(1), 1}, kT0 + kMs);
   d.send(rig, wire::Acquire{"res", sandbox(4), d.id, 0, false}, kT0 + kMs);
   rig.settle(kT0 + kMs);
@@ -200,12 +202,8 @@ TEST(Waiters, NobodyJumpsTheQueue) {
 TEST(Waiters, ALostPushIsAnsweredByTheNextWait) {
   CoreRig rig(kT0);
   Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002);
-  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
-  rig.settle(kT0);
-  const wire::Grant ga = as_grant(a.answer(rig));
-  b.wait(rig, "res", sandbox(2), kT0);
-  rig.settle(kT0);
-  (void)b.answers(rig);
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 0);
+  b.queue(rig, "res", sandbox(2), kT0);
   a.send(rig, wire::Release{ga.name_id, sandbox(1), 1}, kT0 + kMs);
   rig.settle(kT0 + kMs);
   const wire::Grant pushed = as_grant(b.answer(rig));  // say it was lost on the way
@@ -221,12 +219,8 @@ TEST(Waiters, OnlyTheWaitersWorkerCanMoveIt) {
   CoreRig rig(kT0);
   Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
        c = Peer::worker(WorkerId{0xc, 1}, 41003);
-  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 0, false}, kT0);
-  rig.settle(kT0);
-  const wire::Grant ga = as_grant(a.answer(rig));
-  b.wait(rig, "res", sandbox(2), kT0);
-  rig.settle(kT0);
-  (void)b.answers(rig);
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 0);
+  b.queue(rig, "res", sandbox(2), kT0);
   c.wait(rig, "res", sandbox(2), kT0 + kMs);  // B's sandbox id, from C's worker
   c.send(rig, wire::Release{ga.name_id, sandbox(2), 0}, kT0 + kMs);
   rig.settle(kT0 + kMs);
@@ -254,9 +248,7 @@ TEST(Waiters, OnlyTheWaitersWorkerCanMoveIt) {
   a.send(rig, wire::Acquire{"res", sandbox(5), a.id, 0, false}, kT0 + 4 * kMs);
   rig.settle(kT0 + 4 * kMs);
   const wire::Grant again = as_grant(a.answer(rig));
-  b.wait(rig, "res", sandbox(6), kT0 + 5 * kMs);
-  rig.settle(kT0 + 5 * kMs);
-  (void)b.answers(rig);
+  b.queue(rig, "res", sandbox(6), kT0 + 5 * kMs);
   a.send(rig, wire::Release{again.name_id, sandbox(5), again.epoch}, kT0 + 6 * kMs);
   rig.settle(kT0 + 6 * kMs);
   EXPECT_EQ(as_grant(b.answer(rig)).state, LockPhase::acquiring);
@@ -276,12 +268,8 @@ TEST(Waiters, ARevokeHandsOverOnceTheKillIsConfirmed) {
   wire::WireKey root_key = test::cluster_key();  // the cluster key itself (wire/auth.hpp)
   root_key.key_id |= wire::kAdminKeyIdBit;
   Peer root(WorkerId{0x1d, 1}, root_key, 41009);
-  a.send(rig, wire::Acquire{"res", sandbox(1), a.id, 10'000, false}, kT0);
-  rig.settle(kT0);
-  const wire::Grant ga = as_grant(a.answer(rig));
-  b.wait(rig, "res", sandbox(2), kT0);
-  rig.settle(kT0);
-  (void)b.answers(rig);
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 10'000);
+  b.queue(rig, "res", sandbox(2), kT0);
   root.send(rig, wire::Revoke{ga.name_id, ga.epoch, false}, kT0 + kMs);
   rig.settle(kT0 + kMs);
   EXPECT_TRUE(std::holds_alternative<wire::Ok>(root.answer(rig)));

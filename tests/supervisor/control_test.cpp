@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -161,12 +162,14 @@ std::uint64_t now_ms() { return static_cast<std::uint64_t>(boottime_ns()) / 1'00
 class ServerFixture : public ::testing::Test {
  protected:
   void start(const char* tag) {
+    start(tag, [this](ControlClientId c, ControlRequest r) {
+      ++handled_;
+      server_->reply(c, control_ok(r.id, {{"op", std::string(to_string(r.op))}}));
+    });
+  }
+  void start(const char* tag, std::function<void(ControlClientId, ControlRequest)> handler) {
     path_ = temp_socket_path(tag);
-    server_ = std::make_unique<ControlServer>(ControlAccess{getuid(), std::nullopt},
-                                              [this](ControlClientId c, ControlRequest r) {
-                                                ++handled_;
-                                                server_->reply(c, control_ok(r.id, {{"op", std::string(to_string(r.op))}}));
-                                              });
+    server_ = std::make_unique<ControlServer>(ControlAccess{getuid(), std::nullopt}, std::move(handler));
     ASSERT_TRUE(server_->open(path_).ok());
     thread_ = std::thread([this] {
       while (!stop_.load()) {
@@ -232,22 +235,9 @@ TEST_F(ServerFixture, AnswersAndEchoesTheId) {
 
 // A progress line before the answer (a queued run's place) is passed over by control_call.
 TEST_F(ServerFixture, ProgressLinesComeBeforeTheAnswerAndAreNotTakenForIt) {
-  path_ = temp_socket_path("progress");
-  server_ = std::make_unique<ControlServer>(ControlAccess{getuid(), std::nullopt}, [this](ControlClientId c, ControlRequest r) {
+  start("progress", [this](ControlClientId c, ControlRequest r) {
     server_->progress(c, json({{"v", 1}, {"id", r.id}, {"progress", "queued"}, {"position", 2}}).dump() + "\n");
     server_->reply(c, control_ok(r.id, {{"op", std::string(to_string(r.op))}}));
-  });
-  ASSERT_TRUE(server_->open(path_).ok());
-  thread_ = std::thread([this] {
-    while (!stop_.load()) {
-      auto w = server_->watch_fds();
-      std::vector<pollfd> fds;
-      for (auto& x : w) fds.push_back({x.fd, x.events, 0});
-      ::poll(fds.data(), fds.size(), 20);
-      for (auto& f : fds)
-        if (f.revents) server_->on_ready(f.fd, f.revents, now_ms());
-      server_->tick(now_ms());
-    }
   });
   const json a = call({{"v", 1}, {"id", 5}, {"op", "list"}});
   EXPECT_EQ(a["ok"], true) << a.dump();
