@@ -53,6 +53,8 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -616,6 +618,154 @@ double etcd_put_rate(const std::string& endpoints, unsigned clients, double seco
   return failed ? 0.0 : static_cast<double>(done.load()) / secs;
 }
 
+// ---- --handover: a waiter's hand-over against a poll-and-retry loop ---------------------------
+
+/// One round's latency, ns, from the holder's Release acknowledged to the next holder's grant
+/// received (a queued waiter's pushed Grant, or a poller's first granted Acquire).
+struct Party {
+  WorkerId id;
+  std::unique_ptr<wire::Sender> sender;
+  wire::Authenticator auth;
+  Pipe pipe;
+  std::uint64_t next_rid = 1;
+  Party(WorkerId w, const wire::WireKey& cluster, const SocketAddress& lockd)
+      : id(w), auth(wire::derive_worker_key(cluster, w)), pipe(lockd) {
+    sender = std::make_unique<wire::Sender>(w, wire::seq_seed(), wire::derive_worker_key(cluster, w));
+  }
+  std::uint64_t send(const wire::Body& body) {
+    wire::Datagram d;
+    const std::uint64_t rid = next_rid++;
+    if (!sender->seal(rid, body, d)) throw std::runtime_error("seal");
+    pipe.queue(d);
+    pipe.flush();
+    return rid;
+  }
+  /// Every authentic answer there is now (no wait).
+  std::vector<wire::Body> poll_answers() {
+    std::vector<wire::Body> out;
+    pipe.receive(0, [&](std::span<const std::uint8_t> b) {
+      wire::DecodeResult r = wire::decode(b, &auth);
+      if (r) out.push_back(std::move(r.body));
+    });
+    return out;
+  }
+  /// Waits (spinning) for an answer that `accept` takes, at most 5 s.
+  template <class Fn>
+  bool await(Fn&& accept) {
+    const std::int64_t end = boottime_ns() + 5'000'000'000;
+    while (boottime_ns() < end)
+      for (const wire::Body& b : poll_answers())
+        if (accept(b)) return true;
+    return false;
+  }
+};
+
+/// `rounds` hand-overs of one name from A to B: B waits in lockd's FIFO (poll_ms 0), or B
+/// polls with a 2-phase Acquire every poll_ms, starting at a random phase before the release.
+/// The latencies in ns, from the release acknowledged and from the release sent (empty on a
+/// failure, reported on stderr).
+struct Handover {
+  std::vector<std::uint64_t> from_ack, from_send;
+};
+Handover handover_rounds(const SocketAddress& lockd, const wire::WireKey& key, unsigned rounds,
+                                           unsigned poll_ms, std::uint32_t tag) {
+  Party a(WorkerId{0x4a, tag}, key, lockd), b(WorkerId{0x4b, tag}, key, lockd);
+  Handover out;
+  std::minstd_rand rng(tag);
+  for (unsigned i = 0; i < rounds; ++i) {
+    const std::string name = "handover/" + std::to_string(tag) + "/" + std::to_string(i);
+    const NameId id = name_id_of(name);
+    const SandboxId sa{0xa0 + tag, i + 1}, sb{0xb0 + tag, i + 1};
+    Epoch held = 0;
+    a.send(wire::Acquire{name, sa, a.id, 60'000, false});
+    if (!a.await([&](const wire::Body& x) {
+          const auto* g = std::get_if<wire::Grant>(&x);
+          return g != nullptr && g->name_id == id && (held = g->epoch, true);
+        })) {
+      std::fprintf(stderr, "handover: A's acquire of %s was not granted\n", name.c_str());
+      return {};
+    }
+    if (poll_ms == 0) {
+      b.send(wire::Wait{name, sb, b.id, 60'000});
+      if (!b.await([&](const wire::Body& x) { return std::holds_alternative<wire::Queued>(x); })) {
+        std::fprintf(stderr, "handover: B's wait for %s was not queued\n", name.c_str());
+        return {};
+      }
+    }
+    // The poller's phase relative to the release is random, as a user's loop's would be.
+    const std::int64_t poll_ns = static_cast<std::int64_t>(poll_ms) * 1'000'000;
+    std::int64_t next_poll = poll_ms == 0 ? 0 : boottime_ns();
+    const std::int64_t release_at = boottime_ns() + (poll_ms == 0 ? 0 : static_cast<std::int64_t>(rng() % static_cast<unsigned>(poll_ns)));
+    bool released = false;
+    std::int64_t sent = 0, acked = 0, granted = 0;
+    Epoch got = 0;
+    const std::int64_t end = boottime_ns() + 10'000'000'000;
+    while ((acked == 0 || granted == 0) && boottime_ns() < end) {
+      const std::int64_t now = boottime_ns();
+      if (!released && now >= release_at) {
+        a.send(wire::Release{id, sa, held});
+        sent = boottime_ns();
+        released = true;
+      }
+      if (poll_ms != 0 && granted == 0 && now >= next_poll) {
+        b.send(wire::Acquire{name, sb, b.id, 0, true});
+        next_poll = now + poll_ns;
+      }
+      for (const wire::Body& x : a.poll_answers())
+        if (std::holds_alternative<wire::Ok>(x) && acked == 0) acked = boottime_ns();
+      for (const wire::Body& x : b.poll_answers())
+        if (const auto* g = std::get_if<wire::Grant>(&x); g != nullptr && g->name_id == id && granted == 0) {
+          granted = boottime_ns();
+          got = g->epoch;
+        }
+    }
+    if (acked == 0 || granted == 0) {
+      std::fprintf(stderr, "handover: round %u did not complete (release %s, grant %s)\n", i, acked ? "ok" : "lost",
+                   granted ? "ok" : "lost");
+      return {};
+    }
+    if (got <= held) {
+      std::fprintf(stderr, "handover: round %u granted epoch %llu after %llu\n", i, static_cast<unsigned long long>(got),
+                   static_cast<unsigned long long>(held));
+      return {};
+    }
+    out.from_ack.push_back(granted > acked ? static_cast<std::uint64_t>(granted - acked) : 0);
+    out.from_send.push_back(static_cast<std::uint64_t>(granted - sent));
+    b.send(wire::Release{id, sb, got});  // aborts the 2-phase grant
+    (void)b.await([](const wire::Body& x) { return std::holds_alternative<wire::Ok>(x); });
+  }
+  return out;
+}
+
+int run_handover(const Options& o, unsigned rounds) {
+  std::string key_file;
+  auto l = start_lockd(o, false, &key_file);
+  if (!l) return 1;
+  auto key = wire::load_key_file(key_file);
+  if (!key) {
+    std::fprintf(stderr, "%s\n", key.message().c_str());
+    return 1;
+  }
+  std::printf("hand-over of a held name to the next holder's grant (%u rounds each, lockd on SQLite, loopback), ms:\n",
+              rounds);
+  std::printf("  %-24s %14s %14s %14s %14s\n", "next holder", "ack->grant p50", "ack->grant p99", "send->grant p50",
+              "send->grant p99");
+  double fifo_send_p50 = 0;
+  std::uint32_t tag = 1;
+  for (const unsigned poll_ms : {0u, 10u, 100u}) {
+    const Handover h = handover_rounds(l->address, *key, rounds, poll_ms, tag++);
+    if (h.from_ack.empty()) return 1;
+    auto ms = [](const std::vector<std::uint64_t>& v, double p) { return static_cast<double>(percentile(v, p)) / 1e6; };
+    if (poll_ms == 0) fifo_send_p50 = ms(h.from_send, 0.50);
+    const std::string who = poll_ms == 0 ? "waits in lockd's FIFO" : "polls every " + std::to_string(poll_ms) + " ms";
+    std::printf("  %-24s %14.3f %14.3f %14.3f %14.3f", who.c_str(), ms(h.from_ack, 0.50), ms(h.from_ack, 0.99),
+                ms(h.from_send, 0.50), ms(h.from_send, 0.99));
+    if (poll_ms != 0 && fifo_send_p50 > 0) std::printf("   send->grant p50 %.1fx the FIFO's", ms(h.from_send, 0.50) / fifo_send_p50);
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -643,7 +793,12 @@ int main(int argc, char** argv) {
                  "own one-put transaction rate");
   app.add_option("--etcd-clients", o.etcd_clients, "--etcd: threads putting concurrently for etcd's own rate")
       ->capture_default_str();
+  unsigned handover = 0;
+  app.add_option("--handover", handover,
+                 "instead: this many hand-overs of a held name to a waiter in lockd's FIFO, and to a poller "
+                 "retrying every 10 ms and every 100 ms (p50/p99 from release acknowledged to the next grant)");
   CLI11_PARSE(app, argc, argv);
+  if (handover > 0) return run_handover(o, handover);
   std::printf("%u workers x %u sandboxes = %u leases; 2 cores shared by lockd and this generator\n", o.workers,
               o.sandboxes, o.workers * o.sandboxes);
   std::fflush(stdout);
