@@ -63,6 +63,20 @@ std::unique_ptr<wire::ClusterKeyring> keyring_of(const std::vector<wire::WireKey
   return ring;
 }
 
+/// The one name a request acts on (its text's id, or its name id); nullopt for those that act
+/// on several (heartbeats), none (list, stats) or may name one by text or id (show).
+std::optional<NameId> name_of(const wire::Body& body) {
+  return std::visit(
+      [](const auto& b) -> std::optional<NameId> {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, wire::Acquire> || std::is_same_v<T, wire::Wait>) return name_id_of(b.name);
+        else if constexpr (std::is_same_v<T, wire::Show>) return std::nullopt;
+        else if constexpr (requires { b.name_id; }) return b.name_id;
+        else return std::nullopt;
+      },
+      body);
+}
+
 /// What an admin key may send: the operations on the name table that no worker's key may send,
 /// and the read-only queries. Nothing that acts for a worker or a sandbox.
 bool is_admin_operation(wire::MessageType t) noexcept {
@@ -424,19 +438,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   if (authorize(caller_, m) != Refusal::none) {
     Outcome o;
     o.refusal = Refusal::forbidden;
-    switch (type) {
-      case wire::MessageType::acquire: o.name = name_id_of(std::get<wire::Acquire>(m.body).name); break;
-      case wire::MessageType::wait: o.name = name_id_of(std::get<wire::Wait>(m.body).name); break;
-      case wire::MessageType::commit: o.name = std::get<wire::Commit>(m.body).name_id; break;
-      case wire::MessageType::release: o.name = std::get<wire::Release>(m.body).name_id; break;
-      case wire::MessageType::transfer_begin: o.name = std::get<wire::TransferBegin>(m.body).name_id; break;
-      case wire::MessageType::transfer_complete: o.name = std::get<wire::TransferComplete>(m.body).name_id; break;
-      case wire::MessageType::transfer_accept: o.name = std::get<wire::TransferAccept>(m.body).name_id; break;
-      case wire::MessageType::revoke: o.name = std::get<wire::Revoke>(m.body).name_id; break;
-      case wire::MessageType::reassign: o.name = std::get<wire::Reassign>(m.body).name_id; break;
-      case wire::MessageType::kill_confirmed: o.name = std::get<wire::KillConfirmed>(m.body).name_id; break;
-      default: break;
-    }
+    o.name = name_of(m.body).value_or(NameId{});
     if (!wire::is_request(type)) {  // an answer (RunningAnswer, RevokedAck): nothing to answer
       (void)deny(o);  // counted
       return;
@@ -565,15 +567,7 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
   // A change to a name others wait for (a release, a revoke's confirmation, an abort) may let
   // the first of them have it now; its grant is a change of its own, durable before it is sent.
   if (!queues_.empty() && mutating) {
-    std::optional<NameId> name;
-    std::visit(
-        [&](const auto& b) {
-          using T = std::decay_t<decltype(b)>;
-          if constexpr (std::is_same_v<T, wire::Acquire> || std::is_same_v<T, wire::Wait>) name = name_id_of(b.name);
-          else if constexpr (requires { b.name_id; }) name = b.name_id;
-        },
-        m.body);
-    if (name) serve_queue(*name, now_ns);
+    if (const auto name = name_of(m.body)) serve_queue(*name, now_ns);
   }
 }
 
