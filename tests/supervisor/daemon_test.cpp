@@ -72,6 +72,19 @@ class SupervisorProcess : public ::testing::Test {
     extra.insert(extra.end(), {"--slots", "16"});
     ASSERT_TRUE(s.start(dir_.path(), relay.address(), key_, with(kSupTiming, extra), &err)) << err;
   }
+  // Two unnamed sandboxes on `sup`, one that writes nothing and one that writes "kept\n"; their
+  // run answers, once both have exited (their logs answer "running": false).
+  std::pair<json, json> quiet_and_chatty(const Supervisor& sup) {
+    const json quiet = sup.call(run_req("", {"true"}));
+    const json chatty = sup.call(run_req("", {"sh", "-c", "echo kept"}));
+    EXPECT_TRUE(eventually([&] {
+      for (const json& a : {quiet, chatty})
+        if (!a.contains("sandbox") || sup.call({{"v", 1}, {"op", "logs"}, {"sandbox", a["sandbox"]}}).value("running", true))
+          return false;
+      return true;
+    }, 10'000));
+    return {quiet, chatty};
+  }
   void seq_top_attack(bool defended);  // OneDatagramAtTheTopSeq... below
   void commit_before_spawn_attack(bool defended);  // PreemptibleCommitsOnly... below
   lockd::AdminClient admin() { return lockd::AdminClient(lockd_.socket_address(), load_key(key_)); }
@@ -1275,19 +1288,12 @@ TEST_F(SupervisorProcess, ACleanExitRemovesEmptySandboxLogsAndTheEmptyDefaultDir
   {
     Supervisor sup;
     start_sup(sup, flags, "first");
-    const json quiet = sup.call(run_req("", {"true"}));
-    const json chatty = sup.call(run_req("", {"sh", "-c", "echo kept"}));
+    const auto [quiet, chatty] = quiet_and_chatty(sup);
     ASSERT_EQ(quiet["ok"], true) << quiet.dump();
     ASSERT_EQ(chatty["ok"], true) << chatty.dump();
     quiet_log = quiet["log"];
     chatty_log = chatty["log"];
     EXPECT_EQ(fs::path(quiet_log).parent_path(), logs);
-    // Both have exited (their logs answer "running": false) before the supervisor stops.
-    EXPECT_TRUE(eventually([&] {
-      for (const json& a : {quiet, chatty})
-        if (sup.call({{"v", 1}, {"op", "logs"}, {"sandbox", a["sandbox"]}}).value("running", true)) return false;
-      return true;
-    }, 10'000));
     EXPECT_TRUE(fs::exists(quiet_log));
     sup.child.signal(SIGTERM);
     EXPECT_EQ(sup.child.wait(), 0) << sup.log_text();
@@ -1559,18 +1565,12 @@ TEST_F(SupervisorProcess, AKilledSupervisorsEmptySandboxLogsAreRemovedAtTheNextS
   {
     Supervisor sup;
     start_sup(sup, flags, "killed");
-    const json quiet = sup.call(run_req("", {"true"}));
-    const json chatty = sup.call(run_req("", {"sh", "-c", "echo kept"}));
+    const auto [quiet, chatty] = quiet_and_chatty(sup);
     ASSERT_EQ(quiet["ok"], true) << quiet.dump();
     ASSERT_EQ(chatty["ok"], true) << chatty.dump();
     quiet_log = quiet["log"];
     chatty_log = chatty["log"];
     chatty_id = chatty["sandbox"];
-    EXPECT_TRUE(eventually([&] {
-      for (const json& a : {quiet, chatty})
-        if (sup.call({{"v", 1}, {"op", "logs"}, {"sandbox", a["sandbox"]}}).value("running", true)) return false;
-      return true;
-    }, 10'000));
     sup.child.signal(SIGKILL);
     sup.child.wait();
   }
