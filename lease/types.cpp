@@ -125,6 +125,7 @@ std::string_view to_string(RefreshStatus s) noexcept {
     case RefreshStatus::refreshed: return "refreshed";
     case RefreshStatus::lost: return "lost";
     case RefreshStatus::unknown: return "unknown";
+    case RefreshStatus::queued: return "queued";
   }
   return "unknown_status";
 }

@@ -308,10 +308,46 @@ Answer AdminClient::reassign(NameId name, SandboxId to, WorkerId worker) {
   return request(wire::Reassign{name, to, worker});
 }
 Answer AdminClient::worker_heartbeat(WorkerId worker) { return request(wire::WorkerHeartbeat{worker, {}}); }
-Answer AdminClient::show(const std::string& name) { return request(wire::Show{name, NameId{}}); }
-Answer AdminClient::show(NameId name) { return request(wire::Show{std::string(), name}); }
-Answer AdminClient::list(std::uint64_t cursor, std::uint16_t limit) {
-  return request(wire::List{cursor, limit});
+Answer AdminClient::show(const std::string& name) { return request(wire::Show{name, NameId{}, std::nullopt}); }
+Answer AdminClient::show(NameId name) { return request(wire::Show{std::string(), name, std::nullopt}); }
+namespace {
+// An older lockd's refusal of a request's trailing field (List::waiters, Show::waiters_from).
+bool refused_trailing(const Answer& a) {
+  const auto* e = a.code() == Errc::refused ? std::get_if<wire::Error>(&a.body) : nullptr;
+  return e != nullptr && e->code == wire::error_code_of(wire::DecodeError::trailing_bytes);
+}
+}  // namespace
+
+Answer AdminClient::list(std::uint64_t cursor, std::uint16_t limit, bool waiters) {
+  if (waiters) {
+    Answer a = request(wire::List{cursor, limit, true});
+    if (!refused_trailing(a)) return a;
+  }
+  return request(wire::List{cursor, limit, false});
+}
+
+Answer AdminClient::show_waiters(const std::string& name) {
+  wire::Show ask{name, NameId{}, 0};
+  Answer first = request(ask);
+  if (refused_trailing(first)) return show(name);
+  auto* info = std::get_if<wire::NameInfo>(&first.body);
+  if (!first.ok() || info == nullptr || !info->with_waiters) return first;
+  // Further pages while the FIFO is longer than what came; a page that brings nothing ends it
+  // (the FIFO got shorter meanwhile).
+  while (info->waiters_from + info->waiters.size() < info->record.waiters) {
+    ask.waiters_from = static_cast<std::uint32_t>(info->waiters_from + info->waiters.size());
+    const Answer more = request(ask);
+    first.attempts += more.attempts;
+    const auto* page = more.as<wire::NameInfo>();
+    if (page == nullptr) {
+      Answer out = more;
+      out.attempts = first.attempts;
+      return out;
+    }
+    if (page->waiters.empty()) break;
+    info->waiters.insert(info->waiters.end(), page->waiters.begin(), page->waiters.end());
+  }
+  return first;
 }
 Answer AdminClient::stats() { return request(wire::Stats{}); }
 
@@ -328,9 +364,7 @@ Answer AdminClient::stats_all() {
     page_request.first = static_cast<std::uint16_t>(all.counters.size());
     Answer a = request(page_request);
     attempts += a.attempts;
-    const auto* e = a.code() == Errc::refused ? std::get_if<wire::Error>(&a.body) : nullptr;
-    if (e != nullptr && all.counters.empty() && e->code == wire::error_code_of(wire::DecodeError::trailing_bytes))
-      return stats();  // an older lockd: no paging
+    if (all.counters.empty() && refused_trailing(a)) return stats();  // an older lockd: no paging
     const auto* page = a.as<wire::StatsAnswer>();
     if (page == nullptr) {
       a.attempts = attempts;
@@ -345,13 +379,14 @@ Answer AdminClient::stats_all() {
   return out;
 }
 
-Result<std::vector<wire::NameRecord>> AdminClient::list_all(std::size_t names_max) {
+Result<std::vector<wire::NameRecord>> AdminClient::list_all(std::size_t names_max, bool* waiters) {
   std::vector<wire::NameRecord> all;
   std::uint64_t cursor = 0;
   do {
-    Answer a = list(cursor);
+    Answer a = list(cursor, 0, waiters != nullptr);
     const auto* page = a.as<wire::ListPage>();
     if (page == nullptr) return a.ok() ? Status{Errc::corrupt, "unexpected answer to list"} : a.status;
+    if (waiters != nullptr && !page->with_waiters) *waiters = false;
     all.insert(all.end(), page->entries.begin(), page->entries.end());
     if (page->next_cursor != 0 && page->next_cursor <= cursor)
       return Status{Errc::corrupt, "list cursor did not advance"};
@@ -424,13 +459,13 @@ Result<AdminClient::ShardLeaders> AdminClient::shard_leaders() {
   return out;
 }
 
-Result<std::vector<wire::NameRecord>> AdminClient::list_cluster(std::size_t names_max) {
+Result<std::vector<wire::NameRecord>> AdminClient::list_cluster(std::size_t names_max, bool* waiters) {
   auto stats = counters();
   if (!stats.ok()) return stats.status();
   std::uint64_t count = 1;
   for (const wire::Counter& c : *stats)
     if (c.key == "shards") count = c.value;
-  if (count <= 1) return list_all(names_max);
+  if (count <= 1) return list_all(names_max, waiters);
   auto where = shard_leaders();
   if (!where.ok()) return where.status();
   std::vector<wire::NameRecord> all;
@@ -445,11 +480,13 @@ Result<std::vector<wire::NameRecord>> AdminClient::list_cluster(std::size_t name
     const std::size_t at = *where->leader[k];
     std::uint64_t cursor = 0;
     do {
-      Answer a = request_at(at, wire::List{cursor, 0});
+      Answer a = request_at(at, wire::List{cursor, 0, waiters != nullptr});
+      if (waiters != nullptr && refused_trailing(a)) a = request_at(at, wire::List{cursor, 0, false});
       const auto* page = a.as<wire::ListPage>();
       if (page == nullptr)
         return a.ok() ? Status{Errc::corrupt, "unexpected answer to list from " + lockds_[at].str()}
                       : Status{a.code(), "shard " + std::to_string(k) + " at " + lockds_[at].str() + ": " + a.message()};
+      if (waiters != nullptr && !page->with_waiters) *waiters = false;
       all.insert(all.end(), page->entries.begin(), page->entries.end());
       if (page->next_cursor != 0 && page->next_cursor <= cursor)
         return Status{Errc::corrupt, "list cursor did not advance"};

@@ -836,6 +836,14 @@ wire::Body LockService::on_wait(const wire::Wait& w, const SocketAddress& from, 
         refused.refusal = Refusal::forbidden;
         return deny(refused);
       }
+      if (ws[i].lapse_ns <= now_ns) {
+        // Its place lapsed (dropped when it reaches the head): it joins at the back again,
+        // as a waiter that left would, not where it stood.
+        forget_waiter(ws[i]);
+        ws.erase(ws.begin() + static_cast<std::ptrdiff_t>(i));
+        ++counters_.waiters_lapsed;
+        break;
+      }
       ws[i].lapse_ns = now_ns + ttl_ns;
       ws[i].from = from;
       ws[i].request_id = request_id;
@@ -1037,6 +1045,10 @@ void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const 
     worker_addresses_[worker] = from;
   wire::HeartbeatAck ack;
   for (std::size_t i = 0; i < n; ++i) {
+    if (entries[i].epoch == 0) {  // no grant has epoch 0: a waiter's place, renewed
+      ack.entries.push_back(renew_waiter(entries[i].name, entries[i].sandbox, worker, from, ttl_ns, now_ns));
+      continue;
+    }
     wire::HeartbeatAckEntry e;
     e.name_id = entries[i].name;
     e.status = answers[i].status;
@@ -1057,6 +1069,7 @@ void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const 
         break;
       }
       case RefreshStatus::unknown: ++counters_.refresh_unknown; break;
+      case RefreshStatus::queued: break;  // the table never answers it
     }
     ack.entries.push_back(e);
   }
@@ -1064,6 +1077,28 @@ void LockService::on_heartbeat(const wire::Heartbeat& h, WorkerId worker, const 
   const bool acknowledges = std::any_of(answers.begin(), answers.begin() + static_cast<std::ptrdiff_t>(n),
                                         [](const RefreshAnswer& a) { return a.status == RefreshStatus::refreshed; });
   answer_after(acknowledges ? note_seen(worker) : 0, from, request_id, ack);
+}
+
+wire::HeartbeatAckEntry LockService::renew_waiter(NameId name, const SandboxId& sandbox, WorkerId worker,
+                                                  const SocketAddress& from, std::int64_t ttl_ns,
+                                                  std::int64_t now_ns) {
+  ++counters_.waiter_renewals;
+  const LockState st = table_.state(name);
+  wire::HeartbeatAckEntry e{name, RefreshStatus::lost, st.owner, st.epoch, 0};
+  const auto q = queues_.find(name);
+  if (q == queues_.end()) return e;
+  for (Waiter& w : q->second.waiters) {
+    if (w.sandbox != sandbox) continue;
+    // Only the worker it will run on keeps its place, and only while the place is live: a
+    // lapsed place is never granted (serve_queue drops it), so it is not revived either.
+    if (w.worker != worker || w.lapse_ns <= now_ns) return e;
+    w.lapse_ns = now_ns + ttl_ns;
+    w.from = from;
+    e.status = RefreshStatus::queued;
+    e.ttl_left_ms = ms_left(w.lapse_ns, now_ns);
+    return e;
+  }
+  return e;
 }
 
 std::uint64_t LockService::note_seen(WorkerId worker) {
@@ -1385,11 +1420,13 @@ wire::Body LockService::on_list(const wire::List& l, std::int64_t now_ns) const 
   const std::size_t want = l.limit == 0 ? wire::kListEntriesMax
                                         : std::min<std::size_t>(l.limit, wire::kListEntriesMax);
   wire::ListPage page;
+  page.with_waiters = l.waiters;
   auto it = names_.lower_bound(NameId{l.cursor, 0});
   for (; it != names_.end() && page.entries.size() < want; ++it) {
     const LockState s = table_.state(it->first);
     if (!s.known) continue;
     page.entries.push_back(record_of(it->first, s, now_ns));
+    if (l.waiters) page.entries.back().waiters = waiters_for(it->first);
     if (wire::payload_bytes(page) > wire::kPayloadBytesMax) {
       page.entries.pop_back();
       break;
@@ -1412,7 +1449,31 @@ wire::Body LockService::on_show(const wire::Show& s, std::int64_t now_ns) const 
     d.epoch = st.epoch;
     return d;
   }
-  return wire::NameInfo{record_of(id, st, now_ns)};
+  wire::NameInfo info{record_of(id, st, now_ns), false, 0, {}};
+  if (!s.waiters_from) return info;
+  // The FIFO in order, from the index asked for, while it fits one datagram.
+  info.with_waiters = true;
+  info.waiters_from = *s.waiters_from;
+  info.record.waiters = waiters_for(id);
+  // Who waits is told to the cluster's and the operators' keys; a worker key (Show of a name
+  // of its own) learns how many, not which sandboxes of which workers.
+  if (caller_.authority == wire::Authority::worker) return info;
+  if (const auto q = queues_.find(id); q != queues_.end()) {
+    const auto& ws = q->second.waiters;
+    for (std::size_t i = *s.waiters_from; i < ws.size(); ++i) {
+      info.waiters.push_back(wire::WaiterRecord{ws[i].sandbox, ws[i].worker, ms_left(ws[i].lapse_ns, now_ns)});
+      if (wire::payload_bytes(info) > wire::kPayloadBytesMax) {
+        info.waiters.pop_back();
+        break;
+      }
+    }
+  }
+  return info;
+}
+
+std::uint32_t LockService::waiters_for(NameId name) const {
+  const auto q = queues_.find(name);
+  return q == queues_.end() ? 0 : static_cast<std::uint32_t>(q->second.waiters.size());
 }
 
 void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
@@ -1538,6 +1599,7 @@ void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
   counter("waiters_granted", counters_.waiters_granted, "waiters granted the name from a FIFO");
   counter("waiters_lapsed", counters_.waiters_lapsed, "waiters dropped: no Wait re-sent within their TTL");
   counter("waiters_left", counters_.waiters_left, "waiters that left their FIFO (Release with epoch 0)");
+  counter("waiter_renewals", counters_.waiter_renewals, "heartbeat entries renewing a waiter's place (epoch 0)");
   counter("waiters_refused", counters_.waiters_refused, "waiters passed over: the table refused them the name");
   counter("waits_refused_full", counters_.waits_refused_full, "Waits refused: a FIFO or all of them full");
 }

@@ -86,8 +86,10 @@ std::size_t size_of(const KillConfirmed&) noexcept { return 2 * kIdBytes + 8; }
 std::size_t size_of(const Reassign&) noexcept { return 3 * kIdBytes; }
 std::size_t size_of(const WorkerHeartbeat& m) noexcept { return kIdBytes + 2 + m.held.size() * kHeartbeatEntryBytes; }
 std::size_t size_of(const IsRunning&) noexcept { return 2 * kIdBytes + 8; }
-std::size_t size_of(const List&) noexcept { return 8 + 2; }
-std::size_t size_of(const Show& m) noexcept { return 1 + (m.name.empty() ? kIdBytes : 1 + m.name.size()); }
+std::size_t size_of(const List& m) noexcept { return 8 + 2 + (m.waiters ? 1 : 0); }
+std::size_t size_of(const Show& m) noexcept {
+  return 1 + (m.name.empty() ? kIdBytes : 1 + m.name.size()) + (m.waiters_from ? 4 : 0);
+}
 std::size_t size_of(const Stats& m) noexcept { return m.first ? 2 : 0; }
 std::size_t size_of(const Grant& m) noexcept { return 3 * kIdBytes + 8 + 1 + 4 + 1 + m.token.size(); }
 std::size_t size_of(const Deny&) noexcept { return 3 * kIdBytes + 1 + 8 + 1; }
@@ -101,10 +103,13 @@ std::size_t size_of(const NameRecord& r) noexcept {
 }
 std::size_t size_of(const ListPage& m) noexcept {
   std::size_t n = 8 + 2;
-  for (const auto& r : m.entries) n += size_of(r);
-  return n;
+  for (const auto& r : m.entries) n += size_of(r) + (m.with_waiters ? 4 : 0);
+  return n + (m.with_waiters ? 1 : 0);
 }
-std::size_t size_of(const NameInfo& m) noexcept { return size_of(m.record); }
+constexpr std::size_t kWaiterRecordBytes = 2 * kIdBytes + 4;
+std::size_t size_of(const NameInfo& m) noexcept {
+  return size_of(m.record) + (m.with_waiters ? 4 + 4 + 2 + m.waiters.size() * kWaiterRecordBytes : 0);
+}
 std::size_t size_of(const StatsAnswer& m) noexcept {
   std::size_t n = 2;
   for (const auto& c : m.counters) n += 1 + c.key.size() + 8;
@@ -122,11 +127,20 @@ EncodeError check(const Acquire& m) { return check_name(m.name); }
 EncodeError check(const Wait& m) { return check_name(m.name); }
 EncodeError check(const Show& m) { return m.name.empty() ? EncodeError::none : check_name(m.name); }
 EncodeError check(const NameRecord& r) { return check_name(r.name); }
-EncodeError check(const NameInfo& m) { return check(m.record); }
+// Waiter counts and lists are only on the wire in the sections asked for: without one they must
+// be empty, or the decoded message would differ from the one encoded.
+EncodeError check(const NameInfo& m) {
+  if (!m.with_waiters && (m.record.waiters != 0 || m.waiters_from != 0 || !m.waiters.empty()))
+    return EncodeError::bad_count;
+  if (m.waiters.size() > UINT16_MAX) return EncodeError::bad_count;
+  return check(m.record);
+}
 EncodeError check(const ListPage& m) {
   if (m.entries.size() > kListEntriesMax) return EncodeError::bad_count;
-  for (const auto& r : m.entries)
+  for (const auto& r : m.entries) {
+    if (!m.with_waiters && r.waiters != 0) return EncodeError::bad_count;
     if (auto e = check(r); e != EncodeError::none) return e;
+  }
   return EncodeError::none;
 }
 EncodeError check(const StatsAnswer& m) {
@@ -182,10 +196,14 @@ void put(Writer& w, const WorkerHeartbeat& m) {
   put_entries(w, m.held);
 }
 void put(Writer& w, const IsRunning& m) { w.id(m.name_id); w.id(m.sandbox); w.u64(m.epoch); }
-void put(Writer& w, const List& m) { w.u64(m.cursor); w.u16(m.limit); }
+void put(Writer& w, const List& m) {
+  w.u64(m.cursor); w.u16(m.limit);
+  if (m.waiters) w.u8(1);
+}
 void put(Writer& w, const Show& m) {
   if (m.name.empty()) { w.u8(0); w.id(m.name_id); }
   else { w.u8(1); w.text8(m.name); }
+  if (m.waiters_from) w.u32(*m.waiters_from);
 }
 void put(Writer& w, const Stats& m) {
   if (m.first) w.u16(*m.first);
@@ -222,8 +240,17 @@ void put(Writer& w, const ListPage& m) {
   w.u64(m.next_cursor);
   w.u16(static_cast<std::uint16_t>(m.entries.size()));
   for (const auto& r : m.entries) put(w, r);
+  if (!m.with_waiters) return;
+  w.u8(1);  // the section is there even for an empty page
+  for (const auto& r : m.entries) w.u32(r.waiters);
 }
-void put(Writer& w, const NameInfo& m) { put(w, m.record); }
+void put(Writer& w, const NameInfo& m) {
+  put(w, m.record);
+  if (!m.with_waiters) return;
+  w.u32(m.record.waiters); w.u32(m.waiters_from);
+  w.u16(static_cast<std::uint16_t>(m.waiters.size()));
+  for (const auto& x : m.waiters) { w.id(x.sandbox); w.id(x.worker); w.u32(x.ttl_left_ms); }
+}
 void put(Writer& w, const StatsAnswer& m) {
   w.u16(static_cast<std::uint16_t>(m.counters.size()));
   for (const auto& c : m.counters) { w.text8(c.key); w.u64(c.value); }
@@ -452,13 +479,30 @@ bool get(Reader& r, IsRunning& m) {
   return r.id(m.name_id, "is_running.name_id") && r.id(m.sandbox, "is_running.sandbox") &&
          r.u64(m.epoch, "is_running.epoch");
 }
-bool get(Reader& r, List& m) { return r.u64(m.cursor, "list.cursor") && r.u16(m.limit, "list.limit"); }
+bool get(Reader& r, List& m) {
+  if (!(r.u64(m.cursor, "list.cursor") && r.u16(m.limit, "list.limit"))) return false;
+  if (r.left() == 0) return true;  // as every version sends it
+  std::uint8_t waiters = 0;
+  if (!r.u8(waiters, "list.waiters")) return false;
+  if (waiters != 1) return r.bad_value("list.waiters", waiters);  // sent only when wanted
+  m.waiters = true;
+  return true;
+}
 bool get(Reader& r, Show& m) {
   std::uint8_t by = 0;
   if (!r.u8(by, "show.by")) return false;
-  if (by == 0) return r.id(m.name_id, "show.name_id");
-  if (by == 1) return r.name(m.name, "show.name");
-  return r.bad_value("show.by", by);
+  if (by == 0) {
+    if (!r.id(m.name_id, "show.name_id")) return false;
+  } else if (by == 1) {
+    if (!r.name(m.name, "show.name")) return false;
+  } else {
+    return r.bad_value("show.by", by);
+  }
+  if (r.left() == 0) return true;  // as every version sends it
+  std::uint32_t from = 0;
+  if (!r.u32(from, "show.waiters_from")) return false;
+  m.waiters_from = from;
+  return true;
 }
 bool get(Reader& r, Stats& m) {
   if (r.left() == 0) return true;  // the unpaged request, as every version sends it
@@ -516,9 +560,30 @@ bool get(Reader& r, ListPage& m) {
   m.entries.resize(n);
   for (auto& e : m.entries)
     if (!get(r, e)) return false;
+  if (r.left() == 0) return true;  // no waiter counts asked for
+  std::uint8_t section = 0;
+  if (!r.u8(section, "list_page.waiters")) return false;
+  if (section != 1) return r.bad_value("list_page.waiters", section);
+  m.with_waiters = true;
+  for (auto& e : m.entries)
+    if (!r.u32(e.waiters, "list_page.waiters")) return false;
   return true;
 }
-bool get(Reader& r, NameInfo& m) { return get(r, m.record); }
+bool get(Reader& r, NameInfo& m) {
+  if (!get(r, m.record)) return false;
+  if (r.left() == 0) return true;  // no waiters asked for
+  m.with_waiters = true;
+  std::uint16_t n = 0;
+  if (!(r.u32(m.record.waiters, "name_info.waiters") && r.u32(m.waiters_from, "name_info.waiters_from") &&
+        r.count(n, UINT16_MAX, kWaiterRecordBytes, "name_info.waiter_count")))
+    return false;
+  m.waiters.resize(n);
+  for (auto& x : m.waiters)
+    if (!(r.id(x.sandbox, "name_info.waiter_sandbox") && r.id(x.worker, "name_info.waiter_worker") &&
+          r.u32(x.ttl_left_ms, "name_info.waiter_ttl_left_ms")))
+      return false;
+  return true;
+}
 bool get(Reader& r, StatsAnswer& m) {
   std::uint16_t n = 0;
   if (!r.count(n, kCountersMax, 1 + 1 + 8, "stats_answer.count")) return false;

@@ -123,6 +123,7 @@ wire::Body answer_for(const wire::Body& b, std::uint64_t stats_served) {
     ListPage page;
     for (std::uint64_t i = 1; i <= q->limit && i <= 3; ++i) page.entries.push_back(record(q->cursor + i));
     page.next_cursor = q->cursor + page.entries.size();
+    page.with_waiters = q->waiters;
     return page;
   }
   if (const auto* q = std::get_if<Show>(&b)) {
@@ -133,7 +134,12 @@ wire::Body answer_for(const wire::Body& b, std::uint64_t stats_served) {
     } else {
       r.name_id = q->name_id;
     }
-    return NameInfo{r};
+    NameInfo info{r, q->waiters_from.has_value(), q->waiters_from.value_or(0), {}};
+    if (info.with_waiters) {
+      info.record.waiters = 26;
+      info.waiters.push_back(WaiterRecord{sid(950), wid(950), 700});
+    }
+    return info;
   }
   if (const auto* q = std::get_if<Revoked>(&b)) return RevokedAck{q->name_id, q->epoch, true};
   if (const auto* q = std::get_if<KillConfirmed>(&b)) return Ok{q->name_id, q->epoch + 1};
@@ -322,7 +328,7 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   std::vector<Body> requests;
   for (const Body& b : every_type())
     if (is_request(type_of(b))) requests.push_back(b);
-  ASSERT_EQ(requests.size(), 18u);
+  ASSERT_EQ(requests.size(), 20u);
 
   // The answers, written out from the sample values of wire_samples.hpp.
   HeartbeatAck hb_ack;
@@ -331,11 +337,16 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   hb_ack.entries.push_back({nid(2), RefreshStatus::refreshed, sid(2), 9, 3000});
   hb_ack.entries.push_back({nid(3), RefreshStatus::lost, sid(900), 11, 0});
   hb_ack.entries.push_back({nid(4), RefreshStatus::refreshed, sid(4), 11, 3000});
+  hb_ack.entries.push_back({nid(6), RefreshStatus::lost, sid(900), 1, 0});  // the place at epoch 0
   NameRecord shown_by_name = record(19);
   shown_by_name.name = "svc.a/b_c";
   shown_by_name.name_id = name_id_of("svc.a/b_c");
   NameRecord shown_by_id = record(19);
   shown_by_id.name_id = nid(12);
+  NameInfo shown_with_waiters{record(19), true, 25, {WaiterRecord{sid(950), wid(950), 700}}};
+  shown_with_waiters.record.name = "svc.q";
+  shown_with_waiters.record.name_id = name_id_of("svc.q");
+  shown_with_waiters.record.waiters = 26;
   const std::vector<Body> expected = {
       Grant{name_id_of("db/primary:shard-7"), 7, sid(1), wid(1), LockPhase::acquiring, 5000, {}},
       Grant{nid(2), 42, sid(2), wid(2), LockPhase::held, 5000, {}},
@@ -348,9 +359,11 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
       Deny{nid(8), Refusal::not_free, sid(77), wid(77), 12, LockPhase::held},
       WorkerAck{9000, {}},
       RunningAnswer{nid(10), sid(10), 50, false},
-      ListPage{{record(78), record(79), record(80)}, 80},
-      NameInfo{shown_by_name},
-      NameInfo{shown_by_id},
+      ListPage{{record(78), record(79), record(80)}, 80, false},
+      ListPage{{}, 78, true},
+      NameInfo{shown_by_name, false, 0, {}},
+      NameInfo{shown_by_id, false, 0, {}},
+      shown_with_waiters,
       StatsAnswer{{{"refusal_held", 12}, {"stats_served", 1}}},
       RevokedAck{nid(20), 60, true},
       Ok{nid(21), 63},
@@ -378,7 +391,8 @@ TEST_F(WireBridgeTest, EveryMessageTypeCrossesLoopbackAuthenticated) {
   }
   EXPECT_EQ(link->stats().answers_bad, 0u);
   for (const Body& b : requests) EXPECT_GE(lockd_->executed[type_of(b)], 1u) << to_string(type_of(b));
-  EXPECT_EQ(lockd_->executed[MessageType::show], 2u);
+  EXPECT_EQ(lockd_->executed[MessageType::show], 3u);  // by name, by id, with its waiters
+  EXPECT_EQ(lockd_->executed[MessageType::list], 2u);  // plain, with waiter counts
 
   // --- lockd → worker: IsRunning on the link's socket, answered by its handler -------------
   ASSERT_EQ(lockd_->peers.count(worker), 1u);

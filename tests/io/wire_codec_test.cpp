@@ -292,7 +292,7 @@ TEST_F(WireCodec, InvalidNamesAreRejectedAtDecodeAndEncode) {
   EXPECT_EQ(encode(header(), Acquire{std::string(kNameBytesMax + 1, 'a'), samples::sid(1), {}, 0, false}, &auth, out)
                 .error,
             EncodeError::invalid_name);
-  EXPECT_EQ(encode(header(), Show{"x y", {}}, &auth, out).error, EncodeError::invalid_name);
+  EXPECT_EQ(encode(header(), Show{"x y", {}, std::nullopt}, &auth, out).error, EncodeError::invalid_name);
 }
 
 TEST_F(WireCodec, OutOfRangeEnumsAndBooleansAreRejected) {

@@ -37,6 +37,7 @@ inline std::vector<Body> every_type() {
   Heartbeat hb;
   hb.ttl_cap_ms = 3000;
   for (std::uint64_t i = 0; i < 5; ++i) hb.entries.push_back(HeartbeatEntry{nid(i), sid(i), 7 + i});
+  hb.entries.push_back(HeartbeatEntry{nid(6), sid(6), 0});  // a waiter's place
   v.push_back(hb);
   v.push_back(Release{nid(3), sid(3), 43});
   v.push_back(TransferBegin{nid(4), sid(4), 44, sid(5), wid(5)});
@@ -49,9 +50,11 @@ inline std::vector<Body> every_type() {
   beat.held.push_back(HeartbeatEntry{nid(10), sid(10), 50});
   v.push_back(beat);
   v.push_back(IsRunning{nid(10), sid(10), 50});
-  v.push_back(List{77, 20});
-  v.push_back(Show{"svc.a/b_c", NameId{}});
-  v.push_back(Show{"", nid(12)});
+  v.push_back(List{77, 20, false});
+  v.push_back(List{78, 0, true});
+  v.push_back(Show{"svc.a/b_c", NameId{}, std::nullopt});
+  v.push_back(Show{"", nid(12), std::nullopt});
+  v.push_back(Show{"svc.q", NameId{}, 25});
   v.push_back(Stats{});
   v.push_back(Revoked{nid(20), 60, 61});
   v.push_back(KillConfirmed{nid(21), sid(21), 62});
@@ -68,6 +71,7 @@ inline std::vector<Body> every_type() {
   ack.entries.push_back(HeartbeatAckEntry{nid(1), RefreshStatus::refreshed, sid(1), 8, 2900});
   ack.entries.push_back(HeartbeatAckEntry{nid(2), RefreshStatus::lost, sid(99), 12, 0});
   ack.entries.push_back(HeartbeatAckEntry{nid(3), RefreshStatus::unknown, SandboxId{}, 0, 0});
+  ack.entries.push_back(HeartbeatAckEntry{nid(4), RefreshStatus::queued, sid(5), 13, 2950});
   v.push_back(ack);
   v.push_back(Ok{nid(15), 55});
   v.push_back(TransferState{nid(16), sid(16), sid(17), 56, 57, LockPhase::transferring});
@@ -75,8 +79,20 @@ inline std::vector<Body> every_type() {
   wack.not_held.push_back(HeartbeatAckEntry{nid(9), RefreshStatus::lost, sid(77), 51, 0});
   v.push_back(wack);
   v.push_back(RunningAnswer{nid(18), sid(18), 58, true});
-  v.push_back(ListPage{{record(1), record(2), record(3)}, 4});
-  v.push_back(NameInfo{record(19)});
+  v.push_back(ListPage{{record(1), record(2), record(3)}, 4, false});
+  {
+    ListPage counted{{record(5), record(6)}, 7, true};
+    counted.entries[0].waiters = 3;
+    v.push_back(counted);
+  }
+  v.push_back(NameInfo{record(19), false, 0, {}});
+  {
+    NameInfo queue{record(20), true, 2, {}};
+    queue.record.waiters = 4;
+    queue.waiters.push_back(WaiterRecord{sid(30), wid(30), 900});
+    queue.waiters.push_back(WaiterRecord{sid(31), wid(31), 0});
+    v.push_back(queue);
+  }
   v.push_back(StatsAnswer{{{"refusal_held", 12}, {"refreshes_per_s", 34000}, {"store_commit_ns_p99", 81234}}});
   v.push_back(RevokedAck{nid(22), 63, true});
   v.push_back(Queued{nid(23), 2, 5, sid(24), wid(24), 64, LockPhase::held, 3500});

@@ -332,5 +332,127 @@ TEST(Waiters, OneWorkerCannotTakeEveryPlace) {
   EXPECT_EQ(as_queued(c.answer(rig)).position, 1u);
 }
 
+// A heartbeat entry at epoch 0 renews a waiter's place as a Wait would, answered `queued` with
+// the time it is now kept; only from the waiter's own worker, never for a lapsed place, and a
+// waiter already granted (its push lost) is answered `lost`, so its supervisor sends a Wait.
+TEST(Waiters, AHeartbeatEntryAtEpochZeroRenewsAPlaceOfItsOwnWorkerOnly) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       c = Peer::worker(WorkerId{0xc, 1}, 41003);
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 0);
+  b.queue(rig, "res", sandbox(2), kT0, 100);  // kept 100 ms without a renewal
+  c.queue(rig, "res", sandbox(3), kT0, 100);
+  auto beat = [&](Peer& p, SandboxId sb, std::int64_t at) {
+    wire::Heartbeat h;
+    h.entries.push_back(wire::HeartbeatEntry{ga.name_id, sb, 0});
+    p.send(rig, h, at);
+    rig.settle(at);
+    const wire::Body got = p.answer(rig);
+    const auto* ack = std::get_if<wire::HeartbeatAck>(&got);
+    EXPECT_NE(ack, nullptr);
+    return ack != nullptr && ack->entries.size() == 1 ? ack->entries[0] : wire::HeartbeatAckEntry{};
+  };
+  // B renews within its 100 ms, twice, past the first 100 ms; C never does.
+  for (const std::int64_t at : {kT0 + 80 * kMs, kT0 + 160 * kMs}) {
+    const wire::HeartbeatAckEntry e = beat(b, sandbox(2), at);
+    EXPECT_EQ(e.status, RefreshStatus::queued);
+    EXPECT_EQ(e.holder, sandbox(1));
+    EXPECT_EQ(e.epoch, ga.epoch);
+    EXPECT_EQ(e.ttl_left_ms, rig.cfg.ttl_ms) << "renewed by lockd's TTL, as a lease";
+  }
+  // Worker A's key names B's waiter: not renewed, and told nothing of the place.
+  EXPECT_EQ(beat(a, sandbox(2), kT0 + 170 * kMs).status, RefreshStatus::lost);
+  // C's place lapsed at +100 ms: a renewal does not revive it.
+  EXPECT_EQ(beat(c, sandbox(3), kT0 + 180 * kMs).status, RefreshStatus::lost);
+  EXPECT_EQ(rig.service->counters().waiter_renewals, 4u);
+  // A releases at +190 ms: B, kept by its heartbeats, is granted; C's place is gone.
+  a.send(rig, wire::Release{ga.name_id, sandbox(1), ga.epoch}, kT0 + 190 * kMs);
+  rig.settle(kT0 + 190 * kMs);
+  const wire::Grant gb = as_grant(b.answer(rig));
+  EXPECT_EQ(gb.holder, sandbox(2));
+  EXPECT_EQ(gb.epoch, ga.epoch + 1);
+  EXPECT_TRUE(c.answers(rig).empty());
+  // Granted, B is no longer in line: its next renewal is `lost` with itself as the holder.
+  const wire::HeartbeatAckEntry after = beat(b, sandbox(2), kT0 + 195 * kMs);
+  EXPECT_EQ(after.status, RefreshStatus::lost);
+  EXPECT_EQ(after.holder, sandbox(2));
+  EXPECT_EQ(after.epoch, gb.epoch);
+}
+
+// A Wait from a sandbox whose place lapsed (not yet dropped: it was not at the head) joins at
+// the back, not where it stood.
+TEST(Waiters, AWaitAfterALapsedPlaceJoinsAtTheBack) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       c = Peer::worker(WorkerId{0xc, 1}, 41003), d = Peer::worker(WorkerId{0xd, 1}, 41004);
+  a.hold(rig, "res", sandbox(1), kT0, 0);
+  b.queue(rig, "res", sandbox(2), kT0, 10'000);
+  c.queue(rig, "res", sandbox(3), kT0, 100);
+  d.queue(rig, "res", sandbox(4), kT0, 10'000);
+  c.wait(rig, "res", sandbox(3), kT0 + 200 * kMs, 100);
+  rig.settle(kT0 + 200 * kMs);
+  const wire::Queued q = as_queued(c.answer(rig));
+  EXPECT_EQ(q.position, 3u);
+  EXPECT_EQ(q.waiters, 3u);
+  EXPECT_EQ(rig.service->counters().waiters_lapsed, 1u);
+}
+
+// Show with waiters_from lists the FIFO in order (paged from an index), List with `waiters`
+// counts it per name; without them the answers are as before (no waiter section).
+TEST(Waiters, ShowAndListReportTheFifo) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       c = Peer::worker(WorkerId{0xc, 1}, 41003);
+  wire::WireKey root_key = test::cluster_key();
+  root_key.key_id |= wire::kAdminKeyIdBit;
+  Peer root(WorkerId{0x1d, 1}, root_key, 41009);
+  const wire::Grant ga = a.hold(rig, "res", sandbox(1), kT0, 0);
+  a.hold(rig, "other", sandbox(5), kT0, 0);
+  b.queue(rig, "res", sandbox(2), kT0, 500);
+  c.queue(rig, "res", sandbox(3), kT0 + 100 * kMs, 500);
+
+  root.send(rig, wire::Show{"res", NameId{}, 0}, kT0 + 200 * kMs);
+  rig.settle(kT0 + 200 * kMs);
+  const wire::Body shown = root.answer(rig);
+  const auto* info = std::get_if<wire::NameInfo>(&shown);
+  ASSERT_NE(info, nullptr);
+  EXPECT_TRUE(info->with_waiters);
+  EXPECT_EQ(info->record.holder, sandbox(1));
+  EXPECT_EQ(info->record.waiters, 2u);
+  ASSERT_EQ(info->waiters.size(), 2u);
+  EXPECT_EQ(info->waiters[0], (wire::WaiterRecord{sandbox(2), b.id, 300}));
+  EXPECT_EQ(info->waiters[1], (wire::WaiterRecord{sandbox(3), c.id, 400}));
+
+  root.send(rig, wire::Show{"res", NameId{}, 1}, kT0 + 200 * kMs);
+  rig.settle(kT0 + 200 * kMs);
+  const wire::Body paged = root.answer(rig);
+  const auto* page = std::get_if<wire::NameInfo>(&paged);
+  ASSERT_NE(page, nullptr);
+  EXPECT_EQ(page->waiters_from, 1u);
+  ASSERT_EQ(page->waiters.size(), 1u);
+  EXPECT_EQ(page->waiters[0].sandbox, sandbox(3));
+
+  root.send(rig, wire::Show{"res", NameId{}, std::nullopt}, kT0 + 200 * kMs);
+  rig.settle(kT0 + 200 * kMs);
+  const wire::Body unasked = root.answer(rig);
+  const auto* plain = std::get_if<wire::NameInfo>(&unasked);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_FALSE(plain->with_waiters);
+  EXPECT_EQ(plain->record.waiters, 0u);
+  EXPECT_TRUE(plain->waiters.empty());
+
+  for (const bool counted : {true, false}) {
+    root.send(rig, wire::List{0, 0, counted}, kT0 + 200 * kMs);
+    rig.settle(kT0 + 200 * kMs);
+    const wire::Body listed = root.answer(rig);
+    const auto* list = std::get_if<wire::ListPage>(&listed);
+    ASSERT_NE(list, nullptr);
+    EXPECT_EQ(list->with_waiters, counted);
+    ASSERT_EQ(list->entries.size(), 2u);
+    for (const wire::NameRecord& r : list->entries)
+      EXPECT_EQ(r.waiters, counted && r.name_id == ga.name_id ? 2u : 0u) << r.name;
+  }
+}
+
 }  // namespace
 }  // namespace leasehold::lockd

@@ -199,10 +199,13 @@ enum class RefreshStatus : std::uint8_t {
   refreshed = 0,  ///< held by this sandbox at this epoch on this worker; expiry moved
   lost = 1,       ///< the table knows the name but not as this grant (see holder, epoch)
   unknown = 2,    ///< the table has no record of the name
+  /// lockd only, never the table: the entry (epoch 0) renews a waiter's place in the name's
+  /// FIFO and the place was kept (docs/PROTOCOL.md "Waiters").
+  queued = 3,
 };
 /// Every RefreshStatus, for the encoding tables' completeness checks.
-inline constexpr std::array<RefreshStatus, 3> kRefreshStatuses{
-    RefreshStatus::refreshed, RefreshStatus::lost, RefreshStatus::unknown};
+inline constexpr std::array<RefreshStatus, 4> kRefreshStatuses{
+    RefreshStatus::refreshed, RefreshStatus::lost, RefreshStatus::unknown, RefreshStatus::queued};
 
 /// Stable text ("refreshed", "lost", "unknown").
 std::string_view to_string(RefreshStatus s) noexcept;

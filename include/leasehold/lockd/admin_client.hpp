@@ -113,10 +113,19 @@ class AdminClient {
   Answer worker_heartbeat(WorkerId worker);
   Answer show(const std::string& name);
   Answer show(NameId name);
-  Answer list(std::uint64_t cursor = 0, std::uint16_t limit = 0);
+  /// show() with the name's FIFO of waiters: Show with waiters_from, paged until the NameInfo
+  /// holds all of them (its `waiters` in order; pages taken while the FIFO moves may repeat or
+  /// miss a waiter). A lockd from before waiters were listed (Error{trailing_bytes}) is asked
+  /// plainly: its NameInfo has with_waiters false. Errors: as request().
+  Answer show_waiters(const std::string& name);
+  /// `waiters`: each entry's count of waiters wanted (wire::List::waiters); a lockd from before
+  /// them (Error{trailing_bytes}) is asked again without (its page has with_waiters false).
+  Answer list(std::uint64_t cursor = 0, std::uint16_t limit = 0, bool waiters = false);
   /// Pages through the whole table (bounded by `names_max`). Errors: as request(), or corrupt
   /// (an answer that is not a page, a cursor that does not advance).
-  Result<std::vector<wire::NameRecord>> list_all(std::size_t names_max = 1u << 20);
+  /// `waiters` non-null: each entry's count of waiters is asked for, and *waiters is set false
+  /// when a page came without them (a lockd from before them: their counts are 0 then).
+  Result<std::vector<wire::NameRecord>> list_all(std::size_t names_max = 1u << 20, bool* waiters = nullptr);
   Answer stats();
   /// Every counter: paged Stats requests (first = 0, then the count so far) until an empty page,
   /// as one StatsAnswer (its counters may exceed one datagram's kCountersMax). A lockd that does
@@ -145,7 +154,7 @@ class AdminClient {
   /// several, each shard's pages from that shard's leader, one after the other, at most
   /// `names_max` names in all. Errors: as list_all and shard_leaders; timeout naming the shard
   /// and what each address said when a shard has no leader among the configured addresses.
-  Result<std::vector<wire::NameRecord>> list_cluster(std::size_t names_max = 1u << 20);
+  Result<std::vector<wire::NameRecord>> list_cluster(std::size_t names_max = 1u << 20, bool* waiters = nullptr);
 
   WorkerId self() const noexcept { return sender_.self(); }
   std::uint16_t key_id() const noexcept { return sender_.key_id(); }

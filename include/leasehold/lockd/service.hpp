@@ -178,6 +178,7 @@ struct ServiceCounters {
   std::uint64_t waiters_granted = 0;        ///< waiters granted the name (2-phase) from a FIFO
   std::uint64_t waiters_lapsed = 0;         ///< waiters dropped: no Wait re-sent within their TTL
   std::uint64_t waiters_left = 0;           ///< waiters that left (Release with epoch 0)
+  std::uint64_t waiter_renewals = 0;        ///< heartbeat entries at epoch 0 (a waiter's place)
   std::uint64_t waiters_refused = 0;        ///< waiters passed over: the table refused them the name
   std::uint64_t waits_refused_full = 0;     ///< Waits refused: a FIFO or all of them at their bound
 };
@@ -373,6 +374,12 @@ class LockService {
   /// the name now (2-phase: Acquiring, a new epoch), and pushes that Grant to it once durable;
   /// drops lapsed waiters met on the way; arms a wake-up for when it may succeed.
   void serve_queue(NameId name, std::int64_t now_ns);
+  /// The answer to a heartbeat entry at epoch 0 from `worker`: `queued` with the time its
+  /// place is now kept when `sandbox` waits for `name` on that worker (its place is renewed by
+  /// ttl_ns), else `lost` with the name's holder and epoch (the supervisor then sends a Wait,
+  /// which re-joins the FIFO or answers the grant it was pushed).
+  wire::HeartbeatAckEntry renew_waiter(NameId name, const SandboxId& sandbox, WorkerId worker,
+                                       const SocketAddress& from, std::int64_t ttl_ns, std::int64_t now_ns);
   /// serve_queue for every FIFO whose wake-up is due.
   void serve_due_queues(std::int64_t now_ns);
   /// Counts `w` out of waiters_ and waiters_of_ (it is leaving its FIFO).
@@ -393,6 +400,8 @@ class LockService {
   wire::Body on_reassign(const wire::Reassign& r, std::int64_t now_ns);
   wire::Body on_list(const wire::List& l, std::int64_t now_ns) const;
   wire::Body on_show(const wire::Show& s, std::int64_t now_ns) const;
+  /// Sandboxes in `name`'s FIFO (lapsed places not yet dropped included, as in Queued).
+  std::uint32_t waiters_for(NameId name) const;
   void on_running_answer(const wire::RunningAnswer& a, std::uint64_t request_id, std::int64_t now_ns);
   wire::Body on_kill_confirmed(const wire::KillConfirmed& k, WorkerId worker, std::int64_t now_ns);
   void on_revoked_ack(const wire::RevokedAck& a, std::uint64_t request_id);

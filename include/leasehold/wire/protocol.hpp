@@ -126,8 +126,8 @@ inline constexpr CodeTable<LockPhase, std::uint8_t, 4> kLockPhaseCodes{{{
 static_assert(kLockPhaseCodes.covers(kLockPhases));
 
 /// The wire byte of each per-entry heartbeat answer (leasehold::RefreshStatus).
-inline constexpr CodeTable<RefreshStatus, std::uint8_t, 3> kRefreshStatusCodes{{{
-    {RefreshStatus::refreshed, 0}, {RefreshStatus::lost, 1}, {RefreshStatus::unknown, 2}}}};
+inline constexpr CodeTable<RefreshStatus, std::uint8_t, 4> kRefreshStatusCodes{{{
+    {RefreshStatus::refreshed, 0}, {RefreshStatus::lost, 1}, {RefreshStatus::unknown, 2}, {RefreshStatus::queued, 3}}}};
 static_assert(kRefreshStatusCodes.covers(kRefreshStatuses));
 
 /// The wire byte of each refusal (leasehold::Refusal) in a Deny: the enumerators' values, as
@@ -442,6 +442,10 @@ struct IsRunning {
 struct List {
   std::uint64_t cursor = 0;  ///< 0 = from the start; otherwise a ListPage::next_cursor
   std::uint16_t limit = 0;   ///< entries wanted; 0 = as many as fit
+  /// Each entry's count of waiters is wanted (ListPage::with_waiters). On the wire a trailing
+  /// u8 1, sent only when true; a lockd from before waiters were listed refuses it
+  /// (Error{trailing_bytes}) and the client asks again without.
+  bool waiters = false;
   friend bool operator==(const List&, const List&) = default;
 };
 
@@ -449,6 +453,10 @@ struct List {
 struct Show {
   std::string name;
   NameId name_id;
+  /// Its waiters are wanted, from this index of its FIFO (0 = the first in line): NameInfo
+  /// then carries them (with_waiters). On the wire a trailing u32, sent only when set; a lockd
+  /// from before waiters were listed refuses it (Error{trailing_bytes}).
+  std::optional<std::uint32_t> waiters_from;
   friend bool operator==(const Show&, const Show&) = default;
 };
 
@@ -560,6 +568,9 @@ struct NameRecord {
   std::uint32_t reservation_left_ms = 0;
   /// How the lock-delay of the revoke that produced this epoch ended (none while pending).
   RevokeEnd revoke_ended = RevokeEnd::none;
+  /// Sandboxes in the name's FIFO of waiters. Not part of the record's own encoding: carried by
+  /// the waiter sections of ListPage and NameInfo, when asked for (else 0).
+  std::uint32_t waiters = 0;
   friend bool operator==(const NameRecord&, const NameRecord&) = default;
 };
 
@@ -570,12 +581,29 @@ inline constexpr std::uint32_t kNoExpiryMs = UINT32_MAX;
 struct ListPage {
   std::vector<NameRecord> entries;  ///< at most kListEntriesMax
   std::uint64_t next_cursor = 0;    ///< 0 = end of table
+  /// Answers a List with `waiters`: after the entries, a u8 1 and one u32 per entry, its
+  /// `waiters`. Without it every entry's `waiters` must be 0 (the encoder refuses: bad_count).
+  bool with_waiters = false;
   friend bool operator==(const ListPage&, const ListPage&) = default;
 };
 
-/// Answer to Show.
+/// One sandbox in a name's FIFO of waiters (NameInfo::waiters).
+struct WaiterRecord {
+  SandboxId sandbox;
+  WorkerId worker;                 ///< the worker it will run on (the grant is bound to it)
+  std::uint32_t ttl_left_ms = 0;   ///< its place is kept this much longer without a renewal; 0: lapsed
+  friend bool operator==(const WaiterRecord&, const WaiterRecord&) = default;
+};
+
+/// Answer to Show. With `with_waiters` (answering a Show with waiters_from), a trailing
+/// section: record.waiters (u32), waiters_from (u32), a u16 count and that many WaiterRecords
+/// (the FIFO from index waiters_from on, as many as fit the datagram: page on with
+/// waiters_from + count while it is below record.waiters).
 struct NameInfo {
   NameRecord record;
+  bool with_waiters = false;
+  std::uint32_t waiters_from = 0;
+  std::vector<WaiterRecord> waiters;  ///< position of waiters[i] in line: waiters_from + i + 1
   friend bool operator==(const NameInfo&, const NameInfo&) = default;
 };
 
