@@ -92,6 +92,8 @@ void core_metric_samples(const SupervisorCore& core, std::uint64_t now_ns, std::
   counter("runs_queued", cc.runs_queued, "runs that waited in lockd's FIFO of waiters for their name");
   counter("queue_grants", cc.queue_grants, "queued runs granted their name by lockd");
   counter("queue_timeouts", cc.queue_timeouts, "queued runs that gave up at their queue_timeout_ms");
+  counter("places_renewed", cc.places_renewed, "waiters' places in lockd's FIFO kept by a heartbeat entry");
+  counter("places_lost", cc.places_lost, "heartbeat entries that found no place in lockd's FIFO (a Wait re-joins)");
 }
 
 json core_status_json(const SupervisorCore& core, std::uint64_t now_ns) {

@@ -310,6 +310,8 @@ void SupervisorCore::send_wait(const SandboxId& sb) {
     }
     q->last_send_ns = r.first_send_ns;
     if (const auto* p = std::get_if<wire::Queued>(&*r.body)) {
+      q->holder = p->holder;
+      q->epoch = p->epoch;
       if (first || p->position != q->position || p->waiters != q->waiters) {
         log_event("event=queued name=%s sandbox=%s position=%u waiters=%u holder=%s epoch=%" PRIu64,
                   q->request.name->c_str(), sb.str().c_str(), p->position, p->waiters, p->holder.str().c_str(), p->epoch);
@@ -342,6 +344,23 @@ void SupervisorCore::send_wait(const SandboxId& sb) {
     abandon(sb, client, req.id, e != nullptr && e->code == wire::ErrorCode::overloaded ? ControlError::busy : ControlError::refused,
             "wait for \"" + *req.name + "\": " + describe_answer(*r.body));
   });
+}
+
+void SupervisorCore::on_place_renewed(const SandboxId& sb, const wire::HeartbeatAckEntry& a, std::int64_t send_ns) {
+  const auto q = std::find_if(queued_.begin(), queued_.end(), [&](const QueuedRun& x) { return x.sandbox == sb; });
+  if (q == queued_.end() || q->in_flight || a.name_id != name_id_of(*q->request.name)) return;
+  if (a.status != RefreshStatus::queued) {
+    // Not in lockd's FIFO (granted with the push lost, its place lapsed, lockd restarted): a
+    // Wait re-joins, or answers the grant again (the 2-phase acquire is idempotent for it).
+    ++counters_.places_lost;
+    send_wait(sb);
+    return;
+  }
+  // Kept. lockd placed it before it granted anything to it: a grant pushed later counts from
+  // no earlier than this send.
+  ++counters_.places_renewed;
+  q->last_send_ns = send_ns;
+  if (a.holder != q->holder || a.epoch != q->epoch) send_wait(sb);  // the line moved: its new place
 }
 
 void SupervisorCore::on_queue_grant(const SandboxId& sb, const wire::Grant& g, std::int64_t send_ns) {
@@ -1481,7 +1500,9 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   now_ = now_ns;
   check_stops(now_ns);
   release_quarantined();
-  // Runs waiting for their name: given up at their deadline, else their place kept.
+  // Runs waiting for their name: given up at their deadline; else a place lockd gave is renewed
+  // in this tick's heartbeat datagrams (below), and a run not placed yet asks with a Wait.
+  std::vector<SandboxId> renew;
   for (std::size_t i = 0; i < queued_.size();) {
     QueuedRun& q = queued_[i];
     if (q.deadline_ns != 0 && now_ >= q.deadline_ns) {
@@ -1498,7 +1519,8 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
     }
     const SandboxId sb = q.sandbox;
     ++i;
-    send_wait(sb);  // may erase queued_ entries via an answer delivered at once
+    if (q.position != 0 && !q.in_flight) renew.push_back(sb);
+    else send_wait(sb);  // may erase queued_ entries via an answer delivered at once
   }
   // 2-phase commits ride on this tick.
   while (!pending_commits_.empty()) {
@@ -1518,22 +1540,47 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
     for (const auto& a : kills) apply(a);
   }
   HeartbeatRound round = hb_.begin_round(now, wire::kHeartbeatEntriesMax);
-  for (auto& req : round.requests) {
+  // The places of queued runs ride in the same datagrams, after the leases (entries at epoch 0,
+  // which no grant has), each in a request of its name's shard that has room, else in one more.
+  std::vector<std::vector<RefreshEntry>> places(round.requests.size());
+  for (const SandboxId& sb : renew) {
+    const auto q = std::find_if(queued_.begin(), queued_.end(), [&](const QueuedRun& x) { return x.sandbox == sb; });
+    if (q == queued_.end()) continue;
+    const NameId name = name_id_of(*q->request.name);
+    const unsigned shard = shard_of(name, hb_.shards());
+    std::size_t k = 0;
+    while (k < round.requests.size() &&
+           (round.requests[k].entries.empty() || shard_of(round.requests[k].entries.front().name, hb_.shards()) != shard ||
+            round.requests[k].entries.size() + places[k].size() >= wire::kHeartbeatEntriesMax))
+      ++k;
+    if (k == round.requests.size()) {
+      RefreshRequest only_places;
+      only_places.send_ns = now;
+      only_places.deadline_ns = now + static_cast<std::uint64_t>(kAcquireTimeoutNs);
+      round.requests.push_back(std::move(only_places));
+      places.emplace_back();
+    }
+    places[k].push_back(RefreshEntry{name, sb, 0});
+  }
+  for (std::size_t k = 0; k < round.requests.size(); ++k) {
+    RefreshRequest& req = round.requests[k];
     wire::Heartbeat h;
     h.ttl_cap_ms = 0;
     for (const auto& e : req.entries) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+    for (const auto& e : places[k]) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, 0});
     ++counters_.heartbeat_datagrams;
     auto entries = std::make_shared<std::vector<RefreshEntry>>(std::move(req.entries));
-    lockd_.call(h, static_cast<std::int64_t>(req.deadline_ns), [this, entries](LockdReply r) {
+    auto waits = std::make_shared<std::vector<RefreshEntry>>(std::move(places[k]));
+    lockd_.call(h, static_cast<std::int64_t>(req.deadline_ns), [this, entries, waits](LockdReply r) {
       now_ = static_cast<std::uint64_t>(r.now_ns);
       const std::uint64_t at = now_;
       if (!r.ok()) {
         ++counters_.heartbeat_failures;
         table_.record_heartbeat_failure();
-        return;
+        return;  // the places are renewed at the next tick, or lapse with a worker cut off
       }
       const auto* ack = std::get_if<wire::HeartbeatAck>(&*r.body);
-      if (ack == nullptr || ack->entries.size() != entries->size()) {
+      if (ack == nullptr || ack->entries.size() != entries->size() + waits->size()) {
         ++counters_.heartbeat_failures;
         table_.record_heartbeat_failure();
         log_event("level=warn event=heartbeat_bad_answer answer=\"%s\"", describe_answer(*r.body).c_str());
@@ -1564,6 +1611,8 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
         apply(hb_.on_refresh_answer(e.sandbox, e.epoch, res, a.holder, a.epoch,
                                     static_cast<std::uint64_t>(r.first_send_ns), at));
       }
+      for (std::size_t i = 0; i < waits->size(); ++i)
+        on_place_renewed((*waits)[i].sandbox, ack->entries[entries->size() + i], r.first_send_ns);
     });
   }
   if (round.worker_liveness) send_worker_beat(round.worker_liveness_deadline_ns, std::move(round.worker_held));

@@ -1227,17 +1227,38 @@ TEST_F(SupervisorCoreTest, AQueuedRunWaitsItsTurnThenCommitsAndStarts) {
   EXPECT_EQ(control.progress_lines[0].second["position"], 2);
   EXPECT_EQ(control.progress_lines[0].second["holder"], (SandboxId{0x99, 1}).str());
   EXPECT_TRUE(is_control_progress(control.progress_lines[0].second));
-  // Each heartbeat tick renews the place.
-  core->on_heartbeat_tick(kT0 + kIntervalMs * kMs);
+  // Each heartbeat tick renews the place: an entry at epoch 0 in the tick's heartbeat.
+  auto renewal = [&](std::uint64_t at) -> std::size_t {
+    core->on_heartbeat_tick(at);
+    const std::size_t beat = lockd.calls.size() - 1;
+    const auto* h = lockd.body<wire::Heartbeat>(beat);
+    EXPECT_NE(h, nullptr);
+    if (h == nullptr) return beat;
+    EXPECT_EQ(h->entries.size(), 1u);
+    EXPECT_EQ(h->entries.at(0), (wire::HeartbeatEntry{name_id_of("job"), sb, 0}));
+    return beat;
+  };
+  const std::uint64_t tick1 = kT0 + kIntervalMs * kMs;
+  wire::HeartbeatAck kept;
+  kept.entries.push_back(wire::HeartbeatAckEntry{name_id_of("job"), RefreshStatus::queued, SandboxId{0x99, 1}, 7, kTtlMs});
+  lockd.answer(renewal(tick1), kept, tick1, tick1 + kMs);
+  EXPECT_EQ(lockd.count<wire::Wait>(), 1u) << "kept, the line under the same holder: no Wait";
+  EXPECT_EQ(core->counters().places_renewed, 1u);
+  // lockd no longer has the place (it restarted, say): a Wait re-joins, and tells the new place.
+  const std::uint64_t tick2 = tick1 + kIntervalMs * kMs;
+  wire::HeartbeatAck missing;
+  missing.entries.push_back(wire::HeartbeatAckEntry{name_id_of("job"), RefreshStatus::lost, SandboxId{0x99, 1}, 7, 0});
+  lockd.answer(renewal(tick2), missing, tick2, tick2 + kMs);
+  EXPECT_EQ(core->counters().places_lost, 1u);
   ASSERT_EQ(lockd.count<wire::Wait>(), 2u);
   const std::size_t again = lockd.calls.size() - 1;
   ASSERT_NE(lockd.body<wire::Wait>(again), nullptr);
   lockd.answer(again, wire::Queued{name_id_of("job"), 1, 1, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
-               kT0 + kIntervalMs * kMs, kT0 + kIntervalMs * kMs + kMs);
+               tick2 + kMs, tick2 + 2 * kMs);
   ASSERT_EQ(control.progress_lines.size(), 2u);  // moved up: told again
   EXPECT_EQ(control.progress_lines[1].second["position"], 1);
   // lockd pushes the grant as a late answer to that Wait.
-  const std::uint64_t t = kT0 + 2 * kIntervalMs * kMs;
+  const std::uint64_t t = tick2 + 3 * kMs;
   core->on_late_answer(wire::Grant{name_id_of("job"), 8, sb, WorkerId{0x77, 0x1}, LockPhase::acquiring, 5000, {}}, t);
   const std::size_t commit = lockd.calls.size() - 1;
   const auto* c = lockd.body<wire::Commit>(commit);
@@ -1254,9 +1275,48 @@ TEST_F(SupervisorCoreTest, AQueuedRunWaitsItsTurnThenCommitsAndStarts) {
   EXPECT_EQ(last_answer()["epoch"], 8);
   EXPECT_EQ(core->waits(), 0u);
   EXPECT_EQ(core->counters().queue_grants, 1u);
-  // No more Waits once granted.
+  // No more Waits, nor places, once granted: the tick's heartbeat carries the lease alone.
   core->on_heartbeat_tick(t + kIntervalMs * kMs);
   EXPECT_EQ(lockd.count<wire::Wait>(), 2u);
+  const auto* h = lockd.body<wire::Heartbeat>(lockd.calls.size() - 1);
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->entries.size(), 1u);
+  EXPECT_EQ(h->entries[0].epoch, 8u);
+}
+
+// A place rides in the same heartbeat datagram as the worker's leases (after them), and the
+// answer's entries are taken apart in that order.
+TEST_F(SupervisorCoreTest, APlaceIsRenewedInTheSameDatagramAsTheLeases) {
+  make(SupervisorMode::lease);
+  core->on_request(6, run("held"), kT0);
+  const auto* a = lockd.body<wire::Acquire>(0);
+  ASSERT_NE(a, nullptr);
+  const SandboxId holder = a->sandbox;
+  lockd.answer(0, wire::Grant{name_id_of("held"), 3, holder, WorkerId{0x77, 0x1}, LockPhase::held, kTtlMs, {}}, kT0, kT0 + kMs);
+  core->on_request(7, queued_run("job"), kT0 + kMs);
+  const auto* w = lockd.body<wire::Wait>(lockd.calls.size() - 1);
+  ASSERT_NE(w, nullptr);
+  const SandboxId waiter = w->sandbox;
+  lockd.answer(lockd.calls.size() - 1,
+               wire::Queued{name_id_of("job"), 1, 1, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
+               kT0 + kMs, kT0 + 2 * kMs);
+  const std::size_t calls = lockd.calls.size();
+  const std::uint64_t tick = kT0 + kIntervalMs * kMs;
+  core->on_heartbeat_tick(tick);
+  ASSERT_EQ(lockd.calls.size(), calls + 1) << "one datagram for the lease and the place";
+  const auto* h = lockd.body<wire::Heartbeat>(calls);
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->entries.size(), 2u);
+  EXPECT_EQ(h->entries[0], (wire::HeartbeatEntry{name_id_of("held"), holder, 3}));
+  EXPECT_EQ(h->entries[1], (wire::HeartbeatEntry{name_id_of("job"), waiter, 0}));
+  wire::HeartbeatAck ack;
+  ack.entries.push_back(wire::HeartbeatAckEntry{name_id_of("held"), RefreshStatus::refreshed, {}, 3, kTtlMs});
+  ack.entries.push_back(wire::HeartbeatAckEntry{name_id_of("job"), RefreshStatus::queued, SandboxId{0x99, 1}, 7, kTtlMs});
+  lockd.answer(calls, ack, tick, tick + kMs);
+  EXPECT_EQ(core->counters().refreshed, 1u);
+  EXPECT_EQ(core->counters().places_renewed, 1u);
+  EXPECT_EQ(lockd.calls.size(), calls + 1) << "nothing else asked";
+  EXPECT_EQ(host.created.size(), 1u) << "the waiter has not started";
 }
 
 // A queued run that reaches its deadline leaves lockd's FIFO (Release with epoch 0) and is

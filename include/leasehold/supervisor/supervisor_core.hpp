@@ -136,6 +136,8 @@ class SupervisorCore {
     std::uint64_t runs_queued = 0;          ///< runs that waited in lockd's FIFO for their name
     std::uint64_t queue_grants = 0;         ///< of those, granted the name (then started)
     std::uint64_t queue_timeouts = 0;       ///< of those, given up at their queue_timeout_ms
+    std::uint64_t places_renewed = 0;       ///< waiters' places kept by a heartbeat entry
+    std::uint64_t places_lost = 0;          ///< heartbeat entries finding no place (a Wait follows)
   };
   /// Deadline of an armed sandbox that has no lease (unnamed): never due.
   static constexpr std::uint64_t kNoDeadlineNs = std::uint64_t{1} << 62;
@@ -258,8 +260,10 @@ class SupervisorCore {
     std::uint64_t joined_ns = 0;
     std::int64_t last_send_ns = 0;   ///< the latest Wait's first send: a pushed grant's lease counts from it
     bool in_flight = false;          ///< a Wait is outstanding
-    std::uint32_t position = 0;      ///< lockd's last Queued answer
+    std::uint32_t position = 0;      ///< lockd's last Queued answer (0: not placed yet)
     std::uint32_t waiters = 0;
+    SandboxId holder;                ///< the name's holder and epoch as that answer had them
+    Epoch epoch = 0;
   };
   /// Why a `wait` (or a queued run, or a run to be waited for) of `uid` cannot be taken now
   /// (kControlWaitsMax in all, kControlWaitsPerUidMax per uid and kControlWaitsMax −
@@ -270,6 +274,10 @@ class SupervisorCore {
   /// lockd granted a queued run its name (2-phase, Acquiring): start it as a 2-phase acquire does
   /// in this mode (preemptible: start, then commit; lease: commit, then start).
   void on_queue_grant(const SandboxId& sb, const wire::Grant& g, std::int64_t send_ns);
+  /// lockd's answer `a` to the heartbeat entry (epoch 0) that renewed a queued run's place,
+  /// sent at `send_ns`: kept (`queued`; a changed holder or epoch asks for the new place with
+  /// a Wait), or not in the FIFO (a Wait re-joins, or gets the grant whose push was lost).
+  void on_place_renewed(const SandboxId& sb, const wire::HeartbeatAckEntry& a, std::int64_t send_ns);
   /// Leaves lockd's FIFO for a queued run given up (Release with epoch 0) and forgets it.
   void leave_queue(std::vector<QueuedRun>::iterator it);
   /// Lease mode: Commit the Acquiring grant of `req.name` at `epoch`, then on_granted (start).
