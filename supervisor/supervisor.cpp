@@ -124,6 +124,9 @@ class ControlReplies final : public ControlPort {
   void reply(ControlClientId client, const std::string& line) override {
     if (server_) server_->reply(client, line);
   }
+  void progress(ControlClientId client, const std::string& line) override {
+    if (server_) server_->progress(client, line);
+  }
 
  private:
   std::unique_ptr<ControlServer>& server_;

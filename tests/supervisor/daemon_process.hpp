@@ -247,6 +247,35 @@ struct Supervisor {
     if (!a) return json{{"ok", false}, {"error", "transport"}, {"message", a.message()}};
     return *a;
   }
+  /// call(), also collecting the progress lines (a queued run's place) sent before the answer.
+  json call_with_progress(const json& req, std::vector<json>& progress, std::uint64_t timeout_ms = 10'000) const {
+    ControlCallFailure failure;
+    ControlConnection conn = control_connect(socket.string(), failure);
+    if (!conn) return json{{"ok", false}, {"error", "transport"}, {"message", failure.message}};
+    const std::string line = req.dump() + "\n";
+    if (::send(conn.fd(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+      return json{{"ok", false}, {"error", "transport"}, {"message", "send failed"}};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::string in;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (const auto nl = in.find('\n'); nl != std::string::npos) {
+        json j = json::parse(in.substr(0, nl), nullptr, false);
+        in.erase(0, nl + 1);
+        if (!j.is_discarded() && is_control_progress(j)) {
+          progress.push_back(std::move(j));
+          continue;
+        }
+        return j;
+      }
+      pollfd p{conn.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(conn.fd(), buf, sizeof buf, 0);
+      if (n <= 0) break;
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    return json{{"ok", false}, {"error", "transport"}, {"message", "no answer"}};
+  }
   std::string log_text() const { return slurp(log); }
 
   /// The log lines with `event=<event>` as key → value maps.

@@ -498,7 +498,8 @@ TEST_F(SupervisorProcess, QueuedRunsOnTwoWorkersAreServedInOrderWithoutOverlap) 
   const json first = s1.call(turn("a"));
   ASSERT_EQ(first["ok"], true) << first.dump();
   json second, third;
-  std::thread t2([&] { second = s2.call(turn("b"), 20'000); });
+  std::vector<json> places;  // what `leasehold run --wait` prints while it waits
+  std::thread t2([&] { second = s2.call_with_progress(turn("b"), places, 20'000); });
   ASSERT_TRUE(eventually([&] { return !s2.events("queued").empty(); }, 5000)) << s2.log_text();
   std::thread t3([&] { third = s1.call(turn("c"), 20'000); });
   t2.join();
@@ -513,7 +514,13 @@ TEST_F(SupervisorProcess, QueuedRunsOnTwoWorkersAreServedInOrderWithoutOverlap) 
                            std::to_string(e2) + "\nend b " + std::to_string(e2) + "\nstart c " + std::to_string(e3) +
                            "\nend c " + std::to_string(e3) + "\n";
   EXPECT_EQ(slurp(audit), want);
-  EXPECT_EQ(s2.call({{"v", 1}, {"op", "status"}})["counters"]["queue_grants"], 1) ;
+  const json status2 = s2.call({{"v", 1}, {"op", "status"}});
+  EXPECT_EQ(status2["counters"]["queue_grants"], 1);
+  // b's client heard its place before its answer: first in line, behind a's sandbox.
+  ASSERT_FALSE(places.empty());
+  EXPECT_EQ(places[0]["progress"], "queued");
+  EXPECT_EQ(places[0]["position"], 1);
+  EXPECT_EQ(places[0]["holder"], first["sandbox"]);
 }
 
 // A queued run whose worker is cut off from lockd loses its place: the next waiter is served.
@@ -546,6 +553,8 @@ TEST_F(SupervisorProcess, AWaiterWhoseWorkerGoesSilentIsSkipped) {
   t3.join();
   ASSERT_EQ(next["ok"], true) << next.dump() << s3.log_text();
   EXPECT_EQ(next["epoch"], held["epoch"].get<Epoch>() + 1);
+  // s3's place outlived lockd's TTL (1 s) through the entries its heartbeats carried.
+  EXPECT_GE(s3.call({{"v", 1}, {"op", "status"}})["counters"]["places_renewed"].get<int>(), 2);
   // s2, resumed, asks again and joins behind s3: served once s3 lets go, at the next epoch.
   s2.child.signal(SIGCONT);
   sleep_ms(300);
@@ -2020,6 +2029,84 @@ TEST_F(SupervisorProcess, RevokeWaitSaysWhetherTheKillWasConfirmedOrTheLeaseExpi
   const CliRun shown = run_cli(dir_.path(), with({"show", "w2", "--json"}, lf));
   ASSERT_EQ(shown.code, 0) << shown.err;
   EXPECT_EQ(json::parse(shown.out)["revoke_ended"], "lease_expired") << shown.out;
+}
+
+// The hand-over a holder cannot refuse: an operator's revoke. Its worker confirms the kill and
+// the first waiter has the name at once (passed); a frozen worker confirms nothing and the
+// waiter has it only when the old lease's bound has passed (seized), never before.
+TEST_F(SupervisorProcess, ARevokeHandsTheNameToTheFirstWaiterPassedOrSeizedAtTheBound) {
+  start_lockd();
+  Supervisor s1, s2;
+  start_sup(s1, {}, "s1");
+  start_sup(s2, {}, "s2");
+  auto ad = admin();
+  const std::vector<std::string> lf = {"--lockd", lockd_.address, "--key-file", key_};
+  auto queued = [&](const std::string& name) {
+    json r = run_req(name, {"sleep", "30"});
+    r["queue"] = true;
+    return r;
+  };
+  for (const bool frozen : {false, true}) {
+    SCOPED_TRACE(frozen ? "holder's supervisor frozen" : "holder's supervisor live");
+    const std::string name = frozen ? "seized" : "passed";
+    const json held = s1.call(run_req(name, {"sleep", "30"}));
+    ASSERT_EQ(held["ok"], true) << held.dump();
+    json next;
+    std::thread waiter([&] { next = s2.call(queued(name), 20'000); });
+    ASSERT_TRUE(eventually([&] {
+      for (const auto& e : s2.events("queued"))
+        if (e.at("name") == name) return true;
+      return false;
+    }, 5000)) << s2.log_text();
+    if (frozen) s1.child.signal(SIGSTOP);
+    const CliRun rv = run_cli(dir_.path(), with({"revoke", name, "--json"}, lf));
+    EXPECT_EQ(rv.code, 0) << rv.err << rv.out;
+    // A frozen holder: within the bound the name stays with nobody, the waiter has not started.
+    if (frozen) {
+      EXPECT_EQ(s2.events("queue_granted").size(), 1u) << "only the live round's" << s2.log_text();
+    }
+    waiter.join();
+    if (frozen) s1.child.signal(SIGCONT);
+    ASSERT_EQ(next["ok"], true) << next.dump() << s2.log_text();
+    EXPECT_EQ(next["epoch"], held["epoch"].get<Epoch>() + 1) << "the epoch the revoke announced";
+    if (!frozen) {
+      EXPECT_EQ(counter(ad, "revoke_ended_kill_confirmed"), 1u);
+    }
+    EXPECT_EQ(counter(ad, "revoke_ended_lease_expired"), frozen ? 1u : 0u);
+    EXPECT_EQ(counter(ad, "waiters_granted"), frozen ? 2u : 1u);
+  }
+}
+
+// A waiter whose client is killed (kill -9 of `leasehold run --wait`) leaves the line at once:
+// the next waiter is served when the holder lets go, and the killed one never runs.
+TEST_F(SupervisorProcess, AWaiterWhoseClientIsKilledLeavesTheLine) {
+  start_lockd();
+  Supervisor s1, s2;
+  start_sup(s1, {}, "s1");
+  start_sup(s2, {}, "s2");
+  const json held = s1.call(run_req("gone", {"sleep", "30"}));
+  ASSERT_EQ(held["ok"], true) << held.dump();
+  Child killed;  // `leasehold run --wait` on s2's worker
+  killed.start(LEASEHOLD_CLI_BINARY, {"run", "--wait", "--name", "gone", "--supervisor", s2.socket.string(), "--", "sleep", "30"},
+               dir_.path() / "killed.out", dir_.path() / "killed.err");
+  ASSERT_TRUE(eventually([&] { return !s2.events("queued").empty(); }, 5000)) << s2.log_text();
+  json next;
+  std::thread t([&] {
+    json r = run_req("gone", {"sleep", "30"});
+    r["queue"] = true;
+    next = s1.call(r, 15'000);
+  });
+  ASSERT_TRUE(eventually([&] { return s1.events("queued").size() >= 1; }, 5000)) << s1.log_text();
+  killed.signal(SIGKILL);
+  killed.wait(5'000);
+  auto ad = admin();
+  ASSERT_TRUE(eventually([&] { return counter(ad, "waiters_left") == 1u; }, 5000));
+  const json rel = s1.call({{"v", 1}, {"op", "release"}, {"name", "gone"}});
+  EXPECT_EQ(rel["ok"], true) << rel.dump();
+  t.join();
+  ASSERT_EQ(next["ok"], true) << next.dump() << s1.log_text();
+  EXPECT_EQ(next["epoch"], held["epoch"].get<Epoch>() + 1);
+  EXPECT_TRUE(s2.events("queue_granted").empty()) << s2.log_text();
 }
 
 // issue 13, review finding 1: lockd completed a transfer as soon as asked, so the receiver
