@@ -357,7 +357,7 @@ std::optional<SandboxId> parse_sandbox(std::string_view text, Failure& failure) 
 
 // ---- output -------------------------------------------------------------------------------------
 
-nlohmann::json record_json(const wire::NameRecord& r) {
+nlohmann::json record_json(const wire::NameRecord& r, bool with_waiters) {
   nlohmann::json j = {{"name", r.name},
                       {"name_id", r.name_id.str()},
                       {"state", std::string(leasehold::to_string(r.state))},
@@ -375,6 +375,8 @@ nlohmann::json record_json(const wire::NameRecord& r) {
   j["revoked_epoch"] = r.revoke_pending ? nlohmann::json(r.revoked_epoch) : nlohmann::json(nullptr);
   j["revoke_ended"] = r.revoke_ended == wire::RevokeEnd::none ? nlohmann::json(nullptr)
                                                                 : nlohmann::json(std::string(wire::to_string(r.revoke_ended)));
+  // null: lockd did not report its waiters (it predates their listing)
+  j["waiters"] = with_waiters ? nlohmann::json(r.waiters) : nlohmann::json(nullptr);
   return j;
 }
 

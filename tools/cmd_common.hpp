@@ -177,7 +177,7 @@ template <class Tag>
 std::string id_text(const Id<Tag>& id) {
   return id.is_nil() ? std::string("-") : id.str();
 }
-nlohmann::json record_json(const wire::NameRecord& r);
+nlohmann::json record_json(const wire::NameRecord& r, bool with_waiters);
 /// A supervisor's answer as the CLI prints it with --json: without the control socket's
 /// envelope ("v", "id", "ok"), and with its "valid_until_ms" (the lease's time left, ms) named
 /// "ttl_left_ms" as in every other command's JSON. Other fields are kept as they are.

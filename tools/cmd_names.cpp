@@ -9,7 +9,7 @@
 namespace leasehold::cli {
 namespace {
 
-std::vector<std::string> record_row(const wire::NameRecord& r) {
+std::vector<std::string> record_row(const wire::NameRecord& r, bool with_waiters) {
   return {r.name.empty() ? r.name_id.str() : r.name,
           std::string(leasehold::to_string(r.state)),
           std::to_string(r.epoch),
@@ -21,10 +21,12 @@ std::vector<std::string> record_row(const wire::NameRecord& r) {
           : r.revoke_pending ? (r.state == LockPhase::transferring ? "guard: " : "revoked: ") +
                                    std::to_string(r.ttl_left_ms) + " ms"
               : "-",
-          id_text(r.reserved_for)};
+          id_text(r.reserved_for),
+          with_waiters ? std::to_string(r.waiters) : "-"};
 }
 
-const std::vector<std::string> kHeader{"NAME", "STATE", "EPOCH", "HOLDER", "WORKER", "TTL_LEFT", "RESERVED_FOR"};
+const std::vector<std::string> kHeader{"NAME",     "STATE",        "EPOCH",  "HOLDER", "WORKER",
+                                       "TTL_LEFT", "RESERVED_FOR", "WAITERS"};
 
 // True when lockd reports a cluster of several shards (its Stats' "shards").
 bool sharded(lockd::AdminClient& client) {
@@ -103,9 +105,10 @@ const Command kNames([](CLI::App& app, int* exit_code) {
     }
     // A cluster of several shards: every shard's names, each from its own leader.
     std::vector<wire::NameRecord> all;
+    bool with_waiters = true;  // until a page comes without them (an older lockd)
     const bool of_shards = sharded(*client);
     if (of_shards) {
-      auto names = client->list_cluster(a->names_max);
+      auto names = client->list_cluster(a->names_max, &with_waiters);
       if (!names.ok()) {
         *exit_code = report("names", failure_of(names.status(), "list names"));
         return;
@@ -116,7 +119,7 @@ const Command kNames([](CLI::App& app, int* exit_code) {
     // Answer (attempts made, the error) for the message.
     std::uint64_t cursor = 0;
     if (!of_shards) do {
-      const lockd::Answer ans = client->list(cursor);
+      const lockd::Answer ans = client->list(cursor, 0, true);
       const auto* page = ans.as<wire::ListPage>();
       if (const auto* d = ans.as<wire::Deny>()) {  // a worker key may not list: forbidden
         *exit_code = report("names", d->refusal == Refusal::forbidden
@@ -130,6 +133,7 @@ const Command kNames([](CLI::App& app, int* exit_code) {
         *exit_code = report("names", answer_failure(ans, a->lockd, "list names"));
         return;
       }
+      with_waiters = with_waiters && page->with_waiters;
       all.insert(all.end(), page->entries.begin(), page->entries.end());
       if (page->next_cursor != 0 && page->next_cursor <= cursor) {
         *exit_code = report("names", {kInternal, "list names: lockd's page cursor did not advance (" +
@@ -144,11 +148,11 @@ const Command kNames([](CLI::App& app, int* exit_code) {
     std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
     if (a->json) {
       nlohmann::json arr = nlohmann::json::array();
-      for (const auto& r : all) arr.push_back(record_json(r));
+      for (const auto& r : all) arr.push_back(record_json(r, with_waiters));
       std::printf("%s\n", arr.dump().c_str());
     } else {
       std::vector<std::vector<std::string>> rows;
-      for (const auto& r : all) rows.push_back(record_row(r));
+      for (const auto& r : all) rows.push_back(record_row(r, with_waiters));
       std::fputs(format_table(kHeader, rows).c_str(), stdout);
       std::printf("%zu name(s)\n", all.size());
     }
@@ -164,7 +168,7 @@ struct ShowArgs {
 
 const Command kShow([](CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ShowArgs>();
-  auto* sub = app.add_subcommand("show", "Show one name: state, holder, worker, epoch, time to expiry");
+  auto* sub = app.add_subcommand("show", "Show one name: state, holder, worker, epoch, time to expiry, and its waiters in line");
   add_lockd_flags(sub, a->lockd);
   sub->add_option("name", a->name, "the name")->required();
   sub->add_flag("--json", a->json, "print a JSON object");
@@ -179,16 +183,27 @@ const Command kShow([](CLI::App& app, int* exit_code) {
       *exit_code = report("show", f);
       return;
     }
-    const lockd::Answer ans = client->show(a->name);
+    const lockd::Answer ans = client->show_waiters(a->name);
     const auto* info = answer_body<wire::NameInfo>(ans, "show", a->name, a->lockd, f);
     if (info == nullptr) {
       *exit_code = report("show", f);
       return;
     }
     if (a->json) {
-      std::printf("%s\n", record_json(info->record).dump().c_str());
+      nlohmann::json j = record_json(info->record, info->with_waiters);
+      if (info->with_waiters) {
+        j["queue"] = nlohmann::json::array();
+        for (std::size_t i = 0; i < info->waiters.size(); ++i) {
+          const wire::WaiterRecord& w = info->waiters[i];
+          j["queue"].push_back({{"position", info->waiters_from + i + 1},
+                                {"sandbox", w.sandbox.str()},
+                                {"worker", w.worker.str()},
+                                {"ttl_left_ms", w.ttl_left_ms}});
+        }
+      }
+      std::printf("%s\n", j.dump().c_str());
     } else {
-      const auto row = record_row(info->record);
+      const auto row = record_row(info->record, info->with_waiters);
       Table fields;  // one "key  value" line per column of `names`
       for (std::size_t i = 0; i < kHeader.size(); ++i) {
         std::string key = kHeader[i];
@@ -212,6 +227,15 @@ const Command kShow([](CLI::App& app, int* exit_code) {
         fields.add({"reservation", r.reservation_left_ms == wire::kNoExpiryMs
                                        ? "lapses " + std::string("after the lock-delay, plus the reservation TTL")
                                        : "lapses in " + std::to_string(r.reservation_left_ms) + " ms"});
+      // The FIFO, first in line first: who gets the name next, and how long each place is kept
+      // without a renewal (its supervisor renews it every heartbeat).
+      for (std::size_t i = 0; i < info->waiters.size(); ++i) {
+        const wire::WaiterRecord& w = info->waiters[i];
+        fields.add({i == 0 ? "queue" : "", std::to_string(info->waiters_from + i + 1) + ". sandbox " + w.sandbox.str() +
+                                               " on worker " + w.worker.str() +
+                                               (w.ttl_left_ms == 0 ? " (place lapsed)"
+                                                                   : " (place kept " + std::to_string(w.ttl_left_ms) + " ms)")});
+      }
       std::fputs(fields.str().c_str(), stdout);
     }
     *exit_code = kOk;

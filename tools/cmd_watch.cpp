@@ -55,7 +55,7 @@ struct Seen {
 
 bool same(const wire::NameRecord& a, const wire::NameRecord& b) {
   return a.state == b.state && a.epoch == b.epoch && a.holder == b.holder && a.worker == b.worker &&
-         a.reserved_for == b.reserved_for && a.revoke_pending == b.revoke_pending;
+         a.reserved_for == b.reserved_for && a.revoke_pending == b.revoke_pending && a.waiters == b.waiters;
 }
 
 
@@ -65,6 +65,18 @@ std::string classify(const Seen* before, const wire::NameRecord* after, std::int
   if (before == nullptr && after == nullptr) return "";
   if (before != nullptr && after != nullptr && same(before->record, *after)) return "";
   const wire::NameRecord* b = before != nullptr ? &before->record : nullptr;
+  // Only its FIFO of waiters moved (a sandbox joined, left, or lost its place).
+  if (b != nullptr && after != nullptr && b->waiters != after->waiters) {
+    wire::NameRecord unqueued = *after;
+    unqueued.waiters = b->waiters;
+    if (same(*b, unqueued)) return "queue";
+  }
+  // A new holder while sandboxes waited: nothing jumps lockd's FIFO, so it is the first waiter,
+  // handed the name at a new epoch (a release, expiry or revoke in between is not seen).
+  if (b != nullptr && after != nullptr && b->waiters > 0 && after->waiters < b->waiters &&
+      after->epoch > b->epoch && after->holder != b->holder &&
+      (after->state == LockPhase::acquiring || after->state == LockPhase::held))
+    return "handed_over";
   const bool had = b != nullptr && b->state != LockPhase::free;
   if (after == nullptr || after->state == LockPhase::free) {
     // A revoke frees the name at epoch + 1 with the revocation pending (or already ended).
@@ -97,8 +109,8 @@ class Printer {
     if (json_) {
       nlohmann::json j = {{"time", t}, {"event", kind}, {"name", name}};
       if (now != nullptr) {
-        const nlohmann::json r = record_json(*now);
-        for (const char* k : {"state", "epoch", "holder", "worker", "ttl_left_ms", "reserved_for", "revoke_pending"})
+        const nlohmann::json r = record_json(*now, true);
+        for (const char* k : {"state", "epoch", "holder", "worker", "ttl_left_ms", "reserved_for", "revoke_pending", "waiters"})
           j[k] = r[k];
       } else {
         j["state"] = "free";
@@ -119,6 +131,11 @@ class Printer {
       if (!r->holder.is_nil()) s += " holder " + r->holder.str();
       if (!r->worker.is_nil()) s += " worker " + r->worker.str();
       if (now != nullptr && !now->reserved_for.is_nil()) s += " reserved_for " + now->reserved_for.str();
+      if (now != nullptr && (now->waiters != 0 || (before != nullptr && before->record.waiters != 0))) {
+        s += " waiters " + std::to_string(now->waiters);
+        if (before != nullptr && before->record.waiters != now->waiters)
+          s += " (was " + std::to_string(before->record.waiters) + ")";
+      }
     }
     return line(s);
   }
@@ -148,7 +165,7 @@ std::optional<std::map<std::string, wire::NameRecord>> poll_once(lockd::AdminCli
   lost = false;
   std::map<std::string, wire::NameRecord> out;
   if (!a.name.empty()) {
-    const lockd::Answer ans = client.show(a.name);
+    const lockd::Answer ans = client.show_waiters(a.name);
     if (const auto* info = ans.as<wire::NameInfo>()) {
       out[a.name] = info->record;
       return out;
@@ -162,7 +179,8 @@ std::optional<std::map<std::string, wire::NameRecord>> poll_once(lockd::AdminCli
     }
     return std::nullopt;
   }
-  auto names = client.list_cluster(a.names_max);
+  bool with_waiters = true;
+  auto names = client.list_cluster(a.names_max, &with_waiters);
   if (!names.ok()) {
     lost = names.code() == Errc::timeout || names.code() == Errc::io_error;
     if (names.code() == Errc::permission_denied) f = {kRefused, "watch: " + names.status().message(), {{"reason", "key_rejected"}}};
@@ -191,8 +209,9 @@ const Command kWatch([](CLI::App& app, int* exit_code) {
       "watch",
       "Stream ownership changes of one NAME, of the names under --prefix, or of every name, by polling lockd: "
       "first one \"current\" line per name that exists, then one line per change (acquiring, acquired, granted, "
-      "released, expired, revoked, transferring, transferred, changed) with the wall-clock time, the epoch and "
-      "the holder. Runs until interrupted (SIGINT/SIGTERM: exit 0) or --count changes");
+      "released, expired, revoked, transferring, transferred, handed_over, queue, changed) with the wall-clock "
+      "time, the epoch, the holder and the number of sandboxes waiting for it. Runs until interrupted "
+      "(SIGINT/SIGTERM: exit 0) or --count changes");
   add_lockd_flags(sub, a->lockd);
   auto* name = sub->add_option("name", a->name, "watch this name only (a worker key may watch its own names)");
   sub->add_option("--prefix", a->prefix, "watch the names that begin with this text (default: every name)")

@@ -2072,6 +2072,95 @@ TEST_F(CliTest, WatchStreamsAcquireReleaseAndReacquireInOrder) {
       << r.out;
 }
 
+// `names` counts each name's waiters, `show` lists them in order (text and JSON), and `watch`
+// reports the line moving and the hand-over to its first waiter.
+TEST_F(CliTest, NamesShowAndWatchListWaiters) {
+  const std::string addr = start_lockd();
+  ASSERT_FALSE(addr.empty());
+  const auto lf = lockd_flags(addr);
+  const wire::KeyLoad key = wire::load_key_file(key_);
+  ASSERT_TRUE(key) << key.message();
+  lockd::AdminClient admin(*SocketAddress::parse(addr), *key, {}, 10'000'000'000);
+  const SandboxId holder = *SandboxId::parse(kSandbox);
+  const SandboxId first{0x1f, 1}, second{0x2f, 2}, third{0x3f, 3};
+  const WorkerId w1{0xa1, 1}, w2{0xa2, 2};
+  const lockd::Answer held = admin.acquire("line/res", holder, w1);
+  ASSERT_NE(held.as<wire::Grant>(), nullptr) << held.message();
+  const Epoch e1 = held.as<wire::Grant>()->epoch;
+  auto wait = [&](SandboxId sb, WorkerId w) {
+    const lockd::Answer q = admin.request(wire::Wait{"line/res", sb, w, 60'000});
+    EXPECT_NE(q.as<wire::Queued>(), nullptr) << q.message();
+  };
+  wait(first, w1);
+  wait(second, w2);
+
+  const Result names = cli(with({"names", "--json"}, lf));
+  ASSERT_EQ(names.code, kOk) << names.err;
+  const auto listed = nlohmann::json::parse(names.out, nullptr, false);
+  ASSERT_TRUE(listed.is_array() && listed.size() == 1u) << names.out;
+  EXPECT_EQ(listed[0]["waiters"], 2);
+  const Result table = cli(with({"names"}, lf));
+  ASSERT_EQ(table.code, kOk) << table.err;
+  EXPECT_NE(table.out.find("WAITERS"), std::string::npos) << table.out;
+
+  const Result shown = cli(with({"show", "line/res", "--json"}, lf));
+  ASSERT_EQ(shown.code, kOk) << shown.err;
+  const auto j = nlohmann::json::parse(shown.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << shown.out;
+  EXPECT_EQ(j["waiters"], 2);
+  ASSERT_EQ(j["queue"].size(), 2u) << shown.out;
+  EXPECT_EQ(j["queue"][0]["position"], 1);
+  EXPECT_EQ(j["queue"][0]["sandbox"], first.str());
+  EXPECT_EQ(j["queue"][0]["worker"], w1.str());
+  EXPECT_EQ(j["queue"][1]["position"], 2);
+  EXPECT_EQ(j["queue"][1]["sandbox"], second.str());
+  EXPECT_GT(j["queue"][1]["ttl_left_ms"].get<std::uint32_t>(), 0u);
+  const Result text = cli(with({"show", "line/res"}, lf));
+  ASSERT_EQ(text.code, kOk) << text.err;
+  EXPECT_NE(text.out.find("\nqueue "), std::string::npos) << text.out;
+  const auto one = text.out.find("1. sandbox " + first.str() + " on worker " + w1.str());
+  const auto two = text.out.find("2. sandbox " + second.str() + " on worker " + w2.str());
+  EXPECT_NE(one, std::string::npos) << text.out;
+  EXPECT_NE(two, std::string::npos) << text.out;
+  EXPECT_LT(one, two) << text.out;
+
+  // `watch` (its own output file: nothing else writes it meanwhile).
+  const pid_t pid = spawn_cli({"watch", "line/res", "--json", "--interval-ms", "20", "--lockd", addr, "--key-file",
+                               key_, "--timeout-ms", "5000"});
+  auto events = [&] {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(slurp(dir_ / "cli.out"));
+    for (std::string l; std::getline(in, l);)
+      if (const auto e = nlohmann::json::parse(l, nullptr, false); e.is_object()) out.push_back(e);
+    return out;
+  };
+  auto wait_for = [&](const std::string& event, std::uint32_t waiters) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (const auto& e : events())
+        if (e["event"] == event && e["waiters"] == waiters) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for("current", 2)) << slurp(dir_ / "cli.out") << slurp(dir_ / "cli.err");
+  wait(third, w2);
+  ASSERT_TRUE(wait_for("queue", 3)) << slurp(dir_ / "cli.out");
+  // The holder lets go: the first waiter has the name at the next epoch, two left in line.
+  const lockd::Answer rel = admin.release(name_id_of("line/res"), holder, e1);
+  ASSERT_NE(rel.as<wire::Ok>(), nullptr) << rel.message();
+  ASSERT_TRUE(wait_for("handed_over", 2)) << slurp(dir_ / "cli.out");
+  ::kill(pid, SIGINT);
+  const Result r = wait_cli(pid);
+  EXPECT_EQ(r.code, kOk) << r.err;
+  const auto all = events();
+  const auto h = std::find_if(all.begin(), all.end(), [](const auto& e) { return e["event"] == "handed_over"; });
+  ASSERT_NE(h, all.end());
+  EXPECT_EQ((*h)["holder"], first.str());
+  EXPECT_EQ((*h)["epoch"], e1 + 1);
+  EXPECT_EQ((*h)["prev_holder"], holder.str());
+}
+
 // Bad input to watch is a usage error naming the problem.
 TEST_F(CliTest, WatchRefusesBadInput) {
   const Result both = cli({"watch", "jobs/a", "--prefix", "jobs/", "--lockd", kSilentLockd, "--key-file", key_});
