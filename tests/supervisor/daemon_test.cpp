@@ -2109,6 +2109,65 @@ TEST_F(SupervisorProcess, AWaiterWhoseClientIsKilledLeavesTheLine) {
   EXPECT_TRUE(s2.events("queue_granted").empty()) << s2.log_text();
 }
 
+// Reconcile before recover: a supervisor killed (-9) while it held one name and waited for
+// another resumes neither when it restarts. Its leftover sandbox is killed before it serves
+// anything, the name stays the old grant's at lockd until that lease ends (a new run is refused
+// `held`, not handed the old belief), and the old place lapses instead of being granted.
+TEST_F(SupervisorProcess, ASupervisorRestartedWhileHoldingAndWaitingResumesNothing) {
+  // A 3 s TTL: the restart (about a second here) happens while lockd still has the old grant.
+  start_lockd({"--ttl-ms", "3000"});
+  const std::vector<std::string> timing = {"--ttl-ms", "3000", "--kill-after-ms", "1800", "--heartbeat-interval-ms",
+                                           "600", "--kill-latency-budget-ms", "50", "--slots", "16"};
+  const std::string worker = "00000000000000090000000000000009";
+  auto start = [&](Supervisor& s, std::vector<std::string> extra, const std::string& tag) {
+    std::string err;
+    extra.insert(extra.end(), timing.begin(), timing.end());
+    ASSERT_TRUE(s.start(dir_.path(), lockd_.address, key_, extra, &err, tag)) << err;
+  };
+  Supervisor other;
+  start(other, {}, "other");
+  const json theirs = other.call(run_req("recon/theirs", {"sleep", "30"}));
+  ASSERT_EQ(theirs["ok"], true) << theirs.dump();
+  json mine;
+  {
+    Supervisor before;
+    start(before, {"--worker-id", worker}, "before");
+    mine = before.call(run_req("recon/mine", {"sleep", "30"}));
+    ASSERT_EQ(mine["ok"], true) << mine.dump();
+    std::thread queued([&] {
+      json r = run_req("recon/theirs", {"sleep", "30"});
+      r["queue"] = true;
+      (void)before.call(r, 5'000);
+    });
+    const bool placed = eventually([&] { return !before.events("queued").empty(); }, 5000);
+    before.child.signal(SIGKILL);
+    before.child.wait(5'000);
+    queued.join();
+    ASSERT_TRUE(placed) << before.log_text();
+  }
+  Supervisor after;
+  start(after, {"--worker-id", worker}, "after");
+  // Dead (a zombie of whoever reaps it now is dead too), killed by its death signal or the sweep.
+  const std::string stat = "/proc/" + std::to_string(mine["pid"].get<pid_t>()) + "/stat";
+  EXPECT_TRUE(eventually([&] {
+    const std::string st = slurp(stat);
+    const auto paren = st.rfind(')');
+    return st.empty() || (paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z');
+  }, 5000)) << "the old sandbox still runs: " << slurp(stat);
+  EXPECT_EQ(after.call({{"v", 1}, {"op", "list"}})["sandboxes"].size(), 0u);
+  json again = after.call(run_req("recon/mine", {"sleep", "30"}));
+  EXPECT_EQ(again["error"], "held") << again.dump() << "\n" << lockd_.log_text();
+  EXPECT_EQ(again["epoch"], mine["epoch"]) << "still the old grant, which nobody here resumed";
+  // The old place is renewed by nobody: once it lapsed, a release passes over it.
+  auto ad = admin();
+  sleep_ms(3200);
+  const json rel = other.call({{"v", 1}, {"op", "release"}, {"name", "recon/theirs"}});
+  EXPECT_EQ(rel["ok"], true) << rel.dump();
+  EXPECT_EQ(counter(ad, "waiters_lapsed"), 1u);
+  EXPECT_EQ(counter(ad, "waiters_granted"), 0u);
+  EXPECT_TRUE(after.events("queue_granted").empty()) << after.log_text();
+}
+
 // issue 13, review finding 1: lockd completed a transfer as soon as asked, so the receiver
 // could be named while the old holder still ran. lockd now keeps the name Transferring (not
 // grantable, not even to the receiver) until the old holder's worker confirmed the kill, or
