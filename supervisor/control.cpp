@@ -649,6 +649,17 @@ void ControlServer::reply(ControlClientId client, const std::string& line) {
   }
 }
 
+bool ControlServer::client_gone(ControlClientId client) const {
+  for (const auto& [fd, c] : clients_) {
+    if (c.id != client) continue;
+    // POLLRDHUP: the peer's end is closed even while bytes it sent are still unread.
+    pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+    if (::poll(&p, 1, 0) < 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  }
+  return true;
+}
+
 void ControlServer::progress(ControlClientId client, const std::string& line) {
   for (auto& [fd, c] : clients_) {
     if (c.id != client) continue;

@@ -127,6 +127,7 @@ class ControlReplies final : public ControlPort {
   void progress(ControlClientId client, const std::string& line) override {
     if (server_) server_->progress(client, line);
   }
+  bool client_gone(ControlClientId client) const override { return !server_ || server_->client_gone(client); }
 
  private:
   std::unique_ptr<ControlServer>& server_;

@@ -39,7 +39,9 @@ void SupervisorCore::reply(ControlClientId c, const std::string& line) {
   if (const auto it = starting_.find(c); it != starting_.end()) {
     const auto [sb, left] = it->second;
     starting_.erase(it);
-    if (left) {
+    // The close may not have reached on_client_closed yet: the spawn that ends in this answer
+    // runs synchronously, and a client interrupted meanwhile is seen only after it.
+    if (left || control_.client_gone(c)) {
       // Nobody waits for it (its `run --wait` was interrupted): it must not hold the name alone.
       if (Sandbox* s = find(sb); s != nullptr && !never_started(s->phase) && !kill_asked_or_gone(s->phase)) {
         log_event("event=queued_run_orphaned sandbox=%s action=stop", sb.str().c_str());

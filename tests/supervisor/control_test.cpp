@@ -386,6 +386,29 @@ TEST(ControlServer, AClientClosingWhileItsRequestIsServedIsReported) {
   s.close_all();
 }
 
+// client_gone tells a closed client before the server has read its close (an answer computed
+// while the loop was busy must not count on on_client_closed having run), and not a live one,
+// nor one with a further request pending.
+TEST(ControlServer, AClosedClientIsGoneBeforeItsCloseIsRead) {
+  const std::string path = temp_socket_path("gone");
+  ControlClientId waiting = 0;
+  ControlServer s(ControlAccess{getuid(), std::nullopt}, [&](ControlClientId c, ControlRequest) { waiting = c; });
+  ASSERT_TRUE(s.open(path).ok());
+  const int fd = connect_unix(path);
+  const std::string line = json{{"v", 1}, {"op", "wait"}, {"sandbox", "0f8fad5b-d9cb-469f-a165-70867728950e"}}.dump() + "\n";
+  ASSERT_EQ(::send(fd, line.data(), line.size(), 0), static_cast<ssize_t>(line.size()));
+  for (int round = 0; round < 3; ++round)
+    for (const auto& w : s.watch_fds()) s.on_ready(w.fd, POLLIN, now_ms());
+  ASSERT_NE(waiting, 0u);
+  EXPECT_FALSE(s.client_gone(waiting));
+  ASSERT_EQ(::send(fd, "{", 1, 0), 1);  // a partial next line: still there
+  EXPECT_FALSE(s.client_gone(waiting));
+  ::close(fd);
+  EXPECT_TRUE(s.client_gone(waiting)) << "closed, though the server has not read the close";
+  EXPECT_TRUE(s.client_gone(waiting + 1000)) << "a client it never had";
+  s.close_all();
+}
+
 TEST(ControlServer, RefusesASecondServerOnTheSamePath) {
   const std::string path = temp_socket_path("dup");
   ControlServer a(ControlAccess{getuid(), std::nullopt}, [](ControlClientId, ControlRequest) {});

@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -233,7 +234,9 @@ class FakeControl final : public ControlPort {
   void progress(ControlClientId client, const std::string& line) override {
     progress_lines.emplace_back(client, json::parse(line));
   }
+  bool client_gone(ControlClientId client) const override { return gone.contains(client); }
   std::vector<std::pair<ControlClientId, json>> answers;
+  std::set<ControlClientId> gone;  ///< closed, the close not yet handed to on_client_closed
   std::vector<std::pair<ControlClientId, json>> progress_lines;
 };
 
@@ -1367,6 +1370,22 @@ TEST_F(SupervisorCoreTest, AQueuedRunWhoseClientLeftIsNotLeftRunning) {
   EXPECT_TRUE(core->sandboxes().find(sb) == nullptr || kill_asked_or_gone(core->sandboxes().find(sb)->phase))
       << "started for a client that left, and left running";
   for (const auto& [client, answer] : control.answers) EXPECT_NE(client, 8u) << answer;
+
+  // Third run: the client closed during the start itself, and the close has not been handed
+  // over when the answer is ready (the spawn ran first): the answer finds it gone.
+  core->on_request(9, queued_run("job3"), kT0 + 20 * kMs);
+  const std::size_t wait3 = lockd.calls.size() - 1;
+  const SandboxId sb3 = lockd.body<wire::Wait>(wait3)->sandbox;
+  lockd.answer(wait3, wire::Grant{name_id_of("job3"), 10, sb3, WorkerId{0x77, 0x1}, LockPhase::acquiring, 5000, {}},
+               kT0 + 20 * kMs, kT0 + 21 * kMs);
+  control.gone.insert(9);
+  const std::size_t commit3 = lockd.calls.size() - 1;
+  ASSERT_NE(lockd.body<wire::Commit>(commit3), nullptr);
+  lockd.answer(commit3, wire::Grant{name_id_of("job3"), 10, sb3, WorkerId{0x77, 0x1}, LockPhase::held, kTtlMs, {}},
+               kT0 + 21 * kMs, kT0 + 22 * kMs);
+  ASSERT_EQ(host.created.size(), 2u);
+  EXPECT_TRUE(core->sandboxes().find(sb3) == nullptr || kill_asked_or_gone(core->sandboxes().find(sb3)->phase))
+      << "started for a client that had closed, and left running";
 }
 
 // Members of --group (uids other than root and the supervisor's) wait on at most

@@ -193,6 +193,8 @@ class ControlServer final : public ControlPort {
   void reply(ControlClientId client, const std::string& line) override;
   /// A progress line before the answer: written now, the request stays in progress.
   void progress(ControlClientId client, const std::string& line) override;
+  /// The client's end is closed (a peek reads end of file or an error) or it was dropped.
+  bool client_gone(ControlClientId client) const override;
 
   int listen_fd() const noexcept { return listen_fd_; }
   std::size_t clients() const noexcept { return clients_.size(); }

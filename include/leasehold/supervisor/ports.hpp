@@ -191,6 +191,10 @@ class ControlPort {
   /// Sends a progress line (is_control_progress) to `client` before its answer; the request
   /// stays in progress. Dropped if the client is gone, or by a port that has no such lines.
   virtual void progress(ControlClientId, const std::string&) {}
+  /// True when `client` has closed its connection, whether or not the event loop has seen the
+  /// close yet (a long synchronous step, such as a spawn, may run between the close and its
+  /// event). A port that cannot tell says false.
+  virtual bool client_gone(ControlClientId) const { return false; }
 };
 
 // ---- SlotTable ---------------------------------------------------------------------------
