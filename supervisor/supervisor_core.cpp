@@ -1521,7 +1521,7 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
     }
     const SandboxId sb = q.sandbox;
     ++i;
-    if (q.position != 0 && !q.in_flight) renew.push_back(sb);
+    if (q.position != 0 && !q.in_flight && ++q.ticks % kWaitEveryTicks != 0) renew.push_back(sb);
     else send_wait(sb);  // may erase queued_ entries via an answer delivered at once
   }
   // 2-phase commits ride on this tick.

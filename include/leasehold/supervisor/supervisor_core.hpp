@@ -264,7 +264,12 @@ class SupervisorCore {
     std::uint32_t waiters = 0;
     SandboxId holder;                ///< the name's holder and epoch as that answer had them
     Epoch epoch = 0;
+    std::uint32_t ticks = 0;         ///< heartbeat ticks while placed (every kWaitEveryTicks-th sends a Wait)
   };
+  /// A placed run's place is renewed in the heartbeats; every this many ticks a Wait instead,
+  /// whose answer tells its position (waiters ahead of it may have left without the holder
+  /// changing, which the renewal's answer would not show).
+  static constexpr std::uint32_t kWaitEveryTicks = 8;
   /// Why a `wait` (or a queued run, or a run to be waited for) of `uid` cannot be taken now
   /// (kControlWaitsMax in all, kControlWaitsPerUidMax per uid and kControlWaitsMax −
   /// kControlWaitsReserved for all uids but root and the supervisor's); "" when it can.
