@@ -879,9 +879,18 @@ wire::Body LockService::on_wait(const wire::Wait& w, const SocketAddress& from, 
     });
     counters_.waiters_lapsed += was - ws.size();
   }
-  const std::size_t in_queue = q == queues_.end() ? 0 : q->second.waiters.size();
-  const auto mine = waiters_of_.find(bound);
-  const std::size_t of_worker = mine == waiters_of_.end() ? 0 : mine->second;
+  std::size_t in_queue = q == queues_.end() ? 0 : q->second.waiters.size();
+  auto mine = waiters_of_.find(bound);
+  std::size_t of_worker = mine == waiters_of_.end() ? 0 : mine->second;
+  if (of_worker >= kWaitersPerWorkerMax || waiters_ >= kWaitersMax) {
+    // Lapsed places behind live ones stay until they reach their head: a bound counts only
+    // live places, so they are dropped everywhere before a refusal.
+    drop_lapsed_waiters(now_ns);
+    q = queues_.find(id);
+    in_queue = q == queues_.end() ? 0 : q->second.waiters.size();
+    mine = waiters_of_.find(bound);
+    of_worker = mine == waiters_of_.end() ? 0 : mine->second;
+  }
   if (in_queue >= kWaitersPerNameMax || of_worker >= kWaitersPerWorkerMax || waiters_ >= kWaitersMax) {
     ++counters_.waits_refused_full;
     return wire::Error{wire::ErrorCode::overloaded,
@@ -939,6 +948,20 @@ wire::Body LockService::leave_queue(const wire::Release& r, WorkerId worker, std
     return wire::Ok{r.name_id, back.state.epoch};
   }
   return wire::Ok{r.name_id, o.state.epoch};  // not waiting (any more): nothing to leave
+}
+
+void LockService::drop_lapsed_waiters(std::int64_t now_ns) {
+  for (auto it = queues_.begin(); it != queues_.end();) {
+    auto& ws = it->second.waiters;
+    const std::size_t was = ws.size();
+    std::erase_if(ws, [&](const Waiter& x) {
+      if (x.lapse_ns > now_ns) return false;
+      forget_waiter(x);
+      return true;
+    });
+    counters_.waiters_lapsed += was - ws.size();
+    it = ws.empty() ? queues_.erase(it) : std::next(it);
+  }
 }
 
 void LockService::forget_waiter(const Waiter& w) {

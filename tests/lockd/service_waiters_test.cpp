@@ -332,6 +332,32 @@ TEST(Waiters, OneWorkerCannotTakeEveryPlace) {
   EXPECT_EQ(as_queued(c.answer(rig)).position, 1u);
 }
 
+// Places that lapsed but were not dropped yet (they never reached their FIFO's head) do not
+// count against the worker's bound: a Wait at the bound drops them first.
+TEST(Waiters, LapsedPlacesDoNotCountAgainstTheWorkersBound) {
+  CoreRig rig(kT0);
+  Peer a = Peer::worker(WorkerId{0xa, 1}, 41001), b = Peer::worker(WorkerId{0xb, 1}, 41002),
+       c = Peer::worker(WorkerId{0xc, 1}, 41003);
+  const std::size_t names = kWaitersPerWorkerMax / kWaitersPerNameMax + 1;  // room behind C in each line
+  for (std::size_t n = 0; n < names + 1; ++n)
+    a.send(rig, wire::Acquire{"res" + std::to_string(n), sandbox(1 + n), a.id, 60'000, false}, kT0);
+  rig.settle(kT0);
+  (void)a.answers(rig);
+  // C waits first in every line (kept 60 s); behind it, B takes its whole bound, kept 100 ms.
+  std::uint64_t sb = 1000;
+  for (std::size_t n = 0; n < names; ++n) c.wait(rig, "res" + std::to_string(n), sandbox(sb++), kT0, 60'000);
+  for (std::size_t i = 0; i < kWaitersPerWorkerMax; ++i)
+    b.wait(rig, "res" + std::to_string(i % names), sandbox(sb++), kT0, 100);
+  rig.settle(kT0);
+  (void)b.answers(rig);
+  (void)c.answers(rig);
+  // 200 ms later every one of B's places has lapsed, none at a head: a new Wait is placed.
+  b.wait(rig, "res" + std::to_string(names), sandbox(sb++), kT0 + 200 * kMs, 10'000);
+  rig.settle(kT0 + 200 * kMs);
+  EXPECT_EQ(as_queued(b.answer(rig)).position, 1u);
+  EXPECT_EQ(rig.service->counters().waiters_lapsed, kWaitersPerWorkerMax);
+}
+
 // A heartbeat entry at epoch 0 renews a waiter's place as a Wait would, answered `queued` with
 // the time it is now kept; only from the waiter's own worker, never for a lapsed place, and a
 // waiter already granted (its push lost) is answered `lost`, so its supervisor sends a Wait.

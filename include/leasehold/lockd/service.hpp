@@ -382,6 +382,9 @@ class LockService {
                                        const SocketAddress& from, std::int64_t ttl_ns, std::int64_t now_ns);
   /// serve_queue for every FIFO whose wake-up is due.
   void serve_due_queues(std::int64_t now_ns);
+  /// Drops every lapsed place from every FIFO (those behind a live waiter included), before a
+  /// Wait is refused at a bound that counts only live places. O(waiters).
+  void drop_lapsed_waiters(std::int64_t now_ns);
   /// Counts `w` out of waiters_ and waiters_of_ (it is leaving its FIFO).
   void forget_waiter(const Waiter& w);
   wire::Queued queued_answer(NameId name, std::size_t position, const WaitQueue& q, std::int64_t now_ns) const;
