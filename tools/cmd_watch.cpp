@@ -73,8 +73,9 @@ std::string classify(const Seen* before, const wire::NameRecord* after, std::int
   }
   // A new holder while sandboxes waited: nothing jumps lockd's FIFO, so it is the first waiter,
   // handed the name at a new epoch (a release, expiry or revoke in between is not seen).
+  // (After a revoke the first waiter holds the epoch the revoke announced: >=, not >.)
   if (b != nullptr && after != nullptr && b->waiters > 0 && after->waiters < b->waiters &&
-      after->epoch > b->epoch && after->holder != b->holder &&
+      after->epoch >= b->epoch && after->holder != b->holder &&
       (after->state == LockPhase::acquiring || after->state == LockPhase::held))
     return "handed_over";
   const bool had = b != nullptr && b->state != LockPhase::free;
@@ -218,7 +219,7 @@ const Command kWatch([](CLI::App& app, int* exit_code) {
       ->excludes(name);
   sub->add_flag("--json", a->json,
                 "one JSON object per line: {\"time\", \"event\", \"name\", \"state\", \"epoch\", \"holder\", "
-                "\"worker\", \"ttl_left_ms\", \"reserved_for\", \"revoke_pending\", \"prev_epoch\", \"prev_holder\"}; "
+                "\"worker\", \"ttl_left_ms\", \"reserved_for\", \"revoke_pending\", \"waiters\", \"prev_epoch\", \"prev_holder\"}; "
                 "a lockd that stops answering is {\"time\", \"event\": \"lost_contact\", \"lockd\", \"message\"}, "
                 "and {\"event\": \"contact_restored\"} when it answers again");
   sub->add_option("--interval-ms", a->interval_ms, "poll lockd every this many milliseconds (default 200)")
