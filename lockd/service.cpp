@@ -890,6 +890,16 @@ wire::Body LockService::on_wait(const wire::Wait& w, const SocketAddress& from, 
   ++counters_.waits_queued;
   serve_queue(id, now_ns);  // arms its wake-up (a first waiter behind a lock-delay)
   q = queues_.find(id);
+  if (q == queues_.end()) {
+    // serve_queue took it off at once (preemptible mode: it preempted a holder on a lapsed
+    // worker and granted the name to this waiter): answered as a Wait of a sandbox granted from
+    // the FIFO is, by the idempotent 2-phase acquire.
+    const LockState was = table_.state(id);
+    const Outcome o = table_.acquire_2pc(w.name, w.sandbox, now_ns, bound);
+    if (!o.ok()) return deny(o);
+    if (!(was == o.state)) record_change(id, o.state, "acquire_2pc", now_ns);
+    return grant(o, now_ns);
+  }
   return queued_answer(id, q->second.waiters.size(), q->second, now_ns);
 }
 
