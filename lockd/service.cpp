@@ -494,8 +494,10 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       return;
     }
     on_running_answer(std::get<wire::RunningAnswer>(m.body), rid, now_ns);
-    // "Not running" preempted the name: its first waiter may have it now.
-    if (!queues_.empty()) serve_queue(std::get<wire::RunningAnswer>(m.body).name_id, now_ns);
+    // "Not running" preempted the name: its first waiter may have it now. ("Running" changes
+    // nothing; serving the FIFO then would only ask again at once, an IsRunning per round trip.)
+    if (!queues_.empty() && !std::get<wire::RunningAnswer>(m.body).running)
+      serve_queue(std::get<wire::RunningAnswer>(m.body).name_id, now_ns);
     return;
   }
   if (type == wire::MessageType::revoked_ack) {
