@@ -25,6 +25,7 @@
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace leasehold::sim {
@@ -318,8 +319,10 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
 
   RunResult run() {
     while (!queue_.empty() && !violation_) {
-      Event ev = queue_.top();
-      if (ev.at_ns > cfg_.duration_ns) break;
+      if (queue_.top().at_ns > cfg_.duration_ns) break;
+      // Moved out, not copied (a copy of its closure is an allocation per event): the heap orders
+      // by at_ns and seq, which the move leaves in place for the pop.
+      Event ev = std::move(const_cast<Event&>(queue_.top()));
       queue_.pop();
       if (ev.node >= 0 && ev.at_ns < paused_until_[static_cast<std::size_t>(ev.node)]) {
         // The node is frozen: its event waits until it resumes (its clock keeps counting).
@@ -364,7 +367,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     s.name = name;
     s.epoch = epoch;
     s.fate.known = true;
-    sandboxes_[sb] = s;
+    Sandbox& added = sandboxes_[sb] = s;
+    running_[sb] = &added;
     ++counts_.sandboxes_started;
     std::int64_t life = proc_rng_.range(500 * kMs, 8 * kS);
     if (proc_rng_.chance(0.1)) life = proc_rng_.range(8 * kS, cfg_.sandbox_lifetime_max_ns);
@@ -1408,6 +1412,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     Sandbox& s = it->second;
     s.fate.exited = true;
     s.fate.exited_at_ns = now_;
+    running_.erase(sb);
     record(1 + static_cast<int>(s.worker), after_kill ? "died" : "exited", sb.lo, 0);
     const int node = 1 + static_cast<int>(s.worker);
     const std::uint32_t w = s.worker;
@@ -1451,8 +1456,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
 
   void check_single_holder() {
     passing_.clear();
-    for (auto& [sb, s] : sandboxes_) {
-      if (s.fate.exited) continue;
+    for (const auto& [sb, sp] : running_) {
+      Sandbox& s = *sp;
       NameId name;
       Epoch epoch = 0;
       if (sups_[s.worker]->check_deadline(sb, local(1 + static_cast<int>(s.worker)), &name, &epoch)) {
@@ -1608,6 +1613,9 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   std::optional<OperatorTransfer> transfer_;
 
   std::map<SandboxId, Sandbox> sandboxes_;
+  /// The sandboxes of sandboxes_ not exited yet, in the same order (the ones the per-step
+  /// check reads; exited ones stay in sandboxes_ a while for kill_before_expiry).
+  std::map<SandboxId, Sandbox*> running_;
   std::int64_t kill_ticks_max_ = 0;
   FenceGate gate_;
 
