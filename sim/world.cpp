@@ -1276,6 +1276,18 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     const auto* g = d ? std::get_if<wire::Grant>(&d.body) : nullptr;
     if (g != nullptr && (g->state == LockPhase::held || g->state == LockPhase::acquiring))
       sniffed_[g->name_id] = Invariants::AckedGrant{g->name_id, g->epoch, g->holder};
+    // A 2-phase grant (Acquiring: a control plane's acquire, a waiter's grant from the FIFO)
+    // tells its epoch as well: a crash may drop the reservation (a restarted lockd keeps no
+    // Acquiring record) but never the epoch, which stays burned, so no other sandbox is ever
+    // told it.
+    if (g != nullptr && (g->state == LockPhase::held || g->state == LockPhase::acquiring)) {
+      Epoch& told = told_epoch_[g->name_id];
+      told = std::max(told, g->epoch);
+    }
+    if (g != nullptr && g->state == LockPhase::acquiring) {
+      if (auto v = inv_.epoch_monotone(g->name_id, g->epoch, g->holder, now_)) fail(*v);
+      return;
+    }
     if (g == nullptr || g->state != LockPhase::held) return;
     ++counts_.grants;
     record(kLockd, "grant", g->name_id.lo, g->epoch);
@@ -1383,7 +1395,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   }
 
   /// no_lost_grant: `t` (a restarted lockd's, a new leader's) has every grant of `current`
-  /// held; false (the run failed) when it lacks one.
+  /// held; epoch_durable: it knows every name at the highest epoch lockd told a client or
+  /// above. False (the run failed) when either fails.
   bool grants_kept_by(const LeaseTable& t, const std::vector<Invariants::AckedGrant>& current) {
     if (auto v = inv_.no_lost_grant(std::span<const Invariants::AckedGrant>(current),
                                     [&](NameId id) {
@@ -1391,6 +1404,10 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
                                       return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
                                     },
                                     now_)) {
+      fail(*v);
+      return false;
+    }
+    if (auto v = inv_.epoch_durable(told_epoch_, [&](NameId id) { return t.state(id).epoch; }, now_)) {
       fail(*v);
       return false;
     }
@@ -1623,6 +1640,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   std::vector<Passing> passing_;
   std::map<NameId, Invariants::AckedGrant> acked_;
   std::set<std::pair<NameId, Epoch>> acknowledged_;  ///< every (name, epoch) lockd sent Held for
+  std::map<NameId, Epoch> told_epoch_;  ///< per name, the highest epoch lockd sent a grant of (Held or Acquiring)
   std::vector<Invariants::AckedGrant> crash_current_;
   std::map<NameId, HeldView> held_;
   std::map<NameId, std::int64_t> first_grant_after_heal_;
