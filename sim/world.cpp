@@ -244,6 +244,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     disk_slow_ = cfg_.faults ? static_cast<double>(setup.range(0, 300)) / 10'000.0 : 0;
     // Disk failures draw from their own stream, so the other draws of a seed do not move.
     disk_fail_rng_ = Rng(cfg_.seed ^ 0xd15cfa11d15cfa11ULL);
+    crash_rng_ = Rng(cfg_.seed ^ 0xc7a5ec7a5ec7a5e1ULL);  // crashes at a batch: their own stream too
     disk_fail_ = cfg_.faults && disk_fail_rng_.chance(0.5) ? static_cast<double>(disk_fail_rng_.range(1, 40)) / 10'000.0 : 0;
     // A killed sandbox dies within the kill-latency budget, at worst at its end.
     kill_ticks_max_ = std::max<std::int64_t>(0, cfg_.timing.kill_latency_budget_ns / cfg_.sandbox_tick_ns);
@@ -413,6 +414,14 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       ++counts_.disk_slow;
     }
     const std::uint64_t inc = incarnation_;
+    if (!crashes_at_batch_.empty() && now_ < cfg_.heal_ns) {
+      const std::int64_t down = crashes_at_batch_.front();
+      crashes_at_batch_.pop_front();
+      ++counts_.lockd_crashes_in_flight;
+      push(now_ + crash_rng_.range(0, latency - 1), kWorldNode, [this, inc, down] {
+        if (inc == incarnation_) crash_lockd(down);
+      });
+    }
     const bool fails = now_ < cfg_.heal_ns && disk_fail_rng_.chance(disk_fail_);
     push(now_ + latency, kLockd, [this, inc, fails] {
       if (!lockd_ || inc != incarnation_) return;
@@ -804,7 +813,12 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     for (std::int64_t i = 0; i < n_crashes; ++i) {
       const std::int64_t at = r.range(kS, last_start);
       const std::int64_t down = r.range(20 * kMs, 2 * kS);
-      push(at, kWorldNode, [this, down] { crash_lockd(down); });
+      // Half of them (a stream of their own) wait from `at` for lockd's next disk batch and hit
+      // it in flight: a crash during a write loses that batch and every change after it.
+      if (crash_rng_.chance(0.5))
+        push(at, kWorldNode, [this, down] { crashes_at_batch_.push_back(down); });
+      else
+        push(at, kWorldNode, [this, down] { crash_lockd(down); });
     }
   }
 
@@ -1585,7 +1599,9 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   std::int64_t disk_base_ns_ = 0;
   double disk_slow_ = 0;
   Rng disk_fail_rng_{0};
-  double disk_fail_ = 0;  ///< per batch, before heal_ns (half the seeds with faults: 0.01%..0.4%)
+  double disk_fail_ = 0;
+  Rng crash_rng_{0};
+  std::deque<std::int64_t> crashes_at_batch_;  ///< armed crashes (their down time), fired at the next batch  ///< per batch, before heal_ns (half the seeds with faults: 0.01%..0.4%)
   std::unique_ptr<LockdNode> lockd_;
   // lockd on etcd (SimConfig::lockd_replicas > 1): the replicas (null while one is down), their
   // incarnations and election call sequence numbers, the replica each worker's link targets.

@@ -9,8 +9,8 @@
 // keeps counting, as CLOCK_BOOTTIME does), and talks to the others through a network with
 // per-path delay, loss, duplication, reordering and partitions, and (half the seeds) an on-path
 // attacker that replays captured datagrams and delivers tampered copies. lockd's durability port is a
-// simulated disk with latency; a lockd crash loses the batch not yet durable, and the next
-// incarnation starts from what was. Sandboxes are processes that take k ticks to die after a
+// simulated disk with latency; a lockd crash (half of them timed to hit a batch in flight) loses
+// the batch not yet durable, and the next incarnation starts from what was. Sandboxes are processes that take k ticks to die after a
 // kill; while running and while the shm check (`check_deadline`: epoch published and now <
 // valid_until on the worker's clock) passes, they write to a fenced resource with their epoch.
 //
@@ -127,6 +127,7 @@ struct SimConfig {
   X(events_deferred_by_pause, "events that waited for a paused node")                       \
   X(step_pauses, "pauses between a node's clock read and the effects of its step")         \
   X(lockd_crashes, "lockd crashes")                                                         \
+  X(lockd_crashes_in_flight, "of those, timed to hit a disk batch in flight")               \
   X(lockd_restarts, "lockd restarts from the durable store")                                \
   X(batches_lost, "disk batches a crash lost before they were durable")                     \
   X(batches_durable, "disk batches made durable")                                           \
