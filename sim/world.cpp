@@ -75,6 +75,13 @@ bool SimConfig::preemptible() const noexcept {
   return r.chance(preemptible_share);
 }
 
+bool SimConfig::queues() const noexcept {
+  if (queue_share >= 1) return true;
+  if (queue_share <= 0) return false;
+  Rng r(seed ^ 0x9a3e5e9a3e5e9a3eULL);  // its own stream: the other draws do not move with the share
+  return r.chance(queue_share);
+}
+
 Status SimConfig::validate() const {
   if (supervisors == 0 || supervisors > 64) return Status::invalid("supervisors must be in 1..64, not " + std::to_string(supervisors));
   if (names == 0 || names > 64) return Status::invalid("names must be in 1..64, not " + std::to_string(names));
@@ -92,6 +99,11 @@ Status SimConfig::validate() const {
     return Status::invalid("leader_lease_s must be in 0 (drawn) ..10, not " + std::to_string(leader_lease_s));
   if (!(preemptible_share >= 0 && preemptible_share <= 1))
     return Status::invalid("preemptible_share must be in 0..1, not " + std::to_string(preemptible_share));
+  if (waiting_runs_per_worker_max > 16)
+    return Status::invalid("waiting_runs_per_worker_max must be in 0..16, not " + std::to_string(waiting_runs_per_worker_max));
+  if (!(queue_share >= 0 && queue_share <= 1) || !(queued_run_share >= 0 && queued_run_share <= 1))
+    return Status::invalid("queue_share and queued_run_share must be in 0..1, not " + std::to_string(queue_share) + " and " +
+                           std::to_string(queued_run_share));
   if (lock_delay_ns < 0 || lock_delay_ns % kMs != 0)
     return Status::invalid("lock_delay_ns must be a whole number of ms >= 0, not " + std::to_string(lock_delay_ns));
   if (worker_ttl_ns != 0 && worker_ttl_ns < timing.ttl_ns)
@@ -305,6 +317,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       push(transfer_rng_.range(3 * kS, 10 * kS), kWorldNode, [this] { operator_transfer(); });
     }
     if (cfg_.preemptible()) ++counts_.preemptible_runs;
+    if (cfg_.queues()) ++counts_.queueing_runs;
     // The seed's drawn timing (with_drawn_timing), first in the trace.
     record(kWorldNode, "ttl_ms", 0, static_cast<std::uint64_t>(cfg_.timing.ttl_ns / kMs));
     record(kWorldNode, "rho_ppm", 0, static_cast<std::uint64_t>(cfg_.timing.rho_ppb / 1000));
@@ -341,6 +354,12 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       for (const NameId& id : name_ids_)
         if (auto v = inv_.free_name_acquired(id, first_grant_after_heal_[id], cfg_.heal_ns, cfg_.liveness_bound_ns, now_))
           fail(*v);
+    }
+    for (const auto& s : sups_) {
+      const SupervisorNode::QueuedRuns q = s->queued_runs();
+      counts_.queued_runs += q.queued;
+      counts_.queued_runs_granted += q.granted;
+      counts_.queued_runs_timed_out += q.timed_out;
     }
     RunResult r;
     r.seed = cfg_.seed;
@@ -399,6 +418,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   }
   void note(std::uint32_t worker, std::string_view what, std::uint64_t a, std::uint64_t b) override {
     if (what == "refused_lock_delay") ++counts_.lock_delay_refusals;
+    if (what == "client_closed") ++counts_.queued_clients_closed;
     record(1 + static_cast<int>(worker), what, a, b);
   }
 
@@ -406,6 +426,13 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   void send_to_worker(std::uint32_t worker, std::span<const std::uint8_t> bytes) override {
     observe_lockd_answer(bytes);
     transmit(down_[worker], worker, false, bytes);
+  }
+  void waiters_counted(const WaiterCounts& d) override {
+    counts_.waiters_queued += d.queued;
+    counts_.waiters_granted += d.granted;
+    counts_.waiters_granted_on_release += d.granted_on_release;
+    counts_.waiters_granted_on_kill_confirmed += d.granted_on_kill_confirmed;
+    counts_.waiters_lapsed += d.lapsed;
   }
   void disk_submitted() {
     std::int64_t latency = disk_base_ns_ + proc_rng_.range(0, disk_base_ns_);
@@ -1096,7 +1123,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     const SandboxId mine{0x4057'0000 | forge_rng_.below(1 << 16), forge_rng_.next()};
     wire::Body body;
     const WorkerId someone = worker_ids_[forge_rng_.below(worker_ids_.size())];
-    switch (forge_rng_.below(9)) {
+    // The seeds that queue also forge the waiters' requests (9, 10); the others draw as before.
+    switch (forge_rng_.below(queues_ ? 11 : 9)) {
       case 0: body = wire::Release{g.name, g.holder, g.epoch}; break;
       case 1: body = wire::Commit{g.name, g.holder, g.epoch, hostile_id_}; break;
       case 2: body = wire::TransferBegin{g.name, g.holder, g.epoch, mine, hostile_id_}; break;
@@ -1115,6 +1143,15 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
                                static_cast<std::uint32_t>(cfg_.timing.ttl_ns / kMs), forge_rng_.chance(0.5)};
         break;
       case 7: body = wire::TransferComplete{g.name, g.epoch + 1}; break;
+      // A Wait for the sniffed grant's sandbox (perhaps one granted from a FIFO and not yet
+      // committed) in its own name or a real worker's: a waiter's place and its grant are bound
+      // to the waiter's worker.
+      case 9:
+        body = wire::Wait{names_[name_index(g.name)], g.holder, forge_rng_.chance(0.5) ? someone : WorkerId{}, 0};
+        break;
+      // Leaving the FIFO for that sandbox (Release with epoch 0), which gives back a grant from
+      // it not yet committed: only the waiter's own worker may.
+      case 10: body = wire::Release{g.name, g.holder, 0}; break;
       default: {
         wire::WorkerHeartbeat w;
         w.worker = worker_ids_[forge_rng_.below(worker_ids_.size())];
@@ -1566,6 +1603,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   }
 
   const SimConfig cfg_;  ///< the caller's, with this seed's drawn kill_after
+  const bool queues_ = cfg_.queues();
   const TraceFn& trace_;
   Rng rng_;
   Rng net_rng_{0};
