@@ -983,7 +983,12 @@ void LockService::serve_queue(NameId name, std::int64_t now_ns) {
     }
     // Once durable, as the answer to its latest Wait; a lost one is answered again by its next
     // Wait (the 2-phase acquire is idempotent for it).
+#if LEASEHOLD_SIM_ABLATE_WAITER_GRANT_BEFORE_DURABLE
+    // Simulator ablation: the waiter's grant goes out before the change that made it is durable.
+    answer_as_after(head.caller, 0, head.from, head.request_id, grant(o, now_ns));
+#else
     answer_as_after(head.caller, depend_seq_, head.from, head.request_id, grant(o, now_ns));
+#endif
     forget_waiter(head);
     ws.pop_front();
     break;
