@@ -129,8 +129,12 @@ constexpr int kLockd = 0;       ///< node 0 is lockd; node 1 + w is worker w's s
 struct NodeClock {
   std::int64_t base_ns = 0;
   std::int64_t ppm = 0;
+  /// t * ppm / 1e6 is taken without a 128-bit division (it ran for every sandbox at every step):
+  /// with t = q·1e6 + r (t >= 0), t·ppm = q·ppm·1e6 + r·ppm, two terms of one sign, so its
+  /// quotient truncated toward zero is q·ppm plus r·ppm / 1e6 truncated the same way.
   std::int64_t local(std::int64_t t) const noexcept {
-    return base_ns + t + static_cast<std::int64_t>(static_cast<__int128>(t) * ppm / 1'000'000);
+    LEASEHOLD_ASSERT(t >= 0);
+    return base_ns + t + (t / 1'000'000) * ppm + (t % 1'000'000) * ppm / 1'000'000;
   }
   /// The first true time at which local() reaches `l`.
   std::int64_t true_at(std::int64_t l) const noexcept {
