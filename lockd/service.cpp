@@ -494,8 +494,10 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
       return;
     }
     on_running_answer(std::get<wire::RunningAnswer>(m.body), rid, now_ns);
-    // "Not running" preempted the name: its first waiter may have it now.
-    if (!queues_.empty()) serve_queue(std::get<wire::RunningAnswer>(m.body).name_id, now_ns);
+    // "Not running" preempted the name: its first waiter may have it now. ("Running" changes
+    // nothing; serving the FIFO then would only ask again at once, an IsRunning per round trip.)
+    if (!queues_.empty() && !std::get<wire::RunningAnswer>(m.body).running)
+      serve_queue(std::get<wire::RunningAnswer>(m.body).name_id, now_ns);
     return;
   }
   if (type == wire::MessageType::revoked_ack) {
@@ -907,6 +909,16 @@ wire::Body LockService::on_wait(const wire::Wait& w, const SocketAddress& from, 
   ++counters_.waits_queued;
   serve_queue(id, now_ns);  // arms its wake-up (a first waiter behind a lock-delay)
   q = queues_.find(id);
+  if (q == queues_.end()) {
+    // serve_queue took it off at once (preemptible mode: it preempted a holder on a lapsed
+    // worker and granted the name to this waiter): answered as a Wait of a sandbox granted from
+    // the FIFO is, by the idempotent 2-phase acquire.
+    const LockState was = table_.state(id);
+    const Outcome o = table_.acquire_2pc(w.name, w.sandbox, now_ns, bound);
+    if (!o.ok()) return deny(o);
+    if (!(was == o.state)) record_change(id, o.state, "acquire_2pc", now_ns);
+    return grant(o, now_ns);
+  }
   return queued_answer(id, q->second.waiters.size(), q->second, now_ns);
 }
 
@@ -1002,7 +1014,12 @@ void LockService::serve_queue(NameId name, std::int64_t now_ns) {
     }
     // Once durable, as the answer to its latest Wait; a lost one is answered again by its next
     // Wait (the 2-phase acquire is idempotent for it).
+#if LEASEHOLD_SIM_ABLATE_WAITER_GRANT_BEFORE_DURABLE
+    // Simulator ablation: the waiter's grant goes out before the change that made it is durable.
+    answer_as_after(head.caller, 0, head.from, head.request_id, grant(o, now_ns));
+#else
     answer_as_after(head.caller, depend_seq_, head.from, head.request_id, grant(o, now_ns));
+#endif
     forget_waiter(head);
     ws.pop_front();
     break;

@@ -4,6 +4,7 @@
 #include "leasehold/lockd/config.hpp"
 #include "leasehold/lockd/durability.hpp"
 #include "leasehold/lockd/service.hpp"
+#include "leasehold/wire/protocol.hpp"
 
 #include <algorithm>
 #include <string>
@@ -135,7 +136,8 @@ bool SimDisk::crash() {
 struct LockdNode::Impl {
   Impl(const SimConfig& c, const wire::WireKey& cluster, LockdEnv& e, lockd::RestoredTable r,
        lockd::DurabilityPort& store, std::int64_t now, std::uint64_t instance)
-      : last_now_ns(now),
+      : env(e),
+        last_now_ns(now),
         restored(std::move(r)),
         net(e),
         service(lockd_config_of(c), std::vector<wire::WireKey>{cluster}, restored, net, store, now,
@@ -144,11 +146,33 @@ struct LockdNode::Impl {
                                     // simulated clock on a fixed base, never the host's.
                                     [this] { return kWallBaseNs + last_now_ns; }}) {}
   static constexpr std::int64_t kWallBaseNs = 1'700'000'000 * kS;
+  LockdEnv& env;
   std::int64_t last_now_ns = 0;
   lockd::RestoredTable restored;
   SimNet net;
   lockd::LockService service;
   std::string log;
+  WaiterCounts seen;  ///< the service's waiter counters as last reported
+
+  /// Reports what the step changed in the waiter counters; `datagram` is the one the step
+  /// handled (empty for a tick), which names the grants' occasion.
+  void count_waiters(std::span<const std::uint8_t> datagram) {
+    const lockd::ServiceCounters& c = service.counters();
+    WaiterCounts d;
+    d.queued = c.waits_queued - seen.queued;
+    d.granted = c.waiters_granted - seen.granted;
+    d.lapsed = c.waiters_lapsed - seen.lapsed;
+    if (!d.any()) return;
+    seen.queued = c.waits_queued;
+    seen.granted = c.waiters_granted;
+    seen.lapsed = c.waiters_lapsed;
+    wire::Header h;
+    if (d.granted != 0 && !datagram.empty() && wire::decode_header(datagram, nullptr, h) == wire::DecodeError::none) {
+      if (h.type == wire::MessageType::release) d.granted_on_release = d.granted;
+      if (h.type == wire::MessageType::kill_confirmed) d.granted_on_kill_confirmed = d.granted;
+    }
+    env.waiters_counted(d);
+  }
 };
 
 LockdNode::LockdNode(const SimConfig& cfg, const wire::WireKey& cluster_key, LockdEnv& env, SimDisk& disk,
@@ -176,6 +200,7 @@ bool LockdNode::failed() const noexcept { return impl_->service.failed(); }
 void LockdNode::on_datagram(std::span<const std::uint8_t> bytes, std::uint32_t from, std::int64_t now_ns) {
   impl_->last_now_ns = now_ns;
   impl_->service.on_datagram(bytes, worker_address(from), now_ns);
+  impl_->count_waiters(bytes);
 }
 
 std::int64_t LockdNode::tick(std::int64_t now_ns) {
@@ -183,6 +208,7 @@ std::int64_t LockdNode::tick(std::int64_t now_ns) {
   const std::int64_t next = impl_->service.tick(now_ns);
   impl_->log.clear();
   impl_->service.take_log(impl_->log);  // the change log (production: stderr); not kept
+  impl_->count_waiters({});
   // A failed store (SimDisk::fail) stops lockd; the world then restarts it like a crashed one.
   return impl_->service.failed() ? now_ns + kS : std::max(next, now_ns + 1);
 }

@@ -75,8 +75,10 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
         index(i),
         self(w),
         preemptible(c.preemptible()),
+        queues(c.queues()),
         names(n.begin(), n.end()),
         rng(r),
+        queue_rng(c.seed ^ 0x9a3e5e9a3e5e9a3eULL ^ (std::uint64_t{i + 1} * 0x9e3779b97f4a7c15ULL)),
         env(e),
         sender(w, 1, key),
         auth(key),
@@ -139,8 +141,12 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
   std::uint32_t index;
   WorkerId self;
   bool preemptible;
+  bool queues;  ///< this run queues named runs (SimConfig::queues())
   std::vector<std::string> names;
   Rng rng;
+  /// The queued runs' draws (which runs queue, their timeouts, clients that close): a stream
+  /// of its own, so a run that does not queue draws what it drew before queued runs existed.
+  Rng queue_rng;
   SupervisorEnv& env;
   wire::Sender sender;
   wire::Authenticator auth;
@@ -167,6 +173,12 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
   // The workload (the control socket's clients and the control plane).
   ControlClientId next_client = 1;
   std::vector<Scheduling> scheduling;
+  /// Clients of queued runs that close their connection at a time (if still unanswered then).
+  struct Closing {
+    ControlClientId client = 0;
+    std::int64_t at_ns = 0;
+  };
+  std::vector<Closing> closing;
   std::size_t placing = 0;  ///< control-plane acquires in flight or scheduled
   bool ready = false;       ///< preemptible: the start-up worker beat was answered
   std::int64_t next_heartbeat_ns = 0;
@@ -310,13 +322,29 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     // A refused expect-commit leaves the control plane's Acquiring record: it aborts it.
     if (!ok && req.op == ControlOp::expect_commit) release_name(*req.name, *req.sandbox, req.epoch);
   }
-  void request(ControlRequest req) {
+  ControlClientId request(ControlRequest req) {
     const ControlClientId client = next_client++;
     req.argv = {"sim-sandbox"};
     req.caller_uid = 0;
     req.caller_gid = 0;
     asked.emplace(client, req);
     core->on_request(client, std::move(req), static_cast<std::uint64_t>(now_ns));
+    return client;
+  }
+  /// A queued run's client that gave up closes its connection (`leasehold run --wait` interrupted):
+  /// the supervisor leaves lockd's FIFO for it, or stops its sandbox once started.
+  void close_clients() {
+    for (auto it = closing.begin(); it != closing.end();) {
+      if (now_ns < it->at_ns) {
+        ++it;
+        continue;
+      }
+      const ControlClientId client = it->client;
+      it = closing.erase(it);
+      if (asked.erase(client) == 0) continue;  // answered already: nothing waits on it
+      env.note(index, "client_closed", client, 0);
+      core->on_client_closed(client);
+    }
   }
 
   // ---- LockdPort -------------------------------------------------------------------------
@@ -424,12 +452,28 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
       return;
     }
     next_create_ns = now_ns + rng.range(100 * kMs, 1500 * kMs);
-    if (core->sandboxes().size() + placing >= cfg.sandboxes_per_worker_max) return;
+    // Queued runs that still wait in lockd's FIFO run nothing yet: they have a bound of their own
+    // (SimConfig::waiting_runs_per_worker_max), so a worker whose runs wait for held names still
+    // asks for the others, and every name keeps being asked for.
+    std::size_t waiting = 0;
+    if (queues)
+      for (const auto& [id, s] : core->sandboxes())
+        if (core->queue_place(id)) ++waiting;
+    if (core->sandboxes().size() - waiting + placing >= cfg.sandboxes_per_worker_max) return;
     const std::string name = names[rng.below(names.size())];
     if (!rng.chance(cfg.two_phase_share)) {
       ControlRequest req;
       req.op = ControlOp::run;
       req.name = name;
+      if (queues && waiting < cfg.waiting_runs_per_worker_max && queue_rng.chance(cfg.queued_run_share)) {
+        // `leasehold run --wait --name NAME [--queue-timeout-ms T]`: waits in lockd's FIFO.
+        req.queue = true;
+        if (queue_rng.chance(0.3)) req.queue_timeout_ms = static_cast<std::uint64_t>(queue_rng.range(200, 6000));
+        env.note(index, "run_queued", name_id_of(name).lo, req.queue_timeout_ms.value_or(0));
+        const ControlClientId client = request(std::move(req));
+        if (queue_rng.chance(0.1)) closing.push_back(Closing{client, now_ns + queue_rng.range(50 * kMs, 5 * kS)});
+        return;
+      }
       env.note(index, "run", name_id_of(name).lo, 0);
       request(std::move(req));
       return;
@@ -503,6 +547,7 @@ struct SupervisorNode::Impl final : SandboxHost, LockdPort, RtPort, ControlPort,
     if (!rt_queue.empty()) t = std::min(t, static_cast<std::int64_t>(rt_commands_due_ns));
     for (const auto& [id, c] : calls) t = std::min({t, c.next_retry_ns, c.deadline_ns});
     for (const Scheduling& sc : scheduling) t = std::min(t, sc.at_ns);
+    for (const Closing& c : closing) t = std::min(t, c.at_ns);
     return t;
   }
 };
@@ -514,6 +559,11 @@ SupervisorNode::SupervisorNode(const SimConfig& cfg, std::uint32_t index, Worker
 SupervisorNode::~SupervisorNode() = default;
 
 WorkerId SupervisorNode::id() const noexcept { return impl_->self; }
+
+SupervisorNode::QueuedRuns SupervisorNode::queued_runs() const noexcept {
+  const SupervisorCore::Counters& c = impl_->core->counters();
+  return QueuedRuns{c.runs_queued, c.queue_grants, c.queue_timeouts};
+}
 
 void SupervisorNode::on_datagram(std::span<const std::uint8_t> bytes, std::int64_t now_ns) {
   Impl& m = *impl_;
@@ -565,6 +615,7 @@ std::int64_t SupervisorNode::tick(std::int64_t now_ns) {
   }
   m.retries();
   m.expect_commits();
+  m.close_clients();
   m.workload();
   m.settle();
   return m.next_wake();

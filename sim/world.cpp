@@ -25,6 +25,7 @@
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace leasehold::sim {
@@ -74,6 +75,13 @@ bool SimConfig::preemptible() const noexcept {
   return r.chance(preemptible_share);
 }
 
+bool SimConfig::queues() const noexcept {
+  if (queue_share >= 1) return true;
+  if (queue_share <= 0) return false;
+  Rng r(seed ^ 0x9a3e5e9a3e5e9a3eULL);  // its own stream: the other draws do not move with the share
+  return r.chance(queue_share);
+}
+
 Status SimConfig::validate() const {
   if (supervisors == 0 || supervisors > 64) return Status::invalid("supervisors must be in 1..64, not " + std::to_string(supervisors));
   if (names == 0 || names > 64) return Status::invalid("names must be in 1..64, not " + std::to_string(names));
@@ -91,6 +99,11 @@ Status SimConfig::validate() const {
     return Status::invalid("leader_lease_s must be in 0 (drawn) ..10, not " + std::to_string(leader_lease_s));
   if (!(preemptible_share >= 0 && preemptible_share <= 1))
     return Status::invalid("preemptible_share must be in 0..1, not " + std::to_string(preemptible_share));
+  if (waiting_runs_per_worker_max > 16)
+    return Status::invalid("waiting_runs_per_worker_max must be in 0..16, not " + std::to_string(waiting_runs_per_worker_max));
+  if (!(queue_share >= 0 && queue_share <= 1) || !(queued_run_share >= 0 && queued_run_share <= 1))
+    return Status::invalid("queue_share and queued_run_share must be in 0..1, not " + std::to_string(queue_share) + " and " +
+                           std::to_string(queued_run_share));
   if (lock_delay_ns < 0 || lock_delay_ns % kMs != 0)
     return Status::invalid("lock_delay_ns must be a whole number of ms >= 0, not " + std::to_string(lock_delay_ns));
   if (worker_ttl_ns != 0 && worker_ttl_ns < timing.ttl_ns)
@@ -116,8 +129,12 @@ constexpr int kLockd = 0;       ///< node 0 is lockd; node 1 + w is worker w's s
 struct NodeClock {
   std::int64_t base_ns = 0;
   std::int64_t ppm = 0;
+  /// t * ppm / 1e6 is taken without a 128-bit division (it ran for every sandbox at every step):
+  /// with t = q·1e6 + r (t >= 0), t·ppm = q·ppm·1e6 + r·ppm, two terms of one sign, so its
+  /// quotient truncated toward zero is q·ppm plus r·ppm / 1e6 truncated the same way.
   std::int64_t local(std::int64_t t) const noexcept {
-    return base_ns + t + static_cast<std::int64_t>(static_cast<__int128>(t) * ppm / 1'000'000);
+    LEASEHOLD_ASSERT(t >= 0);
+    return base_ns + t + (t / 1'000'000) * ppm + (t % 1'000'000) * ppm / 1'000'000;
   }
   /// The first true time at which local() reaches `l`.
   std::int64_t true_at(std::int64_t l) const noexcept {
@@ -243,6 +260,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     disk_slow_ = cfg_.faults ? static_cast<double>(setup.range(0, 300)) / 10'000.0 : 0;
     // Disk failures draw from their own stream, so the other draws of a seed do not move.
     disk_fail_rng_ = Rng(cfg_.seed ^ 0xd15cfa11d15cfa11ULL);
+    crash_rng_ = Rng(cfg_.seed ^ 0xc7a5ec7a5ec7a5e1ULL);  // crashes at a batch: their own stream too
     disk_fail_ = cfg_.faults && disk_fail_rng_.chance(0.5) ? static_cast<double>(disk_fail_rng_.range(1, 40)) / 10'000.0 : 0;
     // A killed sandbox dies within the kill-latency budget, at worst at its end.
     kill_ticks_max_ = std::max<std::int64_t>(0, cfg_.timing.kill_latency_budget_ns / cfg_.sandbox_tick_ns);
@@ -303,6 +321,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       push(transfer_rng_.range(3 * kS, 10 * kS), kWorldNode, [this] { operator_transfer(); });
     }
     if (cfg_.preemptible()) ++counts_.preemptible_runs;
+    if (cfg_.queues()) ++counts_.queueing_runs;
     // The seed's drawn timing (with_drawn_timing), first in the trace.
     record(kWorldNode, "ttl_ms", 0, static_cast<std::uint64_t>(cfg_.timing.ttl_ns / kMs));
     record(kWorldNode, "rho_ppm", 0, static_cast<std::uint64_t>(cfg_.timing.rho_ppb / 1000));
@@ -318,8 +337,10 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
 
   RunResult run() {
     while (!queue_.empty() && !violation_) {
-      Event ev = queue_.top();
-      if (ev.at_ns > cfg_.duration_ns) break;
+      if (queue_.top().at_ns > cfg_.duration_ns) break;
+      // Moved out, not copied (a copy of its closure is an allocation per event): the heap orders
+      // by at_ns and seq, which the move leaves in place for the pop.
+      Event ev = std::move(const_cast<Event&>(queue_.top()));
       queue_.pop();
       if (ev.node >= 0 && ev.at_ns < paused_until_[static_cast<std::size_t>(ev.node)]) {
         // The node is frozen: its event waits until it resumes (its clock keeps counting).
@@ -337,6 +358,12 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       for (const NameId& id : name_ids_)
         if (auto v = inv_.free_name_acquired(id, first_grant_after_heal_[id], cfg_.heal_ns, cfg_.liveness_bound_ns, now_))
           fail(*v);
+    }
+    for (const auto& s : sups_) {
+      const SupervisorNode::QueuedRuns q = s->queued_runs();
+      counts_.queued_runs += q.queued;
+      counts_.queued_runs_granted += q.granted;
+      counts_.queued_runs_timed_out += q.timed_out;
     }
     RunResult r;
     r.seed = cfg_.seed;
@@ -364,7 +391,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     s.name = name;
     s.epoch = epoch;
     s.fate.known = true;
-    sandboxes_[sb] = s;
+    Sandbox& added = sandboxes_[sb] = s;
+    running_[sb] = &added;
     ++counts_.sandboxes_started;
     std::int64_t life = proc_rng_.range(500 * kMs, 8 * kS);
     if (proc_rng_.chance(0.1)) life = proc_rng_.range(8 * kS, cfg_.sandbox_lifetime_max_ns);
@@ -394,6 +422,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   }
   void note(std::uint32_t worker, std::string_view what, std::uint64_t a, std::uint64_t b) override {
     if (what == "refused_lock_delay") ++counts_.lock_delay_refusals;
+    if (what == "client_closed") ++counts_.queued_clients_closed;
     record(1 + static_cast<int>(worker), what, a, b);
   }
 
@@ -402,6 +431,13 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     observe_lockd_answer(bytes);
     transmit(down_[worker], worker, false, bytes);
   }
+  void waiters_counted(const WaiterCounts& d) override {
+    counts_.waiters_queued += d.queued;
+    counts_.waiters_granted += d.granted;
+    counts_.waiters_granted_on_release += d.granted_on_release;
+    counts_.waiters_granted_on_kill_confirmed += d.granted_on_kill_confirmed;
+    counts_.waiters_lapsed += d.lapsed;
+  }
   void disk_submitted() {
     std::int64_t latency = disk_base_ns_ + proc_rng_.range(0, disk_base_ns_);
     if (now_ < cfg_.heal_ns && proc_rng_.chance(disk_slow_)) {
@@ -409,6 +445,14 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
       ++counts_.disk_slow;
     }
     const std::uint64_t inc = incarnation_;
+    if (!crashes_at_batch_.empty() && now_ < cfg_.heal_ns) {
+      const std::int64_t down = crashes_at_batch_.front();
+      crashes_at_batch_.pop_front();
+      ++counts_.lockd_crashes_in_flight;
+      push(now_ + crash_rng_.range(0, latency - 1), kWorldNode, [this, inc, down] {
+        if (inc == incarnation_) crash_lockd(down);
+      });
+    }
     const bool fails = now_ < cfg_.heal_ns && disk_fail_rng_.chance(disk_fail_);
     push(now_ + latency, kLockd, [this, inc, fails] {
       if (!lockd_ || inc != incarnation_) return;
@@ -800,7 +844,12 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     for (std::int64_t i = 0; i < n_crashes; ++i) {
       const std::int64_t at = r.range(kS, last_start);
       const std::int64_t down = r.range(20 * kMs, 2 * kS);
-      push(at, kWorldNode, [this, down] { crash_lockd(down); });
+      // Half of them (a stream of their own) wait from `at` for lockd's next disk batch and hit
+      // it in flight: a crash during a write loses that batch and every change after it.
+      if (crash_rng_.chance(0.5))
+        push(at, kWorldNode, [this, down] { crashes_at_batch_.push_back(down); });
+      else
+        push(at, kWorldNode, [this, down] { crash_lockd(down); });
     }
   }
 
@@ -1078,7 +1127,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     const SandboxId mine{0x4057'0000 | forge_rng_.below(1 << 16), forge_rng_.next()};
     wire::Body body;
     const WorkerId someone = worker_ids_[forge_rng_.below(worker_ids_.size())];
-    switch (forge_rng_.below(9)) {
+    // The seeds that queue also forge the waiters' requests (9, 10); the others draw as before.
+    switch (forge_rng_.below(queues_ ? 11 : 9)) {
       case 0: body = wire::Release{g.name, g.holder, g.epoch}; break;
       case 1: body = wire::Commit{g.name, g.holder, g.epoch, hostile_id_}; break;
       case 2: body = wire::TransferBegin{g.name, g.holder, g.epoch, mine, hostile_id_}; break;
@@ -1097,6 +1147,15 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
                                static_cast<std::uint32_t>(cfg_.timing.ttl_ns / kMs), forge_rng_.chance(0.5)};
         break;
       case 7: body = wire::TransferComplete{g.name, g.epoch + 1}; break;
+      // A Wait for the sniffed grant's sandbox (perhaps one granted from a FIFO and not yet
+      // committed) in its own name or a real worker's: a waiter's place and its grant are bound
+      // to the waiter's worker.
+      case 9:
+        body = wire::Wait{names_[name_index(g.name)], g.holder, forge_rng_.chance(0.5) ? someone : WorkerId{}, 0};
+        break;
+      // Leaving the FIFO for that sandbox (Release with epoch 0), which gives back a grant from
+      // it not yet committed: only the waiter's own worker may.
+      case 10: body = wire::Release{g.name, g.holder, 0}; break;
       default: {
         wire::WorkerHeartbeat w;
         w.worker = worker_ids_[forge_rng_.below(worker_ids_.size())];
@@ -1272,6 +1331,18 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     const auto* g = d ? std::get_if<wire::Grant>(&d.body) : nullptr;
     if (g != nullptr && (g->state == LockPhase::held || g->state == LockPhase::acquiring))
       sniffed_[g->name_id] = Invariants::AckedGrant{g->name_id, g->epoch, g->holder};
+    // A 2-phase grant (Acquiring: a control plane's acquire, a waiter's grant from the FIFO)
+    // tells its epoch as well: a crash may drop the reservation (a restarted lockd keeps no
+    // Acquiring record) but never the epoch, which stays burned, so no other sandbox is ever
+    // told it.
+    if (g != nullptr && (g->state == LockPhase::held || g->state == LockPhase::acquiring)) {
+      Epoch& told = told_epoch_[g->name_id];
+      told = std::max(told, g->epoch);
+    }
+    if (g != nullptr && g->state == LockPhase::acquiring) {
+      if (auto v = inv_.epoch_monotone(g->name_id, g->epoch, g->holder, now_)) fail(*v);
+      return;
+    }
     if (g == nullptr || g->state != LockPhase::held) return;
     ++counts_.grants;
     record(kLockd, "grant", g->name_id.lo, g->epoch);
@@ -1379,7 +1450,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   }
 
   /// no_lost_grant: `t` (a restarted lockd's, a new leader's) has every grant of `current`
-  /// held; false (the run failed) when it lacks one.
+  /// held; epoch_durable: it knows every name at the highest epoch lockd told a client or
+  /// above. False (the run failed) when either fails.
   bool grants_kept_by(const LeaseTable& t, const std::vector<Invariants::AckedGrant>& current) {
     if (auto v = inv_.no_lost_grant(std::span<const Invariants::AckedGrant>(current),
                                     [&](NameId id) {
@@ -1387,6 +1459,10 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
                                       return RestoredName{s.phase == LockPhase::held, s.owner, s.epoch};
                                     },
                                     now_)) {
+      fail(*v);
+      return false;
+    }
+    if (auto v = inv_.epoch_durable(told_epoch_, [&](NameId id) { return t.state(id).epoch; }, now_)) {
       fail(*v);
       return false;
     }
@@ -1408,6 +1484,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
     Sandbox& s = it->second;
     s.fate.exited = true;
     s.fate.exited_at_ns = now_;
+    running_.erase(sb);
     record(1 + static_cast<int>(s.worker), after_kill ? "died" : "exited", sb.lo, 0);
     const int node = 1 + static_cast<int>(s.worker);
     const std::uint32_t w = s.worker;
@@ -1451,8 +1528,8 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
 
   void check_single_holder() {
     passing_.clear();
-    for (auto& [sb, s] : sandboxes_) {
-      if (s.fate.exited) continue;
+    for (const auto& [sb, sp] : running_) {
+      Sandbox& s = *sp;
       NameId name;
       Epoch epoch = 0;
       if (sups_[s.worker]->check_deadline(sb, local(1 + static_cast<int>(s.worker)), &name, &epoch)) {
@@ -1530,6 +1607,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   }
 
   const SimConfig cfg_;  ///< the caller's, with this seed's drawn kill_after
+  const bool queues_ = cfg_.queues();
   const TraceFn& trace_;
   Rng rng_;
   Rng net_rng_{0};
@@ -1563,7 +1641,9 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   std::int64_t disk_base_ns_ = 0;
   double disk_slow_ = 0;
   Rng disk_fail_rng_{0};
-  double disk_fail_ = 0;  ///< per batch, before heal_ns (half the seeds with faults: 0.01%..0.4%)
+  double disk_fail_ = 0;
+  Rng crash_rng_{0};
+  std::deque<std::int64_t> crashes_at_batch_;  ///< armed crashes (their down time), fired at the next batch  ///< per batch, before heal_ns (half the seeds with faults: 0.01%..0.4%)
   std::unique_ptr<LockdNode> lockd_;
   // lockd on etcd (SimConfig::lockd_replicas > 1): the replicas (null while one is down), their
   // incarnations and election call sequence numbers, the replica each worker's link targets.
@@ -1608,6 +1688,9 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   std::optional<OperatorTransfer> transfer_;
 
   std::map<SandboxId, Sandbox> sandboxes_;
+  /// The sandboxes of sandboxes_ not exited yet, in the same order (the ones the per-step
+  /// check reads; exited ones stay in sandboxes_ a while for kill_before_expiry).
+  std::map<SandboxId, Sandbox*> running_;
   std::int64_t kill_ticks_max_ = 0;
   FenceGate gate_;
 
@@ -1615,6 +1698,7 @@ class World final : public SupervisorEnv, public LockdReplica::Env {
   std::vector<Passing> passing_;
   std::map<NameId, Invariants::AckedGrant> acked_;
   std::set<std::pair<NameId, Epoch>> acknowledged_;  ///< every (name, epoch) lockd sent Held for
+  std::map<NameId, Epoch> told_epoch_;  ///< per name, the highest epoch lockd sent a grant of (Held or Acquiring)
   std::vector<Invariants::AckedGrant> crash_current_;
   std::map<NameId, HeldView> held_;
   std::map<NameId, std::int64_t> first_grant_after_heal_;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
 
 namespace leasehold::sim {
@@ -139,6 +140,32 @@ TEST(SimInvariants, NoLostGrantFiresWhenTheRestartedTableLacksAnAcknowledgedGran
   ASSERT_TRUE(v);
   EXPECT_EQ(v->invariant, "no_lost_grant");
   EXPECT_TRUE(inv.no_lost_grant(current, [](NameId) { return RestoredName{true, kB, 7}; }, 100));
+}
+
+// A waiter's grant from lockd's FIFO (Acquiring) told epoch 9; a restart that rebuilt the name
+// at epoch 8 could tell 9 to another sandbox. At 9 or above (a 2-phase grant is dropped at a
+// restart, its epoch kept) it holds.
+TEST(SimInvariants, EpochDurableFiresWhenTheRebuiltTableIsBelowAnEpochLockdTold) {
+  Invariants inv;
+  const std::map<NameId, Epoch> told{{kName, 9}, {kOther, 4}};
+  EXPECT_FALSE(inv.epoch_durable(told, [](NameId) { return Epoch{9}; }, 100));
+  EXPECT_FALSE(inv.epoch_durable(told, [](NameId n) { return n == kName ? Epoch{12} : Epoch{4}; }, 100));
+  const auto v = inv.epoch_durable(told, [](NameId n) { return n == kName ? Epoch{8} : Epoch{4}; }, 100);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->invariant, "epoch_durable");
+  EXPECT_EQ(v->at_ns, 100);
+  EXPECT_NE(v->detail.find("epoch 9"), std::string::npos) << v->detail;
+  EXPECT_NE(v->detail.find("at epoch 8"), std::string::npos) << v->detail;
+}
+
+// A 2-phase grant counts like a Held one: its epoch told to a second sandbox is a violation.
+TEST(SimInvariants, EpochMonotoneCountsTheEpochOfATwoPhaseGrant) {
+  Invariants inv;
+  EXPECT_FALSE(inv.epoch_monotone(kName, 9, kA, 10));   // Acquiring, from the FIFO
+  EXPECT_FALSE(inv.epoch_monotone(kName, 9, kA, 20));   // its Commit's Held answer
+  const auto v = inv.epoch_monotone(kName, 9, kB, 30);  // after a restart forgot it
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->invariant, "epoch_monotone");
 }
 
 TEST(SimInvariants, FreeNameAcquiredFiresWhenNoGrantFollowsTheHealWithinTheBound) {

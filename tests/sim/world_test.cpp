@@ -56,6 +56,8 @@ TEST(SimWorld, EveryFaultOccursInASweep) {
   EXPECT_GT(sum.step_pauses, 0u);
   EXPECT_GT(sum.lock_delay_refusals, 0u);
   EXPECT_GT(sum.lockd_crashes, 0u);
+  EXPECT_GT(sum.lockd_crashes_in_flight, 0u);
+  EXPECT_GT(sum.batches_lost, 0u);
   EXPECT_GT(sum.disk_failures, 0u);
   // Every crash and every stop on a failed store is followed by a restart.
   EXPECT_EQ(sum.lockd_restarts, sum.lockd_crashes + sum.disk_failures);

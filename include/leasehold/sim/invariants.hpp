@@ -23,11 +23,17 @@
 //                       stopped when the Commit fails.
 //   epoch_monotone      epochs strictly increase per name across grants and lockd restarts; a
 //                       repeated grant of one epoch is only the idempotent answer to the holder.
+//                       2-phase grants (Acquiring) count: a restart drops an Acquiring record,
+//                       but its epoch stays burned, so no other sandbox is told it.
 //   resource_fenced     the resource accepts exactly the writes with epoch >= the highest it has
 //                       seen (recomputed here), so writes of two epochs never interleave, and an
 //                       accepted write's epoch was granted to the sandbox that wrote.
 //   no_lost_grant       a grant lockd acknowledged and that was still current when it crashed is
 //                       in the table the next incarnation rebuilt (same holder and epoch).
+//   epoch_durable       an epoch lockd told a client in a grant (a 2-phase one too: a waiter's
+//                       grant from its FIFO, a control plane's acquire) was durable first: the
+//                       table a restarted lockd (a new leader) rebuilt knows the name at that
+//                       epoch or above, so it never tells the same epoch to another sandbox.
 //   free_name_acquired  liveness: after the faults heal, every name is granted again within a
 //                       bound.
 #pragma once
@@ -147,6 +153,22 @@ class Invariants {
                            "but the restarted lockd has " +
                            (r.held ? "it held by " + r.owner.str() + " at epoch " + std::to_string(r.epoch)
                                    : "it not held (epoch " + std::to_string(r.epoch) + ")")};
+    }
+    return std::nullopt;
+  }
+
+  /// lockd restarted (or a new leader took over) at now_ns. `told`: per name, the highest epoch
+  /// lockd told a client in a grant before; `epoch(name)`: the rebuilt table's epoch for the
+  /// name (for a name it does not know, its epoch high-water: the next grant is above it).
+  template <class Lookup>
+  std::optional<Violation> epoch_durable(const std::map<NameId, Epoch>& told, Lookup epoch, std::int64_t now_ns) const {
+    for (const auto& [name, e] : told) {
+      const Epoch kept = epoch(name);
+      if (kept >= e) continue;
+      return Violation{"epoch_durable", now_ns,
+                       "name " + name.str() + ": epoch " + std::to_string(e) + " was told to a client, but the " +
+                           "rebuilt table has the name at epoch " + std::to_string(kept) +
+                           " (the epoch can be granted again)"};
     }
     return std::nullopt;
   }

@@ -17,11 +17,24 @@
 
 namespace leasehold::sim {
 
+/// What lockd's FIFOs of waiters did in one step (LockService's counters, as differences).
+struct WaiterCounts {
+  std::uint64_t queued = 0;                     ///< waits_queued
+  std::uint64_t granted = 0;                    ///< waiters_granted
+  std::uint64_t granted_on_release = 0;         ///< of those, in the step of a Release datagram
+  std::uint64_t granted_on_kill_confirmed = 0;  ///< of those, in the step of a KillConfirmed datagram
+  std::uint64_t lapsed = 0;                     ///< waiters_lapsed
+  bool any() const noexcept { return queued + granted + lapsed != 0; }
+};
+
 class LockdEnv {
  public:
   virtual ~LockdEnv() = default;
   /// A datagram to the supervisor of worker `worker` (index).
   virtual void send_to_worker(std::uint32_t worker, std::span<const std::uint8_t> bytes) = 0;
+  /// A step of lockd changed the counts of its waiters by `delta` (every incarnation and
+  /// replica reports its own, so the sum covers the run).
+  virtual void waiters_counted(const WaiterCounts& delta) { (void)delta; }
 };
 
 /// The address worker `worker` (index) sends from and lockd answers to.

@@ -9,9 +9,11 @@
 //                deadline (LockdLink's protocol), answers authenticated; late answers, IsRunning
 //                and Revoked go to the core
 //   RtPort       the rt thread's commands, applied at its next wake-up (within this step)
-//   ControlPort  the workload's control requests: run with a name, and the control plane's
-//                2-phase acquire followed by expect-commit; the operator's unnamed run and
-//                name (a transfer's receiver)
+//   ControlPort  the workload's control requests: run with a name (in the seeds that queue,
+//                most of them queued runs, waiting in lockd's FIFO, some with a queue timeout,
+//                some whose client closes its connection while they wait), and the control
+//                plane's 2-phase acquire followed by expect-commit; the operator's unnamed run
+//                and name (a transfer's receiver)
 // So an ablation of supervisor_core.cpp or heartbeat.cpp (supervisor/daemon.cmake) is an
 // ablation of what this node runs. Preemptible mode (SimConfig::preemptible()): the node starts
 // with the daemon's start-up worker beat; the core does the rest.
@@ -86,6 +88,14 @@ class SupervisorNode {
 
   /// This worker's id.
   WorkerId id() const noexcept;
+
+  /// The supervisor's counts of queued runs (SupervisorCore::Counters).
+  struct QueuedRuns {
+    std::uint64_t queued = 0;     ///< runs_queued
+    std::uint64_t granted = 0;    ///< queue_grants
+    std::uint64_t timed_out = 0;  ///< queue_timeouts
+  };
+  QueuedRuns queued_runs() const noexcept;
 
  private:
   struct Impl;

@@ -9,8 +9,8 @@
 // keeps counting, as CLOCK_BOOTTIME does), and talks to the others through a network with
 // per-path delay, loss, duplication, reordering and partitions, and (half the seeds) an on-path
 // attacker that replays captured datagrams and delivers tampered copies. lockd's durability port is a
-// simulated disk with latency; a lockd crash loses the batch not yet durable, and the next
-// incarnation starts from what was. Sandboxes are processes that take k ticks to die after a
+// simulated disk with latency; a lockd crash (half of them timed to hit a batch in flight) loses
+// the batch not yet durable, and the next incarnation starts from what was. Sandboxes are processes that take k ticks to die after a
 // kill; while running and while the shm check (`check_deadline`: epoch published and now <
 // valid_until on the worker's clock) passes, they write to a fenced resource with their epoch.
 //
@@ -67,6 +67,19 @@ struct SimConfig {
   /// before its Commit, liveness per worker (worker beats, the worker-wide kill-switch), and
   /// lockd asking IsRunning before it preempts a live worker's name. preemptible() draws it.
   double preemptible_share = 0.3;
+  /// The share of seeds whose workers queue for names (queues() draws it): in those, a share
+  /// (queued_run_share) of the named runs are queued runs (`run` with `"queue": true`, DESIGN.md
+  /// "Queued runs"), some with a queue timeout and some whose client closes its connection while
+  /// the run waits. They wait in lockd's FIFO of waiters for the few names every worker draws
+  /// from, and are granted there when the holder releases, its lease expires, the operator
+  /// revokes it, or a waiter ahead lapses (its worker cut off or paused for longer than its TTL).
+  double queue_share = 0.3;
+  double queued_run_share = 0.7;
+  /// A worker's queued runs that wait in lockd's FIFO at once, at most (a run drawn to queue
+  /// while this many wait is an ordinary named run). They do not count against
+  /// sandboxes_per_worker_max: they run nothing yet.
+  std::uint32_t waiting_runs_per_worker_max = 1;
+
   /// preemptible mode: lockd's worker-liveness TTL (--worker-ttl-ms); 0 means timing.ttl_ns.
   std::int64_t worker_ttl_ns = 0;
   /// lockd's --lock-delay-ms: after an expiry or preemption the name stays unavailable this
@@ -103,6 +116,9 @@ struct SimConfig {
   /// Whether this run is in preemptible mode: drawn from the seed with preemptible_share (so
   /// `--seed N` replays the mode of seed N in a sweep), always for share 1, never for 0.
   bool preemptible() const noexcept;
+  /// Whether this run's workers queue for names: drawn from the seed with queue_share (its own
+  /// stream, as preemptible()), always for share 1, never for 0.
+  bool queues() const noexcept;
   /// Ok, or invalid_argument saying what is wrong (names the field and the values), e.g. the
   /// safety condition.
   Status validate() const;
@@ -127,6 +143,7 @@ struct SimConfig {
   X(events_deferred_by_pause, "events that waited for a paused node")                       \
   X(step_pauses, "pauses between a node's clock read and the effects of its step")         \
   X(lockd_crashes, "lockd crashes")                                                         \
+  X(lockd_crashes_in_flight, "of those, timed to hit a disk batch in flight")               \
   X(lockd_restarts, "lockd restarts from the durable store")                                \
   X(batches_lost, "disk batches a crash lost before they were durable")                     \
   X(batches_durable, "disk batches made durable")                                           \
@@ -142,6 +159,16 @@ struct SimConfig {
   X(operator_revokes, "revokes the operator sent (cluster key), held names or not")          \
   X(operator_transfers, "graceful transfers the operator started (cluster key)")            \
   X(transfers_completed, "transfers lockd let complete (the old holder confirmed or its bound passed)") \
+  X(queueing_runs, "runs in which the workers queue for names (SimConfig::queues())")       \
+  X(queued_runs, "named runs that queued for their name (run with \"queue\": true)")        \
+  X(queued_runs_granted, "queued runs granted their name (at once, or from lockd's FIFO)")  \
+  X(queued_runs_timed_out, "queued runs given up at their queue timeout")                   \
+  X(queued_clients_closed, "queued runs whose client closed its connection while it waited") \
+  X(waiters_queued, "places lockd gave in its FIFOs of waiters (every incarnation)")        \
+  X(waiters_granted, "waiters lockd granted their name from a FIFO (the hand-over)")        \
+  X(waiters_granted_on_release, "of those, while lockd handled the holder's Release")       \
+  X(waiters_granted_on_kill_confirmed, "of those, while lockd handled a revoked holder's kill confirmation") \
+  X(waiters_lapsed, "places in lockd's FIFOs that lapsed (no Wait within their TTL)")       \
   X(sandboxes_started, "sandboxes started")                                                 \
   X(kills, "kill-switch kills (lapsed lease, lost / unknown answer)")                       \
   X(writes_accepted, "writes the fenced resource accepted")                                 \
