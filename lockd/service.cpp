@@ -870,17 +870,8 @@ wire::Body LockService::on_wait(const wire::Wait& w, const SocketAddress& from, 
     // Its own grant is no reason to wait (a late duplicate of a Wait it was granted by).
     if (!waits_for(o.refusal) || o.state.owner == w.sandbox) return deny(o);
   }
-  if (q != queues_.end() && q->second.waiters.size() >= kWaitersPerNameMax) {
-    // Lapsed places count until they reach the head: drop them before refusing.
-    auto& ws = q->second.waiters;
-    const std::size_t was = ws.size();
-    std::erase_if(ws, [&](const Waiter& x) {
-      if (x.lapse_ns > now_ns) return false;
-      forget_waiter(x);
-      return true;
-    });
-    counters_.waiters_lapsed += was - ws.size();
-  }
+  // Lapsed places count until they reach the head: drop them before refusing.
+  if (q != queues_.end() && q->second.waiters.size() >= kWaitersPerNameMax) drop_lapsed(q->second, now_ns);
   std::size_t in_queue = q == queues_.end() ? 0 : q->second.waiters.size();
   auto mine = waiters_of_.find(bound);
   std::size_t of_worker = mine == waiters_of_.end() ? 0 : mine->second;
@@ -962,17 +953,20 @@ wire::Body LockService::leave_queue(const wire::Release& r, WorkerId worker, std
   return wire::Ok{r.name_id, o.state.epoch};  // not waiting (any more): nothing to leave
 }
 
+void LockService::drop_lapsed(WaitQueue& q, std::int64_t now_ns) {
+  const std::size_t was = q.waiters.size();
+  std::erase_if(q.waiters, [&](const Waiter& x) {
+    if (x.lapse_ns > now_ns) return false;
+    forget_waiter(x);
+    return true;
+  });
+  counters_.waiters_lapsed += was - q.waiters.size();
+}
+
 void LockService::drop_lapsed_waiters(std::int64_t now_ns) {
   for (auto it = queues_.begin(); it != queues_.end();) {
-    auto& ws = it->second.waiters;
-    const std::size_t was = ws.size();
-    std::erase_if(ws, [&](const Waiter& x) {
-      if (x.lapse_ns > now_ns) return false;
-      forget_waiter(x);
-      return true;
-    });
-    counters_.waiters_lapsed += was - ws.size();
-    it = ws.empty() ? queues_.erase(it) : std::next(it);
+    drop_lapsed(it->second, now_ns);
+    it = it->second.waiters.empty() ? queues_.erase(it) : std::next(it);
   }
 }
 

@@ -382,6 +382,8 @@ class LockService {
                                        const SocketAddress& from, std::int64_t ttl_ns, std::int64_t now_ns);
   /// serve_queue for every FIFO whose wake-up is due.
   void serve_due_queues(std::int64_t now_ns);
+  /// Drops the lapsed places of one FIFO, wherever they stand in it (counted waiters_lapsed).
+  void drop_lapsed(WaitQueue& q, std::int64_t now_ns);
   /// Drops every lapsed place from every FIFO (those behind a live waiter included), before a
   /// Wait is refused at a bound that counts only live places. O(waiters).
   void drop_lapsed_waiters(std::int64_t now_ns);
