@@ -312,20 +312,23 @@ void SupervisorCore::send_wait(const SandboxId& sb) {
     }
     q->last_send_ns = r.first_send_ns;
     if (const auto* p = std::get_if<wire::Queued>(&*r.body)) {
+      const bool moved = first || p->position != q->position || p->waiters != q->waiters;
       q->holder = p->holder;
       q->epoch = p->epoch;
-      if (first || p->position != q->position || p->waiters != q->waiters) {
+      q->position = p->position;
+      q->waiters = p->waiters;
+      if (moved) {
         log_event("event=queued name=%s sandbox=%s position=%u waiters=%u holder=%s epoch=%" PRIu64,
                   q->request.name->c_str(), sb.str().c_str(), p->position, p->waiters, p->holder.str().c_str(), p->epoch);
-        // Its client learns its place before the answer (a line control_call passes over).
+        // Its client learns its place before the answer (a line control_call passes over). Last:
+        // a client found gone by this write is handled at once (on_client_closed leaves the
+        // FIFO and erases this run), so nothing of `q` is read after it.
         nlohmann::json line = {{"v", kControlProtocolVersion}, {"id", q->request.id}, {"progress", "queued"},
                                {"sandbox", sb.str()}, {"name", *q->request.name}, {"position", p->position},
                                {"waiters", p->waiters}, {"state", std::string(to_string(p->state))},
                                {"holder", p->holder.str()}, {"epoch", p->epoch}};
         control_.progress(q->client, line.dump() + "\n");
       }
-      q->position = p->position;
-      q->waiters = p->waiters;
       return;
     }
     if (g != nullptr && g->state == LockPhase::acquiring && g->holder == sb) {
@@ -1504,7 +1507,7 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   release_quarantined();
   // Runs waiting for their name: given up at their deadline; else a place lockd gave is renewed
   // in this tick's heartbeat datagrams (below), and a run not placed yet asks with a Wait.
-  std::vector<SandboxId> renew;
+  std::vector<RefreshEntry> renew;  // {name, sandbox, epoch 0}
   for (std::size_t i = 0; i < queued_.size();) {
     QueuedRun& q = queued_[i];
     if (q.deadline_ns != 0 && now_ >= q.deadline_ns) {
@@ -1521,7 +1524,7 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
     }
     const SandboxId sb = q.sandbox;
     ++i;
-    if (q.position != 0 && !q.in_flight && ++q.ticks % kWaitEveryTicks != 0) renew.push_back(sb);
+    if (q.position != 0 && !q.in_flight && ++q.ticks % kWaitEveryTicks != 0) renew.push_back({name_id_of(*q.request.name), sb, 0});
     else send_wait(sb);  // may erase queued_ entries via an answer delivered at once
   }
   // 2-phase commits ride on this tick.
@@ -1545,11 +1548,8 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   // The places of queued runs ride in the same datagrams, after the leases (entries at epoch 0,
   // which no grant has), each in a request of its name's shard that has room, else in one more.
   std::vector<std::vector<RefreshEntry>> places(round.requests.size());
-  for (const SandboxId& sb : renew) {
-    const auto q = std::find_if(queued_.begin(), queued_.end(), [&](const QueuedRun& x) { return x.sandbox == sb; });
-    if (q == queued_.end()) continue;
-    const NameId name = name_id_of(*q->request.name);
-    const unsigned shard = shard_of(name, hb_.shards());
+  for (const RefreshEntry& place : renew) {
+    const unsigned shard = shard_of(place.name, hb_.shards());
     std::size_t k = 0;
     while (k < round.requests.size() &&
            (round.requests[k].entries.empty() || shard_of(round.requests[k].entries.front().name, hb_.shards()) != shard ||
@@ -1562,14 +1562,14 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
       round.requests.push_back(std::move(only_places));
       places.emplace_back();
     }
-    places[k].push_back(RefreshEntry{name, sb, 0});
+    places[k].push_back(place);
   }
   for (std::size_t k = 0; k < round.requests.size(); ++k) {
     RefreshRequest& req = round.requests[k];
     wire::Heartbeat h;
     h.ttl_cap_ms = 0;
     for (const auto& e : req.entries) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
-    for (const auto& e : places[k]) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, 0});
+    for (const auto& e : places[k]) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
     ++counters_.heartbeat_datagrams;
     auto entries = std::make_shared<std::vector<RefreshEntry>>(std::move(req.entries));
     auto waits = std::make_shared<std::vector<RefreshEntry>>(std::move(places[k]));

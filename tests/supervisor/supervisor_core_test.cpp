@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <functional>
 #include <set>
 #include <string>
 #include <variant>
@@ -233,7 +234,11 @@ class FakeControl final : public ControlPort {
   }
   void progress(ControlClientId client, const std::string& line) override {
     progress_lines.emplace_back(client, json::parse(line));
+    if (on_progress) on_progress(client);
   }
+  /// What writing a progress line does besides (the daemon's server drops a client found gone
+  /// by the write and reports the close at once).
+  std::function<void(ControlClientId)> on_progress;
   bool client_gone(ControlClientId client) const override { return gone.contains(client); }
   std::vector<std::pair<ControlClientId, json>> answers;
   std::set<ControlClientId> gone;  ///< closed, the close not yet handed to on_client_closed
@@ -1386,6 +1391,33 @@ TEST_F(SupervisorCoreTest, AQueuedRunWhoseClientLeftIsNotLeftRunning) {
   ASSERT_EQ(host.created.size(), 2u);
   EXPECT_TRUE(core->sandboxes().find(sb3) == nullptr || kill_asked_or_gone(core->sandboxes().find(sb3)->phase))
       << "started for a client that had closed, and left running";
+}
+
+// A client found gone by the write of its progress line is reported closed during that write:
+// its run leaves the FIFO then, and nothing of it is touched afterwards (the next run, moved
+// into its place in queued_, would be).
+TEST_F(SupervisorCoreTest, AClientFoundGoneByItsProgressLineLeavesTheLine) {
+  make(SupervisorMode::lease);
+  core->on_request(7, queued_run("job"), kT0);
+  ControlRequest other = queued_run("job");
+  other.id = 10;
+  core->on_request(8, other, kT0);
+  const SandboxId a = lockd.body<wire::Wait>(0)->sandbox, b = lockd.body<wire::Wait>(1)->sandbox;
+  lockd.answer(1, wire::Queued{name_id_of("job"), 3, 3, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
+               kT0, kT0 + kMs);
+  control.on_progress = [&](ControlClientId c) {
+    if (c == 7) core->on_client_closed(c);
+  };
+  lockd.answer(0, wire::Queued{name_id_of("job"), 2, 3, SandboxId{0x99, 1}, WorkerId{0x88, 1}, 7, LockPhase::held, kTtlMs},
+               kT0 + kMs, kT0 + 2 * kMs);
+  const auto* leave = lockd.body<wire::Release>(lockd.calls.size() - 1);
+  ASSERT_NE(leave, nullptr);
+  EXPECT_EQ(leave->sandbox, a);
+  EXPECT_EQ(leave->epoch, 0u);
+  EXPECT_FALSE(core->queue_place(a).has_value());
+  // The other run keeps its own place, not the one told to the run that left.
+  ASSERT_TRUE(core->queue_place(b).has_value());
+  EXPECT_EQ(core->queue_place(b)->position, 3u);
 }
 
 // Members of --group (uids other than root and the supervisor's) wait on at most
