@@ -1476,6 +1476,10 @@ void SupervisorCore::apply(const HeartbeatAction& a) {
       // lockd no longer knows the grant as ours (revoked, or held by another): once dead, say so
       // (a revoke's lock-delay waits for it) rather than release a name that is not ours.
       if (!a.lapsed && a.cause != RefreshStatus::refreshed) s->revoked = true;
+      // Counted here, not per answer: a late answer about a lease already released (its
+      // heartbeat crossed the release) loses nothing.
+      if (!a.lapsed && a.cause != RefreshStatus::refreshed)
+        ++(a.cause == RefreshStatus::lost ? counters_.lost : counters_.unknown);
       kill_sandbox(*s, why);
       hb_.remove(a.sandbox);
       return;
@@ -1608,8 +1612,6 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
           continue;
         }
         if (res == RefreshStatus::refreshed) ++counters_.refreshed;
-        else if (res == RefreshStatus::lost) ++counters_.lost;
-        else ++counters_.unknown;
         apply(hb_.on_refresh_answer(e.sandbox, e.epoch, res, a.holder, a.epoch,
                                     static_cast<std::uint64_t>(r.first_send_ns), at));
       }
@@ -1646,7 +1648,6 @@ void SupervisorCore::send_worker_beat(std::uint64_t deadline_ns, std::vector<Ref
                  if (e == held.end()) continue;  // not a name this beat carried
                  const RefreshStatus res = a.status;
                  if (res == RefreshStatus::refreshed) continue;
-                 ++(res == RefreshStatus::lost ? counters_.lost : counters_.unknown);
                  apply(hb_.on_refresh_answer(e->sandbox, e->epoch, res, a.holder, a.epoch,
                                              static_cast<std::uint64_t>(r.first_send_ns), at));
                }

@@ -523,6 +523,28 @@ TEST_F(SupervisorCoreTest, HeartbeatAnswerLostKillsTheSandboxAndItsExitConfirmsT
   EXPECT_EQ(lockd.count<wire::Release>(), 0u);
 }
 
+TEST_F(SupervisorCoreTest, ALostAnswerToAHeartbeatThatCrossedTheReleaseIsNotALoss) {
+  make(SupervisorMode::lease);
+  const SandboxId sb = granted_run(5);
+  const std::uint64_t tick = kT0 + 100 * kMs;
+  core->on_heartbeat_tick(tick);
+  const std::size_t beat = lockd.calls.size() - 1;
+  ASSERT_NE(lockd.body<wire::Heartbeat>(beat), nullptr);
+  // The sandbox exits and its name is released while the heartbeat is still unanswered.
+  core->on_exit(sb, tick + 5 * kMs);
+  rt.applied_upto = rt.seq;
+  core->check_disarms(tick + 6 * kMs);
+  EXPECT_TRUE(core->sandboxes().empty());
+  ASSERT_EQ(lockd.count<wire::Release>(), 1u);
+  // lockd handled the release first, so it answers the heartbeat "lost": nothing was lost.
+  wire::HeartbeatAck ack;
+  ack.entries.push_back(wire::HeartbeatAckEntry{name_id_of("job"), RefreshStatus::lost, {}, 0, 0});
+  lockd.answer(beat, ack, tick, tick + 10 * kMs);
+  EXPECT_EQ(core->counters().lost, 0u);
+  EXPECT_EQ(core->counters().unknown, 0u);
+  EXPECT_EQ(core->counters().kills_request, 0u);
+}
+
 TEST_F(SupervisorCoreTest, LateGrantAfterTheCallerGaveUpIsReleasedBack) {
   make(SupervisorMode::lease);
   core->on_request(7, run("job"), kT0);
