@@ -24,7 +24,12 @@
 //      (the etcd client of lockd, so the same gRPC path): what batching buys.
 //
 // The generator signs every datagram (HMAC-SHA256, fresh seq per worker) and checks every
-// answer's entries; it does not verify answer tags (that would only measure the generator).
+// refresh answer as a supervisor does: its tag with the worker's key, that it is an answer to
+// that worker, then its entries (an answer that fails is counted and fails the run).
+//
+// --json: the report goes to stderr and stdout gets one JSON object (refreshes_per_s,
+// cpu_s_per_million, ...; see json_report), for perf/peers/run.sh. --lockd-cpus pins the
+// started lockd (sched_setaffinity before exec), so the generator can be pinned elsewhere.
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/etcd/client.hpp"
 #include "leasehold/lease/clock.hpp"
@@ -35,9 +40,11 @@
 #include "leasehold/io/udp.hpp"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -84,7 +91,29 @@ struct Options {
   bool baseline = true;
   std::string etcd;          ///< ENDPOINTS: compare the SQLite store with the etcd store ("" = no)
   unsigned etcd_clients = 64;
+  std::string lockd_cpus;    ///< CPU list the started lockd is pinned to ("" = not pinned)
 };
+
+/// "0", "0,2", "0-3": the CPUs of a list; false if it is not one.
+bool parse_cpu_list(const std::string& text, cpu_set_t& set) {
+  CPU_ZERO(&set);
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string part = text.substr(pos, comma - pos);
+    const std::size_t dash = part.find('-');
+    char* e1 = nullptr;
+    char* e2 = nullptr;
+    const unsigned long lo = std::strtoul(part.c_str(), &e1, 10);
+    const unsigned long hi = dash == std::string::npos ? lo : std::strtoul(part.c_str() + dash + 1, &e2, 10);
+    if (part.empty() || e1 == part.c_str() || (dash == std::string::npos ? *e1 != 0 : (*e1 != '-' || *e2 != 0)) ||
+        hi < lo || hi >= CPU_SETSIZE)
+      return false;
+    for (unsigned long c = lo; c <= hi; ++c) CPU_SET(c, &set);
+    pos = comma + 1;
+  }
+  return CPU_COUNT(&set) > 0;
+}
 
 std::uint64_t proc_cpu_ticks(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -299,6 +328,10 @@ void print_lockd_stats(const SocketAddress& lockd, wire::Sender& sender, const s
 struct RefreshRun {
   double per_s = 0;
   std::uint64_t entries = 0, not_refreshed = 0, datagrams = 0;
+  /// Answers whose tag checked with the worker's key (and that are answers to the worker: see
+  /// wire::is_answer_to), and answers refused (bad tag, not an answer, malformed, not a
+  /// HeartbeatAck): their entries are not counted.
+  std::uint64_t answers_verified = 0, answers_rejected = 0;
   double seconds = 0, cpu_s = 0;
   double generator_cpu_s = 0;  ///< this process (all threads), for "who is the bound"
 };
@@ -311,6 +344,11 @@ double self_cpu_s() {
 }
 
 /// Phase 2 (and the baseline): rounds of heartbeats from every worker for `seconds`.
+/// `check_answers`: every answer is checked as a supervisor checks lockd's (supervisor/
+/// lockd_link.cpp): its tag with the key of the worker whose request it answers, that it is an
+/// answer and not that worker's own datagram (wire::is_answer_to), then its payload; only the
+/// entries of an authentic HeartbeatAck count. The worker is found from the request id (the
+/// datagrams of a round go out in order, one request id each).
 RefreshRun refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to, const Options& o,
                              pid_t cpu_pid, bool check_answers) {
   Pipe pipe(to);
@@ -323,8 +361,40 @@ RefreshRun refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to,
   for (std::size_t w = 0; w < workers.size(); ++w)
     for (auto& hb : wire::split_heartbeat(workers[w].leases, 0)) round.push_back(Slot{w, std::move(hb)});
   RefreshRun res;
-  std::uint64_t rid = 1ull << 40, outstanding = 0;
+  constexpr std::uint64_t kFirstRid = 1ull << 40;
+  std::uint64_t rid = kFirstRid, outstanding = 0;
   std::size_t next = 0;
+  auto take_answer = [&](std::span<const std::uint8_t> b) {
+    if (!check_answers) {
+      // The reflector echoes the request: count its entries from the payload's count field.
+      res.entries += b.size() > wire::kHeaderBytes + 6
+                         ? static_cast<std::uint64_t>(b[wire::kHeaderBytes + 4] | (b[wire::kHeaderBytes + 5] << 8))
+                         : 0;
+      return;
+    }
+    const auto answered = wire::request_id_of(std::as_bytes(b));
+    if (!answered || *answered < kFirstRid || *answered >= rid) {
+      ++res.answers_rejected;
+      return;
+    }
+    Worker& wk = workers[round[static_cast<std::size_t>((*answered - kFirstRid) % round.size())].worker];
+    // The tag is checked once (is_answer_to); decode() then reads the payload.
+    if (!wire::is_answer_to(b, wk.sender->authenticator(), wk.sender->self())) {
+      ++res.answers_rejected;
+      return;
+    }
+    wire::DecodeResult r = wire::decode(b, nullptr);
+    const auto* ack = r ? std::get_if<wire::HeartbeatAck>(&r.body) : nullptr;
+    if (ack == nullptr) {
+      ++res.answers_rejected;
+      return;
+    }
+    ++res.answers_verified;
+    for (const auto& e : ack->entries) {
+      ++res.entries;
+      if (e.status != RefreshStatus::refreshed) ++res.not_refreshed;
+    }
+  };
   const std::uint64_t cpu0 = cpu_pid > 0 ? proc_cpu_ticks(cpu_pid) : 0;
   const double self0 = self_cpu_s();
   const std::int64_t t0 = boottime_ns();
@@ -341,22 +411,7 @@ RefreshRun refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to,
       ++res.datagrams;
     }
     pipe.flush();
-    const std::size_t got = pipe.receive(2, [&](std::span<const std::uint8_t> b) {
-      if (check_answers) {
-        wire::DecodeResult r = wire::decode(b, nullptr);
-        if (const auto* ack = std::get_if<wire::HeartbeatAck>(&r.body)) {
-          for (const auto& e : ack->entries) {
-            ++res.entries;
-            if (e.status != RefreshStatus::refreshed) ++res.not_refreshed;
-          }
-        }
-      } else {
-        // The reflector echoes the request: count its entries from the payload's count field.
-        res.entries += b.size() > wire::kHeaderBytes + 6
-                           ? static_cast<std::uint64_t>(b[wire::kHeaderBytes + 4] | (b[wire::kHeaderBytes + 5] << 8))
-                           : 0;
-      }
-    });
+    const std::size_t got = pipe.receive(2, take_answer);
     outstanding -= std::min<std::uint64_t>(outstanding, got);
     if (got > 0) last_answer = boottime_ns();
     if (boottime_ns() - last_answer > 200'000'000) {  // datagrams lost: reopen the window
@@ -367,15 +422,7 @@ RefreshRun refresh_rounds(std::vector<Worker>& workers, const SocketAddress& to,
   // Drain the answers still in flight (bounded).
   const std::int64_t drain_end = boottime_ns() + 500'000'000;
   while (outstanding > 0 && boottime_ns() < drain_end) {
-    const std::size_t got = pipe.receive(10, [&](std::span<const std::uint8_t> b) {
-      if (!check_answers) return;
-      wire::DecodeResult r = wire::decode(b, nullptr);
-      if (const auto* ack = std::get_if<wire::HeartbeatAck>(&r.body))
-        for (const auto& e : ack->entries) {
-          ++res.entries;
-          if (e.status != RefreshStatus::refreshed) ++res.not_refreshed;
-        }
-    });
+    const std::size_t got = pipe.receive(10, take_answer);
     outstanding -= std::min<std::uint64_t>(outstanding, got);
   }
   res.seconds = static_cast<double>(boottime_ns() - t0) / 1e9;
@@ -482,6 +529,8 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, st
     ::dup2(out[1], 1);
     const int devnull = ::open((l->tmp / "lockd.log").c_str(), O_WRONLY | O_CREAT, 0600);
     ::dup2(devnull, 2);
+    if (cpu_set_t cpus; !o.lockd_cpus.empty() && parse_cpu_list(o.lockd_cpus, cpus))
+      ::sched_setaffinity(0, sizeof cpus, &cpus);
     if (shared_keys) ::setenv("LEASEHOLD_ABLATE", "shared-worker-key", 1);
     else ::unsetenv("LEASEHOLD_ABLATE");
     const std::string max_names = std::to_string(static_cast<std::uint64_t>(o.workers) * o.sandboxes * 2 + 1024);
@@ -580,7 +629,9 @@ RefreshRun run_against(std::vector<Worker>& workers, const SocketAddress& lockd_
               "; lockd CPU %.2f s = %.3f CPU-s per 1M refreshes; generator CPU %.2f s\n",
               r.entries, r.seconds, r.per_s, r.datagrams, o.window, r.not_refreshed, r.cpu_s,
               r.entries == 0 ? 0.0 : r.cpu_s / (static_cast<double>(r.entries) / 1e6), r.generator_cpu_s);
-  if (r.not_refreshed != 0) *rc = 1;
+  std::printf("  answers: %" PRIu64 " authentic (tag checked with the worker's key), %" PRIu64 " rejected\n",
+              r.answers_verified, r.answers_rejected);
+  if (r.not_refreshed != 0 || r.answers_rejected != 0) *rc = 1;
   print_lockd_stats(lockd_addr, *workers[0].sender, {"refresh_entries", "kernel_drops", "sends_failed", "derived_keys"});
   return r;
 }
@@ -797,12 +848,75 @@ int main(int argc, char** argv) {
   app.add_option("--handover", handover,
                  "instead: this many hand-overs of a held name to a waiter in lockd's FIFO, and to a poller "
                  "retrying every 10 ms and every 100 ms (p50/p99 from release acknowledged to the next grant)");
+  bool json = false;
+  app.add_flag("--json", json,
+               "print one JSON object on stdout (refreshes_per_s, cpu_s_per_million, runs, ...); the report goes "
+               "to stderr");
+  app.add_option("--lockd-cpus", o.lockd_cpus, "pin the started lockd to these CPUs (e.g. 0 or 0-1)")
+      ->check([](const std::string& v) {
+        cpu_set_t set;
+        return parse_cpu_list(v, set) ? std::string() : "not a CPU list: " + v;
+      });
   CLI11_PARSE(app, argc, argv);
   if (handover > 0) return run_handover(o, handover);
+  int rc = 0;
+  // --json: the report to stderr, the one object to the original stdout.
+  int json_fd = -1;
+  if (json) {
+    std::fflush(stdout);
+    json_fd = ::dup(1);
+    ::dup2(2, 1);
+  }
+  nlohmann::json runs = nlohmann::json::array();
+  auto run_json = [&](const char* keys, const RefreshRun& r, double acquires) {
+    runs.push_back({{"keys", keys},
+                    {"acquires_per_s", acquires},
+                    {"refreshes", r.entries},
+                    {"seconds", r.seconds},
+                    {"refreshes_per_s", r.per_s},
+                    {"datagrams", r.datagrams},
+                    {"not_refreshed", r.not_refreshed},
+                    {"answers_verified", r.answers_verified},
+                    {"answers_rejected", r.answers_rejected},
+                    {"lockd_cpu_s", r.cpu_s},
+                    {"cpu_s_per_million", r.entries == 0 ? 0.0 : r.cpu_s / (static_cast<double>(r.entries) / 1e6)},
+                    {"generator_cpu_s", r.generator_cpu_s}});
+  };
+  // The summary: the runs with per-worker keys on SQLite (the default configuration).
+  auto emit_json = [&](double baseline_per_s) {
+    if (json_fd < 0) return;
+    double refreshes = 0, seconds = 0, cpu = 0, acquires = 0;
+    unsigned n = 0;
+    for (const auto& r : runs)
+      if (r["keys"] == "per-worker") {
+        refreshes += r["refreshes"].get<double>();
+        seconds += r["seconds"].get<double>();
+        cpu += r["lockd_cpu_s"].get<double>();
+        acquires += r["acquires_per_s"].get<double>();
+        ++n;
+      }
+    nlohmann::json out = {
+        {"system", "lockd"},
+        {"workers", o.workers},
+        {"sandboxes", o.sandboxes},
+        {"names", static_cast<std::uint64_t>(o.workers) * o.sandboxes},
+        {"entries_per_datagram", wire::kHeartbeatEntriesMax},
+        {"window", o.window},
+        {"auth", "HMAC-SHA256 per datagram (per-worker keys), every answer's tag verified"},
+        {"lockd_cpus", o.lockd_cpus},
+        {"refreshes_per_s", seconds > 0 ? refreshes / seconds : 0.0},
+        {"cpu_s_per_million", refreshes > 0 ? cpu / (refreshes / 1e6) : 0.0},
+        {"acquires_per_s", n > 0 ? acquires / n : 0.0},
+        {"ok", rc == 0},
+        {"runs", runs}};
+    if (baseline_per_s > 0) out["baseline_per_s"] = baseline_per_s;
+    const std::string text = out.dump() + "\n";
+    if (::write(json_fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) rc = 1;
+    ::close(json_fd);
+  };
   std::printf("%u workers x %u sandboxes = %u leases; 2 cores shared by lockd and this generator\n", o.workers,
               o.sandboxes, o.workers * o.sandboxes);
   std::fflush(stdout);
-  int rc = 0;
 
   if (!o.lockd.empty()) {
     auto a = SocketAddress::parse(o.lockd);
@@ -813,16 +927,18 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::vector<Worker> workers = make_workers(o, *key, false);
-    run_against(workers, *a, o, -1, &rc);
+    double acquires = 0;
+    run_json("per-worker", run_against(workers, *a, o, -1, &rc, &acquires), acquires);
+    emit_json(0);
     return rc;
   }
 
   // Per-worker keys against one shared key, alternating (so drift of a loaded machine hits both).
   std::vector<double> per_worker, shared;
   std::vector<Worker> last;
-  const unsigned runs = key_rounds == 0 ? 1 : 2 * key_rounds;
+  const unsigned n_runs = key_rounds == 0 ? 1 : 2 * key_rounds;
   std::vector<double> acquires_sqlite, acquires_etcd;
-  for (unsigned i = 0; i < runs; ++i) {
+  for (unsigned i = 0; i < n_runs; ++i) {
     const bool on_etcd = !o.etcd.empty() && key_rounds != 0 && i % 2 == 1;
     const bool shared_keys = o.etcd.empty() && key_rounds != 0 && i % 2 == 1;
     std::string key_file;
@@ -837,8 +953,9 @@ int main(int argc, char** argv) {
     double acquires = 0;
     const RefreshRun r = run_against(workers, l->address, o, l->pid, &rc, &acquires);
     (shared_keys || on_etcd ? shared : per_worker).push_back(r.per_s);
+    run_json(on_etcd ? "per-worker, etcd store" : shared_keys ? "shared" : "per-worker", r, acquires);
     (on_etcd ? acquires_etcd : acquires_sqlite).push_back(acquires);
-    if (i + 1 == runs) last = std::move(workers);
+    if (i + 1 == n_runs) last = std::move(workers);
   }
   auto mean = [](const std::vector<double>& v) {
     double t = 0;
@@ -864,12 +981,15 @@ int main(int argc, char** argv) {
                 "per-worker/shared = %.3f (target >= 0.95)\n",
                 mean(per_worker), pw.c_str(), mean(shared), sh.c_str(), ratio);
   }
+  double baseline_per_s = 0;
   if (o.baseline && !last.empty()) {
     Reflector reflector;
     const RefreshRun b = refresh_rounds(last, reflector.address(), o, -1, false);
+    baseline_per_s = b.per_s;
     std::printf("baseline (UDP reflector, same datagrams): %.0f entries/s (generator + reflector CPU %.2f s); "
                 "lockd (per-worker keys)/baseline = %.2f\n",
                 b.per_s, b.generator_cpu_s, b.per_s > 0 ? mean(per_worker) / b.per_s : 0.0);
   }
+  emit_json(baseline_per_s);
   return rc;
 }
