@@ -194,6 +194,12 @@ for key, *_ in systems:
                 per.append(json.loads(f.read().strip().splitlines()[-1]))
     if per:
         runs[key] = per
+def busy(x):
+    """The share of one CPU the server used while measured."""
+    if "runs" in x:  # leasehold-lockd-load: its per-worker-key runs
+        r = [y for y in x["runs"] if y["keys"] == "per-worker"]
+        return sum(y["lockd_cpu_s"] for y in r) / max(1e-9, sum(y["seconds"] for y in r))
+    return x["server_cpu_s"] / max(1e-9, x["seconds"])
 def mmm(v):
     return {"min": min(v), "median": statistics.median(v), "max": max(v)} if v else None
 summary = []
@@ -203,7 +209,8 @@ for key, label, rate, cpu in systems:
         continue
     rates = [x[rate] for x in runs[key]]
     cpus = [x[cpu] for x in runs[key]]
-    row = {"system": key, "label": label, "rate": mmm(rates), "cpu_s_per_million": mmm(cpus)}
+    row = {"system": key, "label": label, "rate": mmm(rates), "cpu_s_per_million": mmm(cpus),
+           "server_cpu_busy": mmm([busy(x) for x in runs[key]])}
     if lockd and key != "lockd" and len(lockd) == len(runs[key]):
         row["lockd_over_peer_rate"] = mmm([l["refreshes_per_s"] / x for l, x in zip(lockd, rates) if x > 0])
         row["peer_over_lockd_cpu"] = mmm([x / l["cpu_s_per_million"] for l, x in zip(lockd, cpus)
@@ -224,12 +231,14 @@ def ratio_fmt(x):
     return "%.2fx" % x if x < 10 else "%.0fx" % x
 print("%s, %s cores; %s; %d round(s) of %s s; %s workers x %s names"
       % (model, cores, machine["date"], rounds, secs, workers, sandboxes))
-print("min / median / max over the rounds; ratios are per round (the same round's lockd run)")
-hdr = ("system", "refreshes/s", "server CPU-s per 1M", "lockd/peer rate", "peer/lockd CPU")
-print("| %s | %s | %s | %s | %s |" % hdr)
-print("|---|---|---|---|---|")
+print("min / median / max over the rounds; ratios are per round (the same round's lockd run); server busy:"
+      " the share of one CPU the server used while measured")
+hdr = ("system", "refreshes/s", "server CPU-s per 1M", "server busy", "lockd/peer rate", "peer/lockd CPU")
+print("| %s | %s | %s | %s | %s | %s |" % hdr)
+print("|---|---|---|---|---|---|")
 for row in summary:
-    print("| %s | %s | %s | %s | %s |" % (
+    print("| %s | %s | %s | %s | %s | %s |" % (
         row["label"], f3(row["rate"], rate_fmt), f3(row["cpu_s_per_million"], cpu_fmt),
+        f3(row["server_cpu_busy"], lambda x: "%.0f%%" % (100 * x)),
         f3(row.get("lockd_over_peer_rate"), ratio_fmt), f3(row.get("peer_over_lockd_cpu"), ratio_fmt)))
 PY
