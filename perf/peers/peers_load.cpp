@@ -255,7 +255,7 @@ struct RedisOptions {
   std::string mode = "pexpire";
   unsigned batch = 25;
   unsigned pipeline = 64;
-  unsigned connections = 4;
+  unsigned connections = 16;  // x pipeline 64 = 1,024 in flight, as lockd-load's window
   unsigned ttl_ms = 60000;
   std::string password;
 };
@@ -409,9 +409,9 @@ Result run_redis(const Common& c, const RedisOptions& o) {
 
 struct EtcdOptions {
   std::string endpoint = "127.0.0.1:2379";
-  unsigned streams = 8;
+  unsigned streams = 16;  // x pipeline 64 = 1,024 in flight, as lockd-load's window
   unsigned pipeline = 64;
-  unsigned connections = 2;
+  unsigned connections = 4;
   unsigned setup_threads = 16;
   long ttl_s = 60;
 };
