@@ -28,7 +28,7 @@
 // that worker, then its entries (an answer that fails is counted and fails the run).
 //
 // --json: the report goes to stderr and stdout gets one JSON object (refreshes_per_s,
-// cpu_s_per_million, ...; see json_report), for perf/peers/run.sh. --lockd-cpus pins the
+// cpu_s_per_million, runs, ...: emit_json in main), for perf/peers/run.sh. --lockd-cpus pins the
 // started lockd (sched_setaffinity before exec), so the generator can be pinned elsewhere.
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/etcd/client.hpp"
