@@ -20,7 +20,7 @@ usage() {
   cat <<'EOF'
 Usage: perf/peers/run.sh [--seconds N] [--rounds N] [--workers N] [--sandboxes N] [--json]
                          [--server-cpu C] [--load-cpu C] [--build-dir DIR] [--no-build] [--no-install]
-                         [--only SYSTEMS]
+                         [--only SYSTEMS] [--redis-password]
 
 Refreshes/s and server CPU-s per million refreshes of lockd, Redis and etcd, run back to back
 for each round with the same pinning (server on --server-cpu, load generator on --load-cpu).
@@ -34,12 +34,14 @@ for each round with the same pinning (server on --server-cpu, load generator on 
   --no-build      use the binaries already in --build-dir
   --no-install    do not apt-get install missing servers (fail instead)
   --only SYSTEMS  comma-separated subset of lockd,redis-pexpire,redis-script,redis-hot,etcd
+  --redis-password  start Redis with a random requirepass and AUTH on every connection
+                  (default: no auth on loopback)
 EOF
 }
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 secs=5 rounds=3 workers=1000 sandboxes=100 json=0 server_cpu=0 load_cpu=1
-build_dir=$root/build/release build=1 install=1
+build_dir=$root/build/release build=1 install=1 redis_password=
 only=lockd,redis-pexpire,redis-script,redis-hot,etcd
 while [ $# -gt 0 ]; do
   case $1 in
@@ -54,6 +56,7 @@ while [ $# -gt 0 ]; do
     --no-build) build=0; shift ;;
     --no-install) install=0; shift ;;
     --only) only=$2; shift 2 ;;
+    --redis-password) redis_password=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -120,8 +123,10 @@ start_redis() {
   local port; port=$(free_port)
   mkdir -p "$tmp/redis"
   # In memory, as lockd's refreshes are (lockd's acquires are durable; these keys are not).
+  local auth=()
+  [ -z "$redis_password" ] || auth=(--requirepass "$redis_password")
   taskset -c "$server_cpu" redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
-    --dir "$tmp/redis" --daemonize no --logfile "$tmp/redis.log" &
+    --dir "$tmp/redis" --daemonize no --logfile "$tmp/redis.log" "${auth[@]}" &
   server_pid=$!
   wait_port "$port" || fail_run "redis-server" "$tmp/redis.log"
   redis_port=$port
@@ -155,8 +160,10 @@ for r in $(seq "$rounds"); do
     wants "redis-$mode" || continue
     say "round $r: redis $mode"
     start_redis
+    auth=()
+    [ -z "$redis_password" ] || auth=(--password "$redis_password")
     taskset -c "$load_cpu" "$peers_load" redis --port "$redis_port" --mode "$mode" --server-pid "$server_pid" \
-      "${common[@]}" >"$tmp/r$r-redis-$mode.json" 2>"$tmp/r$r-redis-$mode.log" ||
+      "${auth[@]}" "${common[@]}" >"$tmp/r$r-redis-$mode.json" 2>"$tmp/r$r-redis-$mode.log" ||
       fail_run "leasehold-peers-load redis --mode $mode" "$tmp/r$r-redis-$mode.log"
     stop_server
   done
@@ -178,8 +185,8 @@ tmp, rounds, as_json, model, cores, secs, workers, sandboxes = sys.argv[1:]
 rounds = int(rounds)
 systems = [  # (file key, label, rate field, cpu field)
     ("lockd", "lockd: heartbeats of 29, HMAC-SHA256 each way", "refreshes_per_s", "cpu_s_per_million"),
-    ("redis-pexpire", "Redis PEXPIRE, 16 x 64 pipelined, no auth", "refreshes_per_s", "cpu_s_per_million"),
-    ("redis-script", "Redis script of 25 PEXPIREs, 16 x 64, no auth", "refreshes_per_s", "cpu_s_per_million"),
+    ("redis-pexpire", "Redis PEXPIRE, 16 x 64 pipelined, %s", "refreshes_per_s", "cpu_s_per_million"),
+    ("redis-script", "Redis script of 25 PEXPIREs, 16 x 64, %s", "refreshes_per_s", "cpu_s_per_million"),
     ("redis-hot", "Redis PEXPIRE of 1 hot key (reference)", "refreshes_per_s", "cpu_s_per_million"),
     ("etcd", "etcd keep-alives, 16 x 64 (1 lease per worker)", "keepalives_per_s", "cpu_s_per_million"),
     ("etcd-names", "etcd names kept alive (keep-alive x %s)" % sandboxes, "names_per_s", "cpu_s_per_million_names"),
@@ -208,6 +215,8 @@ lockd = runs.get("lockd")
 for key, label, rate, cpu in systems:
     if key not in runs:
         continue
+    if "%s" in label:
+        label = label % ("AUTH" if runs[key][0].get("auth", "").startswith("AUTH") else "no auth")
     rates = [x[rate] for x in runs[key]]
     cpus = [x[cpu] for x in runs[key]]
     row = {"system": key, "label": label, "rate": mmm(rates), "cpu_s_per_million": mmm(cpus),
