@@ -83,6 +83,21 @@ EncodeResult Sender::seal_into(const Authenticator& auth, std::uint16_t key_id, 
   return r;
 }
 
+EncodeResult Sender::seal_heartbeat(std::uint64_t request_id, std::uint32_t ttl_cap_ms,
+                                    std::span<const HeartbeatEntry> entries, Datagram& out) noexcept {
+  out.size = 0;
+  if (next_seq_ >= kSeqLimit) return EncodeResult{0, EncodeError::seq_exhausted};
+  Header h;
+  h.sender = self_;
+  h.seq = next_seq_;
+  h.request_id = request_id;
+  h.key_id = key_id_;
+  const EncodeResult r = encode_heartbeat(h, ttl_cap_ms, entries, &auth_, out.buffer());
+  if (r) ++next_seq_;
+  out.size = static_cast<std::uint16_t>(r.bytes);
+  return r;
+}
+
 EncodeResult Sender::seal(std::uint64_t request_id, const Body& body, std::span<std::uint8_t> out,
                           std::uint16_t flags) noexcept {
   return seal_into(auth_, key_id_, request_id, body, out, flags);

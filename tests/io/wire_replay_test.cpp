@@ -462,5 +462,26 @@ TEST(WireSender, SeqGrowsOnlyForDatagramsThatExist) {
   EXPECT_GT(seq_seed(), 1'600'000'000'000'000'000ull);  // nanoseconds since 1970, after 2020
 }
 
+// A heartbeat sealed straight from its entries is the datagram seal() makes of the Heartbeat.
+TEST(WireSender, SealHeartbeatFromEntriesIsTheHeartbeatsDatagram) {
+  Sender a{samples::wid(1), 10, kKey};
+  Sender b{samples::wid(1), 10, kKey};
+  std::vector<HeartbeatEntry> entries;
+  for (std::uint64_t i = 0; i < kHeartbeatEntriesMax; ++i)
+    entries.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), 100 + i});
+  Heartbeat hb;
+  hb.ttl_cap_ms = 1500;
+  hb.entries.assign(entries.begin(), entries.end());
+  Datagram da, db;
+  ASSERT_TRUE(a.seal_heartbeat(7, 1500, entries, da));
+  ASSERT_TRUE(b.seal(7, hb, db));
+  EXPECT_EQ(bytes_of(da), bytes_of(db));
+  EXPECT_EQ(a.next_seq(), 11u);
+  entries.push_back(entries.front());  // one more than a datagram holds: refused, no seq used
+  EXPECT_EQ(a.seal_heartbeat(8, 0, entries, da).error, EncodeError::too_large);
+  EXPECT_EQ(da.size, 0u);
+  EXPECT_EQ(a.next_seq(), 11u);
+}
+
 }  // namespace
 }  // namespace leasehold::wire

@@ -140,6 +140,11 @@ class Sender {
   EncodeResult seal(std::uint64_t request_id, const Body& body, std::span<std::uint8_t> out,
                     std::uint16_t flags = 0) noexcept;
 
+  /// A Heartbeat {ttl_cap_ms, entries} sealed straight from its entries (encode_heartbeat(): at
+  /// most kHeartbeatEntriesMax; a batch is sent chunk by chunk, heartbeat_chunk()).
+  EncodeResult seal_heartbeat(std::uint64_t request_id, std::uint32_t ttl_cap_ms,
+                              std::span<const HeartbeatEntry> entries, Datagram& out) noexcept;
+
   /// The same with another key (lockd answers each worker with that worker's key): `key_id`
   /// goes into the header.
   EncodeResult seal_with(const Authenticator& auth, std::uint16_t key_id, std::uint64_t request_id,
