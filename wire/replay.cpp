@@ -83,6 +83,21 @@ EncodeResult Sender::seal_into(const Authenticator& auth, std::uint16_t key_id, 
   return r;
 }
 
+EncodeResult Sender::seal_heartbeat(std::uint64_t request_id, std::uint32_t ttl_cap_ms,
+                                    std::span<const HeartbeatEntry> entries, Datagram& out) noexcept {
+  out.size = 0;
+  if (next_seq_ >= kSeqLimit) return EncodeResult{0, EncodeError::seq_exhausted};
+  Header h;
+  h.sender = self_;
+  h.seq = next_seq_;
+  h.request_id = request_id;
+  h.key_id = key_id_;
+  const EncodeResult r = encode_heartbeat(h, ttl_cap_ms, entries, &auth_, out.buffer());
+  if (r) ++next_seq_;
+  out.size = static_cast<std::uint16_t>(r.bytes);
+  return r;
+}
+
 EncodeResult Sender::seal(std::uint64_t request_id, const Body& body, std::span<std::uint8_t> out,
                           std::uint16_t flags) noexcept {
   return seal_into(auth_, key_id_, request_id, body, out, flags);
@@ -152,7 +167,8 @@ struct CacheKeyHash {
 };
 
 // FNV-1a 64 over the type byte and the payload: tells a retry from a different request that
-// reuses the request id. Not a security boundary (the datagram is already authenticated).
+// reuses the request id. Not a security boundary (the datagram is already authenticated). Never
+// kNoDigest.
 std::uint64_t request_digest(std::span<const std::uint8_t> datagram, const Header& h) noexcept {
   std::uint64_t x = 0xcbf29ce484222325ULL;
   auto mix = [&x](std::uint8_t b) {
@@ -162,7 +178,21 @@ std::uint64_t request_digest(std::span<const std::uint8_t> datagram, const Heade
   mix(static_cast<std::uint8_t>(h.type));
   const std::size_t end = std::min<std::size_t>(datagram.size() - kTagBytes, kHeaderBytes + h.payload_len);
   for (std::size_t i = kHeaderBytes; i < end; ++i) mix(datagram[i]);
-  return x;
+  return x == kNoDigest ? 1 : x;
+}
+
+// The key admit() hands out: with the digest only for a type whose answers may be cached or
+// deferred. A heartbeat's payload (up to 29 entries) is the bulk of what lockd reads, and its
+// digest would never be compared with anything.
+RequestKey request_key(std::span<const std::uint8_t> datagram, const Header& h) noexcept {
+  return RequestKey{h.sender, h.request_id,
+                    answer_may_be_cached(h.type) ? request_digest(datagram, h) : kNoDigest};
+}
+
+// The digest of the request admitted, computed now if request_key() left it out (a heartbeat
+// that reuses the request id of a cached or deferred request: told apart from it like any other).
+std::uint64_t digest_of(const RequestKey& key, std::span<const std::uint8_t> datagram, const Header& h) noexcept {
+  return key.digest != kNoDigest ? key.digest : request_digest(datagram, h);
 }
 
 // Byte-wise: both come from the kernel (recvmsg) the same way. (leasehold_wire does not link the
@@ -287,7 +317,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
       // Authentic: the sender deserves an answer. decode() gives the text.
       a.verdict = Verdict::answer_error;
       a.detail = decode(datagram, nullptr).detail;
-      a.key = RequestKey{h.sender, h.request_id, request_digest(datagram, h)};
+      a.key = request_key(datagram, h);
     } else {
       a.verdict = Verdict::drop;
       a.detail = std::string(to_string(header_error));
@@ -297,7 +327,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
     s.stats.count(header_error);
     return a;
   }
-  a.key = RequestKey{h.sender, h.request_id, request_digest(datagram, h)};
+  a.key = request_key(datagram, h);
 
   const bool admin_window = match.authority == Authority::admin || match.authority == Authority::root;
   State::SenderWindow& sw = s.window_of(State::WindowKey{h.sender, admin_window});
@@ -319,7 +349,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
                                                              seq_error != DecodeError::seq_out_of_range &&
                                                              seq_error != DecodeError::seq_jump) {
     State::Slot& slot = s.slots[it->second];
-    if (slot.key.digest == a.key.digest) {
+    if (slot.key.digest == digest_of(a.key, datagram, h)) {
       if (seq_error == DecodeError::none) sw.take(h.seq, from, now_ns);
       a.verdict = Verdict::drop;
       const bool bounded = !s.limits.ablate_reflection_bounds;
@@ -358,7 +388,7 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
   if (auto it = s.in_flight.find(CacheKey{h.sender, h.request_id}); it != s.in_flight.end()) {
     if (it->second.expires_ns <= now_ns) {
       s.in_flight.erase(it);
-    } else if (it->second.digest == a.key.digest) {
+    } else if (it->second.digest == digest_of(a.key, datagram, h)) {
       if (seq_error == DecodeError::none) sw.take(h.seq, from, now_ns);
       a.verdict = Verdict::drop;
       a.reason = DecodeError::none;
@@ -437,6 +467,9 @@ void Receiver::remember_answer(const RequestKey& request, std::span<const std::u
   State& s = *state_;
   s.in_flight.erase(CacheKey{request.sender, request.request_id});
   if (s.limits.cached_answers_max == 0 || answer.size() > kDatagramBytesMax) return;
+  // A key without a digest (a heartbeat's): a retry could not be told from another request
+  // under the same id. Never cached; the retry is executed again (heartbeats are idempotent).
+  if (request.digest == kNoDigest) return;
   const CacheKey ck{request.sender, request.request_id};
   std::size_t index;
   if (auto it = s.cache.find(ck); it != s.cache.end()) {
@@ -464,6 +497,7 @@ void Receiver::remember_answer(const RequestKey& request, std::span<const std::u
 
 bool Receiver::defer(const RequestKey& request, std::int64_t now_ns) {
   State& s = *state_;
+  if (request.digest == kNoDigest) return false;  // as remember_answer(): such a key is not tracked
   const CacheKey ck{request.sender, request.request_id};
   if (s.in_flight.size() >= s.limits.in_flight_max && s.in_flight.count(ck) == 0) {
     s.expire_in_flight(now_ns);  // O(in_flight_max), only when the set is full

@@ -22,6 +22,10 @@ std::optional<RequestShard> of_entries(std::span<const HeartbeatEntry> entries, 
 
 }  // namespace
 
+std::optional<RequestShard> shard_of_heartbeat(std::span<const HeartbeatEntry> entries, unsigned shards) {
+  return of_entries(entries, shards);
+}
+
 std::optional<RequestShard> shard_of_request(const Body& body, unsigned shards) {
   const auto of = [&](const NameId& id) { return std::optional<RequestShard>(RequestShard{shard_of(id, shards)}); };
   return std::visit(

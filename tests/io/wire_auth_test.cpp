@@ -176,6 +176,28 @@ TEST(Authenticator, MatchesOpenSslOneShotHmacSha256) {
   }
 }
 
+// The tag is computed from precomputed pad states: the same bytes as OpenSSL's HMAC for every
+// allowed key length and for data around SHA-256's block boundaries (and datagram sizes).
+TEST(Authenticator, MatchesOpenSslHmacForEveryKeyLengthAndBlockBoundary) {
+  for (std::size_t key_bytes : {kKeyBytesMin, kKeyBytesMin + 1, std::size_t{55}, std::size_t{56}, kKeyBytesMax - 1,
+                                kKeyBytesMax}) {
+    WireKey key;
+    for (std::size_t i = 0; i < key_bytes; ++i) key.bytes.push_back(static_cast<std::uint8_t>(0xA5 ^ (i * 13)));
+    const Authenticator auth(key);
+    for (std::size_t n : {0, 1, 31, 55, 56, 63, 64, 65, 119, 120, 128, 1210, 1351, 1400}) {
+      std::vector<std::uint8_t> data(n);
+      for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<std::uint8_t>(i * 31 + key_bytes);
+      unsigned char expected[32];
+      unsigned int len = 0;
+      ASSERT_NE(HMAC(EVP_sha256(), key.bytes.data(), static_cast<int>(key.bytes.size()), data.data(), data.size(),
+                     expected, &len),
+                nullptr);
+      const auto tag = auth.mac(data);
+      EXPECT_TRUE(std::equal(tag.begin(), tag.end(), expected)) << "key " << key_bytes << " bytes, data " << n;
+    }
+  }
+}
+
 TEST(Authenticator, SignThenVerifyAndRejectTampering) {
   Authenticator auth(WireKey{std::vector<std::uint8_t>(40, 3)});
   std::vector<std::uint8_t> d(100, 9);

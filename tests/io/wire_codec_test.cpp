@@ -432,25 +432,40 @@ TEST_F(WireCodec, FullHeartbeatAndItsAckFitOneDatagram) {
   }
 }
 
+// A batch of any size goes out chunk by chunk, each encoded straight from its entries into one
+// reused datagram buffer: every entry exactly once, in order, and the bytes of each datagram
+// are those of encode() of the Heartbeat its chunk makes (split_heartbeat()'s).
 TEST_F(WireCodec, LargeHeartbeatBatchSplitsAcrossDatagrams) {
   std::vector<HeartbeatEntry> batch;
   for (std::uint64_t i = 0; i < 1000; ++i) batch.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), 10 + i});
+  const std::size_t chunks = heartbeat_chunks(batch.size());
+  EXPECT_EQ(chunks, (1000 + kHeartbeatEntriesMax - 1) / kHeartbeatEntriesMax);
   const std::vector<Heartbeat> parts = split_heartbeat(batch, 2500);
-  EXPECT_EQ(parts.size(), (1000 + kHeartbeatEntriesMax - 1) / kHeartbeatEntriesMax);
+  ASSERT_EQ(parts.size(), chunks);
   std::vector<HeartbeatEntry> received;
-  std::uint64_t request_id = 1;
-  for (const Heartbeat& part : parts) {
-    const Bytes d = encode_bytes(part, &auth, header(request_id, request_id));
-    ++request_id;
-    EXPECT_LE(d.size(), kDatagramBytesMax);
-    const DecodeResult r = decode(d, &auth);
-    ASSERT_TRUE(r) << r.detail;
-    const auto& hb = std::get<Heartbeat>(r.body);
+  Datagram d;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    const Header h = header(i + 1, i + 1);
+    const EncodeResult r = encode_heartbeat(h, 2500, heartbeat_chunk(batch, i), &auth, d.buffer());
+    ASSERT_TRUE(r) << to_string(r.error);
+    d.size = static_cast<std::uint16_t>(r.bytes);
+    EXPECT_EQ(Bytes(d.view().begin(), d.view().end()), encode_bytes(parts[i], &auth, h));
+    const DecodeResult dr = decode(d.view(), &auth);
+    ASSERT_TRUE(dr) << dr.detail;
+    const auto& hb = std::get<Heartbeat>(dr.body);
     EXPECT_EQ(hb.ttl_cap_ms, 2500u);
     received.insert(received.end(), hb.entries.begin(), hb.entries.end());
   }
   EXPECT_EQ(received, batch);  // every entry exactly once, in order
+  EXPECT_TRUE(heartbeat_chunk(batch, chunks).empty());
+  EXPECT_EQ(heartbeat_chunks(0), 0u);
   EXPECT_TRUE(split_heartbeat({}, 1).empty());
+  // An empty heartbeat encodes (and decodes) like the empty Heartbeat; more than one datagram's
+  // worth of entries is refused.
+  ASSERT_TRUE(encode_heartbeat(header(), 0, {}, &auth, d.buffer()));
+  EXPECT_EQ(encode_heartbeat(header(), 0, batch, &auth, d.buffer()).error, EncodeError::too_large);
+  EXPECT_EQ(encode_heartbeat(header(), 0, heartbeat_chunk(batch, 0), &auth, std::span<std::uint8_t>(d.buffer()).first(100)).error,
+            EncodeError::buffer_too_small);
 }
 
 TEST_F(WireCodec, DecodeWithoutAuthenticatorSkipsOnlyTheTag) {

@@ -249,6 +249,54 @@ TEST_F(WireReceiver, RequestIdReusedForADifferentRequestIsAnError) {
   EXPECT_EQ(receiver.stats()[DecodeError::request_id_reused], 1u);
 }
 
+// Heartbeats are the bulk of lockd's traffic and their answers are never cached nor deferred:
+// admit() does not digest their payload. The requests whose answers are cached still are, and a
+// retry of one is still recognised, also after heartbeats under the same sender.
+TEST_F(WireReceiver, HeartbeatIsAdmittedWithoutADigestAndCachedRequestsStillAre) {
+  const Body acquire = Acquire{"jobs/x", samples::sid(1), samples::wid(1), 0, false};
+  const Admission a = receiver.admit(seal(client, 42, acquire), 1'000);
+  ASSERT_EQ(a.verdict, Verdict::deliver) << a.detail;
+  EXPECT_NE(a.key.digest, kNoDigest);
+  const Bytes answer = seal(lockd, 42, Grant{name_id_of("jobs/x"), 8, samples::sid(1), samples::wid(1),
+                                               LockPhase::held, 5000, {}});
+  receiver.remember_answer(a.key, answer);
+
+  Heartbeat hb;
+  hb.entries.push_back(HeartbeatEntry{name_id_of("jobs/x"), samples::sid(1), 8});
+  const Admission h = receiver.admit(seal(client, 43, hb), 2'000);
+  ASSERT_EQ(h.verdict, Verdict::deliver) << h.detail;
+  EXPECT_EQ(h.key.request_id, 43u);
+  EXPECT_EQ(h.key.digest, kNoDigest);
+  // Such a key is neither cached nor tracked in flight: a retry of the heartbeat is executed again.
+  receiver.remember_answer(h.key, seal(lockd, 43, HeartbeatAck{}));
+  EXPECT_EQ(receiver.cached_answers(), 1u);
+  EXPECT_FALSE(receiver.defer(h.key, 2'000));
+  EXPECT_EQ(receiver.in_flight(), 0u);
+  EXPECT_EQ(receiver.admit(seal(client, 43, hb), 3'000).verdict, Verdict::deliver);
+
+  // The acquire's retry still gets its answer.
+  const Admission r = receiver.admit(seal(client, 42, acquire), 4'000);
+  ASSERT_EQ(r.verdict, Verdict::resend) << r.detail;
+  EXPECT_EQ(Bytes(r.cached_answer.begin(), r.cached_answer.end()), answer);
+  // A heartbeat reusing the acquire's request id is digested then, and told apart from it.
+  const Admission reused = receiver.admit(seal(client, 42, hb), 5'000);
+  EXPECT_EQ(reused.verdict, Verdict::answer_error);
+  EXPECT_EQ(reused.reason, DecodeError::request_id_reused);
+  EXPECT_EQ(receiver.stats().accepted, 3u);  // the acquire and the heartbeat twice
+}
+
+// A heartbeat reusing the id of a deferred request is not swallowed as that request's retry.
+TEST_F(WireReceiver, HeartbeatReusingADeferredRequestIdIsDelivered) {
+  const Admission a = receiver.admit(seal(client, 42, Revoke{samples::nid(1)}), 0);
+  ASSERT_TRUE(receiver.defer(a.key, 0));
+  Heartbeat hb;
+  hb.entries.push_back(HeartbeatEntry{samples::nid(1), samples::sid(1), 8});
+  EXPECT_EQ(receiver.admit(seal(client, 42, hb), 1).verdict, Verdict::deliver);
+  EXPECT_EQ(receiver.stats().in_flight_retries, 0u);
+  EXPECT_EQ(receiver.admit(seal(client, 42, Revoke{samples::nid(1)}), 2).verdict, Verdict::drop);
+  EXPECT_EQ(receiver.stats().in_flight_retries, 1u);
+}
+
 TEST_F(WireReceiver, SeqBelowTheWindowIsStale) {
   Sender early{samples::wid(1), 10, kKey};
   const Bytes old = seal(early, 1, Stats{});
@@ -412,6 +460,27 @@ TEST(WireSender, SeqGrowsOnlyForDatagramsThatExist) {
   EXPECT_TRUE(s.seal(1, Stats{}, d));
   EXPECT_EQ(s.next_seq(), 2u);
   EXPECT_GT(seq_seed(), 1'600'000'000'000'000'000ull);  // nanoseconds since 1970, after 2020
+}
+
+// A heartbeat sealed straight from its entries is the datagram seal() makes of the Heartbeat.
+TEST(WireSender, SealHeartbeatFromEntriesIsTheHeartbeatsDatagram) {
+  Sender a{samples::wid(1), 10, kKey};
+  Sender b{samples::wid(1), 10, kKey};
+  std::vector<HeartbeatEntry> entries;
+  for (std::uint64_t i = 0; i < kHeartbeatEntriesMax; ++i)
+    entries.push_back(HeartbeatEntry{samples::nid(i), samples::sid(i), 100 + i});
+  Heartbeat hb;
+  hb.ttl_cap_ms = 1500;
+  hb.entries.assign(entries.begin(), entries.end());
+  Datagram da, db;
+  ASSERT_TRUE(a.seal_heartbeat(7, 1500, entries, da));
+  ASSERT_TRUE(b.seal(7, hb, db));
+  EXPECT_EQ(bytes_of(da), bytes_of(db));
+  EXPECT_EQ(a.next_seq(), 11u);
+  entries.push_back(entries.front());  // one more than a datagram holds: refused, no seq used
+  EXPECT_EQ(a.seal_heartbeat(8, 0, entries, da).error, EncodeError::too_large);
+  EXPECT_EQ(da.size, 0u);
+  EXPECT_EQ(a.next_seq(), 11u);
 }
 
 }  // namespace

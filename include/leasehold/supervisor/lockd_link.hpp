@@ -106,6 +106,9 @@ class LockdLink final : public LockdPort {
   /// the first attempt's answer waits for durability is dropped there (wire::Receiver in-flight
   /// set), and a later retry gets the real answer from lockd's response cache.
   void call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) override;
+  /// call() of a Heartbeat, sealed straight from `entries` into the call's datagram.
+  void call_heartbeat(std::span<const wire::HeartbeatEntry> entries, std::uint32_t ttl_cap_ms,
+                      std::int64_t deadline_ns, LockdCallback on_done) override;
 
   /// lockd asks whether a sandbox runs; the handler answers synchronously.
   using IsRunningHandler = std::function<bool(const wire::IsRunning&)>;
@@ -176,6 +179,10 @@ class LockdLink final : public LockdPort {
   struct Call;
   LockdLink(EventLoop& loop, std::vector<SocketAddress> lockds, WorkerId self, const wire::WireKey& key,
             const RetryPolicy& retry);
+  /// A call with a fresh request id, not sealed yet.
+  std::shared_ptr<Call> new_call(std::int64_t deadline_ns, LockdCallback on_done);
+  /// Starts `c` once sealed (`enc` is its encoding's result: a failure is reported to on_done).
+  void start_sealed(std::shared_ptr<Call> c, const wire::EncodeResult& enc, wire::MessageType type);
   void start(std::shared_ptr<Call> c);
   void finish(const std::shared_ptr<Call>& c, const RequestOutcome& o);
   /// An authentic answer to `c` (from `from`), at any time of the call.

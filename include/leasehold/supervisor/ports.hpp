@@ -152,6 +152,16 @@ class LockdPort {
   /// Sends `body` (retried until `deadline_ns`); `on_done` runs exactly once, later, on the
   /// caller's thread.
   virtual void call(const wire::Body& body, std::int64_t deadline_ns, LockdCallback on_done) = 0;
+  /// call() of the Heartbeat {ttl_cap_ms, entries} (at most kHeartbeatEntriesMax entries, one
+  /// shard's). This default builds that Heartbeat; LockdLink encodes the entries straight into
+  /// the call's datagram (wire::encode_heartbeat()).
+  virtual void call_heartbeat(std::span<const wire::HeartbeatEntry> entries, std::uint32_t ttl_cap_ms,
+                              std::int64_t deadline_ns, LockdCallback on_done) {
+    wire::Heartbeat h;
+    h.ttl_cap_ms = ttl_cap_ms;
+    h.entries.assign(entries.begin(), entries.end());
+    call(h, deadline_ns, std::move(on_done));
+  }
 };
 
 // ---- RtPort ------------------------------------------------------------------------------

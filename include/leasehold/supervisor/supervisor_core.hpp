@@ -328,6 +328,7 @@ class SupervisorCore {
   SlotTable& table_;
   SandboxTable sandboxes_;  // by id, by slot and by name
   HeartbeatSchedule hb_;
+  std::vector<wire::HeartbeatEntry> hb_entries_;  ///< the heartbeat datagram being sent; reused
   std::deque<PendingCommit> pending_commits_;
   std::vector<QueuedRun> queued_;  ///< runs waiting in lockd's FIFO (each also counts in waits_)
   /// Queued runs granted their name and not answered yet, by client; `true` once that client

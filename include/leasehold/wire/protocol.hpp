@@ -33,6 +33,7 @@
 
 #include <boost/container/static_vector.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -694,9 +695,30 @@ EncodeResult encode(const Header& header, const Body& body, const Authenticator*
 /// does not start with kMagic.
 bool restamp(std::span<std::uint8_t> datagram, std::uint64_t seq, const Authenticator& auth) noexcept;
 
-/// Splits a heartbeat batch of any size into Heartbeat messages of at most kHeartbeatEntriesMax
-/// entries, in order, each entry exactly once; every message carries ttl_cap_ms. Each message is
-/// sent as its own datagram with its own request id.
+/// A heartbeat batch of any size goes out as heartbeat_chunks(n) datagrams, each its own request
+/// (own request id): chunk i holds entries [i * kHeartbeatEntriesMax, ...), at most
+/// kHeartbeatEntriesMax of them, in order, each entry exactly once.
+constexpr std::size_t heartbeat_chunks(std::size_t entries) noexcept {
+  return (entries + kHeartbeatEntriesMax - 1) / kHeartbeatEntriesMax;
+}
+/// Chunk `i` of a heartbeat batch (see heartbeat_chunks()), a view of `entries`; empty past the end.
+constexpr std::span<const HeartbeatEntry> heartbeat_chunk(std::span<const HeartbeatEntry> entries,
+                                                          std::size_t i) noexcept {
+  const std::size_t first = i * kHeartbeatEntriesMax;
+  if (first >= entries.size()) return {};
+  return entries.subspan(first, std::min(kHeartbeatEntriesMax, entries.size() - first));
+}
+
+/// Encodes the Heartbeat {ttl_cap_ms, entries} straight from `entries` (at most
+/// kHeartbeatEntriesMax, else too_large), without building a Heartbeat: the same bytes as
+/// encode() of that Heartbeat. With heartbeat_chunk(), a batch of any size is sent from one
+/// reusable Datagram, nothing allocated or copied on the way.
+EncodeResult encode_heartbeat(const Header& header, std::uint32_t ttl_cap_ms, std::span<const HeartbeatEntry> entries,
+                              const Authenticator* auth, std::span<std::uint8_t> out) noexcept;
+
+/// The chunks of a heartbeat batch (heartbeat_chunk()) as Heartbeat messages, each carrying
+/// ttl_cap_ms: for a caller that keeps them (a load generator); a sender needs none of it
+/// (encode_heartbeat()).
 std::vector<Heartbeat> split_heartbeat(std::span<const HeartbeatEntry> entries,
                                        std::uint32_t ttl_cap_ms);
 

@@ -140,6 +140,11 @@ class Sender {
   EncodeResult seal(std::uint64_t request_id, const Body& body, std::span<std::uint8_t> out,
                     std::uint16_t flags = 0) noexcept;
 
+  /// A Heartbeat {ttl_cap_ms, entries} sealed straight from its entries (encode_heartbeat(): at
+  /// most kHeartbeatEntriesMax; a batch is sent chunk by chunk, heartbeat_chunk()).
+  EncodeResult seal_heartbeat(std::uint64_t request_id, std::uint32_t ttl_cap_ms,
+                              std::span<const HeartbeatEntry> entries, Datagram& out) noexcept;
+
   /// The same with another key (lockd answers each worker with that worker's key): `key_id`
   /// goes into the header.
   EncodeResult seal_with(const Authenticator& auth, std::uint16_t key_id, std::uint64_t request_id,
@@ -189,9 +194,24 @@ std::string_view to_string(Verdict v) noexcept;
 struct RequestKey {
   WorkerId sender;
   std::uint64_t request_id = 0;
-  std::uint64_t digest = 0;
+  std::uint64_t digest = 0;  ///< kNoDigest: a request whose answers are never cached
   friend bool operator==(const RequestKey&, const RequestKey&) = default;
 };
+
+/// RequestKey::digest of a request admitted without one (see answer_may_be_cached()). No
+/// computed digest has this value. Receiver::remember_answer() caches nothing and
+/// Receiver::defer() tracks nothing for such a key: a retry of it is handled as new.
+inline constexpr std::uint64_t kNoDigest = 0;
+
+/// Whether the answers to requests of type `t` may be cached or deferred (Receiver::
+/// remember_answer(), Receiver::defer()), so that admit() digests their payload. Not for
+/// heartbeats: lockd answers them at once or after a durable mark, never cached nor tracked
+/// (they are idempotent, and the bulk of its traffic); nor for answers, which nobody answers.
+/// A heartbeat that reuses the request id of a cached or deferred request is still digested at
+/// that moment and told apart from it (request_id_reused).
+constexpr bool answer_may_be_cached(MessageType t) noexcept {
+  return is_request(t) && t != MessageType::heartbeat;
+}
 
 struct Admission {
   Verdict verdict = Verdict::drop;
@@ -200,6 +220,7 @@ struct Admission {
   Message message;  ///< deliver: the message; answer_error: header valid, body unspecified
   std::span<const std::uint8_t> cached_answer;  ///< resend: valid until the next admit/remember
   RequestKey key;  ///< deliver/answer_error: pass to remember_answer() with the answer sent
+                   ///< (digest kNoDigest unless answer_may_be_cached(type))
   Authority authority = Authority::none;  ///< what the datagram's key proves (authentic only)
   std::uint16_t key_id = 0;               ///< the key that tagged it: answer with the same
   /// The key that checked the tag (authentic only); valid until the next admit().

@@ -14,6 +14,7 @@
 #include "leasehold/wire/protocol.hpp"
 
 #include <optional>
+#include <span>
 
 namespace leasehold::wire {
 
@@ -27,5 +28,7 @@ struct RequestShard {
   unsigned other = 0;
 };
 std::optional<RequestShard> shard_of_request(const Body& body, unsigned shards);
+/// The shard of a Heartbeat of `entries`: shard_of_request() of that Heartbeat, without one.
+std::optional<RequestShard> shard_of_heartbeat(std::span<const HeartbeatEntry> entries, unsigned shards);
 
 }  // namespace leasehold::wire
