@@ -675,11 +675,7 @@ wire::Body LockService::grant(const Outcome& o, std::int64_t now_ns) {
   return g;
 }
 
-const std::string& LockService::text_of(NameId id) const {
-  static const std::string none;
-  const auto it = names_.find(id);
-  return it == names_.end() ? none : it->second;
-}
+std::string_view LockService::text_of(NameId id) const { return names_.find(id); }
 
 wire::NameRecord LockService::record_of(NameId id, const LockState& s, std::int64_t now_ns) const {
   wire::NameRecord r;
@@ -1247,7 +1243,7 @@ wire::Body LockService::on_transfer_complete(const wire::TransferComplete& t, st
 
 wire::Body LockService::on_transfer_accept(const wire::TransferAccept& t, std::int64_t now_ns) {
   const LockState before = table_.state(t.name_id);
-  const std::string& text = text_of(t.name_id);
+  const std::string text(text_of(t.name_id));
   if (text.empty()) {
     Outcome o;
     o.refusal = Refusal::unknown_name;
@@ -1369,7 +1365,7 @@ wire::Body LockService::on_kill_confirmed(const wire::KillConfirmed& k, WorkerId
 }
 
 wire::Body LockService::on_reassign(const wire::Reassign& r, std::int64_t now_ns) {
-  const std::string text = text_of(r.name_id);
+  const std::string text(text_of(r.name_id));
   if (text.empty()) {
     Outcome o;
     o.refusal = Refusal::unknown_name;
@@ -1456,17 +1452,17 @@ wire::Body LockService::on_list(const wire::List& l, std::int64_t now_ns) const 
   wire::ListPage page;
   page.with_waiters = l.waiters;
   auto it = names_.lower_bound(NameId{l.cursor, 0});
-  for (; it != names_.end() && page.entries.size() < want; ++it) {
-    const LockState s = table_.state(it->first);
+  for (; !it.done() && page.entries.size() < want; it.next()) {
+    const LockState s = table_.state(it.id());
     if (!s.known) continue;
-    page.entries.push_back(record_of(it->first, s, now_ns));
-    if (l.waiters) page.entries.back().waiters = waiters_for(it->first);
+    page.entries.push_back(record_of(it.id(), s, now_ns));
+    if (l.waiters) page.entries.back().waiters = waiters_for(it.id());
     if (wire::payload_bytes(page) > wire::kPayloadBytesMax) {
       page.entries.pop_back();
       break;
     }
   }
-  if (it != names_.end() && !page.entries.empty()) {
+  if (!it.done() && !page.entries.empty()) {
     const std::uint64_t last_hi = page.entries.back().name_id.hi;
     page.next_cursor = last_hi == UINT64_MAX ? 0 : last_hi + 1;
   }
@@ -1736,8 +1732,7 @@ void LockService::housekeeping(std::int64_t now_ns) {
   }
   // Names whose record the table dropped (released, plain Free) need no text any more.
   if (names_.size() > 2 * table_.size() + 4096) {
-    for (auto it = names_.begin(); it != names_.end();)
-      it = table_.state(it->first).known ? std::next(it) : names_.erase(it);
+    names_.erase_if([this](NameId id) { return !table_.state(id).known; });
   }
   if (now_ns - rate_window_start_ns_ >= kNsPerS) {
     // Over the last kRateWindows windows, rounded up: a supervisor refreshes a name every few

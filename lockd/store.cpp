@@ -559,7 +559,7 @@ void DurableEpochs::check(std::span<const StoredName> changes, Epoch epoch_high_
 }
 
 void DurableEpochs::written(std::span<const StoredName> changes) {
-  for (const StoredName& n : changes) by_name_[n.id] = n.epoch;
+  for (const StoredName& n : changes) by_name_.set(n.id, n.epoch);
 }
 
 void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) {

@@ -26,6 +26,7 @@
 
 #include "leasehold/lease/code_table.hpp"
 #include "leasehold/lease/types.hpp"
+#include "leasehold/lockd/name_maps.hpp"
 
 #include <cstdint>
 #include <map>
@@ -110,14 +111,16 @@ struct StoredTable {
 class DurableEpochs {
  public:
   /// A name's epoch as loaded or written.
-  void note(NameId id, Epoch epoch) { by_name_[id] = epoch; }
+  void note(NameId id, Epoch epoch) { by_name_.set(id, epoch); }
   /// Aborts if a change lowers its name's durable epoch or an epoch exceeds kEpochMax.
   void check(std::span<const StoredName> changes, Epoch epoch_high_water) const;
   /// The changes are durable: their epochs are the names' durable epochs from now on.
   void written(std::span<const StoredName> changes);
+  /// Bytes of the per-name epochs (one flat entry per name the store holds).
+  std::size_t memory_bytes() const noexcept { return by_name_.memory_bytes(); }
 
  private:
-  std::unordered_map<NameId, Epoch> by_name_;
+  EpochMap by_name_;
 };
 
 /// Why the store refused to open or to commit. `what()` names the file and the problem.
