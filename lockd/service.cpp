@@ -1632,6 +1632,11 @@ void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
   counter("waiter_renewals", counters_.waiter_renewals, "heartbeat entries renewing a waiter's place (epoch 0)");
   counter("waiters_refused", counters_.waiters_refused, "waiters passed over: the table refused them the name");
   counter("waits_refused_full", counters_.waits_refused_full, "Waits refused: a FIFO or all of them full");
+  // Memory per component (perf/memory/README.md): what each part of lockd owns.
+  gauge("memory_lease_table_bytes", table_.memory_bytes(), "bytes the lease table allocated (records, index, timers)");
+  gauge("memory_name_texts_bytes", names_.memory_bytes(), "bytes of the name texts and their ordered index");
+  gauge("memory_store_epochs_bytes", st.epochs_bytes, "bytes of the store's durable epoch per name");
+  gauge("memory_sqlite_bytes", st.sqlite_bytes, "bytes SQLite allocated (its page cache included)");
 }
 
 wire::StatsAnswer LockService::stats_answer(std::optional<std::uint16_t> first) const {

@@ -7,7 +7,8 @@
 // replay window, derived key, seen mark) is known before the first point and the growth between
 // two points is what the names cost. At each point, after --settle-ms (the store thread folds its
 // change log while idle), it reads lockd's /proc/<pid>/status (VmRSS, RssAnon, RssFile),
-// /proc/<pid>/smaps_rollup, and lockd's memory counters (Stats: memory_*), and reports the
+// /proc/<pid>/smaps_rollup, and lockd's memory and store counters (Stats: memory_*, store_*:
+// whether the store's compaction keeps up), and reports the
 // growth per held name between consecutive points, as text and as JSON (--json FILE, "-": stdout).
 #include "leasehold/io/clock.hpp"
 #include "leasehold/io/udp.hpp"
@@ -214,20 +215,27 @@ bool acquire_range(std::vector<Worker>& workers, Pipe& pipe, std::uint64_t from,
   return refused == 0;
 }
 
-/// lockd's counters (Stats), empty if it does not answer within 2 s.
+/// All of lockd's counters (Stats, paged: the list is longer than one datagram); what arrived
+/// if it stops answering (2 s a page).
 std::vector<wire::Counter> lockd_counters(Pipe& pipe, Worker& w, std::uint64_t& rid) {
-  wire::Datagram d;
-  const std::uint64_t id = rid++;
-  w.sender->seal(id, wire::Stats{}, d);
-  pipe.send(d);
-  std::vector<wire::Counter> out;
-  for (int i = 0; i < 100 && out.empty(); ++i)
-    pipe.receive(20, [&](std::span<const std::uint8_t> b) {
-      const wire::DecodeResult r = wire::decode(b, nullptr);
-      const auto* st = std::get_if<wire::StatsAnswer>(&r.body);
-      if (st != nullptr && r.header.request_id == id) out = st->counters;
-    });
-  return out;
+  std::vector<wire::Counter> all;
+  for (int page = 0; page < 64; ++page) {
+    wire::Datagram d;
+    const std::uint64_t id = rid++;
+    w.sender->seal(id, wire::Stats{static_cast<std::uint16_t>(all.size())}, d);
+    pipe.send(d);
+    std::vector<wire::Counter> got;
+    bool answered = false;
+    for (int i = 0; i < 100 && !answered; ++i)
+      pipe.receive(20, [&](std::span<const std::uint8_t> b) {
+        const wire::DecodeResult r = wire::decode(b, nullptr);
+        const auto* st = std::get_if<wire::StatsAnswer>(&r.body);
+        if (st != nullptr && r.header.request_id == id) got = st->counters, answered = true;
+      });
+    if (got.empty()) break;
+    all.insert(all.end(), got.begin(), got.end());
+  }
+  return all;
 }
 
 struct Point {
@@ -302,7 +310,7 @@ int main(int argc, char** argv) {
     p.status = proc_kb(proc + "/status");
     p.rollup = proc_kb(proc + "/smaps_rollup");
     for (const auto& c : lockd_counters(pipe, workers[0], rid))
-      if (c.key.rfind("memory_", 0) == 0) p.counters[c.key] = c.value;
+      if (c.key.rfind("memory_", 0) == 0 || c.key.rfind("store_", 0) == 0) p.counters[c.key] = c.value;
     std::error_code ec;
     for (const char* f : {"lockd.db", "lockd.db-wal"}) p.store_bytes += fs::file_size(l->tmp / f, ec), ec.clear();
     std::printf("%9" PRIu64 " names: VmRSS %8.1f MiB, RssAnon %8.1f MiB, RssFile %6.1f MiB, AnonHugePages %6.1f MiB",
@@ -310,7 +318,9 @@ int main(int argc, char** argv) {
                 static_cast<double>(p.status["RssAnon"]) / 1048576.0,
                 static_cast<double>(p.status["RssFile"]) / 1048576.0,
                 static_cast<double>(p.rollup["AnonHugePages"]) / 1048576.0);
-    for (const auto& [k, v] : p.counters) std::printf(", %s %" PRIu64, k.c_str(), v);
+    for (const auto& [k, v] : p.counters)
+      if (k == "store_log_rows" || k == "store_compactions" || k.rfind("memory_", 0) == 0)
+        std::printf(", %s %" PRIu64, k.c_str(), v);
     std::printf("\n");
     std::fflush(stdout);
     points.push_back(std::move(p));
@@ -351,6 +361,7 @@ int main(int argc, char** argv) {
                 per(a.status["RssAnon"], b.status["RssAnon"]), per(a.status["RssFile"], b.status["RssFile"]));
     std::string counters;
     for (const auto& [k, v] : b.counters) {
+      if (k.rfind("memory_", 0) != 0) continue;
       const auto it = a.counters.find(k);
       const double d = per(it == a.counters.end() ? 0 : it->second, v);
       std::printf(", %s %.1f", k.c_str(), d);

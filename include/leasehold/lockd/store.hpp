@@ -157,6 +157,8 @@ class Store {
   virtual std::uint64_t incarnation() const noexcept = 0;
   /// What the store is, for logs and errors ("lockd.db", "etcd://h:p/prefix shard 0").
   virtual std::string describe() const = 0;
+  /// Bytes of memory the store keeps per name (its durable epochs), for capacity planning.
+  virtual std::size_t memory_bytes() const noexcept { return 0; }
 };
 
 /// SQLite `application_id` of a leasehold lockd store ("LHLD").
@@ -230,6 +232,7 @@ class NameStore final : public Store {
   /// The open count: each open of the file is one incarnation.
   std::uint64_t incarnation() const noexcept override { return open_count_; }
   std::string describe() const override { return path_; }
+  std::size_t memory_bytes() const noexcept override { return epochs_.memory_bytes(); }
   const std::string& path() const noexcept { return path_; }
   /// Files whose mode the open made 0600 ("PATH 0644->0600"), for lockd's log.
   const std::vector<std::string>& modes_fixed() const noexcept { return modes_fixed_; }
