@@ -22,6 +22,17 @@ constexpr std::size_t kChunksMax = (std::size_t{1} << 32) / kChunkBytes;  // off
 bool over_load(std::size_t count, std::size_t cap) noexcept { return count * 25 > cap * 23; }
 std::size_t grown(std::size_t cap) noexcept { return cap + cap / 4; }
 
+// A NameId as four 32-bit words (4-byte alignment: 20-byte slots pack without padding).
+NameId slot_id(const std::uint32_t (&w)[4]) noexcept {
+  return NameId{(std::uint64_t{w[0]} << 32) | w[1], (std::uint64_t{w[2]} << 32) | w[3]};
+}
+void set_slot_id(std::uint32_t (&w)[4], NameId id) noexcept {
+  w[0] = static_cast<std::uint32_t>(id.hi >> 32);
+  w[1] = static_cast<std::uint32_t>(id.hi);
+  w[2] = static_cast<std::uint32_t>(id.lo >> 32);
+  w[3] = static_cast<std::uint32_t>(id.lo);
+}
+
 std::uint64_t mulhi(std::uint64_t a, std::uint64_t b) noexcept {
   return static_cast<std::uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
@@ -35,16 +46,9 @@ NameTexts::~NameTexts() = default;
 NameTexts::NameTexts(NameTexts&&) noexcept = default;
 NameTexts& NameTexts::operator=(NameTexts&&) noexcept = default;
 
-NameId NameTexts::id_of(const Slot& s) noexcept {
-  return NameId{(std::uint64_t{s.w[0]} << 32) | s.w[1], (std::uint64_t{s.w[2]} << 32) | s.w[3]};
-}
+NameId NameTexts::id_of(const Slot& s) noexcept { return slot_id(s.w); }
 
-void NameTexts::set_id(Slot& s, NameId id) noexcept {
-  s.w[0] = static_cast<std::uint32_t>(id.hi >> 32);
-  s.w[1] = static_cast<std::uint32_t>(id.hi);
-  s.w[2] = static_cast<std::uint32_t>(id.lo >> 32);
-  s.w[3] = static_cast<std::uint32_t>(id.lo);
-}
+void NameTexts::set_id(Slot& s, NameId id) noexcept { set_slot_id(s.w, id); }
 
 // Monotone in the id (its high half), so array order is id order.
 std::size_t NameTexts::home(NameId id) const noexcept { return static_cast<std::size_t>(mulhi(id.hi, cap_)); }
@@ -84,7 +88,8 @@ std::string_view NameTexts::text_at(std::uint32_t ref) const noexcept {
 }
 
 bool NameTexts::emplace(NameId id, std::string_view text) {
-  if (text.empty() || text.size() > kTextBytesMax) throw std::length_error("NameTexts: text length out of range");
+  if (text.empty()) return false;  // nothing to keep: find() answers "" for it either way
+  if (text.size() > kTextBytesMax) throw std::length_error("NameTexts: text longer than kTextBytesMax");
   if (locate(id) != slots_.size()) return false;
   if (cap_ == 0 || over_load(count_ + 1, cap_)) rebuild(std::max(kSlotsMin, grown(cap_)), nullptr);
   // The first slot from home that is empty or holds a greater id; the run from there to the
@@ -187,58 +192,87 @@ std::size_t NameTexts::memory_bytes() const noexcept {
 
 std::uint64_t EpochMap::hash(NameId id) noexcept { return id.hi ^ (id.lo * 0x9E3779B97F4A7C15ULL); }
 
-bool EpochMap::before(const Entry& e, std::uint64_t h, NameId id) noexcept {
-  const std::uint64_t eh = hash(e.first);
-  return eh < h || (eh == h && e.first < id);
+bool EpochMap::before(NameId e, std::uint64_t h, NameId id) noexcept {
+  const std::uint64_t eh = hash(e);
+  return eh < h || (eh == h && e < id);
 }
 
 std::size_t EpochMap::home(std::uint64_t h) const noexcept { return static_cast<std::size_t>(mulhi(h, cap_)); }
 
+std::size_t EpochMap::locate(NameId id) const noexcept {
+  if (cap_ == 0) return slots_.size();
+  const std::uint64_t h = hash(id);
+  for (std::size_t i = home(h); i < slots_.size(); ++i) {
+    const NameId k = slot_id(slots_[i].w);
+    if (k.is_nil()) break;
+    if (k == id) return i;
+    if (!before(k, h, id)) break;
+  }
+  return slots_.size();
+}
+
+void EpochMap::put_epoch(Slot& s, NameId id, Epoch epoch) {
+  if (epoch < kBigEpoch) {
+    if (s.epoch == kBigEpoch) big_.erase(id);
+    s.epoch = static_cast<std::uint32_t>(epoch);
+  } else {
+    s.epoch = kBigEpoch;
+    big_[id] = epoch;
+  }
+}
+
+Epoch EpochMap::epoch_of(const Slot& s, NameId id) const noexcept {
+  if (s.epoch != kBigEpoch) return s.epoch;
+  const auto it = big_.find(id);
+  return it == big_.end() ? 0 : it->second;
+}
+
 void EpochMap::set(NameId id, Epoch epoch) {
   if (id.is_nil()) {
     has_nil_ = true;
-    nil_.second = epoch;
+    nil_epoch_ = epoch;
     return;
   }
-  if (Entry* e = const_cast<Entry*>(find(id)); e != end()) {
-    e->second = epoch;
+  if (const std::size_t i = locate(id); i != slots_.size()) {
+    put_epoch(slots_[i], id, epoch);
     return;
   }
   if (cap_ == 0 || over_load(count_ + 1, cap_)) rebuild(std::max(kSlotsMin, grown(cap_)));
   const std::uint64_t h = hash(id);
   std::size_t p = home(h);
-  while (p < slots_.size() && !slots_[p].first.is_nil() && before(slots_[p], h, id)) ++p;
+  while (p < slots_.size() && !slot_id(slots_[p].w).is_nil() && before(slot_id(slots_[p].w), h, id)) ++p;
   std::size_t e = p;
-  while (e < slots_.size() && !slots_[e].first.is_nil()) ++e;
-  if (e >= slots_.size()) slots_.resize(e + kTailSlots, Entry{});
-  std::memmove(static_cast<void*>(slots_.data() + p + 1), slots_.data() + p, (e - p) * sizeof(Entry));
-  slots_[p] = Entry{id, epoch};
+  while (e < slots_.size() && !slot_id(slots_[e].w).is_nil()) ++e;
+  if (e >= slots_.size()) slots_.resize(e + kTailSlots, Slot{});
+  std::memmove(slots_.data() + p + 1, slots_.data() + p, (e - p) * sizeof(Slot));
+  slots_[p] = Slot{};
+  set_slot_id(slots_[p].w, id);
+  put_epoch(slots_[p], id, epoch);
   ++count_;
 }
 
-const EpochMap::Entry* EpochMap::find(NameId id) const noexcept {
-  if (id.is_nil()) return has_nil_ ? &nil_ : end();
-  if (cap_ == 0) return end();
-  const std::uint64_t h = hash(id);
-  for (std::size_t i = home(h); i < slots_.size(); ++i) {
-    const Entry& s = slots_[i];
-    if (s.first.is_nil()) break;
-    if (s.first == id) return &s;
-    if (!before(s, h, id)) break;
-  }
-  return end();
+EpochMap::Found EpochMap::find(NameId id) const noexcept {
+  if (id.is_nil()) return has_nil_ ? Found{id, nil_epoch_, true} : end();
+  const std::size_t i = locate(id);
+  return i == slots_.size() ? end() : Found{id, epoch_of(slots_[i], id), true};
+}
+
+std::size_t EpochMap::memory_bytes() const noexcept {
+  return slots_.capacity() * sizeof(Slot) + big_.size() * (sizeof(NameId) + sizeof(Epoch) + 2 * sizeof(void*)) +
+         big_.bucket_count() * sizeof(void*);
 }
 
 void EpochMap::rebuild(std::size_t cap) {
-  std::vector<Entry> old;
+  std::vector<Slot> old;
   old.swap(slots_);
   cap_ = cap;
-  slots_.assign(cap_ + kTailSlots, Entry{});
+  slots_.assign(cap_ + kTailSlots, Slot{});
   std::size_t next = 0;
-  for (const Entry& s : old) {
-    if (s.first.is_nil()) continue;
-    const std::size_t at = std::max(home(hash(s.first)), next);
-    if (at >= slots_.size()) slots_.resize(at + kTailSlots, Entry{});
+  for (const Slot& s : old) {
+    const NameId id = slot_id(s.w);
+    if (id.is_nil()) continue;
+    const std::size_t at = std::max(home(hash(id)), next);
+    if (at >= slots_.size()) slots_.resize(at + kTailSlots, Slot{});
     slots_[at] = s;
     next = at + 1;
   }

@@ -193,6 +193,9 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
       }
       if (n.state == LockPhase::free) r.revoked_epoch = n.old_epoch;
       snap.records.push_back(r);
+      if (n.name.size() > NameTexts::kTextBytesMax)  // lockd writes only valid names (<= 128 bytes)
+        throw std::runtime_error("store " + cfg.store_path + ": corrupt: the name of " + n.id.str() + " is " +
+                                 std::to_string(n.name.size()) + " bytes long");
       names_.emplace(n.id, n.name);
     }
     if (const Status err = table_.restore(snap, now); !err.ok())

@@ -14,8 +14,9 @@
 // order: a list page is the first entry at or after the cursor's home slot whose id is >= the
 // cursor, then a walk. 20-byte entries at load factor 0.74..0.92, texts 1 + length bytes.
 //
-// EpochMap: NameId -> Epoch, the same ordered hashing on a mixed hash of the id, 24-byte
-// entries at load factor 0.74..0.92, no erase (a store's rows are never deleted).
+// EpochMap: NameId -> Epoch, the same ordered hashing on a mixed hash of the id, 20-byte
+// entries (a 32-bit epoch; a larger one, which takes four billion grants of one name, is kept
+// beside them) at load factor 0.74..0.92, no erase (a store's rows are never deleted).
 #pragma once
 
 #include "leasehold/lease/types.hpp"
@@ -25,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace leasehold::lockd {
@@ -40,7 +42,8 @@ class NameTexts {
   NameTexts& operator=(NameTexts&&) noexcept;
 
   /// Adds `id` with `text` if it is absent (a present id keeps its text, like map::emplace);
-  /// true if added. Throws std::length_error for a text above kTextBytesMax.
+  /// true if added. An empty text is not kept (false). Throws std::length_error for a text
+  /// above kTextBytesMax.
   bool emplace(NameId id, std::string_view text);
   /// The text of `id`; empty if absent (a kept text is never empty).
   std::string_view find(NameId id) const noexcept;
@@ -104,33 +107,48 @@ class NameTexts {
   std::size_t text_garbage_ = 0;
 };
 
-/// NameId -> Epoch (see the file comment). Not thread-safe. Lookups answer like a map's
-/// (`find(id) == end()` or an entry with `first`, `second`).
+/// NameId -> Epoch (see the file comment). Not thread-safe.
 class EpochMap {
  public:
-  struct Entry {
-    NameId first;  // nil: an empty slot (the nil id itself is kept in nil_)
+  /// What find() answers, read like a map iterator (`it->first`, `it->second`); end() when
+  /// the id is absent.
+  struct Found {
+    NameId first;
     Epoch second = 0;
+    bool present = false;
+    const Found* operator->() const noexcept { return this; }
+    friend bool operator==(const Found&, const Found&) = default;
   };
   /// Sets the epoch of `id` (adds it if absent).
   void set(NameId id, Epoch epoch);
-  /// The entry of `id`, or end(); valid until the next set().
-  const Entry* find(NameId id) const noexcept;
-  const Entry* end() const noexcept { return nullptr; }
+  Found find(NameId id) const noexcept;
+  Found end() const noexcept { return {}; }
   std::size_t size() const noexcept { return count_ + (has_nil_ ? 1 : 0); }
-  std::size_t memory_bytes() const noexcept { return slots_.capacity() * sizeof(Entry); }
+  std::size_t memory_bytes() const noexcept;
 
  private:
+  struct Slot {
+    std::uint32_t w[4];     // the NameId as in NameTexts; nil: empty (the nil id is in nil_epoch_)
+    std::uint32_t epoch;    // kBigEpoch: the epoch is in big_
+  };
+  static_assert(sizeof(Slot) == 20);
+  static constexpr std::uint32_t kBigEpoch = 0xFFFF'FFFF;
   static std::uint64_t hash(NameId id) noexcept;
-  /// Whether `e` sorts before the key (h, id).
-  static bool before(const Entry& e, std::uint64_t h, NameId id) noexcept;
+  /// Whether the entry of `e` sorts before the key (h, id).
+  static bool before(NameId e, std::uint64_t h, NameId id) noexcept;
   std::size_t home(std::uint64_t h) const noexcept;
+  /// The slot of `id`, or slots_.size() if absent.
+  std::size_t locate(NameId id) const noexcept;
+  void put_epoch(Slot& s, NameId id, Epoch epoch);
+  Epoch epoch_of(const Slot& s, NameId id) const noexcept;
   void rebuild(std::size_t cap);
-  std::vector<Entry> slots_;  // cap_ home slots + the overflow tail
+  std::vector<Slot> slots_;  // cap_ home slots + the overflow tail
   std::size_t cap_ = 0;
   std::size_t count_ = 0;
+  /// Epochs that do not fit 32 bits (a name granted four billion times; kept exact).
+  std::unordered_map<NameId, Epoch> big_;
   bool has_nil_ = false;
-  Entry nil_;
+  Epoch nil_epoch_ = 0;
 };
 
 }  // namespace leasehold::lockd
