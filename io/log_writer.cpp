@@ -74,14 +74,20 @@ LogWriter::~LogWriter() {
 bool LogWriter::write(std::string_view text) noexcept {
   if (text.empty()) return true;
   State& s = *state_;
+  bool queued = false;
   {
     std::lock_guard lock(s.mu);
     if (s.queue.size() + text.size() <= s.capacity) {
       s.queue.append(text);
       s.queued_total += text.size();
-      s.wake.notify_one();
-      return true;
+      queued = true;
     }
+  }
+  if (queued) {
+    // After the unlock: the writer, woken, does not block on the mutex this thread still holds
+    // (a second futex call and a second wake-up on the caller's path, an io loop's).
+    s.wake.notify_one();
+    return true;
   }
   s.dropped.fetch_add(static_cast<std::uint64_t>(std::max<std::ptrdiff_t>(1, std::count(text.begin(), text.end(), '\n'))),
                       std::memory_order_relaxed);

@@ -729,6 +729,12 @@ int EventLoop::run_once(std::int64_t timeout_ns) {
   return handled;
 }
 
+int EventLoop::submit_queued() {
+  LEASEHOLD_ASSERT(!dispatching_);
+  if (io_uring_sq_ready(&ring_) == 0) return 0;
+  return io_uring_submit(&ring_);
+}
+
 int EventLoop::run() {
   while (!stop_.load(std::memory_order_acquire)) {
     int ret = run_once(-1);

@@ -382,6 +382,9 @@ bool LockdDaemon::after_iteration() {
   const std::int64_t next = service_->tick(now);
   // A follower polls the leadership every turn, so it waits at most a tick.
   wait_ns_ = std::clamp<std::int64_t>(next - now, 0, kTickNs);
+  // The answers this turn released (their changes now durable) leave before the log lines are
+  // formatted and handed to the log's writer thread (a wake-up of it): not behind them.
+  loop_.submit_queued();
   write_log();
   return cluster_ != nullptr || !service_->failed();
 }

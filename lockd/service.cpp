@@ -5,6 +5,7 @@
 #include "leasehold/wire/shard_route.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -578,13 +579,20 @@ void LockService::dispatch(wire::Message& m, const wire::RequestKey& key, const 
 
 // ---- answers -------------------------------------------------------------------------------
 
-bool LockService::seal_for(const Caller& to, std::uint64_t request_id, const wire::Body& body,
+bool LockService::seal_for(const Caller& to, std::uint64_t request_id, const wire::Body& unsigned_body,
                            wire::Datagram& out) {
   const wire::Authenticator* auth = keys_->find(to.id, to.key_id).auth;
   if (auth == nullptr) {
     ++counters_.answers_unsigned;
     return false;
   }
+  // A Grant whose token sign_deferred() did not reach (answered at once, or pushed) is signed now.
+  std::optional<wire::Body> signed_copy;
+  if (const auto* g = std::get_if<wire::Grant>(&unsigned_body); g != nullptr && !g->token.empty()) {
+    signed_copy = unsigned_body;
+    if (!sign_grant(*signed_copy)) signed_copy.reset();
+  }
+  const wire::Body& body = signed_copy ? *signed_copy : unsigned_body;
   if (sender_.seal_with(*auth, to.key_id, request_id, body, out)) return true;
   ++counters_.encode_failed;
   const wire::Error e{wire::ErrorCode::internal, "answer could not be encoded"};
@@ -631,6 +639,7 @@ void LockService::answer_gated(const SocketAddress& to, std::uint64_t request_id
   // (wire::Receiver in-flight set): that answer will go out.
   receiver_.defer(key, now_ns_);
   deferred_.push_back(Deferred{depend_seq_, to, caller_, request_id, key, std::move(body)});
+  ++deferred_unsigned_;
 }
 
 wire::Body LockService::deny(const Outcome& o) {
@@ -667,15 +676,37 @@ wire::Body LockService::grant(const Outcome& o, std::int64_t now_ns) {
     t.holder = o.token.holder;
     t.worker = o.state.worker;
     t.issued_at_ns = wall_ns_();  // informational: nothing is timed by it
-    if (signer_->sign(t)) {
-      const token::TokenBytes b = token::encode(t);
-      g.token.assign(b.begin(), b.end());
-      ++counters_.tokens_signed;
-    } else {
-      ++counters_.token_sign_failures;
-    }
+    t.key_id = signer_->key_id();
+    t.signature.fill(0);  // signed later (sign_grant): after the batch went to the store
+    const token::TokenBytes b = token::encode(t);
+    g.token.assign(b.begin(), b.end());
   }
   return g;
+}
+
+bool LockService::sign_grant(wire::Body& body) {
+  auto* g = std::get_if<wire::Grant>(&body);
+  if (g == nullptr || g->token.empty() || signer_ == nullptr) return false;
+  auto t = token::decode(std::span<const std::uint8_t>(g->token.data(), g->token.size()));
+  if (!t.ok()) return false;
+  token::GrantToken tok = std::move(t).value();
+  if (std::any_of(tok.signature.begin(), tok.signature.end(), [](std::uint8_t x) { return x != 0; }))
+    return false;  // signed already
+  if (signer_->sign(tok)) {
+    const token::TokenBytes b = token::encode(tok);
+    g->token.assign(b.begin(), b.end());
+    ++counters_.tokens_signed;
+  } else {
+    g->token.clear();
+    ++counters_.token_sign_failures;
+  }
+  return true;
+}
+
+void LockService::sign_deferred() {
+  const std::size_t n = std::min(deferred_unsigned_, deferred_.size());
+  for (std::size_t i = deferred_.size() - n; i < deferred_.size(); ++i) sign_grant(deferred_[i].body);
+  deferred_unsigned_ = 0;
 }
 
 std::string_view LockService::text_of(NameId id) const { return names_.find(id); }
@@ -1166,6 +1197,7 @@ void LockService::answer_as_after(const Caller& as, std::uint64_t seq, const Soc
   d.body = std::move(body);
   d.cache = false;
   deferred_.push_back(std::move(d));
+  ++deferred_unsigned_;
 }
 
 wire::WorkerAck LockService::worker_ack(const wire::WorkerHeartbeat& w, std::int64_t now_ns) {
@@ -1802,6 +1834,8 @@ std::int64_t LockService::tick(std::int64_t now_ns) {
   // queues behind it for long. Only held leases need it (a lease granted here is marked here);
   // a later write is still a lower bound.
   submit_pending(now_ns, now_ns >= next_lived_ns_ && table_.held() > 0 && in_flight_.empty());
+  // The batch is with the store: the grants' tokens are signed while it commits.
+  sign_deferred();
   while (!deferred_.empty() && deferred_.front().seq <= durable_seq_) {
     Deferred& d = deferred_.front();
     caller_ = d.caller;

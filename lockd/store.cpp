@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <unordered_map>
+#include <vector>
 #include <algorithm>
 
 namespace leasehold::lockd {
@@ -153,6 +155,15 @@ std::string lock_holder(const std::string& file) {
     while (!comm.empty() && (comm.back() == '\n' || comm.back() == '\r')) comm.pop_back();
   }
   return "process " + std::to_string(fl.l_pid) + (comm.empty() ? "" : " (" + comm + ")");
+}
+
+// Whether the file system of `fd` has kStoreWalRoomFactor times `bytes` free: a WAL written
+// out on a small or nearly full disk would take the room the store itself needs next.
+bool room_for(int fd, std::uint64_t bytes) {
+  struct statvfs fs {};
+  if (::fstatvfs(fd, &fs) != 0) return false;
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(fs.f_bavail) * static_cast<std::uint64_t>(fs.f_frsize);
+  return free_bytes / kStoreWalRoomFactor >= bytes;
 }
 
 }  // namespace
@@ -377,7 +388,14 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
     // page cache serves the rest) and costs resident memory that grows with the store up to
     // the bound (64 MiB was ~70 bytes per name between 100k and 1M names: perf/memory).
     exec("PRAGMA cache_size=-16384");
-    exec("PRAGMA wal_autocheckpoint=16384");
+    exec(("PRAGMA wal_autocheckpoint=" + std::to_string(kStoreWalCheckpointPages)).c_str());
+    // The WAL stays when the store closes (checkpointed: its frames are all in the store), so the
+    // next open writes into blocks the file has (StoreOptions::preallocate_wal).
+    {
+      int persist = 1;
+      if (sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &persist) != SQLITE_OK)
+        fail("cannot keep the WAL at close");
+    }
 
     // The write probe: a read-only or full disk shows here, before lockd answers anyone.
     exec("BEGIN IMMEDIATE");
@@ -396,6 +414,8 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
         open_count_ = static_cast<std::uint64_t>(sqlite3_column_int64(q, 0));
       sqlite3_finalize(q);
     }
+    // After the probe: the WAL exists (SQLite made it, 0600) and holds the probe's frames.
+    if (options.preallocate_wal > 0) write_out_wal(options.preallocate_wal);
 
     if (sqlite3_prepare_v2(db_,
                            "INSERT INTO log(id, name, state, epoch, old_epoch, owner, peer, worker,"
@@ -448,6 +468,33 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
     cleanup();
     throw;
   }
+}
+
+void NameStore::write_out_wal(std::uint64_t bytes) {
+  const std::string wal = path_ + "-wal";
+  const int fd = ::open(wal.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) throw StoreError("store " + path_ + ": cannot open " + wal + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string error;
+  if (::fstat(fd, &st) != 0) {
+    error = std::string("cannot stat it: ") + std::strerror(errno);
+  } else if (static_cast<std::uint64_t>(st.st_size) < bytes && room_for(fd, bytes - static_cast<std::uint64_t>(st.st_size))) {
+    // Past the WAL's end only: SQLite's own frames before it are not touched.
+    std::vector<char> zeros(std::size_t{1} << 20, 0);
+    std::uint64_t at = static_cast<std::uint64_t>(st.st_size);
+    while (at < bytes && error.empty()) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(zeros.size(), bytes - at));
+      const ssize_t w = ::pwrite(fd, zeros.data(), n, static_cast<off_t>(at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) error = std::string("cannot write it: ") + (w < 0 ? std::strerror(errno) : "no progress");
+      else at += static_cast<std::uint64_t>(w);
+    }
+    if (error.empty() && ::fdatasync(fd) != 0) error = std::string("cannot sync it: ") + std::strerror(errno);
+  }
+  ::close(fd);
+  if (!error.empty())
+    throw StoreError("store " + path_ + ": writing out " + wal + " to " + std::to_string(bytes) + " bytes: " + error +
+                     " (the disk is full?)");
 }
 
 NameStore::~NameStore() {

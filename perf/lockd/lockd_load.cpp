@@ -1,9 +1,17 @@
 // leasehold-lockd-load: a load generator for lockd over loopback UDP (issue "lockd",
 // Performance). It starts leasehold-lockd on a temporary store (or uses --lockd), then:
 //
-//   1. durable acquires: every simulated worker acquires its S sandboxes' names, pipelined
-//      (--window requests in flight); each answer arrives only after lockd's group commit made
-//      the grant durable. Reports acquires/s and the p50/p99 latency (send → answer).
+//   1. durable acquires: every simulated worker acquires its S sandboxes' names, pipelined;
+//      each answer arrives only after lockd's group commit made the grant durable. One pass per
+//      --acquire-windows entry (requests in flight, default 1,64,2048), each on names of its own:
+//      every window but the last takes --acquire-samples names, the last takes the rest. Reports
+//      acquires/s and the p50/p99 latency (send → answer) per window, next to a baseline taken
+//      in the same run in the directory of lockd's store (its --store, read from
+//      /proc/<pid>/cmdline; --store-dir with --lockd): 4 KiB pwrite + fdatasync over blocks
+//      already written (what a commit that overwrites its log in place costs), sampled before
+//      every window, and the same appending to the file (a log that grows: the file system
+//      commits its size too). Prints each window's p50 and p99 as ratios of the overwrite
+//      baseline's (issue "Performance": at 1 in flight p50 <= 2x, p99 <= 4x).
 //   2. refreshes: every worker refreshes its S leases in heartbeat batches (29 entries per
 //      datagram, the wire limit) round after round for --seconds. Reports refreshes/s, and
 //      lockd's CPU (utime+stime from /proc/<pid>/stat) per million refreshes.
@@ -52,6 +60,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
@@ -83,7 +92,9 @@ struct Options {
   unsigned sandboxes = 100;
   double seconds = 5.0;
   unsigned window = 1024;  ///< datagrams in flight
-  unsigned acquire_window = 2048;
+  std::vector<unsigned> acquire_windows{1, 64, 2048};  ///< acquire requests in flight, one pass each
+  unsigned acquire_samples = 3000;  ///< names acquired per window but the last (which takes the rest)
+  unsigned fsync_samples = 500;     ///< 4 KiB write+fdatasync samples (each kind) before every window
   std::string lockd;       ///< ADDR:PORT of a running lockd ("" = start one)
   std::string key_file;
   std::string store_dir = "/tmp";
@@ -209,7 +220,83 @@ std::uint64_t percentile(std::vector<std::uint64_t> v, double p) {
   return v[k];
 }
 
-/// Phase 1: every worker acquires its names; returns false on a refusal.
+/// The directory of lockd's store file: the --store argument on its command line ("" when it
+/// has none, or it names no file, e.g. an etcd:// store).
+std::string store_dir_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (std::size_t pos = 0; pos < all.size();) {
+    const std::size_t nul = all.find('\0', pos);
+    args.push_back(all.substr(pos, nul == std::string::npos ? std::string::npos : nul - pos));
+    if (nul == std::string::npos) break;
+    pos = nul + 1;
+  }
+  for (std::size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--store" && args[i + 1].find("://") == std::string::npos)
+      return fs::path(args[i + 1]).parent_path().string();
+  return {};
+}
+
+/// The disk's own durable-write latency in a directory: 4 KiB pwrite + fdatasync, over blocks
+/// already written and synced (no file-system metadata to commit: the floor of a durable write),
+/// and appending (the file grows: the file system commits its size with the data).
+class FsyncProbe {
+ public:
+  explicit FsyncProbe(const std::string& dir)
+      : over_path_((fs::path(dir) / "fsync-probe-over").string()),
+        append_path_((fs::path(dir) / "fsync-probe-append").string()) {
+    over_fd_ = ::open(over_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    append_fd_ = ::open(append_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (over_fd_ < 0 || append_fd_ < 0) throw std::runtime_error("fdatasync baseline: cannot create a file in " + dir);
+    block_.fill(0x5a);
+    for (std::size_t i = 0; i < kBlocks; ++i)
+      if (::pwrite(over_fd_, block_.data(), block_.size(), static_cast<off_t>(i * block_.size())) < 0)
+        throw std::runtime_error("fdatasync baseline: cannot write in " + dir);
+    ::fsync(over_fd_);
+  }
+  ~FsyncProbe() {
+    ::close(over_fd_);
+    ::close(append_fd_);
+    ::unlink(over_path_.c_str());
+    ::unlink(append_path_.c_str());
+  }
+  /// n samples of each kind, alternating.
+  void sample(unsigned n) {
+    for (unsigned i = 0; i < n; ++i) {
+      over_ns.push_back(timed(over_fd_, static_cast<off_t>((next_over_++ % kBlocks) * block_.size())));
+      append_ns.push_back(timed(append_fd_, static_cast<off_t>(next_append_++ * block_.size())));
+    }
+  }
+  std::vector<std::uint64_t> over_ns, append_ns;
+
+ private:
+  static constexpr std::size_t kBlocks = 64;
+  std::uint64_t timed(int fd, off_t at) {
+    const std::int64_t t0 = boottime_ns();
+    if (::pwrite(fd, block_.data(), block_.size(), at) != static_cast<ssize_t>(block_.size()) || ::fdatasync(fd) != 0)
+      throw std::runtime_error("fdatasync baseline: write failed");
+    return static_cast<std::uint64_t>(boottime_ns() - t0);
+  }
+  std::string over_path_, append_path_;
+  int over_fd_ = -1, append_fd_ = -1;
+  std::array<std::uint8_t, 4096> block_{};
+  std::size_t next_over_ = 0, next_append_ = 0;
+};
+
+/// One acquire window's pass.
+struct AcquirePass {
+  unsigned window = 0;
+  std::size_t count = 0;
+  double seconds = 0, cpu_s = 0;
+  std::vector<std::uint64_t> latencies_ns;
+};
+
+double ms_of(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+/// Phase 1: every worker acquires its names, one pass per acquire window (each on names of its
+/// own), with the fdatasync baseline sampled before each pass; returns false on a refusal.
+/// *per_s: the last (widest) window's acquires/s.
 bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const Options& o, pid_t lockd_pid,
                  double* per_s = nullptr) {
   Pipe pipe(lockd);
@@ -218,75 +305,106 @@ bool acquire_all(std::vector<Worker>& workers, const SocketAddress& lockd, const
     std::size_t worker, lease;
   };
   std::unordered_map<std::uint64_t, InFlight> in_flight;
-  std::vector<std::uint64_t> latencies_ns;
   const std::size_t total = static_cast<std::size_t>(o.workers) * o.sandboxes;
-  latencies_ns.reserve(total);
-  std::size_t next = 0, done = 0, refused = 0;
+  std::string dir = lockd_pid > 0 ? store_dir_of(lockd_pid) : std::string();
+  if (dir.empty()) dir = o.store_dir;
+  FsyncProbe probe(dir);
+  const std::vector<unsigned> windows = o.acquire_windows.empty() ? std::vector<unsigned>{2048} : o.acquire_windows;
+  std::vector<AcquirePass> passes;
+  std::size_t next = 0, refused = 0;
   std::uint64_t rid = 1;
-  const std::uint64_t cpu0 = lockd_pid > 0 ? proc_cpu_ticks(lockd_pid) : 0;
-  const std::int64_t t0 = boottime_ns();
-  std::int64_t last_progress = t0;
-  while (done < total) {
-    while (next < total && in_flight.size() < o.acquire_window) {
-      const std::size_t w = next % o.workers, l = next / o.workers;
-      Worker& wk = workers[w];
-      wire::Acquire a;
-      a.name = "load/w" + std::to_string(w) + "/s" + std::to_string(l);
-      a.sandbox = wk.leases[l].sandbox;
-      a.worker = wk.id;
-      wire::Datagram d;
-      if (!wk.sender->seal(rid, a, d)) return false;
-      in_flight.emplace(rid, InFlight{boottime_ns(), w, l});
-      ++rid;
-      ++next;
-      pipe.queue(d);
-    }
-    pipe.flush();
-    pipe.receive(5, [&](std::span<const std::uint8_t> b) {
-      wire::DecodeResult r = wire::decode(b, nullptr);
-      if (!r) return;
-      auto it = in_flight.find(r.header.request_id);
-      if (it == in_flight.end()) return;
-      if (const auto* g = std::get_if<wire::Grant>(&r.body)) {
-        workers[it->second.worker].leases[it->second.lease].epoch = g->epoch;
-        latencies_ns.push_back(static_cast<std::uint64_t>(boottime_ns() - it->second.sent_ns));
-      } else {
-        ++refused;
-      }
-      in_flight.erase(it);
-      ++done;
-      last_progress = boottime_ns();
-    });
-    if (boottime_ns() - last_progress > 3 * kNsPerS) {
-      // Lost datagrams (or a stuck lockd): re-send what is outstanding under new request ids.
-      std::fprintf(stderr, "acquire: %zu requests unanswered for 3 s; resending\n", in_flight.size());
-      std::vector<InFlight> again;
-      for (auto& [id, f] : in_flight) again.push_back(f);
-      in_flight.clear();
-      for (const auto& f : again) {
-        Worker& wk = workers[f.worker];
+  for (std::size_t wi = 0; wi < windows.size(); ++wi) {
+    AcquirePass pass;
+    pass.window = std::max(1u, windows[wi]);
+    const std::size_t passes_left = windows.size() - wi;
+    pass.count = passes_left == 1 ? total - next : std::min<std::size_t>(o.acquire_samples, (total - next) / passes_left);
+    probe.sample(o.fsync_samples);
+    pass.latencies_ns.reserve(pass.count);
+    const std::size_t end = next + pass.count;
+    std::size_t done = 0;
+    const std::uint64_t cpu0 = lockd_pid > 0 ? proc_cpu_ticks(lockd_pid) : 0;
+    const std::int64_t t0 = boottime_ns();
+    std::int64_t last_progress = t0;
+    while (done < pass.count) {
+      while (next < end && in_flight.size() < pass.window) {
+        const std::size_t w = next % o.workers, l = next / o.workers;
+        Worker& wk = workers[w];
         wire::Acquire a;
-        a.name = "load/w" + std::to_string(f.worker) + "/s" + std::to_string(f.lease);
-        a.sandbox = wk.leases[f.lease].sandbox;
+        a.name = "load/w" + std::to_string(w) + "/s" + std::to_string(l);
+        a.sandbox = wk.leases[l].sandbox;
         a.worker = wk.id;
         wire::Datagram d;
-        wk.sender->seal(rid, a, d);
-        in_flight.emplace(rid++, InFlight{boottime_ns(), f.worker, f.lease});
+        if (!wk.sender->seal(rid, a, d)) return false;
+        in_flight.emplace(rid, InFlight{boottime_ns(), w, l});
+        ++rid;
+        ++next;
         pipe.queue(d);
       }
-      last_progress = boottime_ns();
+      pipe.flush();
+      pipe.receive(5, [&](std::span<const std::uint8_t> b) {
+        wire::DecodeResult r = wire::decode(b, nullptr);
+        if (!r) return;
+        auto it = in_flight.find(r.header.request_id);
+        if (it == in_flight.end()) return;
+        if (const auto* g = std::get_if<wire::Grant>(&r.body)) {
+          workers[it->second.worker].leases[it->second.lease].epoch = g->epoch;
+          pass.latencies_ns.push_back(static_cast<std::uint64_t>(boottime_ns() - it->second.sent_ns));
+        } else {
+          ++refused;
+        }
+        in_flight.erase(it);
+        ++done;
+        last_progress = boottime_ns();
+      });
+      if (boottime_ns() - last_progress > 3 * kNsPerS) {
+        // Lost datagrams (or a stuck lockd): re-send what is outstanding under new request ids.
+        std::fprintf(stderr, "acquire: %zu requests unanswered for 3 s; resending\n", in_flight.size());
+        std::vector<InFlight> again;
+        for (auto& [id, f] : in_flight) again.push_back(f);
+        in_flight.clear();
+        for (const auto& f : again) {
+          Worker& wk = workers[f.worker];
+          wire::Acquire a;
+          a.name = "load/w" + std::to_string(f.worker) + "/s" + std::to_string(f.lease);
+          a.sandbox = wk.leases[f.lease].sandbox;
+          a.worker = wk.id;
+          wire::Datagram d;
+          wk.sender->seal(rid, a, d);
+          in_flight.emplace(rid++, InFlight{boottime_ns(), f.worker, f.lease});
+          pipe.queue(d);
+        }
+        last_progress = boottime_ns();
+      }
     }
+    pass.seconds = static_cast<double>(boottime_ns() - t0) / 1e9;
+    pass.cpu_s = lockd_pid > 0 ? static_cast<double>(proc_cpu_ticks(lockd_pid) - cpu0) /
+                                     static_cast<double>(::sysconf(_SC_CLK_TCK))
+                               : 0;
+    std::printf("durable acquires, window %u: %zu in %.2f s = %.0f/s; latency p50 %.3f ms, p99 %.3f ms; "
+                "lockd CPU %.2f s\n",
+                pass.window, pass.count, pass.seconds, static_cast<double>(pass.count) / pass.seconds,
+                ms_of(percentile(pass.latencies_ns, 0.50)), ms_of(percentile(pass.latencies_ns, 0.99)), pass.cpu_s);
+    std::fflush(stdout);
+    passes.push_back(std::move(pass));
   }
-  const double secs = static_cast<double>(boottime_ns() - t0) / 1e9;
-  const double cpu = lockd_pid > 0 ? static_cast<double>(proc_cpu_ticks(lockd_pid) - cpu0) /
-                                         static_cast<double>(::sysconf(_SC_CLK_TCK))
-                                   : 0;
-  std::printf("durable acquires: %zu in %.2f s = %.0f/s (window %u); latency p50 %.2f ms, p99 %.2f ms; "
-              "refused %zu; lockd CPU %.2f s\n",
-              total, secs, static_cast<double>(total) / secs, o.acquire_window,
-              static_cast<double>(percentile(latencies_ns, 0.50)) / 1e6,
-              static_cast<double>(percentile(latencies_ns, 0.99)) / 1e6, refused, cpu);
-  if (per_s != nullptr) *per_s = static_cast<double>(total) / secs;
+  const double sync50 = ms_of(percentile(probe.over_ns, 0.50)), sync99 = ms_of(percentile(probe.over_ns, 0.99));
+  std::printf("  fdatasync baseline, same run, in %s (%zu samples of each, before every window): 4 KiB pwrite + "
+              "fdatasync over written blocks p50 %.3f ms, p99 %.3f ms; appending p50 %.3f ms, p99 %.3f ms\n",
+              dir.c_str(), probe.over_ns.size(), sync50, sync99, ms_of(percentile(probe.append_ns, 0.50)),
+              ms_of(percentile(probe.append_ns, 0.99)));
+  for (const AcquirePass& p : passes) {
+    const double p50 = ms_of(percentile(p.latencies_ns, 0.50)), p99 = ms_of(percentile(p.latencies_ns, 0.99));
+    std::printf("  window %5u: p50 %.3f ms = %.2fx fdatasync p50, p99 %.3f ms = %.2fx fdatasync p99, %.0f acquires/s",
+                p.window, p50, sync50 > 0 ? p50 / sync50 : 0.0, p99, sync99 > 0 ? p99 / sync99 : 0.0,
+                static_cast<double>(p.count) / p.seconds);
+    if (p.window == 1) std::printf("  (targets: p50 <= 2x, p99 <= 4x)");
+    if (p.window == 64) std::printf("  (target: p99 <= 2 ms)");
+    if (p.window == 2048) std::printf("  (target: >= 70000/s)");
+    std::printf("\n");
+  }
+  if (refused != 0) std::printf("  acquires refused: %zu\n", refused);
+  if (per_s != nullptr && !passes.empty())
+    *per_s = static_cast<double>(passes.back().count) / passes.back().seconds;
   return refused == 0;
 }
 
@@ -827,7 +945,16 @@ int main(int argc, char** argv) {
   app.add_option("--sandboxes", o.sandboxes, "sandboxes (leases) per worker")->capture_default_str();
   app.add_option("--seconds", o.seconds, "refresh phase duration, seconds")->capture_default_str();
   app.add_option("--window", o.window, "heartbeat datagrams in flight")->capture_default_str();
-  app.add_option("--acquire-window", o.acquire_window, "acquire requests in flight")->capture_default_str();
+  app.add_option("--acquire-windows", o.acquire_windows,
+                 "acquire requests in flight: one pass per entry (comma-separated), each on names of its own")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--acquire-samples", o.acquire_samples,
+                 "names acquired per window but the last (the last acquires the rest)")
+      ->capture_default_str();
+  app.add_option("--fsync-samples", o.fsync_samples,
+                 "4 KiB write+fdatasync samples of each kind taken before every acquire window")
+      ->capture_default_str();
   app.add_option("--lockd", o.lockd, "ADDR:PORT of a running lockd (default: start one)");
   app.add_option("--key-file", o.key_file, "key file (with --lockd): a cluster key (each worker's key is derived from it) or one key for all");
   app.add_option("--store-dir", o.store_dir, "directory for the started lockd's store")->capture_default_str();

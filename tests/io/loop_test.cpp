@@ -462,6 +462,34 @@ TEST(EventLoop, HandlerCanReplyToTheSource) {
   EXPECT_EQ(echoed, 4242u);
 }
 
+// submit_queued() hands a queued send to the kernel with no run_once: the datagram is at its
+// destination before the loop turns again (lockd sends a turn's answers before its log lines).
+TEST(EventLoop, SubmitQueuedSendsWithoutATurn) {
+  LEASEHOLD_REQUIRE_IO_URING();
+  for (const bool single_issuer : {false, true}) {
+    LoopConfig c;
+    c.single_issuer = single_issuer;
+    auto loop = make_loop(c);
+    SocketAddress addr;
+    const SocketId sock = add_socket(*loop, [](const Datagram&) {}, &addr);
+    ASSERT_TRUE(sock.valid());
+    Sender to;
+    const SocketAddress dest = *local_address(to.fd.get());
+    ASSERT_GE(loop->run_once(0), 0);  // the receive and the wake-up armed
+    EXPECT_EQ(loop->submit_queued(), 0) << "nothing queued";
+    const std::uint32_t value = 7 + (single_issuer ? 1u : 0u);
+    ASSERT_EQ(loop->send_to(sock, std::as_bytes(std::span(&value, 1)), &dest), 0);
+    EXPECT_EQ(loop->submit_queued(), 1);
+    pollfd p{to.fd.get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1) << "the datagram did not arrive";
+    std::uint32_t got = 0;
+    ASSERT_EQ(::recv(to.fd.get(), &got, sizeof got, MSG_DONTWAIT), static_cast<ssize_t>(sizeof got));
+    EXPECT_EQ(got, value);
+    EXPECT_EQ(loop->submit_queued(), 0) << "submitted once";
+    ASSERT_GE(loop->run_once(0), 0);  // reaps the send's completion
+  }
+}
+
 TEST(EventLoop, SingleIssuerModeReceivesSendsAndFiresTimers) {
   LEASEHOLD_REQUIRE_IO_URING();
   LoopConfig c;

@@ -146,6 +146,46 @@ TEST(ServiceCore, TokensCarryTheInjectedWallClockNotTheHosts) {
   EXPECT_EQ(t->epoch, g.epoch);
 }
 
+// A grant's token is signed once the turn's batch is with the store (while it commits), not
+// when the grant is decided; the answer that goes out after the commit carries it signed, and a
+// grant whose batch never commits is never signed.
+TEST(ServiceCore, GrantTokensAreSignedAfterTheBatchIsSubmitted) {
+  CoreRig rig(kT0);
+  std::shared_ptr<const token::TokenSigner> signer = token::TokenSigner::generate().value();
+  ASSERT_NE(signer, nullptr);
+  rig.service->set_token_signer(signer);
+  token::TokenVerifier verifier;
+  ASSERT_EQ(verifier.add_public_key(signer->public_key()).message(), "");
+  const SandboxId sb = sandbox(40);
+  rig.deliver(rig.acquire("jobs/signed", sb), kT0);
+  EXPECT_EQ(rig.service->counters().tokens_signed, 0u);  // decided, batch not submitted yet
+  EXPECT_TRUE(rig.disk.submitted.empty());
+  rig.service->tick(kT0);
+  ASSERT_EQ(rig.disk.submitted.size(), 1u);
+  EXPECT_EQ(rig.service->counters().tokens_signed, 1u);  // signed while the batch commits
+  EXPECT_TRUE(rig.net.sent.empty());
+  rig.disk.verdict(0, DurabilityVerdict::Kind::durable);
+  rig.service->tick(kT0 + 1'000);
+  ASSERT_EQ(rig.net.sent.size(), 1u);
+  EXPECT_EQ(rig.service->counters().tokens_signed, 1u);  // not signed a second time
+  const auto g = std::get<wire::Grant>(rig.decode(rig.net.sent[0].bytes));
+  const std::span<const std::uint8_t> bytes(g.token.data(), g.token.size());
+  EXPECT_TRUE(verifier.verify(bytes, g.name_id, g.epoch, sb).ok());
+  EXPECT_FALSE(verifier.verify(bytes, g.name_id, g.epoch + 1, sb).ok());
+
+  // Acquired again by its holder once durable: answered at once, signed on its way out.
+  rig.deliver(rig.acquire("jobs/signed", sb), kT0 + 2'000);
+  rig.service->tick(kT0 + 2'000);
+  rig.settle(kT0 + 3'000);
+  ASSERT_EQ(rig.net.sent.size(), 2u);
+  const auto again = std::get<wire::Grant>(rig.decode(rig.net.sent[1].bytes));
+  EXPECT_EQ(again.epoch, g.epoch);
+  EXPECT_TRUE(verifier.verify(std::span<const std::uint8_t>(again.token.data(), again.token.size()),
+                              again.name_id, again.epoch, sb)
+                  .ok());
+  EXPECT_EQ(rig.service->counters().token_sign_failures, 0u);
+}
+
 TEST(ServiceCore, RestartFromARestoredTableKeepsTheGrantAndItsEpoch) {
   // Incarnation 1 grants jobs/a; its durable batch is what incarnation 2 restores from.
   StoredTable stored;

@@ -385,6 +385,107 @@ TEST(NameStore, RefusesSecondOpener) {
   expect_refused(p, "another process");
 }
 
+int in_private_tmpfs(const fs::path& dir, const char* options, const std::function<int()>& body);
+
+// Whether `dir`'s file system has room for the WAL to be written out (else the open skips it).
+bool room_for_wal(const fs::path& dir) {
+  const fs::space_info sp = fs::space(dir);
+  return sp.available / kStoreWalRoomFactor >= kStoreWalBytes;
+}
+
+// Commits overwrite the WAL in place: the open writes it out to its cycle's size, a commit does
+// not grow it, and a close keeps it.
+TEST(NameStore, TheWalIsWrittenOutAtOpenAndKeptAtClose) {
+  TempDir dir;
+  if (!room_for_wal(dir.path())) GTEST_SKIP() << "too little free space here to write the WAL out";
+  const auto p = dir.path() / "lockd.db";
+  const std::string wal = p.string() + "-wal";
+  {
+    NameStore s(p.string());
+    EXPECT_EQ(fs::file_size(wal), kStoreWalBytes);
+    std::vector<StoredName> rows{held(1, 4), held(2, 5)};
+    s.commit(rows, 5);
+    EXPECT_EQ(fs::file_size(wal), kStoreWalBytes);
+  }
+  ASSERT_TRUE(fs::exists(wal));
+  EXPECT_EQ(fs::file_size(wal), kStoreWalBytes);
+  NameStore s(p.string());
+  EXPECT_EQ(s.open_count(), 2u);
+  EXPECT_EQ(fs::file_size(wal), kStoreWalBytes);
+  const StoredTable t = s.load();
+  ASSERT_EQ(t.names.size(), 2u);
+  EXPECT_EQ(t.epoch_high_water, 5u);
+}
+
+// The zeros after the last frame are no frame: what a crash leaves (the store and its WAL as they
+// are on disk while the store is open, copied elsewhere) opens with every committed row.
+TEST(NameStore, ACrashCopyWithTheWrittenOutWalHasEveryCommit) {
+  TempDir dir, copy;
+  if (!room_for_wal(dir.path())) GTEST_SKIP() << "too little free space here to write the WAL out";
+  const auto p = dir.path() / "lockd.db";
+  NameStore s(p.string());
+  std::vector<StoredName> rows;
+  for (std::uint64_t k = 0; k < 100; ++k) {
+    rows.assign(1, held(k, k + 1));
+    s.commit(rows, k + 1);
+  }
+  fs::copy_file(p, copy.path() / "lockd.db");
+  fs::copy_file(p.string() + "-wal", copy.path() / "lockd.db-wal");
+  NameStore c((copy.path() / "lockd.db").string());
+  const StoredTable t = c.load();
+  EXPECT_EQ(t.names.size(), 100u);
+  EXPECT_EQ(t.epoch_high_water, 100u);
+  for (const StoredName& n : t.names) EXPECT_EQ(n.state, LockPhase::held) << n.name;
+}
+
+// Past a checkpoint the WAL is written from its start again: it never grows past its cycle's
+// size, and every row is still there after a reopen.
+TEST(NameStore, TheWalWrapsWithinItsWrittenOutSize) {
+  TempDir dir;
+  if (!room_for_wal(dir.path())) GTEST_SKIP() << "too little free space here to write the WAL out";
+  const auto p = dir.path() / "lockd.db";
+  const std::string wal = p.string() + "-wal";
+  // Rows of ~1 KiB (long names): ~200 log pages a batch, more than one cycle in all.
+  constexpr std::uint64_t kBatches = 24, kPerBatch = 800;
+  const std::string padding(900, 'p');
+  {
+    NameStore s(p.string());
+    std::vector<StoredName> rows;
+    for (std::uint64_t b = 0; b < kBatches; ++b) {
+      rows.clear();
+      for (std::uint64_t k = 0; k < kPerBatch; ++k) {
+        StoredName n = held(b * kPerBatch + k, b + 1);
+        n.name += "/" + padding;
+        n.id = name_id_of(n.name);
+        rows.push_back(std::move(n));
+      }
+      s.commit(rows, b + 1);
+      ASSERT_EQ(fs::file_size(wal), kStoreWalBytes) << "batch " << b;
+    }
+    // A checkpoint ran (the log's pages are in the store file): the WAL did wrap.
+    EXPECT_GT(fs::file_size(p), std::uint64_t{kStoreWalCheckpointPages} * 4096 / 2);
+  }
+  NameStore s(p.string());
+  const StoredTable t = s.load();
+  EXPECT_EQ(t.names.size(), kBatches * kPerBatch);
+  EXPECT_EQ(t.epoch_high_water, kBatches);
+}
+
+// Without room (a small or nearly full disk) the WAL is not written out: it grows as SQLite
+// writes it.
+TEST(NameStore, TheWalIsNotWrittenOutWithoutRoom) {
+  TempDir dir;
+  const int rc = in_private_tmpfs(dir.path(), "size=16m,mode=0700", [&]() -> int {
+    const auto p = dir.path() / "lockd.db";
+    NameStore s(p.string());
+    std::vector<StoredName> rows{held(1, 5)};
+    s.commit(rows, 5);
+    return fs::file_size(p.string() + "-wal") < kStoreWalBytes ? 0 : 1;
+  });
+  if (rc == -1) GTEST_SKIP() << "cannot create a private mount namespace with a tmpfs here";
+  EXPECT_EQ(rc, 0);
+}
+
 TEST(NameStore, FreshStoreOnRefusalIsRemoved) {
   const fs::path p = "/nonexistent-dir-for-lockd/lockd.db";
   expect_refused(p, "cannot create");

@@ -193,6 +193,10 @@ class EventLoop {
   /// one completion, runs the handlers of all completions ready. Returns how many completions
   /// were handled (0 on timeout or a signal) or -errno from io_uring_enter.
   int run_once(std::int64_t timeout_ns);
+  /// Hands what is queued (sends, ...) to the kernel now, without waiting for completions:
+  /// run_once would do it only at its start. For a turn's answers before slower work of the same
+  /// turn. Returns how many were submitted (0: nothing queued) or -errno.
+  int submit_queued();
   /// run_once until stop(). Returns 0, or -errno if io_uring_enter failed.
   int run();
 

@@ -422,8 +422,16 @@ class LockService {
   void ask_is_running(NameId id, const LockState& s, std::int64_t now_ns);
 
   wire::Body deny(const Outcome& o);
-  /// The Grant answer of `o`, with its token signed (every grant path answers through here).
+  /// The Grant answer of `o` (every grant path answers through here). Its token carries every
+  /// field but the signature (all zero): signing (Ed25519, tens of microseconds) waits until
+  /// the turn's batch is with the store (sign_deferred), so it runs while the commit does;
+  /// seal_for signs whatever is still unsigned when it goes out.
   wire::Body grant(const Outcome& o, std::int64_t now_ns);
+  /// Signs `body`'s token if it is a Grant whose token is not signed yet (a failure leaves the
+  /// Grant without a token, counted). Returns whether it changed `body`.
+  bool sign_grant(wire::Body& body);
+  /// Signs the tokens of the answers deferred since the last call (deferred_unsigned_).
+  void sign_deferred();
   wire::NameRecord record_of(NameId id, const LockState& s, std::int64_t now_ns) const;
   /// The text of `id`, empty if unknown (valid until names_ changes).
   std::string_view text_of(NameId id) const;
@@ -491,6 +499,8 @@ class LockService {
   std::vector<std::string> shard_leaders_;  ///< set_shard_leaders
   std::string self_address_;                ///< set_shard_leaders
   std::deque<Deferred> deferred_;
+  /// Answers at the back of deferred_ that sign_deferred() has not seen yet.
+  std::size_t deferred_unsigned_ = 0;
 
   // The restart rule (see the top of this file).
   std::int64_t started_ns_ = 0;

@@ -169,6 +169,17 @@ inline constexpr std::uint32_t kStoreSchemaVersion = 2;
 /// Upper bound on the changes written in one transaction (bounds a transaction's WAL growth).
 inline constexpr std::size_t kStoreBatchChangesMax = 16384;
 
+/// The WAL's cycle: a commit that takes the WAL to this many pages checkpoints it into the
+/// store (wal_autocheckpoint); the commit after that writes the WAL from its start again.
+inline constexpr std::uint32_t kStoreWalCheckpointPages = 4096;
+/// The WAL's size once it has run a cycle: the checkpoint's pages plus a largest batch's
+/// (kStoreBatchChangesMax log rows fill about 450 pages), in frames of a 4 KiB page and its
+/// 24-byte header, after the 32-byte WAL header. The open writes the WAL out to this size (see
+/// StoreOptions::preallocate_wal).
+inline constexpr std::uint64_t kStoreWalBytes = 32 + std::uint64_t{kStoreWalCheckpointPages + 512} * (4096 + 24);
+/// The WAL is written out only on a file system with this many times the bytes it adds free.
+inline constexpr std::uint64_t kStoreWalRoomFactor = 8;
+
 /// How long the store's open waits for a lock another process holds (a reader of lockd's uid
 /// or root, e.g. sqlite3 or a backup) before it refuses to start, in ms.
 inline constexpr std::uint32_t kStoreOpenBusyTimeoutMsDefault = 5000;
@@ -181,6 +192,16 @@ struct StoreOptions {
   bool private_files = true;
   /// See kStoreOpenBusyTimeoutMsDefault; 0: fail at once (the store-busy-timeout ablation).
   std::uint32_t busy_timeout_ms = kStoreOpenBusyTimeoutMsDefault;
+  /// Commits overwrite the WAL in place instead of growing it. A write + fdatasync into blocks
+  /// a file already has costs one device flush; one that grows the file also commits its new
+  /// size (on ext4 a journal commit: about twice as long). SQLite grows the WAL during its first
+  /// cycle after the file is made (then writes it from the start again) and deletes it at
+  /// close; so the open writes zeros out to this many bytes of the WAL (once: it is kept at
+  /// close, SQLITE_FCNTL_PERSIST_WAL). Zeros are no valid frame: a recovery stops at the first
+  /// of them. Skipped on a file system with less than kStoreWalRoomFactor times the bytes it
+  /// would add free (a small or nearly full disk). 0: the WAL grows as SQLite writes it (still
+  /// kept at close).
+  std::uint64_t preallocate_wal = kStoreWalBytes;
 };
 
 /// Checks the store's files (path, path-wal, path-shm, path-journal, those that exist): regular
@@ -240,6 +261,9 @@ class NameStore final : public Store {
  private:
   void exec(const char* sql);
   [[noreturn]] void fail(const std::string& what) const;
+  /// Writes zeros from the WAL's end out to `bytes` and makes them durable (no-op if it is that
+  /// large already).
+  void write_out_wal(std::uint64_t bytes);
 
   std::string path_;
   std::uint32_t busy_timeout_ms_ = 0;
