@@ -152,6 +152,11 @@ void StoreThread::maybe_compact(bool idle) {
 }
 
 void StoreThread::run() {
+  // When the last batch with changes committed. lockd's lived checkpoints (lived_checkpoint_
+  // interval_ns, at most 100 ms apart while any lease is held) are batches without changes:
+  // they keep the queue from ever staying empty for kCompactIdleNs, so a store that only sees
+  // them is idle too.
+  std::uint64_t last_change_ns = monotonic_ns();
   for (;;) {
     Batch batch;
     {
@@ -211,7 +216,9 @@ void StoreThread::run() {
     durable_seq_.store(batch.last_seq, std::memory_order_release);
     idle_cv_.notify_all();
     wake();
-    maybe_compact(false);
+    const std::uint64_t now = monotonic_ns();
+    if (!batch.changes.empty()) last_change_ns = now;
+    maybe_compact(now - last_change_ns >= static_cast<std::uint64_t>(kCompactIdleNs));
   }
 }
 

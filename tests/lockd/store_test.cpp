@@ -620,6 +620,32 @@ TEST(StoreThread, CompactsTheLogWhenIdle) {
   EXPECT_FALSE(t.failed());
 }
 
+// lockd commits a lived checkpoint (a batch without changes) at most 100 ms apart while any
+// lease is held: a store that sees only those is idle, and folds its log.
+TEST(StoreThread, CompactsTheLogBetweenCheckpointsThatCarryNoChanges) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
+  std::uint64_t seq = 0;
+  const std::size_t total = kLogRowsCompactAt + 1000;
+  for (std::size_t k = 0; k < total;) {
+    std::vector<StoredName> b;
+    for (; k < total && b.size() < kStoreBatchChangesMax; ++k) b.push_back(held(k, 1));
+    while (!t.submit(b, ++seq)) ::usleep(1000);
+  }
+  while (t.durable_seq() < seq) ::usleep(1000);
+  // Checkpoints every 20 ms, well inside kCompactIdleNs: the queue never stays empty that long.
+  for (int i = 0; i < 250 && t.stats().compactions == 0; ++i) {
+    std::vector<StoredName> none;
+    while (!t.submit(none, ++seq)) ::usleep(1000);
+    ::usleep(20'000);
+  }
+  const StoreStats st = t.stats();
+  EXPECT_GE(st.compactions, 1u);
+  EXPECT_LE(st.log_rows, total - kCompactRowsStep);
+  EXPECT_FALSE(t.failed());
+}
+
 // The store thread's end of the durability path: batches arrive in seq order (durable_seq()
 // reports that order), at most kStoreBatchChangesMax changes each. Fed a seq below the last
 // batch's, or an oversized batch, it aborts in every build rather than report as durable a seq
