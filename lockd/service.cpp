@@ -194,9 +194,6 @@ LockService::LockService(const LockdConfig& cfg, const std::vector<wire::WireKey
       }
       if (n.state == LockPhase::free) r.revoked_epoch = n.old_epoch;
       snap.records.push_back(r);
-      if (n.name.size() > NameTexts::kTextBytesMax)  // lockd writes only valid names (<= 128 bytes)
-        throw std::runtime_error("store " + cfg.store_path + ": corrupt: the name of " + n.id.str() + " is " +
-                                 std::to_string(n.name.size()) + " bytes long");
       names_.emplace(n.id, n.name);
     }
     if (const Status err = table_.restore(snap, now); !err.ok())
@@ -709,7 +706,11 @@ void LockService::sign_deferred() {
   deferred_unsigned_ = 0;
 }
 
-std::string_view LockService::text_of(NameId id) const { return names_.find(id); }
+const std::string& LockService::text_of(NameId id) const {
+  static const std::string none;
+  const auto it = names_.find(id);
+  return it == names_.end() ? none : it->second;
+}
 
 wire::NameRecord LockService::record_of(NameId id, const LockState& s, std::int64_t now_ns) const {
   wire::NameRecord r;
@@ -1278,7 +1279,7 @@ wire::Body LockService::on_transfer_complete(const wire::TransferComplete& t, st
 
 wire::Body LockService::on_transfer_accept(const wire::TransferAccept& t, std::int64_t now_ns) {
   const LockState before = table_.state(t.name_id);
-  const std::string text(text_of(t.name_id));
+  const std::string& text = text_of(t.name_id);
   if (text.empty()) {
     Outcome o;
     o.refusal = Refusal::unknown_name;
@@ -1400,7 +1401,7 @@ wire::Body LockService::on_kill_confirmed(const wire::KillConfirmed& k, WorkerId
 }
 
 wire::Body LockService::on_reassign(const wire::Reassign& r, std::int64_t now_ns) {
-  const std::string text(text_of(r.name_id));
+  const std::string text = text_of(r.name_id);
   if (text.empty()) {
     Outcome o;
     o.refusal = Refusal::unknown_name;
@@ -1487,17 +1488,17 @@ wire::Body LockService::on_list(const wire::List& l, std::int64_t now_ns) const 
   wire::ListPage page;
   page.with_waiters = l.waiters;
   auto it = names_.lower_bound(NameId{l.cursor, 0});
-  for (; !it.done() && page.entries.size() < want; it.next()) {
-    const LockState s = table_.state(it.id());
+  for (; it != names_.end() && page.entries.size() < want; ++it) {
+    const LockState s = table_.state(it->first);
     if (!s.known) continue;
-    page.entries.push_back(record_of(it.id(), s, now_ns));
-    if (l.waiters) page.entries.back().waiters = waiters_for(it.id());
+    page.entries.push_back(record_of(it->first, s, now_ns));
+    if (l.waiters) page.entries.back().waiters = waiters_for(it->first);
     if (wire::payload_bytes(page) > wire::kPayloadBytesMax) {
       page.entries.pop_back();
       break;
     }
   }
-  if (!it.done() && !page.entries.empty()) {
+  if (it != names_.end() && !page.entries.empty()) {
     const std::uint64_t last_hi = page.entries.back().name_id.hi;
     page.next_cursor = last_hi == UINT64_MAX ? 0 : last_hi + 1;
   }
@@ -1667,11 +1668,6 @@ void LockService::metric_samples(std::vector<metrics::Sample>& out) const {
   counter("waiter_renewals", counters_.waiter_renewals, "heartbeat entries renewing a waiter's place (epoch 0)");
   counter("waiters_refused", counters_.waiters_refused, "waiters passed over: the table refused them the name");
   counter("waits_refused_full", counters_.waits_refused_full, "Waits refused: a FIFO or all of them full");
-  // Memory per component (perf/memory/README.md): what each part of lockd owns.
-  gauge("memory_lease_table_bytes", table_.memory_bytes(), "bytes the lease table allocated (records, index, timers)");
-  gauge("memory_name_texts_bytes", names_.memory_bytes(), "bytes of the name texts and their ordered index");
-  gauge("memory_store_epochs_bytes", st.epochs_bytes, "bytes of the store's durable epoch per name");
-  gauge("memory_sqlite_bytes", st.sqlite_bytes, "bytes SQLite allocated (its page cache included)");
 }
 
 wire::StatsAnswer LockService::stats_answer(std::optional<std::uint16_t> first) const {
@@ -1772,7 +1768,8 @@ void LockService::housekeeping(std::int64_t now_ns) {
   }
   // Names whose record the table dropped (released, plain Free) need no text any more.
   if (names_.size() > 2 * table_.size() + 4096) {
-    names_.erase_if([this](NameId id) { return !table_.state(id).known; });
+    for (auto it = names_.begin(); it != names_.end();)
+      it = table_.state(it->first).known ? std::next(it) : names_.erase(it);
   }
   if (now_ns - rate_window_start_ns_ >= kNsPerS) {
     // Over the last kRateWindows windows, rounded up: a supervisor refreshes a name every few

@@ -386,7 +386,7 @@ NameStore::NameStore(const std::string& path, const StoreOptions& options)
     // that outgrows any cache at a million names (about 250 bytes of file per name), so
     // beyond the tail and the inner B-tree pages a larger cache buys few hits (the kernel's
     // page cache serves the rest) and costs resident memory that grows with the store up to
-    // the bound (64 MiB was ~70 bytes per name between 100k and 1M names: perf/memory).
+    // the bound (64 MiB was ~70 bytes per name between 100k and 1M names).
     exec("PRAGMA cache_size=-16384");
     exec(("PRAGMA wal_autocheckpoint=" + std::to_string(kStoreWalCheckpointPages)).c_str());
     // The WAL stays when the store closes (checkpointed: its frames are all in the store), so the
@@ -612,7 +612,7 @@ void DurableEpochs::check(std::span<const StoredName> changes, Epoch epoch_high_
 }
 
 void DurableEpochs::written(std::span<const StoredName> changes) {
-  for (const StoredName& n : changes) by_name_.set(n.id, n.epoch);
+  for (const StoredName& n : changes) by_name_[n.id] = n.epoch;
 }
 
 void NameStore::commit(std::span<const StoredName> changes, Epoch epoch_high_water, const StoreMarks& marks) {

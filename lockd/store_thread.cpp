@@ -1,8 +1,6 @@
 #include "leasehold/lockd/store_thread.hpp"
 #include "leasehold/lease/assert.hpp"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -187,8 +185,6 @@ void StoreThread::run() {
       error = e.what();
     }
     const std::uint64_t dt = monotonic_ns() - t0;
-    const std::uint64_t epochs_bytes = store_->memory_bytes();
-    const auto sqlite_bytes = static_cast<std::uint64_t>(sqlite3_memory_used());
     {
       std::lock_guard lock(mu_);
       committing_ = false;
@@ -196,8 +192,6 @@ void StoreThread::run() {
         fail_locked(error, &batch, rejected);
       } else {
         committed_.emplace_back(batch.first_seq, batch.last_seq);
-        stats_.epochs_bytes = epochs_bytes;
-        stats_.sqlite_bytes = sqlite_bytes;
         ++stats_.commits;
         stats_.changes += batch.changes.size();
         stats_.batch_changes_max = std::max<std::uint64_t>(stats_.batch_changes_max, batch.changes.size());

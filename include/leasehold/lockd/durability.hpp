@@ -65,8 +65,6 @@ struct StoreStats {
   std::uint64_t compactions = 0;
   std::uint64_t compact_ns_max = 0;
   std::uint64_t log_rows = 0;  ///< change-log rows not yet compacted
-  std::uint64_t epochs_bytes = 0;  ///< Store::memory_bytes() after the last commit
-  std::uint64_t sqlite_bytes = 0;  ///< sqlite3_memory_used() after the last commit (page cache...)
 };
 
 class DurabilityPort {

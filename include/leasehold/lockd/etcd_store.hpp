@@ -124,7 +124,6 @@ class EtcdStore final : public Store {
   std::uint64_t log_rows() const noexcept override { return 0; }
   std::uint64_t incarnation() const noexcept override { return static_cast<std::uint64_t>(revision_); }
   std::string describe() const override;
-  std::size_t memory_bytes() const noexcept override { return epochs_.memory_bytes(); }
 
  private:
   std::shared_ptr<etcd::Client> client_;

@@ -80,7 +80,6 @@
 #include "leasehold/lease/lease_table.hpp"
 #include "leasehold/lockd/config.hpp"
 #include "leasehold/lockd/durability.hpp"
-#include "leasehold/lockd/name_maps.hpp"
 #include "leasehold/lockd/store.hpp"
 #include "leasehold/metrics/exposition.hpp"
 
@@ -433,8 +432,7 @@ class LockService {
   /// Signs the tokens of the answers deferred since the last call (deferred_unsigned_).
   void sign_deferred();
   wire::NameRecord record_of(NameId id, const LockState& s, std::int64_t now_ns) const;
-  /// The text of `id`, empty if unknown (valid until names_ changes).
-  std::string_view text_of(NameId id) const;
+  const std::string& text_of(NameId id) const;
 
   /// Queues the durable form of `s` (the state of `id` after a change) and logs it.
   void record_change(NameId id, const LockState& s, const char* event, std::int64_t now_ns,
@@ -510,8 +508,8 @@ class LockService {
   std::unordered_map<WorkerId, std::uint64_t> seen_seq_;   ///< worker -> seq of its mark here
 
   /// Text of every name the table knows (a superset: dropped records are pruned lazily),
-  /// ordered by NameId so a list page is a lower_bound and a short walk (name_maps.hpp).
-  NameTexts names_;
+  /// ordered by NameId so a list page is a lower_bound and a short walk.
+  std::map<NameId, std::string> names_;
   std::unordered_map<WorkerId, SocketAddress> worker_addresses_;
   /// The key id each worker last used (authenticated), so lockd's own requests to it (Revoked,
   /// IsRunning) use a key it has during a rotation. Bounded by cfg_.max_workers.

@@ -26,7 +26,6 @@
 
 #include "leasehold/lease/code_table.hpp"
 #include "leasehold/lease/types.hpp"
-#include "leasehold/lockd/name_maps.hpp"
 
 #include <cstdint>
 #include <map>
@@ -111,16 +110,14 @@ struct StoredTable {
 class DurableEpochs {
  public:
   /// A name's epoch as loaded or written.
-  void note(NameId id, Epoch epoch) { by_name_.set(id, epoch); }
+  void note(NameId id, Epoch epoch) { by_name_[id] = epoch; }
   /// Aborts if a change lowers its name's durable epoch or an epoch exceeds kEpochMax.
   void check(std::span<const StoredName> changes, Epoch epoch_high_water) const;
   /// The changes are durable: their epochs are the names' durable epochs from now on.
   void written(std::span<const StoredName> changes);
-  /// Bytes of the per-name epochs (one flat entry per name the store holds).
-  std::size_t memory_bytes() const noexcept { return by_name_.memory_bytes(); }
 
  private:
-  EpochMap by_name_;
+  std::unordered_map<NameId, Epoch> by_name_;
 };
 
 /// Why the store refused to open or to commit. `what()` names the file and the problem.
@@ -157,8 +154,6 @@ class Store {
   virtual std::uint64_t incarnation() const noexcept = 0;
   /// What the store is, for logs and errors ("lockd.db", "etcd://h:p/prefix shard 0").
   virtual std::string describe() const = 0;
-  /// Bytes of memory the store keeps per name (its durable epochs), for capacity planning.
-  virtual std::size_t memory_bytes() const noexcept { return 0; }
 };
 
 /// SQLite `application_id` of a leasehold lockd store ("LHLD").
@@ -253,7 +248,6 @@ class NameStore final : public Store {
   /// The open count: each open of the file is one incarnation.
   std::uint64_t incarnation() const noexcept override { return open_count_; }
   std::string describe() const override { return path_; }
-  std::size_t memory_bytes() const noexcept override { return epochs_.memory_bytes(); }
   const std::string& path() const noexcept { return path_; }
   /// Files whose mode the open made 0600 ("PATH 0644->0600"), for lockd's log.
   const std::vector<std::string>& modes_fixed() const noexcept { return modes_fixed_; }
