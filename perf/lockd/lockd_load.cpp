@@ -54,6 +54,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -644,6 +645,8 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, st
   if (::pipe(out) != 0) return nullptr;
   l->pid = ::fork();
   if (l->pid == 0) {
+    // The lockd goes with this generator, however it ends (Ctrl-C, kill, a crash).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::dup2(out[1], 1);
     const int devnull = ::open((l->tmp / "lockd.log").c_str(), O_WRONLY | O_CREAT, 0600);
     ::dup2(devnull, 2);
@@ -941,13 +944,14 @@ int main(int argc, char** argv) {
   Options o;
   unsigned key_rounds = 2;
   CLI::App app{"leasehold-lockd-load: durable acquires and batched refreshes against lockd over loopback UDP"};
-  app.add_option("--workers", o.workers, "simulated workers (one sender id each)")->capture_default_str();
-  app.add_option("--sandboxes", o.sandboxes, "sandboxes (leases) per worker")->capture_default_str();
+  app.add_option("--workers", o.workers, "simulated workers (one sender id each)")->capture_default_str()->check(CLI::Range(1u, 100000000u));
+  app.add_option("--sandboxes", o.sandboxes, "sandboxes (leases) per worker")->capture_default_str()->check(CLI::Range(1u, 100000000u));
   app.add_option("--seconds", o.seconds, "refresh phase duration, seconds")->capture_default_str();
-  app.add_option("--window", o.window, "heartbeat datagrams in flight")->capture_default_str();
+  app.add_option("--window", o.window, "heartbeat datagrams in flight")->capture_default_str()->check(CLI::Range(1u, 100000000u));
   app.add_option("--acquire-windows", o.acquire_windows,
                  "acquire requests in flight: one pass per entry (comma-separated), each on names of its own")
       ->delimiter(',')
+      ->check(CLI::Range(1u, 100000000u))
       ->capture_default_str();
   app.add_option("--acquire-samples", o.acquire_samples,
                  "names acquired per window but the last (the last acquires the rest)")
@@ -1047,7 +1051,14 @@ int main(int argc, char** argv) {
 
   if (!o.lockd.empty()) {
     auto a = SocketAddress::parse(o.lockd);
-    if (!a) return 2;
+    if (!a) {
+      std::fprintf(stderr, "--lockd %s: not an ADDR:PORT (e.g. 127.0.0.1:7400)\n", o.lockd.c_str());
+      return 2;
+    }
+    if (o.key_file.empty()) {
+      std::fprintf(stderr, "--lockd needs --key-file: the cluster key of that lockd (or one worker key)\n");
+      return 2;
+    }
     auto key = wire::load_key_file(o.key_file);
     if (!key) {
       std::fprintf(stderr, "%s\n", key.message().c_str());

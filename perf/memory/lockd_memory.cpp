@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -141,6 +142,7 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, std::uint64_t max_na
   if (::pipe(out) != 0) return nullptr;
   l->pid = ::fork();
   if (l->pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the lockd goes with this harness, however it ends
     ::dup2(out[1], 1);
     const int log = ::open((l->tmp / "lockd.log").c_str(), O_WRONLY | O_CREAT, 0600);
     ::dup2(log, 2);

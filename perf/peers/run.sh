@@ -153,6 +153,7 @@ for r in $(seq "$rounds"); do
   if wants lockd; then
     say "round $r: lockd"
     taskset -c "$load_cpu" "$lockd_load" --key-rounds 0 --no-baseline --lockd-cpus "$server_cpu" \
+      --lockd-binary "$build_dir/lockd/leasehold-lockd" \
       --store-dir "$tmp" "${common[@]}" >"$tmp/r$r-lockd.json" 2>"$tmp/r$r-lockd.log" ||
       fail_run "leasehold-lockd-load" "$tmp/r$r-lockd.log"
   fi
