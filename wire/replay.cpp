@@ -465,11 +465,12 @@ Admission Receiver::admit(std::span<const std::uint8_t> datagram, const SocketAd
 void Receiver::remember_answer(const RequestKey& request, std::span<const std::uint8_t> answer,
                                const SocketAddress& to) {
   State& s = *state_;
-  s.in_flight.erase(CacheKey{request.sender, request.request_id});
-  if (s.limits.cached_answers_max == 0 || answer.size() > kDatagramBytesMax) return;
   // A key without a digest (a heartbeat's): a retry could not be told from another request
   // under the same id. Never cached; the retry is executed again (heartbeats are idempotent).
+  // Nor does it end the in-flight guard of a request that shares its id.
   if (request.digest == kNoDigest) return;
+  s.in_flight.erase(CacheKey{request.sender, request.request_id});
+  if (s.limits.cached_answers_max == 0 || answer.size() > kDatagramBytesMax) return;
   const CacheKey ck{request.sender, request.request_id};
   std::size_t index;
   if (auto it = s.cache.find(ck); it != s.cache.end()) {

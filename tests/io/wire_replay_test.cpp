@@ -291,8 +291,12 @@ TEST_F(WireReceiver, HeartbeatReusingADeferredRequestIdIsDelivered) {
   ASSERT_TRUE(receiver.defer(a.key, 0));
   Heartbeat hb;
   hb.entries.push_back(HeartbeatEntry{samples::nid(1), samples::sid(1), 8});
-  EXPECT_EQ(receiver.admit(seal(client, 42, hb), 1).verdict, Verdict::deliver);
+  const Admission h = receiver.admit(seal(client, 42, hb), 1);
+  EXPECT_EQ(h.verdict, Verdict::deliver);
   EXPECT_EQ(receiver.stats().in_flight_retries, 0u);
+  // The heartbeat's answer goes out: the deferred request keeps its guard.
+  receiver.remember_answer(h.key, seal(lockd, 42, HeartbeatAck{}));
+  EXPECT_EQ(receiver.in_flight(), 1u);
   EXPECT_EQ(receiver.admit(seal(client, 42, Revoke{samples::nid(1)}), 2).verdict, Verdict::drop);
   EXPECT_EQ(receiver.stats().in_flight_retries, 1u);
 }
