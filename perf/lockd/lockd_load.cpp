@@ -38,6 +38,7 @@
 // --json: the report goes to stderr and stdout gets one JSON object (refreshes_per_s,
 // cpu_s_per_million, runs, ...: emit_json in main), for perf/peers/run.sh. --lockd-cpus pins the
 // started lockd (sched_setaffinity before exec), so the generator can be pinned elsewhere.
+#include "perf/common/started_lockd.hpp"
 #include "leasehold/wire/auth.hpp"
 #include "leasehold/etcd/client.hpp"
 #include "leasehold/lease/clock.hpp"
@@ -597,20 +598,7 @@ class Reflector {
   std::thread thread_;
 };
 
-/// A started leasehold-lockd on a temporary store; stopped (and its directory removed) at the end.
-struct StartedLockd {
-  fs::path tmp;
-  pid_t pid = -1;
-  SocketAddress address;
-  ~StartedLockd() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-    }
-  }
-};
+using perf::StartedLockd;
 
 /// Starts lockd with a fresh cluster key (written to *key_file). `shared_keys`: under the
 /// shared-worker-key ablation (every worker signs with one key: the figure before per-worker

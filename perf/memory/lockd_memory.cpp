@@ -10,6 +10,7 @@
 // /proc/<pid>/smaps_rollup, and lockd's memory and store counters (Stats: memory_*, store_*:
 // whether the store's compaction keeps up), and reports the
 // growth per held name between consecutive points, as text and as JSON (--json FILE, "-": stdout).
+#include "perf/common/started_lockd.hpp"
 #include "leasehold/io/clock.hpp"
 #include "leasehold/io/udp.hpp"
 #include "leasehold/lease/clock.hpp"
@@ -109,19 +110,7 @@ class Pipe {
   std::array<std::uint8_t, 2048> buf_{};
 };
 
-struct StartedLockd {
-  fs::path tmp;
-  pid_t pid = -1;
-  SocketAddress address;
-  ~StartedLockd() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-    }
-    std::error_code ec;
-    if (!tmp.empty()) fs::remove_all(tmp, ec);
-  }
-};
+using perf::StartedLockd;
 
 std::unique_ptr<StartedLockd> start_lockd(const Options& o, std::uint64_t max_names, std::string* key_file) {
   auto l = std::make_unique<StartedLockd>();

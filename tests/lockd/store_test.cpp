@@ -600,18 +600,25 @@ TEST(StoreThread, GroupCommitPublishesDurableSeq) {
   for (const auto& r : rows) EXPECT_EQ(r.epoch, r.name == "svc/name-1" ? 2u : 1u);
 }
 
-TEST(StoreThread, CompactsTheLogWhenIdle) {
-  TempDir dir;
-  const auto p = dir.path() / "lockd.db";
-  StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
+// Commits `total` held names through `t` in full batches and waits until they are durable;
+// the last seq used.
+std::uint64_t fill_log(StoreThread& t, std::size_t total) {
   std::uint64_t seq = 0;
-  const std::size_t total = kLogRowsCompactAt + 1000;
   for (std::size_t k = 0; k < total;) {
     std::vector<StoredName> b;
     for (; k < total && b.size() < kStoreBatchChangesMax; ++k) b.push_back(held(k, 1));
     while (!t.submit(b, ++seq)) ::usleep(1000);
   }
   while (t.durable_seq() < seq) ::usleep(1000);
+  return seq;
+}
+
+TEST(StoreThread, CompactsTheLogWhenIdle) {
+  TempDir dir;
+  const auto p = dir.path() / "lockd.db";
+  StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
+  const std::size_t total = kLogRowsCompactAt + 1000;
+  fill_log(t, total);
   // Idle for kCompactIdleNs: one step folds kCompactRowsStep rows.
   for (int i = 0; i < 200 && t.stats().compactions == 0; ++i) ::usleep(20'000);
   const StoreStats st = t.stats();
@@ -626,14 +633,8 @@ TEST(StoreThread, CompactsTheLogBetweenCheckpointsThatCarryNoChanges) {
   TempDir dir;
   const auto p = dir.path() / "lockd.db";
   StoreThread t(std::make_unique<NameStore>(p.string()), nullptr);
-  std::uint64_t seq = 0;
   const std::size_t total = kLogRowsCompactAt + 1000;
-  for (std::size_t k = 0; k < total;) {
-    std::vector<StoredName> b;
-    for (; k < total && b.size() < kStoreBatchChangesMax; ++k) b.push_back(held(k, 1));
-    while (!t.submit(b, ++seq)) ::usleep(1000);
-  }
-  while (t.durable_seq() < seq) ::usleep(1000);
+  std::uint64_t seq = fill_log(t, total);
   // Checkpoints every 20 ms, well inside kCompactIdleNs: the queue never stays empty that long.
   for (int i = 0; i < 250 && t.stats().compactions == 0; ++i) {
     std::vector<StoredName> none;
