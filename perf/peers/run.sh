@@ -45,6 +45,10 @@ build_dir=$root/build/release build=1 install=1 redis_password=
 only=lockd,redis-pexpire,redis-script,redis-hot,etcd
 while [ $# -gt 0 ]; do
   case $1 in
+    --seconds|--rounds|--workers|--sandboxes|--server-cpu|--load-cpu|--build-dir|--only)
+      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; } ;;
+  esac
+  case $1 in
     --seconds) secs=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
@@ -63,6 +67,19 @@ while [ $# -gt 0 ]; do
 done
 wants() { [[ ",$only," == *",$1,"* ]]; }
 say() { echo "$@" >&2; }
+bad() { echo "run.sh: $*" >&2; exit 2; }
+for v in rounds workers sandboxes server_cpu load_cpu; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || bad "--${v//_/-} ${!v}: not a whole number"
+done
+[[ $secs =~ ^[0-9]+([.][0-9]+)?$ ]] || bad "--seconds $secs: not a number of seconds"
+[ "$rounds" -ge 1 ] || bad "--rounds must be at least 1"
+[ "$workers" -ge 1 ] && [ "$sandboxes" -ge 1 ] || bad "--workers and --sandboxes must be at least 1"
+IFS=, read -ra only_list <<<"$only"
+[ ${#only_list[@]} -gt 0 ] || bad "--only: no system named"
+for x in "${only_list[@]}"; do
+  case $x in lockd|redis-pexpire|redis-script|redis-hot|etcd) ;;
+    *) bad "--only: unknown system '$x' (lockd, redis-pexpire, redis-script, redis-hot, etcd)" ;; esac
+done
 
 # --- servers from Debian ---------------------------------------------------------------------
 need_pkgs=()
