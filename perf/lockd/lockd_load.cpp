@@ -605,19 +605,9 @@ using perf::StartedLockd;
 /// keys). nullptr if it does not start.
 std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, std::string* key_file,
                                           const std::string& etcd = {}) {
-  auto l = std::make_unique<StartedLockd>();
-  char tmpl[4096];
-  std::snprintf(tmpl, sizeof tmpl, "%s/lockd-load-XXXXXX", o.store_dir.c_str());
-  if (::mkdtemp(tmpl) == nullptr) {
-    std::perror("mkdtemp");
-    return nullptr;
-  }
-  l->tmp = tmpl;
-  *key_file = (l->tmp / "key").string();
-  if (const Status err = wire::generate_key_file(*key_file); !err.ok()) {
-    std::fprintf(stderr, "%s\n", err.message().c_str());
-    return nullptr;
-  }
+  auto l = perf::make_lockd_dir(o.store_dir, "lockd-load");
+  if (l == nullptr) return nullptr;
+  *key_file = l->key_file;
   const std::string signing = (l->tmp / "signing.key").string();
   if (!etcd.empty()) {
     if (const Status err = token::generate_signing_key_file(signing); !err.ok()) {
@@ -629,46 +619,17 @@ std::unique_ptr<StartedLockd> start_lockd(const Options& o, bool shared_keys, st
   const std::string store = etcd.empty() ? (l->tmp / "lockd.db").string()
                                          : "etcd://" + etcd + "/lockd-load-" + std::to_string(::getpid()) + "-" +
                                                l->tmp.filename().string();
-  int out[2];
-  if (::pipe(out) != 0) return nullptr;
-  l->pid = ::fork();
-  if (l->pid == 0) {
-    // The lockd goes with this generator, however it ends (Ctrl-C, kill, a crash).
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::dup2(out[1], 1);
-    const int devnull = ::open((l->tmp / "lockd.log").c_str(), O_WRONLY | O_CREAT, 0600);
-    ::dup2(devnull, 2);
+  std::vector<std::string> argv = {o.lockd_binary, "--no-config", "--key-file", l->key_file, "--store", store,
+                                    "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names",
+                                    std::to_string(static_cast<std::uint64_t>(o.workers) * o.sandboxes * 2 + 1024)};
+  if (!etcd.empty()) argv.insert(argv.end(), {"--signing-key-file", signing});
+  const bool started = perf::spawn_lockd(*l, argv, [&] {
     if (cpu_set_t cpus; !o.lockd_cpus.empty() && parse_cpu_list(o.lockd_cpus, cpus))
       ::sched_setaffinity(0, sizeof cpus, &cpus);
     if (shared_keys) ::setenv("LEASEHOLD_ABLATE", "shared-worker-key", 1);
     else ::unsetenv("LEASEHOLD_ABLATE");
-    const std::string max_names = std::to_string(static_cast<std::uint64_t>(o.workers) * o.sandboxes * 2 + 1024);
-    if (etcd.empty())
-      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--no-config", "--key-file", key_file->c_str(), "--store",
-              store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
-              static_cast<char*>(nullptr));
-    else
-      ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--no-config", "--key-file", key_file->c_str(), "--store",
-              store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "60000", "--max-names", max_names.c_str(),
-              "--signing-key-file", signing.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  char line[256] = {};
-  std::size_t len = 0;
-  while (len < sizeof line - 1) {
-    const ssize_t n = ::read(out[0], line + len, 1);
-    if (n <= 0 || line[len] == '\n') break;
-    ++len;
-  }
-  ::close(out[0]);
-  line[len] = 0;
-  auto a = SocketAddress::parse(std::string(line).substr(std::min<std::size_t>(len, std::strlen("listening "))));
-  if (std::strncmp(line, "listening ", 10) != 0 || !a) {
-    std::fprintf(stderr, "lockd did not start (%s); see %s\n", line, (l->tmp / "lockd.log").c_str());
-    return nullptr;
-  }
-  l->address = *a;
+  });
+  if (!started) return nullptr;
   if (!etcd.empty()) {
     // A cluster of one: it serves once it has won the election (bounded wait).
     bool leading = false;

@@ -113,44 +113,13 @@ class Pipe {
 using perf::StartedLockd;
 
 std::unique_ptr<StartedLockd> start_lockd(const Options& o, std::uint64_t max_names, std::string* key_file) {
-  auto l = std::make_unique<StartedLockd>();
-  std::string tmpl = o.store_dir + "/lockd-memory-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    std::perror("mkdtemp");
+  auto l = perf::make_lockd_dir(o.store_dir, "lockd-memory");
+  if (l == nullptr) return nullptr;
+  *key_file = l->key_file;
+  if (!perf::spawn_lockd(*l, {o.lockd_binary, "--no-config", "--key-file", l->key_file, "--store",
+                              (l->tmp / "lockd.db").string(), "--listen", "127.0.0.1:0", "--ttl-ms", "3600000",
+                              "--max-names", std::to_string(max_names)}))
     return nullptr;
-  }
-  l->tmp = tmpl;
-  *key_file = (l->tmp / "key").string();
-  if (const Status err = wire::generate_key_file(*key_file); !err.ok()) {
-    std::fprintf(stderr, "%s\n", err.message().c_str());
-    return nullptr;
-  }
-  const std::string store = (l->tmp / "lockd.db").string();
-  const std::string names = std::to_string(max_names);
-  int out[2];
-  if (::pipe(out) != 0) return nullptr;
-  l->pid = ::fork();
-  if (l->pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the lockd goes with this harness, however it ends
-    ::dup2(out[1], 1);
-    const int log = ::open((l->tmp / "lockd.log").c_str(), O_WRONLY | O_CREAT, 0600);
-    ::dup2(log, 2);
-    ::execl(o.lockd_binary.c_str(), o.lockd_binary.c_str(), "--no-config", "--key-file", key_file->c_str(), "--store",
-            store.c_str(), "--listen", "127.0.0.1:0", "--ttl-ms", "3600000", "--max-names", names.c_str(),
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string line;
-  char c = 0;
-  while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(out[0]);
-  const auto a = line.rfind("listening ", 0) == 0 ? SocketAddress::parse(line.substr(10)) : std::nullopt;
-  if (!a) {
-    std::fprintf(stderr, "lockd did not start (%s); see %s\n", line.c_str(), (l->tmp / "lockd.log").c_str());
-    return nullptr;
-  }
-  l->address = *a;
   return l;
 }
 
